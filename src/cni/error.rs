@@ -1,0 +1,210 @@
+//! The CNI error result (cni-SPEC.md §5 "Error") and the one error type every
+//! layer of plexus returns.
+//!
+//! Convention: `msg` is short and fixed per kind of failure; `details` names the
+//! offending field (as a path such as `plugins[1].ipam.type` or an environment
+//! variable such as `CNI_IFNAME`) followed by the reason, e.g.
+//! `CNI_IFNAME: "eth0/x" must not contain '/'`.
+
+use serde_json::{json, Value};
+
+/// The well-known error codes of cni-SPEC.md §5, plus plexus's own (100+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// 1: Incompatible CNI version.
+    IncompatibleVersion,
+    /// 2: Unsupported field in network configuration.
+    UnsupportedField,
+    /// 3: Container unknown or does not exist.
+    UnknownContainer,
+    /// 4: Invalid necessary environment variables.
+    InvalidEnvironment,
+    /// 5: I/O failure.
+    Io,
+    /// 6: Failed to decode content.
+    Decode,
+    /// 7: Invalid network config.
+    InvalidConfig,
+    /// 11: Try again later.
+    TryAgainLater,
+    /// 50: The plugin is not available.
+    NotAvailable,
+    /// 51: Not available, and existing containers may have limited connectivity.
+    NotAvailableLimited,
+    /// 100+: plugin-specific.
+    Plugin(u32),
+}
+
+impl ErrorCode {
+    pub fn as_u32(self) -> u32 {
+        match self {
+            ErrorCode::IncompatibleVersion => 1,
+            ErrorCode::UnsupportedField => 2,
+            ErrorCode::UnknownContainer => 3,
+            ErrorCode::InvalidEnvironment => 4,
+            ErrorCode::Io => 5,
+            ErrorCode::Decode => 6,
+            ErrorCode::InvalidConfig => 7,
+            ErrorCode::TryAgainLater => 11,
+            ErrorCode::NotAvailable => 50,
+            ErrorCode::NotAvailableLimited => 51,
+            ErrorCode::Plugin(n) => n,
+        }
+    }
+
+    pub fn from_u32(code: u32) -> ErrorCode {
+        match code {
+            1 => ErrorCode::IncompatibleVersion,
+            2 => ErrorCode::UnsupportedField,
+            3 => ErrorCode::UnknownContainer,
+            4 => ErrorCode::InvalidEnvironment,
+            5 => ErrorCode::Io,
+            6 => ErrorCode::Decode,
+            7 => ErrorCode::InvalidConfig,
+            11 => ErrorCode::TryAgainLater,
+            50 => ErrorCode::NotAvailable,
+            51 => ErrorCode::NotAvailableLimited,
+            n => ErrorCode::Plugin(n),
+        }
+    }
+}
+
+/// Plugin-specific codes plexus uses (cni-SPEC.md §5: 100+ are free).
+pub mod codes {
+    /// A network named by a pod could not be resolved (multi-net-spec §3.4.1 rule 4).
+    pub const NETWORK_NOT_FOUND: u32 = 100;
+    /// A pod's selection could not be honoured (capability missing, duplicate
+    /// interface name, namespace isolation ...).
+    pub const ATTACHMENT_REJECTED: u32 = 101;
+    /// The operation is not implemented by this build of plexus.
+    pub const NOT_IMPLEMENTED: u32 = 102;
+    /// A delegate or built-in plugin failed.
+    pub const PLUGIN_FAILED: u32 = 103;
+}
+
+/// A CNI error: what plexus prints on stdout before exiting non-zero.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{msg}: {details}")]
+pub struct CniError {
+    pub code: ErrorCode,
+    pub msg: String,
+    pub details: String,
+}
+
+impl CniError {
+    pub fn new(code: ErrorCode, msg: impl Into<String>, details: impl Into<String>) -> Self {
+        CniError {
+            code,
+            msg: msg.into(),
+            details: details.into(),
+        }
+    }
+
+    /// Code 7, for a config that parsed but is not valid. `field` is the path
+    /// of the offending key.
+    pub fn invalid_config(field: impl AsRef<str>, reason: impl AsRef<str>) -> Self {
+        Self::new(
+            ErrorCode::InvalidConfig,
+            "invalid network configuration",
+            format!("{}: {}", field.as_ref(), reason.as_ref()),
+        )
+    }
+
+    /// Code 6, for content that could not be decoded at all.
+    pub fn decode(what: impl AsRef<str>, reason: impl AsRef<str>) -> Self {
+        Self::new(
+            ErrorCode::Decode,
+            "failed to decode content",
+            format!("{}: {}", what.as_ref(), reason.as_ref()),
+        )
+    }
+
+    /// Code 4, naming the environment variable.
+    pub fn invalid_env(var: impl AsRef<str>, reason: impl AsRef<str>) -> Self {
+        Self::new(
+            ErrorCode::InvalidEnvironment,
+            "invalid environment variable",
+            format!("{}: {}", var.as_ref(), reason.as_ref()),
+        )
+    }
+
+    /// Code 1.
+    pub fn incompatible_version(field: impl AsRef<str>, reason: impl AsRef<str>) -> Self {
+        Self::new(
+            ErrorCode::IncompatibleVersion,
+            "incompatible CNI version",
+            format!("{}: {}", field.as_ref(), reason.as_ref()),
+        )
+    }
+
+    /// Code 5.
+    pub fn io(what: impl AsRef<str>, err: impl std::fmt::Display) -> Self {
+        Self::new(
+            ErrorCode::Io,
+            "I/O failure",
+            format!("{}: {}", what.as_ref(), err),
+        )
+    }
+
+    /// A plexus-specific code (see [`codes`]).
+    pub fn plugin(code: u32, msg: impl Into<String>, details: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Plugin(code), msg, details)
+    }
+
+    /// Prefix the field path in `details` with `outer`, so errors found deep in
+    /// a structure name their full path (`plugins[2]` + `ipam.type`).
+    pub fn within(mut self, outer: impl AsRef<str>) -> Self {
+        let outer = outer.as_ref();
+        if !outer.is_empty() {
+            self.details = if self.details.starts_with('[') {
+                format!("{outer}{}", self.details)
+            } else {
+                format!("{outer}.{}", self.details)
+            };
+        }
+        self
+    }
+
+    /// The error result object of cni-SPEC.md §5.
+    pub fn to_json(&self, cni_version: &str) -> Value {
+        json!({
+            "cniVersion": cni_version,
+            "code": self.code.as_u32(),
+            "msg": self.msg,
+            "details": self.details,
+        })
+    }
+}
+
+pub type CniResultOf<T> = std::result::Result<T, CniError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_json_has_the_spec_keys() {
+        // cni-SPEC.md §5 "Error": cniVersion, code, msg, details.
+        let e = CniError::invalid_config("ipam.subnet", "192.168.0.0/31 is too small");
+        assert_eq!(
+            e.to_json("1.1.0"),
+            json!({"cniVersion": "1.1.0", "code": 7, "msg": "invalid network configuration",
+                   "details": "ipam.subnet: 192.168.0.0/31 is too small"})
+        );
+    }
+
+    #[test]
+    fn within_builds_paths() {
+        let e = CniError::invalid_config("type", "missing").within("plugins[2]");
+        assert_eq!(e.details, "plugins[2].type: missing");
+        let e = CniError::invalid_config("[0]", "bad").within("ips");
+        assert_eq!(e.details, "ips[0]: bad");
+    }
+
+    #[test]
+    fn codes_round_trip() {
+        for n in [1, 2, 3, 4, 5, 6, 7, 11, 50, 51, 100, 999] {
+            assert_eq!(ErrorCode::from_u32(n).as_u32(), n);
+        }
+    }
+}
