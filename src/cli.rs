@@ -1,2 +1,287 @@
-//! TODO
-pub fn main() -> i32 { 0 }
+//! The `plexus` command line. The same binary is the CNI plugin: invoked with
+//! `CNI_COMMAND` set and no arguments (as every runtime invokes a plugin), it
+//! speaks the CNI protocol on stdin/stdout instead.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+use serde_json::{Map, Value};
+
+use crate::cni::args::CniArgs;
+use crate::cni::error::CniError;
+use crate::cni::result::CniResult;
+use crate::cni::version::CniVersion;
+use crate::config::PlexusConf;
+use crate::manifest;
+use crate::netattach::status::{NetworkStatus, StatusInput};
+use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "plexus",
+    version,
+    about = "A multi-network CNI plugin (Kubernetes multi-net spec v1.3).",
+    long_about = "A multi-network CNI plugin implementing the Network Plumbing WG's multi-net spec v1.3.\n\n\
+                  Invoked by a container runtime with CNI_COMMAND set, plexus is a CNI plugin; \
+                  the subcommands below are for people and scripts."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the attachment plan for a pod as JSON (README "Plan output").
+    Plan(PlanArgs),
+    /// Print the network-status entry (multi-net-spec §5) a CNI result yields.
+    Status(StatusArgs),
+    /// Plan the embedded example pod (examples/demo): no cluster needed.
+    Demo,
+    /// Print plexus's version and the spec versions it speaks.
+    Version,
+}
+
+#[derive(clap::Args)]
+struct PlanArgs {
+    /// The pod manifest (YAML or JSON; exactly one Pod document).
+    #[arg(long, value_name = "FILE")]
+    pod: PathBuf,
+    /// NetworkAttachmentDefinition manifests: files or directories; repeatable.
+    #[arg(long = "nad", value_name = "PATH")]
+    nads: Vec<PathBuf>,
+    /// CNI config directory for NADs without spec.config (§3.4.1 rules 2–3).
+    #[arg(long, value_name = "DIR")]
+    conf_dir: Option<PathBuf>,
+    /// The cluster-wide default network: a CNI config or config list, or a NAD manifest.
+    /// Default: the network of --config, else the first config in --conf-dir.
+    #[arg(long, value_name = "FILE")]
+    default_network: Option<PathBuf>,
+    /// plexus's own CNI conf (policy keys such as strictAnnotations, defaultNetworks).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Fail on an invalid selection annotation instead of ignoring it.
+    #[arg(long)]
+    strict_annotations: bool,
+    /// CNI_IFNAME of the default network.
+    #[arg(long, default_value = "eth0", value_name = "NAME")]
+    ifname: String,
+    /// The sandbox's container ID (goes into K8S_POD_INFRA_CONTAINER_ID).
+    #[arg(long, value_name = "ID")]
+    container_id: Option<String>,
+    /// CNI_ARGS as the runtime sends them; default: made from the pod.
+    #[arg(long, value_name = "K=V;...")]
+    cni_args: Option<String>,
+    /// The runtime's runtimeConfig (JSON object), given to the default network only (§7.5).
+    #[arg(long, value_name = "JSON")]
+    runtime_config: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct StatusArgs {
+    /// A CNI ADD result (JSON, any version 0.1.0 – 1.1.0).
+    #[arg(long, value_name = "FILE")]
+    result: PathBuf,
+    /// The network's name as the status shows it: `ns/name`, or the default network's name.
+    #[arg(long, value_name = "NS/NAME")]
+    network: String,
+    /// CNI_IFNAME of the attachment (used for results older than 0.3.0).
+    #[arg(long, value_name = "NAME")]
+    ifname: Option<String>,
+    /// The attachment is the cluster-wide default network.
+    #[arg(long)]
+    default: bool,
+    /// Gateways the selection's `default-route` asked for; repeatable.
+    #[arg(long = "default-route", value_name = "IP")]
+    default_route: Vec<IpAddr>,
+    /// A device-info file (device-info spec) to include.
+    #[arg(long, value_name = "FILE")]
+    device_info: Option<PathBuf>,
+    /// The result's version when the file has no cniVersion (an IPAM result).
+    #[arg(long, value_name = "VERSION")]
+    cni_version: Option<String>,
+}
+
+/// Entry point; returns the process exit code.
+pub fn main() -> i32 {
+    let plugin_mode = std::env::var_os("CNI_COMMAND").is_some() && std::env::args_os().len() <= 1;
+    if plugin_mode {
+        return crate::plugin::run_as_plugin();
+    }
+    let cli = Cli::parse();
+    let (name, outcome) = match cli.command {
+        Command::Plan(args) => ("plan", run_plan(&args)),
+        Command::Status(args) => ("status", run_status(&args)),
+        Command::Demo => ("demo", run_demo()),
+        Command::Version => ("version", Ok(version_text())),
+    };
+    match outcome {
+        Ok(text) => {
+            println!("{text}");
+            0
+        }
+        Err(e) => {
+            eprintln!("plexus {name}: {e}");
+            1
+        }
+    }
+}
+
+fn version_text() -> String {
+    format!(
+        "plexus {}\nCNI spec versions: {}\nmulti-net spec: v1.3",
+        env!("CARGO_PKG_VERSION"),
+        CniVersion::ALL.map(|v| v.as_str()).join(", ")
+    )
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).expect("serde_json::Value always serialises")
+}
+
+fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
+    let pod_docs = manifest::load(&args.pod)?;
+    let pod = manifest::single_pod(&pod_docs, &args.pod.display().to_string())?;
+    let mut nad_docs = Vec::new();
+    for path in &args.nads {
+        nad_docs.extend(manifest::load(path)?);
+    }
+    let nads = manifest::nads(&nad_docs)?;
+
+    let conf = args
+        .config
+        .as_deref()
+        .map(|path| {
+            let bytes = std::fs::read(path).map_err(|e| CniError::io(path.display().to_string(), e))?;
+            PlexusConf::from_slice(&bytes).map_err(|e| e.within(path.display().to_string()))
+        })
+        .transpose()?;
+    let conf_dir = args
+        .conf_dir
+        .clone()
+        .or_else(|| conf.as_ref().map(|c| c.conf_dir.clone()))
+        .map(ConfDir::new);
+
+    let mut options = conf.as_ref().map(PlanOptions::from_conf).unwrap_or_default();
+    options.strict_annotations |= args.strict_annotations;
+    options.ifname = args.ifname.clone();
+    crate::cni::names::check_ifname(&options.ifname)
+        .map_err(|reason| CniError::invalid_config("--ifname", reason))?;
+    options.container_id = args.container_id.clone();
+    if let Some(text) = &args.cni_args {
+        options.cni_args = Some(CniArgs::parse(text).map_err(|e| e.within("--cni-args"))?);
+    }
+    if let Some(text) = &args.runtime_config {
+        options.runtime_config = parse_object(text, "--runtime-config")?;
+    }
+
+    let default_network = match (&args.default_network, &conf) {
+        (Some(path), _) => plan::default_network_from_file(path)?,
+        (None, Some(conf)) => plan::cluster_network(
+            &conf.cluster_network,
+            &nads,
+            conf_dir.as_ref(),
+            &conf.plexus_namespace,
+        )?,
+        (None, None) => first_conf(conf_dir.as_ref())?,
+    };
+
+    let inputs = PlanInputs {
+        nads: &nads,
+        conf_dir: conf_dir.as_ref(),
+        default_network: &default_network,
+        options: &options,
+    };
+    Ok(pretty(&plan::plan(&pod, &inputs)?.to_value()))
+}
+
+fn first_conf(conf_dir: Option<&ConfDir>) -> Result<DefaultNetwork, CniError> {
+    let dir = conf_dir.ok_or_else(|| {
+        CniError::invalid_config(
+            "--default-network",
+            "no cluster-wide default network (multi-net-spec §6): give --default-network FILE, \
+             --config FILE or --conf-dir DIR",
+        )
+    })?;
+    let (path, list) = dir.first().ok_or_else(|| {
+        CniError::invalid_config(
+            "--conf-dir",
+            format!("{} holds no CNI config to use as the default network", dir.path().display()),
+        )
+    })?;
+    Ok(DefaultNetwork {
+        network: list.name.clone().unwrap_or_else(|| "default".into()),
+        config: list.clone(),
+        source: path.display().to_string(),
+    })
+}
+
+fn parse_object(text: &str, field: &str) -> Result<Map<String, Value>, CniError> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(CniError::invalid_config(
+            field,
+            format!("must be a JSON object, got {}", manifest::json_type(&other)),
+        )),
+        Err(e) => Err(CniError::decode(field, e.to_string())),
+    }
+}
+
+fn read_json(path: &Path) -> Result<Value, CniError> {
+    let text = std::fs::read(path).map_err(|e| CniError::io(path.display().to_string(), e))?;
+    serde_json::from_slice(&text).map_err(|e| CniError::decode(path.display().to_string(), e.to_string()))
+}
+
+fn run_status(args: &StatusArgs) -> Result<String, CniError> {
+    let value = read_json(&args.result)?;
+    let origin = args.result.display().to_string();
+    let result = match &args.cni_version {
+        Some(v) => CniResult::from_value_as(&value, CniVersion::parse_field(v, "--cni-version")?),
+        None => CniResult::from_value(&value),
+    }
+    .map_err(|e| e.within(origin.as_str()))?;
+    if let Some(ifname) = &args.ifname {
+        crate::cni::names::check_ifname(ifname)
+            .map_err(|reason| CniError::invalid_config("--ifname", reason))?;
+    }
+    let device_info = args.device_info.as_deref().map(read_json).transpose()?;
+    let input = StatusInput {
+        network: &args.network,
+        ifname: args.ifname.as_deref(),
+        default: args.default,
+        gateway_request: (!args.default_route.is_empty()).then_some(args.default_route.as_slice()),
+        device_info,
+    };
+    Ok(pretty(&NetworkStatus::from_result(Some(&result), &input).to_value()))
+}
+
+/// The embedded example: the demo pod, its NADs and cluster network, compiled in.
+pub mod demo {
+    pub const POD: &str = include_str!("../examples/demo/pod.yaml");
+    pub const NADS: &str = include_str!("../examples/demo/nads.yaml");
+    pub const CLUSTER_NETWORK: &str = include_str!("../examples/demo/cluster-network.conflist");
+}
+
+fn run_demo() -> Result<String, CniError> {
+    let pod = manifest::single_pod(&manifest::parse_documents(demo::POD, "demo pod.yaml")?, "demo pod.yaml")?;
+    let nads = manifest::nads(&manifest::parse_documents(demo::NADS, "demo nads.yaml")?)?;
+    let config = crate::cni::config::NetworkConfigList::from_slice(demo::CLUSTER_NETWORK.as_bytes())?;
+    let default_network = DefaultNetwork {
+        network: config.name.clone().unwrap_or_default(),
+        config,
+        source: "examples/demo/cluster-network.conflist".into(),
+    };
+    let options = PlanOptions {
+        container_id: Some("demo0000".into()),
+        ..PlanOptions::default()
+    };
+    let inputs = PlanInputs {
+        nads: &nads,
+        conf_dir: None,
+        default_network: &default_network,
+        options: &options,
+    };
+    let plan = plan::plan(&pod, &inputs)?;
+    Ok(pretty(&plan.to_value()))
+}

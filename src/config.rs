@@ -1,1 +1,272 @@
-//! TODO
+//! plexus's own CNI configuration: what the runtime passes on stdin when it
+//! invokes `plexus`. The keys are Multus's, so an operator can swap the `type`
+//! and keep the rest:
+//!
+//! ```json
+//! {"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+//!  "delegates": [<the cluster-wide default network: a CNI config or config list>],
+//!  "defaultNetworks": ["extra-net"], "systemNamespaces": ["kube-system"],
+//!  "strictAnnotations": false}
+//! ```
+//!
+//! Keys are matched case-insensitively, as Multus (written in Go) matches them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::cni::casefold;
+use crate::cni::config::NetworkConfigList;
+use crate::cni::error::CniError;
+
+pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
+pub const DEFAULT_CNI_DIR: &str = "/var/lib/cni/plexus";
+pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
+/// Where cluster-scoped NADs (the cluster network, `defaultNetworks`) live
+/// when they name no namespace; Multus's `multusNamespace` default.
+pub const DEFAULT_PLEXUS_NAMESPACE: &str = "kube-system";
+
+/// The cluster-wide default network (multi-net-spec §6), as configured.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClusterNetwork {
+    /// `delegates[0]`: an inline CNI config or config list.
+    Inline(NetworkConfigList),
+    /// `clusterNetwork`: a NAD name (in `multusNamespace`, or `ns/name`), the
+    /// `name` of a config in `confDir`, or a path to a config file; resolved in
+    /// that order, as Multus does.
+    Reference(String),
+}
+
+/// plexus's configuration, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlexusConf {
+    pub cni_version: String,
+    pub name: String,
+    pub cluster_network: ClusterNetwork,
+    /// NADs attached to every pod right after the cluster network (Multus's
+    /// `defaultNetworks`).
+    pub default_networks: Vec<String>,
+    /// Pods in these namespaces get only the cluster network; their selection
+    /// annotation is not read.
+    pub system_namespaces: Vec<String>,
+    pub plexus_namespace: String,
+    /// multi-net-spec §7.4: pods may only select NADs of their own namespace
+    /// (or of `global_namespaces`).
+    pub namespace_isolation: bool,
+    pub global_namespaces: Vec<String>,
+    pub conf_dir: PathBuf,
+    pub cni_dir: PathBuf,
+    pub bin_dir: PathBuf,
+    pub kubeconfig: Option<PathBuf>,
+    /// Turn an invalid selection annotation into a hard error instead of the
+    /// spec's "ignore it and attach only the default network" (§4.1.2.1.x).
+    pub strict_annotations: bool,
+    pub readiness_indicator_file: Option<PathBuf>,
+    pub log_file: Option<PathBuf>,
+    pub log_level: Option<String>,
+    /// Capabilities plexus asks the runtime for (passed on to the default network).
+    pub capabilities: BTreeMap<String, bool>,
+    /// What the runtime injected for those capabilities (§7.5: default network only).
+    pub runtime_config: Map<String, Value>,
+}
+
+/// Multus writes `globalNamespaces` as one comma-separated string; a list is
+/// accepted too.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NamespaceList {
+    Text(String),
+    List(Vec<String>),
+}
+
+impl NamespaceList {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            NamespaceList::Text(s) => s
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            NamespaceList::List(v) => v,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct RawConf {
+    cni_version: Option<String>,
+    name: Option<String>,
+    #[serde(rename = "type")]
+    plugin_type: Option<String>,
+    cluster_network: Option<String>,
+    delegates: Option<Vec<Value>>,
+    default_networks: Option<Vec<String>>,
+    system_namespaces: Option<NamespaceList>,
+    multus_namespace: Option<String>,
+    namespace_isolation: Option<bool>,
+    global_namespaces: Option<NamespaceList>,
+    conf_dir: Option<String>,
+    cni_dir: Option<String>,
+    bin_dir: Option<String>,
+    kubeconfig: Option<String>,
+    strict_annotations: Option<bool>,
+    #[serde(rename = "readinessindicatorfile")]
+    readiness_indicator_file: Option<String>,
+    log_file: Option<String>,
+    log_level: Option<String>,
+    capabilities: Option<BTreeMap<String, bool>>,
+    runtime_config: Option<Map<String, Value>>,
+}
+
+impl PlexusConf {
+    pub fn from_slice(bytes: &[u8]) -> Result<PlexusConf, CniError> {
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| CniError::decode("plexus configuration", e.to_string()))?;
+        Self::from_value(&value)
+    }
+
+    pub fn from_value(value: &Value) -> Result<PlexusConf, CniError> {
+        if !value.is_object() {
+            return Err(CniError::invalid_config(
+                "plexus configuration",
+                "must be a JSON object",
+            ));
+        }
+        let raw: RawConf = casefold::decode(value)?;
+
+        let cluster_network = match (raw.delegates, raw.cluster_network) {
+            (Some(_), Some(_)) => {
+                return Err(CniError::invalid_config(
+                    "delegates",
+                    "give either delegates or clusterNetwork, not both",
+                ))
+            }
+            (None, None) => {
+                return Err(CniError::invalid_config(
+                    "delegates",
+                    "missing: plexus needs the cluster-wide default network (multi-net-spec §6) \
+                     as delegates[0] or as clusterNetwork",
+                ))
+            }
+            (Some(delegates), None) => match delegates.as_slice() {
+                [one] => ClusterNetwork::Inline(
+                    NetworkConfigList::from_value(one).map_err(|e| e.within("delegates[0]"))?,
+                ),
+                [] => {
+                    return Err(CniError::invalid_config(
+                        "delegates",
+                        "must hold the cluster-wide default network",
+                    ))
+                }
+                _ => {
+                    return Err(CniError::invalid_config(
+                        "delegates",
+                        "holds only the cluster-wide default network; list further networks \
+                         for every pod in defaultNetworks",
+                    ))
+                }
+            },
+            (None, Some(name)) if name.trim().is_empty() => {
+                return Err(CniError::invalid_config("clusterNetwork", "must not be empty"))
+            }
+            (None, Some(name)) => ClusterNetwork::Reference(name.trim().to_string()),
+        };
+
+        if let Some(t) = raw.plugin_type.as_deref() {
+            if t.is_empty() {
+                return Err(CniError::invalid_config("type", "must not be empty"));
+            }
+        }
+        let path = |v: Option<String>, default: &str| PathBuf::from(v.unwrap_or_else(|| default.into()));
+        Ok(PlexusConf {
+            cni_version: raw.cni_version.unwrap_or_else(|| "1.0.0".into()),
+            name: raw.name.unwrap_or_else(|| "plexus".into()),
+            cluster_network,
+            default_networks: raw.default_networks.unwrap_or_default(),
+            system_namespaces: raw
+                .system_namespaces
+                .map(NamespaceList::into_vec)
+                .unwrap_or_else(|| vec!["kube-system".into()]),
+            plexus_namespace: raw
+                .multus_namespace
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| DEFAULT_PLEXUS_NAMESPACE.into()),
+            namespace_isolation: raw.namespace_isolation.unwrap_or(false),
+            global_namespaces: raw
+                .global_namespaces
+                .map(NamespaceList::into_vec)
+                .unwrap_or_default(),
+            conf_dir: path(raw.conf_dir, DEFAULT_CONF_DIR),
+            cni_dir: path(raw.cni_dir, DEFAULT_CNI_DIR),
+            bin_dir: path(raw.bin_dir, DEFAULT_BIN_DIR),
+            kubeconfig: raw.kubeconfig.map(PathBuf::from),
+            strict_annotations: raw.strict_annotations.unwrap_or(false),
+            readiness_indicator_file: raw.readiness_indicator_file.map(PathBuf::from),
+            log_file: raw.log_file.map(PathBuf::from),
+            log_level: raw.log_level,
+            capabilities: raw.capabilities.unwrap_or_default(),
+            runtime_config: raw.runtime_config.unwrap_or_default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn bridge() -> Value {
+        json!({"cniVersion": "1.0.0", "name": "podnet", "type": "bridge"})
+    }
+
+    #[test]
+    fn multus_shaped_conf_with_defaults() {
+        let conf = PlexusConf::from_value(&json!({
+            "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+            "delegates": [bridge()],
+        }))
+        .unwrap();
+        assert!(matches!(conf.cluster_network, ClusterNetwork::Inline(ref l) if l.name.as_deref() == Some("podnet")));
+        assert_eq!(conf.system_namespaces, ["kube-system"]);
+        assert_eq!(conf.plexus_namespace, "kube-system");
+        assert_eq!(conf.conf_dir, PathBuf::from(DEFAULT_CONF_DIR));
+        assert!(!conf.strict_annotations);
+    }
+
+    #[test]
+    fn keys_match_case_insensitively_like_go() {
+        let conf = PlexusConf::from_value(&json!({
+            "ClusterNetwork": "ovn", "StrictAnnotations": true,
+            "globalNamespaces": "default, shared", "RuntimeConfig": {"mac": "02:00:00:00:00:01"},
+        }))
+        .unwrap();
+        assert_eq!(conf.cluster_network, ClusterNetwork::Reference("ovn".into()));
+        assert!(conf.strict_annotations);
+        assert_eq!(conf.global_namespaces, ["default", "shared"]);
+        assert_eq!(conf.runtime_config["mac"], "02:00:00:00:00:01");
+    }
+
+    #[test]
+    fn bad_confs_name_the_field() {
+        let cases = [
+            (json!({}), "delegates: missing"),
+            (json!({"delegates": [bridge()], "clusterNetwork": "x"}), "delegates: give either"),
+            (json!({"delegates": []}), "delegates: must hold"),
+            (json!({"delegates": [bridge(), bridge()]}), "delegates: holds only"),
+            (json!({"clusterNetwork": " "}), "clusterNetwork: must not be empty"),
+            (json!({"delegates": [{"name": "x"}]}), "delegates[0]"),
+            (json!({"clusterNetwork": "x", "strictAnnotations": "yes"}), "strictAnnotations"),
+            (json!({"clusterNetwork": "x", "systemNamespaces": 3}), "systemNamespaces"),
+        ];
+        for (input, want) in cases {
+            let err = PlexusConf::from_value(&input).unwrap_err();
+            assert!(err.details.starts_with(want) || err.details.contains(want), "{input}: {err}");
+        }
+        assert!(PlexusConf::from_slice(b"{").is_err());
+        assert!(PlexusConf::from_value(&json!([1])).is_err());
+    }
+}

@@ -1,1 +1,730 @@
-//! TODO
+//! The attachment planner: pod + NetworkAttachmentDefinitions + on-disk conf
+//! dir + cluster-wide default network → the ordered list of attachments, each
+//! with its `CNI_IFNAME`, `CNI_ARGS` and the exact JSON every plugin of its
+//! chain receives (without `prevResult`, which only exists at run time).
+//!
+//! The planner does no netlink and no API calls, so every rule of the spec is
+//! a fast unit test and `plexus plan` shows users exactly what will happen.
+//! The only I/O is reading the conf dir, and only when a NAD has no
+//! `spec.config` (§3.4.1 rules 2–3).
+//!
+//! Rules implemented (multi-net-spec v1.3 unless noted):
+//! - §6.2: the cluster-wide default network is attached first, then Multus's
+//!   `defaultNetworks`, then each selection in annotation order; §4.2: a network
+//!   selected twice is attached twice.
+//! - §3.4.1: config from `spec.config`, else an on-disk config list whose
+//!   `name` matches the NAD, else a single config whose `name` matches, else fail.
+//! - §3.4.2 / §7.1: `name` injected when missing; `cniVersion` and `name` of the
+//!   list injected into every plugin.
+//! - §4.1.2.1.3–.10: `ips`, `mac`, `portMappings`, `bandwidth`, `infinibandGUID`
+//!   become runtimeConfig of the plugins declaring the capability; the
+//!   attachment fails when no plugin of its chain declares it.
+//! - §4.1.2.1.5: explicit interface names; a name used twice fails.
+//! - §4.1.2.1.6: `cni-args` merged over the NAD's `args.cni`.
+//! - §4.1.2.1.9: `default-route` recorded for the executor; the default
+//!   network's default route is then cleared.
+//! - §4.1.2.1.11: `ipam-claim-reference` recorded; combined with `ips` it fails.
+//! - §7.4: namespace isolation; §7.5: the runtime's runtimeConfig reaches the
+//!   default network only.
+//! - An invalid selection annotation is ignored with a warning (the spec's
+//!   rule), or fails the pod with `strictAnnotations`.
+
+use std::cell::OnceCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use crate::cni::args::CniArgs;
+use crate::cni::config::{derive_request, NetworkConfigList};
+use crate::cni::error::{codes, CniError};
+use crate::config::{ClusterNetwork, PlexusConf};
+use crate::manifest::Pod;
+use crate::netattach::nad::NetworkAttachmentDefinition;
+use crate::netattach::names::NetworkRef;
+use crate::netattach::selection::{parse_selection_annotation, NetworkSelectionElement, NETWORKS_ANNOTATION};
+
+/// Multus's per-pod override of the cluster-wide default network.
+pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
+
+/// Where NetworkAttachmentDefinitions are looked up.
+pub trait NadSource {
+    fn get(&self, namespace: &str, name: &str) -> Option<&NetworkAttachmentDefinition>;
+}
+
+impl NadSource for BTreeMap<(String, String), NetworkAttachmentDefinition> {
+    fn get(&self, namespace: &str, name: &str) -> Option<&NetworkAttachmentDefinition> {
+        BTreeMap::get(self, &(namespace.to_string(), name.to_string()))
+    }
+}
+
+/// The CNI config files of a directory (`.conf`, `.conflist`, `.json`), read
+/// on first use. Invalid files and plexus's own conf are skipped with a warning.
+pub struct ConfDir {
+    path: PathBuf,
+    loaded: OnceCell<(Vec<(PathBuf, NetworkConfigList)>, Vec<String>)>,
+}
+
+impl ConfDir {
+    pub fn new(path: impl Into<PathBuf>) -> ConfDir {
+        ConfDir {
+            path: path.into(),
+            loaded: OnceCell::new(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn entries(&self) -> &(Vec<(PathBuf, NetworkConfigList)>, Vec<String>) {
+        self.loaded.get_or_init(|| load_conf_dir(&self.path))
+    }
+
+    /// Warnings about files that were skipped (empty until the dir is read).
+    pub fn warnings(&self) -> &[String] {
+        self.loaded.get().map(|(_, w)| w.as_slice()).unwrap_or(&[])
+    }
+
+    /// §3.4.1 rules 2 and 3: a config list named `name`, else a single config
+    /// named `name`; in file-name order within each rule.
+    pub fn find(&self, name: &str) -> Option<(&Path, &NetworkConfigList)> {
+        let (entries, _) = self.entries();
+        let named = |single: bool| {
+            entries
+                .iter()
+                .find(|(_, l)| l.single == single && l.name.as_deref() == Some(name))
+                .map(|(p, l)| (p.as_path(), l))
+        };
+        named(false).or_else(|| named(true))
+    }
+
+    /// The first config in file-name order: the cluster network when none is
+    /// configured, as Multus's `--multus-conf-file=auto` picks it.
+    pub fn first(&self) -> Option<(&Path, &NetworkConfigList)> {
+        self.entries().0.first().map(|(p, l)| (p.as_path(), l))
+    }
+}
+
+fn load_conf_dir(dir: &Path) -> (Vec<(PathBuf, NetworkConfigList)>, Vec<String>) {
+    let mut warnings = Vec::new();
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("conf" | "conflist" | "json")
+                )
+            })
+            .collect(),
+        Err(e) => {
+            warnings.push(format!("conf dir {}: {e}", dir.display()));
+            Vec::new()
+        }
+    };
+    files.sort();
+    let mut entries = Vec::new();
+    for file in files {
+        let parsed = std::fs::read(&file)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| NetworkConfigList::from_slice(&bytes).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(list) if list.plugins.iter().any(|p| p.plugin_type == "plexus") => {
+                // Our own conf: planning with it would recurse.
+            }
+            Ok(list) => entries.push((file, list)),
+            Err(e) => warnings.push(format!("skipped {}: {e}", file.display())),
+        }
+    }
+    (entries, warnings)
+}
+
+/// The cluster-wide default network, resolved to a config list.
+#[derive(Debug, Clone)]
+pub struct DefaultNetwork {
+    /// How it is named in the plan and in network-status: `ns/name` for a NAD,
+    /// the config's `name` otherwise.
+    pub network: String,
+    pub config: NetworkConfigList,
+    /// Where the config came from, for humans.
+    pub source: String,
+}
+
+/// Everything the planner takes besides the pod.
+pub struct PlanInputs<'a> {
+    pub nads: &'a dyn NadSource,
+    pub conf_dir: Option<&'a ConfDir>,
+    pub default_network: &'a DefaultNetwork,
+    pub options: &'a PlanOptions,
+}
+
+/// Policy and runtime parameters.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    pub strict_annotations: bool,
+    pub default_networks: Vec<String>,
+    pub system_namespaces: Vec<String>,
+    pub plexus_namespace: String,
+    pub namespace_isolation: bool,
+    pub global_namespaces: Vec<String>,
+    /// `CNI_IFNAME` the runtime gave: the default network's interface.
+    pub ifname: String,
+    pub container_id: Option<String>,
+    /// The runtime's `CNI_ARGS`, passed unchanged to every attachment; when
+    /// absent they are made from the pod as kubelet would send them.
+    pub cni_args: Option<CniArgs>,
+    /// The runtime's capability arguments (§7.5: default network only).
+    pub runtime_config: Map<String, Value>,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            strict_annotations: false,
+            default_networks: Vec::new(),
+            system_namespaces: vec!["kube-system".into()],
+            plexus_namespace: crate::config::DEFAULT_PLEXUS_NAMESPACE.into(),
+            namespace_isolation: false,
+            global_namespaces: Vec::new(),
+            ifname: "eth0".into(),
+            container_id: None,
+            cni_args: None,
+            runtime_config: Map::new(),
+        }
+    }
+}
+
+impl PlanOptions {
+    /// The policy parts of plexus's conf.
+    pub fn from_conf(conf: &PlexusConf) -> PlanOptions {
+        PlanOptions {
+            strict_annotations: conf.strict_annotations,
+            default_networks: conf.default_networks.clone(),
+            system_namespaces: conf.system_namespaces.clone(),
+            plexus_namespace: conf.plexus_namespace.clone(),
+            namespace_isolation: conf.namespace_isolation,
+            global_namespaces: conf.global_namespaces.clone(),
+            runtime_config: conf.runtime_config.clone(),
+            ..PlanOptions::default()
+        }
+    }
+}
+
+/// One attachment: one CNI config list invoked with one `CNI_IFNAME`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attachment {
+    pub network: String,
+    pub ifname: String,
+    pub default: bool,
+    pub cni_args: String,
+    /// The request JSON of each plugin of the chain, in order, without prevResult.
+    pub plugins: Vec<Map<String, Value>>,
+    /// Where the config came from.
+    pub source: String,
+    /// §4.1.2.1.9: gateways this attachment's default route goes to.
+    pub default_route: Option<Vec<IpAddr>>,
+    /// §4.1.2.1.9: another attachment takes the default route, so the default
+    /// network's is removed after it is attached.
+    pub clear_default_route: bool,
+    /// §4.1.2.1.11: the IPAMClaim the IPAM of this attachment must honour.
+    pub ipam_claim_reference: Option<String>,
+}
+
+impl Attachment {
+    /// The plan's JSON contract (README "Plan output"); optional keys only when set.
+    pub fn to_value(&self) -> Value {
+        let mut v = json!({
+            "network": self.network,
+            "ifname": self.ifname,
+            "default": self.default,
+            "cniArgs": self.cni_args,
+            "plugins": self.plugins,
+            "source": self.source,
+        });
+        let obj = v.as_object_mut().expect("object literal");
+        if let Some(gws) = &self.default_route {
+            obj.insert("defaultRoute".into(), json!(gws));
+        }
+        if self.clear_default_route {
+            obj.insert("clearDefaultRoute".into(), json!(true));
+        }
+        if let Some(claim) = &self.ipam_claim_reference {
+            obj.insert("ipamClaimReference".into(), json!(claim));
+        }
+        v
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub attachments: Vec<Attachment>,
+    pub warnings: Vec<String>,
+}
+
+impl Plan {
+    pub fn to_value(&self) -> Value {
+        json!({
+            "attachments": self.attachments.iter().map(Attachment::to_value).collect::<Vec<_>>(),
+            "warnings": self.warnings,
+        })
+    }
+}
+
+/// A network to attach, before its config is resolved.
+struct Wanted {
+    reference: NetworkRef,
+    /// Position in the annotation, for error messages ("selection [2]").
+    label: String,
+    selection: Option<NetworkSelectionElement>,
+}
+
+/// Plan the attachments of `pod`.
+pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
+    let options = inputs.options;
+    let mut warnings = Vec::new();
+
+    let default_network = resolve_default_network(pod, inputs, &mut warnings)?;
+
+    let mut wanted: Vec<Wanted> = Vec::new();
+    for (i, name) in options.default_networks.iter().enumerate() {
+        let reference = NetworkRef::parse(name, &options.plexus_namespace).map_err(|reason| {
+            CniError::invalid_config(format!("defaultNetworks[{i}]"), reason)
+        })?;
+        wanted.push(Wanted {
+            reference,
+            label: format!("defaultNetworks[{i}]"),
+            selection: None,
+        });
+    }
+    for (i, element) in selections(pod, options, &mut warnings)?.into_iter().enumerate() {
+        let namespace = element.namespace.clone().unwrap_or_else(|| pod.namespace.clone());
+        wanted.push(Wanted {
+            reference: NetworkRef {
+                namespace,
+                name: element.name.clone(),
+            },
+            label: format!("{NETWORKS_ANNOTATION}[{i}]"),
+            selection: Some(element),
+        });
+    }
+
+    let ifnames = assign_ifnames(&options.ifname, &wanted)?;
+    let cni_args = cni_args_for(pod, options);
+
+    let mut attachments = Vec::with_capacity(wanted.len() + 1);
+    attachments.push(Attachment {
+        network: default_network.network.clone(),
+        ifname: options.ifname.clone(),
+        default: true,
+        cni_args: cni_args.clone(),
+        plugins: requests(&default_network.config, &default_network.network, &options.runtime_config, None)?,
+        source: default_network.source.clone(),
+        default_route: None,
+        clear_default_route: false,
+        ipam_claim_reference: None,
+    });
+
+    for (want, ifname) in wanted.iter().zip(ifnames) {
+        check_isolation(pod, want, options)?;
+        let (config, source) = resolve_nad(&want.reference, inputs.nads, inputs.conf_dir)?;
+        let selection = want.selection.as_ref();
+        let capability_args = match selection {
+            Some(s) => capability_args(s, &config, &want.reference)?,
+            None => Map::new(),
+        };
+        let cni_args_override = selection.and_then(|s| s.cni_args.as_ref());
+        attachments.push(Attachment {
+            network: want.reference.to_string(),
+            ifname,
+            default: false,
+            cni_args: cni_args.clone(),
+            plugins: requests(&config, &want.reference.to_string(), &capability_args, cni_args_override)?,
+            source,
+            default_route: selection.and_then(|s| s.default_route.clone()),
+            clear_default_route: false,
+            ipam_claim_reference: selection.and_then(|s| s.ipam_claim_reference.clone()),
+        });
+    }
+
+    // §4.1.2.1.9: "the default route and gateway will be cleared from the
+    // cluster-wide default network attachment".
+    if attachments.iter().any(|a| a.default_route.is_some()) {
+        attachments[0].clear_default_route = true;
+    }
+
+    if let Some(dir) = inputs.conf_dir {
+        warnings.extend(dir.warnings().iter().cloned());
+    }
+    Ok(Plan {
+        attachments,
+        warnings,
+    })
+}
+
+/// §6: the configured cluster network, unless the pod overrides it with
+/// Multus's `v1.multus-cni.io/default-network` annotation.
+fn resolve_default_network(
+    pod: &Pod,
+    inputs: &PlanInputs,
+    warnings: &mut Vec<String>,
+) -> Result<DefaultNetwork, CniError> {
+    let Some(value) = pod.annotations.get(DEFAULT_NETWORK_ANNOTATION) else {
+        return Ok(inputs.default_network.clone());
+    };
+    let field = format!("annotation {DEFAULT_NETWORK_ANNOTATION}");
+    let parsed = parse_selection_annotation(value)
+        .map_err(|e| CniError::invalid_config(&field, e.to_string()))?;
+    warnings.extend(parsed.warnings.into_iter().map(|w| format!("{field}: {w}")));
+    let [element] = parsed.elements.as_slice() else {
+        return Err(CniError::invalid_config(
+            &field,
+            format!("must name exactly one network, names {}", parsed.elements.len()),
+        ));
+    };
+    let reference = NetworkRef {
+        namespace: element
+            .namespace
+            .clone()
+            .unwrap_or_else(|| inputs.options.plexus_namespace.clone()),
+        name: element.name.clone(),
+    };
+    let (config, source) = resolve_nad(&reference, inputs.nads, inputs.conf_dir)?;
+    Ok(DefaultNetwork {
+        network: reference.to_string(),
+        config,
+        source,
+    })
+}
+
+/// The pod's selections (§4), or none when the annotation is absent, the pod
+/// is in a system namespace, or the annotation is invalid (then with a warning,
+/// or an error under `strictAnnotations`).
+fn selections(
+    pod: &Pod,
+    options: &PlanOptions,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<NetworkSelectionElement>, CniError> {
+    let Some(value) = pod.annotations.get(NETWORKS_ANNOTATION) else {
+        return Ok(Vec::new());
+    };
+    if options.system_namespaces.iter().any(|ns| *ns == pod.namespace) {
+        warnings.push(format!(
+            "annotation {NETWORKS_ANNOTATION} ignored: namespace {} is a system namespace (systemNamespaces)",
+            pod.namespace
+        ));
+        return Ok(Vec::new());
+    }
+    match parse_selection_annotation(value) {
+        Ok(parsed) => {
+            warnings.extend(
+                parsed
+                    .warnings
+                    .into_iter()
+                    .map(|w| format!("annotation {NETWORKS_ANNOTATION}: {w}")),
+            );
+            Ok(parsed.elements)
+        }
+        Err(e) if options.strict_annotations => Err(CniError::invalid_config(
+            format!("annotation {NETWORKS_ANNOTATION}{}", field_suffix(&e.field)),
+            format!("{} (strictAnnotations is on)", e.reason),
+        )),
+        Err(e) => {
+            warnings.push(format!(
+                "annotation {NETWORKS_ANNOTATION} ignored, only the default network is attached: {e}"
+            ));
+            Ok(Vec::new())
+        }
+    }
+}
+
+fn field_suffix(field: &str) -> String {
+    if field.is_empty() {
+        String::new()
+    } else if field.starts_with('[') {
+        field.to_string()
+    } else {
+        format!(" {field}")
+    }
+}
+
+/// `CNI_IFNAME` of every wanted network: the explicit `interface`, else
+/// `net<position>` as Multus names them (the default network is position 0),
+/// skipping names requested explicitly elsewhere in the pod. §4.1.2.1.5: an
+/// explicit name already used fails.
+fn assign_ifnames(default_ifname: &str, wanted: &[Wanted]) -> Result<Vec<String>, CniError> {
+    let explicit: BTreeSet<&str> = wanted
+        .iter()
+        .filter_map(|w| w.selection.as_ref()?.interface.as_deref())
+        .collect();
+    let mut used: BTreeSet<String> = BTreeSet::from([default_ifname.to_string()]);
+    let mut names = Vec::with_capacity(wanted.len());
+    for (i, want) in wanted.iter().enumerate() {
+        let name = match want.selection.as_ref().and_then(|s| s.interface.clone()) {
+            Some(name) => {
+                if used.contains(&name) {
+                    return Err(CniError::plugin(
+                        codes::ATTACHMENT_REJECTED,
+                        "interface name already used",
+                        format!(
+                            "{}.interface: {name:?} is already used by a previous attachment of this pod \
+                             (multi-net-spec §4.1.2.1.5)",
+                            want.label
+                        ),
+                    ));
+                }
+                name
+            }
+            None => {
+                // Bounded: at most explicit.len() + used.len() candidates collide.
+                (i + 1..)
+                    .map(|n| format!("net{n}"))
+                    .find(|n| !used.contains(n) && !explicit.contains(n.as_str()))
+                    .expect("an unbounded range always has a free name")
+            }
+        };
+        used.insert(name.clone());
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// The runtime's `CNI_ARGS`, or what kubelet would send for this pod.
+fn cni_args_for(pod: &Pod, options: &PlanOptions) -> String {
+    if let Some(args) = &options.cni_args {
+        return args.to_string();
+    }
+    let mut parts = vec![
+        "IgnoreUnknown=1".to_string(),
+        format!("K8S_POD_NAMESPACE={}", pod.namespace),
+        format!("K8S_POD_NAME={}", pod.name),
+    ];
+    if let Some(id) = &options.container_id {
+        parts.push(format!("K8S_POD_INFRA_CONTAINER_ID={id}"));
+    }
+    if let Some(uid) = &pod.uid {
+        parts.push(format!("K8S_POD_UID={uid}"));
+    }
+    parts.join(";")
+}
+
+/// §7.4 via Multus's `namespaceIsolation`: a pod may select NADs of its own
+/// namespace and of `globalNamespaces` only.
+fn check_isolation(pod: &Pod, want: &Wanted, options: &PlanOptions) -> Result<(), CniError> {
+    if !options.namespace_isolation || want.selection.is_none() {
+        return Ok(());
+    }
+    let ns = &want.reference.namespace;
+    if *ns == pod.namespace || options.global_namespaces.iter().any(|g| g == ns) {
+        return Ok(());
+    }
+    Err(CniError::plugin(
+        codes::ATTACHMENT_REJECTED,
+        "network not allowed for this pod",
+        format!(
+            "{}: pod {}/{} may not use {} (namespaceIsolation: only its own namespace and {:?}; multi-net-spec §7.4)",
+            want.label, pod.namespace, pod.name, want.reference, options.global_namespaces
+        ),
+    ))
+}
+
+/// §3.4.1: the config a NAD stands for, and where it came from.
+fn resolve_nad(
+    reference: &NetworkRef,
+    nads: &dyn NadSource,
+    conf_dir: Option<&ConfDir>,
+) -> Result<(NetworkConfigList, String), CniError> {
+    let nad = nads
+        .get(&reference.namespace, &reference.name)
+        .ok_or_else(|| {
+            CniError::plugin(
+                codes::NETWORK_NOT_FOUND,
+                "network not found",
+                format!("NetworkAttachmentDefinition {reference} does not exist"),
+            )
+        })?;
+    if let Some(text) = nad.spec_config() {
+        let source = format!("NetworkAttachmentDefinition {reference} spec.config");
+        let mut list = NetworkConfigList::from_slice(text.as_bytes())
+            .map_err(|e| e.within(source.as_str()))?;
+        // §3.4.2: a config that omits `name` gets the NAD's.
+        if list.name.as_deref().is_none_or(str::is_empty) {
+            list.name = Some(reference.name.clone());
+        }
+        return Ok((list, source));
+    }
+    let dir = conf_dir.ok_or_else(|| {
+        CniError::plugin(
+            codes::NETWORK_NOT_FOUND,
+            "network not found",
+            format!(
+                "NetworkAttachmentDefinition {reference} has no spec.config and no conf dir is configured \
+                 to find a config named {:?} in (multi-net-spec §3.4.1)",
+                reference.name
+            ),
+        )
+    })?;
+    match dir.find(&reference.name) {
+        Some((path, list)) => Ok((list.clone(), path.display().to_string())),
+        None => Err(CniError::plugin(
+            codes::NETWORK_NOT_FOUND,
+            "network not found",
+            format!(
+                "NetworkAttachmentDefinition {reference} has no spec.config and {} holds no config list \
+                 or config named {:?} (multi-net-spec §3.4.1 rule 4)",
+                dir.path().display(),
+                reference.name
+            ),
+        )),
+    }
+}
+
+/// §4.1.2.1.3–.10: the runtimeConfig a selection asks for, after checking that
+/// a plugin of the chain declares each capability.
+fn capability_args(
+    selection: &NetworkSelectionElement,
+    config: &NetworkConfigList,
+    reference: &NetworkRef,
+) -> Result<Map<String, Value>, CniError> {
+    if selection.ips.is_some() && selection.ipam_claim_reference.is_some() {
+        return Err(CniError::plugin(
+            codes::ATTACHMENT_REJECTED,
+            "conflicting selection keys",
+            format!(
+                "{reference}: \"ips\" and \"ipam-claim-reference\" cannot both be given (multi-net-spec §4.1.2.1.11)"
+            ),
+        ));
+    }
+    let requested: [(&str, &str, &str, Option<Value>); 5] = [
+        ("ips", "ips", "§4.1.2.1.3.2", selection.ips.as_ref().map(|v| json!(v))),
+        ("mac", "mac", "§4.1.2.1.4.2", selection.mac.as_ref().map(|v| json!(v))),
+        ("portMappings", "portMappings", "§4.1.2.1.7.2", selection.port_mappings_runtime_config()),
+        ("bandwidth", "bandwidth", "§4.1.2.1.8.2", selection.bandwidth_runtime_config()),
+        ("infiniband-guid", "infinibandGUID", "§4.1.2.1.10.2", selection.infiniband_guid.as_ref().map(|v| json!(v))),
+    ];
+    let mut args = Map::new();
+    for (key, capability, section, value) in requested {
+        let Some(value) = value else { continue };
+        if !config.supports_capability(capability) {
+            return Err(CniError::plugin(
+                codes::ATTACHMENT_REJECTED,
+                "capability not supported by the network",
+                format!(
+                    "{reference}: the selection asks for {key:?} but no plugin of the network declares \
+                     capabilities.{capability} (multi-net-spec {section})"
+                ),
+            ));
+        }
+        args.insert(capability.to_string(), value);
+    }
+    Ok(args)
+}
+
+/// Request JSON for every plugin of `list` (cni-SPEC §3, multi-net-spec §7.1),
+/// with `cni-args` merged over each plugin's `args.cni` (§4.1.2.1.6.2).
+fn requests(
+    list: &NetworkConfigList,
+    fallback_name: &str,
+    capability_args: &Map<String, Value>,
+    cni_args: Option<&Map<String, Value>>,
+) -> Result<Vec<Map<String, Value>>, CniError> {
+    let version = list.select_version()?;
+    let name = list.name.as_deref().unwrap_or(fallback_name);
+    list.plugins
+        .iter()
+        .enumerate()
+        .map(|(i, plugin)| {
+            let mut request = derive_request(plugin, name, version, capability_args, None);
+            if let Some(extra) = cni_args {
+                merge_cni_args(&mut request, extra).map_err(|e| e.within(format!("plugins[{i}]")))?;
+            }
+            Ok(request)
+        })
+        .collect()
+}
+
+fn merge_cni_args(request: &mut Map<String, Value>, extra: &Map<String, Value>) -> Result<(), CniError> {
+    let args = request.entry("args").or_insert_with(|| json!({}));
+    let args = args
+        .as_object_mut()
+        .ok_or_else(|| CniError::invalid_config("args", "must be an object to receive cni-args"))?;
+    let cni = args.entry("cni").or_insert_with(|| json!({}));
+    let cni = cni
+        .as_object_mut()
+        .ok_or_else(|| CniError::invalid_config("args.cni", "must be an object to receive cni-args"))?;
+    for (k, v) in extra {
+        cni.insert(k.clone(), v.clone());
+    }
+    Ok(())
+}
+
+/// Resolve plexus's configured cluster network (Multus's order for
+/// `clusterNetwork`: a NAD, then a config `name` in the conf dir, then a file).
+pub fn cluster_network(
+    conf: &ClusterNetwork,
+    nads: &dyn NadSource,
+    conf_dir: Option<&ConfDir>,
+    plexus_namespace: &str,
+) -> Result<DefaultNetwork, CniError> {
+    match conf {
+        ClusterNetwork::Inline(list) => Ok(DefaultNetwork {
+            network: list.name.clone().unwrap_or_else(|| "default".into()),
+            config: list.clone(),
+            source: "delegates[0]".into(),
+        }),
+        ClusterNetwork::Reference(name) => {
+            if let Ok(reference) = NetworkRef::parse(name, plexus_namespace) {
+                if nads.get(&reference.namespace, &reference.name).is_some() {
+                    let (config, source) = resolve_nad(&reference, nads, conf_dir)?;
+                    return Ok(DefaultNetwork { network: reference.to_string(), config, source });
+                }
+            }
+            if let Some((path, list)) = conf_dir.and_then(|d| d.find(name)) {
+                return Ok(DefaultNetwork {
+                    network: name.clone(),
+                    config: list.clone(),
+                    source: path.display().to_string(),
+                });
+            }
+            let path = Path::new(name);
+            if path.is_absolute() && path.is_file() {
+                return default_network_from_file(path);
+            }
+            Err(CniError::plugin(
+                codes::NETWORK_NOT_FOUND,
+                "cluster network not found",
+                format!(
+                    "clusterNetwork: {name:?} is neither a NetworkAttachmentDefinition (in {plexus_namespace} \
+                     unless namespaced), nor the name of a config in the conf dir, nor a config file"
+                ),
+            ))
+        }
+    }
+}
+
+/// A cluster network from a file: a CNI config or config list (JSON), or a
+/// NetworkAttachmentDefinition manifest.
+pub fn default_network_from_file(path: &Path) -> Result<DefaultNetwork, CniError> {
+    let origin = path.display().to_string();
+    let docs = crate::manifest::load(path)?;
+    let [doc] = docs.as_slice() else {
+        return Err(CniError::invalid_config(
+            &origin,
+            format!("must hold one network, holds {} documents", docs.len()),
+        ));
+    };
+    if doc.kind() == Some("NetworkAttachmentDefinition") {
+        let nad = NetworkAttachmentDefinition::from_value(&doc.value).map_err(|e| e.within(origin.as_str()))?;
+        let reference = nad.network_ref(crate::manifest::DEFAULT_NAMESPACE);
+        let mut nads = BTreeMap::new();
+        nads.insert((reference.namespace.clone(), reference.name.clone()), nad);
+        let (config, source) = resolve_nad(&reference, &nads, None)?;
+        return Ok(DefaultNetwork { network: reference.to_string(), config, source });
+    }
+    let config = NetworkConfigList::from_value(&doc.value).map_err(|e| e.within(origin.as_str()))?;
+    let network = config.name.clone().ok_or_else(|| {
+        CniError::invalid_config(format!("{origin}: name"), "the cluster network's config needs a name")
+    })?;
+    Ok(DefaultNetwork { network, config, source: origin })
+}

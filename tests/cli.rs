@@ -1,0 +1,219 @@
+//! The `plexus` binary as users and runtimes run it: subcommands, and plugin
+//! mode (CNI_COMMAND set, config on stdin, result or error on stdout).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+
+const PLEXUS: &str = env!("CARGO_BIN_EXE_plexus");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(PLEXUS)
+        .args(args)
+        .env_remove("CNI_COMMAND")
+        .output()
+        .expect("plexus runs")
+}
+
+fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn write(dir: &Path, name: &str, body: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn demo_plans_the_embedded_example() {
+    let out = run(&["demo"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan = stdout_json(&out);
+    let networks: Vec<(&str, &str)> = plan["attachments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["network"].as_str().unwrap(), a["ifname"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        networks,
+        [("podnet", "eth0"), ("my-namespace/net-a", "net1"), ("my-namespace/net-b", "data0"), ("other-ns/net-c", "net3")]
+    );
+    assert_eq!(plan["attachments"][1]["plugins"][0]["name"], "net-a");
+    assert_eq!(plan["attachments"][3]["plugins"][0]["args"]["cni"]["org.example.tier"], "gold");
+}
+
+#[test]
+fn plan_reads_manifest_files_and_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = write(
+        dir.path(),
+        "pod.json",
+        r#"{"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns1",
+                         "annotations": {"k8s.v1.cni.cncf.io/networks": "net-a@data1,ns2/net-b"}}}"#,
+    );
+    let nad_dir = dir.path().join("nads");
+    std::fs::create_dir(&nad_dir).unwrap();
+    write(
+        &nad_dir,
+        "a.yaml",
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: net-a, namespace: ns1}\n\
+         spec:\n  config: '{\"cniVersion\": \"1.0.0\", \"type\": \"macvlan\"}'\n",
+    );
+    write(
+        &nad_dir,
+        "b.json",
+        r#"{"kind": "List", "items": [{"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": "net-b", "namespace": "ns2"},
+            "spec": {"config": "{\"cniVersion\": \"0.4.0\", \"name\": \"b\", \"plugins\": [{\"type\": \"bridge\"}]}"}}]}"#,
+    );
+    let default = write(dir.path(), "default.conflist", r#"{"cniVersion": "1.0.0", "name": "podnet", "plugins": [{"type": "bridge"}]}"#);
+    let nad_arg = nad_dir.display().to_string();
+
+    let out = run(&["plan", "--pod", &pod, "--nad", &nad_arg, "--default-network", &default, "--container-id", "c1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan = stdout_json(&out);
+    assert_eq!(
+        plan["attachments"][1],
+        json!({"network": "ns1/net-a", "ifname": "data1", "default": false,
+               "cniArgs": "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=p;K8S_POD_INFRA_CONTAINER_ID=c1",
+               "plugins": [{"cniVersion": "1.0.0", "name": "net-a", "type": "macvlan"}],
+               "source": "NetworkAttachmentDefinition ns1/net-a spec.config"})
+    );
+    assert_eq!(plan["attachments"][2]["plugins"][0]["name"], "b");
+    assert_eq!(plan["attachments"][2]["ifname"], "net2");
+
+    // The default network from --conf-dir's first config, as Multus's "auto".
+    let conf_dir = dir.path().join("net.d");
+    std::fs::create_dir(&conf_dir).unwrap();
+    write(&conf_dir, "10-first.conf", r#"{"cniVersion": "1.0.0", "name": "first", "type": "ptp"}"#);
+    let out = run(&["plan", "--pod", &pod, "--nad", &nad_arg, "--conf-dir", &conf_dir.display().to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["attachments"][0]["network"], "first");
+}
+
+#[test]
+fn plan_errors_name_the_input_and_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = write(dir.path(), "pod.yaml", "kind: Pod\nmetadata: {name: p, annotations: {k8s.v1.cni.cncf.io/networks: missing}}\n");
+    let default = write(dir.path(), "d.conf", r#"{"cniVersion": "1.0.0", "name": "d", "type": "bridge"}"#);
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--pod".into(), dir.path().join("nope.yaml").display().to_string(), "--default-network".into(), default.clone()], "nope.yaml"),
+        (vec!["--pod".into(), default.clone(), "--default-network".into(), default.clone()], "no document of kind Pod"),
+        (vec!["--pod".into(), pod.clone()], "no cluster-wide default network"),
+        (vec!["--pod".into(), pod.clone(), "--default-network".into(), default.clone()], "default/missing does not exist"),
+        (vec!["--pod".into(), pod.clone(), "--default-network".into(), default.clone(), "--runtime-config".into(), "[1]".into()], "--runtime-config: must be a JSON object"),
+        (vec!["--pod".into(), pod.clone(), "--default-network".into(), default.clone(), "--cni-args".into(), "A".into()], "--cni-args"),
+        (vec!["--pod".into(), pod.clone(), "--default-network".into(), default.clone(), "--ifname".into(), "a/b".into()], "--ifname"),
+    ];
+    for (args, want) in cases {
+        let mut full = vec!["plan".to_string()];
+        full.extend(args);
+        let refs: Vec<&str> = full.iter().map(String::as_str).collect();
+        let out = run(&refs);
+        assert_eq!(out.status.code(), Some(1), "{full:?}");
+        assert!(stderr(&out).contains(want), "{full:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn status_from_a_result_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = write(
+        dir.path(),
+        "result.json",
+        r#"{"cniVersion": "1.0.0",
+            "interfaces": [{"name": "cni0", "mac": "00:11:22:33:44:55"},
+                           {"name": "eth0", "mac": "99:88:77:66:55:44", "sandbox": "/var/run/netns/blue"}],
+            "ips": [{"address": "10.1.0.5/16", "gateway": "10.1.0.1", "interface": 1}],
+            "routes": [{"dst": "0.0.0.0/0"}],
+            "dns": {"nameservers": ["10.1.0.1"]}}"#,
+    );
+    let out = run(&["status", "--result", &result, "--network", "ns/net", "--default"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout_json(&out),
+        json!({"name": "ns/net", "interface": "eth0", "ips": ["10.1.0.5/16"], "mac": "99:88:77:66:55:44",
+               "default": true, "dns": {"nameservers": ["10.1.0.1"]}, "default-route": ["10.1.0.1"]})
+    );
+    let bad = write(dir.path(), "bad.json", r#"{"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5"}]}"#);
+    let out = run(&["status", "--result", &bad, "--network", "n"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("ips[0].address"), "{}", stderr(&out));
+}
+
+#[test]
+fn version_names_the_spec_versions() {
+    let out = run(&["version"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"), "{text}");
+}
+
+fn plugin(env: &[(&str, &str)], stdin: &str) -> Output {
+    let mut child = Command::new(PLEXUS)
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+const CONF: &str = r#"{"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+                       "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge"}]}"#;
+
+#[test]
+fn plugin_mode_speaks_cni() {
+    // cni-SPEC §2 VERSION.
+    let out = plugin(&[("CNI_COMMAND", "VERSION")], r#"{"cniVersion": "0.4.0"}"#);
+    assert!(out.status.success());
+    assert_eq!(
+        stdout_json(&out),
+        json!({"cniVersion": "0.4.0", "supportedVersions": ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]})
+    );
+
+    let add_env = [
+        ("CNI_COMMAND", "ADD"),
+        ("CNI_CONTAINERID", "abc"),
+        ("CNI_NETNS", "/var/run/netns/x"),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", "/usr/lib/cni"),
+    ];
+    // ADD never fakes success without a data plane.
+    let out = plugin(&add_env, CONF);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stdout_json(&out);
+    assert_eq!(err["code"], 102);
+    assert_eq!(err["cniVersion"], "1.0.0");
+
+    // A bad conf is reported as such, naming the field.
+    let out = plugin(&add_env, r#"{"cniVersion": "1.0.0", "name": "plexus", "type": "plexus"}"#);
+    assert_eq!(stdout_json(&out)["code"], 7);
+    assert!(stdout_json(&out)["details"].as_str().unwrap().contains("delegates"));
+
+    // A missing variable is code 4 naming it.
+    let out = plugin(&add_env[..3], CONF);
+    assert_eq!(stdout_json(&out)["code"], 4);
+    assert!(stdout_json(&out)["details"].as_str().unwrap().contains("CNI_IFNAME"));
+
+    // DEL succeeds, twice, and without CNI_NETNS (containerd's last DEL).
+    let del_env = [("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "abc"), ("CNI_IFNAME", "eth0"), ("CNI_NETNS", "")];
+    for _ in 0..2 {
+        let out = plugin(&del_env, CONF);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        assert!(out.stdout.is_empty());
+    }
+}

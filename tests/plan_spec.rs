@@ -1,0 +1,477 @@
+//! The planner against every example of multi-net-spec v1.3 §3.2, §3.4.2.1,
+//! §4.1 and §4.2.2, plus its rules for failures. Each test names its section.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use plexus::cni::config::NetworkConfigList;
+use plexus::manifest::{self, Pod};
+use plexus::netattach::nad::NetworkAttachmentDefinition;
+use plexus::plan::{plan, ConfDir, DefaultNetwork, Plan, PlanInputs, PlanOptions};
+use serde_json::{json, Value};
+
+type Nads = BTreeMap<(String, String), NetworkAttachmentDefinition>;
+
+fn nads(yaml: &str) -> Nads {
+    manifest::nads(&manifest::parse_documents(yaml, "nads.yaml").unwrap()).unwrap()
+}
+
+fn pod_with(annotation: Option<&str>) -> Pod {
+    let mut annotations = BTreeMap::new();
+    if let Some(a) = annotation {
+        annotations.insert("k8s.v1.cni.cncf.io/networks".to_string(), a.to_string());
+    }
+    Pod {
+        namespace: "my-namespace".into(),
+        name: "my-pod".into(),
+        uid: Some("uid-1".into()),
+        annotations,
+    }
+}
+
+fn default_network() -> DefaultNetwork {
+    DefaultNetwork {
+        network: "cluster-wide-default".into(),
+        config: NetworkConfigList::from_value(&json!({
+            "cniVersion": "1.0.0", "name": "cluster-wide-default",
+            "plugins": [{"type": "bridge", "bridge": "cni0"},
+                        {"type": "portmap", "capabilities": {"portMappings": true}}]
+        }))
+        .unwrap(),
+        source: "test".into(),
+    }
+}
+
+/// NADs for `net-a`, `net-b` (declaring every capability), `other-ns/net-c`.
+const NADS: &str = r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: net-a, namespace: my-namespace}
+spec:
+  config: '{"cniVersion": "0.3.1", "type": "bridge", "bridge": "br-a", "args": {"cni": {"spoofchk": "off", "keep": 1}}}'
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: net-b, namespace: my-namespace}
+spec:
+  config: '{"cniVersion": "1.0.0", "name": "net-b", "plugins": [
+     {"type": "macvlan", "ipam": {"type": "static"}, "capabilities": {"ips": true}},
+     {"type": "tuning", "capabilities": {"mac": true}},
+     {"type": "portmap", "capabilities": {"portMappings": true}},
+     {"type": "bandwidth", "capabilities": {"bandwidth": true}},
+     {"type": "ib-sriov", "capabilities": {"infinibandGUID": true}}]}'
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: net-c, namespace: other-ns}
+spec:
+  config: '{"cniVersion": "1.0.0", "name": "net-c", "type": "bridge"}'
+"#;
+
+fn plan_for(annotation: Option<&str>, options: &PlanOptions, extra_nads: &str) -> Result<Plan, plexus::cni::CniError> {
+    let all = nads(&format!("{NADS}\n---\n{extra_nads}"));
+    let dn = default_network();
+    plan(&pod_with(annotation), &PlanInputs { nads: &all, conf_dir: None, default_network: &dn, options })
+}
+
+fn ok_plan(annotation: &str) -> Plan {
+    plan_for(Some(annotation), &PlanOptions::default(), "").unwrap()
+}
+
+fn summary(p: &Plan) -> Vec<(String, String, bool)> {
+    p.attachments.iter().map(|a| (a.network.clone(), a.ifname.clone(), a.default)).collect()
+}
+
+fn s(network: &str, ifname: &str, default: bool) -> (String, String, bool) {
+    (network.into(), ifname.into(), default)
+}
+
+#[test]
+fn s3_2_1_single_config_in_object() {
+    let nad = r#"
+apiVersion: "k8s.cni.cncf.io/v1"
+kind: NetworkAttachmentDefinition
+metadata:
+  name: a-bridge-network
+  namespace: my-namespace
+spec:
+  config: '{
+    "cniVersion": "0.3.0",
+    "name": "a-bridge-network",
+    "type": "bridge",
+    "bridge": "br0",
+    "isGateway": true,
+    "ipam": {
+      "type": "host-local",
+      "subnet": "192.168.5.0/24",
+      "dataDir": "/mnt/cluster-ipam"
+    }
+  }'
+"#;
+    let p = plan_for(Some("a-bridge-network"), &PlanOptions::default(), nad).unwrap();
+    assert_eq!(summary(&p), [s("cluster-wide-default", "eth0", true), s("my-namespace/a-bridge-network", "net1", false)]);
+    assert_eq!(
+        Value::Object(p.attachments[1].plugins[0].clone()),
+        json!({"cniVersion": "0.3.0", "name": "a-bridge-network", "type": "bridge", "bridge": "br0",
+               "isGateway": true,
+               "ipam": {"type": "host-local", "subnet": "192.168.5.0/24", "dataDir": "/mnt/cluster-ipam"}})
+    );
+}
+
+#[test]
+fn s3_2_2_config_list_in_object_and_s7_1_injection() {
+    let nad = r#"
+apiVersion: "k8s.cni.cncf.io/v1"
+kind: NetworkAttachmentDefinition
+metadata:
+  name: another-bridge-network
+  namespace: my-namespace
+spec:
+  config: '{
+    "cniVersion": "0.3.0",
+    "name": "another-bridge-network",
+    "plugins": [
+      {"type": "bridge", "bridge": "br0", "ipam": {"type": "host-local", "subnet": "192.168.5.0/24"}},
+      {"type": "port-forwarding"},
+      {"type": "tuning", "sysctl": {"net.ipv4.conf.all.log_martians": "1"}}
+    ]
+  }'
+"#;
+    let p = plan_for(Some("another-bridge-network"), &PlanOptions::default(), nad).unwrap();
+    let plugins: Vec<Value> = p.attachments[1].plugins.iter().cloned().map(Value::Object).collect();
+    // §7.1: cniVersion and name of the list injected into every plugin.
+    assert_eq!(
+        plugins,
+        [
+            json!({"cniVersion": "0.3.0", "name": "another-bridge-network", "type": "bridge", "bridge": "br0",
+                   "ipam": {"type": "host-local", "subnet": "192.168.5.0/24"}}),
+            json!({"cniVersion": "0.3.0", "name": "another-bridge-network", "type": "port-forwarding"}),
+            json!({"cniVersion": "0.3.0", "name": "another-bridge-network", "type": "tuning",
+                   "sysctl": {"net.ipv4.conf.all.log_martians": "1"}}),
+        ]
+    );
+}
+
+#[test]
+fn s3_2_3_and_s3_4_2_1_name_injection() {
+    let nad = r#"
+apiVersion: "k8s.cni.cncf.io/v1"
+kind: NetworkAttachmentDefinition
+metadata:
+  name: a-bridge-network
+  namespace: my-namespace
+spec:
+  config: '{
+    "cniVersion": "0.3.0",
+    "type": "awesome-plugin"
+  }'
+"#;
+    let p = plan_for(Some("a-bridge-network"), &PlanOptions::default(), nad).unwrap();
+    // Exactly the JSON §3.4.2.1 says the delegate receives.
+    assert_eq!(
+        Value::Object(p.attachments[1].plugins[0].clone()),
+        json!({"cniVersion": "0.3.0", "name": "a-bridge-network", "type": "awesome-plugin"})
+    );
+    let keys: Vec<&String> = p.attachments[1].plugins[0].keys().collect();
+    assert_eq!(keys, ["cniVersion", "name", "type"]);
+}
+
+fn write(dir: &std::path::Path, file: &str, body: &str) {
+    std::fs::File::create(dir.join(file)).unwrap().write_all(body.as_bytes()).unwrap();
+}
+
+#[test]
+fn s3_2_4_and_s3_4_1_resolution_order() {
+    let nad = "apiVersion: \"k8s.cni.cncf.io/v1\"\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: a-bridge-network\n  namespace: my-namespace\n";
+    let all = nads(&format!("{NADS}\n---\n{nad}"));
+    let dir = tempfile::tempdir().unwrap();
+    let dn = default_network();
+    let options = PlanOptions::default();
+    let pod = pod_with(Some("a-bridge-network"));
+    let run = |dir: &ConfDir| plan(&pod, &PlanInputs { nads: &all, conf_dir: Some(dir), default_network: &dn, options: &options });
+
+    // Rule 4: nothing on disk → the request fails.
+    let err = run(&ConfDir::new(dir.path())).unwrap_err();
+    assert!(err.details.contains("§3.4.1 rule 4"), "{err}");
+
+    // Rule 3: a single config whose name matches.
+    write(dir.path(), "10-single.conf", r#"{"cniVersion": "0.4.0", "name": "a-bridge-network", "type": "from-conf"}"#);
+    write(dir.path(), "05-other.conflist", r#"{"cniVersion": "0.4.0", "name": "other", "plugins": [{"type": "x"}]}"#);
+    write(dir.path(), "01-broken.conf", "{not json");
+    let p = run(&ConfDir::new(dir.path())).unwrap();
+    assert_eq!(p.attachments[1].plugins[0]["type"], "from-conf");
+    assert!(p.attachments[1].source.ends_with("10-single.conf"));
+    assert!(p.warnings.iter().any(|w| w.contains("01-broken.conf")), "{:?}", p.warnings);
+
+    // Rule 2 beats rule 3: a config list whose name matches, even later in name order.
+    write(dir.path(), "20-list.conflist", r#"{"cniVersion": "0.4.0", "name": "a-bridge-network", "plugins": [{"type": "from-list"}, {"type": "tuning"}]}"#);
+    let p = run(&ConfDir::new(dir.path())).unwrap();
+    assert_eq!(p.attachments[1].plugins[0]["type"], "from-list");
+    assert_eq!(p.attachments[1].plugins[1]["name"], "a-bridge-network");
+
+    // Rule 1 beats both: spec.config.
+    let with_config = nads(&format!(
+        "{NADS}\n---\n{nad}spec:\n  config: '{{\"cniVersion\": \"1.0.0\", \"type\": \"from-spec\"}}'\n"
+    ));
+    let p = plan(&pod, &PlanInputs { nads: &with_config, conf_dir: Some(&ConfDir::new(dir.path())), default_network: &dn, options: &options }).unwrap();
+    assert_eq!(p.attachments[1].plugins[0]["type"], "from-spec");
+}
+
+#[test]
+fn s4_1_1_comma_delimited_format() {
+    let p = ok_plan("net-a,net-b,other-ns/net-c");
+    assert_eq!(
+        summary(&p),
+        [
+            s("cluster-wide-default", "eth0", true),
+            s("my-namespace/net-a", "net1", false),
+            s("my-namespace/net-b", "net2", false),
+            s("other-ns/net-c", "net3", false),
+        ]
+    );
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+}
+
+#[test]
+fn s4_1_2_json_list_format() {
+    let p = ok_plan(
+        r#"[
+        {"name": "net-a"},
+        {
+          "name": "net-b",
+          "ips": ["1.2.3.4"],
+          "mac": "aa:bb:cc:dd:ee:ff"
+        },
+        {
+          "name": "net-c",
+          "namespace": "other-ns"
+        }
+      ]"#,
+    );
+    assert_eq!(summary(&p)[1..], [s("my-namespace/net-a", "net1", false), s("my-namespace/net-b", "net2", false), s("other-ns/net-c", "net3", false)]);
+    let b = &p.attachments[2].plugins;
+    assert_eq!(b[0]["runtimeConfig"], json!({"ips": ["1.2.3.4"]}));
+    assert_eq!(b[1]["runtimeConfig"], json!({"mac": "aa:bb:cc:dd:ee:ff"}));
+    // Plugins not declaring a capability get no runtimeConfig, and
+    // `capabilities` is never passed on (cni-SPEC §3).
+    assert!(b[2].get("runtimeConfig").is_none());
+    assert!(b.iter().all(|p| p.get("capabilities").is_none()));
+}
+
+#[test]
+fn s4_1_2_1_3_ips_become_runtime_config() {
+    let p = ok_plan(r#"[{"name": "net-b", "ips": ["10.2.2.42/24", "2001:db8::5/64"]}]"#);
+    assert_eq!(p.attachments[1].plugins[0]["runtimeConfig"], json!({"ips": ["10.2.2.42/24", "2001:db8::5/64"]}));
+}
+
+#[test]
+fn s4_1_2_1_4_mac_becomes_runtime_config() {
+    let p = ok_plan(r#"[{"name": "net-b", "mac": "02:23:45:67:89:01"}]"#);
+    assert_eq!(p.attachments[1].plugins[1]["runtimeConfig"], json!({"mac": "02:23:45:67:89:01"}));
+}
+
+#[test]
+fn s4_1_2_1_5_interface_names() {
+    let p = ok_plan(r#"[{"name": "net-a", "interface": "net2"}, {"name": "net-b"}, {"name": "net-a"}]"#);
+    // net-b would be net2 by position, which net-a asked for explicitly.
+    assert_eq!(p.attachments.iter().map(|a| a.ifname.as_str()).collect::<Vec<_>>(), ["eth0", "net2", "net3", "net4"]);
+
+    let err = plan_for(Some(r#"[{"name": "net-a", "interface": "x0"}, {"name": "net-b", "interface": "x0"}]"#), &PlanOptions::default(), "").unwrap_err();
+    assert_eq!(err.code.as_u32(), 101);
+    assert!(err.details.contains("[1].interface") && err.details.contains("\"x0\""), "{err}");
+
+    let err = plan_for(Some("net-a@eth0"), &PlanOptions::default(), "").unwrap_err();
+    assert!(err.details.contains("already used"), "{err}");
+}
+
+#[test]
+fn s4_1_2_1_6_cni_args_merge_over_nad_args() {
+    let p = ok_plan(r#"[{"name": "net-a", "cni-args": {"spoofchk": "on"}}]"#);
+    assert_eq!(p.attachments[1].plugins[0]["args"], json!({"cni": {"spoofchk": "on", "keep": 1}}));
+    let p = ok_plan(r#"[{"name": "net-c", "namespace": "other-ns", "cni-args": {"spoofchk": "on"}}]"#);
+    assert_eq!(p.attachments[1].plugins[0]["args"], json!({"cni": {"spoofchk": "on"}}));
+}
+
+#[test]
+fn s4_1_2_1_7_port_mappings() {
+    let p = ok_plan(r#"[{"name": "net-b", "portMappings": [{ "hostPort": 8080, "containerPort": 80, "protocol": "tcp" }]}]"#);
+    assert_eq!(
+        p.attachments[1].plugins[2]["runtimeConfig"],
+        json!({"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]})
+    );
+}
+
+#[test]
+fn s4_1_2_1_8_bandwidth() {
+    // As printed in the spec, the example carries `//` comments: not JSON, so
+    // the annotation is invalid and ignored with a warning.
+    let literal = r#"[
+        {
+          "name": "net-b",
+          "bandwidth": {
+            "ingressRate": 2048, // Limit ingress to 2Kbps
+            "ingressBurst": 300, // Allow small egress bursts of 300b
+            "egressRate": 8000, // Limit egress to 8000bps
+            "egressBurst": 200  // Allow small egress bursts of 200b
+          }
+        }
+      ]"#;
+    let p = ok_plan(literal);
+    assert_eq!(p.attachments.len(), 1);
+    assert!(p.warnings[0].contains("ignored"), "{:?}", p.warnings);
+
+    let p = ok_plan(r#"[{"name": "net-b", "bandwidth": {"ingressRate": 2048, "ingressBurst": 300, "egressRate": 8000, "egressBurst": 200}}]"#);
+    assert_eq!(
+        p.attachments[1].plugins[3]["runtimeConfig"],
+        json!({"bandwidth": {"ingressRate": 2048, "ingressBurst": 300, "egressRate": 8000, "egressBurst": 200}})
+    );
+}
+
+#[test]
+fn s4_1_2_1_9_default_route() {
+    let p = ok_plan(r#"[{ "name": "net-a" }, {"name": "net-b", "default-route": ["10.0.0.1"]}]"#);
+    assert!(p.attachments[0].clear_default_route);
+    assert_eq!(p.attachments[2].default_route, Some(vec!["10.0.0.1".parse().unwrap()]));
+    assert_eq!(p.attachments[2].to_value()["defaultRoute"], json!(["10.0.0.1"]));
+    assert!(p.attachments[1].default_route.is_none());
+
+    // More than one element with default-route: the annotation is invalid.
+    let p = ok_plan(r#"[{"name": "net-a", "default-route": []}, {"name": "net-b", "default-route": ["10.0.0.1"]}]"#);
+    assert_eq!(p.attachments.len(), 1);
+    assert!(!p.attachments[0].clear_default_route);
+}
+
+#[test]
+fn s4_1_2_1_10_infiniband_guid() {
+    let p = ok_plan(r#"[{"name": "net-b", "infiniband-guid": "24:8a:07:03:00:8d:ae:2f"}]"#);
+    assert_eq!(p.attachments[1].plugins[4]["runtimeConfig"], json!({"infinibandGUID": "24:8a:07:03:00:8d:ae:2f"}));
+}
+
+#[test]
+fn s4_1_2_1_11_ipam_claim_reference() {
+    let p = ok_plan(r#"[{ "name": "net-a" }, { "name": "net-b", "ipam-claim-reference": "vm123.tenantblue" }]"#);
+    assert_eq!(p.attachments[2].ipam_claim_reference.as_deref(), Some("vm123.tenantblue"));
+    let err = plan_for(Some(r#"[{"name": "net-b", "ips": ["10.0.0.2/24"], "ipam-claim-reference": "c"}]"#), &PlanOptions::default(), "").unwrap_err();
+    assert!(err.details.contains("§4.1.2.1.11"), "{err}");
+}
+
+#[test]
+fn capabilities_must_be_declared() {
+    // §4.1.2.1.3.2: no plugin of net-a declares "ips" → the attachment fails.
+    for (annotation, key) in [
+        (r#"[{"name": "net-a", "ips": ["10.1.1.1/24"]}]"#, "capabilities.ips"),
+        (r#"[{"name": "net-a", "mac": "02:00:00:00:00:01"}]"#, "capabilities.mac"),
+        (r#"[{"name": "net-a", "portMappings": [{"hostPort": 1, "containerPort": 2}]}]"#, "capabilities.portMappings"),
+        (r#"[{"name": "net-a", "bandwidth": {"egressRate": 10}}]"#, "capabilities.bandwidth"),
+        (r#"[{"name": "net-a", "infiniband-guid": "00:00:00:00:00:00:00:01"}]"#, "capabilities.infinibandGUID"),
+    ] {
+        let err = plan_for(Some(annotation), &PlanOptions::default(), "").unwrap_err();
+        assert_eq!(err.code.as_u32(), 101, "{err}");
+        assert!(err.details.contains(key) && err.details.contains("my-namespace/net-a"), "{err}");
+    }
+}
+
+#[test]
+fn s4_2_2_same_network_twice() {
+    let p = ok_plan("net-a,net-a");
+    assert_eq!(summary(&p)[1..], [s("my-namespace/net-a", "net1", false), s("my-namespace/net-a", "net2", false)]);
+}
+
+#[test]
+fn s6_2_default_network_first_with_runtime_config_s7_5() {
+    let options = PlanOptions {
+        runtime_config: json!({"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}]})
+            .as_object()
+            .unwrap()
+            .clone(),
+        container_id: Some("abc123".into()),
+        ..PlanOptions::default()
+    };
+    let p = plan_for(Some("net-b"), &options, "").unwrap();
+    let d = &p.attachments[0];
+    assert!(d.default);
+    assert_eq!(d.plugins[1]["runtimeConfig"]["portMappings"][0]["hostPort"], 80);
+    // §7.5: net-b's portmap declares the capability too, but gets nothing.
+    assert!(p.attachments[1].plugins[2].get("runtimeConfig").is_none());
+    assert_eq!(
+        d.cni_args,
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE=my-namespace;K8S_POD_NAME=my-pod;K8S_POD_INFRA_CONTAINER_ID=abc123;K8S_POD_UID=uid-1"
+    );
+    assert_eq!(p.attachments[1].cni_args, d.cni_args);
+}
+
+#[test]
+fn invalid_annotation_is_ignored_or_fails_when_strict() {
+    let bad = r#"[{"name": "net-b", "ips": ["1.2.3.4/33"]}]"#;
+    let p = plan_for(Some(bad), &PlanOptions::default(), "").unwrap();
+    assert_eq!(p.attachments.len(), 1);
+    assert!(p.warnings[0].contains("k8s.v1.cni.cncf.io/networks") && p.warnings[0].contains("[0].ips[0]"), "{:?}", p.warnings);
+
+    let strict = PlanOptions { strict_annotations: true, ..PlanOptions::default() };
+    let err = plan_for(Some(bad), &strict, "").unwrap_err();
+    assert_eq!(err.code.as_u32(), 7);
+    assert!(err.details.contains("[0].ips[0]") && err.details.contains("strictAnnotations"), "{err}");
+}
+
+#[test]
+fn missing_network_fails() {
+    let err = plan_for(Some("net-zzz"), &PlanOptions::default(), "").unwrap_err();
+    assert_eq!(err.code.as_u32(), 100);
+    assert!(err.details.contains("my-namespace/net-zzz"), "{err}");
+}
+
+#[test]
+fn bad_nad_config_names_the_nad() {
+    let nad = "kind: NetworkAttachmentDefinition\nmetadata: {name: broken, namespace: my-namespace}\nspec:\n  config: '{\"cniVersion\": \"1.0.0\", \"plugins\": [{\"type\": 3}]}'\n";
+    let err = plan_for(Some("broken"), &PlanOptions::default(), nad).unwrap_err();
+    assert!(err.details.contains("my-namespace/broken spec.config") && err.details.contains("plugins[0].type"), "{err}");
+}
+
+#[test]
+fn s7_4_namespace_isolation() {
+    let isolated = PlanOptions { namespace_isolation: true, ..PlanOptions::default() };
+    let err = plan_for(Some("net-a,other-ns/net-c"), &isolated, "").unwrap_err();
+    assert!(err.details.contains("other-ns/net-c") && err.details.contains("§7.4"), "{err}");
+    let global = PlanOptions { global_namespaces: vec!["other-ns".into()], ..isolated };
+    assert_eq!(plan_for(Some("net-a,other-ns/net-c"), &global, "").unwrap().attachments.len(), 3);
+}
+
+#[test]
+fn system_namespaces_get_only_the_default_network() {
+    let all = nads(NADS);
+    let dn = default_network();
+    let mut pod = pod_with(Some("net-a"));
+    pod.namespace = "kube-system".into();
+    let p = plan(&pod, &PlanInputs { nads: &all, conf_dir: None, default_network: &dn, options: &PlanOptions::default() }).unwrap();
+    assert_eq!(p.attachments.len(), 1);
+    assert!(p.warnings[0].contains("system namespace"));
+}
+
+#[test]
+fn default_networks_follow_the_cluster_network() {
+    let options = PlanOptions { default_networks: vec!["my-namespace/net-a".into()], ..PlanOptions::default() };
+    let p = plan_for(Some("net-b"), &options, "").unwrap();
+    assert_eq!(summary(&p)[1..], [s("my-namespace/net-a", "net1", false), s("my-namespace/net-b", "net2", false)]);
+}
+
+#[test]
+fn pod_can_override_the_default_network() {
+    let all = nads(NADS);
+    let dn = default_network();
+    let mut pod = pod_with(None);
+    pod.annotations.insert("v1.multus-cni.io/default-network".into(), "other-ns/net-c".into());
+    let p = plan(&pod, &PlanInputs { nads: &all, conf_dir: None, default_network: &dn, options: &PlanOptions::default() }).unwrap();
+    assert_eq!(summary(&p), [s("other-ns/net-c", "eth0", true)]);
+}
+
+#[test]
+fn plan_json_contract() {
+    let p = ok_plan("net-a");
+    let v = p.to_value();
+    let a = &v["attachments"][1];
+    for key in ["network", "ifname", "default", "cniArgs", "plugins"] {
+        assert!(a.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(v["warnings"], json!([]));
+    assert!(a["plugins"][0].get("prevResult").is_none());
+}
