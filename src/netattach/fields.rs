@@ -76,7 +76,7 @@ pub(crate) fn want(kind: &str, got: &Value) -> String {
     format!("must be {kind}, got {}", describe(got))
 }
 
-pub(crate) fn as_str<'a>(v: &'a Value) -> Result<&'a str, String> {
+pub(crate) fn as_str(v: &Value) -> Result<&str, String> {
     v.as_str().ok_or_else(|| want("a string", v))
 }
 
