@@ -1,7 +1,10 @@
 //! The Kubernetes Network Custom Resource Definition De-facto Standard v1.3
 //! (multi-net-spec-v1.3.txt): NetworkAttachmentDefinition (§3), the selection
-//! annotation (§4), the status annotation (§5) and IPAMClaim (§8).
+//! annotation (§4), the status annotation (§5) and IPAMClaim (§8), plus the
+//! device information of device-info-SPEC.md.
 
+pub mod deviceinfo;
+mod fields;
 pub mod ipamclaim;
 pub mod meta;
 pub mod nad;

@@ -1,1 +1,303 @@
-//! TODO
+//! The NetworkAttachmentDefinition object (multi-net-spec §3.1, §3.2).
+//!
+//! Objects come from the Kubernetes API or manifests, which Kubernetes
+//! decodes with case-sensitive keys, so keys here are matched exactly.
+
+use serde_json::{json, Map, Value};
+
+use super::fields::{as_object, as_str};
+use super::meta::ObjectMeta;
+use super::names::NetworkRef;
+use crate::cni::error::CniError;
+
+pub const API_VERSION: &str = "k8s.cni.cncf.io/v1";
+pub const KIND: &str = "NetworkAttachmentDefinition";
+/// The NAD annotation naming the device-plugin resource that backs the
+/// network (device-info-SPEC §4.1).
+pub const RESOURCE_NAME_ANNOTATION: &str = "k8s.v1.cni.cncf.io/resourceName";
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NetworkAttachmentDefinition {
+    pub metadata: ObjectMeta,
+    /// `spec.config` as written: a CNI config or config list in JSON (§3.2).
+    pub config: Option<String>,
+}
+
+impl NetworkAttachmentDefinition {
+    /// Decode and validate a NAD object. `apiVersion` and `kind` are checked
+    /// when present; `metadata.name` is required and must follow §3.3; `spec`
+    /// may be absent (§3.2.4); `spec.config` must be a string when present.
+    pub fn from_value(v: &Value) -> Result<Self, CniError> {
+        let bad = |field: &str, reason: String| CniError::invalid_config(field, reason);
+        let obj = as_object(v).map_err(|r| bad("NetworkAttachmentDefinition", r))?;
+        check_type_meta(obj, &[API_VERSION], KIND)?;
+        let metadata = match obj.get("metadata") {
+            None | Some(Value::Null) => return Err(bad("metadata", "required".into())),
+            Some(m) => ObjectMeta::from_value(m)?,
+        };
+        let config = match obj.get("spec") {
+            None | Some(Value::Null) => None,
+            Some(spec) => {
+                let spec = as_object(spec).map_err(|r| bad("spec", r))?;
+                match spec.get("config") {
+                    None | Some(Value::Null) => None,
+                    Some(c) => Some(as_str(c).map_err(|r| bad("spec.config", r))?.to_string()),
+                }
+            }
+        };
+        Ok(NetworkAttachmentDefinition { metadata, config })
+    }
+
+    /// The object as Kubernetes would print it.
+    pub fn to_value(&self) -> Value {
+        let mut v = json!({
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": self.metadata.to_value(),
+        });
+        if let Some(c) = &self.config {
+            v["spec"] = json!({ "config": c });
+        }
+        v
+    }
+
+    /// The CNI configuration of §3.4.1 rule 1, or `None` when `spec.config`
+    /// is absent or blank (then rules 2–4 apply: an on-disk config named
+    /// after the object, else failure).
+    pub fn spec_config(&self) -> Option<&str> {
+        self.config.as_deref().filter(|c| !c.trim().is_empty())
+    }
+
+    /// `namespace/name` of this object; `default_namespace` when the object
+    /// carries no namespace (a manifest without one).
+    pub fn network_ref(&self, default_namespace: &str) -> NetworkRef {
+        NetworkRef::new(
+            self.metadata
+                .namespace
+                .as_deref()
+                .unwrap_or(default_namespace),
+            self.metadata.name.as_str(),
+        )
+    }
+
+    /// The `k8s.v1.cni.cncf.io/resourceName` annotation, if set and not blank.
+    pub fn resource_name(&self) -> Option<&str> {
+        self.metadata
+            .annotation(RESOURCE_NAME_ANNOTATION)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    }
+}
+
+/// Check `apiVersion` (one of `api_versions`) and `kind` when present.
+pub(crate) fn check_type_meta(
+    obj: &Map<String, Value>,
+    api_versions: &[&str],
+    kind: &str,
+) -> Result<(), CniError> {
+    let bad = |field: &str, reason: String| CniError::invalid_config(field, reason);
+    if let Some(v) = obj.get("apiVersion").filter(|v| !v.is_null()) {
+        let s = as_str(v).map_err(|r| bad("apiVersion", r))?;
+        if !api_versions.contains(&s) {
+            let want: Vec<String> = api_versions.iter().map(|a| format!("{a:?}")).collect();
+            return Err(bad(
+                "apiVersion",
+                format!("must be {}, got {s:?}", want.join(" or ")),
+            ));
+        }
+    }
+    if let Some(v) = obj.get("kind").filter(|v| !v.is_null()) {
+        let s = as_str(v).map_err(|r| bad("kind", r))?;
+        if s != kind {
+            return Err(bad("kind", format!("must be {kind:?}, got {s:?}")));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parse YAML text as the Kubernetes API would hand it over (JSON).
+    fn yaml(text: &str) -> Value {
+        serde_yaml_ng::from_str(text).unwrap()
+    }
+
+    fn config_json(nad: &NetworkAttachmentDefinition) -> Value {
+        serde_json::from_str(nad.spec_config().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn example_3_2_1_config_in_object() {
+        let nad = NetworkAttachmentDefinition::from_value(&yaml(
+            r#"
+apiVersion: "k8s.cni.cncf.io/v1"
+kind: NetworkAttachmentDefinition
+metadata:
+  name: a-bridge-network
+spec:
+  config: '{
+    "cniVersion": "0.3.0",
+    "name": "a-bridge-network",
+    "type": "bridge",
+    "bridge": "br0",
+    "isGateway": true,
+    "ipam": {
+      "type": "host-local",
+      "subnet": "192.168.5.0/24",
+      "dataDir": "/mnt/cluster-ipam"
+    }
+  }'
+"#,
+        ))
+        .unwrap();
+        assert_eq!(nad.metadata.name, "a-bridge-network");
+        assert_eq!(
+            nad.network_ref("default").to_string(),
+            "default/a-bridge-network"
+        );
+        let c = config_json(&nad);
+        assert_eq!(c["type"], "bridge");
+        assert_eq!(c["ipam"]["dataDir"], "/mnt/cluster-ipam");
+        assert_eq!(nad.resource_name(), None);
+    }
+
+    #[test]
+    fn example_3_2_2_configlist_in_object() {
+        let nad = NetworkAttachmentDefinition::from_value(&yaml(
+            r#"
+apiVersion: "k8s.cni.cncf.io/v1"
+kind: NetworkAttachmentDefinition
+metadata:
+  name: another-bridge-network
+spec:
+  config: '{
+    "cniVersion": "0.3.0",
+    "name": "another-bridge-network",
+    "plugins": [
+      {
+        "type": "bridge",
+        "bridge": "br0",
+        "ipam": {
+          "type": "host-local",
+          "subnet": "192.168.5.0/24"
+        }
+      },
+      {
+        "type": "port-forwarding"
+      },
+      {
+        "type": "tuning",
+        "sysctl": {
+          "net.ipv4.conf.all.log_martians": "1"
+        }
+      }
+    ]
+  }'
+"#,
+        ))
+        .unwrap();
+        let c = config_json(&nad);
+        assert_eq!(c["name"], "another-bridge-network");
+        assert_eq!(c["plugins"].as_array().unwrap().len(), 3);
+        assert_eq!(
+            c["plugins"][2]["sysctl"]["net.ipv4.conf.all.log_martians"],
+            "1"
+        );
+    }
+
+    #[test]
+    fn example_3_2_3_thick_plugin() {
+        let nad = NetworkAttachmentDefinition::from_value(&yaml(
+            r#"
+apiVersion: "k8s.cni.cncf.io/v1"
+kind: NetworkAttachmentDefinition
+metadata:
+  name: a-bridge-network
+spec:
+  config: '{
+    "cniVersion": "0.3.0",
+    "type": "awesome-plugin"
+  }'
+"#,
+        ))
+        .unwrap();
+        let c = config_json(&nad);
+        assert_eq!(c, json!({"cniVersion": "0.3.0", "type": "awesome-plugin"}));
+    }
+
+    #[test]
+    fn example_3_2_4_implementation_specific_reference() {
+        let v = yaml(
+            r#"
+apiVersion: "k8s.cni.cncf.io/v1"
+kind: NetworkAttachmentDefinition
+metadata:
+  name: a-bridge-network
+"#,
+        );
+        let nad = NetworkAttachmentDefinition::from_value(&v).unwrap();
+        assert_eq!(nad.config, None);
+        assert_eq!(nad.spec_config(), None);
+        assert_eq!(nad.to_value(), v);
+    }
+
+    #[test]
+    fn blank_config_is_no_config_and_namespace_and_resource_name() {
+        let nad = NetworkAttachmentDefinition::from_value(&json!({
+            "metadata": {
+                "name": "sriov-a", "namespace": "tenant",
+                "annotations": {"k8s.v1.cni.cncf.io/resourceName": "intel.com/sriov_a"}
+            },
+            "spec": {"config": "  \n"}
+        }))
+        .unwrap();
+        assert_eq!(nad.config.as_deref(), Some("  \n"));
+        assert_eq!(nad.spec_config(), None);
+        assert_eq!(nad.network_ref("other").to_string(), "tenant/sriov-a");
+        assert_eq!(nad.resource_name(), Some("intel.com/sriov_a"));
+        // spec: {} and spec.config: null are §3.2.4 too.
+        for spec in [json!({}), json!({"config": null}), Value::Null] {
+            let nad = NetworkAttachmentDefinition::from_value(
+                &json!({"metadata": {"name": "n"}, "spec": spec}),
+            )
+            .unwrap();
+            assert_eq!(nad.config, None);
+        }
+    }
+
+    #[test]
+    fn bad_inputs_name_the_field() {
+        let err = |v: Value| {
+            NetworkAttachmentDefinition::from_value(&v)
+                .unwrap_err()
+                .details
+        };
+        assert_eq!(
+            err(json!("x")),
+            "NetworkAttachmentDefinition: must be an object, got \"x\""
+        );
+        assert_eq!(
+            err(json!({"apiVersion": "v1", "metadata": {"name": "a"}})),
+            "apiVersion: must be \"k8s.cni.cncf.io/v1\", got \"v1\""
+        );
+        assert_eq!(
+            err(json!({"kind": "Pod", "metadata": {"name": "a"}})),
+            "kind: must be \"NetworkAttachmentDefinition\", got \"Pod\""
+        );
+        assert_eq!(err(json!({"kind": KIND})), "metadata: required");
+        assert_eq!(err(json!({"metadata": {}})), "metadata.name: required");
+        assert!(err(json!({"metadata": {"name": "A_B"}})).starts_with("metadata.name: "));
+        assert_eq!(
+            err(json!({"metadata": {"name": "a"}, "spec": "x"})),
+            "spec: must be an object, got \"x\""
+        );
+        assert_eq!(
+            err(json!({"metadata": {"name": "a"}, "spec": {"config": {"type": "bridge"}}})),
+            "spec.config: must be a string, got {\"type\":\"bridge\"}"
+        );
+        let e = NetworkAttachmentDefinition::from_value(&json!({"metadata": {}})).unwrap_err();
+        assert_eq!(e.code, crate::cni::error::ErrorCode::InvalidConfig);
+    }
+}

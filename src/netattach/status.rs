@@ -1,1 +1,1020 @@
-//! TODO
+//! The Network Attachment Status Annotation, `k8s.v1.cni.cncf.io/network-status`
+//! (multi-net-spec §5): building an entry from a CNI result (§5.1.1, §5.3.x),
+//! and reading and writing the annotation.
+//!
+//! Reading is lenient about values (addresses are not checked, unknown keys
+//! are kept in [`NetworkStatus::extra`]) because entries written by other
+//! implementations must survive a read-modify-write; only the types of the
+//! keys of §5.3 are checked. Keys match case-insensitively, as when Go clients
+//! decode the annotation.
+
+use std::net::IpAddr;
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use super::fields::{as_array, as_bool, as_object, as_str, describe, fold_object};
+use crate::cni::error::CniError;
+use crate::cni::result::{CniResult, IpConfig};
+
+pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
+
+/// One entry of the status list (§5.3).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NetworkStatus {
+    /// `namespace/name` of the NAD, or the default network's name (§5.3.1).
+    pub name: String,
+    pub interface: Option<String>,
+    /// Addresses with prefix length, as in the §5.4 example (`192.0.2.2/24`).
+    pub ips: Vec<String>,
+    pub mac: Option<String>,
+    pub mtu: Option<u32>,
+    /// §5.3.6: always written.
+    pub default: bool,
+    pub dns: Option<StatusDns>,
+    /// §5.3.7.4 `default-route`: gateways.
+    pub default_route: Vec<String>,
+    /// §5.3.8 `device-info` (see [`super::deviceinfo`]), kept as written.
+    pub device_info: Option<Value>,
+    /// Other keys (extension keys, or keys of other implementations).
+    pub extra: Map<String, Value>,
+}
+
+/// §5.3.7 `dns`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StatusDns {
+    pub nameservers: Vec<String>,
+    pub domain: Option<String>,
+    pub search: Vec<String>,
+}
+
+impl StatusDns {
+    fn is_empty(&self) -> bool {
+        self.nameservers.is_empty() && self.domain.is_none() && self.search.is_empty()
+    }
+}
+
+/// What [`NetworkStatus::from_result`] needs besides the CNI result.
+#[derive(Debug, Clone, Default)]
+pub struct StatusInput<'a> {
+    /// `ns/name`, or the cluster-wide default network's name.
+    pub network: &'a str,
+    /// The CNI_IFNAME used; the interface name for results older than 0.3.0
+    /// and for attachments that returned no result.
+    pub ifname: Option<&'a str>,
+    /// This is the cluster-wide default network's entry (§5.2).
+    pub default: bool,
+    /// The `default-route` key of the selection element, when it had one
+    /// (§4.1.2.1.9, §5.3.7.4).
+    pub gateway_request: Option<&'a [IpAddr]>,
+    /// Device information collected for the attachment (§5.3.8).
+    pub device_info: Option<Value>,
+}
+
+/// The keys of §5.3, in output order.
+const KEYS: [&str; 9] = [
+    "name",
+    "interface",
+    "ips",
+    "mac",
+    "mtu",
+    "default",
+    "dns",
+    "default-route",
+    "device-info",
+];
+
+impl NetworkStatus {
+    /// The status entry for one attachment (§5.1.1). `result` is `None` when
+    /// the ADD returned nothing, which CNI allows; the entry is then the
+    /// minimal map (name, interface, default).
+    pub fn from_result(result: Option<&CniResult>, input: &StatusInput) -> NetworkStatus {
+        let mut s = NetworkStatus {
+            name: input.network.to_string(),
+            default: input.default,
+            device_info: input.device_info.clone(),
+            ..Default::default()
+        };
+        let Some(r) = result else {
+            s.interface = input.ifname.map(str::to_string);
+            return s;
+        };
+        let legacy = r.cni_version.is_some_and(|v| v.has_legacy_result());
+        let ips: Vec<&IpConfig> = if legacy {
+            // §5.3.2.1, §5.3.3.1: before 0.3.0 there are no interfaces; the
+            // addresses are ip4 and ip6 together.
+            s.interface = input.ifname.map(str::to_string);
+            r.ips.iter().collect()
+        } else if let Some((idx, iface)) = r
+            .interfaces
+            .iter()
+            .enumerate()
+            .find(|(_, i)| i.in_sandbox())
+        {
+            // §5.3.2.1, §5.3.4.1: the first interface with a sandbox;
+            // §5.3.3.1 rule 1: the addresses on it.
+            s.interface = Some(iface.name.clone()).filter(|n| !n.is_empty());
+            s.mac = iface.mac.clone().filter(|m| !m.is_empty());
+            s.mtu = iface.mtu.filter(|m| *m > 0);
+            r.ips
+                .iter()
+                .filter(|ip| ip.interface == Some(idx as i64))
+                .collect()
+        } else {
+            // §5.3.3.1 rule 2: no sandbox interface; the addresses that
+            // name no interface.
+            r.ips
+                .iter()
+                .filter(|ip| ip.interface.map_or(true, |i| i < 0))
+                .collect()
+        };
+        s.ips = ips.iter().map(|ip| ip.address.to_string()).collect();
+
+        let dns = StatusDns {
+            nameservers: r.dns.nameservers.clone(),
+            domain: r.dns.domain.clone().filter(|d| !d.is_empty()),
+            search: r.dns.search.clone(),
+        };
+        s.dns = Some(dns).filter(|d| !d.is_empty());
+
+        s.default_route = match input.gateway_request {
+            Some(gws) => gws.iter().map(IpAddr::to_string).collect(),
+            None => default_gateways(r, &ips),
+        };
+        s
+    }
+
+    /// The entry as JSON, keys in the order name, interface, ips, mac, mtu,
+    /// default, dns, default-route, device-info, then the extra keys.
+    pub fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("name".into(), json!(self.name));
+        if let Some(i) = &self.interface {
+            m.insert("interface".into(), json!(i));
+        }
+        if !self.ips.is_empty() {
+            m.insert("ips".into(), json!(self.ips));
+        }
+        if let Some(mac) = &self.mac {
+            m.insert("mac".into(), json!(mac));
+        }
+        if let Some(mtu) = self.mtu {
+            m.insert("mtu".into(), json!(mtu));
+        }
+        m.insert("default".into(), json!(self.default));
+        if let Some(dns) = &self.dns {
+            let mut d = Map::new();
+            if !dns.nameservers.is_empty() {
+                d.insert("nameservers".into(), json!(dns.nameservers));
+            }
+            if let Some(domain) = &dns.domain {
+                d.insert("domain".into(), json!(domain));
+            }
+            if !dns.search.is_empty() {
+                d.insert("search".into(), json!(dns.search));
+            }
+            m.insert("dns".into(), Value::Object(d));
+        }
+        if !self.default_route.is_empty() {
+            m.insert("default-route".into(), json!(self.default_route));
+        }
+        if let Some(d) = &self.device_info {
+            m.insert("device-info".into(), d.clone());
+        }
+        for (k, v) in &self.extra {
+            if !KEYS.contains(&k.as_str()) {
+                m.insert(k.clone(), v.clone());
+            }
+        }
+        Value::Object(m)
+    }
+
+    /// Read one entry. Errors name the key (`mtu: must be ...`).
+    pub fn from_value(v: &Value) -> Result<NetworkStatus, CniError> {
+        let obj = as_object(v).map_err(|r| CniError::decode("network-status entry", r))?;
+        let f = fold_object(obj, &KEYS);
+        let get = |idx: usize| f.known[idx].map(|(_, v)| v);
+        let at = |idx: usize| move |r: String| CniError::decode(KEYS[idx], r);
+        let opt_string = |idx: usize| -> Result<Option<String>, CniError> {
+            get(idx)
+                .map(|v| as_str(v).map(str::to_string).map_err(at(idx)))
+                .transpose()
+        };
+        let strings = |v: &Value, path: &str| -> Result<Vec<String>, CniError> {
+            let bad = |r: String| CniError::decode(path, r);
+            as_array(v)
+                .map_err(bad)?
+                .iter()
+                .enumerate()
+                .map(|(j, s)| {
+                    as_str(s)
+                        .map(str::to_string)
+                        .map_err(|r| CniError::decode(format!("{path}[{j}]"), r))
+                })
+                .collect()
+        };
+
+        let name = opt_string(0)?.ok_or_else(|| at(0)("required".into()))?;
+        let interface = opt_string(1)?;
+        let ips = get(2)
+            .map(|v| strings(v, "ips"))
+            .transpose()?
+            .unwrap_or_default();
+        let mac = opt_string(3)?;
+        let mtu = get(4)
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| {
+                        at(4)(format!("must be an unsigned integer, got {}", describe(v)))
+                    })
+            })
+            .transpose()?;
+        let default = get(5)
+            .map(as_bool)
+            .transpose()
+            .map_err(at(5))?
+            .unwrap_or(false);
+        let dns = get(6)
+            .map(|v| -> Result<StatusDns, CniError> {
+                let d = as_object(v).map_err(at(6))?;
+                let f = fold_object(d, &["nameservers", "domain", "search"]);
+                Ok(StatusDns {
+                    nameservers: f.known[0]
+                        .map(|(_, v)| strings(v, "dns.nameservers"))
+                        .transpose()?
+                        .unwrap_or_default(),
+                    domain: f.known[1]
+                        .map(|(_, v)| {
+                            as_str(v)
+                                .map(str::to_string)
+                                .map_err(|r| CniError::decode("dns.domain", r))
+                        })
+                        .transpose()?,
+                    search: f.known[2]
+                        .map(|(_, v)| strings(v, "dns.search"))
+                        .transpose()?
+                        .unwrap_or_default(),
+                })
+            })
+            .transpose()?;
+        let default_route = get(7)
+            .map(|v| strings(v, "default-route"))
+            .transpose()?
+            .unwrap_or_default();
+        let device_info = get(8)
+            .map(|v| as_object(v).map(|_| v.clone()).map_err(at(8)))
+            .transpose()?;
+        let extra = f
+            .unknown
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        Ok(NetworkStatus {
+            name,
+            interface,
+            ips,
+            mac,
+            mtu,
+            default,
+            dns,
+            default_route,
+            device_info,
+            extra,
+        })
+    }
+}
+
+/// §5.3.7.4 without a `default-route` request: the gateways of the result's
+/// default routes. A default route without `gw` goes through the gateway of
+/// an address of its family on the attachment's interface (`ips`).
+fn default_gateways(r: &CniResult, ips: &[&IpConfig]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for route in r.routes.iter().filter(|r| r.is_default()) {
+        let v4 = route.dst.is_ipv4();
+        let gw = route.gw.filter(|g| g.is_ipv4() == v4).or_else(|| {
+            ips.iter()
+                .filter_map(|ip| ip.gateway)
+                .find(|g| g.is_ipv4() == v4)
+        });
+        if let Some(gw) = gw.map(|g| g.to_string()) {
+            if !out.contains(&gw) {
+                out.push(gw);
+            }
+        }
+    }
+    out
+}
+
+/// Parse the annotation's value: a JSON list of entries. Blank means none.
+pub fn parse_status_annotation(s: &str) -> Result<Vec<NetworkStatus>, CniError> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    let v: Value = serde_json::from_str(s)
+        .map_err(|e| CniError::decode(NETWORK_STATUS_ANNOTATION, format!("invalid JSON: {e}")))?;
+    let list = as_array(&v).map_err(|r| CniError::decode(NETWORK_STATUS_ANNOTATION, r))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let path = format!("{NETWORK_STATUS_ANNOTATION}[{i}]");
+            as_object(item).map_err(|r| CniError::decode(&path, r))?;
+            NetworkStatus::from_value(item).map_err(|e| e.within(&path))
+        })
+        .collect()
+}
+
+/// The annotation's value for `entries`: a JSON list, indented like Multus
+/// writes it.
+pub fn status_annotation_value(entries: &[NetworkStatus]) -> String {
+    let list = Value::Array(entries.iter().map(NetworkStatus::to_value).collect());
+    let mut buf = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
+    match list.serialize(&mut ser) {
+        Ok(()) => String::from_utf8(buf).unwrap_or_default(),
+        Err(_) => list.to_string(),
+    }
+}
+
+/// The list-wide rules: at most one entry has `default` (§5.3.6); `mac`
+/// requires `interface` (§5.3.4); `name` is required (§5.3.1).
+pub fn validate_entries(entries: &[NetworkStatus]) -> Result<(), String> {
+    let mut default_at: Option<usize> = None;
+    for (i, e) in entries.iter().enumerate() {
+        if e.name.is_empty() {
+            return Err(format!("[{i}].name: required (multi-net-spec §5.3.1)"));
+        }
+        if e.mac.is_some() && e.interface.as_deref().map_or(true, str::is_empty) {
+            return Err(format!(
+                "[{i}].mac: requires \"interface\" to be present (multi-net-spec §5.3.4)"
+            ));
+        }
+        if e.default {
+            if let Some(first) = default_at {
+                return Err(format!(
+                    "[{i}].default: only one entry may be the default network, and [{first}] \
+                     already is (multi-net-spec §5.3.6)"
+                ));
+            }
+            default_at = Some(i);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::result::{Dns, Interface, Route};
+    use crate::cni::version::CniVersion;
+
+    // multi-net-spec §5.4 "With a single gateway", as printed (the page
+    // break in the middle of the first entry removed).
+    const EXAMPLE_SINGLE_GATEWAY: &str = r#"
+      [
+        {
+          "name": "namespace-a/cluster-wide-default",
+          "interface": "eth5",
+          "ips": [ "192.0.2.2/24", "2001:db8::2230/32" ],
+          "mac": "02:11:22:33:44:54",
+        "mtu": 1500,
+        "default-route": ["192.0.2.1"],
+        "default": true
+    },
+    {
+        "name": "namespace-b/some-network",
+        "interface": "eth1",
+        "ips": [ "192.0.2.2/24", "2001:db8::2234/32" ],
+        "mac": "02:11:22:33:44:55",
+        "dns": {
+            "nameservers": [ "192.0.2.1", "2001:db8:4860::8888" ],
+            "search": [ "eng.example.com", "example.com" ]
+        }
+    },
+    {
+        "name": "namespace-a/an-ip-over-infiniband-network",
+        "interface": "ib0",
+        "ips": [ "198.51.100.1/24" ],
+        "infiniband-guid":
+"80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22"
+    }
+]"#;
+
+    // §5.4 "With multiple gateways". As printed the list is closed after the
+    // second entry and the infiniband entry follows after a page break; this
+    // is the evident intent: the three entries in one list.
+    const EXAMPLE_MULTIPLE_GATEWAYS: &str = r#"
+    [
+      {
+        "name": "namespace-a/cluster-wide-default",
+        "interface": "eth5",
+        "ips": [ "192.0.2.2/24", "2001:db8::2230/32" ],
+        "mac": "02:11:22:33:44:54",
+        "default-route":["192.0.2.1","2001:db8::1","2001:db8::2"],
+        "default": true
+      },
+      {
+        "name": "namespace-b/some-network",
+        "interface": "eth1",
+        "ips": [ "192.0.2.2/24", "2001:db8::2234/32" ],
+        "mac": "02:11:22:33:44:55",
+        "dns": {
+            "nameservers": [ "192.0.2.1", "2001:db8:4860::8888" ],
+            "search": [ "eng.example.com", "example.com" ]
+        }
+      },
+      {
+        "name": "namespace-a/an-ip-over-infiniband-network",
+        "interface": "ib0",
+        "ips": [ "198.51.100.1/24" ],
+        "infiniband-guid":
+"80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22"
+      }
+    ]"#;
+
+    // §5.4 "With device information". As printed, the list is closed after
+    // the third entry and continues after a page break with duplicated
+    // closing brackets; joined here. The " 64:1f:..." MACs with a leading
+    // space and the misspelt "device" key are as printed.
+    const EXAMPLE_DEVICE_INFO: &str = r#"
+    [
+      {
+        "name": "namespace-a/cluster-wide-default",
+        "interface": "eth0",
+        "ips": [ "192.0.2.2/24", "2001:db8::2230/32" ],
+        "mac": "02:11:22:33:44:54",
+        "mtu": 1500,
+        "default-route": ["192.0.2.1"]
+      },
+      {
+        "name": "namespace-b/sriov-network_a",
+        "interface": "net1",
+        "device-info": {
+          "type": "pci",
+          "version": "1.0.0",
+          "pci": {
+            "pci-address": "0000:18:02.5",
+            "pf-pci-address": "0000:18:00.0"
+          }
+        }
+      },
+      {
+        "name": "namespace-b/sriov-network_b",
+        "interface": "net2",
+        "device-info": {
+          "type": "pci",
+          "version": "1.0.0",
+          "pci": {
+            "pci-address": "0000:18:0a.2",
+            "vhost-net": "/dev/vhost-net/",
+            "pf-pci-address": "0000:18:00.1"
+          }
+        }
+      },
+  {
+    "name": "namespace-c/userspace_net1",
+    "interface": "net3",
+    "mac": " 64:1f:74:32:2e:6d",
+    "device": {
+      "type": "vhost-user",
+      "version": "1.0.0",
+      "vhost-user": {
+        "mode": "client",
+        "path": "/var/run/net3/vhost.sock"
+      }
+    }
+  },
+  {
+    "name": "namespace-d/vdpa_net1",
+    "interface": "virtio0",
+    "mac": " 64:1f:74:32:2e:6e",
+    "device-info": {
+      "type": "vdpa",
+      "version": "1.0.0",
+      "vdpa": {
+        "parent-device": "/sys/bus/vdpa/devices",
+        "driver": "vhost",
+        "device": "vdpa2",
+        "path": "/dev/vhost-vdpa0",
+        "pci-address": "0000:04:02.7",
+        "pf-pci-address": "0000:04:00.0"
+      }
+    }
+  }
+]"#;
+
+    /// The example's entries with `"default": false` added where it is
+    /// missing: §5.3.6 makes the key required and plexus always writes it,
+    /// while some of the §5.4 entries omit it.
+    fn with_default_key(text: &str) -> Value {
+        let mut v: Value = serde_json::from_str(text).unwrap();
+        for e in v.as_array_mut().unwrap() {
+            let m = e.as_object_mut().unwrap();
+            if !m.contains_key("default") {
+                m.insert("default".into(), json!(false));
+            }
+        }
+        v
+    }
+
+    fn round_trip(text: &str) -> Vec<NetworkStatus> {
+        let entries = parse_status_annotation(text).unwrap();
+        let written = status_annotation_value(&entries);
+        let rewritten: Value = serde_json::from_str(&written).unwrap();
+        assert_eq!(rewritten, with_default_key(text));
+        // Reading what we wrote gives the same entries.
+        assert_eq!(parse_status_annotation(&written).unwrap(), entries);
+        validate_entries(&entries).unwrap();
+        entries
+    }
+
+    #[test]
+    fn example_5_4_single_gateway_round_trips() {
+        let e = round_trip(EXAMPLE_SINGLE_GATEWAY);
+        assert_eq!(e.len(), 3);
+        assert!(e[0].default);
+        assert_eq!(e[0].mtu, Some(1500));
+        assert_eq!(e[0].default_route, vec!["192.0.2.1"]);
+        assert_eq!(
+            e[1].dns,
+            Some(StatusDns {
+                nameservers: vec!["192.0.2.1".into(), "2001:db8:4860::8888".into()],
+                domain: None,
+                search: vec!["eng.example.com".into(), "example.com".into()],
+            })
+        );
+        assert_eq!(
+            e[2].extra.get("infiniband-guid"),
+            Some(&json!(
+                "80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22"
+            ))
+        );
+    }
+
+    #[test]
+    fn example_5_4_multiple_gateways_round_trips() {
+        let e = round_trip(EXAMPLE_MULTIPLE_GATEWAYS);
+        assert_eq!(
+            e[0].default_route,
+            vec!["192.0.2.1", "2001:db8::1", "2001:db8::2"]
+        );
+        assert_eq!(e[0].mtu, None);
+    }
+
+    #[test]
+    fn example_5_4_device_info_round_trips() {
+        let e = round_trip(EXAMPLE_DEVICE_INFO);
+        assert_eq!(e.len(), 5);
+        assert!(e.iter().all(|s| !s.default));
+        assert_eq!(
+            e[1].device_info.as_ref().unwrap()["pci"]["pci-address"],
+            "0000:18:02.5"
+        );
+        assert_eq!(e[3].mac.as_deref(), Some(" 64:1f:74:32:2e:6d"));
+        assert_eq!(e[3].device_info, None);
+        assert_eq!(e[3].extra.get("device").unwrap()["type"], "vhost-user");
+        assert_eq!(
+            e[4].device_info.as_ref().unwrap()["vdpa"]["device"],
+            "vdpa2"
+        );
+    }
+
+    fn net(s: &str) -> ipnetwork::IpNetwork {
+        s.parse().unwrap()
+    }
+
+    fn ip(addr: &str, gw: Option<&str>, iface: Option<i64>) -> IpConfig {
+        IpConfig {
+            address: net(addr),
+            gateway: gw.map(|g| g.parse().unwrap()),
+            interface: iface,
+        }
+    }
+
+    fn route(dst: &str, gw: Option<&str>) -> Route {
+        Route {
+            dst: net(dst),
+            gw: gw.map(|g| g.parse().unwrap()),
+            mtu: None,
+            advmss: None,
+            priority: None,
+            table: None,
+            scope: None,
+        }
+    }
+
+    fn iface(name: &str, mac: &str, sandbox: Option<&str>) -> Interface {
+        Interface {
+            name: name.into(),
+            mac: Some(mac.into()),
+            sandbox: sandbox.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn from_results_yields_the_5_4_first_example() {
+        let default_net = CniResult {
+            cni_version: Some(CniVersion::V1_0_0),
+            interfaces: vec![
+                iface("veth1a2b", "0a:00:00:00:00:01", None),
+                Interface {
+                    mtu: Some(1500),
+                    ..iface("eth5", "02:11:22:33:44:54", Some("/var/run/netns/p"))
+                },
+            ],
+            ips: vec![
+                ip("192.0.2.2/24", Some("192.0.2.1"), Some(1)),
+                ip("2001:db8::2230/32", None, Some(1)),
+            ],
+            routes: vec![
+                route("0.0.0.0/0", Some("192.0.2.1")),
+                route("10.0.0.0/8", Some("192.0.2.9")),
+            ],
+            dns: Dns::default(),
+        };
+        let some_network = CniResult {
+            cni_version: Some(CniVersion::V1_1_0),
+            interfaces: vec![iface("eth1", "02:11:22:33:44:55", Some("/var/run/netns/p"))],
+            ips: vec![
+                ip("192.0.2.2/24", None, Some(0)),
+                ip("2001:db8::2234/32", None, Some(0)),
+            ],
+            routes: vec![],
+            dns: Dns {
+                nameservers: vec!["192.0.2.1".into(), "2001:db8:4860::8888".into()],
+                search: vec!["eng.example.com".into(), "example.com".into()],
+                options: vec!["ndots:2".into()],
+                ..Default::default()
+            },
+        };
+        let ib = CniResult {
+            cni_version: Some(CniVersion::V0_4_0),
+            interfaces: vec![Interface {
+                name: "ib0".into(),
+                sandbox: Some("/var/run/netns/p".into()),
+                ..Default::default()
+            }],
+            ips: vec![ip("198.51.100.1/24", None, Some(0))],
+            ..Default::default()
+        };
+        let mut entries = vec![
+            NetworkStatus::from_result(
+                Some(&default_net),
+                &StatusInput {
+                    network: "namespace-a/cluster-wide-default",
+                    ifname: Some("eth5"),
+                    default: true,
+                    ..Default::default()
+                },
+            ),
+            NetworkStatus::from_result(
+                Some(&some_network),
+                &StatusInput {
+                    network: "namespace-b/some-network",
+                    ifname: Some("eth1"),
+                    ..Default::default()
+                },
+            ),
+            NetworkStatus::from_result(
+                Some(&ib),
+                &StatusInput {
+                    network: "namespace-a/an-ip-over-infiniband-network",
+                    ifname: Some("ib0"),
+                    ..Default::default()
+                },
+            ),
+        ];
+        // "infiniband-guid" is not a §5.3 key: a CNI result cannot yield it,
+        // so whoever knows it adds it as an extra key.
+        entries[2].extra.insert(
+            "infiniband-guid".into(),
+            json!("80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22"),
+        );
+        assert_eq!(
+            entries,
+            parse_status_annotation(EXAMPLE_SINGLE_GATEWAY).unwrap()
+        );
+        let written: Value = serde_json::from_str(&status_annotation_value(&entries)).unwrap();
+        assert_eq!(written, with_default_key(EXAMPLE_SINGLE_GATEWAY));
+    }
+
+    #[test]
+    fn cni_spec_appendix_shape_host_interfaces_first() {
+        // cni-SPEC.md appendix: bridge result with cni0 and the veth on the
+        // host, eth0 in the sandbox, the address on interface 2, and a default
+        // route without "gw".
+        let r = CniResult {
+            cni_version: Some(CniVersion::V1_1_0),
+            interfaces: vec![
+                iface("cni0", "00:11:22:33:44:55", None),
+                iface("veth3243", "55:44:33:22:11:11", Some("")),
+                iface("eth0", "99:88:77:66:55:44", Some("/var/run/netns/blue")),
+            ],
+            ips: vec![ip("10.1.0.5/16", Some("10.1.0.1"), Some(2))],
+            routes: vec![route("0.0.0.0/0", None)],
+            dns: Dns {
+                nameservers: vec!["10.1.0.1".into()],
+                ..Default::default()
+            },
+        };
+        let s = NetworkStatus::from_result(
+            Some(&r),
+            &StatusInput {
+                network: "dbnet",
+                ifname: Some("eth0"),
+                default: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            s.to_value(),
+            json!({
+                "name": "dbnet", "interface": "eth0", "ips": ["10.1.0.5/16"],
+                "mac": "99:88:77:66:55:44", "default": true,
+                "dns": {"nameservers": ["10.1.0.1"]}, "default-route": ["10.1.0.1"]
+            })
+        );
+        // Key order as documented.
+        let keys: Vec<String> = s.to_value().as_object().unwrap().keys().cloned().collect();
+        assert_eq!(
+            keys,
+            [
+                "name",
+                "interface",
+                "ips",
+                "mac",
+                "default",
+                "dns",
+                "default-route"
+            ]
+        );
+    }
+
+    #[test]
+    fn legacy_0_2_0_result_uses_ip4_ip6_and_cni_ifname() {
+        let r = CniResult {
+            cni_version: Some(CniVersion::V0_2_0),
+            ips: vec![
+                ip("10.1.0.5/16", Some("10.1.0.1"), None),
+                ip("2001:db8::5/64", Some("2001:db8::1"), None),
+            ],
+            routes: vec![route("0.0.0.0/0", None), route("::/0", None)],
+            dns: Dns {
+                domain: Some("example.com".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let s = NetworkStatus::from_result(
+            Some(&r),
+            &StatusInput {
+                network: "ns/old",
+                ifname: Some("net1"),
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            s.to_value(),
+            json!({
+                "name": "ns/old", "interface": "net1", "ips": ["10.1.0.5/16", "2001:db8::5/64"],
+                "default": false, "dns": {"domain": "example.com"},
+                "default-route": ["10.1.0.1", "2001:db8::1"]
+            })
+        );
+    }
+
+    #[test]
+    fn no_sandbox_interface_uses_rule_2() {
+        let r = CniResult {
+            cni_version: Some(CniVersion::V0_3_1),
+            interfaces: vec![iface("vethhost", "0a:00:00:00:00:02", None)],
+            ips: vec![
+                ip("10.0.0.2/24", None, Some(0)),
+                ip("10.0.0.3/24", None, None),
+                ip("10.0.0.4/24", None, Some(-1)),
+            ],
+            ..Default::default()
+        };
+        let s = NetworkStatus::from_result(
+            Some(&r),
+            &StatusInput {
+                network: "ns/n",
+                ifname: Some("net1"),
+                ..Default::default()
+            },
+        );
+        assert_eq!(s.interface, None);
+        assert_eq!(s.mac, None);
+        assert_eq!(s.ips, vec!["10.0.0.3/24", "10.0.0.4/24"]);
+        assert_eq!(
+            s.to_value(),
+            json!({"name": "ns/n", "ips": ["10.0.0.3/24", "10.0.0.4/24"], "default": false})
+        );
+        // No interfaces at all: rule 2 as well.
+        let r = CniResult {
+            cni_version: Some(CniVersion::V1_0_0),
+            ips: vec![ip("10.0.0.3/24", None, None)],
+            ..Default::default()
+        };
+        let s = NetworkStatus::from_result(
+            Some(&r),
+            &StatusInput {
+                network: "n",
+                ..Default::default()
+            },
+        );
+        assert_eq!(s.ips, vec!["10.0.0.3/24"]);
+    }
+
+    #[test]
+    fn sandbox_interface_without_addresses_has_no_ips() {
+        // §5.3.3.1: rule 2 applies only when no interface has a sandbox.
+        let r = CniResult {
+            cni_version: Some(CniVersion::V1_0_0),
+            interfaces: vec![iface("net1", "02:00:00:00:00:01", Some("/p"))],
+            ips: vec![ip("10.0.0.3/24", None, None)],
+            ..Default::default()
+        };
+        let s = NetworkStatus::from_result(
+            Some(&r),
+            &StatusInput {
+                network: "n",
+                ..Default::default()
+            },
+        );
+        assert_eq!(s.interface.as_deref(), Some("net1"));
+        assert!(s.ips.is_empty());
+    }
+
+    #[test]
+    fn no_result_gives_the_minimal_map() {
+        let s = NetworkStatus::from_result(
+            None,
+            &StatusInput {
+                network: "ns/thick",
+                ifname: Some("net2"),
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            s.to_value(),
+            json!({"name": "ns/thick", "interface": "net2", "default": false})
+        );
+    }
+
+    #[test]
+    fn gateway_request_and_device_info() {
+        let r = CniResult {
+            cni_version: Some(CniVersion::V1_0_0),
+            interfaces: vec![iface("net1", "02:00:00:00:00:01", Some("/p"))],
+            ips: vec![ip("10.0.0.3/24", Some("10.0.0.254"), Some(0))],
+            routes: vec![route("0.0.0.0/0", Some("10.0.0.254"))],
+            ..Default::default()
+        };
+        let gws: Vec<IpAddr> = vec!["10.0.0.1".parse().unwrap()];
+        let dev =
+            json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:18:02.5"}});
+        let s = NetworkStatus::from_result(
+            Some(&r),
+            &StatusInput {
+                network: "ns/b",
+                gateway_request: Some(&gws),
+                device_info: Some(dev.clone()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(s.default_route, vec!["10.0.0.1"]);
+        assert_eq!(s.to_value()["device-info"], dev);
+        // An empty request: no default-route key.
+        let s = NetworkStatus::from_result(
+            Some(&r),
+            &StatusInput {
+                network: "ns/b",
+                gateway_request: Some(&[]),
+                ..Default::default()
+            },
+        );
+        assert!(s.to_value().get("default-route").is_none());
+    }
+
+    #[test]
+    fn from_value_keys_fold_and_types_are_checked() {
+        let s = NetworkStatus::from_value(
+            &json!({"Name": "n", "IPs": ["x"], "Default": true, "org.x.y": 1}),
+        )
+        .unwrap();
+        assert_eq!(s.name, "n");
+        assert_eq!(s.ips, vec!["x"]);
+        assert!(s.default);
+        assert_eq!(s.extra.get("org.x.y"), Some(&json!(1)));
+
+        let err = |v: Value| NetworkStatus::from_value(&v).unwrap_err().details;
+        assert_eq!(err(json!({})), "name: required");
+        assert_eq!(err(json!({"name": 1})), "name: must be a string, got 1");
+        assert_eq!(
+            err(json!({"name": "n", "mtu": -1})),
+            "mtu: must be an unsigned integer, got -1"
+        );
+        assert_eq!(
+            err(json!({"name": "n", "ips": "1.2.3.4"})),
+            "ips: must be a list, got \"1.2.3.4\""
+        );
+        assert_eq!(
+            err(json!({"name": "n", "default": "true"})),
+            "default: must be a boolean, got \"true\""
+        );
+        assert_eq!(
+            err(json!({"name": "n", "dns": {"search": "a"}})),
+            "dns.search: must be a list, got \"a\""
+        );
+        assert_eq!(
+            err(json!({"name": "n", "default-route": [1]})),
+            "default-route[0]: must be a string, got 1"
+        );
+        assert_eq!(
+            err(json!({"name": "n", "device-info": "pci"})),
+            "device-info: must be an object, got \"pci\""
+        );
+    }
+
+    #[test]
+    fn parse_annotation_errors() {
+        assert_eq!(parse_status_annotation("  ").unwrap(), vec![]);
+        let e = parse_status_annotation("[{").unwrap_err();
+        assert!(
+            e.details
+                .starts_with("k8s.v1.cni.cncf.io/network-status: invalid JSON"),
+            "{}",
+            e.details
+        );
+        assert_eq!(
+            parse_status_annotation("{}").unwrap_err().details,
+            "k8s.v1.cni.cncf.io/network-status: must be a list, got {}"
+        );
+        assert_eq!(
+            parse_status_annotation("[{\"name\": \"a\"}, 5]")
+                .unwrap_err()
+                .details,
+            "k8s.v1.cni.cncf.io/network-status[1]: must be an object, got 5"
+        );
+        assert_eq!(
+            parse_status_annotation("[{\"name\": \"a\", \"mtu\": \"x\"}]")
+                .unwrap_err()
+                .details,
+            "k8s.v1.cni.cncf.io/network-status[0].mtu: must be an unsigned integer, got \"x\""
+        );
+    }
+
+    #[test]
+    fn validate_entries_rules() {
+        let ok = |name: &str, default: bool| NetworkStatus {
+            name: name.into(),
+            default,
+            ..Default::default()
+        };
+        assert_eq!(validate_entries(&[ok("a", true), ok("b", false)]), Ok(()));
+        assert_eq!(
+            validate_entries(&[ok("a", true), ok("b", false), ok("c", true)]),
+            Err(
+                "[2].default: only one entry may be the default network, and [0] already is \
+                 (multi-net-spec §5.3.6)"
+                    .into()
+            )
+        );
+        let mac_only = NetworkStatus {
+            mac: Some("02:00:00:00:00:01".into()),
+            ..ok("a", false)
+        };
+        assert_eq!(
+            validate_entries(&[mac_only]),
+            Err("[0].mac: requires \"interface\" to be present (multi-net-spec §5.3.4)".into())
+        );
+        assert_eq!(
+            validate_entries(&[ok("", false)]),
+            Err("[0].name: required (multi-net-spec §5.3.1)".into())
+        );
+    }
+
+    #[test]
+    fn written_value_is_indented_and_extra_cannot_shadow_known_keys() {
+        let mut s = NetworkStatus {
+            name: "a".into(),
+            ..Default::default()
+        };
+        s.extra.insert("default".into(), json!(true));
+        s.extra.insert("org.example.k".into(), json!("v"));
+        let text = status_annotation_value(&[s]);
+        assert!(
+            text.starts_with("[\n    {\n        \"name\": \"a\""),
+            "{text}"
+        );
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v,
+            json!([{"name": "a", "default": false, "org.example.k": "v"}])
+        );
+    }
+}

@@ -1,0 +1,678 @@
+//! Device information (device-info-SPEC.md v1.1.0): the map a device plugin or
+//! CNI plugin writes to describe the device behind an attachment, carried in
+//! the network-status `device-info` key (multi-net-spec §5.3.8).
+//!
+//! Multus reads these with Go's encoding/json, so keys match
+//! case-insensitively; unknown keys are ignored (and not written back).
+
+use serde_json::{json, Map, Value};
+
+use super::fields::{as_object, as_str, fold_object, Folded};
+use crate::cni::error::CniError;
+
+/// The Device Information Specification version plexus writes.
+pub const SPEC_VERSION: &str = "1.1.0";
+/// device-info-SPEC §4.1: where device plugins leave their files.
+pub const DP_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo/dp";
+/// device-info-SPEC §4.2: where the per-attachment CNI copies live.
+pub const CNI_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo/cni";
+
+/// device-info-SPEC §3.1.1 `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceType {
+    Pci,
+    Vdpa,
+    VhostUser,
+    Memif,
+}
+
+/// §3.1.4.2 vDPA `driver`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VdpaDriver {
+    Vhost,
+    Virtio,
+}
+
+/// §3.1.5.1 vhost-user `mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VhostUserMode {
+    Client,
+    Server,
+}
+
+/// §3.1.6.1 memif `role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemifRole {
+    Master,
+    Slave,
+}
+
+/// §3.1.6.3 memif `mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemifMode {
+    Ethernet,
+    Ip,
+    InjectPunt,
+}
+
+/// The spelling of each enum value in JSON, shared by parsing and printing.
+trait Spelled: Sized + Copy + 'static {
+    const ALL: &'static [(Self, &'static str)];
+
+    fn as_str(self) -> &'static str
+    where
+        Self: PartialEq,
+    {
+        Self::ALL
+            .iter()
+            .find(|(v, _)| *v == self)
+            .map(|(_, s)| *s)
+            .unwrap_or_default()
+    }
+
+    fn parse(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .iter()
+            .find(|(_, name)| *name == s)
+            .map(|(v, _)| *v)
+            .ok_or_else(|| {
+                let names: Vec<String> = Self::ALL.iter().map(|(_, n)| format!("{n:?}")).collect();
+                format!("must be one of {}, got {s:?}", names.join(", "))
+            })
+    }
+}
+
+impl Spelled for DeviceType {
+    const ALL: &'static [(Self, &'static str)] = &[
+        (DeviceType::Pci, "pci"),
+        (DeviceType::Vdpa, "vdpa"),
+        (DeviceType::VhostUser, "vhost-user"),
+        (DeviceType::Memif, "memif"),
+    ];
+}
+impl Spelled for VdpaDriver {
+    const ALL: &'static [(Self, &'static str)] =
+        &[(VdpaDriver::Vhost, "vhost"), (VdpaDriver::Virtio, "virtio")];
+}
+impl Spelled for VhostUserMode {
+    const ALL: &'static [(Self, &'static str)] = &[
+        (VhostUserMode::Client, "client"),
+        (VhostUserMode::Server, "server"),
+    ];
+}
+impl Spelled for MemifRole {
+    const ALL: &'static [(Self, &'static str)] =
+        &[(MemifRole::Master, "master"), (MemifRole::Slave, "slave")];
+}
+impl Spelled for MemifMode {
+    const ALL: &'static [(Self, &'static str)] = &[
+        (MemifMode::Ethernet, "ethernet"),
+        (MemifMode::Ip, "ip"),
+        (MemifMode::InjectPunt, "inject-punt"),
+    ];
+}
+
+impl DeviceType {
+    /// The spec's spelling (`pci`, `vdpa`, `vhost-user`, `memif`), which is
+    /// also the key of the type's own map.
+    pub fn as_str(self) -> &'static str {
+        Spelled::as_str(self)
+    }
+}
+
+/// §3.1.3 `pci`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PciDevice {
+    pub pci_address: String,
+    pub vhost_net: Option<String>,
+    pub rdma_device: Option<String>,
+    pub pf_pci_address: Option<String>,
+    pub representor_device: Option<String>,
+}
+
+/// §3.1.4 `vdpa`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VdpaDevice {
+    pub parent_device: String,
+    pub driver: VdpaDriver,
+    pub path: String,
+    pub pci_address: Option<String>,
+    pub pf_pci_address: Option<String>,
+    pub representor_device: Option<String>,
+}
+
+/// §3.1.5 `vhost-user`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VhostUserDevice {
+    pub mode: VhostUserMode,
+    pub path: String,
+}
+
+/// §3.1.6 `memif`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemifDevice {
+    pub role: MemifRole,
+    pub path: String,
+    pub mode: MemifMode,
+}
+
+/// A device information map (§3.1). The map named by `device_type` is always
+/// present after [`DeviceInfo::from_value`]; the others may be too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub device_type: DeviceType,
+    /// `MAJOR.MINOR.PATCH` of the Device Information Specification.
+    pub version: String,
+    pub pci: Option<PciDevice>,
+    pub vdpa: Option<VdpaDevice>,
+    pub vhost_user: Option<VhostUserDevice>,
+    pub memif: Option<MemifDevice>,
+}
+
+const KEYS: [&str; 6] = ["type", "version", "pci", "vdpa", "vhost-user", "memif"];
+const PCI_KEYS: [&str; 5] = [
+    "pci-address",
+    "vhost-net",
+    "rdma-device",
+    "pf-pci-address",
+    "representor-device",
+];
+const VDPA_KEYS: [&str; 6] = [
+    "parent-device",
+    "driver",
+    "path",
+    "pci-address",
+    "pf-pci-address",
+    "representor-device",
+];
+const VHOST_USER_KEYS: [&str; 2] = ["mode", "path"];
+const MEMIF_KEYS: [&str; 3] = ["role", "path", "mode"];
+
+/// Reads the string keys of one folded map, naming `prefix.key` in errors.
+struct Reader<'a> {
+    prefix: &'a str,
+    keys: &'a [&'a str],
+    folded: Folded<'a>,
+}
+
+impl<'a> Reader<'a> {
+    fn new(v: &'a Value, prefix: &'a str, keys: &'a [&'a str]) -> Result<Self, CniError> {
+        let what = if prefix.is_empty() {
+            "device information"
+        } else {
+            prefix
+        };
+        let obj = as_object(v).map_err(|r| CniError::decode(what, r))?;
+        Ok(Reader {
+            prefix,
+            keys,
+            folded: fold_object(obj, keys),
+        })
+    }
+
+    fn path(&self, key: &str) -> String {
+        if self.prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.prefix)
+        }
+    }
+
+    fn raw(&self, key: &str) -> Option<&'a Value> {
+        let idx = self.keys.iter().position(|k| *k == key)?;
+        self.folded.known[idx].map(|(_, v)| v)
+    }
+
+    fn opt(&self, key: &str) -> Result<Option<String>, CniError> {
+        self.raw(key)
+            .map(|v| {
+                as_str(v)
+                    .map(str::to_string)
+                    .map_err(|r| CniError::decode(self.path(key), r))
+            })
+            .transpose()
+    }
+
+    fn req(&self, key: &str) -> Result<String, CniError> {
+        self.opt(key)?
+            .ok_or_else(|| CniError::decode(self.path(key), "required"))
+    }
+
+    fn spelled<T: Spelled + PartialEq>(&self, key: &str) -> Result<T, CniError> {
+        T::parse(&self.req(key)?).map_err(|r| CniError::decode(self.path(key), r))
+    }
+}
+
+fn is_semver_triple(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+impl DeviceInfo {
+    /// Decode and validate a device information map. Errors name the key
+    /// (`pci.pci-address: required`); callers prefix `device-info` or a
+    /// file name with [`CniError::within`].
+    pub fn from_value(v: &Value) -> Result<DeviceInfo, CniError> {
+        let top = Reader::new(v, "", &KEYS)?;
+        let device_type: DeviceType = top.spelled("type")?;
+        let version = top.req("version")?;
+        if !is_semver_triple(&version) {
+            return Err(CniError::decode(
+                "version",
+                format!("must be MAJOR.MINOR.PATCH (like {SPEC_VERSION:?}), got {version:?}"),
+            ));
+        }
+        let pci = top
+            .raw("pci")
+            .map(|v| -> Result<PciDevice, CniError> {
+                let r = Reader::new(v, "pci", &PCI_KEYS)?;
+                Ok(PciDevice {
+                    pci_address: r.req("pci-address")?,
+                    vhost_net: r.opt("vhost-net")?,
+                    rdma_device: r.opt("rdma-device")?,
+                    pf_pci_address: r.opt("pf-pci-address")?,
+                    representor_device: r.opt("representor-device")?,
+                })
+            })
+            .transpose()?;
+        let vdpa = top
+            .raw("vdpa")
+            .map(|v| -> Result<VdpaDevice, CniError> {
+                let r = Reader::new(v, "vdpa", &VDPA_KEYS)?;
+                Ok(VdpaDevice {
+                    parent_device: r.req("parent-device")?,
+                    driver: r.spelled("driver")?,
+                    path: r.req("path")?,
+                    pci_address: r.opt("pci-address")?,
+                    pf_pci_address: r.opt("pf-pci-address")?,
+                    representor_device: r.opt("representor-device")?,
+                })
+            })
+            .transpose()?;
+        let vhost_user = top
+            .raw("vhost-user")
+            .map(|v| -> Result<VhostUserDevice, CniError> {
+                let r = Reader::new(v, "vhost-user", &VHOST_USER_KEYS)?;
+                Ok(VhostUserDevice {
+                    mode: r.spelled("mode")?,
+                    path: r.req("path")?,
+                })
+            })
+            .transpose()?;
+        let memif = top
+            .raw("memif")
+            .map(|v| -> Result<MemifDevice, CniError> {
+                let r = Reader::new(v, "memif", &MEMIF_KEYS)?;
+                Ok(MemifDevice {
+                    role: r.spelled("role")?,
+                    path: r.req("path")?,
+                    mode: r.spelled("mode")?,
+                })
+            })
+            .transpose()?;
+        let info = DeviceInfo {
+            device_type,
+            version,
+            pci,
+            vdpa,
+            vhost_user,
+            memif,
+        };
+        // §3.1.3–§3.1.6: the map of the given type is required.
+        let present = match device_type {
+            DeviceType::Pci => info.pci.is_some(),
+            DeviceType::Vdpa => info.vdpa.is_some(),
+            DeviceType::VhostUser => info.vhost_user.is_some(),
+            DeviceType::Memif => info.memif.is_some(),
+        };
+        if !present {
+            let key = device_type.as_str();
+            return Err(CniError::decode(
+                key,
+                format!("required when \"type\" is {key:?} (device-info-SPEC §3.1)"),
+            ));
+        }
+        Ok(info)
+    }
+
+    /// The map as JSON, keys in spec order, optional keys omitted when unset.
+    pub fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("type".into(), json!(self.device_type.as_str()));
+        m.insert("version".into(), json!(self.version));
+        fn object(pairs: &[(&str, Option<&str>)]) -> Value {
+            Value::Object(
+                pairs
+                    .iter()
+                    .filter_map(|(k, v)| v.map(|v| (k.to_string(), json!(v))))
+                    .collect(),
+            )
+        }
+        if let Some(p) = &self.pci {
+            m.insert(
+                "pci".into(),
+                object(&[
+                    ("pci-address", Some(&p.pci_address)),
+                    ("vhost-net", p.vhost_net.as_deref()),
+                    ("rdma-device", p.rdma_device.as_deref()),
+                    ("pf-pci-address", p.pf_pci_address.as_deref()),
+                    ("representor-device", p.representor_device.as_deref()),
+                ]),
+            );
+        }
+        if let Some(d) = &self.vdpa {
+            m.insert(
+                "vdpa".into(),
+                object(&[
+                    ("parent-device", Some(&d.parent_device)),
+                    ("driver", Some(Spelled::as_str(d.driver))),
+                    ("path", Some(&d.path)),
+                    ("pci-address", d.pci_address.as_deref()),
+                    ("pf-pci-address", d.pf_pci_address.as_deref()),
+                    ("representor-device", d.representor_device.as_deref()),
+                ]),
+            );
+        }
+        if let Some(v) = &self.vhost_user {
+            m.insert(
+                "vhost-user".into(),
+                object(&[
+                    ("mode", Some(Spelled::as_str(v.mode))),
+                    ("path", Some(&v.path)),
+                ]),
+            );
+        }
+        if let Some(v) = &self.memif {
+            m.insert(
+                "memif".into(),
+                object(&[
+                    ("role", Some(Spelled::as_str(v.role))),
+                    ("path", Some(&v.path)),
+                    ("mode", Some(Spelled::as_str(v.mode))),
+                ]),
+            );
+        }
+        Value::Object(m)
+    }
+}
+
+/// device-info-SPEC §4.1: the file name a device plugin uses for one device,
+/// `<resourceName>-<deviceID>-device.json` with '/' in the resource name
+/// replaced by '-'. Fails when the result could leave [`DP_DIR`].
+pub fn dp_file_name(resource_name: &str, device_id: &str) -> Result<String, String> {
+    if device_id.is_empty() || device_id.contains(['/', '\0']) || device_id == ".." {
+        return Err(format!(
+            "device ID {device_id:?} cannot be part of a file name"
+        ));
+    }
+    if resource_name.is_empty() || resource_name.contains('\0') {
+        return Err(format!(
+            "resource name {resource_name:?} cannot be part of a file name"
+        ));
+    }
+    Ok(format!(
+        "{}-{device_id}-device.json",
+        resource_name.replace('/', "-")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> DeviceInfo {
+        let v: Value = serde_json::from_str(text).unwrap();
+        DeviceInfo::from_value(&v).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    fn err(v: Value) -> String {
+        DeviceInfo::from_value(&v).unwrap_err().details
+    }
+
+    // device-info-SPEC §4.3 as printed: curly quotes (and, in the vdpa one, a
+    // missing closing quote) make them invalid JSON.
+    const PRINTED_4_3: [&str; 2] = [
+        "{\n    \"type\": \"pci\",\n    \"version\": \"1.1.0\",\n    \"pci\": {\n        \"pci-address\": \"0000:01:02.2\",\n        \u{201c}pf-pci-address\u{201d}: \"0000:01:02.0\"\n    }\n}",
+        "{\n    \"type\": \"vdpa\",\n    \"version\": \"1.1.0\",\n    \"vdpa\": {\n        \u{201c}parent-device\u{201d}: \u{201c}vdpa3\u{201d},\n        \"driver\": \"vhost\",\n        \"path: \"/dev/vdpa-vhost0\"\n    }\n}",
+    ];
+
+    #[test]
+    fn examples_4_3_as_printed_are_not_json() {
+        for text in PRINTED_4_3 {
+            assert!(serde_json::from_str::<Value>(text).is_err());
+        }
+    }
+
+    #[test]
+    fn example_4_3_pci() {
+        let text = r#"{
+    "type": "pci",
+    "version": "1.1.0",
+    "pci": {
+        "pci-address": "0000:01:02.2",
+        "pf-pci-address": "0000:01:02.0"
+    }
+}"#;
+        let d = parse(text);
+        assert_eq!(d.device_type, DeviceType::Pci);
+        assert_eq!(d.version, "1.1.0");
+        assert_eq!(
+            d.pci,
+            Some(PciDevice {
+                pci_address: "0000:01:02.2".into(),
+                pf_pci_address: Some("0000:01:02.0".into()),
+                ..Default::default()
+            })
+        );
+        assert_eq!(d.to_value(), serde_json::from_str::<Value>(text).unwrap());
+    }
+
+    #[test]
+    fn example_4_3_vdpa() {
+        let text = r#"{
+    "type": "vdpa",
+    "version": "1.1.0",
+    "vdpa": {
+        "parent-device": "vdpa3",
+        "driver": "vhost",
+        "path": "/dev/vdpa-vhost0"
+    }
+}"#;
+        let d = parse(text);
+        assert_eq!(
+            d.vdpa,
+            Some(VdpaDevice {
+                parent_device: "vdpa3".into(),
+                driver: VdpaDriver::Vhost,
+                path: "/dev/vdpa-vhost0".into(),
+                pci_address: None,
+                pf_pci_address: None,
+                representor_device: None,
+            })
+        );
+        assert_eq!(d.to_value(), serde_json::from_str::<Value>(text).unwrap());
+    }
+
+    #[test]
+    fn example_4_3_vhost_user() {
+        let text = r#"{
+    "type": "vhost-user",
+    "version": "1.1.0",
+    "vhost-user": {
+        "mode": "server",
+        "path": "/var/run/vhost.sock"
+    }
+}"#;
+        let d = parse(text);
+        assert_eq!(
+            d.vhost_user,
+            Some(VhostUserDevice {
+                mode: VhostUserMode::Server,
+                path: "/var/run/vhost.sock".into()
+            })
+        );
+        assert_eq!(d.to_value(), serde_json::from_str::<Value>(text).unwrap());
+    }
+
+    #[test]
+    fn example_6_1_2_maps() {
+        // device-info-SPEC §6.1.2, with the printed example's curly quotes
+        // straightened and its missing commas added.
+        let sriov_b = parse(
+            r#"{"type": "pci", "version": "1.1.0",
+                "pci": {"pci-address": "0000:18:0a.2", "vhost-net": "/dev/vhost-net",
+                        "pf-pci-address": "0000:18:00.1"}}"#,
+        );
+        assert_eq!(
+            sriov_b.pci.unwrap().vhost_net.as_deref(),
+            Some("/dev/vhost-net")
+        );
+        let vdpa = parse(
+            r#"{"type": "vdpa", "version": "1.1.0",
+                "vdpa": {"parent-device": "vdpa2", "driver": "vhost", "path": "/dev/vhost-vdpa0",
+                         "pci-address": "0000:02:01:6", "pf-pci-address": "0000:02:01:0"}}"#,
+        );
+        let v = vdpa.vdpa.unwrap();
+        assert_eq!(v.pci_address.as_deref(), Some("0000:02:01:6"));
+        assert_eq!(v.pf_pci_address.as_deref(), Some("0000:02:01:0"));
+        let user = parse(
+            r#"{"type": "vhost-user", "version": "1.1.0",
+                "vhost-user": {"mode": "client", "path": "/var/run/net3/vhost.sock"}}"#,
+        );
+        assert_eq!(user.vhost_user.unwrap().mode, VhostUserMode::Client);
+    }
+
+    #[test]
+    fn multi_net_5_4_vdpa_map_drops_unknown_key() {
+        // multi-net-spec §5.4 "With device information": the vdpa map carries
+        // a "device" key the device-info spec does not define.
+        let d = parse(
+            r#"{"type": "vdpa", "version": "1.0.0",
+                "vdpa": {"parent-device": "/sys/bus/vdpa/devices", "driver": "vhost", "device": "vdpa2",
+                         "path": "/dev/vhost-vdpa0", "pci-address": "0000:04:02.7",
+                         "pf-pci-address": "0000:04:00.0"}}"#,
+        );
+        assert_eq!(
+            d.to_value(),
+            json!({"type": "vdpa", "version": "1.0.0",
+                   "vdpa": {"parent-device": "/sys/bus/vdpa/devices", "driver": "vhost",
+                            "path": "/dev/vhost-vdpa0", "pci-address": "0000:04:02.7",
+                            "pf-pci-address": "0000:04:00.0"}})
+        );
+    }
+
+    #[test]
+    fn memif_and_case_insensitive_keys() {
+        let d = parse(
+            r#"{"Type": "memif", "VERSION": "1.1.0",
+                "memif": {"Role": "master", "path": "/run/memif.sock", "mode": "inject-punt"}}"#,
+        );
+        assert_eq!(
+            d.memif,
+            Some(MemifDevice {
+                role: MemifRole::Master,
+                path: "/run/memif.sock".into(),
+                mode: MemifMode::InjectPunt
+            })
+        );
+        assert_eq!(
+            d.to_value(),
+            json!({"type": "memif", "version": "1.1.0",
+                   "memif": {"role": "master", "path": "/run/memif.sock", "mode": "inject-punt"}})
+        );
+    }
+
+    #[test]
+    fn bad_inputs_name_the_key() {
+        assert_eq!(
+            err(json!("pci")),
+            "device information: must be an object, got \"pci\""
+        );
+        assert_eq!(err(json!({"version": "1.1.0"})), "type: required");
+        assert_eq!(
+            err(json!({"type": "usb", "version": "1.1.0"})),
+            "type: must be one of \"pci\", \"vdpa\", \"vhost-user\", \"memif\", got \"usb\""
+        );
+        assert_eq!(
+            err(json!({"type": "pci", "pci": {"pci-address": "x"}})),
+            "version: required"
+        );
+        assert_eq!(
+            err(json!({"type": "pci", "version": "1.1", "pci": {"pci-address": "x"}})),
+            "version: must be MAJOR.MINOR.PATCH (like \"1.1.0\"), got \"1.1\""
+        );
+        assert_eq!(
+            err(json!({"type": "pci", "version": "1.1.0"})),
+            "pci: required when \"type\" is \"pci\" (device-info-SPEC §3.1)"
+        );
+        assert_eq!(
+            err(json!({"type": "pci", "version": "1.1.0", "pci": {}})),
+            "pci.pci-address: required"
+        );
+        assert_eq!(
+            err(json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": 5}})),
+            "pci.pci-address: must be a string, got 5"
+        );
+        assert_eq!(
+            err(json!({"type": "vdpa", "version": "1.1.0",
+                       "vdpa": {"parent-device": "v", "driver": "mlx5", "path": "/dev/x"}})),
+            "vdpa.driver: must be one of \"vhost\", \"virtio\", got \"mlx5\""
+        );
+        assert_eq!(
+            err(
+                json!({"type": "vdpa", "version": "1.1.0", "vdpa": {"driver": "vhost", "path": "/p"}})
+            ),
+            "vdpa.parent-device: required"
+        );
+        assert_eq!(
+            err(
+                json!({"type": "vhost-user", "version": "1.1.0", "vhost-user": {"mode": "peer", "path": "/p"}})
+            ),
+            "vhost-user.mode: must be one of \"client\", \"server\", got \"peer\""
+        );
+        assert_eq!(
+            err(
+                json!({"type": "vhost-user", "version": "1.1.0", "vhost-user": {"mode": "client"}})
+            ),
+            "vhost-user.path: required"
+        );
+        assert_eq!(
+            err(
+                json!({"type": "memif", "version": "1.1.0", "memif": {"role": "leader", "path": "/p", "mode": "ip"}})
+            ),
+            "memif.role: must be one of \"master\", \"slave\", got \"leader\""
+        );
+        assert_eq!(
+            err(
+                json!({"type": "memif", "version": "1.1.0", "memif": {"role": "slave", "path": "/p", "mode": "raw"}})
+            ),
+            "memif.mode: must be one of \"ethernet\", \"ip\", \"inject-punt\", got \"raw\""
+        );
+        assert_eq!(
+            err(json!({"type": "memif", "version": "1.1.0", "memif": []})),
+            "memif: must be an object, got []"
+        );
+        let e = DeviceInfo::from_value(&json!({"type": "pci", "version": "1.1.0"}))
+            .unwrap_err()
+            .within("device-info");
+        assert_eq!(
+            e.details,
+            "device-info.pci: required when \"type\" is \"pci\" (device-info-SPEC §3.1)"
+        );
+    }
+
+    #[test]
+    fn device_plugin_file_name_4_1() {
+        assert_eq!(
+            dp_file_name("intel.com/sriov_net_a", "0000:18:02.5").unwrap(),
+            "intel.com-sriov_net_a-0000:18:02.5-device.json"
+        );
+        assert!(dp_file_name("r", "../x").is_err());
+        assert!(dp_file_name("r", "..").is_err());
+        assert!(dp_file_name("r", "").is_err());
+        assert!(dp_file_name("", "d").is_err());
+    }
+}
