@@ -344,12 +344,8 @@ fn decode_element(
         if claim.is_empty() {
             return Err(at("ipam-claim-reference")("must not be empty".into()));
         }
-        if e.ips.is_some() {
-            return Err(at("ipam-claim-reference")(
-                "cannot be combined with \"ips\" in the same element (multi-net-spec §4.1.2.1.11)"
-                    .into(),
-            ));
-        }
+        // Combined with "ips" it is a valid annotation whose attachment fails
+        // (§4.1.2.1.11 "will result in an error"): the planner rejects it.
         e.ipam_claim_reference = Some(claim.to_string());
     }
 
@@ -1181,12 +1177,13 @@ mod tests {
             p.elements[1].ipam_claim_reference.as_deref(),
             Some("vm123.tenantblue")
         );
-        // §4.1.2.1.11: combining it with "ips" is an error.
-        assert_eq!(
-            err(r#"[{"name": "n", "ips": ["10.0.0.2/24"], "ipam-claim-reference": "c"}]"#),
-            "[0].ipam-claim-reference: cannot be combined with \"ips\" in the same element \
-             (multi-net-spec §4.1.2.1.11)"
-        );
+        // §4.1.2.1.11: combined with "ips" the annotation still parses; the
+        // planner fails that attachment (tests/plan_spec.rs).
+        let both = parse_selection_annotation(
+            r#"[{"name": "n", "ips": ["10.0.0.2/24"], "ipam-claim-reference": "c"}]"#,
+        )
+        .unwrap();
+        assert_eq!(both.elements[0].ipam_claim_reference.as_deref(), Some("c"));
         assert_eq!(
             err(r#"[{"name": "n", "ipam-claim-reference": ""}]"#),
             "[0].ipam-claim-reference: must not be empty"
