@@ -17,6 +17,22 @@ use super::error::CniError;
 use super::names;
 use super::version::CniVersion;
 
+/// The capability names of cni-CONVENTIONS "Well-known Capabilities", plus
+/// `CNIDeviceInfoFile` (device-info-SPEC §5.1).
+pub const WELL_KNOWN_CAPABILITIES: [&str; 11] = [
+    "portMappings",
+    "ipRanges",
+    "bandwidth",
+    "dns",
+    "ips",
+    "mac",
+    "infinibandGUID",
+    "deviceID",
+    "aliases",
+    "cgroupPath",
+    "CNIDeviceInfoFile",
+];
+
 /// A short description of a JSON value for error messages: scalars as JSON
 /// (long strings cut), containers by kind.
 pub(crate) fn describe(v: &Value) -> String {
