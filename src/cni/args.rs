@@ -172,10 +172,19 @@ mod tests {
 
     #[test]
     fn bad_pairs_are_code_4_naming_cni_args_and_the_pair() {
-        for (input, pair) in [("FOO", "FOO"), ("A=1;B", "B"), ("=x", "=x"), ("A=b=c", "A=b=c")] {
+        for (input, pair) in [
+            ("FOO", "FOO"),
+            ("A=1;B", "B"),
+            ("=x", "=x"),
+            ("A=b=c", "A=b=c"),
+        ] {
             let e = CniArgs::parse(input).unwrap_err();
             assert_eq!(e.code, ErrorCode::InvalidEnvironment);
-            assert!(e.details.starts_with("CNI_ARGS: invalid pair"), "{}", e.details);
+            assert!(
+                e.details.starts_with("CNI_ARGS: invalid pair"),
+                "{}",
+                e.details
+            );
             assert!(e.details.contains(&format!("{pair:?}")), "{}", e.details);
         }
     }
@@ -207,12 +216,19 @@ mod tests {
         assert_eq!(a.check_known(&["IP", "FOO"]), Ok(()));
         let e = a.check_known(&["IP"]).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidEnvironment);
-        assert!(e.details.starts_with("CNI_ARGS: unknown argument \"FOO\""), "{}", e.details);
+        assert!(
+            e.details.starts_with("CNI_ARGS: unknown argument \"FOO\""),
+            "{}",
+            e.details
+        );
         let a = CniArgs::parse("IgnoreUnknown=true;FOO=bar").unwrap();
         assert_eq!(a.check_known(&[]), Ok(()));
         let a = CniArgs::parse("IgnoreUnknown=0;FOO=bar").unwrap();
         assert!(a.check_known(&[]).is_err());
         // IgnoreUnknown itself is always known.
-        assert_eq!(CniArgs::parse("IgnoreUnknown=0").unwrap().check_known(&[]), Ok(()));
+        assert_eq!(
+            CniArgs::parse("IgnoreUnknown=0").unwrap().check_known(&[]),
+            Ok(())
+        );
     }
 }

@@ -174,7 +174,10 @@ impl<'de> De<'de, '_> {
         if seq.items.len() == 0 {
             Ok(out)
         } else {
-            Err(de::Error::invalid_length(items.len(), &"fewer elements in array"))
+            Err(de::Error::invalid_length(
+                items.len(),
+                &"fewer elements in array",
+            ))
         }
     }
 
@@ -380,10 +383,9 @@ impl<'de> SeqAccess<'de> for SeqDe<'de, '_> {
             path,
             failed: self.failed,
         };
-        seed.deserialize(child).map(Some).map_err(|e| {
-            record(self.failed, &path);
-            e
-        })
+        seed.deserialize(child)
+            .map(Some)
+            .inspect_err(|_| record(self.failed, &path))
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -409,13 +411,15 @@ impl<'de> MapAccess<'de> for MapDe<'de, '_> {
             return Ok(None);
         };
         self.pending = Some((entry.written, entry.value));
-        seed.deserialize(KeyDe(entry.key)).map(Some).map_err(|e| {
-            record(self.failed, &Path::Key(&self.path, entry.written));
-            e
-        })
+        seed.deserialize(KeyDe(entry.key))
+            .map(Some)
+            .inspect_err(|_| record(self.failed, &Path::Key(&self.path, entry.written)))
     }
 
-    fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, Self::Error> {
+    fn next_value_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<T::Value, Self::Error> {
         let (written, value) = self
             .pending
             .take()
@@ -426,10 +430,8 @@ impl<'de> MapAccess<'de> for MapDe<'de, '_> {
             path,
             failed: self.failed,
         };
-        seed.deserialize(child).map_err(|e| {
-            record(self.failed, &path);
-            e
-        })
+        seed.deserialize(child)
+            .inspect_err(|_| record(self.failed, &path))
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -538,10 +540,7 @@ impl<'de> EnumDe<'de, '_> {
             path,
             failed: self.failed,
         })
-        .map_err(|e| {
-            record(self.failed, &path);
-            e
-        })
+        .inspect_err(|_| record(self.failed, &path))
     }
 }
 
@@ -713,15 +712,25 @@ mod tests {
 
     #[test]
     fn errors_name_the_field_path() {
-        let e = from_value::<Runtime>(&json!({"PortMappings": [{"hostPort": 1, "containerPort": "x"}]}))
-            .unwrap_err();
+        let e = from_value::<Runtime>(
+            &json!({"PortMappings": [{"hostPort": 1, "containerPort": "x"}]}),
+        )
+        .unwrap_err();
         let msg = e.to_string();
-        assert!(msg.starts_with("PortMappings[0].containerPort: invalid type"), "{msg}");
+        assert!(
+            msg.starts_with("PortMappings[0].containerPort: invalid type"),
+            "{msg}"
+        );
         let e = from_value::<Runtime>(&json!({"inner": {"deviceID": "x"}})).unwrap_err();
         assert_eq!(e.to_string(), "inner: missing field `count`");
-        let e = from_value::<Runtime>(&json!({"byName": {"w": {"hostPort": -1, "containerPort": 1}}}))
-            .unwrap_err();
-        assert!(e.to_string().starts_with("byName.w.hostPort: invalid value"), "{e}");
+        let e =
+            from_value::<Runtime>(&json!({"byName": {"w": {"hostPort": -1, "containerPort": 1}}}))
+                .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("byName.w.hostPort: invalid value"),
+            "{e}"
+        );
         // The top level has no path.
         let e = from_value::<Inner>(&json!({"deviceID": "x"})).unwrap_err();
         assert_eq!(e.to_string(), "missing field `count`");
@@ -761,13 +770,19 @@ mod tests {
             ]
         );
         let e = from_value::<Vec<Shape>>(&json!([{"rec": {"count": "x"}}])).unwrap_err();
-        assert!(e.to_string().starts_with("[0].rec.count: invalid type"), "{e}");
+        assert!(
+            e.to_string().starts_with("[0].rec.count: invalid type"),
+            "{e}"
+        );
     }
 
     #[test]
     fn scalars_and_values_forward_to_serde_json() {
         assert_eq!(from_value::<u8>(&json!(7)).unwrap(), 7);
-        assert_eq!(from_value::<(u8, String)>(&json!([1, "a"])).unwrap(), (1, "a".into()));
+        assert_eq!(
+            from_value::<(u8, String)>(&json!([1, "a"])).unwrap(),
+            (1, "a".into())
+        );
         assert!(from_value::<(u8,)>(&json!([1, 2])).is_err());
         let v = json!({"A": [1, {"b": null}]});
         assert_eq!(from_value::<Value>(&v).unwrap(), v);

@@ -169,7 +169,9 @@ impl NetworkConfigList {
         let Value::Object(obj) = v else {
             return Err(wrong_type("network configuration", "a JSON object", v));
         };
-        let cni_version = opt_string(obj, "cniVersion")?.unwrap_or_default().to_string();
+        let cni_version = opt_string(obj, "cniVersion")?
+            .unwrap_or_default()
+            .to_string();
         let cni_versions = match obj.get("cniVersions") {
             None => Vec::new(),
             Some(Value::Array(items)) => items
@@ -198,7 +200,9 @@ impl NetworkConfigList {
                     .map(|(i, item)| {
                         let at = format!("plugins[{i}]");
                         match item {
-                            Value::Object(p) => PluginConfig::from_map(p).map_err(|e| e.within(&at)),
+                            Value::Object(p) => {
+                                PluginConfig::from_map(p).map_err(|e| e.within(&at))
+                            }
                             other => Err(wrong_type(&at, "a plugin configuration object", other)),
                         }
                     })
@@ -528,18 +532,46 @@ mod tests {
         // cni-SPEC Appendix "Add example", steps 1-3.
         let list = dbnet_as_in_appendix();
         let step1 = derive(&list, 0, None);
-        assert_eq!(step1, serde_json::from_str::<Value>(APPENDIX_BRIDGE_ADD).unwrap());
-        let keys: Vec<&str> = step1.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            step1,
+            serde_json::from_str::<Value>(APPENDIX_BRIDGE_ADD).unwrap()
+        );
+        let keys: Vec<&str> = step1
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
         assert_eq!(
             keys,
-            ["cniVersion", "name", "type", "bridge", "keyA", "ipam", "dns"]
+            [
+                "cniVersion",
+                "name",
+                "type",
+                "bridge",
+                "keyA",
+                "ipam",
+                "dns"
+            ]
         );
         let step2 = derive(&list, 1, Some(&bridge_result()));
         assert_eq!(step2, with_prev(APPENDIX_TUNING_NO_PREV, bridge_result()));
-        let keys: Vec<&str> = step2.as_object().unwrap().keys().map(String::as_str).collect();
+        let keys: Vec<&str> = step2
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
         assert_eq!(
             keys,
-            ["cniVersion", "name", "type", "sysctl", "runtimeConfig", "prevResult"]
+            [
+                "cniVersion",
+                "name",
+                "type",
+                "sysctl",
+                "runtimeConfig",
+                "prevResult"
+            ]
         );
         let step3 = derive(&list, 2, Some(&tuning_result()));
         assert_eq!(step3, with_prev(APPENDIX_PORTMAP_NO_PREV, tuning_result()));
@@ -596,7 +628,11 @@ mod tests {
         assert_eq!(list.cni_versions, ["0.3.1", "0.4.0", "1.0.0", "1.1.0"]);
         assert_eq!(list.name.as_deref(), Some("dbnet"));
         assert!(!list.single && !list.disable_check && !list.disable_gc);
-        let types: Vec<&str> = list.plugins.iter().map(|p| p.plugin_type.as_str()).collect();
+        let types: Vec<&str> = list
+            .plugins
+            .iter()
+            .map(|p| p.plugin_type.as_str())
+            .collect();
         assert_eq!(types, ["bridge", "tuning", "portmap"]);
         assert!(list.supports_capability("mac"));
         assert!(list.supports_capability("portMappings"));
@@ -636,7 +672,10 @@ mod tests {
                    "ipam": {"type": "host-local"}, "runtimeConfig": {"ips": ["10.0.0.2/24"]}})
         );
         let keys: Vec<&str> = req.keys().map(String::as_str).collect();
-        assert_eq!(keys, ["cniVersion", "name", "type", "ipam", "runtimeConfig"]);
+        assert_eq!(
+            keys,
+            ["cniVersion", "name", "type", "ipam", "runtimeConfig"]
+        );
     }
 
     #[test]
@@ -653,11 +692,24 @@ mod tests {
         .unwrap();
         let caps = json!({"ips": ["1.2.3.4/24"], "mac": "new", "portMappings": []});
         let prev = json!({"cniVersion": "1.1.0"});
-        let req = derive_request(&p, "n", CniVersion::V1_1_0, caps.as_object().unwrap(), Some(&prev));
+        let req = derive_request(
+            &p,
+            "n",
+            CniVersion::V1_1_0,
+            caps.as_object().unwrap(),
+            Some(&prev),
+        );
         let keys: Vec<&str> = req.keys().map(String::as_str).collect();
         assert_eq!(
             keys,
-            ["cniVersion", "name", "type", "runtimeConfig", "prevResult", "after"]
+            [
+                "cniVersion",
+                "name",
+                "type",
+                "runtimeConfig",
+                "prevResult",
+                "after"
+            ]
         );
         assert_eq!(req["runtimeConfig"], json!({"keep": 1, "mac": "new"}));
         assert_eq!(req["prevResult"], prev);
@@ -667,7 +719,8 @@ mod tests {
         assert!(!req.contains_key("prevResult"));
         assert_eq!(req["runtimeConfig"], json!({"keep": 1, "mac": "old"}));
         // No capability granted and no runtimeConfig written: none is added.
-        let p = PluginConfig::from_value(&json!({"type": "x", "capabilities": {"mac": true}})).unwrap();
+        let p =
+            PluginConfig::from_value(&json!({"type": "x", "capabilities": {"mac": true}})).unwrap();
         let req = derive_request(&p, "n", CniVersion::V1_1_0, caps.as_object().unwrap(), None);
         assert_eq!(req["runtimeConfig"], json!({"mac": "new"}));
         let req = derive_request(&p, "n", CniVersion::V1_1_0, &Map::new(), None);
@@ -680,29 +733,53 @@ mod tests {
         let sel = |v: Value| NetworkConfigList::from_value(&v).unwrap().select_version();
         let base = |extra: Value| {
             let mut v = json!({"name": "n", "type": "bridge"});
-            v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
             v
         };
         assert_eq!(sel(base(json!({}))).unwrap(), CniVersion::V0_1_0);
-        assert_eq!(sel(base(json!({"cniVersion": ""}))).unwrap(), CniVersion::V0_1_0);
-        assert_eq!(sel(base(json!({"cniVersion": "0.3.1"}))).unwrap(), CniVersion::V0_3_1);
         assert_eq!(
-            sel(base(json!({"cniVersion": "0.4.0", "cniVersions": ["1.0.0", "0.3.0"]}))).unwrap(),
+            sel(base(json!({"cniVersion": ""}))).unwrap(),
+            CniVersion::V0_1_0
+        );
+        assert_eq!(
+            sel(base(json!({"cniVersion": "0.3.1"}))).unwrap(),
+            CniVersion::V0_3_1
+        );
+        assert_eq!(
+            sel(base(
+                json!({"cniVersion": "0.4.0", "cniVersions": ["1.0.0", "0.3.0"]})
+            ))
+            .unwrap(),
             CniVersion::V1_0_0
         );
         // cniVersion above what plexus knows, cniVersions rescues it.
         assert_eq!(
-            sel(base(json!({"cniVersion": "2.0.0", "cniVersions": ["9.9.9", "1.1.0", "junk"]})))
-                .unwrap(),
+            sel(base(
+                json!({"cniVersion": "2.0.0", "cniVersions": ["9.9.9", "1.1.0", "junk"]})
+            ))
+            .unwrap(),
             CniVersion::V1_1_0
         );
         assert_eq!(
-            sel(base(json!({"cniVersion": "1.1.0", "cniVersions": ["0.2.0"]}))).unwrap(),
+            sel(base(
+                json!({"cniVersion": "1.1.0", "cniVersions": ["0.2.0"]})
+            ))
+            .unwrap(),
             CniVersion::V1_1_0
         );
-        let e = sel(base(json!({"cniVersion": "2.0.0", "cniVersions": ["3.0.0"]}))).unwrap_err();
+        let e = sel(base(
+            json!({"cniVersion": "2.0.0", "cniVersions": ["3.0.0"]}),
+        ))
+        .unwrap_err();
         assert_eq!(e.code, ErrorCode::IncompatibleVersion);
-        assert!(e.details.starts_with("cniVersion: none of [\"2.0.0\", \"3.0.0\"]"), "{}", e.details);
+        assert!(
+            e.details
+                .starts_with("cniVersion: none of [\"2.0.0\", \"3.0.0\"]"),
+            "{}",
+            e.details
+        );
     }
 
     #[test]
@@ -728,7 +805,11 @@ mod tests {
     fn malformed_json_is_code_6_with_position() {
         let e = NetworkConfigList::from_slice(b"{\"name\": \"x\",\n  \"plugins\": [}").unwrap_err();
         assert_eq!(e.code, ErrorCode::Decode);
-        assert!(e.details.starts_with("network configuration: "), "{}", e.details);
+        assert!(
+            e.details.starts_with("network configuration: "),
+            "{}",
+            e.details
+        );
         assert!(e.details.contains("line 2 column"), "{}", e.details);
         let e = NetworkConfigList::from_slice(b"").unwrap_err();
         assert_eq!(e.code, ErrorCode::Decode);
@@ -737,8 +818,14 @@ mod tests {
     #[test]
     fn bad_inputs_name_the_field() {
         let p = |plugins: Value| json!({"cniVersion": "1.1.0", "name": "n", "plugins": plugins});
-        assert_eq!(bad(json!([])), "network configuration: must be a JSON object, got an array");
-        assert_eq!(bad(json!("x")), "network configuration: must be a JSON object, got \"x\"");
+        assert_eq!(
+            bad(json!([])),
+            "network configuration: must be a JSON object, got an array"
+        );
+        assert_eq!(
+            bad(json!("x")),
+            "network configuration: must be a JSON object, got \"x\""
+        );
         assert!(bad(json!({"name": "n"})).starts_with("plugins: missing"));
         assert!(bad(json!({"name": "n"})).contains("\"type\""));
         assert_eq!(
@@ -757,15 +844,25 @@ mod tests {
             bad(p(json!([{"type": "a"}, "b"]))),
             "plugins[1]: must be a plugin configuration object, got \"b\""
         );
-        assert!(bad(p(json!([{"type": "a"}, {"bridge": "x"}]))).starts_with("plugins[1].type: missing"));
-        assert_eq!(bad(p(json!([{"type": 5}]))), "plugins[0].type: must be a string, got 5");
+        assert!(
+            bad(p(json!([{"type": "a"}, {"bridge": "x"}]))).starts_with("plugins[1].type: missing")
+        );
+        assert_eq!(
+            bad(p(json!([{"type": 5}]))),
+            "plugins[0].type: must be a string, got 5"
+        );
         assert_eq!(
             bad(p(json!([{"type": "../bin/x"}]))),
             "plugins[0].type: \"../bin/x\" must not contain '/'"
         );
-        assert_eq!(bad(p(json!([{"type": ""}]))), "plugins[0].type: must not be empty");
         assert_eq!(
-            bad(p(json!([{"type": "a"}, {"type": "b", "capabilities": {"ips": "yes"}}]))),
+            bad(p(json!([{"type": ""}]))),
+            "plugins[0].type: must not be empty"
+        );
+        assert_eq!(
+            bad(p(
+                json!([{"type": "a"}, {"type": "b", "capabilities": {"ips": "yes"}}])
+            )),
             "plugins[1].capabilities.ips: must be a boolean, got \"yes\""
         );
         assert_eq!(
@@ -788,8 +885,10 @@ mod tests {
             bad(json!({"name": 3, "plugins": [{"type": "a"}]})),
             "name: must be a string, got 3"
         );
-        assert!(bad(json!({"name": "my net", "plugins": [{"type": "a"}]})).starts_with("name: \"my net\""));
-        assert!(bad(json!({"name": "", "plugins": [{"type": "a"}]})).starts_with("name: must not be empty"));
+        assert!(bad(json!({"name": "my net", "plugins": [{"type": "a"}]}))
+            .starts_with("name: \"my net\""));
+        assert!(bad(json!({"name": "", "plugins": [{"type": "a"}]}))
+            .starts_with("name: must not be empty"));
         for key in ["disableCheck", "disableGC", "loadOnlyInlinedPlugins"] {
             let mut v = json!({"name": "n", "plugins": [{"type": "a"}]});
             v[key] = json!("yes");
@@ -804,8 +903,14 @@ mod tests {
             bad(json!({"name": "n", "type": "a", "capabilities": {"mac": 1}})),
             "capabilities.mac: must be a boolean, got 1"
         );
-        assert_eq!(bad(json!({"type": null})), "type: must be a string, got null");
+        assert_eq!(
+            bad(json!({"type": null})),
+            "type: must be a string, got null"
+        );
         let e = PluginConfig::from_value(&json!(7)).unwrap_err();
-        assert_eq!(e.details, "plugin configuration: must be a JSON object, got 7");
+        assert_eq!(
+            e.details,
+            "plugin configuration: must be a JSON object, got 7"
+        );
     }
 }

@@ -125,7 +125,8 @@ impl CniEnv {
 
         if command.is_attachment() {
             let id = get(CNI_CONTAINERID).ok_or_else(|| missing(CNI_CONTAINERID, command))?;
-            names::check_container_id(&id).map_err(|r| CniError::invalid_env(CNI_CONTAINERID, r))?;
+            names::check_container_id(&id)
+                .map_err(|r| CniError::invalid_env(CNI_CONTAINERID, r))?;
             env.container_id = Some(id);
 
             match get(CNI_NETNS) {
@@ -279,7 +280,11 @@ mod tests {
         assert!(d.starts_with("CNI_CONTAINERID: \"-bad\" must start"), "{d}");
         let d = err_details(&with("DEL", &[], &[("CNI_IFNAME", "eth0/x")]));
         assert_eq!(d, r#"CNI_IFNAME: "eth0/x" must not contain '/'"#);
-        let d = err_details(&with("CHECK", &[], &[("CNI_IFNAME", "averyveryverylongname")]));
+        let d = err_details(&with(
+            "CHECK",
+            &[],
+            &[("CNI_IFNAME", "averyveryverylongname")],
+        ));
         assert!(d.starts_with("CNI_IFNAME: "), "{d}");
         let d = err_details(&with("ADD", &[], &[("CNI_NETNS", "run/netns/x")]));
         assert_eq!(d, r#"CNI_NETNS: "run/netns/x" must be an absolute path"#);

@@ -258,16 +258,14 @@ impl CniResult {
     /// Parse a result that names its version in `cniVersion` (what a plugin
     /// prints on ADD).
     pub fn from_value(v: &Value) -> Result<CniResult, CniError> {
-        let obj = v
-            .as_object()
-            .ok_or_else(|| bad("result", format!("must be a JSON object, got {}", describe(v))))?;
+        let obj = v.as_object().ok_or_else(|| {
+            bad(
+                "result",
+                format!("must be a JSON object, got {}", describe(v)),
+            )
+        })?;
         let version = match obj.get("cniVersion") {
-            None => {
-                return Err(bad(
-                    "cniVersion",
-                    "missing: a result must name its version",
-                ))
-            }
+            None => return Err(bad("cniVersion", "missing: a result must name its version")),
             Some(Value::String(s)) => CniVersion::parse_field(s, "cniVersion")?,
             Some(other) => {
                 return Err(bad(
@@ -457,7 +455,11 @@ impl CniResult {
         }
     }
 
-    fn write_legacy(&self, out: &mut Map<String, Value>, version: CniVersion) -> Result<(), CniError> {
+    fn write_legacy(
+        &self,
+        out: &mut Map<String, Value>,
+        version: CniVersion,
+    ) -> Result<(), CniError> {
         let first = |v4: bool| self.ips.iter().find(|ip| ip.address.is_ipv4() == v4);
         let (ip4, ip6) = (first(true), first(false));
         if ip4.is_none() && ip6.is_none() {
@@ -666,7 +668,12 @@ mod tests {
         assert_eq!(r.dns.nameservers, ["10.1.0.1"]);
         // Key order is libcni's.
         let out = r.to_value(CniVersion::V1_1_0).unwrap();
-        let keys: Vec<&str> = out.as_object().unwrap().keys().map(String::as_str).collect();
+        let keys: Vec<&str> = out
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
         assert_eq!(keys, ["cniVersion", "interfaces", "ips", "routes", "dns"]);
     }
 
@@ -815,7 +822,12 @@ mod tests {
         for v in [CniVersion::V0_1_0, CniVersion::V0_2_0] {
             let e = r.to_value(v).unwrap_err();
             assert_eq!(e.code, ErrorCode::IncompatibleVersion);
-            assert!(e.details.starts_with("ips: cannot write this result as CNI"), "{}", e.details);
+            assert!(
+                e.details
+                    .starts_with("ips: cannot write this result as CNI"),
+                "{}",
+                e.details
+            );
             assert!(e.details.contains("no IP address"), "{}", e.details);
         }
         assert!(r.to_value(CniVersion::V0_3_0).is_ok());
@@ -826,7 +838,10 @@ mod tests {
         let r = CniResult::from_value(&json!({"cniVersion": "1.0.0", "interfaces": [],
             "ips": null, "routes": [], "dns": {}}))
         .unwrap();
-        assert_eq!(r.to_value(CniVersion::V1_0_0).unwrap(), json!({"cniVersion": "1.0.0"}));
+        assert_eq!(
+            r.to_value(CniVersion::V1_0_0).unwrap(),
+            json!({"cniVersion": "1.0.0"})
+        );
         // Go's omitempty: "" and 0 are the same as absent.
         let r = CniResult::from_value(&json!({"cniVersion": "1.1.0",
             "interfaces": [{"name": "eth0", "mac": "", "sandbox": "", "mtu": 0, "pciID": ""}],
@@ -834,7 +849,13 @@ mod tests {
             "routes": [{"dst": "0.0.0.0/0", "gw": "", "mtu": 0, "table": 0}],
             "dns": {"domain": "", "nameservers": []}}))
         .unwrap();
-        assert_eq!(r.interfaces[0], Interface { name: "eth0".into(), ..Interface::default() });
+        assert_eq!(
+            r.interfaces[0],
+            Interface {
+                name: "eth0".into(),
+                ..Interface::default()
+            }
+        );
         assert_eq!(r.ips[0].gateway, None);
         assert_eq!((r.routes[0].mtu, r.routes[0].table), (None, Some(0)));
         assert!(r.dns.is_empty());
@@ -867,7 +888,8 @@ mod tests {
     #[test]
     fn negative_interface_index_is_kept() {
         // multi-net-spec §5.3.3.1 speaks of "interface" values below zero.
-        let v = json!({"cniVersion": "1.0.0", "ips": [{"interface": -1, "address": "10.0.0.2/24"}]});
+        let v =
+            json!({"cniVersion": "1.0.0", "ips": [{"interface": -1, "address": "10.0.0.2/24"}]});
         let r = CniResult::from_value(&v).unwrap();
         assert_eq!(r.ips[0].interface, Some(-1));
         assert_eq!(r.to_value(CniVersion::V1_0_0).unwrap(), v);
@@ -884,10 +906,23 @@ mod tests {
         let ips = |ip: Value| json!({"cniVersion": "0.4.0", "ips": [{"version": "4", "address": "10.0.0.2/24"}, ip]});
         assert!(err(ips(json!({"address": "10.0.0.3"})))
             .starts_with("ips[1].address: \"10.0.0.3\" is not an address in CIDR notation"));
-        for a in ["10.0.0.3/33", "10.0.0.3/255.255.0.0", "10.0.0.3/+8", "10.0.0.3/", "x/8", "fd00::1/129"] {
-            assert!(err(ips(json!({"address": a}))).starts_with("ips[1].address: "), "{a}");
+        for a in [
+            "10.0.0.3/33",
+            "10.0.0.3/255.255.0.0",
+            "10.0.0.3/+8",
+            "10.0.0.3/",
+            "x/8",
+            "fd00::1/129",
+        ] {
+            assert!(
+                err(ips(json!({"address": a}))).starts_with("ips[1].address: "),
+                "{a}"
+            );
         }
-        assert_eq!(err(ips(json!({"gateway": "10.0.0.1"}))), "ips[1].address: missing");
+        assert_eq!(
+            err(ips(json!({"gateway": "10.0.0.1"}))),
+            "ips[1].address: missing"
+        );
         assert_eq!(
             err(ips(json!({"address": "10.0.0.3/24", "gateway": "nope"}))),
             "ips[1].gateway: \"nope\" is not an IP address"
@@ -913,48 +948,98 @@ mod tests {
         };
         assert!(err(base("interfaces", json!([{"name": "a", "mtu": -1}])))
             .starts_with("interfaces[0].mtu: invalid value: integer `-1`"));
-        assert!(err(base("interfaces", json!([{"name": "a", "sandbox": 5}])))
-            .starts_with("interfaces[0].sandbox: invalid type"));
-        assert!(err(base("interfaces", json!({"name": "a"}))).starts_with("interfaces: invalid type"));
-        assert_eq!(err(base("routes", json!([{"dst": "0.0.0.0/0"}, {"gw": "10.0.0.1"}]))), "routes[1].dst: missing");
-        assert!(err(base("routes", json!([{"dst": "0.0.0.0/0", "priority": -5}])))
-            .starts_with("routes[0].priority: invalid value"));
-        assert!(err(base("routes", json!([{"dst": "0.0.0.0/0", "table": 1.5}])))
-            .starts_with("routes[0].table: invalid type"));
+        assert!(
+            err(base("interfaces", json!([{"name": "a", "sandbox": 5}])))
+                .starts_with("interfaces[0].sandbox: invalid type")
+        );
+        assert!(
+            err(base("interfaces", json!({"name": "a"}))).starts_with("interfaces: invalid type")
+        );
         assert_eq!(
-            err(base("routes", json!([{"dst": "0.0.0.0/0", "gw": "fe80::1%eth0"}]))),
+            err(base(
+                "routes",
+                json!([{"dst": "0.0.0.0/0"}, {"gw": "10.0.0.1"}])
+            )),
+            "routes[1].dst: missing"
+        );
+        assert!(err(base(
+            "routes",
+            json!([{"dst": "0.0.0.0/0", "priority": -5}])
+        ))
+        .starts_with("routes[0].priority: invalid value"));
+        assert!(
+            err(base("routes", json!([{"dst": "0.0.0.0/0", "table": 1.5}])))
+                .starts_with("routes[0].table: invalid type")
+        );
+        assert_eq!(
+            err(base(
+                "routes",
+                json!([{"dst": "0.0.0.0/0", "gw": "fe80::1%eth0"}])
+            )),
             "routes[0].gw: \"fe80::1%eth0\" is not an IP address"
         );
-        assert!(err(base("dns", json!({"nameservers": "1.1.1.1"}))).starts_with("dns.nameservers: invalid type"));
-        assert!(err(base("ips", json!([{"address": "10.0.0.2/24", "interface": "0"}])))
-            .starts_with("ips[0].interface: invalid type"));
+        assert!(err(base("dns", json!({"nameservers": "1.1.1.1"})))
+            .starts_with("dns.nameservers: invalid type"));
+        assert!(err(base(
+            "ips",
+            json!([{"address": "10.0.0.2/24", "interface": "0"}])
+        ))
+        .starts_with("ips[0].interface: invalid type"));
 
         let legacy = |v: Value| {
             let mut r = json!({"cniVersion": "0.2.0"});
-            r.as_object_mut().unwrap().extend(v.as_object().unwrap().clone());
+            r.as_object_mut()
+                .unwrap()
+                .extend(v.as_object().unwrap().clone());
             r
         };
-        assert_eq!(err(legacy(json!({"ip4": {"ip": "fd00::1/64"}}))), "ip4.ip: fd00::1/64 is not an IPv4 address");
-        assert_eq!(err(legacy(json!({"ip6": {"ip": "10.0.0.1/8"}}))), "ip6.ip: 10.0.0.1/8 is not an IPv6 address");
-        assert_eq!(err(legacy(json!({"ip4": {"gateway": "10.0.0.1"}}))), "ip4.ip: missing");
+        assert_eq!(
+            err(legacy(json!({"ip4": {"ip": "fd00::1/64"}}))),
+            "ip4.ip: fd00::1/64 is not an IPv4 address"
+        );
+        assert_eq!(
+            err(legacy(json!({"ip6": {"ip": "10.0.0.1/8"}}))),
+            "ip6.ip: 10.0.0.1/8 is not an IPv6 address"
+        );
+        assert_eq!(
+            err(legacy(json!({"ip4": {"gateway": "10.0.0.1"}}))),
+            "ip4.ip: missing"
+        );
         assert_eq!(
             err(legacy(json!({"ip4": {"ip": "10.0.0.2/8", "routes": [{"dst": "10.0.0.0"}]}}))),
             "ip4.routes[0].dst: \"10.0.0.0\" is not an address in CIDR notation (like \"10.1.0.5/16\")"
         );
 
-        assert_eq!(err(json!({"ips": []})), "cniVersion: missing: a result must name its version");
-        assert_eq!(err(json!({"cniVersion": 1})), "cniVersion: must be a string, got 1");
-        assert_eq!(err(json!([])), "result: must be a JSON object, got an array");
+        assert_eq!(
+            err(json!({"ips": []})),
+            "cniVersion: missing: a result must name its version"
+        );
+        assert_eq!(
+            err(json!({"cniVersion": 1})),
+            "cniVersion: must be a string, got 1"
+        );
+        assert_eq!(
+            err(json!([])),
+            "result: must be a JSON object, got an array"
+        );
         let e = CniResult::from_value(&json!({"cniVersion": "2.0.0"})).unwrap_err();
         assert_eq!(e.code, ErrorCode::IncompatibleVersion);
-        assert!(e.details.starts_with("cniVersion: \"2.0.0\""), "{}", e.details);
+        assert!(
+            e.details.starts_with("cniVersion: \"2.0.0\""),
+            "{}",
+            e.details
+        );
         let e = CniResult::from_value_as(&json!("x"), CniVersion::V1_0_0).unwrap_err();
         assert_eq!(e.details, "result: must be a JSON object, got \"x\"");
         // Errors compose with `within` for callers such as prevResult.
         let e = CniResult::from_value_as(&json!({"ips": [{"address": "1"}]}), CniVersion::V1_0_0)
             .unwrap_err()
             .within("prevResult");
-        assert!(e.details.starts_with("prevResult.ips[0].address: "), "{}", e.details);
+        assert!(
+            e.details.starts_with("prevResult.ips[0].address: "),
+            "{}",
+            e.details
+        );
     }
 
     #[test]
@@ -1022,8 +1107,8 @@ mod tests {
         } else {
             Just((None, None, None, None, None)).boxed()
         };
-        (arb_net(v4), arb_gw(v4), extra).prop_map(|(dst, gw, (mtu, advmss, priority, table, scope))| {
-            Route {
+        (arb_net(v4), arb_gw(v4), extra).prop_map(
+            |(dst, gw, (mtu, advmss, priority, table, scope))| Route {
                 dst,
                 gw,
                 mtu,
@@ -1031,8 +1116,8 @@ mod tests {
                 priority,
                 table,
                 scope,
-            }
-        })
+            },
+        )
     }
 
     fn arb_interface() -> impl Strategy<Value = Interface> {
@@ -1073,7 +1158,10 @@ mod tests {
         (
             vec(arb_interface(), 0..4),
             vec(prop_oneof![arb_ip(true, true), arb_ip(false, true)], 0..4),
-            vec(prop_oneof![arb_route(true, true), arb_route(false, true)], 0..4),
+            vec(
+                prop_oneof![arb_route(true, true), arb_route(false, true)],
+                0..4,
+            ),
             arb_dns(),
         )
             .prop_map(|(interfaces, ips, routes, dns)| CniResult {
@@ -1096,7 +1184,9 @@ mod tests {
             vec(arb_route(false, false), 0..3),
             arb_dns(),
         )
-            .prop_filter("0.2.0 needs an address", |(a, b, ..)| a.is_some() || b.is_some())
+            .prop_filter("0.2.0 needs an address", |(a, b, ..)| {
+                a.is_some() || b.is_some()
+            })
             .prop_map(|(ip4, ip6, r4, r6, dns)| {
                 let mut routes = Vec::new();
                 if ip4.is_some() {

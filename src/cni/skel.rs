@@ -100,7 +100,10 @@ fn drive(
         .read_to_end(&mut bytes)
         .map_err(|e| CniError::io("stdin", e))?;
     if bytes.len() as u64 > MAX_STDIN {
-        return Err(CniError::io("stdin", format!("more than {MAX_STDIN} bytes")));
+        return Err(CniError::io(
+            "stdin",
+            format!("more than {MAX_STDIN} bytes"),
+        ));
     }
 
     if env.command == CniCommand::Version {
@@ -197,21 +200,19 @@ fn parse_request(
     let prev_result = match config.get("prevResult") {
         None | Some(Value::Null) => None,
         Some(v) if !v.is_object() => return Err(wrong_type("prevResult", "a JSON object", v)),
-        Some(v) => Some(
-            CniResult::from_value_as(v, cni_version).map_err(|e| {
-                // A bad prevResult is a bad configuration (code 7); a version
-                // problem keeps its code.
-                let e = e.within("prevResult");
-                match e.code {
-                    ErrorCode::Decode => CniError::new(
-                        ErrorCode::InvalidConfig,
-                        "invalid network configuration",
-                        e.details,
-                    ),
-                    _ => e,
-                }
-            })?,
-        ),
+        Some(v) => Some(CniResult::from_value_as(v, cni_version).map_err(|e| {
+            // A bad prevResult is a bad configuration (code 7); a version
+            // problem keeps its code.
+            let e = e.within("prevResult");
+            match e.code {
+                ErrorCode::Decode => CniError::new(
+                    ErrorCode::InvalidConfig,
+                    "invalid network configuration",
+                    e.details,
+                ),
+                _ => e,
+            }
+        })?),
     };
 
     let valid = if command == CniCommand::Gc {
@@ -243,7 +244,11 @@ fn canonical_runtime_config(rc: &Map<String, Value>) -> Map<String, Value> {
         let canonical = WELL_KNOWN_CAPABILITIES
             .iter()
             .find(|c| **c == key.as_str())
-            .or_else(|| WELL_KNOWN_CAPABILITIES.iter().find(|c| casefold::fold_eq(c, key)))
+            .or_else(|| {
+                WELL_KNOWN_CAPABILITIES
+                    .iter()
+                    .find(|c| casefold::fold_eq(c, key))
+            })
             .map_or_else(|| key.clone(), |c| c.to_string());
         out.insert(canonical, value.clone());
     }
@@ -278,7 +283,10 @@ fn valid_attachments(config: &Map<String, Value>) -> Result<Vec<(String, String)
         }
     };
     let list: Vec<GcAttachment> = casefold::from_value_at(items).map_err(|e| {
-        CniError::invalid_config(format!("{VALID_ATTACHMENTS}{}", e.path), e.error.to_string())
+        CniError::invalid_config(
+            format!("{VALID_ATTACHMENTS}{}", e.path),
+            e.error.to_string(),
+        )
     })?;
     list.into_iter()
         .enumerate()
@@ -286,7 +294,8 @@ fn valid_attachments(config: &Map<String, Value>) -> Result<Vec<(String, String)
             let at = |field: &str| format!("{VALID_ATTACHMENTS}[{i}].{field}");
             names::check_container_id(&a.container_id)
                 .map_err(|r| CniError::invalid_config(at("containerID"), r))?;
-            names::check_ifname(&a.ifname).map_err(|r| CniError::invalid_config(at("ifname"), r))?;
+            names::check_ifname(&a.ifname)
+                .map_err(|r| CniError::invalid_config(at("ifname"), r))?;
             Ok((a.container_id, a.ifname))
         })
         .collect()
@@ -319,7 +328,12 @@ mod tests {
         }
 
         fn last(&self) -> Request {
-            self.calls.borrow().last().expect("plugin was called").1.clone()
+            self.calls
+                .borrow()
+                .last()
+                .expect("plugin was called")
+                .1
+                .clone()
         }
     }
 
@@ -363,7 +377,11 @@ mod tests {
             let details = v["details"].as_str().unwrap().to_string();
             // One line on stderr, naming the code.
             assert_eq!(self.stderr.lines().count(), 1, "{:?}", self.stderr);
-            assert!(self.stderr.starts_with(&format!("CNI error {code}: ")), "{}", self.stderr);
+            assert!(
+                self.stderr.starts_with(&format!("CNI error {code}: ")),
+                "{}",
+                self.stderr
+            );
             assert!(self.stderr.contains(&details), "{}", self.stderr);
             details
         }
@@ -381,8 +399,10 @@ mod tests {
     }
 
     fn drive_with(plugin: &Fake, env: &[(&str, String)], stdin: &[u8]) -> Out {
-        let vars: HashMap<String, String> =
-            env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let vars: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let code = run(
             plugin,
@@ -423,11 +443,17 @@ mod tests {
         let env = [("CNI_COMMAND", "VERSION".to_string())];
         let out = drive_with(&fake, &env, br#"{"cniVersion": "0.4.0"}"#);
         assert_eq!(out.code, 0);
-        assert_eq!(out.json(), json!({"cniVersion": "0.4.0", "supportedVersions": all}));
+        assert_eq!(
+            out.json(),
+            json!({"cniVersion": "0.4.0", "supportedVersions": all})
+        );
         for stdin in [&b""[..], b"not json", b"[]", br#"{"cniVersion": 1}"#] {
             let out = drive_with(&fake, &env, stdin);
             assert_eq!(out.code, 0);
-            assert_eq!(out.json(), json!({"cniVersion": "1.1.0", "supportedVersions": all}));
+            assert_eq!(
+                out.json(),
+                json!({"cniVersion": "1.1.0", "supportedVersions": all})
+            );
         }
         assert!(fake.calls.borrow().is_empty());
         assert!(out.stderr.is_empty());
@@ -447,7 +473,10 @@ mod tests {
         );
         let out = drive_with(&fake, &attach_env("ADD"), &stdin);
         assert_eq!(out.code, 0, "{}", out.stdout);
-        assert_eq!(out.json(), sample_result().to_value(CniVersion::V1_1_0).unwrap());
+        assert_eq!(
+            out.json(),
+            sample_result().to_value(CniVersion::V1_1_0).unwrap()
+        );
         assert!(out.stderr.is_empty());
         let req = fake.last();
         assert_eq!(req.env.command, CniCommand::Add);
@@ -501,7 +530,11 @@ mod tests {
             ..Fake::default()
         };
         let prev = sample_result().to_value(CniVersion::V0_4_0).unwrap();
-        let out = drive_with(&fake, &attach_env("ADD"), &conf("0.4.0", json!({"prevResult": prev})));
+        let out = drive_with(
+            &fake,
+            &attach_env("ADD"),
+            &conf("0.4.0", json!({"prevResult": prev})),
+        );
         assert_eq!(out.code, 0);
         let req = fake.last();
         let got = req.prev_result.unwrap();
@@ -511,11 +544,25 @@ mod tests {
         let bad = json!({"prevResult": {"ips": [{"address": "10.1.0.5"}]}});
         let out = drive_with(&fake, &attach_env("DEL"), &conf("1.0.0", bad));
         let d = out.error(7, "1.0.0");
-        assert!(d.starts_with("prevResult.ips[0].address: \"10.1.0.5\" is not"), "{d}");
-        let out = drive_with(&fake, &attach_env("DEL"), &conf("1.0.0", json!({"prevResult": 5})));
-        assert_eq!(out.error(7, "1.0.0"), "prevResult: must be a JSON object, got 5");
+        assert!(
+            d.starts_with("prevResult.ips[0].address: \"10.1.0.5\" is not"),
+            "{d}"
+        );
+        let out = drive_with(
+            &fake,
+            &attach_env("DEL"),
+            &conf("1.0.0", json!({"prevResult": 5})),
+        );
+        assert_eq!(
+            out.error(7, "1.0.0"),
+            "prevResult: must be a JSON object, got 5"
+        );
         // null is no prevResult (DEL must cope with an empty one).
-        let out = drive_with(&fake, &attach_env("DEL"), &conf("1.0.0", json!({"prevResult": null})));
+        let out = drive_with(
+            &fake,
+            &attach_env("DEL"),
+            &conf("1.0.0", json!({"prevResult": null})),
+        );
         assert_eq!(out.code, 0);
         assert_eq!(fake.last().prev_result, None);
     }
@@ -528,7 +575,10 @@ mod tests {
         env.retain(|(k, _)| *k != "CNI_NETNS");
         env.push(("CNI_NETNS", String::new()));
         let out = drive_with(&fake, &env, &conf("1.1.0", json!({})));
-        assert_eq!((out.code, out.stdout.as_str(), out.stderr.as_str()), (0, "", ""));
+        assert_eq!(
+            (out.code, out.stdout.as_str(), out.stderr.as_str()),
+            (0, "", "")
+        );
         assert_eq!(fake.last().env.netns, None);
     }
 
@@ -541,7 +591,10 @@ mod tests {
         for old in ["0.3.1", "0.3.0", "0.2.0", "0.1.0"] {
             let out = drive_with(&fake, &attach_env("CHECK"), &conf(old, json!({})));
             let d = out.error(1, old);
-            assert_eq!(d, format!("cniVersion: CHECK needs CNI 0.4.0 or later, the configuration is {old}"));
+            assert_eq!(
+                d,
+                format!("cniVersion: CHECK needs CNI 0.4.0 or later, the configuration is {old}")
+            );
         }
         assert_eq!(fake.calls.borrow().len(), 1);
     }
@@ -560,20 +613,37 @@ mod tests {
         assert_eq!((out.code, out.stdout.as_str()), (0, ""), "{}", out.stdout);
         assert_eq!(
             *fake.gc_valid.borrow(),
-            [("ctr1".to_string(), "eth0".to_string()), ("ctr2".into(), "net1".into())]
+            [
+                ("ctr1".to_string(), "eth0".to_string()),
+                ("ctr2".into(), "net1".into())
+            ]
         );
-        let out = drive_with(&fake, &env, &conf("1.1.0", json!({"cni.dev/valid-attachments": null})));
+        let out = drive_with(
+            &fake,
+            &env,
+            &conf("1.1.0", json!({"cni.dev/valid-attachments": null})),
+        );
         assert_eq!(out.code, 0);
         assert!(fake.gc_valid.borrow().is_empty());
 
-        let out = drive_with(&fake, &env, &conf("1.0.0", json!({"cni.dev/valid-attachments": []})));
+        let out = drive_with(
+            &fake,
+            &env,
+            &conf("1.0.0", json!({"cni.dev/valid-attachments": []})),
+        );
         assert_eq!(
             out.error(1, "1.0.0"),
             "cniVersion: GC needs CNI 1.1.0 or later, the configuration is 1.0.0"
         );
         let out = drive_with(&fake, &env, &conf("1.1.0", json!({})));
-        assert!(out.error(7, "1.1.0").starts_with("cni.dev/valid-attachments: missing"));
-        let out = drive_with(&fake, &env, &conf("1.1.0", json!({"cni.dev/valid-attachments": {}})));
+        assert!(out
+            .error(7, "1.1.0")
+            .starts_with("cni.dev/valid-attachments: missing"));
+        let out = drive_with(
+            &fake,
+            &env,
+            &conf("1.1.0", json!({"cni.dev/valid-attachments": {}})),
+        );
         assert!(out
             .error(7, "1.1.0")
             .starts_with("cni.dev/valid-attachments: must be an array"));
@@ -597,7 +667,10 @@ mod tests {
         );
         // GC without CNI_PATH is an environment error.
         let out = drive_with(&fake, &env[..1], &conf("1.1.0", json!({})));
-        assert_eq!(out.error(4, "1.1.0"), "CNI_PATH: required for GC but not set");
+        assert_eq!(
+            out.error(4, "1.1.0"),
+            "CNI_PATH: required for GC but not set"
+        );
     }
 
     #[test]
@@ -608,10 +681,16 @@ mod tests {
         assert_eq!((out.code, out.stdout.as_str()), (0, ""));
         assert_eq!(fake.last().env.command, CniCommand::Status);
         let out = drive_with(&fake, &env, &conf("1.0.0", json!({})));
-        assert!(out.error(1, "1.0.0").starts_with("cniVersion: STATUS needs CNI 1.1.0"));
+        assert!(out
+            .error(1, "1.0.0")
+            .starts_with("cniVersion: STATUS needs CNI 1.1.0"));
         // cni-SPEC §2 STATUS: 50 = not available, passed through.
         let fake = Fake {
-            fail: Some(CniError::new(ErrorCode::NotAvailable, "not ready", "no IPs left")),
+            fail: Some(CniError::new(
+                ErrorCode::NotAvailable,
+                "not ready",
+                "no IPs left",
+            )),
             ..Fake::default()
         };
         let out = drive_with(&fake, &env, &conf("1.1.0", json!({})));
@@ -638,7 +717,9 @@ mod tests {
         let out = drive_with(&fake, &[], &stdin);
         assert_eq!(out.error(4, "1.1.0"), "CNI_COMMAND: not set");
         let out = drive_with(&fake, &[("CNI_COMMAND", "FROB".into())], &stdin);
-        assert!(out.error(4, "1.1.0").starts_with("CNI_COMMAND: unknown command \"FROB\""));
+        assert!(out
+            .error(4, "1.1.0")
+            .starts_with("CNI_COMMAND: unknown command \"FROB\""));
         for cmd in ["ADD", "CHECK", "DEL"] {
             for var in ["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"] {
                 if cmd == "DEL" && var == "CNI_NETNS" {
@@ -647,15 +728,34 @@ mod tests {
                 let mut env = attach_env(cmd);
                 env.retain(|(k, _)| k != &var);
                 let out = drive_with(&fake, &env, &stdin);
-                assert_eq!(out.error(4, "1.1.0"), format!("{var}: required for {cmd} but not set"));
+                assert_eq!(
+                    out.error(4, "1.1.0"),
+                    format!("{var}: required for {cmd} but not set")
+                );
             }
         }
         for (var, value, starts) in [
-            ("CNI_CONTAINERID", "a b", "CNI_CONTAINERID: \"a b\" must contain only"),
-            ("CNI_NETNS", "netns/x", "CNI_NETNS: \"netns/x\" must be an absolute path"),
-            ("CNI_IFNAME", "eth0:1", "CNI_IFNAME: \"eth0:1\" must not contain ':'"),
+            (
+                "CNI_CONTAINERID",
+                "a b",
+                "CNI_CONTAINERID: \"a b\" must contain only",
+            ),
+            (
+                "CNI_NETNS",
+                "netns/x",
+                "CNI_NETNS: \"netns/x\" must be an absolute path",
+            ),
+            (
+                "CNI_IFNAME",
+                "eth0:1",
+                "CNI_IFNAME: \"eth0:1\" must not contain ':'",
+            ),
             ("CNI_ARGS", "A=1;B", "CNI_ARGS: invalid pair \"B\""),
-            ("CNI_ARGS", "IgnoreUnknown=maybe", "CNI_ARGS: IgnoreUnknown=\"maybe\""),
+            (
+                "CNI_ARGS",
+                "IgnoreUnknown=maybe",
+                "CNI_ARGS: IgnoreUnknown=\"maybe\"",
+            ),
         ] {
             let mut env = attach_env("ADD");
             env.retain(|(k, _)| *k != var);
@@ -680,7 +780,13 @@ mod tests {
         let env = attach_env("ADD");
         let vars: HashMap<&str, String> = env.iter().cloned().collect();
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = run(&fake, |k| vars.get(k).cloned(), &mut FailingReader, &mut out, &mut err);
+        let code = run(
+            &fake,
+            |k| vars.get(k).cloned(),
+            &mut FailingReader,
+            &mut out,
+            &mut err,
+        );
         let out = Out {
             code,
             stdout: String::from_utf8(out).unwrap(),
@@ -694,19 +800,36 @@ mod tests {
         }
         let out = drive_with(&fake, &env, b"{\"cniVersion\": \"1.0.0\",\n \"name\": }");
         let d = out.error(6, "1.1.0");
-        assert!(d.starts_with("stdin: ") && d.contains("line 2 column"), "{d}");
+        assert!(
+            d.starts_with("stdin: ") && d.contains("line 2 column"),
+            "{d}"
+        );
         let out = drive_with(&fake, &env, b"[1]");
-        assert_eq!(out.error(7, "1.1.0"), "network configuration: must be a JSON object, got an array");
+        assert_eq!(
+            out.error(7, "1.1.0"),
+            "network configuration: must be a JSON object, got an array"
+        );
         let out = drive_with(&fake, &env, br#"{"cniVersion": 1.0}"#);
-        assert_eq!(out.error(7, "1.1.0"), "cniVersion: must be a string, got 1.0");
+        assert_eq!(
+            out.error(7, "1.1.0"),
+            "cniVersion: must be a string, got 1.0"
+        );
         let out = drive_with(&fake, &env, br#"{"cniVersion": "9.9.9"}"#);
-        assert!(out.error(1, "1.1.0").starts_with("cniVersion: \"9.9.9\" is not a CNI version"));
+        assert!(out
+            .error(1, "1.1.0")
+            .starts_with("cniVersion: \"9.9.9\" is not a CNI version"));
         let out = drive_with(&fake, &env, &conf("1.0.0", json!({"name": 5})));
         assert_eq!(out.error(7, "1.0.0"), "name: must be a string, got 5");
         let out = drive_with(&fake, &env, &conf("1.0.0", json!({"type": []})));
-        assert_eq!(out.error(7, "1.0.0"), "type: must be a string, got an array");
+        assert_eq!(
+            out.error(7, "1.0.0"),
+            "type: must be a string, got an array"
+        );
         let out = drive_with(&fake, &env, &conf("1.0.0", json!({"runtimeConfig": "x"})));
-        assert_eq!(out.error(7, "1.0.0"), "runtimeConfig: must be an object, got \"x\"");
+        assert_eq!(
+            out.error(7, "1.0.0"),
+            "runtimeConfig: must be an object, got \"x\""
+        );
         let mut huge = b"{\"a\": \"".to_vec();
         huge.resize(MAX_STDIN as usize + 10, b'x');
         let out = drive_with(&fake, &env, &huge);
@@ -734,8 +857,17 @@ mod tests {
         let vars: HashMap<&str, String> = env.iter().cloned().collect();
         let mut err = Vec::new();
         let stdin = conf("1.1.0", json!({}));
-        let code = run(&fake, |k| vars.get(k).cloned(), &mut &stdin[..], &mut BrokenPipe, &mut err);
+        let code = run(
+            &fake,
+            |k| vars.get(k).cloned(),
+            &mut &stdin[..],
+            &mut BrokenPipe,
+            &mut err,
+        );
         assert_eq!(code, 1);
-        assert_eq!(String::from_utf8(err).unwrap(), "CNI error 5: I/O failure: stdout: closed\n");
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            "CNI error 5: I/O failure: stdout: closed\n"
+        );
     }
 }
