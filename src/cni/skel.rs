@@ -5,6 +5,8 @@
 //! - VERSION answers without calling the plugin;
 //! - CHECK needs a request version of 0.4.0 or later, GC and STATUS 1.1.0;
 //! - `prevResult` is read in the request's version;
+//! - top-level keys (`cniVersion`, `runtimeConfig`, ...) match
+//!   case-insensitively, as Go plugins decode them;
 //! - errors are printed as the error result of cni-SPEC §5 on stdout (plus one
 //!   line on stderr) with exit code 1.
 
@@ -129,13 +131,27 @@ fn drive(
 fn version_output(stdin: &[u8]) -> Value {
     let echoed = serde_json::from_slice::<Value>(stdin)
         .ok()
-        .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string))
+        .and_then(|v| {
+            field(v.as_object()?, "cniVersion")?
+                .as_str()
+                .map(str::to_string)
+        })
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| CniVersion::LATEST.to_string());
     json!({
         "cniVersion": echoed,
         "supportedVersions": CniVersion::supported_versions(),
     })
+}
+
+/// A top-level configuration key as a Go plugin's case-insensitive decoding
+/// reads it: any key folding to `key`, the last one if several do.
+fn field<'a>(config: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    config
+        .iter()
+        .rev()
+        .find(|(k, _)| casefold::fold_eq(k, key))
+        .map(|(_, v)| v)
 }
 
 /// The oldest request version each command exists in (libcni's skel refuses
@@ -166,7 +182,7 @@ fn parse_request(
     };
 
     // A missing cniVersion means 0.1.0, as libcni's version decoder says.
-    let cni_version = match config.get("cniVersion") {
+    let cni_version = match field(&config, "cniVersion") {
         None => CniVersion::V0_1_0,
         Some(Value::String(s)) if s.is_empty() => CniVersion::V0_1_0,
         Some(Value::String(s)) => CniVersion::parse_field(s, "cniVersion")?,
@@ -183,7 +199,7 @@ fn parse_request(
         ));
     }
 
-    let string_field = |key: &str| match config.get(key) {
+    let string_field = |key: &str| match field(&config, key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(other) => Err(wrong_type(key, "a string", other)),
@@ -191,13 +207,13 @@ fn parse_request(
     let name = string_field("name")?;
     let plugin_type = string_field("type")?;
 
-    let runtime_config = match config.get("runtimeConfig") {
+    let runtime_config = match field(&config, "runtimeConfig") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(rc)) => canonical_runtime_config(rc),
         Some(other) => return Err(wrong_type("runtimeConfig", "an object", other)),
     };
 
-    let prev_result = match config.get("prevResult") {
+    let prev_result = match field(&config, "prevResult") {
         None | Some(Value::Null) => None,
         Some(v) if !v.is_object() => return Err(wrong_type("prevResult", "a JSON object", v)),
         Some(v) => Some(CniResult::from_value_as(v, cni_version).map_err(|e| {
@@ -265,7 +281,7 @@ struct GcAttachment {
 /// cni-SPEC §2 GC: `cni.dev/valid-attachments`, required (a GC without it
 /// would treat every attachment as stale); `null` means none is valid.
 fn valid_attachments(config: &Map<String, Value>) -> Result<Vec<(String, String)>, CniError> {
-    let items = match config.get(VALID_ATTACHMENTS) {
+    let items = match field(config, VALID_ATTACHMENTS) {
         None => {
             return Err(CniError::invalid_config(
                 VALID_ATTACHMENTS,
@@ -494,6 +510,35 @@ mod tests {
             json!({"portMappings": [{"hostPort": 80}], "mac": "y", "custom": 1,
                    "deviceID": "0000:01:00.1"})
         );
+    }
+
+    #[test]
+    fn top_level_keys_fold_like_go() {
+        // Go plugins decode the configuration case-insensitively; so do we.
+        let fake = Fake {
+            result: Some(sample_result()),
+            ..Fake::default()
+        };
+        let prev = sample_result().to_value(CniVersion::V1_0_0).unwrap();
+        let stdin = serde_json::to_vec(&json!({"CNIVersion": "1.0.0", "Name": "n", "TYPE": "t",
+            "RuntimeConfig": {"IPs": ["10.0.0.2/24"]}, "PrevResult": prev}))
+        .unwrap();
+        let out = drive_with(&fake, &attach_env("ADD"), &stdin);
+        assert_eq!(out.code, 0, "{}", out.stdout);
+        assert_eq!(out.json()["cniVersion"], "1.0.0");
+        let req = fake.last();
+        assert_eq!(
+            (req.name.as_deref(), req.plugin_type.as_deref()),
+            (Some("n"), Some("t"))
+        );
+        assert_eq!(
+            Value::Object(req.runtime_config),
+            json!({"ips": ["10.0.0.2/24"]})
+        );
+        assert!(req.prev_result.is_some());
+        let env = [("CNI_COMMAND", "VERSION".to_string())];
+        let out = drive_with(&fake, &env, br#"{"cniversion": "0.3.1"}"#);
+        assert_eq!(out.json()["cniVersion"], "0.3.1");
     }
 
     #[test]
