@@ -1,1 +1,322 @@
-//! TODO
+//! The execution parameters of cni-SPEC §2, read from `CNI_*` environment
+//! variables and validated per command. Every error is code 4 and names the
+//! variable.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use super::args::CniArgs;
+use super::error::CniError;
+use super::names;
+
+pub const CNI_COMMAND: &str = "CNI_COMMAND";
+pub const CNI_CONTAINERID: &str = "CNI_CONTAINERID";
+pub const CNI_NETNS: &str = "CNI_NETNS";
+pub const CNI_IFNAME: &str = "CNI_IFNAME";
+pub const CNI_ARGS: &str = "CNI_ARGS";
+pub const CNI_PATH: &str = "CNI_PATH";
+
+/// cni-SPEC §2 "CNI operations".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CniCommand {
+    Add,
+    Del,
+    Check,
+    Gc,
+    Status,
+    Version,
+}
+
+impl CniCommand {
+    pub const ALL: [CniCommand; 6] = [
+        CniCommand::Add,
+        CniCommand::Del,
+        CniCommand::Check,
+        CniCommand::Gc,
+        CniCommand::Status,
+        CniCommand::Version,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CniCommand::Add => "ADD",
+            CniCommand::Del => "DEL",
+            CniCommand::Check => "CHECK",
+            CniCommand::Gc => "GC",
+            CniCommand::Status => "STATUS",
+            CniCommand::Version => "VERSION",
+        }
+    }
+
+    /// ADD, DEL and CHECK act on one attachment (cni-SPEC §3 "Attachment
+    /// Parameters"); GC, STATUS and VERSION have none.
+    pub fn is_attachment(self) -> bool {
+        matches!(self, CniCommand::Add | CniCommand::Del | CniCommand::Check)
+    }
+}
+
+impl fmt::Display for CniCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CniCommand {
+    type Err = CniError;
+    fn from_str(s: &str) -> Result<Self, CniError> {
+        CniCommand::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| {
+                CniError::invalid_env(
+                    CNI_COMMAND,
+                    format!(
+                        "unknown command {s:?} (expected one of {})",
+                        CniCommand::ALL.map(|c| c.as_str()).join(", ")
+                    ),
+                )
+            })
+    }
+}
+
+/// The parameters of one plugin invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CniEnv {
+    pub command: CniCommand,
+    /// Set for ADD, DEL and CHECK.
+    pub container_id: Option<String>,
+    /// Set for ADD and CHECK; for DEL only when the runtime still has one.
+    pub netns: Option<PathBuf>,
+    /// Set for ADD, DEL and CHECK.
+    pub ifname: Option<String>,
+    /// `CNI_ARGS` (ADD, DEL, CHECK); empty otherwise.
+    pub args: CniArgs,
+    /// `CNI_PATH` directories (empty entries dropped); empty for VERSION.
+    pub path: Vec<PathBuf>,
+}
+
+impl CniEnv {
+    /// Read and validate the variables that cni-SPEC §2 defines for the
+    /// command. Variables a command does not use are not read, so stray values
+    /// (say `CNI_IFNAME` on GC) cannot fail it.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<CniEnv, CniError> {
+        // An empty value counts as unset: runtimes written in Go cannot tell
+        // the two apart, and containerd sends `CNI_NETNS=` on late DELs.
+        let get = |var: &str| lookup(var).filter(|v| !v.is_empty());
+        let missing = |var: &str, command: CniCommand| {
+            CniError::invalid_env(var, format!("required for {command} but not set"))
+        };
+
+        let command: CniCommand = get(CNI_COMMAND)
+            .ok_or_else(|| CniError::invalid_env(CNI_COMMAND, "not set"))?
+            .parse()?;
+        let mut env = CniEnv {
+            command,
+            container_id: None,
+            netns: None,
+            ifname: None,
+            args: CniArgs::default(),
+            path: Vec::new(),
+        };
+        if command == CniCommand::Version {
+            return Ok(env);
+        }
+
+        if command.is_attachment() {
+            let id = get(CNI_CONTAINERID).ok_or_else(|| missing(CNI_CONTAINERID, command))?;
+            names::check_container_id(&id)
+                .map_err(|r| CniError::invalid_env(CNI_CONTAINERID, r))?;
+            env.container_id = Some(id);
+
+            match get(CNI_NETNS) {
+                Some(ns) => {
+                    let p = PathBuf::from(&ns);
+                    if !p.is_absolute() {
+                        return Err(CniError::invalid_env(
+                            CNI_NETNS,
+                            format!("{ns:?} must be an absolute path"),
+                        ));
+                    }
+                    env.netns = Some(p);
+                }
+                // cni-SPEC §2 DEL: CNI_NETNS is optional.
+                None if command == CniCommand::Del => {}
+                None => return Err(missing(CNI_NETNS, command)),
+            }
+
+            let ifname = get(CNI_IFNAME).ok_or_else(|| missing(CNI_IFNAME, command))?;
+            names::check_ifname(&ifname).map_err(|r| CniError::invalid_env(CNI_IFNAME, r))?;
+            env.ifname = Some(ifname);
+
+            if let Some(args) = get(CNI_ARGS) {
+                env.args = CniArgs::parse(&args)?;
+            }
+        }
+
+        match get(CNI_PATH) {
+            Some(p) => {
+                env.path = p
+                    .split(':')
+                    .filter(|d| !d.is_empty())
+                    .map(PathBuf::from)
+                    .collect();
+                if env.path.is_empty() && command == CniCommand::Gc {
+                    return Err(CniError::invalid_env(
+                        CNI_PATH,
+                        format!("{p:?} names no directory"),
+                    ));
+                }
+            }
+            // cni-SPEC §2 GC: CNI_PATH is required.
+            None if command == CniCommand::Gc => return Err(missing(CNI_PATH, command)),
+            None => {}
+        }
+        Ok(env)
+    }
+
+    /// Read the process environment.
+    pub fn from_process() -> Result<CniEnv, CniError> {
+        CniEnv::from_lookup(|k| std::env::var(k).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::cni::ErrorCode;
+
+    fn env<K: AsRef<str>, V: AsRef<str>>(vars: &[(K, V)]) -> Result<CniEnv, CniError> {
+        let m: HashMap<&str, &str> = vars.iter().map(|(k, v)| (k.as_ref(), v.as_ref())).collect();
+        CniEnv::from_lookup(|k| m.get(k).map(|v| v.to_string()))
+    }
+
+    const FULL: [(&str, &str); 6] = [
+        ("CNI_COMMAND", "ADD"),
+        ("CNI_CONTAINERID", "abc123"),
+        ("CNI_NETNS", "/var/run/netns/blue"),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAME=web"),
+        ("CNI_PATH", "/opt/cni/bin::/usr/lib/cni:"),
+    ];
+
+    /// FULL with CNI_COMMAND=cmd, without `drop`, and with `set` applied.
+    fn with(cmd: &str, drop: &[&str], set: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut m: HashMap<&str, &str> = FULL.into_iter().collect();
+        m.insert("CNI_COMMAND", cmd);
+        m.retain(|k, _| !drop.contains(k));
+        m.extend(set.iter().copied());
+        m.into_iter().map(|(k, v)| (k.into(), v.into())).collect()
+    }
+
+    fn err_details<K: AsRef<str>, V: AsRef<str>>(vars: &[(K, V)]) -> String {
+        let e = env(vars).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidEnvironment, "{e}");
+        e.details
+    }
+
+    #[test]
+    fn full_add() {
+        let e = env(&FULL).unwrap();
+        assert_eq!(e.command, CniCommand::Add);
+        assert_eq!(e.container_id.as_deref(), Some("abc123"));
+        assert_eq!(e.netns, Some(PathBuf::from("/var/run/netns/blue")));
+        assert_eq!(e.ifname.as_deref(), Some("eth0"));
+        assert_eq!(e.args.k8s_pod_name(), Some("web"));
+        assert_eq!(
+            e.path,
+            vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")]
+        );
+    }
+
+    #[test]
+    fn command_parsing() {
+        for c in CniCommand::ALL {
+            assert_eq!(c.as_str().parse::<CniCommand>().unwrap(), c);
+        }
+        assert!(err_details::<&str, &str>(&[]).starts_with("CNI_COMMAND: not set"));
+        assert!(err_details(&[("CNI_COMMAND", "")]).starts_with("CNI_COMMAND: not set"));
+        let d = err_details(&[("CNI_COMMAND", "add")]);
+        assert!(d.starts_with("CNI_COMMAND: unknown command \"add\""), "{d}");
+    }
+
+    #[test]
+    fn add_and_check_require_containerid_netns_ifname() {
+        // cni-SPEC §2 ADD / CHECK "Required environment parameters".
+        for cmd in ["ADD", "CHECK"] {
+            for var in ["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"] {
+                let d = err_details(&with(cmd, &[var], &[]));
+                assert_eq!(d, format!("{var}: required for {cmd} but not set"));
+                let d = err_details(&with(cmd, &[], &[(var, "")]));
+                assert_eq!(d, format!("{var}: required for {cmd} but not set"));
+            }
+            // CNI_ARGS and CNI_PATH are optional.
+            let e = env(&with(cmd, &["CNI_ARGS", "CNI_PATH"], &[])).unwrap();
+            assert!(e.args.is_empty() && e.path.is_empty());
+        }
+    }
+
+    #[test]
+    fn del_netns_is_optional_and_empty_means_absent() {
+        // cni-SPEC §2 DEL: CNI_NETNS optional; containerd sends it empty.
+        let e = env(&with("DEL", &["CNI_NETNS"], &[])).unwrap();
+        assert_eq!(e.netns, None);
+        let e = env(&with("DEL", &[], &[("CNI_NETNS", "")])).unwrap();
+        assert_eq!(e.netns, None);
+        assert_eq!(e.container_id.as_deref(), Some("abc123"));
+        let e = env(&with("DEL", &[], &[])).unwrap();
+        assert_eq!(e.netns, Some(PathBuf::from("/var/run/netns/blue")));
+        for var in ["CNI_CONTAINERID", "CNI_IFNAME"] {
+            let d = err_details(&with("DEL", &[var], &[]));
+            assert_eq!(d, format!("{var}: required for DEL but not set"));
+        }
+    }
+
+    #[test]
+    fn invalid_values_name_the_variable() {
+        let d = err_details(&with("ADD", &[], &[("CNI_CONTAINERID", "-bad")]));
+        assert!(d.starts_with("CNI_CONTAINERID: \"-bad\" must start"), "{d}");
+        let d = err_details(&with("DEL", &[], &[("CNI_IFNAME", "eth0/x")]));
+        assert_eq!(d, r#"CNI_IFNAME: "eth0/x" must not contain '/'"#);
+        let d = err_details(&with(
+            "CHECK",
+            &[],
+            &[("CNI_IFNAME", "averyveryverylongname")],
+        ));
+        assert!(d.starts_with("CNI_IFNAME: "), "{d}");
+        let d = err_details(&with("ADD", &[], &[("CNI_NETNS", "run/netns/x")]));
+        assert_eq!(d, r#"CNI_NETNS: "run/netns/x" must be an absolute path"#);
+        let d = err_details(&with("DEL", &[], &[("CNI_NETNS", "x")]));
+        assert!(d.starts_with("CNI_NETNS:"), "{d}");
+        let d = err_details(&with("ADD", &[], &[("CNI_ARGS", "novalue")]));
+        assert!(d.starts_with("CNI_ARGS: invalid pair \"novalue\""), "{d}");
+    }
+
+    #[test]
+    fn gc_requires_only_cni_path() {
+        // cni-SPEC §2 GC: CNI_COMMAND and CNI_PATH.
+        let e = env(&[("CNI_COMMAND", "GC"), ("CNI_PATH", "/opt/cni/bin")]).unwrap();
+        assert_eq!(e.path, vec![PathBuf::from("/opt/cni/bin")]);
+        assert_eq!((e.container_id, e.netns, e.ifname), (None, None, None));
+        let d = err_details(&[("CNI_COMMAND", "GC")]);
+        assert_eq!(d, "CNI_PATH: required for GC but not set");
+        let d = err_details(&[("CNI_COMMAND", "GC"), ("CNI_PATH", "::")]);
+        assert!(d.starts_with("CNI_PATH: \"::\" names no directory"), "{d}");
+        // Attachment variables are not read for GC, even when invalid.
+        let e = env(&with("GC", &[], &[("CNI_IFNAME", "bad/name")])).unwrap();
+        assert_eq!(e.ifname, None);
+    }
+
+    #[test]
+    fn status_and_version_need_only_the_command() {
+        let e = env(&[("CNI_COMMAND", "STATUS")]).unwrap();
+        assert_eq!(e.command, CniCommand::Status);
+        let e = env(&[("CNI_COMMAND", "STATUS"), ("CNI_PATH", "/a:/b")]).unwrap();
+        assert_eq!(e.path.len(), 2);
+        let e = env(&[("CNI_COMMAND", "VERSION"), ("CNI_ARGS", "garbage")]).unwrap();
+        assert_eq!(e.command, CniCommand::Version);
+        assert!(e.args.is_empty() && e.path.is_empty());
+    }
+}

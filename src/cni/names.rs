@@ -1,12 +1,141 @@
 //! Name rules of the CNI protocol and the kernel: interface names, container
-//! IDs, network names and plugin types.
+//! IDs, network names and plugin types. Each check returns the human reason a
+//! name is invalid; callers prefix it with the field or variable it came from.
 
-/// A kernel interface name: 1–15 bytes, not `.` or `..`, no `/`, `:` or
-/// whitespace. Returns the reason it is invalid.
-// STUB: replaced by the real implementation.
+/// Longest interface name the kernel accepts (IFNAMSIZ - 1).
+pub const MAX_IFNAME_LEN: usize = 15;
+
+/// A kernel interface name (`dev_valid_name`): 1–15 bytes, not `.` or `..`, no
+/// `/`, `:`, NUL or whitespace.
 pub fn check_ifname(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 15 {
-        return Err("bad length".into());
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_IFNAME_LEN {
+        return Err(format!(
+            "{name:?} is {} bytes long, the kernel allows at most {MAX_IFNAME_LEN}",
+            name.len()
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("{name:?} is not a valid interface name"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| matches!(c, '/' | ':' | '\0') || c.is_whitespace())
+    {
+        return Err(format!("{name:?} must not contain {c:?}"));
     }
     Ok(())
+}
+
+/// cni-SPEC §2 `CNI_CONTAINERID`: not empty, an alphanumeric character, then
+/// any of alphanumerics, `_`, `.` and `-`.
+pub fn check_container_id(id: &str) -> Result<(), String> {
+    check_identifier(id)
+}
+
+/// cni-SPEC §1 `name`: the same character rule as container IDs, which also
+/// keeps the name safe to use as a file name.
+pub fn check_network_name(name: &str) -> Result<(), String> {
+    check_identifier(name)
+}
+
+/// The shared rule of cni-SPEC §1 (`name`) and §2 (`CNI_CONTAINERID`).
+fn check_identifier(s: &str) -> Result<(), String> {
+    let mut chars = s.chars();
+    match chars.next() {
+        None => return Err("must not be empty".into()),
+        Some(c) if !c.is_ascii_alphanumeric() => {
+            return Err(format!(
+                "{s:?} must start with an alphanumeric character, not {c:?}"
+            ))
+        }
+        Some(_) => {}
+    }
+    if let Some(c) = chars.find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))) {
+        return Err(format!(
+            "{s:?} must contain only alphanumerics, '_', '.' and '-', not {c:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// cni-SPEC §1 plugin `type`: the name of a binary, so no path separators (`/`,
+/// `\`), no NUL and not `.` or `..`.
+pub fn check_plugin_type(t: &str) -> Result<(), String> {
+    if t.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if t == "." || t == ".." {
+        return Err(format!("{t:?} is not a plugin binary name"));
+    }
+    if let Some(c) = t.chars().find(|c| matches!(c, '/' | '\\' | '\0')) {
+        return Err(format!("{t:?} must not contain {c:?}"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ifname_kernel_rules() {
+        for ok in ["eth0", "a", "net1", "123456789012345", "veth-x_y.z", "é"] {
+            assert_eq!(check_ifname(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(check_ifname("").unwrap_err(), "must not be empty");
+        assert!(check_ifname("1234567890123456")
+            .unwrap_err()
+            .contains("16 bytes long"));
+        // 15 characters but 16 bytes: the kernel counts bytes.
+        assert!(check_ifname("éééééééé").unwrap_err().contains("bytes long"));
+        assert!(check_ifname(".").is_err());
+        assert!(check_ifname("..").is_err());
+        assert!(check_ifname("...").is_ok());
+        assert_eq!(
+            check_ifname("eth0/x").unwrap_err(),
+            r#""eth0/x" must not contain '/'"#
+        );
+        for bad in ["eth:0", "eth 0", "eth\t0", "eth\n", "a\u{a0}b", "a\0"] {
+            assert!(check_ifname(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn container_id_rules() {
+        // cni-SPEC §2 CNI_CONTAINERID.
+        for ok in ["a", "0", "abc-123_x.y", "A.B", "deadbeef"] {
+            assert_eq!(check_container_id(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(check_container_id("").unwrap_err(), "must not be empty");
+        for bad in ["-a", "_a", ".a", "a b", "a/b", "a:b", "ä", "a\0"] {
+            assert!(check_container_id(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_container_id("-x")
+            .unwrap_err()
+            .contains("must start with an alphanumeric"));
+    }
+
+    #[test]
+    fn network_name_rules() {
+        // cni-SPEC §1 `name`.
+        assert_eq!(check_network_name("dbnet"), Ok(()));
+        assert_eq!(check_network_name("k8s-pod-network.v1_2"), Ok(()));
+        for bad in ["", "-net", "my net", "net/1", "..", "net\\x"] {
+            assert!(check_network_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn plugin_type_rules() {
+        // cni-SPEC §1 `type`: no characters disallowed in file paths.
+        for ok in ["bridge", "host-local", "my.plugin", "...", "weird name"] {
+            assert_eq!(check_plugin_type(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", ".", "..", "../bridge", "/usr/bin/x", "a\\b", "a\0b"] {
+            assert!(check_plugin_type(bad).is_err(), "{bad:?}");
+        }
+    }
 }

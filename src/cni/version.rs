@@ -42,6 +42,12 @@ impl CniVersion {
         }
     }
 
+    /// Every version plexus speaks, as strings, oldest first (the
+    /// `supportedVersions` of cni-SPEC §5 "VERSION Success").
+    pub fn supported_versions() -> Vec<&'static str> {
+        CniVersion::ALL.iter().map(|v| v.as_str()).collect()
+    }
+
     /// Results of this version use `ip4`/`ip6` (0.1.0, 0.2.0) rather than
     /// `interfaces`/`ips` (0.3.0 and later).
     pub fn has_legacy_result(self) -> bool {
@@ -55,7 +61,7 @@ impl CniVersion {
                 field,
                 format!(
                     "{s:?} is not a CNI version plexus supports (supported: {})",
-                    CniVersion::ALL.map(|v| v.as_str()).join(", ")
+                    CniVersion::supported_versions().join(", ")
                 ),
             )
         })
