@@ -211,7 +211,7 @@ mod tests {
         let docs = parse_documents(text, "x.yaml").unwrap();
         let kinds: Vec<_> = docs.iter().map(|d| d.kind().unwrap()).collect();
         assert_eq!(kinds, ["Pod", "A", "B"]);
-        assert_eq!(docs[1].origin, "x.yaml (document 4) items[0]");
+        assert_eq!(docs[1].origin, "x.yaml (document 3) items[0]");
     }
 
     #[test]
