@@ -8,10 +8,12 @@
 //! - [`config`]: plexus's own CNI conf (Multus-compatible keys).
 //! - [`manifest`]: Kubernetes manifests (YAML/JSON) read from files.
 //! - [`netattach`]: the multi-net spec model (NAD, selection, status, IPAMClaim).
-//! - [`cni`]: the CNI protocol (env, config, results, errors, versions).
+//! - [`cni`]: the CNI protocol (env, config, results, errors, versions), its own
+//!   crate `plexus-cni` so the data plane and IPAM share it.
 
 pub mod cli;
-pub mod cni;
+/// The CNI protocol layer (the `plexus-cni` crate).
+pub use plexus_cni as cni;
 pub mod config;
 pub mod manifest;
 pub mod netattach;

@@ -57,10 +57,10 @@ pub fn from_value_at<T: DeserializeOwned>(value: &Value) -> Result<T, PathError>
 /// Decode a configuration object into `T` as [`from_value`] does, with a
 /// code-7 CNI error naming the offending field (`strictAnnotations: invalid
 /// type: string "yes", expected a boolean`).
-pub fn decode<T: DeserializeOwned>(value: &Value) -> Result<T, crate::cni::error::CniError> {
+pub fn decode<T: DeserializeOwned>(value: &Value) -> Result<T, crate::error::CniError> {
     from_value_at(value).map_err(|e| {
         let field = if e.path.is_empty() { "configuration" } else { e.path.as_str() };
-        crate::cni::error::CniError::invalid_config(field, e.error.to_string())
+        crate::error::CniError::invalid_config(field, e.error.to_string())
     })
 }
 

@@ -550,7 +550,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::cni::ErrorCode;
+    use crate::ErrorCode;
 
     /// cni-SPEC Appendix "Add example": the result of `host-local`.
     const HOST_LOCAL: &str = r#"{

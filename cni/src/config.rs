@@ -363,7 +363,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::cni::ErrorCode;
+    use crate::ErrorCode;
 
     /// cni-SPEC §1 "Example configuration", comments removed.
     const DBNET: &str = r#"{

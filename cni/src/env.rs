@@ -186,7 +186,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::cni::ErrorCode;
+    use crate::ErrorCode;
 
     fn env<K: AsRef<str>, V: AsRef<str>>(vars: &[(K, V)]) -> Result<CniEnv, CniError> {
         let m: HashMap<&str, &str> = vars.iter().map(|(k, v)| (k.as_ref(), v.as_ref())).collect();

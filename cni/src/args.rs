@@ -136,7 +136,7 @@ impl fmt::Display for CniArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cni::ErrorCode;
+    use crate::ErrorCode;
 
     #[test]
     fn parses_what_containerd_sends() {
