@@ -59,7 +59,11 @@ pub fn from_value_at<T: DeserializeOwned>(value: &Value) -> Result<T, PathError>
 /// type: string "yes", expected a boolean`).
 pub fn decode<T: DeserializeOwned>(value: &Value) -> Result<T, crate::error::CniError> {
     from_value_at(value).map_err(|e| {
-        let field = if e.path.is_empty() { "configuration" } else { e.path.as_str() };
+        let field = if e.path.is_empty() {
+            "configuration"
+        } else {
+            e.path.as_str()
+        };
         crate::error::CniError::invalid_config(field, e.error.to_string())
     })
 }

@@ -6,6 +6,7 @@
 pub mod args;
 pub mod casefold;
 pub mod config;
+pub mod delegate;
 pub mod env;
 pub mod error;
 pub mod names;

@@ -47,8 +47,16 @@ pub struct Request {
     pub prev_result: Option<CniResult>,
 }
 
-/// What a plugin implements; [`run`] does the protocol around it.
+/// The CNI operations (cni-SPEC §2) as an in-process trait: what plexus
+/// itself, every built-in plugin (data plane, IPAM) and an exec'd external
+/// plugin implement, so a chain mixes them freely. [`run`] does the stdin /
+/// stdout protocol around one.
 pub trait Plugin {
+    /// Check the configuration without touching the system, so a chain can
+    /// refuse a bad config before anything needs undoing.
+    fn validate(&self, _req: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
     fn add(&self, req: &Request) -> Result<CniResult, CniError>;
     fn del(&self, req: &Request) -> Result<(), CniError>;
     fn check(&self, req: &Request) -> Result<(), CniError>;
@@ -180,65 +188,75 @@ fn parse_request(
     let Value::Object(config) = value else {
         return Err(wrong_type("network configuration", "a JSON object", &value));
     };
-
-    // A missing cniVersion means 0.1.0, as libcni's version decoder says.
-    let cni_version = match field(&config, "cniVersion") {
-        None => CniVersion::V0_1_0,
-        Some(Value::String(s)) if s.is_empty() => CniVersion::V0_1_0,
-        Some(Value::String(s)) => CniVersion::parse_field(s, "cniVersion")?,
-        Some(other) => return Err(wrong_type("cniVersion", "a string", other)),
-    };
-    *version_out = cni_version;
-
-    let command = env.command;
-    let minimum = minimum_version(command);
-    if cni_version < minimum {
-        return Err(CniError::incompatible_version(
-            "cniVersion",
-            format!("{command} needs CNI {minimum} or later, the configuration is {cni_version}"),
-        ));
+    // cni-SPEC §5 "Error": answer in the request's version once it is known.
+    if let Some(Value::String(s)) = field(&config, "cniVersion") {
+        if let Ok(v) = s.parse() {
+            *version_out = v;
+        }
     }
-
-    let string_field = |key: &str| match field(&config, key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(wrong_type(key, "a string", other)),
-    };
-    let name = string_field("name")?;
-    let plugin_type = string_field("type")?;
-
-    let runtime_config = match field(&config, "runtimeConfig") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(rc)) => canonical_runtime_config(rc),
-        Some(other) => return Err(wrong_type("runtimeConfig", "an object", other)),
-    };
-
-    let prev_result = match field(&config, "prevResult") {
-        None | Some(Value::Null) => None,
-        Some(v) if !v.is_object() => return Err(wrong_type("prevResult", "a JSON object", v)),
-        Some(v) => Some(CniResult::from_value_as(v, cni_version).map_err(|e| {
-            // A bad prevResult is a bad configuration (code 7); a version
-            // problem keeps its code.
-            let e = e.within("prevResult");
-            match e.code {
-                ErrorCode::Decode => CniError::new(
-                    ErrorCode::InvalidConfig,
-                    "invalid network configuration",
-                    e.details,
-                ),
-                _ => e,
-            }
-        })?),
-    };
-
-    let valid = if command == CniCommand::Gc {
+    let valid = if env.command == CniCommand::Gc {
         valid_attachments(&config)?
     } else {
         Vec::new()
     };
+    Ok((Request::from_config(env, config)?, valid))
+}
 
-    Ok((
-        Request {
+impl Request {
+    /// A request from a configuration object, validated as a plugin reads
+    /// its stdin: what the executor uses to run a plugin in-process.
+    pub fn from_config(env: CniEnv, config: Map<String, Value>) -> Result<Request, CniError> {
+        // A missing cniVersion means 0.1.0, as libcni's version decoder says.
+        let cni_version = match field(&config, "cniVersion") {
+            None => CniVersion::V0_1_0,
+            Some(Value::String(s)) if s.is_empty() => CniVersion::V0_1_0,
+            Some(Value::String(s)) => CniVersion::parse_field(s, "cniVersion")?,
+            Some(other) => return Err(wrong_type("cniVersion", "a string", other)),
+        };
+        let command = env.command;
+        let minimum = minimum_version(command);
+        if cni_version < minimum {
+            return Err(CniError::incompatible_version(
+                "cniVersion",
+                format!(
+                    "{command} needs CNI {minimum} or later, the configuration is {cni_version}"
+                ),
+            ));
+        }
+
+        let string_field = |key: &str| match field(&config, key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(wrong_type(key, "a string", other)),
+        };
+        let name = string_field("name")?;
+        let plugin_type = string_field("type")?;
+
+        let runtime_config = match field(&config, "runtimeConfig") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(rc)) => canonical_runtime_config(rc),
+            Some(other) => return Err(wrong_type("runtimeConfig", "an object", other)),
+        };
+
+        let prev_result = match field(&config, "prevResult") {
+            None | Some(Value::Null) => None,
+            Some(v) if !v.is_object() => return Err(wrong_type("prevResult", "a JSON object", v)),
+            Some(v) => Some(CniResult::from_value_as(v, cni_version).map_err(|e| {
+                // A bad prevResult is a bad configuration (code 7); a version
+                // problem keeps its code.
+                let e = e.within("prevResult");
+                match e.code {
+                    ErrorCode::Decode => CniError::new(
+                        ErrorCode::InvalidConfig,
+                        "invalid network configuration",
+                        e.details,
+                    ),
+                    _ => e,
+                }
+            })?),
+        };
+
+        Ok(Request {
             env,
             config,
             cni_version,
@@ -246,9 +264,8 @@ fn parse_request(
             plugin_type,
             runtime_config,
             prev_result,
-        },
-        valid,
-    ))
+        })
+    }
 }
 
 /// Rename keys that fold to a well-known capability to its canonical spelling
