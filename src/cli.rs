@@ -153,7 +153,8 @@ fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
         .config
         .as_deref()
         .map(|path| {
-            let bytes = std::fs::read(path).map_err(|e| CniError::io(path.display().to_string(), e))?;
+            let bytes =
+                std::fs::read(path).map_err(|e| CniError::io(path.display().to_string(), e))?;
             PlexusConf::from_slice(&bytes).map_err(|e| e.within(path.display().to_string()))
         })
         .transpose()?;
@@ -163,7 +164,10 @@ fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
         .or_else(|| conf.as_ref().map(|c| c.conf_dir.clone()))
         .map(ConfDir::new);
 
-    let mut options = conf.as_ref().map(PlanOptions::from_conf).unwrap_or_default();
+    let mut options = conf
+        .as_ref()
+        .map(PlanOptions::from_conf)
+        .unwrap_or_default();
     options.strict_annotations |= args.strict_annotations;
     options.ifname = args.ifname.clone();
     crate::cni::names::check_ifname(&options.ifname)
@@ -207,7 +211,10 @@ fn first_conf(conf_dir: Option<&ConfDir>) -> Result<DefaultNetwork, CniError> {
     let (path, list) = dir.first().ok_or_else(|| {
         CniError::invalid_config(
             "--conf-dir",
-            format!("{} holds no CNI config to use as the default network", dir.path().display()),
+            format!(
+                "{} holds no CNI config to use as the default network",
+                dir.path().display()
+            ),
         )
     })?;
     Ok(DefaultNetwork {
@@ -230,7 +237,8 @@ fn parse_object(text: &str, field: &str) -> Result<Map<String, Value>, CniError>
 
 fn read_json(path: &Path) -> Result<Value, CniError> {
     let text = std::fs::read(path).map_err(|e| CniError::io(path.display().to_string(), e))?;
-    serde_json::from_slice(&text).map_err(|e| CniError::decode(path.display().to_string(), e.to_string()))
+    serde_json::from_slice(&text)
+        .map_err(|e| CniError::decode(path.display().to_string(), e.to_string()))
 }
 
 fn run_status(args: &StatusArgs) -> Result<String, CniError> {
@@ -253,7 +261,9 @@ fn run_status(args: &StatusArgs) -> Result<String, CniError> {
         gateway_request: (!args.default_route.is_empty()).then_some(args.default_route.as_slice()),
         device_info,
     };
-    Ok(pretty(&NetworkStatus::from_result(Some(&result), &input).to_value()))
+    Ok(pretty(
+        &NetworkStatus::from_result(Some(&result), &input).to_value(),
+    ))
 }
 
 /// The embedded example: the demo pod, its NADs and cluster network, compiled in.
@@ -264,9 +274,13 @@ pub mod demo {
 }
 
 fn run_demo() -> Result<String, CniError> {
-    let pod = manifest::single_pod(&manifest::parse_documents(demo::POD, "demo pod.yaml")?, "demo pod.yaml")?;
+    let pod = manifest::single_pod(
+        &manifest::parse_documents(demo::POD, "demo pod.yaml")?,
+        "demo pod.yaml",
+    )?;
     let nads = manifest::nads(&manifest::parse_documents(demo::NADS, "demo nads.yaml")?)?;
-    let config = crate::cni::config::NetworkConfigList::from_slice(demo::CLUSTER_NETWORK.as_bytes())?;
+    let config =
+        crate::cni::config::NetworkConfigList::from_slice(demo::CLUSTER_NETWORK.as_bytes())?;
     let default_network = DefaultNetwork {
         network: config.name.clone().unwrap_or_default(),
         config,

@@ -138,50 +138,53 @@ impl PlexusConf {
         }
         let raw: RawConf = casefold::decode(value)?;
 
-        let cluster_network = match (raw.delegates, raw.cluster_network) {
-            (Some(_), Some(_)) => {
-                return Err(CniError::invalid_config(
-                    "delegates",
-                    "give either delegates or clusterNetwork, not both",
-                ))
-            }
-            (None, None) => {
-                return Err(CniError::invalid_config(
+        let cluster_network =
+            match (raw.delegates, raw.cluster_network) {
+                (Some(_), Some(_)) => {
+                    return Err(CniError::invalid_config(
+                        "delegates",
+                        "give either delegates or clusterNetwork, not both",
+                    ))
+                }
+                (None, None) => return Err(CniError::invalid_config(
                     "delegates",
                     "missing: plexus needs the cluster-wide default network (multi-net-spec §6) \
                      as delegates[0] or as clusterNetwork",
-                ))
-            }
-            (Some(delegates), None) => match delegates.as_slice() {
-                [one] => ClusterNetwork::Inline(
-                    NetworkConfigList::from_value(one).map_err(|e| e.within("delegates[0]"))?,
-                ),
-                [] => {
-                    return Err(CniError::invalid_config(
-                        "delegates",
-                        "must hold the cluster-wide default network",
-                    ))
-                }
-                _ => {
-                    return Err(CniError::invalid_config(
-                        "delegates",
-                        "holds only the cluster-wide default network; list further networks \
+                )),
+                (Some(delegates), None) => match delegates.as_slice() {
+                    [one] => ClusterNetwork::Inline(
+                        NetworkConfigList::from_value(one).map_err(|e| e.within("delegates[0]"))?,
+                    ),
+                    [] => {
+                        return Err(CniError::invalid_config(
+                            "delegates",
+                            "must hold the cluster-wide default network",
+                        ))
+                    }
+                    _ => {
+                        return Err(CniError::invalid_config(
+                            "delegates",
+                            "holds only the cluster-wide default network; list further networks \
                          for every pod in defaultNetworks",
+                        ))
+                    }
+                },
+                (None, Some(name)) if name.trim().is_empty() => {
+                    return Err(CniError::invalid_config(
+                        "clusterNetwork",
+                        "must not be empty",
                     ))
                 }
-            },
-            (None, Some(name)) if name.trim().is_empty() => {
-                return Err(CniError::invalid_config("clusterNetwork", "must not be empty"))
-            }
-            (None, Some(name)) => ClusterNetwork::Reference(name.trim().to_string()),
-        };
+                (None, Some(name)) => ClusterNetwork::Reference(name.trim().to_string()),
+            };
 
         if let Some(t) = raw.plugin_type.as_deref() {
             if t.is_empty() {
                 return Err(CniError::invalid_config("type", "must not be empty"));
             }
         }
-        let path = |v: Option<String>, default: &str| PathBuf::from(v.unwrap_or_else(|| default.into()));
+        let path =
+            |v: Option<String>, default: &str| PathBuf::from(v.unwrap_or_else(|| default.into()));
         Ok(PlexusConf {
             cni_version: raw.cni_version.unwrap_or_else(|| "1.0.0".into()),
             name: raw.name.unwrap_or_else(|| "plexus".into()),
@@ -230,7 +233,9 @@ mod tests {
             "delegates": [bridge()],
         }))
         .unwrap();
-        assert!(matches!(conf.cluster_network, ClusterNetwork::Inline(ref l) if l.name.as_deref() == Some("podnet")));
+        assert!(
+            matches!(conf.cluster_network, ClusterNetwork::Inline(ref l) if l.name.as_deref() == Some("podnet"))
+        );
         assert_eq!(conf.system_namespaces, ["kube-system"]);
         assert_eq!(conf.plexus_namespace, "kube-system");
         assert_eq!(conf.conf_dir, PathBuf::from(DEFAULT_CONF_DIR));
@@ -244,7 +249,10 @@ mod tests {
             "globalNamespaces": "default, shared", "RuntimeConfig": {"mac": "02:00:00:00:00:01"},
         }))
         .unwrap();
-        assert_eq!(conf.cluster_network, ClusterNetwork::Reference("ovn".into()));
+        assert_eq!(
+            conf.cluster_network,
+            ClusterNetwork::Reference("ovn".into())
+        );
         assert!(conf.strict_annotations);
         assert_eq!(conf.global_namespaces, ["default", "shared"]);
         assert_eq!(conf.runtime_config["mac"], "02:00:00:00:00:01");
@@ -254,17 +262,35 @@ mod tests {
     fn bad_confs_name_the_field() {
         let cases = [
             (json!({}), "delegates: missing"),
-            (json!({"delegates": [bridge()], "clusterNetwork": "x"}), "delegates: give either"),
+            (
+                json!({"delegates": [bridge()], "clusterNetwork": "x"}),
+                "delegates: give either",
+            ),
             (json!({"delegates": []}), "delegates: must hold"),
-            (json!({"delegates": [bridge(), bridge()]}), "delegates: holds only"),
-            (json!({"clusterNetwork": " "}), "clusterNetwork: must not be empty"),
+            (
+                json!({"delegates": [bridge(), bridge()]}),
+                "delegates: holds only",
+            ),
+            (
+                json!({"clusterNetwork": " "}),
+                "clusterNetwork: must not be empty",
+            ),
             (json!({"delegates": [{"name": "x"}]}), "delegates[0]"),
-            (json!({"clusterNetwork": "x", "strictAnnotations": "yes"}), "strictAnnotations"),
-            (json!({"clusterNetwork": "x", "systemNamespaces": 3}), "systemNamespaces"),
+            (
+                json!({"clusterNetwork": "x", "strictAnnotations": "yes"}),
+                "strictAnnotations",
+            ),
+            (
+                json!({"clusterNetwork": "x", "systemNamespaces": 3}),
+                "systemNamespaces",
+            ),
         ];
         for (input, want) in cases {
             let err = PlexusConf::from_value(&input).unwrap_err();
-            assert!(err.details.starts_with(want) || err.details.contains(want), "{input}: {err}");
+            assert!(
+                err.details.starts_with(want) || err.details.contains(want),
+                "{input}: {err}"
+            );
         }
         assert!(PlexusConf::from_slice(b"{").is_err());
         assert!(PlexusConf::from_value(&json!([1])).is_err());

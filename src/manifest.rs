@@ -104,7 +104,10 @@ fn flatten_into(value: Value, origin: &str, out: &mut Vec<Document>) -> Result<(
                 .is_some_and(|k| k.ends_with("List"));
             if is_list {
                 let items = map.get("items").and_then(Value::as_array).ok_or_else(|| {
-                    CniError::invalid_config(format!("{origin}: items"), "a List must have an items array")
+                    CniError::invalid_config(
+                        format!("{origin}: items"),
+                        "a List must have an items array",
+                    )
                 })?;
                 for (i, item) in items.iter().enumerate() {
                     flatten_into(item.clone(), &format!("{origin} items[{i}]"), out)?;
@@ -120,7 +123,10 @@ fn flatten_into(value: Value, origin: &str, out: &mut Vec<Document>) -> Result<(
         }
         other => Err(CniError::invalid_config(
             origin,
-            format!("a manifest document must be an object, got {}", json_type(&other)),
+            format!(
+                "a manifest document must be an object, got {}",
+                json_type(&other)
+            ),
         )),
     }
 }
@@ -191,7 +197,10 @@ pub fn nads(
     docs: &[Document],
 ) -> Result<BTreeMap<(String, String), NetworkAttachmentDefinition>, CniError> {
     let mut out = BTreeMap::new();
-    for doc in docs.iter().filter(|d| d.kind() == Some("NetworkAttachmentDefinition")) {
+    for doc in docs
+        .iter()
+        .filter(|d| d.kind() == Some("NetworkAttachmentDefinition"))
+    {
         let nad = NetworkAttachmentDefinition::from_value(&doc.value)
             .map_err(|e| e.within(doc.origin.as_str()))?;
         let r = nad.network_ref(DEFAULT_NAMESPACE);
@@ -218,7 +227,9 @@ mod tests {
     fn json_object_and_array() {
         assert_eq!(parse_documents(r#"{"kind":"Pod"}"#, "a").unwrap().len(), 1);
         assert_eq!(
-            parse_documents(r#"[{"kind":"A"},{"kind":"B"}]"#, "a").unwrap().len(),
+            parse_documents(r#"[{"kind":"A"},{"kind":"B"}]"#, "a")
+                .unwrap()
+                .len(),
             2
         );
     }
@@ -228,7 +239,11 @@ mod tests {
         let err = parse_documents("{\"kind\": ", "pod.json").unwrap_err();
         assert!(err.details.starts_with("pod.json: invalid JSON"), "{err}");
         let err = parse_documents("a: [1,\n", "pod.yaml").unwrap_err();
-        assert!(err.details.starts_with("pod.yaml (document 1): invalid YAML"), "{err}");
+        assert!(
+            err.details
+                .starts_with("pod.yaml (document 1): invalid YAML"),
+            "{err}"
+        );
         let err = parse_documents("- 1\n- 2\n", "x.yaml").unwrap_err();
         assert!(err.details.contains("must be an object"), "{err}");
         let err = parse_documents("kind: List\n", "l.yaml").unwrap_err();
@@ -245,7 +260,10 @@ mod tests {
         let pod = single_pod(&docs, "p.yaml").unwrap();
         assert_eq!(pod.namespace, "default");
         assert_eq!(pod.annotations["a"], "b");
-        assert!(single_pod(&[], "none.yaml").unwrap_err().details.contains("no document of kind Pod"));
+        assert!(single_pod(&[], "none.yaml")
+            .unwrap_err()
+            .details
+            .contains("no document of kind Pod"));
         let docs = parse_documents("kind: Pod\nmetadata: {}\n", "p.yaml").unwrap();
         assert!(single_pod(&docs, "p.yaml").is_err());
     }

@@ -43,7 +43,9 @@ use crate::config::{ClusterNetwork, PlexusConf};
 use crate::manifest::Pod;
 use crate::netattach::nad::NetworkAttachmentDefinition;
 use crate::netattach::names::NetworkRef;
-use crate::netattach::selection::{parse_selection_annotation, NetworkSelectionElement, NETWORKS_ANNOTATION};
+use crate::netattach::selection::{
+    parse_selection_annotation, NetworkSelectionElement, NETWORKS_ANNOTATION,
+};
 
 /// Multus's per-pod override of the cluster-wide default network.
 pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
@@ -289,17 +291,22 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
 
     let mut wanted: Vec<Wanted> = Vec::new();
     for (i, name) in options.default_networks.iter().enumerate() {
-        let reference = NetworkRef::parse(name, &options.plexus_namespace).map_err(|reason| {
-            CniError::invalid_config(format!("defaultNetworks[{i}]"), reason)
-        })?;
+        let reference = NetworkRef::parse(name, &options.plexus_namespace)
+            .map_err(|reason| CniError::invalid_config(format!("defaultNetworks[{i}]"), reason))?;
         wanted.push(Wanted {
             reference,
             label: format!("defaultNetworks[{i}]"),
             selection: None,
         });
     }
-    for (i, element) in selections(pod, options, &mut warnings)?.into_iter().enumerate() {
-        let namespace = element.namespace.clone().unwrap_or_else(|| pod.namespace.clone());
+    for (i, element) in selections(pod, options, &mut warnings)?
+        .into_iter()
+        .enumerate()
+    {
+        let namespace = element
+            .namespace
+            .clone()
+            .unwrap_or_else(|| pod.namespace.clone());
         wanted.push(Wanted {
             reference: NetworkRef {
                 namespace,
@@ -319,7 +326,12 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
         ifname: options.ifname.clone(),
         default: true,
         cni_args: cni_args.clone(),
-        plugins: requests(&default_network.config, &default_network.network, &options.runtime_config, None)?,
+        plugins: requests(
+            &default_network.config,
+            &default_network.network,
+            &options.runtime_config,
+            None,
+        )?,
         source: default_network.source.clone(),
         default_route: None,
         clear_default_route: false,
@@ -340,7 +352,12 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
             ifname,
             default: false,
             cni_args: cni_args.clone(),
-            plugins: requests(&config, &want.reference.to_string(), &capability_args, cni_args_override)?,
+            plugins: requests(
+                &config,
+                &want.reference.to_string(),
+                &capability_args,
+                cni_args_override,
+            )?,
             source,
             default_route: selection.and_then(|s| s.default_route.clone()),
             clear_default_route: false,
@@ -380,7 +397,10 @@ fn resolve_default_network(
     let [element] = parsed.elements.as_slice() else {
         return Err(CniError::invalid_config(
             &field,
-            format!("must name exactly one network, names {}", parsed.elements.len()),
+            format!(
+                "must name exactly one network, names {}",
+                parsed.elements.len()
+            ),
         ));
     };
     let reference = NetworkRef {
@@ -409,7 +429,11 @@ fn selections(
     let Some(value) = pod.annotations.get(NETWORKS_ANNOTATION) else {
         return Ok(Vec::new());
     };
-    if options.system_namespaces.iter().any(|ns| *ns == pod.namespace) {
+    if options
+        .system_namespaces
+        .iter()
+        .any(|ns| *ns == pod.namespace)
+    {
         warnings.push(format!(
             "annotation {NETWORKS_ANNOTATION} ignored: namespace {} is a system namespace (systemNamespaces)",
             pod.namespace
@@ -427,25 +451,27 @@ fn selections(
             Ok(parsed.elements)
         }
         Err(e) if options.strict_annotations => Err(CniError::invalid_config(
-            format!("annotation {NETWORKS_ANNOTATION}{}", field_suffix(&e.field)),
+            annotation_field(&e.field),
             format!("{} (strictAnnotations is on)", e.reason),
         )),
         Err(e) => {
             warnings.push(format!(
-                "annotation {NETWORKS_ANNOTATION} ignored, only the default network is attached: {e}"
+                "{} ignored, only the default network is attached: {}",
+                annotation_field(&e.field),
+                e.reason
             ));
             Ok(Vec::new())
         }
     }
 }
 
-fn field_suffix(field: &str) -> String {
-    if field.is_empty() {
-        String::new()
-    } else if field.starts_with('[') {
-        field.to_string()
-    } else {
-        format!(" {field}")
+/// `annotation k8s.v1.cni.cncf.io/networks[1].ips[0]` from the parser's field.
+fn annotation_field(field: &str) -> String {
+    let field = field.strip_prefix(NETWORKS_ANNOTATION).unwrap_or(field);
+    match field {
+        "" => format!("annotation {NETWORKS_ANNOTATION}"),
+        f if f.starts_with('[') => format!("annotation {NETWORKS_ANNOTATION}{f}"),
+        f => format!("annotation {NETWORKS_ANNOTATION} {f}"),
     }
 }
 
@@ -597,11 +623,36 @@ fn capability_args(
         ));
     }
     let requested: [(&str, &str, &str, Option<Value>); 5] = [
-        ("ips", "ips", "§4.1.2.1.3.2", selection.ips.as_ref().map(|v| json!(v))),
-        ("mac", "mac", "§4.1.2.1.4.2", selection.mac.as_ref().map(|v| json!(v))),
-        ("portMappings", "portMappings", "§4.1.2.1.7.2", selection.port_mappings_runtime_config()),
-        ("bandwidth", "bandwidth", "§4.1.2.1.8.2", selection.bandwidth_runtime_config()),
-        ("infiniband-guid", "infinibandGUID", "§4.1.2.1.10.2", selection.infiniband_guid.as_ref().map(|v| json!(v))),
+        (
+            "ips",
+            "ips",
+            "§4.1.2.1.3.2",
+            selection.ips.as_ref().map(|v| json!(v)),
+        ),
+        (
+            "mac",
+            "mac",
+            "§4.1.2.1.4.2",
+            selection.mac.as_ref().map(|v| json!(v)),
+        ),
+        (
+            "portMappings",
+            "portMappings",
+            "§4.1.2.1.7.2",
+            selection.port_mappings_runtime_config(),
+        ),
+        (
+            "bandwidth",
+            "bandwidth",
+            "§4.1.2.1.8.2",
+            selection.bandwidth_runtime_config(),
+        ),
+        (
+            "infiniband-guid",
+            "infinibandGUID",
+            "§4.1.2.1.10.2",
+            selection.infiniband_guid.as_ref().map(|v| json!(v)),
+        ),
     ];
     let mut args = Map::new();
     for (key, capability, section, value) in requested {
@@ -637,22 +688,26 @@ fn requests(
         .map(|(i, plugin)| {
             let mut request = derive_request(plugin, name, version, capability_args, None);
             if let Some(extra) = cni_args {
-                merge_cni_args(&mut request, extra).map_err(|e| e.within(format!("plugins[{i}]")))?;
+                merge_cni_args(&mut request, extra)
+                    .map_err(|e| e.within(format!("plugins[{i}]")))?;
             }
             Ok(request)
         })
         .collect()
 }
 
-fn merge_cni_args(request: &mut Map<String, Value>, extra: &Map<String, Value>) -> Result<(), CniError> {
+fn merge_cni_args(
+    request: &mut Map<String, Value>,
+    extra: &Map<String, Value>,
+) -> Result<(), CniError> {
     let args = request.entry("args").or_insert_with(|| json!({}));
     let args = args
         .as_object_mut()
         .ok_or_else(|| CniError::invalid_config("args", "must be an object to receive cni-args"))?;
     let cni = args.entry("cni").or_insert_with(|| json!({}));
-    let cni = cni
-        .as_object_mut()
-        .ok_or_else(|| CniError::invalid_config("args.cni", "must be an object to receive cni-args"))?;
+    let cni = cni.as_object_mut().ok_or_else(|| {
+        CniError::invalid_config("args.cni", "must be an object to receive cni-args")
+    })?;
     for (k, v) in extra {
         cni.insert(k.clone(), v.clone());
     }
@@ -677,7 +732,11 @@ pub fn cluster_network(
             if let Ok(reference) = NetworkRef::parse(name, plexus_namespace) {
                 if nads.get(&reference.namespace, &reference.name).is_some() {
                     let (config, source) = resolve_nad(&reference, nads, conf_dir)?;
-                    return Ok(DefaultNetwork { network: reference.to_string(), config, source });
+                    return Ok(DefaultNetwork {
+                        network: reference.to_string(),
+                        config,
+                        source,
+                    });
                 }
             }
             if let Some((path, list)) = conf_dir.and_then(|d| d.find(name)) {
@@ -715,16 +774,29 @@ pub fn default_network_from_file(path: &Path) -> Result<DefaultNetwork, CniError
         ));
     };
     if doc.kind() == Some("NetworkAttachmentDefinition") {
-        let nad = NetworkAttachmentDefinition::from_value(&doc.value).map_err(|e| e.within(origin.as_str()))?;
+        let nad = NetworkAttachmentDefinition::from_value(&doc.value)
+            .map_err(|e| e.within(origin.as_str()))?;
         let reference = nad.network_ref(crate::manifest::DEFAULT_NAMESPACE);
         let mut nads = BTreeMap::new();
         nads.insert((reference.namespace.clone(), reference.name.clone()), nad);
         let (config, source) = resolve_nad(&reference, &nads, None)?;
-        return Ok(DefaultNetwork { network: reference.to_string(), config, source });
+        return Ok(DefaultNetwork {
+            network: reference.to_string(),
+            config,
+            source,
+        });
     }
-    let config = NetworkConfigList::from_value(&doc.value).map_err(|e| e.within(origin.as_str()))?;
+    let config =
+        NetworkConfigList::from_value(&doc.value).map_err(|e| e.within(origin.as_str()))?;
     let network = config.name.clone().ok_or_else(|| {
-        CniError::invalid_config(format!("{origin}: name"), "the cluster network's config needs a name")
+        CniError::invalid_config(
+            format!("{origin}: name"),
+            "the cluster network's config needs a name",
+        )
     })?;
-    Ok(DefaultNetwork { network, config, source: origin })
+    Ok(DefaultNetwork {
+        network,
+        config,
+        source: origin,
+    })
 }

@@ -18,8 +18,12 @@ fn run(args: &[&str]) -> Output {
 }
 
 fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
 }
 
 fn stderr(out: &Output) -> String {
@@ -41,14 +45,27 @@ fn demo_plans_the_embedded_example() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| (a["network"].as_str().unwrap(), a["ifname"].as_str().unwrap()))
+        .map(|a| {
+            (
+                a["network"].as_str().unwrap(),
+                a["ifname"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         networks,
-        [("podnet", "eth0"), ("my-namespace/net-a", "net1"), ("my-namespace/net-b", "data0"), ("other-ns/net-c", "net3")]
+        [
+            ("podnet", "eth0"),
+            ("my-namespace/net-a", "net1"),
+            ("my-namespace/net-b", "data0"),
+            ("other-ns/net-c", "net3")
+        ]
     );
     assert_eq!(plan["attachments"][1]["plugins"][0]["name"], "net-a");
-    assert_eq!(plan["attachments"][3]["plugins"][0]["args"]["cni"]["org.example.tier"], "gold");
+    assert_eq!(
+        plan["attachments"][3]["plugins"][0]["args"]["cni"]["org.example.tier"],
+        "gold"
+    );
 }
 
 #[test]
@@ -76,10 +93,24 @@ fn plan_reads_manifest_files_and_directories() {
             "metadata": {"name": "net-b", "namespace": "ns2"},
             "spec": {"config": "{\"cniVersion\": \"0.4.0\", \"name\": \"b\", \"plugins\": [{\"type\": \"bridge\"}]}"}}]}"#,
     );
-    let default = write(dir.path(), "default.conflist", r#"{"cniVersion": "1.0.0", "name": "podnet", "plugins": [{"type": "bridge"}]}"#);
+    let default = write(
+        dir.path(),
+        "default.conflist",
+        r#"{"cniVersion": "1.0.0", "name": "podnet", "plugins": [{"type": "bridge"}]}"#,
+    );
     let nad_arg = nad_dir.display().to_string();
 
-    let out = run(&["plan", "--pod", &pod, "--nad", &nad_arg, "--default-network", &default, "--container-id", "c1"]);
+    let out = run(&[
+        "plan",
+        "--pod",
+        &pod,
+        "--nad",
+        &nad_arg,
+        "--default-network",
+        &default,
+        "--container-id",
+        "c1",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let plan = stdout_json(&out);
     assert_eq!(
@@ -95,8 +126,20 @@ fn plan_reads_manifest_files_and_directories() {
     // The default network from --conf-dir's first config, as Multus's "auto".
     let conf_dir = dir.path().join("net.d");
     std::fs::create_dir(&conf_dir).unwrap();
-    write(&conf_dir, "10-first.conf", r#"{"cniVersion": "1.0.0", "name": "first", "type": "ptp"}"#);
-    let out = run(&["plan", "--pod", &pod, "--nad", &nad_arg, "--conf-dir", &conf_dir.display().to_string()]);
+    write(
+        &conf_dir,
+        "10-first.conf",
+        r#"{"cniVersion": "1.0.0", "name": "first", "type": "ptp"}"#,
+    );
+    let out = run(&[
+        "plan",
+        "--pod",
+        &pod,
+        "--nad",
+        &nad_arg,
+        "--conf-dir",
+        &conf_dir.display().to_string(),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout_json(&out)["attachments"][0]["network"], "first");
 }
@@ -104,16 +147,81 @@ fn plan_reads_manifest_files_and_directories() {
 #[test]
 fn plan_errors_name_the_input_and_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let pod = write(dir.path(), "pod.yaml", "kind: Pod\nmetadata: {name: p, annotations: {k8s.v1.cni.cncf.io/networks: missing}}\n");
-    let default = write(dir.path(), "d.conf", r#"{"cniVersion": "1.0.0", "name": "d", "type": "bridge"}"#);
+    let pod = write(
+        dir.path(),
+        "pod.yaml",
+        "kind: Pod\nmetadata: {name: p, annotations: {k8s.v1.cni.cncf.io/networks: missing}}\n",
+    );
+    let default = write(
+        dir.path(),
+        "d.conf",
+        r#"{"cniVersion": "1.0.0", "name": "d", "type": "bridge"}"#,
+    );
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["--pod".into(), dir.path().join("nope.yaml").display().to_string(), "--default-network".into(), default.clone()], "nope.yaml"),
-        (vec!["--pod".into(), default.clone(), "--default-network".into(), default.clone()], "no document of kind Pod"),
-        (vec!["--pod".into(), pod.clone()], "no cluster-wide default network"),
-        (vec!["--pod".into(), pod.clone(), "--default-network".into(), default.clone()], "default/missing does not exist"),
-        (vec!["--pod".into(), pod.clone(), "--default-network".into(), default.clone(), "--runtime-config".into(), "[1]".into()], "--runtime-config: must be a JSON object"),
-        (vec!["--pod".into(), pod.clone(), "--default-network".into(), default.clone(), "--cni-args".into(), "A".into()], "--cni-args"),
-        (vec!["--pod".into(), pod.clone(), "--default-network".into(), default.clone(), "--ifname".into(), "a/b".into()], "--ifname"),
+        (
+            vec![
+                "--pod".into(),
+                dir.path().join("nope.yaml").display().to_string(),
+                "--default-network".into(),
+                default.clone(),
+            ],
+            "nope.yaml",
+        ),
+        (
+            vec![
+                "--pod".into(),
+                default.clone(),
+                "--default-network".into(),
+                default.clone(),
+            ],
+            "no document of kind Pod",
+        ),
+        (
+            vec!["--pod".into(), pod.clone()],
+            "no cluster-wide default network",
+        ),
+        (
+            vec![
+                "--pod".into(),
+                pod.clone(),
+                "--default-network".into(),
+                default.clone(),
+            ],
+            "default/missing does not exist",
+        ),
+        (
+            vec![
+                "--pod".into(),
+                pod.clone(),
+                "--default-network".into(),
+                default.clone(),
+                "--runtime-config".into(),
+                "[1]".into(),
+            ],
+            "--runtime-config: must be a JSON object",
+        ),
+        (
+            vec![
+                "--pod".into(),
+                pod.clone(),
+                "--default-network".into(),
+                default.clone(),
+                "--cni-args".into(),
+                "A".into(),
+            ],
+            "--cni-args",
+        ),
+        (
+            vec![
+                "--pod".into(),
+                pod.clone(),
+                "--default-network".into(),
+                default.clone(),
+                "--ifname".into(),
+                "a/b".into(),
+            ],
+            "--ifname",
+        ),
     ];
     for (args, want) in cases {
         let mut full = vec!["plan".to_string()];
@@ -138,14 +246,25 @@ fn status_from_a_result_file() {
             "routes": [{"dst": "0.0.0.0/0"}],
             "dns": {"nameservers": ["10.1.0.1"]}}"#,
     );
-    let out = run(&["status", "--result", &result, "--network", "ns/net", "--default"]);
+    let out = run(&[
+        "status",
+        "--result",
+        &result,
+        "--network",
+        "ns/net",
+        "--default",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         stdout_json(&out),
         json!({"name": "ns/net", "interface": "eth0", "ips": ["10.1.0.5/16"], "mac": "99:88:77:66:55:44",
                "default": true, "dns": {"nameservers": ["10.1.0.1"]}, "default-route": ["10.1.0.1"]})
     );
-    let bad = write(dir.path(), "bad.json", r#"{"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5"}]}"#);
+    let bad = write(
+        dir.path(),
+        "bad.json",
+        r#"{"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5"}]}"#,
+    );
     let out = run(&["status", "--result", &bad, "--network", "n"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("ips[0].address"), "{}", stderr(&out));
@@ -156,7 +275,10 @@ fn version_names_the_spec_versions() {
     let out = run(&["version"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"), "{text}");
+    assert!(
+        text.contains("0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"),
+        "{text}"
+    );
 }
 
 fn plugin(env: &[(&str, &str)], stdin: &str) -> Output {
@@ -168,7 +290,12 @@ fn plugin(env: &[(&str, &str)], stdin: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
@@ -200,20 +327,200 @@ fn plugin_mode_speaks_cni() {
     assert_eq!(err["cniVersion"], "1.0.0");
 
     // A bad conf is reported as such, naming the field.
-    let out = plugin(&add_env, r#"{"cniVersion": "1.0.0", "name": "plexus", "type": "plexus"}"#);
+    let out = plugin(
+        &add_env,
+        r#"{"cniVersion": "1.0.0", "name": "plexus", "type": "plexus"}"#,
+    );
     assert_eq!(stdout_json(&out)["code"], 7);
-    assert!(stdout_json(&out)["details"].as_str().unwrap().contains("delegates"));
+    assert!(stdout_json(&out)["details"]
+        .as_str()
+        .unwrap()
+        .contains("delegates"));
 
     // A missing variable is code 4 naming it.
     let out = plugin(&add_env[..3], CONF);
     assert_eq!(stdout_json(&out)["code"], 4);
-    assert!(stdout_json(&out)["details"].as_str().unwrap().contains("CNI_IFNAME"));
+    assert!(stdout_json(&out)["details"]
+        .as_str()
+        .unwrap()
+        .contains("CNI_IFNAME"));
 
     // DEL succeeds, twice, and without CNI_NETNS (containerd's last DEL).
-    let del_env = [("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "abc"), ("CNI_IFNAME", "eth0"), ("CNI_NETNS", "")];
+    let del_env = [
+        ("CNI_COMMAND", "DEL"),
+        ("CNI_CONTAINERID", "abc"),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_NETNS", ""),
+    ];
     for _ in 0..2 {
         let out = plugin(&del_env, CONF);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         assert!(out.stdout.is_empty());
     }
+}
+
+fn example(name: &str) -> String {
+    format!("{}/examples/spec/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn spec_examples_plan_as_the_spec_says() {
+    // (pod file, the attachments as (network, ifname) after the default
+    // network's, whether the annotation is ignored with a warning)
+    let cases: [(&str, &[(&str, &str)], bool); 11] = [
+        (
+            "4.1.1",
+            &[
+                ("my-namespace/net-a", "net1"),
+                ("my-namespace/net-b", "net2"),
+                ("other-ns/net-c", "net3"),
+            ],
+            false,
+        ),
+        (
+            "4.1.2",
+            &[
+                ("my-namespace/net-a", "net1"),
+                ("my-namespace/net-b", "net2"),
+                ("other-ns/net-c", "net3"),
+            ],
+            false,
+        ),
+        ("4.1.2.1.3.1", &[("my-namespace/net-b", "net1")], false),
+        ("4.1.2.1.4.1", &[("my-namespace/net-b", "net1")], false),
+        ("4.1.2.1.6.1", &[("my-namespace/net-b", "net1")], false),
+        ("4.1.2.1.7.1", &[("my-namespace/net-b", "net1")], false),
+        ("4.1.2.1.8.1", &[], true),
+        (
+            "4.1.2.1.9.1",
+            &[
+                ("my-namespace/net-a", "net1"),
+                ("my-namespace/net-b", "net2"),
+            ],
+            false,
+        ),
+        ("4.1.2.1.10.1", &[("my-namespace/net-b", "net1")], false),
+        (
+            "4.1.2.1.11.1",
+            &[
+                ("my-namespace/net-a", "net1"),
+                ("my-namespace/net-b", "net2"),
+            ],
+            false,
+        ),
+        (
+            "4.2.2",
+            &[
+                ("my-namespace/net-a", "net1"),
+                ("my-namespace/net-a", "net2"),
+            ],
+            false,
+        ),
+    ];
+    let (nads, default) = (example("nads-4.yaml"), example("cluster-network.conflist"));
+    for (section, want, warned) in cases {
+        let pod = example(&format!("pod-{section}.yaml"));
+        let out = run(&[
+            "plan",
+            "--pod",
+            &pod,
+            "--nad",
+            &nads,
+            "--default-network",
+            &default,
+        ]);
+        assert!(out.status.success(), "§{section}: {}", stderr(&out));
+        let plan = stdout_json(&out);
+        let got: Vec<(String, String)> = plan["attachments"].as_array().unwrap()[1..]
+            .iter()
+            .map(|a| {
+                (
+                    a["network"].as_str().unwrap().into(),
+                    a["ifname"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(n, i)| (n.to_string(), i.to_string()))
+            .collect();
+        assert_eq!(got, want, "§{section}");
+        assert_eq!(
+            plan["attachments"][0]["network"], "cluster-wide-default",
+            "§{section}: §6.2 default first"
+        );
+        assert_eq!(
+            !plan["warnings"].as_array().unwrap().is_empty(),
+            warned,
+            "§{section}: {}",
+            plan["warnings"]
+        );
+    }
+}
+
+#[test]
+fn spec_3_2_examples_plan_as_the_spec_says() {
+    let (pod, default) = (example("pod-3.2.yaml"), example("cluster-network.conflist"));
+    let conf_dir = example("net.d");
+    for (nad, first_type) in [
+        ("nad-3.2.1.yaml", "bridge"),
+        ("nad-3.2.3.yaml", "awesome-plugin"),
+        ("nad-3.2.4.yaml", "bridge"),
+    ] {
+        let out = run(&[
+            "plan",
+            "--pod",
+            &pod,
+            "--nad",
+            &example(nad),
+            "--conf-dir",
+            &conf_dir,
+            "--default-network",
+            &default,
+        ]);
+        assert!(out.status.success(), "{nad}: {}", stderr(&out));
+        let plan = stdout_json(&out);
+        let first = &plan["attachments"][1]["plugins"][0];
+        assert_eq!(first["type"], first_type, "{nad}");
+        // §3.4.2: the name is there, injected where the config had none.
+        assert_eq!(first["name"], "a-bridge-network", "{nad}");
+    }
+}
+
+#[test]
+fn spec_5_4_status_entries() {
+    let out = run(&[
+        "status",
+        "--result",
+        &example("result-5.4-default.json"),
+        "--network",
+        "namespace-a/cluster-wide-default",
+        "--default",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout_json(&out),
+        json!({"name": "namespace-a/cluster-wide-default", "interface": "eth5",
+               "ips": ["192.0.2.2/24", "2001:db8::2230/32"], "mac": "02:11:22:33:44:54", "mtu": 1500,
+               "default-route": ["192.0.2.1"], "default": true})
+    );
+    let out = run(&[
+        "status",
+        "--result",
+        &example("result-5.4-some-network.json"),
+        "--network",
+        "namespace-b/some-network",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout_json(&out),
+        json!({"name": "namespace-b/some-network", "interface": "eth1",
+               "ips": ["192.0.2.2/24", "2001:db8::2234/32"], "mac": "02:11:22:33:44:55",
+               "dns": {"nameservers": ["192.0.2.1", "2001:db8:4860::8888"], "search": ["eng.example.com", "example.com"]},
+               "default": false})
+    );
 }

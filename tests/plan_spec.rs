@@ -16,6 +16,20 @@ fn nads(yaml: &str) -> Nads {
     manifest::nads(&manifest::parse_documents(yaml, "nads.yaml").unwrap()).unwrap()
 }
 
+/// A file of `examples/spec/`, where the spec's examples are kept verbatim
+/// for users to run `plexus plan` on (tests/cli.rs runs them too).
+fn example(name: &str) -> String {
+    let path = format!("{}/examples/spec/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The selection annotation of the example pod for spec section `section`.
+fn example_annotation(section: &str) -> String {
+    let docs =
+        manifest::parse_documents(&example(&format!("pod-{section}.yaml")), section).unwrap();
+    manifest::single_pod(&docs, section).unwrap().annotations["k8s.v1.cni.cncf.io/networks"].clone()
+}
+
 fn pod_with(annotation: Option<&str>) -> Pod {
     let mut annotations = BTreeMap::new();
     if let Some(a) = annotation {
@@ -43,35 +57,26 @@ fn default_network() -> DefaultNetwork {
 }
 
 /// NADs for `net-a`, `net-b` (declaring every capability), `other-ns/net-c`.
-const NADS: &str = r#"
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata: {name: net-a, namespace: my-namespace}
-spec:
-  config: '{"cniVersion": "0.3.1", "type": "bridge", "bridge": "br-a", "args": {"cni": {"spoofchk": "off", "keep": 1}}}'
----
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata: {name: net-b, namespace: my-namespace}
-spec:
-  config: '{"cniVersion": "1.0.0", "name": "net-b", "plugins": [
-     {"type": "macvlan", "ipam": {"type": "static"}, "capabilities": {"ips": true}},
-     {"type": "tuning", "capabilities": {"mac": true}},
-     {"type": "portmap", "capabilities": {"portMappings": true}},
-     {"type": "bandwidth", "capabilities": {"bandwidth": true}},
-     {"type": "ib-sriov", "capabilities": {"infinibandGUID": true}}]}'
----
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata: {name: net-c, namespace: other-ns}
-spec:
-  config: '{"cniVersion": "1.0.0", "name": "net-c", "type": "bridge"}'
-"#;
+fn spec_nads() -> String {
+    example("nads-4.yaml")
+}
 
-fn plan_for(annotation: Option<&str>, options: &PlanOptions, extra_nads: &str) -> Result<Plan, plexus::cni::CniError> {
-    let all = nads(&format!("{NADS}\n---\n{extra_nads}"));
+fn plan_for(
+    annotation: Option<&str>,
+    options: &PlanOptions,
+    extra_nads: &str,
+) -> Result<Plan, plexus::cni::CniError> {
+    let all = nads(&format!("{}\n---\n{extra_nads}", spec_nads()));
     let dn = default_network();
-    plan(&pod_with(annotation), &PlanInputs { nads: &all, conf_dir: None, default_network: &dn, options })
+    plan(
+        &pod_with(annotation),
+        &PlanInputs {
+            nads: &all,
+            conf_dir: None,
+            default_network: &dn,
+            options,
+        },
+    )
 }
 
 fn ok_plan(annotation: &str) -> Plan {
@@ -79,37 +84,44 @@ fn ok_plan(annotation: &str) -> Plan {
 }
 
 fn summary(p: &Plan) -> Vec<(String, String, bool)> {
-    p.attachments.iter().map(|a| (a.network.clone(), a.ifname.clone(), a.default)).collect()
+    p.attachments
+        .iter()
+        .map(|a| (a.network.clone(), a.ifname.clone(), a.default))
+        .collect()
 }
 
 fn s(network: &str, ifname: &str, default: bool) -> (String, String, bool) {
     (network.into(), ifname.into(), default)
 }
 
+/// Plan the §3.2 example pod (namespace `default`, selecting
+/// `a-bridge-network`) against one of the §3.2 NAD examples.
+fn plan_3_2(nad_file: &str, conf_dir: Option<&ConfDir>) -> Result<Plan, plexus::cni::CniError> {
+    let all = nads(&example(nad_file));
+    let docs = manifest::parse_documents(&example("pod-3.2.yaml"), "pod-3.2.yaml").unwrap();
+    let pod = manifest::single_pod(&docs, "pod-3.2.yaml").unwrap();
+    let dn = default_network();
+    plan(
+        &pod,
+        &PlanInputs {
+            nads: &all,
+            conf_dir,
+            default_network: &dn,
+            options: &PlanOptions::default(),
+        },
+    )
+}
+
 #[test]
 fn s3_2_1_single_config_in_object() {
-    let nad = r#"
-apiVersion: "k8s.cni.cncf.io/v1"
-kind: NetworkAttachmentDefinition
-metadata:
-  name: a-bridge-network
-  namespace: my-namespace
-spec:
-  config: '{
-    "cniVersion": "0.3.0",
-    "name": "a-bridge-network",
-    "type": "bridge",
-    "bridge": "br0",
-    "isGateway": true,
-    "ipam": {
-      "type": "host-local",
-      "subnet": "192.168.5.0/24",
-      "dataDir": "/mnt/cluster-ipam"
-    }
-  }'
-"#;
-    let p = plan_for(Some("a-bridge-network"), &PlanOptions::default(), nad).unwrap();
-    assert_eq!(summary(&p), [s("cluster-wide-default", "eth0", true), s("my-namespace/a-bridge-network", "net1", false)]);
+    let p = plan_3_2("nad-3.2.1.yaml", None).unwrap();
+    assert_eq!(
+        summary(&p),
+        [
+            s("cluster-wide-default", "eth0", true),
+            s("default/a-bridge-network", "net1", false)
+        ]
+    );
     assert_eq!(
         Value::Object(p.attachments[1].plugins[0].clone()),
         json!({"cniVersion": "0.3.0", "name": "a-bridge-network", "type": "bridge", "bridge": "br0",
@@ -120,25 +132,29 @@ spec:
 
 #[test]
 fn s3_2_2_config_list_in_object_and_s7_1_injection() {
-    let nad = r#"
-apiVersion: "k8s.cni.cncf.io/v1"
-kind: NetworkAttachmentDefinition
-metadata:
-  name: another-bridge-network
-  namespace: my-namespace
-spec:
-  config: '{
-    "cniVersion": "0.3.0",
-    "name": "another-bridge-network",
-    "plugins": [
-      {"type": "bridge", "bridge": "br0", "ipam": {"type": "host-local", "subnet": "192.168.5.0/24"}},
-      {"type": "port-forwarding"},
-      {"type": "tuning", "sysctl": {"net.ipv4.conf.all.log_martians": "1"}}
-    ]
-  }'
-"#;
-    let p = plan_for(Some("another-bridge-network"), &PlanOptions::default(), nad).unwrap();
-    let plugins: Vec<Value> = p.attachments[1].plugins.iter().cloned().map(Value::Object).collect();
+    let p = plan_3_2("nad-3.2.2.yaml", None);
+    // The pod selects a-bridge-network; §3.2.2 defines another-bridge-network.
+    assert_eq!(p.unwrap_err().code.as_u32(), 100);
+    let all = nads(&example("nad-3.2.2.yaml"));
+    let dn = default_network();
+    let mut pod = pod_with(Some("default/another-bridge-network"));
+    pod.namespace = "default".into();
+    let p = plan(
+        &pod,
+        &PlanInputs {
+            nads: &all,
+            conf_dir: None,
+            default_network: &dn,
+            options: &PlanOptions::default(),
+        },
+    )
+    .unwrap();
+    let plugins: Vec<Value> = p.attachments[1]
+        .plugins
+        .iter()
+        .cloned()
+        .map(Value::Object)
+        .collect();
     // §7.1: cniVersion and name of the list injected into every plugin.
     assert_eq!(
         plugins,
@@ -154,20 +170,8 @@ spec:
 
 #[test]
 fn s3_2_3_and_s3_4_2_1_name_injection() {
-    let nad = r#"
-apiVersion: "k8s.cni.cncf.io/v1"
-kind: NetworkAttachmentDefinition
-metadata:
-  name: a-bridge-network
-  namespace: my-namespace
-spec:
-  config: '{
-    "cniVersion": "0.3.0",
-    "type": "awesome-plugin"
-  }'
-"#;
-    let p = plan_for(Some("a-bridge-network"), &PlanOptions::default(), nad).unwrap();
-    // Exactly the JSON §3.4.2.1 says the delegate receives.
+    let p = plan_3_2("nad-3.2.3.yaml", None).unwrap();
+    // Exactly the JSON §3.4.2.1 says the delegate receives, in that order.
     assert_eq!(
         Value::Object(p.attachments[1].plugins[0].clone()),
         json!({"cniVersion": "0.3.0", "name": "a-bridge-network", "type": "awesome-plugin"})
@@ -177,49 +181,78 @@ spec:
 }
 
 fn write(dir: &std::path::Path, file: &str, body: &str) {
-    std::fs::File::create(dir.join(file)).unwrap().write_all(body.as_bytes()).unwrap();
+    std::fs::File::create(dir.join(file))
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
 }
 
 #[test]
 fn s3_2_4_and_s3_4_1_resolution_order() {
-    let nad = "apiVersion: \"k8s.cni.cncf.io/v1\"\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: a-bridge-network\n  namespace: my-namespace\n";
-    let all = nads(&format!("{NADS}\n---\n{nad}"));
-    let dir = tempfile::tempdir().unwrap();
-    let dn = default_network();
-    let options = PlanOptions::default();
-    let pod = pod_with(Some("a-bridge-network"));
-    let run = |dir: &ConfDir| plan(&pod, &PlanInputs { nads: &all, conf_dir: Some(dir), default_network: &dn, options: &options });
+    // The example's own conf dir holds a config list named a-bridge-network.
+    let spec_dir = ConfDir::new(format!(
+        "{}/examples/spec/net.d",
+        env!("CARGO_MANIFEST_DIR")
+    ));
+    let p = plan_3_2("nad-3.2.4.yaml", Some(&spec_dir)).unwrap();
+    assert_eq!(p.attachments[1].plugins.len(), 2);
+    assert!(p.attachments[1]
+        .source
+        .ends_with("10-a-bridge-network.conflist"));
 
+    let dir = tempfile::tempdir().unwrap();
     // Rule 4: nothing on disk → the request fails.
-    let err = run(&ConfDir::new(dir.path())).unwrap_err();
+    let err = plan_3_2("nad-3.2.4.yaml", Some(&ConfDir::new(dir.path()))).unwrap_err();
     assert!(err.details.contains("§3.4.1 rule 4"), "{err}");
 
-    // Rule 3: a single config whose name matches.
-    write(dir.path(), "10-single.conf", r#"{"cniVersion": "0.4.0", "name": "a-bridge-network", "type": "from-conf"}"#);
-    write(dir.path(), "05-other.conflist", r#"{"cniVersion": "0.4.0", "name": "other", "plugins": [{"type": "x"}]}"#);
+    // Rule 3: a single config whose name matches; broken files are skipped.
+    write(
+        dir.path(),
+        "10-single.conf",
+        r#"{"cniVersion": "0.4.0", "name": "a-bridge-network", "type": "from-conf"}"#,
+    );
+    write(
+        dir.path(),
+        "05-other.conflist",
+        r#"{"cniVersion": "0.4.0", "name": "other", "plugins": [{"type": "x"}]}"#,
+    );
     write(dir.path(), "01-broken.conf", "{not json");
-    let p = run(&ConfDir::new(dir.path())).unwrap();
+    let p = plan_3_2("nad-3.2.4.yaml", Some(&ConfDir::new(dir.path()))).unwrap();
     assert_eq!(p.attachments[1].plugins[0]["type"], "from-conf");
     assert!(p.attachments[1].source.ends_with("10-single.conf"));
-    assert!(p.warnings.iter().any(|w| w.contains("01-broken.conf")), "{:?}", p.warnings);
+    assert!(
+        p.warnings.iter().any(|w| w.contains("01-broken.conf")),
+        "{:?}",
+        p.warnings
+    );
 
     // Rule 2 beats rule 3: a config list whose name matches, even later in name order.
-    write(dir.path(), "20-list.conflist", r#"{"cniVersion": "0.4.0", "name": "a-bridge-network", "plugins": [{"type": "from-list"}, {"type": "tuning"}]}"#);
-    let p = run(&ConfDir::new(dir.path())).unwrap();
+    write(
+        dir.path(),
+        "20-list.conflist",
+        r#"{"cniVersion": "0.4.0", "name": "a-bridge-network", "plugins": [{"type": "from-list"}, {"type": "tuning"}]}"#,
+    );
+    let p = plan_3_2("nad-3.2.4.yaml", Some(&ConfDir::new(dir.path()))).unwrap();
     assert_eq!(p.attachments[1].plugins[0]["type"], "from-list");
     assert_eq!(p.attachments[1].plugins[1]["name"], "a-bridge-network");
 
-    // Rule 1 beats both: spec.config.
-    let with_config = nads(&format!(
-        "{NADS}\n---\n{nad}spec:\n  config: '{{\"cniVersion\": \"1.0.0\", \"type\": \"from-spec\"}}'\n"
-    ));
-    let p = plan(&pod, &PlanInputs { nads: &with_config, conf_dir: Some(&ConfDir::new(dir.path())), default_network: &dn, options: &options }).unwrap();
-    assert_eq!(p.attachments[1].plugins[0]["type"], "from-spec");
+    // Rule 1 beats both: spec.config (§3.2.1's NAD has one).
+    let p = plan_3_2("nad-3.2.1.yaml", Some(&ConfDir::new(dir.path()))).unwrap();
+    assert_eq!(p.attachments[1].plugins[0]["type"], "bridge");
+}
+
+fn example_plan(section: &str) -> Plan {
+    plan_for(
+        Some(&example_annotation(section)),
+        &PlanOptions::default(),
+        "",
+    )
+    .unwrap()
 }
 
 #[test]
 fn s4_1_1_comma_delimited_format() {
-    let p = ok_plan("net-a,net-b,other-ns/net-c");
+    let p = example_plan("4.1.1");
     assert_eq!(
         summary(&p),
         [
@@ -234,21 +267,15 @@ fn s4_1_1_comma_delimited_format() {
 
 #[test]
 fn s4_1_2_json_list_format() {
-    let p = ok_plan(
-        r#"[
-        {"name": "net-a"},
-        {
-          "name": "net-b",
-          "ips": ["1.2.3.4"],
-          "mac": "aa:bb:cc:dd:ee:ff"
-        },
-        {
-          "name": "net-c",
-          "namespace": "other-ns"
-        }
-      ]"#,
+    let p = example_plan("4.1.2");
+    assert_eq!(
+        summary(&p)[1..],
+        [
+            s("my-namespace/net-a", "net1", false),
+            s("my-namespace/net-b", "net2", false),
+            s("other-ns/net-c", "net3", false)
+        ]
     );
-    assert_eq!(summary(&p)[1..], [s("my-namespace/net-a", "net1", false), s("my-namespace/net-b", "net2", false), s("other-ns/net-c", "net3", false)]);
     let b = &p.attachments[2].plugins;
     assert_eq!(b[0]["runtimeConfig"], json!({"ips": ["1.2.3.4"]}));
     assert_eq!(b[1]["runtimeConfig"], json!({"mac": "aa:bb:cc:dd:ee:ff"}));
@@ -260,25 +287,49 @@ fn s4_1_2_json_list_format() {
 
 #[test]
 fn s4_1_2_1_3_ips_become_runtime_config() {
-    let p = ok_plan(r#"[{"name": "net-b", "ips": ["10.2.2.42/24", "2001:db8::5/64"]}]"#);
-    assert_eq!(p.attachments[1].plugins[0]["runtimeConfig"], json!({"ips": ["10.2.2.42/24", "2001:db8::5/64"]}));
+    // §4.1.2.1.3.2: exactly the runtimeConfig the spec shows.
+    let p = example_plan("4.1.2.1.3.1");
+    assert_eq!(
+        p.attachments[1].plugins[0]["runtimeConfig"],
+        json!({"ips": ["10.2.2.42/24", "2001:db8::5/64"]})
+    );
 }
 
 #[test]
 fn s4_1_2_1_4_mac_becomes_runtime_config() {
-    let p = ok_plan(r#"[{"name": "net-b", "mac": "02:23:45:67:89:01"}]"#);
-    assert_eq!(p.attachments[1].plugins[1]["runtimeConfig"], json!({"mac": "02:23:45:67:89:01"}));
+    // §4.1.2.1.4.2.
+    let p = example_plan("4.1.2.1.4.1");
+    assert_eq!(
+        p.attachments[1].plugins[1]["runtimeConfig"],
+        json!({"mac": "02:23:45:67:89:01"})
+    );
 }
 
 #[test]
 fn s4_1_2_1_5_interface_names() {
-    let p = ok_plan(r#"[{"name": "net-a", "interface": "net2"}, {"name": "net-b"}, {"name": "net-a"}]"#);
+    let p = ok_plan(
+        r#"[{"name": "net-a", "interface": "net2"}, {"name": "net-b"}, {"name": "net-a"}]"#,
+    );
     // net-b would be net2 by position, which net-a asked for explicitly.
-    assert_eq!(p.attachments.iter().map(|a| a.ifname.as_str()).collect::<Vec<_>>(), ["eth0", "net2", "net3", "net4"]);
+    assert_eq!(
+        p.attachments
+            .iter()
+            .map(|a| a.ifname.as_str())
+            .collect::<Vec<_>>(),
+        ["eth0", "net2", "net3", "net4"]
+    );
 
-    let err = plan_for(Some(r#"[{"name": "net-a", "interface": "x0"}, {"name": "net-b", "interface": "x0"}]"#), &PlanOptions::default(), "").unwrap_err();
+    let err = plan_for(
+        Some(r#"[{"name": "net-a", "interface": "x0"}, {"name": "net-b", "interface": "x0"}]"#),
+        &PlanOptions::default(),
+        "",
+    )
+    .unwrap_err();
     assert_eq!(err.code.as_u32(), 101);
-    assert!(err.details.contains("[1].interface") && err.details.contains("\"x0\""), "{err}");
+    assert!(
+        err.details.contains("[1].interface") && err.details.contains("\"x0\""),
+        "{err}"
+    );
 
     let err = plan_for(Some("net-a@eth0"), &PlanOptions::default(), "").unwrap_err();
     assert!(err.details.contains("already used"), "{err}");
@@ -286,15 +337,22 @@ fn s4_1_2_1_5_interface_names() {
 
 #[test]
 fn s4_1_2_1_6_cni_args_merge_over_nad_args() {
+    // §4.1.2.1.6.2: the selection's cni-args win over the NAD's args.
     let p = ok_plan(r#"[{"name": "net-a", "cni-args": {"spoofchk": "on"}}]"#);
-    assert_eq!(p.attachments[1].plugins[0]["args"], json!({"cni": {"spoofchk": "on", "keep": 1}}));
-    let p = ok_plan(r#"[{"name": "net-c", "namespace": "other-ns", "cni-args": {"spoofchk": "on"}}]"#);
-    assert_eq!(p.attachments[1].plugins[0]["args"], json!({"cni": {"spoofchk": "on"}}));
+    assert_eq!(
+        p.attachments[1].plugins[0]["args"],
+        json!({"cni": {"spoofchk": "on", "keep": 1}})
+    );
+    // The example itself: net-b has no args of its own.
+    let p = example_plan("4.1.2.1.6.1");
+    for plugin in &p.attachments[1].plugins {
+        assert_eq!(plugin["args"], json!({"cni": {"spoofchk": "on"}}));
+    }
 }
 
 #[test]
 fn s4_1_2_1_7_port_mappings() {
-    let p = ok_plan(r#"[{"name": "net-b", "portMappings": [{ "hostPort": 8080, "containerPort": 80, "protocol": "tcp" }]}]"#);
+    let p = example_plan("4.1.2.1.7.1");
     assert_eq!(
         p.attachments[1].plugins[2]["runtimeConfig"],
         json!({"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]})
@@ -305,22 +363,22 @@ fn s4_1_2_1_7_port_mappings() {
 fn s4_1_2_1_8_bandwidth() {
     // As printed in the spec, the example carries `//` comments: not JSON, so
     // the annotation is invalid and ignored with a warning.
-    let literal = r#"[
-        {
-          "name": "net-b",
-          "bandwidth": {
-            "ingressRate": 2048, // Limit ingress to 2Kbps
-            "ingressBurst": 300, // Allow small egress bursts of 300b
-            "egressRate": 8000, // Limit egress to 8000bps
-            "egressBurst": 200  // Allow small egress bursts of 200b
-          }
-        }
-      ]"#;
-    let p = ok_plan(literal);
+    let p = example_plan("4.1.2.1.8.1");
     assert_eq!(p.attachments.len(), 1);
-    assert!(p.warnings[0].contains("ignored"), "{:?}", p.warnings);
+    assert!(
+        p.warnings[0].starts_with("annotation k8s.v1.cni.cncf.io/networks ignored")
+            && p.warnings[0].contains("JSON"),
+        "{:?}",
+        p.warnings
+    );
 
-    let p = ok_plan(r#"[{"name": "net-b", "bandwidth": {"ingressRate": 2048, "ingressBurst": 300, "egressRate": 8000, "egressBurst": 200}}]"#);
+    // The same annotation without the comments.
+    let uncommented: String = example_annotation("4.1.2.1.8.1")
+        .lines()
+        .map(|l| l.split("//").next().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let p = ok_plan(&uncommented);
     assert_eq!(
         p.attachments[1].plugins[3]["runtimeConfig"],
         json!({"bandwidth": {"ingressRate": 2048, "ingressBurst": 300, "egressRate": 8000, "egressBurst": 200}})
@@ -329,68 +387,117 @@ fn s4_1_2_1_8_bandwidth() {
 
 #[test]
 fn s4_1_2_1_9_default_route() {
-    let p = ok_plan(r#"[{ "name": "net-a" }, {"name": "net-b", "default-route": ["10.0.0.1"]}]"#);
+    let p = example_plan("4.1.2.1.9.1");
     assert!(p.attachments[0].clear_default_route);
-    assert_eq!(p.attachments[2].default_route, Some(vec!["10.0.0.1".parse().unwrap()]));
-    assert_eq!(p.attachments[2].to_value()["defaultRoute"], json!(["10.0.0.1"]));
+    assert_eq!(
+        p.attachments[2].default_route,
+        Some(vec!["10.0.0.1".parse().unwrap()])
+    );
+    assert_eq!(
+        p.attachments[2].to_value()["defaultRoute"],
+        json!(["10.0.0.1"])
+    );
     assert!(p.attachments[1].default_route.is_none());
 
     // More than one element with default-route: the annotation is invalid.
-    let p = ok_plan(r#"[{"name": "net-a", "default-route": []}, {"name": "net-b", "default-route": ["10.0.0.1"]}]"#);
+    let p = ok_plan(
+        r#"[{"name": "net-a", "default-route": []}, {"name": "net-b", "default-route": ["10.0.0.1"]}]"#,
+    );
     assert_eq!(p.attachments.len(), 1);
     assert!(!p.attachments[0].clear_default_route);
 }
 
 #[test]
 fn s4_1_2_1_10_infiniband_guid() {
-    let p = ok_plan(r#"[{"name": "net-b", "infiniband-guid": "24:8a:07:03:00:8d:ae:2f"}]"#);
-    assert_eq!(p.attachments[1].plugins[4]["runtimeConfig"], json!({"infinibandGUID": "24:8a:07:03:00:8d:ae:2f"}));
+    // §4.1.2.1.10.2: runtimeConfig infinibandGUID.
+    let p = example_plan("4.1.2.1.10.1");
+    assert_eq!(
+        p.attachments[1].plugins[4]["runtimeConfig"],
+        json!({"infinibandGUID": "24:8a:07:03:00:8d:ae:2f"})
+    );
 }
 
 #[test]
 fn s4_1_2_1_11_ipam_claim_reference() {
-    let p = ok_plan(r#"[{ "name": "net-a" }, { "name": "net-b", "ipam-claim-reference": "vm123.tenantblue" }]"#);
-    assert_eq!(p.attachments[2].ipam_claim_reference.as_deref(), Some("vm123.tenantblue"));
-    let err = plan_for(Some(r#"[{"name": "net-b", "ips": ["10.0.0.2/24"], "ipam-claim-reference": "c"}]"#), &PlanOptions::default(), "").unwrap_err();
+    let p = example_plan("4.1.2.1.11.1");
+    assert_eq!(
+        p.attachments[2].ipam_claim_reference.as_deref(),
+        Some("vm123.tenantblue")
+    );
+    let err = plan_for(
+        Some(r#"[{"name": "net-b", "ips": ["10.0.0.2/24"], "ipam-claim-reference": "c"}]"#),
+        &PlanOptions::default(),
+        "",
+    )
+    .unwrap_err();
     assert!(err.details.contains("§4.1.2.1.11"), "{err}");
 }
 
 #[test]
 fn capabilities_must_be_declared() {
-    // §4.1.2.1.3.2: no plugin of net-a declares "ips" → the attachment fails.
+    // §4.1.2.1.3.2 and siblings: no plugin of net-a declares the capability →
+    // the attachment fails.
     for (annotation, key) in [
-        (r#"[{"name": "net-a", "ips": ["10.1.1.1/24"]}]"#, "capabilities.ips"),
-        (r#"[{"name": "net-a", "mac": "02:00:00:00:00:01"}]"#, "capabilities.mac"),
-        (r#"[{"name": "net-a", "portMappings": [{"hostPort": 1, "containerPort": 2}]}]"#, "capabilities.portMappings"),
-        (r#"[{"name": "net-a", "bandwidth": {"egressRate": 10}}]"#, "capabilities.bandwidth"),
-        (r#"[{"name": "net-a", "infiniband-guid": "00:00:00:00:00:00:00:01"}]"#, "capabilities.infinibandGUID"),
+        (
+            r#"[{"name": "net-a", "ips": ["10.1.1.1/24"]}]"#,
+            "capabilities.ips",
+        ),
+        (
+            r#"[{"name": "net-a", "mac": "02:00:00:00:00:01"}]"#,
+            "capabilities.mac",
+        ),
+        (
+            r#"[{"name": "net-a", "portMappings": [{"hostPort": 1, "containerPort": 2}]}]"#,
+            "capabilities.portMappings",
+        ),
+        (
+            r#"[{"name": "net-a", "bandwidth": {"egressRate": 10}}]"#,
+            "capabilities.bandwidth",
+        ),
+        (
+            r#"[{"name": "net-a", "infiniband-guid": "00:00:00:00:00:00:00:01"}]"#,
+            "capabilities.infinibandGUID",
+        ),
     ] {
         let err = plan_for(Some(annotation), &PlanOptions::default(), "").unwrap_err();
         assert_eq!(err.code.as_u32(), 101, "{err}");
-        assert!(err.details.contains(key) && err.details.contains("my-namespace/net-a"), "{err}");
+        assert!(
+            err.details.contains(key) && err.details.contains("my-namespace/net-a"),
+            "{err}"
+        );
     }
 }
 
 #[test]
 fn s4_2_2_same_network_twice() {
-    let p = ok_plan("net-a,net-a");
-    assert_eq!(summary(&p)[1..], [s("my-namespace/net-a", "net1", false), s("my-namespace/net-a", "net2", false)]);
+    let p = example_plan("4.2.2");
+    assert_eq!(
+        summary(&p)[1..],
+        [
+            s("my-namespace/net-a", "net1", false),
+            s("my-namespace/net-a", "net2", false)
+        ]
+    );
 }
 
 #[test]
 fn s6_2_default_network_first_with_runtime_config_s7_5() {
     let options = PlanOptions {
-        runtime_config: json!({"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}]})
-            .as_object()
-            .unwrap()
-            .clone(),
+        runtime_config:
+            json!({"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}]})
+                .as_object()
+                .unwrap()
+                .clone(),
         container_id: Some("abc123".into()),
         ..PlanOptions::default()
     };
     let p = plan_for(Some("net-b"), &options, "").unwrap();
     let d = &p.attachments[0];
     assert!(d.default);
-    assert_eq!(d.plugins[1]["runtimeConfig"]["portMappings"][0]["hostPort"], 80);
+    assert_eq!(
+        d.plugins[1]["runtimeConfig"]["portMappings"][0]["hostPort"],
+        80
+    );
     // §7.5: net-b's portmap declares the capability too, but gets nothing.
     assert!(p.attachments[1].plugins[2].get("runtimeConfig").is_none());
     assert_eq!(
@@ -405,12 +512,23 @@ fn invalid_annotation_is_ignored_or_fails_when_strict() {
     let bad = r#"[{"name": "net-b", "ips": ["1.2.3.4/33"]}]"#;
     let p = plan_for(Some(bad), &PlanOptions::default(), "").unwrap();
     assert_eq!(p.attachments.len(), 1);
-    assert!(p.warnings[0].contains("k8s.v1.cni.cncf.io/networks") && p.warnings[0].contains("[0].ips[0]"), "{:?}", p.warnings);
+    assert!(
+        p.warnings[0].contains("k8s.v1.cni.cncf.io/networks")
+            && p.warnings[0].contains("[0].ips[0]"),
+        "{:?}",
+        p.warnings
+    );
 
-    let strict = PlanOptions { strict_annotations: true, ..PlanOptions::default() };
+    let strict = PlanOptions {
+        strict_annotations: true,
+        ..PlanOptions::default()
+    };
     let err = plan_for(Some(bad), &strict, "").unwrap_err();
     assert_eq!(err.code.as_u32(), 7);
-    assert!(err.details.contains("[0].ips[0]") && err.details.contains("strictAnnotations"), "{err}");
+    assert!(
+        err.details.contains("[0].ips[0]") && err.details.contains("strictAnnotations"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -424,43 +542,92 @@ fn missing_network_fails() {
 fn bad_nad_config_names_the_nad() {
     let nad = "kind: NetworkAttachmentDefinition\nmetadata: {name: broken, namespace: my-namespace}\nspec:\n  config: '{\"cniVersion\": \"1.0.0\", \"plugins\": [{\"type\": 3}]}'\n";
     let err = plan_for(Some("broken"), &PlanOptions::default(), nad).unwrap_err();
-    assert!(err.details.contains("my-namespace/broken spec.config") && err.details.contains("plugins[0].type"), "{err}");
+    assert!(
+        err.details.contains("my-namespace/broken spec.config")
+            && err.details.contains("plugins[0].type"),
+        "{err}"
+    );
 }
 
 #[test]
 fn s7_4_namespace_isolation() {
-    let isolated = PlanOptions { namespace_isolation: true, ..PlanOptions::default() };
+    let isolated = PlanOptions {
+        namespace_isolation: true,
+        ..PlanOptions::default()
+    };
     let err = plan_for(Some("net-a,other-ns/net-c"), &isolated, "").unwrap_err();
-    assert!(err.details.contains("other-ns/net-c") && err.details.contains("§7.4"), "{err}");
-    let global = PlanOptions { global_namespaces: vec!["other-ns".into()], ..isolated };
-    assert_eq!(plan_for(Some("net-a,other-ns/net-c"), &global, "").unwrap().attachments.len(), 3);
+    assert!(
+        err.details.contains("other-ns/net-c") && err.details.contains("§7.4"),
+        "{err}"
+    );
+    let global = PlanOptions {
+        global_namespaces: vec!["other-ns".into()],
+        ..isolated
+    };
+    assert_eq!(
+        plan_for(Some("net-a,other-ns/net-c"), &global, "")
+            .unwrap()
+            .attachments
+            .len(),
+        3
+    );
 }
 
 #[test]
 fn system_namespaces_get_only_the_default_network() {
-    let all = nads(NADS);
+    let all = nads(&spec_nads());
     let dn = default_network();
     let mut pod = pod_with(Some("net-a"));
     pod.namespace = "kube-system".into();
-    let p = plan(&pod, &PlanInputs { nads: &all, conf_dir: None, default_network: &dn, options: &PlanOptions::default() }).unwrap();
+    let p = plan(
+        &pod,
+        &PlanInputs {
+            nads: &all,
+            conf_dir: None,
+            default_network: &dn,
+            options: &PlanOptions::default(),
+        },
+    )
+    .unwrap();
     assert_eq!(p.attachments.len(), 1);
     assert!(p.warnings[0].contains("system namespace"));
 }
 
 #[test]
 fn default_networks_follow_the_cluster_network() {
-    let options = PlanOptions { default_networks: vec!["my-namespace/net-a".into()], ..PlanOptions::default() };
+    let options = PlanOptions {
+        default_networks: vec!["my-namespace/net-a".into()],
+        ..PlanOptions::default()
+    };
     let p = plan_for(Some("net-b"), &options, "").unwrap();
-    assert_eq!(summary(&p)[1..], [s("my-namespace/net-a", "net1", false), s("my-namespace/net-b", "net2", false)]);
+    assert_eq!(
+        summary(&p)[1..],
+        [
+            s("my-namespace/net-a", "net1", false),
+            s("my-namespace/net-b", "net2", false)
+        ]
+    );
 }
 
 #[test]
 fn pod_can_override_the_default_network() {
-    let all = nads(NADS);
+    let all = nads(&spec_nads());
     let dn = default_network();
     let mut pod = pod_with(None);
-    pod.annotations.insert("v1.multus-cni.io/default-network".into(), "other-ns/net-c".into());
-    let p = plan(&pod, &PlanInputs { nads: &all, conf_dir: None, default_network: &dn, options: &PlanOptions::default() }).unwrap();
+    pod.annotations.insert(
+        "v1.multus-cni.io/default-network".into(),
+        "other-ns/net-c".into(),
+    );
+    let p = plan(
+        &pod,
+        &PlanInputs {
+            nads: &all,
+            conf_dir: None,
+            default_network: &dn,
+            options: &PlanOptions::default(),
+        },
+    )
+    .unwrap();
     assert_eq!(summary(&p), [s("other-ns/net-c", "eth0", true)]);
 }
 
