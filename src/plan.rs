@@ -65,8 +65,11 @@ impl NadSource for BTreeMap<(String, String), NetworkAttachmentDefinition> {
 /// on first use. Invalid files and plexus's own conf are skipped with a warning.
 pub struct ConfDir {
     path: PathBuf,
-    loaded: OnceCell<(Vec<(PathBuf, NetworkConfigList)>, Vec<String>)>,
+    loaded: OnceCell<LoadedConfDir>,
 }
+
+/// The configs of a conf dir in file-name order, and warnings about skipped files.
+type LoadedConfDir = (Vec<(PathBuf, NetworkConfigList)>, Vec<String>);
 
 impl ConfDir {
     pub fn new(path: impl Into<PathBuf>) -> ConfDir {
@@ -80,7 +83,7 @@ impl ConfDir {
         &self.path
     }
 
-    fn entries(&self) -> &(Vec<(PathBuf, NetworkConfigList)>, Vec<String>) {
+    fn entries(&self) -> &LoadedConfDir {
         self.loaded.get_or_init(|| load_conf_dir(&self.path))
     }
 
@@ -109,7 +112,7 @@ impl ConfDir {
     }
 }
 
-fn load_conf_dir(dir: &Path) -> (Vec<(PathBuf, NetworkConfigList)>, Vec<String>) {
+fn load_conf_dir(dir: &Path) -> LoadedConfDir {
     let mut warnings = Vec::new();
     let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(rd) => rd
@@ -429,11 +432,7 @@ fn selections(
     let Some(value) = pod.annotations.get(NETWORKS_ANNOTATION) else {
         return Ok(Vec::new());
     };
-    if options
-        .system_namespaces
-        .iter()
-        .any(|ns| *ns == pod.namespace)
-    {
+    if options.system_namespaces.contains(&pod.namespace) {
         warnings.push(format!(
             "annotation {NETWORKS_ANNOTATION} ignored: namespace {} is a system namespace (systemNamespaces)",
             pod.namespace

@@ -371,7 +371,8 @@ fn example(name: &str) -> String {
 fn spec_examples_plan_as_the_spec_says() {
     // (pod file, the attachments as (network, ifname) after the default
     // network's, whether the annotation is ignored with a warning)
-    let cases: [(&str, &[(&str, &str)], bool); 11] = [
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool);
+    let cases: [Case; 11] = [
         (
             "4.1.1",
             &[
