@@ -125,7 +125,7 @@ impl NetworkStatus {
             // name no interface.
             r.ips
                 .iter()
-                .filter(|ip| ip.interface.map_or(true, |i| i < 0))
+                .filter(|ip| ip.interface.is_none_or(|i| i < 0))
                 .collect()
         };
         s.ips = ips.iter().map(|ip| ip.address.to_string()).collect();
@@ -346,7 +346,7 @@ pub fn validate_entries(entries: &[NetworkStatus]) -> Result<(), String> {
         if e.name.is_empty() {
             return Err(format!("[{i}].name: required (multi-net-spec §5.3.1)"));
         }
-        if e.mac.is_some() && e.interface.as_deref().map_or(true, str::is_empty) {
+        if e.mac.is_some() && e.interface.as_deref().is_none_or(str::is_empty) {
             return Err(format!(
                 "[{i}].mac: requires \"interface\" to be present (multi-net-spec §5.3.4)"
             ));
