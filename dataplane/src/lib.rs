@@ -4,13 +4,18 @@
 //!
 //! - [`netns`]: namespace handles; code that must run *inside* a namespace
 //!   runs on a short-lived dedicated thread (see the module docs for why).
+//! - [`netlink`]: a [`Netlink`] handle per namespace, its socket created
+//!   inside the namespace and then driven from the caller's thread; typed
+//!   link, address, route and neighbour operations.
 //! - [`error`]: the one [`Error`] type, carrying the operation, the object and
 //!   the kernel errno.
 
 pub mod error;
 pub mod mac;
+pub mod netlink;
 pub mod netns;
 
 pub use error::{Errno, Error, Result};
 pub use mac::MacAddr;
+pub use netlink::Netlink;
 pub use netns::NetNs;
