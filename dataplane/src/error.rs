@@ -43,6 +43,15 @@ pub enum Error {
         path: PathBuf,
         errno: Errno,
     },
+    /// Reading or writing a sysctl inside a namespace failed (ENOENT: no
+    /// such setting, e.g. for an absent interface; EINVAL: value refused).
+    #[error("{op} sysctl {key} in {}: {errno}", netns.display())]
+    Sysctl {
+        op: &'static str,
+        key: String,
+        netns: PathBuf,
+        errno: Errno,
+    },
     /// An argument was rejected before reaching the kernel.
     #[error("invalid {what} {value:?}: {reason}")]
     Invalid {
@@ -56,7 +65,9 @@ impl Error {
     /// The errno behind this error, if it came from the kernel or a syscall.
     pub fn errno(&self) -> Option<Errno> {
         match self {
-            Error::Kernel { errno, .. } | Error::Os { errno, .. } => Some(*errno),
+            Error::Kernel { errno, .. } | Error::Os { errno, .. } | Error::Sysctl { errno, .. } => {
+                Some(*errno)
+            }
             _ => None,
         }
     }

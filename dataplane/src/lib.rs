@@ -7,6 +7,9 @@
 //! - [`netlink`]: a [`Netlink`] handle per namespace, its socket created
 //!   inside the namespace and then driven from the caller's thread; typed
 //!   link, address, route and neighbour operations.
+//! - [`sysctl`]: `net.*` sysctls read and written inside a namespace, with
+//!   key validation and the reference plugins' rules for dotted interface
+//!   names.
 //! - [`error`]: the one [`Error`] type, carrying the operation, the object and
 //!   the kernel errno.
 
@@ -14,6 +17,7 @@ pub mod error;
 pub mod mac;
 pub mod netlink;
 pub mod netns;
+pub mod sysctl;
 
 pub use error::{Errno, Error, Result};
 pub use mac::MacAddr;
