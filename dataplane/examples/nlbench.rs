@@ -7,7 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use plexus_dataplane::netlink::VethSpec;
+use plexus_dataplane::netlink::{AddressOptions, BridgeSpec, Route, VethSpec};
+use plexus_dataplane::sysctl::{self, SysctlKey};
 use plexus_dataplane::{NetNs, Netlink};
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -93,5 +94,65 @@ fn main() {
     report(
         "del_link (veth pair)",
         bench(rounds, |i| node_nl.del_link(links[i].index).unwrap()).0,
+    );
+
+    // The kernel work of a bridge-plugin ADD, as a driver will do it, one
+    // fresh pod namespace per round (namespace creation not timed): open the
+    // pod handle, veth (host end enslaved and up, peer in the pod), peer up,
+    // address, default route, one sysctl.
+    let br = node_nl
+        .create_bridge(&BridgeSpec {
+            up: true,
+            ..BridgeSpec::new("cni0")
+        })
+        .unwrap();
+    node_nl
+        .add_address(
+            br.index,
+            "10.88.0.1/16".parse().unwrap(),
+            AddressOptions::default(),
+        )
+        .unwrap();
+    let add_rounds = rounds.min(50);
+    let pods: Vec<(Named, NetNs)> = (0..add_rounds)
+        .map(|i| {
+            let name = format!("pxb-{pid}-p{i}");
+            let ns = NetNs::create_named(&name).unwrap();
+            (Named(name), ns)
+        })
+        .collect();
+    let key = SysctlKey::for_interface("net.ipv4.conf.IFNAME.arp_notify", "eth0").unwrap();
+    let (d, _) = bench(add_rounds, |i| {
+        let pod = &pods[i].1;
+        let pod_nl = Netlink::open(pod).unwrap();
+        node_nl
+            .create_veth(&VethSpec {
+                peer_netns: Some(pod),
+                master: Some(br.index),
+                mtu: Some(1500),
+                up: true,
+                ..VethSpec::new(format!("veth{i}"), "eth0")
+            })
+            .unwrap();
+        let eth0 = pod_nl.link_by_name("eth0").unwrap().unwrap();
+        pod_nl.set_up(eth0.index).unwrap();
+        let addr = format!("10.88.{}.{}/16", i / 200, i % 200 + 2)
+            .parse()
+            .unwrap();
+        pod_nl
+            .add_address(eth0.index, addr, AddressOptions::default())
+            .unwrap();
+        pod_nl
+            .add_route(&Route::default_via("10.88.0.1".parse().unwrap()).dev(eth0.index))
+            .unwrap();
+        sysctl::write(pod, &key, "1").unwrap();
+    });
+    report("bridge-style ADD kernel work (per pod)", d);
+    // SAFETY: getrusage only fills the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    println!(
+        "{:<48} {:>10} KiB (whole benchmark)",
+        "peak RSS", ru.ru_maxrss
     );
 }

@@ -802,3 +802,36 @@ fn neighbours_of_a_link() {
         .any(|x| x["dst"] == "10.1.2.9" && x["lladdr"] == "02:00:00:00:00:09"));
     assert!(t.pod_nl.neighbours(999_999).unwrap().is_empty());
 }
+
+#[test]
+fn handle_is_bound_to_the_namespace_it_was_created_in() {
+    if !is_root() {
+        return;
+    }
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Netlink>();
+    let t = TestNs::new();
+    // Created by `current()` on the namespace's thread, then used from here:
+    // it still talks to the test namespace.
+    let nl = t.ns.run(Netlink::current).unwrap().unwrap();
+    nl.create_veth(&VethSpec::new("pxc0", "pxc1")).unwrap();
+    assert_eq!(ip_link(&t, "pxc0")["ifname"], "pxc0");
+    assert!(Netlink::current()
+        .unwrap()
+        .link_by_name("pxc0")
+        .unwrap()
+        .is_none());
+    // `current()` here reads the root namespace (read-only) and agrees with ip.
+    let root: Vec<u32> = Netlink::current()
+        .unwrap()
+        .links()
+        .unwrap()
+        .iter()
+        .map(|l| l.index)
+        .collect();
+    let ip_root: Vec<u32> = common::ip_json(&["link", "show"])
+        .iter()
+        .map(|l| l["ifindex"].as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(root, ip_root);
+}

@@ -140,3 +140,25 @@ fn named_rejects_bad_names() {
         assert!(matches!(NetNs::delete_named(n), Err(Error::Invalid { .. })));
     }
 }
+
+#[test]
+fn test_guard_deletes_its_namespace_when_a_test_panics() {
+    if !is_root() {
+        return;
+    }
+    let mut name = String::new();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let t = TestNs::new();
+        name = t.name.clone();
+        assert!(std::path::Path::new("/var/run/netns")
+            .join(&t.name)
+            .exists());
+        panic!("simulated test failure");
+    }));
+    assert!(r.is_err());
+    assert!(
+        name.starts_with(&format!("pxt-{}-", std::process::id())),
+        "{name}"
+    );
+    assert!(!std::path::Path::new("/var/run/netns").join(&name).exists());
+}

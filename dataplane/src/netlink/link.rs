@@ -817,7 +817,9 @@ impl Netlink {
     }
 
     /// Adds (or updates the flags of) a VLAN on bridge port `port`. The
-    /// bridge needs vlan filtering for the VLAN to take effect.
+    /// bridge needs vlan filtering for the VLAN to take effect; kernels built
+    /// without CONFIG_BRIDGE_VLAN_FILTERING (the build hosts' kernel among
+    /// them) answer EOPNOTSUPP, as they do to `vlan_filtering` on creation.
     pub fn bridge_vlan_add(&self, port: u32, vlan: BridgeVlan) -> Result<()> {
         self.bridge_vlan_change(port, vlan, false, true).map(drop)
     }
