@@ -1,0 +1,114 @@
+//! Shared fixtures for the root-only integration tests: uniquely named
+//! throw-away namespaces that are deleted on Drop (also when a test panics),
+//! and `ip -j` assertions parsed with serde_json.
+#![allow(dead_code)]
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use plexus_dataplane::NetNs;
+use serde_json::Value;
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A named namespace `pxt-<pid>-<n>` that exists for the guard's lifetime.
+pub struct TestNs {
+    pub name: String,
+    pub ns: NetNs,
+}
+
+impl TestNs {
+    pub fn new() -> TestNs {
+        reap_stale();
+        let name = format!(
+            "pxt-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let ns =
+            NetNs::create_named(&name).unwrap_or_else(|e| panic!("create test namespace: {e}"));
+        TestNs { name, ns }
+    }
+
+    /// `ip -n NAME -j ARGS...` parsed as JSON (an array).
+    pub fn ip_json(&self, args: &[&str]) -> Vec<Value> {
+        let mut full = vec!["-n", &self.name];
+        full.extend_from_slice(args);
+        ip_json(&full)
+    }
+
+    /// `ip -n NAME ARGS...`, panicking with stderr on failure.
+    pub fn ip(&self, args: &[&str]) {
+        let mut full = vec!["-n", &self.name];
+        full.extend_from_slice(args);
+        run("ip", &full);
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        if let Err(e) = NetNs::delete_named(&self.name) {
+            eprintln!(
+                "warning: could not delete test namespace {}: {e}",
+                self.name
+            );
+        }
+    }
+}
+
+/// Deletes `pxt-<pid>-*` namespaces left behind by test processes that no
+/// longer exist (killed before their guards could run).
+fn reap_stale() {
+    let Ok(dir) = std::fs::read_dir(plexus_dataplane::netns::NETNS_RUN_DIR) else {
+        return;
+    };
+    for entry in dir.flatten().take(10_000) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("pxt-").and_then(|r| r.split('-').next()) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !std::path::Path::new("/proc").join(pid).exists() {
+            let _ = NetNs::delete_named(&name);
+        }
+    }
+}
+
+pub fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf8")
+}
+
+/// `ip -j ARGS...` parsed as a JSON array.
+pub fn ip_json(args: &[&str]) -> Vec<Value> {
+    let mut full = vec!["-j"];
+    full.extend_from_slice(args);
+    let out = run("ip", &full);
+    if out.trim().is_empty() {
+        return Vec::new();
+    }
+    match serde_json::from_str(&out).unwrap_or_else(|e| panic!("ip {args:?}: bad JSON {e}: {out}"))
+    {
+        Value::Array(v) => v,
+        other => panic!("ip {args:?}: expected an array, got {other}"),
+    }
+}
+
+/// Inode of the calling thread's network namespace.
+pub fn current_ns_inode() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino()
+}
+
+/// Tests need root (CAP_SYS_ADMIN + CAP_NET_ADMIN); skip loudly otherwise.
+pub fn is_root() -> bool {
+    let root = nix::unistd::Uid::effective().is_root();
+    if !root {
+        eprintln!("skipping: needs root");
+    }
+    root
+}
