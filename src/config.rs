@@ -60,6 +60,9 @@ pub struct PlexusConf {
     pub cni_dir: PathBuf,
     pub bin_dir: PathBuf,
     pub kubeconfig: Option<PathBuf>,
+    /// A directory of Pod and NetworkAttachmentDefinition manifests read
+    /// instead of the API server (plexus's own key).
+    pub manifest_dir: Option<PathBuf>,
     /// Turn an invalid selection annotation into a hard error instead of the
     /// spec's "ignore it and attach only the default network" (§4.1.2.1.x).
     pub strict_annotations: bool,
@@ -113,6 +116,7 @@ struct RawConf {
     cni_dir: Option<String>,
     bin_dir: Option<String>,
     kubeconfig: Option<String>,
+    manifest_dir: Option<String>,
     strict_annotations: Option<bool>,
     #[serde(rename = "readinessindicatorfile")]
     readiness_indicator_file: Option<String>,
@@ -207,6 +211,7 @@ impl PlexusConf {
             cni_dir: path(raw.cni_dir, DEFAULT_CNI_DIR),
             bin_dir: path(raw.bin_dir, DEFAULT_BIN_DIR),
             kubeconfig: raw.kubeconfig.map(PathBuf::from),
+            manifest_dir: raw.manifest_dir.map(PathBuf::from),
             strict_annotations: raw.strict_annotations.unwrap_or(false),
             readiness_indicator_file: raw.readiness_indicator_file.map(PathBuf::from),
             log_file: raw.log_file.map(PathBuf::from),

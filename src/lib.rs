@@ -12,6 +12,7 @@
 //!   crate `plexus-cni` so the data plane and IPAM share it.
 
 pub mod cli;
+pub mod cluster;
 /// The CNI protocol layer (the `plexus-cni` crate).
 pub use plexus_cni as cni;
 pub mod config;

@@ -1,0 +1,89 @@
+//! The cluster as a directory of manifests (`kubectl apply -f DIR` shapes:
+//! YAML or JSON, many documents per file). plexus's `manifestDir` key points
+//! here; it stands in for the API server on nodes and in tests without one.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::Cluster;
+use crate::cni::error::CniError;
+use crate::manifest::{self, Pod};
+use crate::netattach::nad::NetworkAttachmentDefinition;
+use crate::plan::NadSource;
+
+pub struct DirCluster {
+    pods: BTreeMap<(String, String), Pod>,
+    nads: BTreeMap<(String, String), NetworkAttachmentDefinition>,
+}
+
+impl DirCluster {
+    /// Read every manifest under `path` (a directory or one file).
+    pub fn load(path: &Path) -> Result<DirCluster, CniError> {
+        let docs = manifest::load(path).map_err(|e| e.within("manifestDir"))?;
+        let mut pods = BTreeMap::new();
+        for doc in docs.iter().filter(|d| d.kind() == Some("Pod")) {
+            let pod = Pod::from_document(doc)?;
+            pods.insert((pod.namespace.clone(), pod.name.clone()), pod);
+        }
+        Ok(DirCluster {
+            pods,
+            nads: manifest::nads(&docs)?,
+        })
+    }
+
+    /// A cluster with nothing in it: pods get only the default networks.
+    pub fn empty() -> DirCluster {
+        DirCluster {
+            pods: BTreeMap::new(),
+            nads: BTreeMap::new(),
+        }
+    }
+}
+
+impl NadSource for DirCluster {
+    fn get(&self, namespace: &str, name: &str) -> Option<&NetworkAttachmentDefinition> {
+        self.nads.get(&(namespace.to_string(), name.to_string()))
+    }
+}
+
+impl Cluster for DirCluster {
+    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
+        Ok(self
+            .pods
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_pods_and_nads_from_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("all.yaml"),
+            "kind: Pod\nmetadata: {name: p, namespace: ns, annotations: {k8s.v1.cni.cncf.io/networks: net-a}}\n---\n\
+             apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: net-a, namespace: ns}\n",
+        )
+        .unwrap();
+        let cluster = DirCluster::load(dir.path()).unwrap();
+        assert_eq!(
+            cluster.pod("ns", "p").unwrap().unwrap().annotations["k8s.v1.cni.cncf.io/networks"],
+            "net-a"
+        );
+        assert!(cluster.pod("ns", "q").unwrap().is_none());
+        assert!(NadSource::get(&cluster, "ns", "net-a").is_some());
+        assert!(NadSource::get(&cluster, "other", "net-a").is_none());
+    }
+
+    #[test]
+    fn bad_manifests_name_the_key() {
+        let err = match DirCluster::load(Path::new("/nonexistent/plexus")) {
+            Err(e) => e,
+            Ok(_) => panic!("loaded a missing directory"),
+        };
+        assert!(err.details.starts_with("manifestDir"), "{err}");
+    }
+}

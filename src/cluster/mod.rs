@@ -1,0 +1,16 @@
+//! Where pods and NetworkAttachmentDefinitions come from when plexus runs as a
+//! plugin: a directory of manifests (the embedded default, tests, nodes
+//! without an API server) or, later, the Kubernetes API. The planner only
+//! sees the [`Cluster`] trait.
+
+pub mod dir;
+
+use crate::cni::error::CniError;
+use crate::manifest::Pod;
+use crate::plan::NadSource;
+
+/// A read-only view of the cluster's pods and NADs.
+pub trait Cluster: NadSource {
+    /// The pod `namespace/name`; `Ok(None)` when it does not exist.
+    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError>;
+}
