@@ -1,0 +1,410 @@
+//! plexus against the reference CNI plugins, side by side in one run.
+//!
+//! For N pods one after another it invokes, exactly as a runtime does (env +
+//! config on stdin, a fresh process each time), the reference `bridge` +
+//! `host-local` (and `macvlan` + `host-local`) from Debian's
+//! containernetworking-plugins, and plexus with the same network through its
+//! built-in plugins. It prints the median and p95 of ADD and DEL for each, the
+//! ratios, a bare `ip link del` of the same kind of veth as the DEL baseline,
+//! and plexus's peak RSS per invocation.
+//!
+//! Everything happens in network namespaces the benchmark creates (a "node"
+//! namespace where the plugins run, one per pod) and removes; the machine's
+//! own namespace is never touched. Pods are interleaved (reference, plexus,
+//! reference, ...) so machine noise hits both alike.
+//!
+//! Run: `cargo run --release -p plexus-bench -- [--pods 40]` (as root).
+
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use plexus_dataplane::NetNs;
+use serde_json::{json, Value};
+
+#[derive(Parser)]
+#[command(about = "plexus vs the reference CNI plugins, side by side")]
+struct Args {
+    /// Pods per scenario, attached one after another.
+    #[arg(long, default_value_t = 40)]
+    pods: usize,
+    /// Directory of the reference plugins.
+    #[arg(long, default_value = "/usr/lib/cni")]
+    reference_dir: PathBuf,
+    /// The plexus binary (default: next to this benchmark's binary).
+    #[arg(long)]
+    plexus: Option<PathBuf>,
+    /// Exit non-zero when a target is missed.
+    #[arg(long)]
+    check: bool,
+}
+
+/// One plugin process: wall time and peak RSS.
+struct Run {
+    elapsed: Duration,
+    max_rss_kb: i64,
+    stdout: Vec<u8>,
+}
+
+/// Spawn `program` inside `netns` as a runtime would, wait, and measure.
+fn invoke(
+    netns: &NetNs,
+    program: &Path,
+    argv: &[&str],
+    env: &[(&str, String)],
+    stdin: &[u8],
+) -> Result<Run, String> {
+    let fd = netns.raw_fd();
+    let mut cmd = Command::new(program);
+    cmd.args(argv)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setns is async-signal-safe; the child enters the node namespace
+    // between fork and exec, so the timing includes no extra exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("{}: {e}", program.display()))?;
+    let _ = child.stdin.take().expect("piped").write_all(stdin);
+    let mut stdout = Vec::new();
+    child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_end(&mut stdout)
+        .map_err(|e| e.to_string())?;
+    let mut stderr = Vec::new();
+    child
+        .stderr
+        .take()
+        .expect("piped")
+        .read_to_end(&mut stderr)
+        .map_err(|e| e.to_string())?;
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 reaps our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    if unsafe { libc::wait4(pid, &mut status, 0, &mut usage) } != pid {
+        return Err(format!("wait4: {}", std::io::Error::last_os_error()));
+    }
+    let elapsed = start.elapsed();
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        return Err(format!(
+            "{} failed: {}{}",
+            program.display(),
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        ));
+    }
+    Ok(Run {
+        elapsed,
+        max_rss_kb: usage.ru_maxrss,
+        stdout,
+    })
+}
+
+fn cni_env(
+    command: &str,
+    container_id: &str,
+    netns: &NetNs,
+    cni_path: &Path,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("CNI_COMMAND", command.to_string()),
+        ("CNI_CONTAINERID", container_id.to_string()),
+        ("CNI_NETNS", netns.path().display().to_string()),
+        ("CNI_IFNAME", "eth0".to_string()),
+        (
+            "CNI_ARGS",
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod".to_string(),
+        ),
+        ("CNI_PATH", cni_path.display().to_string()),
+    ]
+}
+
+/// Which network a scenario attaches.
+struct Scenario {
+    title: &'static str,
+    /// The network config for the reference, given its IPAM data dir.
+    reference: Value,
+    plexus: Value,
+}
+
+fn scenarios(data_dir: &Path, cache_dir: &Path) -> Vec<Scenario> {
+    let ipam = |subnet: &str, who: &str| json!({"type": "host-local", "subnet": subnet, "dataDir": data_dir.join(who)});
+    let bridge = |name: &str, br: &str, subnet: &str, who: &str| {
+        json!({"cniVersion": "1.0.0", "name": name, "type": "bridge", "bridge": br,
+               "isGateway": true, "ipam": ipam(subnet, who)})
+    };
+    let macvlan = |name: &str, subnet: &str, who: &str| {
+        json!({"cniVersion": "1.0.0", "name": name, "type": "macvlan", "master": "uplink0",
+               "mode": "bridge", "ipam": ipam(subnet, who)})
+    };
+    let plexus = |delegate: Value| {
+        json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+               "delegates": [delegate], "cniDir": cache_dir})
+    };
+    vec![
+        Scenario {
+            title: "bridge + host-local",
+            reference: bridge("bench-br-ref", "brref0", "10.98.0.0/16", "ref"),
+            plexus: plexus(bridge("bench-br-px", "brpx0", "10.99.0.0/16", "px")),
+        },
+        Scenario {
+            title: "macvlan + host-local",
+            reference: macvlan("bench-mv-ref", "10.96.0.0/16", "ref"),
+            plexus: plexus(macvlan("bench-mv-px", "10.97.0.0/16", "px")),
+        },
+    ]
+}
+
+#[derive(Default)]
+struct Samples {
+    add: Vec<Duration>,
+    del: Vec<Duration>,
+    rss_kb: Vec<i64>,
+}
+
+fn percentile(samples: &[Duration], p: f64) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:7.2} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Namespaces made by the benchmark, deleted on drop even when it fails.
+struct Namespaces(Vec<String>);
+
+impl Namespaces {
+    fn create(&mut self, name: String) -> Result<NetNs, String> {
+        let ns = NetNs::create_named(&name).map_err(|e| e.to_string())?;
+        self.0.push(name);
+        Ok(ns)
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for name in self.0.drain(..).rev() {
+            let _ = NetNs::delete_named(&name);
+        }
+    }
+}
+
+/// `ip ARGS...` inside `netns`, untimed set-up or timed baseline.
+fn ip(netns: &NetNs, argv: &[&str]) -> Result<Run, String> {
+    invoke(netns, Path::new("/usr/sbin/ip"), argv, &[], &[])
+}
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn with_prev_result(conf: &Value, result: &Value) -> Vec<u8> {
+    let mut conf = conf.clone();
+    conf["prevResult"] = result.clone();
+    conf.to_string().into_bytes()
+}
+
+fn main() {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(true) => {}
+        Ok(false) if args.check => std::process::exit(2),
+        Ok(false) => {}
+        Err(e) => {
+            eprintln!("plexus-bench: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Runs every scenario; `Ok(false)` when a target was missed.
+fn run(args: &Args) -> Result<bool, String> {
+    let plexus = match &args.plexus {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .with_file_name("plexus"),
+    };
+    if !plexus.is_file() {
+        return Err(format!(
+            "{} not found: run `cargo build --release` first",
+            plexus.display()
+        ));
+    }
+    if args.pods == 0 {
+        return Err("--pods must be at least 1".into());
+    }
+    let pid = std::process::id();
+    let tmp = TempDir(std::env::temp_dir().join(format!("plexus-bench-{pid}")));
+    std::fs::create_dir_all(&tmp.0).map_err(|e| e.to_string())?;
+
+    let mut namespaces = Namespaces(Vec::new());
+    let node = namespaces.create(format!("pxb-node-{pid}"))?;
+    // The macvlan master, and a bridge for the bare-veth baseline.
+    ip(&node, &["link", "set", "lo", "up"])?;
+    ip(
+        &node,
+        &[
+            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p",
+        ],
+    )?;
+    ip(&node, &["link", "set", "uplink0", "up"])?;
+    ip(&node, &["link", "add", "brbare0", "type", "bridge"])?;
+
+    println!(
+        "plexus-bench: {} pods per scenario, one after another; reference plugins from {}",
+        args.pods,
+        args.reference_dir.display()
+    );
+    let mut all_met = true;
+    let mut bridge_del_median = None;
+    let mut max_rss_kb = 0;
+    for scenario in scenarios(&tmp.0.join("ipam"), &tmp.0.join("cache")) {
+        let plugin = scenario.reference["type"].as_str().expect("scenario type");
+        let reference_bin = args.reference_dir.join(plugin);
+        let (mut reference, mut ours) = (Samples::default(), Samples::default());
+        let mut pods = Vec::with_capacity(args.pods);
+        for i in 0..args.pods {
+            let ref_ns = namespaces.create(format!("pxb-{pid}-r{i}"))?;
+            let our_ns = namespaces.create(format!("pxb-{pid}-p{i}"))?;
+            let (ref_id, our_id) = (format!("ref{i}"), format!("px{i}"));
+            let r = invoke(
+                &node,
+                &reference_bin,
+                &[],
+                &cni_env("ADD", &ref_id, &ref_ns, &args.reference_dir),
+                scenario.reference.to_string().as_bytes(),
+            )?;
+            reference.add.push(r.elapsed);
+            let p = invoke(
+                &node,
+                &plexus,
+                &[],
+                &cni_env("ADD", &our_id, &our_ns, &args.reference_dir),
+                scenario.plexus.to_string().as_bytes(),
+            )?;
+            ours.add.push(p.elapsed);
+            ours.rss_kb.push(p.max_rss_kb);
+            let parse = |run: &Run| {
+                serde_json::from_slice::<Value>(&run.stdout).map_err(|e| format!("ADD result: {e}"))
+            };
+            pods.push((ref_ns, ref_id, parse(&r)?, our_ns, our_id, parse(&p)?));
+        }
+        for (ref_ns, ref_id, ref_result, our_ns, our_id, our_result) in &pods {
+            let r = invoke(
+                &node,
+                &reference_bin,
+                &[],
+                &cni_env("DEL", ref_id, ref_ns, &args.reference_dir),
+                &with_prev_result(&scenario.reference, ref_result),
+            )?;
+            reference.del.push(r.elapsed);
+            let p = invoke(
+                &node,
+                &plexus,
+                &[],
+                &cni_env("DEL", our_id, our_ns, &args.reference_dir),
+                &with_prev_result(&scenario.plexus, our_result),
+            )?;
+            ours.del.push(p.elapsed);
+            ours.rss_kb.push(p.max_rss_kb);
+        }
+        drop(pods);
+
+        println!("\n{}", scenario.title);
+        println!(
+            "{:<12} {:>12} {:>12} {:>12} {:>12}",
+            "", "ADD median", "ADD p95", "DEL median", "DEL p95"
+        );
+        for (who, s) in [("reference", &reference), ("plexus", &ours)] {
+            println!(
+                "{:<12} {:>12} {:>12} {:>12} {:>12}",
+                who,
+                ms(percentile(&s.add, 0.5)),
+                ms(percentile(&s.add, 0.95)),
+                ms(percentile(&s.del, 0.5)),
+                ms(percentile(&s.del, 0.95))
+            );
+        }
+        let add_speedup = percentile(&reference.add, 0.5).as_secs_f64()
+            / percentile(&ours.add, 0.5).as_secs_f64();
+        let del_speedup = percentile(&reference.del, 0.5).as_secs_f64()
+            / percentile(&ours.del, 0.5).as_secs_f64();
+        let met = add_speedup >= 2.5;
+        all_met &= met;
+        println!(
+            "ADD: plexus is {add_speedup:.2}x faster than the reference (target >= 2.50x: {})",
+            if met { "met" } else { "MISSED" }
+        );
+        println!("DEL: plexus is {del_speedup:.2}x faster than the reference");
+        if plugin == "bridge" {
+            bridge_del_median = Some(percentile(&ours.del, 0.5));
+        }
+        max_rss_kb = max_rss_kb.max(ours.rss_kb.iter().copied().max().unwrap_or(0));
+    }
+
+    // The DEL baseline: a bare `ip link del` of the same kind of veth (host
+    // end on a bridge, peer in the pod), which is mostly the kernel's teardown.
+    let mut bare = Vec::with_capacity(args.pods);
+    for i in 0..args.pods {
+        let name = format!("pxb-{pid}-b{i}");
+        let pod = namespaces.create(name.clone())?;
+        let host_end = format!("vb{i}");
+        ip(
+            &node,
+            &[
+                "link", "add", &host_end, "master", "brbare0", "type", "veth", "peer", "name",
+                "eth0", "netns", &name,
+            ],
+        )?;
+        ip(&node, &["link", "set", &host_end, "up"])?;
+        bare.push(ip(&pod, &["link", "del", "eth0"])?.elapsed);
+    }
+    println!(
+        "\nDEL baseline: bare `ip link del` of a bridged veth, median {}",
+        ms(percentile(&bare, 0.5))
+    );
+    if let Some(ours) = bridge_del_median {
+        let ratio = ours.as_secs_f64() / percentile(&bare, 0.5).as_secs_f64();
+        let met = ratio <= 1.15;
+        all_met &= met;
+        println!(
+            "DEL: plexus bridge DEL takes {ratio:.2}x a bare `ip link del` (target <= 1.15x: {})",
+            if met { "met" } else { "MISSED" }
+        );
+    }
+    let met = max_rss_kb <= 10 * 1024;
+    all_met &= met;
+    println!(
+        "peak RSS of a plexus invocation: {:.1} MB (target <= 10 MB: {})",
+        max_rss_kb as f64 / 1024.0,
+        if met { "met" } else { "MISSED" }
+    );
+    Ok(all_met)
+}
