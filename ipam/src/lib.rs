@@ -46,3 +46,17 @@ pub fn builtin(plugin_type: &str) -> Option<Box<dyn Plugin + Send + Sync>> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_serves_host_local_and_static() {
+        assert!(builtin("host-local").is_some());
+        assert!(builtin("static").is_some());
+        for other in ["dhcp", "whereabouts", "", "Host-Local"] {
+            assert!(builtin(other).is_none(), "{other}");
+        }
+    }
+}

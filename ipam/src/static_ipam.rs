@@ -9,8 +9,9 @@
 //!   options}`).
 //! - Where addresses come from, in the reference's order: the configured
 //!   `addresses`, plus CNI_ARGS `IP` (comma-separated CIDRs); CNI_ARGS
-//!   `GATEWAY` (comma-separated) becomes the gateway of every address whose
-//!   subnet holds it; a non-empty `args.cni.ips` then replaces all of those,
+//!   `GATEWAY` (comma-separated) becomes the gateway of every CNI_ARGS
+//!   address whose subnet holds it (configured addresses keep theirs, as
+//!   with the reference); a non-empty `args.cni.ips` then replaces all of those,
 //!   and a non-empty runtimeConfig `ips` (capability) replaces everything
 //!   (so its addresses carry no gateway). CNI_ARGS keys other than `IP` and
 //!   `GATEWAY` need `IgnoreUnknown`.
@@ -157,6 +158,9 @@ impl Config {
                 .map(|v| v.split(',').map(str::trim).collect::<Vec<_>>())
                 .unwrap_or_default()
         };
+        // GATEWAY applies to the CNI_ARGS addresses only: the reference
+        // matches it before it has parsed the configured ones.
+        let configured = addresses.len();
         for s in cni_args("IP") {
             addresses.push(Address {
                 address: parse_address(s)
@@ -170,7 +174,10 @@ impl Config {
                 CniError::invalid_env("CNI_ARGS", format!("GATEWAY: {s:?} is not an IP address"))
             })?;
             let gw = gw.to_canonical();
-            for a in addresses.iter_mut().filter(|a| a.address.contains(gw)) {
+            for a in addresses[configured..]
+                .iter_mut()
+                .filter(|a| a.address.contains(gw))
+            {
                 a.gateway = Some(gw);
             }
         }
