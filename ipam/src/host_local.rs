@@ -16,9 +16,16 @@
 //!   smaller than /30 (/126) are "too small to allocate from"; host bits,
 //!   mixed families in a set and overlapping ranges within or across sets are
 //!   rejected; CNI 0.1.0/0.2.0 allow one set per family.
-//! - The on-disk state byte for byte (see [`crate::store`]): a node can
-//!   switch between the reference binary and plexus in either direction, and
-//!   both can even run at once, since both `flock` the same `lock` file.
+//! - The on-disk state, byte for byte: `<dataDir>/<name>/<ip>` holding
+//!   `<containerID>\r\n<ifname>` (files of early reference versions, holding
+//!   only the container ID, are read and released too),
+//!   `<dataDir>/<name>/last_reserved_ip.<set index>` holding the bare
+//!   address, and `<dataDir>/<name>/lock`, `flock`ed around every operation.
+//!   A node can switch between the reference binary and plexus in either
+//!   direction, and both can even run at once, since they lock the same file
+//!   and reservation is exclusive (the reference creates address files with
+//!   `O_EXCL`; plexus hard-links a complete temp file into place, which fails
+//!   the same way when the name exists).
 //! - Allocation order: round-robin from the address after
 //!   `last_reserved_ip.<set>`, through the set's ranges, wrapping around.
 //! - ADD fails when the attachment already holds an address in a set
@@ -42,16 +49,26 @@
 //!   runtimeConfig `ips`, `args.cni.ips`, and CNI_ARGS `IP` (cni-CONVENTIONS:
 //!   a plugin that understands `args` ignores the CNI_ARGS equivalent); the
 //!   reference merges all three. CNI_ARGS `IP` may be a comma-separated list.
+//! - The duplicate check also covers requested addresses (the reference
+//!   checks only addresses it picks itself), and a failed ADD releases only
+//!   what it reserved (the reference releases all the attachment holds).
+//! - Specific error codes ([`crate::codes`]: 110 address in use, 111 range
+//!   set exhausted, 112 duplicate allocation; 3 when CHECK finds no address;
+//!   11 on lock timeout) where the reference reports the generic 999.
 //! - Stricter validation, each error naming the field: a gateway outside its
 //!   subnet, rangeStart after rangeEnd, legacy range keys without `subnet`, a
 //!   requested address in no set or two in one set, and a network `name`
 //!   that is empty or would leave `dataDir` (`/`, NUL, `.`, `..`).
-//! - Files appear atomically and are fsynced, the directory too; the lock
-//!   wait is bounded (code 11 after [`DEFAULT_LOCK_TIMEOUT`]).
+//! - Files appear atomically with their content and are fsynced, the
+//!   directory too, before success is reported; temp files (`.plexus-tmp.*`)
+//!   never parse as an address, so a crash's leftovers are ignored by both
+//!   implementations (and removed by GC). The lock wait is bounded (code 11
+//!   after [`DEFAULT_LOCK_TIMEOUT`], see [`HostLocal::with_lock_timeout`]).
 //! - DEL and GC need only `name` and `dataDir` to be valid, so a network
 //!   whose ranges were since misconfigured can still be cleaned up; they
 //!   never create the directory.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -455,6 +472,7 @@ fn assign_requested(
 fn allocate<'a>(
     store: &LockedStore,
     allocs: &[Allocation],
+    taken: &HashMap<IpAddr, &Allocation>,
     idx: usize,
     set: &'a RangeSet,
     requested: Option<&Requested>,
@@ -473,7 +491,6 @@ fn allocate<'a>(
             ),
         ));
     }
-    let taken = LockedStore::by_ip(allocs);
     if let Some(r) = requested {
         let in_use = |owner: &Owner| {
             plugin_error(
@@ -494,7 +511,8 @@ fn allocate<'a>(
             return Err(in_use(&a.owner));
         }
         if !store.reserve(r.ip, id, ifname)? {
-            return Err(in_use(&Owner::Unknown));
+            // Written since the scan by a process that ignores the lock.
+            return Err(in_use(&store.owner_of(r.ip)));
         }
         store.set_last_reserved(idx, r.ip)?;
         return Ok((r.ip, range));
@@ -528,11 +546,20 @@ impl Plugin for HostLocal {
             CniError::io(conf.location.dir().display().to_string(), "not created")
         })?;
         let allocs = store.allocations()?;
+        let taken = LockedStore::by_ip(&allocs);
 
         let mut ips = Vec::with_capacity(conf.sets.len());
         let mut reserved: Vec<IpAddr> = Vec::new();
         for (idx, set) in conf.sets.iter().enumerate() {
-            match allocate(&store, &allocs, idx, set, conf.requested[idx].as_ref(), who) {
+            match allocate(
+                &store,
+                &allocs,
+                &taken,
+                idx,
+                set,
+                conf.requested[idx].as_ref(),
+                who,
+            ) {
                 Ok((ip, range)) => {
                     reserved.push(ip);
                     ips.push(IpConfig {

@@ -138,11 +138,18 @@ pub(crate) fn open(
 ) -> Result<Option<LockedStore>, CniError> {
     let dir = data_dir.join(name);
     if create {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&dir)
-            .map_err(|e| io_err(&dir, e))?;
+        if !dir.is_dir() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(&dir)
+                .map_err(|e| io_err(&dir, e))?;
+            // A new network directory must survive a crash along with the
+            // allocations that will be synced inside it.
+            File::open(data_dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io_err(data_dir, e))?;
+        }
     } else {
         match fs::metadata(&dir) {
             Ok(m) if m.is_dir() => {}
@@ -311,6 +318,14 @@ impl LockedStore {
             return Err(io_err(&tmp, e));
         }
         Ok(tmp)
+    }
+
+    /// Who holds `ip` according to its file (`Unknown` if it is gone or empty).
+    pub fn owner_of(&self, ip: IpAddr) -> Owner {
+        match read_small(&self.dir.join(ip.to_string())) {
+            Ok(Some(content)) => Owner::parse(&content),
+            _ => Owner::Unknown,
+        }
     }
 
     /// `last_reserved_ip.<set>`; `None` when absent or unreadable (round-robin

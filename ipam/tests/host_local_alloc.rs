@@ -610,3 +610,61 @@ fn data_dir_default_and_errors() {
         e.details
     );
 }
+
+#[test]
+fn ip_ranges_capability_and_legacy_range_come_first() {
+    // cni-CONVENTIONS `ipRanges`: the runtime's range sets are prepended, then
+    // the legacy single range, then ipam.ranges; the order fixes the index
+    // of last_reserved_ip.<n>.
+    let tmp = tempfile::tempdir().unwrap();
+    let c = conf(
+        "1.1.0",
+        host_local(
+            tmp.path(),
+            json!({
+        "subnet": "10.1.0.0/24",
+        "ranges": [[{"subnet": "10.2.0.0/24"}]]}),
+        ),
+    );
+    let c = with(
+        c,
+        "runtimeConfig",
+        json!({"ipRanges": [[{"subnet": "10.3.0.0/24", "rangeStart": "10.3.0.50"}]]}),
+    );
+    let r = add(&HostLocal::new(), &c, "a", "eth0").unwrap();
+    assert_eq!(addrs(&r), ["10.3.0.50/24", "10.1.0.2/24", "10.2.0.2/24"]);
+    let f = files(tmp.path());
+    assert_eq!(
+        (
+            f["last_reserved_ip.0"].as_str(),
+            f["last_reserved_ip.1"].as_str(),
+            f["last_reserved_ip.2"].as_str()
+        ),
+        ("10.3.0.50", "10.1.0.2", "10.2.0.2")
+    );
+    // A runtime range overlapping the configured ones is rejected.
+    let bad = with(
+        c.clone(),
+        "runtimeConfig",
+        json!({"ipRanges": [[{"subnet": "10.2.0.0/16"}]]}),
+    );
+    assert_err(
+        add(&HostLocal::new(), &bad, "b", "eth0"),
+        ErrorCode::InvalidConfig,
+        "ipam.ranges[0]: range set overlaps with range set runtimeConfig.ipRanges[0]: ipam.ranges[0][0] (10.2.0.1-10.2.0.254) overlaps runtimeConfig.ipRanges[0][0]",
+    );
+    assert_err(
+        add(
+            &HostLocal::new(),
+            &with(
+                c,
+                "runtimeConfig",
+                json!({"ipRanges": [[{"subnet": "10.4.0.0/31"}]]}),
+            ),
+            "b",
+            "eth0",
+        ),
+        ErrorCode::InvalidConfig,
+        "runtimeConfig.ipRanges[0][0].subnet: Network 10.4.0.0/31 too small to allocate from",
+    );
+}
