@@ -1,0 +1,211 @@
+//! Configuration pieces host-local and static share, decoded as the Go
+//! reference plugins decode them: keys match case-insensitively
+//! ([`plexus_cni::casefold`]), `""` for an IP means none, unknown keys are
+//! ignored, and every error names the field path.
+
+use std::net::IpAddr;
+
+use ipnetwork::IpNetwork;
+use plexus_cni::casefold;
+use plexus_cni::result::{parse_cidr, Route};
+use plexus_cni::skel::Request;
+use plexus_cni::{CniError, CniVersion, ErrorCode};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Decode the request's whole configuration (IPAM plugins receive the upper
+/// plugin's complete config, cni-SPEC §4) into `T`.
+pub(crate) fn decode_config<T: DeserializeOwned>(req: &Request) -> Result<T, CniError> {
+    casefold::decode(&Value::Object(req.config.clone()))
+}
+
+/// Decode the request's `runtimeConfig` into `T`, errors prefixed with it.
+pub(crate) fn decode_runtime_config<T: DeserializeOwned>(req: &Request) -> Result<T, CniError> {
+    casefold::decode(&Value::Object(req.runtime_config.clone()))
+        .map_err(|e| e.within("runtimeConfig"))
+}
+
+/// `{subnet, rangeStart, rangeEnd, gateway}` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct IpRangeConf {
+    pub subnet: Option<String>,
+    #[serde(rename = "rangeStart")]
+    pub range_start: Option<String>,
+    #[serde(rename = "rangeEnd")]
+    pub range_end: Option<String>,
+    pub gateway: Option<String>,
+}
+
+/// `routes[]` entries as written (cni-SPEC §5 route fields).
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct RouteConf {
+    dst: Option<String>,
+    gw: Option<String>,
+    mtu: Option<u32>,
+    advmss: Option<u32>,
+    priority: Option<u32>,
+    table: Option<u32>,
+    scope: Option<u32>,
+}
+
+/// `args` (cni-CONVENTIONS "args in network config"): only `args.cni.ips`
+/// matters to IPAM.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ArgsConf {
+    pub cni: Option<CniArgsConf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct CniArgsConf {
+    pub ips: Option<Vec<String>>,
+}
+
+impl ArgsConf {
+    pub fn ips(args: &Option<ArgsConf>) -> &[String] {
+        args.as_ref()
+            .and_then(|a| a.cni.as_ref())
+            .and_then(|c| c.ips.as_deref())
+            .unwrap_or_default()
+    }
+}
+
+/// An optional IP address (`""` is none, as Go's `net.IP` decodes it), in
+/// canonical form: IPv4-mapped IPv6 addresses become IPv4, as the reference's
+/// `canonicalizeIP` does.
+pub(crate) fn parse_ip(s: Option<&str>, path: &str) -> Result<Option<IpAddr>, CniError> {
+    match s.filter(|s| !s.is_empty()) {
+        None => Ok(None),
+        Some(s) => s
+            .parse::<IpAddr>()
+            .map(|ip| Some(ip.to_canonical()))
+            .map_err(|_| CniError::invalid_config(path, format!("{s:?} is not an IP address"))),
+    }
+}
+
+/// `<ip>[/<prefix>]` (cni-CONVENTIONS `ips`): the address; a prefix, when
+/// given, must be valid but is otherwise ignored, as the reference does.
+pub(crate) fn parse_requested_ip(s: &str) -> Result<IpAddr, String> {
+    let ip = if s.contains('/') {
+        parse_cidr(s).map(|n| n.ip())?
+    } else {
+        s.parse::<IpAddr>()
+            .map_err(|_| format!("{s:?} is not an IP address (expected <ip>[/<prefix>])"))?
+    };
+    Ok(ip.to_canonical())
+}
+
+/// `routes` as written under `path` (`ipam.routes`).
+pub(crate) fn parse_routes(list: Option<&[RouteConf]>, path: &str) -> Result<Vec<Route>, CniError> {
+    list.unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let at = |f: &str| format!("{path}[{i}].{f}");
+            let dst_s = r
+                .dst
+                .as_deref()
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| CniError::invalid_config(at("dst"), "missing"))?;
+            let dst = parse_cidr(dst_s).map_err(|e| CniError::invalid_config(at("dst"), e))?;
+            let gw = parse_ip(r.gw.as_deref(), &at("gw"))?;
+            if let Some(gw) = gw {
+                if gw.is_ipv4() != dst.is_ipv4() {
+                    return Err(CniError::invalid_config(
+                        at("gw"),
+                        format!("{gw} and the destination {dst} are of different address families"),
+                    ));
+                }
+            }
+            let non_zero = |n: Option<u32>| n.filter(|n| *n != 0);
+            Ok(Route {
+                dst,
+                gw,
+                mtu: non_zero(r.mtu),
+                advmss: non_zero(r.advmss),
+                priority: non_zero(r.priority),
+                table: r.table,
+                scope: r.scope,
+            })
+        })
+        .collect()
+}
+
+/// The `CNI_CONTAINERID` and `CNI_IFNAME` of an attachment command (the
+/// skel guarantees them; an in-process caller might not).
+pub(crate) fn attachment(req: &Request) -> Result<(&str, &str), CniError> {
+    let missing = |var: &str| {
+        CniError::invalid_env(var, format!("required for {} but not set", req.env.command))
+    };
+    let id = req
+        .env
+        .container_id
+        .as_deref()
+        .ok_or_else(|| missing("CNI_CONTAINERID"))?;
+    let ifname = req
+        .env
+        .ifname
+        .as_deref()
+        .ok_or_else(|| missing("CNI_IFNAME"))?;
+    Ok((id, ifname))
+}
+
+/// Results of CNI 0.1.0 and 0.2.0 hold one address per family (`ip4`,
+/// `ip6`); the reference refuses configurations that would yield more.
+pub(crate) fn check_legacy_families(
+    version: CniVersion,
+    addresses: impl Iterator<Item = IpAddr>,
+) -> Result<(), CniError> {
+    if !version.has_legacy_result() {
+        return Ok(());
+    }
+    let (v4, v6) = addresses.fold(
+        (0, 0),
+        |(a, b), ip| {
+            if ip.is_ipv4() {
+                (a + 1, b)
+            } else {
+                (a, b + 1)
+            }
+        },
+    );
+    if v4 > 1 || v6 > 1 {
+        return Err(CniError::incompatible_version(
+            "cniVersion",
+            format!(
+                "CNI {version} results hold at most one IPv4 and one IPv6 address, \
+                 this configuration yields {v4} IPv4 and {v6} IPv6 addresses; use 0.3.0 or later"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether an error came from `CNI_ARGS` (code 4) rather than the config.
+pub(crate) fn env_or_config(from_env: bool, path: &str, reason: String) -> CniError {
+    if from_env {
+        CniError::invalid_env(path, reason)
+    } else {
+        CniError::invalid_config(path, reason)
+    }
+}
+
+/// An address in CIDR notation (host bits kept), canonical; the error is
+/// the reason.
+pub(crate) fn parse_address(s: &str) -> Result<IpNetwork, String> {
+    parse_cidr(s).map(|n| IpNetwork::new(n.ip().to_canonical(), prefix_for(n)).unwrap_or(n))
+}
+
+/// The prefix of `n` once its address is canonical (`::ffff:10.0.0.1/120`
+/// is `10.0.0.1/24`).
+fn prefix_for(n: IpNetwork) -> u8 {
+    match (n.ip(), n.ip().to_canonical()) {
+        (IpAddr::V6(_), IpAddr::V4(_)) => n.prefix().saturating_sub(96),
+        _ => n.prefix(),
+    }
+}
+
+/// Code for errors the allocation itself raises (see [`crate::codes`]).
+pub(crate) fn plugin_error(code: u32, msg: &str, details: String) -> CniError {
+    CniError::new(ErrorCode::Plugin(code), msg, details)
+}

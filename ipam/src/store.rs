@@ -1,0 +1,475 @@
+//! host-local's on-disk store, byte-compatible with the reference plugin's
+//! `disk` backend so either can take over a node's state:
+//!
+//! - `<dataDir>/<network>/<ip>`: one file per allocated address holding
+//!   `<containerID>\r\n<ifname>` (files of old reference versions hold only
+//!   the container ID; they are read, never written);
+//! - `<dataDir>/<network>/last_reserved_ip.<rangeset index>`: the address
+//!   reserved last in that range set, for round-robin allocation;
+//! - `<dataDir>/<network>/lock`: `flock`ed exclusively around every
+//!   operation, by the reference as by plexus.
+//!
+//! What plexus adds, invisible to the reference: an address file appears
+//! atomically with its content (written to a temp file, fsynced, then
+//! hard-linked into place, which fails if the name exists, so reservation
+//! stays exclusive as with the reference's `O_EXCL`); `last_reserved_ip.*`
+//! is replaced by rename; the directory is fsynced before an operation
+//! reports success. Temp files start with `.plexus-tmp.`, never parse as an
+//! address and are therefore ignored by both implementations; as they are
+//! only written under the lock, any found by a later lock holder is a
+//! leftover of a crash.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::net::IpAddr;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use plexus_cni::{CniError, ErrorCode};
+
+pub(crate) const LAST_IP_PREFIX: &str = "last_reserved_ip.";
+pub(crate) const LOCK_FILE: &str = "lock";
+pub(crate) const TEMP_PREFIX: &str = ".plexus-tmp.";
+/// What separates the container ID from the interface name in a file.
+pub(crate) const LINE_BREAK: &str = "\r\n";
+/// Address and last-IP files are tiny; a larger one is not ours to parse.
+const MAX_FILE: u64 = 4096;
+
+/// Who holds an address, as its file says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// `<containerID>\r\n<ifname>`.
+    Attachment {
+        container_id: String,
+        ifname: String,
+    },
+    /// `<containerID>` alone, as reference versions before 0.7 wrote.
+    Container(String),
+    /// Empty (a reference process crashed between create and write).
+    Unknown,
+}
+
+impl Owner {
+    /// Parse a file's content as the reference compares it: whitespace
+    /// around the whole content is ignored.
+    pub fn parse(content: &[u8]) -> Owner {
+        let text = String::from_utf8_lossy(content);
+        let text = text.trim();
+        if text.is_empty() {
+            return Owner::Unknown;
+        }
+        match text.split_once(LINE_BREAK) {
+            Some((id, ifname)) => Owner::Attachment {
+                container_id: id.to_string(),
+                ifname: ifname.to_string(),
+            },
+            None => Owner::Container(text.to_string()),
+        }
+    }
+
+    /// The file content for a new allocation (the reference trims the ID).
+    pub fn content(container_id: &str, ifname: &str) -> String {
+        format!("{}{LINE_BREAK}{ifname}", container_id.trim())
+    }
+
+    /// Written for exactly this attachment.
+    pub fn is_exactly(&self, container_id: &str, ifname: &str) -> bool {
+        matches!(self, Owner::Attachment { container_id: c, ifname: i }
+                 if c == container_id.trim() && i == ifname)
+    }
+
+    /// An old-format file of this container (it names no interface).
+    pub fn is_legacy_of(&self, container_id: &str) -> bool {
+        matches!(self, Owner::Container(c) if c == container_id.trim())
+    }
+
+    /// Either of the above: what the reference counts as held by the
+    /// attachment.
+    pub fn is_held_by(&self, container_id: &str, ifname: &str) -> bool {
+        self.is_exactly(container_id, ifname) || self.is_legacy_of(container_id)
+    }
+
+    /// "container X (interface Y)" for errors.
+    pub fn describe(&self) -> String {
+        match self {
+            Owner::Attachment {
+                container_id,
+                ifname,
+            } => format!("container {container_id} (interface {ifname})"),
+            Owner::Container(c) => format!("container {c}"),
+            Owner::Unknown => "an unknown owner (its file is empty)".into(),
+        }
+    }
+}
+
+/// One address file.
+#[derive(Debug, Clone)]
+pub(crate) struct Allocation {
+    pub ip: IpAddr,
+    /// The file's name, as written (by plexus or the reference).
+    pub file_name: String,
+    pub owner: Owner,
+}
+
+/// The directory of one network's allocations, locked.
+pub(crate) struct LockedStore {
+    dir: PathBuf,
+    _lock: Flock<File>,
+}
+
+fn io_err(path: &Path, e: impl std::fmt::Display) -> CniError {
+    CniError::io(path.display().to_string(), e)
+}
+
+/// Open `<data_dir>/<name>` and take its lock, waiting at most `timeout`
+/// (code 11 after that). `name` must already be checked to be one plain path
+/// component. With `create` false a missing directory is `None`: there is
+/// nothing to release, check or collect.
+pub(crate) fn open(
+    data_dir: &Path,
+    name: &str,
+    create: bool,
+    timeout: Duration,
+) -> Result<Option<LockedStore>, CniError> {
+    let dir = data_dir.join(name);
+    if create {
+        if !dir.is_dir() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(&dir)
+                .map_err(|e| io_err(&dir, e))?;
+            // A new network directory must survive a crash along with the
+            // allocations that will be synced inside it.
+            File::open(data_dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io_err(data_dir, e))?;
+        }
+    } else {
+        match fs::metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(io_err(&dir, "not a directory")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&dir, e)),
+        }
+    }
+    let lock_path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| io_err(&lock_path, e))?;
+    let lock = lock_with_timeout(file, timeout).map_err(|e| match e {
+        LockError::Timeout => CniError::new(
+            ErrorCode::TryAgainLater,
+            "IPAM store busy",
+            format!(
+                "{}: still locked by another process after {} ms",
+                lock_path.display(),
+                timeout.as_millis()
+            ),
+        ),
+        LockError::Os(errno) => io_err(&lock_path, errno),
+    })?;
+    Ok(Some(LockedStore { dir, _lock: lock }))
+}
+
+enum LockError {
+    Timeout,
+    Os(Errno),
+}
+
+/// `flock(LOCK_EX)`, polled without blocking so the wait is bounded.
+fn lock_with_timeout(mut file: File, timeout: Duration) -> Result<Flock<File>, LockError> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_micros(100);
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((f, Errno::EWOULDBLOCK)) | Err((f, Errno::EINTR)) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(LockError::Timeout);
+                }
+                thread::sleep(pause.min(deadline - now));
+                pause = (pause * 2).min(Duration::from_millis(5));
+                file = f;
+            }
+            Err((_, errno)) => return Err(LockError::Os(errno)),
+        }
+    }
+}
+
+fn no_hard_links(e: &io::Error) -> bool {
+    [Errno::EPERM, Errno::EOPNOTSUPP]
+        .iter()
+        .any(|errno| e.raw_os_error() == Some(*errno as i32))
+}
+
+/// Read a small file; `None` if it is gone or too large to be ours.
+fn read_small(path: &Path) -> io::Result<Option<Vec<u8>>> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut buf = Vec::new();
+    file.take(MAX_FILE + 1).read_to_end(&mut buf)?;
+    Ok((buf.len() as u64 <= MAX_FILE).then_some(buf))
+}
+
+impl LockedStore {
+    /// Every address file in the directory. Files whose name is not an
+    /// address (the lock, last-IP and temp files, anything else) are not
+    /// allocations.
+    pub fn allocations(&self) -> Result<Vec<Allocation>, CniError> {
+        let mut out = Vec::new();
+        let entries = fs::read_dir(&self.dir).map_err(|e| io_err(&self.dir, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_err(&self.dir, e))?;
+            let Some(file_name) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            let Ok(ip) = file_name.parse::<IpAddr>() else {
+                continue;
+            };
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_file() => {}
+                _ => continue,
+            }
+            let Some(content) = read_small(&path).map_err(|e| io_err(&path, e))? else {
+                continue;
+            };
+            out.push(Allocation {
+                ip: ip.to_canonical(),
+                file_name,
+                owner: Owner::parse(&content),
+            });
+        }
+        out.sort_by_key(|a| (a.ip.is_ipv6(), crate::range::to_u128(a.ip)));
+        Ok(out)
+    }
+
+    /// The allocations by address.
+    pub fn by_ip(allocs: &[Allocation]) -> HashMap<IpAddr, &Allocation> {
+        allocs.iter().map(|a| (a.ip, a)).collect()
+    }
+
+    /// Reserve `ip` for the attachment: `false` if its file exists already.
+    /// The file appears with its complete content or not at all.
+    pub fn reserve(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, CniError> {
+        let target = self.dir.join(ip.to_string());
+        if fs::symlink_metadata(&target).is_ok() {
+            return Ok(false);
+        }
+        let content = Owner::content(container_id, ifname);
+        let tmp = self.write_temp(&ip.to_string(), content.as_bytes())?;
+        let linked = fs::hard_link(&tmp, &target);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            // Filesystems without hard links: the reference's O_EXCL create.
+            Err(e) if no_hard_links(&e) => self.reserve_excl(&target, content.as_bytes()),
+            Err(e) => Err(io_err(&target, e)),
+        }
+    }
+
+    fn reserve_excl(&self, target: &Path, content: &[u8]) -> Result<bool, CniError> {
+        let mut f = match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(target)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(io_err(target, e)),
+        };
+        if let Err(e) = f.write_all(content).and_then(|()| f.sync_all()) {
+            let _ = fs::remove_file(target);
+            return Err(io_err(target, e));
+        }
+        Ok(true)
+    }
+
+    /// Write `content` to a fresh temp file named after `what`, fsynced.
+    fn write_temp(&self, what: &str, content: &[u8]) -> Result<PathBuf, CniError> {
+        let tmp = self.dir.join(format!("{TEMP_PREFIX}{what}"));
+        // Under the lock, an existing temp file is a crash's leftover.
+        let _ = fs::remove_file(&tmp);
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| io_err(&tmp, e))?;
+        if let Err(e) = f.write_all(content).and_then(|()| f.sync_all()) {
+            let _ = fs::remove_file(&tmp);
+            return Err(io_err(&tmp, e));
+        }
+        Ok(tmp)
+    }
+
+    /// Who holds `ip` according to its file (`Unknown` if it is gone or empty).
+    pub fn owner_of(&self, ip: IpAddr) -> Owner {
+        match read_small(&self.dir.join(ip.to_string())) {
+            Ok(Some(content)) => Owner::parse(&content),
+            _ => Owner::Unknown,
+        }
+    }
+
+    /// `last_reserved_ip.<set>`; `None` when absent or unreadable (round-robin
+    /// then restarts, as with the reference).
+    pub fn last_reserved(&self, set: usize) -> Option<IpAddr> {
+        let content = read_small(&self.dir.join(format!("{LAST_IP_PREFIX}{set}")))
+            .ok()
+            .flatten()?;
+        String::from_utf8_lossy(&content)
+            .trim()
+            .parse::<IpAddr>()
+            .ok()
+            .map(|ip| ip.to_canonical())
+    }
+
+    /// Replace `last_reserved_ip.<set>` (the bare address, no newline, as
+    /// the reference writes and reads it).
+    pub fn set_last_reserved(&self, set: usize, ip: IpAddr) -> Result<(), CniError> {
+        let name = format!("{LAST_IP_PREFIX}{set}");
+        let tmp = self.write_temp(&name, ip.to_string().as_bytes())?;
+        let target = self.dir.join(&name);
+        fs::rename(&tmp, &target).map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            io_err(&target, e)
+        })
+    }
+
+    /// Remove an address file; one already gone is fine.
+    pub fn release(&self, file_name: &str) -> Result<(), CniError> {
+        let path = self.dir.join(file_name);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err(&path, e)),
+        }
+    }
+
+    /// Remove temp files left by a crash (only plexus writes them, and only
+    /// under the lock, so none is in use now).
+    pub fn remove_stale_temps(&self) -> Result<usize, CniError> {
+        let mut n = 0;
+        for entry in fs::read_dir(&self.dir).map_err(|e| io_err(&self.dir, e))? {
+            let entry = entry.map_err(|e| io_err(&self.dir, e))?;
+            let is_temp = entry
+                .file_name()
+                .to_str()
+                .is_some_and(|s| s.starts_with(TEMP_PREFIX));
+            if is_temp && entry.file_type().is_ok_and(|t| t.is_file()) {
+                self.release(&entry.file_name().to_string_lossy())?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// fsync the directory, making created, renamed and removed names
+    /// durable before the operation reports success.
+    pub fn sync(&self) -> Result<(), CniError> {
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_err(&self.dir, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_formats() {
+        assert_eq!(
+            Owner::parse(b"abc\r\neth0"),
+            Owner::Attachment {
+                container_id: "abc".into(),
+                ifname: "eth0".into()
+            }
+        );
+        // Trailing whitespace is ignored, as the reference's TrimSpace does.
+        assert!(Owner::parse(b"abc\r\neth0\n").is_exactly("abc", "eth0"));
+        assert_eq!(Owner::parse(b"abc\n"), Owner::Container("abc".into()));
+        assert_eq!(Owner::parse(b""), Owner::Unknown);
+        assert_eq!(Owner::parse(b"  \n"), Owner::Unknown);
+        assert_eq!(Owner::content("abc", "eth0"), "abc\r\neth0");
+        let legacy = Owner::parse(b"abc");
+        assert!(legacy.is_legacy_of("abc") && legacy.is_held_by("abc", "net1"));
+        assert!(!legacy.is_exactly("abc", "eth0"));
+        assert!(!Owner::parse(b"abc\r\neth0").is_held_by("abc", "net1"));
+    }
+
+    #[test]
+    fn reserve_is_exclusive_and_leaves_no_temp() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = open(tmp.path(), "net", true, Duration::from_secs(1))
+            .unwrap()
+            .unwrap();
+        let ip: IpAddr = "10.0.0.2".parse().unwrap();
+        assert!(s.reserve(ip, "c1", "eth0").unwrap());
+        assert!(!s.reserve(ip, "c2", "eth0").unwrap());
+        assert_eq!(
+            fs::read(tmp.path().join("net/10.0.0.2")).unwrap(),
+            b"c1\r\neth0"
+        );
+        s.set_last_reserved(0, ip).unwrap();
+        assert_eq!(
+            fs::read(tmp.path().join("net/last_reserved_ip.0")).unwrap(),
+            b"10.0.0.2"
+        );
+        assert_eq!(s.last_reserved(0), Some(ip));
+        assert_eq!(s.last_reserved(1), None);
+        let mut names: Vec<String> = fs::read_dir(tmp.path().join("net"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["10.0.0.2", "last_reserved_ip.0", "lock"]);
+        let allocs = s.allocations().unwrap();
+        assert_eq!(allocs.len(), 1);
+        assert!(allocs[0].owner.is_exactly("c1", "eth0"));
+    }
+
+    #[test]
+    fn missing_directory_is_none_without_create() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(open(tmp.path(), "net", false, Duration::from_secs(1))
+            .unwrap()
+            .is_none());
+        assert!(!tmp.path().join("net").exists());
+    }
+
+    #[test]
+    fn lock_times_out_with_code_11() {
+        let tmp = tempfile::tempdir().unwrap();
+        let held = open(tmp.path(), "net", true, Duration::from_secs(1))
+            .unwrap()
+            .unwrap();
+        let t0 = Instant::now();
+        let e = match open(tmp.path(), "net", true, Duration::from_millis(50)) {
+            Err(e) => e,
+            Ok(_) => panic!("second lock taken while the first is held"),
+        };
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        assert_eq!(e.code, ErrorCode::TryAgainLater);
+        assert!(e.details.contains("still locked"), "{}", e.details);
+        drop(held);
+        assert!(open(tmp.path(), "net", true, Duration::from_millis(50)).is_ok());
+    }
+}
