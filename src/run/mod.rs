@@ -478,14 +478,16 @@ impl Executor {
         }
         let record = match self.cache.load(&ctx.container_id, &ctx.ifname)? {
             Lookup::Found(record) => record,
-            Lookup::Missing => return Err(CniError::new(
-                ErrorCode::UnknownContainer,
-                "container unknown",
-                format!(
+            Lookup::Missing => {
+                return Err(CniError::new(
+                    ErrorCode::UnknownContainer,
+                    "container unknown",
+                    format!(
                     "container {} interface {}: plexus has no record of an ADD (cni-SPEC §2 CHECK)",
                     ctx.container_id, ctx.ifname
                 ),
-            )),
+                ))
+            }
             Lookup::Corrupt { path, reason } => {
                 return Err(CniError::decode(
                     format!("cache {}", path.display()),
