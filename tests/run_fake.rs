@@ -473,6 +473,39 @@ fn crash_in_the_middle_of_add_leaves_a_record_del_undoes() {
 }
 
 #[test]
+fn a_failed_cache_write_fails_the_add_and_rolls_back() {
+    // Without a record a crash would leak: a write that fails is an ADD
+    // failure, and the next attachment is not attempted (§7.2).
+    let f = Fakes::new(&["p1", "q1"]);
+    f.answer_result("p1", &result_json("1.0.0", 1, "eth0"));
+    f.answer_result("q1", &result_json("1.0.0", 2, "net1"));
+    let rec = f.record_path("ctr1");
+    let sabotage = format!("rm -f {0}; mkdir {0}", path_str(&rec));
+    f.answer_file("p1", "ADD", "run", &sabotage);
+    // The rollback's DEL repairs it: the last write succeeds.
+    f.answer_file("p1", "DEL", "run", &format!("rmdir {}", path_str(&rec)));
+    let registry = Registry::new();
+    let p = plan(vec![
+        cluster(&["p1"]),
+        attachment("ns/b", "net1", "1.0.0", &["q1"]),
+    ]);
+    let e = executor(&f).add(&p, &f.ctx(&registry, "ctr1")).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Io);
+    assert!(
+        e.details
+            .starts_with(&format!("cache {}: ", path_str(&rec))),
+        "{e}"
+    );
+    assert_eq!(f.calls(), ["p1 ADD", "p1 DEL"]);
+    // p1's DEL got its result as prevResult.
+    assert!(f.call(1).stdin.get("prevResult").is_some());
+    // Everything was undone and q1 never started: nothing is owed.
+    assert!(!rec.exists());
+    executor(&f).del(&f.ctx(&registry, "ctr1"), None).unwrap();
+    assert_eq!(f.calls().len(), 2);
+}
+
+#[test]
 fn add_is_refused_while_an_earlier_add_is_not_deleted() {
     // cni-SPEC §2 ADD: no second ADD for the same (container, ifname).
     let f = Fakes::new(&["p1"]);

@@ -270,10 +270,12 @@ impl Executor {
                 if let Some(next) = record.attachments.get_mut(i + 1) {
                     begin(next);
                 }
-                self.cache.store(&record).map_err(|error| ChainFailure {
-                    error,
-                    failed_plugin: None,
-                    last_good: Some(result.clone()),
+                self.cache.store(&record).map_err(|error| {
+                    Box::new(ChainFailure {
+                        error,
+                        failed_plugin: None,
+                        last_good: Some(result.clone()),
+                    })
                 })?;
                 Ok(result)
             });
@@ -297,14 +299,14 @@ impl Executor {
         steps: &[Step],
         ctx: &RunContext,
         netns: &Path,
-    ) -> Result<CniResult, ChainFailure> {
+    ) -> Result<CniResult, Box<ChainFailure>> {
         let env =
             attachment_env(att, ctx, CniCommand::Add, ctx.netns.clone()).map_err(|error| {
-                ChainFailure {
+                Box::new(ChainFailure {
                     error,
                     failed_plugin: Some(0),
                     last_good: None,
-                }
+                })
             })?;
         let mut prev: Option<CniResult> = None;
         for (i, step) in steps.iter().enumerate() {
@@ -313,11 +315,11 @@ impl Executor {
             match added {
                 Ok(result) => prev = Some(result),
                 Err(e) => {
-                    return Err(ChainFailure {
+                    return Err(Box::new(ChainFailure {
                         error: in_step(e, att, i, &step.plugin_type),
                         failed_plugin: Some(i),
                         last_good: prev,
-                    })
+                    }))
                 }
             }
         }
@@ -336,17 +338,19 @@ impl Executor {
                 _ => Ok(()),
             }
         })();
-        routed.map(|()| result).map_err(|e| ChainFailure {
-            error: CniError {
-                details: format!(
-                    "{} ({}) default route (multi-net-spec §4.1.2.1.9): {}",
-                    att.network, att.ifname, e.details
-                ),
-                ..e
-            },
-            failed_plugin: None,
-            // What the plugins produced: the hook may have half-changed its copy.
-            last_good: Some(produced),
+        routed.map(|()| result).map_err(|e| {
+            Box::new(ChainFailure {
+                error: CniError {
+                    details: format!(
+                        "{} ({}) default route (multi-net-spec §4.1.2.1.9): {}",
+                        att.network, att.ifname, e.details
+                    ),
+                    ..e
+                },
+                failed_plugin: None,
+                // What the plugins produced: the hook may have half-changed its copy.
+                last_good: Some(produced),
+            })
         })
     }
 
@@ -355,9 +359,16 @@ impl Executor {
         &self,
         record: &mut Record,
         i: usize,
-        failure: ChainFailure,
+        failure: Box<ChainFailure>,
         ctx: &RunContext,
     ) -> CniError {
+        let failure = *failure;
+        // multi-net-spec §7.2: later attachments are not attempted (one may
+        // have been marked as started just before a failed cache write).
+        for later in &mut record.attachments[i + 1..] {
+            later.state = State::Pending;
+            later.pending_del.clear();
+        }
         let cached = &mut record.attachments[i];
         cached.state = State::Failed;
         if failure.last_good.is_some() || cached.result.is_none() {
@@ -825,4 +836,149 @@ fn combine(what: &str, mut errors: Vec<CniError>) -> CniError {
         format!("{what}: {} operations failed", errors.len()),
         details.join("; "),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(v: Value) -> CniResult {
+        CniResult::from_value(&v).unwrap()
+    }
+
+    fn routes(r: &CniResult) -> Vec<String> {
+        r.routes
+            .iter()
+            .map(|r| match r.gw {
+                Some(gw) => format!("{} via {gw}", r.dst),
+                None => r.dst.to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn default_route_helpers() {
+        // multi-net-spec §4.1.2.1.9.
+        let mut r = result(json!({"cniVersion": "1.0.0",
+            "ips": [{"address": "10.0.0.2/24"}, {"address": "fd00::2/64"}],
+            "routes": [{"dst": "0.0.0.0/0", "gw": "10.0.0.1"}, {"dst": "10.1.0.0/16"},
+                       {"dst": "::/0", "gw": "fd00::1"}]}));
+        let mut cleared = r.clone();
+        strip_default_routes(&mut cleared);
+        assert_eq!(routes(&cleared), ["10.1.0.0/16"]);
+        // Only the gateways' families are replaced, in their order.
+        set_default_routes(
+            &mut r,
+            &["10.0.0.254".parse().unwrap(), "10.0.0.253".parse().unwrap()],
+        );
+        assert_eq!(
+            routes(&r),
+            [
+                "10.1.0.0/16",
+                "::/0 via fd00::1",
+                "0.0.0.0/0 via 10.0.0.254",
+                "0.0.0.0/0 via 10.0.0.253"
+            ]
+        );
+    }
+
+    #[test]
+    fn requests_carry_prev_result_in_their_own_version() {
+        // cni-SPEC §3 "Deriving request configuration": prevResult as the
+        // request's version; a stale one in the plan JSON is dropped.
+        let env = CniEnv {
+            command: CniCommand::Add,
+            container_id: Some("c".into()),
+            netns: Some("/run/netns/x".into()),
+            ifname: Some("eth0".into()),
+            args: CniArgs::default(),
+            path: vec![],
+        };
+        let config = json!({"cniVersion": "0.2.0", "name": "n", "type": "t",
+                            "PrevResult": {"stale": true}})
+        .as_object()
+        .unwrap()
+        .clone();
+        let req = request(&config, env.clone(), None).unwrap();
+        assert_eq!(req.prev_result, None);
+        assert_eq!(req.config.get("PrevResult"), None);
+        let prev = result(json!({"cniVersion": "1.1.0",
+            "interfaces": [{"name": "eth0"}],
+            "ips": [{"address": "10.0.0.2/24", "gateway": "10.0.0.1", "interface": 0}]}));
+        let req = request(&config, env.clone(), Some(&prev)).unwrap();
+        assert_eq!(
+            req.config["prevResult"],
+            json!({"cniVersion": "0.2.0", "ip4": {"ip": "10.0.0.2/24", "gateway": "10.0.0.1"}})
+        );
+        assert_eq!(
+            req.prev_result.unwrap().cni_version,
+            Some(CniVersion::V0_2_0)
+        );
+        // A result 0.2.0 cannot express fails naming prevResult.
+        let no_ip = result(json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}]}));
+        let e = request(&config, env, Some(&no_ip)).unwrap_err();
+        assert!(e.details.starts_with("prevResult.ips: cannot write"), "{e}");
+    }
+
+    #[test]
+    fn search_path_appends_bin_dir_once() {
+        let registry = Registry::new();
+        let mut d = Delegates {
+            cni_path: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
+            bin_dir: Some("/usr/lib/cni".into()),
+            resolver: &registry,
+        };
+        assert_eq!(
+            d.search_path(),
+            [PathBuf::from("/opt/cni/bin"), "/usr/lib/cni".into()]
+        );
+        d.bin_dir = Some("/var/lib/plexus/bin".into());
+        assert_eq!(
+            d.search_path().last().unwrap(),
+            Path::new("/var/lib/plexus/bin")
+        );
+    }
+
+    #[test]
+    fn errors_name_network_position_and_type_once() {
+        let att = Attachment {
+            network: "ns/a".into(),
+            ifname: "net1".into(),
+            default: false,
+            cni_args: String::new(),
+            plugins: vec![],
+            source: String::new(),
+            default_route: None,
+            clear_default_route: false,
+            ipam_claim_reference: None,
+            disable_check: false,
+        };
+        let e = in_step(
+            CniError::invalid_config("mtu", "too big"),
+            &att,
+            2,
+            "macvlan",
+        );
+        assert_eq!(e.details, "ns/a (net1) plugins[2]: macvlan: mtu: too big");
+        let exec_err = CniError::new(ErrorCode::Io, "x", "macvlan: no such device");
+        assert_eq!(
+            in_step(exec_err, &att, 0, "macvlan").details,
+            "ns/a (net1) plugins[0]: macvlan: no such device"
+        );
+        let both = combine(
+            "DEL",
+            vec![
+                CniError::new(ErrorCode::TryAgainLater, "busy", "a: 1"),
+                CniError::new(ErrorCode::Io, "io", "b: 2"),
+            ],
+        );
+        assert_eq!(
+            both,
+            CniError::new(
+                ErrorCode::TryAgainLater,
+                "DEL: 2 operations failed",
+                "a: 1; b: 2"
+            )
+        );
+    }
 }

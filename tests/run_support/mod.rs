@@ -76,6 +76,7 @@ a="$d/answers/$t.$CNI_COMMAND"
 if [ -f "$a.sleep" ]; then sleep "$(cat "$a.sleep")"; fi
 if [ -f "$a.stderr" ]; then cat "$a.stderr" >&2; fi
 if [ -f "$a.kill-parent" ]; then kill -9 $PPID; sleep 5; fi
+if [ -f "$a.run" ]; then sh "$a.run"; fi
 if [ -f "$a.stdout" ]; then cat "$a.stdout"; fi
 if [ -f "$a.rc" ]; then exit "$(cat "$a.rc")"; fi
 exit 0
@@ -229,7 +230,7 @@ impl Fakes {
 
     /// Undo every answer of `command` for the plugin (it then succeeds silently).
     pub fn clear_answers(&self, plugin_type: &str, command: &str) {
-        for what in ["stdout", "rc", "stderr", "sleep", "kill-parent"] {
+        for what in ["stdout", "rc", "stderr", "sleep", "kill-parent", "run"] {
             let _ = fs::remove_file(self.answer(plugin_type, command, what));
         }
     }
