@@ -8,9 +8,12 @@
 //! - [`config`]: plexus's own CNI conf (Multus-compatible keys).
 //! - [`manifest`]: Kubernetes manifests (YAML/JSON) read from files.
 //! - [`netattach`]: the multi-net spec model (NAD, selection, status, IPAMClaim).
+//! - [`run`]: executes a plan: plugin chains (built-in or exec'd), prevResult,
+//!   rollback, DEL/CHECK/GC from the [`cache`] of what was attempted.
 //! - [`cni`]: the CNI protocol (env, config, results, errors, versions), its own
 //!   crate `plexus-cni` so the data plane and IPAM share it.
 
+pub mod cache;
 pub mod cli;
 pub mod cluster;
 /// The CNI protocol layer (the `plexus-cni` crate).
@@ -20,3 +23,4 @@ pub mod manifest;
 pub mod netattach;
 pub mod plan;
 pub mod plugin;
+pub mod run;

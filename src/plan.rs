@@ -235,6 +235,8 @@ pub struct Attachment {
     pub clear_default_route: bool,
     /// §4.1.2.1.11: the IPAMClaim the IPAM of this attachment must honour.
     pub ipam_claim_reference: Option<String>,
+    /// cni-SPEC §1 `disableCheck` of the network's config list: CHECK skips it.
+    pub disable_check: bool,
 }
 
 impl Attachment {
@@ -257,6 +259,9 @@ impl Attachment {
         }
         if let Some(claim) = &self.ipam_claim_reference {
             obj.insert("ipamClaimReference".into(), json!(claim));
+        }
+        if self.disable_check {
+            obj.insert("disableCheck".into(), json!(true));
         }
         v
     }
@@ -339,6 +344,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
         default_route: None,
         clear_default_route: false,
         ipam_claim_reference: None,
+        disable_check: default_network.config.disable_check,
     });
 
     for (want, ifname) in wanted.iter().zip(ifnames) {
@@ -365,6 +371,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
             default_route: selection.and_then(|s| s.default_route.clone()),
             clear_default_route: false,
             ipam_claim_reference: selection.and_then(|s| s.ipam_claim_reference.clone()),
+            disable_check: config.disable_check,
         });
     }
 

@@ -1,0 +1,728 @@
+//! What plexus attempted for each attachment of a container, on disk, so DEL,
+//! CHECK and GC work from the node alone: no API server, no re-planning, and
+//! after a crash in the middle of an ADD.
+//!
+//! One record per plexus attachment, keyed by `(CNI_CONTAINERID, CNI_IFNAME)`
+//! (cni-SPEC §3 "Attachment Parameters"): `<dir>/<containerID>@<ifname>.json`.
+//! Container IDs cannot contain `@`, so the name is unambiguous, and both
+//! parts are validated so no name can leave the directory.
+//!
+//! The record holds every planned attachment with its exact plugin JSON (the
+//! plan's, see [`Attachment::to_value`]), its state, the result of its chain
+//! and the plugins whose DEL is still owed. It is written before the first
+//! plugin runs and after every step of the ADD, always atomically (temp file,
+//! fsync, rename, fsync of the directory), so a reader sees the old record or
+//! the new one, never a torn one. It is removed only when every owed DEL
+//! succeeded: Multus dropped its cache even when a delegate's DEL failed
+//! (multus-cni #355, #1239), leaking addresses forever.
+//!
+//! A record that cannot be read (multus-cni #948, #1087: truncated by a crash
+//! of a non-atomic writer) is reported as [`Lookup::Corrupt`] with the reason;
+//! the executor then falls back to what it can (see `run::Executor::del`).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::net::IpAddr;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::cni::error::CniError;
+use crate::cni::names;
+use crate::cni::result::CniResult;
+use crate::cni::CniVersion;
+use crate::plan::{Attachment, Plan};
+
+/// Where records live unless configured (`cniDir`), next to Multus's
+/// `/var/lib/cni/multus`.
+pub const DEFAULT_DIR: &str = "/var/lib/cni/plexus";
+
+/// The record format this build writes and reads.
+const FORMAT: u64 = 1;
+const SUFFIX: &str = ".json";
+const QUARANTINE_SUFFIX: &str = ".corrupt";
+/// Separates the container ID from the interface name in file names; never
+/// part of a container ID (cni-SPEC §2).
+const SEPARATOR: char = '@';
+/// Records are small; anything larger is not one of ours.
+const MAX_RECORD: u64 = 64 << 20;
+/// Results are stored in the newest format, a superset of all others.
+const RESULT_VERSION: CniVersion = CniVersion::LATEST;
+
+/// Where an attachment's ADD got to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Not attempted (multi-net-spec §7.2: never attempted after a failure).
+    Pending,
+    /// ADD started; a record left in this state means plexus stopped in the
+    /// middle (crash, kill, reboot).
+    Adding,
+    /// Every plugin's ADD (and the default-route step) succeeded.
+    Added,
+    /// An ADD failed; `result` is the last good result of the chain.
+    Failed,
+}
+
+impl State {
+    fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Adding => "adding",
+            State::Added => "added",
+            State::Failed => "failed",
+        }
+    }
+
+    fn parse(s: &str) -> Option<State> {
+        [State::Pending, State::Adding, State::Added, State::Failed]
+            .into_iter()
+            .find(|st| st.as_str() == s)
+    }
+}
+
+/// One planned attachment and what happened to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachedAttachment {
+    pub attachment: Attachment,
+    pub state: State,
+    /// The chain's last good result: the final one once [`State::Added`];
+    /// the prevResult of its DEL and CHECK.
+    pub result: Option<CniResult>,
+    /// Indexes (ascending) of the plugins whose DEL is owed: every plugin once
+    /// the ADD started, as it is unknown how far it got; fewer after a
+    /// rollback or a partly failed DEL.
+    pub pending_del: Vec<usize>,
+}
+
+impl CachedAttachment {
+    pub fn owes_del(&self) -> bool {
+        !self.pending_del.is_empty()
+    }
+
+    /// Every plugin of the chain.
+    pub fn all_plugins(&self) -> Vec<usize> {
+        (0..self.attachment.plugins.len()).collect()
+    }
+}
+
+/// Everything plexus knows about one of its attachments to a container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub container_id: String,
+    /// The runtime's `CNI_IFNAME` for plexus (the default network's).
+    pub ifname: String,
+    /// `CNI_NETNS` of the ADD, for humans.
+    pub netns: Option<String>,
+    pub attachments: Vec<CachedAttachment>,
+}
+
+impl Record {
+    /// Every attachment of `plan`, none attempted yet.
+    pub fn new(container_id: &str, ifname: &str, netns: Option<&Path>, plan: &Plan) -> Record {
+        Record {
+            container_id: container_id.to_string(),
+            ifname: ifname.to_string(),
+            netns: netns.map(|p| p.display().to_string()),
+            attachments: plan
+                .attachments
+                .iter()
+                .map(|a| CachedAttachment {
+                    attachment: a.clone(),
+                    state: State::Pending,
+                    result: None,
+                    pending_del: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether any DEL is still owed.
+    pub fn owes_del(&self) -> bool {
+        self.attachments.iter().any(CachedAttachment::owes_del)
+    }
+
+    pub fn to_value(&self) -> Value {
+        let attachments: Vec<Value> = self
+            .attachments
+            .iter()
+            .map(|a| {
+                let mut m = Map::new();
+                m.insert("state".into(), a.state.as_str().into());
+                m.insert("pendingDel".into(), json!(a.pending_del));
+                m.insert("plan".into(), a.attachment.to_value());
+                if let Some(r) = &a.result {
+                    // Infallible for the newest version: it has no legacy limits.
+                    if let Ok(v) = r.to_value(RESULT_VERSION) {
+                        m.insert("result".into(), v);
+                    }
+                }
+                Value::Object(m)
+            })
+            .collect();
+        let mut m = Map::new();
+        m.insert("plexusCache".into(), FORMAT.into());
+        m.insert("containerID".into(), self.container_id.clone().into());
+        m.insert("ifname".into(), self.ifname.clone().into());
+        if let Some(ns) = &self.netns {
+            m.insert("netns".into(), ns.clone().into());
+        }
+        m.insert("attachments".into(), attachments.into());
+        Value::Object(m)
+    }
+
+    /// Parse and check a record; the error says what is wrong.
+    pub fn from_value(v: &Value) -> Result<Record, String> {
+        let wire: WireRecord = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
+        if wire.plexus_cache != FORMAT {
+            return Err(format!(
+                "plexusCache: format {} is not the format {FORMAT} this plexus reads",
+                wire.plexus_cache
+            ));
+        }
+        names::check_container_id(&wire.container_id).map_err(|r| format!("containerID: {r}"))?;
+        names::check_ifname(&wire.ifname).map_err(|r| format!("ifname: {r}"))?;
+        let attachments = wire
+            .attachments
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| a.into_cached().map_err(|r| format!("attachments[{i}].{r}")))
+            .collect::<Result<_, _>>()?;
+        Ok(Record {
+            container_id: wire.container_id,
+            ifname: wire.ifname,
+            netns: wire.netns,
+            attachments,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireRecord {
+    plexus_cache: u64,
+    #[serde(rename = "containerID")]
+    container_id: String,
+    ifname: String,
+    netns: Option<String>,
+    attachments: Vec<WireCached>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireCached {
+    state: String,
+    pending_del: Vec<usize>,
+    plan: WirePlanAttachment,
+    result: Option<Value>,
+}
+
+/// The plan's attachment JSON ([`Attachment::to_value`]) read back.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WirePlanAttachment {
+    network: String,
+    ifname: String,
+    default: bool,
+    cni_args: String,
+    plugins: Vec<Map<String, Value>>,
+    source: String,
+    default_route: Option<Vec<IpAddr>>,
+    #[serde(default)]
+    clear_default_route: bool,
+    ipam_claim_reference: Option<String>,
+    #[serde(default)]
+    disable_check: bool,
+}
+
+impl WireCached {
+    fn into_cached(self) -> Result<CachedAttachment, String> {
+        let state = State::parse(&self.state)
+            .ok_or_else(|| format!("state: unknown state {:?}", self.state))?;
+        let p = self.plan;
+        names::check_ifname(&p.ifname).map_err(|r| format!("plan.ifname: {r}"))?;
+        if p.plugins.is_empty() {
+            return Err("plan.plugins: empty".into());
+        }
+        let mut pending_del = self.pending_del;
+        pending_del.sort_unstable();
+        pending_del.dedup();
+        if let Some(bad) = pending_del.iter().find(|i| **i >= p.plugins.len()) {
+            return Err(format!(
+                "pendingDel: plugin {bad} does not exist (the chain has {})",
+                p.plugins.len()
+            ));
+        }
+        let result = self
+            .result
+            .map(|v| CniResult::from_value_as(&v, RESULT_VERSION))
+            .transpose()
+            .map_err(|e| format!("result: {}", e.details))?;
+        Ok(CachedAttachment {
+            attachment: Attachment {
+                network: p.network,
+                ifname: p.ifname,
+                default: p.default,
+                cni_args: p.cni_args,
+                plugins: p.plugins,
+                source: p.source,
+                default_route: p.default_route,
+                clear_default_route: p.clear_default_route,
+                ipam_claim_reference: p.ipam_claim_reference,
+                disable_check: p.disable_check,
+            },
+            state,
+            result,
+            pending_del,
+        })
+    }
+}
+
+/// The outcome of reading a record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lookup {
+    /// No record: plexus never started an ADD for this attachment on this
+    /// node, or every DEL completed.
+    Missing,
+    Found(Record),
+    /// The file exists but is not a valid record.
+    Corrupt {
+        path: PathBuf,
+        reason: String,
+    },
+}
+
+/// A file of the cache directory, as GC sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Record {
+        container_id: String,
+        ifname: String,
+    },
+    /// A corrupt record moved aside by [`Cache::quarantine`].
+    Quarantined {
+        path: PathBuf,
+        container_id: String,
+        ifname: String,
+    },
+    /// A temporary file left by a writer that died before its rename.
+    Temp(PathBuf),
+}
+
+/// The record directory.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    dir: PathBuf,
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl Cache {
+    pub fn new(dir: impl Into<PathBuf>) -> Cache {
+        Cache { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file of `(container_id, ifname)`; both are validated, so the
+    /// path cannot leave the directory.
+    pub fn path(&self, container_id: &str, ifname: &str) -> Result<PathBuf, CniError> {
+        Ok(self.dir.join(file_name(container_id, ifname)?))
+    }
+
+    pub fn load(&self, container_id: &str, ifname: &str) -> Result<Lookup, CniError> {
+        let path = self.path(container_id, ifname)?;
+        let bytes = match read_limited(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lookup::Missing),
+            Err(e) => return Err(CniError::io(format!("cache {}", path.display()), e)),
+        };
+        let corrupt = |reason: String| Lookup::Corrupt {
+            path: path.clone(),
+            reason,
+        };
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(corrupt("the file is empty (truncated?)".into()));
+        }
+        let value: Value = match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => return Ok(corrupt(format!("not valid JSON (truncated?): {e}"))),
+        };
+        let record = match Record::from_value(&value) {
+            Ok(r) => r,
+            Err(reason) => return Ok(corrupt(reason)),
+        };
+        if record.container_id != container_id || record.ifname != ifname {
+            return Ok(corrupt(format!(
+                "the record is for container {} interface {}, not this file's",
+                record.container_id, record.ifname
+            )));
+        }
+        Ok(Lookup::Found(record))
+    }
+
+    /// Write `record` atomically, replacing any previous one.
+    pub fn store(&self, record: &Record) -> Result<(), CniError> {
+        let name = file_name(&record.container_id, &record.ifname)?;
+        let mut bytes = serde_json::to_vec_pretty(&record.to_value())
+            .map_err(|e| CniError::io(format!("cache {name}"), e))?;
+        bytes.push(b'\n');
+        self.write_atomic(&name, &bytes)
+            .map_err(|e| CniError::io(format!("cache {}", self.dir.join(&name).display()), e))
+    }
+
+    /// Remove the record; a missing one is fine (DEL is idempotent).
+    pub fn remove(&self, container_id: &str, ifname: &str) -> Result<(), CniError> {
+        let path = self.path(container_id, ifname)?;
+        remove_synced(&path).map_err(|e| CniError::io(format!("cache {}", path.display()), e))
+    }
+
+    /// Move an unreadable record aside (`<name>.corrupt`), keeping it for an
+    /// administrator; GC removes it once the attachment is gone.
+    pub fn quarantine(&self, container_id: &str, ifname: &str) -> Result<PathBuf, CniError> {
+        let path = self.path(container_id, ifname)?;
+        let mut target = path.clone().into_os_string();
+        target.push(QUARANTINE_SUFFIX);
+        let target = PathBuf::from(target);
+        fs::rename(&path, &target)
+            .and_then(|()| sync_dir(&self.dir))
+            .map_err(|e| CniError::io(format!("cache {}", path.display()), e))?;
+        Ok(target)
+    }
+
+    /// The files of the directory; ones plexus did not write are skipped.
+    pub fn entries(&self) -> Result<Vec<Entry>, CniError> {
+        let rd = match fs::read_dir(&self.dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(CniError::io(format!("cache {}", self.dir.display()), e)),
+        };
+        let mut out = Vec::new();
+        for entry in rd {
+            let entry =
+                entry.map_err(|e| CniError::io(format!("cache {}", self.dir.display()), e))?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if name.starts_with('.') {
+                if name.contains(".tmp-") {
+                    out.push(Entry::Temp(entry.path()));
+                }
+                continue;
+            }
+            if let Some(stem) = name.strip_suffix(SUFFIX) {
+                if let Some((container_id, ifname)) = parse_key(stem) {
+                    out.push(Entry::Record {
+                        container_id,
+                        ifname,
+                    });
+                }
+            } else if let Some(stem) = name
+                .strip_suffix(QUARANTINE_SUFFIX)
+                .and_then(|n| n.strip_suffix(SUFFIX))
+            {
+                if let Some((container_id, ifname)) = parse_key(stem) {
+                    out.push(Entry::Quarantined {
+                        path: entry.path(),
+                        container_id,
+                        ifname,
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+        Ok(out)
+    }
+
+    fn ensure_dir(&self) -> std::io::Result<()> {
+        if self.dir.is_dir() {
+            return Ok(());
+        }
+        // Records hold network configurations, which may carry secrets.
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)?;
+        // Make the new directory's own entry durable.
+        match self.dir.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent),
+            _ => Ok(()),
+        }
+    }
+
+    fn write_atomic(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        self.ensure_dir()?;
+        let tmp = self.dir.join(format!(
+            ".{name}.tmp-{}-{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = (|| {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            fs::rename(&tmp, self.dir.join(name))?;
+            sync_dir(&self.dir)
+        })();
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        written
+    }
+}
+
+/// `<containerID>@<ifname>.json`, both validated.
+fn file_name(container_id: &str, ifname: &str) -> Result<String, CniError> {
+    names::check_container_id(container_id)
+        .map_err(|r| CniError::invalid_env(crate::cni::env::CNI_CONTAINERID, r))?;
+    names::check_ifname(ifname)
+        .map_err(|r| CniError::invalid_env(crate::cni::env::CNI_IFNAME, r))?;
+    Ok(format!("{container_id}{SEPARATOR}{ifname}{SUFFIX}"))
+}
+
+/// The inverse of [`file_name`] (without the suffix); `None` for a name
+/// plexus would not write.
+fn parse_key(stem: &str) -> Option<(String, String)> {
+    let (container_id, ifname) = stem.split_once(SEPARATOR)?;
+    names::check_container_id(container_id).ok()?;
+    names::check_ifname(ifname).ok()?;
+    Some((container_id.to_string(), ifname.to_string()))
+}
+
+fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    File::open(path)?.take(MAX_RECORD).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Remove a file and make the removal durable; a missing file is fine.
+pub(crate) fn remove_synced(path: &Path) -> std::io::Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => sync_dir(dir),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn attachment(network: &str, ifname: &str, n: usize) -> Attachment {
+        Attachment {
+            network: network.into(),
+            ifname: ifname.into(),
+            default: ifname == "eth0",
+            cni_args: "IgnoreUnknown=1;K8S_POD_NAME=web".into(),
+            plugins: (0..n)
+                .map(|i| {
+                    json!({"cniVersion": "1.0.0", "name": network, "type": format!("p{i}")})
+                        .as_object()
+                        .unwrap()
+                        .clone()
+                })
+                .collect(),
+            source: "test".into(),
+            default_route: Some(vec!["10.0.0.1".parse().unwrap()]),
+            clear_default_route: true,
+            ipam_claim_reference: Some("claim".into()),
+            disable_check: true,
+        }
+    }
+
+    fn record() -> Record {
+        let plan = Plan {
+            attachments: vec![attachment("k8s", "eth0", 2), attachment("ns/a", "net1", 1)],
+            warnings: vec![],
+        };
+        let mut r = Record::new("ctr-1", "eth0", Some(Path::new("/run/netns/x")), &plan);
+        r.attachments[0].state = State::Added;
+        r.attachments[0].pending_del = vec![0, 1];
+        r.attachments[0].result = Some(
+            CniResult::from_value(&json!({"cniVersion": "1.1.0",
+                "interfaces": [{"name": "eth0", "mtu": 1400, "sandbox": "/run/netns/x"}],
+                "ips": [{"address": "10.1.0.5/16", "gateway": "10.1.0.1", "interface": 0}],
+                "routes": [{"dst": "0.0.0.0/0", "table": 5}]}))
+            .unwrap(),
+        );
+        r
+    }
+
+    #[test]
+    fn records_round_trip_with_the_plan_json() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = Cache::new(d.path().join("sub/dir"));
+        let r = record();
+        cache.store(&r).unwrap();
+        let path = d.path().join("sub/dir/ctr-1@eth0.json");
+        assert!(path.is_file());
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            fs::metadata(d.path().join("sub/dir"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700
+        );
+        let Lookup::Found(back) = cache.load("ctr-1", "eth0").unwrap() else {
+            panic!("not found")
+        };
+        assert_eq!(back, r);
+        // The plan's own JSON is inside, so DEL needs no API server.
+        let v: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        assert_eq!(
+            v["attachments"][1]["plan"],
+            r.attachments[1].attachment.to_value()
+        );
+        assert_eq!(v["attachments"][0]["state"], "added");
+        // No temp file is left behind.
+        assert_eq!(
+            cache.entries().unwrap(),
+            [Entry::Record {
+                container_id: "ctr-1".into(),
+                ifname: "eth0".into()
+            }]
+        );
+        cache.remove("ctr-1", "eth0").unwrap();
+        cache.remove("ctr-1", "eth0").unwrap();
+        assert_eq!(cache.load("ctr-1", "eth0").unwrap(), Lookup::Missing);
+    }
+
+    #[test]
+    fn names_cannot_escape_the_directory() {
+        let cache = Cache::new("/var/lib/cni/plexus");
+        for (id, ifname) in [
+            ("../x", "eth0"),
+            ("a/b", "eth0"),
+            ("", "eth0"),
+            ("x", "../../etc"),
+            ("x", ".."),
+            ("x", ""),
+        ] {
+            assert!(cache.path(id, ifname).is_err(), "{id} {ifname}");
+        }
+        assert_eq!(
+            cache.path("abc", "net1").unwrap(),
+            Path::new("/var/lib/cni/plexus/abc@net1.json")
+        );
+        // Container IDs have no '@', so keys split back unambiguously.
+        assert_eq!(
+            parse_key("a-b@c@d"),
+            Some(("a-b".to_string(), "c@d".to_string()))
+        );
+        assert_eq!(parse_key("a-b-c"), None);
+    }
+
+    #[test]
+    fn corrupt_records_are_reported_with_the_reason() {
+        // multus-cni #948 / #1087: truncated files after a reboot.
+        let d = tempfile::tempdir().unwrap();
+        let cache = Cache::new(d.path());
+        let path = cache.path("c1", "eth0").unwrap();
+        let full = serde_json::to_vec(&record().to_value()).unwrap();
+        let cases: [(&[u8], &str); 4] = [
+            (b"", "the file is empty"),
+            (&full[..full.len() / 2], "not valid JSON (truncated?)"),
+            (br#"{"plexusCache": 9}"#, "missing field"),
+            (&full, "the record is for container ctr-1"),
+        ];
+        for (bytes, want) in cases {
+            fs::write(&path, bytes).unwrap();
+            match cache.load("c1", "eth0").unwrap() {
+                Lookup::Corrupt { path: p, reason } => {
+                    assert_eq!(p, path);
+                    assert!(reason.contains(want), "{reason} / {want}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let mut v = record().to_value();
+        v["containerID"] = json!("c1");
+        v["attachments"][0]["pendingDel"] = json!([0, 7]);
+        fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+        let Lookup::Corrupt { reason, .. } = cache.load("c1", "eth0").unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            reason,
+            "attachments[0].pendingDel: plugin 7 does not exist (the chain has 2)"
+        );
+        let q = cache.quarantine("c1", "eth0").unwrap();
+        assert_eq!(q, d.path().join("c1@eth0.json.corrupt"));
+        assert_eq!(cache.load("c1", "eth0").unwrap(), Lookup::Missing);
+        assert_eq!(
+            cache.entries().unwrap(),
+            [Entry::Quarantined {
+                path: q,
+                container_id: "c1".into(),
+                ifname: "eth0".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn entries_list_records_and_stale_temp_files_only() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = Cache::new(d.path());
+        cache.store(&record()).unwrap();
+        fs::write(d.path().join(".ctr-2@eth0.json.tmp-1-0"), "{").unwrap();
+        fs::write(d.path().join("README"), "not ours").unwrap();
+        fs::write(d.path().join("-bad@eth0.json"), "{}").unwrap();
+        let entries = cache.entries().unwrap();
+        assert_eq!(entries.len(), 2, "{entries:?}");
+        assert!(entries.contains(&Entry::Temp(d.path().join(".ctr-2@eth0.json.tmp-1-0"))));
+        assert!(entries.contains(&Entry::Record {
+            container_id: "ctr-1".into(),
+            ifname: "eth0".into()
+        }));
+        // A missing directory has no entries (nothing was ever added).
+        assert_eq!(Cache::new(d.path().join("none")).entries().unwrap(), []);
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_temp_file() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = Cache::new(d.path());
+        // A directory where the record should go: the rename fails.
+        fs::create_dir(d.path().join("ctr-1@eth0.json")).unwrap();
+        let e = cache.store(&record()).unwrap_err();
+        assert_eq!(e.code, crate::cni::ErrorCode::Io);
+        assert!(
+            e.details
+                .starts_with(&format!("cache {}/ctr-1@eth0.json: ", d.path().display())),
+            "{e}"
+        );
+        let names: Vec<_> = fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["ctr-1@eth0.json"]);
+        // A cache "directory" that is a file cannot be written either.
+        let cache = Cache::new(d.path().join("ctr-1@eth0.json/x"));
+        fs::remove_dir(d.path().join("ctr-1@eth0.json")).unwrap();
+        fs::write(d.path().join("ctr-1@eth0.json"), "").unwrap();
+        assert!(cache.store(&record()).is_err());
+    }
+}

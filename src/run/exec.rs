@@ -1,0 +1,694 @@
+//! An external CNI plugin, run exactly as a runtime runs it (cni-SPEC §2, §3
+//! "Adding an attachment" step 1 and 3): the binary named by `type` is looked
+//! up in the `CNI_PATH` directories, executed with the `CNI_*` variables and
+//! the request configuration on stdin, and its stdout read as a result or an
+//! error. Its stderr is forwarded to ours (cni-SPEC §4: "plugins may log to
+//! stderr") and the tail kept for error messages.
+//!
+//! Every run is bounded by a timeout; on expiry the plugin's whole process
+//! group is killed, so helpers it started (iptables, ...) go with it.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::cni::env::{CNI_ARGS, CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS, CNI_PATH};
+use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::cni::names;
+use crate::cni::result::CniResult;
+use crate::cni::skel::{Plugin, Request};
+use crate::cni::CniVersion;
+
+/// How long a plugin may run before it is killed: generous, since `dhcp` and
+/// plugins talking to remote controllers can take seconds, but well inside
+/// kubelet's runtime request timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A plugin printing more than this on stdout is broken; nothing legitimate
+/// comes close.
+const MAX_STDOUT: u64 = 16 << 20;
+
+/// How much of a plugin's stderr is kept for the error message.
+const STDERR_TAIL: usize = 2048;
+
+/// An external plugin binary behind the [`Plugin`] trait.
+#[derive(Debug, Clone)]
+pub struct ExecPlugin {
+    plugin_type: String,
+    timeout: Duration,
+}
+
+impl ExecPlugin {
+    /// `plugin_type` must be a bare binary name (cni-SPEC §1 `type`), so a
+    /// configuration cannot make plexus run `../../bin/x`.
+    pub fn new(plugin_type: &str, timeout: Duration) -> Result<ExecPlugin, CniError> {
+        names::check_plugin_type(plugin_type).map_err(|r| CniError::invalid_config("type", r))?;
+        Ok(ExecPlugin {
+            plugin_type: plugin_type.to_string(),
+            timeout,
+        })
+    }
+
+    pub fn plugin_type(&self) -> &str {
+        &self.plugin_type
+    }
+
+    /// The binary serving this type in `dirs`: the first regular, executable
+    /// file of that name (symlinks followed), as libcni's `FindInPath`.
+    pub fn find(&self, dirs: &[PathBuf]) -> Result<PathBuf, CniError> {
+        find_plugin(&self.plugin_type, dirs)
+    }
+
+    /// Run the plugin for `req.env.command` and return its stdout.
+    fn invoke(&self, req: &Request) -> Result<Vec<u8>, CniError> {
+        let binary = self.find(&req.env.path)?;
+        let stdin = serde_json::to_vec(&req.config)
+            .map_err(|e| CniError::io(format!("{}: stdin", self.plugin_type), e))?;
+        let mut cmd = Command::new(&binary);
+        // A runtime's environment, as libcni builds it: the process's own
+        // (PATH, ...) without any inherited CNI_*, then all six CNI_*
+        // variables, empty where a command has no value (cni-SPEC §2).
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("CNI_") {
+                cmd.env_remove(key);
+            }
+        }
+        let env = &req.env;
+        cmd.env(CNI_COMMAND, env.command.as_str())
+            .env(CNI_CONTAINERID, env.container_id.as_deref().unwrap_or(""))
+            .env(CNI_NETNS, env.netns.as_deref().unwrap_or(Path::new("")))
+            .env(CNI_IFNAME, env.ifname.as_deref().unwrap_or(""))
+            .env(CNI_ARGS, env.args.to_string())
+            .env(CNI_PATH, join_path(&env.path))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so a timeout kills its helpers too.
+            .process_group(0);
+        let output = run_bounded(cmd, stdin, self.timeout).map_err(|e| match e {
+            RunError::Spawn(e) => CniError::plugin(
+                codes::PLUGIN_FAILED,
+                "failed to run plugin",
+                format!("{}: {}: {e}", self.plugin_type, binary.display()),
+            ),
+            RunError::Io(what, e) => CniError::io(format!("{}: {what}", self.plugin_type), e),
+            RunError::Timeout => CniError::plugin(
+                codes::PLUGIN_FAILED,
+                "plugin timed out",
+                format!(
+                    "{}: {} {} did not finish within {:?} and was killed",
+                    self.plugin_type,
+                    binary.display(),
+                    env.command,
+                    self.timeout
+                ),
+            ),
+        })?;
+        if output.status.success() {
+            return Ok(output.stdout);
+        }
+        Err(self.failure(&output))
+    }
+
+    /// The error of a plugin that exited non-zero: its CNI error result
+    /// (cni-SPEC §5 "Error") when stdout holds one, else the exit status and
+    /// stderr.
+    fn failure(&self, output: &Output) -> CniError {
+        let t = &self.plugin_type;
+        if let Some((code, msg, details)) = error_result(&output.stdout) {
+            let details = if details.is_empty() {
+                format!("{t}: {msg}")
+            } else {
+                format!("{t}: {details}")
+            };
+            return CniError::new(ErrorCode::from_u32(code), msg, details);
+        }
+        let mut details = format!("{t}: {}", describe_status(output.status));
+        let stderr = String::from_utf8_lossy(&output.stderr_tail);
+        let stderr = stderr.trim();
+        if !stderr.is_empty() {
+            details.push_str(&format!("; stderr: {stderr}"));
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stdout = stdout.trim();
+        if !stdout.is_empty() {
+            details.push_str(&format!("; stdout is not a CNI error: {}", snippet(stdout)));
+        }
+        CniError::plugin(codes::PLUGIN_FAILED, "plugin failed", details)
+    }
+
+    /// cni-SPEC §5 "ADD Success": the result, read in its own `cniVersion`
+    /// (the request's when it names none, as libcni does) and held as the
+    /// request's version.
+    fn parse_result(&self, stdout: &[u8], req: &Request) -> Result<CniResult, CniError> {
+        let t = &self.plugin_type;
+        let text = String::from_utf8_lossy(stdout);
+        if text.trim().is_empty() {
+            return Err(CniError::decode(
+                format!("{t}: result"),
+                "the plugin exited 0 but printed no result on ADD",
+            ));
+        }
+        let value: Value = serde_json::from_slice(stdout).map_err(|e| {
+            CniError::decode(
+                format!("{t}: result"),
+                format!("not JSON ({e}): {}", snippet(text.trim())),
+            )
+        })?;
+        let version = match value.get("cniVersion") {
+            Some(Value::String(s)) if !s.is_empty() => CniVersion::parse_field(s, "cniVersion")
+                .map_err(|e| e.within(format!("{t}: result")))?,
+            _ => req.cni_version,
+        };
+        let mut result = CniResult::from_value_as(&value, version)
+            .map_err(|e| e.within(format!("{t}: result")))?;
+        result.cni_version = Some(req.cni_version);
+        Ok(result)
+    }
+}
+
+impl Plugin for ExecPlugin {
+    /// The binary must exist: a configuration naming a plugin the node does
+    /// not have fails before anything is added.
+    fn validate(&self, req: &Request) -> Result<(), CniError> {
+        self.find(&req.env.path).map(|_| ())
+    }
+
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        let stdout = self.invoke(req)?;
+        self.parse_result(&stdout, req)
+    }
+
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        self.invoke(req).map(|_| ())
+    }
+
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        self.invoke(req).map(|_| ())
+    }
+
+    fn gc(&self, req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
+        // The valid attachments are in the request configuration already.
+        self.invoke(req).map(|_| ())
+    }
+
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        self.invoke(req).map(|_| ())
+    }
+}
+
+/// The first regular executable file named `plugin_type` in `dirs`.
+pub fn find_plugin(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, CniError> {
+    names::check_plugin_type(plugin_type).map_err(|r| CniError::invalid_config("type", r))?;
+    let mut skipped = Vec::new();
+    for dir in dirs {
+        let candidate = dir.join(plugin_type);
+        match std::fs::metadata(&candidate) {
+            Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => return Ok(candidate),
+            Ok(m) if m.is_file() => {
+                skipped.push(format!("{} is not executable", candidate.display()))
+            }
+            Ok(_) => skipped.push(format!("{} is not a regular file", candidate.display())),
+            Err(_) => {}
+        }
+    }
+    let searched = if dirs.is_empty() {
+        "no directory (CNI_PATH is empty)".to_string()
+    } else {
+        dirs.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    let mut details = format!("{plugin_type}: no executable named {plugin_type:?} in {searched}");
+    if !skipped.is_empty() {
+        details.push_str(&format!(" ({})", skipped.join("; ")));
+    }
+    Err(CniError::plugin(
+        codes::PLUGIN_FAILED,
+        "failed to find plugin",
+        details,
+    ))
+}
+
+fn join_path(dirs: &[PathBuf]) -> OsString {
+    let mut out = OsString::new();
+    for (i, d) in dirs.iter().enumerate() {
+        if i > 0 {
+            out.push(":");
+        }
+        out.push(d.as_os_str());
+    }
+    out
+}
+
+/// `{code, msg, details}` when `stdout` is a CNI error result.
+fn error_result(stdout: &[u8]) -> Option<(u32, String, String)> {
+    let v: Value = serde_json::from_slice(stdout).ok()?;
+    let obj = v.as_object()?;
+    // Go plugins' keys, matched as Go decodes them.
+    let get = |key: &str| {
+        obj.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v)
+    };
+    let code = u32::try_from(get("code")?.as_u64()?).ok()?;
+    let text = |key: &str| {
+        get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    Some((code, text("msg"), text("details")))
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => status.to_string(),
+    }
+}
+
+/// The first 200 characters of a text, for error messages.
+fn snippet(s: &str) -> String {
+    if s.chars().count() <= 200 {
+        return s.to_string();
+    }
+    let cut: String = s.chars().take(200).collect();
+    format!("{cut}...")
+}
+
+struct Output {
+    status: ExitStatus,
+    stdout: Vec<u8>,
+    /// The last [`STDERR_TAIL`] bytes of stderr.
+    stderr_tail: Vec<u8>,
+}
+
+enum RunError {
+    Spawn(std::io::Error),
+    Io(&'static str, std::io::Error),
+    Timeout,
+}
+
+/// Spawn `cmd`, feed it `stdin`, collect stdout, forward stderr, all within
+/// `timeout`. Reader and writer threads do the I/O, so a plugin that fills a
+/// pipe cannot deadlock us; a plugin (or a helper it left behind) that keeps
+/// its pipes open past the deadline is killed and its threads abandoned.
+fn run_bounded(mut cmd: Command, stdin: Vec<u8>, timeout: Duration) -> Result<Output, RunError> {
+    let deadline = Instant::now() + timeout;
+    let mut child = cmd.spawn().map_err(RunError::Spawn)?;
+
+    let mut pipe_in = child.stdin.take().expect("stdin is piped");
+    thread::spawn(move || {
+        // A plugin may exit without reading everything: EPIPE is its business.
+        let _ = pipe_in.write_all(&stdin);
+    });
+
+    let (out_tx, out_rx) = mpsc::channel();
+    let mut pipe_out = child.stdout.take().expect("stdout is piped");
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let r = (&mut pipe_out)
+            .take(MAX_STDOUT + 1)
+            .read_to_end(&mut buf)
+            .map(|_| buf);
+        let _ = out_tx.send(r);
+    });
+
+    let (err_tx, err_rx) = mpsc::channel();
+    let mut pipe_err = child.stderr.take().expect("stderr is piped");
+    thread::spawn(move || {
+        let mut tail = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match pipe_err.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    // cni-SPEC §4: the plugin's log lines reach the runtime.
+                    let _ = std::io::stderr().write_all(&chunk[..n]);
+                    tail.extend_from_slice(&chunk[..n]);
+                    if tail.len() > STDERR_TAIL {
+                        tail.drain(..tail.len() - STDERR_TAIL);
+                    }
+                }
+            }
+        }
+        let _ = err_tx.send(tail);
+    });
+
+    let remaining = || deadline.saturating_duration_since(Instant::now());
+    let stdout = match out_rx.recv_timeout(remaining()) {
+        Ok(Ok(buf)) if buf.len() as u64 > MAX_STDOUT => {
+            kill(&mut child);
+            return Err(RunError::Io(
+                "stdout",
+                std::io::Error::other(format!("more than {MAX_STDOUT} bytes")),
+            ));
+        }
+        Ok(Ok(buf)) => buf,
+        Ok(Err(e)) => {
+            kill(&mut child);
+            return Err(RunError::Io("stdout", e));
+        }
+        Err(_) => {
+            kill(&mut child);
+            return Err(RunError::Timeout);
+        }
+    };
+    let status = wait_until(&mut child, deadline)?;
+    // stderr closes with the process unless a helper holds it; do not wait
+    // for such a helper past the deadline.
+    let stderr_tail = err_rx
+        .recv_timeout(remaining().max(Duration::from_millis(50)))
+        .unwrap_or_default();
+    Ok(Output {
+        status,
+        stdout,
+        stderr_tail,
+    })
+}
+
+/// Wait for the child to exit, polling (it closed stdout, so it is usually
+/// gone already), and kill it at the deadline.
+fn wait_until(child: &mut Child, deadline: Instant) -> Result<ExitStatus, RunError> {
+    let mut pause = Duration::from_micros(50);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(status),
+            Ok(None) => {}
+            Err(e) => {
+                kill(child);
+                return Err(RunError::Io("wait", e));
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            kill(child);
+            return Err(RunError::Timeout);
+        }
+        thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// Kill the plugin's process group, then reap the plugin.
+fn kill(child: &mut Child) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) with a negative pid signals that process group;
+        // the group is the child's own (process_group(0) at spawn), and the
+        // child is not reaped yet, so its pid (= pgid) cannot be reused.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use serde_json::{json, Map};
+
+    use super::*;
+    use crate::cni::env::{CniCommand, CniEnv};
+
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+        let p = dir.join(name);
+        fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    fn request(command: CniCommand, dirs: Vec<PathBuf>, config: Value) -> Request {
+        let env = CniEnv {
+            command,
+            container_id: Some("ctr1".into()),
+            netns: Some("/var/run/netns/x".into()),
+            ifname: Some("eth0".into()),
+            args: Default::default(),
+            path: dirs,
+        };
+        let Value::Object(config) = config else {
+            panic!("object")
+        };
+        Request::from_config(env, config).unwrap()
+    }
+
+    fn conf(t: &str) -> Value {
+        json!({"cniVersion": "1.0.0", "name": "n", "type": t})
+    }
+
+    #[test]
+    fn find_takes_the_first_regular_executable() {
+        // cni-SPEC §3 "Adding an attachment" step 1.
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let c = tempfile::tempdir().unwrap();
+        // a: not executable; b: a directory; c: the real one.
+        fs::write(a.path().join("p"), "x").unwrap();
+        fs::create_dir(b.path().join("p")).unwrap();
+        let good = script(c.path(), "p", "exit 0");
+        let dirs = vec![
+            a.path().to_path_buf(),
+            b.path().to_path_buf(),
+            c.path().to_path_buf(),
+        ];
+        assert_eq!(find_plugin("p", &dirs).unwrap(), good);
+        let e = find_plugin("p", &dirs[..2]).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Plugin(codes::PLUGIN_FAILED));
+        assert!(
+            e.details.starts_with("p: no executable named \"p\" in "),
+            "{e}"
+        );
+        assert!(e.details.contains("is not executable"), "{e}");
+        assert!(e.details.contains("is not a regular file"), "{e}");
+        let e = find_plugin("p", &[]).unwrap_err();
+        assert!(e.details.contains("CNI_PATH is empty"), "{e}");
+    }
+
+    #[test]
+    fn type_cannot_escape_the_path() {
+        // cni-SPEC §1 `type`: a binary name, never a path.
+        let d = tempfile::tempdir().unwrap();
+        script(d.path(), "evil", "exit 0");
+        let sub = d.path().join("sub");
+        fs::create_dir(&sub).unwrap();
+        for bad in ["../evil", "/bin/sh", "..", "a\\b"] {
+            let e = find_plugin(bad, std::slice::from_ref(&sub)).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidConfig, "{bad}");
+            assert!(e.details.starts_with("type: "), "{e}");
+            assert!(ExecPlugin::new(bad, DEFAULT_TIMEOUT).is_err());
+        }
+    }
+
+    #[test]
+    fn add_parses_the_result_in_the_request_version() {
+        let d = tempfile::tempdir().unwrap();
+        // Answers in 1.1.0 to a 1.0.0 request; libcni converts, so do we.
+        script(
+            d.path(),
+            "p",
+            r#"cat >/dev/null; echo '{"cniVersion":"1.1.0","ips":[{"address":"10.0.0.2/24"}]}'"#,
+        );
+        let p = ExecPlugin::new("p", DEFAULT_TIMEOUT).unwrap();
+        let req = request(CniCommand::Add, vec![d.path().into()], conf("p"));
+        let r = p.add(&req).unwrap();
+        assert_eq!(r.cni_version, Some(CniVersion::V1_0_0));
+        assert_eq!(r.ips[0].address.to_string(), "10.0.0.2/24");
+        // No cniVersion in the result: the request's is assumed.
+        script(d.path(), "q", r#"echo '{"ip4":{"ip":"10.0.0.3/24"}}'"#);
+        let p = ExecPlugin::new("q", DEFAULT_TIMEOUT).unwrap();
+        let mut c = conf("q");
+        c["cniVersion"] = json!("0.2.0");
+        let req = request(CniCommand::Add, vec![d.path().into()], c);
+        let r = p.add(&req).unwrap();
+        assert_eq!(r.ips[0].address.to_string(), "10.0.0.3/24");
+    }
+
+    #[test]
+    fn error_results_pass_through_with_the_type() {
+        // cni-SPEC §5 "Error": code, msg, details kept.
+        let d = tempfile::tempdir().unwrap();
+        script(
+            d.path(),
+            "p",
+            r#"echo '{"cniVersion":"1.0.0","code":11,"msg":"busy","details":"lock held"}'; exit 1"#,
+        );
+        let p = ExecPlugin::new("p", DEFAULT_TIMEOUT).unwrap();
+        let req = request(CniCommand::Del, vec![d.path().into()], conf("p"));
+        let e = p.del(&req).unwrap_err();
+        assert_eq!(
+            e,
+            CniError::new(ErrorCode::TryAgainLater, "busy", "p: lock held")
+        );
+        script(
+            d.path(),
+            "q",
+            r#"echo '{"code":107,"msg":"no details"}'; exit 2"#,
+        );
+        let q = ExecPlugin::new("q", DEFAULT_TIMEOUT).unwrap();
+        let e = q.check(&req).unwrap_err();
+        assert_eq!(
+            e,
+            CniError::new(ErrorCode::Plugin(107), "no details", "q: no details")
+        );
+    }
+
+    #[test]
+    fn failure_without_error_json_carries_stderr() {
+        let d = tempfile::tempdir().unwrap();
+        script(
+            d.path(),
+            "p",
+            "echo 'half a line' ; echo 'boom: no such device' >&2; exit 3",
+        );
+        let p = ExecPlugin::new("p", DEFAULT_TIMEOUT).unwrap();
+        let req = request(CniCommand::Add, vec![d.path().into()], conf("p"));
+        let e = p.add(&req).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Plugin(codes::PLUGIN_FAILED));
+        assert_eq!(
+            e.details,
+            "p: exited with status 3; stderr: boom: no such device; \
+             stdout is not a CNI error: half a line"
+        );
+        script(d.path(), "k", "kill -9 $$");
+        let k = ExecPlugin::new("k", DEFAULT_TIMEOUT).unwrap();
+        let e = k.del(&req).unwrap_err();
+        assert_eq!(e.details, "k: killed by signal 9");
+    }
+
+    #[test]
+    fn garbage_and_empty_results_are_decode_errors() {
+        let d = tempfile::tempdir().unwrap();
+        script(d.path(), "g", "echo 'hello, I am not JSON'");
+        script(d.path(), "e", "exit 0");
+        script(
+            d.path(),
+            "b",
+            r#"echo '{"cniVersion":"1.0.0","ips":[{"address":"nope"}]}'"#,
+        );
+        let dirs = vec![d.path().to_path_buf()];
+        let run = |t: &str| {
+            let p = ExecPlugin::new(t, DEFAULT_TIMEOUT).unwrap();
+            p.add(&request(CniCommand::Add, dirs.clone(), conf(t)))
+                .unwrap_err()
+        };
+        let e = run("g");
+        assert_eq!(e.code, ErrorCode::Decode);
+        assert!(e.details.starts_with("g: result: not JSON"), "{e}");
+        assert!(e.details.ends_with(": hello, I am not JSON"), "{e}");
+        let e = run("e");
+        assert_eq!(e.code, ErrorCode::Decode);
+        assert!(e.details.contains("printed no result"), "{e}");
+        let e = run("b");
+        assert!(e.details.starts_with("b: result.ips[0].address"), "{e}");
+        // DEL ignores stdout, as libcni does.
+        let p = ExecPlugin::new("g", DEFAULT_TIMEOUT).unwrap();
+        assert_eq!(p.del(&request(CniCommand::Del, dirs, conf("g"))), Ok(()));
+    }
+
+    #[test]
+    fn env_and_stdin_are_what_a_runtime_sends() {
+        // cni-SPEC §2: all six CNI_* variables; inherited ones never leak.
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("log");
+        script(
+            d.path(),
+            "p",
+            &format!(
+                "cat > {0}.stdin; env | grep -e '^CNI_' -e '^PATH=' | sort > {0}.env",
+                log.display()
+            ),
+        );
+        let p = ExecPlugin::new("p", DEFAULT_TIMEOUT).unwrap();
+        let mut c = conf("p");
+        c["extra"] = json!({"k": [1, 2]});
+        let mut req = request(
+            CniCommand::Del,
+            vec![d.path().into(), "/nonexistent".into()],
+            c,
+        );
+        req.env.netns = None;
+        req.env.args =
+            crate::cni::args::CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAME=web").unwrap();
+        p.del(&req).unwrap();
+        let env = fs::read_to_string(format!("{}.env", log.display())).unwrap();
+        let lines: Vec<&str> = env.lines().filter(|l| l.starts_with("CNI_")).collect();
+        assert_eq!(
+            lines,
+            [
+                "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAME=web",
+                "CNI_COMMAND=DEL",
+                "CNI_CONTAINERID=ctr1",
+                "CNI_IFNAME=eth0",
+                "CNI_NETNS=",
+                &format!("CNI_PATH={}:/nonexistent", d.path().display()),
+            ]
+        );
+        assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
+        let stdin: Map<String, Value> =
+            serde_json::from_slice(&fs::read(format!("{}.stdin", log.display())).unwrap()).unwrap();
+        assert_eq!(stdin, req.config);
+    }
+
+    #[test]
+    fn timeout_kills_the_plugin_and_its_helpers() {
+        let d = tempfile::tempdir().unwrap();
+        let marker = d.path().join("survived");
+        // The helper would write the marker after 2 s unless killed with
+        // the plugin's process group.
+        script(
+            d.path(),
+            "slow",
+            &format!("(sleep 2; touch {}) & sleep 30", marker.display()),
+        );
+        let p = ExecPlugin::new("slow", Duration::from_millis(300)).unwrap();
+        let start = Instant::now();
+        let e = p
+            .add(&request(
+                CniCommand::Add,
+                vec![d.path().into()],
+                conf("slow"),
+            ))
+            .unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(e.msg, "plugin timed out");
+        assert!(e.details.contains("ADD did not finish within 300ms"), "{e}");
+        thread::sleep(Duration::from_millis(2500));
+        assert!(!marker.exists(), "the helper outlived the timeout");
+    }
+
+    #[test]
+    fn large_stdin_and_stdout_do_not_deadlock() {
+        let d = tempfile::tempdir().unwrap();
+        // Writes a large result before reading stdin: both pipes full at once.
+        script(
+            d.path(),
+            "p",
+            r#"printf '{"cniVersion":"1.0.0","dns":{"search":["'; head -c 300000 /dev/zero | tr '\0' 'a'; printf '"]}}'; cat >/dev/null"#,
+        );
+        let p = ExecPlugin::new("p", Duration::from_secs(20)).unwrap();
+        let mut c = conf("p");
+        c["big"] = json!("b".repeat(400_000));
+        let r = p
+            .add(&request(CniCommand::Add, vec![d.path().into()], c))
+            .unwrap();
+        assert_eq!(r.dns.search[0].len(), 300_000);
+    }
+}

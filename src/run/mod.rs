@@ -1,0 +1,984 @@
+//! The executor: runs a [`Plan`]'s attachments through their plugin chains.
+//!
+//! - Every plugin of a chain is a [`Plugin`] found through a [`Resolver`]
+//!   (built in or an exec'd binary, see [`Registry`]), so chains mix both.
+//! - ADD (cni-SPEC §3 "Adding an attachment"): every plugin of every
+//!   attachment is validated before the first ADD, so a bad configuration
+//!   fails with nothing to undo; then attachments in plan order, plugins in
+//!   chain order, each getting the previous plugin's result as `prevResult`
+//!   (none for the first), written in its request's `cniVersion`.
+//! - Failure (multi-net-spec §7.2): the first failure stops the ADD and
+//!   attachments not yet tried are never attempted. Everything done is
+//!   undone: the failing chain's plugins that succeeded are DEL'd in reverse
+//!   with the last good result, then the completed attachments in reverse.
+//!   The failing plugin itself is left to the DEL the runtime must send after
+//!   a failed ADD (cni-SPEC §3 "Lifecycle"); the record says it is owed.
+//! - DEL (cni-SPEC §3 "Deleting an attachment", multi-net-spec §7.2): every
+//!   attachment whose ADD was attempted, in reverse, each chain in reverse
+//!   with its cached result as `prevResult`. Within a chain the first failure
+//!   stops it, as the spec says (an IPAM release must not run while the
+//!   rules of a later plugin still point at the address); across attachments
+//!   a failure never stops the others, and any failure is the final error.
+//! - What was attempted and how far it got lives in the [`Cache`], written
+//!   before the first plugin runs and after every attachment, so DEL, CHECK
+//!   and GC need neither the API server nor a crash-free ADD.
+
+pub mod exec;
+pub mod registry;
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use crate::cache::{Cache, CachedAttachment, Lookup, Record, State};
+use crate::cni::args::CniArgs;
+use crate::cni::config::derive_request;
+use crate::cni::delegate::Resolver;
+use crate::cni::env::{CniCommand, CniEnv, CNI_NETNS};
+use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::cni::result::{CniResult, Route};
+use crate::cni::skel::{Plugin, Request, VALID_ATTACHMENTS};
+use crate::cni::CniVersion;
+use crate::plan::{Attachment, DefaultNetwork, Plan};
+
+pub use exec::ExecPlugin;
+pub use registry::Registry;
+
+/// Where plugins come from: the runtime's `CNI_PATH`, plexus's `binDir`
+/// (searched after it, and passed on in `CNI_PATH` so delegates of
+/// delegates find their IPAM too), and the resolver deciding between
+/// built-in and exec'd plugins.
+#[derive(Clone)]
+pub struct Delegates<'a> {
+    pub cni_path: Vec<PathBuf>,
+    pub bin_dir: Option<PathBuf>,
+    pub resolver: &'a dyn Resolver,
+}
+
+impl Delegates<'_> {
+    /// `CNI_PATH` of every plugin plexus runs.
+    pub fn search_path(&self) -> Vec<PathBuf> {
+        let mut dirs = self.cni_path.clone();
+        if let Some(bin) = &self.bin_dir {
+            if !dirs.contains(bin) {
+                dirs.push(bin.clone());
+            }
+        }
+        dirs
+    }
+}
+
+/// The attachment parameters of the runtime's call to plexus (cni-SPEC §3).
+#[derive(Clone)]
+pub struct RunContext<'a> {
+    pub container_id: String,
+    /// The runtime's `CNI_IFNAME` for plexus; with the container ID, the key
+    /// of plexus's record.
+    pub ifname: String,
+    /// `CNI_NETNS`; required for ADD and CHECK, optional for DEL.
+    pub netns: Option<PathBuf>,
+    pub delegates: Delegates<'a>,
+}
+
+/// One attachment of a successful ADD.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttachmentResult {
+    pub network: String,
+    pub ifname: String,
+    pub default: bool,
+    /// The chain's final result (after the default-route step).
+    pub result: Option<CniResult>,
+}
+
+/// What a DEL did besides succeeding.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DelReport {
+    /// `(network, ifname)` of every attachment torn down, in DEL order.
+    pub detached: Vec<(String, String)>,
+    pub warnings: Vec<String>,
+}
+
+/// What a GC did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GcReport {
+    /// `(container ID, ifname)` of every stale record torn down.
+    pub deleted: Vec<(String, String)>,
+    pub warnings: Vec<String>,
+}
+
+/// multi-net-spec §4.1.2.1.9: the routing step after an attachment is added.
+/// The data plane implements it. Each method changes the kernel and updates
+/// `result` to say what it did, so that the cached result (the prevResult of
+/// CHECK and DEL, and the source of network-status) matches the pod.
+pub trait RouteHook {
+    /// Remove the default routes of `ifname` in `netns`: the cluster-wide
+    /// default network's, when another attachment takes the default route.
+    fn clear_default_route(
+        &self,
+        netns: &Path,
+        ifname: &str,
+        result: &mut CniResult,
+    ) -> Result<(), CniError>;
+
+    /// Send the default route through `gateways` (in order of preference)
+    /// on `ifname` in `netns`.
+    fn set_default_route(
+        &self,
+        netns: &Path,
+        ifname: &str,
+        gateways: &[IpAddr],
+        result: &mut CniResult,
+    ) -> Result<(), CniError>;
+}
+
+/// Leaves routes and results alone (until the data plane provides a hook).
+pub struct NoRouteHook;
+
+impl RouteHook for NoRouteHook {
+    fn clear_default_route(&self, _: &Path, _: &str, _: &mut CniResult) -> Result<(), CniError> {
+        Ok(())
+    }
+
+    fn set_default_route(
+        &self,
+        _: &Path,
+        _: &str,
+        _: &[IpAddr],
+        _: &mut CniResult,
+    ) -> Result<(), CniError> {
+        Ok(())
+    }
+}
+
+/// For [`RouteHook`] implementations: drop the default routes from a result.
+pub fn strip_default_routes(result: &mut CniResult) {
+    result.routes.retain(|r| !r.is_default());
+}
+
+/// For [`RouteHook`] implementations: replace the result's default routes of
+/// each gateway's family by one route per gateway.
+pub fn set_default_routes(result: &mut CniResult, gateways: &[IpAddr]) {
+    result
+        .routes
+        .retain(|r| !(r.is_default() && gateways.iter().any(|g| g.is_ipv4() == r.dst.is_ipv4())));
+    for gw in gateways {
+        let dst = if gw.is_ipv4() { "0.0.0.0/0" } else { "::/0" };
+        result.routes.push(Route {
+            dst: dst.parse().expect("a default destination parses"),
+            gw: Some(*gw),
+            mtu: None,
+            advmss: None,
+            priority: None,
+            table: None,
+            scope: None,
+        });
+    }
+}
+
+/// Runs plans and tears them down.
+pub struct Executor {
+    cache: Cache,
+    hook: Box<dyn RouteHook + Send + Sync>,
+}
+
+/// One plugin of a chain, resolved and validated.
+struct Step<'r> {
+    plugin_type: String,
+    plugin: Box<dyn Plugin + 'r>,
+}
+
+/// Why a chain's ADD stopped.
+struct ChainFailure {
+    error: CniError,
+    /// The plugin that failed; `None` when every plugin succeeded and a later
+    /// step (default route, cache) failed.
+    failed_plugin: Option<usize>,
+    last_good: Option<CniResult>,
+}
+
+impl Executor {
+    pub fn new(cache: Cache) -> Executor {
+        Executor {
+            cache,
+            hook: Box::new(NoRouteHook),
+        }
+    }
+
+    pub fn with_route_hook(mut self, hook: Box<dyn RouteHook + Send + Sync>) -> Executor {
+        self.hook = hook;
+        self
+    }
+
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// ADD every attachment of `plan`, or none: see the module docs.
+    pub fn add(&self, plan: &Plan, ctx: &RunContext) -> Result<Vec<AttachmentResult>, CniError> {
+        self.cache.path(&ctx.container_id, &ctx.ifname)?;
+        let netns = ctx
+            .netns
+            .as_deref()
+            .ok_or_else(|| CniError::invalid_env(CNI_NETNS, "required for ADD but not set"))?;
+        if plan.attachments.is_empty() {
+            return Err(CniError::invalid_config(
+                "plan",
+                "no attachment (a plan always attaches the cluster-wide default network)",
+            ));
+        }
+
+        // Everything is validated before anything is added.
+        let chains = plan
+            .attachments
+            .iter()
+            .map(|a| prepare(a, ctx, CniCommand::Add))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        match self.cache.load(&ctx.container_id, &ctx.ifname)? {
+            Lookup::Found(old) if old.owes_del() => {
+                return Err(CniError::plugin(
+                    codes::ATTACHMENT_REJECTED,
+                    "attachment already exists",
+                    format!(
+                        "container {} interface {}: plexus already has a record of an ADD that was not \
+                         deleted ({}); the runtime must DEL it before adding again (cni-SPEC §2 ADD)",
+                        ctx.container_id,
+                        ctx.ifname,
+                        self.cache.path(&ctx.container_id, &ctx.ifname)?.display()
+                    ),
+                ))
+            }
+            // A record nothing is owed for, or one that cannot be read: the
+            // new record replaces it.
+            _ => {}
+        }
+
+        // Before the first plugin runs: a crash from here on leaves a record
+        // saying which attachment was being added.
+        let mut record = Record::new(&ctx.container_id, &ctx.ifname, Some(netns), plan);
+        begin(&mut record.attachments[0]);
+        self.cache.store(&record)?;
+
+        let mut results = Vec::with_capacity(chains.len());
+        for (i, steps) in chains.iter().enumerate() {
+            let att = &plan.attachments[i];
+            let outcome = self.add_chain(att, steps, ctx, netns).and_then(|result| {
+                let cached = &mut record.attachments[i];
+                cached.state = State::Added;
+                cached.result = Some(result.clone());
+                if let Some(next) = record.attachments.get_mut(i + 1) {
+                    begin(next);
+                }
+                self.cache.store(&record).map_err(|error| {
+                    Box::new(ChainFailure {
+                        error,
+                        failed_plugin: None,
+                        last_good: Some(result.clone()),
+                    })
+                })?;
+                Ok(result)
+            });
+            match outcome {
+                Ok(result) => results.push(AttachmentResult {
+                    network: att.network.clone(),
+                    ifname: att.ifname.clone(),
+                    default: att.default,
+                    result: Some(result),
+                }),
+                Err(failure) => return Err(self.fail_add(&mut record, i, failure, ctx)),
+            }
+        }
+        Ok(results)
+    }
+
+    /// One chain's ADD, threading prevResult, then the default-route step.
+    fn add_chain(
+        &self,
+        att: &Attachment,
+        steps: &[Step],
+        ctx: &RunContext,
+        netns: &Path,
+    ) -> Result<CniResult, Box<ChainFailure>> {
+        let env =
+            attachment_env(att, ctx, CniCommand::Add, ctx.netns.clone()).map_err(|error| {
+                Box::new(ChainFailure {
+                    error,
+                    failed_plugin: Some(0),
+                    last_good: None,
+                })
+            })?;
+        let mut prev: Option<CniResult> = None;
+        for (i, step) in steps.iter().enumerate() {
+            let added = request(&att.plugins[i], env.clone(), prev.as_ref())
+                .and_then(|req| step.plugin.add(&req));
+            match added {
+                Ok(result) => prev = Some(result),
+                Err(e) => {
+                    return Err(Box::new(ChainFailure {
+                        error: in_step(e, att, i, &step.plugin_type),
+                        failed_plugin: Some(i),
+                        last_good: prev,
+                    }))
+                }
+            }
+        }
+        let produced = prev.expect("a chain has at least one plugin");
+        let mut result = produced.clone();
+        let routed = (|| {
+            if att.clear_default_route {
+                self.hook
+                    .clear_default_route(netns, &att.ifname, &mut result)?;
+            }
+            match &att.default_route {
+                Some(gws) if !gws.is_empty() => {
+                    self.hook
+                        .set_default_route(netns, &att.ifname, gws, &mut result)
+                }
+                _ => Ok(()),
+            }
+        })();
+        routed.map(|()| result).map_err(|e| {
+            Box::new(ChainFailure {
+                error: CniError {
+                    details: format!(
+                        "{} ({}) default route (multi-net-spec §4.1.2.1.9): {}",
+                        att.network, att.ifname, e.details
+                    ),
+                    ..e
+                },
+                failed_plugin: None,
+                // What the plugins produced: the hook may have half-changed its copy.
+                last_good: Some(produced),
+            })
+        })
+    }
+
+    /// Record the failure, roll back, and build the error to return.
+    fn fail_add(
+        &self,
+        record: &mut Record,
+        i: usize,
+        failure: Box<ChainFailure>,
+        ctx: &RunContext,
+    ) -> CniError {
+        let failure = *failure;
+        // multi-net-spec §7.2: later attachments are not attempted (one may
+        // have been marked as started just before a failed cache write).
+        for later in &mut record.attachments[i + 1..] {
+            later.state = State::Pending;
+            later.pending_del.clear();
+        }
+        let cached = &mut record.attachments[i];
+        cached.state = State::Failed;
+        if failure.last_good.is_some() || cached.result.is_none() {
+            cached.result = failure.last_good;
+        }
+        // Owed: the plugins that ran, the failing one included; the ones
+        // after it never ran.
+        let ran = failure
+            .failed_plugin
+            .map_or(cached.attachment.plugins.len(), |k| k + 1);
+        cached.pending_del = (0..ran).collect();
+        let _ = self.cache.store(record);
+
+        // Roll back: the failing chain's succeeded plugins, then the
+        // completed attachments, newest first. Best effort throughout.
+        let mut rollback_errors = Vec::new();
+        let netns = live_netns(ctx);
+        for j in (0..=i).rev() {
+            let cached = &mut record.attachments[j];
+            let skip = if j == i { failure.failed_plugin } else { None };
+            if let Err(e) = del_chain(cached, ctx, netns.clone(), skip) {
+                rollback_errors.push(e);
+            }
+        }
+        let mut error = failure.error;
+        if !rollback_errors.is_empty() {
+            let list: Vec<String> = rollback_errors.iter().map(|e| e.details.clone()).collect();
+            error.details = format!(
+                "{}; rollback failed, DEL will retry: {}",
+                error.details,
+                list.join("; ")
+            );
+        }
+        if let Err(e) = self.persist(record) {
+            error.details = format!("{}; {}", error.details, e.details);
+        }
+        error
+    }
+
+    /// Store the record while it owes a DEL, else remove it.
+    fn persist(&self, record: &Record) -> Result<(), CniError> {
+        if record.owes_del() {
+            self.cache.store(record)
+        } else {
+            self.cache.remove(&record.container_id, &record.ifname)
+        }
+    }
+
+    /// DEL every attachment plexus attempted for `(ctx.container_id,
+    /// ctx.ifname)`; idempotent. Without a record nothing was added on this
+    /// node and DEL succeeds. A record that cannot be read is replaced by
+    /// `fallback` (a plan made again from the API server or manifests, every
+    /// attachment of it DEL'd without prevResult); without one it is moved
+    /// aside with a warning: failing every DEL forever (multus-cni #948)
+    /// would leave the pod stuck, and GC still reclaims what its plugins can.
+    pub fn del(&self, ctx: &RunContext, fallback: Option<&Plan>) -> Result<DelReport, CniError> {
+        let mut report = DelReport::default();
+        let mut record = match self.cache.load(&ctx.container_id, &ctx.ifname)? {
+            Lookup::Missing => return Ok(report),
+            Lookup::Found(record) => record,
+            Lookup::Corrupt { path, reason } => {
+                let Some(plan) = fallback else {
+                    let moved = self.cache.quarantine(&ctx.container_id, &ctx.ifname)?;
+                    report.warnings.push(format!(
+                        "cache {} is unreadable ({reason}) and no plan was given to fall back to: \
+                         nothing could be deleted; the file was moved to {}",
+                        path.display(),
+                        moved.display()
+                    ));
+                    return Ok(report);
+                };
+                report.warnings.push(format!(
+                    "cache {} is unreadable ({reason}); deleting every attachment of the current plan instead",
+                    path.display()
+                ));
+                let mut record = Record::new(&ctx.container_id, &ctx.ifname, None, plan);
+                for cached in &mut record.attachments {
+                    cached.state = State::Adding;
+                    cached.pending_del = cached.all_plugins();
+                }
+                record
+            }
+        };
+        let netns = live_netns(ctx);
+        let mut errors = Vec::new();
+        for cached in record.attachments.iter_mut().rev() {
+            if !cached.owes_del() {
+                continue;
+            }
+            match del_chain(cached, ctx, netns.clone(), None) {
+                Ok(()) => report.detached.push((
+                    cached.attachment.network.clone(),
+                    cached.attachment.ifname.clone(),
+                )),
+                Err(e) => errors.push(e),
+            }
+        }
+        if let Err(e) = self.persist(&record) {
+            errors.push(e);
+        }
+        if errors.is_empty() {
+            Ok(report)
+        } else {
+            Err(combine("DEL", errors))
+        }
+    }
+
+    /// CHECK every attachment (cni-SPEC §3 "Checking an attachment") with
+    /// its cached result; the first error is returned. Attachments whose list
+    /// sets `disableCheck` are skipped, and so are chains older than 0.4.0,
+    /// which have no CHECK (cni-SPEC §2).
+    pub fn check(&self, ctx: &RunContext) -> Result<(), CniError> {
+        if ctx.netns.is_none() {
+            return Err(CniError::invalid_env(
+                CNI_NETNS,
+                "required for CHECK but not set",
+            ));
+        }
+        let record = match self.cache.load(&ctx.container_id, &ctx.ifname)? {
+            Lookup::Found(record) => record,
+            Lookup::Missing => {
+                return Err(CniError::new(
+                    ErrorCode::UnknownContainer,
+                    "container unknown",
+                    format!(
+                    "container {} interface {}: plexus has no record of an ADD (cni-SPEC §2 CHECK)",
+                    ctx.container_id, ctx.ifname
+                ),
+                ))
+            }
+            Lookup::Corrupt { path, reason } => {
+                return Err(CniError::decode(
+                    format!("cache {}", path.display()),
+                    reason,
+                ))
+            }
+        };
+        if let Some(c) = record.attachments.iter().find(|c| c.state != State::Added) {
+            return Err(CniError::plugin(
+                codes::PLUGIN_FAILED,
+                "attachment not added",
+                format!(
+                    "{} ({}): its ADD did not complete (state {:?})",
+                    c.attachment.network, c.attachment.ifname, c.state
+                ),
+            ));
+        }
+        for cached in &record.attachments {
+            let att = &cached.attachment;
+            let too_old = att
+                .plugins
+                .first()
+                .and_then(config_version)
+                .is_some_and(|v| v < CniVersion::V0_4_0);
+            if att.disable_check || too_old {
+                continue;
+            }
+            let env = attachment_env(att, ctx, CniCommand::Check, ctx.netns.clone())?;
+            for (i, config) in att.plugins.iter().enumerate() {
+                let plugin_type = type_of(config);
+                let checked =
+                    request(config, env.clone(), cached.result.as_ref()).and_then(|req| {
+                        let t = req.plugin_type.clone().unwrap_or_default();
+                        ctx.delegates.resolver.resolve(&t, &req)?.check(&req)
+                    });
+                checked.map_err(|e| in_step(e, att, i, &plugin_type))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// CNI 1.1 GC (cni-SPEC §2 GC). Every record whose `(containerID,
+    /// ifname)` is not in `valid` is torn down as DEL would (no netns: GC may
+    /// assume it is gone), which also reclaims stale records that piled up
+    /// (multus-cni #1488); then GC is forwarded to the cluster network's
+    /// plugins with `cni.dev/valid-attachments`, as Multus does (secondary
+    /// networks get no GC). Errors do not stop GC; all are returned.
+    pub fn gc(
+        &self,
+        valid: &[(String, String)],
+        delegates: &Delegates,
+        cluster: Option<&DefaultNetwork>,
+    ) -> Result<GcReport, CniError> {
+        let mut report = GcReport::default();
+        let mut errors = Vec::new();
+        let is_valid = |id: &str, ifname: &str| valid.iter().any(|(c, i)| c == id && i == ifname);
+        for entry in self.cache.entries()? {
+            match entry {
+                crate::cache::Entry::Record {
+                    container_id,
+                    ifname,
+                } if !is_valid(&container_id, &ifname) => {
+                    let ctx = RunContext {
+                        container_id: container_id.clone(),
+                        ifname: ifname.clone(),
+                        netns: None,
+                        delegates: delegates.clone(),
+                    };
+                    match self.del(&ctx, None) {
+                        Ok(del) => {
+                            report.warnings.extend(del.warnings);
+                            report.deleted.push((container_id, ifname));
+                        }
+                        Err(e) => errors.push(CniError {
+                            details: format!("container {container_id} ({ifname}): {}", e.details),
+                            ..e
+                        }),
+                    }
+                }
+                crate::cache::Entry::Quarantined {
+                    path,
+                    container_id,
+                    ifname,
+                } if !is_valid(&container_id, &ifname) => {
+                    match crate::cache::remove_synced(&path) {
+                        Ok(()) => report
+                            .warnings
+                            .push(format!("removed unreadable record {}", path.display())),
+                        Err(e) => errors.push(CniError::io(format!("cache {}", path.display()), e)),
+                    }
+                }
+                // GC runs alone (cni-SPEC §3 "Lifecycle"): no writer is
+                // between its write and its rename.
+                crate::cache::Entry::Temp(path) => {
+                    if let Err(e) = crate::cache::remove_synced(&path) {
+                        errors.push(CniError::io(format!("cache {}", path.display()), e));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(cluster) = cluster {
+            self.gc_cluster(valid, delegates, cluster, &mut report, &mut errors);
+        }
+        if errors.is_empty() {
+            Ok(report)
+        } else {
+            Err(combine("GC", errors))
+        }
+    }
+
+    /// cni-SPEC §3 "Garbage-collecting a network" for the cluster network.
+    fn gc_cluster(
+        &self,
+        valid: &[(String, String)],
+        delegates: &Delegates,
+        cluster: &DefaultNetwork,
+        report: &mut GcReport,
+        errors: &mut Vec<CniError>,
+    ) {
+        let list = &cluster.config;
+        let name = list.name.as_deref().unwrap_or(&cluster.network);
+        if list.disable_gc {
+            report.warnings.push(format!(
+                "cluster network {name}: disableGC is set, GC not forwarded (cni-SPEC §1)"
+            ));
+            return;
+        }
+        let version = match list.select_version() {
+            Ok(v) => v,
+            Err(e) => {
+                errors.push(e.within(format!("cluster network {name}")));
+                return;
+            }
+        };
+        if version < CniVersion::V1_1_0 {
+            // As libcni: GC exists from 1.1.0 on.
+            return;
+        }
+        let attachments: Vec<Value> = valid
+            .iter()
+            .map(|(c, i)| json!({"containerID": c, "ifname": i}))
+            .collect();
+        for (i, plugin) in list.plugins.iter().enumerate() {
+            let mut config = derive_request(plugin, name, version, &Map::new(), None);
+            config.insert(VALID_ATTACHMENTS.into(), Value::Array(attachments.clone()));
+            let env = CniEnv {
+                command: CniCommand::Gc,
+                container_id: None,
+                netns: None,
+                ifname: None,
+                args: CniArgs::default(),
+                path: delegates.search_path(),
+            };
+            let outcome = Request::from_config(env, config).and_then(|req| {
+                delegates
+                    .resolver
+                    .resolve(&plugin.plugin_type, &req)?
+                    .gc(&req, valid)
+            });
+            if let Err(e) = outcome {
+                let details = with_type(&e.details, &plugin.plugin_type);
+                errors.push(CniError {
+                    details: format!("cluster network {name} plugins[{i}]: {details}"),
+                    ..e
+                });
+            }
+        }
+    }
+}
+
+/// Mark an attachment's ADD as started: until it finishes, every plugin of
+/// it may have left something behind.
+fn begin(cached: &mut CachedAttachment) {
+    cached.state = State::Adding;
+    cached.pending_del = cached.all_plugins();
+}
+
+/// Resolve and validate every plugin of `att` for `command`.
+fn prepare<'r>(
+    att: &Attachment,
+    ctx: &RunContext<'r>,
+    command: CniCommand,
+) -> Result<Vec<Step<'r>>, CniError> {
+    let env = attachment_env(att, ctx, command, ctx.netns.clone())?;
+    att.plugins
+        .iter()
+        .enumerate()
+        .map(|(i, config)| {
+            let plugin_type = type_of(config);
+            let step = (|| {
+                let req = request(config, env.clone(), None)?;
+                let t = req
+                    .plugin_type
+                    .clone()
+                    .ok_or_else(|| CniError::invalid_config("type", "missing"))?;
+                let plugin = ctx.delegates.resolver.resolve(&t, &req)?;
+                plugin.validate(&req)?;
+                Ok(Step {
+                    plugin_type: t,
+                    plugin,
+                })
+            })();
+            step.map_err(|e| in_step(e, att, i, &plugin_type))
+        })
+        .collect()
+}
+
+/// DEL the plugins of `cached` still owed, in reverse, with its cached
+/// result; those that succeed are no longer owed. The first failure stops
+/// the chain (cni-SPEC §3). `skip`: a plugin left for the runtime's DEL.
+fn del_chain(
+    cached: &mut CachedAttachment,
+    ctx: &RunContext,
+    netns: Option<PathBuf>,
+    skip: Option<usize>,
+) -> Result<(), CniError> {
+    let att = &cached.attachment;
+    let env = attachment_env(att, ctx, CniCommand::Del, netns)?;
+    let owed: Vec<usize> = cached.pending_del.iter().rev().copied().collect();
+    for i in owed {
+        if Some(i) == skip {
+            continue;
+        }
+        let config = &att.plugins[i];
+        let plugin_type = type_of(config);
+        let deleted = request(config, env.clone(), cached.result.as_ref()).and_then(|req| {
+            let t = req.plugin_type.clone().unwrap_or_default();
+            ctx.delegates.resolver.resolve(&t, &req)?.del(&req)
+        });
+        match deleted {
+            Ok(()) => cached.pending_del.retain(|j| *j != i),
+            Err(e) => return Err(in_step(e, att, i, &plugin_type)),
+        }
+    }
+    Ok(())
+}
+
+/// The environment of one attachment's plugins.
+fn attachment_env(
+    att: &Attachment,
+    ctx: &RunContext,
+    command: CniCommand,
+    netns: Option<PathBuf>,
+) -> Result<CniEnv, CniError> {
+    let args = CniArgs::parse(&att.cni_args)
+        .map_err(|e| e.within(format!("{} ({})", att.network, att.ifname)))?;
+    Ok(CniEnv {
+        command,
+        container_id: Some(ctx.container_id.clone()),
+        netns,
+        ifname: Some(att.ifname.clone()),
+        args,
+        path: ctx.delegates.search_path(),
+    })
+}
+
+/// The runtime's netns for DEL, when it still exists: a DEL after the
+/// namespace is gone (or with containerd's empty `CNI_NETNS`) still runs
+/// every plugin, with `CNI_NETNS` empty; plugins must cope (cni-SPEC §2 DEL).
+fn live_netns(ctx: &RunContext) -> Option<PathBuf> {
+    ctx.netns.clone().filter(|p| p.exists())
+}
+
+/// A plugin's request: its plan JSON plus `prevResult`, the previous result
+/// written in the request's own `cniVersion`.
+fn request(
+    config: &Map<String, Value>,
+    env: CniEnv,
+    prev: Option<&CniResult>,
+) -> Result<Request, CniError> {
+    let mut config = config.clone();
+    // cni-SPEC §3: never set for the first ADD of a chain.
+    config.retain(|k, _| !k.eq_ignore_ascii_case("prevResult"));
+    let mut req = Request::from_config(env, config)?;
+    if let Some(prev) = prev {
+        let v = prev
+            .to_value(req.cni_version)
+            .map_err(|e| e.within("prevResult"))?;
+        req.prev_result = Some(CniResult::from_value_as(&v, req.cni_version)?);
+        req.config.insert("prevResult".into(), v);
+    }
+    Ok(req)
+}
+
+/// `cniVersion` of a plugin's request JSON (missing means 0.1.0).
+fn config_version(config: &Map<String, Value>) -> Option<CniVersion> {
+    match config.get("cniVersion") {
+        None => Some(CniVersion::V0_1_0),
+        Some(Value::String(s)) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn type_of(config: &Map<String, Value>) -> String {
+    config
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// `details` prefixed with the plugin type unless it already is (exec'd
+/// plugins' errors are).
+fn with_type(details: &str, plugin_type: &str) -> String {
+    if details.starts_with(&format!("{plugin_type}: ")) {
+        details.to_string()
+    } else {
+        format!("{plugin_type}: {details}")
+    }
+}
+
+/// An error of plugin `i` of `att`, naming the network, interface, position
+/// and type: `ns/net (net1) plugins[1]: tuning: ...`.
+fn in_step(e: CniError, att: &Attachment, i: usize, plugin_type: &str) -> CniError {
+    CniError {
+        details: format!(
+            "{} ({}) plugins[{i}]: {}",
+            att.network,
+            att.ifname,
+            with_type(&e.details, plugin_type)
+        ),
+        ..e
+    }
+}
+
+/// Several failures as one error: the first one's code, every details.
+fn combine(what: &str, mut errors: Vec<CniError>) -> CniError {
+    if errors.len() == 1 {
+        return errors.remove(0);
+    }
+    let details: Vec<String> = errors.iter().map(|e| e.details.clone()).collect();
+    CniError::new(
+        errors[0].code,
+        format!("{what}: {} operations failed", errors.len()),
+        details.join("; "),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(v: Value) -> CniResult {
+        CniResult::from_value(&v).unwrap()
+    }
+
+    fn routes(r: &CniResult) -> Vec<String> {
+        r.routes
+            .iter()
+            .map(|r| match r.gw {
+                Some(gw) => format!("{} via {gw}", r.dst),
+                None => r.dst.to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn default_route_helpers() {
+        // multi-net-spec §4.1.2.1.9.
+        let mut r = result(json!({"cniVersion": "1.0.0",
+            "ips": [{"address": "10.0.0.2/24"}, {"address": "fd00::2/64"}],
+            "routes": [{"dst": "0.0.0.0/0", "gw": "10.0.0.1"}, {"dst": "10.1.0.0/16"},
+                       {"dst": "::/0", "gw": "fd00::1"}]}));
+        let mut cleared = r.clone();
+        strip_default_routes(&mut cleared);
+        assert_eq!(routes(&cleared), ["10.1.0.0/16"]);
+        // Only the gateways' families are replaced, in their order.
+        set_default_routes(
+            &mut r,
+            &["10.0.0.254".parse().unwrap(), "10.0.0.253".parse().unwrap()],
+        );
+        assert_eq!(
+            routes(&r),
+            [
+                "10.1.0.0/16",
+                "::/0 via fd00::1",
+                "0.0.0.0/0 via 10.0.0.254",
+                "0.0.0.0/0 via 10.0.0.253"
+            ]
+        );
+    }
+
+    #[test]
+    fn requests_carry_prev_result_in_their_own_version() {
+        // cni-SPEC §3 "Deriving request configuration": prevResult as the
+        // request's version; a stale one in the plan JSON is dropped.
+        let env = CniEnv {
+            command: CniCommand::Add,
+            container_id: Some("c".into()),
+            netns: Some("/run/netns/x".into()),
+            ifname: Some("eth0".into()),
+            args: CniArgs::default(),
+            path: vec![],
+        };
+        let config = json!({"cniVersion": "0.2.0", "name": "n", "type": "t",
+                            "PrevResult": {"stale": true}})
+        .as_object()
+        .unwrap()
+        .clone();
+        let req = request(&config, env.clone(), None).unwrap();
+        assert_eq!(req.prev_result, None);
+        assert_eq!(req.config.get("PrevResult"), None);
+        let prev = result(json!({"cniVersion": "1.1.0",
+            "interfaces": [{"name": "eth0"}],
+            "ips": [{"address": "10.0.0.2/24", "gateway": "10.0.0.1", "interface": 0}]}));
+        let req = request(&config, env.clone(), Some(&prev)).unwrap();
+        assert_eq!(
+            req.config["prevResult"],
+            json!({"cniVersion": "0.2.0", "ip4": {"ip": "10.0.0.2/24", "gateway": "10.0.0.1"}})
+        );
+        assert_eq!(
+            req.prev_result.unwrap().cni_version,
+            Some(CniVersion::V0_2_0)
+        );
+        // A result 0.2.0 cannot express fails naming prevResult.
+        let no_ip = result(json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}]}));
+        let e = request(&config, env, Some(&no_ip)).unwrap_err();
+        assert!(e.details.starts_with("prevResult.ips: cannot write"), "{e}");
+    }
+
+    #[test]
+    fn search_path_appends_bin_dir_once() {
+        let registry = Registry::new();
+        let mut d = Delegates {
+            cni_path: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
+            bin_dir: Some("/usr/lib/cni".into()),
+            resolver: &registry,
+        };
+        assert_eq!(
+            d.search_path(),
+            [PathBuf::from("/opt/cni/bin"), "/usr/lib/cni".into()]
+        );
+        d.bin_dir = Some("/var/lib/plexus/bin".into());
+        assert_eq!(
+            d.search_path().last().unwrap(),
+            Path::new("/var/lib/plexus/bin")
+        );
+    }
+
+    #[test]
+    fn errors_name_network_position_and_type_once() {
+        let att = Attachment {
+            network: "ns/a".into(),
+            ifname: "net1".into(),
+            default: false,
+            cni_args: String::new(),
+            plugins: vec![],
+            source: String::new(),
+            default_route: None,
+            clear_default_route: false,
+            ipam_claim_reference: None,
+            disable_check: false,
+        };
+        let e = in_step(
+            CniError::invalid_config("mtu", "too big"),
+            &att,
+            2,
+            "macvlan",
+        );
+        assert_eq!(e.details, "ns/a (net1) plugins[2]: macvlan: mtu: too big");
+        let exec_err = CniError::new(ErrorCode::Io, "x", "macvlan: no such device");
+        assert_eq!(
+            in_step(exec_err, &att, 0, "macvlan").details,
+            "ns/a (net1) plugins[0]: macvlan: no such device"
+        );
+        let both = combine(
+            "DEL",
+            vec![
+                CniError::new(ErrorCode::TryAgainLater, "busy", "a: 1"),
+                CniError::new(ErrorCode::Io, "io", "b: 2"),
+            ],
+        );
+        assert_eq!(
+            both,
+            CniError::new(
+                ErrorCode::TryAgainLater,
+                "DEL: 2 operations failed",
+                "a: 1; b: 2"
+            )
+        );
+    }
+}

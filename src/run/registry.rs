@@ -1,0 +1,257 @@
+//! Which implementation serves a plugin `type`: a built-in one (the data
+//! plane's drivers, IPAM) registered by type, or else the external binary of
+//! that name (cni-SPEC §4: plugin types plexus does not know are delegated to
+//! the real CNI binary). One [`Resolver`] for the executor and for plugins
+//! that delegate IPAM, so a chain mixes both freely.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::cni::delegate::Resolver;
+use crate::cni::error::{codes, CniError};
+use crate::cni::names;
+use crate::cni::skel::{Plugin, Request};
+
+use super::exec::{ExecPlugin, DEFAULT_TIMEOUT};
+
+/// Builds a built-in plugin. It gets the resolver so that it can delegate in
+/// turn (a bridge driver runs its `ipam.type` through it).
+pub type Factory = Box<dyn for<'r> Fn(&'r dyn Resolver) -> Box<dyn Plugin + 'r> + Send + Sync>;
+
+/// Built-in plugins by type, falling back to external binaries.
+pub struct Registry {
+    builtins: BTreeMap<String, Factory>,
+    refused: BTreeMap<String, String>,
+    exec_timeout: Duration,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new()
+    }
+}
+
+impl Registry {
+    /// No built-ins; every type is exec'd, except `plexus` itself, which as
+    /// a delegate of plexus would recurse.
+    pub fn new() -> Registry {
+        let mut refused = BTreeMap::new();
+        refused.insert(
+            "plexus".to_string(),
+            "plexus cannot delegate to itself (the chain would run plexus again, forever)"
+                .to_string(),
+        );
+        Registry {
+            builtins: BTreeMap::new(),
+            refused,
+            exec_timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Serve `plugin_type` in-process with what `factory` builds. A later
+    /// registration of the same type replaces the earlier one.
+    pub fn with_builtin<F>(mut self, plugin_type: &str, factory: F) -> Registry
+    where
+        F: for<'r> Fn(&'r dyn Resolver) -> Box<dyn Plugin + 'r> + Send + Sync + 'static,
+    {
+        self.refused.remove(plugin_type);
+        self.builtins
+            .insert(plugin_type.to_string(), Box::new(factory));
+        self
+    }
+
+    /// Refuse `plugin_type` with `reason` (code 7), built-in or not.
+    pub fn with_refused(mut self, plugin_type: &str, reason: &str) -> Registry {
+        self.builtins.remove(plugin_type);
+        self.refused
+            .insert(plugin_type.to_string(), reason.to_string());
+        self
+    }
+
+    /// The timeout of every exec'd plugin run.
+    pub fn with_exec_timeout(mut self, timeout: Duration) -> Registry {
+        self.exec_timeout = timeout;
+        self
+    }
+
+    pub fn is_builtin(&self, plugin_type: &str) -> bool {
+        self.builtins.contains_key(plugin_type)
+    }
+
+    pub fn exec_timeout(&self) -> Duration {
+        self.exec_timeout
+    }
+}
+
+impl Resolver for Registry {
+    fn resolve(&self, plugin_type: &str, _req: &Request) -> Result<Box<dyn Plugin + '_>, CniError> {
+        names::check_plugin_type(plugin_type).map_err(|r| CniError::invalid_config("type", r))?;
+        if let Some(reason) = self.refused.get(plugin_type) {
+            return Err(CniError::plugin(
+                codes::ATTACHMENT_REJECTED,
+                "plugin type refused",
+                format!("type: {plugin_type:?}: {reason}"),
+            ));
+        }
+        match self.builtins.get(plugin_type) {
+            Some(factory) => Ok(factory(self)),
+            None => Ok(Box::new(ExecPlugin::new(plugin_type, self.exec_timeout)?)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::cni::env::{CniCommand, CniEnv};
+    use crate::cni::result::CniResult;
+    use crate::cni::ErrorCode;
+
+    /// A built-in plugin that says who it is in its result's DNS domain and
+    /// delegates its `ipam` through the resolver it was built with.
+    struct Named<'r> {
+        name: &'static str,
+        resolver: &'r dyn Resolver,
+        calls: Cell<u32>,
+    }
+
+    impl Plugin for Named<'_> {
+        fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+            self.calls.set(self.calls.get() + 1);
+            let mut r = crate::cni::delegate::run_ipam(self.resolver, req, CniCommand::Add)?
+                .unwrap_or_default();
+            r.dns.domain = Some(format!(
+                "{}+{}",
+                self.name,
+                r.dns.domain.unwrap_or_default()
+            ));
+            Ok(r)
+        }
+        fn del(&self, _: &Request) -> Result<(), CniError> {
+            Ok(())
+        }
+        fn check(&self, _: &Request) -> Result<(), CniError> {
+            Ok(())
+        }
+        fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+            Ok(())
+        }
+        fn status(&self, _: &Request) -> Result<(), CniError> {
+            Ok(())
+        }
+    }
+
+    struct Ipam;
+    impl Plugin for Ipam {
+        fn add(&self, _: &Request) -> Result<CniResult, CniError> {
+            let mut r = CniResult::default();
+            r.dns.domain = Some("ipam".into());
+            Ok(r)
+        }
+        fn del(&self, _: &Request) -> Result<(), CniError> {
+            Ok(())
+        }
+        fn check(&self, _: &Request) -> Result<(), CniError> {
+            Ok(())
+        }
+        fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+            Ok(())
+        }
+        fn status(&self, _: &Request) -> Result<(), CniError> {
+            Ok(())
+        }
+    }
+
+    fn req(config: serde_json::Value, path: Vec<std::path::PathBuf>) -> Request {
+        let env = CniEnv {
+            command: CniCommand::Add,
+            container_id: Some("c".into()),
+            netns: Some("/run/netns/x".into()),
+            ifname: Some("eth0".into()),
+            args: Default::default(),
+            path,
+        };
+        Request::from_config(env, config.as_object().unwrap().clone()).unwrap()
+    }
+
+    fn registry() -> Registry {
+        Registry::new()
+            .with_builtin("drv", |r| {
+                Box::new(Named {
+                    name: "drv",
+                    resolver: r,
+                    calls: Cell::new(0),
+                })
+            })
+            .with_builtin("fake-ipam", |_| Box::new(Ipam))
+    }
+
+    #[test]
+    fn builtins_delegate_through_the_same_resolver() {
+        // cni-SPEC §4: the driver's IPAM is itself resolved.
+        let reg = registry();
+        assert!(reg.is_builtin("drv") && !reg.is_builtin("bridge"));
+        let r = req(
+            json!({"cniVersion": "1.0.0", "name": "n", "type": "drv", "ipam": {"type": "fake-ipam"}}),
+            vec![],
+        );
+        let plugin = reg.resolve("drv", &r).unwrap();
+        let result = plugin.add(&r).unwrap();
+        assert_eq!(result.dns.domain.as_deref(), Some("drv+ipam"));
+    }
+
+    #[test]
+    fn unknown_types_are_exec_plugins_found_on_cni_path() {
+        // cni-SPEC §4: a type plexus does not know is the real binary; its
+        // validate looks for it on CNI_PATH.
+        let reg = registry();
+        let r = req(
+            json!({"cniVersion": "1.0.0", "name": "n", "type": "no-such-plugin"}),
+            vec!["/nonexistent-dir".into()],
+        );
+        let plugin = reg.resolve("no-such-plugin", &r).unwrap();
+        let e = plugin.validate(&r).unwrap_err();
+        assert_eq!(
+            e.details,
+            "no-such-plugin: no executable named \"no-such-plugin\" in /nonexistent-dir"
+        );
+        // ... and `drv`'s IPAM of an unknown type fails the same way.
+        let r = req(
+            json!({"cniVersion": "1.0.0", "name": "n", "type": "drv", "ipam": {"type": "no-ipam"}}),
+            vec!["/nonexistent-dir".into()],
+        );
+        let e = reg.resolve("drv", &r).unwrap().add(&r).unwrap_err();
+        assert!(
+            e.details
+                .starts_with("ipam (no-ipam).no-ipam: no executable"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn refused_and_invalid_types() {
+        let r = req(
+            json!({"cniVersion": "1.0.0", "name": "n", "type": "x"}),
+            vec![],
+        );
+        let reg = Registry::new();
+        let e = reg.resolve("plexus", &r).err().unwrap();
+        assert_eq!(e.code, ErrorCode::Plugin(codes::ATTACHMENT_REJECTED));
+        assert!(
+            e.details
+                .starts_with("type: \"plexus\": plexus cannot delegate"),
+            "{e}"
+        );
+        let e = reg.resolve("../bridge", &r).err().unwrap();
+        assert_eq!(e.code, ErrorCode::InvalidConfig);
+        let reg = reg.with_refused("dhcp", "not on this node");
+        assert!(reg.resolve("dhcp", &r).is_err());
+        // Registering a refused type as a built-in lifts the refusal.
+        let reg = reg.with_builtin("plexus", |_| Box::new(Ipam));
+        assert!(reg.resolve("plexus", &r).is_ok());
+    }
+}
