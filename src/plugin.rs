@@ -1,61 +1,235 @@
 //! plexus as a CNI plugin: what a runtime reaches through `type: "plexus"`.
 //!
-//! This build has no data plane yet, so it never pretends to attach anything:
-//! ADD validates plexus's configuration and then fails with a clear error;
-//! STATUS reports that ADD cannot be served (cni-SPEC §2 STATUS, code 50). DEL
-//! and GC succeed: no ADD ever completed, so there is nothing to remove, and
-//! DEL must be idempotent (cni-SPEC §2 DEL).
+//! ADD plans the pod's attachments (cluster network first, then its
+//! selections) and runs them through the executor, built-in plugins
+//! in-process and unknown types exec'd from `CNI_PATH`/`binDir`; the runtime
+//! gets the cluster network's result, as from Multus. DEL, CHECK and GC work
+//! from plexus's record of what ADD did, so they need neither the API server
+//! nor the pod (cni-SPEC §2; multi-net-spec §7.2).
 
 use std::io;
+use std::path::PathBuf;
 
-use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::cache::Cache;
+use crate::cluster::{dir::DirCluster, Cluster};
+use crate::cni::args::CniArgs;
+use crate::cni::delegate::Resolver;
+use crate::cni::error::CniError;
 use crate::cni::result::CniResult;
 use crate::cni::skel::{self, Plugin, Request};
-use crate::config::PlexusConf;
+use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
+use crate::manifest::Pod;
+use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
+use crate::run::{Delegates, Executor, Registry, RunContext};
 
 pub struct PlexusPlugin;
+
+/// Every plugin type plexus serves in-process; anything else is exec'd.
+pub fn registry() -> Registry {
+    let mut registry = Registry::new();
+    for plugin_type in ["host-local", "static"] {
+        registry = registry.with_builtin(plugin_type, move |_: &dyn Resolver| -> Box<dyn Plugin> {
+            plexus_ipam::builtin(plugin_type).expect("registered IPAM type is built in")
+        });
+    }
+    registry
+}
 
 fn conf(req: &Request) -> Result<PlexusConf, CniError> {
     PlexusConf::from_value(&serde_json::Value::Object(req.config.clone()))
 }
 
-fn no_data_plane(what: &str) -> CniError {
-    CniError::plugin(
-        codes::NOT_IMPLEMENTED,
-        "plexus cannot attach interfaces yet",
-        format!("{what}: this build of plexus has no data plane; no interface was created"),
+/// The cluster plexus reads pods and NADs from.
+fn cluster(conf: &PlexusConf) -> Result<DirCluster, CniError> {
+    match (&conf.manifest_dir, &conf.kubeconfig) {
+        (Some(dir), _) => DirCluster::load(dir),
+        (None, Some(_)) => Err(CniError::plugin(
+            crate::cni::error::codes::NOT_IMPLEMENTED,
+            "Kubernetes API access is not available in this build",
+            "kubeconfig: reading pods and NetworkAttachmentDefinitions from the API server is not \
+             implemented yet; give manifestDir, or neither for the cluster network only",
+        )),
+        (None, None) => Ok(DirCluster::empty()),
+    }
+}
+
+/// The pod this call is for, from kubelet's `CNI_ARGS`; a runtime that sends
+/// none (podman) gets a pod with no annotations: the default networks only.
+fn pod(args: &CniArgs, container_id: &str, cluster: &dyn Cluster) -> Result<Pod, CniError> {
+    let (Some(namespace), Some(name)) = (args.k8s_pod_namespace(), args.k8s_pod_name()) else {
+        return Ok(Pod {
+            namespace: crate::manifest::DEFAULT_NAMESPACE.into(),
+            name: container_id.into(),
+            uid: None,
+            annotations: Default::default(),
+        });
+    };
+    Ok(cluster.pod(namespace, name)?.unwrap_or_else(|| Pod {
+        namespace: namespace.into(),
+        name: name.into(),
+        uid: args.k8s_pod_uid().map(String::from),
+        annotations: Default::default(),
+    }))
+}
+
+/// What the runtime told plexus about this attachment.
+struct Call<'a> {
+    container_id: String,
+    ifname: String,
+    netns: Option<PathBuf>,
+    cni_path: &'a [PathBuf],
+}
+
+fn call(req: &Request) -> Call<'_> {
+    Call {
+        container_id: req.env.container_id.clone().unwrap_or_default(),
+        ifname: req.env.ifname.clone().unwrap_or_default(),
+        netns: req.env.netns.clone(),
+        cni_path: &req.env.path,
+    }
+}
+
+fn context<'a>(call: &Call, bin_dir: PathBuf, resolver: &'a dyn Resolver) -> RunContext<'a> {
+    RunContext {
+        container_id: call.container_id.clone(),
+        ifname: call.ifname.clone(),
+        netns: call.netns.clone(),
+        delegates: Delegates {
+            cni_path: call.cni_path.to_vec(),
+            bin_dir: Some(bin_dir),
+            resolver,
+        },
+    }
+}
+
+/// `cniDir` and `binDir` even from a conf that no longer parses, so a DEL can
+/// still find and finish what its ADD started.
+fn dirs_of(req: &Request, conf: Option<&PlexusConf>) -> (PathBuf, PathBuf) {
+    if let Some(conf) = conf {
+        return (conf.cni_dir.clone(), conf.bin_dir.clone());
+    }
+    let raw = |key: &str, default: &str| {
+        PathBuf::from(
+            req.config
+                .get(key)
+                .and_then(|v| v.as_str())
+                .unwrap_or(default),
+        )
+    };
+    (
+        raw("cniDir", DEFAULT_CNI_DIR),
+        raw("binDir", DEFAULT_BIN_DIR),
+    )
+}
+
+fn cluster_network(
+    conf: &PlexusConf,
+    cluster: &DirCluster,
+    conf_dir: &ConfDir,
+) -> Result<DefaultNetwork, CniError> {
+    plan::cluster_network(
+        &conf.cluster_network,
+        cluster,
+        Some(conf_dir),
+        &conf.plexus_namespace,
     )
 }
 
 impl Plugin for PlexusPlugin {
+    fn validate(&self, req: &Request) -> Result<(), CniError> {
+        conf(req).map(|_| ())
+    }
+
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        conf(req)?;
-        Err(no_data_plane("ADD"))
+        let conf = conf(req)?;
+        let cluster = cluster(&conf)?;
+        let conf_dir = ConfDir::new(&conf.conf_dir);
+        let default_network = cluster_network(&conf, &cluster, &conf_dir)?;
+        let call = call(req);
+        let pod = pod(&req.env.args, &call.container_id, &cluster)?;
+        let options = PlanOptions {
+            ifname: call.ifname.clone(),
+            container_id: Some(call.container_id.clone()),
+            cni_args: Some(req.env.args.clone()),
+            runtime_config: req.runtime_config.clone(),
+            ..PlanOptions::from_conf(&conf)
+        };
+        let inputs = PlanInputs {
+            nads: &cluster,
+            conf_dir: Some(&conf_dir),
+            default_network: &default_network,
+            options: &options,
+        };
+        let plan = plan::plan(&pod, &inputs)?;
+        for warning in &plan.warnings {
+            eprintln!("plexus: {}/{}: {warning}", pod.namespace, pod.name);
+        }
+
+        let registry = registry();
+        let executor = Executor::new(Cache::new(&conf.cni_dir));
+        let results = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry))?;
+        // The runtime (and Kubernetes) know only the cluster network.
+        let mut result = results
+            .into_iter()
+            .find(|a| a.default)
+            .and_then(|a| a.result)
+            .unwrap_or_default();
+        result.cni_version = Some(req.cni_version);
+        Ok(result)
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        // A broken conf must not block teardown: DEL is best-effort.
-        let _ = conf(req);
+        let conf = conf(req).ok();
+        let (cni_dir, bin_dir) = dirs_of(req, conf.as_ref());
+        let registry = registry();
+        let report = Executor::new(Cache::new(cni_dir))
+            .del(&context(&call(req), bin_dir, &registry), None)?;
+        for warning in &report.warnings {
+            eprintln!(
+                "plexus: DEL {}: {warning}",
+                req.env.container_id.as_deref().unwrap_or("")
+            );
+        }
         Ok(())
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
-        conf(req)?;
-        Err(no_data_plane("CHECK"))
+        let conf = conf(req)?;
+        let registry = registry();
+        Executor::new(Cache::new(&conf.cni_dir)).check(&context(
+            &call(req),
+            conf.bin_dir.clone(),
+            &registry,
+        ))
     }
 
-    fn gc(&self, req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
-        conf(req)?;
+    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
+        let conf = conf(req)?;
+        let cluster = cluster(&conf)?;
+        let conf_dir = ConfDir::new(&conf.conf_dir);
+        let default_network = cluster_network(&conf, &cluster, &conf_dir).ok();
+        let registry = registry();
+        let delegates = Delegates {
+            cni_path: req.env.path.clone(),
+            bin_dir: Some(conf.bin_dir.clone()),
+            resolver: &registry,
+        };
+        let report = Executor::new(Cache::new(&conf.cni_dir)).gc(
+            valid,
+            &delegates,
+            default_network.as_ref(),
+        )?;
+        for warning in &report.warnings {
+            eprintln!("plexus: GC: {warning}");
+        }
         Ok(())
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        conf(req)?;
-        Err(CniError::new(
-            ErrorCode::NotAvailable,
-            "plexus cannot service ADD requests",
-            "this build of plexus has no data plane",
-        ))
+        // Ready when the configuration is valid and its cluster network resolves.
+        let conf = conf(req)?;
+        let cluster = cluster(&conf)?;
+        cluster_network(&conf, &cluster, &ConfDir::new(&conf.conf_dir)).map(|_| ())
     }
 }
 

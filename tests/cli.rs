@@ -299,8 +299,11 @@ fn plugin(env: &[(&str, &str)], stdin: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
-const CONF: &str = r#"{"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
-                       "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge"}]}"#;
+fn plexus_conf(cni_dir: &Path) -> String {
+    json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus", "cniDir": cni_dir,
+           "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge"}]})
+    .to_string()
+}
 
 #[test]
 fn plugin_mode_speaks_cni() {
@@ -312,19 +315,26 @@ fn plugin_mode_speaks_cni() {
         json!({"cniVersion": "0.4.0", "supportedVersions": ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]})
     );
 
+    let cni_dir = tempfile::tempdir().unwrap();
+    let conf = plexus_conf(cni_dir.path());
     let add_env = [
         ("CNI_COMMAND", "ADD"),
         ("CNI_CONTAINERID", "abc"),
-        ("CNI_NETNS", "/var/run/netns/x"),
+        ("CNI_NETNS", "/var/run/netns/plexus-test-does-not-exist"),
         ("CNI_IFNAME", "eth0"),
-        ("CNI_PATH", "/usr/lib/cni"),
+        ("CNI_PATH", "/nonexistent/cni/bin"),
     ];
-    // ADD never fakes success without a data plane.
-    let out = plugin(&add_env, CONF);
+    // A delegate that cannot be found fails ADD with an error naming it and
+    // where plexus looked; nothing is left owing.
+    let out = plugin(&add_env, &conf);
     assert_eq!(out.status.code(), Some(1));
     let err = stdout_json(&out);
-    assert_eq!(err["code"], 102);
     assert_eq!(err["cniVersion"], "1.0.0");
+    let details = err["details"].as_str().unwrap();
+    assert!(
+        details.contains("bridge") && details.contains("/nonexistent/cni/bin"),
+        "{err}"
+    );
 
     // A bad conf is reported as such, naming the field.
     let out = plugin(
@@ -338,22 +348,24 @@ fn plugin_mode_speaks_cni() {
         .contains("delegates"));
 
     // A missing variable is code 4 naming it.
-    let out = plugin(&add_env[..3], CONF);
+    let out = plugin(&add_env[..3], &conf);
     assert_eq!(stdout_json(&out)["code"], 4);
     assert!(stdout_json(&out)["details"]
         .as_str()
         .unwrap()
         .contains("CNI_IFNAME"));
 
-    // DEL succeeds, twice, and without CNI_NETNS (containerd's last DEL).
+    // DEL succeeds, twice, and without CNI_NETNS (containerd's last DEL), and
+    // leaves no record behind.
     let del_env = [
         ("CNI_COMMAND", "DEL"),
         ("CNI_CONTAINERID", "abc"),
         ("CNI_IFNAME", "eth0"),
         ("CNI_NETNS", ""),
+        ("CNI_PATH", "/nonexistent/cni/bin"),
     ];
     for _ in 0..2 {
-        let out = plugin(&del_env, CONF);
+        let out = plugin(&del_env, &conf);
         assert!(
             out.status.success(),
             "{}",
@@ -361,6 +373,12 @@ fn plugin_mode_speaks_cni() {
         );
         assert!(out.stdout.is_empty());
     }
+    let left: Vec<_> = std::fs::read_dir(cni_dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 fn example(name: &str) -> String {
