@@ -1,0 +1,117 @@
+//! The manifests in deploy/ parse and say what operators rely on.
+
+use plexus::manifest;
+use serde_json::Value;
+
+fn docs(file: &str) -> Vec<Value> {
+    let path = format!("{}/deploy/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    manifest::parse_documents(&text, &path)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.value)
+        .collect()
+}
+
+#[test]
+fn nad_crd_follows_multi_net_spec_3_1() {
+    let crd = &docs("crds/network-attachment-definition.yaml")[0];
+    assert_eq!(
+        crd["metadata"]["name"],
+        "network-attachment-definitions.k8s.cni.cncf.io"
+    );
+    let spec = &crd["spec"];
+    assert_eq!(spec["group"], "k8s.cni.cncf.io");
+    assert_eq!(spec["scope"], "Namespaced");
+    assert_eq!(spec["names"]["kind"], "NetworkAttachmentDefinition");
+    assert_eq!(spec["names"]["shortNames"][0], "net-attach-def");
+    assert_eq!(spec["versions"][0]["name"], "v1");
+    assert_eq!(
+        spec["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["config"]["type"],
+        "string"
+    );
+}
+
+#[test]
+fn ipamclaim_crd_follows_multi_net_spec_8_1() {
+    let crd = &docs("crds/ipamclaim.yaml")[0];
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(crd["spec"]["names"]["kind"], "IPAMClaim");
+    assert_eq!(version["name"], "v1alpha1");
+    assert!(version["subresources"]["status"].is_object());
+    let schema = &version["schema"]["openAPIV3Schema"]["properties"];
+    assert_eq!(
+        schema["spec"]["required"],
+        serde_json::json!(["interface", "network"])
+    );
+    assert_eq!(
+        schema["status"]["properties"]["ips"]["items"]["type"],
+        "string"
+    );
+}
+
+#[test]
+fn rbac_grants_what_plexus_needs() {
+    let all = docs("rbac.yaml");
+    let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    let allows = |resource: &str, verb: &str| {
+        role["rules"].as_array().unwrap().iter().any(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x == resource)
+                && r["verbs"].as_array().unwrap().iter().any(|x| x == verb)
+        })
+    };
+    for (resource, verb) in [
+        ("pods", "get"),
+        ("pods", "watch"),
+        ("pods/status", "patch"),
+        ("network-attachment-definitions", "list"),
+        ("ipamclaims", "get"),
+        ("ipamclaims/status", "update"),
+        ("events", "create"),
+    ] {
+        assert!(allows(resource, verb), "{resource} {verb}");
+    }
+    let binding = all
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding")
+        .unwrap();
+    assert_eq!(binding["subjects"][0]["name"], "plexus");
+}
+
+#[test]
+fn daemonset_installs_on_every_node() {
+    let ds = &docs("daemonset.yaml")[0];
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["tolerations"][0]["operator"], "Exists");
+    let install = &pod["initContainers"][0];
+    assert_eq!(install["securityContext"]["privileged"], true);
+    // Copy then rename, never overwrite a running binary in place.
+    assert!(install["command"][2].as_str().unwrap().contains("mv -f"));
+    let mounts: Vec<&str> = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["hostPath"]["path"].as_str().unwrap())
+        .collect();
+    for path in [
+        "/etc/cni/net.d",
+        "/opt/cni/bin",
+        "/var/lib/cni",
+        "/run/netns",
+    ] {
+        assert!(mounts.contains(&path), "{path}");
+    }
+    let netns = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "netns")
+        .unwrap();
+    assert_eq!(netns["mountPropagation"], "HostToContainer");
+}
