@@ -118,7 +118,7 @@ fn bad(path: impl AsRef<str>, reason: impl AsRef<str>) -> CniError {
 struct WireModern {
     interfaces: Option<Vec<WireInterface>>,
     ips: Option<Vec<WireIp>>,
-    routes: Option<Vec<WireRoute>>,
+    routes: Option<Vec<RouteJson>>,
     dns: Option<WireDns>,
 }
 
@@ -149,8 +149,10 @@ struct WireIp {
     gateway: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct WireRoute {
+/// A `routes[]` entry as written (cni-SPEC §5), shared with IPAM configs,
+/// whose `routes` have the same shape.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RouteJson {
     dst: Option<String>,
     gw: Option<String>,
     mtu: Option<u32>,
@@ -172,7 +174,7 @@ struct WireDns {
 struct WireLegacyIp {
     ip: Option<String>,
     gateway: Option<String>,
-    routes: Option<Vec<WireRoute>>,
+    routes: Option<Vec<RouteJson>>,
 }
 
 /// Go's `omitempty` makes "" and absent the same.
@@ -222,8 +224,9 @@ fn family(ip: IpAddr) -> &'static str {
     }
 }
 
-impl WireRoute {
-    fn into_route(self, path: &str) -> Result<Route, CniError> {
+impl RouteJson {
+    /// The route, or a code-6 error naming `path.dst` / `path.gw`.
+    pub fn into_route(self, path: &str) -> Result<Route, CniError> {
         Ok(Route {
             dst: required_cidr(self.dst, &format!("{path}.dst"))?,
             gw: optional_ip(self.gw, &format!("{path}.gw"))?,

@@ -37,17 +37,8 @@ pub(crate) struct IpRangeConf {
     pub gateway: Option<String>,
 }
 
-/// `routes[]` entries as written (cni-SPEC §5 route fields).
-#[derive(Debug, Clone, Deserialize)]
-pub(crate) struct RouteConf {
-    dst: Option<String>,
-    gw: Option<String>,
-    mtu: Option<u32>,
-    advmss: Option<u32>,
-    priority: Option<u32>,
-    table: Option<u32>,
-    scope: Option<u32>,
-}
+/// `routes[]` entries as written: the same shape as a result's routes.
+pub(crate) use plexus_cni::result::RouteJson as RouteConf;
 
 /// `args` (cni-CONVENTIONS "args in network config"): only `args.cni.ips`
 /// matters to IPAM.
@@ -101,32 +92,27 @@ pub(crate) fn parse_routes(list: Option<&[RouteConf]>, path: &str) -> Result<Vec
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let at = |f: &str| format!("{path}[{i}].{f}");
-            let dst_s = r
-                .dst
-                .as_deref()
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| CniError::invalid_config(at("dst"), "missing"))?;
-            let dst = parse_cidr(dst_s).map_err(|e| CniError::invalid_config(at("dst"), e))?;
-            let gw = parse_ip(r.gw.as_deref(), &at("gw"))?;
-            if let Some(gw) = gw {
-                if gw.is_ipv4() != dst.is_ipv4() {
+            // A config error (code 7), not a result decoding error.
+            let mut route = r.clone().into_route(&format!("{path}[{i}]")).map_err(|e| {
+                CniError::new(
+                    plexus_cni::ErrorCode::InvalidConfig,
+                    "invalid network configuration",
+                    e.details,
+                )
+            })?;
+            route.gw = route.gw.map(|gw| gw.to_canonical());
+            if let Some(gw) = route.gw {
+                if gw.is_ipv4() != route.dst.is_ipv4() {
                     return Err(CniError::invalid_config(
-                        at("gw"),
-                        format!("{gw} and the destination {dst} are of different address families"),
+                        format!("{path}[{i}].gw"),
+                        format!(
+                            "{gw} and the destination {} are of different address families",
+                            route.dst
+                        ),
                     ));
                 }
             }
-            let non_zero = |n: Option<u32>| n.filter(|n| *n != 0);
-            Ok(Route {
-                dst,
-                gw,
-                mtu: non_zero(r.mtu),
-                advmss: non_zero(r.advmss),
-                priority: non_zero(r.priority),
-                table: r.table,
-                scope: r.scope,
-            })
+            Ok(route)
         })
         .collect()
 }
