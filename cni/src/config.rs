@@ -438,38 +438,8 @@ mod tests {
         v
     }
 
-    const APPENDIX_BRIDGE_RESULT: &str = r#"{
-        "ips": [
-            {
-              "address": "10.1.0.5/16",
-              "gateway": "10.1.0.1",
-              "interface": 2
-            }
-        ],
-        "routes": [
-          {
-            "dst": "0.0.0.0/0"
-          }
-        ],
-        "interfaces": [
-            {
-                "name": "cni0",
-                "mac": "00:11:22:33:44:55"
-            },
-            {
-                "name": "veth3243",
-                "mac": "55:44:33:22:11:11"
-            },
-            {
-                "name": "eth0",
-                "mac": "99:88:77:66:55:44",
-                "sandbox": "/var/run/netns/blue"
-            }
-        ],
-        "dns": {
-          "nameservers": [ "10.1.0.1" ]
-        }
-    }"#;
+    /// cni-SPEC Appendix "Add example": the result of `bridge`.
+    const APPENDIX_BRIDGE_RESULT: &str = include_str!("testdata/appendix-bridge-result.json");
 
     // The request configurations of the Appendix, verbatim.
     const APPENDIX_BRIDGE_ADD: &str = r#"{

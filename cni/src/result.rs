@@ -574,72 +574,10 @@ mod tests {
     }"#;
 
     /// cni-SPEC Appendix "Add example": the result of `bridge`.
-    const BRIDGE: &str = r#"{
-        "ips": [
-            {
-              "address": "10.1.0.5/16",
-              "gateway": "10.1.0.1",
-              "interface": 2
-            }
-        ],
-        "routes": [
-          {
-            "dst": "0.0.0.0/0"
-          }
-        ],
-        "interfaces": [
-            {
-                "name": "cni0",
-                "mac": "00:11:22:33:44:55"
-            },
-            {
-                "name": "veth3243",
-                "mac": "55:44:33:22:11:11"
-            },
-            {
-                "name": "eth0",
-                "mac": "99:88:77:66:55:44",
-                "sandbox": "/var/run/netns/blue"
-            }
-        ],
-        "dns": {
-          "nameservers": [ "10.1.0.1" ]
-        }
-    }"#;
+    const BRIDGE: &str = include_str!("testdata/appendix-bridge-result.json");
 
     /// cni-SPEC Appendix "Add example": the result of `tuning`.
-    const TUNING: &str = r#"{
-        "ips": [
-            {
-              "address": "10.1.0.5/16",
-              "gateway": "10.1.0.1",
-              "interface": 2
-            }
-        ],
-        "routes": [
-          {
-            "dst": "0.0.0.0/0"
-          }
-        ],
-        "interfaces": [
-            {
-                "name": "cni0",
-                "mac": "00:11:22:33:44:55"
-            },
-            {
-                "name": "veth3243",
-                "mac": "55:44:33:22:11:11"
-            },
-            {
-                "name": "eth0",
-                "mac": "00:11:22:33:44:66",
-                "sandbox": "/var/run/netns/blue"
-            }
-        ],
-        "dns": {
-          "nameservers": [ "10.1.0.1" ]
-        }
-    }"#;
+    const TUNING: &str = include_str!("testdata/appendix-tuning-result.json");
 
     fn parse_json(s: &str) -> Value {
         serde_json::from_str(s).unwrap()
