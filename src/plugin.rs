@@ -20,6 +20,7 @@ use crate::cni::skel::{self, Plugin, Request};
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
 use crate::manifest::Pod;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
+use crate::run::routes::NetlinkRouteHook;
 use crate::run::{Delegates, Executor, Registry, RunContext};
 
 pub struct PlexusPlugin;
@@ -166,7 +167,8 @@ impl Plugin for PlexusPlugin {
         }
 
         let registry = registry();
-        let executor = Executor::new(Cache::new(&conf.cni_dir));
+        let executor =
+            Executor::new(Cache::new(&conf.cni_dir)).with_route_hook(Box::new(NetlinkRouteHook));
         let results = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry))?;
         // The runtime (and Kubernetes) know only the cluster network.
         let mut result = results

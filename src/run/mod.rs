@@ -25,6 +25,7 @@
 
 pub mod exec;
 pub mod registry;
+pub mod routes;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,104 @@
+//! multi-net-spec §4.1.2.1.9 in the kernel: the [`RouteHook`] the executor
+//! calls after an attachment, implemented over the data plane's netlink
+//! handle in the pod's namespace.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use plexus_dataplane::netlink::{IpFamily, Route};
+use plexus_dataplane::{NetNs, Netlink};
+
+use super::{set_default_routes, strip_default_routes, RouteHook};
+use crate::cni::error::{codes, CniError};
+use crate::cni::result::CniResult;
+
+/// Changes the pod's default routes through netlink.
+pub struct NetlinkRouteHook;
+
+fn failed(what: &str, ifname: &str, e: impl std::fmt::Display) -> CniError {
+    CniError::plugin(
+        codes::PLUGIN_FAILED,
+        "default route (multi-net-spec §4.1.2.1.9)",
+        format!("{what} on {ifname}: {e}"),
+    )
+}
+
+/// The pod's handle and the index of `ifname` in it.
+fn pod_link(netns: &Path, ifname: &str) -> Result<(Netlink, u32), CniError> {
+    let ns = NetNs::open(netns).map_err(|e| failed("open the pod namespace", ifname, e))?;
+    let nl = Netlink::open(&ns).map_err(|e| failed("netlink in the pod namespace", ifname, e))?;
+    let link = nl
+        .link_by_name(ifname)
+        .map_err(|e| failed("look up the interface", ifname, e))?
+        .ok_or_else(|| {
+            failed(
+                "look up the interface",
+                ifname,
+                "no such interface in the pod",
+            )
+        })?;
+    Ok((nl, link.index))
+}
+
+/// Delete the default routes of `families` that leave through `index`.
+fn delete_defaults(
+    nl: &Netlink,
+    index: u32,
+    families: &[IpFamily],
+    ifname: &str,
+) -> Result<(), CniError> {
+    for &family in families {
+        let routes = nl
+            .routes(family, None)
+            .map_err(|e| failed("list routes", ifname, e))?;
+        for route in routes
+            .iter()
+            .filter(|r| r.dst.prefix() == 0 && r.oif == Some(index))
+        {
+            nl.del_route(route)
+                .map_err(|e| failed("delete the default route", ifname, e))?;
+        }
+    }
+    Ok(())
+}
+
+impl RouteHook for NetlinkRouteHook {
+    fn clear_default_route(
+        &self,
+        netns: &Path,
+        ifname: &str,
+        result: &mut CniResult,
+    ) -> Result<(), CniError> {
+        let (nl, index) = pod_link(netns, ifname)?;
+        delete_defaults(&nl, index, &[IpFamily::V4, IpFamily::V6], ifname)?;
+        strip_default_routes(result);
+        Ok(())
+    }
+
+    fn set_default_route(
+        &self,
+        netns: &Path,
+        ifname: &str,
+        gateways: &[IpAddr],
+        result: &mut CniResult,
+    ) -> Result<(), CniError> {
+        let (nl, index) = pod_link(netns, ifname)?;
+        let families: Vec<IpFamily> = [IpFamily::V4, IpFamily::V6]
+            .into_iter()
+            .filter(|f| gateways.iter().any(|g| IpFamily::of(g) == *f))
+            .collect();
+        // The selection's gateways replace what the plugin installed here.
+        delete_defaults(&nl, index, &families, ifname)?;
+        // The spec allows a metric per gateway in list order; it also keeps
+        // several gateways of one family from colliding.
+        for (metric, gateway) in gateways.iter().enumerate() {
+            let route = Route::default_via(*gateway)
+                .dev(index)
+                .metric(metric as u32);
+            nl.add_route(&route)
+                .map_err(|e| failed(&format!("add the default route via {gateway}"), ifname, e))?;
+        }
+        set_default_routes(result, gateways);
+        Ok(())
+    }
+}

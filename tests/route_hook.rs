@@ -1,0 +1,166 @@
+//! multi-net-spec §4.1.2.1.9 in the kernel: the default-route step after an
+//! attachment, in a pod namespace this test creates (the machine's own
+//! namespace is never touched).
+
+use std::net::IpAddr;
+use std::process::Command;
+
+use plexus::cni::result::{CniResult, Route};
+use plexus::run::routes::NetlinkRouteHook;
+use plexus::run::RouteHook;
+use plexus_dataplane::NetNs;
+
+/// A named namespace deleted on drop, even when the test fails.
+struct Pod(String);
+
+impl Pod {
+    fn new(tag: &str) -> Pod {
+        let name = format!("pxrh-{}-{tag}", std::process::id());
+        NetNs::create_named(&name).unwrap();
+        Pod(name)
+    }
+    fn path(&self) -> std::path::PathBuf {
+        plexus_dataplane::netns::named_path(&self.0).unwrap()
+    }
+    fn ip(&self, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .arg("-n")
+            .arg(&self.0)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+    fn defaults(&self, family: &str) -> Vec<(String, u64)> {
+        let json: serde_json::Value =
+            serde_json::from_str(&self.ip(&["-j", family, "route", "show", "default"])).unwrap();
+        json.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["gateway"].as_str().unwrap_or("").to_string(),
+                    r["metric"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        let _ = NetNs::delete_named(&self.0);
+    }
+}
+
+fn pod_with_link(tag: &str) -> Pod {
+    let pod = Pod::new(tag);
+    pod.ip(&[
+        "link", "add", "net1", "type", "veth", "peer", "name", "peer1",
+    ]);
+    pod.ip(&["link", "set", "net1", "up"]);
+    pod.ip(&["link", "set", "peer1", "up"]);
+    pod.ip(&["addr", "add", "10.0.0.2/24", "dev", "net1"]);
+    pod.ip(&["-6", "addr", "add", "fd00::2/64", "dev", "net1", "nodad"]);
+    pod
+}
+
+fn result_with_default(gw: &str) -> CniResult {
+    CniResult {
+        routes: vec![Route {
+            dst: "0.0.0.0/0".parse().unwrap(),
+            gw: Some(gw.parse().unwrap()),
+            mtu: None,
+            advmss: None,
+            priority: None,
+            table: None,
+            scope: None,
+        }],
+        ..CniResult::default()
+    }
+}
+
+#[test]
+fn set_default_route_replaces_the_plugins_and_orders_gateways() {
+    let pod = pod_with_link("set");
+    pod.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.0.0.254",
+        "dev",
+        "net1",
+    ]);
+    let mut result = result_with_default("10.0.0.254");
+    let gateways: Vec<IpAddr> = vec![
+        "10.0.0.1".parse().unwrap(),
+        "10.0.0.9".parse().unwrap(),
+        "fd00::1".parse().unwrap(),
+    ];
+    NetlinkRouteHook
+        .set_default_route(&pod.path(), "net1", &gateways, &mut result)
+        .unwrap();
+    // One route per gateway, metric in list order; the plugin's is gone.
+    assert_eq!(
+        pod.defaults("-4"),
+        [("10.0.0.1".to_string(), 0), ("10.0.0.9".to_string(), 1)]
+    );
+    assert_eq!(
+        pod.defaults("-6")
+            .iter()
+            .map(|(g, _)| g.as_str())
+            .collect::<Vec<_>>(),
+        ["fd00::1"]
+    );
+    // The result says what the kernel now has.
+    let gws: Vec<String> = result
+        .routes
+        .iter()
+        .filter(|r| r.is_default())
+        .map(|r| r.gw.unwrap().to_string())
+        .collect();
+    assert_eq!(gws, ["10.0.0.1", "10.0.0.9", "fd00::1"]);
+}
+
+#[test]
+fn clear_default_route_removes_both_families() {
+    let pod = pod_with_link("clear");
+    pod.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.0.0.254",
+        "dev",
+        "net1",
+    ]);
+    pod.ip(&[
+        "-6", "route", "add", "default", "via", "fd00::fe", "dev", "net1",
+    ]);
+    let mut result = result_with_default("10.0.0.254");
+    NetlinkRouteHook
+        .clear_default_route(&pod.path(), "net1", &mut result)
+        .unwrap();
+    assert!(pod.defaults("-4").is_empty());
+    assert!(pod.defaults("-6").is_empty());
+    assert!(result.routes.is_empty());
+    // Clearing again finds nothing to remove and succeeds.
+    NetlinkRouteHook
+        .clear_default_route(&pod.path(), "net1", &mut result)
+        .unwrap();
+}
+
+#[test]
+fn a_missing_interface_is_named() {
+    let pod = Pod::new("missing");
+    let err = NetlinkRouteHook
+        .clear_default_route(&pod.path(), "nope0", &mut CniResult::default())
+        .unwrap_err();
+    assert!(err.details.contains("nope0"), "{err}");
+}
