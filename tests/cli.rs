@@ -290,12 +290,9 @@ fn plugin(env: &[(&str, &str)], stdin: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
+    // A plugin may exit before reading stdin (an environment error comes
+    // first, as in libcni's skel); like Go's exec, ignore the broken pipe.
+    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
     child.wait_with_output().unwrap()
 }
 
