@@ -275,6 +275,7 @@ fn run(args: &Args) -> Result<bool, String> {
         ],
     )?;
     ip(&node, &["link", "set", "uplink0", "up"])?;
+    ip(&node, &["link", "set", "uplink0p", "up"])?;
     ip(&node, &["link", "add", "brbare0", "type", "bridge"])?;
 
     println!(
@@ -285,14 +286,17 @@ fn run(args: &Args) -> Result<bool, String> {
     let mut all_met = true;
     let mut bridge_del_median = None;
     let mut max_rss_kb = 0;
-    for scenario in scenarios(&tmp.0.join("ipam"), &tmp.0.join("cache")) {
+    for (n, scenario) in scenarios(&tmp.0.join("ipam"), &tmp.0.join("cache"))
+        .into_iter()
+        .enumerate()
+    {
         let plugin = scenario.reference["type"].as_str().expect("scenario type");
         let reference_bin = args.reference_dir.join(plugin);
         let (mut reference, mut ours) = (Samples::default(), Samples::default());
         let mut pods = Vec::with_capacity(args.pods);
         for i in 0..args.pods {
-            let ref_ns = namespaces.create(format!("pxb-{pid}-r{i}"))?;
-            let our_ns = namespaces.create(format!("pxb-{pid}-p{i}"))?;
+            let ref_ns = namespaces.create(format!("pxb-{pid}-{n}r{i}"))?;
+            let our_ns = namespaces.create(format!("pxb-{pid}-{n}p{i}"))?;
             let (ref_id, our_id) = (format!("ref{i}"), format!("px{i}"));
             let r = invoke(
                 &node,

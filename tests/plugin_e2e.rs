@@ -1,0 +1,267 @@
+//! The `plexus` binary end to end, invoked exactly as a runtime invokes a CNI
+//! plugin (env + config on stdin) inside a "node" namespace this test creates:
+//! two pods get the cluster network (bridge) and the secondary network their
+//! annotation selects (macvlan), from a manifest directory, with Debian's
+//! reference plugins as exec'd delegates (cni-SPEC §4). Asserts the result,
+//! kernel state, connectivity on both networks, and that DEL leaves nothing.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use plexus_dataplane::NetNs;
+use serde_json::{json, Value};
+
+const PLEXUS: &str = env!("CARGO_BIN_EXE_plexus");
+const REFERENCE: &str = "/usr/lib/cni";
+
+/// Named namespaces deleted on drop, even when the test fails.
+struct Namespaces(Vec<String>);
+
+impl Namespaces {
+    fn add(&mut self, tag: &str) -> String {
+        let name = format!("pxe-{}-{tag}", std::process::id());
+        NetNs::create_named(&name).unwrap();
+        self.0.push(name.clone());
+        name
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for name in self.0.drain(..).rev() {
+            let _ = NetNs::delete_named(&name);
+        }
+    }
+}
+
+fn ip(netns: &str, args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .arg("-n")
+        .arg(netns)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ip -n {netns} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn addresses(netns: &str, ifname: &str) -> Vec<String> {
+    let v: Value =
+        serde_json::from_str(&ip(netns, &["-j", "-4", "addr", "show", "dev", ifname])).unwrap();
+    v[0]["addr_info"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["local"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn link_names(netns: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(&ip(netns, &["-j", "link", "show"])).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["ifname"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn ping(from: &str, to: &str) -> bool {
+    Command::new("ip")
+        .args(["netns", "exec", from, "ping", "-c1", "-W2", to])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// plexus run as a runtime runs it: in the node namespace, env + stdin.
+fn plexus(
+    node: &str,
+    command: &str,
+    container: &str,
+    pod_ns: Option<&str>,
+    pod: &str,
+    conf: &str,
+) -> Output {
+    let netns = pod_ns
+        .map(|n| format!("/var/run/netns/{n}"))
+        .unwrap_or_default();
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", node, PLEXUS])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", container)
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", REFERENCE)
+        .env(
+            "CNI_ARGS",
+            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME={pod}"),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = child.stdin.take().unwrap().write_all(conf.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() {
+                out.extend(
+                    files_in(&e.path())
+                        .into_iter()
+                        .map(|f| format!("{name}/{f}")),
+                );
+            } else {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn two_pods_on_a_bridge_and_a_macvlan_network() {
+    if !Path::new(REFERENCE).join("bridge").exists() {
+        eprintln!("SKIPPED two_pods_on_a_bridge_and_a_macvlan_network: {REFERENCE}/bridge missing (apt-get install containernetworking-plugins)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut namespaces = Namespaces(Vec::new());
+    let node = namespaces.add("node");
+    let pods = [namespaces.add("pod1"), namespaces.add("pod2")];
+    ip(&node, &["link", "set", "lo", "up"]);
+    // The macvlan master: one end of a veth inside the node namespace.
+    ip(
+        &node,
+        &[
+            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p",
+        ],
+    );
+    ip(&node, &["link", "set", "uplink0", "up"]);
+    // Both ends up: without carrier on the master, macvlan children are down.
+    ip(&node, &["link", "set", "uplink0p", "up"]);
+
+    let manifests = tmp.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let ipam = |subnet: &str, who: &str| json!({"type": "host-local", "subnet": subnet, "dataDir": tmp.path().join("ipam").join(who)});
+    let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan", "master": "uplink0",
+                        "mode": "bridge", "ipam": ipam("10.20.0.0/24", "mac")});
+    let mut text = format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: macnet, namespace: demo}}\nspec:\n  config: '{macnet}'\n"
+    );
+    for pod in ["p1", "p2"] {
+        text.push_str(&format!(
+            "---\nkind: Pod\nmetadata: {{name: {pod}, namespace: demo, annotations: {{k8s.v1.cni.cncf.io/networks: macnet}}}}\n"
+        ));
+    }
+    std::fs::write(manifests.join("demo.yaml"), text).unwrap();
+    let conf = json!({
+        "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+        "cniDir": tmp.path().join("cache"), "confDir": tmp.path().join("net.d"),
+        "manifestDir": manifests,
+        "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge", "bridge": "br-pod",
+                       "isGateway": true, "ipam": ipam("10.10.0.0/24", "pod")}],
+    })
+    .to_string();
+
+    // ADD: the runtime gets the cluster network's result (as from Multus).
+    let mut cluster_ips = Vec::new();
+    let mut secondary_ips = Vec::new();
+    for (i, pod_ns) in pods.iter().enumerate() {
+        let out = plexus(
+            &node,
+            "ADD",
+            &format!("c{i}"),
+            Some(pod_ns),
+            &format!("p{}", i + 1),
+            &conf,
+        );
+        assert!(
+            out.status.success(),
+            "ADD: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(result["cniVersion"], "1.0.0");
+        let sandbox = result["interfaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i.get("sandbox").is_some())
+            .unwrap();
+        assert_eq!(sandbox["name"], "eth0");
+        let eth0 = addresses(pod_ns, "eth0");
+        let net1 = addresses(pod_ns, "net1");
+        assert_eq!(eth0.len(), 1, "{eth0:?}");
+        assert_eq!(net1.len(), 1, "{net1:?}");
+        assert!(eth0[0].starts_with("10.10.0.") && net1[0].starts_with("10.20.0."));
+        assert_eq!(
+            result["ips"][0]["address"]
+                .as_str()
+                .unwrap()
+                .split('/')
+                .next()
+                .unwrap(),
+            eth0[0]
+        );
+        cluster_ips.push(eth0[0].clone());
+        secondary_ips.push(net1[0].clone());
+    }
+    // The pods reach each other on both networks.
+    assert!(
+        ping(&pods[0], &cluster_ips[1]),
+        "bridge: {} -> {}",
+        pods[0],
+        cluster_ips[1]
+    );
+    assert!(
+        ping(&pods[1], &secondary_ips[0]),
+        "macvlan: {} -> {}",
+        pods[1],
+        secondary_ips[0]
+    );
+
+    // DEL, twice (idempotent), the second time without CNI_NETNS.
+    for (i, pod_ns) in pods.iter().enumerate() {
+        for netns in [Some(pod_ns.as_str()), None] {
+            let out = plexus(
+                &node,
+                "DEL",
+                &format!("c{i}"),
+                netns,
+                &format!("p{}", i + 1),
+                &conf,
+            );
+            assert!(
+                out.status.success(),
+                "DEL: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert_eq!(link_names(pod_ns), ["lo"], "{pod_ns} keeps only lo");
+    }
+    // No record and no IP allocation is left (host-local keeps only its lock
+    // and last_reserved_ip files).
+    assert!(files_in(&tmp.path().join("cache")).is_empty());
+    let left: Vec<String> = files_in(&tmp.path().join("ipam"))
+        .into_iter()
+        .filter(|f| !f.ends_with("/lock") && !f.contains("last_reserved_ip"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
