@@ -19,6 +19,7 @@
 //! measures the hot-path costs (handle opening, veth creation, a bridge-style
 //! ADD) in the same way.
 
+pub mod drivers;
 pub mod error;
 pub mod mac;
 pub mod netlink;

@@ -1,0 +1,2 @@
+mod chained;
+pub mod tuning;
