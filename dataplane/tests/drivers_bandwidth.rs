@@ -602,3 +602,95 @@ fn behaves_as_the_reference_plugin() {
     let e = run_bw(&a, CniCommand::Add, CID, Some(&ns), &bad).unwrap_err();
     assert!(e.details.starts_with("egressBurst: missing"), "{e}");
 }
+
+/// Bytes received in `ns` on `ip`:9999 (UDP) while `sender_ns` sends
+/// 1000-byte datagrams to it for half a second as fast as it can. Bounded:
+/// 0.5 s of sending, 1.2 s of receiving, at most 100000 datagrams.
+fn udp_blast(receiver_ns: &TestNs, ip: &str, sender_ns: &TestNs) -> u64 {
+    const RECEIVE: &str = "import socket,sys,time\n\
+        s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+        s.setsockopt(socket.SOL_SOCKET,socket.SO_RCVBUF,1<<22)\n\
+        s.bind((sys.argv[1],9999)); s.settimeout(0.1); n=0; end=time.time()+1.2\n\
+        print('ready',flush=True)\n\
+        while time.time()<end:\n\
+        \x20try: n+=len(s.recv(65535))\n\
+        \x20except socket.timeout: pass\n\
+        print(n)\n";
+    const SEND: &str = "import socket,sys,time\n\
+        s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.setblocking(False)\n\
+        end=time.time()+0.5; i=0; d=b'x'*1000\n\
+        while time.time()<end and i<100000:\n\
+        \x20i+=1\n\
+        \x20try: s.sendto(d,(sys.argv[1],9999))\n\
+        \x20except OSError: pass\n";
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut rx = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &receiver_ns.name,
+            "python3",
+            "-c",
+            RECEIVE,
+            ip,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(rx.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    run(
+        "ip",
+        &["netns", "exec", &sender_ns.name, "python3", "-c", SEND, ip],
+    );
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    rx.wait().unwrap();
+    line.trim().parse().unwrap()
+}
+
+/// Shaping applies to real traffic, both ways: at 1 Mbit/s (125 kB/s, a
+/// 10 kB bucket) a half-second flood delivers about 72 kB, unshaped many
+/// megabytes.
+#[test]
+fn shaping_limits_real_traffic() {
+    if !is_root() {
+        return;
+    }
+    if std::process::Command::new("python3")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipping: no python3 for the traffic generator");
+        return;
+    }
+    let a = Attachment::new("veth0", "eth0");
+    a.node.ip(&["addr", "add", "10.99.0.1/24", "dev", "veth0"]);
+    a.pod.ip(&["addr", "add", "10.99.0.2/24", "dev", "eth0"]);
+    let to_pod = udp_blast(&a.pod, "10.99.0.2", &a.node);
+    let from_pod = udp_blast(&a.node, "10.99.0.1", &a.pod);
+    eprintln!("unshaped: {to_pod} bytes to the pod, {from_pod} from it in half a second");
+    assert!(
+        to_pod > 1_000_000 && from_pod > 1_000_000,
+        "unshaped: {to_pod} / {from_pod} bytes"
+    );
+
+    let conf = config(
+        &a,
+        json!({"ingressRate": 1_000_000, "ingressBurst": 80_000, "egressRate": 1_000_000, "egressBurst": 80_000}),
+    );
+    run_bw(&a, CniCommand::Add, CID, Some(&a.netns_path()), &conf).unwrap();
+    let to_pod = udp_blast(&a.pod, "10.99.0.2", &a.node);
+    let from_pod = udp_blast(&a.node, "10.99.0.1", &a.pod);
+    eprintln!("shaped: {to_pod} bytes to the pod, {from_pod} from it in half a second");
+    for got in [to_pod, from_pod] {
+        assert!(
+            (40_000..150_000).contains(&got),
+            "shaped: {to_pod} / {from_pod} bytes"
+        );
+    }
+}
