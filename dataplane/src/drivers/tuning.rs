@@ -505,12 +505,12 @@ fn pod_link(nl: &Netlink, ns: &NetNs, name: &str) -> Result<Link, CniError> {
     nl.link_by_name(name)
         .map_err(|e| failed(format!("CNI_IFNAME {name}"), &e))?
         .ok_or_else(|| {
-            failed(
-                "CNI_IFNAME",
-                &crate::Error::invalid(
-                    "interface",
-                    name,
-                    format!("no such interface in {}", ns.path().display()),
+            CniError::plugin(
+                plexus_cni::error::codes::PLUGIN_FAILED,
+                "plugin failed",
+                format!(
+                    "CNI_IFNAME: no interface {name:?} in {}",
+                    ns.path().display()
                 ),
             )
         })
