@@ -1,15 +1,18 @@
 //! plexus's in-process data plane: network namespaces, one netlink socket per
-//! namespace, and namespace-scoped sysctls. The built-in drivers build on
-//! these; nothing here knows about CNI JSON.
+//! namespace, namespace-scoped sysctls, and the built-in drivers built on
+//! them. Only the drivers know about CNI (through plexus-cni).
 //!
 //! - [`netns`]: namespace handles; code that must run *inside* a namespace
 //!   runs on a short-lived dedicated thread (see the module docs for why).
 //! - [`netlink`]: a [`Netlink`] handle per namespace, its socket created
 //!   inside the namespace and then driven from the caller's thread; typed
-//!   link, address, route and neighbour operations.
+//!   link, address, route and neighbour operations, and traffic control
+//!   (tbf and ingress qdiscs, redirect filters, ifb devices).
 //! - [`sysctl`]: `net.*` sysctls read and written inside a namespace, with
 //!   key validation and the reference plugins' rules for dotted interface
 //!   names.
+//! - [`drivers`]: the built-in plugins, each a `plexus_cni::skel::Plugin`
+//!   (the chained `tuning` and `bandwidth` so far).
 //! - [`error`]: the one [`Error`] type, carrying the operation, the object and
 //!   the kernel errno.
 //!
@@ -19,6 +22,7 @@
 //! measures the hot-path costs (handle opening, veth creation, a bridge-style
 //! ADD) in the same way.
 
+pub mod drivers;
 pub mod error;
 pub mod mac;
 pub mod netlink;

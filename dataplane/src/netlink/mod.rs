@@ -23,6 +23,7 @@ mod address;
 mod link;
 mod neighbour;
 mod route;
+mod tc;
 
 use std::fmt::Display;
 use std::time::Duration;
@@ -42,6 +43,10 @@ pub use link::{
 };
 pub use neighbour::{Neighbour, NeighbourState};
 pub use route::{IpFamily, Route, RouteKind, RouteProtocol, Scope, RT_TABLE_LOCAL, RT_TABLE_MAIN};
+pub use tc::{
+    handle, handle_to_string, Filter, Mirred, MirredKind, PschedClock, Qdisc, QdiscKind, Tbf,
+    ETH_P_ALL, HANDLE_INGRESS, HANDLE_ROOT, INGRESS_QDISC, TIME_UNITS_PER_SEC,
+};
 
 /// Upper bound on one request/response exchange with the kernel. Generous:
 /// deleting a link waits for an RCU grace period, which can take tens of

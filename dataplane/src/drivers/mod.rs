@@ -1,0 +1,3 @@
+pub mod bandwidth;
+mod chained;
+pub mod tuning;

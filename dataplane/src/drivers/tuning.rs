@@ -1,0 +1,1017 @@
+//! The `tuning` chained plugin: network sysctls and link settings of the
+//! pod's interface, behaving as the reference plugin
+//! (containernetworking/plugins `plugins/meta/tuning`) does.
+//!
+//! # Configuration
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `sysctl` | map of `net.*` sysctl → value (strings), written in the pod's namespace; an `IFNAME` component stands for `CNI_IFNAME` ([`crate::sysctl`]) |
+//! | `mac` | MAC address of `CNI_IFNAME` |
+//! | `promisc` | `true` turns promiscuous mode on (`false` does nothing) |
+//! | `mtu` | MTU (0: unchanged) |
+//! | `txQLen` | transmit queue length |
+//! | `allmulti` | all-multicast mode on or off |
+//! | `dataDir` | where the original values are saved (default [`DEFAULT_DATA_DIR`]) |
+//!
+//! The MAC may also come from `CNI_ARGS` (`MAC=`), the `mac` capability
+//! (`runtimeConfig.mac`) and `args.cni.mac`; each later one in that list
+//! wins over the earlier ones and over `mac`. `args.cni` may also carry
+//! `sysctl` (merged over `sysctl`, key by key), `promisc`, `mtu`,
+//! `allmulti` and `txQLen`, each overriding the top-level key.
+//!
+//! # What is saved, and restored on DEL
+//!
+//! Before changing the link, ADD saves the original MAC, promiscuous mode,
+//! MTU, all-multicast mode and transmit queue length (only those it is about
+//! to change) in `<dataDir>/<containerID>_<ifname>.json`, the reference's
+//! file and format (so either implementation can undo the other's ADD).
+//! DEL restores them (MTU first, then MAC, promisc, allmulti, txQLen, as the
+//! reference) and removes the file. Sysctls are not restored on DEL, as in
+//! the reference: they live in the pod's namespace, which goes away with the
+//! pod.
+//!
+//! # Differences from the reference, all on failure paths
+//!
+//! - Every key and value is validated before anything changes (sysctl keys,
+//!   the MAC, and that each sysctl exists in the pod's namespace).
+//! - A failure half-way through ADD restores what was already changed,
+//!   sysctls included, and removes the saved file.
+//! - A repeated ADD keeps the originals saved by the first one.
+//! - DEL succeeds without a saved file, without a namespace and without the
+//!   interface, and then removes the saved file (the reference leaves it
+//!   behind); a restore that fails is reported (the reference ignores it)
+//!   and the file is kept so that a retried DEL can finish.
+//! - CHECK substitutes `IFNAME` in sysctl keys (v1.1 compares the
+//!   unsubstituted path) and compares MACs case-insensitively.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use plexus_cni::casefold;
+use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::{CniError, CniResult};
+
+use super::chained::{
+    container_id, failed, ifname, mismatch, open_netns, open_netns_for_del, prev_result,
+};
+use crate::mac::MacAddr;
+use crate::netlink::{Link, Netlink};
+use crate::netns::NetNs;
+use crate::sysctl::{self, SysctlKey};
+
+/// Where the reference plugin saves original values (`dataDir` default).
+pub const DEFAULT_DATA_DIR: &str = "/run/cni/tuning";
+
+const PLUGIN: &str = "tuning";
+
+/// The tuning plugin. `data_dir` is used when the configuration has no
+/// `dataDir`.
+#[derive(Debug, Clone)]
+pub struct Tuning {
+    pub data_dir: PathBuf,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+        }
+    }
+}
+
+impl Tuning {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A plugin saving originals under `dir` unless the configuration says
+    /// otherwise (tests use a temporary directory).
+    pub fn with_data_dir(dir: impl Into<PathBuf>) -> Self {
+        Tuning {
+            data_dir: dir.into(),
+        }
+    }
+}
+
+/// The file the original values of `ifname` in container `container_id` are
+/// saved in.
+pub fn saved_path(data_dir: &Path, container_id: &str, ifname: &str) -> PathBuf {
+    data_dir.join(format!("{container_id}_{ifname}.json"))
+}
+
+// ---------------------------------------------------------------------------
+// Configuration
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Conf {
+    data_dir: Option<String>,
+    sysctl: Option<Map<String, Value>>,
+    mac: Option<String>,
+    promisc: Option<bool>,
+    mtu: Option<u32>,
+    #[serde(rename = "txQLen")]
+    tx_qlen: Option<u32>,
+    allmulti: Option<bool>,
+    args: Option<ArgsConf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ArgsConf {
+    cni: Option<CniArgsConf>,
+}
+
+/// `args.cni`: per-attachment overrides.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CniArgsConf {
+    sysctl: Option<Map<String, Value>>,
+    mac: Option<String>,
+    promisc: Option<bool>,
+    mtu: Option<u32>,
+    #[serde(rename = "txQLen")]
+    tx_qlen: Option<u32>,
+    allmulti: Option<bool>,
+}
+
+/// One sysctl to write: the key as written (for messages), resolved.
+#[derive(Debug, Clone)]
+struct Sysctl {
+    field: String,
+    key: SysctlKey,
+    value: String,
+}
+
+/// The effective settings of one invocation, validated.
+#[derive(Debug, Clone)]
+struct Settings {
+    data_dir: PathBuf,
+    sysctls: Vec<Sysctl>,
+    /// The MAC and the field it came from.
+    mac: Option<(MacAddr, String)>,
+    promisc: bool,
+    mtu: Option<u32>,
+    allmulti: Option<bool>,
+    tx_qlen: Option<u32>,
+}
+
+impl Settings {
+    /// Whether any link setting (as opposed to sysctls) is configured: only
+    /// then are originals saved.
+    fn changes_link(&self) -> bool {
+        self.mac.is_some()
+            || self.promisc
+            || self.mtu.is_some()
+            || self.allmulti.is_some()
+            || self.tx_qlen.is_some()
+    }
+
+    /// The link changes, in the order the reference applies them.
+    fn changes(&self) -> Vec<Change> {
+        let mut out = Vec::new();
+        if let Some((mac, _)) = self.mac {
+            out.push(Change::Mac(mac));
+        }
+        if self.promisc {
+            out.push(Change::Promisc(true));
+        }
+        out.extend(self.mtu.map(Change::Mtu));
+        out.extend(self.allmulti.map(Change::Allmulti));
+        out.extend(self.tx_qlen.map(Change::TxQLen));
+        out
+    }
+}
+
+/// Decodes the plugin's keys (types only, no semantic checks): what DEL
+/// needs.
+fn decode(req: &Request) -> Result<Conf, CniError> {
+    casefold::decode(&Value::Object(req.config.clone()))
+}
+
+/// Decodes and validates everything the configuration, runtimeConfig and
+/// CNI_ARGS say. `ifname` resolves `IFNAME` in sysctl keys.
+fn settings(
+    req: &Request,
+    conf: Conf,
+    default_dir: &Path,
+    ifname: &str,
+) -> Result<Settings, CniError> {
+    req.env.args.check_known(&["MAC"])?;
+    let cni_args = conf.args.and_then(|a| a.cni).unwrap_or_default();
+
+    // MAC: config < CNI_ARGS < runtimeConfig < args.cni, as the reference.
+    let mut mac: Option<(String, String)> = None;
+    let mut offer = |value: Option<&str>, field: &str| {
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            mac = Some((v.to_string(), field.to_string()));
+        }
+    };
+    offer(conf.mac.as_deref(), "mac");
+    offer(req.env.args.get("MAC"), "CNI_ARGS MAC");
+    let runtime_mac = match req.runtime_config.get("mac") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(other) => {
+            return Err(CniError::invalid_config(
+                "runtimeConfig.mac",
+                format!("must be a string, got {other}"),
+            ))
+        }
+    };
+    offer(runtime_mac, "runtimeConfig.mac");
+    if let Some(m) = &cni_args.mac {
+        // A present args.cni.mac wins even when empty (then: no MAC).
+        mac = Some((m.clone(), "args.cni.mac".into())).filter(|(m, _)| !m.is_empty());
+    }
+    let mac = mac
+        .map(|(text, field)| {
+            let parsed: MacAddr = text
+                .parse()
+                .map_err(|e: crate::Error| CniError::invalid_config(&field, e.to_string()))?;
+            if parsed.is_multicast() {
+                return Err(CniError::invalid_config(
+                    &field,
+                    format!("{text:?} is a multicast address, which an interface cannot have"),
+                ));
+            }
+            Ok((parsed, field))
+        })
+        .transpose()?;
+
+    // Sysctls: args.cni.sysctl overrides the configuration key by key.
+    let mut raw: Vec<(String, String, String)> = Vec::new();
+    for (prefix, map) in [
+        ("sysctl", &conf.sysctl),
+        ("args.cni.sysctl", &cni_args.sysctl),
+    ] {
+        for (key, value) in map.iter().flatten() {
+            let field = format!("{prefix}[{key:?}]");
+            let Value::String(value) = value else {
+                return Err(CniError::invalid_config(
+                    field,
+                    format!("must be a string, got {value}"),
+                ));
+            };
+            match raw.iter_mut().find(|(k, _, _)| k == key) {
+                Some(entry) => *entry = (key.clone(), field, value.clone()),
+                None => raw.push((key.clone(), field, value.clone())),
+            }
+        }
+    }
+    let sysctls = raw
+        .into_iter()
+        .map(|(key, field, value)| {
+            let resolved = SysctlKey::for_interface(&key, ifname).map_err(|e| {
+                CniError::invalid_config(
+                    &field,
+                    format!("{e} (tuning only sets net.* sysctls of the pod's namespace)"),
+                )
+            })?;
+            if value.contains('\0') {
+                return Err(CniError::invalid_config(&field, "the value contains NUL"));
+            }
+            Ok(Sysctl {
+                field,
+                key: resolved,
+                value,
+            })
+        })
+        .collect::<Result<_, CniError>>()?;
+
+    let data_dir = conf
+        .data_dir
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| default_dir.to_path_buf(), PathBuf::from);
+    Ok(Settings {
+        data_dir,
+        sysctls,
+        mac,
+        promisc: cni_args.promisc.or(conf.promisc).unwrap_or(false),
+        mtu: cni_args.mtu.or(conf.mtu).filter(|m| *m != 0),
+        allmulti: cni_args.allmulti.or(conf.allmulti),
+        tx_qlen: cni_args.tx_qlen.or(conf.tx_qlen),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Link changes and the saved originals
+
+/// One link setting to apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Mac(MacAddr),
+    Promisc(bool),
+    Mtu(u32),
+    Allmulti(bool),
+    TxQLen(u32),
+}
+
+impl Change {
+    /// The configuration key, for messages.
+    fn field(self) -> &'static str {
+        match self {
+            Change::Mac(_) => "mac",
+            Change::Promisc(_) => "promisc",
+            Change::Mtu(_) => "mtu",
+            Change::Allmulti(_) => "allmulti",
+            Change::TxQLen(_) => "txQLen",
+        }
+    }
+
+    fn apply(self, nl: &Netlink, index: u32) -> crate::Result<()> {
+        match self {
+            Change::Mac(m) => nl.set_mac(index, m),
+            Change::Promisc(on) => nl.set_promisc(index, on),
+            Change::Mtu(m) => nl.set_mtu(index, m),
+            Change::Allmulti(on) => nl.set_allmulti(index, on),
+            Change::TxQLen(q) => nl.set_txqueuelen(index, q),
+        }
+    }
+
+    /// Whether `link` already has this setting.
+    fn holds(self, link: &Link) -> bool {
+        match self {
+            Change::Mac(m) => link.mac == Some(m),
+            Change::Promisc(on) => link.promisc == on,
+            Change::Mtu(m) => link.mtu == m,
+            Change::Allmulti(on) => link.allmulti == on,
+            Change::TxQLen(q) => link.txqueuelen == q,
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Change::Mac(m) => m.to_string(),
+            Change::Promisc(on) | Change::Allmulti(on) => on.to_string(),
+            Change::Mtu(v) | Change::TxQLen(v) => v.to_string(),
+        }
+    }
+}
+
+fn describe_current(change: Change, link: &Link) -> String {
+    match change {
+        Change::Mac(_) => link.mac.map_or_else(|| "no MAC".into(), |m| m.to_string()),
+        Change::Promisc(_) => link.promisc.to_string(),
+        Change::Mtu(_) => link.mtu.to_string(),
+        Change::Allmulti(_) => link.allmulti.to_string(),
+        Change::TxQLen(_) => link.txqueuelen.to_string(),
+    }
+}
+
+/// The saved originals: the reference's `configToRestore`, field for field
+/// (empty MAC and zero MTU mean "not saved", as Go's `omitempty` writes).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Saved {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    mac: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    promisc: Option<bool>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    mtu: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    allmulti: Option<bool>,
+    #[serde(default, rename = "txQLen", skip_serializing_if = "Option::is_none")]
+    tx_qlen: Option<u32>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Saved {
+    /// The current values of what `changes` will change.
+    fn from_link(link: &Link, changes: &[Change]) -> Saved {
+        let mut s = Saved::default();
+        for c in changes {
+            match c {
+                Change::Mac(_) => s.mac = link.mac.map(|m| m.to_string()).unwrap_or_default(),
+                Change::Promisc(_) => s.promisc = Some(link.promisc),
+                Change::Mtu(_) => s.mtu = link.mtu,
+                Change::Allmulti(_) => s.allmulti = Some(link.allmulti),
+                Change::TxQLen(_) => s.tx_qlen = Some(link.txqueuelen),
+            }
+        }
+        s
+    }
+
+    /// `self` with the fields `older` saved taken from `older`: a repeated
+    /// ADD must not replace the true originals with its own earlier values.
+    fn under(self, older: Saved) -> Saved {
+        Saved {
+            mac: if older.mac.is_empty() {
+                self.mac
+            } else {
+                older.mac
+            },
+            promisc: older.promisc.or(self.promisc),
+            mtu: if older.mtu == 0 { self.mtu } else { older.mtu },
+            allmulti: older.allmulti.or(self.allmulti),
+            tx_qlen: older.tx_qlen.or(self.tx_qlen),
+        }
+    }
+
+    /// The changes that restore the originals, in the reference's DEL order
+    /// (MTU first: a MAC change can depend on nothing, an MTU can be
+    /// limited by it).
+    fn restores(&self) -> Result<Vec<Change>, String> {
+        let mut out = Vec::new();
+        if self.mtu != 0 {
+            out.push(Change::Mtu(self.mtu));
+        }
+        if !self.mac.is_empty() {
+            let mac = self
+                .mac
+                .parse()
+                .map_err(|e: crate::Error| format!("saved mac: {e}"))?;
+            out.push(Change::Mac(mac));
+        }
+        out.extend(self.promisc.map(Change::Promisc));
+        out.extend(self.allmulti.map(Change::Allmulti));
+        out.extend(self.tx_qlen.map(Change::TxQLen));
+        Ok(out)
+    }
+
+    /// The file content: Go's `json.MarshalIndent(v, "", " ")`.
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut buf = Vec::new();
+        let mut ser = serde_json::Serializer::with_formatter(
+            &mut buf,
+            serde_json::ser::PrettyFormatter::with_indent(b" "),
+        );
+        self.serialize(&mut ser).expect("plain struct serialises");
+        buf
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Option<Saved> {
+        let v: Value = serde_json::from_slice(bytes).ok()?;
+        casefold::from_value(&v).ok()
+    }
+}
+
+/// Writes `bytes` to `path` atomically (temporary file, fsync, rename, fsync
+/// of the directory), creating the directory (mode 0700) if needed.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn read_saved(path: &Path) -> Result<Option<Vec<u8>>, CniError> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(CniError::io(path.display().to_string(), e)),
+    }
+}
+
+fn remove_saved(path: &Path) -> Result<(), CniError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(CniError::io(path.display().to_string(), e)),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The plugin
+
+/// The pod's interface `name`, which must exist.
+fn pod_link(nl: &Netlink, ns: &NetNs, name: &str) -> Result<Link, CniError> {
+    nl.link_by_name(name)
+        .map_err(|e| failed(format!("CNI_IFNAME {name}"), &e))?
+        .ok_or_else(|| {
+            CniError::plugin(
+                plexus_cni::error::codes::PLUGIN_FAILED,
+                "plugin failed",
+                format!(
+                    "CNI_IFNAME: no interface {name:?} in {}",
+                    ns.path().display()
+                ),
+            )
+        })
+}
+
+/// Undo what a failed ADD changed, best effort; returns what could not be
+/// undone, for the error message.
+struct Undo<'a> {
+    ns: &'a NetNs,
+    nl: &'a Netlink,
+    index: u32,
+    sysctls: Vec<(SysctlKey, String)>,
+    saved: Saved,
+    applied: Vec<&'static str>,
+    file: Option<(&'a Path, Option<Vec<u8>>)>,
+}
+
+impl Undo<'_> {
+    fn run(self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Ok(restores) = self.saved.restores() {
+            for c in restores
+                .into_iter()
+                .filter(|c| self.applied.contains(&c.field()))
+            {
+                if let Err(e) = c.apply(self.nl, self.index) {
+                    problems.push(format!("restoring {}: {e}", c.field()));
+                }
+            }
+        }
+        if !self.sysctls.is_empty() {
+            if let Err(e) = sysctl::write_all(self.ns, &self.sysctls) {
+                problems.push(format!("restoring sysctls: {e}"));
+            }
+        }
+        if let Some((path, before)) = self.file {
+            let r = match before {
+                Some(bytes) => write_atomic(path, &bytes).map_err(|e| e.to_string()),
+                None => remove_saved(path).map_err(|e| e.to_string()),
+            };
+            if let Err(e) = r {
+                problems.push(format!("restoring {}: {e}", path.display()));
+            }
+        }
+        problems
+    }
+}
+
+impl Tuning {
+    fn settings_for(&self, req: &Request) -> Result<Settings, CniError> {
+        // Without an interface (validation before the attachment is known)
+        // `IFNAME` stands for itself, which is a valid interface name.
+        let ifname = req.env.ifname.as_deref().unwrap_or("IFNAME");
+        settings(req, decode(req)?, &self.data_dir, ifname)
+    }
+
+    fn apply(
+        &self,
+        s: &Settings,
+        ns: &NetNs,
+        nl: &Netlink,
+        link: &Link,
+        path: &Path,
+    ) -> Result<(), CniError> {
+        let keys: Vec<SysctlKey> = s.sysctls.iter().map(|x| x.key.clone()).collect();
+        // Read every sysctl first: a key that does not exist fails here,
+        // before anything changed, and the values allow undoing a failure.
+        let originals = sysctl::read_all(ns, &keys).map_err(|e| failed("sysctl", &e))?;
+        let changes = s.changes();
+        let saved_before = if s.changes_link() {
+            read_saved(path)?
+        } else {
+            None
+        };
+        // Undoing restores the values from before this ADD; the file keeps
+        // the originals from before the first one.
+        let current = Saved::from_link(link, &changes);
+        let saved = match saved_before.as_deref().and_then(Saved::from_bytes) {
+            Some(older) => current.clone().under(older),
+            None => current.clone(),
+        };
+        let mut undo = Undo {
+            ns,
+            nl,
+            index: link.index,
+            sysctls: Vec::new(),
+            saved: current,
+            applied: Vec::new(),
+            file: None,
+        };
+        let fail = |undo: Undo, e: CniError| {
+            let problems = undo.run();
+            if problems.is_empty() {
+                e
+            } else {
+                let mut e = e;
+                e.details = format!("{}; and undoing: {}", e.details, problems.join("; "));
+                e
+            }
+        };
+
+        if s.changes_link() {
+            if let Err(e) = write_atomic(path, &saved.to_bytes()) {
+                return Err(CniError::io(
+                    format!("saving the original values in {}", path.display()),
+                    e,
+                ));
+            }
+            undo.file = Some((path, saved_before));
+        }
+        let writes: Vec<(SysctlKey, String)> = s
+            .sysctls
+            .iter()
+            .map(|x| (x.key.clone(), x.value.clone()))
+            .collect();
+        undo.sysctls = keys.into_iter().zip(originals).collect();
+        if let Err(e) = sysctl::write_all(ns, &writes) {
+            return Err(fail(undo, failed("sysctl", &e)));
+        }
+        for c in changes {
+            undo.applied.push(c.field());
+            if let Err(e) = c.apply(nl, link.index) {
+                let field = match (c, &s.mac) {
+                    (Change::Mac(_), Some((_, from))) => from.clone(),
+                    _ => c.field().to_string(),
+                };
+                return Err(fail(
+                    undo,
+                    failed(
+                        format!("{field}: setting {} on {}", c.describe(), link.name),
+                        &e,
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// prevResult with the MAC of the pod's interface replaced (cni-SPEC,
+/// "Appendix: Examples": tuning changes only `interfaces[].mac`). The
+/// interface is found by name, preferring one inside a sandbox.
+fn with_mac(prev: &CniResult, ifname: &str, mac: MacAddr) -> CniResult {
+    let mut out = prev.clone();
+    let sandboxed = out
+        .interfaces
+        .iter()
+        .any(|i| i.name == ifname && i.in_sandbox());
+    for i in &mut out.interfaces {
+        if i.name == ifname && (i.in_sandbox() || !sandboxed) {
+            i.mac = Some(mac.to_string());
+        }
+    }
+    out
+}
+
+impl Plugin for Tuning {
+    fn validate(&self, req: &Request) -> Result<(), CniError> {
+        self.settings_for(req).map(drop)
+    }
+
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        let s = self.settings_for(req)?;
+        let prev = prev_result(req, PLUGIN)?;
+        let (cid, ifname) = (container_id(req)?, ifname(req)?);
+        let ns = open_netns(req)?;
+        let nl = Netlink::open(&ns).map_err(|e| failed("CNI_NETNS", &e))?;
+        let link = pod_link(&nl, &ns, ifname)?;
+        let path = saved_path(&s.data_dir, cid, ifname);
+        self.apply(&s, &ns, &nl, &link, &path)?;
+        Ok(match s.mac {
+            Some((mac, _)) => with_mac(prev, ifname, mac),
+            None => prev.clone(),
+        })
+    }
+
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        let conf = decode(req)?;
+        let data_dir = conf
+            .data_dir
+            .filter(|d| !d.is_empty())
+            .map_or_else(|| self.data_dir.clone(), PathBuf::from);
+        let (cid, ifname) = (container_id(req)?, ifname(req)?);
+        let path = saved_path(&data_dir, cid, ifname);
+        let Some(bytes) = read_saved(&path)? else {
+            return Ok(());
+        };
+        // A file that can't be read back can't be acted on, now or later.
+        let Some(restores) = Saved::from_bytes(&bytes).and_then(|s| s.restores().ok()) else {
+            return remove_saved(&path);
+        };
+        let Some(ns) = open_netns_for_del(req)? else {
+            return remove_saved(&path);
+        };
+        let nl = Netlink::open(&ns).map_err(|e| failed("CNI_NETNS", &e))?;
+        let Some(link) = nl
+            .link_by_name(ifname)
+            .map_err(|e| failed(format!("CNI_IFNAME {ifname}"), &e))?
+        else {
+            return remove_saved(&path);
+        };
+        let problems: Vec<String> = restores
+            .into_iter()
+            .filter_map(|c| {
+                c.apply(&nl, link.index)
+                    .err()
+                    .map(|e| format!("{}: {e}", c.field()))
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(CniError::plugin(
+                plexus_cni::error::codes::PLUGIN_FAILED,
+                "plugin failed",
+                format!(
+                    "restoring {ifname} from {}: {}",
+                    path.display(),
+                    problems.join("; ")
+                ),
+            ));
+        }
+        remove_saved(&path)
+    }
+
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        let s = self.settings_for(req)?;
+        prev_result(req, PLUGIN)?;
+        let ifname = ifname(req)?;
+        let ns = open_netns(req)?;
+        let keys: Vec<SysctlKey> = s.sysctls.iter().map(|x| x.key.clone()).collect();
+        let current = sysctl::read_all(&ns, &keys).map_err(|e| failed("sysctl", &e))?;
+        for (x, now) in s.sysctls.iter().zip(current) {
+            if now != x.value {
+                return Err(mismatch(
+                    &x.field,
+                    format!(
+                        "is {now:?} in the pod's namespace, the configuration says {:?}",
+                        x.value
+                    ),
+                ));
+            }
+        }
+        let nl = Netlink::open(&ns).map_err(|e| failed("CNI_NETNS", &e))?;
+        let link = pod_link(&nl, &ns, ifname)?;
+        let mut wanted = s.changes();
+        // The reference also checks that promiscuous mode is off when the
+        // configuration does not ask for it.
+        if !s.promisc {
+            wanted.push(Change::Promisc(false));
+        }
+        for c in wanted {
+            if !c.holds(&link) {
+                let field = match (c, &s.mac) {
+                    (Change::Mac(_), Some((_, from))) => from.clone(),
+                    _ => c.field().to_string(),
+                };
+                return Err(mismatch(
+                    field,
+                    format!(
+                        "{ifname} has {}, the configuration says {}",
+                        describe_current(c, &link),
+                        c.describe()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Nothing to collect: saved files are removed by DEL, and the data
+    /// directory is shared by every network, so a file can't be told stale
+    /// from this network's valid attachments alone.
+    fn gc(&self, _req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
+        Ok(())
+    }
+
+    fn status(&self, _req: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use plexus_cni::env::{CniCommand, CniEnv};
+    use serde_json::json;
+
+    use super::*;
+
+    fn request(config: Value, args: &str) -> Request {
+        let env = CniEnv {
+            command: CniCommand::Add,
+            container_id: Some("ctr".into()),
+            netns: Some("/var/run/netns/x".into()),
+            ifname: Some("eth0".into()),
+            args: plexus_cni::args::CniArgs::parse(args).unwrap(),
+            path: Vec::new(),
+        };
+        let Value::Object(map) = config else { panic!() };
+        Request::from_config(env, map).unwrap()
+    }
+
+    fn settings_of(config: Value, args: &str) -> Result<Settings, CniError> {
+        Tuning::with_data_dir("/d").settings_for(&request(config, args))
+    }
+
+    #[test]
+    fn mac_precedence_is_the_references() {
+        let base = json!({"cniVersion": "1.0.0", "mac": "02:00:00:00:00:01"});
+        let mac = |s: &Settings| s.mac.as_ref().map(|(m, f)| (m.to_string(), f.clone()));
+        let s = settings_of(base.clone(), "").unwrap();
+        assert_eq!(mac(&s), Some(("02:00:00:00:00:01".into(), "mac".into())));
+        let s = settings_of(base.clone(), "IgnoreUnknown=1;MAC=02:00:00:00:00:02").unwrap();
+        assert_eq!(mac(&s).unwrap().1, "CNI_ARGS MAC");
+        let mut c = base.clone();
+        c["runtimeConfig"] = json!({"mac": "02:00:00:00:00:03"});
+        let s = settings_of(c.clone(), "MAC=02:00:00:00:00:02").unwrap();
+        assert_eq!(
+            mac(&s),
+            Some(("02:00:00:00:00:03".into(), "runtimeConfig.mac".into()))
+        );
+        c["args"] = json!({"cni": {"mac": "02:00:00:00:00:04"}});
+        let s = settings_of(c.clone(), "").unwrap();
+        assert_eq!(mac(&s).unwrap().1, "args.cni.mac");
+        // An empty args.cni.mac clears it, as the reference's pointer does.
+        c["args"] = json!({"cni": {"mac": ""}});
+        assert!(settings_of(c, "").unwrap().mac.is_none());
+    }
+
+    #[test]
+    fn bad_macs_name_their_source() {
+        let e = settings_of(json!({"mac": "zz"}), "").unwrap_err();
+        assert!(e.details.starts_with("mac: invalid MAC address"), "{e}");
+        let e =
+            settings_of(json!({"runtimeConfig": {"mac": "01:00:5e:00:00:01"}}), "").unwrap_err();
+        assert!(
+            e.details
+                .starts_with("runtimeConfig.mac: \"01:00:5e:00:00:01\" is a multicast"),
+            "{e}"
+        );
+        let e = settings_of(json!({"runtimeConfig": {"mac": 5}}), "").unwrap_err();
+        assert_eq!(e.details, "runtimeConfig.mac: must be a string, got 5");
+        let e = settings_of(json!({}), "MAC=02:00:00:00:00:01;FOO=1").unwrap_err();
+        assert!(
+            e.details.starts_with("CNI_ARGS: unknown argument \"FOO\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn sysctls_are_validated_and_merged() {
+        let s = settings_of(
+            json!({"sysctl": {"net.ipv4.conf.IFNAME.rp_filter": "1", "net.core.somaxconn": "5"},
+                   "args": {"cni": {"sysctl": {"net.core.somaxconn": "7", "net.ipv4.ip_forward": "1"}}}}),
+            "",
+        )
+        .unwrap();
+        let got: Vec<(String, String, String)> = s
+            .sysctls
+            .iter()
+            .map(|x| (x.field.clone(), x.key.to_string(), x.value.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "sysctl[\"net.ipv4.conf.IFNAME.rp_filter\"]".into(),
+                    "net.ipv4.conf.eth0.rp_filter".into(),
+                    "1".into()
+                ),
+                (
+                    "args.cni.sysctl[\"net.core.somaxconn\"]".into(),
+                    "net.core.somaxconn".into(),
+                    "7".into()
+                ),
+                (
+                    "args.cni.sysctl[\"net.ipv4.ip_forward\"]".into(),
+                    "net.ipv4.ip_forward".into(),
+                    "1".into()
+                ),
+            ]
+        );
+        let e = settings_of(json!({"sysctl": {"kernel.hostname": "x"}}), "").unwrap_err();
+        assert!(
+            e.details
+                .starts_with("sysctl[\"kernel.hostname\"]: invalid sysctl key"),
+            "{e}"
+        );
+        assert!(e.details.contains("only keys under net"), "{e}");
+        let e = settings_of(json!({"sysctl": {"net/../kernel/x": "1"}}), "").unwrap_err();
+        assert!(e.details.starts_with("sysctl[\"net/../kernel/x\"]"), "{e}");
+        let e = settings_of(json!({"sysctl": {"net.core.somaxconn": 5}}), "").unwrap_err();
+        assert_eq!(
+            e.details,
+            "sysctl[\"net.core.somaxconn\"]: must be a string, got 5"
+        );
+    }
+
+    #[test]
+    fn wrong_types_name_the_key() {
+        let e = settings_of(json!({"mtu": "1400"}), "").unwrap_err();
+        assert!(e.details.starts_with("mtu: invalid type: string"), "{e}");
+        let e = settings_of(json!({"promisc": 1}), "").unwrap_err();
+        assert!(e.details.starts_with("promisc: invalid type"), "{e}");
+        let e = settings_of(json!({"args": {"cni": {"txQLen": -1}}}), "").unwrap_err();
+        assert!(
+            e.details.starts_with("args.cni.txQLen: invalid value"),
+            "{e}"
+        );
+        // Go decodes keys case-insensitively; unknown keys are ignored.
+        let s = settings_of(json!({"MTU": 1400, "TxQlen": 0, "whatever": [1]}), "").unwrap();
+        assert_eq!((s.mtu, s.tx_qlen), (Some(1400), Some(0)));
+    }
+
+    #[test]
+    fn overrides_and_defaults() {
+        let s = settings_of(
+            json!({"promisc": true, "mtu": 1400, "allmulti": true, "dataDir": "/x",
+                   "args": {"cni": {"promisc": false, "mtu": 0, "allmulti": false, "txQLen": 9}}}),
+            "",
+        )
+        .unwrap();
+        assert!(!s.promisc);
+        assert_eq!(s.mtu, None, "args.cni.mtu 0 means unset");
+        assert_eq!(s.allmulti, Some(false));
+        assert_eq!(s.tx_qlen, Some(9));
+        assert_eq!(s.data_dir, PathBuf::from("/x"));
+        assert_eq!(
+            settings_of(json!({}), "").unwrap().data_dir,
+            PathBuf::from("/d")
+        );
+        assert!(!settings_of(json!({"sysctl": {"net.a": "1"}}), "")
+            .unwrap()
+            .changes_link());
+    }
+
+    #[test]
+    fn saved_file_is_the_references_format() {
+        let s = Saved {
+            mac: "ca:90:6a:5f:37:a8".into(),
+            promisc: Some(false),
+            mtu: 1500,
+            allmulti: Some(false),
+            tx_qlen: None,
+        };
+        // What tuning v1.1.1 wrote for the same originals.
+        let reference = "{\n \"mac\": \"ca:90:6a:5f:37:a8\",\n \"promisc\": false,\n \"mtu\": 1500,\n \"allmulti\": false\n}";
+        assert_eq!(String::from_utf8(s.to_bytes()).unwrap(), reference);
+        assert_eq!(Saved::from_bytes(reference.as_bytes()), Some(s.clone()));
+        assert_eq!(
+            s.restores().unwrap(),
+            vec![
+                Change::Mtu(1500),
+                Change::Mac("ca:90:6a:5f:37:a8".parse().unwrap()),
+                Change::Promisc(false),
+                Change::Allmulti(false)
+            ]
+        );
+        let only_qlen = Saved {
+            tx_qlen: Some(1000),
+            ..Saved::default()
+        };
+        assert_eq!(
+            String::from_utf8(only_qlen.to_bytes()).unwrap(),
+            "{\n \"txQLen\": 1000\n}"
+        );
+        assert_eq!(Saved::from_bytes(b"not json"), None);
+    }
+
+    #[test]
+    fn a_repeated_add_keeps_the_first_originals() {
+        let first = Saved {
+            mtu: 1500,
+            mac: "02:00:00:00:00:01".into(),
+            ..Saved::default()
+        };
+        let second = Saved {
+            mtu: 1400,
+            allmulti: Some(true),
+            ..Saved::default()
+        };
+        let merged = second.under(first);
+        assert_eq!(merged.mtu, 1500);
+        assert_eq!(merged.mac, "02:00:00:00:00:01");
+        assert_eq!(merged.allmulti, Some(true));
+    }
+
+    #[test]
+    fn result_mac_goes_to_the_sandboxed_interface() {
+        let prev = CniResult::from_value(&json!({"cniVersion": "1.0.0", "interfaces": [
+            {"name": "eth0"}, {"name": "eth0", "sandbox": "/ns"}]}))
+        .unwrap();
+        let mac: MacAddr = "02:00:00:00:00:09".parse().unwrap();
+        let out = with_mac(&prev, "eth0", mac);
+        assert_eq!(out.interfaces[0].mac, None);
+        assert_eq!(out.interfaces[1].mac.as_deref(), Some("02:00:00:00:00:09"));
+        let prev = CniResult::from_value(
+            &json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}]}),
+        )
+        .unwrap();
+        assert_eq!(
+            with_mac(&prev, "eth0", mac).interfaces[0].mac.as_deref(),
+            Some("02:00:00:00:00:09")
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! Fixtures for the chained-plugin tests (tuning, bandwidth): a "node"
+//! namespace standing in for the host and a "pod" namespace joined by a
+//! veth pair; requests as a runtime would send them; and the reference
+//! plugins (containernetworking-plugins v1.1.1 in /usr/lib/cni) run on the
+//! same namespaces for side-by-side comparisons. Plugin code runs on a
+//! thread inside the node namespace; the machine's namespace is never
+//! touched.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use plexus_cni::args::CniArgs;
+use plexus_cni::env::{CniCommand, CniEnv};
+use plexus_cni::skel::Request;
+use plexus_dataplane::netlink::VethSpec;
+use plexus_dataplane::{MacAddr, Netlink};
+use serde_json::{json, Value};
+
+use crate::common::{run, TestNs};
+
+/// Where Debian's containernetworking-plugins put the reference binaries.
+pub const REFERENCE_DIR: &str = "/usr/lib/cni";
+
+/// A node namespace and a pod namespace joined by a veth pair: `host_if`
+/// in the node, `pod_if` in the pod, both up.
+pub struct Attachment {
+    pub node: TestNs,
+    pub pod: TestNs,
+    pub node_nl: Netlink,
+    pub pod_nl: Netlink,
+    pub host_if: String,
+    pub pod_if: String,
+}
+
+impl Attachment {
+    pub fn new(host_if: &str, pod_if: &str) -> Attachment {
+        let node = TestNs::new();
+        let pod = TestNs::new();
+        let node_nl = Netlink::open(&node.ns).unwrap();
+        let pod_nl = Netlink::open(&pod.ns).unwrap();
+        node_nl
+            .create_veth(&VethSpec {
+                peer_netns: Some(&pod.ns),
+                up: true,
+                ..VethSpec::new(host_if, pod_if)
+            })
+            .unwrap();
+        let peer = pod_nl.link_by_name(pod_if).unwrap().unwrap();
+        pod_nl.set_up(peer.index).unwrap();
+        Attachment {
+            node,
+            pod,
+            node_nl,
+            pod_nl,
+            host_if: host_if.into(),
+            pod_if: pod_if.into(),
+        }
+    }
+
+    /// Another veth pair between the same namespaces.
+    pub fn add_pair(&self, host_if: &str, pod_if: &str) {
+        self.node_nl
+            .create_veth(&VethSpec {
+                peer_netns: Some(&self.pod.ns),
+                up: true,
+                ..VethSpec::new(host_if, pod_if)
+            })
+            .unwrap();
+        let peer = self.pod_nl.link_by_name(pod_if).unwrap().unwrap();
+        self.pod_nl.set_up(peer.index).unwrap();
+    }
+
+    pub fn netns_path(&self) -> String {
+        self.pod.ns.path().display().to_string()
+    }
+
+    /// Sets the MAC of `name` in the pod (to make two pairs comparable).
+    pub fn set_pod_mac(&self, name: &str, mac: &str) {
+        let link = self.pod_nl.link_by_name(name).unwrap().unwrap();
+        let mac: MacAddr = mac.parse().unwrap();
+        self.pod_nl.set_mac(link.index, mac).unwrap();
+    }
+
+    /// `ip -d -j link show dev NAME` in the pod.
+    pub fn pod_link(&self, name: &str) -> Value {
+        self.pod
+            .ip_json(&["-d", "link", "show", "dev", name])
+            .remove(0)
+    }
+
+    /// A sysctl as read inside the pod (`ip netns exec POD cat ...`).
+    pub fn pod_sysctl(&self, path: &str) -> String {
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.pod.name,
+                "cat",
+                &format!("/proc/sys/{path}"),
+            ],
+        )
+        .trim()
+        .to_string()
+    }
+
+    /// Runs `f` on a thread inside the node namespace, as a plugin process
+    /// started there would run.
+    pub fn in_node<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.node.ns.run(f).unwrap()
+    }
+
+    /// prevResult as a veth-creating plugin (bridge, ptp) reports it.
+    pub fn prev_result(&self, version: &str) -> Value {
+        json!({
+            "cniVersion": version,
+            "interfaces": [
+                {"name": self.host_if, "mac": "aa:bb:cc:dd:ee:ff"},
+                {"name": self.pod_if, "mac": "02:00:00:00:00:01", "sandbox": self.netns_path()},
+            ],
+            "ips": [{"address": "10.1.0.2/24", "gateway": "10.1.0.1", "interface": 1}],
+        })
+    }
+}
+
+/// The environment of one invocation.
+pub fn env(
+    command: CniCommand,
+    container_id: &str,
+    netns: Option<&str>,
+    ifname: &str,
+    args: &str,
+) -> CniEnv {
+    CniEnv {
+        command,
+        container_id: Some(container_id.into()),
+        netns: netns.map(Into::into),
+        ifname: Some(ifname.into()),
+        args: CniArgs::parse(args).unwrap(),
+        path: vec![REFERENCE_DIR.into()],
+    }
+}
+
+/// A request as the plugin would read it from stdin.
+pub fn request(env: CniEnv, config: &Value) -> Request {
+    let Value::Object(map) = config.clone() else {
+        panic!("config must be an object")
+    };
+    Request::from_config(env, map).unwrap()
+}
+
+/// Runs the reference `plugin` inside `ns` (`ip netns exec`) with the
+/// environment of `env` and `config` on stdin: the printed JSON, `Ok` on
+/// exit code 0 (`Null` when nothing was printed), `Err` otherwise.
+pub fn reference(plugin: &str, ns: &TestNs, env: &CniEnv, config: &Value) -> Result<Value, Value> {
+    let bin = Path::new(REFERENCE_DIR).join(plugin);
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &ns.name])
+        .arg(&bin)
+        .env_clear()
+        .env("CNI_COMMAND", env.command.as_str())
+        .env("CNI_CONTAINERID", env.container_id.as_deref().unwrap_or(""))
+        .env(
+            "CNI_NETNS",
+            env.netns
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+        )
+        .env("CNI_IFNAME", env.ifname.as_deref().unwrap_or(""))
+        .env("CNI_ARGS", env.args.to_string())
+        .env("CNI_PATH", REFERENCE_DIR)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn the reference plugin");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(config.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = if text.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{plugin}: {e}: {text}"))
+    };
+    if out.status.success() {
+        Ok(value)
+    } else {
+        Err(value)
+    }
+}
+
+/// Whether the reference binaries are installed (tests comparing with them
+/// are skipped loudly otherwise).
+pub fn have_reference(plugin: &str) -> bool {
+    let ok = Path::new(REFERENCE_DIR).join(plugin).exists();
+    if !ok {
+        eprintln!("skipping the comparison: {REFERENCE_DIR}/{plugin} is not installed");
+    }
+    ok
+}
+
+/// A result as compared between implementations: Go prints an empty `dns`
+/// object, plexus omits it (both are "no DNS" to every reader).
+pub fn normalised(mut result: Value) -> Value {
+    if result.get("dns") == Some(&json!({})) {
+        result.as_object_mut().unwrap().remove("dns");
+    }
+    result
+}
