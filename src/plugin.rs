@@ -33,6 +33,12 @@ pub fn registry() -> Registry {
             plexus_ipam::builtin(plugin_type).expect("registered IPAM type is built in")
         });
     }
+    for &plugin_type in plexus_dataplane::drivers::builtin_types() {
+        registry = registry.with_builtin(plugin_type, move |resolver: &dyn Resolver| {
+            plexus_dataplane::drivers::driver(plugin_type, resolver)
+                .expect("registered driver type is built in")
+        });
+    }
     registry
 }
 
@@ -244,4 +250,19 @@ pub fn run_as_plugin() -> i32 {
         &mut io::stdout().lock(),
         &mut io::stderr().lock(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_plugins_are_served_in_process() {
+        let registry = registry();
+        for plugin_type in ["host-local", "static", "tuning", "bandwidth"] {
+            assert!(registry.is_builtin(plugin_type), "{plugin_type}");
+        }
+        // Everything else is exec'd from CNI_PATH (cni-SPEC §4).
+        assert!(!registry.is_builtin("portmap"));
+    }
 }

@@ -158,8 +158,10 @@ fn two_pods_on_a_bridge_and_a_macvlan_network() {
     let manifests = tmp.path().join("manifests");
     std::fs::create_dir(&manifests).unwrap();
     let ipam = |subnet: &str, who: &str| json!({"type": "host-local", "subnet": subnet, "dataDir": tmp.path().join("ipam").join(who)});
-    let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan", "master": "uplink0",
-                        "mode": "bridge", "ipam": ipam("10.20.0.0/24", "mac")});
+    // A config list: the exec'd reference macvlan, then plexus's built-in tuning.
+    let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "plugins": [
+        {"type": "macvlan", "master": "uplink0", "mode": "bridge", "ipam": ipam("10.20.0.0/24", "mac")},
+        {"type": "tuning", "mtu": 1400, "dataDir": tmp.path().join("tuning")}]});
     let mut text = format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: macnet, namespace: demo}}\nspec:\n  config: '{macnet}'\n"
     );
@@ -210,6 +212,9 @@ fn two_pods_on_a_bridge_and_a_macvlan_network() {
         assert_eq!(eth0.len(), 1, "{eth0:?}");
         assert_eq!(net1.len(), 1, "{net1:?}");
         assert!(eth0[0].starts_with("10.10.0.") && net1[0].starts_with("10.20.0."));
+        let link: Value =
+            serde_json::from_str(&ip(pod_ns, &["-j", "link", "show", "net1"])).unwrap();
+        assert_eq!(link[0]["mtu"], 1400, "tuning applied to net1");
         assert_eq!(
             result["ips"][0]["address"]
                 .as_str()
@@ -259,6 +264,10 @@ fn two_pods_on_a_bridge_and_a_macvlan_network() {
     // No record and no IP allocation is left (host-local keeps only its lock
     // and last_reserved_ip files).
     assert!(files_in(&tmp.path().join("cache")).is_empty());
+    assert!(
+        files_in(&tmp.path().join("tuning")).is_empty(),
+        "tuning's saved state removed"
+    );
     let left: Vec<String> = files_in(&tmp.path().join("ipam"))
         .into_iter()
         .filter(|f| !f.ends_with("/lock") && !f.contains("last_reserved_ip"))
