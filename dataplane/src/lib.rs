@@ -10,6 +10,8 @@
 //! - [`sysctl`]: `net.*` sysctls read and written inside a namespace, with
 //!   key validation and the reference plugins' rules for dotted interface
 //!   names.
+//! - [`drivers`]: the built-in interface drivers (bridge, macvlan, ipvlan),
+//!   in-process versions of the reference CNI plugins.
 //! - [`error`]: the one [`Error`] type, carrying the operation, the object and
 //!   the kernel errno.
 //!
@@ -19,6 +21,7 @@
 //! measures the hot-path costs (handle opening, veth creation, a bridge-style
 //! ADD) in the same way.
 
+pub mod drivers;
 pub mod error;
 pub mod mac;
 pub mod netlink;
