@@ -241,11 +241,18 @@ pub fn link(ns: &TestNs, name: &str) -> Option<Value> {
         .find(|l| l["ifname"] == name)
 }
 
-/// The names of all links of `ns`.
+/// Devices some kernels create in every new namespace (the fallback tunnel
+/// devices of built-in sit, ipip, gre... as in the VM harness kernel).
+const FALLBACK_DEVICES: [&str; 9] = [
+    "sit0", "tunl0", "ip6tnl0", "gre0", "gretap0", "erspan0", "ip_vti0", "ip6_vti0", "ip6gre0",
+];
+
+/// The names of the links of `ns`, without the kernel's fallback devices.
 pub fn link_names(ns: &TestNs) -> Vec<String> {
     ns.ip_json(&["link", "show"])
         .iter()
         .map(|l| l["ifname"].as_str().unwrap().to_string())
+        .filter(|n| !FALLBACK_DEVICES.contains(&n.as_str()))
         .collect()
 }
 
