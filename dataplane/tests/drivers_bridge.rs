@@ -898,3 +898,48 @@ fn vlan_configuration_without_kernel_support_fails_cleanly() {
     assert_eq!(link_names(&pod), ["lo"]);
     assert!(r.commands().is_empty());
 }
+
+#[test]
+fn status_and_gc_are_the_ipam_plugins() {
+    // cni-SPEC §2 STATUS and GC: nothing of the drivers' own outlives the
+    // pod namespace, so both go to IPAM (and are no-ops without one).
+    let r = TestResolver::default();
+    let env = |command| plexus_cni::env::CniEnv {
+        command,
+        container_id: None,
+        netns: None,
+        ifname: None,
+        args: Default::default(),
+        path: vec!["/opt/cni/bin".into()],
+    };
+    let req = |command, config: &Value| {
+        let Value::Object(m) = config.clone() else {
+            unreachable!()
+        };
+        plexus_cni::skel::Request::from_config(env(command), m).unwrap()
+    };
+    let mut c = conf(v4("10.28.0.2/24"), json!({}));
+    c["cniVersion"] = json!("1.1.0");
+    let l2 = json!({"cniVersion": "1.1.0", "name": "l2", "type": "macvlan"});
+    for ty in plexus_dataplane::drivers::builtin_types() {
+        let d = plexus_dataplane::drivers::driver(ty, &r).unwrap();
+        d.status(&req(CniCommand::Status, &c)).unwrap();
+        d.gc(&req(CniCommand::Gc, &c), &[("ctr1".into(), "eth0".into())])
+            .unwrap();
+        d.status(&req(CniCommand::Status, &l2)).unwrap();
+        d.gc(&req(CniCommand::Gc, &l2), &[]).unwrap();
+        let mut failing = c.clone();
+        failing["ipam"]["fail"] = json!("STATUS");
+        let e = d.status(&req(CniCommand::Status, &failing)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::TryAgainLater, "{ty}");
+    }
+    assert_eq!(
+        r.commands(),
+        [CniCommand::Status, CniCommand::Gc, CniCommand::Status].repeat(3)
+    );
+    assert!(plexus_dataplane::drivers::driver("host-device", &r).is_none());
+    assert_eq!(
+        plexus_dataplane::drivers::builtin_types(),
+        ["bridge", "ipvlan", "macvlan"]
+    );
+}

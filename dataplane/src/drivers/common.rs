@@ -170,7 +170,7 @@ pub(crate) fn cni_args_mac(req: &Request) -> Result<Option<&str>, CniError> {
 pub(crate) fn sys_error(what: impl Display, e: impl Display) -> CniError {
     CniError::new(
         ErrorCode::Io,
-        "failed to set up the network",
+        "network operation failed",
         format!("{what}: {e}"),
     )
 }

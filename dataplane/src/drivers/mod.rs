@@ -4,6 +4,13 @@
 //! gets its IPAM plugin (built in or exec'd) through a [`Resolver`].
 //!
 //! [`driver`] maps a plugin `type` to its driver for the executor's registry.
+//!
+//! A driver works on two namespaces: the pod's (`CNI_NETNS`), reached
+//! through a netlink socket created inside it, and the namespace of the
+//! thread that calls it, which it treats as the host (bridges, veth host
+//! ends, masters, `ip_forward`). Call drivers from a thread in the host
+//! namespace; tests call them on a thread inside a stand-in "node"
+//! namespace ([`crate::NetNs::run`]).
 
 pub mod bridge;
 mod common;

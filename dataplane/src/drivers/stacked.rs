@@ -18,7 +18,7 @@
 
 use plexus_cni::delegate::Resolver;
 use plexus_cni::env::CniCommand;
-use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::error::CniError;
 use plexus_cni::result::{CniResult, Interface};
 use plexus_cni::skel::Request;
 use serde::Deserialize;
@@ -363,15 +363,11 @@ pub(crate) fn check(resolver: &dyn Resolver, req: &Request, conf: &Conf) -> Resu
     }
     let mode = conf.mode.of(&link);
     if mode != Some(conf.mode) {
-        return Err(CniError::new(
-            ErrorCode::Plugin(plexus_cni::error::codes::PLUGIN_FAILED),
-            "the attachment does not match its prevResult",
-            format!(
-                "mode: the container's {kind} is in mode {}, the configuration says {}",
-                mode.map_or("unknown", Mode::name),
-                conf.mode.name()
-            ),
-        ));
+        return Err(check_failed(format!(
+            "mode: the container's {kind} is in mode {}, the configuration says {}",
+            mode.map_or("unknown", Mode::name),
+            conf.mode.name()
+        )));
     }
     common::check_mac(&link, entry, "container")?;
     common::check_ips_and_routes(&ctx, &link, prev)

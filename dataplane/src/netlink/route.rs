@@ -480,7 +480,7 @@ impl Netlink {
                 RouteNetlinkMessage::NewRoute(m) => Route::from_message(m),
                 _ => None,
             })
-            .filter(|r| table.map_or(true, |t| r.table == t))
+            .filter(|r| table.is_none_or(|t| r.table == t))
             .collect())
     }
 }
