@@ -214,6 +214,29 @@ impl Settings {
     }
 }
 
+/// The bridge-port settings of one port.
+#[derive(Debug, Clone, Copy)]
+struct Port<'a> {
+    vlan: u16,
+    trunk: &'a [u16],
+    hairpin: bool,
+    isolated: bool,
+    preserve_default_vlan: bool,
+}
+
+impl Settings {
+    /// The settings of a pod's port.
+    fn pod_port(&self) -> Port<'_> {
+        Port {
+            vlan: self.vlan,
+            trunk: &self.trunk,
+            hairpin: self.hairpin,
+            isolated: self.port_isolation,
+            preserve_default_vlan: self.preserve_default_vlan,
+        }
+    }
+}
+
 fn vlan_gateway_name(bridge: &str, vlan: u16) -> String {
     format!("{bridge}.{vlan}")
 }
@@ -338,15 +361,7 @@ fn add<'a>(
             .map(drop)
             .map_err(sys("delete the host veth"))
     });
-    setup_port(
-        host,
-        &veth,
-        s,
-        s.vlan,
-        &s.trunk,
-        s.hairpin,
-        s.port_isolation,
-    )?;
+    setup_port(host, &veth, &s.pod_port())?;
     let container = ctx.pod_link()?;
     // Read the bridge again now that it has this port: a bridge without a
     // MAC of its own takes the lowest of its ports' (and all zeros when it
@@ -570,26 +585,18 @@ fn create_port_veth(
 /// them (the default VLAN 1 removed unless `preserveDefaultVlan`; `vlan` as
 /// PVID untagged; trunk VLANs tagged; VLAN 1 native on a trunk without
 /// `vlan`).
-fn setup_port(
-    host: &Netlink,
-    port: &Link,
-    s: &Settings,
-    vlan: u16,
-    trunk: &[u16],
-    hairpin: bool,
-    isolated: bool,
-) -> Result<(), CniError> {
+fn setup_port(host: &Netlink, port: &Link, p: &Port) -> Result<(), CniError> {
     let what = |action: &str| format!("{action} of bridge port {}", port.name);
-    if hairpin || isolated {
+    if p.hairpin || p.isolated {
         let opts = BridgePortOptions {
-            hairpin: Some(hairpin),
-            isolated: Some(isolated),
+            hairpin: Some(p.hairpin),
+            isolated: Some(p.isolated),
         };
         host.set_bridge_port(port.index, &opts)
             .map_err(sys(what("set hairpin/isolation")))?;
     }
-    let tagged = vlan != 0 || !trunk.is_empty();
-    if tagged && !s.preserve_default_vlan {
+    let tagged = p.vlan != 0 || !p.trunk.is_empty();
+    if tagged && !p.preserve_default_vlan {
         let existing = host
             .bridge_vlans(port.index)
             .map_err(sys(what("list the vlans")))?;
@@ -598,15 +605,15 @@ fn setup_port(
                 .map_err(sys(what("remove the default vlan")))?;
         }
     }
-    if vlan != 0 {
-        host.bridge_vlan_add(port.index, BridgeVlan::native(vlan))
+    if p.vlan != 0 {
+        host.bridge_vlan_add(port.index, BridgeVlan::native(p.vlan))
             .map_err(sys(what("set vlan")))?;
     }
-    for v in trunk {
+    for v in p.trunk {
         host.bridge_vlan_add(port.index, BridgeVlan::tagged(*v))
             .map_err(sys(what("add trunk vlan")))?;
     }
-    if vlan == 0 && !trunk.is_empty() {
+    if p.vlan == 0 && !p.trunk.is_empty() {
         host.bridge_vlan_add(port.index, BridgeVlan::native(1))
             .map_err(sys(what("set the native vlan 1")))?;
     }
@@ -633,7 +640,13 @@ fn ensure_vlan_gateway(host: &Netlink, bridge: &Link, s: &Settings) -> Result<Li
             PortError::Other(e) => e,
         },
     )?;
-    setup_port(host, &port, s, s.vlan, &[], false, false)?;
+    let gateway_port = Port {
+        trunk: &[],
+        hairpin: false,
+        isolated: false,
+        ..s.pod_port()
+    };
+    setup_port(host, &port, &gateway_port)?;
     let gw = lookup()?.ok_or_else(|| sys_error(format_args!("{name}"), "vanished"))?;
     host.set_up(gw.index)
         .map_err(sys(format_args!("set {name} up")))?;
