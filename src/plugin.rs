@@ -259,7 +259,15 @@ mod tests {
     #[test]
     fn builtin_plugins_are_served_in_process() {
         let registry = registry();
-        for plugin_type in ["host-local", "static", "tuning", "bandwidth"] {
+        for plugin_type in [
+            "host-local",
+            "static",
+            "tuning",
+            "bandwidth",
+            "bridge",
+            "macvlan",
+            "ipvlan",
+        ] {
             assert!(registry.is_builtin(plugin_type), "{plugin_type}");
         }
         // Everything else is exec'd from CNI_PATH (cni-SPEC §4).

@@ -11,8 +11,9 @@
 //! - [`sysctl`]: `net.*` sysctls read and written inside a namespace, with
 //!   key validation and the reference plugins' rules for dotted interface
 //!   names.
-//! - [`drivers`]: the built-in plugins, each a `plexus_cni::skel::Plugin`
-//!   (the chained `tuning` and `bandwidth` so far).
+//! - [`drivers`]: the built-in plugins, each a `plexus_cni::skel::Plugin`:
+//!   the interface drivers `bridge`, `macvlan`, `ipvlan` and the chained
+//!   `tuning` and `bandwidth`, in-process versions of the reference plugins.
 //! - [`error`]: the one [`Error`] type, carrying the operation, the object and
 //!   the kernel errno.
 //!

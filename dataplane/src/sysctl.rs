@@ -221,6 +221,31 @@ pub fn write_all(ns: &NetNs, entries: &[(SysctlKey, String)]) -> Result<()> {
     })?
 }
 
+/// The calling thread's own namespace, for messages.
+const CURRENT_NS: &str = "/proc/thread-self/ns/net";
+
+fn current_error(op: &'static str, key: &SysctlKey, e: &std::io::Error) -> Error {
+    Error::Sysctl {
+        op,
+        key: key.to_string(),
+        netns: PathBuf::from(CURRENT_NS),
+        errno: e.raw_os_error().map_or(Errno::EIO, Errno::from_raw),
+    }
+}
+
+/// Reads `key` in the calling thread's own namespace, without the thread
+/// hop of [`read`]: for code that already runs in the namespace it means
+/// (a driver in the host namespace, or a closure given to [`NetNs::run`]).
+pub fn read_current(key: &SysctlKey) -> Result<String> {
+    read_file(&key.path()).map_err(|e| current_error("read", key, &e))
+}
+
+/// Writes `key` in the calling thread's own namespace (see [`read_current`]).
+pub fn write_current(key: &SysctlKey, value: &str) -> Result<()> {
+    check_value(key, value)?;
+    write_file(&key.path(), value).map_err(|e| current_error("write", key, &e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

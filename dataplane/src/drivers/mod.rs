@@ -1,26 +1,44 @@
-//! The built-in plugins of the data plane. Each implements
-//! `plexus_cni::skel::Plugin` with the reference plugin's config keys, result
-//! and DEL semantics; the executor's registry maps a `type` to one of them
-//! through [`driver`], and execs the binary for every other type.
+//! The built-in plugins: in-process versions of the reference CNI plugins,
+//! each implementing [`Plugin`] with the reference's config keys, defaults,
+//! result shape and DEL semantics. Interface drivers (bridge, macvlan,
+//! ipvlan) get their IPAM plugin (built in or exec'd) through a [`Resolver`];
+//! chained plugins (tuning, bandwidth) work on the prevResult.
+//!
+//! [`driver`] maps a plugin `type` to its driver for the executor's registry.
+//!
+//! A driver works on two namespaces: the pod's (`CNI_NETNS`), reached
+//! through a netlink socket created inside it, and the namespace of the
+//! thread that calls it, which it treats as the host (bridges, veth host
+//! ends, masters, `ip_forward`, ifb devices). Call drivers from a thread in
+//! the host namespace; tests call them on a thread inside a stand-in "node"
+//! namespace ([`crate::NetNs::run`]).
 
 pub mod bandwidth;
+pub mod bridge;
 mod chained;
+mod common;
+pub mod ipvlan;
+pub mod macvlan;
+mod stacked;
 pub mod tuning;
 
 use plexus_cni::delegate::Resolver;
 use plexus_cni::skel::Plugin;
 
-/// The plugin types served in-process.
+/// The plugin types served by a built-in driver, sorted.
 pub fn builtin_types() -> &'static [&'static str] {
-    &["tuning", "bandwidth"]
+    &["bandwidth", "bridge", "ipvlan", "macvlan", "tuning"]
 }
 
-/// The built-in plugin for `plugin_type`; `resolver` reaches IPAM plugins for
-/// the drivers that delegate to one.
-pub fn driver<'r>(plugin_type: &str, _resolver: &'r dyn Resolver) -> Option<Box<dyn Plugin + 'r>> {
-    match plugin_type {
-        "tuning" => Some(Box::new(tuning::Tuning::new())),
-        "bandwidth" => Some(Box::new(bandwidth::Bandwidth::new())),
-        _ => None,
-    }
+/// The built-in driver for `plugin_type`, or `None` (the executor then
+/// execs the plugin binary).
+pub fn driver<'r>(plugin_type: &str, resolver: &'r dyn Resolver) -> Option<Box<dyn Plugin + 'r>> {
+    Some(match plugin_type {
+        "bandwidth" => Box::new(bandwidth::Bandwidth::new()),
+        "bridge" => Box::new(bridge::Bridge::new(resolver)),
+        "ipvlan" => Box::new(ipvlan::Ipvlan::new(resolver)),
+        "macvlan" => Box::new(macvlan::Macvlan::new(resolver)),
+        "tuning" => Box::new(tuning::Tuning::new()),
+        _ => return None,
+    })
 }

@@ -1,5 +1,5 @@
-//! Links: lookup, creation (veth, bridge, macvlan), changes, bridge ports and
-//! bridge VLANs, deletion.
+//! Links: lookup, creation (veth, bridge, macvlan, ipvlan), changes, bridge
+//! ports and bridge VLANs, deletion.
 
 use std::fmt;
 use std::str::FromStr;
@@ -38,6 +38,7 @@ pub struct Link {
     pub parent: Option<u32>,
     pub parent_netnsid: Option<i32>,
     pub macvlan_mode: Option<MacvlanMode>,
+    pub ipvlan_mode: Option<IpvlanMode>,
     /// Bridge settings, when this link is a bridge.
     pub bridge: Option<BridgeInfo>,
     /// Bridge-port settings, when this link is enslaved to a bridge.
@@ -168,6 +169,60 @@ impl FromStr for MacvlanMode {
     }
 }
 
+/// Ipvlan modes, named as in `ip link` and the CNI ipvlan plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpvlanMode {
+    L2,
+    L3,
+    L3s,
+}
+
+impl IpvlanMode {
+    pub const ALL: [IpvlanMode; 3] = [IpvlanMode::L2, IpvlanMode::L3, IpvlanMode::L3s];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpvlanMode::L2 => "l2",
+            IpvlanMode::L3 => "l3",
+            IpvlanMode::L3s => "l3s",
+        }
+    }
+
+    fn to_nl(self) -> nl::IpVlanMode {
+        match self {
+            IpvlanMode::L2 => nl::IpVlanMode::L2,
+            IpvlanMode::L3 => nl::IpVlanMode::L3,
+            IpvlanMode::L3s => nl::IpVlanMode::L3S,
+        }
+    }
+
+    fn from_nl(mode: &nl::IpVlanMode) -> Option<Self> {
+        Some(match mode {
+            nl::IpVlanMode::L2 => IpvlanMode::L2,
+            nl::IpVlanMode::L3 => IpvlanMode::L3,
+            nl::IpVlanMode::L3S => IpvlanMode::L3s,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for IpvlanMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for IpvlanMode {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        IpvlanMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| Error::invalid("ipvlan mode", s, "expected l2, l3 or l3s"))
+    }
+}
+
 /// A veth pair to create. The local end (`name`) is created in the handle's
 /// namespace; the peer is created directly in `peer_netns` (one kernel round
 /// trip, no create-then-move) or next to the local end when `None`.
@@ -250,6 +305,32 @@ impl<'a> MacvlanSpec<'a> {
             netns: None,
             mtu: None,
             mac: None,
+            up: false,
+        }
+    }
+}
+
+/// An ipvlan to create on `master` (an index in the handle's namespace),
+/// directly inside `netns` when given. Ipvlan devices share the master's MAC
+/// address, so there is no `mac`.
+#[derive(Debug, Clone)]
+pub struct IpvlanSpec<'a> {
+    pub name: String,
+    pub master: u32,
+    pub mode: IpvlanMode,
+    pub netns: Option<&'a NetNs>,
+    pub mtu: Option<u32>,
+    pub up: bool,
+}
+
+impl<'a> IpvlanSpec<'a> {
+    pub fn new(name: impl Into<String>, master: u32, mode: IpvlanMode) -> Self {
+        IpvlanSpec {
+            name: name.into(),
+            master,
+            mode,
+            netns: None,
+            mtu: None,
             up: false,
         }
     }
@@ -390,6 +471,13 @@ impl Link {
                     for d in data {
                         if let nl::InfoMacVlan::Mode(m) = d {
                             self.macvlan_mode = MacvlanMode::from_nl(m);
+                        }
+                    }
+                }
+                nl::LinkInfo::Data(nl::InfoData::IpVlan(data)) => {
+                    for d in data {
+                        if let nl::InfoIpVlan::Mode(m) = d {
+                            self.ipvlan_mode = IpvlanMode::from_nl(m);
                         }
                     }
                 }
@@ -561,19 +649,42 @@ impl Netlink {
             "{} (master index {}, mode {})",
             spec.name, spec.master, spec.mode
         );
-        match spec.netns {
-            None => self
-                .create_local("create macvlan", &object, msg, &spec.name)
-                .map(Some),
+        self.create_child("create macvlan", object, msg, &spec.name, spec.netns)
+    }
+
+    /// Creates an ipvlan on `spec.master`; returns like
+    /// [`Netlink::create_macvlan`]. Kernels without ipvlan support answer
+    /// EOPNOTSUPP ("Unknown device type").
+    pub fn create_ipvlan(&self, spec: &IpvlanSpec) -> Result<Option<Link>> {
+        validate_ifname(&spec.name)?;
+        let data = nl::InfoData::IpVlan(vec![nl::InfoIpVlan::Mode(spec.mode.to_nl())]);
+        let mut msg = new_link_message(&spec.name, nl::InfoKind::IpVlan, Some(data));
+        msg.attributes.push(nl::LinkAttribute::Link(spec.master));
+        common_attributes(&mut msg, spec.mtu, None, spec.up);
+        let object = format!(
+            "{} (master index {}, mode {})",
+            spec.name, spec.master, spec.mode
+        );
+        self.create_child("create ipvlan", object, msg, &spec.name, spec.netns)
+    }
+
+    /// Sends the creation of a device on a lower device (macvlan, ipvlan):
+    /// into this namespace (the link is returned), or directly into `netns`
+    /// in the same request (`None`).
+    fn create_child(
+        &self,
+        op: &'static str,
+        object: String,
+        mut msg: nl::LinkMessage,
+        name: &str,
+        netns: Option<&NetNs>,
+    ) -> Result<Option<Link>> {
+        match netns {
+            None => self.create_local(op, &object, msg, name).map(Some),
             Some(ns) => {
                 msg.attributes.push(nl::LinkAttribute::NetNsFd(ns.raw_fd()));
                 let object = format!("{object} in {}", ns.path().display());
-                self.request(
-                    "create macvlan",
-                    &object,
-                    RouteNetlinkMessage::NewLink(msg),
-                    CREATE,
-                )?;
+                self.request(op, &object, RouteNetlinkMessage::NewLink(msg), CREATE)?;
                 Ok(None)
             }
         }
@@ -971,6 +1082,15 @@ mod tests {
             assert_eq!(MacvlanMode::from_nl(&m.to_nl()), Some(m));
         }
         assert!("passthrough".parse::<MacvlanMode>().is_err());
+    }
+
+    #[test]
+    fn ipvlan_modes_parse_and_display() {
+        for m in IpvlanMode::ALL {
+            assert_eq!(m.as_str().parse::<IpvlanMode>().unwrap(), m);
+            assert_eq!(IpvlanMode::from_nl(&m.to_nl()), Some(m));
+        }
+        assert!("L2".parse::<IpvlanMode>().is_err());
     }
 
     #[test]

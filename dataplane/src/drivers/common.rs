@@ -1,0 +1,819 @@
+//! What every interface driver shares: reading the configuration, the
+//! attachment (pod namespace and one netlink handle per namespace), the undo
+//! log of a half-done ADD, IPAM delegation, configuring the container
+//! interface from a result, and the DEL and CHECK building blocks.
+//!
+//! Drivers run in the namespace plexus itself runs in (the "host"): host-side
+//! work goes through [`Netlink::current`] and [`sysctl::write_current`], so
+//! the only thread hop of an ADD is the one visit to the pod namespace for
+//! its sysctls.
+
+use std::collections::hash_map::RandomState;
+use std::fmt::Display;
+use std::hash::{BuildHasher, Hasher};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use plexus_cni::casefold;
+use plexus_cni::delegate::{self, Resolver};
+use plexus_cni::env::CniCommand;
+use plexus_cni::error::{codes, CniError, ErrorCode};
+use plexus_cni::result::{CniResult, Dns, Interface, Route as CniRoute};
+use plexus_cni::skel::Request;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::netlink::{AddressOptions, IpFamily, Link, Netlink, Route, Scope, RT_TABLE_MAIN};
+use crate::sysctl::{self, SysctlKey};
+use crate::{Errno, Error, MacAddr, NetNs};
+
+/// Longest wait for IPv6 duplicate address detection (the reference waits
+/// 5 s, then fails only if the link is up).
+const DAD_TIMEOUT: Duration = Duration::from_secs(5);
+const DAD_POLL: Duration = Duration::from_millis(50);
+
+/// Tries at a free random host-side name before giving up.
+pub(crate) const NAME_ATTEMPTS: usize = 10;
+
+// ---------------------------------------------------------------------------
+// Configuration
+
+/// Decode the request's configuration into `T` the way the reference plugins
+/// (Go) do: keys match case-insensitively, unknown keys are ignored, a known
+/// key of the wrong type is a code-7 error naming its path.
+pub(crate) fn decode_config<T: DeserializeOwned>(req: &Request) -> Result<T, CniError> {
+    casefold::decode(&Value::Object(req.config.clone()))
+}
+
+/// The `ipam` section, as far as a driver reads it.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct IpamRef {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+}
+
+/// Whether the configuration delegates to an IPAM plugin. As in the
+/// reference plugins an `ipam` section without a type (`"ipam": {}`) means
+/// none: a layer-2 attachment.
+pub(crate) fn has_ipam(ipam: &Option<IpamRef>) -> bool {
+    ipam.as_ref()
+        .and_then(|i| i.kind.as_deref())
+        .is_some_and(|t| !t.is_empty())
+}
+
+/// The top-level `dns` key of a network configuration (cni-SPEC §1).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct DnsConf {
+    pub nameservers: Option<Vec<String>>,
+    pub domain: Option<String>,
+    pub search: Option<Vec<String>>,
+    pub options: Option<Vec<String>>,
+}
+
+impl DnsConf {
+    /// Any field given, even empty (Go's non-nil check).
+    pub fn is_set(&self) -> bool {
+        self.nameservers.is_some()
+            || self.search.is_some()
+            || self.options.is_some()
+            || self.domain.as_deref().is_some_and(|d| !d.is_empty())
+    }
+
+    pub fn to_dns(&self) -> Dns {
+        Dns {
+            nameservers: self.nameservers.clone().unwrap_or_default(),
+            domain: self.domain.clone().filter(|d| !d.is_empty()),
+            search: self.search.clone().unwrap_or_default(),
+            options: self.options.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Reject a feature the configuration turns on that plexus cannot honour
+/// yet, naming the key.
+pub(crate) fn unsupported(key: &str, on: Option<bool>, why: &str) -> Result<(), CniError> {
+    if on == Some(true) {
+        return Err(CniError::new(
+            ErrorCode::UnsupportedField,
+            "unsupported field in network configuration",
+            format!("{key}: {why}"),
+        ));
+    }
+    Ok(())
+}
+
+/// An MTU from the configuration: 0 or absent means the kernel's default,
+/// anything else must lie in `min..=max` (`max_what` says where the upper
+/// bound comes from).
+pub(crate) fn check_mtu(
+    mtu: Option<i64>,
+    min: u32,
+    max: u32,
+    max_what: &str,
+) -> Result<Option<u32>, CniError> {
+    match mtu {
+        None | Some(0) => Ok(None),
+        Some(m) if (i64::from(min)..=i64::from(max)).contains(&m) => Ok(Some(m as u32)),
+        Some(m) => Err(CniError::invalid_config(
+            "mtu",
+            format!("{m} is out of range: must be 0 (the default) or {min} to {max_what} ({max})"),
+        )),
+    }
+}
+
+/// The runtime-requested MAC address: the last non-empty of `candidates`
+/// (given in increasing precedence as `(field, value)`), checked.
+pub(crate) fn pick_mac(candidates: &[(&str, Option<&str>)]) -> Result<Option<MacAddr>, CniError> {
+    let Some((field, value)) = candidates
+        .iter()
+        .rev()
+        .find_map(|(f, v)| v.filter(|v| !v.is_empty()).map(|v| (*f, v)))
+    else {
+        return Ok(None);
+    };
+    let mac: MacAddr = value
+        .parse()
+        .map_err(|e: Error| CniError::invalid_config(field, e.to_string()))?;
+    if mac.is_multicast() || mac.0 == [0; 6] {
+        return Err(CniError::invalid_config(
+            field,
+            format!("{mac} is not a unicast address"),
+        ));
+    }
+    Ok(Some(mac))
+}
+
+/// `runtimeConfig.mac` (cni-CONVENTIONS "mac" capability), if sent.
+pub(crate) fn runtime_config_mac(req: &Request) -> Result<Option<&str>, CniError> {
+    match req.runtime_config.get("mac") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(CniError::invalid_config(
+            "runtimeConfig.mac",
+            format!("must be a string, got {other}"),
+        )),
+    }
+}
+
+/// `CNI_ARGS` `MAC=...`, after the reference's rule that other keys need
+/// `IgnoreUnknown=1`.
+pub(crate) fn cni_args_mac(req: &Request) -> Result<Option<&str>, CniError> {
+    req.env.args.check_known(&["MAC"])?;
+    Ok(req.env.args.get("MAC"))
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+
+/// A failure of the kernel or the system while doing `what` (code 5).
+pub(crate) fn sys_error(what: impl Display, e: impl Display) -> CniError {
+    CniError::new(
+        ErrorCode::Io,
+        "network operation failed",
+        format!("{what}: {e}"),
+    )
+}
+
+/// `map_err` adapter for [`sys_error`].
+pub(crate) fn sys<W: Display>(what: W) -> impl FnOnce(Error) -> CniError {
+    move |e| sys_error(what, e)
+}
+
+/// CHECK found the attachment different from its prevResult.
+pub(crate) fn check_failed(details: impl Into<String>) -> CniError {
+    CniError::plugin(
+        codes::PLUGIN_FAILED,
+        "the attachment does not match its prevResult",
+        details,
+    )
+}
+
+fn missing_env(var: &str, command: CniCommand) -> CniError {
+    CniError::invalid_env(var, format!("required for {command} but not set"))
+}
+
+pub(crate) fn ifname(req: &Request) -> Result<&str, CniError> {
+    req.env
+        .ifname
+        .as_deref()
+        .ok_or_else(|| missing_env("CNI_IFNAME", req.env.command))
+}
+
+// ---------------------------------------------------------------------------
+// The attachment
+
+/// Open the pod namespace named by `CNI_NETNS`. `Ok(None)` when it is gone
+/// (no file, or no longer a namespace mount): what DEL must tolerate.
+fn open_pod_ns(path: &std::path::Path) -> Result<Option<NetNs>, CniError> {
+    match NetNs::open(path) {
+        Ok(ns) => Ok(Some(ns)),
+        Err(e) if matches!(e.errno(), Some(Errno::ENOENT | Errno::EINVAL)) => Ok(None),
+        Err(e) => Err(sys_error("CNI_NETNS", e)),
+    }
+}
+
+/// One ADD or CHECK: the pod namespace and a netlink handle on each side.
+pub(crate) struct Attach {
+    pub ifname: String,
+    /// `CNI_NETNS` as given: the `sandbox` of container interfaces.
+    pub sandbox: String,
+    pub pod_ns: NetNs,
+    /// The namespace the driver runs in (the node's).
+    pub host: Netlink,
+    pub pod: Netlink,
+}
+
+impl Attach {
+    pub fn open(req: &Request) -> Result<Attach, CniError> {
+        let ifname = ifname(req)?.to_string();
+        let path = req
+            .env
+            .netns
+            .as_deref()
+            .ok_or_else(|| missing_env("CNI_NETNS", req.env.command))?;
+        let pod_ns = open_pod_ns(path)?.ok_or_else(|| {
+            CniError::new(
+                ErrorCode::UnknownContainer,
+                "container unknown or does not exist",
+                format!(
+                    "CNI_NETNS: {} is not a network namespace (any more)",
+                    path.display()
+                ),
+            )
+        })?;
+        let host = Netlink::current().map_err(sys("netlink in the host namespace"))?;
+        let pod = Netlink::open(&pod_ns).map_err(sys("netlink in CNI_NETNS"))?;
+        Ok(Attach {
+            ifname,
+            sandbox: path.display().to_string(),
+            pod_ns,
+            host,
+            pod,
+        })
+    }
+
+    /// The container interface as the pod namespace has it now.
+    pub fn pod_link(&self) -> Result<Link, CniError> {
+        self.pod
+            .link_by_name(&self.ifname)
+            .map_err(sys(format_args!(
+                "look up {} in the container",
+                self.ifname
+            )))?
+            .ok_or_else(|| {
+                sys_error(
+                    format_args!("container interface {}", self.ifname),
+                    "vanished right after creation",
+                )
+            })
+    }
+
+    /// The error for "CNI_IFNAME is taken in the pod" (cni-SPEC §2 ADD: a
+    /// plugin must not overwrite an existing interface).
+    pub fn ifname_taken(&self) -> CniError {
+        CniError::new(
+            ErrorCode::InvalidConfig,
+            "interface already exists",
+            format!(
+                "CNI_IFNAME: {:?} already exists in the container namespace {}",
+                self.ifname, self.sandbox
+            ),
+        )
+    }
+
+    /// After an EEXIST creating a link whose container end is CNI_IFNAME:
+    /// whether the container name was the one taken.
+    pub fn ifname_exists(&self) -> Result<bool, CniError> {
+        self.pod
+            .link_by_name(&self.ifname)
+            .map(|l| l.is_some())
+            .map_err(sys(format_args!(
+                "look up {} in the container",
+                self.ifname
+            )))
+    }
+}
+
+/// A random `veth<8 hex digits>` name, the reference plugins' pattern.
+pub(crate) fn random_veth_name() -> String {
+    // RandomState is seeded from the OS once per process and varies per
+    // instance; the clock separates calls further.
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("veth{:08x}", h.finish() as u32)
+}
+
+// ---------------------------------------------------------------------------
+// Undo log
+
+type Step<'a> = Box<dyn FnOnce() -> Result<(), CniError> + 'a>;
+
+/// What a half-done ADD must take back, undone newest first when the ADD
+/// fails (and, as a backstop, when it panics).
+#[derive(Default)]
+pub(crate) struct Undo<'a> {
+    steps: Vec<(String, Step<'a>)>,
+}
+
+impl<'a> Undo<'a> {
+    pub fn push(
+        &mut self,
+        what: impl Into<String>,
+        step: impl FnOnce() -> Result<(), CniError> + 'a,
+    ) {
+        self.steps.push((what.into(), Box::new(step)));
+    }
+
+    /// Keep everything on success; undo and return the error otherwise (an
+    /// undo step that fails too is appended to the error's details).
+    pub fn finish<T>(mut self, outcome: Result<T, CniError>) -> Result<T, CniError> {
+        match outcome {
+            Ok(v) => {
+                self.steps.clear();
+                Ok(v)
+            }
+            Err(mut e) => {
+                for (what, step) in self.steps.drain(..).rev() {
+                    if let Err(u) = step() {
+                        e.details
+                            .push_str(&format!("; undoing {what} failed too: {u}"));
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        for (_, step) in self.steps.drain(..).rev() {
+            let _ = step();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// IPAM
+
+/// IPAM ADD, with its DEL registered for undo. An empty answer is an error,
+/// as in the reference plugins.
+pub(crate) fn ipam_add<'a>(
+    resolver: &'a dyn Resolver,
+    req: &'a Request,
+    undo: &mut Undo<'a>,
+) -> Result<CniResult, CniError> {
+    let result = delegate::run_ipam(resolver, req, CniCommand::Add)?;
+    undo.push("IPAM DEL", move || {
+        delegate::run_ipam(resolver, req, CniCommand::Del).map(drop)
+    });
+    match result {
+        Some(r) if !r.ips.is_empty() => Ok(r),
+        _ => Err(CniError::plugin(
+            codes::PLUGIN_FAILED,
+            "IPAM plugin returned missing IP config",
+            "ipam: the IPAM plugin's result has no IP address",
+        )),
+    }
+}
+
+/// IPAM DEL/CHECK/STATUS when the configuration has an IPAM plugin.
+pub(crate) fn ipam_run(
+    resolver: &dyn Resolver,
+    req: &Request,
+    ipam: &Option<IpamRef>,
+    command: CniCommand,
+) -> Result<(), CniError> {
+    if has_ipam(ipam) {
+        delegate::run_ipam(resolver, req, command)?;
+    }
+    Ok(())
+}
+
+/// cni-SPEC §2 GC: nothing of a driver's own outlives the pod namespace, so
+/// GC is the IPAM plugin's (it holds the leases).
+pub(crate) fn ipam_gc(
+    resolver: &dyn Resolver,
+    req: &Request,
+    ipam: &Option<IpamRef>,
+    valid: &[(String, String)],
+) -> Result<(), CniError> {
+    let Some(kind) = ipam.as_ref().and_then(|i| i.kind.as_deref()) else {
+        return Ok(());
+    };
+    if kind.is_empty() {
+        return Ok(());
+    }
+    let plugin = resolver.resolve(kind, req)?;
+    plugin
+        .gc(req, valid)
+        .map_err(|e| e.within(format!("ipam ({kind})")))
+}
+
+// ---------------------------------------------------------------------------
+// Container interface configuration
+
+/// How the container interface treats IPv6 duplicate address detection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dad {
+    /// `accept_dad=0` and IFA_F_NODAD: addresses usable at once (the
+    /// bridge's default: the other end is ours).
+    Off,
+    /// `enhanced_dad=1`, `accept_dad=1`, and wait for DAD to finish.
+    On,
+    /// Leave the namespace's setting; wait for DAD if it runs.
+    Kernel,
+}
+
+fn key(template: &str, ifname: &str) -> Result<SysctlKey, CniError> {
+    SysctlKey::for_interface(template, ifname).map_err(sys("sysctl key"))
+}
+
+/// Apply `result` to the container interface `index` (named `ctx.ifname`),
+/// as the reference's `ipam.ConfigureIface` does: sysctls, addresses, link
+/// up, DAD settling, routes (a route without gateway goes through the first
+/// gateway of its family). Every IP of the result belongs to this interface.
+/// `notify` are best-effort sysctls (`IFNAME` placeholder) written in the
+/// same visit to the pod namespace.
+pub(crate) fn configure_iface(
+    ctx: &Attach,
+    index: u32,
+    result: &CniResult,
+    dad: Dad,
+    notify: &[&str],
+) -> Result<(), CniError> {
+    let ifname = ctx.ifname.as_str();
+    let has_v6 = result.ips.iter().any(|ip| ip.address.is_ipv6());
+
+    // One visit to the pod namespace for every sysctl.
+    let mut best_effort: Vec<(SysctlKey, &str)> = Vec::new();
+    match dad {
+        Dad::Off => best_effort.push((key("net/ipv6/conf/IFNAME/accept_dad", ifname)?, "0")),
+        Dad::On => {
+            best_effort.push((key("net/ipv6/conf/IFNAME/enhanced_dad", ifname)?, "1"));
+            best_effort.push((key("net/ipv6/conf/IFNAME/accept_dad", ifname)?, "1"));
+        }
+        Dad::Kernel => {}
+    }
+    for template in notify {
+        best_effort.push((key(template, ifname)?, "1"));
+    }
+    let enable_v6 = if has_v6 {
+        vec![
+            key("net/ipv6/conf/IFNAME/disable_ipv6", "lo")?,
+            key("net/ipv6/conf/IFNAME/disable_ipv6", ifname)?,
+        ]
+    } else {
+        Vec::new()
+    };
+    let keep_addr = key("net/ipv6/conf/IFNAME/keep_addr_on_down", ifname)?;
+    ctx.pod_ns
+        .run(|| -> Result<(), Error> {
+            for (k, v) in &best_effort {
+                let _ = sysctl::write_current(k, v);
+            }
+            if has_v6 {
+                // A namespace without IPv6 at all has no such files: the
+                // address add below will say so.
+                for k in &enable_v6 {
+                    match sysctl::read_current(k) {
+                        Ok(v) if v != "0" => sysctl::write_current(k, "0")?,
+                        _ => {}
+                    }
+                }
+                // Keep the addresses when the link goes down and up again.
+                sysctl::write_current(&keep_addr, "1")?;
+            }
+            Ok(())
+        })
+        .map_err(sys("enter the container namespace"))?
+        .map_err(sys("enable IPv6 in the container"))?;
+
+    let nodad = AddressOptions {
+        nodad: dad == Dad::Off,
+    };
+    for ip in &result.ips {
+        ctx.pod
+            .add_address(index, ip.address, nodad)
+            .map_err(sys(format_args!("add {} to {ifname}", ip.address)))?;
+    }
+    ctx.pod
+        .set_up(index)
+        .map_err(sys(format_args!("set {ifname} up")))?;
+
+    let gateway = |family: IpFamily| {
+        result
+            .ips
+            .iter()
+            .filter_map(|ip| ip.gateway)
+            .find(|gw| IpFamily::of(gw) == family)
+    };
+    let v6_gateway = gateway(IpFamily::V6);
+    if dad != Dad::Off && v6_gateway.is_some() {
+        settle_addresses(ctx, index)?;
+    }
+
+    let mut added: Vec<Route> = Vec::with_capacity(result.routes.len());
+    for r in &result.routes {
+        let route = kernel_route(r, index, gateway(IpFamily::of(&r.dst.ip())));
+        // An IPAM result may repeat a route (say, a default route plus the
+        // one isDefaultGateway adds): install it once.
+        if added.contains(&route) {
+            continue;
+        }
+        ctx.pod
+            .add_route(&route)
+            .map_err(sys(format_args!("add route {} on {ifname}", r.dst)))?;
+        added.push(route);
+    }
+    Ok(())
+}
+
+/// The kernel route for a result route on interface `index`.
+fn kernel_route(r: &CniRoute, index: u32, family_gateway: Option<IpAddr>) -> Route {
+    let mut route = Route::new(r.dst).dev(index);
+    if let Some(gw) = r.gw.or(family_gateway) {
+        route = route.via(gw);
+    }
+    if let Some(p) = r.priority {
+        route = route.metric(p);
+    }
+    if let Some(t) = r.table {
+        route = route.table(t);
+    }
+    if let Some(s) = r.scope.and_then(|s| u8::try_from(s).ok()) {
+        route = route.scope(Scope::from_raw(s));
+    }
+    if let Some(m) = r.mtu {
+        route = route.mtu(m);
+    }
+    if let Some(a) = r.advmss {
+        route = route.advmss(a);
+    }
+    route
+}
+
+/// Wait (bounded) until no IPv6 address of the link is tentative; a failed
+/// DAD is an error.
+fn settle_addresses(ctx: &Attach, index: u32) -> Result<(), CniError> {
+    let deadline = Instant::now() + DAD_TIMEOUT;
+    loop {
+        let addrs = ctx
+            .pod
+            .addresses(index)
+            .map_err(sys(format_args!("list addresses of {}", ctx.ifname)))?;
+        if let Some(a) = addrs.iter().find(|a| a.dadfailed) {
+            return Err(sys_error(
+                format_args!("address {} on {}", a.addr, ctx.ifname),
+                "duplicate address detection failed",
+            ));
+        }
+        if !addrs.iter().any(|a| a.tentative) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(sys_error(
+                format_args!("addresses of {}", ctx.ifname),
+                format_args!("still tentative after {DAD_TIMEOUT:?}"),
+            ));
+        }
+        std::thread::sleep(DAD_POLL);
+    }
+}
+
+/// The interface of the first default route (IPv4, then IPv6) in the main
+/// table: where the reference macvlan and ipvlan plugins put their master
+/// when none is configured.
+pub(crate) fn default_route_link(nl: &Netlink) -> Result<Option<Link>, Error> {
+    for family in [IpFamily::V4, IpFamily::V6] {
+        let routes = nl.routes(family, Some(RT_TABLE_MAIN))?;
+        if let Some(oif) = routes.iter().filter(|r| r.is_default()).find_map(|r| r.oif) {
+            return nl.link_by_index(oif);
+        }
+    }
+    Ok(None)
+}
+
+// ---------------------------------------------------------------------------
+// DEL
+
+/// Delete the container interface: nothing to do when `CNI_NETNS` is not
+/// given or the namespace is gone, or the interface is (cni-SPEC §2 DEL).
+pub(crate) fn del_container_link(req: &Request) -> Result<(), CniError> {
+    let Some(path) = req.env.netns.as_deref() else {
+        return Ok(());
+    };
+    let ifname = ifname(req)?;
+    let Some(ns) = open_pod_ns(path)? else {
+        return Ok(());
+    };
+    let pod = Netlink::open(&ns).map_err(sys("netlink in CNI_NETNS"))?;
+    pod.del_link_by_name(ifname)
+        .map(drop)
+        .map_err(sys(format_args!("delete {ifname} in the container")))
+}
+
+// ---------------------------------------------------------------------------
+// CHECK
+
+/// cni-SPEC §2 CHECK: the prevResult is required.
+pub(crate) fn prev_result(req: &Request) -> Result<&CniResult, CniError> {
+    req.prev_result
+        .as_ref()
+        .ok_or_else(|| CniError::invalid_config("prevResult", "required for CHECK but not given"))
+}
+
+/// The prevResult's entry for the container interface: CNI_IFNAME in
+/// CNI_NETNS.
+pub(crate) fn prev_container_interface<'r>(
+    prev: &'r CniResult,
+    ctx: &Attach,
+) -> Result<&'r Interface, CniError> {
+    prev.interfaces
+        .iter()
+        .find(|i| i.name == ctx.ifname && i.sandbox.as_deref() == Some(ctx.sandbox.as_str()))
+        .ok_or_else(|| {
+            check_failed(format!(
+                "prevResult.interfaces: no entry for {} with sandbox {}",
+                ctx.ifname, ctx.sandbox
+            ))
+        })
+}
+
+/// The interface's MAC matches the prevResult's, when that names one.
+pub(crate) fn check_mac(link: &Link, iface: &Interface, side: &str) -> Result<(), CniError> {
+    let Some(want) = iface.mac.as_deref() else {
+        return Ok(());
+    };
+    let have = link.mac.map(|m| m.to_string()).unwrap_or_default();
+    if !want.eq_ignore_ascii_case(&have) {
+        return Err(check_failed(format!(
+            "{side} interface {}: MAC is {have}, prevResult says {want}",
+            link.name
+        )));
+    }
+    Ok(())
+}
+
+/// Every address of the prevResult is on the container interface with its
+/// prefix route, and every route of the prevResult is in the container's
+/// routing table (as the reference's ValidateExpected* do: default routes
+/// match by destination only, others by destination and gateway).
+pub(crate) fn check_ips_and_routes(
+    ctx: &Attach,
+    link: &Link,
+    prev: &CniResult,
+) -> Result<(), CniError> {
+    let addrs = ctx
+        .pod
+        .addresses(link.index)
+        .map_err(sys(format_args!("list addresses of {}", link.name)))?;
+    let mut tables: Vec<((IpFamily, u32), Vec<Route>)> = Vec::new();
+    let mut routes_of = |family: IpFamily, table: u32| -> Result<Vec<Route>, CniError> {
+        if let Some((_, r)) = tables.iter().find(|(k, _)| *k == (family, table)) {
+            return Ok(r.clone());
+        }
+        let r = ctx
+            .pod
+            .routes(family, Some(table))
+            .map_err(sys("list routes in the container"))?;
+        tables.push(((family, table), r.clone()));
+        Ok(r)
+    };
+    for ip in &prev.ips {
+        if !addrs.iter().any(|a| a.addr == ip.address) {
+            return Err(check_failed(format!(
+                "address {} is not on {}",
+                ip.address, link.name
+            )));
+        }
+        let prefix = ipnetwork::IpNetwork::new(ip.address.network(), ip.address.prefix())
+            .unwrap_or(ip.address);
+        let family = IpFamily::of(&ip.address.ip());
+        if !routes_of(family, RT_TABLE_MAIN)?
+            .iter()
+            .any(|r| r.dst == prefix)
+        {
+            return Err(check_failed(format!(
+                "no route to {prefix} for address {}",
+                ip.address
+            )));
+        }
+    }
+    for r in &prev.routes {
+        let family = IpFamily::of(&r.dst.ip());
+        let table = r.table.unwrap_or(RT_TABLE_MAIN);
+        let dst = ipnetwork::IpNetwork::new(r.dst.network(), r.dst.prefix()).unwrap_or(r.dst);
+        let found = routes_of(family, table)?
+            .iter()
+            .any(|k| k.dst == dst && (r.is_default() || r.gw.is_none() || k.gateway == r.gw));
+        if !found {
+            let via = r.gw.map(|g| format!(" via {g}")).unwrap_or_default();
+            return Err(check_failed(format!(
+                "route {}{via} is not in the container's routing table",
+                r.dst
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtu_bounds() {
+        assert_eq!(check_mtu(None, 68, 1500, "x").unwrap(), None);
+        assert_eq!(check_mtu(Some(0), 68, 1500, "x").unwrap(), None);
+        assert_eq!(check_mtu(Some(1400), 68, 1500, "x").unwrap(), Some(1400));
+        for bad in [-1, 67, 1501] {
+            let e = check_mtu(Some(bad), 68, 1500, "the master's MTU").unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidConfig);
+            assert!(
+                e.details
+                    .starts_with(&format!("mtu: {bad} is out of range")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn mac_precedence_and_checks() {
+        let m = pick_mac(&[
+            ("CNI_ARGS MAC", Some("02:00:00:00:00:01")),
+            ("args.cni.mac", None),
+            ("runtimeConfig.mac", Some("")),
+        ])
+        .unwrap();
+        assert_eq!(m.unwrap().to_string(), "02:00:00:00:00:01");
+        let m = pick_mac(&[
+            ("a", Some("02:00:00:00:00:01")),
+            ("b", Some("02:00:00:00:00:02")),
+        ]);
+        assert_eq!(m.unwrap().unwrap().to_string(), "02:00:00:00:00:02");
+        let e = pick_mac(&[("runtimeConfig.mac", Some("zz"))]).unwrap_err();
+        assert!(e.details.starts_with("runtimeConfig.mac: "), "{e}");
+        let e = pick_mac(&[("mac", Some("01:00:5e:00:00:01"))]).unwrap_err();
+        assert_eq!(e.details, "mac: 01:00:5e:00:00:01 is not a unicast address");
+        assert_eq!(pick_mac(&[]).unwrap(), None);
+    }
+
+    #[test]
+    fn random_names_are_valid_and_differ() {
+        let a = random_veth_name();
+        let b = random_veth_name();
+        assert_eq!(a.len(), 12);
+        assert!(a.starts_with("veth"));
+        crate::netlink::validate_ifname(&a).unwrap();
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn undo_runs_newest_first_and_reports_failures() {
+        use std::cell::RefCell;
+        let log = RefCell::new(Vec::new());
+        let mut undo = Undo::default();
+        undo.push("one", || {
+            log.borrow_mut().push(1);
+            Ok(())
+        });
+        undo.push("two", || {
+            log.borrow_mut().push(2);
+            Err(CniError::io("x", "boom"))
+        });
+        let e = undo
+            .finish::<()>(Err(CniError::io("step", "failed")))
+            .unwrap_err();
+        assert_eq!(*log.borrow(), [2, 1]);
+        assert!(e.details.contains("undoing two failed too"), "{e}");
+
+        let mut undo = Undo::default();
+        undo.push("never", || {
+            log.borrow_mut().push(9);
+            Ok(())
+        });
+        undo.finish(Ok(())).unwrap();
+        assert_eq!(*log.borrow(), [2, 1]);
+    }
+
+    #[test]
+    fn dns_conf_is_set_like_go() {
+        assert!(!DnsConf::default().is_set());
+        let d = DnsConf {
+            search: Some(vec![]),
+            ..Default::default()
+        };
+        assert!(d.is_set());
+        let d = DnsConf {
+            domain: Some(String::new()),
+            ..Default::default()
+        };
+        assert!(!d.is_set());
+    }
+}

@@ -1,0 +1,80 @@
+//! The `ipvlan` driver: an ipvlan on a master interface, created directly in
+//! the pod namespace as CNI_IFNAME. Config keys, defaults, result shape and
+//! DEL semantics follow the reference plugin (containernetworking/plugins
+//! `plugins/main/ipvlan`); the shared flow and its deliberate differences
+//! are in [`super::stacked`].
+//!
+//! Keys: `master` (default: in a chain, the prevResult's only interface;
+//! otherwise the interface of the default route), `mode` (l2 | l3 | l3s;
+//! default l2), `mtu` (0 to the master's MTU), `linkInContainer`, `ipam`
+//! (required unless a prevResult brings addresses), `dns`. An ipvlan shares
+//! its master's MAC, so there is no `mac`.
+
+use plexus_cni::delegate::Resolver;
+use plexus_cni::error::CniError;
+use plexus_cni::result::CniResult;
+use plexus_cni::skel::{Plugin, Request};
+use serde::Deserialize;
+
+use super::common::{self, DnsConf, IpamRef};
+use super::stacked::{self, Conf, Mode};
+use crate::netlink::IpvlanMode;
+
+#[derive(Debug, Default, Deserialize)]
+struct IpvlanConf {
+    master: Option<String>,
+    mode: Option<String>,
+    mtu: Option<i64>,
+    #[serde(rename = "linkInContainer")]
+    link_in_container: Option<bool>,
+    ipam: Option<IpamRef>,
+    dns: Option<DnsConf>,
+}
+
+fn parse(req: &Request) -> Result<Conf, CniError> {
+    let c: IpvlanConf = common::decode_config(req)?;
+    let mode = stacked::parse_mode("ipvlan", c.mode.as_deref(), IpvlanMode::L2, "l2, l3 or l3s")?;
+    Conf {
+        master: c.master.filter(|m| !m.is_empty()),
+        mode: Mode::Ipvlan(mode),
+        mtu: c.mtu,
+        mac: None,
+        link_in_container: c.link_in_container.unwrap_or(false),
+        ipam: c.ipam,
+        dns: c.dns,
+    }
+    .validate(req)
+}
+
+/// The reference `ipvlan` plugin, built in.
+pub struct Ipvlan<'r> {
+    resolver: &'r dyn Resolver,
+}
+
+impl<'r> Ipvlan<'r> {
+    /// `resolver` finds the IPAM plugin named by `ipam.type`.
+    pub fn new(resolver: &'r dyn Resolver) -> Self {
+        Ipvlan { resolver }
+    }
+}
+
+impl Plugin for Ipvlan<'_> {
+    fn validate(&self, req: &Request) -> Result<(), CniError> {
+        parse(req).map(drop)
+    }
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        stacked::add(self.resolver, req, &parse(req)?)
+    }
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        stacked::del(self.resolver, req)
+    }
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        stacked::check(self.resolver, req, &parse(req)?)
+    }
+    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
+        stacked::gc(self.resolver, req, valid)
+    }
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        stacked::status(self.resolver, req)
+    }
+}

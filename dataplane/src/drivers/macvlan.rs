@@ -1,0 +1,92 @@
+//! The `macvlan` driver: a macvlan on a master interface, created directly
+//! in the pod namespace as CNI_IFNAME. Config keys, defaults, result shape
+//! and DEL semantics follow the reference plugin
+//! (containernetworking/plugins `plugins/main/macvlan`); the shared flow and
+//! its deliberate differences are in [`super::stacked`].
+//!
+//! Keys: `master` (default: the interface of the default route, in the
+//! namespace the master lives in), `mode` (bridge | private | vepa |
+//! passthru | source; default bridge), `mtu` (0 to the master's MTU), `mac`,
+//! `linkInContainer`, `ipam` (optional: without it the attachment is layer 2
+//! only), `dns`. The MAC is the last given of `mac`, `CNI_ARGS` `MAC` and
+//! `runtimeConfig.mac`.
+
+use plexus_cni::delegate::Resolver;
+use plexus_cni::error::CniError;
+use plexus_cni::result::CniResult;
+use plexus_cni::skel::{Plugin, Request};
+use serde::Deserialize;
+
+use super::common::{self, DnsConf, IpamRef};
+use super::stacked::{self, Conf, Mode};
+use crate::netlink::MacvlanMode;
+
+#[derive(Debug, Default, Deserialize)]
+struct MacvlanConf {
+    master: Option<String>,
+    mode: Option<String>,
+    mtu: Option<i64>,
+    mac: Option<String>,
+    #[serde(rename = "linkInContainer")]
+    link_in_container: Option<bool>,
+    ipam: Option<IpamRef>,
+    dns: Option<DnsConf>,
+}
+
+fn parse(req: &Request) -> Result<Conf, CniError> {
+    let c: MacvlanConf = common::decode_config(req)?;
+    let mode = stacked::parse_mode(
+        "macvlan",
+        c.mode.as_deref(),
+        MacvlanMode::Bridge,
+        "bridge, private, vepa, passthru or source",
+    )?;
+    let mac = common::pick_mac(&[
+        ("mac", c.mac.as_deref()),
+        ("CNI_ARGS MAC", common::cni_args_mac(req)?),
+        ("runtimeConfig.mac", common::runtime_config_mac(req)?),
+    ])?;
+    Conf {
+        master: c.master.filter(|m| !m.is_empty()),
+        mode: Mode::Macvlan(mode),
+        mtu: c.mtu,
+        mac,
+        link_in_container: c.link_in_container.unwrap_or(false),
+        ipam: c.ipam,
+        dns: c.dns,
+    }
+    .validate(req)
+}
+
+/// The reference `macvlan` plugin, built in.
+pub struct Macvlan<'r> {
+    resolver: &'r dyn Resolver,
+}
+
+impl<'r> Macvlan<'r> {
+    /// `resolver` finds the IPAM plugin named by `ipam.type`.
+    pub fn new(resolver: &'r dyn Resolver) -> Self {
+        Macvlan { resolver }
+    }
+}
+
+impl Plugin for Macvlan<'_> {
+    fn validate(&self, req: &Request) -> Result<(), CniError> {
+        parse(req).map(drop)
+    }
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        stacked::add(self.resolver, req, &parse(req)?)
+    }
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        stacked::del(self.resolver, req)
+    }
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        stacked::check(self.resolver, req, &parse(req)?)
+    }
+    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
+        stacked::gc(self.resolver, req, valid)
+    }
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        stacked::status(self.resolver, req)
+    }
+}

@@ -1,0 +1,945 @@
+//! The built-in `bridge` driver against the real kernel, as root, in
+//! namespaces made for each test: a "node" namespace plays the host the
+//! driver runs in, "pod" namespaces the containers. Kernel state is read
+//! back with `ip -j`; connectivity with ping.
+mod common;
+mod drivers_support;
+
+use std::process::Command;
+
+use common::{is_root, TestNs};
+use drivers_support::*;
+use plexus_cni::env::CniCommand;
+use plexus_cni::error::ErrorCode;
+use plexus_dataplane::netlink::BridgeSpec;
+use plexus_dataplane::{Errno, Netlink};
+use serde_json::{json, Value};
+
+const BR: &str = "br-test";
+
+/// A bridge config with the test IPAM handing out `addresses`.
+fn conf(addresses: Value, extra: Value) -> Value {
+    let mut c = json!({
+        "cniVersion": "1.0.0",
+        "name": "net1",
+        "type": "bridge",
+        "bridge": BR,
+        "ipam": {"type": IPAM, "addresses": addresses},
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    c
+}
+
+fn v4(addr: &str) -> Value {
+    json!([{ "address": addr }])
+}
+
+/// Whether the bridges of this kernel can filter VLANs (the build hosts'
+/// can't: EOPNOTSUPP), probed in a throw-away namespace.
+fn vlan_filtering_supported() -> bool {
+    let ns = TestNs::new();
+    let nl = Netlink::open(&ns.ns).unwrap();
+    match nl.create_bridge(&BridgeSpec {
+        vlan_filtering: Some(true),
+        ..BridgeSpec::new("probe0")
+    }) {
+        Ok(_) => true,
+        Err(e) if e.errno() == Some(Errno::EOPNOTSUPP) => false,
+        Err(e) => panic!("probing vlan filtering: {e}"),
+    }
+}
+
+fn skip_without_vlan_filtering(test: &str) -> bool {
+    if vlan_filtering_supported() {
+        return false;
+    }
+    skipped(
+        test,
+        "this kernel's bridge has no VLAN filtering (EOPNOTSUPP); runs in the VM harness",
+    );
+    true
+}
+
+#[test]
+fn add_builds_the_reference_topology() {
+    // cni-SPEC §2 ADD / §5 result: bridge, host veth, container veth.
+    if !is_root() {
+        return;
+    }
+    let root_before = root_forwarding();
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let mut t = Target::new("ctr1", &pod, "eth0");
+    t.args = "IgnoreUnknown=1;K8S_POD_NAME=p".into();
+    let c = conf(
+        json!([{"address": "10.10.0.5/24"}, {"address": "fd10::5/64"}]),
+        json!({"isDefaultGateway": true, "mtu": 1400, "hairpinMode": true,
+               "runtimeConfig": {"mac": "0a:58:0a:0a:00:05"},
+               "dns": {"nameservers": ["10.10.0.53"]}}),
+    );
+    let res = add(&node, &r, "bridge", &t, &c).unwrap();
+    let j = result_json(&res, "1.0.0");
+
+    // Result: the reference's shape and values.
+    let ifs = j["interfaces"].as_array().unwrap();
+    assert_eq!(ifs.len(), 3, "{j}");
+    assert_eq!(ifs[0]["name"], BR);
+    assert!(ifs[0].get("sandbox").is_none());
+    let host_veth = ifs[1]["name"].as_str().unwrap().to_string();
+    assert!(
+        host_veth.starts_with("veth") && host_veth.len() == 12,
+        "{host_veth}"
+    );
+    assert!(ifs[1].get("sandbox").is_none());
+    assert_eq!(ifs[2]["name"], "eth0");
+    assert_eq!(ifs[2]["mac"], "0a:58:0a:0a:00:05");
+    assert_eq!(ifs[2]["sandbox"], netns_path(&pod).to_str().unwrap());
+    assert_eq!(
+        j["ips"],
+        json!([
+            {"interface": 2, "address": "10.10.0.5/24", "gateway": "10.10.0.1"},
+            {"interface": 2, "address": "fd10::5/64", "gateway": "fd10::1"},
+        ])
+    );
+    assert_eq!(
+        j["routes"],
+        json!([{"dst": "0.0.0.0/0", "gw": "10.10.0.1"}, {"dst": "::/0", "gw": "fd10::1"}])
+    );
+    assert_eq!(j["dns"], json!({"nameservers": ["10.10.0.53"]}));
+
+    // The bridge: up, MTU as configured, gateway addresses, the result's MAC.
+    let br = link(&node, BR).unwrap();
+    assert_eq!(br["linkinfo"]["info_kind"], "bridge");
+    assert!(has_flag(&br, "UP"));
+    assert_eq!(br["mtu"], 1400);
+    assert_eq!(br["address"], ifs[0]["mac"]);
+    assert!(has_address(&node, BR, "10.10.0.1/24"));
+    assert!(has_address(&node, BR, "fd10::1/64"));
+    // The host veth: a port of the bridge, up, hairpin on, isolation off.
+    let hv = link(&node, &host_veth).unwrap();
+    assert_eq!(hv["master"], BR);
+    assert!(has_flag(&hv, "UP"));
+    assert_eq!(hv["mtu"], 1400);
+    assert_eq!(hv["address"], ifs[1]["mac"]);
+    assert_eq!(hv["linkinfo"]["info_slave_data"]["hairpin"], true);
+    assert_eq!(hv["linkinfo"]["info_slave_data"]["isolated"], false);
+    assert_eq!(
+        sysctl(&node, &format!("net.ipv6.conf.{host_veth}.accept_ra")),
+        "0"
+    );
+    // The container end: CNI_IFNAME, the runtime MAC, MTU, up, addresses
+    // usable at once (no DAD), routes through the gateway.
+    let eth0 = link(&pod, "eth0").unwrap();
+    assert_eq!(eth0["linkinfo"]["info_kind"], "veth");
+    assert_eq!(eth0["address"], "0a:58:0a:0a:00:05");
+    assert_eq!(eth0["mtu"], 1400);
+    assert!(
+        has_flag(&eth0, "UP") && has_flag(&eth0, "LOWER_UP"),
+        "{eth0}"
+    );
+    let addrs = addresses(&pod, "eth0");
+    let v6 = addrs.iter().find(|(a, _)| a == "fd10::5/64").expect("v6");
+    assert!(v6.1.get("tentative").is_none(), "{:?}", v6.1);
+    assert!(has_address(&pod, "eth0", "10.10.0.5/24"));
+    let r4 = routes(&pod, false);
+    assert!(
+        r4.contains(&"default via 10.10.0.1 dev eth0".to_string()),
+        "{r4:?}"
+    );
+    let r6 = routes(&pod, true);
+    assert!(
+        r6.contains(&"default via fd10::1 dev eth0".to_string()),
+        "{r6:?}"
+    );
+    // Sysctls: the reference's, in the pod and the node only.
+    assert_eq!(sysctl(&pod, "net/ipv6/conf/eth0/accept_dad"), "0");
+    assert_eq!(sysctl(&pod, "net/ipv4/conf/eth0/arp_notify"), "1");
+    assert_eq!(sysctl(&pod, "net/ipv6/conf/eth0/keep_addr_on_down"), "1");
+    assert_eq!(sysctl(&node, "net/ipv4/ip_forward"), "1");
+    assert_eq!(sysctl(&node, "net/ipv6/conf/all/forwarding"), "1");
+    assert_eq!(
+        root_forwarding(),
+        root_before,
+        "the root namespace is untouched"
+    );
+    // IPAM: one ADD for this attachment.
+    assert_eq!(
+        *r.calls.lock().unwrap(),
+        [IpamCall {
+            command: CniCommand::Add,
+            container_id: "ctr1".into(),
+            ifname: "eth0".into()
+        }]
+    );
+}
+
+#[test]
+fn two_pods_on_one_bridge_reach_each_other_and_the_gateway() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod1, pod2) = (TestNs::new(), TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let t1 = Target::new("ctr1", &pod1, "eth0");
+    let t2 = Target::new("ctr2", &pod2, "net1");
+    add(
+        &node,
+        &r,
+        "bridge",
+        &t1,
+        &conf(v4("10.11.0.2/24"), json!({"isGateway": true})),
+    )
+    .unwrap();
+    add(
+        &node,
+        &r,
+        "bridge",
+        &t2,
+        &conf(v4("10.11.0.3/24"), json!({"isGateway": true})),
+    )
+    .unwrap();
+    assert!(ping(&pod1, "10.11.0.3"), "pod1 -> pod2");
+    assert!(ping(&pod2, "10.11.0.2"), "pod2 -> pod1");
+    assert!(ping(&pod1, "10.11.0.1"), "pod1 -> gateway on the bridge");
+    // Both ports on the one bridge, which kept its first gateway address.
+    let ports: Vec<Value> = node
+        .ip_json(&["link", "show", "master", BR])
+        .into_iter()
+        .collect();
+    assert_eq!(ports.len(), 2);
+    assert_eq!(
+        addresses(&node, BR)
+            .iter()
+            .filter(|(a, _)| a.starts_with("10."))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn same_result_shape_as_the_reference_plugin() {
+    // The reference bridge v1.1.1 + its static IPAM, run as a runtime would
+    // (in the node namespace), against ours with the same addresses.
+    if !is_root() {
+        return;
+    }
+    let reference = std::path::Path::new("/usr/lib/cni/bridge");
+    if !reference.exists() {
+        skipped(
+            "same_result_shape_as_the_reference_plugin",
+            "no reference plugin in /usr/lib/cni",
+        );
+        return;
+    }
+    let addrs = json!([{"address": "10.12.0.5/24"}, {"address": "fd12::5/64"}]);
+    let static_routes = json!([{"dst": "192.168.0.0/16"}]);
+    let extra = json!({"isDefaultGateway": true});
+
+    let (node_a, pod_a) = (TestNs::new(), TestNs::new());
+    let mut theirs_conf = conf(addrs.clone(), extra.clone());
+    theirs_conf["ipam"] = json!({"type": "static", "addresses": addrs, "routes": static_routes});
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &node_a.name, reference.to_str().unwrap()])
+        .env("CNI_COMMAND", "ADD")
+        .env("CNI_CONTAINERID", "ctr1")
+        .env("CNI_NETNS", netns_path(&pod_a))
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/usr/lib/cni")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(theirs_conf.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let theirs: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let (node_b, pod_b) = (TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let mut ours_conf = conf(addrs, extra);
+    ours_conf["ipam"]["routes"] = static_routes;
+    let ours = add(
+        &node_b,
+        &r,
+        "bridge",
+        &Target::new("ctr1", &pod_b, "eth0"),
+        &ours_conf,
+    )
+    .unwrap();
+    let ours = result_json(&ours, "1.0.0");
+
+    // Same keys, same interfaces (names and where they live; MACs and the
+    // random veth name differ), same ips, routes.
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.retain(|k| k != "dns"); // the reference prints an empty dns, we omit it
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&ours), keys(&theirs), "ours {ours}\ntheirs {theirs}");
+    assert_eq!(ours["cniVersion"], theirs["cniVersion"]);
+    let shape = |v: &Value, pod: &TestNs| -> Vec<(String, bool, bool)> {
+        v["interfaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let name = i["name"].as_str().unwrap();
+                let name = if name.starts_with("veth") {
+                    "veth*"
+                } else {
+                    name
+                };
+                let sandbox = i
+                    .get("sandbox")
+                    .map(|s| s == netns_path(pod).to_str().unwrap());
+                assert!(i["mac"].as_str().is_some_and(|m| m.len() == 17), "{i}");
+                (name.to_string(), sandbox.is_some(), sandbox.unwrap_or(true))
+            })
+            .collect()
+    };
+    assert_eq!(shape(&ours, &pod_b), shape(&theirs, &pod_a));
+    assert_eq!(ours["ips"], theirs["ips"]);
+    assert_eq!(ours["routes"], theirs["routes"]);
+    // And the same kernel state where it is not random.
+    assert_eq!(routes(&pod_b, false), routes(&pod_a, false));
+    assert_eq!(
+        addresses(&node_b, BR)
+            .into_iter()
+            .map(|a| a.0)
+            .filter(|a| !a.starts_with("fe80"))
+            .collect::<Vec<_>>(),
+        addresses(&node_a, BR)
+            .into_iter()
+            .map(|a| a.0)
+            .filter(|a| !a.starts_with("fe80"))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn an_existing_bridge_is_reused_a_non_bridge_is_refused() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    node.ip(&["link", "add", BR, "type", "bridge"]);
+    // Set by hand, so the kernel keeps it when ports come.
+    node.ip(&["link", "set", BR, "mtu", "1300"]);
+    let index_before = link(&node, BR).unwrap()["ifindex"].clone();
+    let r = TestResolver::default();
+    let t = Target::new("ctr1", &pod, "eth0");
+    add(
+        &node,
+        &r,
+        "bridge",
+        &t,
+        &conf(v4("10.13.0.2/24"), json!({})),
+    )
+    .unwrap();
+    let br = link(&node, BR).unwrap();
+    assert_eq!(br["ifindex"], index_before, "same bridge");
+    assert_eq!(br["mtu"], 1300, "left as it was");
+    assert!(has_flag(&br, "UP"), "brought up");
+
+    // A link of that name that is not a bridge.
+    let (node2, pod2) = (TestNs::new(), TestNs::new());
+    node2.ip(&["link", "add", BR, "type", "veth", "peer", "name", "other0"]);
+    let e = add(
+        &node2,
+        &r,
+        "bridge",
+        &Target::new("ctr2", &pod2, "eth0"),
+        &conf(v4("10.13.0.3/24"), json!({})),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert_eq!(
+        e.details,
+        format!("bridge: \"{BR}\" already exists but is not a bridge")
+    );
+    assert_eq!(link_names(&pod2), ["lo"]);
+}
+
+#[test]
+fn an_existing_container_interface_is_an_error_and_nothing_is_left() {
+    // cni-SPEC §2 ADD: CNI_IFNAME must not be taken in the container.
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    pod.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "mine0",
+    ]);
+    let r = TestResolver::default();
+    let t = Target::new("ctr1", &pod, "eth0");
+    let e = add(
+        &node,
+        &r,
+        "bridge",
+        &t,
+        &conf(v4("10.14.0.2/24"), json!({})),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert!(
+        e.details
+            .starts_with("CNI_IFNAME: \"eth0\" already exists in the container"),
+        "{e}"
+    );
+    // Nothing of ours is left: the bridge this ADD made is gone again, no
+    // veth, IPAM never called, the pod's own interface untouched.
+    assert_eq!(link_names(&node), ["lo"]);
+    let mut pod_links = link_names(&pod);
+    pod_links.sort();
+    assert_eq!(pod_links, ["eth0", "lo", "mine0"]);
+    assert!(r.commands().is_empty());
+}
+
+#[test]
+fn ipam_failure_leaves_nothing_behind() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    // A pre-existing bridge survives; a veth made by the ADD does not.
+    node.ip(&["link", "add", BR, "type", "bridge"]);
+    let r = TestResolver::default();
+    let t = Target::new("ctr1", &pod, "eth0");
+    let mut c = conf(v4("10.15.0.2/24"), json!({}));
+    c["ipam"]["fail"] = json!("ADD");
+    let e = add(&node, &r, "bridge", &t, &c).unwrap_err();
+    assert_eq!(e.code, ErrorCode::TryAgainLater, "IPAM's own error: {e}");
+    assert!(e.details.starts_with("ipam (test-static).ipam.fail"), "{e}");
+    let mut nodes = link_names(&node);
+    nodes.sort();
+    assert_eq!(nodes, [BR, "lo"]);
+    assert_eq!(link_names(&pod), ["lo"]);
+    assert_eq!(r.commands(), [CniCommand::Add], "a failed ADD is not DEL'd");
+}
+
+#[test]
+fn failure_after_ipam_undoes_veth_bridge_and_addresses() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let t = Target::new("ctr1", &pod, "eth0");
+    // The route's gateway is unreachable: the addresses are on, the route
+    // add fails.
+    let mut c = conf(v4("10.16.0.2/24"), json!({}));
+    c["ipam"]["routes"] = json!([{"dst": "192.168.0.0/16", "gw": "172.31.0.1"}]);
+    let e = add(&node, &r, "bridge", &t, &c).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Io);
+    assert!(
+        e.details.starts_with("add route 192.168.0.0/16 on eth0: "),
+        "{e}"
+    );
+    assert!(e.details.contains("ENETUNREACH"), "{e}");
+    assert_eq!(
+        link_names(&node),
+        ["lo"],
+        "veth and the new bridge are gone"
+    );
+    assert_eq!(link_names(&pod), ["lo"]);
+    assert_eq!(
+        r.commands(),
+        [CniCommand::Add, CniCommand::Del],
+        "addresses released"
+    );
+
+    // An address the kernel refuses (a duplicate): same clean-up.
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let c = conf(
+        json!([{"address": "10.16.0.3/24"}, {"address": "10.16.0.3/24"}]),
+        json!({}),
+    );
+    let e = add(&node, &r, "bridge", &Target::new("ctr2", &pod, "eth0"), &c).unwrap_err();
+    assert!(e.details.starts_with("add 10.16.0.3/24 to eth0: "), "{e}");
+    assert_eq!(link_names(&node), ["lo"]);
+    assert_eq!(link_names(&pod), ["lo"]);
+    assert_eq!(r.commands(), [CniCommand::Add, CniCommand::Del]);
+}
+
+#[test]
+fn del_is_idempotent_and_tolerates_a_gone_namespace() {
+    // cni-SPEC §2 DEL: succeeds for missing attachments, without CNI_NETNS,
+    // and without prevResult.
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let t = Target::new("ctr1", &pod, "eth0");
+    let c = conf(v4("10.17.0.2/24"), json!({"isGateway": true}));
+    let res = add(&node, &r, "bridge", &t, &c).unwrap();
+    let host_veth = res.interfaces[1].name.clone();
+
+    del(&node, &r, "bridge", &t, &with_prev(&c, &res)).unwrap();
+    assert_eq!(link_names(&pod), ["lo"]);
+    assert!(link(&node, &host_veth).is_none(), "the pair went with it");
+    assert!(
+        link(&node, BR).is_some(),
+        "the bridge stays, like the reference"
+    );
+    // Again, without prevResult.
+    del(&node, &r, "bridge", &t, &c).unwrap();
+    // Without CNI_NETNS (containerd's last DEL).
+    let mut no_ns = t.clone();
+    no_ns.netns = None;
+    del(&node, &r, "bridge", &no_ns, &c).unwrap();
+    // After the namespace is gone.
+    let gone = {
+        let p = TestNs::new();
+        Target::new("ctr2", &p, "eth0")
+    };
+    del(&node, &r, "bridge", &gone, &c).unwrap();
+    assert_eq!(
+        r.commands(),
+        [
+            CniCommand::Add,
+            CniCommand::Del,
+            CniCommand::Del,
+            CniCommand::Del,
+            CniCommand::Del
+        ]
+    );
+    // A DEL's IPAM failure is reported (the runtime retries).
+    let mut failing = c.clone();
+    failing["ipam"]["fail"] = json!("DEL");
+    assert_eq!(
+        del(&node, &r, "bridge", &t, &failing).unwrap_err().code,
+        ErrorCode::TryAgainLater
+    );
+    // DEL of a configuration ADD refuses still works.
+    let mut refused = c.clone();
+    refused["ipMasq"] = json!(true);
+    del(&node, &r, "bridge", &t, &refused).unwrap();
+}
+
+#[test]
+fn del_removes_the_interface_before_releasing_addresses() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let t = Target::new("ctr1", &pod, "eth0");
+    let c = conf(v4("10.18.0.2/24"), json!({}));
+    add(&node, &r, "bridge", &t, &c).unwrap();
+    let mut failing = c.clone();
+    failing["ipam"]["fail"] = json!("DEL");
+    del(&node, &r, "bridge", &t, &failing).unwrap_err();
+    assert_eq!(link_names(&pod), ["lo"], "interface gone first");
+    del(&node, &r, "bridge", &t, &c).unwrap();
+}
+
+#[test]
+fn check_accepts_the_attachment_and_finds_drift() {
+    // cni-SPEC §2 CHECK.
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let t = Target::new("ctr1", &pod, "eth0");
+    let mut c = conf(v4("10.19.0.2/24"), json!({"isDefaultGateway": true}));
+    c["ipam"]["routes"] = json!([{"dst": "10.99.0.0/16"}]);
+    let res = add(&node, &r, "bridge", &t, &c).unwrap();
+    let with = with_prev(&c, &res);
+    check(&node, &r, "bridge", &t, &with).unwrap();
+    assert_eq!(r.commands(), [CniCommand::Add, CniCommand::Check]);
+
+    let e = check(&node, &r, "bridge", &t, &c).unwrap_err();
+    assert_eq!(e.details, "prevResult: required for CHECK but not given");
+
+    // A route removed by hand.
+    pod.ip(&["route", "del", "10.99.0.0/16"]);
+    let e = check(&node, &r, "bridge", &t, &with).unwrap_err();
+    assert!(e.details.contains("route 10.99.0.0/16 is not in"), "{e}");
+    pod.ip(&["route", "add", "10.99.0.0/16", "via", "10.19.0.1"]);
+    check(&node, &r, "bridge", &t, &with).unwrap();
+    // An address removed.
+    pod.ip(&["addr", "del", "10.19.0.2/24", "dev", "eth0"]);
+    let e = check(&node, &r, "bridge", &t, &with).unwrap_err();
+    assert!(
+        e.details.starts_with("address 10.19.0.2/24 is not on eth0"),
+        "{e}"
+    );
+    // A different MAC.
+    pod.ip(&["link", "set", "eth0", "address", "02:00:00:00:00:99"]);
+    let e = check(&node, &r, "bridge", &t, &with).unwrap_err();
+    assert!(
+        e.details
+            .starts_with("container interface eth0: MAC is 02:00:00:00:00:99"),
+        "{e}"
+    );
+    // The host veth released from the bridge.
+    let mut res2 = res.clone();
+    res2.interfaces[2].mac = Some("02:00:00:00:00:99".into());
+    node.ip(&["link", "set", &res.interfaces[1].name, "nomaster"]);
+    let e = check(&node, &r, "bridge", &t, &with_prev(&c, &res2)).unwrap_err();
+    assert!(
+        e.details
+            .starts_with("the host veth of eth0 on bridge br-test was not found"),
+        "{e}"
+    );
+    // promiscMode differing from the bridge.
+    let mut promisc = with_prev(&c, &res2);
+    promisc["promiscMode"] = json!(true);
+    let e = check(&node, &r, "bridge", &t, &promisc).unwrap_err();
+    assert!(
+        e.details
+            .contains("promiscuous mode is false, promiscMode says true"),
+        "{e}"
+    );
+}
+
+#[test]
+fn layer2_only_and_disabled_container_interface() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    // `"ipam": {}` is layer 2 only, as in the reference.
+    let c =
+        json!({"cniVersion": "1.0.0", "name": "l2", "type": "bridge", "bridge": BR, "ipam": {}});
+    let res = add(&node, &r, "bridge", &Target::new("ctr1", &pod, "eth0"), &c).unwrap();
+    assert!(res.ips.is_empty() && res.routes.is_empty());
+    assert_eq!(res.interfaces.len(), 3);
+    let eth0 = link(&pod, "eth0").unwrap();
+    assert!(has_flag(&eth0, "UP"));
+    assert!(addresses(&pod, "eth0")
+        .iter()
+        .all(|(a, _)| a.starts_with("fe80")));
+
+    let pod2 = TestNs::new();
+    let mut c2 = c.clone();
+    c2["disableContainerInterface"] = json!(true);
+    add(
+        &node,
+        &r,
+        "bridge",
+        &Target::new("ctr2", &pod2, "eth0"),
+        &c2,
+    )
+    .unwrap();
+    assert!(!has_flag(&link(&pod2, "eth0").unwrap(), "UP"), "left down");
+    assert!(r.commands().is_empty());
+}
+
+#[test]
+fn port_isolation_promiscuity_and_enabled_dad() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let c = conf(
+        json!([{"address": "fd20::5/64", "gateway": "fd20::1"}]),
+        json!({"portIsolation": true, "promiscMode": true, "enabledad": true, "isGateway": true}),
+    );
+    let res = add(&node, &r, "bridge", &Target::new("ctr1", &pod, "eth0"), &c).unwrap();
+    let hv = link(&node, &res.interfaces[1].name).unwrap();
+    assert_eq!(hv["linkinfo"]["info_slave_data"]["isolated"], true);
+    assert_eq!(hv["linkinfo"]["info_slave_data"]["hairpin"], false);
+    let br = link(&node, BR).unwrap();
+    assert!(has_flag(&br, "PROMISC"), "{br}");
+    assert_eq!(sysctl(&pod, "net/ipv6/conf/eth0/accept_dad"), "1");
+    assert_eq!(sysctl(&pod, "net/ipv6/conf/eth0/enhanced_dad"), "1");
+    // ADD waited for DAD: the address is no longer tentative.
+    let a = addresses(&pod, "eth0");
+    let v6 = a.iter().find(|(a, _)| a == "fd20::5/64").unwrap();
+    assert!(v6.1.get("tentative").is_none(), "{:?}", v6.1);
+    assert_eq!(sysctl(&node, "net/ipv6/conf/all/forwarding"), "1");
+    assert_eq!(sysctl(&node, "net/ipv4/ip_forward"), "0", "no IPv4 gateway");
+}
+
+#[test]
+fn gateway_address_conflicts_need_force_address() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod1, pod2) = (TestNs::new(), TestNs::new(), TestNs::new());
+    node.ip(&["link", "add", BR, "type", "bridge"]);
+    node.ip(&["addr", "add", "10.21.0.1/24", "dev", BR]);
+    let r = TestResolver::default();
+    let c = conf(v4("10.22.0.2/24"), json!({"isGateway": true}));
+    let e = add(&node, &r, "bridge", &Target::new("ctr1", &pod1, "eth0"), &c).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert!(
+        e.details
+            .starts_with("forceAddress: \"br-test\" already has an IP address (10.21.0.1/24)"),
+        "{e}"
+    );
+    assert_eq!(link_names(&pod1), ["lo"], "undone");
+    assert_eq!(r.commands(), [CniCommand::Add, CniCommand::Del]);
+
+    let mut forced = c.clone();
+    forced["forceAddress"] = json!(true);
+    add(
+        &node,
+        &r,
+        "bridge",
+        &Target::new("ctr2", &pod2, "eth0"),
+        &forced,
+    )
+    .unwrap();
+    assert!(has_address(&node, BR, "10.22.0.1/24"));
+    assert!(!has_address(&node, BR, "10.21.0.1/24"));
+}
+
+#[test]
+fn bad_configurations_are_refused_before_anything_changes() {
+    let pod_path = Target {
+        container_id: "ctr1".into(),
+        netns: Some("/var/run/netns/none".into()),
+        ifname: "eth0".into(),
+        args: String::new(),
+    };
+    for (extra, code, starts) in [
+        (
+            json!({"ipMasq": true}),
+            ErrorCode::UnsupportedField,
+            "ipMasq: not supported yet by plexus's built-in bridge (needs nftables)",
+        ),
+        (
+            json!({"macspoofchk": true}),
+            ErrorCode::UnsupportedField,
+            "macspoofchk: not supported yet",
+        ),
+        (
+            json!({"mtu": 9}),
+            ErrorCode::InvalidConfig,
+            "mtu: 9 is out of range",
+        ),
+        (
+            json!({"mtu": 65536}),
+            ErrorCode::InvalidConfig,
+            "mtu: 65536 is out of range",
+        ),
+        (
+            json!({"mtu": "1500"}),
+            ErrorCode::InvalidConfig,
+            "mtu: invalid type: string \"1500\"",
+        ),
+        (
+            json!({"hairpinMode": 1}),
+            ErrorCode::InvalidConfig,
+            "hairpinMode: invalid type: integer",
+        ),
+        (
+            json!({"vlan": 5000}),
+            ErrorCode::InvalidConfig,
+            "vlan: 5000 is out of range",
+        ),
+        (
+            json!({"ipam": {"type": 7}}),
+            ErrorCode::InvalidConfig,
+            "ipam.type: invalid type: integer",
+        ),
+    ] {
+        let c = conf(v4("10.23.0.2/24"), extra.clone());
+        let e = validate("bridge", &pod_path, &c).unwrap_err();
+        assert_eq!(
+            (e.code, e.details.starts_with(starts)),
+            (code, true),
+            "{extra}: {e}"
+        );
+    }
+    // Unknown keys of any type are ignored, as Go decoding does.
+    validate(
+        "bridge",
+        &pod_path,
+        &conf(v4("10.23.0.2/24"), json!({"mtuu": "x", "frob": [null]})),
+    )
+    .unwrap();
+}
+
+#[test]
+fn refused_add_touches_nothing() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let e = add(
+        &node,
+        &r,
+        "bridge",
+        &Target::new("ctr1", &pod, "eth0"),
+        &conf(v4("10.24.0.2/24"), json!({"ipMasq": true})),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::UnsupportedField);
+    assert_eq!(link_names(&node), ["lo"]);
+    assert!(r.commands().is_empty());
+}
+
+#[test]
+fn a_missing_pod_namespace_is_an_unknown_container() {
+    if !is_root() {
+        return;
+    }
+    let node = TestNs::new();
+    let r = TestResolver::default();
+    let t = Target {
+        container_id: "ctr1".into(),
+        netns: Some("/var/run/netns/pxt-does-not-exist".into()),
+        ifname: "eth0".into(),
+        args: String::new(),
+    };
+    let e = add(
+        &node,
+        &r,
+        "bridge",
+        &t,
+        &conf(v4("10.25.0.2/24"), json!({})),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::UnknownContainer, "{e}");
+    assert_eq!(link_names(&node), ["lo"]);
+}
+
+#[test]
+fn vlan_and_trunk_ports() {
+    if !is_root() || skip_without_vlan_filtering("vlan_and_trunk_ports") {
+        return;
+    }
+    let (node, pod1, pod2) = (TestNs::new(), TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let c = conf(v4("10.26.0.2/24"), json!({"vlan": 100, "isGateway": true}));
+    let res = add(&node, &r, "bridge", &Target::new("ctr1", &pod1, "eth0"), &c).unwrap();
+    let br = link(&node, BR).unwrap();
+    assert_eq!(br["linkinfo"]["info_data"]["vlan_filtering"], 1);
+    let out = common::run("bridge", &["-n", &node.name, "-j", "vlan", "show"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let port = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["ifname"] == res.interfaces[1].name.as_str())
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(
+        port["vlans"],
+        json!([{"vlan": 100, "flags": ["PVID", "Egress Untagged"]}])
+    );
+    // The vlan gateway interface carries the gateway address and is listed.
+    assert_eq!(res.interfaces.len(), 4);
+    assert_eq!(res.interfaces[3].name, "br-test.100");
+    assert!(has_address(&node, "br-test.100", "10.26.0.1/24"));
+    assert!(ping(&pod1, "10.26.0.1"));
+
+    let c2 = conf(
+        v4("10.26.0.3/24"),
+        json!({"vlanTrunk": [{"minID": 200, "maxID": 202}, {"id": 300}]}),
+    );
+    let res2 = add(
+        &node,
+        &r,
+        "bridge",
+        &Target::new("ctr2", &pod2, "eth0"),
+        &c2,
+    )
+    .unwrap();
+    let out = common::run("bridge", &["-n", &node.name, "-j", "vlan", "show"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let port = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["ifname"] == res2.interfaces[1].name.as_str())
+        .unwrap();
+    let vids: Vec<u64> = port["vlans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["vlan"].as_u64().unwrap())
+        .collect();
+    assert_eq!(vids, [1, 200, 201, 202, 300], "native 1 plus the trunk");
+}
+
+#[test]
+fn vlan_configuration_without_kernel_support_fails_cleanly() {
+    // On kernels without bridge VLAN filtering (the build hosts') a vlan
+    // configuration must fail with the kernel's reason and leave nothing.
+    if !is_root() || vlan_filtering_supported() {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let e = add(
+        &node,
+        &r,
+        "bridge",
+        &Target::new("ctr1", &pod, "eth0"),
+        &conf(v4("10.27.0.2/24"), json!({"vlan": 5})),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::Io);
+    assert!(e.details.starts_with("create bridge br-test: "), "{e}");
+    assert!(e.details.contains("EOPNOTSUPP"), "{e}");
+    assert_eq!(link_names(&node), ["lo"]);
+    assert_eq!(link_names(&pod), ["lo"]);
+    assert!(r.commands().is_empty());
+}
+
+#[test]
+fn status_and_gc_are_the_ipam_plugins() {
+    // cni-SPEC §2 STATUS and GC: nothing of the drivers' own outlives the
+    // pod namespace, so both go to IPAM (and are no-ops without one).
+    let r = TestResolver::default();
+    let env = |command| plexus_cni::env::CniEnv {
+        command,
+        container_id: None,
+        netns: None,
+        ifname: None,
+        args: Default::default(),
+        path: vec!["/opt/cni/bin".into()],
+    };
+    let req = |command, config: &Value| {
+        let Value::Object(m) = config.clone() else {
+            unreachable!()
+        };
+        plexus_cni::skel::Request::from_config(env(command), m).unwrap()
+    };
+    let mut c = conf(v4("10.28.0.2/24"), json!({}));
+    c["cniVersion"] = json!("1.1.0");
+    let l2 = json!({"cniVersion": "1.1.0", "name": "l2", "type": "macvlan"});
+    for ty in plexus_dataplane::drivers::builtin_types() {
+        let d = plexus_dataplane::drivers::driver(ty, &r).unwrap();
+        d.status(&req(CniCommand::Status, &c)).unwrap();
+        d.gc(&req(CniCommand::Gc, &c), &[("ctr1".into(), "eth0".into())])
+            .unwrap();
+        d.status(&req(CniCommand::Status, &l2)).unwrap();
+        d.gc(&req(CniCommand::Gc, &l2), &[]).unwrap();
+        let mut failing = c.clone();
+        failing["ipam"]["fail"] = json!("STATUS");
+        let e = d.status(&req(CniCommand::Status, &failing)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::TryAgainLater, "{ty}");
+    }
+    assert_eq!(
+        r.commands(),
+        [CniCommand::Status, CniCommand::Gc, CniCommand::Status].repeat(3)
+    );
+    assert!(plexus_dataplane::drivers::driver("host-device", &r).is_none());
+    assert_eq!(
+        plexus_dataplane::drivers::builtin_types(),
+        ["bridge", "ipvlan", "macvlan"]
+    );
+}

@@ -1,0 +1,344 @@
+//! The built-in `ipvlan` driver and typed ipvlan creation. The build hosts'
+//! kernel has no ipvlan: tests that need it probe for it (creating one in a
+//! throw-away namespace) and, when it is missing, say so on stderr and skip;
+//! the VM harness runs them. What can be checked without kernel support
+//! (configuration, a clean failure) runs everywhere.
+mod common;
+mod drivers_support;
+
+use common::{is_root, TestNs};
+use drivers_support::*;
+use plexus_cni::env::CniCommand;
+use plexus_cni::error::ErrorCode;
+use plexus_cni::result::CniResult;
+use plexus_dataplane::netlink::{IpvlanMode, IpvlanSpec, LinkKind, VethSpec};
+use plexus_dataplane::{Errno, Netlink};
+use serde_json::{json, Value};
+
+/// Whether this kernel can create ipvlan devices: EOPNOTSUPP ("Unknown
+/// device type") means it can't.
+fn ipvlan_supported() -> bool {
+    let ns = TestNs::new();
+    let nl = Netlink::open(&ns.ns).unwrap();
+    let master = nl.create_veth(&VethSpec::new("probe0", "probe1")).unwrap();
+    match nl.create_ipvlan(&IpvlanSpec::new("probe2", master.index, IpvlanMode::L2)) {
+        Ok(_) => true,
+        Err(e) if e.errno() == Some(Errno::EOPNOTSUPP) => false,
+        Err(e) => panic!("probing ipvlan: {e}"),
+    }
+}
+
+/// Root and ipvlan support, or a visible reason to skip.
+fn runnable(test: &str) -> bool {
+    if !is_root() {
+        return false;
+    }
+    if !ipvlan_supported() {
+        skipped(
+            test,
+            "this kernel has no ipvlan (EOPNOTSUPP: Unknown device type); runs in the VM harness",
+        );
+        return false;
+    }
+    true
+}
+
+fn node_with_uplink() -> TestNs {
+    let node = TestNs::new();
+    node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"]);
+    node.ip(&["link", "set", "up1", "up"]);
+    node.ip(&["link", "set", "up0", "up"]);
+    node.ip(&["addr", "add", "172.30.1.2/24", "dev", "up0"]);
+    node.ip(&["route", "add", "default", "via", "172.30.1.1"]);
+    node
+}
+
+fn conf(addresses: Value, extra: Value) -> Value {
+    let mut c = json!({
+        "cniVersion": "1.0.0",
+        "name": "ipv",
+        "type": "ipvlan",
+        "master": "up0",
+        "ipam": {"type": IPAM, "addresses": addresses},
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    c
+}
+
+fn v4(addr: &str) -> Value {
+    json!([{ "address": addr }])
+}
+
+fn nowhere() -> Target {
+    Target {
+        container_id: "c1".into(),
+        netns: Some("/var/run/netns/none".into()),
+        ifname: "eth0".into(),
+        args: String::new(),
+    }
+}
+
+#[test]
+fn create_ipvlan_is_typed() {
+    if !runnable("create_ipvlan_is_typed") {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    let nl = Netlink::open(&node.ns).unwrap();
+    let master = nl.create_veth(&VethSpec::new("m0", "m1")).unwrap();
+    let local = nl
+        .create_ipvlan(&IpvlanSpec {
+            mtu: Some(1400),
+            ..IpvlanSpec::new("ipv0", master.index, IpvlanMode::L3)
+        })
+        .unwrap()
+        .expect("created locally");
+    assert_eq!(local.kind, Some(LinkKind::Ipvlan));
+    assert_eq!(local.ipvlan_mode, Some(IpvlanMode::L3));
+    assert_eq!(local.mtu, 1400);
+    assert_eq!(local.parent, Some(master.index));
+    assert_eq!(
+        link(&node, "ipv0").unwrap()["linkinfo"]["info_data"]["mode"],
+        "l3"
+    );
+    // Directly into another namespace, under its final name.
+    let remote = nl
+        .create_ipvlan(&IpvlanSpec {
+            netns: Some(&pod.ns),
+            ..IpvlanSpec::new("eth0", master.index, IpvlanMode::L3s)
+        })
+        .unwrap();
+    assert!(remote.is_none());
+    let l = Netlink::open(&pod.ns)
+        .unwrap()
+        .link_by_name("eth0")
+        .unwrap()
+        .unwrap();
+    assert_eq!(l.ipvlan_mode, Some(IpvlanMode::L3s));
+    assert!(link(&node, "eth0").is_none());
+}
+
+#[test]
+fn without_kernel_support_add_fails_cleanly() {
+    if !is_root() || ipvlan_supported() {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let r = TestResolver::default();
+    let e = add(
+        &node,
+        &r,
+        "ipvlan",
+        &Target::new("c1", &pod, "eth0"),
+        &conf(v4("10.60.0.5/24"), json!({})),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::Io);
+    assert!(e.details.starts_with("create ipvlan eth0 on up0: "), "{e}");
+    assert!(e.details.contains("EOPNOTSUPP"), "{e}");
+    assert_eq!(link_names(&pod), ["lo"]);
+    assert!(
+        r.commands().is_empty(),
+        "IPAM is not asked before the link exists"
+    );
+}
+
+#[test]
+fn validate_needs_ipam_or_a_prev_result_and_known_modes() {
+    let bare = json!({"cniVersion": "1.0.0", "name": "ipv", "type": "ipvlan", "master": "up0"});
+    let e = validate("ipvlan", &nowhere(), &bare).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert_eq!(
+        e.details,
+        "ipam: missing: ipvlan needs an IPAM plugin, or a prevResult with addresses"
+    );
+    let prev = CniResult::from_value(&json!({"cniVersion": "1.0.0",
+        "interfaces": [{"name": "up0"}], "ips": [{"address": "10.61.0.5/24"}]}))
+    .unwrap();
+    validate("ipvlan", &nowhere(), &with_prev(&bare, &prev)).unwrap();
+    let e = validate(
+        "ipvlan",
+        &nowhere(),
+        &conf(json!([]), json!({"mode": "l4"})),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.details,
+        "mode: unknown ipvlan mode \"l4\" (expected l2, l3 or l3s)"
+    );
+    let e = validate("ipvlan", &nowhere(), &conf(json!([]), json!({"mtu": 10}))).unwrap_err();
+    assert!(e.details.starts_with("mtu: 10 is out of range"), "{e}");
+    // ipvlan has no `mac`: the key is ignored like any unknown one.
+    validate("ipvlan", &nowhere(), &conf(json!([]), json!({"mac": 5}))).unwrap();
+}
+
+#[test]
+fn two_l2_pods_reach_each_other() {
+    if !runnable("two_l2_pods_reach_each_other") {
+        return;
+    }
+    let (node, pod1, pod2) = (node_with_uplink(), TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let res = add(
+        &node,
+        &r,
+        "ipvlan",
+        &Target::new("c1", &pod1, "eth0"),
+        &conf(v4("10.62.0.2/24"), json!({"mtu": 1400})),
+    )
+    .unwrap();
+    add(
+        &node,
+        &r,
+        "ipvlan",
+        &Target::new("c2", &pod2, "eth0"),
+        &conf(v4("10.62.0.3/24"), json!({})),
+    )
+    .unwrap();
+    let j = result_json(&res, "1.0.0");
+    assert_eq!(j["interfaces"].as_array().unwrap().len(), 1);
+    assert_eq!(j["interfaces"][0]["name"], "eth0");
+    assert_eq!(
+        j["interfaces"][0]["sandbox"],
+        netns_path(&pod1).to_str().unwrap()
+    );
+    // An ipvlan shares its master's MAC.
+    assert_eq!(
+        j["interfaces"][0]["mac"],
+        link(&node, "up0").unwrap()["address"]
+    );
+    assert_eq!(
+        j["ips"],
+        json!([{"interface": 0, "address": "10.62.0.2/24"}])
+    );
+    let l = link(&pod1, "eth0").unwrap();
+    assert_eq!(l["linkinfo"]["info_kind"], "ipvlan");
+    assert_eq!(l["linkinfo"]["info_data"]["mode"], "l2");
+    assert_eq!(l["mtu"], 1400);
+    assert!(ping(&pod1, "10.62.0.3"));
+    assert!(ping(&pod2, "10.62.0.2"));
+}
+
+#[test]
+fn l3_and_l3s_modes() {
+    if !runnable("l3_and_l3s_modes") {
+        return;
+    }
+    let node = node_with_uplink();
+    let r = TestResolver::default();
+    for mode in ["l3", "l3s"] {
+        let pod = TestNs::new();
+        let t = Target::new("c1", &pod, "eth0");
+        let c = conf(v4("10.63.0.5/24"), json!({"mode": mode}));
+        let res = add(&node, &r, "ipvlan", &t, &c).unwrap();
+        assert_eq!(
+            link(&pod, "eth0").unwrap()["linkinfo"]["info_data"]["mode"],
+            mode
+        );
+        check(&node, &r, "ipvlan", &t, &with_prev(&c, &res)).unwrap();
+        del(&node, &r, "ipvlan", &t, &c).unwrap();
+        assert_eq!(link_names(&pod), ["lo"]);
+    }
+}
+
+#[test]
+fn chained_takes_addresses_and_master_from_the_prev_result() {
+    if !runnable("chained_takes_addresses_and_master_from_the_prev_result") {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let r = TestResolver::default();
+    let prev = CniResult::from_value(&json!({"cniVersion": "1.0.0",
+        "interfaces": [{"name": "up0"}],
+        "ips": [{"address": "10.64.0.5/24", "gateway": "10.64.0.1"}],
+        "routes": [{"dst": "0.0.0.0/0"}]}))
+    .unwrap();
+    let c = with_prev(
+        &json!({"cniVersion": "1.0.0", "name": "ipv", "type": "ipvlan"}),
+        &prev,
+    );
+    let res = add(&node, &r, "ipvlan", &Target::new("c1", &pod, "eth0"), &c).unwrap();
+    assert_eq!(res.interfaces.len(), 1);
+    assert_eq!(res.ips[0].interface, Some(0));
+    assert!(has_address(&pod, "eth0", "10.64.0.5/24"));
+    assert!(routes(&pod, false).contains(&"default via 10.64.0.1 dev eth0".to_string()));
+    assert!(r.commands().is_empty(), "no IPAM in a chain");
+}
+
+#[test]
+fn refusals_and_clean_failures() {
+    if !runnable("refusals_and_clean_failures") {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let r = TestResolver::default();
+    let t = Target::new("c1", &pod, "eth0");
+    let e = add(
+        &node,
+        &r,
+        "ipvlan",
+        &t,
+        &conf(v4("10.65.0.5/24"), json!({"master": "nope0"})),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.details,
+        "master: interface \"nope0\" not found in the host namespace"
+    );
+    let e = add(
+        &node,
+        &r,
+        "ipvlan",
+        &t,
+        &conf(v4("10.65.0.5/24"), json!({"mtu": 9000})),
+    )
+    .unwrap_err();
+    assert!(e.details.starts_with("mtu: 9000 is out of range"), "{e}");
+    let mut failing = conf(v4("10.65.0.5/24"), json!({}));
+    failing["ipam"]["fail"] = json!("ADD");
+    add(&node, &r, "ipvlan", &t, &failing).unwrap_err();
+    assert_eq!(link_names(&pod), ["lo"]);
+    pod.ip(&["link", "add", "eth0", "type", "veth", "peer", "name", "x0"]);
+    let e = add(
+        &node,
+        &r,
+        "ipvlan",
+        &t,
+        &conf(v4("10.65.0.5/24"), json!({})),
+    )
+    .unwrap_err();
+    assert!(
+        e.details.starts_with("CNI_IFNAME: \"eth0\" already exists"),
+        "{e}"
+    );
+    assert_eq!(r.commands(), [CniCommand::Add]);
+}
+
+#[test]
+fn del_and_check() {
+    if !runnable("del_and_check") {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let r = TestResolver::default();
+    let t = Target::new("c1", &pod, "eth0");
+    let c = conf(v4("10.66.0.5/24"), json!({"mode": "l3"}));
+    let res = add(&node, &r, "ipvlan", &t, &c).unwrap();
+    let with = with_prev(&c, &res);
+    check(&node, &r, "ipvlan", &t, &with).unwrap();
+    let mut l2 = with.clone();
+    l2["mode"] = json!("l2");
+    let e = check(&node, &r, "ipvlan", &t, &l2).unwrap_err();
+    assert_eq!(
+        e.details,
+        "mode: the container's ipvlan is in mode l3, the configuration says l2"
+    );
+    del(&node, &r, "ipvlan", &t, &with).unwrap();
+    del(&node, &r, "ipvlan", &t, &c).unwrap();
+    let mut no_ns = t.clone();
+    no_ns.netns = None;
+    del(&node, &r, "ipvlan", &no_ns, &c).unwrap();
+    assert_eq!(link_names(&pod), ["lo"]);
+}

@@ -1,0 +1,435 @@
+//! The built-in `macvlan` driver against the real kernel, as root, in
+//! namespaces made for each test. The "node" namespace plays the host: its
+//! uplink is a veth pair `up0`/`up1` (both ends up, so macvlans on `up0`
+//! have carrier), `up0` addressed and carrying the default route.
+mod common;
+mod drivers_support;
+
+use common::{is_root, TestNs};
+use drivers_support::*;
+use plexus_cni::env::CniCommand;
+use plexus_cni::error::ErrorCode;
+use serde_json::{json, Value};
+
+fn node_with_uplink() -> TestNs {
+    let node = TestNs::new();
+    node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"]);
+    node.ip(&["link", "set", "up1", "up"]);
+    node.ip(&["link", "set", "up0", "up"]);
+    node.ip(&["addr", "add", "172.30.0.2/24", "dev", "up0"]);
+    node.ip(&["route", "add", "default", "via", "172.30.0.1"]);
+    node
+}
+
+fn conf(addresses: Value, extra: Value) -> Value {
+    let mut c = json!({
+        "cniVersion": "1.0.0",
+        "name": "mv",
+        "type": "macvlan",
+        "master": "up0",
+        "ipam": {"type": IPAM, "addresses": addresses},
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    c
+}
+
+fn v4(addr: &str, gw: &str) -> Value {
+    json!([{ "address": addr, "gateway": gw }])
+}
+
+fn ifindex(ns: &TestNs, name: &str) -> Value {
+    link(ns, name).unwrap()["ifindex"].clone()
+}
+
+#[test]
+fn add_creates_the_macvlan_directly_in_the_pod() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let node_links = link_names(&node);
+    let r = TestResolver::default();
+    let t = Target::new("ctr1", &pod, "net1");
+    let mut c = conf(
+        v4("10.40.0.5/24", "10.40.0.1"),
+        json!({"mtu": 1400, "runtimeConfig": {"mac": "0a:58:0a:28:00:05"},
+               "dns": {"nameservers": ["10.40.0.53"]}}),
+    );
+    c["ipam"]["routes"] = json!([{"dst": "10.99.0.0/16"}]);
+    c["ipam"]["dns"] = json!({"nameservers": ["9.9.9.9"]});
+    let res = add(&node, &r, "macvlan", &t, &c).unwrap();
+    let j = result_json(&res, "1.0.0");
+    assert_eq!(
+        j,
+        json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "net1", "mac": "0a:58:0a:28:00:05",
+                            "sandbox": netns_path(&pod).to_str().unwrap()}],
+            "ips": [{"interface": 0, "address": "10.40.0.5/24", "gateway": "10.40.0.1"}],
+            "routes": [{"dst": "10.99.0.0/16"}],
+            // The configuration's dns, not IPAM's, as the reference does.
+            "dns": {"nameservers": ["10.40.0.53"]},
+        })
+    );
+    let l = link(&pod, "net1").unwrap();
+    assert_eq!(l["linkinfo"]["info_kind"], "macvlan");
+    assert_eq!(l["linkinfo"]["info_data"]["mode"], "bridge");
+    assert_eq!(l["mtu"], 1400);
+    assert_eq!(l["address"], "0a:58:0a:28:00:05");
+    assert!(has_flag(&l, "UP"));
+    assert_eq!(l["link_index"], ifindex(&node, "up0"), "{l}");
+    assert!(has_address(&pod, "net1", "10.40.0.5/24"));
+    let rs = routes(&pod, false);
+    assert!(
+        rs.contains(&"10.99.0.0/16 via 10.40.0.1 dev net1".to_string()),
+        "{rs:?}"
+    );
+    assert_eq!(sysctl(&pod, "net/ipv4/conf/net1/arp_notify"), "1");
+    assert_eq!(sysctl(&pod, "net/ipv6/conf/net1/ndisc_notify"), "1");
+    assert_eq!(link_names(&node), node_links, "nothing new in the node");
+}
+
+#[test]
+fn two_macvlan_pods_reach_each_other() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod1, pod2) = (node_with_uplink(), TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    add(
+        &node,
+        &r,
+        "macvlan",
+        &Target::new("c1", &pod1, "eth0"),
+        &conf(v4("10.41.0.2/24", "10.41.0.1"), json!({})),
+    )
+    .unwrap();
+    add(
+        &node,
+        &r,
+        "macvlan",
+        &Target::new("c2", &pod2, "eth0"),
+        &conf(v4("10.41.0.3/24", "10.41.0.1"), json!({})),
+    )
+    .unwrap();
+    assert!(ping(&pod1, "10.41.0.3"), "pod1 -> pod2");
+    assert!(ping(&pod2, "10.41.0.2"), "pod2 -> pod1");
+}
+
+#[test]
+fn dual_stack_waits_for_duplicate_address_detection() {
+    // The reference macvlan leaves DAD on and waits when there is an IPv6
+    // gateway.
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let r = TestResolver::default();
+    let c = conf(
+        json!([{"address": "10.42.0.5/24", "gateway": "10.42.0.1"},
+               {"address": "fd42::5/64", "gateway": "fd42::1"}]),
+        json!({}),
+    );
+    let mut c = c;
+    c["ipam"]["routes"] = json!([{"dst": "::/0"}]);
+    add(&node, &r, "macvlan", &Target::new("c1", &pod, "eth0"), &c).unwrap();
+    let a = addresses(&pod, "eth0");
+    let v6 = a
+        .iter()
+        .find(|(a, _)| a == "fd42::5/64")
+        .expect("v6 address");
+    assert!(v6.1.get("tentative").is_none(), "{:?}", v6.1);
+    assert!(routes(&pod, true).contains(&"default via fd42::1 dev eth0".to_string()));
+}
+
+#[test]
+fn master_defaults_to_the_default_route_interface() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let r = TestResolver::default();
+    let mut c = conf(v4("10.43.0.5/24", "10.43.0.1"), json!({}));
+    c.as_object_mut().unwrap().remove("master");
+    add(&node, &r, "macvlan", &Target::new("c1", &pod, "eth0"), &c).unwrap();
+    assert_eq!(
+        link(&pod, "eth0").unwrap()["link_index"],
+        ifindex(&node, "up0")
+    );
+
+    // No default route to take it from: an error naming the key.
+    let (bare, pod2) = (TestNs::new(), TestNs::new());
+    let e = add(&bare, &r, "macvlan", &Target::new("c2", &pod2, "eth0"), &c).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert_eq!(
+        e.details,
+        "master: not set, and the host namespace has no default route to take it from"
+    );
+}
+
+#[test]
+fn a_missing_master_or_too_large_mtu_is_refused_by_name() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let r = TestResolver::default();
+    let t = Target::new("c1", &pod, "eth0");
+    let e = add(
+        &node,
+        &r,
+        "macvlan",
+        &t,
+        &conf(v4("10.44.0.5/24", "10.44.0.1"), json!({"master": "nope0"})),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert_eq!(
+        e.details,
+        "master: interface \"nope0\" not found in the host namespace"
+    );
+    let e = add(
+        &node,
+        &r,
+        "macvlan",
+        &t,
+        &conf(v4("10.44.0.5/24", "10.44.0.1"), json!({"mtu": 1501})),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert!(
+        e.details.starts_with(
+            "mtu: 1501 is out of range: must be 0 (the default) or 68 to the master's MTU (1500)"
+        ),
+        "{e}"
+    );
+    assert_eq!(link_names(&pod), ["lo"]);
+    assert!(r.commands().is_empty());
+}
+
+#[test]
+fn every_mode_reaches_the_kernel() {
+    if !is_root() {
+        return;
+    }
+    let node = node_with_uplink();
+    let r = TestResolver::default();
+    for mode in ["bridge", "private", "vepa", "passthru", "source"] {
+        let pod = TestNs::new();
+        let t = Target::new("c1", &pod, "eth0");
+        let c = conf(v4("10.45.0.5/24", "10.45.0.1"), json!({"mode": mode}));
+        add(&node, &r, "macvlan", &t, &c).unwrap_or_else(|e| panic!("{mode}: {e}"));
+        assert_eq!(
+            link(&pod, "eth0").unwrap()["linkinfo"]["info_data"]["mode"],
+            mode
+        );
+        del(&node, &r, "macvlan", &t, &c).unwrap();
+    }
+    let e = validate(
+        "macvlan",
+        &Target::new("c1", &node, "eth0"),
+        &conf(json!([]), json!({"mode": "passthrough"})),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.details,
+        "mode: unknown macvlan mode \"passthrough\" (expected bridge, private, vepa, passthru or source)"
+    );
+}
+
+#[test]
+fn an_existing_container_interface_is_an_error_and_nothing_is_left() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    pod.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "mine0",
+    ]);
+    let r = TestResolver::default();
+    let e = add(
+        &node,
+        &r,
+        "macvlan",
+        &Target::new("c1", &pod, "eth0"),
+        &conf(v4("10.46.0.5/24", "10.46.0.1"), json!({})),
+    )
+    .unwrap_err();
+    assert!(
+        e.details.starts_with("CNI_IFNAME: \"eth0\" already exists"),
+        "{e}"
+    );
+    assert_eq!(link(&pod, "eth0").unwrap()["linkinfo"]["info_kind"], "veth");
+    assert!(r.commands().is_empty());
+}
+
+#[test]
+fn failures_half_way_leave_nothing_behind() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let r = TestResolver::default();
+    let t = Target::new("c1", &pod, "eth0");
+    let mut c = conf(v4("10.47.0.5/24", "10.47.0.1"), json!({}));
+    c["ipam"]["fail"] = json!("ADD");
+    add(&node, &r, "macvlan", &t, &c).unwrap_err();
+    assert_eq!(link_names(&pod), ["lo"]);
+    assert_eq!(r.commands(), [CniCommand::Add]);
+
+    let mut c = conf(v4("10.47.0.5/24", "10.47.0.1"), json!({}));
+    c["ipam"]["routes"] = json!([{"dst": "10.98.0.0/16", "gw": "172.31.9.9"}]);
+    let e = add(&node, &r, "macvlan", &t, &c).unwrap_err();
+    assert!(e.details.contains("ENETUNREACH"), "{e}");
+    assert_eq!(link_names(&pod), ["lo"]);
+    assert_eq!(
+        r.commands(),
+        [CniCommand::Add, CniCommand::Add, CniCommand::Del]
+    );
+}
+
+#[test]
+fn master_inside_the_container() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    pod.ip(&["link", "add", "m0", "type", "veth", "peer", "name", "m1"]);
+    pod.ip(&["link", "set", "m0", "up"]);
+    let r = TestResolver::default();
+    let c = conf(
+        v4("10.48.0.5/24", "10.48.0.1"),
+        json!({"master": "m0", "linkInContainer": true}),
+    );
+    add(&node, &r, "macvlan", &Target::new("c1", &pod, "eth0"), &c).unwrap();
+    let l = link(&pod, "eth0").unwrap();
+    assert_eq!(l["link"], "m0", "{l}");
+    assert_eq!(link_names(&node), ["lo"]);
+    // A master that is only in the host is not found in the container.
+    let (node2, pod2) = (node_with_uplink(), TestNs::new());
+    let c = conf(
+        v4("10.48.0.6/24", "10.48.0.1"),
+        json!({"linkInContainer": true}),
+    );
+    let e = add(&node2, &r, "macvlan", &Target::new("c2", &pod2, "eth0"), &c).unwrap_err();
+    assert_eq!(
+        e.details,
+        "master: interface \"up0\" not found in the container namespace"
+    );
+}
+
+#[test]
+fn layer2_only_without_ipam() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let r = TestResolver::default();
+    let c = json!({"cniVersion": "1.1.0", "name": "mv", "type": "macvlan", "master": "up0"});
+    let res = add(&node, &r, "macvlan", &Target::new("c1", &pod, "eth0"), &c).unwrap();
+    assert!(res.ips.is_empty());
+    assert_eq!(res.interfaces.len(), 1);
+    assert!(has_flag(&link(&pod, "eth0").unwrap(), "UP"));
+    assert!(r.commands().is_empty());
+}
+
+#[test]
+fn del_is_idempotent_and_tolerates_a_gone_namespace() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let r = TestResolver::default();
+    let t = Target::new("c1", &pod, "eth0");
+    let c = conf(v4("10.49.0.5/24", "10.49.0.1"), json!({}));
+    let res = add(&node, &r, "macvlan", &t, &c).unwrap();
+    del(&node, &r, "macvlan", &t, &with_prev(&c, &res)).unwrap();
+    assert_eq!(link_names(&pod), ["lo"]);
+    del(&node, &r, "macvlan", &t, &c).unwrap();
+    let mut no_ns = t.clone();
+    no_ns.netns = None;
+    del(&node, &r, "macvlan", &no_ns, &c).unwrap();
+    let gone = {
+        let p = TestNs::new();
+        Target::new("c2", &p, "eth0")
+    };
+    del(&node, &r, "macvlan", &gone, &c).unwrap();
+    // A master that no longer exists does not matter to DEL.
+    del(
+        &node,
+        &r,
+        "macvlan",
+        &t,
+        &conf(json!([]), json!({"master": "gone0"})),
+    )
+    .unwrap();
+    assert_eq!(
+        r.commands(),
+        [
+            CniCommand::Add,
+            CniCommand::Del,
+            CniCommand::Del,
+            CniCommand::Del,
+            CniCommand::Del,
+            CniCommand::Del
+        ]
+    );
+}
+
+#[test]
+fn check_accepts_the_attachment_and_finds_drift() {
+    if !is_root() {
+        return;
+    }
+    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let r = TestResolver::default();
+    let t = Target::new("c1", &pod, "eth0");
+    let c = conf(v4("10.50.0.5/24", "10.50.0.1"), json!({"mode": "private"}));
+    let res = add(&node, &r, "macvlan", &t, &c).unwrap();
+    let with = with_prev(&c, &res);
+    check(&node, &r, "macvlan", &t, &with).unwrap();
+    let mut other_mode = with.clone();
+    other_mode["mode"] = json!("vepa");
+    let e = check(&node, &r, "macvlan", &t, &other_mode).unwrap_err();
+    assert_eq!(
+        e.details,
+        "mode: the container's macvlan is in mode private, the configuration says vepa"
+    );
+    let mut other_master = with.clone();
+    other_master["master"] = json!("up1x");
+    let e = check(&node, &r, "macvlan", &t, &other_master).unwrap_err();
+    assert_eq!(e.details, "master \"up1x\" not found in the host namespace");
+    pod.ip(&["addr", "flush", "dev", "eth0"]);
+    let e = check(&node, &r, "macvlan", &t, &with).unwrap_err();
+    assert!(
+        e.details.starts_with("address 10.50.0.5/24 is not on eth0"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_configurations_are_refused_by_validate() {
+    let t = Target {
+        container_id: "c1".into(),
+        netns: Some("/var/run/netns/none".into()),
+        ifname: "eth0".into(),
+        args: String::new(),
+    };
+    for (extra, starts) in [
+        (json!({"mtu": -5}), "mtu: -5 is out of range"),
+        (json!({"mtu": 1500.5}), "mtu: invalid type: floating point"),
+        (json!({"master": 3}), "master: invalid type: integer"),
+        (json!({"master": "a b"}), "master: \"a b\" must not contain"),
+        (json!({"mac": "not-a-mac"}), "mac: invalid MAC address"),
+        (
+            json!({"linkInContainer": "yes"}),
+            "linkInContainer: invalid type: string",
+        ),
+    ] {
+        let e = validate("macvlan", &t, &conf(json!([]), extra.clone())).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidConfig, "{extra}");
+        assert!(e.details.starts_with(starts), "{extra}: {e}");
+    }
+}

@@ -1,0 +1,336 @@
+//! Fixtures for the driver tests: a tiny in-test IPAM plugin with static
+//! addresses (so these tests don't depend on the ipam crate), a resolver
+//! serving it, request builders, and helpers that run a driver inside a
+//! "node" namespace standing in for the host (the machine's own namespace is
+//! never touched).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+use plexus_cni::args::CniArgs;
+use plexus_cni::delegate::Resolver;
+use plexus_cni::env::{CniCommand, CniEnv};
+use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::result::CniResult;
+use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::CniVersion;
+use plexus_dataplane::drivers;
+use serde_json::{json, Value};
+
+use crate::common::TestNs;
+
+/// The IPAM type the test resolver serves.
+pub const IPAM: &str = "test-static";
+
+/// One call the test IPAM received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpamCall {
+    pub command: CniCommand,
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// Serves `test-static`, logging every call. Its configuration, under
+/// `ipam`: `addresses[{address, gateway}]`, `routes[{dst, gw}]`, `dns`, and
+/// `fail` (a command name, e.g. "ADD") to fail that command.
+#[derive(Default)]
+pub struct TestResolver {
+    pub calls: Mutex<Vec<IpamCall>>,
+}
+
+impl TestResolver {
+    pub fn commands(&self) -> Vec<CniCommand> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.command)
+            .collect()
+    }
+}
+
+struct StaticIpam<'a> {
+    calls: &'a Mutex<Vec<IpamCall>>,
+}
+
+impl StaticIpam<'_> {
+    fn record(&self, req: &Request) -> Result<(), CniError> {
+        self.calls.lock().unwrap().push(IpamCall {
+            command: req.env.command,
+            container_id: req.env.container_id.clone().unwrap_or_default(),
+            ifname: req.env.ifname.clone().unwrap_or_default(),
+        });
+        let fail = req.config["ipam"]["fail"].as_str();
+        if fail == Some(req.env.command.as_str()) {
+            return Err(CniError::new(
+                ErrorCode::TryAgainLater,
+                "test IPAM failure",
+                format!("ipam.fail: {} fails as asked", req.env.command),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Plugin for StaticIpam<'_> {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        self.record(req)?;
+        let ipam = &req.config["ipam"];
+        let ips: Vec<Value> = ipam["addresses"].as_array().cloned().unwrap_or_default();
+        let mut out = json!({"cniVersion": "1.1.0", "ips": ips});
+        for key in ["routes", "dns"] {
+            if !ipam[key].is_null() {
+                out[key] = ipam[key].clone();
+            }
+        }
+        CniResult::from_value(&out)
+    }
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        self.record(req)
+    }
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        self.record(req)
+    }
+    fn gc(&self, req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
+        self.record(req)
+    }
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        self.record(req)
+    }
+}
+
+impl Resolver for TestResolver {
+    fn resolve(&self, plugin_type: &str, _req: &Request) -> Result<Box<dyn Plugin + '_>, CniError> {
+        if plugin_type == IPAM {
+            Ok(Box::new(StaticIpam { calls: &self.calls }))
+        } else {
+            Err(CniError::invalid_config(
+                "ipam.type",
+                format!("{plugin_type:?} is not served by the test resolver"),
+            ))
+        }
+    }
+}
+
+/// The attachment a request is about.
+#[derive(Clone)]
+pub struct Target {
+    pub container_id: String,
+    /// `None`: no CNI_NETNS (a late DEL).
+    pub netns: Option<PathBuf>,
+    pub ifname: String,
+    pub args: String,
+}
+
+impl Target {
+    pub fn new(container_id: &str, pod: &TestNs, ifname: &str) -> Target {
+        Target {
+            container_id: container_id.into(),
+            netns: Some(netns_path(pod)),
+            ifname: ifname.into(),
+            args: String::new(),
+        }
+    }
+}
+
+pub fn netns_path(ns: &TestNs) -> PathBuf {
+    PathBuf::from(format!("/var/run/netns/{}", ns.name))
+}
+
+/// A request as a runtime would send it.
+pub fn request(command: CniCommand, t: &Target, config: &Value) -> Request {
+    let env = CniEnv {
+        command,
+        container_id: Some(t.container_id.clone()),
+        netns: t.netns.clone(),
+        ifname: Some(t.ifname.clone()),
+        args: CniArgs::parse(&t.args).unwrap(),
+        path: vec![PathBuf::from("/opt/cni/bin")],
+    };
+    let Value::Object(map) = config.clone() else {
+        panic!("config must be an object")
+    };
+    Request::from_config(env, map).unwrap_or_else(|e| panic!("request: {e}"))
+}
+
+/// `config` with `prevResult` set to `result` (in the config's version).
+pub fn with_prev(config: &Value, result: &CniResult) -> Value {
+    let version: CniVersion = config["cniVersion"].as_str().unwrap().parse().unwrap();
+    let mut c = config.clone();
+    c["prevResult"] = result.to_value(version).unwrap();
+    c
+}
+
+/// Run `command` of the built-in `plugin_type` driver on a thread inside
+/// `node`, the namespace playing the host.
+pub fn call(
+    node: &TestNs,
+    resolver: &TestResolver,
+    plugin_type: &str,
+    command: CniCommand,
+    t: &Target,
+    config: &Value,
+) -> Result<Option<CniResult>, CniError> {
+    let req = request(command, t, config);
+    node.ns
+        .run(|| {
+            let d = drivers::driver(plugin_type, resolver).expect("a built-in type");
+            match command {
+                CniCommand::Add => d.add(&req).map(Some),
+                CniCommand::Del => d.del(&req).map(|()| None),
+                CniCommand::Check => d.check(&req).map(|()| None),
+                CniCommand::Status => d.status(&req).map(|()| None),
+                other => panic!("{other} not used here"),
+            }
+        })
+        .expect("enter the node namespace")
+}
+
+pub fn add(
+    node: &TestNs,
+    r: &TestResolver,
+    ty: &str,
+    t: &Target,
+    config: &Value,
+) -> Result<CniResult, CniError> {
+    call(node, r, ty, CniCommand::Add, t, config).map(|r| r.expect("ADD returns a result"))
+}
+
+pub fn del(
+    node: &TestNs,
+    r: &TestResolver,
+    ty: &str,
+    t: &Target,
+    config: &Value,
+) -> Result<(), CniError> {
+    call(node, r, ty, CniCommand::Del, t, config).map(drop)
+}
+
+pub fn check(
+    node: &TestNs,
+    r: &TestResolver,
+    ty: &str,
+    t: &Target,
+    config: &Value,
+) -> Result<(), CniError> {
+    call(node, r, ty, CniCommand::Check, t, config).map(drop)
+}
+
+/// `validate` of the built-in driver (no namespace needed: it must not touch
+/// the system).
+pub fn validate(ty: &str, t: &Target, config: &Value) -> Result<(), CniError> {
+    let r = TestResolver::default();
+    let d = drivers::driver(ty, &r).expect("a built-in type");
+    // Bound first: a tail-expression temporary would outlive `r`.
+    #[allow(clippy::let_and_return)]
+    let out = d.validate(&request(CniCommand::Add, t, config));
+    out
+}
+
+/// The result as the request's version prints it.
+pub fn result_json(r: &CniResult, version: &str) -> Value {
+    r.to_value(version.parse().unwrap()).unwrap()
+}
+
+/// `ip -d -j link show dev NAME` in `ns`, or `None` if there is no such link.
+pub fn link(ns: &TestNs, name: &str) -> Option<Value> {
+    ns.ip_json(&["-d", "link", "show"])
+        .into_iter()
+        .find(|l| l["ifname"] == name)
+}
+
+/// Devices some kernels create in every new namespace (the fallback tunnel
+/// devices of built-in sit, ipip, gre... as in the VM harness kernel).
+const FALLBACK_DEVICES: [&str; 9] = [
+    "sit0", "tunl0", "ip6tnl0", "gre0", "gretap0", "erspan0", "ip_vti0", "ip6_vti0", "ip6gre0",
+];
+
+/// The names of the links of `ns`, without the kernel's fallback devices.
+pub fn link_names(ns: &TestNs) -> Vec<String> {
+    ns.ip_json(&["link", "show"])
+        .iter()
+        .map(|l| l["ifname"].as_str().unwrap().to_string())
+        .filter(|n| !FALLBACK_DEVICES.contains(&n.as_str()))
+        .collect()
+}
+
+/// `ADDRESS/PREFIX` of every address of `dev` in `ns`, with its flags.
+pub fn addresses(ns: &TestNs, dev: &str) -> Vec<(String, Value)> {
+    ns.ip_json(&["addr", "show", "dev", dev])
+        .iter()
+        .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
+        .map(|a| {
+            (
+                format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]),
+                a,
+            )
+        })
+        .collect()
+}
+
+pub fn has_address(ns: &TestNs, dev: &str, cidr: &str) -> bool {
+    addresses(ns, dev).iter().any(|(a, _)| a == cidr)
+}
+
+/// `ip -j [-6] route show` in `ns` as `"DST via GW dev DEV"` lines.
+pub fn routes(ns: &TestNs, v6: bool) -> Vec<String> {
+    let args: &[&str] = if v6 {
+        &["-6", "route", "show"]
+    } else {
+        &["route", "show"]
+    };
+    ns.ip_json(args)
+        .iter()
+        .map(|r| {
+            let mut s = r["dst"].as_str().unwrap().to_string();
+            if let Some(gw) = r["gateway"].as_str() {
+                s.push_str(&format!(" via {gw}"));
+            }
+            s.push_str(&format!(" dev {}", r["dev"].as_str().unwrap_or("?")));
+            s
+        })
+        .collect()
+}
+
+/// A sysctl (dotted or slash form) as `ip netns exec NS sysctl -n` reads it.
+pub fn sysctl(ns: &TestNs, key: &str) -> String {
+    let path = format!("/proc/sys/{}", key.replace('.', "/"));
+    crate::common::run("ip", &["netns", "exec", &ns.name, "cat", &path])
+        .trim()
+        .to_string()
+}
+
+/// One ping from inside `ns`, bounded to about a second.
+pub fn ping(ns: &TestNs, ip: &str) -> bool {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &ns.name, "ping", "-c1", "-W1"]);
+    if ip.contains(':') {
+        cmd.arg("-6");
+    }
+    cmd.arg(ip).output().expect("spawn ping").status.success()
+}
+
+/// The root namespace's sysctls a driver must never change.
+pub fn root_forwarding() -> (String, String) {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    (
+        read("/proc/sys/net/ipv4/ip_forward"),
+        read("/proc/sys/net/ipv6/conf/all/forwarding"),
+    )
+}
+
+/// Say on the real stderr (not the test harness's captured one) that a
+/// test was skipped and why, so a passing run still shows it.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+/// The flags of an `ip -j link` object.
+pub fn has_flag(link: &Value, flag: &str) -> bool {
+    link["flags"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|x| x == flag))
+}
