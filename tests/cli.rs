@@ -298,7 +298,7 @@ fn plugin(env: &[(&str, &str)], stdin: &str) -> Output {
 
 fn plexus_conf(cni_dir: &Path) -> String {
     json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus", "cniDir": cni_dir,
-           "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge"}]})
+           "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "ptp"}]})
     .to_string()
 }
 
@@ -321,7 +321,8 @@ fn plugin_mode_speaks_cni() {
         ("CNI_IFNAME", "eth0"),
         ("CNI_PATH", "/nonexistent/cni/bin"),
     ];
-    // A delegate that cannot be found fails ADD with an error naming it and
+    // A delegate plexus does not build in (ptp) is exec'd; one that cannot
+    // be found fails ADD with an error naming it and
     // where plexus looked; nothing is left owing.
     let out = plugin(&add_env, &conf);
     assert_eq!(out.status.code(), Some(1));
@@ -329,7 +330,7 @@ fn plugin_mode_speaks_cni() {
     assert_eq!(err["cniVersion"], "1.0.0");
     let details = err["details"].as_str().unwrap();
     assert!(
-        details.contains("bridge") && details.contains("/nonexistent/cni/bin"),
+        details.contains("ptp") && details.contains("/nonexistent/cni/bin"),
         "{err}"
     );
 

@@ -921,7 +921,8 @@ fn status_and_gc_are_the_ipam_plugins() {
     let mut c = conf(v4("10.28.0.2/24"), json!({}));
     c["cniVersion"] = json!("1.1.0");
     let l2 = json!({"cniVersion": "1.1.0", "name": "l2", "type": "macvlan"});
-    for ty in plexus_dataplane::drivers::builtin_types() {
+    // The interface drivers delegate STATUS and GC to their IPAM plugin.
+    for ty in ["bridge", "ipvlan", "macvlan"] {
         let d = plexus_dataplane::drivers::driver(ty, &r).unwrap();
         d.status(&req(CniCommand::Status, &c)).unwrap();
         d.gc(&req(CniCommand::Gc, &c), &[("ctr1".into(), "eth0".into())])
@@ -938,8 +939,10 @@ fn status_and_gc_are_the_ipam_plugins() {
         [CniCommand::Status, CniCommand::Gc, CniCommand::Status].repeat(3)
     );
     assert!(plexus_dataplane::drivers::driver("host-device", &r).is_none());
-    assert_eq!(
-        plexus_dataplane::drivers::builtin_types(),
-        ["bridge", "ipvlan", "macvlan"]
-    );
+    for ty in ["bridge", "ipvlan", "macvlan"] {
+        assert!(
+            plexus_dataplane::drivers::builtin_types().contains(&ty),
+            "{ty}"
+        );
+    }
 }
