@@ -1,9 +1,11 @@
 //! The `plexus` binary end to end, invoked exactly as a runtime invokes a CNI
 //! plugin (env + config on stdin) inside a "node" namespace this test creates:
 //! two pods get the cluster network (bridge) and the secondary network their
-//! annotation selects (macvlan), from a manifest directory, with Debian's
-//! reference plugins as exec'd delegates (cni-SPEC §4). Asserts the result,
-//! kernel state, connectivity on both networks, and that DEL leaves nothing.
+//! annotation selects (macvlan + tuning), from a manifest directory. bridge,
+//! macvlan, tuning and host-local run in-process; `CNI_PATH` points at
+//! Debian's reference binaries, which serve any other type (cni-SPEC §4).
+//! Asserts the result, kernel state, connectivity on both networks, and that
+//! DEL leaves nothing.
 
 use std::io::Write;
 use std::path::Path;
@@ -158,7 +160,7 @@ fn two_pods_on_a_bridge_and_a_macvlan_network() {
     let manifests = tmp.path().join("manifests");
     std::fs::create_dir(&manifests).unwrap();
     let ipam = |subnet: &str, who: &str| json!({"type": "host-local", "subnet": subnet, "dataDir": tmp.path().join("ipam").join(who)});
-    // A config list: the exec'd reference macvlan, then plexus's built-in tuning.
+    // A config list: macvlan, then tuning (a chained plugin).
     let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "plugins": [
         {"type": "macvlan", "master": "uplink0", "mode": "bridge", "ipam": ipam("10.20.0.0/24", "mac")},
         {"type": "tuning", "mtu": 1400, "dataDir": tmp.path().join("tuning")}]});
