@@ -11,8 +11,14 @@
 //! plan's, see [`Attachment::to_value`]), its state, the result of its chain
 //! and the plugins whose DEL is still owed. It is written before the first
 //! plugin runs and after every step of the ADD, always atomically (temp file,
-//! fsync, rename, fsync of the directory), so a reader sees the old record or
-//! the new one, never a torn one. It is removed only when every owed DEL
+//! then rename), so a reader sees the old record or the new one, never a torn
+//! one.
+//!
+//! Records are not fsync'd: they guard against plexus itself dying mid-ADD,
+//! which the page cache survives. A power loss takes every pod namespace
+//! with it, and what outlives a reboot on disk (host-local's allocations,
+//! which are fsync'd) is reclaimed by the runtime's DEL and GC. Syncing four
+//! times per ADD would cost more than the whole kernel work of an attachment. It is removed only when every owed DEL
 //! succeeded: Multus dropped its cache even when a delegate's DEL failed
 //! (multus-cni #355, #1239), leaking addresses forever.
 //!
@@ -378,7 +384,7 @@ impl Cache {
     /// Remove the record; a missing one is fine (DEL is idempotent).
     pub fn remove(&self, container_id: &str, ifname: &str) -> Result<(), CniError> {
         let path = self.path(container_id, ifname)?;
-        remove_synced(&path).map_err(|e| CniError::io(format!("cache {}", path.display()), e))
+        remove_file(&path).map_err(|e| CniError::io(format!("cache {}", path.display()), e))
     }
 
     /// Move an unreadable record aside (`<name>.corrupt`), keeping it for an
@@ -389,7 +395,6 @@ impl Cache {
         target.push(QUARANTINE_SUFFIX);
         let target = PathBuf::from(target);
         fs::rename(&path, &target)
-            .and_then(|()| sync_dir(&self.dir))
             .map_err(|e| CniError::io(format!("cache {}", path.display()), e))?;
         Ok(target)
     }
@@ -447,11 +452,7 @@ impl Cache {
             .recursive(true)
             .mode(0o700)
             .create(&self.dir)?;
-        // Make the new directory's own entry durable.
-        match self.dir.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent),
-            _ => Ok(()),
-        }
+        Ok(())
     }
 
     fn write_atomic(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
@@ -468,9 +469,7 @@ impl Cache {
                 .mode(0o600)
                 .open(&tmp)?;
             f.write_all(bytes)?;
-            f.sync_all()?;
-            fs::rename(&tmp, self.dir.join(name))?;
-            sync_dir(&self.dir)
+            fs::rename(&tmp, self.dir.join(name))
         })();
         if written.is_err() {
             let _ = fs::remove_file(&tmp);
@@ -503,19 +502,10 @@ fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Remove a file and make the removal durable; a missing file is fine.
-pub(crate) fn remove_synced(path: &Path) -> std::io::Result<()> {
+/// Remove a file; a missing file is fine.
+pub(crate) fn remove_file(path: &Path) -> std::io::Result<()> {
     match fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    }
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => sync_dir(dir),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     }
 }

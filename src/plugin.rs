@@ -273,4 +273,16 @@ mod tests {
         // Everything else is exec'd from CNI_PATH (cni-SPEC §4).
         assert!(!registry.is_builtin("portmap"));
     }
+
+    #[test]
+    fn only_builtin_ipam_runs_before_the_interface_exists() {
+        use crate::cni::delegate::Resolver;
+        let registry = registry();
+        assert!(registry.ipam_runs_without_interface("host-local"));
+        assert!(registry.ipam_runs_without_interface("static"));
+        // dhcp talks on the interface; other exec'd plugins are unknown.
+        assert!(!registry.ipam_runs_without_interface("dhcp"));
+        assert!(!registry.ipam_runs_without_interface("whereabouts"));
+        assert!(!registry.ipam_runs_without_interface("bridge"));
+    }
 }

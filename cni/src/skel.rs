@@ -90,9 +90,12 @@ pub fn run(
     1
 }
 
+/// One write for the whole document: stdout is line-buffered, and a write
+/// per line costs a system call per line.
 fn write_json(w: &mut dyn Write, v: &Value) -> std::io::Result<()> {
-    serde_json::to_writer_pretty(&mut *w, v)?;
-    w.write_all(b"\n")?;
+    let mut bytes = serde_json::to_vec_pretty(v)?;
+    bytes.push(b'\n');
+    w.write_all(&bytes)?;
     w.flush()
 }
 

@@ -3,22 +3,24 @@
 //! # The namespace model
 //!
 //! A network namespace is a property of a *thread*, not of a process:
-//! `setns(2)` moves only the calling thread. Code that switches the calling
-//! thread into a pod's namespace and back has two failure modes that are hard
-//! to see and impossible to test exhaustively: a panic or early return between
-//! the two `setns` calls leaves the thread (and whatever later runs on it) in
-//! the pod's namespace, and a thread pool may hand that thread to unrelated
-//! work. plexus therefore never moves a thread it does not own:
-//! [`NetNs::run`] spawns a short-lived thread, moves *it* into the namespace,
-//! runs the closure there and lets the thread exit. The calling thread never
-//! changes namespace, and no thread ever outlives its visit.
+//! `setns(2)` moves only the calling thread. Code that switches a thread into
+//! a pod's namespace and back has one failure mode that is hard to see: a
+//! panic or early return between the two `setns` calls leaves the thread (and
+//! whatever later runs on it) in the pod's namespace. [`NetNs::run`] therefore
+//! moves the calling thread only inside a guard whose drop moves it back, on
+//! return and on unwinding alike, and aborts the process if it cannot: no
+//! code ever runs after `run` in the wrong namespace. plexus has no thread
+//! pool that could run foreign work on the thread meanwhile (its tokio
+//! runtimes are current-thread ones, driven by the caller).
 //!
-//! The thread is only needed for the few things that resolve the namespace at
-//! the moment they happen: creating a socket (a netlink socket stays bound to
+//! Only a few things resolve the namespace at the moment they happen, and
+//! only they need `run`: creating a socket (a netlink socket stays bound to
 //! the namespace it was created in, whichever thread later drives it, see
-//! [`crate::netlink`]), opening `/proc/sys/net/...` (see [`crate::sysctl`])
-//! and `unshare(CLONE_NEWNET)` when creating a named namespace. One thread
-//! costs a few tens of microseconds, far below the kernel work of an ADD.
+//! [`crate::netlink`]) and opening `/proc/sys/net/...` (see
+//! [`crate::sysctl`]). Switching costs two `setns` calls; a thread per visit,
+//! which this replaced, cost about 0.2 ms each, a tenth of an ADD.
+//! `unshare(CLONE_NEWNET)`, which cannot be undone the same way, still runs
+//! on a short-lived thread of its own when a named namespace is created.
 //!
 //! A [`NetNs`] keeps the namespace file open, so the namespace stays alive and
 //! addressable (e.g. by `IFLA_NET_NS_FD` in a netlink request) even if its
@@ -140,20 +142,23 @@ impl NetNs {
         Ok((m.dev(), m.ino()))
     }
 
-    /// Runs `f` inside this namespace on a dedicated, short-lived thread and
-    /// returns its result. The thread enters the namespace before `f` runs and
-    /// exits right after, so neither it nor the calling thread can be left in
-    /// the wrong namespace. A panic in `f` is propagated to the caller.
+    /// Runs `f` with the calling thread inside this namespace and returns its
+    /// result; the thread is back in its own namespace when `run` returns or
+    /// unwinds (see the module docs). A panic in `f` propagates.
     ///
     /// Threads that `f` itself spawns inherit the namespace; they should not
     /// outlive `f`.
-    pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R> {
-        let fd = self.fd.as_fd();
-        let path = &self.path;
-        run_on_thread(path, move || {
-            setns(fd, CloneFlags::CLONE_NEWNET).map_err(|e| Error::os("setns into", path, e))?;
-            Ok(f())
-        })
+    pub fn run<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
+        let home = open(
+            THREAD_NETNS,
+            OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::os("open", Path::new(THREAD_NETNS), e))?;
+        setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET)
+            .map_err(|e| Error::os("setns into", &self.path, e))?;
+        let _back = ReturnHome(home);
+        Ok(f())
     }
 
     /// Creates the named namespace `/var/run/netns/NAME` like `ip netns add`:
@@ -236,6 +241,22 @@ pub fn named_path(name: &str) -> Result<PathBuf> {
         return bad("longer than 255 bytes");
     }
     Ok(Path::new(NETNS_RUN_DIR).join(name))
+}
+
+/// The calling thread's own namespace.
+const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
+
+/// Moves the thread back into the namespace it came from when dropped.
+struct ReturnHome(OwnedFd);
+
+impl Drop for ReturnHome {
+    fn drop(&mut self) {
+        if let Err(e) = setns(self.0.as_fd(), CloneFlags::CLONE_NEWNET) {
+            // Running on in the pod's namespace could change the wrong one.
+            eprintln!("plexus: cannot return to the thread's own network namespace: {e}; aborting");
+            std::process::abort();
+        }
+    }
 }
 
 /// Runs `f` on a fresh scoped thread; its result is returned, a panic is

@@ -379,33 +379,43 @@ fn an_existing_container_interface_is_an_error_and_nothing_is_left() {
     if !is_root() {
         return;
     }
-    let (node, pod) = (TestNs::new(), TestNs::new());
-    pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "mine0",
-    ]);
-    let r = TestResolver::default();
-    let t = Target::new("ctr1", &pod, "eth0");
-    let e = add(
-        &node,
-        &r,
-        "bridge",
-        &t,
-        &conf(v4("10.14.0.2/24"), json!({})),
-    )
-    .unwrap_err();
-    assert_eq!(e.code, ErrorCode::InvalidConfig);
-    assert!(
-        e.details
-            .starts_with("CNI_IFNAME: \"eth0\" already exists in the container"),
-        "{e}"
-    );
-    // Nothing of ours is left: the bridge this ADD made is gone again, no
-    // veth, IPAM never called, the pod's own interface untouched.
-    assert_eq!(link_names(&node), ["lo"]);
-    let mut pod_links = link_names(&pod);
-    pod_links.sort();
-    assert_eq!(pod_links, ["eth0", "lo", "mine0"]);
-    assert!(r.commands().is_empty());
+    // An IPAM plugin that runs alongside the links (host-local) has its
+    // address released again; one that waits for the interface is never
+    // called.
+    for (r, ipam_calls) in [
+        (
+            TestResolver::default(),
+            &[CniCommand::Add, CniCommand::Del][..],
+        ),
+        (TestResolver::after_interface(), &[][..]),
+    ] {
+        let (node, pod) = (TestNs::new(), TestNs::new());
+        pod.ip(&[
+            "link", "add", "eth0", "type", "veth", "peer", "name", "mine0",
+        ]);
+        let t = Target::new("ctr1", &pod, "eth0");
+        let e = add(
+            &node,
+            &r,
+            "bridge",
+            &t,
+            &conf(v4("10.14.0.2/24"), json!({})),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidConfig);
+        assert!(
+            e.details
+                .starts_with("CNI_IFNAME: \"eth0\" already exists in the container"),
+            "{e}"
+        );
+        // Nothing of ours is left: the bridge this ADD made is gone again,
+        // no veth, the pod's own interface untouched.
+        assert_eq!(link_names(&node), ["lo"]);
+        let mut pod_links = link_names(&pod);
+        pod_links.sort();
+        assert_eq!(pod_links, ["eth0", "lo", "mine0"]);
+        assert_eq!(r.commands(), ipam_calls);
+    }
 }
 
 #[test]
@@ -896,7 +906,8 @@ fn vlan_configuration_without_kernel_support_fails_cleanly() {
     assert!(e.details.contains("EOPNOTSUPP"), "{e}");
     assert_eq!(link_names(&node), ["lo"]);
     assert_eq!(link_names(&pod), ["lo"]);
-    assert!(r.commands().is_empty());
+    // IPAM ran alongside the failed links and was released.
+    assert_eq!(r.commands(), [CniCommand::Add, CniCommand::Del]);
 }
 
 #[test]

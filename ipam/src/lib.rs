@@ -38,7 +38,8 @@ pub mod codes {
 }
 
 /// The built-in IPAM plugin serving `ipam.type`, if plexus has one:
-/// `host-local` or `static`.
+/// `host-local` or `static`. Both work from their configuration and files
+/// alone, never from the container's interface.
 pub fn builtin(plugin_type: &str) -> Option<Box<dyn Plugin + Send + Sync>> {
     match plugin_type {
         "host-local" => Some(Box::new(HostLocal::new())),

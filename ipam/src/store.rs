@@ -13,7 +13,8 @@
 //! atomically with its content (written to a temp file, fsynced, then
 //! hard-linked into place, which fails if the name exists, so reservation
 //! stays exclusive as with the reference's `O_EXCL`); `last_reserved_ip.*`
-//! is replaced by rename; the directory is fsynced before an operation
+//! is replaced by rename (not fsynced: a lost hint only restarts the
+//! round-robin search); the directory is fsynced before an operation
 //! reports success. Temp files start with `.plexus-tmp.`, never parse as an
 //! address and are therefore ignored by both implementations; as they are
 //! only written under the lock, any found by a later lock holder is a
@@ -120,6 +121,15 @@ pub(crate) struct Allocation {
 pub(crate) struct LockedStore {
     dir: PathBuf,
     _lock: Flock<File>,
+}
+
+/// Whether a write must reach the disk before the operation reports success.
+#[derive(Clone, Copy)]
+enum Durability {
+    /// An allocation: fsync'd, so a power cut cannot hand its IP out twice.
+    Synced,
+    /// A hint whose loss is harmless.
+    Hint,
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> CniError {
@@ -272,7 +282,7 @@ impl LockedStore {
             return Ok(false);
         }
         let content = Owner::content(container_id, ifname);
-        let tmp = self.write_temp(&ip.to_string(), content.as_bytes())?;
+        let tmp = self.write_temp(&ip.to_string(), content.as_bytes(), Durability::Synced)?;
         let linked = fs::hard_link(&tmp, &target);
         let _ = fs::remove_file(&tmp);
         match linked {
@@ -302,8 +312,13 @@ impl LockedStore {
         Ok(true)
     }
 
-    /// Write `content` to a fresh temp file named after `what`, fsynced.
-    fn write_temp(&self, what: &str, content: &[u8]) -> Result<PathBuf, CniError> {
+    /// Write `content` to a fresh temp file named after `what`.
+    fn write_temp(
+        &self,
+        what: &str,
+        content: &[u8],
+        durability: Durability,
+    ) -> Result<PathBuf, CniError> {
         let tmp = self.dir.join(format!("{TEMP_PREFIX}{what}"));
         // Under the lock, an existing temp file is a crash's leftover.
         let _ = fs::remove_file(&tmp);
@@ -313,7 +328,11 @@ impl LockedStore {
             .mode(0o600)
             .open(&tmp)
             .map_err(|e| io_err(&tmp, e))?;
-        if let Err(e) = f.write_all(content).and_then(|()| f.sync_all()) {
+        let written = f.write_all(content).and_then(|()| match durability {
+            Durability::Synced => f.sync_data(),
+            Durability::Hint => Ok(()),
+        });
+        if let Err(e) = written {
             let _ = fs::remove_file(&tmp);
             return Err(io_err(&tmp, e));
         }
@@ -342,10 +361,12 @@ impl LockedStore {
     }
 
     /// Replace `last_reserved_ip.<set>` (the bare address, no newline, as
-    /// the reference writes and reads it).
+    /// the reference writes and reads it). Atomic but not fsync'd: it only
+    /// steers round-robin, and losing it to a power cut restarts the search
+    /// at the range start, which the reference also does without the file.
     pub fn set_last_reserved(&self, set: usize, ip: IpAddr) -> Result<(), CniError> {
         let name = format!("{LAST_IP_PREFIX}{set}");
-        let tmp = self.write_temp(&name, ip.to_string().as_bytes())?;
+        let tmp = self.write_temp(&name, ip.to_string().as_bytes(), Durability::Hint)?;
         let target = self.dir.join(&name);
         fs::rename(&tmp, &target).map_err(|e| {
             let _ = fs::remove_file(&tmp);

@@ -583,18 +583,16 @@ impl Executor {
                     path,
                     container_id,
                     ifname,
-                } if !is_valid(&container_id, &ifname) => {
-                    match crate::cache::remove_synced(&path) {
-                        Ok(()) => report
-                            .warnings
-                            .push(format!("removed unreadable record {}", path.display())),
-                        Err(e) => errors.push(CniError::io(format!("cache {}", path.display()), e)),
-                    }
-                }
+                } if !is_valid(&container_id, &ifname) => match crate::cache::remove_file(&path) {
+                    Ok(()) => report
+                        .warnings
+                        .push(format!("removed unreadable record {}", path.display())),
+                    Err(e) => errors.push(CniError::io(format!("cache {}", path.display()), e)),
+                },
                 // GC runs alone (cni-SPEC §3 "Lifecycle"): no writer is
                 // between its write and its rename.
                 crate::cache::Entry::Temp(path) => {
-                    if let Err(e) = crate::cache::remove_synced(&path) {
+                    if let Err(e) = crate::cache::remove_file(&path) {
                         errors.push(CniError::io(format!("cache {}", path.display()), e));
                     }
                 }

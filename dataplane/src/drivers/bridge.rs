@@ -31,7 +31,8 @@ use super::common::{
     self, check_failed, sys, sys_error, Attach, Dad, DnsConf, IpamRef, Undo, NAME_ATTEMPTS,
 };
 use crate::netlink::{
-    AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, Link, LinkKind, Netlink, VethSpec,
+    AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, IpFamily, Link, LinkKind, Netlink,
+    VethSpec,
 };
 use crate::sysctl::{self, SysctlKey};
 use crate::{MacAddr, NetNs};
@@ -348,28 +349,10 @@ fn add<'a>(
     undo: &mut Undo<'a>,
 ) -> Result<CniResult, CniError> {
     let host = &ctx.host;
-    let bridge = ensure_bridge(host, s, undo)?;
-
-    let veth = create_port_veth(host, &bridge, &ctx.ifname, Some(&ctx.pod_ns), s.mtu, s.mac)
-        .map_err(|e| match e {
-            PortError::PeerTaken => ctx.ifname_taken(),
-            PortError::Other(e) => e,
+    let ((bridge, veth, container), ipam) =
+        common::links_and_ipam(resolver, req, &s.ipam, undo, |undo| {
+            attach_port(s, ctx, undo)
         })?;
-    let veth_index = veth.index;
-    undo.push(format!("host veth {}", veth.name), move || {
-        host.del_link(veth_index)
-            .map(drop)
-            .map_err(sys("delete the host veth"))
-    });
-    setup_port(host, &veth, &s.pod_port())?;
-    let container = ctx.pod_link()?;
-    // Read the bridge again now that it has this port: a bridge without a
-    // MAC of its own takes the lowest of its ports' (and all zeros when it
-    // has none).
-    let bridge = host
-        .link_by_index(bridge.index)
-        .map_err(sys(format_args!("look up bridge {}", s.bridge)))?
-        .ok_or_else(|| sys_error(format_args!("bridge {}", s.bridge), "vanished"))?;
 
     let mut result = CniResult {
         cni_version: Some(req.cni_version),
@@ -394,8 +377,7 @@ fn add<'a>(
         ..CniResult::default()
     };
 
-    if common::has_ipam(&s.ipam) {
-        let ipam = common::ipam_add(resolver, req, undo)?;
+    if let Some(ipam) = ipam {
         result.ips = ipam.ips;
         result.routes = ipam.routes;
         result.dns = ipam.dns;
@@ -432,6 +414,38 @@ fn add<'a>(
         result.dns = dns.to_dns();
     }
     Ok(result)
+}
+
+/// The bridge (read again once it has the port), the host veth and the pod's
+/// end of it.
+fn attach_port<'a>(
+    s: &Settings,
+    ctx: &'a Attach,
+    undo: &mut Undo<'a>,
+) -> Result<(Link, Link, Link), CniError> {
+    let host = &ctx.host;
+    let bridge = ensure_bridge(host, s, undo)?;
+    let veth = create_port_veth(host, &bridge, &ctx.ifname, Some(&ctx.pod_ns), s.mtu, s.mac)
+        .map_err(|e| match e {
+            PortError::PeerTaken => ctx.ifname_taken(),
+            PortError::Other(e) => e,
+        })?;
+    let veth_index = veth.index;
+    undo.push(format!("host veth {}", veth.name), move || {
+        host.del_link(veth_index)
+            .map(drop)
+            .map_err(sys("delete the host veth"))
+    });
+    setup_port(host, &veth, &s.pod_port())?;
+    let container = ctx.pod_link()?;
+    // Read the bridge again now that it has this port: a bridge without a
+    // MAC of its own takes the lowest of its ports' (and all zeros when it
+    // has none).
+    let bridge = host
+        .link_by_index(bridge.index)
+        .map_err(sys(format_args!("look up bridge {}", s.bridge)))?
+        .ok_or_else(|| sys_error(format_args!("bridge {}", s.bridge), "vanished"))?;
+    Ok((bridge, veth, container))
 }
 
 /// The configured bridge, created (up, with the configured MTU) if missing.
@@ -738,8 +752,14 @@ fn ensure_gateway_addresses(
     if gws.v4.is_empty() && gws.v6.is_empty() {
         return Ok(());
     }
+    // Only the gateways' families can conflict.
+    let family = match (gws.v4.is_empty(), gws.v6.is_empty()) {
+        (false, true) => Some(IpFamily::V4),
+        (true, false) => Some(IpFamily::V6),
+        _ => None,
+    };
     let mut existing: Vec<IpNetwork> = host
-        .addresses(link.index)
+        .addresses_in(link.index, family)
         .map_err(sys(format_args!("list addresses of {}", link.name)))?
         .into_iter()
         .map(|a| a.addr)

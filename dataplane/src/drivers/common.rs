@@ -368,7 +368,55 @@ pub(crate) fn ipam_add<'a>(
     req: &'a Request,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult, CniError> {
-    let result = delegate::run_ipam(resolver, req, CniCommand::Add)?;
+    let result = delegate::run_ipam(resolver, req, CniCommand::Add);
+    ipam_added(resolver, req, undo, result)
+}
+
+/// A driver's link work (`links`) and its IPAM ADD, run at once when the IPAM
+/// plugin does not need the interface
+/// ([`Resolver::ipam_runs_without_interface`]): its fsync'd writes then wait
+/// on the disk while this thread waits on the kernel, instead of one after
+/// the other. Other IPAM plugins run after the links, as in the reference
+/// plugins. Either failing leaves both undone through `undo`.
+pub(crate) fn links_and_ipam<'a, T>(
+    resolver: &'a dyn Resolver,
+    req: &'a Request,
+    ipam: &Option<IpamRef>,
+    undo: &mut Undo<'a>,
+    links: impl FnOnce(&mut Undo<'a>) -> Result<T, CniError>,
+) -> Result<(T, Option<CniResult>), CniError> {
+    let kind = ipam.as_ref().and_then(|i| i.kind.as_deref());
+    match kind {
+        None | Some("") => Ok((links(undo)?, None)),
+        Some(kind) if resolver.ipam_runs_without_interface(kind) => {
+            let (linked, ipam) = std::thread::scope(|scope| {
+                let ipam = scope.spawn(|| delegate::run_ipam(resolver, req, CniCommand::Add));
+                let linked = links(undo);
+                let ipam = ipam
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (linked, ipam)
+            });
+            // Registered even when the links failed, so it is released.
+            let ipam = ipam_added(resolver, req, undo, ipam);
+            Ok((linked?, Some(ipam?)))
+        }
+        Some(_) => {
+            let linked = links(undo)?;
+            Ok((linked, Some(ipam_add(resolver, req, undo)?)))
+        }
+    }
+}
+
+/// Book an IPAM ADD's outcome: its DEL joins `undo` once it succeeded, and
+/// a result without addresses is an error.
+fn ipam_added<'a>(
+    resolver: &'a dyn Resolver,
+    req: &'a Request,
+    undo: &mut Undo<'a>,
+    result: Result<Option<CniResult>, CniError>,
+) -> Result<CniResult, CniError> {
+    let result = result?;
     undo.push("IPAM DEL", move || {
         delegate::run_ipam(resolver, req, CniCommand::Del).map(drop)
     });

@@ -220,15 +220,15 @@ pub(crate) fn add(
     undo.finish(outcome)
 }
 
-fn add_steps<'a>(
-    resolver: &'a dyn Resolver,
-    req: &'a Request,
+/// The interface, created on its master straight into the pod (or in the pod
+/// with `linkInContainer`).
+fn create_link<'a>(
     conf: &Conf,
     ctx: &'a Attach,
+    master: &Link,
+    mtu: Option<u32>,
     undo: &mut Undo<'a>,
-) -> Result<CniResult, CniError> {
-    let master = resolve_master(req, ctx, conf)?;
-    let mtu = common::check_mtu(conf.mtu, 68, master.mtu, "the master's MTU")?;
+) -> Result<Link, CniError> {
     let (_, nl) = master_side(ctx, conf);
     let kind = conf.mode.kind();
     let spec = Spec {
@@ -256,10 +256,24 @@ fn add_steps<'a>(
             .map(drop)
             .map_err(sys(format_args!("delete {kind} {}", ctx.ifname)))
     });
-    let link = ctx.pod_link()?;
+    ctx.pod_link()
+}
 
-    let mut result = if common::has_ipam(&conf.ipam) {
-        let ipam = common::ipam_add(resolver, req, undo)?;
+fn add_steps<'a>(
+    resolver: &'a dyn Resolver,
+    req: &'a Request,
+    conf: &Conf,
+    ctx: &'a Attach,
+    undo: &mut Undo<'a>,
+) -> Result<CniResult, CniError> {
+    // Refused before IPAM allocates anything.
+    let master = resolve_master(req, ctx, conf)?;
+    let mtu = common::check_mtu(conf.mtu, 68, master.mtu, "the master's MTU")?;
+    let (link, ipam) = common::links_and_ipam(resolver, req, &conf.ipam, undo, |undo| {
+        create_link(conf, ctx, &master, mtu, undo)
+    })?;
+
+    let mut result = if let Some(ipam) = ipam {
         CniResult {
             ips: ipam.ips,
             routes: ipam.routes,

@@ -6,7 +6,7 @@ use ipnetwork::IpNetwork;
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use super::route::Scope;
+use super::route::{IpFamily, Scope};
 use super::{Netlink, CHANGE, CREATE, DUMP};
 use crate::error::{Errno, Result};
 
@@ -100,10 +100,22 @@ impl Netlink {
 
     /// The addresses of link `index` (both families), in kernel order.
     pub fn addresses(&self, index: u32) -> Result<Vec<Address>> {
+        self.addresses_in(index, None)
+    }
+
+    /// The addresses of link `index` of one family (`None`: both). The
+    /// kernel dumps a namespace's addresses whatever link is asked for, so
+    /// naming the family spares the IPv6 link-local address of every other
+    /// port on a busy bridge host.
+    pub fn addresses_in(&self, index: u32, family: Option<IpFamily>) -> Result<Vec<Address>> {
+        let mut msg = AddressMessage::default();
+        if let Some(family) = family {
+            msg.header.family = family.address_family();
+        }
         let replies = self.request(
             "list addresses",
             &format_args!("of index {index}"),
-            RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+            RouteNetlinkMessage::GetAddress(msg),
             DUMP,
         )?;
         Ok(replies

@@ -30,7 +30,7 @@ impl IpFamily {
         }
     }
 
-    fn address_family(self) -> AddressFamily {
+    pub(crate) fn address_family(self) -> AddressFamily {
         match self {
             IpFamily::V4 => AddressFamily::Inet,
             IpFamily::V6 => AddressFamily::Inet6,
