@@ -40,6 +40,7 @@ use crate::cni::error::CniError;
 use crate::cni::names;
 use crate::cni::result::CniResult;
 use crate::cni::CniVersion;
+use crate::netattach::status::{NetworkStatus, StatusInput};
 use crate::plan::{Attachment, Plan};
 
 /// Where records live unless configured (`cniDir`), next to Multus's
@@ -126,6 +127,25 @@ pub struct Record {
 }
 
 impl Record {
+    /// The pod's network-status entries (multi-net-spec §5) for the
+    /// attachments that were added, in attachment order.
+    pub fn network_status(&self) -> Vec<NetworkStatus> {
+        self.attachments
+            .iter()
+            .filter(|a| a.state == State::Added)
+            .map(|a| {
+                let input = StatusInput {
+                    network: &a.attachment.network,
+                    ifname: Some(&a.attachment.ifname),
+                    default: a.attachment.default,
+                    gateway_request: a.attachment.default_route.as_deref(),
+                    device_info: None,
+                };
+                NetworkStatus::from_result(a.result.as_ref(), &input)
+            })
+            .collect()
+    }
+
     /// Every attachment of `plan`, none attempted yet.
     pub fn new(container_id: &str, ifname: &str, netns: Option<&Path>, plan: &Plan) -> Record {
         Record {

@@ -37,7 +37,9 @@ enum Command {
     Plan(PlanArgs),
     /// Print the network-status entry (multi-net-spec §5) a CNI result yields.
     Status(StatusArgs),
-    /// Plan the embedded example pod (examples/demo): no cluster needed.
+    /// Attach two example pods (examples/demo) to a bridge and a macvlan
+    /// network inside namespaces it creates, ping, print their network-status,
+    /// tear down. Needs root; no cluster.
     Demo,
     /// Print plexus's version and the spec versions it speaks.
     Version,
@@ -113,7 +115,7 @@ pub fn main() -> i32 {
     let (name, outcome) = match cli.command {
         Command::Plan(args) => ("plan", run_plan(&args)),
         Command::Status(args) => ("status", run_status(&args)),
-        Command::Demo => ("demo", run_demo()),
+        Command::Demo => ("demo", crate::demo::run()),
         Command::Version => ("version", Ok(version_text())),
     };
     match outcome {
@@ -264,38 +266,4 @@ fn run_status(args: &StatusArgs) -> Result<String, CniError> {
     Ok(pretty(
         &NetworkStatus::from_result(Some(&result), &input).to_value(),
     ))
-}
-
-/// The embedded example: the demo pod, its NADs and cluster network, compiled in.
-pub mod demo {
-    pub const POD: &str = include_str!("../examples/demo/pod.yaml");
-    pub const NADS: &str = include_str!("../examples/demo/nads.yaml");
-    pub const CLUSTER_NETWORK: &str = include_str!("../examples/demo/cluster-network.conflist");
-}
-
-fn run_demo() -> Result<String, CniError> {
-    let pod = manifest::single_pod(
-        &manifest::parse_documents(demo::POD, "demo pod.yaml")?,
-        "demo pod.yaml",
-    )?;
-    let nads = manifest::nads(&manifest::parse_documents(demo::NADS, "demo nads.yaml")?)?;
-    let config =
-        crate::cni::config::NetworkConfigList::from_slice(demo::CLUSTER_NETWORK.as_bytes())?;
-    let default_network = DefaultNetwork {
-        network: config.name.clone().unwrap_or_default(),
-        config,
-        source: "examples/demo/cluster-network.conflist".into(),
-    };
-    let options = PlanOptions {
-        container_id: Some("demo0000".into()),
-        ..PlanOptions::default()
-    };
-    let inputs = PlanInputs {
-        nads: &nads,
-        conf_dir: None,
-        default_network: &default_network,
-        options: &options,
-    };
-    let plan = plan::plan(&pod, &inputs)?;
-    Ok(pretty(&plan.to_value()))
 }

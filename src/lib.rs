@@ -19,6 +19,7 @@ pub mod cluster;
 /// The CNI protocol layer (the `plexus-cni` crate).
 pub use plexus_cni as cni;
 pub mod config;
+pub mod demo;
 pub mod manifest;
 pub mod netattach;
 pub mod plan;

@@ -36,35 +36,124 @@ fn write(dir: &Path, name: &str, body: &str) -> String {
     path.display().to_string()
 }
 
-#[test]
-fn demo_plans_the_embedded_example() {
-    let out = run(&["demo"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let plan = stdout_json(&out);
-    let networks: Vec<(&str, &str)> = plan["attachments"]
+/// The JSON blocks the demo prints after each "network-status of" line.
+fn status_blocks(stdout: &str) -> Vec<Value> {
+    let mut blocks = Vec::new();
+    let mut lines = stdout.lines();
+    while let Some(line) = lines.next() {
+        if line.starts_with("network-status of ") {
+            let block: Vec<&str> = lines.by_ref().take_while(|l| !l.is_empty()).collect();
+            blocks.push(serde_json::from_str(&block.join("\n")).unwrap());
+        }
+    }
+    blocks
+}
+
+fn link_names_here() -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-j", "link", "show"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut names: Vec<String> = v
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| {
-            (
-                a["network"].as_str().unwrap(),
-                a["ifname"].as_str().unwrap(),
-            )
-        })
+        .map(|l| l["ifname"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(
-        networks,
-        [
-            ("podnet", "eth0"),
-            ("my-namespace/net-a", "net1"),
-            ("my-namespace/net-b", "data0"),
-            ("other-ns/net-c", "net3")
-        ]
+    names.sort();
+    names
+}
+
+#[test]
+fn demo_attaches_two_pods_pings_and_leaves_nothing() {
+    // The README's main job: two pods on a bridge network and a macvlan
+    // network (multi-net-spec §4.1.1 and §4.1.2 selections), network-status
+    // per §5, torn down again.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED demo_attaches_two_pods_pings_and_leaves_nothing: needs root");
+        return;
+    }
+    let root_links = link_names_here();
+    let out = run(&["demo"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}{}", stderr(&out));
+
+    let pings: Vec<&str> = stdout.lines().filter(|l| l.starts_with("ping ")).collect();
+    assert_eq!(pings.len(), 4, "{stdout}");
+    for (from, to) in [("pod-a", "pod-b"), ("pod-b", "pod-a")] {
+        for network in ["on podnet (eth0)", "on demo/macvlan-net (data0)"] {
+            let prefix = format!("ping demo/{from} -> demo/{to} ");
+            assert!(
+                pings.iter().any(|l| l.starts_with(&prefix)
+                    && l.contains(network)
+                    && l.contains("reply in")),
+                "{from} -> {to} {network}: {stdout}"
+            );
+        }
+    }
+
+    let blocks = status_blocks(&stdout);
+    assert_eq!(blocks.len(), 2, "{stdout}");
+    for block in &blocks {
+        let entries = block.as_array().unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0]["name"], "podnet");
+        assert_eq!(entries[0]["interface"], "eth0");
+        assert_eq!(entries[0]["default"], true);
+        assert!(entries[0]["ips"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("10.88.0."));
+        assert_eq!(entries[1]["name"], "demo/macvlan-net");
+        assert_eq!(entries[1]["interface"], "data0");
+        assert_eq!(entries[1]["default"], false);
+        assert!(entries[1]["ips"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("192.168.50."));
+    }
+    assert!(
+        stdout.trim_end().ends_with("scratch directory are removed"),
+        "{stdout}"
     );
-    assert_eq!(plan["attachments"][1]["plugins"][0]["name"], "net-a");
-    assert_eq!(
-        plan["attachments"][3]["plugins"][0]["args"]["cni"]["org.example.tier"],
-        "gold"
+
+    // The machine's own namespace is untouched and the demo's are gone.
+    assert_eq!(link_names_here(), root_links);
+    let left: Vec<String> = std::fs::read_dir("/var/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("plexus-demo-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn demo_without_root_says_why() {
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/setpriv").exists() {
+        return;
+    }
+    let out = Command::new("/usr/bin/setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            PLEXUS,
+            "demo",
+        ])
+        .env_remove("CNI_COMMAND")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("must run as root: it creates network namespaces"),
+        "{}",
+        stderr(&out)
     );
 }
 

@@ -52,6 +52,14 @@ pub enum Error {
         netns: PathBuf,
         errno: Errno,
     },
+    /// A reachability probe ([`crate::probe`]) failed or got no answer.
+    #[error("{op} {target} from {}: {reason}", netns.display())]
+    Probe {
+        op: &'static str,
+        target: String,
+        netns: PathBuf,
+        reason: String,
+    },
     /// An argument was rejected before reaching the kernel.
     #[error("invalid {what} {value:?}: {reason}")]
     Invalid {

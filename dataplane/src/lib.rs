@@ -28,6 +28,7 @@ pub mod error;
 pub mod mac;
 pub mod netlink;
 pub mod netns;
+pub mod probe;
 pub mod sysctl;
 
 pub use error::{Errno, Error, Result};
