@@ -13,7 +13,6 @@
 
 use std::io::{Read, Write};
 use std::net::Ipv4Addr;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -223,7 +222,6 @@ impl Invoker<'_> {
         if let Some(prev) = prev_result {
             conf["prevResult"] = prev.clone();
         }
-        let fd = self.node.raw_fd();
         let mut cmd = Command::new(self.exe);
         cmd.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -244,16 +242,7 @@ impl Invoker<'_> {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        // SAFETY: setns is async-signal-safe; the child joins the node
-        // namespace between fork and exec, as a runtime's plugin runs there.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        self.node.join_in_child(&mut cmd);
         let what = format!("{command} {POD_NAMESPACE}/{pod}");
         let mut child = cmd
             .spawn()

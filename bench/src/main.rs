@@ -16,7 +16,6 @@
 //! Run: `cargo run --release -p plexus-bench -- [--pods 40]` (as root).
 
 use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -57,7 +56,6 @@ fn invoke(
     env: &[(&str, String)],
     stdin: &[u8],
 ) -> Result<Run, String> {
-    let fd = netns.raw_fd();
     let mut cmd = Command::new(program);
     cmd.args(argv)
         .env_clear()
@@ -66,16 +64,9 @@ fn invoke(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: setns is async-signal-safe; the child enters the node namespace
-    // between fork and exec, so the timing includes no extra exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    // The child enters the node namespace between fork and exec, so the
+    // timing includes no extra exec (`ip netns exec` would add one).
+    netns.join_in_child(&mut cmd);
     let start = Instant::now();
     let mut child = cmd
         .spawn()

@@ -161,6 +161,28 @@ impl NetNs {
         Ok(f())
     }
 
+    /// Makes the child that `cmd` spawns join this namespace between fork and
+    /// exec, so the program runs inside it from its first instruction (as a
+    /// CNI plugin runs in the namespace its runtime calls it from). This
+    /// handle must stay open until `cmd` is spawned.
+    pub fn join_in_child<'c>(
+        &self,
+        cmd: &'c mut std::process::Command,
+    ) -> &'c mut std::process::Command {
+        use std::os::unix::process::CommandExt;
+        let fd = self.raw_fd();
+        // SAFETY: only setns(2), which is async-signal-safe, runs in the
+        // forked child before exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        }
+    }
+
     /// Creates the named namespace `/var/run/netns/NAME` like `ip netns add`:
     /// the run directory is made a shared mount point (so the namespace mount
     /// propagates to other mount namespaces), an empty file is created, and a
