@@ -8,6 +8,7 @@ mod run_support;
 use std::fs;
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -849,6 +850,80 @@ fn built_in_and_exec_plugins_mix_in_one_chain() {
         f.calls()[3..],
         ["p2 DEL", "mem DEL", "p1 DEL"].map(String::from)
     );
+}
+
+/// An in-process plugin whose ADD defers a slow sync (as host-local defers
+/// its fsyncs), failing it when asked to.
+struct Syncing {
+    log: Arc<Fakes>,
+    fail: bool,
+    synced: Arc<AtomicBool>,
+}
+
+impl Plugin for Syncing {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        self.log.log_builtin("syncing", "ADD", &req.config);
+        let (fail, synced) = (self.fail, Arc::clone(&self.synced));
+        plexus::cni::durable::sync("allocation file", move || {
+            std::thread::sleep(Duration::from_millis(50));
+            synced.store(true, Ordering::SeqCst);
+            if fail {
+                return Err(std::io::Error::other("EIO"));
+            }
+            Ok(())
+        })?;
+        Ok(req.prev_result.clone().unwrap_or_default())
+    }
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        self.log.log_builtin("syncing", "DEL", &req.config);
+        Ok(())
+    }
+    fn check(&self, _: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
+    fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+        Ok(())
+    }
+    fn status(&self, _: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn add_reports_success_only_once_deferred_syncs_are_done() {
+    for fail in [false, true] {
+        let f = Arc::new(Fakes::new(&["p1"]));
+        f.answer_result("p1", &result_json("1.0.0", 1, "eth0"));
+        let synced = Arc::new(AtomicBool::new(false));
+        let (log, flag) = (Arc::clone(&f), Arc::clone(&synced));
+        let registry = Registry::new().with_builtin("syncing", move |_| {
+            Box::new(Syncing {
+                log: Arc::clone(&log),
+                fail,
+                synced: Arc::clone(&flag),
+            })
+        });
+        let ex = executor(&f);
+        let ctx = f.ctx(&registry, "ctr1");
+        let outcome = ex.add(&plan(vec![cluster(&["p1", "syncing"])]), &ctx);
+        assert!(
+            synced.load(Ordering::SeqCst),
+            "ADD returned before the sync finished"
+        );
+        if !fail {
+            outcome.unwrap();
+            continue;
+        }
+        // A sync that failed means nothing is durably attached: the whole
+        // ADD is rolled back and reported failed, naming what did not sync.
+        let e = outcome.unwrap_err();
+        assert!(e.details.contains("allocation file"), "{e}");
+        assert_eq!(
+            f.calls(),
+            ["p1 ADD", "syncing ADD", "syncing DEL", "p1 DEL"]
+        );
+        assert!(!f.record_path("ctr1").exists());
+    }
 }
 
 /// Logs its calls into the fakes' log and edits results as a data plane

@@ -7,6 +7,7 @@ pub mod args;
 pub mod casefold;
 pub mod config;
 pub mod delegate;
+pub mod durable;
 pub mod env;
 pub mod error;
 pub mod names;

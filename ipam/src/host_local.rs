@@ -579,7 +579,7 @@ impl Plugin for HostLocal {
                 }
             }
         }
-        store.sync()?;
+        store.make_durable(&reserved)?;
         Ok(CniResult {
             cni_version: Some(req.cni_version),
             interfaces: Vec::new(),
@@ -646,7 +646,9 @@ impl Plugin for HostLocal {
         let is_valid = |a: &Allocation| match &a.owner {
             Owner::Attachment { .. } => valid.iter().any(|(c, i)| a.owner.is_exactly(c, i)),
             Owner::Container(_) => valid.iter().any(|(c, _)| a.owner.is_legacy_of(c)),
-            Owner::Unknown => true,
+            // Empty content is crash debris (see the store docs): under
+            // the lock no writer is half-way, and no attachment owns it.
+            Owner::Unknown => false,
         };
         for a in store.allocations()?.iter().filter(|a| !is_valid(a)) {
             store.release(&a.file_name)?;

@@ -10,15 +10,19 @@
 //!   operation, by the reference as by plexus.
 //!
 //! What plexus adds, invisible to the reference: an address file appears
-//! atomically with its content (written to a temp file, fsynced, then
-//! hard-linked into place, which fails if the name exists, so reservation
-//! stays exclusive as with the reference's `O_EXCL`); `last_reserved_ip.*`
-//! is replaced by rename (not fsynced: a lost hint only restarts the
-//! round-robin search); the directory is fsynced before an operation
-//! reports success. Temp files start with `.plexus-tmp.`, never parse as an
-//! address and are therefore ignored by both implementations; as they are
-//! only written under the lock, any found by a later lock holder is a
-//! leftover of a crash.
+//! atomically with its content (written to a temp file, then hard-linked
+//! into place, which fails if the name exists, so reservation stays
+//! exclusive as with the reference's `O_EXCL`), and is on disk, data then
+//! directory, before the ADD reports success ([`LockedStore::make_durable`];
+//! inside plexus that flush overlaps the rest of the ADD). Until then a power
+//! cut can leave the name with empty content, which both implementations
+//! read as taken by an unknown owner and GC releases; no address is ever
+//! handed out twice. `last_reserved_ip.*` is rewritten in place and never
+//! synced: a lost hint only restarts the round-robin search. Other changes
+//! (releases) sync the directory before reporting success. Temp files start
+//! with `.plexus-tmp.`, never parse as an address and are therefore ignored
+//! by both implementations; as they are only written under the lock, any
+//! found by a later lock holder is a leftover of a crash.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -31,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
-use plexus_cni::{CniError, ErrorCode};
+use plexus_cni::{durable, CniError, ErrorCode};
 
 pub(crate) const LAST_IP_PREFIX: &str = "last_reserved_ip.";
 pub(crate) const LOCK_FILE: &str = "lock";
@@ -121,15 +125,6 @@ pub(crate) struct Allocation {
 pub(crate) struct LockedStore {
     dir: PathBuf,
     _lock: Flock<File>,
-}
-
-/// Whether a write must reach the disk before the operation reports success.
-#[derive(Clone, Copy)]
-enum Durability {
-    /// An allocation: fsync'd, so a power cut cannot hand its IP out twice.
-    Synced,
-    /// A hint whose loss is harmless.
-    Hint,
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> CniError {
@@ -282,7 +277,7 @@ impl LockedStore {
             return Ok(false);
         }
         let content = Owner::content(container_id, ifname);
-        let tmp = self.write_temp(&ip.to_string(), content.as_bytes(), Durability::Synced)?;
+        let tmp = self.write_temp(&ip.to_string(), content.as_bytes())?;
         let linked = fs::hard_link(&tmp, &target);
         let _ = fs::remove_file(&tmp);
         match linked {
@@ -312,13 +307,9 @@ impl LockedStore {
         Ok(true)
     }
 
-    /// Write `content` to a fresh temp file named after `what`.
-    fn write_temp(
-        &self,
-        what: &str,
-        content: &[u8],
-        durability: Durability,
-    ) -> Result<PathBuf, CniError> {
+    /// Write `content` to a fresh temp file named after `what` (not synced:
+    /// see [`LockedStore::make_durable`]).
+    fn write_temp(&self, what: &str, content: &[u8]) -> Result<PathBuf, CniError> {
         let tmp = self.dir.join(format!("{TEMP_PREFIX}{what}"));
         // Under the lock, an existing temp file is a crash's leftover.
         let _ = fs::remove_file(&tmp);
@@ -328,11 +319,7 @@ impl LockedStore {
             .mode(0o600)
             .open(&tmp)
             .map_err(|e| io_err(&tmp, e))?;
-        let written = f.write_all(content).and_then(|()| match durability {
-            Durability::Synced => f.sync_data(),
-            Durability::Hint => Ok(()),
-        });
-        if let Err(e) = written {
+        if let Err(e) = f.write_all(content) {
             let _ = fs::remove_file(&tmp);
             return Err(io_err(&tmp, e));
         }
@@ -361,16 +348,44 @@ impl LockedStore {
     }
 
     /// Replace `last_reserved_ip.<set>` (the bare address, no newline, as
-    /// the reference writes and reads it). Atomic but not fsync'd: it only
-    /// steers round-robin, and losing it to a power cut restarts the search
-    /// at the range start, which the reference also does without the file.
+    /// the reference writes and reads it). Written in place and not synced:
+    /// it only steers round-robin, and a torn or lost file restarts the
+    /// search elsewhere in the range, as the reference's plain rewrite does.
+    /// (Replacing it by rename or by truncation to zero would make ext4 flush
+    /// it at once, `auto_da_alloc`, which costs as much as an fsync.)
     pub fn set_last_reserved(&self, set: usize, ip: IpAddr) -> Result<(), CniError> {
-        let name = format!("{LAST_IP_PREFIX}{set}");
-        let tmp = self.write_temp(&name, ip.to_string().as_bytes(), Durability::Hint)?;
-        let target = self.dir.join(&name);
-        fs::rename(&tmp, &target).map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            io_err(&target, e)
+        use std::os::unix::fs::FileExt;
+        let target = self.dir.join(format!("{LAST_IP_PREFIX}{set}"));
+        let content = ip.to_string();
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&target)
+            .and_then(|f| {
+                f.write_all_at(content.as_bytes(), 0)?;
+                f.set_len(content.len() as u64)
+            })
+            .map_err(|e| io_err(&target, e))
+    }
+
+    /// Make the address files of `ips` and the directory durable (data, then
+    /// names) before the ADD that reserved them reports success: at once,
+    /// or in the background of a [`durable::Scope`]. A file released
+    /// meanwhile (the ADD failed and was undone) has nothing left to sync.
+    pub fn make_durable(&self, ips: &[IpAddr]) -> Result<(), CniError> {
+        let files: Vec<PathBuf> = ips.iter().map(|ip| self.dir.join(ip.to_string())).collect();
+        let dir = self.dir.clone();
+        durable::sync(dir.display().to_string(), move || {
+            for file in &files {
+                match File::open(file) {
+                    Ok(f) => f.sync_data()?,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            File::open(&dir)?.sync_all()
         })
     }
 

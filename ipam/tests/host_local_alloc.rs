@@ -461,7 +461,10 @@ fn gc_releases_what_is_not_valid_and_leaves_the_rest() {
     let dir = d.join(NET);
     fs::write(dir.join("10.0.0.200"), "legacy-kept").unwrap();
     fs::write(dir.join("10.0.0.201"), "legacy-gone").unwrap();
-    fs::write(dir.join("10.0.0.202"), "").unwrap(); // unknown owner: left alone
+    // Empty: a crash between a file's creation and its content (the
+    // reference's O_EXCL write, or plexus's before its sync): no attachment
+    // can own it, so GC reclaims it.
+    fs::write(dir.join("10.0.0.202"), "").unwrap();
     fs::write(dir.join("notes.txt"), "gone\r\neth0").unwrap(); // not an address: left alone
     fs::write(dir.join(".plexus-tmp.10.0.0.9"), "gone\r\neth0").unwrap(); // crash leftover: removed
     gc(
@@ -477,7 +480,6 @@ fn gc_releases_what_is_not_valid_and_leaves_the_rest() {
         [
             "10.0.0.2",
             "10.0.0.200",
-            "10.0.0.202",
             "10.0.0.3",
             "fd00::2",
             "fd00::3",
@@ -490,7 +492,7 @@ fn gc_releases_what_is_not_valid_and_leaves_the_rest() {
     assert_eq!(f["10.0.0.3"], "keep\r\nnet1");
     // Nothing valid: everything of ours goes, the rest stays.
     gc(&p, &c, &[]).unwrap();
-    assert_eq!(allocations(d).keys().collect::<Vec<_>>(), ["10.0.0.202"]);
+    assert!(allocations(d).is_empty());
     assert!(files(d).contains_key("notes.txt"));
     // No directory: nothing to do, nothing created.
     let other = conf(
@@ -566,16 +568,23 @@ fn leftover_temp_files_are_ignored() {
         fs::read_to_string(dir.join("10.0.0.2")).unwrap(),
         "a\r\neth0"
     );
-    // The temp files were replaced by the real ones and are gone.
+    // The address's temp file was replaced by the real one; the hint is
+    // written in place, so a temp file of it (an older plexus's) stays, as
+    // does a stale one of another address, until GC.
     assert_eq!(
         files(tmp.path()).keys().collect::<Vec<_>>(),
-        ["10.0.0.2", "last_reserved_ip.0", "lock"]
+        [
+            ".plexus-tmp.last_reserved_ip.0",
+            "10.0.0.2",
+            "last_reserved_ip.0",
+            "lock"
+        ]
     );
-    // A stale temp file with another name stays until GC.
     fs::write(dir.join(".plexus-tmp.10.0.0.99"), "x").unwrap();
     assert_eq!(ip_of(&add(&p, &c, "b", "eth0").unwrap()), "10.0.0.3");
     gc(&p, &c, &[("a", "eth0"), ("b", "eth0")]).unwrap();
     assert!(!dir.join(".plexus-tmp.10.0.0.99").exists());
+    assert!(!dir.join(".plexus-tmp.last_reserved_ip.0").exists());
     assert_eq!(allocations(tmp.path()).len(), 2);
 }
 

@@ -36,6 +36,7 @@ use crate::cache::{Cache, CachedAttachment, Lookup, Record, State};
 use crate::cni::args::CniArgs;
 use crate::cni::config::derive_request;
 use crate::cni::delegate::Resolver;
+use crate::cni::durable;
 use crate::cni::env::{CniCommand, CniEnv, CNI_NETNS};
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::cni::result::{CniResult, Route};
@@ -260,6 +261,9 @@ impl Executor {
         let mut record = Record::new(&ctx.container_id, &ctx.ifname, Some(netns), plan);
         begin(&mut record.attachments[0]);
         self.cache.store(&record)?;
+        // Built-in plugins' fsyncs run alongside the rest of the ADD; success
+        // waits for them (see `plexus_cni::durable`).
+        let durability = durable::Scope::begin();
 
         let mut results = Vec::with_capacity(chains.len());
         for (i, steps) in chains.iter().enumerate() {
@@ -289,6 +293,16 @@ impl Executor {
                 }),
                 Err(failure) => return Err(self.fail_add(&mut record, i, failure, ctx)),
             }
+        }
+        if let Err(error) = durability.wait() {
+            // Not on disk: nothing may be reported as attached.
+            let last = results.len() - 1;
+            let failure = Box::new(ChainFailure {
+                error,
+                failed_plugin: None,
+                last_good: results[last].result.clone(),
+            });
+            return Err(self.fail_add(&mut record, last, failure, ctx));
         }
         Ok(results)
     }

@@ -389,8 +389,13 @@ pub(crate) fn links_and_ipam<'a, T>(
     match kind {
         None | Some("") => Ok((links(undo)?, None)),
         Some(kind) if resolver.ipam_runs_without_interface(kind) => {
+            // The IPAM thread defers its syncs into this thread's scope.
+            let durability = plexus_cni::durable::current();
             let (linked, ipam) = std::thread::scope(|scope| {
-                let ipam = scope.spawn(|| delegate::run_ipam(resolver, req, CniCommand::Add));
+                let ipam = scope.spawn(|| {
+                    let _scope = durability.enter();
+                    delegate::run_ipam(resolver, req, CniCommand::Add)
+                });
                 let linked = links(undo);
                 let ipam = ipam
                     .join()
