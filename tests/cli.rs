@@ -70,8 +70,7 @@ fn demo_attaches_two_pods_pings_and_leaves_nothing() {
     // The README's main job: two pods on a bridge network and a macvlan
     // network (multi-net-spec §4.1.1 and §4.1.2 selections), network-status
     // per §5, torn down again.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED demo_attaches_two_pods_pings_and_leaves_nothing: needs root");
+    if !plexus_testkit::require(&[plexus_testkit::Feature::Root]) {
         return;
     }
     let root_links = link_names_here();
@@ -133,7 +132,7 @@ fn demo_attaches_two_pods_pings_and_leaves_nothing() {
 
 #[test]
 fn demo_without_root_says_why() {
-    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/setpriv").exists() {
+    if !plexus_testkit::require(&[plexus_testkit::Feature::Root]) {
         return;
     }
     let out = Command::new("/usr/bin/setpriv")

@@ -137,8 +137,8 @@ fn files_in(dir: &Path) -> Vec<String> {
 
 #[test]
 fn two_pods_on_a_bridge_and_a_macvlan_network() {
-    if !Path::new(REFERENCE).join("bridge").exists() {
-        eprintln!("SKIPPED two_pods_on_a_bridge_and_a_macvlan_network: {REFERENCE}/bridge missing (apt-get install containernetworking-plugins)");
+    use plexus_testkit::Feature;
+    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -11,8 +11,7 @@ use common::{is_root, TestNs};
 use drivers_support::*;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::ErrorCode;
-use plexus_dataplane::netlink::BridgeSpec;
-use plexus_dataplane::{Errno, Netlink};
+use plexus_testkit::Feature;
 use serde_json::{json, Value};
 
 const BR: &str = "br-test";
@@ -34,32 +33,6 @@ fn conf(addresses: Value, extra: Value) -> Value {
 
 fn v4(addr: &str) -> Value {
     json!([{ "address": addr }])
-}
-
-/// Whether the bridges of this kernel can filter VLANs (the build hosts'
-/// can't: EOPNOTSUPP), probed in a throw-away namespace.
-fn vlan_filtering_supported() -> bool {
-    let ns = TestNs::new();
-    let nl = Netlink::open(&ns.ns).unwrap();
-    match nl.create_bridge(&BridgeSpec {
-        vlan_filtering: Some(true),
-        ..BridgeSpec::new("probe0")
-    }) {
-        Ok(_) => true,
-        Err(e) if e.errno() == Some(Errno::EOPNOTSUPP) => false,
-        Err(e) => panic!("probing vlan filtering: {e}"),
-    }
-}
-
-fn skip_without_vlan_filtering(test: &str) -> bool {
-    if vlan_filtering_supported() {
-        return false;
-    }
-    skipped(
-        test,
-        "this kernel's bridge has no VLAN filtering (EOPNOTSUPP); runs in the VM harness",
-    );
-    true
 }
 
 #[test]
@@ -222,17 +195,10 @@ fn two_pods_on_one_bridge_reach_each_other_and_the_gateway() {
 fn same_result_shape_as_the_reference_plugin() {
     // The reference bridge v1.1.1 + its static IPAM, run as a runtime would
     // (in the node namespace), against ours with the same addresses.
-    if !is_root() {
+    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
         return;
     }
     let reference = std::path::Path::new("/usr/lib/cni/bridge");
-    if !reference.exists() {
-        skipped(
-            "same_result_shape_as_the_reference_plugin",
-            "no reference plugin in /usr/lib/cni",
-        );
-        return;
-    }
     let addrs = json!([{"address": "10.12.0.5/24"}, {"address": "fd12::5/64"}]);
     let static_routes = json!([{"dst": "192.168.0.0/16"}]);
     let extra = json!({"isDefaultGateway": true});
@@ -828,7 +794,7 @@ fn a_missing_pod_namespace_is_an_unknown_container() {
 
 #[test]
 fn vlan_and_trunk_ports() {
-    if !is_root() || skip_without_vlan_filtering("vlan_and_trunk_ports") {
+    if !plexus_testkit::require(&[Feature::Root, Feature::BridgeVlanFiltering]) {
         return;
     }
     let (node, pod1, pod2) = (TestNs::new(), TestNs::new(), TestNs::new());
@@ -888,7 +854,7 @@ fn vlan_and_trunk_ports() {
 fn vlan_configuration_without_kernel_support_fails_cleanly() {
     // On kernels without bridge VLAN filtering (the build hosts') a vlan
     // configuration must fail with the kernel's reason and leave nothing.
-    if !is_root() || vlan_filtering_supported() {
+    if !plexus_testkit::require_absent(Feature::BridgeVlanFiltering) {
         return;
     }
     let (node, pod) = (TestNs::new(), TestNs::new());

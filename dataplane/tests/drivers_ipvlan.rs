@@ -6,41 +6,19 @@
 mod common;
 mod drivers_support;
 
-use common::{is_root, TestNs};
+use common::TestNs;
 use drivers_support::*;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::ErrorCode;
 use plexus_cni::result::CniResult;
 use plexus_dataplane::netlink::{IpvlanMode, IpvlanSpec, LinkKind, VethSpec};
-use plexus_dataplane::{Errno, Netlink};
+use plexus_dataplane::Netlink;
+use plexus_testkit::Feature;
 use serde_json::{json, Value};
 
-/// Whether this kernel can create ipvlan devices: EOPNOTSUPP ("Unknown
-/// device type") means it can't.
-fn ipvlan_supported() -> bool {
-    let ns = TestNs::new();
-    let nl = Netlink::open(&ns.ns).unwrap();
-    let master = nl.create_veth(&VethSpec::new("probe0", "probe1")).unwrap();
-    match nl.create_ipvlan(&IpvlanSpec::new("probe2", master.index, IpvlanMode::L2)) {
-        Ok(_) => true,
-        Err(e) if e.errno() == Some(Errno::EOPNOTSUPP) => false,
-        Err(e) => panic!("probing ipvlan: {e}"),
-    }
-}
-
-/// Root and ipvlan support, or a visible reason to skip.
-fn runnable(test: &str) -> bool {
-    if !is_root() {
-        return false;
-    }
-    if !ipvlan_supported() {
-        skipped(
-            test,
-            "this kernel has no ipvlan (EOPNOTSUPP: Unknown device type); runs in the VM harness",
-        );
-        return false;
-    }
-    true
+/// Root and ipvlan, or a visible, counted skip (a failure in the VM).
+fn runnable() -> bool {
+    plexus_testkit::require(&[Feature::Root, Feature::Ipvlan])
 }
 
 fn node_with_uplink() -> TestNs {
@@ -82,7 +60,7 @@ fn nowhere() -> Target {
 
 #[test]
 fn create_ipvlan_is_typed() {
-    if !runnable("create_ipvlan_is_typed") {
+    if !runnable() {
         return;
     }
     let (node, pod) = (TestNs::new(), TestNs::new());
@@ -122,7 +100,7 @@ fn create_ipvlan_is_typed() {
 
 #[test]
 fn without_kernel_support_add_fails_cleanly() {
-    if !is_root() || ipvlan_supported() {
+    if !plexus_testkit::require_absent(Feature::Ipvlan) {
         return;
     }
     let (node, pod) = (node_with_uplink(), TestNs::new());
@@ -177,7 +155,7 @@ fn validate_needs_ipam_or_a_prev_result_and_known_modes() {
 
 #[test]
 fn two_l2_pods_reach_each_other() {
-    if !runnable("two_l2_pods_reach_each_other") {
+    if !runnable() {
         return;
     }
     let (node, pod1, pod2) = (node_with_uplink(), TestNs::new(), TestNs::new());
@@ -224,7 +202,7 @@ fn two_l2_pods_reach_each_other() {
 
 #[test]
 fn l3_and_l3s_modes() {
-    if !runnable("l3_and_l3s_modes") {
+    if !runnable() {
         return;
     }
     let node = node_with_uplink();
@@ -246,7 +224,7 @@ fn l3_and_l3s_modes() {
 
 #[test]
 fn chained_takes_addresses_and_master_from_the_prev_result() {
-    if !runnable("chained_takes_addresses_and_master_from_the_prev_result") {
+    if !runnable() {
         return;
     }
     let (node, pod) = (node_with_uplink(), TestNs::new());
@@ -270,7 +248,7 @@ fn chained_takes_addresses_and_master_from_the_prev_result() {
 
 #[test]
 fn refusals_and_clean_failures() {
-    if !runnable("refusals_and_clean_failures") {
+    if !runnable() {
         return;
     }
     let (node, pod) = (node_with_uplink(), TestNs::new());
@@ -319,7 +297,7 @@ fn refusals_and_clean_failures() {
 
 #[test]
 fn del_and_check() {
-    if !runnable("del_and_check") {
+    if !runnable() {
         return;
     }
     let (node, pod) = (node_with_uplink(), TestNs::new());

@@ -36,10 +36,7 @@ fn dual_conf(d: &Path) -> Value {
 
 #[test]
 fn reference_allocates_then_plexus_continues() {
-    let Some(reference) = reference(
-        REFERENCE_HOST_LOCAL,
-        "reference_allocates_then_plexus_continues",
-    ) else {
+    let Some(reference) = reference(REFERENCE_HOST_LOCAL) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -91,10 +88,7 @@ fn reference_allocates_then_plexus_continues() {
 
 #[test]
 fn plexus_allocates_then_reference_continues() {
-    let Some(reference) = reference(
-        REFERENCE_HOST_LOCAL,
-        "plexus_allocates_then_reference_continues",
-    ) else {
+    let Some(reference) = reference(REFERENCE_HOST_LOCAL) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -147,10 +141,7 @@ fn plexus_allocates_then_reference_continues() {
 
 #[test]
 fn plexus_binary_and_reference_allocate_at_the_same_time() {
-    let Some(reference) = reference(
-        REFERENCE_HOST_LOCAL,
-        "plexus_binary_and_reference_allocate_at_the_same_time",
-    ) else {
+    let Some(reference) = reference(REFERENCE_HOST_LOCAL) else {
         return;
     };
     const EACH: usize = 12;
@@ -203,8 +194,7 @@ fn plexus_binary_and_reference_allocate_at_the_same_time() {
 
 #[test]
 fn legacy_form_and_requested_ip_interop() {
-    let Some(reference) = reference(REFERENCE_HOST_LOCAL, "legacy_form_and_requested_ip_interop")
-    else {
+    let Some(reference) = reference(REFERENCE_HOST_LOCAL) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -239,10 +229,7 @@ fn p() -> HostLocal {
 fn old_format_files_of_early_reference_versions() {
     // Reference versions before the interface name was recorded wrote only
     // the container ID; today's reference and plexus both release them.
-    let Some(reference) = reference(
-        REFERENCE_HOST_LOCAL,
-        "old_format_files_of_early_reference_versions",
-    ) else {
+    let Some(reference) = reference(REFERENCE_HOST_LOCAL) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -260,7 +247,7 @@ fn old_format_files_of_early_reference_versions() {
 
 #[test]
 fn static_results_match_the_reference() {
-    let Some(reference) = reference(REFERENCE_STATIC, "static_results_match_the_reference") else {
+    let Some(reference) = reference(REFERENCE_STATIC) else {
         return;
     };
     let ipam = json!({"type": "static",
@@ -316,8 +303,7 @@ fn static_results_match_the_reference() {
 #[test]
 fn reference_and_plexus_share_the_lock() {
     // While plexus holds the network's flock, the reference waits for it.
-    let Some(reference) = reference(REFERENCE_HOST_LOCAL, "reference_and_plexus_share_the_lock")
-    else {
+    let Some(reference) = reference(REFERENCE_HOST_LOCAL) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

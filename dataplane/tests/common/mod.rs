@@ -104,11 +104,8 @@ pub fn current_ns_inode() -> u64 {
     std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino()
 }
 
-/// Tests need root (CAP_SYS_ADMIN + CAP_NET_ADMIN); skip loudly otherwise.
+/// Tests need root (CAP_SYS_ADMIN + CAP_NET_ADMIN); skipped visibly and
+/// counted otherwise (see `plexus_testkit`).
 pub fn is_root() -> bool {
-    let root = nix::unistd::Uid::effective().is_root();
-    if !root {
-        eprintln!("skipping: needs root");
-    }
-    root
+    plexus_testkit::require(&[plexus_testkit::Feature::Root])
 }

@@ -338,13 +338,6 @@ pub fn root_forwarding() -> (String, String) {
     )
 }
 
-/// Say on the real stderr (not the test harness's captured one) that a
-/// test was skipped and why, so a passing run still shows it.
-pub fn skipped(test: &str, why: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
-}
-
 /// The flags of an `ip -j link` object.
 pub fn has_flag(link: &Value, flag: &str) -> bool {
     link["flags"]

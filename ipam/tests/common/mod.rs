@@ -248,18 +248,11 @@ pub fn plexus_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_plexus-ipam"))
 }
 
-/// The reference binary, or `None` with a visible message saying the test is
-/// skipped.
-pub fn reference(path: &str, test: &str) -> Option<PathBuf> {
-    let p = PathBuf::from(path);
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!(
-            "SKIPPED {test}: {path} is not installed (apt-get install containernetworking-plugins)"
-        );
-        None
-    }
+/// The reference binary, or `None` with the test reported skipped (see
+/// `plexus_testkit`).
+pub fn reference(path: &str) -> Option<PathBuf> {
+    plexus_testkit::require(&[plexus_testkit::Feature::ReferencePlugins])
+        .then(|| PathBuf::from(path))
 }
 
 pub fn map(v: &Value) -> Map<String, Value> {

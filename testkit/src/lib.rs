@@ -1,0 +1,214 @@
+//! What plexus's integration tests need from the kernel and the machine.
+//!
+//! One test source runs on the host and in the VM harness (`vm-tests/`).
+//! Each test states the features it needs with [`require`]; a missing one
+//! skips the test *visibly*: a `SKIPPED <test>: ...` line on stderr and, when
+//! `PLEXUS_SKIP_LOG` names a file, a line there, which `./test-all` counts
+//! and lists. Inside the VM (`PLEXUS_VM=1`, set by its init) the kernel is
+//! built to have everything, so a missing feature fails the test instead:
+//! nothing is skipped there.
+//!
+//! Features are probed once per test binary, in throw-away network
+//! namespaces (`unshare --net`), so probing changes nothing on the machine.
+
+use std::fmt;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+/// Something a test needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Feature {
+    /// CAP_SYS_ADMIN and CAP_NET_ADMIN: creating namespaces and links.
+    Root,
+    /// ipvlan links (l2, l3, l3s).
+    Ipvlan,
+    /// Bridges with `vlan_filtering 1`.
+    BridgeVlanFiltering,
+    /// netdevsim devices with SR-IOV VFs (`/sys/bus/netdevsim`).
+    Netdevsim,
+    /// The vDPA bus with the `vdpasim_net` simulator.
+    VdpaSim,
+    /// Debian's reference CNI plugins in `/usr/lib/cni`.
+    ReferencePlugins,
+}
+
+impl Feature {
+    const ALL: [Feature; 6] = [
+        Feature::Root,
+        Feature::Ipvlan,
+        Feature::BridgeVlanFiltering,
+        Feature::Netdevsim,
+        Feature::VdpaSim,
+        Feature::ReferencePlugins,
+    ];
+
+    /// Why it is missing, or `None` when it is there.
+    fn missing(self) -> Option<&'static str> {
+        static PROBED: OnceLock<Vec<Option<&'static str>>> = OnceLock::new();
+        let probed = PROBED.get_or_init(|| Feature::ALL.iter().map(|f| f.probe()).collect());
+        let index = Feature::ALL
+            .iter()
+            .position(|f| *f == self)
+            .expect("listed");
+        probed[index]
+    }
+
+    fn probe(self) -> Option<&'static str> {
+        let root = unsafe { libc::geteuid() } == 0;
+        match self {
+            Feature::Root => (!root).then_some("not running as root"),
+            _ if !root && self != Feature::ReferencePlugins => {
+                Some("probing it needs root")
+            }
+            Feature::Ipvlan => (!in_scratch_netns(
+                "ip link add p0 type veth peer name p1 && ip link add i0 link p0 type ipvlan mode l2",
+            ))
+            .then_some("this kernel has no ipvlan (EOPNOTSUPP)"),
+            Feature::BridgeVlanFiltering => {
+                (!in_scratch_netns("ip link add b0 type bridge vlan_filtering 1"))
+                    .then_some("this kernel's bridge has no VLAN filtering (EOPNOTSUPP)")
+            }
+            Feature::Netdevsim => (!Path::new("/sys/bus/netdevsim/new_device").exists())
+                .then_some("this kernel has no netdevsim"),
+            Feature::VdpaSim => (!Path::new("/sys/bus/vdpa").exists()
+                || !command_output("vdpa", &["mgmtdev", "show"]).contains("vdpasim_net"))
+            .then_some("this kernel has no vDPA bus with vdpasim_net"),
+            Feature::ReferencePlugins => (!Path::new("/usr/lib/cni/bridge").is_file()
+                || !Path::new("/usr/lib/cni/host-local").is_file())
+            .then_some("/usr/lib/cni has no reference plugins (apt-get install containernetworking-plugins)"),
+        }
+    }
+}
+
+impl fmt::Display for Feature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            Feature::Root => "root",
+            Feature::Ipvlan => "ipvlan",
+            Feature::BridgeVlanFiltering => "bridge VLAN filtering",
+            Feature::Netdevsim => "netdevsim",
+            Feature::VdpaSim => "vdpa_sim_net",
+            Feature::ReferencePlugins => "the reference CNI plugins",
+        };
+        f.write_str(name)
+    }
+}
+
+/// Whether the machine has `feature` (probed once).
+pub fn has(feature: Feature) -> bool {
+    feature.missing().is_none()
+}
+
+/// Whether this runs inside the VM harness.
+pub fn in_vm() -> bool {
+    std::env::var_os("PLEXUS_VM").is_some_and(|v| v == "1")
+}
+
+/// `true` when every feature is there. Otherwise the calling test is
+/// reported skipped (see the crate docs) and `false` returned, so the test
+/// returns early; in the VM it fails instead.
+#[track_caller]
+pub fn require(features: &[Feature]) -> bool {
+    for &feature in features {
+        if let Some(why) = feature.missing() {
+            if in_vm() {
+                panic!(
+                    "{}: needs {feature}, which the VM harness must provide ({why})",
+                    test_name()
+                );
+            }
+            skip(&format!("needs {feature}: {why}"));
+            return false;
+        }
+    }
+    true
+}
+
+/// For tests of how plexus copes *without* `feature`: `true` when the
+/// machine lacks it; otherwise the test is reported skipped (also in the VM,
+/// whose kernel has everything) and `false` returned.
+pub fn require_absent(feature: Feature) -> bool {
+    if !has(Feature::Root) {
+        skip("needs root");
+        return false;
+    }
+    if has(feature) {
+        skip(&format!(
+            "tests the behaviour without {feature}, which this kernel has"
+        ));
+        return false;
+    }
+    true
+}
+
+fn skip(reason: &str) {
+    let test = test_name();
+    // The real stderr, not libtest's captured one: a passing run shows it.
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {reason}");
+    if let Some(log) = std::env::var_os("PLEXUS_SKIP_LOG") {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            // One write per line: concurrent tests append whole lines.
+            let _ = f.write_all(format!("{test}\t{reason}\n").as_bytes());
+        }
+    }
+}
+
+/// libtest runs each test on a thread named after it.
+fn test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("unnamed test")
+        .to_string()
+}
+
+/// Runs `script` with `sh` in a fresh network namespace that disappears with
+/// it; whether it succeeded.
+fn in_scratch_netns(script: &str) -> bool {
+    Command::new("unshare")
+        .args(["--net", "sh", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn command_output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_agree_with_the_machine() {
+        assert_eq!(has(Feature::Root), unsafe { libc::geteuid() } == 0);
+        assert_eq!(
+            has(Feature::ReferencePlugins),
+            Path::new("/usr/lib/cni/bridge").is_file()
+                && Path::new("/usr/lib/cni/host-local").is_file()
+        );
+        // Every feature has a reason when missing.
+        for f in Feature::ALL {
+            if let Some(why) = f.missing() {
+                assert!(!why.is_empty(), "{f}");
+            }
+        }
+    }
+
+    #[test]
+    fn test_names_come_from_the_thread() {
+        assert_eq!(test_name(), "tests::test_names_come_from_the_thread");
+    }
+}
