@@ -11,8 +11,14 @@
 mod podman_support;
 
 use podman_support::{
-    addresses, mac, skip, Podman, CLUSTER_GATEWAY, CLUSTER_V4, CLUSTER_V6, NETWORK, SECONDARY_V4,
+    addresses, mac, Podman, CLUSTER_GATEWAY, CLUSTER_V4, CLUSTER_V6, NETWORK, SECONDARY_V4,
 };
+
+fn sorted(names: impl Iterator<Item = String>) -> Vec<String> {
+    let mut v: Vec<String> = names.collect();
+    v.sort();
+    v
+}
 
 fn v4(addrs: &[String]) -> Vec<&String> {
     addrs.iter().filter(|a| !a.contains(':')).collect()
@@ -20,10 +26,9 @@ fn v4(addrs: &[String]) -> Vec<&String> {
 
 #[test]
 fn run_gets_cluster_and_default_network_addresses() {
-    if skip("run_gets_cluster_and_default_network_addresses") {
+    let Some(podman) = Podman::start("run_gets_cluster_and_default_network_addresses") else {
         return;
-    }
-    let podman = Podman::start("run");
+    };
     let out = podman.run(
         &["--rm"],
         NETWORK,
@@ -61,10 +66,9 @@ fn run_gets_cluster_and_default_network_addresses() {
 
 #[test]
 fn two_containers_ping_each_other_on_both_networks() {
-    if skip("two_containers_ping_each_other_on_both_networks") {
+    let Some(podman) = Podman::start("two_containers_ping_each_other_on_both_networks") else {
         return;
-    }
-    let podman = Podman::start("ping");
+    };
     podman.run(&["-d", "--name", "server"], NETWORK, &["sleep", "30"]);
     let inside = podman.podman_ok(&["exec", "server", "ip", "-o", "addr"]);
     // podman's record comes from plexus's result: the cluster network's.
@@ -86,10 +90,9 @@ fn two_containers_ping_each_other_on_both_networks() {
 
 #[test]
 fn static_ip_and_mac_reach_the_cluster_network_only() {
-    if skip("static_ip_and_mac_reach_the_cluster_network_only") {
+    let Some(podman) = Podman::start("static_ip_and_mac_reach_the_cluster_network_only") else {
         return;
-    }
-    let podman = Podman::start("static");
+    };
     // One address: podman sends CNI_ARGS IP= and MAC=.
     let wanted_mac = "02:42:0a:58:07:32";
     let out = podman.run(
@@ -132,45 +135,60 @@ fn static_ip_and_mac_reach_the_cluster_network_only() {
 
 #[test]
 fn del_on_rm_and_on_exit_leaves_nothing() {
-    if skip("del_on_rm_and_on_exit_leaves_nothing") {
+    let Some(podman) = Podman::start("del_on_rm_and_on_exit_leaves_nothing") else {
         return;
-    }
-    let podman = Podman::start("del");
-    podman.run(&["-d", "--name", "long"], NETWORK, &["sleep", "30"]);
-    podman.run(&["-d", "--name", "short"], NETWORK, &["sleep", "1"]);
+    };
+    let long = podman.run(&["-d", "--name", "long"], NETWORK, &["sleep", "30"]);
+    // `short` exits when told: the rootfs (and so its /tmp) is a host directory.
+    let exit_flag = podman.path("rootfs/tmp/exit-now");
+    let short = podman.run(
+        &["-d", "--name", "short"],
+        NETWORK,
+        &[
+            "sh",
+            "-c",
+            "i=0; while [ ! -e /tmp/exit-now ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done",
+        ],
+    );
+    let (long, short) = (long.trim(), short.trim());
     let netns = podman.sandbox_key("long");
     assert!(std::path::Path::new(&netns).exists(), "{netns}");
-    // While both run: a veth per interface, an address per network family,
-    // plexus's records and libcni's cached results.
-    let veths = podman.node_links().len() - 1 - podman_support::BRIDGES.len();
-    assert_eq!(veths, 4, "{:?}", podman.node_links());
+    // While both run: a veth per interface, an address per network and
+    // family, plexus's record and libcni's cached result per container.
+    let veths = || podman.node_links().len() - 1 - podman_support::BRIDGES.len();
+    assert_eq!(veths(), 4, "{:?}", podman.node_links());
     assert_eq!(
         podman.ipam_allocations().len(),
         6,
         "{:?}",
         podman.ipam_allocations()
     );
-    assert!(!podman.plexus_records().is_empty());
-    assert_eq!(podman.new_libcni_results().len(), 2);
+    // plexus's record and libcni's result, per container (eth0).
+    let records = |ids: &[&str]| sorted(ids.iter().map(|id| format!("{id}@eth0.json")));
+    let results = |ids: &[&str]| sorted(ids.iter().map(|id| format!("{NETWORK}-{id}-eth0")));
+    assert_eq!(podman.plexus_records(), records(&[long, short]));
+    assert_eq!(podman.new_libcni_results(), results(&[long, short]));
 
     // A container that exits: podman's cleanup sends DEL (with prevResult).
+    std::fs::write(&exit_flag, "").unwrap();
     assert_eq!(podman.podman_ok(&["wait", "short"]).trim(), "0");
-    let mut veths_left = usize::MAX;
+    let mut left = usize::MAX;
     for _ in 0..50 {
-        veths_left = podman.node_links().len() - 1 - podman_support::BRIDGES.len();
-        if veths_left == 2 {
+        left = veths();
+        if left == 2 {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert_eq!(veths_left, 2, "{:?}", podman.node_links());
+    assert_eq!(left, 2, "{:?}", podman.node_links());
     assert_eq!(
         podman.ipam_allocations().len(),
         3,
         "{:?}",
         podman.ipam_allocations()
     );
-    assert_eq!(podman.new_libcni_results().len(), 1);
+    assert_eq!(podman.plexus_records(), records(&[long]));
+    assert_eq!(podman.new_libcni_results(), results(&[long]));
     podman.podman_ok(&["rm", "short"]);
 
     // podman rm -f: DEL of a running container.

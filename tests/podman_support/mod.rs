@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use plexus_dataplane::NetNs;
@@ -156,24 +157,6 @@ fn names_in(dir: &Path) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// Files below `dir`, as paths relative to it.
-fn files_below(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if entry.path().is_dir() {
-            out.extend(
-                files_below(&entry.path())
-                    .into_iter()
-                    .map(|f| format!("{name}/{f}")),
-            );
-        } else {
-            out.push(name);
-        }
-    }
-    out
-}
-
 fn checked(cmd: &mut Command, what: &str) -> Vec<u8> {
     let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
@@ -192,8 +175,14 @@ pub struct Podman {
 }
 
 impl Podman {
-    /// A node namespace, podman's config and a busybox rootfs.
-    pub fn start(tag: &str) -> Podman {
+    /// A node namespace, podman's config and a busybox rootfs for `test`;
+    /// None (reported) when podman or its dependencies are missing.
+    pub fn start(test: &str) -> Option<Podman> {
+        if skip(test) {
+            return None;
+        }
+        static FIXTURES: AtomicUsize = AtomicUsize::new(0);
+        let tag = FIXTURES.fetch_add(1, Ordering::Relaxed);
         let serial = serial();
         let before = Machine::now();
         let tmp = tempfile::tempdir().unwrap();
@@ -211,7 +200,7 @@ impl Podman {
         );
         podman.write_config();
         podman.write_rootfs();
-        podman
+        Some(podman)
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -359,16 +348,24 @@ impl Podman {
     }
 
     /// host-local's allocation files (one per address in use).
+    /// host-local's layout: `dataDir/<network>/<address>`, next to its
+    /// `lock` and `last_reserved_ip.<range>` files.
     pub fn ipam_allocations(&self) -> Vec<String> {
-        files_below(&self.path("ipam"))
+        let ipam = self.path("ipam");
+        names_in(&ipam)
             .into_iter()
-            .filter(|f| !f.ends_with("/lock") && !f.contains("/last_reserved_ip"))
+            .flat_map(|network| {
+                names_in(&ipam.join(&network))
+                    .into_iter()
+                    .filter(|f| f != "lock" && !f.starts_with("last_reserved_ip"))
+                    .map(move |f| format!("{network}/{f}"))
+            })
             .collect()
     }
 
-    /// plexus's per-attachment records (`cniDir`).
+    /// plexus's records (`cniDir/<container>@<ifname>.json`).
     pub fn plexus_records(&self) -> Vec<String> {
-        files_below(&self.path("cache"))
+        names_in(&self.path("cache")).into_iter().collect()
     }
 
     /// libcni results cached by podman since this fixture started.
