@@ -6,7 +6,6 @@
 //! machine's own namespace. The fixtures run one at a time, which lets
 //! [`Podman::assert_clean`] compare machine-wide state (root namespace links,
 //! `/run/netns`, libcni's result cache) before and after.
-#![allow(dead_code)]
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -40,7 +39,7 @@ const NETNS_DIR: &str = "/run/netns";
 const TIMEOUT: &str = "60";
 const INSTALL: &str = "apt-get install podman runc uidmap busybox-static";
 const BUSYBOX: [&str; 2] = ["/bin/busybox", "/usr/bin/busybox"];
-const APPLETS: [&str; 6] = ["sh", "ip", "ping", "sleep", "cat", "true"];
+const APPLETS: [&str; 4] = ["sh", "ip", "ping", "sleep"];
 
 /// Report a skipped test on the real stderr (libtest captures `eprintln!`).
 pub fn skipped(test: &str, why: &str) {
@@ -122,7 +121,7 @@ struct Machine {
 impl Machine {
     fn now() -> Machine {
         let links: Value = serde_json::from_slice(&checked(
-            Command::new("ip").args(["-j", "link", "show"]),
+            bounded("ip").args(["-j", "link", "show"]),
             "ip -j link show",
         ))
         .unwrap();
@@ -142,7 +141,11 @@ impl Machine {
                 .into_iter()
                 .filter(|n| n.starts_with("netns-"))
                 .collect(),
-            libcni_results: names_in(Path::new(LIBCNI_RESULTS)),
+            // `<network>-<container>-<ifname>`: only ours, other runtimes may run.
+            libcni_results: names_in(Path::new(LIBCNI_RESULTS))
+                .into_iter()
+                .filter(|n| n.starts_with(&format!("{NETWORK}-")))
+                .collect(),
         }
     }
 }
@@ -155,6 +158,13 @@ fn names_in(dir: &Path) -> BTreeSet<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// `program` under `timeout`: killed after TIMEOUT seconds.
+fn bounded(program: &str) -> Command {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", TIMEOUT, program]);
+    cmd
 }
 
 fn checked(cmd: &mut Command, what: &str) -> Vec<u8> {
@@ -195,7 +205,7 @@ impl Podman {
             _serial: serial,
         };
         checked(
-            Command::new("ip").args(["-n", &podman.node, "link", "set", "lo", "up"]),
+            bounded("ip").args(["-n", &podman.node, "link", "set", "lo", "up"]),
             "lo up",
         );
         podman.write_config();
@@ -276,11 +286,10 @@ impl Podman {
 
     /// `podman <args>` in the node namespace, bounded.
     pub fn podman(&self, args: &[&str]) -> Output {
-        let mut cmd = Command::new("timeout");
-        cmd.args(["-k", "5", TIMEOUT, "nsenter"])
-            // Only the network namespace: `ip netns exec` would also remount
-            // /sys, hiding the cgroup mounts runc needs.
-            .arg(format!("--net={NETNS_DIR}/{}", self.node))
+        // Only the network namespace: `ip netns exec` would also remount
+        // /sys, hiding the cgroup mounts runc needs.
+        let mut cmd = bounded("nsenter");
+        cmd.arg(format!("--net={NETNS_DIR}/{}", self.node))
             .arg("podman")
             .arg("--root")
             .arg(self.path("root"))
@@ -336,7 +345,7 @@ impl Podman {
 
     pub fn node_links(&self) -> Vec<String> {
         let out = checked(
-            Command::new("ip").args(["-n", &self.node, "-j", "link", "show"]),
+            bounded("ip").args(["-n", &self.node, "-j", "link", "show"]),
             "ip -j link show (node)",
         );
         let v: Value = serde_json::from_slice(&out).unwrap();
@@ -370,7 +379,8 @@ impl Podman {
 
     /// libcni results cached by podman since this fixture started.
     pub fn new_libcni_results(&self) -> Vec<String> {
-        names_in(Path::new(LIBCNI_RESULTS))
+        Machine::now()
+            .libcni_results
             .difference(&self.before.libcni_results)
             .cloned()
             .collect()
@@ -425,9 +435,7 @@ impl Drop for Podman {
         let _ = self.podman(&["rm", "--all", "--force", "--time", "0"]);
         let _ = NetNs::delete_named(&self.node);
         for mount in self.tmp_mounts().iter().rev() {
-            let _ = Command::new("timeout")
-                .args([TIMEOUT, "umount", "-l", mount])
-                .status();
+            let _ = bounded("umount").args(["-l", mount]).status();
         }
     }
 }
