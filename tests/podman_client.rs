@@ -199,3 +199,50 @@ fn del_on_rm_and_on_exit_leaves_nothing() {
     );
     podman.assert_clean();
 }
+
+/// `podman restart` and `stop`/`start` reuse the container ID: DEL, then ADD
+/// again (cni-SPEC §3: ADD after DEL for the same attachment).
+#[test]
+fn restart_and_stop_start_reattach_under_the_same_container_id() {
+    let Some(podman) = Podman::start("restart_and_stop_start_reattach_under_the_same_container_id")
+    else {
+        return;
+    };
+    let id = podman.run(&["-d", "--name", "r"], NETWORK, &["sleep", "30"]);
+    let record = vec![format!("{}@eth0.json", id.trim())];
+    let attached = |when: &str| {
+        let inside = podman.podman_ok(&["exec", "r", "ip", "-o", "addr"]);
+        assert_eq!(addresses(&inside, "eth0").len(), 2, "{when}: {inside}");
+        assert_eq!(addresses(&inside, "net1").len(), 1, "{when}: {inside}");
+        // Exactly this incarnation's addresses: the previous ones were released.
+        assert_eq!(
+            podman.ipam_allocations().len(),
+            3,
+            "{when}: {:?}",
+            podman.ipam_allocations()
+        );
+        assert_eq!(podman.plexus_records(), record, "{when}");
+    };
+    attached("run");
+    podman.podman_ok(&["restart", "--time", "0", "r"]);
+    attached("restart");
+    podman.podman_ok(&["stop", "--time", "0", "r"]);
+    // A stopped container holds no network resources.
+    assert_eq!(
+        podman.node_links().len(),
+        1 + podman_support::BRIDGES.len(),
+        "{:?}",
+        podman.node_links()
+    );
+    assert!(
+        podman.ipam_allocations().is_empty(),
+        "{:?}",
+        podman.ipam_allocations()
+    );
+    assert!(podman.plexus_records().is_empty());
+    assert!(podman.new_libcni_results().is_empty());
+    podman.podman_ok(&["start", "r"]);
+    attached("start");
+    podman.podman_ok(&["rm", "--force", "--time", "0", "r"]);
+    podman.assert_clean();
+}
