@@ -177,8 +177,9 @@ pub struct PlanOptions {
     /// `CNI_IFNAME` the runtime gave: the default network's interface.
     pub ifname: String,
     pub container_id: Option<String>,
-    /// The runtime's `CNI_ARGS`, passed unchanged to every attachment; when
-    /// absent they are made from the pod as kubelet would send them.
+    /// The runtime's `CNI_ARGS`, passed unchanged to the default network and
+    /// without `IP`/`MAC` to the others (§7.5); when absent they are made
+    /// from the pod as kubelet would send them.
     pub cni_args: Option<CniArgs>,
     /// The runtime's capability arguments (§7.5: default network only).
     pub runtime_config: Map<String, Value>,
@@ -327,6 +328,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
 
     let ifnames = assign_ifnames(&options.ifname, &wanted)?;
     let cni_args = cni_args_for(pod, options);
+    let secondary_cni_args = secondary_cni_args(pod, options);
 
     let mut attachments = Vec::with_capacity(wanted.len() + 1);
     attachments.push(Attachment {
@@ -360,7 +362,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
             network: want.reference.to_string(),
             ifname,
             default: false,
-            cni_args: cni_args.clone(),
+            cni_args: secondary_cni_args.clone(),
             plugins: requests(
                 &config,
                 &want.reference.to_string(),
@@ -539,6 +541,24 @@ fn cni_args_for(pod: &Pod, options: &PlanOptions) -> String {
         parts.push(format!("K8S_POD_UID={uid}"));
     }
     parts.join(";")
+}
+
+/// `CNI_ARGS` for the attachments other than the default network: `IP` and
+/// `MAC` are the CNI_ARGS forms of the `ips` and `mac` capabilities
+/// (cni-CONVENTIONS "CNI_ARGS"), which podman sends for `--network net:ip=..,mac=..`,
+/// so like runtimeConfig they belong to the default network only
+/// (multi-net-spec §7.5): another network would be asked for the same MAC, or
+/// for an address outside its ranges.
+fn secondary_cni_args(pod: &Pod, options: &PlanOptions) -> String {
+    let Some(args) = &options.cni_args else {
+        return cni_args_for(pod, options);
+    };
+    args.pairs()
+        .iter()
+        .filter(|(k, _)| k != "IP" && k != "MAC")
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 /// §7.4 via Multus's `namespaceIsolation`: a pod may select NADs of its own

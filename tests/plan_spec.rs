@@ -507,6 +507,31 @@ fn s6_2_default_network_first_with_runtime_config_s7_5() {
     assert_eq!(p.attachments[1].cni_args, d.cni_args);
 }
 
+/// podman sends `--network net:ip=..,mac=..` as `CNI_ARGS` `IP`/`MAC`
+/// (cni-CONVENTIONS "CNI_ARGS"), the equivalents of the `ips`/`mac`
+/// capabilities: like runtimeConfig they reach the default network only
+/// (§7.5); every other key still reaches every attachment.
+#[test]
+fn s7_5_runtime_ip_and_mac_in_cni_args_reach_the_default_network_only() {
+    let runtime_args = "IgnoreUnknown=1;K8S_POD_NAME=web;MAC=02:42:0a:58:07:32;IP=10.88.7.50;X=1";
+    let options = PlanOptions {
+        cni_args: Some(plexus::cni::args::CniArgs::parse(runtime_args).unwrap()),
+        default_networks: vec!["net-a".into()],
+        plexus_namespace: "my-namespace".into(),
+        ..PlanOptions::default()
+    };
+    let p = plan_for(Some("net-b"), &options, "").unwrap();
+    assert_eq!(p.attachments.len(), 3);
+    assert_eq!(p.attachments[0].cni_args, runtime_args);
+    for secondary in &p.attachments[1..] {
+        assert_eq!(
+            secondary.cni_args, "IgnoreUnknown=1;K8S_POD_NAME=web;X=1",
+            "{}",
+            secondary.network
+        );
+    }
+}
+
 #[test]
 fn invalid_annotation_is_ignored_or_fails_when_strict() {
     let bad = r#"[{"name": "net-b", "ips": ["1.2.3.4/33"]}]"#;
