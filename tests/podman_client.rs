@@ -26,7 +26,7 @@ fn v4(addrs: &[String]) -> Vec<&String> {
 
 #[test]
 fn run_gets_cluster_and_default_network_addresses() {
-    let Some(podman) = Podman::start("run_gets_cluster_and_default_network_addresses") else {
+    let Some(podman) = Podman::start() else {
         return;
     };
     let out = podman.run(
@@ -66,7 +66,7 @@ fn run_gets_cluster_and_default_network_addresses() {
 
 #[test]
 fn two_containers_ping_each_other_on_both_networks() {
-    let Some(podman) = Podman::start("two_containers_ping_each_other_on_both_networks") else {
+    let Some(podman) = Podman::start() else {
         return;
     };
     podman.run(&["-d", "--name", "server"], NETWORK, &["sleep", "30"]);
@@ -90,7 +90,7 @@ fn two_containers_ping_each_other_on_both_networks() {
 
 #[test]
 fn static_ip_and_mac_reach_the_cluster_network_only() {
-    let Some(podman) = Podman::start("static_ip_and_mac_reach_the_cluster_network_only") else {
+    let Some(podman) = Podman::start() else {
         return;
     };
     // One address: podman sends CNI_ARGS IP= and MAC=.
@@ -135,7 +135,7 @@ fn static_ip_and_mac_reach_the_cluster_network_only() {
 
 #[test]
 fn del_on_rm_and_on_exit_leaves_nothing() {
-    let Some(podman) = Podman::start("del_on_rm_and_on_exit_leaves_nothing") else {
+    let Some(podman) = Podman::start() else {
         return;
     };
     let long = podman.run(&["-d", "--name", "long"], NETWORK, &["sleep", "30"]);
@@ -204,8 +204,7 @@ fn del_on_rm_and_on_exit_leaves_nothing() {
 /// again (cni-SPEC §3: ADD after DEL for the same attachment).
 #[test]
 fn restart_and_stop_start_reattach_under_the_same_container_id() {
-    let Some(podman) = Podman::start("restart_and_stop_start_reattach_under_the_same_container_id")
-    else {
+    let Some(podman) = Podman::start() else {
         return;
     };
     let id = podman.run(&["-d", "--name", "r"], NETWORK, &["sleep", "30"]);

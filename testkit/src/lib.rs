@@ -32,16 +32,20 @@ pub enum Feature {
     VdpaSim,
     /// Debian's reference CNI plugins in `/usr/lib/cni`.
     ReferencePlugins,
+    /// podman with runc (its CNI backend as a real client), on a machine
+    /// with cgroups mounted, which runc needs.
+    Podman,
 }
 
 impl Feature {
-    const ALL: [Feature; 6] = [
+    const ALL: [Feature; 7] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
         Feature::Netdevsim,
         Feature::VdpaSim,
         Feature::ReferencePlugins,
+        Feature::Podman,
     ];
 
     /// Why it is missing, or `None` when it is there.
@@ -78,6 +82,15 @@ impl Feature {
             Feature::ReferencePlugins => (!Path::new("/usr/lib/cni/bridge").is_file()
                 || !Path::new("/usr/lib/cni/host-local").is_file())
             .then_some("/usr/lib/cni has no reference plugins (apt-get install containernetworking-plugins)"),
+            Feature::Podman => {
+                if !["podman", "runc", "nsenter", "timeout"].iter().all(|t| on_path(t)) {
+                    Some("podman, runc, nsenter or timeout is missing (apt-get install podman runc uidmap busybox-static)")
+                } else if std::fs::read_dir("/sys/fs/cgroup").map_or(true, |mut d| d.next().is_none()) {
+                    Some("no cgroup file system is mounted, which runc needs")
+                } else {
+                    None
+                }
+            }
         }
     }
 }
@@ -91,6 +104,7 @@ impl fmt::Display for Feature {
             Feature::Netdevsim => "netdevsim",
             Feature::VdpaSim => "vdpa_sim_net",
             Feature::ReferencePlugins => "the reference CNI plugins",
+            Feature::Podman => "podman",
         };
         f.write_str(name)
     }
@@ -165,6 +179,11 @@ fn test_name() -> String {
         .name()
         .unwrap_or("unnamed test")
         .to_string()
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
 }
 
 /// Runs `script` with `sh` in a fresh network namespace that disappears with

@@ -8,7 +8,6 @@
 //! `/run/netns`, libcni's result cache) before and after.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,41 +40,19 @@ const INSTALL: &str = "apt-get install podman runc uidmap busybox-static";
 const BUSYBOX: [&str; 2] = ["/bin/busybox", "/usr/bin/busybox"];
 const APPLETS: [&str; 4] = ["sh", "ip", "ping", "sleep"];
 
-/// Report a skipped test on the real stderr (libtest captures `eprintln!`).
-pub fn skipped(test: &str, why: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
-}
-
-/// Why these tests cannot run here, if they cannot.
-pub fn missing() -> Option<String> {
-    for tool in ["podman", "runc", "nsenter", "timeout"] {
-        if !on_path(tool) {
-            return Some(format!("{tool} is not installed ({INSTALL})"));
-        }
+/// True (and reported, see `plexus_testkit`) when the test must be skipped.
+/// A missing static busybox is a broken set-up, not a skip: the same
+/// packages bring podman and it.
+pub fn skip() -> bool {
+    use plexus_testkit::Feature;
+    if !plexus_testkit::require(&[Feature::Root, Feature::Podman]) {
+        return true;
     }
-    if static_busybox().is_none() {
-        return Some(format!(
-            "no statically linked busybox for the container image ({INSTALL})"
-        ));
-    }
-    None
-}
-
-/// True (and reported) when the test must be skipped.
-pub fn skip(test: &str) -> bool {
-    match missing() {
-        Some(why) => {
-            skipped(test, &why);
-            true
-        }
-        None => false,
-    }
-}
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-        .unwrap_or(false)
+    assert!(
+        static_busybox().is_some(),
+        "no statically linked busybox for the container image ({INSTALL})"
+    );
+    false
 }
 
 /// busybox without a program interpreter (no PT_INTERP), so it runs in a
@@ -185,10 +162,10 @@ pub struct Podman {
 }
 
 impl Podman {
-    /// A node namespace, podman's config and a busybox rootfs for `test`;
+    /// A node namespace, podman's config and a busybox rootfs;
     /// None (reported) when podman or its dependencies are missing.
-    pub fn start(test: &str) -> Option<Podman> {
-        if skip(test) {
+    pub fn start() -> Option<Podman> {
+        if skip() {
             return None;
         }
         static FIXTURES: AtomicUsize = AtomicUsize::new(0);
