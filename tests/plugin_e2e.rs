@@ -325,7 +325,9 @@ fn two_pods_on_an_ipvlan_network(mode: &str) {
     // The ipvlan master: a veth end with carrier inside the node namespace.
     ip(
         &node,
-        &["link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p"],
+        &[
+            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p",
+        ],
     );
     ip(&node, &["link", "set", "uplink0", "up"]);
     ip(&node, &["link", "set", "uplink0p", "up"]);
@@ -351,31 +353,57 @@ fn two_pods_on_an_ipvlan_network(mode: &str) {
     }
     assert_ne!(net1_ips[0], net1_ips[1]);
     // Pods on one master reach each other through it, both ways.
-    assert!(ping(&pods[0], &net1_ips[1]), "{mode}: pod1 -> {}", net1_ips[1]);
-    assert!(ping(&pods[1], &net1_ips[0]), "{mode}: pod2 -> {}", net1_ips[0]);
+    assert!(
+        ping(&pods[0], &net1_ips[1]),
+        "{mode}: pod1 -> {}",
+        net1_ips[1]
+    );
+    assert!(
+        ping(&pods[1], &net1_ips[0]),
+        "{mode}: pod2 -> {}",
+        net1_ips[0]
+    );
 
     // CHECK, as a runtime sends it: the config with the ADD's result.
     let check = |i: usize| {
         let mut c: Value = serde_json::from_str(&conf).unwrap();
         c["prevResult"] = results[i].clone();
         let container = format!("c{i}");
-        plexus(&node, "CHECK", &container, Some(&pods[i]), &format!("p{}", i + 1), &c.to_string())
+        plexus(
+            &node,
+            "CHECK",
+            &container,
+            Some(&pods[i]),
+            &format!("p{}", i + 1),
+            &c.to_string(),
+        )
     };
     for i in 0..2 {
         assert_ok("CHECK", &check(i));
     }
     ip(&pods[0], &["addr", "flush", "dev", "net1"]);
     let out = check(0);
-    assert!(!out.status.success(), "CHECK must notice net1 lost its address");
+    assert!(
+        !out.status.success(),
+        "CHECK must notice net1 lost its address"
+    );
 
     for (i, pod_ns) in pods.iter().enumerate() {
         for netns in [Some(pod_ns.as_str()), None] {
-            let out = plexus(&node, "DEL", &format!("c{i}"), netns, &format!("p{}", i + 1), &conf);
+            let out = plexus(
+                &node,
+                "DEL",
+                &format!("c{i}"),
+                netns,
+                &format!("p{}", i + 1),
+                &conf,
+            );
             assert_ok("DEL", &out);
         }
         assert_eq!(link_names(pod_ns), ["lo"], "{pod_ns} keeps only lo");
     }
-    let node_links: Value = serde_json::from_str(&ip(&node, &["-d", "-j", "link", "show"])).unwrap();
+    let node_links: Value =
+        serde_json::from_str(&ip(&node, &["-d", "-j", "link", "show"])).unwrap();
     assert!(
         node_links
             .as_array()

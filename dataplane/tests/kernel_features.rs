@@ -180,7 +180,10 @@ fn vlan_8021q_8021ad_and_dummy_links() {
     let get = |n: &str| all.iter().find(|l| l["ifname"] == n).unwrap().clone();
     assert_eq!(get("d0")["linkinfo"]["info_kind"], "dummy");
     let q = get("d0.10")["linkinfo"]["info_data"].clone();
-    assert_eq!((q["protocol"].clone(), q["id"].clone()), ("802.1Q".into(), 10.into()));
+    assert_eq!(
+        (q["protocol"].clone(), q["id"].clone()),
+        ("802.1Q".into(), 10.into())
+    );
     let ad = get("d0.20")["linkinfo"]["info_data"].clone();
     assert_eq!(
         (ad["protocol"].clone(), ad["id"].clone()),
