@@ -137,6 +137,27 @@ fn files_in(dir: &Path) -> Vec<String> {
     out
 }
 
+/// A node namespace (lo up, and `uplink0`, one end of a veth with both ends
+/// up, as the master of macvlan/ipvlan networks) and two pod namespaces.
+fn node_and_pods(namespaces: &mut Namespaces, tag: &str) -> (String, [String; 2]) {
+    let node = namespaces.add(&format!("{tag}-node"));
+    let pods = [
+        namespaces.add(&format!("{tag}-pod1")),
+        namespaces.add(&format!("{tag}-pod2")),
+    ];
+    ip(&node, &["link", "set", "lo", "up"]);
+    ip(
+        &node,
+        &[
+            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p",
+        ],
+    );
+    // Both ends up: without carrier on the master, its children are down.
+    ip(&node, &["link", "set", "uplink0", "up"]);
+    ip(&node, &["link", "set", "uplink0p", "up"]);
+    (node, pods)
+}
+
 fn host_local(tmp: &Path, subnet: &str, who: &str) -> Value {
     json!({"type": "host-local", "subnet": subnet, "dataDir": tmp.join("ipam").join(who)})
 }
@@ -179,6 +200,25 @@ fn assert_nothing_left(tmp: &Path) {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// DEL of pod i's container c{i}, twice (idempotent), the second time
+/// without CNI_NETNS; each pod keeps only lo.
+fn del_twice(node: &str, pods: &[String; 2], conf: &str) {
+    for (i, pod_ns) in pods.iter().enumerate() {
+        for netns in [Some(pod_ns.as_str()), None] {
+            let out = plexus(
+                node,
+                "DEL",
+                &format!("c{i}"),
+                netns,
+                &format!("p{}", i + 1),
+                conf,
+            );
+            assert_ok("DEL", &out);
+        }
+        assert_eq!(link_names(pod_ns), ["lo"], "{pod_ns} keeps only lo");
+    }
+}
+
 fn assert_ok(what: &str, out: &Output) {
     assert!(
         out.status.success(),
@@ -196,19 +236,7 @@ fn two_pods_on_a_bridge_and_a_macvlan_network() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let mut namespaces = Namespaces(Vec::new());
-    let node = namespaces.add("node");
-    let pods = [namespaces.add("pod1"), namespaces.add("pod2")];
-    ip(&node, &["link", "set", "lo", "up"]);
-    // The macvlan master: one end of a veth inside the node namespace.
-    ip(
-        &node,
-        &[
-            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p",
-        ],
-    );
-    ip(&node, &["link", "set", "uplink0", "up"]);
-    // Both ends up: without carrier on the master, macvlan children are down.
-    ip(&node, &["link", "set", "uplink0p", "up"]);
+    let (node, pods) = node_and_pods(&mut namespaces, "mac");
 
     // A config list: macvlan, then tuning (a chained plugin).
     let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "plugins": [
@@ -277,26 +305,7 @@ fn two_pods_on_a_bridge_and_a_macvlan_network() {
         secondary_ips[0]
     );
 
-    // DEL, twice (idempotent), the second time without CNI_NETNS.
-    for (i, pod_ns) in pods.iter().enumerate() {
-        for netns in [Some(pod_ns.as_str()), None] {
-            let out = plexus(
-                &node,
-                "DEL",
-                &format!("c{i}"),
-                netns,
-                &format!("p{}", i + 1),
-                &conf,
-            );
-            assert!(
-                out.status.success(),
-                "DEL: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        assert_eq!(link_names(pod_ns), ["lo"], "{pod_ns} keeps only lo");
-    }
+    del_twice(&node, &pods, &conf);
     assert!(
         files_in(&tmp.path().join("tuning")).is_empty(),
         "tuning's saved state removed"
@@ -316,21 +325,7 @@ fn two_pods_on_an_ipvlan_network(mode: &str) {
     }
     let tmp = tempfile::tempdir().unwrap();
     let mut namespaces = Namespaces(Vec::new());
-    let node = namespaces.add(&format!("ipv{mode}-node"));
-    let pods = [
-        namespaces.add(&format!("ipv{mode}-pod1")),
-        namespaces.add(&format!("ipv{mode}-pod2")),
-    ];
-    ip(&node, &["link", "set", "lo", "up"]);
-    // The ipvlan master: a veth end with carrier inside the node namespace.
-    ip(
-        &node,
-        &[
-            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p",
-        ],
-    );
-    ip(&node, &["link", "set", "uplink0", "up"]);
-    ip(&node, &["link", "set", "uplink0p", "up"]);
+    let (node, pods) = node_and_pods(&mut namespaces, &format!("ipv{mode}"));
     let ipvnet = json!({"cniVersion": "1.0.0", "name": "ipvnet", "type": "ipvlan",
         "master": "uplink0", "mode": mode, "ipam": host_local(tmp.path(), "10.30.0.0/24", "ipv")});
     let conf = plexus_conf(tmp.path(), &ipvnet);
@@ -388,20 +383,7 @@ fn two_pods_on_an_ipvlan_network(mode: &str) {
         "CHECK must notice net1 lost its address"
     );
 
-    for (i, pod_ns) in pods.iter().enumerate() {
-        for netns in [Some(pod_ns.as_str()), None] {
-            let out = plexus(
-                &node,
-                "DEL",
-                &format!("c{i}"),
-                netns,
-                &format!("p{}", i + 1),
-                &conf,
-            );
-            assert_ok("DEL", &out);
-        }
-        assert_eq!(link_names(pod_ns), ["lo"], "{pod_ns} keeps only lo");
-    }
+    del_twice(&node, &pods, &conf);
     let node_links: Value =
         serde_json::from_str(&ip(&node, &["-d", "-j", "link", "show"])).unwrap();
     assert!(
