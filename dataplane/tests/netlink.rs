@@ -8,9 +8,9 @@ use std::net::IpAddr;
 use common::{is_root, TestNs};
 use ipnetwork::IpNetwork;
 use plexus_dataplane::netlink::{
-    AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, IpFamily, LinkKind, LinkUpdate,
-    MacvlanMode, MacvlanSpec, Master, NeighbourState, Route, RouteProtocol, Scope, VethSpec,
-    RT_TABLE_MAIN,
+    AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, IpFamily, Link, LinkKind,
+    LinkUpdate, MacvlanMode, MacvlanSpec, Master, NeighbourState, Route, RouteProtocol, Scope,
+    VethSpec, RT_TABLE_MAIN,
 };
 use plexus_dataplane::{Errno, Error, MacAddr, Netlink};
 use serde_json::Value;
@@ -380,6 +380,15 @@ fn bridge_enslave_hairpin_isolated() {
     assert!(e.to_string().contains("pxp2"), "{e}");
 }
 
+/// Bridge `pxvbr`, up, with VLAN filtering.
+fn vlan_filtering_bridge(nl: &Netlink) -> plexus_dataplane::Result<Link> {
+    nl.create_bridge(&BridgeSpec {
+        vlan_filtering: Some(true),
+        up: true,
+        ..BridgeSpec::new("pxvbr")
+    })
+}
+
 /// Without CONFIG_BRIDGE_VLAN_FILTERING (the build hosts' kernels) the
 /// operations fail with a clean EOPNOTSUPP that names the operation and the
 /// link.
@@ -390,13 +399,7 @@ fn bridge_vlans_without_kernel_support_fail_cleanly() {
     }
     let t = TestNs::new();
     let nl = Netlink::open(&t.ns).unwrap();
-    let e = nl
-        .create_bridge(&BridgeSpec {
-            vlan_filtering: Some(true),
-            up: true,
-            ..BridgeSpec::new("pxvbr")
-        })
-        .unwrap_err();
+    let e = vlan_filtering_bridge(&nl).unwrap_err();
     assert_eq!(e.errno(), Some(Errno::EOPNOTSUPP), "{e}");
     assert!(e.to_string().contains("create bridge pxvbr"), "{e}");
     let br = nl.create_bridge(&BridgeSpec::new("pxvbr")).unwrap();
@@ -428,13 +431,7 @@ fn bridge_vlans_on_port_and_self() {
     }
     let t = TestNs::new();
     let nl = Netlink::open(&t.ns).unwrap();
-    let br = nl
-        .create_bridge(&BridgeSpec {
-            vlan_filtering: Some(true),
-            up: true,
-            ..BridgeSpec::new("pxvbr")
-        })
-        .unwrap();
+    let br = vlan_filtering_bridge(&nl).unwrap();
     assert_eq!(br.bridge.map(|b| b.vlan_filtering), Some(true));
     let port = nl
         .create_veth(&VethSpec {
