@@ -5,7 +5,9 @@
 //! macvlan, tuning and host-local run in-process; `CNI_PATH` points at
 //! Debian's reference binaries, which serve any other type (cni-SPEC §4).
 //! Asserts the result, kernel state, connectivity on both networks, and that
-//! DEL leaves nothing.
+//! DEL leaves nothing. The same with an ipvlan secondary network in each
+//! mode (l2, l3, l3s), plus CHECK: those need a kernel with ipvlan, which
+//! vm-tests/ provides.
 
 use std::io::Write;
 use std::path::Path;
@@ -135,6 +137,97 @@ fn files_in(dir: &Path) -> Vec<String> {
     out
 }
 
+/// A node namespace (lo up, and `uplink0`, one end of a veth with both ends
+/// up, as the master of macvlan/ipvlan networks) and two pod namespaces.
+fn node_and_pods(namespaces: &mut Namespaces, tag: &str) -> (String, [String; 2]) {
+    let node = namespaces.add(&format!("{tag}-node"));
+    let pods = [
+        namespaces.add(&format!("{tag}-pod1")),
+        namespaces.add(&format!("{tag}-pod2")),
+    ];
+    ip(&node, &["link", "set", "lo", "up"]);
+    ip(
+        &node,
+        &[
+            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p",
+        ],
+    );
+    // Both ends up: without carrier on the master, its children are down.
+    ip(&node, &["link", "set", "uplink0", "up"]);
+    ip(&node, &["link", "set", "uplink0p", "up"]);
+    (node, pods)
+}
+
+fn host_local(tmp: &Path, subnet: &str, who: &str) -> Value {
+    json!({"type": "host-local", "subnet": subnet, "dataDir": tmp.join("ipam").join(who)})
+}
+
+/// plexus's configuration under `tmp`: the cluster network is a bridge
+/// (`br-pod`, 10.10.0.0/24), and the manifest directory holds the
+/// NetworkAttachmentDefinition `nad` (named after its config) and pods p1 and
+/// p2 in namespace demo whose annotation selects it (multi-net-spec §4.1.2.1).
+fn plexus_conf(tmp: &Path, nad: &Value) -> String {
+    let manifests = tmp.join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let name = nad["name"].as_str().unwrap();
+    let mut text = format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: {name}, namespace: demo}}\nspec:\n  config: '{nad}'\n"
+    );
+    for pod in ["p1", "p2"] {
+        text.push_str(&format!(
+            "---\nkind: Pod\nmetadata: {{name: {pod}, namespace: demo, annotations: {{k8s.v1.cni.cncf.io/networks: {name}}}}}\n"
+        ));
+    }
+    std::fs::write(manifests.join("demo.yaml"), text).unwrap();
+    json!({
+        "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+        "cniDir": tmp.join("cache"), "confDir": tmp.join("net.d"),
+        "manifestDir": manifests,
+        "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge", "bridge": "br-pod",
+                       "isGateway": true, "ipam": host_local(tmp, "10.10.0.0/24", "pod")}],
+    })
+    .to_string()
+}
+
+/// No record and no IP allocation is left under `tmp` (host-local keeps
+/// only its lock and last_reserved_ip files).
+fn assert_nothing_left(tmp: &Path) {
+    assert!(files_in(&tmp.join("cache")).is_empty());
+    let left: Vec<String> = files_in(&tmp.join("ipam"))
+        .into_iter()
+        .filter(|f| !f.ends_with("/lock") && !f.contains("last_reserved_ip"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// DEL of pod i's container c{i}, twice (idempotent), the second time
+/// without CNI_NETNS; each pod keeps only lo.
+fn del_twice(node: &str, pods: &[String; 2], conf: &str) {
+    for (i, pod_ns) in pods.iter().enumerate() {
+        for netns in [Some(pod_ns.as_str()), None] {
+            let out = plexus(
+                node,
+                "DEL",
+                &format!("c{i}"),
+                netns,
+                &format!("p{}", i + 1),
+                conf,
+            );
+            assert_ok("DEL", &out);
+        }
+        assert_eq!(link_names(pod_ns), ["lo"], "{pod_ns} keeps only lo");
+    }
+}
+
+fn assert_ok(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn two_pods_on_a_bridge_and_a_macvlan_network() {
     use plexus_testkit::Feature;
@@ -143,44 +236,13 @@ fn two_pods_on_a_bridge_and_a_macvlan_network() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let mut namespaces = Namespaces(Vec::new());
-    let node = namespaces.add("node");
-    let pods = [namespaces.add("pod1"), namespaces.add("pod2")];
-    ip(&node, &["link", "set", "lo", "up"]);
-    // The macvlan master: one end of a veth inside the node namespace.
-    ip(
-        &node,
-        &[
-            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p",
-        ],
-    );
-    ip(&node, &["link", "set", "uplink0", "up"]);
-    // Both ends up: without carrier on the master, macvlan children are down.
-    ip(&node, &["link", "set", "uplink0p", "up"]);
+    let (node, pods) = node_and_pods(&mut namespaces, "mac");
 
-    let manifests = tmp.path().join("manifests");
-    std::fs::create_dir(&manifests).unwrap();
-    let ipam = |subnet: &str, who: &str| json!({"type": "host-local", "subnet": subnet, "dataDir": tmp.path().join("ipam").join(who)});
     // A config list: macvlan, then tuning (a chained plugin).
     let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "plugins": [
-        {"type": "macvlan", "master": "uplink0", "mode": "bridge", "ipam": ipam("10.20.0.0/24", "mac")},
+        {"type": "macvlan", "master": "uplink0", "mode": "bridge", "ipam": host_local(tmp.path(), "10.20.0.0/24", "mac")},
         {"type": "tuning", "mtu": 1400, "dataDir": tmp.path().join("tuning")}]});
-    let mut text = format!(
-        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: macnet, namespace: demo}}\nspec:\n  config: '{macnet}'\n"
-    );
-    for pod in ["p1", "p2"] {
-        text.push_str(&format!(
-            "---\nkind: Pod\nmetadata: {{name: {pod}, namespace: demo, annotations: {{k8s.v1.cni.cncf.io/networks: macnet}}}}\n"
-        ));
-    }
-    std::fs::write(manifests.join("demo.yaml"), text).unwrap();
-    let conf = json!({
-        "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
-        "cniDir": tmp.path().join("cache"), "confDir": tmp.path().join("net.d"),
-        "manifestDir": manifests,
-        "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge", "bridge": "br-pod",
-                       "isGateway": true, "ipam": ipam("10.10.0.0/24", "pod")}],
-    })
-    .to_string();
+    let conf = plexus_conf(tmp.path(), &macnet);
 
     // ADD: the runtime gets the cluster network's result (as from Multus).
     let mut cluster_ips = Vec::new();
@@ -243,36 +305,109 @@ fn two_pods_on_a_bridge_and_a_macvlan_network() {
         secondary_ips[0]
     );
 
-    // DEL, twice (idempotent), the second time without CNI_NETNS.
-    for (i, pod_ns) in pods.iter().enumerate() {
-        for netns in [Some(pod_ns.as_str()), None] {
-            let out = plexus(
-                &node,
-                "DEL",
-                &format!("c{i}"),
-                netns,
-                &format!("p{}", i + 1),
-                &conf,
-            );
-            assert!(
-                out.status.success(),
-                "DEL: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        assert_eq!(link_names(pod_ns), ["lo"], "{pod_ns} keeps only lo");
-    }
-    // No record and no IP allocation is left (host-local keeps only its lock
-    // and last_reserved_ip files).
-    assert!(files_in(&tmp.path().join("cache")).is_empty());
+    del_twice(&node, &pods, &conf);
     assert!(
         files_in(&tmp.path().join("tuning")).is_empty(),
         "tuning's saved state removed"
     );
-    let left: Vec<String> = files_in(&tmp.path().join("ipam"))
-        .into_iter()
-        .filter(|f| !f.ends_with("/lock") && !f.contains("last_reserved_ip"))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_nothing_left(tmp.path());
+}
+
+/// Two pods get a secondary ipvlan network in `mode` through the plexus
+/// binary (multi-net-spec §4.1.2.1: selected by annotation), reach each other
+/// over it, pass CHECK, fail CHECK once an address is lost (cni-SPEC §2
+/// CHECK), and DEL (twice, the second without CNI_NETNS) leaves nothing.
+/// The build hosts' kernels have no ipvlan: this runs in vm-tests/.
+fn two_pods_on_an_ipvlan_network(mode: &str) {
+    use plexus_testkit::Feature;
+    if !plexus_testkit::require(&[Feature::Root, Feature::Ipvlan]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut namespaces = Namespaces(Vec::new());
+    let (node, pods) = node_and_pods(&mut namespaces, &format!("ipv{mode}"));
+    let ipvnet = json!({"cniVersion": "1.0.0", "name": "ipvnet", "type": "ipvlan",
+        "master": "uplink0", "mode": mode, "ipam": host_local(tmp.path(), "10.30.0.0/24", "ipv")});
+    let conf = plexus_conf(tmp.path(), &ipvnet);
+
+    let mut results = Vec::new();
+    let mut net1_ips = Vec::new();
+    for (i, pod_ns) in pods.iter().enumerate() {
+        let (container, pod) = (format!("c{i}"), format!("p{}", i + 1));
+        let out = plexus(&node, "ADD", &container, Some(pod_ns), &pod, &conf);
+        assert_ok("ADD", &out);
+        results.push(serde_json::from_slice::<Value>(&out.stdout).unwrap());
+        let link: Value =
+            serde_json::from_str(&ip(pod_ns, &["-d", "-j", "link", "show", "net1"])).unwrap();
+        assert_eq!(link[0]["linkinfo"]["info_kind"], "ipvlan", "{link}");
+        assert_eq!(link[0]["linkinfo"]["info_data"]["mode"], mode, "{link}");
+        let net1 = addresses(pod_ns, "net1");
+        assert_eq!(net1.len(), 1, "{net1:?}");
+        assert!(net1[0].starts_with("10.30.0."), "{net1:?}");
+        net1_ips.push(net1[0].clone());
+    }
+    assert_ne!(net1_ips[0], net1_ips[1]);
+    // Pods on one master reach each other through it, both ways.
+    assert!(
+        ping(&pods[0], &net1_ips[1]),
+        "{mode}: pod1 -> {}",
+        net1_ips[1]
+    );
+    assert!(
+        ping(&pods[1], &net1_ips[0]),
+        "{mode}: pod2 -> {}",
+        net1_ips[0]
+    );
+
+    // CHECK, as a runtime sends it: the config with the ADD's result.
+    let check = |i: usize| {
+        let mut c: Value = serde_json::from_str(&conf).unwrap();
+        c["prevResult"] = results[i].clone();
+        let container = format!("c{i}");
+        plexus(
+            &node,
+            "CHECK",
+            &container,
+            Some(&pods[i]),
+            &format!("p{}", i + 1),
+            &c.to_string(),
+        )
+    };
+    for i in 0..2 {
+        assert_ok("CHECK", &check(i));
+    }
+    ip(&pods[0], &["addr", "flush", "dev", "net1"]);
+    let out = check(0);
+    assert!(
+        !out.status.success(),
+        "CHECK must notice net1 lost its address"
+    );
+
+    del_twice(&node, &pods, &conf);
+    let node_links: Value =
+        serde_json::from_str(&ip(&node, &["-d", "-j", "link", "show"])).unwrap();
+    assert!(
+        node_links
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["linkinfo"]["info_kind"] != "ipvlan"),
+        "no ipvlan left in the node: {node_links}"
+    );
+    assert_nothing_left(tmp.path());
+}
+
+#[test]
+fn ipvlan_l2_two_pods_through_plexus() {
+    two_pods_on_an_ipvlan_network("l2");
+}
+
+#[test]
+fn ipvlan_l3_two_pods_through_plexus() {
+    two_pods_on_an_ipvlan_network("l3");
+}
+
+#[test]
+fn ipvlan_l3s_two_pods_through_plexus() {
+    two_pods_on_an_ipvlan_network("l3s");
 }

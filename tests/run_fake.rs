@@ -727,8 +727,8 @@ fn exec_timeout_fails_the_add_and_rolls_back() {
     let f = Fakes::new(&["p1", "p2"]);
     f.answer_result("p1", &result_json("1.0.0", 1, "eth0"));
     f.answer_file("p2", "ADD", "sleep", "20");
-    // Long enough that p1 and its rollback DEL finish even on a loaded
-    // machine; p2 sleeps far longer.
+    // Long enough that p1 and its rollback DEL finish even on a loaded or
+    // emulated (vm-tests/) CPU; p2 sleeps far longer.
     let registry = Registry::new().with_exec_timeout(Duration::from_secs(2));
     let ex = executor(&f);
     let start = Instant::now();

@@ -292,7 +292,13 @@ fn refusals_and_clean_failures() {
         e.details.starts_with("CNI_IFNAME: \"eth0\" already exists"),
         "{e}"
     );
-    assert_eq!(r.commands(), [CniCommand::Add]);
+    // The failing IPAM's ADD, then the clash's: IPAM runs alongside link
+    // creation, so the clash is found after it allocated, and its DEL
+    // releases the addresses again (cni-SPEC §2: a failed ADD leaves nothing).
+    assert_eq!(
+        r.commands(),
+        [CniCommand::Add, CniCommand::Add, CniCommand::Del]
+    );
 }
 
 #[test]

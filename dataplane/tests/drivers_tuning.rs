@@ -380,7 +380,7 @@ fn runtime_config_mac_and_cni_args() {
 /// ADD (the saved files are interchangeable).
 #[test]
 fn behaves_as_the_reference_plugin() {
-    if !is_root() || !have_reference("tuning") {
+    if !is_root() || !have_reference() {
         return;
     }
     let a = Attachment::new("veth0", "eth0");

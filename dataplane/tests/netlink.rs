@@ -8,9 +8,9 @@ use std::net::IpAddr;
 use common::{is_root, TestNs};
 use ipnetwork::IpNetwork;
 use plexus_dataplane::netlink::{
-    AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, IpFamily, LinkKind, LinkUpdate,
-    MacvlanMode, MacvlanSpec, Master, NeighbourState, Route, RouteProtocol, Scope, VethSpec,
-    RT_TABLE_MAIN,
+    AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, IpFamily, Link, LinkKind,
+    LinkUpdate, MacvlanMode, MacvlanSpec, Master, NeighbourState, Route, RouteProtocol, Scope,
+    VethSpec, RT_TABLE_MAIN,
 };
 use plexus_dataplane::{Errno, Error, MacAddr, Netlink};
 use serde_json::Value;
@@ -380,48 +380,58 @@ fn bridge_enslave_hairpin_isolated() {
     assert!(e.to_string().contains("pxp2"), "{e}");
 }
 
-/// Bridge VLANs need CONFIG_BRIDGE_VLAN_FILTERING. Where the kernel has it
-/// (the VM harness) the whole add/list/del cycle is checked; where it lacks
-/// it (this build host's kernel) the operations must fail with a clean
-/// EOPNOTSUPP that names the operation and the link.
+/// Bridge `pxvbr`, up, with VLAN filtering.
+fn vlan_filtering_bridge(nl: &Netlink) -> plexus_dataplane::Result<Link> {
+    nl.create_bridge(&BridgeSpec {
+        vlan_filtering: Some(true),
+        up: true,
+        ..BridgeSpec::new("pxvbr")
+    })
+}
+
+/// Without CONFIG_BRIDGE_VLAN_FILTERING (the build hosts' kernels) the
+/// operations fail with a clean EOPNOTSUPP that names the operation and the
+/// link.
 #[test]
-fn bridge_vlans_on_port_and_self() {
-    if !is_root() {
+fn bridge_vlans_without_kernel_support_fail_cleanly() {
+    if !plexus_testkit::require_absent(plexus_testkit::Feature::BridgeVlanFiltering) {
         return;
     }
     let t = TestNs::new();
     let nl = Netlink::open(&t.ns).unwrap();
-    let created = nl.create_bridge(&BridgeSpec {
-        vlan_filtering: Some(true),
-        up: true,
-        ..BridgeSpec::new("pxvbr")
-    });
-    let br = match created {
-        Ok(br) => br,
-        Err(e) => {
-            assert_eq!(e.errno(), Some(Errno::EOPNOTSUPP), "{e}");
-            assert!(e.to_string().contains("create bridge pxvbr"), "{e}");
-            eprintln!("kernel lacks bridge vlan filtering: checking the error paths only");
-            let br = nl.create_bridge(&BridgeSpec::new("pxvbr")).unwrap();
-            let port = nl
-                .create_veth(&VethSpec {
-                    master: Some(br.index),
-                    ..VethSpec::new("pxvp", "pxvq")
-                })
-                .unwrap();
-            let e = nl
-                .bridge_vlan_add(port.index, BridgeVlan::native(100))
-                .unwrap_err();
-            assert_eq!(e.errno(), Some(Errno::EOPNOTSUPP), "{e}");
-            assert!(e.to_string().contains("pxvp"), "{e}");
-            assert!(nl.link_by_index(port.index).unwrap().is_some());
-            assert!(matches!(
-                nl.bridge_vlan_add(port.index, BridgeVlan::tagged(4095)),
-                Err(Error::Invalid { .. })
-            ));
-            return;
-        }
-    };
+    let e = vlan_filtering_bridge(&nl).unwrap_err();
+    assert_eq!(e.errno(), Some(Errno::EOPNOTSUPP), "{e}");
+    assert!(e.to_string().contains("create bridge pxvbr"), "{e}");
+    let br = nl.create_bridge(&BridgeSpec::new("pxvbr")).unwrap();
+    let port = nl
+        .create_veth(&VethSpec {
+            master: Some(br.index),
+            ..VethSpec::new("pxvp", "pxvq")
+        })
+        .unwrap();
+    let e = nl
+        .bridge_vlan_add(port.index, BridgeVlan::native(100))
+        .unwrap_err();
+    assert_eq!(e.errno(), Some(Errno::EOPNOTSUPP), "{e}");
+    assert!(e.to_string().contains("pxvp"), "{e}");
+    assert!(nl.link_by_index(port.index).unwrap().is_some());
+    assert!(matches!(
+        nl.bridge_vlan_add(port.index, BridgeVlan::tagged(4095)),
+        Err(Error::Invalid { .. })
+    ));
+}
+
+/// The whole add/list/del cycle of bridge VLANs, on ports and on the bridge
+/// itself (needs CONFIG_BRIDGE_VLAN_FILTERING: vm-tests/).
+#[test]
+fn bridge_vlans_on_port_and_self() {
+    use plexus_testkit::Feature;
+    if !plexus_testkit::require(&[Feature::Root, Feature::BridgeVlanFiltering]) {
+        return;
+    }
+    let t = TestNs::new();
+    let nl = Netlink::open(&t.ns).unwrap();
+    let br = vlan_filtering_bridge(&nl).unwrap();
     assert_eq!(br.bridge.map(|b| b.vlan_filtering), Some(true));
     let port = nl
         .create_veth(&VethSpec {

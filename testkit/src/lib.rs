@@ -26,25 +26,34 @@ pub enum Feature {
     Ipvlan,
     /// Bridges with `vlan_filtering 1`.
     BridgeVlanFiltering,
+    /// 802.1q and 802.1ad vlan links.
+    Vlan,
+    /// dummy links.
+    Dummy,
     /// netdevsim devices with SR-IOV VFs (`/sys/bus/netdevsim`).
     Netdevsim,
     /// The vDPA bus with the `vdpasim_net` simulator.
     VdpaSim,
     /// Debian's reference CNI plugins in `/usr/lib/cni`.
     ReferencePlugins,
+    /// `python3`, for traffic generators.
+    Python3,
     /// podman with runc (its CNI backend as a real client), on a machine
     /// with cgroups mounted, which runc needs.
     Podman,
 }
 
 impl Feature {
-    const ALL: [Feature; 7] = [
+    const ALL: [Feature; 10] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
+        Feature::Vlan,
+        Feature::Dummy,
         Feature::Netdevsim,
         Feature::VdpaSim,
         Feature::ReferencePlugins,
+        Feature::Python3,
         Feature::Podman,
     ];
 
@@ -72,7 +81,7 @@ impl Feature {
         let root = unsafe { libc::geteuid() } == 0;
         match self {
             Feature::Root => (!root).then_some("not running as root"),
-            _ if !root && self != Feature::ReferencePlugins => {
+            _ if !root && !matches!(self, Feature::ReferencePlugins | Feature::Python3) => {
                 Some("probing it needs root")
             }
             Feature::Ipvlan => (!in_scratch_netns(
@@ -83,14 +92,29 @@ impl Feature {
                 (!in_scratch_netns("ip link add b0 type bridge vlan_filtering 1"))
                     .then_some("this kernel's bridge has no VLAN filtering (EOPNOTSUPP)")
             }
+            Feature::Vlan => (!in_scratch_netns(
+                "ip link add p0 type veth peer name p1 && ip link add link p0 name v0 type vlan id 10 \
+                 && ip link add link p0 name v1 type vlan proto 802.1ad id 20",
+            ))
+            .then_some("this kernel has no 802.1q/802.1ad vlan (EOPNOTSUPP)"),
+            Feature::Dummy => (!in_scratch_netns("ip link add d0 type dummy"))
+                .then_some("this kernel has no dummy links (EOPNOTSUPP)"),
             Feature::Netdevsim => (!Path::new("/sys/bus/netdevsim/new_device").exists())
                 .then_some("this kernel has no netdevsim"),
             Feature::VdpaSim => (!Path::new("/sys/bus/vdpa").exists()
                 || !command_output("vdpa", &["mgmtdev", "show"]).contains("vdpasim_net"))
             .then_some("this kernel has no vDPA bus with vdpasim_net"),
-            Feature::ReferencePlugins => (!Path::new("/usr/lib/cni/bridge").is_file()
-                || !Path::new("/usr/lib/cni/host-local").is_file())
-            .then_some("/usr/lib/cni has no reference plugins (apt-get install containernetworking-plugins)"),
+            Feature::ReferencePlugins => (!REFERENCE_PLUGINS
+                .iter()
+                .all(|p| Path::new("/usr/lib/cni").join(p).is_file()))
+            .then_some("/usr/lib/cni lacks reference plugins (apt-get install containernetworking-plugins)"),
+            Feature::Python3 => (!Command::new("python3")
+                .arg("-V")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()))
+            .then_some("no python3 on PATH (apt-get install python3)"),
             Feature::Podman => {
                 if !["podman", "runc", "nsenter", "timeout"].iter().all(|t| on_path(t)) {
                     Some("podman, runc, nsenter or timeout is missing (apt-get install podman runc uidmap busybox-static)")
@@ -110,14 +134,29 @@ impl fmt::Display for Feature {
             Feature::Root => "root",
             Feature::Ipvlan => "ipvlan",
             Feature::BridgeVlanFiltering => "bridge VLAN filtering",
+            Feature::Vlan => "vlan",
+            Feature::Dummy => "dummy",
             Feature::Netdevsim => "netdevsim",
             Feature::VdpaSim => "vdpa_sim_net",
             Feature::ReferencePlugins => "the reference CNI plugins",
+            Feature::Python3 => "python3",
             Feature::Podman => "podman",
         };
         f.write_str(name)
     }
 }
+
+/// The reference plugins the tests run or compare with.
+const REFERENCE_PLUGINS: [&str; 8] = [
+    "bridge",
+    "host-local",
+    "static",
+    "macvlan",
+    "ipvlan",
+    "tuning",
+    "bandwidth",
+    "ptp",
+];
 
 /// Whether the machine has `feature` (probed once).
 pub fn has(feature: Feature) -> bool {
@@ -224,9 +263,16 @@ mod tests {
         assert_eq!(has(Feature::Root), unsafe { libc::geteuid() } == 0);
         assert_eq!(
             has(Feature::ReferencePlugins),
-            Path::new("/usr/lib/cni/bridge").is_file()
-                && Path::new("/usr/lib/cni/host-local").is_file()
+            REFERENCE_PLUGINS
+                .iter()
+                .all(|p| Path::new("/usr/lib/cni").join(p).is_file())
         );
+        if in_vm() {
+            // The VM kernel is built for every feature.
+            for f in Feature::ALL {
+                assert!(has(f), "{f}: {:?}", f.missing());
+            }
+        }
         // Every feature has a reason when missing.
         for f in Feature::ALL {
             if let Some(why) = f.missing() {

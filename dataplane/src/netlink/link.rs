@@ -959,6 +959,11 @@ impl Netlink {
         add: bool,
     ) -> Result<bool> {
         check_vid(vlan.vid)?;
+        // The kernel acknowledges deleting an absent VLAN (its AF_BRIDGE
+        // DELLINK handler drops the ENOENT), so look first.
+        if !add && !self.bridge_vlans(index)?.iter().any(|v| v.vid == vlan.vid) {
+            return Ok(false);
+        }
         let mut flags = nl::BridgeVlanInfoFlags::empty();
         flags.set(nl::BridgeVlanInfoFlags::Pvid, vlan.pvid);
         flags.set(nl::BridgeVlanInfoFlags::Untagged, vlan.untagged);

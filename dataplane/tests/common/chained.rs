@@ -197,13 +197,9 @@ pub fn reference(plugin: &str, ns: &TestNs, env: &CniEnv, config: &Value) -> Res
 }
 
 /// Whether the reference binaries are installed (tests comparing with them
-/// are skipped loudly otherwise).
-pub fn have_reference(plugin: &str) -> bool {
-    let ok = Path::new(REFERENCE_DIR).join(plugin).exists();
-    if !ok {
-        eprintln!("skipping the comparison: {REFERENCE_DIR}/{plugin} is not installed");
-    }
-    ok
+/// are skipped visibly and counted otherwise).
+pub fn have_reference() -> bool {
+    plexus_testkit::require(&[plexus_testkit::Feature::ReferencePlugins])
 }
 
 /// A result as compared between implementations: Go prints an empty `dns`
