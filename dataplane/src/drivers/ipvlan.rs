@@ -12,12 +12,11 @@
 
 use plexus_cni::delegate::Resolver;
 use plexus_cni::error::CniError;
-use plexus_cni::result::CniResult;
-use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::skel::Request;
 use serde::Deserialize;
 
 use super::common::{self, DnsConf, IpamRef};
-use super::stacked::{self, Conf, Mode};
+use super::stacked::{self, Conf, Mode, Stacked};
 use crate::netlink::IpvlanMode;
 
 #[derive(Debug, Default, Deserialize)]
@@ -47,34 +46,6 @@ fn parse(req: &Request) -> Result<Conf, CniError> {
 }
 
 /// The reference `ipvlan` plugin, built in.
-pub struct Ipvlan<'r> {
-    resolver: &'r dyn Resolver,
-}
-
-impl<'r> Ipvlan<'r> {
-    /// `resolver` finds the IPAM plugin named by `ipam.type`.
-    pub fn new(resolver: &'r dyn Resolver) -> Self {
-        Ipvlan { resolver }
-    }
-}
-
-impl Plugin for Ipvlan<'_> {
-    fn validate(&self, req: &Request) -> Result<(), CniError> {
-        parse(req).map(drop)
-    }
-    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        stacked::add(self.resolver, req, &parse(req)?)
-    }
-    fn del(&self, req: &Request) -> Result<(), CniError> {
-        stacked::del(self.resolver, req)
-    }
-    fn check(&self, req: &Request) -> Result<(), CniError> {
-        stacked::check(self.resolver, req, &parse(req)?)
-    }
-    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
-        stacked::gc(self.resolver, req, valid)
-    }
-    fn status(&self, req: &Request) -> Result<(), CniError> {
-        stacked::status(self.resolver, req)
-    }
+pub fn ipvlan(resolver: &dyn Resolver) -> Stacked<'_> {
+    Stacked::new(resolver, parse)
 }

@@ -19,7 +19,7 @@ mod chained;
 mod common;
 pub mod ipvlan;
 pub mod macvlan;
-mod stacked;
+pub mod stacked;
 pub mod tuning;
 
 use plexus_cni::delegate::Resolver;
@@ -36,8 +36,8 @@ pub fn driver<'r>(plugin_type: &str, resolver: &'r dyn Resolver) -> Option<Box<d
     Some(match plugin_type {
         "bandwidth" => Box::new(bandwidth::Bandwidth::new()),
         "bridge" => Box::new(bridge::Bridge::new(resolver)),
-        "ipvlan" => Box::new(ipvlan::Ipvlan::new(resolver)),
-        "macvlan" => Box::new(macvlan::Macvlan::new(resolver)),
+        "ipvlan" => Box::new(ipvlan::ipvlan(resolver)),
+        "macvlan" => Box::new(macvlan::macvlan(resolver)),
         "tuning" => Box::new(tuning::Tuning::new()),
         _ => return None,
     })

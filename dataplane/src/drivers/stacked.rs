@@ -20,7 +20,7 @@ use plexus_cni::delegate::Resolver;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::CniError;
 use plexus_cni::result::{CniResult, Interface};
-use plexus_cni::skel::Request;
+use plexus_cni::skel::{Plugin, Request};
 use serde::Deserialize;
 
 use super::common::{self, check_failed, sys, sys_error, Attach, Dad, DnsConf, IpamRef, Undo};
@@ -207,6 +207,44 @@ fn resolve_master(req: &Request, ctx: &Attach, conf: &Conf) -> Result<Link, CniE
                 format!("interface {name:?} not found in the {side} namespace"),
             )
         })
+}
+
+/// A link stacked on a master: the one plugin macvlan and ipvlan both are,
+/// told apart by how they read their configuration (`parse`).
+pub struct Stacked<'r> {
+    resolver: &'r dyn Resolver,
+    parse: fn(&Request) -> Result<Conf, CniError>,
+}
+
+impl<'r> Stacked<'r> {
+    /// `resolver` finds the IPAM plugin named by `ipam.type`.
+    pub(crate) fn new(
+        resolver: &'r dyn Resolver,
+        parse: fn(&Request) -> Result<Conf, CniError>,
+    ) -> Self {
+        Stacked { resolver, parse }
+    }
+}
+
+impl Plugin for Stacked<'_> {
+    fn validate(&self, req: &Request) -> Result<(), CniError> {
+        (self.parse)(req).map(drop)
+    }
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        add(self.resolver, req, &(self.parse)(req)?)
+    }
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        del(self.resolver, req)
+    }
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        check(self.resolver, req, &(self.parse)(req)?)
+    }
+    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
+        gc(self.resolver, req, valid)
+    }
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        status(self.resolver, req)
+    }
 }
 
 pub(crate) fn add(
