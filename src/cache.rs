@@ -10,9 +10,15 @@
 //! The record holds every planned attachment with its exact plugin JSON (the
 //! plan's, see [`Attachment::to_value`]), its state, the result of its chain
 //! and the plugins whose DEL is still owed. It is written before the first
-//! plugin runs and after every step of the ADD, always atomically (temp file,
-//! then rename), so a reader sees the old record or the new one, never a torn
-//! one.
+//! plugin runs and after every step of the ADD, so a reader sees the old
+//! record or the new one, never a torn one. The file is JSON lines, one whole
+//! record per line, the last complete line standing: the first write of an ADD
+//! creates the file whole ([`plexus_cni::whole_file`]; an old file is replaced
+//! by a temp file and a rename) and later ones append, so an ADD creates one
+//! inode instead of one per step (inode allocation on a journal-less ext4
+//! scans past every recently deleted inode, and a rename over an existing
+//! file forces its data out, costing like an fsync). A line cut short by a
+//! crash is ignored: the record before it stands.
 //!
 //! Records are not fsync'd: they guard against plexus itself dying mid-ADD,
 //! which the page cache survives. A power loss takes every pod namespace
@@ -39,6 +45,7 @@ use serde_json::{json, Map, Value};
 use crate::cni::error::CniError;
 use crate::cni::names;
 use crate::cni::result::CniResult;
+use crate::cni::whole_file;
 use crate::cni::CniVersion;
 use crate::netattach::status::{NetworkStatus, StatusInput};
 use crate::plan::{Attachment, Plan};
@@ -360,6 +367,7 @@ impl Cache {
         Ok(self.dir.join(file_name(container_id, ifname)?))
     }
 
+    /// The last complete record of the file.
     pub fn load(&self, container_id: &str, ifname: &str) -> Result<Lookup, CniError> {
         let path = self.path(container_id, ifname)?;
         let bytes = match read_limited(&path) {
@@ -374,7 +382,7 @@ impl Cache {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(corrupt("the file is empty (truncated?)".into()));
         }
-        let value: Value = match serde_json::from_slice(&bytes) {
+        let value = match last_document(&bytes) {
             Ok(v) => v,
             Err(e) => return Ok(corrupt(format!("not valid JSON (truncated?): {e}"))),
         };
@@ -391,14 +399,22 @@ impl Cache {
         Ok(Lookup::Found(record))
     }
 
-    /// Write `record` atomically, replacing any previous one.
+    /// Write `record` atomically, replacing any previous file: the first
+    /// write of an ADD.
     pub fn store(&self, record: &Record) -> Result<(), CniError> {
-        let name = file_name(&record.container_id, &record.ifname)?;
-        let mut bytes = serde_json::to_vec_pretty(&record.to_value())
-            .map_err(|e| CniError::io(format!("cache {name}"), e))?;
-        bytes.push(b'\n');
-        self.write_atomic(&name, &bytes)
+        let (name, line) = record_line(record)?;
+        self.write_atomic(&name, &line)
             .map_err(|e| CniError::io(format!("cache {}", self.dir.join(&name).display()), e))
+    }
+
+    /// Write a newer version of a record [`Cache::store`]d before, by
+    /// appending it; a missing file is created. A failed append is cut off
+    /// again, so the line before it still stands.
+    pub fn update(&self, record: &Record) -> Result<(), CniError> {
+        let (name, line) = record_line(record)?;
+        let path = self.dir.join(&name);
+        self.append(&path, &line)
+            .map_err(|e| CniError::io(format!("cache {}", path.display()), e))
     }
 
     /// Remove the record; a missing one is fine (DEL is idempotent).
@@ -475,19 +491,54 @@ impl Cache {
         Ok(())
     }
 
+    /// Open `path` with `options`, creating the directory when it is missing.
+    fn open_in_dir(&self, options: &OpenOptions, path: &Path) -> std::io::Result<File> {
+        match options.open(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.ensure_dir()?;
+                options.open(path)
+            }
+            opened => opened,
+        }
+    }
+
+    fn append(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let mut f = self.open_in_dir(
+            OpenOptions::new().append(true).create(true).mode(0o600),
+            path,
+        )?;
+        let len = f.metadata()?.len();
+        f.write_all(bytes).inspect_err(|_| {
+            let _ = f.set_len(len);
+        })
+    }
+
     fn write_atomic(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-        self.ensure_dir()?;
+        let target = self.dir.join(name);
+        let created = whole_file::create(&target, bytes, 0o600).or_else(|e| {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(e);
+            }
+            self.ensure_dir()?;
+            whole_file::create(&target, bytes, 0o600)
+        });
+        match created {
+            Ok(true) => return Ok(()),
+            // An old record: replaced below.
+            Ok(false) => {}
+            Err(e) if whole_file::unsupported(&e) => {}
+            Err(e) => return Err(e),
+        }
         let tmp = self.dir.join(format!(
             ".{name}.tmp-{}-{}",
             std::process::id(),
             TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
         let written = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
+            let mut f = self.open_in_dir(
+                OpenOptions::new().write(true).create_new(true).mode(0o600),
+                &tmp,
+            )?;
             f.write_all(bytes)?;
             fs::rename(&tmp, self.dir.join(name))
         })();
@@ -496,6 +547,30 @@ impl Cache {
         }
         written
     }
+}
+
+/// The file name of `record` and its line: compact JSON and a newline.
+fn record_line(record: &Record) -> Result<(String, Vec<u8>), CniError> {
+    let name = file_name(&record.container_id, &record.ifname)?;
+    let mut line = serde_json::to_vec(&record.to_value())
+        .map_err(|e| CniError::io(format!("cache {name}"), e))?;
+    line.push(b'\n');
+    Ok((name, line))
+}
+
+/// The last complete JSON document of `bytes`. A document cut short after
+/// complete ones is an append a crash interrupted and is ignored; the first
+/// one being incomplete is an error.
+fn last_document(bytes: &[u8]) -> Result<Value, serde_json::Error> {
+    let mut last = None;
+    for document in serde_json::Deserializer::from_slice(bytes).into_iter::<Value>() {
+        match (document, &last) {
+            (Ok(v), _) => last = Some(v),
+            (Err(e), None) => return Err(e),
+            (Err(_), Some(_)) => break,
+        }
+    }
+    Ok(last.unwrap_or(Value::Null))
 }
 
 /// `<containerID>@<ifname>.json`, both validated.
@@ -689,6 +764,93 @@ mod tests {
                 container_id: "c1".into(),
                 ifname: "eth0".into()
             }]
+        );
+    }
+
+    #[test]
+    fn updates_append_and_the_last_complete_line_stands() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = Cache::new(d.path().join("records"));
+        let mut rec = record();
+        cache.store(&rec).unwrap();
+        let path = cache.path("ctr-1", "eth0").unwrap();
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+        let first_inode = inode(&path);
+        rec.attachments[0].state = State::Added;
+        cache.update(&rec).unwrap();
+        // Same file, one line per version.
+        assert_eq!(inode(&path), first_inode);
+        assert_eq!(fs::read_to_string(&path).unwrap().lines().count(), 2);
+        assert_eq!(
+            cache.load("ctr-1", "eth0").unwrap(),
+            Lookup::Found(rec.clone())
+        );
+
+        // A crash in the middle of the next append: the version before stands.
+        let mut newer = rec.clone();
+        newer.attachments[0].state = State::Failed;
+        let line = serde_json::to_vec(&newer.to_value()).unwrap();
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&line[..line.len() / 2]).unwrap();
+        assert_eq!(
+            cache.load("ctr-1", "eth0").unwrap(),
+            Lookup::Found(rec.clone())
+        );
+
+        // store replaces the whole file, torn tail included.
+        cache.store(&newer).unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap().lines().count(), 1);
+        assert_eq!(
+            cache.load("ctr-1", "eth0").unwrap(),
+            Lookup::Found(newer.clone())
+        );
+
+        // update recreates a missing file (and directory) whole.
+        fs::remove_dir_all(d.path().join("records")).unwrap();
+        cache.update(&rec).unwrap();
+        assert_eq!(cache.load("ctr-1", "eth0").unwrap(), Lookup::Found(rec));
+    }
+
+    #[test]
+    fn a_failed_append_is_cut_off() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = Cache::new(d.path());
+        cache.store(&record()).unwrap();
+        let path = cache.path("ctr-1", "eth0").unwrap();
+        let before = fs::read(&path).unwrap();
+        let long_line = vec![b' '; 64 << 10];
+        // A disk that fills up in the middle of the append: a child process
+        // whose file size limit stops the write part way (EFBIG).
+        // SAFETY: the child only makes system calls (no allocation: the
+        // path is short enough for std's stack buffer) and _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            unsafe {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                let limit = (before.len() + 100) as libc::rlim_t;
+                let rl = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                libc::setrlimit(libc::RLIMIT_FSIZE, &rl);
+                let code = match cache.append(&path, &long_line) {
+                    Err(e) if e.raw_os_error() == Some(libc::EFBIG) => 0,
+                    _ => 1,
+                };
+                libc::_exit(code);
+            }
+        }
+        let mut status = 0;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x}"
+        );
+        assert_eq!(fs::read(&path).unwrap(), before);
+        assert_eq!(
+            cache.load("ctr-1", "eth0").unwrap(),
+            Lookup::Found(record())
         );
     }
 

@@ -11,7 +11,8 @@
 //! Everything happens in network namespaces the benchmark creates (a "node"
 //! namespace where the plugins run, one per pod) and removes; the machine's
 //! own namespace is never touched. Pods are interleaved (reference, plexus,
-//! reference, ...) so machine noise hits both alike.
+//! reference, ...) so machine noise hits both alike; so are the baseline's
+//! deletions with plexus's bridge DELs.
 //!
 //! Run: `cargo run --release -p plexus-bench -- [--pods 40]` (as root).
 
@@ -215,6 +216,29 @@ impl Drop for TempDir {
     }
 }
 
+/// The DEL baseline: a bare `ip link del` of the same kind of veth as the
+/// bridge's (host end on a bridge, peer in the pod), which is mostly the
+/// kernel's teardown. Only the deletion is timed.
+fn bare_veth_del(
+    namespaces: &mut Namespaces,
+    node: &NetNs,
+    pid: u32,
+    i: usize,
+) -> Result<Duration, String> {
+    let name = format!("pxb-{pid}-b{i}");
+    let pod = namespaces.create(name.clone())?;
+    let host_end = format!("vb{i}");
+    ip(
+        node,
+        &[
+            "link", "add", &host_end, "master", "brbare0", "type", "veth", "peer", "name", "eth0",
+            "netns", &name,
+        ],
+    )?;
+    ip(node, &["link", "set", &host_end, "up"])?;
+    Ok(ip(&pod, &["link", "del", "eth0"])?.elapsed)
+}
+
 fn with_prev_result(conf: &Value, result: &Value) -> Vec<u8> {
     let mut conf = conf.clone();
     conf["prevResult"] = result.clone();
@@ -276,6 +300,7 @@ fn run(args: &Args) -> Result<bool, String> {
     );
     let mut all_met = true;
     let mut bridge_del_median = None;
+    let mut bare = Vec::with_capacity(args.pods);
     let mut max_rss_kb = 0;
     for (n, scenario) in scenarios(&tmp.0.join("ipam"), &tmp.0.join("cache"))
         .into_iter()
@@ -329,6 +354,11 @@ fn run(args: &Args) -> Result<bool, String> {
             )?;
             ours.del.push(p.elapsed);
             ours.rss_kb.push(p.max_rss_kb);
+            if plugin == "bridge" {
+                // Right after, under the same conditions: the baseline.
+                let i = bare.len();
+                bare.push(bare_veth_del(&mut namespaces, &node, pid, i)?);
+            }
         }
         drop(pods);
 
@@ -364,23 +394,6 @@ fn run(args: &Args) -> Result<bool, String> {
         max_rss_kb = max_rss_kb.max(ours.rss_kb.iter().copied().max().unwrap_or(0));
     }
 
-    // The DEL baseline: a bare `ip link del` of the same kind of veth (host
-    // end on a bridge, peer in the pod), which is mostly the kernel's teardown.
-    let mut bare = Vec::with_capacity(args.pods);
-    for i in 0..args.pods {
-        let name = format!("pxb-{pid}-b{i}");
-        let pod = namespaces.create(name.clone())?;
-        let host_end = format!("vb{i}");
-        ip(
-            &node,
-            &[
-                "link", "add", &host_end, "master", "brbare0", "type", "veth", "peer", "name",
-                "eth0", "netns", &name,
-            ],
-        )?;
-        ip(&node, &["link", "set", &host_end, "up"])?;
-        bare.push(ip(&pod, &["link", "del", "eth0"])?.elapsed);
-    }
     println!(
         "\nDEL baseline: bare `ip link del` of a bridged veth, median {}",
         ms(percentile(&bare, 0.5))

@@ -14,6 +14,7 @@ pub mod names;
 pub mod result;
 pub mod skel;
 pub mod version;
+pub mod whole_file;
 
 pub use error::{CniError, ErrorCode};
 pub use result::CniResult;

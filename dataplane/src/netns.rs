@@ -49,7 +49,7 @@ use crate::error::{Errno, Error, Result};
 pub const NETNS_RUN_DIR: &str = "/var/run/netns";
 
 /// `NS_GET_NSTYPE` from linux/nsfs.h: `_IO(0xb7, 0x3)`.
-const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+const NS_GET_NSTYPE: u32 = 0xb703;
 
 /// An open handle on a network namespace.
 pub struct NetNs {
@@ -75,7 +75,7 @@ impl NetNs {
         let fd = open(path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
             .map_err(|e| Error::os("open network namespace", path, e))?;
         // SAFETY: plain ioctl on a descriptor we own; takes no argument.
-        let ty = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE) };
+        let ty = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE as _) };
         if ty < 0 {
             // ENOTTY: not an nsfs file at all (a regular file, a directory...).
             let errno = match Errno::last() {

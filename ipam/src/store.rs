@@ -10,9 +10,10 @@
 //!   operation, by the reference as by plexus.
 //!
 //! What plexus adds, invisible to the reference: an address file appears
-//! atomically with its content (written to a temp file, then hard-linked
-//! into place, which fails if the name exists, so reservation stays
-//! exclusive as with the reference's `O_EXCL`), and is on disk, data then
+//! atomically with its content (written unnamed with `O_TMPFILE`, or to a
+//! temp file where the filesystem lacks it, then hard-linked into place,
+//! which fails if the name exists, so reservation stays exclusive as with the
+//! reference's `O_EXCL`), and is on disk, data then
 //! directory, before the ADD reports success ([`LockedStore::make_durable`];
 //! inside plexus that flush overlaps the rest of the ADD). Until then a power
 //! cut can leave the name with empty content, which both implementations
@@ -35,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
-use plexus_cni::{durable, CniError, ErrorCode};
+use plexus_cni::{durable, whole_file, CniError, ErrorCode};
 
 pub(crate) const LAST_IP_PREFIX: &str = "last_reserved_ip.";
 pub(crate) const LOCK_FILE: &str = "lock";
@@ -273,19 +274,35 @@ impl LockedStore {
     /// The file appears with its complete content or not at all.
     pub fn reserve(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, CniError> {
         let target = self.dir.join(ip.to_string());
-        if fs::symlink_metadata(&target).is_ok() {
+        let content = Owner::content(container_id, ifname);
+        match whole_file::create(&target, content.as_bytes(), 0o600) {
+            Ok(reserved) => Ok(reserved),
+            Err(e) if whole_file::unsupported(&e) => {
+                self.reserve_via_temp(ip, &target, content.as_bytes())
+            }
+            Err(e) => Err(io_err(&target, e)),
+        }
+    }
+
+    /// [`Self::reserve`] through a named temp file.
+    fn reserve_via_temp(
+        &self,
+        ip: IpAddr,
+        target: &Path,
+        content: &[u8],
+    ) -> Result<bool, CniError> {
+        if fs::symlink_metadata(target).is_ok() {
             return Ok(false);
         }
-        let content = Owner::content(container_id, ifname);
-        let tmp = self.write_temp(&ip.to_string(), content.as_bytes())?;
-        let linked = fs::hard_link(&tmp, &target);
+        let tmp = self.write_temp(&ip.to_string(), content)?;
+        let linked = fs::hard_link(&tmp, target);
         let _ = fs::remove_file(&tmp);
         match linked {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
             // Filesystems without hard links: the reference's O_EXCL create.
-            Err(e) if no_hard_links(&e) => self.reserve_excl(&target, content.as_bytes()),
-            Err(e) => Err(io_err(&target, e)),
+            Err(e) if no_hard_links(&e) => self.reserve_excl(target, content),
+            Err(e) => Err(io_err(target, e)),
         }
     }
 
@@ -449,6 +466,27 @@ mod tests {
         assert!(legacy.is_legacy_of("abc") && legacy.is_held_by("abc", "net1"));
         assert!(!legacy.is_exactly("abc", "eth0"));
         assert!(!Owner::parse(b"abc\r\neth0").is_held_by("abc", "net1"));
+    }
+
+    #[test]
+    fn the_temp_file_path_is_as_exclusive() {
+        // For filesystems without O_TMPFILE.
+        let tmp = tempfile::tempdir().unwrap();
+        let s = open(tmp.path(), "net", true, Duration::from_secs(1))
+            .unwrap()
+            .unwrap();
+        let ip: IpAddr = "10.0.0.3".parse().unwrap();
+        let target = tmp.path().join("net/10.0.0.3");
+        assert!(s.reserve_via_temp(ip, &target, b"c3\r\neth1").unwrap());
+        assert!(!s.reserve_via_temp(ip, &target, b"c4\r\neth1").unwrap());
+        assert!(!s.reserve(ip, "c4", "eth1").unwrap());
+        assert_eq!(fs::read(&target).unwrap(), b"c3\r\neth1");
+        let mut names: Vec<String> = fs::read_dir(tmp.path().join("net"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["10.0.0.3", "lock"]);
     }
 
     #[test]

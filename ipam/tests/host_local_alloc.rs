@@ -568,12 +568,12 @@ fn leftover_temp_files_are_ignored() {
         fs::read_to_string(dir.join("10.0.0.2")).unwrap(),
         "a\r\neth0"
     );
-    // The address's temp file was replaced by the real one; the hint is
-    // written in place, so a temp file of it (an older plexus's) stays, as
-    // does a stale one of another address, until GC.
+    // Addresses are written unnamed (O_TMPFILE) and the hint in place, so
+    // temp files (a crashed older plexus's) stay until GC.
     assert_eq!(
         files(tmp.path()).keys().collect::<Vec<_>>(),
         [
+            ".plexus-tmp.10.0.0.2",
             ".plexus-tmp.last_reserved_ip.0",
             "10.0.0.2",
             "last_reserved_ip.0",
@@ -583,6 +583,7 @@ fn leftover_temp_files_are_ignored() {
     fs::write(dir.join(".plexus-tmp.10.0.0.99"), "x").unwrap();
     assert_eq!(ip_of(&add(&p, &c, "b", "eth0").unwrap()), "10.0.0.3");
     gc(&p, &c, &[("a", "eth0"), ("b", "eth0")]).unwrap();
+    assert!(!dir.join(".plexus-tmp.10.0.0.2").exists());
     assert!(!dir.join(".plexus-tmp.10.0.0.99").exists());
     assert!(!dir.join(".plexus-tmp.last_reserved_ip.0").exists());
     assert_eq!(allocations(tmp.path()).len(), 2);

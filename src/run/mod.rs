@@ -275,7 +275,7 @@ impl Executor {
                 if let Some(next) = record.attachments.get_mut(i + 1) {
                     begin(next);
                 }
-                self.cache.store(&record).map_err(|error| {
+                self.cache.update(&record).map_err(|error| {
                     Box::new(ChainFailure {
                         error,
                         failed_plugin: None,
@@ -395,7 +395,7 @@ impl Executor {
             .failed_plugin
             .map_or(cached.attachment.plugins.len(), |k| k + 1);
         cached.pending_del = (0..ran).collect();
-        let _ = self.cache.store(record);
+        let _ = self.cache.update(record);
 
         // Roll back: the failing chain's succeeded plugins, then the
         // completed attachments, newest first. Best effort throughout.
@@ -423,7 +423,8 @@ impl Executor {
         error
     }
 
-    /// Store the record while it owes a DEL, else remove it.
+    /// Store the record while it owes a DEL, else remove it. It replaces
+    /// the file, which may be a corrupt one DEL fell back from.
     fn persist(&self, record: &Record) -> Result<(), CniError> {
         if record.owes_del() {
             self.cache.store(record)

@@ -1,0 +1,88 @@
+//! Files that appear at their name with their whole content or not at all,
+//! without a temp name: written unnamed (`O_TMPFILE`) in the target's
+//! directory, then linked in, which fails if the name exists. Compared with a
+//! named temp file and a rename or link, nothing needs cleaning before or
+//! after, a crash leaves nothing behind, and it takes half the system calls
+//! (each of which walks and changes the directory).
+
+use std::fs::OpenOptions;
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, AT_FDCWD};
+use nix::unistd::linkat;
+
+/// Create `target` with `content` and `mode`; `Ok(false)` if the name
+/// exists. An error for which [`unsupported`] holds means the filesystem
+/// cannot do this; the caller falls back to a named temp file.
+pub fn create(target: &Path, content: &[u8], mode: u32) -> io::Result<bool> {
+    let dir = match target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut file = OpenOptions::new()
+        .write(true)
+        .mode(mode)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)?;
+    file.write_all(content)?;
+    let linked = linkat(&file, "", AT_FDCWD, target, AtFlags::AT_EMPTY_PATH).or_else(|e| {
+        // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc link does not.
+        if e != Errno::EPERM && e != Errno::ENOENT {
+            return Err(e);
+        }
+        let by_proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+        linkat(
+            AT_FDCWD,
+            by_proc.as_str(),
+            AT_FDCWD,
+            target,
+            AtFlags::AT_SYMLINK_FOLLOW,
+        )
+    });
+    match linked {
+        Ok(()) => Ok(true),
+        Err(Errno::EEXIST) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Errors of a kernel or filesystem without `O_TMPFILE` (old kernels read
+/// the flag as `O_DIRECTORY`: EISDIR), or without links to such a file.
+pub fn unsupported(e: &io::Error) -> bool {
+    [
+        Errno::EOPNOTSUPP,
+        Errno::EISDIR,
+        Errno::EINVAL,
+        Errno::EPERM,
+    ]
+    .iter()
+    .any(|errno| e.raw_os_error() == Some(*errno as i32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appears_whole_once_and_leaves_nothing_else() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("f");
+        assert!(create(&target, b"first", 0o640).unwrap());
+        assert!(!create(&target, b"second", 0o600).unwrap());
+        assert_eq!(std::fs::read(&target).unwrap(), b"first");
+        let meta = std::fs::metadata(&target).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+            0o640
+        );
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+        // A missing directory is an ordinary error, not "unsupported".
+        let e = create(&d.path().join("none/f"), b"x", 0o600).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(!unsupported(&e));
+    }
+}
