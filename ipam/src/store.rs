@@ -468,33 +468,40 @@ mod tests {
         assert!(!Owner::parse(b"abc\r\neth0").is_held_by("abc", "net1"));
     }
 
-    #[test]
-    fn the_temp_file_path_is_as_exclusive() {
-        // For filesystems without O_TMPFILE.
+    /// A store for network `net` in a fresh directory.
+    fn fresh_store() -> (tempfile::TempDir, LockedStore) {
         let tmp = tempfile::tempdir().unwrap();
         let s = open(tmp.path(), "net", true, Duration::from_secs(1))
             .unwrap()
             .unwrap();
+        (tmp, s)
+    }
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn the_temp_file_path_is_as_exclusive() {
+        // For filesystems without O_TMPFILE.
+        let (tmp, s) = fresh_store();
         let ip: IpAddr = "10.0.0.3".parse().unwrap();
         let target = tmp.path().join("net/10.0.0.3");
         assert!(s.reserve_via_temp(ip, &target, b"c3\r\neth1").unwrap());
         assert!(!s.reserve_via_temp(ip, &target, b"c4\r\neth1").unwrap());
         assert!(!s.reserve(ip, "c4", "eth1").unwrap());
         assert_eq!(fs::read(&target).unwrap(), b"c3\r\neth1");
-        let mut names: Vec<String> = fs::read_dir(tmp.path().join("net"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        assert_eq!(names, ["10.0.0.3", "lock"]);
+        assert_eq!(names_in(&tmp.path().join("net")), ["10.0.0.3", "lock"]);
     }
 
     #[test]
     fn reserve_is_exclusive_and_leaves_no_temp() {
-        let tmp = tempfile::tempdir().unwrap();
-        let s = open(tmp.path(), "net", true, Duration::from_secs(1))
-            .unwrap()
-            .unwrap();
+        let (tmp, s) = fresh_store();
         let ip: IpAddr = "10.0.0.2".parse().unwrap();
         assert!(s.reserve(ip, "c1", "eth0").unwrap());
         assert!(!s.reserve(ip, "c2", "eth0").unwrap());
@@ -509,12 +516,10 @@ mod tests {
         );
         assert_eq!(s.last_reserved(0), Some(ip));
         assert_eq!(s.last_reserved(1), None);
-        let mut names: Vec<String> = fs::read_dir(tmp.path().join("net"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        assert_eq!(names, ["10.0.0.2", "last_reserved_ip.0", "lock"]);
+        assert_eq!(
+            names_in(&tmp.path().join("net")),
+            ["10.0.0.2", "last_reserved_ip.0", "lock"]
+        );
         let allocs = s.allocations().unwrap();
         assert_eq!(allocs.len(), 1);
         assert!(allocs[0].owner.is_exactly("c1", "eth0"));
