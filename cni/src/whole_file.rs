@@ -30,24 +30,29 @@ pub fn create(target: &Path, content: &[u8], mode: u32) -> io::Result<bool> {
         .open(dir)?;
     file.write_all(content)?;
     let linked = linkat(&file, "", AT_FDCWD, target, AtFlags::AT_EMPTY_PATH).or_else(|e| {
-        // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc link does not.
+        // Before Linux 6.10 AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the
+        // /proc link does not.
         if e != Errno::EPERM && e != Errno::ENOENT {
             return Err(e);
         }
-        let by_proc = format!("/proc/self/fd/{}", file.as_raw_fd());
-        linkat(
-            AT_FDCWD,
-            by_proc.as_str(),
-            AT_FDCWD,
-            target,
-            AtFlags::AT_SYMLINK_FOLLOW,
-        )
+        link_by_proc(&file, target)
     });
     match linked {
         Ok(()) => Ok(true),
         Err(Errno::EEXIST) => Ok(false),
         Err(e) => Err(e.into()),
     }
+}
+
+fn link_by_proc(file: &std::fs::File, target: &Path) -> nix::Result<()> {
+    let by_proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+    linkat(
+        AT_FDCWD,
+        by_proc.as_str(),
+        AT_FDCWD,
+        target,
+        AtFlags::AT_SYMLINK_FOLLOW,
+    )
 }
 
 /// Errors of a kernel or filesystem without `O_TMPFILE` (old kernels read
@@ -84,5 +89,21 @@ mod tests {
         let e = create(&d.path().join("none/f"), b"x", 0o600).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         assert!(!unsupported(&e));
+    }
+
+    #[test]
+    fn the_proc_link_of_older_kernels_links_the_unnamed_file() {
+        let d = tempfile::tempdir().unwrap();
+        let mut file = OpenOptions::new()
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE)
+            .open(d.path())
+            .unwrap();
+        file.write_all(b"whole").unwrap();
+        let target = d.path().join("g");
+        link_by_proc(&file, &target).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"whole");
+        assert_eq!(link_by_proc(&file, &target), Err(Errno::EEXIST));
     }
 }
