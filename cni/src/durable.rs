@@ -10,6 +10,9 @@
 //!
 //! A scope belongs to the thread that began it. A thread that hands work to
 //! another carries the scope along with [`current`] and [`Handle::enter`].
+//! A worker that hands its result on before it ends can take its syncs along
+//! instead ([`Handle::enter_deferring`]): they run on it after the hand-over,
+//! sparing a thread start on the way to the result.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
@@ -17,11 +20,19 @@ use std::thread::JoinHandle;
 
 use crate::error::CniError;
 
-type Job = (String, JoinHandle<std::io::Result<()>>);
-type Pending = Arc<Mutex<Vec<Job>>>;
+type SyncFn = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
+
+/// A sync of a scope: running on a thread of its own, or run already.
+enum Job {
+    Running(JoinHandle<std::io::Result<()>>),
+    Done(std::io::Result<()>),
+}
+type Pending = Arc<Mutex<Vec<(String, Job)>>>;
 
 thread_local! {
     static CURRENT: RefCell<Option<Pending>> = const { RefCell::new(None) };
+    /// Syncs held for this thread to run itself (see [`Deferring`]).
+    static DEFERRED: RefCell<Option<Vec<(String, SyncFn)>>> = const { RefCell::new(None) };
 }
 
 /// Deferred syncs started on this thread (and threads it handed the scope
@@ -58,12 +69,15 @@ fn join_all(pending: &Pending) -> Result<(), CniError> {
     let jobs = std::mem::take(&mut *pending.lock().unwrap_or_else(|p| p.into_inner()));
     let mut first = None;
     for (what, job) in jobs {
-        let outcome = match job.join() {
-            Ok(Ok(())) => continue,
-            Ok(Err(e)) => CniError::io(what, e),
-            Err(_) => CniError::io(what, "the sync thread panicked"),
+        let outcome = match job {
+            Job::Running(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the sync thread panicked"))),
+            Job::Done(outcome) => outcome,
         };
-        first.get_or_insert(outcome);
+        if let Err(e) = outcome {
+            first.get_or_insert(CniError::io(what, e));
+        }
     }
     first.map_or(Ok(()), Err)
 }
@@ -81,6 +95,45 @@ impl Handle {
     pub fn enter(&self) -> Entered {
         let outer = CURRENT.with(|c| c.replace(self.0.clone()));
         Entered { outer }
+    }
+}
+
+impl Handle {
+    /// Like [`Handle::enter`], but the syncs this thread asks for are held
+    /// and run on it when the guard is dropped, their outcomes going to the
+    /// scope. For a worker that hands its result on first (through a
+    /// channel) and ends later: the syncs then start at once, without the
+    /// thread start that delays the result.
+    pub fn enter_deferring(&self) -> Deferring {
+        if self.0.is_some() {
+            DEFERRED.with(|d| *d.borrow_mut() = Some(Vec::new()));
+        }
+        Deferring {
+            pending: self.0.clone(),
+            _entered: self.enter(),
+        }
+    }
+}
+
+/// See [`Handle::enter_deferring`].
+pub struct Deferring {
+    pending: Option<Pending>,
+    _entered: Entered,
+}
+
+impl Drop for Deferring {
+    fn drop(&mut self) {
+        // Syncs are only held inside a scope: without one they ran at once.
+        let held = DEFERRED.with(|d| d.borrow_mut().take()).unwrap_or_default();
+        if let Some(pending) = &self.pending {
+            for (what, sync) in held {
+                let outcome = sync();
+                pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((what, Job::Done(outcome)));
+            }
+        }
     }
 }
 
@@ -106,6 +159,15 @@ pub fn sync(
     let Some(pending) = CURRENT.with(|c| c.borrow().clone()) else {
         return sync().map_err(|e| CniError::io(what, e));
     };
+    let mut sync: Option<SyncFn> = Some(Box::new(sync));
+    DEFERRED.with(|d| {
+        if let Some(held) = d.borrow_mut().as_mut() {
+            held.push((what.clone(), sync.take().expect("not taken yet")));
+        }
+    });
+    let Some(sync) = sync else {
+        return Ok(());
+    };
     match std::thread::Builder::new()
         .name("plexus-sync".into())
         .spawn(sync)
@@ -114,7 +176,7 @@ pub fn sync(
             pending
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push((what, job));
+                .push((what, Job::Running(job)));
             Ok(())
         }
         // No thread to be had: the closure is gone with the failed spawn,
@@ -162,6 +224,38 @@ mod tests {
         assert!(e.details.contains("dir d"), "{e}");
         // The scope is closed again: this runs inline.
         assert!(sync("after", || Err(std::io::Error::other("now"))).is_err());
+    }
+
+    #[test]
+    fn a_deferring_worker_runs_its_syncs_after_handing_on_its_result() {
+        let scope = Scope::begin();
+        let handle = current();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            let held = handle.enter_deferring();
+            let r2 = r.clone();
+            sync("file f", move || {
+                r2.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+            sync("dir d", || Err(std::io::Error::other("EIO"))).unwrap();
+            // Nothing ran yet: the result goes out first.
+            tx.send(r.load(Ordering::SeqCst)).unwrap();
+            drop(held);
+            // Outside the deferring guard syncs are not held any more.
+            assert!(sync("later", || Err(std::io::Error::other("x"))).is_err());
+        });
+        assert_eq!(rx.recv().unwrap(), 0);
+        worker.join().unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        let e = scope.wait().unwrap_err();
+        assert!(
+            e.details.contains("dir d") && e.details.contains("EIO"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -348,12 +348,27 @@ fn add<'a>(
     ctx: &'a Attach,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult, CniError> {
-    let host = &ctx.host;
-    let ((bridge, veth, container), ipam) =
-        common::links_and_ipam(resolver, req, &s.ipam, undo, |undo| {
-            attach_port(s, ctx, undo)
-        })?;
+    common::links_and_ipam(
+        resolver,
+        req,
+        &s.ipam,
+        undo,
+        |undo| attach_port(s, ctx, undo),
+        |(bridge, veth, container), ipam| configure(req, s, ctx, bridge, veth, container, ipam),
+    )
+}
 
+/// The result, the pod interface's addresses and routes, and the gateway.
+fn configure(
+    req: &Request,
+    s: &Settings,
+    ctx: &Attach,
+    bridge: Link,
+    veth: Link,
+    container: Link,
+    ipam: Option<CniResult>,
+) -> Result<CniResult, CniError> {
+    let host = &ctx.host;
     let mut result = CniResult {
         cni_version: Some(req.cni_version),
         interfaces: vec![

@@ -374,41 +374,48 @@ pub(crate) fn ipam_add<'a>(
 
 /// A driver's link work (`links`) and its IPAM ADD, run at once when the IPAM
 /// plugin does not need the interface
-/// ([`Resolver::ipam_runs_without_interface`]): its fsync'd writes then wait
-/// on the disk while this thread waits on the kernel, instead of one after
-/// the other. Other IPAM plugins run after the links, as in the reference
-/// plugins. Either failing leaves both undone through `undo`.
-pub(crate) fn links_and_ipam<'a, T>(
+/// ([`Resolver::ipam_runs_without_interface`]), then `configure` with both.
+/// The IPAM thread hands its result over as soon as it has it and then runs
+/// its fsyncs itself ([`plexus_cni::durable::Handle::enter_deferring`]), so
+/// they wait on the disk while `configure` waits on the kernel; the thread is
+/// joined after `configure`. Other IPAM plugins run after the links, as in
+/// the reference plugins. A failure of either leaves both undone through
+/// `undo`.
+pub(crate) fn links_and_ipam<'a, T, R>(
     resolver: &'a dyn Resolver,
     req: &'a Request,
     ipam: &Option<IpamRef>,
     undo: &mut Undo<'a>,
     links: impl FnOnce(&mut Undo<'a>) -> Result<T, CniError>,
-) -> Result<(T, Option<CniResult>), CniError> {
+    configure: impl FnOnce(T, Option<CniResult>) -> Result<R, CniError>,
+) -> Result<R, CniError> {
     let kind = ipam.as_ref().and_then(|i| i.kind.as_deref());
     match kind {
-        None | Some("") => Ok((links(undo)?, None)),
+        None | Some("") => configure(links(undo)?, None),
         Some(kind) if resolver.ipam_runs_without_interface(kind) => {
-            // The IPAM thread defers its syncs into this thread's scope.
             let durability = plexus_cni::durable::current();
-            let (linked, ipam) = std::thread::scope(|scope| {
-                let ipam = scope.spawn(|| {
-                    let _scope = durability.enter();
-                    delegate::run_ipam(resolver, req, CniCommand::Add)
+            std::thread::scope(|scope| {
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                let ipam_thread = scope.spawn(move || {
+                    // Syncs run when this guard drops, after the send.
+                    let _syncs = durability.enter_deferring();
+                    let _ = tx.send(delegate::run_ipam(resolver, req, CniCommand::Add));
                 });
                 let linked = links(undo);
-                let ipam = ipam
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                (linked, ipam)
-            });
-            // Registered even when the links failed, so it is released.
-            let ipam = ipam_added(resolver, req, undo, ipam);
-            Ok((linked?, Some(ipam?)))
+                let Ok(ipam) = rx.recv() else {
+                    // No result: the IPAM thread panicked.
+                    let panic = ipam_thread.join().expect_err("it sent nothing");
+                    std::panic::resume_unwind(panic)
+                };
+                // Registered even when the links failed, so it is released.
+                let ipam = ipam_added(resolver, req, undo, ipam);
+                configure(linked?, Some(ipam?))
+            })
         }
         Some(_) => {
             let linked = links(undo)?;
-            Ok((linked, Some(ipam_add(resolver, req, undo)?)))
+            let ipam = ipam_add(resolver, req, undo)?;
+            configure(linked, Some(ipam))
         }
     }
 }

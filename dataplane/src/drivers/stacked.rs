@@ -307,10 +307,24 @@ fn add_steps<'a>(
     // Refused before IPAM allocates anything.
     let master = resolve_master(req, ctx, conf)?;
     let mtu = common::check_mtu(conf.mtu, 68, master.mtu, "the master's MTU")?;
-    let (link, ipam) = common::links_and_ipam(resolver, req, &conf.ipam, undo, |undo| {
-        create_link(conf, ctx, &master, mtu, undo)
-    })?;
+    common::links_and_ipam(
+        resolver,
+        req,
+        &conf.ipam,
+        undo,
+        |undo| create_link(conf, ctx, &master, mtu, undo),
+        |link, ipam| configure(req, conf, ctx, link, ipam),
+    )
+}
 
+/// The result, and the interface's addresses and routes.
+fn configure(
+    req: &Request,
+    conf: &Conf,
+    ctx: &Attach,
+    link: Link,
+    ipam: Option<CniResult>,
+) -> Result<CniResult, CniError> {
     let mut result = if let Some(ipam) = ipam {
         CniResult {
             ips: ipam.ips,
