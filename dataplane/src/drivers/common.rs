@@ -500,6 +500,23 @@ fn key(template: &str, ifname: &str) -> Result<SysctlKey, CniError> {
 /// gateway of its family). Every IP of the result belongs to this interface.
 /// `notify` are best-effort sysctls (`IFNAME` placeholder) written in the
 /// same visit to the pod namespace.
+/// The best-effort `notify` sysctls of [`configure_iface`], written ahead
+/// (it is then given none): a driver whose IPAM runs on another thread writes
+/// them while it waits for the addresses.
+pub(crate) fn write_notify_sysctls(ctx: &Attach, notify: &[&str]) -> Result<(), CniError> {
+    let keys = notify
+        .iter()
+        .map(|template| key(template, &ctx.ifname))
+        .collect::<Result<Vec<_>, _>>()?;
+    ctx.pod_ns
+        .run(|| {
+            for k in &keys {
+                let _ = sysctl::write_current(k, "1");
+            }
+        })
+        .map_err(sys("enter the container namespace"))
+}
+
 pub(crate) fn configure_iface(
     ctx: &Attach,
     index: u32,
@@ -532,27 +549,31 @@ pub(crate) fn configure_iface(
         Vec::new()
     };
     let keep_addr = key("net/ipv6/conf/IFNAME/keep_addr_on_down", ifname)?;
-    ctx.pod_ns
-        .run(|| -> Result<(), Error> {
-            for (k, v) in &best_effort {
-                let _ = sysctl::write_current(k, v);
-            }
-            if has_v6 {
-                // A namespace without IPv6 at all has no such files: the
-                // address add below will say so.
-                for k in &enable_v6 {
-                    match sysctl::read_current(k) {
-                        Ok(v) if v != "0" => sysctl::write_current(k, "0")?,
-                        _ => {}
-                    }
+    if best_effort.is_empty() && !has_v6 {
+        // Nothing to write: no visit.
+    } else {
+        ctx.pod_ns
+            .run(|| -> Result<(), Error> {
+                for (k, v) in &best_effort {
+                    let _ = sysctl::write_current(k, v);
                 }
-                // Keep the addresses when the link goes down and up again.
-                sysctl::write_current(&keep_addr, "1")?;
-            }
-            Ok(())
-        })
-        .map_err(sys("enter the container namespace"))?
-        .map_err(sys("enable IPv6 in the container"))?;
+                if has_v6 {
+                    // A namespace without IPv6 at all has no such files: the
+                    // address add below will say so.
+                    for k in &enable_v6 {
+                        match sysctl::read_current(k) {
+                            Ok(v) if v != "0" => sysctl::write_current(k, "0")?,
+                            _ => {}
+                        }
+                    }
+                    // Keep the addresses when the link goes down and up again.
+                    sysctl::write_current(&keep_addr, "1")?;
+                }
+                Ok(())
+            })
+            .map_err(sys("enter the container namespace"))?
+            .map_err(sys("enable IPv6 in the container"))?;
+    }
 
     let nodad = AddressOptions {
         nodad: dad == Dad::Off,

@@ -307,15 +307,33 @@ fn add_steps<'a>(
     // Refused before IPAM allocates anything.
     let master = resolve_master(req, ctx, conf)?;
     let mtu = common::check_mtu(conf.mtu, 68, master.mtu, "the master's MTU")?;
+    // With IPAM the interface gets addresses, so the notify sysctls are
+    // written while IPAM runs rather than after.
+    let notify_early = common::has_ipam(&conf.ipam);
     common::links_and_ipam(
         resolver,
         req,
         &conf.ipam,
         undo,
-        |undo| create_link(conf, ctx, &master, mtu, undo),
-        |link, ipam| configure(req, conf, ctx, link, ipam),
+        |undo| {
+            let link = create_link(conf, ctx, &master, mtu, undo)?;
+            if notify_early {
+                common::write_notify_sysctls(ctx, NOTIFY)?;
+            }
+            Ok(link)
+        },
+        |link, ipam| {
+            let notify = if notify_early { &[][..] } else { NOTIFY };
+            configure(req, conf, ctx, link, ipam, notify)
+        },
     )
 }
+
+/// Announce the interface's addresses when they change (as the reference).
+const NOTIFY: &[&str] = &[
+    "net/ipv4/conf/IFNAME/arp_notify",
+    "net/ipv6/conf/IFNAME/ndisc_notify",
+];
 
 /// The result, and the interface's addresses and routes.
 fn configure(
@@ -324,6 +342,7 @@ fn configure(
     ctx: &Attach,
     link: Link,
     ipam: Option<CniResult>,
+    notify: &[&str],
 ) -> Result<CniResult, CniError> {
     let mut result = if let Some(ipam) = ipam {
         CniResult {
@@ -358,16 +377,7 @@ fn configure(
             .set_up(link.index)
             .map_err(sys(format_args!("set {} up", ctx.ifname)))?;
     } else {
-        common::configure_iface(
-            ctx,
-            link.index,
-            &result,
-            Dad::Kernel,
-            &[
-                "net/ipv4/conf/IFNAME/arp_notify",
-                "net/ipv6/conf/IFNAME/ndisc_notify",
-            ],
-        )?;
+        common::configure_iface(ctx, link.index, &result, Dad::Kernel, notify)?;
     }
     // The reference reports the configuration's dns, not IPAM's.
     result.dns = conf.dns.as_ref().map(DnsConf::to_dns).unwrap_or_default();
