@@ -494,12 +494,6 @@ fn key(template: &str, ifname: &str) -> Result<SysctlKey, CniError> {
     SysctlKey::for_interface(template, ifname).map_err(sys("sysctl key"))
 }
 
-/// Apply `result` to the container interface `index` (named `ctx.ifname`),
-/// as the reference's `ipam.ConfigureIface` does: sysctls, addresses, link
-/// up, DAD settling, routes (a route without gateway goes through the first
-/// gateway of its family). Every IP of the result belongs to this interface.
-/// `notify` are best-effort sysctls (`IFNAME` placeholder) written in the
-/// same visit to the pod namespace.
 /// The best-effort `notify` sysctls of [`configure_iface`], written ahead
 /// (it is then given none): a driver whose IPAM runs on another thread writes
 /// them while it waits for the addresses.
@@ -517,6 +511,12 @@ pub(crate) fn write_notify_sysctls(ctx: &Attach, notify: &[&str]) -> Result<(), 
         .map_err(sys("enter the container namespace"))
 }
 
+/// Apply `result` to the container interface `index` (named `ctx.ifname`),
+/// as the reference's `ipam.ConfigureIface` does: sysctls, addresses, link
+/// up, DAD settling, routes (a route without gateway goes through the first
+/// gateway of its family). Every IP of the result belongs to this interface.
+/// `notify` are best-effort sysctls (`IFNAME` placeholder) written in the
+/// same visit to the pod namespace.
 pub(crate) fn configure_iface(
     ctx: &Attach,
     index: u32,
