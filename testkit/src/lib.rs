@@ -11,11 +11,13 @@
 //! Features are probed once per test binary, in throw-away network
 //! namespaces (`unshare --net`), so probing changes nothing on the machine.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// Something a test needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,60 +70,72 @@ impl Feature {
 
     /// Why it is missing, or `None` when it is there.
     fn missing(self) -> Option<&'static str> {
-        static PROBED: OnceLock<Vec<Option<&'static str>>> = OnceLock::new();
+        static PROBED: OnceLock<Vec<Option<Cow<'static, str>>>> = OnceLock::new();
         let probed = PROBED.get_or_init(|| Feature::ALL.iter().map(|f| f.probe()).collect());
         let index = Feature::ALL
             .iter()
             .position(|f| *f == self)
             .expect("listed");
-        probed[index]
+        probed[index].as_deref()
     }
 
-    fn probe(self) -> Option<&'static str> {
+    fn probe(self) -> Option<Cow<'static, str>> {
         let root = unsafe { libc::geteuid() } == 0;
+        let reason = |missing: bool, why: &'static str| missing.then_some(Cow::Borrowed(why));
         match self {
-            Feature::Root => (!root).then_some("not running as root"),
+            Feature::Root => reason(!root, "not running as root"),
             _ if !root && !matches!(self, Feature::ReferencePlugins | Feature::Python3) => {
-                Some("probing it needs root")
+                reason(true, "probing it needs root")
             }
-            Feature::Ipvlan => (!in_scratch_netns(
+            Feature::Ipvlan => in_scratch_netns(
                 "ip link add p0 type veth peer name p1 && ip link add i0 link p0 type ipvlan mode l2",
-            ))
-            .then_some("this kernel has no ipvlan (EOPNOTSUPP)"),
-            Feature::BridgeVlanFiltering => {
-                (!in_scratch_netns("ip link add b0 type bridge vlan_filtering 1"))
-                    .then_some("this kernel's bridge has no VLAN filtering (EOPNOTSUPP)")
-            }
-            Feature::Vlan => (!in_scratch_netns(
+                "this kernel has no ipvlan (EOPNOTSUPP)",
+            ),
+            Feature::BridgeVlanFiltering => in_scratch_netns(
+                "ip link add b0 type bridge vlan_filtering 1",
+                "this kernel's bridge has no VLAN filtering (EOPNOTSUPP)",
+            ),
+            Feature::Vlan => in_scratch_netns(
                 "ip link add p0 type veth peer name p1 && ip link add link p0 name v0 type vlan id 10 \
                  && ip link add link p0 name v1 type vlan proto 802.1ad id 20",
-            ))
-            .then_some("this kernel has no 802.1q/802.1ad vlan (EOPNOTSUPP)"),
-            Feature::Dummy => (!in_scratch_netns("ip link add d0 type dummy"))
-                .then_some("this kernel has no dummy links (EOPNOTSUPP)"),
-            Feature::Netdevsim => (!Path::new("/sys/bus/netdevsim/new_device").exists())
-                .then_some("this kernel has no netdevsim"),
-            Feature::VdpaSim => (!Path::new("/sys/bus/vdpa").exists()
-                || !command_output("vdpa", &["mgmtdev", "show"]).contains("vdpasim_net"))
-            .then_some("this kernel has no vDPA bus with vdpasim_net"),
-            Feature::ReferencePlugins => (!REFERENCE_PLUGINS
-                .iter()
-                .all(|p| Path::new("/usr/lib/cni").join(p).is_file()))
-            .then_some("/usr/lib/cni lacks reference plugins (apt-get install containernetworking-plugins)"),
-            Feature::Python3 => (!Command::new("python3")
-                .arg("-V")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success()))
-            .then_some("no python3 on PATH (apt-get install python3)"),
+                "this kernel has no 802.1q/802.1ad vlan (EOPNOTSUPP)",
+            ),
+            Feature::Dummy => in_scratch_netns(
+                "ip link add d0 type dummy",
+                "this kernel has no dummy links (EOPNOTSUPP)",
+            ),
+            Feature::Netdevsim => reason(
+                !Path::new("/sys/bus/netdevsim/new_device").exists(),
+                "this kernel has no netdevsim",
+            ),
+            Feature::VdpaSim => {
+                let why = "this kernel has no vDPA bus with vdpasim_net";
+                if !Path::new("/sys/bus/vdpa").exists() {
+                    return reason(true, why);
+                }
+                match bounded(Command::new("vdpa").args(["mgmtdev", "show"]), PROBE_TIMEOUT) {
+                    Ok(out) => reason(!String::from_utf8_lossy(&out.stdout).contains("vdpasim_net"), why),
+                    Err(e) => Some(e.into()),
+                }
+            }
+            Feature::ReferencePlugins => reason(
+                !REFERENCE_PLUGINS
+                    .iter()
+                    .all(|p| Path::new("/usr/lib/cni").join(p).is_file()),
+                "/usr/lib/cni lacks reference plugins (apt-get install containernetworking-plugins)",
+            ),
+            Feature::Python3 => match bounded(Command::new("python3").arg("-V"), PROBE_TIMEOUT) {
+                Ok(out) => reason(!out.status.success(), "no python3 on PATH (apt-get install python3)"),
+                Err(e) => Some(e.into()),
+            },
             Feature::Podman => {
                 if !["podman", "runc", "nsenter", "timeout"].iter().all(|t| on_path(t)) {
-                    Some("podman, runc, nsenter or timeout is missing (apt-get install podman runc uidmap busybox-static)")
-                } else if std::fs::read_dir("/sys/fs/cgroup").map_or(true, |mut d| d.next().is_none()) {
-                    Some("no cgroup file system is mounted, which runc needs")
+                    reason(true, "podman, runc, nsenter or timeout is missing (apt-get install podman runc uidmap busybox-static)")
                 } else {
-                    None
+                    reason(
+                        std::fs::read_dir("/sys/fs/cgroup").map_or(true, |mut d| d.next().is_none()),
+                        "no cgroup file system is mounted, which runc needs",
+                    )
                 }
             }
         }
@@ -234,24 +248,52 @@ fn on_path(tool: &str) -> bool {
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
 }
 
+/// How long one probe command may take: a kernel that blocks (the emulated
+/// CPU of vm-tests is slow, but not this slow) fails the probe with a reason
+/// instead of hanging every test of the binary on the probe's lock.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Runs `script` with `sh` in a fresh network namespace that disappears with
-/// it; whether it succeeded.
-fn in_scratch_netns(script: &str) -> bool {
-    Command::new("unshare")
-        .args(["--net", "sh", "-c", script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+/// it: `None` when it succeeded, else `missing`, or why it could not tell.
+fn in_scratch_netns(script: &str, missing: &'static str) -> Option<Cow<'static, str>> {
+    match bounded(
+        Command::new("unshare").args(["--net", "sh", "-c", script]),
+        PROBE_TIMEOUT,
+    ) {
+        Ok(out) => (!out.status.success()).then_some(Cow::Borrowed(missing)),
+        Err(e) => Some(e.into()),
+    }
 }
 
-fn command_output(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
+/// Runs `cmd` (stdin and stderr closed, stdout collected) for at most
+/// `timeout`, polling; at the deadline it is killed and the error says so.
+fn bounded(cmd: &mut Command, timeout: Duration) -> Result<Output, String> {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
+        .spawn()
+        .map_err(|e| format!("probing it failed: {what}: {e}"))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            // Probe output is small: the pipe never fills before the exit.
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "probing it timed out after {timeout:?}: {what}"
+                ));
+            }
+            Err(e) => return Err(format!("probing it failed: {what}: {e}")),
+        }
+    }
+    child
+        .wait_with_output()
+        .map_err(|e| format!("probing it failed: {what}: {e}"))
 }
 
 #[cfg(test)]
@@ -279,6 +321,18 @@ mod tests {
                 assert!(!why.is_empty(), "{f}");
             }
         }
+    }
+
+    #[test]
+    fn probe_commands_are_bounded() {
+        let t0 = Instant::now();
+        let e = bounded(Command::new("sleep").arg("10"), Duration::from_millis(200)).unwrap_err();
+        assert!(e.starts_with("probing it timed out after 200ms"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        let out = bounded(Command::new("echo").arg("hi"), PROBE_TIMEOUT).unwrap();
+        assert_eq!(out.stdout, b"hi\n");
+        let e = bounded(&mut Command::new("/nonexistent/probe"), PROBE_TIMEOUT).unwrap_err();
+        assert!(e.starts_with("probing it failed"), "{e}");
     }
 
     #[test]
