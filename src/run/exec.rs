@@ -306,7 +306,7 @@ enum RunError {
 /// its pipes open past the deadline is killed and its threads abandoned.
 fn run_bounded(mut cmd: Command, stdin: Vec<u8>, timeout: Duration) -> Result<Output, RunError> {
     let deadline = Instant::now() + timeout;
-    let mut child = cmd.spawn().map_err(RunError::Spawn)?;
+    let mut child = spawn_once_written(&mut cmd, deadline).map_err(RunError::Spawn)?;
 
     let mut pipe_in = child.stdin.take().expect("stdin is piped");
     thread::spawn(move || {
@@ -376,6 +376,30 @@ fn run_bounded(mut cmd: Command, stdin: Vec<u8>, timeout: Duration) -> Result<Ou
         stdout,
         stderr_tail,
     })
+}
+
+/// How long exec may keep failing with ETXTBSY before that is the answer.
+const BUSY_FOR_AT_MOST: Duration = Duration::from_secs(1);
+
+/// Spawn `cmd`, retrying for a moment (bounded by [`BUSY_FOR_AT_MOST`] and
+/// `deadline`) while exec fails with ETXTBSY: the binary is still open for
+/// writing, by an installer that is copying it in place, or by a child
+/// another thread forked between its open and its close (the descriptor
+/// lives in that child until it execs). Both last moments.
+fn spawn_once_written(cmd: &mut Command, deadline: Instant) -> std::io::Result<Child> {
+    let give_up = deadline.min(Instant::now() + BUSY_FOR_AT_MOST);
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match cmd.spawn() {
+            Err(e)
+                if e.raw_os_error() == Some(libc::ETXTBSY) && Instant::now() + pause < give_up =>
+            {
+                thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            spawned => return spawned,
+        }
+    }
 }
 
 /// Wait for the child to exit, polling (it closed stdout, so it is usually
@@ -448,6 +472,29 @@ mod tests {
 
     fn conf(t: &str) -> Value {
         json!({"cniVersion": "1.0.0", "name": "n", "type": t})
+    }
+
+    #[test]
+    fn a_binary_still_open_for_writing_is_run_once_closed() {
+        let d = tempfile::tempdir().unwrap();
+        let p = script(d.path(), "p", "cat >/dev/null; echo '{}'");
+        let plugin = ExecPlugin::new("p", Duration::from_secs(10)).unwrap();
+        let req = request(CniCommand::Add, vec![d.path().into()], conf("p"));
+        // Held open for writing a little while: exec fails with ETXTBSY
+        // until the writer lets go, then it runs.
+        let writer = fs::OpenOptions::new().append(true).open(&p).unwrap();
+        let release = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(150));
+            drop(writer);
+        });
+        assert_eq!(plugin.invoke(&req).unwrap(), b"{}\n");
+        release.join().unwrap();
+        // Held for good: the error, within BUSY_FOR_AT_MOST.
+        let _writer = fs::OpenOptions::new().append(true).open(&p).unwrap();
+        let t0 = Instant::now();
+        let e = plugin.invoke(&req).unwrap_err();
+        assert!(e.details.contains("Text file busy"), "{e}");
+        assert!(t0.elapsed() < BUSY_FOR_AT_MOST + Duration::from_millis(500));
     }
 
     #[test]
