@@ -284,9 +284,7 @@ fn bounded(cmd: &mut Command, timeout: Duration) -> Result<Output, String> {
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "probing it timed out after {timeout:?}: {what}"
-                ));
+                return Err(format!("probing it timed out after {timeout:?}: {what}"));
             }
             Err(e) => return Err(format!("probing it failed: {what}: {e}")),
         }
