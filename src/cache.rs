@@ -811,41 +811,65 @@ mod tests {
         assert_eq!(cache.load("ctr-1", "eth0").unwrap(), Lookup::Found(rec));
     }
 
+    /// Set for the child run of [`a_failed_append_is_cut_off`]: the record's
+    /// path to append to.
+    const APPEND_CHILD: &str = "PLEXUS_TEST_APPEND_CHILD";
+
     #[test]
     fn a_failed_append_is_cut_off() {
+        let long_line = vec![b' '; 64 << 10];
+        if let Some(path) = std::env::var_os(APPEND_CHILD) {
+            // The child: its file size limit stops the append part way.
+            let path = PathBuf::from(path);
+            let e = Cache::new(path.parent().unwrap())
+                .append(&path, &long_line)
+                .unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "{e}");
+            return;
+        }
         let d = tempfile::tempdir().unwrap();
         let cache = Cache::new(d.path());
         cache.store(&record()).unwrap();
         let path = cache.path("ctr-1", "eth0").unwrap();
         let before = fs::read(&path).unwrap();
-        let long_line = vec![b' '; 64 << 10];
-        // A disk that fills up in the middle of the append: a child process
-        // whose file size limit stops the write part way (EFBIG).
-        // SAFETY: the child only makes system calls (no allocation: the
-        // path is short enough for std's stack buffer) and _exits.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
-        if pid == 0 {
-            unsafe {
+        // A disk that fills up in the middle of the append: this test again,
+        // in a child process whose file size limit makes the write fail
+        // (EFBIG; SIGXFSZ ignored). A re-exec, not a fork, since other
+        // tests' threads may hold locks a forked child would inherit.
+        let limit = (before.len() + 100) as libc::rlim_t;
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child
+            .args([
+                "--exact",
+                "cache::tests::a_failed_append_is_cut_off",
+                "--test-threads=1",
+            ])
+            .env(APPEND_CHILD, &path);
+        // SAFETY: only signal(2) and setrlimit(2), async-signal-safe, run
+        // between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut child, move || {
                 libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-                let limit = (before.len() + 100) as libc::rlim_t;
                 let rl = libc::rlimit {
                     rlim_cur: limit,
                     rlim_max: limit,
                 };
-                libc::setrlimit(libc::RLIMIT_FSIZE, &rl);
-                let code = match cache.append(&path, &long_line) {
-                    Err(e) if e.raw_os_error() == Some(libc::EFBIG) => 0,
-                    _ => 1,
-                };
-                libc::_exit(code);
-            }
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
         }
-        let mut status = 0;
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        let out = child.output().unwrap();
         assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "{status:#x}"
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "the child ran no test: {out:?}"
         );
         assert_eq!(fs::read(&path).unwrap(), before);
         assert_eq!(
