@@ -14,6 +14,7 @@ use crate::cni::result::CniResult;
 use crate::cni::version::CniVersion;
 use crate::config::PlexusConf;
 use crate::manifest;
+use crate::netattach::deviceinfo::DeviceInfo;
 use crate::netattach::status::{NetworkStatus, StatusInput};
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
 
@@ -255,7 +256,18 @@ fn run_status(args: &StatusArgs) -> Result<String, CniError> {
         crate::cni::names::check_ifname(ifname)
             .map_err(|reason| CniError::invalid_config("--ifname", reason))?;
     }
-    let device_info = args.device_info.as_deref().map(read_json).transpose()?;
+    // §5.3.8: only a map that is valid device information (device-info-SPEC
+    // §3.1) may be published.
+    let device_info = args
+        .device_info
+        .as_deref()
+        .map(|path| {
+            DeviceInfo::from_value(&read_json(path)?).map_err(|e| CniError {
+                details: format!("--device-info {}: {}", path.display(), e.details),
+                ..e
+            })
+        })
+        .transpose()?;
     let input = StatusInput {
         network: &args.network,
         ifname: args.ifname.as_deref(),

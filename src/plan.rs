@@ -299,7 +299,15 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
     let default_network = resolve_default_network(pod, inputs, &mut warnings)?;
 
     let mut wanted: Vec<Wanted> = Vec::new();
-    for (i, name) in options.default_networks.iter().enumerate() {
+    // As Multus's `systemNamespaces`: pods there are not given the
+    // `defaultNetworks`, but what they select themselves is attached, since
+    // §7.2 allows no silent drop of a selection.
+    let default_networks: &[String] = if options.system_namespaces.contains(&pod.namespace) {
+        &[]
+    } else {
+        &options.default_networks
+    };
+    for (i, name) in default_networks.iter().enumerate() {
         let reference = NetworkRef::parse(name, &options.plexus_namespace)
             .map_err(|reason| CniError::invalid_config(format!("defaultNetworks[{i}]"), reason))?;
         wanted.push(Wanted {
@@ -430,9 +438,8 @@ fn resolve_default_network(
     })
 }
 
-/// The pod's selections (§4), or none when the annotation is absent, the pod
-/// is in a system namespace, or the annotation is invalid (then with a warning,
-/// or an error under `strictAnnotations`).
+/// The pod's selections (§4), or none when the annotation is absent or
+/// invalid (then with a warning, or an error under `strictAnnotations`).
 fn selections(
     pod: &Pod,
     options: &PlanOptions,
@@ -441,13 +448,6 @@ fn selections(
     let Some(value) = pod.annotations.get(NETWORKS_ANNOTATION) else {
         return Ok(Vec::new());
     };
-    if options.system_namespaces.contains(&pod.namespace) {
-        warnings.push(format!(
-            "annotation {NETWORKS_ANNOTATION} ignored: namespace {} is a system namespace (systemNamespaces)",
-            pod.namespace
-        ));
-        return Ok(Vec::new());
-    }
     match parse_selection_annotation(value) {
         Ok(parsed) => {
             warnings.extend(

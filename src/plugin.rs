@@ -245,7 +245,7 @@ impl Plugin for PlexusPlugin {
 pub fn run_as_plugin() -> i32 {
     skel::run(
         &PlexusPlugin,
-        |key| std::env::var(key).ok(),
+        |key| std::env::var_os(key),
         &mut io::stdin().lock(),
         &mut io::stdout().lock(),
         &mut io::stderr().lock(),

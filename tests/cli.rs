@@ -359,6 +359,93 @@ fn status_from_a_result_file() {
 }
 
 #[test]
+fn status_mac_comes_with_an_interface() {
+    // multi-net-spec §5.3.4: "If the mac key is present, interface must also
+    // be present." A sandbox interface whose name the plugin left empty.
+    let dir = tempfile::tempdir().unwrap();
+    let result = write(
+        dir.path(),
+        "result.json",
+        r#"{"cniVersion": "1.0.0",
+            "interfaces": [{"name": "", "mac": "02:00:00:00:00:07", "sandbox": "/var/run/netns/blue"}],
+            "ips": [{"address": "10.1.0.5/16", "interface": 0}]}"#,
+    );
+    // With the CNI_IFNAME it was added as, that is the interface.
+    let out = run(&[
+        "status",
+        "--result",
+        &result,
+        "--network",
+        "ns/n",
+        "--ifname",
+        "net1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let entry = stdout_json(&out);
+    assert_eq!(entry["interface"], "net1", "{entry}");
+    assert_eq!(entry["mac"], "02:00:00:00:00:07", "{entry}");
+    // Without one, no interface is known: no mac either.
+    let out = run(&["status", "--result", &result, "--network", "ns/n"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let entry = stdout_json(&out);
+    assert!(
+        entry.get("mac").is_none() && entry.get("interface").is_none(),
+        "{entry}"
+    );
+    assert_eq!(entry["ips"], json!(["10.1.0.5/16"]));
+}
+
+#[test]
+fn status_device_info_must_be_valid_device_information() {
+    // multi-net-spec §5.3.8: the map "must contain the keys described in the
+    // Device Information Specification" (device-info-SPEC §3.1).
+    let dir = tempfile::tempdir().unwrap();
+    let result = write(
+        dir.path(),
+        "result.json",
+        r#"{"cniVersion": "1.0.0", "interfaces": [{"name": "net1", "sandbox": "/p"}],
+            "ips": [{"address": "10.1.0.5/16", "interface": 0}]}"#,
+    );
+    let status = |info: &str| {
+        let file = write(dir.path(), "info.json", info);
+        run(&[
+            "status",
+            "--result",
+            &result,
+            "--network",
+            "ns/n",
+            "--device-info",
+            &file,
+        ])
+    };
+    for (info, field) in [
+        (r#"{"type": "pci"}"#, "version: required"),
+        (r#"{"type": "pci", "version": "1.1.0"}"#, "pci: required"),
+        (
+            r#"{"type": "pci", "version": "1.1.0", "pci": {}}"#,
+            "pci.pci-address: required",
+        ),
+        (r#"{"type": "gpu", "version": "1.1.0"}"#, "type: "),
+        (r#"["pci"]"#, "device information"),
+    ] {
+        let out = status(info);
+        assert_eq!(out.status.code(), Some(1), "{info}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("--device-info ") && err.contains(field),
+            "{info}: {err}"
+        );
+    }
+    let valid = r#"{"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:18:02.5"}}"#;
+    let out = status(valid);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout_json(&out)["device-info"],
+        serde_json::from_str::<Value>(valid).unwrap()
+    );
+}
+
+#[test]
 fn version_names_the_spec_versions() {
     let out = run(&["version"]);
     assert!(out.status.success());

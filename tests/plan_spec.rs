@@ -599,23 +599,50 @@ fn s7_4_namespace_isolation() {
 }
 
 #[test]
-fn system_namespaces_get_only_the_default_network() {
-    let all = nads(&spec_nads());
+fn system_namespaces_withhold_default_networks_but_honour_the_pods_selection() {
+    // §7.2: a selected network is attached or the operation fails; like
+    // Multus's `systemNamespaces`, only `defaultNetworks` are withheld.
+    let all = nads(&format!(
+        "{}\n---\n{}",
+        spec_nads(),
+        spec_nads().replace("namespace: my-namespace", "namespace: kube-system")
+    ));
     let dn = default_network();
-    let mut pod = pod_with(Some("net-a"));
-    pod.namespace = "kube-system".into();
-    let p = plan(
-        &pod,
-        &PlanInputs {
-            nads: &all,
-            conf_dir: None,
-            default_network: &dn,
-            options: &PlanOptions::default(),
-        },
-    )
-    .unwrap();
-    assert_eq!(p.attachments.len(), 1);
-    assert!(p.warnings[0].contains("system namespace"));
+    let options = PlanOptions {
+        default_networks: vec!["my-namespace/net-a".into()],
+        ..PlanOptions::default()
+    };
+    let plan_in = |namespace: &str| {
+        let mut pod = pod_with(Some("net-b"));
+        pod.namespace = namespace.into();
+        plan(
+            &pod,
+            &PlanInputs {
+                nads: &all,
+                conf_dir: None,
+                default_network: &dn,
+                options: &options,
+            },
+        )
+        .unwrap()
+    };
+    let system = plan_in("kube-system");
+    assert_eq!(
+        summary(&system)[1..],
+        [s("kube-system/net-b", "net1", false)],
+        "{:?}",
+        system.warnings
+    );
+    assert!(system.warnings.is_empty(), "{:?}", system.warnings);
+    // Elsewhere the default networks come first.
+    let other = plan_in("my-namespace");
+    assert_eq!(
+        summary(&other)[1..],
+        [
+            s("my-namespace/net-a", "net1", false),
+            s("my-namespace/net-b", "net2", false)
+        ]
+    );
 }
 
 #[test]

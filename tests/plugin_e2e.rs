@@ -84,7 +84,8 @@ fn ping(from: &str, to: &str) -> bool {
         .success()
 }
 
-/// plexus run as a runtime runs it: in the node namespace, env + stdin.
+/// plexus run as a runtime runs it: in the node namespace, env + stdin,
+/// with `CNI_IFNAME=eth0`.
 fn plexus(
     node: &str,
     command: &str,
@@ -96,6 +97,19 @@ fn plexus(
     let netns = pod_ns
         .map(|n| format!("/var/run/netns/{n}"))
         .unwrap_or_default();
+    plexus_at(node, command, container, &netns, "eth0", pod, conf)
+}
+
+/// [`plexus`] with any `CNI_NETNS` path (empty: unset) and `CNI_IFNAME`.
+fn plexus_at(
+    node: &str,
+    command: &str,
+    container: &str,
+    netns: &str,
+    ifname: &str,
+    pod: &str,
+    conf: &str,
+) -> Output {
     let mut child = Command::new("ip")
         .args(["netns", "exec", node, PLEXUS])
         .env_clear()
@@ -103,7 +117,7 @@ fn plexus(
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", container)
         .env("CNI_NETNS", netns)
-        .env("CNI_IFNAME", "eth0")
+        .env("CNI_IFNAME", ifname)
         .env("CNI_PATH", REFERENCE)
         .env(
             "CNI_ARGS",
@@ -167,15 +181,21 @@ fn host_local(tmp: &Path, subnet: &str, who: &str) -> Value {
 /// NetworkAttachmentDefinition `nad` (named after its config) and pods p1 and
 /// p2 in namespace demo whose annotation selects it (multi-net-spec §4.1.2.1).
 fn plexus_conf(tmp: &Path, nad: &Value) -> String {
+    plexus_conf_selecting(tmp, nad, nad["name"].as_str().unwrap())
+}
+
+/// [`plexus_conf`] with the pods' annotation `selection` (YAML-quoted).
+fn plexus_conf_selecting(tmp: &Path, nad: &Value, selection: &str) -> String {
     let manifests = tmp.join("manifests");
     std::fs::create_dir(&manifests).unwrap();
     let name = nad["name"].as_str().unwrap();
     let mut text = format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: {name}, namespace: demo}}\nspec:\n  config: '{nad}'\n"
     );
+    let selection = serde_json::to_string(selection).unwrap();
     for pod in ["p1", "p2"] {
         text.push_str(&format!(
-            "---\nkind: Pod\nmetadata: {{name: {pod}, namespace: demo, annotations: {{k8s.v1.cni.cncf.io/networks: {name}}}}}\n"
+            "---\nkind: Pod\nmetadata: {{name: {pod}, namespace: demo, annotations: {{k8s.v1.cni.cncf.io/networks: {selection}}}}}\n"
         ));
     }
     std::fs::write(manifests.join("demo.yaml"), text).unwrap();
@@ -410,4 +430,200 @@ fn ipvlan_l3_two_pods_through_plexus() {
 #[test]
 fn ipvlan_l3s_two_pods_through_plexus() {
     two_pods_on_an_ipvlan_network("l3s");
+}
+
+// ---------------------------------------------------------------------------
+// A pod, or a bad call, cannot harm the node (issue 9).
+
+/// The node namespace's links with their addresses and its routes: what
+/// must not change.
+fn node_state(node: &str) -> (Value, String) {
+    let addrs: Value = serde_json::from_str(&ip(node, &["-j", "addr", "show"])).unwrap();
+    let links: Value = addrs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| json!([l["ifname"], l["operstate"], l["addr_info"]]))
+        .collect();
+    (links, ip(node, &["route", "show", "table", "all"]))
+}
+
+/// The CNI error a failed call printed.
+fn cni_error(out: &Output) -> Value {
+    assert!(!out.status.success(), "expected a failure");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn the_nodes_own_namespace_is_never_configured_as_a_pod() {
+    use plexus_testkit::Feature;
+    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut namespaces = Namespaces(Vec::new());
+    let (node, _pods) = node_and_pods(&mut namespaces, "self");
+    // The node's uplink has an address and the default route, as a node's eth0.
+    ip(&node, &["addr", "add", "192.0.2.10/24", "dev", "uplink0"]);
+    ip(&node, &["route", "add", "default", "via", "192.0.2.1"]);
+    // A /run/netns name bound to the node's namespace, as `ip netns attach`
+    // makes one.
+    let alias = namespaces.add("self-alias");
+    let alias_path = format!("/var/run/netns/{alias}");
+    let _ = NetNs::delete_named(&alias);
+    std::fs::write(&alias_path, "").unwrap();
+    let bound = Command::new("mount")
+        .args(["--bind", &format!("/var/run/netns/{node}"), &alias_path])
+        .status()
+        .unwrap();
+    assert!(bound.success());
+
+    let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
+        "master": "uplink0", "ipam": host_local(tmp.path(), "10.20.0.0/24", "mac")});
+    let conf = plexus_conf(tmp.path(), &macnet);
+    let before = node_state(&node);
+    for netns in [
+        "/proc/self/ns/net",
+        "/proc/thread-self/ns/net",
+        alias_path.as_str(),
+    ] {
+        for ifname in ["eth0", "uplink0"] {
+            let out = plexus_at(&node, "ADD", "c0", netns, ifname, "p1", &conf);
+            let e = cni_error(&out);
+            assert_eq!(e["code"], 4, "{netns}: {e}");
+            let details = e["details"].as_str().unwrap();
+            assert!(
+                details.starts_with("CNI_NETNS: ")
+                    && details.contains("node's own network namespace"),
+                "{netns}: {details}"
+            );
+            // DEL with the node's namespace removes nothing of the node.
+            let out = plexus_at(&node, "DEL", "c0", netns, ifname, "p1", &conf);
+            assert_ok("DEL", &out);
+            assert_eq!(
+                node_state(&node),
+                before,
+                "{netns} {ifname}: the node changed"
+            );
+        }
+    }
+    assert_nothing_left(tmp.path());
+}
+
+#[test]
+fn del_after_a_failed_add_leaves_the_device_that_was_in_its_way() {
+    use plexus_testkit::Feature;
+    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut namespaces = Namespaces(Vec::new());
+    let (node, pods) = node_and_pods(&mut namespaces, "taken");
+    let pod = &pods[0];
+    // The pod namespace already has an eth0 (a veth, the kind the bridge
+    // makes) with an address and the default route.
+    ip(
+        pod,
+        &[
+            "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
+        ],
+    );
+    ip(pod, &["link", "set", "eth0", "up"]);
+    ip(pod, &["link", "set", "eth0p", "up"]);
+    ip(pod, &["addr", "add", "192.0.2.20/24", "dev", "eth0"]);
+    ip(pod, &["route", "add", "default", "via", "192.0.2.1"]);
+    let pod_before = node_state(pod);
+    let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
+        "master": "uplink0", "ipam": host_local(tmp.path(), "10.20.0.0/24", "mac")});
+    let conf = plexus_conf(tmp.path(), &macnet);
+
+    let out = plexus(&node, "ADD", "c0", Some(pod), "p1", &conf);
+    let e = cni_error(&out);
+    assert_eq!(e["code"], 7, "{e}");
+    assert!(
+        e["details"].as_str().unwrap().contains("already exists"),
+        "{e}"
+    );
+    // cni-SPEC §3: the runtime DELs after a failed ADD; twice, as
+    // containerd may, the second time without CNI_NETNS.
+    for netns in [Some(pod.as_str()), None] {
+        assert_ok("DEL", &plexus(&node, "DEL", "c0", netns, "p1", &conf));
+        assert_eq!(
+            node_state(pod),
+            pod_before,
+            "the pod's own eth0 was touched"
+        );
+    }
+    let node_links = link_names(&node);
+    assert!(
+        node_links.iter().all(|l| !l.starts_with("veth")),
+        "host end left: {node_links:?}"
+    );
+    assert_nothing_left(tmp.path());
+}
+
+#[test]
+fn lo_is_no_attachments_interface_and_a_failed_add_on_it_can_be_deleted() {
+    use plexus_testkit::Feature;
+    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut namespaces = Namespaces(Vec::new());
+    let (node, pods) = node_and_pods(&mut namespaces, "lo");
+    let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
+        "master": "uplink0", "ipam": host_local(tmp.path(), "10.20.0.0/24", "mac")});
+    // multi-net-spec §4.1.2.1.5: "lo" is no valid name for an attachment's
+    // interface, so the annotation is invalid and ignored: the pod gets the
+    // cluster network only, and a warning.
+    let conf = plexus_conf_selecting(
+        tmp.path(),
+        &macnet,
+        r#"[{"name": "macnet", "interface": "lo"}]"#,
+    );
+    let out = plexus(&node, "ADD", "c0", Some(&pods[0]), "p1", &conf);
+    assert_ok("ADD", &out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("\"lo\"") && stderr.contains("ignored"),
+        "{stderr}"
+    );
+    assert_eq!(link_names(&pods[0]), ["lo", "eth0"]);
+    assert_ok(
+        "DEL",
+        &plexus(&node, "DEL", "c0", Some(&pods[0]), "p1", &conf),
+    );
+
+    // A runtime asking for CNI_IFNAME=lo: the ADD fails (the name is taken),
+    // and every DEL after it succeeds, leaving the pod's loopback.
+    let out = plexus_at(
+        &node,
+        "ADD",
+        "c1",
+        &format!("/var/run/netns/{}", pods[1]),
+        "lo",
+        "p2",
+        &conf,
+    );
+    assert_eq!(cni_error(&out)["code"], 7);
+    for _ in 0..2 {
+        let out = plexus_at(
+            &node,
+            "DEL",
+            "c1",
+            &format!("/var/run/netns/{}", pods[1]),
+            "lo",
+            "p2",
+            &conf,
+        );
+        assert_ok("DEL", &out);
+    }
+    assert_eq!(link_names(&pods[1]), ["lo"]);
+    assert_nothing_left(tmp.path());
 }

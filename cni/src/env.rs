@@ -2,6 +2,7 @@
 //! variables and validated per command. Every error is code 4 and names the
 //! variable.
 
+use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -99,16 +100,32 @@ pub struct CniEnv {
 impl CniEnv {
     /// Read and validate the variables that cni-SPEC §2 defines for the
     /// command. Variables a command does not use are not read, so stray values
-    /// (say `CNI_IFNAME` on GC) cannot fail it.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<CniEnv, CniError> {
+    /// (say `CNI_IFNAME` on GC) cannot fail it. `lookup` gives a variable's
+    /// raw value (an `OsString` from the process environment, or a `String`);
+    /// one that is not UTF-8 is an error naming it.
+    pub fn from_lookup<V: Into<OsString>>(
+        lookup: impl Fn(&str) -> Option<V>,
+    ) -> Result<CniEnv, CniError> {
         // An empty value counts as unset: runtimes written in Go cannot tell
         // the two apart, and containerd sends `CNI_NETNS=` on late DELs.
-        let get = |var: &str| lookup(var).filter(|v| !v.is_empty());
+        let get = |var: &str| -> Result<Option<String>, CniError> {
+            match lookup(var).map(|v| v.into().into_string()) {
+                None => Ok(None),
+                Some(Ok(v)) => Ok(Some(v).filter(|v| !v.is_empty())),
+                Some(Err(raw)) => Err(CniError::invalid_env(
+                    var,
+                    format!(
+                        "{:?} is not valid UTF-8 (CNI parameters are text)",
+                        raw.to_string_lossy()
+                    ),
+                )),
+            }
+        };
         let missing = |var: &str, command: CniCommand| {
             CniError::invalid_env(var, format!("required for {command} but not set"))
         };
 
-        let command: CniCommand = get(CNI_COMMAND)
+        let command: CniCommand = get(CNI_COMMAND)?
             .ok_or_else(|| CniError::invalid_env(CNI_COMMAND, "not set"))?
             .parse()?;
         let mut env = CniEnv {
@@ -124,12 +141,12 @@ impl CniEnv {
         }
 
         if command.is_attachment() {
-            let id = get(CNI_CONTAINERID).ok_or_else(|| missing(CNI_CONTAINERID, command))?;
+            let id = get(CNI_CONTAINERID)?.ok_or_else(|| missing(CNI_CONTAINERID, command))?;
             names::check_container_id(&id)
                 .map_err(|r| CniError::invalid_env(CNI_CONTAINERID, r))?;
             env.container_id = Some(id);
 
-            match get(CNI_NETNS) {
+            match get(CNI_NETNS)? {
                 Some(ns) => {
                     let p = PathBuf::from(&ns);
                     if !p.is_absolute() {
@@ -145,16 +162,16 @@ impl CniEnv {
                 None => return Err(missing(CNI_NETNS, command)),
             }
 
-            let ifname = get(CNI_IFNAME).ok_or_else(|| missing(CNI_IFNAME, command))?;
+            let ifname = get(CNI_IFNAME)?.ok_or_else(|| missing(CNI_IFNAME, command))?;
             names::check_ifname(&ifname).map_err(|r| CniError::invalid_env(CNI_IFNAME, r))?;
             env.ifname = Some(ifname);
 
-            if let Some(args) = get(CNI_ARGS) {
+            if let Some(args) = get(CNI_ARGS)? {
                 env.args = CniArgs::parse(&args)?;
             }
         }
 
-        match get(CNI_PATH) {
+        match get(CNI_PATH)? {
             Some(p) => {
                 env.path = p
                     .split(':')
@@ -177,7 +194,7 @@ impl CniEnv {
 
     /// Read the process environment.
     pub fn from_process() -> Result<CniEnv, CniError> {
-        CniEnv::from_lookup(|k| std::env::var(k).ok())
+        CniEnv::from_lookup(|k| std::env::var_os(k))
     }
 }
 
@@ -292,6 +309,31 @@ mod tests {
         assert!(d.starts_with("CNI_NETNS:"), "{d}");
         let d = err_details(&with("ADD", &[], &[("CNI_ARGS", "novalue")]));
         assert!(d.starts_with("CNI_ARGS: invalid pair \"novalue\""), "{d}");
+    }
+
+    #[test]
+    fn a_value_that_is_not_utf8_is_named_as_such() {
+        // Once reported as "required for ADD but not set" (issue 9).
+        use std::os::unix::ffi::OsStringExt;
+        for var in [
+            "CNI_CONTAINERID",
+            "CNI_IFNAME",
+            "CNI_NETNS",
+            "CNI_ARGS",
+            "CNI_COMMAND",
+        ] {
+            let vars: HashMap<String, OsString> = with("ADD", &[], &[])
+                .into_iter()
+                .map(|(k, v)| (k, OsString::from(v)))
+                .chain([(var.to_string(), OsString::from_vec(b"ab\xffcd".to_vec()))])
+                .collect();
+            let e = CniEnv::from_lookup(|k| vars.get(k).cloned()).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidEnvironment, "{e}");
+            assert_eq!(
+                e.details,
+                format!("{var}: \"ab\u{fffd}cd\" is not valid UTF-8 (CNI parameters are text)")
+            );
+        }
     }
 
     #[test]

@@ -89,6 +89,14 @@ pub struct CniError {
     pub code: ErrorCode,
     pub msg: String,
     pub details: String,
+    /// Set by a plugin whose failed ADD took back everything it had done
+    /// (the built-in drivers, through their undo log): the DEL a runtime
+    /// owes after a failed ADD (cni-SPEC §3 "Lifecycle") has nothing of it
+    /// to remove, so plexus's record does not owe that plugin one, and a
+    /// device that was there before (the name the ADD found taken) is never
+    /// deleted. Not part of the wire format: an exec'd plugin's error is
+    /// never marked.
+    pub undone: bool,
 }
 
 impl CniError {
@@ -97,6 +105,7 @@ impl CniError {
             code,
             msg: msg.into(),
             details: details.into(),
+            undone: false,
         }
     }
 

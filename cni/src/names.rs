@@ -29,6 +29,19 @@ pub fn check_ifname(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// An interface name a pod's attachment can own: a valid name
+/// ([`check_ifname`]) other than `lo`, the loopback device every network
+/// namespace has from its start (multi-net-spec §4.1.2.1.5: "must be a valid
+/// Linux kernel interface name"; an attachment named `lo` could only fail,
+/// and its DEL would take the pod's loopback).
+pub fn check_pod_ifname(name: &str) -> Result<(), String> {
+    check_ifname(name)?;
+    if name == "lo" {
+        return Err("\"lo\" is the loopback interface every network namespace has; no attachment can own it".into());
+    }
+    Ok(())
+}
+
 /// cni-SPEC §2 `CNI_CONTAINERID`: not empty, an alphanumeric character, then
 /// any of alphanumerics, `_`, `.` and `-`.
 pub fn check_container_id(id: &str) -> Result<(), String> {

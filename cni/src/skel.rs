@@ -66,9 +66,9 @@ pub trait Plugin {
 }
 
 /// Run one CNI invocation and return the process exit code.
-pub fn run(
+pub fn run<V: Into<std::ffi::OsString>>(
     plugin: &dyn Plugin,
-    lookup: impl Fn(&str) -> Option<String>,
+    lookup: impl Fn(&str) -> Option<V>,
     stdin: &mut dyn Read,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
@@ -100,9 +100,9 @@ fn write_json(w: &mut dyn Write, v: &Value) -> std::io::Result<()> {
 }
 
 /// Everything but the printing: the JSON to print on success, if any.
-fn drive(
+fn drive<V: Into<std::ffi::OsString>>(
     plugin: &dyn Plugin,
-    lookup: impl Fn(&str) -> Option<String>,
+    lookup: impl Fn(&str) -> Option<V>,
     stdin: &mut dyn Read,
     version: &mut CniVersion,
 ) -> Result<Option<Value>, CniError> {

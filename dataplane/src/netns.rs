@@ -66,6 +66,20 @@ impl fmt::Debug for NetNs {
     }
 }
 
+/// What a runtime's `CNI_NETNS` turned out to be.
+#[derive(Debug)]
+pub enum PodNetns {
+    /// A namespace other than the caller's: the pod's.
+    Pod(NetNs),
+    /// No namespace any more (or never): what a DEL must tolerate.
+    Gone,
+    /// The namespace the caller itself runs in: the node's. No pod has it,
+    /// and acting on it as a pod's would configure, or tear down, the node
+    /// (a `CNI_NETNS` of `/proc/self/ns/net`, or a `/run/netns` name bound
+    /// to the node's namespace).
+    Node(NetNs),
+}
+
 impl NetNs {
     /// Opens the namespace at `path` (`/var/run/netns/X`, `/proc/PID/ns/net`,
     /// any bind mount of one). Fails with EINVAL if the file is not a network
@@ -123,6 +137,24 @@ impl NetNs {
     /// `IFLA_NET_NS_FD`).
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+
+    /// Opens the pod namespace a runtime names (`CNI_NETNS`) and tells what
+    /// it is: see [`PodNetns`].
+    pub fn open_pod(path: impl AsRef<Path>) -> Result<PodNetns> {
+        let ns = match NetNs::open(path) {
+            Ok(ns) => ns,
+            // Deleted (ENOENT), or the bind mount removed and the file left
+            // (EINVAL): the namespace and all that lived in it are gone.
+            Err(e) if matches!(e.errno(), Some(Errno::ENOENT | Errno::EINVAL)) => {
+                return Ok(PodNetns::Gone)
+            }
+            Err(e) => return Err(e),
+        };
+        if ns.same_as(&NetNs::current()?)? {
+            return Ok(PodNetns::Node(ns));
+        }
+        Ok(PodNetns::Pod(ns))
     }
 
     /// Whether both handles refer to the same namespace (same nsfs inode).

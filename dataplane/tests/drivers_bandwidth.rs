@@ -685,9 +685,12 @@ fn shaping_limits_real_traffic() {
     let to_pod = udp_blast(&a.pod, "10.99.0.2", &a.node);
     let from_pod = udp_blast(&a.node, "10.99.0.1", &a.pod);
     eprintln!("shaped: {to_pod} bytes to the pod, {from_pod} from it in half a second");
+    // The upper bound is the shaping; the lower one only that traffic still
+    // flows: a loaded machine's sender may get out little more than the
+    // bucket (33 kB was seen while a kernel built alongside).
     for got in [to_pod, from_pod] {
         assert!(
-            (40_000..150_000).contains(&got),
+            (10_000..150_000).contains(&got),
             "shaped: {to_pod} / {from_pod} bytes"
         );
     }

@@ -16,7 +16,7 @@ use super::fields::{
 };
 use super::names::{check_dns1123_label, check_nad_name, nad_name_warning, NetworkRef};
 use crate::cni::error::CniError;
-use crate::cni::names::check_ifname;
+use crate::cni::names::check_pod_ifname;
 
 pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
 
@@ -175,7 +175,7 @@ fn parse_comma_item(
         warnings.push(format!("{item}: {w}"));
     }
     if let Some(ifname) = ifname {
-        check_ifname(ifname).map_err(|r| bad(format!("interface {ifname:?}: {r}")))?;
+        check_pod_ifname(ifname).map_err(|r| bad(format!("interface {ifname:?}: {r}")))?;
     }
     Ok(NetworkSelectionElement {
         name: name.to_string(),
@@ -280,7 +280,7 @@ fn decode_element(
     let ifname = |key: &str| -> Result<Option<String>, AnnotationError> {
         let Some(v) = get(key) else { return Ok(None) };
         let s = as_str(v).map_err(at(key))?;
-        check_ifname(s)
+        check_pod_ifname(s)
             .map_err(|r| at(key)(format!("{s:?} is not a valid interface name: {r}")))?;
         Ok(Some(s.to_string()))
     };

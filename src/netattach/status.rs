@@ -13,6 +13,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
+use super::deviceinfo::DeviceInfo;
 use super::fields::{as_array, as_bool, as_object, as_str, describe, fold_object};
 use crate::cni::error::CniError;
 use crate::cni::result::{CniResult, IpConfig};
@@ -67,8 +68,10 @@ pub struct StatusInput<'a> {
     /// The `default-route` key of the selection element, when it had one
     /// (§4.1.2.1.9, §5.3.7.4).
     pub gateway_request: Option<&'a [IpAddr]>,
-    /// Device information collected for the attachment (§5.3.8).
-    pub device_info: Option<Value>,
+    /// Device information collected for the attachment (§5.3.8: the map
+    /// "must contain the keys described in the Device Information
+    /// Specification", so only a validated one can be given).
+    pub device_info: Option<DeviceInfo>,
 }
 
 /// The keys of §5.3, in output order.
@@ -92,7 +95,7 @@ impl NetworkStatus {
         let mut s = NetworkStatus {
             name: input.network.to_string(),
             default: input.default,
-            device_info: input.device_info.clone(),
+            device_info: input.device_info.as_ref().map(DeviceInfo::to_value),
             ..Default::default()
         };
         let Some(r) = result else {
@@ -112,8 +115,11 @@ impl NetworkStatus {
             .find(|(_, i)| i.in_sandbox())
         {
             // §5.3.2.1, §5.3.4.1: the first interface with a sandbox;
-            // §5.3.3.1 rule 1: the addresses on it.
-            s.interface = Some(iface.name.clone()).filter(|n| !n.is_empty());
+            // §5.3.3.1 rule 1: the addresses on it. A plugin that left its
+            // name empty used CNI_IFNAME.
+            s.interface = Some(iface.name.clone())
+                .filter(|n| !n.is_empty())
+                .or_else(|| input.ifname.map(str::to_string));
             s.mac = iface.mac.clone().filter(|m| !m.is_empty());
             s.mtu = iface.mtu.filter(|m| *m > 0);
             r.ips
@@ -141,6 +147,10 @@ impl NetworkStatus {
             Some(gws) => gws.iter().map(IpAddr::to_string).collect(),
             None => default_gateways(r, &ips),
         };
+        // §5.3.4: "If the mac key is present, interface must also be present."
+        if s.interface.is_none() {
+            s.mac = None;
+        }
         s
     }
 
@@ -882,7 +892,7 @@ mod tests {
             &StatusInput {
                 network: "ns/b",
                 gateway_request: Some(&gws),
-                device_info: Some(dev.clone()),
+                device_info: Some(DeviceInfo::from_value(&dev).unwrap()),
                 ..Default::default()
             },
         );

@@ -43,6 +43,8 @@ use crate::cni::result::{CniResult, Route};
 use crate::cni::skel::{Plugin, Request, VALID_ATTACHMENTS};
 use crate::cni::CniVersion;
 use crate::plan::{Attachment, DefaultNetwork, Plan};
+use plexus_dataplane::drivers::node_netns_refused;
+use plexus_dataplane::netns::{NetNs, PodNetns};
 
 pub use exec::ExecPlugin;
 pub use registry::Registry;
@@ -223,6 +225,11 @@ impl Executor {
             .netns
             .as_deref()
             .ok_or_else(|| CniError::invalid_env(CNI_NETNS, "required for ADD but not set"))?;
+        // No pod has the node's namespace: refused before any plugin (built
+        // in or exec'd) could configure the node as a pod.
+        if let Ok(PodNetns::Node(_)) = NetNs::open_pod(netns) {
+            return Err(node_netns_refused(netns));
+        }
         if plan.attachments.is_empty() {
             return Err(CniError::invalid_config(
                 "plan",
@@ -389,11 +396,18 @@ impl Executor {
         if failure.last_good.is_some() || cached.result.is_none() {
             cached.result = failure.last_good;
         }
-        // Owed: the plugins that ran, the failing one included; the ones
-        // after it never ran.
+        // Owed: the plugins that ran, the failing one included unless it
+        // undid its own work (then a device it found in its way, which it
+        // did not make, is never DEL'd); the ones after it never ran.
         let ran = failure
             .failed_plugin
-            .map_or(cached.attachment.plugins.len(), |k| k + 1);
+            .map_or(cached.attachment.plugins.len(), |k| {
+                if failure.error.undone {
+                    k
+                } else {
+                    k + 1
+                }
+            });
         cached.pending_del = (0..ran).collect();
         let _ = self.cache.update(record);
 
@@ -469,6 +483,13 @@ impl Executor {
             }
         };
         let netns = live_netns(ctx);
+        if let Some(node) = ctx.netns.as_deref().filter(|p| is_node_netns(p)) {
+            report.warnings.push(format!(
+                "CNI_NETNS {} is the node's own namespace, not the pod's: plugins get no \
+                 CNI_NETNS, so nothing of the node is deleted",
+                node.display()
+            ));
+        }
         let mut errors = Vec::new();
         for cached in record.attachments.iter_mut().rev() {
             if !cached.owes_del() {
@@ -773,8 +794,16 @@ fn attachment_env(
 /// The runtime's netns for DEL, when it still exists: a DEL after the
 /// namespace is gone (or with containerd's empty `CNI_NETNS`) still runs
 /// every plugin, with `CNI_NETNS` empty; plugins must cope (cni-SPEC §2 DEL).
+/// The node's own namespace counts as gone: no pod's interface is there, and
+/// a plugin deleting `CNI_IFNAME` in it would delete the node's.
 fn live_netns(ctx: &RunContext) -> Option<PathBuf> {
-    ctx.netns.clone().filter(|p| p.exists())
+    ctx.netns
+        .clone()
+        .filter(|p| p.exists() && !is_node_netns(p))
+}
+
+fn is_node_netns(path: &Path) -> bool {
+    matches!(NetNs::open_pod(path), Ok(PodNetns::Node(_)))
 }
 
 /// A plugin's request: its plan JSON plus `prevResult`, the previous result

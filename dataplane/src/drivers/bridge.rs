@@ -319,7 +319,7 @@ impl Plugin for Bridge<'_> {
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
         let c: DelConf = common::decode_config(req)?;
-        common::del_container_link(req)?;
+        common::del_container_link(req, &LinkKind::Veth)?;
         common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Del)
     }
 

@@ -4,12 +4,13 @@
 
 use std::fmt::Display;
 
-use plexus_cni::env::{CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS};
+use plexus_cni::env::{CniCommand, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS};
 use plexus_cni::error::codes;
 use plexus_cni::skel::Request;
 use plexus_cni::{CniError, CniResult, ErrorCode};
 
-use crate::error::{Errno, Error};
+use super::common::open_pod_ns;
+use crate::error::Error;
 use crate::netns::NetNs;
 
 /// cni-SPEC §3 "Chained plugins": a chained plugin acts on the result of
@@ -44,35 +45,26 @@ pub(crate) fn open_netns(req: &Request) -> Result<NetNs, CniError> {
         .netns
         .as_deref()
         .ok_or_else(|| CniError::invalid_env(CNI_NETNS, "not set"))?;
-    NetNs::open(path).map_err(|e| {
-        if netns_gone(&e) {
-            CniError::new(
-                ErrorCode::UnknownContainer,
-                "container unknown or does not exist",
-                format!("{CNI_NETNS}: {e}"),
-            )
-        } else {
-            failed(CNI_NETNS, &e)
-        }
+    open_pod_ns(path, req.env.command)?.ok_or_else(|| {
+        CniError::new(
+            ErrorCode::UnknownContainer,
+            "container unknown or does not exist",
+            format!(
+                "{CNI_NETNS}: {} is not a network namespace (any more)",
+                path.display()
+            ),
+        )
     })
 }
 
 /// The pod's namespace for a DEL: `None` when the runtime sent none or it is
-/// already gone (deleted: ENOENT; bind mount removed, file left: EINVAL), in
-/// which case everything that lived in it is gone too.
+/// already gone, in which case everything that lived in it is gone too (or
+/// it is the node's, where nothing of a pod lives: see `open_pod_ns`).
 pub(crate) fn open_netns_for_del(req: &Request) -> Result<Option<NetNs>, CniError> {
-    let Some(path) = req.env.netns.as_deref() else {
-        return Ok(None);
-    };
-    match NetNs::open(path) {
-        Ok(ns) => Ok(Some(ns)),
-        Err(e) if netns_gone(&e) => Ok(None),
-        Err(e) => Err(failed(CNI_NETNS, &e)),
+    match req.env.netns.as_deref() {
+        None => Ok(None),
+        Some(path) => open_pod_ns(path, CniCommand::Del),
     }
-}
-
-fn netns_gone(e: &Error) -> bool {
-    matches!(e.errno(), Some(Errno::ENOENT | Errno::EINVAL))
 }
 
 /// A data-plane failure while doing `what` (code 103, "plugin failed").

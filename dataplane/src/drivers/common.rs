@@ -24,9 +24,12 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::netlink::{AddressOptions, IpFamily, Link, Netlink, Route, Scope, RT_TABLE_MAIN};
+use crate::netlink::{
+    AddressOptions, IpFamily, Link, LinkKind, Netlink, Route, Scope, RT_TABLE_MAIN,
+};
+use crate::netns::PodNetns;
 use crate::sysctl::{self, SysctlKey};
-use crate::{Errno, Error, MacAddr, NetNs};
+use crate::{Error, MacAddr, NetNs};
 
 /// Longest wait for IPv6 duplicate address detection (the reference waits
 /// 5 s, then fails only if the link is up).
@@ -203,12 +206,20 @@ pub(crate) fn ifname(req: &Request) -> Result<&str, CniError> {
 // ---------------------------------------------------------------------------
 // The attachment
 
-/// Open the pod namespace named by `CNI_NETNS`. `Ok(None)` when it is gone
-/// (no file, or no longer a namespace mount): what DEL must tolerate.
-fn open_pod_ns(path: &std::path::Path) -> Result<Option<NetNs>, CniError> {
-    match NetNs::open(path) {
-        Ok(ns) => Ok(Some(ns)),
-        Err(e) if matches!(e.errno(), Some(Errno::ENOENT | Errno::EINVAL)) => Ok(None),
+/// Open the pod namespace named by `CNI_NETNS` for `command`. `Ok(None)`
+/// when it is gone (no file, or no longer a namespace mount): what DEL must
+/// tolerate. The node's own namespace is refused for ADD and CHECK; for DEL
+/// it is `None` too, since nothing of a pod lives there and deleting
+/// `CNI_IFNAME` would take the node's interface.
+pub(crate) fn open_pod_ns(
+    path: &std::path::Path,
+    command: CniCommand,
+) -> Result<Option<NetNs>, CniError> {
+    match NetNs::open_pod(path) {
+        Ok(PodNetns::Pod(ns)) => Ok(Some(ns)),
+        Ok(PodNetns::Gone) => Ok(None),
+        Ok(PodNetns::Node(_)) if command == CniCommand::Del => Ok(None),
+        Ok(PodNetns::Node(_)) => Err(super::node_netns_refused(path)),
         Err(e) => Err(sys_error("CNI_NETNS", e)),
     }
 }
@@ -232,7 +243,7 @@ impl Attach {
             .netns
             .as_deref()
             .ok_or_else(|| missing_env("CNI_NETNS", req.env.command))?;
-        let pod_ns = open_pod_ns(path)?.ok_or_else(|| {
+        let pod_ns = open_pod_ns(path, req.env.command)?.ok_or_else(|| {
             CniError::new(
                 ErrorCode::UnknownContainer,
                 "container unknown or does not exist",
@@ -330,7 +341,9 @@ impl<'a> Undo<'a> {
     }
 
     /// Keep everything on success; undo and return the error otherwise (an
-    /// undo step that fails too is appended to the error's details).
+    /// undo step that fails too is appended to the error's details). An
+    /// error after a complete undo is marked [`CniError::undone`]: nothing of
+    /// this ADD is left for the runtime's DEL to remove.
     pub fn finish<T>(mut self, outcome: Result<T, CniError>) -> Result<T, CniError> {
         match outcome {
             Ok(v) => {
@@ -338,8 +351,10 @@ impl<'a> Undo<'a> {
                 Ok(v)
             }
             Err(mut e) => {
+                e.undone = true;
                 for (what, step) in self.steps.drain(..).rev() {
                     if let Err(u) = step() {
+                        e.undone = false;
                         e.details
                             .push_str(&format!("; undoing {what} failed too: {u}"));
                     }
@@ -685,16 +700,28 @@ pub(crate) fn default_route_link(nl: &Netlink) -> Result<Option<Link>, Error> {
 
 /// Delete the container interface: nothing to do when `CNI_NETNS` is not
 /// given or the namespace is gone, or the interface is (cni-SPEC §2 DEL).
-pub(crate) fn del_container_link(req: &Request) -> Result<(), CniError> {
+/// An interface of that name but another kind than `kind`, the kind the
+/// driver makes, is not one it made (a pod's `lo`, a device that was there
+/// before a failed ADD): it is left alone.
+pub(crate) fn del_container_link(req: &Request, kind: &LinkKind) -> Result<(), CniError> {
     let Some(path) = req.env.netns.as_deref() else {
         return Ok(());
     };
     let ifname = ifname(req)?;
-    let Some(ns) = open_pod_ns(path)? else {
+    let Some(ns) = open_pod_ns(path, CniCommand::Del)? else {
         return Ok(());
     };
     let pod = Netlink::open(&ns).map_err(sys("netlink in CNI_NETNS"))?;
-    pod.del_link_by_name(ifname)
+    let Some(link) = pod
+        .link_by_name(ifname)
+        .map_err(sys(format_args!("look up {ifname} in the container")))?
+    else {
+        return Ok(());
+    };
+    if link.kind.as_ref() != Some(kind) {
+        return Ok(());
+    }
+    pod.del_link(link.index)
         .map(drop)
         .map_err(sys(format_args!("delete {ifname} in the container")))
 }

@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use super::common::{self, DnsConf, IpamRef};
 use super::stacked::{self, Conf, Mode, Stacked};
-use crate::netlink::IpvlanMode;
+use crate::netlink::{IpvlanMode, LinkKind};
 
 #[derive(Debug, Default, Deserialize)]
 struct IpvlanConf {
@@ -47,5 +47,5 @@ fn parse(req: &Request) -> Result<Conf, CniError> {
 
 /// The reference `ipvlan` plugin, built in.
 pub fn ipvlan(resolver: &dyn Resolver) -> Stacked<'_> {
-    Stacked::new(resolver, parse)
+    Stacked::new(resolver, LinkKind::Ipvlan, parse)
 }

@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use super::common::{self, DnsConf, IpamRef};
 use super::stacked::{self, Conf, Mode, Stacked};
-use crate::netlink::MacvlanMode;
+use crate::netlink::{LinkKind, MacvlanMode};
 
 #[derive(Debug, Default, Deserialize)]
 struct MacvlanConf {
@@ -59,5 +59,5 @@ fn parse(req: &Request) -> Result<Conf, CniError> {
 
 /// The reference `macvlan` plugin, built in.
 pub fn macvlan(resolver: &dyn Resolver) -> Stacked<'_> {
-    Stacked::new(resolver, parse)
+    Stacked::new(resolver, LinkKind::Macvlan, parse)
 }

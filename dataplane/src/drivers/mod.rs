@@ -22,8 +22,26 @@ pub mod macvlan;
 pub mod stacked;
 pub mod tuning;
 
+use std::path::Path;
+
 use plexus_cni::delegate::Resolver;
+use plexus_cni::env::CNI_NETNS;
 use plexus_cni::skel::Plugin;
+use plexus_cni::CniError;
+
+/// The error for a `CNI_NETNS` naming the caller's own namespace, the
+/// node's (code 4): a pod never has it, and an ADD there would configure the
+/// node itself ([`crate::netns::PodNetns::Node`]).
+pub fn node_netns_refused(path: &Path) -> CniError {
+    CniError::invalid_env(
+        CNI_NETNS,
+        format!(
+            "{} is the node's own network namespace (the one plexus runs in), not a pod's; \
+             refusing to configure the node as a pod",
+            path.display()
+        ),
+    )
+}
 
 /// The plugin types served by a built-in driver, sorted.
 pub fn builtin_types() -> &'static [&'static str] {

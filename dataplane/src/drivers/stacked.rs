@@ -213,6 +213,8 @@ fn resolve_master(req: &Request, ctx: &Attach, conf: &Conf) -> Result<Link, CniE
 /// told apart by how they read their configuration (`parse`).
 pub struct Stacked<'r> {
     resolver: &'r dyn Resolver,
+    /// The kind of link it makes: DEL removes only a link of this kind.
+    kind: LinkKind,
     parse: fn(&Request) -> Result<Conf, CniError>,
 }
 
@@ -220,9 +222,14 @@ impl<'r> Stacked<'r> {
     /// `resolver` finds the IPAM plugin named by `ipam.type`.
     pub(crate) fn new(
         resolver: &'r dyn Resolver,
+        kind: LinkKind,
         parse: fn(&Request) -> Result<Conf, CniError>,
     ) -> Self {
-        Stacked { resolver, parse }
+        Stacked {
+            resolver,
+            kind,
+            parse,
+        }
     }
 }
 
@@ -234,7 +241,7 @@ impl Plugin for Stacked<'_> {
         add(self.resolver, req, &(self.parse)(req)?)
     }
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        del(self.resolver, req)
+        del(self.resolver, req, &self.kind)
     }
     fn check(&self, req: &Request) -> Result<(), CniError> {
         check(self.resolver, req, &(self.parse)(req)?)
@@ -386,9 +393,9 @@ fn configure(
 
 /// cni-SPEC §2 DEL: the container interface (if the namespace and it still
 /// exist), then the addresses.
-pub(crate) fn del(resolver: &dyn Resolver, req: &Request) -> Result<(), CniError> {
+pub(crate) fn del(resolver: &dyn Resolver, req: &Request, kind: &LinkKind) -> Result<(), CniError> {
     let c: IpamOnly = common::decode_config(req)?;
-    common::del_container_link(req)?;
+    common::del_container_link(req, kind)?;
     common::ipam_run(resolver, req, &c.ipam, CniCommand::Del)
 }
 
