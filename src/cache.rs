@@ -47,7 +47,7 @@ use crate::cni::names;
 use crate::cni::result::CniResult;
 use crate::cni::whole_file;
 use crate::cni::CniVersion;
-use crate::netattach::status::{NetworkStatus, StatusInput};
+use crate::netattach::status::NetworkStatus;
 use crate::plan::{Attachment, Plan};
 
 /// Where records live unless configured (`cniDir`), next to Multus's
@@ -140,16 +140,7 @@ impl Record {
         self.attachments
             .iter()
             .filter(|a| a.state == State::Added)
-            .map(|a| {
-                let input = StatusInput {
-                    network: &a.attachment.network,
-                    ifname: Some(&a.attachment.ifname),
-                    default: a.attachment.default,
-                    gateway_request: a.attachment.default_route.as_deref(),
-                    device_info: None,
-                };
-                NetworkStatus::from_result(a.result.as_ref(), &input)
-            })
+            .map(|a| a.attachment.network_status(a.result.as_ref()))
             .collect()
     }
 

@@ -13,10 +13,12 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+pub use crate::cluster::kube::ApiTimeouts;
 use crate::cni::casefold;
 use crate::cni::config::NetworkConfigList;
 use crate::cni::error::CniError;
@@ -60,6 +62,8 @@ pub struct PlexusConf {
     pub cni_dir: PathBuf,
     pub bin_dir: PathBuf,
     pub kubeconfig: Option<PathBuf>,
+    /// Bounds on the API server (`apiTimeout`, `apiStatusTimeout`, seconds).
+    pub api_timeouts: ApiTimeouts,
     /// A directory of Pod and NetworkAttachmentDefinition manifests read
     /// instead of the API server (plexus's own key).
     pub manifest_dir: Option<PathBuf>,
@@ -116,6 +120,8 @@ struct RawConf {
     cni_dir: Option<String>,
     bin_dir: Option<String>,
     kubeconfig: Option<String>,
+    api_timeout: Option<f64>,
+    api_status_timeout: Option<f64>,
     manifest_dir: Option<String>,
     strict_annotations: Option<bool>,
     #[serde(rename = "readinessindicatorfile")]
@@ -124,6 +130,18 @@ struct RawConf {
     log_level: Option<String>,
     capabilities: Option<BTreeMap<String, bool>>,
     runtime_config: Option<Map<String, Value>>,
+}
+
+/// A bound in seconds: more than 0, at most an hour.
+fn seconds(key: &str, v: Option<f64>) -> Result<Option<Duration>, CniError> {
+    match v {
+        None => Ok(None),
+        Some(s) if s > 0.0 && s <= 3600.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => Err(CniError::invalid_config(
+            key,
+            format!("{s} is out of range: give seconds, more than 0 and at most 3600"),
+        )),
+    }
 }
 
 impl PlexusConf {
@@ -189,6 +207,12 @@ impl PlexusConf {
         }
         let path =
             |v: Option<String>, default: &str| PathBuf::from(v.unwrap_or_else(|| default.into()));
+        let defaults = ApiTimeouts::default();
+        let api_timeouts = ApiTimeouts {
+            request: seconds("apiTimeout", raw.api_timeout)?.unwrap_or(defaults.request),
+            status_write: seconds("apiStatusTimeout", raw.api_status_timeout)?
+                .unwrap_or(defaults.status_write),
+        };
         Ok(PlexusConf {
             cni_version: raw.cni_version.unwrap_or_else(|| "1.0.0".into()),
             name: raw.name.unwrap_or_else(|| "plexus".into()),
@@ -211,6 +235,7 @@ impl PlexusConf {
             cni_dir: path(raw.cni_dir, DEFAULT_CNI_DIR),
             bin_dir: path(raw.bin_dir, DEFAULT_BIN_DIR),
             kubeconfig: raw.kubeconfig.map(PathBuf::from),
+            api_timeouts,
             manifest_dir: raw.manifest_dir.map(PathBuf::from),
             strict_annotations: raw.strict_annotations.unwrap_or(false),
             readiness_indicator_file: raw.readiness_indicator_file.map(PathBuf::from),

@@ -39,6 +39,7 @@ use serde_json::{json, Map, Value};
 use crate::cni::args::CniArgs;
 use crate::cni::config::{derive_request, NetworkConfigList};
 use crate::cni::error::{codes, CniError};
+use crate::cni::result::CniResult;
 use crate::config::{ClusterNetwork, PlexusConf};
 use crate::manifest::Pod;
 use crate::netattach::nad::NetworkAttachmentDefinition;
@@ -46,18 +47,32 @@ use crate::netattach::names::NetworkRef;
 use crate::netattach::selection::{
     parse_selection_annotation, NetworkSelectionElement, NETWORKS_ANNOTATION,
 };
+use crate::netattach::status::{NetworkStatus, StatusInput};
 
 /// Multus's per-pod override of the cluster-wide default network.
 pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
 
 /// Where NetworkAttachmentDefinitions are looked up.
 pub trait NadSource {
-    fn get(&self, namespace: &str, name: &str) -> Option<&NetworkAttachmentDefinition>;
+    /// The NAD `namespace/name`; `Ok(None)` when it does not exist, an error
+    /// when the source could not say (the API server refused or timed out).
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<&NetworkAttachmentDefinition>, CniError>;
 }
 
 impl NadSource for BTreeMap<(String, String), NetworkAttachmentDefinition> {
-    fn get(&self, namespace: &str, name: &str) -> Option<&NetworkAttachmentDefinition> {
-        BTreeMap::get(self, &(namespace.to_string(), name.to_string()))
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<&NetworkAttachmentDefinition>, CniError> {
+        Ok(BTreeMap::get(
+            self,
+            &(namespace.to_string(), name.to_string()),
+        ))
     }
 }
 
@@ -241,6 +256,18 @@ pub struct Attachment {
 }
 
 impl Attachment {
+    /// Its network-status entry (multi-net-spec §5) once added with `result`.
+    pub fn network_status(&self, result: Option<&CniResult>) -> NetworkStatus {
+        let input = StatusInput {
+            network: &self.network,
+            ifname: Some(&self.ifname),
+            default: self.default,
+            gateway_request: self.default_route.as_deref(),
+            device_info: None,
+        };
+        NetworkStatus::from_result(result, &input)
+    }
+
     /// The plan's JSON contract (README "Plan output"); optional keys only when set.
     pub fn to_value(&self) -> Value {
         let mut v = json!({
@@ -588,7 +615,7 @@ fn resolve_nad(
     conf_dir: Option<&ConfDir>,
 ) -> Result<(NetworkConfigList, String), CniError> {
     let nad = nads
-        .get(&reference.namespace, &reference.name)
+        .get(&reference.namespace, &reference.name)?
         .ok_or_else(|| {
             CniError::plugin(
                 codes::NETWORK_NOT_FOUND,
@@ -756,7 +783,7 @@ pub fn cluster_network(
         }),
         ClusterNetwork::Reference(name) => {
             if let Ok(reference) = NetworkRef::parse(name, plexus_namespace) {
-                if nads.get(&reference.namespace, &reference.name).is_some() {
+                if nads.get(&reference.namespace, &reference.name)?.is_some() {
                     let (config, source) = resolve_nad(&reference, nads, conf_dir)?;
                     return Ok(DefaultNetwork {
                         network: reference.to_string(),

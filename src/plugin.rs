@@ -11,6 +11,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::cache::Cache;
+use crate::cluster::kube::{EventType, KubeCluster, PodEvent};
 use crate::cluster::{dir::DirCluster, Cluster};
 use crate::cni::args::CniArgs;
 use crate::cni::delegate::Resolver;
@@ -21,7 +22,7 @@ use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
 use crate::manifest::Pod;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
 use crate::run::routes::NetlinkRouteHook;
-use crate::run::{Delegates, Executor, Registry, RunContext};
+use crate::run::{AttachmentResult, Delegates, Executor, Registry, RunContext};
 
 pub struct PlexusPlugin;
 
@@ -46,22 +47,20 @@ fn conf(req: &Request) -> Result<PlexusConf, CniError> {
     PlexusConf::from_value(&serde_json::Value::Object(req.config.clone()))
 }
 
-/// The cluster plexus reads pods and NADs from.
-fn cluster(conf: &PlexusConf) -> Result<DirCluster, CniError> {
-    match (&conf.manifest_dir, &conf.kubeconfig) {
-        (Some(dir), _) => DirCluster::load(dir),
-        (None, Some(_)) => Err(CniError::plugin(
-            crate::cni::error::codes::NOT_IMPLEMENTED,
-            "Kubernetes API access is not available in this build",
-            "kubeconfig: reading pods and NetworkAttachmentDefinitions from the API server is not \
-             implemented yet; give manifestDir, or neither for the cluster network only",
-        )),
-        (None, None) => Ok(DirCluster::empty()),
-    }
+/// The cluster plexus reads pods and NADs from: a manifest directory, else
+/// the API server of `kubeconfig`, else nothing (the cluster network only).
+fn cluster(conf: &PlexusConf) -> Result<Box<dyn Cluster>, CniError> {
+    Ok(match (&conf.manifest_dir, &conf.kubeconfig) {
+        (Some(dir), _) => Box::new(DirCluster::load(dir)?),
+        (None, Some(kubeconfig)) => Box::new(KubeCluster::connect(kubeconfig, conf.api_timeouts)?),
+        (None, None) => Box::new(DirCluster::empty()),
+    })
 }
 
 /// The pod this call is for, from kubelet's `CNI_ARGS`; a runtime that sends
 /// none (podman) gets a pod with no annotations: the default networks only.
+/// On an API server the pod must exist and, when kubelet names its UID, be
+/// that pod: one deleted and re-created under its name is another pod.
 fn pod(args: &CniArgs, container_id: &str, cluster: &dyn Cluster) -> Result<Pod, CniError> {
     let (Some(namespace), Some(name)) = (args.k8s_pod_namespace(), args.k8s_pod_name()) else {
         return Ok(Pod {
@@ -71,12 +70,86 @@ fn pod(args: &CniArgs, container_id: &str, cluster: &dyn Cluster) -> Result<Pod,
             annotations: Default::default(),
         });
     };
-    Ok(cluster.pod(namespace, name)?.unwrap_or_else(|| Pod {
+    let unknown = |details: String| {
+        CniError::new(
+            crate::cni::error::ErrorCode::UnknownContainer,
+            "pod unknown",
+            details,
+        )
+    };
+    let found = cluster.pod(namespace, name)?;
+    if cluster.as_kube().is_some() {
+        let Some(pod) = found else {
+            return Err(unknown(format!(
+                "pod {namespace}/{name} (CNI_ARGS K8S_POD_NAMESPACE, K8S_POD_NAME) does not exist"
+            )));
+        };
+        if let (Some(want), Some(have)) = (args.k8s_pod_uid(), pod.uid.as_deref()) {
+            if want != have {
+                return Err(unknown(format!(
+                    "pod {namespace}/{name}: CNI_ARGS K8S_POD_UID is {want} but the pod's uid is \
+                     {have}: the pod was deleted and re-created"
+                )));
+            }
+        }
+        return Ok(pod);
+    }
+    Ok(found.unwrap_or_else(|| Pod {
         namespace: namespace.into(),
         name: name.into(),
         uid: args.k8s_pod_uid().map(String::from),
         annotations: Default::default(),
     }))
+}
+
+/// After an ADD on a cluster: network-status on the pod (§5), and events, a
+/// Normal one per attachment, a Warning per planner warning. Events are best
+/// effort; a pod deleted meanwhile is no failure.
+fn publish(
+    kube: &KubeCluster,
+    pod: &Pod,
+    plan: &plan::Plan,
+    results: &[AttachmentResult],
+) -> Result<(), CniError> {
+    let entries: Vec<_> = plan
+        .attachments
+        .iter()
+        .zip(results)
+        .map(|(att, r)| att.network_status(r.result.as_ref()))
+        .collect();
+    let mut events: Vec<PodEvent> = entries
+        .iter()
+        .map(|e| PodEvent {
+            event_type: EventType::Normal,
+            reason: "AddedInterface",
+            message: format!(
+                "Add {} [{}] from {}",
+                e.interface.as_deref().unwrap_or("?"),
+                e.ips.join(","),
+                e.name
+            ),
+        })
+        .collect();
+    events.extend(plan.warnings.iter().map(|w| PodEvent {
+        event_type: EventType::Warning,
+        reason: "InvalidNetworkSelection",
+        message: w.clone(),
+    }));
+    let written = kube.write_network_status(pod, &entries)?;
+    if !written {
+        eprintln!(
+            "plexus: {}/{}: the pod was deleted before its network-status was written",
+            pod.namespace, pod.name
+        );
+        return Ok(());
+    }
+    for failure in kube.post_events(pod, &events) {
+        eprintln!(
+            "plexus: {}/{}: event not posted: {failure}",
+            pod.namespace, pod.name
+        );
+    }
+    Ok(())
 }
 
 /// What the runtime told plexus about this attachment.
@@ -131,7 +204,7 @@ fn dirs_of(req: &Request, conf: Option<&PlexusConf>) -> (PathBuf, PathBuf) {
 
 fn cluster_network(
     conf: &PlexusConf,
-    cluster: &DirCluster,
+    cluster: &dyn Cluster,
     conf_dir: &ConfDir,
 ) -> Result<DefaultNetwork, CniError> {
     plan::cluster_network(
@@ -151,9 +224,10 @@ impl Plugin for PlexusPlugin {
         let conf = conf(req)?;
         let cluster = cluster(&conf)?;
         let conf_dir = ConfDir::new(&conf.conf_dir);
-        let default_network = cluster_network(&conf, &cluster, &conf_dir)?;
+        let cluster = cluster.as_ref();
+        let default_network = cluster_network(&conf, cluster, &conf_dir)?;
         let call = call(req);
-        let pod = pod(&req.env.args, &call.container_id, &cluster)?;
+        let pod = pod(&req.env.args, &call.container_id, cluster)?;
         let options = PlanOptions {
             ifname: call.ifname.clone(),
             container_id: Some(call.container_id.clone()),
@@ -162,7 +236,7 @@ impl Plugin for PlexusPlugin {
             ..PlanOptions::from_conf(&conf)
         };
         let inputs = PlanInputs {
-            nads: &cluster,
+            nads: cluster,
             conf_dir: Some(&conf_dir),
             default_network: &default_network,
             options: &options,
@@ -175,7 +249,24 @@ impl Plugin for PlexusPlugin {
         let registry = registry();
         let executor =
             Executor::new(Cache::new(&conf.cni_dir)).with_route_hook(Box::new(NetlinkRouteHook));
-        let results = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry))?;
+        let added = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry));
+        let results = match (added, cluster.as_kube()) {
+            (Ok(results), Some(kube)) => {
+                publish(kube, &pod, &plan, &results)?;
+                results
+            }
+            (Ok(results), None) => results,
+            (Err(e), Some(kube)) => {
+                let failed = PodEvent {
+                    event_type: EventType::Warning,
+                    reason: "AttachmentFailed",
+                    message: e.details.clone(),
+                };
+                let _ = kube.post_events(&pod, &[failed]);
+                return Err(e);
+            }
+            (Err(e), None) => return Err(e),
+        };
         // The runtime (and Kubernetes) know only the cluster network.
         let mut result = results
             .into_iter()
@@ -215,7 +306,7 @@ impl Plugin for PlexusPlugin {
         let conf = conf(req)?;
         let cluster = cluster(&conf)?;
         let conf_dir = ConfDir::new(&conf.conf_dir);
-        let default_network = cluster_network(&conf, &cluster, &conf_dir).ok();
+        let default_network = cluster_network(&conf, cluster.as_ref(), &conf_dir).ok();
         let registry = registry();
         let delegates = Delegates {
             cni_path: req.env.path.clone(),
@@ -237,7 +328,7 @@ impl Plugin for PlexusPlugin {
         // Ready when the configuration is valid and its cluster network resolves.
         let conf = conf(req)?;
         let cluster = cluster(&conf)?;
-        cluster_network(&conf, &cluster, &ConfDir::new(&conf.conf_dir)).map(|_| ())
+        cluster_network(&conf, cluster.as_ref(), &ConfDir::new(&conf.conf_dir)).map(|_| ())
     }
 }
 

@@ -80,6 +80,9 @@ pub mod codes {
     pub const NOT_IMPLEMENTED: u32 = 102;
     /// A delegate or built-in plugin failed.
     pub const PLUGIN_FAILED: u32 = 103;
+    /// The Kubernetes API server refused a request (forbidden, invalid ...);
+    /// one it did not answer is code 11, try again later.
+    pub const KUBERNETES_API: u32 = 104;
 }
 
 /// A CNI error: what plexus prints on stdout before exiting non-zero.

@@ -41,8 +41,12 @@ impl DirCluster {
 }
 
 impl NadSource for DirCluster {
-    fn get(&self, namespace: &str, name: &str) -> Option<&NetworkAttachmentDefinition> {
-        self.nads.get(&(namespace.to_string(), name.to_string()))
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<&NetworkAttachmentDefinition>, CniError> {
+        Ok(self.nads.get(&(namespace.to_string(), name.to_string())))
     }
 }
 
@@ -74,8 +78,10 @@ mod tests {
             "net-a"
         );
         assert!(cluster.pod("ns", "q").unwrap().is_none());
-        assert!(NadSource::get(&cluster, "ns", "net-a").is_some());
-        assert!(NadSource::get(&cluster, "other", "net-a").is_none());
+        assert!(NadSource::get(&cluster, "ns", "net-a").unwrap().is_some());
+        assert!(NadSource::get(&cluster, "other", "net-a")
+            .unwrap()
+            .is_none());
     }
 
     #[test]

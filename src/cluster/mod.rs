@@ -1,9 +1,10 @@
 //! Where pods and NetworkAttachmentDefinitions come from when plexus runs as a
 //! plugin: a directory of manifests (the embedded default, tests, nodes
-//! without an API server) or, later, the Kubernetes API. The planner only
-//! sees the [`Cluster`] trait.
+//! without an API server) or the Kubernetes API. The planner only sees the
+//! [`Cluster`] trait.
 
 pub mod dir;
+pub mod kube;
 
 use crate::cni::error::CniError;
 use crate::manifest::Pod;
@@ -13,4 +14,10 @@ use crate::plan::NadSource;
 pub trait Cluster: NadSource {
     /// The pod `namespace/name`; `Ok(None)` when it does not exist.
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError>;
+
+    /// The API server behind this view, when there is one: where
+    /// network-status and events are written.
+    fn as_kube(&self) -> Option<&kube::KubeCluster> {
+        None
+    }
 }

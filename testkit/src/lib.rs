@@ -11,6 +11,8 @@
 //! Features are probed once per test binary, in throw-away network
 //! namespaces (`unshare --net`), so probing changes nothing on the machine.
 
+pub mod kube;
+
 use std::borrow::Cow;
 use std::fmt;
 use std::io::Write;
@@ -43,10 +45,13 @@ pub enum Feature {
     /// podman with runc (its CNI backend as a real client), on a machine
     /// with cgroups mounted, which runc needs.
     Podman,
+    /// The real kube-apiserver `.ci/kube-apiserver` builds, with etcd,
+    /// openssl, curl and kubectl to run it ([`kube`]).
+    KubeApiServer,
 }
 
 impl Feature {
-    const ALL: [Feature; 10] = [
+    const ALL: [Feature; 11] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
@@ -57,6 +62,7 @@ impl Feature {
         Feature::ReferencePlugins,
         Feature::Python3,
         Feature::Podman,
+        Feature::KubeApiServer,
     ];
 
     /// Whether the VM harness must have it. podman is the one exception: it
@@ -65,7 +71,9 @@ impl Feature {
     /// leave out. Its tests run in the host suite, and in the VM they are
     /// skipped visibly like anywhere else it is missing.
     fn vm_provides(self) -> bool {
-        self != Feature::Podman
+        // The API server is a service of a few hundred MB, not a kernel
+        // feature: its tests run in the host suite.
+        !matches!(self, Feature::Podman | Feature::KubeApiServer)
     }
 
     /// Why it is missing, or `None` when it is there.
@@ -128,6 +136,7 @@ impl Feature {
                 Ok(out) => reason(!out.status.success(), "no python3 on PATH (apt-get install python3)"),
                 Err(e) => Some(e.into()),
             },
+            Feature::KubeApiServer => kube::missing(),
             Feature::Podman => {
                 if !["podman", "runc", "nsenter", "timeout"].iter().all(|t| on_path(t)) {
                     reason(true, "podman, runc, nsenter or timeout is missing (apt-get install podman runc uidmap busybox-static)")
@@ -155,6 +164,7 @@ impl fmt::Display for Feature {
             Feature::ReferencePlugins => "the reference CNI plugins",
             Feature::Python3 => "python3",
             Feature::Podman => "podman",
+            Feature::KubeApiServer => "a kube-apiserver",
         };
         f.write_str(name)
     }

@@ -1,0 +1,364 @@
+//! The cluster as the Kubernetes API server sees it, for plexus on a real
+//! node: the pod of a CNI call, the NetworkAttachmentDefinitions it selects,
+//! and the writes back (the network-status annotation, events).
+//!
+//! A thin client, as a CNI plugin must be: one current-thread tokio runtime
+//! per invocation (owned here, driven by the calling thread), the pod read
+//! once, each NAD read once and only when the planner asks for it, and one
+//! merge PATCH of the pod's status subresource. Every request is bounded by
+//! `apiTimeout` (plexus's conf), and an error names the object and the
+//! reason as the API server gave them
+//! (`pod ns/name: forbidden: User "..." cannot get resource "pods" ...`).
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use elsa::FrozenMap;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod as ApiPod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::json;
+
+use super::Cluster;
+use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::manifest::Pod;
+use crate::netattach::nad::NetworkAttachmentDefinition;
+use crate::netattach::status::{status_annotation_value, NetworkStatus, NETWORK_STATUS_ANNOTATION};
+use crate::plan::NadSource;
+
+/// Bounds on the API server, from plexus's conf.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ApiTimeouts {
+    /// One request, connecting included (Multus hard-codes its own, which
+    /// breaks slow control planes: multus-cni #1461).
+    pub request: Duration,
+    /// All tries of the network-status write together.
+    pub status_write: Duration,
+}
+
+impl Default for ApiTimeouts {
+    fn default() -> Self {
+        ApiTimeouts {
+            request: Duration::from_secs(10),
+            status_write: Duration::from_secs(20),
+        }
+    }
+}
+
+/// The component events are reported as.
+const EVENT_SOURCE: &str = "plexus";
+
+/// What kind of event, as `kubectl describe pod` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// One event for a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEvent {
+    pub event_type: EventType,
+    /// CamelCase, as Kubernetes reasons are: `AddedInterface`.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+pub struct KubeCluster {
+    runtime: tokio::runtime::Runtime,
+    client: kube::Client,
+    timeouts: ApiTimeouts,
+    /// NADs read so far (`None`: it does not exist), so each is read once.
+    nads: FrozenMap<(String, String), Box<Option<NetworkAttachmentDefinition>>>,
+}
+
+impl KubeCluster {
+    /// A client for the cluster `kubeconfig` names (its current context: CA
+    /// and bearer token, or client certificates).
+    pub fn connect(kubeconfig: &Path, timeouts: ApiTimeouts) -> Result<KubeCluster, CniError> {
+        let failed = |reason: String| {
+            CniError::new(
+                ErrorCode::InvalidConfig,
+                "invalid kubeconfig",
+                format!("kubeconfig {}: {reason}", kubeconfig.display()),
+            )
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| CniError::io("tokio runtime", e))?;
+        let parsed = Kubeconfig::read_from(kubeconfig).map_err(|e| failed(error_chain(&e)))?;
+        let mut config = runtime
+            .block_on(kube::Config::from_custom_kubeconfig(
+                parsed,
+                &KubeConfigOptions::default(),
+            ))
+            .map_err(|e| failed(error_chain(&e)))?;
+        config.connect_timeout = Some(timeouts.request);
+        config.read_timeout = Some(timeouts.request);
+        config.write_timeout = Some(timeouts.request);
+        // A client's tower stack spawns onto the runtime it is built in.
+        let client = {
+            let _guard = runtime.enter();
+            kube::Client::try_from(config).map_err(|e| failed(error_chain(&e)))?
+        };
+        Ok(KubeCluster {
+            runtime,
+            client,
+            timeouts,
+            nads: FrozenMap::new(),
+        })
+    }
+
+    /// Run one request to completion, bounded by the request timeout.
+    fn call<T>(
+        &self,
+        object: &str,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ApiError> {
+        let bound = self.timeouts.request;
+        self.runtime.block_on(async {
+            match tokio::time::timeout(bound, request).await {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => Err(ApiError::from_kube(object, e)),
+                Err(_) => Err(ApiError::timeout(object, bound)),
+            }
+        })
+    }
+
+    /// Write the pod's network-status annotation (multi-net-spec §5) with a
+    /// merge PATCH of that one key on the status subresource, never a
+    /// whole-object PUT (which wipes other status fields: multus-cni #1511).
+    /// Transient failures are retried within `status_write`. A pod deleted
+    /// meanwhile is no failure: `Ok(false)`.
+    pub fn write_network_status(
+        &self,
+        pod: &Pod,
+        entries: &[NetworkStatus],
+    ) -> Result<bool, CniError> {
+        let api: Api<ApiPod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let patch = json!({"metadata": {"annotations": {
+            NETWORK_STATUS_ANNOTATION: status_annotation_value(entries)
+        }}});
+        let object = format!("pod {}/{} status", pod.namespace, pod.name);
+        let deadline = tokio::time::Instant::now() + self.timeouts.status_write;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let sent = self.call(
+                &object,
+                api.patch_status(&pod.name, &PatchParams::default(), &Patch::Merge(&patch)),
+            );
+            match sent {
+                Ok(_) => return Ok(true),
+                Err(e) if e.status == Some(404) => return Ok(false),
+                Err(e) if e.transient && tokio::time::Instant::now() + backoff < deadline => {
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(e.into_cni()),
+            }
+        }
+    }
+
+    /// Post `events` on the pod, all at once, best effort: an event never
+    /// fails the ADD, and they are bounded by one request timeout together.
+    pub fn post_events(&self, pod: &Pod, events: &[PodEvent]) -> Vec<String> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let posts = events.iter().map(|e| {
+            let event = pod_event(pod, e);
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &event).await }
+        });
+        let object = format!("events of pod {}/{}", pod.namespace, pod.name);
+        match self.call(&object, async {
+            Ok(futures::future::join_all(posts).await)
+        }) {
+            Ok(outcomes) => outcomes
+                .into_iter()
+                .filter_map(|r| r.err())
+                .map(|e| ApiError::from_kube(&object, e).to_string())
+                .collect(),
+            Err(e) => vec![e.to_string()],
+        }
+    }
+}
+
+/// The core/v1 Event `e` about `pod`, as kubelet's own events look (1.20
+/// serves core/v1 events; `kubectl describe pod` lists them).
+fn pod_event(pod: &Pod, e: &PodEvent) -> Event {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}.", pod.name)),
+            namespace: Some(pod.namespace.clone()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            uid: pod.uid.clone(),
+            ..Default::default()
+        },
+        type_: Some(e.event_type.as_str().into()),
+        reason: Some(e.reason.into()),
+        message: Some(e.message.clone()),
+        source: Some(EventSource {
+            component: Some(EVENT_SOURCE.into()),
+            host: None,
+        }),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        count: Some(1),
+        ..Default::default()
+    }
+}
+
+impl NadSource for KubeCluster {
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<&NetworkAttachmentDefinition>, CniError> {
+        let key = (namespace.to_string(), name.to_string());
+        if let Some(known) = self.nads.get(&key) {
+            return Ok(known.as_ref());
+        }
+        let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &resource);
+        let object = format!("NetworkAttachmentDefinition {namespace}/{name}");
+        let found = self
+            .call(&object, api.get_opt(name))
+            .map_err(ApiError::into_cni)?;
+        let nad = found
+            .map(|o| {
+                let value = serde_json::to_value(&o)
+                    .map_err(|e| CniError::decode(object.as_str(), e.to_string()))?;
+                NetworkAttachmentDefinition::from_value(&value).map_err(|e| e.within(&object))
+            })
+            .transpose()?;
+        Ok(self.nads.insert(key, Box::new(nad)).as_ref())
+    }
+}
+
+impl Cluster for KubeCluster {
+    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
+        let api: Api<ApiPod> = Api::namespaced(self.client.clone(), namespace);
+        let object = format!("pod {namespace}/{name}");
+        let found = self
+            .call(&object, api.get_opt(name))
+            .map_err(ApiError::into_cni)?;
+        Ok(found.map(|p| Pod {
+            namespace: p.metadata.namespace.unwrap_or_else(|| namespace.into()),
+            name: p.metadata.name.unwrap_or_else(|| name.into()),
+            uid: p.metadata.uid.filter(|u| !u.is_empty()),
+            annotations: p.metadata.annotations.unwrap_or_default(),
+        }))
+    }
+
+    fn as_kube(&self) -> Option<&KubeCluster> {
+        Some(self)
+    }
+}
+
+/// A failed request, as far as plexus reacts to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ApiError {
+    /// `pod ns/name`, `NetworkAttachmentDefinition ns/name`, ...
+    object: String,
+    /// The HTTP status, when the server answered.
+    status: Option<u16>,
+    /// Worth retrying: no answer, a timeout, 429 or 5xx.
+    transient: bool,
+    /// `forbidden: User "..." cannot get resource ...`
+    reason: String,
+}
+
+impl ApiError {
+    fn from_kube(object: &str, e: kube::Error) -> ApiError {
+        match e {
+            kube::Error::Api(status) => {
+                let code = status.code;
+                let reason = if status.reason.is_empty() {
+                    status.message.clone()
+                } else {
+                    // "Forbidden" -> "forbidden: <message>", as kubectl prints it.
+                    format!("{}: {}", status.reason.to_lowercase(), status.message)
+                };
+                ApiError {
+                    object: object.into(),
+                    status: Some(code),
+                    transient: code == 429 || code >= 500,
+                    reason,
+                }
+            }
+            other => ApiError {
+                object: object.into(),
+                status: None,
+                transient: true,
+                reason: error_chain(&other),
+            },
+        }
+    }
+
+    fn timeout(object: &str, bound: Duration) -> ApiError {
+        ApiError {
+            object: object.into(),
+            status: None,
+            transient: true,
+            reason: format!("no answer from the API server within {bound:?} (apiTimeout)"),
+        }
+    }
+
+    /// The CNI error the runtime gets: code 11 (try again later) for what may
+    /// pass, else plexus's code for a refused API request.
+    fn into_cni(self) -> CniError {
+        let code = if self.transient {
+            ErrorCode::TryAgainLater
+        } else {
+            ErrorCode::Plugin(codes::KUBERNETES_API)
+        };
+        CniError::new(
+            code,
+            "Kubernetes API request failed",
+            format!("{}: {}", self.object, self.reason),
+        )
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.object, self.reason)
+    }
+}
+
+/// An error and its sources on one line: kube's outer errors say little
+/// ("failed to connect") without the inner ones ("connection refused").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
+}

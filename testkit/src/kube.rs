@@ -1,0 +1,347 @@
+//! A real kube-apiserver for the Kubernetes tests, and a way to reach it
+//! from a test's node namespace.
+//!
+//! [`api`] gives the API server of this test run: the one `./test-all`
+//! started for the whole run (`PLEXUS_KUBE_DIR`), else one this test binary
+//! starts on first use with `testkit/kube-up`, which stops it when the binary
+//! exits. Tests share it, each in Kubernetes namespaces of its own.
+//!
+//! A node namespace cannot reach the machine's 127.0.0.1, so [`Relay`]
+//! listens on `127.0.0.1:<port>` inside it and connects out to the real
+//! server: TLS stays end to end, the certificate for 127.0.0.1 verifies, and
+//! stopping the relay is an unreachable API server ("connection refused").
+
+use std::fs::File;
+use std::io;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The running API server.
+#[derive(Debug)]
+pub struct KubeApi {
+    /// What `kube-up` wrote: certificates, kubeconfigs, logs, `audit.log`.
+    pub dir: PathBuf,
+    pub url: String,
+    pub port: u16,
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testkit lives in the workspace")
+        .to_path_buf()
+}
+
+/// Why the API server cannot run here, or `None`.
+pub(crate) fn missing() -> Option<std::borrow::Cow<'static, str>> {
+    if crate::in_vm() {
+        return Some("the VM runs no API server (the host suite does)".into());
+    }
+    if let Some(dir) = std::env::var_os("PLEXUS_KUBE_DIR") {
+        if Path::new(&dir).join("env").is_file() {
+            return None;
+        }
+    }
+    for tool in ["etcd", "openssl", "kubectl", "curl", "python3"] {
+        if !crate::on_path(tool) {
+            return Some(format!("{tool} is missing (run .ci/install-deps unit)").into());
+        }
+    }
+    let path = Command::new(repo().join(".ci/kube-apiserver"))
+        .arg("--path")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    match path {
+        Some(p) if p.is_file() => None,
+        Some(p) => Some(
+            format!(
+                "no kube-apiserver at {} (build it with .ci/kube-apiserver)",
+                p.display()
+            )
+            .into(),
+        ),
+        None => Some(".ci/kube-apiserver --path failed".into()),
+    }
+}
+
+/// The API server of this run, started on first use. Call it after
+/// `require(&[Feature::KubeApiServer])`; a server that fails to start fails
+/// the test with `kube-up`'s reason.
+pub fn api() -> &'static KubeApi {
+    static API: OnceLock<Result<KubeApi, String>> = OnceLock::new();
+    API.get_or_init(start)
+        .as_ref()
+        .unwrap_or_else(|e| panic!("the test API server did not start: {e}"))
+}
+
+fn start() -> Result<KubeApi, String> {
+    let dir = match std::env::var_os("PLEXUS_KUBE_DIR") {
+        Some(dir) if Path::new(&dir).join("env").is_file() => PathBuf::from(dir),
+        _ => {
+            // Not removed at exit: kube-up's reaper stops the processes, and
+            // the logs stay for a failing test to point at.
+            let dir = std::env::temp_dir().join(format!("plexus-kube-{}", std::process::id()));
+            let out = Command::new(repo().join("testkit/kube-up"))
+                .arg("--owner")
+                .arg(std::process::id().to_string())
+                .arg(&dir)
+                .output()
+                .map_err(|e| format!("testkit/kube-up: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "testkit/kube-up failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            dir
+        }
+    };
+    let env = std::fs::read_to_string(dir.join("env")).map_err(|e| format!("{e}"))?;
+    let get = |key: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(str::to_string)
+            .ok_or_else(|| format!("{}: no {key}", dir.join("env").display()))
+    };
+    Ok(KubeApi {
+        url: get("KUBE_URL")?,
+        port: get("KUBE_PORT")?
+            .parse()
+            .map_err(|e| format!("KUBE_PORT: {e}"))?,
+        dir,
+    })
+}
+
+impl KubeApi {
+    /// The admin's kubeconfig (system:masters).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    /// plexus's kubeconfig: its service account's token, bound by
+    /// `deploy/rbac.yaml` only.
+    pub fn plexus_kubeconfig(&self) -> PathBuf {
+        self.dir.join("plexus.kubeconfig")
+    }
+
+    /// `kubectl` as the admin, bounded; panics with its stderr on failure.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let out = self.kubectl_output(args, None);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `kubectl apply -f -` of `manifest` as the admin.
+    pub fn apply(&self, manifest: &str) {
+        let out = self.kubectl_output(&["apply", "-f", "-"], Some(manifest));
+        assert!(
+            out.status.success(),
+            "kubectl apply: {}\n{manifest}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        use std::io::Write;
+        let mut child = Command::new("timeout")
+            .arg("60")
+            .arg("kubectl")
+            .arg("--kubeconfig")
+            .arg(self.admin_kubeconfig())
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        let mut input = child.stdin.take().expect("piped");
+        if let Some(text) = stdin {
+            let _ = input.write_all(text.as_bytes());
+        }
+        drop(input);
+        child.wait_with_output().expect("kubectl finishes")
+    }
+
+    /// A fresh Kubernetes namespace for one test, `<prefix>-<pid>-<n>`.
+    pub fn namespace(&self, prefix: &str) -> String {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let name = format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        self.kubectl(&["create", "namespace", &name]);
+        name
+    }
+
+    /// The plexus identity's requests the API server logged so far (its
+    /// audit log, Metadata level): `(verb, resource, subresource, namespace,
+    /// name)` each.
+    pub fn audited(&self) -> Vec<AuditedRequest> {
+        let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json_lite::request(l))
+            .collect()
+    }
+}
+
+/// One request as the API server's audit log has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditedRequest {
+    pub verb: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+    pub stage: String,
+}
+
+/// Just enough JSON reading for audit lines, so the testkit needs no JSON
+/// dependency: the string values of `objectRef` and of `verb`/`stage`.
+mod serde_json_lite {
+    use super::AuditedRequest;
+
+    fn string_after(line: &str, key: &str) -> String {
+        let pat = format!("\"{key}\":\"");
+        line.find(&pat)
+            .map(|i| {
+                let rest = &line[i + pat.len()..];
+                rest[..rest.find('"').unwrap_or(rest.len())].to_string()
+            })
+            .unwrap_or_default()
+    }
+
+    pub(super) fn request(line: &str) -> Option<AuditedRequest> {
+        let object = &line[line.find("\"objectRef\":{")?..];
+        let object = &object[..object.find('}')?];
+        Some(AuditedRequest {
+            verb: string_after(line, "verb"),
+            resource: string_after(object, "resource"),
+            subresource: string_after(object, "subresource"),
+            namespace: string_after(object, "namespace"),
+            name: string_after(object, "name"),
+            stage: string_after(line, "stage"),
+        })
+    }
+}
+
+/// A TCP relay from `127.0.0.1:<port>` inside a network namespace to the
+/// same address in the namespace that created it. Stops on drop.
+pub struct Relay {
+    stop: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Relay {
+    /// Listen in the namespace at `netns` (its `lo` must be up).
+    pub fn into_netns(netns: &Path, port: u16) -> io::Result<Relay> {
+        let listener = listen_in(netns, port)?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let accept = {
+            let (stop, open) = (stop.clone(), open.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((inside, _)) => {
+                            let _ = inside.set_nonblocking(false);
+                            if let Ok(outside) = TcpStream::connect(("127.0.0.1", port)) {
+                                pipe(inside, outside, &open);
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(5))
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                    }
+                }
+            })
+        };
+        Ok(Relay {
+            stop,
+            open,
+            accept: Some(accept),
+        })
+    }
+
+    /// Close the listener and every relayed connection: from inside the
+    /// namespace the API server is unreachable (connection refused).
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+        for s in self.open.lock().expect("not poisoned").drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Both directions of one relayed connection, each on a thread of its own
+/// that ends when its side closes.
+fn pipe(a: TcpStream, b: TcpStream, open: &Arc<Mutex<Vec<TcpStream>>>) {
+    let mut held = open.lock().expect("not poisoned");
+    for s in [&a, &b] {
+        if let Ok(c) = s.try_clone() {
+            held.push(c);
+        }
+    }
+    drop(held);
+    let copy = |mut from: TcpStream, mut to: TcpStream| {
+        std::thread::spawn(move || {
+            let _ = io::copy(&mut from, &mut to);
+            let _ = to.shutdown(Shutdown::Write);
+        })
+    };
+    if let (Ok(a2), Ok(b2)) = (a.try_clone(), b.try_clone()) {
+        copy(a, b2);
+        copy(b, a2);
+    }
+}
+
+/// A listener bound inside `netns`: the socket keeps the namespace it was
+/// made in, so only the bind needs a thread there, briefly.
+fn listen_in(netns: &Path, port: u16) -> io::Result<TcpListener> {
+    let target = File::open(netns)?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // A thread of its own: it ends in the namespace it switched to.
+            if unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                match TcpListener::bind(("127.0.0.1", port)) {
+                    Ok(l) => return Ok(l),
+                    // A relay of an earlier test may still be closing.
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+        .join()
+        .expect("the bind thread does not panic")
+    })
+}
