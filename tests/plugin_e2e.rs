@@ -9,83 +9,17 @@
 //! mode (l2, l3, l3s), plus CHECK: those need a kernel with ipvlan, which
 //! vm-tests/ provides.
 
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+mod e2e_support;
 
+use std::path::Path;
+use std::process::{Command, Output};
+
+use e2e_support::*;
 use plexus_dataplane::NetNs;
 use serde_json::{json, Value};
 
-const PLEXUS: &str = env!("CARGO_BIN_EXE_plexus");
-const REFERENCE: &str = "/usr/lib/cni";
-
-/// Named namespaces deleted on drop, even when the test fails.
-struct Namespaces(Vec<String>);
-
-impl Namespaces {
-    fn add(&mut self, tag: &str) -> String {
-        let name = format!("pxe-{}-{tag}", std::process::id());
-        NetNs::create_named(&name).unwrap();
-        self.0.push(name.clone());
-        name
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for name in self.0.drain(..).rev() {
-            let _ = NetNs::delete_named(&name);
-        }
-    }
-}
-
-fn ip(netns: &str, args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .arg("-n")
-        .arg(netns)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ip -n {netns} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn addresses(netns: &str, ifname: &str) -> Vec<String> {
-    let v: Value =
-        serde_json::from_str(&ip(netns, &["-j", "-4", "addr", "show", "dev", ifname])).unwrap();
-    v[0]["addr_info"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["local"].as_str().unwrap().to_string())
-        .collect()
-}
-
-fn link_names(netns: &str) -> Vec<String> {
-    let v: Value = serde_json::from_str(&ip(netns, &["-j", "link", "show"])).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["ifname"].as_str().unwrap().to_string())
-        .collect()
-}
-
-fn ping(from: &str, to: &str) -> bool {
-    Command::new("ip")
-        .args(["netns", "exec", from, "ping", "-c1", "-W2", to])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap()
-        .success()
-}
-
-/// plexus run as a runtime runs it: in the node namespace, env + stdin,
-/// with `CNI_IFNAME=eth0`.
+/// plexus run as a runtime runs it, for pod `pod` of namespace demo with
+/// `CNI_IFNAME=eth0`.
 fn plexus(
     node: &str,
     command: &str,
@@ -97,11 +31,11 @@ fn plexus(
     let netns = pod_ns
         .map(|n| format!("/var/run/netns/{n}"))
         .unwrap_or_default();
-    plexus_at(node, command, container, &netns, "eth0", pod, conf)
+    demo_plexus_at(node, command, container, &netns, "eth0", pod, conf)
 }
 
-/// [`plexus`] with any `CNI_NETNS` path (empty: unset) and `CNI_IFNAME`.
-fn plexus_at(
+/// [`plexus_at`] for pod `pod` of namespace demo.
+fn demo_plexus_at(
     node: &str,
     command: &str,
     container: &str,
@@ -110,70 +44,8 @@ fn plexus_at(
     pod: &str,
     conf: &str,
 ) -> Output {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", node, PLEXUS])
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", container)
-        .env("CNI_NETNS", netns)
-        .env("CNI_IFNAME", ifname)
-        .env("CNI_PATH", REFERENCE)
-        .env(
-            "CNI_ARGS",
-            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME={pod}"),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _ = child.stdin.take().unwrap().write_all(conf.as_bytes());
-    child.wait_with_output().unwrap()
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if e.path().is_dir() {
-                out.extend(
-                    files_in(&e.path())
-                        .into_iter()
-                        .map(|f| format!("{name}/{f}")),
-                );
-            } else {
-                out.push(name);
-            }
-        }
-    }
-    out
-}
-
-/// A node namespace (lo up, and `uplink0`, one end of a veth with both ends
-/// up, as the master of macvlan/ipvlan networks) and two pod namespaces.
-fn node_and_pods(namespaces: &mut Namespaces, tag: &str) -> (String, [String; 2]) {
-    let node = namespaces.add(&format!("{tag}-node"));
-    let pods = [
-        namespaces.add(&format!("{tag}-pod1")),
-        namespaces.add(&format!("{tag}-pod2")),
-    ];
-    ip(&node, &["link", "set", "lo", "up"]);
-    ip(
-        &node,
-        &[
-            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p",
-        ],
-    );
-    // Both ends up: without carrier on the master, its children are down.
-    ip(&node, &["link", "set", "uplink0", "up"]);
-    ip(&node, &["link", "set", "uplink0p", "up"]);
-    (node, pods)
-}
-
-fn host_local(tmp: &Path, subnet: &str, who: &str) -> Value {
-    json!({"type": "host-local", "subnet": subnet, "dataDir": tmp.join("ipam").join(who)})
+    let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME={pod}");
+    plexus_at(node, command, container, netns, ifname, &args, conf)
 }
 
 /// plexus's configuration under `tmp`: the cluster network is a bridge
@@ -209,17 +81,6 @@ fn plexus_conf_selecting(tmp: &Path, nad: &Value, selection: &str) -> String {
     .to_string()
 }
 
-/// No record and no IP allocation is left under `tmp` (host-local keeps
-/// only its lock and last_reserved_ip files).
-fn assert_nothing_left(tmp: &Path) {
-    assert!(files_in(&tmp.join("cache")).is_empty());
-    let left: Vec<String> = files_in(&tmp.join("ipam"))
-        .into_iter()
-        .filter(|f| !f.ends_with("/lock") && !f.contains("last_reserved_ip"))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
-}
-
 /// DEL of pod i's container c{i}, twice (idempotent), the second time
 /// without CNI_NETNS; each pod keeps only lo.
 fn del_twice(node: &str, pods: &[String; 2], conf: &str) {
@@ -237,15 +98,6 @@ fn del_twice(node: &str, pods: &[String; 2], conf: &str) {
         }
         assert_eq!(link_names(pod_ns), ["lo"], "{pod_ns} keeps only lo");
     }
-}
-
-fn assert_ok(what: &str, out: &Output) {
-    assert!(
-        out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]
@@ -435,31 +287,6 @@ fn ipvlan_l3s_two_pods_through_plexus() {
 // ---------------------------------------------------------------------------
 // A pod, or a bad call, cannot harm the node (issue 9).
 
-/// The node namespace's links with their addresses and its routes: what
-/// must not change.
-fn node_state(node: &str) -> (Value, String) {
-    let addrs: Value = serde_json::from_str(&ip(node, &["-j", "addr", "show"])).unwrap();
-    let links: Value = addrs
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| json!([l["ifname"], l["operstate"], l["addr_info"]]))
-        .collect();
-    (links, ip(node, &["route", "show", "table", "all"]))
-}
-
-/// The CNI error a failed call printed.
-fn cni_error(out: &Output) -> Value {
-    assert!(!out.status.success(), "expected a failure");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
 #[test]
 fn the_nodes_own_namespace_is_never_configured_as_a_pod() {
     use plexus_testkit::Feature;
@@ -494,7 +321,7 @@ fn the_nodes_own_namespace_is_never_configured_as_a_pod() {
         alias_path.as_str(),
     ] {
         for ifname in ["eth0", "uplink0"] {
-            let out = plexus_at(&node, "ADD", "c0", netns, ifname, "p1", &conf);
+            let out = demo_plexus_at(&node, "ADD", "c0", netns, ifname, "p1", &conf);
             let e = cni_error(&out);
             assert_eq!(e["code"], 4, "{netns}: {e}");
             let details = e["details"].as_str().unwrap();
@@ -504,7 +331,7 @@ fn the_nodes_own_namespace_is_never_configured_as_a_pod() {
                 "{netns}: {details}"
             );
             // DEL with the node's namespace removes nothing of the node.
-            let out = plexus_at(&node, "DEL", "c0", netns, ifname, "p1", &conf);
+            let out = demo_plexus_at(&node, "DEL", "c0", netns, ifname, "p1", &conf);
             assert_ok("DEL", &out);
             assert_eq!(
                 node_state(&node),
@@ -602,7 +429,7 @@ fn lo_is_no_attachments_interface_and_a_failed_add_on_it_can_be_deleted() {
 
     // A runtime asking for CNI_IFNAME=lo: the ADD fails (the name is taken),
     // and every DEL after it succeeds, leaving the pod's loopback.
-    let out = plexus_at(
+    let out = demo_plexus_at(
         &node,
         "ADD",
         "c1",
@@ -613,7 +440,7 @@ fn lo_is_no_attachments_interface_and_a_failed_add_on_it_can_be_deleted() {
     );
     assert_eq!(cni_error(&out)["code"], 7);
     for _ in 0..2 {
-        let out = plexus_at(
+        let out = demo_plexus_at(
             &node,
             "DEL",
             "c1",

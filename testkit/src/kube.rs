@@ -192,7 +192,7 @@ impl KubeApi {
     pub fn audited(&self) -> Vec<AuditedRequest> {
         let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
         text.lines()
-            .filter_map(|l| serde_json_lite::request(l))
+            .filter_map(audit_line::request)
             .collect()
     }
 }
@@ -210,7 +210,7 @@ pub struct AuditedRequest {
 
 /// Just enough JSON reading for audit lines, so the testkit needs no JSON
 /// dependency: the string values of `objectRef` and of `verb`/`stage`.
-mod serde_json_lite {
+mod audit_line {
     use super::AuditedRequest;
 
     fn string_after(line: &str, key: &str) -> String {

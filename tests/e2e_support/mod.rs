@@ -1,0 +1,199 @@
+//! What the end-to-end tests share: named namespaces that clean up after
+//! themselves, `ip` in a namespace, the plexus binary invoked as a runtime
+//! invokes it, and checks that nothing is left.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use plexus_dataplane::NetNs;
+use serde_json::{json, Value};
+
+pub const PLEXUS: &str = env!("CARGO_BIN_EXE_plexus");
+pub const REFERENCE: &str = "/usr/lib/cni";
+
+/// Named namespaces deleted on drop, even when the test fails.
+pub struct Namespaces(pub Vec<String>);
+
+impl Namespaces {
+    pub fn add(&mut self, tag: &str) -> String {
+        let name = format!("pxe-{}-{tag}", std::process::id());
+        NetNs::create_named(&name).unwrap();
+        self.0.push(name.clone());
+        name
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for name in self.0.drain(..).rev() {
+            let _ = NetNs::delete_named(&name);
+        }
+    }
+}
+
+pub fn ip(netns: &str, args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .arg("-n")
+        .arg(netns)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ip -n {netns} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+pub fn addresses(netns: &str, ifname: &str) -> Vec<String> {
+    let v: Value =
+        serde_json::from_str(&ip(netns, &["-j", "-4", "addr", "show", "dev", ifname])).unwrap();
+    v[0]["addr_info"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["local"].as_str().unwrap().to_string())
+        .collect()
+}
+
+pub fn link_names(netns: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(&ip(netns, &["-j", "link", "show"])).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["ifname"].as_str().unwrap().to_string())
+        .collect()
+}
+
+pub fn ping(from: &str, to: &str) -> bool {
+    Command::new("ip")
+        .args(["netns", "exec", from, "ping", "-c1", "-W2", to])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// plexus run as a runtime runs it: in the node namespace, env + stdin, with
+/// any `CNI_NETNS` path (empty: unset), `CNI_IFNAME` and `CNI_ARGS`.
+pub fn plexus_at(
+    node: &str,
+    command: &str,
+    container: &str,
+    netns: &str,
+    ifname: &str,
+    cni_args: &str,
+    conf: &str,
+) -> Output {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", node, PLEXUS])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", container)
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", ifname)
+        .env("CNI_PATH", REFERENCE)
+        .env("CNI_ARGS", cni_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = child.stdin.take().unwrap().write_all(conf.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
+pub fn files_in(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() {
+                out.extend(
+                    files_in(&e.path())
+                        .into_iter()
+                        .map(|f| format!("{name}/{f}")),
+                );
+            } else {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+/// A node namespace (lo up, and `uplink0`, one end of a veth with both ends
+/// up, as the master of macvlan/ipvlan networks) and two pod namespaces.
+pub fn node_and_pods(namespaces: &mut Namespaces, tag: &str) -> (String, [String; 2]) {
+    let node = namespaces.add(&format!("{tag}-node"));
+    let pods = [
+        namespaces.add(&format!("{tag}-pod1")),
+        namespaces.add(&format!("{tag}-pod2")),
+    ];
+    ip(&node, &["link", "set", "lo", "up"]);
+    ip(
+        &node,
+        &[
+            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p",
+        ],
+    );
+    // Both ends up: without carrier on the master, its children are down.
+    ip(&node, &["link", "set", "uplink0", "up"]);
+    ip(&node, &["link", "set", "uplink0p", "up"]);
+    (node, pods)
+}
+
+pub fn host_local(tmp: &Path, subnet: &str, who: &str) -> Value {
+    json!({"type": "host-local", "subnet": subnet, "dataDir": tmp.join("ipam").join(who)})
+}
+
+/// No record and no IP allocation is left under `tmp` (host-local keeps
+/// only its lock and last_reserved_ip files).
+pub fn assert_nothing_left(tmp: &Path) {
+    assert!(files_in(&tmp.join("cache")).is_empty());
+    let left: Vec<String> = files_in(&tmp.join("ipam"))
+        .into_iter()
+        .filter(|f| !f.ends_with("/lock") && !f.contains("last_reserved_ip"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+pub fn assert_ok(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The node namespace's links with their addresses and its routes: what
+/// must not change.
+pub fn node_state(node: &str) -> (Value, String) {
+    let addrs: Value = serde_json::from_str(&ip(node, &["-j", "addr", "show"])).unwrap();
+    let links: Value = addrs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| json!([l["ifname"], l["operstate"], l["addr_info"]]))
+        .collect();
+    (links, ip(node, &["route", "show", "table", "all"]))
+}
+
+/// The CNI error a failed call printed.
+pub fn cni_error(out: &Output) -> Value {
+    assert!(!out.status.success(), "expected a failure");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
