@@ -45,8 +45,7 @@ fn world(tag: &str) -> Option<World> {
     let (node, pods) = node_and_pods(&mut namespaces, tag);
     let relay = Relay::into_netns(Path::new(&format!("/var/run/netns/{node}")), api.port).unwrap();
     let kube_ns = api.namespace(&format!("pxk-{tag}"));
-    let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
-        "master": "uplink0", "ipam": host_local(tmp.path(), "10.20.0.0/24", "mac")});
+    let macnet = macvlan_network(tmp.path());
     api.apply(&format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
          metadata: {{name: macnet, namespace: {kube_ns}}}\nspec:\n  config: '{macnet}'\n"

@@ -311,8 +311,7 @@ fn the_nodes_own_namespace_is_never_configured_as_a_pod() {
         .unwrap();
     assert!(bound.success());
 
-    let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
-        "master": "uplink0", "ipam": host_local(tmp.path(), "10.20.0.0/24", "mac")});
+    let macnet = macvlan_network(tmp.path());
     let conf = plexus_conf(tmp.path(), &macnet);
     let before = node_state(&node);
     for netns in [
@@ -366,8 +365,7 @@ fn del_after_a_failed_add_leaves_the_device_that_was_in_its_way() {
     ip(pod, &["addr", "add", "192.0.2.20/24", "dev", "eth0"]);
     ip(pod, &["route", "add", "default", "via", "192.0.2.1"]);
     let pod_before = node_state(pod);
-    let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
-        "master": "uplink0", "ipam": host_local(tmp.path(), "10.20.0.0/24", "mac")});
+    let macnet = macvlan_network(tmp.path());
     let conf = plexus_conf(tmp.path(), &macnet);
 
     let out = plexus(&node, "ADD", "c0", Some(pod), "p1", &conf);
@@ -404,8 +402,7 @@ fn lo_is_no_attachments_interface_and_a_failed_add_on_it_can_be_deleted() {
     let tmp = tempfile::tempdir().unwrap();
     let mut namespaces = Namespaces(Vec::new());
     let (node, pods) = node_and_pods(&mut namespaces, "lo");
-    let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
-        "master": "uplink0", "ipam": host_local(tmp.path(), "10.20.0.0/24", "mac")});
+    let macnet = macvlan_network(tmp.path());
     // multi-net-spec §4.1.2.1.5: "lo" is no valid name for an attachment's
     // interface, so the annotation is invalid and ignored: the pod gets the
     // cluster network only, and a warning.

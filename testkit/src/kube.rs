@@ -191,9 +191,7 @@ impl KubeApi {
     /// name)` each.
     pub fn audited(&self) -> Vec<AuditedRequest> {
         let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
-        text.lines()
-            .filter_map(audit_line::request)
-            .collect()
+        text.lines().filter_map(audit_line::request).collect()
     }
 }
 

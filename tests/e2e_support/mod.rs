@@ -153,6 +153,13 @@ pub fn host_local(tmp: &Path, subnet: &str, who: &str) -> Value {
     json!({"type": "host-local", "subnet": subnet, "dataDir": tmp.join("ipam").join(who)})
 }
 
+/// `macnet`: a macvlan network on the node's `uplink0`, host-local
+/// 10.20.0.0/24 under `tmp`.
+pub fn macvlan_network(tmp: &Path) -> Value {
+    json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
+        "master": "uplink0", "ipam": host_local(tmp, "10.20.0.0/24", "mac")})
+}
+
 /// No record and no IP allocation is left under `tmp` (host-local keeps
 /// only its lock and last_reserved_ip files).
 pub fn assert_nothing_left(tmp: &Path) {
