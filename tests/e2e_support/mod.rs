@@ -181,16 +181,32 @@ pub fn assert_ok(what: &str, out: &Output) {
 }
 
 /// The node namespace's links with their addresses and its routes: what
-/// must not change.
-pub fn node_state(node: &str) -> (Value, String) {
+/// must not change. IPv6 link-local addresses and their routes are left out:
+/// the kernel adds them and ends their DAD by itself, at its own pace (on
+/// the VM's emulated CPUs, in the middle of a test).
+pub fn node_state(node: &str) -> (Value, Vec<String>) {
     let addrs: Value = serde_json::from_str(&ip(node, &["-j", "addr", "show"])).unwrap();
     let links: Value = addrs
         .as_array()
         .unwrap()
         .iter()
-        .map(|l| json!([l["ifname"], l["operstate"], l["addr_info"]]))
+        .map(|l| {
+            let configured: Vec<String> = l["addr_info"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|a| a["scope"] != "link")
+                .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+                .collect();
+            json!([l["ifname"], l["operstate"], configured])
+        })
         .collect();
-    (links, ip(node, &["route", "show", "table", "all"]))
+    let routes = ip(node, &["route", "show", "table", "all"])
+        .lines()
+        .filter(|r| !r.contains("fe80:"))
+        .map(str::to_string)
+        .collect();
+    (links, routes)
 }
 
 /// The CNI error a failed call printed.
