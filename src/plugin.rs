@@ -59,8 +59,9 @@ fn cluster(conf: &PlexusConf) -> Result<Box<dyn Cluster>, CniError> {
 
 /// The pod this call is for, from kubelet's `CNI_ARGS`; a runtime that sends
 /// none (podman) gets a pod with no annotations: the default networks only.
-/// On an API server the pod must exist and, when kubelet names its UID, be
-/// that pod: one deleted and re-created under its name is another pod.
+/// A pod whose uid differs from kubelet's `K8S_POD_UID` is another pod (the
+/// one of the call was deleted and re-created under its name). On an API
+/// server the pod must exist; a manifest directory may leave it out.
 fn pod(args: &CniArgs, container_id: &str, cluster: &dyn Cluster) -> Result<Pod, CniError> {
     let (Some(namespace), Some(name)) = (args.k8s_pod_namespace(), args.k8s_pod_name()) else {
         return Ok(Pod {
@@ -77,29 +78,29 @@ fn pod(args: &CniArgs, container_id: &str, cluster: &dyn Cluster) -> Result<Pod,
             details,
         )
     };
-    let found = cluster.pod(namespace, name)?;
-    if cluster.as_kube().is_some() {
-        let Some(pod) = found else {
+    let pod = match cluster.pod(namespace, name)? {
+        Some(pod) => pod,
+        None if cluster.as_kube().is_some() => {
             return Err(unknown(format!(
                 "pod {namespace}/{name} (CNI_ARGS K8S_POD_NAMESPACE, K8S_POD_NAME) does not exist"
-            )));
-        };
-        if let (Some(want), Some(have)) = (args.k8s_pod_uid(), pod.uid.as_deref()) {
-            if want != have {
-                return Err(unknown(format!(
-                    "pod {namespace}/{name}: CNI_ARGS K8S_POD_UID is {want} but the pod's uid is \
-                     {have}: the pod was deleted and re-created"
-                )));
-            }
+            )))
         }
-        return Ok(pod);
+        None => Pod {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: args.k8s_pod_uid().map(String::from),
+            annotations: Default::default(),
+        },
+    };
+    if let (Some(want), Some(have)) = (args.k8s_pod_uid(), pod.uid.as_deref()) {
+        if want != have {
+            return Err(unknown(format!(
+                "pod {namespace}/{name}: CNI_ARGS K8S_POD_UID is {want} but the pod's uid is \
+                 {have}: the pod was deleted and re-created"
+            )));
+        }
     }
-    Ok(found.unwrap_or_else(|| Pod {
-        namespace: namespace.into(),
-        name: name.into(),
-        uid: args.k8s_pod_uid().map(String::from),
-        annotations: Default::default(),
-    }))
+    Ok(pod)
 }
 
 /// After an ADD on a cluster: network-status on the pod (§5), and events, a
@@ -363,6 +364,30 @@ mod tests {
         }
         // Everything else is exec'd from CNI_PATH (cni-SPEC §4).
         assert!(!registry.is_builtin("portmap"));
+    }
+
+    #[test]
+    fn a_pod_whose_uid_differs_from_kubelets_is_another_pod() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("pod.yaml"),
+            "kind: Pod\nmetadata: {name: p, namespace: ns, uid: uid-2}\n",
+        )
+        .unwrap();
+        let cluster = DirCluster::load(dir.path()).unwrap();
+        let args = |uid: &str| {
+            CniArgs::parse(&format!(
+                "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID={uid}"
+            ))
+            .unwrap()
+        };
+        assert_eq!(pod(&args("uid-2"), "c", &cluster).unwrap().name, "p");
+        let e = pod(&args("uid-1"), "c", &cluster).unwrap_err();
+        assert_eq!(e.code, crate::cni::error::ErrorCode::UnknownContainer);
+        assert!(e.details.contains("re-created"), "{e}");
+        // A manifest directory may leave the pod out: no annotations then.
+        let missing = CniArgs::parse("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=q").unwrap();
+        assert!(pod(&missing, "c", &cluster).unwrap().annotations.is_empty());
     }
 
     #[test]

@@ -151,7 +151,11 @@ impl NetNs {
             }
             Err(e) => return Err(e),
         };
-        if ns.same_as(&NetNs::current()?)? {
+        // The caller's own namespace by a stat of its nsfs link: no second
+        // open on the ADD path.
+        let own = std::fs::metadata(THREAD_NETNS)
+            .map_err(|e| Error::io("stat", Path::new(THREAD_NETNS), &e))?;
+        if ns.identity()? == (own.dev(), own.ino()) {
             return Ok(PodNetns::Node(ns));
         }
         Ok(PodNetns::Pod(ns))
@@ -163,15 +167,9 @@ impl NetNs {
     }
 
     fn identity(&self) -> Result<(u64, u64)> {
-        let f = std::fs::File::from(
-            self.fd
-                .try_clone()
-                .map_err(|e| Error::io("duplicate descriptor of", &self.path, &e))?,
-        );
-        let m = f
-            .metadata()
-            .map_err(|e| Error::io("stat", &self.path, &e))?;
-        Ok((m.dev(), m.ino()))
+        let st =
+            nix::sys::stat::fstat(self.fd.as_fd()).map_err(|e| Error::os("stat", &self.path, e))?;
+        Ok((st.st_dev, st.st_ino))
     }
 
     /// Runs `f` with the calling thread inside this namespace and returns its

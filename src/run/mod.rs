@@ -414,7 +414,7 @@ impl Executor {
         // Roll back: the failing chain's succeeded plugins, then the
         // completed attachments, newest first. Best effort throughout.
         let mut rollback_errors = Vec::new();
-        let netns = live_netns(ctx);
+        let netns = live_netns(ctx).live();
         for j in (0..=i).rev() {
             let cached = &mut record.attachments[j];
             let skip = if j == i { failure.failed_plugin } else { None };
@@ -483,13 +483,14 @@ impl Executor {
             }
         };
         let netns = live_netns(ctx);
-        if let Some(node) = ctx.netns.as_deref().filter(|p| is_node_netns(p)) {
+        if let DelNetns::Node(node) = &netns {
             report.warnings.push(format!(
                 "CNI_NETNS {} is the node's own namespace, not the pod's: plugins get no \
                  CNI_NETNS, so nothing of the node is deleted",
                 node.display()
             ));
         }
+        let netns = netns.live();
         let mut errors = Vec::new();
         for cached in record.attachments.iter_mut().rev() {
             if !cached.owes_del() {
@@ -796,14 +797,29 @@ fn attachment_env(
 /// every plugin, with `CNI_NETNS` empty; plugins must cope (cni-SPEC §2 DEL).
 /// The node's own namespace counts as gone: no pod's interface is there, and
 /// a plugin deleting `CNI_IFNAME` in it would delete the node's.
-fn live_netns(ctx: &RunContext) -> Option<PathBuf> {
-    ctx.netns
-        .clone()
-        .filter(|p| p.exists() && !is_node_netns(p))
+fn live_netns(ctx: &RunContext) -> DelNetns {
+    match ctx.netns.clone() {
+        Some(p) if matches!(NetNs::open_pod(&p), Ok(PodNetns::Node(_))) => DelNetns::Node(p),
+        Some(p) if p.exists() => DelNetns::Live(p),
+        _ => DelNetns::Gone,
+    }
 }
 
-fn is_node_netns(path: &Path) -> bool {
-    matches!(NetNs::open_pod(path), Ok(PodNetns::Node(_)))
+/// What a DEL's `CNI_NETNS` is, see [`live_netns`].
+enum DelNetns {
+    Live(PathBuf),
+    Gone,
+    Node(PathBuf),
+}
+
+impl DelNetns {
+    /// `CNI_NETNS` for the plugins.
+    fn live(self) -> Option<PathBuf> {
+        match self {
+            DelNetns::Live(p) => Some(p),
+            DelNetns::Gone | DelNetns::Node(_) => None,
+        }
+    }
 }
 
 /// A plugin's request: its plan JSON plus `prevResult`, the previous result

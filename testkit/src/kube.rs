@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 pub struct KubeApi {
     /// What `kube-up` wrote: certificates, kubeconfigs, logs, `audit.log`.
     pub dir: PathBuf,
-    pub url: String,
+    /// The port of `https://127.0.0.1:<port>`, the address in the kubeconfigs.
     pub port: u16,
 }
 
@@ -112,7 +112,6 @@ fn start() -> Result<KubeApi, String> {
             .ok_or_else(|| format!("{}: no {key}", dir.join("env").display()))
     };
     Ok(KubeApi {
-        url: get("KUBE_URL")?,
         port: get("KUBE_PORT")?
             .parse()
             .map_err(|e| format!("KUBE_PORT: {e}"))?,
