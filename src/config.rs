@@ -30,6 +30,9 @@ pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
 /// when they name no namespace; Multus's `multusNamespace` default.
 pub const DEFAULT_PLEXUS_NAMESPACE: &str = "kube-system";
 
+/// How long an ADD waits for the cluster network by default: Multus's 45 s.
+pub const DEFAULT_READINESS_TIMEOUT: Duration = Duration::from_secs(45);
+
 /// The cluster-wide default network (multi-net-spec §6), as configured.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClusterNetwork {
@@ -70,7 +73,10 @@ pub struct PlexusConf {
     /// Turn an invalid selection annotation into a hard error instead of the
     /// spec's "ignore it and attach only the default network" (§4.1.2.1.x).
     pub strict_annotations: bool,
+    /// §6.1.2: a file whose existence says the cluster network is ready.
     pub readiness_indicator_file: Option<PathBuf>,
+    /// How long an ADD waits for the cluster network (`readinessTimeout`).
+    pub readiness_timeout: Duration,
     pub log_file: Option<PathBuf>,
     pub log_level: Option<String>,
     /// Capabilities plexus asks the runtime for (passed on to the default network).
@@ -126,6 +132,7 @@ struct RawConf {
     strict_annotations: Option<bool>,
     #[serde(rename = "readinessindicatorfile")]
     readiness_indicator_file: Option<String>,
+    readiness_timeout: Option<f64>,
     log_file: Option<String>,
     log_level: Option<String>,
     capabilities: Option<BTreeMap<String, bool>>,
@@ -238,7 +245,12 @@ impl PlexusConf {
             api_timeouts,
             manifest_dir: raw.manifest_dir.map(PathBuf::from),
             strict_annotations: raw.strict_annotations.unwrap_or(false),
-            readiness_indicator_file: raw.readiness_indicator_file.map(PathBuf::from),
+            readiness_indicator_file: raw
+                .readiness_indicator_file
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
+            readiness_timeout: seconds("readinessTimeout", raw.readiness_timeout)?
+                .unwrap_or(DEFAULT_READINESS_TIMEOUT),
             log_file: raw.log_file.map(PathBuf::from),
             log_level: raw.log_level,
             capabilities: raw.capabilities.unwrap_or_default(),

@@ -4,6 +4,7 @@
 //! Layers, top to bottom (see README "Architecture"):
 //! - [`cli`]: the `plexus` command line; the same binary is the CNI plugin.
 //! - [`plugin`]: plexus as a CNI plugin (what a runtime invokes).
+//! - [`readiness`]: waiting for the cluster network (§6.1.2).
 //! - [`plan`]: pod + NADs + default network → the ordered attachment plan (pure).
 //! - [`config`]: plexus's own CNI conf (Multus-compatible keys).
 //! - [`manifest`]: Kubernetes manifests (YAML/JSON) read from files.
@@ -24,4 +25,5 @@ pub mod manifest;
 pub mod netattach;
 pub mod plan;
 pub mod plugin;
+pub mod readiness;
 pub mod run;

@@ -21,6 +21,7 @@ use crate::cni::skel::{self, Plugin, Request};
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
 use crate::manifest::Pod;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
+use crate::readiness;
 use crate::run::routes::NetlinkRouteHook;
 use crate::run::{AttachmentResult, Delegates, Executor, Registry, RunContext};
 
@@ -224,9 +225,9 @@ impl Plugin for PlexusPlugin {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let conf = conf(req)?;
         let cluster = cluster(&conf)?;
-        let conf_dir = ConfDir::new(&conf.conf_dir);
         let cluster = cluster.as_ref();
-        let default_network = cluster_network(&conf, cluster, &conf_dir)?;
+        let default_network = readiness::wait(&conf, cluster, || self::cluster(&conf))?;
+        let conf_dir = ConfDir::new(&conf.conf_dir);
         let call = call(req);
         let pod = pod(&req.env.args, &call.container_id, cluster)?;
         let options = PlanOptions {
@@ -326,10 +327,9 @@ impl Plugin for PlexusPlugin {
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        // Ready when the configuration is valid and its cluster network resolves.
+        // Ready when the configuration is valid and an ADD would not wait.
         let conf = conf(req)?;
-        let cluster = cluster(&conf)?;
-        cluster_network(&conf, cluster.as_ref(), &ConfDir::new(&conf.conf_dir)).map(|_| ())
+        readiness::status(&conf, cluster(&conf)?.as_ref())
     }
 }
 

@@ -1,0 +1,201 @@
+//! Cluster-network readiness (multi-net-spec §6.1.2): plexus's conf may be in
+//! place before the cluster-wide default network is, so an ADD first waits,
+//! bounded by `readinessTimeout`, until both the cluster network's config
+//! resolves and `readinessindicatorfile` (when set) exists. STATUS (CNI 1.1)
+//! takes one look and reports not-ready while that wait would fail. DEL never
+//! waits: it works from plexus's record.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::cluster::Cluster;
+use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::config::PlexusConf;
+use crate::plan::{self, ConfDir, DefaultNetwork};
+
+/// How often a waiting ADD looks again: short against an ADD's own cost, so
+/// a network that appears mid-wait costs at most this much extra.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// What is not there yet.
+#[derive(Debug)]
+pub enum NotReady {
+    /// The cluster network's config does not resolve (yet): no such NAD,
+    /// conf-dir config or file, or the API server gave no answer.
+    ClusterNetwork(CniError),
+    /// `readinessindicatorfile` does not exist.
+    IndicatorFile(PathBuf),
+}
+
+impl NotReady {
+    fn describe(&self) -> String {
+        match self {
+            NotReady::ClusterNetwork(e) => format!("the cluster network: {}", e.details),
+            NotReady::IndicatorFile(path) => {
+                format!("readinessindicatorfile {} does not exist", path.display())
+            }
+        }
+    }
+}
+
+/// One look: the cluster network, or what is missing. Errors that waiting
+/// cannot mend (a config that does not parse, a forbidden API request) are
+/// returned as they are.
+pub fn check(
+    conf: &PlexusConf,
+    cluster: &dyn Cluster,
+) -> Result<Result<DefaultNetwork, NotReady>, CniError> {
+    if let Some(path) = &conf.readiness_indicator_file {
+        if !path.exists() {
+            return Ok(Err(NotReady::IndicatorFile(path.clone())));
+        }
+    }
+    let conf_dir = ConfDir::new(&conf.conf_dir);
+    match plan::cluster_network(
+        &conf.cluster_network,
+        cluster,
+        Some(&conf_dir),
+        &conf.plexus_namespace,
+    ) {
+        Ok(network) => Ok(Ok(network)),
+        Err(e) if may_appear(&e) => Ok(Err(NotReady::ClusterNetwork(e))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Not found, or no answer from the API server: both may change by waiting.
+fn may_appear(e: &CniError) -> bool {
+    e.code == ErrorCode::Plugin(codes::NETWORK_NOT_FOUND) || e.code == ErrorCode::TryAgainLater
+}
+
+/// Wait until ready, at most `conf.readiness_timeout`; then fail with code 11
+/// (try again later) naming what never appeared. `reload` gives a fresh view
+/// of the cluster for each further look (a view caches what it read, absent
+/// NADs included).
+pub fn wait(
+    conf: &PlexusConf,
+    cluster: &dyn Cluster,
+    reload: impl Fn() -> Result<Box<dyn Cluster>, CniError>,
+) -> Result<DefaultNetwork, CniError> {
+    let deadline = Instant::now() + conf.readiness_timeout;
+    let mut missing = match check(conf, cluster)? {
+        Ok(network) => return Ok(network),
+        Err(missing) => missing,
+    };
+    while Instant::now() + POLL_INTERVAL < deadline {
+        std::thread::sleep(POLL_INTERVAL);
+        missing = match check(conf, reload()?.as_ref())? {
+            Ok(network) => return Ok(network),
+            Err(missing) => missing,
+        };
+    }
+    Err(CniError::new(
+        ErrorCode::TryAgainLater,
+        "cluster network not ready",
+        format!(
+            "waited {:?} (readinessTimeout) for {} (multi-net-spec §6.1.2)",
+            conf.readiness_timeout,
+            missing.describe()
+        ),
+    ))
+}
+
+/// STATUS: ready, or code 50 (not available) naming what is missing.
+pub fn status(conf: &PlexusConf, cluster: &dyn Cluster) -> Result<(), CniError> {
+    match check(conf, cluster)? {
+        Ok(_) => Ok(()),
+        Err(missing) => Err(CniError::new(
+            ErrorCode::NotAvailable,
+            "cluster network not ready",
+            format!("not ready: {} (multi-net-spec §6.1.2)", missing.describe()),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::dir::DirCluster;
+    use serde_json::json;
+
+    fn conf(dir: &std::path::Path, timeout: f64) -> PlexusConf {
+        PlexusConf::from_value(&json!({
+            "clusterNetwork": "podnet",
+            "confDir": dir.join("net.d"),
+            "readinessindicatorfile": dir.join("ready"),
+            "readinessTimeout": timeout,
+        }))
+        .unwrap()
+    }
+
+    fn write_podnet(dir: &std::path::Path) {
+        std::fs::create_dir_all(dir.join("net.d")).unwrap();
+        std::fs::write(
+            dir.join("net.d/10-podnet.conf"),
+            json!({"cniVersion": "1.0.0", "name": "podnet", "type": "bridge"}).to_string(),
+        )
+        .unwrap();
+    }
+
+    fn empty() -> Result<Box<dyn Cluster>, CniError> {
+        Ok(Box::new(DirCluster::empty()))
+    }
+
+    #[test]
+    fn status_names_what_is_missing_first_the_indicator_then_the_network() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = conf(dir.path(), 1.0);
+        let cluster = DirCluster::empty();
+        let e = status(&conf, &cluster).unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotAvailable);
+        assert!(e.details.contains("readinessindicatorfile"), "{e}");
+        std::fs::write(dir.path().join("ready"), "").unwrap();
+        let e = status(&conf, &cluster).unwrap_err();
+        assert!(e.details.contains("\"podnet\""), "{e}");
+        write_podnet(dir.path());
+        status(&conf, &cluster).unwrap();
+    }
+
+    #[test]
+    fn wait_times_out_naming_the_file_then_succeeds_when_it_appears() {
+        let dir = tempfile::tempdir().unwrap();
+        write_podnet(dir.path());
+        let conf = conf(dir.path(), 0.3);
+        let started = Instant::now();
+        let e = wait(&conf, &DirCluster::empty(), empty).unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(250));
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(e.code, ErrorCode::TryAgainLater);
+        assert!(e.details.contains("readinessindicatorfile"), "{e}");
+        assert!(e.details.contains("readinessTimeout"), "{e}");
+
+        let conf = PlexusConf {
+            readiness_timeout: Duration::from_secs(5),
+            ..conf
+        };
+        let ready = dir.path().join("ready");
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            std::fs::write(ready, "").unwrap();
+        });
+        let network = wait(&conf, &DirCluster::empty(), empty).unwrap();
+        writer.join().unwrap();
+        assert_eq!(network.network, "podnet");
+    }
+
+    #[test]
+    fn a_broken_cluster_network_fails_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("net.d")).unwrap();
+        let bad = dir.path().join("podnet.json");
+        std::fs::write(&bad, "{").unwrap();
+        let conf = PlexusConf::from_value(&json!({
+            "clusterNetwork": bad, "confDir": dir.path().join("net.d"), "readinessTimeout": 30,
+        }))
+        .unwrap();
+        let started = Instant::now();
+        let e = wait(&conf, &DirCluster::empty(), empty).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(1), "{e}");
+        assert_ne!(e.code, ErrorCode::TryAgainLater);
+    }
+}
