@@ -68,9 +68,55 @@ pub fn unsupported(e: &io::Error) -> bool {
     .any(|errno| e.raw_os_error() == Some(*errno as i32))
 }
 
+/// Writes `bytes` to `path` so that it survives a power loss whole: a
+/// temporary file beside it, fsync, rename over `path`, fsync of the
+/// directory. The directory is created (mode 0700) if needed; the file is
+/// mode 0600. For small state that must outlive a reboot exactly as written
+/// (tuning's saved sysctls, plexus's IPAMClaim book).
+pub fn replace_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replaced_durably_in_a_new_directory_leaving_no_temp_file() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("sub/f");
+        replace_durably(&target, b"one").unwrap();
+        replace_durably(&target, b"two").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(d.path().join("sub")).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
 
     #[test]
     fn appears_whole_once_and_leaves_nothing_else() {

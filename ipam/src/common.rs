@@ -40,11 +40,21 @@ pub(crate) struct IpRangeConf {
 /// `routes[]` entries as written: the same shape as a result's routes.
 pub(crate) use plexus_cni::result::RouteJson as RouteConf;
 
-/// `args` (cni-CONVENTIONS "args in network config"): only `args.cni.ips`
-/// matters to IPAM.
+/// `args` (cni-CONVENTIONS "args in network config"): `args.cni.ips`, and
+/// plexus's own namespace `args.plexus`.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ArgsConf {
     pub cni: Option<CniArgsConf>,
+    pub plexus: Option<PlexusArgsConf>,
+}
+
+/// `args.plexus`: what plexus tells its built-in IPAM beyond the conventions.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct PlexusArgsConf {
+    /// Who holds the addresses instead of the container: an IPAMClaim
+    /// (multi-net-spec §8), whose addresses outlive the pod.
+    #[serde(rename = "persistentOwner")]
+    pub persistent_owner: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -58,6 +68,24 @@ impl ArgsConf {
             .and_then(|a| a.cni.as_ref())
             .and_then(|c| c.ips.as_deref())
             .unwrap_or_default()
+    }
+
+    /// `args.plexus.persistentOwner`, checked: it takes the container ID's
+    /// place in an allocation file, so it is one non-empty line.
+    pub fn persistent_owner(args: &Option<ArgsConf>) -> Result<Option<&str>, CniError> {
+        let owner = args
+            .as_ref()
+            .and_then(|a| a.plexus.as_ref())
+            .and_then(|p| p.persistent_owner.as_deref());
+        match owner {
+            Some(o) if o.trim().is_empty() || o.contains(['\r', '\n', '\0']) => {
+                Err(CniError::invalid_config(
+                    "args.plexus.persistentOwner",
+                    format!("{o:?} must be one non-empty line"),
+                ))
+            }
+            owner => Ok(owner),
+        }
     }
 }
 

@@ -64,6 +64,13 @@
 //!   never parse as an address, so a crash's leftovers are ignored by both
 //!   implementations (and removed by GC). The lock wait is bounded (code 11
 //!   after [`DEFAULT_LOCK_TIMEOUT`], see [`HostLocal::with_lock_timeout`]).
+//! - `args.plexus.persistentOwner` (set by plexus for an IPAMClaim,
+//!   multi-net-spec §8): the owner takes the container ID's place in the
+//!   allocation files, so the addresses belong to the claim. ADD gives an
+//!   owner the addresses it already holds (a re-created pod gets its IPs
+//!   back) instead of refusing a duplicate; DEL with the key keeps them;
+//!   plexus releases them, once the claim is deleted, with a DEL whose
+//!   CNI_CONTAINERID is the owner.
 //! - DEL and GC need only `name` and `dataDir` to be valid, so a network
 //!   whose ranges were since misconfigured can still be cleaned up; they
 //!   never create the directory.
@@ -165,6 +172,7 @@ struct RuntimeConf {
 #[derive(Deserialize)]
 struct LocationConf {
     ipam: Option<LocationIpam>,
+    args: Option<ArgsConf>,
 }
 
 #[derive(Deserialize)]
@@ -201,11 +209,11 @@ impl Location {
         })
     }
 
-    /// What DEL and GC read: `name` and `ipam.dataDir`, nothing else.
-    fn load(req: &Request) -> Result<Location, CniError> {
+    /// What DEL and GC read: `name`, `ipam.dataDir` and `args`, nothing else.
+    fn load(req: &Request) -> Result<(Location, Option<ArgsConf>), CniError> {
         let conf: LocationConf = decode_config(req)?;
         let ipam = conf.ipam.ok_or_else(missing_ipam)?;
-        Location::new(req, ipam.data_dir.as_deref())
+        Ok((Location::new(req, ipam.data_dir.as_deref())?, conf.args))
     }
 
     fn dir(&self) -> PathBuf {
@@ -271,6 +279,9 @@ struct Config {
     resolv_conf: Option<PathBuf>,
     /// Per range set, the address requested from it.
     requested: Vec<Option<Requested>>,
+    /// `args.plexus.persistentOwner`: holds the addresses instead of the
+    /// container.
+    persistent_owner: Option<String>,
 }
 
 impl Config {
@@ -323,7 +334,15 @@ impl Config {
                 .filter(|s| !s.is_empty())
                 .map(PathBuf::from),
             requested,
+            persistent_owner: ArgsConf::persistent_owner(&conf.args)?.map(String::from),
         })
+    }
+
+    /// Who holds this attachment's addresses: the persistent owner, else the
+    /// container (CNI_CONTAINERID), with CNI_IFNAME.
+    fn holder<'a>(&'a self, req: &'a Request) -> Result<(&'a str, &'a str), CniError> {
+        let (id, ifname) = attachment(req)?;
+        Ok((self.persistent_owner.as_deref().unwrap_or(id), ifname))
     }
 
     fn dns(&self) -> Result<Dns, CniError> {
@@ -477,11 +496,15 @@ fn allocate<'a>(
     set: &'a RangeSet,
     requested: Option<&Requested>,
     (id, ifname): (&str, &str),
-) -> Result<(IpAddr, &'a Range), CniError> {
+    reuse: bool,
+) -> Result<(IpAddr, &'a Range, bool), CniError> {
     if let Some(a) = allocs
         .iter()
         .find(|a| set.contains(a.ip) && a.owner.is_held_by(id, ifname))
     {
+        if let (true, Some(range)) = (reuse, set.range_for(a.ip)) {
+            return Ok((a.ip, range, false));
+        }
         return Err(plugin_error(
             codes::DUPLICATE_ALLOCATION,
             "duplicate allocation",
@@ -515,7 +538,7 @@ fn allocate<'a>(
             return Err(in_use(&store.owner_of(r.ip)));
         }
         store.set_last_reserved(idx, r.ip)?;
-        return Ok((r.ip, range));
+        return Ok((r.ip, range, true));
     }
     for (range, ip) in set.candidates(store.last_reserved(idx)) {
         if taken.contains_key(&ip) {
@@ -523,7 +546,7 @@ fn allocate<'a>(
         }
         if store.reserve(ip, id, ifname)? {
             store.set_last_reserved(idx, ip)?;
-            return Ok((ip, range));
+            return Ok((ip, range, true));
         }
     }
     Err(plugin_error(
@@ -540,7 +563,7 @@ impl Plugin for HostLocal {
 
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let conf = Config::load(req)?;
-        let who = attachment(req)?;
+        let who = conf.holder(req)?;
         let dns = conf.dns()?;
         let store = self.open(&conf.location, true)?.ok_or_else(|| {
             CniError::io(conf.location.dir().display().to_string(), "not created")
@@ -559,9 +582,12 @@ impl Plugin for HostLocal {
                 set,
                 conf.requested[idx].as_ref(),
                 who,
+                conf.persistent_owner.is_some(),
             ) {
-                Ok((ip, range)) => {
-                    reserved.push(ip);
+                Ok((ip, range, fresh)) => {
+                    if fresh {
+                        reserved.push(ip);
+                    }
                     ips.push(IpConfig {
                         address: range.address(ip),
                         gateway: Some(range.gateway),
@@ -590,8 +616,13 @@ impl Plugin for HostLocal {
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        let loc = Location::load(req)?;
+        let (loc, args) = Location::load(req)?;
         let (id, ifname) = attachment(req)?;
+        if ArgsConf::persistent_owner(&args)?.is_some() {
+            // The owner's addresses outlive the pod: plexus releases them
+            // once the IPAMClaim is deleted (multi-net-spec §8).
+            return Ok(());
+        }
         let Some(store) = self.open(&loc, false)? else {
             return Ok(());
         };
@@ -615,7 +646,7 @@ impl Plugin for HostLocal {
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let conf = Config::load(req)?;
-        let (id, ifname) = attachment(req)?;
+        let (id, ifname) = conf.holder(req)?;
         let held = match self.open(&conf.location, false)? {
             Some(store) => store
                 .allocations()?
@@ -638,7 +669,7 @@ impl Plugin for HostLocal {
     }
 
     fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
-        let loc = Location::load(req)?;
+        let (loc, _) = Location::load(req)?;
         let Some(store) = self.open(&loc, false)? else {
             return Ok(());
         };

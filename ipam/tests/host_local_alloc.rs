@@ -345,6 +345,74 @@ fn second_add_of_the_same_attachment_is_refused() {
 }
 
 #[test]
+fn a_persistent_owner_holds_addresses_across_containers_until_released_by_name() {
+    // args.plexus.persistentOwner: plexus's IPAMClaim binding (multi-net-spec
+    // §8). The owner, not the container, holds the addresses; a later
+    // container of the same owner gets them back; DEL keeps them; a DEL
+    // without the key, with the owner as container ID, releases them.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("data");
+    let plain = conf(
+        "1.1.0",
+        host_local(
+            &d,
+            json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}),
+        ),
+    );
+    let claimed = with(
+        plain.clone(),
+        "args",
+        json!({"plexus": {"persistentOwner": "ipamclaim_ns_vm1"}}),
+    );
+    let p = HostLocal::new();
+    add(&p, &plain, "other", "net1").unwrap();
+    let first = add(&p, &claimed, "pod-a", "net1").unwrap();
+    assert_eq!(addrs(&first), ["10.0.0.3/24", "fd00::3/64"]);
+    assert_eq!(
+        allocations(&d).get("10.0.0.3").map(String::as_str),
+        Some("ipamclaim_ns_vm1\r\nnet1")
+    );
+    check(&p, &claimed, "pod-a", "net1").unwrap();
+    del(&p, &claimed, "pod-a", "net1").unwrap();
+    assert_eq!(
+        allocations(&d).len(),
+        4,
+        "DEL keeps a persistent owner's addresses"
+    );
+    // The re-created pod: same addresses, nothing new reserved.
+    let again = add(&p, &claimed, "pod-b", "net1").unwrap();
+    assert_eq!(addrs(&again), addrs(&first));
+    assert_eq!(allocations(&d).len(), 4);
+    // Requested addresses (the claim's status.ips) that it holds already.
+    let requested = with(
+        claimed.clone(),
+        "runtimeConfig",
+        json!({"ips": ["10.0.0.3/24", "fd00::3/64"]}),
+    );
+    assert_eq!(
+        addrs(&add(&p, &requested, "pod-c", "net1").unwrap()),
+        addrs(&first)
+    );
+    // Released by name once the claim is gone.
+    del(&p, &plain, "ipamclaim_ns_vm1", "net1").unwrap();
+    assert_eq!(allocations(&d).len(), 2);
+    assert_err(
+        add(
+            &p,
+            &with(
+                plain,
+                "args",
+                json!({"plexus": {"persistentOwner": "a\nb"}}),
+            ),
+            "x",
+            "net1",
+        ),
+        ErrorCode::InvalidConfig,
+        "args.plexus.persistentOwner: \"a\\nb\" must be one non-empty line",
+    );
+}
+
+#[test]
 fn del_is_idempotent_and_exact() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("data");

@@ -45,7 +45,6 @@
 //! - CHECK substitutes `IFNAME` in sysctl keys (v1.1 compares the
 //!   unsubstituted path) and compares MACs case-insensitively.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -452,35 +451,6 @@ impl Saved {
     }
 }
 
-/// Writes `bytes` to `path` atomically (temporary file, fsync, rename, fsync
-/// of the directory), creating the directory (mode 0700) if needed.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 fn read_saved(path: &Path) -> Result<Option<Vec<u8>>, CniError> {
     match std::fs::read(path) {
         Ok(b) => Ok(Some(b)),
@@ -548,7 +518,9 @@ impl Undo<'_> {
         }
         if let Some((path, before)) = self.file {
             let r = match before {
-                Some(bytes) => write_atomic(path, &bytes).map_err(|e| e.to_string()),
+                Some(bytes) => {
+                    plexus_cni::whole_file::replace_durably(path, &bytes).map_err(|e| e.to_string())
+                }
                 None => remove_saved(path).map_err(|e| e.to_string()),
             };
             if let Err(e) = r {
@@ -613,7 +585,7 @@ impl Tuning {
         };
 
         if s.changes_link() {
-            if let Err(e) = write_atomic(path, &saved.to_bytes()) {
+            if let Err(e) = plexus_cni::whole_file::replace_durably(path, &saved.to_bytes()) {
                 return Err(CniError::io(
                     format!("saving the original values in {}", path.display()),
                     e,
