@@ -4,6 +4,7 @@
 //! Layers, top to bottom (see README "Architecture"):
 //! - [`cli`]: the `plexus` command line; the same binary is the CNI plugin.
 //! - [`plugin`]: plexus as a CNI plugin (what a runtime invokes).
+//! - [`claims`]: persistent IPs through IPAMClaims (§8).
 //! - [`readiness`]: waiting for the cluster network (§6.1.2).
 //! - [`plan`]: pod + NADs + default network → the ordered attachment plan (pure).
 //! - [`config`]: plexus's own CNI conf (Multus-compatible keys).
@@ -15,6 +16,7 @@
 //!   crate `plexus-cni` so the data plane and IPAM share it.
 
 pub mod cache;
+pub mod claims;
 pub mod cli;
 pub mod cluster;
 /// The CNI protocol layer (the `plexus-cni` crate).

@@ -740,6 +740,18 @@ fn requests(
         .enumerate()
         .map(|(i, plugin)| {
             let mut request = derive_request(plugin, name, version, capability_args, None);
+            if request
+                .get("args")
+                .and_then(|a| a.get(crate::claims::PLEXUS_ARGS))
+                .is_some()
+            {
+                // What it carries decides who holds addresses (IPAMClaims):
+                // a NAD that set it could take another namespace's.
+                return Err(CniError::invalid_config(
+                    format!("plugins[{i}].args.{}", crate::claims::PLEXUS_ARGS),
+                    "reserved for plexus itself; a network config cannot set it",
+                ));
+            }
             if let Some(extra) = cni_args {
                 merge_cni_args(&mut request, extra)
                     .map_err(|e| e.within(format!("plugins[{i}]")))?;

@@ -10,7 +10,8 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::cache::Cache;
+use crate::cache::{Cache, Lookup};
+use crate::claims::{self, ClaimBook};
 use crate::cluster::kube::{EventType, KubeCluster, PodEvent};
 use crate::cluster::{dir::DirCluster, Cluster};
 use crate::cni::args::CniArgs;
@@ -112,7 +113,22 @@ fn publish(
     pod: &Pod,
     plan: &plan::Plan,
     results: &[AttachmentResult],
+    claims: &[claims::Bound],
 ) -> Result<(), CniError> {
+    for claim in claims {
+        let ips: Vec<String> = results[claim.attachment]
+            .result
+            .iter()
+            .flat_map(|r| &r.ips)
+            .map(|ip| ip.address.to_string())
+            .collect();
+        if !kube.write_claim_status(&claim.namespace, &claim.name, &ips, &pod.name)? {
+            eprintln!(
+                "plexus: {}/{}: IPAMClaim {} was deleted before its status was written",
+                pod.namespace, pod.name, claim.name
+            );
+        }
+    }
     let entries: Vec<_> = plan
         .attachments
         .iter()
@@ -152,6 +168,27 @@ fn publish(
         );
     }
     Ok(())
+}
+
+/// Release the addresses of claims that were deleted (those of `owners`, or
+/// all); what could not be done comes back as warnings, never as an error:
+/// a claim that cannot be checked now is checked again later.
+fn release_deleted_claims(
+    conf: Option<&PlexusConf>,
+    cni_dir: &std::path::Path,
+    owners: Option<&[String]>,
+) -> Vec<String> {
+    let cluster = match conf.map(cluster) {
+        Some(Ok(cluster)) => cluster,
+        Some(Err(e)) => return vec![format!("IPAMClaims not checked: {}", e.details)],
+        None => return vec!["IPAMClaims not checked: the configuration does not parse".into()],
+    };
+    let swept = claims::sweep(&ClaimBook::new(cni_dir), cluster.as_ref(), owners);
+    let released = swept
+        .released
+        .iter()
+        .map(|c| format!("IPAMClaim {c} was deleted: its addresses are released"));
+    released.chain(swept.warnings).collect()
 }
 
 /// What the runtime told plexus about this attachment.
@@ -243,7 +280,8 @@ impl Plugin for PlexusPlugin {
             default_network: &default_network,
             options: &options,
         };
-        let plan = plan::plan(&pod, &inputs)?;
+        let mut plan = plan::plan(&pod, &inputs)?;
+        let claims = claims::bind(&mut plan, &pod, cluster, &ClaimBook::new(&conf.cni_dir))?;
         for warning in &plan.warnings {
             eprintln!("plexus: {}/{}: {warning}", pod.namespace, pod.name);
         }
@@ -254,7 +292,7 @@ impl Plugin for PlexusPlugin {
         let added = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry));
         let results = match (added, cluster.as_kube()) {
             (Ok(results), Some(kube)) => {
-                publish(kube, &pod, &plan, &results)?;
+                publish(kube, &pod, &plan, &results, &claims)?;
                 results
             }
             (Ok(results), None) => results,
@@ -282,14 +320,26 @@ impl Plugin for PlexusPlugin {
     fn del(&self, req: &Request) -> Result<(), CniError> {
         let conf = conf(req).ok();
         let (cni_dir, bin_dir) = dirs_of(req, conf.as_ref());
+        let call = call(req);
+        let cache = Cache::new(&cni_dir);
+        // The claims this container used, while its record still says so.
+        let owners = match cache.load(&call.container_id, &call.ifname) {
+            Ok(Lookup::Found(record)) => {
+                claims::owners_in(record.attachments.iter().map(|a| &a.attachment))
+            }
+            _ => Vec::new(),
+        };
         let registry = registry();
-        let report = Executor::new(Cache::new(cni_dir))
-            .del(&context(&call(req), bin_dir, &registry), None)?;
+        let mut report = Executor::new(cache).del(&context(&call, bin_dir, &registry), None)?;
+        if !owners.is_empty() {
+            report.warnings.extend(release_deleted_claims(
+                conf.as_ref(),
+                &cni_dir,
+                Some(&owners),
+            ));
+        }
         for warning in &report.warnings {
-            eprintln!(
-                "plexus: DEL {}: {warning}",
-                req.env.container_id.as_deref().unwrap_or("")
-            );
+            eprintln!("plexus: DEL {}: {warning}", call.container_id);
         }
         Ok(())
     }
@@ -315,12 +365,16 @@ impl Plugin for PlexusPlugin {
             bin_dir: Some(conf.bin_dir.clone()),
             resolver: &registry,
         };
+        let claim_warnings = release_deleted_claims(Some(&conf), &conf.cni_dir, None);
+        // Addresses held for claims are valid attachments of their own.
+        let mut valid = valid.to_vec();
+        valid.extend(ClaimBook::new(&conf.cni_dir).holders());
         let report = Executor::new(Cache::new(&conf.cni_dir)).gc(
-            valid,
+            &valid,
             &delegates,
             default_network.as_ref(),
         )?;
-        for warning in &report.warnings {
+        for warning in claim_warnings.iter().chain(&report.warnings) {
             eprintln!("plexus: GC: {warning}");
         }
         Ok(())

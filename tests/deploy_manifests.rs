@@ -49,6 +49,12 @@ fn ipamclaim_crd_follows_multi_net_spec_8_1() {
         schema["status"]["properties"]["ips"]["items"]["type"],
         "string"
     );
+    // Kept by the API server (a structural schema prunes unknown fields):
+    // plexus writes the pod holding the claim.
+    assert_eq!(
+        schema["status"]["properties"]["ownerPod"]["properties"]["name"]["type"],
+        "string"
+    );
 }
 
 #[test]
@@ -71,6 +77,8 @@ fn rbac_grants_exactly_what_plexus_uses() {
     granted.sort();
     let want = [
         ("events", "create"),
+        ("ipamclaims", "get"),
+        ("ipamclaims/status", "patch"),
         ("network-attachment-definitions", "get"),
         ("pods", "get"),
         ("pods/status", "patch"),

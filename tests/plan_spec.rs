@@ -694,3 +694,25 @@ fn plan_json_contract() {
     assert_eq!(v["warnings"], json!([]));
     assert!(a["plugins"][0].get("prevResult").is_none());
 }
+
+#[test]
+fn s8_a_network_config_cannot_set_plexus_args() {
+    // args.plexus carries the IPAMClaim an address belongs to (src/claims.rs);
+    // a NAD that set it could take addresses of another namespace's claim.
+    let nad = r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: thief, namespace: my-namespace}
+spec:
+  config: '{"cniVersion": "1.0.0", "type": "macvlan",
+            "args": {"plexus": {"persistentOwner": "ipamclaim_other_vm"}},
+            "ipam": {"type": "host-local", "subnet": "10.9.0.0/24"}}'
+"#;
+    let e = plan_for(Some("thief"), &PlanOptions::default(), nad).unwrap_err();
+    assert_eq!(e.code, plexus::cni::ErrorCode::InvalidConfig);
+    assert!(
+        e.details
+            .contains("plugins[0].args.plexus: reserved for plexus itself"),
+        "{e}"
+    );
+}

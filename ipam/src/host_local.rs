@@ -270,6 +270,16 @@ impl Requested {
     }
 }
 
+/// Who an allocation file names.
+#[derive(Debug, Clone, Copy)]
+struct Holder<'a> {
+    id: &'a str,
+    ifname: &'a str,
+    /// A persistent owner gets back what it holds instead of a duplicate
+    /// error.
+    persistent: bool,
+}
+
 /// A validated host-local configuration.
 #[derive(Debug)]
 struct Config {
@@ -340,9 +350,13 @@ impl Config {
 
     /// Who holds this attachment's addresses: the persistent owner, else the
     /// container (CNI_CONTAINERID), with CNI_IFNAME.
-    fn holder<'a>(&'a self, req: &'a Request) -> Result<(&'a str, &'a str), CniError> {
+    fn holder<'a>(&'a self, req: &'a Request) -> Result<Holder<'a>, CniError> {
         let (id, ifname) = attachment(req)?;
-        Ok((self.persistent_owner.as_deref().unwrap_or(id), ifname))
+        Ok(Holder {
+            id: self.persistent_owner.as_deref().unwrap_or(id),
+            ifname,
+            persistent: self.persistent_owner.is_some(),
+        })
     }
 
     fn dns(&self) -> Result<Dns, CniError> {
@@ -495,14 +509,14 @@ fn allocate<'a>(
     idx: usize,
     set: &'a RangeSet,
     requested: Option<&Requested>,
-    (id, ifname): (&str, &str),
-    reuse: bool,
+    holder: Holder,
 ) -> Result<(IpAddr, &'a Range, bool), CniError> {
+    let Holder { id, ifname, .. } = holder;
     if let Some(a) = allocs
         .iter()
         .find(|a| set.contains(a.ip) && a.owner.is_held_by(id, ifname))
     {
-        if let (true, Some(range)) = (reuse, set.range_for(a.ip)) {
+        if let (true, Some(range)) = (holder.persistent, set.range_for(a.ip)) {
             return Ok((a.ip, range, false));
         }
         return Err(plugin_error(
@@ -582,7 +596,6 @@ impl Plugin for HostLocal {
                 set,
                 conf.requested[idx].as_ref(),
                 who,
-                conf.persistent_owner.is_some(),
             ) {
                 Ok((ip, range, fresh)) => {
                     if fresh {
@@ -646,7 +659,7 @@ impl Plugin for HostLocal {
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let conf = Config::load(req)?;
-        let (id, ifname) = conf.holder(req)?;
+        let Holder { id, ifname, .. } = conf.holder(req)?;
         let held = match self.open(&conf.location, false)? {
             Some(store) => store
                 .allocations()?

@@ -8,12 +8,14 @@ use std::path::Path;
 use super::Cluster;
 use crate::cni::error::CniError;
 use crate::manifest::{self, Pod};
+use crate::netattach::ipamclaim::{self, IpamClaim};
 use crate::netattach::nad::NetworkAttachmentDefinition;
 use crate::plan::NadSource;
 
 pub struct DirCluster {
     pods: BTreeMap<(String, String), Pod>,
     nads: BTreeMap<(String, String), NetworkAttachmentDefinition>,
+    claims: BTreeMap<(String, String), IpamClaim>,
 }
 
 impl DirCluster {
@@ -25,9 +27,20 @@ impl DirCluster {
             let pod = Pod::from_document(doc)?;
             pods.insert((pod.namespace.clone(), pod.name.clone()), pod);
         }
+        let mut claims = BTreeMap::new();
+        for doc in docs.iter().filter(|d| d.kind() == Some(ipamclaim::KIND)) {
+            let claim = IpamClaim::from_value(&doc.value).map_err(|e| e.within(&doc.origin))?;
+            let namespace = claim
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| manifest::DEFAULT_NAMESPACE.into());
+            claims.insert((namespace, claim.metadata.name.clone()), claim);
+        }
         Ok(DirCluster {
             pods,
             nads: manifest::nads(&docs)?,
+            claims,
         })
     }
 
@@ -36,6 +49,7 @@ impl DirCluster {
         DirCluster {
             pods: BTreeMap::new(),
             nads: BTreeMap::new(),
+            claims: BTreeMap::new(),
         }
     }
 }
@@ -54,6 +68,13 @@ impl Cluster for DirCluster {
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
         Ok(self
             .pods
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned())
+    }
+
+    fn ipam_claim(&self, namespace: &str, name: &str) -> Result<Option<IpamClaim>, CniError> {
+        Ok(self
+            .claims
             .get(&(namespace.to_string(), name.to_string()))
             .cloned())
     }

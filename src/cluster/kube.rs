@@ -26,6 +26,7 @@ use serde_json::json;
 use super::Cluster;
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::manifest::Pod;
+use crate::netattach::ipamclaim::{self, IpamClaim};
 use crate::netattach::nad::NetworkAttachmentDefinition;
 use crate::netattach::status::{status_annotation_value, NetworkStatus, NETWORK_STATUS_ANNOTATION};
 use crate::plan::NadSource;
@@ -154,12 +155,43 @@ impl KubeCluster {
             NETWORK_STATUS_ANNOTATION: status_annotation_value(entries)
         }}});
         let object = format!("pod {}/{} status", pod.namespace, pod.name);
+        self.patch_status(&api, &pod.name, &patch, &object)
+    }
+
+    /// Write an IPAMClaim's `status` (multi-net-spec §8.2): the addresses it
+    /// holds and the pod that holds it now, with a merge PATCH of the status
+    /// subresource (the only part of a claim an IPAM may write). A claim
+    /// deleted meanwhile is no failure: `Ok(false)`.
+    pub fn write_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        ips: &[String],
+        owner_pod: &str,
+    ) -> Result<bool, CniError> {
+        let patch = json!({"status": {"ips": ips, "ownerPod": {"name": owner_pod}}});
+        let object = format!("IPAMClaim {namespace}/{name} status");
+        self.patch_status(&self.claims(namespace), name, &patch, &object)
+    }
+
+    /// A merge PATCH of `name`'s status subresource, transient failures
+    /// retried within `status_write`; `Ok(false)` when the object is gone.
+    fn patch_status<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        patch: &serde_json::Value,
+        object: &str,
+    ) -> Result<bool, CniError>
+    where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
         let deadline = tokio::time::Instant::now() + self.timeouts.status_write;
         let mut backoff = Duration::from_millis(50);
         loop {
             let sent = self.call(
-                &object,
-                api.patch_status(&pod.name, &PatchParams::default(), &Patch::Merge(&patch)),
+                object,
+                api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch)),
             );
             match sent {
                 Ok(_) => return Ok(true),
@@ -228,6 +260,49 @@ fn pod_event(pod: &Pod, e: &PodEvent) -> Event {
     }
 }
 
+impl KubeCluster {
+    /// The namespaced API of a custom resource of `k8s.cni.cncf.io`.
+    fn custom(
+        &self,
+        namespace: &str,
+        version: &str,
+        kind: &str,
+        plural: &str,
+    ) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk(GROUP, version, kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+        Api::namespaced_with(self.client.clone(), namespace, &resource)
+    }
+
+    fn claims(&self, namespace: &str) -> Api<DynamicObject> {
+        self.custom(namespace, "v1alpha1", ipamclaim::KIND, "ipamclaims")
+    }
+
+    /// GET `object` through `api`, decoded by `decode`; `None` when it does
+    /// not exist.
+    fn get_decoded<T>(
+        &self,
+        api: Api<DynamicObject>,
+        name: &str,
+        object: &str,
+        decode: impl FnOnce(&serde_json::Value) -> Result<T, CniError>,
+    ) -> Result<Option<T>, CniError> {
+        let found = self
+            .call(object, api.get_opt(name))
+            .map_err(ApiError::into_cni)?;
+        found
+            .map(|o| {
+                let value = serde_json::to_value(&o)
+                    .map_err(|e| CniError::decode(object, e.to_string()))?;
+                decode(&value).map_err(|e| e.within(object))
+            })
+            .transpose()
+    }
+}
+
+/// The API group of the spec's custom resources.
+const GROUP: &str = "k8s.cni.cncf.io";
+
 impl NadSource for KubeCluster {
     fn get(
         &self,
@@ -238,21 +313,14 @@ impl NadSource for KubeCluster {
         if let Some(known) = self.nads.get(&key) {
             return Ok(known.as_ref());
         }
-        let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition");
-        let resource = ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions");
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &resource);
+        let api = self.custom(
+            namespace,
+            "v1",
+            "NetworkAttachmentDefinition",
+            "network-attachment-definitions",
+        );
         let object = format!("NetworkAttachmentDefinition {namespace}/{name}");
-        let found = self
-            .call(&object, api.get_opt(name))
-            .map_err(ApiError::into_cni)?;
-        let nad = found
-            .map(|o| {
-                let value = serde_json::to_value(&o)
-                    .map_err(|e| CniError::decode(object.as_str(), e.to_string()))?;
-                NetworkAttachmentDefinition::from_value(&value).map_err(|e| e.within(&object))
-            })
-            .transpose()?;
+        let nad = self.get_decoded(api, name, &object, NetworkAttachmentDefinition::from_value)?;
         Ok(self.nads.insert(key, Box::new(nad)).as_ref())
     }
 }
@@ -270,6 +338,11 @@ impl Cluster for KubeCluster {
             uid: p.metadata.uid.filter(|u| !u.is_empty()),
             annotations: p.metadata.annotations.unwrap_or_default(),
         }))
+    }
+
+    fn ipam_claim(&self, namespace: &str, name: &str) -> Result<Option<IpamClaim>, CniError> {
+        let object = format!("IPAMClaim {namespace}/{name}");
+        self.get_decoded(self.claims(namespace), name, &object, IpamClaim::from_value)
     }
 
     fn as_kube(&self) -> Option<&KubeCluster> {

@@ -8,12 +8,17 @@ pub mod kube;
 
 use crate::cni::error::CniError;
 use crate::manifest::Pod;
+use crate::netattach::ipamclaim::IpamClaim;
 use crate::plan::NadSource;
 
 /// A read-only view of the cluster's pods and NADs.
 pub trait Cluster: NadSource {
     /// The pod `namespace/name`; `Ok(None)` when it does not exist.
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError>;
+
+    /// The IPAMClaim `namespace/name` (multi-net-spec §8); `Ok(None)` when it
+    /// does not exist.
+    fn ipam_claim(&self, namespace: &str, name: &str) -> Result<Option<IpamClaim>, CniError>;
 
     /// The API server behind this view, when there is one: where
     /// network-status and events are written.

@@ -1,0 +1,579 @@
+//! Persistent IPs through IPAMClaims (multi-net-spec §8, §4.1.2.1.11).
+//!
+//! A selection's `ipam-claim-reference` names an IPAMClaim in the pod's
+//! namespace. When the network's config sets `"allowPersistentIPs": true`
+//! (the key OVN-Kubernetes users know), plexus binds the claim to the
+//! attachment:
+//! - the claim must be for this network (`spec.network`: the NAD's name,
+//!   `namespace/name`, or its config's `name`) and this interface
+//!   (`spec.interface`), else the attachment fails;
+//! - built-in host-local allocates for the claim instead of the container
+//!   (`args.plexus.persistentOwner`), asking first for the claim's
+//!   `status.ips`, so a re-created pod gets the same addresses;
+//! - after the ADD, the claim's `status.ips` and `status.ownerPod` are
+//!   written;
+//! - the addresses outlive every pod: they are released once the claim is
+//!   deleted, by the next DEL of a pod that used it or the next GC, never
+//!   while it exists (§8: "cannot be de-allocated before the IPAMClaim is
+//!   deleted").
+//!
+//! Without `allowPersistentIPs` the reference is ignored with a warning, as
+//! §4.1.2.1.11 allows for an IPAM that does not implement claims.
+//!
+//! The claim book (`<cniDir>/ipamclaims/<owner>.json`, written durably before
+//! the first allocation for a claim) is how a release finds the addresses
+//! after the pods are gone.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::cluster::Cluster;
+use crate::cni::env::{CniCommand, CniEnv};
+use crate::cni::error::{codes, CniError};
+use crate::cni::skel::Request;
+use crate::manifest::Pod;
+use crate::netattach::ipamclaim::IpamClaim;
+use crate::plan::{Attachment, Plan};
+
+/// The network-config key that lets a network's addresses follow a claim.
+pub const ALLOW_PERSISTENT_IPS: &str = "allowPersistentIPs";
+/// `args.<this>`: plexus's namespace in a plugin's `args` (cni-CONVENTIONS).
+pub const PLEXUS_ARGS: &str = "plexus";
+/// The only IPAM that can hold addresses for a claim.
+const CLAIM_IPAM: &str = "host-local";
+
+/// Who holds a claim's addresses in host-local's files. Namespaces and
+/// object names have no `_`, so the key is unambiguous.
+pub fn owner_key(namespace: &str, name: &str) -> String {
+    format!("ipamclaim_{namespace}_{name}")
+}
+
+/// A claim bound to an attachment of this ADD.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bound {
+    /// Index into the plan's attachments.
+    pub attachment: usize,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// What a release needs once every pod of the claim is gone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BookEntry {
+    namespace: String,
+    name: String,
+    interface: String,
+    /// `cniVersion`, `name` and `ipam` of each host-local plugin of the chain.
+    ipam: Vec<Map<String, Value>>,
+}
+
+impl BookEntry {
+    fn owner(&self) -> String {
+        owner_key(&self.namespace, &self.name)
+    }
+}
+
+/// The claims plexus has allocated for on this node.
+pub struct ClaimBook {
+    dir: PathBuf,
+}
+
+impl ClaimBook {
+    /// The book under plexus's `cniDir`.
+    pub fn new(cni_dir: &Path) -> ClaimBook {
+        ClaimBook {
+            dir: cni_dir.join("ipamclaims"),
+        }
+    }
+
+    fn path(&self, owner: &str) -> PathBuf {
+        self.dir.join(format!("{owner}.json"))
+    }
+
+    /// Note `entry` durably, unless it is noted already as it is.
+    fn note(&self, entry: &BookEntry) -> Result<(), CniError> {
+        let path = self.path(&entry.owner());
+        let bytes = serde_json::to_vec(entry).expect("a book entry serializes");
+        if std::fs::read(&path).is_ok_and(|old| old == bytes) {
+            return Ok(());
+        }
+        crate::cni::whole_file::replace_durably(&path, &bytes)
+            .map_err(|e| CniError::io(format!("claim book {}", path.display()), e))
+    }
+
+    /// Every entry, with the unreadable ones as warnings.
+    fn entries(&self) -> (Vec<BookEntry>, Vec<String>) {
+        let mut entries = Vec::new();
+        let mut warnings = Vec::new();
+        let Ok(dir) = std::fs::read_dir(&self.dir) else {
+            return (entries, warnings);
+        };
+        for path in dir.flatten().map(|e| e.path()) {
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            let read = std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<BookEntry>(&b).map_err(|e| e.to_string()));
+            match read {
+                Ok(entry) if self.path(&entry.owner()) == path => entries.push(entry),
+                Ok(_) => warnings.push(format!(
+                    "claim book {}: names another claim than its file; left alone",
+                    path.display()
+                )),
+                Err(e) => warnings.push(format!("claim book {}: {e}; left alone", path.display())),
+            }
+        }
+        entries.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        (entries, warnings)
+    }
+
+    /// The (owner, interface) pairs of every noted claim: attachments a GC
+    /// must treat as valid.
+    pub fn holders(&self) -> Vec<(String, String)> {
+        self.entries()
+            .0
+            .iter()
+            .map(|e| (e.owner(), e.interface.clone()))
+            .collect()
+    }
+}
+
+/// Bind the claims of `plan`'s attachments (see the module docs): check each
+/// against the cluster, point its host-local at the claim, and note it in the
+/// book. Ignored references become plan warnings.
+pub fn bind(
+    plan: &mut Plan,
+    pod: &Pod,
+    cluster: &dyn Cluster,
+    book: &ClaimBook,
+) -> Result<Vec<Bound>, CniError> {
+    let mut bound = Vec::new();
+    for (index, attachment) in plan.attachments.iter_mut().enumerate() {
+        let Some(reference) = attachment.ipam_claim_reference.clone() else {
+            continue;
+        };
+        if !persistent_ips_allowed(attachment)? {
+            plan.warnings.push(format!(
+                "{}: ipam-claim-reference {reference:?} ignored: the network's config does not \
+                 set \"{ALLOW_PERSISTENT_IPS}\": true (multi-net-spec §4.1.2.1.11)",
+                attachment.network
+            ));
+            attachment.ipam_claim_reference = None;
+            continue;
+        }
+        let network = attachment.network.clone();
+        let rejected = |reason: String| {
+            CniError::plugin(
+                codes::ATTACHMENT_REJECTED,
+                "IPAMClaim not usable",
+                format!(
+                    "{network}: ipam-claim-reference {reference:?}: {reason} (multi-net-spec §8)"
+                ),
+            )
+        };
+        let name = match reference.split_once('/') {
+            Some((namespace, _)) if namespace != pod.namespace => {
+                return Err(rejected(format!(
+                    "the claim is in namespace {namespace}; a pod of {} may only use claims of \
+                     its own namespace",
+                    pod.namespace
+                )))
+            }
+            Some((_, name)) => name,
+            None => reference.as_str(),
+        };
+        let claim = cluster.ipam_claim(&pod.namespace, name)?.ok_or_else(|| {
+            rejected(format!("IPAMClaim {}/{name} does not exist", pod.namespace))
+        })?;
+        check_claim_fits(&claim, attachment).map_err(rejected)?;
+        let owner = owner_key(&pod.namespace, name);
+        let ips = claim.status.map(|s| s.ips).unwrap_or_default();
+        let ipam = point_at_claim(attachment, &owner, &ips)?;
+        if ipam.is_empty() {
+            return Err(rejected(format!(
+                "\"{ALLOW_PERSISTENT_IPS}\" needs the built-in {CLAIM_IPAM} IPAM to hold the \
+                 claim's addresses; this network's chain has none"
+            )));
+        }
+        book.note(&BookEntry {
+            namespace: pod.namespace.clone(),
+            name: name.to_string(),
+            interface: attachment.ifname.clone(),
+            ipam,
+        })?;
+        bound.push(Bound {
+            attachment: index,
+            namespace: pod.namespace.clone(),
+            name: name.to_string(),
+        });
+    }
+    Ok(bound)
+}
+
+/// `allowPersistentIPs` in any plugin of the chain (a single config's keys
+/// land in its one plugin).
+fn persistent_ips_allowed(attachment: &Attachment) -> Result<bool, CniError> {
+    let mut allowed = false;
+    for (i, plugin) in attachment.plugins.iter().enumerate() {
+        match plugin.get(ALLOW_PERSISTENT_IPS) {
+            None | Some(Value::Null) => {}
+            Some(Value::Bool(b)) => allowed |= b,
+            Some(other) => {
+                return Err(CniError::invalid_config(
+                    format!(
+                        "{}: plugins[{i}].{ALLOW_PERSISTENT_IPS}",
+                        attachment.network
+                    ),
+                    format!("must be true or false, not {other}"),
+                ))
+            }
+        }
+    }
+    Ok(allowed)
+}
+
+/// §8.2: a claim is for one network and one pod interface.
+fn check_claim_fits(claim: &IpamClaim, attachment: &Attachment) -> Result<(), String> {
+    let nad_name = attachment
+        .network
+        .rsplit_once('/')
+        .map_or(attachment.network.as_str(), |(_, n)| n);
+    let config_name = attachment
+        .plugins
+        .first()
+        .and_then(|p| p.get("name")?.as_str());
+    let network = claim.spec.network.as_str();
+    if network != attachment.network && network != nad_name && Some(network) != config_name {
+        return Err(format!(
+            "the claim's spec.network is {network:?}, not this network ({:?}{})",
+            attachment.network,
+            config_name
+                .map(|n| format!(" or {n:?}"))
+                .unwrap_or_default()
+        ));
+    }
+    if claim.spec.interface != attachment.ifname {
+        return Err(format!(
+            "the claim's spec.interface is {:?}, but this attachment's interface is {:?}",
+            claim.spec.interface, attachment.ifname
+        ));
+    }
+    Ok(())
+}
+
+/// Point each host-local of the chain at the claim: `args.plexus.
+/// persistentOwner`, and the claim's addresses as `args.cni.ips`. Returns
+/// what a release needs of each.
+fn point_at_claim(
+    attachment: &mut Attachment,
+    owner: &str,
+    ips: &[String],
+) -> Result<Vec<Map<String, Value>>, CniError> {
+    let mut released_by = Vec::new();
+    for (i, plugin) in attachment.plugins.iter_mut().enumerate() {
+        let ipam_type = plugin.get("ipam").and_then(|i| i.get("type")?.as_str());
+        if ipam_type != Some(CLAIM_IPAM) {
+            continue;
+        }
+        released_by.push(
+            ["cniVersion", "name", "ipam"]
+                .iter()
+                .filter_map(|k| Some((k.to_string(), plugin.get(*k)?.clone())))
+                .collect(),
+        );
+        let args = plugin
+            .entry("args")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .ok_or_else(|| {
+                CniError::invalid_config(format!("plugins[{i}].args"), "must be an object")
+            })?;
+        args.insert(PLEXUS_ARGS.into(), json!({"persistentOwner": owner}));
+        if !ips.is_empty() {
+            let cni = args
+                .entry("cni")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+                .ok_or_else(|| {
+                    CniError::invalid_config(format!("plugins[{i}].args.cni"), "must be an object")
+                })?;
+            cni.insert("ips".into(), json!(ips));
+        }
+    }
+    Ok(released_by)
+}
+
+/// The claims a container's attachments hold addresses for (their owners),
+/// read from the plugins' `args.plexus.persistentOwner`.
+pub fn owners_in<'a>(attachments: impl IntoIterator<Item = &'a Attachment>) -> Vec<String> {
+    let mut owners: Vec<String> = attachments
+        .into_iter()
+        .flat_map(|a| &a.plugins)
+        .filter_map(|p| {
+            let owner = p.get("args")?.get(PLEXUS_ARGS)?.get("persistentOwner")?;
+            owner.as_str().map(String::from)
+        })
+        .collect();
+    owners.sort();
+    owners.dedup();
+    owners
+}
+
+/// What a sweep did.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// `namespace/name` of each claim whose addresses were released.
+    pub released: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Release the addresses of noted claims that no longer exist: those of
+/// `only` (owners), or all. A claim the cluster cannot tell about (the API
+/// server unreachable) is kept for a later sweep.
+pub fn sweep(book: &ClaimBook, cluster: &dyn Cluster, only: Option<&[String]>) -> Swept {
+    let (entries, warnings) = book.entries();
+    let mut swept = Swept {
+        warnings,
+        ..Swept::default()
+    };
+    let wanted = |e: &BookEntry| only.is_none_or(|owners| owners.contains(&e.owner()));
+    for entry in entries.iter().filter(|e| wanted(e)) {
+        let claim = format!("IPAMClaim {}/{}", entry.namespace, entry.name);
+        match cluster.ipam_claim(&entry.namespace, &entry.name) {
+            Ok(Some(_)) => continue,
+            Ok(None) => {}
+            Err(e) => {
+                swept.warnings.push(format!(
+                    "{claim}: addresses kept, cannot tell whether the claim still exists: {}",
+                    e.details
+                ));
+                continue;
+            }
+        }
+        match release(entry).and_then(|()| {
+            let path = book.path(&entry.owner());
+            std::fs::remove_file(&path)
+                .map_err(|e| CniError::io(format!("claim book {}", path.display()), e))
+        }) {
+            Ok(()) => swept
+                .released
+                .push(format!("{}/{}", entry.namespace, entry.name)),
+            Err(e) => swept.warnings.push(format!(
+                "{claim} is deleted, but its addresses were not released: {}",
+                e.details
+            )),
+        }
+    }
+    swept
+}
+
+/// host-local's DEL for the claim's owner, on each of its networks.
+fn release(entry: &BookEntry) -> Result<(), CniError> {
+    let host_local = plexus_ipam::builtin(CLAIM_IPAM).expect("host-local is built in");
+    for config in &entry.ipam {
+        let env = CniEnv {
+            command: CniCommand::Del,
+            container_id: Some(entry.owner()),
+            netns: None,
+            ifname: Some(entry.interface.clone()),
+            args: Default::default(),
+            path: Vec::new(),
+        };
+        let request = Request::from_config(env, config.clone())?;
+        host_local.del(&request)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::dir::DirCluster;
+
+    fn attachment(config: Value) -> Attachment {
+        Attachment {
+            network: "ns/tenantred".into(),
+            ifname: "net1".into(),
+            default: false,
+            cni_args: String::new(),
+            plugins: vec![config.as_object().unwrap().clone()],
+            source: "test".into(),
+            default_route: None,
+            clear_default_route: false,
+            ipam_claim_reference: Some("vm-a.tenantred".into()),
+            disable_check: false,
+        }
+    }
+
+    fn macvlan(data_dir: &Path, allow: Value) -> Value {
+        json!({"cniVersion": "1.0.0", "name": "red", "type": "macvlan",
+               "allowPersistentIPs": allow,
+               "ipam": {"type": "host-local", "dataDir": data_dir,
+                        "ranges": [[{"subnet": "10.1.0.0/24"}]]}})
+    }
+
+    fn pod() -> Pod {
+        Pod {
+            namespace: "ns".into(),
+            name: "virt-launcher-a".into(),
+            uid: None,
+            annotations: Default::default(),
+        }
+    }
+
+    /// A manifest directory holding `claims` (YAML documents).
+    fn cluster(dir: &Path, claims: &str) -> DirCluster {
+        std::fs::write(dir.join("claims.yaml"), claims).unwrap();
+        DirCluster::load(&dir.join("claims.yaml")).unwrap()
+    }
+
+    const CLAIM: &str = "apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\n\
+        metadata: {name: vm-a.tenantred, namespace: ns}\n\
+        spec: {network: tenantred, interface: net1}\n\
+        status: {ips: [10.1.0.9/24]}\n";
+
+    fn plan(att: Attachment) -> Plan {
+        Plan {
+            attachments: vec![att],
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_bound_claim_points_host_local_at_it_and_is_noted_durably() {
+        let tmp = tempfile::tempdir().unwrap();
+        let book = ClaimBook::new(&tmp.path().join("cni"));
+        let mut plan = plan(attachment(macvlan(tmp.path(), json!(true))));
+        let bound = bind(&mut plan, &pod(), &cluster(tmp.path(), CLAIM), &book).unwrap();
+        assert_eq!(
+            bound,
+            [Bound {
+                attachment: 0,
+                namespace: "ns".into(),
+                name: "vm-a.tenantred".into()
+            }]
+        );
+        let plugin = &plan.attachments[0].plugins[0];
+        assert_eq!(
+            plugin["args"],
+            json!({"plexus": {"persistentOwner": "ipamclaim_ns_vm-a.tenantred"},
+                   "cni": {"ips": ["10.1.0.9/24"]}})
+        );
+        assert_eq!(
+            owners_in(&plan.attachments),
+            ["ipamclaim_ns_vm-a.tenantred"]
+        );
+        assert_eq!(
+            book.holders(),
+            [(
+                "ipamclaim_ns_vm-a.tenantred".to_string(),
+                "net1".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn without_allow_persistent_ips_the_reference_is_ignored_with_a_warning() {
+        let tmp = tempfile::tempdir().unwrap();
+        let book = ClaimBook::new(&tmp.path().join("cni"));
+        for allow in [json!(false), Value::Null] {
+            let mut plan = plan(attachment(macvlan(tmp.path(), allow)));
+            let bound = bind(&mut plan, &pod(), &cluster(tmp.path(), CLAIM), &book).unwrap();
+            assert!(bound.is_empty());
+            assert_eq!(plan.attachments[0].ipam_claim_reference, None);
+            assert!(
+                plan.warnings[0].contains("\"allowPersistentIPs\": true"),
+                "{:?}",
+                plan.warnings
+            );
+            assert!(plan.attachments[0].plugins[0].get("args").is_none());
+        }
+        let mut plan = plan(attachment(macvlan(tmp.path(), json!("yes"))));
+        let e = bind(&mut plan, &pod(), &cluster(tmp.path(), CLAIM), &book).unwrap_err();
+        assert!(
+            e.details
+                .contains("plugins[0].allowPersistentIPs: must be true or false"),
+            "{e}"
+        );
+        assert!(book.holders().is_empty());
+    }
+
+    #[test]
+    fn claims_of_other_namespaces_networks_or_interfaces_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let book = ClaimBook::new(&tmp.path().join("cni"));
+        let refused = |att: Attachment, claims: &str, want: &str| {
+            let mut plan = plan(att);
+            let e = bind(&mut plan, &pod(), &cluster(tmp.path(), claims), &book).unwrap_err();
+            assert_eq!(
+                e.code,
+                crate::cni::error::ErrorCode::Plugin(codes::ATTACHMENT_REJECTED)
+            );
+            assert!(e.details.contains(want), "{e}");
+            assert!(e.details.contains("§8"), "{e}");
+        };
+        let allowed = || attachment(macvlan(tmp.path(), json!(true)));
+        refused(
+            Attachment {
+                ipam_claim_reference: Some("other/vm-a.tenantred".into()),
+                ..allowed()
+            },
+            CLAIM,
+            "the claim is in namespace other; a pod of ns may only use claims of its own namespace",
+        );
+        refused(allowed(), "", "IPAMClaim ns/vm-a.tenantred does not exist");
+        refused(
+            allowed(),
+            &CLAIM.replace("network: tenantred", "network: tenantblue"),
+            "the claim's spec.network is \"tenantblue\", not this network (\"ns/tenantred\" or \"red\")",
+        );
+        refused(
+            allowed(),
+            &CLAIM.replace("interface: net1", "interface: net2"),
+            "the claim's spec.interface is \"net2\", but this attachment's interface is \"net1\"",
+        );
+        let static_ipam = json!({"cniVersion": "1.0.0", "name": "red", "type": "macvlan",
+            "allowPersistentIPs": true, "ipam": {"type": "static"}});
+        refused(
+            attachment(static_ipam),
+            CLAIM,
+            "needs the built-in host-local IPAM",
+        );
+        // The claim's network may also be named as namespace/name.
+        let mut plan = plan(allowed());
+        let claims = CLAIM.replace("network: tenantred", "network: ns/tenantred");
+        bind(&mut plan, &pod(), &cluster(tmp.path(), &claims), &book).unwrap();
+    }
+
+    #[test]
+    fn a_sweep_releases_only_the_addresses_of_deleted_claims() {
+        let tmp = tempfile::tempdir().unwrap();
+        let book = ClaimBook::new(&tmp.path().join("cni"));
+        let mut plan = plan(attachment(macvlan(tmp.path(), json!(true))));
+        let present = cluster(tmp.path(), CLAIM);
+        bind(&mut plan, &pod(), &present, &book).unwrap();
+        // The address host-local allocated for the claim.
+        let held = tmp.path().join("red/10.1.0.9");
+        std::fs::create_dir_all(held.parent().unwrap()).unwrap();
+        std::fs::write(&held, "ipamclaim_ns_vm-a.tenantred\r\nnet1").unwrap();
+
+        let swept = sweep(&book, &present, None);
+        assert!(
+            swept.released.is_empty() && swept.warnings.is_empty(),
+            "{swept:?}"
+        );
+        assert!(held.exists(), "never released while the claim exists");
+
+        let deleted = cluster(tmp.path(), "");
+        let swept = sweep(&book, &deleted, Some(&["ipamclaim_ns_other".to_string()]));
+        assert!(swept.released.is_empty(), "only the owners asked for");
+        let swept = sweep(&book, &deleted, None);
+        assert_eq!(swept.released, ["ns/vm-a.tenantred"]);
+        assert!(!held.exists());
+        assert!(book.holders().is_empty());
+    }
+}
