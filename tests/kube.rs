@@ -174,6 +174,42 @@ impl World {
             .collect()
     }
 
+    /// plexus's conf with `changes` merged in (`null` removes a key).
+    fn conf_with(&self, changes: Value) -> String {
+        let mut conf: Value = serde_json::from_str(&self.conf).unwrap();
+        for (k, v) in changes.as_object().unwrap() {
+            if v.is_null() {
+                conf.as_object_mut().unwrap().remove(k);
+            } else {
+                conf[k] = v.clone();
+            }
+        }
+        conf.to_string()
+    }
+
+    /// Create the NAD `name` in this test's namespace with `config`.
+    fn nad(&self, name: &str, config: &Value) {
+        self.api.apply(&format!(
+            "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+             metadata: {{name: {name}, namespace: {}}}\nspec:\n  config: '{config}'\n",
+            self.kube_ns
+        ));
+    }
+
+    /// An object as the admin reads it (`kubectl get KIND NAME -o json`).
+    fn get(&self, kind: &str, name: &str) -> Value {
+        serde_json::from_str(&self.api.kubectl(&[
+            "get",
+            kind,
+            "-n",
+            &self.kube_ns,
+            name,
+            "-o",
+            "json",
+        ]))
+        .unwrap()
+    }
+
     /// plexus's requests in this test's Kubernetes namespace.
     fn requests(&self) -> Vec<AuditedRequest> {
         self.api
@@ -358,5 +394,371 @@ fn api_errors_name_the_object_and_the_reason_and_leave_nothing() {
         assert_ok("DEL", &w.plexus("DEL", i, true, "p1", ""));
         assert_eq!(link_names(&w.pods[i]), ["lo"]);
     }
+    assert_nothing_left(w.tmp.path());
+}
+
+#[test]
+fn every_selection_key_of_4_1_2_through_the_api() {
+    let Some(w) = world("keys") else { return };
+    // A chain declaring every capability a §4.1.2 key needs: bridge (ips),
+    // tuning (mac), bandwidth, and the reference portmap exec'd.
+    let keynet = json!({"cniVersion": "1.0.0", "name": "keynet", "plugins": [
+        {"type": "bridge", "bridge": "br-key", "capabilities": {"ips": true},
+         "ipam": host_local(w.tmp.path(), "10.30.0.0/24", "key")},
+        {"type": "tuning", "capabilities": {"mac": true}},
+        {"type": "bandwidth", "capabilities": {"bandwidth": true}},
+        {"type": "portmap", "capabilities": {"portMappings": true}, "snat": false}]});
+    w.nad("keynet", &keynet);
+    let selection = json!([{
+        "name": "keynet",                                   // §4.1.2.1.1
+        "namespace": w.kube_ns,                             // §4.1.2.1.2
+        "ips": ["10.30.0.77/24"],                           // §4.1.2.1.3
+        "mac": "02:11:22:33:44:55",                         // §4.1.2.1.4
+        "interface": "net5",                                // §4.1.2.1.5
+        "cni-args": {"plexusProbe": "yes"},                 // §4.1.2.1.6
+        "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}], // .7
+        "bandwidth": {"ingressRate": 1000000, "ingressBurst": 100000,
+                      "egressRate": 1000000, "egressBurst": 100000},              // .8
+        "default-route": ["10.30.0.1"],                     // §4.1.2.1.9
+    }]);
+    let uid = w.pod("p1", Some(&selection.to_string()));
+    assert_ok("ADD", &w.plexus("ADD", 0, true, "p1", &uid));
+
+    let pod = &w.pods[0];
+    assert_eq!(link_names(pod), ["lo", "eth0", "net5"]);
+    assert_eq!(addresses(pod, "net5"), ["10.30.0.77"]);
+    let link: Value =
+        serde_json::from_str(&ip(pod, &["-j", "link", "show", "dev", "net5"])).unwrap();
+    assert_eq!(link[0]["address"], "02:11:22:33:44:55");
+    // §4.1.2.1.9: the default route goes to net5, the cluster network's is
+    // cleared.
+    let defaults = ip(pod, &["route", "show", "default"]);
+    assert_eq!(
+        defaults.trim(),
+        "default via 10.30.0.1 dev net5",
+        "{defaults}"
+    );
+    // Port mapping and shaping happen on the node.
+    let nat = std::process::Command::new("ip")
+        .args(["netns", "exec", &w.node, "iptables-save", "-t", "nat"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&nat.stdout).contains("--dport 8080"));
+    let qdiscs = std::process::Command::new("ip")
+        .args(["netns", "exec", &w.node, "tc", "qdisc", "show"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&qdiscs.stdout).contains("tbf"));
+    // cni-args reach the chain as args.cni (what plexus recorded it ran).
+    let record = std::fs::read_to_string(w.tmp.path().join("cache/c0@eth0.json")).unwrap();
+    assert!(record.contains(r#""plexusProbe":"yes""#), "{record}");
+
+    let status = w.network_status("p1");
+    assert_eq!(status[1]["name"], format!("{}/keynet", w.kube_ns));
+    assert_eq!(status[1]["interface"], "net5");
+    assert_eq!(status[1]["ips"], json!(["10.30.0.77/24"]));
+    assert_eq!(status[1]["mac"], "02:11:22:33:44:55");
+    assert_eq!(status[1]["default-route"], json!(["10.30.0.1"]));
+
+    assert_ok("DEL", &w.plexus("DEL", 0, true, "p1", &uid));
+    assert_eq!(link_names(pod), ["lo"]);
+    let nat = std::process::Command::new("ip")
+        .args(["netns", "exec", &w.node, "iptables-save", "-t", "nat"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&nat.stdout).contains("--dport 8080"));
+    assert_nothing_left(w.tmp.path());
+}
+
+#[test]
+fn namespace_isolation_refuses_networks_of_other_namespaces_before_reading_them() {
+    let Some(w) = world("iso") else { return };
+    let other = w.api.namespace("pxk-iso-other");
+    let macnet = macvlan_network(w.tmp.path());
+    w.api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+         metadata: {{name: shared, namespace: {other}}}\nspec:\n  config: '{macnet}'\n"
+    ));
+    let uid = w.pod("p1", Some(&format!("{other}/shared")));
+    let isolated = w.conf_with(json!({"namespaceIsolation": true}));
+    let e = cni_error(&w.plexus_with("ADD", 0, true, "p1", &uid, &isolated));
+    assert_eq!(e["code"], 101, "{e}");
+    let details = e["details"].as_str().unwrap();
+    assert!(
+        details.contains(&format!(
+            "pod {}/p1 may not use {other}/shared (namespaceIsolation",
+            w.kube_ns
+        )) && details.contains("§7.4"),
+        "{details}"
+    );
+    assert_eq!(link_names(&w.pods[0]), ["lo"]);
+    // Refused before the NAD was read.
+    assert!(w
+        .api
+        .audited()
+        .iter()
+        .all(|r| r.namespace != other || r.resource != "network-attachment-definitions"));
+    assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &isolated));
+
+    // globalNamespaces opens it.
+    let global = w.conf_with(json!({"namespaceIsolation": true, "globalNamespaces": other}));
+    assert_ok("ADD", &w.plexus_with("ADD", 0, true, "p1", &uid, &global));
+    assert_eq!(link_names(&w.pods[0]), ["lo", "eth0", "net1"]);
+    assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &global));
+    assert_nothing_left(w.tmp.path());
+}
+
+#[test]
+fn warning_events_for_an_ignored_annotation_and_a_failed_attachment() {
+    let Some(w) = world("warn") else { return };
+    // An annotation that does not parse: the spec's choice is to ignore it
+    // and attach the default network only, and plexus says so on the pod.
+    let uid = w.pod("p1", Some(r#"[{"name": 5}]"#));
+    assert_ok("ADD", &w.plexus("ADD", 0, true, "p1", &uid));
+    assert_eq!(link_names(&w.pods[0]), ["lo", "eth0"]);
+    let events = w.events("p1");
+    assert!(
+        events.iter().any(|(t, r, m)| t == "Warning"
+            && r == "InvalidNetworkSelection"
+            && m.contains("name")),
+        "{events:?}"
+    );
+    assert_ok("DEL", &w.plexus("DEL", 0, true, "p1", &uid));
+
+    // An attachment that fails: the ADD fails, the pod says why.
+    let broken = json!({"cniVersion": "1.0.0", "name": "broken", "type": "macvlan",
+        "master": "nosuchdev0", "ipam": host_local(w.tmp.path(), "10.40.0.0/24", "broken")});
+    w.nad("broken", &broken);
+    let uid2 = w.pod("p2", Some("broken"));
+    let e = cni_error(&w.plexus("ADD", 1, true, "p2", &uid2));
+    assert!(e["details"].as_str().unwrap().contains("nosuchdev0"), "{e}");
+    let events = w.events("p2");
+    assert!(
+        events
+            .iter()
+            .any(|(t, r, m)| t == "Warning" && r == "AttachmentFailed" && m.contains("nosuchdev0")),
+        "{events:?}"
+    );
+    assert_eq!(link_names(&w.pods[1]), ["lo"], "a failed ADD undoes itself");
+    assert_ok("DEL", &w.plexus("DEL", 1, true, "p2", &uid2));
+    assert_nothing_left(w.tmp.path());
+}
+
+#[test]
+fn sigkill_in_the_middle_of_an_add_then_del_leaves_nothing() {
+    let Some(w) = world("kill") else { return };
+    // A chain whose second plugin (exec'd from binDir) kills plexus with
+    // SIGKILL: the macvlan link and its address exist, the record says the
+    // ADD was under way, and nothing was published.
+    let bin = w.tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let killer = bin.join("pxkill");
+    std::fs::write(&killer, "#!/bin/sh\n[ \"$CNI_COMMAND\" = ADD ] || exit 0\nexec >/dev/null 2>&1\nkill -9 $PPID\nsleep 1\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&killer, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut chain = macvlan_network(w.tmp.path());
+    chain.as_object_mut().unwrap().remove("cniVersion");
+    chain.as_object_mut().unwrap().remove("name");
+    w.nad(
+        "killnet",
+        &json!({"cniVersion": "1.0.0", "name": "killnet", "plugins": [chain, {"type": "pxkill"}]}),
+    );
+    let uid = w.pod("p1", Some("killnet"));
+    let conf = w.conf_with(json!({"binDir": bin}));
+    let out = w.plexus_with("ADD", 0, true, "p1", &uid, &conf);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(9), "{out:?}");
+    assert_eq!(link_names(&w.pods[0]), ["lo", "eth0", "net1"]);
+    assert!(w.get("pod", "p1")["metadata"]["annotations"]
+        .get("k8s.v1.cni.cncf.io/network-status")
+        .is_none());
+
+    assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &conf));
+    assert_eq!(link_names(&w.pods[0]), ["lo"]);
+    assert_nothing_left(w.tmp.path());
+}
+
+#[test]
+fn ipamclaim_keeps_addresses_across_pods_until_the_claim_is_deleted() {
+    let Some(w) = world("claim") else { return };
+    // multi-net-spec §8 with §4.1.2.1.11: a VM-like workload whose pod is
+    // re-created keeps its address while its IPAMClaim exists.
+    let mut vmnet = macvlan_network(w.tmp.path());
+    vmnet["name"] = json!("vmnet");
+    vmnet["allowPersistentIPs"] = json!(true);
+    vmnet["ipam"] = host_local(w.tmp.path(), "10.50.0.0/24", "mac");
+    w.nad("vmnet", &vmnet);
+    let claim = |name: &str, interface: &str| {
+        w.api.apply(&format!(
+            "apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\n\
+             metadata: {{name: {name}, namespace: {}}}\n\
+             spec: {{network: vmnet, interface: {interface}}}\n",
+            w.kube_ns
+        ));
+    };
+    claim("vm-a.vmnet", "net1");
+    let selection = |claim: &str| {
+        json!([{"name": "vmnet", "interface": "net1", "ipam-claim-reference": claim}]).to_string()
+    };
+    let held_by_claim = || {
+        files_in(&w.tmp.path().join("ipam/mac/vmnet"))
+            .into_iter()
+            .filter(|f| f.starts_with("10.50."))
+            .map(|f| {
+                let owner = std::fs::read_to_string(w.tmp.path().join("ipam/mac/vmnet").join(&f));
+                (f, owner.unwrap())
+            })
+            .collect::<Vec<_>>()
+    };
+
+    // The first pod: an address, written to the claim's status.
+    let uid1 = w.pod("virt-launcher-a-1", Some(&selection("vm-a.vmnet")));
+    assert_ok("ADD", &w.plexus("ADD", 0, true, "virt-launcher-a-1", &uid1));
+    let first = addresses(&w.pods[0], "net1");
+    let status = &w.get("ipamclaim", "vm-a.vmnet")["status"];
+    assert_eq!(status["ips"], json!([format!("{}/24", first[0])]));
+    assert_eq!(status["ownerPod"]["name"], "virt-launcher-a-1");
+    let owner = format!("ipamclaim_{}_vm-a.vmnet\r\nnet1", w.kube_ns);
+    assert_eq!(held_by_claim(), [(first[0].clone(), owner.clone())]);
+
+    // The pod goes away; the claim keeps the address.
+    assert_ok("DEL", &w.plexus("DEL", 0, true, "virt-launcher-a-1", &uid1));
+    w.api.kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        &w.kube_ns,
+        "virt-launcher-a-1",
+        "--wait=false",
+    ]);
+    assert_eq!(held_by_claim(), [(first[0].clone(), owner.clone())]);
+
+    // Its successor (another pod, another sandbox) gets the same address.
+    let uid2 = w.pod("virt-launcher-a-2", Some(&selection("vm-a.vmnet")));
+    assert_ok("ADD", &w.plexus("ADD", 1, true, "virt-launcher-a-2", &uid2));
+    assert_eq!(addresses(&w.pods[1], "net1"), first);
+    let status = &w.get("ipamclaim", "vm-a.vmnet")["status"];
+    assert_eq!(status["ownerPod"]["name"], "virt-launcher-a-2");
+
+    // The claim is deleted: the next DEL of a pod that used it releases it.
+    w.api
+        .kubectl(&["delete", "ipamclaim", "-n", &w.kube_ns, "vm-a.vmnet"]);
+    assert_ok("DEL", &w.plexus("DEL", 1, true, "virt-launcher-a-2", &uid2));
+    assert!(held_by_claim().is_empty());
+    assert!(files_in(&w.tmp.path().join("cache/ipamclaims")).is_empty());
+
+    // Released by GC too, when no DEL comes after the claim's deletion.
+    claim("vm-b.vmnet", "net1");
+    let uid3 = w.pod("virt-launcher-b", Some(&selection("vm-b.vmnet")));
+    assert_ok("ADD", &w.plexus("ADD", 0, true, "virt-launcher-b", &uid3));
+    assert_ok("DEL", &w.plexus("DEL", 0, true, "virt-launcher-b", &uid3));
+    let gc = w.conf_with(json!({"cniVersion": "1.1.0", "cni.dev/valid-attachments": []}));
+    assert_ok("GC", &w.plexus_with("GC", 0, false, "", "", &gc));
+    assert_eq!(held_by_claim().len(), 1, "kept while the claim exists");
+    w.api
+        .kubectl(&["delete", "ipamclaim", "-n", &w.kube_ns, "vm-b.vmnet"]);
+    assert_ok("GC", &w.plexus_with("GC", 0, false, "", "", &gc));
+    assert!(held_by_claim().is_empty());
+
+    // Claims that are not this attachment's are refused, with the reason.
+    claim("vm-c.vmnet", "net2");
+    let other = w.api.namespace("pxk-claim-other");
+    for (reference, want) in [
+        ("vm-c.vmnet", "the claim's spec.interface is \"net2\""),
+        (
+            &*format!("{other}/vm-c.vmnet"),
+            "may only use claims of its own namespace",
+        ),
+        ("nosuchclaim", "does not exist"),
+    ] {
+        let uid = w.pod("p-refused", Some(&selection(reference)));
+        let e = cni_error(&w.plexus("ADD", 0, true, "p-refused", &uid));
+        assert_eq!(e["code"], 101, "{e}");
+        assert!(e["details"].as_str().unwrap().contains(want), "{want}: {e}");
+        assert_eq!(link_names(&w.pods[0]), ["lo"]);
+        assert_ok("DEL", &w.plexus("DEL", 0, true, "p-refused", &uid));
+    }
+    let requests = w.requests();
+    assert!(count(&requests, "get", "ipamclaims", "") >= 4);
+    assert_eq!(count(&requests, "patch", "ipamclaims", "status"), 3);
+    assert_nothing_left(w.tmp.path());
+}
+
+#[test]
+fn readiness_wait_times_out_naming_what_is_missing_then_succeeds() {
+    let Some(w) = world("ready") else { return };
+    // §6.1.2: plexus's conf names the cluster network by its conf-dir name
+    // and a readiness indicator; neither exists yet.
+    let net_d = w.tmp.path().join("net.d");
+    let indicator = w.tmp.path().join("ready");
+    let conf = |timeout: f64| {
+        w.conf_with(json!({
+            "cniVersion": "1.1.0", "delegates": null, "clusterNetwork": "podnet",
+            "readinessindicatorfile": indicator, "readinessTimeout": timeout,
+        }))
+    };
+    let uid = w.pod("p1", None);
+    let t0 = Instant::now();
+    let e = cni_error(&w.plexus_with("ADD", 0, true, "p1", &uid, &conf(0.5)));
+    assert!(
+        t0.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(e["code"], 11, "{e}");
+    let details = e["details"].as_str().unwrap();
+    assert!(
+        details.contains(&format!("readinessindicatorfile {}", indicator.display()))
+            && details.contains("readinessTimeout"),
+        "{details}"
+    );
+    let e = cni_error(&w.plexus_with("STATUS", 0, false, "", "", &conf(0.5)));
+    assert_eq!(e["code"], 50, "{e}");
+
+    std::fs::write(&indicator, "").unwrap();
+    let e = cni_error(&w.plexus_with("ADD", 0, true, "p1", &uid, &conf(0.3)));
+    assert!(e["details"].as_str().unwrap().contains("\"podnet\""), "{e}");
+    assert_eq!(link_names(&w.pods[0]), ["lo"]);
+
+    // The cluster network's conf appears while an ADD waits: it goes on.
+    let podnet = json!({"cniVersion": "1.0.0", "name": "podnet", "type": "bridge",
+        "bridge": "br-pod", "ipam": host_local(w.tmp.path(), "10.10.0.0/24", "pod")});
+    let writer = {
+        let (net_d, podnet) = (net_d.clone(), podnet.to_string());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            std::fs::create_dir_all(&net_d).unwrap();
+            std::fs::write(net_d.join("10-podnet.conf"), podnet).unwrap();
+        })
+    };
+    let t0 = Instant::now();
+    assert_ok(
+        "ADD",
+        &w.plexus_with("ADD", 0, true, "p1", &uid, &conf(20.0)),
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(400));
+    writer.join().unwrap();
+    assert_eq!(link_names(&w.pods[0]), ["lo", "eth0"]);
+    assert_ok(
+        "STATUS",
+        &w.plexus_with("STATUS", 0, false, "", "", &conf(0.5)),
+    );
+    assert_ok(
+        "DEL",
+        &w.plexus_with("DEL", 0, true, "p1", &uid, &conf(0.5)),
+    );
+    assert_nothing_left(w.tmp.path());
+}
+
+#[test]
+fn a_client_certificate_kubeconfig_works_as_a_token_does() {
+    let Some(w) = world("cert") else { return };
+    let uid = w.pod("p1", Some("macnet"));
+    let conf = w.conf_with(json!({"kubeconfig": w.api.plexus_cert_kubeconfig()}));
+    assert_ok("ADD", &w.plexus_with("ADD", 0, true, "p1", &uid, &conf));
+    assert_eq!(w.network_status("p1")[1]["interface"], "net1");
+    // The API server saw plexus's identity (the audit policy logs only it).
+    assert_eq!(count(&w.requests(), "patch", "pods", "status"), 1);
+    assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &conf));
     assert_nothing_left(w.tmp.path());
 }

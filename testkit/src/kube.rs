@@ -131,6 +131,12 @@ impl KubeApi {
         self.dir.join("plexus.kubeconfig")
     }
 
+    /// The same identity as [`KubeApi::plexus_kubeconfig`], by a client
+    /// certificate the API server's client CA signed.
+    pub fn plexus_cert_kubeconfig(&self) -> PathBuf {
+        self.dir.join("plexus-cert.kubeconfig")
+    }
+
     /// `kubectl` as the admin, bounded; panics with its stderr on failure.
     pub fn kubectl(&self, args: &[&str]) -> String {
         let out = self.kubectl_output(args, None);
