@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use crate::cache::{Cache, Lookup};
 use crate::claims::{self, ClaimBook};
-use crate::cluster::kube::{EventType, KubeCluster, PodEvent};
+use crate::cluster::kube::{ClaimStatus, EventType, KubeCluster, PodEvent, Publication};
 use crate::cluster::{dir::DirCluster, Cluster};
 use crate::cni::args::CniArgs;
 use crate::cni::delegate::Resolver;
@@ -105,9 +105,10 @@ fn pod(args: &CniArgs, container_id: &str, cluster: &dyn Cluster) -> Result<Pod,
     Ok(pod)
 }
 
-/// After an ADD on a cluster: network-status on the pod (§5), and events, a
-/// Normal one per attachment, a Warning per planner warning. Events are best
-/// effort; a pod deleted meanwhile is no failure.
+/// After an ADD on a cluster: network-status on the pod (§5), the bound
+/// claims' status (§8.2), and events, a Normal one per attachment, a Warning
+/// per planner warning. Events are best effort; a pod or claim deleted
+/// meanwhile is no failure.
 fn publish(
     kube: &KubeCluster,
     pod: &Pod,
@@ -115,20 +116,6 @@ fn publish(
     results: &[AttachmentResult],
     claims: &[claims::Bound],
 ) -> Result<(), CniError> {
-    for claim in claims {
-        let ips: Vec<String> = results[claim.attachment]
-            .result
-            .iter()
-            .flat_map(|r| &r.ips)
-            .map(|ip| ip.address.to_string())
-            .collect();
-        if !kube.write_claim_status(&claim.namespace, &claim.name, &ips, &pod.name)? {
-            eprintln!(
-                "plexus: {}/{}: IPAMClaim {} was deleted before its status was written",
-                pod.namespace, pod.name, claim.name
-            );
-        }
-    }
     let entries: Vec<_> = plan
         .attachments
         .iter()
@@ -153,19 +140,34 @@ fn publish(
         reason: "InvalidNetworkSelection",
         message: w.clone(),
     }));
-    let written = kube.write_network_status(pod, &entries)?;
-    if !written {
-        eprintln!(
-            "plexus: {}/{}: the pod was deleted before its network-status was written",
-            pod.namespace, pod.name
-        );
-        return Ok(());
+    let claims = claims
+        .iter()
+        .map(|c| ClaimStatus {
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+            ips: results[c.attachment]
+                .result
+                .iter()
+                .flat_map(|r| &r.ips)
+                .map(|ip| ip.address.to_string())
+                .collect(),
+        })
+        .collect();
+    let published = kube.publish(&Publication {
+        pod,
+        network_status: &entries,
+        claims,
+        events,
+    })?;
+    let who = format!("plexus: {}/{}", pod.namespace, pod.name);
+    if !published.pod_found {
+        eprintln!("{who}: the pod was deleted before its network-status was written");
     }
-    for failure in kube.post_events(pod, &events) {
-        eprintln!(
-            "plexus: {}/{}: event not posted: {failure}",
-            pod.namespace, pod.name
-        );
+    for claim in &published.gone_claims {
+        eprintln!("{who}: IPAMClaim {claim} was deleted before its status was written");
+    }
+    for failure in &published.event_failures {
+        eprintln!("{who}: event not posted: {failure}");
     }
     Ok(())
 }

@@ -130,53 +130,113 @@ impl KubeCluster {
         object: &str,
         request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, ApiError> {
+        self.runtime.block_on(self.bounded(object, request))
+    }
+
+    /// One request, bounded by the request timeout.
+    async fn bounded<T>(
+        &self,
+        object: &str,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ApiError> {
         let bound = self.timeouts.request;
-        self.runtime.block_on(async {
-            match tokio::time::timeout(bound, request).await {
-                Ok(Ok(v)) => Ok(v),
-                Ok(Err(e)) => Err(ApiError::from_kube(object, e)),
-                Err(_) => Err(ApiError::timeout(object, bound)),
+        match tokio::time::timeout(bound, request).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(ApiError::from_kube(object, e)),
+            Err(_) => Err(ApiError::timeout(object, bound)),
+        }
+    }
+
+    /// Everything an ADD writes back, all requests at once so the events
+    /// and claims cost no time beyond the network-status write:
+    /// - the pod's network-status annotation (multi-net-spec §5), a merge
+    ///   PATCH of that one key on the status subresource, never a
+    ///   whole-object PUT (which wipes other status fields: multus-cni
+    ///   #1511);
+    /// - each bound IPAMClaim's `status` (§8.2: `ips`, and `ownerPod`), a
+    ///   merge PATCH of its status subresource, the only part of a claim an
+    ///   IPAM may write;
+    /// - the events, best effort: they never fail the ADD.
+    ///
+    /// The PATCHes retry transient failures within `status_write`; an object
+    /// deleted meanwhile is no failure (see [`Published`]).
+    pub fn publish(&self, publication: &Publication) -> Result<Published, CniError> {
+        let pod = publication.pod;
+        let pods: Api<ApiPod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let status_patch = json!({"metadata": {"annotations": {
+            NETWORK_STATUS_ANNOTATION: status_annotation_value(publication.network_status)
+        }}});
+        let status_object = format!("pod {}/{} status", pod.namespace, pod.name);
+        let status = self.patch_status(&pods, &pod.name, &status_patch, &status_object);
+
+        let claim_patches: Vec<_> = publication
+            .claims
+            .iter()
+            .map(|c| {
+                let patch = json!({"status": {"ips": c.ips, "ownerPod": {"name": pod.name}}});
+                (
+                    c,
+                    patch,
+                    format!("IPAMClaim {}/{} status", c.namespace, c.name),
+                )
+            })
+            .collect();
+        let claims =
+            futures::future::join_all(claim_patches.iter().map(|(c, patch, object)| async {
+                let api = self.claims(&c.namespace);
+                self.patch_status(&api, &c.name, patch, object).await
+            }));
+
+        let events_object = format!("events of pod {}/{}", pod.namespace, pod.name);
+        let posts = self.post_all(pod, &publication.events, &events_object);
+
+        let (status, claims, posts) = self
+            .runtime
+            .block_on(async { futures::join!(status, claims, posts) });
+        let mut gone_claims = Vec::new();
+        for ((claim, _, _), written) in claim_patches.iter().zip(claims) {
+            if !written? {
+                gone_claims.push(format!("{}/{}", claim.namespace, claim.name));
             }
+        }
+        Ok(Published {
+            pod_found: status?,
+            gone_claims,
+            event_failures: posts,
         })
     }
 
-    /// Write the pod's network-status annotation (multi-net-spec §5) with a
-    /// merge PATCH of that one key on the status subresource, never a
-    /// whole-object PUT (which wipes other status fields: multus-cni #1511).
-    /// Transient failures are retried within `status_write`. A pod deleted
-    /// meanwhile is no failure: `Ok(false)`.
-    pub fn write_network_status(
-        &self,
-        pod: &Pod,
-        entries: &[NetworkStatus],
-    ) -> Result<bool, CniError> {
-        let api: Api<ApiPod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let patch = json!({"metadata": {"annotations": {
-            NETWORK_STATUS_ANNOTATION: status_annotation_value(entries)
-        }}});
-        let object = format!("pod {}/{} status", pod.namespace, pod.name);
-        self.patch_status(&api, &pod.name, &patch, &object)
+    /// Post `events` on the pod, all at once, best effort (for a failed ADD,
+    /// which writes nothing else); what failed, and why.
+    pub fn post_events(&self, pod: &Pod, events: &[PodEvent]) -> Vec<String> {
+        let object = format!("events of pod {}/{}", pod.namespace, pod.name);
+        self.runtime.block_on(self.post_all(pod, events, &object))
     }
 
-    /// Write an IPAMClaim's `status` (multi-net-spec §8.2): the addresses it
-    /// holds and the pod that holds it now, with a merge PATCH of the status
-    /// subresource (the only part of a claim an IPAM may write). A claim
-    /// deleted meanwhile is no failure: `Ok(false)`.
-    pub fn write_claim_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        ips: &[String],
-        owner_pod: &str,
-    ) -> Result<bool, CniError> {
-        let patch = json!({"status": {"ips": ips, "ownerPod": {"name": owner_pod}}});
-        let object = format!("IPAMClaim {namespace}/{name} status");
-        self.patch_status(&self.claims(namespace), name, &patch, &object)
+    /// Each event posted at once, each bounded; the failures.
+    async fn post_all(&self, pod: &Pod, events: &[PodEvent], object: &str) -> Vec<String> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let posts = events.iter().map(|e| {
+            let event = pod_event(pod, e);
+            let api = api.clone();
+            async move {
+                self.bounded(object, async {
+                    api.create(&PostParams::default(), &event).await
+                })
+                .await
+            }
+        });
+        futures::future::join_all(posts)
+            .await
+            .into_iter()
+            .filter_map(|r| r.err())
+            .map(|e| e.to_string())
+            .collect()
     }
 
     /// A merge PATCH of `name`'s status subresource, transient failures
     /// retried within `status_write`; `Ok(false)` when the object is gone.
-    fn patch_status<K>(
+    async fn patch_status<K>(
         &self,
         api: &Api<K>,
         name: &str,
@@ -189,43 +249,49 @@ impl KubeCluster {
         let deadline = tokio::time::Instant::now() + self.timeouts.status_write;
         let mut backoff = Duration::from_millis(50);
         loop {
-            let sent = self.call(
-                object,
-                api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch)),
-            );
+            let sent = self
+                .bounded(
+                    object,
+                    api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch)),
+                )
+                .await;
             match sent {
                 Ok(_) => return Ok(true),
                 Err(e) if e.status == Some(404) => return Ok(false),
                 Err(e) if e.transient && tokio::time::Instant::now() + backoff < deadline => {
-                    std::thread::sleep(backoff);
+                    tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
                 Err(e) => return Err(e.into_cni()),
             }
         }
     }
+}
 
-    /// Post `events` on the pod, all at once, best effort: an event never
-    /// fails the ADD, and they are bounded by one request timeout together.
-    pub fn post_events(&self, pod: &Pod, events: &[PodEvent]) -> Vec<String> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let posts = events.iter().map(|e| {
-            let event = pod_event(pod, e);
-            let api = api.clone();
-            async move { api.create(&PostParams::default(), &event).await }
-        });
-        let object = format!("events of pod {}/{}", pod.namespace, pod.name);
-        match self.call(&object, async {
-            Ok(futures::future::join_all(posts).await)
-        }) {
-            Ok(outcomes) => outcomes
-                .into_iter()
-                .filter_map(|r| r.err())
-                .map(|e| ApiError::from_kube(&object, e).to_string())
-                .collect(),
-            Err(e) => vec![e.to_string()],
-        }
-    }
+/// What an ADD writes back to the API server ([`KubeCluster::publish`]).
+pub struct Publication<'a> {
+    pub pod: &'a Pod,
+    pub network_status: &'a [NetworkStatus],
+    pub claims: Vec<ClaimStatus>,
+    pub events: Vec<PodEvent>,
+}
+
+/// An IPAMClaim's new status: the addresses the pod holds for it.
+pub struct ClaimStatus {
+    pub namespace: String,
+    pub name: String,
+    pub ips: Vec<String>,
+}
+
+/// How the write-back went, short of an error.
+#[derive(Debug)]
+pub struct Published {
+    /// `false`: the pod was deleted before its status was written.
+    pub pod_found: bool,
+    /// `namespace/name` of claims deleted before their status was written.
+    pub gone_claims: Vec<String>,
+    /// Events that were not posted, and why.
+    pub event_failures: Vec<String>,
 }
 
 /// The core/v1 Event `e` about `pod`, as kubelet's own events look (1.20
