@@ -12,7 +12,8 @@ use std::path::PathBuf;
 
 use crate::cache::{Cache, Lookup};
 use crate::claims::{self, ClaimBook};
-use crate::cluster::kube::{ClaimStatus, EventType, KubeCluster, PodEvent, Publication};
+use crate::cluster::events::{EventType, PodEvent};
+use crate::cluster::kube::{ClaimStatus, KubeCluster, Publication};
 use crate::cluster::{dir::DirCluster, Cluster};
 use crate::cni::args::CniArgs;
 use crate::cni::delegate::Resolver;
@@ -157,7 +158,6 @@ fn publish(
         pod,
         network_status: &entries,
         claims,
-        events,
     })?;
     let who = format!("plexus: {}/{}", pod.namespace, pod.name);
     if !published.pod_found {
@@ -166,7 +166,10 @@ fn publish(
     for claim in &published.gone_claims {
         eprintln!("{who}: IPAMClaim {claim} was deleted before its status was written");
     }
-    for failure in &published.event_failures {
+    // After the status: the runtime's result waits for nothing optional
+    // before it (and, on HTTP/1.1, a request on the open connection costs a
+    // fraction of a new connection's handshake).
+    for failure in kube.post_events(pod, &events) {
         eprintln!("{who}: event not posted: {failure}");
     }
     Ok(())

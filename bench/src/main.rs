@@ -14,7 +14,13 @@
 //! reference, ...) so machine noise hits both alike; so are the baseline's
 //! deletions with plexus's bridge DELs.
 //!
-//! Run: `cargo run --release -p plexus-bench -- [--pods 40]` (as root).
+//! The Kubernetes case (`kube.rs`) then attaches pods selecting 3 networks
+//! through the test kube-apiserver, beside the reference plugins alone.
+//!
+//! Run: `cargo run --release -p plexus-bench -- [--pods 40] [--no-kube]` (as
+//! root).
+
+mod kube;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -37,6 +43,9 @@ struct Args {
     /// The plexus binary (default: next to this benchmark's binary).
     #[arg(long)]
     plexus: Option<PathBuf>,
+    /// Leave out the Kubernetes case (it starts the test API server).
+    #[arg(long)]
+    no_kube: bool,
     /// Exit non-zero when a target is missed.
     #[arg(long)]
     check: bool,
@@ -414,5 +423,27 @@ fn run(args: &Args) -> Result<bool, String> {
         max_rss_kb as f64 / 1024.0,
         if met { "met" } else { "MISSED" }
     );
+
+    if args.no_kube {
+        println!(
+            "
+Kubernetes case left out (--no-kube)"
+        );
+    } else if !plexus_testkit::has(plexus_testkit::Feature::KubeApiServer) {
+        println!(
+            "
+Kubernetes case skipped: no test API server here \
+             (.ci/install-deps unit, then .ci/kube-apiserver)"
+        );
+    } else {
+        all_met &= kube::run(kube::Setup {
+            plexus: &plexus,
+            reference_dir: &args.reference_dir,
+            node: &node,
+            namespaces: &mut namespaces,
+            tmp: &tmp.0,
+            pods: args.pods,
+        })?;
+    }
     Ok(all_met)
 }

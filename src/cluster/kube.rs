@@ -15,14 +15,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use elsa::FrozenMap;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod as ApiPod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::core::v1::{Event, Pod as ApiPod};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 
+use super::events::{pod_event, PodEvent};
 use super::Cluster;
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::manifest::Pod;
@@ -48,34 +48,6 @@ impl Default for ApiTimeouts {
             status_write: Duration::from_secs(20),
         }
     }
-}
-
-/// The component events are reported as.
-const EVENT_SOURCE: &str = "plexus";
-
-/// What kind of event, as `kubectl describe pod` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-impl EventType {
-    fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
-    }
-}
-
-/// One event for a pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodEvent {
-    pub event_type: EventType,
-    /// CamelCase, as Kubernetes reasons are: `AddedInterface`.
-    pub reason: &'static str,
-    pub message: String,
 }
 
 pub struct KubeCluster {
@@ -130,35 +102,27 @@ impl KubeCluster {
         object: &str,
         request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, ApiError> {
-        self.runtime.block_on(self.bounded(object, request))
-    }
-
-    /// One request, bounded by the request timeout.
-    async fn bounded<T>(
-        &self,
-        object: &str,
-        request: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, ApiError> {
         let bound = self.timeouts.request;
-        match tokio::time::timeout(bound, request).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(ApiError::from_kube(object, e)),
-            Err(_) => Err(ApiError::timeout(object, bound)),
-        }
+        self.runtime.block_on(async {
+            match tokio::time::timeout(bound, request).await {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => Err(ApiError::from_kube(object, e)),
+                Err(_) => Err(ApiError::timeout(object, bound)),
+            }
+        })
     }
 
-    /// Everything an ADD writes back, all requests at once so the events
-    /// and claims cost no time beyond the network-status write:
+    /// What an ADD writes back, one request after another on the one
+    /// connection (each new TLS connection costs more than a request):
     /// - the pod's network-status annotation (multi-net-spec §5), a merge
     ///   PATCH of that one key on the status subresource, never a
     ///   whole-object PUT (which wipes other status fields: multus-cni
     ///   #1511);
     /// - each bound IPAMClaim's `status` (§8.2: `ips`, and `ownerPod`), a
     ///   merge PATCH of its status subresource, the only part of a claim an
-    ///   IPAM may write;
-    /// - the events, best effort: they never fail the ADD.
+    ///   IPAM may write.
     ///
-    /// The PATCHes retry transient failures within `status_write`; an object
+    /// Transient failures are retried within `status_write`; an object
     /// deleted meanwhile is no failure (see [`Published`]).
     pub fn publish(&self, publication: &Publication) -> Result<Published, CniError> {
         let pod = publication.pod;
@@ -167,76 +131,41 @@ impl KubeCluster {
             NETWORK_STATUS_ANNOTATION: status_annotation_value(publication.network_status)
         }}});
         let status_object = format!("pod {}/{} status", pod.namespace, pod.name);
-        let status = self.patch_status(&pods, &pod.name, &status_patch, &status_object);
-
-        let claim_patches: Vec<_> = publication
-            .claims
-            .iter()
-            .map(|c| {
-                let patch = json!({"status": {"ips": c.ips, "ownerPod": {"name": pod.name}}});
-                (
-                    c,
-                    patch,
-                    format!("IPAMClaim {}/{} status", c.namespace, c.name),
-                )
-            })
-            .collect();
-        let claims =
-            futures::future::join_all(claim_patches.iter().map(|(c, patch, object)| async {
-                let api = self.claims(&c.namespace);
-                self.patch_status(&api, &c.name, patch, object).await
-            }));
-
-        let events_object = format!("events of pod {}/{}", pod.namespace, pod.name);
-        let posts = self.post_all(pod, &publication.events, &events_object);
-
-        let (status, claims, posts) = self
-            .runtime
-            .block_on(async { futures::join!(status, claims, posts) });
+        let pod_found = self.patch_status(&pods, &pod.name, &status_patch, &status_object)?;
         let mut gone_claims = Vec::new();
-        for ((claim, _, _), written) in claim_patches.iter().zip(claims) {
-            if !written? {
+        for claim in &publication.claims {
+            let patch = json!({"status": {"ips": claim.ips, "ownerPod": {"name": pod.name}}});
+            let object = format!("IPAMClaim {}/{} status", claim.namespace, claim.name);
+            let api = self.claims(&claim.namespace);
+            if !self.patch_status(&api, &claim.name, &patch, &object)? {
                 gone_claims.push(format!("{}/{}", claim.namespace, claim.name));
             }
         }
         Ok(Published {
-            pod_found: status?,
+            pod_found,
             gone_claims,
-            event_failures: posts,
         })
     }
 
-    /// Post `events` on the pod, all at once, best effort (for a failed ADD,
-    /// which writes nothing else); what failed, and why.
+    /// Post `events` on the pod, one after another on the one connection,
+    /// each bounded, best effort; what failed, and why.
     pub fn post_events(&self, pod: &Pod, events: &[PodEvent]) -> Vec<String> {
-        let object = format!("events of pod {}/{}", pod.namespace, pod.name);
-        self.runtime.block_on(self.post_all(pod, events, &object))
-    }
-
-    /// Each event posted at once, each bounded; the failures.
-    async fn post_all(&self, pod: &Pod, events: &[PodEvent], object: &str) -> Vec<String> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let posts = events.iter().map(|e| {
-            let event = pod_event(pod, e);
-            let api = api.clone();
-            async move {
-                self.bounded(object, async {
-                    api.create(&PostParams::default(), &event).await
-                })
-                .await
-            }
-        });
-        futures::future::join_all(posts)
-            .await
-            .into_iter()
-            .filter_map(|r| r.err())
+        let object = format!("events of pod {}/{}", pod.namespace, pod.name);
+        events
+            .iter()
+            .filter_map(|e| {
+                let event = pod_event(pod, e);
+                self.call(&object, api.create(&PostParams::default(), &event))
+                    .err()
+            })
             .map(|e| e.to_string())
             .collect()
     }
 
     /// A merge PATCH of `name`'s status subresource, transient failures
     /// retried within `status_write`; `Ok(false)` when the object is gone.
-    async fn patch_status<K>(
+    fn patch_status<K>(
         &self,
         api: &Api<K>,
         name: &str,
@@ -249,17 +178,15 @@ impl KubeCluster {
         let deadline = tokio::time::Instant::now() + self.timeouts.status_write;
         let mut backoff = Duration::from_millis(50);
         loop {
-            let sent = self
-                .bounded(
-                    object,
-                    api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch)),
-                )
-                .await;
+            let sent = self.call(
+                object,
+                api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch)),
+            );
             match sent {
                 Ok(_) => return Ok(true),
                 Err(e) if e.status == Some(404) => return Ok(false),
                 Err(e) if e.transient && tokio::time::Instant::now() + backoff < deadline => {
-                    tokio::time::sleep(backoff).await;
+                    std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
                 Err(e) => return Err(e.into_cni()),
@@ -273,7 +200,6 @@ pub struct Publication<'a> {
     pub pod: &'a Pod,
     pub network_status: &'a [NetworkStatus],
     pub claims: Vec<ClaimStatus>,
-    pub events: Vec<PodEvent>,
 }
 
 /// An IPAMClaim's new status: the addresses the pod holds for it.
@@ -290,40 +216,6 @@ pub struct Published {
     pub pod_found: bool,
     /// `namespace/name` of claims deleted before their status was written.
     pub gone_claims: Vec<String>,
-    /// Events that were not posted, and why.
-    pub event_failures: Vec<String>,
-}
-
-/// The core/v1 Event `e` about `pod`, as kubelet's own events look (1.20
-/// serves core/v1 events; `kubectl describe pod` lists them).
-fn pod_event(pod: &Pod, e: &PodEvent) -> Event {
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{}.", pod.name)),
-            namespace: Some(pod.namespace.clone()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(pod.name.clone()),
-            namespace: Some(pod.namespace.clone()),
-            uid: pod.uid.clone(),
-            ..Default::default()
-        },
-        type_: Some(e.event_type.as_str().into()),
-        reason: Some(e.reason.into()),
-        message: Some(e.message.clone()),
-        source: Some(EventSource {
-            component: Some(EVENT_SOURCE.into()),
-            host: None,
-        }),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        count: Some(1),
-        ..Default::default()
-    }
 }
 
 impl KubeCluster {

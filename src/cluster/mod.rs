@@ -4,6 +4,7 @@
 //! [`Cluster`] trait.
 
 pub mod dir;
+pub mod events;
 pub mod kube;
 
 use crate::cni::error::CniError;

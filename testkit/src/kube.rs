@@ -259,6 +259,17 @@ impl Relay {
             let (stop, open) = (stop.clone(), open.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
+                    // Woken at once by a connection, and every 50 ms to see
+                    // whether to stop: a relay must add no latency of its own.
+                    let mut pending = libc::pollfd {
+                        fd: listener.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd for the call's duration.
+                    if unsafe { libc::poll(&mut pending, 1, 50) } <= 0 {
+                        continue;
+                    }
                     match listener.accept() {
                         Ok((inside, _)) => {
                             let _ = inside.set_nonblocking(false);
@@ -266,9 +277,7 @@ impl Relay {
                                 pipe(inside, outside, &open);
                             }
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(5))
-                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                         Err(_) => std::thread::sleep(Duration::from_millis(50)),
                     }
                 }
@@ -303,6 +312,10 @@ impl Drop for Relay {
 /// Both directions of one relayed connection, each on a thread of its own
 /// that ends when its side closes.
 fn pipe(a: TcpStream, b: TcpStream, open: &Arc<Mutex<Vec<TcpStream>>>) {
+    // Segments go on as they come: with Nagle, a relayed small write can
+    // wait for a delayed ACK (40 ms) that a direct connection never sees.
+    let _ = a.set_nodelay(true);
+    let _ = b.set_nodelay(true);
     let mut held = open.lock().expect("not poisoned");
     for s in [&a, &b] {
         if let Ok(c) = s.try_clone() {
