@@ -285,26 +285,27 @@ fn point_at_claim(
                 .filter_map(|k| Some((k.to_string(), plugin.get(*k)?.clone())))
                 .collect(),
         );
-        let args = plugin
-            .entry("args")
-            .or_insert_with(|| json!({}))
-            .as_object_mut()
-            .ok_or_else(|| {
-                CniError::invalid_config(format!("plugins[{i}].args"), "must be an object")
-            })?;
+        let path = format!("plugins[{i}].args");
+        let args = object_at(plugin, "args", &path)?;
         args.insert(PLEXUS_ARGS.into(), json!({"persistentOwner": owner}));
         if !ips.is_empty() {
-            let cni = args
-                .entry("cni")
-                .or_insert_with(|| json!({}))
-                .as_object_mut()
-                .ok_or_else(|| {
-                    CniError::invalid_config(format!("plugins[{i}].args.cni"), "must be an object")
-                })?;
+            let cni = object_at(args, "cni", &format!("{path}.cni"))?;
             cni.insert("ips".into(), json!(ips));
         }
     }
     Ok(released_by)
+}
+
+/// The object at `key` of `map`, created empty when absent.
+fn object_at<'m>(
+    map: &'m mut Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<&'m mut Map<String, Value>, CniError> {
+    map.entry(key)
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or_else(|| CniError::invalid_config(path, "must be an object"))
 }
 
 /// The claims a container's attachments hold addresses for (their owners),

@@ -16,7 +16,7 @@ use plexus_dataplane::NetNs;
 use plexus_testkit::kube::{api, AuditedRequest, Relay};
 use serde_json::{json, Value};
 
-use crate::{invoke, ms, percentile, Namespaces};
+use crate::{cni_env_as, invoke, ms, percentile, Namespaces};
 
 /// Multus thin for such a pod on the same API server build and machine kind
 /// (issue 10's measurement, not this run's): 11 requests per ADD, 110–140
@@ -49,24 +49,6 @@ fn bridge(name: &str, br: &str, net: u8, data_dir: &Path) -> Value {
            "isGateway": true,
            "ipam": {"type": "host-local", "subnet": format!("10.{net}.0.0/16"),
                     "dataDir": data_dir}})
-}
-
-fn env(
-    command: &str,
-    container: &str,
-    netns: &NetNs,
-    ifname: &str,
-    args: &str,
-    cni_path: &Path,
-) -> Vec<(&'static str, String)> {
-    vec![
-        ("CNI_COMMAND", command.to_string()),
-        ("CNI_CONTAINERID", container.to_string()),
-        ("CNI_NETNS", netns.path().display().to_string()),
-        ("CNI_IFNAME", ifname.to_string()),
-        ("CNI_ARGS", args.to_string()),
-        ("CNI_PATH", cni_path.display().to_string()),
-    ]
 }
 
 /// Requests of plexus's identity in `namespace`, completed.
@@ -145,7 +127,7 @@ pub fn run(setup: Setup) -> Result<bool, String> {
                 setup.node,
                 &bin,
                 &[],
-                &env(
+                &cni_env_as(
                     "ADD",
                     &format!("kref{i}"),
                     &ref_ns,
@@ -163,7 +145,7 @@ pub fn run(setup: Setup) -> Result<bool, String> {
             setup.node,
             setup.plexus,
             &[],
-            &env(
+            &cni_env_as(
                 "ADD",
                 &format!("kpx{i}"),
                 &our_ns,
@@ -195,7 +177,7 @@ pub fn run(setup: Setup) -> Result<bool, String> {
                 setup.node,
                 &bin,
                 &[],
-                &env(
+                &cni_env_as(
                     "DEL",
                     &format!("kref{i}"),
                     ref_ns,
@@ -211,7 +193,7 @@ pub fn run(setup: Setup) -> Result<bool, String> {
             setup.node,
             setup.plexus,
             &[],
-            &env(
+            &cni_env_as(
                 "DEL",
                 &format!("kpx{i}"),
                 our_ns,

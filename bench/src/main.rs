@@ -125,15 +125,31 @@ fn cni_env(
     netns: &NetNs,
     cni_path: &Path,
 ) -> Vec<(&'static str, String)> {
+    cni_env_as(
+        command,
+        container_id,
+        netns,
+        "eth0",
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod",
+        cni_path,
+    )
+}
+
+/// The CNI environment of one call, as a runtime sets it.
+fn cni_env_as(
+    command: &str,
+    container_id: &str,
+    netns: &NetNs,
+    ifname: &str,
+    cni_args: &str,
+    cni_path: &Path,
+) -> Vec<(&'static str, String)> {
     vec![
         ("CNI_COMMAND", command.to_string()),
         ("CNI_CONTAINERID", container_id.to_string()),
         ("CNI_NETNS", netns.path().display().to_string()),
-        ("CNI_IFNAME", "eth0".to_string()),
-        (
-            "CNI_ARGS",
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod".to_string(),
-        ),
+        ("CNI_IFNAME", ifname.to_string()),
+        ("CNI_ARGS", cni_args.to_string()),
         ("CNI_PATH", cni_path.display().to_string()),
     ]
 }
