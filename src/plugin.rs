@@ -158,6 +158,7 @@ fn publish(
         pod,
         network_status: &entries,
         claims,
+        events,
     })?;
     let who = format!("plexus: {}/{}", pod.namespace, pod.name);
     if !published.pod_found {
@@ -166,10 +167,7 @@ fn publish(
     for claim in &published.gone_claims {
         eprintln!("{who}: IPAMClaim {claim} was deleted before its status was written");
     }
-    // After the status: the runtime's result waits for nothing optional
-    // before it (and, on HTTP/1.1, a request on the open connection costs a
-    // fraction of a new connection's handshake).
-    for failure in kube.post_events(pod, &events) {
+    for failure in &published.event_failures {
         eprintln!("{who}: event not posted: {failure}");
     }
     Ok(())

@@ -86,7 +86,7 @@ impl KubeCluster {
         // A client's tower stack spawns onto the runtime it is built in.
         let client = {
             let _guard = runtime.enter();
-            kube::Client::try_from(config).map_err(|e| failed(error_chain(&e)))?
+            http2_client(&config).map_err(|e| failed(error_chain(&e)))?
         };
         Ok(KubeCluster {
             runtime,
@@ -102,27 +102,36 @@ impl KubeCluster {
         object: &str,
         request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, ApiError> {
-        let bound = self.timeouts.request;
-        self.runtime.block_on(async {
-            match tokio::time::timeout(bound, request).await {
-                Ok(Ok(v)) => Ok(v),
-                Ok(Err(e)) => Err(ApiError::from_kube(object, e)),
-                Err(_) => Err(ApiError::timeout(object, bound)),
-            }
-        })
+        self.runtime.block_on(self.bounded(object, request))
     }
 
-    /// What an ADD writes back, one request after another on the one
-    /// connection (each new TLS connection costs more than a request):
+    /// One request, bounded by the request timeout.
+    async fn bounded<T>(
+        &self,
+        object: &str,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ApiError> {
+        let bound = self.timeouts.request;
+        match tokio::time::timeout(bound, request).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(ApiError::from_kube(object, e)),
+            Err(_) => Err(ApiError::timeout(object, bound)),
+        }
+    }
+
+    /// Everything an ADD writes back, all at once on the one HTTP/2
+    /// connection, so the claims and events take no time beyond the
+    /// network-status write:
     /// - the pod's network-status annotation (multi-net-spec §5), a merge
     ///   PATCH of that one key on the status subresource, never a
     ///   whole-object PUT (which wipes other status fields: multus-cni
     ///   #1511);
     /// - each bound IPAMClaim's `status` (§8.2: `ips`, and `ownerPod`), a
     ///   merge PATCH of its status subresource, the only part of a claim an
-    ///   IPAM may write.
+    ///   IPAM may write;
+    /// - the events, best effort: they never fail the ADD.
     ///
-    /// Transient failures are retried within `status_write`; an object
+    /// The PATCHes retry transient failures within `status_write`; an object
     /// deleted meanwhile is no failure (see [`Published`]).
     pub fn publish(&self, publication: &Publication) -> Result<Published, CniError> {
         let pod = publication.pod;
@@ -131,41 +140,67 @@ impl KubeCluster {
             NETWORK_STATUS_ANNOTATION: status_annotation_value(publication.network_status)
         }}});
         let status_object = format!("pod {}/{} status", pod.namespace, pod.name);
-        let pod_found = self.patch_status(&pods, &pod.name, &status_patch, &status_object)?;
+        let status = self.patch_status(&pods, &pod.name, &status_patch, &status_object);
+        let claim_patches: Vec<_> = publication
+            .claims
+            .iter()
+            .map(|c| {
+                let patch = json!({"status": {"ips": c.ips, "ownerPod": {"name": pod.name}}});
+                let object = format!("IPAMClaim {}/{} status", c.namespace, c.name);
+                (c, patch, object)
+            })
+            .collect();
+        let claims = futures::future::join_all(claim_patches.iter().map(|(c, patch, object)| {
+            let api = self.claims(&c.namespace);
+            async move { self.patch_status(&api, &c.name, patch, object).await }
+        }));
+        let events_object = format!("events of pod {}/{}", pod.namespace, pod.name);
+        let events = self.post_all(pod, &publication.events, &events_object);
+        let (status, claims, event_failures) = self
+            .runtime
+            .block_on(async { futures::join!(status, claims, events) });
         let mut gone_claims = Vec::new();
-        for claim in &publication.claims {
-            let patch = json!({"status": {"ips": claim.ips, "ownerPod": {"name": pod.name}}});
-            let object = format!("IPAMClaim {}/{} status", claim.namespace, claim.name);
-            let api = self.claims(&claim.namespace);
-            if !self.patch_status(&api, &claim.name, &patch, &object)? {
+        for ((claim, _, _), written) in claim_patches.iter().zip(claims) {
+            if !written? {
                 gone_claims.push(format!("{}/{}", claim.namespace, claim.name));
             }
         }
         Ok(Published {
-            pod_found,
+            pod_found: status?,
             gone_claims,
+            event_failures,
         })
     }
 
-    /// Post `events` on the pod, one after another on the one connection,
-    /// each bounded, best effort; what failed, and why.
+    /// Post `events` on the pod (for a failed ADD, which writes nothing
+    /// else); what failed, and why.
     pub fn post_events(&self, pod: &Pod, events: &[PodEvent]) -> Vec<String> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &pod.namespace);
         let object = format!("events of pod {}/{}", pod.namespace, pod.name);
-        events
-            .iter()
-            .filter_map(|e| {
-                let event = pod_event(pod, e);
-                self.call(&object, api.create(&PostParams::default(), &event))
-                    .err()
-            })
+        self.runtime.block_on(self.post_all(pod, events, &object))
+    }
+
+    /// Each event posted at once, each bounded; the failures.
+    async fn post_all(&self, pod: &Pod, events: &[PodEvent], object: &str) -> Vec<String> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let posts = events.iter().map(|e| {
+            let event = pod_event(pod, e);
+            let api = api.clone();
+            async move {
+                let post = async { api.create(&PostParams::default(), &event).await };
+                self.bounded(object, post).await
+            }
+        });
+        futures::future::join_all(posts)
+            .await
+            .into_iter()
+            .filter_map(|r| r.err())
             .map(|e| e.to_string())
             .collect()
     }
 
     /// A merge PATCH of `name`'s status subresource, transient failures
     /// retried within `status_write`; `Ok(false)` when the object is gone.
-    fn patch_status<K>(
+    async fn patch_status<K>(
         &self,
         api: &Api<K>,
         name: &str,
@@ -178,15 +213,18 @@ impl KubeCluster {
         let deadline = tokio::time::Instant::now() + self.timeouts.status_write;
         let mut backoff = Duration::from_millis(50);
         loop {
-            let sent = self.call(
-                object,
-                api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch)),
-            );
+            let params = PatchParams::default();
+            let sent = self
+                .bounded(
+                    object,
+                    api.patch_status(name, &params, &Patch::Merge(patch)),
+                )
+                .await;
             match sent {
                 Ok(_) => return Ok(true),
                 Err(e) if e.status == Some(404) => return Ok(false),
                 Err(e) if e.transient && tokio::time::Instant::now() + backoff < deadline => {
-                    std::thread::sleep(backoff);
+                    tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
                 Err(e) => return Err(e.into_cni()),
@@ -200,6 +238,7 @@ pub struct Publication<'a> {
     pub pod: &'a Pod,
     pub network_status: &'a [NetworkStatus],
     pub claims: Vec<ClaimStatus>,
+    pub events: Vec<PodEvent>,
 }
 
 /// An IPAMClaim's new status: the addresses the pod holds for it.
@@ -216,6 +255,8 @@ pub struct Published {
     pub pod_found: bool,
     /// `namespace/name` of claims deleted before their status was written.
     pub gone_claims: Vec<String>,
+    /// Events that were not posted, and why.
+    pub event_failures: Vec<String>,
 }
 
 impl KubeCluster {
@@ -306,6 +347,37 @@ impl Cluster for KubeCluster {
     fn as_kube(&self) -> Option<&KubeCluster> {
         Some(self)
     }
+}
+
+/// kube's client stack (base URI, credentials, headers) over a hyper client
+/// that speaks HTTP/2 when the server offers it (ALPN), as kube-apiserver
+/// does: concurrent requests then share one TLS connection, where HTTP/1.1
+/// pays a handshake per extra connection. TCP_NODELAY, since every request
+/// is small and waits for its answer.
+fn http2_client(config: &kube::Config) -> Result<kube::Client, kube::Error> {
+    use kube::client::ConfigExt;
+    let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(config.connect_timeout);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config()?)
+        .https_or_http()
+        .enable_all_versions()
+        .wrap_connector(tcp);
+    let hyper = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, kube::client::Body>(https);
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(
+            |e: hyper_util::client::legacy::Error| -> Box<dyn std::error::Error + Send + Sync> {
+                Box::new(e)
+            },
+        )
+        .service(hyper);
+    Ok(kube::Client::new(service, config.default_namespace.clone()))
 }
 
 /// A failed request, as far as plexus reacts to it.
