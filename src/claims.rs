@@ -130,16 +130,6 @@ impl ClaimBook {
         entries.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         (entries, warnings)
     }
-
-    /// The (owner, interface) pairs of every noted claim: attachments a GC
-    /// must treat as valid.
-    pub fn holders(&self) -> Vec<(String, String)> {
-        self.entries()
-            .0
-            .iter()
-            .map(|e| (e.owner(), e.interface.clone()))
-            .collect()
-    }
 }
 
 /// Bind the claims of `plan`'s attachments (see the module docs): check each
@@ -329,6 +319,9 @@ pub fn owners_in<'a>(attachments: impl IntoIterator<Item = &'a Attachment>) -> V
 pub struct Swept {
     /// `namespace/name` of each claim whose addresses were released.
     pub released: Vec<String>,
+    /// `(owner, interface)` of every noted claim whose addresses are still
+    /// held: attachments a GC must treat as valid.
+    pub held: Vec<(String, String)>,
     pub warnings: Vec<String>,
 }
 
@@ -342,16 +335,25 @@ pub fn sweep(book: &ClaimBook, cluster: &dyn Cluster, only: Option<&[String]>) -
         ..Swept::default()
     };
     let wanted = |e: &BookEntry| only.is_none_or(|owners| owners.contains(&e.owner()));
-    for entry in entries.iter().filter(|e| wanted(e)) {
+    for entry in &entries {
         let claim = format!("IPAMClaim {}/{}", entry.namespace, entry.name);
+        let held = (entry.owner(), entry.interface.clone());
+        if !wanted(entry) {
+            swept.held.push(held);
+            continue;
+        }
         match cluster.ipam_claim(&entry.namespace, &entry.name) {
-            Ok(Some(_)) => continue,
+            Ok(Some(_)) => {
+                swept.held.push(held);
+                continue;
+            }
             Ok(None) => {}
             Err(e) => {
                 swept.warnings.push(format!(
                     "{claim}: addresses kept, cannot tell whether the claim still exists: {}",
                     e.details
                 ));
+                swept.held.push(held);
                 continue;
             }
         }
@@ -363,10 +365,13 @@ pub fn sweep(book: &ClaimBook, cluster: &dyn Cluster, only: Option<&[String]>) -
             Ok(()) => swept
                 .released
                 .push(format!("{}/{}", entry.namespace, entry.name)),
-            Err(e) => swept.warnings.push(format!(
-                "{claim} is deleted, but its addresses were not released: {}",
-                e.details
-            )),
+            Err(e) => {
+                swept.warnings.push(format!(
+                    "{claim} is deleted, but its addresses were not released: {}",
+                    e.details
+                ));
+                swept.held.push(held);
+            }
         }
     }
     swept
@@ -415,6 +420,15 @@ mod tests {
                "allowPersistentIPs": allow,
                "ipam": {"type": "host-local", "dataDir": data_dir,
                         "ranges": [[{"subnet": "10.1.0.0/24"}]]}})
+    }
+
+    /// `(owner, interface)` of each claim the book holds.
+    fn noted(book: &ClaimBook) -> Vec<(String, String)> {
+        let (entries, _) = book.entries();
+        entries
+            .iter()
+            .map(|e| (e.owner(), e.interface.clone()))
+            .collect()
     }
 
     fn pod() -> Pod {
@@ -469,7 +483,7 @@ mod tests {
             ["ipamclaim_ns_vm-a.tenantred"]
         );
         assert_eq!(
-            book.holders(),
+            noted(&book),
             [(
                 "ipamclaim_ns_vm-a.tenantred".to_string(),
                 "net1".to_string()
@@ -500,7 +514,7 @@ mod tests {
                 .contains("plugins[0].allowPersistentIPs: must be true or false"),
             "{e}"
         );
-        assert!(book.holders().is_empty());
+        assert!(noted(&book).is_empty());
     }
 
     #[test]
@@ -567,6 +581,7 @@ mod tests {
             swept.released.is_empty() && swept.warnings.is_empty(),
             "{swept:?}"
         );
+        assert_eq!(swept.held, noted(&book));
         assert!(held.exists(), "never released while the claim exists");
 
         let deleted = cluster(tmp.path(), "");
@@ -575,6 +590,6 @@ mod tests {
         let swept = sweep(&book, &deleted, None);
         assert_eq!(swept.released, ["ns/vm-a.tenantred"]);
         assert!(!held.exists());
-        assert!(book.holders().is_empty());
+        assert!(noted(&book).is_empty() && swept.held.is_empty());
     }
 }

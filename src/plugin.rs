@@ -10,7 +10,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::cache::{Cache, Lookup};
+use crate::cache::Cache;
 use crate::claims::{self, ClaimBook};
 use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{ClaimStatus, KubeCluster, Publication};
@@ -173,25 +173,13 @@ fn publish(
     Ok(())
 }
 
-/// Release the addresses of claims that were deleted (those of `owners`, or
-/// all); what could not be done comes back as warnings, never as an error:
-/// a claim that cannot be checked now is checked again later.
-fn release_deleted_claims(
-    conf: Option<&PlexusConf>,
-    cni_dir: &std::path::Path,
-    owners: Option<&[String]>,
-) -> Vec<String> {
-    let cluster = match conf.map(cluster) {
-        Some(Ok(cluster)) => cluster,
-        Some(Err(e)) => return vec![format!("IPAMClaims not checked: {}", e.details)],
-        None => return vec!["IPAMClaims not checked: the configuration does not parse".into()],
-    };
-    let swept = claims::sweep(&ClaimBook::new(cni_dir), cluster.as_ref(), owners);
+/// What a claim sweep says, as warnings: releases are worth a line too.
+fn sweep_warnings(swept: claims::Swept) -> impl Iterator<Item = String> {
     let released = swept
         .released
-        .iter()
+        .into_iter()
         .map(|c| format!("IPAMClaim {c} was deleted: its addresses are released"));
-    released.chain(swept.warnings).collect()
+    released.chain(swept.warnings)
 }
 
 /// What the runtime told plexus about this attachment.
@@ -266,8 +254,9 @@ impl Plugin for PlexusPlugin {
         let conf = conf(req)?;
         let cluster = cluster(&conf)?;
         let cluster = cluster.as_ref();
-        let default_network = readiness::wait(&conf, cluster, || self::cluster(&conf))?;
-        let conf_dir = ConfDir::new(&conf.conf_dir);
+        let mut conf_dir = ConfDir::new(&conf.conf_dir);
+        let default_network =
+            readiness::wait(&conf, cluster, &mut conf_dir, || self::cluster(&conf))?;
         let call = call(req);
         let pod = pod(&req.env.args, &call.container_id, cluster)?;
         let options = PlanOptions {
@@ -324,22 +313,26 @@ impl Plugin for PlexusPlugin {
         let conf = conf(req).ok();
         let (cni_dir, bin_dir) = dirs_of(req, conf.as_ref());
         let call = call(req);
-        let cache = Cache::new(&cni_dir);
-        // The claims this container used, while its record still says so.
-        let owners = match cache.load(&call.container_id, &call.ifname) {
-            Ok(Lookup::Found(record)) => {
-                claims::owners_in(record.attachments.iter().map(|a| &a.attachment))
-            }
-            _ => Vec::new(),
-        };
         let registry = registry();
-        let mut report = Executor::new(cache).del(&context(&call, bin_dir, &registry), None)?;
+        let mut report =
+            Executor::new(Cache::new(&cni_dir)).del(&context(&call, bin_dir, &registry), None)?;
+        // Release the addresses of the torn-down attachments' claims that
+        // were deleted; a claim that cannot be checked now is checked later.
+        let owners = claims::owners_in(&report.detached);
         if !owners.is_empty() {
-            report.warnings.extend(release_deleted_claims(
-                conf.as_ref(),
-                &cni_dir,
-                Some(&owners),
-            ));
+            match conf.as_ref().map(cluster) {
+                Some(Ok(cluster)) => report.warnings.extend(sweep_warnings(claims::sweep(
+                    &ClaimBook::new(&cni_dir),
+                    cluster.as_ref(),
+                    Some(&owners),
+                ))),
+                Some(Err(e)) => report
+                    .warnings
+                    .push(format!("IPAMClaims not checked: {}", e.details)),
+                None => report
+                    .warnings
+                    .push("IPAMClaims not checked: the configuration does not parse".into()),
+            }
         }
         for warning in &report.warnings {
             eprintln!("plexus: DEL {}: {warning}", call.container_id);
@@ -368,10 +361,11 @@ impl Plugin for PlexusPlugin {
             bin_dir: Some(conf.bin_dir.clone()),
             resolver: &registry,
         };
-        let claim_warnings = release_deleted_claims(Some(&conf), &conf.cni_dir, None);
+        let swept = claims::sweep(&ClaimBook::new(&conf.cni_dir), cluster.as_ref(), None);
         // Addresses held for claims are valid attachments of their own.
         let mut valid = valid.to_vec();
-        valid.extend(ClaimBook::new(&conf.cni_dir).holders());
+        valid.extend(swept.held.iter().cloned());
+        let claim_warnings: Vec<String> = sweep_warnings(swept).collect();
         let report = Executor::new(Cache::new(&conf.cni_dir)).gc(
             &valid,
             &delegates,

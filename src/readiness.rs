@@ -44,17 +44,17 @@ impl NotReady {
 pub fn check(
     conf: &PlexusConf,
     cluster: &dyn Cluster,
+    conf_dir: &ConfDir,
 ) -> Result<Result<DefaultNetwork, NotReady>, CniError> {
     if let Some(path) = &conf.readiness_indicator_file {
         if !path.exists() {
             return Ok(Err(NotReady::IndicatorFile(path.clone())));
         }
     }
-    let conf_dir = ConfDir::new(&conf.conf_dir);
     match plan::cluster_network(
         &conf.cluster_network,
         cluster,
-        Some(&conf_dir),
+        Some(conf_dir),
         &conf.plexus_namespace,
     ) {
         Ok(network) => Ok(Ok(network)),
@@ -69,22 +69,25 @@ fn may_appear(e: &CniError) -> bool {
 }
 
 /// Wait until ready, at most `conf.readiness_timeout`; then fail with code 11
-/// (try again later) naming what never appeared. `reload` gives a fresh view
-/// of the cluster for each further look (a view caches what it read, absent
-/// NADs included).
+/// (try again later) naming what never appeared. Views cache what they
+/// read, absent entries included, so each further look reads anew: `reload`
+/// gives a fresh view of the cluster, and `conf_dir` is replaced by a fresh
+/// one (the caller plans with it, so it is current when this returns).
 pub fn wait(
     conf: &PlexusConf,
     cluster: &dyn Cluster,
+    conf_dir: &mut ConfDir,
     reload: impl Fn() -> Result<Box<dyn Cluster>, CniError>,
 ) -> Result<DefaultNetwork, CniError> {
     let deadline = Instant::now() + conf.readiness_timeout;
-    let mut missing = match check(conf, cluster)? {
+    let mut missing = match check(conf, cluster, conf_dir)? {
         Ok(network) => return Ok(network),
         Err(missing) => missing,
     };
     while Instant::now() + POLL_INTERVAL < deadline {
         std::thread::sleep(POLL_INTERVAL);
-        missing = match check(conf, reload()?.as_ref())? {
+        *conf_dir = ConfDir::new(&conf.conf_dir);
+        missing = match check(conf, reload()?.as_ref(), conf_dir)? {
             Ok(network) => return Ok(network),
             Err(missing) => missing,
         };
@@ -102,7 +105,7 @@ pub fn wait(
 
 /// STATUS: ready, or code 50 (not available) naming what is missing.
 pub fn status(conf: &PlexusConf, cluster: &dyn Cluster) -> Result<(), CniError> {
-    match check(conf, cluster)? {
+    match check(conf, cluster, &ConfDir::new(&conf.conf_dir))? {
         Ok(_) => Ok(()),
         Err(missing) => Err(CniError::new(
             ErrorCode::NotAvailable,
@@ -162,7 +165,13 @@ mod tests {
         write_podnet(dir.path());
         let conf = conf(dir.path(), 0.3);
         let started = Instant::now();
-        let e = wait(&conf, &DirCluster::empty(), empty).unwrap_err();
+        let e = wait(
+            &conf,
+            &DirCluster::empty(),
+            &mut ConfDir::new(&conf.conf_dir),
+            empty,
+        )
+        .unwrap_err();
         assert!(started.elapsed() >= Duration::from_millis(250));
         assert!(started.elapsed() < Duration::from_secs(2));
         assert_eq!(e.code, ErrorCode::TryAgainLater);
@@ -178,7 +187,13 @@ mod tests {
             std::thread::sleep(Duration::from_millis(200));
             std::fs::write(ready, "").unwrap();
         });
-        let network = wait(&conf, &DirCluster::empty(), empty).unwrap();
+        let network = wait(
+            &conf,
+            &DirCluster::empty(),
+            &mut ConfDir::new(&conf.conf_dir),
+            empty,
+        )
+        .unwrap();
         writer.join().unwrap();
         assert_eq!(network.network, "podnet");
     }
@@ -194,7 +209,13 @@ mod tests {
         }))
         .unwrap();
         let started = Instant::now();
-        let e = wait(&conf, &DirCluster::empty(), empty).unwrap_err();
+        let e = wait(
+            &conf,
+            &DirCluster::empty(),
+            &mut ConfDir::new(&conf.conf_dir),
+            empty,
+        )
+        .unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(1), "{e}");
         assert_ne!(e.code, ErrorCode::TryAgainLater);
     }

@@ -220,6 +220,17 @@ impl World {
     }
 }
 
+/// What `command` prints, run in the node namespace.
+fn in_node(node: &str, command: &[&str]) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", node])
+        .args(command)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{command:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn count(requests: &[AuditedRequest], verb: &str, resource: &str, subresource: &str) -> usize {
     requests
         .iter()
@@ -439,16 +450,8 @@ fn every_selection_key_of_4_1_2_through_the_api() {
         "{defaults}"
     );
     // Port mapping and shaping happen on the node.
-    let nat = std::process::Command::new("ip")
-        .args(["netns", "exec", &w.node, "iptables-save", "-t", "nat"])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&nat.stdout).contains("--dport 8080"));
-    let qdiscs = std::process::Command::new("ip")
-        .args(["netns", "exec", &w.node, "tc", "qdisc", "show"])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&qdiscs.stdout).contains("tbf"));
+    assert!(in_node(&w.node, &["iptables-save", "-t", "nat"]).contains("--dport 8080"));
+    assert!(in_node(&w.node, &["tc", "qdisc", "show"]).contains("tbf"));
     // cni-args reach the chain as args.cni (what plexus recorded it ran).
     let record = std::fs::read_to_string(w.tmp.path().join("cache/c0@eth0.json")).unwrap();
     assert!(record.contains(r#""plexusProbe":"yes""#), "{record}");
@@ -462,11 +465,7 @@ fn every_selection_key_of_4_1_2_through_the_api() {
 
     assert_ok("DEL", &w.plexus("DEL", 0, true, "p1", &uid));
     assert_eq!(link_names(pod), ["lo"]);
-    let nat = std::process::Command::new("ip")
-        .args(["netns", "exec", &w.node, "iptables-save", "-t", "nat"])
-        .output()
-        .unwrap();
-    assert!(!String::from_utf8_lossy(&nat.stdout).contains("--dport 8080"));
+    assert!(!in_node(&w.node, &["iptables-save", "-t", "nat"]).contains("--dport 8080"));
     assert_nothing_left(w.tmp.path());
 }
 

@@ -1,11 +1,13 @@
 //! The cluster as the Kubernetes API server sees it, for plexus on a real
-//! node: the pod of a CNI call, the NetworkAttachmentDefinitions it selects,
-//! and the writes back (the network-status annotation, events).
+//! node: the pod of a CNI call, the NetworkAttachmentDefinitions and
+//! IPAMClaims it selects, and the writes back (the network-status
+//! annotation, claim status, events).
 //!
 //! A thin client, as a CNI plugin must be: one current-thread tokio runtime
-//! per invocation (owned here, driven by the calling thread), the pod read
-//! once, each NAD read once and only when the planner asks for it, and one
-//! merge PATCH of the pod's status subresource. Every request is bounded by
+//! per invocation (owned here, driven by the calling thread), one TLS
+//! connection (HTTP/2), the pod read once, each NAD read once and only when
+//! the planner asks for it, and one merge PATCH of the pod's status
+//! subresource. Every request is bounded by
 //! `apiTimeout` (plexus's conf), and an error names the object and the
 //! reason as the API server gave them
 //! (`pod ns/name: forbidden: User "..." cannot get resource "pods" ...`).
@@ -80,9 +82,9 @@ impl KubeCluster {
                 &KubeConfigOptions::default(),
             ))
             .map_err(|e| failed(error_chain(&e)))?;
+        // Each request is bounded as a whole (`call`); the connector is told
+        // the same bound for connecting.
         config.connect_timeout = Some(timeouts.request);
-        config.read_timeout = Some(timeouts.request);
-        config.write_timeout = Some(timeouts.request);
         // A client's tower stack spawns onto the runtime it is built in.
         let client = {
             let _guard = runtime.enter();

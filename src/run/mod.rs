@@ -98,8 +98,8 @@ pub struct AttachmentResult {
 /// What a DEL did besides succeeding.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DelReport {
-    /// `(network, ifname)` of every attachment torn down, in DEL order.
-    pub detached: Vec<(String, String)>,
+    /// Every attachment torn down, in DEL order, as its ADD planned it.
+    pub detached: Vec<Attachment>,
     pub warnings: Vec<String>,
 }
 
@@ -497,10 +497,7 @@ impl Executor {
                 continue;
             }
             match del_chain(cached, ctx, netns.clone(), None) {
-                Ok(()) => report.detached.push((
-                    cached.attachment.network.clone(),
-                    cached.attachment.ifname.clone(),
-                )),
+                Ok(()) => report.detached.push(cached.attachment.clone()),
                 Err(e) => errors.push(e),
             }
         }
