@@ -140,8 +140,11 @@ mod tests {
         .unwrap();
     }
 
-    fn empty() -> Result<Box<dyn Cluster>, CniError> {
-        Ok(Box::new(DirCluster::empty()))
+    /// [`wait`] on a cluster with nothing in it.
+    fn wait_in_empty(conf: &PlexusConf) -> Result<DefaultNetwork, CniError> {
+        let empty = || -> Result<Box<dyn Cluster>, CniError> { Ok(Box::new(DirCluster::empty())) };
+        let mut conf_dir = ConfDir::new(&conf.conf_dir);
+        wait(conf, &DirCluster::empty(), &mut conf_dir, empty)
     }
 
     #[test]
@@ -165,13 +168,7 @@ mod tests {
         write_podnet(dir.path());
         let conf = conf(dir.path(), 0.3);
         let started = Instant::now();
-        let e = wait(
-            &conf,
-            &DirCluster::empty(),
-            &mut ConfDir::new(&conf.conf_dir),
-            empty,
-        )
-        .unwrap_err();
+        let e = wait_in_empty(&conf).unwrap_err();
         assert!(started.elapsed() >= Duration::from_millis(250));
         assert!(started.elapsed() < Duration::from_secs(2));
         assert_eq!(e.code, ErrorCode::TryAgainLater);
@@ -187,13 +184,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(200));
             std::fs::write(ready, "").unwrap();
         });
-        let network = wait(
-            &conf,
-            &DirCluster::empty(),
-            &mut ConfDir::new(&conf.conf_dir),
-            empty,
-        )
-        .unwrap();
+        let network = wait_in_empty(&conf).unwrap();
         writer.join().unwrap();
         assert_eq!(network.network, "podnet");
     }
@@ -209,13 +200,7 @@ mod tests {
         }))
         .unwrap();
         let started = Instant::now();
-        let e = wait(
-            &conf,
-            &DirCluster::empty(),
-            &mut ConfDir::new(&conf.conf_dir),
-            empty,
-        )
-        .unwrap_err();
+        let e = wait_in_empty(&conf).unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(1), "{e}");
         assert_ne!(e.code, ErrorCode::TryAgainLater);
     }
