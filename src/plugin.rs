@@ -32,16 +32,14 @@ pub struct PlexusPlugin;
 /// Every plugin type plexus serves in-process; anything else is exec'd.
 pub fn registry() -> Registry {
     let mut registry = Registry::new();
-    for plugin_type in ["host-local", "static"] {
-        registry = registry.with_builtin(plugin_type, move |_: &dyn Resolver| -> Box<dyn Plugin> {
-            plexus_ipam::builtin(plugin_type).expect("registered IPAM type is built in")
+    for builtin in plexus_ipam::BUILTINS {
+        let build = builtin.build;
+        registry = registry.with_builtin(builtin.plugin_type, move |_: &dyn Resolver, _: &_| {
+            build() as Box<dyn Plugin>
         });
     }
-    for &plugin_type in plexus_dataplane::drivers::builtin_types() {
-        registry = registry.with_builtin(plugin_type, move |resolver: &dyn Resolver| {
-            plexus_dataplane::drivers::driver(plugin_type, resolver)
-                .expect("registered driver type is built in")
-        });
+    for builtin in plexus_dataplane::drivers::BUILTINS {
+        registry = registry.with_builtin(builtin.plugin_type, builtin.build);
     }
     registry
 }
@@ -280,7 +278,9 @@ impl Plugin for PlexusPlugin {
 
         let registry = registry();
         let executor =
-            Executor::new(Cache::new(&conf.cni_dir)).with_route_hook(Box::new(NetlinkRouteHook));
+            Executor::new(Cache::new(&conf.cni_dir)).with_route_hook(Box::new(NetlinkRouteHook {
+                session: registry.session().clone(),
+            }));
         let added = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry));
         let results = match (added, cluster.as_kube()) {
             (Ok(results), Some(kube)) => {

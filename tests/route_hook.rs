@@ -103,7 +103,7 @@ fn set_default_route_replaces_the_plugins_and_orders_gateways() {
         "10.0.0.9".parse().unwrap(),
         "fd00::1".parse().unwrap(),
     ];
-    NetlinkRouteHook
+    NetlinkRouteHook::default()
         .set_default_route(&pod.path(), "net1", &gateways, &mut result)
         .unwrap();
     // One route per gateway, metric in list order; the plugin's is gone.
@@ -144,14 +144,14 @@ fn clear_default_route_removes_both_families() {
         "-6", "route", "add", "default", "via", "fd00::fe", "dev", "net1",
     ]);
     let mut result = result_with_default("10.0.0.254");
-    NetlinkRouteHook
+    NetlinkRouteHook::default()
         .clear_default_route(&pod.path(), "net1", &mut result)
         .unwrap();
     assert!(pod.defaults("-4").is_empty());
     assert!(pod.defaults("-6").is_empty());
     assert!(result.routes.is_empty());
     // Clearing again finds nothing to remove and succeeds.
-    NetlinkRouteHook
+    NetlinkRouteHook::default()
         .clear_default_route(&pod.path(), "net1", &mut result)
         .unwrap();
 }
@@ -159,7 +159,7 @@ fn clear_default_route_removes_both_families() {
 #[test]
 fn a_missing_interface_is_named() {
     let pod = Pod::new("missing");
-    let err = NetlinkRouteHook
+    let err = NetlinkRouteHook::default()
         .clear_default_route(&pod.path(), "nope0", &mut CniResult::default())
         .unwrap_err();
     assert!(err.details.contains("nope0"), "{err}");

@@ -842,7 +842,7 @@ fn built_in_and_exec_plugins_mix_in_one_chain() {
     f.answer_result("p1", &r1);
     f.answer_result("p2", &result_json("1.0.0", 2, "eth0"));
     let log = Arc::clone(&f);
-    let registry = Registry::new().with_builtin("mem", move |_| {
+    let registry = Registry::new().with_builtin("mem", move |_, _| {
         Box::new(Mem {
             log: Arc::clone(&log),
         })
@@ -915,7 +915,7 @@ fn add_reports_success_only_once_deferred_syncs_are_done() {
         f.answer_result("p1", &result_json("1.0.0", 1, "eth0"));
         let synced = Arc::new(AtomicBool::new(false));
         let (log, flag) = (Arc::clone(&f), Arc::clone(&synced));
-        let registry = Registry::new().with_builtin("syncing", move |_| {
+        let registry = Registry::new().with_builtin("syncing", move |_, _| {
             Box::new(Syncing {
                 log: Arc::clone(&log),
                 fail,

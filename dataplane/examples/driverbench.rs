@@ -175,7 +175,10 @@ fn main() {
     let (adds, dels) = node
         .run(|| {
             let resolver = OneIpam;
-            let d = drivers::driver("bridge", &resolver).unwrap();
+            // One session for the run: every pod's namespace is opened once,
+            // and the host handle is shared, as in one plexus invocation.
+            let session = plexus_dataplane::Session::new();
+            let d = drivers::driver("bridge", &resolver, &session).unwrap();
             let mut adds = Vec::new();
             for (i, p) in pod_names.iter().enumerate() {
                 let c = conf(i, json!({"type": "static", "address": format!("10.77.{}.{}/16", i / 250, i % 250 + 2)}));

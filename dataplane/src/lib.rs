@@ -8,6 +8,8 @@
 //!   inside the namespace and then driven from the caller's thread; typed
 //!   link, address, route and neighbour operations, and traffic control
 //!   (tbf and ingress qdiscs, redirect filters, ifb devices).
+//! - [`session`]: one CNI invocation's runtime, host handle and pod
+//!   handles, opened once and handed to every built-in plugin.
 //! - [`sysctl`]: `net.*` sysctls read and written inside a namespace, with
 //!   key validation and the reference plugins' rules for dotted interface
 //!   names.
@@ -29,9 +31,11 @@ pub mod mac;
 pub mod netlink;
 pub mod netns;
 pub mod probe;
+pub mod session;
 pub mod sysctl;
 
 pub use error::{Errno, Error, Result};
 pub use mac::MacAddr;
 pub use netlink::Netlink;
 pub use netns::NetNs;
+pub use session::Session;

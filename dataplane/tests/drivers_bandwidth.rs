@@ -12,7 +12,7 @@ use plexus_cni::skel::Plugin;
 use plexus_cni::{CniError, ErrorCode};
 use plexus_dataplane::drivers::bandwidth::{ifb_name, Bandwidth};
 use plexus_dataplane::netlink::{MacvlanMode, MacvlanSpec};
-use plexus_dataplane::NetNs;
+use plexus_dataplane::{NetNs, Session};
 use serde_json::{json, Value};
 
 const CID: &str = "ctr-bw-1";
@@ -43,7 +43,8 @@ fn run_bw(
     config: &Value,
 ) -> Result<Value, CniError> {
     let req = request(env(command, cid, netns, &a.pod_if, ""), config);
-    let plugin = Bandwidth::new();
+    let session = Session::new();
+    let plugin = Bandwidth::new(&session);
     a.in_node(|| match command {
         CniCommand::Add => plugin.add(&req).and_then(|r| r.to_value(req.cni_version)),
         CniCommand::Del => plugin.del(&req).map(|()| Value::Null),
@@ -382,7 +383,9 @@ fn no_host_side_interface_is_a_clear_error() {
     let mut conf = config(&a, both_ways());
     conf["prevResult"] = macvlan_prev;
     let req = request(env(CniCommand::Add, CID, Some(&ns), "net1", ""), &conf);
-    let e = a.in_node(|| Bandwidth::new().add(&req)).unwrap_err();
+    let e = a
+        .in_node(|| Bandwidth::new(&Session::new()).add(&req))
+        .unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidConfig);
     assert!(
         e.details.starts_with("prevResult.interfaces: no host-side interface (one without \"sandbox\"): bandwidth shapes a pod's traffic on the host side of its veth pair"),
@@ -394,7 +397,9 @@ fn no_host_side_interface_is_a_clear_error() {
         .unwrap()
         .push(json!({"name": "up0"}));
     let req = request(env(CniCommand::Add, CID, Some(&ns), "net1", ""), &conf);
-    let e = a.in_node(|| Bandwidth::new().add(&req)).unwrap_err();
+    let e = a
+        .in_node(|| Bandwidth::new(&Session::new()).add(&req))
+        .unwrap_err();
     assert_eq!(
         e.details,
         "CNI_IFNAME: net1 in the pod is a macvlan, not a veth: bandwidth shapes a pod's traffic on the host side of its veth pair"
@@ -431,7 +436,8 @@ fn a_failure_half_way_removes_what_was_built() {
         &config(&a, both_ways()),
     )
     .unwrap_err();
-    assert_eq!(e.code, ErrorCode::Plugin(103));
+    // A kernel refusal is code 5, as from every built-in plugin.
+    assert_eq!(e.code, ErrorCode::Io);
     assert!(
         e.details
             .starts_with("egressRate: adding an ingress qdisc to veth0: add ingress qdisc"),
@@ -503,7 +509,7 @@ fn behaves_as_the_reference_plugin() {
             &ours_conf,
         );
         let ours = a
-            .in_node(|| Bandwidth::new().add(&req))
+            .in_node(|| Bandwidth::new(&Session::new()).add(&req))
             .unwrap()
             .to_value(req.cni_version)
             .unwrap();
@@ -553,7 +559,8 @@ fn behaves_as_the_reference_plugin() {
             reference("bandwidth", &a.node, &ours_check, &ours_conf).unwrap();
             let ref_check = env(CniCommand::Check, ref_cid, Some(&ns), "eth1", "");
             let req = request(ref_check, &ref_conf);
-            a.in_node(|| Bandwidth::new().check(&req)).unwrap();
+            a.in_node(|| Bandwidth::new(&Session::new()).check(&req))
+                .unwrap();
         }
 
         // Cross DEL: each removes the other's ifb.
@@ -568,7 +575,8 @@ fn behaves_as_the_reference_plugin() {
             env(CniCommand::Del, ref_cid, Some(&ns), "eth1", ""),
             &ref_conf,
         );
-        a.in_node(|| Bandwidth::new().del(&req)).unwrap();
+        a.in_node(|| Bandwidth::new(&Session::new()).del(&req))
+            .unwrap();
         assert!(!link_exists(&a.node, &ours_ifb));
         assert!(!link_exists(&a.node, &ref_ifb));
         for dev in ["veth0", "veth1"] {

@@ -900,7 +900,8 @@ fn status_and_gc_are_the_ipam_plugins() {
     let l2 = json!({"cniVersion": "1.1.0", "name": "l2", "type": "macvlan"});
     // The interface drivers delegate STATUS and GC to their IPAM plugin.
     for ty in ["bridge", "ipvlan", "macvlan"] {
-        let d = plexus_dataplane::drivers::driver(ty, &r).unwrap();
+        let session = plexus_dataplane::Session::new();
+        let d = plexus_dataplane::drivers::driver(ty, &r, &session).unwrap();
         d.status(&req(CniCommand::Status, &c)).unwrap();
         d.gc(&req(CniCommand::Gc, &c), &[("ctr1".into(), "eth0".into())])
             .unwrap();
@@ -915,10 +916,11 @@ fn status_and_gc_are_the_ipam_plugins() {
         r.commands(),
         [CniCommand::Status, CniCommand::Gc, CniCommand::Status].repeat(3)
     );
-    assert!(plexus_dataplane::drivers::driver("host-device", &r).is_none());
+    let session = plexus_dataplane::Session::new();
+    assert!(plexus_dataplane::drivers::driver("host-device", &r, &session).is_none());
     for ty in ["bridge", "ipvlan", "macvlan"] {
         assert!(
-            plexus_dataplane::drivers::builtin_types().contains(&ty),
+            plexus_dataplane::drivers::builtin_types().any(|t| t == ty),
             "{ty}"
         );
     }

@@ -11,7 +11,7 @@ use plexus_cni::env::CniCommand;
 use plexus_cni::skel::Plugin;
 use plexus_cni::{CniError, CniVersion, ErrorCode};
 use plexus_dataplane::drivers::tuning::{saved_path, Tuning};
-use plexus_dataplane::NetNs;
+use plexus_dataplane::{NetNs, Session};
 use serde_json::{json, Value};
 
 const CID: &str = "ctr-tuning-1";
@@ -53,7 +53,8 @@ fn run_tuning(
     config: &Value,
 ) -> Result<Value, CniError> {
     let req = request(env(command, CID, netns, &a.pod_if, ""), config);
-    let plugin = Tuning::new();
+    let session = Session::new();
+    let plugin = Tuning::new(&session);
     a.in_node(|| match command {
         CniCommand::Add => plugin.add(&req).and_then(|r| r.to_value(req.cni_version)),
         CniCommand::Del => plugin.del(&req).map(|()| Value::Null),
@@ -179,12 +180,13 @@ fn del_succeeds_when_the_interface_or_namespace_is_gone() {
     let conf = config(&a, dir.path().to_str().unwrap(), json!({"mtu": 1400}));
     let add = |ifname: &str| {
         let req = request(env(CniCommand::Add, CID, Some(&ns), ifname, ""), &conf);
-        a.in_node(|| Tuning::new().add(&req)).unwrap();
+        a.in_node(|| Tuning::new(&Session::new()).add(&req))
+            .unwrap();
         saved_path(dir.path(), CID, ifname)
     };
     let del = |ifname: &str, netns: Option<&str>| {
         let req = request(env(CniCommand::Del, CID, netns, ifname, ""), &conf);
-        a.in_node(|| Tuning::new().del(&req))
+        a.in_node(|| Tuning::new(&Session::new()).del(&req))
     };
     let (eth0, net1) = (add("eth0"), add("net1"));
     assert!(eth0.exists() && net1.exists());
@@ -235,7 +237,7 @@ fn bad_input_changes_nothing() {
         // anything changes.
         (
             json!({"mtu": 1400, "sysctl": {"net.core.somaxconn": "7", "net.ipv4.no_such_thing": "1"}}),
-            ErrorCode::Plugin(103),
+            ErrorCode::InvalidConfig,
             "sysctl: read sysctl net.ipv4.no_such_thing in",
         ),
     ];
@@ -291,7 +293,8 @@ fn a_failure_half_way_restores_what_was_changed() {
         json!({"sysctl": {"net.core.somaxconn": "77"}, "mac": "02:11:22:33:44:55", "promisc": true, "mtu": 70000}),
     );
     let e = run_tuning(&a, CniCommand::Add, Some(&ns), &conf).unwrap_err();
-    assert_eq!(e.code, ErrorCode::Plugin(103));
+    // A kernel refusal is code 5, as from every built-in plugin.
+    assert_eq!(e.code, ErrorCode::Io);
     assert!(
         e.details
             .starts_with("mtu: setting 70000 on eth0: update link"),
@@ -362,7 +365,9 @@ fn runtime_config_mac_and_cni_args() {
         ),
         &conf,
     );
-    let result = a.in_node(|| Tuning::new().add(&req)).unwrap();
+    let result = a
+        .in_node(|| Tuning::new(&Session::new()).add(&req))
+        .unwrap();
     assert_eq!(
         result.interfaces[1].mac.as_deref(),
         Some("02:00:00:00:00:0c")
@@ -408,7 +413,7 @@ fn behaves_as_the_reference_plugin() {
         let ref_env = env(CniCommand::Add, CID, Some(&ns), "eth1", "");
         let req = request(ours_env, &ours_conf);
         let ours = a
-            .in_node(|| Tuning::new().add(&req))
+            .in_node(|| Tuning::new(&Session::new()).add(&req))
             .unwrap()
             .to_value(req.cni_version)
             .unwrap();
@@ -445,7 +450,8 @@ fn behaves_as_the_reference_plugin() {
             c["prevResult"]["interfaces"][1]["name"] = json!(ifname);
             let check_env = env(CniCommand::Check, CID, Some(&ns), ifname, "");
             let req = request(check_env.clone(), &c);
-            a.in_node(|| Tuning::new().check(&req)).unwrap();
+            a.in_node(|| Tuning::new(&Session::new()).check(&req))
+                .unwrap();
             reference("tuning", &a.node, &check_env, &c).unwrap();
         }
 
@@ -456,7 +462,8 @@ fn behaves_as_the_reference_plugin() {
             env(CniCommand::Del, CID, Some(&ns), "eth1", ""),
             &ours_del_conf,
         );
-        a.in_node(|| Tuning::new().del(&req)).unwrap();
+        a.in_node(|| Tuning::new(&Session::new()).del(&req))
+            .unwrap();
         reference(
             "tuning",
             &a.node,

@@ -41,12 +41,29 @@ pub mod codes {
 /// `host-local` or `static`. Both work from their configuration and files
 /// alone, never from the container's interface.
 pub fn builtin(plugin_type: &str) -> Option<Box<dyn Plugin + Send + Sync>> {
-    match plugin_type {
-        "host-local" => Some(Box::new(HostLocal::new())),
-        "static" => Some(Box::new(Static)),
-        _ => None,
-    }
+    BUILTINS
+        .iter()
+        .find(|b| b.plugin_type == plugin_type)
+        .map(|b| (b.build)())
 }
+
+/// One built-in IPAM plugin type.
+pub struct Builtin {
+    pub plugin_type: &'static str,
+    pub build: fn() -> Box<dyn Plugin + Send + Sync>,
+}
+
+/// The registration table of the built-in IPAM plugins.
+pub const BUILTINS: &[Builtin] = &[
+    Builtin {
+        plugin_type: "host-local",
+        build: || Box::new(HostLocal::new()),
+    },
+    Builtin {
+        plugin_type: "static",
+        build: || Box::new(Static),
+    },
+];
 
 #[cfg(test)]
 mod tests {

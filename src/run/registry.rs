@@ -5,6 +5,7 @@
 //! that delegate IPAM, so a chain mixes both freely.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cni::delegate::Resolver;
@@ -12,17 +13,24 @@ use crate::cni::error::{codes, CniError};
 use crate::cni::names;
 use crate::cni::skel::{Plugin, Request};
 
+use plexus_dataplane::Session;
+
 use super::exec::{ExecPlugin, DEFAULT_TIMEOUT};
 
 /// Builds a built-in plugin. It gets the resolver so that it can delegate in
-/// turn (a bridge driver runs its `ipam.type` through it).
-pub type Factory = Box<dyn for<'r> Fn(&'r dyn Resolver) -> Box<dyn Plugin + 'r> + Send + Sync>;
+/// turn (a bridge driver runs its `ipam.type` through it), and the
+/// invocation's data-plane session.
+pub type Factory =
+    Box<dyn for<'r> Fn(&'r dyn Resolver, &'r Session) -> Box<dyn Plugin + 'r> + Send + Sync>;
 
-/// Built-in plugins by type, falling back to external binaries.
+/// Built-in plugins by type, falling back to external binaries. A registry
+/// serves one invocation: its [`Session`] opens the namespaces and netlink
+/// sockets once for all the built-in plugins it builds.
 pub struct Registry {
     builtins: BTreeMap<String, Factory>,
     refused: BTreeMap<String, String>,
     exec_timeout: Duration,
+    session: Arc<Session>,
 }
 
 impl Default for Registry {
@@ -45,14 +53,24 @@ impl Registry {
             builtins: BTreeMap::new(),
             refused,
             exec_timeout: DEFAULT_TIMEOUT,
+            session: Arc::new(Session::new()),
         }
+    }
+
+    /// The data-plane handles of this invocation, which the executor's
+    /// route hook shares.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
     }
 
     /// Serve `plugin_type` in-process with what `factory` builds. A later
     /// registration of the same type replaces the earlier one.
     pub fn with_builtin<F>(mut self, plugin_type: &str, factory: F) -> Registry
     where
-        F: for<'r> Fn(&'r dyn Resolver) -> Box<dyn Plugin + 'r> + Send + Sync + 'static,
+        F: for<'r> Fn(&'r dyn Resolver, &'r Session) -> Box<dyn Plugin + 'r>
+            + Send
+            + Sync
+            + 'static,
     {
         self.refused.remove(plugin_type);
         self.builtins
@@ -94,7 +112,7 @@ impl Resolver for Registry {
             ));
         }
         match self.builtins.get(plugin_type) {
-            Some(factory) => Ok(factory(self)),
+            Some(factory) => Ok(factory(self, &self.session)),
             None => Ok(Box::new(ExecPlugin::new(plugin_type, self.exec_timeout)?)),
         }
     }
@@ -186,14 +204,14 @@ mod tests {
 
     fn registry() -> Registry {
         Registry::new()
-            .with_builtin("drv", |r| {
+            .with_builtin("drv", |r, _| {
                 Box::new(Named {
                     name: "drv",
                     resolver: r,
                     calls: Cell::new(0),
                 })
             })
-            .with_builtin("fake-ipam", |_| Box::new(Ipam))
+            .with_builtin("fake-ipam", |_, _| Box::new(Ipam))
     }
 
     #[test]
@@ -257,7 +275,7 @@ mod tests {
         let reg = reg.with_refused("dhcp", "not on this node");
         assert!(reg.resolve("dhcp", &r).is_err());
         // Registering a refused type as a built-in lifts the refusal.
-        let reg = reg.with_builtin("plexus", |_| Box::new(Ipam));
+        let reg = reg.with_builtin("plexus", |_, _| Box::new(Ipam));
         assert!(reg.resolve("plexus", &r).is_ok());
     }
 }

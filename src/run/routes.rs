@@ -5,15 +5,22 @@
 use std::net::IpAddr;
 use std::path::Path;
 
+use std::sync::Arc;
+
 use plexus_dataplane::netlink::{IpFamily, Route};
-use plexus_dataplane::{NetNs, Netlink};
+use plexus_dataplane::session::{PodLookup, Session};
+use plexus_dataplane::Netlink;
 
 use super::{set_default_routes, strip_default_routes, RouteHook};
 use crate::cni::error::{codes, CniError};
 use crate::cni::result::CniResult;
 
-/// Changes the pod's default routes through netlink.
-pub struct NetlinkRouteHook;
+/// Changes the pod's default routes through netlink, on the handles of the
+/// invocation's session (the plugins' own).
+#[derive(Default)]
+pub struct NetlinkRouteHook {
+    pub session: Arc<Session>,
+}
 
 fn failed(what: &str, ifname: &str, e: impl std::fmt::Display) -> CniError {
     CniError::plugin(
@@ -24,9 +31,22 @@ fn failed(what: &str, ifname: &str, e: impl std::fmt::Display) -> CniError {
 }
 
 /// The pod's handle and the index of `ifname` in it.
-fn pod_link(netns: &Path, ifname: &str) -> Result<(Netlink, u32), CniError> {
-    let ns = NetNs::open(netns).map_err(|e| failed("open the pod namespace", ifname, e))?;
-    let nl = Netlink::open(&ns).map_err(|e| failed("netlink in the pod namespace", ifname, e))?;
+fn pod_link<'s>(
+    session: &'s Session,
+    netns: &Path,
+    ifname: &str,
+) -> Result<(&'s Netlink, u32), CniError> {
+    let nl = match session.pod(netns) {
+        Ok(PodLookup::Pod(side)) => &side.nl,
+        Ok(_) => {
+            return Err(failed(
+                "open the pod namespace",
+                ifname,
+                "not a pod's network namespace",
+            ))
+        }
+        Err(e) => return Err(failed("open the pod namespace", ifname, e)),
+    };
     let link = nl
         .link_by_name(ifname)
         .map_err(|e| failed("look up the interface", ifname, e))?
@@ -69,8 +89,8 @@ impl RouteHook for NetlinkRouteHook {
         ifname: &str,
         result: &mut CniResult,
     ) -> Result<(), CniError> {
-        let (nl, index) = pod_link(netns, ifname)?;
-        delete_defaults(&nl, index, &[IpFamily::V4, IpFamily::V6], ifname)?;
+        let (nl, index) = pod_link(&self.session, netns, ifname)?;
+        delete_defaults(nl, index, &[IpFamily::V4, IpFamily::V6], ifname)?;
         strip_default_routes(result);
         Ok(())
     }
@@ -82,13 +102,13 @@ impl RouteHook for NetlinkRouteHook {
         gateways: &[IpAddr],
         result: &mut CniResult,
     ) -> Result<(), CniError> {
-        let (nl, index) = pod_link(netns, ifname)?;
+        let (nl, index) = pod_link(&self.session, netns, ifname)?;
         let families: Vec<IpFamily> = [IpFamily::V4, IpFamily::V6]
             .into_iter()
             .filter(|f| gateways.iter().any(|g| IpFamily::of(g) == *f))
             .collect();
         // The selection's gateways replace what the plugin installed here.
-        delete_defaults(&nl, index, &families, ifname)?;
+        delete_defaults(nl, index, &families, ifname)?;
         // The spec allows a metric per gateway in list order; it also keeps
         // several gateways of one family from colliding.
         for (metric, gateway) in gateways.iter().enumerate() {

@@ -55,12 +55,14 @@ use plexus_cni::result::Interface;
 use plexus_cni::skel::{Plugin, Request};
 use plexus_cni::{CniError, CniResult};
 
-use super::chained::{container_id, failed, ifname, mismatch, open_netns, prev_result};
+use super::attachment::{chained_prev_result as prev_result, container_id, Attach};
+use super::common::{mismatch, sys};
+use super::undo::Undo;
 use crate::netlink::{
     handle, Link, LinkKind, MirredKind, Netlink, PschedClock, QdiscKind, Tbf, HANDLE_INGRESS,
     HANDLE_ROOT, INGRESS_QDISC, TIME_UNITS_PER_SEC,
 };
-use crate::netns::NetNs;
+use crate::session::Session;
 
 const PLUGIN: &str = "bandwidth";
 
@@ -248,15 +250,19 @@ pub fn shaping(req: &Request, clock: PschedClock) -> Result<Shaping, CniError> {
 }
 
 /// The bandwidth plugin. It works in the namespace it runs in: the host's.
-#[derive(Debug, Clone, Default)]
-pub struct Bandwidth {
+#[derive(Debug, Clone)]
+pub struct Bandwidth<'s> {
     /// The psched clock; read from `/proc/net/psched` when `None`.
     pub clock: Option<PschedClock>,
+    session: &'s Session,
 }
 
-impl Bandwidth {
-    pub fn new() -> Self {
-        Self::default()
+impl<'s> Bandwidth<'s> {
+    pub fn new(session: &'s Session) -> Self {
+        Bandwidth {
+            clock: None,
+            session,
+        }
     }
 
     fn clock(&self) -> PschedClock {
@@ -269,12 +275,8 @@ const NEEDS_VETH: &str = "bandwidth shapes a pod's traffic on the host side of i
 
 /// The host-side interface of the pod's `ifname`: its veth peer, which must
 /// be in this namespace and listed in prevResult without a sandbox.
-fn host_interface(
-    prev: &CniResult,
-    pod_ns: &NetNs,
-    host_nl: &Netlink,
-    ifname: &str,
-) -> Result<Link, CniError> {
+fn host_interface(prev: &CniResult, at: &Attach<'_>) -> Result<Link, CniError> {
+    let ifname = at.ifname.as_str();
     if !prev.interfaces.iter().any(|i| !i.in_sandbox()) {
         return Err(CniError::invalid_config(
             "prevResult.interfaces",
@@ -283,14 +285,14 @@ fn host_interface(
             ),
         ));
     }
-    let pod_nl = Netlink::open(pod_ns).map_err(|e| failed("CNI_NETNS", &e))?;
-    let pod_link = pod_nl
+    let pod_link = at
+        .pod
         .link_by_name(ifname)
-        .map_err(|e| failed(format!("CNI_IFNAME {ifname}"), &e))?
+        .map_err(sys(format_args!("CNI_IFNAME {ifname}")))?
         .ok_or_else(|| {
             CniError::invalid_config(
                 "CNI_IFNAME",
-                format!("no interface {ifname:?} in {}", pod_ns.path().display()),
+                format!("no interface {ifname:?} in {}", at.sandbox),
             )
         })?;
     let peer = match (&pod_link.kind, pod_link.parent) {
@@ -307,9 +309,10 @@ fn host_interface(
             ));
         }
     };
-    let host = host_nl
+    let host = at
+        .host
         .link_by_index(peer)
-        .map_err(|e| failed("host-side interface", &e))?
+        .map_err(sys("host-side interface"))?
         .ok_or_else(|| {
             CniError::invalid_config(
                 "CNI_IFNAME",
@@ -334,36 +337,6 @@ fn host_interface(
     Ok(host)
 }
 
-/// What an ADD built so far, to remove it again on failure.
-#[derive(Default)]
-struct Built {
-    root_tbf: Option<u32>,
-    ifb: Option<String>,
-    ingress_qdisc: Option<u32>,
-}
-
-impl Built {
-    fn undo(self, nl: &Netlink) -> Vec<String> {
-        let mut problems = Vec::new();
-        if let Some(name) = &self.ifb {
-            if let Err(e) = nl.del_link_by_name(name) {
-                problems.push(e.to_string());
-            }
-        }
-        for (index, parent) in [
-            (self.ingress_qdisc, HANDLE_INGRESS),
-            (self.root_tbf, HANDLE_ROOT),
-        ] {
-            if let Some(index) = index {
-                if let Err(e) = nl.del_qdisc(index, parent) {
-                    problems.push(e.to_string());
-                }
-            }
-        }
-        problems
-    }
-}
-
 struct ShowTbf<'a>(&'a Tbf);
 
 impl fmt::Display for ShowTbf<'_> {
@@ -376,17 +349,24 @@ impl fmt::Display for ShowTbf<'_> {
     }
 }
 
-fn build(
-    nl: &Netlink,
+/// The shaping on `host` (and its ifb device), each step registered in
+/// `undo`.
+fn build<'a>(
+    nl: &'a Netlink,
     host: &Link,
     shaping: &Shaping,
-    ifb: &str,
-    built: &mut Built,
+    ifb: &'a str,
+    undo: &mut Undo<'a>,
 ) -> Result<Option<Link>, CniError> {
+    let index = host.index;
     if let Some(tbf) = &shaping.ingress {
-        nl.add_root_tbf(host.index, TBF_HANDLE, tbf)
-            .map_err(|e| failed(format!("ingressRate: shaping {}", host.name), &e))?;
-        built.root_tbf = Some(host.index);
+        nl.add_root_tbf(index, TBF_HANDLE, tbf)
+            .map_err(sys(format!("ingressRate: shaping {}", host.name)))?;
+        undo.push("the root tbf", move || {
+            nl.del_qdisc(index, HANDLE_ROOT)
+                .map(drop)
+                .map_err(sys("delete the root tbf"))
+        });
     }
     let Some(tbf) = &shaping.egress else {
         return Ok(None);
@@ -394,26 +374,30 @@ fn build(
     let what = |step: &str| format!("egressRate: {step}");
     let dev = nl
         .create_ifb(ifb, Some(host.mtu))
-        .map_err(|e| failed(what("creating the ifb device"), &e))?;
-    built.ifb = Some(ifb.to_string());
-    nl.add_ingress_qdisc(host.index).map_err(|e| {
-        failed(
-            what(&format!("adding an ingress qdisc to {}", host.name)),
-            &e,
-        )
-    })?;
-    built.ingress_qdisc = Some(host.index);
+        .map_err(sys(what("creating the ifb device")))?;
+    undo.push(format!("ifb device {ifb}"), move || {
+        nl.del_link_by_name(ifb)
+            .map(drop)
+            .map_err(sys(format_args!("delete {ifb}")))
+    });
+    nl.add_ingress_qdisc(index).map_err(sys(what(&format!(
+        "adding an ingress qdisc to {}",
+        host.name
+    ))))?;
+    undo.push("the ingress qdisc", move || {
+        nl.del_qdisc(index, HANDLE_INGRESS)
+            .map(drop)
+            .map_err(sys("delete the ingress qdisc"))
+    });
     nl.add_redirect_filter(host.index, INGRESS_QDISC, FILTER_PRIORITY, dev.index)
-        .map_err(|e| failed(what(&format!("redirecting {} to {ifb}", host.name)), &e))?;
+        .map_err(sys(what(&format!("redirecting {} to {ifb}", host.name))))?;
     nl.add_root_tbf(dev.index, TBF_HANDLE, tbf)
-        .map_err(|e| failed(what(&format!("shaping {ifb}")), &e))?;
+        .map_err(sys(what(&format!("shaping {ifb}"))))?;
     Ok(Some(dev))
 }
 
 fn check_root_tbf(nl: &Netlink, link: &Link, want: &Tbf, field: &str) -> Result<(), CniError> {
-    let root = nl
-        .qdisc_at(link.index, HANDLE_ROOT)
-        .map_err(|e| failed(field, &e))?;
+    let root = nl.qdisc_at(link.index, HANDLE_ROOT).map_err(sys(field))?;
     match root.map(|q| q.kind) {
         Some(QdiscKind::Tbf(got)) if got == *want => Ok(()),
         Some(QdiscKind::Tbf(got)) => Err(mismatch(
@@ -441,7 +425,7 @@ fn check_root_tbf(nl: &Netlink, link: &Link, want: &Tbf, field: &str) -> Result<
     }
 }
 
-impl Plugin for Bandwidth {
+impl Plugin for Bandwidth<'_> {
     fn validate(&self, req: &Request) -> Result<(), CniError> {
         shaping(req, self.clock()).map(drop)
     }
@@ -452,40 +436,32 @@ impl Plugin for Bandwidth {
         if shaping.is_empty() {
             return Ok(prev.clone());
         }
-        let (cid, ifname) = (container_id(req)?, ifname(req)?);
-        let pod_ns = open_netns(req)?;
-        let nl = Netlink::current().map_err(|e| failed("host namespace", &e))?;
-        let host = host_interface(prev, &pod_ns, &nl, ifname)?;
-        let ifb = ifb_name(req.name.as_deref().unwrap_or(""), cid);
-        let mut built = Built::default();
-        match build(&nl, &host, &shaping, &ifb, &mut built) {
-            Ok(dev) => {
-                let mut result = prev.clone();
-                if let Some(dev) = dev {
-                    result.interfaces.push(Interface {
-                        name: dev.name,
-                        mac: dev.mac.map(|m| m.to_string()),
-                        ..Interface::default()
-                    });
-                }
-                Ok(result)
-            }
-            Err(mut e) => {
-                let problems = built.undo(&nl);
-                if !problems.is_empty() {
-                    e.details = format!("{}; and undoing: {}", e.details, problems.join("; "));
-                }
-                Err(e)
-            }
+        let at = Attach::open(self.session, req)?;
+        let host = host_interface(prev, &at)?;
+        let ifb = ifb_name(req.name.as_deref().unwrap_or(""), container_id(req)?);
+        let mut undo = Undo::default();
+        let built = build(at.host, &host, &shaping, &ifb, &mut undo);
+        let dev = undo.finish(built)?;
+        let mut result = prev.clone();
+        if let Some(dev) = dev {
+            result.interfaces.push(Interface {
+                name: dev.name,
+                mac: dev.mac.map(|m| m.to_string()),
+                ..Interface::default()
+            });
         }
+        Ok(result)
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
         let ifb = ifb_name(req.name.as_deref().unwrap_or(""), container_id(req)?);
-        let nl = Netlink::current().map_err(|e| failed("host namespace", &e))?;
+        let nl = self
+            .session
+            .host()
+            .map_err(sys("netlink in the host namespace"))?;
         nl.del_link_by_name(&ifb)
             .map(drop)
-            .map_err(|e| failed(format!("deleting {ifb}"), &e))
+            .map_err(sys(format!("deleting {ifb}")))
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
@@ -494,25 +470,25 @@ impl Plugin for Bandwidth {
         if shaping.is_empty() {
             return Ok(());
         }
-        let (cid, ifname) = (container_id(req)?, ifname(req)?);
-        let pod_ns = open_netns(req)?;
-        let nl = Netlink::current().map_err(|e| failed("host namespace", &e))?;
-        let host = host_interface(prev, &pod_ns, &nl, ifname)?;
+        let cid = container_id(req)?;
+        let at = Attach::open(self.session, req)?;
+        let nl = at.host;
+        let host = host_interface(prev, &at)?;
         if let Some(want) = &shaping.ingress {
-            check_root_tbf(&nl, &host, want, "ingressRate")?;
+            check_root_tbf(nl, &host, want, "ingressRate")?;
         }
         if let Some(want) = &shaping.egress {
             let name = ifb_name(req.name.as_deref().unwrap_or(""), cid);
             let dev = nl
                 .link_by_name(&name)
-                .map_err(|e| failed("egressRate", &e))?
+                .map_err(sys("egressRate"))?
                 .ok_or_else(|| {
                     mismatch("egressRate", format!("the ifb device {name} is missing"))
                 })?;
-            check_root_tbf(&nl, &dev, want, "egressRate")?;
+            check_root_tbf(nl, &dev, want, "egressRate")?;
             if nl
                 .qdisc_at(host.index, HANDLE_INGRESS)
-                .map_err(|e| failed("egressRate", &e))?
+                .map_err(sys("egressRate"))?
                 .is_none()
             {
                 return Err(mismatch(
@@ -522,7 +498,7 @@ impl Plugin for Bandwidth {
             }
             let redirected = nl
                 .filters(host.index, INGRESS_QDISC)
-                .map_err(|e| failed("egressRate", &e))?
+                .map_err(sys("egressRate"))?
                 .iter()
                 .flat_map(|f| &f.mirred)
                 .any(|m| m.kind == MirredKind::EgressRedirect && m.ifindex == dev.index);

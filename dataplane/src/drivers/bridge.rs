@@ -20,16 +20,15 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::IpNetwork;
-use plexus_cni::delegate::Resolver;
-use plexus_cni::env::CniCommand;
 use plexus_cni::error::CniError;
 use plexus_cni::result::{CniResult, Interface, Route as CniRoute};
-use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::skel::Request;
 use serde::Deserialize;
 
-use super::common::{
-    self, check_failed, sys, sys_error, Attach, Dad, DnsConf, IpamRef, Undo, NAME_ATTEMPTS,
-};
+use super::attachment::Attach;
+use super::common::{self, check_failed, sys, sys_error, Dad, DnsConf, IpamRef, NAME_ATTEMPTS};
+use super::interface::InterfaceDriver;
+use super::undo::Undo;
 use crate::netlink::{
     AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, IpFamily, Link, LinkKind, Netlink,
     VethSpec,
@@ -95,15 +94,9 @@ struct VlanTrunk {
     id: Option<i64>,
 }
 
-/// The part DEL needs; DEL must not fail on a configuration ADD refused.
-#[derive(Debug, Default, Deserialize)]
-struct DelConf {
-    ipam: Option<IpamRef>,
-}
-
 /// A validated bridge configuration.
 #[derive(Debug)]
-struct Settings {
+pub(crate) struct Settings {
     bridge: String,
     is_gw: bool,
     is_default_gw: bool,
@@ -292,77 +285,70 @@ fn collect_trunk(items: &[VlanTrunk]) -> Result<Vec<u16>, CniError> {
     Ok(out)
 }
 
-/// The reference `bridge` plugin, built in.
-pub struct Bridge<'r> {
-    resolver: &'r dyn Resolver,
-}
+/// The reference `bridge` plugin's driver: a veth pair whose host end is a
+/// port of the bridge.
+pub struct Bridge;
 
-impl<'r> Bridge<'r> {
-    /// `resolver` finds the IPAM plugin named by `ipam.type`.
-    pub fn new(resolver: &'r dyn Resolver) -> Self {
-        Bridge { resolver }
-    }
-}
+impl InterfaceDriver for Bridge {
+    type Conf = Settings;
+    type Prepared = ();
+    /// The bridge, the host veth and the container's end.
+    type Made = (Link, Link, Link);
 
-impl Plugin for Bridge<'_> {
-    fn validate(&self, req: &Request) -> Result<(), CniError> {
-        Settings::parse(req).map(drop)
+    fn parse(&self, req: &Request) -> Result<Settings, CniError> {
+        Settings::parse(req)
     }
 
-    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        let s = Settings::parse(req)?;
-        let ctx = Attach::open(req)?;
-        let mut undo = Undo::default();
-        let outcome = add(self.resolver, req, &s, &ctx, &mut undo);
-        undo.finish(outcome)
+    fn ipam<'c>(&self, s: &'c Settings) -> &'c Option<IpamRef> {
+        &s.ipam
     }
 
-    fn del(&self, req: &Request) -> Result<(), CniError> {
-        let c: DelConf = common::decode_config(req)?;
-        common::del_container_link(req, &LinkKind::Veth)?;
-        common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Del)
+    fn prepare(&self, _: &Request, _: &Settings, _: &Attach<'_>) -> Result<(), CniError> {
+        Ok(())
     }
 
-    fn check(&self, req: &Request) -> Result<(), CniError> {
-        let s = Settings::parse(req)?;
-        let ctx = Attach::open(req)?;
-        common::ipam_run(self.resolver, req, &s.ipam, CniCommand::Check)?;
-        check(req, &s, &ctx)
+    fn create<'a>(
+        &'a self,
+        _req: &'a Request,
+        s: &'a Settings,
+        _: &'a (),
+        at: &'a Attach<'a>,
+        undo: &mut Undo<'a>,
+    ) -> Result<Self::Made, CniError> {
+        attach_port(s, at, undo)
     }
 
-    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
-        let c: DelConf = common::decode_config(req)?;
-        common::ipam_gc(self.resolver, req, &c.ipam, valid)
+    fn configure(
+        &self,
+        req: &Request,
+        s: &Settings,
+        at: &Attach<'_>,
+        (bridge, veth, container): Self::Made,
+        ipam: Option<CniResult>,
+    ) -> Result<CniResult, CniError> {
+        configure(req, s, at, bridge, veth, container, ipam)
     }
 
-    fn status(&self, req: &Request) -> Result<(), CniError> {
-        let c: DelConf = common::decode_config(req)?;
-        common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Status)
+    fn check(
+        &self,
+        _req: &Request,
+        s: &Settings,
+        at: &Attach<'_>,
+        prev: &CniResult,
+    ) -> Result<(), CniError> {
+        check(s, at, prev)
     }
-}
 
-fn add<'a>(
-    resolver: &'a dyn Resolver,
-    req: &'a Request,
-    s: &Settings,
-    ctx: &'a Attach,
-    undo: &mut Undo<'a>,
-) -> Result<CniResult, CniError> {
-    common::links_and_ipam(
-        resolver,
-        req,
-        &s.ipam,
-        undo,
-        |undo| attach_port(s, ctx, undo),
-        |(bridge, veth, container), ipam| configure(req, s, ctx, bridge, veth, container, ipam),
-    )
+    fn remove(&self, _req: &Request, at: Option<&Attach<'_>>) -> Result<(), CniError> {
+        at.map_or(Ok(()), |at| at.delete_pod_link(&LinkKind::Veth))
+    }
 }
 
 /// The result, the pod interface's addresses and routes, and the gateway.
 fn configure(
     req: &Request,
     s: &Settings,
-    ctx: &Attach,
+    ctx: &Attach<'_>,
     bridge: Link,
     veth: Link,
     container: Link,
@@ -435,12 +421,12 @@ fn configure(
 /// end of it.
 fn attach_port<'a>(
     s: &Settings,
-    ctx: &'a Attach,
+    ctx: &'a Attach<'a>,
     undo: &mut Undo<'a>,
 ) -> Result<(Link, Link, Link), CniError> {
     let host = &ctx.host;
     let bridge = ensure_bridge(host, s, undo)?;
-    let veth = create_port_veth(host, &bridge, &ctx.ifname, Some(&ctx.pod_ns), s.mtu, s.mac)
+    let veth = create_port_veth(host, &bridge, &ctx.ifname, Some(ctx.pod_ns), s.mtu, s.mac)
         .map_err(|e| match e {
             PortError::PeerTaken => ctx.ifname_taken(),
             PortError::Other(e) => e,
@@ -843,8 +829,7 @@ fn enable_forwarding(gws: &Gateways) -> Result<(), CniError> {
 /// the bridge (a bridge, its MAC, promiscuity as configured), the container
 /// veth (its MAC), the host veth (the container end's peer, a port of the
 /// bridge, its MAC), then addresses and routes.
-fn check(req: &Request, s: &Settings, ctx: &Attach) -> Result<(), CniError> {
-    let prev = common::prev_result(req)?;
+fn check(s: &Settings, ctx: &Attach<'_>, prev: &CniResult) -> Result<(), CniError> {
     let host = &ctx.host;
 
     let bridge_entry = prev

@@ -1,12 +1,13 @@
-//! What every interface driver shares: reading the configuration, the
-//! attachment (pod namespace and one netlink handle per namespace), the undo
-//! log of a half-done ADD, IPAM delegation, configuring the container
-//! interface from a result, and the DEL and CHECK building blocks.
+//! What the built-in plugins share: reading the configuration, turning
+//! data-plane failures into CNI errors, IPAM delegation, configuring the
+//! container interface from a result, and the CHECK building blocks. The
+//! attachment's context is [`super::attachment`], the undo log
+//! [`super::undo`].
 //!
 //! Drivers run in the namespace plexus itself runs in (the "host"): host-side
-//! work goes through [`Netlink::current`] and [`sysctl::write_current`], so
-//! the only thread hop of an ADD is the one visit to the pod namespace for
-//! its sysctls.
+//! work goes through the session's host handle and
+//! [`sysctl::write_current`], so the only namespace switch of an ADD is the
+//! one visit to the pod namespace for its sysctls.
 
 use std::collections::hash_map::RandomState;
 use std::fmt::Display;
@@ -24,12 +25,11 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::netlink::{
-    AddressOptions, IpFamily, Link, LinkKind, Netlink, Route, Scope, RT_TABLE_MAIN,
-};
-use crate::netns::PodNetns;
+use super::attachment::Attach;
+use super::undo::Undo;
+use crate::netlink::{AddressOptions, IpFamily, Link, Netlink, Route, Scope, RT_TABLE_MAIN};
 use crate::sysctl::{self, SysctlKey};
-use crate::{Error, MacAddr, NetNs};
+use crate::{Error, MacAddr};
 
 /// Longest wait for IPv6 duplicate address detection (the reference waits
 /// 5 s, then fails only if the link is up).
@@ -192,118 +192,14 @@ pub(crate) fn check_failed(details: impl Into<String>) -> CniError {
     )
 }
 
-fn missing_env(var: &str, command: CniCommand) -> CniError {
-    CniError::invalid_env(var, format!("required for {command} but not set"))
-}
-
-pub(crate) fn ifname(req: &Request) -> Result<&str, CniError> {
-    req.env
-        .ifname
-        .as_deref()
-        .ok_or_else(|| missing_env("CNI_IFNAME", req.env.command))
-}
-
-// ---------------------------------------------------------------------------
-// The attachment
-
-/// Open the pod namespace named by `CNI_NETNS` for `command`. `Ok(None)`
-/// when it is gone (no file, or no longer a namespace mount): what DEL must
-/// tolerate. The node's own namespace is refused for ADD and CHECK; for DEL
-/// it is `None` too, since nothing of a pod lives there and deleting
-/// `CNI_IFNAME` would take the node's interface.
-pub(crate) fn open_pod_ns(
-    path: &std::path::Path,
-    command: CniCommand,
-) -> Result<Option<NetNs>, CniError> {
-    match NetNs::open_pod(path) {
-        Ok(PodNetns::Pod(ns)) => Ok(Some(ns)),
-        Ok(PodNetns::Gone) => Ok(None),
-        Ok(PodNetns::Node(_)) if command == CniCommand::Del => Ok(None),
-        Ok(PodNetns::Node(_)) => Err(super::node_netns_refused(path)),
-        Err(e) => Err(sys_error("CNI_NETNS", e)),
-    }
-}
-
-/// One ADD or CHECK: the pod namespace and a netlink handle on each side.
-pub(crate) struct Attach {
-    pub ifname: String,
-    /// `CNI_NETNS` as given: the `sandbox` of container interfaces.
-    pub sandbox: String,
-    pub pod_ns: NetNs,
-    /// The namespace the driver runs in (the node's).
-    pub host: Netlink,
-    pub pod: Netlink,
-}
-
-impl Attach {
-    pub fn open(req: &Request) -> Result<Attach, CniError> {
-        let ifname = ifname(req)?.to_string();
-        let path = req
-            .env
-            .netns
-            .as_deref()
-            .ok_or_else(|| missing_env("CNI_NETNS", req.env.command))?;
-        let pod_ns = open_pod_ns(path, req.env.command)?.ok_or_else(|| {
-            CniError::new(
-                ErrorCode::UnknownContainer,
-                "container unknown or does not exist",
-                format!(
-                    "CNI_NETNS: {} is not a network namespace (any more)",
-                    path.display()
-                ),
-            )
-        })?;
-        let host = Netlink::current().map_err(sys("netlink in the host namespace"))?;
-        let pod = Netlink::open(&pod_ns).map_err(sys("netlink in CNI_NETNS"))?;
-        Ok(Attach {
-            ifname,
-            sandbox: path.display().to_string(),
-            pod_ns,
-            host,
-            pod,
-        })
-    }
-
-    /// The container interface as the pod namespace has it now.
-    pub fn pod_link(&self) -> Result<Link, CniError> {
-        self.pod
-            .link_by_name(&self.ifname)
-            .map_err(sys(format_args!(
-                "look up {} in the container",
-                self.ifname
-            )))?
-            .ok_or_else(|| {
-                sys_error(
-                    format_args!("container interface {}", self.ifname),
-                    "vanished right after creation",
-                )
-            })
-    }
-
-    /// The error for "CNI_IFNAME is taken in the pod" (cni-SPEC §2 ADD: a
-    /// plugin must not overwrite an existing interface).
-    pub fn ifname_taken(&self) -> CniError {
-        CniError::new(
-            ErrorCode::InvalidConfig,
-            "interface already exists",
-            format!(
-                "CNI_IFNAME: {:?} already exists in the container namespace {}",
-                self.ifname, self.sandbox
-            ),
-        )
-    }
-
-    /// After an EEXIST creating a link whose container end is CNI_IFNAME:
-    /// whether the container name was the one taken.
-    pub fn ifname_exists(&self) -> Result<bool, CniError> {
-        self.pod
-            .link_by_name(&self.ifname)
-            .map(|l| l.is_some())
-            .map_err(sys(format_args!(
-                "look up {} in the container",
-                self.ifname
-            )))
-    }
+/// A configured value that CHECK found different in the pod (code 103):
+/// `what: reason`.
+pub(crate) fn mismatch(what: impl Display, reason: impl Display) -> CniError {
+    CniError::plugin(
+        codes::PLUGIN_FAILED,
+        "check failed",
+        format!("{what}: {reason}"),
+    )
 }
 
 /// A random `veth<8 hex digits>` name, the reference plugins' pattern.
@@ -317,60 +213,6 @@ pub(crate) fn random_veth_name() -> String {
             .map_or(0, |d| d.as_nanos()),
     );
     format!("veth{:08x}", h.finish() as u32)
-}
-
-// ---------------------------------------------------------------------------
-// Undo log
-
-type Step<'a> = Box<dyn FnOnce() -> Result<(), CniError> + 'a>;
-
-/// What a half-done ADD must take back, undone newest first when the ADD
-/// fails (and, as a backstop, when it panics).
-#[derive(Default)]
-pub(crate) struct Undo<'a> {
-    steps: Vec<(String, Step<'a>)>,
-}
-
-impl<'a> Undo<'a> {
-    pub fn push(
-        &mut self,
-        what: impl Into<String>,
-        step: impl FnOnce() -> Result<(), CniError> + 'a,
-    ) {
-        self.steps.push((what.into(), Box::new(step)));
-    }
-
-    /// Keep everything on success; undo and return the error otherwise (an
-    /// undo step that fails too is appended to the error's details). An
-    /// error after a complete undo is marked [`CniError::undone`]: nothing of
-    /// this ADD is left for the runtime's DEL to remove.
-    pub fn finish<T>(mut self, outcome: Result<T, CniError>) -> Result<T, CniError> {
-        match outcome {
-            Ok(v) => {
-                self.steps.clear();
-                Ok(v)
-            }
-            Err(mut e) => {
-                e.undone = true;
-                for (what, step) in self.steps.drain(..).rev() {
-                    if let Err(u) = step() {
-                        e.undone = false;
-                        e.details
-                            .push_str(&format!("; undoing {what} failed too: {u}"));
-                    }
-                }
-                Err(e)
-            }
-        }
-    }
-}
-
-impl Drop for Undo<'_> {
-    fn drop(&mut self) {
-        for (_, step) in self.steps.drain(..).rev() {
-            let _ = step();
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -512,7 +354,7 @@ fn key(template: &str, ifname: &str) -> Result<SysctlKey, CniError> {
 /// The best-effort `notify` sysctls of [`configure_iface`], written ahead
 /// (it is then given none): a driver whose IPAM runs on another thread writes
 /// them while it waits for the addresses.
-pub(crate) fn write_notify_sysctls(ctx: &Attach, notify: &[&str]) -> Result<(), CniError> {
+pub(crate) fn write_notify_sysctls(ctx: &Attach<'_>, notify: &[&str]) -> Result<(), CniError> {
     let keys = notify
         .iter()
         .map(|template| key(template, &ctx.ifname))
@@ -533,7 +375,7 @@ pub(crate) fn write_notify_sysctls(ctx: &Attach, notify: &[&str]) -> Result<(), 
 /// `notify` are best-effort sysctls (`IFNAME` placeholder) written in the
 /// same visit to the pod namespace.
 pub(crate) fn configure_iface(
-    ctx: &Attach,
+    ctx: &Attach<'_>,
     index: u32,
     result: &CniResult,
     dad: Dad,
@@ -656,7 +498,7 @@ fn kernel_route(r: &CniRoute, index: u32, family_gateway: Option<IpAddr>) -> Rou
 
 /// Wait (bounded) until no IPv6 address of the link is tentative; a failed
 /// DAD is an error.
-fn settle_addresses(ctx: &Attach, index: u32) -> Result<(), CniError> {
+fn settle_addresses(ctx: &Attach<'_>, index: u32) -> Result<(), CniError> {
     let deadline = Instant::now() + DAD_TIMEOUT;
     loop {
         let addrs = ctx
@@ -696,37 +538,6 @@ pub(crate) fn default_route_link(nl: &Netlink) -> Result<Option<Link>, Error> {
 }
 
 // ---------------------------------------------------------------------------
-// DEL
-
-/// Delete the container interface: nothing to do when `CNI_NETNS` is not
-/// given or the namespace is gone, or the interface is (cni-SPEC §2 DEL).
-/// An interface of that name but another kind than `kind`, the kind the
-/// driver makes, is not one it made (a pod's `lo`, a device that was there
-/// before a failed ADD): it is left alone.
-pub(crate) fn del_container_link(req: &Request, kind: &LinkKind) -> Result<(), CniError> {
-    let Some(path) = req.env.netns.as_deref() else {
-        return Ok(());
-    };
-    let ifname = ifname(req)?;
-    let Some(ns) = open_pod_ns(path, CniCommand::Del)? else {
-        return Ok(());
-    };
-    let pod = Netlink::open(&ns).map_err(sys("netlink in CNI_NETNS"))?;
-    let Some(link) = pod
-        .link_by_name(ifname)
-        .map_err(sys(format_args!("look up {ifname} in the container")))?
-    else {
-        return Ok(());
-    };
-    if link.kind.as_ref() != Some(kind) {
-        return Ok(());
-    }
-    pod.del_link(link.index)
-        .map(drop)
-        .map_err(sys(format_args!("delete {ifname} in the container")))
-}
-
-// ---------------------------------------------------------------------------
 // CHECK
 
 /// cni-SPEC §2 CHECK: the prevResult is required.
@@ -740,7 +551,7 @@ pub(crate) fn prev_result(req: &Request) -> Result<&CniResult, CniError> {
 /// CNI_NETNS.
 pub(crate) fn prev_container_interface<'r>(
     prev: &'r CniResult,
-    ctx: &Attach,
+    ctx: &Attach<'_>,
 ) -> Result<&'r Interface, CniError> {
     prev.interfaces
         .iter()
@@ -773,7 +584,7 @@ pub(crate) fn check_mac(link: &Link, iface: &Interface, side: &str) -> Result<()
 /// routing table (as the reference's ValidateExpected* do: default routes
 /// match by destination only, others by destination and gateway).
 pub(crate) fn check_ips_and_routes(
-    ctx: &Attach,
+    ctx: &Attach<'_>,
     link: &Link,
     prev: &CniResult,
 ) -> Result<(), CniError> {
@@ -880,34 +691,6 @@ mod tests {
         assert!(a.starts_with("veth"));
         crate::netlink::validate_ifname(&a).unwrap();
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn undo_runs_newest_first_and_reports_failures() {
-        use std::cell::RefCell;
-        let log = RefCell::new(Vec::new());
-        let mut undo = Undo::default();
-        undo.push("one", || {
-            log.borrow_mut().push(1);
-            Ok(())
-        });
-        undo.push("two", || {
-            log.borrow_mut().push(2);
-            Err(CniError::io("x", "boom"))
-        });
-        let e = undo
-            .finish::<()>(Err(CniError::io("step", "failed")))
-            .unwrap_err();
-        assert_eq!(*log.borrow(), [2, 1]);
-        assert!(e.details.contains("undoing two failed too"), "{e}");
-
-        let mut undo = Undo::default();
-        undo.push("never", || {
-            log.borrow_mut().push(9);
-            Ok(())
-        });
-        undo.finish(Ok(())).unwrap();
-        assert_eq!(*log.borrow(), [2, 1]);
     }
 
     #[test]

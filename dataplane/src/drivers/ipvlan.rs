@@ -10,14 +10,14 @@
 //! (required unless a prevResult brings addresses), `dns`. An ipvlan shares
 //! its master's MAC, so there is no `mac`.
 
-use plexus_cni::delegate::Resolver;
 use plexus_cni::error::CniError;
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 
 use super::common::{self, DnsConf, IpamRef};
-use super::stacked::{self, Conf, Mode, Stacked};
-use crate::netlink::{IpvlanMode, LinkKind};
+use super::stacked::{self, Conf, Spec, Stacked};
+use crate::netlink::{IpvlanMode, IpvlanSpec, Link, LinkKind, Netlink};
+use crate::Error;
 
 #[derive(Debug, Default, Deserialize)]
 struct IpvlanConf {
@@ -30,22 +30,43 @@ struct IpvlanConf {
     dns: Option<DnsConf>,
 }
 
-fn parse(req: &Request) -> Result<Conf, CniError> {
-    let c: IpvlanConf = common::decode_config(req)?;
-    let mode = stacked::parse_mode("ipvlan", c.mode.as_deref(), IpvlanMode::L2, "l2, l3 or l3s")?;
-    Conf {
-        master: c.master.filter(|m| !m.is_empty()),
-        mode: Mode::Ipvlan(mode),
-        mtu: c.mtu,
-        mac: None,
-        link_in_container: c.link_in_container.unwrap_or(false),
-        ipam: c.ipam,
-        dns: c.dns,
-    }
-    .validate(req)
-}
+/// The reference `ipvlan` plugin's driver.
+pub struct Ipvlan;
 
-/// The reference `ipvlan` plugin, built in.
-pub fn ipvlan(resolver: &dyn Resolver) -> Stacked<'_> {
-    Stacked::new(resolver, LinkKind::Ipvlan, parse)
+impl Stacked for Ipvlan {
+    type Mode = IpvlanMode;
+    const KIND: &'static str = "ipvlan";
+    const LINK_KIND: LinkKind = LinkKind::Ipvlan;
+    const CHAINS: bool = true;
+
+    fn parse(req: &Request) -> Result<Conf<IpvlanMode>, CniError> {
+        let c: IpvlanConf = common::decode_config(req)?;
+        let mode =
+            stacked::parse_mode("ipvlan", c.mode.as_deref(), IpvlanMode::L2, "l2, l3 or l3s")?;
+        Ok(Conf {
+            master: c.master.filter(|m| !m.is_empty()),
+            mode,
+            mtu: c.mtu,
+            mac: None,
+            link_in_container: c.link_in_container.unwrap_or(false),
+            ipam: c.ipam,
+            dns: c.dns,
+        })
+    }
+
+    fn create(nl: &Netlink, spec: Spec<'_>, mode: IpvlanMode) -> Result<Option<Link>, Error> {
+        nl.create_ipvlan(&IpvlanSpec {
+            netns: spec.netns,
+            mtu: spec.mtu,
+            ..IpvlanSpec::new(spec.name, spec.master, mode)
+        })
+    }
+
+    fn mode_of(link: &Link) -> Option<IpvlanMode> {
+        link.ipvlan_mode
+    }
+
+    fn mode_name(mode: IpvlanMode) -> &'static str {
+        mode.as_str()
+    }
 }

@@ -11,14 +11,14 @@
 //! only), `dns`. The MAC is the last given of `mac`, `CNI_ARGS` `MAC` and
 //! `runtimeConfig.mac`.
 
-use plexus_cni::delegate::Resolver;
 use plexus_cni::error::CniError;
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 
 use super::common::{self, DnsConf, IpamRef};
-use super::stacked::{self, Conf, Mode, Stacked};
-use crate::netlink::{LinkKind, MacvlanMode};
+use super::stacked::{self, Conf, Spec, Stacked};
+use crate::netlink::{Link, LinkKind, MacvlanMode, MacvlanSpec, Netlink};
+use crate::Error;
 
 #[derive(Debug, Default, Deserialize)]
 struct MacvlanConf {
@@ -32,32 +32,53 @@ struct MacvlanConf {
     dns: Option<DnsConf>,
 }
 
-fn parse(req: &Request) -> Result<Conf, CniError> {
-    let c: MacvlanConf = common::decode_config(req)?;
-    let mode = stacked::parse_mode(
-        "macvlan",
-        c.mode.as_deref(),
-        MacvlanMode::Bridge,
-        "bridge, private, vepa, passthru or source",
-    )?;
-    let mac = common::pick_mac(&[
-        ("mac", c.mac.as_deref()),
-        ("CNI_ARGS MAC", common::cni_args_mac(req)?),
-        ("runtimeConfig.mac", common::runtime_config_mac(req)?),
-    ])?;
-    Conf {
-        master: c.master.filter(|m| !m.is_empty()),
-        mode: Mode::Macvlan(mode),
-        mtu: c.mtu,
-        mac,
-        link_in_container: c.link_in_container.unwrap_or(false),
-        ipam: c.ipam,
-        dns: c.dns,
-    }
-    .validate(req)
-}
+/// The reference `macvlan` plugin's driver.
+pub struct Macvlan;
 
-/// The reference `macvlan` plugin, built in.
-pub fn macvlan(resolver: &dyn Resolver) -> Stacked<'_> {
-    Stacked::new(resolver, LinkKind::Macvlan, parse)
+impl Stacked for Macvlan {
+    type Mode = MacvlanMode;
+    const KIND: &'static str = "macvlan";
+    const LINK_KIND: LinkKind = LinkKind::Macvlan;
+    const CHAINS: bool = false;
+
+    fn parse(req: &Request) -> Result<Conf<MacvlanMode>, CniError> {
+        let c: MacvlanConf = common::decode_config(req)?;
+        let mode = stacked::parse_mode(
+            "macvlan",
+            c.mode.as_deref(),
+            MacvlanMode::Bridge,
+            "bridge, private, vepa, passthru or source",
+        )?;
+        let mac = common::pick_mac(&[
+            ("mac", c.mac.as_deref()),
+            ("CNI_ARGS MAC", common::cni_args_mac(req)?),
+            ("runtimeConfig.mac", common::runtime_config_mac(req)?),
+        ])?;
+        Ok(Conf {
+            master: c.master.filter(|m| !m.is_empty()),
+            mode,
+            mtu: c.mtu,
+            mac,
+            link_in_container: c.link_in_container.unwrap_or(false),
+            ipam: c.ipam,
+            dns: c.dns,
+        })
+    }
+
+    fn create(nl: &Netlink, spec: Spec<'_>, mode: MacvlanMode) -> Result<Option<Link>, Error> {
+        nl.create_macvlan(&MacvlanSpec {
+            netns: spec.netns,
+            mtu: spec.mtu,
+            mac: spec.mac,
+            ..MacvlanSpec::new(spec.name, spec.master, mode)
+        })
+    }
+
+    fn mode_of(link: &Link) -> Option<MacvlanMode> {
+        link.macvlan_mode
+    }
+
+    fn mode_name(mode: MacvlanMode) -> &'static str {
+        mode.as_str()
+    }
 }

@@ -1,10 +1,17 @@
 //! The built-in plugins: in-process versions of the reference CNI plugins,
-//! each implementing [`Plugin`] with the reference's config keys, defaults,
-//! result shape and DEL semantics. Interface drivers (bridge, macvlan,
-//! ipvlan) get their IPAM plugin (built in or exec'd) through a [`Resolver`];
-//! chained plugins (tuning, bandwidth) work on the prevResult.
+//! each a [`Plugin`] with the reference's config keys, defaults, result
+//! shape and DEL semantics.
 //!
-//! [`driver`] maps a plugin `type` to its driver for the executor's registry.
+//! - Interface drivers (bridge, macvlan, ipvlan) implement
+//!   [`InterfaceDriver`] and are served by the one [`InterfacePlugin`]; they
+//!   get their IPAM plugin (built in or exec'd) through a [`Resolver`].
+//! - Chained plugins (tuning, bandwidth) work on the prevResult.
+//! - Every plugin gets the invocation's [`Session`], which opens the
+//!   namespaces and netlink sockets once; a failed ADD is taken back
+//!   through the one [`undo::Undo`] log.
+//!
+//! [`BUILTINS`] is the registration table: the executor's registry and
+//! [`builtin_types`] both come from it.
 //!
 //! A driver works on two namespaces: the pod's (`CNI_NETNS`), reached
 //! through a netlink socket created inside it, and the namespace of the
@@ -13,14 +20,16 @@
 //! the host namespace; tests call them on a thread inside a stand-in "node"
 //! namespace ([`crate::NetNs::run`]).
 
+mod attachment;
 pub mod bandwidth;
 pub mod bridge;
-mod chained;
 mod common;
+mod interface;
 pub mod ipvlan;
 pub mod macvlan;
-pub mod stacked;
+mod stacked;
 pub mod tuning;
+mod undo;
 
 use std::path::Path;
 
@@ -28,6 +37,14 @@ use plexus_cni::delegate::Resolver;
 use plexus_cni::env::CNI_NETNS;
 use plexus_cni::skel::Plugin;
 use plexus_cni::CniError;
+
+use bridge::Bridge;
+use interface::InterfacePlugin;
+use ipvlan::Ipvlan;
+use macvlan::Macvlan;
+use stacked::StackedDriver;
+
+use crate::session::Session;
 
 /// The error for a `CNI_NETNS` naming the caller's own namespace, the
 /// node's (code 4): a pod never has it, and an ADD there would configure the
@@ -43,20 +60,75 @@ pub fn node_netns_refused(path: &Path) -> CniError {
     )
 }
 
+/// Builds a built-in plugin for one invocation: `resolver` finds the
+/// plugins it delegates to (IPAM), `session` holds the invocation's handles.
+pub type Build = for<'r> fn(&'r dyn Resolver, &'r Session) -> Box<dyn Plugin + 'r>;
+
+/// One built-in plugin type.
+pub struct Builtin {
+    pub plugin_type: &'static str,
+    pub build: Build,
+}
+
+/// Every built-in plugin, sorted by type.
+pub const BUILTINS: &[Builtin] = &[
+    Builtin {
+        plugin_type: "bandwidth",
+        build: |_, session| Box::new(bandwidth::Bandwidth::new(session)),
+    },
+    Builtin {
+        plugin_type: "bridge",
+        build: |resolver, session| Box::new(InterfacePlugin::new(Bridge, resolver, session)),
+    },
+    Builtin {
+        plugin_type: "ipvlan",
+        build: |resolver, session| {
+            Box::new(InterfacePlugin::new(
+                StackedDriver(Ipvlan),
+                resolver,
+                session,
+            ))
+        },
+    },
+    Builtin {
+        plugin_type: "macvlan",
+        build: |resolver, session| {
+            Box::new(InterfacePlugin::new(
+                StackedDriver(Macvlan),
+                resolver,
+                session,
+            ))
+        },
+    },
+    Builtin {
+        plugin_type: "tuning",
+        build: |_, session| Box::new(tuning::Tuning::new(session)),
+    },
+];
+
 /// The plugin types served by a built-in driver, sorted.
-pub fn builtin_types() -> &'static [&'static str] {
-    &["bandwidth", "bridge", "ipvlan", "macvlan", "tuning"]
+pub fn builtin_types() -> impl Iterator<Item = &'static str> {
+    BUILTINS.iter().map(|b| b.plugin_type)
 }
 
 /// The built-in driver for `plugin_type`, or `None` (the executor then
 /// execs the plugin binary).
-pub fn driver<'r>(plugin_type: &str, resolver: &'r dyn Resolver) -> Option<Box<dyn Plugin + 'r>> {
-    Some(match plugin_type {
-        "bandwidth" => Box::new(bandwidth::Bandwidth::new()),
-        "bridge" => Box::new(bridge::Bridge::new(resolver)),
-        "ipvlan" => Box::new(ipvlan::ipvlan(resolver)),
-        "macvlan" => Box::new(macvlan::macvlan(resolver)),
-        "tuning" => Box::new(tuning::Tuning::new()),
-        _ => return None,
-    })
+pub fn driver<'r>(
+    plugin_type: &str,
+    resolver: &'r dyn Resolver,
+    session: &'r Session,
+) -> Option<Box<dyn Plugin + 'r>> {
+    BUILTINS
+        .iter()
+        .find(|b| b.plugin_type == plugin_type)
+        .map(|b| (b.build)(resolver, session))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_table_is_sorted_and_unique() {
+        let types: Vec<_> = super::builtin_types().collect();
+        assert!(types.windows(2).all(|w| w[0] < w[1]), "{types:?}");
+    }
 }

@@ -16,93 +16,58 @@
 //! - The master's MTU bounds `mtu` for ipvlan too, so the error names the
 //!   key instead of coming back as the kernel's EINVAL.
 
-use plexus_cni::delegate::Resolver;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::CniError;
 use plexus_cni::result::{CniResult, Interface};
-use plexus_cni::skel::{Plugin, Request};
-use serde::Deserialize;
+use plexus_cni::skel::Request;
 
-use super::common::{self, check_failed, sys, sys_error, Attach, Dad, DnsConf, IpamRef, Undo};
-use crate::netlink::{IpvlanMode, IpvlanSpec, Link, LinkKind, MacvlanMode, MacvlanSpec, Netlink};
+use super::attachment::Attach;
+use super::common::{self, check_failed, sys, sys_error, Dad, DnsConf, IpamRef};
+use super::interface::InterfaceDriver;
+use super::undo::Undo;
+use crate::netlink::{Link, LinkKind, Netlink};
 use crate::{Error, MacAddr, NetNs};
 
 /// Index of the container interface in the result's `interfaces`.
 const CONTAINER_INTERFACE: i64 = 0;
 
-/// The device kind and its mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    Macvlan(MacvlanMode),
-    Ipvlan(IpvlanMode),
+/// One kind of link stacked on a master: what macvlan and ipvlan each know,
+/// the rest of the flow being [`StackedDriver`]'s.
+pub(crate) trait Stacked: Sync {
+    /// The kind's mode (`mode` key).
+    type Mode: Copy + PartialEq + std::fmt::Debug + Sync;
+    /// The plugin type, as error messages name it.
+    const KIND: &'static str;
+    /// The link kind it makes: DEL removes only a link of this kind.
+    const LINK_KIND: LinkKind;
+    /// An attachment without IPAM configures the prevResult's addresses
+    /// (ipvlan in a chain) instead of being layer 2 only (macvlan).
+    const CHAINS: bool;
+
+    /// Read the configuration (the shared checks follow in
+    /// [`Conf::validate`]).
+    fn parse(req: &Request) -> Result<Conf<Self::Mode>, CniError>;
+    fn create(nl: &Netlink, spec: Spec<'_>, mode: Self::Mode) -> Result<Option<Link>, Error>;
+    /// The mode the kernel reports for a link of this kind.
+    fn mode_of(link: &Link) -> Option<Self::Mode>;
+    fn mode_name(mode: Self::Mode) -> &'static str;
 }
 
-impl Mode {
-    fn kind(self) -> &'static str {
-        match self {
-            Mode::Macvlan(_) => "macvlan",
-            Mode::Ipvlan(_) => "ipvlan",
-        }
-    }
-
-    fn link_kind(self) -> LinkKind {
-        match self {
-            Mode::Macvlan(_) => LinkKind::Macvlan,
-            Mode::Ipvlan(_) => LinkKind::Ipvlan,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Macvlan(m) => m.as_str(),
-            Mode::Ipvlan(m) => m.as_str(),
-        }
-    }
-
-    /// The mode the kernel reports for `link`, if it is of this kind.
-    fn of(self, link: &Link) -> Option<Mode> {
-        match self {
-            Mode::Macvlan(_) => link.macvlan_mode.map(Mode::Macvlan),
-            Mode::Ipvlan(_) => link.ipvlan_mode.map(Mode::Ipvlan),
-        }
-    }
-
-    /// An ipvlan in a chain configures the prevResult's addresses.
-    fn chains(self) -> bool {
-        matches!(self, Mode::Ipvlan(_))
-    }
-
-    fn create(self, nl: &Netlink, spec: Spec<'_>) -> Result<Option<Link>, Error> {
-        match self {
-            Mode::Macvlan(mode) => nl.create_macvlan(&MacvlanSpec {
-                netns: spec.netns,
-                mtu: spec.mtu,
-                mac: spec.mac,
-                ..MacvlanSpec::new(spec.name, spec.master, mode)
-            }),
-            Mode::Ipvlan(mode) => nl.create_ipvlan(&IpvlanSpec {
-                netns: spec.netns,
-                mtu: spec.mtu,
-                ..IpvlanSpec::new(spec.name, spec.master, mode)
-            }),
-        }
-    }
-}
-
-struct Spec<'a> {
-    name: &'a str,
-    master: u32,
-    netns: Option<&'a NetNs>,
-    mtu: Option<u32>,
-    mac: Option<MacAddr>,
+/// The new link.
+pub(crate) struct Spec<'a> {
+    pub name: &'a str,
+    pub master: u32,
+    pub netns: Option<&'a NetNs>,
+    pub mtu: Option<u32>,
+    pub mac: Option<MacAddr>,
 }
 
 /// A validated macvlan or ipvlan configuration.
 #[derive(Debug)]
-pub(crate) struct Conf {
+pub(crate) struct Conf<M> {
     /// `master`, if configured (empty means not).
     pub master: Option<String>,
-    pub mode: Mode,
+    pub mode: M,
     pub mtu: Option<i64>,
     pub mac: Option<MacAddr>,
     /// `linkInContainer`: the master is in the pod namespace.
@@ -111,26 +76,23 @@ pub(crate) struct Conf {
     pub dns: Option<DnsConf>,
 }
 
-impl Conf {
+impl<M> Conf<M> {
     /// The checks that need no system access, shared by both kinds.
-    pub fn validate(self, req: &Request) -> Result<Conf, CniError> {
+    pub fn validate(self, req: &Request, kind: &str, chains: bool) -> Result<Self, CniError> {
         if let Some(m) = &self.master {
             plexus_cni::names::check_ifname(m)
                 .map_err(|r| CniError::invalid_config("master", r))?;
         }
         // Below the master's MTU, known only at ADD; the lower bound now.
         common::check_mtu(self.mtu, 68, u32::MAX, "the master's MTU")?;
-        if self.mode.chains()
+        if chains
             && !common::has_ipam(&self.ipam)
             && req.prev_result.as_ref().is_none_or(|p| p.ips.is_empty())
             && req.env.command == CniCommand::Add
         {
             return Err(CniError::invalid_config(
                 "ipam",
-                format!(
-                    "missing: {} needs an IPAM plugin, or a prevResult with addresses",
-                    self.mode.kind()
-                ),
+                format!("missing: {kind} needs an IPAM plugin, or a prevResult with addresses"),
             ));
         }
         Ok(self)
@@ -156,30 +118,28 @@ pub(crate) fn parse_mode<M: Copy + std::str::FromStr>(
     }
 }
 
-/// The part DEL, GC and STATUS need; they must not fail on a configuration
-/// ADD refused.
-#[derive(Debug, Default, Deserialize)]
-struct IpamOnly {
-    ipam: Option<IpamRef>,
-}
-
 /// Where the master lives and its handle.
-fn master_side<'a>(ctx: &'a Attach, conf: &Conf) -> (&'static str, &'a Netlink) {
+fn master_side<'a, M>(ctx: &Attach<'a>, conf: &Conf<M>) -> (&'static str, &'a Netlink) {
     if conf.link_in_container {
-        ("container", &ctx.pod)
+        ("container", ctx.pod)
     } else {
-        ("host", &ctx.host)
+        ("host", ctx.host)
     }
 }
 
 /// The master interface: as configured, else (ipvlan in a chain) the
 /// prevResult's only interface, else the interface of the default route in
 /// the namespace the master lives in.
-fn resolve_master(req: &Request, ctx: &Attach, conf: &Conf) -> Result<Link, CniError> {
+fn resolve_master<M>(
+    req: &Request,
+    ctx: &Attach<'_>,
+    conf: &Conf<M>,
+    chains: bool,
+) -> Result<Link, CniError> {
     let (side, nl) = master_side(ctx, conf);
     let name = match (&conf.master, &req.prev_result) {
         (Some(m), _) => m.clone(),
-        (None, Some(prev)) if conf.mode.chains() => match prev.interfaces.as_slice() {
+        (None, Some(prev)) if chains => match prev.interfaces.as_slice() {
             [only] if !only.name.is_empty() => only.name.clone(),
             _ => return Err(CniError::invalid_config(
                 "master",
@@ -209,83 +169,103 @@ fn resolve_master(req: &Request, ctx: &Attach, conf: &Conf) -> Result<Link, CniE
         })
 }
 
-/// A link stacked on a master: the one plugin macvlan and ipvlan both are,
-/// told apart by how they read their configuration (`parse`).
-pub struct Stacked<'r> {
-    resolver: &'r dyn Resolver,
-    /// The kind of link it makes: DEL removes only a link of this kind.
-    kind: LinkKind,
-    parse: fn(&Request) -> Result<Conf, CniError>,
-}
+/// The [`InterfaceDriver`] of a [`Stacked`] kind.
+pub(crate) struct StackedDriver<S>(pub(crate) S);
 
-impl<'r> Stacked<'r> {
-    /// `resolver` finds the IPAM plugin named by `ipam.type`.
-    pub(crate) fn new(
-        resolver: &'r dyn Resolver,
-        kind: LinkKind,
-        parse: fn(&Request) -> Result<Conf, CniError>,
-    ) -> Self {
-        Stacked {
-            resolver,
-            kind,
-            parse,
+impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
+    type Conf = Conf<S::Mode>;
+    /// The master and the MTU checked against it.
+    type Prepared = (Link, Option<u32>);
+    type Made = Link;
+
+    fn parse(&self, req: &Request) -> Result<Self::Conf, CniError> {
+        S::parse(req)?.validate(req, S::KIND, S::CHAINS)
+    }
+
+    fn ipam<'c>(&self, conf: &'c Self::Conf) -> &'c Option<IpamRef> {
+        &conf.ipam
+    }
+
+    fn prepare(
+        &self,
+        req: &Request,
+        conf: &Self::Conf,
+        at: &Attach<'_>,
+    ) -> Result<Self::Prepared, CniError> {
+        let master = resolve_master(req, at, conf, S::CHAINS)?;
+        let mtu = common::check_mtu(conf.mtu, 68, master.mtu, "the master's MTU")?;
+        Ok((master, mtu))
+    }
+
+    fn create<'a>(
+        &'a self,
+        _req: &'a Request,
+        conf: &'a Self::Conf,
+        (master, mtu): &'a Self::Prepared,
+        at: &'a Attach<'a>,
+        undo: &mut Undo<'a>,
+    ) -> Result<Link, CniError> {
+        let link = create_link::<S>(conf, at, master, *mtu, undo)?;
+        // With IPAM the interface gets addresses, so the notify sysctls are
+        // written while IPAM runs rather than after.
+        if common::has_ipam(&conf.ipam) {
+            common::write_notify_sysctls(at, NOTIFY)?;
         }
+        Ok(link)
     }
-}
 
-impl Plugin for Stacked<'_> {
-    fn validate(&self, req: &Request) -> Result<(), CniError> {
-        (self.parse)(req).map(drop)
+    fn configure(
+        &self,
+        req: &Request,
+        conf: &Self::Conf,
+        at: &Attach<'_>,
+        link: Link,
+        ipam: Option<CniResult>,
+    ) -> Result<CniResult, CniError> {
+        let notify = if common::has_ipam(&conf.ipam) {
+            &[][..]
+        } else {
+            NOTIFY
+        };
+        configure(req, conf, S::CHAINS, at, link, ipam, notify)
     }
-    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        add(self.resolver, req, &(self.parse)(req)?)
-    }
-    fn del(&self, req: &Request) -> Result<(), CniError> {
-        del(self.resolver, req, &self.kind)
-    }
-    fn check(&self, req: &Request) -> Result<(), CniError> {
-        check(self.resolver, req, &(self.parse)(req)?)
-    }
-    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
-        gc(self.resolver, req, valid)
-    }
-    fn status(&self, req: &Request) -> Result<(), CniError> {
-        status(self.resolver, req)
-    }
-}
 
-pub(crate) fn add(
-    resolver: &dyn Resolver,
-    req: &Request,
-    conf: &Conf,
-) -> Result<CniResult, CniError> {
-    let ctx = Attach::open(req)?;
-    let mut undo = Undo::default();
-    let outcome = add_steps(resolver, req, conf, &ctx, &mut undo);
-    undo.finish(outcome)
+    fn check(
+        &self,
+        _req: &Request,
+        conf: &Self::Conf,
+        at: &Attach<'_>,
+        prev: &CniResult,
+    ) -> Result<(), CniError> {
+        check::<S>(conf, at, prev)
+    }
+
+    fn remove(&self, _req: &Request, at: Option<&Attach<'_>>) -> Result<(), CniError> {
+        at.map_or(Ok(()), |at| at.delete_pod_link(&S::LINK_KIND))
+    }
 }
 
 /// The interface, created on its master straight into the pod (or in the pod
 /// with `linkInContainer`).
-fn create_link<'a>(
-    conf: &Conf,
-    ctx: &'a Attach,
+fn create_link<'a, S: Stacked>(
+    conf: &Conf<S::Mode>,
+    ctx: &'a Attach<'a>,
     master: &Link,
     mtu: Option<u32>,
     undo: &mut Undo<'a>,
 ) -> Result<Link, CniError> {
     let (_, nl) = master_side(ctx, conf);
-    let kind = conf.mode.kind();
+    let kind = S::KIND;
     let spec = Spec {
         name: &ctx.ifname,
         master: master.index,
         // From the host: straight into the pod. A master in the pod: a
         // local creation there.
-        netns: (!conf.link_in_container).then_some(&ctx.pod_ns),
+        netns: (!conf.link_in_container).then_some(ctx.pod_ns),
         mtu,
         mac: conf.mac,
     };
-    match conf.mode.create(nl, spec) {
+    match S::create(nl, spec, conf.mode) {
         Ok(_) => {}
         Err(e) if e.is_exists() && ctx.ifname_exists()? => return Err(ctx.ifname_taken()),
         Err(e) => {
@@ -304,38 +284,6 @@ fn create_link<'a>(
     ctx.pod_link()
 }
 
-fn add_steps<'a>(
-    resolver: &'a dyn Resolver,
-    req: &'a Request,
-    conf: &Conf,
-    ctx: &'a Attach,
-    undo: &mut Undo<'a>,
-) -> Result<CniResult, CniError> {
-    // Refused before IPAM allocates anything.
-    let master = resolve_master(req, ctx, conf)?;
-    let mtu = common::check_mtu(conf.mtu, 68, master.mtu, "the master's MTU")?;
-    // With IPAM the interface gets addresses, so the notify sysctls are
-    // written while IPAM runs rather than after.
-    let notify_early = common::has_ipam(&conf.ipam);
-    common::links_and_ipam(
-        resolver,
-        req,
-        &conf.ipam,
-        undo,
-        |undo| {
-            let link = create_link(conf, ctx, &master, mtu, undo)?;
-            if notify_early {
-                common::write_notify_sysctls(ctx, NOTIFY)?;
-            }
-            Ok(link)
-        },
-        |link, ipam| {
-            let notify = if notify_early { &[][..] } else { NOTIFY };
-            configure(req, conf, ctx, link, ipam, notify)
-        },
-    )
-}
-
 /// Announce the interface's addresses when they change (as the reference).
 const NOTIFY: &[&str] = &[
     "net/ipv4/conf/IFNAME/arp_notify",
@@ -343,10 +291,11 @@ const NOTIFY: &[&str] = &[
 ];
 
 /// The result, and the interface's addresses and routes.
-fn configure(
+fn configure<M>(
     req: &Request,
-    conf: &Conf,
-    ctx: &Attach,
+    conf: &Conf<M>,
+    chains: bool,
+    ctx: &Attach<'_>,
     link: Link,
     ipam: Option<CniResult>,
     notify: &[&str],
@@ -357,7 +306,7 @@ fn configure(
             routes: ipam.routes,
             ..CniResult::default()
         }
-    } else if conf.mode.chains() {
+    } else if chains {
         let prev = req.prev_result.clone().unwrap_or_default();
         CniResult {
             ips: prev.ips,
@@ -391,37 +340,16 @@ fn configure(
     Ok(result)
 }
 
-/// cni-SPEC §2 DEL: the container interface (if the namespace and it still
-/// exist), then the addresses.
-pub(crate) fn del(resolver: &dyn Resolver, req: &Request, kind: &LinkKind) -> Result<(), CniError> {
-    let c: IpamOnly = common::decode_config(req)?;
-    common::del_container_link(req, kind)?;
-    common::ipam_run(resolver, req, &c.ipam, CniCommand::Del)
-}
-
-pub(crate) fn gc(
-    resolver: &dyn Resolver,
-    req: &Request,
-    valid: &[(String, String)],
-) -> Result<(), CniError> {
-    let c: IpamOnly = common::decode_config(req)?;
-    common::ipam_gc(resolver, req, &c.ipam, valid)
-}
-
-pub(crate) fn status(resolver: &dyn Resolver, req: &Request) -> Result<(), CniError> {
-    let c: IpamOnly = common::decode_config(req)?;
-    common::ipam_run(resolver, req, &c.ipam, CniCommand::Status)
-}
-
 /// cni-SPEC §2 CHECK, as the reference checks it: IPAM, the master, the
 /// container interface (kind, mode, MAC), its addresses and routes.
-pub(crate) fn check(resolver: &dyn Resolver, req: &Request, conf: &Conf) -> Result<(), CniError> {
-    let ctx = Attach::open(req)?;
-    common::ipam_run(resolver, req, &conf.ipam, CniCommand::Check)?;
-    let prev = common::prev_result(req)?;
-    let entry = common::prev_container_interface(prev, &ctx)?;
+fn check<S: Stacked>(
+    conf: &Conf<S::Mode>,
+    ctx: &Attach<'_>,
+    prev: &CniResult,
+) -> Result<(), CniError> {
+    let entry = common::prev_container_interface(prev, ctx)?;
     if let Some(name) = &conf.master {
-        let (side, nl) = master_side(&ctx, conf);
+        let (side, nl) = master_side(ctx, conf);
         if nl
             .link_by_name(name)
             .map_err(sys(format_args!("look up master {name}")))?
@@ -432,26 +360,26 @@ pub(crate) fn check(resolver: &dyn Resolver, req: &Request, conf: &Conf) -> Resu
             )));
         }
     }
-    let kind = conf.mode.kind();
+    let kind = S::KIND;
     let link = ctx
         .pod
         .link_by_name(&ctx.ifname)
         .map_err(sys(format_args!("look up {}", ctx.ifname)))?
         .ok_or_else(|| check_failed(format!("container interface {} not found", ctx.ifname)))?;
-    if link.kind != Some(conf.mode.link_kind()) {
+    if link.kind != Some(S::LINK_KIND) {
         return Err(check_failed(format!(
             "container interface {} is not a {kind}",
             ctx.ifname
         )));
     }
-    let mode = conf.mode.of(&link);
+    let mode = S::mode_of(&link);
     if mode != Some(conf.mode) {
         return Err(check_failed(format!(
             "mode: the container's {kind} is in mode {}, the configuration says {}",
-            mode.map_or("unknown", Mode::name),
-            conf.mode.name()
+            mode.map_or("unknown", S::mode_name),
+            S::mode_name(conf.mode)
         )));
     }
     common::check_mac(&link, entry, "container")?;
-    common::check_ips_and_routes(&ctx, &link, prev)
+    common::check_ips_and_routes(ctx, &link, prev)
 }

@@ -54,12 +54,12 @@ use plexus_cni::casefold;
 use plexus_cni::skel::{Plugin, Request};
 use plexus_cni::{CniError, CniResult};
 
-use super::chained::{
-    container_id, failed, ifname, mismatch, open_netns, open_netns_for_del, prev_result,
-};
+use super::attachment::{chained_prev_result as prev_result, container_id, ifname, Attach};
+use super::common::{mismatch, sys};
+use super::undo::Undo;
 use crate::mac::MacAddr;
 use crate::netlink::{Link, Netlink};
-use crate::netns::NetNs;
+use crate::session::Session;
 use crate::sysctl::{self, SysctlKey};
 
 /// Where the reference plugin saves original values (`dataDir` default).
@@ -70,28 +70,16 @@ const PLUGIN: &str = "tuning";
 /// The tuning plugin. `data_dir` is used when the configuration has no
 /// `dataDir`.
 #[derive(Debug, Clone)]
-pub struct Tuning {
+pub struct Tuning<'s> {
     pub data_dir: PathBuf,
+    session: &'s Session,
 }
 
-impl Default for Tuning {
-    fn default() -> Self {
+impl<'s> Tuning<'s> {
+    pub fn new(session: &'s Session) -> Self {
         Tuning {
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
-        }
-    }
-}
-
-impl Tuning {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A plugin saving originals under `dir` unless the configuration says
-    /// otherwise (tests use a temporary directory).
-    pub fn with_data_dir(dir: impl Into<PathBuf>) -> Self {
-        Tuning {
-            data_dir: dir.into(),
+            session,
         }
     }
 }
@@ -470,68 +458,33 @@ fn remove_saved(path: &Path) -> Result<(), CniError> {
 // ---------------------------------------------------------------------------
 // The plugin
 
-/// The pod's interface `name`, which must exist.
-fn pod_link(nl: &Netlink, ns: &NetNs, name: &str) -> Result<Link, CniError> {
-    nl.link_by_name(name)
-        .map_err(|e| failed(format!("CNI_IFNAME {name}"), &e))?
+/// The pod's interface `CNI_IFNAME`, which must exist.
+fn pod_link(at: &Attach<'_>) -> Result<Link, CniError> {
+    let name = &at.ifname;
+    at.pod
+        .link_by_name(name)
+        .map_err(sys(format_args!("CNI_IFNAME {name}")))?
         .ok_or_else(|| {
             CniError::plugin(
                 plexus_cni::error::codes::PLUGIN_FAILED,
                 "plugin failed",
-                format!(
-                    "CNI_IFNAME: no interface {name:?} in {}",
-                    ns.path().display()
-                ),
+                format!("CNI_IFNAME: no interface {name:?} in {}", at.sandbox),
             )
         })
 }
 
-/// Undo what a failed ADD changed, best effort; returns what could not be
-/// undone, for the error message.
-struct Undo<'a> {
-    ns: &'a NetNs,
-    nl: &'a Netlink,
-    index: u32,
-    sysctls: Vec<(SysctlKey, String)>,
-    saved: Saved,
-    applied: Vec<&'static str>,
-    file: Option<(&'a Path, Option<Vec<u8>>)>,
-}
-
-impl Undo<'_> {
-    fn run(self) -> Vec<String> {
-        let mut problems = Vec::new();
-        if let Ok(restores) = self.saved.restores() {
-            for c in restores
-                .into_iter()
-                .filter(|c| self.applied.contains(&c.field()))
-            {
-                if let Err(e) = c.apply(self.nl, self.index) {
-                    problems.push(format!("restoring {}: {e}", c.field()));
-                }
-            }
-        }
-        if !self.sysctls.is_empty() {
-            if let Err(e) = sysctl::write_all(self.ns, &self.sysctls) {
-                problems.push(format!("restoring sysctls: {e}"));
-            }
-        }
-        if let Some((path, before)) = self.file {
-            let r = match before {
-                Some(bytes) => {
-                    plexus_cni::whole_file::replace_durably(path, &bytes).map_err(|e| e.to_string())
-                }
-                None => remove_saved(path).map_err(|e| e.to_string()),
-            };
-            if let Err(e) = r {
-                problems.push(format!("restoring {}: {e}", path.display()));
-            }
-        }
-        problems
+/// Put back the original value of `change`'s field, if it was saved.
+fn restore(saved: &Saved, change: Change, nl: &Netlink, index: u32) -> Result<(), CniError> {
+    let restores = saved.restores().unwrap_or_default();
+    match restores.into_iter().find(|r| r.field() == change.field()) {
+        Some(r) => r
+            .apply(nl, index)
+            .map_err(sys(format_args!("restoring {}", r.field()))),
+        None => Ok(()),
     }
 }
 
-impl Tuning {
+impl Tuning<'_> {
     fn settings_for(&self, req: &Request) -> Result<Settings, CniError> {
         // Without an interface (validation before the attachment is known)
         // `IFNAME` stands for itself, which is a valid interface name.
@@ -539,18 +492,25 @@ impl Tuning {
         settings(req, decode(req)?, &self.data_dir, ifname)
     }
 
-    fn apply(
+    /// Apply `s` to the pod's `link`, each step registered in `undo`.
+    fn apply<'a>(
         &self,
-        s: &Settings,
-        ns: &NetNs,
-        nl: &Netlink,
+        s: &'a Settings,
+        at: &'a Attach<'a>,
         link: &Link,
-        path: &Path,
+        path: &'a Path,
+        undo: &mut Undo<'a>,
     ) -> Result<(), CniError> {
         let keys: Vec<SysctlKey> = s.sysctls.iter().map(|x| x.key.clone()).collect();
         // Read every sysctl first: a key that does not exist fails here,
         // before anything changed, and the values allow undoing a failure.
-        let originals = sysctl::read_all(ns, &keys).map_err(|e| failed("sysctl", &e))?;
+        let originals = sysctl::read_all(at.pod_ns, &keys).map_err(|e| {
+            if e.errno() == Some(crate::Errno::ENOENT) {
+                CniError::invalid_config("sysctl", e.to_string())
+            } else {
+                sys("sysctl")(e)
+            }
+        })?;
         let changes = s.changes();
         let saved_before = if s.changes_link() {
             read_saved(path)?
@@ -564,58 +524,51 @@ impl Tuning {
             Some(older) => current.clone().under(older),
             None => current.clone(),
         };
-        let mut undo = Undo {
-            ns,
-            nl,
-            index: link.index,
-            sysctls: Vec::new(),
-            saved: current,
-            applied: Vec::new(),
-            file: None,
-        };
-        let fail = |undo: Undo, e: CniError| {
-            let problems = undo.run();
-            if problems.is_empty() {
-                e
-            } else {
-                let mut e = e;
-                e.details = format!("{}; and undoing: {}", e.details, problems.join("; "));
-                e
-            }
-        };
 
         if s.changes_link() {
-            if let Err(e) = plexus_cni::whole_file::replace_durably(path, &saved.to_bytes()) {
-                return Err(CniError::io(
+            plexus_cni::whole_file::replace_durably(path, &saved.to_bytes()).map_err(|e| {
+                CniError::io(
                     format!("saving the original values in {}", path.display()),
                     e,
-                ));
-            }
-            undo.file = Some((path, saved_before));
+                )
+            })?;
+            undo.push(
+                format!("saving {}", path.display()),
+                move || match saved_before {
+                    Some(bytes) => plexus_cni::whole_file::replace_durably(path, &bytes)
+                        .map_err(|e| CniError::io(path.display().to_string(), e)),
+                    None => remove_saved(path),
+                },
+            );
         }
         let writes: Vec<(SysctlKey, String)> = s
             .sysctls
             .iter()
             .map(|x| (x.key.clone(), x.value.clone()))
             .collect();
-        undo.sysctls = keys.into_iter().zip(originals).collect();
-        if let Err(e) = sysctl::write_all(ns, &writes) {
-            return Err(fail(undo, failed("sysctl", &e)));
+        let ns = at.pod_ns;
+        let originals: Vec<(SysctlKey, String)> = keys.into_iter().zip(originals).collect();
+        if !originals.is_empty() {
+            undo.push("sysctls", move || {
+                sysctl::write_all(ns, &originals).map_err(sys("restoring sysctls"))
+            });
         }
+        sysctl::write_all(ns, &writes).map_err(sys("sysctl"))?;
+        let (nl, index) = (at.pod, link.index);
+        let current = std::rc::Rc::new(current);
         for c in changes {
-            undo.applied.push(c.field());
-            if let Err(e) = c.apply(nl, link.index) {
+            let saved = current.clone();
+            undo.push(c.field(), move || restore(&saved, c, nl, index));
+            if let Err(e) = c.apply(nl, index) {
                 let field = match (c, &s.mac) {
                     (Change::Mac(_), Some((_, from))) => from.clone(),
                     _ => c.field().to_string(),
                 };
-                return Err(fail(
-                    undo,
-                    failed(
-                        format!("{field}: setting {} on {}", c.describe(), link.name),
-                        &e,
-                    ),
-                ));
+                return Err(sys(format_args!(
+                    "{field}: setting {} on {}",
+                    c.describe(),
+                    link.name
+                ))(e));
             }
         }
         Ok(())
@@ -639,7 +592,7 @@ fn with_mac(prev: &CniResult, ifname: &str, mac: MacAddr) -> CniResult {
     out
 }
 
-impl Plugin for Tuning {
+impl Plugin for Tuning<'_> {
     fn validate(&self, req: &Request) -> Result<(), CniError> {
         self.settings_for(req).map(drop)
     }
@@ -648,11 +601,12 @@ impl Plugin for Tuning {
         let s = self.settings_for(req)?;
         let prev = prev_result(req, PLUGIN)?;
         let (cid, ifname) = (container_id(req)?, ifname(req)?);
-        let ns = open_netns(req)?;
-        let nl = Netlink::open(&ns).map_err(|e| failed("CNI_NETNS", &e))?;
-        let link = pod_link(&nl, &ns, ifname)?;
+        let at = Attach::open(self.session, req)?;
+        let link = pod_link(&at)?;
         let path = saved_path(&s.data_dir, cid, ifname);
-        self.apply(&s, &ns, &nl, &link, &path)?;
+        let mut undo = Undo::default();
+        let applied = self.apply(&s, &at, &link, &path, &mut undo);
+        undo.finish(applied)?;
         Ok(match s.mac {
             Some((mac, _)) => with_mac(prev, ifname, mac),
             None => prev.clone(),
@@ -674,20 +628,20 @@ impl Plugin for Tuning {
         let Some(restores) = Saved::from_bytes(&bytes).and_then(|s| s.restores().ok()) else {
             return remove_saved(&path);
         };
-        let Some(ns) = open_netns_for_del(req)? else {
+        let Some(at) = Attach::open_for_del(self.session, req)? else {
             return remove_saved(&path);
         };
-        let nl = Netlink::open(&ns).map_err(|e| failed("CNI_NETNS", &e))?;
+        let nl = at.pod;
         let Some(link) = nl
             .link_by_name(ifname)
-            .map_err(|e| failed(format!("CNI_IFNAME {ifname}"), &e))?
+            .map_err(sys(format_args!("CNI_IFNAME {ifname}")))?
         else {
             return remove_saved(&path);
         };
         let problems: Vec<String> = restores
             .into_iter()
             .filter_map(|c| {
-                c.apply(&nl, link.index)
+                c.apply(nl, link.index)
                     .err()
                     .map(|e| format!("{}: {e}", c.field()))
             })
@@ -710,9 +664,9 @@ impl Plugin for Tuning {
         let s = self.settings_for(req)?;
         prev_result(req, PLUGIN)?;
         let ifname = ifname(req)?;
-        let ns = open_netns(req)?;
+        let at = Attach::open(self.session, req)?;
         let keys: Vec<SysctlKey> = s.sysctls.iter().map(|x| x.key.clone()).collect();
-        let current = sysctl::read_all(&ns, &keys).map_err(|e| failed("sysctl", &e))?;
+        let current = sysctl::read_all(at.pod_ns, &keys).map_err(sys("sysctl"))?;
         for (x, now) in s.sysctls.iter().zip(current) {
             if now != x.value {
                 return Err(mismatch(
@@ -724,8 +678,7 @@ impl Plugin for Tuning {
                 ));
             }
         }
-        let nl = Netlink::open(&ns).map_err(|e| failed("CNI_NETNS", &e))?;
-        let link = pod_link(&nl, &ns, ifname)?;
+        let link = pod_link(&at)?;
         let mut wanted = s.changes();
         // The reference also checks that promiscuous mode is off when the
         // configuration does not ask for it.
@@ -784,7 +737,12 @@ mod tests {
     }
 
     fn settings_of(config: Value, args: &str) -> Result<Settings, CniError> {
-        Tuning::with_data_dir("/d").settings_for(&request(config, args))
+        let session = Session::new();
+        let tuning = Tuning {
+            data_dir: "/d".into(),
+            ..Tuning::new(&session)
+        };
+        tuning.settings_for(&request(config, args))
     }
 
     #[test]

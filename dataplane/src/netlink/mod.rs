@@ -5,11 +5,11 @@
 //! later uses it. So [`Netlink::open`] creates the socket on a short-lived
 //! thread inside the target namespace ([`NetNs::run`]) and from then on every
 //! request is sent from the caller's own thread, which never changes
-//! namespace. A plugin invocation typically holds two handles: one on the host
-//! namespace and one on the pod's.
+//! namespace. A plugin invocation holds two handles, one on the host namespace
+//! and one on the pod's, opened once by its [`crate::Session`].
 //!
-//! The socket is driven by rtnetlink on a tokio current-thread runtime owned
-//! by the handle; the public API is blocking because callers are short-lived
+//! The socket is driven by rtnetlink on a tokio current-thread runtime, the
+//! handle's own or one shared by a session's handles; the public API is blocking because callers are short-lived
 //! CLI processes with nothing else to do meanwhile. Each request is bounded by
 //! [`REQUEST_TIMEOUT`].
 //!
@@ -73,12 +73,17 @@ const CHANGE: u16 = NLM_F_REQUEST | NLM_F_ACK;
 const CREATE: u16 = CHANGE | NLM_F_CREATE | NLM_F_EXCL;
 const DUMP: u16 = NLM_F_REQUEST | NLM_F_DUMP;
 
+/// The tokio runtime that drives netlink sockets: a current-thread one,
+/// driven only while a request waits. Handles of one [`crate::Session`]
+/// share one.
+pub type Runtime = std::sync::Arc<tokio::runtime::Runtime>;
+
 /// A netlink (rtnetlink) handle bound to one network namespace.
 pub struct Netlink {
     // Field order matters: the handle (request sender) is dropped before the
     // runtime that owns the connection task.
     handle: rtnetlink::Handle,
-    rt: tokio::runtime::Runtime,
+    rt: Runtime,
 }
 
 impl std::fmt::Debug for Netlink {
@@ -93,7 +98,11 @@ impl Netlink {
     /// Opens a handle whose socket lives in `ns`. The socket is created on a
     /// short-lived thread inside `ns`; the calling thread stays where it is.
     pub fn open(ns: &NetNs) -> Result<Self> {
-        let rt = runtime(ns.path().display())?;
+        Netlink::open_on(ns, &runtime(ns.path().display())?)
+    }
+
+    /// [`Netlink::open`] on a shared runtime.
+    pub fn open_on(ns: &NetNs, rt: &Runtime) -> Result<Self> {
         // tokio registers the socket with the runtime's reactor when it is
         // created, so the namespace thread enters the runtime's context first.
         let (conn, handle) = ns.run(|| {
@@ -101,18 +110,28 @@ impl Netlink {
             connect(ns.path().display())
         })??;
         rt.spawn(conn);
-        Ok(Netlink { handle, rt })
+        Ok(Netlink {
+            handle,
+            rt: rt.clone(),
+        })
     }
 
     /// Opens a handle on the calling thread's own namespace (no extra thread).
     pub fn current() -> Result<Self> {
-        let rt = runtime("current namespace")?;
+        Netlink::current_on(&runtime("current namespace")?)
+    }
+
+    /// [`Netlink::current`] on a shared runtime.
+    pub fn current_on(rt: &Runtime) -> Result<Self> {
         let (conn, handle) = {
             let _ctx = rt.enter();
             connect("current namespace")?
         };
         rt.spawn(conn);
-        Ok(Netlink { handle, rt })
+        Ok(Netlink {
+            handle,
+            rt: rt.clone(),
+        })
     }
 
     /// Sends one request and collects the messages of the reply (the answer
@@ -165,11 +184,13 @@ impl Netlink {
     }
 }
 
-fn runtime(label: impl Display) -> Result<tokio::runtime::Runtime> {
+/// A runtime for netlink handles; `label` names what it is for in errors.
+pub fn runtime(label: impl Display) -> Result<Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
+        .map(std::sync::Arc::new)
         .map_err(|e| Error::Netlink {
             op: "start netlink runtime for",
             object: label.to_string(),

@@ -17,6 +17,7 @@ use plexus_cni::result::CniResult;
 use plexus_cni::skel::{Plugin, Request};
 use plexus_cni::CniVersion;
 use plexus_dataplane::drivers;
+use plexus_dataplane::Session;
 use serde_json::{json, Value};
 
 use crate::common::TestNs;
@@ -193,7 +194,9 @@ pub fn call(
     let req = request(command, t, config);
     node.ns
         .run(|| {
-            let d = drivers::driver(plugin_type, resolver).expect("a built-in type");
+            // A fresh session per call, as each CNI invocation has its own.
+            let session = Session::new();
+            let d = drivers::driver(plugin_type, resolver, &session).expect("a built-in type");
             match command {
                 CniCommand::Add => d.add(&req).map(Some),
                 CniCommand::Del => d.del(&req).map(|()| None),
@@ -239,7 +242,8 @@ pub fn check(
 /// the system).
 pub fn validate(ty: &str, t: &Target, config: &Value) -> Result<(), CniError> {
     let r = TestResolver::default();
-    let d = drivers::driver(ty, &r).expect("a built-in type");
+    let session = Session::new();
+    let d = drivers::driver(ty, &r, &session).expect("a built-in type");
     // Bound first: a tail-expression temporary would outlive `r`.
     #[allow(clippy::let_and_return)]
     let out = d.validate(&request(CniCommand::Add, t, config));

@@ -1,0 +1,183 @@
+//! One attachment's context: `CNI_IFNAME`, and the pod's namespace and
+//! netlink handles with the host's, taken from the invocation's
+//! [`Session`] (which opens each once), plus what every plugin reads from
+//! the request's environment.
+
+use plexus_cni::env::{CniCommand, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS};
+use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::result::CniResult;
+use plexus_cni::skel::Request;
+
+use super::common::{sys, sys_error};
+use crate::netlink::{Link, LinkKind, Netlink};
+use crate::session::{PodLookup, Session};
+use crate::NetNs;
+
+fn missing_env(var: &str, command: CniCommand) -> CniError {
+    CniError::invalid_env(var, format!("required for {command} but not set"))
+}
+
+pub(crate) fn ifname(req: &Request) -> Result<&str, CniError> {
+    req.env
+        .ifname
+        .as_deref()
+        .ok_or_else(|| missing_env(CNI_IFNAME, req.env.command))
+}
+
+pub(crate) fn container_id(req: &Request) -> Result<&str, CniError> {
+    req.env
+        .container_id
+        .as_deref()
+        .ok_or_else(|| missing_env(CNI_CONTAINERID, req.env.command))
+}
+
+/// cni-SPEC §3 "Chained plugins": a chained plugin acts on the result of
+/// the plugins before it, so its ADD and CHECK need `prevResult`.
+pub(crate) fn chained_prev_result<'a>(
+    req: &'a Request,
+    plugin: &str,
+) -> Result<&'a CniResult, CniError> {
+    req.prev_result.as_ref().ok_or_else(|| {
+        CniError::invalid_config(
+            "prevResult",
+            format!("missing: {plugin} is a chained plugin and works on the result of the plugins before it"),
+        )
+    })
+}
+
+/// One ADD, CHECK or DEL of one attachment: the pod's namespace and a netlink
+/// handle on each side.
+pub(crate) struct Attach<'s> {
+    pub ifname: String,
+    /// `CNI_NETNS` as given: the `sandbox` of container interfaces.
+    pub sandbox: String,
+    pub pod_ns: &'s NetNs,
+    /// The namespace the driver runs in (the node's).
+    pub host: &'s Netlink,
+    pub pod: &'s Netlink,
+}
+
+impl<'s> Attach<'s> {
+    /// For ADD and CHECK: the pod's namespace must exist (code 3 if not),
+    /// and must not be the node's own.
+    pub fn open(session: &'s Session, req: &Request) -> Result<Attach<'s>, CniError> {
+        let path = req
+            .env
+            .netns
+            .as_deref()
+            .ok_or_else(|| missing_env(CNI_NETNS, req.env.command))?;
+        Attach::at(session, req, path)?.ok_or_else(|| {
+            CniError::new(
+                ErrorCode::UnknownContainer,
+                "container unknown or does not exist",
+                format!(
+                    "{CNI_NETNS}: {} is not a network namespace (any more)",
+                    path.display()
+                ),
+            )
+        })
+    }
+
+    /// For DEL: `None` when the runtime sent no namespace or it is gone, in
+    /// which case everything that lived in it is gone too, or when it is the
+    /// node's, where nothing of a pod lives (deleting `CNI_IFNAME` there
+    /// would take the node's interface).
+    pub fn open_for_del(
+        session: &'s Session,
+        req: &Request,
+    ) -> Result<Option<Attach<'s>>, CniError> {
+        match req.env.netns.as_deref() {
+            None => Ok(None),
+            Some(path) => Attach::at(session, req, path),
+        }
+    }
+
+    fn at(
+        session: &'s Session,
+        req: &Request,
+        path: &std::path::Path,
+    ) -> Result<Option<Attach<'s>>, CniError> {
+        let ifname = ifname(req)?.to_string();
+        let side = match session.pod(path).map_err(sys(CNI_NETNS))? {
+            PodLookup::Pod(side) => side,
+            PodLookup::Gone => return Ok(None),
+            PodLookup::Node if req.env.command == CniCommand::Del => return Ok(None),
+            PodLookup::Node => return Err(super::node_netns_refused(path)),
+        };
+        let host = session
+            .host()
+            .map_err(sys("netlink in the host namespace"))?;
+        Ok(Some(Attach {
+            ifname,
+            sandbox: path.display().to_string(),
+            pod_ns: &side.ns,
+            host,
+            pod: &side.nl,
+        }))
+    }
+
+    /// The container interface as the pod namespace has it now.
+    pub fn pod_link(&self) -> Result<Link, CniError> {
+        self.pod
+            .link_by_name(&self.ifname)
+            .map_err(sys(format_args!(
+                "look up {} in the container",
+                self.ifname
+            )))?
+            .ok_or_else(|| {
+                sys_error(
+                    format_args!("container interface {}", self.ifname),
+                    "vanished right after creation",
+                )
+            })
+    }
+
+    /// The error for "CNI_IFNAME is taken in the pod" (cni-SPEC §2 ADD: a
+    /// plugin must not overwrite an existing interface).
+    pub fn ifname_taken(&self) -> CniError {
+        CniError::new(
+            ErrorCode::InvalidConfig,
+            "interface already exists",
+            format!(
+                "CNI_IFNAME: {:?} already exists in the container namespace {}",
+                self.ifname, self.sandbox
+            ),
+        )
+    }
+
+    /// After an EEXIST creating a link whose container end is CNI_IFNAME:
+    /// whether the container name was the one taken.
+    pub fn ifname_exists(&self) -> Result<bool, CniError> {
+        self.pod
+            .link_by_name(&self.ifname)
+            .map(|l| l.is_some())
+            .map_err(sys(format_args!(
+                "look up {} in the container",
+                self.ifname
+            )))
+    }
+
+    /// DEL of a container interface the driver made: nothing to do when it
+    /// is gone (cni-SPEC §2 DEL). An interface of that name but another kind
+    /// than `kind` is not one it made (a pod's `lo`, a device that was there
+    /// before a failed ADD): it is left alone.
+    pub fn delete_pod_link(&self, kind: &LinkKind) -> Result<(), CniError> {
+        let Some(link) = self
+            .pod
+            .link_by_name(&self.ifname)
+            .map_err(sys(format_args!(
+                "look up {} in the container",
+                self.ifname
+            )))?
+        else {
+            return Ok(());
+        };
+        if link.kind.as_ref() != Some(kind) {
+            return Ok(());
+        }
+        self.pod
+            .del_link(link.index)
+            .map(drop)
+            .map_err(sys(format_args!("delete {} in the container", self.ifname)))
+    }
+}

@@ -1,0 +1,169 @@
+//! The seam every interface driver plugs into. A driver knows how to make
+//! one kind of pod link ([`InterfaceDriver`]: parse, create, configure,
+//! check, remove); [`InterfacePlugin`] is the one CNI [`Plugin`] around all
+//! of them and owns the flow they share:
+//!
+//! - ADD: parse (nothing touched yet), open the attachment from the
+//!   session, prepare (look up, still nothing touched), create the link
+//!   while IPAM allocates (see
+//!   [`common::links_and_ipam`]), configure it from the IPAM result; any
+//!   failure takes back every step through the one [`Undo`] log.
+//! - DEL: the driver removes what it made (with the attachment, or without
+//!   it when the namespace is gone), then IPAM releases. DEL reads only the
+//!   `ipam` section, so it works for a configuration ADD refused.
+//! - CHECK: IPAM's CHECK, then the driver's against the prevResult.
+//! - GC and STATUS: the IPAM plugin's, which holds the leases.
+
+use plexus_cni::delegate::Resolver;
+use plexus_cni::env::CniCommand;
+use plexus_cni::error::CniError;
+use plexus_cni::result::CniResult;
+use plexus_cni::skel::{Plugin, Request};
+use serde::Deserialize;
+
+use super::attachment::Attach;
+use super::common::{self, IpamRef};
+use super::undo::Undo;
+use crate::session::Session;
+
+/// What makes one kind of pod link.
+pub(crate) trait InterfaceDriver: Sync {
+    /// The validated configuration.
+    type Conf: Sync;
+    /// What [`prepare`](InterfaceDriver::prepare) finds for
+    /// [`create`](InterfaceDriver::create) (a macvlan's master).
+    type Prepared: Sync;
+    /// What [`create`](InterfaceDriver::create) hands to
+    /// [`configure`](InterfaceDriver::configure).
+    type Made;
+
+    /// Read and validate the configuration without touching the system, so
+    /// a chain can refuse a bad config before anything needs undoing.
+    fn parse(&self, req: &Request) -> Result<Self::Conf, CniError>;
+
+    /// The configuration's `ipam` section.
+    fn ipam<'c>(&self, conf: &'c Self::Conf) -> &'c Option<IpamRef>;
+
+    /// Look up what the link needs from the system, changing nothing: it
+    /// runs before IPAM allocates, so that a refusal here has nothing to
+    /// undo.
+    fn prepare(
+        &self,
+        req: &Request,
+        conf: &Self::Conf,
+        at: &Attach<'_>,
+    ) -> Result<Self::Prepared, CniError>;
+
+    /// Make the pod's link (and whatever it hangs on), registering in `undo`
+    /// how to take each step back. Runs while IPAM allocates.
+    fn create<'a>(
+        &'a self,
+        req: &'a Request,
+        conf: &'a Self::Conf,
+        prepared: &'a Self::Prepared,
+        at: &'a Attach<'a>,
+        undo: &mut Undo<'a>,
+    ) -> Result<Self::Made, CniError>;
+
+    /// Address the link from `ipam` (`None` without an IPAM plugin) and
+    /// build the result.
+    fn configure(
+        &self,
+        req: &Request,
+        conf: &Self::Conf,
+        at: &Attach<'_>,
+        made: Self::Made,
+        ipam: Option<CniResult>,
+    ) -> Result<CniResult, CniError>;
+
+    /// cni-SPEC §2 CHECK: the pod against `prev`, the attachment's
+    /// prevResult.
+    fn check(
+        &self,
+        req: &Request,
+        conf: &Self::Conf,
+        at: &Attach<'_>,
+        prev: &CniResult,
+    ) -> Result<(), CniError>;
+
+    /// cni-SPEC §2 DEL: remove what `create` made, idempotently. `at` is
+    /// `None` when the pod's namespace is gone (or was never given).
+    fn remove(&self, req: &Request, at: Option<&Attach<'_>>) -> Result<(), CniError>;
+}
+
+/// The part DEL, GC and STATUS read; they must not fail on a configuration
+/// ADD refused.
+#[derive(Debug, Default, Deserialize)]
+struct IpamOnly {
+    ipam: Option<IpamRef>,
+}
+
+/// The CNI plugin around an [`InterfaceDriver`].
+pub(crate) struct InterfacePlugin<'r, D> {
+    driver: D,
+    /// Finds the IPAM plugin named by `ipam.type`.
+    resolver: &'r dyn Resolver,
+    session: &'r Session,
+}
+
+impl<'r, D: InterfaceDriver> InterfacePlugin<'r, D> {
+    pub fn new(driver: D, resolver: &'r dyn Resolver, session: &'r Session) -> Self {
+        InterfacePlugin {
+            driver,
+            resolver,
+            session,
+        }
+    }
+}
+
+impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
+    fn validate(&self, req: &Request) -> Result<(), CniError> {
+        self.driver.parse(req).map(drop)
+    }
+
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        let conf = self.driver.parse(req)?;
+        let at = Attach::open(self.session, req)?;
+        let prepared = self.driver.prepare(req, &conf, &at)?;
+        let mut undo = Undo::default();
+        let outcome = common::links_and_ipam(
+            self.resolver,
+            req,
+            self.driver.ipam(&conf),
+            &mut undo,
+            |undo| self.driver.create(req, &conf, &prepared, &at, undo),
+            |made, ipam| self.driver.configure(req, &conf, &at, made, ipam),
+        );
+        undo.finish(outcome)
+    }
+
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        let c: IpamOnly = common::decode_config(req)?;
+        let at = Attach::open_for_del(self.session, req)?;
+        self.driver.remove(req, at.as_ref())?;
+        common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Del)
+    }
+
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        let conf = self.driver.parse(req)?;
+        let at = Attach::open(self.session, req)?;
+        common::ipam_run(
+            self.resolver,
+            req,
+            self.driver.ipam(&conf),
+            CniCommand::Check,
+        )?;
+        let prev = common::prev_result(req)?;
+        self.driver.check(req, &conf, &at, prev)
+    }
+
+    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
+        let c: IpamOnly = common::decode_config(req)?;
+        common::ipam_gc(self.resolver, req, &c.ipam, valid)
+    }
+
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        let c: IpamOnly = common::decode_config(req)?;
+        common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Status)
+    }
+}

@@ -1,0 +1,91 @@
+//! The one undo mechanism of the data plane: what a half-done ADD changed,
+//! taken back newest first when it fails (and, as a backstop, when it
+//! panics). Interface drivers register the links they create and the IPAM
+//! ADD; chained plugins register what they change (a saved file, a link
+//! setting, sysctls).
+
+use plexus_cni::CniError;
+
+type Step<'a> = Box<dyn FnOnce() -> Result<(), CniError> + 'a>;
+
+/// What a half-done ADD must take back, undone newest first when the ADD
+/// fails (and, as a backstop, when it panics).
+#[derive(Default)]
+pub(crate) struct Undo<'a> {
+    steps: Vec<(String, Step<'a>)>,
+}
+
+impl<'a> Undo<'a> {
+    pub fn push(
+        &mut self,
+        what: impl Into<String>,
+        step: impl FnOnce() -> Result<(), CniError> + 'a,
+    ) {
+        self.steps.push((what.into(), Box::new(step)));
+    }
+
+    /// Keep everything on success; undo and return the error otherwise (an
+    /// undo step that fails too is appended to the error's details). An
+    /// error after a complete undo is marked [`CniError::undone`]: nothing of
+    /// this ADD is left for the runtime's DEL to remove.
+    pub fn finish<T>(mut self, outcome: Result<T, CniError>) -> Result<T, CniError> {
+        match outcome {
+            Ok(v) => {
+                self.steps.clear();
+                Ok(v)
+            }
+            Err(mut e) => {
+                e.undone = true;
+                for (what, step) in self.steps.drain(..).rev() {
+                    if let Err(u) = step() {
+                        e.undone = false;
+                        e.details
+                            .push_str(&format!("; undoing {what} failed too: {u}"));
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        for (_, step) in self.steps.drain(..).rev() {
+            let _ = step();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undo_runs_newest_first_and_reports_failures() {
+        use std::cell::RefCell;
+        let log = RefCell::new(Vec::new());
+        let mut undo = Undo::default();
+        undo.push("one", || {
+            log.borrow_mut().push(1);
+            Ok(())
+        });
+        undo.push("two", || {
+            log.borrow_mut().push(2);
+            Err(CniError::io("x", "boom"))
+        });
+        let e = undo
+            .finish::<()>(Err(CniError::io("step", "failed")))
+            .unwrap_err();
+        assert_eq!(*log.borrow(), [2, 1]);
+        assert!(e.details.contains("undoing two failed too"), "{e}");
+
+        let mut undo = Undo::default();
+        undo.push("never", || {
+            log.borrow_mut().push(9);
+            Ok(())
+        });
+        undo.finish(Ok(())).unwrap();
+        assert_eq!(*log.borrow(), [2, 1]);
+    }
+}

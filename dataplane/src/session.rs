@@ -1,0 +1,130 @@
+//! One CNI invocation's data-plane handles (netavark's model): the caller
+//! opens the namespaces and netlink sockets once and hands them to every
+//! built-in plugin of every attachment, instead of each plugin opening its
+//! own.
+//!
+//! A [`Session`] owns one tokio runtime, the host's netlink handle and, per
+//! pod namespace, its open namespace file and netlink handle. Each is opened
+//! on first use and kept until the session drops, so a pod with a bridge,
+//! tuning and bandwidth chain on three networks opens one pod socket and one
+//! host socket, where each plugin used to open its own (with its own runtime).
+//!
+//! The host is the namespace of the thread that first asks for it: plexus
+//! runs in the node's namespace, tests on a thread inside the namespace that
+//! plays the node. A session is therefore used from one namespace only.
+
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+
+use elsa::sync::FrozenVec;
+
+use crate::error::Result;
+use crate::netlink::{self, Netlink, Runtime};
+use crate::netns::{NetNs, PodNetns};
+
+/// A pod's namespace with its netlink handle.
+#[derive(Debug)]
+pub struct PodSide {
+    pub ns: NetNs,
+    pub nl: Netlink,
+}
+
+/// What a `CNI_NETNS` turned out to be, with the pod's handles.
+pub enum PodLookup<'s> {
+    Pod(&'s PodSide),
+    /// No namespace (any more): what DEL must tolerate.
+    Gone,
+    /// The caller's own namespace, the node's (see [`PodNetns::Node`]).
+    Node,
+}
+
+/// The handles of one CNI invocation, opened on first use.
+#[derive(Default)]
+pub struct Session {
+    runtime: OnceLock<Runtime>,
+    host: OnceLock<Netlink>,
+    /// Append-only, so references to its entries live as long as the
+    /// session; `opening` keeps two threads from opening one namespace twice.
+    pods: FrozenVec<Box<PodSide>>,
+    opening: Mutex<()>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("pods", &self.pods.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    pub fn new() -> Session {
+        Session::default()
+    }
+
+    /// The runtime every handle of this session is driven on.
+    fn runtime(&self) -> Result<&Runtime> {
+        if let Some(rt) = self.runtime.get() {
+            return Ok(rt);
+        }
+        let rt = netlink::runtime("a plexus session")?;
+        Ok(self.runtime.get_or_init(|| rt))
+    }
+
+    /// The host's handle: a socket in the calling thread's namespace.
+    pub fn host(&self) -> Result<&Netlink> {
+        if let Some(nl) = self.host.get() {
+            return Ok(nl);
+        }
+        let nl = Netlink::current_on(self.runtime()?)?;
+        Ok(self.host.get_or_init(|| nl))
+    }
+
+    /// The pod namespace at `path` with its handle, opened once.
+    pub fn pod(&self, path: &Path) -> Result<PodLookup<'_>> {
+        if let Some(side) = self.opened(path) {
+            return Ok(PodLookup::Pod(side));
+        }
+        let _one_at_a_time = self.opening.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(side) = self.opened(path) {
+            return Ok(PodLookup::Pod(side));
+        }
+        let ns = match NetNs::open_pod(path)? {
+            PodNetns::Pod(ns) => ns,
+            PodNetns::Gone => return Ok(PodLookup::Gone),
+            PodNetns::Node(_) => return Ok(PodLookup::Node),
+        };
+        let nl = Netlink::open_on(&ns, self.runtime()?)?;
+        Ok(PodLookup::Pod(
+            self.pods.push_get(Box::new(PodSide { ns, nl })),
+        ))
+    }
+
+    fn opened(&self, path: &Path) -> Option<&PodSide> {
+        (0..self.pods.len())
+            .filter_map(|i| self.pods.get(i))
+            .find(|side| side.ns.path() == path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_namespace_is_gone_and_not_kept() {
+        let s = Session::new();
+        let path = Path::new("/nonexistent/plexus-session-test");
+        assert!(matches!(s.pod(path).unwrap(), PodLookup::Gone));
+        assert_eq!(s.pods.len(), 0);
+    }
+
+    #[test]
+    fn the_callers_own_namespace_is_the_node() {
+        let s = Session::new();
+        assert!(matches!(
+            s.pod(Path::new("/proc/self/ns/net")).unwrap(),
+            PodLookup::Node
+        ));
+    }
+}
