@@ -37,7 +37,6 @@ use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -45,7 +44,7 @@ use serde_json::{json, Map, Value};
 use crate::cni::error::CniError;
 use crate::cni::names;
 use crate::cni::result::CniResult;
-use crate::cni::whole_file;
+use crate::cni::whole_file::{self, Durability};
 use crate::cni::CniVersion;
 use crate::netattach::status::NetworkStatus;
 use crate::plan::{Attachment, Plan};
@@ -341,8 +340,6 @@ pub struct Cache {
     dir: PathBuf,
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 impl Cache {
     pub fn new(dir: impl Into<PathBuf>) -> Cache {
         Cache { dir: dir.into() }
@@ -441,7 +438,7 @@ impl Cache {
                 continue;
             };
             if name.starts_with('.') {
-                if name.contains(".tmp-") {
+                if name.contains(whole_file::TEMP_MARKER) {
                     out.push(Entry::Temp(entry.path()));
                 }
                 continue;
@@ -506,37 +503,14 @@ impl Cache {
 
     fn write_atomic(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
         let target = self.dir.join(name);
-        let created = whole_file::create(&target, bytes, 0o600).or_else(|e| {
+        let write = || whole_file::replace(&target, bytes, 0o600, Durability::Unsynced);
+        write().or_else(|e| {
             if e.kind() != std::io::ErrorKind::NotFound {
                 return Err(e);
             }
             self.ensure_dir()?;
-            whole_file::create(&target, bytes, 0o600)
-        });
-        match created {
-            Ok(true) => return Ok(()),
-            // An old record: replaced below.
-            Ok(false) => {}
-            Err(e) if whole_file::unsupported(&e) => {}
-            Err(e) => return Err(e),
-        }
-        let tmp = self.dir.join(format!(
-            ".{name}.tmp-{}-{}",
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = (|| {
-            let mut f = self.open_in_dir(
-                OpenOptions::new().write(true).create_new(true).mode(0o600),
-                &tmp,
-            )?;
-            f.write_all(bytes)?;
-            fs::rename(&tmp, self.dir.join(name))
-        })();
-        if written.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        written
+            write()
+        })
     }
 }
 

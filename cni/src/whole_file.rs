@@ -19,10 +19,7 @@ use nix::unistd::linkat;
 /// exists. An error for which [`unsupported`] holds means the filesystem
 /// cannot do this; the caller falls back to a named temp file.
 pub fn create(target: &Path, content: &[u8], mode: u32) -> io::Result<bool> {
-    let dir = match target.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = parent(target);
     let mut file = OpenOptions::new()
         .write(true)
         .mode(mode)
@@ -68,39 +65,83 @@ pub fn unsupported(e: &io::Error) -> bool {
     .any(|errno| e.raw_os_error() == Some(*errno as i32))
 }
 
-/// Writes `bytes` to `path` so that it survives a power loss whole: a
-/// temporary file beside it, fsync, rename over `path`, fsync of the
-/// directory. The directory is created (mode 0700) if needed; the file is
-/// mode 0600. For small state that must outlive a reboot exactly as written
-/// (tuning's saved sysctls, plexus's IPAMClaim book).
-pub fn replace_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
+/// Whether a replaced file must survive a power loss as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync the file before it takes the name and the directory after.
+    Synced,
+    /// Whole for readers and across a crash of the writer, not across a
+    /// power loss (plexus's records, whose loss the runtime's DEL and GC
+    /// reclaim).
+    Unsynced,
+}
+
+static TEMP_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The prefix-free marker of the temp files [`replace`] leaves when its
+/// writer dies between write and rename: `.<name>.tmp-<pid>-<n>`.
+pub const TEMP_MARKER: &str = ".tmp-";
+
+/// The one way plexus replaces a file: readers see the old content or the
+/// new, never a mix. A new file appears through [`create`] (unsynced only);
+/// otherwise a temp file beside it is written (and, [`Durability::Synced`],
+/// fsync'd), renamed over `path` (and the directory fsync'd). The
+/// directory must exist.
+pub fn replace(path: &Path, bytes: &[u8], mode: u32, durability: Durability) -> io::Result<()> {
+    if durability == Durability::Unsynced {
+        match create(path, bytes, mode) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) if unsupported(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let dir = parent(path);
     let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let tmp = dir.join(format!(
+        ".{name}{TEMP_MARKER}{}-{}",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     let result = (|| {
         let mut f = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
+            .create_new(true)
+            .mode(mode)
             .open(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if durability == Durability::Synced {
+            f.sync_all()?;
+        }
         std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
+        if durability == Durability::Synced {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// [`replace`] with [`Durability::Synced`], mode 0600, creating the
+/// directory (mode 0700) if needed: small state that must outlive a reboot
+/// exactly as written (tuning's saved values, plexus's IPAMClaim book).
+pub fn replace_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(parent(path))?;
+    replace(path, bytes, 0o600, Durability::Synced)
+}
+
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
 }
 
 #[cfg(test)]
@@ -116,6 +157,23 @@ mod tests {
         assert_eq!(std::fs::read(&target).unwrap(), b"two");
         let names: Vec<_> = std::fs::read_dir(d.path().join("sub")).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn replaced_unsynced_whole_with_its_mode() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("r");
+        replace(&target, b"new", 0o640, Durability::Unsynced).unwrap();
+        replace(&target, b"newer", 0o640, Durability::Unsynced).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"newer");
+        let meta = std::fs::metadata(&target).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+            0o640
+        );
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+        let e = replace(&d.path().join("none/r"), b"x", 0o600, Durability::Unsynced).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! annotation (§4), the status annotation (§5) and IPAMClaim (§8), plus the
 //! device information of device-info-SPEC.md.
 
-pub mod deviceinfo;
-mod fields;
+pub use plexus_cni::deviceinfo;
+pub(crate) use plexus_cni::fields;
 pub mod ipamclaim;
 pub mod meta;
 pub mod nad;

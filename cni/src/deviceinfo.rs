@@ -7,8 +7,8 @@
 
 use serde_json::{json, Map, Value};
 
-use super::fields::{as_object, as_str, fold_object, Folded};
-use crate::cni::error::CniError;
+use crate::error::CniError;
+use crate::fields::{as_object, as_str, fold_object, Folded};
 
 /// The Device Information Specification version plexus writes.
 pub const SPEC_VERSION: &str = "1.1.0";

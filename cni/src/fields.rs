@@ -1,5 +1,6 @@
-//! Small helpers shared by the annotation and object decoders of this module:
-//! Go-style key matching, value descriptions for error messages, and the
+//! Small helpers shared by the decoders of JSON that Go programs write
+//! (multi-net annotations and objects, device-info files): Go-style key
+//! matching, value descriptions for error messages, and the
 //! address syntaxes the multi-net spec names (IP with prefix, MAC, GUID).
 
 use std::net::IpAddr;
@@ -11,7 +12,7 @@ use serde_json::{Map, Value};
 /// `bytes.EqualFold` (Unicode simple folding); for the ASCII field names used
 /// here that is ASCII case-insensitivity plus the two non-ASCII characters
 /// that fold onto ASCII letters: U+017F (ſ → s) and U+212A (Kelvin sign → k).
-pub(crate) fn go_fold_eq(key: &str, field: &str) -> bool {
+pub fn go_fold_eq(key: &str, field: &str) -> bool {
     let mut f = field.bytes();
     for c in key.chars() {
         let folded = match c {
@@ -33,14 +34,14 @@ pub(crate) fn go_fold_eq(key: &str, field: &str) -> bool {
 /// else the first field it case-folds to; when several keys select one field
 /// the last in document order wins. `null` values count as absent (Go leaves
 /// the field unset).
-pub(crate) struct Folded<'a> {
+pub struct Folded<'a> {
     /// Per entry of `known`: the key as written and its value.
     pub known: Vec<Option<(&'a str, &'a Value)>>,
     /// Keys matching no known field, in document order.
     pub unknown: Vec<(&'a str, &'a Value)>,
 }
 
-pub(crate) fn fold_object<'a>(obj: &'a Map<String, Value>, known: &[&str]) -> Folded<'a> {
+pub fn fold_object<'a>(obj: &'a Map<String, Value>, known: &[&str]) -> Folded<'a> {
     let mut out = Folded {
         known: vec![None; known.len()],
         unknown: Vec::new(),
@@ -61,7 +62,7 @@ pub(crate) fn fold_object<'a>(obj: &'a Map<String, Value>, known: &[&str]) -> Fo
 
 /// A short rendering of a JSON value for error messages: `5`, `"eth0"`, or an
 /// abbreviated object.
-pub(crate) fn describe(v: &Value) -> String {
+pub fn describe(v: &Value) -> String {
     const MAX: usize = 60;
     let s = v.to_string();
     if s.chars().count() <= MAX {
@@ -72,29 +73,29 @@ pub(crate) fn describe(v: &Value) -> String {
 }
 
 /// `must be a string, got 5`.
-pub(crate) fn want(kind: &str, got: &Value) -> String {
+pub fn want(kind: &str, got: &Value) -> String {
     format!("must be {kind}, got {}", describe(got))
 }
 
-pub(crate) fn as_str(v: &Value) -> Result<&str, String> {
+pub fn as_str(v: &Value) -> Result<&str, String> {
     v.as_str().ok_or_else(|| want("a string", v))
 }
 
-pub(crate) fn as_object(v: &Value) -> Result<&Map<String, Value>, String> {
+pub fn as_object(v: &Value) -> Result<&Map<String, Value>, String> {
     v.as_object().ok_or_else(|| want("an object", v))
 }
 
-pub(crate) fn as_array(v: &Value) -> Result<&Vec<Value>, String> {
+pub fn as_array(v: &Value) -> Result<&Vec<Value>, String> {
     v.as_array().ok_or_else(|| want("a list", v))
 }
 
-pub(crate) fn as_bool(v: &Value) -> Result<bool, String> {
+pub fn as_bool(v: &Value) -> Result<bool, String> {
     v.as_bool().ok_or_else(|| want("a boolean", v))
 }
 
 /// An IPv4 or IPv6 address with an optional `/prefix` whose length fits the
 /// family (cni-CONVENTIONS "ips": `<ip>[/<prefix>]`). Zones are not allowed.
-pub(crate) fn parse_ip_with_prefix(s: &str) -> Option<(IpAddr, Option<u8>)> {
+pub fn parse_ip_with_prefix(s: &str) -> Option<(IpAddr, Option<u8>)> {
     let (addr, prefix) = match s.split_once('/') {
         Some((a, p)) => (a, Some(p)),
         None => (s, None),
@@ -119,7 +120,7 @@ pub(crate) fn parse_ip_with_prefix(s: &str) -> Option<(IpAddr, Option<u8>)> {
 
 /// `count` two-digit hex octets joined by one separator out of `seps`, used
 /// consistently (`aa:bb:cc:dd:ee:ff`, `aa-bb-cc-dd-ee-ff`).
-pub(crate) fn is_hex_octets(s: &str, count: usize, seps: &[char]) -> bool {
+pub fn is_hex_octets(s: &str, count: usize, seps: &[char]) -> bool {
     let Some(sep) = s.chars().find(|c| !c.is_ascii_hexdigit()) else {
         return false;
     };
