@@ -549,7 +549,7 @@ fn create_port_veth(
 ) -> Result<Link, PortError> {
     let mut last = None;
     for _ in 0..NAME_ATTEMPTS {
-        let name = common::random_veth_name();
+        let name = common::random_name("veth");
         let spec = VethSpec {
             peer_netns: peer_ns,
             mtu,

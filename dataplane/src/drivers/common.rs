@@ -202,8 +202,9 @@ pub(crate) fn mismatch(what: impl Display, reason: impl Display) -> CniError {
     )
 }
 
-/// A random `veth<8 hex digits>` name, the reference plugins' pattern.
-pub(crate) fn random_veth_name() -> String {
+/// A random `<prefix><8 hex digits>` name, the reference plugins' pattern
+/// (`veth…` for a bridge's host end).
+pub(crate) fn random_name(prefix: &str) -> String {
     // RandomState is seeded from the OS once per process and varies per
     // instance; the clock separates calls further.
     let mut h = RandomState::new().build_hasher();
@@ -212,7 +213,7 @@ pub(crate) fn random_veth_name() -> String {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos()),
     );
-    format!("veth{:08x}", h.finish() as u32)
+    format!("{prefix}{:08x}", h.finish() as u32)
 }
 
 // ---------------------------------------------------------------------------
@@ -685,8 +686,8 @@ mod tests {
 
     #[test]
     fn random_names_are_valid_and_differ() {
-        let a = random_veth_name();
-        let b = random_veth_name();
+        let a = random_name("veth");
+        let b = random_name("veth");
         assert_eq!(a.len(), 12);
         assert!(a.starts_with("veth"));
         crate::netlink::validate_ifname(&a).unwrap();

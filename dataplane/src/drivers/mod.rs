@@ -2,7 +2,7 @@
 //! each a [`Plugin`] with the reference's config keys, defaults, result
 //! shape and DEL semantics.
 //!
-//! - Interface drivers (bridge, macvlan, ipvlan) implement
+//! - Interface drivers (bridge, macvlan, ipvlan, ipoib) implement
 //!   [`InterfaceDriver`] and are served by the one [`InterfacePlugin`]; they
 //!   get their IPAM plugin (built in or exec'd) through a [`Resolver`].
 //! - Chained plugins (tuning, bandwidth) work on the prevResult.
@@ -25,6 +25,7 @@ pub mod bandwidth;
 pub mod bridge;
 mod common;
 mod interface;
+pub mod ipoib;
 pub mod ipvlan;
 pub mod macvlan;
 mod stacked;
@@ -40,6 +41,7 @@ use plexus_cni::CniError;
 
 use bridge::Bridge;
 use interface::InterfacePlugin;
+use ipoib::Ipoib;
 use ipvlan::Ipvlan;
 use macvlan::Macvlan;
 use stacked::StackedDriver;
@@ -79,6 +81,16 @@ pub const BUILTINS: &[Builtin] = &[
     Builtin {
         plugin_type: "bridge",
         build: |resolver, session| Box::new(InterfacePlugin::new(Bridge, resolver, session)),
+    },
+    Builtin {
+        plugin_type: "ipoib",
+        build: |resolver, session| {
+            Box::new(InterfacePlugin::new(
+                StackedDriver(Ipoib),
+                resolver,
+                session,
+            ))
+        },
     },
     Builtin {
         plugin_type: "ipvlan",

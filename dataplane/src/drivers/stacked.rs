@@ -48,6 +48,10 @@ pub(crate) trait Stacked: Sync {
     /// [`Conf::validate`]).
     fn parse(req: &Request) -> Result<Conf<Self::Mode>, CniError>;
     fn create(nl: &Netlink, spec: Spec<'_>, mode: Self::Mode) -> Result<Option<Link>, Error>;
+    /// Refuse a master this kind cannot stack on (before IPAM runs).
+    fn check_master(_master: &Link) -> Result<(), CniError> {
+        Ok(())
+    }
     /// The mode the kernel reports for a link of this kind.
     fn mode_of(link: &Link) -> Option<Self::Mode>;
     fn mode_name(mode: Self::Mode) -> &'static str;
@@ -193,6 +197,7 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         at: &Attach<'_>,
     ) -> Result<Self::Prepared, CniError> {
         let master = resolve_master(req, at, conf, S::CHAINS)?;
+        S::check_master(&master)?;
         let mtu = common::check_mtu(conf.mtu, 68, master.mtu, "the master's MTU")?;
         Ok((master, mtu))
     }

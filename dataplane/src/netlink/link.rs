@@ -43,6 +43,47 @@ pub struct Link {
     pub bridge: Option<BridgeInfo>,
     /// Bridge-port settings, when this link is enslaved to a bridge.
     pub bridge_port: Option<BridgePortInfo>,
+    /// IPoIB settings, when this link is an IPoIB device.
+    pub ipoib: Option<IpoibInfo>,
+}
+
+/// What an IPoIB device's `IFLA_INFO_DATA` says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IpoibInfo {
+    /// The partition key (0x8000 set: full membership).
+    pub pkey: Option<u16>,
+    /// `IPOIB_MODE_DATAGRAM` (0) or `IPOIB_MODE_CONNECTED` (1).
+    pub mode: Option<u16>,
+    pub umcast: Option<u16>,
+}
+
+/// An IPoIB child of the IPoIB device `parent`, created in the handle's
+/// namespace (the kernel cannot create one straight into another: the
+/// InfiniBand port belongs to the host's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpoibSpec {
+    pub name: String,
+    pub parent: u32,
+    pub info: IpoibInfo,
+    pub mtu: Option<u32>,
+}
+
+impl IpoibSpec {
+    /// The RTM_NEWLINK body that creates this child.
+    pub fn message(&self) -> nl::LinkMessage {
+        let mut data = Vec::new();
+        data.extend(self.info.pkey.map(nl::InfoIpoib::Pkey));
+        data.extend(self.info.mode.map(|m| nl::InfoIpoib::Mode(m.into())));
+        data.extend(self.info.umcast.map(nl::InfoIpoib::UmCast));
+        let mut msg = new_link_message(
+            &self.name,
+            nl::InfoKind::Ipoib,
+            (!data.is_empty()).then_some(nl::InfoData::Ipoib(data)),
+        );
+        msg.attributes.push(nl::LinkAttribute::Link(self.parent));
+        common_attributes(&mut msg, self.mtu, None, false);
+        msg
+    }
 }
 
 /// The kernel's link type (IFLA_INFO_KIND).
@@ -59,6 +100,7 @@ pub enum LinkKind {
     Ifb,
     Dummy,
     Tun,
+    Ipoib,
     Other(String),
 }
 
@@ -75,6 +117,7 @@ impl LinkKind {
             "ifb" => LinkKind::Ifb,
             "dummy" => LinkKind::Dummy,
             "tun" => LinkKind::Tun,
+            "ipoib" => LinkKind::Ipoib,
             other => LinkKind::Other(other.to_string()),
         }
     }
@@ -481,6 +524,18 @@ impl Link {
                         }
                     }
                 }
+                nl::LinkInfo::Data(nl::InfoData::Ipoib(data)) => {
+                    let mut info = IpoibInfo::default();
+                    for d in data {
+                        match d {
+                            nl::InfoIpoib::Pkey(v) => info.pkey = Some(*v),
+                            nl::InfoIpoib::Mode(m) => info.mode = Some(u16::from(*m)),
+                            nl::InfoIpoib::UmCast(v) => info.umcast = Some(*v),
+                            _ => {}
+                        }
+                    }
+                    self.ipoib = Some(info);
+                }
                 nl::LinkInfo::Data(nl::InfoData::Bridge(data)) => {
                     let mut b = BridgeInfo::default();
                     for d in data {
@@ -666,6 +721,13 @@ impl Netlink {
             spec.name, spec.master, spec.mode
         );
         self.create_child("create ipvlan", object, msg, &spec.name, spec.netns)
+    }
+
+    /// Creates the IPoIB child of `spec` in this handle's namespace.
+    pub fn create_ipoib(&self, spec: &IpoibSpec) -> Result<Link> {
+        validate_ifname(&spec.name)?;
+        let object = format!("{} (parent index {})", spec.name, spec.parent);
+        self.create_local("create ipoib", &object, spec.message(), &spec.name)
     }
 
     /// Sends the creation of a device on a lower device (macvlan, ipvlan):

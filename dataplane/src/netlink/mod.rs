@@ -39,7 +39,8 @@ use crate::netns::NetNs;
 pub use address::{Address, AddressOptions};
 pub use link::{
     validate_ifname, BridgeInfo, BridgePortInfo, BridgePortOptions, BridgeSpec, BridgeVlan,
-    IpvlanMode, IpvlanSpec, Link, LinkKind, LinkUpdate, MacvlanMode, MacvlanSpec, Master, VethSpec,
+    IpoibInfo, IpoibSpec, IpvlanMode, IpvlanSpec, Link, LinkKind, LinkUpdate, MacvlanMode,
+    MacvlanSpec, Master, VethSpec,
 };
 pub use neighbour::{Neighbour, NeighbourState};
 pub use route::{IpFamily, Route, RouteKind, RouteProtocol, Scope, RT_TABLE_LOCAL, RT_TABLE_MAIN};

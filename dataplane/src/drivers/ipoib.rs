@@ -1,0 +1,106 @@
+//! The `ipoib` driver: an IPoIB child of an InfiniBand port's IPoIB device,
+//! with ipoib-cni's keys (`master`, required; `mtu`; `ipam`; also `dns`).
+//!
+//! ADD creates the child in the host namespace under a temporary name, with
+//! the master's partition key and mode (the kernel cannot create it in
+//! another namespace), then moves it into the pod and renames it to
+//! `CNI_IFNAME` in one request; the shared flow of [`super::stacked`] does
+//! the rest (IPAM, addresses, undo, CHECK). DEL deletes it. Its hardware
+//! address is 20 bytes, so the result names no `mac`.
+
+use plexus_cni::error::CniError;
+use plexus_cni::skel::Request;
+use serde::Deserialize;
+
+use super::common::{self, DnsConf, IpamRef};
+use super::stacked::{Conf, Spec, Stacked};
+use crate::netlink::{IpoibSpec, Link, LinkKind, LinkUpdate, Netlink};
+use crate::Error;
+
+#[derive(Debug, Default, Deserialize)]
+struct IpoibConf {
+    master: Option<String>,
+    mtu: Option<i64>,
+    ipam: Option<IpamRef>,
+    dns: Option<DnsConf>,
+}
+
+/// ipoib-cni's plugin, built in.
+pub struct Ipoib;
+
+impl Stacked for Ipoib {
+    /// An IPoIB child has no mode of its own to configure: it takes its
+    /// master's.
+    type Mode = ();
+    const KIND: &'static str = "ipoib";
+    const LINK_KIND: LinkKind = LinkKind::Ipoib;
+    const CHAINS: bool = false;
+
+    fn parse(req: &Request) -> Result<Conf<()>, CniError> {
+        let c: IpoibConf = common::decode_config(req)?;
+        let master = c.master.filter(|m| !m.is_empty()).ok_or_else(|| {
+            CniError::invalid_config("master", "missing: the IPoIB device to make a child of")
+        })?;
+        Ok(Conf {
+            master: Some(master),
+            mode: (),
+            mtu: c.mtu,
+            mac: None,
+            link_in_container: false,
+            ipam: c.ipam,
+            dns: c.dns,
+        })
+    }
+
+    fn check_master(master: &Link) -> Result<(), CniError> {
+        if master.kind == Some(LinkKind::Ipoib) {
+            return Ok(());
+        }
+        let kind = match &master.kind {
+            Some(LinkKind::Other(k)) => k.clone(),
+            Some(k) => format!("{k:?}").to_lowercase(),
+            None => "device without a link type".into(),
+        };
+        Err(CniError::invalid_config(
+            "master",
+            format!("{} is a {kind}, not an IPoIB interface", master.name),
+        ))
+    }
+
+    fn create(nl: &Netlink, spec: Spec<'_>, _: ()) -> Result<Option<Link>, Error> {
+        let master = nl.link_by_index(spec.master)?;
+        let info = master.and_then(|m| m.ipoib).unwrap_or_default();
+        let child = IpoibSpec {
+            name: common::random_name("ib"),
+            parent: spec.master,
+            info: crate::netlink::IpoibInfo {
+                umcast: None,
+                ..info
+            },
+            mtu: spec.mtu,
+        };
+        let link = nl.create_ipoib(&child)?;
+        let moved = nl.update_link(
+            link.index,
+            &LinkUpdate {
+                netns: spec.netns,
+                name: Some(spec.name.to_string()),
+                ..Default::default()
+            },
+        );
+        if let Err(e) = moved {
+            // Not yet the pod's: nothing else would remove it.
+            let _ = nl.del_link(link.index);
+            return Err(e);
+        }
+        Ok(None)
+    }
+
+    fn mode_of(link: &Link) -> Option<()> {
+        link.ipoib.map(drop)
+    }
+
+    fn mode_name(_: ()) -> &'static str {
+        "the master's"
+    }
+}
