@@ -5,7 +5,7 @@
 //! message alone tells an operator what failed. Kernel failures keep the raw
 //! [`Errno`] so callers can react to the common cases without parsing text:
 //! [`Error::is_exists`] (EEXIST), [`Error::is_not_found`] (ENODEV, ENOENT,
-//! ESRCH, EADDRNOTAVAIL), [`Error::is_busy`] (EBUSY).
+//! ESRCH, EADDRNOTAVAIL, or no such PCI device), [`Error::is_busy`] (EBUSY).
 
 use std::path::{Path, PathBuf};
 
@@ -60,6 +60,9 @@ pub enum Error {
         netns: PathBuf,
         reason: String,
     },
+    /// A PCI device could not be found or read in sysfs ([`crate::pci`]).
+    #[error(transparent)]
+    Pci(#[from] crate::pci::PciError),
     /// An argument was rejected before reaching the kernel.
     #[error("invalid {what} {value:?}: {reason}")]
     Invalid {
@@ -76,6 +79,7 @@ impl Error {
             Error::Kernel { errno, .. } | Error::Os { errno, .. } | Error::Sysctl { errno, .. } => {
                 Some(*errno)
             }
+            Error::Pci(e) => e.errno(),
             _ => None,
         }
     }
@@ -87,10 +91,11 @@ impl Error {
 
     /// The object (link, address, route, file) does not exist.
     pub fn is_not_found(&self) -> bool {
-        matches!(
-            self.errno(),
-            Some(Errno::ENODEV | Errno::ENOENT | Errno::ESRCH | Errno::EADDRNOTAVAIL)
-        )
+        matches!(self, Error::Pci(crate::pci::PciError::NotFound { .. }))
+            || matches!(
+                self.errno(),
+                Some(Errno::ENODEV | Errno::ENOENT | Errno::ESRCH | Errno::EADDRNOTAVAIL)
+            )
     }
 
     /// The object is busy (EBUSY), e.g. a name held by a link that is up.

@@ -13,6 +13,8 @@
 //! - [`sysctl`]: `net.*` sysctls read and written inside a namespace, with
 //!   key validation and the reference plugins' rules for dotted interface
 //!   names.
+//! - [`pci`]: PCI devices in sysfs for SR-IOV: a VF's PF, index, netdev and
+//!   driver, and the vfio node of a VF handed to userspace.
 //! - [`drivers`]: the built-in plugins, each a `plexus_cni::skel::Plugin`:
 //!   the interface drivers `bridge`, `macvlan`, `ipvlan` and the chained
 //!   `tuning` and `bandwidth`, in-process versions of the reference plugins.
@@ -30,6 +32,7 @@ pub mod error;
 pub mod mac;
 pub mod netlink;
 pub mod netns;
+pub mod pci;
 pub mod probe;
 pub mod session;
 pub mod sysctl;
