@@ -6,8 +6,9 @@
 //!   runs on a short-lived dedicated thread (see the module docs for why).
 //! - [`netlink`]: a [`Netlink`] handle per namespace, its socket created
 //!   inside the namespace and then driven from the caller's thread; typed
-//!   link, address, route and neighbour operations, and traffic control
-//!   (tbf and ingress qdiscs, redirect filters, ifb devices).
+//!   link, address, route and neighbour operations, traffic control
+//!   (tbf and ingress qdiscs, redirect filters, ifb devices), and SR-IOV VF
+//!   settings through their PF.
 //! - [`session`]: one CNI invocation's runtime, host handle and pod
 //!   handles, opened once and handed to every built-in plugin.
 //! - [`sysctl`]: `net.*` sysctls read and written inside a namespace, with

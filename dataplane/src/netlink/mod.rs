@@ -24,6 +24,7 @@ mod link;
 mod neighbour;
 mod route;
 mod tc;
+mod vf;
 
 use std::fmt::Display;
 use std::time::Duration;
@@ -48,6 +49,7 @@ pub use tc::{
     handle, handle_to_string, Filter, Mirred, MirredKind, PschedClock, Qdisc, QdiscKind, Tbf,
     ETH_P_ALL, HANDLE_INGRESS, HANDLE_ROOT, INGRESS_QDISC, TIME_UNITS_PER_SEC,
 };
+pub use vf::{Guid, VfLinkState, VfSettings, VfState, VfVlan, VlanProto};
 
 /// Upper bound on one request/response exchange with the kernel. Generous:
 /// deleting a link waits for an RCU grace period, which can take tens of
