@@ -3,56 +3,20 @@
 //! a MAC and a VLAN over netlink, a vdpa_sim_net device, 802.1q/802.1ad vlan
 //! and dummy links. Skipped visibly on hosts without them.
 mod common;
+#[path = "common/netdevsim.rs"]
+mod netdevsim;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use common::{run, TestNs};
+use netdevsim::Netdevsim;
 use plexus_testkit::{require, Feature};
 use serde_json::Value;
 
 /// `ip -n NS -d -j link show` as JSON.
 fn links(ns: &TestNs) -> Vec<Value> {
     ns.ip_json(&["-d", "link", "show"])
-}
-
-/// Polls `f` every 20 ms for up to 5 s: devices appear asynchronously.
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A netdevsim device, deleted on drop. Its ports are created in the
-/// namespace of the process that writes `new_device`.
-struct Netdevsim {
-    id: u32,
-}
-
-impl Netdevsim {
-    fn new(ns: &TestNs, ports: u32) -> Netdevsim {
-        // IDs are global: derive one from the pid so concurrent runs differ.
-        let id = 100 + std::process::id() % 10_000;
-        let cmd = format!("echo '{id} {ports}' > /sys/bus/netdevsim/new_device");
-        run("ip", &["netns", "exec", &ns.name, "sh", "-c", &cmd]);
-        Netdevsim { id }
-    }
-
-    fn sysfs(&self) -> String {
-        format!("/sys/bus/netdevsim/devices/netdevsim{}", self.id)
-    }
-}
-
-impl Drop for Netdevsim {
-    fn drop(&mut self) {
-        let _ = std::fs::write("/sys/bus/netdevsim/del_device", self.id.to_string());
-    }
 }
 
 #[test]
@@ -64,13 +28,8 @@ fn netdevsim_sriov_vfs_take_mac_vlan_and_qos_over_netlink() {
     let dev = Netdevsim::new(&ns, 1);
     let bus_dev = format!("netdevsim{}", dev.id);
     // The PF: the port netdev whose parent is our bus device.
-    let pf = wait_for("the netdevsim port", || {
-        links(&ns)
-            .into_iter()
-            .find(|l| l["parentbus"] == "netdevsim" && l["parentdev"] == bus_dev.as_str())
-            .map(|l| l["ifname"].as_str().unwrap().to_string())
-    });
-    std::fs::write(format!("{}/sriov_numvfs", dev.sysfs()), "2").unwrap();
+    let pf = dev.port(&ns);
+    dev.set_num_vfs(2);
     assert_eq!(
         std::fs::read_to_string(format!("{}/sriov_numvfs", dev.sysfs()))
             .unwrap()

@@ -12,6 +12,7 @@
 //! namespaces (`unshare --net`), so probing changes nothing on the machine.
 
 pub mod kube;
+pub mod sriov;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -38,6 +39,11 @@ pub enum Feature {
     Netdevsim,
     /// The vDPA bus with the `vdpasim_net` simulator.
     VdpaSim,
+    /// A real PCI SR-IOV physical function with a netdev (`sriov_totalvfs`
+    /// above 0): qemu's igb in the VM harness ([`sriov`] creates its VFs).
+    /// Only there: the tests create and remove VFs of a machine-wide device,
+    /// so a host's own SR-IOV NIC is never used.
+    PciSriov,
     /// Debian's reference CNI plugins in `/usr/lib/cni`.
     ReferencePlugins,
     /// `python3`, for traffic generators.
@@ -51,7 +57,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    const ALL: [Feature; 11] = [
+    const ALL: [Feature; 12] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
@@ -59,6 +65,7 @@ impl Feature {
         Feature::Dummy,
         Feature::Netdevsim,
         Feature::VdpaSim,
+        Feature::PciSriov,
         Feature::ReferencePlugins,
         Feature::Python3,
         Feature::Podman,
@@ -126,6 +133,17 @@ impl Feature {
                     Err(e) => Some(e.into()),
                 }
             }
+            Feature::PciSriov => match sriov::find_pf() {
+                None => reason(
+                    true,
+                    "no PCI device with SR-IOV (sriov_totalvfs > 0) and a netdev, like the VM's igb",
+                ),
+                Some(pf) if !in_vm() => Some(Cow::Owned(format!(
+                    "the SR-IOV tests create and remove the VFs of {} ({}): they run in the VM harness only",
+                    pf.address, pf.netdev
+                ))),
+                Some(_) => None,
+            },
             Feature::ReferencePlugins => reason(
                 !REFERENCE_PLUGINS
                     .iter()
@@ -161,6 +179,7 @@ impl fmt::Display for Feature {
             Feature::Dummy => "dummy",
             Feature::Netdevsim => "netdevsim",
             Feature::VdpaSim => "vdpa_sim_net",
+            Feature::PciSriov => "PCI SR-IOV",
             Feature::ReferencePlugins => "the reference CNI plugins",
             Feature::Python3 => "python3",
             Feature::Podman => "podman",
