@@ -1,8 +1,9 @@
 //! Real PCI SR-IOV for tests ([`Feature::PciSriov`](crate::Feature)): the
 //! physical function (PF) the probe finds, in the VM harness qemu's emulated
 //! Intel 82576 (igb, shared/notes/sriov-vm.md); virtual functions (VFs)
-//! created on it for the life of a guard; and a VF handed to vfio-pci in
-//! no-IOMMU mode (sriov-cni's "DPDK mode") until its guard drops.
+//! created on it, with the PF up, for the life of a guard; and a VF handed
+//! to vfio-pci in no-IOMMU mode (sriov-cni's "DPDK mode") until its guard
+//! drops.
 //!
 //! The PF is one for the whole machine, so the guards of one test binary
 //! take turns ([`SriovVfs::create`] waits for the previous guard). Every wait
@@ -11,10 +12,12 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 const PCI_DEVICES: &str = "/sys/bus/pci/devices";
+const CLASS_NET: &str = "/sys/class/net";
 const PCI_DRIVERS_PROBE: &str = "/sys/bus/pci/drivers_probe";
 const VFIO_NOIOMMU: &str = "/sys/module/vfio/parameters/enable_unsafe_noiommu_mode";
 
@@ -54,6 +57,35 @@ impl PciPf {
 
     fn set_num_vfs(&self, count: u32) {
         write(&self.path("sriov_numvfs"), &count.to_string());
+    }
+
+    /// Whether its netdev is administratively up (IFF_UP in `flags`).
+    fn is_up(&self) -> bool {
+        let flags = fs::read_to_string(Path::new(CLASS_NET).join(&self.netdev).join("flags"))
+            .unwrap_or_default();
+        u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).is_ok_and(|f| f & 1 == 1)
+    }
+
+    /// Brings its netdev up or down (`ip link`).
+    fn set_up(&self, up: bool) -> Result<(), String> {
+        let state = if up { "up" } else { "down" };
+        let out = crate::bounded(
+            Command::new("ip").args(["link", "set", "dev", &self.netdev, state]),
+            SRIOV_TIMEOUT,
+        )?;
+        if !out.status.success() {
+            return Err(format!("ip link set dev {} {state} failed", self.netdev));
+        }
+        Ok(())
+    }
+
+    /// Waits for its netdev's carrier.
+    fn wait_for_carrier(&self) -> Result<(), String> {
+        // Reading `carrier` of a link that is down gives EINVAL.
+        let carrier = Path::new(CLASS_NET).join(&self.netdev).join("carrier");
+        wait_for(&format!("carrier on {}", self.netdev), || {
+            (fs::read_to_string(&carrier).ok()?.trim() == "1").then_some(())
+        })
     }
 }
 
@@ -107,18 +139,26 @@ impl PciVf {
     }
 }
 
-/// VFs on the probed PF, removed (`sriov_numvfs` 0) on drop.
+/// VFs on the probed PF, which is up meanwhile; on drop the VFs are removed
+/// (`sriov_numvfs` 0) and the PF goes back down if it was.
 #[derive(Debug)]
 pub struct SriovVfs {
     pub pf: PciPf,
     pub vfs: Vec<PciVf>,
+    pf_was_up: bool,
     _turn: MutexGuard<'static, ()>,
 }
 
 impl SriovVfs {
-    /// Creates `count` VFs on the PF [`find_pf`] finds: `sriov_numvfs` 0
-    /// first (a different non-zero count is refused with EBUSY), then
-    /// `count`; returns once every VF has its netdev.
+    /// Creates `count` VFs on the PF [`find_pf`] finds: brings the PF up,
+    /// then `sriov_numvfs` 0 (a different non-zero count is refused with
+    /// EBUSY), then `count`; returns once every VF has its netdev and the PF
+    /// its carrier again (igb resets when its VF count changes).
+    ///
+    /// The PF is up first because igbvf probed under a PF that is down
+    /// ("PF still in reset state") does not reach the PF's mailbox until
+    /// reset: the PF would never learn the VF's own MAC. And igb takes a
+    /// VF's maximum rate only with link.
     pub fn create(count: u32) -> SriovVfs {
         static TURN: Mutex<()> = Mutex::new(());
         // A test that panicked holding the turn has dropped its VFs anyway.
@@ -131,6 +171,8 @@ impl SriovVfs {
             pf.address,
             pf.total_vfs
         );
+        let pf_was_up = pf.is_up();
+        pf.set_up(true).unwrap_or_else(|e| panic!("{e}"));
         pf.set_num_vfs(0);
         pf.set_num_vfs(count);
         let vfs = wait_for(
@@ -146,9 +188,11 @@ impl SriovVfs {
             },
         )
         .unwrap_or_else(|e| panic!("{e}"));
+        pf.wait_for_carrier().unwrap_or_else(|e| panic!("{e}"));
         SriovVfs {
             pf,
             vfs,
+            pf_was_up,
             _turn: turn,
         }
     }
@@ -156,14 +200,18 @@ impl SriovVfs {
 
 impl Drop for SriovVfs {
     fn drop(&mut self) {
-        let path = self.pf.path("sriov_numvfs");
-        if let Err(e) = fs::write(&path, "0") {
-            eprintln!("warning: removing the test's VFs: {}: {e}", path.display());
-            return;
-        }
-        let deadline = Instant::now() + SRIOV_TIMEOUT;
-        while !self.pf.vf_addresses().is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
+        let removed = try_write(&self.pf.path("sriov_numvfs"), "0").and_then(|()| {
+            wait_for("the test's VFs to go", || {
+                self.pf.vf_addresses().is_empty().then_some(())
+            })
+        });
+        let restored = if self.pf_was_up {
+            Ok(())
+        } else {
+            self.pf.set_up(false)
+        };
+        for e in [removed, restored].into_iter().filter_map(Result::err) {
+            eprintln!("warning: {e}");
         }
     }
 }

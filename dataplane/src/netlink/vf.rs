@@ -17,6 +17,12 @@
 //!   on DEL give back the admin MAC (usually clearing it to
 //!   00:00:00:00:00:00) *before* restoring the netdev's MAC, or have the VF
 //!   trusted meanwhile.
+//! - **A saved MAC may be the VF's own.** Without an admin MAC, igb reports
+//!   the MAC the VF chose for itself (igbvf's random one, or one set on its
+//!   netdev) as the VF's `mac`: [`VfState::mac`] cannot tell the two apart,
+//!   and giving back a non-zero saved MAC turns it into an admin MAC, which
+//!   then locks an untrusted VF's own MAC. A driver that saw the saved MAC on
+//!   the VF's netdev at ADD may rather clear the admin MAC on DEL.
 //! - **Partial application.** The kernel applies the settings of one request
 //!   in a fixed order (MAC, VLAN, rates, spoofchk, link state, trust, GUIDs)
 //!   and stops at the first the driver refuses: the ones before it stay
@@ -320,7 +326,8 @@ impl fmt::Display for VfSettings {
 pub struct VfState {
     /// The VF's number on the PF.
     pub vf: u32,
-    /// The admin MAC; 00:00:00:00:00:00 when none is set.
+    /// The admin MAC; 00:00:00:00:00:00 when none is set, or (igb) the
+    /// VF's own MAC (see the module docs).
     #[serde(with = "mac_as_text")]
     pub mac: MacAddr,
     /// The port VLAN (id 0: none). The protocol is 802.1Q unless the kernel
