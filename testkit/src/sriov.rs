@@ -171,7 +171,14 @@ impl SriovVfs {
             pf.address,
             pf.total_vfs
         );
-        let pf_was_up = pf.is_up();
+        // The guard first: a step that fails below is cleaned up by its drop.
+        let mut guard = SriovVfs {
+            pf_was_up: pf.is_up(),
+            pf,
+            vfs: Vec::new(),
+            _turn: turn,
+        };
+        let pf = &guard.pf;
         pf.set_up(true).unwrap_or_else(|e| panic!("{e}"));
         pf.set_num_vfs(0);
         pf.set_num_vfs(count);
@@ -189,12 +196,8 @@ impl SriovVfs {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         pf.wait_for_carrier().unwrap_or_else(|e| panic!("{e}"));
-        SriovVfs {
-            pf,
-            vfs,
-            pf_was_up,
-            _turn: turn,
-        }
+        guard.vfs = vfs;
+        guard
     }
 }
 

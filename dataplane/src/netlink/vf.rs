@@ -433,6 +433,8 @@ impl Netlink {
     }
 
     /// The settings of every VF of the PF with link index `pf`, by VF number.
+    /// They come in one reply of about 200 bytes per VF, which netlink-proto
+    /// reads into a 64 KiB buffer: enough for some 300 VFs.
     pub fn vf_states(&self, pf: u32) -> Result<Vec<VfState>> {
         let mut msg = nl::LinkMessage::default();
         msg.header.index = pf;
