@@ -32,6 +32,14 @@ fn refused(e: Error) -> Errno {
     }
 }
 
+/// `n` VFs, a handle on the namespace their PF is in, and the PF's index.
+fn vfs_on_pf(n: u32) -> (SriovVfs, Netlink, u32) {
+    let vfs = SriovVfs::create(n);
+    let nl = Netlink::current().unwrap();
+    let pf = nl.link_by_name(&vfs.pf.netdev).unwrap().unwrap().index;
+    (vfs, nl, pf)
+}
+
 #[test]
 fn pci_discovery_on_real_sysfs() {
     if !require(&[Feature::Root, Feature::PciSriov]) {
@@ -134,9 +142,7 @@ fn igb_vf_settings_are_applied_read_back_and_restored() {
     if !require(&[Feature::Root, Feature::PciSriov]) {
         return;
     }
-    let vfs = SriovVfs::create(2);
-    let nl = Netlink::current().unwrap();
-    let pf = nl.link_by_name(&vfs.pf.netdev).unwrap().unwrap().index;
+    let (vfs, nl, pf) = vfs_on_pf(2);
     let (vf, other) = (vfs.vfs[0].index, vfs.vfs[1].index);
     let saved = nl.vf_state(pf, vf).unwrap().expect("VF 0");
     let other_saved = nl.vf_state(pf, other).unwrap().expect("VF 1");
@@ -188,9 +194,7 @@ fn igb_admin_mac_locks_an_untrusted_vfs_own_mac_until_cleared() {
     if !require(&[Feature::Root, Feature::PciSriov]) {
         return;
     }
-    let vfs = SriovVfs::create(1);
-    let nl = Netlink::current().unwrap();
-    let pf = nl.link_by_name(&vfs.pf.netdev).unwrap().unwrap().index;
+    let (vfs, nl, pf) = vfs_on_pf(1);
     let vf = vfs.vfs[0].index;
     let netdev = nl
         .link_by_name(&vfs.vfs[0].netdev().unwrap())
@@ -223,9 +227,7 @@ fn igb_refusals_are_kernel_errors_with_their_errno() {
     if !require(&[Feature::Root, Feature::PciSriov]) {
         return;
     }
-    let vfs = SriovVfs::create(1);
-    let nl = Netlink::current().unwrap();
-    let pf = nl.link_by_name(&vfs.pf.netdev).unwrap().unwrap().index;
+    let (vfs, nl, pf) = vfs_on_pf(1);
     let vf = vfs.vfs[0].index;
     let saved = nl.vf_state(pf, vf).unwrap().unwrap();
     let cases = [
