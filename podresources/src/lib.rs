@@ -11,3 +11,5 @@ pub mod client;
 pub mod v1;
 
 pub use client::{Client, Error};
+/// The gRPC status codes of [`Error::Refused`].
+pub use tonic::Code;
