@@ -378,3 +378,58 @@ fn an_unreachable_kubelet_fails_the_add_naming_the_socket() {
         "{e}"
     );
 }
+
+#[test]
+fn plexus_plan_shows_the_devices_when_given_kubelets_socket() {
+    let kubelet = PodResourcesServer::start(node_pods());
+    let node = Node::new("sriov-b,sriov-a", kubelet.socket());
+    let conf = node.fakes.root().join("plexus.conf");
+    std::fs::write(&conf, &node.conf).unwrap();
+    let manifests = node.fakes.root().join("manifests/demo.yaml");
+    let plan = |extra: &[&Path]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_plexus"))
+            .arg("plan")
+            .args([
+                Path::new("--pod"),
+                &manifests,
+                Path::new("--nad"),
+                &manifests,
+            ])
+            .args([Path::new("--config"), &conf])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_ok("plan", &out);
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let devices = |plan: &Value| -> Vec<Value> {
+        plan["attachments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["plugins"][0]["deviceID"].clone())
+            .collect()
+    };
+
+    let with = plan(&[Path::new("--pod-resources"), kubelet.socket()]);
+    assert_eq!(
+        devices(&with),
+        [Value::Null, json!("0000:5e:00.1"), json!("0000:3b:02.1")]
+    );
+    assert_eq!(with["warnings"], json!([]));
+    assert_eq!(kubelet.calls(), ["Get"]);
+
+    // Off the node: no device, and a warning saying why.
+    let without = plan(&[]);
+    assert_eq!(devices(&without), [Value::Null, Value::Null, Value::Null]);
+    let warnings = without["warnings"].to_string();
+    assert!(
+        warnings.contains(
+            "k8s.v1.cni.cncf.io/networks[0]: NetworkAttachmentDefinition demo/sriov-b has \
+             resourceName intel.com/sriov_b: its deviceID comes from kubelet's PodResources API \
+             at ADD time"
+        ),
+        "{warnings}"
+    );
+    assert_eq!(kubelet.calls(), ["Get"]);
+}
