@@ -230,6 +230,16 @@ impl Node {
         child.wait_with_output().unwrap()
     }
 
+    /// An ADD that fails with CNI error `code` before any plugin runs; its details.
+    fn failed_add(&self, code: u32) -> String {
+        let out = self.plexus("ADD");
+        assert!(!out.status.success(), "expected a failure");
+        let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(e["code"], code, "{e}");
+        assert!(self.fakes.calls().is_empty(), "{:?}", self.fakes.calls());
+        e["details"].as_str().unwrap().to_string()
+    }
+
     /// `(plugin type, CNI_IFNAME, its stdin)` of every call with `command`.
     fn requests(&self, command: &str) -> Vec<(String, String, Value)> {
         (0..self.fakes.calls().len())
@@ -247,11 +257,6 @@ fn assert_ok(what: &str, out: &Output) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn cni_error(out: &Output) -> Value {
-    assert!(!out.status.success(), "expected a failure");
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// The device each plugin call was handed: `(type, ifname, deviceID,
@@ -328,9 +333,7 @@ fn networks_without_a_resource_never_ask_kubelet() {
 fn too_few_devices_fail_the_add_before_any_plugin_runs() {
     let kubelet = PodResourcesServer::start(node_pods());
     let node = Node::new("sriov-a,sriov-a,sriov-a", kubelet.socket());
-    let e = cni_error(&node.plexus("ADD"));
-    assert_eq!(e["code"], 101, "{e}");
-    let details = e["details"].as_str().unwrap();
+    let details = node.failed_add(101);
     assert!(
         details.starts_with(
             "k8s.v1.cni.cncf.io/networks[2]: NetworkAttachmentDefinition demo/sriov-a \
@@ -339,7 +342,6 @@ fn too_few_devices_fail_the_add_before_any_plugin_runs() {
         ),
         "{details}"
     );
-    assert!(node.fakes.calls().is_empty(), "{:?}", node.fakes.calls());
 }
 
 #[test]
@@ -347,9 +349,7 @@ fn an_unreachable_kubelet_fails_the_add_naming_the_socket() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     let node = Node::new("plain,sriov-b", &socket);
-    let e = cni_error(&node.plexus("ADD"));
-    assert_eq!(e["code"], 105, "{e}");
-    let details = e["details"].as_str().unwrap();
+    let details = node.failed_add(105);
     assert!(
         details.starts_with(
             "k8s.v1.cni.cncf.io/networks[1]: NetworkAttachmentDefinition demo/sriov-b \
@@ -361,22 +361,14 @@ fn an_unreachable_kubelet_fails_the_add_naming_the_socket() {
         )),
         "{details}"
     );
-    assert!(node.fakes.calls().is_empty(), "{:?}", node.fakes.calls());
 
     // One that does not answer in time: try again later (code 11).
     let hung = PodResourcesServer::start_as(Kubelet::Hung, node_pods());
     let node = Node::new("sriov-b", hung.socket());
     let started = Instant::now();
-    let e = cni_error(&node.plexus("ADD"));
-    assert_eq!(e["code"], 11, "{e}");
+    let details = node.failed_add(11);
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert!(
-        e["details"]
-            .as_str()
-            .unwrap()
-            .contains("no answer within 2s"),
-        "{e}"
-    );
+    assert!(details.contains("no answer within 2s"), "{details}");
 }
 
 #[test]
