@@ -12,7 +12,9 @@ use crate::cni::args::CniArgs;
 use crate::cni::error::CniError;
 use crate::cni::result::CniResult;
 use crate::cni::version::CniVersion;
-use crate::config::PlexusConf;
+use crate::config::{PlexusConf, PodResourcesClient};
+use crate::devices::podresources::client as podresources;
+use crate::devices::DeviceSource;
 use crate::manifest;
 use crate::netattach::deviceinfo::DeviceInfo;
 use crate::netattach::status::{NetworkStatus, StatusInput};
@@ -79,6 +81,10 @@ struct PlanArgs {
     /// The runtime's runtimeConfig (JSON object), given to the default network only (§7.5).
     #[arg(long, value_name = "JSON")]
     runtime_config: Option<String>,
+    /// kubelet's PodResources socket, asked for the devices of networks backed by a
+    /// device-plugin resource; without it their deviceID is left out, with a warning.
+    #[arg(long, value_name = "SOCKET")]
+    pod_resources: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -194,9 +200,14 @@ fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
         (None, None) => first_conf(conf_dir.as_ref())?,
     };
 
+    let kubelet = args
+        .pod_resources
+        .as_ref()
+        .map(|socket| PodResourcesClient::new(socket, podresources::DEFAULT_TIMEOUT));
     let inputs = PlanInputs {
         nads: &nads,
         conf_dir: conf_dir.as_ref(),
+        devices: kubelet.as_ref().map(|k| k as &dyn DeviceSource),
         default_network: &default_network,
         options: &options,
     };

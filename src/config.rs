@@ -22,6 +22,8 @@ pub use crate::cluster::kube::ApiTimeouts;
 use crate::cni::casefold;
 use crate::cni::config::NetworkConfigList;
 use crate::cni::error::CniError;
+use crate::devices::podresources::client as podresources;
+pub use crate::devices::podresources::Client as PodResourcesClient;
 
 pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
 pub const DEFAULT_CNI_DIR: &str = "/var/lib/cni/plexus";
@@ -77,6 +79,9 @@ pub struct PlexusConf {
     pub readiness_indicator_file: Option<PathBuf>,
     /// How long an ADD waits for the cluster network (`readinessTimeout`).
     pub readiness_timeout: Duration,
+    /// kubelet's PodResources API (`podResourcesSocket`, `podResourcesTimeout`):
+    /// where networks backed by a device-plugin resource learn their device.
+    pub pod_resources: PodResourcesClient,
     pub log_file: Option<PathBuf>,
     pub log_level: Option<String>,
     /// Capabilities plexus asks the runtime for (passed on to the default network).
@@ -133,6 +138,8 @@ struct RawConf {
     #[serde(rename = "readinessindicatorfile")]
     readiness_indicator_file: Option<String>,
     readiness_timeout: Option<f64>,
+    pod_resources_socket: Option<String>,
+    pod_resources_timeout: Option<f64>,
     log_file: Option<String>,
     log_level: Option<String>,
     capabilities: Option<BTreeMap<String, bool>>,
@@ -251,6 +258,11 @@ impl PlexusConf {
                 .map(PathBuf::from),
             readiness_timeout: seconds("readinessTimeout", raw.readiness_timeout)?
                 .unwrap_or(DEFAULT_READINESS_TIMEOUT),
+            pod_resources: PodResourcesClient::new(
+                path(raw.pod_resources_socket, podresources::DEFAULT_SOCKET),
+                seconds("podResourcesTimeout", raw.pod_resources_timeout)?
+                    .unwrap_or(podresources::DEFAULT_TIMEOUT),
+            ),
             log_file: raw.log_file.map(PathBuf::from),
             log_level: raw.log_level,
             capabilities: raw.capabilities.unwrap_or_default(),
@@ -282,6 +294,13 @@ mod tests {
         assert_eq!(conf.plexus_namespace, "kube-system");
         assert_eq!(conf.conf_dir, PathBuf::from(DEFAULT_CONF_DIR));
         assert!(!conf.strict_annotations);
+        assert_eq!(
+            conf.pod_resources,
+            PodResourcesClient::new(
+                "/var/lib/kubelet/pod-resources/kubelet.sock",
+                Duration::from_secs(10)
+            )
+        );
     }
 
     #[test]
@@ -289,8 +308,13 @@ mod tests {
         let conf = PlexusConf::from_value(&json!({
             "ClusterNetwork": "ovn", "StrictAnnotations": true,
             "globalNamespaces": "default, shared", "RuntimeConfig": {"mac": "02:00:00:00:00:01"},
+            "podResourcesSocket": "/run/k/kubelet.sock", "PodResourcesTimeout": 0.5,
         }))
         .unwrap();
+        assert_eq!(
+            conf.pod_resources,
+            PodResourcesClient::new("/run/k/kubelet.sock", Duration::from_millis(500))
+        );
         assert_eq!(
             conf.cluster_network,
             ClusterNetwork::Reference("ovn".into())
@@ -325,6 +349,10 @@ mod tests {
             (
                 json!({"clusterNetwork": "x", "systemNamespaces": 3}),
                 "systemNamespaces",
+            ),
+            (
+                json!({"clusterNetwork": "x", "podResourcesTimeout": 0}),
+                "podResourcesTimeout: 0 is out of range",
             ),
         ];
         for (input, want) in cases {

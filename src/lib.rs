@@ -8,6 +8,8 @@
 //! - [`readiness`]: waiting for the cluster network (§6.1.2).
 //! - [`plan`]: pod + NADs + default network → the ordered attachment plan (pure).
 //! - [`config`]: plexus's own CNI conf (Multus-compatible keys).
+//! - [`devices`]: which device kubelet allocated to the pod each network backed
+//!   by a device-plugin resource gets (kubelet's PodResources API).
 //! - [`manifest`]: Kubernetes manifests (YAML/JSON) read from files.
 //! - [`netattach`]: the multi-net spec model (NAD, selection, status, IPAMClaim).
 //! - [`run`]: executes a plan: plugin chains (built-in or exec'd), prevResult,
@@ -23,6 +25,7 @@ pub mod cluster;
 pub use plexus_cni as cni;
 pub mod config;
 pub mod demo;
+pub mod devices;
 pub mod manifest;
 pub mod netattach;
 pub mod plan;

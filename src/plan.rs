@@ -3,10 +3,12 @@
 //! with its `CNI_IFNAME`, `CNI_ARGS` and the exact JSON every plugin of its
 //! chain receives (without `prevResult`, which only exists at run time).
 //!
-//! The planner does no netlink and no API calls, so every rule of the spec is
-//! a fast unit test and `plexus plan` shows users exactly what will happen.
-//! The only I/O is reading the conf dir, and only when a NAD has no
-//! `spec.config` (§3.4.1 rules 2–3).
+//! The planner does no netlink and no API calls of its own, so every rule of
+//! the spec is a fast unit test and `plexus plan` shows users exactly what
+//! will happen. Its I/O is reading the conf dir, only when a NAD has no
+//! `spec.config` (§3.4.1 rules 2–3), and what its sources do: NADs from the
+//! cluster, and the pod's devices from kubelet, asked once and only when a
+//! network is backed by a device-plugin resource.
 //!
 //! Rules implemented (multi-net-spec v1.3 unless noted):
 //! - §6.2: the cluster-wide default network is attached first, then Multus's
@@ -26,6 +28,11 @@
 //! - §4.1.2.1.11: `ipam-claim-reference` recorded; combined with `ips` it fails.
 //! - §7.4: namespace isolation; §7.5: the runtime's runtimeConfig reaches the
 //!   default network only.
+//! - device-info-SPEC §4.2.1 (Multus's `resourceName`): a network whose NAD
+//!   names a device-plugin resource gets one of the devices kubelet
+//!   allocated to the pod, as `deviceID` (and `pciBusID`, and
+//!   `runtimeConfig.deviceID` for plugins with that capability), in the
+//!   stable order of [`crate::devices`]; too few devices fail the pod.
 //! - An invalid selection annotation is ignored with a warning (the spec's
 //!   rule), or fails the pod with `strictAnnotations`.
 
@@ -41,6 +48,7 @@ use crate::cni::config::{derive_request, NetworkConfigList};
 use crate::cni::error::{codes, CniError};
 use crate::cni::result::CniResult;
 use crate::config::{ClusterNetwork, PlexusConf};
+use crate::devices::{self, DeviceNeed, DeviceSource};
 use crate::manifest::Pod;
 use crate::netattach::nad::NetworkAttachmentDefinition;
 use crate::netattach::names::NetworkRef;
@@ -176,6 +184,9 @@ pub struct DefaultNetwork {
 pub struct PlanInputs<'a> {
     pub nads: &'a dyn NadSource,
     pub conf_dir: Option<&'a ConfDir>,
+    /// kubelet's PodResources API, asked only when a network is backed by
+    /// a device-plugin resource; `None` off the node (no device IDs then).
+    pub devices: Option<&'a dyn DeviceSource>,
     pub default_network: &'a DefaultNetwork,
     pub options: &'a PlanOptions,
 }
@@ -384,26 +395,43 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
         disable_check: default_network.config.disable_check,
     });
 
-    for (want, ifname) in wanted.iter().zip(ifnames) {
-        check_isolation(pod, want, options)?;
-        let (config, source) = resolve_nad(&want.reference, inputs.nads, inputs.conf_dir)?;
+    let resolved = wanted
+        .iter()
+        .map(|want| {
+            check_isolation(pod, want, options)?;
+            resolve_nad(&want.reference, inputs.nads, inputs.conf_dir)
+        })
+        .collect::<Result<Vec<_>, CniError>>()?;
+    let device_ids = device_ids(pod, &wanted, &resolved, inputs.devices, &mut warnings)?;
+
+    for (((want, ifname), nad), device_id) in
+        wanted.iter().zip(ifnames).zip(resolved).zip(device_ids)
+    {
+        let ResolvedNad { config, source, .. } = nad;
         let selection = want.selection.as_ref();
-        let capability_args = match selection {
+        let mut capability_args = match selection {
             Some(s) => capability_args(s, &config, &want.reference)?,
             None => Map::new(),
         };
+        if let Some(id) = &device_id {
+            capability_args.insert(devices::DEVICE_ID_CAPABILITY.into(), json!(id));
+        }
         let cni_args_override = selection.and_then(|s| s.cni_args.as_ref());
+        let mut plugins = requests(
+            &config,
+            &want.reference.to_string(),
+            &capability_args,
+            cni_args_override,
+        )?;
+        if let Some(id) = &device_id {
+            devices::hand_over(&mut plugins, id);
+        }
         attachments.push(Attachment {
             network: want.reference.to_string(),
             ifname,
             default: false,
             cni_args: secondary_cni_args.clone(),
-            plugins: requests(
-                &config,
-                &want.reference.to_string(),
-                &capability_args,
-                cni_args_override,
-            )?,
+            plugins,
             source,
             default_route: selection.and_then(|s| s.default_route.clone()),
             clear_default_route: false,
@@ -425,6 +453,54 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
         attachments,
         warnings,
     })
+}
+
+/// The device of each wanted network backed by a device-plugin resource
+/// (see [`devices`] for the order), from one look-up of the pod, and only
+/// when one is: `None` for the others. Without a device source (`plexus
+/// plan` off the node) such networks get none, with a warning.
+fn device_ids(
+    pod: &Pod,
+    wanted: &[Wanted],
+    resolved: &[ResolvedNad],
+    source: Option<&dyn DeviceSource>,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Option<String>>, CniError> {
+    let networks: Vec<String> = wanted.iter().map(|w| w.reference.to_string()).collect();
+    let (positions, needs): (Vec<usize>, Vec<DeviceNeed>) = resolved
+        .iter()
+        .enumerate()
+        .filter_map(|(i, nad)| {
+            let resource = nad.resource_name.as_deref()?;
+            let need = DeviceNeed {
+                label: &wanted[i].label,
+                network: &networks[i],
+                resource,
+            };
+            Some((i, need))
+        })
+        .unzip();
+    let mut ids = vec![None; wanted.len()];
+    if needs.is_empty() {
+        return Ok(ids);
+    }
+    let Some(source) = source else {
+        warnings.extend(needs.iter().map(|need| {
+            format!(
+                "{}: NetworkAttachmentDefinition {} has resourceName {}: its deviceID comes from \
+                 kubelet's PodResources API at ADD time and is not looked up here",
+                need.label, need.network, need.resource
+            )
+        }));
+        return Ok(ids);
+    };
+    for (i, id) in positions
+        .into_iter()
+        .zip(devices::look_up(pod, &needs, source)?)
+    {
+        ids[i] = Some(id);
+    }
+    Ok(ids)
 }
 
 /// §6: the configured cluster network, unless the pod overrides it with
@@ -457,7 +533,7 @@ fn resolve_default_network(
             .unwrap_or_else(|| inputs.options.plexus_namespace.clone()),
         name: element.name.clone(),
     };
-    let (config, source) = resolve_nad(&reference, inputs.nads, inputs.conf_dir)?;
+    let ResolvedNad { config, source, .. } = resolve_nad(&reference, inputs.nads, inputs.conf_dir)?;
     Ok(DefaultNetwork {
         network: reference.to_string(),
         config,
@@ -608,12 +684,22 @@ fn check_isolation(pod: &Pod, want: &Wanted, options: &PlanOptions) -> Result<()
     ))
 }
 
+/// A NAD resolved to the config it stands for.
+struct ResolvedNad {
+    config: NetworkConfigList,
+    /// Where the config came from.
+    source: String,
+    /// The device-plugin resource backing the network (its
+    /// `k8s.v1.cni.cncf.io/resourceName`).
+    resource_name: Option<String>,
+}
+
 /// §3.4.1: the config a NAD stands for, and where it came from.
 fn resolve_nad(
     reference: &NetworkRef,
     nads: &dyn NadSource,
     conf_dir: Option<&ConfDir>,
-) -> Result<(NetworkConfigList, String), CniError> {
+) -> Result<ResolvedNad, CniError> {
     let nad = nads
         .get(&reference.namespace, &reference.name)?
         .ok_or_else(|| {
@@ -623,6 +709,11 @@ fn resolve_nad(
                 format!("NetworkAttachmentDefinition {reference} does not exist"),
             )
         })?;
+    let resolved = |config, source| ResolvedNad {
+        config,
+        source,
+        resource_name: nad.resource_name().map(String::from),
+    };
     if let Some(text) = nad.spec_config() {
         let source = format!("NetworkAttachmentDefinition {reference} spec.config");
         let mut list = NetworkConfigList::from_slice(text.as_bytes())
@@ -631,7 +722,7 @@ fn resolve_nad(
         if list.name.as_deref().is_none_or(str::is_empty) {
             list.name = Some(reference.name.clone());
         }
-        return Ok((list, source));
+        return Ok(resolved(list, source));
     }
     let dir = conf_dir.ok_or_else(|| {
         CniError::plugin(
@@ -645,7 +736,7 @@ fn resolve_nad(
         )
     })?;
     match dir.find(&reference.name) {
-        Some((path, list)) => Ok((list.clone(), path.display().to_string())),
+        Some((path, list)) => Ok(resolved(list.clone(), path.display().to_string())),
         None => Err(CniError::plugin(
             codes::NETWORK_NOT_FOUND,
             "network not found",
@@ -796,7 +887,8 @@ pub fn cluster_network(
         ClusterNetwork::Reference(name) => {
             if let Ok(reference) = NetworkRef::parse(name, plexus_namespace) {
                 if nads.get(&reference.namespace, &reference.name)?.is_some() {
-                    let (config, source) = resolve_nad(&reference, nads, conf_dir)?;
+                    let ResolvedNad { config, source, .. } =
+                        resolve_nad(&reference, nads, conf_dir)?;
                     return Ok(DefaultNetwork {
                         network: reference.to_string(),
                         config,
@@ -844,7 +936,7 @@ pub fn default_network_from_file(path: &Path) -> Result<DefaultNetwork, CniError
         let reference = nad.network_ref(crate::manifest::DEFAULT_NAMESPACE);
         let mut nads = BTreeMap::new();
         nads.insert((reference.namespace.clone(), reference.name.clone()), nad);
-        let (config, source) = resolve_nad(&reference, &nads, None)?;
+        let ResolvedNad { config, source, .. } = resolve_nad(&reference, &nads, None)?;
         return Ok(DefaultNetwork {
             network: reference.to_string(),
             config,

@@ -267,6 +267,7 @@ impl Plugin for PlexusPlugin {
         let inputs = PlanInputs {
             nads: cluster,
             conf_dir: Some(&conf_dir),
+            devices: Some(&conf.pod_resources),
             default_network: &default_network,
             options: &options,
         };

@@ -73,6 +73,7 @@ fn plan_for(
         &PlanInputs {
             nads: &all,
             conf_dir: None,
+            devices: None,
             default_network: &dn,
             options,
         },
@@ -106,6 +107,7 @@ fn plan_3_2(nad_file: &str, conf_dir: Option<&ConfDir>) -> Result<Plan, plexus::
         &PlanInputs {
             nads: &all,
             conf_dir,
+            devices: None,
             default_network: &dn,
             options: &PlanOptions::default(),
         },
@@ -144,6 +146,7 @@ fn s3_2_2_config_list_in_object_and_s7_1_injection() {
         &PlanInputs {
             nads: &all,
             conf_dir: None,
+            devices: None,
             default_network: &dn,
             options: &PlanOptions::default(),
         },
@@ -620,6 +623,7 @@ fn system_namespaces_withhold_default_networks_but_honour_the_pods_selection() {
             &PlanInputs {
                 nads: &all,
                 conf_dir: None,
+                devices: None,
                 default_network: &dn,
                 options: &options,
             },
@@ -675,6 +679,7 @@ fn pod_can_override_the_default_network() {
         &PlanInputs {
             nads: &all,
             conf_dir: None,
+            devices: None,
             default_network: &dn,
             options: &PlanOptions::default(),
         },

@@ -201,6 +201,7 @@ fn planned(node: &Node, second_tail: Value) -> Plan {
         &PlanInputs {
             nads: &nads,
             conf_dir: None,
+            devices: None,
             default_network: &default_network,
             options: &options,
         },

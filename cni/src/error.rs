@@ -83,6 +83,9 @@ pub mod codes {
     /// The Kubernetes API server refused a request (forbidden, invalid ...);
     /// one it did not answer is code 11, try again later.
     pub const KUBERNETES_API: u32 = 104;
+    /// kubelet's PodResources API could not be reached, refused the call or
+    /// does not know the pod; one that did not answer in time is code 11.
+    pub const POD_RESOURCES: u32 = 105;
 }
 
 /// A CNI error: what plexus prints on stdout before exiting non-zero.

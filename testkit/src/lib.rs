@@ -12,6 +12,7 @@
 //! namespaces (`unshare --net`), so probing changes nothing on the machine.
 
 pub mod kube;
+pub mod podresources;
 pub mod sriov;
 
 use std::borrow::Cow;

@@ -1,0 +1,417 @@
+//! The devices kubelet allocated to a pod (SR-IOV VFs and the like), and
+//! which attachment gets which.
+//!
+//! A NetworkAttachmentDefinition annotated `k8s.v1.cni.cncf.io/resourceName`
+//! is backed by a device-plugin resource: the pod requests the resource in
+//! its containers' `resources`, kubelet allocates devices of it, and every
+//! attachment of such a network takes one of them (device-info-SPEC
+//! §4.2.1). plexus asks kubelet's PodResources API which devices, once per
+//! ADD and only when an attachment needs one, and hands each attachment its
+//! device as Multus does: `deviceID` and `pciBusID` in the config of every
+//! plugin of the chain (sriov-cni and host-device read them there), and
+//! `runtimeConfig.deviceID` for the plugins that declare the `deviceID`
+//! capability (cni-CONVENTIONS). The record keeps those configs, so DEL
+//! hands over the same device without asking kubelet.
+//!
+//! **The order** (multus-cni #501: VFs went to networks in no fixed order):
+//! a resource's devices are the pod's, from all its containers, each once,
+//! sorted by device ID (byte order; for PCI addresses in kubelet's
+//! `0000:3b:02.1` form that is address order); the attachments backed by
+//! that resource are taken in plan order (`defaultNetworks`, then the
+//! selections in annotation order). The n-th attachment gets the n-th
+//! device. kubelet lists a container's devices in no fixed order, so only a
+//! sort makes the mapping a function of what was allocated; it is the order
+//! Multus sorts in too, so a pod gets the same device per network under
+//! either.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::manifest::Pod;
+pub use plexus_podresources as podresources;
+use podresources::v1::PodResources;
+
+/// The capability (cni-CONVENTIONS) under which a plugin that declares it
+/// gets the device in `runtimeConfig`.
+pub const DEVICE_ID_CAPABILITY: &str = "deviceID";
+
+/// Where the devices kubelet allocated to a pod come from.
+pub trait DeviceSource {
+    /// What kubelet reports for pod `namespace/name`.
+    fn pod_resources(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<PodResources, podresources::Error>;
+}
+
+impl DeviceSource for podresources::Client {
+    fn pod_resources(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<PodResources, podresources::Error> {
+        self.pod(namespace, name)
+    }
+}
+
+/// A resource with fewer devices allocated to the pod than attachments
+/// backed by it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("kubelet allocated {allocated} device(s) of {resource} to the pod, for {wanted} attachment(s) backed by it")]
+pub struct TooFewDevices {
+    pub resource: String,
+    pub allocated: usize,
+    pub wanted: usize,
+    /// The position in the request of the first attachment left without one.
+    pub unserved: usize,
+}
+
+/// The device of each attachment of `resources` (the resource each one is
+/// backed by, in plan order), from what kubelet reports for the pod, in the
+/// module's stable order.
+pub fn assign(pod: &PodResources, resources: &[&str]) -> Result<Vec<String>, TooFewDevices> {
+    let mut pools: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let devices = pod.containers.iter().flat_map(|c| &c.devices);
+    for devices in devices.filter(|d| resources.contains(&d.resource_name.as_str())) {
+        pools
+            .entry(devices.resource_name.as_str())
+            .or_default()
+            .extend(devices.device_ids.iter().map(String::as_str));
+    }
+    // kubelet may report a device under more than one container (an init
+    // container's devices are handed on): it is still one device.
+    for ids in pools.values_mut() {
+        ids.sort_unstable();
+        ids.dedup();
+    }
+    let mut taken: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut assigned = Vec::with_capacity(resources.len());
+    for (position, &resource) in resources.iter().enumerate() {
+        let pool = pools.get(resource).map(Vec::as_slice).unwrap_or_default();
+        let next = taken.entry(resource).or_default();
+        let Some(id) = pool.get(*next) else {
+            return Err(TooFewDevices {
+                resource: resource.to_string(),
+                allocated: pool.len(),
+                wanted: resources.iter().filter(|r| **r == resource).count(),
+                unserved: position,
+            });
+        };
+        *next += 1;
+        assigned.push(id.to_string());
+    }
+    Ok(assigned)
+}
+
+/// An attachment backed by a device-plugin resource, as errors name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceNeed<'a> {
+    /// Where the pod asked for it (`annotation k8s.v1.cni.cncf.io/networks[1]`).
+    pub label: &'a str,
+    /// The NAD, `namespace/name`.
+    pub network: &'a str,
+    pub resource: &'a str,
+}
+
+/// The device of each of `needs` (in plan order) from one look-up of the
+/// pod in `source`; errors name the attachment, its network and resource.
+pub fn look_up(
+    pod: &Pod,
+    needs: &[DeviceNeed],
+    source: &dyn DeviceSource,
+) -> Result<Vec<String>, CniError> {
+    let Some(first) = needs.first() else {
+        return Ok(Vec::new());
+    };
+    let resources = source
+        .pod_resources(&pod.namespace, &pod.name)
+        .map_err(|e| lookup_failed(first, &e))?;
+    let wanted: Vec<&str> = needs.iter().map(|n| n.resource).collect();
+    assign(&resources, &wanted).map_err(|e| too_few(&needs[e.unserved], pod, &e))
+}
+
+/// `deviceID` and `pciBusID` in the config of every plugin of a chain, as
+/// Multus hands a device over (its `addDeviceIDInConfList`); a value the
+/// network's config had is replaced.
+pub fn hand_over(requests: &mut [Map<String, Value>], device_id: &str) {
+    for request in requests {
+        for key in ["deviceID", "pciBusID"] {
+            request.insert(key.into(), device_id.into());
+        }
+    }
+}
+
+fn describe(need: &DeviceNeed) -> String {
+    format!(
+        "{}: NetworkAttachmentDefinition {} has resourceName {}",
+        need.label, need.network, need.resource
+    )
+}
+
+/// kubelet could not say: code 11 when it did not answer in time (it may
+/// yet), else plexus's code for the PodResources API.
+fn lookup_failed(need: &DeviceNeed, e: &podresources::Error) -> CniError {
+    let details = format!(
+        "{}, whose device comes from kubelet's PodResources API (podResourcesSocket, \
+         podResourcesTimeout): {e}",
+        describe(need)
+    );
+    match e {
+        podresources::Error::TimedOut { .. } => {
+            CniError::new(ErrorCode::TryAgainLater, "kubelet did not answer", details)
+        }
+        podresources::Error::Runtime(_) => CniError::new(ErrorCode::Io, "I/O failure", details),
+        _ => CniError::plugin(
+            codes::POD_RESOURCES,
+            "device look-up in kubelet's PodResources API failed",
+            details,
+        ),
+    }
+}
+
+fn too_few(need: &DeviceNeed, pod: &Pod, e: &TooFewDevices) -> CniError {
+    CniError::plugin(
+        codes::ATTACHMENT_REJECTED,
+        "no device left for the network",
+        format!(
+            "{}, but kubelet allocated {} device(s) of it to pod {}/{} for {} attachment(s) \
+             backed by it; each takes one, so the pod's containers must request {}: {} in their \
+             resources",
+            describe(need),
+            e.allocated,
+            pod.namespace,
+            pod.name,
+            e.wanted,
+            e.resource,
+            e.wanted
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plexus_testkit::podresources::container;
+    use podresources::v1::ContainerResources;
+    use std::cell::Cell;
+
+    const VF_A: &str = "intel.com/sriov_a";
+    const VF_B: &str = "intel.com/sriov_b";
+
+    fn pod_resources(containers: Vec<ContainerResources>) -> PodResources {
+        plexus_testkit::podresources::pod("ns", "p", containers)
+    }
+
+    #[test]
+    fn several_devices_of_one_resource_go_in_device_id_order() {
+        // kubelet lists them in no fixed order; every order gives one answer.
+        let ids = [
+            "0000:3b:02.3",
+            "0000:3b:02.1",
+            "0000:3b:0a.0",
+            "0000:3b:02.2",
+        ];
+        let mut orders = vec![ids.to_vec()];
+        orders.push(ids.iter().rev().copied().collect());
+        for order in orders {
+            let pod = pod_resources(vec![container("app", &[(VF_A, &order)])]);
+            assert_eq!(
+                assign(&pod, &[VF_A, VF_A, VF_A]).unwrap(),
+                ["0000:3b:02.1", "0000:3b:02.2", "0000:3b:02.3"]
+            );
+        }
+    }
+
+    #[test]
+    fn two_resources_interleaved_each_keep_their_own_order() {
+        let pod = pod_resources(vec![container(
+            "app",
+            &[
+                (VF_B, &["0000:5e:00.5", "0000:5e:00.4"]),
+                (VF_A, &["0000:3b:02.2", "0000:3b:02.1"]),
+            ],
+        )]);
+        assert_eq!(
+            assign(&pod, &[VF_A, VF_B, VF_A, VF_B]).unwrap(),
+            [
+                "0000:3b:02.1",
+                "0000:5e:00.4",
+                "0000:3b:02.2",
+                "0000:5e:00.5"
+            ]
+        );
+    }
+
+    #[test]
+    fn devices_of_all_the_pods_containers_count_once_and_nothing_else_does() {
+        let pod = pod_resources(vec![
+            container("init", &[(VF_A, &["0000:3b:02.4"])]),
+            container(
+                "app",
+                &[
+                    (VF_A, &["0000:3b:02.4", "0000:3b:02.3"]),
+                    ("nvidia.com/gpu", &["GPU-1"]),
+                ],
+            ),
+            container("sidecar", &[(VF_A, &["0000:3b:02.9"])]),
+        ]);
+        assert_eq!(
+            assign(&pod, &[VF_A, VF_A, VF_A]).unwrap(),
+            ["0000:3b:02.3", "0000:3b:02.4", "0000:3b:02.9"]
+        );
+        // 02.4, listed twice, is one device: a fourth attachment has none.
+        let e = assign(&pod, &[VF_A, VF_A, VF_A, VF_A]).unwrap_err();
+        assert_eq!((e.allocated, e.wanted, e.unserved), (3, 4, 3));
+    }
+
+    #[test]
+    fn too_few_devices_name_the_resource_and_the_first_attachment_without_one() {
+        let pod = pod_resources(vec![container("app", &[(VF_A, &["0000:3b:02.1"])])]);
+        assert_eq!(
+            assign(&pod, &[VF_A, VF_B, VF_A]).unwrap_err(),
+            TooFewDevices {
+                resource: VF_B.into(),
+                allocated: 0,
+                wanted: 1,
+                unserved: 1
+            }
+        );
+        assert_eq!(
+            assign(&pod, &[VF_A, VF_A]).unwrap_err(),
+            TooFewDevices {
+                resource: VF_A.into(),
+                allocated: 1,
+                wanted: 2,
+                unserved: 1
+            }
+        );
+        assert_eq!(assign(&pod, &[]).unwrap(), Vec::<String>::new());
+    }
+
+    /// A kubelet that answers from memory and counts the questions.
+    struct Kubelet {
+        answer: Result<PodResources, podresources::Error>,
+        asked: Cell<usize>,
+    }
+
+    impl DeviceSource for Kubelet {
+        fn pod_resources(
+            &self,
+            namespace: &str,
+            name: &str,
+        ) -> Result<PodResources, podresources::Error> {
+            assert_eq!((namespace, name), ("ns", "p"));
+            self.asked.set(self.asked.get() + 1);
+            self.answer.clone()
+        }
+    }
+
+    fn pod() -> Pod {
+        Pod {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: None,
+            annotations: Default::default(),
+        }
+    }
+
+    fn need<'a>(label: &'a str, resource: &'a str) -> DeviceNeed<'a> {
+        DeviceNeed {
+            label,
+            network: "ns/sriov",
+            resource,
+        }
+    }
+
+    #[test]
+    fn look_up_asks_once_and_errors_name_the_attachment() {
+        let kubelet = Kubelet {
+            answer: Ok(pod_resources(vec![container(
+                "app",
+                &[(VF_A, &["0000:3b:02.2", "0000:3b:02.1"])],
+            )])),
+            asked: Cell::new(0),
+        };
+        let needs = [need("networks[0]", VF_A), need("networks[2]", VF_A)];
+        assert_eq!(
+            look_up(&pod(), &needs, &kubelet).unwrap(),
+            ["0000:3b:02.1", "0000:3b:02.2"]
+        );
+        assert_eq!(kubelet.asked.get(), 1);
+        assert!(look_up(&pod(), &[], &kubelet).unwrap().is_empty());
+        assert_eq!(kubelet.asked.get(), 1, "nothing needed, nothing asked");
+
+        let three = [need("a[0]", VF_A), need("a[1]", VF_A), need("a[2]", VF_A)];
+        let e = look_up(&pod(), &three, &kubelet).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Plugin(codes::ATTACHMENT_REJECTED));
+        assert!(
+            e.details.starts_with(
+                "a[2]: NetworkAttachmentDefinition ns/sriov has resourceName intel.com/sriov_a"
+            ) && e
+                .details
+                .contains("allocated 2 device(s) of it to pod ns/p for 3"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn kubelet_failures_become_cni_errors_by_kind() {
+        let socket = std::path::PathBuf::from("/run/x.sock");
+        let cases = [
+            (
+                podresources::Error::TimedOut {
+                    socket: socket.clone(),
+                    after: std::time::Duration::from_secs(1),
+                },
+                ErrorCode::TryAgainLater,
+            ),
+            (
+                podresources::Error::SocketMissing {
+                    socket: socket.clone(),
+                },
+                ErrorCode::Plugin(codes::POD_RESOURCES),
+            ),
+            (
+                podresources::Error::PodNotFound {
+                    namespace: "ns".into(),
+                    name: "p".into(),
+                },
+                ErrorCode::Plugin(codes::POD_RESOURCES),
+            ),
+        ];
+        for (failure, code) in cases {
+            let kubelet = Kubelet {
+                answer: Err(failure.clone()),
+                asked: Cell::new(0),
+            };
+            let e = look_up(&pod(), &[need("networks[1]", VF_A)], &kubelet).unwrap_err();
+            assert_eq!(e.code, code, "{failure}");
+            assert!(
+                e.details
+                    .starts_with("networks[1]: NetworkAttachmentDefinition ns/sriov")
+                    && e.details.contains("podResourcesSocket")
+                    && e.details.ends_with(&failure.to_string()),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_device_goes_into_every_plugin_of_the_chain() {
+        let mut requests = vec![
+            serde_json::json!({"type": "sriov", "deviceID": "stale"}),
+            serde_json::json!({"type": "tuning"}),
+        ]
+        .into_iter()
+        .map(|v| v.as_object().unwrap().clone())
+        .collect::<Vec<_>>();
+        hand_over(&mut requests, "0000:3b:02.1");
+        for r in &requests {
+            assert_eq!(r["deviceID"], "0000:3b:02.1");
+            assert_eq!(r["pciBusID"], "0000:3b:02.1");
+        }
+    }
+}

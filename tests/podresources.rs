@@ -1,0 +1,427 @@
+//! kubelet's PodResources API as the source of device IDs: the client
+//! against the test kit's stand-in kubelet (kubelet itself cannot run
+//! here), and the plexus binary end to end, invoked as a runtime invokes it
+//! with a manifest directory for the cluster and fake delegates (shell
+//! scripts that record their stdin) for the networks: a network whose NAD
+//! names a device-plugin resource gets its `deviceID` from the devices
+//! kubelet allocated to the pod, in a stable order, from one look-up per ADD,
+//! and DEL hands over the same device without asking kubelet.
+//!
+//! Nothing here touches a network namespace: the delegates are fakes.
+
+mod run_support;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use plexus::devices::podresources::v1::PodResources;
+use plexus::devices::podresources::{Client, Code, Error};
+use plexus_testkit::podresources::{container, pod, Kubelet, PodResourcesServer};
+use run_support::{result_json, Fakes};
+use serde_json::{json, Value};
+
+const VF_A: &str = "intel.com/sriov_a";
+const VF_B: &str = "intel.com/sriov_b";
+const BOUND: Duration = Duration::from_secs(5);
+
+/// Pod `demo/web` with VFs of two resources in two containers, listed in
+/// no particular order, and another pod.
+fn node_pods() -> Vec<PodResources> {
+    vec![
+        pod(
+            "demo",
+            "other",
+            vec![container("app", &[(VF_A, &["0000:3b:02.0"])])],
+        ),
+        pod(
+            "demo",
+            "web",
+            vec![
+                container("app", &[(VF_A, &["0000:3b:02.2", "0000:3b:02.1"])]),
+                container("sidecar", &[(VF_B, &["0000:5e:00.1"])]),
+            ],
+        ),
+    ]
+}
+
+fn web() -> PodResources {
+    node_pods().remove(1)
+}
+
+fn client(server: &PodResourcesServer) -> Client {
+    Client::new(server.socket(), BOUND)
+}
+
+#[test]
+fn list_and_get_answer_what_kubelet_reports() {
+    let kubelet = PodResourcesServer::start(node_pods());
+    let client = client(&kubelet);
+    assert_eq!(client.list().unwrap(), node_pods());
+    assert_eq!(client.get("demo", "web").unwrap(), web());
+    assert_eq!(client.pod("demo", "web").unwrap(), web());
+    assert_eq!(kubelet.calls(), ["List", "Get", "Get"]);
+}
+
+#[test]
+fn kubelets_without_get_are_asked_with_list() {
+    for (kind, code) in [
+        (Kubelet::WithoutGet, Code::Unimplemented),
+        (Kubelet::GetDisabled, Code::Unknown),
+    ] {
+        let kubelet = PodResourcesServer::start_as(kind, node_pods());
+        let client = client(&kubelet);
+        match client.get("demo", "web") {
+            Err(Error::Refused {
+                method: "Get",
+                code: got,
+                ..
+            }) => assert_eq!(got, code, "{kind:?}"),
+            other => panic!("{kind:?}: {other:?}"),
+        }
+        assert_eq!(client.pod("demo", "web").unwrap(), web(), "{kind:?}");
+        assert_eq!(kubelet.calls(), ["Get", "Get", "List"], "{kind:?}");
+    }
+}
+
+#[test]
+fn a_pod_kubelet_does_not_know_is_pod_not_found() {
+    let kubelet = PodResourcesServer::start(node_pods());
+    let not_found = Error::PodNotFound {
+        namespace: "demo".into(),
+        name: "gone".into(),
+    };
+    assert_eq!(client(&kubelet).pod("demo", "gone"), Err(not_found.clone()));
+    // kubelet's Get answers Unknown for it; List has the last word.
+    assert_eq!(kubelet.calls(), ["Get", "List"]);
+    let older = PodResourcesServer::start_as(Kubelet::WithoutGet, node_pods());
+    assert_eq!(client(&older).pod("demo", "gone"), Err(not_found));
+}
+
+#[test]
+fn a_missing_socket_and_a_dead_one_are_told_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let client = Client::new(&socket, BOUND);
+    assert_eq!(
+        client.list(),
+        Err(Error::SocketMissing {
+            socket: socket.clone()
+        })
+    );
+    let message = client.list().unwrap_err().to_string();
+    assert!(
+        message.starts_with(&format!("{}: no such socket", socket.display())),
+        "{message}"
+    );
+    // A socket kubelet left behind: nobody listens on it.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    match client.pod("demo", "web") {
+        Err(Error::Unreachable { socket: s, reason }) => {
+            assert_eq!(s, socket);
+            assert!(!reason.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_kubelet_that_never_answers_times_out_within_the_bound() {
+    let kubelet = PodResourcesServer::start_as(Kubelet::Hung, node_pods());
+    let bound = Duration::from_millis(300);
+    let client = Client::new(kubelet.socket(), bound);
+    type Call = fn(&Client) -> Result<(), Error>;
+    let calls: [Call; 2] = [|c| c.list().map(drop), |c| c.pod("demo", "web").map(drop)];
+    for call in calls {
+        let started = Instant::now();
+        assert_eq!(
+            call(&client),
+            Err(Error::TimedOut {
+                socket: kubelet.socket().to_path_buf(),
+                after: bound
+            })
+        );
+        let took = started.elapsed();
+        assert!(took >= bound && took < Duration::from_secs(3), "{took:?}");
+    }
+    assert_eq!(kubelet.calls(), ["List", "Get"]);
+}
+
+/// A node as plexus sees it: fake delegates (`podnet` for the cluster
+/// network, `sriov` and `plain` for the NADs), a manifest directory with
+/// the pod `demo/web` selecting `selection`, and plexus's conf.
+struct Node {
+    fakes: Fakes,
+    conf: String,
+}
+
+impl Node {
+    fn new(selection: &str, socket: &Path) -> Node {
+        let fakes = Fakes::new(&["podnet", "sriov", "plain"]);
+        fakes.answer_result("podnet", &result_json("1.0.0", 1, "eth0"));
+        fakes.answer_result("sriov", &result_json("1.0.0", 2, "net1"));
+        fakes.answer_result("plain", &result_json("1.0.0", 3, "net1"));
+        let manifests = fakes.root().join("manifests");
+        std::fs::create_dir(&manifests).unwrap();
+        // sriov-b's config declares the deviceID capability (cni-CONVENTIONS).
+        let nad = |name: &str, resource: Option<&str>, config: Value| {
+            let annotations = resource
+                .map(|r| format!(", annotations: {{k8s.v1.cni.cncf.io/resourceName: {r}}}"))
+                .unwrap_or_default();
+            format!(
+                "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+                 metadata: {{name: {name}, namespace: demo{annotations}}}\nspec:\n  config: '{config}'\n---\n"
+            )
+        };
+        let text = [
+            nad(
+                "sriov-a",
+                Some(VF_A),
+                json!({"cniVersion": "1.0.0", "type": "sriov", "vlan": 10}),
+            ),
+            nad(
+                "sriov-b",
+                Some(VF_B),
+                json!({"cniVersion": "1.0.0", "plugins": [
+                    {"type": "sriov", "capabilities": {"deviceID": true}}, {"type": "plain"}]}),
+            ),
+            nad(
+                "plain",
+                None,
+                json!({"cniVersion": "1.0.0", "type": "plain"}),
+            ),
+            format!(
+                "kind: Pod\nmetadata: {{name: web, namespace: demo, annotations: \
+                 {{k8s.v1.cni.cncf.io/networks: \"{selection}\"}}}}\n"
+            ),
+        ]
+        .concat();
+        std::fs::write(manifests.join("demo.yaml"), text).unwrap();
+        let conf = json!({
+            "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+            "cniDir": fakes.cache_dir(), "binDir": fakes.bindir(), "manifestDir": manifests,
+            "podResourcesSocket": socket, "podResourcesTimeout": 2,
+            "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "podnet"}],
+        })
+        .to_string();
+        Node { fakes, conf }
+    }
+
+    /// plexus run as kubelet's runtime runs it, for pod demo/web.
+    fn plexus(&self, command: &str) -> Output {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_plexus"))
+            .env_clear()
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", "ctr1")
+            .env("CNI_NETNS", self.fakes.netns())
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", self.fakes.bin())
+            .env(
+                "CNI_ARGS",
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME=web",
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let _ = child.stdin.take().unwrap().write_all(self.conf.as_bytes());
+        child.wait_with_output().unwrap()
+    }
+
+    /// An ADD that fails with CNI error `code` before any plugin runs; its details.
+    fn failed_add(&self, code: u32) -> String {
+        let out = self.plexus("ADD");
+        assert!(!out.status.success(), "expected a failure");
+        let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(e["code"], code, "{e}");
+        assert!(self.fakes.calls().is_empty(), "{:?}", self.fakes.calls());
+        e["details"].as_str().unwrap().to_string()
+    }
+
+    /// `(plugin type, CNI_IFNAME, its stdin)` of every call with `command`.
+    fn requests(&self, command: &str) -> Vec<(String, String, Value)> {
+        (0..self.fakes.calls().len())
+            .map(|n| self.fakes.call(n))
+            .filter(|c| c.command == command)
+            .map(|c| (c.plugin, c.env["CNI_IFNAME"].clone(), c.stdin))
+            .collect()
+    }
+}
+
+fn assert_ok(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The device each plugin call was handed: `(type, ifname, deviceID,
+/// runtimeConfig.deviceID)`, with `pciBusID` checked to be the same.
+fn handed(requests: &[(String, String, Value)]) -> Vec<(&str, &str, Value, Value)> {
+    requests
+        .iter()
+        .map(|(plugin, ifname, stdin)| {
+            let id = stdin.get("deviceID").cloned().unwrap_or(Value::Null);
+            assert_eq!(
+                stdin.get("pciBusID").cloned().unwrap_or(Value::Null),
+                id,
+                "{stdin}"
+            );
+            let runtime = stdin["runtimeConfig"]["deviceID"].clone();
+            (plugin.as_str(), ifname.as_str(), id, runtime)
+        })
+        .collect()
+}
+
+#[test]
+fn each_network_of_a_resource_gets_its_device_in_stable_order_from_one_look_up() {
+    let kubelet = PodResourcesServer::start(node_pods());
+    // Two selections of sriov-a around one of sriov-b and one without a resource.
+    let node = Node::new("sriov-a,plain,sriov-b,sriov-a", kubelet.socket());
+    assert_ok("ADD", &node.plexus("ADD"));
+    assert_eq!(kubelet.calls(), ["Get"], "one look-up per ADD");
+    let (a1, a2, b) = (
+        json!("0000:3b:02.1"),
+        json!("0000:3b:02.2"),
+        json!("0000:5e:00.1"),
+    );
+    let null = Value::Null;
+    let want = [
+        ("podnet", "eth0", null.clone(), null.clone()),
+        ("sriov", "net1", a1.clone(), null.clone()),
+        ("plain", "net2", null.clone(), null.clone()),
+        // Only the plugin declaring the capability gets runtimeConfig.deviceID;
+        // every plugin of the chain gets deviceID and pciBusID, as from Multus.
+        ("sriov", "net3", b.clone(), b.clone()),
+        ("plain", "net3", b.clone(), null.clone()),
+        ("sriov", "net4", a2.clone(), null.clone()),
+    ];
+    assert_eq!(handed(&node.requests("ADD")), want);
+    assert_eq!(
+        node.requests("ADD")[1].2["vlan"],
+        10,
+        "the NAD's config is kept"
+    );
+
+    // DEL hands the same devices over (in reverse) from the record, and
+    // does not ask kubelet.
+    drop(kubelet);
+    assert_ok("DEL", &node.plexus("DEL"));
+    // Attachments and the plugins of a chain are deleted in reverse.
+    let mut del_want = want.to_vec();
+    del_want.reverse();
+    assert_eq!(handed(&node.requests("DEL")), del_want);
+}
+
+#[test]
+fn networks_without_a_resource_never_ask_kubelet() {
+    let kubelet = PodResourcesServer::start(node_pods());
+    let node = Node::new("plain", kubelet.socket());
+    assert_ok("ADD", &node.plexus("ADD"));
+    assert_ok("DEL", &node.plexus("DEL"));
+    assert!(kubelet.calls().is_empty(), "{:?}", kubelet.calls());
+    // Not even a socket is needed.
+    let node = Node::new("plain", Path::new("/nonexistent/kubelet.sock"));
+    assert_ok("ADD", &node.plexus("ADD"));
+}
+
+#[test]
+fn too_few_devices_fail_the_add_before_any_plugin_runs() {
+    let kubelet = PodResourcesServer::start(node_pods());
+    let node = Node::new("sriov-a,sriov-a,sriov-a", kubelet.socket());
+    let details = node.failed_add(101);
+    assert!(
+        details.starts_with(
+            "k8s.v1.cni.cncf.io/networks[2]: NetworkAttachmentDefinition demo/sriov-a \
+             has resourceName intel.com/sriov_a, but kubelet allocated 2 device(s) of it to pod \
+             demo/web for 3 attachment(s)"
+        ),
+        "{details}"
+    );
+}
+
+#[test]
+fn an_unreachable_kubelet_fails_the_add_naming_the_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let node = Node::new("plain,sriov-b", &socket);
+    let details = node.failed_add(105);
+    assert!(
+        details.starts_with(
+            "k8s.v1.cni.cncf.io/networks[1]: NetworkAttachmentDefinition demo/sriov-b \
+             has resourceName intel.com/sriov_b, whose device comes from kubelet's PodResources \
+             API (podResourcesSocket, podResourcesTimeout)"
+        ) && details.ends_with(&format!(
+            "{}: no such socket (kubelet is not running, or serves its PodResources API elsewhere)",
+            socket.display()
+        )),
+        "{details}"
+    );
+
+    // One that does not answer in time: try again later (code 11).
+    let hung = PodResourcesServer::start_as(Kubelet::Hung, node_pods());
+    let node = Node::new("sriov-b", hung.socket());
+    let started = Instant::now();
+    let details = node.failed_add(11);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(details.contains("no answer within 2s"), "{details}");
+}
+
+#[test]
+fn plexus_plan_shows_the_devices_when_given_kubelets_socket() {
+    let kubelet = PodResourcesServer::start(node_pods());
+    let node = Node::new("sriov-b,sriov-a", kubelet.socket());
+    let conf = node.fakes.root().join("plexus.conf");
+    std::fs::write(&conf, &node.conf).unwrap();
+    let manifests = node.fakes.root().join("manifests/demo.yaml");
+    let plan = |extra: &[&Path]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_plexus"))
+            .arg("plan")
+            .args([
+                Path::new("--pod"),
+                &manifests,
+                Path::new("--nad"),
+                &manifests,
+            ])
+            .args([Path::new("--config"), &conf])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_ok("plan", &out);
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let devices = |plan: &Value| -> Vec<Value> {
+        plan["attachments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["plugins"][0]["deviceID"].clone())
+            .collect()
+    };
+
+    let with = plan(&[Path::new("--pod-resources"), kubelet.socket()]);
+    assert_eq!(
+        devices(&with),
+        [Value::Null, json!("0000:5e:00.1"), json!("0000:3b:02.1")]
+    );
+    assert_eq!(with["warnings"], json!([]));
+    assert_eq!(kubelet.calls(), ["Get"]);
+
+    // Off the node: no device, and a warning saying why.
+    let without = plan(&[]);
+    assert_eq!(devices(&without), [Value::Null, Value::Null, Value::Null]);
+    let warnings = without["warnings"].to_string();
+    assert!(
+        warnings.contains(
+            "k8s.v1.cni.cncf.io/networks[0]: NetworkAttachmentDefinition demo/sriov-b has \
+             resourceName intel.com/sriov_b: its deviceID comes from kubelet's PodResources API \
+             at ADD time"
+        ),
+        "{warnings}"
+    );
+    assert_eq!(kubelet.calls(), ["Get"]);
+}
