@@ -31,11 +31,11 @@ use std::io::{self, Read, Write};
 use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
+use plexus_cni::flock::{lock_exclusive, LockError};
 use plexus_cni::{durable, whole_file, CniError, ErrorCode};
 
 pub(crate) const LAST_IP_PREFIX: &str = "last_reserved_ip.";
@@ -173,7 +173,7 @@ pub(crate) fn open(
         .mode(0o600)
         .open(&lock_path)
         .map_err(|e| io_err(&lock_path, e))?;
-    let lock = lock_with_timeout(file, timeout).map_err(|e| match e {
+    let lock = lock_exclusive(file, timeout).map_err(|e| match e {
         LockError::Timeout => CniError::new(
             ErrorCode::TryAgainLater,
             "IPAM store busy",
@@ -186,32 +186,6 @@ pub(crate) fn open(
         LockError::Os(errno) => io_err(&lock_path, errno),
     })?;
     Ok(Some(LockedStore { dir, _lock: lock }))
-}
-
-enum LockError {
-    Timeout,
-    Os(Errno),
-}
-
-/// `flock(LOCK_EX)`, polled without blocking so the wait is bounded.
-fn lock_with_timeout(mut file: File, timeout: Duration) -> Result<Flock<File>, LockError> {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_micros(100);
-    loop {
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => return Ok(lock),
-            Err((f, Errno::EWOULDBLOCK)) | Err((f, Errno::EINTR)) => {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(LockError::Timeout);
-                }
-                thread::sleep(pause.min(deadline - now));
-                pause = (pause * 2).min(Duration::from_millis(5));
-                file = f;
-            }
-            Err((_, errno)) => return Err(LockError::Os(errno)),
-        }
-    }
 }
 
 fn no_hard_links(e: &io::Error) -> bool {
@@ -446,6 +420,7 @@ impl LockedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn owner_formats() {
