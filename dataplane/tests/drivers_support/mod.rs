@@ -191,21 +191,35 @@ pub fn call(
     t: &Target,
     config: &Value,
 ) -> Result<Option<CniResult>, CniError> {
-    let req = request(command, t, config);
     node.ns
-        .run(|| {
-            // A fresh session per call, as each CNI invocation has its own.
-            let session = Session::new();
-            let d = drivers::driver(plugin_type, resolver, &session).expect("a built-in type");
-            match command {
-                CniCommand::Add => d.add(&req).map(Some),
-                CniCommand::Del => d.del(&req).map(|()| None),
-                CniCommand::Check => d.check(&req).map(|()| None),
-                CniCommand::Status => d.status(&req).map(|()| None),
-                other => panic!("{other} not used here"),
-            }
-        })
+        .run(|| call_here(resolver, plugin_type, command, t, config))
         .expect("enter the node namespace")
+}
+
+/// [`call`] with the calling thread's own namespace as the host: for
+/// drivers whose devices live in the machine's namespace (the VM's SR-IOV
+/// PF).
+pub fn call_here(
+    resolver: &TestResolver,
+    plugin_type: &str,
+    command: CniCommand,
+    t: &Target,
+    config: &Value,
+) -> Result<Option<CniResult>, CniError> {
+    let req = request(command, t, config);
+    // A fresh session per call, as each CNI invocation has its own.
+    let session = Session::new();
+    let d = drivers::driver(plugin_type, resolver, &session).expect("a built-in type");
+    // Bound first: a tail-expression temporary would outlive `session`.
+    #[allow(clippy::let_and_return)]
+    let out = match command {
+        CniCommand::Add => d.add(&req).map(Some),
+        CniCommand::Del => d.del(&req).map(|()| None),
+        CniCommand::Check => d.check(&req).map(|()| None),
+        CniCommand::Status => d.status(&req).map(|()| None),
+        other => panic!("{other} not used here"),
+    };
+    out
 }
 
 pub fn add(
