@@ -35,8 +35,8 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::Flock;
-use plexus_cni::flock::{lock_exclusive, LockError};
-use plexus_cni::{durable, whole_file, CniError, ErrorCode};
+use plexus_cni::flock::lock_file;
+use plexus_cni::{durable, whole_file, CniError};
 
 pub(crate) const LAST_IP_PREFIX: &str = "last_reserved_ip.";
 pub(crate) const LOCK_FILE: &str = "lock";
@@ -164,27 +164,7 @@ pub(crate) fn open(
             Err(e) => return Err(io_err(&dir, e)),
         }
     }
-    let lock_path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&lock_path)
-        .map_err(|e| io_err(&lock_path, e))?;
-    let lock = lock_exclusive(file, timeout).map_err(|e| match e {
-        LockError::Timeout => CniError::new(
-            ErrorCode::TryAgainLater,
-            "IPAM store busy",
-            format!(
-                "{}: still locked by another process after {} ms",
-                lock_path.display(),
-                timeout.as_millis()
-            ),
-        ),
-        LockError::Os(errno) => io_err(&lock_path, errno),
-    })?;
+    let lock = lock_file(&dir.join(LOCK_FILE), timeout, "IPAM store busy")?;
     Ok(Some(LockedStore { dir, _lock: lock }))
 }
 
@@ -420,6 +400,7 @@ impl LockedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plexus_cni::ErrorCode;
     use std::time::Instant;
 
     #[test]

@@ -181,25 +181,33 @@ pub fn with_prev(config: &Value, result: &CniResult) -> Value {
     c
 }
 
-/// Run `command` of the built-in `plugin_type` driver on a thread inside
-/// `node`, the namespace playing the host.
-pub fn call(
-    node: &TestNs,
-    resolver: &TestResolver,
-    plugin_type: &str,
-    command: CniCommand,
-    t: &Target,
-    config: &Value,
-) -> Result<Option<CniResult>, CniError> {
-    node.ns
-        .run(|| call_here(resolver, plugin_type, command, t, config))
-        .expect("enter the node namespace")
+/// The namespace a driver is called in as the host.
+pub trait Host: Copy {
+    fn run<R>(self, f: impl FnOnce() -> R) -> R;
 }
 
-/// [`call`] with the calling thread's own namespace as the host: for
-/// drivers whose devices live in the machine's namespace (the VM's SR-IOV
-/// PF).
-pub fn call_here(
+/// A thread inside a test's "node" namespace.
+impl Host for &TestNs {
+    fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        self.ns.run(f).expect("enter the node namespace")
+    }
+}
+
+/// The calling thread's own namespace: for drivers whose devices live in
+/// the machine's namespace (the VM's SR-IOV PF).
+#[derive(Debug, Clone, Copy)]
+pub struct Here;
+
+impl Host for Here {
+    fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        f()
+    }
+}
+
+/// Run `command` of the built-in `plugin_type` driver with `node` as the
+/// host.
+pub fn call(
+    node: impl Host,
     resolver: &TestResolver,
     plugin_type: &str,
     command: CniCommand,
@@ -207,23 +215,22 @@ pub fn call_here(
     config: &Value,
 ) -> Result<Option<CniResult>, CniError> {
     let req = request(command, t, config);
-    // A fresh session per call, as each CNI invocation has its own.
-    let session = Session::new();
-    let d = drivers::driver(plugin_type, resolver, &session).expect("a built-in type");
-    // Bound first: a tail-expression temporary would outlive `session`.
-    #[allow(clippy::let_and_return)]
-    let out = match command {
-        CniCommand::Add => d.add(&req).map(Some),
-        CniCommand::Del => d.del(&req).map(|()| None),
-        CniCommand::Check => d.check(&req).map(|()| None),
-        CniCommand::Status => d.status(&req).map(|()| None),
-        other => panic!("{other} not used here"),
-    };
-    out
+    node.run(|| {
+        // A fresh session per call, as each CNI invocation has its own.
+        let session = Session::new();
+        let d = drivers::driver(plugin_type, resolver, &session).expect("a built-in type");
+        match command {
+            CniCommand::Add => d.add(&req).map(Some),
+            CniCommand::Del => d.del(&req).map(|()| None),
+            CniCommand::Check => d.check(&req).map(|()| None),
+            CniCommand::Status => d.status(&req).map(|()| None),
+            other => panic!("{other} not used here"),
+        }
+    })
 }
 
 pub fn add(
-    node: &TestNs,
+    node: impl Host,
     r: &TestResolver,
     ty: &str,
     t: &Target,
@@ -233,7 +240,7 @@ pub fn add(
 }
 
 pub fn del(
-    node: &TestNs,
+    node: impl Host,
     r: &TestResolver,
     ty: &str,
     t: &Target,
@@ -243,7 +250,7 @@ pub fn del(
 }
 
 pub fn check(
-    node: &TestNs,
+    node: impl Host,
     r: &TestResolver,
     ty: &str,
     t: &Target,

@@ -284,32 +284,21 @@ fn rates(min: Option<i64>, max: Option<i64>) -> Result<(Option<u32>, Option<u32>
 
 #[cfg(test)]
 mod tests {
-    use plexus_cni::args::CniArgs;
-    use plexus_cni::env::{CniCommand, CniEnv};
     use plexus_cni::error::ErrorCode;
     use serde_json::json;
 
     use super::*;
 
+    /// `config` over a minimal one naming a VF.
     fn request(config: Value, args: &str) -> Request {
-        let env = CniEnv {
-            command: CniCommand::Add,
-            container_id: Some("ctr".into()),
-            netns: Some("/var/run/netns/pod".into()),
-            ifname: Some("net1".into()),
-            args: CniArgs::parse(args).unwrap(),
-            path: vec![],
-        };
-        let Value::Object(mut map) = json!({
+        let mut c = json!({
             "cniVersion": "1.0.0", "name": "sriov-net", "type": "sriov",
             "deviceID": "0000:01:10.0",
-        }) else {
-            unreachable!()
-        };
+        });
         for (k, v) in config.as_object().unwrap() {
-            map.insert(k.clone(), v.clone());
+            c[k] = v.clone();
         }
-        Request::from_config(env, map).unwrap()
+        common::unit_test_request(c, args)
     }
 
     fn parsed(config: Value) -> Conf {

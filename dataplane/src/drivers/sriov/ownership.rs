@@ -11,15 +11,15 @@
 //!
 //! A record is read and written only through the [`VfLock`] of its VF.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::fcntl::Flock;
-use plexus_cni::error::{CniError, ErrorCode};
-use plexus_cni::flock::{lock_exclusive, LockError};
+use plexus_cni::error::CniError;
+use plexus_cni::flock::lock_file;
 use serde::{Deserialize, Serialize};
 
 use crate::mac::MacAddr;
@@ -105,26 +105,11 @@ impl Store {
             .create(&self.dir)
             .map_err(|e| io_error(&self.dir, e))?;
         let path = self.dir.join(format!("{vf}.lock"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| io_error(&path, e))?;
-        let flock = lock_exclusive(file, LOCK_TIMEOUT).map_err(|e| match e {
-            LockError::Timeout => CniError::new(
-                ErrorCode::TryAgainLater,
-                "VF busy",
-                format!(
-                    "VF {vf}: {} still locked by another ADD or DEL after {} s",
-                    path.display(),
-                    LOCK_TIMEOUT.as_secs()
-                ),
-            ),
-            LockError::Os(errno) => io_error(&path, errno),
-        })?;
+        let flock = lock_file(
+            &path,
+            LOCK_TIMEOUT,
+            "VF busy: another ADD, CHECK or DEL holds it",
+        )?;
         Ok(VfLock {
             store: self.clone(),
             vf,
@@ -221,6 +206,8 @@ fn read_record(path: &Path) -> Result<Option<Record>, CniError> {
 
 #[cfg(test)]
 mod tests {
+    use plexus_cni::error::ErrorCode;
+
     use super::*;
 
     fn record(container_id: &str) -> Record {
