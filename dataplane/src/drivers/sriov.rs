@@ -692,10 +692,132 @@ fn check_settings(want: &VfSettings, now: &VfState) -> Result<(), CniError> {
     differs("link_state", want.link_state.map(Some), now.link_state)?;
     differs("min_tx_rate", want.min_tx_rate, now.min_tx_rate)?;
     differs("max_tx_rate", want.max_tx_rate, now.max_tx_rate)?;
-    differs(
-        "runtimeConfig.infinibandGUID",
-        want.ib_node_guid.map(Some),
-        now.ib_node_guid,
-    )?;
+    let guid = "runtimeConfig.infinibandGUID";
+    differs(guid, want.ib_node_guid.map(Some), now.ib_node_guid)?;
+    differs(guid, want.ib_port_guid.map(Some), now.ib_port_guid)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::{Guid, VfLinkState, VfVlan, VlanProto};
+
+    #[test]
+    fn check_names_the_key_of_a_setting_that_differs() {
+        let now = VfState {
+            vf: 0,
+            mac: "02:00:00:00:00:01".parse().unwrap(),
+            vlan: VfVlan {
+                id: 10,
+                qos: 2,
+                proto: VlanProto::Dot1Q,
+            },
+            spoofchk: true,
+            trust: false,
+            link_state: Some(VfLinkState::Auto),
+            min_tx_rate: 0,
+            max_tx_rate: 100,
+            ib_node_guid: None,
+            ib_port_guid: None,
+        };
+        let matching = VfSettings {
+            mac: Some(now.mac),
+            vlan: Some(now.vlan),
+            spoofchk: Some(true),
+            trust: Some(false),
+            link_state: Some(VfLinkState::Auto),
+            min_tx_rate: Some(0),
+            max_tx_rate: Some(100),
+            ..VfSettings::default()
+        };
+        check_settings(&matching, &now).unwrap();
+        check_settings(&VfSettings::default(), &now).unwrap();
+        let cases = [
+            (
+                "mac",
+                VfSettings {
+                    mac: Some("02:00:00:00:00:02".parse().unwrap()),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "vlan",
+                VfSettings {
+                    vlan: Some(VfVlan { id: 11, ..now.vlan }),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "vlanQoS",
+                VfSettings {
+                    vlan: Some(VfVlan { qos: 3, ..now.vlan }),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "vlanProto",
+                VfSettings {
+                    vlan: Some(VfVlan {
+                        proto: VlanProto::Dot1Ad,
+                        ..now.vlan
+                    }),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "spoofchk",
+                VfSettings {
+                    spoofchk: Some(false),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "trust",
+                VfSettings {
+                    trust: Some(true),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "link_state",
+                VfSettings {
+                    link_state: Some(VfLinkState::Enable),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "min_tx_rate",
+                VfSettings {
+                    min_tx_rate: Some(10),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "max_tx_rate",
+                VfSettings {
+                    max_tx_rate: Some(0),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "runtimeConfig.infinibandGUID",
+                VfSettings {
+                    ib_port_guid: Some(Guid(1)),
+                    ..matching.clone()
+                },
+            ),
+        ];
+        for (key, want) in cases {
+            let e = check_settings(&want, &now).unwrap_err();
+            assert_eq!(
+                e.code,
+                ErrorCode::Plugin(plexus_cni::error::codes::PLUGIN_FAILED)
+            );
+            assert!(
+                e.details.starts_with(&format!("{key}: the VF has ")),
+                "{key}: {e:?}"
+            );
+        }
+    }
 }
