@@ -518,3 +518,57 @@ fn sriov_driver_failed_add_leaves_the_vf_as_it_was() {
     assert_eq!(f.snapshot(vf), before);
     assert!(f.record(vf).is_none());
 }
+
+/// A device of the host took the VF netdev's original name while the VF was
+/// in the pod: DEL brings it home under the name it had in the pod, with
+/// its MAC, and finishes.
+#[test]
+fn sriov_driver_del_brings_the_vf_home_when_its_name_was_taken() {
+    if !require(&[Feature::Dummy]) {
+        return;
+    }
+    let Some(f) = Fixture::new(1) else {
+        return;
+    };
+    let vf = f.vf(0);
+    let before = f.snapshot(vf);
+    let (orig_name, orig_mac, _) = before.netdev.clone().expect("a netdev");
+    let pod = TestNs::new();
+    let r = TestResolver::default();
+    let t = Target::new("ctr-n", &pod, "net7");
+    let c = f.conf(vf, json!({"mac": "02:00:00:00:e0:01", "vlan": 7}));
+    add(Here, &r, SRIOV, &t, &c).unwrap();
+    let squatter = Squatter::new(&orig_name);
+
+    del(Here, &r, SRIOV, &t, &c).unwrap();
+    assert_eq!(link(&pod, "net7"), None);
+    assert_eq!(
+        vf.netdev().as_deref(),
+        Some("net7"),
+        "home under its pod name"
+    );
+    let home = f.nl.link_by_name("net7").unwrap().unwrap();
+    assert_eq!(home.mac, orig_mac);
+    assert_eq!(f.state(vf), before.state);
+    assert!(f.record(vf).is_none());
+    drop(squatter);
+}
+
+/// A dummy link of the given name in the test's (the VM's root) namespace,
+/// deleted on drop.
+struct Squatter(String);
+
+impl Squatter {
+    fn new(name: &str) -> Squatter {
+        common::run("ip", &["link", "add", name, "type", "dummy"]);
+        Squatter(name.to_string())
+    }
+}
+
+impl Drop for Squatter {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.0])
+            .status();
+    }
+}

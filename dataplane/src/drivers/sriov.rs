@@ -272,7 +272,8 @@ impl Sriov {
     }
 
     /// The VF's netdev back in the host under its original name, MAC and
-    /// MTU.
+    /// MTU. A name another device took meanwhile stays taken: the VF comes
+    /// home under the one it has, so that DEL can finish.
     fn return_netdev(
         &self,
         address: PciAddress,
@@ -283,46 +284,34 @@ impl Sriov {
         pod: Option<&Attach<'_>>,
     ) -> Result<(), CniError> {
         if let Some(at) = pod {
-            let parent = address.to_string();
-            let links = at.pod.links().map_err(sys("list the container's links"))?;
-            // By device, not name: CNI_IFNAME may be another device (an ADD
-            // that found the name taken).
-            if let Some(link) = links
-                .iter()
-                .find(|l| l.parent_device.as_deref() == Some(parent.as_str()))
-            {
-                let host_ns = NetNs::current().map_err(sys("open the host namespace"))?;
-                at.pod
-                    .update_link(
-                        link.index,
-                        &LinkUpdate {
-                            netns: Some(&host_ns),
-                            name: Some(name.to_string()),
-                            ..LinkUpdate::default()
-                        },
-                    )
-                    .map_err(sys(format_args!(
-                        "move VF {address}'s netdev {} back to the host as {name}",
-                        link.name
-                    )))?;
-            }
+            move_home(address, name, at)?;
         }
         let Some(link) = self.host_netdev(address, host)? else {
             return Ok(());
         };
+        if link.name != name {
+            match host.rename(link.index, name) {
+                Ok(()) => {}
+                Err(e) if e.is_exists() => {}
+                Err(e) => {
+                    return Err(sys_error(
+                        format_args!("rename VF {address}'s netdev {} back to {name}", link.name),
+                        e,
+                    ))
+                }
+            }
+        }
         let update = LinkUpdate {
-            name: (link.name != name).then(|| name.to_string()),
             mac: mac.filter(|m| link.mac != Some(*m)),
             mtu: Some(mtu).filter(|m| link.mtu != *m),
             ..LinkUpdate::default()
         };
-        if update.name.is_none() && update.mac.is_none() && update.mtu.is_none() {
+        if update.mac.is_none() && update.mtu.is_none() {
             return Ok(());
         }
         host.update_link(link.index, &update)
             .map_err(sys(format_args!(
-                "give back VF {address}'s netdev {} its name {name}, MAC and MTU",
-                link.name
+                "give back VF {address}'s netdev its MAC and MTU"
             )))
     }
 
@@ -399,6 +388,45 @@ impl Sriov {
             )),
         }
     }
+}
+
+/// The VF's netdev, found in the pod by device (CNI_IFNAME may be another
+/// device: an ADD that found the name taken).
+fn pod_netdev(at: &Attach<'_>, address: PciAddress) -> Result<Option<Link>, CniError> {
+    let parent = address.to_string();
+    let links = at.pod.links().map_err(sys("list the container's links"))?;
+    Ok(links
+        .into_iter()
+        .find(|l| l.parent_device.as_deref() == Some(parent.as_str())))
+}
+
+/// Move the VF's netdev from the pod to the host, as `name` unless the host
+/// has a device of that name, else under the name it has. (A move and a
+/// rename in one request are not one step: the move may be done when the
+/// rename fails.)
+fn move_home(address: PciAddress, name: &str, at: &Attach<'_>) -> Result<(), CniError> {
+    let host_ns = NetNs::current().map_err(sys("open the host namespace"))?;
+    for rename in [Some(name.to_string()), None] {
+        let Some(link) = pod_netdev(at, address)? else {
+            return Ok(());
+        };
+        let home = LinkUpdate {
+            netns: Some(&host_ns),
+            name: rename.clone(),
+            ..LinkUpdate::default()
+        };
+        match at.pod.update_link(link.index, &home) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_exists() && rename.is_some() => {}
+            Err(e) => {
+                return Err(sys_error(
+                    format_args!("move VF {address}'s netdev {} back to the host", link.name),
+                    e,
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 impl InterfaceDriver for Sriov {
