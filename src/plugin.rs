@@ -411,6 +411,7 @@ mod tests {
             "bridge",
             "macvlan",
             "ipvlan",
+            "sriov",
         ] {
             assert!(registry.is_builtin(plugin_type), "{plugin_type}");
         }

@@ -13,6 +13,7 @@ pub mod durable;
 pub mod env;
 pub mod error;
 pub mod fields;
+pub mod flock;
 pub mod names;
 pub mod result;
 pub mod skel;

@@ -64,6 +64,21 @@ impl FromStr for MacAddr {
     }
 }
 
+/// As text (`aa:bb:cc:dd:ee:ff`), the form records and results keep.
+impl serde::Serialize for MacAddr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for MacAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +91,10 @@ mod tests {
         assert!(m.is_local());
         assert!(!m.is_multicast());
         assert_eq!("0a-58-0a-f4-00-01".parse::<MacAddr>().unwrap(), m);
+        let text = serde_json::to_string(&m).unwrap();
+        assert_eq!(text, r#""0a:58:0a:f4:00:01""#);
+        assert_eq!(serde_json::from_str::<MacAddr>(&text).unwrap(), m);
+        assert!(serde_json::from_str::<MacAddr>(r#""0a:58""#).is_err());
     }
 
     #[test]

@@ -31,12 +31,12 @@ use std::io::{self, Read, Write};
 use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
-use plexus_cni::{durable, whole_file, CniError, ErrorCode};
+use nix::fcntl::Flock;
+use plexus_cni::flock::lock_file;
+use plexus_cni::{durable, whole_file, CniError};
 
 pub(crate) const LAST_IP_PREFIX: &str = "last_reserved_ip.";
 pub(crate) const LOCK_FILE: &str = "lock";
@@ -164,54 +164,8 @@ pub(crate) fn open(
             Err(e) => return Err(io_err(&dir, e)),
         }
     }
-    let lock_path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&lock_path)
-        .map_err(|e| io_err(&lock_path, e))?;
-    let lock = lock_with_timeout(file, timeout).map_err(|e| match e {
-        LockError::Timeout => CniError::new(
-            ErrorCode::TryAgainLater,
-            "IPAM store busy",
-            format!(
-                "{}: still locked by another process after {} ms",
-                lock_path.display(),
-                timeout.as_millis()
-            ),
-        ),
-        LockError::Os(errno) => io_err(&lock_path, errno),
-    })?;
+    let lock = lock_file(&dir.join(LOCK_FILE), timeout, "IPAM store busy")?;
     Ok(Some(LockedStore { dir, _lock: lock }))
-}
-
-enum LockError {
-    Timeout,
-    Os(Errno),
-}
-
-/// `flock(LOCK_EX)`, polled without blocking so the wait is bounded.
-fn lock_with_timeout(mut file: File, timeout: Duration) -> Result<Flock<File>, LockError> {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_micros(100);
-    loop {
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => return Ok(lock),
-            Err((f, Errno::EWOULDBLOCK)) | Err((f, Errno::EINTR)) => {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(LockError::Timeout);
-                }
-                thread::sleep(pause.min(deadline - now));
-                pause = (pause * 2).min(Duration::from_millis(5));
-                file = f;
-            }
-            Err((_, errno)) => return Err(LockError::Os(errno)),
-        }
-    }
 }
 
 fn no_hard_links(e: &io::Error) -> bool {
@@ -446,6 +400,8 @@ impl LockedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plexus_cni::ErrorCode;
+    use std::time::Instant;
 
     #[test]
     fn owner_formats() {

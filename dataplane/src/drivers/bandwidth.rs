@@ -526,7 +526,6 @@ impl Plugin for Bandwidth<'_> {
 
 #[cfg(test)]
 mod tests {
-    use plexus_cni::env::{CniCommand, CniEnv};
     use serde_json::json;
 
     use super::*;
@@ -534,16 +533,7 @@ mod tests {
     const CLOCK: PschedClock = PschedClock::LINUX;
 
     fn request(config: Value) -> Request {
-        let env = CniEnv {
-            command: CniCommand::Add,
-            container_id: Some("ctr1".into()),
-            netns: Some("/var/run/netns/x".into()),
-            ifname: Some("eth0".into()),
-            args: Default::default(),
-            path: Vec::new(),
-        };
-        let Value::Object(map) = config else { panic!() };
-        Request::from_config(env, map).unwrap()
+        super::super::common::unit_test_request(config, "")
     }
 
     #[test]

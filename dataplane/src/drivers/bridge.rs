@@ -339,7 +339,12 @@ impl InterfaceDriver for Bridge {
         check(s, at, prev)
     }
 
-    fn remove(&self, _req: &Request, at: Option<&Attach<'_>>) -> Result<(), CniError> {
+    fn remove(
+        &self,
+        _req: &Request,
+        _host: &Netlink,
+        at: Option<&Attach<'_>>,
+    ) -> Result<(), CniError> {
         at.map_or(Ok(()), |at| at.delete_pod_link(&LinkKind::Veth))
     }
 }

@@ -643,6 +643,25 @@ pub(crate) fn check_ips_and_routes(
     Ok(())
 }
 
+/// An ADD request for the drivers' unit tests: container `ctr1` in
+/// `/var/run/netns/x`, CNI_IFNAME `eth0`, `CNI_ARGS` `args`, `config` (an
+/// object) on stdin.
+#[cfg(test)]
+pub(crate) fn unit_test_request(config: Value, args: &str) -> Request {
+    let env = plexus_cni::env::CniEnv {
+        command: CniCommand::Add,
+        container_id: Some("ctr1".into()),
+        netns: Some("/var/run/netns/x".into()),
+        ifname: Some("eth0".into()),
+        args: plexus_cni::args::CniArgs::parse(args).unwrap(),
+        path: Vec::new(),
+    };
+    let Value::Object(map) = config else {
+        panic!("the configuration must be an object: {config}")
+    };
+    Request::from_config(env, map).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,6 +24,7 @@ use serde::Deserialize;
 use super::attachment::Attach;
 use super::common::{self, IpamRef};
 use super::undo::Undo;
+use crate::netlink::Netlink;
 use crate::session::Session;
 
 /// What makes one kind of pod link.
@@ -86,9 +87,15 @@ pub(crate) trait InterfaceDriver: Sync {
         prev: &CniResult,
     ) -> Result<(), CniError>;
 
-    /// cni-SPEC §2 DEL: remove what `create` made, idempotently. `at` is
-    /// `None` when the pod's namespace is gone (or was never given).
-    fn remove(&self, req: &Request, at: Option<&Attach<'_>>) -> Result<(), CniError>;
+    /// cni-SPEC §2 DEL: remove what `create` made, idempotently. `host` is
+    /// the node's netlink handle; `at` is `None` when the pod's namespace is
+    /// gone (or was never given).
+    fn remove(
+        &self,
+        req: &Request,
+        host: &Netlink,
+        at: Option<&Attach<'_>>,
+    ) -> Result<(), CniError>;
 }
 
 /// The part DEL, GC and STATUS read; they must not fail on a configuration
@@ -140,7 +147,11 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
     fn del(&self, req: &Request) -> Result<(), CniError> {
         let c: IpamOnly = common::decode_config(req)?;
         let at = Attach::open_for_del(self.session, req)?;
-        self.driver.remove(req, at.as_ref())?;
+        let host = self
+            .session
+            .host()
+            .map_err(common::sys("netlink in the host namespace"))?;
+        self.driver.remove(req, host, at.as_ref())?;
         common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Del)
     }
 

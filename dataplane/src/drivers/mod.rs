@@ -2,7 +2,7 @@
 //! each a [`Plugin`] with the reference's config keys, defaults, result
 //! shape and DEL semantics.
 //!
-//! - Interface drivers (bridge, macvlan, ipvlan, ipoib) implement
+//! - Interface drivers (bridge, macvlan, ipvlan, ipoib, sriov) implement
 //!   [`InterfaceDriver`] and are served by the one [`InterfacePlugin`]; they
 //!   get their IPAM plugin (built in or exec'd) through a [`Resolver`].
 //! - Chained plugins (tuning, bandwidth) work on the prevResult.
@@ -28,6 +28,7 @@ mod interface;
 pub mod ipoib;
 pub mod ipvlan;
 pub mod macvlan;
+pub mod sriov;
 mod stacked;
 pub mod tuning;
 mod undo;
@@ -44,6 +45,7 @@ use interface::InterfacePlugin;
 use ipoib::Ipoib;
 use ipvlan::Ipvlan;
 use macvlan::Macvlan;
+use sriov::Sriov;
 use stacked::StackedDriver;
 
 use crate::session::Session;
@@ -110,6 +112,12 @@ pub const BUILTINS: &[Builtin] = &[
                 resolver,
                 session,
             ))
+        },
+    },
+    Builtin {
+        plugin_type: "sriov",
+        build: |resolver, session| {
+            Box::new(InterfacePlugin::new(Sriov::default(), resolver, session))
         },
     },
     Builtin {

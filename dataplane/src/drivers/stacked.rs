@@ -232,7 +232,7 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         } else {
             NOTIFY
         };
-        configure(req, conf, S::CHAINS, at, link, ipam, notify)
+        configure(req, conf.dns.as_ref(), S::CHAINS, at, link, ipam, notify)
     }
 
     fn check(
@@ -245,7 +245,12 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         check::<S>(conf, at, prev)
     }
 
-    fn remove(&self, _req: &Request, at: Option<&Attach<'_>>) -> Result<(), CniError> {
+    fn remove(
+        &self,
+        _req: &Request,
+        _host: &Netlink,
+        at: Option<&Attach<'_>>,
+    ) -> Result<(), CniError> {
         at.map_or(Ok(()), |at| at.delete_pod_link(&S::LINK_KIND))
     }
 }
@@ -290,15 +295,18 @@ fn create_link<'a, S: Stacked>(
 }
 
 /// Announce the interface's addresses when they change (as the reference).
-const NOTIFY: &[&str] = &[
+pub(crate) const NOTIFY: &[&str] = &[
     "net/ipv4/conf/IFNAME/arp_notify",
     "net/ipv6/conf/IFNAME/ndisc_notify",
 ];
 
-/// The result, and the interface's addresses and routes.
-fn configure<M>(
+/// The result, and the interface's addresses and routes: a container
+/// interface `link` already in the pod as CNI_IFNAME, addressed from `ipam`
+/// (or, `chains`, the prevResult), else up as a layer-2 attachment. The
+/// result's `dns` is the configuration's (`dns`), not IPAM's.
+pub(crate) fn configure(
     req: &Request,
-    conf: &Conf<M>,
+    dns: Option<&DnsConf>,
     chains: bool,
     ctx: &Attach<'_>,
     link: Link,
@@ -341,7 +349,7 @@ fn configure<M>(
         common::configure_iface(ctx, link.index, &result, Dad::Kernel, notify)?;
     }
     // The reference reports the configuration's dns, not IPAM's.
-    result.dns = conf.dns.as_ref().map(DnsConf::to_dns).unwrap_or_default();
+    result.dns = dns.map(DnsConf::to_dns).unwrap_or_default();
     Ok(result)
 }
 

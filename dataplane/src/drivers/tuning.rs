@@ -718,22 +718,12 @@ impl Plugin for Tuning<'_> {
 
 #[cfg(test)]
 mod tests {
-    use plexus_cni::env::{CniCommand, CniEnv};
     use serde_json::json;
 
     use super::*;
 
     fn request(config: Value, args: &str) -> Request {
-        let env = CniEnv {
-            command: CniCommand::Add,
-            container_id: Some("ctr".into()),
-            netns: Some("/var/run/netns/x".into()),
-            ifname: Some("eth0".into()),
-            args: plexus_cni::args::CniArgs::parse(args).unwrap(),
-            path: Vec::new(),
-        };
-        let Value::Object(map) = config else { panic!() };
-        Request::from_config(env, map).unwrap()
+        super::super::common::unit_test_request(config, args)
     }
 
     fn settings_of(config: Value, args: &str) -> Result<Settings, CniError> {

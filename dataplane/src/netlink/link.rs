@@ -45,6 +45,13 @@ pub struct Link {
     pub bridge_port: Option<BridgePortInfo>,
     /// IPoIB settings, when this link is an IPoIB device.
     pub ipoib: Option<IpoibInfo>,
+    /// The device the netdev belongs to (IFLA_PARENT_DEV_NAME, kernel 5.15+):
+    /// a PCI address such as `0000:01:10.0` for a NIC or an SR-IOV VF, in
+    /// whatever namespace the netdev sits. `None` for virtual links.
+    pub parent_device: Option<String>,
+    /// The link layer is InfiniBand (ARPHRD_INFINIBAND): a 20-byte hardware
+    /// address, and SR-IOV VFs with node and port GUIDs.
+    pub infiniband: bool,
 }
 
 /// What an IPoIB device's `IFLA_INFO_DATA` says.
@@ -488,6 +495,7 @@ impl Link {
             lower_up: flags.contains(nl::LinkFlags::LowerUp),
             promisc: flags.contains(nl::LinkFlags::Promisc),
             allmulti: flags.contains(nl::LinkFlags::Allmulti),
+            infiniband: m.header.link_layer_type == nl::LinkLayerType::Infiniband,
             ..Link::default()
         };
         for attr in &m.attributes {
@@ -500,6 +508,7 @@ impl Link {
                 nl::LinkAttribute::Link(v) => link.parent = Some(*v).filter(|v| *v != 0),
                 nl::LinkAttribute::LinkNetNsId(id) => link.parent_netnsid = Some(*id),
                 nl::LinkAttribute::LinkInfo(infos) => link.apply_info(infos),
+                nl::LinkAttribute::ParentDevName(name) => link.parent_device = Some(name.clone()),
                 _ => {}
             }
         }
@@ -1158,6 +1167,22 @@ mod tests {
             assert_eq!(IpvlanMode::from_nl(&m.to_nl()), Some(m));
         }
         assert!("L2".parse::<IpvlanMode>().is_err());
+    }
+
+    #[test]
+    fn a_reply_names_the_parent_device_and_the_link_layer() {
+        let mut msg = nl::LinkMessage::default();
+        msg.header.index = 7;
+        msg.header.link_layer_type = nl::LinkLayerType::Infiniband;
+        msg.attributes
+            .push(nl::LinkAttribute::ParentDevName("0000:01:10.2".into()));
+        msg.attributes
+            .push(nl::LinkAttribute::ParentDevBusName("pci".into()));
+        let link = Link::from_message(&msg);
+        assert_eq!(link.parent_device.as_deref(), Some("0000:01:10.2"));
+        assert!(link.infiniband);
+        let plain = Link::from_message(&nl::LinkMessage::default());
+        assert_eq!((plain.parent_device, plain.infiniband), (None, false));
     }
 
     #[test]

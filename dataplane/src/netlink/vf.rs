@@ -217,26 +217,13 @@ macro_rules! serde_as_text {
 
 serde_as_text!(VlanProto, VfLinkState, Guid);
 
-/// [`MacAddr`] as text, for serde's `with`.
-mod mac_as_text {
-    use super::*;
-
-    pub fn serialize<S: Serializer>(mac: &MacAddr, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_str(mac)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<MacAddr, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
-
 /// Settings of one VF, each applied through the PF when `Some` (sriov-cni's
 /// `mac`, `vlan`/`vlanQoS`/`vlanProto`, `spoofchk`, `trust`, `link_state`,
 /// `min_tx_rate`, `max_tx_rate`; ib-sriov's GUIDs). Rates are in Mbit/s, 0
-/// meaning no limit.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// meaning no limit. Serializable like [`VfState`], so a driver's record can
+/// say what it applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct VfSettings {
     /// The admin MAC (see the module docs for its order with the netdev's
     /// MAC); 00:00:00:00:00:00 clears it.
@@ -328,7 +315,6 @@ pub struct VfState {
     pub vf: u32,
     /// The admin MAC; 00:00:00:00:00:00 when none is set, or (igb) the
     /// VF's own MAC (see the module docs).
-    #[serde(with = "mac_as_text")]
     pub mac: MacAddr,
     /// The port VLAN (id 0: none). The protocol is 802.1Q unless the kernel
     /// reports otherwise.
@@ -380,6 +366,33 @@ impl VfState {
             max_tx_rate: applied.max_tx_rate.map(|_| self.max_tx_rate),
             ib_node_guid: applied.ib_node_guid.and(self.ib_node_guid),
             ib_port_guid: applied.ib_port_guid.and(self.ib_port_guid),
+        }
+    }
+
+    /// [`restoring`](Self::restoring), limited to the settings that differ
+    /// between this (saved) state and `now`, the VF's current one: what gives
+    /// the VF back after an ADD that the kernel may have applied only in part
+    /// (it stops at the first setting the driver refuses), without sending
+    /// what never changed, which a driver may refuse (igb and link state).
+    /// The two rates go together when either differs.
+    pub fn restoring_changed(&self, now: &VfState, applied: &VfSettings) -> VfSettings {
+        let all = self.restoring(applied);
+        let rates_differ =
+            (now.min_tx_rate, now.max_tx_rate) != (self.min_tx_rate, self.max_tx_rate);
+        VfSettings {
+            mac: all.mac.filter(|_| now.mac != self.mac),
+            vlan: all.vlan.filter(|_| now.vlan != self.vlan),
+            spoofchk: all.spoofchk.filter(|_| now.spoofchk != self.spoofchk),
+            trust: all.trust.filter(|_| now.trust != self.trust),
+            link_state: all.link_state.filter(|_| now.link_state != self.link_state),
+            min_tx_rate: all.min_tx_rate.filter(|_| rates_differ),
+            max_tx_rate: all.max_tx_rate.filter(|_| rates_differ),
+            ib_node_guid: all
+                .ib_node_guid
+                .filter(|_| now.ib_node_guid != self.ib_node_guid),
+            ib_port_guid: all
+                .ib_port_guid
+                .filter(|_| now.ib_port_guid != self.ib_port_guid),
         }
     }
 }
@@ -801,6 +814,63 @@ mod tests {
             }
         );
         assert!(saved.restoring(&VfSettings::default()).is_empty());
+    }
+
+    #[test]
+    fn restoring_changed_skips_what_the_kernel_did_not_take() {
+        let saved = VfState::unset(1);
+        let applied = VfSettings {
+            mac: Some(mac("02:00:00:00:00:01")),
+            vlan: Some(VfVlan::new(10)),
+            trust: Some(true),
+            link_state: Some(VfLinkState::Enable),
+            min_tx_rate: Some(0),
+            max_tx_rate: Some(100),
+            ..VfSettings::default()
+        };
+        // The kernel stopped at the link state: MAC, VLAN and rates applied,
+        // trust (after the link state) not.
+        let mut now = saved.clone();
+        now.mac = mac("02:00:00:00:00:01");
+        now.vlan = VfVlan::new(10);
+        now.max_tx_rate = 100;
+        let mut saved_with_state = saved.clone();
+        saved_with_state.link_state = Some(VfLinkState::Auto);
+        now.link_state = Some(VfLinkState::Auto);
+        assert_eq!(
+            saved_with_state.restoring_changed(&now, &applied),
+            VfSettings {
+                mac: Some(MacAddr([0; 6])),
+                vlan: Some(VfVlan::default()),
+                min_tx_rate: Some(0),
+                max_tx_rate: Some(0),
+                ..VfSettings::default()
+            }
+        );
+        assert!(saved.restoring_changed(&saved, &applied).is_empty());
+    }
+
+    #[test]
+    fn applied_settings_survive_serialization() {
+        let settings = VfSettings {
+            mac: Some(mac("02:00:00:00:00:0a")),
+            vlan: Some(VfVlan {
+                id: 5,
+                qos: 1,
+                proto: VlanProto::Dot1Ad,
+            }),
+            link_state: Some(VfLinkState::Disable),
+            ib_port_guid: Some(Guid(3)),
+            ..VfSettings::default()
+        };
+        let text = serde_json::to_string(&settings).unwrap();
+        assert!(text.contains(r#""mac":"02:00:00:00:00:0a""#), "{text}");
+        assert_eq!(serde_json::from_str::<VfSettings>(&text).unwrap(), settings);
+        assert_eq!(
+            serde_json::from_str::<VfSettings>("{}").unwrap(),
+            VfSettings::default()
+        );
+        assert!(serde_json::from_str::<VfSettings>(r#"{"mac":"zz"}"#).is_err());
     }
 
     #[test]

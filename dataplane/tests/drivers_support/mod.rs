@@ -181,10 +181,33 @@ pub fn with_prev(config: &Value, result: &CniResult) -> Value {
     c
 }
 
-/// Run `command` of the built-in `plugin_type` driver on a thread inside
-/// `node`, the namespace playing the host.
+/// The namespace a driver is called in as the host.
+pub trait Host: Copy {
+    fn run<R>(self, f: impl FnOnce() -> R) -> R;
+}
+
+/// A thread inside a test's "node" namespace.
+impl Host for &TestNs {
+    fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        self.ns.run(f).expect("enter the node namespace")
+    }
+}
+
+/// The calling thread's own namespace: for drivers whose devices live in
+/// the machine's namespace (the VM's SR-IOV PF).
+#[derive(Debug, Clone, Copy)]
+pub struct Here;
+
+impl Host for Here {
+    fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        f()
+    }
+}
+
+/// Run `command` of the built-in `plugin_type` driver with `node` as the
+/// host.
 pub fn call(
-    node: &TestNs,
+    node: impl Host,
     resolver: &TestResolver,
     plugin_type: &str,
     command: CniCommand,
@@ -192,24 +215,22 @@ pub fn call(
     config: &Value,
 ) -> Result<Option<CniResult>, CniError> {
     let req = request(command, t, config);
-    node.ns
-        .run(|| {
-            // A fresh session per call, as each CNI invocation has its own.
-            let session = Session::new();
-            let d = drivers::driver(plugin_type, resolver, &session).expect("a built-in type");
-            match command {
-                CniCommand::Add => d.add(&req).map(Some),
-                CniCommand::Del => d.del(&req).map(|()| None),
-                CniCommand::Check => d.check(&req).map(|()| None),
-                CniCommand::Status => d.status(&req).map(|()| None),
-                other => panic!("{other} not used here"),
-            }
-        })
-        .expect("enter the node namespace")
+    node.run(|| {
+        // A fresh session per call, as each CNI invocation has its own.
+        let session = Session::new();
+        let d = drivers::driver(plugin_type, resolver, &session).expect("a built-in type");
+        match command {
+            CniCommand::Add => d.add(&req).map(Some),
+            CniCommand::Del => d.del(&req).map(|()| None),
+            CniCommand::Check => d.check(&req).map(|()| None),
+            CniCommand::Status => d.status(&req).map(|()| None),
+            other => panic!("{other} not used here"),
+        }
+    })
 }
 
 pub fn add(
-    node: &TestNs,
+    node: impl Host,
     r: &TestResolver,
     ty: &str,
     t: &Target,
@@ -219,7 +240,7 @@ pub fn add(
 }
 
 pub fn del(
-    node: &TestNs,
+    node: impl Host,
     r: &TestResolver,
     ty: &str,
     t: &Target,
@@ -229,7 +250,7 @@ pub fn del(
 }
 
 pub fn check(
-    node: &TestNs,
+    node: impl Host,
     r: &TestResolver,
     ty: &str,
     t: &Target,

@@ -1,0 +1,851 @@
+//! The `sriov` driver: an SR-IOV virtual function (VF) handed to the pod,
+//! with sriov-cni's keys and behaviour (k8snetworkplumbingwg/sriov-cni).
+//!
+//! Keys ([`conf`]): `deviceID` (the VF's PCI address; `runtimeConfig.deviceID`,
+//! as Multus hands it over, wins), `vlan`, `vlanQoS`, `vlanProto`, `mac`
+//! (`CNI_ARGS` `MAC` and `runtimeConfig.mac` win, in that order), `spoofchk`
+//! and `trust` ("on"/"off"), `link_state` (auto/enable/disable),
+//! `min_tx_rate`/`max_tx_rate` (Mbit/s), `ipam`, `dns`,
+//! `runtimeConfig.infinibandGUID` (node and port GUID of an InfiniBand VF),
+//! and `dataDir` (where VF locks and records live, default
+//! [`DEFAULT_DATA_DIR`]).
+//!
+//! ADD, under the VF's lock ([`ownership`]):
+//! - prepare (nothing changes): the VF in sysfs, its PF's netdev here, its
+//!   record: a VF whose owner's namespace still exists is refused; one whose
+//!   owner's namespace is gone (its DEL never came) is given back first.
+//! - create: the VF's PF-side state saved with the owner in its record
+//!   (durably, before anything changes); then, with a netdev, its MAC set,
+//!   moved into the pod and renamed to CNI_IFNAME in one request; then the
+//!   PF-side settings in one request (admin MAC after the netdev's: see
+//!   [`crate::netlink::vf`]). A VF bound to a userspace driver (DPDK mode)
+//!   gets the PF-side settings only. A failure gives everything back.
+//! - configure: the netdev addressed from IPAM and up; in DPDK mode IPAM's
+//!   addresses are reported, nothing is configured in the pod.
+//!
+//! DEL gives back what the record says (PF-side settings, admin MAC first,
+//! then the netdev's name, MAC and MTU in the host), and only to the owner
+//! the record names: a late DEL of a pod whose VF went to another leaves it
+//! alone. When the pod's namespace is gone, the kernel has moved the netdev
+//! back (maybe renamed): it is found through sysfs by PCI address. A VF that
+//! vanished (its PF's VFs removed) leaves nothing to give back.
+//!
+//! Differences from sriov-cni: `spoofchk`/`trust` other than "on"/"off" and
+//! rates out of range are refused (sriov-cni reads any other word as "off"
+//! and leaves rates to the driver); a late DEL never resets another pod's VF
+//! (#219/#313); a failed ADD or DEL says which step failed and an ADD whose
+//! owner's namespace is gone reclaims the VF instead of failing forever.
+
+mod conf;
+mod ownership;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::result::{CniResult, Interface};
+use plexus_cni::skel::Request;
+
+use self::conf::Conf;
+use self::ownership::{Found, Owner, Record, Store, VfLock};
+use super::attachment::{self, Attach};
+use super::common::{self, check_failed, mismatch, sys, sys_error, DnsConf, IpamRef};
+use super::interface::InterfaceDriver;
+use super::stacked;
+use super::undo::Undo;
+use crate::mac::MacAddr;
+use crate::netlink::{Link, LinkUpdate, Netlink, VfSettings, VfState};
+use crate::netns::{NetNs, PodNetns};
+use crate::pci::{PciAddress, PciError, SysfsRoot, VirtualFunction};
+
+/// Where VF locks and records live unless `dataDir` says otherwise.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/plexus/sriov";
+
+/// How long a DEL (or an ADD reclaiming a VF) waits for a VF netdev the
+/// kernel is moving back from a namespace being destroyed.
+pub(crate) const NETDEV_RETURN_TIMEOUT: Duration = Duration::from_secs(10);
+const NETDEV_POLL: Duration = Duration::from_millis(20);
+
+/// sriov-cni's plugin, built in. Reads sysfs below `sysfs`, keeps VF locks
+/// and records in `data_dir` unless the configuration's `dataDir` says
+/// otherwise.
+#[derive(Debug, Clone)]
+pub struct Sriov {
+    sysfs: SysfsRoot,
+    data_dir: PathBuf,
+}
+
+impl Sriov {
+    pub fn new(sysfs: SysfsRoot, data_dir: impl Into<PathBuf>) -> Sriov {
+        Sriov {
+            sysfs,
+            data_dir: data_dir.into(),
+        }
+    }
+
+    fn store(&self, configured: Option<&Path>) -> Store {
+        Store::new(configured.unwrap_or(&self.data_dir).to_path_buf())
+    }
+}
+
+impl Default for Sriov {
+    fn default() -> Self {
+        Sriov::new(SysfsRoot::default(), DEFAULT_DATA_DIR)
+    }
+}
+
+/// A VF about to be taken.
+#[derive(Debug, Clone)]
+struct Vf {
+    info: VirtualFunction,
+    /// Its netdev in the host; `None` when bound to a userspace driver.
+    netdev: Option<Link>,
+}
+
+/// Where an ADD starts from.
+#[derive(Debug)]
+enum Start {
+    Free(Vf),
+    /// The record of an owner whose namespace is gone: given back first.
+    Stale(Record),
+}
+
+/// What [`Sriov::prepare`] finds, with the VF's lock held until the ADD
+/// (and its undoing) is over.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    lock: VfLock,
+    pf: Link,
+    settings: VfSettings,
+    start: Start,
+}
+
+/// What [`Sriov::create`] made: what the result and device-info need.
+#[derive(Debug)]
+pub(crate) struct Made {
+    /// The VF (PCI address, PF, vfio device node in DPDK mode).
+    pub vf: VirtualFunction,
+    /// The pod's interface; `None` in DPDK mode.
+    pub pod_link: Option<Link>,
+    /// The VF's admin MAC, if set (what a DPDK-mode result reports).
+    pub admin_mac: Option<MacAddr>,
+}
+
+impl Made {
+    #[allow(
+        dead_code,
+        reason = "device-info (not wired yet) tells DPDK mode apart"
+    )]
+    pub fn is_dpdk(&self) -> bool {
+        self.pod_link.is_none()
+    }
+}
+
+fn owner(req: &Request) -> Result<Owner, CniError> {
+    Ok(Owner {
+        container_id: attachment::container_id(req)?.to_string(),
+        ifname: attachment::ifname(req)?.to_string(),
+    })
+}
+
+/// A VF that is not there (any more): no device at the address, or not a
+/// VF of a PF now.
+fn vanished(e: &PciError) -> bool {
+    matches!(
+        e,
+        PciError::NotFound { .. }
+            | PciError::NotVirtualFunction { .. }
+            | PciError::VfIndexNotFound { .. }
+    )
+}
+
+/// A sysfs lookup of the configured device: what the configuration got
+/// wrong is code 7 naming the key.
+fn device_error(conf: &Conf, e: PciError) -> CniError {
+    match e {
+        PciError::NotFound { .. } | PciError::NotVirtualFunction { .. } => {
+            CniError::invalid_config(conf.device_key, e.to_string())
+        }
+        other => sys_error(conf.device_key, other),
+    }
+}
+
+/// Whether the namespace at `path` still exists.
+fn namespace_exists(path: &Path) -> Result<bool, CniError> {
+    match NetNs::open_pod(path) {
+        Ok(PodNetns::Gone) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(e) => Err(sys_error(
+            format_args!("open the VF owner's namespace {}", path.display()),
+            e,
+        )),
+    }
+}
+
+impl Sriov {
+    /// The VF's PF netdev in this namespace, if it has one here.
+    fn pf_link(&self, vf: &VirtualFunction, host: &Netlink) -> Result<Option<Link>, CniError> {
+        for name in &vf.pf_netdevs {
+            let link = host
+                .link_by_name(name)
+                .map_err(sys(format_args!("look up the PF netdev {name}")))?;
+            if link.is_some() {
+                return Ok(link);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The configured VF as it is now: with its netdev in the host, or bound
+    /// to a userspace driver.
+    fn find(&self, conf: &Conf, host: &Netlink) -> Result<Vf, CniError> {
+        let info = self
+            .sysfs
+            .virtual_function(conf.device)
+            .map_err(|e| device_error(conf, e))?;
+        let netdev = match &info.netdev {
+            Some(name) => Some(
+                host.link_by_name(name)
+                    .map_err(sys(format_args!("look up the VF's netdev {name}")))?
+                    .ok_or_else(|| {
+                        sys_error(
+                            format_args!("VF {}: netdev {name}", conf.device),
+                            "sysfs lists it, the host namespace does not have it",
+                        )
+                    })?,
+            ),
+            None if info.has_userspace_driver() => None,
+            None => {
+                return Err(CniError::invalid_config(
+                    conf.device_key,
+                    format!(
+                        "VF {} has no netdev in this network namespace and is not bound to a \
+                         userspace driver (driver: {}): it is in use outside plexus's records",
+                        conf.device,
+                        info.driver.as_deref().unwrap_or("none")
+                    ),
+                ))
+            }
+        };
+        Ok(Vf { info, netdev })
+    }
+
+    /// Give the VF of `record` back as it was before its owner's ADD, then
+    /// remove the record. `pod` is the owner's namespace when it still
+    /// exists. Works from any point of a half-done ADD: it sends only the
+    /// PF-side settings that differ from the saved ones, and finds the
+    /// netdev wherever it is.
+    fn give_back(
+        &self,
+        lock: &VfLock,
+        record: &Record,
+        host: &Netlink,
+        pod: Option<&Attach<'_>>,
+    ) -> Result<(), CniError> {
+        let address = lock.vf();
+        let vf = match self.sysfs.virtual_function(address) {
+            Ok(vf) => vf,
+            Err(e) if vanished(&e) => return lock.remove_record(),
+            Err(e) => return Err(sys_error(format_args!("VF {address}"), e)),
+        };
+        let pf = self.pf_link(&vf, host)?.ok_or_else(|| {
+            sys_error(
+                format_args!("give back VF {address}"),
+                format_args!("its PF {} has no netdev in this namespace", vf.pf),
+            )
+        })?;
+        let now = host
+            .vf_state(pf.index, vf.index)
+            .map_err(sys(format_args!("read VF {address} on its PF {}", pf.name)))?;
+        let Some(now) = now else {
+            return lock.remove_record();
+        };
+        // The admin MAC goes first: while set, an untrusted VF cannot take
+        // its own MAC back.
+        let back = record.saved.restoring_changed(&now, &record.applied);
+        host.set_vf(pf.index, vf.index, &back)
+            .map_err(sys(format_args!("give back VF {address}'s settings")))?;
+        if let Found::Netdev { name, mac, mtu } = &record.found {
+            self.return_netdev(address, name, *mac, *mtu, host, pod)?;
+        }
+        lock.remove_record()
+    }
+
+    /// The VF's netdev back in the host under its original name, MAC and
+    /// MTU. A name another device took meanwhile stays taken: the VF comes
+    /// home under the one it has, so that DEL can finish.
+    fn return_netdev(
+        &self,
+        address: PciAddress,
+        name: &str,
+        mac: Option<MacAddr>,
+        mtu: u32,
+        host: &Netlink,
+        pod: Option<&Attach<'_>>,
+    ) -> Result<(), CniError> {
+        if let Some(at) = pod {
+            move_home(address, name, at)?;
+        }
+        let Some(link) = self.host_netdev(address, host)? else {
+            return Ok(());
+        };
+        if link.name != name {
+            match host.rename(link.index, name) {
+                Ok(()) => {}
+                Err(e) if e.is_exists() => {}
+                Err(e) => {
+                    return Err(sys_error(
+                        format_args!("rename VF {address}'s netdev {} back to {name}", link.name),
+                        e,
+                    ))
+                }
+            }
+        }
+        let update = LinkUpdate {
+            mac: mac.filter(|m| link.mac != Some(*m)),
+            mtu: Some(mtu).filter(|m| link.mtu != *m),
+            ..LinkUpdate::default()
+        };
+        if update.mac.is_none() && update.mtu.is_none() {
+            return Ok(());
+        }
+        host.update_link(link.index, &update)
+            .map_err(sys(format_args!(
+                "give back VF {address}'s netdev its MAC and MTU"
+            )))
+    }
+
+    /// The VF's netdev in the host, waiting (bounded) while the kernel
+    /// brings it back from a namespace being destroyed. `None` when the VF
+    /// is gone or has no netdev driver any more.
+    fn host_netdev(&self, address: PciAddress, host: &Netlink) -> Result<Option<Link>, CniError> {
+        let deadline = Instant::now() + NETDEV_RETURN_TIMEOUT;
+        loop {
+            let vf = match self.sysfs.virtual_function(address) {
+                Ok(vf) => vf,
+                Err(e) if vanished(&e) => return Ok(None),
+                Err(e) => return Err(sys_error(format_args!("VF {address}"), e)),
+            };
+            match &vf.netdev {
+                Some(name) => {
+                    let link = host
+                        .link_by_name(name)
+                        .map_err(sys(format_args!("look up VF {address}'s netdev {name}")))?;
+                    if link.is_some() {
+                        return Ok(link);
+                    }
+                }
+                None if vf.driver.is_none() || vf.has_userspace_driver() => return Ok(None),
+                None => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(CniError::new(
+                    ErrorCode::TryAgainLater,
+                    "VF netdev not back",
+                    format!(
+                        "VF {address}: its netdev did not come back to the host namespace \
+                         within {} s (is the namespace it was in still held open?)",
+                        NETDEV_RETURN_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+            std::thread::sleep(NETDEV_POLL);
+        }
+    }
+
+    /// The VF's netdev, its MAC set, moved into the pod as CNI_IFNAME.
+    fn move_into_pod(
+        &self,
+        netdev: &Link,
+        mac: Option<MacAddr>,
+        at: &Attach<'_>,
+    ) -> Result<Link, CniError> {
+        if let Some(mac) = mac {
+            at.host
+                .set_mac(netdev.index, mac)
+                .map_err(sys(format_args!(
+                    "mac: set {mac} on the VF's netdev {}",
+                    netdev.name
+                )))?;
+        }
+        let moved = at.host.update_link(
+            netdev.index,
+            &LinkUpdate {
+                netns: Some(at.pod_ns),
+                name: Some(at.ifname.clone()),
+                ..LinkUpdate::default()
+            },
+        );
+        match moved {
+            Ok(()) => at.pod_link(),
+            Err(e) if e.is_exists() && at.ifname_exists()? => Err(at.ifname_taken()),
+            Err(e) => Err(sys_error(
+                format_args!(
+                    "move the VF's netdev {} into the container as {}",
+                    netdev.name, at.ifname
+                ),
+                e,
+            )),
+        }
+    }
+}
+
+/// The VF's netdev, found in the pod by device (CNI_IFNAME may be another
+/// device: an ADD that found the name taken).
+fn pod_netdev(at: &Attach<'_>, address: PciAddress) -> Result<Option<Link>, CniError> {
+    let parent = address.to_string();
+    let links = at.pod.links().map_err(sys("list the container's links"))?;
+    Ok(links
+        .into_iter()
+        .find(|l| l.parent_device.as_deref() == Some(parent.as_str())))
+}
+
+/// Move the VF's netdev from the pod to the host, as `name` unless the host
+/// has a device of that name, else under the name it has. (A move and a
+/// rename in one request are not one step: the move may be done when the
+/// rename fails.)
+fn move_home(address: PciAddress, name: &str, at: &Attach<'_>) -> Result<(), CniError> {
+    let host_ns = NetNs::current().map_err(sys("open the host namespace"))?;
+    for rename in [Some(name.to_string()), None] {
+        let Some(link) = pod_netdev(at, address)? else {
+            return Ok(());
+        };
+        let home = LinkUpdate {
+            netns: Some(&host_ns),
+            name: rename.clone(),
+            ..LinkUpdate::default()
+        };
+        match at.pod.update_link(link.index, &home) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_exists() && rename.is_some() => {}
+            Err(e) => {
+                return Err(sys_error(
+                    format_args!("move VF {address}'s netdev {} back to the host", link.name),
+                    e,
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+impl InterfaceDriver for Sriov {
+    type Conf = Conf;
+    type Prepared = Prepared;
+    type Made = Made;
+
+    fn parse(&self, req: &Request) -> Result<Conf, CniError> {
+        conf::parse(req)
+    }
+
+    fn ipam<'c>(&self, conf: &'c Conf) -> &'c Option<IpamRef> {
+        &conf.ipam
+    }
+
+    fn prepare(&self, _req: &Request, conf: &Conf, at: &Attach<'_>) -> Result<Prepared, CniError> {
+        let info = self
+            .sysfs
+            .virtual_function(conf.device)
+            .map_err(|e| device_error(conf, e))?;
+        let pf = self.pf_link(&info, at.host)?.ok_or_else(|| {
+            CniError::invalid_config(
+                conf.device_key,
+                format!(
+                    "the PF {} of VF {} has no netdev in this network namespace",
+                    info.pf, conf.device
+                ),
+            )
+        })?;
+        let lock = self.store(conf.data_dir.as_deref()).lock(conf.device)?;
+        let start = match lock.read_record()? {
+            None => Start::Free(self.find(conf, at.host)?),
+            Some(record) if namespace_exists(&record.netns)? => {
+                let Owner {
+                    container_id,
+                    ifname,
+                } = &record.owner;
+                return Err(CniError::new(
+                    ErrorCode::TryAgainLater,
+                    "VF in use",
+                    format!(
+                        "{}: VF {} is in use by container {container_id} (interface {ifname} in \
+                         {}, which still exists)",
+                        conf.device_key,
+                        conf.device,
+                        record.netns.display()
+                    ),
+                ));
+            }
+            Some(record) => Start::Stale(record),
+        };
+        Ok(Prepared {
+            lock,
+            settings: conf.pf_settings(pf.infiniband),
+            pf,
+            start,
+        })
+    }
+
+    fn create<'a>(
+        &'a self,
+        req: &'a Request,
+        conf: &'a Conf,
+        prepared: &'a Prepared,
+        at: &'a Attach<'a>,
+        undo: &mut Undo<'a>,
+    ) -> Result<Made, CniError> {
+        let host = at.host;
+        let lock = &prepared.lock;
+        let vf = match &prepared.start {
+            Start::Free(vf) => vf.clone(),
+            Start::Stale(record) => {
+                self.give_back(lock, record, host, None)?;
+                self.find(conf, host)?
+            }
+        };
+        let (pf, index) = (&prepared.pf, vf.info.index);
+        let mut saved = host
+            .vf_state(pf.index, index)
+            .map_err(sys(format_args!(
+                "read VF {} on its PF {}",
+                conf.device, pf.name
+            )))?
+            .ok_or_else(|| {
+                sys_error(
+                    format_args!("VF {}", conf.device),
+                    format_args!("its PF {} does not report VF {index}", pf.name),
+                )
+            })?;
+        let found = match &vf.netdev {
+            Some(link) => {
+                // Without an admin MAC, igb reports the VF's own MAC as its
+                // MAC; given back as such it would become an admin MAC that
+                // locks the VF's own (netlink::vf docs): there was none.
+                if link.mac == Some(saved.mac) {
+                    saved.mac = MacAddr([0; 6]);
+                }
+                Found::Netdev {
+                    name: link.name.clone(),
+                    mac: link.mac,
+                    mtu: link.mtu,
+                }
+            }
+            None => Found::Dpdk,
+        };
+        let admin_mac = prepared
+            .settings
+            .mac
+            .or(Some(saved.mac).filter(|m| m.0 != [0; 6] && vf.netdev.is_none()));
+        let record = Record {
+            owner: owner(req)?,
+            netns: PathBuf::from(&at.sandbox),
+            saved,
+            applied: prepared.settings.clone(),
+            found,
+        };
+        lock.write_record(&record)?;
+        undo.push(format!("taking VF {}", conf.device), move || {
+            self.give_back(lock, &record, host, Some(at))
+        });
+
+        let pod_link = match &vf.netdev {
+            Some(netdev) => Some(self.move_into_pod(netdev, prepared.settings.mac, at)?),
+            None => None,
+        };
+        host.set_vf(pf.index, index, &prepared.settings)
+            .map_err(sys(format_args!(
+                "VF {}: apply the configured settings through its PF",
+                conf.device
+            )))?;
+        Ok(Made {
+            vf: vf.info,
+            pod_link,
+            admin_mac,
+        })
+    }
+
+    fn configure(
+        &self,
+        req: &Request,
+        conf: &Conf,
+        at: &Attach<'_>,
+        made: Made,
+        ipam: Option<CniResult>,
+    ) -> Result<CniResult, CniError> {
+        let dns = conf.dns.as_ref();
+        let mut result = match made.pod_link {
+            Some(link) => stacked::configure(req, dns, false, at, link, ipam, stacked::NOTIFY)?,
+            None => dpdk_result(req, dns, at, made.admin_mac, ipam),
+        };
+        // cni-SPEC 1.1 `pciID` (older versions' results leave it out).
+        if let Some(interface) = result.interfaces.first_mut() {
+            interface.pci_id = Some(made.vf.address.to_string());
+        }
+        Ok(result)
+    }
+
+    fn check(
+        &self,
+        req: &Request,
+        conf: &Conf,
+        at: &Attach<'_>,
+        prev: &CniResult,
+    ) -> Result<(), CniError> {
+        let lock = self.store(conf.data_dir.as_deref()).lock(conf.device)?;
+        let owner = owner(req)?;
+        let record = lock
+            .read_record()?
+            .filter(|r| r.owner == owner)
+            .ok_or_else(|| {
+                check_failed(format!(
+                    "VF {}: no record gives it to container {} as {}",
+                    conf.device, owner.container_id, owner.ifname
+                ))
+            })?;
+        if !record.is_dpdk() {
+            let entry = common::prev_container_interface(prev, at)?;
+            let link = at
+                .pod
+                .link_by_name(&at.ifname)
+                .map_err(sys(format_args!("look up {}", at.ifname)))?
+                .ok_or_else(|| {
+                    check_failed(format!("container interface {} not found", at.ifname))
+                })?;
+            if link.parent_device != Some(conf.device.to_string()) {
+                return Err(check_failed(format!(
+                    "container interface {} is not VF {}",
+                    at.ifname, conf.device
+                )));
+            }
+            common::check_mac(&link, entry, "container")?;
+            common::check_ips_and_routes(at, &link, prev)?;
+        }
+        let info = self
+            .sysfs
+            .virtual_function(conf.device)
+            .map_err(|e| check_failed(format!("{}: {e}", conf.device_key)))?;
+        let pf = self.pf_link(&info, at.host)?.ok_or_else(|| {
+            check_failed(format!("the PF {} has no netdev here any more", info.pf))
+        })?;
+        let now = at
+            .host
+            .vf_state(pf.index, info.index)
+            .map_err(sys(format_args!("read VF {} on its PF", conf.device)))?
+            .ok_or_else(|| {
+                check_failed(format!(
+                    "the PF {} no longer has VF {}",
+                    pf.name, conf.device
+                ))
+            })?;
+        check_settings(&conf.pf_settings(pf.infiniband), &now)
+    }
+
+    fn remove(
+        &self,
+        req: &Request,
+        host: &Netlink,
+        at: Option<&Attach<'_>>,
+    ) -> Result<(), CniError> {
+        let keys = conf::del_keys(req);
+        let store = self.store(keys.data_dir.as_deref());
+        let owner = owner(req)?;
+        let device = match keys.device {
+            Some(device) => device,
+            None => match store.find_owned_by(&owner)? {
+                Some(device) => device,
+                None => return Ok(()),
+            },
+        };
+        let lock = store.lock(device)?;
+        match lock.read_record()? {
+            Some(record) if record.owner == owner => self.give_back(&lock, &record, host, at),
+            // Nothing of this attachment's: never taken, given back already,
+            // or (a late DEL) given to another pod since.
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The result in DPDK mode: the interface the pod's userspace driver will
+/// drive, IPAM's addresses for it to use, nothing configured.
+fn dpdk_result(
+    req: &Request,
+    dns: Option<&DnsConf>,
+    at: &Attach<'_>,
+    admin_mac: Option<MacAddr>,
+    ipam: Option<CniResult>,
+) -> CniResult {
+    let mut result = ipam
+        .map(|r| CniResult {
+            ips: r.ips,
+            routes: r.routes,
+            ..CniResult::default()
+        })
+        .unwrap_or_default();
+    result.cni_version = Some(req.cni_version);
+    result.interfaces = vec![Interface {
+        name: at.ifname.clone(),
+        mac: admin_mac.map(|m| m.to_string()),
+        sandbox: Some(at.sandbox.clone()),
+        ..Interface::default()
+    }];
+    for ip in &mut result.ips {
+        ip.interface = Some(0);
+    }
+    result.dns = dns.map(DnsConf::to_dns).unwrap_or_default();
+    result
+}
+
+/// CHECK of the PF-side settings: each configured one as the PF reports it.
+fn check_settings(want: &VfSettings, now: &VfState) -> Result<(), CniError> {
+    fn differs<T: PartialEq + std::fmt::Debug>(
+        key: &str,
+        want: Option<T>,
+        have: T,
+    ) -> Result<(), CniError> {
+        match want {
+            Some(w) if w != have => Err(mismatch(
+                key,
+                format!("the VF has {have:?}, the configuration says {w:?}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+    differs("mac", want.mac, now.mac)?;
+    differs("vlan", want.vlan.map(|v| v.id), now.vlan.id)?;
+    differs("vlanQoS", want.vlan.map(|v| v.qos), now.vlan.qos)?;
+    differs("vlanProto", want.vlan.map(|v| v.proto), now.vlan.proto)?;
+    differs("spoofchk", want.spoofchk, now.spoofchk)?;
+    differs("trust", want.trust, now.trust)?;
+    differs("link_state", want.link_state.map(Some), now.link_state)?;
+    differs("min_tx_rate", want.min_tx_rate, now.min_tx_rate)?;
+    differs("max_tx_rate", want.max_tx_rate, now.max_tx_rate)?;
+    let guid = "runtimeConfig.infinibandGUID";
+    differs(guid, want.ib_node_guid.map(Some), now.ib_node_guid)?;
+    differs(guid, want.ib_port_guid.map(Some), now.ib_port_guid)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::{Guid, VfLinkState, VfVlan, VlanProto};
+
+    #[test]
+    fn check_names_the_key_of_a_setting_that_differs() {
+        let now = VfState {
+            vf: 0,
+            mac: "02:00:00:00:00:01".parse().unwrap(),
+            vlan: VfVlan {
+                id: 10,
+                qos: 2,
+                proto: VlanProto::Dot1Q,
+            },
+            spoofchk: true,
+            trust: false,
+            link_state: Some(VfLinkState::Auto),
+            min_tx_rate: 0,
+            max_tx_rate: 100,
+            ib_node_guid: None,
+            ib_port_guid: None,
+        };
+        let matching = VfSettings {
+            mac: Some(now.mac),
+            vlan: Some(now.vlan),
+            spoofchk: Some(true),
+            trust: Some(false),
+            link_state: Some(VfLinkState::Auto),
+            min_tx_rate: Some(0),
+            max_tx_rate: Some(100),
+            ..VfSettings::default()
+        };
+        check_settings(&matching, &now).unwrap();
+        check_settings(&VfSettings::default(), &now).unwrap();
+        let cases = [
+            (
+                "mac",
+                VfSettings {
+                    mac: Some("02:00:00:00:00:02".parse().unwrap()),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "vlan",
+                VfSettings {
+                    vlan: Some(VfVlan { id: 11, ..now.vlan }),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "vlanQoS",
+                VfSettings {
+                    vlan: Some(VfVlan { qos: 3, ..now.vlan }),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "vlanProto",
+                VfSettings {
+                    vlan: Some(VfVlan {
+                        proto: VlanProto::Dot1Ad,
+                        ..now.vlan
+                    }),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "spoofchk",
+                VfSettings {
+                    spoofchk: Some(false),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "trust",
+                VfSettings {
+                    trust: Some(true),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "link_state",
+                VfSettings {
+                    link_state: Some(VfLinkState::Enable),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "min_tx_rate",
+                VfSettings {
+                    min_tx_rate: Some(10),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "max_tx_rate",
+                VfSettings {
+                    max_tx_rate: Some(0),
+                    ..matching.clone()
+                },
+            ),
+            (
+                "runtimeConfig.infinibandGUID",
+                VfSettings {
+                    ib_port_guid: Some(Guid(1)),
+                    ..matching.clone()
+                },
+            ),
+        ];
+        for (key, want) in cases {
+            let e = check_settings(&want, &now).unwrap_err();
+            assert_eq!(
+                e.code,
+                ErrorCode::Plugin(plexus_cni::error::codes::PLUGIN_FAILED)
+            );
+            assert!(
+                e.details.starts_with(&format!("{key}: the VF has ")),
+                "{key}: {e:?}"
+            );
+        }
+    }
+}
