@@ -149,7 +149,7 @@ fn a_kubelet_that_never_answers_times_out_within_the_bound() {
 }
 
 /// A node as plexus sees it: fake delegates (`podnet` for the cluster
-/// network, `sriov` and `plain` for the NADs), a manifest directory with
+/// network, `vf` and `plain` for the NADs: `sriov` is built in), a manifest directory with
 /// the pod `demo/web` selecting `selection`, and plexus's conf.
 struct Node {
     fakes: Fakes,
@@ -158,9 +158,9 @@ struct Node {
 
 impl Node {
     fn new(selection: &str, socket: &Path) -> Node {
-        let fakes = Fakes::new(&["podnet", "sriov", "plain"]);
+        let fakes = Fakes::new(&["podnet", "vf", "plain"]);
         fakes.answer_result("podnet", &result_json("1.0.0", 1, "eth0"));
-        fakes.answer_result("sriov", &result_json("1.0.0", 2, "net1"));
+        fakes.answer_result("vf", &result_json("1.0.0", 2, "net1"));
         fakes.answer_result("plain", &result_json("1.0.0", 3, "net1"));
         let manifests = fakes.root().join("manifests");
         std::fs::create_dir(&manifests).unwrap();
@@ -178,13 +178,13 @@ impl Node {
             nad(
                 "sriov-a",
                 Some(VF_A),
-                json!({"cniVersion": "1.0.0", "type": "sriov", "vlan": 10}),
+                json!({"cniVersion": "1.0.0", "type": "vf", "vlan": 10}),
             ),
             nad(
                 "sriov-b",
                 Some(VF_B),
                 json!({"cniVersion": "1.0.0", "plugins": [
-                    {"type": "sriov", "capabilities": {"deviceID": true}}, {"type": "plain"}]}),
+                    {"type": "vf", "capabilities": {"deviceID": true}}, {"type": "plain"}]}),
             ),
             nad(
                 "plain",
@@ -292,13 +292,13 @@ fn each_network_of_a_resource_gets_its_device_in_stable_order_from_one_look_up()
     let null = Value::Null;
     let want = [
         ("podnet", "eth0", null.clone(), null.clone()),
-        ("sriov", "net1", a1.clone(), null.clone()),
+        ("vf", "net1", a1.clone(), null.clone()),
         ("plain", "net2", null.clone(), null.clone()),
         // Only the plugin declaring the capability gets runtimeConfig.deviceID;
         // every plugin of the chain gets deviceID and pciBusID, as from Multus.
-        ("sriov", "net3", b.clone(), b.clone()),
+        ("vf", "net3", b.clone(), b.clone()),
         ("plain", "net3", b.clone(), null.clone()),
-        ("sriov", "net4", a2.clone(), null.clone()),
+        ("vf", "net4", a2.clone(), null.clone()),
     ];
     assert_eq!(handed(&node.requests("ADD")), want);
     assert_eq!(
