@@ -197,7 +197,7 @@ fn call(req: &Request) -> Call<'_> {
     }
 }
 
-fn context<'a>(call: &Call, bin_dir: PathBuf, resolver: &'a dyn Resolver) -> RunContext<'a> {
+fn context<'a>(call: &Call, bin_dir: PathBuf, registry: &'a Registry) -> RunContext<'a> {
     RunContext {
         container_id: call.container_id.clone(),
         ifname: call.ifname.clone(),
@@ -205,7 +205,8 @@ fn context<'a>(call: &Call, bin_dir: PathBuf, resolver: &'a dyn Resolver) -> Run
         delegates: Delegates {
             cni_path: call.cni_path.to_vec(),
             bin_dir: Some(bin_dir),
-            resolver,
+            resolver: registry,
+            session: registry.session(),
         },
     }
 }
@@ -361,6 +362,7 @@ impl Plugin for PlexusPlugin {
             cni_path: req.env.path.clone(),
             bin_dir: Some(conf.bin_dir.clone()),
             resolver: &registry,
+            session: registry.session(),
         };
         let swept = claims::sweep(&ClaimBook::new(&conf.cni_dir), cluster.as_ref(), None);
         // Addresses held for claims are valid attachments of their own.

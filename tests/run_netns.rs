@@ -218,6 +218,7 @@ fn ctx<'a>(node: &Node, registry: &'a Registry) -> RunContext<'a> {
             cni_path: vec![PLUGINS.into()],
             bin_dir: None,
             resolver: registry,
+            session: registry.session(),
         },
     }
 }

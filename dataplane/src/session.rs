@@ -22,11 +22,13 @@ use crate::error::Result;
 use crate::netlink::{self, Netlink, Runtime};
 use crate::netns::{NetNs, PodNetns};
 
-/// A pod's namespace with its netlink handle.
+/// A pod's namespace, and its netlink handle once a plugin asked for it
+/// ([`Session::pod_netlink`]): the executor's check of `CNI_NETNS` opens the
+/// namespace for the plugins, and a chain of exec'd plugins opens no socket.
 #[derive(Debug)]
 pub struct PodSide {
     pub ns: NetNs,
-    pub nl: Netlink,
+    nl: OnceLock<Netlink>,
 }
 
 /// What a `CNI_NETNS` turned out to be, with the pod's handles.
@@ -80,7 +82,7 @@ impl Session {
         Ok(self.host.get_or_init(|| nl))
     }
 
-    /// The pod namespace at `path` with its handle, opened once.
+    /// The pod namespace at `path`, opened once.
     pub fn pod(&self, path: &Path) -> Result<PodLookup<'_>> {
         if let Some(side) = self.opened(path) {
             return Ok(PodLookup::Pod(side));
@@ -94,10 +96,20 @@ impl Session {
             PodNetns::Gone => return Ok(PodLookup::Gone),
             PodNetns::Node(_) => return Ok(PodLookup::Node),
         };
-        let nl = Netlink::open_on(&ns, self.runtime()?)?;
-        Ok(PodLookup::Pod(
-            self.pods.push_get(Box::new(PodSide { ns, nl })),
-        ))
+        Ok(PodLookup::Pod(self.pods.push_get(Box::new(PodSide {
+            ns,
+            nl: OnceLock::new(),
+        }))))
+    }
+
+    /// The netlink handle of a pod namespace this session opened, created
+    /// on first use.
+    pub fn pod_netlink<'s>(&'s self, side: &'s PodSide) -> Result<&'s Netlink> {
+        if let Some(nl) = side.nl.get() {
+            return Ok(nl);
+        }
+        let nl = Netlink::open_on(&side.ns, self.runtime()?)?;
+        Ok(side.nl.get_or_init(|| nl))
     }
 
     fn opened(&self, path: &Path) -> Option<&PodSide> {

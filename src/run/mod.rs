@@ -44,7 +44,7 @@ use crate::cni::skel::{Plugin, Request, VALID_ATTACHMENTS};
 use crate::cni::CniVersion;
 use crate::plan::{Attachment, DefaultNetwork, Plan};
 use plexus_dataplane::drivers::node_netns_refused;
-use plexus_dataplane::netns::{NetNs, PodNetns};
+use plexus_dataplane::session::{PodLookup, Session};
 
 pub use exec::ExecPlugin;
 pub use registry::Registry;
@@ -58,6 +58,9 @@ pub struct Delegates<'a> {
     pub cni_path: Vec<PathBuf>,
     pub bin_dir: Option<PathBuf>,
     pub resolver: &'a dyn Resolver,
+    /// The invocation's data-plane session: the check of `CNI_NETNS` opens
+    /// the pod's namespace in it, once for the built-in plugins too.
+    pub session: &'a Session,
 }
 
 impl Delegates<'_> {
@@ -227,7 +230,7 @@ impl Executor {
             .ok_or_else(|| CniError::invalid_env(CNI_NETNS, "required for ADD but not set"))?;
         // No pod has the node's namespace: refused before any plugin (built
         // in or exec'd) could configure the node as a pod.
-        if let Ok(PodNetns::Node(_)) = NetNs::open_pod(netns) {
+        if let Ok(PodLookup::Node) = ctx.delegates.session.pod(netns) {
             return Err(node_netns_refused(netns));
         }
         if plan.attachments.is_empty() {
@@ -796,7 +799,9 @@ fn attachment_env(
 /// a plugin deleting `CNI_IFNAME` in it would delete the node's.
 fn live_netns(ctx: &RunContext) -> DelNetns {
     match ctx.netns.clone() {
-        Some(p) if matches!(NetNs::open_pod(&p), Ok(PodNetns::Node(_))) => DelNetns::Node(p),
+        Some(p) if matches!(ctx.delegates.session.pod(&p), Ok(PodLookup::Node)) => {
+            DelNetns::Node(p)
+        }
         Some(p) if p.exists() => DelNetns::Live(p),
         _ => DelNetns::Gone,
     }
@@ -983,6 +988,7 @@ mod tests {
             cni_path: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
             bin_dir: Some("/usr/lib/cni".into()),
             resolver: &registry,
+            session: registry.session(),
         };
         assert_eq!(
             d.search_path(),

@@ -37,7 +37,9 @@ fn pod_link<'s>(
     ifname: &str,
 ) -> Result<(&'s Netlink, u32), CniError> {
     let nl = match session.pod(netns) {
-        Ok(PodLookup::Pod(side)) => &side.nl,
+        Ok(PodLookup::Pod(side)) => session
+            .pod_netlink(side)
+            .map_err(|e| failed("netlink in the pod namespace", ifname, e))?,
         Ok(_) => {
             return Err(failed(
                 "open the pod namespace",

@@ -281,6 +281,7 @@ impl Fakes {
             cni_path: vec![self.bin()],
             bin_dir: Some(self.bindir()),
             resolver: registry,
+            session: registry.session(),
         }
     }
 

@@ -112,7 +112,9 @@ impl<'s> Attach<'s> {
             sandbox: path.display().to_string(),
             pod_ns: &side.ns,
             host,
-            pod: &side.nl,
+            pod: session
+                .pod_netlink(side)
+                .map_err(sys("netlink in CNI_NETNS"))?,
         }))
     }
 

@@ -291,6 +291,7 @@ pub struct Bridge;
 
 impl InterfaceDriver for Bridge {
     type Conf = Settings;
+    const POD_LINK_KIND: Option<LinkKind> = Some(LinkKind::Veth);
     type Prepared = ();
     /// The bridge, the host veth and the container's end.
     type Made = (Link, Link, Link);
@@ -337,15 +338,6 @@ impl InterfaceDriver for Bridge {
         prev: &CniResult,
     ) -> Result<(), CniError> {
         check(s, at, prev)
-    }
-
-    fn remove(
-        &self,
-        _req: &Request,
-        _host: &Netlink,
-        at: Option<&Attach<'_>>,
-    ) -> Result<(), CniError> {
-        at.map_or(Ok(()), |at| at.delete_pod_link(&LinkKind::Veth))
     }
 }
 

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use super::attachment::Attach;
 use super::common::{self, IpamRef};
 use super::undo::Undo;
-use crate::netlink::Netlink;
+use crate::netlink::{LinkKind, Netlink};
 use crate::session::Session;
 
 /// What makes one kind of pod link.
@@ -87,15 +87,26 @@ pub(crate) trait InterfaceDriver: Sync {
         prev: &CniResult,
     ) -> Result<(), CniError>;
 
+    /// The kind of the link `create` makes in the pod as CNI_IFNAME, which
+    /// the default [`remove`](InterfaceDriver::remove) deletes (a link of
+    /// that name but another kind was not made by the driver and stays);
+    /// `None` for a driver whose `remove` does more.
+    const POD_LINK_KIND: Option<LinkKind>;
+
     /// cni-SPEC §2 DEL: remove what `create` made, idempotently. `host` is
     /// the node's netlink handle; `at` is `None` when the pod's namespace is
     /// gone (or was never given).
     fn remove(
         &self,
-        req: &Request,
-        host: &Netlink,
+        _req: &Request,
+        _host: &Netlink,
         at: Option<&Attach<'_>>,
-    ) -> Result<(), CniError>;
+    ) -> Result<(), CniError> {
+        match (&Self::POD_LINK_KIND, at) {
+            (Some(kind), Some(at)) => at.delete_pod_link(kind),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The part DEL, GC and STATUS read; they must not fail on a configuration

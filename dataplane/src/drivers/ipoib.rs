@@ -89,8 +89,13 @@ impl Stacked for Ipoib {
             },
         );
         if let Err(e) = moved {
-            // Not yet the pod's: nothing else would remove it.
-            let _ = nl.del_link(link.index);
+            // Nothing else would remove it: the child is still in the host,
+            // or (the move done, the rename refused: CNI_IFNAME taken) in
+            // the pod under its temporary name.
+            let _ = nl.del_link_by_name(&child.name);
+            if let Some(pod) = spec.netns.and_then(|ns| Netlink::open(ns).ok()) {
+                let _ = pod.del_link_by_name(&child.name);
+            }
             return Err(e);
         }
         Ok(None)

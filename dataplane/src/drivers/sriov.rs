@@ -54,7 +54,7 @@ use super::interface::InterfaceDriver;
 use super::stacked;
 use super::undo::Undo;
 use crate::mac::MacAddr;
-use crate::netlink::{Link, LinkUpdate, Netlink, VfSettings, VfState};
+use crate::netlink::{Link, LinkKind, LinkUpdate, Netlink, VfSettings, VfState};
 use crate::netns::{NetNs, PodNetns};
 use crate::pci::{PciAddress, PciError, SysfsRoot, VirtualFunction};
 
@@ -131,16 +131,6 @@ pub(crate) struct Made {
     pub admin_mac: Option<MacAddr>,
 }
 
-impl Made {
-    #[allow(
-        dead_code,
-        reason = "device-info (not wired yet) tells DPDK mode apart"
-    )]
-    pub fn is_dpdk(&self) -> bool {
-        self.pod_link.is_none()
-    }
-}
-
 fn owner(req: &Request) -> Result<Owner, CniError> {
     Ok(Owner {
         container_id: attachment::container_id(req)?.to_string(),
@@ -198,11 +188,7 @@ impl Sriov {
 
     /// The configured VF as it is now: with its netdev in the host, or bound
     /// to a userspace driver.
-    fn find(&self, conf: &Conf, host: &Netlink) -> Result<Vf, CniError> {
-        let info = self
-            .sysfs
-            .virtual_function(conf.device)
-            .map_err(|e| device_error(conf, e))?;
+    fn find(&self, conf: &Conf, info: VirtualFunction, host: &Netlink) -> Result<Vf, CniError> {
         let netdev = match &info.netdev {
             Some(name) => Some(
                 host.link_by_name(name)
@@ -431,6 +417,8 @@ fn move_home(address: PciAddress, name: &str, at: &Attach<'_>) -> Result<(), Cni
 
 impl InterfaceDriver for Sriov {
     type Conf = Conf;
+    /// DEL gives the VF back instead (`remove` below).
+    const POD_LINK_KIND: Option<LinkKind> = None;
     type Prepared = Prepared;
     type Made = Made;
 
@@ -458,7 +446,7 @@ impl InterfaceDriver for Sriov {
         })?;
         let lock = self.store(conf.data_dir.as_deref()).lock(conf.device)?;
         let start = match lock.read_record()? {
-            None => Start::Free(self.find(conf, at.host)?),
+            None => Start::Free(self.find(conf, info, at.host)?),
             Some(record) if namespace_exists(&record.netns)? => {
                 let Owner {
                     container_id,
@@ -500,7 +488,11 @@ impl InterfaceDriver for Sriov {
             Start::Free(vf) => vf.clone(),
             Start::Stale(record) => {
                 self.give_back(lock, record, host, None)?;
-                self.find(conf, host)?
+                let info = self
+                    .sysfs
+                    .virtual_function(conf.device)
+                    .map_err(|e| device_error(conf, e))?;
+                self.find(conf, info, host)?
             }
         };
         let (pf, index) = (&prepared.pf, vf.info.index);

@@ -178,6 +178,7 @@ pub(crate) struct StackedDriver<S>(pub(crate) S);
 
 impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
     type Conf = Conf<S::Mode>;
+    const POD_LINK_KIND: Option<LinkKind> = Some(S::LINK_KIND);
     /// The master and the MTU checked against it.
     type Prepared = (Link, Option<u32>);
     type Made = Link;
@@ -243,15 +244,6 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         prev: &CniResult,
     ) -> Result<(), CniError> {
         check::<S>(conf, at, prev)
-    }
-
-    fn remove(
-        &self,
-        _req: &Request,
-        _host: &Netlink,
-        at: Option<&Attach<'_>>,
-    ) -> Result<(), CniError> {
-        at.map_or(Ok(()), |at| at.delete_pod_link(&S::LINK_KIND))
     }
 }
 

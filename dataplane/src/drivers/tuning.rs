@@ -473,17 +473,6 @@ fn pod_link(at: &Attach<'_>) -> Result<Link, CniError> {
         })
 }
 
-/// Put back the original value of `change`'s field, if it was saved.
-fn restore(saved: &Saved, change: Change, nl: &Netlink, index: u32) -> Result<(), CniError> {
-    let restores = saved.restores().unwrap_or_default();
-    match restores.into_iter().find(|r| r.field() == change.field()) {
-        Some(r) => r
-            .apply(nl, index)
-            .map_err(sys(format_args!("restoring {}", r.field()))),
-        None => Ok(()),
-    }
-}
-
 impl Tuning<'_> {
     fn settings_for(&self, req: &Request) -> Result<Settings, CniError> {
         // Without an interface (validation before the attachment is known)
@@ -555,10 +544,15 @@ impl Tuning<'_> {
         }
         sysctl::write_all(ns, &writes).map_err(sys("sysctl"))?;
         let (nl, index) = (at.pod, link.index);
-        let current = std::rc::Rc::new(current);
+        let restores = current.restores().unwrap_or_default();
         for c in changes {
-            let saved = current.clone();
-            undo.push(c.field(), move || restore(&saved, c, nl, index));
+            // The original value of this field, put back if the ADD fails.
+            if let Some(r) = restores.iter().copied().find(|r| r.field() == c.field()) {
+                undo.push(c.field(), move || {
+                    r.apply(nl, index)
+                        .map_err(sys(format_args!("restoring {}", r.field())))
+                });
+            }
             if let Err(e) = c.apply(nl, index) {
                 let field = match (c, &s.mac) {
                     (Change::Mac(_), Some((_, from))) => from.clone(),
