@@ -5,6 +5,9 @@
 //! Multus reads these with Go's encoding/json, so keys match
 //! case-insensitively; unknown keys are ignored (and not written back).
 
+use std::io;
+use std::path::Path;
+
 use serde_json::{json, Map, Value};
 
 use crate::error::CniError;
@@ -12,10 +15,15 @@ use crate::fields::{as_object, as_str, fold_object, Folded};
 
 /// The Device Information Specification version plexus writes.
 pub const SPEC_VERSION: &str = "1.1.0";
+/// device-info-SPEC §4: the directory holding `dp/` and `cni/`.
+pub const ROOT_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo";
 /// device-info-SPEC §4.1: where device plugins leave their files.
 pub const DP_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo/dp";
 /// device-info-SPEC §4.2: where the per-attachment CNI copies live.
 pub const CNI_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo/cni";
+/// device-info-SPEC §5.1: the capability, and `runtimeConfig` key, that
+/// carries the path of an attachment's CNI device-info file.
+pub const FILE_CAPABILITY: &str = "CNIDeviceInfoFile";
 
 /// device-info-SPEC §3.1.1 `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -252,6 +260,30 @@ fn is_semver_triple(s: &str) -> bool {
 }
 
 impl DeviceInfo {
+    /// A `pci` device in this plexus's spec version.
+    pub fn pci(pci: PciDevice) -> DeviceInfo {
+        DeviceInfo {
+            device_type: DeviceType::Pci,
+            version: SPEC_VERSION.into(),
+            pci: Some(pci),
+            vdpa: None,
+            vhost_user: None,
+            memif: None,
+        }
+    }
+
+    /// A `vdpa` device in this plexus's spec version.
+    pub fn vdpa(vdpa: VdpaDevice) -> DeviceInfo {
+        DeviceInfo {
+            device_type: DeviceType::Vdpa,
+            version: SPEC_VERSION.into(),
+            pci: None,
+            vdpa: Some(vdpa),
+            vhost_user: None,
+            memif: None,
+        }
+    }
+
     /// Decode and validate a device information map. Errors name the key
     /// (`pci.pci-address: required`); callers prefix `device-info` or a
     /// file name with [`CniError::within`].
@@ -417,6 +449,63 @@ pub fn dp_file_name(resource_name: &str, device_id: &str) -> Result<String, Stri
         "{}-{device_id}-device.json",
         resource_name.replace('/', "-")
     ))
+}
+
+/// device-info-SPEC §4.2: the CNI file name of one attachment, unique per
+/// (network, container, interface) as Multus makes it:
+/// `<namespace>-<network>-<containerID>-<ifname>-device.json`. Every part
+/// is a checked name without '/' once the network's '/' is replaced.
+pub fn cni_file_name(network: &str, container_id: &str, ifname: &str) -> String {
+    format!(
+        "{}-{container_id}-{ifname}-device.json",
+        network.replace('/', "-")
+    )
+}
+
+/// Read a device-info file: `None` when there is none; an error naming the
+/// file when it is not valid device information.
+pub fn load(path: &Path) -> Result<Option<DeviceInfo>, CniError> {
+    let text = match std::fs::read(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(CniError::io(
+                format!("device-info file {}", path.display()),
+                e,
+            ))
+        }
+    };
+    let named = |details: String| {
+        CniError::invalid_config(format!("device-info file {}", path.display()), details)
+    };
+    let v: Value = serde_json::from_slice(&text).map_err(|e| named(e.to_string()))?;
+    DeviceInfo::from_value(&v)
+        .map(Some)
+        .map_err(|e| named(e.details))
+}
+
+/// Write `info` to `path` whole (a reader never sees half a file), making
+/// its directory if needed (device-info-SPEC §4.2.1, §5.1.2).
+pub fn store(path: &Path, info: &DeviceInfo) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)?;
+    }
+    let mut bytes = serde_json::to_vec_pretty(&info.to_value()).expect("a JSON value serializes");
+    bytes.push(b'\n');
+    crate::whole_file::replace(path, &bytes, 0o644, crate::whole_file::Durability::Unsynced)
+}
+
+/// Remove a CNI device-info file (device-info-SPEC §4.2.1, on DEL);
+/// idempotent.
+pub fn remove(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -674,5 +763,51 @@ mod tests {
         assert!(dp_file_name("r", "..").is_err());
         assert!(dp_file_name("r", "").is_err());
         assert!(dp_file_name("", "d").is_err());
+    }
+
+    #[test]
+    fn cni_file_name_4_2_is_unique_per_attachment() {
+        assert_eq!(
+            cni_file_name("ns/sriov-a", "c0ffee", "net1"),
+            "ns-sriov-a-c0ffee-net1-device.json"
+        );
+        assert_ne!(
+            cni_file_name("ns/a", "c", "net1"),
+            cni_file_name("ns/a", "c", "net2")
+        );
+    }
+
+    #[test]
+    fn store_load_remove_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        // §4.2.1: the directory is made when missing.
+        let path = dir.path().join("cni/x-device.json");
+        assert_eq!(load(&path).unwrap(), None);
+        let info = parse(
+            r#"{"type": "vdpa", "version": "1.1.0",
+            "vdpa": {"parent-device": "vdpa0", "driver": "vhost", "path": "/dev/vhost-vdpa-0"}}"#,
+        );
+        store(&path, &info).unwrap();
+        assert_eq!(load(&path).unwrap(), Some(info));
+        remove(&path).unwrap();
+        remove(&path).unwrap();
+        assert_eq!(load(&path).unwrap(), None);
+    }
+
+    #[test]
+    fn load_names_the_file_and_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.json");
+        std::fs::write(&path, "{\"type\": \"pci\", \"version\": \"1.1.0\"}").unwrap();
+        let e = load(&path).unwrap_err();
+        assert_eq!(e.code, crate::error::ErrorCode::InvalidConfig);
+        assert!(
+            e.details.contains(&path.display().to_string()),
+            "{}",
+            e.details
+        );
+        assert!(e.details.contains("pci: required"), "{}", e.details);
+        std::fs::write(&path, "not json").unwrap();
+        assert!(load(&path).unwrap_err().details.contains("bad.json"));
     }
 }

@@ -8,6 +8,9 @@
 //!   while IPAM allocates (see
 //!   [`common::links_and_ipam`]), configure it from the IPAM result; any
 //!   failure takes back every step through the one [`Undo`] log.
+//! - device-info: a driver that knows its device describes it
+//!   ([`InterfaceDriver::device_info`]) and the description is written to
+//!   `runtimeConfig.CNIDeviceInfoFile` (see [`device_info`]).
 //! - DEL: the driver removes what it made (with the attachment, or without
 //!   it when the namespace is gone), then IPAM releases. DEL reads only the
 //!   `ipam` section, so it works for a configuration ADD refused.
@@ -15,6 +18,7 @@
 //! - GC and STATUS: the IPAM plugin's, which holds the leases.
 
 use plexus_cni::delegate::Resolver;
+use plexus_cni::deviceinfo::DeviceInfo;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::CniError;
 use plexus_cni::result::CniResult;
@@ -23,6 +27,7 @@ use serde::Deserialize;
 
 use super::attachment::Attach;
 use super::common::{self, IpamRef};
+use super::device_info;
 use super::undo::Undo;
 use crate::netlink::{LinkKind, Netlink};
 use crate::session::Session;
@@ -93,6 +98,12 @@ pub(crate) trait InterfaceDriver: Sync {
     /// `None` for a driver whose `remove` does more.
     const POD_LINK_KIND: Option<LinkKind>;
 
+    /// device-info-SPEC §3: the device behind the link `create` made, for
+    /// the attachment's device-info file; `None` for a software link.
+    fn device_info(&self, _conf: &Self::Conf, _made: &Self::Made) -> Option<DeviceInfo> {
+        None
+    }
+
     /// cni-SPEC §2 DEL: remove what `create` made, idempotently. `host` is
     /// the node's netlink handle; `at` is `None` when the pod's namespace is
     /// gone (or was never given).
@@ -136,11 +147,13 @@ impl<'r, D: InterfaceDriver> InterfacePlugin<'r, D> {
 
 impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
     fn validate(&self, req: &Request) -> Result<(), CniError> {
-        self.driver.parse(req).map(drop)
+        self.driver.parse(req)?;
+        device_info::validate(req)
     }
 
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let conf = self.driver.parse(req)?;
+        device_info::validate(req)?;
         let at = Attach::open(self.session, req)?;
         let prepared = self.driver.prepare(req, &conf, &at)?;
         let mut undo = Undo::default();
@@ -150,7 +163,13 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
             self.driver.ipam(&conf),
             &mut undo,
             |undo| self.driver.create(req, &conf, &prepared, &at, undo),
-            |made, ipam| self.driver.configure(req, &conf, &at, made, ipam),
+            |made, ipam| {
+                let info = self.driver.device_info(&conf, &made);
+                let result = self.driver.configure(req, &conf, &at, made, ipam)?;
+                // The executor owns the file: it removes it on rollback and DEL.
+                info.map_or(Ok(()), |info| device_info::publish(req, &info))?;
+                Ok(result)
+            },
         );
         undo.finish(outcome)
     }

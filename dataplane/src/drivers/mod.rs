@@ -24,6 +24,7 @@ mod attachment;
 pub mod bandwidth;
 pub mod bridge;
 mod common;
+mod device_info;
 mod interface;
 pub mod ipoib;
 pub mod ipvlan;

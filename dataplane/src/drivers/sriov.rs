@@ -42,6 +42,7 @@ mod ownership;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use plexus_cni::deviceinfo::{DeviceInfo, PciDevice};
 use plexus_cni::error::{CniError, ErrorCode};
 use plexus_cni::result::{CniResult, Interface};
 use plexus_cni::skel::Request;
@@ -630,6 +631,15 @@ impl InterfaceDriver for Sriov {
                 ))
             })?;
         check_settings(&conf.pf_settings(pf.infiniband), &now)
+    }
+
+    /// device-info-SPEC §3.1.3: the VF and its PF.
+    fn device_info(&self, _conf: &Conf, made: &Made) -> Option<DeviceInfo> {
+        Some(DeviceInfo::pci(PciDevice {
+            pci_address: made.vf.address.to_string(),
+            pf_pci_address: Some(made.vf.pf.to_string()),
+            ..PciDevice::default()
+        }))
     }
 
     fn remove(
