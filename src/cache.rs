@@ -34,7 +34,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
-use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -46,6 +45,7 @@ use crate::cni::names;
 use crate::cni::result::CniResult;
 use crate::cni::whole_file::{self, Durability};
 use crate::cni::CniVersion;
+use crate::netattach::deviceinfo::DeviceInfo;
 use crate::netattach::status::NetworkStatus;
 use crate::plan::{Attachment, Plan};
 
@@ -108,6 +108,9 @@ pub struct CachedAttachment {
     /// the ADD started, as it is unknown how far it got; fewer after a
     /// rollback or a partly failed DEL.
     pub pending_del: Vec<usize>,
+    /// device-info-SPEC §6.1.1: what the attachment's CNI device-info file
+    /// held after its chain, for network-status.
+    pub device_info: Option<DeviceInfo>,
 }
 
 impl CachedAttachment {
@@ -139,7 +142,10 @@ impl Record {
         self.attachments
             .iter()
             .filter(|a| a.state == State::Added)
-            .map(|a| a.attachment.network_status(a.result.as_ref()))
+            .map(|a| {
+                a.attachment
+                    .network_status(a.result.as_ref(), a.device_info.as_ref())
+            })
             .collect()
     }
 
@@ -157,6 +163,7 @@ impl Record {
                     state: State::Pending,
                     result: None,
                     pending_del: Vec::new(),
+                    device_info: None,
                 })
                 .collect(),
         }
@@ -181,6 +188,9 @@ impl Record {
                     if let Ok(v) = r.to_value(RESULT_VERSION) {
                         m.insert("result".into(), v);
                     }
+                }
+                if let Some(d) = &a.device_info {
+                    m.insert("deviceInfo".into(), d.to_value());
                 }
                 Value::Object(m)
             })
@@ -238,26 +248,9 @@ struct WireRecord {
 struct WireCached {
     state: String,
     pending_del: Vec<usize>,
-    plan: WirePlanAttachment,
+    plan: Attachment,
     result: Option<Value>,
-}
-
-/// The plan's attachment JSON ([`Attachment::to_value`]) read back.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct WirePlanAttachment {
-    network: String,
-    ifname: String,
-    default: bool,
-    cni_args: String,
-    plugins: Vec<Map<String, Value>>,
-    source: String,
-    default_route: Option<Vec<IpAddr>>,
-    #[serde(default)]
-    clear_default_route: bool,
-    ipam_claim_reference: Option<String>,
-    #[serde(default)]
-    disable_check: bool,
+    device_info: Option<Value>,
 }
 
 impl WireCached {
@@ -283,22 +276,17 @@ impl WireCached {
             .map(|v| CniResult::from_value_as(&v, RESULT_VERSION))
             .transpose()
             .map_err(|e| format!("result: {}", e.details))?;
+        let device_info = self
+            .device_info
+            .map(|v| DeviceInfo::from_value(&v))
+            .transpose()
+            .map_err(|e| format!("deviceInfo: {}", e.details))?;
         Ok(CachedAttachment {
-            attachment: Attachment {
-                network: p.network,
-                ifname: p.ifname,
-                default: p.default,
-                cni_args: p.cni_args,
-                plugins: p.plugins,
-                source: p.source,
-                default_route: p.default_route,
-                clear_default_route: p.clear_default_route,
-                ipam_claim_reference: p.ipam_claim_reference,
-                disable_check: p.disable_check,
-            },
+            attachment: p,
             state,
             result,
             pending_del,
+            device_info,
         })
     }
 }
@@ -595,6 +583,7 @@ mod tests {
             clear_default_route: true,
             ipam_claim_reference: Some("claim".into()),
             disable_check: true,
+            device_info: None,
         }
     }
 

@@ -412,6 +412,7 @@ mod tests {
             clear_default_route: false,
             ipam_claim_reference: Some("vm-a.tenantred".into()),
             disable_check: false,
+            device_info: None,
         }
     }
 

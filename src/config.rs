@@ -24,6 +24,7 @@ use crate::cni::config::NetworkConfigList;
 use crate::cni::error::CniError;
 use crate::devices::podresources::client as podresources;
 pub use crate::devices::podresources::Client as PodResourcesClient;
+use crate::netattach::deviceinfo;
 
 pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
 pub const DEFAULT_CNI_DIR: &str = "/var/lib/cni/plexus";
@@ -82,6 +83,9 @@ pub struct PlexusConf {
     /// kubelet's PodResources API (`podResourcesSocket`, `podResourcesTimeout`):
     /// where networks backed by a device-plugin resource learn their device.
     pub pod_resources: PodResourcesClient,
+    /// device-info-SPEC §4 (`deviceInfoDir`): the directory of the device
+    /// plugins' files (`dp/`) and plexus's per-attachment copies (`cni/`).
+    pub device_info_dir: PathBuf,
     pub log_file: Option<PathBuf>,
     pub log_level: Option<String>,
     /// Capabilities plexus asks the runtime for (passed on to the default network).
@@ -140,6 +144,7 @@ struct RawConf {
     readiness_timeout: Option<f64>,
     pod_resources_socket: Option<String>,
     pod_resources_timeout: Option<f64>,
+    device_info_dir: Option<String>,
     log_file: Option<String>,
     log_level: Option<String>,
     capabilities: Option<BTreeMap<String, bool>>,
@@ -263,6 +268,7 @@ impl PlexusConf {
                 seconds("podResourcesTimeout", raw.pod_resources_timeout)?
                     .unwrap_or(podresources::DEFAULT_TIMEOUT),
             ),
+            device_info_dir: path(raw.device_info_dir, deviceinfo::ROOT_DIR),
             log_file: raw.log_file.map(PathBuf::from),
             log_level: raw.log_level,
             capabilities: raw.capabilities.unwrap_or_default(),

@@ -41,6 +41,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::cni::args::CniArgs;
@@ -50,6 +51,7 @@ use crate::cni::result::CniResult;
 use crate::config::{ClusterNetwork, PlexusConf};
 use crate::devices::{self, DeviceNeed, DeviceSource};
 use crate::manifest::Pod;
+use crate::netattach::deviceinfo::{self, DeviceInfo};
 use crate::netattach::nad::NetworkAttachmentDefinition;
 use crate::netattach::names::NetworkRef;
 use crate::netattach::selection::{
@@ -209,6 +211,9 @@ pub struct PlanOptions {
     pub cni_args: Option<CniArgs>,
     /// The runtime's capability arguments (§7.5: default network only).
     pub runtime_config: Map<String, Value>,
+    /// device-info-SPEC §4: the directory of the device plugins' files
+    /// (`dp/`) and the per-attachment CNI copies (`cni/`).
+    pub device_info_dir: PathBuf,
 }
 
 impl Default for PlanOptions {
@@ -224,6 +229,7 @@ impl Default for PlanOptions {
             container_id: None,
             cni_args: None,
             runtime_config: Map::new(),
+            device_info_dir: PathBuf::from(deviceinfo::ROOT_DIR),
         }
     }
 }
@@ -239,13 +245,17 @@ impl PlanOptions {
             namespace_isolation: conf.namespace_isolation,
             global_namespaces: conf.global_namespaces.clone(),
             runtime_config: conf.runtime_config.clone(),
+            device_info_dir: conf.device_info_dir.clone(),
             ..PlanOptions::default()
         }
     }
 }
 
-/// One attachment: one CNI config list invoked with one `CNI_IFNAME`.
-#[derive(Debug, Clone, PartialEq)]
+/// One attachment: one CNI config list invoked with one `CNI_IFNAME`. Its
+/// JSON (the plan output, README "Plan output", and each attachment of the
+/// record) is this type's serde form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Attachment {
     pub network: String,
     pub ifname: String,
@@ -256,53 +266,65 @@ pub struct Attachment {
     /// Where the config came from.
     pub source: String,
     /// §4.1.2.1.9: gateways this attachment's default route goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_route: Option<Vec<IpAddr>>,
     /// §4.1.2.1.9: another attachment takes the default route, so the default
     /// network's is removed after it is attached.
+    #[serde(default, skip_serializing_if = "is_false")]
     pub clear_default_route: bool,
     /// §4.1.2.1.11: the IPAMClaim the IPAM of this attachment must honour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipam_claim_reference: Option<String>,
     /// cni-SPEC §1 `disableCheck` of the network's config list: CHECK skips it.
+    #[serde(default, skip_serializing_if = "is_false")]
     pub disable_check: bool,
+    /// device-info-SPEC §4.2: the attachment's device-info files, when it
+    /// is backed by a device-plugin resource or a plugin of it takes one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_info: Option<DeviceInfoFiles>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// device-info-SPEC §4: where an attachment's device information comes
+/// from and goes to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceInfoFiles {
+    /// §4.2: the CNI file, unique to the attachment: the copy of the device
+    /// plugin's, or what a plugin wrote (`CNIDeviceInfoFile`, §5.1); its
+    /// content goes into network-status (§6.1.1); DEL removes it.
+    pub cni: PathBuf,
+    /// §4.1: the device plugin's file for the attachment's device, copied
+    /// to `cni` before the chain runs (§4.2.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_plugin: Option<PathBuf>,
 }
 
 impl Attachment {
-    /// Its network-status entry (multi-net-spec §5) once added with `result`.
-    pub fn network_status(&self, result: Option<&CniResult>) -> NetworkStatus {
+    /// Its network-status entry (multi-net-spec §5) once added with
+    /// `result`, with the device information collected after its chain
+    /// (device-info-SPEC §6.1).
+    pub fn network_status(
+        &self,
+        result: Option<&CniResult>,
+        device_info: Option<&DeviceInfo>,
+    ) -> NetworkStatus {
         let input = StatusInput {
             network: &self.network,
             ifname: Some(&self.ifname),
             default: self.default,
             gateway_request: self.default_route.as_deref(),
-            device_info: None,
+            device_info: device_info.cloned(),
         };
         NetworkStatus::from_result(result, &input)
     }
 
     /// The plan's JSON contract (README "Plan output"); optional keys only when set.
     pub fn to_value(&self) -> Value {
-        let mut v = json!({
-            "network": self.network,
-            "ifname": self.ifname,
-            "default": self.default,
-            "cniArgs": self.cni_args,
-            "plugins": self.plugins,
-            "source": self.source,
-        });
-        let obj = v.as_object_mut().expect("object literal");
-        if let Some(gws) = &self.default_route {
-            obj.insert("defaultRoute".into(), json!(gws));
-        }
-        if self.clear_default_route {
-            obj.insert("clearDefaultRoute".into(), json!(true));
-        }
-        if let Some(claim) = &self.ipam_claim_reference {
-            obj.insert("ipamClaimReference".into(), json!(claim));
-        }
-        if self.disable_check {
-            obj.insert("disableCheck".into(), json!(true));
-        }
-        v
+        serde_json::to_value(self).expect("an attachment serializes")
     }
 }
 
@@ -377,17 +399,22 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
     let secondary_cni_args = secondary_cni_args(pod, options);
 
     let mut attachments = Vec::with_capacity(wanted.len() + 1);
+    let cni_file = cni_device_info_file(&default_network.network, &options.ifname, options);
+    let mut runtime_config = options.runtime_config.clone();
+    offer_device_info_file(&mut runtime_config, cni_file.as_deref());
+    let mut plugins = requests(
+        &default_network.config,
+        &default_network.network,
+        &runtime_config,
+        None,
+    )?;
     attachments.push(Attachment {
         network: default_network.network.clone(),
         ifname: options.ifname.clone(),
         default: true,
         cni_args: cni_args.clone(),
-        plugins: requests(
-            &default_network.config,
-            &default_network.network,
-            &options.runtime_config,
-            None,
-        )?,
+        device_info: device_info_files(cni_file, &mut plugins, None),
+        plugins,
         source: default_network.source.clone(),
         default_route: None,
         clear_default_route: false,
@@ -407,7 +434,12 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
     for (((want, ifname), nad), device_id) in
         wanted.iter().zip(ifnames).zip(resolved).zip(device_ids)
     {
-        let ResolvedNad { config, source, .. } = nad;
+        let ResolvedNad {
+            config,
+            source,
+            resource_name,
+        } = nad;
+        let network = want.reference.to_string();
         let selection = want.selection.as_ref();
         let mut capability_args = match selection {
             Some(s) => capability_args(s, &config, &want.reference)?,
@@ -416,18 +448,23 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
         if let Some(id) = &device_id {
             capability_args.insert(devices::DEVICE_ID_CAPABILITY.into(), json!(id));
         }
+        let cni_file = cni_device_info_file(&network, &ifname, options);
+        offer_device_info_file(&mut capability_args, cni_file.as_deref());
         let cni_args_override = selection.and_then(|s| s.cni_args.as_ref());
-        let mut plugins = requests(
-            &config,
-            &want.reference.to_string(),
-            &capability_args,
-            cni_args_override,
-        )?;
-        if let Some(id) = &device_id {
-            devices::hand_over(&mut plugins, id);
-        }
+        let mut plugins = requests(&config, &network, &capability_args, cni_args_override)?;
+        let device_plugin_file = match (&device_id, &resource_name) {
+            (Some(id), Some(resource)) => {
+                devices::hand_over(&mut plugins, id);
+                let name = deviceinfo::dp_file_name(resource, id).map_err(|reason| {
+                    CniError::invalid_config(format!("{}: deviceID", want.label), reason)
+                })?;
+                Some(options.device_info_dir.join("dp").join(name))
+            }
+            _ => None,
+        };
         attachments.push(Attachment {
-            network: want.reference.to_string(),
+            device_info: device_info_files(cni_file, &mut plugins, device_plugin_file),
+            network,
             ifname,
             default: false,
             cni_args: secondary_cni_args.clone(),
@@ -501,6 +538,67 @@ fn device_ids(
         ids[i] = Some(id);
     }
     Ok(ids)
+}
+
+/// device-info-SPEC §4.2: the attachment's CNI device-info file, unique to
+/// it; `None` without a container ID (`plexus plan` off a runtime call).
+fn cni_device_info_file(network: &str, ifname: &str, options: &PlanOptions) -> Option<PathBuf> {
+    let container_id = options.container_id.as_deref()?;
+    let name = deviceinfo::cni_file_name(network, container_id, ifname);
+    Some(options.device_info_dir.join("cni").join(name))
+}
+
+/// device-info-SPEC §5.1.1: the file for the plugins that declare the
+/// `CNIDeviceInfoFile` capability.
+fn offer_device_info_file(capability_args: &mut Map<String, Value>, cni: Option<&Path>) {
+    if let Some(cni) = cni {
+        capability_args.insert(
+            deviceinfo::FILE_CAPABILITY.into(),
+            cni.display().to_string().into(),
+        );
+    }
+}
+
+/// The attachment's device-info files, when it has any: a device plugin's
+/// file to copy (§4.2.1) or a plugin that takes the CNI file, which the
+/// built-in drivers that describe their device always do
+/// ([`plexus_dataplane::drivers::describes_device`]). Without either the
+/// attachment has no device information and costs no file I/O.
+fn device_info_files(
+    cni: Option<PathBuf>,
+    plugins: &mut [Map<String, Value>],
+    device_plugin: Option<PathBuf>,
+) -> Option<DeviceInfoFiles> {
+    let cni = cni?;
+    let mut taken = false;
+    for plugin in plugins.iter_mut() {
+        let describes = plugin
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(plexus_dataplane::drivers::describes_device);
+        let runtime_config = plugin
+            .get_mut("runtimeConfig")
+            .and_then(Value::as_object_mut);
+        match runtime_config {
+            Some(rc) if rc.contains_key(deviceinfo::FILE_CAPABILITY) => taken = true,
+            Some(rc) if describes => {
+                rc.insert(
+                    deviceinfo::FILE_CAPABILITY.into(),
+                    cni.display().to_string().into(),
+                );
+                taken = true;
+            }
+            None if describes => {
+                plugin.insert(
+                    "runtimeConfig".into(),
+                    json!({ deviceinfo::FILE_CAPABILITY: cni.display().to_string() }),
+                );
+                taken = true;
+            }
+            _ => {}
+        }
+    }
+    (taken || device_plugin.is_some()).then_some(DeviceInfoFiles { cni, device_plugin })
 }
 
 /// §6: the configured cluster network, unless the pod overrides it with

@@ -119,7 +119,7 @@ fn publish(
         .attachments
         .iter()
         .zip(results)
-        .map(|(att, r)| att.network_status(r.result.as_ref()))
+        .map(|(att, r)| att.network_status(r.result.as_ref(), r.device_info.as_ref()))
         .collect();
     let mut events: Vec<PodEvent> = entries
         .iter()

@@ -761,3 +761,50 @@ fn a_client_certificate_kubeconfig_works_as_a_token_does() {
     assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &conf));
     assert_nothing_left(w.tmp.path());
 }
+
+/// device-info-SPEC §4.2.1 and §6.1 (multi-net-spec §5.3.8) through the API
+/// server: a NAD backed by a device-plugin resource gets the device kubelet
+/// allocated (from the stand-in kubelet: kubelet cannot run here), the
+/// device plugin's file for it is copied for the attachment, and its content
+/// is in the network-status plexus writes; DEL removes the copy.
+#[test]
+fn device_info_of_a_resource_backed_network_is_in_the_published_status() {
+    use plexus_testkit::podresources::{container, pod, PodResourcesServer};
+    let Some(w) = world("devinfo") else { return };
+    let resource = "example.com/macvlan_dev";
+    let macnet = macvlan_network(w.tmp.path());
+    w.api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+         metadata: {{name: devnet, namespace: {}, annotations: {{k8s.v1.cni.cncf.io/resourceName: {resource}}}}}\n\
+         spec:\n  config: '{macnet}'\n",
+        w.kube_ns
+    ));
+    let uid = w.pod("p1", Some("devnet"));
+    let kubelet = PodResourcesServer::start(vec![pod(
+        &w.kube_ns,
+        "p1",
+        vec![container("c", &[(resource, &["dev-7"])])],
+    )]);
+    let devinfo = w.tmp.path().join("devinfo");
+    let dp = devinfo.join("dp/example.com-macvlan_dev-dev-7-device.json");
+    std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
+    let info = json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:3b:02.7"}});
+    std::fs::write(&dp, info.to_string()).unwrap();
+    let mut conf: Value = serde_json::from_str(&w.conf).unwrap();
+    conf["podResourcesSocket"] = json!(kubelet.socket());
+    conf["deviceInfoDir"] = json!(devinfo);
+    let conf = conf.to_string();
+
+    assert_ok("ADD", &w.plexus_with("ADD", 0, true, "p1", &uid, &conf));
+    let status = w.network_status("p1");
+    assert_eq!(status[0].get("device-info"), None, "{status}");
+    assert_eq!(status[1]["name"], format!("{}/devnet", w.kube_ns));
+    assert_eq!(status[1]["device-info"], info, "{status}");
+    let copy = devinfo.join(format!("cni/{}-devnet-c0-net1-device.json", w.kube_ns));
+    assert!(copy.exists());
+
+    assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &conf));
+    assert!(!copy.exists());
+    assert!(dp.exists(), "the device plugin's own file is not plexus's");
+    assert_nothing_left(w.tmp.path());
+}

@@ -721,3 +721,69 @@ spec:
         "{e}"
     );
 }
+
+/// device-info-SPEC §5.1: a plugin declaring `CNIDeviceInfoFile` gets the
+/// attachment's file (§4.2), unique per attachment; plexus's built-in
+/// drivers that describe their device (sriov) get it without declaring it,
+/// as NADs written for sriov-cni do not; an attachment nothing describes
+/// has no file. Without a container ID (`plexus plan`) there is none.
+#[test]
+fn device_info_file_5_1_goes_to_declaring_plugins_and_built_in_device_drivers() {
+    let extra = r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: vf, namespace: my-namespace}
+spec:
+  config: '{"cniVersion": "1.0.0", "type": "sriov", "deviceID": "0000:3b:02.1"}'
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: declares, namespace: my-namespace}
+spec:
+  config: '{"cniVersion": "1.0.0", "plugins": [{"type": "x", "capabilities": {"CNIDeviceInfoFile": true}}, {"type": "tuning"}]}'
+"#;
+    let options = PlanOptions {
+        container_id: Some("c1".into()),
+        device_info_dir: "/run/devinfo".into(),
+        ..PlanOptions::default()
+    };
+    let p = plan_for(Some("vf,declares,net-a"), &options, extra).unwrap();
+    let file = |i: usize| {
+        p.attachments[i]
+            .device_info
+            .as_ref()
+            .map(|f| f.cni.display().to_string())
+    };
+    let given = |i: usize, k: usize| {
+        Value::Object(p.attachments[i].plugins[k].clone())["runtimeConfig"]["CNIDeviceInfoFile"]
+            .clone()
+    };
+    assert_eq!(file(0), None, "the cluster network's plugins take none");
+    assert_eq!(
+        file(1).as_deref(),
+        Some("/run/devinfo/cni/my-namespace-vf-c1-net1-device.json")
+    );
+    assert_eq!(given(1, 0), json!(file(1).unwrap()));
+    assert_eq!(
+        file(2).as_deref(),
+        Some("/run/devinfo/cni/my-namespace-declares-c1-net2-device.json")
+    );
+    assert_eq!(given(2, 0), json!(file(2).unwrap()));
+    assert_eq!(
+        given(2, 1),
+        Value::Null,
+        "tuning neither declares nor describes"
+    );
+    assert_eq!(file(3), None);
+    assert!(p.attachments.iter().all(|a| a
+        .device_info
+        .as_ref()
+        .is_none_or(|f| f.device_plugin.is_none())));
+
+    let off_node = plan_for(Some("vf"), &PlanOptions::default(), extra).unwrap();
+    assert_eq!(off_node.attachments[1].device_info, None);
+    assert_eq!(
+        off_node.attachments[1].plugins[0].get("runtimeConfig"),
+        None
+    );
+}

@@ -5,7 +5,10 @@
 //! scripts that record their stdin) for the networks: a network whose NAD
 //! names a device-plugin resource gets its `deviceID` from the devices
 //! kubelet allocated to the pod, in a stable order, from one look-up per ADD,
-//! and DEL hands over the same device without asking kubelet.
+//! and DEL hands over the same device without asking kubelet. The device
+//! plugins' device-info files (device-info-SPEC §4) are copied for each
+//! attachment, handed to the plugins that take them (§5.1), reported in
+//! network-status (§6.1) and removed on DEL.
 //!
 //! Nothing here touches a network namespace: the delegates are fakes.
 
@@ -16,6 +19,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use plexus::cache::{Cache, Lookup};
 use plexus::devices::podresources::v1::PodResources;
 use plexus::devices::podresources::{Client, Code, Error};
 use plexus_testkit::podresources::{container, pod, Kubelet, PodResourcesServer};
@@ -164,7 +168,8 @@ impl Node {
         fakes.answer_result("plain", &result_json("1.0.0", 3, "net1"));
         let manifests = fakes.root().join("manifests");
         std::fs::create_dir(&manifests).unwrap();
-        // sriov-b's config declares the deviceID capability (cni-CONVENTIONS).
+        // sriov-b's config declares the deviceID capability (cni-CONVENTIONS)
+        // and the CNIDeviceInfoFile one (device-info-SPEC §5.1).
         let nad = |name: &str, resource: Option<&str>, config: Value| {
             let annotations = resource
                 .map(|r| format!(", annotations: {{k8s.v1.cni.cncf.io/resourceName: {r}}}"))
@@ -184,7 +189,8 @@ impl Node {
                 "sriov-b",
                 Some(VF_B),
                 json!({"cniVersion": "1.0.0", "plugins": [
-                    {"type": "vf", "capabilities": {"deviceID": true}}, {"type": "plain"}]}),
+                    {"type": "vf", "capabilities": {"deviceID": true, "CNIDeviceInfoFile": true}},
+                    {"type": "plain"}]}),
             ),
             nad(
                 "plain",
@@ -202,10 +208,30 @@ impl Node {
             "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
             "cniDir": fakes.cache_dir(), "binDir": fakes.bindir(), "manifestDir": manifests,
             "podResourcesSocket": socket, "podResourcesTimeout": 2,
+            "deviceInfoDir": fakes.root().join("devinfo"),
             "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "podnet"}],
         })
         .to_string();
         Node { fakes, conf }
+    }
+
+    /// The device-info directory (`deviceInfoDir`): `dp/` and `cni/`.
+    fn devinfo(&self, sub: &str, name: &str) -> std::path::PathBuf {
+        self.fakes.root().join("devinfo").join(sub).join(name)
+    }
+
+    /// The pod's network-status entries (multi-net-spec §5) from plexus's
+    /// record, what it publishes on a cluster.
+    fn network_status(&self) -> Vec<Value> {
+        let Ok(Lookup::Found(record)) = Cache::new(self.fakes.cache_dir()).load("ctr1", "eth0")
+        else {
+            panic!("no readable record");
+        };
+        record
+            .network_status()
+            .iter()
+            .map(|e| e.to_value())
+            .collect()
     }
 
     /// plexus run as kubelet's runtime runs it, for pod demo/web.
@@ -424,4 +450,114 @@ fn plexus_plan_shows_the_devices_when_given_kubelets_socket() {
         "{warnings}"
     );
     assert_eq!(kubelet.calls(), ["Get"]);
+}
+
+/// A device plugin's device-info file for `device` of `resource`.
+fn pci_info(device: &str, pf: &str) -> Value {
+    json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": device, "pf-pci-address": pf}})
+}
+
+#[test]
+fn device_info_is_copied_handed_to_plugins_reported_and_removed_on_del() {
+    let kubelet = PodResourcesServer::start(node_pods());
+    let node = Node::new("sriov-a,sriov-b,plain", kubelet.socket());
+    // §4.1: the device plugin wrote a file for sriov-a's device, none for
+    // sriov-b's; sriov-b's vf plugin writes its own (§5.1.2).
+    let dp = node.devinfo("dp", "intel.com-sriov_a-0000:3b:02.1-device.json");
+    std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
+    let from_dp = pci_info("0000:3b:02.1", "0000:3b:00.0");
+    std::fs::write(&dp, from_dp.to_string()).unwrap();
+    let net1 = node.devinfo("cni", "demo-sriov-a-ctr1-net1-device.json");
+    let net2 = node.devinfo("cni", "demo-sriov-b-ctr1-net2-device.json");
+    let written = json!({"type": "vdpa", "version": "1.1.0", "vdpa": {
+        "parent-device": "vdpa0", "driver": "vhost", "path": "/dev/vhost-vdpa-0"}});
+    node.fakes.answer_file(
+        "vf",
+        "ADD",
+        "run",
+        &format!(
+            "if [ \"$CNI_IFNAME\" = net2 ]; then echo '{written}' > {}; fi",
+            net2.display()
+        ),
+    );
+    assert_ok("ADD", &node.plexus("ADD"));
+
+    // §4.2.1: the copy, unique to the attachment, kept until DEL.
+    let read = |p: &Path| serde_json::from_slice::<Value>(&std::fs::read(p).unwrap()).unwrap();
+    assert_eq!(read(&net1), from_dp);
+    assert_eq!(read(&net2), written);
+    // §5.1.1: only a plugin declaring the capability is given the path.
+    let adds = node.requests("ADD");
+    let given = |n: usize| adds[n].2["runtimeConfig"]["CNIDeviceInfoFile"].clone();
+    assert_eq!(adds[1].0, "vf");
+    assert_eq!(given(1), Value::Null, "sriov-a does not declare it");
+    assert_eq!((adds[2].0.as_str(), adds[2].1.as_str()), ("vf", "net2"));
+    assert_eq!(given(2), json!(net2));
+    assert_eq!(given(3), Value::Null, "plain does not declare it");
+
+    // §6.1.1 (multi-net-spec §5.3.8): into network-status.
+    let status = node.network_status();
+    let device_info: Vec<Value> = status.iter().map(|e| e["device-info"].clone()).collect();
+    assert_eq!(
+        device_info,
+        [Value::Null, from_dp, written, Value::Null],
+        "{status:?}"
+    );
+
+    // §4.2.1: DEL removes the copies; the device plugin's file stays.
+    assert_ok("DEL", &node.plexus("DEL"));
+    assert!(!net1.exists() && !net2.exists());
+    assert!(dp.exists());
+    assert_ok("DEL again", &node.plexus("DEL"));
+}
+
+#[test]
+fn a_bad_device_plugin_file_fails_the_add_naming_it_before_any_plugin_runs() {
+    let kubelet = PodResourcesServer::start(node_pods());
+    let node = Node::new("sriov-a", kubelet.socket());
+    let dp = node.devinfo("dp", "intel.com-sriov_a-0000:3b:02.1-device.json");
+    std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
+    std::fs::write(&dp, r#"{"type": "pci", "version": "1.1.0"}"#).unwrap();
+    let details = node.failed_add(7);
+    assert!(
+        details.contains(&format!("device-info file {}", dp.display()))
+            && details.contains("pci: required when \"type\" is \"pci\""),
+        "{details}"
+    );
+    assert!(!node
+        .devinfo("cni", "demo-sriov-a-ctr1-net1-device.json")
+        .exists());
+}
+
+#[test]
+fn bad_device_info_from_a_plugin_fails_the_add_and_nothing_is_left() {
+    let kubelet = PodResourcesServer::start(node_pods());
+    let node = Node::new("sriov-b", kubelet.socket());
+    let net1 = node.devinfo("cni", "demo-sriov-b-ctr1-net1-device.json");
+    node.fakes.answer_file(
+        "vf",
+        "ADD",
+        "run",
+        &format!(
+            "mkdir -p {0}; echo 'not json' > {1}",
+            net1.parent().unwrap().display(),
+            net1.display()
+        ),
+    );
+    let out = node.plexus("ADD");
+    assert!(!out.status.success());
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["code"], 7, "{e}");
+    assert!(
+        e["details"]
+            .as_str()
+            .unwrap()
+            .contains(&net1.display().to_string()),
+        "{e}"
+    );
+    // Rolled back: every plugin that ran was deleted, and the file with them.
+    let dels: Vec<String> = node.requests("DEL").into_iter().map(|r| r.0).collect();
+    assert_eq!(dels, ["plain", "vf", "podnet"]);
+    assert!(!net1.exists());
+    assert!(!node.fakes.record_path("ctr1").exists());
 }

@@ -114,12 +114,14 @@ fn add_threads_prev_result_in_each_requests_version_with_the_runtime_env() {
                 ifname: "eth0".into(),
                 default: true,
                 result: Some(want_a),
+                device_info: None,
             },
             AttachmentResult {
                 network: "ns/b".into(),
                 ifname: "net1".into(),
                 default: false,
                 result: Some(want_b),
+                device_info: None,
             },
         ]
     );

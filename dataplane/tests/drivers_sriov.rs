@@ -282,11 +282,24 @@ fn sriov_driver_dpdk_mode_sets_the_pf_side_only_and_gives_it_back() {
     let pod_links = link_names(&pod);
     let r = TestResolver::default();
     let t = Target::new("ctr-d", &pod, "net1");
+    // device-info-SPEC §5.1.2: the driver describes the VF in the file the
+    // executor hands it (in DPDK mode the pod's only way to find it).
+    let devinfo = f
+        .data
+        .path()
+        .join("devinfo/cni/ns-sriov-ctr-d-net1-device.json");
     let c = f.conf(
         vf,
-        json!({"mac": "02:00:00:00:d0:01", "vlan": 42, "ipam": ipam("10.62.0.2/24")}),
+        json!({"mac": "02:00:00:00:d0:01", "vlan": 42, "ipam": ipam("10.62.0.2/24"),
+               "runtimeConfig": {"CNIDeviceInfoFile": devinfo}}),
     );
     let res = add(Here, &r, SRIOV, &t, &c).unwrap();
+    let written: Value = serde_json::from_slice(&std::fs::read(&devinfo).unwrap()).unwrap();
+    assert_eq!(
+        written,
+        json!({"type": "pci", "version": "1.1.0",
+               "pci": {"pci-address": vf.address, "pf-pci-address": f.vfs.pf.address}})
+    );
     assert_eq!(
         result_json(&res, "1.1.0"),
         json!({

@@ -42,6 +42,7 @@ use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::cni::result::{CniResult, Route};
 use crate::cni::skel::{Plugin, Request, VALID_ATTACHMENTS};
 use crate::cni::CniVersion;
+use crate::netattach::deviceinfo::{self, DeviceInfo};
 use crate::plan::{Attachment, DefaultNetwork, Plan};
 use plexus_dataplane::drivers::node_netns_refused;
 use plexus_dataplane::session::{PodLookup, Session};
@@ -96,6 +97,9 @@ pub struct AttachmentResult {
     pub default: bool,
     /// The chain's final result (after the default-route step).
     pub result: Option<CniResult>,
+    /// device-info-SPEC §6.1.1: the device information collected after the
+    /// chain, for network-status.
+    pub device_info: Option<DeviceInfo>,
 }
 
 /// What a DEL did besides succeeding.
@@ -246,6 +250,11 @@ impl Executor {
             .iter()
             .map(|a| prepare(a, ctx, CniCommand::Add))
             .collect::<Result<Vec<_>, _>>()?;
+        let device_plugin_info = plan
+            .attachments
+            .iter()
+            .map(device_plugin_info)
+            .collect::<Result<Vec<_>, _>>()?;
 
         match self.cache.load(&ctx.container_id, &ctx.ifname)? {
             Lookup::Found(old) if old.owes_del() => {
@@ -278,28 +287,33 @@ impl Executor {
         let mut results = Vec::with_capacity(chains.len());
         for (i, steps) in chains.iter().enumerate() {
             let att = &plan.attachments[i];
-            let outcome = self.add_chain(att, steps, ctx, netns).and_then(|result| {
-                let cached = &mut record.attachments[i];
-                cached.state = State::Added;
-                cached.result = Some(result.clone());
-                if let Some(next) = record.attachments.get_mut(i + 1) {
-                    begin(next);
-                }
-                self.cache.update(&record).map_err(|error| {
-                    Box::new(ChainFailure {
-                        error,
-                        failed_plugin: None,
-                        last_good: Some(result.clone()),
-                    })
-                })?;
-                Ok(result)
-            });
+            let copy = device_plugin_info[i].as_ref();
+            let outcome =
+                self.add_chain(att, steps, ctx, netns, copy)
+                    .and_then(|(result, info)| {
+                        let cached = &mut record.attachments[i];
+                        cached.state = State::Added;
+                        cached.result = Some(result.clone());
+                        cached.device_info = info.clone();
+                        if let Some(next) = record.attachments.get_mut(i + 1) {
+                            begin(next);
+                        }
+                        self.cache.update(&record).map_err(|error| {
+                            Box::new(ChainFailure {
+                                error,
+                                failed_plugin: None,
+                                last_good: Some(result.clone()),
+                            })
+                        })?;
+                        Ok((result, info))
+                    });
             match outcome {
-                Ok(result) => results.push(AttachmentResult {
+                Ok((result, device_info)) => results.push(AttachmentResult {
                     network: att.network.clone(),
                     ifname: att.ifname.clone(),
                     default: att.default,
                     result: Some(result),
+                    device_info,
                 }),
                 Err(failure) => return Err(self.fail_add(&mut record, i, failure, ctx)),
             }
@@ -317,16 +331,21 @@ impl Executor {
         Ok(results)
     }
 
-    /// One chain's ADD, threading prevResult, then the default-route step.
+    /// One chain's ADD, threading prevResult, then the default-route step;
+    /// with the device information it left (device-info-SPEC §6.1.1).
+    /// `copy`: the device plugin's information, written to the
+    /// attachment's CNI file before the first plugin (§4.2.1).
     fn add_chain(
         &self,
         att: &Attachment,
         steps: &[Step],
         ctx: &RunContext,
         netns: &Path,
-    ) -> Result<CniResult, Box<ChainFailure>> {
-        let env =
-            attachment_env(att, ctx, CniCommand::Add, ctx.netns.clone()).map_err(|error| {
+        copy: Option<&DeviceInfo>,
+    ) -> Result<(CniResult, Option<DeviceInfo>), Box<ChainFailure>> {
+        let env = attachment_env(att, ctx, CniCommand::Add, ctx.netns.clone())
+            .and_then(|env| copy_device_plugin_info(att, copy).map(|()| env))
+            .map_err(|error| {
                 Box::new(ChainFailure {
                     error,
                     failed_plugin: Some(0),
@@ -363,20 +382,24 @@ impl Executor {
                 _ => Ok(()),
             }
         })();
-        routed.map(|()| result).map_err(|e| {
-            Box::new(ChainFailure {
-                error: CniError {
-                    details: format!(
-                        "{} ({}) default route (multi-net-spec §4.1.2.1.9): {}",
-                        att.network, att.ifname, e.details
-                    ),
-                    ..e
-                },
-                failed_plugin: None,
-                // What the plugins produced: the hook may have half-changed its copy.
-                last_good: Some(produced),
+        let routed = routed.map_err(|e| CniError {
+            details: format!(
+                "{} ({}) default route (multi-net-spec §4.1.2.1.9): {}",
+                att.network, att.ifname, e.details
+            ),
+            ..e
+        });
+        routed
+            .and_then(|()| collect_device_info(att))
+            .map(|info| (result, info))
+            .map_err(|error| {
+                Box::new(ChainFailure {
+                    error,
+                    failed_plugin: None,
+                    // What the plugins produced: the hook may have half-changed its copy.
+                    last_good: Some(produced),
+                })
             })
-        })
     }
 
     /// Record the failure, roll back, and build the error to return.
@@ -770,7 +793,71 @@ fn del_chain(
             Err(e) => return Err(in_step(e, att, i, &plugin_type)),
         }
     }
+    if cached.pending_del.is_empty() {
+        remove_device_info(att)?;
+    }
     Ok(())
+}
+
+/// device-info-SPEC §4.2.1: the device plugin's information about the
+/// attachment's device, read (and checked) before anything is added; `None`
+/// when the device plugin wrote none, which device plugins may (§4.1.1).
+fn device_plugin_info(att: &Attachment) -> Result<Option<DeviceInfo>, CniError> {
+    let Some(path) = att
+        .device_info
+        .as_ref()
+        .and_then(|f| f.device_plugin.as_ref())
+    else {
+        return Ok(None);
+    };
+    deviceinfo::load(path).map_err(|e| e.within(format!("{} ({})", att.network, att.ifname)))
+}
+
+/// §4.2.1: copy the device plugin's information to the attachment's CNI
+/// file, where its plugins find it (§5.1.2).
+fn copy_device_plugin_info(att: &Attachment, info: Option<&DeviceInfo>) -> Result<(), CniError> {
+    let (Some(info), Some(files)) = (info, &att.device_info) else {
+        return Ok(());
+    };
+    deviceinfo::store(&files.cni, info).map_err(|e| {
+        CniError::io(
+            format!(
+                "{} ({}) device-info file {}",
+                att.network,
+                att.ifname,
+                files.cni.display()
+            ),
+            e,
+        )
+    })
+}
+
+/// §6.1.1: after the chain, what the attachment's CNI file holds.
+fn collect_device_info(att: &Attachment) -> Result<Option<DeviceInfo>, CniError> {
+    let Some(files) = &att.device_info else {
+        return Ok(None);
+    };
+    deviceinfo::load(&files.cni).map_err(|e| e.within(format!("{} ({})", att.network, att.ifname)))
+}
+
+/// §4.2.1: "When CNI DELETE action is called, the NPWG Implementation must
+/// delete the CNI Plugin Device Information File"; once every plugin's DEL
+/// succeeded, so a DEL retried still finds what its plugins may read.
+fn remove_device_info(att: &Attachment) -> Result<(), CniError> {
+    let Some(files) = &att.device_info else {
+        return Ok(());
+    };
+    deviceinfo::remove(&files.cni).map_err(|e| {
+        CniError::io(
+            format!(
+                "{} ({}) device-info file {}",
+                att.network,
+                att.ifname,
+                files.cni.display()
+            ),
+            e,
+        )
+    })
 }
 
 /// The environment of one attachment's plugins.
@@ -1014,6 +1101,7 @@ mod tests {
             clear_default_route: false,
             ipam_claim_reference: None,
             disable_check: false,
+            device_info: None,
         };
         let e = in_step(
             CniError::invalid_config("mtu", "too big"),

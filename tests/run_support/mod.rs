@@ -38,6 +38,7 @@ pub fn attachment(network: &str, ifname: &str, version: &str, types: &[&str]) ->
         clear_default_route: false,
         ipam_claim_reference: None,
         disable_check: false,
+        device_info: None,
     }
 }
 

@@ -73,6 +73,10 @@ pub type Build = for<'r> fn(&'r dyn Resolver, &'r Session) -> Box<dyn Plugin + '
 pub struct Builtin {
     pub plugin_type: &'static str,
     pub build: Build,
+    /// It describes its device (device-info-SPEC §5.1.2), so it gets
+    /// `runtimeConfig.CNIDeviceInfoFile` whether or not its config declares
+    /// the capability: NADs written for sriov-cni do not.
+    pub describes_device: bool,
 }
 
 /// Every built-in plugin, sorted by type.
@@ -80,10 +84,12 @@ pub const BUILTINS: &[Builtin] = &[
     Builtin {
         plugin_type: "bandwidth",
         build: |_, session| Box::new(bandwidth::Bandwidth::new(session)),
+        describes_device: false,
     },
     Builtin {
         plugin_type: "bridge",
         build: |resolver, session| Box::new(InterfacePlugin::new(Bridge, resolver, session)),
+        describes_device: false,
     },
     Builtin {
         plugin_type: "ipoib",
@@ -94,6 +100,7 @@ pub const BUILTINS: &[Builtin] = &[
                 session,
             ))
         },
+        describes_device: false,
     },
     Builtin {
         plugin_type: "ipvlan",
@@ -104,6 +111,7 @@ pub const BUILTINS: &[Builtin] = &[
                 session,
             ))
         },
+        describes_device: false,
     },
     Builtin {
         plugin_type: "macvlan",
@@ -114,22 +122,33 @@ pub const BUILTINS: &[Builtin] = &[
                 session,
             ))
         },
+        describes_device: false,
     },
     Builtin {
         plugin_type: "sriov",
         build: |resolver, session| {
             Box::new(InterfacePlugin::new(Sriov::default(), resolver, session))
         },
+        describes_device: true,
     },
     Builtin {
         plugin_type: "tuning",
         build: |_, session| Box::new(tuning::Tuning::new(session)),
+        describes_device: false,
     },
 ];
 
 /// The plugin types served by a built-in driver, sorted.
 pub fn builtin_types() -> impl Iterator<Item = &'static str> {
     BUILTINS.iter().map(|b| b.plugin_type)
+}
+
+/// Whether the built-in `plugin_type` describes its device (see
+/// [`Builtin::describes_device`]).
+pub fn describes_device(plugin_type: &str) -> bool {
+    BUILTINS
+        .iter()
+        .any(|b| b.plugin_type == plugin_type && b.describes_device)
 }
 
 /// The built-in driver for `plugin_type`, or `None` (the executor then
