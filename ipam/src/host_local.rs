@@ -59,8 +59,9 @@
 //!   subnet, rangeStart after rangeEnd, legacy range keys without `subnet`, a
 //!   requested address in no set or two in one set, and a network `name`
 //!   that is empty or would leave `dataDir` (`/`, NUL, `.`, `..`).
-//! - Files appear atomically with their content and are fsynced, the
-//!   directory too, before success is reported; temp files (`.plexus-tmp.*`)
+//! - Files appear atomically with their content; those of a persistent
+//!   owner (below) are fsynced, the directory too, before success is
+//!   reported; temp files (`.plexus-tmp.*`)
 //!   never parse as an address, so a crash's leftovers are ignored by both
 //!   implementations (and removed by GC). The lock wait is bounded (code 11
 //!   after [`DEFAULT_LOCK_TIMEOUT`], see [`HostLocal::with_lock_timeout`]).
@@ -618,7 +619,13 @@ impl Plugin for HostLocal {
                 }
             }
         }
-        store.make_durable(&reserved)?;
+        // Only addresses that outlive their pod need to outlive a power cut:
+        // an ordinary pod dies with the node, so a reservation lost with it
+        // can hand out nothing twice (the reference never syncs either). An
+        // IPAMClaim's addresses come back to the re-created pod.
+        if who.persistent {
+            store.make_durable(&reserved)?;
+        }
         Ok(CniResult {
             cni_version: Some(req.cni_version),
             interfaces: Vec::new(),

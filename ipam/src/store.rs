@@ -13,12 +13,15 @@
 //! atomically with its content (written unnamed with `O_TMPFILE`, or to a
 //! temp file where the filesystem lacks it, then hard-linked into place,
 //! which fails if the name exists, so reservation stays exclusive as with the
-//! reference's `O_EXCL`), and is on disk, data then
-//! directory, before the ADD reports success ([`LockedStore::make_durable`];
-//! inside plexus that flush overlaps the rest of the ADD). Until then a power
-//! cut can leave the name with empty content, which both implementations
-//! read as taken by an unknown owner and GC releases; no address is ever
-//! handed out twice. `last_reserved_ip.*` is rewritten in place and never
+//! reference's `O_EXCL`). The addresses of a persistent owner (an
+//! IPAMClaim's, which outlive the pod) are on disk, data then directory,
+//! before the ADD reports success ([`LockedStore::make_durable`]; inside
+//! plexus that flush overlaps the rest of the ADD); an ordinary pod's are
+//! not synced, as the reference's are not: the pod dies with the node, so a
+//! reservation a power cut loses was nobody's any more. A power cut can
+//! leave a name with empty content, which both implementations read as
+//! taken by an unknown owner and GC releases; no address is ever handed out
+//! twice. `last_reserved_ip.*` is rewritten in place and never
 //! synced: a lost hint only restarts the round-robin search. Other changes
 //! (releases) sync the directory before reporting success. Temp files start
 //! with `.plexus-tmp.`, never parse as an address and are therefore ignored
