@@ -44,8 +44,57 @@ enum Command {
     /// network inside namespaces it creates, ping, print their network-status,
     /// tear down. Needs root; no cluster.
     Demo,
+    /// Make this node use plexus, and keep it so with --watch (the
+    /// DaemonSet's entrypoint): install the binary, write a kubeconfig and
+    /// 00-plexus.conflist around the cluster network's conf.
+    Install(InstallArgs),
     /// Print plexus's version and the spec versions it speaks.
     Version,
+}
+
+#[derive(clap::Args)]
+struct InstallArgs {
+    /// Where the node's root file system is mounted; the other paths are
+    /// the node's, as the generated files name them.
+    #[arg(long, default_value = "/")]
+    root: PathBuf,
+    /// The binary to install (default: this one).
+    #[arg(long, value_name = "FILE")]
+    source: Option<PathBuf>,
+    #[arg(long, default_value = "/opt/cni/bin")]
+    bin_dir: PathBuf,
+    #[arg(long, default_value = "/etc/cni/net.d")]
+    conf_dir: PathBuf,
+    /// The kubeconfig to write from the service account and name in the conf.
+    #[arg(long, default_value = "/etc/cni/net.d/plexus.d/plexus.kubeconfig")]
+    kubeconfig: PathBuf,
+    /// Write no kubeconfig (pods and NADs come from `manifestDir` in --settings).
+    #[arg(long)]
+    no_kubeconfig: bool,
+    /// The service account's token and ca.crt (in this container).
+    #[arg(long, default_value = "/var/run/secrets/kubernetes.io/serviceaccount")]
+    service_account: PathBuf,
+    /// The API server URL (default: from KUBERNETES_SERVICE_HOST and _PORT).
+    #[arg(long)]
+    api_server: Option<String>,
+    /// §6.1.2: wait for this file (a node path) before writing the conf.
+    #[arg(long, value_name = "FILE")]
+    readiness_indicator_file: Option<PathBuf>,
+    /// plexus's settings (a JSON object: the ConfigMap), merged into the conf.
+    #[arg(long, value_name = "FILE")]
+    settings: Option<PathBuf>,
+    /// Without --watch: seconds to wait for the cluster network, then fail.
+    #[arg(long, default_value_t = 600.0)]
+    timeout: f64,
+    /// Keep watching the conf dir and the token, converging on every change.
+    #[arg(long)]
+    watch: bool,
+    /// Milliseconds between checks while waiting or watching.
+    #[arg(long, default_value_t = 1000)]
+    poll_ms: u64,
+    /// On SIGTERM/SIGINT, remove 00-plexus.conflist.
+    #[arg(long)]
+    cleanup: bool,
 }
 
 #[derive(clap::Args)]
@@ -123,6 +172,7 @@ pub fn main() -> i32 {
         Command::Plan(args) => ("plan", run_plan(&args)),
         Command::Status(args) => ("status", run_status(&args)),
         Command::Demo => ("demo", crate::demo::run()),
+        Command::Install(args) => ("install", run_install(&args)),
         Command::Version => ("version", Ok(version_text())),
     };
     match outcome {
@@ -135,6 +185,68 @@ pub fn main() -> i32 {
             1
         }
     }
+}
+
+fn run_install(args: &InstallArgs) -> Result<String, CniError> {
+    use crate::install::{stop_on_signals, Installer};
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_writer(std::io::stderr)
+        .try_init();
+    let failed = |e: crate::install::InstallError| {
+        use crate::cni::error::ErrorCode;
+        match e {
+            crate::install::InstallError::TimedOut { .. } => {
+                CniError::new(ErrorCode::TryAgainLater, "not ready", e.to_string())
+            }
+            _ => CniError::new(ErrorCode::Io, "failed", e.to_string()),
+        }
+    };
+    let source = match &args.source {
+        Some(s) => s.clone(),
+        None => std::env::current_exe().map_err(|e| CniError::io("this binary", e))?,
+    };
+    let settings = match &args.settings {
+        None => Map::new(),
+        Some(path) => match read_json(path)? {
+            Value::Object(m) => m,
+            other => {
+                return Err(CniError::invalid_config(
+                    format!("--settings {}", path.display()),
+                    format!("must be a JSON object, got {other}"),
+                ))
+            }
+        },
+    };
+    if !(args.timeout > 0.0 && args.timeout <= 86_400.0) {
+        return Err(CniError::invalid_config(
+            "--timeout",
+            format!("{} is out of range (0, 86400]", args.timeout),
+        ));
+    }
+    let installer = Installer {
+        root: args.root.clone(),
+        source,
+        bin_dir: args.bin_dir.clone(),
+        conf_dir: args.conf_dir.clone(),
+        kubeconfig: (!args.no_kubeconfig).then(|| args.kubeconfig.clone()),
+        service_account: args.service_account.clone(),
+        api_server: args.api_server.clone(),
+        readiness_indicator_file: args.readiness_indicator_file.clone(),
+        settings,
+        verified_binary: Default::default(),
+    };
+    let stop = stop_on_signals().map_err(failed)?;
+    let timeout = (!args.watch).then(|| std::time::Duration::from_secs_f64(args.timeout));
+    let poll = std::time::Duration::from_millis(args.poll_ms.clamp(10, 60_000));
+    installer
+        .run(timeout, args.watch, poll, &stop)
+        .map_err(failed)?;
+    if args.cleanup && stop.load(std::sync::atomic::Ordering::Relaxed) {
+        installer.cleanup().map_err(failed)?;
+        tracing::info!("removed {}", crate::install::CONFLIST_NAME);
+    }
+    Ok(String::new())
 }
 
 fn version_text() -> String {

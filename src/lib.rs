@@ -5,6 +5,7 @@
 //! - [`cli`]: the `plexus` command line; the same binary is the CNI plugin.
 //! - [`plugin`]: plexus as a CNI plugin (what a runtime invokes).
 //! - [`claims`]: persistent IPs through IPAMClaims (§8).
+//! - [`install`]: `plexus install`, the DaemonSet's entrypoint.
 //! - [`readiness`]: waiting for the cluster network (§6.1.2).
 //! - [`plan`]: pod + NADs + default network → the ordered attachment plan (pure).
 //! - [`config`]: plexus's own CNI conf (Multus-compatible keys).
@@ -26,6 +27,7 @@ pub use plexus_cni as cni;
 pub mod config;
 pub mod demo;
 pub mod devices;
+pub mod install;
 pub mod manifest;
 pub mod netattach;
 pub mod plan;
