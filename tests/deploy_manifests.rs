@@ -95,34 +95,82 @@ fn rbac_grants_exactly_what_plexus_uses() {
 }
 
 #[test]
-fn daemonset_installs_on_every_node() {
+fn daemonset_runs_plexus_install_on_every_node() {
     let ds = &docs("daemonset.yaml")[0];
     let pod = &ds["spec"]["template"]["spec"];
     assert_eq!(pod["hostNetwork"], true);
     assert_eq!(pod["tolerations"][0]["operator"], "Exists");
-    let install = &pod["initContainers"][0];
-    assert_eq!(install["securityContext"]["privileged"], true);
-    // Copy then rename, never overwrite a running binary in place.
-    assert!(install["command"][2].as_str().unwrap().contains("mv -f"));
+    let plexus = &pod["containers"][0];
+    assert_eq!(plexus["securityContext"]["privileged"], true);
+    // The installer converges and watches (tests/install.rs); the image is
+    // FROM scratch, so no shell: exec form only.
+    assert_eq!(
+        plexus["args"],
+        serde_json::json!([
+            "install",
+            "--root=/host",
+            "--watch",
+            "--cleanup",
+            "--settings=/etc/plexus/settings.json"
+        ])
+    );
     let mounts: Vec<&str> = pod["volumes"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|v| v["hostPath"]["path"].as_str().unwrap())
+        .filter_map(|v| v["hostPath"]["path"].as_str())
         .collect();
     for path in [
         "/etc/cni/net.d",
         "/opt/cni/bin",
         "/var/lib/cni",
         "/run/netns",
+        "/var/run/k8s.cni.cncf.io",
+        "/var/lib/kubelet/pod-resources",
     ] {
         assert!(mounts.contains(&path), "{path}");
     }
-    let netns = pod["containers"][0]["volumeMounts"]
+    let netns = plexus["volumeMounts"]
         .as_array()
         .unwrap()
         .iter()
         .find(|m| m["name"] == "netns")
         .unwrap();
     assert_eq!(netns["mountPropagation"], "HostToContainer");
+}
+
+#[test]
+fn configmap_settings_are_a_plexus_conf_once_installed() {
+    let cm = &docs("configmap.yaml")[0];
+    let settings: Value =
+        serde_json::from_str(cm["data"]["settings.json"].as_str().unwrap()).unwrap();
+    let mut conf = settings.as_object().unwrap().clone();
+    // What `plexus install` adds (src/install.rs).
+    conf.insert("type".into(), "plexus".into());
+    conf.insert(
+        "clusterNetwork".into(),
+        "/etc/cni/net.d/10-cluster.conflist".into(),
+    );
+    conf.insert("cniVersion".into(), "1.0.0".into());
+    conf.insert("name".into(), "plexus-cni-network".into());
+    plexus::config::PlexusConf::from_slice(Value::Object(conf).to_string().as_bytes()).unwrap();
+}
+
+#[test]
+fn every_built_in_interface_driver_has_an_example_nad_that_parses() {
+    let dir = format!("{}/deploy/examples", env!("CARGO_MANIFEST_DIR"));
+    let docs = manifest::load(std::path::Path::new(&dir)).unwrap();
+    let nads = manifest::nads(&docs).unwrap();
+    let mut types: Vec<String> = Vec::new();
+    for nad in nads.values() {
+        let text = nad.spec_config().expect("spec.config");
+        let config = plexus::cni::config::NetworkConfigList::from_slice(text.as_bytes()).unwrap();
+        types.extend(config.plugins.iter().map(|p| p.plugin_type.clone()));
+    }
+    for builtin in plexus_dataplane::drivers::builtin_types() {
+        assert!(
+            types.iter().any(|t| t == builtin),
+            "no example uses {builtin}"
+        );
+    }
 }

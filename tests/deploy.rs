@@ -1,0 +1,202 @@
+//! deploy/ for real: `kubectl apply -k deploy/` (kubectl from Debian's
+//! kubernetes-client, a real client) against the test kube-apiserver, the
+//! example NADs applied and listed with the CRD's printer columns, the
+//! service account's rights checked from the API server's side, and the
+//! container image built with podman (offline: FROM scratch) running
+//! `plexus version`.
+
+use std::path::Path;
+use std::process::Command;
+
+use plexus_testkit::kube::api;
+use plexus_testkit::Feature;
+
+fn deploy(path: &str) -> String {
+    format!("{}/deploy/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn apply_k_deploy_installs_everything_and_is_idempotent() {
+    if !plexus_testkit::require(&[Feature::KubeApiServer]) {
+        return;
+    }
+    let api = api();
+    let applied = api.kubectl(&["apply", "-k", &deploy("")]);
+    for object in [
+        "customresourcedefinition.apiextensions.k8s.io/network-attachment-definitions.k8s.cni.cncf.io",
+        "customresourcedefinition.apiextensions.k8s.io/ipamclaims.k8s.cni.cncf.io",
+        "serviceaccount/plexus",
+        "clusterrole.rbac.authorization.k8s.io/plexus",
+        "clusterrolebinding.rbac.authorization.k8s.io/plexus",
+        "configmap/plexus-config",
+        "daemonset.apps/plexus",
+    ] {
+        assert!(applied.contains(object), "{object} in {applied}");
+    }
+    api.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=30s",
+        "crd/network-attachment-definitions.k8s.cni.cncf.io",
+        "crd/ipamclaims.k8s.cni.cncf.io",
+    ]);
+    // Applied again (a re-deploy): nothing to change.
+    let again = api.kubectl(&["apply", "-k", &deploy("")]);
+    assert!(again.lines().all(|l| l.ends_with(" unchanged")), "{again}");
+    // kustomize's image tag reached the DaemonSet.
+    let image = api.kubectl(&[
+        "get",
+        "daemonset",
+        "-n",
+        "kube-system",
+        "plexus",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image}",
+    ]);
+    assert_eq!(image, "plexus:latest");
+}
+
+#[test]
+fn example_nads_apply_and_list_with_the_printer_columns() {
+    if !plexus_testkit::require(&[Feature::KubeApiServer]) {
+        return;
+    }
+    let api = api();
+    api.kubectl(&["apply", "-k", &deploy("")]);
+    let ns = api.namespace("pxdeploy");
+    api.kubectl(&["apply", "-n", &ns, "-f", &deploy("examples/")]);
+    // The short name and the Resource column (device-info spec §4.1).
+    let listed = api.kubectl(&["get", "net-attach-def", "-n", &ns]);
+    let mut lines = listed.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "RESOURCE", "AGE"], "{listed}");
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
+    assert!(rows.len() >= 5, "{listed}");
+    let sriov = rows.iter().find(|r| r[0] == "sriov-net").unwrap();
+    assert_eq!(sriov[1], "intel.com/sriov_netdevice");
+    // IPAMClaim: its columns, and status only through the subresource.
+    api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\nmetadata: {{name: c1, namespace: {ns}}}\n\
+         spec: {{network: bridge-net, interface: net1}}\n"
+    ));
+    let claims = api.kubectl(&["get", "ipamclaims", "-n", &ns]);
+    let header: Vec<&str> = claims.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "NETWORK", "INTERFACE", "IPS", "OWNER", "AGE"]
+    );
+}
+
+#[test]
+fn the_service_account_may_do_exactly_what_plexus_does() {
+    if !plexus_testkit::require(&[Feature::KubeApiServer]) {
+        return;
+    }
+    let api = api();
+    api.kubectl(&["apply", "-k", &deploy("")]);
+    let can = |verb: &str, resource: &str| {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(api.admin_kubeconfig())
+            .args(["auth", "can-i", verb, resource, "--all-namespaces"])
+            .arg(format!("--subresource={subresource}"))
+            .args(["--as", "system:serviceaccount:kube-system:plexus"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    for (verb, resource) in [
+        ("get", "pods"),
+        ("patch", "pods/status"),
+        ("create", "events"),
+        ("get", "network-attachment-definitions.k8s.cni.cncf.io"),
+        ("get", "ipamclaims.k8s.cni.cncf.io"),
+        ("patch", "ipamclaims.k8s.cni.cncf.io/status"),
+    ] {
+        assert!(can(verb, resource), "may {verb} {resource}");
+    }
+    for (verb, resource) in [
+        ("list", "pods"),
+        ("delete", "pods"),
+        ("patch", "pods"),
+        ("update", "network-attachment-definitions.k8s.cni.cncf.io"),
+        ("patch", "ipamclaims.k8s.cni.cncf.io"),
+        ("get", "secrets"),
+        ("patch", "nodes"),
+    ] {
+        assert!(!can(verb, resource), "may not {verb} {resource}");
+    }
+}
+
+#[test]
+fn the_image_builds_offline_with_podman_and_runs_plexus_version() {
+    if !plexus_testkit::require(&[Feature::Root, Feature::Podman]) {
+        return;
+    }
+    // A context holding only the binary (the test's own build of it: static
+    // like every glibc build of this workspace, .cargo/config.toml).
+    let context = tempfile::tempdir().unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_plexus"), context.path().join("plexus")).unwrap();
+    let tag = format!("localhost/plexus-test:{}", std::process::id());
+    // podman's own state in a temp dir; runc, cgroupfs and the ulimits this
+    // machine kind allows (../shared/notes/environment.md).
+    let state = tempfile::tempdir().unwrap();
+    let conf = state.path().join("containers.conf");
+    std::fs::create_dir_all(state.path().join("tmp")).unwrap();
+    std::fs::write(
+        &conf,
+        "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n\
+         [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n",
+    )
+    .unwrap();
+    let podman = |args: &[&str]| {
+        let out = Command::new("timeout")
+            .arg("120")
+            .arg("podman")
+            .arg("--root")
+            .arg(state.path().join("root"))
+            .arg("--runroot")
+            .arg(state.path().join("runroot"))
+            .args(["--storage-driver", "vfs"])
+            .args(args)
+            .env("CONTAINERS_CONF", &conf)
+            .env("TMPDIR", state.path().join("tmp"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "podman {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let containerfile = deploy("Containerfile");
+    let context_dir = context.path().display().to_string();
+    podman(&[
+        "build",
+        "--network=none",
+        "-f",
+        &containerfile,
+        "--build-arg",
+        "PLEXUS_BINARY=plexus",
+        "-t",
+        &tag,
+        &context_dir,
+    ]);
+    let version = podman(&["run", "--rm", "--network=none", &tag, "version"]);
+    assert!(
+        version.starts_with(&format!("plexus {}", env!("CARGO_PKG_VERSION"))),
+        "{version}"
+    );
+    // The image is the binary and nothing else.
+    let layers = podman(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{len .RootFS.Layers}}",
+        &tag,
+    ]);
+    assert_eq!(layers.trim(), "1");
+    assert!(Path::new(&containerfile).exists());
+}
