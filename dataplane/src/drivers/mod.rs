@@ -29,6 +29,8 @@ mod interface;
 pub mod ipoib;
 pub mod ipvlan;
 pub mod macvlan;
+mod ownership;
+mod passthrough;
 pub mod sriov;
 mod stacked;
 pub mod tuning;
