@@ -8,10 +8,12 @@ use std::fmt::Display;
 use std::time::{Duration, Instant};
 
 use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::result::{CniResult, Interface};
+use plexus_cni::skel::Request;
 use serde::{Deserialize, Serialize};
 
 use super::attachment::Attach;
-use super::common::{sys, sys_error};
+use super::common::{sys, sys_error, DnsConf};
 use crate::mac::MacAddr;
 use crate::netlink::{Link, LinkUpdate, Netlink};
 use crate::netns::NetNs;
@@ -208,4 +210,35 @@ pub(crate) fn return_netdev(
         .map_err(sys(format_args!(
             "give back {what}'s netdev its MAC and MTU"
         )))
+}
+
+/// The result for a device without netdev (an SR-IOV VF in DPDK mode, a
+/// vDPA device on vhost_vdpa): the interface the pod's userspace driver
+/// will drive, IPAM's addresses for it to use, nothing configured.
+pub(crate) fn netdevless_result(
+    req: &Request,
+    dns: Option<&DnsConf>,
+    at: &Attach<'_>,
+    admin_mac: Option<MacAddr>,
+    ipam: Option<CniResult>,
+) -> CniResult {
+    let mut result = ipam
+        .map(|r| CniResult {
+            ips: r.ips,
+            routes: r.routes,
+            ..CniResult::default()
+        })
+        .unwrap_or_default();
+    result.cni_version = Some(req.cni_version);
+    result.interfaces = vec![Interface {
+        name: at.ifname.clone(),
+        mac: admin_mac.map(|m| m.to_string()),
+        sandbox: Some(at.sandbox.clone()),
+        ..Interface::default()
+    }];
+    for ip in &mut result.ips {
+        ip.interface = Some(0);
+    }
+    result.dns = dns.map(DnsConf::to_dns).unwrap_or_default();
+    result
 }

@@ -43,13 +43,13 @@ use std::path::{Path, PathBuf};
 
 use plexus_cni::deviceinfo::{DeviceInfo, PciDevice};
 use plexus_cni::error::CniError;
-use plexus_cni::result::{CniResult, Interface};
+use plexus_cni::result::CniResult;
 use plexus_cni::skel::Request;
 
 use self::conf::Conf;
 use self::record::Record;
 use super::attachment::Attach;
-use super::common::{self, check_failed, mismatch, sys, sys_error, DnsConf, IpamRef};
+use super::common::{self, check_failed, mismatch, sys, sys_error, IpamRef};
 use super::interface::InterfaceDriver;
 use super::ownership::{self, namespace_exists, DeviceLock, Owner, Store};
 use super::passthrough::{self, Found, Poll};
@@ -419,7 +419,7 @@ impl InterfaceDriver for Sriov {
         let dns = conf.dns.as_ref();
         let mut result = match made.pod_link {
             Some(link) => stacked::configure(req, dns, false, at, link, ipam, stacked::NOTIFY)?,
-            None => dpdk_result(req, dns, at, made.admin_mac, ipam),
+            None => passthrough::netdevless_result(req, dns, at, made.admin_mac, ipam),
         };
         // cni-SPEC 1.1 `pciID` (older versions' results leave it out).
         if let Some(interface) = result.interfaces.first_mut() {
@@ -517,36 +517,6 @@ impl InterfaceDriver for Sriov {
             _ => Ok(()),
         }
     }
-}
-
-/// The result in DPDK mode: the interface the pod's userspace driver will
-/// drive, IPAM's addresses for it to use, nothing configured.
-fn dpdk_result(
-    req: &Request,
-    dns: Option<&DnsConf>,
-    at: &Attach<'_>,
-    admin_mac: Option<MacAddr>,
-    ipam: Option<CniResult>,
-) -> CniResult {
-    let mut result = ipam
-        .map(|r| CniResult {
-            ips: r.ips,
-            routes: r.routes,
-            ..CniResult::default()
-        })
-        .unwrap_or_default();
-    result.cni_version = Some(req.cni_version);
-    result.interfaces = vec![Interface {
-        name: at.ifname.clone(),
-        mac: admin_mac.map(|m| m.to_string()),
-        sandbox: Some(at.sandbox.clone()),
-        ..Interface::default()
-    }];
-    for ip in &mut result.ips {
-        ip.interface = Some(0);
-    }
-    result.dns = dns.map(DnsConf::to_dns).unwrap_or_default();
-    result
 }
 
 /// CHECK of the PF-side settings: each configured one as the PF reports it.
