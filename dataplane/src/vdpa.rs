@@ -81,7 +81,10 @@ impl SysfsRoot {
             Err(e) => return Err(e),
         };
         let driver = match fs::read_link(real.join("driver")) {
-            Ok(target) => target.file_name().and_then(|n| n.to_str()).map(String::from),
+            Ok(target) => target
+                .file_name()
+                .and_then(|n| n.to_str())
+                .map(String::from),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(e),
         };
@@ -159,8 +162,14 @@ mod tests {
                 "../../../devices/pci0000:00/0000:00:02.0/0000:03:00.2/vdpa0",
                 "bus/vdpa/devices/vdpa0",
             ),
-            ("../../../devices/vdpasim_net/vdpa1", "bus/vdpa/devices/vdpa1"),
-            ("../../../devices/vdpasim_net/vdpa2", "bus/vdpa/devices/vdpa2"),
+            (
+                "../../../devices/vdpasim_net/vdpa1",
+                "bus/vdpa/devices/vdpa1",
+            ),
+            (
+                "../../../devices/vdpasim_net/vdpa2",
+                "bus/vdpa/devices/vdpa2",
+            ),
             (
                 "../../../../../bus/vdpa/drivers/vhost_vdpa",
                 "devices/pci0000:00/0000:00:02.0/0000:03:00.2/vdpa0/driver",
@@ -205,7 +214,10 @@ mod tests {
         let on = |a: &str| root.vdpa_devices_on(a.parse().unwrap()).unwrap();
         assert_eq!(on("0000:03:00.2"), ["vdpa0"]);
         assert!(on("0000:03:00.3").is_empty());
-        assert!(on("0000:00:02.0").is_empty(), "a grandparent is not the parent");
+        assert!(
+            on("0000:00:02.0").is_empty(),
+            "a grandparent is not the parent"
+        );
         // No vDPA bus at all: nothing, not an error.
         let empty = tempfile::tempdir().unwrap();
         let none = SysfsRoot::new(empty.path());

@@ -48,9 +48,13 @@ impl SimDev {
         }
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let name = format!("pxv{}x{n}", std::process::id() % 100_000);
-        let mac: MacAddr = format!("02:00:00:5a:{:02x}:{:02x}", n % 256, std::process::id() % 256)
-            .parse()
-            .unwrap();
+        let mac: MacAddr = format!(
+            "02:00:00:5a:{:02x}:{:02x}",
+            n % 256,
+            std::process::id() % 256
+        )
+        .parse()
+        .unwrap();
         let nl = VdpaNetlink::open().unwrap().expect("the vdpa family");
         nl.add_device(&VdpaDevSpec {
             name: name.clone(),
@@ -61,7 +65,10 @@ impl SimDev {
         })
         .unwrap();
         let dev = SimDev { name, mac };
-        assert_eq!(nl.device(&dev.name).unwrap().unwrap().mgmt_dev, "vdpasim_net");
+        assert_eq!(
+            nl.device(&dev.name).unwrap().unwrap().mgmt_dev,
+            "vdpasim_net"
+        );
         Some(dev)
     }
 
@@ -184,7 +191,9 @@ fn vdpa_virtio_netdev_moves_into_the_pod_and_del_gives_it_back() {
     assert!(has_address(&pod, "net1", "10.61.0.2/24"));
     assert!(host_link(&orig).is_none(), "gone from the host");
     // device-info-SPEC §3.1.4: driver virtio, the virtio device's path.
-    let info = deviceinfo::load(&info_file).unwrap().expect("a device-info file");
+    let info = deviceinfo::load(&info_file)
+        .unwrap()
+        .expect("a device-info file");
     let v = info.vdpa.expect("a vdpa map");
     assert_eq!(v.parent_device, dev.name);
     assert_eq!(v.driver, VdpaDriver::Virtio);
@@ -199,9 +208,20 @@ fn vdpa_virtio_netdev_moves_into_the_pod_and_del_gives_it_back() {
     let back = host_link(&orig).expect("back under its name");
     assert_eq!((back.mac, back.mtu), (before.mac, before.mtu));
     assert!(link(&pod, "net1").is_none());
-    assert_eq!(std::fs::read_dir(data.path()).unwrap().filter(|e| {
-        e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".json")
-    }).count(), 0, "no record left");
+    assert_eq!(
+        std::fs::read_dir(data.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".json")
+            })
+            .count(),
+        0,
+        "no record left"
+    );
     // DEL is idempotent.
     del(Here, &r, VDPA, &t, &c).unwrap();
     assert!(host_link(&orig).is_some());
@@ -270,8 +290,14 @@ fn vdpa_vhost_refuses_a_mac_or_mtu_it_cannot_set() {
     let pod = TestNs::new();
     let r = TestResolver::default();
     let t = Target::new("ctr-m", &pod, "net1");
-    let e = add(Here, &r, VDPA, &t, &conf(&dev, &data, json!({"mac": "02:00:00:00:00:99"})))
-        .unwrap_err();
+    let e = add(
+        Here,
+        &r,
+        VDPA,
+        &t,
+        &conf(&dev, &data, json!({"mac": "02:00:00:00:00:99"})),
+    )
+    .unwrap_err();
     assert_code(&e, ErrorCode::InvalidConfig, "mac: 02:00:00:00:00:99");
     let e = add(Here, &r, VDPA, &t, &conf(&dev, &data, json!({"mtu": 9000}))).unwrap_err();
     assert!(e.details.starts_with("mtu: 9000"), "{e:?}");
@@ -287,7 +313,11 @@ fn vdpa_refusals_name_the_field_and_the_device() {
     let mut c = conf(&dev, &data, json!({}));
     c["vdpaDevice"] = json!("pxv-nope");
     let e = add(Here, &r, VDPA, &t, &c).unwrap_err();
-    assert_code(&e, ErrorCode::InvalidConfig, "vdpaDevice: no vDPA device pxv-nope");
+    assert_code(
+        &e,
+        ErrorCode::InvalidConfig,
+        "vdpaDevice: no vDPA device pxv-nope",
+    );
     let mut c = conf(&dev, &data, json!({"deviceID": "0000:7f:1f.7"}));
     c.as_object_mut().unwrap().remove("vdpaDevice");
     let e = add(Here, &r, VDPA, &t, &c).unwrap_err();
@@ -296,9 +326,19 @@ fn vdpa_refusals_name_the_field_and_the_device() {
         ErrorCode::InvalidConfig,
         "deviceID: no vDPA device on PCI device 0000:7f:1f.7",
     );
-    let e = add(Here, &r, VDPA, &t, &conf(&dev, &data, json!({"deviceID": "0000:7f:1f.7"})))
-        .unwrap_err();
-    assert_code(&e, ErrorCode::InvalidConfig, "vdpaDevice: set with deviceID");
+    let e = add(
+        Here,
+        &r,
+        VDPA,
+        &t,
+        &conf(&dev, &data, json!({"deviceID": "0000:7f:1f.7"})),
+    )
+    .unwrap_err();
+    assert_code(
+        &e,
+        ErrorCode::InvalidConfig,
+        "vdpaDevice: set with deviceID",
+    );
     dev.unbind();
     let e = add(Here, &r, VDPA, &t, &conf(&dev, &data, json!({}))).unwrap_err();
     assert_code(&e, ErrorCode::InvalidConfig, "is bound to no driver");
@@ -350,7 +390,10 @@ fn vdpa_del_after_the_pod_namespace_is_gone_and_a_late_del_leaves_the_new_owner_
     drop(pod);
     del(Here, &r, VDPA, &t, &c).unwrap();
     assert!(host_link(&orig).is_some(), "{orig} back");
-    let no_netns = Target { netns: None, ..t.clone() };
+    let no_netns = Target {
+        netns: None,
+        ..t.clone()
+    };
     del(Here, &r, VDPA, &no_netns, &c).unwrap();
 
     // An owner whose namespace is gone without DEL: the next ADD reclaims

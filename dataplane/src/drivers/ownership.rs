@@ -230,7 +230,10 @@ fn read_record<R: Owned>(path: &Path, noun: &str) -> Result<Option<R>, CniError>
         .read_to_end(&mut bytes)
         .map_err(|e| io_error(path, e))?;
     if bytes.len() as u64 > MAX_RECORD {
-        return Err(io_error(path, format_args!("too large to be a {noun} record")));
+        return Err(io_error(
+            path,
+            format_args!("too large to be a {noun} record"),
+        ));
     }
     serde_json::from_slice(&bytes).map(Some).map_err(|e| {
         CniError::decode(
@@ -350,7 +353,8 @@ mod tests {
         let e = in_use("vdpaDevice", "vDPA device vdpa0", &record("ctr9"));
         assert_eq!(e.code, ErrorCode::TryAgainLater);
         assert!(
-            e.details.starts_with("vdpaDevice: vDPA device vdpa0 is in use by container ctr9"),
+            e.details
+                .starts_with("vdpaDevice: vDPA device vdpa0 is in use by container ctr9"),
             "{e}"
         );
     }

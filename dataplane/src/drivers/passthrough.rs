@@ -139,7 +139,12 @@ pub(crate) fn pod_netdev(at: &Attach<'_>, parent: &str) -> Result<Option<Link>, 
 /// unless the host has a device of that name, else under the name it has.
 /// (A move and a rename in one request are not one step: the move may be
 /// done when the rename fails.)
-fn move_home(what: &dyn Display, parent: &str, name: &str, at: &Attach<'_>) -> Result<(), CniError> {
+fn move_home(
+    what: &dyn Display,
+    parent: &str,
+    name: &str,
+    at: &Attach<'_>,
+) -> Result<(), CniError> {
     let host_ns = NetNs::current().map_err(sys("open the host namespace"))?;
     for rename in [Some(name.to_string()), None] {
         let Some(link) = pod_netdev(at, parent)? else {

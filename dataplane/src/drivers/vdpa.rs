@@ -190,9 +190,9 @@ impl Vdpa {
     /// character device.
     fn bound(&self, conf: &Conf, name: &str, host: &Netlink) -> Result<Bound, CniError> {
         let key = conf.device_key;
-        let dev = self.sysfs_device(name)?.ok_or_else(|| {
-            CniError::invalid_config(key, format!("vDPA device {name} vanished"))
-        })?;
+        let dev = self
+            .sysfs_device(name)?
+            .ok_or_else(|| CniError::invalid_config(key, format!("vDPA device {name} vanished")))?;
         match dev.driver.as_deref() {
             Some(VIRTIO_VDPA) => {
                 let virtio = dev.virtio.clone().ok_or_else(|| {
@@ -269,8 +269,14 @@ impl Vdpa {
         pod: Option<&Attach<'_>>,
     ) -> Result<(), CniError> {
         let name = lock.key();
-        if let (Found::Netdev { name: netdev, mac, mtu }, Some(virtio)) =
-            (&record.found, &record.virtio)
+        if let (
+            Found::Netdev {
+                name: netdev,
+                mac,
+                mtu,
+            },
+            Some(virtio),
+        ) = (&record.found, &record.virtio)
         {
             passthrough::return_netdev(
                 format_args!("vDPA device {name}"),

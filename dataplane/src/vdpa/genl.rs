@@ -312,7 +312,10 @@ impl VdpaNetlink {
             )
         };
         if rc != 0 {
-            return Err(os("set a receive timeout on", std::io::Error::last_os_error()));
+            return Err(os(
+                "set a receive timeout on",
+                std::io::Error::last_os_error(),
+            ));
         }
         let mut nl = VdpaNetlink {
             socket,
@@ -323,12 +326,12 @@ impl VdpaNetlink {
             cmd: GenlCtrlCmd::GetFamily,
             nlas: vec![GenlCtrlAttrs::FamilyName(FAMILY.into())],
         });
-        let replies = match nl.exchange(get, NLM_F_REQUEST, "resolve", "generic netlink family vdpa")
-        {
-            Ok(r) => r,
-            Err(e) if e.errno() == Some(Errno::ENOENT) => return Ok(None),
-            Err(e) => return Err(e),
-        };
+        let replies =
+            match nl.exchange(get, NLM_F_REQUEST, "resolve", "generic netlink family vdpa") {
+                Ok(r) => r,
+                Err(e) if e.errno() == Some(Errno::ENOENT) => return Ok(None),
+                Err(e) => return Err(e),
+            };
         nl.family = replies
             .into_iter()
             .flat_map(|m| m.payload.nlas)
@@ -366,7 +369,10 @@ impl VdpaNetlink {
         let mut replies = Vec::new();
         loop {
             let mut rx = Vec::with_capacity(64 * 1024);
-            let n = self.socket.recv(&mut rx, 0).map_err(|e| os("receive from", e))?;
+            let n = self
+                .socket
+                .recv(&mut rx, 0)
+                .map_err(|e| os("receive from", e))?;
             let mut at = 0;
             while at < n {
                 let reply = NetlinkMessage::<GenlMessage<F>>::deserialize(&rx[at..n])

@@ -292,7 +292,10 @@ mod tests {
         let mut rc = base.clone();
         rc["runtimeConfig"] = json!({"mac": "02:00:00:00:00:03"});
         assert_eq!(mac(rc, ""), Some("02:00:00:00:00:03".parse().unwrap()));
-        let d = refused(json!({"vdpaDevice": "v", "mac": "ff:ff:ff:ff:ff:ff"}), "mac");
+        let d = refused(
+            json!({"vdpaDevice": "v", "mac": "ff:ff:ff:ff:ff:ff"}),
+            "mac",
+        );
         assert!(!d.is_empty());
         refused(json!({"vdpaDevice": "v", "mac": "nope"}), "mac");
         assert_eq!(parsed(json!({"vdpaDevice": "v", "mtu": 68})).mtu, Some(68));
@@ -300,7 +303,13 @@ mod tests {
             parsed(json!({"vdpaDevice": "v", "mtu": 65535})).mtu,
             Some(65535)
         );
-        for bad in [json!(67), json!(65536), json!(-1), json!("1500"), json!(1.5)] {
+        for bad in [
+            json!(67),
+            json!(65536),
+            json!(-1),
+            json!("1500"),
+            json!(1.5),
+        ] {
             refused(json!({"vdpaDevice": "v", "mtu": bad}), "mtu");
         }
     }
