@@ -180,6 +180,31 @@ impl Store {
     }
 }
 
+impl Store {
+    /// For DEL: the device `owner` holds, locked, with its record: the one
+    /// `named` (when the configuration says) or found by its record. `None`
+    /// when nothing is this attachment's: never taken, given back already,
+    /// or (a late DEL) given to another pod since.
+    pub fn owned_by<K: DeviceKey, R: Owned>(
+        &self,
+        named: Option<K>,
+        owner: &Owner,
+    ) -> Result<Option<(DeviceLock<K>, R)>, CniError> {
+        let key = match named {
+            Some(key) => key,
+            None => match self.find_owned_by::<K, R>(owner)? {
+                Some(key) => key,
+                None => return Ok(None),
+            },
+        };
+        let lock = self.lock(key)?;
+        Ok(match lock.read_record::<R>()? {
+            Some(record) if record.owner() == owner => Some((lock, record)),
+            _ => None,
+        })
+    }
+}
+
 /// A device's lock, held until dropped; the only way to its record.
 #[derive(Debug)]
 pub(crate) struct DeviceLock<K> {

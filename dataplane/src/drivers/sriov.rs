@@ -501,20 +501,9 @@ impl InterfaceDriver for Sriov {
     ) -> Result<(), CniError> {
         let keys = conf::del_keys(req);
         let store = self.store(keys.data_dir.as_deref());
-        let owner = Owner::of(req)?;
-        let device = match keys.device {
-            Some(device) => device,
-            None => match store.find_owned_by::<_, Record>(&owner)? {
-                Some(device) => device,
-                None => return Ok(()),
-            },
-        };
-        let lock = store.lock(device)?;
-        match lock.read_record::<Record>()? {
-            Some(record) if record.owner == owner => self.give_back(&lock, &record, host, at),
-            // Nothing of this attachment's: never taken, given back already,
-            // or (a late DEL) given to another pod since.
-            _ => Ok(()),
+        match store.owned_by::<PciAddress, Record>(keys.device, &Owner::of(req)?)? {
+            Some((lock, record)) => self.give_back(&lock, &record, host, at),
+            None => Ok(()),
         }
     }
 }

@@ -546,20 +546,9 @@ impl InterfaceDriver for Vdpa {
     ) -> Result<(), CniError> {
         let keys = conf::del_keys(req);
         let store = self.store(keys.data_dir.as_deref());
-        let owner = Owner::of(req)?;
-        let name = match keys.name {
-            Some(name) => name,
-            None => match store.find_owned_by::<String, Record>(&owner)? {
-                Some(name) => name,
-                None => return Ok(()),
-            },
-        };
-        let lock = store.lock(name)?;
-        match lock.read_record::<Record>()? {
-            Some(record) if record.owner == owner => self.give_back(&lock, &record, host, at),
-            // Nothing of this attachment's: never taken, given back already,
-            // or (a late DEL) given to another pod since.
-            _ => Ok(()),
+        match store.owned_by::<String, Record>(keys.name, &Owner::of(req)?)? {
+            Some((lock, record)) => self.give_back(&lock, &record, host, at),
+            None => Ok(()),
         }
     }
 }

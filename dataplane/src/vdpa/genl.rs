@@ -6,7 +6,6 @@
 //! in the initial network namespace, the node's, where plexus runs.
 
 use std::cell::Cell;
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use netlink_packet_generic::ctrl::nlas::GenlCtrlAttrs;
@@ -297,26 +296,8 @@ impl VdpaNetlink {
         socket
             .connect(&SocketAddr::new(0, 0))
             .map_err(|e| os("connect", e))?;
-        let tv = libc::timeval {
-            tv_sec: REPLY_TIMEOUT.as_secs() as libc::time_t,
-            tv_usec: 0,
-        };
-        // SAFETY: a valid socket and a timeval of the size given.
-        let rc = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(os(
-                "set a receive timeout on",
-                std::io::Error::last_os_error(),
-            ));
-        }
+        crate::probe::set_receive_timeout(&socket, REPLY_TIMEOUT)
+            .map_err(|e| os("set a receive timeout on", e))?;
         let mut nl = VdpaNetlink {
             socket,
             family: 0,
