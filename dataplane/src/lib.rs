@@ -37,6 +37,7 @@ pub mod pci;
 pub mod probe;
 pub mod session;
 pub mod sysctl;
+pub mod vdpa;
 
 pub use error::{Errno, Error, Result};
 pub use mac::MacAddr;

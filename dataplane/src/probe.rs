@@ -103,7 +103,8 @@ fn raw_icmp_socket() -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn set_receive_timeout(socket: &OwnedFd, timeout: Duration) -> std::io::Result<()> {
+/// SO_RCVTIMEO on `socket` (also the vdpa generic-netlink socket's).
+pub(crate) fn set_receive_timeout(socket: &impl AsRawFd, timeout: Duration) -> std::io::Result<()> {
     // At least a millisecond: a zero timeval means "block forever".
     let timeout = timeout.max(Duration::from_millis(1));
     let tv = libc::timeval {

@@ -646,6 +646,22 @@ pub(crate) fn check_ips_and_routes(
 /// An ADD request for the drivers' unit tests: container `ctr1` in
 /// `/var/run/netns/x`, CNI_IFNAME `eth0`, `CNI_ARGS` `args`, `config` (an
 /// object) on stdin.
+/// A string of runtimeConfig, `None` when absent or empty.
+pub(crate) fn runtime_string<'r>(
+    req: &'r Request,
+    key: &str,
+    field: &str,
+) -> Result<Option<&'r str>, CniError> {
+    match req.runtime_config.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str()).filter(|s| !s.is_empty())),
+        Some(other) => Err(CniError::invalid_config(
+            field,
+            format!("must be a string, got {other}"),
+        )),
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn unit_test_request(config: Value, args: &str) -> Request {
     let env = plexus_cni::env::CniEnv {

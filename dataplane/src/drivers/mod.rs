@@ -2,7 +2,7 @@
 //! each a [`Plugin`] with the reference's config keys, defaults, result
 //! shape and DEL semantics.
 //!
-//! - Interface drivers (bridge, macvlan, ipvlan, ipoib, sriov) implement
+//! - Interface drivers (bridge, macvlan, ipvlan, ipoib, sriov, vdpa) implement
 //!   [`InterfaceDriver`] and are served by the one [`InterfacePlugin`]; they
 //!   get their IPAM plugin (built in or exec'd) through a [`Resolver`].
 //! - Chained plugins (tuning, bandwidth) work on the prevResult.
@@ -29,10 +29,13 @@ mod interface;
 pub mod ipoib;
 pub mod ipvlan;
 pub mod macvlan;
+mod ownership;
+mod passthrough;
 pub mod sriov;
 mod stacked;
 pub mod tuning;
 mod undo;
+pub mod vdpa;
 
 use std::path::Path;
 
@@ -48,6 +51,7 @@ use ipvlan::Ipvlan;
 use macvlan::Macvlan;
 use sriov::Sriov;
 use stacked::StackedDriver;
+use vdpa::Vdpa;
 
 use crate::session::Session;
 
@@ -135,6 +139,13 @@ pub const BUILTINS: &[Builtin] = &[
         plugin_type: "tuning",
         build: |_, session| Box::new(tuning::Tuning::new(session)),
         describes_device: false,
+    },
+    Builtin {
+        plugin_type: "vdpa",
+        build: |resolver, session| {
+            Box::new(InterfacePlugin::new(Vdpa::default(), resolver, session))
+        },
+        describes_device: true,
     },
 ];
 

@@ -37,35 +37,30 @@
 //! owner's namespace is gone reclaims the VF instead of failing forever.
 
 mod conf;
-mod ownership;
+mod record;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use plexus_cni::deviceinfo::{DeviceInfo, PciDevice};
-use plexus_cni::error::{CniError, ErrorCode};
-use plexus_cni::result::{CniResult, Interface};
+use plexus_cni::error::CniError;
+use plexus_cni::result::CniResult;
 use plexus_cni::skel::Request;
 
 use self::conf::Conf;
-use self::ownership::{Found, Owner, Record, Store, VfLock};
-use super::attachment::{self, Attach};
-use super::common::{self, check_failed, mismatch, sys, sys_error, DnsConf, IpamRef};
+use self::record::Record;
+use super::attachment::Attach;
+use super::common::{self, check_failed, mismatch, sys, sys_error, IpamRef};
 use super::interface::InterfaceDriver;
+use super::ownership::{self, namespace_exists, DeviceLock, Owner, Store};
+use super::passthrough::{self, Found, Poll};
 use super::stacked;
 use super::undo::Undo;
 use crate::mac::MacAddr;
-use crate::netlink::{Link, LinkKind, LinkUpdate, Netlink, VfSettings, VfState};
-use crate::netns::{NetNs, PodNetns};
+use crate::netlink::{Link, LinkKind, Netlink, VfSettings, VfState};
 use crate::pci::{PciAddress, PciError, SysfsRoot, VirtualFunction};
 
 /// Where VF locks and records live unless `dataDir` says otherwise.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/plexus/sriov";
-
-/// How long a DEL (or an ADD reclaiming a VF) waits for a VF netdev the
-/// kernel is moving back from a namespace being destroyed.
-pub(crate) const NETDEV_RETURN_TIMEOUT: Duration = Duration::from_secs(10);
-const NETDEV_POLL: Duration = Duration::from_millis(20);
 
 /// sriov-cni's plugin, built in. Reads sysfs below `sysfs`, keeps VF locks
 /// and records in `data_dir` unless the configuration's `dataDir` says
@@ -85,7 +80,7 @@ impl Sriov {
     }
 
     fn store(&self, configured: Option<&Path>) -> Store {
-        Store::new(configured.unwrap_or(&self.data_dir).to_path_buf())
+        Store::new(configured.unwrap_or(&self.data_dir).to_path_buf(), "VF")
     }
 }
 
@@ -113,6 +108,9 @@ enum Start {
 
 /// What [`Sriov::prepare`] finds, with the VF's lock held until the ADD
 /// (and its undoing) is over.
+/// A VF's lock: VFs are known by their PCI address.
+type VfLock = DeviceLock<PciAddress>;
+
 #[derive(Debug)]
 pub(crate) struct Prepared {
     lock: VfLock,
@@ -130,13 +128,6 @@ pub(crate) struct Made {
     pub pod_link: Option<Link>,
     /// The VF's admin MAC, if set (what a DPDK-mode result reports).
     pub admin_mac: Option<MacAddr>,
-}
-
-fn owner(req: &Request) -> Result<Owner, CniError> {
-    Ok(Owner {
-        container_id: attachment::container_id(req)?.to_string(),
-        ifname: attachment::ifname(req)?.to_string(),
-    })
 }
 
 /// A VF that is not there (any more): no device at the address, or not a
@@ -158,18 +149,6 @@ fn device_error(conf: &Conf, e: PciError) -> CniError {
             CniError::invalid_config(conf.device_key, e.to_string())
         }
         other => sys_error(conf.device_key, other),
-    }
-}
-
-/// Whether the namespace at `path` still exists.
-fn namespace_exists(path: &Path) -> Result<bool, CniError> {
-    match NetNs::open_pod(path) {
-        Ok(PodNetns::Gone) => Ok(false),
-        Ok(_) => Ok(true),
-        Err(e) => Err(sys_error(
-            format_args!("open the VF owner's namespace {}", path.display()),
-            e,
-        )),
     }
 }
 
@@ -229,7 +208,7 @@ impl Sriov {
         host: &Netlink,
         pod: Option<&Attach<'_>>,
     ) -> Result<(), CniError> {
-        let address = lock.vf();
+        let address = *lock.key();
         let vf = match self.sysfs.virtual_function(address) {
             Ok(vf) => vf,
             Err(e) if vanished(&e) => return lock.remove_record(),
@@ -253,167 +232,43 @@ impl Sriov {
         host.set_vf(pf.index, vf.index, &back)
             .map_err(sys(format_args!("give back VF {address}'s settings")))?;
         if let Found::Netdev { name, mac, mtu } = &record.found {
-            self.return_netdev(address, name, *mac, *mtu, host, pod)?;
+            passthrough::return_netdev(
+                format_args!("VF {address}"),
+                &address.to_string(),
+                name,
+                *mac,
+                *mtu,
+                host,
+                pod,
+                || self.host_netdev(address, host),
+            )?;
         }
         lock.remove_record()
-    }
-
-    /// The VF's netdev back in the host under its original name, MAC and
-    /// MTU. A name another device took meanwhile stays taken: the VF comes
-    /// home under the one it has, so that DEL can finish.
-    fn return_netdev(
-        &self,
-        address: PciAddress,
-        name: &str,
-        mac: Option<MacAddr>,
-        mtu: u32,
-        host: &Netlink,
-        pod: Option<&Attach<'_>>,
-    ) -> Result<(), CniError> {
-        if let Some(at) = pod {
-            move_home(address, name, at)?;
-        }
-        let Some(link) = self.host_netdev(address, host)? else {
-            return Ok(());
-        };
-        if link.name != name {
-            match host.rename(link.index, name) {
-                Ok(()) => {}
-                Err(e) if e.is_exists() => {}
-                Err(e) => {
-                    return Err(sys_error(
-                        format_args!("rename VF {address}'s netdev {} back to {name}", link.name),
-                        e,
-                    ))
-                }
-            }
-        }
-        let update = LinkUpdate {
-            mac: mac.filter(|m| link.mac != Some(*m)),
-            mtu: Some(mtu).filter(|m| link.mtu != *m),
-            ..LinkUpdate::default()
-        };
-        if update.mac.is_none() && update.mtu.is_none() {
-            return Ok(());
-        }
-        host.update_link(link.index, &update)
-            .map_err(sys(format_args!(
-                "give back VF {address}'s netdev its MAC and MTU"
-            )))
     }
 
     /// The VF's netdev in the host, waiting (bounded) while the kernel
     /// brings it back from a namespace being destroyed. `None` when the VF
     /// is gone or has no netdev driver any more.
     fn host_netdev(&self, address: PciAddress, host: &Netlink) -> Result<Option<Link>, CniError> {
-        let deadline = Instant::now() + NETDEV_RETURN_TIMEOUT;
-        loop {
+        passthrough::wait_for_netdev(format_args!("VF {address}"), || {
             let vf = match self.sysfs.virtual_function(address) {
                 Ok(vf) => vf,
-                Err(e) if vanished(&e) => return Ok(None),
+                Err(e) if vanished(&e) => return Ok(Poll::Ready(None)),
                 Err(e) => return Err(sys_error(format_args!("VF {address}"), e)),
             };
-            match &vf.netdev {
-                Some(name) => {
-                    let link = host
-                        .link_by_name(name)
-                        .map_err(sys(format_args!("look up VF {address}'s netdev {name}")))?;
-                    if link.is_some() {
-                        return Ok(link);
-                    }
-                }
-                None if vf.driver.is_none() || vf.has_userspace_driver() => return Ok(None),
-                None => {}
-            }
-            if Instant::now() >= deadline {
-                return Err(CniError::new(
-                    ErrorCode::TryAgainLater,
-                    "VF netdev not back",
-                    format!(
-                        "VF {address}: its netdev did not come back to the host namespace \
-                         within {} s (is the namespace it was in still held open?)",
-                        NETDEV_RETURN_TIMEOUT.as_secs()
-                    ),
-                ));
-            }
-            std::thread::sleep(NETDEV_POLL);
-        }
+            Ok(match &vf.netdev {
+                Some(name) => match host
+                    .link_by_name(name)
+                    .map_err(sys(format_args!("look up VF {address}'s netdev {name}")))?
+                {
+                    Some(link) => Poll::Ready(Some(link)),
+                    None => Poll::Pending,
+                },
+                None if vf.driver.is_none() || vf.has_userspace_driver() => Poll::Ready(None),
+                None => Poll::Pending,
+            })
+        })
     }
-
-    /// The VF's netdev, its MAC set, moved into the pod as CNI_IFNAME.
-    fn move_into_pod(
-        &self,
-        netdev: &Link,
-        mac: Option<MacAddr>,
-        at: &Attach<'_>,
-    ) -> Result<Link, CniError> {
-        if let Some(mac) = mac {
-            at.host
-                .set_mac(netdev.index, mac)
-                .map_err(sys(format_args!(
-                    "mac: set {mac} on the VF's netdev {}",
-                    netdev.name
-                )))?;
-        }
-        let moved = at.host.update_link(
-            netdev.index,
-            &LinkUpdate {
-                netns: Some(at.pod_ns),
-                name: Some(at.ifname.clone()),
-                ..LinkUpdate::default()
-            },
-        );
-        match moved {
-            Ok(()) => at.pod_link(),
-            Err(e) if e.is_exists() && at.ifname_exists()? => Err(at.ifname_taken()),
-            Err(e) => Err(sys_error(
-                format_args!(
-                    "move the VF's netdev {} into the container as {}",
-                    netdev.name, at.ifname
-                ),
-                e,
-            )),
-        }
-    }
-}
-
-/// The VF's netdev, found in the pod by device (CNI_IFNAME may be another
-/// device: an ADD that found the name taken).
-fn pod_netdev(at: &Attach<'_>, address: PciAddress) -> Result<Option<Link>, CniError> {
-    let parent = address.to_string();
-    let links = at.pod.links().map_err(sys("list the container's links"))?;
-    Ok(links
-        .into_iter()
-        .find(|l| l.parent_device.as_deref() == Some(parent.as_str())))
-}
-
-/// Move the VF's netdev from the pod to the host, as `name` unless the host
-/// has a device of that name, else under the name it has. (A move and a
-/// rename in one request are not one step: the move may be done when the
-/// rename fails.)
-fn move_home(address: PciAddress, name: &str, at: &Attach<'_>) -> Result<(), CniError> {
-    let host_ns = NetNs::current().map_err(sys("open the host namespace"))?;
-    for rename in [Some(name.to_string()), None] {
-        let Some(link) = pod_netdev(at, address)? else {
-            return Ok(());
-        };
-        let home = LinkUpdate {
-            netns: Some(&host_ns),
-            name: rename.clone(),
-            ..LinkUpdate::default()
-        };
-        match at.pod.update_link(link.index, &home) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.is_exists() && rename.is_some() => {}
-            Err(e) => {
-                return Err(sys_error(
-                    format_args!("move VF {address}'s netdev {} back to the host", link.name),
-                    e,
-                ))
-            }
-        }
-    }
-    Ok(())
 }
 
 impl InterfaceDriver for Sriov {
@@ -446,23 +301,13 @@ impl InterfaceDriver for Sriov {
             )
         })?;
         let lock = self.store(conf.data_dir.as_deref()).lock(conf.device)?;
-        let start = match lock.read_record()? {
+        let start = match lock.read_record::<Record>()? {
             None => Start::Free(self.find(conf, info, at.host)?),
             Some(record) if namespace_exists(&record.netns)? => {
-                let Owner {
-                    container_id,
-                    ifname,
-                } = &record.owner;
-                return Err(CniError::new(
-                    ErrorCode::TryAgainLater,
-                    "VF in use",
-                    format!(
-                        "{}: VF {} is in use by container {container_id} (interface {ifname} in \
-                         {}, which still exists)",
-                        conf.device_key,
-                        conf.device,
-                        record.netns.display()
-                    ),
+                return Err(ownership::in_use(
+                    conf.device_key,
+                    format_args!("VF {}", conf.device),
+                    &record,
                 ));
             }
             Some(record) => Start::Stale(record),
@@ -530,7 +375,7 @@ impl InterfaceDriver for Sriov {
             .mac
             .or(Some(saved.mac).filter(|m| m.0 != [0; 6] && vf.netdev.is_none()));
         let record = Record {
-            owner: owner(req)?,
+            owner: Owner::of(req)?,
             netns: PathBuf::from(&at.sandbox),
             saved,
             applied: prepared.settings.clone(),
@@ -542,7 +387,13 @@ impl InterfaceDriver for Sriov {
         });
 
         let pod_link = match &vf.netdev {
-            Some(netdev) => Some(self.move_into_pod(netdev, prepared.settings.mac, at)?),
+            Some(netdev) => Some(passthrough::move_into_pod(
+                "the VF",
+                netdev,
+                prepared.settings.mac,
+                None,
+                at,
+            )?),
             None => None,
         };
         host.set_vf(pf.index, index, &prepared.settings)
@@ -568,7 +419,7 @@ impl InterfaceDriver for Sriov {
         let dns = conf.dns.as_ref();
         let mut result = match made.pod_link {
             Some(link) => stacked::configure(req, dns, false, at, link, ipam, stacked::NOTIFY)?,
-            None => dpdk_result(req, dns, at, made.admin_mac, ipam),
+            None => passthrough::netdevless_result(req, dns, at, made.admin_mac, ipam),
         };
         // cni-SPEC 1.1 `pciID` (older versions' results leave it out).
         if let Some(interface) = result.interfaces.first_mut() {
@@ -585,9 +436,9 @@ impl InterfaceDriver for Sriov {
         prev: &CniResult,
     ) -> Result<(), CniError> {
         let lock = self.store(conf.data_dir.as_deref()).lock(conf.device)?;
-        let owner = owner(req)?;
+        let owner = Owner::of(req)?;
         let record = lock
-            .read_record()?
+            .read_record::<Record>()?
             .filter(|r| r.owner == owner)
             .ok_or_else(|| {
                 check_failed(format!(
@@ -650,52 +501,11 @@ impl InterfaceDriver for Sriov {
     ) -> Result<(), CniError> {
         let keys = conf::del_keys(req);
         let store = self.store(keys.data_dir.as_deref());
-        let owner = owner(req)?;
-        let device = match keys.device {
-            Some(device) => device,
-            None => match store.find_owned_by(&owner)? {
-                Some(device) => device,
-                None => return Ok(()),
-            },
-        };
-        let lock = store.lock(device)?;
-        match lock.read_record()? {
-            Some(record) if record.owner == owner => self.give_back(&lock, &record, host, at),
-            // Nothing of this attachment's: never taken, given back already,
-            // or (a late DEL) given to another pod since.
-            _ => Ok(()),
+        match store.owned_by::<PciAddress, Record>(keys.device, &Owner::of(req)?)? {
+            Some((lock, record)) => self.give_back(&lock, &record, host, at),
+            None => Ok(()),
         }
     }
-}
-
-/// The result in DPDK mode: the interface the pod's userspace driver will
-/// drive, IPAM's addresses for it to use, nothing configured.
-fn dpdk_result(
-    req: &Request,
-    dns: Option<&DnsConf>,
-    at: &Attach<'_>,
-    admin_mac: Option<MacAddr>,
-    ipam: Option<CniResult>,
-) -> CniResult {
-    let mut result = ipam
-        .map(|r| CniResult {
-            ips: r.ips,
-            routes: r.routes,
-            ..CniResult::default()
-        })
-        .unwrap_or_default();
-    result.cni_version = Some(req.cni_version);
-    result.interfaces = vec![Interface {
-        name: at.ifname.clone(),
-        mac: admin_mac.map(|m| m.to_string()),
-        sandbox: Some(at.sandbox.clone()),
-        ..Interface::default()
-    }];
-    for ip in &mut result.ips {
-        ip.interface = Some(0);
-    }
-    result.dns = dns.map(DnsConf::to_dns).unwrap_or_default();
-    result
 }
 
 /// CHECK of the PF-side settings: each configured one as the PF reports it.
@@ -730,6 +540,8 @@ fn check_settings(want: &VfSettings, now: &VfState) -> Result<(), CniError> {
 
 #[cfg(test)]
 mod tests {
+    use plexus_cni::error::ErrorCode;
+
     use super::*;
     use crate::netlink::{Guid, VfLinkState, VfVlan, VlanProto};
 

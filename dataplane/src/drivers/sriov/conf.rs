@@ -75,7 +75,7 @@ impl Conf {
 /// Read and validate the configuration.
 pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
     let c: RawConf = common::decode_config(req)?;
-    let (device_key, device) = match runtime_string(req, "deviceID", RUNTIME_DEVICE_ID)? {
+    let (device_key, device) = match common::runtime_string(req, "deviceID", RUNTIME_DEVICE_ID)? {
         Some(d) => (RUNTIME_DEVICE_ID, d),
         None => match c.device_id.as_deref().filter(|d| !d.is_empty()) {
             Some(d) => (DEVICE_ID, d),
@@ -94,7 +94,7 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
         ("CNI_ARGS MAC", common::cni_args_mac(req)?),
         ("runtimeConfig.mac", common::runtime_config_mac(req)?),
     ])?;
-    let infiniband_guid = runtime_string(req, "infinibandGUID", RUNTIME_GUID)?
+    let infiniband_guid = common::runtime_string(req, "infinibandGUID", RUNTIME_GUID)?
         .map(|g| {
             g.parse::<Guid>()
                 .map_err(|e| CniError::invalid_config(RUNTIME_GUID, e.to_string()))
@@ -149,22 +149,6 @@ pub(crate) fn del_keys(req: &Request) -> DelKeys {
     DelKeys {
         device,
         data_dir: text(c.data_dir.as_ref()).map(PathBuf::from),
-    }
-}
-
-/// A string of runtimeConfig, `None` when absent or empty.
-fn runtime_string<'r>(
-    req: &'r Request,
-    key: &str,
-    field: &str,
-) -> Result<Option<&'r str>, CniError> {
-    match req.runtime_config.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.as_str()).filter(|s| !s.is_empty())),
-        Some(other) => Err(CniError::invalid_config(
-            field,
-            format!("must be a string, got {other}"),
-        )),
     }
 }
 

@@ -1,0 +1,386 @@
+//! Who holds a device handed whole to one pod (an SR-IOV VF, a vDPA
+//! device). Kubelet may run a new pod's ADD for a device before the old
+//! pod's DEL (sriov-cni #219/#313), so each device has, in its driver's data
+//! directory:
+//!
+//! - `<key>.lock`: `flock`ed for a whole ADD, CHECK or DEL of the device;
+//! - `<key>.json`: the driver's record ([`Owned`]), written (durably) before
+//!   an ADD changes anything and removed once a DEL gave everything back. It
+//!   names the owner, so a late DEL of another attachment leaves the device
+//!   alone, and holds what to give back, so an ADD can give back a device
+//!   whose owner's namespace is gone without its DEL ever coming.
+//!
+//! A record is read and written only through the [`DeviceLock`] of its
+//! device.
+
+use std::fmt::Display;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use nix::fcntl::Flock;
+use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::flock::lock_file;
+use plexus_cni::skel::Request;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::attachment;
+use super::common::sys_error;
+use crate::netns::{NetNs, PodNetns};
+
+/// How long an ADD, CHECK or DEL waits for another one on the same device;
+/// a DEL may wait up to [`super::passthrough::NETDEV_RETURN_TIMEOUT`] for
+/// the device's netdev.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Records are small; a larger file is not one of ours.
+const MAX_RECORD: u64 = 64 * 1024;
+
+/// At most this many records are read when looking for an attachment's
+/// device (a node has a few hundred VFs at most).
+const MAX_RECORDS_SCANNED: usize = 4096;
+
+/// The attachment holding a device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Owner {
+    pub container_id: String,
+    pub ifname: String,
+}
+
+impl Owner {
+    /// The attachment of `req`.
+    pub fn of(req: &Request) -> Result<Owner, CniError> {
+        Ok(Owner {
+            container_id: attachment::container_id(req)?.to_string(),
+            ifname: attachment::ifname(req)?.to_string(),
+        })
+    }
+}
+
+/// A driver's record of one device: whose it is, in which namespace.
+pub(crate) trait Owned: Serialize + DeserializeOwned {
+    fn owner(&self) -> &Owner;
+    /// The owner's `CNI_NETNS`.
+    fn netns(&self) -> &Path;
+}
+
+/// How a driver names its devices in lock and record file names: a PCI
+/// address, a vDPA device name (never a path: `/` and `.`-only names are
+/// refused by the parser).
+pub(crate) trait DeviceKey: Clone + Display + FromStr {}
+
+impl<K: Clone + Display + FromStr> DeviceKey for K {}
+
+/// Whether the namespace at `path` still exists.
+pub(crate) fn namespace_exists(path: &Path) -> Result<bool, CniError> {
+    match NetNs::open_pod(path) {
+        Ok(PodNetns::Gone) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(e) => Err(sys_error(
+            format_args!("open the device owner's namespace {}", path.display()),
+            e,
+        )),
+    }
+}
+
+/// The refusal of an ADD for a device whose owner's namespace still exists
+/// (code 11: the owner's DEL may be on its way).
+pub(crate) fn in_use(key: &str, what: impl Display, record: &impl Owned) -> CniError {
+    let Owner {
+        container_id,
+        ifname,
+    } = record.owner();
+    CniError::new(
+        ErrorCode::TryAgainLater,
+        "device in use",
+        format!(
+            "{key}: {what} is in use by container {container_id} (interface {ifname} in {}, \
+             which still exists)",
+            record.netns().display()
+        ),
+    )
+}
+
+/// The data directory of one driver's device locks and records.
+#[derive(Debug, Clone)]
+pub(crate) struct Store {
+    dir: PathBuf,
+    /// What a device is called in messages ("VF", "vDPA device").
+    noun: &'static str,
+}
+
+fn io_error(path: &Path, e: impl std::fmt::Display) -> CniError {
+    CniError::io(path.display().to_string(), e)
+}
+
+impl Store {
+    pub fn new(dir: PathBuf, noun: &'static str) -> Store {
+        Store { dir, noun }
+    }
+
+    fn record_path(&self, key: &impl Display) -> PathBuf {
+        self.dir.join(format!("{key}.json"))
+    }
+
+    /// Take the device's lock, waiting at most [`LOCK_TIMEOUT`] (code 11
+    /// after that). Creates the directory.
+    pub fn lock<K: DeviceKey>(&self, key: K) -> Result<DeviceLock<K>, CniError> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(|e| io_error(&self.dir, e))?;
+        let path = self.dir.join(format!("{key}.lock"));
+        let flock = lock_file(
+            &path,
+            LOCK_TIMEOUT,
+            &format!("{} busy: another ADD, CHECK or DEL holds it", self.noun),
+        )?;
+        Ok(DeviceLock {
+            store: self.clone(),
+            key,
+            _flock: flock,
+        })
+    }
+
+    /// The device whose record names `owner`, if any: for a DEL whose
+    /// configuration does not say (records are replaced whole, so reading
+    /// one without its lock is safe; the caller locks and reads it again).
+    pub fn find_owned_by<K: DeviceKey, R: Owned>(
+        &self,
+        owner: &Owner,
+    ) -> Result<Option<K>, CniError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error(&self.dir, e)),
+        };
+        for entry in entries.take(MAX_RECORDS_SCANNED) {
+            let entry = entry.map_err(|e| io_error(&self.dir, e))?;
+            let name = entry.file_name();
+            let Some(key) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(|n| n.parse::<K>().ok())
+            else {
+                continue;
+            };
+            // A record that cannot be read is not this owner's to find.
+            if let Ok(Some(record)) = read_record::<R>(&self.record_path(&key), self.noun) {
+                if record.owner() == owner {
+                    return Ok(Some(key));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl Store {
+    /// For DEL: the device `owner` holds, locked, with its record: the one
+    /// `named` (when the configuration says) or found by its record. `None`
+    /// when nothing is this attachment's: never taken, given back already,
+    /// or (a late DEL) given to another pod since.
+    pub fn owned_by<K: DeviceKey, R: Owned>(
+        &self,
+        named: Option<K>,
+        owner: &Owner,
+    ) -> Result<Option<(DeviceLock<K>, R)>, CniError> {
+        let key = match named {
+            Some(key) => key,
+            None => match self.find_owned_by::<K, R>(owner)? {
+                Some(key) => key,
+                None => return Ok(None),
+            },
+        };
+        let lock = self.lock(key)?;
+        Ok(match lock.read_record::<R>()? {
+            Some(record) if record.owner() == owner => Some((lock, record)),
+            _ => None,
+        })
+    }
+}
+
+/// A device's lock, held until dropped; the only way to its record.
+#[derive(Debug)]
+pub(crate) struct DeviceLock<K> {
+    store: Store,
+    key: K,
+    _flock: Flock<File>,
+}
+
+impl<K: DeviceKey> DeviceLock<K> {
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    pub fn read_record<R: Owned>(&self) -> Result<Option<R>, CniError> {
+        read_record(&self.store.record_path(&self.key), self.store.noun)
+    }
+
+    /// Write the record durably: it must outlive a crash or reboot, which
+    /// leave the device as the record says until a DEL or the next ADD gives
+    /// it back.
+    pub fn write_record(&self, record: &impl Owned) -> Result<(), CniError> {
+        let path = self.store.record_path(&self.key);
+        let bytes = serde_json::to_vec_pretty(record).map_err(|e| io_error(&path, e))?;
+        plexus_cni::whole_file::replace_durably(&path, &bytes).map_err(|e| io_error(&path, e))
+    }
+
+    /// Remove the record (none is fine). Not synced: a record that comes
+    /// back after a power loss names a namespace that is gone, and the next
+    /// ADD gives the device back once more, which changes nothing.
+    pub fn remove_record(&self) -> Result<(), CniError> {
+        let path = self.store.record_path(&self.key);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error(&path, e)),
+        }
+    }
+}
+
+fn read_record<R: Owned>(path: &Path, noun: &str) -> Result<Option<R>, CniError> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(path, e)),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_RECORD + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(path, e))?;
+    if bytes.len() as u64 > MAX_RECORD {
+        return Err(io_error(
+            path,
+            format_args!("too large to be a {noun} record"),
+        ));
+    }
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        CniError::decode(
+            path.display().to_string(),
+            format!("not a {noun} record: {e}"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use plexus_cni::error::ErrorCode;
+
+    use super::*;
+    use crate::pci::PciAddress;
+
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    struct Rec {
+        owner: Owner,
+        netns: PathBuf,
+        note: String,
+    }
+
+    impl Owned for Rec {
+        fn owner(&self) -> &Owner {
+            &self.owner
+        }
+        fn netns(&self) -> &Path {
+            &self.netns
+        }
+    }
+
+    fn record(container_id: &str) -> Rec {
+        Rec {
+            owner: Owner {
+                container_id: container_id.into(),
+                ifname: "net1".into(),
+            },
+            netns: "/var/run/netns/pod".into(),
+            note: "what to give back".into(),
+        }
+    }
+
+    fn vf(s: &str) -> PciAddress {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_record_round_trips_under_its_lock_and_is_found_by_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().join("sriov"), "VF");
+        let lock = store.lock(vf("0000:01:10.2")).unwrap();
+        assert_eq!(lock.read_record::<Rec>().unwrap(), None);
+        let r = record("ctr1");
+        lock.write_record(&r).unwrap();
+        assert_eq!(lock.read_record().unwrap(), Some(r.clone()));
+        let text = fs::read_to_string(dir.path().join("sriov/0000:01:10.2.json")).unwrap();
+        assert!(text.contains(r#""note": "what to give back""#), "{text}");
+
+        let found = store.find_owned_by::<PciAddress, Rec>(&r.owner).unwrap();
+        assert_eq!(found, Some(vf("0000:01:10.2")));
+        let stranger = Owner {
+            container_id: "ctr2".into(),
+            ifname: "net1".into(),
+        };
+        let found = store.find_owned_by::<PciAddress, Rec>(&stranger).unwrap();
+        assert_eq!(found, None);
+        lock.remove_record().unwrap();
+        lock.remove_record().unwrap();
+        assert_eq!(lock.read_record::<Rec>().unwrap(), None);
+        let found = store.find_owned_by::<PciAddress, Rec>(&r.owner).unwrap();
+        assert_eq!(found, None);
+        let empty = Store::new(dir.path().join("none"), "VF");
+        let found = empty.find_owned_by::<PciAddress, Rec>(&r.owner).unwrap();
+        assert_eq!(found, None);
+        // Keys of another kind (vDPA device names) in a store of their own.
+        let names = Store::new(dir.path().join("vdpa"), "vDPA device");
+        let lock = names.lock("vdpa0".to_string()).unwrap();
+        lock.write_record(&r).unwrap();
+        let found = names.find_owned_by::<String, Rec>(&r.owner).unwrap();
+        assert_eq!(found.as_deref(), Some("vdpa0"));
+    }
+
+    #[test]
+    fn a_device_is_locked_by_one_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf(), "VF");
+        let held = store.lock(vf("0000:01:10.0")).unwrap();
+        // Another VF is free meanwhile.
+        drop(store.lock(vf("0000:01:10.2")).unwrap());
+        let other = Store::new(dir.path().to_path_buf(), "VF");
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| other.lock(vf("0000:01:10.0")).map(|l| *l.key()));
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!waiter.is_finished(), "the second lock waits");
+            drop(held);
+            assert_eq!(waiter.join().unwrap().unwrap(), vf("0000:01:10.0"));
+        });
+    }
+
+    #[test]
+    fn a_record_that_is_not_one_is_a_decode_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf(), "VF");
+        let lock = store.lock(vf("0000:01:10.0")).unwrap();
+        fs::write(dir.path().join("0000:01:10.0.json"), "{}").unwrap();
+        let e = lock.read_record::<Rec>().unwrap_err();
+        assert_eq!(e.code, ErrorCode::Decode);
+        assert!(e.details.contains("not a VF record"), "{e}");
+        // Not found by owner either, and the scan goes on past it.
+        let found = store.find_owned_by::<PciAddress, Rec>(&record("x").owner);
+        assert_eq!(found.unwrap(), None);
+    }
+
+    #[test]
+    fn in_use_names_the_key_the_device_and_its_owner() {
+        let e = in_use("vdpaDevice", "vDPA device vdpa0", &record("ctr9"));
+        assert_eq!(e.code, ErrorCode::TryAgainLater);
+        assert!(
+            e.details
+                .starts_with("vdpaDevice: vDPA device vdpa0 is in use by container ctr9"),
+            "{e}"
+        );
+    }
+}

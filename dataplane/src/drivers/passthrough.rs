@@ -1,0 +1,249 @@
+//! A host device's netdev handed whole to a pod and back (an SR-IOV VF's,
+//! a vDPA device's virtio-net): moved into the pod renamed to CNI_IFNAME,
+//! found there by its device (IFLA_PARENT_DEV_NAME), and on DEL moved home
+//! under its original name, MAC and MTU, waiting (bounded) for a netdev the
+//! kernel is bringing back from a namespace being destroyed.
+
+use std::fmt::Display;
+use std::time::{Duration, Instant};
+
+use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::result::{CniResult, Interface};
+use plexus_cni::skel::Request;
+use serde::{Deserialize, Serialize};
+
+use super::attachment::Attach;
+use super::common::{sys, sys_error, DnsConf};
+use crate::mac::MacAddr;
+use crate::netlink::{Link, LinkUpdate, Netlink};
+use crate::netns::NetNs;
+
+/// How long a DEL (or an ADD reclaiming a device) waits for a netdev the
+/// kernel is moving back from a namespace being destroyed.
+pub(crate) const NETDEV_RETURN_TIMEOUT: Duration = Duration::from_secs(10);
+const NETDEV_POLL: Duration = Duration::from_millis(20);
+
+/// How a device was found before its owner's ADD (part of its record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub(crate) enum Found {
+    /// With a netdev in the host namespace, which the ADD moved into the pod.
+    Netdev {
+        name: String,
+        mac: Option<MacAddr>,
+        mtu: u32,
+    },
+    /// A VF bound to a userspace driver, without netdev (sriov-cni's DPDK
+    /// mode).
+    Dpdk,
+    /// A vDPA device bound to `vhost_vdpa`: a character device, no netdev.
+    Vhost,
+}
+
+/// One look for a device's netdev in the host.
+pub(crate) enum Poll {
+    /// There (`Some`), or never coming (`None`: the device is gone or has no
+    /// netdev driver any more).
+    Ready(Option<Link>),
+    /// Not there yet: the kernel may still be bringing it back.
+    Pending,
+}
+
+/// The device's netdev in the host, polling `look` until it says, at most
+/// [`NETDEV_RETURN_TIMEOUT`] (code 11 after that).
+pub(crate) fn wait_for_netdev(
+    what: impl Display,
+    mut look: impl FnMut() -> Result<Poll, CniError>,
+) -> Result<Option<Link>, CniError> {
+    let deadline = Instant::now() + NETDEV_RETURN_TIMEOUT;
+    loop {
+        if let Poll::Ready(link) = look()? {
+            return Ok(link);
+        }
+        if Instant::now() >= deadline {
+            return Err(CniError::new(
+                ErrorCode::TryAgainLater,
+                "device netdev not back",
+                format!(
+                    "{what}: its netdev did not come back to the host namespace within {} s \
+                     (is the namespace it was in still held open?)",
+                    NETDEV_RETURN_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+        std::thread::sleep(NETDEV_POLL);
+    }
+}
+
+/// The host `netdev` of `what` (e.g. "the VF"), its MAC and MTU set when
+/// given, moved into the pod as CNI_IFNAME in one request.
+pub(crate) fn move_into_pod(
+    what: impl Display,
+    netdev: &Link,
+    mac: Option<MacAddr>,
+    mtu: Option<u32>,
+    at: &Attach<'_>,
+) -> Result<Link, CniError> {
+    if let Some(mac) = mac {
+        at.host
+            .set_mac(netdev.index, mac)
+            .map_err(sys(format_args!(
+                "mac: set {mac} on {what}'s netdev {}",
+                netdev.name
+            )))?;
+    }
+    if let Some(mtu) = mtu.filter(|m| *m != netdev.mtu) {
+        let update = LinkUpdate {
+            mtu: Some(mtu),
+            ..LinkUpdate::default()
+        };
+        at.host
+            .update_link(netdev.index, &update)
+            .map_err(sys(format_args!(
+                "mtu: set {mtu} on {what}'s netdev {}",
+                netdev.name
+            )))?;
+    }
+    let moved = at.host.update_link(
+        netdev.index,
+        &LinkUpdate {
+            netns: Some(at.pod_ns),
+            name: Some(at.ifname.clone()),
+            ..LinkUpdate::default()
+        },
+    );
+    match moved {
+        Ok(()) => at.pod_link(),
+        Err(e) if e.is_exists() && at.ifname_exists()? => Err(at.ifname_taken()),
+        Err(e) => Err(sys_error(
+            format_args!(
+                "move {what}'s netdev {} into the container as {}",
+                netdev.name, at.ifname
+            ),
+            e,
+        )),
+    }
+}
+
+/// The netdev of device `parent` (its IFLA_PARENT_DEV_NAME: a PCI address,
+/// a virtio device), found in the pod by device (CNI_IFNAME may be another
+/// device: an ADD that found the name taken).
+pub(crate) fn pod_netdev(at: &Attach<'_>, parent: &str) -> Result<Option<Link>, CniError> {
+    let links = at.pod.links().map_err(sys("list the container's links"))?;
+    Ok(links
+        .into_iter()
+        .find(|l| l.parent_device.as_deref() == Some(parent)))
+}
+
+/// Move the netdev of device `parent` from the pod to the host, as `name`
+/// unless the host has a device of that name, else under the name it has.
+/// (A move and a rename in one request are not one step: the move may be
+/// done when the rename fails.)
+fn move_home(
+    what: &dyn Display,
+    parent: &str,
+    name: &str,
+    at: &Attach<'_>,
+) -> Result<(), CniError> {
+    let host_ns = NetNs::current().map_err(sys("open the host namespace"))?;
+    for rename in [Some(name.to_string()), None] {
+        let Some(link) = pod_netdev(at, parent)? else {
+            return Ok(());
+        };
+        let home = LinkUpdate {
+            netns: Some(&host_ns),
+            name: rename.clone(),
+            ..LinkUpdate::default()
+        };
+        match at.pod.update_link(link.index, &home) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_exists() && rename.is_some() => {}
+            Err(e) => {
+                return Err(sys_error(
+                    format_args!("move {what}'s netdev {} back to the host", link.name),
+                    e,
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The netdev of device `parent` back in the host (from the pod when `pod`
+/// is given) under its original `name`, MAC and MTU; `host_netdev` finds it
+/// there (waiting, see [`wait_for_netdev`]). A name another device took
+/// meanwhile stays taken: the device comes home under the one it has, so
+/// that DEL can finish.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn return_netdev(
+    what: impl Display,
+    parent: &str,
+    name: &str,
+    mac: Option<MacAddr>,
+    mtu: u32,
+    host: &Netlink,
+    pod: Option<&Attach<'_>>,
+    host_netdev: impl FnOnce() -> Result<Option<Link>, CniError>,
+) -> Result<(), CniError> {
+    if let Some(at) = pod {
+        move_home(&what, parent, name, at)?;
+    }
+    let Some(link) = host_netdev()? else {
+        return Ok(());
+    };
+    if link.name != name {
+        match host.rename(link.index, name) {
+            Ok(()) => {}
+            Err(e) if e.is_exists() => {}
+            Err(e) => {
+                return Err(sys_error(
+                    format_args!("rename {what}'s netdev {} back to {name}", link.name),
+                    e,
+                ))
+            }
+        }
+    }
+    let update = LinkUpdate {
+        mac: mac.filter(|m| link.mac != Some(*m)),
+        mtu: Some(mtu).filter(|m| link.mtu != *m),
+        ..LinkUpdate::default()
+    };
+    if update.mac.is_none() && update.mtu.is_none() {
+        return Ok(());
+    }
+    host.update_link(link.index, &update)
+        .map_err(sys(format_args!(
+            "give back {what}'s netdev its MAC and MTU"
+        )))
+}
+
+/// The result for a device without netdev (an SR-IOV VF in DPDK mode, a
+/// vDPA device on vhost_vdpa): the interface the pod's userspace driver
+/// will drive, IPAM's addresses for it to use, nothing configured.
+pub(crate) fn netdevless_result(
+    req: &Request,
+    dns: Option<&DnsConf>,
+    at: &Attach<'_>,
+    admin_mac: Option<MacAddr>,
+    ipam: Option<CniResult>,
+) -> CniResult {
+    let mut result = ipam
+        .map(|r| CniResult {
+            ips: r.ips,
+            routes: r.routes,
+            ..CniResult::default()
+        })
+        .unwrap_or_default();
+    result.cni_version = Some(req.cni_version);
+    result.interfaces = vec![Interface {
+        name: at.ifname.clone(),
+        mac: admin_mac.map(|m| m.to_string()),
+        sandbox: Some(at.sandbox.clone()),
+        ..Interface::default()
+    }];
+    for ip in &mut result.ips {
+        ip.interface = Some(0);
+    }
+    result.dns = dns.map(DnsConf::to_dns).unwrap_or_default();
+    result
+}

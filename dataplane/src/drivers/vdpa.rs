@@ -1,0 +1,554 @@
+//! The `vdpa` driver: a vDPA device handed to the pod, the way sriov-cni
+//! and govdpa do (k8snetworkplumbingwg/sriov-cni, govdpa).
+//!
+//! Keys ([`conf`]): `vdpaDevice` (the device's name under
+//! /sys/bus/vdpa/devices) or `deviceID` (the PCI address of the VF or PF it
+//! sits on; `runtimeConfig.deviceID`, as Multus hands it over, wins), not
+//! both; `mac` (`CNI_ARGS` `MAC` and `runtimeConfig.mac` win, in that
+//! order), `mtu`, `ipam`, `dns`, and `dataDir` (where device locks and
+//! records live, default [`DEFAULT_DATA_DIR`]).
+//!
+//! The device is found through the `vdpa` generic-netlink family (which
+//! answers in the node's initial namespace only) and sysfs; it must be a
+//! network device (virtio ID 1). What happens depends on its bus driver:
+//! - `virtio_vdpa`: its virtio-net netdev (MAC and MTU set when configured)
+//!   is moved into the pod as CNI_IFNAME, addressed from IPAM and up; DEL
+//!   moves it back under its original name, MAC and MTU (when the pod's
+//!   namespace is gone, the kernel has moved it back to the initial
+//!   namespace and it is found through sysfs). device-info-SPEC §3.1.4:
+//!   driver `virtio`, path `/sys/bus/virtio/devices/virtioN`.
+//! - `vhost_vdpa`: the pod gets `/dev/vhost-vdpa-N` through device-info
+//!   (§3.1.4, driver `vhost`); no netdev, so the result has the interface
+//!   without configuring it and IPAM's addresses for the pod's userspace
+//!   driver (as sriov's DPDK mode). Its MAC and MTU are the device's
+//!   (`vdpa dev add ... mac ... mtu ...`): a configured one that differs
+//!   is refused rather than ignored.
+//!
+//! Ownership is sriov's ([`super::ownership`]): a device whose owner's
+//! namespace still exists is refused (code 11); one whose owner's namespace
+//! is gone is given back first; a late DEL of an old owner leaves the
+//! device alone.
+
+mod conf;
+
+use std::path::{Path, PathBuf};
+
+use plexus_cni::deviceinfo::{DeviceInfo, VdpaDevice, VdpaDriver};
+use plexus_cni::error::CniError;
+use plexus_cni::result::CniResult;
+use plexus_cni::skel::Request;
+use serde::{Deserialize, Serialize};
+
+use self::conf::{Conf, Device};
+use super::attachment::Attach;
+use super::common::{self, check_failed, sys, sys_error, IpamRef};
+use super::interface::InterfaceDriver;
+use super::ownership::{self, namespace_exists, DeviceLock, Owned, Owner, Store};
+use super::passthrough::{self, Found, Poll};
+use super::stacked;
+use super::undo::Undo;
+use crate::mac::MacAddr;
+use crate::netlink::{Link, LinkKind, Netlink};
+use crate::pci::{PciAddress, SysfsRoot};
+use crate::vdpa::{VdpaNetlink, VdpaSysfsDevice, VHOST_VDPA, VIRTIO_ID_NET, VIRTIO_VDPA};
+
+/// Where device locks and records live unless `dataDir` says otherwise.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/plexus/vdpa";
+
+/// The vDPA driver, built in. Reads sysfs below `sysfs`, keeps device locks
+/// and records in `data_dir` unless the configuration's `dataDir` says
+/// otherwise.
+#[derive(Debug, Clone)]
+pub struct Vdpa {
+    sysfs: SysfsRoot,
+    data_dir: PathBuf,
+}
+
+impl Vdpa {
+    pub fn new(sysfs: SysfsRoot, data_dir: impl Into<PathBuf>) -> Vdpa {
+        Vdpa {
+            sysfs,
+            data_dir: data_dir.into(),
+        }
+    }
+
+    fn store(&self, configured: Option<&Path>) -> Store {
+        Store::new(
+            configured.unwrap_or(&self.data_dir).to_path_buf(),
+            "vDPA device",
+        )
+    }
+}
+
+impl Default for Vdpa {
+    fn default() -> Self {
+        Vdpa::new(SysfsRoot::default(), DEFAULT_DATA_DIR)
+    }
+}
+
+/// A device's owner and what to give back on DEL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Record {
+    pub owner: Owner,
+    pub netns: PathBuf,
+    /// The virtio device whose netdev went to the pod (`virtio_vdpa`).
+    pub virtio: Option<String>,
+    pub found: Found,
+}
+
+impl Owned for Record {
+    fn owner(&self) -> &Owner {
+        &self.owner
+    }
+    fn netns(&self) -> &Path {
+        &self.netns
+    }
+}
+
+/// How the device is bound, as an ADD takes it.
+#[derive(Debug, Clone)]
+enum Bound {
+    Virtio { virtio: String, netdev: Link },
+    Vhost { path: PathBuf, mac: Option<MacAddr> },
+}
+
+#[derive(Debug)]
+enum Start {
+    Free(Bound),
+    /// The record of an owner whose namespace is gone: given back first.
+    Stale(Record),
+}
+
+/// What [`Vdpa::prepare`] finds, with the device's lock held until the ADD
+/// (and its undoing) is over.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    lock: DeviceLock<String>,
+    /// The PCI device it sits on (its management device on the `pci` bus).
+    pci: Option<PciAddress>,
+    start: Start,
+}
+
+/// What [`Vdpa::create`] made.
+#[derive(Debug)]
+pub(crate) struct Made {
+    name: String,
+    pci: Option<PciAddress>,
+    bound: Bound,
+    /// The pod's interface (`virtio_vdpa`).
+    pod_link: Option<Link>,
+}
+
+fn open_genl(key: &str) -> Result<VdpaNetlink, CniError> {
+    VdpaNetlink::open()
+        .map_err(sys("the vdpa generic netlink family"))?
+        .ok_or_else(|| {
+            CniError::invalid_config(
+                key,
+                "no vDPA device can be found: the kernel has no vdpa generic netlink family \
+                 in this network namespace (CONFIG_VDPA; the family answers in the initial \
+                 namespace only)",
+            )
+        })
+}
+
+impl Vdpa {
+    /// The configured device's name: as given, or the one vDPA device on
+    /// the configured PCI device.
+    fn resolve(&self, conf: &Conf) -> Result<String, CniError> {
+        let address = match &conf.device {
+            Device::Name(name) => return Ok(name.clone()),
+            Device::Pci(address) => *address,
+        };
+        let on = self
+            .sysfs
+            .vdpa_devices_on(address)
+            .map_err(|e| sys_error(format_args!("{}: read sysfs", conf.device_key), e))?;
+        match on.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(CniError::invalid_config(
+                conf.device_key,
+                format!("no vDPA device on PCI device {address}"),
+            )),
+            many => Err(CniError::invalid_config(
+                conf.device_key,
+                format!(
+                    "PCI device {address} has several vDPA devices ({}): name one with vdpaDevice",
+                    many.join(", ")
+                ),
+            )),
+        }
+    }
+
+    fn sysfs_device(&self, name: &str) -> Result<Option<VdpaSysfsDevice>, CniError> {
+        self.sysfs
+            .vdpa_device(name)
+            .map_err(|e| sys_error(format_args!("vDPA device {name}: read sysfs"), e))
+    }
+
+    /// How the device is bound now, with its netdev in the host or its
+    /// character device.
+    fn bound(&self, conf: &Conf, name: &str, host: &Netlink) -> Result<Bound, CniError> {
+        let key = conf.device_key;
+        let dev = self
+            .sysfs_device(name)?
+            .ok_or_else(|| CniError::invalid_config(key, format!("vDPA device {name} vanished")))?;
+        match dev.driver.as_deref() {
+            Some(VIRTIO_VDPA) => {
+                let virtio = dev.virtio.clone().ok_or_else(|| {
+                    sys_error(
+                        format_args!("vDPA device {name}"),
+                        "bound to virtio_vdpa, but sysfs shows no virtio device",
+                    )
+                })?;
+                for netdev in &dev.netdevs {
+                    if let Some(link) = host
+                        .link_by_name(netdev)
+                        .map_err(sys(format_args!("look up {netdev}")))?
+                    {
+                        return Ok(Bound::Virtio {
+                            virtio,
+                            netdev: link,
+                        });
+                    }
+                }
+                Err(CniError::invalid_config(
+                    key,
+                    format!(
+                        "vDPA device {name} ({virtio}) has no netdev in this network namespace: \
+                         it is in use outside plexus's records"
+                    ),
+                ))
+            }
+            Some(VHOST_VDPA) => {
+                let path = dev.vhost_path().ok_or_else(|| {
+                    sys_error(
+                        format_args!("vDPA device {name}"),
+                        "bound to vhost_vdpa, but sysfs shows no vhost-vdpa-N device",
+                    )
+                })?;
+                let config = open_genl(key)?
+                    .net_config(name)
+                    .map_err(sys(format_args!("vDPA device {name}")))?
+                    .unwrap_or_default();
+                if let Some(want) = conf.mac.filter(|m| config.mac != Some(*m)) {
+                    return Err(unchangeable("mac", name, want, config.mac));
+                }
+                if let Some(want) = conf.mtu.filter(|m| config.mtu.map(u32::from) != Some(*m)) {
+                    return Err(unchangeable("mtu", name, want, config.mtu));
+                }
+                Ok(Bound::Vhost {
+                    path,
+                    mac: config.mac,
+                })
+            }
+            None => Err(CniError::invalid_config(
+                key,
+                format!(
+                    "vDPA device {name} is bound to no driver: bind it to {VIRTIO_VDPA} or \
+                     {VHOST_VDPA}"
+                ),
+            )),
+            Some(other) => Err(CniError::invalid_config(
+                key,
+                format!(
+                    "vDPA device {name} is bound to {other}, which plexus does not know: \
+                     expected {VIRTIO_VDPA} or {VHOST_VDPA}"
+                ),
+            )),
+        }
+    }
+
+    /// Give the device of `record` back, then remove the record. `pod` is
+    /// the owner's namespace when it still exists.
+    fn give_back(
+        &self,
+        lock: &DeviceLock<String>,
+        record: &Record,
+        host: &Netlink,
+        pod: Option<&Attach<'_>>,
+    ) -> Result<(), CniError> {
+        let name = lock.key();
+        if let (
+            Found::Netdev {
+                name: netdev,
+                mac,
+                mtu,
+            },
+            Some(virtio),
+        ) = (&record.found, &record.virtio)
+        {
+            passthrough::return_netdev(
+                format_args!("vDPA device {name}"),
+                virtio,
+                netdev,
+                *mac,
+                *mtu,
+                host,
+                pod,
+                || self.host_netdev(name, virtio, host),
+            )?;
+        }
+        lock.remove_record()
+    }
+
+    /// The device's netdev in the host, waiting while the kernel brings it
+    /// back; `None` when the device is gone or bound elsewhere now.
+    fn host_netdev(
+        &self,
+        name: &str,
+        virtio: &str,
+        host: &Netlink,
+    ) -> Result<Option<Link>, CniError> {
+        passthrough::wait_for_netdev(format_args!("vDPA device {name}"), || {
+            let Some(dev) = self.sysfs_device(name)? else {
+                return Ok(Poll::Ready(None));
+            };
+            if dev.virtio.as_deref() != Some(virtio) {
+                return Ok(Poll::Ready(None));
+            }
+            for netdev in &dev.netdevs {
+                if let Some(link) = host
+                    .link_by_name(netdev)
+                    .map_err(sys(format_args!("look up {netdev}")))?
+                {
+                    return Ok(Poll::Ready(Some(link)));
+                }
+            }
+            Ok(Poll::Pending)
+        })
+    }
+}
+
+/// A MAC or MTU that a device on vhost_vdpa cannot be given.
+fn unchangeable(
+    key: &str,
+    name: &str,
+    want: impl std::fmt::Display,
+    have: Option<impl std::fmt::Display>,
+) -> CniError {
+    let have = have.map_or("none".to_string(), |h| h.to_string());
+    CniError::invalid_config(
+        key,
+        format!(
+            "{want}: vDPA device {name} is bound to {VHOST_VDPA} and has {have}; plexus cannot \
+             change it there (set it when creating the device: vdpa dev add ... {key} ...)"
+        ),
+    )
+}
+
+impl InterfaceDriver for Vdpa {
+    type Conf = Conf;
+    /// DEL gives the device back instead (`remove` below).
+    const POD_LINK_KIND: Option<LinkKind> = None;
+    type Prepared = Prepared;
+    type Made = Made;
+
+    fn parse(&self, req: &Request) -> Result<Conf, CniError> {
+        conf::parse(req)
+    }
+
+    fn ipam<'c>(&self, conf: &'c Conf) -> &'c Option<IpamRef> {
+        &conf.ipam
+    }
+
+    fn prepare(&self, _req: &Request, conf: &Conf, at: &Attach<'_>) -> Result<Prepared, CniError> {
+        let key = conf.device_key;
+        let name = self.resolve(conf)?;
+        let dev = open_genl(key)?
+            .device(&name)
+            .map_err(sys(format_args!("vDPA device {name}")))?
+            .ok_or_else(|| CniError::invalid_config(key, format!("no vDPA device {name}")))?;
+        if dev.device_id != VIRTIO_ID_NET {
+            return Err(CniError::invalid_config(
+                key,
+                format!(
+                    "vDPA device {name} is a virtio device of type {}, not a network device \
+                     ({VIRTIO_ID_NET})",
+                    dev.device_id
+                ),
+            ));
+        }
+        let pci = match dev.mgmt_bus.as_deref() {
+            Some("pci") => PciAddress::parse(&dev.mgmt_dev).ok(),
+            _ => None,
+        };
+        let lock = self.store(conf.data_dir.as_deref()).lock(name.clone())?;
+        let start = match lock.read_record::<Record>()? {
+            None => Start::Free(self.bound(conf, &name, at.host)?),
+            Some(record) if namespace_exists(&record.netns)? => {
+                return Err(ownership::in_use(
+                    key,
+                    format_args!("vDPA device {name}"),
+                    &record,
+                ));
+            }
+            Some(record) => Start::Stale(record),
+        };
+        Ok(Prepared { lock, pci, start })
+    }
+
+    fn create<'a>(
+        &'a self,
+        req: &'a Request,
+        conf: &'a Conf,
+        prepared: &'a Prepared,
+        at: &'a Attach<'a>,
+        undo: &mut Undo<'a>,
+    ) -> Result<Made, CniError> {
+        let host = at.host;
+        let lock = &prepared.lock;
+        let name = lock.key();
+        let bound = match &prepared.start {
+            Start::Free(bound) => bound.clone(),
+            Start::Stale(record) => {
+                self.give_back(lock, record, host, None)?;
+                self.bound(conf, name, host)?
+            }
+        };
+        let (virtio, found) = match &bound {
+            Bound::Virtio { virtio, netdev } => (
+                Some(virtio.clone()),
+                Found::Netdev {
+                    name: netdev.name.clone(),
+                    mac: netdev.mac,
+                    mtu: netdev.mtu,
+                },
+            ),
+            Bound::Vhost { .. } => (None, Found::Vhost),
+        };
+        let record = Record {
+            owner: Owner::of(req)?,
+            netns: PathBuf::from(&at.sandbox),
+            virtio,
+            found,
+        };
+        lock.write_record(&record)?;
+        undo.push(format!("taking vDPA device {name}"), move || {
+            self.give_back(lock, &record, host, Some(at))
+        });
+        let pod_link = match &bound {
+            Bound::Virtio { netdev, .. } => Some(passthrough::move_into_pod(
+                format_args!("vDPA device {name}"),
+                netdev,
+                conf.mac,
+                conf.mtu,
+                at,
+            )?),
+            Bound::Vhost { .. } => None,
+        };
+        Ok(Made {
+            name: name.clone(),
+            pci: prepared.pci,
+            bound,
+            pod_link,
+        })
+    }
+
+    fn configure(
+        &self,
+        req: &Request,
+        conf: &Conf,
+        at: &Attach<'_>,
+        made: Made,
+        ipam: Option<CniResult>,
+    ) -> Result<CniResult, CniError> {
+        let dns = conf.dns.as_ref();
+        let mut result = match (made.pod_link, &made.bound) {
+            (Some(link), _) => {
+                stacked::configure(req, dns, false, at, link, ipam, stacked::NOTIFY)?
+            }
+            (None, Bound::Vhost { mac, .. }) => {
+                passthrough::netdevless_result(req, dns, at, *mac, ipam)
+            }
+            (None, Bound::Virtio { .. }) => unreachable!("create moves the netdev"),
+        };
+        // cni-SPEC 1.1 `pciID`, when the device sits on one.
+        if let (Some(interface), Some(pci)) = (result.interfaces.first_mut(), made.pci) {
+            interface.pci_id = Some(pci.to_string());
+        }
+        Ok(result)
+    }
+
+    fn check(
+        &self,
+        req: &Request,
+        conf: &Conf,
+        at: &Attach<'_>,
+        prev: &CniResult,
+    ) -> Result<(), CniError> {
+        let name = self.resolve(conf)?;
+        let lock = self.store(conf.data_dir.as_deref()).lock(name.clone())?;
+        let owner = Owner::of(req)?;
+        let record = lock
+            .read_record::<Record>()?
+            .filter(|r| r.owner == owner)
+            .ok_or_else(|| {
+                check_failed(format!(
+                    "vDPA device {name}: no record gives it to container {} as {}",
+                    owner.container_id, owner.ifname
+                ))
+            })?;
+        let Some(virtio) = &record.virtio else {
+            let dev = self.sysfs_device(&name)?;
+            return match dev.and_then(|d| d.vhost) {
+                Some(_) => Ok(()),
+                None => Err(check_failed(format!(
+                    "vDPA device {name} is no longer bound to {VHOST_VDPA}"
+                ))),
+            };
+        };
+        let entry = common::prev_container_interface(prev, at)?;
+        let link = at
+            .pod
+            .link_by_name(&at.ifname)
+            .map_err(sys(format_args!("look up {}", at.ifname)))?
+            .ok_or_else(|| check_failed(format!("container interface {} not found", at.ifname)))?;
+        if link.parent_device.as_deref() != Some(virtio.as_str()) {
+            return Err(check_failed(format!(
+                "container interface {} is not vDPA device {name}'s netdev ({virtio})",
+                at.ifname
+            )));
+        }
+        common::check_mac(&link, entry, "container")?;
+        common::check_ips_and_routes(at, &link, prev)
+    }
+
+    /// device-info-SPEC §3.1.4: the vDPA device, its driver and path, and
+    /// the PCI device (with its PF, for a VF) it sits on.
+    fn device_info(&self, _conf: &Conf, made: &Made) -> Option<DeviceInfo> {
+        let (driver, path) = match &made.bound {
+            Bound::Vhost { path, .. } => (VdpaDriver::Vhost, path.display().to_string()),
+            Bound::Virtio { virtio, .. } => (
+                VdpaDriver::Virtio,
+                format!("/sys/bus/virtio/devices/{virtio}"),
+            ),
+        };
+        let pf = made
+            .pci
+            .and_then(|a| self.sysfs.virtual_function(a).ok())
+            .map(|vf| vf.pf.to_string());
+        Some(DeviceInfo::vdpa(VdpaDevice {
+            parent_device: made.name.clone(),
+            driver,
+            path,
+            pci_address: made.pci.map(|a| a.to_string()),
+            pf_pci_address: pf,
+            representor_device: None,
+        }))
+    }
+
+    fn remove(
+        &self,
+        req: &Request,
+        host: &Netlink,
+        at: Option<&Attach<'_>>,
+    ) -> Result<(), CniError> {
+        let keys = conf::del_keys(req);
+        let store = self.store(keys.data_dir.as_deref());
+        match store.owned_by::<String, Record>(keys.name, &Owner::of(req)?)? {
+            Some((lock, record)) => self.give_back(&lock, &record, host, at),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! The built-in `vdpa` driver on real kernel objects: `vdpa_sim_net`
+//! devices (`Feature::VdpaSim`, which only the VM harness's kernel has),
+//! created through the driver's own `vdpa` generic-netlink client and bound
+//! to `virtio_vdpa` (a virtio-net netdev) or `vhost_vdpa`
+//! (`/dev/vhost-vdpa-N`). The vdpa family answers only in the initial
+//! network namespace, the VM's, which is the test's own: the driver is
+//! called with it as the host ([`Here`]), on pods in namespaces the tests
+//! create. Records go to a temp `dataDir`. vdpa_sim devices have no PCI
+//! parent: the lookup by PCI address is tested on a fake sysfs tree
+//! (`plexus_dataplane::vdpa` unit tests); here only its refusal.
+mod common;
+mod drivers_support;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use common::TestNs;
+use drivers_support::*;
+use plexus_cni::deviceinfo::{self, VdpaDriver};
+use plexus_cni::error::{CniError, ErrorCode};
+use plexus_dataplane::pci::SysfsRoot;
+use plexus_dataplane::vdpa::{VdpaDevSpec, VdpaNetlink, VHOST_VDPA, VIRTIO_VDPA};
+use plexus_dataplane::{MacAddr, Netlink};
+use plexus_testkit::{require, Feature};
+use serde_json::{json, Value};
+
+const VDPA: &str = "vdpa";
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A vdpa_sim_net device, deleted on drop.
+struct SimDev {
+    name: String,
+    mac: MacAddr,
+}
+
+fn write(path: impl AsRef<Path>, value: &str) {
+    let path = path.as_ref();
+    std::fs::write(path, value).unwrap_or_else(|e| panic!("write {value} to {path:?}: {e}"));
+}
+
+impl SimDev {
+    /// A new device (bound to virtio_vdpa, which binds first), or `None`
+    /// when the test is skipped.
+    fn new() -> Option<SimDev> {
+        if !require(&[Feature::Root, Feature::VdpaSim]) {
+            return None;
+        }
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!("pxv{}x{n}", std::process::id() % 100_000);
+        let mac: MacAddr = format!(
+            "02:00:00:5a:{:02x}:{:02x}",
+            n % 256,
+            std::process::id() % 256
+        )
+        .parse()
+        .unwrap();
+        let nl = VdpaNetlink::open().unwrap().expect("the vdpa family");
+        nl.add_device(&VdpaDevSpec {
+            name: name.clone(),
+            mgmt_bus: None,
+            mgmt_dev: "vdpasim_net".into(),
+            mac: Some(mac),
+            mtu: Some(1500),
+        })
+        .unwrap();
+        let dev = SimDev { name, mac };
+        assert_eq!(
+            nl.device(&dev.name).unwrap().unwrap().mgmt_dev,
+            "vdpasim_net"
+        );
+        Some(dev)
+    }
+
+    fn sysfs(&self) -> plexus_dataplane::vdpa::VdpaSysfsDevice {
+        SysfsRoot::default()
+            .vdpa_device(&self.name)
+            .unwrap()
+            .expect("in sysfs")
+    }
+
+    /// Its netdev in the host (the VM's namespace), waiting a little for
+    /// the kernel.
+    fn host_netdev(&self) -> Option<String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let dev = self.sysfs();
+            if let Some(n) = dev.netdevs.first() {
+                return Some(n.clone());
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn unbind(&self) {
+        if let Some(driver) = self.sysfs().driver {
+            write(format!("/sys/bus/vdpa/drivers/{driver}/unbind"), &self.name);
+        }
+    }
+
+    fn bind(&self, driver: &str) {
+        self.unbind();
+        write(
+            format!("/sys/bus/vdpa/devices/{}/driver_override", self.name),
+            driver,
+        );
+        write("/sys/bus/vdpa/drivers_probe", &self.name);
+        assert_eq!(self.sysfs().driver.as_deref(), Some(driver));
+    }
+}
+
+impl Drop for SimDev {
+    fn drop(&mut self) {
+        if let Ok(Some(nl)) = VdpaNetlink::open() {
+            let _ = nl.del_device(&self.name);
+        }
+    }
+}
+
+fn conf(dev: &SimDev, data: &tempfile::TempDir, extra: Value) -> Value {
+    let mut c = json!({
+        "cniVersion": "1.1.0",
+        "name": "vdpa-net",
+        "type": VDPA,
+        "vdpaDevice": dev.name,
+        "dataDir": data.path(),
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    c
+}
+
+fn ipam(address: &str) -> Value {
+    json!({"type": IPAM, "addresses": [{"address": address}]})
+}
+
+fn assert_code(e: &CniError, code: ErrorCode, details: &str) {
+    assert_eq!(e.code, code, "{e:?}");
+    assert!(
+        e.details.contains(details),
+        "{details:?} not in {:?}",
+        e.details
+    );
+}
+
+fn host_link(name: &str) -> Option<plexus_dataplane::netlink::Link> {
+    Netlink::current().unwrap().link_by_name(name).unwrap()
+}
+
+#[test]
+fn vdpa_virtio_netdev_moves_into_the_pod_and_del_gives_it_back() {
+    let Some(dev) = SimDev::new() else { return };
+    let data = tempfile::tempdir().unwrap();
+    assert_eq!(dev.sysfs().driver.as_deref(), Some(VIRTIO_VDPA));
+    let virtio = dev.sysfs().virtio.expect("a virtio device");
+    let orig = dev.host_netdev().expect("a virtio netdev");
+    let before = host_link(&orig).expect("in the host");
+    assert_eq!(before.mac, Some(dev.mac));
+    let pod = TestNs::new();
+    let r = TestResolver::default();
+    let t = Target::new("ctr-v", &pod, "net1");
+    let info_dir = tempfile::tempdir().unwrap();
+    let info_file = info_dir.path().join("info.json");
+    let c = conf(
+        &dev,
+        &data,
+        json!({
+            "mac": "02:00:00:00:b0:01", "mtu": 1400, "ipam": ipam("10.61.0.2/24"),
+            "runtimeConfig": {"CNIDeviceInfoFile": info_file},
+        }),
+    );
+    let res = add(Here, &r, VDPA, &t, &c).unwrap();
+    assert_eq!(
+        result_json(&res, "1.1.0"),
+        json!({
+            "cniVersion": "1.1.0",
+            "interfaces": [{"name": "net1", "mac": "02:00:00:00:b0:01",
+                            "sandbox": netns_path(&pod).to_str().unwrap()}],
+            "ips": [{"interface": 0, "address": "10.61.0.2/24"}],
+        })
+    );
+    let l = link(&pod, "net1").expect("net1 in the pod");
+    assert_eq!(l["address"], "02:00:00:00:b0:01", "{l}");
+    assert_eq!(l["mtu"], 1400, "{l}");
+    assert_eq!(l["parentdev"], virtio.as_str(), "{l}");
+    assert!(has_flag(&l, "UP"), "{l}");
+    assert!(has_address(&pod, "net1", "10.61.0.2/24"));
+    assert!(host_link(&orig).is_none(), "gone from the host");
+    // device-info-SPEC §3.1.4: driver virtio, the virtio device's path.
+    let info = deviceinfo::load(&info_file)
+        .unwrap()
+        .expect("a device-info file");
+    let v = info.vdpa.expect("a vdpa map");
+    assert_eq!(v.parent_device, dev.name);
+    assert_eq!(v.driver, VdpaDriver::Virtio);
+    assert_eq!(v.path, format!("/sys/bus/virtio/devices/{virtio}"));
+    assert_eq!(v.pci_address, None, "vdpa_sim has no PCI parent");
+    // CHECK against the result passes.
+    let mut cc = with_prev(&c, &res);
+    cc["runtimeConfig"] = json!({});
+    check(Here, &r, VDPA, &t, &cc).unwrap();
+
+    del(Here, &r, VDPA, &t, &c).unwrap();
+    let back = host_link(&orig).expect("back under its name");
+    assert_eq!((back.mac, back.mtu), (before.mac, before.mtu));
+    assert!(link(&pod, "net1").is_none());
+    assert_eq!(
+        std::fs::read_dir(data.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".json")
+            })
+            .count(),
+        0,
+        "no record left"
+    );
+    // DEL is idempotent.
+    del(Here, &r, VDPA, &t, &c).unwrap();
+    assert!(host_link(&orig).is_some());
+}
+
+#[test]
+fn vdpa_vhost_device_is_given_through_device_info() {
+    let Some(dev) = SimDev::new() else { return };
+    dev.bind(VHOST_VDPA);
+    let vhost = dev.sysfs().vhost_path().expect("a vhost-vdpa device");
+    assert!(vhost.exists(), "{vhost:?}");
+    let data = tempfile::tempdir().unwrap();
+    let pod = TestNs::new();
+    let r = TestResolver::default();
+    let t = Target::new("ctr-h", &pod, "net1");
+    let info_dir = tempfile::tempdir().unwrap();
+    let info_file = info_dir.path().join("info.json");
+    let c = conf(
+        &dev,
+        &data,
+        json!({
+            "ipam": ipam("10.62.0.2/24"), "mac": dev.mac.to_string(),
+            "runtimeConfig": {"CNIDeviceInfoFile": info_file},
+        }),
+    );
+    let res = add(Here, &r, VDPA, &t, &c).unwrap();
+    assert_eq!(
+        result_json(&res, "1.1.0"),
+        json!({
+            "cniVersion": "1.1.0",
+            "interfaces": [{"name": "net1", "mac": dev.mac.to_string(),
+                            "sandbox": netns_path(&pod).to_str().unwrap()}],
+            "ips": [{"interface": 0, "address": "10.62.0.2/24"}],
+        })
+    );
+    // Nothing in the pod: the pod's userspace driver opens the device.
+    assert!(link(&pod, "net1").is_none());
+    // device-info-SPEC §3.1.4: parent-device, driver vhost, /dev path.
+    let text = std::fs::read_to_string(&info_file).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["type"], "vdpa", "{text}");
+    assert_eq!(v["vdpa"]["parent-device"], dev.name.as_str(), "{text}");
+    assert_eq!(v["vdpa"]["driver"], "vhost", "{text}");
+    assert_eq!(v["vdpa"]["path"], vhost.to_str().unwrap(), "{text}");
+    assert!(v["vdpa"].get("pci-address").is_none(), "{text}");
+    let mut cc = with_prev(&c, &res);
+    cc["runtimeConfig"] = json!({});
+    check(Here, &r, VDPA, &t, &cc).unwrap();
+    // Another pod is refused while this one lives.
+    let pod2 = TestNs::new();
+    let t2 = Target::new("ctr-h2", &pod2, "net1");
+    let e = add(Here, &r, VDPA, &t2, &conf(&dev, &data, json!({}))).unwrap_err();
+    assert_code(&e, ErrorCode::TryAgainLater, "is in use by container ctr-h");
+    del(Here, &r, VDPA, &t, &c).unwrap();
+    del(Here, &r, VDPA, &t, &c).unwrap();
+    // Free again.
+    add(Here, &r, VDPA, &t2, &conf(&dev, &data, json!({}))).unwrap();
+    del(Here, &r, VDPA, &t2, &conf(&dev, &data, json!({}))).unwrap();
+}
+
+#[test]
+fn vdpa_vhost_refuses_a_mac_or_mtu_it_cannot_set() {
+    let Some(dev) = SimDev::new() else { return };
+    dev.bind(VHOST_VDPA);
+    let data = tempfile::tempdir().unwrap();
+    let pod = TestNs::new();
+    let r = TestResolver::default();
+    let t = Target::new("ctr-m", &pod, "net1");
+    let e = add(
+        Here,
+        &r,
+        VDPA,
+        &t,
+        &conf(&dev, &data, json!({"mac": "02:00:00:00:00:99"})),
+    )
+    .unwrap_err();
+    assert_code(&e, ErrorCode::InvalidConfig, "mac: 02:00:00:00:00:99");
+    let e = add(Here, &r, VDPA, &t, &conf(&dev, &data, json!({"mtu": 9000}))).unwrap_err();
+    assert!(e.details.starts_with("mtu: 9000"), "{e:?}");
+}
+
+#[test]
+fn vdpa_refusals_name_the_field_and_the_device() {
+    let Some(dev) = SimDev::new() else { return };
+    let data = tempfile::tempdir().unwrap();
+    let pod = TestNs::new();
+    let r = TestResolver::default();
+    let t = Target::new("ctr-r", &pod, "net1");
+    let mut c = conf(&dev, &data, json!({}));
+    c["vdpaDevice"] = json!("pxv-nope");
+    let e = add(Here, &r, VDPA, &t, &c).unwrap_err();
+    assert_code(
+        &e,
+        ErrorCode::InvalidConfig,
+        "vdpaDevice: no vDPA device pxv-nope",
+    );
+    let mut c = conf(&dev, &data, json!({"deviceID": "0000:7f:1f.7"}));
+    c.as_object_mut().unwrap().remove("vdpaDevice");
+    let e = add(Here, &r, VDPA, &t, &c).unwrap_err();
+    assert_code(
+        &e,
+        ErrorCode::InvalidConfig,
+        "deviceID: no vDPA device on PCI device 0000:7f:1f.7",
+    );
+    let e = add(
+        Here,
+        &r,
+        VDPA,
+        &t,
+        &conf(&dev, &data, json!({"deviceID": "0000:7f:1f.7"})),
+    )
+    .unwrap_err();
+    assert_code(
+        &e,
+        ErrorCode::InvalidConfig,
+        "vdpaDevice: set with deviceID",
+    );
+    dev.unbind();
+    let e = add(Here, &r, VDPA, &t, &conf(&dev, &data, json!({}))).unwrap_err();
+    assert_code(&e, ErrorCode::InvalidConfig, "is bound to no driver");
+    // Nothing was taken, nothing to DEL.
+    del(Here, &r, VDPA, &t, &conf(&dev, &data, json!({}))).unwrap();
+}
+
+#[test]
+fn vdpa_failed_add_is_undone_when_ifname_is_taken() {
+    let Some(dev) = SimDev::new() else { return };
+    let orig = dev.host_netdev().expect("a virtio netdev");
+    let data = tempfile::tempdir().unwrap();
+    let pod = TestNs::new();
+    pod.ip(&["link", "add", "net1", "type", "dummy"]);
+    let r = TestResolver::default();
+    let t = Target::new("ctr-t", &pod, "net1");
+    let c = conf(&dev, &data, json!({"mac": "02:00:00:00:b1:01"}));
+    let e = add(Here, &r, VDPA, &t, &c).unwrap_err();
+    assert_code(&e, ErrorCode::InvalidConfig, "CNI_IFNAME");
+    let back = host_link(&orig).expect("still in the host under its name");
+    assert_eq!(back.mac, Some(dev.mac), "its MAC given back");
+    assert_eq!(
+        link(&pod, "net1").unwrap()["linkinfo"]["info_kind"],
+        "dummy",
+        "the pod's own net1 untouched"
+    );
+    assert!(!data.path().join(format!("{}.json", dev.name)).exists());
+    // The device is free: a pod with the name free gets it.
+    let pod2 = TestNs::new();
+    let t2 = Target::new("ctr-t2", &pod2, "net1");
+    add(Here, &r, VDPA, &t2, &c).unwrap();
+    del(Here, &r, VDPA, &t2, &c).unwrap();
+    assert!(host_link(&orig).is_some());
+}
+
+#[test]
+fn vdpa_del_after_the_pod_namespace_is_gone_and_a_late_del_leaves_the_new_owner_alone() {
+    let Some(dev) = SimDev::new() else { return };
+    let orig = dev.host_netdev().expect("a virtio netdev");
+    let data = tempfile::tempdir().unwrap();
+    let r = TestResolver::default();
+    let c = conf(&dev, &data, json!({"ipam": ipam("10.63.0.2/24")}));
+
+    // DEL after the namespace is gone: the kernel returned the netdev to
+    // the initial namespace (maybe renamed); DEL names it back.
+    let pod = TestNs::new();
+    let t = Target::new("ctr-g", &pod, "net1");
+    add(Here, &r, VDPA, &t, &c).unwrap();
+    drop(pod);
+    del(Here, &r, VDPA, &t, &c).unwrap();
+    assert!(host_link(&orig).is_some(), "{orig} back");
+    let no_netns = Target {
+        netns: None,
+        ..t.clone()
+    };
+    del(Here, &r, VDPA, &no_netns, &c).unwrap();
+
+    // An owner whose namespace is gone without DEL: the next ADD reclaims
+    // the device; the old owner's late DEL then leaves it alone.
+    let old = TestNs::new();
+    let t_old = Target::new("ctr-old", &old, "net1");
+    add(Here, &r, VDPA, &t_old, &c).unwrap();
+    drop(old);
+    let new = TestNs::new();
+    let t_new = Target::new("ctr-new", &new, "net1");
+    add(Here, &r, VDPA, &t_new, &c).unwrap();
+    assert!(link(&new, "net1").is_some());
+    del(Here, &r, VDPA, &t_old, &c).unwrap();
+    let l = link(&new, "net1").expect("still the new pod's");
+    assert_eq!(l["parentdev"], dev.sysfs().virtio.unwrap().as_str());
+    del(Here, &r, VDPA, &t_new, &c).unwrap();
+    assert!(host_link(&orig).is_some());
+}
