@@ -819,17 +819,18 @@ fn copy_device_plugin_info(att: &Attachment, info: Option<&DeviceInfo>) -> Resul
     let (Some(info), Some(files)) = (info, &att.device_info) else {
         return Ok(());
     };
-    deviceinfo::store(&files.cni, info).map_err(|e| {
-        CniError::io(
-            format!(
-                "{} ({}) device-info file {}",
-                att.network,
-                att.ifname,
-                files.cni.display()
-            ),
-            e,
-        )
-    })
+    deviceinfo::store(&files.cni, info).map_err(|e| cni_file_error(att, &files.cni, e))
+}
+
+/// A failure on the attachment's CNI device-info file, naming it.
+fn cni_file_error(att: &Attachment, path: &Path, e: std::io::Error) -> CniError {
+    let what = format!(
+        "{} ({}) device-info file {}",
+        att.network,
+        att.ifname,
+        path.display()
+    );
+    CniError::io(what, e)
 }
 
 /// §6.1.1: after the chain, what the attachment's CNI file holds.
@@ -847,17 +848,7 @@ fn remove_device_info(att: &Attachment) -> Result<(), CniError> {
     let Some(files) = &att.device_info else {
         return Ok(());
     };
-    deviceinfo::remove(&files.cni).map_err(|e| {
-        CniError::io(
-            format!(
-                "{} ({}) device-info file {}",
-                att.network,
-                att.ifname,
-                files.cni.display()
-            ),
-            e,
-        )
-    })
+    deviceinfo::remove(&files.cni).map_err(|e| cni_file_error(att, &files.cni, e))
 }
 
 /// The environment of one attachment's plugins.
