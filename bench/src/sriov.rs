@@ -49,9 +49,10 @@ pub struct Setup<'a> {
     pub pods: usize,
 }
 
-/// A VF as created, before any pod had it: what DEL must give back.
-struct Vf {
-    pci: PciVf,
+/// A VF as the host sees it right before a pod's ADD: what its DEL must
+/// give back (so a VF one contender failed to restore counts against that
+/// one only).
+struct Snapshot {
     netdev: String,
     mac: MacAddr,
     state: VfState,
@@ -62,7 +63,8 @@ struct Pod<'v> {
     ns: NetNs,
     ns_name: String,
     id: String,
-    vf: &'v Vf,
+    vf: &'v PciVf,
+    before: Snapshot,
     mac: MacAddr,
     vlan: u16,
 }
@@ -93,7 +95,7 @@ impl Tally {
         self.failures.push(format!(
             "{who}, {} on VF {} ({what}): {}",
             pod.id,
-            pod.vf.pci.address,
+            pod.vf.address,
             wrong.join("; ")
         ));
         false
@@ -118,39 +120,27 @@ pub fn run(setup: Setup) -> Result<bool, String> {
     }
     let created = SriovVfs::create(VFS.min(found.total_vfs));
     let nl = Netlink::current().map_err(|e| e.to_string())?;
-    let link = |name: &str| {
-        nl.link_by_name(name)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no link {name}"))
-    };
-    let pf_index = link(&created.pf.netdev)?.index;
-    let mut vfs = Vec::new();
-    for pci in &created.vfs {
-        let netdev = pci.netdev().ok_or("a VF without netdev")?;
-        let mac = link(&netdev)?.mac.ok_or("a VF netdev without MAC")?;
-        let state = vf_state(&nl, pf_index, pci)?;
-        vfs.push(Vf {
-            pci: pci.clone(),
-            netdev,
-            mac,
-            state,
-        });
-    }
+    let pf_index = nl
+        .link_by_name(&created.pf.netdev)
+        .map_err(|e| e.to_string())?
+        .ok_or("the PF has no netdev here")?
+        .index;
     let node = Node {
         ns: NetNs::current().map_err(|e| e.to_string())?,
         nl,
         pf: created.pf.netdev.clone(),
         pf_index,
     };
+    let vfs = &created.vfs;
     let pid = std::process::id();
     let ipam = |who: &str, subnet: &str| {
         json!({"type": "host-local", "subnet": subnet,
                "dataDir": setup.tmp.join("sriov-ipam").join(who)})
     };
     // plexus's configuration: the VF's network as its one delegate.
-    let plexus_conf = |vf: &Vf, mac: MacAddr, vlan: u16| {
+    let plexus_conf = |vf: &PciVf, mac: MacAddr, vlan: u16| {
         let sriov = json!({"cniVersion": "1.0.0", "name": "bench-sriov", "type": "sriov",
-               "deviceID": vf.pci.address, "mac": mac.to_string(), "vlan": vlan,
+               "deviceID": vf.address, "mac": mac.to_string(), "vlan": vlan,
                "spoofchk": "off", "trust": "on", "max_tx_rate": MAX_TX_RATE,
                "dataDir": setup.tmp.join("sriov-data"),
                "ipam": ipam("px", "10.90.0.0/16")});
@@ -180,12 +170,14 @@ pub fn run(setup: Setup) -> Result<bool, String> {
         let mut pod = |n: usize, who: &str, octet: u8| {
             let ns_name = format!("pxb-{pid}-s{who}{i}");
             let ns = setup.namespaces.create(ns_name.clone())?;
+            let vf = &vfs[n % vfs.len()];
             let mac = MacAddr([0x02, 0, 0, octet, (i >> 8) as u8, i as u8]);
             Ok::<_, String>(Pod {
                 ns,
                 ns_name,
                 id: format!("{who}{i}"),
-                vf: &vfs[n % vfs.len()],
+                vf,
+                before: snapshot(&node, vf)?,
                 mac,
                 vlan: 100 + (i % 1000) as u16,
             })
@@ -285,10 +277,29 @@ fn first_address(result: &Value) -> Result<String, String> {
         .ok_or_else(|| format!("no address in the result {result}"))
 }
 
-fn vf_state(nl: &Netlink, pf_index: u32, vf: &PciVf) -> Result<VfState, String> {
-    nl.vf_state(pf_index, vf.index)
+fn vf_state(node: &Node, vf: &PciVf) -> Result<VfState, String> {
+    node.nl
+        .vf_state(node.pf_index, vf.index)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("the PF does not report VF {}", vf.index))
+}
+
+fn snapshot(node: &Node, vf: &PciVf) -> Result<Snapshot, String> {
+    let netdev = vf.netdev().ok_or("the VF has no netdev in the host")?;
+    let link = node.nl.link_by_name(&netdev).map_err(|e| e.to_string())?;
+    Ok(Snapshot {
+        mac: link.and_then(|l| l.mac).ok_or("a VF netdev without MAC")?,
+        netdev,
+        state: vf_state(node, vf)?,
+    })
+}
+
+/// The PF-side settings a pod's attachment touches, short.
+fn settings(s: &VfState) -> String {
+    format!(
+        "mac {} vlan {} qos {} spoofchk {} trust {} max_tx_rate {}",
+        s.mac, s.vlan.id, s.vlan.qos, s.spoofchk, s.trust, s.max_tx_rate
+    )
 }
 
 /// Times a sequence of execs.
@@ -319,12 +330,8 @@ fn floor_add(
     ipam: &Value,
     reference_dir: &Path,
 ) -> Result<(Duration, String), String> {
-    let netdev = pod
-        .vf
-        .pci
-        .netdev()
-        .ok_or("the VF has no netdev in the host")?;
-    let (index, mac) = (pod.vf.pci.index.to_string(), pod.mac.to_string());
+    let netdev = pod.vf.netdev().ok_or("the VF has no netdev in the host")?;
+    let (index, mac) = (pod.vf.index.to_string(), pod.mac.to_string());
     let (vlan, rate) = (pod.vlan.to_string(), MAX_TX_RATE.to_string());
     let mut t = Stopwatch::default();
     t.ip(&node.ns, &["link", "set", "dev", &netdev, "address", &mac])?;
@@ -379,7 +386,7 @@ fn floor_del(
     ipam: &Value,
     reference_dir: &Path,
 ) -> Result<Duration, String> {
-    let vf = pod.vf;
+    let vf = &pod.before;
     let saved = &vf.state;
     // Without an admin MAC, igb reports the VF's own MAC: there was none.
     let admin = if saved.mac == vf.mac {
@@ -388,7 +395,7 @@ fn floor_del(
         saved.mac
     };
     let on_off = |b: bool| if b { "on" } else { "off" };
-    let (index, admin) = (vf.pci.index.to_string(), admin.to_string());
+    let (index, admin) = (pod.vf.index.to_string(), admin.to_string());
     let (vlan, qos) = (saved.vlan.id.to_string(), saved.vlan.qos.to_string());
     let rate = saved.max_tx_rate.to_string();
     let home = std::process::id().to_string();
@@ -445,7 +452,7 @@ fn floor_del(
 /// its netdev in the pod (name, device, MAC, up, address).
 fn check_applied(node: &Node, pod: &Pod, address: &str) -> Result<Vec<String>, String> {
     let mut wrong = Vec::new();
-    let s = vf_state(&node.nl, node.pf_index, &pod.vf.pci)?;
+    let s = vf_state(node, pod.vf)?;
     let mut differs = |what: &str, have: String, want: String| {
         if have != want {
             wrong.push(format!("{what} {have}, not {want}"));
@@ -460,7 +467,7 @@ fn check_applied(node: &Node, pod: &Pod, address: &str) -> Result<Vec<String>, S
         s.max_tx_rate.to_string(),
         MAX_TX_RATE.to_string(),
     );
-    if let Some(netdev) = pod.vf.pci.netdev() {
+    if let Some(netdev) = pod.vf.netdev() {
         wrong.push(format!("its netdev {netdev} is still in the host"));
     }
     let nl = Netlink::open(&pod.ns).map_err(|e| e.to_string())?;
@@ -468,7 +475,7 @@ fn check_applied(node: &Node, pod: &Pod, address: &str) -> Result<Vec<String>, S
         wrong.push(format!("no {IFNAME} in the pod"));
         return Ok(wrong);
     };
-    if link.parent_device.as_deref() != Some(pod.vf.pci.address.as_str()) {
+    if link.parent_device.as_deref() != Some(pod.vf.address.as_str()) {
         wrong.push(format!("{IFNAME} is {:?}", link.parent_device));
     }
     if link.mac != Some(pod.mac) {
@@ -487,20 +494,24 @@ fn check_applied(node: &Node, pod: &Pod, address: &str) -> Result<Vec<String>, S
 /// What differs from the VF before any pod had it: its PF-side settings,
 /// its netdev's namespace, name and MAC.
 fn check_restored(node: &Node, pod: &Pod) -> Result<Vec<String>, String> {
-    let vf = pod.vf;
+    let (vf, before) = (pod.vf, &pod.before);
     let mut wrong = Vec::new();
-    let now = vf_state(&node.nl, node.pf_index, &vf.pci)?;
-    if now != vf.state {
-        wrong.push(format!("settings {now:?}, were {:?}", vf.state));
+    let now = vf_state(node, vf)?;
+    if now != before.state {
+        let (now, was) = (settings(&now), settings(&before.state));
+        wrong.push(format!("settings {now}, were {was}"));
     }
-    match vf.pci.netdev() {
+    match vf.netdev() {
         None => wrong.push("no netdev in the host".into()),
-        Some(name) if name != vf.netdev => wrong.push(format!("netdev {name}, was {}", vf.netdev)),
+        Some(name) if name != before.netdev => {
+            wrong.push(format!("netdev {name}, was {}", before.netdev))
+        }
         Some(name) => {
             let link = node.nl.link_by_name(&name).map_err(|e| e.to_string())?;
             let mac = link.and_then(|l| l.mac);
-            if mac != Some(vf.mac) {
-                wrong.push(format!("netdev MAC {mac:?}, was {}", vf.mac));
+            if mac != Some(before.mac) {
+                let mac = mac.map(|m| m.to_string()).unwrap_or_default();
+                wrong.push(format!("netdev MAC {mac}, was {}", before.mac));
             }
         }
     }
