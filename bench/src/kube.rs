@@ -16,7 +16,7 @@ use plexus_dataplane::NetNs;
 use plexus_testkit::kube::{api, AuditedRequest, Relay};
 use serde_json::{json, Value};
 
-use crate::{cni_env_as, invoke, ms, percentile, Namespaces};
+use crate::{cni_env_as, invoke, ms, percentile, print_table, verdict, Namespaces};
 
 /// Multus thin for such a pod on the same API server build and machine kind
 /// (issue 10's measurement, not this run's): 11 requests per ADD, 110–140
@@ -234,23 +234,13 @@ pub fn run(setup: Setup) -> Result<bool, String> {
     println!(
         "\nKubernetes: a pod selecting 3 networks (+ the cluster network), through kube-apiserver"
     );
-    println!(
-        "{:<22} {:>12} {:>12} {:>12} {:>12}",
-        "", "ADD median", "ADD p95", "DEL median", "DEL p95"
+    print_table(
+        22,
+        &[
+            ("reference plugins only", &reference_add, &reference_del),
+            ("plexus (with the API)", &plexus_add, &plexus_del),
+        ],
     );
-    for (who, add, del) in [
-        ("reference plugins only", &reference_add, &reference_del),
-        ("plexus (with the API)", &plexus_add, &plexus_del),
-    ] {
-        println!(
-            "{:<22} {:>12} {:>12} {:>12} {:>12}",
-            who,
-            ms(percentile(add, 0.5)),
-            ms(percentile(add, 0.95)),
-            ms(percentile(del, 0.5)),
-            ms(percentile(del, 0.95))
-        );
-    }
     let add_ms = percentile(&plexus_add, 0.5).as_secs_f64() * 1e3;
     let vs_reference = add_ms / (percentile(&reference_add, 0.5).as_secs_f64() * 1e3);
     println!(
@@ -294,12 +284,4 @@ pub fn run(setup: Setup) -> Result<bool, String> {
 /// Pods DEL'd with the API server unreachable, after the others.
 fn unreachable_pods(pods: usize) -> usize {
     pods.clamp(1, 10)
-}
-
-fn verdict(met: bool) -> &'static str {
-    if met {
-        "met"
-    } else {
-        "MISSED"
-    }
 }

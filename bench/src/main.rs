@@ -19,8 +19,13 @@
 //!
 //! Run: `cargo run --release -p plexus-bench -- [--pods 40] [--no-kube]` (as
 //! root).
+//!
+//! With `--sriov`, only the SR-IOV VF case (`sriov.rs`) runs instead: it
+//! needs a PCI SR-IOV PF and recreates its VFs, so it runs only in the test
+//! VM (`vm-tests/run --bench -- --sriov`).
 
 mod kube;
+mod sriov;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -34,9 +39,10 @@ use serde_json::{json, Value};
 #[derive(Parser)]
 #[command(about = "plexus vs the reference CNI plugins, side by side")]
 struct Args {
-    /// Pods per scenario, attached one after another.
-    #[arg(long, default_value_t = 40)]
-    pods: usize,
+    /// Pods per scenario, attached one after another (default 40; 20 with
+    /// --sriov, as the VM emulates its CPU).
+    #[arg(long)]
+    pods: Option<usize>,
     /// Directory of the reference plugins.
     #[arg(long, default_value = "/usr/lib/cni")]
     reference_dir: PathBuf,
@@ -49,6 +55,11 @@ struct Args {
     /// Exit non-zero when a target is missed.
     #[arg(long)]
     check: bool,
+    /// Run only the SR-IOV VF case: plexus's `sriov` driver against the same
+    /// work done by iproute2, on VFs of the machine's SR-IOV PF. In the test
+    /// VM only (`vm-tests/run --bench -- --sriov`).
+    #[arg(long)]
+    sriov: bool,
 }
 
 /// One plugin process: wall time and peak RSS.
@@ -208,6 +219,33 @@ fn ms(d: Duration) -> String {
     format!("{:7.2} ms", d.as_secs_f64() * 1e3)
 }
 
+/// The latency table: one row per contender, its ADD and DEL samples, the
+/// first column `width` wide.
+fn print_table(width: usize, rows: &[(&str, &[Duration], &[Duration])]) {
+    println!(
+        "{:<width$} {:>12} {:>12} {:>12} {:>12}",
+        "", "ADD median", "ADD p95", "DEL median", "DEL p95"
+    );
+    for (who, add, del) in rows {
+        println!(
+            "{:<width$} {:>12} {:>12} {:>12} {:>12}",
+            who,
+            ms(percentile(add, 0.5)),
+            ms(percentile(add, 0.95)),
+            ms(percentile(del, 0.5)),
+            ms(percentile(del, 0.95))
+        );
+    }
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
 /// Namespaces made by the benchmark, deleted on drop even when it fails.
 struct Namespaces(Vec<String>);
 
@@ -297,7 +335,8 @@ fn run(args: &Args) -> Result<bool, String> {
             plexus.display()
         ));
     }
-    if args.pods == 0 {
+    let pod_count = args.pods.unwrap_or(if args.sriov { 20 } else { 40 });
+    if pod_count == 0 {
         return Err("--pods must be at least 1".into());
     }
     let pid = std::process::id();
@@ -305,6 +344,15 @@ fn run(args: &Args) -> Result<bool, String> {
     std::fs::create_dir_all(&tmp.0).map_err(|e| e.to_string())?;
 
     let mut namespaces = Namespaces(Vec::new());
+    if args.sriov {
+        return sriov::run(sriov::Setup {
+            plexus: &plexus,
+            reference_dir: &args.reference_dir,
+            namespaces: &mut namespaces,
+            tmp: &tmp.0,
+            pods: pod_count,
+        });
+    }
     let node = namespaces.create(format!("pxb-node-{pid}"))?;
     // The macvlan master, and a bridge for the bare-veth baseline.
     ip(&node, &["link", "set", "lo", "up"])?;
@@ -320,12 +368,12 @@ fn run(args: &Args) -> Result<bool, String> {
 
     println!(
         "plexus-bench: {} pods per scenario, one after another; reference plugins from {}",
-        args.pods,
+        pod_count,
         args.reference_dir.display()
     );
     let mut all_met = true;
     let mut bridge_del_median = None;
-    let mut bare = Vec::with_capacity(args.pods);
+    let mut bare = Vec::with_capacity(pod_count);
     let mut max_rss_kb = 0;
     for (n, scenario) in scenarios(&tmp.0.join("ipam"), &tmp.0.join("cache"))
         .into_iter()
@@ -334,8 +382,8 @@ fn run(args: &Args) -> Result<bool, String> {
         let plugin = scenario.reference["type"].as_str().expect("scenario type");
         let reference_bin = args.reference_dir.join(plugin);
         let (mut reference, mut ours) = (Samples::default(), Samples::default());
-        let mut pods = Vec::with_capacity(args.pods);
-        for i in 0..args.pods {
+        let mut pods = Vec::with_capacity(pod_count);
+        for i in 0..pod_count {
             let ref_ns = namespaces.create(format!("pxb-{pid}-{n}r{i}"))?;
             let our_ns = namespaces.create(format!("pxb-{pid}-{n}p{i}"))?;
             let (ref_id, our_id) = (format!("ref{i}"), format!("px{i}"));
@@ -388,20 +436,13 @@ fn run(args: &Args) -> Result<bool, String> {
         drop(pods);
 
         println!("\n{}", scenario.title);
-        println!(
-            "{:<12} {:>12} {:>12} {:>12} {:>12}",
-            "", "ADD median", "ADD p95", "DEL median", "DEL p95"
+        print_table(
+            12,
+            &[
+                ("reference", &reference.add, &reference.del),
+                ("plexus", &ours.add, &ours.del),
+            ],
         );
-        for (who, s) in [("reference", &reference), ("plexus", &ours)] {
-            println!(
-                "{:<12} {:>12} {:>12} {:>12} {:>12}",
-                who,
-                ms(percentile(&s.add, 0.5)),
-                ms(percentile(&s.add, 0.95)),
-                ms(percentile(&s.del, 0.5)),
-                ms(percentile(&s.del, 0.95))
-            );
-        }
         let add_speedup = percentile(&reference.add, 0.5).as_secs_f64()
             / percentile(&ours.add, 0.5).as_secs_f64();
         let del_speedup = percentile(&reference.del, 0.5).as_secs_f64()
@@ -410,7 +451,7 @@ fn run(args: &Args) -> Result<bool, String> {
         all_met &= met;
         println!(
             "ADD: plexus is {add_speedup:.2}x faster than the reference (target >= 2.50x: {})",
-            if met { "met" } else { "MISSED" }
+            verdict(met)
         );
         println!("DEL: plexus is {del_speedup:.2}x faster than the reference");
         if plugin == "bridge" {
@@ -429,7 +470,7 @@ fn run(args: &Args) -> Result<bool, String> {
         all_met &= met;
         println!(
             "DEL: plexus bridge DEL takes {ratio:.2}x a bare `ip link del` (target <= 1.15x: {})",
-            if met { "met" } else { "MISSED" }
+            verdict(met)
         );
     }
     let met = max_rss_kb <= 10 * 1024;
@@ -437,7 +478,7 @@ fn run(args: &Args) -> Result<bool, String> {
     println!(
         "peak RSS of a plexus invocation: {:.1} MB (target <= 10 MB: {})",
         max_rss_kb as f64 / 1024.0,
-        if met { "met" } else { "MISSED" }
+        verdict(met)
     );
 
     if args.no_kube {
@@ -458,7 +499,7 @@ Kubernetes case skipped: no test API server here \
             node: &node,
             namespaces: &mut namespaces,
             tmp: &tmp.0,
-            pods: args.pods,
+            pods: pod_count,
         })?;
     }
     Ok(all_met)

@@ -1,0 +1,522 @@
+//! The SR-IOV case (`--sriov`): a VF per pod on a real PCI SR-IOV PF, which
+//! only the test VM has (qemu's emulated Intel 82576, igb; run it with
+//! `vm-tests/run --bench -- --sriov`). It recreates the PF's VFs, so it
+//! refuses to run outside the VM (`PLEXUS_VM=1`).
+//!
+//! For N pods, each in a fresh namespace, the `plexus` binary attaches a VF
+//! as the runtime invokes it: one delegate, a NAD-like `sriov` config (the
+//! VF's `deviceID`, `mac`, `vlan`, `spoofchk` off, `trust` on,
+//! `max_tx_rate`, host-local IPAM). After each ADD the VF's settings are read
+//! back from the PF over netlink and the pod checked for its netdev (named
+//! `net1`, the MAC, up, the address); after each DEL the VF must be back in
+//! the host with its name, MAC and PF-side settings as before. Failed checks
+//! are counted, printed and make the run fail: a benchmark that applies
+//! nothing must not look fast.
+//!
+//! The peer is sriov-cni's work as a floor: sriov-cni itself cannot be had
+//! here (Debian does not package it, and the Go module proxy is out of
+//! reach), so the same kernel work is done by iproute2 commands exec'd one
+//! after another in sriov-cni's order, one `ip` per netlink request it makes,
+//! plus its exec of host-local. It is a floor for the kernel work, not for
+//! process start-ups (7 execs per ADD where sriov-cni has 2). Pods alternate
+//! between plexus and the floor, on different VFs, so machine noise hits
+//! both alike.
+
+use std::path::Path;
+use std::time::Duration;
+
+use plexus_dataplane::netlink::VfState;
+use plexus_dataplane::{MacAddr, NetNs, Netlink};
+use plexus_testkit::sriov::{find_pf, PciVf, SriovVfs};
+use serde_json::{json, Value};
+
+use crate::{cni_env_as, invoke, ip, percentile, print_table, with_prev_result, Namespaces, Run};
+
+/// VFs created on the PF; the two contenders' pods take turns on them.
+const VFS: u32 = 4;
+/// The pod's name for its VF's netdev.
+const IFNAME: &str = "net1";
+const MAX_TX_RATE: u32 = 100;
+
+const FLOOR: &str = "iproute2 floor";
+const WHY_FLOOR: &str = "sriov-cni is not packaged by Debian and the Go module proxy \
+                         cannot be reached here, so it cannot be built";
+
+/// What the case needs from the main benchmark.
+pub struct Setup<'a> {
+    pub plexus: &'a Path,
+    pub reference_dir: &'a Path,
+    pub namespaces: &'a mut Namespaces,
+    pub tmp: &'a Path,
+    pub pods: usize,
+}
+
+/// A VF as the host sees it right before a pod's ADD: what its DEL must
+/// give back (so a VF one contender failed to restore counts against that
+/// one only).
+struct Snapshot {
+    netdev: String,
+    mac: MacAddr,
+    state: VfState,
+}
+
+/// One pod's attachment: where, and what it asks of its VF.
+struct Pod<'v> {
+    ns: NetNs,
+    ns_name: String,
+    id: String,
+    vf: &'v PciVf,
+    before: Snapshot,
+    mac: MacAddr,
+    vlan: u16,
+}
+
+/// The node: the VM's own namespace, where the PF is.
+struct Node {
+    ns: NetNs,
+    nl: Netlink,
+    pf: String,
+    pf_index: u32,
+}
+
+/// The per-contender counts and samples.
+#[derive(Default)]
+struct Tally {
+    add: Vec<Duration>,
+    del: Vec<Duration>,
+    applied: usize,
+    restored: usize,
+    failures: Vec<String>,
+}
+
+impl Tally {
+    fn verified(&mut self, who: &str, what: &str, pod: &Pod, wrong: Vec<String>) -> bool {
+        if wrong.is_empty() {
+            return true;
+        }
+        self.failures.push(format!(
+            "{who}, {} on VF {} ({what}): {}",
+            pod.id,
+            pod.vf.address,
+            wrong.join("; ")
+        ));
+        false
+    }
+}
+
+/// Runs the case; `Err` also when a check failed (after the table).
+pub fn run(setup: Setup) -> Result<bool, String> {
+    if std::env::var("PLEXUS_VM").as_deref() != Ok("1") {
+        return Err(
+            "the SR-IOV case runs only in the test VM (`vm-tests/run --bench -- \
+                    --sriov`): it replaces the VFs of the machine's SR-IOV PF"
+                .into(),
+        );
+    }
+    let Some(found) = find_pf() else {
+        return Err("no PCI SR-IOV PF with a netdev here".into());
+    };
+    let host_local = setup.reference_dir.join("host-local");
+    if !host_local.is_file() {
+        return Err(format!("{} not found", host_local.display()));
+    }
+    let created = SriovVfs::create(VFS.min(found.total_vfs));
+    let nl = Netlink::current().map_err(|e| e.to_string())?;
+    let pf_index = nl
+        .link_by_name(&created.pf.netdev)
+        .map_err(|e| e.to_string())?
+        .ok_or("the PF has no netdev here")?
+        .index;
+    let node = Node {
+        ns: NetNs::current().map_err(|e| e.to_string())?,
+        nl,
+        pf: created.pf.netdev.clone(),
+        pf_index,
+    };
+    let vfs = &created.vfs;
+    let pid = std::process::id();
+    let ipam = |who: &str, subnet: &str| {
+        json!({"type": "host-local", "subnet": subnet,
+               "dataDir": setup.tmp.join("sriov-ipam").join(who)})
+    };
+    // plexus's configuration: the VF's network as its one delegate.
+    let plexus_conf = |vf: &PciVf, mac: MacAddr, vlan: u16| {
+        let sriov = json!({"cniVersion": "1.0.0", "name": "bench-sriov", "type": "sriov",
+               "deviceID": vf.address, "mac": mac.to_string(), "vlan": vlan,
+               "spoofchk": "off", "trust": "on", "max_tx_rate": MAX_TX_RATE,
+               "dataDir": setup.tmp.join("sriov-data"),
+               "ipam": ipam("px", "10.90.0.0/16")});
+        json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+               "delegates": [sriov], "cniDir": setup.tmp.join("sriov-cache")})
+    };
+    let floor_ipam = json!({"cniVersion": "1.0.0", "name": "bench-sriov-floor",
+                            "ipam": ipam("floor", "10.91.0.0/16")});
+
+    println!(
+        "plexus-bench: SR-IOV, {} pods per contender, one after another; {} VFs of the PF {} ({})",
+        setup.pods,
+        vfs.len(),
+        node.pf,
+        created.pf.address
+    );
+    println!(
+        "each pod: its VF as {IFNAME} with mac, vlan, spoofchk off, trust on, max_tx_rate \
+         {MAX_TX_RATE}, host-local IPAM"
+    );
+    println!(
+        "peer: the {FLOOR}, sriov-cni's netlink requests as `ip` execs in its order plus its \
+         host-local exec (6 + 1 execs per ADD, 5 + 1 per DEL): {WHY_FLOOR}. A floor for \
+         the kernel work, not for process start-ups (sriov-cni is 2 execs per call)"
+    );
+    let (mut ours, mut floor) = (Tally::default(), Tally::default());
+    for i in 0..setup.pods {
+        let mut pod = |n: usize, who: &str, octet: u8| {
+            let ns_name = format!("pxb-{pid}-s{who}{i}");
+            let ns = setup.namespaces.create(ns_name.clone())?;
+            let vf = &vfs[n % vfs.len()];
+            let mac = MacAddr([0x02, 0, 0, octet, (i >> 8) as u8, i as u8]);
+            Ok::<_, String>(Pod {
+                ns,
+                ns_name,
+                id: format!("{who}{i}"),
+                vf,
+                before: snapshot(&node, vf)?,
+                mac,
+                vlan: 100 + (i % 1000) as u16,
+            })
+        };
+        let (px, fl) = (pod(i, "px", 0x90)?, pod(i + 1, "fl", 0x91)?);
+
+        let conf = plexus_conf(px.vf, px.mac, px.vlan);
+        let env = |command| cni_env_as(command, &px.id, &px.ns, IFNAME, "", setup.reference_dir);
+        let add = invoke(
+            &node.ns,
+            setup.plexus,
+            &[],
+            &env("ADD"),
+            conf.to_string().as_bytes(),
+        )?;
+        ours.add.push(add.elapsed);
+        let result = parse(&add)?;
+        let wrong = check_applied(&node, &px, &first_address(&result)?)?;
+        ours.applied += ours.verified("plexus", "after ADD", &px, wrong) as usize;
+
+        let (elapsed, address) =
+            floor_add(&node, &fl, &host_local, &floor_ipam, setup.reference_dir)?;
+        floor.add.push(elapsed);
+        let wrong = check_applied(&node, &fl, &address)?;
+        floor.applied += floor.verified(FLOOR, "after ADD", &fl, wrong) as usize;
+
+        let del = invoke(
+            &node.ns,
+            setup.plexus,
+            &[],
+            &env("DEL"),
+            &with_prev_result(&conf, &result),
+        )?;
+        ours.del.push(del.elapsed);
+        let wrong = check_restored(&node, &px)?;
+        ours.restored += ours.verified("plexus", "after DEL", &px, wrong) as usize;
+
+        floor.del.push(floor_del(
+            &node,
+            &fl,
+            &host_local,
+            &floor_ipam,
+            setup.reference_dir,
+        )?);
+        let wrong = check_restored(&node, &fl)?;
+        floor.restored += floor.verified(FLOOR, "after DEL", &fl, wrong) as usize;
+    }
+
+    println!();
+    print_table(
+        14,
+        &[
+            (FLOOR, &floor.add, &floor.del),
+            ("plexus", &ours.add, &ours.del),
+        ],
+    );
+    let ratio = |f: &[Duration], o: &[Duration]| {
+        percentile(f, 0.5).as_secs_f64() / percentile(o, 0.5).as_secs_f64()
+    };
+    println!(
+        "ADD: plexus is {:.2}x faster than the {FLOOR}",
+        ratio(&floor.add, &ours.add)
+    );
+    println!(
+        "DEL: plexus is {:.2}x faster than the {FLOOR}",
+        ratio(&floor.del, &ours.del)
+    );
+    let n = setup.pods;
+    println!(
+        "VF settings applied: {}/{n} plexus, {}/{n} {FLOOR}",
+        ours.applied, floor.applied
+    );
+    println!(
+        "restored: {}/{n} plexus, {}/{n} {FLOOR}",
+        ours.restored, floor.restored
+    );
+    let failures: Vec<String> = ours.failures.into_iter().chain(floor.failures).collect();
+    for failure in &failures {
+        println!("FAILED: {failure}");
+    }
+    if !failures.is_empty() {
+        return Err(format!("{} verification failures (above)", failures.len()));
+    }
+    // No latency target for this case: verification is what fails it.
+    Ok(true)
+}
+
+fn parse(run: &Run) -> Result<Value, String> {
+    serde_json::from_slice(&run.stdout).map_err(|e| format!("ADD result: {e}"))
+}
+
+/// The first address of a CNI result, `10.90.0.2/16`.
+fn first_address(result: &Value) -> Result<String, String> {
+    result["ips"][0]["address"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("no address in the result {result}"))
+}
+
+fn vf_state(node: &Node, vf: &PciVf) -> Result<VfState, String> {
+    node.nl
+        .vf_state(node.pf_index, vf.index)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("the PF does not report VF {}", vf.index))
+}
+
+fn snapshot(node: &Node, vf: &PciVf) -> Result<Snapshot, String> {
+    let netdev = vf.netdev().ok_or("the VF has no netdev in the host")?;
+    let link = node.nl.link_by_name(&netdev).map_err(|e| e.to_string())?;
+    Ok(Snapshot {
+        mac: link.and_then(|l| l.mac).ok_or("a VF netdev without MAC")?,
+        netdev,
+        state: vf_state(node, vf)?,
+    })
+}
+
+/// The PF-side settings a pod's attachment touches, short.
+fn settings(s: &VfState) -> String {
+    format!(
+        "mac {} vlan {} qos {} spoofchk {} trust {} max_tx_rate {}",
+        s.mac, s.vlan.id, s.vlan.qos, s.spoofchk, s.trust, s.max_tx_rate
+    )
+}
+
+/// Times a sequence of execs.
+#[derive(Default)]
+struct Stopwatch(Duration);
+
+impl Stopwatch {
+    fn ip(&mut self, netns: &NetNs, argv: &[&str]) -> Result<(), String> {
+        self.0 += ip(netns, argv)?.elapsed;
+        Ok(())
+    }
+
+    fn run(&mut self, run: Result<Run, String>) -> Result<Run, String> {
+        let run = run?;
+        self.0 += run.elapsed;
+        Ok(run)
+    }
+}
+
+/// sriov-cni's ADD as execs: the VF's netdev MAC, then its PF-side settings
+/// (ApplyVFConfig), the move into the pod (SetupVF), host-local, and in the
+/// pod the name, address and up (ConfigureIface). Returns the time and the
+/// address.
+fn floor_add(
+    node: &Node,
+    pod: &Pod,
+    host_local: &Path,
+    ipam: &Value,
+    reference_dir: &Path,
+) -> Result<(Duration, String), String> {
+    let netdev = pod.vf.netdev().ok_or("the VF has no netdev in the host")?;
+    let (index, mac) = (pod.vf.index.to_string(), pod.mac.to_string());
+    let (vlan, rate) = (pod.vlan.to_string(), MAX_TX_RATE.to_string());
+    let mut t = Stopwatch::default();
+    t.ip(&node.ns, &["link", "set", "dev", &netdev, "address", &mac])?;
+    t.ip(
+        &node.ns,
+        &[
+            "link",
+            "set",
+            "dev",
+            &node.pf,
+            "vf",
+            &index,
+            "mac",
+            &mac,
+            "vlan",
+            &vlan,
+            "spoofchk",
+            "off",
+            "trust",
+            "on",
+            "max_tx_rate",
+            &rate,
+        ],
+    )?;
+    t.ip(
+        &node.ns,
+        &["link", "set", "dev", &netdev, "netns", &pod.ns_name],
+    )?;
+    let env = cni_env_as("ADD", &pod.id, &pod.ns, IFNAME, "", reference_dir);
+    let run = t.run(invoke(
+        &node.ns,
+        host_local,
+        &[],
+        &env,
+        ipam.to_string().as_bytes(),
+    ))?;
+    let address = first_address(&parse(&run)?)?;
+    t.ip(&pod.ns, &["link", "set", "dev", &netdev, "name", IFNAME])?;
+    t.ip(&pod.ns, &["addr", "add", &address, "dev", IFNAME])?;
+    t.ip(&pod.ns, &["link", "set", "dev", IFNAME, "up"])?;
+    Ok((t.0, address))
+}
+
+/// sriov-cni's DEL as execs: host-local, the PF-side settings as they were
+/// (ResetVFConfig; the admin MAC first, as an untrusted VF could not take
+/// its own MAC back), the netdev down, renamed and moved home
+/// (ReleaseVF), its MAC as it was.
+fn floor_del(
+    node: &Node,
+    pod: &Pod,
+    host_local: &Path,
+    ipam: &Value,
+    reference_dir: &Path,
+) -> Result<Duration, String> {
+    let vf = &pod.before;
+    let saved = &vf.state;
+    // Without an admin MAC, igb reports the VF's own MAC: there was none.
+    let admin = if saved.mac == vf.mac {
+        MacAddr([0; 6])
+    } else {
+        saved.mac
+    };
+    let on_off = |b: bool| if b { "on" } else { "off" };
+    let (index, admin) = (pod.vf.index.to_string(), admin.to_string());
+    let (vlan, qos) = (saved.vlan.id.to_string(), saved.vlan.qos.to_string());
+    let rate = saved.max_tx_rate.to_string();
+    let home = std::process::id().to_string();
+    let mut t = Stopwatch::default();
+    let env = cni_env_as("DEL", &pod.id, &pod.ns, IFNAME, "", reference_dir);
+    t.run(invoke(
+        &node.ns,
+        host_local,
+        &[],
+        &env,
+        ipam.to_string().as_bytes(),
+    ))?;
+    t.ip(
+        &node.ns,
+        &[
+            "link",
+            "set",
+            "dev",
+            &node.pf,
+            "vf",
+            &index,
+            "mac",
+            &admin,
+            "vlan",
+            &vlan,
+            "qos",
+            &qos,
+            "spoofchk",
+            on_off(saved.spoofchk),
+            "trust",
+            on_off(saved.trust),
+            "max_tx_rate",
+            &rate,
+        ],
+    )?;
+    t.ip(&pod.ns, &["link", "set", "dev", IFNAME, "down"])?;
+    t.ip(&pod.ns, &["link", "set", "dev", IFNAME, "name", &vf.netdev])?;
+    t.ip(&pod.ns, &["link", "set", "dev", &vf.netdev, "netns", &home])?;
+    t.ip(
+        &node.ns,
+        &[
+            "link",
+            "set",
+            "dev",
+            &vf.netdev,
+            "address",
+            &vf.mac.to_string(),
+        ],
+    )?;
+    Ok(t.0)
+}
+
+/// What differs from the pod's attachment: the VF's settings on the PF, and
+/// its netdev in the pod (name, device, MAC, up, address).
+fn check_applied(node: &Node, pod: &Pod, address: &str) -> Result<Vec<String>, String> {
+    let mut wrong = Vec::new();
+    let s = vf_state(node, pod.vf)?;
+    let mut differs = |what: &str, have: String, want: String| {
+        if have != want {
+            wrong.push(format!("{what} {have}, not {want}"));
+        }
+    };
+    differs("admin MAC", s.mac.to_string(), pod.mac.to_string());
+    differs("vlan", s.vlan.id.to_string(), pod.vlan.to_string());
+    differs("spoofchk", s.spoofchk.to_string(), "false".into());
+    differs("trust", s.trust.to_string(), "true".into());
+    differs(
+        "max_tx_rate",
+        s.max_tx_rate.to_string(),
+        MAX_TX_RATE.to_string(),
+    );
+    if let Some(netdev) = pod.vf.netdev() {
+        wrong.push(format!("its netdev {netdev} is still in the host"));
+    }
+    let nl = Netlink::open(&pod.ns).map_err(|e| e.to_string())?;
+    let Some(link) = nl.link_by_name(IFNAME).map_err(|e| e.to_string())? else {
+        wrong.push(format!("no {IFNAME} in the pod"));
+        return Ok(wrong);
+    };
+    if link.parent_device.as_deref() != Some(pod.vf.address.as_str()) {
+        wrong.push(format!("{IFNAME} is {:?}", link.parent_device));
+    }
+    if link.mac != Some(pod.mac) {
+        wrong.push(format!("{IFNAME} has MAC {:?}", link.mac));
+    }
+    if !link.up {
+        wrong.push(format!("{IFNAME} is down"));
+    }
+    let addresses = nl.addresses(link.index).map_err(|e| e.to_string())?;
+    if !addresses.iter().any(|a| a.addr.to_string() == address) {
+        wrong.push(format!("{IFNAME} lacks {address}"));
+    }
+    Ok(wrong)
+}
+
+/// What differs from the VF before any pod had it: its PF-side settings,
+/// its netdev's namespace, name and MAC.
+fn check_restored(node: &Node, pod: &Pod) -> Result<Vec<String>, String> {
+    let (vf, before) = (pod.vf, &pod.before);
+    let mut wrong = Vec::new();
+    let now = vf_state(node, vf)?;
+    if now != before.state {
+        let (now, was) = (settings(&now), settings(&before.state));
+        wrong.push(format!("settings {now}, were {was}"));
+    }
+    match vf.netdev() {
+        None => wrong.push("no netdev in the host".into()),
+        Some(name) if name != before.netdev => {
+            wrong.push(format!("netdev {name}, was {}", before.netdev))
+        }
+        Some(name) => {
+            let link = node.nl.link_by_name(&name).map_err(|e| e.to_string())?;
+            let mac = link.and_then(|l| l.mac);
+            if mac != Some(before.mac) {
+                let mac = mac.map(|m| m.to_string()).unwrap_or_default();
+                wrong.push(format!("netdev MAC {mac}, was {}", before.mac));
+            }
+        }
+    }
+    Ok(wrong)
+}
