@@ -15,13 +15,20 @@ fn deploy(path: &str) -> String {
     format!("{}/deploy/{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `kubectl apply -k deploy/`, once per test binary (the tests run
+/// concurrently, and two applies racing to create an object fail); its output.
+fn applied() -> &'static str {
+    static APPLIED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    APPLIED.get_or_init(|| api().kubectl(&["apply", "-k", &deploy("")]))
+}
+
 #[test]
 fn apply_k_deploy_installs_everything_and_is_idempotent() {
     if !plexus_testkit::require(&[Feature::KubeApiServer]) {
         return;
     }
     let api = api();
-    let applied = api.kubectl(&["apply", "-k", &deploy("")]);
+    let applied = applied();
     for object in [
         "customresourcedefinition.apiextensions.k8s.io/network-attachment-definitions.k8s.cni.cncf.io",
         "customresourcedefinition.apiextensions.k8s.io/ipamclaims.k8s.cni.cncf.io",
@@ -62,7 +69,7 @@ fn example_nads_apply_and_list_with_the_printer_columns() {
         return;
     }
     let api = api();
-    api.kubectl(&["apply", "-k", &deploy("")]);
+    applied();
     let ns = api.namespace("pxdeploy");
     api.kubectl(&["apply", "-n", &ns, "-f", &deploy("examples/")]);
     // The short name and the Resource column (device-info spec §4.1).
@@ -93,7 +100,7 @@ fn the_service_account_may_do_exactly_what_plexus_does() {
         return;
     }
     let api = api();
-    api.kubectl(&["apply", "-k", &deploy("")]);
+    applied();
     let can = |verb: &str, resource: &str| {
         let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
         let out = Command::new("kubectl")
