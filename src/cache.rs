@@ -262,6 +262,12 @@ impl WireCached {
         if p.plugins.is_empty() {
             return Err("plan.plugins: empty".into());
         }
+        if let Some(files) = &p.device_info {
+            // DEL removes this file: it must be one plexus names.
+            files
+                .check()
+                .map_err(|r| format!("plan.deviceInfo.cni: {r}"))?;
+        }
         let mut pending_del = self.pending_del;
         pending_del.sort_unstable();
         pending_del.dedup();
@@ -708,6 +714,34 @@ mod tests {
             reason,
             "attachments[0].pendingDel: plugin 7 does not exist (the chain has 2)"
         );
+        // DEL removes the device-info file a record names: only one plexus
+        // could have named.
+        for bad in [
+            "/etc/passwd",
+            "relative-device.json",
+            "/run/x/../../etc/a-device.json",
+        ] {
+            let mut v = record().to_value();
+            v["containerID"] = json!("c1");
+            v["attachments"][0]["plan"]["deviceInfo"] = json!({"cni": bad});
+            fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+            let Lookup::Corrupt { reason, .. } = cache.load("c1", "eth0").unwrap() else {
+                panic!("{bad}")
+            };
+            assert!(
+                reason.starts_with(&format!("attachments[0].plan.deviceInfo.cni: {bad} is not")),
+                "{reason}"
+            );
+        }
+        let mut v = record().to_value();
+        v["containerID"] = json!("c1");
+        v["attachments"][0]["plan"]["deviceInfo"] =
+            json!({"cni": "/run/d/cni/n-c1-net1-device.json"});
+        fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+        assert!(matches!(
+            cache.load("c1", "eth0").unwrap(),
+            Lookup::Found(_)
+        ));
         let q = cache.quarantine("c1", "eth0").unwrap();
         assert_eq!(q, d.path().join("c1@eth0.json.corrupt"));
         assert_eq!(cache.load("c1", "eth0").unwrap(), Lookup::Missing);

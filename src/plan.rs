@@ -303,6 +303,15 @@ pub struct DeviceInfoFiles {
     pub device_plugin: Option<PathBuf>,
 }
 
+impl DeviceInfoFiles {
+    /// The CNI file is one [`deviceinfo::cni_file`] could name
+    /// ([`deviceinfo::check_cni_file`]). A record read back from disk is
+    /// checked, since DEL removes the file.
+    pub fn check(&self) -> Result<(), String> {
+        deviceinfo::check_cni_file(&self.cni)
+    }
+}
+
 impl Attachment {
     /// Its network-status entry (multi-net-spec §5) once added with
     /// `result`, with the device information collected after its chain
@@ -452,16 +461,17 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
         offer_device_info_file(&mut capability_args, cni_file.as_deref());
         let cni_args_override = selection.and_then(|s| s.cni_args.as_ref());
         let mut plugins = requests(&config, &network, &capability_args, cni_args_override)?;
-        let device_plugin_file = match (&device_id, &resource_name) {
-            (Some(id), Some(resource)) => {
-                devices::hand_over(&mut plugins, id);
-                let name = deviceinfo::dp_file_name(resource, id).map_err(|reason| {
-                    CniError::invalid_config(format!("{}: deviceID", want.label), reason)
-                })?;
-                Some(options.device_info_dir.join("dp").join(name))
-            }
-            _ => None,
-        };
+        if let Some(id) = &device_id {
+            devices::hand_over(&mut plugins, id);
+        }
+        let device_plugin_file = resource_name
+            .as_deref()
+            .zip(device_id.as_deref())
+            .map(|(resource, id)| deviceinfo::dp_file(&options.device_info_dir, resource, id))
+            .transpose()
+            .map_err(|reason| {
+                CniError::invalid_config(format!("{}: deviceID", want.label), reason)
+            })?;
         attachments.push(Attachment {
             device_info: device_info_files(cni_file, &mut plugins, device_plugin_file),
             network,
@@ -544,8 +554,12 @@ fn device_ids(
 /// it; `None` without a container ID (`plexus plan` off a runtime call).
 fn cni_device_info_file(network: &str, ifname: &str, options: &PlanOptions) -> Option<PathBuf> {
     let container_id = options.container_id.as_deref()?;
-    let name = deviceinfo::cni_file_name(network, container_id, ifname);
-    Some(options.device_info_dir.join("cni").join(name))
+    Some(deviceinfo::cni_file(
+        &options.device_info_dir,
+        network,
+        container_id,
+        ifname,
+    ))
 }
 
 /// device-info-SPEC §5.1.1: the file for the plugins that declare the
@@ -569,35 +583,36 @@ fn device_info_files(
     plugins: &mut [Map<String, Value>],
     device_plugin: Option<PathBuf>,
 ) -> Option<DeviceInfoFiles> {
-    let cni = cni?;
+    let path = cni.as_ref().map(|c| Value::from(c.display().to_string()));
     let mut taken = false;
     for plugin in plugins.iter_mut() {
         let describes = plugin
             .get("type")
             .and_then(Value::as_str)
             .is_some_and(plexus_dataplane::drivers::describes_device);
-        let runtime_config = plugin
-            .get_mut("runtimeConfig")
-            .and_then(Value::as_object_mut);
-        match runtime_config {
-            Some(rc) if rc.contains_key(deviceinfo::FILE_CAPABILITY) => taken = true,
-            Some(rc) if describes => {
-                rc.insert(
-                    deviceinfo::FILE_CAPABILITY.into(),
-                    cni.display().to_string().into(),
-                );
-                taken = true;
+        if describes {
+            // The path is plexus's to give: one a NAD's own runtimeConfig
+            // names would have the driver write a file anywhere on the node.
+            match &path {
+                Some(p) => {
+                    let rc = plugin.entry("runtimeConfig").or_insert_with(|| json!({}));
+                    if let Some(rc) = rc.as_object_mut() {
+                        rc.insert(deviceinfo::FILE_CAPABILITY.into(), p.clone());
+                    }
+                }
+                None => {
+                    if let Some(Value::Object(rc)) = plugin.get_mut("runtimeConfig") {
+                        rc.remove(deviceinfo::FILE_CAPABILITY);
+                    }
+                }
             }
-            None if describes => {
-                plugin.insert(
-                    "runtimeConfig".into(),
-                    json!({ deviceinfo::FILE_CAPABILITY: cni.display().to_string() }),
-                );
-                taken = true;
-            }
-            _ => {}
         }
+        taken |= plugin
+            .get("runtimeConfig")
+            .and_then(|rc| rc.get(deviceinfo::FILE_CAPABILITY))
+            .is_some();
     }
+    let cni = cni?;
     (taken || device_plugin.is_some()).then_some(DeviceInfoFiles { cni, device_plugin })
 }
 

@@ -780,6 +780,24 @@ spec:
         .as_ref()
         .is_none_or(|f| f.device_plugin.is_none())));
 
+    // A NAD cannot choose where a built-in driver writes: plexus's path
+    // replaces one the NAD's own runtimeConfig names, and without one
+    // (off the node) the NAD's is dropped.
+    let sneaky = extra.replace(
+        r#""deviceID": "0000:3b:02.1"}'"#,
+        r#""deviceID": "0000:3b:02.1", "runtimeConfig": {"CNIDeviceInfoFile": "/etc/cron.d/x-device.json"}}'"#,
+    );
+    assert_ne!(sneaky, extra);
+    let p = plan_for(Some("vf"), &options, &sneaky).unwrap();
+    assert_eq!(
+        Value::Object(p.attachments[1].plugins[0].clone())["runtimeConfig"]["CNIDeviceInfoFile"],
+        "/run/devinfo/cni/my-namespace-vf-c1-net1-device.json"
+    );
+    let off_node = plan_for(Some("vf"), &PlanOptions::default(), &sneaky).unwrap();
+    assert_eq!(
+        Value::Object(off_node.attachments[1].plugins[0].clone())["runtimeConfig"],
+        json!({})
+    );
     let off_node = plan_for(Some("vf"), &PlanOptions::default(), extra).unwrap();
     assert_eq!(off_node.attachments[1].device_info, None);
     assert_eq!(

@@ -6,7 +6,7 @@
 //! case-insensitively; unknown keys are ignored (and not written back).
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
@@ -15,12 +15,9 @@ use crate::fields::{as_object, as_str, fold_object, Folded};
 
 /// The Device Information Specification version plexus writes.
 pub const SPEC_VERSION: &str = "1.1.0";
-/// device-info-SPEC §4: the directory holding `dp/` and `cni/`.
+/// device-info-SPEC §4: the directory holding `dp/` (§4.1, the device
+/// plugins' files) and `cni/` (§4.2, the per-attachment CNI copies).
 pub const ROOT_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo";
-/// device-info-SPEC §4.1: where device plugins leave their files.
-pub const DP_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo/dp";
-/// device-info-SPEC §4.2: where the per-attachment CNI copies live.
-pub const CNI_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo/cni";
 /// device-info-SPEC §5.1: the capability, and `runtimeConfig` key, that
 /// carries the path of an attachment's CNI device-info file.
 pub const FILE_CAPABILITY: &str = "CNIDeviceInfoFile";
@@ -434,7 +431,7 @@ impl DeviceInfo {
 /// device-info-SPEC §4.1: the file name a device plugin uses for one device,
 /// `<resourceName>-<deviceID>-device.json` with '/' in the resource name
 /// replaced by '-'. Fails when the result could leave [`DP_DIR`].
-pub fn dp_file_name(resource_name: &str, device_id: &str) -> Result<String, String> {
+fn dp_file_name(resource_name: &str, device_id: &str) -> Result<String, String> {
     if device_id.is_empty() || device_id.contains(['/', '\0']) || device_id == ".." {
         return Err(format!(
             "device ID {device_id:?} cannot be part of a file name"
@@ -455,11 +452,47 @@ pub fn dp_file_name(resource_name: &str, device_id: &str) -> Result<String, Stri
 /// (network, container, interface) as Multus makes it:
 /// `<namespace>-<network>-<containerID>-<ifname>-device.json`. Every part
 /// is a checked name without '/' once the network's '/' is replaced.
-pub fn cni_file_name(network: &str, container_id: &str, ifname: &str) -> String {
+fn cni_file_name(network: &str, container_id: &str, ifname: &str) -> String {
     format!(
         "{}-{container_id}-{ifname}-device.json",
         network.replace('/', "-")
     )
+}
+
+/// §4.1: the device plugin's file for `device_id` of `resource_name`, under
+/// `root` ([`ROOT_DIR`] on a node).
+pub fn dp_file(root: &Path, resource_name: &str, device_id: &str) -> Result<PathBuf, String> {
+    Ok(root
+        .join("dp")
+        .join(dp_file_name(resource_name, device_id)?))
+}
+
+/// §4.2: the CNI file of one attachment, under `root`.
+pub fn cni_file(root: &Path, network: &str, container_id: &str, ifname: &str) -> PathBuf {
+    root.join("cni")
+        .join(cni_file_name(network, container_id, ifname))
+}
+
+/// Whether `path` could be a CNI device-info file [`cni_file`] names: an
+/// absolute path to a `...-device.json` file with no `..` in it. What
+/// plexus writes and removes on its strength is no other file of the node.
+pub fn check_cni_file(path: &Path) -> Result<(), String> {
+    use std::path::Component;
+    let plain = path
+        .components()
+        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    let named = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with("-device.json"));
+    if path.is_absolute() && plain && named {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is not a CNI device-info file (an absolute path to a ...-device.json file)",
+            path.display()
+        ))
+    }
 }
 
 /// Read a device-info file: `None` when there is none; an error naming the
@@ -775,6 +808,20 @@ mod tests {
             cni_file_name("ns/a", "c", "net1"),
             cni_file_name("ns/a", "c", "net2")
         );
+    }
+
+    #[test]
+    fn cni_files_are_absolute_device_json_paths_without_dot_dot() {
+        let root = Path::new("/run/devinfo");
+        check_cni_file(&cni_file(root, "ns/a", "c1", "net1")).unwrap();
+        for bad in [
+            "/etc/passwd",
+            "x-device.json",
+            "/run/../etc/x-device.json",
+            "./x-device.json",
+        ] {
+            assert!(check_cni_file(Path::new(bad)).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -164,7 +164,7 @@ fn vdpa_virtio_netdev_moves_into_the_pod_and_del_gives_it_back() {
     let r = TestResolver::default();
     let t = Target::new("ctr-v", &pod, "net1");
     let info_dir = tempfile::tempdir().unwrap();
-    let info_file = info_dir.path().join("info.json");
+    let info_file = info_dir.path().join("vdpa-net-ctr-net1-device.json");
     let c = conf(
         &dev,
         &data,
@@ -238,7 +238,7 @@ fn vdpa_vhost_device_is_given_through_device_info() {
     let r = TestResolver::default();
     let t = Target::new("ctr-h", &pod, "net1");
     let info_dir = tempfile::tempdir().unwrap();
-    let info_file = info_dir.path().join("info.json");
+    let info_file = info_dir.path().join("vdpa-net-ctr-net1-device.json");
     let c = conf(
         &dev,
         &data,

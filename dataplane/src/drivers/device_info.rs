@@ -18,11 +18,9 @@ fn file(req: &Request) -> Result<Option<&Path>, CniError> {
     let field = || format!("runtimeConfig.{}", deviceinfo::FILE_CAPABILITY);
     match req.runtime_config.get(deviceinfo::FILE_CAPABILITY) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if Path::new(s).is_absolute() => Ok(Some(Path::new(s))),
-        Some(Value::String(s)) => Err(CniError::invalid_config(
-            field(),
-            format!("{s:?} is not an absolute path"),
-        )),
+        Some(Value::String(s)) => deviceinfo::check_cni_file(Path::new(s))
+            .map(|()| Some(Path::new(s)))
+            .map_err(|reason| CniError::invalid_config(field(), reason)),
         Some(other) => Err(CniError::invalid_config(
             field(),
             format!("must be a string, got {other}"),
