@@ -177,7 +177,10 @@ pub fn main() -> i32 {
     };
     match outcome {
         Ok(text) => {
-            println!("{text}");
+            // install reports through its logs only.
+            if !text.is_empty() {
+                println!("{text}");
+            }
             0
         }
         Err(e) => {

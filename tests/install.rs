@@ -96,31 +96,43 @@ impl Node {
     fn watch(&self, program: &Path, extra: &[&str]) -> Watcher {
         let mut args = vec!["--watch", "--cleanup"];
         args.extend_from_slice(extra);
-        Watcher(self.command(program, &args).spawn().unwrap())
+        Watcher(Some(self.command(program, &args).spawn().unwrap()))
     }
 }
 
-/// A `plexus install --watch --cleanup`, stopped with SIGTERM on drop.
-struct Watcher(Child);
+/// A `plexus install --watch --cleanup`, killed on drop unless terminated.
+struct Watcher(Option<Child>);
 
 impl Watcher {
+    fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
+    fn running(&mut self) -> bool {
+        let child = self.0.as_mut().expect("running");
+        child.try_wait().unwrap().is_none()
+    }
+
+    /// SIGTERM, then its exit (bounded) and output.
     fn terminate(&mut self) -> Output {
         // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) }, 0);
+        assert_eq!(unsafe { libc::kill(self.id() as i32, libc::SIGTERM) }, 0);
         let deadline = Instant::now() + BOUND;
-        while self.0.try_wait().unwrap().is_none() {
+        while self.running() {
             assert!(Instant::now() < deadline, "no exit after SIGTERM");
             std::thread::sleep(Duration::from_millis(20));
         }
-        let child = std::mem::replace(&mut self.0, Command::new("true").spawn().unwrap());
+        let child = self.0.take().expect("running");
         child.wait_with_output().unwrap()
     }
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -297,7 +309,7 @@ fn the_binary_is_replaced_while_the_old_one_runs() {
     // DaemonSet upgrades it): `install --watch` from the installed copy.
     let mut old = node.watch(&node.installed(), &[]);
     eventually("the old binary watching", || {
-        std::fs::read_to_string(format!("/proc/{}/cmdline", old.0.id()))
+        std::fs::read_to_string(format!("/proc/{}/cmdline", old.id()))
             .is_ok_and(|c| c.contains("--watch"))
     });
     // A new version: writing into the running file would fail with ETXTBSY.
@@ -308,10 +320,7 @@ fn the_binary_is_replaced_while_the_old_one_runs() {
     let source = new_version.display().to_string();
     assert_ok("upgrade", &node.install(&["--source", &source]));
     assert!(std::fs::read(node.installed()).unwrap() == bytes);
-    assert!(
-        old.0.try_wait().unwrap().is_none(),
-        "the old one still runs"
-    );
+    assert!(old.running(), "the old one still runs");
     let out = old.terminate();
     assert_ok("old watcher", &out);
 }
