@@ -7,11 +7,14 @@
 //!
 //! Nothing here needs root or touches the machine's own CNI directories.
 
+mod e2e_support;
+
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use e2e_support::assert_ok;
 use plexus::config::PlexusConf;
 use serde_json::{json, Value};
 
@@ -134,15 +137,6 @@ impl Drop for Watcher {
             let _ = child.wait();
         }
     }
-}
-
-fn assert_ok(what: &str, out: &Output) {
-    assert!(
-        out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Wait (bounded) until `cond` holds.

@@ -12,6 +12,7 @@
 //!
 //! Nothing here touches a network namespace: the delegates are fakes.
 
+mod e2e_support;
 mod run_support;
 
 use std::io::Write;
@@ -19,6 +20,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use e2e_support::assert_ok;
 use plexus::cache::{Cache, Lookup};
 use plexus::devices::podresources::v1::PodResources;
 use plexus::devices::podresources::{Client, Code, Error};
@@ -276,15 +278,6 @@ impl Node {
             .map(|c| (c.plugin, c.env["CNI_IFNAME"].clone(), c.stdin))
             .collect()
     }
-}
-
-fn assert_ok(what: &str, out: &Output) {
-    assert!(
-        out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The device each plugin call was handed: `(type, ifname, deviceID,
