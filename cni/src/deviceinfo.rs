@@ -260,22 +260,25 @@ impl DeviceInfo {
     /// A `pci` device in this plexus's spec version.
     pub fn pci(pci: PciDevice) -> DeviceInfo {
         DeviceInfo {
-            device_type: DeviceType::Pci,
-            version: SPEC_VERSION.into(),
             pci: Some(pci),
-            vdpa: None,
-            vhost_user: None,
-            memif: None,
+            ..DeviceInfo::bare(DeviceType::Pci)
         }
     }
 
     /// A `vdpa` device in this plexus's spec version.
     pub fn vdpa(vdpa: VdpaDevice) -> DeviceInfo {
         DeviceInfo {
-            device_type: DeviceType::Vdpa,
+            vdpa: Some(vdpa),
+            ..DeviceInfo::bare(DeviceType::Vdpa)
+        }
+    }
+
+    fn bare(device_type: DeviceType) -> DeviceInfo {
+        DeviceInfo {
+            device_type,
             version: SPEC_VERSION.into(),
             pci: None,
-            vdpa: Some(vdpa),
+            vdpa: None,
             vhost_user: None,
             memif: None,
         }
