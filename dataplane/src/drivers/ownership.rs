@@ -22,13 +22,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use nix::fcntl::Flock;
-use plexus_cni::casefold;
 use plexus_cni::error::{CniError, ErrorCode};
 use plexus_cni::flock::lock_file;
 use plexus_cni::skel::Request;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 use super::attachment;
 use super::common::sys_error;
@@ -207,59 +205,6 @@ impl Store {
     }
 }
 
-/// What DEL reads of a device driver's configuration, leniently (a DEL
-/// must work for a configuration ADD refused: what cannot be read is
-/// `None`): the device, when the configuration names it (without it DEL
-/// finds the attachment's device by its record, [`Store::owned_by`]), and
-/// the data directory.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct DelKeys<K> {
-    pub device: Option<K>,
-    pub data_dir: Option<PathBuf>,
-}
-
-impl<K> DelKeys<K> {
-    /// The device from the key `device_key` (`runtimeConfig`'s first when
-    /// `runtime_config_wins`, as for a device kubelet hands over), through
-    /// `parse`, and `dataDir`. Keys match as Go's encoding/json matches them.
-    pub fn read(
-        req: &Request,
-        device_key: &str,
-        runtime_config_wins: bool,
-        parse: impl Fn(&str) -> Option<K>,
-    ) -> DelKeys<K> {
-        fn text<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-            let (_, v) = map.iter().find(|(k, _)| casefold::fold_eq(k, key))?;
-            v.as_str().filter(|s| !s.is_empty())
-        }
-        let runtime = runtime_config_wins
-            .then(|| text(&req.runtime_config, device_key))
-            .flatten();
-        DelKeys {
-            device: runtime.or(text(&req.config, device_key)).and_then(parse),
-            data_dir: text(&req.config, "dataDir").map(PathBuf::from),
-        }
-    }
-}
-
-impl<K> Default for DelKeys<K> {
-    fn default() -> Self {
-        DelKeys {
-            device: None,
-            data_dir: None,
-        }
-    }
-}
-
-/// Where an ADD of a device starts from ([`DeviceLock::start`]).
-#[derive(Debug)]
-pub(crate) enum Start<F, R> {
-    /// Nobody's: what the driver found of it.
-    Free(F),
-    /// The record of an owner whose namespace is gone: given back first.
-    Stale(R),
-}
-
 /// A device's lock, held until dropped; the only way to its record.
 #[derive(Debug)]
 pub(crate) struct DeviceLock<K> {
@@ -275,23 +220,6 @@ impl<K: DeviceKey> DeviceLock<K> {
 
     pub fn read_record<R: Owned>(&self) -> Result<Option<R>, CniError> {
         read_record(&self.store.record_path(&self.key), self.store.noun)
-    }
-
-    /// The ownership step of an ADD: a device nobody owns is looked at with
-    /// `free`; one whose owner's namespace still exists is refused ([`in_use`],
-    /// naming `key` and `what`); one whose owner's namespace is gone is
-    /// given back before it is taken.
-    pub fn start<R: Owned, F>(
-        &self,
-        key: &str,
-        what: impl Display,
-        free: impl FnOnce() -> Result<F, CniError>,
-    ) -> Result<Start<F, R>, CniError> {
-        match self.read_record::<R>()? {
-            None => free().map(Start::Free),
-            Some(record) if namespace_exists(record.netns())? => Err(in_use(key, what, &record)),
-            Some(record) => Ok(Start::Stale(record)),
-        }
     }
 
     /// Write the record durably: it must outlive a crash or reboot, which

@@ -51,7 +51,7 @@ use self::record::Record;
 use super::attachment::Attach;
 use super::common::{self, check_failed, mismatch, sys, sys_error, IpamRef};
 use super::interface::InterfaceDriver;
-use super::ownership::{DeviceLock, Owner, Start, Store};
+use super::ownership::{self, namespace_exists, DeviceLock, Owner, Store};
 use super::passthrough::{self, Found, Poll};
 use super::stacked;
 use super::undo::Undo;
@@ -98,17 +98,25 @@ struct Vf {
     netdev: Option<Link>,
 }
 
-/// A VF's lock: VFs are known by their PCI address.
-type VfLock = DeviceLock<PciAddress>;
+/// Where an ADD starts from.
+#[derive(Debug)]
+enum Start {
+    Free(Vf),
+    /// The record of an owner whose namespace is gone: given back first.
+    Stale(Record),
+}
 
 /// What [`Sriov::prepare`] finds, with the VF's lock held until the ADD
 /// (and its undoing) is over.
+/// A VF's lock: VFs are known by their PCI address.
+type VfLock = DeviceLock<PciAddress>;
+
 #[derive(Debug)]
 pub(crate) struct Prepared {
     lock: VfLock,
     pf: Link,
     settings: VfSettings,
-    start: Start<Vf, Record>,
+    start: Start,
 }
 
 /// What [`Sriov::create`] made: what the result and device-info need.
@@ -293,9 +301,17 @@ impl InterfaceDriver for Sriov {
             )
         })?;
         let lock = self.store(conf.data_dir.as_deref()).lock(conf.device)?;
-        let start = lock.start(conf.device_key, format_args!("VF {}", conf.device), || {
-            self.find(conf, info, at.host)
-        })?;
+        let start = match lock.read_record::<Record>()? {
+            None => Start::Free(self.find(conf, info, at.host)?),
+            Some(record) if namespace_exists(&record.netns)? => {
+                return Err(ownership::in_use(
+                    conf.device_key,
+                    format_args!("VF {}", conf.device),
+                    &record,
+                ));
+            }
+            Some(record) => Start::Stale(record),
+        };
         Ok(Prepared {
             lock,
             settings: conf.pf_settings(pf.infiniband),

@@ -43,7 +43,7 @@ use self::conf::{Conf, Device};
 use super::attachment::Attach;
 use super::common::{self, check_failed, sys, sys_error, IpamRef};
 use super::interface::InterfaceDriver;
-use super::ownership::{DeviceLock, Owned, Owner, Start, Store};
+use super::ownership::{self, namespace_exists, DeviceLock, Owned, Owner, Store};
 use super::passthrough::{self, Found, Poll};
 use super::stacked;
 use super::undo::Undo;
@@ -112,6 +112,13 @@ enum Bound {
     Vhost { path: PathBuf, mac: Option<MacAddr> },
 }
 
+#[derive(Debug)]
+enum Start {
+    Free(Bound),
+    /// The record of an owner whose namespace is gone: given back first.
+    Stale(Record),
+}
+
 /// What [`Vdpa::prepare`] finds, with the device's lock held until the ADD
 /// (and its undoing) is over.
 #[derive(Debug)]
@@ -119,7 +126,7 @@ pub(crate) struct Prepared {
     lock: DeviceLock<String>,
     /// The PCI device it sits on (its management device on the `pci` bus).
     pci: Option<PciAddress>,
-    start: Start<Bound, Record>,
+    start: Start,
 }
 
 /// What [`Vdpa::create`] made.
@@ -367,9 +374,17 @@ impl InterfaceDriver for Vdpa {
             _ => None,
         };
         let lock = self.store(conf.data_dir.as_deref()).lock(name.clone())?;
-        let start = lock.start(key, format_args!("vDPA device {name}"), || {
-            self.bound(conf, &name, at.host)
-        })?;
+        let start = match lock.read_record::<Record>()? {
+            None => Start::Free(self.bound(conf, &name, at.host)?),
+            Some(record) if namespace_exists(&record.netns)? => {
+                return Err(ownership::in_use(
+                    key,
+                    format_args!("vDPA device {name}"),
+                    &record,
+                ));
+            }
+            Some(record) => Start::Stale(record),
+        };
         Ok(Prepared { lock, pci, start })
     }
 
@@ -531,7 +546,7 @@ impl InterfaceDriver for Vdpa {
     ) -> Result<(), CniError> {
         let keys = conf::del_keys(req);
         let store = self.store(keys.data_dir.as_deref());
-        match store.owned_by::<String, Record>(keys.device, &Owner::of(req)?)? {
+        match store.owned_by::<String, Record>(keys.name, &Owner::of(req)?)? {
             Some((lock, record)) => self.give_back(&lock, &record, host, at),
             None => Ok(()),
         }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use plexus_cni::error::CniError;
 use plexus_cni::skel::Request;
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::super::common::{self, DnsConf, IpamRef};
 use crate::netlink::{Guid, VfLinkState, VfSettings, VfVlan, VlanProto};
@@ -121,12 +122,34 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
     })
 }
 
-/// What DEL reads: the VF (`runtimeConfig.deviceID` first) and the data
-/// directory.
-pub(crate) type DelKeys = crate::drivers::ownership::DelKeys<PciAddress>;
+/// What DEL reads: the VF and the data directory, leniently (a DEL must work
+/// for a configuration ADD refused; what cannot be read is `None`).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct DelKeys {
+    pub device: Option<PciAddress>,
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawDelKeys {
+    #[serde(rename = "deviceID")]
+    device_id: Option<Value>,
+    #[serde(rename = "dataDir")]
+    data_dir: Option<Value>,
+}
 
 pub(crate) fn del_keys(req: &Request) -> DelKeys {
-    DelKeys::read(req, "deviceID", true, |d| PciAddress::parse(d).ok())
+    let c: RawDelKeys = common::decode_config(req).unwrap_or_default();
+    fn text(v: Option<&Value>) -> Option<&str> {
+        v.and_then(Value::as_str).filter(|s| !s.is_empty())
+    }
+    let device = text(req.runtime_config.get("deviceID"))
+        .or(text(c.device_id.as_ref()))
+        .and_then(|d| PciAddress::parse(d).ok());
+    DelKeys {
+        device,
+        data_dir: text(c.data_dir.as_ref()).map(PathBuf::from),
+    }
 }
 
 /// `vlan`, `vlanQoS`, `vlanProto`: the QoS and protocol only with a VLAN,
@@ -247,8 +270,6 @@ fn rates(min: Option<i64>, max: Option<i64>) -> Result<(Option<u32>, Option<u32>
 mod tests {
     use plexus_cni::error::ErrorCode;
     use serde_json::json;
-
-    use serde_json::Value;
 
     use super::*;
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use plexus_cni::error::CniError;
 use plexus_cni::skel::Request;
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::super::common::{self, DnsConf, IpamRef};
 use crate::mac::MacAddr;
@@ -149,22 +150,41 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
     })
 }
 
-/// What DEL reads: the device's name, when the configuration gives it, and
-/// the data directory.
-pub(crate) type DelKeys = crate::drivers::ownership::DelKeys<String>;
+/// What DEL reads, leniently (a DEL must work for a configuration ADD
+/// refused): the device's name when the configuration gives it, and the
+/// data directory. Without a name, DEL finds the attachment's device by
+/// its record.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct DelKeys {
+    pub name: Option<String>,
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawDelKeys {
+    #[serde(rename = "vdpaDevice")]
+    vdpa_device: Option<Value>,
+    #[serde(rename = "dataDir")]
+    data_dir: Option<Value>,
+}
 
 pub(crate) fn del_keys(req: &Request) -> DelKeys {
-    DelKeys::read(req, VDPA_DEVICE, false, |n| {
-        device_name(VDPA_DEVICE, n).ok()
-    })
+    let c: RawDelKeys = common::decode_config(req).unwrap_or_default();
+    let text = |v: Option<&Value>| {
+        v.and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+    };
+    DelKeys {
+        name: text(c.vdpa_device.as_ref()).and_then(|n| device_name(VDPA_DEVICE, &n).ok()),
+        data_dir: text(c.data_dir.as_ref()).map(PathBuf::from),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use plexus_cni::error::ErrorCode;
     use serde_json::json;
-
-    use serde_json::Value;
 
     use super::*;
 
@@ -300,7 +320,7 @@ mod tests {
         assert_eq!(
             keys(json!({"vdpaDevice": "vdpa1", "dataDir": "/tmp/d"})),
             DelKeys {
-                device: Some("vdpa1".into()),
+                name: Some("vdpa1".into()),
                 data_dir: Some("/tmp/d".into())
             }
         );
@@ -308,6 +328,6 @@ mod tests {
             keys(json!({"vdpaDevice": "../x", "dataDir": 5, "mtu": "x"})),
             DelKeys::default()
         );
-        assert_eq!(keys(json!({"deviceID": "0000:03:00.2"})).device, None);
+        assert_eq!(keys(json!({"deviceID": "0000:03:00.2"})).name, None);
     }
 }
