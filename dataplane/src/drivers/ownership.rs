@@ -33,6 +33,7 @@ use plexus_cni::flock::lock_file;
 use plexus_cni::skel::Request;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::attachment::{self, Attach};
 use super::common::{check_failed, sys_error};
@@ -207,6 +208,43 @@ impl<K: DeviceKey, F: Clone, R: Owned> Claim<K, F, R> {
             driver.give_back(&self.lock, &record, at.host, Some(at))
         });
         Ok(())
+    }
+}
+
+/// What DEL reads of a configuration, leniently (a DEL must work for a
+/// configuration ADD refused; what cannot be read is `None`): the device,
+/// when the configuration names it, and `dataDir`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct DelKeys<K> {
+    pub device: Option<K>,
+    pub data_dir: Option<PathBuf>,
+}
+
+impl<K> Default for DelKeys<K> {
+    fn default() -> Self {
+        DelKeys {
+            device: None,
+            data_dir: None,
+        }
+    }
+}
+
+impl<K> DelKeys<K> {
+    /// The device: the first of `device` (the values of the keys that may
+    /// name it, in precedence order) that is a non-empty string, as `parse`
+    /// reads it; the data directory: `data_dir` when a non-empty string.
+    pub fn read(
+        device: &[Option<&Value>],
+        data_dir: Option<&Value>,
+        parse: impl FnOnce(&str) -> Option<K>,
+    ) -> DelKeys<K> {
+        fn text(v: Option<&Value>) -> Option<&str> {
+            v.and_then(Value::as_str).filter(|s| !s.is_empty())
+        }
+        DelKeys {
+            device: device.iter().find_map(|v| text(*v)).and_then(parse),
+            data_dir: text(data_dir).map(PathBuf::from),
+        }
     }
 }
 

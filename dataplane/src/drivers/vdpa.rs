@@ -509,6 +509,6 @@ impl InterfaceDriver for Vdpa {
     ) -> Result<(), CniError> {
         let keys = conf::del_keys(req);
         let store = self.store(keys.data_dir.as_deref());
-        self.give_back_owned(&store, keys.name, req, host, at)
+        self.give_back_owned(&store, keys.device, req, host, at)
     }
 }
