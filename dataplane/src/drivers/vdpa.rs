@@ -179,8 +179,14 @@ impl Vdpa {
     }
 
     /// How the device is bound now, with its netdev in the host or its
-    /// character device.
-    fn bound(&self, conf: &Conf, name: &str, host: &Netlink) -> Result<Bound, CniError> {
+    /// character device (whose MAC and MTU `genl` reads).
+    fn bound(
+        &self,
+        conf: &Conf,
+        name: &str,
+        host: &Netlink,
+        genl: &VdpaNetlink,
+    ) -> Result<Bound, CniError> {
         let key = conf.device_key;
         let dev = self
             .sysfs_device(name)?
@@ -219,7 +225,7 @@ impl Vdpa {
                         "bound to vhost_vdpa, but sysfs shows no vhost-vdpa-N device",
                     )
                 })?;
-                let config = open_genl(key)?
+                let config = genl
                     .net_config(name)
                     .map_err(sys(format_args!("vDPA device {name}")))?
                     .unwrap_or_default();
@@ -352,7 +358,8 @@ impl InterfaceDriver for Vdpa {
     fn prepare(&self, _req: &Request, conf: &Conf, at: &Attach<'_>) -> Result<Prepared, CniError> {
         let key = conf.device_key;
         let name = self.resolve(conf)?;
-        let dev = open_genl(key)?
+        let genl = open_genl(key)?;
+        let dev = genl
             .device(&name)
             .map_err(sys(format_args!("vDPA device {name}")))?
             .ok_or_else(|| CniError::invalid_config(key, format!("no vDPA device {name}")))?;
@@ -374,7 +381,7 @@ impl InterfaceDriver for Vdpa {
             name.clone(),
             key,
             format_args!("vDPA device {name}"),
-            || self.bound(conf, &name, at.host),
+            || self.bound(conf, &name, at.host, &genl),
         )?;
         Ok(Prepared { claim, pci })
     }
@@ -389,9 +396,9 @@ impl InterfaceDriver for Vdpa {
     ) -> Result<Made, CniError> {
         let host = at.host;
         let name = prepared.claim.key();
-        let bound = prepared
-            .claim
-            .device(self, host, || self.bound(conf, name, host))?;
+        let bound = prepared.claim.device(self, host, || {
+            self.bound(conf, name, host, &open_genl(conf.device_key)?)
+        })?;
         let (virtio, found) = match &bound {
             Bound::Virtio { virtio, netdev } => (
                 Some(virtio.clone()),
