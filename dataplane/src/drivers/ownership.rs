@@ -85,7 +85,7 @@ pub(crate) trait DeviceKey: Clone + Display + FromStr {}
 impl<K: Clone + Display + FromStr> DeviceKey for K {}
 
 /// Whether the namespace at `path` still exists.
-pub(crate) fn namespace_exists(path: &Path) -> Result<bool, CniError> {
+fn namespace_exists(path: &Path) -> Result<bool, CniError> {
     match NetNs::open_pod(path) {
         Ok(PodNetns::Gone) => Ok(false),
         Ok(_) => Ok(true),
@@ -98,7 +98,7 @@ pub(crate) fn namespace_exists(path: &Path) -> Result<bool, CniError> {
 
 /// The refusal of an ADD for a device whose owner's namespace still exists
 /// (code 11: the owner's DEL may be on its way).
-pub(crate) fn in_use(key: &str, what: impl Display, record: &impl Owned) -> CniError {
+fn in_use(key: &str, what: impl Display, record: &impl Owned) -> CniError {
     let Owner {
         container_id,
         ifname,

@@ -128,7 +128,7 @@ pub(crate) fn move_into_pod(
 /// The netdev of device `parent` (its IFLA_PARENT_DEV_NAME: a PCI address,
 /// a virtio device), found in the pod by device (CNI_IFNAME may be another
 /// device: an ADD that found the name taken).
-pub(crate) fn pod_netdev(at: &Attach<'_>, parent: &str) -> Result<Option<Link>, CniError> {
+fn pod_netdev(at: &Attach<'_>, parent: &str) -> Result<Option<Link>, CniError> {
     let links = at.pod.links().map_err(sys("list the container's links"))?;
     Ok(links
         .into_iter()
