@@ -320,6 +320,35 @@ impl Stopwatch {
         self.0 += run.elapsed;
         Ok(run)
     }
+
+    /// `ip link set dev PF vf N SETTINGS...` in the node: the VF's PF-side
+    /// settings.
+    fn set_vf(&mut self, node: &Node, vf: &PciVf, settings: &[&str]) -> Result<(), String> {
+        let index = vf.index.to_string();
+        let mut argv = vec!["link", "set", "dev", &node.pf, "vf", &index];
+        argv.extend_from_slice(settings);
+        self.ip(&node.ns, &argv)
+    }
+
+    /// host-local's `command` (ADD, DEL) for `pod`, as a runtime runs it.
+    fn host_local(
+        &mut self,
+        command: &str,
+        node: &Node,
+        pod: &Pod,
+        host_local: &Path,
+        ipam: &Value,
+        reference_dir: &Path,
+    ) -> Result<Run, String> {
+        let env = cni_env_as(command, &pod.id, &pod.ns, IFNAME, "", reference_dir);
+        self.run(invoke(
+            &node.ns,
+            host_local,
+            &[],
+            &env,
+            ipam.to_string().as_bytes(),
+        ))
+    }
 }
 
 /// sriov-cni's ADD as execs: the VF's netdev MAC, then its PF-side settings
@@ -334,19 +363,14 @@ fn floor_add(
     reference_dir: &Path,
 ) -> Result<(Duration, String), String> {
     let netdev = pod.vf.netdev().ok_or("the VF has no netdev in the host")?;
-    let (index, mac) = (pod.vf.index.to_string(), pod.mac.to_string());
+    let mac = pod.mac.to_string();
     let (vlan, rate) = (pod.vlan.to_string(), MAX_TX_RATE.to_string());
     let mut t = Stopwatch::default();
     t.ip(&node.ns, &["link", "set", "dev", &netdev, "address", &mac])?;
-    t.ip(
-        &node.ns,
+    t.set_vf(
+        node,
+        pod.vf,
         &[
-            "link",
-            "set",
-            "dev",
-            &node.pf,
-            "vf",
-            &index,
             "mac",
             &mac,
             "vlan",
@@ -363,14 +387,7 @@ fn floor_add(
         &node.ns,
         &["link", "set", "dev", &netdev, "netns", &pod.ns_name],
     )?;
-    let env = cni_env_as("ADD", &pod.id, &pod.ns, IFNAME, "", reference_dir);
-    let run = t.run(invoke(
-        &node.ns,
-        host_local,
-        &[],
-        &env,
-        ipam.to_string().as_bytes(),
-    ))?;
+    let run = t.host_local("ADD", node, pod, host_local, ipam, reference_dir)?;
     let address = first_address(&parse(&run)?)?;
     t.ip(&pod.ns, &["link", "set", "dev", &netdev, "name", IFNAME])?;
     t.ip(&pod.ns, &["addr", "add", &address, "dev", IFNAME])?;
@@ -398,28 +415,16 @@ fn floor_del(
         saved.mac
     };
     let on_off = |b: bool| if b { "on" } else { "off" };
-    let (index, admin) = (pod.vf.index.to_string(), admin.to_string());
+    let admin = admin.to_string();
     let (vlan, qos) = (saved.vlan.id.to_string(), saved.vlan.qos.to_string());
     let rate = saved.max_tx_rate.to_string();
     let home = std::process::id().to_string();
     let mut t = Stopwatch::default();
-    let env = cni_env_as("DEL", &pod.id, &pod.ns, IFNAME, "", reference_dir);
-    t.run(invoke(
-        &node.ns,
-        host_local,
-        &[],
-        &env,
-        ipam.to_string().as_bytes(),
-    ))?;
-    t.ip(
-        &node.ns,
+    t.host_local("DEL", node, pod, host_local, ipam, reference_dir)?;
+    t.set_vf(
+        node,
+        pod.vf,
         &[
-            "link",
-            "set",
-            "dev",
-            &node.pf,
-            "vf",
-            &index,
             "mac",
             &admin,
             "vlan",

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use common::TestNs;
 use drivers_support::*;
 use plexus_cni::env::CniCommand;
-use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::error::ErrorCode;
 use plexus_dataplane::netlink::{VfState, VfVlan, VlanProto};
 use plexus_dataplane::{MacAddr, Netlink};
 use plexus_testkit::sriov::{PciVf, SriovVfs, VfioBinding};
@@ -53,17 +53,14 @@ impl Fixture {
     /// A configuration for `vf` with records in the data directory, `extra`
     /// merged in.
     fn conf(&self, vf: &PciVf, extra: Value) -> Value {
-        let mut c = json!({
+        let base = json!({
             "cniVersion": "1.1.0",
             "name": "sriov-net",
             "type": SRIOV,
             "deviceID": vf.address,
             "dataDir": self.data.path(),
         });
-        for (k, v) in extra.as_object().unwrap() {
-            c[k] = v.clone();
-        }
-        c
+        with_keys(base, &extra)
     }
 
     fn record_path(&self, vf: &PciVf) -> PathBuf {
@@ -117,21 +114,8 @@ struct Snapshot {
     netdev: Option<(String, Option<MacAddr>, u32)>,
 }
 
-fn ipam(address: &str) -> Value {
-    json!({"type": IPAM, "addresses": [{"address": address}]})
-}
-
 fn mac(s: &str) -> MacAddr {
     s.parse().unwrap()
-}
-
-fn assert_code(e: &CniError, code: ErrorCode, details: &str) {
-    assert_eq!(e.code, code, "{e:?}");
-    assert!(
-        e.details.contains(details),
-        "{details:?} not in {:?}",
-        e.details
-    );
 }
 
 #[test]
@@ -143,9 +127,8 @@ fn sriov_driver_add_moves_the_vf_into_the_pod_with_its_settings_and_del_gives_al
     let before = f.snapshot(vf);
     let other_before = f.snapshot(f.vf(1));
     let (orig_name, orig_mac, _) = before.netdev.clone().expect("a netdev");
-    let pod = TestNs::new();
+    let (pod, t) = new_pod("ctr-a");
     let r = TestResolver::default();
-    let t = Target::new("ctr-a", &pod, "net1");
     // Multus hands the device over in runtimeConfig, which wins.
     let mut c = f.conf(
         vf,
@@ -334,9 +317,8 @@ fn sriov_driver_refuses_what_is_not_a_vf_and_an_invalid_guid() {
     };
     let vf = f.vf(0);
     let before = f.snapshot(vf);
-    let pod = TestNs::new();
+    let (_pod, t) = new_pod("ctr-x");
     let r = TestResolver::default();
-    let t = Target::new("ctr-x", &pod, "net1");
     let with_device = |device: &str| {
         let mut c = f.conf(vf, json!({}));
         c["deviceID"] = json!(device);
@@ -424,8 +406,7 @@ fn sriov_driver_late_del_of_the_old_pod_leaves_the_new_owner_alone() {
     let vf = f.vf(0);
     let before = f.snapshot(vf);
     let r = TestResolver::default();
-    let pod_a = TestNs::new();
-    let ta = Target::new("ctr-a", &pod_a, "net1");
+    let (pod_a, ta) = new_pod("ctr-a");
     let ca = f.conf(
         vf,
         json!({"mac": "02:00:00:00:aa:01", "vlan": 10, "trust": "on"}),
@@ -435,8 +416,7 @@ fn sriov_driver_late_del_of_the_old_pod_leaves_the_new_owner_alone() {
     // netdev back to the root namespace, named as in the pod.
     drop(pod_a);
 
-    let pod_b = TestNs::new();
-    let tb = Target::new("ctr-b", &pod_b, "net1");
+    let (pod_b, tb) = new_pod("ctr-b");
     let cb = f.conf(
         vf,
         json!({"mac": "02:00:00:00:bb:01", "vlan": 20, "ipam": ipam("10.64.0.3/24")}),
@@ -465,9 +445,8 @@ fn sriov_driver_del_of_a_vf_that_vanished_succeeds() {
         return;
     };
     let vf = f.vf(0).clone();
-    let pod = TestNs::new();
+    let (pod, t) = new_pod("ctr-v");
     let r = TestResolver::default();
-    let t = Target::new("ctr-v", &pod, "net1");
     let c = f.conf(&vf, json!({"vlan": 5, "ipam": ipam("10.65.0.2/24")}));
     add(Here, &r, SRIOV, &t, &c).unwrap();
     let record = f.record_path(&vf);
@@ -500,14 +479,12 @@ fn sriov_driver_failed_add_leaves_the_vf_as_it_was() {
     ] {
         let r = TestResolver::default();
         let t = Target::new("ctr-f", &pod, "net1");
-        let mut c = f.conf(
+        let c = f.conf(
             vf,
             json!({"mac": "02:00:00:00:f0:01", "vlan": 30, "spoofchk": "off", "trust": "on",
                    "ipam": ipam("10.66.0.2/24")}),
         );
-        for (k, v) in extra.as_object().unwrap() {
-            c[k] = v.clone();
-        }
+        let c = with_keys(c, &extra);
         let e = add(Here, &r, SRIOV, &t, &c).unwrap_err();
         assert!(e.details.contains(errno), "{extra}: {e:?}");
         assert!(e.undone, "{extra}: {e:?}");

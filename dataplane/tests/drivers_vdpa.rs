@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use common::TestNs;
 use drivers_support::*;
 use plexus_cni::deviceinfo::{self, VdpaDriver};
-use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::error::ErrorCode;
 use plexus_dataplane::pci::SysfsRoot;
 use plexus_dataplane::vdpa::{VdpaDevSpec, VdpaNetlink, VHOST_VDPA, VIRTIO_VDPA};
 use plexus_dataplane::{MacAddr, Netlink};
@@ -121,30 +121,14 @@ impl Drop for SimDev {
 }
 
 fn conf(dev: &SimDev, data: &tempfile::TempDir, extra: Value) -> Value {
-    let mut c = json!({
+    let base = json!({
         "cniVersion": "1.1.0",
         "name": "vdpa-net",
         "type": VDPA,
         "vdpaDevice": dev.name,
         "dataDir": data.path(),
     });
-    for (k, v) in extra.as_object().unwrap() {
-        c[k] = v.clone();
-    }
-    c
-}
-
-fn ipam(address: &str) -> Value {
-    json!({"type": IPAM, "addresses": [{"address": address}]})
-}
-
-fn assert_code(e: &CniError, code: ErrorCode, details: &str) {
-    assert_eq!(e.code, code, "{e:?}");
-    assert!(
-        e.details.contains(details),
-        "{details:?} not in {:?}",
-        e.details
-    );
+    with_keys(base, &extra)
 }
 
 fn host_link(name: &str) -> Option<plexus_dataplane::netlink::Link> {
@@ -160,11 +144,9 @@ fn vdpa_virtio_netdev_moves_into_the_pod_and_del_gives_it_back() {
     let orig = dev.host_netdev().expect("a virtio netdev");
     let before = host_link(&orig).expect("in the host");
     assert_eq!(before.mac, Some(dev.mac));
-    let pod = TestNs::new();
+    let (pod, t) = new_pod("ctr-v");
     let r = TestResolver::default();
-    let t = Target::new("ctr-v", &pod, "net1");
-    let info_dir = tempfile::tempdir().unwrap();
-    let info_file = info_dir.path().join("vdpa-net-ctr-net1-device.json");
+    let (_info_dir, info_file) = device_info_file();
     let c = conf(
         &dev,
         &data,
@@ -234,11 +216,9 @@ fn vdpa_vhost_device_is_given_through_device_info() {
     let vhost = dev.sysfs().vhost_path().expect("a vhost-vdpa device");
     assert!(vhost.exists(), "{vhost:?}");
     let data = tempfile::tempdir().unwrap();
-    let pod = TestNs::new();
+    let (pod, t) = new_pod("ctr-h");
     let r = TestResolver::default();
-    let t = Target::new("ctr-h", &pod, "net1");
-    let info_dir = tempfile::tempdir().unwrap();
-    let info_file = info_dir.path().join("vdpa-net-ctr-net1-device.json");
+    let (_info_dir, info_file) = device_info_file();
     let c = conf(
         &dev,
         &data,
@@ -271,8 +251,7 @@ fn vdpa_vhost_device_is_given_through_device_info() {
     cc["runtimeConfig"] = json!({});
     check(Here, &r, VDPA, &t, &cc).unwrap();
     // Another pod is refused while this one lives.
-    let pod2 = TestNs::new();
-    let t2 = Target::new("ctr-h2", &pod2, "net1");
+    let (_pod2, t2) = new_pod("ctr-h2");
     let e = add(Here, &r, VDPA, &t2, &conf(&dev, &data, json!({}))).unwrap_err();
     assert_code(&e, ErrorCode::TryAgainLater, "is in use by container ctr-h");
     del(Here, &r, VDPA, &t, &c).unwrap();
@@ -287,9 +266,8 @@ fn vdpa_vhost_refuses_a_mac_or_mtu_it_cannot_set() {
     let Some(dev) = SimDev::new() else { return };
     dev.bind(VHOST_VDPA);
     let data = tempfile::tempdir().unwrap();
-    let pod = TestNs::new();
+    let (_pod, t) = new_pod("ctr-m");
     let r = TestResolver::default();
-    let t = Target::new("ctr-m", &pod, "net1");
     let e = add(
         Here,
         &r,
@@ -307,9 +285,8 @@ fn vdpa_vhost_refuses_a_mac_or_mtu_it_cannot_set() {
 fn vdpa_refusals_name_the_field_and_the_device() {
     let Some(dev) = SimDev::new() else { return };
     let data = tempfile::tempdir().unwrap();
-    let pod = TestNs::new();
+    let (_pod, t) = new_pod("ctr-r");
     let r = TestResolver::default();
-    let t = Target::new("ctr-r", &pod, "net1");
     let mut c = conf(&dev, &data, json!({}));
     c["vdpaDevice"] = json!("pxv-nope");
     let e = add(Here, &r, VDPA, &t, &c).unwrap_err();
@@ -367,8 +344,7 @@ fn vdpa_failed_add_is_undone_when_ifname_is_taken() {
     );
     assert!(!data.path().join(format!("{}.json", dev.name)).exists());
     // The device is free: a pod with the name free gets it.
-    let pod2 = TestNs::new();
-    let t2 = Target::new("ctr-t2", &pod2, "net1");
+    let (_pod2, t2) = new_pod("ctr-t2");
     add(Here, &r, VDPA, &t2, &c).unwrap();
     del(Here, &r, VDPA, &t2, &c).unwrap();
     assert!(host_link(&orig).is_some());
@@ -384,8 +360,7 @@ fn vdpa_del_after_the_pod_namespace_is_gone_and_a_late_del_leaves_the_new_owner_
 
     // DEL after the namespace is gone: the kernel returned the netdev to
     // the initial namespace (maybe renamed); DEL names it back.
-    let pod = TestNs::new();
-    let t = Target::new("ctr-g", &pod, "net1");
+    let (pod, t) = new_pod("ctr-g");
     add(Here, &r, VDPA, &t, &c).unwrap();
     drop(pod);
     del(Here, &r, VDPA, &t, &c).unwrap();
@@ -398,12 +373,10 @@ fn vdpa_del_after_the_pod_namespace_is_gone_and_a_late_del_leaves_the_new_owner_
 
     // An owner whose namespace is gone without DEL: the next ADD reclaims
     // the device; the old owner's late DEL then leaves it alone.
-    let old = TestNs::new();
-    let t_old = Target::new("ctr-old", &old, "net1");
+    let (old, t_old) = new_pod("ctr-old");
     add(Here, &r, VDPA, &t_old, &c).unwrap();
     drop(old);
-    let new = TestNs::new();
-    let t_new = Target::new("ctr-new", &new, "net1");
+    let (new, t_new) = new_pod("ctr-new");
     add(Here, &r, VDPA, &t_new, &c).unwrap();
     assert!(link(&new, "net1").is_some());
     del(Here, &r, VDPA, &t_old, &c).unwrap();

@@ -643,9 +643,6 @@ pub(crate) fn check_ips_and_routes(
     Ok(())
 }
 
-/// An ADD request for the drivers' unit tests: container `ctr1` in
-/// `/var/run/netns/x`, CNI_IFNAME `eth0`, `CNI_ARGS` `args`, `config` (an
-/// object) on stdin.
 /// A string of runtimeConfig, `None` when absent or empty.
 pub(crate) fn runtime_string<'r>(
     req: &'r Request,
@@ -662,6 +659,9 @@ pub(crate) fn runtime_string<'r>(
     }
 }
 
+/// An ADD request for the drivers' unit tests: container `ctr1` in
+/// `/var/run/netns/x`, CNI_IFNAME `eth0`, `CNI_ARGS` `args`, `config` (an
+/// object) on stdin.
 #[cfg(test)]
 pub(crate) fn unit_test_request(config: Value, args: &str) -> Request {
     let env = plexus_cni::env::CniEnv {
@@ -676,6 +676,34 @@ pub(crate) fn unit_test_request(config: Value, args: &str) -> Request {
         panic!("the configuration must be an object: {config}")
     };
     Request::from_config(env, map).unwrap()
+}
+
+/// `base` (an object) with the keys of `config` set over it, for the
+/// drivers' unit tests.
+#[cfg(test)]
+pub(crate) fn unit_test_config(mut base: Value, config: &Value) -> Value {
+    for (k, v) in config.as_object().unwrap() {
+        base[k] = v.clone();
+    }
+    base
+}
+
+/// A drivers' unit test's refusal of `config`: `parsed` must be a code 7
+/// error whose details start with `key: `. Returns the details.
+#[cfg(test)]
+pub(crate) fn unit_test_refused<T: std::fmt::Debug>(
+    parsed: Result<T, CniError>,
+    config: &Value,
+    key: &str,
+) -> String {
+    let e = parsed.expect_err(&config.to_string());
+    assert_eq!(e.code, ErrorCode::InvalidConfig, "{config}: {e}");
+    assert!(
+        e.details.starts_with(&format!("{key}: ")),
+        "{config}: {}",
+        e.details
+    );
+    e.details
 }
 
 #[cfg(test)]

@@ -12,6 +12,12 @@
 //!
 //! A record is read and written only through the [`DeviceLock`] of its
 //! device.
+//!
+//! The steps every such driver takes, whatever the device ([`GiveBack`]
+//! says how to give one back): [`Store::claim`] in `prepare`,
+//! [`Claim::device`] and [`Claim::take`] in `create`,
+//! [`DeviceLock::record_for`] in CHECK and [`GiveBack::give_back_owned`] in
+//! DEL.
 
 use std::fmt::Display;
 use std::fs::{self, File};
@@ -27,9 +33,12 @@ use plexus_cni::flock::lock_file;
 use plexus_cni::skel::Request;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::attachment;
-use super::common::sys_error;
+use super::attachment::{self, Attach};
+use super::common::{check_failed, sys_error};
+use super::undo::Undo;
+use crate::netlink::Netlink;
 use crate::netns::{NetNs, PodNetns};
 
 /// How long an ADD, CHECK or DEL waits for another one on the same device;
@@ -76,7 +85,7 @@ pub(crate) trait DeviceKey: Clone + Display + FromStr {}
 impl<K: Clone + Display + FromStr> DeviceKey for K {}
 
 /// Whether the namespace at `path` still exists.
-pub(crate) fn namespace_exists(path: &Path) -> Result<bool, CniError> {
+fn namespace_exists(path: &Path) -> Result<bool, CniError> {
     match NetNs::open_pod(path) {
         Ok(PodNetns::Gone) => Ok(false),
         Ok(_) => Ok(true),
@@ -89,7 +98,7 @@ pub(crate) fn namespace_exists(path: &Path) -> Result<bool, CniError> {
 
 /// The refusal of an ADD for a device whose owner's namespace still exists
 /// (code 11: the owner's DEL may be on its way).
-pub(crate) fn in_use(key: &str, what: impl Display, record: &impl Owned) -> CniError {
+fn in_use(key: &str, what: impl Display, record: &impl Owned) -> CniError {
     let Owner {
         container_id,
         ifname,
@@ -103,6 +112,140 @@ pub(crate) fn in_use(key: &str, what: impl Display, record: &impl Owned) -> CniE
             record.netns().display()
         ),
     )
+}
+
+/// A driver that hands devices whole to pods: how it gives one back.
+pub(crate) trait GiveBack {
+    /// How its devices are named in lock and record files.
+    type Key: DeviceKey;
+    /// Its record of a device.
+    type Record: Owned;
+
+    /// Give the device of `record` back as it was before its owner's ADD,
+    /// then remove the record. `pod` is the owner's namespace when it still
+    /// exists. Must work from any point of a half-done ADD.
+    fn give_back(
+        &self,
+        lock: &DeviceLock<Self::Key>,
+        record: &Self::Record,
+        host: &Netlink,
+        pod: Option<&Attach<'_>>,
+    ) -> Result<(), CniError>;
+
+    /// DEL: give back the device `req`'s attachment holds in `store`: the
+    /// one `named` (when the configuration says) or found by its record.
+    /// Nothing when none is this attachment's (never taken, given back
+    /// already, or given to another pod since: a late DEL).
+    fn give_back_owned(
+        &self,
+        store: &Store,
+        named: Option<Self::Key>,
+        req: &Request,
+        host: &Netlink,
+        pod: Option<&Attach<'_>>,
+    ) -> Result<(), CniError> {
+        match store.owned_by::<Self::Key, Self::Record>(named, &Owner::of(req)?)? {
+            Some((lock, record)) => self.give_back(&lock, &record, host, pod),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Where an ADD starts from.
+#[derive(Debug)]
+enum Start<F, R> {
+    /// No record: the device as `prepare` found it.
+    Free(F),
+    /// The record of an owner whose namespace is gone: given back first.
+    Stale(R),
+}
+
+/// What `prepare` claims: the device's lock, held until the ADD (and its
+/// undoing) is over, and where the ADD starts from. `F` is the device as a
+/// driver finds it free, `R` its record.
+#[derive(Debug)]
+pub(crate) struct Claim<K, F, R> {
+    lock: DeviceLock<K>,
+    start: Start<F, R>,
+}
+
+impl<K: DeviceKey, F: Clone, R: Owned> Claim<K, F, R> {
+    pub fn key(&self) -> &K {
+        self.lock.key()
+    }
+
+    /// `create`'s first step: the device as `prepare` found it free, or,
+    /// after giving back what an owner whose namespace is gone left, as
+    /// `find` finds it now.
+    pub fn device<D: GiveBack<Key = K, Record = R>>(
+        &self,
+        driver: &D,
+        host: &Netlink,
+        find: impl FnOnce() -> Result<F, CniError>,
+    ) -> Result<F, CniError> {
+        match &self.start {
+            Start::Free(found) => Ok(found.clone()),
+            Start::Stale(record) => {
+                driver.give_back(&self.lock, record, host, None)?;
+                find()
+            }
+        }
+    }
+
+    /// Take the device for `record`'s owner: write the record (durably,
+    /// before anything changes) and register in `undo` the give-back of
+    /// `what` ("VF 0000:01:10.2").
+    pub fn take<'a, D: GiveBack<Key = K, Record = R>>(
+        &'a self,
+        driver: &'a D,
+        record: R,
+        what: impl Display,
+        at: &'a Attach<'a>,
+        undo: &mut Undo<'a>,
+    ) -> Result<(), CniError> {
+        self.lock.write_record(&record)?;
+        undo.push(format!("taking {what}"), move || {
+            driver.give_back(&self.lock, &record, at.host, Some(at))
+        });
+        Ok(())
+    }
+}
+
+/// What DEL reads of a configuration, leniently (a DEL must work for a
+/// configuration ADD refused; what cannot be read is `None`): the device,
+/// when the configuration names it, and `dataDir`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct DelKeys<K> {
+    pub device: Option<K>,
+    pub data_dir: Option<PathBuf>,
+}
+
+impl<K> Default for DelKeys<K> {
+    fn default() -> Self {
+        DelKeys {
+            device: None,
+            data_dir: None,
+        }
+    }
+}
+
+impl<K> DelKeys<K> {
+    /// The device: the first of `device` (the values of the keys that may
+    /// name it, in precedence order) that is a non-empty string, as `parse`
+    /// reads it; the data directory: `data_dir` when a non-empty string.
+    pub fn read(
+        device: &[Option<&Value>],
+        data_dir: Option<&Value>,
+        parse: impl FnOnce(&str) -> Option<K>,
+    ) -> DelKeys<K> {
+        fn text(v: Option<&Value>) -> Option<&str> {
+            v.and_then(Value::as_str).filter(|s| !s.is_empty())
+        }
+        DelKeys {
+            device: device.iter().find_map(|v| text(*v)).and_then(parse),
+            data_dir: text(data_dir).map(PathBuf::from),
+        }
+    }
 }
 
 /// The data directory of one driver's device locks and records.
@@ -145,6 +288,30 @@ impl Store {
             key,
             _flock: flock,
         })
+    }
+
+    /// `prepare`'s ownership step for device `key` (`what` in messages,
+    /// `conf_key` the configuration key naming it): lock it and read its
+    /// record. Without one the device is free, as `find` finds it; an owner
+    /// whose namespace still exists is refused ([`in_use`], code 11); one
+    /// whose namespace is gone leaves a device for `create` to give back
+    /// first ([`Claim::device`]).
+    pub fn claim<K: DeviceKey, F, R: Owned>(
+        &self,
+        key: K,
+        conf_key: &str,
+        what: impl Display,
+        find: impl FnOnce() -> Result<F, CniError>,
+    ) -> Result<Claim<K, F, R>, CniError> {
+        let lock = self.lock(key)?;
+        let start = match lock.read_record::<R>()? {
+            None => Start::Free(find()?),
+            Some(record) if namespace_exists(record.netns())? => {
+                return Err(in_use(conf_key, what, &record));
+            }
+            Some(record) => Start::Stale(record),
+        };
+        Ok(Claim { lock, start })
     }
 
     /// The device whose record names `owner`, if any: for a DEL whose
@@ -220,6 +387,20 @@ impl<K: DeviceKey> DeviceLock<K> {
 
     pub fn read_record<R: Owned>(&self) -> Result<Option<R>, CniError> {
         read_record(&self.store.record_path(&self.key), self.store.noun)
+    }
+
+    /// CHECK: the record that gives the device (`what` in messages) to
+    /// `req`'s attachment; none is a failed CHECK.
+    pub fn record_for<R: Owned>(&self, req: &Request, what: impl Display) -> Result<R, CniError> {
+        let owner = Owner::of(req)?;
+        self.read_record::<R>()?
+            .filter(|r| *r.owner() == owner)
+            .ok_or_else(|| {
+                check_failed(format!(
+                    "{what}: no record gives it to container {} as {}",
+                    owner.container_id, owner.ifname
+                ))
+            })
     }
 
     /// Write the record durably: it must outlive a crash or reboot, which
@@ -371,6 +552,64 @@ mod tests {
         // Not found by owner either, and the scan goes on past it.
         let found = store.find_owned_by::<PciAddress, Rec>(&record("x").owner);
         assert_eq!(found.unwrap(), None);
+    }
+
+    /// Gives back by removing the record, counting the calls.
+    #[derive(Default)]
+    struct Counting(std::cell::Cell<u32>);
+
+    impl GiveBack for Counting {
+        type Key = PciAddress;
+        type Record = Rec;
+        fn give_back(
+            &self,
+            lock: &DeviceLock<PciAddress>,
+            _record: &Rec,
+            _host: &Netlink,
+            _pod: Option<&Attach<'_>>,
+        ) -> Result<(), CniError> {
+            self.0.set(self.0.get() + 1);
+            lock.remove_record()
+        }
+    }
+
+    #[test]
+    fn a_claim_is_free_refused_or_stale_by_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf(), "VF");
+        let key = vf("0000:01:10.0");
+        let claim = |found: &'static str| {
+            store.claim::<_, _, Rec>(key, "deviceID", "VF x", || Ok(found.to_string()))
+        };
+        // No record: free, as `find` found it.
+        let free = claim("free").unwrap();
+        assert_eq!(free.key(), &key);
+        let driver = Counting::default();
+        let host = Netlink::current().unwrap();
+        let never = || -> Result<String, CniError> { panic!("not looked for again") };
+        assert_eq!(free.device(&driver, &host, never).unwrap(), "free");
+        assert_eq!(driver.0.get(), 0);
+        drop(free);
+        // An owner whose namespace exists (this thread's): code 11.
+        let mut live = record("ctr1");
+        live.netns = "/proc/self/ns/net".into();
+        store.lock(key).unwrap().write_record(&live).unwrap();
+        let e = claim("unused").unwrap_err();
+        assert_eq!(e.code, ErrorCode::TryAgainLater);
+        assert!(
+            e.details
+                .starts_with("deviceID: VF x is in use by container ctr1"),
+            "{e}"
+        );
+        // An owner whose namespace is gone: given back, then found again.
+        let mut stale = record("ctr2");
+        stale.netns = dir.path().join("gone");
+        store.lock(key).unwrap().write_record(&stale).unwrap();
+        let claimed = claim("unused").unwrap();
+        let found = claimed.device(&driver, &host, || Ok("again".to_string()));
+        assert_eq!(found.unwrap(), "again");
+        assert_eq!(driver.0.get(), 1);
+        assert_eq!(claimed.lock.read_record::<Rec>().unwrap(), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use plexus_cni::skel::Request;
 use serde::{Deserialize, Serialize};
 
 use super::attachment::Attach;
-use super::common::{sys, sys_error, DnsConf};
+use super::common::{self, check_failed, sys, sys_error, DnsConf};
 use crate::mac::MacAddr;
 use crate::netlink::{Link, LinkUpdate, Netlink};
 use crate::netns::NetNs;
@@ -128,7 +128,7 @@ pub(crate) fn move_into_pod(
 /// The netdev of device `parent` (its IFLA_PARENT_DEV_NAME: a PCI address,
 /// a virtio device), found in the pod by device (CNI_IFNAME may be another
 /// device: an ADD that found the name taken).
-pub(crate) fn pod_netdev(at: &Attach<'_>, parent: &str) -> Result<Option<Link>, CniError> {
+fn pod_netdev(at: &Attach<'_>, parent: &str) -> Result<Option<Link>, CniError> {
     let links = at.pod.links().map_err(sys("list the container's links"))?;
     Ok(links
         .into_iter()
@@ -215,6 +215,31 @@ pub(crate) fn return_netdev(
         .map_err(sys(format_args!(
             "give back {what}'s netdev its MAC and MTU"
         )))
+}
+
+/// CHECK of the pod's CNI_IFNAME: the netdev of device `parent` (`what`
+/// in messages: "VF 0000:01:10.2"), with the MAC, addresses and routes of
+/// `prev`.
+pub(crate) fn check_pod_netdev(
+    at: &Attach<'_>,
+    prev: &CniResult,
+    parent: &str,
+    what: impl Display,
+) -> Result<(), CniError> {
+    let entry = common::prev_container_interface(prev, at)?;
+    let link = at
+        .pod
+        .link_by_name(&at.ifname)
+        .map_err(sys(format_args!("look up {}", at.ifname)))?
+        .ok_or_else(|| check_failed(format!("container interface {} not found", at.ifname)))?;
+    if link.parent_device.as_deref() != Some(parent) {
+        return Err(check_failed(format!(
+            "container interface {} is not {what}",
+            at.ifname
+        )));
+    }
+    common::check_mac(&link, entry, "container")?;
+    common::check_ips_and_routes(at, &link, prev)
 }
 
 /// The result for a device without netdev (an SR-IOV VF in DPDK mode, a

@@ -49,9 +49,9 @@ use plexus_cni::skel::Request;
 use self::conf::Conf;
 use self::record::Record;
 use super::attachment::Attach;
-use super::common::{self, check_failed, mismatch, sys, sys_error, IpamRef};
+use super::common::{check_failed, mismatch, sys, sys_error, IpamRef};
 use super::interface::InterfaceDriver;
-use super::ownership::{self, namespace_exists, DeviceLock, Owner, Store};
+use super::ownership::{Claim, DeviceLock, GiveBack, Owner, Store};
 use super::passthrough::{self, Found, Poll};
 use super::stacked;
 use super::undo::Undo;
@@ -98,25 +98,16 @@ struct Vf {
     netdev: Option<Link>,
 }
 
-/// Where an ADD starts from.
-#[derive(Debug)]
-enum Start {
-    Free(Vf),
-    /// The record of an owner whose namespace is gone: given back first.
-    Stale(Record),
-}
-
-/// What [`Sriov::prepare`] finds, with the VF's lock held until the ADD
-/// (and its undoing) is over.
 /// A VF's lock: VFs are known by their PCI address.
 type VfLock = DeviceLock<PciAddress>;
 
+/// What [`Sriov::prepare`] finds, with the VF claimed (its lock held until
+/// the ADD and its undoing are over).
 #[derive(Debug)]
 pub(crate) struct Prepared {
-    lock: VfLock,
+    claim: Claim<PciAddress, Vf, Record>,
     pf: Link,
     settings: VfSettings,
-    start: Start,
 }
 
 /// What [`Sriov::create`] made: what the result and device-info need.
@@ -196,11 +187,37 @@ impl Sriov {
         Ok(Vf { info, netdev })
     }
 
-    /// Give the VF of `record` back as it was before its owner's ADD, then
-    /// remove the record. `pod` is the owner's namespace when it still
-    /// exists. Works from any point of a half-done ADD: it sends only the
-    /// PF-side settings that differ from the saved ones, and finds the
-    /// netdev wherever it is.
+    /// The VF's netdev in the host, waiting (bounded) while the kernel
+    /// brings it back from a namespace being destroyed. `None` when the VF
+    /// is gone or has no netdev driver any more.
+    fn host_netdev(&self, address: PciAddress, host: &Netlink) -> Result<Option<Link>, CniError> {
+        passthrough::wait_for_netdev(format_args!("VF {address}"), || {
+            let vf = match self.sysfs.virtual_function(address) {
+                Ok(vf) => vf,
+                Err(e) if vanished(&e) => return Ok(Poll::Ready(None)),
+                Err(e) => return Err(sys_error(format_args!("VF {address}"), e)),
+            };
+            Ok(match &vf.netdev {
+                Some(name) => match host
+                    .link_by_name(name)
+                    .map_err(sys(format_args!("look up VF {address}'s netdev {name}")))?
+                {
+                    Some(link) => Poll::Ready(Some(link)),
+                    None => Poll::Pending,
+                },
+                None if vf.driver.is_none() || vf.has_userspace_driver() => Poll::Ready(None),
+                None => Poll::Pending,
+            })
+        })
+    }
+}
+
+impl GiveBack for Sriov {
+    type Key = PciAddress;
+    type Record = Record;
+
+    /// Sends only the PF-side settings that differ from the saved ones, and
+    /// finds the netdev wherever it is.
     fn give_back(
         &self,
         lock: &VfLock,
@@ -245,30 +262,6 @@ impl Sriov {
         }
         lock.remove_record()
     }
-
-    /// The VF's netdev in the host, waiting (bounded) while the kernel
-    /// brings it back from a namespace being destroyed. `None` when the VF
-    /// is gone or has no netdev driver any more.
-    fn host_netdev(&self, address: PciAddress, host: &Netlink) -> Result<Option<Link>, CniError> {
-        passthrough::wait_for_netdev(format_args!("VF {address}"), || {
-            let vf = match self.sysfs.virtual_function(address) {
-                Ok(vf) => vf,
-                Err(e) if vanished(&e) => return Ok(Poll::Ready(None)),
-                Err(e) => return Err(sys_error(format_args!("VF {address}"), e)),
-            };
-            Ok(match &vf.netdev {
-                Some(name) => match host
-                    .link_by_name(name)
-                    .map_err(sys(format_args!("look up VF {address}'s netdev {name}")))?
-                {
-                    Some(link) => Poll::Ready(Some(link)),
-                    None => Poll::Pending,
-                },
-                None if vf.driver.is_none() || vf.has_userspace_driver() => Poll::Ready(None),
-                None => Poll::Pending,
-            })
-        })
-    }
 }
 
 impl InterfaceDriver for Sriov {
@@ -300,23 +293,16 @@ impl InterfaceDriver for Sriov {
                 ),
             )
         })?;
-        let lock = self.store(conf.data_dir.as_deref()).lock(conf.device)?;
-        let start = match lock.read_record::<Record>()? {
-            None => Start::Free(self.find(conf, info, at.host)?),
-            Some(record) if namespace_exists(&record.netns)? => {
-                return Err(ownership::in_use(
-                    conf.device_key,
-                    format_args!("VF {}", conf.device),
-                    &record,
-                ));
-            }
-            Some(record) => Start::Stale(record),
-        };
+        let claim = self.store(conf.data_dir.as_deref()).claim(
+            conf.device,
+            conf.device_key,
+            format_args!("VF {}", conf.device),
+            || self.find(conf, info, at.host),
+        )?;
         Ok(Prepared {
-            lock,
+            claim,
             settings: conf.pf_settings(pf.infiniband),
             pf,
-            start,
         })
     }
 
@@ -329,18 +315,13 @@ impl InterfaceDriver for Sriov {
         undo: &mut Undo<'a>,
     ) -> Result<Made, CniError> {
         let host = at.host;
-        let lock = &prepared.lock;
-        let vf = match &prepared.start {
-            Start::Free(vf) => vf.clone(),
-            Start::Stale(record) => {
-                self.give_back(lock, record, host, None)?;
-                let info = self
-                    .sysfs
-                    .virtual_function(conf.device)
-                    .map_err(|e| device_error(conf, e))?;
-                self.find(conf, info, host)?
-            }
-        };
+        let vf = prepared.claim.device(self, host, || {
+            let info = self
+                .sysfs
+                .virtual_function(conf.device)
+                .map_err(|e| device_error(conf, e))?;
+            self.find(conf, info, host)
+        })?;
         let (pf, index) = (&prepared.pf, vf.info.index);
         let mut saved = host
             .vf_state(pf.index, index)
@@ -381,10 +362,8 @@ impl InterfaceDriver for Sriov {
             applied: prepared.settings.clone(),
             found,
         };
-        lock.write_record(&record)?;
-        undo.push(format!("taking VF {}", conf.device), move || {
-            self.give_back(lock, &record, host, Some(at))
-        });
+        let what = format_args!("VF {}", conf.device);
+        prepared.claim.take(self, record, what, at, undo)?;
 
         let pod_link = match &vf.netdev {
             Some(netdev) => Some(passthrough::move_into_pod(
@@ -436,33 +415,10 @@ impl InterfaceDriver for Sriov {
         prev: &CniResult,
     ) -> Result<(), CniError> {
         let lock = self.store(conf.data_dir.as_deref()).lock(conf.device)?;
-        let owner = Owner::of(req)?;
-        let record = lock
-            .read_record::<Record>()?
-            .filter(|r| r.owner == owner)
-            .ok_or_else(|| {
-                check_failed(format!(
-                    "VF {}: no record gives it to container {} as {}",
-                    conf.device, owner.container_id, owner.ifname
-                ))
-            })?;
+        let record: Record = lock.record_for(req, format_args!("VF {}", conf.device))?;
         if !record.is_dpdk() {
-            let entry = common::prev_container_interface(prev, at)?;
-            let link = at
-                .pod
-                .link_by_name(&at.ifname)
-                .map_err(sys(format_args!("look up {}", at.ifname)))?
-                .ok_or_else(|| {
-                    check_failed(format!("container interface {} not found", at.ifname))
-                })?;
-            if link.parent_device != Some(conf.device.to_string()) {
-                return Err(check_failed(format!(
-                    "container interface {} is not VF {}",
-                    at.ifname, conf.device
-                )));
-            }
-            common::check_mac(&link, entry, "container")?;
-            common::check_ips_and_routes(at, &link, prev)?;
+            let vf = format_args!("VF {}", conf.device);
+            passthrough::check_pod_netdev(at, prev, &conf.device.to_string(), vf)?;
         }
         let info = self
             .sysfs
@@ -501,10 +457,7 @@ impl InterfaceDriver for Sriov {
     ) -> Result<(), CniError> {
         let keys = conf::del_keys(req);
         let store = self.store(keys.data_dir.as_deref());
-        match store.owned_by::<PciAddress, Record>(keys.device, &Owner::of(req)?)? {
-            Some((lock, record)) => self.give_back(&lock, &record, host, at),
-            None => Ok(()),
-        }
+        self.give_back_owned(&store, keys.device, req, host, at)
     }
 }
 

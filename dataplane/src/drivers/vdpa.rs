@@ -41,9 +41,9 @@ use serde::{Deserialize, Serialize};
 
 use self::conf::{Conf, Device};
 use super::attachment::Attach;
-use super::common::{self, check_failed, sys, sys_error, IpamRef};
+use super::common::{check_failed, sys, sys_error, IpamRef};
 use super::interface::InterfaceDriver;
-use super::ownership::{self, namespace_exists, DeviceLock, Owned, Owner, Store};
+use super::ownership::{Claim, DeviceLock, GiveBack, Owned, Owner, Store};
 use super::passthrough::{self, Found, Poll};
 use super::stacked;
 use super::undo::Undo;
@@ -112,21 +112,13 @@ enum Bound {
     Vhost { path: PathBuf, mac: Option<MacAddr> },
 }
 
-#[derive(Debug)]
-enum Start {
-    Free(Bound),
-    /// The record of an owner whose namespace is gone: given back first.
-    Stale(Record),
-}
-
-/// What [`Vdpa::prepare`] finds, with the device's lock held until the ADD
-/// (and its undoing) is over.
+/// What [`Vdpa::prepare`] finds, with the device claimed (its lock held
+/// until the ADD and its undoing are over).
 #[derive(Debug)]
 pub(crate) struct Prepared {
-    lock: DeviceLock<String>,
+    claim: Claim<String, Bound, Record>,
     /// The PCI device it sits on (its management device on the `pci` bus).
     pci: Option<PciAddress>,
-    start: Start,
 }
 
 /// What [`Vdpa::create`] made.
@@ -187,8 +179,14 @@ impl Vdpa {
     }
 
     /// How the device is bound now, with its netdev in the host or its
-    /// character device.
-    fn bound(&self, conf: &Conf, name: &str, host: &Netlink) -> Result<Bound, CniError> {
+    /// character device (whose MAC and MTU `genl` reads).
+    fn bound(
+        &self,
+        conf: &Conf,
+        name: &str,
+        host: &Netlink,
+        genl: &VdpaNetlink,
+    ) -> Result<Bound, CniError> {
         let key = conf.device_key;
         let dev = self
             .sysfs_device(name)?
@@ -227,7 +225,7 @@ impl Vdpa {
                         "bound to vhost_vdpa, but sysfs shows no vhost-vdpa-N device",
                     )
                 })?;
-                let config = open_genl(key)?
+                let config = genl
                     .net_config(name)
                     .map_err(sys(format_args!("vDPA device {name}")))?
                     .unwrap_or_default();
@@ -259,8 +257,40 @@ impl Vdpa {
         }
     }
 
-    /// Give the device of `record` back, then remove the record. `pod` is
-    /// the owner's namespace when it still exists.
+    /// The device's netdev in the host, waiting while the kernel brings it
+    /// back; `None` when the device is gone or bound elsewhere now.
+    fn host_netdev(
+        &self,
+        name: &str,
+        virtio: &str,
+        host: &Netlink,
+    ) -> Result<Option<Link>, CniError> {
+        passthrough::wait_for_netdev(format_args!("vDPA device {name}"), || {
+            let Some(dev) = self.sysfs_device(name)? else {
+                return Ok(Poll::Ready(None));
+            };
+            if dev.virtio.as_deref() != Some(virtio) {
+                return Ok(Poll::Ready(None));
+            }
+            for netdev in &dev.netdevs {
+                if let Some(link) = host
+                    .link_by_name(netdev)
+                    .map_err(sys(format_args!("look up {netdev}")))?
+                {
+                    return Ok(Poll::Ready(Some(link)));
+                }
+            }
+            Ok(Poll::Pending)
+        })
+    }
+}
+
+impl GiveBack for Vdpa {
+    type Key = String;
+    type Record = Record;
+
+    /// A `virtio_vdpa` device's netdev comes home; a `vhost_vdpa` one has
+    /// nothing to give back.
     fn give_back(
         &self,
         lock: &DeviceLock<String>,
@@ -290,33 +320,6 @@ impl Vdpa {
             )?;
         }
         lock.remove_record()
-    }
-
-    /// The device's netdev in the host, waiting while the kernel brings it
-    /// back; `None` when the device is gone or bound elsewhere now.
-    fn host_netdev(
-        &self,
-        name: &str,
-        virtio: &str,
-        host: &Netlink,
-    ) -> Result<Option<Link>, CniError> {
-        passthrough::wait_for_netdev(format_args!("vDPA device {name}"), || {
-            let Some(dev) = self.sysfs_device(name)? else {
-                return Ok(Poll::Ready(None));
-            };
-            if dev.virtio.as_deref() != Some(virtio) {
-                return Ok(Poll::Ready(None));
-            }
-            for netdev in &dev.netdevs {
-                if let Some(link) = host
-                    .link_by_name(netdev)
-                    .map_err(sys(format_args!("look up {netdev}")))?
-                {
-                    return Ok(Poll::Ready(Some(link)));
-                }
-            }
-            Ok(Poll::Pending)
-        })
     }
 }
 
@@ -355,7 +358,8 @@ impl InterfaceDriver for Vdpa {
     fn prepare(&self, _req: &Request, conf: &Conf, at: &Attach<'_>) -> Result<Prepared, CniError> {
         let key = conf.device_key;
         let name = self.resolve(conf)?;
-        let dev = open_genl(key)?
+        let genl = open_genl(key)?;
+        let dev = genl
             .device(&name)
             .map_err(sys(format_args!("vDPA device {name}")))?
             .ok_or_else(|| CniError::invalid_config(key, format!("no vDPA device {name}")))?;
@@ -373,19 +377,13 @@ impl InterfaceDriver for Vdpa {
             Some("pci") => PciAddress::parse(&dev.mgmt_dev).ok(),
             _ => None,
         };
-        let lock = self.store(conf.data_dir.as_deref()).lock(name.clone())?;
-        let start = match lock.read_record::<Record>()? {
-            None => Start::Free(self.bound(conf, &name, at.host)?),
-            Some(record) if namespace_exists(&record.netns)? => {
-                return Err(ownership::in_use(
-                    key,
-                    format_args!("vDPA device {name}"),
-                    &record,
-                ));
-            }
-            Some(record) => Start::Stale(record),
-        };
-        Ok(Prepared { lock, pci, start })
+        let claim = self.store(conf.data_dir.as_deref()).claim(
+            name.clone(),
+            key,
+            format_args!("vDPA device {name}"),
+            || self.bound(conf, &name, at.host, &genl),
+        )?;
+        Ok(Prepared { claim, pci })
     }
 
     fn create<'a>(
@@ -397,15 +395,10 @@ impl InterfaceDriver for Vdpa {
         undo: &mut Undo<'a>,
     ) -> Result<Made, CniError> {
         let host = at.host;
-        let lock = &prepared.lock;
-        let name = lock.key();
-        let bound = match &prepared.start {
-            Start::Free(bound) => bound.clone(),
-            Start::Stale(record) => {
-                self.give_back(lock, record, host, None)?;
-                self.bound(conf, name, host)?
-            }
-        };
+        let name = prepared.claim.key();
+        let bound = prepared.claim.device(self, host, || {
+            self.bound(conf, name, host, &open_genl(conf.device_key)?)
+        })?;
         let (virtio, found) = match &bound {
             Bound::Virtio { virtio, netdev } => (
                 Some(virtio.clone()),
@@ -423,10 +416,8 @@ impl InterfaceDriver for Vdpa {
             virtio,
             found,
         };
-        lock.write_record(&record)?;
-        undo.push(format!("taking vDPA device {name}"), move || {
-            self.give_back(lock, &record, host, Some(at))
-        });
+        let what = format_args!("vDPA device {name}");
+        prepared.claim.take(self, record, what, at, undo)?;
         let pod_link = match &bound {
             Bound::Virtio { netdev, .. } => Some(passthrough::move_into_pod(
                 format_args!("vDPA device {name}"),
@@ -479,16 +470,7 @@ impl InterfaceDriver for Vdpa {
     ) -> Result<(), CniError> {
         let name = self.resolve(conf)?;
         let lock = self.store(conf.data_dir.as_deref()).lock(name.clone())?;
-        let owner = Owner::of(req)?;
-        let record = lock
-            .read_record::<Record>()?
-            .filter(|r| r.owner == owner)
-            .ok_or_else(|| {
-                check_failed(format!(
-                    "vDPA device {name}: no record gives it to container {} as {}",
-                    owner.container_id, owner.ifname
-                ))
-            })?;
+        let record: Record = lock.record_for(req, format_args!("vDPA device {name}"))?;
         let Some(virtio) = &record.virtio else {
             let dev = self.sysfs_device(&name)?;
             return match dev.and_then(|d| d.vhost) {
@@ -498,20 +480,8 @@ impl InterfaceDriver for Vdpa {
                 ))),
             };
         };
-        let entry = common::prev_container_interface(prev, at)?;
-        let link = at
-            .pod
-            .link_by_name(&at.ifname)
-            .map_err(sys(format_args!("look up {}", at.ifname)))?
-            .ok_or_else(|| check_failed(format!("container interface {} not found", at.ifname)))?;
-        if link.parent_device.as_deref() != Some(virtio.as_str()) {
-            return Err(check_failed(format!(
-                "container interface {} is not vDPA device {name}'s netdev ({virtio})",
-                at.ifname
-            )));
-        }
-        common::check_mac(&link, entry, "container")?;
-        common::check_ips_and_routes(at, &link, prev)
+        let netdev = format_args!("vDPA device {name}'s netdev ({virtio})");
+        passthrough::check_pod_netdev(at, prev, virtio, netdev)
     }
 
     /// device-info-SPEC §3.1.4: the vDPA device, its driver and path, and
@@ -546,9 +516,6 @@ impl InterfaceDriver for Vdpa {
     ) -> Result<(), CniError> {
         let keys = conf::del_keys(req);
         let store = self.store(keys.data_dir.as_deref());
-        match store.owned_by::<String, Record>(keys.name, &Owner::of(req)?)? {
-            Some((lock, record)) => self.give_back(&lock, &record, host, at),
-            None => Ok(()),
-        }
+        self.give_back_owned(&store, keys.device, req, host, at)
     }
 }

@@ -153,6 +153,13 @@ impl Target {
     }
 }
 
+/// A new pod namespace and the attachment `net1` of `container_id` in it.
+pub fn new_pod(container_id: &str) -> (TestNs, Target) {
+    let ns = TestNs::new();
+    let t = Target::new(container_id, &ns, "net1");
+    (ns, t)
+}
+
 pub fn netns_path(ns: &TestNs) -> PathBuf {
     PathBuf::from(format!("/var/run/netns/{}", ns.name))
 }
@@ -171,6 +178,38 @@ pub fn request(command: CniCommand, t: &Target, config: &Value) -> Request {
         panic!("config must be an object")
     };
     Request::from_config(env, map).unwrap_or_else(|e| panic!("request: {e}"))
+}
+
+/// `base` (an object) with the keys of `extra` set over it.
+pub fn with_keys(mut base: Value, extra: &Value) -> Value {
+    for (k, v) in extra.as_object().unwrap() {
+        base[k] = v.clone();
+    }
+    base
+}
+
+/// The `ipam` section of the test IPAM giving out `address`.
+pub fn ipam(address: &str) -> Value {
+    json!({"type": IPAM, "addresses": [{"address": address}]})
+}
+
+/// A path for `runtimeConfig.CNIDeviceInfoFile` in a new temp directory
+/// (removed when the returned handle drops).
+pub fn device_info_file() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    // A name plexus could give it (deviceinfo::check_cni_file).
+    let file = dir.path().join("ns-net-ctr-net1-device.json");
+    (dir, file)
+}
+
+/// `e` has `code` and its details contain `details`.
+pub fn assert_code(e: &CniError, code: ErrorCode, details: &str) {
+    assert_eq!(e.code, code, "{e:?}");
+    assert!(
+        e.details.contains(details),
+        "{details:?} not in {:?}",
+        e.details
+    );
 }
 
 /// `config` with `prevResult` set to `result` (in the config's version).

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::super::common::{self, DnsConf, IpamRef};
+use super::super::ownership::DelKeys;
 use crate::netlink::{Guid, VfLinkState, VfSettings, VfVlan, VlanProto};
 use crate::pci::PciAddress;
 
@@ -122,14 +123,6 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
     })
 }
 
-/// What DEL reads: the VF and the data directory, leniently (a DEL must work
-/// for a configuration ADD refused; what cannot be read is `None`).
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct DelKeys {
-    pub device: Option<PciAddress>,
-    pub data_dir: Option<PathBuf>,
-}
-
 #[derive(Debug, Default, Deserialize)]
 struct RawDelKeys {
     #[serde(rename = "deviceID")]
@@ -138,18 +131,15 @@ struct RawDelKeys {
     data_dir: Option<Value>,
 }
 
-pub(crate) fn del_keys(req: &Request) -> DelKeys {
+/// What DEL reads: the VF (`runtimeConfig.deviceID`, else `deviceID`) and
+/// the data directory.
+pub(crate) fn del_keys(req: &Request) -> DelKeys<PciAddress> {
     let c: RawDelKeys = common::decode_config(req).unwrap_or_default();
-    fn text(v: Option<&Value>) -> Option<&str> {
-        v.and_then(Value::as_str).filter(|s| !s.is_empty())
-    }
-    let device = text(req.runtime_config.get("deviceID"))
-        .or(text(c.device_id.as_ref()))
-        .and_then(|d| PciAddress::parse(d).ok());
-    DelKeys {
-        device,
-        data_dir: text(c.data_dir.as_ref()).map(PathBuf::from),
-    }
+    DelKeys::read(
+        &[req.runtime_config.get("deviceID"), c.device_id.as_ref()],
+        c.data_dir.as_ref(),
+        |d| PciAddress::parse(d).ok(),
+    )
 }
 
 /// `vlan`, `vlanQoS`, `vlanProto`: the QoS and protocol only with a VLAN,
@@ -268,21 +258,17 @@ fn rates(min: Option<i64>, max: Option<i64>) -> Result<(Option<u32>, Option<u32>
 
 #[cfg(test)]
 mod tests {
-    use plexus_cni::error::ErrorCode;
     use serde_json::json;
 
     use super::*;
 
     /// `config` over a minimal one naming a VF.
     fn request(config: Value, args: &str) -> Request {
-        let mut c = json!({
+        let base = json!({
             "cniVersion": "1.0.0", "name": "sriov-net", "type": "sriov",
             "deviceID": "0000:01:10.0",
         });
-        for (k, v) in config.as_object().unwrap() {
-            c[k] = v.clone();
-        }
-        common::unit_test_request(c, args)
+        common::unit_test_request(common::unit_test_config(base, &config), args)
     }
 
     fn parsed(config: Value) -> Conf {
@@ -291,14 +277,7 @@ mod tests {
 
     /// The error for `config`: code 7, details starting with `key: `.
     fn refused(config: Value, key: &str) -> String {
-        let e = parse(&request(config.clone(), "")).expect_err(&config.to_string());
-        assert_eq!(e.code, ErrorCode::InvalidConfig, "{config}: {e}");
-        assert!(
-            e.details.starts_with(&format!("{key}: ")),
-            "{config}: {}",
-            e.details
-        );
-        e.details
+        common::unit_test_refused(parse(&request(config.clone(), "")), &config, key)
     }
 
     fn addr(s: &str) -> PciAddress {

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::super::common::{self, DnsConf, IpamRef};
+use super::super::ownership::DelKeys;
 use crate::mac::MacAddr;
 use crate::pci::PciAddress;
 
@@ -150,16 +151,6 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
     })
 }
 
-/// What DEL reads, leniently (a DEL must work for a configuration ADD
-/// refused): the device's name when the configuration gives it, and the
-/// data directory. Without a name, DEL finds the attachment's device by
-/// its record.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct DelKeys {
-    pub name: Option<String>,
-    pub data_dir: Option<PathBuf>,
-}
-
 #[derive(Debug, Default, Deserialize)]
 struct RawDelKeys {
     #[serde(rename = "vdpaDevice")]
@@ -168,32 +159,25 @@ struct RawDelKeys {
     data_dir: Option<Value>,
 }
 
-pub(crate) fn del_keys(req: &Request) -> DelKeys {
+/// What DEL reads: the device's name when the configuration gives it
+/// (`vdpaDevice`; without it, DEL finds the attachment's device by its
+/// record), and the data directory.
+pub(crate) fn del_keys(req: &Request) -> DelKeys<String> {
     let c: RawDelKeys = common::decode_config(req).unwrap_or_default();
-    let text = |v: Option<&Value>| {
-        v.and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-    };
-    DelKeys {
-        name: text(c.vdpa_device.as_ref()).and_then(|n| device_name(VDPA_DEVICE, &n).ok()),
-        data_dir: text(c.data_dir.as_ref()).map(PathBuf::from),
-    }
+    DelKeys::read(&[c.vdpa_device.as_ref()], c.data_dir.as_ref(), |n| {
+        device_name(VDPA_DEVICE, n).ok()
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use plexus_cni::error::ErrorCode;
     use serde_json::json;
 
     use super::*;
 
     fn request(config: Value, args: &str) -> Request {
-        let mut c = json!({"cniVersion": "1.0.0", "name": "vdpa-net", "type": "vdpa"});
-        for (k, v) in config.as_object().unwrap() {
-            c[k] = v.clone();
-        }
-        common::unit_test_request(c, args)
+        let base = json!({"cniVersion": "1.0.0", "name": "vdpa-net", "type": "vdpa"});
+        common::unit_test_request(common::unit_test_config(base, &config), args)
     }
 
     fn parsed(config: Value) -> Conf {
@@ -202,14 +186,7 @@ mod tests {
 
     /// The error for `config`: code 7, details starting with `key: `.
     fn refused(config: Value, key: &str) -> String {
-        let e = parse(&request(config.clone(), "")).expect_err(&config.to_string());
-        assert_eq!(e.code, ErrorCode::InvalidConfig, "{config}: {e}");
-        assert!(
-            e.details.starts_with(&format!("{key}: ")),
-            "{config}: {}",
-            e.details
-        );
-        e.details
+        common::unit_test_refused(parse(&request(config.clone(), "")), &config, key)
     }
 
     #[test]
@@ -320,7 +297,7 @@ mod tests {
         assert_eq!(
             keys(json!({"vdpaDevice": "vdpa1", "dataDir": "/tmp/d"})),
             DelKeys {
-                name: Some("vdpa1".into()),
+                device: Some("vdpa1".into()),
                 data_dir: Some("/tmp/d".into())
             }
         );
@@ -328,6 +305,6 @@ mod tests {
             keys(json!({"vdpaDevice": "../x", "dataDir": 5, "mtu": "x"})),
             DelKeys::default()
         );
-        assert_eq!(keys(json!({"deviceID": "0000:03:00.2"})).name, None);
+        assert_eq!(keys(json!({"deviceID": "0000:03:00.2"})).device, None);
     }
 }
