@@ -290,6 +290,30 @@ impl Store {
         })
     }
 
+    /// `prepare`'s ownership step for device `key` (`what` in messages,
+    /// `conf_key` the configuration key naming it): lock it and read its
+    /// record. Without one the device is free, as `find` finds it; an owner
+    /// whose namespace still exists is refused ([`in_use`], code 11); one
+    /// whose namespace is gone leaves a device for `create` to give back
+    /// first ([`Claim::device`]).
+    pub fn claim<K: DeviceKey, F, R: Owned>(
+        &self,
+        key: K,
+        conf_key: &str,
+        what: impl Display,
+        find: impl FnOnce() -> Result<F, CniError>,
+    ) -> Result<Claim<K, F, R>, CniError> {
+        let lock = self.lock(key)?;
+        let start = match lock.read_record::<R>()? {
+            None => Start::Free(find()?),
+            Some(record) if namespace_exists(record.netns())? => {
+                return Err(in_use(conf_key, what, &record));
+            }
+            Some(record) => Start::Stale(record),
+        };
+        Ok(Claim { lock, start })
+    }
+
     /// The device whose record names `owner`, if any: for a DEL whose
     /// configuration does not say (records are replaced whole, so reading
     /// one without its lock is safe; the caller locks and reads it again).
@@ -359,29 +383,6 @@ pub(crate) struct DeviceLock<K> {
 impl<K: DeviceKey> DeviceLock<K> {
     pub fn key(&self) -> &K {
         &self.key
-    }
-
-    /// `prepare`'s ownership step, under this lock (`what` names the
-    /// device in messages, `conf_key` the configuration key naming it):
-    /// read its record. Without one the device is free, as `find` finds it
-    /// now that no other ADD or DEL can touch it; an owner whose namespace
-    /// still exists is refused ([`in_use`], code 11); one whose namespace is
-    /// gone leaves a device for `create` to give back first
-    /// ([`Claim::device`]).
-    pub fn claim<F, R: Owned>(
-        self,
-        conf_key: &str,
-        what: impl Display,
-        find: impl FnOnce() -> Result<F, CniError>,
-    ) -> Result<Claim<K, F, R>, CniError> {
-        let start = match self.read_record::<R>()? {
-            None => Start::Free(find()?),
-            Some(record) if namespace_exists(record.netns())? => {
-                return Err(in_use(conf_key, what, &record));
-            }
-            Some(record) => Start::Stale(record),
-        };
-        Ok(Claim { lock: self, start })
     }
 
     pub fn read_record<R: Owned>(&self) -> Result<Option<R>, CniError> {
@@ -578,8 +579,7 @@ mod tests {
         let store = Store::new(dir.path().to_path_buf(), "VF");
         let key = vf("0000:01:10.0");
         let claim = |found: &'static str| {
-            let lock = store.lock(key).unwrap();
-            lock.claim::<_, Rec>("deviceID", "VF x", || Ok(found.to_string()))
+            store.claim::<_, _, Rec>(key, "deviceID", "VF x", || Ok(found.to_string()))
         };
         // No record: free, as `find` found it.
         let free = claim("free").unwrap();

@@ -280,9 +280,6 @@ impl InterfaceDriver for Sriov {
     }
 
     fn prepare(&self, _req: &Request, conf: &Conf, at: &Attach<'_>) -> Result<Prepared, CniError> {
-        // The VF is read under its lock: a DEL of its previous owner that
-        // finishes meanwhile cannot leave it looking taken by another.
-        let lock = self.store(conf.data_dir.as_deref()).lock(conf.device)?;
         let info = self
             .sysfs
             .virtual_function(conf.device)
@@ -296,9 +293,12 @@ impl InterfaceDriver for Sriov {
                 ),
             )
         })?;
-        let claim = lock.claim(conf.device_key, format_args!("VF {}", conf.device), || {
-            self.find(conf, info, at.host)
-        })?;
+        let claim = self.store(conf.data_dir.as_deref()).claim(
+            conf.device,
+            conf.device_key,
+            format_args!("VF {}", conf.device),
+            || self.find(conf, info, at.host),
+        )?;
         Ok(Prepared {
             claim,
             settings: conf.pf_settings(pf.infiniband),

@@ -377,10 +377,12 @@ impl InterfaceDriver for Vdpa {
             Some("pci") => PciAddress::parse(&dev.mgmt_dev).ok(),
             _ => None,
         };
-        let lock = self.store(conf.data_dir.as_deref()).lock(name.clone())?;
-        let claim = lock.claim(key, format_args!("vDPA device {name}"), || {
-            self.bound(conf, &name, at.host, &genl)
-        })?;
+        let claim = self.store(conf.data_dir.as_deref()).claim(
+            name.clone(),
+            key,
+            format_args!("vDPA device {name}"),
+            || self.bound(conf, &name, at.host, &genl),
+        )?;
         Ok(Prepared { claim, pci })
     }
 
