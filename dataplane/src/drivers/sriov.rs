@@ -297,7 +297,19 @@ impl InterfaceDriver for Sriov {
             conf.device,
             conf.device_key,
             format_args!("VF {}", conf.device),
-            || self.find(conf, info, at.host),
+            || {
+                // `info` was read before the lock (a refused device leaves no
+                // lock file): a VF that looked taken then may have come home
+                // since, with its previous owner's DEL. Read it again.
+                let info = if info.netdev.is_none() && !info.has_userspace_driver() {
+                    self.sysfs
+                        .virtual_function(conf.device)
+                        .map_err(|e| device_error(conf, e))?
+                } else {
+                    info
+                };
+                self.find(conf, info, at.host)
+            },
         )?;
         Ok(Prepared {
             claim,
