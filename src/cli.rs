@@ -48,6 +48,10 @@ enum Command {
     /// DaemonSet's entrypoint): install the binary, write a kubeconfig and
     /// 00-plexus.conflist around the cluster network's conf.
     Install(InstallArgs),
+    /// Serve the node's CNI calls on a unix socket (thick mode): the
+    /// runtime's exec of plexus forwards to it when the conf names the
+    /// socket (`daemonSocket`).
+    Daemon(DaemonArgs),
     /// Print plexus's version and the spec versions it speaks.
     Version,
 }
@@ -95,6 +99,35 @@ struct InstallArgs {
     /// On SIGTERM/SIGINT, remove 00-plexus.conflist.
     #[arg(long)]
     cleanup: bool,
+}
+
+#[derive(clap::Args)]
+struct DaemonArgs {
+    /// The socket to serve on; its directory is made root-only.
+    #[arg(long, default_value = "/run/plexus/plexus.sock")]
+    socket: PathBuf,
+    /// The API server to watch and write to (calls whose conf names a
+    /// kubeconfig use this one).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// The node served: its pods are cached, other nodes' pods refused.
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    node_name: Option<String>,
+    /// Where /metrics, /healthz and /readyz are served; "none" for nowhere.
+    #[arg(long, default_value = "127.0.0.1:9109", value_name = "ADDR:PORT")]
+    metrics_address: String,
+    /// Calls served at once; the rest wait their turn.
+    #[arg(long, default_value_t = 8)]
+    max_calls: usize,
+    /// Seconds one API request may take.
+    #[arg(long, default_value_t = 10.0)]
+    api_timeout: f64,
+    /// Seconds all tries of a network-status write may take.
+    #[arg(long, default_value_t = 20.0)]
+    api_status_timeout: f64,
+    /// Seconds SIGTERM waits for the calls in flight.
+    #[arg(long, default_value_t = 20.0)]
+    grace: f64,
 }
 
 #[derive(clap::Args)]
@@ -165,7 +198,7 @@ struct StatusArgs {
 pub fn main() -> i32 {
     let plugin_mode = std::env::var_os("CNI_COMMAND").is_some() && std::env::args_os().len() <= 1;
     if plugin_mode {
-        return crate::plugin::run_as_plugin();
+        return crate::daemon::shim::run();
     }
     let cli = Cli::parse();
     let (name, outcome) = match cli.command {
@@ -173,6 +206,7 @@ pub fn main() -> i32 {
         Command::Status(args) => ("status", run_status(&args)),
         Command::Demo => ("demo", crate::demo::run()),
         Command::Install(args) => ("install", run_install(&args)),
+        Command::Daemon(args) => ("daemon", run_daemon(&args)),
         Command::Version => ("version", Ok(version_text())),
     };
     match outcome {
@@ -249,6 +283,51 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
         installer.cleanup().map_err(failed)?;
         tracing::info!("removed {}", crate::install::CONFLIST_NAME);
     }
+    Ok(String::new())
+}
+
+fn run_daemon(args: &DaemonArgs) -> Result<String, CniError> {
+    use std::time::Duration;
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_writer(std::io::stderr)
+        .try_init();
+    let seconds = |flag: &str, s: f64| {
+        if s > 0.0 && s <= 3600.0 {
+            Ok(Duration::from_secs_f64(s))
+        } else {
+            Err(CniError::invalid_config(
+                flag,
+                format!("{s} is out of range (0, 3600]"),
+            ))
+        }
+    };
+    let metrics_address =
+        match args.metrics_address.as_str() {
+            "none" => None,
+            a => Some(a.parse().map_err(|e| {
+                CniError::invalid_config("--metrics-address", format!("{a:?}: {e}"))
+            })?),
+        };
+    let settings = crate::daemon::Settings {
+        socket: args.socket.clone(),
+        kubeconfig: args.kubeconfig.clone(),
+        node: args.node_name.clone().filter(|n| !n.is_empty()),
+        metrics_address,
+        max_calls: args.max_calls,
+        api_timeouts: crate::config::ApiTimeouts {
+            request: seconds("--api-timeout", args.api_timeout)?,
+            status_write: seconds("--api-status-timeout", args.api_status_timeout)?,
+        },
+        grace: seconds("--grace", args.grace)?,
+    };
+    crate::daemon::run(settings).map_err(|e| {
+        CniError::new(
+            crate::cni::error::ErrorCode::Io,
+            "daemon failed",
+            e.to_string(),
+        )
+    })?;
     Ok(String::new())
 }
 

@@ -86,6 +86,9 @@ pub struct PlexusConf {
     /// device-info-SPEC §4 (`deviceInfoDir`): the directory of the device
     /// plugins' files (`dp/`) and plexus's per-attachment copies (`cni/`).
     pub device_info_dir: PathBuf,
+    /// Thick mode (`daemonSocket`, `daemonFallback`, `daemonTimeout`): the
+    /// runtime's exec of plexus forwards the call to `plexus daemon`.
+    pub daemon: Option<DaemonClient>,
     pub log_file: Option<PathBuf>,
     pub log_level: Option<String>,
     /// Capabilities plexus asks the runtime for (passed on to the default network).
@@ -93,6 +96,30 @@ pub struct PlexusConf {
     /// What the runtime injected for those capabilities (§7.5: default network only).
     pub runtime_config: Map<String, Value>,
 }
+
+/// Where the shim finds the node daemon, and what it does without one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonClient {
+    /// The daemon's unix socket (`daemonSocket`).
+    pub socket: PathBuf,
+    /// `daemonFallback`: what a call does when the daemon cannot be reached.
+    pub fallback: DaemonFallback,
+    /// `daemonTimeout`: the longest a forwarded call waits for its answer.
+    pub timeout: Duration,
+}
+
+/// What the shim does when nothing listens on `daemonSocket`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DaemonFallback {
+    /// Run the call in this process, as without a daemon (the default).
+    Thin,
+    /// Fail with code 11 (try again later), naming the socket.
+    Fail,
+}
+
+/// A forwarded call's default bound: longer than an ADD's own waits
+/// (`readinessTimeout`, the API requests), short of hanging a runtime.
+pub const DEFAULT_DAEMON_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Multus writes `globalNamespaces` as one comma-separated string; a list is
 /// accepted too.
@@ -145,6 +172,9 @@ struct RawConf {
     pod_resources_socket: Option<String>,
     pod_resources_timeout: Option<f64>,
     device_info_dir: Option<String>,
+    daemon_socket: Option<String>,
+    daemon_fallback: Option<String>,
+    daemon_timeout: Option<f64>,
     log_file: Option<String>,
     log_level: Option<String>,
     capabilities: Option<BTreeMap<String, bool>>,
@@ -160,6 +190,37 @@ fn seconds(key: &str, v: Option<f64>) -> Result<Option<Duration>, CniError> {
             key,
             format!("{s} is out of range: give seconds, more than 0 and at most 3600"),
         )),
+    }
+}
+
+/// Thick mode's keys; `None` without `daemonSocket`.
+fn daemon_client(
+    socket: Option<String>,
+    fallback: Option<String>,
+    timeout: Option<f64>,
+) -> Result<Option<DaemonClient>, CniError> {
+    let fallback = match fallback.as_deref() {
+        None | Some("thin") => DaemonFallback::Thin,
+        Some("fail") => DaemonFallback::Fail,
+        Some(other) => {
+            return Err(CniError::invalid_config(
+                "daemonFallback",
+                format!("{other:?} is not one of \"thin\", \"fail\""),
+            ))
+        }
+    };
+    let timeout = seconds("daemonTimeout", timeout)?.unwrap_or(DEFAULT_DAEMON_TIMEOUT);
+    match socket {
+        None => Ok(None),
+        Some(s) if !s.starts_with('/') => Err(CniError::invalid_config(
+            "daemonSocket",
+            format!("{s:?} is not an absolute path"),
+        )),
+        Some(s) => Ok(Some(DaemonClient {
+            socket: PathBuf::from(s),
+            fallback,
+            timeout,
+        })),
     }
 }
 
@@ -269,6 +330,7 @@ impl PlexusConf {
                     .unwrap_or(podresources::DEFAULT_TIMEOUT),
             ),
             device_info_dir: path(raw.device_info_dir, deviceinfo::ROOT_DIR),
+            daemon: daemon_client(raw.daemon_socket, raw.daemon_fallback, raw.daemon_timeout)?,
             log_file: raw.log_file.map(PathBuf::from),
             log_level: raw.log_level,
             capabilities: raw.capabilities.unwrap_or_default(),
@@ -360,6 +422,18 @@ mod tests {
                 json!({"clusterNetwork": "x", "podResourcesTimeout": 0}),
                 "podResourcesTimeout: 0 is out of range",
             ),
+            (
+                json!({"clusterNetwork": "x", "daemonSocket": "run/plexus.sock"}),
+                "daemonSocket: \"run/plexus.sock\" is not an absolute path",
+            ),
+            (
+                json!({"clusterNetwork": "x", "daemonSocket": "/s", "daemonFallback": "retry"}),
+                "daemonFallback: \"retry\" is not one of",
+            ),
+            (
+                json!({"clusterNetwork": "x", "daemonSocket": "/s", "daemonTimeout": -1}),
+                "daemonTimeout: -1 is out of range",
+            ),
         ];
         for (input, want) in cases {
             let err = PlexusConf::from_value(&input).unwrap_err();
@@ -370,5 +444,32 @@ mod tests {
         }
         assert!(PlexusConf::from_slice(b"{").is_err());
         assert!(PlexusConf::from_value(&json!([1])).is_err());
+    }
+
+    #[test]
+    fn thick_mode_keys() {
+        let conf = PlexusConf::from_value(&json!({"clusterNetwork": "x"})).unwrap();
+        assert_eq!(conf.daemon, None);
+        let conf = PlexusConf::from_value(&json!({
+            "clusterNetwork": "x", "daemonSocket": "/run/plexus/plexus.sock",
+        }))
+        .unwrap();
+        assert_eq!(
+            conf.daemon,
+            Some(DaemonClient {
+                socket: "/run/plexus/plexus.sock".into(),
+                fallback: DaemonFallback::Thin,
+                timeout: DEFAULT_DAEMON_TIMEOUT,
+            })
+        );
+        let conf = PlexusConf::from_value(&json!({
+            "clusterNetwork": "x", "daemonSocket": "/s", "daemonFallback": "fail",
+            "daemonTimeout": 5,
+        }))
+        .unwrap()
+        .daemon
+        .unwrap();
+        assert_eq!(conf.fallback, DaemonFallback::Fail);
+        assert_eq!(conf.timeout, Duration::from_secs(5));
     }
 }

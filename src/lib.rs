@@ -4,6 +4,7 @@
 //! Layers, top to bottom (see README "Architecture"):
 //! - [`cli`]: the `plexus` command line; the same binary is the CNI plugin.
 //! - [`plugin`]: plexus as a CNI plugin (what a runtime invokes).
+//! - [`daemon`]: thick mode, `plexus daemon` and the shim that forwards to it.
 //! - [`claims`]: persistent IPs through IPAMClaims (§8).
 //! - [`install`]: `plexus install`, the DaemonSet's entrypoint.
 //! - [`readiness`]: waiting for the cluster network (§6.1.2).
@@ -25,6 +26,7 @@ pub mod cluster;
 /// The CNI protocol layer (the `plexus-cni` crate).
 pub use plexus_cni as cni;
 pub mod config;
+pub mod daemon;
 pub mod demo;
 pub mod devices;
 pub mod install;

@@ -7,8 +7,8 @@
 //! from plexus's record of what ADD did, so they need neither the API server
 //! nor the pod (cni-SPEC §2; multi-net-spec §7.2).
 
-use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::cache::Cache;
 use crate::claims::{self, ClaimBook};
@@ -19,15 +19,67 @@ use crate::cni::args::CniArgs;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::CniError;
 use crate::cni::result::CniResult;
-use crate::cni::skel::{self, Plugin, Request};
+use crate::cni::skel::{Plugin, Request};
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
 use crate::manifest::Pod;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
 use crate::readiness;
 use crate::run::routes::NetlinkRouteHook;
-use crate::run::{AttachmentResult, Delegates, Executor, Registry, RunContext};
+use crate::run::{AttachmentObserver, AttachmentResult, Delegates, Executor, Registry, RunContext};
 
-pub struct PlexusPlugin;
+/// plexus's CNI operations. A plugin process makes one per call with
+/// [`PlexusPlugin::thin`]; the node daemon makes one with its shared
+/// cluster view and metrics.
+pub struct PlexusPlugin<'s> {
+    clusters: &'s dyn ClusterSource,
+    observer: Option<Arc<dyn AttachmentObserver>>,
+}
+
+/// Where a call's view of the cluster comes from.
+pub trait ClusterSource: Send + Sync {
+    /// A fresh view for `conf` (views cache what they read, so a call that
+    /// must look again opens another).
+    fn open(&self, conf: &PlexusConf) -> Result<Box<dyn Cluster>, CniError>;
+}
+
+/// A plugin process's source: [`cluster`], a connection of its own.
+pub struct PerCall;
+
+impl ClusterSource for PerCall {
+    fn open(&self, conf: &PlexusConf) -> Result<Box<dyn Cluster>, CniError> {
+        cluster(conf)
+    }
+}
+
+impl PlexusPlugin<'static> {
+    /// plexus as the runtime's exec of it, all in this process.
+    pub fn thin() -> PlexusPlugin<'static> {
+        PlexusPlugin {
+            clusters: &PerCall,
+            observer: None,
+        }
+    }
+}
+
+impl<'s> PlexusPlugin<'s> {
+    pub fn new(
+        clusters: &'s dyn ClusterSource,
+        observer: Arc<dyn AttachmentObserver>,
+    ) -> PlexusPlugin<'s> {
+        PlexusPlugin {
+            clusters,
+            observer: Some(observer),
+        }
+    }
+
+    fn executor(&self, cni_dir: &std::path::Path) -> Executor {
+        let executor = Executor::new(Cache::new(cni_dir));
+        match &self.observer {
+            Some(observer) => executor.with_observer(observer.clone()),
+            None => executor,
+        }
+    }
+}
 
 /// Every plugin type plexus serves in-process; anything else is exec'd.
 pub fn registry() -> Registry {
@@ -50,7 +102,7 @@ fn conf(req: &Request) -> Result<PlexusConf, CniError> {
 
 /// The cluster plexus reads pods and NADs from: a manifest directory, else
 /// the API server of `kubeconfig`, else nothing (the cluster network only).
-fn cluster(conf: &PlexusConf) -> Result<Box<dyn Cluster>, CniError> {
+pub fn cluster(conf: &PlexusConf) -> Result<Box<dyn Cluster>, CniError> {
     Ok(match (&conf.manifest_dir, &conf.kubeconfig) {
         (Some(dir), _) => Box::new(DirCluster::load(dir)?),
         (None, Some(kubeconfig)) => Box::new(KubeCluster::connect(kubeconfig, conf.api_timeouts)?),
@@ -79,7 +131,13 @@ fn pod(args: &CniArgs, container_id: &str, cluster: &dyn Cluster) -> Result<Pod,
             details,
         )
     };
-    let pod = match cluster.pod(namespace, name)? {
+    let mut found = cluster.pod(namespace, name)?;
+    if let (Some(want), Some(have)) = (args.k8s_pod_uid(), found.as_ref()) {
+        if have.uid.as_deref().is_some_and(|have| have != want) {
+            found = cluster.pod_fresh(namespace, name)?;
+        }
+    }
+    let pod = match found {
         Some(pod) => pod,
         None if cluster.as_kube().is_some() => {
             return Err(unknown(format!(
@@ -244,18 +302,18 @@ fn cluster_network(
     )
 }
 
-impl Plugin for PlexusPlugin {
+impl Plugin for PlexusPlugin<'_> {
     fn validate(&self, req: &Request) -> Result<(), CniError> {
         conf(req).map(|_| ())
     }
 
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let conf = conf(req)?;
-        let cluster = cluster(&conf)?;
+        let cluster = self.clusters.open(&conf)?;
         let cluster = cluster.as_ref();
         let mut conf_dir = ConfDir::new(&conf.conf_dir);
         let default_network =
-            readiness::wait(&conf, cluster, &mut conf_dir, || self::cluster(&conf))?;
+            readiness::wait(&conf, cluster, &mut conf_dir, || self.clusters.open(&conf))?;
         let call = call(req);
         let pod = pod(&req.env.args, &call.container_id, cluster)?;
         let options = PlanOptions {
@@ -279,8 +337,9 @@ impl Plugin for PlexusPlugin {
         }
 
         let registry = registry();
-        let executor =
-            Executor::new(Cache::new(&conf.cni_dir)).with_route_hook(Box::new(NetlinkRouteHook {
+        let executor = self
+            .executor(&conf.cni_dir)
+            .with_route_hook(Box::new(NetlinkRouteHook {
                 session: registry.session().clone(),
             }));
         let added = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry));
@@ -316,13 +375,14 @@ impl Plugin for PlexusPlugin {
         let (cni_dir, bin_dir) = dirs_of(req, conf.as_ref());
         let call = call(req);
         let registry = registry();
-        let mut report =
-            Executor::new(Cache::new(&cni_dir)).del(&context(&call, bin_dir, &registry), None)?;
+        let mut report = self
+            .executor(&cni_dir)
+            .del(&context(&call, bin_dir, &registry), None)?;
         // Release the addresses of the torn-down attachments' claims that
         // were deleted; a claim that cannot be checked now is checked later.
         let owners = claims::owners_in(&report.detached);
         if !owners.is_empty() {
-            match conf.as_ref().map(cluster) {
+            match conf.as_ref().map(|c| self.clusters.open(c)) {
                 Some(Ok(cluster)) => report.warnings.extend(sweep_warnings(claims::sweep(
                     &ClaimBook::new(&cni_dir),
                     cluster.as_ref(),
@@ -354,7 +414,7 @@ impl Plugin for PlexusPlugin {
 
     fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
         let conf = conf(req)?;
-        let cluster = cluster(&conf)?;
+        let cluster = self.clusters.open(&conf)?;
         let conf_dir = ConfDir::new(&conf.conf_dir);
         let default_network = cluster_network(&conf, cluster.as_ref(), &conf_dir).ok();
         let registry = registry();
@@ -383,19 +443,8 @@ impl Plugin for PlexusPlugin {
     fn status(&self, req: &Request) -> Result<(), CniError> {
         // Ready when the configuration is valid and an ADD would not wait.
         let conf = conf(req)?;
-        readiness::status(&conf, cluster(&conf)?.as_ref())
+        readiness::status(&conf, self.clusters.open(&conf)?.as_ref())
     }
-}
-
-/// Run the CNI protocol on this process's environment and standard streams.
-pub fn run_as_plugin() -> i32 {
-    skel::run(
-        &PlexusPlugin,
-        |key| std::env::var_os(key),
-        &mut io::stdin().lock(),
-        &mut io::stdout().lock(),
-        &mut io::stderr().lock(),
-    )
 }
 
 #[cfg(test)]

@@ -117,13 +117,18 @@ fn the_service_account_may_do_exactly_what_plexus_does() {
         ("patch", "pods/status"),
         ("create", "events"),
         ("get", "network-attachment-definitions.k8s.cni.cncf.io"),
+        // The node daemon's watch caches.
+        ("list", "pods"),
+        ("watch", "pods"),
+        ("list", "network-attachment-definitions.k8s.cni.cncf.io"),
+        ("watch", "network-attachment-definitions.k8s.cni.cncf.io"),
         ("get", "ipamclaims.k8s.cni.cncf.io"),
         ("patch", "ipamclaims.k8s.cni.cncf.io/status"),
     ] {
         assert!(can(verb, resource), "may {verb} {resource}");
     }
     for (verb, resource) in [
-        ("list", "pods"),
+        ("list", "ipamclaims.k8s.cni.cncf.io"),
         ("delete", "pods"),
         ("patch", "pods"),
         ("update", "network-attachment-definitions.k8s.cni.cncf.io"),

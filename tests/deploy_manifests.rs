@@ -59,8 +59,9 @@ fn ipamclaim_crd_follows_multi_net_spec_8_1() {
 
 #[test]
 fn rbac_grants_exactly_what_plexus_uses() {
-    // Least privilege: the requests src/cluster/kube.rs makes, no more
-    // (tests/kube.rs proves they suffice, with this role's token).
+    // Least privilege: the requests src/cluster/kube.rs and the daemon's
+    // watches (src/cluster/watch.rs) make, no more (tests/kube.rs and
+    // tests/daemon.rs prove they suffice, with this role's token).
     let all = docs("rbac.yaml");
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let mut granted: Vec<(String, String)> = Vec::new();
@@ -80,7 +81,11 @@ fn rbac_grants_exactly_what_plexus_uses() {
         ("ipamclaims", "get"),
         ("ipamclaims/status", "patch"),
         ("network-attachment-definitions", "get"),
+        ("network-attachment-definitions", "list"),
+        ("network-attachment-definitions", "watch"),
         ("pods", "get"),
+        ("pods", "list"),
+        ("pods", "watch"),
         ("pods/status", "patch"),
     ];
     assert_eq!(
@@ -137,6 +142,36 @@ fn daemonset_runs_plexus_install_on_every_node() {
         .find(|m| m["name"] == "netns")
         .unwrap();
     assert_eq!(netns["mountPropagation"], "HostToContainer");
+
+    // Thick mode: the daemon beside the installer, serving the socket the
+    // ConfigMap's settings name, probed on its local port.
+    assert_eq!(pod["hostPID"], true);
+    let daemon = &pod["containers"][1];
+    let args: Vec<&str> = daemon["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[0], "daemon");
+    assert!(
+        args.contains(&"--socket=/run/plexus/plexus.sock"),
+        "{args:?}"
+    );
+    assert_eq!(
+        daemon["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
+        "spec.nodeName"
+    );
+    assert_eq!(daemon["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(daemon["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert!(mounts.contains(&"/run/plexus"));
+    let settings: Value = serde_json::from_str(
+        docs("configmap.yaml")[0]["data"]["settings.json"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(settings["daemonSocket"], "/run/plexus/plexus.sock");
 }
 
 #[test]

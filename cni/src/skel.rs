@@ -83,8 +83,19 @@ pub fn run<V: Into<std::ffi::OsString>>(
         },
         Err(e) => e,
     };
+    report_error(&e, version.as_str(), stdout, stderr)
+}
+
+/// Print `e` as a plugin reports a failure: the error result of cni-SPEC §5
+/// (in `cni_version`) on stdout, one line on stderr; the exit code, 1.
+pub fn report_error(
+    e: &CniError,
+    cni_version: &str,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> i32 {
     // Best effort: if stdout is gone there is nobody left to tell but stderr.
-    let _ = write_json(stdout, &e.to_json(version.as_str()));
+    let _ = write_json(stdout, &e.to_json(cni_version));
     let line = format!("CNI error {}: {e}", e.code.as_u32()).replace(['\n', '\r'], " ");
     let _ = writeln!(stderr, "{line}");
     1

@@ -14,6 +14,7 @@
 
 use std::future::Future;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use elsa::FrozenMap;
@@ -25,6 +26,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 
 use super::events::{pod_event, PodEvent};
+use super::watch::Watched;
 use super::Cluster;
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::manifest::Pod;
@@ -53,11 +55,41 @@ impl Default for ApiTimeouts {
 }
 
 pub struct KubeCluster {
-    runtime: tokio::runtime::Runtime,
+    driver: Driver,
     client: kube::Client,
     timeouts: ApiTimeouts,
     /// NADs read so far (`None`: it does not exist), so each is read once.
     nads: FrozenMap<(String, String), Box<Option<NetworkAttachmentDefinition>>>,
+    /// The daemon's watch caches, looked in before any GET.
+    watched: Option<Arc<Watched>>,
+}
+
+/// What runs the client's futures.
+enum Driver {
+    /// A plugin process's own current-thread runtime, driven by the caller.
+    Owned(tokio::runtime::Runtime),
+    /// The daemon's runtime, shared by every call it serves; a call blocks
+    /// its own worker thread, never one of the runtime's.
+    Shared(tokio::runtime::Handle),
+}
+
+impl Driver {
+    fn block_on<F: Future>(&self, future: F) -> F::Output {
+        match self {
+            Driver::Owned(runtime) => runtime.block_on(future),
+            Driver::Shared(handle) => handle.block_on(future),
+        }
+    }
+}
+
+/// What the daemon keeps for all its calls: one client (one HTTP/2
+/// connection) on its runtime, and the watch caches.
+#[derive(Clone)]
+pub struct SharedApi {
+    pub handle: tokio::runtime::Handle,
+    pub client: kube::Client,
+    pub timeouts: ApiTimeouts,
+    pub watched: Arc<Watched>,
 }
 
 impl KubeCluster {
@@ -88,14 +120,47 @@ impl KubeCluster {
         // A client's tower stack spawns onto the runtime it is built in.
         let client = {
             let _guard = runtime.enter();
-            http2_client(&config).map_err(|e| failed(error_chain(&e)))?
+            http2_client(&config, None).map_err(|e| failed(error_chain(&e)))?
         };
         Ok(KubeCluster {
-            runtime,
+            driver: Driver::Owned(runtime),
             client,
             timeouts,
             nads: FrozenMap::new(),
+            watched: None,
         })
+    }
+
+    /// The daemon's view for one call: its shared client and caches, and
+    /// this call's own memo of the NADs it read.
+    pub fn shared(api: &SharedApi) -> KubeCluster {
+        KubeCluster {
+            driver: Driver::Shared(api.handle.clone()),
+            client: api.client.clone(),
+            timeouts: api.timeouts,
+            nads: FrozenMap::new(),
+            watched: Some(api.watched.clone()),
+        }
+    }
+
+    /// A client for the cluster `kubeconfig` names, built on the runtime of
+    /// `handle`; `observe` sees every request it sends.
+    pub fn client(
+        kubeconfig: &Path,
+        handle: &tokio::runtime::Handle,
+        timeouts: ApiTimeouts,
+        observe: Option<RequestObserver>,
+    ) -> Result<kube::Client, String> {
+        let parsed = Kubeconfig::read_from(kubeconfig).map_err(|e| error_chain(&e))?;
+        let mut config = handle
+            .block_on(kube::Config::from_custom_kubeconfig(
+                parsed,
+                &KubeConfigOptions::default(),
+            ))
+            .map_err(|e| error_chain(&e))?;
+        config.connect_timeout = Some(timeouts.request);
+        let _guard = handle.enter();
+        http2_client(&config, observe).map_err(|e| error_chain(&e))
     }
 
     /// Run one request to completion, bounded by the request timeout.
@@ -104,7 +169,7 @@ impl KubeCluster {
         object: &str,
         request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, ApiError> {
-        self.runtime.block_on(self.bounded(object, request))
+        self.driver.block_on(self.bounded(object, request))
     }
 
     /// One request, bounded by the request timeout.
@@ -156,11 +221,18 @@ impl KubeCluster {
             let api = self.claims(&c.namespace);
             async move { self.patch_status(&api, &c.name, patch, object).await }
         }));
-        let events_object = format!("events of pod {}/{}", pod.namespace, pod.name);
-        let events = self.post_all(pod, &publication.events, &events_object);
-        let (status, claims, event_failures) = self
-            .runtime
-            .block_on(async { futures::join!(status, claims, events) });
+        let events = self.posts(pod, &publication.events);
+        let (status, claims, event_failures) = match &self.driver {
+            // Alongside the PATCHes, on the one connection.
+            Driver::Owned(runtime) => {
+                runtime.block_on(async { futures::join!(status, claims, events) })
+            }
+            Driver::Shared(handle) => {
+                post_in_background(handle, events);
+                let (status, claims) = handle.block_on(async { futures::join!(status, claims) });
+                (status, claims, Vec::new())
+            }
+        };
         let mut gone_claims = Vec::new();
         for ((claim, _, _), written) in claim_patches.iter().zip(claims) {
             if !written? {
@@ -174,30 +246,31 @@ impl KubeCluster {
         })
     }
 
-    /// Post `events` on the pod (for a failed ADD, which writes nothing
-    /// else); what failed, and why.
+    /// Post `events` on the pod; what failed, and why. A plugin process
+    /// waits for them (it exits next, and they would be lost); the daemon
+    /// posts them in the background, logging failures, since events are
+    /// best effort and no call should wait for them.
     pub fn post_events(&self, pod: &Pod, events: &[PodEvent]) -> Vec<String> {
-        let object = format!("events of pod {}/{}", pod.namespace, pod.name);
-        self.runtime.block_on(self.post_all(pod, events, &object))
+        let posts = self.posts(pod, events);
+        match &self.driver {
+            Driver::Owned(runtime) => runtime.block_on(posts),
+            Driver::Shared(handle) => {
+                post_in_background(handle, posts);
+                Vec::new()
+            }
+        }
     }
 
-    /// Each event posted at once, each bounded; the failures.
-    async fn post_all(&self, pod: &Pod, events: &[PodEvent], object: &str) -> Vec<String> {
+    /// Posting `events`, not yet started; it owns what it needs.
+    fn posts(
+        &self,
+        pod: &Pod,
+        events: &[PodEvent],
+    ) -> impl Future<Output = Vec<String>> + Send + 'static {
+        let object = format!("events of pod {}/{}", pod.namespace, pod.name);
         let api: Api<Event> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let posts = events.iter().map(|e| {
-            let event = pod_event(pod, e);
-            let api = api.clone();
-            async move {
-                let post = async { api.create(&PostParams::default(), &event).await };
-                self.bounded(object, post).await
-            }
-        });
-        futures::future::join_all(posts)
-            .await
-            .into_iter()
-            .filter_map(|r| r.err())
-            .map(|e| e.to_string())
-            .collect()
+        let events: Vec<Event> = events.iter().map(|e| pod_event(pod, e)).collect();
+        post_all(api, events, object, self.timeouts.request)
     }
 
     /// A merge PATCH of `name`'s status subresource, transient failures
@@ -233,6 +306,43 @@ impl KubeCluster {
             }
         }
     }
+}
+
+fn post_in_background(
+    handle: &tokio::runtime::Handle,
+    posts: impl Future<Output = Vec<String>> + Send + 'static,
+) {
+    handle.spawn(async move {
+        for failure in posts.await {
+            tracing::warn!(%failure, "event not posted");
+        }
+    });
+}
+
+/// Each event posted at once, each bounded; the failures.
+async fn post_all(
+    api: Api<Event>,
+    events: Vec<Event>,
+    object: String,
+    bound: Duration,
+) -> Vec<String> {
+    let params = PostParams::default();
+    let posts = events.iter().map(|event| {
+        let post = api.create(&params, event);
+        let object = &object;
+        async move {
+            match tokio::time::timeout(bound, post).await {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(ApiError::from_kube(object, e).to_string()),
+                Err(_) => Some(ApiError::timeout(object, bound).to_string()),
+            }
+        }
+    });
+    futures::future::join_all(posts)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// What an ADD writes back to the API server ([`KubeCluster::publish`]).
@@ -314,13 +424,19 @@ impl NadSource for KubeCluster {
         if let Some(known) = self.nads.get(&key) {
             return Ok(known.as_ref());
         }
+        let object = format!("NetworkAttachmentDefinition {namespace}/{name}");
+        // A NAD the cache lacks may be younger than its last event: read.
+        if let Some(cached) = self.watched.as_ref().and_then(|w| w.nad(namespace, name)) {
+            let nad =
+                NetworkAttachmentDefinition::from_value(&cached).map_err(|e| e.within(&object))?;
+            return Ok(self.nads.insert(key, Box::new(Some(nad))).as_ref());
+        }
         let api = self.custom(
             namespace,
             "v1",
             "NetworkAttachmentDefinition",
             "network-attachment-definitions",
         );
-        let object = format!("NetworkAttachmentDefinition {namespace}/{name}");
         let nad = self.get_decoded(api, name, &object, NetworkAttachmentDefinition::from_value)?;
         Ok(self.nads.insert(key, Box::new(nad)).as_ref())
     }
@@ -328,16 +444,42 @@ impl NadSource for KubeCluster {
 
 impl Cluster for KubeCluster {
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
+        match self.watched.as_ref().and_then(|w| w.pod(namespace, name)) {
+            Some(pod) => Ok(Some(pod)),
+            None => self.pod_fresh(namespace, name),
+        }
+    }
+
+    /// A GET; the daemon refuses a pod of another node, so that a call can
+    /// never make it publish for pods it does not serve.
+    fn pod_fresh(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
         let api: Api<ApiPod> = Api::namespaced(self.client.clone(), namespace);
         let object = format!("pod {namespace}/{name}");
-        let found = self
+        let Some(found) = self
             .call(&object, api.get_opt(name))
-            .map_err(ApiError::into_cni)?;
-        Ok(found.map(|p| Pod {
-            namespace: p.metadata.namespace.unwrap_or_else(|| namespace.into()),
-            name: p.metadata.name.unwrap_or_else(|| name.into()),
-            uid: p.metadata.uid.filter(|u| !u.is_empty()),
-            annotations: p.metadata.annotations.unwrap_or_default(),
+            .map_err(ApiError::into_cni)?
+        else {
+            return Ok(None);
+        };
+        if let Some(watched) = &self.watched {
+            let node = found.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            if node != Some(watched.node()) {
+                return Err(CniError::new(
+                    ErrorCode::UnknownContainer,
+                    "pod not on this node",
+                    format!(
+                        "{object} is scheduled to node {}, and this daemon serves node {} only",
+                        node.unwrap_or("(none)"),
+                        watched.node()
+                    ),
+                ));
+            }
+        }
+        Ok(Some(Pod {
+            namespace: found.metadata.namespace.unwrap_or_else(|| namespace.into()),
+            name: found.metadata.name.unwrap_or_else(|| name.into()),
+            uid: found.metadata.uid.filter(|u| !u.is_empty()),
+            annotations: found.metadata.annotations.unwrap_or_default(),
         }))
     }
 
@@ -356,7 +498,10 @@ impl Cluster for KubeCluster {
 /// does: concurrent requests then share one TLS connection, where HTTP/1.1
 /// pays a handshake per extra connection. TCP_NODELAY, since every request
 /// is small and waits for its answer.
-fn http2_client(config: &kube::Config) -> Result<kube::Client, kube::Error> {
+fn http2_client(
+    config: &kube::Config,
+    observe: Option<RequestObserver>,
+) -> Result<kube::Client, kube::Error> {
     use kube::client::ConfigExt;
     let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
     tcp.enforce_http(false);
@@ -370,6 +515,12 @@ fn http2_client(config: &kube::Config) -> Result<kube::Client, kube::Error> {
     let hyper = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build::<_, kube::client::Body>(https);
     let service = tower::ServiceBuilder::new()
+        .map_request(move |request: hyper::Request<kube::client::Body>| {
+            if let Some(observe) = &observe {
+                observe(request.method(), request.uri());
+            }
+            request
+        })
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
@@ -381,6 +532,9 @@ fn http2_client(config: &kube::Config) -> Result<kube::Client, kube::Error> {
         .service(hyper);
     Ok(kube::Client::new(service, config.default_namespace.clone()))
 }
+
+/// Sees each request a client sends (the daemon's metrics).
+pub type RequestObserver = Arc<dyn Fn(&hyper::Method, &hyper::Uri) + Send + Sync>;
 
 /// A failed request, as far as plexus reacts to it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,6 +6,7 @@
 pub mod dir;
 pub mod events;
 pub mod kube;
+pub mod watch;
 
 use crate::cni::error::CniError;
 use crate::manifest::Pod;
@@ -16,6 +17,13 @@ use crate::plan::NadSource;
 pub trait Cluster: NadSource {
     /// The pod `namespace/name`; `Ok(None)` when it does not exist.
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError>;
+
+    /// The pod read anew, past any cache: for when the view's copy is not
+    /// the pod kubelet named (its uid differs; the cache may lag a
+    /// re-creation).
+    fn pod_fresh(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
+        self.pod(namespace, name)
+    }
 
     /// The IPAMClaim `namespace/name` (multi-net-spec §8); `Ok(None)` when it
     /// does not exist.

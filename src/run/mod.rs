@@ -29,6 +29,8 @@ pub mod routes;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
@@ -191,6 +193,20 @@ pub fn set_default_routes(result: &mut CniResult, gateways: &[IpAddr]) {
 pub struct Executor {
     cache: Cache,
     hook: Box<dyn RouteHook + Send + Sync>,
+    observer: Option<Arc<dyn AttachmentObserver>>,
+}
+
+/// Told how long each attachment's chain took (the daemon's metrics).
+pub trait AttachmentObserver: Send + Sync {
+    /// `driver`: the chain's first plugin type, the one that makes the
+    /// interface; `failed`: the chain's error, if it failed.
+    fn chain_done(
+        &self,
+        command: CniCommand,
+        driver: &str,
+        elapsed: Duration,
+        failed: Option<&CniError>,
+    );
 }
 
 /// One plugin of a chain, resolved and validated.
@@ -213,6 +229,26 @@ impl Executor {
         Executor {
             cache,
             hook: Box::new(NoRouteHook),
+            observer: None,
+        }
+    }
+
+    pub fn with_observer(mut self, observer: Arc<dyn AttachmentObserver>) -> Executor {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Tell the observer how a chain of `att` went, started at `start`.
+    fn observe<T>(
+        &self,
+        command: CniCommand,
+        att: &Attachment,
+        start: Instant,
+        outcome: Result<&T, &CniError>,
+    ) {
+        if let Some(observer) = &self.observer {
+            let driver = att.plugins.first().map(type_of).unwrap_or_default();
+            observer.chain_done(command, &driver, start.elapsed(), outcome.err());
         }
     }
 
@@ -288,6 +324,7 @@ impl Executor {
         for (i, steps) in chains.iter().enumerate() {
             let att = &plan.attachments[i];
             let copy = device_plugin_info[i].as_ref();
+            let start = Instant::now();
             let outcome =
                 self.add_chain(att, steps, ctx, netns, copy)
                     .and_then(|(result, info)| {
@@ -307,6 +344,12 @@ impl Executor {
                         })?;
                         Ok((result, info))
                     });
+            self.observe(
+                CniCommand::Add,
+                att,
+                start,
+                outcome.as_ref().map_err(|f| &f.error),
+            );
             match outcome {
                 Ok((result, device_info)) => results.push(AttachmentResult {
                     network: att.network.clone(),
@@ -522,7 +565,10 @@ impl Executor {
             if !cached.owes_del() {
                 continue;
             }
-            match del_chain(cached, ctx, netns.clone(), None) {
+            let start = Instant::now();
+            let deleted = del_chain(cached, ctx, netns.clone(), None);
+            self.observe(CniCommand::Del, &cached.attachment, start, deleted.as_ref());
+            match deleted {
                 Ok(()) => report.detached.push(cached.attachment.clone()),
                 Err(e) => errors.push(e),
             }

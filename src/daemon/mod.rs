@@ -1,0 +1,357 @@
+//! Thick mode: `plexus daemon` serves the node's CNI calls on a unix
+//! socket, and the runtime's exec of plexus is a shim that forwards to it
+//! ([`shim`]). What the daemon adds over a plugin process is what lives
+//! longer than one call: one HTTP/2 connection to the API server and watch
+//! caches of the node's pods and the NADs ([`crate::cluster::watch`]), so a
+//! warm ADD reads nothing from the API server and writes one PATCH; and
+//! metrics. Each call still gets its own data-plane session and runs the
+//! same code as in-process.
+//!
+//! Bounded in a boot storm: at most `max_calls` calls run at once, each on
+//! a thread of its own; the others wait in the accept queue before reading
+//! their request, so a waiting call costs a socket, not its stdin.
+
+pub mod metrics;
+pub mod shim;
+mod socket;
+pub mod wire;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::sync::Semaphore;
+
+use crate::cluster::kube::{ApiTimeouts, KubeCluster, SharedApi};
+use crate::cluster::watch::Watched;
+use crate::cluster::Cluster;
+use crate::cni::error::{CniError, ErrorCode};
+use crate::cni::skel;
+use crate::cni::CniVersion;
+use crate::config::PlexusConf;
+use crate::plugin::{self, ClusterSource, PlexusPlugin};
+
+use self::metrics::Metrics;
+use self::wire::{ShimRequest, ShimResponse, MAX_LINE};
+
+/// How long a caller may take to send its request once a worker is its.
+const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `plexus daemon`'s settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub socket: PathBuf,
+    /// The API server; without one, calls whose conf names a kubeconfig
+    /// connect per call, as in-process.
+    pub kubeconfig: Option<PathBuf>,
+    /// The node this daemon serves (its pods are cached; others refused).
+    pub node: Option<String>,
+    pub metrics_address: Option<SocketAddr>,
+    pub max_calls: usize,
+    pub api_timeouts: ApiTimeouts,
+    /// How long SIGTERM waits for the calls in flight.
+    pub grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("{0}")]
+    Settings(String),
+    #[error("socket {}: {reason}", path.display())]
+    Socket { path: PathBuf, reason: String },
+    #[error("kubeconfig {}: {reason}", path.display())]
+    Kubeconfig { path: PathBuf, reason: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What every call shares.
+struct Daemon {
+    clusters: DaemonClusters,
+    metrics: Arc<Metrics>,
+}
+
+/// The daemon's views: its shared client and caches for calls whose conf
+/// names a kubeconfig (the daemon's own kubeconfig is the one used), the
+/// in-process sources for the rest.
+struct DaemonClusters {
+    api: Option<SharedApi>,
+}
+
+impl ClusterSource for DaemonClusters {
+    fn open(&self, conf: &PlexusConf) -> Result<Box<dyn Cluster>, CniError> {
+        match (&conf.manifest_dir, &conf.kubeconfig, &self.api) {
+            (None, Some(_), Some(api)) => Ok(Box::new(KubeCluster::shared(api))),
+            _ => plugin::cluster(conf),
+        }
+    }
+}
+
+/// Run the daemon until SIGTERM or SIGINT.
+pub fn run(settings: Settings) -> Result<(), DaemonError> {
+    if settings.max_calls == 0 {
+        return Err(DaemonError::Settings(
+            "--max-calls must be at least 1".into(),
+        ));
+    }
+    limit_malloc_arenas();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("plexus-daemon")
+        .enable_all()
+        .build()
+        .map_err(|source| DaemonError::Io {
+            what: "tokio runtime".into(),
+            source,
+        })?;
+    let handle = runtime.handle().clone();
+    let metrics = Arc::new(Metrics::new());
+    let api = match &settings.kubeconfig {
+        None => None,
+        Some(path) => {
+            let node = settings.node.clone().ok_or_else(|| {
+                DaemonError::Settings(
+                    "--node-name (or NODE_NAME) is required with --kubeconfig: the daemon \
+                     caches and serves that node's pods only"
+                        .into(),
+                )
+            })?;
+            let observed = metrics.clone();
+            let observe: crate::cluster::kube::RequestObserver =
+                Arc::new(move |method, uri| observed.api_request(method, uri));
+            let client = KubeCluster::client(path, &handle, settings.api_timeouts, Some(observe))
+                .map_err(|reason| DaemonError::Kubeconfig {
+                path: path.clone(),
+                reason,
+            })?;
+            let watched = Arc::new(Watched::start(&client, &node, &handle));
+            Some(SharedApi {
+                handle: handle.clone(),
+                client,
+                timeouts: settings.api_timeouts,
+                watched,
+            })
+        }
+    };
+    let listener = socket::bind(&settings.socket)?;
+    let daemon = Arc::new(Daemon {
+        clusters: DaemonClusters { api },
+        metrics,
+    });
+    let listening = Arc::new(AtomicBool::new(true));
+    runtime.block_on(async {
+        let listener =
+            tokio::net::UnixListener::from_std(listener).map_err(|source| DaemonError::Io {
+                what: "socket".into(),
+                source,
+            })?;
+        if let Some(address) = settings.metrics_address {
+            let tcp = tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|source| DaemonError::Io {
+                    what: format!("metrics address {address}"),
+                    source,
+                })?;
+            tokio::spawn(metrics::serve(tcp, endpoints(&daemon, &listening)));
+        }
+        tracing::info!(socket = %settings.socket.display(), max_calls = settings.max_calls, "serving");
+        serve(listener, &daemon, settings.max_calls).await;
+        listening.store(false, Ordering::Release);
+        let _ = std::fs::remove_file(&settings.socket);
+        Ok::<_, DaemonError>(())
+    })?;
+    // Calls in flight run on threads of their own; give them the grace.
+    let deadline = Instant::now() + settings.grace;
+    while daemon.metrics.in_flight.get() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tracing::info!(left = daemon.metrics.in_flight.get(), "stopped");
+    Ok(())
+}
+
+/// One arena per two cores at most: glibc's default of eight per core lets
+/// a storm's threads each grow their own and keep it.
+fn limit_malloc_arenas() {
+    // SAFETY: mallopt only tunes the allocator; called before any thread.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
+fn endpoints(daemon: &Arc<Daemon>, listening: &Arc<AtomicBool>) -> metrics::Endpoints {
+    let (for_ready, for_refresh) = (daemon.clone(), daemon.clone());
+    let listening = listening.clone();
+    metrics::Endpoints {
+        metrics: daemon.metrics.clone(),
+        ready: Arc::new(move || {
+            if !listening.load(Ordering::Acquire) {
+                return Err("the socket is closed (stopping)".into());
+            }
+            match &for_ready.clusters.api {
+                Some(api) if !api.watched.synced() => {
+                    Err("the watch caches have not listed the pods and NADs yet".into())
+                }
+                _ => Ok(()),
+            }
+        }),
+        refresh: Arc::new(move |metrics: &Metrics| {
+            if let Some(api) = &for_refresh.clusters.api {
+                let (pods, nads) = api.watched.sizes();
+                metrics.cache_sizes(pods, nads);
+            }
+        }),
+    }
+}
+
+/// Accept calls until SIGTERM or SIGINT.
+async fn serve(listener: tokio::net::UnixListener, daemon: &Arc<Daemon>, max_calls: usize) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot handle SIGTERM/SIGINT");
+        return;
+    };
+    let workers = Arc::new(Semaphore::new(max_calls));
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(connection(stream, daemon.clone(), workers.clone()));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    tracing::info!("signalled: no new calls");
+}
+
+/// One caller: its credentials, a worker, its request, its answer.
+async fn connection(mut stream: UnixStream, daemon: Arc<Daemon>, workers: Arc<Semaphore>) {
+    if let Err(why) = socket::check_peer(&stream) {
+        tracing::warn!(%why, "caller refused");
+        let refused = CniError::new(ErrorCode::InvalidEnvironment, "caller refused", why);
+        let _ = reply(&mut stream, &error_response(&refused)).await;
+        return;
+    }
+    let metrics = &daemon.metrics;
+    metrics.waiting.inc();
+    let permit = workers.acquire_owned().await;
+    metrics.waiting.dec();
+    let Ok(permit) = permit else { return };
+    let request = match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_request(&mut stream)).await
+    {
+        Ok(Ok(request)) => request,
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "unreadable request");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!("no request within {REQUEST_READ_TIMEOUT:?}");
+            return;
+        }
+    };
+    metrics.in_flight.inc();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let worker = daemon.clone();
+    let spawned = std::thread::Builder::new()
+        .name("plexus-call".into())
+        .spawn(move || {
+            let answer = serve_call(&worker, &request);
+            worker.metrics.in_flight.dec();
+            drop(permit);
+            let _ = tx.send(answer);
+        });
+    let answer = match spawned {
+        Ok(_) => rx.await.unwrap_or_else(|_| {
+            // The call's thread panicked: its record says what to undo.
+            error_response(&CniError::new(
+                ErrorCode::Plugin(crate::cni::error::codes::PLUGIN_FAILED),
+                "internal error",
+                "the call's thread panicked (see the daemon's log)",
+            ))
+        }),
+        Err(e) => {
+            metrics.in_flight.dec();
+            error_response(&CniError::io("spawning the call's thread", e))
+        }
+    };
+    if let Err(error) = reply(&mut stream, &answer).await {
+        tracing::warn!(%error, "the caller left before its answer");
+    }
+}
+
+async fn read_request(stream: &mut UnixStream) -> std::io::Result<ShimRequest> {
+    let mut line = Vec::new();
+    BufReader::new(stream)
+        .take(MAX_LINE + 1)
+        .read_until(b'\n', &mut line)
+        .await?;
+    wire::receive(&mut &line[..])
+}
+
+async fn reply(stream: &mut UnixStream, answer: &ShimResponse) -> std::io::Result<()> {
+    let mut bytes = Vec::new();
+    wire::send(&mut bytes, answer)?;
+    stream.write_all(&bytes).await?;
+    stream.shutdown().await
+}
+
+/// Run one call as a plugin process would, on this thread.
+fn serve_call(daemon: &Daemon, request: &ShimRequest) -> ShimResponse {
+    let start = Instant::now();
+    let plugin = PlexusPlugin::new(&daemon.clusters, daemon.metrics.clone());
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let exit_code = skel::run(
+        &plugin,
+        |key| request.env.get(key).cloned(),
+        &mut request.stdin.as_bytes(),
+        &mut stdout,
+        &mut stderr,
+    );
+    let command = request.env.get("CNI_COMMAND").map_or("?", String::as_str);
+    let code = (exit_code != 0).then(|| error_code(&stdout));
+    daemon.metrics.call_done(command, start.elapsed(), code);
+    if let Some(code) = code {
+        let said = String::from_utf8_lossy(&stderr);
+        tracing::warn!(command, code, error = %said.trim(), "call failed");
+    }
+    ShimResponse {
+        exit_code,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+/// The `code` of an error result (cni-SPEC §5); 0 when there is none.
+fn error_code(stdout: &[u8]) -> u32 {
+    serde_json::from_slice::<serde_json::Value>(stdout)
+        .ok()
+        .and_then(|v| v.get("code")?.as_u64())
+        .map_or(0, |c| c as u32)
+}
+
+/// A failure of the daemon itself, answered as a plugin answers errors.
+fn error_response(e: &CniError) -> ShimResponse {
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let exit_code = skel::report_error(e, CniVersion::LATEST.as_str(), &mut stdout, &mut stderr);
+    ShimResponse {
+        exit_code,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}

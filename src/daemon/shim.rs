@@ -1,0 +1,146 @@
+//! The shim: plexus as the runtime execs it, on a node whose conf names a
+//! daemon (`daemonSocket`). It forwards the call as it came (variables and
+//! stdin) and hands back what the daemon answers, errors of DEL included:
+//! Multus's shim reports success for every DEL, hiding leaks. When nothing
+//! listens on the socket it runs the call itself (`daemonFallback: thin`,
+//! the default: DEL in particular needs no daemon, only plexus's record) or
+//! fails with code 11 (`fail`). Every wait is bounded by `daemonTimeout`.
+
+use std::collections::BTreeMap;
+use std::io::{self, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+
+use crate::cni::env::CniCommand;
+use crate::cni::error::{CniError, ErrorCode};
+use crate::cni::skel::{self, MAX_STDIN};
+use crate::config::{DaemonClient, DaemonFallback, PlexusConf};
+use crate::plugin::PlexusPlugin;
+
+use super::wire::{self, ShimRequest, ShimResponse};
+
+/// Why a forwarded call got no answer.
+#[derive(Debug)]
+pub enum ShimError {
+    /// Nothing was sent: no daemon listens (so running the call here
+    /// instead cannot do anything twice).
+    Unreachable(io::Error),
+    /// The call was sent and no whole answer came: the daemon stopped or
+    /// timed out mid-call. Running it here too could do it twice.
+    NoAnswer(io::Error),
+}
+
+/// Forward `request` to the daemon of `daemon` and wait for its answer.
+pub fn forward(daemon: &DaemonClient, request: &ShimRequest) -> Result<ShimResponse, ShimError> {
+    let stream = UnixStream::connect(&daemon.socket).map_err(ShimError::Unreachable)?;
+    let answered = (|| {
+        stream.set_read_timeout(Some(daemon.timeout))?;
+        stream.set_write_timeout(Some(daemon.timeout))?;
+        wire::send(&mut &stream, request)?;
+        wire::receive(&mut BufReader::new(&stream))
+    })();
+    answered.map_err(ShimError::NoAnswer)
+}
+
+/// Run the call this process was exec'd for; the exit code.
+pub fn run() -> i32 {
+    let mut stdin = Vec::new();
+    if io::stdin()
+        .lock()
+        .take(MAX_STDIN + 1)
+        .read_to_end(&mut stdin)
+        .is_err()
+    {
+        // The in-process run reads nothing more and reports it.
+        return in_process(&stdin);
+    }
+    let Some((daemon, version)) = daemon_of(&stdin) else {
+        return in_process(&stdin);
+    };
+    let Some(request) = request(stdin.clone()) else {
+        return in_process(&stdin);
+    };
+    match forward(&daemon, &request) {
+        Ok(answer) => {
+            let _ = io::stdout().lock().write_all(answer.stdout.as_bytes());
+            let _ = io::stderr().lock().write_all(answer.stderr.as_bytes());
+            answer.exit_code
+        }
+        Err(ShimError::Unreachable(e)) if daemon.fallback == DaemonFallback::Thin => {
+            eprintln!(
+                "plexus: no daemon at {} ({e}): running the call in this process \
+                 (daemonFallback: thin)",
+                daemon.socket.display()
+            );
+            in_process(&stdin)
+        }
+        Err(ShimError::Unreachable(e)) => fail(
+            &version,
+            format!(
+                "no daemon at {} ({e}), and daemonFallback is \"fail\"",
+                daemon.socket.display()
+            ),
+        ),
+        Err(ShimError::NoAnswer(e)) => fail(
+            &version,
+            format!(
+                "the daemon at {} gave no answer ({e}; daemonTimeout {:?}): the call may be \
+                 half done, so it is not run again here; the runtime retries it",
+                daemon.socket.display(),
+                daemon.timeout
+            ),
+        ),
+    }
+}
+
+/// The daemon to forward to, and the conf's `cniVersion` (for errors); `None`
+/// when the call runs here: VERSION, a conf without `daemonSocket`, or one
+/// that does not parse (the in-process run reports it).
+fn daemon_of(stdin: &[u8]) -> Option<(DaemonClient, String)> {
+    let command = std::env::var("CNI_COMMAND").ok()?;
+    if command.parse::<CniCommand>().ok()? == CniCommand::Version {
+        return None;
+    }
+    let conf = PlexusConf::from_slice(stdin).ok()?;
+    Some((conf.daemon?, conf.cni_version))
+}
+
+/// The call as the daemon gets it; `None` when a variable is not UTF-8
+/// (the in-process run reports it).
+fn request(stdin: Vec<u8>) -> Option<ShimRequest> {
+    let mut env = BTreeMap::new();
+    for (key, value) in std::env::vars_os() {
+        let key = key.into_string().ok()?;
+        if key.starts_with("CNI_") {
+            env.insert(key, value.into_string().ok()?);
+        }
+    }
+    Some(ShimRequest {
+        env,
+        stdin: String::from_utf8(stdin).ok()?,
+    })
+}
+
+fn in_process(stdin: &[u8]) -> i32 {
+    skel::run(
+        &PlexusPlugin::thin(),
+        |key| std::env::var_os(key),
+        &mut &stdin[..],
+        &mut io::stdout().lock(),
+        &mut io::stderr().lock(),
+    )
+}
+
+/// Code 11 (try again later), printed as a plugin prints its errors.
+fn fail(version: &str, details: String) -> i32 {
+    let e = CniError::new(
+        ErrorCode::TryAgainLater,
+        "plexus daemon unavailable",
+        details,
+    );
+    skel::report_error(
+        &e,
+        version,
+        &mut io::stdout().lock(),
+        &mut io::stderr().lock(),
+    )
+}

@@ -1,0 +1,595 @@
+//! Thick mode against the real thing: `plexus daemon` run in a node
+//! namespace this test creates, watching a real kube-apiserver (testkit::kube,
+//! through a relay) with the token `deploy/rbac.yaml` binds, and the
+//! `plexus` binary exec'd as kubelet's runtime execs it, a shim forwarding
+//! to the daemon's socket. API requests are counted from the API server's
+//! side (its audit log), memory from the daemon's /proc status.
+
+mod e2e_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use e2e_support::*;
+use plexus_testkit::kube::{api, AuditedRequest, KubeApi, Relay};
+use plexus_testkit::Feature;
+use serde_json::{json, Value};
+
+/// The daemon's memory bound in a boot storm (issue 12).
+const RSS_LIMIT_KB: u64 = 64 * 1024;
+
+/// A node namespace with a relay to the API server, a Kubernetes namespace
+/// with the NAD `macnet` (macvlan on `uplink0`, host-local /16), plexus's
+/// thick conf, and the daemon.
+struct World {
+    api: &'static KubeApi,
+    kube_ns: String,
+    node: String,
+    _relay: Relay,
+    conf: String,
+    tmp: tempfile::TempDir,
+    namespaces: Namespaces,
+    metrics_port: u16,
+}
+
+fn world(tag: &str) -> Option<World> {
+    if !plexus_testkit::require(&[
+        Feature::Root,
+        Feature::ReferencePlugins,
+        Feature::KubeApiServer,
+    ]) {
+        return None;
+    }
+    let api = api();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut namespaces = Namespaces(Vec::new());
+    let (node, _) = node_and_pods(&mut namespaces, tag);
+    let relay = Relay::into_netns(Path::new(&format!("/var/run/netns/{node}")), api.port).unwrap();
+    let kube_ns = api.namespace(&format!("pxd-{tag}"));
+    let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
+        "master": "uplink0", "ipam": host_local(tmp.path(), "10.20.0.0/16", "mac")});
+    api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+         metadata: {{name: macnet, namespace: {kube_ns}}}\nspec:\n  config: '{macnet}'\n"
+    ));
+    let conf = json!({
+        "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+        "kubeconfig": api.plexus_kubeconfig(),
+        "cniDir": tmp.path().join("cache"), "confDir": tmp.path().join("net.d"),
+        "daemonSocket": tmp.path().join("run/plexus.sock"),
+        "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge", "bridge": "br-pod",
+                       "isGateway": true, "ipam": host_local(tmp.path(), "10.10.0.0/16", "pod")}],
+    })
+    .to_string();
+    // Distinct per test binary and test, within the node's own loopback.
+    static PORT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(19100);
+    let metrics_port = PORT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Some(World {
+        api,
+        kube_ns,
+        node,
+        _relay: relay,
+        conf,
+        tmp,
+        namespaces,
+        metrics_port,
+    })
+}
+
+/// A running `plexus daemon`, killed on drop.
+struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Peak resident memory so far (VmHWM), in KiB.
+    fn peak_rss_kb(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/PID/status")
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl World {
+    fn socket(&self) -> PathBuf {
+        self.tmp.path().join("run/plexus.sock")
+    }
+
+    /// Start the daemon in the node namespace and wait until /readyz says
+    /// so (its caches synced), at most 30 s.
+    fn daemon(&self) -> Daemon {
+        static STARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = self.tmp.path().join(format!("daemon-{n}.log"));
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.node, PLEXUS, "daemon"])
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--kubeconfig")
+            .arg(self.api.plexus_kubeconfig())
+            .args(["--node-name", &self.node])
+            .arg(format!("--metrics-address=127.0.0.1:{}", self.metrics_port))
+            .args(["--api-timeout", "5"])
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let daemon = Daemon { child, log };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.http("/readyz").0 == 200 {
+                return daemon;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon was not ready within 30 s: {}",
+                daemon.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// GET `path` on the daemon's HTTP port: (status, body); 0 when nothing
+    /// answers.
+    fn http(&self, path: &str) -> (u16, String) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.node, "curl", "-s", "-m", "5"])
+            .args(["-w", "\n%{http_code}"])
+            .arg(format!("http://127.0.0.1:{}{path}", self.metrics_port))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse().unwrap_or(0), body.to_string())
+    }
+
+    /// The value of the metric line starting with `prefix` (0 when absent).
+    fn metric(&self, prefix: &str) -> f64 {
+        let (_, text) = self.http("/metrics");
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// Pods `names` on `node`, each selecting `selection`, in one apply.
+    fn pods(&self, names: &[String], node: &str, selection: &str) {
+        let mut manifest = String::new();
+        for name in names {
+            manifest.push_str(&format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {}\n  \
+                 annotations: {{k8s.v1.cni.cncf.io/networks: \"{selection}\"}}\n\
+                 spec: {{nodeName: {node}, containers: [{{name: c, image: busybox}}]}}\n---\n",
+                self.kube_ns
+            ));
+        }
+        self.api.apply(&manifest);
+    }
+
+    /// The shim, as the runtime execs it, for pod `pod` in namespace `netns`.
+    fn call(&self, command: &str, pod: &str, netns: &str, conf: &str) -> Output {
+        let args = format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID=c-{pod}",
+            self.kube_ns
+        );
+        let netns = format!("/var/run/netns/{netns}");
+        plexus_at(
+            &self.node,
+            command,
+            &format!("c-{pod}"),
+            &netns,
+            "eth0",
+            &args,
+            conf,
+        )
+    }
+
+    /// plexus's requests in this test's Kubernetes namespace.
+    fn requests(&self) -> Vec<AuditedRequest> {
+        self.api
+            .audited()
+            .into_iter()
+            .filter(|r| r.namespace == self.kube_ns && r.stage == "ResponseComplete")
+            .collect()
+    }
+
+    /// Every pod's network-status, by pod name, in one list.
+    fn network_statuses(&self) -> Vec<(String, Value)> {
+        let list: Value = serde_json::from_str(&self.api.kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            &self.kube_ns,
+            "-o",
+            "json",
+        ]))
+        .unwrap();
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| {
+                let status =
+                    p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"].as_str()?;
+                Some((
+                    p["metadata"]["name"].as_str().unwrap().to_string(),
+                    serde_json::from_str(status).unwrap(),
+                ))
+            })
+            .collect()
+    }
+
+    /// Nothing plexus made is left: no record, no address allocation, no
+    /// link in the node beyond its own and the bridge, none in the pods.
+    fn assert_nothing_left(&self, pods: &[String]) {
+        assert_nothing_left(self.tmp.path());
+        let mut node_links = link_names(&self.node);
+        node_links.sort();
+        assert_eq!(node_links, ["br-pod", "lo", "uplink0", "uplink0p"]);
+        for pod in pods {
+            assert_eq!(link_names(pod), ["lo"], "{pod}");
+        }
+    }
+}
+
+fn count(requests: &[AuditedRequest], verb: &str, resource: &str, subresource: &str) -> usize {
+    requests
+        .iter()
+        .filter(|r| r.verb == verb && r.resource == resource && r.subresource == subresource)
+        .count()
+}
+
+/// Run `calls` at once, one thread each; their outputs in order.
+fn all_at_once<F>(calls: usize, call: F) -> Vec<Output>
+where
+    F: Fn(usize) -> Output + Send + Sync + 'static,
+{
+    let call = Arc::new(call);
+    let threads: Vec<_> = (0..calls)
+        .map(|i| {
+            let call = call.clone();
+            std::thread::spawn(move || call(i))
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+fn cluster_ip(out: &Output) -> String {
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    result["ips"][0]["address"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_warm_add_sends_no_get_and_one_patch() {
+    let Some(mut w) = world("warm") else { return };
+    let pod_ns = w.namespaces.add("warm-p");
+    w.pods(
+        &["p1".into()],
+        &w.node.clone(),
+        "macnet@net1,macnet@net2,macnet@net3",
+    );
+    let _daemon = w.daemon();
+    // The watch delivers the pod (created before the daemon listed).
+    let before = w.requests().len();
+    let out = w.call("ADD", "p1", &pod_ns, &w.conf);
+    assert_ok("ADD through the daemon", &out);
+    assert!(cluster_ip(&out).starts_with("10.10."));
+    let mut links = link_names(&pod_ns);
+    links.sort();
+    assert_eq!(links, ["eth0", "lo", "net1", "net2", "net3"]);
+
+    // From the API server's side: the pod and its 3 NADs came from the
+    // caches; the status is one merge PATCH (multi-net-spec §5).
+    let add = w.requests()[before..].to_vec();
+    assert_eq!(count(&add, "get", "pods", ""), 0, "{add:?}");
+    assert_eq!(
+        count(&add, "get", "network-attachment-definitions", ""),
+        0,
+        "{add:?}"
+    );
+    assert_eq!(count(&add, "patch", "pods", "status"), 1, "{add:?}");
+    assert_eq!(count(&add, "update", "pods", "status"), 0, "{add:?}");
+    let statuses = w.network_statuses();
+    assert_eq!(statuses[0].1.as_array().unwrap().len(), 4, "{statuses:?}");
+
+    // Metrics: per-attachment latency by driver, API requests, caches.
+    assert!(
+        w.metric("plexus_attachment_duration_seconds_count{command=\"ADD\",driver=\"macvlan\"}")
+            >= 3.0
+    );
+    assert!(
+        w.metric("plexus_attachment_duration_seconds_count{command=\"ADD\",driver=\"bridge\"}")
+            >= 1.0
+    );
+    assert_eq!(
+        w.metric("plexus_api_requests_total{resource=\"pods/status\",verb=\"patch\"}"),
+        1.0
+    );
+    assert_eq!(
+        w.metric("plexus_api_requests_total{resource=\"pods\",verb=\"get\"}"),
+        0.0
+    );
+    assert!(w.metric("plexus_cache_objects{kind=\"pods\"}") >= 1.0);
+    assert!(w.metric("plexus_cache_objects{kind=\"network-attachment-definitions\"}") >= 1.0);
+    assert_eq!(
+        w.metric("plexus_cni_calls_total{command=\"ADD\",result=\"ok\"}"),
+        1.0
+    );
+    assert_eq!(w.http("/healthz").0, 200);
+
+    let out = w.call("DEL", "p1", &pod_ns, &w.conf);
+    assert_ok("DEL through the daemon", &out);
+    assert_eq!(
+        w.metric("plexus_cni_calls_total{command=\"DEL\",result=\"ok\"}"),
+        1.0
+    );
+    w.assert_nothing_left(&[pod_ns]);
+}
+
+#[test]
+fn a_pod_the_cache_has_not_seen_is_read_once_and_one_of_another_node_is_refused() {
+    let Some(mut w) = world("node") else { return };
+    let _daemon = w.daemon();
+    let (mine, theirs) = (w.namespaces.add("node-a"), w.namespaces.add("node-b"));
+    // Created after the daemon listed: the cache may not have it yet, and
+    // a GET finds it (on this node).
+    w.pods(&["fresh".into()], &w.node.clone(), "macnet");
+    let out = w.call("ADD", "fresh", &mine, &w.conf);
+    assert_ok("ADD of a pod newer than the cache", &out);
+    assert!(count(&w.requests(), "get", "pods", "") <= 1);
+
+    // A pod scheduled elsewhere: never in this node's cache, and the GET
+    // shows another node. Refused before anything is attached or written.
+    w.pods(&["elsewhere".into()], "some-other-node", "macnet");
+    let before = w.requests().len();
+    let out = w.call("ADD", "elsewhere", &theirs, &w.conf);
+    let e = cni_error(&out);
+    assert_eq!(e["code"], 3, "{e}");
+    let details = e["details"].as_str().unwrap();
+    assert!(
+        details.contains("scheduled to node some-other-node") && details.contains(&w.node),
+        "{details}"
+    );
+    assert_eq!(link_names(&theirs), ["lo"]);
+    let after = w.requests()[before..].to_vec();
+    assert_eq!(count(&after, "patch", "pods", "status"), 0, "{after:?}");
+
+    assert_ok("DEL", &w.call("DEL", "fresh", &mine, &w.conf));
+    assert_ok(
+        "DEL of the refused pod",
+        &w.call("DEL", "elsewhere", &theirs, &w.conf),
+    );
+    w.assert_nothing_left(&[mine, theirs]);
+}
+
+#[test]
+fn without_a_daemon_the_shim_runs_the_call_itself_or_fails_at_once_as_configured() {
+    let Some(mut w) = world("down") else { return };
+    let pod_ns = w.namespaces.add("down-p");
+    w.pods(&["p".into()], &w.node.clone(), "macnet");
+    // No daemon listens: daemonFallback "thin" (the default) runs in-process.
+    let out = w.call("ADD", "p", &pod_ns, &w.conf);
+    assert_ok("ADD without a daemon", &out);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("running the call in this process"), "{said}");
+
+    // "fail": code 11 naming the socket, without waiting.
+    let mut conf: Value = serde_json::from_str(&w.conf).unwrap();
+    conf["daemonFallback"] = "fail".into();
+    let failing = conf.to_string();
+    let start = Instant::now();
+    let out = w.call("DEL", "p", &pod_ns, &failing);
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let e = cni_error(&out);
+    assert_eq!(e["code"], 11, "{e}");
+    assert!(
+        e["details"]
+            .as_str()
+            .unwrap()
+            .contains(&w.socket().display().to_string()),
+        "{e}"
+    );
+    // The pod is still attached: nothing ran.
+    assert!(link_names(&pod_ns).contains(&"net1".to_string()));
+
+    // A daemon started later serves the DEL the in-process ADD recorded.
+    let _daemon = w.daemon();
+    assert_ok(
+        "DEL through the daemon",
+        &w.call("DEL", "p", &pod_ns, &failing),
+    );
+    w.assert_nothing_left(&[pod_ns]);
+}
+
+#[test]
+fn a_failed_del_is_reported_not_swallowed() {
+    let Some(mut w) = world("delfail") else {
+        return;
+    };
+    // A delegate whose DEL fails until told otherwise (an exec'd plugin in
+    // binDir: a script, as a third-party plugin would be).
+    let bin = w.tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let flag = w.tmp.path().join("del-fails");
+    std::fs::write(&flag, "").unwrap();
+    let script = format!(
+        "#!/bin/sh\ncat >/dev/null\nif [ \"$CNI_COMMAND\" = DEL ] && [ -e {} ]; then\n  \
+         echo '{{\"cniVersion\":\"1.0.0\",\"code\":999,\"msg\":\"stuck\",\"details\":\"the device is busy\"}}'\n  \
+         exit 1\nfi\n[ \"$CNI_COMMAND\" = ADD ] && echo '{{\"cniVersion\":\"1.0.0\"}}'\nexit 0\n",
+        flag.display()
+    );
+    let plugin = bin.join("stubborn");
+    std::fs::write(&plugin, script).unwrap();
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    w.api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+         metadata: {{name: stubborn, namespace: {}}}\nspec:\n  config: '{}'\n",
+        w.kube_ns,
+        json!({"cniVersion": "1.0.0", "name": "stubborn", "type": "stubborn"})
+    ));
+    let mut conf: Value = serde_json::from_str(&w.conf).unwrap();
+    conf["binDir"] = bin.display().to_string().into();
+    let conf = conf.to_string();
+    let pod_ns = w.namespaces.add("delfail-p");
+    w.pods(&["p".into()], &w.node.clone(), "stubborn");
+    let _daemon = w.daemon();
+    assert_ok("ADD", &w.call("ADD", "p", &pod_ns, &conf));
+
+    let out = w.call("DEL", "p", &pod_ns, &conf);
+    let e = cni_error(&out);
+    assert_eq!(e["code"], 999, "{e}");
+    assert!(
+        e["details"]
+            .as_str()
+            .unwrap()
+            .contains("the device is busy"),
+        "{e}"
+    );
+    assert!(w.metric("plexus_cni_errors_total{code=\"999\",command=\"DEL\"}") >= 1.0);
+
+    // The runtime retries; once the plugin lets go, everything goes.
+    std::fs::remove_file(&flag).unwrap();
+    assert_ok("DEL again", &w.call("DEL", "p", &pod_ns, &conf));
+    w.assert_nothing_left(&[pod_ns]);
+}
+
+/// `pods` pod namespaces and pod objects on the node, named `<tag>-<i>`.
+fn storm_pods(w: &mut World, tag: &str, pods: usize) -> (Vec<String>, Vec<String>) {
+    let names: Vec<String> = (0..pods).map(|i| format!("{tag}-{i}")).collect();
+    let netns: Vec<String> = names.iter().map(|n| w.namespaces.add(n)).collect();
+    w.pods(&names, &w.node.clone(), "macnet");
+    (names, netns)
+}
+
+#[test]
+fn a_boot_storm_of_200_pods_gets_distinct_addresses_within_the_memory_bound() {
+    const PODS: usize = 200;
+    let Some(mut w) = world("storm") else { return };
+    let (names, netns) = storm_pods(&mut w, "s", PODS);
+    let daemon = w.daemon();
+    let w = Arc::new(w);
+    let before = w.requests().len();
+
+    let world = w.clone();
+    let (n, ns) = (names.clone(), netns.clone());
+    let added = all_at_once(PODS, move |i| world.call("ADD", &n[i], &ns[i], &world.conf));
+    for (i, out) in added.iter().enumerate() {
+        assert_ok(&format!("ADD {}", names[i]), out);
+    }
+    // No address twice, on the cluster network (the results) or on macnet
+    // (the network-status the daemon wrote).
+    let mut cluster: Vec<String> = added.iter().map(cluster_ip).collect();
+    cluster.sort();
+    cluster.dedup();
+    assert_eq!(cluster.len(), PODS);
+    let statuses = w.network_statuses();
+    assert_eq!(statuses.len(), PODS);
+    let mut macnet: Vec<String> = statuses
+        .iter()
+        .map(|(_, s)| s[1]["ips"][0].as_str().unwrap().to_string())
+        .collect();
+    macnet.sort();
+    macnet.dedup();
+    assert_eq!(macnet.len(), PODS);
+
+    // Warm: no GET per ADD at all, one PATCH each.
+    let add = w.requests()[before..].to_vec();
+    assert_eq!(count(&add, "get", "pods", ""), 0);
+    assert_eq!(count(&add, "get", "network-attachment-definitions", ""), 0);
+    assert_eq!(count(&add, "patch", "pods", "status"), PODS);
+
+    let world = w.clone();
+    let (n, ns) = (names.clone(), netns.clone());
+    let deleted = all_at_once(PODS, move |i| world.call("DEL", &n[i], &ns[i], &world.conf));
+    for (i, out) in deleted.iter().enumerate() {
+        assert_ok(&format!("DEL {}", names[i]), out);
+    }
+    let peak = daemon.peak_rss_kb();
+    eprintln!(
+        "daemon peak RSS over {PODS} ADDs and DELs at once: {} KiB",
+        peak
+    );
+    assert!(peak < RSS_LIMIT_KB, "peak RSS {peak} KiB");
+    w.assert_nothing_left(&netns);
+}
+
+#[test]
+fn a_daemon_killed_mid_storm_leaks_nothing_once_the_runtime_deletes() {
+    const PODS: usize = 60;
+    let Some(mut w) = world("restart") else {
+        return;
+    };
+    let (names, netns) = storm_pods(&mut w, "r", PODS);
+    let mut daemon = w.daemon();
+    let w = Arc::new(w);
+
+    let world = w.clone();
+    let (n, ns) = (names.clone(), netns.clone());
+    let storm = std::thread::spawn(move || {
+        all_at_once(PODS, move |i| {
+            // Spread over the kill and the restart.
+            std::thread::sleep(Duration::from_millis(20 * i as u64));
+            world.call("ADD", &n[i], &ns[i], &world.conf)
+        })
+    });
+    // SIGKILL while calls are in flight, and a new daemon on the socket.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while w.metric("plexus_cni_calls_total{command=\"ADD\",result=\"ok\"}") < 5.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no ADD finished: {}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemon.kill();
+    let _restarted = w.daemon();
+    let added = storm.join().unwrap();
+
+    // Each ADD succeeded or failed with a CNI error; a lost one says so.
+    let mut lost = 0;
+    for (i, out) in added.iter().enumerate() {
+        if !out.status.success() {
+            let e = cni_error(out);
+            assert!(e["code"] == 11 || e["code"] == 5, "{}: {e}", names[i]);
+            lost += 1;
+        }
+    }
+    eprintln!("{lost} of {PODS} ADDs lost to the kill");
+    // The runtime DELs every sandbox it set up (failed ADDs included).
+    let world = w.clone();
+    let (n, ns) = (names.clone(), netns.clone());
+    let deleted = all_at_once(PODS, move |i| world.call("DEL", &n[i], &ns[i], &world.conf));
+    for (i, out) in deleted.iter().enumerate() {
+        assert_ok(&format!("DEL {}", names[i]), out);
+    }
+    w.assert_nothing_left(&netns);
+}
