@@ -562,7 +562,9 @@ fn a_daemon_killed_mid_storm_leaks_nothing_once_the_runtime_deletes() {
     });
     // SIGKILL while calls are in flight, and a new daemon on the socket.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while w.metric("plexus_cni_calls_total{command=\"ADD\",result=\"ok\"}") < 5.0 {
+    while w.metric("plexus_cni_calls_total{command=\"ADD\",result=\"ok\"}") < 5.0
+        || w.metric("plexus_cni_calls_in_flight") < 1.0
+    {
         assert!(
             Instant::now() < deadline,
             "no ADD finished: {}",
