@@ -595,3 +595,43 @@ fn a_daemon_killed_mid_storm_leaks_nothing_once_the_runtime_deletes() {
     }
     w.assert_nothing_left(&netns);
 }
+
+#[test]
+fn sigterm_stops_the_daemon_and_takes_its_socket_along() {
+    let Some(w) = world("term") else { return };
+    let mut daemon = w.daemon();
+    assert!(w.socket().exists());
+    // Root-only: the socket 0600 in a directory only root may enter.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&w.socket()), 0o600);
+    assert_eq!(mode(w.socket().parent().unwrap()), 0o700);
+    // A second daemon on the same socket is refused, the first untouched.
+    let second = Command::new(PLEXUS)
+        .args(["daemon", "--metrics-address", "none", "--socket"])
+        .arg(w.socket())
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("another daemon is serving"),
+        "{second:?}"
+    );
+    assert_eq!(w.http("/readyz").0, 200);
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = daemon.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running: {}", daemon.log());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{}", daemon.log());
+    assert!(!w.socket().exists());
+}

@@ -272,7 +272,6 @@ async fn connection(mut stream: UnixStream, daemon: Arc<Daemon>, workers: Arc<Se
         .name("plexus-call".into())
         .spawn(move || {
             let answer = serve_call(&worker, &request);
-            worker.metrics.in_flight.dec();
             drop(permit);
             let _ = tx.send(answer);
         });
@@ -285,14 +284,13 @@ async fn connection(mut stream: UnixStream, daemon: Arc<Daemon>, workers: Arc<Se
                 "the call's thread panicked (see the daemon's log)",
             ))
         }),
-        Err(e) => {
-            metrics.in_flight.dec();
-            error_response(&CniError::io("spawning the call's thread", e))
-        }
+        Err(e) => error_response(&CniError::io("spawning the call's thread", e)),
     };
     if let Err(error) = reply(&mut stream, &answer).await {
         tracing::warn!(%error, "the caller left before its answer");
     }
+    // Only now: a stopping daemon waits for the answers, not just the work.
+    metrics.in_flight.dec();
 }
 
 async fn read_request(stream: &mut UnixStream) -> std::io::Result<ShimRequest> {
