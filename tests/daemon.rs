@@ -13,8 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
-use plexus_testkit::kube::{api, AuditedRequest, KubeApi, Relay};
-use plexus_testkit::Feature;
+use plexus_testkit::kube::{AuditedRequest, KubeApi, Relay};
 use serde_json::{json, Value};
 
 /// The daemon's memory bound in a boot storm (issue 12).
@@ -35,25 +34,18 @@ struct World {
 }
 
 fn world(tag: &str) -> Option<World> {
-    if !plexus_testkit::require(&[
-        Feature::Root,
-        Feature::ReferencePlugins,
-        Feature::KubeApiServer,
-    ]) {
-        return None;
-    }
-    let api = api();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut namespaces = Namespaces(Vec::new());
-    let (node, _) = node_and_pods(&mut namespaces, tag);
-    let relay = Relay::into_netns(Path::new(&format!("/var/run/netns/{node}")), api.port).unwrap();
-    let kube_ns = api.namespace(&format!("pxd-{tag}"));
-    let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
-        "master": "uplink0", "ipam": host_local(tmp.path(), "10.20.0.0/16", "mac")});
-    api.apply(&format!(
-        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
-         metadata: {{name: macnet, namespace: {kube_ns}}}\nspec:\n  config: '{macnet}'\n"
-    ));
+    let KubeNode {
+        api,
+        kube_ns,
+        node,
+        relay,
+        tmp,
+        namespaces,
+        ..
+    } = kube_node(tag, "pxd", |tmp| {
+        json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
+            "master": "uplink0", "ipam": host_local(tmp, "10.20.0.0/16", "mac")})
+    })?;
     let conf = json!({
         "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
         "kubeconfig": api.plexus_kubeconfig(),

@@ -8,13 +8,11 @@
 
 mod e2e_support;
 
-use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
-use plexus_testkit::kube::{api, AuditedRequest, KubeApi, Relay};
-use plexus_testkit::Feature;
+use plexus_testkit::kube::{AuditedRequest, KubeApi, Relay};
 use serde_json::{json, Value};
 
 /// One test's world: a node namespace with a relay to the API server, two
@@ -32,24 +30,15 @@ struct World {
 }
 
 fn world(tag: &str) -> Option<World> {
-    if !plexus_testkit::require(&[
-        Feature::Root,
-        Feature::ReferencePlugins,
-        Feature::KubeApiServer,
-    ]) {
-        return None;
-    }
-    let api = api();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut namespaces = Namespaces(Vec::new());
-    let (node, pods) = node_and_pods(&mut namespaces, tag);
-    let relay = Relay::into_netns(Path::new(&format!("/var/run/netns/{node}")), api.port).unwrap();
-    let kube_ns = api.namespace(&format!("pxk-{tag}"));
-    let macnet = macvlan_network(tmp.path());
-    api.apply(&format!(
-        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
-         metadata: {{name: macnet, namespace: {kube_ns}}}\nspec:\n  config: '{macnet}'\n"
-    ));
+    let KubeNode {
+        api,
+        kube_ns,
+        node,
+        pods,
+        relay,
+        tmp,
+        namespaces,
+    } = kube_node(tag, "pxk", macvlan_network)?;
     let conf = json!({
         "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
         "kubeconfig": api.plexus_kubeconfig(),

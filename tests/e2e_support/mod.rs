@@ -9,6 +9,8 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use plexus_dataplane::NetNs;
+use plexus_testkit::kube::{api, KubeApi, Relay};
+use plexus_testkit::Feature;
 use serde_json::{json, Value};
 
 pub const PLEXUS: &str = env!("CARGO_BIN_EXE_plexus");
@@ -218,5 +220,50 @@ pub fn cni_error(out: &Output) -> Value {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         )
+    })
+}
+
+/// A node (and two pod) namespaces reaching the test API server through a
+/// relay, and a Kubernetes namespace of the test's own holding the NAD
+/// `macnet` with the config `macnet` makes (given the temp dir).
+pub struct KubeNode {
+    pub api: &'static KubeApi,
+    pub kube_ns: String,
+    pub node: String,
+    pub pods: [String; 2],
+    pub relay: Relay,
+    pub tmp: tempfile::TempDir,
+    pub namespaces: Namespaces,
+}
+
+/// `None` (the test skips) without root, the reference plugins or the API
+/// server.
+pub fn kube_node(tag: &str, ns_prefix: &str, macnet: impl Fn(&Path) -> Value) -> Option<KubeNode> {
+    if !plexus_testkit::require(&[
+        Feature::Root,
+        Feature::ReferencePlugins,
+        Feature::KubeApiServer,
+    ]) {
+        return None;
+    }
+    let api = api();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut namespaces = Namespaces(Vec::new());
+    let (node, pods) = node_and_pods(&mut namespaces, tag);
+    let relay = Relay::into_netns(Path::new(&format!("/var/run/netns/{node}")), api.port).unwrap();
+    let kube_ns = api.namespace(&format!("{ns_prefix}-{tag}"));
+    let macnet = macnet(tmp.path());
+    api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+         metadata: {{name: macnet, namespace: {kube_ns}}}\nspec:\n  config: '{macnet}'\n"
+    ));
+    Some(KubeNode {
+        api,
+        kube_ns,
+        node,
+        pods,
+        relay,
+        tmp,
+        namespaces,
     })
 }
