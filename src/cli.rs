@@ -122,12 +122,27 @@ struct DaemonArgs {
     /// Seconds one API request may take.
     #[arg(long, default_value_t = 10.0)]
     api_timeout: f64,
-    /// Seconds all tries of a network-status write may take.
+    /// Seconds all tries of a network-status write may take (with
+    /// `--status-write sync`).
     #[arg(long, default_value_t = 20.0)]
     api_status_timeout: f64,
-    /// Seconds SIGTERM waits for the calls in flight.
+    /// When an ADD's network-status and claim status are written: `async`,
+    /// queued in the outbox (surviving a crash) and written right after the
+    /// ADD answers; `sync`, before it answers, as a plugin process does.
+    #[arg(long, value_enum, default_value_t = StatusWriteArg::Async)]
+    status_write: StatusWriteArg,
+    /// The daemon's state (the status outbox), surviving its restarts.
+    #[arg(long, default_value = "/run/plexus/state", value_name = "DIR")]
+    state_dir: PathBuf,
+    /// Seconds SIGTERM waits for the calls in flight and queued writes.
     #[arg(long, default_value_t = 20.0)]
     grace: f64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StatusWriteArg {
+    Async,
+    Sync,
 }
 
 #[derive(clap::Args)]
@@ -320,6 +335,8 @@ fn run_daemon(args: &DaemonArgs) -> Result<String, CniError> {
             status_write: seconds("--api-status-timeout", args.api_status_timeout)?,
         },
         grace: seconds("--grace", args.grace)?,
+        status_outbox: (args.status_write == StatusWriteArg::Async)
+            .then(|| args.state_dir.join("status")),
     };
     crate::daemon::run(settings).map_err(|e| {
         CniError::new(

@@ -115,6 +115,16 @@ impl World {
     /// Start the daemon in the node namespace and wait until /readyz says
     /// so (its caches synced), at most 30 s.
     fn daemon(&self) -> Daemon {
+        self.daemon_with(&[])
+    }
+
+    /// The daemon's status outbox (`--state-dir`/status).
+    fn outbox(&self) -> PathBuf {
+        self.tmp.path().join("state/status")
+    }
+
+    /// [`World::daemon`] with `extra` arguments.
+    fn daemon_with(&self, extra: &[&str]) -> Daemon {
         static STARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = self.tmp.path().join(format!("daemon-{n}.log"));
@@ -127,6 +137,9 @@ impl World {
             .args(["--node-name", &self.node])
             .arg(format!("--metrics-address=127.0.0.1:{}", self.metrics_port))
             .args(["--api-timeout", "5"])
+            .arg("--state-dir")
+            .arg(self.tmp.path().join("state"))
+            .args(extra)
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .stdin(Stdio::null())
@@ -202,6 +215,37 @@ impl World {
             &args,
             conf,
         )
+    }
+
+    /// Wait until the daemon delivered every queued status write (at most
+    /// 30 s), and check the outbox is empty.
+    fn writes_delivered(&self, daemon: &Daemon) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.metric("plexus_status_writes_queued") > 0.0 {
+            assert!(
+                Instant::now() < deadline,
+                "writes still queued: {}",
+                daemon.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let left: Vec<_> = std::fs::read_dir(self.outbox())
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// The uid of pod `name`.
+    fn uid(&self, name: &str) -> String {
+        self.api.kubectl(&[
+            "get",
+            "pod",
+            name,
+            "-n",
+            &self.kube_ns,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
     }
 
     /// plexus's requests in this test's Kubernetes namespace.
@@ -288,11 +332,17 @@ fn a_warm_add_sends_no_get_and_one_patch() {
         &w.node.clone(),
         "macnet@net1,macnet@net2,macnet@net3",
     );
-    let _daemon = w.daemon();
+    let daemon = w.daemon();
     // The watch delivers the pod (created before the daemon listed).
     let before = w.requests().len();
     let out = w.call("ADD", "p1", &pod_ns, &w.conf);
     assert_ok("ADD through the daemon", &out);
+    // The status write is queued in the outbox and delivered right after.
+    w.writes_delivered(&daemon);
+    assert_eq!(
+        w.metric("plexus_status_writes_total{result=\"written\"}"),
+        1.0
+    );
     assert!(cluster_ip(&out).starts_with("10.10."));
     let mut links = link_names(&pod_ns);
     links.sort();
@@ -343,6 +393,89 @@ fn a_warm_add_sends_no_get_and_one_patch() {
         w.metric("plexus_cni_calls_total{command=\"DEL\",result=\"ok\"}"),
         1.0
     );
+    w.assert_nothing_left(&[pod_ns]);
+}
+
+#[test]
+fn writes_a_killed_daemon_left_queued_are_delivered_by_the_next_and_never_to_another_pod() {
+    let Some(w) = world("outbox") else { return };
+    w.pods(
+        &["kept".into(), "recreated".into()],
+        &w.node.clone(),
+        "macnet",
+    );
+    // What a daemon killed after answering its ADDs leaves in the outbox
+    // (the file format of cluster::outbox::PendingStatus): a write for a
+    // pod that is still there, one for a pod since re-created under its
+    // name (another uid), one for a pod deleted, and a torn file.
+    let status = |pod: &str| {
+        json!([{"name": "podnet", "interface": "eth0", "ips": [format!("10.10.9.{}", pod.len())],
+                "default": true}])
+        .to_string()
+    };
+    let outbox = w.outbox();
+    std::fs::create_dir_all(&outbox).unwrap();
+    let queued = [
+        ("kept", w.uid("kept")),
+        (
+            "recreated",
+            "6b0c1e8a-0000-4000-8000-00000000dead".to_string(),
+        ),
+        (
+            "deleted",
+            "6b0c1e8a-0000-4000-8000-00000000beef".to_string(),
+        ),
+    ];
+    for (pod, uid) in &queued {
+        let entry = json!({"namespace": w.kube_ns, "pod": pod, "uid": uid,
+                           "networkStatus": status(pod), "claims": []});
+        std::fs::write(outbox.join(format!("{uid}.json")), entry.to_string()).unwrap();
+    }
+    std::fs::write(outbox.join("torn.json"), "{\"namespace\": \"x").unwrap();
+
+    let daemon = w.daemon();
+    w.writes_delivered(&daemon);
+    let statuses = w.network_statuses();
+    assert_eq!(statuses.len(), 1, "{statuses:?}");
+    assert_eq!(statuses[0].0, "kept");
+    assert_eq!(
+        statuses[0].1,
+        serde_json::from_str::<Value>(&status("kept")).unwrap()
+    );
+    // The API server refused the old pod's status to the new pod (the
+    // PATCH names the uid); the deleted pod's write found nothing.
+    assert_eq!(
+        w.metric("plexus_status_writes_total{result=\"written\"}"),
+        1.0
+    );
+    assert_eq!(
+        w.metric("plexus_status_writes_total{result=\"pod_gone\"}"),
+        2.0
+    );
+    assert_eq!(
+        w.metric("plexus_status_writes_total{result=\"failed\"}"),
+        0.0
+    );
+    assert!(
+        daemon.log().contains("unreadable outbox entry dropped"),
+        "{}",
+        daemon.log()
+    );
+}
+
+#[test]
+fn with_status_write_sync_the_status_is_there_when_the_add_answers() {
+    let Some(mut w) = world("sync") else { return };
+    let pod_ns = w.namespaces.add("sync-p");
+    w.pods(&["p".into()], &w.node.clone(), "macnet");
+    let _daemon = w.daemon_with(&["--status-write", "sync"]);
+    assert_ok("ADD", &w.call("ADD", "p", &pod_ns, &w.conf));
+    // No waiting: written before the answer, nothing queued.
+    let statuses = w.network_statuses();
+    assert_eq!(statuses.len(), 1, "{statuses:?}");
+    assert_eq!(statuses[0].1.as_array().unwrap().len(), 2);
+    assert!(!w.outbox().exists());
+    assert_ok("DEL", &w.call("DEL", "p", &pod_ns, &w.conf));
     w.assert_nothing_left(&[pod_ns]);
 }
 
@@ -496,6 +629,7 @@ fn a_boot_storm_of_200_pods_gets_distinct_addresses_within_the_memory_bound() {
     for (i, out) in added.iter().enumerate() {
         assert_ok(&format!("ADD {}", names[i]), out);
     }
+    w.writes_delivered(&daemon);
     // No address twice, on the cluster network (the results) or on macnet
     // (the network-status the daemon wrote).
     let mut cluster: Vec<String> = added.iter().map(cluster_ip).collect();

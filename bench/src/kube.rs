@@ -52,7 +52,7 @@ fn bridge(name: &str, br: &str, net: u8, data_dir: &Path) -> Value {
 }
 
 /// Requests of plexus's identity in `namespace`, completed.
-fn requests(namespace: &str) -> Vec<AuditedRequest> {
+pub(crate) fn requests(namespace: &str) -> Vec<AuditedRequest> {
     api()
         .audited()
         .into_iter()
@@ -60,7 +60,7 @@ fn requests(namespace: &str) -> Vec<AuditedRequest> {
         .collect()
 }
 
-fn count(requests: &[AuditedRequest], verb: &str, resource: &str, sub: &str) -> usize {
+pub(crate) fn count(requests: &[AuditedRequest], verb: &str, resource: &str, sub: &str) -> usize {
     requests
         .iter()
         .filter(|r| r.verb == verb && r.resource == resource && r.subresource == sub)

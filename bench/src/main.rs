@@ -15,7 +15,10 @@
 //! deletions with plexus's bridge DELs.
 //!
 //! The Kubernetes case (`kube.rs`) then attaches pods selecting 3 networks
-//! through the test kube-apiserver, beside the reference plugins alone.
+//! through the test kube-apiserver, beside the reference plugins alone; the
+//! thick case (`thick.rs`) attaches such pods from a manifest directory,
+//! thin and through `plexus daemon`, side by side, with API requests per ADD
+//! and a boot storm through the daemon (`--storm`, 200 pods at once).
 //!
 //! Run: `cargo run --release -p plexus-bench -- [--pods 40] [--no-kube]` (as
 //! root).
@@ -26,6 +29,7 @@
 
 mod kube;
 mod sriov;
+mod thick;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -52,6 +56,9 @@ struct Args {
     /// Leave out the Kubernetes case (it starts the test API server).
     #[arg(long)]
     no_kube: bool,
+    /// Pods ADDed at once through the daemon in the thick case's boot storm.
+    #[arg(long, default_value_t = 200)]
+    storm: usize,
     /// Exit non-zero when a target is missed.
     #[arg(long)]
     check: bool,
@@ -500,6 +507,15 @@ Kubernetes case skipped: no test API server here \
             namespaces: &mut namespaces,
             tmp: &tmp.0,
             pods: pod_count,
+        })?;
+        all_met &= thick::run(thick::Setup {
+            plexus: &plexus,
+            reference_dir: &args.reference_dir,
+            node: &node,
+            namespaces: &mut namespaces,
+            tmp: &tmp.0,
+            pods: pod_count,
+            storm: args.storm,
         })?;
     }
     Ok(all_met)

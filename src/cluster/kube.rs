@@ -26,6 +26,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 
 use super::events::{pod_event, PodEvent};
+use super::outbox::{PendingStatus, StatusOutbox};
 use super::watch::Watched;
 use super::Cluster;
 use crate::cni::error::{codes, CniError, ErrorCode};
@@ -62,6 +63,9 @@ pub struct KubeCluster {
     nads: FrozenMap<(String, String), Box<Option<NetworkAttachmentDefinition>>>,
     /// The daemon's watch caches, looked in before any GET.
     watched: Option<Arc<Watched>>,
+    /// The daemon's write-behind of what an ADD publishes; `None`: written
+    /// before the ADD answers.
+    outbox: Option<Arc<StatusOutbox>>,
 }
 
 /// What runs the client's futures.
@@ -90,6 +94,7 @@ pub struct SharedApi {
     pub client: kube::Client,
     pub timeouts: ApiTimeouts,
     pub watched: Arc<Watched>,
+    pub outbox: Option<Arc<StatusOutbox>>,
 }
 
 impl KubeCluster {
@@ -128,6 +133,7 @@ impl KubeCluster {
             timeouts,
             nads: FrozenMap::new(),
             watched: None,
+            outbox: None,
         })
     }
 
@@ -140,6 +146,7 @@ impl KubeCluster {
             timeouts: api.timeouts,
             nads: FrozenMap::new(),
             watched: Some(api.watched.clone()),
+            outbox: api.outbox.clone(),
         }
     }
 
@@ -169,21 +176,8 @@ impl KubeCluster {
         object: &str,
         request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, ApiError> {
-        self.driver.block_on(self.bounded(object, request))
-    }
-
-    /// One request, bounded by the request timeout.
-    async fn bounded<T>(
-        &self,
-        object: &str,
-        request: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, ApiError> {
-        let bound = self.timeouts.request;
-        match tokio::time::timeout(bound, request).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(ApiError::from_kube(object, e)),
-            Err(_) => Err(ApiError::timeout(object, bound)),
-        }
+        self.driver
+            .block_on(bounded(self.timeouts.request, object, request))
     }
 
     /// Everything an ADD writes back, all at once on the one HTTP/2
@@ -192,34 +186,58 @@ impl KubeCluster {
     /// - the pod's network-status annotation (multi-net-spec §5), a merge
     ///   PATCH of that one key on the status subresource, never a
     ///   whole-object PUT (which wipes other status fields: multus-cni
-    ///   #1511);
+    ///   #1511), naming the pod's uid so that a pod re-created under the
+    ///   same name is refused it;
     /// - each bound IPAMClaim's `status` (§8.2: `ips`, and `ownerPod`), a
     ///   merge PATCH of its status subresource, the only part of a claim an
     ///   IPAM may write;
     /// - the events, best effort: they never fail the ADD.
     ///
     /// The PATCHes retry transient failures within `status_write`; an object
-    /// deleted meanwhile is no failure (see [`Published`]).
+    /// deleted meanwhile is no failure (see [`Published`]). The daemon
+    /// queues the PATCHes in its outbox instead ([`StatusOutbox`]).
     pub fn publish(&self, publication: &Publication) -> Result<Published, CniError> {
         let pod = publication.pod;
+        let network_status = status_annotation_value(publication.network_status);
+        if let (Some(outbox), Driver::Shared(handle), Some(uid)) =
+            (&self.outbox, &self.driver, &pod.uid)
+        {
+            let uid = uid.clone();
+            post_in_background(handle, self.posts(pod, &publication.events));
+            outbox
+                .submit(PendingStatus {
+                    namespace: pod.namespace.clone(),
+                    pod: pod.name.clone(),
+                    uid,
+                    network_status,
+                    claims: publication.claims.clone(),
+                })
+                .map_err(|e| CniError::io("queueing the network-status write", e))?;
+            return Ok(Published {
+                pod_found: true,
+                gone_claims: Vec::new(),
+                event_failures: Vec::new(),
+            });
+        }
         let pods: Api<ApiPod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let status_patch = json!({"metadata": {"annotations": {
-            NETWORK_STATUS_ANNOTATION: status_annotation_value(publication.network_status)
-        }}});
+        let status_patch = pod_status_patch(pod.uid.as_deref(), &network_status);
         let status_object = format!("pod {}/{} status", pod.namespace, pod.name);
-        let status = self.patch_status(&pods, &pod.name, &status_patch, &status_object);
+        let bounds = StatusWrite {
+            request: self.timeouts.request,
+            window: self.timeouts.status_write,
+        };
+        let status = patch_status(&pods, &pod.name, &status_patch, &status_object, bounds);
         let claim_patches: Vec<_> = publication
             .claims
             .iter()
             .map(|c| {
-                let patch = json!({"status": {"ips": c.ips, "ownerPod": {"name": pod.name}}});
                 let object = format!("IPAMClaim {}/{} status", c.namespace, c.name);
-                (c, patch, object)
+                (c, claim_patch(c, &pod.name), object)
             })
             .collect();
         let claims = futures::future::join_all(claim_patches.iter().map(|(c, patch, object)| {
-            let api = self.claims(&c.namespace);
-            async move { self.patch_status(&api, &c.name, patch, object).await }
+            let api = claims_api(&self.client, &c.namespace);
+            async move { patch_status(&api, &c.name, patch, object, bounds).await }
         }));
         let events = self.posts(pod, &publication.events);
         let (status, claims, event_failures) = match &self.driver {
@@ -235,12 +253,12 @@ impl KubeCluster {
         };
         let mut gone_claims = Vec::new();
         for ((claim, _, _), written) in claim_patches.iter().zip(claims) {
-            if !written? {
+            if !written.map_err(ApiError::into_cni)? {
                 gone_claims.push(format!("{}/{}", claim.namespace, claim.name));
             }
         }
         Ok(Published {
-            pod_found: status?,
+            pod_found: status.map_err(ApiError::into_cni)?,
             gone_claims,
             event_failures,
         })
@@ -272,38 +290,91 @@ impl KubeCluster {
         let events: Vec<Event> = events.iter().map(|e| pod_event(pod, e)).collect();
         post_all(api, events, object, self.timeouts.request)
     }
+}
 
-    /// A merge PATCH of `name`'s status subresource, transient failures
-    /// retried within `status_write`; `Ok(false)` when the object is gone.
-    async fn patch_status<K>(
-        &self,
-        api: &Api<K>,
-        name: &str,
-        patch: &serde_json::Value,
-        object: &str,
-    ) -> Result<bool, CniError>
-    where
-        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    {
-        let deadline = tokio::time::Instant::now() + self.timeouts.status_write;
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let params = PatchParams::default();
-            let sent = self
-                .bounded(
-                    object,
-                    api.patch_status(name, &params, &Patch::Merge(patch)),
-                )
-                .await;
-            match sent {
-                Ok(_) => return Ok(true),
-                Err(e) if e.status == Some(404) => return Ok(false),
-                Err(e) if e.transient && tokio::time::Instant::now() + backoff < deadline => {
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-                Err(e) => return Err(e.into_cni()),
+/// One request, bounded by `bound`.
+pub(super) async fn bounded<T>(
+    bound: Duration,
+    object: &str,
+    request: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ApiError> {
+    match tokio::time::timeout(bound, request).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(ApiError::from_kube(object, e)),
+        Err(_) => Err(ApiError::timeout(object, bound)),
+    }
+}
+
+/// The bounds of a status write: each request, and all tries together.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StatusWrite {
+    pub request: Duration,
+    pub window: Duration,
+}
+
+/// The merge patch that sets a pod's network-status; with `uid`, the API
+/// server refuses it for any other pod of that name.
+pub(super) fn pod_status_patch(uid: Option<&str>, network_status: &str) -> serde_json::Value {
+    let mut metadata = json!({"annotations": {NETWORK_STATUS_ANNOTATION: network_status}});
+    if let Some(uid) = uid {
+        metadata["uid"] = json!(uid);
+    }
+    json!({ "metadata": metadata })
+}
+
+/// The merge patch of a bound claim's status (§8.2).
+pub(super) fn claim_patch(claim: &ClaimStatus, pod: &str) -> serde_json::Value {
+    json!({"status": {"ips": claim.ips, "ownerPod": {"name": pod}}})
+}
+
+/// The IPAMClaims of `namespace`.
+pub(super) fn claims_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    custom(client, namespace, "v1alpha1", ipamclaim::KIND, "ipamclaims")
+}
+
+/// The namespaced API of a custom resource of `k8s.cni.cncf.io`.
+fn custom(
+    client: &kube::Client,
+    namespace: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(GROUP, version, kind);
+    let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
+/// A merge PATCH of `name`'s status subresource, transient failures
+/// retried within the window; `Ok(false)` when the object is gone.
+pub(super) async fn patch_status<K>(
+    api: &Api<K>,
+    name: &str,
+    patch: &serde_json::Value,
+    object: &str,
+    bounds: StatusWrite,
+) -> Result<bool, ApiError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let deadline = tokio::time::Instant::now() + bounds.window;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let params = PatchParams::default();
+        let sent = bounded(
+            bounds.request,
+            object,
+            api.patch_status(name, &params, &Patch::Merge(patch)),
+        )
+        .await;
+        match sent {
+            Ok(_) => return Ok(true),
+            Err(e) if e.status == Some(404) => return Ok(false),
+            Err(e) if e.transient && tokio::time::Instant::now() + backoff < deadline => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
+            Err(e) => return Err(e),
         }
     }
 }
@@ -320,7 +391,7 @@ fn post_in_background(
 }
 
 /// Each event posted at once, each bounded; the failures.
-async fn post_all(
+pub(super) async fn post_all(
     api: Api<Event>,
     events: Vec<Event>,
     object: String,
@@ -354,6 +425,7 @@ pub struct Publication<'a> {
 }
 
 /// An IPAMClaim's new status: the addresses the pod holds for it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClaimStatus {
     pub namespace: String,
     pub name: String,
@@ -372,7 +444,6 @@ pub struct Published {
 }
 
 impl KubeCluster {
-    /// The namespaced API of a custom resource of `k8s.cni.cncf.io`.
     fn custom(
         &self,
         namespace: &str,
@@ -380,13 +451,7 @@ impl KubeCluster {
         kind: &str,
         plural: &str,
     ) -> Api<DynamicObject> {
-        let gvk = GroupVersionKind::gvk(GROUP, version, kind);
-        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
-        Api::namespaced_with(self.client.clone(), namespace, &resource)
-    }
-
-    fn claims(&self, namespace: &str) -> Api<DynamicObject> {
-        self.custom(namespace, "v1alpha1", ipamclaim::KIND, "ipamclaims")
+        custom(&self.client, namespace, version, kind, plural)
     }
 
     /// GET `object` through `api`, decoded by `decode`; `None` when it does
@@ -485,7 +550,12 @@ impl Cluster for KubeCluster {
 
     fn ipam_claim(&self, namespace: &str, name: &str) -> Result<Option<IpamClaim>, CniError> {
         let object = format!("IPAMClaim {namespace}/{name}");
-        self.get_decoded(self.claims(namespace), name, &object, IpamClaim::from_value)
+        self.get_decoded(
+            claims_api(&self.client, namespace),
+            name,
+            &object,
+            IpamClaim::from_value,
+        )
     }
 
     fn as_kube(&self) -> Option<&KubeCluster> {
@@ -538,11 +608,11 @@ pub type RequestObserver = Arc<dyn Fn(&hyper::Method, &hyper::Uri) + Send + Sync
 
 /// A failed request, as far as plexus reacts to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct ApiError {
+pub(super) struct ApiError {
     /// `pod ns/name`, `NetworkAttachmentDefinition ns/name`, ...
     object: String,
     /// The HTTP status, when the server answered.
-    status: Option<u16>,
+    pub status: Option<u16>,
     /// Worth retrying: no answer, a timeout, 429 or 5xx.
     transient: bool,
     /// `forbidden: User "..." cannot get resource ...`

@@ -6,6 +6,7 @@
 pub mod dir;
 pub mod events;
 pub mod kube;
+pub mod outbox;
 pub mod watch;
 
 use crate::cni::error::CniError;

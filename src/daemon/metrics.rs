@@ -14,6 +14,7 @@ use prometheus::{
     TextEncoder,
 };
 
+use crate::cluster::outbox::Delivery;
 use crate::cni::env::CniCommand;
 use crate::cni::error::CniError;
 use crate::run::AttachmentObserver;
@@ -33,6 +34,9 @@ pub struct Metrics {
     attachment_seconds: HistogramVec,
     api_requests: IntCounterVec,
     cache_objects: IntGaugeVec,
+    status_writes: IntCounterVec,
+    status_write_delay: HistogramVec,
+    pub status_writes_queued: IntGauge,
     pub in_flight: IntGauge,
     pub waiting: IntGauge,
 }
@@ -98,6 +102,20 @@ impl Metrics {
                 &["verb", "resource"],
             ),
             cache_objects,
+            status_writes: counter(
+                "status_writes_total",
+                "Queued network-status writes delivered, by result (written, pod_gone, failed).",
+                &["result"],
+            ),
+            status_write_delay: histogram(
+                "status_write_delay_seconds",
+                "From an ADD's answer to its network-status write delivered, by result.",
+                &["result"],
+            ),
+            status_writes_queued: gauge(
+                "status_writes_queued",
+                "network-status writes queued in the outbox, not yet delivered.",
+            ),
             in_flight: gauge("cni_calls_in_flight", "CNI calls being served."),
             waiting: gauge("cni_calls_waiting", "CNI calls waiting for a free worker."),
             registry,
@@ -133,6 +151,15 @@ impl Metrics {
         self.cache_objects
             .with_label_values(&["network-attachment-definitions"])
             .set(nads as i64);
+    }
+
+    /// One queued status write delivered, `delay` after it was queued.
+    pub fn status_write(&self, outcome: Delivery, delay: Duration) {
+        let result = [outcome.as_str()];
+        self.status_writes.with_label_values(&result).inc();
+        self.status_write_delay
+            .with_label_values(&result)
+            .observe(delay.as_secs_f64());
     }
 
     /// Everything, in Prometheus's text format.

@@ -27,6 +27,7 @@ use tokio::net::UnixStream;
 use tokio::sync::Semaphore;
 
 use crate::cluster::kube::{ApiTimeouts, KubeCluster, SharedApi};
+use crate::cluster::outbox::{DeliveryObserver, StatusOutbox};
 use crate::cluster::watch::Watched;
 use crate::cluster::Cluster;
 use crate::cni::error::{CniError, ErrorCode};
@@ -53,8 +54,11 @@ pub struct Settings {
     pub metrics_address: Option<SocketAddr>,
     pub max_calls: usize,
     pub api_timeouts: ApiTimeouts,
-    /// How long SIGTERM waits for the calls in flight.
+    /// How long SIGTERM waits for the calls in flight and queued writes.
     pub grace: Duration,
+    /// Where an ADD's status writes are queued ([`StatusOutbox`]); `None`:
+    /// written before the ADD answers.
+    pub status_outbox: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -133,11 +137,25 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
                 reason,
             })?;
             let watched = Arc::new(Watched::start(&client, &node, &handle));
+            let outbox = match &settings.status_outbox {
+                None => None,
+                Some(dir) => Some(
+                    StatusOutbox::open(
+                        dir,
+                        client.clone(),
+                        handle.clone(),
+                        settings.api_timeouts.request,
+                        Some(delivered(&metrics)),
+                    )
+                    .map_err(|e| DaemonError::Settings(e.to_string()))?,
+                ),
+            };
             Some(SharedApi {
                 handle: handle.clone(),
                 client,
                 timeouts: settings.api_timeouts,
                 watched,
+                outbox,
             })
         }
     };
@@ -168,13 +186,33 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
         let _ = std::fs::remove_file(&settings.socket);
         Ok::<_, DaemonError>(())
     })?;
-    // Calls in flight run on threads of their own; give them the grace.
+    // Calls in flight run on threads of their own, and queued writes on the
+    // runtime; give them the grace. What is still queued after it stays in
+    // the outbox for the next daemon.
     let deadline = Instant::now() + settings.grace;
-    while daemon.metrics.in_flight.get() > 0 && Instant::now() < deadline {
+    let queued = || {
+        daemon
+            .clusters
+            .api
+            .as_ref()
+            .and_then(|a| a.outbox.as_ref())
+            .map_or(0, |o| o.len())
+    };
+    while (daemon.metrics.in_flight.get() > 0 || queued() > 0) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    tracing::info!(left = daemon.metrics.in_flight.get(), "stopped");
+    tracing::info!(
+        calls = daemon.metrics.in_flight.get(),
+        writes = queued(),
+        "stopped"
+    );
     Ok(())
+}
+
+/// The outbox reports its deliveries to the metrics.
+fn delivered(metrics: &Arc<Metrics>) -> DeliveryObserver {
+    let metrics = metrics.clone();
+    Arc::new(move |outcome, delay| metrics.status_write(outcome, delay))
 }
 
 /// One arena per two cores at most: glibc's default of eight per core lets
@@ -206,6 +244,9 @@ fn endpoints(daemon: &Arc<Daemon>, listening: &Arc<AtomicBool>) -> metrics::Endp
             if let Some(api) = &for_refresh.clusters.api {
                 let (pods, nads) = api.watched.sizes();
                 metrics.cache_sizes(pods, nads);
+                if let Some(outbox) = &api.outbox {
+                    metrics.status_writes_queued.set(outbox.len() as i64);
+                }
             }
         }),
     }
