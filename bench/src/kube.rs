@@ -34,10 +34,12 @@ pub struct Setup<'a> {
     pub namespaces: &'a mut Namespaces,
     pub tmp: &'a Path,
     pub pods: usize,
+    /// Pods of the thin-vs-thick case's boot storm (`--storm`).
+    pub storm: usize,
 }
 
 /// A macvlan network on the node's `uplink0`, host-local `10.<net>.0.0/16`.
-fn macvlan(name: &str, net: u8, data_dir: &Path) -> Value {
+pub(crate) fn macvlan(name: &str, net: u8, data_dir: &Path) -> Value {
     json!({"cniVersion": "1.0.0", "name": name, "type": "macvlan", "master": "uplink0",
            "mode": "bridge",
            "ipam": {"type": "host-local", "subnet": format!("10.{net}.0.0/16"),
@@ -68,7 +70,7 @@ pub(crate) fn count(requests: &[AuditedRequest], verb: &str, resource: &str, sub
 }
 
 /// Runs the case and prints its table; `Ok(false)` when a target was missed.
-pub fn run(setup: Setup) -> Result<bool, String> {
+pub fn run(setup: &mut Setup) -> Result<bool, String> {
     let kube = api();
     let pid = std::process::id();
     let mut relay = Relay::into_netns(setup.node.path(), kube.port)

@@ -500,15 +500,7 @@ Kubernetes case skipped: no test API server here \
              (.ci/install-deps unit, then .ci/kube-apiserver)"
         );
     } else {
-        all_met &= kube::run(kube::Setup {
-            plexus: &plexus,
-            reference_dir: &args.reference_dir,
-            node: &node,
-            namespaces: &mut namespaces,
-            tmp: &tmp.0,
-            pods: pod_count,
-        })?;
-        all_met &= thick::run(thick::Setup {
+        let mut setup = kube::Setup {
             plexus: &plexus,
             reference_dir: &args.reference_dir,
             node: &node,
@@ -516,7 +508,9 @@ Kubernetes case skipped: no test API server here \
             tmp: &tmp.0,
             pods: pod_count,
             storm: args.storm,
-        })?;
+        };
+        all_met &= kube::run(&mut setup)?;
+        all_met &= thick::run(&mut setup)?;
     }
     Ok(all_met)
 }

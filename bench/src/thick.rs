@@ -18,8 +18,8 @@ use plexus_dataplane::NetNs;
 use plexus_testkit::kube::{api, Relay};
 use serde_json::{json, Value};
 
-use crate::kube::{count, requests};
-use crate::{cni_env_as, invoke, percentile, print_table, verdict, Namespaces};
+use crate::kube::{count, macvlan, requests, Setup};
+use crate::{cni_env_as, invoke, percentile, print_table, verdict};
 
 /// The networks each pod selects.
 const NETWORKS: [&str; 3] = ["tk1", "tk2", "tk3"];
@@ -29,16 +29,6 @@ const METRICS_PORT: u16 = 19_199;
 /// Targets (issue 12).
 const THICK_VS_MANIFEST_MAX: f64 = 1.2;
 const STORM_RSS_MAX_KB: u64 = 64 * 1024;
-
-pub struct Setup<'a> {
-    pub plexus: &'a Path,
-    pub reference_dir: &'a Path,
-    pub node: &'a NetNs,
-    pub namespaces: &'a mut Namespaces,
-    pub tmp: &'a Path,
-    pub pods: usize,
-    pub storm: usize,
-}
 
 /// How plexus gets the pod and its NADs.
 #[derive(Clone, Copy, PartialEq)]
@@ -75,14 +65,6 @@ impl Mode {
     fn uses_api(self) -> bool {
         matches!(self, Mode::Thin | Mode::Thick)
     }
-}
-
-/// A macvlan network on the node's `uplink0`, host-local `10.<net>.0.0/16`.
-fn macvlan(name: &str, net: u8, data_dir: &Path) -> Value {
-    json!({"cniVersion": "1.0.0", "name": name, "type": "macvlan", "master": "uplink0",
-           "mode": "bridge",
-           "ipam": {"type": "host-local", "subnet": format!("10.{net}.0.0/16"),
-                    "dataDir": data_dir}})
 }
 
 /// The NADs and `pods` pods named `<prefix>-<i>` in `namespace`, as YAML.
@@ -230,7 +212,7 @@ impl Contender {
 }
 
 /// Runs the case and prints its table; `Ok(false)` when a target was missed.
-pub fn run(mut setup: Setup) -> Result<bool, String> {
+pub fn run(setup: &mut Setup) -> Result<bool, String> {
     let kube = api();
     let _relay = Relay::into_netns(setup.node.path(), kube.port)
         .map_err(|e| format!("relay into the node namespace: {e}"))?;
@@ -288,7 +270,7 @@ pub fn run(mut setup: Setup) -> Result<bool, String> {
             del: Vec::new(),
         });
     }
-    let daemon = Daemon::start(&setup, &socket, &kubeconfig)?;
+    let daemon = Daemon::start(setup, &socket, &kubeconfig)?;
 
     // Side by side, pod by pod; the audit log is read per mode after.
     let pid = std::process::id();
@@ -302,12 +284,12 @@ pub fn run(mut setup: Setup) -> Result<bool, String> {
             let ns = setup
                 .namespaces
                 .create(format!("pxb-{pid}-{}{i}", c.mode.tag()))?;
-            let (elapsed, _) = c.call(&setup, "ADD", &format!("pod-{i}"), &ns)?;
+            let (elapsed, _) = c.call(setup, "ADD", &format!("pod-{i}"), &ns)?;
             c.add.push(elapsed);
             netns.push(ns);
         }
     }
-    daemon.writes_delivered(&setup)?;
+    daemon.writes_delivered(setup)?;
     let per_add: Vec<(usize, usize, usize, usize)> = contenders
         .iter()
         .zip(&before)
@@ -323,7 +305,7 @@ pub fn run(mut setup: Setup) -> Result<bool, String> {
         .collect();
     for i in 0..setup.pods {
         for (c, netns) in contenders.iter_mut().zip(&sandboxes) {
-            let (elapsed, _) = c.call(&setup, "DEL", &format!("pod-{i}"), &netns[i])?;
+            let (elapsed, _) = c.call(setup, "DEL", &format!("pod-{i}"), &netns[i])?;
             c.del.push(elapsed);
         }
     }
@@ -377,7 +359,7 @@ pub fn run(mut setup: Setup) -> Result<bool, String> {
     );
     let delay = |part: &str| {
         daemon.metric(
-            &setup,
+            setup,
             &format!("plexus_status_write_delay_seconds_{part}{{result=\"written\"}}"),
         )
     };
@@ -388,7 +370,7 @@ pub fn run(mut setup: Setup) -> Result<bool, String> {
         1000.0 * delay_sum / written.max(1.0)
     );
 
-    let met_storm = storm(&mut setup, &contenders[3], &daemon)?;
+    let met_storm = storm(setup, &contenders[3], &daemon)?;
     Ok(met_speed && met_requests && met_storm)
 }
 
