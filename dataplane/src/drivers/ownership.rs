@@ -364,6 +364,16 @@ impl Store {
                 None => return Ok(None),
             },
         };
+        // No record, nothing to give back, and no lock file made for it: a
+        // DEL naming a device plexus never had (a bogus `deviceID`) would
+        // leave one per name. Unlocked is safe: only this owner's ADD
+        // writes a record naming it, before it changes anything, and the
+        // runtime never runs a container's ADD beside its DEL (cni-SPEC §3,
+        // "Lifecycle & Ordering").
+        match fs::symlink_metadata(self.record_path(&key)) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            _ => {}
+        }
         let lock = self.lock(key)?;
         Ok(match lock.read_record::<R>()? {
             Some(record) if record.owner() == owner => Some((lock, record)),
@@ -521,6 +531,28 @@ mod tests {
         lock.write_record(&r).unwrap();
         let found = names.find_owned_by::<String, Rec>(&r.owner).unwrap();
         assert_eq!(found.as_deref(), Some("vdpa0"));
+    }
+
+    #[test]
+    fn a_del_for_a_device_without_a_record_makes_no_lock_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().join("sriov"), "VF");
+        let owner = record("ctr1").owner;
+        let found = store.owned_by::<PciAddress, Rec>(Some(vf("0000:7f:1f.7")), &owner);
+        assert_eq!(found.unwrap().map(|(_, r)| r), None);
+        assert!(!dir.path().join("sriov/0000:7f:1f.7.lock").exists());
+        // With a record, its owner finds it under the lock; others do not.
+        let r = record("ctr1");
+        store
+            .lock(vf("0000:01:10.2"))
+            .unwrap()
+            .write_record(&r)
+            .unwrap();
+        let found = store.owned_by::<PciAddress, Rec>(Some(vf("0000:01:10.2")), &owner);
+        assert_eq!(found.unwrap().map(|(_, r)| r), Some(r));
+        let stranger = record("ctr2").owner;
+        let found = store.owned_by::<PciAddress, Rec>(Some(vf("0000:01:10.2")), &stranger);
+        assert_eq!(found.unwrap().map(|(_, r)| r), None);
     }
 
     #[test]
