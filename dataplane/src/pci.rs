@@ -19,6 +19,7 @@
 //!     iommu_group -> ../../../../kernel/iommu_groups/5
 //!     net/enp1s0v0/           (absent while bound to vfio-pci, or while the
 //!                              netdev is in another network namespace)
+//! class/net/<netdev>/phys_switch_id, phys_port_name   (switchdev representors)
 //! ```
 //!
 //! A [`PciAddress`] is parsed strictly before it becomes a path component,
@@ -242,6 +243,66 @@ impl SysfsRoot {
             vfio_device,
         })
     }
+}
+
+impl SysfsRoot {
+    /// The VF's representor: in switchdev mode, the host-side netdev that
+    /// stands for the VF on the PF's embedded switch (device-info-SPEC
+    /// §3.1.3.5 "representor-device"). It shares the PF's `phys_switch_id`
+    /// and names the VF in its `phys_port_name`: `pf<P>vf<V>` (with a
+    /// `c<C>` controller prefix on multi-host NICs), or the bare `<V>` of
+    /// older kernels. `None` when the PF has no switch (legacy mode, or a
+    /// NIC without switchdev: reading `phys_switch_id` then fails with
+    /// EOPNOTSUPP) or no netdev matches: the key is optional.
+    pub fn vf_representor(&self, vf: &VirtualFunction) -> Option<String> {
+        let net = self.0.join("class/net");
+        let attribute = |netdev: &str, name: &str| {
+            fs::read_to_string(net.join(netdev).join(name))
+                .ok()
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let (pf, switch) = vf
+            .pf_netdevs
+            .iter()
+            .find_map(|pf| Some((pf, attribute(pf, "phys_switch_id")?)))?;
+        // A PF's own port is `p<P>`; a representor of one of its VFs then
+        // says `pf<P>`.
+        let pf_port =
+            attribute(pf, "phys_port_name").and_then(|n| n.strip_prefix('p')?.parse::<u32>().ok());
+        let mut candidates: Vec<String> = fs::read_dir(&net)
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|name| name != pf)
+            .collect();
+        candidates.sort();
+        candidates.into_iter().find(|name| {
+            attribute(name, "phys_switch_id").as_ref() == Some(&switch)
+                && attribute(name, "phys_port_name")
+                    .and_then(|port| representor_port(&port))
+                    .is_some_and(|(pf_index, vf_index)| {
+                        vf_index == vf.index
+                            && match (pf_index, pf_port) {
+                                (Some(theirs), Some(ours)) => theirs == ours,
+                                _ => true,
+                            }
+                    })
+        })
+    }
+}
+
+/// The (PF, VF) numbers a representor's `phys_port_name` gives:
+/// `[c<C>]pf<P>vf<V>`, or a bare `<V>`.
+fn representor_port(port: &str) -> Option<(Option<u32>, u32)> {
+    if let Ok(vf) = port.parse() {
+        return Some((None, vf));
+    }
+    let port = match port.strip_prefix('c') {
+        Some(rest) => rest.trim_start_matches(|c: char| c.is_ascii_digit()),
+        None => port,
+    };
+    let (pf, vf) = port.strip_prefix("pf")?.split_once("vf")?;
+    Some((Some(pf.parse().ok()?), vf.parse().ok()?))
 }
 
 /// A VF as a driver sees it ([`SysfsRoot::virtual_function`]).
@@ -595,6 +656,58 @@ mod tests {
             )
             .unwrap();
         }
+    }
+
+    #[test]
+    fn representor_port_names_give_pf_and_vf() {
+        assert_eq!(representor_port("pf0vf3"), Some((Some(0), 3)));
+        assert_eq!(representor_port("c1pf1vf12"), Some((Some(1), 12)));
+        assert_eq!(representor_port("7"), Some((None, 7)));
+        for not_a_vf in ["p0", "pf0", "pf0sf3", "pfxvf1", "vf1", "", "c1p0"] {
+            assert_eq!(representor_port(not_a_vf), None, "{not_a_vf}");
+        }
+    }
+
+    #[test]
+    fn a_vf_representor_shares_the_pfs_switch_and_names_the_vf() {
+        // What a switchdev NIC shows in class/net (no such NIC here: the
+        // VM's igb has no switchdev mode, so this tree stands in for one).
+        let f = FakeSysfs::new();
+        f.pf_with_vfs(2);
+        let root = f.root();
+        let vf1 = root
+            .virtual_function("0000:01:10.2".parse().unwrap())
+            .unwrap();
+        assert_eq!(root.vf_representor(&vf1), None, "no class/net at all");
+        let netdev = |name: &str, switch: Option<&str>, port: Option<&str>| {
+            let dir = f.path(&format!("class/net/{name}"));
+            fs::create_dir_all(&dir).unwrap();
+            if let Some(switch) = switch {
+                fs::write(dir.join("phys_switch_id"), format!("{switch}\n")).unwrap();
+            }
+            if let Some(port) = port {
+                fs::write(dir.join("phys_port_name"), format!("{port}\n")).unwrap();
+            }
+        };
+        // Legacy mode: the PF has no switch id.
+        netdev("enp1s0", None, Some("p0"));
+        netdev("eth9", Some("aabb"), Some("pf0vf1"));
+        assert_eq!(root.vf_representor(&vf1), None);
+        // switchdev: the representor of VF 1 of PF port 0 on its switch,
+        // not VF 0's, not another switch's, not another PF port's.
+        netdev("enp1s0", Some("aabb"), Some("p0"));
+        netdev("eth1", Some("aabb"), Some("pf0vf0"));
+        netdev("eth2", Some("ccdd"), Some("pf0vf1"));
+        netdev("eth3", Some("aabb"), Some("pf1vf1"));
+        assert_eq!(root.vf_representor(&vf1).as_deref(), Some("eth9"));
+        let vf0 = root
+            .virtual_function("0000:01:10.0".parse().unwrap())
+            .unwrap();
+        assert_eq!(root.vf_representor(&vf0).as_deref(), Some("eth1"));
+        // An older kernel's bare VF number.
+        fs::remove_dir_all(f.path("class/net/eth9")).unwrap();
+        netdev("rep1", Some("aabb"), Some("1"));
+        assert_eq!(root.vf_representor(&vf1).as_deref(), Some("rep1"));
     }
 
     #[test]

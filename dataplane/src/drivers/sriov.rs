@@ -452,11 +452,13 @@ impl InterfaceDriver for Sriov {
         check_settings(&conf.pf_settings(pf.infiniband), &now)
     }
 
-    /// device-info-SPEC §3.1.3: the VF and its PF.
+    /// device-info-SPEC §3.1.3: the VF, its PF and (switchdev) its
+    /// representor.
     fn device_info(&self, _conf: &Conf, made: &Made) -> Option<DeviceInfo> {
         Some(DeviceInfo::pci(PciDevice {
             pci_address: made.vf.address.to_string(),
             pf_pci_address: Some(made.vf.pf.to_string()),
+            representor_device: self.sysfs.vf_representor(&made.vf),
             ..PciDevice::default()
         }))
     }

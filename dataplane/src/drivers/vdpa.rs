@@ -494,17 +494,14 @@ impl InterfaceDriver for Vdpa {
                 format!("/sys/bus/virtio/devices/{virtio}"),
             ),
         };
-        let pf = made
-            .pci
-            .and_then(|a| self.sysfs.virtual_function(a).ok())
-            .map(|vf| vf.pf.to_string());
+        let vf = made.pci.and_then(|a| self.sysfs.virtual_function(a).ok());
         Some(DeviceInfo::vdpa(VdpaDevice {
             parent_device: made.name.clone(),
             driver,
             path,
             pci_address: made.pci.map(|a| a.to_string()),
-            pf_pci_address: pf,
-            representor_device: None,
+            pf_pci_address: vf.as_ref().map(|vf| vf.pf.to_string()),
+            representor_device: vf.as_ref().and_then(|vf| self.sysfs.vf_representor(vf)),
         }))
     }
 
