@@ -417,6 +417,30 @@ impl PciDevice {
         self.link_name("driver")
     }
 
+    /// Unbind the device from its driver and bind it to the same driver
+    /// again; the driver's `Some(name)`, `None` (nothing done) when unbound.
+    /// An InfiniBand VF takes node and port GUIDs set through its PF only
+    /// when its driver binds (mlx5; ib-sriov-cni rebinds the same way). Its
+    /// netdev is destroyed wherever it is (a pod's namespace too) and made
+    /// again in the initial namespace under a name the kernel picks.
+    pub fn rebind(&self) -> Result<Option<String>> {
+        let Some(driver) = self.driver()? else {
+            return Ok(None);
+        };
+        let address = self.address.to_string();
+        let unbind = self.path.join("driver/unbind");
+        fs::write(&unbind, &address)
+            .map_err(|e| sysfs_error(self.address, "write", &unbind, &e))?;
+        let bind = self
+            .root
+            .0
+            .join("bus/pci/drivers")
+            .join(&driver)
+            .join("bind");
+        fs::write(&bind, &address).map_err(|e| sysfs_error(self.address, "write", &bind, &e))?;
+        Ok(Some(driver))
+    }
+
     /// The IOMMU group number (`iommu_group` link), `None` when it has none.
     pub fn iommu_group(&self) -> Result<Option<u32>> {
         let Some(name) = self.link_name("iommu_group")? else {
@@ -656,6 +680,24 @@ mod tests {
             )
             .unwrap();
         }
+    }
+
+    #[test]
+    fn rebind_writes_the_address_to_unbind_then_to_the_drivers_bind() {
+        // A fake tree records the writes; the real unbind and bind run on
+        // igb's VFs in the VM (dataplane/tests/sriov.rs).
+        let f = FakeSysfs::new();
+        f.pf_with_vfs(1);
+        let vf = f.root().pci_device(addr("0000:01:10.0")).unwrap();
+        assert_eq!(vf.rebind().unwrap().as_deref(), Some("igbvf"));
+        let written = |p: &str| fs::read_to_string(f.path(p)).unwrap();
+        assert_eq!(written("bus/pci/drivers/igbvf/unbind"), "0000:01:10.0");
+        assert_eq!(written("bus/pci/drivers/igbvf/bind"), "0000:01:10.0");
+        // Unbound: nothing to do.
+        let unbound = f.device("0000:02:00.0", None, None);
+        drop(unbound);
+        let dev = f.root().pci_device(addr("0000:02:00.0")).unwrap();
+        assert_eq!(dev.rebind().unwrap(), None);
     }
 
     #[test]

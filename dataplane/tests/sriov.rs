@@ -388,3 +388,42 @@ fn netdevsim_vfs_take_what_igb_refuses() {
     let e = nl.vf_states(999_999).unwrap_err();
     assert!(e.is_not_found(), "{e}");
 }
+
+#[test]
+fn a_rebound_vf_comes_back_on_its_driver_with_a_new_netdev() {
+    // What the sriov driver does after setting an InfiniBand VF's GUIDs
+    // (igb has no GUIDs: the rebind itself is what runs here).
+    if !require(&[Feature::Root, Feature::PciSriov]) {
+        return;
+    }
+    let vfs = SriovVfs::create(1);
+    let sys = SysfsRoot::default();
+    let nl = Netlink::current().unwrap();
+    let address = addr(&vfs.vfs[0].address);
+    let old = sys.virtual_function(address).unwrap().netdev.unwrap();
+    let old_index = nl.link_by_name(&old).unwrap().unwrap().index;
+    let driver = sys.pci_device(address).unwrap().rebind().unwrap();
+    assert_eq!(driver.as_deref(), Some("igbvf"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (vf, link) = loop {
+        let vf = sys.virtual_function(address).unwrap();
+        if let Some(link) = vf
+            .netdev
+            .as_deref()
+            .and_then(|n| nl.link_by_name(n).unwrap())
+        {
+            break (vf, link);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no netdev 10 s after the rebind: {vf:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(vf.driver.as_deref(), Some("igbvf"));
+    assert_ne!(
+        link.index, old_index,
+        "the old netdev went with the old bind"
+    );
+    assert!(nl.link_by_index(old_index).unwrap().is_none());
+}

@@ -187,6 +187,15 @@ impl Sriov {
         Ok(Vf { info, netdev })
     }
 
+    /// Bind the VF's driver again ([`crate::pci::PciDevice::rebind`]).
+    fn rebind(&self, address: PciAddress) -> Result<(), CniError> {
+        self.sysfs
+            .pci_device(address)
+            .and_then(|dev| dev.rebind())
+            .map(drop)
+            .map_err(|e| sys_error(format_args!("rebind VF {address}'s driver"), e))
+    }
+
     /// The VF's netdev in the host, waiting (bounded) while the kernel
     /// brings it back from a namespace being destroyed. `None` when the VF
     /// is gone or has no netdev driver any more.
@@ -249,6 +258,13 @@ impl GiveBack for Sriov {
         host.set_vf(pf.index, vf.index, &back)
             .map_err(sys(format_args!("give back VF {address}'s settings")))?;
         if let Found::Netdev { name, mac, mtu } = &record.found {
+            // The GUIDs given back take effect only on a new bind; without
+            // it the next pod would run with this one's (and its
+            // partitions). The pod's netdev goes with the old bind, and
+            // comes back in the host.
+            if record.applied.sets_ib_guid() && vf.driver.is_some() {
+                self.rebind(address)?;
+            }
             passthrough::return_netdev(
                 format_args!("VF {address}"),
                 &address.to_string(),
@@ -377,7 +393,24 @@ impl InterfaceDriver for Sriov {
         let what = format_args!("VF {}", conf.device);
         prepared.claim.take(self, record, what, at, undo)?;
 
-        let pod_link = match &vf.netdev {
+        let apply = || {
+            host.set_vf(pf.index, index, &prepared.settings)
+                .map_err(sys(format_args!(
+                    "VF {}: apply the configured settings through its PF",
+                    conf.device
+                )))
+        };
+        let mut netdev = vf.netdev;
+        // New InfiniBand GUIDs take effect when the VF's driver binds again,
+        // which makes its netdev anew: set them, rebind, then move the
+        // netdev the VF has now (ib-sriov-cni's order).
+        let rebound = prepared.settings.sets_ib_guid() && netdev.is_some();
+        if rebound {
+            apply()?;
+            self.rebind(conf.device)?;
+            netdev = self.host_netdev(conf.device, host)?;
+        }
+        let pod_link = match &netdev {
             Some(netdev) => Some(passthrough::move_into_pod(
                 "the VF",
                 netdev,
@@ -387,11 +420,9 @@ impl InterfaceDriver for Sriov {
             )?),
             None => None,
         };
-        host.set_vf(pf.index, index, &prepared.settings)
-            .map_err(sys(format_args!(
-                "VF {}: apply the configured settings through its PF",
-                conf.device
-            )))?;
+        if !rebound {
+            apply()?;
+        }
         Ok(Made {
             vf: vf.info,
             pod_link,

@@ -248,6 +248,12 @@ impl VfSettings {
         *self == VfSettings::default()
     }
 
+    /// Whether an InfiniBand node or port GUID is set (which a VF takes only
+    /// when its driver binds again: [`crate::pci::PciDevice::rebind`]).
+    pub fn sets_ib_guid(&self) -> bool {
+        self.ib_node_guid.is_some() || self.ib_port_guid.is_some()
+    }
+
     fn validate(&self) -> Result<()> {
         if let Some(vlan) = self.vlan {
             if vlan.id > 4094 {
