@@ -17,8 +17,9 @@
 //!    network and asking the runtime for the capabilities its plugins
 //!    declare, with the ConfigMap's settings.
 //!
-//! With `--watch` it then watches the conf dir and the token and runs a pass
-//! whenever something changed: a cluster network conf that changed is
+//! With `--watch` it then watches the conf dir (inotify, and a poll every
+//! `--poll-ms`) and the token (the poll) and runs a pass whenever something
+//! changed: a cluster network conf that changed is
 //! followed, one that disappeared takes plexus's conflist with it (so the
 //! runtime reports the network not ready instead of failing pods), one that
 //! returns brings it back. On SIGTERM or SIGINT it removes the conflist when
@@ -288,6 +289,7 @@ impl Installer {
     ) -> Result<(), InstallError> {
         let started = Instant::now();
         let mut last: Option<(Pass, Option<Waiting>)> = None;
+        let mut changes = DirChanges::new(self.host(&self.conf_dir));
         loop {
             let outcome = self.pass()?;
             if last.as_ref() != Some(&outcome) {
@@ -319,7 +321,7 @@ impl Installer {
                 }
                 (None, true) => {}
             }
-            std::thread::sleep(poll);
+            changes.wait(poll);
             if stop.load(Ordering::Relaxed) {
                 return Ok(());
             }
@@ -330,6 +332,78 @@ impl Installer {
     /// down still need it for their DEL).
     pub fn cleanup(&self) -> Result<bool, InstallError> {
         remove_if_present(&self.conflist())
+    }
+}
+
+/// Wakes the watch early when the conf dir changes (inotify), so a cluster
+/// network conf written, replaced or removed is followed at once, as
+/// Multus's fsnotify watch does; the poll still runs, for what lives
+/// elsewhere (the token, the readiness indicator) and for a conf dir that
+/// does not exist yet.
+struct DirChanges {
+    dir: PathBuf,
+    inotify: Option<nix::sys::inotify::Inotify>,
+}
+
+impl DirChanges {
+    fn new(dir: PathBuf) -> DirChanges {
+        let mut changes = DirChanges { dir, inotify: None };
+        changes.watch();
+        changes
+    }
+
+    /// Watch the directory if it exists and is not watched yet.
+    fn watch(&mut self) {
+        use nix::sys::inotify::{AddWatchFlags as F, InitFlags, Inotify};
+        if self.inotify.is_some() {
+            return;
+        }
+        let Ok(inotify) = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) else {
+            return;
+        };
+        let events = F::IN_CREATE
+            | F::IN_DELETE
+            | F::IN_CLOSE_WRITE
+            | F::IN_MOVED_TO
+            | F::IN_MOVED_FROM
+            | F::IN_ATTRIB
+            | F::IN_DELETE_SELF
+            | F::IN_MOVE_SELF;
+        if inotify.add_watch(&self.dir, events).is_ok() {
+            self.inotify = Some(inotify);
+        }
+    }
+
+    /// Wait until the directory changes or `timeout` passes.
+    fn wait(&mut self, timeout: Duration) {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        self.watch();
+        let Some(inotify) = &self.inotify else {
+            std::thread::sleep(timeout);
+            return;
+        };
+        let millis = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
+        if let Ok(n) = poll(&mut fds, PollTimeout::from(millis)) {
+            if n > 0 {
+                // A writer's burst (temp file, write, rename) is one change.
+                std::thread::sleep(Duration::from_millis(20));
+                let mut gone = false;
+                while let Ok(events) = inotify.read_events() {
+                    gone |= events.iter().any(|e| {
+                        e.mask.intersects(
+                            nix::sys::inotify::AddWatchFlags::IN_DELETE_SELF
+                                | nix::sys::inotify::AddWatchFlags::IN_MOVE_SELF
+                                | nix::sys::inotify::AddWatchFlags::IN_IGNORED,
+                        )
+                    });
+                }
+                if gone {
+                    self.inotify = None;
+                }
+            }
+        }
     }
 }
 

@@ -81,7 +81,12 @@ impl Node {
             .arg(&self.root)
             .arg("--service-account")
             .arg(&self.sa)
-            .args(["--api-server", "https://192.0.2.1:6443", "--poll-ms", "20"])
+            .args(["--api-server", "https://192.0.2.1:6443"])
+            .args(
+                ["--poll-ms", "20"]
+                    .iter()
+                    .filter(|_| !extra.contains(&"--poll-ms")),
+            )
             .args(extra)
             .env_clear()
             .stdin(Stdio::null())
@@ -317,6 +322,33 @@ fn the_binary_is_replaced_while_the_old_one_runs() {
     assert!(old.running(), "the old one still runs");
     let out = old.terminate();
     assert_ok("old watcher", &out);
+}
+
+#[test]
+fn a_conf_dir_change_is_followed_at_once_not_at_the_next_poll() {
+    let node = Node::new();
+    node.write_conf("10-cluster.conflist", &cluster_conf(json!({})));
+    // A minute between polls: only the conf dir's inotify watch can make
+    // the installer follow within BOUND.
+    let mut watcher = node.watch(
+        Path::new(env!("CARGO_BIN_EXE_plexus")),
+        &["--poll-ms", "60000"],
+    );
+    eventually("the conflist", || node.conflist().is_some());
+    node.write_conf(
+        "10-cluster.conflist",
+        &cluster_conf(json!({"bandwidth": true})),
+    );
+    eventually("capabilities copied", || {
+        node.conflist()
+            .is_some_and(|c| c["plugins"][0]["capabilities"] == json!({"bandwidth": true}))
+    });
+    std::fs::remove_file(node.conf_dir().join("10-cluster.conflist")).unwrap();
+    eventually("the conflist removed", || node.conflist().is_none());
+    // SIGTERM ends the wait too.
+    let started = Instant::now();
+    assert_ok("watcher", &watcher.terminate());
+    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 #[test]
