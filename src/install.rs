@@ -343,11 +343,17 @@ impl Installer {
 struct DirChanges {
     dir: PathBuf,
     inotify: Option<nix::sys::inotify::Inotify>,
+    /// inotify cannot be had (said once).
+    unavailable: bool,
 }
 
 impl DirChanges {
     fn new(dir: PathBuf) -> DirChanges {
-        let mut changes = DirChanges { dir, inotify: None };
+        let mut changes = DirChanges {
+            dir,
+            inotify: None,
+            unavailable: false,
+        };
         changes.watch();
         changes
     }
@@ -358,8 +364,15 @@ impl DirChanges {
         if self.inotify.is_some() {
             return;
         }
-        let Ok(inotify) = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) else {
-            return;
+        let inotify = match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
+            Ok(inotify) => inotify,
+            Err(errno) => {
+                if !self.unavailable {
+                    tracing::warn!(%errno, "no inotify: the conf dir is polled only");
+                    self.unavailable = true;
+                }
+                return;
+            }
         };
         let events = F::IN_CREATE
             | F::IN_DELETE
