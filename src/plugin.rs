@@ -7,6 +7,7 @@
 //! from plexus's record of what ADD did, so they need neither the API server
 //! nor the pod (cni-SPEC §2; multi-net-spec §7.2).
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -33,6 +34,9 @@ use crate::run::{AttachmentObserver, AttachmentResult, Delegates, Executor, Regi
 pub struct PlexusPlugin<'s> {
     clusters: &'s dyn ClusterSource,
     observer: Option<Arc<dyn AttachmentObserver>>,
+    /// The call's configuration, parsed already by the shim from the stdin
+    /// the request comes from: ADD does not parse it again.
+    parsed: Option<PlexusConf>,
 }
 
 /// Where a call's view of the cluster comes from.
@@ -52,11 +56,13 @@ impl ClusterSource for PerCall {
 }
 
 impl PlexusPlugin<'static> {
-    /// plexus as the runtime's exec of it, all in this process.
-    pub fn thin() -> PlexusPlugin<'static> {
+    /// plexus as the runtime's exec of it, all in this process; `parsed` is
+    /// the configuration on its stdin, when the shim parsed it.
+    pub fn thin(parsed: Option<PlexusConf>) -> PlexusPlugin<'static> {
         PlexusPlugin {
             clusters: &PerCall,
             observer: None,
+            parsed,
         }
     }
 }
@@ -69,6 +75,7 @@ impl<'s> PlexusPlugin<'s> {
         PlexusPlugin {
             clusters,
             observer: Some(observer),
+            parsed: None,
         }
     }
 
@@ -308,7 +315,10 @@ impl Plugin for PlexusPlugin<'_> {
     }
 
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        let conf = conf(req)?;
+        let conf = match &self.parsed {
+            Some(parsed) => Cow::Borrowed(parsed),
+            None => Cow::Owned(conf(req)?),
+        };
         let cluster = self.clusters.open(&conf)?;
         let cluster = cluster.as_ref();
         let mut conf_dir = ConfDir::new(&conf.conf_dir);

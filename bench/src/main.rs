@@ -69,6 +69,10 @@ struct Args {
     sriov: bool,
 }
 
+/// ADD's median against the reference's in the same run (issue 11: one
+/// exec of a static binary plus the kernel's work is about 3.6x here).
+const ADD_SPEEDUP_TARGET: f64 = 3.3;
+
 /// One plugin process: wall time and peak RSS.
 struct Run {
     elapsed: Duration,
@@ -454,10 +458,10 @@ fn run(args: &Args) -> Result<bool, String> {
             / percentile(&ours.add, 0.5).as_secs_f64();
         let del_speedup = percentile(&reference.del, 0.5).as_secs_f64()
             / percentile(&ours.del, 0.5).as_secs_f64();
-        let met = add_speedup >= 2.5;
+        let met = add_speedup >= ADD_SPEEDUP_TARGET;
         all_met &= met;
         println!(
-            "ADD: plexus is {add_speedup:.2}x faster than the reference (target >= 2.50x: {})",
+            "ADD: plexus is {add_speedup:.2}x faster than the reference (target >= {ADD_SPEEDUP_TARGET:.2}x: {})",
             verdict(met)
         );
         println!("DEL: plexus is {del_speedup:.2}x faster than the reference");

@@ -107,9 +107,10 @@ fn raw_icmp_socket() -> std::io::Result<OwnedFd> {
 pub(crate) fn set_receive_timeout(socket: &impl AsRawFd, timeout: Duration) -> std::io::Result<()> {
     // At least a millisecond: a zero timeval means "block forever".
     let timeout = timeout.max(Duration::from_millis(1));
+    // Field types vary by libc (musl widens them): inferred, not named.
     let tv = libc::timeval {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+        tv_sec: timeout.as_secs() as _,
+        tv_usec: timeout.subsec_micros() as _,
     };
     // SAFETY: `tv` is a valid timeval for the call's duration.
     let rc = unsafe {

@@ -3,11 +3,12 @@
 //! built-in plugin of every attachment, instead of each plugin opening its
 //! own.
 //!
-//! A [`Session`] owns one tokio runtime, the host's netlink handle and, per
+//! A [`Session`] owns the host's netlink handle and, per
 //! pod namespace, its open namespace file and netlink handle. Each is opened
 //! on first use and kept until the session drops, so a pod with a bridge,
 //! tuning and bandwidth chain on three networks opens one pod socket and one
-//! host socket, where each plugin used to open its own (with its own runtime).
+//! host socket, where each plugin used to open its own (with its own tokio
+//! runtime; the sockets are blocking now, see [`crate::netlink`]).
 //!
 //! The host is the namespace of the thread that first asks for it: plexus
 //! runs in the node's namespace, tests on a thread inside the namespace that
@@ -19,7 +20,7 @@ use std::sync::{Mutex, OnceLock};
 use elsa::sync::FrozenVec;
 
 use crate::error::Result;
-use crate::netlink::{self, Netlink, Runtime};
+use crate::netlink::Netlink;
 use crate::netns::{NetNs, PodNetns};
 
 /// A pod's namespace, and its netlink handle once a plugin asked for it
@@ -43,7 +44,6 @@ pub enum PodLookup<'s> {
 /// The handles of one CNI invocation, opened on first use.
 #[derive(Default)]
 pub struct Session {
-    runtime: OnceLock<Runtime>,
     host: OnceLock<Netlink>,
     /// Append-only, so references to its entries live as long as the
     /// session; `opening` keeps two threads from opening one namespace twice.
@@ -64,21 +64,12 @@ impl Session {
         Session::default()
     }
 
-    /// The runtime every handle of this session is driven on.
-    fn runtime(&self) -> Result<&Runtime> {
-        if let Some(rt) = self.runtime.get() {
-            return Ok(rt);
-        }
-        let rt = netlink::runtime("a plexus session")?;
-        Ok(self.runtime.get_or_init(|| rt))
-    }
-
     /// The host's handle: a socket in the calling thread's namespace.
     pub fn host(&self) -> Result<&Netlink> {
         if let Some(nl) = self.host.get() {
             return Ok(nl);
         }
-        let nl = Netlink::current_on(self.runtime()?)?;
+        let nl = Netlink::current()?;
         Ok(self.host.get_or_init(|| nl))
     }
 
@@ -108,7 +99,7 @@ impl Session {
         if let Some(nl) = side.nl.get() {
             return Ok(nl);
         }
-        let nl = Netlink::open_on(&side.ns, self.runtime()?)?;
+        let nl = Netlink::open(&side.ns)?;
         Ok(side.nl.get_or_init(|| nl))
     }
 

@@ -314,7 +314,11 @@ fn bridge_enslave_hairpin_isolated() {
         })
         .unwrap();
     assert_eq!(p1.master, Some(br.index));
-    assert!(p1.bridge_port.is_some(), "{p1:?}");
+    // The returned link is the kernel's echo of the creation, sent before
+    // the port joined: the port's settings are read by a lookup.
+    let p1_now = t.node_nl.link_by_index(p1.index).unwrap().unwrap();
+    assert_eq!(p1_now.master, Some(br.index));
+    assert!(p1_now.bridge_port.is_some(), "{p1_now:?}");
     // ... and afterwards.
     let p2 = t
         .node_nl

@@ -219,6 +219,7 @@ fn delivered(metrics: &Arc<Metrics>) -> DeliveryObserver {
 /// a storm's threads each grow their own and keep it.
 fn limit_malloc_arenas() {
     // SAFETY: mallopt only tunes the allocator; called before any thread.
+    #[cfg(target_env = "gnu")]
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }

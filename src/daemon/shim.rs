@@ -51,13 +51,17 @@ pub fn run() -> i32 {
         .is_err()
     {
         // The in-process run reads nothing more and reports it.
-        return in_process(&stdin);
+        return in_process(&stdin, None);
     }
-    let Some((daemon, version)) = daemon_of(&stdin) else {
-        return in_process(&stdin);
+    let conf = parsed_conf(&stdin);
+    let Some((daemon, version)) = conf
+        .as_ref()
+        .and_then(|c| Some((c.daemon.clone()?, c.cni_version.clone())))
+    else {
+        return in_process(&stdin, conf);
     };
     let Some(request) = request(stdin.clone()) else {
-        return in_process(&stdin);
+        return in_process(&stdin, conf);
     };
     match forward(&daemon, &request) {
         Ok(answer) => {
@@ -71,7 +75,7 @@ pub fn run() -> i32 {
                  (daemonFallback: thin)",
                 daemon.socket.display()
             );
-            in_process(&stdin)
+            in_process(&stdin, conf)
         }
         Err(ShimError::Unreachable(e)) => fail(
             &version,
@@ -92,16 +96,15 @@ pub fn run() -> i32 {
     }
 }
 
-/// The daemon to forward to, and the conf's `cniVersion` (for errors); `None`
-/// when the call runs here: VERSION, a conf without `daemonSocket`, or one
-/// that does not parse (the in-process run reports it).
-fn daemon_of(stdin: &[u8]) -> Option<(DaemonClient, String)> {
+/// The configuration on stdin, which says whether a daemon takes the call
+/// (`daemonSocket`); `None` for VERSION, or for one that does not parse (the
+/// in-process run reports it).
+fn parsed_conf(stdin: &[u8]) -> Option<PlexusConf> {
     let command = std::env::var("CNI_COMMAND").ok()?;
     if command.parse::<CniCommand>().ok()? == CniCommand::Version {
         return None;
     }
-    let conf = PlexusConf::from_slice(stdin).ok()?;
-    Some((conf.daemon?, conf.cni_version))
+    PlexusConf::from_slice(stdin).ok()
 }
 
 /// The call as the daemon gets it; `None` when a variable is not UTF-8
@@ -120,9 +123,10 @@ fn request(stdin: Vec<u8>) -> Option<ShimRequest> {
     })
 }
 
-fn in_process(stdin: &[u8]) -> i32 {
+/// The call run here; `conf` is stdin's configuration when already parsed.
+fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
     skel::run(
-        &PlexusPlugin::thin(),
+        &PlexusPlugin::thin(conf),
         |key| std::env::var_os(key),
         &mut &stdin[..],
         &mut io::stdout().lock(),

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use netlink_packet_route::link as nl;
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use super::{Netlink, CHANGE, CREATE, DUMP, NLM_F_REQUEST};
+use super::{Netlink, CHANGE, CREATE, DUMP, NLM_F_ECHO, NLM_F_REQUEST};
 use crate::error::{Errno, Error, Result};
 use crate::mac::MacAddr;
 use crate::netns::NetNs;
@@ -655,7 +655,9 @@ impl Netlink {
             .collect())
     }
 
-    /// Creates a veth pair and returns the local end. See [`VethSpec`].
+    /// Creates a veth pair and returns the local end as created (its
+    /// bridge-port settings, when it was made a port, are not read: see
+    /// `create_local`). See [`VethSpec`].
     pub fn create_veth(&self, spec: &VethSpec) -> Result<Link> {
         validate_ifname(&spec.name)?;
         validate_ifname(&spec.peer_name)?;
@@ -775,12 +777,33 @@ impl Netlink {
         msg: nl::LinkMessage,
         name: &str,
     ) -> Result<Link> {
-        self.request(op, object, RouteNetlinkMessage::NewLink(msg), CREATE)?;
-        self.link_by_name(name)?.ok_or_else(|| Error::Netlink {
+        let master = msg.attributes.iter().find_map(|a| match a {
+            nl::LinkAttribute::Controller(m) => Some(*m),
+            _ => None,
+        });
+        // NLM_F_ECHO (Linux 6.3+) hands back the new link's message, which
+        // spares a lookup; a lookup would also run the link's pending
+        // link-state work (linkwatch) on this call. Older kernels send no
+        // echo and the lookup follows.
+        let replies = self.request(
             op,
-            object: object.to_string(),
-            reason: "the new link vanished right after creation".into(),
-        })
+            object,
+            RouteNetlinkMessage::NewLink(msg),
+            CREATE | NLM_F_ECHO,
+        )?;
+        match first_link(&replies).filter(|l| l.name == name) {
+            // The echo is sent before IFLA_MASTER is applied, which the
+            // acknowledgement confirms.
+            Some(link) => Ok(Link {
+                master: master.or(link.master),
+                ..link
+            }),
+            None => self.link_by_name(name)?.ok_or_else(|| Error::Netlink {
+                op,
+                object: object.to_string(),
+                reason: "the new link vanished right after creation".into(),
+            }),
+        }
     }
 
     /// Applies `update` to link `index` in one request.

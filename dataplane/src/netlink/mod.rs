@@ -2,15 +2,14 @@
 //!
 //! A [`Netlink`] owns one NETLINK_ROUTE socket. A netlink socket belongs to
 //! the namespace it was *created* in, for its whole life, whichever thread
-//! later uses it. So [`Netlink::open`] creates the socket on a short-lived
-//! thread inside the target namespace ([`NetNs::run`]) and from then on every
-//! request is sent from the caller's own thread, which never changes
+//! later uses it. So [`Netlink::open`] creates the socket during a visit of
+//! the calling thread to the target namespace ([`NetNs::run`]) and from then
+//! on every request is sent from wherever the thread is, the node's
 //! namespace. A plugin invocation holds two handles, one on the host namespace
 //! and one on the pod's, opened once by its [`crate::Session`].
 //!
-//! The socket is driven by rtnetlink on a tokio current-thread runtime, the
-//! handle's own or one shared by a session's handles; the public API is blocking because callers are short-lived
-//! CLI processes with nothing else to do meanwhile. Each request is bounded by
+//! Requests are blocking ([`socket`]): callers are short-lived CLI processes
+//! with nothing else to do meanwhile. Each request is bounded by
 //! [`REQUEST_TIMEOUT`].
 //!
 //! Operations that create objects fail with EEXIST when the object exists;
@@ -23,19 +22,20 @@ mod address;
 mod link;
 mod neighbour;
 mod route;
+pub(crate) mod socket;
 mod tc;
 mod vf;
 
 use std::fmt::Display;
 use std::time::Duration;
 
-use futures::StreamExt;
 use netlink_packet_route::RouteNetlinkMessage;
-use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload};
-use rtnetlink::sys::AsyncSocket;
+use rtnetlink::packet_core::NetlinkMessage;
+use rtnetlink::sys::protocols::NETLINK_ROUTE;
 
-use crate::error::{Errno, Error, Result};
+use crate::error::Result;
 use crate::netns::NetNs;
+use socket::NetlinkSocket;
 
 pub use address::{Address, AddressOptions};
 pub use link::{
@@ -59,6 +59,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 // Netlink header flags (linux/netlink.h).
 const NLM_F_REQUEST: u16 = 0x01;
 const NLM_F_ACK: u16 = 0x04;
+const NLM_F_ECHO: u16 = 0x08;
 const NLM_F_ROOT: u16 = 0x100;
 const NLM_F_MATCH: u16 = 0x200;
 const NLM_F_DUMP: u16 = NLM_F_ROOT | NLM_F_MATCH;
@@ -76,17 +77,9 @@ const CHANGE: u16 = NLM_F_REQUEST | NLM_F_ACK;
 const CREATE: u16 = CHANGE | NLM_F_CREATE | NLM_F_EXCL;
 const DUMP: u16 = NLM_F_REQUEST | NLM_F_DUMP;
 
-/// The tokio runtime that drives netlink sockets: a current-thread one,
-/// driven only while a request waits. Handles of one [`crate::Session`]
-/// share one.
-pub type Runtime = std::sync::Arc<tokio::runtime::Runtime>;
-
 /// A netlink (rtnetlink) handle bound to one network namespace.
 pub struct Netlink {
-    // Field order matters: the handle (request sender) is dropped before the
-    // runtime that owns the connection task.
-    handle: rtnetlink::Handle,
-    rt: Runtime,
+    socket: NetlinkSocket,
 }
 
 impl std::fmt::Debug for Netlink {
@@ -95,51 +88,24 @@ impl std::fmt::Debug for Netlink {
     }
 }
 
-type Connection = rtnetlink::proto::Connection<RouteNetlinkMessage>;
-
 impl Netlink {
-    /// Opens a handle whose socket lives in `ns`. The socket is created on a
-    /// short-lived thread inside `ns`; the calling thread stays where it is.
+    /// Opens a handle whose socket lives in `ns`: created while the calling
+    /// thread visits `ns`, then used from where the thread returns to.
     pub fn open(ns: &NetNs) -> Result<Self> {
-        Netlink::open_on(ns, &runtime(ns.path().display())?)
+        let socket = ns.run(|| NetlinkSocket::open(NETLINK_ROUTE, ns.path().display()))??;
+        Ok(Netlink { socket })
     }
 
-    /// [`Netlink::open`] on a shared runtime.
-    pub fn open_on(ns: &NetNs, rt: &Runtime) -> Result<Self> {
-        // tokio registers the socket with the runtime's reactor when it is
-        // created, so the namespace thread enters the runtime's context first.
-        let (conn, handle) = ns.run(|| {
-            let _ctx = rt.enter();
-            connect(ns.path().display())
-        })??;
-        rt.spawn(conn);
-        Ok(Netlink {
-            handle,
-            rt: rt.clone(),
-        })
-    }
-
-    /// Opens a handle on the calling thread's own namespace (no extra thread).
+    /// Opens a handle on the calling thread's own namespace.
     pub fn current() -> Result<Self> {
-        Netlink::current_on(&runtime("current namespace")?)
-    }
-
-    /// [`Netlink::current`] on a shared runtime.
-    pub fn current_on(rt: &Runtime) -> Result<Self> {
-        let (conn, handle) = {
-            let _ctx = rt.enter();
-            connect("current namespace")?
-        };
-        rt.spawn(conn);
         Ok(Netlink {
-            handle,
-            rt: rt.clone(),
+            socket: NetlinkSocket::open(NETLINK_ROUTE, "current namespace")?,
         })
     }
 
     /// Sends one request and collects the messages of the reply (the answer
-    /// of a get, the entries of a dump). A NACK becomes [`Error::Kernel`] naming `op` and
-    /// `object`.
+    /// of a get, the entries of a dump). A NACK becomes [`Error::Kernel`]
+    /// naming `op` and `object`.
     fn request(
         &self,
         op: &'static str,
@@ -149,75 +115,8 @@ impl Netlink {
     ) -> Result<Vec<RouteNetlinkMessage>> {
         let mut req = NetlinkMessage::from(msg);
         req.header.flags = flags;
-        let proto = |reason: String| Error::Netlink {
-            op,
-            object: object.to_string(),
-            reason,
-        };
-        let mut handle = self.handle.clone();
-        let mut replies = handle
-            .request(req)
-            .map_err(|e| proto(format!("netlink connection closed: {e}")))?;
-        let exchange = async {
-            let mut out = Vec::new();
-            while let Some(reply) = replies.next().await {
-                match reply.payload {
-                    NetlinkPayload::InnerMessage(m) => out.push(m),
-                    NetlinkPayload::Error(e) => {
-                        if let Some(code) = e.code {
-                            return Err(Error::Kernel {
-                                op,
-                                object: object.to_string(),
-                                errno: Errno::from_raw(-code.get()),
-                                message: extack_message(reply.header.flags, &e.header),
-                            });
-                        }
-                    }
-                    NetlinkPayload::Overrun(_) => {
-                        return Err(proto("netlink receive buffer overrun".into()))
-                    }
-                    _ => {}
-                }
-            }
-            Ok(out)
-        };
-        self.rt
-            .block_on(async { tokio::time::timeout(REQUEST_TIMEOUT, exchange).await })
-            .map_err(|_| proto(format!("no reply within {REQUEST_TIMEOUT:?}")))?
+        self.socket.exchange(req, op, object)
     }
-}
-
-/// A runtime for netlink handles; `label` names what it is for in errors.
-pub fn runtime(label: impl Display) -> Result<Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .map(std::sync::Arc::new)
-        .map_err(|e| Error::Netlink {
-            op: "start netlink runtime for",
-            object: label.to_string(),
-            reason: e.to_string(),
-        })
-}
-
-/// Creates the NETLINK_ROUTE socket, in the calling thread's namespace, with
-/// extended ACKs (the kernel explains its errors) and capped ACKs (it does not
-/// echo our request back inside every error).
-fn connect(label: impl Display) -> Result<(Connection, rtnetlink::Handle)> {
-    let fail = |what: &str, e: std::io::Error| Error::Netlink {
-        op: "open netlink socket in",
-        object: label.to_string(),
-        reason: format!("{what}: {e}"),
-    };
-    let (mut conn, handle, _unsolicited) =
-        rtnetlink::new_connection().map_err(|e| fail("socket", e))?;
-    let sock = conn.socket_mut().socket_mut();
-    sock.set_ext_ack(true)
-        .map_err(|e| fail("NETLINK_EXT_ACK", e))?;
-    sock.set_cap_ack(true)
-        .map_err(|e| fail("NETLINK_CAP_ACK", e))?;
-    Ok((conn, handle))
 }
 
 /// The kernel's extended-ACK text (NLMSGERR_ATTR_MSG) from the payload of an

@@ -5,23 +5,20 @@
 //! The kernel registers the family with `netnsok = false`: it answers only
 //! in the initial network namespace, the node's, where plexus runs.
 
-use std::cell::Cell;
-use std::time::Duration;
-
 use netlink_packet_generic::ctrl::nlas::GenlCtrlAttrs;
 use netlink_packet_generic::ctrl::{GenlCtrl, GenlCtrlCmd};
 use netlink_packet_generic::{GenlFamily, GenlHeader, GenlMessage};
 use rtnetlink::packet_core::{
     parse_string, parse_u16, parse_u32, DecodeError, DefaultNla, Emitable, ErrorContext,
-    NetlinkDeserializable, NetlinkMessage, NetlinkPayload, NetlinkSerializable, Nla, NlaBuffer,
-    NlasIterator, Parseable, ParseableParametrized, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
-    NLM_F_EXCL, NLM_F_REQUEST,
+    NetlinkDeserializable, NetlinkMessage, NetlinkSerializable, Nla, NlaBuffer, NlasIterator,
+    Parseable, ParseableParametrized, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL,
+    NLM_F_REQUEST,
 };
 use rtnetlink::sys::protocols::NETLINK_GENERIC;
-use rtnetlink::sys::{Socket, SocketAddr};
 
 use crate::error::{Errno, Error, Result};
 use crate::mac::MacAddr;
+use crate::netlink::socket::NetlinkSocket;
 
 /// `VDPA_GENL_NAME`, `VDPA_GENL_VERSION`.
 pub const FAMILY: &str = "vdpa";
@@ -45,8 +42,6 @@ const VDPA_ATTR_DEV_NET_CFG_MTU: u16 = 13;
 
 /// The virtio device ID of a network device (virtio spec §5: 1).
 pub const VIRTIO_ID_NET: u32 = 1;
-
-const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A `vdpa` family command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,9 +251,8 @@ pub struct VdpaDevSpec {
 
 /// A generic-netlink socket speaking the `vdpa` family.
 pub struct VdpaNetlink {
-    socket: Socket,
+    socket: NetlinkSocket,
     family: u16,
-    seq: Cell<u32>,
 }
 
 impl std::fmt::Debug for VdpaNetlink {
@@ -266,15 +260,6 @@ impl std::fmt::Debug for VdpaNetlink {
         f.debug_struct("VdpaNetlink")
             .field("family", &self.family)
             .finish_non_exhaustive()
-    }
-}
-
-fn os(op: &'static str, e: std::io::Error) -> Error {
-    Error::Kernel {
-        op,
-        object: "generic netlink socket".into(),
-        errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        message: None,
     }
 }
 
@@ -291,18 +276,8 @@ impl VdpaNetlink {
     /// family; `Ok(None)` when the kernel has no `vdpa` family here (no
     /// vDPA support, or not the initial network namespace).
     pub fn open() -> Result<Option<VdpaNetlink>> {
-        let mut socket = Socket::new(NETLINK_GENERIC).map_err(|e| os("open", e))?;
-        socket.bind_auto().map_err(|e| os("bind", e))?;
-        socket
-            .connect(&SocketAddr::new(0, 0))
-            .map_err(|e| os("connect", e))?;
-        crate::probe::set_receive_timeout(&socket, REPLY_TIMEOUT)
-            .map_err(|e| os("set a receive timeout on", e))?;
-        let mut nl = VdpaNetlink {
-            socket,
-            family: 0,
-            seq: Cell::new(0),
-        };
+        let socket = NetlinkSocket::open(NETLINK_GENERIC, "the node's namespace")?;
+        let mut nl = VdpaNetlink { socket, family: 0 };
         let get = GenlMessage::from_payload(GenlCtrl {
             cmd: GenlCtrlCmd::GetFamily,
             nlas: vec![GenlCtrlAttrs::FamilyName(FAMILY.into())],
@@ -339,51 +314,8 @@ impl VdpaNetlink {
     {
         msg.finalize();
         let mut nlmsg = NetlinkMessage::from(msg);
-        let seq = self.seq.get().wrapping_add(1);
-        self.seq.set(seq);
         nlmsg.header.flags = flags | NLM_F_ACK;
-        nlmsg.header.sequence_number = seq;
-        nlmsg.finalize();
-        let mut buf = vec![0u8; nlmsg.buffer_len()];
-        nlmsg.serialize(&mut buf);
-        self.socket.send(&buf, 0).map_err(|e| os("send to", e))?;
-        let mut replies = Vec::new();
-        loop {
-            let mut rx = Vec::with_capacity(64 * 1024);
-            let n = self
-                .socket
-                .recv(&mut rx, 0)
-                .map_err(|e| os("receive from", e))?;
-            let mut at = 0;
-            while at < n {
-                let reply = NetlinkMessage::<GenlMessage<F>>::deserialize(&rx[at..n])
-                    .map_err(|e| decode(op, object, e))?;
-                let len = reply.header.length as usize;
-                if len == 0 {
-                    return Err(decode(op, object, "a reply of length 0"));
-                }
-                at += len;
-                if reply.header.sequence_number != seq {
-                    continue;
-                }
-                match reply.payload {
-                    NetlinkPayload::InnerMessage(m) => replies.push(m),
-                    NetlinkPayload::Done(_) => return Ok(replies),
-                    NetlinkPayload::Error(e) => match e.code {
-                        None => return Ok(replies),
-                        Some(code) => {
-                            return Err(Error::Kernel {
-                                op,
-                                object: object.to_string(),
-                                errno: Errno::from_raw(-code.get()),
-                                message: None,
-                            })
-                        }
-                    },
-                    _ => {}
-                }
-            }
-        }
+        self.socket.exchange(nlmsg, op, &object)
     }
 
     fn vdpa(

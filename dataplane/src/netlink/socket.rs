@@ -1,0 +1,182 @@
+//! A blocking netlink socket: one request at a time, its replies collected
+//! up to the ACK, the DONE of a dump, or the single answer of a get.
+//!
+//! Blocking because a plugin call is a short-lived process with nothing else
+//! to do while the kernel works: a plain send and receive is two system
+//! calls per request where an async reactor needs several, and there is no
+//! runtime to build at start-up. Both the route handles ([`super::Netlink`])
+//! and the `vdpa` generic-netlink handle speak through it.
+
+use std::fmt::Display;
+use std::sync::Mutex;
+
+use rtnetlink::packet_core::{
+    NetlinkDeserializable, NetlinkMessage, NetlinkPayload, NetlinkSerializable, NLM_F_ACK,
+};
+use rtnetlink::sys::{Socket, SocketAddr};
+
+use super::{extack_message, REQUEST_TIMEOUT};
+use crate::error::{Errno, Error, Result};
+
+/// Room for the largest datagram the kernel sends: a dump's are at most
+/// 32 KiB, a single answer (a PF with many VFs) can be larger. Only the
+/// pages a reply fills are ever touched.
+const RECEIVE_BUFFER: usize = 1 << 20;
+
+/// A reply of a dump, more follow (linux/netlink.h).
+const NLM_F_MULTI: u16 = 0x02;
+
+/// Length of `struct nlmsghdr`.
+const HEADER_LEN: usize = 16;
+
+pub(crate) struct NetlinkSocket {
+    socket: Socket,
+    /// Held for a whole exchange, so every reply read belongs to the request
+    /// in flight.
+    state: Mutex<State>,
+}
+
+struct State {
+    seq: u32,
+    buffer: Vec<u8>,
+}
+
+impl NetlinkSocket {
+    /// A socket of `protocol` in the calling thread's namespace, with
+    /// extended ACKs (the kernel explains its errors), capped ACKs (it does
+    /// not copy our request into every error) and a receive timeout of
+    /// [`REQUEST_TIMEOUT`], which bounds every exchange.
+    pub fn open(protocol: isize, label: impl Display) -> Result<NetlinkSocket> {
+        let fail = |what: &str, e: std::io::Error| Error::Netlink {
+            op: "open netlink socket in",
+            object: label.to_string(),
+            reason: format!("{what}: {e}"),
+        };
+        let mut socket = Socket::new(protocol).map_err(|e| fail("socket", e))?;
+        socket.bind_auto().map_err(|e| fail("bind", e))?;
+        socket
+            .connect(&SocketAddr::new(0, 0))
+            .map_err(|e| fail("connect", e))?;
+        socket
+            .set_ext_ack(true)
+            .map_err(|e| fail("NETLINK_EXT_ACK", e))?;
+        socket
+            .set_cap_ack(true)
+            .map_err(|e| fail("NETLINK_CAP_ACK", e))?;
+        crate::probe::set_receive_timeout(&socket, REQUEST_TIMEOUT)
+            .map_err(|e| fail("SO_RCVTIMEO", e))?;
+        Ok(NetlinkSocket {
+            socket,
+            state: Mutex::new(State {
+                seq: 0,
+                buffer: Vec::new(),
+            }),
+        })
+    }
+
+    /// Sends `msg` (its flags set by the caller) and collects the payloads
+    /// of the replies. A NACK becomes [`Error::Kernel`] naming `op` and
+    /// `object`, with the kernel's extended-ACK text when it sent one.
+    pub fn exchange<M>(
+        &self,
+        mut msg: NetlinkMessage<M>,
+        op: &'static str,
+        object: &dyn Display,
+    ) -> Result<Vec<M>>
+    where
+        M: NetlinkSerializable + NetlinkDeserializable,
+    {
+        let proto = |reason: String| Error::Netlink {
+            op,
+            object: object.to_string(),
+            reason,
+        };
+        let io = |action: &str, e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                proto(format!("no reply within {REQUEST_TIMEOUT:?}"))
+            }
+            _ => Error::Kernel {
+                op,
+                object: format!("{object} ({action} the netlink socket)"),
+                errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+                message: None,
+            },
+        };
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.seq = state.seq.wrapping_add(1);
+        let seq = state.seq;
+        msg.header.sequence_number = seq;
+        msg.finalize();
+        let mut request = vec![0u8; msg.buffer_len()];
+        msg.serialize(&mut request);
+        retry_interrupted(|| self.socket.send(&request, 0)).map_err(|e| io("send to", e))?;
+
+        // Without an ACK asked for, a get is answered by one message.
+        let acked = msg.header.flags & NLM_F_ACK != 0;
+        let buffer = &mut state.buffer;
+        if buffer.capacity() < RECEIVE_BUFFER {
+            buffer.reserve_exact(RECEIVE_BUFFER);
+        }
+        let mut replies = Vec::new();
+        loop {
+            buffer.clear();
+            let n = retry_interrupted(|| self.socket.recv(buffer, libc::MSG_TRUNC))
+                .map_err(|e| io("receive from", e))?;
+            if n > buffer.len() {
+                return Err(proto(format!(
+                    "a reply of {n} bytes, more than the {RECEIVE_BUFFER}-byte buffer"
+                )));
+            }
+            let mut at = 0;
+            while at + HEADER_LEN <= n {
+                let len = u32::from_ne_bytes(buffer[at..at + 4].try_into().expect("4 bytes"));
+                let len = len as usize;
+                if len < HEADER_LEN || at + len > n {
+                    return Err(proto(format!("a reply of invalid length {len}")));
+                }
+                let reply = NetlinkMessage::<M>::deserialize(&buffer[at..at + len])
+                    .map_err(|e| proto(format!("undecodable reply: {e}")))?;
+                at += (len + 3) & !3;
+                if reply.header.sequence_number != seq {
+                    continue; // a late answer to an exchange that timed out
+                }
+                let multi = reply.header.flags & NLM_F_MULTI != 0;
+                match reply.payload {
+                    NetlinkPayload::InnerMessage(m) => {
+                        replies.push(m);
+                        if !multi && !acked {
+                            return Ok(replies);
+                        }
+                    }
+                    NetlinkPayload::Done(_) => return Ok(replies),
+                    NetlinkPayload::Error(e) => {
+                        return match e.code {
+                            None => Ok(replies),
+                            Some(code) => Err(Error::Kernel {
+                                op,
+                                object: object.to_string(),
+                                errno: Errno::from_raw(-code.get()),
+                                message: extack_message(reply.header.flags, &e.header),
+                            }),
+                        }
+                    }
+                    NetlinkPayload::Overrun(_) => {
+                        return Err(proto("netlink receive buffer overrun".into()))
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+fn retry_interrupted(mut call: impl FnMut() -> std::io::Result<usize>) -> std::io::Result<usize> {
+    // Bounded: EINTR needs a signal, and each wait is bounded by the timeout.
+    for _ in 0..16 {
+        match call() {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+    call()
+}
