@@ -35,7 +35,7 @@ pub struct PlexusPlugin<'s> {
     clusters: &'s dyn ClusterSource,
     observer: Option<Arc<dyn AttachmentObserver>>,
     /// The call's configuration, parsed already by the shim from the stdin
-    /// the request comes from: ADD does not parse it again.
+    /// the request comes from: no command parses it again.
     parsed: Option<PlexusConf>,
 }
 
@@ -79,6 +79,16 @@ impl<'s> PlexusPlugin<'s> {
         }
     }
 
+    /// The request's configuration: the one the shim parsed from the same
+    /// stdin, else parsed here.
+    fn conf(&self, req: &Request) -> Result<Cow<'_, PlexusConf>, CniError> {
+        match &self.parsed {
+            Some(parsed) => Ok(Cow::Borrowed(parsed)),
+            None => PlexusConf::from_value(&serde_json::Value::Object(req.config.clone()))
+                .map(Cow::Owned),
+        }
+    }
+
     fn executor(&self, cni_dir: &std::path::Path) -> Executor {
         let executor = Executor::new(Cache::new(cni_dir));
         match &self.observer {
@@ -101,10 +111,6 @@ pub fn registry() -> Registry {
         registry = registry.with_builtin(builtin.plugin_type, builtin.build);
     }
     registry
-}
-
-fn conf(req: &Request) -> Result<PlexusConf, CniError> {
-    PlexusConf::from_value(&serde_json::Value::Object(req.config.clone()))
 }
 
 /// The cluster plexus reads pods and NADs from: a manifest directory, else
@@ -311,14 +317,11 @@ fn cluster_network(
 
 impl Plugin for PlexusPlugin<'_> {
     fn validate(&self, req: &Request) -> Result<(), CniError> {
-        conf(req).map(|_| ())
+        self.conf(req).map(|_| ())
     }
 
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        let conf = match &self.parsed {
-            Some(parsed) => Cow::Borrowed(parsed),
-            None => Cow::Owned(conf(req)?),
-        };
+        let conf = self.conf(req)?;
         let cluster = self.clusters.open(&conf)?;
         let cluster = cluster.as_ref();
         let mut conf_dir = ConfDir::new(&conf.conf_dir);
@@ -381,8 +384,8 @@ impl Plugin for PlexusPlugin<'_> {
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        let conf = conf(req).ok();
-        let (cni_dir, bin_dir) = dirs_of(req, conf.as_ref());
+        let conf = self.conf(req).ok();
+        let (cni_dir, bin_dir) = dirs_of(req, conf.as_deref());
         let call = call(req);
         let registry = registry();
         let mut report = self
@@ -413,7 +416,7 @@ impl Plugin for PlexusPlugin<'_> {
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
-        let conf = conf(req)?;
+        let conf = self.conf(req)?;
         let registry = registry();
         Executor::new(Cache::new(&conf.cni_dir)).check(&context(
             &call(req),
@@ -423,7 +426,7 @@ impl Plugin for PlexusPlugin<'_> {
     }
 
     fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
-        let conf = conf(req)?;
+        let conf = self.conf(req)?;
         let cluster = self.clusters.open(&conf)?;
         let conf_dir = ConfDir::new(&conf.conf_dir);
         let default_network = cluster_network(&conf, cluster.as_ref(), &conf_dir).ok();
@@ -452,7 +455,7 @@ impl Plugin for PlexusPlugin<'_> {
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
         // Ready when the configuration is valid and an ADD would not wait.
-        let conf = conf(req)?;
+        let conf = self.conf(req)?;
         readiness::status(&conf, self.clusters.open(&conf)?.as_ref())
     }
 }

@@ -216,10 +216,11 @@ fn delivered(metrics: &Arc<Metrics>) -> DeliveryObserver {
 }
 
 /// One arena per two cores at most: glibc's default of eight per core lets
-/// a storm's threads each grow their own and keep it.
+/// a storm's threads each grow their own and keep it. (On musl the binary's
+/// allocator has one heap: nothing to limit.)
 fn limit_malloc_arenas() {
-    // SAFETY: mallopt only tunes the allocator; called before any thread.
     #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only tunes the allocator; called before any thread.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
