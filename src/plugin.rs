@@ -506,16 +506,4 @@ mod tests {
         let missing = CniArgs::parse("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=q").unwrap();
         assert!(pod(&missing, "c", &cluster).unwrap().annotations.is_empty());
     }
-
-    #[test]
-    fn only_builtin_ipam_runs_before_the_interface_exists() {
-        use crate::cni::delegate::Resolver;
-        let registry = registry();
-        assert!(registry.ipam_runs_without_interface("host-local"));
-        assert!(registry.ipam_runs_without_interface("static"));
-        // dhcp talks on the interface; other exec'd plugins are unknown.
-        assert!(!registry.ipam_runs_without_interface("dhcp"));
-        assert!(!registry.ipam_runs_without_interface("whereabouts"));
-        assert!(!registry.ipam_runs_without_interface("bridge"));
-    }
 }

@@ -11,19 +11,9 @@ use crate::result::CniResult;
 use crate::skel::{Plugin, Request};
 
 /// Finds the plugin that serves a `type`: a built-in one, or the executable of
-/// that name on the request's `CNI_PATH`. `Sync` so a driver can run its IPAM
-/// delegate on another thread while it creates links.
+/// that name on the request's `CNI_PATH`.
 pub trait Resolver: Sync {
     fn resolve(&self, plugin_type: &str, req: &Request) -> Result<Box<dyn Plugin + '_>, CniError>;
-
-    /// Whether the IPAM plugin serving `plugin_type` needs nothing but its
-    /// configuration and its own files, so a driver may run it before the
-    /// container interface exists (as host-local and static may; dhcp, which
-    /// talks on that interface, may not). By default no: unknown plugins run
-    /// after the interface, in the reference plugins' order.
-    fn ipam_runs_without_interface(&self, _plugin_type: &str) -> bool {
-        false
-    }
 }
 
 /// The `ipam.type` of a request's configuration, if it has an `ipam` section.

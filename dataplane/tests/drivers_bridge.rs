@@ -345,16 +345,9 @@ fn an_existing_container_interface_is_an_error_and_nothing_is_left() {
     if !is_root() {
         return;
     }
-    // An IPAM plugin that runs alongside the links (host-local) has its
-    // address released again; one that waits for the interface is never
-    // called.
-    for (r, ipam_calls) in [
-        (
-            TestResolver::default(),
-            &[CniCommand::Add, CniCommand::Del][..],
-        ),
-        (TestResolver::after_interface(), &[][..]),
-    ] {
+    // IPAM runs after the links, so it is never called.
+    {
+        let r = TestResolver::default();
         let (node, pod) = (TestNs::new(), TestNs::new());
         pod.ip(&[
             "link", "add", "eth0", "type", "veth", "peer", "name", "mine0",
@@ -380,7 +373,7 @@ fn an_existing_container_interface_is_an_error_and_nothing_is_left() {
         let mut pod_links = link_names(&pod);
         pod_links.sort();
         assert_eq!(pod_links, ["eth0", "lo", "mine0"]);
-        assert_eq!(r.commands(), ipam_calls);
+        assert_eq!(r.commands(), []);
     }
 }
 
@@ -872,8 +865,8 @@ fn vlan_configuration_without_kernel_support_fails_cleanly() {
     assert!(e.details.contains("EOPNOTSUPP"), "{e}");
     assert_eq!(link_names(&node), ["lo"]);
     assert_eq!(link_names(&pod), ["lo"]);
-    // IPAM ran alongside the failed links and was released.
-    assert_eq!(r.commands(), [CniCommand::Add, CniCommand::Del]);
+    // IPAM runs only once the links exist.
+    assert_eq!(r.commands(), []);
 }
 
 #[test]

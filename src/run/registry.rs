@@ -116,12 +116,6 @@ impl Resolver for Registry {
             None => Ok(Box::new(ExecPlugin::new(plugin_type, self.exec_timeout)?)),
         }
     }
-
-    /// plexus's own IPAM plugins (see [`plexus_ipam::builtin`]), when they
-    /// are the ones registered; an exec'd binary is unknown.
-    fn ipam_runs_without_interface(&self, plugin_type: &str) -> bool {
-        self.builtins.contains_key(plugin_type) && plexus_ipam::builtin(plugin_type).is_some()
-    }
 }
 
 #[cfg(test)]

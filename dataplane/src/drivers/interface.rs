@@ -4,9 +4,9 @@
 //! of them and owns the flow they share:
 //!
 //! - ADD: parse (nothing touched yet), open the attachment from the
-//!   session, prepare (look up, still nothing touched), create the link
-//!   while IPAM allocates (see
-//!   [`common::links_and_ipam`]), configure it from the IPAM result; any
+//!   session, prepare (look up, still nothing touched), create the link,
+//!   then IPAM allocates (see [`common::links_and_ipam`]), configure it from
+//!   the IPAM result; any
 //!   failure takes back every step through the one [`Undo`] log.
 //! - device-info: a driver that knows its device describes it
 //!   ([`InterfaceDriver::device_info`]) and the description is written to
@@ -61,7 +61,7 @@ pub(crate) trait InterfaceDriver: Sync {
     ) -> Result<Self::Prepared, CniError>;
 
     /// Make the pod's link (and whatever it hangs on), registering in `undo`
-    /// how to take each step back. Runs while IPAM allocates.
+    /// how to take each step back. IPAM allocates after it.
     fn create<'a>(
         &'a self,
         req: &'a Request,

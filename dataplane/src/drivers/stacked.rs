@@ -212,8 +212,8 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         undo: &mut Undo<'a>,
     ) -> Result<Link, CniError> {
         let link = create_link::<S>(conf, at, master, *mtu, undo)?;
-        // With IPAM the interface gets addresses, so the notify sysctls are
-        // written while IPAM runs rather than after.
+        // With IPAM the interface gets addresses: the notify sysctls must be
+        // in place before configure brings it up with them.
         if common::has_ipam(&conf.ipam) {
             common::write_notify_sysctls(at, NOTIFY)?;
         }

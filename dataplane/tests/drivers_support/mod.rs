@@ -36,25 +36,12 @@ pub struct IpamCall {
 /// Serves `test-static`, logging every call. Its configuration, under
 /// `ipam`: `addresses[{address, gateway}]`, `routes[{dst, gw}]`, `dns`, and
 /// `fail` (a command name, e.g. "ADD") to fail that command.
-///
-/// By default it declares `test-static` free of the interface, so drivers run
-/// it alongside their link work as they do host-local;
-/// [`TestResolver::after_interface`] makes it wait for the interface, as
-/// drivers treat exec'd IPAM plugins.
 #[derive(Default)]
 pub struct TestResolver {
     pub calls: Mutex<Vec<IpamCall>>,
-    needs_interface: bool,
 }
 
 impl TestResolver {
-    pub fn after_interface() -> TestResolver {
-        TestResolver {
-            needs_interface: true,
-            ..TestResolver::default()
-        }
-    }
-
     pub fn commands(&self) -> Vec<CniCommand> {
         self.calls
             .lock()
@@ -125,10 +112,6 @@ impl Resolver for TestResolver {
                 format!("{plugin_type:?} is not served by the test resolver"),
             ))
         }
-    }
-
-    fn ipam_runs_without_interface(&self, plugin_type: &str) -> bool {
-        plugin_type == IPAM && !self.needs_interface
     }
 }
 
