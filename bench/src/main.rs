@@ -27,6 +27,7 @@
 //! needs a PCI SR-IOV PF and recreates its VFs, so it runs only in the test
 //! VM (`vm-tests/run --bench -- --sriov`).
 
+mod hot_text;
 mod kube;
 mod sriov;
 mod thick;
@@ -67,6 +68,11 @@ struct Args {
     /// VM only (`vm-tests/run --bench -- --sriov`).
     #[arg(long)]
     sriov: bool,
+    /// Instead of benchmarking, single-step plexus's ADD and DEL and write
+    /// the functions they run to OUT, for the linker to gather
+    /// (bench/hot-text/README.md).
+    #[arg(long, value_name = "OUT")]
+    hot_functions: Option<PathBuf>,
 }
 
 /// ADD's median against the reference's in the same run (issue 11: one
@@ -80,14 +86,9 @@ struct Run {
     stdout: Vec<u8>,
 }
 
-/// Spawn `program` inside `netns` as a runtime would, wait, and measure.
-fn invoke(
-    netns: &NetNs,
-    program: &Path,
-    argv: &[&str],
-    env: &[(&str, String)],
-    stdin: &[u8],
-) -> Result<Run, String> {
+/// `program` to run inside `netns` as a runtime runs a plugin: only the
+/// given environment, stdin and stdout piped.
+fn command(netns: &NetNs, program: &Path, argv: &[&str], env: &[(&str, String)]) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(argv)
         .env_clear()
@@ -99,6 +100,18 @@ fn invoke(
     // The child enters the node namespace between fork and exec, so the
     // timing includes no extra exec (`ip netns exec` would add one).
     netns.join_in_child(&mut cmd);
+    cmd
+}
+
+/// Spawn `program` inside `netns` as a runtime would, wait, and measure.
+fn invoke(
+    netns: &NetNs,
+    program: &Path,
+    argv: &[&str],
+    env: &[(&str, String)],
+    stdin: &[u8],
+) -> Result<Run, String> {
+    let mut cmd = command(netns, program, argv, env);
     let start = Instant::now();
     let mut child = cmd
         .spawn()
@@ -276,6 +289,21 @@ impl Drop for Namespaces {
     }
 }
 
+/// The "node" namespace the plugins run in, with the macvlan master.
+fn node(namespaces: &mut Namespaces, pid: u32) -> Result<NetNs, String> {
+    let node = namespaces.create(format!("pxb-node-{pid}"))?;
+    ip(&node, &["link", "set", "lo", "up"])?;
+    ip(
+        &node,
+        &[
+            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p",
+        ],
+    )?;
+    ip(&node, &["link", "set", "uplink0", "up"])?;
+    ip(&node, &["link", "set", "uplink0p", "up"])?;
+    Ok(node)
+}
+
 /// `ip ARGS...` inside `netns`, untimed set-up or timed baseline.
 fn ip(netns: &NetNs, argv: &[&str]) -> Result<Run, String> {
     invoke(netns, Path::new("/usr/sbin/ip"), argv, &[], &[])
@@ -364,17 +392,17 @@ fn run(args: &Args) -> Result<bool, String> {
             pods: pod_count,
         });
     }
-    let node = namespaces.create(format!("pxb-node-{pid}"))?;
-    // The macvlan master, and a bridge for the bare-veth baseline.
-    ip(&node, &["link", "set", "lo", "up"])?;
-    ip(
-        &node,
-        &[
-            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p",
-        ],
-    )?;
-    ip(&node, &["link", "set", "uplink0", "up"])?;
-    ip(&node, &["link", "set", "uplink0p", "up"])?;
+    if let Some(out) = &args.hot_functions {
+        let setup = hot_text::Setup {
+            plexus: &plexus,
+            reference_dir: &args.reference_dir,
+            namespaces: &mut namespaces,
+            tmp: &tmp.0,
+        };
+        return hot_text::run(setup, out).map(|()| true);
+    }
+    let node = node(&mut namespaces, pid)?;
+    // A bridge for the bare-veth baseline.
     ip(&node, &["link", "add", "brbare0", "type", "bridge"])?;
 
     println!(

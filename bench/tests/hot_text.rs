@@ -1,0 +1,124 @@
+//! bench/hot-text/hot-text-gcc, the musl target's linker: the listed
+//! functions of the release plexus binary come first in .text, in the
+//! list's order, and every other link is left alone.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn wrapper() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("hot-text/hot-text-gcc")
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A C program of five functions, each in its own section as rustc emits
+/// them, compiled to `dir/prog.o`.
+fn object(dir: &Path) -> PathBuf {
+    let src = dir.join("prog.c");
+    std::fs::write(
+        &src,
+        "__attribute__((noinline)) int one(int x) { return x + 1; }\n\
+         __attribute__((noinline)) int two(int x) { return x * 2; }\n\
+         __attribute__((noinline)) int three(int x) { return x - 3; }\n\
+         __attribute__((noinline)) int four(int x) { return x ^ 4; }\n\
+         int main(int c, char **v) { (void)v; return one(c) + two(c) + three(c) + four(c); }\n",
+    )
+    .unwrap();
+    let obj = dir.join("prog.o");
+    let status = Command::new("cc")
+        .args(["-c", "-O1", "-ffunction-sections", "-o"])
+        .arg(&obj)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    obj
+}
+
+/// Links `obj` through the wrapper to `out` with `list`; the functions of
+/// the result by address.
+fn link(obj: &Path, out: &Path, list: &Path) -> Vec<String> {
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let status = Command::new(wrapper())
+        .env("PLEXUS_HOT_TEXT_LIST", list)
+        .arg("-o")
+        .arg(out)
+        .arg(obj)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let nm = Command::new("nm")
+        .args(["-n", "--defined-only"])
+        .arg(out)
+        .output()
+        .unwrap();
+    String::from_utf8(nm.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [_, "T" | "t", name] if ["one", "two", "three", "four", "main"].contains(&name) => {
+                Some(name.to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn listed_functions_come_first_in_list_order_in_the_release_binary_only() {
+    if !["cc", "objcopy", "readelf", "c++filt", "nm"]
+        .iter()
+        .all(|t| have(t))
+    {
+        eprintln!("skipped: needs cc and binutils");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("plexus-hot-text-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let list = dir.join("functions.txt");
+    std::fs::write(
+        &list,
+        "# comments and unknown names are skipped\nfour\ngone::function\ntwo\n",
+    )
+    .unwrap();
+
+    let plain = link(&object(&dir), &dir.join("debug/deps/plexus-0123"), &list);
+    assert_eq!(
+        plain,
+        ["one", "two", "three", "four", "main"],
+        "not the release binary: unchanged"
+    );
+    let other = link(
+        &object(&dir),
+        &dir.join("release/deps/plexus_bench-0123"),
+        &list,
+    );
+    assert_eq!(
+        other,
+        ["one", "two", "three", "four", "main"],
+        "another binary: unchanged"
+    );
+
+    let hot = link(&object(&dir), &dir.join("release/deps/plexus-0123"), &list);
+    assert_eq!(&hot[..2], ["four", "two"], "{hot:?}");
+    assert_eq!(hot.len(), 5, "nothing lost: {hot:?}");
+    // The binary runs: the renamed sections were linked like the others.
+    let run = Command::new(dir.join("release/deps/plexus-0123"))
+        .status()
+        .unwrap();
+    assert_eq!(run.code(), Some(1 + 1 + 2 + (1 - 3) + (1 ^ 4)));
+
+    // Without the list the link goes on unchanged.
+    let missing = link(
+        &object(&dir),
+        &dir.join("release/deps/plexus-4567"),
+        &dir.join("none.txt"),
+    );
+    assert_eq!(missing, ["one", "two", "three", "four", "main"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
