@@ -180,6 +180,21 @@ impl CniError {
         self
     }
 
+    /// Several failures as one error: the first one's code, every details
+    /// (`what`: the operation, "GC"). Needs at least one.
+    pub fn combine(what: &str, mut errors: Vec<CniError>) -> CniError {
+        assert!(!errors.is_empty(), "combine: no errors");
+        if errors.len() == 1 {
+            return errors.remove(0);
+        }
+        let details: Vec<String> = errors.iter().map(|e| e.details.clone()).collect();
+        CniError::new(
+            errors[0].code,
+            format!("{what}: {} operations failed", errors.len()),
+            details.join("; "),
+        )
+    }
+
     /// The error result object of cni-SPEC.md §5.
     pub fn to_json(&self, cni_version: &str) -> Value {
         json!({

@@ -439,6 +439,94 @@ fn sriov_driver_late_del_of_the_old_pod_leaves_the_new_owner_alone() {
     assert_eq!(f.snapshot(vf), before);
 }
 
+/// A VF whose pod went without its DEL (a runtime that lost it) is not left
+/// with the pod's VLAN, trust and MAC until someone asks for that VF again:
+/// the driver's next DEL, of any pod, gives it back, and so does a GC.
+#[test]
+fn sriov_driver_gives_back_a_vf_whose_del_never_came_at_the_next_del_or_gc() {
+    let Some(f) = Fixture::new(2) else {
+        return;
+    };
+    let (orphaned, other) = (f.vf(0), f.vf(1));
+    let before = f.snapshot(orphaned);
+    let r = TestResolver::default();
+    let (pod_a, ta) = new_pod("ctr-lost");
+    let ca = f.conf(
+        orphaned,
+        json!({"mac": "02:00:00:00:aa:02", "vlan": 30, "trust": "on"}),
+    );
+    add(Here, &r, SRIOV, &ta, &ca).unwrap();
+    drop(pod_a);
+    assert_eq!(
+        f.snapshot(orphaned).state.vlan,
+        VfVlan::new(30),
+        "left as it was"
+    );
+
+    // Another pod comes and goes on the other VF: its DEL sweeps.
+    let (_pod_b, tb) = new_pod("ctr-other");
+    let cb = f.conf(other, json!({"vlan": 40}));
+    add(Here, &r, SRIOV, &tb, &cb).unwrap();
+    assert_eq!(
+        f.record(orphaned).unwrap()["owner"]["container_id"],
+        "ctr-lost"
+    );
+    del(Here, &r, SRIOV, &tb, &cb).unwrap();
+    assert_eq!(
+        f.snapshot(orphaned),
+        before,
+        "given back by another pod's DEL"
+    );
+    assert_eq!(f.record(orphaned), None);
+    // The lost pod's DEL, should it come after all, finds nothing of its own.
+    del(Here, &r, SRIOV, &ta, &ca).unwrap();
+    assert_eq!(f.snapshot(orphaned), before);
+
+    // GC: a lost pod's VF goes back, a live pod's stays, whatever `valid`
+    // says (the data directory is shared by every sriov network).
+    let (pod_c, tc) = new_pod("ctr-lost2");
+    add(Here, &r, SRIOV, &tc, &ca).unwrap();
+    drop(pod_c);
+    let (pod_d, td) = new_pod("ctr-live");
+    add(Here, &r, SRIOV, &td, &cb).unwrap();
+    let live = f.snapshot(other);
+    assert_eq!(f.snapshot(orphaned).state.vlan, VfVlan::new(30));
+    gc(Here, &r, SRIOV, &f.conf(orphaned, json!({})), &[]).unwrap();
+    assert_eq!(f.snapshot(orphaned), before, "given back by GC");
+    assert_eq!(f.snapshot(other), live, "the live pod keeps its VF");
+    assert!(link(&pod_d, "net1").is_some());
+    del(Here, &r, SRIOV, &td, &cb).unwrap();
+
+    // A namespace whose path is gone but which something still holds open
+    // keeps the VF's netdev: a DEL's sweep does not wait for it (the DEL is
+    // another pod's), and the sweep once it is released finishes the job.
+    let (pod_e, te) = new_pod("ctr-held");
+    add(Here, &r, SRIOV, &te, &ca).unwrap();
+    let held = std::fs::File::open(netns_path(&pod_e)).unwrap();
+    drop(pod_e);
+    let (_pod_f, tf) = new_pod("ctr-other2");
+    add(Here, &r, SRIOV, &tf, &cb).unwrap();
+    let started = std::time::Instant::now();
+    del(Here, &r, SRIOV, &tf, &cb).unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "the DEL waited {:?} for another pod's netdev",
+        started.elapsed()
+    );
+    assert!(f.record(orphaned).is_some(), "not given back yet");
+    drop(held);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while gc(Here, &r, SRIOV, &ca, &[]).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "netdev never came back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(f.snapshot(orphaned), before, "given back once released");
+    assert_eq!(f.record(orphaned), None);
+}
+
 #[test]
 fn sriov_driver_del_of_a_vf_that_vanished_succeeds() {
     let Some(f) = Fixture::new(1) else {

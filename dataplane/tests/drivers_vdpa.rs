@@ -351,7 +351,8 @@ fn vdpa_failed_add_is_undone_when_ifname_is_taken() {
 }
 
 #[test]
-fn vdpa_del_after_the_pod_namespace_is_gone_and_a_late_del_leaves_the_new_owner_alone() {
+fn vdpa_del_after_the_pod_namespace_is_gone_a_late_del_leaves_the_new_owner_alone_and_gc_gives_back_orphans(
+) {
     let Some(dev) = SimDev::new() else { return };
     let orig = dev.host_netdev().expect("a virtio netdev");
     let data = tempfile::tempdir().unwrap();
@@ -384,4 +385,15 @@ fn vdpa_del_after_the_pod_namespace_is_gone_and_a_late_del_leaves_the_new_owner_
     assert_eq!(l["parentdev"], dev.sysfs().virtio.unwrap().as_str());
     del(Here, &r, VDPA, &t_new, &c).unwrap();
     assert!(host_link(&orig).is_some());
+
+    // An owner gone without DEL and no ADD for the device since: GC gives
+    // the netdev back under its own name.
+    let (lost, t_lost) = new_pod("ctr-lost");
+    add(Here, &r, VDPA, &t_lost, &c).unwrap();
+    drop(lost);
+    let record = data.path().join(format!("{}.json", dev.name));
+    assert!(record.exists() && host_link(&orig).is_none());
+    gc(Here, &r, VDPA, &c, &[]).unwrap();
+    assert!(host_link(&orig).is_some(), "{orig} back by GC");
+    assert!(!record.exists());
 }

@@ -579,7 +579,7 @@ impl Executor {
         if errors.is_empty() {
             Ok(report)
         } else {
-            Err(combine("DEL", errors))
+            Err(CniError::combine("DEL", errors))
         }
     }
 
@@ -711,7 +711,7 @@ impl Executor {
         if errors.is_empty() {
             Ok(report)
         } else {
-            Err(combine("GC", errors))
+            Err(CniError::combine("GC", errors))
         }
     }
 
@@ -1010,19 +1010,6 @@ fn in_step(e: CniError, att: &Attachment, i: usize, plugin_type: &str) -> CniErr
     }
 }
 
-/// Several failures as one error: the first one's code, every details.
-fn combine(what: &str, mut errors: Vec<CniError>) -> CniError {
-    if errors.len() == 1 {
-        return errors.remove(0);
-    }
-    let details: Vec<String> = errors.iter().map(|e| e.details.clone()).collect();
-    CniError::new(
-        errors[0].code,
-        format!("{what}: {} operations failed", errors.len()),
-        details.join("; "),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1152,7 +1139,7 @@ mod tests {
             in_step(exec_err, &att, 0, "macvlan").details,
             "ns/a (net1) plugins[0]: macvlan: no such device"
         );
-        let both = combine(
+        let both = CniError::combine(
             "DEL",
             vec![
                 CniError::new(ErrorCode::TryAgainLater, "busy", "a: 1"),

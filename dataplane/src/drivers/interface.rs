@@ -15,6 +15,9 @@
 //!   it when the namespace is gone), then IPAM releases. DEL reads only the
 //!   `ipam` section, so it works for a configuration ADD refused.
 //! - CHECK: IPAM's CHECK, then the driver's against the prevResult.
+//! - after DEL and in GC, the driver gives back what attachments whose
+//!   namespace is gone left without their DEL
+//!   ([`InterfaceDriver::remove_orphans`]).
 //! - GC and STATUS: the IPAM plugin's, which holds the leases.
 
 use plexus_cni::delegate::Resolver;
@@ -118,6 +121,14 @@ pub(crate) trait InterfaceDriver: Sync {
             _ => Ok(()),
         }
     }
+
+    /// Give back what attachments whose namespace is gone left on the node
+    /// without their DEL (a device handed whole to a pod); after every DEL
+    /// and in GC. Only this driver's own data: nothing for a software link,
+    /// which the kernel removes with the namespace.
+    fn remove_orphans(&self, _req: &Request, _host: &Netlink) -> Result<(), CniError> {
+        Ok(())
+    }
 }
 
 /// The part DEL, GC and STATUS read; they must not fail on a configuration
@@ -182,7 +193,13 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
             .host()
             .map_err(common::sys("netlink in the host namespace"))?;
         self.driver.remove(req, host, at.as_ref())?;
-        common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Del)
+        common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Del)?;
+        // Another attachment's leftovers never fail this DEL: the runtime's
+        // log gets them, the next DEL or GC tries again.
+        if let Err(e) = self.driver.remove_orphans(req, host) {
+            eprintln!("plexus: DEL: {}: {}", e.msg, e.details);
+        }
+        Ok(())
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
@@ -200,7 +217,16 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
 
     fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
         let c: IpamOnly = common::decode_config(req)?;
-        common::ipam_gc(self.resolver, req, &c.ipam, valid)
+        let host = self
+            .session
+            .host()
+            .map_err(common::sys("netlink in the host namespace"))?;
+        // A device goes back by its owner's namespace, not by `valid`: the
+        // driver's data directory is shared by every network using it, and
+        // plexus's own GC DELs the attachments not in `valid`.
+        let orphans = self.driver.remove_orphans(req, host);
+        common::ipam_gc(self.resolver, req, &c.ipam, valid)?;
+        orphans
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {

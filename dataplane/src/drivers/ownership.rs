@@ -16,8 +16,14 @@
 //! The steps every such driver takes, whatever the device ([`GiveBack`]
 //! says how to give one back): [`Store::claim`] in `prepare`,
 //! [`Claim::device`] and [`Claim::take`] in `create`,
-//! [`DeviceLock::record_for`] in CHECK and [`GiveBack::give_back_owned`] in
-//! DEL.
+//! [`DeviceLock::record_for`] in CHECK, [`GiveBack::give_back_owned`] in
+//! DEL, and [`GiveBack::give_back_orphans`] after DEL and in GC.
+//!
+//! A device whose owner's DEL never comes (a runtime that lost it, a node
+//! that crashed) stays as the pod left it, its VLAN, trust and MAC on the
+//! PF, only until the next of: an ADD for that device, any DEL of the
+//! driver, a GC. Each gives back the devices whose owner's namespace is
+//! gone.
 
 use std::fmt::Display;
 use std::fs::{self, File};
@@ -37,6 +43,7 @@ use serde_json::Value;
 
 use super::attachment::{self, Attach};
 use super::common::{check_failed, sys_error};
+use super::passthrough::Patience;
 use super::undo::Undo;
 use crate::netlink::Netlink;
 use crate::netns::{NetNs, PodNetns};
@@ -123,13 +130,15 @@ pub(crate) trait GiveBack {
 
     /// Give the device of `record` back as it was before its owner's ADD,
     /// then remove the record. `pod` is the owner's namespace when it still
-    /// exists. Must work from any point of a half-done ADD.
+    /// exists; without it, `patience` says how long to wait for a netdev the
+    /// kernel is bringing back. Must work from any point of a half-done ADD.
     fn give_back(
         &self,
         lock: &DeviceLock<Self::Key>,
         record: &Self::Record,
         host: &Netlink,
         pod: Option<&Attach<'_>>,
+        patience: Patience,
     ) -> Result<(), CniError>;
 
     /// DEL: give back the device `req`'s attachment holds in `store`: the
@@ -145,8 +154,92 @@ pub(crate) trait GiveBack {
         pod: Option<&Attach<'_>>,
     ) -> Result<(), CniError> {
         match store.owned_by::<Self::Key, Self::Record>(named, &Owner::of(req)?)? {
-            Some((lock, record)) => self.give_back(&lock, &record, host, pod),
+            Some((lock, record)) => self.give_back(&lock, &record, host, pod, Patience::Wait),
             None => Ok(()),
+        }
+    }
+
+    /// Give back every device of `store` whose owner's namespace is gone:
+    /// its DEL never came. A device whose lock is held is skipped (the ADD,
+    /// CHECK or DEL holding it decides), as is a record that cannot be read
+    /// (its owner's DEL reports it). Failures are returned, not raised: one
+    /// orphan must not fail another attachment's DEL.
+    fn give_back_orphans(&self, store: &Store, host: &Netlink) -> Sweep<Self::Key> {
+        let mut sweep = Sweep::default();
+        let records = match store.records::<Self::Key, Self::Record>() {
+            Ok(records) => records,
+            Err(e) => {
+                sweep.failed.push(e);
+                return sweep;
+            }
+        };
+        let orphaned = |record: &Self::Record| -> Result<bool, CniError> {
+            namespace_exists(record.netns()).map(|exists| !exists)
+        };
+        for (key, record) in records {
+            let what = format!("{} {key}", store.noun);
+            let step = || -> Result<bool, CniError> {
+                // Unlocked first, so a sweep locks only orphans.
+                if !orphaned(&record)? {
+                    return Ok(false);
+                }
+                let Some(lock) = store.try_lock(key.clone())? else {
+                    return Ok(false);
+                };
+                // Again under the lock: given back or taken anew meanwhile.
+                match lock.read_record::<Self::Record>()? {
+                    Some(now) if now.owner() == record.owner() && orphaned(&now)? => {
+                        self.give_back(&lock, &now, host, None, Patience::OneLook)?;
+                        Ok(true)
+                    }
+                    _ => Ok(false),
+                }
+            };
+            match step() {
+                Ok(true) => sweep.given_back.push(key),
+                Ok(false) => {}
+                Err(e) => sweep.failed.push(CniError {
+                    details: format!(
+                        "{what} of container {} (namespace gone): {}",
+                        record.owner().container_id,
+                        e.details
+                    ),
+                    ..e
+                }),
+            }
+        }
+        sweep
+    }
+}
+
+/// What [`GiveBack::give_back_orphans`] did.
+#[derive(Debug)]
+pub(crate) struct Sweep<K> {
+    /// The devices given back.
+    pub given_back: Vec<K>,
+    /// The orphans that could not be.
+    pub failed: Vec<CniError>,
+}
+
+impl<K> Default for Sweep<K> {
+    fn default() -> Self {
+        Sweep {
+            given_back: Vec::new(),
+            failed: Vec::new(),
+        }
+    }
+}
+
+impl<K> Sweep<K> {
+    /// The failures as one error.
+    pub fn into_result(self) -> Result<(), CniError> {
+        if self.failed.is_empty() {
+            Ok(())
+        } else {
+            Err(CniError::combine(
+                "giving back orphaned devices",
+                self.failed,
+            ))
         }
     }
 }
@@ -186,7 +279,7 @@ impl<K: DeviceKey, F: Clone, R: Owned> Claim<K, F, R> {
         match &self.start {
             Start::Free(found) => Ok(found.clone()),
             Start::Stale(record) => {
-                driver.give_back(&self.lock, record, host, None)?;
+                driver.give_back(&self.lock, record, host, None, Patience::Wait)?;
                 find()
             }
         }
@@ -205,7 +298,7 @@ impl<K: DeviceKey, F: Clone, R: Owned> Claim<K, F, R> {
     ) -> Result<(), CniError> {
         self.lock.write_record(&record)?;
         undo.push(format!("taking {what}"), move || {
-            driver.give_back(&self.lock, &record, at.host, Some(at))
+            driver.give_back(&self.lock, &record, at.host, Some(at), Patience::Wait)
         });
         Ok(())
     }
@@ -272,6 +365,23 @@ impl Store {
     /// Take the device's lock, waiting at most [`LOCK_TIMEOUT`] (code 11
     /// after that). Creates the directory.
     pub fn lock<K: DeviceKey>(&self, key: K) -> Result<DeviceLock<K>, CniError> {
+        self.lock_within(key, LOCK_TIMEOUT)
+    }
+
+    /// The device's lock if no one holds it now.
+    fn try_lock<K: DeviceKey>(&self, key: K) -> Result<Option<DeviceLock<K>>, CniError> {
+        match self.lock_within(key, Duration::ZERO) {
+            Ok(lock) => Ok(Some(lock)),
+            Err(e) if e.code == ErrorCode::TryAgainLater => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn lock_within<K: DeviceKey>(
+        &self,
+        key: K,
+        timeout: Duration,
+    ) -> Result<DeviceLock<K>, CniError> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -280,7 +390,7 @@ impl Store {
         let path = self.dir.join(format!("{key}.lock"));
         let flock = lock_file(
             &path,
-            LOCK_TIMEOUT,
+            timeout,
             &format!("{} busy: another ADD, CHECK or DEL holds it", self.noun),
         )?;
         Ok(DeviceLock {
@@ -321,29 +431,38 @@ impl Store {
         &self,
         owner: &Owner,
     ) -> Result<Option<K>, CniError> {
+        Ok(self
+            .records::<K, R>()?
+            .find(|(_, record)| record.owner() == owner)
+            .map(|(key, _)| key))
+    }
+
+    /// The store's records, read without their locks (records are replaced
+    /// whole), at most [`MAX_RECORDS_SCANNED`] files; one that cannot be
+    /// read is left out.
+    fn records<K: DeviceKey, R: Owned>(
+        &self,
+    ) -> Result<impl Iterator<Item = (K, R)> + '_, CniError> {
         let entries = match fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Ok(entries) => Some(entries),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_error(&self.dir, e)),
         };
-        for entry in entries.take(MAX_RECORDS_SCANNED) {
-            let entry = entry.map_err(|e| io_error(&self.dir, e))?;
-            let name = entry.file_name();
-            let Some(key) = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".json"))
-                .and_then(|n| n.parse::<K>().ok())
-            else {
-                continue;
-            };
-            // A record that cannot be read is not this owner's to find.
-            if let Ok(Some(record)) = read_record::<R>(&self.record_path(&key), self.noun) {
-                if record.owner() == owner {
-                    return Ok(Some(key));
-                }
-            }
-        }
-        Ok(None)
+        Ok(entries
+            .into_iter()
+            .flatten()
+            .take(MAX_RECORDS_SCANNED)
+            .filter_map(|entry| {
+                let key = entry
+                    .ok()?
+                    .file_name()
+                    .to_str()?
+                    .strip_suffix(".json")?
+                    .parse::<K>()
+                    .ok()?;
+                let record = read_record::<R>(&self.record_path(&key), self.noun).ok()??;
+                Some((key, record))
+            }))
     }
 }
 
@@ -599,6 +718,7 @@ mod tests {
             _record: &Rec,
             _host: &Netlink,
             _pod: Option<&Attach<'_>>,
+            _patience: Patience,
         ) -> Result<(), CniError> {
             self.0.set(self.0.get() + 1);
             lock.remove_record()
@@ -642,6 +762,79 @@ mod tests {
         assert_eq!(found.unwrap(), "again");
         assert_eq!(driver.0.get(), 1);
         assert_eq!(claimed.lock.read_record::<Rec>().unwrap(), None);
+    }
+
+    /// Fails every give-back.
+    struct Failing;
+
+    impl GiveBack for Failing {
+        type Key = PciAddress;
+        type Record = Rec;
+        fn give_back(
+            &self,
+            _lock: &DeviceLock<PciAddress>,
+            _record: &Rec,
+            _host: &Netlink,
+            _pod: Option<&Attach<'_>>,
+            _patience: Patience,
+        ) -> Result<(), CniError> {
+            Err(CniError::io("IFLA_VF_INFO", "EBUSY"))
+        }
+    }
+
+    #[test]
+    fn a_sweep_gives_back_only_unlocked_devices_whose_owner_namespace_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf(), "VF");
+        let host = Netlink::current().unwrap();
+        let write = |key: &str, container_id: &str, netns: PathBuf| {
+            let mut r = record(container_id);
+            r.netns = netns;
+            store.lock(vf(key)).unwrap().write_record(&r).unwrap();
+        };
+        write("0000:01:10.0", "live", "/proc/self/ns/net".into());
+        write("0000:01:10.1", "orphan", dir.path().join("gone1"));
+        write("0000:01:10.2", "busy", dir.path().join("gone2"));
+        write("0000:01:10.3", "orphan2", dir.path().join("gone3"));
+        fs::write(dir.path().join("0000:01:10.4.json"), "not a record").unwrap();
+        // An ADD or DEL holds the busy one's lock: the sweep leaves it.
+        let held = store.lock(vf("0000:01:10.2")).unwrap();
+
+        let driver = Counting::default();
+        let mut sweep = driver.give_back_orphans(&store, &host);
+        sweep.given_back.sort();
+        assert_eq!(sweep.given_back, [vf("0000:01:10.1"), vf("0000:01:10.3")]);
+        assert!(sweep.failed.is_empty(), "{:?}", sweep.failed);
+        assert_eq!(driver.0.get(), 2);
+        let left: Vec<String> = store
+            .records::<PciAddress, Rec>()
+            .unwrap()
+            .map(|(_, r)| r.owner.container_id)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(left, ["busy", "live"]);
+
+        // Released, the busy one goes next time; a failed give-back is
+        // reported with the device and its owner, and its record stays.
+        drop(held);
+        let sweep = Failing.give_back_orphans(&store, &host);
+        assert!(sweep.given_back.is_empty());
+        let e = sweep.into_result().unwrap_err();
+        assert_eq!(e.code, ErrorCode::Io);
+        assert!(
+            e.details.starts_with(
+                "VF 0000:01:10.2 of container busy (namespace gone): IFLA_VF_INFO: EBUSY"
+            ),
+            "{e}"
+        );
+        let sweep = driver.give_back_orphans(&store, &host);
+        assert_eq!(sweep.given_back, [vf("0000:01:10.2")]);
+        assert!(sweep.into_result().is_ok());
+        // An empty or missing store has nothing to sweep.
+        let none = Store::new(dir.path().join("none"), "VF");
+        let sweep = driver.give_back_orphans(&none, &host);
+        assert!(sweep.given_back.is_empty() && sweep.failed.is_empty());
     }
 
     #[test]

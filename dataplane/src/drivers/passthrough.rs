@@ -49,13 +49,31 @@ pub(crate) enum Poll {
     Pending,
 }
 
-/// The device's netdev in the host, polling `look` until it says, at most
-/// [`NETDEV_RETURN_TIMEOUT`] (code 11 after that).
+/// How long a give-back waits for a netdev the kernel is still bringing
+/// back from a namespace being destroyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Patience {
+    /// Up to [`NETDEV_RETURN_TIMEOUT`]: the caller's own device.
+    Wait,
+    /// One look: a sweep of other pods' leftovers must not hold up the call
+    /// it runs in (a namespace held open keeps the netdev for as long); the
+    /// next sweep tries again.
+    OneLook,
+}
+
+/// The device's netdev in the host, polling `look` until it says, for as
+/// long as `patience` allows (code 11 after that).
 pub(crate) fn wait_for_netdev(
     what: impl Display,
+    patience: Patience,
     mut look: impl FnMut() -> Result<Poll, CniError>,
 ) -> Result<Option<Link>, CniError> {
-    let deadline = Instant::now() + NETDEV_RETURN_TIMEOUT;
+    let start = Instant::now();
+    let deadline = start
+        + match patience {
+            Patience::Wait => NETDEV_RETURN_TIMEOUT,
+            Patience::OneLook => Duration::ZERO,
+        };
     loop {
         if let Poll::Ready(link) = look()? {
             return Ok(link);
@@ -65,9 +83,9 @@ pub(crate) fn wait_for_netdev(
                 ErrorCode::TryAgainLater,
                 "device netdev not back",
                 format!(
-                    "{what}: its netdev did not come back to the host namespace within {} s \
+                    "{what}: its netdev did not come back to the host namespace within {} ms \
                      (is the namespace it was in still held open?)",
-                    NETDEV_RETURN_TIMEOUT.as_secs()
+                    (deadline - start).as_millis()
                 ),
             ));
         }

@@ -28,7 +28,10 @@
 //! the record names: a late DEL of a pod whose VF went to another leaves it
 //! alone. When the pod's namespace is gone, the kernel has moved the netdev
 //! back (maybe renamed): it is found through sysfs by PCI address. A VF that
-//! vanished (its PF's VFs removed) leaves nothing to give back.
+//! vanished (its PF's VFs removed) leaves nothing to give back. After its
+//! own, a DEL (and GC) gives back every VF whose owner's namespace is gone
+//! ([`GiveBack::give_back_orphans`]): a pod whose DEL never came does not
+//! leave its VLAN and trust on a VF until that VF is asked for again.
 //!
 //! Differences from sriov-cni: `spoofchk`/`trust` other than "on"/"off" and
 //! rates out of range are refused (sriov-cni reads any other word as "off"
@@ -52,7 +55,7 @@ use super::attachment::Attach;
 use super::common::{check_failed, mismatch, sys, sys_error, IpamRef};
 use super::interface::InterfaceDriver;
 use super::ownership::{Claim, DeviceLock, GiveBack, Owner, Store};
-use super::passthrough::{self, Found, Poll};
+use super::passthrough::{self, Found, Patience, Poll};
 use super::stacked;
 use super::undo::Undo;
 use crate::mac::MacAddr;
@@ -199,8 +202,13 @@ impl Sriov {
     /// The VF's netdev in the host, waiting (bounded) while the kernel
     /// brings it back from a namespace being destroyed. `None` when the VF
     /// is gone or has no netdev driver any more.
-    fn host_netdev(&self, address: PciAddress, host: &Netlink) -> Result<Option<Link>, CniError> {
-        passthrough::wait_for_netdev(format_args!("VF {address}"), || {
+    fn host_netdev(
+        &self,
+        address: PciAddress,
+        host: &Netlink,
+        patience: Patience,
+    ) -> Result<Option<Link>, CniError> {
+        passthrough::wait_for_netdev(format_args!("VF {address}"), patience, || {
             let vf = match self.sysfs.virtual_function(address) {
                 Ok(vf) => vf,
                 Err(e) if vanished(&e) => return Ok(Poll::Ready(None)),
@@ -233,6 +241,7 @@ impl GiveBack for Sriov {
         record: &Record,
         host: &Netlink,
         pod: Option<&Attach<'_>>,
+        patience: Patience,
     ) -> Result<(), CniError> {
         let address = *lock.key();
         let vf = match self.sysfs.virtual_function(address) {
@@ -273,7 +282,7 @@ impl GiveBack for Sriov {
                 *mtu,
                 host,
                 pod,
-                || self.host_netdev(address, host),
+                || self.host_netdev(address, host, patience),
             )?;
         }
         lock.remove_record()
@@ -408,7 +417,7 @@ impl InterfaceDriver for Sriov {
         if rebound {
             apply()?;
             self.rebind(conf.device)?;
-            netdev = self.host_netdev(conf.device, host)?;
+            netdev = self.host_netdev(conf.device, host, Patience::Wait)?;
         }
         let pod_link = match &netdev {
             Some(netdev) => Some(passthrough::move_into_pod(
@@ -503,6 +512,11 @@ impl InterfaceDriver for Sriov {
         let keys = conf::del_keys(req);
         let store = self.store(keys.data_dir.as_deref());
         self.give_back_owned(&store, keys.device, req, host, at)
+    }
+
+    fn remove_orphans(&self, req: &Request, host: &Netlink) -> Result<(), CniError> {
+        let store = self.store(conf::del_keys(req).data_dir.as_deref());
+        self.give_back_orphans(&store, host).into_result()
     }
 }
 

@@ -44,7 +44,7 @@ use super::attachment::Attach;
 use super::common::{check_failed, sys, sys_error, IpamRef};
 use super::interface::InterfaceDriver;
 use super::ownership::{Claim, DeviceLock, GiveBack, Owned, Owner, Store};
-use super::passthrough::{self, Found, Poll};
+use super::passthrough::{self, Found, Patience, Poll};
 use super::stacked;
 use super::undo::Undo;
 use crate::mac::MacAddr;
@@ -264,8 +264,9 @@ impl Vdpa {
         name: &str,
         virtio: &str,
         host: &Netlink,
+        patience: Patience,
     ) -> Result<Option<Link>, CniError> {
-        passthrough::wait_for_netdev(format_args!("vDPA device {name}"), || {
+        passthrough::wait_for_netdev(format_args!("vDPA device {name}"), patience, || {
             let Some(dev) = self.sysfs_device(name)? else {
                 return Ok(Poll::Ready(None));
             };
@@ -297,6 +298,7 @@ impl GiveBack for Vdpa {
         record: &Record,
         host: &Netlink,
         pod: Option<&Attach<'_>>,
+        patience: Patience,
     ) -> Result<(), CniError> {
         let name = lock.key();
         if let (
@@ -316,7 +318,7 @@ impl GiveBack for Vdpa {
                 *mtu,
                 host,
                 pod,
-                || self.host_netdev(name, virtio, host),
+                || self.host_netdev(name, virtio, host, patience),
             )?;
         }
         lock.remove_record()
@@ -514,5 +516,10 @@ impl InterfaceDriver for Vdpa {
         let keys = conf::del_keys(req);
         let store = self.store(keys.data_dir.as_deref());
         self.give_back_owned(&store, keys.device, req, host, at)
+    }
+
+    fn remove_orphans(&self, req: &Request, host: &Netlink) -> Result<(), CniError> {
+        let store = self.store(conf::del_keys(req).data_dir.as_deref());
+        self.give_back_orphans(&store, host).into_result()
     }
 }

@@ -281,6 +281,43 @@ pub fn check(
     call(node, r, ty, CniCommand::Check, t, config).map(drop)
 }
 
+/// cni-SPEC §2 GC of the built-in `ty` driver with `node` as the host:
+/// `valid` are the attachments the runtime still has.
+pub fn gc(
+    node: impl Host,
+    r: &TestResolver,
+    ty: &str,
+    config: &Value,
+    valid: &[(&str, &str)],
+) -> Result<(), CniError> {
+    let env = CniEnv {
+        command: CniCommand::Gc,
+        container_id: None,
+        netns: None,
+        ifname: None,
+        args: CniArgs::default(),
+        path: vec![PathBuf::from("/opt/cni/bin")],
+    };
+    let Value::Object(mut map) = config.clone() else {
+        panic!("config must be an object")
+    };
+    let attachments: Vec<Value> = valid
+        .iter()
+        .map(|(c, i)| json!({"containerID": c, "ifname": i}))
+        .collect();
+    map.insert("cni.dev/valid-attachments".into(), attachments.into());
+    let req = Request::from_config(env, map).unwrap_or_else(|e| panic!("request: {e}"));
+    let valid: Vec<(String, String)> = valid
+        .iter()
+        .map(|(c, i)| (c.to_string(), i.to_string()))
+        .collect();
+    node.run(|| {
+        let session = Session::new();
+        let d = drivers::driver(ty, r, &session).expect("a built-in type");
+        d.gc(&req, &valid)
+    })
+}
+
 /// `validate` of the built-in driver (no namespace needed: it must not touch
 /// the system).
 pub fn validate(ty: &str, t: &Target, config: &Value) -> Result<(), CniError> {
