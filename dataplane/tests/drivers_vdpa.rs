@@ -95,6 +95,17 @@ impl SimDev {
         }
     }
 
+    /// Its netdev, renamed to the device's own name: the kernel's `ethN`
+    /// is free while the netdev is in a pod, and a device another test
+    /// makes meanwhile may take it, so DEL could not name it back.
+    fn own_netdev(&self) -> String {
+        let netdev = self.host_netdev().expect("a virtio netdev");
+        let nl = Netlink::current().unwrap();
+        let link = nl.link_by_name(&netdev).unwrap().expect("in the host");
+        nl.rename(link.index, &self.name).unwrap();
+        self.name.clone()
+    }
+
     fn unbind(&self) {
         if let Some(driver) = self.sysfs().driver {
             write(format!("/sys/bus/vdpa/drivers/{driver}/unbind"), &self.name);
@@ -141,7 +152,7 @@ fn vdpa_virtio_netdev_moves_into_the_pod_and_del_gives_it_back() {
     let data = tempfile::tempdir().unwrap();
     assert_eq!(dev.sysfs().driver.as_deref(), Some(VIRTIO_VDPA));
     let virtio = dev.sysfs().virtio.expect("a virtio device");
-    let orig = dev.host_netdev().expect("a virtio netdev");
+    let orig = dev.own_netdev();
     let before = host_link(&orig).expect("in the host");
     assert_eq!(before.mac, Some(dev.mac));
     let (pod, t) = new_pod("ctr-v");
@@ -326,7 +337,7 @@ fn vdpa_refusals_name_the_field_and_the_device() {
 #[test]
 fn vdpa_failed_add_is_undone_when_ifname_is_taken() {
     let Some(dev) = SimDev::new() else { return };
-    let orig = dev.host_netdev().expect("a virtio netdev");
+    let orig = dev.own_netdev();
     let data = tempfile::tempdir().unwrap();
     let pod = TestNs::new();
     pod.ip(&["link", "add", "net1", "type", "dummy"]);
@@ -354,7 +365,7 @@ fn vdpa_failed_add_is_undone_when_ifname_is_taken() {
 fn vdpa_del_after_the_pod_namespace_is_gone_a_late_del_leaves_the_new_owner_alone_and_gc_gives_back_orphans(
 ) {
     let Some(dev) = SimDev::new() else { return };
-    let orig = dev.host_netdev().expect("a virtio netdev");
+    let orig = dev.own_netdev();
     let data = tempfile::tempdir().unwrap();
     let r = TestResolver::default();
     let c = conf(&dev, &data, json!({"ipam": ipam("10.63.0.2/24")}));

@@ -31,6 +31,7 @@ use serde::Deserialize;
 use super::attachment::Attach;
 use super::common::{self, IpamRef};
 use super::device_info;
+use super::passthrough::Patience;
 use super::undo::Undo;
 use crate::netlink::{LinkKind, Netlink};
 use crate::session::Session;
@@ -125,8 +126,14 @@ pub(crate) trait InterfaceDriver: Sync {
     /// Give back what attachments whose namespace is gone left on the node
     /// without their DEL (a device handed whole to a pod); after every DEL
     /// and in GC. Only this driver's own data: nothing for a software link,
-    /// which the kernel removes with the namespace.
-    fn remove_orphans(&self, _req: &Request, _host: &Netlink) -> Result<(), CniError> {
+    /// which the kernel removes with the namespace. `patience`: how long to
+    /// wait for a netdev the kernel is bringing back.
+    fn remove_orphans(
+        &self,
+        _req: &Request,
+        _host: &Netlink,
+        _patience: Patience,
+    ) -> Result<(), CniError> {
         Ok(())
     }
 }
@@ -194,9 +201,9 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
             .map_err(common::sys("netlink in the host namespace"))?;
         self.driver.remove(req, host, at.as_ref())?;
         common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Del)?;
-        // Another attachment's leftovers never fail this DEL: the runtime's
-        // log gets them, the next DEL or GC tries again.
-        if let Err(e) = self.driver.remove_orphans(req, host) {
+        // Another attachment's leftovers never fail or slow this DEL: the
+        // runtime's log gets them, the next DEL or GC tries again.
+        if let Err(e) = self.driver.remove_orphans(req, host, Patience::OneLook) {
             eprintln!("plexus: DEL: {}: {}", e.msg, e.details);
         }
         Ok(())
@@ -223,8 +230,9 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
             .map_err(common::sys("netlink in the host namespace"))?;
         // A device goes back by its owner's namespace, not by `valid`: the
         // driver's data directory is shared by every network using it, and
-        // plexus's own GC DELs the attachments not in `valid`.
-        let orphans = self.driver.remove_orphans(req, host);
+        // plexus's own GC DELs the attachments not in `valid`. GC runs
+        // apart from any pod's call, so it waits for each netdev.
+        let orphans = self.driver.remove_orphans(req, host, Patience::Wait);
         common::ipam_gc(self.resolver, req, &c.ipam, valid)?;
         orphans
     }

@@ -163,8 +163,14 @@ pub(crate) trait GiveBack {
     /// its DEL never came. A device whose lock is held is skipped (the ADD,
     /// CHECK or DEL holding it decides), as is a record that cannot be read
     /// (its owner's DEL reports it). Failures are returned, not raised: one
-    /// orphan must not fail another attachment's DEL.
-    fn give_back_orphans(&self, store: &Store, host: &Netlink) -> Sweep<Self::Key> {
+    /// orphan must not fail another attachment's DEL. `patience`: how long
+    /// to wait for each orphan's netdev.
+    fn give_back_orphans(
+        &self,
+        store: &Store,
+        host: &Netlink,
+        patience: Patience,
+    ) -> Sweep<Self::Key> {
         let mut sweep = Sweep::default();
         let records = match store.records::<Self::Key, Self::Record>() {
             Ok(records) => records,
@@ -189,7 +195,7 @@ pub(crate) trait GiveBack {
                 // Again under the lock: given back or taken anew meanwhile.
                 match lock.read_record::<Self::Record>()? {
                     Some(now) if now.owner() == record.owner() && orphaned(&now)? => {
-                        self.give_back(&lock, &now, host, None, Patience::OneLook)?;
+                        self.give_back(&lock, &now, host, None, patience)?;
                         Ok(true)
                     }
                     _ => Ok(false),
@@ -801,7 +807,7 @@ mod tests {
         let held = store.lock(vf("0000:01:10.2")).unwrap();
 
         let driver = Counting::default();
-        let mut sweep = driver.give_back_orphans(&store, &host);
+        let mut sweep = driver.give_back_orphans(&store, &host, Patience::OneLook);
         sweep.given_back.sort();
         assert_eq!(sweep.given_back, [vf("0000:01:10.1"), vf("0000:01:10.3")]);
         assert!(sweep.failed.is_empty(), "{:?}", sweep.failed);
@@ -818,7 +824,7 @@ mod tests {
         // Released, the busy one goes next time; a failed give-back is
         // reported with the device and its owner, and its record stays.
         drop(held);
-        let sweep = Failing.give_back_orphans(&store, &host);
+        let sweep = Failing.give_back_orphans(&store, &host, Patience::OneLook);
         assert!(sweep.given_back.is_empty());
         let e = sweep.into_result().unwrap_err();
         assert_eq!(e.code, ErrorCode::Io);
@@ -828,12 +834,12 @@ mod tests {
             ),
             "{e}"
         );
-        let sweep = driver.give_back_orphans(&store, &host);
+        let sweep = driver.give_back_orphans(&store, &host, Patience::OneLook);
         assert_eq!(sweep.given_back, [vf("0000:01:10.2")]);
         assert!(sweep.into_result().is_ok());
         // An empty or missing store has nothing to sweep.
         let none = Store::new(dir.path().join("none"), "VF");
-        let sweep = driver.give_back_orphans(&none, &host);
+        let sweep = driver.give_back_orphans(&none, &host, Patience::OneLook);
         assert!(sweep.given_back.is_empty() && sweep.failed.is_empty());
     }
 

@@ -514,9 +514,14 @@ impl InterfaceDriver for Sriov {
         self.give_back_owned(&store, keys.device, req, host, at)
     }
 
-    fn remove_orphans(&self, req: &Request, host: &Netlink) -> Result<(), CniError> {
+    fn remove_orphans(
+        &self,
+        req: &Request,
+        host: &Netlink,
+        patience: Patience,
+    ) -> Result<(), CniError> {
         let store = self.store(conf::del_keys(req).data_dir.as_deref());
-        self.give_back_orphans(&store, host).into_result()
+        self.give_back_orphans(&store, host, patience).into_result()
     }
 }
 
