@@ -98,6 +98,19 @@ pub struct CniEnv {
 }
 
 impl CniEnv {
+    /// A GC's parameters: cni-SPEC §2 gives it only `CNI_COMMAND` and
+    /// `CNI_PATH`.
+    pub fn gc(path: Vec<PathBuf>) -> CniEnv {
+        CniEnv {
+            command: CniCommand::Gc,
+            container_id: None,
+            netns: None,
+            ifname: None,
+            args: CniArgs::default(),
+            path,
+        }
+    }
+
     /// Read and validate the variables that cni-SPEC §2 defines for the
     /// command. Variables a command does not use are not read, so stray values
     /// (say `CNI_IFNAME` on GC) cannot fail it. `lookup` gives a variable's

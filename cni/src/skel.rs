@@ -12,7 +12,7 @@
 
 use std::io::{Read, Write};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::casefold;
@@ -302,11 +302,24 @@ fn canonical_runtime_config(rc: &Map<String, Value>) -> Map<String, Value> {
     out
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct GcAttachment {
     #[serde(rename = "containerID")]
     container_id: String,
     ifname: String,
+}
+
+/// The value of `cni.dev/valid-attachments` for a GC of `valid`
+/// (`(containerID, ifname)` pairs).
+pub fn valid_attachments_value(valid: &[(String, String)]) -> Value {
+    let list: Vec<GcAttachment> = valid
+        .iter()
+        .map(|(c, i)| GcAttachment {
+            container_id: c.clone(),
+            ifname: i.clone(),
+        })
+        .collect();
+    serde_json::to_value(list).expect("plain strings serialize")
 }
 
 /// cni-SPEC §2 GC: `cni.dev/valid-attachments`, required (a GC without it
@@ -673,6 +686,24 @@ mod tests {
             );
         }
         assert_eq!(fake.calls.borrow().len(), 1);
+    }
+
+    #[test]
+    fn valid_attachments_are_written_as_they_are_read() {
+        let valid = vec![
+            ("ctr1".to_string(), "eth0".to_string()),
+            ("ctr2".to_string(), "net1".to_string()),
+        ];
+        let value = valid_attachments_value(&valid);
+        assert_eq!(
+            value,
+            json!([{"containerID": "ctr1", "ifname": "eth0"},
+                   {"containerID": "ctr2", "ifname": "net1"}])
+        );
+        let mut config = Map::new();
+        config.insert(VALID_ATTACHMENTS.into(), value);
+        assert_eq!(valid_attachments(&config).unwrap(), valid);
+        assert_eq!(valid_attachments_value(&[]), json!([]));
     }
 
     #[test]

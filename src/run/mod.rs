@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::cache::{Cache, CachedAttachment, Lookup, Record, State};
 use crate::cni::args::CniArgs;
@@ -42,7 +42,7 @@ use crate::cni::durable;
 use crate::cni::env::{CniCommand, CniEnv, CNI_NETNS};
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::cni::result::{CniResult, Route};
-use crate::cni::skel::{Plugin, Request, VALID_ATTACHMENTS};
+use crate::cni::skel::{valid_attachments_value, Plugin, Request, VALID_ATTACHMENTS};
 use crate::cni::CniVersion;
 use crate::netattach::deviceinfo::{self, DeviceInfo};
 use crate::plan::{Attachment, DefaultNetwork, Plan};
@@ -743,21 +743,11 @@ impl Executor {
             // As libcni: GC exists from 1.1.0 on.
             return;
         }
-        let attachments: Vec<Value> = valid
-            .iter()
-            .map(|(c, i)| json!({"containerID": c, "ifname": i}))
-            .collect();
+        let attachments = valid_attachments_value(valid);
         for (i, plugin) in list.plugins.iter().enumerate() {
             let mut config = derive_request(plugin, name, version, &Map::new(), None);
-            config.insert(VALID_ATTACHMENTS.into(), Value::Array(attachments.clone()));
-            let env = CniEnv {
-                command: CniCommand::Gc,
-                container_id: None,
-                netns: None,
-                ifname: None,
-                args: CniArgs::default(),
-                path: delegates.search_path(),
-            };
+            config.insert(VALID_ATTACHMENTS.into(), attachments.clone());
+            let env = CniEnv::gc(delegates.search_path());
             let outcome = Request::from_config(env, config).and_then(|req| {
                 delegates
                     .resolver
@@ -1012,6 +1002,8 @@ fn in_step(e: CniError, att: &Attachment, i: usize, plugin_type: &str) -> CniErr
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn result(v: Value) -> CniResult {

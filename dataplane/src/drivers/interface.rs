@@ -17,7 +17,7 @@
 //! - CHECK: IPAM's CHECK, then the driver's against the prevResult.
 //! - after DEL and in GC, the driver gives back what attachments whose
 //!   namespace is gone left without their DEL
-//!   ([`InterfaceDriver::remove_orphans`]).
+//!   ([`InterfaceDriver::hands_over`]).
 //! - GC and STATUS: the IPAM plugin's, which holds the leases.
 
 use plexus_cni::delegate::Resolver;
@@ -31,6 +31,7 @@ use serde::Deserialize;
 use super::attachment::Attach;
 use super::common::{self, IpamRef};
 use super::device_info;
+use super::ownership::HandsOver;
 use super::passthrough::Patience;
 use super::undo::Undo;
 use crate::netlink::{LinkKind, Netlink};
@@ -108,33 +109,29 @@ pub(crate) trait InterfaceDriver: Sync {
         None
     }
 
+    /// A driver that hands devices whole to pods (an SR-IOV VF, a vDPA
+    /// device): its DEL gives the device back to the node, and, after every
+    /// DEL and in GC, so do the devices of pods whose DEL never came.
+    fn hands_over(&self) -> Option<&dyn HandsOver> {
+        None
+    }
+
     /// cni-SPEC §2 DEL: remove what `create` made, idempotently. `host` is
     /// the node's netlink handle; `at` is `None` when the pod's namespace is
     /// gone (or was never given).
     fn remove(
         &self,
-        _req: &Request,
-        _host: &Netlink,
+        req: &Request,
+        host: &Netlink,
         at: Option<&Attach<'_>>,
     ) -> Result<(), CniError> {
+        if let Some(device) = self.hands_over() {
+            return device.take_back(req, host, at);
+        }
         match (&Self::POD_LINK_KIND, at) {
             (Some(kind), Some(at)) => at.delete_pod_link(kind),
             _ => Ok(()),
         }
-    }
-
-    /// Give back what attachments whose namespace is gone left on the node
-    /// without their DEL (a device handed whole to a pod); after every DEL
-    /// and in GC. Only this driver's own data: nothing for a software link,
-    /// which the kernel removes with the namespace. `patience`: how long to
-    /// wait for a netdev the kernel is bringing back.
-    fn remove_orphans(
-        &self,
-        _req: &Request,
-        _host: &Netlink,
-        _patience: Patience,
-    ) -> Result<(), CniError> {
-        Ok(())
     }
 }
 
@@ -203,8 +200,10 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
         common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Del)?;
         // Another attachment's leftovers never fail or slow this DEL: the
         // runtime's log gets them, the next DEL or GC tries again.
-        if let Err(e) = self.driver.remove_orphans(req, host, Patience::OneLook) {
-            eprintln!("plexus: DEL: {}: {}", e.msg, e.details);
+        if let Some(device) = self.driver.hands_over() {
+            if let Err(e) = device.take_back_orphans(req, host, Patience::OneLook) {
+                eprintln!("plexus: DEL: {}: {}", e.msg, e.details);
+            }
         }
         Ok(())
     }
@@ -232,7 +231,10 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
         // driver's data directory is shared by every network using it, and
         // plexus's own GC DELs the attachments not in `valid`. GC runs
         // apart from any pod's call, so it waits for each netdev.
-        let orphans = self.driver.remove_orphans(req, host, Patience::Wait);
+        let orphans = match self.driver.hands_over() {
+            Some(device) => device.take_back_orphans(req, host, Patience::Wait),
+            None => Ok(()),
+        };
         common::ipam_gc(self.resolver, req, &c.ipam, valid)?;
         orphans
     }

@@ -16,8 +16,8 @@
 //! The steps every such driver takes, whatever the device ([`GiveBack`]
 //! says how to give one back): [`Store::claim`] in `prepare`,
 //! [`Claim::device`] and [`Claim::take`] in `create`,
-//! [`DeviceLock::record_for`] in CHECK, [`GiveBack::give_back_owned`] in
-//! DEL, and [`GiveBack::give_back_orphans`] after DEL and in GC.
+//! [`DeviceLock::record_for`] in CHECK; DEL and the orphan sweep after it
+//! and in GC are [`HandsOver`]'s, the same for every such driver.
 //!
 //! A device whose owner's DEL never comes (a runtime that lost it, a node
 //! that crashed) stays as the pod left it, its VLAN, trust and MAC on the
@@ -141,23 +141,10 @@ pub(crate) trait GiveBack {
         patience: Patience,
     ) -> Result<(), CniError>;
 
-    /// DEL: give back the device `req`'s attachment holds in `store`: the
-    /// one `named` (when the configuration says) or found by its record.
-    /// Nothing when none is this attachment's (never taken, given back
-    /// already, or given to another pod since: a late DEL).
-    fn give_back_owned(
-        &self,
-        store: &Store,
-        named: Option<Self::Key>,
-        req: &Request,
-        host: &Netlink,
-        pod: Option<&Attach<'_>>,
-    ) -> Result<(), CniError> {
-        match store.owned_by::<Self::Key, Self::Record>(named, &Owner::of(req)?)? {
-            Some((lock, record)) => self.give_back(&lock, &record, host, pod, Patience::Wait),
-            None => Ok(()),
-        }
-    }
+    /// What DEL reads of `req`'s configuration (leniently: a DEL must work
+    /// for one ADD refused): the device, when it names one, and the store
+    /// its `dataDir` says.
+    fn del_keys(&self, req: &Request) -> (Option<Self::Key>, Store);
 
     /// Give back every device of `store` whose owner's namespace is gone:
     /// its DEL never came. A device whose lock is held is skipped (the ADD,
@@ -247,6 +234,56 @@ impl<K> Sweep<K> {
                 self.failed,
             ))
         }
+    }
+}
+
+/// The DEL side of a driver that hands devices whole to pods, as
+/// [`InterfaceDriver::hands_over`](super::interface::InterfaceDriver::hands_over)
+/// gives it: one implementation, for every [`GiveBack`].
+pub(crate) trait HandsOver {
+    /// DEL: give back the device `req`'s attachment holds: the one the
+    /// configuration names or found by its record. Nothing when none is
+    /// this attachment's (never taken, given back already, or given to
+    /// another pod since: a late DEL).
+    fn take_back(
+        &self,
+        req: &Request,
+        host: &Netlink,
+        pod: Option<&Attach<'_>>,
+    ) -> Result<(), CniError>;
+
+    /// After DEL and in GC: [`GiveBack::give_back_orphans`] in the store of
+    /// `req`'s configuration, the failures as one error.
+    fn take_back_orphans(
+        &self,
+        req: &Request,
+        host: &Netlink,
+        patience: Patience,
+    ) -> Result<(), CniError>;
+}
+
+impl<D: GiveBack> HandsOver for D {
+    fn take_back(
+        &self,
+        req: &Request,
+        host: &Netlink,
+        pod: Option<&Attach<'_>>,
+    ) -> Result<(), CniError> {
+        let (named, store) = self.del_keys(req);
+        match store.owned_by::<D::Key, D::Record>(named, &Owner::of(req)?)? {
+            Some((lock, record)) => self.give_back(&lock, &record, host, pod, Patience::Wait),
+            None => Ok(()),
+        }
+    }
+
+    fn take_back_orphans(
+        &self,
+        req: &Request,
+        host: &Netlink,
+        patience: Patience,
+    ) -> Result<(), CniError> {
+        let (_, store) = self.del_keys(req);
+        self.give_back_orphans(&store, host, patience).into_result()
     }
 }
 
@@ -711,13 +748,20 @@ mod tests {
         assert_eq!(found.unwrap(), None);
     }
 
-    /// Gives back by removing the record, counting the calls.
+    /// Gives back by removing the record, counting the calls; or, when
+    /// `failing`, fails every give-back.
     #[derive(Default)]
-    struct Counting(std::cell::Cell<u32>);
+    struct Counting {
+        calls: std::cell::Cell<u32>,
+        failing: bool,
+    }
 
     impl GiveBack for Counting {
         type Key = PciAddress;
         type Record = Rec;
+        fn del_keys(&self, _req: &Request) -> (Option<PciAddress>, Store) {
+            unreachable!("not a DEL")
+        }
         fn give_back(
             &self,
             lock: &DeviceLock<PciAddress>,
@@ -726,7 +770,10 @@ mod tests {
             _pod: Option<&Attach<'_>>,
             _patience: Patience,
         ) -> Result<(), CniError> {
-            self.0.set(self.0.get() + 1);
+            if self.failing {
+                return Err(CniError::io("IFLA_VF_INFO", "EBUSY"));
+            }
+            self.calls.set(self.calls.get() + 1);
             lock.remove_record()
         }
     }
@@ -746,7 +793,7 @@ mod tests {
         let host = Netlink::current().unwrap();
         let never = || -> Result<String, CniError> { panic!("not looked for again") };
         assert_eq!(free.device(&driver, &host, never).unwrap(), "free");
-        assert_eq!(driver.0.get(), 0);
+        assert_eq!(driver.calls.get(), 0);
         drop(free);
         // An owner whose namespace exists (this thread's): code 11.
         let mut live = record("ctr1");
@@ -766,26 +813,8 @@ mod tests {
         let claimed = claim("unused").unwrap();
         let found = claimed.device(&driver, &host, || Ok("again".to_string()));
         assert_eq!(found.unwrap(), "again");
-        assert_eq!(driver.0.get(), 1);
+        assert_eq!(driver.calls.get(), 1);
         assert_eq!(claimed.lock.read_record::<Rec>().unwrap(), None);
-    }
-
-    /// Fails every give-back.
-    struct Failing;
-
-    impl GiveBack for Failing {
-        type Key = PciAddress;
-        type Record = Rec;
-        fn give_back(
-            &self,
-            _lock: &DeviceLock<PciAddress>,
-            _record: &Rec,
-            _host: &Netlink,
-            _pod: Option<&Attach<'_>>,
-            _patience: Patience,
-        ) -> Result<(), CniError> {
-            Err(CniError::io("IFLA_VF_INFO", "EBUSY"))
-        }
     }
 
     #[test]
@@ -811,7 +840,7 @@ mod tests {
         sweep.given_back.sort();
         assert_eq!(sweep.given_back, [vf("0000:01:10.1"), vf("0000:01:10.3")]);
         assert!(sweep.failed.is_empty(), "{:?}", sweep.failed);
-        assert_eq!(driver.0.get(), 2);
+        assert_eq!(driver.calls.get(), 2);
         let left: Vec<String> = store
             .records::<PciAddress, Rec>()
             .unwrap()
@@ -824,7 +853,11 @@ mod tests {
         // Released, the busy one goes next time; a failed give-back is
         // reported with the device and its owner, and its record stays.
         drop(held);
-        let sweep = Failing.give_back_orphans(&store, &host, Patience::OneLook);
+        let sweep = Counting {
+            failing: true,
+            ..Counting::default()
+        }
+        .give_back_orphans(&store, &host, Patience::OneLook);
         assert!(sweep.given_back.is_empty());
         let e = sweep.into_result().unwrap_err();
         assert_eq!(e.code, ErrorCode::Io);

@@ -54,7 +54,7 @@ use self::record::Record;
 use super::attachment::Attach;
 use super::common::{check_failed, mismatch, sys, sys_error, IpamRef};
 use super::interface::InterfaceDriver;
-use super::ownership::{Claim, DeviceLock, GiveBack, Owner, Store};
+use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owner, Store};
 use super::passthrough::{self, Found, Patience, Poll};
 use super::stacked;
 use super::undo::Undo;
@@ -232,6 +232,11 @@ impl Sriov {
 impl GiveBack for Sriov {
     type Key = PciAddress;
     type Record = Record;
+
+    fn del_keys(&self, req: &Request) -> (Option<PciAddress>, Store) {
+        let keys = conf::del_keys(req);
+        (keys.device, self.store(keys.data_dir.as_deref()))
+    }
 
     /// Sends only the PF-side settings that differ from the saved ones, and
     /// finds the netdev wherever it is.
@@ -503,25 +508,8 @@ impl InterfaceDriver for Sriov {
         }))
     }
 
-    fn remove(
-        &self,
-        req: &Request,
-        host: &Netlink,
-        at: Option<&Attach<'_>>,
-    ) -> Result<(), CniError> {
-        let keys = conf::del_keys(req);
-        let store = self.store(keys.data_dir.as_deref());
-        self.give_back_owned(&store, keys.device, req, host, at)
-    }
-
-    fn remove_orphans(
-        &self,
-        req: &Request,
-        host: &Netlink,
-        patience: Patience,
-    ) -> Result<(), CniError> {
-        let store = self.store(conf::del_keys(req).data_dir.as_deref());
-        self.give_back_orphans(&store, host, patience).into_result()
+    fn hands_over(&self) -> Option<&dyn HandsOver> {
+        Some(self)
     }
 }
 

@@ -43,7 +43,7 @@ use self::conf::{Conf, Device};
 use super::attachment::Attach;
 use super::common::{check_failed, sys, sys_error, IpamRef};
 use super::interface::InterfaceDriver;
-use super::ownership::{Claim, DeviceLock, GiveBack, Owned, Owner, Store};
+use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owned, Owner, Store};
 use super::passthrough::{self, Found, Patience, Poll};
 use super::stacked;
 use super::undo::Undo;
@@ -290,6 +290,11 @@ impl GiveBack for Vdpa {
     type Key = String;
     type Record = Record;
 
+    fn del_keys(&self, req: &Request) -> (Option<String>, Store) {
+        let keys = conf::del_keys(req);
+        (keys.device, self.store(keys.data_dir.as_deref()))
+    }
+
     /// A `virtio_vdpa` device's netdev comes home; a `vhost_vdpa` one has
     /// nothing to give back.
     fn give_back(
@@ -507,24 +512,7 @@ impl InterfaceDriver for Vdpa {
         }))
     }
 
-    fn remove(
-        &self,
-        req: &Request,
-        host: &Netlink,
-        at: Option<&Attach<'_>>,
-    ) -> Result<(), CniError> {
-        let keys = conf::del_keys(req);
-        let store = self.store(keys.data_dir.as_deref());
-        self.give_back_owned(&store, keys.device, req, host, at)
-    }
-
-    fn remove_orphans(
-        &self,
-        req: &Request,
-        host: &Netlink,
-        patience: Patience,
-    ) -> Result<(), CniError> {
-        let store = self.store(conf::del_keys(req).data_dir.as_deref());
-        self.give_back_orphans(&store, host, patience).into_result()
+    fn hands_over(&self) -> Option<&dyn HandsOver> {
+        Some(self)
     }
 }

@@ -14,7 +14,7 @@ use plexus_cni::delegate::Resolver;
 use plexus_cni::env::{CniCommand, CniEnv};
 use plexus_cni::error::{CniError, ErrorCode};
 use plexus_cni::result::CniResult;
-use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::skel::{valid_attachments_value, Plugin, Request, VALID_ATTACHMENTS};
 use plexus_cni::CniVersion;
 use plexus_dataplane::drivers;
 use plexus_dataplane::Session;
@@ -290,27 +290,16 @@ pub fn gc(
     config: &Value,
     valid: &[(&str, &str)],
 ) -> Result<(), CniError> {
-    let env = CniEnv {
-        command: CniCommand::Gc,
-        container_id: None,
-        netns: None,
-        ifname: None,
-        args: CniArgs::default(),
-        path: vec![PathBuf::from("/opt/cni/bin")],
-    };
-    let Value::Object(mut map) = config.clone() else {
-        panic!("config must be an object")
-    };
-    let attachments: Vec<Value> = valid
-        .iter()
-        .map(|(c, i)| json!({"containerID": c, "ifname": i}))
-        .collect();
-    map.insert("cni.dev/valid-attachments".into(), attachments.into());
-    let req = Request::from_config(env, map).unwrap_or_else(|e| panic!("request: {e}"));
     let valid: Vec<(String, String)> = valid
         .iter()
         .map(|(c, i)| (c.to_string(), i.to_string()))
         .collect();
+    let Value::Object(mut map) = config.clone() else {
+        panic!("config must be an object")
+    };
+    map.insert(VALID_ATTACHMENTS.into(), valid_attachments_value(&valid));
+    let req = Request::from_config(CniEnv::gc(vec![PathBuf::from("/opt/cni/bin")]), map)
+        .unwrap_or_else(|e| panic!("request: {e}"));
     node.run(|| {
         let session = Session::new();
         let d = drivers::driver(ty, r, &session).expect("a built-in type");
