@@ -54,24 +54,23 @@ pub fn run(setup: Setup<'_>, out: &Path) -> Result<(), String> {
             let pod = setup.namespaces.create(format!("pxb-{pid}-{n}h{i}"))?;
             let id = format!("hot{n}-{i}");
             let env = cni_env("ADD", &id, &pod, setup.reference_dir);
-            let result = if i < WARM_UP_PODS {
-                invoke(&node, setup.plexus, &[], &env, conf.as_bytes())?.stdout
-            } else {
+            let traced = i == WARM_UP_PODS;
+            let result = if traced {
                 trace.call(&node, setup.plexus, &env, conf.as_bytes())?
+            } else {
+                invoke(&node, setup.plexus, &[], &env, conf.as_bytes())?.stdout
             };
             let result: Value =
                 serde_json::from_slice(&result).map_err(|e| format!("ADD result: {e}"))?;
             let del_env = cni_env("DEL", &id, &pod, setup.reference_dir);
-            dels.push((del_env, with_prev_result(&scenario.plexus, &result)));
+            dels.push((del_env, with_prev_result(&scenario.plexus, &result), traced));
         }
     }
     // The traced pods' DELs (each scenario's last), then the others untraced.
-    for (i, (env, stdin)) in dels.iter().enumerate() {
-        if i % (WARM_UP_PODS + 1) == WARM_UP_PODS {
-            trace.call(&node, setup.plexus, env, stdin)?;
-        }
+    for (env, stdin, _) in dels.iter().filter(|(_, _, traced)| *traced) {
+        trace.call(&node, setup.plexus, env, stdin)?;
     }
-    for (env, stdin) in &dels {
+    for (env, stdin, _) in dels.iter().filter(|(_, _, traced)| !*traced) {
         invoke(&node, setup.plexus, &[], env, stdin)?;
     }
 
@@ -205,7 +204,9 @@ impl<'s> Trace<'s> {
         let pid = child.id() as libc::pid_t;
         let outcome = self.step(pid);
         if outcome.is_err() {
+            // Reaped too: a traced child left a zombie otherwise.
             let _ = child.kill();
+            let _ = child.wait();
         }
         let mut stdout = Vec::new();
         let _ = child.stdout.take().expect("piped").read_to_end(&mut stdout);

@@ -235,8 +235,16 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
             Some(device) => device.take_back_orphans(req, host, Patience::Wait),
             None => Ok(()),
         };
-        common::ipam_gc(self.resolver, req, &c.ipam, valid)?;
-        orphans
+        let leases = common::ipam_gc(self.resolver, req, &c.ipam, valid);
+        let errors: Vec<CniError> = [orphans, leases]
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(CniError::combine("GC", errors))
+        }
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {

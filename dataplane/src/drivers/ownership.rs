@@ -149,90 +149,52 @@ pub(crate) trait GiveBack {
     /// Give back every device of `store` whose owner's namespace is gone:
     /// its DEL never came. A device whose lock is held is skipped (the ADD,
     /// CHECK or DEL holding it decides), as is a record that cannot be read
-    /// (its owner's DEL reports it). Failures are returned, not raised: one
-    /// orphan must not fail another attachment's DEL. `patience`: how long
-    /// to wait for each orphan's netdev.
+    /// (its owner's DEL reports it). One orphan that cannot be given back
+    /// does not stop the others; their failures come back as one error.
+    /// `patience`: how long to wait for each orphan's netdev.
     fn give_back_orphans(
         &self,
         store: &Store,
         host: &Netlink,
         patience: Patience,
-    ) -> Sweep<Self::Key> {
-        let mut sweep = Sweep::default();
-        let records = match store.records::<Self::Key, Self::Record>() {
-            Ok(records) => records,
-            Err(e) => {
-                sweep.failed.push(e);
-                return sweep;
-            }
-        };
+    ) -> Result<(), CniError> {
         let orphaned = |record: &Self::Record| -> Result<bool, CniError> {
             namespace_exists(record.netns()).map(|exists| !exists)
         };
-        for (key, record) in records {
-            let what = format!("{} {key}", store.noun);
-            let step = || -> Result<bool, CniError> {
-                // Unlocked first, so a sweep locks only orphans.
-                if !orphaned(&record)? {
-                    return Ok(false);
-                }
-                let Some(lock) = store.try_lock(key.clone())? else {
-                    return Ok(false);
-                };
-                // Again under the lock: given back or taken anew meanwhile.
-                match lock.read_record::<Self::Record>()? {
-                    Some(now) if now.owner() == record.owner() && orphaned(&now)? => {
-                        self.give_back(&lock, &now, host, None, patience)?;
-                        Ok(true)
-                    }
-                    _ => Ok(false),
-                }
+        let give_back = |key: Self::Key, record: &Self::Record| -> Result<(), CniError> {
+            // Unlocked first, so a sweep locks only orphans.
+            if !orphaned(record)? {
+                return Ok(());
+            }
+            let Some(lock) = store.try_lock(key)? else {
+                return Ok(());
             };
-            match step() {
-                Ok(true) => sweep.given_back.push(key),
-                Ok(false) => {}
-                Err(e) => sweep.failed.push(CniError {
+            // Again under the lock: given back or taken anew meanwhile.
+            match lock.read_record::<Self::Record>()? {
+                Some(now) if now.owner() == record.owner() && orphaned(&now)? => {
+                    self.give_back(&lock, &now, host, None, patience)
+                }
+                _ => Ok(()),
+            }
+        };
+        let failed: Vec<CniError> = store
+            .records::<Self::Key, Self::Record>()?
+            .filter_map(|(key, record)| {
+                let what = format!("{} {key}", store.noun);
+                give_back(key, &record).err().map(|e| CniError {
                     details: format!(
                         "{what} of container {} (namespace gone): {}",
                         record.owner().container_id,
                         e.details
                     ),
                     ..e
-                }),
-            }
-        }
-        sweep
-    }
-}
-
-/// What [`GiveBack::give_back_orphans`] did.
-#[derive(Debug)]
-pub(crate) struct Sweep<K> {
-    /// The devices given back.
-    pub given_back: Vec<K>,
-    /// The orphans that could not be.
-    pub failed: Vec<CniError>,
-}
-
-impl<K> Default for Sweep<K> {
-    fn default() -> Self {
-        Sweep {
-            given_back: Vec::new(),
-            failed: Vec::new(),
-        }
-    }
-}
-
-impl<K> Sweep<K> {
-    /// The failures as one error.
-    pub fn into_result(self) -> Result<(), CniError> {
-        if self.failed.is_empty() {
+                })
+            })
+            .collect();
+        if failed.is_empty() {
             Ok(())
         } else {
-            Err(CniError::combine(
-                "giving back orphaned devices",
-                self.failed,
-            ))
+            Err(CniError::combine("giving back orphaned devices", failed))
         }
     }
 }
@@ -253,7 +215,7 @@ pub(crate) trait HandsOver {
     ) -> Result<(), CniError>;
 
     /// After DEL and in GC: [`GiveBack::give_back_orphans`] in the store of
-    /// `req`'s configuration, the failures as one error.
+    /// `req`'s configuration.
     fn take_back_orphans(
         &self,
         req: &Request,
@@ -283,7 +245,7 @@ impl<D: GiveBack> HandsOver for D {
         patience: Patience,
     ) -> Result<(), CniError> {
         let (_, store) = self.del_keys(req);
-        self.give_back_orphans(&store, host, patience).into_result()
+        self.give_back_orphans(&store, host, patience)
     }
 }
 
@@ -836,30 +798,31 @@ mod tests {
         let held = store.lock(vf("0000:01:10.2")).unwrap();
 
         let driver = Counting::default();
-        let mut sweep = driver.give_back_orphans(&store, &host, Patience::OneLook);
-        sweep.given_back.sort();
-        assert_eq!(sweep.given_back, [vf("0000:01:10.1"), vf("0000:01:10.3")]);
-        assert!(sweep.failed.is_empty(), "{:?}", sweep.failed);
-        assert_eq!(driver.calls.get(), 2);
-        let left: Vec<String> = store
-            .records::<PciAddress, Rec>()
-            .unwrap()
-            .map(|(_, r)| r.owner.container_id)
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        assert_eq!(left, ["busy", "live"]);
+        driver
+            .give_back_orphans(&store, &host, Patience::OneLook)
+            .unwrap();
+        assert_eq!(driver.calls.get(), 2, "the two orphans, once each");
+        let left = |store: &Store| -> Vec<String> {
+            store
+                .records::<PciAddress, Rec>()
+                .unwrap()
+                .map(|(_, r)| r.owner.container_id)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        };
+        assert_eq!(left(&store), ["busy", "live"]);
 
         // Released, the busy one goes next time; a failed give-back is
         // reported with the device and its owner, and its record stays.
         drop(held);
-        let sweep = Counting {
+        let failing = Counting {
             failing: true,
             ..Counting::default()
-        }
-        .give_back_orphans(&store, &host, Patience::OneLook);
-        assert!(sweep.given_back.is_empty());
-        let e = sweep.into_result().unwrap_err();
+        };
+        let e = failing
+            .give_back_orphans(&store, &host, Patience::OneLook)
+            .unwrap_err();
         assert_eq!(e.code, ErrorCode::Io);
         assert!(
             e.details.starts_with(
@@ -867,13 +830,18 @@ mod tests {
             ),
             "{e}"
         );
-        let sweep = driver.give_back_orphans(&store, &host, Patience::OneLook);
-        assert_eq!(sweep.given_back, [vf("0000:01:10.2")]);
-        assert!(sweep.into_result().is_ok());
+        assert_eq!(left(&store), ["busy", "live"]);
+        driver
+            .give_back_orphans(&store, &host, Patience::OneLook)
+            .unwrap();
+        assert_eq!(driver.calls.get(), 3);
+        assert_eq!(left(&store), ["live"]);
         // An empty or missing store has nothing to sweep.
         let none = Store::new(dir.path().join("none"), "VF");
-        let sweep = driver.give_back_orphans(&none, &host, Patience::OneLook);
-        assert!(sweep.given_back.is_empty() && sweep.failed.is_empty());
+        driver
+            .give_back_orphans(&none, &host, Patience::OneLook)
+            .unwrap();
+        assert_eq!(driver.calls.get(), 3);
     }
 
     #[test]

@@ -68,8 +68,7 @@ pub(crate) fn wait_for_netdev(
     patience: Patience,
     mut look: impl FnMut() -> Result<Poll, CniError>,
 ) -> Result<Option<Link>, CniError> {
-    let start = Instant::now();
-    let deadline = start
+    let deadline = Instant::now()
         + match patience {
             Patience::Wait => NETDEV_RETURN_TIMEOUT,
             Patience::OneLook => Duration::ZERO,
@@ -82,11 +81,18 @@ pub(crate) fn wait_for_netdev(
             return Err(CniError::new(
                 ErrorCode::TryAgainLater,
                 "device netdev not back",
-                format!(
-                    "{what}: its netdev did not come back to the host namespace within {} ms \
-                     (is the namespace it was in still held open?)",
-                    (deadline - start).as_millis()
-                ),
+                match patience {
+                    Patience::Wait => format!(
+                        "{what}: its netdev did not come back to the host namespace within {} s \
+                         (is the namespace it was in still held open?)",
+                        NETDEV_RETURN_TIMEOUT.as_secs()
+                    ),
+                    Patience::OneLook => format!(
+                        "{what}: its netdev is not back in the host namespace yet (the \
+                         namespace it was in may still be held open); the next DEL or GC \
+                         tries again"
+                    ),
+                },
             ));
         }
         std::thread::sleep(NETDEV_POLL);
