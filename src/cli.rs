@@ -216,6 +216,10 @@ pub fn main() -> i32 {
         return crate::daemon::shim::run();
     }
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Install(_) | Command::Daemon(_)) {
+        // Warnings on stderr, as a plugin call without logging keys has them.
+        crate::logging::init_call(&crate::logging::LogSettings::default());
+    }
     let (name, outcome) = match cli.command {
         Command::Plan(args) => ("plan", run_plan(&args)),
         Command::Status(args) => ("status", run_status(&args)),
@@ -241,10 +245,7 @@ pub fn main() -> i32 {
 
 fn run_install(args: &InstallArgs) -> Result<String, CniError> {
     use crate::install::{stop_on_signals, Installer};
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .with_writer(std::io::stderr)
-        .try_init();
+    crate::logging::init_service();
     let failed = |e: crate::install::InstallError| {
         use crate::cni::error::ErrorCode;
         match e {
@@ -303,10 +304,7 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
 
 fn run_daemon(args: &DaemonArgs) -> Result<String, CniError> {
     use std::time::Duration;
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .with_writer(std::io::stderr)
-        .try_init();
+    crate::logging::init_service();
     let seconds = |flag: &str, s: f64| {
         if s > 0.0 && s <= 3600.0 {
             Ok(Duration::from_secs_f64(s))

@@ -24,6 +24,7 @@ use crate::cni::config::NetworkConfigList;
 use crate::cni::error::CniError;
 use crate::devices::podresources::client as podresources;
 pub use crate::devices::podresources::Client as PodResourcesClient;
+use crate::logging::LogSettings;
 use crate::netattach::deviceinfo;
 
 pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
@@ -89,8 +90,8 @@ pub struct PlexusConf {
     /// Thick mode (`daemonSocket`, `daemonFallback`, `daemonTimeout`): the
     /// runtime's exec of plexus forwards the call to `plexus daemon`.
     pub daemon: Option<DaemonClient>,
-    pub log_file: Option<PathBuf>,
-    pub log_level: Option<String>,
+    /// `logFile`, `logLevel`, `logToStderr`, `logOptions` (Multus's).
+    pub logging: LogSettings,
     /// Capabilities plexus asks the runtime for (passed on to the default network).
     pub capabilities: BTreeMap<String, bool>,
     /// What the runtime injected for those capabilities (§7.5: default network only).
@@ -177,6 +178,8 @@ struct RawConf {
     daemon_timeout: Option<f64>,
     log_file: Option<String>,
     log_level: Option<String>,
+    log_to_stderr: Option<bool>,
+    log_options: Option<Value>,
     capabilities: Option<BTreeMap<String, bool>>,
     runtime_config: Option<Map<String, Value>>,
 }
@@ -331,8 +334,12 @@ impl PlexusConf {
             ),
             device_info_dir: path(raw.device_info_dir, deviceinfo::ROOT_DIR),
             daemon: daemon_client(raw.daemon_socket, raw.daemon_fallback, raw.daemon_timeout)?,
-            log_file: raw.log_file.map(PathBuf::from),
-            log_level: raw.log_level,
+            logging: LogSettings::new(
+                raw.log_file,
+                raw.log_level,
+                raw.log_to_stderr,
+                raw.log_options.as_ref(),
+            )?,
             capabilities: raw.capabilities.unwrap_or_default(),
             runtime_config: raw.runtime_config.unwrap_or_default(),
         })
@@ -434,6 +441,26 @@ mod tests {
                 json!({"clusterNetwork": "x", "daemonSocket": "/s", "daemonTimeout": -1}),
                 "daemonTimeout: -1 is out of range",
             ),
+            (
+                json!({"clusterNetwork": "x", "logToStderr": "no"}),
+                "logToStderr: invalid type",
+            ),
+            (
+                json!({"clusterNetwork": "x", "logLevel": 3}),
+                "logLevel: invalid type",
+            ),
+            (
+                json!({"clusterNetwork": "x", "logOptions": {"maxSize": -5}}),
+                "logOptions.maxSize: must be a positive integer (megabytes), got -5",
+            ),
+            (
+                json!({"clusterNetwork": "x", "logOptions": {"compress": 1}}),
+                "logOptions.compress: invalid type",
+            ),
+            (
+                json!({"clusterNetwork": "x", "logOptions": []}),
+                "logOptions: must be a JSON object",
+            ),
         ];
         for (input, want) in cases {
             let err = PlexusConf::from_value(&input).unwrap_err();
@@ -444,6 +471,25 @@ mod tests {
         }
         assert!(PlexusConf::from_slice(b"{").is_err());
         assert!(PlexusConf::from_value(&json!([1])).is_err());
+    }
+
+    #[test]
+    fn multus_logging_keys() {
+        let conf = PlexusConf::from_value(&json!({
+            "clusterNetwork": "x", "logFile": "/var/log/plexus.log", "LogLevel": "Debug",
+            "logToStderr": false, "logOptions": {"maxSize": 1, "maxBackups": 2, "compress": false},
+        }))
+        .unwrap();
+        let log = conf.logging;
+        assert_eq!(
+            log.file.as_deref(),
+            Some(std::path::Path::new("/var/log/plexus.log"))
+        );
+        assert_eq!(log.level, crate::logging::LogLevel::Debug);
+        assert!(!log.to_stderr);
+        assert_eq!(log.rotation.max_size, crate::logging::rotate::MEGABYTE);
+        assert_eq!(log.rotation.max_backups, Some(2));
+        assert!(!log.rotation.compress);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! - [`readiness`]: waiting for the cluster network (§6.1.2).
 //! - [`plan`]: pod + NADs + default network → the ordered attachment plan (pure).
 //! - [`config`]: plexus's own CNI conf (Multus-compatible keys).
+//! - [`logging`]: `logFile`, `logLevel`, `logToStderr`, `logOptions`.
 //! - [`devices`]: which device kubelet allocated to the pod each network backed
 //!   by a device-plugin resource gets (kubelet's PodResources API).
 //! - [`manifest`]: Kubernetes manifests (YAML/JSON) read from files.
@@ -30,6 +31,7 @@ pub mod daemon;
 pub mod demo;
 pub mod devices;
 pub mod install;
+pub mod logging;
 pub mod manifest;
 pub mod netattach;
 pub mod plan;

@@ -17,6 +17,7 @@ use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{ClaimStatus, KubeCluster, Publication};
 use crate::cluster::{dir::DirCluster, Cluster};
 use crate::cni::args::CniArgs;
+use crate::cni::call_log::CallLog;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::CniError;
 use crate::cni::result::CniResult;
@@ -181,6 +182,7 @@ fn pod(args: &CniArgs, container_id: &str, cluster: &dyn Cluster) -> Result<Pod,
 /// meanwhile is no failure.
 fn publish(
     kube: &KubeCluster,
+    log: &CallLog,
     pod: &Pod,
     plan: &plan::Plan,
     results: &[AttachmentResult],
@@ -229,15 +231,16 @@ fn publish(
         claims,
         events,
     })?;
-    let who = format!("plexus: {}/{}", pod.namespace, pod.name);
     if !published.pod_found {
-        eprintln!("{who}: the pod was deleted before its network-status was written");
+        log.warn("the pod was deleted before its network-status was written");
     }
     for claim in &published.gone_claims {
-        eprintln!("{who}: IPAMClaim {claim} was deleted before its status was written");
+        log.warn(format_args!(
+            "IPAMClaim {claim} was deleted before its status was written"
+        ));
     }
     for failure in &published.event_failures {
-        eprintln!("{who}: event not posted: {failure}");
+        log.warn(format_args!("event not posted: {failure}"));
     }
     Ok(())
 }
@@ -345,8 +348,9 @@ impl Plugin for PlexusPlugin<'_> {
         };
         let mut plan = plan::plan(&pod, &inputs)?;
         let claims = claims::bind(&mut plan, &pod, cluster, &ClaimBook::new(&conf.cni_dir))?;
+        let log = CallLog::of(req);
         for warning in &plan.warnings {
-            eprintln!("plexus: {}/{}: {warning}", pod.namespace, pod.name);
+            log.warn(warning);
         }
 
         let registry = registry();
@@ -358,7 +362,7 @@ impl Plugin for PlexusPlugin<'_> {
         let added = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry));
         let results = match (added, cluster.as_kube()) {
             (Ok(results), Some(kube)) => {
-                publish(kube, &pod, &plan, &results, &claims)?;
+                publish(kube, &log, &pod, &plan, &results, &claims)?;
                 results
             }
             (Ok(results), None) => results,
@@ -409,8 +413,9 @@ impl Plugin for PlexusPlugin<'_> {
                     .push("IPAMClaims not checked: the configuration does not parse".into()),
             }
         }
+        let log = CallLog::of(req);
         for warning in &report.warnings {
-            eprintln!("plexus: DEL {}: {warning}", call.container_id);
+            log.warn(warning);
         }
         Ok(())
     }
@@ -447,8 +452,9 @@ impl Plugin for PlexusPlugin<'_> {
             &delegates,
             default_network.as_ref(),
         )?;
+        let log = CallLog::of(req);
         for warning in claim_warnings.iter().chain(&report.warnings) {
-            eprintln!("plexus: GC: {warning}");
+            log.warn(warning);
         }
         Ok(())
     }

@@ -5,6 +5,7 @@
 //! (device-info-SPEC.md). Shared by the `plexus` binary, the data plane and IPAM.
 
 pub mod args;
+pub mod call_log;
 pub mod casefold;
 pub mod config;
 pub mod delegate;

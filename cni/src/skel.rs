@@ -15,9 +15,10 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use super::call_log::CallLog;
 use super::casefold;
 use super::config::{wrong_type, WELL_KNOWN_CAPABILITIES};
-use super::env::{CniCommand, CniEnv};
+use super::env::{self, CniCommand, CniEnv};
 use super::error::{CniError, ErrorCode};
 use super::names;
 use super::result::CniResult;
@@ -75,7 +76,8 @@ pub fn run<V: Into<std::ffi::OsString>>(
 ) -> i32 {
     // cni-SPEC §5 "Error": the version in use, once the request names one.
     let mut version = CniVersion::LATEST;
-    let e = match drive(plugin, lookup, stdin, &mut version) {
+    let mut network = None;
+    let e = match drive(plugin, &lookup, stdin, &mut version, &mut network) {
         Ok(None) => return 0,
         Ok(Some(out)) => match write_json(stdout, &out) {
             Ok(()) => return 0,
@@ -83,7 +85,20 @@ pub fn run<V: Into<std::ffi::OsString>>(
         },
         Err(e) => e,
     };
+    log_failure(&e, &lookup, network.as_deref());
     report_error(&e, version.as_str(), stdout, stderr)
+}
+
+/// The failure as an event for the log sinks, with as much of the call as
+/// its variables say (even when they were what failed).
+fn log_failure<V: Into<std::ffi::OsString>>(
+    e: &CniError,
+    lookup: impl Fn(&str) -> Option<V>,
+    network: Option<&str>,
+) {
+    let var = |key: &str| lookup(key).and_then(|v| v.into().into_string().ok());
+    let command = var(env::CNI_COMMAND).unwrap_or_default();
+    CallLog::from_vars(var, network).failed(&command, e.code.as_u32(), e);
 }
 
 /// Print `e` as a plugin reports a failure: the error result of cni-SPEC §5
@@ -116,6 +131,7 @@ fn drive<V: Into<std::ffi::OsString>>(
     lookup: impl Fn(&str) -> Option<V>,
     stdin: &mut dyn Read,
     version: &mut CniVersion,
+    network: &mut Option<String>,
 ) -> Result<Option<Value>, CniError> {
     let env = CniEnv::from_lookup(lookup)?;
     let mut bytes = Vec::new();
@@ -135,6 +151,7 @@ fn drive<V: Into<std::ffi::OsString>>(
     }
 
     let (req, valid) = parse_request(env, &bytes, version)?;
+    network.clone_from(&req.name);
     match req.env.command {
         CniCommand::Add => {
             let result = plugin.add(&req)?;

@@ -305,7 +305,7 @@ impl Drop for ReturnHome {
     fn drop(&mut self) {
         if let Err(e) = setns(self.0.as_fd(), CloneFlags::CLONE_NEWNET) {
             // Running on in the pod's namespace could change the wrong one.
-            eprintln!("plexus: cannot return to the thread's own network namespace: {e}; aborting");
+            tracing::error!("cannot return to the thread's own network namespace: {e}; aborting");
             std::process::abort();
         }
     }

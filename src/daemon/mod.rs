@@ -366,11 +366,8 @@ fn serve_call(daemon: &Daemon, request: &ShimRequest) -> ShimResponse {
     );
     let command = request.env.get("CNI_COMMAND").map_or("?", String::as_str);
     let code = (exit_code != 0).then(|| error_code(&stdout));
+    // A failure is logged where it happens (skel), with the call's fields.
     daemon.metrics.call_done(command, start.elapsed(), code);
-    if let Some(code) = code {
-        let said = String::from_utf8_lossy(&stderr);
-        tracing::warn!(command, code, error = %said.trim(), "call failed");
-    }
     ShimResponse {
         exit_code,
         stdout: String::from_utf8_lossy(&stdout).into_owned(),

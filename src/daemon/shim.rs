@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::io::{self, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 
+use crate::cni::call_log::CallLog;
 use crate::cni::env::CniCommand;
 use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::skel::{self, MAX_STDIN};
@@ -54,6 +55,9 @@ pub fn run() -> i32 {
         return in_process(&stdin, None);
     }
     let conf = parsed_conf(&stdin);
+    // A conf that does not parse gets the default sinks (stderr), which
+    // report its error.
+    crate::logging::init_call(&conf.as_ref().map(|c| c.logging.clone()).unwrap_or_default());
     let Some((daemon, version)) = conf
         .as_ref()
         .and_then(|c| Some((c.daemon.clone()?, c.cni_version.clone())))
@@ -70,11 +74,12 @@ pub fn run() -> i32 {
             answer.exit_code
         }
         Err(ShimError::Unreachable(e)) if daemon.fallback == DaemonFallback::Thin => {
-            eprintln!(
-                "plexus: no daemon at {} ({e}): running the call in this process \
+            let network = conf.as_ref().map(|c| c.name.as_str());
+            CallLog::from_vars(|key| std::env::var(key).ok(), network).warn(format_args!(
+                "no daemon at {} ({e}): running the call in this process \
                  (daemonFallback: thin)",
                 daemon.socket.display()
-            );
+            ));
             in_process(&stdin, conf)
         }
         Err(ShimError::Unreachable(e)) => fail(

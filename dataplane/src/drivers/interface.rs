@@ -20,6 +20,7 @@
 //!   ([`InterfaceDriver::hands_over`]).
 //! - GC and STATUS: the IPAM plugin's, which holds the leases.
 
+use plexus_cni::call_log::CallLog;
 use plexus_cni::delegate::Resolver;
 use plexus_cni::deviceinfo::DeviceInfo;
 use plexus_cni::env::CniCommand;
@@ -202,7 +203,7 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
         // runtime's log gets them, the next DEL or GC tries again.
         if let Some(device) = self.driver.hands_over() {
             if let Err(e) = device.take_back_orphans(req, host, Patience::OneLook) {
-                eprintln!("plexus: DEL: {}: {}", e.msg, e.details);
+                CallLog::of(req).warn(format_args!("{}: {}", e.msg, e.details));
             }
         }
         Ok(())
