@@ -337,14 +337,12 @@ impl Daemon {
     fn start(node: &Node) -> Daemon {
         let log = node.path("daemon.log");
         let socket = node.path("run/plexus.sock");
+        // Its log is its stderr; it prints nothing else.
         let child = Command::new(PLEXUS)
-            .arg("daemon")
-            .arg("--socket")
+            .args(["daemon", "--metrics-address", "none", "--socket"])
             .arg(&socket)
-            .args(["--metrics-address", "none"])
             .env_clear()
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();

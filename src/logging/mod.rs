@@ -214,6 +214,10 @@ fn whole(key: &str, value: Option<Value>, min: u64, unit: &str) -> Result<Option
     }
 }
 
+/// The target of a panic's event (in the log file; stderr has the panic
+/// from Rust's own hook).
+const PANIC_TARGET: &str = "plexus::panic";
+
 /// Install a plugin call's sinks as the process's subscriber. Without a
 /// log file and with `logToStderr: false`, none is installed: events are
 /// then dropped where they are made.
@@ -224,14 +228,15 @@ pub fn init_call(settings: &LogSettings) {
         .as_ref()
         .map(|path| json_layer(FileSink::new(path, settings.rotation)).with_filter(level));
     // The call's own failure is on stderr already, as the runtime reads it
-    // (cni-SPEC §5): only the file gets that event.
+    // (cni-SPEC §5), and so is a panic: only the file gets those events.
     let stderr = settings.to_stderr.then(|| {
         tracing_subscriber::fmt::layer()
             .with_writer(io::stderr)
             .with_filter(
                 Targets::new()
                     .with_default(level)
-                    .with_target(CALL_FAILED_TARGET, LevelFilter::OFF),
+                    .with_target(CALL_FAILED_TARGET, LevelFilter::OFF)
+                    .with_target(PANIC_TARGET, LevelFilter::OFF),
             )
     });
     if file.is_none() && stderr.is_none() {
@@ -244,6 +249,15 @@ pub fn init_call(settings: &LogSettings) {
         .is_err()
     {
         return; // one was installed already (a test harness, say)
+    }
+    if settings.file.is_some() {
+        // Multus logs its panics (`Panicf`, shown at every level); the
+        // default hook still prints them on stderr.
+        let print = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |panic| {
+            tracing::error!(target: PANIC_TARGET, "{panic}");
+            print(panic);
+        }));
     }
     if let Some(given) = &settings.unknown_level {
         let names: Vec<&str> = LogLevel::ALL.iter().map(|l| l.name()).collect();
