@@ -220,12 +220,21 @@ fn log_level_filters_and_an_unknown_one_is_warned_about() {
         "{lines:#?}"
     );
     the_warning(&lines);
-    // Verbose includes the warnings.
+    // Verbose adds progress: each attachment added, with its network and
+    // interface.
     let conf = node.conf(json!({"logFile": node.log_file(), "logLevel": "Verbose"}));
     node.add_ok("c3", &conf);
-    assert!(file_lines(&node.log_file())
+    let lines = file_lines(&node.log_file());
+    let added = lines
         .iter()
-        .any(|l| l["container_id"] == "c3"));
+        .find(|l| l["container_id"] == "c3" && l["level"] == "INFO")
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    assert_eq!(added["message"], "added [10.1.0.2/24]");
+    assert_eq!(added["network"], "podnet");
+    assert_eq!(added["interface"], "eth0");
+    assert!(lines
+        .iter()
+        .any(|l| l["container_id"] == "c3" && l["level"] == "WARN"));
 }
 
 #[test]

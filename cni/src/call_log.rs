@@ -76,12 +76,18 @@ impl CallLog {
         CallLog::of_env(&req.env, req.name.as_deref())
     }
 
-    /// The same call, about `network`.
-    pub fn on_network(self, network: impl Into<String>) -> CallLog {
+    /// The same call, about its attachment to `network` as `interface`.
+    pub fn on_attachment(&self, network: &str, interface: &str) -> CallLog {
         CallLog {
             network: Some(network.into()),
-            ..self
+            interface: Some(interface.into()),
+            ..self.clone()
         }
+    }
+
+    /// Progress, shown from Multus's `verbose` on.
+    pub fn info(&self, message: impl Display) {
+        call_event!(tracing::Level::INFO, target: CALL_TARGET, self, "{message}");
     }
 
     pub fn warn(&self, message: impl Display) {
