@@ -15,6 +15,7 @@ use crate::cni::env::CniCommand;
 use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::skel::{self, MAX_STDIN};
 use crate::config::{DaemonClient, DaemonFallback, PlexusConf};
+use crate::logging::LogSettings;
 use crate::plugin::PlexusPlugin;
 
 use super::wire::{self, ShimRequest, ShimResponse};
@@ -45,19 +46,18 @@ pub fn forward(daemon: &DaemonClient, request: &ShimRequest) -> Result<ShimRespo
 /// Run the call this process was exec'd for; the exit code.
 pub fn run() -> i32 {
     let mut stdin = Vec::new();
-    if io::stdin()
+    let read = io::stdin()
         .lock()
         .take(MAX_STDIN + 1)
-        .read_to_end(&mut stdin)
-        .is_err()
-    {
+        .read_to_end(&mut stdin);
+    let conf = read.is_ok().then(|| parsed_conf(&stdin)).flatten();
+    // Without a configuration, the default sinks (stderr) report why.
+    let defaults = LogSettings::default();
+    crate::logging::init_call(conf.as_ref().map_or(&defaults, |c| &c.logging));
+    if read.is_err() {
         // The in-process run reads nothing more and reports it.
         return in_process(&stdin, None);
     }
-    let conf = parsed_conf(&stdin);
-    // A conf that does not parse gets the default sinks (stderr), which
-    // report its error.
-    crate::logging::init_call(&conf.as_ref().map(|c| c.logging.clone()).unwrap_or_default());
     let Some((daemon, version)) = conf
         .as_ref()
         .and_then(|c| Some((c.daemon.clone()?, c.cni_version.clone())))
