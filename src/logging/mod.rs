@@ -9,9 +9,11 @@
 //! stdout: a plugin's result is printed there.
 //!
 //! Start-up stays cheap, as every CNI call is a process of its own: without
-//! sinks no subscriber is installed at all, and the file is opened at the
-//! first event that reaches it, so a call that logs nothing opens nothing.
+//! sinks no subscriber is installed at all; with them, they are built at the
+//! first event their level lets through ([`deferred`]) and the file is
+//! opened at the first line, so a call that logs nothing pays for neither.
 
+mod deferred;
 pub mod rotate;
 
 use std::io::{self, Write};
@@ -222,32 +224,34 @@ const PANIC_TARGET: &str = "plexus::panic";
 /// log file and with `logToStderr: false`, none is installed: events are
 /// then dropped where they are made.
 pub fn init_call(settings: &LogSettings) {
-    let level = settings.level.filter();
-    let file = settings
-        .file
-        .as_ref()
-        .map(|path| json_layer(FileSink::new(path, settings.rotation)).with_filter(level));
-    // The call's own failure is on stderr already, as the runtime reads it
-    // (cni-SPEC §5), and so is a panic: only the file gets those events.
-    let stderr = settings.to_stderr.then(|| {
-        tracing_subscriber::fmt::layer()
-            .with_writer(io::stderr)
-            .with_filter(
-                Targets::new()
-                    .with_default(level)
-                    .with_target(CALL_FAILED_TARGET, LevelFilter::OFF)
-                    .with_target(PANIC_TARGET, LevelFilter::OFF),
-            )
-    });
-    if file.is_none() && stderr.is_none() {
+    if settings.file.is_none() && !settings.to_stderr {
         return;
     }
-    if tracing_subscriber::registry()
-        .with(file)
-        .with(stderr)
-        .try_init()
-        .is_err()
-    {
+    let level = settings.level.filter();
+    let sinks = settings.clone();
+    let deferred = deferred::Deferred::new(level, move || {
+        let file = sinks
+            .file
+            .as_ref()
+            .map(|path| json_layer(FileSink::new(path, sinks.rotation)).with_filter(level));
+        // The call's own failure is on stderr already, as the runtime reads
+        // it (cni-SPEC §5), and so is a panic: only the file gets those.
+        let stderr = sinks.to_stderr.then(|| {
+            tracing_subscriber::fmt::layer()
+                .with_writer(io::stderr)
+                .with_filter(
+                    Targets::new()
+                        .with_default(level)
+                        .with_target(CALL_FAILED_TARGET, LevelFilter::OFF)
+                        .with_target(PANIC_TARGET, LevelFilter::OFF),
+                )
+        });
+        tracing_subscriber::registry()
+            .with(file)
+            .with(stderr)
+            .into()
+    });
+    if tracing::subscriber::set_global_default(deferred).is_err() {
         return; // one was installed already (a test harness, say)
     }
     if settings.file.is_some() {
