@@ -377,7 +377,7 @@ impl Plugin for PlexusPlugin<'_> {
             }
             (Err(e), None) => return Err(e),
         };
-        for attached in &results {
+        for attached in results.iter().filter(|_| CallLog::progress_logged()) {
             let ips = attached.result.iter().flat_map(|r| &r.ips);
             let ips: Vec<String> = ips.map(|ip| ip.address.to_string()).collect();
             log.on_attachment(&attached.network, &attached.ifname)
@@ -420,7 +420,11 @@ impl Plugin for PlexusPlugin<'_> {
             }
         }
         let log = CallLog::of(req);
-        for detached in &report.detached {
+        for detached in report
+            .detached
+            .iter()
+            .filter(|_| CallLog::progress_logged())
+        {
             log.on_attachment(&detached.network, &detached.ifname)
                 .info("deleted");
         }

@@ -85,6 +85,12 @@ impl CallLog {
         }
     }
 
+    /// Whether progress ([`CallLog::info`]) reaches a sink: only then is
+    /// its message worth making.
+    pub fn progress_logged() -> bool {
+        tracing::enabled!(target: CALL_TARGET, tracing::Level::INFO)
+    }
+
     /// Progress, shown from Multus's `verbose` on.
     pub fn info(&self, message: impl Display) {
         call_event!(tracing::Level::INFO, target: CALL_TARGET, self, "{message}");
