@@ -377,11 +377,13 @@ impl Plugin for PlexusPlugin<'_> {
             }
             (Err(e), None) => return Err(e),
         };
-        for attached in results.iter().filter(|_| CallLog::progress_logged()) {
-            let ips = attached.result.iter().flat_map(|r| &r.ips);
-            let ips: Vec<String> = ips.map(|ip| ip.address.to_string()).collect();
-            log.on_attachment(&attached.network, &attached.ifname)
-                .info(format_args!("added [{}]", ips.join(",")));
+        if CallLog::progress_logged() {
+            for attached in &results {
+                let ips = attached.result.iter().flat_map(|r| &r.ips);
+                let ips: Vec<String> = ips.map(|ip| ip.address.to_string()).collect();
+                log.on_attachment(&attached.network, &attached.ifname)
+                    .info(format_args!("added [{}]", ips.join(",")));
+            }
         }
         // The runtime (and Kubernetes) know only the cluster network.
         let mut result = results
@@ -420,13 +422,11 @@ impl Plugin for PlexusPlugin<'_> {
             }
         }
         let log = CallLog::of(req);
-        for detached in report
-            .detached
-            .iter()
-            .filter(|_| CallLog::progress_logged())
-        {
-            log.on_attachment(&detached.network, &detached.ifname)
-                .info("deleted");
+        if CallLog::progress_logged() {
+            for detached in &report.detached {
+                log.on_attachment(&detached.network, &detached.ifname)
+                    .info("deleted");
+            }
         }
         for warning in &report.warnings {
             log.warn(warning);
