@@ -95,6 +95,9 @@ pub struct PlexusConf {
     pub capabilities: BTreeMap<String, bool>,
     /// What the runtime injected for those capabilities (§7.5: default network only).
     pub runtime_config: Map<String, Value>,
+    /// Multus's `auxiliaryCNIChainName`: a chain of plugin configs read from
+    /// the subdirectory of this name, run for every pod (see `auxiliary`).
+    pub auxiliary_chain: Option<String>,
 }
 
 /// Where the shim finds the node daemon, and what it does without one.
@@ -179,6 +182,8 @@ struct RawConf {
     log_level: Option<String>,
     capabilities: Option<BTreeMap<String, bool>>,
     runtime_config: Option<Map<String, Value>>,
+    #[serde(rename = "auxiliaryCNIChainName")]
+    auxiliary_cni_chain_name: Option<String>,
 }
 
 /// A bound in seconds: more than 0, at most an hour.
@@ -221,6 +226,18 @@ fn daemon_client(
             fallback,
             timeout,
         })),
+    }
+}
+
+/// `auxiliaryCNIChainName`: empty means unset, as in Multus; the name must
+/// be a CNI network name, as it names a directory (Multus checks the same).
+fn auxiliary_chain(name: Option<String>) -> Result<Option<String>, CniError> {
+    match name {
+        None => Ok(None),
+        Some(name) if name.is_empty() => Ok(None),
+        Some(name) => crate::cni::names::check_network_name(&name)
+            .map(|()| Some(name))
+            .map_err(|reason| CniError::invalid_config("auxiliaryCNIChainName", reason)),
     }
 }
 
@@ -335,6 +352,7 @@ impl PlexusConf {
             log_level: raw.log_level,
             capabilities: raw.capabilities.unwrap_or_default(),
             runtime_config: raw.runtime_config.unwrap_or_default(),
+            auxiliary_chain: auxiliary_chain(raw.auxiliary_cni_chain_name)?,
         })
     }
 }
@@ -433,6 +451,10 @@ mod tests {
             (
                 json!({"clusterNetwork": "x", "daemonSocket": "/s", "daemonTimeout": -1}),
                 "daemonTimeout: -1 is out of range",
+            ),
+            (
+                json!({"clusterNetwork": "x", "auxiliaryCNIChainName": "../etc"}),
+                "auxiliaryCNIChainName: ",
             ),
         ];
         for (input, want) in cases {

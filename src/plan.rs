@@ -983,6 +983,40 @@ fn merge_cni_args(
     Ok(())
 }
 
+/// Multus's auxiliary chain (see [`crate::auxiliary`]) as the last
+/// attachment of `plan`: `CNI_IFNAME` `net<position>` (the first such name
+/// no attachment uses), the secondary networks' `CNI_ARGS`, no capability
+/// arguments, and never CHECKed, as Multus never CHECKs it.
+pub fn add_auxiliary_chain(
+    plan: &mut Plan,
+    chain: &NetworkConfigList,
+    pod: &Pod,
+    options: &PlanOptions,
+) -> Result<(), CniError> {
+    let network = chain.name.clone().unwrap_or_default();
+    let plugins = requests(chain, &network, &Map::new(), None)
+        .map_err(|e| e.within(format!("auxiliaryCNIChainName {network:?}")))?;
+    let used = |name: &str| plan.attachments.iter().any(|a| a.ifname == name);
+    let ifname = (plan.attachments.len()..)
+        .map(|n| format!("net{n}"))
+        .find(|n| !used(n))
+        .expect("an unbounded range always has a free name");
+    plan.attachments.push(Attachment {
+        source: format!("auxiliaryCNIChainName {network:?}"),
+        network,
+        ifname,
+        default: false,
+        cni_args: secondary_cni_args(pod, options),
+        plugins,
+        default_route: None,
+        clear_default_route: false,
+        ipam_claim_reference: None,
+        disable_check: true,
+        device_info: None,
+    });
+    Ok(())
+}
+
 /// Resolve plexus's configured cluster network (Multus's order for
 /// `clusterNetwork`: a NAD, then a config `name` in the conf dir, then a file).
 pub fn cluster_network(

@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::auxiliary;
 use crate::cache::Cache;
 use crate::claims::{self, ClaimBook};
 use crate::cluster::events::{EventType, PodEvent};
@@ -18,7 +19,7 @@ use crate::cluster::kube::{ClaimStatus, KubeCluster, Publication};
 use crate::cluster::{dir::DirCluster, Cluster};
 use crate::cni::args::CniArgs;
 use crate::cni::delegate::Resolver;
-use crate::cni::error::CniError;
+use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request};
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
@@ -89,6 +90,58 @@ impl<'s> PlexusPlugin<'s> {
         }
     }
 
+    /// The configured cluster network. The conf dir and files name it
+    /// without the API server: when that does not answer (code 11), they are
+    /// looked in alone, so DEL and GC work on with the API server gone.
+    fn configured_cluster_network(&self, conf: &PlexusConf) -> Result<DefaultNetwork, CniError> {
+        let conf_dir = ConfDir::new(&conf.conf_dir);
+        let resolved = self
+            .clusters
+            .open(conf)
+            .and_then(|cluster| cluster_network(conf, cluster.as_ref(), &conf_dir));
+        match resolved {
+            Err(e) if e.code == ErrorCode::TryAgainLater => {
+                cluster_network(conf, &DirCluster::empty(), &conf_dir).map_err(|_| e)
+            }
+            other => other,
+        }
+    }
+
+    /// DEL's plan without a record (see [`Executor::del`]): the cluster
+    /// network alone, attached as the runtime's `CNI_IFNAME` with its
+    /// `CNI_ARGS` and capability arguments, as ADD would plan it for a pod
+    /// with no selections.
+    fn cluster_network_plan(
+        &self,
+        conf: &PlexusConf,
+        req: &Request,
+    ) -> Result<plan::Plan, CniError> {
+        let network = self.configured_cluster_network(conf)?;
+        let call = call(req);
+        let pod = Pod {
+            namespace: crate::manifest::DEFAULT_NAMESPACE.into(),
+            name: call.container_id.clone(),
+            uid: None,
+            annotations: Default::default(),
+        };
+        let options = PlanOptions {
+            ifname: call.ifname.clone(),
+            container_id: Some(call.container_id.clone()),
+            cni_args: Some(req.env.args.clone()),
+            runtime_config: req.runtime_config.clone(),
+            default_networks: Vec::new(),
+            ..PlanOptions::from_conf(conf)
+        };
+        let inputs = PlanInputs {
+            nads: &DirCluster::empty(),
+            conf_dir: None,
+            devices: None,
+            default_network: &network,
+            options: &options,
+        };
+        plan::plan(&pod, &inputs)
+    }
+
     fn executor(&self, cni_dir: &std::path::Path) -> Executor {
         let executor = Executor::new(Cache::new(cni_dir));
         match &self.observer {
@@ -110,7 +163,9 @@ pub fn registry() -> Registry {
     for builtin in plexus_dataplane::drivers::BUILTINS {
         registry = registry.with_builtin(builtin.plugin_type, builtin.build);
     }
-    registry
+    registry.with_builtin(auxiliary::PASSTHRU, |_: &dyn Resolver, _: &_| {
+        Box::new(auxiliary::Passthru) as Box<dyn Plugin>
+    })
 }
 
 /// The cluster plexus reads pods and NADs from: a manifest directory, else
@@ -348,6 +403,11 @@ impl Plugin for PlexusPlugin<'_> {
         for warning in &plan.warnings {
             eprintln!("plexus: {}/{}: {warning}", pod.namespace, pod.name);
         }
+        // The pod's networks; the auxiliary chain after them is none.
+        let networks = plan.attachments.len();
+        if let Some(chain) = auxiliary::load(&conf)? {
+            plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
+        }
 
         let registry = registry();
         let executor = self
@@ -355,7 +415,13 @@ impl Plugin for PlexusPlugin<'_> {
             .with_route_hook(Box::new(NetlinkRouteHook {
                 session: registry.session().clone(),
             }));
-        let added = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry));
+        let added = executor
+            .add(&plan, &context(&call, conf.bin_dir.clone(), &registry))
+            .map(|mut results| {
+                // network-status, events and claims are the networks' only.
+                results.truncate(networks);
+                results
+            });
         let results = match (added, cluster.as_kube()) {
             (Ok(results), Some(kube)) => {
                 publish(kube, &pod, &plan, &results, &claims)?;
@@ -388,9 +454,16 @@ impl Plugin for PlexusPlugin<'_> {
         let (cni_dir, bin_dir) = dirs_of(req, conf.as_deref());
         let call = call(req);
         let registry = registry();
+        let fallback = || match conf.as_deref() {
+            Some(conf) => self.cluster_network_plan(conf, req),
+            None => Err(CniError::invalid_config(
+                "plexus configuration",
+                "does not parse, so the cluster network is unknown",
+            )),
+        };
         let mut report = self
             .executor(&cni_dir)
-            .del(&context(&call, bin_dir, &registry), None)?;
+            .del(&context(&call, bin_dir, &registry), Some(&fallback))?;
         // Release the addresses of the torn-down attachments' claims that
         // were deleted; a claim that cannot be checked now is checked later.
         let owners = claims::owners_in(&report.detached);
@@ -428,8 +501,7 @@ impl Plugin for PlexusPlugin<'_> {
     fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
         let conf = self.conf(req)?;
         let cluster = self.clusters.open(&conf)?;
-        let conf_dir = ConfDir::new(&conf.conf_dir);
-        let default_network = cluster_network(&conf, cluster.as_ref(), &conf_dir).ok();
+        let default_network = self.configured_cluster_network(&conf).ok();
         let registry = registry();
         let delegates = Delegates {
             cni_path: req.env.path.clone(),
@@ -454,9 +526,18 @@ impl Plugin for PlexusPlugin<'_> {
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        // Ready when the configuration is valid and an ADD would not wait.
+        // Ready when the configuration is valid, an ADD would not wait, and
+        // the cluster network's plugins say they are (cni-SPEC §2 STATUS).
         let conf = self.conf(req)?;
-        readiness::status(&conf, self.clusters.open(&conf)?.as_ref())
+        let network = readiness::status(&conf, self.clusters.open(&conf)?.as_ref())?;
+        let registry = registry();
+        let delegates = Delegates {
+            cni_path: req.env.path.clone(),
+            bin_dir: Some(conf.bin_dir.clone()),
+            resolver: &registry,
+            session: registry.session(),
+        };
+        crate::run::status(&delegates, &network)
     }
 }
 

@@ -79,6 +79,10 @@ impl Delegates<'_> {
     }
 }
 
+/// Makes the plan DEL runs when plexus has no readable record (see
+/// [`Executor::del`]).
+pub type Fallback<'f> = &'f dyn Fn() -> Result<Plan, CniError>;
+
 /// The attachment parameters of the runtime's call to plexus (cni-SPEC §3).
 #[derive(Clone)]
 pub struct RunContext<'a> {
@@ -517,39 +521,58 @@ impl Executor {
     }
 
     /// DEL every attachment plexus attempted for `(ctx.container_id,
-    /// ctx.ifname)`; idempotent. Without a record nothing was added on this
-    /// node and DEL succeeds. A record that cannot be read is replaced by
-    /// `fallback` (a plan made again from the API server or manifests, every
-    /// attachment of it DEL'd without prevResult); without one it is moved
-    /// aside with a warning: failing every DEL forever (multus-cni #948)
-    /// would leave the pod stuck, and GC still reclaims what its plugins can.
-    pub fn del(&self, ctx: &RunContext, fallback: Option<&Plan>) -> Result<DelReport, CniError> {
+    /// ctx.ifname)`; idempotent. Without a readable record, DEL runs every
+    /// attachment of the plan `fallback` makes (without prevResult): plexus's
+    /// caller gives the cluster network from its configuration, as Multus
+    /// DELs its delegates from its conf without a cache. No record is the
+    /// case of a pod attached before plexus was installed, whose cluster
+    /// network's resources would leak otherwise, and of a DEL repeated or
+    /// after an ADD that failed early, for which the cluster network's DEL
+    /// is harmless (cni-SPEC §2 DEL: idempotent). An unreadable record
+    /// without a fallback is moved aside with a warning: failing every DEL
+    /// forever (multus-cni #948) would leave the pod stuck, and GC still
+    /// reclaims what its plugins can.
+    pub fn del(&self, ctx: &RunContext, fallback: Option<Fallback>) -> Result<DelReport, CniError> {
         let mut report = DelReport::default();
-        let mut record = match self.cache.load(&ctx.container_id, &ctx.ifname)? {
-            Lookup::Missing => return Ok(report),
-            Lookup::Found(record) => record,
+        let lookup = self.cache.load(&ctx.container_id, &ctx.ifname)?;
+        let corrupt = matches!(lookup, Lookup::Corrupt { .. });
+        let record = match lookup {
+            Lookup::Found(record) => Some(record),
+            Lookup::Missing => None,
             Lookup::Corrupt { path, reason } => {
-                let Some(plan) = fallback else {
-                    let moved = self.cache.quarantine(&ctx.container_id, &ctx.ifname)?;
-                    report.warnings.push(format!(
-                        "cache {} is unreadable ({reason}) and no plan was given to fall back to: \
-                         nothing could be deleted; the file was moved to {}",
-                        path.display(),
-                        moved.display()
-                    ));
-                    return Ok(report);
-                };
-                report.warnings.push(format!(
-                    "cache {} is unreadable ({reason}); deleting every attachment of the current plan instead",
-                    path.display()
-                ));
-                let mut record = Record::new(&ctx.container_id, &ctx.ifname, None, plan);
-                for cached in &mut record.attachments {
-                    cached.state = State::Adding;
-                    cached.pending_del = cached.all_plugins();
-                }
-                record
+                report
+                    .warnings
+                    .push(format!("cache {} is unreadable ({reason})", path.display()));
+                None
             }
+        };
+        let mut record = match (record, fallback) {
+            (Some(record), _) => record,
+            (None, None) => return self.nothing_to_delete(ctx, corrupt, report),
+            (None, Some(fallback)) => match fallback() {
+                Ok(plan) => {
+                    if let Some(warning) = report.warnings.last_mut().filter(|_| corrupt) {
+                        warning.push_str(
+                            "; deleting every attachment of the plan made from the configuration instead",
+                        );
+                    }
+                    let mut record = Record::new(&ctx.container_id, &ctx.ifname, None, &plan);
+                    for cached in &mut record.attachments {
+                        cached.state = State::Adding;
+                        cached.pending_del = cached.all_plugins();
+                    }
+                    record
+                }
+                // The API server did not answer: the runtime retries DEL.
+                Err(e) if e.code == ErrorCode::TryAgainLater => return Err(e),
+                Err(e) => {
+                    report.warnings.push(format!(
+                        "no plan to delete from the configuration: {}",
+                        e.details
+                    ));
+                    return self.nothing_to_delete(ctx, corrupt, report);
+                }
+            },
         };
         let netns = live_netns(ctx);
         if let DelNetns::Node(node) = &netns {
@@ -581,6 +604,28 @@ impl Executor {
         } else {
             Err(CniError::combine("DEL", errors))
         }
+    }
+
+    /// DEL without a record or a plan: nothing to run. An unreadable record
+    /// (`corrupt`) is moved aside.
+    fn nothing_to_delete(
+        &self,
+        ctx: &RunContext,
+        corrupt: bool,
+        mut report: DelReport,
+    ) -> Result<DelReport, CniError> {
+        if !corrupt {
+            return Ok(report);
+        }
+        let moved = self.cache.quarantine(&ctx.container_id, &ctx.ifname)?;
+        let note = format!(
+            "; nothing could be deleted; the file was moved to {}",
+            moved.display()
+        );
+        if let Some(warning) = report.warnings.first_mut() {
+            warning.push_str(&note);
+        }
+        Ok(report)
     }
 
     /// CHECK every attachment (cni-SPEC §3 "Checking an attachment") with
@@ -745,23 +790,83 @@ impl Executor {
         }
         let attachments = valid_attachments_value(valid);
         for (i, plugin) in list.plugins.iter().enumerate() {
-            let mut config = derive_request(plugin, name, version, &Map::new(), None);
-            config.insert(VALID_ATTACHMENTS.into(), attachments.clone());
-            let env = CniEnv::gc(delegates.search_path());
-            let outcome = Request::from_config(env, config).and_then(|req| {
-                delegates
-                    .resolver
-                    .resolve(&plugin.plugin_type, &req)?
-                    .gc(&req, valid)
-            });
-            if let Err(e) = outcome {
-                let details = with_type(&e.details, &plugin.plugin_type);
-                errors.push(CniError {
-                    details: format!("cluster network {name} plugins[{i}]: {details}"),
-                    ..e
-                });
+            let extra = Map::from_iter([(VALID_ATTACHMENTS.to_string(), attachments.clone())]);
+            let call = ClusterPluginCall {
+                delegates,
+                network: name,
+                version,
+                command: CniCommand::Gc,
+            };
+            if let Err(e) = call.run(i, plugin, extra, |p, req| p.gc(req, valid)) {
+                errors.push(e);
             }
         }
+    }
+}
+
+/// cni-SPEC §2 STATUS of the cluster network, as libcni's
+/// `GetStatusNetworkList` (which Multus's `CmdStatus` calls): every plugin
+/// of its chain in order, built in or exec'd, the first error being the
+/// answer (cni-SPEC §2: "If the delegated plugin return an error result, the
+/// executing plugin should return an error result"), with its code (50, 51,
+/// ...) and naming the plugin. A chain older than 1.1.0 has no STATUS and is
+/// not asked, as libcni does not ask it.
+pub fn status(delegates: &Delegates, cluster: &DefaultNetwork) -> Result<(), CniError> {
+    let list = &cluster.config;
+    let name = list.name.as_deref().unwrap_or(&cluster.network);
+    let version = list
+        .select_version()
+        .map_err(|e| e.within(format!("cluster network {name}")))?;
+    if version < CniVersion::V1_1_0 {
+        return Ok(());
+    }
+    let call = ClusterPluginCall {
+        delegates,
+        network: name,
+        version,
+        command: CniCommand::Status,
+    };
+    for (i, plugin) in list.plugins.iter().enumerate() {
+        call.run(i, plugin, Map::new(), |p, req| p.status(req))?;
+    }
+    Ok(())
+}
+
+/// A command about the cluster network rather than an attachment (GC,
+/// STATUS), sent to its plugins one by one.
+struct ClusterPluginCall<'c, 'd> {
+    delegates: &'c Delegates<'d>,
+    network: &'c str,
+    version: CniVersion,
+    command: CniCommand,
+}
+
+impl ClusterPluginCall<'_, '_> {
+    /// `call` on plugin `i`, its request the plugin's configuration plus
+    /// `extra`; an error names the network, position and type.
+    fn run(
+        &self,
+        i: usize,
+        plugin: &crate::cni::config::PluginConfig,
+        extra: Map<String, Value>,
+        call: impl FnOnce(&dyn Plugin, &Request) -> Result<(), CniError>,
+    ) -> Result<(), CniError> {
+        let mut config = derive_request(plugin, self.network, self.version, &Map::new(), None);
+        config.extend(extra);
+        let env = CniEnv::config_only(self.command, self.delegates.search_path());
+        Request::from_config(env, config)
+            .and_then(|req| {
+                let resolved = self.delegates.resolver.resolve(&plugin.plugin_type, &req)?;
+                call(resolved.as_ref(), &req)
+            })
+            .map_err(|e| CniError {
+                details: format!(
+                    "cluster network {} plugins[{i}]: {}",
+                    self.network,
+                    with_type(&e.details, &plugin.plugin_type)
+                ),
+                ..e
+            })
     }
 }
 
