@@ -26,6 +26,7 @@ use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
 use crate::manifest::Pod;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
 use crate::readiness;
+use crate::run::exec::find_plugin;
 use crate::run::routes::NetlinkRouteHook;
 use crate::run::{AttachmentObserver, AttachmentResult, Delegates, Executor, Registry, RunContext};
 
@@ -110,11 +111,15 @@ impl<'s> PlexusPlugin<'s> {
     /// DEL's plan without a record (see [`Executor::del`]): the cluster
     /// network alone, attached as the runtime's `CNI_IFNAME` with its
     /// `CNI_ARGS` and capability arguments, as ADD would plan it for a pod
-    /// with no selections.
+    /// with no selections. None when a plugin of it is not installed: that
+    /// one cannot have attached the pod, nor delete anything, and a DEL
+    /// failing for it would fail forever.
     fn cluster_network_plan(
         &self,
         conf: &PlexusConf,
         req: &Request,
+        registry: &Registry,
+        delegates: &Delegates,
     ) -> Result<plan::Plan, CniError> {
         let network = self.configured_cluster_network(conf)?;
         let call = call(req);
@@ -139,7 +144,18 @@ impl<'s> PlexusPlugin<'s> {
             default_network: &network,
             options: &options,
         };
-        plan::plan(&pod, &inputs)
+        let plan = plan::plan(&pod, &inputs)?;
+        let search_path = delegates.search_path();
+        for config in plan.attachments.iter().flat_map(|a| &a.plugins) {
+            match config.get("type").and_then(serde_json::Value::as_str) {
+                Some(t) if !registry.is_builtin(t) => {
+                    find_plugin(t, &search_path)
+                        .map_err(|e| e.within(format!("cluster network {}", network.network)))?;
+                }
+                _ => {}
+            }
+        }
+        Ok(plan)
     }
 
     fn executor(&self, cni_dir: &std::path::Path) -> Executor {
@@ -454,16 +470,15 @@ impl Plugin for PlexusPlugin<'_> {
         let (cni_dir, bin_dir) = dirs_of(req, conf.as_deref());
         let call = call(req);
         let registry = registry();
+        let ctx = context(&call, bin_dir, &registry);
         let fallback = || match conf.as_deref() {
-            Some(conf) => self.cluster_network_plan(conf, req),
+            Some(conf) => self.cluster_network_plan(conf, req, &registry, &ctx.delegates),
             None => Err(CniError::invalid_config(
                 "plexus configuration",
                 "does not parse, so the cluster network is unknown",
             )),
         };
-        let mut report = self
-            .executor(&cni_dir)
-            .del(&context(&call, bin_dir, &registry), Some(&fallback))?;
+        let mut report = self.executor(&cni_dir).del(&ctx, Some(&fallback))?;
         // Release the addresses of the torn-down attachments' claims that
         // were deleted; a claim that cannot be checked now is checked later.
         let owners = claims::owners_in(&report.detached);

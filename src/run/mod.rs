@@ -504,7 +504,17 @@ impl Executor {
                 list.join("; ")
             );
         }
-        if let Err(e) = self.persist(record) {
+        // A plugin that undid its own work may have found something in its
+        // way: the record is kept even when nothing is owed, so that DEL
+        // does not fall back to the configuration and delete that (see
+        // `del`).
+        let in_the_way = failure.failed_plugin.is_some() && error.undone;
+        let kept = if in_the_way {
+            self.cache.store(record)
+        } else {
+            self.persist(record)
+        };
+        if let Err(e) = kept {
             error.details = format!("{}; {}", error.details, e.details);
         }
         error
@@ -524,14 +534,19 @@ impl Executor {
     /// ctx.ifname)`; idempotent. Without a readable record, DEL runs every
     /// attachment of the plan `fallback` makes (without prevResult): plexus's
     /// caller gives the cluster network from its configuration, as Multus
-    /// DELs its delegates from its conf without a cache. No record is the
-    /// case of a pod attached before plexus was installed, whose cluster
-    /// network's resources would leak otherwise, and of a DEL repeated or
-    /// after an ADD that failed early, for which the cluster network's DEL
-    /// is harmless (cni-SPEC §2 DEL: idempotent). An unreadable record
-    /// without a fallback is moved aside with a warning: failing every DEL
-    /// forever (multus-cni #948) would leave the pod stuck, and GC still
-    /// reclaims what its plugins can.
+    /// DELs its delegates from its conf without a cache. That is the case of
+    /// a pod attached before plexus was installed, whose cluster network's
+    /// resources would leak otherwise, and of a DEL repeated after a
+    /// successful one, for which the cluster network's DEL is harmless
+    /// (cni-SPEC §2 DEL: idempotent). An ADD whose failing plugin undid its
+    /// own work keeps its record even when nothing is owed, so the DEL after
+    /// it runs nothing and a device found in the ADD's way is left alone;
+    /// that DEL removes the record, so none piles up. (A further DEL then falls back; containerd sends it
+    /// without the pod's namespace, where nothing of the pod can be touched.)
+    /// An unreadable record without a fallback
+    /// is moved aside with a warning: failing every DEL forever (multus-cni
+    /// #948) would leave the pod stuck, and GC still reclaims what its
+    /// plugins can.
     pub fn del(&self, ctx: &RunContext, fallback: Option<Fallback>) -> Result<DelReport, CniError> {
         let mut report = DelReport::default();
         let lookup = self.cache.load(&ctx.container_id, &ctx.ifname)?;
