@@ -94,13 +94,12 @@ impl<'s> PlexusPlugin<'s> {
     /// The configured cluster network. The conf dir and files name it
     /// without the API server: when that does not answer (code 11), they are
     /// looked in alone, so DEL and GC work on with the API server gone.
-    fn configured_cluster_network(&self, conf: &PlexusConf) -> Result<DefaultNetwork, CniError> {
+    fn configured_cluster_network(
+        conf: &PlexusConf,
+        cluster: &dyn Cluster,
+    ) -> Result<DefaultNetwork, CniError> {
         let conf_dir = ConfDir::new(&conf.conf_dir);
-        let resolved = self
-            .clusters
-            .open(conf)
-            .and_then(|cluster| cluster_network(conf, cluster.as_ref(), &conf_dir));
-        match resolved {
+        match cluster_network(conf, cluster, &conf_dir) {
             Err(e) if e.code == ErrorCode::TryAgainLater => {
                 cluster_network(conf, &DirCluster::empty(), &conf_dir).map_err(|_| e)
             }
@@ -121,7 +120,8 @@ impl<'s> PlexusPlugin<'s> {
         registry: &Registry,
         delegates: &Delegates,
     ) -> Result<plan::Plan, CniError> {
-        let network = self.configured_cluster_network(conf)?;
+        let cluster = self.clusters.open(conf)?;
+        let network = Self::configured_cluster_network(conf, cluster.as_ref())?;
         let call = call(req);
         let pod = Pod {
             namespace: crate::manifest::DEFAULT_NAMESPACE.into(),
@@ -353,6 +353,21 @@ fn context<'a>(call: &Call, bin_dir: PathBuf, registry: &'a Registry) -> RunCont
     }
 }
 
+/// Where a command about the network rather than an attachment (GC,
+/// STATUS) finds the plugins.
+fn network_delegates<'r>(
+    req: &Request,
+    conf: &PlexusConf,
+    registry: &'r Registry,
+) -> Delegates<'r> {
+    Delegates {
+        cni_path: req.env.path.clone(),
+        bin_dir: Some(conf.bin_dir.clone()),
+        resolver: registry,
+        session: registry.session(),
+    }
+}
+
 /// `cniDir` and `binDir` even from a conf that no longer parses, so a DEL can
 /// still find and finish what its ADD started.
 fn dirs_of(req: &Request, conf: Option<&PlexusConf>) -> (PathBuf, PathBuf) {
@@ -516,14 +531,9 @@ impl Plugin for PlexusPlugin<'_> {
     fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
         let conf = self.conf(req)?;
         let cluster = self.clusters.open(&conf)?;
-        let default_network = self.configured_cluster_network(&conf).ok();
+        let default_network = Self::configured_cluster_network(&conf, cluster.as_ref()).ok();
         let registry = registry();
-        let delegates = Delegates {
-            cni_path: req.env.path.clone(),
-            bin_dir: Some(conf.bin_dir.clone()),
-            resolver: &registry,
-            session: registry.session(),
-        };
+        let delegates = network_delegates(req, &conf, &registry);
         let swept = claims::sweep(&ClaimBook::new(&conf.cni_dir), cluster.as_ref(), None);
         // Addresses held for claims are valid attachments of their own.
         let mut valid = valid.to_vec();
@@ -546,12 +556,7 @@ impl Plugin for PlexusPlugin<'_> {
         let conf = self.conf(req)?;
         let network = readiness::status(&conf, self.clusters.open(&conf)?.as_ref())?;
         let registry = registry();
-        let delegates = Delegates {
-            cni_path: req.env.path.clone(),
-            bin_dir: Some(conf.bin_dir.clone()),
-            resolver: &registry,
-            session: registry.session(),
-        };
+        let delegates = network_delegates(req, &conf, &registry);
         crate::run::status(&delegates, &network)
     }
 }

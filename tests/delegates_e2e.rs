@@ -18,10 +18,9 @@ mod e2e_support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use e2e_support::*;
-use plexus_testkit::Feature;
 use serde_json::{json, Value};
 
 fn pod_args(pod: &str) -> String {
@@ -40,31 +39,22 @@ fn podnet(tmp: &Path, version: &str) -> Value {
 fn reference_plugin(
     node: &str,
     plugin: &str,
-    command: &str,
     container: &str,
     pod_ns: &str,
     conf: &Value,
 ) -> Output {
-    use std::io::Write;
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", node, &format!("{REFERENCE}/{plugin}")])
-        .env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", container)
-        .env("CNI_NETNS", format!("/var/run/netns/{pod_ns}"))
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", REFERENCE)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _ = child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes());
-    child.wait_with_output().unwrap()
+    let binary = format!("{REFERENCE}/{plugin}");
+    let netns = format!("/var/run/netns/{pod_ns}");
+    plugin_at(
+        node,
+        &binary,
+        "ADD",
+        container,
+        &netns,
+        "eth0",
+        "",
+        &conf.to_string(),
+    )
 }
 
 /// host-local's reservations of the cluster network under `tmp`.
@@ -90,12 +80,15 @@ fn a_pod_attached_before_plexus_is_deleted_through_plexus() {
     // Issue 23 item 11. Multus's CmdDel without a cache DELs the cluster
     // network from its conf; cni-SPEC §2 DEL makes that harmless when it
     // was deleted already.
-    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+    let Some(NodeWithPods {
+        tmp,
+        node,
+        pods,
+        namespaces: _namespaces,
+    }) = node_with_pods("pre")
+    else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mut namespaces = Namespaces(Vec::new());
-    let (node, pods) = node_and_pods(&mut namespaces, "pre");
+    };
     let podnet = podnet(tmp.path(), "1.0.0");
     std::fs::create_dir_all(tmp.path().join("net.d")).unwrap();
     std::fs::write(tmp.path().join("net.d/10-podnet.conf"), podnet.to_string()).unwrap();
@@ -123,7 +116,7 @@ fn a_pod_attached_before_plexus_is_deleted_through_plexus() {
         let container = format!("c{i}");
         let pod = format!("p{i}");
         // Before plexus: the reference bridge and host-local attach the pod.
-        let out = reference_plugin(&node, "bridge", "ADD", &container, pod_ns, &podnet);
+        let out = reference_plugin(&node, "bridge", &container, pod_ns, &podnet);
         assert_ok("reference ADD", &out);
         let address = addresses(pod_ns, "eth0");
         assert_eq!(reservations(tmp.path()), address, "host-local reserved it");
@@ -164,12 +157,15 @@ fn status_asks_the_cluster_networks_plugins() {
     // cni-SPEC §2 STATUS: "If a plugin relies on a delegated plugin ... it
     // must also execute a STATUS request to that plugin"; Multus's
     // CmdStatus; codes 50 and 51.
-    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+    let Some(NodeWithPods {
+        tmp,
+        node,
+        pods,
+        namespaces: _namespaces,
+    }) = node_with_pods("st")
+    else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mut namespaces = Namespaces(Vec::new());
-    let (node, pods) = node_and_pods(&mut namespaces, "st");
+    };
     let bin = tmp.path().join("bin");
     let conf = |cluster: Value| {
         json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus",
@@ -245,12 +241,15 @@ fn the_auxiliary_chain_runs_after_the_pods_networks_and_del_runs_it_from_the_rec
     // Issue 23 item 8: Multus's auxiliary chain (multus-cni CmdAdd,
     // docs/configuration.md "auxiliaryCNIChainName", its e2e test
     // test-subdirectory-chaining-passthru.sh: a tuning sysctl on eth0).
-    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+    let Some(NodeWithPods {
+        tmp,
+        node,
+        pods,
+        namespaces: _namespaces,
+    }) = node_with_pods("aux")
+    else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mut namespaces = Namespaces(Vec::new());
-    let (node, pods) = node_and_pods(&mut namespaces, "aux");
+    };
     let t = tmp.path();
     let manifests = t.join("manifests");
     std::fs::create_dir(&manifests).unwrap();
