@@ -422,7 +422,22 @@ fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
         default_network: &default_network,
         options: &options,
     };
-    Ok(pretty(&plan::plan(&pod, &inputs)?.to_value()))
+    let mut plan = plan::plan(&pod, &inputs)?;
+    // The auxiliary chain runs after the pod's networks (`--conf-dir`
+    // replaces the conf's `confDir` there too).
+    if let Some(conf) = &conf {
+        let conf = PlexusConf {
+            conf_dir: args
+                .conf_dir
+                .clone()
+                .unwrap_or_else(|| conf.conf_dir.clone()),
+            ..conf.clone()
+        };
+        if let Some(chain) = crate::auxiliary::load(&conf)? {
+            plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
+        }
+    }
+    Ok(pretty(&plan.to_value()))
 }
 
 fn first_conf(conf_dir: Option<&ConfDir>) -> Result<DefaultNetwork, CniError> {

@@ -233,6 +233,42 @@ fn plan_reads_manifest_files_and_directories() {
 }
 
 #[test]
+fn plan_shows_the_auxiliary_chain_after_the_pods_networks() {
+    // multus-cni docs/configuration.md "auxiliaryCNIChainName": passthru,
+    // then the chain directory's *.conf in name order, as net<position>.
+    let dir = tempfile::tempdir().unwrap();
+    let pod = write(
+        dir.path(),
+        "pod.yaml",
+        "kind: Pod\nmetadata: {name: p, namespace: ns1}\n",
+    );
+    let chain = dir.path().join("net.d/vendor-chain");
+    std::fs::create_dir_all(&chain).unwrap();
+    write(
+        &chain,
+        "10-sysctl.conf",
+        r#"{"name": "ignored", "type": "tuning", "sysctl": {"net.ipv4.conf.eth0.arp_filter": "1"}}"#,
+    );
+    let conf = json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus",
+        "confDir": dir.path().join("net.d"), "auxiliaryCNIChainName": "vendor-chain",
+        "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge"}]});
+    let conf = write(dir.path(), "plexus.conf", &conf.to_string());
+    let out = run(&["plan", "--pod", &pod, "--config", &conf]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan = stdout_json(&out);
+    assert_eq!(
+        plan["attachments"][1],
+        json!({"network": "vendor-chain", "ifname": "net1", "default": false,
+               "cniArgs": "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=p",
+               "plugins": [
+                   {"cniVersion": "1.1.0", "name": "vendor-chain", "type": "passthru"},
+                   {"cniVersion": "1.1.0", "name": "vendor-chain", "type": "tuning",
+                    "sysctl": {"net.ipv4.conf.eth0.arp_filter": "1"}}],
+               "source": "auxiliaryCNIChainName \"vendor-chain\"", "disableCheck": true})
+    );
+}
+
+#[test]
 fn plan_errors_name_the_input_and_reason() {
     let dir = tempfile::tempdir().unwrap();
     let pod = write(
