@@ -825,7 +825,8 @@ impl Executor {
 /// answer (cni-SPEC §2: "If the delegated plugin return an error result, the
 /// executing plugin should return an error result"), with its code (50, 51,
 /// ...) and naming the plugin. A chain older than 1.1.0 has no STATUS and is
-/// not asked, as libcni does not ask it.
+/// not asked, as libcni does not ask it; built-in plugins included, as a
+/// STATUS request below 1.1.0 is no valid request (cni-SPEC §2).
 pub fn status(delegates: &Delegates, cluster: &DefaultNetwork) -> Result<(), CniError> {
     let list = &cluster.config;
     let name = list.name.as_deref().unwrap_or(&cluster.network);
