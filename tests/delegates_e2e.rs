@@ -153,6 +153,48 @@ fn a_pod_attached_before_plexus_is_deleted_through_plexus() {
 }
 
 #[test]
+fn gc_reclaims_what_a_pod_attached_before_plexus_left() {
+    // Issue 23 item 11, GC: cni-SPEC §2 GC is forwarded to the cluster
+    // network's plugins with the runtime's valid attachments (as Multus's
+    // CmdGC), so a reservation whose DEL never came is reclaimed, and one
+    // still valid is kept.
+    let Some(NodeWithPods {
+        tmp,
+        node,
+        pods,
+        namespaces: _namespaces,
+    }) = node_with_pods("gc")
+    else {
+        return;
+    };
+    for (i, pod_ns) in pods.iter().enumerate() {
+        let out = reference_plugin(
+            &node,
+            "bridge",
+            &format!("c{i}"),
+            pod_ns,
+            &podnet(tmp.path(), "1.0.0"),
+        );
+        assert_ok("reference ADD", &out);
+    }
+    let kept = addresses(&pods[1], "eth0");
+    assert_eq!(reservations(tmp.path()).len(), 2);
+    // The node runs plexus now, the cluster network at 1.1.0 (GC exists from
+    // 1.1.0), its bridge and host-local built in, on the same data.
+    let conf = json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus",
+        "cniDir": tmp.path().join("cache"), "confDir": tmp.path().join("net.d"),
+        "delegates": [podnet(tmp.path(), "1.1.0")],
+        "cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "eth0"}]})
+    .to_string();
+    assert_ok("GC", &plexus_at(&node, "GC", "", "", "", "", &conf));
+    assert_eq!(reservations(tmp.path()), kept);
+    let netns = format!("/var/run/netns/{}", pods[1]);
+    let del = plexus_at(&node, "DEL", "c1", &netns, "eth0", &pod_args("p1"), &conf);
+    assert_ok("DEL", &del);
+    assert_nothing_left(tmp.path());
+}
+
+#[test]
 fn status_asks_the_cluster_networks_plugins() {
     // cni-SPEC §2 STATUS: "If a plugin relies on a delegated plugin ... it
     // must also execute a STATUS request to that plugin"; Multus's
