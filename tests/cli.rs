@@ -343,11 +343,24 @@ fn status_from_a_result_file() {
         "--default",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(
-        stdout_json(&out),
-        json!({"name": "ns/net", "interface": "eth0", "ips": ["10.1.0.5/16"], "mac": "99:88:77:66:55:44",
-               "default": true, "dns": {"nameservers": ["10.1.0.1"]}, "default-route": ["10.1.0.1"]})
-    );
+    // §5.3.7.4: no default-route without the selection's key...
+    let without_key = json!({"name": "ns/net", "interface": "eth0", "ips": ["10.1.0.5/16"],
+        "mac": "99:88:77:66:55:44", "default": true, "dns": {"nameservers": ["10.1.0.1"]}});
+    assert_eq!(stdout_json(&out), without_key);
+    // ...and with `"default-route": []`, the gateway the result kept.
+    let out = run(&[
+        "status",
+        "--result",
+        &result,
+        "--network",
+        "ns/net",
+        "--default",
+        "--default-route",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut with_key = without_key.clone();
+    with_key["default-route"] = json!(["10.1.0.1"]);
+    assert_eq!(stdout_json(&out), with_key);
     let bad = write(
         dir.path(),
         "bad.json",
@@ -692,6 +705,9 @@ fn spec_5_4_status_entries() {
         "--network",
         "namespace-a/cluster-wide-default",
         "--default",
+        // The example's entry has "default-route": as if its selection
+        // had the key (§5.3.7.4).
+        "--default-route",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(

@@ -143,9 +143,13 @@ impl NetworkStatus {
         };
         s.dns = Some(dns).filter(|d| !d.is_empty());
 
+        // §5.3.7.4: only "if the attachment had a "default-route" key in the
+        // Network Attachment Selection Annotation": its gateways, or with
+        // `[]` the gateways its own result kept.
         s.default_route = match input.gateway_request {
+            Some([]) => default_gateways(r, &ips),
             Some(gws) => gws.iter().map(IpAddr::to_string).collect(),
-            None => default_gateways(r, &ips),
+            None => Vec::new(),
         };
         // §5.3.4: "If the mac key is present, interface must also be present."
         if s.interface.is_none() {
@@ -898,16 +902,23 @@ mod tests {
         );
         assert_eq!(s.default_route, vec!["10.0.0.1"]);
         assert_eq!(s.to_value()["device-info"], dev);
-        // An empty request: no default-route key.
-        let s = NetworkStatus::from_result(
-            Some(&r),
-            &StatusInput {
-                network: "ns/b",
-                gateway_request: Some(&[]),
-                ..Default::default()
-            },
-        );
-        assert!(s.to_value().get("default-route").is_none());
+        // §5.3.7.4: an empty request keeps the attachment's own gateway,
+        // which the entry then reports.
+        let with = |gateway_request| {
+            NetworkStatus::from_result(
+                Some(&r),
+                &StatusInput {
+                    network: "ns/b",
+                    gateway_request,
+                    ..Default::default()
+                },
+            )
+            .to_value()
+        };
+        assert_eq!(with(Some(&[]))["default-route"], json!(["10.0.0.254"]));
+        // Without the key in the selection, no default-route, though the
+        // result has a default gateway.
+        assert!(with(None).get("default-route").is_none());
     }
 
     #[test]
