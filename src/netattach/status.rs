@@ -681,6 +681,9 @@ mod tests {
                     network: "namespace-a/cluster-wide-default",
                     ifname: Some("eth5"),
                     default: true,
+                    // The example's entry has "default-route": as if its
+                    // selection had `"default-route": []` (§5.3.7.4).
+                    gateway_request: Some(&[]),
                     ..Default::default()
                 },
             ),
@@ -740,6 +743,8 @@ mod tests {
                 network: "dbnet",
                 ifname: Some("eth0"),
                 default: true,
+                // `"default-route": []`: the result's own gateway (§5.3.7.4).
+                gateway_request: Some(&[]),
                 ..Default::default()
             },
         );
@@ -787,6 +792,7 @@ mod tests {
             &StatusInput {
                 network: "ns/old",
                 ifname: Some("net1"),
+                gateway_request: Some(&[]),
                 ..Default::default()
             },
         );
