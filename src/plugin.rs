@@ -210,6 +210,11 @@ fn publish(
         reason: "InvalidNetworkSelection",
         message: w.clone(),
     }));
+    events.extend(results.iter().flat_map(|r| &r.warnings).map(|w| PodEvent {
+        event_type: EventType::Warning,
+        reason: "InvalidDeviceInfo",
+        message: w.clone(),
+    }));
     let claims = claims
         .iter()
         .map(|c| ClaimStatus {
@@ -356,6 +361,18 @@ impl Plugin for PlexusPlugin<'_> {
                 session: registry.session().clone(),
             }));
         let added = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry));
+        if let Ok(results) = &added {
+            for r in results {
+                for warning in &r.warnings {
+                    tracing::warn!(
+                        pod = %format_args!("{}/{}", pod.namespace, pod.name),
+                        network = %r.network,
+                        interface = %r.ifname,
+                        "{warning}"
+                    );
+                }
+            }
+        }
         let results = match (added, cluster.as_kube()) {
             (Ok(results), Some(kube)) => {
                 publish(kube, &pod, &plan, &results, &claims)?;

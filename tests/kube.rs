@@ -795,5 +795,36 @@ fn device_info_of_a_resource_backed_network_is_in_the_published_status() {
     assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &conf));
     assert!(!copy.exists());
     assert!(dp.exists(), "the device plugin's own file is not plexus's");
+
+    // An invalid device plugin file: device-info is optional (§5.3.8), so
+    // the pod gets the network without it and a Warning event naming the
+    // file (Multus only logs, `CopyDeviceInfoForCNIFromDP`).
+    std::fs::write(&dp, r#"{"type": "pci", "version": "1.1.0"}"#).unwrap();
+    let uid = w.pod("p2", Some("devnet"));
+    let kubelet = PodResourcesServer::start(vec![pod(
+        &w.kube_ns,
+        "p2",
+        vec![container("c", &[(resource, &["dev-7"])])],
+    )]);
+    let mut conf: Value = serde_json::from_str(&conf).unwrap();
+    conf["podResourcesSocket"] = json!(kubelet.socket());
+    let conf = conf.to_string();
+    assert_ok("ADD", &w.plexus_with("ADD", 1, true, "p2", &uid, &conf));
+    let status = w.network_status("p2");
+    assert_eq!(status[1]["name"], format!("{}/devnet", w.kube_ns));
+    assert_eq!(status[1].get("device-info"), None, "{status}");
+    let warned: Vec<String> = w
+        .events("p2")
+        .into_iter()
+        .filter(|(t, reason, _)| t == "Warning" && reason == "InvalidDeviceInfo")
+        .map(|(_, _, message)| message)
+        .collect();
+    assert_eq!(warned.len(), 1, "{:?}", w.events("p2"));
+    assert!(
+        warned[0].contains(&dp.display().to_string())
+            && warned[0].contains("goes on without device-info"),
+        "{warned:?}"
+    );
+    assert_ok("DEL", &w.plexus_with("DEL", 1, true, "p2", &uid, &conf));
     assert_nothing_left(w.tmp.path());
 }
