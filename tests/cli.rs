@@ -344,7 +344,8 @@ fn status_from_a_result_file() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     // §5.3.7.4: no default-route without the selection's key...
-    let without_key = json!({"name": "ns/net", "interface": "eth0", "ips": ["10.1.0.5/16"],
+    // The address bare, as Multus writes it (README "network-status ips").
+    let without_key = json!({"name": "ns/net", "interface": "eth0", "ips": ["10.1.0.5"],
         "mac": "99:88:77:66:55:44", "default": true, "dns": {"nameservers": ["10.1.0.1"]}});
     assert_eq!(stdout_json(&out), without_key);
     // ...and with `"default-route": []`, the gateway the result kept.
@@ -405,7 +406,7 @@ fn status_mac_comes_with_an_interface() {
         entry.get("mac").is_none() && entry.get("interface").is_none(),
         "{entry}"
     );
-    assert_eq!(entry["ips"], json!(["10.1.0.5/16"]));
+    assert_eq!(entry["ips"], json!(["10.1.0.5"]));
 }
 
 #[test]
@@ -713,7 +714,8 @@ fn spec_5_4_status_entries() {
     assert_eq!(
         stdout_json(&out),
         json!({"name": "namespace-a/cluster-wide-default", "interface": "eth5",
-               "ips": ["192.0.2.2/24", "2001:db8::2230/32"], "mac": "02:11:22:33:44:54", "mtu": 1500,
+               // Bare, as Multus writes them; the spec's example shows prefixes.
+               "ips": ["192.0.2.2", "2001:db8::2230"], "mac": "02:11:22:33:44:54", "mtu": 1500,
                "default-route": ["192.0.2.1"], "default": true})
     );
     let out = run(&[
@@ -727,7 +729,7 @@ fn spec_5_4_status_entries() {
     assert_eq!(
         stdout_json(&out),
         json!({"name": "namespace-b/some-network", "interface": "eth1",
-               "ips": ["192.0.2.2/24", "2001:db8::2234/32"], "mac": "02:11:22:33:44:55",
+               "ips": ["192.0.2.2", "2001:db8::2234"], "mac": "02:11:22:33:44:55",
                "dns": {"nameservers": ["192.0.2.1", "2001:db8:4860::8888"], "search": ["eng.example.com", "example.com"]},
                "default": false})
     );

@@ -259,11 +259,11 @@ fn add_reads_the_pod_and_its_nads_from_the_api_and_publishes_status_and_events()
     assert_eq!(status[0]["name"], "podnet");
     assert_eq!(status[0]["interface"], "eth0");
     assert_eq!(status[0]["default"], true);
-    assert_eq!(status[0]["ips"], json!([format!("{}/24", eth0[0])]));
+    assert_eq!(status[0]["ips"], json!([eth0[0]]));
     assert_eq!(status[1]["name"], format!("{}/macnet", w.kube_ns));
     assert_eq!(status[1]["interface"], "net7");
     assert_eq!(status[1]["default"], false);
-    assert_eq!(status[1]["ips"], json!([format!("{}/24", net7[0])]));
+    assert_eq!(status[1]["ips"], json!([net7[0]]));
     assert!(status[1]["mac"].as_str().is_some_and(|m| m.len() == 17));
     assert_eq!(w.network_status("p2")[1]["interface"], "net3");
 
@@ -448,7 +448,7 @@ fn every_selection_key_of_4_1_2_through_the_api() {
     let status = w.network_status("p1");
     assert_eq!(status[1]["name"], format!("{}/keynet", w.kube_ns));
     assert_eq!(status[1]["interface"], "net5");
-    assert_eq!(status[1]["ips"], json!(["10.30.0.77/24"]));
+    assert_eq!(status[1]["ips"], json!(["10.30.0.77"]));
     assert_eq!(status[1]["mac"], "02:11:22:33:44:55");
     assert_eq!(status[1]["default-route"], json!(["10.30.0.1"]));
 

@@ -134,7 +134,10 @@ impl NetworkStatus {
                 .filter(|ip| ip.interface.is_none_or(|i| i < 0))
                 .collect()
         };
-        s.ips = ips.iter().map(|ip| ip.address.to_string()).collect();
+        // §5.3.3 asks for "addresses"; its examples show prefixes, Multus
+        // (the NAD client's `CreateNetworkStatuses`) writes bare addresses,
+        // and that is what consumers parse (README "network-status ips").
+        s.ips = ips.iter().map(|ip| ip.address.ip().to_string()).collect();
 
         let dns = StatusDns {
             nameservers: r.dns.nameservers.clone(),
@@ -710,12 +713,17 @@ mod tests {
             "infiniband-guid".into(),
             json!("80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22"),
         );
-        assert_eq!(
-            entries,
-            parse_status_annotation(EXAMPLE_SINGLE_GATEWAY).unwrap()
-        );
-        let written: Value = serde_json::from_str(&status_annotation_value(&entries)).unwrap();
-        assert_eq!(written, with_default_key(EXAMPLE_SINGLE_GATEWAY));
+        // The example's addresses carry prefixes; plexus writes them bare,
+        // as Multus does (README "network-status ips"). Both read back.
+        let mut example = parse_status_annotation(EXAMPLE_SINGLE_GATEWAY).unwrap();
+        for e in &mut example {
+            for ip in &mut e.ips {
+                ip.truncate(ip.find('/').unwrap_or(ip.len()));
+            }
+        }
+        assert_eq!(entries, example);
+        let written = status_annotation_value(&entries);
+        assert_eq!(parse_status_annotation(&written).unwrap(), example);
     }
 
     #[test]
@@ -751,7 +759,7 @@ mod tests {
         assert_eq!(
             s.to_value(),
             json!({
-                "name": "dbnet", "interface": "eth0", "ips": ["10.1.0.5/16"],
+                "name": "dbnet", "interface": "eth0", "ips": ["10.1.0.5"],
                 "mac": "99:88:77:66:55:44", "default": true,
                 "dns": {"nameservers": ["10.1.0.1"]}, "default-route": ["10.1.0.1"]
             })
@@ -799,7 +807,7 @@ mod tests {
         assert_eq!(
             s.to_value(),
             json!({
-                "name": "ns/old", "interface": "net1", "ips": ["10.1.0.5/16", "2001:db8::5/64"],
+                "name": "ns/old", "interface": "net1", "ips": ["10.1.0.5", "2001:db8::5"],
                 "default": false, "dns": {"domain": "example.com"},
                 "default-route": ["10.1.0.1", "2001:db8::1"]
             })
@@ -828,10 +836,10 @@ mod tests {
         );
         assert_eq!(s.interface, None);
         assert_eq!(s.mac, None);
-        assert_eq!(s.ips, vec!["10.0.0.3/24", "10.0.0.4/24"]);
+        assert_eq!(s.ips, vec!["10.0.0.3", "10.0.0.4"]);
         assert_eq!(
             s.to_value(),
-            json!({"name": "ns/n", "ips": ["10.0.0.3/24", "10.0.0.4/24"], "default": false})
+            json!({"name": "ns/n", "ips": ["10.0.0.3", "10.0.0.4"], "default": false})
         );
         // No interfaces at all: rule 2 as well.
         let r = CniResult {
@@ -846,7 +854,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        assert_eq!(s.ips, vec!["10.0.0.3/24"]);
+        assert_eq!(s.ips, vec!["10.0.0.3"]);
     }
 
     #[test]
