@@ -628,9 +628,20 @@ fn ipamclaim_keeps_addresses_across_pods_until_the_claim_is_deleted() {
     let status = &w.get("ipamclaim", "vm-a.vmnet")["status"];
     assert_eq!(status["ownerPod"]["name"], "virt-launcher-a-2");
 
-    // The claim is deleted: the next DEL of a pod that used it releases it.
+    // The claim is deleted while virt-launcher-a-2 runs: neither a GC nor
+    // another pod's DEL frees the address under it...
     w.api
         .kubectl(&["delete", "ipamclaim", "-n", &w.kube_ns, "vm-a.vmnet"]);
+    let gc_keeping_c1 = w.conf_with(json!({"cniVersion": "1.1.0",
+        "cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "eth0"}]}));
+    assert_ok("GC", &w.plexus_with("GC", 0, false, "", "", &gc_keeping_c1));
+    assert_eq!(held_by_claim(), [(first[0].clone(), owner.clone())]);
+    let uid_other = w.pod("bystander", None);
+    assert_ok("ADD", &w.plexus("ADD", 0, true, "bystander", &uid_other));
+    assert_ok("DEL", &w.plexus("DEL", 0, true, "bystander", &uid_other));
+    assert_eq!(held_by_claim(), [(first[0].clone(), owner.clone())]);
+    assert_eq!(addresses(&w.pods[1], "net1"), first);
+    // ...the DEL of the pod that holds it releases it.
     assert_ok("DEL", &w.plexus("DEL", 1, true, "virt-launcher-a-2", &uid2));
     assert!(held_by_claim().is_empty());
     assert!(files_in(&w.tmp.path().join("cache/ipamclaims")).is_empty());
