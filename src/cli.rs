@@ -198,9 +198,11 @@ struct StatusArgs {
     /// The attachment is the cluster-wide default network.
     #[arg(long)]
     default: bool,
-    /// Gateways the selection's `default-route` asked for; repeatable.
-    #[arg(long = "default-route", value_name = "IP")]
-    default_route: Vec<IpAddr>,
+    /// The selection's `default-route` (multi-net-spec §5.3.7.4: the entry
+    /// has one only then): its gateways, or none for `[]`, which reports the
+    /// result's own default gateways.
+    #[arg(long = "default-route", value_name = "IP", num_args = 0..)]
+    default_route: Option<Vec<IpAddr>>,
     /// A device-info file (device-info spec) to include.
     #[arg(long, value_name = "FILE")]
     device_info: Option<PathBuf>,
@@ -509,7 +511,7 @@ fn run_status(args: &StatusArgs) -> Result<String, CniError> {
         network: &args.network,
         ifname: args.ifname.as_deref(),
         default: args.default,
-        gateway_request: (!args.default_route.is_empty()).then_some(args.default_route.as_slice()),
+        gateway_request: args.default_route.as_deref(),
         device_info,
     };
     Ok(pretty(

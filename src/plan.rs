@@ -268,8 +268,8 @@ pub struct Attachment {
     /// §4.1.2.1.9: gateways this attachment's default route goes to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_route: Option<Vec<IpAddr>>,
-    /// §4.1.2.1.9: another attachment takes the default route, so the default
-    /// network's is removed after it is attached.
+    /// §4.1.2.1.9: another attachment's selection has `default-route`, so
+    /// this one's default routes are removed after it is attached.
     #[serde(default, skip_serializing_if = "is_false")]
     pub clear_default_route: bool,
     /// §4.1.2.1.11: the IPAMClaim the IPAM of this attachment must honour.
@@ -488,9 +488,17 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
     }
 
     // §4.1.2.1.9: "the default route and gateway will be cleared from the
-    // cluster-wide default network attachment".
+    // cluster-wide default network attachment", and, as the spec's example
+    // implementation "will flush the default route from [...] any
+    // attachments that do not have the "default-route" key set" (Multus's
+    // `CheckGatewayConfig` marks every delegate without a gateway request
+    // for filtering): one selection with the key takes the pod's default
+    // route from every other attachment. `"default-route": []` keeps that
+    // attachment's own gateway.
     if attachments.iter().any(|a| a.default_route.is_some()) {
-        attachments[0].clear_default_route = true;
+        for a in attachments.iter_mut().filter(|a| a.default_route.is_none()) {
+            a.clear_default_route = true;
+        }
     }
 
     if let Some(dir) = inputs.conf_dir {

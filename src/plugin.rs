@@ -281,6 +281,11 @@ fn publish(
         reason: "InvalidNetworkSelection",
         message: w.clone(),
     }));
+    events.extend(results.iter().flat_map(|r| &r.warnings).map(|w| PodEvent {
+        event_type: EventType::Warning,
+        reason: "InvalidDeviceInfo",
+        message: w.clone(),
+    }));
     let claims = claims
         .iter()
         .map(|c| ClaimStatus {
@@ -446,13 +451,24 @@ impl Plugin for PlexusPlugin<'_> {
             .with_route_hook(Box::new(NetlinkRouteHook {
                 session: registry.session().clone(),
             }));
-        let added = executor
-            .add(&plan, &context(&call, conf.bin_dir.clone(), &registry))
-            .map(|mut results| {
-                // network-status, events and claims are the networks' only.
-                results.truncate(networks);
-                results
-            });
+        let added = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry));
+        if let Ok(results) = &added {
+            for r in results {
+                for warning in &r.warnings {
+                    tracing::warn!(
+                        pod = %format_args!("{}/{}", pod.namespace, pod.name),
+                        network = %r.network,
+                        interface = %r.ifname,
+                        "{warning}"
+                    );
+                }
+            }
+        }
+        // network-status, events and claims are the networks' only.
+        let added = added.map(|mut results| {
+            results.truncate(networks);
+            results
+        });
         let results = match (added, cluster.as_kube()) {
             (Ok(results), Some(kube)) => {
                 publish(kube, &pod, &plan, &results, &claims)?;

@@ -379,11 +379,25 @@ fn status_from_a_result_file() {
         "--default",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(
-        stdout_json(&out),
-        json!({"name": "ns/net", "interface": "eth0", "ips": ["10.1.0.5/16"], "mac": "99:88:77:66:55:44",
-               "default": true, "dns": {"nameservers": ["10.1.0.1"]}, "default-route": ["10.1.0.1"]})
-    );
+    // §5.3.7.4: no default-route without the selection's key...
+    // The address bare, as Multus writes it (README "network-status ips").
+    let without_key = json!({"name": "ns/net", "interface": "eth0", "ips": ["10.1.0.5"],
+        "mac": "99:88:77:66:55:44", "default": true, "dns": {"nameservers": ["10.1.0.1"]}});
+    assert_eq!(stdout_json(&out), without_key);
+    // ...and with `"default-route": []`, the gateway the result kept.
+    let out = run(&[
+        "status",
+        "--result",
+        &result,
+        "--network",
+        "ns/net",
+        "--default",
+        "--default-route",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut with_key = without_key.clone();
+    with_key["default-route"] = json!(["10.1.0.1"]);
+    assert_eq!(stdout_json(&out), with_key);
     let bad = write(
         dir.path(),
         "bad.json",
@@ -428,7 +442,7 @@ fn status_mac_comes_with_an_interface() {
         entry.get("mac").is_none() && entry.get("interface").is_none(),
         "{entry}"
     );
-    assert_eq!(entry["ips"], json!(["10.1.0.5/16"]));
+    assert_eq!(entry["ips"], json!(["10.1.0.5"]));
 }
 
 #[test]
@@ -728,12 +742,16 @@ fn spec_5_4_status_entries() {
         "--network",
         "namespace-a/cluster-wide-default",
         "--default",
+        // The example's entry has "default-route": as if its selection
+        // had the key (§5.3.7.4).
+        "--default-route",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         stdout_json(&out),
         json!({"name": "namespace-a/cluster-wide-default", "interface": "eth5",
-               "ips": ["192.0.2.2/24", "2001:db8::2230/32"], "mac": "02:11:22:33:44:54", "mtu": 1500,
+               // Bare, as Multus writes them; the spec's example shows prefixes.
+               "ips": ["192.0.2.2", "2001:db8::2230"], "mac": "02:11:22:33:44:54", "mtu": 1500,
                "default-route": ["192.0.2.1"], "default": true})
     );
     let out = run(&[
@@ -747,7 +765,7 @@ fn spec_5_4_status_entries() {
     assert_eq!(
         stdout_json(&out),
         json!({"name": "namespace-b/some-network", "interface": "eth1",
-               "ips": ["192.0.2.2/24", "2001:db8::2234/32"], "mac": "02:11:22:33:44:55",
+               "ips": ["192.0.2.2", "2001:db8::2234"], "mac": "02:11:22:33:44:55",
                "dns": {"nameservers": ["192.0.2.1", "2001:db8:4860::8888"], "search": ["eng.example.com", "example.com"]},
                "default": false})
     );

@@ -259,11 +259,11 @@ fn add_reads_the_pod_and_its_nads_from_the_api_and_publishes_status_and_events()
     assert_eq!(status[0]["name"], "podnet");
     assert_eq!(status[0]["interface"], "eth0");
     assert_eq!(status[0]["default"], true);
-    assert_eq!(status[0]["ips"], json!([format!("{}/24", eth0[0])]));
+    assert_eq!(status[0]["ips"], json!([eth0[0]]));
     assert_eq!(status[1]["name"], format!("{}/macnet", w.kube_ns));
     assert_eq!(status[1]["interface"], "net7");
     assert_eq!(status[1]["default"], false);
-    assert_eq!(status[1]["ips"], json!([format!("{}/24", net7[0])]));
+    assert_eq!(status[1]["ips"], json!([net7[0]]));
     assert!(status[1]["mac"].as_str().is_some_and(|m| m.len() == 17));
     assert_eq!(w.network_status("p2")[1]["interface"], "net3");
 
@@ -448,7 +448,7 @@ fn every_selection_key_of_4_1_2_through_the_api() {
     let status = w.network_status("p1");
     assert_eq!(status[1]["name"], format!("{}/keynet", w.kube_ns));
     assert_eq!(status[1]["interface"], "net5");
-    assert_eq!(status[1]["ips"], json!(["10.30.0.77/24"]));
+    assert_eq!(status[1]["ips"], json!(["10.30.0.77"]));
     assert_eq!(status[1]["mac"], "02:11:22:33:44:55");
     assert_eq!(status[1]["default-route"], json!(["10.30.0.1"]));
 
@@ -628,9 +628,20 @@ fn ipamclaim_keeps_addresses_across_pods_until_the_claim_is_deleted() {
     let status = &w.get("ipamclaim", "vm-a.vmnet")["status"];
     assert_eq!(status["ownerPod"]["name"], "virt-launcher-a-2");
 
-    // The claim is deleted: the next DEL of a pod that used it releases it.
+    // The claim is deleted while virt-launcher-a-2 runs: neither a GC nor
+    // another pod's DEL frees the address under it...
     w.api
         .kubectl(&["delete", "ipamclaim", "-n", &w.kube_ns, "vm-a.vmnet"]);
+    let gc_keeping_c1 = w.conf_with(json!({"cniVersion": "1.1.0",
+        "cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "eth0"}]}));
+    assert_ok("GC", &w.plexus_with("GC", 0, false, "", "", &gc_keeping_c1));
+    assert_eq!(held_by_claim(), [(first[0].clone(), owner.clone())]);
+    let uid_other = w.pod("bystander", None);
+    assert_ok("ADD", &w.plexus("ADD", 0, true, "bystander", &uid_other));
+    assert_ok("DEL", &w.plexus("DEL", 0, true, "bystander", &uid_other));
+    assert_eq!(held_by_claim(), [(first[0].clone(), owner.clone())]);
+    assert_eq!(addresses(&w.pods[1], "net1"), first);
+    // ...the DEL of the pod that holds it releases it.
     assert_ok("DEL", &w.plexus("DEL", 1, true, "virt-launcher-a-2", &uid2));
     assert!(held_by_claim().is_empty());
     assert!(files_in(&w.tmp.path().join("cache/ipamclaims")).is_empty());
@@ -795,5 +806,36 @@ fn device_info_of_a_resource_backed_network_is_in_the_published_status() {
     assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &conf));
     assert!(!copy.exists());
     assert!(dp.exists(), "the device plugin's own file is not plexus's");
+
+    // An invalid device plugin file: device-info is optional (§5.3.8), so
+    // the pod gets the network without it and a Warning event naming the
+    // file (Multus only logs, `CopyDeviceInfoForCNIFromDP`).
+    std::fs::write(&dp, r#"{"type": "pci", "version": "1.1.0"}"#).unwrap();
+    let uid = w.pod("p2", Some("devnet"));
+    let kubelet = PodResourcesServer::start(vec![pod(
+        &w.kube_ns,
+        "p2",
+        vec![container("c", &[(resource, &["dev-7"])])],
+    )]);
+    let mut conf: Value = serde_json::from_str(&conf).unwrap();
+    conf["podResourcesSocket"] = json!(kubelet.socket());
+    let conf = conf.to_string();
+    assert_ok("ADD", &w.plexus_with("ADD", 1, true, "p2", &uid, &conf));
+    let status = w.network_status("p2");
+    assert_eq!(status[1]["name"], format!("{}/devnet", w.kube_ns));
+    assert_eq!(status[1].get("device-info"), None, "{status}");
+    let warned: Vec<String> = w
+        .events("p2")
+        .into_iter()
+        .filter(|(t, reason, _)| t == "Warning" && reason == "InvalidDeviceInfo")
+        .map(|(_, _, message)| message)
+        .collect();
+    assert_eq!(warned.len(), 1, "{:?}", w.events("p2"));
+    assert!(
+        warned[0].contains(&dp.display().to_string())
+            && warned[0].contains("goes on without device-info"),
+        "{warned:?}"
+    );
+    assert_ok("DEL", &w.plexus_with("DEL", 1, true, "p2", &uid, &conf));
     assert_nothing_left(w.tmp.path());
 }

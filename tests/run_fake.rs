@@ -115,6 +115,7 @@ fn add_threads_prev_result_in_each_requests_version_with_the_runtime_env() {
                 default: true,
                 result: Some(want_a),
                 device_info: None,
+                warnings: Vec::new(),
             },
             AttachmentResult {
                 network: "ns/b".into(),
@@ -122,6 +123,7 @@ fn add_threads_prev_result_in_each_requests_version_with_the_runtime_env() {
                 default: false,
                 result: Some(want_b),
                 device_info: None,
+                warnings: Vec::new(),
             },
         ]
     );

@@ -106,6 +106,11 @@ pub struct AttachmentResult {
     /// device-info-SPEC §6.1.1: the device information collected after the
     /// chain, for network-status.
     pub device_info: Option<DeviceInfo>,
+    /// What went wrong without failing the attachment: device information
+    /// is optional (multi-net-spec §5.3.8), so an unreadable or invalid
+    /// device-info file is reported (a Warning event, a log line) and the
+    /// attachment goes on without it, as Multus does.
+    pub warnings: Vec<String>,
 }
 
 /// What a DEL did besides succeeding.
@@ -290,11 +295,12 @@ impl Executor {
             .iter()
             .map(|a| prepare(a, ctx, CniCommand::Add))
             .collect::<Result<Vec<_>, _>>()?;
-        let device_plugin_info = plan
-            .attachments
-            .iter()
-            .map(device_plugin_info)
-            .collect::<Result<Vec<_>, _>>()?;
+        let (device_plugin_info, read_warnings): (Vec<_>, Vec<_>) =
+            plan.attachments.iter().map(device_plugin_info).unzip();
+        let mut warnings: Vec<Vec<String>> = read_warnings
+            .into_iter()
+            .map(|w: Option<String>| w.into_iter().collect())
+            .collect();
 
         match self.cache.load(&ctx.container_id, &ctx.ifname)? {
             Lookup::Found(old) if old.owes_del() => {
@@ -329,25 +335,26 @@ impl Executor {
             let att = &plan.attachments[i];
             let copy = device_plugin_info[i].as_ref();
             let start = Instant::now();
-            let outcome =
-                self.add_chain(att, steps, ctx, netns, copy)
-                    .and_then(|(result, info)| {
-                        let cached = &mut record.attachments[i];
-                        cached.state = State::Added;
-                        cached.result = Some(result.clone());
-                        cached.device_info = info.clone();
-                        if let Some(next) = record.attachments.get_mut(i + 1) {
-                            begin(next);
-                        }
-                        self.cache.update(&record).map_err(|error| {
-                            Box::new(ChainFailure {
-                                error,
-                                failed_plugin: None,
-                                last_good: Some(result.clone()),
-                            })
-                        })?;
-                        Ok((result, info))
-                    });
+            let outcome = self.add_chain(att, steps, ctx, netns, copy).and_then(
+                |(result, (info, collect_warning))| {
+                    warnings[i].extend(collect_warning);
+                    let cached = &mut record.attachments[i];
+                    cached.state = State::Added;
+                    cached.result = Some(result.clone());
+                    cached.device_info = info.clone();
+                    if let Some(next) = record.attachments.get_mut(i + 1) {
+                        begin(next);
+                    }
+                    self.cache.update(&record).map_err(|error| {
+                        Box::new(ChainFailure {
+                            error,
+                            failed_plugin: None,
+                            last_good: Some(result.clone()),
+                        })
+                    })?;
+                    Ok((result, info))
+                },
+            );
             self.observe(
                 CniCommand::Add,
                 att,
@@ -361,6 +368,7 @@ impl Executor {
                     default: att.default,
                     result: Some(result),
                     device_info,
+                    warnings: std::mem::take(&mut warnings[i]),
                 }),
                 Err(failure) => return Err(self.fail_add(&mut record, i, failure, ctx)),
             }
@@ -389,7 +397,7 @@ impl Executor {
         ctx: &RunContext,
         netns: &Path,
         copy: Option<&DeviceInfo>,
-    ) -> Result<(CniResult, Option<DeviceInfo>), Box<ChainFailure>> {
+    ) -> Result<(CniResult, (Option<DeviceInfo>, Option<String>)), Box<ChainFailure>> {
         let env = attachment_env(att, ctx, CniCommand::Add, ctx.netns.clone())
             .and_then(|env| copy_device_plugin_info(att, copy).map(|()| env))
             .map_err(|error| {
@@ -437,8 +445,7 @@ impl Executor {
             ..e
         });
         routed
-            .and_then(|()| collect_device_info(att))
-            .map(|info| (result, info))
+            .map(|()| (result, collect_device_info(att)))
             .map_err(|error| {
                 Box::new(ChainFailure {
                     error,
@@ -959,15 +966,37 @@ fn del_chain(
 /// device-info-SPEC §4.2.1: the device plugin's information about the
 /// attachment's device, read (and checked) before anything is added; `None`
 /// when the device plugin wrote none, which device plugins may (§4.1.1).
-fn device_plugin_info(att: &Attachment) -> Result<Option<DeviceInfo>, CniError> {
+/// A file that cannot be read or is invalid is the warning beside `None`:
+/// the attachment goes on without device-info (multi-net-spec §5.3.8 makes
+/// it optional; Multus's `CopyDeviceInfoForCNIFromDP` failing only logs).
+fn device_plugin_info(att: &Attachment) -> (Option<DeviceInfo>, Option<String>) {
     let Some(path) = att
         .device_info
         .as_ref()
         .and_then(|f| f.device_plugin.as_ref())
     else {
-        return Ok(None);
+        return (None, None);
     };
-    deviceinfo::load(path).map_err(|e| e.within(format!("{} ({})", att.network, att.ifname)))
+    optional_device_info(att, deviceinfo::load(path))
+}
+
+/// A device-info file's content, or, when it cannot be read or is invalid,
+/// none and the warning that says so and what follows.
+fn optional_device_info(
+    att: &Attachment,
+    loaded: Result<Option<DeviceInfo>, CniError>,
+) -> (Option<DeviceInfo>, Option<String>) {
+    match loaded {
+        Ok(info) => (info, None),
+        Err(e) => (
+            None,
+            Some(format!(
+                "{} ({}): {}; the attachment goes on without device-info \
+                 (multi-net-spec §5.3.8)",
+                att.network, att.ifname, e.details
+            )),
+        ),
+    }
 }
 
 /// §4.2.1: copy the device plugin's information to the attachment's CNI
@@ -990,12 +1019,15 @@ fn cni_file_error(att: &Attachment, path: &Path, e: std::io::Error) -> CniError 
     CniError::io(what, e)
 }
 
-/// §6.1.1: after the chain, what the attachment's CNI file holds.
-fn collect_device_info(att: &Attachment) -> Result<Option<DeviceInfo>, CniError> {
+/// §6.1.1: after the chain, what the attachment's CNI file holds; a file a
+/// plugin left unreadable or invalid is a warning, as in
+/// [`device_plugin_info`] (Multus's `getDelegateDeviceInfo` failing only
+/// logs).
+fn collect_device_info(att: &Attachment) -> (Option<DeviceInfo>, Option<String>) {
     let Some(files) = &att.device_info else {
-        return Ok(None);
+        return (None, None);
     };
-    deviceinfo::load(&files.cni).map_err(|e| e.within(format!("{} ({})", att.network, att.ifname)))
+    optional_device_info(att, deviceinfo::load(&files.cni))
 }
 
 /// §4.2.1: "When CNI DELETE action is called, the NPWG Implementation must
