@@ -356,15 +356,8 @@ fn the_auxiliary_chain_runs_after_the_pods_networks_and_del_runs_it_from_the_rec
     assert_ok("ADD", &out);
     // The runtime still gets the cluster network's result.
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(
-        result["ips"][0]["address"]
-            .as_str()
-            .unwrap()
-            .split('/')
-            .next()
-            .unwrap(),
-        addresses(pod_ns, "eth0")[0]
-    );
+    let eth0 = format!("{}/24", addresses(pod_ns, "eth0")[0]);
+    assert_eq!(result["ips"][0]["address"], eth0.as_str());
     // The chain ran after eth0 and net1 (macnet), as net2, with the pod's
     // CNI_ARGS, passthru's empty result as prevResult, the chain's name and
     // plexus's cniVersion; tuning set the sysctl.
