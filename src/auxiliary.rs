@@ -41,7 +41,7 @@ const KEY: &str = "auxiliaryCNIChainName";
 /// The directory the chain's plugin configs are read from.
 pub fn directory(conf: &PlexusConf, name: &str) -> PathBuf {
     let base = match &conf.cluster_network {
-        ClusterNetwork::Reference(r) if r.contains('/') && Path::new(r).is_absolute() => {
+        ClusterNetwork::Reference(r) if Path::new(r).is_absolute() => {
             Path::new(r).parent().map(Path::to_path_buf)
         }
         _ => None,

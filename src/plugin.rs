@@ -435,14 +435,15 @@ impl Plugin for PlexusPlugin<'_> {
             options: &options,
         };
         let mut plan = plan::plan(&pod, &inputs)?;
-        let claims = claims::bind(&mut plan, &pod, cluster, &ClaimBook::new(&conf.cni_dir))?;
-        for warning in &plan.warnings {
-            eprintln!("plexus: {}/{}: {warning}", pod.namespace, pod.name);
-        }
-        // The pod's networks; the auxiliary chain after them is none.
+        // The pod's networks; the auxiliary chain after them is none. It is
+        // added before claims are bound, so a bad chain fails the ADD first.
         let networks = plan.attachments.len();
         if let Some(chain) = auxiliary::load(&conf)? {
             plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
+        }
+        let claims = claims::bind(&mut plan, &pod, cluster, &ClaimBook::new(&conf.cni_dir))?;
+        for warning in &plan.warnings {
+            eprintln!("plexus: {}/{}: {warning}", pod.namespace, pod.name);
         }
 
         let registry = registry();
