@@ -839,3 +839,52 @@ fn device_info_of_a_resource_backed_network_is_in_the_published_status() {
     assert_ok("DEL", &w.plexus_with("DEL", 1, true, "p2", &uid, &conf));
     assert_nothing_left(w.tmp.path());
 }
+
+#[test]
+fn a_pod_attached_before_plexus_is_deleted_from_the_cluster_network_nad() {
+    // Issue 23 item 11 on an API server: the cluster network is a NAD
+    // (`clusterNetwork: ns/podnet`); a DEL without a record DELs it, as
+    // Multus's CmdDel without a cache does. With the API server gone the
+    // NAD cannot be read: code 11, the runtime retries, nothing is lost.
+    let Some(mut w) = world("pre") else { return };
+    let podnet = json!({"cniVersion": "1.0.0", "name": "podnet", "type": "bridge",
+        "bridge": "br-pod", "isGateway": true,
+        "ipam": host_local(w.tmp.path(), "10.10.0.0/24", "pod")});
+    w.nad("podnet", &podnet);
+    let conf = w.conf_with(json!({
+        "delegates": null, "clusterNetwork": format!("{}/podnet", w.kube_ns), "apiTimeout": 2,
+    }));
+    let reservations = || {
+        files_in(&w.tmp.path().join("ipam/pod/podnet"))
+            .into_iter()
+            .filter(|f| f.starts_with("10.10.0."))
+            .count()
+    };
+    // Before plexus: the reference bridge and host-local attach both pods.
+    for (i, pod_ns) in w.pods.iter().enumerate() {
+        let netns = format!("/var/run/netns/{pod_ns}");
+        let binary = format!("{REFERENCE}/bridge");
+        let container = format!("c{i}");
+        let out = plugin_at(
+            &w.node,
+            &binary,
+            "ADD",
+            &container,
+            &netns,
+            "eth0",
+            "",
+            &podnet.to_string(),
+        );
+        assert_ok("reference ADD", &out);
+    }
+    assert_eq!(reservations(), 2);
+    assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p0", "", &conf));
+    assert_eq!(link_names(&w.pods[0]), ["lo"]);
+    assert_eq!(reservations(), 1);
+
+    w.relay.stop();
+    let e = cni_error(&w.plexus_with("DEL", 1, true, "p1", "", &conf));
+    assert_eq!(e["code"], 11, "{e}");
+    assert_eq!(reservations(), 1, "kept for the DEL the runtime retries");
+    assert_eq!(link_names(&w.pods[1]), ["lo", "eth0"]);
+}
