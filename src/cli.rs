@@ -422,7 +422,11 @@ fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
         default_network: &default_network,
         options: &options,
     };
-    Ok(pretty(&plan::plan(&pod, &inputs)?.to_value()))
+    let mut plan = plan::plan(&pod, &inputs)?;
+    if let Some(conf) = &conf {
+        plan.warnings.splice(0..0, conf.warnings.iter().cloned());
+    }
+    Ok(pretty(&plan.to_value()))
 }
 
 fn first_conf(conf_dir: Option<&ConfDir>) -> Result<DefaultNetwork, CniError> {
