@@ -270,6 +270,22 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
             }
         },
     };
+    // plexus's settings, or a Multus thick daemon-config.json as it is.
+    let settings = crate::install::settings::Settings::from_map(settings, &args.root).map_err(
+        |e| match e {
+            crate::install::InstallError::Invalid { what, reason } => {
+                CniError::invalid_config(what, reason)
+            }
+            other => failed(other),
+        },
+    )?;
+    for note in &settings.notes {
+        if note.mapped {
+            tracing::info!(key = %note.key, "settings: {}", note.text);
+        } else {
+            tracing::warn!(key = %note.key, "settings: not used: {}", note.text);
+        }
+    }
     if !(args.timeout > 0.0 && args.timeout <= 86_400.0) {
         return Err(CniError::invalid_config(
             "--timeout",
@@ -280,12 +296,16 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
         root: args.root.clone(),
         source,
         bin_dir: args.bin_dir.clone(),
-        conf_dir: args.conf_dir.clone(),
+        conf_dir: settings.conf_dir.unwrap_or_else(|| args.conf_dir.clone()),
         kubeconfig: (!args.no_kubeconfig).then(|| args.kubeconfig.clone()),
         service_account: args.service_account.clone(),
         api_server: args.api_server.clone(),
-        readiness_indicator_file: args.readiness_indicator_file.clone(),
-        settings,
+        readiness_indicator_file: args
+            .readiness_indicator_file
+            .clone()
+            .or(settings.readiness_indicator_file),
+        settings: settings.conf,
+        cluster_conf: settings.cluster_conf,
         verified_binary: Default::default(),
     };
     let stop = stop_on_signals().map_err(failed)?;

@@ -289,6 +289,11 @@ fn cluster_network(
     }
 }
 
+/// Whether plexus's conf reads `key` (matched as Go matches keys).
+pub fn reads(key: &str) -> bool {
+    keys::read_by::<RawConf>(key)
+}
+
 impl PlexusConf {
     pub fn from_slice(bytes: &[u8]) -> Result<PlexusConf, CniError> {
         let value: Value = serde_json::from_slice(bytes)

@@ -130,6 +130,15 @@ impl ConfDir {
         named(false).or_else(|| named(true))
     }
 
+    /// The config in the file named `file_name`, when it is one.
+    pub fn file(&self, file_name: &str) -> Option<(&Path, &NetworkConfigList)> {
+        self.entries()
+            .0
+            .iter()
+            .find(|(p, _)| p.file_name().is_some_and(|n| n == file_name))
+            .map(|(p, l)| (p.as_path(), l))
+    }
+
     /// The first config in file-name order: the cluster network when none is
     /// configured, as Multus's `--multus-conf-file=auto` picks it.
     pub fn first(&self) -> Option<(&Path, &NetworkConfigList)> {

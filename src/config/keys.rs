@@ -128,9 +128,8 @@ pub fn unread(key: &str) -> Option<Unread> {
 /// Warnings about the keys of `conf` that `T` (the raw conf) does not read:
 /// each Multus key without effect, with its reason, and each unknown key.
 pub fn warnings<T: DeserializeOwned>(conf: &Map<String, Value>) -> Vec<String> {
-    let read = struct_fields::<T>();
     conf.keys()
-        .filter(|key| !read.iter().any(|field| fold_eq(field, key)))
+        .filter(|key| !read_by::<T>(key))
         .filter_map(|key| match unread(key) {
             Some(Unread::Accepted) => None,
             Some(Unread::NoEffect(reason)) => Some(format!("{key}: has no effect: {reason}")),
@@ -139,6 +138,11 @@ pub fn warnings<T: DeserializeOwned>(conf: &Map<String, Value>) -> Vec<String> {
             )),
         })
         .collect()
+}
+
+/// Whether `T` (the raw conf) reads `key`, matched as Go matches keys.
+pub fn read_by<T: DeserializeOwned>(key: &str) -> bool {
+    struct_fields::<T>().iter().any(|field| fold_eq(field, key))
 }
 
 /// The field names serde's derive gives `T`, which it hands to
