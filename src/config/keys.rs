@@ -33,6 +33,19 @@ pub const UNREAD: &[(&str, Unread)] = &[
     ("disableCheck", Unread::Accepted),
     ("disableGC", Unread::Accepted),
     ("cniVersions", Unread::Accepted),
+    // cni-SPEC's well-known plugin keys: plexus's networks have their own.
+    (
+        "ipam",
+        Unread::NoEffect("plexus has no IPAM of its own: each network's config has its ipam"),
+    ),
+    (
+        "dns",
+        Unread::NoEffect("plexus reports no DNS of its own: the cluster network's result has it"),
+    ),
+    (
+        "ipMasq",
+        Unread::NoEffect("plexus sets up no masquerading: the networks' plugins do"),
+    ),
     // Multus's NetConf.
     // plexus's DEL always goes on past a failed attachment and reports the failures.
     ("retryDeleteOnError", Unread::Accepted),

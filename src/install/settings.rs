@@ -20,6 +20,17 @@ use crate::cni::casefold::fold_eq;
 use crate::config::keys::{self, Unread};
 use crate::config::PlexusConf;
 
+/// Keys of the conflist's plexus entry that the installer sets itself.
+const INSTALLER_OWNED: &[(&str, &str)] = &[
+    ("type", "plexus"),
+    ("name", "the conflist is plexus-cni-network"),
+    (
+        "clusterNetwork",
+        "the conf dir's first conf, or multusMasterCNI's",
+    ),
+    ("kubeconfig", "the one it writes (--kubeconfig)"),
+];
+
 /// The settings, split into the conf's keys and the installer's.
 #[derive(Debug, Default, PartialEq)]
 pub struct Settings {
@@ -100,6 +111,8 @@ impl Settings {
                     settings.readiness_indicator_file = Some(node);
                     settings.note(key, true, what);
                 }
+            } else if let Some(owned) = INSTALLER_OWNED.iter().find(|(k, _)| is(k)) {
+                settings.note(key, false, format!("set by plexus install: {}", owned.1));
             } else if is("cniVersion") {
                 settings.note(
                     key,
@@ -243,6 +256,11 @@ mod tests {
         assert_eq!(s.conf.len(), 2);
         assert!(s.notes.is_empty(), "{:?}", s.notes);
         assert_eq!(s.conf_dir, None);
+        // What the installer sets itself is said so, not dropped unsaid.
+        let s = split(json!({"type": "multus-shim", "ClusterNetwork": "x"}), "/").unwrap();
+        assert!(s.conf.is_empty());
+        let keys: Vec<_> = s.notes.iter().map(|n| (n.key.as_str(), n.mapped)).collect();
+        assert_eq!(keys, [("type", false), ("ClusterNetwork", false)]);
     }
 
     #[test]
