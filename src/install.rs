@@ -11,8 +11,9 @@
 //! 2. A kubeconfig (mode 0600) from the pod's service-account token and CA,
 //!    rewritten when the token rotates.
 //! 3. The cluster network's conf: the alphabetically first other conf in the
-//!    conf dir (Multus's `auto`), waited for, with the readiness indicator
-//!    file when one is configured (multi-net-spec §6.1.2).
+//!    conf dir (Multus's `auto`), or the one `multusMasterCNI` names, waited
+//!    for, with the readiness indicator file when one is configured
+//!    (multi-net-spec §6.1.2).
 //! 4. `00-plexus.conflist`, written whole, naming that conf as the cluster
 //!    network and asking the runtime for the capabilities its plugins
 //!    declare, with the ConfigMap's settings.
