@@ -132,6 +132,11 @@ pub const UNREAD: &[(&str, Unread)] = &[
 
 /// What becomes of `key`, a key plexus does not read; `None` when nobody knows it.
 pub fn unread(key: &str) -> Option<Unread> {
+    // cni-SPEC: keys under `cni.dev/` are the runtime's (GC's
+    // `cni.dev/valid-attachments`).
+    if key.starts_with("cni.dev/") {
+        return Some(Unread::Accepted);
+    }
     UNREAD
         .iter()
         .find(|(known, _)| fold_eq(known, key))
@@ -239,6 +244,7 @@ mod tests {
     fn read_and_accepted_keys_are_quiet_others_warn() {
         let conf = json!({
             "ClusterNetwork": "x", "readinessIndicatorFile": "/f", "args": {},
+            "cni.dev/valid-attachments": [],
             "retryDeleteOnError": true, "metricsPort": 9091, "fancyNewKey": 1,
         });
         let mut warnings = warnings::<Raw>(conf.as_object().unwrap());
