@@ -230,6 +230,31 @@ fn plan_reads_manifest_files_and_directories() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout_json(&out)["attachments"][0]["network"], "first");
+
+    // Keys of --config plexus does not read are listed with the warnings.
+    let config = write(
+        dir.path(),
+        "plexus.conf",
+        r#"{"clusterNetwork": "first", "metricsPort": 9091, "fancyNewKey": true}"#,
+    );
+    let out = run(&[
+        "plan",
+        "--pod",
+        &pod,
+        "--nad",
+        &nad_arg,
+        "--conf-dir",
+        &conf_dir.display().to_string(),
+        "--config",
+        &config,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let warnings = stdout_json(&out)["warnings"].to_string();
+    assert!(
+        warnings.contains("metricsPort: has no effect")
+            && warnings.contains("fancyNewKey: unknown key, ignored"),
+        "{warnings}"
+    );
 }
 
 #[test]
