@@ -84,9 +84,14 @@ struct InstallArgs {
     /// §6.1.2: wait for this file (a node path) before writing the conf.
     #[arg(long, value_name = "FILE")]
     readiness_indicator_file: Option<PathBuf>,
-    /// plexus's settings (a JSON object: the ConfigMap), merged into the conf.
+    /// plexus's settings (a JSON object: the ConfigMap), merged into the conf;
+    /// or a Multus thick daemon-config.json, whose keys are mapped or explained.
     #[arg(long, value_name = "FILE")]
     settings: Option<PathBuf>,
+    /// Thick mode: the socket `plexus daemon --socket` serves, named as the
+    /// conf's `daemonSocket` unless the settings name one.
+    #[arg(long, value_name = "SOCKET")]
+    daemon_socket: Option<PathBuf>,
     /// Without --watch: seconds to wait for the cluster network, then fail.
     #[arg(long, default_value_t = 600.0)]
     timeout: f64,
@@ -271,14 +276,17 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
         },
     };
     // plexus's settings, or a Multus thick daemon-config.json as it is.
-    let settings = crate::install::settings::Settings::from_map(settings, &args.root).map_err(
-        |e| match e {
-            crate::install::InstallError::Invalid { what, reason } => {
-                CniError::invalid_config(what, reason)
-            }
-            other => failed(other),
-        },
-    )?;
+    let settings = crate::install::settings::Settings::from_map(
+        settings,
+        &args.root,
+        args.daemon_socket.as_deref(),
+    )
+    .map_err(|e| match e {
+        crate::install::InstallError::Invalid { what, reason } => {
+            CniError::invalid_config(what, reason)
+        }
+        other => failed(other),
+    })?;
     for note in &settings.notes {
         if note.mapped {
             tracing::info!(key = %note.key, "settings: {}", note.text);

@@ -116,7 +116,8 @@ fn daemonset_runs_plexus_install_on_every_node() {
             "--root=/host",
             "--watch",
             "--cleanup",
-            "--settings=/etc/plexus/settings.json"
+            "--settings=/etc/plexus/settings.json",
+            "--daemon-socket=/run/plexus/plexus.sock"
         ])
     );
     let mounts: Vec<&str> = pod["volumes"]

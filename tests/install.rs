@@ -243,10 +243,17 @@ fn a_multus_thick_daemon_config_is_taken_as_it_is() {
         "{}/examples/multus/daemon-config.json",
         env!("CARGO_MANIFEST_DIR")
     );
-    let out = node.install(&["--settings", &settings]);
+    let out = node.install(&[
+        "--settings",
+        &settings,
+        "--daemon-socket",
+        "/run/plexus/plexus.sock",
+    ]);
     assert_ok("install", &out);
     let plugin = node.conflist().unwrap()["plugins"][0].clone();
     assert_eq!(plugin["logLevel"], "verbose");
+    // Multus's thick file runs plexus thick: the DaemonSet's socket.
+    assert_eq!(plugin["daemonSocket"], "/run/plexus/plexus.sock");
     assert_eq!(
         plugin["clusterNetwork"],
         "/etc/cni/net.d/10-cluster.conflist"

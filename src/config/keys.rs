@@ -66,13 +66,15 @@ pub const UNREAD: &[(&str, Unread)] = &[
     (
         "daemonSocketDir",
         Unread::NoEffect(
-            "Multus thick's socket directory; plexus's thick mode is daemonSocket (README \"Thick mode\")",
+            "Multus thick's socket directory; plexus's thick mode is daemonSocket, which \
+             `plexus install --daemon-socket` sets (README \"Thick mode\")",
         ),
     ),
     (
         "socketDir",
         Unread::NoEffect(
-            "Multus thick's socket directory; plexus's daemon listens on `plexus daemon --socket`",
+            "Multus thick's socket directory; plexus's daemon listens on `plexus daemon --socket`, \
+             which `plexus install --daemon-socket` names as daemonSocket",
         ),
     ),
     (

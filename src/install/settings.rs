@@ -59,9 +59,21 @@ pub struct Note {
 
 impl Settings {
     /// Split `map`; `root` is where the installer sees the node (`--root`),
-    /// which Multus's paths (its container's view) are read against.
-    pub fn from_map(map: Map<String, Value>, root: &Path) -> Result<Settings, InstallError> {
+    /// which Multus's paths (its container's view) are read against;
+    /// `daemon_socket` (`--daemon-socket`) is thick mode's socket unless the
+    /// settings name one, so a Multus thick user's file runs thick too.
+    pub fn from_map(
+        map: Map<String, Value>,
+        root: &Path,
+        daemon_socket: Option<&Path>,
+    ) -> Result<Settings, InstallError> {
         let mut settings = Settings::default();
+        if let Some(socket) = daemon_socket {
+            if !map.keys().any(|k| fold_eq(k, "daemonSocket")) {
+                let socket = socket.display().to_string();
+                settings.conf.insert("daemonSocket".into(), socket.into());
+            }
+        }
         let mut dirs: Vec<(String, PathBuf)> = Vec::new();
         for (key, value) in map {
             let is = |name: &str| fold_eq(name, &key);
@@ -243,7 +255,7 @@ mod tests {
     use serde_json::json;
 
     fn split(v: Value, root: &str) -> Result<Settings, InstallError> {
-        Settings::from_map(v.as_object().unwrap().clone(), Path::new(root))
+        Settings::from_map(v.as_object().unwrap().clone(), Path::new(root), None)
     }
 
     #[test]
@@ -261,6 +273,37 @@ mod tests {
         assert!(s.conf.is_empty());
         let keys: Vec<_> = s.notes.iter().map(|n| (n.key.as_str(), n.mapped)).collect();
         assert_eq!(keys, [("type", false), ("ClusterNetwork", false)]);
+    }
+
+    #[test]
+    fn daemon_socket_is_a_default_the_settings_may_override() {
+        let socket = Path::new("/run/plexus/plexus.sock");
+        let map = |v: Value| v.as_object().unwrap().clone();
+        let s = Settings::from_map(
+            map(json!({"socketDir": "/host/run/multus/"})),
+            Path::new("/host"),
+            Some(socket),
+        )
+        .unwrap();
+        assert_eq!(
+            s.conf,
+            map(json!({"daemonSocket": "/run/plexus/plexus.sock"}))
+        );
+        assert_eq!(s.notes[0].key, "socketDir");
+        let s = Settings::from_map(
+            map(json!({"DaemonSocket": "/run/other.sock"})),
+            Path::new("/"),
+            Some(socket),
+        )
+        .unwrap();
+        assert_eq!(s.conf, map(json!({"DaemonSocket": "/run/other.sock"})));
+        let err = Settings::from_map(
+            map(json!({})),
+            Path::new("/"),
+            Some(Path::new("run/x.sock")),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("daemonSocket"), "{err}");
     }
 
     #[test]
