@@ -253,8 +253,12 @@ fn cluster_network(
     reference: Option<String>,
     warnings: &mut Vec<String>,
 ) -> Result<(ClusterNetwork, Vec<NetworkConfigList>), CniError> {
+    // Beside `delegates`, an empty `clusterNetwork` is none (Multus tests `== ""`).
+    let reference = reference
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty() || delegates.is_none());
     match (delegates, reference) {
-        (_, Some(name)) if name.trim().is_empty() => Err(CniError::invalid_config(
+        (_, Some(name)) if name.is_empty() => Err(CniError::invalid_config(
             "clusterNetwork",
             "must not be empty",
         )),
@@ -264,10 +268,7 @@ fn cluster_network(
                     "delegates: not used, clusterNetwork is given and wins (as in Multus)".into(),
                 );
             }
-            Ok((
-                ClusterNetwork::Reference(name.trim().to_string()),
-                Vec::new(),
-            ))
+            Ok((ClusterNetwork::Reference(name), Vec::new()))
         }
         (None, None) => Err(CniError::invalid_config(
             "delegates",
@@ -503,6 +504,10 @@ mod tests {
         let conf =
             PlexusConf::from_value(&json!({"clusterNetwork": "ovn", "delegates": []})).unwrap();
         assert!(conf.warnings.is_empty());
+        // An empty clusterNetwork is none: the delegates are the networks.
+        let conf = PlexusConf::from_value(&json!({"clusterNetwork": "", "delegates": [bridge()]}))
+            .unwrap();
+        assert!(matches!(conf.cluster_network, ClusterNetwork::Inline(_)));
     }
 
     #[test]
