@@ -287,6 +287,19 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
         }
         other => failed(other),
     })?;
+    if let (Some(flag), Some(setting)) = (
+        &args.readiness_indicator_file,
+        &settings.readiness_indicator_file,
+    ) {
+        if flag != setting {
+            tracing::warn!(
+                key = "readinessindicatorfile",
+                "settings: not used: --readiness-indicator-file {} wins over {}",
+                flag.display(),
+                setting.display()
+            );
+        }
+    }
     for note in &settings.notes {
         if note.mapped {
             tracing::info!(key = %note.key, "settings: {}", note.text);
