@@ -511,6 +511,30 @@ mod tests {
     }
 
     #[test]
+    fn a_multus_thin_conf_warns_only_about_what_has_no_effect() {
+        // Multus's own thin conf keys (pkg/types/types.go NetConf), as its
+        // docs write them.
+        let conf = PlexusConf::from_value(&json!({
+            "cniVersion": "0.3.1", "name": "multus-cni-network", "type": "multus",
+            "capabilities": {"portMappings": true}, "confDir": "/etc/cni/multus/net.d",
+            "cniDir": "/var/lib/cni/multus", "binDir": "/opt/cni/bin",
+            "kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig",
+            "logFile": "/var/log/multus.log", "logLevel": "debug", "logToStderr": true,
+            "readinessindicatorfile": "", "namespaceIsolation": false,
+            "globalNamespaces": "default,shared", "systemNamespaces": ["kube-system"],
+            "multusNamespace": "kube-system", "retryDeleteOnError": true,
+            "clusterNetwork": "default-net", "defaultNetworks": ["extra"],
+        }))
+        .unwrap();
+        // logToStderr is the logging's to read; until it does, it warns.
+        assert!(
+            conf.warnings.iter().all(|w| w.starts_with("logToStderr: ")),
+            "{:?}",
+            conf.warnings
+        );
+    }
+
+    #[test]
     fn further_delegates_are_kept_in_order() {
         let second = json!({"cniVersion": "1.0.0", "name": "storage", "type": "macvlan"});
         let third = json!({"cniVersion": "1.0.0", "name": "backup",
