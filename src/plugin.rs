@@ -365,7 +365,7 @@ impl Plugin for PlexusPlugin<'_> {
         };
         let mut plan = plan::plan(&pod, &inputs)?;
         let claims = claims::bind(&mut plan, &pod, cluster, &ClaimBook::new(&conf.cni_dir))?;
-        for warning in &plan.warnings {
+        for warning in conf.warnings.iter().chain(&plan.warnings) {
             eprintln!("plexus: {}/{}: {warning}", pod.namespace, pod.name);
         }
 
