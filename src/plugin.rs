@@ -265,13 +265,14 @@ fn publish(
         .collect();
     let mut events: Vec<PodEvent> = entries
         .iter()
-        .map(|e| PodEvent {
+        .zip(results)
+        .map(|(e, r)| PodEvent {
             event_type: EventType::Normal,
             reason: "AddedInterface",
             message: format!(
                 "Add {} [{}] from {}",
                 e.interface.as_deref().unwrap_or("?"),
-                e.ips.join(","),
+                with_prefixes(&e.ips, r.result.as_ref()).join(","),
                 e.name
             ),
         })
@@ -316,6 +317,20 @@ fn publish(
         eprintln!("{who}: event not posted: {failure}");
     }
     Ok(())
+}
+
+/// The status entry's addresses with their prefixes from the result, as
+/// Multus's `AddedInterface` event shows them (`[10.1.1.5/24]`).
+fn with_prefixes(ips: &[String], result: Option<&CniResult>) -> Vec<String> {
+    let configs = result.map(|r| r.ips.as_slice()).unwrap_or_default();
+    ips.iter()
+        .map(|ip| {
+            configs
+                .iter()
+                .find(|c| c.address.ip().to_string() == *ip)
+                .map_or_else(|| ip.clone(), |c| c.address.to_string())
+        })
+        .collect()
 }
 
 /// What a claim sweep says, as warnings: releases are worth a line too.
@@ -442,7 +457,7 @@ impl Plugin for PlexusPlugin<'_> {
             plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
         }
         let claims = claims::bind(&mut plan, &pod, cluster, &ClaimBook::new(&conf.cni_dir))?;
-        for warning in &plan.warnings {
+        for warning in conf.warnings.iter().chain(&plan.warnings) {
             eprintln!("plexus: {}/{}: {warning}", pod.namespace, pod.name);
         }
 

@@ -219,17 +219,31 @@ fn plan_reads_manifest_files_and_directories() {
         "10-first.conf",
         r#"{"cniVersion": "1.0.0", "name": "first", "type": "ptp"}"#,
     );
-    let out = run(&[
-        "plan",
-        "--pod",
-        &pod,
-        "--nad",
-        &nad_arg,
-        "--conf-dir",
-        &conf_dir.display().to_string(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let conf_dir_arg = conf_dir.display().to_string();
+    let plan_in_conf_dir = |more: &[&str]| {
+        let mut args = vec!["plan", "--pod", &pod, "--nad", &nad_arg];
+        args.extend(["--conf-dir", &conf_dir_arg]);
+        args.extend(more);
+        let out = run(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        out
+    };
+    let out = plan_in_conf_dir(&[]);
     assert_eq!(stdout_json(&out)["attachments"][0]["network"], "first");
+
+    // Keys of --config plexus does not read are listed with the warnings.
+    let config = write(
+        dir.path(),
+        "plexus.conf",
+        r#"{"clusterNetwork": "first", "metricsPort": 9091, "fancyNewKey": true}"#,
+    );
+    let out = plan_in_conf_dir(&["--config", &config]);
+    let warnings = stdout_json(&out)["warnings"].to_string();
+    assert!(
+        warnings.contains("metricsPort: has no effect")
+            && warnings.contains("fancyNewKey: unknown key, ignored"),
+        "{warnings}"
+    );
 }
 
 #[test]

@@ -621,3 +621,43 @@ fn lo_is_no_attachments_interface_and_a_failed_add_on_it_can_be_deleted() {
     assert_eq!(link_names(&pods[1]), ["lo"]);
     assert_nothing_left(tmp.path());
 }
+
+#[test]
+fn further_delegates_and_a_default_network_directory_reach_every_pod() {
+    // As Multus: `delegates[1..]` follow the cluster network as net1, ...
+    // (LoadNetConf keeps them all; getIfname names them by position), then a
+    // `defaultNetworks` entry naming a directory, its first conf
+    // (getNetDelegate), then the pod's selection. DEL, twice, leaves nothing.
+    use plexus_testkit::Feature;
+    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut namespaces = Namespaces(Vec::new());
+    let (node, pods) = node_and_pods(&mut namespaces, "dlg");
+    let mut conf: Value =
+        serde_json::from_str(&plexus_conf(tmp.path(), &macvlan_network(tmp.path()))).unwrap();
+    conf["delegates"].as_array_mut().unwrap().push(json!({
+        "cniVersion": "1.0.0", "name": "storage", "type": "macvlan", "master": "uplink0",
+        "ipam": host_local(tmp.path(), "10.40.0.0/24", "storage")}));
+    let dir = tmp.path().join("default-networks");
+    std::fs::create_dir(&dir).unwrap();
+    let backup = json!({"cniVersion": "1.0.0", "name": "backup", "type": "macvlan",
+        "master": "uplink0", "ipam": host_local(tmp.path(), "10.50.0.0/24", "backup")});
+    std::fs::write(dir.join("10-backup.conf"), backup.to_string()).unwrap();
+    conf["defaultNetworks"] = json!([dir]);
+    let conf = conf.to_string();
+
+    for (i, pod_ns) in pods.iter().enumerate() {
+        let pod = format!("p{}", i + 1);
+        let out = plexus(&node, "ADD", &format!("c{i}"), Some(pod_ns), &pod, &conf);
+        assert_ok("ADD", &out);
+        assert_eq!(link_names(pod_ns), ["lo", "eth0", "net1", "net2", "net3"]);
+        let addr = |ifname: &str| ip(pod_ns, &["-4", "-o", "addr", "show", "dev", ifname]);
+        assert!(addr("net1").contains("10.40.0."), "{}", addr("net1"));
+        assert!(addr("net2").contains("10.50.0."), "{}", addr("net2"));
+        assert!(addr("net3").contains("10.20.0."), "{}", addr("net3"));
+    }
+    del_twice(&node, &pods, &conf);
+    assert_nothing_left(tmp.path());
+}
