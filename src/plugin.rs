@@ -134,6 +134,8 @@ impl<'s> PlexusPlugin<'s> {
             container_id: Some(call.container_id.clone()),
             cni_args: Some(req.env.args.clone()),
             runtime_config: req.runtime_config.clone(),
+            // What the runtime attached before plexus: the cluster network.
+            delegates: Vec::new(),
             default_networks: Vec::new(),
             ..PlanOptions::from_conf(conf)
         };
