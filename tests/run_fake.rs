@@ -1189,3 +1189,62 @@ fn default_route_hooks_run_after_their_attachment_and_shape_the_result() {
         }
     }
 }
+
+/// An in-process plugin whose ADD finds its interface name taken and fails
+/// having undone its own work (as the built-in drivers do).
+struct InTheWay {
+    log: Arc<Fakes>,
+}
+
+impl Plugin for InTheWay {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        self.log.log_builtin("inway", "ADD", &req.config);
+        Err(CniError {
+            undone: true,
+            ..CniError::invalid_config("CNI_IFNAME", "eth0 already exists")
+        })
+    }
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        self.log.log_builtin("inway", "DEL", &req.config);
+        Ok(())
+    }
+    fn check(&self, _: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
+    fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+        Ok(())
+    }
+    fn status(&self, _: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_del_after_an_add_that_found_its_way_taken_runs_nothing() {
+    // The record of an ADD whose failing plugin undid its work stays,
+    // owing nothing, so the DEL after it does not fall back to the
+    // configuration (which would delete what was in the way); that DEL
+    // removes it, and a later DEL falls back as for any missing record.
+    let f = Arc::new(Fakes::new(&[]));
+    let log = Arc::clone(&f);
+    let registry = Registry::new().with_builtin("inway", move |_, _| {
+        Box::new(InTheWay {
+            log: Arc::clone(&log),
+        })
+    });
+    let ex = executor(&f);
+    let ctx = f.ctx(&registry, "ctr1");
+    let p = plan(vec![cluster(&["inway"])]);
+    let fallback = || Ok(p.clone());
+    ex.add(&p, &ctx).unwrap_err();
+    assert_eq!(
+        record(&f, "ctr1")["attachments"][0]["pendingDel"],
+        json!([])
+    );
+    let report = ex.del(&ctx, Some(&fallback)).unwrap();
+    assert!(report.detached.is_empty());
+    assert_eq!(f.calls(), ["inway ADD"]);
+    assert!(!f.record_path("ctr1").exists());
+    ex.del(&ctx, Some(&fallback)).unwrap();
+    assert_eq!(f.calls(), ["inway ADD", "inway DEL"]);
+}
