@@ -5,7 +5,10 @@
 //! in-process and unknown types exec'd from `CNI_PATH`/`binDir`; the runtime
 //! gets the cluster network's result, as from Multus. DEL, CHECK and GC work
 //! from plexus's record of what ADD did, so they need neither the API server
-//! nor the pod (cni-SPEC §2; multi-net-spec §7.2).
+//! nor the pod (cni-SPEC §2; multi-net-spec §7.2); a DEL without a record
+//! (a pod attached before plexus was installed) DELs the cluster network
+//! from the configuration, as Multus does. STATUS asks the cluster
+//! network's plugins too.
 
 use std::borrow::Cow;
 use std::path::PathBuf;

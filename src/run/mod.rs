@@ -19,6 +19,8 @@
 //!   stops it, as the spec says (an IPAM release must not run while the
 //!   rules of a later plugin still point at the address); across attachments
 //!   a failure never stops the others, and any failure is the final error.
+//!   Without a record, DEL runs the plan its caller falls back to (the
+//!   cluster network from the configuration, see [`Executor::del`]).
 //! - What was attempted and how far it got lives in the [`Cache`], written
 //!   before the first plugin runs and after every attachment, so DEL, CHECK
 //!   and GC need neither the API server nor a crash-free ADD.
