@@ -399,7 +399,7 @@ impl Executor {
         ctx: &RunContext,
         netns: &Path,
         copy: Option<&DeviceInfo>,
-    ) -> Result<(CniResult, (Option<DeviceInfo>, Option<String>)), Box<ChainFailure>> {
+    ) -> Result<(CniResult, OptionalDeviceInfo), Box<ChainFailure>> {
         let env = attachment_env(att, ctx, CniCommand::Add, ctx.netns.clone())
             .and_then(|env| copy_device_plugin_info(att, copy).map(|()| env))
             .map_err(|error| {
@@ -965,13 +965,18 @@ fn del_chain(
     Ok(())
 }
 
+/// A device-info file's content, or `None` and, when the file was there
+/// but could not be used, the warning saying why (device-info is optional,
+/// multi-net-spec §5.3.8).
+type OptionalDeviceInfo = (Option<DeviceInfo>, Option<String>);
+
 /// device-info-SPEC §4.2.1: the device plugin's information about the
 /// attachment's device, read (and checked) before anything is added; `None`
 /// when the device plugin wrote none, which device plugins may (§4.1.1).
 /// A file that cannot be read or is invalid is the warning beside `None`:
 /// the attachment goes on without device-info (multi-net-spec §5.3.8 makes
 /// it optional; Multus's `CopyDeviceInfoForCNIFromDP` failing only logs).
-fn device_plugin_info(att: &Attachment) -> (Option<DeviceInfo>, Option<String>) {
+fn device_plugin_info(att: &Attachment) -> OptionalDeviceInfo {
     let Some(path) = att
         .device_info
         .as_ref()
@@ -987,7 +992,7 @@ fn device_plugin_info(att: &Attachment) -> (Option<DeviceInfo>, Option<String>) 
 fn optional_device_info(
     att: &Attachment,
     loaded: Result<Option<DeviceInfo>, CniError>,
-) -> (Option<DeviceInfo>, Option<String>) {
+) -> OptionalDeviceInfo {
     match loaded {
         Ok(info) => (info, None),
         Err(e) => (
@@ -1025,7 +1030,7 @@ fn cni_file_error(att: &Attachment, path: &Path, e: std::io::Error) -> CniError 
 /// plugin left unreadable or invalid is a warning, as in
 /// [`device_plugin_info`] (Multus's `getDelegateDeviceInfo` failing only
 /// logs).
-fn collect_device_info(att: &Attachment) -> (Option<DeviceInfo>, Option<String>) {
+fn collect_device_info(att: &Attachment) -> OptionalDeviceInfo {
     let Some(files) = &att.device_info else {
         return (None, None);
     };
