@@ -26,18 +26,19 @@
 //! address). The observations are written to `sriov-cni-peer.json` beside
 //! `PLEXUS_SKIP_LOG` (in the VM: vm-tests' `last-run/results/`).
 
+mod e2e_support;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use e2e_support::{addresses, ip, link_names, Namespaces, PLEXUS, REFERENCE};
 use plexus_dataplane::Netlink;
 use plexus_testkit::sriov::{sriov_cni, PciVf, SriovVfs, VfioBinding};
 use plexus_testkit::{require, Feature};
 use serde_json::{json, Value};
 
-const PLEXUS: &str = env!("CARGO_BIN_EXE_plexus");
-const REFERENCE: &str = "/usr/lib/cni";
 const IFNAME: &str = "net1";
 const CONTAINER: &str = "ctr-sriov-peer";
 
@@ -117,48 +118,37 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// A pod's network namespace (`ip netns`), deleted on drop.
-struct Pod(String);
+/// A pod's network namespace, deleted on drop.
+struct Pod {
+    name: String,
+    _ns: Namespaces,
+}
 
 impl Pod {
     fn new(tag: &str) -> Pod {
-        let name = format!("spc-{}-{tag}", std::process::id());
-        run("ip", &["netns", "add", &name]);
-        run("ip", &["-n", &name, "link", "set", "lo", "up"]);
-        Pod(name)
+        let mut ns = Namespaces(Vec::new());
+        let name = ns.add(tag);
+        ip(&name, &["link", "set", "lo", "up"]);
+        Pod { name, _ns: ns }
     }
 
     fn path(&self) -> String {
-        format!("/var/run/netns/{}", self.0)
+        format!("/var/run/netns/{}", self.name)
     }
 
     fn ip_json(&self, args: &[&str]) -> Value {
-        let mut argv = vec!["-n", &self.0, "-j"];
+        let mut argv = vec!["-j"];
         argv.extend_from_slice(args);
-        let out = run("ip", &argv);
-        serde_json::from_str(out.trim()).unwrap_or(Value::Null)
+        serde_json::from_str(ip(&self.name, &argv).trim()).unwrap_or(Value::Null)
     }
 
     /// The pod's side: its interface, addresses, routes and ARP notify.
     fn view(&self) -> Value {
-        let links = self.ip_json(&["link", "show"]);
-        let Some(link) = links
-            .as_array()
-            .and_then(|l| l.iter().find(|l| l["ifname"] == IFNAME))
-        else {
-            let names: Vec<&Value> = links
-                .as_array()
-                .map(|l| l.iter().map(|l| &l["ifname"]).collect())
-                .unwrap_or_default();
-            return json!({"links": names});
-        };
-        let addresses: Vec<String> = self.ip_json(&["addr", "show", "dev", IFNAME])[0]["addr_info"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|a| a["family"] == "inet")
-            .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
-            .collect();
+        let links = link_names(&self.name);
+        if !links.iter().any(|l| l == IFNAME) {
+            return json!({ "links": links });
+        }
+        let link = &self.ip_json(&["link", "show", "dev", IFNAME])[0];
         let routes: Vec<String> = self
             .ip_json(&["route", "show"])
             .as_array()
@@ -166,46 +156,23 @@ impl Pod {
             .flatten()
             .map(|r| {
                 let via = r["gateway"].as_str().map(|g| format!(" via {g}"));
-                format!(
-                    "{}{} dev {}",
-                    r["dst"].as_str().unwrap(),
-                    via.unwrap_or_default(),
-                    r["dev"].as_str().unwrap()
-                )
+                let (dst, dev) = (r["dst"].as_str().unwrap(), r["dev"].as_str().unwrap());
+                format!("{dst}{} dev {dev}", via.unwrap_or_default())
             })
             .collect();
-        let arp_notify = run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &self.0,
-                "cat",
-                &format!("/proc/sys/net/ipv4/conf/{IFNAME}/arp_notify"),
-            ],
-        );
+        let sysctl = format!("/proc/sys/net/ipv4/conf/{IFNAME}/arp_notify");
+        let arp_notify = Command::new("ip")
+            .args(["netns", "exec", &self.name, "cat", &sysctl])
+            .output()
+            .unwrap()
+            .stdout;
         json!({
             "name": link["ifname"], "mac": link["address"], "mtu": link["mtu"],
             "up": link["flags"].as_array().is_some_and(|f| f.contains(&json!("UP"))),
-            "addresses": addresses, "routes": routes, "arp_notify": arp_notify.trim(),
+            "addresses": addresses(&self.name, IFNAME), "routes": routes,
+            "arp_notify": String::from_utf8_lossy(&arp_notify).trim(),
         })
     }
-}
-
-impl Drop for Pod {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn run(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// Who serves the configuration.
@@ -315,11 +282,22 @@ fn observe(contender: Contender, case: &Case, sriov_cni: &Path) -> Value {
     let del = outcome(&exec(&plugin, state.path(), "DEL", &pod, &del_conf));
     let after_del = json!({"host": host_view(&nl, pf, vf), "pod": pod.view()});
     let del_again = outcome(&exec(&plugin, state.path(), "DEL", &pod, &del_conf));
+    // An admin MAC left set through the PF (igb reports it like the VF's own
+    // MAC) shows as an untrusted VF that may no longer change its own.
+    let may_set_own_mac = vf.netdev().map(|name| {
+        Command::new("ip")
+            .args(["link", "set", "dev", &name, "address", "02:00:00:5e:00:99"])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    });
     drop(vfio);
 
     let mut seen = json!({
         "before": before, "ADD": added, "after ADD": after_add,
         "DEL": del, "after DEL": after_del, "DEL again": del_again["ok"],
+        "then the VF may set its own MAC": may_set_own_mac,
     });
     normalize(
         &mut seen,

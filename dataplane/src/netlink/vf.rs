@@ -369,7 +369,7 @@ pub struct VfState {
 
 impl VfState {
     /// The state of a VF with nothing set.
-    fn unset(vf: u32) -> Self {
+    pub(crate) fn unset(vf: u32) -> Self {
         VfState {
             vf,
             mac: MacAddr([0; 6]),

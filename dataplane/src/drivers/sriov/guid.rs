@@ -51,7 +51,7 @@ pub(crate) fn save_for_give_back(saved: &mut VfState, netdev: Option<&Link>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netlink::{VfSettings, VfVlan};
+    use crate::netlink::VfSettings;
 
     fn ipoib(name: &str, guid: Option<Guid>) -> Link {
         Link {
@@ -64,18 +64,9 @@ mod tests {
 
     /// The state of an unset VF as a PF reports it, GUIDs as given.
     fn reported(node: Option<Guid>, port: Option<Guid>) -> VfState {
-        VfState {
-            vf: 0,
-            mac: crate::MacAddr([0; 6]),
-            vlan: VfVlan::default(),
-            spoofchk: false,
-            trust: false,
-            link_state: None,
-            min_tx_rate: 0,
-            max_tx_rate: 0,
-            ib_node_guid: node,
-            ib_port_guid: port,
-        }
+        let mut s = VfState::unset(0);
+        (s.ib_node_guid, s.ib_port_guid) = (node, port);
+        s
     }
 
     /// ib-sriov-cni's `IsValidGUID` (all zeros) and `IsAllOnesGUID`.
