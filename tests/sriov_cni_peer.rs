@@ -54,6 +54,27 @@ struct Case {
     differences: &'static [(&'static str, &'static str)],
 }
 
+// Why plexus differs, where it does.
+const EMPTY_DNS: &str = "plexus leaves out an empty `dns` (cni-SPEC: optional, and an empty one \
+    says nothing); sriov-cni's Go result types print `{}`";
+const MAC_AS_WRITTEN: &str = "sriov-cni's result echoes the configured MAC as written (`SetupVF` \
+    returns conf.MAC); plexus reports the MAC the netdev has, in the kernel's lower case";
+const ADMIN_MAC_LEFT: &str = "sriov-cni's `ResetVFConfig` sets the admin MAC back to what \
+    `FillOriginalVfInfo` read, and igb reports a VF's own MAC when no admin MAC is set: sriov-cni \
+    leaves an admin MAC, and an untrusted VF can no longer change its own MAC; plexus saw the \
+    netdev had that MAC and clears the admin MAC";
+const FAILED_ADD_LEFT: &str = "sriov-cni's `cmdAdd` returns ApplyVFConfig's error in a shadowed \
+    `err`, so its deferred `ResetVFConfig` never runs, and its DEL finds no cached config and \
+    does nothing: the VLAN and admin MAC applied before igb refused min_tx_rate stay; plexus \
+    gives back what the kernel applied";
+const DPDK_MAC: &str = "in DPDK mode sriov-cni's result has no MAC; plexus reports the VF's \
+    MAC as the PF reports it (the configured one, else an admin MAC set before; igb reports a \
+    VF's own MAC when none is set)";
+const ADMIN_MAC_FIRST: &str = "sriov-cni sets the admin MAC (`ApplyVFConfig`) before the \
+    netdev's (`SetupVF`): igb then refuses an untrusted VF its own MAC, the ADD fails after 5 \
+    tries and its cleanup (`ReleaseVF` needs the pod's interface) leaves the netdev down as \
+    temp_N, and an admin MAC set; plexus sets the netdev's MAC first, as igb requires";
+
 /// host-local as sriov-cni's README configures it.
 fn readme_ipam() -> Value {
     json!({"type": "host-local", "subnet": "10.56.217.0/24",
@@ -67,7 +88,7 @@ fn cases() -> Vec<Case> {
             conf: json!({"type": "sriov", "cniVersion": "0.3.1", "name": "sriov-network",
                          "ipam": readme_ipam()}),
             dpdk: false,
-            differences: &[],
+            differences: &[("/ADD/result/dns", EMPTY_DNS)],
         },
         Case {
             name: "README: extended kernel driver config",
@@ -75,14 +96,17 @@ fn cases() -> Vec<Case> {
                          "vlan": 1000, "spoofchk": "off", "trust": "on",
                          "ipam": readme_ipam()}),
             dpdk: false,
-            differences: &[],
+            differences: &[("/ADD/result/dns", EMPTY_DNS)],
         },
         Case {
             name: "README: DPDK userspace driver config",
             conf: json!({"cniVersion": "0.3.1", "name": "sriov-dpdk", "type": "sriov",
                          "vlan": 1000}),
             dpdk: true,
-            differences: &[],
+            differences: &[
+                ("/ADD/result/dns", EMPTY_DNS),
+                ("/ADD/result/interfaces/0/mac", DPDK_MAC),
+            ],
         },
         Case {
             // Its `type` ("sriovi-net") is a typo there; the rest as written.
@@ -93,7 +117,15 @@ fn cases() -> Vec<Case> {
                          "min_tx_rate": 100, "max_tx_rate": 200, "spoofchk": "off",
                          "trust": "on", "link_state": "enable"}),
             dpdk: false,
-            differences: &[],
+            differences: &[
+                ("/after ADD/host/vf on the PF/mac", FAILED_ADD_LEFT),
+                ("/after ADD/host/vf on the PF/vlan/id", FAILED_ADD_LEFT),
+                ("/after ADD/host/vf on the PF/vlan/qos", FAILED_ADD_LEFT),
+                ("/after DEL/host/vf on the PF/mac", FAILED_ADD_LEFT),
+                ("/after DEL/host/vf on the PF/vlan/id", FAILED_ADD_LEFT),
+                ("/after DEL/host/vf on the PF/vlan/qos", FAILED_ADD_LEFT),
+                ("/then the VF may set its own MAC", FAILED_ADD_LEFT),
+            ],
         },
         Case {
             name: "configuration-reference.md: the fields igb takes, with the README's IPAM",
@@ -102,7 +134,11 @@ fn cases() -> Vec<Case> {
                          "max_tx_rate": 200, "spoofchk": "off", "trust": "on",
                          "ipam": readme_ipam()}),
             dpdk: false,
-            differences: &[],
+            differences: &[
+                ("/ADD/result/dns", EMPTY_DNS),
+                ("/ADD/result/interfaces/0/mac", MAC_AS_WRITTEN),
+                ("/then the VF may set its own MAC", ADMIN_MAC_LEFT),
+            ],
         },
         Case {
             // As Multus hands over the pod annotation's "mac" (capability
@@ -113,7 +149,22 @@ fn cases() -> Vec<Case> {
                          "runtimeConfig": {"mac": "CA:FE:C0:FF:EE:00"},
                          "ipam": readme_ipam()}),
             dpdk: false,
-            differences: &[],
+            differences: &[
+                ("/ADD/ok", ADMIN_MAC_FIRST),
+                ("/ADD/result", ADMIN_MAC_FIRST),
+                ("/after ADD/host/netdev in the host", ADMIN_MAC_FIRST),
+                ("/after ADD/host/vf on the PF/mac", ADMIN_MAC_FIRST),
+                ("/after ADD/pod/addresses", ADMIN_MAC_FIRST),
+                ("/after ADD/pod/arp_notify", ADMIN_MAC_FIRST),
+                ("/after ADD/pod/links", ADMIN_MAC_FIRST),
+                ("/after ADD/pod/mac", ADMIN_MAC_FIRST),
+                ("/after ADD/pod/mtu", ADMIN_MAC_FIRST),
+                ("/after ADD/pod/name", ADMIN_MAC_FIRST),
+                ("/after ADD/pod/routes", ADMIN_MAC_FIRST),
+                ("/after ADD/pod/up", ADMIN_MAC_FIRST),
+                ("/after DEL/host/netdev in the host/name", ADMIN_MAC_FIRST),
+                ("/then the VF may set its own MAC", ADMIN_MAC_FIRST),
+            ],
         },
     ]
 }
@@ -252,16 +303,16 @@ fn host_view(nl: &Netlink, pf: u32, vf: &PciVf) -> Value {
 fn observe(contender: Contender, case: &Case, sriov_cni: &Path) -> Value {
     let vfs = SriovVfs::create(1);
     let vf = &vfs.vfs[0];
-    let vfio = case.dpdk.then(|| VfioBinding::bind(vf));
     let nl = Netlink::current().unwrap();
     let pf = nl.link_by_name(&vfs.pf.netdev).unwrap().unwrap().index;
-    // Names and MACs the VF got with its creation, for normalizing.
+    // The name and MAC the VF got with its creation, for normalizing.
     let own_name = vf.netdev();
     let own_mac = own_name
         .as_ref()
         .and_then(|n| nl.link_by_name(n).unwrap())
         .and_then(|l| l.mac)
         .map(|m| m.to_string());
+    let vfio = case.dpdk.then(|| VfioBinding::bind(vf));
 
     let state = tempfile::tempdir().unwrap();
     let pod = Pod::new(&format!("{contender:?}").to_lowercase());
