@@ -41,8 +41,13 @@ use serde_json::{json, Value};
 
 use crate::{cni_env_as, invoke, ip, percentile, print_table, with_prev_result, Namespaces, Run};
 
-/// VFs created on the PF; the two contenders' pods take turns on them.
-const VFS: u32 = 4;
+/// VFs created on the PF: each contender's pods take turns on two of its
+/// own. Not shared: sriov-cni's DEL leaves an admin MAC on an igb VF (it
+/// restores the one it read, which igb reports as the VF's own when none is
+/// set), and an untrusted VF can then no longer set its own MAC, which the
+/// floor's ADD does first.
+const VFS: u32 = 6;
+const VFS_EACH: usize = 2;
 /// The pod's name for its VF's netdev.
 const IFNAME: &str = "net1";
 const MAX_TX_RATE: u32 = 100;
@@ -121,17 +126,24 @@ pub fn run(setup: Setup) -> Result<bool, String> {
                 .into(),
         );
     }
-    // First, while the process has one thread (unshare needs that).
+    // Looked up with the machine's /var/lib (its key has dpkg's versions).
+    let peer = sriov_cni();
+    // Then, while the process has one thread (unshare needs that).
     private_var_lib(&setup.tmp.join("var-lib"))?;
     let Some(found) = find_pf() else {
         return Err("no PCI SR-IOV PF with a netdev here".into());
     };
-    let peer = sriov_cni();
     let host_local = setup.reference_dir.join("host-local");
     if !host_local.is_file() {
         return Err(format!("{} not found", host_local.display()));
     }
-    let created = SriovVfs::create(VFS.min(found.total_vfs));
+    if found.total_vfs < VFS {
+        return Err(format!(
+            "the PF {} has {} VFs at most, the case needs {VFS}",
+            found.address, found.total_vfs
+        ));
+    }
+    let created = SriovVfs::create(VFS);
     let nl = Netlink::current().map_err(|e| e.to_string())?;
     let pf_index = nl
         .link_by_name(&created.pf.netdev)
@@ -198,7 +210,7 @@ pub fn run(setup: Setup) -> Result<bool, String> {
         let mut pod = |n: usize, who: &str, octet: u8| {
             let ns_name = format!("pxb-{pid}-s{who}{i}");
             let ns = setup.namespaces.create(ns_name.clone())?;
-            let vf = &vfs[n % vfs.len()];
+            let vf = &vfs[n * VFS_EACH + i % VFS_EACH];
             let mac = MacAddr([0x02, 0, 0, octet, (i >> 8) as u8, i as u8]);
             Ok::<_, String>(Pod {
                 ns,
@@ -210,7 +222,7 @@ pub fn run(setup: Setup) -> Result<bool, String> {
                 vlan: 100 + (i % 1000) as u16,
             })
         };
-        let (px, fl) = (pod(i, "px", 0x90)?, pod(i + 1, "fl", 0x91)?);
+        let (px, fl) = (pod(0, "px", 0x90)?, pod(1, "fl", 0x91)?);
 
         let conf = plexus_conf(px.vf, px.mac, px.vlan);
         let env = |command| cni_env_as(command, &px.id, &px.ns, IFNAME, "", setup.reference_dir);
@@ -254,7 +266,7 @@ pub fn run(setup: Setup) -> Result<bool, String> {
         floor.restored += floor.verified(FLOOR, "after DEL", &fl, wrong) as usize;
 
         let Ok(peer) = &peer else { continue };
-        let sc = pod(i + 2, "sc", 0x92)?;
+        let sc = pod(2, "sc", 0x92)?;
         let conf = peer_conf(sc.vf, sc.mac, sc.vlan);
         let env = |command| cni_env_as(command, &sc.id, &sc.ns, IFNAME, "", setup.reference_dir);
         let add = invoke(
