@@ -15,7 +15,9 @@
 //! - the addresses outlive every pod: they are released once the claim is
 //!   deleted, by the next DEL of a pod that used it or the next GC, never
 //!   while it exists (§8: "cannot be de-allocated before the IPAMClaim is
-//!   deleted").
+//!   deleted"), and never while a pod of this node still holds them (its
+//!   record owes a DEL of an attachment bound to the claim): a deleted
+//!   claim's addresses are released at that pod's DEL.
 //!
 //! Without `allowPersistentIPs` the reference is ignored with a warning, as
 //! §4.1.2.1.11 allows for an IPAM that does not implement claims.
@@ -29,6 +31,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::cache::{Cache, Entry, Lookup};
 use crate::cluster::Cluster;
 use crate::cni::env::{CniCommand, CniEnv};
 use crate::cni::error::{codes, CniError};
@@ -79,6 +82,8 @@ impl BookEntry {
 /// The claims plexus has allocated for on this node.
 pub struct ClaimBook {
     dir: PathBuf,
+    /// plexus's records, which tell the claims the node's pods still hold.
+    records: Cache,
 }
 
 impl ClaimBook {
@@ -86,6 +91,7 @@ impl ClaimBook {
     pub fn new(cni_dir: &Path) -> ClaimBook {
         ClaimBook {
             dir: cni_dir.join("ipamclaims"),
+            records: Cache::new(cni_dir),
         }
     }
 
@@ -325,15 +331,57 @@ pub struct Swept {
     pub warnings: Vec<String>,
 }
 
+/// The owners of the claims a pod of this node still holds: those of the
+/// attachments of every record that still owes a DEL. An unreadable record
+/// may hold any claim: its reason is the error.
+fn held_by_pods(records: &Cache) -> Result<Vec<String>, String> {
+    let mut owners = Vec::new();
+    for entry in records.entries().map_err(|e| e.details)? {
+        let Entry::Record {
+            container_id,
+            ifname,
+        } = entry
+        else {
+            continue;
+        };
+        match records
+            .load(&container_id, &ifname)
+            .map_err(|e| e.details)?
+        {
+            Lookup::Found(record) => owners.extend(owners_in(
+                record
+                    .attachments
+                    .iter()
+                    .filter(|a| a.owes_del())
+                    .map(|a| &a.attachment),
+            )),
+            // Deleted meanwhile: it holds nothing any more.
+            Lookup::Missing => {}
+            Lookup::Corrupt { path, reason } => {
+                return Err(format!(
+                    "record {} is unreadable ({reason})",
+                    path.display()
+                ))
+            }
+        }
+    }
+    owners.sort();
+    owners.dedup();
+    Ok(owners)
+}
+
 /// Release the addresses of noted claims that no longer exist: those of
 /// `only` (owners), or all. A claim the cluster cannot tell about (the API
-/// server unreachable) is kept for a later sweep.
+/// server unreachable) is kept for a later sweep, and so is a deleted claim
+/// whose addresses a pod of this node still holds: that pod's DEL releases
+/// them.
 pub fn sweep(book: &ClaimBook, cluster: &dyn Cluster, only: Option<&[String]>) -> Swept {
     let (entries, warnings) = book.entries();
     let mut swept = Swept {
         warnings,
         ..Swept::default()
     };
+    let mut in_use: Option<Result<Vec<String>, String>> = None;
     let wanted = |e: &BookEntry| only.is_none_or(|owners| owners.contains(&e.owner()));
     for entry in &entries {
         let claim = format!("IPAMClaim {}/{}", entry.namespace, entry.name);
@@ -352,6 +400,22 @@ pub fn sweep(book: &ClaimBook, cluster: &dyn Cluster, only: Option<&[String]>) -
                 swept.warnings.push(format!(
                     "{claim}: addresses kept, cannot tell whether the claim still exists: {}",
                     e.details
+                ));
+                swept.held.push(held);
+                continue;
+            }
+        }
+        // Deleted: released only once no pod of the node holds the addresses.
+        match in_use.get_or_insert_with(|| held_by_pods(&book.records)) {
+            Ok(owners) if owners.contains(&entry.owner()) => {
+                swept.held.push(held);
+                continue;
+            }
+            Ok(_) => {}
+            Err(reason) => {
+                swept.warnings.push(format!(
+                    "{claim} is deleted, but its addresses are kept: cannot tell whether a pod \
+                     still holds them: {reason}"
                 ));
                 swept.held.push(held);
                 continue;
@@ -592,5 +656,59 @@ mod tests {
         assert_eq!(swept.released, ["ns/vm-a.tenantred"]);
         assert!(!held.exists());
         assert!(noted(&book).is_empty() && swept.held.is_empty());
+    }
+
+    #[test]
+    fn a_deleted_claims_addresses_stay_while_a_pod_holds_them() {
+        // A GC or another pod's DEL must not free them under a running pod;
+        // that pod's DEL (its record gone, or owing nothing) releases them.
+        use crate::cache::Record;
+        let tmp = tempfile::tempdir().unwrap();
+        let cni_dir = tmp.path().join("cni");
+        let book = ClaimBook::new(&cni_dir);
+        let mut plan = plan(attachment(macvlan(tmp.path(), json!(true))));
+        bind(&mut plan, &pod(), &cluster(tmp.path(), CLAIM), &book).unwrap();
+        let held = tmp.path().join("red/10.1.0.9");
+        std::fs::create_dir_all(held.parent().unwrap()).unwrap();
+        std::fs::write(&held, "ipamclaim_ns_vm-a.tenantred\r\nnet1").unwrap();
+        // The running pod: its record owes the attachment's DEL.
+        let records = Cache::new(&cni_dir);
+        let mut record = Record::new("ctr-a", "eth0", None, &plan);
+        record.attachments[0].pending_del = record.attachments[0].all_plugins();
+        records.store(&record).unwrap();
+
+        let deleted = cluster(tmp.path(), "");
+        let owner = "ipamclaim_ns_vm-a.tenantred".to_string();
+        for only in [None, Some(std::slice::from_ref(&owner))] {
+            let swept = sweep(&book, &deleted, only);
+            assert!(
+                swept.released.is_empty() && swept.warnings.is_empty(),
+                "{swept:?}"
+            );
+            assert_eq!(
+                swept.held,
+                noted(&book),
+                "held, so a GC keeps the attachment"
+            );
+            assert!(held.exists());
+        }
+
+        // A record that cannot be read may hold the claim: kept, with a warning.
+        let corrupt = records.path("ctr-b", "eth0").unwrap();
+        std::fs::write(&corrupt, "{").unwrap();
+        records.remove("ctr-a", "eth0").unwrap();
+        let swept = sweep(&book, &deleted, None);
+        assert!(swept.released.is_empty(), "{swept:?}");
+        assert!(
+            swept.warnings[0].contains("cannot tell whether a pod still holds them"),
+            "{swept:?}"
+        );
+        assert!(held.exists());
+
+        // The pod's DEL done (no record owes anything): released.
+        std::fs::remove_file(&corrupt).unwrap();
+        let swept = sweep(&book, &deleted, Some(std::slice::from_ref(&owner)));
+        assert_eq!(swept.released, ["ns/vm-a.tenantred"]);
+        assert!(!held.exists());
     }
 }

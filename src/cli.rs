@@ -84,9 +84,14 @@ struct InstallArgs {
     /// §6.1.2: wait for this file (a node path) before writing the conf.
     #[arg(long, value_name = "FILE")]
     readiness_indicator_file: Option<PathBuf>,
-    /// plexus's settings (a JSON object: the ConfigMap), merged into the conf.
+    /// plexus's settings (a JSON object: the ConfigMap), merged into the conf;
+    /// or a Multus thick daemon-config.json, whose keys are mapped or explained.
     #[arg(long, value_name = "FILE")]
     settings: Option<PathBuf>,
+    /// Thick mode: the socket `plexus daemon --socket` serves, named as the
+    /// conf's `daemonSocket` unless the settings name one.
+    #[arg(long, value_name = "SOCKET")]
+    daemon_socket: Option<PathBuf>,
     /// Without --watch: seconds to wait for the cluster network, then fail.
     #[arg(long, default_value_t = 600.0)]
     timeout: f64,
@@ -198,9 +203,11 @@ struct StatusArgs {
     /// The attachment is the cluster-wide default network.
     #[arg(long)]
     default: bool,
-    /// Gateways the selection's `default-route` asked for; repeatable.
-    #[arg(long = "default-route", value_name = "IP")]
-    default_route: Vec<IpAddr>,
+    /// The selection's `default-route` (multi-net-spec §5.3.7.4: the entry
+    /// has one only then): its gateways, or none for `[]`, which reports the
+    /// result's own default gateways.
+    #[arg(long = "default-route", value_name = "IP", num_args = 0..)]
+    default_route: Option<Vec<IpAddr>>,
     /// A device-info file (device-info spec) to include.
     #[arg(long, value_name = "FILE")]
     device_info: Option<PathBuf>,
@@ -271,6 +278,38 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
             }
         },
     };
+    // plexus's settings, or a Multus thick daemon-config.json as it is.
+    let settings = crate::install::settings::Settings::from_map(
+        settings,
+        &args.root,
+        args.daemon_socket.as_deref(),
+    )
+    .map_err(|e| match e {
+        crate::install::InstallError::Invalid { what, reason } => {
+            CniError::invalid_config(what, reason)
+        }
+        other => failed(other),
+    })?;
+    if let (Some(flag), Some(setting)) = (
+        &args.readiness_indicator_file,
+        &settings.readiness_indicator_file,
+    ) {
+        if flag != setting {
+            tracing::warn!(
+                key = "readinessindicatorfile",
+                "settings: not used: --readiness-indicator-file {} wins over {}",
+                flag.display(),
+                setting.display()
+            );
+        }
+    }
+    for note in &settings.notes {
+        if note.mapped {
+            tracing::info!(key = %note.key, "settings: {}", note.text);
+        } else {
+            tracing::warn!(key = %note.key, "settings: not used: {}", note.text);
+        }
+    }
     if !(args.timeout > 0.0 && args.timeout <= 86_400.0) {
         return Err(CniError::invalid_config(
             "--timeout",
@@ -281,12 +320,16 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
         root: args.root.clone(),
         source,
         bin_dir: args.bin_dir.clone(),
-        conf_dir: args.conf_dir.clone(),
+        conf_dir: settings.conf_dir.unwrap_or_else(|| args.conf_dir.clone()),
         kubeconfig: (!args.no_kubeconfig).then(|| args.kubeconfig.clone()),
         service_account: args.service_account.clone(),
         api_server: args.api_server.clone(),
-        readiness_indicator_file: args.readiness_indicator_file.clone(),
-        settings,
+        readiness_indicator_file: args
+            .readiness_indicator_file
+            .clone()
+            .or(settings.readiness_indicator_file),
+        settings: settings.conf,
+        cluster_conf: settings.cluster_conf,
         verified_binary: Default::default(),
     };
     let stop = stop_on_signals().map_err(failed)?;
@@ -420,7 +463,23 @@ fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
         default_network: &default_network,
         options: &options,
     };
-    Ok(pretty(&plan::plan(&pod, &inputs)?.to_value()))
+    let mut plan = plan::plan(&pod, &inputs)?;
+    if let Some(conf) = &conf {
+        plan.warnings.splice(0..0, conf.warnings.iter().cloned());
+        // The auxiliary chain runs after the pod's networks (`--conf-dir`
+        // replaces the conf's `confDir` there too).
+        let conf = PlexusConf {
+            conf_dir: args
+                .conf_dir
+                .clone()
+                .unwrap_or_else(|| conf.conf_dir.clone()),
+            ..conf.clone()
+        };
+        if let Some(chain) = crate::auxiliary::load(&conf)? {
+            plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
+        }
+    }
+    Ok(pretty(&plan.to_value()))
 }
 
 fn first_conf(conf_dir: Option<&ConfDir>) -> Result<DefaultNetwork, CniError> {
@@ -492,7 +551,7 @@ fn run_status(args: &StatusArgs) -> Result<String, CniError> {
         network: &args.network,
         ifname: args.ifname.as_deref(),
         default: args.default,
-        gateway_request: (!args.default_route.is_empty()).then_some(args.default_route.as_slice()),
+        gateway_request: args.default_route.as_deref(),
         device_info,
     };
     Ok(pretty(

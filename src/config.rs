@@ -27,12 +27,23 @@ pub use crate::devices::podresources::Client as PodResourcesClient;
 use crate::logging::LogSettings;
 use crate::netattach::deviceinfo;
 
-pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
+pub mod keys;
+
+/// Where a NAD without `spec.config` finds its config (§3.4.1 rules 2-3),
+/// and a `clusterNetwork`/`defaultNetworks` entry given as a config's name:
+/// Multus's `defaultConfDir`, so a Multus user's configs are found where they
+/// are; and not the runtime's own conf dir, whose cluster network conf (and
+/// plexus's conflist) a NAD should not pick up by name.
+pub const DEFAULT_CONF_DIR: &str = "/etc/cni/multus/net.d";
 pub const DEFAULT_CNI_DIR: &str = "/var/lib/cni/plexus";
 pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
 /// Where cluster-scoped NADs (the cluster network, `defaultNetworks`) live
 /// when they name no namespace; Multus's `multusNamespace` default.
 pub const DEFAULT_PLEXUS_NAMESPACE: &str = "kube-system";
+
+/// Namespaces whose NADs any pod may select under `namespaceIsolation` when
+/// `globalNamespaces` is not given: Multus's `defaultNonIsolatedNamespace`.
+pub const DEFAULT_GLOBAL_NAMESPACE: &str = "default";
 
 /// How long an ADD waits for the cluster network by default: Multus's 45 s.
 pub const DEFAULT_READINESS_TIMEOUT: Duration = Duration::from_secs(45);
@@ -54,6 +65,10 @@ pub struct PlexusConf {
     pub cni_version: String,
     pub name: String,
     pub cluster_network: ClusterNetwork,
+    /// `delegates[1..]`: attached to every pod right after the cluster
+    /// network, as Multus's `LoadNetConf` keeps them (system namespaces
+    /// included), interfaces `net1`, `net2`, ... in order.
+    pub delegates: Vec<NetworkConfigList>,
     /// NADs attached to every pod right after the cluster network (Multus's
     /// `defaultNetworks`).
     pub default_networks: Vec<String>,
@@ -64,6 +79,8 @@ pub struct PlexusConf {
     /// multi-net-spec §7.4: pods may only select NADs of their own namespace
     /// (or of `global_namespaces`).
     pub namespace_isolation: bool,
+    /// Multus's `NonIsolatedNamespaces`: `globalNamespaces` as given, else
+    /// `["default"]`.
     pub global_namespaces: Vec<String>,
     pub conf_dir: PathBuf,
     pub cni_dir: PathBuf,
@@ -96,6 +113,12 @@ pub struct PlexusConf {
     pub capabilities: BTreeMap<String, bool>,
     /// What the runtime injected for those capabilities (§7.5: default network only).
     pub runtime_config: Map<String, Value>,
+    /// Multus's `auxiliaryCNIChainName`: a chain of plugin configs read from
+    /// the subdirectory of this name, run for every pod (see `auxiliary`).
+    pub auxiliary_chain: Option<String>,
+    /// What the operator should know about the conf (a key that has no
+    /// effect, `delegates` overridden by `clusterNetwork`): logged, never fatal.
+    pub warnings: Vec<String>,
 }
 
 /// Where the shim finds the node daemon, and what it does without one.
@@ -182,6 +205,8 @@ struct RawConf {
     log_options: Option<Value>,
     capabilities: Option<BTreeMap<String, bool>>,
     runtime_config: Option<Map<String, Value>>,
+    #[serde(rename = "auxiliaryCNIChainName")]
+    auxiliary_cni_chain_name: Option<String>,
 }
 
 /// A bound in seconds: more than 0, at most an hour.
@@ -227,6 +252,69 @@ fn daemon_client(
     }
 }
 
+/// `auxiliaryCNIChainName`: empty means unset, as in Multus; the name must
+/// be a CNI network name, as it names a directory (Multus checks the same).
+fn auxiliary_chain(name: Option<String>) -> Result<Option<String>, CniError> {
+    match name {
+        None => Ok(None),
+        Some(name) if name.is_empty() => Ok(None),
+        Some(name) => crate::cni::names::check_network_name(&name)
+            .map(|()| Some(name))
+            .map_err(|reason| CniError::invalid_config("auxiliaryCNIChainName", reason)),
+    }
+}
+
+/// The cluster network and the further `delegates`, as Multus's `LoadNetConf`
+/// reads them: `clusterNetwork` wins over `delegates` (which are then not
+/// read at all, so a warning says so); otherwise `delegates[0]` is the
+/// cluster network and the rest are attached to every pod after it.
+fn cluster_network(
+    delegates: Option<Vec<Value>>,
+    reference: Option<String>,
+    warnings: &mut Vec<String>,
+) -> Result<(ClusterNetwork, Vec<NetworkConfigList>), CniError> {
+    // Beside `delegates`, an empty `clusterNetwork` is none (Multus tests `== ""`).
+    let reference = reference
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty() || delegates.is_none());
+    match (delegates, reference) {
+        (_, Some(name)) if name.is_empty() => Err(CniError::invalid_config(
+            "clusterNetwork",
+            "must not be empty",
+        )),
+        (delegates, Some(name)) => {
+            if delegates.is_some_and(|d| !d.is_empty()) {
+                warnings.push(
+                    "delegates: not used, clusterNetwork is given and wins (as in Multus)".into(),
+                );
+            }
+            Ok((ClusterNetwork::Reference(name), Vec::new()))
+        }
+        (None, None) => Err(CniError::invalid_config(
+            "delegates",
+            "missing: plexus needs the cluster-wide default network (multi-net-spec §6) \
+             as delegates[0] or as clusterNetwork",
+        )),
+        (Some(delegates), None) => {
+            let mut lists = delegates.iter().enumerate().map(|(i, d)| {
+                NetworkConfigList::from_value(d).map_err(|e| e.within(format!("delegates[{i}]")))
+            });
+            let first = lists.next().ok_or_else(|| {
+                CniError::invalid_config("delegates", "must hold the cluster-wide default network")
+            })??;
+            Ok((
+                ClusterNetwork::Inline(first),
+                lists.collect::<Result<_, _>>()?,
+            ))
+        }
+    }
+}
+
+/// Whether plexus's conf reads `key` (matched as Go matches keys).
+pub fn reads(key: &str) -> bool {
+    keys::read_by::<RawConf>(key)
+}
+
 impl PlexusConf {
     pub fn from_slice(bytes: &[u8]) -> Result<PlexusConf, CniError> {
         let value: Value = serde_json::from_slice(bytes)
@@ -243,45 +331,12 @@ impl PlexusConf {
         }
         let raw: RawConf = casefold::decode(value)?;
 
-        let cluster_network =
-            match (raw.delegates, raw.cluster_network) {
-                (Some(_), Some(_)) => {
-                    return Err(CniError::invalid_config(
-                        "delegates",
-                        "give either delegates or clusterNetwork, not both",
-                    ))
-                }
-                (None, None) => return Err(CniError::invalid_config(
-                    "delegates",
-                    "missing: plexus needs the cluster-wide default network (multi-net-spec §6) \
-                     as delegates[0] or as clusterNetwork",
-                )),
-                (Some(delegates), None) => match delegates.as_slice() {
-                    [one] => ClusterNetwork::Inline(
-                        NetworkConfigList::from_value(one).map_err(|e| e.within("delegates[0]"))?,
-                    ),
-                    [] => {
-                        return Err(CniError::invalid_config(
-                            "delegates",
-                            "must hold the cluster-wide default network",
-                        ))
-                    }
-                    _ => {
-                        return Err(CniError::invalid_config(
-                            "delegates",
-                            "holds only the cluster-wide default network; list further networks \
-                         for every pod in defaultNetworks",
-                        ))
-                    }
-                },
-                (None, Some(name)) if name.trim().is_empty() => {
-                    return Err(CniError::invalid_config(
-                        "clusterNetwork",
-                        "must not be empty",
-                    ))
-                }
-                (None, Some(name)) => ClusterNetwork::Reference(name.trim().to_string()),
-            };
+        let mut warnings = value
+            .as_object()
+            .map(keys::warnings::<RawConf>)
+            .unwrap_or_default();
+        let (cluster_network, delegates) =
+            cluster_network(raw.delegates, raw.cluster_network, &mut warnings)?;
 
         if let Some(t) = raw.plugin_type.as_deref() {
             if t.is_empty() {
@@ -300,6 +355,7 @@ impl PlexusConf {
             cni_version: raw.cni_version.unwrap_or_else(|| "1.0.0".into()),
             name: raw.name.unwrap_or_else(|| "plexus".into()),
             cluster_network,
+            delegates,
             default_networks: raw.default_networks.unwrap_or_default(),
             system_namespaces: raw
                 .system_namespaces
@@ -313,7 +369,8 @@ impl PlexusConf {
             global_namespaces: raw
                 .global_namespaces
                 .map(NamespaceList::into_vec)
-                .unwrap_or_default(),
+                .filter(|list| !list.is_empty())
+                .unwrap_or_else(|| vec![DEFAULT_GLOBAL_NAMESPACE.into()]),
             conf_dir: path(raw.conf_dir, DEFAULT_CONF_DIR),
             cni_dir: path(raw.cni_dir, DEFAULT_CNI_DIR),
             bin_dir: path(raw.bin_dir, DEFAULT_BIN_DIR),
@@ -342,6 +399,8 @@ impl PlexusConf {
             )?,
             capabilities: raw.capabilities.unwrap_or_default(),
             runtime_config: raw.runtime_config.unwrap_or_default(),
+            auxiliary_chain: auxiliary_chain(raw.auxiliary_cni_chain_name)?,
+            warnings,
         })
     }
 }
@@ -367,7 +426,8 @@ mod tests {
         );
         assert_eq!(conf.system_namespaces, ["kube-system"]);
         assert_eq!(conf.plexus_namespace, "kube-system");
-        assert_eq!(conf.conf_dir, PathBuf::from(DEFAULT_CONF_DIR));
+        // Multus's defaultConfDir (pkg/types/conf.go), for NADs without spec.config.
+        assert_eq!(conf.conf_dir, PathBuf::from("/etc/cni/multus/net.d"));
         assert!(!conf.strict_annotations);
         assert_eq!(
             conf.pod_resources,
@@ -403,14 +463,10 @@ mod tests {
     fn bad_confs_name_the_field() {
         let cases = [
             (json!({}), "delegates: missing"),
-            (
-                json!({"delegates": [bridge()], "clusterNetwork": "x"}),
-                "delegates: give either",
-            ),
             (json!({"delegates": []}), "delegates: must hold"),
             (
-                json!({"delegates": [bridge(), bridge()]}),
-                "delegates: holds only",
+                json!({"delegates": [bridge(), {"name": "x"}]}),
+                "delegates[1]",
             ),
             (
                 json!({"clusterNetwork": " "}),
@@ -461,6 +517,10 @@ mod tests {
                 json!({"clusterNetwork": "x", "logOptions": []}),
                 "logOptions: must be a JSON object",
             ),
+            (
+                json!({"clusterNetwork": "x", "auxiliaryCNIChainName": "../etc"}),
+                "auxiliaryCNIChainName: ",
+            ),
         ];
         for (input, want) in cases {
             let err = PlexusConf::from_value(&input).unwrap_err();
@@ -490,6 +550,84 @@ mod tests {
         assert_eq!(log.rotation.max_size, crate::logging::rotate::MEGABYTE);
         assert_eq!(log.rotation.max_backups, Some(2));
         assert!(!log.rotation.compress);
+    }
+
+    #[test]
+    fn cluster_network_wins_over_delegates_as_in_multus() {
+        // Multus's LoadNetConf reads `delegates` only without `clusterNetwork`.
+        let conf = PlexusConf::from_value(&json!({
+            "clusterNetwork": "ovn", "delegates": [bridge(), {"not": "a config"}],
+        }))
+        .unwrap();
+        assert_eq!(
+            conf.cluster_network,
+            ClusterNetwork::Reference("ovn".into())
+        );
+        assert!(conf.delegates.is_empty());
+        assert_eq!(
+            conf.warnings,
+            ["delegates: not used, clusterNetwork is given and wins (as in Multus)"]
+        );
+        // An empty list is no conflict.
+        let conf =
+            PlexusConf::from_value(&json!({"clusterNetwork": "ovn", "delegates": []})).unwrap();
+        assert!(conf.warnings.is_empty());
+        // An empty clusterNetwork is none: the delegates are the networks.
+        let conf = PlexusConf::from_value(&json!({"clusterNetwork": "", "delegates": [bridge()]}))
+            .unwrap();
+        assert!(matches!(conf.cluster_network, ClusterNetwork::Inline(_)));
+    }
+
+    #[test]
+    fn a_multus_thin_conf_warns_only_about_what_has_no_effect() {
+        // Multus's own thin conf keys (pkg/types/types.go NetConf), as its
+        // docs write them.
+        let conf = PlexusConf::from_value(&json!({
+            "cniVersion": "0.3.1", "name": "multus-cni-network", "type": "multus",
+            "capabilities": {"portMappings": true}, "confDir": "/etc/cni/multus/net.d",
+            "cniDir": "/var/lib/cni/multus", "binDir": "/opt/cni/bin",
+            "kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig",
+            "logFile": "/var/log/multus.log", "logLevel": "debug", "logToStderr": true,
+            "readinessindicatorfile": "", "namespaceIsolation": false,
+            "globalNamespaces": "default,shared", "systemNamespaces": ["kube-system"],
+            "multusNamespace": "kube-system", "retryDeleteOnError": true,
+            "clusterNetwork": "default-net", "defaultNetworks": ["extra"],
+        }))
+        .unwrap();
+        // logToStderr is the logging's to read; until it does, it warns.
+        assert!(
+            conf.warnings.iter().all(|w| w.starts_with("logToStderr: ")),
+            "{:?}",
+            conf.warnings
+        );
+    }
+
+    #[test]
+    fn further_delegates_are_kept_in_order() {
+        let second = json!({"cniVersion": "1.0.0", "name": "storage", "type": "macvlan"});
+        let third = json!({"cniVersion": "1.0.0", "name": "backup",
+                           "plugins": [{"type": "ipvlan"}]});
+        let conf =
+            PlexusConf::from_value(&json!({"delegates": [bridge(), second, third]})).unwrap();
+        assert!(matches!(conf.cluster_network, ClusterNetwork::Inline(ref l)
+                         if l.name.as_deref() == Some("podnet")));
+        let names: Vec<_> = conf.delegates.iter().map(|l| l.name.clone()).collect();
+        assert_eq!(names, [Some("storage".into()), Some("backup".into())]);
+    }
+
+    #[test]
+    fn global_namespaces_default_to_default_as_multus() {
+        // Multus's GetDefaultNetConf: NonIsolatedNamespaces ["default"],
+        // replaced (not extended) by `globalNamespaces`.
+        let conf = PlexusConf::from_value(&json!({"clusterNetwork": "x"})).unwrap();
+        assert_eq!(conf.global_namespaces, ["default"]);
+        let conf =
+            PlexusConf::from_value(&json!({"clusterNetwork": "x", "globalNamespaces": "shared"}))
+                .unwrap();
+        assert_eq!(conf.global_namespaces, ["shared"]);
+        let conf = PlexusConf::from_value(&json!({"clusterNetwork": "x", "globalNamespaces": ""}))
+            .unwrap();
+        assert_eq!(conf.global_namespaces, ["default"]);
     }
 
     #[test]

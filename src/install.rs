@@ -11,8 +11,9 @@
 //! 2. A kubeconfig (mode 0600) from the pod's service-account token and CA,
 //!    rewritten when the token rotates.
 //! 3. The cluster network's conf: the alphabetically first other conf in the
-//!    conf dir (Multus's `auto`), waited for, with the readiness indicator
-//!    file when one is configured (multi-net-spec §6.1.2).
+//!    conf dir (Multus's `auto`), or the one `multusMasterCNI` names, waited
+//!    for, with the readiness indicator file when one is configured
+//!    (multi-net-spec §6.1.2).
 //! 4. `00-plexus.conflist`, written whole, naming that conf as the cluster
 //!    network and asking the runtime for the capabilities its plugins
 //!    declare, with the ConfigMap's settings.
@@ -44,6 +45,8 @@ use serde_json::{json, Map, Value};
 
 use crate::cni::whole_file::{self, Durability};
 use crate::plan::ConfDir;
+
+pub mod settings;
 
 /// The conflist plexus writes; `00-` sorts it before every other conf, so the
 /// runtime picks it.
@@ -89,6 +92,9 @@ pub struct Installer {
     pub readiness_indicator_file: Option<PathBuf>,
     /// plexus's own settings (the ConfigMap), merged into the plugin entry.
     pub settings: Map<String, Value>,
+    /// The cluster network's conf, a file name in the conf dir (Multus's
+    /// `multusMasterCNI`); `None`: the first conf, as Multus's `auto`.
+    pub cluster_conf: Option<String>,
     /// The installed binary as last found identical to the source, so that
     /// a watching pass does not read both again while it is unchanged.
     pub verified_binary: std::sync::Mutex<Option<FileStamp>>,
@@ -122,6 +128,8 @@ pub struct Pass {
 pub enum Waiting {
     /// No other conf in the conf dir yet.
     ClusterNetwork,
+    /// The named cluster network conf (`multusMasterCNI`) is not there yet.
+    ClusterConf(String),
     /// §6.1.2: the readiness indicator file does not exist yet.
     Readiness(PathBuf),
 }
@@ -132,6 +140,10 @@ impl Waiting {
             Waiting::ClusterNetwork => format!(
                 "the cluster network's conf (any .conf, .conflist or .json other than \
                  {CONFLIST_NAME}) in {}",
+                conf_dir.display()
+            ),
+            Waiting::ClusterConf(file) => format!(
+                "the cluster network's conf {file} (multusMasterCNI) in {}",
                 conf_dir.display()
             ),
             Waiting::Readiness(file) => {
@@ -160,9 +172,18 @@ impl Installer {
             ..Pass::default()
         };
         let conf_dir = ConfDir::new(self.host(&self.conf_dir));
-        let Some((found, cluster)) = conf_dir.first() else {
-            pass.conflist_removed = remove_if_present(&self.conflist())?;
-            return Ok((pass, Some(Waiting::ClusterNetwork)));
+        let found = match &self.cluster_conf {
+            Some(file) => conf_dir
+                .file(file)
+                .ok_or_else(|| Waiting::ClusterConf(file.clone())),
+            None => conf_dir.first().ok_or(Waiting::ClusterNetwork),
+        };
+        let (found, cluster) = match found {
+            Ok(found) => found,
+            Err(waiting) => {
+                pass.conflist_removed = remove_if_present(&self.conflist())?;
+                return Ok((pass, Some(waiting)));
+            }
         };
         let file_name = found.file_name().unwrap_or(OsStr::new(""));
         let node_path = self.conf_dir.join(file_name);

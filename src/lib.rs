@@ -8,6 +8,7 @@
 //! - [`claims`]: persistent IPs through IPAMClaims (§8).
 //! - [`install`]: `plexus install`, the DaemonSet's entrypoint.
 //! - [`readiness`]: waiting for the cluster network (§6.1.2).
+//! - [`auxiliary`]: Multus's auxiliary CNI chain, run for every pod.
 //! - [`plan`]: pod + NADs + default network → the ordered attachment plan (pure).
 //! - [`config`]: plexus's own CNI conf (Multus-compatible keys).
 //! - [`logging`]: `logFile`, `logLevel`, `logToStderr`, `logOptions`.
@@ -20,6 +21,7 @@
 //! - [`cni`]: the CNI protocol (env, config, results, errors, versions), its own
 //!   crate `plexus-cni` so the data plane and IPAM share it.
 
+pub mod auxiliary;
 pub mod cache;
 pub mod claims;
 pub mod cli;

@@ -130,6 +130,15 @@ impl ConfDir {
         named(false).or_else(|| named(true))
     }
 
+    /// The config in the file named `file_name`, when it is one.
+    pub fn file(&self, file_name: &str) -> Option<(&Path, &NetworkConfigList)> {
+        self.entries()
+            .0
+            .iter()
+            .find(|(p, _)| p.file_name().is_some_and(|n| n == file_name))
+            .map(|(p, l)| (p.as_path(), l))
+    }
+
     /// The first config in file-name order: the cluster network when none is
     /// configured, as Multus's `--multus-conf-file=auto` picks it.
     pub fn first(&self) -> Option<(&Path, &NetworkConfigList)> {
@@ -197,6 +206,8 @@ pub struct PlanInputs<'a> {
 #[derive(Debug, Clone)]
 pub struct PlanOptions {
     pub strict_annotations: bool,
+    /// `delegates[1..]`: attached to every pod right after the cluster network.
+    pub delegates: Vec<NetworkConfigList>,
     pub default_networks: Vec<String>,
     pub system_namespaces: Vec<String>,
     pub plexus_namespace: String,
@@ -220,11 +231,12 @@ impl Default for PlanOptions {
     fn default() -> Self {
         PlanOptions {
             strict_annotations: false,
+            delegates: Vec::new(),
             default_networks: Vec::new(),
             system_namespaces: vec!["kube-system".into()],
             plexus_namespace: crate::config::DEFAULT_PLEXUS_NAMESPACE.into(),
             namespace_isolation: false,
-            global_namespaces: Vec::new(),
+            global_namespaces: vec![crate::config::DEFAULT_GLOBAL_NAMESPACE.into()],
             ifname: "eth0".into(),
             container_id: None,
             cni_args: None,
@@ -239,6 +251,7 @@ impl PlanOptions {
     pub fn from_conf(conf: &PlexusConf) -> PlanOptions {
         PlanOptions {
             strict_annotations: conf.strict_annotations,
+            delegates: conf.delegates.clone(),
             default_networks: conf.default_networks.clone(),
             system_namespaces: conf.system_namespaces.clone(),
             plexus_namespace: conf.plexus_namespace.clone(),
@@ -268,8 +281,8 @@ pub struct Attachment {
     /// §4.1.2.1.9: gateways this attachment's default route goes to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_route: Option<Vec<IpAddr>>,
-    /// §4.1.2.1.9: another attachment takes the default route, so the default
-    /// network's is removed after it is attached.
+    /// §4.1.2.1.9: another attachment's selection has `default-route`, so
+    /// this one's default routes are removed after it is attached.
     #[serde(default, skip_serializing_if = "is_false")]
     pub clear_default_route: bool,
     /// §4.1.2.1.11: the IPAMClaim the IPAM of this attachment must honour.
@@ -354,10 +367,22 @@ impl Plan {
 
 /// A network to attach, before its config is resolved.
 struct Wanted {
-    reference: NetworkRef,
-    /// Position in the annotation, for error messages ("selection [2]").
+    target: Target,
+    /// Where it was asked for, for error messages (`defaultNetworks[1]`,
+    /// the annotation's `[2]`).
     label: String,
     selection: Option<NetworkSelectionElement>,
+}
+
+/// How a wanted network is named.
+enum Target {
+    /// A selection: a NAD (§4.1).
+    Nad(NetworkRef),
+    /// A `defaultNetworks` entry, resolved as Multus's `getNetDelegate` does
+    /// ([`resolve_named`]).
+    Named(String),
+    /// `delegates[i]`, a config given inline.
+    Inline(NetworkConfigList),
 }
 
 /// Plan the attachments of `pod`.
@@ -376,11 +401,17 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
     } else {
         &options.default_networks
     };
-    for (i, name) in default_networks.iter().enumerate() {
-        let reference = NetworkRef::parse(name, &options.plexus_namespace)
-            .map_err(|reason| CniError::invalid_config(format!("defaultNetworks[{i}]"), reason))?;
+    // Multus's LoadNetConf keeps every delegate, whatever the pod's namespace.
+    for (i, list) in options.delegates.iter().enumerate() {
         wanted.push(Wanted {
-            reference,
+            target: Target::Inline(list.clone()),
+            label: format!("delegates[{}]", i + 1),
+            selection: None,
+        });
+    }
+    for (i, name) in default_networks.iter().enumerate() {
+        wanted.push(Wanted {
+            target: Target::Named(name.clone()),
             label: format!("defaultNetworks[{i}]"),
             selection: None,
         });
@@ -394,10 +425,10 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
             .clone()
             .unwrap_or_else(|| pod.namespace.clone());
         wanted.push(Wanted {
-            reference: NetworkRef {
+            target: Target::Nad(NetworkRef {
                 namespace,
                 name: element.name.clone(),
-            },
+            }),
             label: format!("{NETWORKS_ANNOTATION}[{i}]"),
             selection: Some(element),
         });
@@ -435,7 +466,12 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
         .iter()
         .map(|want| {
             check_isolation(pod, want, options)?;
-            resolve_nad(&want.reference, inputs.nads, inputs.conf_dir)
+            resolve_wanted(
+                want,
+                inputs.nads,
+                inputs.conf_dir,
+                &options.plexus_namespace,
+            )
         })
         .collect::<Result<Vec<_>, CniError>>()?;
     let device_ids = device_ids(pod, &wanted, &resolved, inputs.devices, &mut warnings)?;
@@ -444,14 +480,14 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
         wanted.iter().zip(ifnames).zip(resolved).zip(device_ids)
     {
         let ResolvedNad {
+            network,
             config,
             source,
             resource_name,
         } = nad;
-        let network = want.reference.to_string();
         let selection = want.selection.as_ref();
         let mut capability_args = match selection {
-            Some(s) => capability_args(s, &config, &want.reference)?,
+            Some(s) => capability_args(s, &config, &network)?,
             None => Map::new(),
         };
         if let Some(id) = &device_id {
@@ -488,9 +524,17 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
     }
 
     // §4.1.2.1.9: "the default route and gateway will be cleared from the
-    // cluster-wide default network attachment".
+    // cluster-wide default network attachment", and, as the spec's example
+    // implementation "will flush the default route from [...] any
+    // attachments that do not have the "default-route" key set" (Multus's
+    // `CheckGatewayConfig` marks every delegate without a gateway request
+    // for filtering): one selection with the key takes the pod's default
+    // route from every other attachment. `"default-route": []` keeps that
+    // attachment's own gateway.
     if attachments.iter().any(|a| a.default_route.is_some()) {
-        attachments[0].clear_default_route = true;
+        for a in attachments.iter_mut().filter(|a| a.default_route.is_none()) {
+            a.clear_default_route = true;
+        }
     }
 
     if let Some(dir) = inputs.conf_dir {
@@ -513,7 +557,6 @@ fn device_ids(
     source: Option<&dyn DeviceSource>,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<Option<String>>, CniError> {
-    let networks: Vec<String> = wanted.iter().map(|w| w.reference.to_string()).collect();
     let (positions, needs): (Vec<usize>, Vec<DeviceNeed>) = resolved
         .iter()
         .enumerate()
@@ -521,7 +564,7 @@ fn device_ids(
             let resource = nad.resource_name.as_deref()?;
             let need = DeviceNeed {
                 label: &wanted[i].label,
-                network: &networks[i],
+                network: &nad.network,
                 resource,
             };
             Some((i, need))
@@ -780,10 +823,15 @@ fn secondary_cni_args(pod: &Pod, options: &PlanOptions) -> String {
 /// §7.4 via Multus's `namespaceIsolation`: a pod may select NADs of its own
 /// namespace and of `globalNamespaces` only.
 fn check_isolation(pod: &Pod, want: &Wanted, options: &PlanOptions) -> Result<(), CniError> {
-    if !options.namespace_isolation || want.selection.is_none() {
+    // Only what the pod selects is checked, as Multus's GetNetworkDelegates
+    // does: the cluster's own networks are the operator's choice.
+    let (Target::Nad(reference), Some(_)) = (&want.target, &want.selection) else {
+        return Ok(());
+    };
+    if !options.namespace_isolation {
         return Ok(());
     }
-    let ns = &want.reference.namespace;
+    let ns = &reference.namespace;
     if *ns == pod.namespace || options.global_namespaces.iter().any(|g| g == ns) {
         return Ok(());
     }
@@ -792,13 +840,16 @@ fn check_isolation(pod: &Pod, want: &Wanted, options: &PlanOptions) -> Result<()
         "network not allowed for this pod",
         format!(
             "{}: pod {}/{} may not use {} (namespaceIsolation: only its own namespace and {:?}; multi-net-spec §7.4)",
-            want.label, pod.namespace, pod.name, want.reference, options.global_namespaces
+            want.label, pod.namespace, pod.name, reference, options.global_namespaces
         ),
     ))
 }
 
-/// A NAD resolved to the config it stands for.
+/// A network resolved to the config it stands for.
 struct ResolvedNad {
+    /// How it is named in the plan and in network-status: `ns/name` for a
+    /// NAD, the config's `name` otherwise.
+    network: String,
     config: NetworkConfigList,
     /// Where the config came from.
     source: String,
@@ -823,6 +874,7 @@ fn resolve_nad(
             )
         })?;
     let resolved = |config, source| ResolvedNad {
+        network: reference.to_string(),
         config,
         source,
         resource_name: nad.resource_name().map(String::from),
@@ -868,7 +920,7 @@ fn resolve_nad(
 fn capability_args(
     selection: &NetworkSelectionElement,
     config: &NetworkConfigList,
-    reference: &NetworkRef,
+    reference: &str,
 ) -> Result<Map<String, Value>, CniError> {
     if selection.ips.is_some() && selection.ipam_claim_reference.is_some() {
         return Err(CniError::plugin(
@@ -983,58 +1035,169 @@ fn merge_cni_args(
     Ok(())
 }
 
-/// Resolve plexus's configured cluster network (Multus's order for
-/// `clusterNetwork`: a NAD, then a config `name` in the conf dir, then a file).
+/// Multus's auxiliary chain (see [`crate::auxiliary`]) as the last
+/// attachment of `plan`: `CNI_IFNAME` `net<position>` (the first such name
+/// no attachment uses), the secondary networks' `CNI_ARGS`, no capability
+/// arguments, and never CHECKed, as Multus never CHECKs it.
+pub fn add_auxiliary_chain(
+    plan: &mut Plan,
+    chain: &NetworkConfigList,
+    pod: &Pod,
+    options: &PlanOptions,
+) -> Result<(), CniError> {
+    let network = chain.name.clone().unwrap_or_default();
+    let plugins = requests(chain, &network, &Map::new(), None)
+        .map_err(|e| e.within(format!("auxiliaryCNIChainName {network:?}")))?;
+    let used = |name: &str| plan.attachments.iter().any(|a| a.ifname == name);
+    let ifname = (plan.attachments.len()..)
+        .map(|n| format!("net{n}"))
+        .find(|n| !used(n))
+        .expect("an unbounded range always has a free name");
+    plan.attachments.push(Attachment {
+        source: format!("auxiliaryCNIChainName {network:?}"),
+        network,
+        ifname,
+        default: false,
+        cni_args: secondary_cni_args(pod, options),
+        plugins,
+        default_route: None,
+        clear_default_route: false,
+        ipam_claim_reference: None,
+        disable_check: true,
+        device_info: None,
+    });
+    Ok(())
+}
+
+/// Resolve plexus's configured cluster network: `delegates[0]`, or
+/// `clusterNetwork` as [`resolve_named`] reads it.
 pub fn cluster_network(
     conf: &ClusterNetwork,
     nads: &dyn NadSource,
     conf_dir: Option<&ConfDir>,
     plexus_namespace: &str,
 ) -> Result<DefaultNetwork, CniError> {
-    match conf {
-        ClusterNetwork::Inline(list) => Ok(DefaultNetwork {
+    let resolved = match conf {
+        ClusterNetwork::Inline(list) => ResolvedNad {
             network: list.name.clone().unwrap_or_else(|| "default".into()),
             config: list.clone(),
             source: "delegates[0]".into(),
-        }),
+            resource_name: None,
+        },
         ClusterNetwork::Reference(name) => {
-            if let Ok(reference) = NetworkRef::parse(name, plexus_namespace) {
-                if nads.get(&reference.namespace, &reference.name)?.is_some() {
-                    let ResolvedNad { config, source, .. } =
-                        resolve_nad(&reference, nads, conf_dir)?;
-                    return Ok(DefaultNetwork {
-                        network: reference.to_string(),
-                        config,
-                        source,
-                    });
-                }
-            }
-            if let Some((path, list)) = conf_dir.and_then(|d| d.find(name)) {
-                return Ok(DefaultNetwork {
-                    network: name.clone(),
-                    config: list.clone(),
-                    source: path.display().to_string(),
-                });
-            }
-            let path = Path::new(name);
-            if path.is_absolute() && path.is_file() {
-                return default_network_from_file(path);
-            }
-            Err(CniError::plugin(
-                codes::NETWORK_NOT_FOUND,
-                "cluster network not found",
-                format!(
-                    "clusterNetwork: {name:?} is neither a NetworkAttachmentDefinition (in {plexus_namespace} \
-                     unless namespaced), nor the name of a config in the conf dir, nor a config file"
-                ),
-            ))
+            resolve_named("clusterNetwork", name, nads, conf_dir, plexus_namespace)?
+        }
+    };
+    Ok(DefaultNetwork {
+        network: resolved.network,
+        config: resolved.config,
+        source: resolved.source,
+    })
+}
+
+/// The config a wanted network stands for.
+fn resolve_wanted(
+    want: &Wanted,
+    nads: &dyn NadSource,
+    conf_dir: Option<&ConfDir>,
+    plexus_namespace: &str,
+) -> Result<ResolvedNad, CniError> {
+    match &want.target {
+        Target::Nad(reference) => resolve_nad(reference, nads, conf_dir),
+        Target::Named(name) => resolve_named(&want.label, name, nads, conf_dir, plexus_namespace),
+        Target::Inline(list) => Ok(ResolvedNad {
+            network: list.name.clone().unwrap_or_else(|| want.label.clone()),
+            config: list.clone(),
+            source: want.label.clone(),
+            resource_name: None,
+        }),
+    }
+}
+
+/// `clusterNetwork` and each `defaultNetworks` entry (`field`), as Multus's
+/// `getNetDelegate` reads them: an absolute path is a config file (or a
+/// NetworkAttachmentDefinition manifest) or a directory, whose first config
+/// in file-name order is taken (plexus's own skipped); anything else is a
+/// NAD (in `multusNamespace` unless `ns/name`) if one exists, else the `name`
+/// of a config in `confDir`.
+fn resolve_named(
+    field: &str,
+    name: &str,
+    nads: &dyn NadSource,
+    conf_dir: Option<&ConfDir>,
+    plexus_namespace: &str,
+) -> Result<ResolvedNad, CniError> {
+    let not_found = |what: String| {
+        CniError::plugin(
+            codes::NETWORK_NOT_FOUND,
+            "network not found",
+            format!("{field}: {name:?} {what}"),
+        )
+    };
+    let path = Path::new(name);
+    if path.is_absolute() {
+        if path.is_dir() {
+            let dir = ConfDir::new(path);
+            let (file, list) = dir.first().ok_or_else(|| {
+                not_found("is a directory holding no CNI config (.conf, .conflist, .json)".into())
+            })?;
+            return Ok(ResolvedNad {
+                network: config_name(list, file)?,
+                config: list.clone(),
+                source: file.display().to_string(),
+                resource_name: None,
+            });
+        }
+        if path.is_file() {
+            return network_from_file(path);
+        }
+        return Err(not_found("does not exist".into()));
+    }
+    if let Ok(reference) = NetworkRef::parse(name, plexus_namespace) {
+        if nads.get(&reference.namespace, &reference.name)?.is_some() {
+            return resolve_nad(&reference, nads, conf_dir);
         }
     }
+    if let Some((file, list)) = conf_dir.and_then(|d| d.find(name)) {
+        return Ok(ResolvedNad {
+            network: name.to_string(),
+            config: list.clone(),
+            source: file.display().to_string(),
+            resource_name: None,
+        });
+    }
+    let conf_dir = conf_dir.map_or("no conf dir".into(), |d| d.path().display().to_string());
+    Err(not_found(format!(
+        "is neither a NetworkAttachmentDefinition (in {plexus_namespace} unless namespaced), \
+         nor the name of a config in the conf dir ({conf_dir}), nor an absolute path of a \
+         config file or directory"
+    )))
+}
+
+/// A config's `name`, which names its network in the plan and network-status.
+fn config_name(config: &NetworkConfigList, origin: &Path) -> Result<String, CniError> {
+    config.name.clone().ok_or_else(|| {
+        CniError::invalid_config(
+            format!("{}: name", origin.display()),
+            "a network given as a file needs a name",
+        )
+    })
 }
 
 /// A cluster network from a file: a CNI config or config list (JSON), or a
 /// NetworkAttachmentDefinition manifest.
 pub fn default_network_from_file(path: &Path) -> Result<DefaultNetwork, CniError> {
+    let resolved = network_from_file(path)?;
+    Ok(DefaultNetwork {
+        network: resolved.network,
+        config: resolved.config,
+        source: resolved.source,
+    })
+}
+
+/// A network from a file: a CNI config or config list (JSON), or a
+/// NetworkAttachmentDefinition manifest.
+fn network_from_file(path: &Path) -> Result<ResolvedNad, CniError> {
     let origin = path.display().to_string();
     let docs = crate::manifest::load(path)?;
     let [doc] = docs.as_slice() else {
@@ -1049,24 +1212,14 @@ pub fn default_network_from_file(path: &Path) -> Result<DefaultNetwork, CniError
         let reference = nad.network_ref(crate::manifest::DEFAULT_NAMESPACE);
         let mut nads = BTreeMap::new();
         nads.insert((reference.namespace.clone(), reference.name.clone()), nad);
-        let ResolvedNad { config, source, .. } = resolve_nad(&reference, &nads, None)?;
-        return Ok(DefaultNetwork {
-            network: reference.to_string(),
-            config,
-            source,
-        });
+        return resolve_nad(&reference, &nads, None);
     }
     let config =
         NetworkConfigList::from_value(&doc.value).map_err(|e| e.within(origin.as_str()))?;
-    let network = config.name.clone().ok_or_else(|| {
-        CniError::invalid_config(
-            format!("{origin}: name"),
-            "the cluster network's config needs a name",
-        )
-    })?;
-    Ok(DefaultNetwork {
-        network,
+    Ok(ResolvedNad {
+        network: config_name(&config, path)?,
         config,
         source: origin,
+        resource_name: None,
     })
 }

@@ -5,12 +5,16 @@
 //! in-process and unknown types exec'd from `CNI_PATH`/`binDir`; the runtime
 //! gets the cluster network's result, as from Multus. DEL, CHECK and GC work
 //! from plexus's record of what ADD did, so they need neither the API server
-//! nor the pod (cni-SPEC §2; multi-net-spec §7.2).
+//! nor the pod (cni-SPEC §2; multi-net-spec §7.2); a DEL without a record
+//! (a pod attached before plexus was installed) DELs the cluster network
+//! from the configuration, as Multus does. STATUS asks the cluster
+//! network's plugins too.
 
 use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::auxiliary;
 use crate::cache::Cache;
 use crate::claims::{self, ClaimBook};
 use crate::cluster::events::{EventType, PodEvent};
@@ -19,13 +23,14 @@ use crate::cluster::{dir::DirCluster, Cluster};
 use crate::cni::args::CniArgs;
 use crate::cni::call_log::CallLog;
 use crate::cni::delegate::Resolver;
-use crate::cni::error::CniError;
+use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request};
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
 use crate::manifest::Pod;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
 use crate::readiness;
+use crate::run::exec::find_plugin;
 use crate::run::routes::NetlinkRouteHook;
 use crate::run::{AttachmentObserver, AttachmentResult, Delegates, Executor, Registry, RunContext};
 
@@ -90,6 +95,75 @@ impl<'s> PlexusPlugin<'s> {
         }
     }
 
+    /// The configured cluster network. The conf dir and files name it
+    /// without the API server: when that does not answer (code 11), they are
+    /// looked in alone, so DEL and GC work on with the API server gone.
+    fn configured_cluster_network(
+        conf: &PlexusConf,
+        cluster: &dyn Cluster,
+    ) -> Result<DefaultNetwork, CniError> {
+        let conf_dir = ConfDir::new(&conf.conf_dir);
+        match cluster_network(conf, cluster, &conf_dir) {
+            Err(e) if e.code == ErrorCode::TryAgainLater => {
+                cluster_network(conf, &DirCluster::empty(), &conf_dir).map_err(|_| e)
+            }
+            other => other,
+        }
+    }
+
+    /// DEL's plan without a record (see [`Executor::del`]): the cluster
+    /// network alone, attached as the runtime's `CNI_IFNAME` with its
+    /// `CNI_ARGS` and capability arguments, as ADD would plan it for a pod
+    /// with no selections. None when a plugin of it is not installed: that
+    /// one cannot have attached the pod, nor delete anything, and a DEL
+    /// failing for it would fail forever.
+    fn cluster_network_plan(
+        &self,
+        conf: &PlexusConf,
+        req: &Request,
+        registry: &Registry,
+        delegates: &Delegates,
+    ) -> Result<plan::Plan, CniError> {
+        let cluster = self.clusters.open(conf)?;
+        let network = Self::configured_cluster_network(conf, cluster.as_ref())?;
+        let call = call(req);
+        let pod = Pod {
+            namespace: crate::manifest::DEFAULT_NAMESPACE.into(),
+            name: call.container_id.clone(),
+            uid: None,
+            annotations: Default::default(),
+        };
+        let options = PlanOptions {
+            ifname: call.ifname.clone(),
+            container_id: Some(call.container_id.clone()),
+            cni_args: Some(req.env.args.clone()),
+            runtime_config: req.runtime_config.clone(),
+            // What the runtime attached before plexus: the cluster network.
+            delegates: Vec::new(),
+            default_networks: Vec::new(),
+            ..PlanOptions::from_conf(conf)
+        };
+        let inputs = PlanInputs {
+            nads: &DirCluster::empty(),
+            conf_dir: None,
+            devices: None,
+            default_network: &network,
+            options: &options,
+        };
+        let plan = plan::plan(&pod, &inputs)?;
+        let search_path = delegates.search_path();
+        for config in plan.attachments.iter().flat_map(|a| &a.plugins) {
+            match config.get("type").and_then(serde_json::Value::as_str) {
+                Some(t) if !registry.is_builtin(t) => {
+                    find_plugin(t, &search_path)
+                        .map_err(|e| e.within(format!("cluster network {}", network.network)))?;
+                }
+                _ => {}
+            }
+        }
+        Ok(plan)
+    }
+
     fn executor(&self, cni_dir: &std::path::Path) -> Executor {
         let executor = Executor::new(Cache::new(cni_dir));
         match &self.observer {
@@ -111,7 +185,9 @@ pub fn registry() -> Registry {
     for builtin in plexus_dataplane::drivers::BUILTINS {
         registry = registry.with_builtin(builtin.plugin_type, builtin.build);
     }
-    registry
+    registry.with_builtin(auxiliary::PASSTHRU, |_: &dyn Resolver, _: &_| {
+        Box::new(auxiliary::Passthru) as Box<dyn Plugin>
+    })
 }
 
 /// The cluster plexus reads pods and NADs from: a manifest directory, else
@@ -196,13 +272,14 @@ fn publish(
         .collect();
     let mut events: Vec<PodEvent> = entries
         .iter()
-        .map(|e| PodEvent {
+        .zip(results)
+        .map(|(e, r)| PodEvent {
             event_type: EventType::Normal,
             reason: "AddedInterface",
             message: format!(
                 "Add {} [{}] from {}",
                 e.interface.as_deref().unwrap_or("?"),
-                e.ips.join(","),
+                with_prefixes(&e.ips, r.result.as_ref()).join(","),
                 e.name
             ),
         })
@@ -210,6 +287,11 @@ fn publish(
     events.extend(plan.warnings.iter().map(|w| PodEvent {
         event_type: EventType::Warning,
         reason: "InvalidNetworkSelection",
+        message: w.clone(),
+    }));
+    events.extend(results.iter().flat_map(|r| &r.warnings).map(|w| PodEvent {
+        event_type: EventType::Warning,
+        reason: "InvalidDeviceInfo",
         message: w.clone(),
     }));
     let claims = claims
@@ -243,6 +325,20 @@ fn publish(
         log.warn(format_args!("event not posted: {failure}"));
     }
     Ok(())
+}
+
+/// The status entry's addresses with their prefixes from the result, as
+/// Multus's `AddedInterface` event shows them (`[10.1.1.5/24]`).
+fn with_prefixes(ips: &[String], result: Option<&CniResult>) -> Vec<String> {
+    let configs = result.map(|r| r.ips.as_slice()).unwrap_or_default();
+    ips.iter()
+        .map(|ip| {
+            configs
+                .iter()
+                .find(|c| c.address.ip().to_string() == *ip)
+                .map_or_else(|| ip.clone(), |c| c.address.to_string())
+        })
+        .collect()
 }
 
 /// What a claim sweep says, as warnings: releases are worth a line too.
@@ -282,6 +378,21 @@ fn context<'a>(call: &Call, bin_dir: PathBuf, registry: &'a Registry) -> RunCont
             resolver: registry,
             session: registry.session(),
         },
+    }
+}
+
+/// Where a command about the network rather than an attachment (GC,
+/// STATUS) finds the plugins.
+fn network_delegates<'r>(
+    req: &Request,
+    conf: &PlexusConf,
+    registry: &'r Registry,
+) -> Delegates<'r> {
+    Delegates {
+        cni_path: req.env.path.clone(),
+        bin_dir: Some(conf.bin_dir.clone()),
+        resolver: registry,
+        session: registry.session(),
     }
 }
 
@@ -347,9 +458,15 @@ impl Plugin for PlexusPlugin<'_> {
             options: &options,
         };
         let mut plan = plan::plan(&pod, &inputs)?;
+        // The pod's networks; the auxiliary chain after them is none. It is
+        // added before claims are bound, so a bad chain fails the ADD first.
+        let networks = plan.attachments.len();
+        if let Some(chain) = auxiliary::load(&conf)? {
+            plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
+        }
         let claims = claims::bind(&mut plan, &pod, cluster, &ClaimBook::new(&conf.cni_dir))?;
         let log = CallLog::of(req);
-        for warning in &plan.warnings {
+        for warning in conf.warnings.iter().chain(&plan.warnings) {
             log.warn(warning);
         }
 
@@ -360,6 +477,19 @@ impl Plugin for PlexusPlugin<'_> {
                 session: registry.session().clone(),
             }));
         let added = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry));
+        if let Ok(results) = &added {
+            for r in results {
+                let attachment = log.on_attachment(&r.network, &r.ifname);
+                for warning in &r.warnings {
+                    attachment.warn(warning);
+                }
+            }
+        }
+        // network-status, events and claims are the networks' only.
+        let added = added.map(|mut results| {
+            results.truncate(networks);
+            results
+        });
         let results = match (added, cluster.as_kube()) {
             (Ok(results), Some(kube)) => {
                 publish(kube, &log, &pod, &plan, &results, &claims)?;
@@ -400,9 +530,15 @@ impl Plugin for PlexusPlugin<'_> {
         let (cni_dir, bin_dir) = dirs_of(req, conf.as_deref());
         let call = call(req);
         let registry = registry();
-        let mut report = self
-            .executor(&cni_dir)
-            .del(&context(&call, bin_dir, &registry), None)?;
+        let ctx = context(&call, bin_dir, &registry);
+        let fallback = || match conf.as_deref() {
+            Some(conf) => self.cluster_network_plan(conf, req, &registry, &ctx.delegates),
+            None => Err(CniError::invalid_config(
+                "plexus configuration",
+                "does not parse, so the cluster network is unknown",
+            )),
+        };
+        let mut report = self.executor(&cni_dir).del(&ctx, Some(&fallback))?;
         // Release the addresses of the torn-down attachments' claims that
         // were deleted; a claim that cannot be checked now is checked later.
         let owners = claims::owners_in(&report.detached);
@@ -447,15 +583,9 @@ impl Plugin for PlexusPlugin<'_> {
     fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
         let conf = self.conf(req)?;
         let cluster = self.clusters.open(&conf)?;
-        let conf_dir = ConfDir::new(&conf.conf_dir);
-        let default_network = cluster_network(&conf, cluster.as_ref(), &conf_dir).ok();
+        let default_network = Self::configured_cluster_network(&conf, cluster.as_ref()).ok();
         let registry = registry();
-        let delegates = Delegates {
-            cni_path: req.env.path.clone(),
-            bin_dir: Some(conf.bin_dir.clone()),
-            resolver: &registry,
-            session: registry.session(),
-        };
+        let delegates = network_delegates(req, &conf, &registry);
         let swept = claims::sweep(&ClaimBook::new(&conf.cni_dir), cluster.as_ref(), None);
         // Addresses held for claims are valid attachments of their own.
         let mut valid = valid.to_vec();
@@ -474,9 +604,13 @@ impl Plugin for PlexusPlugin<'_> {
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        // Ready when the configuration is valid and an ADD would not wait.
+        // Ready when the configuration is valid, an ADD would not wait, and
+        // the cluster network's plugins say they are (cni-SPEC §2 STATUS).
         let conf = self.conf(req)?;
-        readiness::status(&conf, self.clusters.open(&conf)?.as_ref())
+        let network = readiness::status(&conf, self.clusters.open(&conf)?.as_ref())?;
+        let registry = registry();
+        let delegates = network_delegates(req, &conf, &registry);
+        crate::run::status(&delegates, &network)
     }
 }
 

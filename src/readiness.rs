@@ -103,10 +103,11 @@ pub fn wait(
     ))
 }
 
-/// STATUS: ready, or code 50 (not available) naming what is missing.
-pub fn status(conf: &PlexusConf, cluster: &dyn Cluster) -> Result<(), CniError> {
+/// STATUS: the cluster network when ready (its plugins are asked next), or
+/// code 50 (not available) naming what is missing.
+pub fn status(conf: &PlexusConf, cluster: &dyn Cluster) -> Result<DefaultNetwork, CniError> {
     match check(conf, cluster, &ConfDir::new(&conf.conf_dir))? {
-        Ok(_) => Ok(()),
+        Ok(network) => Ok(network),
         Err(missing) => Err(CniError::new(
             ErrorCode::NotAvailable,
             "cluster network not ready",

@@ -219,17 +219,67 @@ fn plan_reads_manifest_files_and_directories() {
         "10-first.conf",
         r#"{"cniVersion": "1.0.0", "name": "first", "type": "ptp"}"#,
     );
-    let out = run(&[
-        "plan",
-        "--pod",
-        &pod,
-        "--nad",
-        &nad_arg,
-        "--conf-dir",
-        &conf_dir.display().to_string(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let conf_dir_arg = conf_dir.display().to_string();
+    let plan_in_conf_dir = |more: &[&str]| {
+        let mut args = vec!["plan", "--pod", &pod, "--nad", &nad_arg];
+        args.extend(["--conf-dir", &conf_dir_arg]);
+        args.extend(more);
+        let out = run(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        out
+    };
+    let out = plan_in_conf_dir(&[]);
     assert_eq!(stdout_json(&out)["attachments"][0]["network"], "first");
+
+    // Keys of --config plexus does not read are listed with the warnings.
+    let config = write(
+        dir.path(),
+        "plexus.conf",
+        r#"{"clusterNetwork": "first", "metricsPort": 9091, "fancyNewKey": true}"#,
+    );
+    let out = plan_in_conf_dir(&["--config", &config]);
+    let warnings = stdout_json(&out)["warnings"].to_string();
+    assert!(
+        warnings.contains("metricsPort: has no effect")
+            && warnings.contains("fancyNewKey: unknown key, ignored"),
+        "{warnings}"
+    );
+}
+
+#[test]
+fn plan_shows_the_auxiliary_chain_after_the_pods_networks() {
+    // multus-cni docs/configuration.md "auxiliaryCNIChainName": passthru,
+    // then the chain directory's *.conf in name order, as net<position>.
+    let dir = tempfile::tempdir().unwrap();
+    let pod = write(
+        dir.path(),
+        "pod.yaml",
+        "kind: Pod\nmetadata: {name: p, namespace: ns1}\n",
+    );
+    let chain = dir.path().join("net.d/vendor-chain");
+    std::fs::create_dir_all(&chain).unwrap();
+    write(
+        &chain,
+        "10-sysctl.conf",
+        r#"{"name": "ignored", "type": "tuning", "sysctl": {"net.ipv4.conf.eth0.arp_filter": "1"}}"#,
+    );
+    let conf = json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus",
+        "confDir": dir.path().join("net.d"), "auxiliaryCNIChainName": "vendor-chain",
+        "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge"}]});
+    let conf = write(dir.path(), "plexus.conf", &conf.to_string());
+    let out = run(&["plan", "--pod", &pod, "--config", &conf]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan = stdout_json(&out);
+    assert_eq!(
+        plan["attachments"][1],
+        json!({"network": "vendor-chain", "ifname": "net1", "default": false,
+               "cniArgs": "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=p",
+               "plugins": [
+                   {"cniVersion": "1.1.0", "name": "vendor-chain", "type": "passthru"},
+                   {"cniVersion": "1.1.0", "name": "vendor-chain", "type": "tuning",
+                    "sysctl": {"net.ipv4.conf.eth0.arp_filter": "1"}}],
+               "source": "auxiliaryCNIChainName \"vendor-chain\"", "disableCheck": true})
+    );
 }
 
 #[test]
@@ -343,11 +393,25 @@ fn status_from_a_result_file() {
         "--default",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(
-        stdout_json(&out),
-        json!({"name": "ns/net", "interface": "eth0", "ips": ["10.1.0.5/16"], "mac": "99:88:77:66:55:44",
-               "default": true, "dns": {"nameservers": ["10.1.0.1"]}, "default-route": ["10.1.0.1"]})
-    );
+    // §5.3.7.4: no default-route without the selection's key...
+    // The address bare, as Multus writes it (README "network-status ips").
+    let without_key = json!({"name": "ns/net", "interface": "eth0", "ips": ["10.1.0.5"],
+        "mac": "99:88:77:66:55:44", "default": true, "dns": {"nameservers": ["10.1.0.1"]}});
+    assert_eq!(stdout_json(&out), without_key);
+    // ...and with `"default-route": []`, the gateway the result kept.
+    let out = run(&[
+        "status",
+        "--result",
+        &result,
+        "--network",
+        "ns/net",
+        "--default",
+        "--default-route",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut with_key = without_key.clone();
+    with_key["default-route"] = json!(["10.1.0.1"]);
+    assert_eq!(stdout_json(&out), with_key);
     let bad = write(
         dir.path(),
         "bad.json",
@@ -392,7 +456,7 @@ fn status_mac_comes_with_an_interface() {
         entry.get("mac").is_none() && entry.get("interface").is_none(),
         "{entry}"
     );
-    assert_eq!(entry["ips"], json!(["10.1.0.5/16"]));
+    assert_eq!(entry["ips"], json!(["10.1.0.5"]));
 }
 
 #[test]
@@ -692,12 +756,16 @@ fn spec_5_4_status_entries() {
         "--network",
         "namespace-a/cluster-wide-default",
         "--default",
+        // The example's entry has "default-route": as if its selection
+        // had the key (§5.3.7.4).
+        "--default-route",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         stdout_json(&out),
         json!({"name": "namespace-a/cluster-wide-default", "interface": "eth5",
-               "ips": ["192.0.2.2/24", "2001:db8::2230/32"], "mac": "02:11:22:33:44:54", "mtu": 1500,
+               // Bare, as Multus writes them; the spec's example shows prefixes.
+               "ips": ["192.0.2.2", "2001:db8::2230"], "mac": "02:11:22:33:44:54", "mtu": 1500,
                "default-route": ["192.0.2.1"], "default": true})
     );
     let out = run(&[
@@ -711,7 +779,7 @@ fn spec_5_4_status_entries() {
     assert_eq!(
         stdout_json(&out),
         json!({"name": "namespace-b/some-network", "interface": "eth1",
-               "ips": ["192.0.2.2/24", "2001:db8::2234/32"], "mac": "02:11:22:33:44:55",
+               "ips": ["192.0.2.2", "2001:db8::2234"], "mac": "02:11:22:33:44:55",
                "dns": {"nameservers": ["192.0.2.1", "2001:db8:4860::8888"], "search": ["eng.example.com", "example.com"]},
                "default": false})
     );

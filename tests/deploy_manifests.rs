@@ -116,7 +116,8 @@ fn daemonset_runs_plexus_install_on_every_node() {
             "--root=/host",
             "--watch",
             "--cleanup",
-            "--settings=/etc/plexus/settings.json"
+            "--settings=/etc/plexus/settings.json",
+            "--daemon-socket=/run/plexus/plexus.sock"
         ])
     );
     let mounts: Vec<&str> = pod["volumes"]
@@ -132,6 +133,8 @@ fn daemonset_runs_plexus_install_on_every_node() {
         "/run/netns",
         "/var/run/k8s.cni.cncf.io",
         "/var/lib/kubelet/pod-resources",
+        // confDir's default, Multus's: configs of NADs without spec.config.
+        "/etc/cni/multus/net.d",
     ] {
         assert!(mounts.contains(&path), "{path}");
     }

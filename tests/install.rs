@@ -230,6 +230,103 @@ fn install_writes_binary_kubeconfig_and_conflist_and_a_rerun_changes_nothing() {
 }
 
 #[test]
+fn a_multus_thick_daemon_config_is_taken_as_it_is() {
+    // Multus's deployments/multus-daemonset-thick.yml ConfigMap, verbatim
+    // (examples/multus/daemon-config.json): installed, every key mapped or
+    // explained in the log, none silently dropped.
+    let node = Node::new();
+    node.write_conf(
+        "10-cluster.conflist",
+        &cluster_conf(json!({"portMappings": true})),
+    );
+    let settings = format!(
+        "{}/examples/multus/daemon-config.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = node.install(&[
+        "--settings",
+        &settings,
+        "--daemon-socket",
+        "/run/plexus/plexus.sock",
+    ]);
+    assert_ok("install", &out);
+    let plugin = node.conflist().unwrap()["plugins"][0].clone();
+    assert_eq!(plugin["logLevel"], "verbose");
+    // Multus's thick file runs plexus thick: the DaemonSet's socket.
+    assert_eq!(plugin["daemonSocket"], "/run/plexus/plexus.sock");
+    assert_eq!(
+        plugin["clusterNetwork"],
+        "/etc/cni/net.d/10-cluster.conflist"
+    );
+    for multus_only in ["chrootDir", "socketDir", "cniConfigDir", "multusConfigFile"] {
+        assert!(plugin.get(multus_only).is_none(), "{multus_only}: {plugin}");
+    }
+    assert!(PlexusConf::from_slice(plugin.to_string().as_bytes())
+        .unwrap()
+        .warnings
+        .is_empty());
+    // The log says what became of each key the conflist does not hold.
+    let log = String::from_utf8_lossy(&out.stderr);
+    let noted: Vec<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["key"].as_str().map(String::from))
+        .collect();
+    for key in [
+        "chrootDir",
+        "cniVersion",
+        "cniConfigDir",
+        "multusAutoconfigDir",
+        "multusConfigFile",
+        "socketDir",
+    ] {
+        assert!(noted.iter().any(|k| k == key), "{key} not noted: {log}");
+    }
+    // logToStderr is the logging's to read: in the conflist, or noted.
+    assert!(
+        plugin.get("logToStderr").is_some() != noted.iter().any(|k| k == "logToStderr"),
+        "{plugin} {log}"
+    );
+
+    // multusMasterCNI: that conf is the cluster network, not the first.
+    node.write_conf(
+        "20-other.conf",
+        &json!({"cniVersion": "0.4.0", "name": "other", "type": "macvlan"}),
+    );
+    let master = node.root.join("../master.json");
+    std::fs::write(
+        &master,
+        json!({"multusMasterCNI": "20-other.conf"}).to_string(),
+    )
+    .unwrap();
+    assert_ok(
+        "install with multusMasterCNI",
+        &node.install(&["--settings", master.to_str().unwrap()]),
+    );
+    let conflist = node.conflist().unwrap();
+    assert_eq!(
+        conflist["plugins"][0]["clusterNetwork"],
+        "/etc/cni/net.d/20-other.conf"
+    );
+    assert_eq!(conflist["cniVersion"], "0.4.0");
+
+    // A conf file of its own cannot be honoured: refused, naming the key.
+    let own = node.root.join("../own.json");
+    std::fs::write(
+        &own,
+        json!({"multusConfigFile": "/etc/multus.conf"}).to_string(),
+    )
+    .unwrap();
+    let out = node.install(&["--settings", own.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--settings multusConfigFile: \"/etc/multus.conf\": plexus writes"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn auto_detection_skips_plexus_own_conf_and_invalid_files() {
     let node = Node::new();
     node.write_conf(

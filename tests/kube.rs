@@ -259,11 +259,11 @@ fn add_reads_the_pod_and_its_nads_from_the_api_and_publishes_status_and_events()
     assert_eq!(status[0]["name"], "podnet");
     assert_eq!(status[0]["interface"], "eth0");
     assert_eq!(status[0]["default"], true);
-    assert_eq!(status[0]["ips"], json!([format!("{}/24", eth0[0])]));
+    assert_eq!(status[0]["ips"], json!([eth0[0]]));
     assert_eq!(status[1]["name"], format!("{}/macnet", w.kube_ns));
     assert_eq!(status[1]["interface"], "net7");
     assert_eq!(status[1]["default"], false);
-    assert_eq!(status[1]["ips"], json!([format!("{}/24", net7[0])]));
+    assert_eq!(status[1]["ips"], json!([net7[0]]));
     assert!(status[1]["mac"].as_str().is_some_and(|m| m.len() == 17));
     assert_eq!(w.network_status("p2")[1]["interface"], "net3");
 
@@ -448,7 +448,7 @@ fn every_selection_key_of_4_1_2_through_the_api() {
     let status = w.network_status("p1");
     assert_eq!(status[1]["name"], format!("{}/keynet", w.kube_ns));
     assert_eq!(status[1]["interface"], "net5");
-    assert_eq!(status[1]["ips"], json!(["10.30.0.77/24"]));
+    assert_eq!(status[1]["ips"], json!(["10.30.0.77"]));
     assert_eq!(status[1]["mac"], "02:11:22:33:44:55");
     assert_eq!(status[1]["default-route"], json!(["10.30.0.1"]));
 
@@ -628,9 +628,20 @@ fn ipamclaim_keeps_addresses_across_pods_until_the_claim_is_deleted() {
     let status = &w.get("ipamclaim", "vm-a.vmnet")["status"];
     assert_eq!(status["ownerPod"]["name"], "virt-launcher-a-2");
 
-    // The claim is deleted: the next DEL of a pod that used it releases it.
+    // The claim is deleted while virt-launcher-a-2 runs: neither a GC nor
+    // another pod's DEL frees the address under it...
     w.api
         .kubectl(&["delete", "ipamclaim", "-n", &w.kube_ns, "vm-a.vmnet"]);
+    let gc_keeping_c1 = w.conf_with(json!({"cniVersion": "1.1.0",
+        "cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "eth0"}]}));
+    assert_ok("GC", &w.plexus_with("GC", 0, false, "", "", &gc_keeping_c1));
+    assert_eq!(held_by_claim(), [(first[0].clone(), owner.clone())]);
+    let uid_other = w.pod("bystander", None);
+    assert_ok("ADD", &w.plexus("ADD", 0, true, "bystander", &uid_other));
+    assert_ok("DEL", &w.plexus("DEL", 0, true, "bystander", &uid_other));
+    assert_eq!(held_by_claim(), [(first[0].clone(), owner.clone())]);
+    assert_eq!(addresses(&w.pods[1], "net1"), first);
+    // ...the DEL of the pod that holds it releases it.
     assert_ok("DEL", &w.plexus("DEL", 1, true, "virt-launcher-a-2", &uid2));
     assert!(held_by_claim().is_empty());
     assert!(files_in(&w.tmp.path().join("cache/ipamclaims")).is_empty());
@@ -795,5 +806,85 @@ fn device_info_of_a_resource_backed_network_is_in_the_published_status() {
     assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &conf));
     assert!(!copy.exists());
     assert!(dp.exists(), "the device plugin's own file is not plexus's");
+
+    // An invalid device plugin file: device-info is optional (§5.3.8), so
+    // the pod gets the network without it and a Warning event naming the
+    // file (Multus only logs, `CopyDeviceInfoForCNIFromDP`).
+    std::fs::write(&dp, r#"{"type": "pci", "version": "1.1.0"}"#).unwrap();
+    let uid = w.pod("p2", Some("devnet"));
+    let kubelet = PodResourcesServer::start(vec![pod(
+        &w.kube_ns,
+        "p2",
+        vec![container("c", &[(resource, &["dev-7"])])],
+    )]);
+    let mut conf: Value = serde_json::from_str(&conf).unwrap();
+    conf["podResourcesSocket"] = json!(kubelet.socket());
+    let conf = conf.to_string();
+    assert_ok("ADD", &w.plexus_with("ADD", 1, true, "p2", &uid, &conf));
+    let status = w.network_status("p2");
+    assert_eq!(status[1]["name"], format!("{}/devnet", w.kube_ns));
+    assert_eq!(status[1].get("device-info"), None, "{status}");
+    let warned: Vec<String> = w
+        .events("p2")
+        .into_iter()
+        .filter(|(t, reason, _)| t == "Warning" && reason == "InvalidDeviceInfo")
+        .map(|(_, _, message)| message)
+        .collect();
+    assert_eq!(warned.len(), 1, "{:?}", w.events("p2"));
+    assert!(
+        warned[0].contains(&dp.display().to_string())
+            && warned[0].contains("goes on without device-info"),
+        "{warned:?}"
+    );
+    assert_ok("DEL", &w.plexus_with("DEL", 1, true, "p2", &uid, &conf));
     assert_nothing_left(w.tmp.path());
+}
+
+#[test]
+fn a_pod_attached_before_plexus_is_deleted_from_the_cluster_network_nad() {
+    // Issue 23 item 11 on an API server: the cluster network is a NAD
+    // (`clusterNetwork: ns/podnet`); a DEL without a record DELs it, as
+    // Multus's CmdDel without a cache does. With the API server gone the
+    // NAD cannot be read: code 11, the runtime retries, nothing is lost.
+    let Some(mut w) = world("pre") else { return };
+    let podnet = json!({"cniVersion": "1.0.0", "name": "podnet", "type": "bridge",
+        "bridge": "br-pod", "isGateway": true,
+        "ipam": host_local(w.tmp.path(), "10.10.0.0/24", "pod")});
+    w.nad("podnet", &podnet);
+    let conf = w.conf_with(json!({
+        "delegates": null, "clusterNetwork": format!("{}/podnet", w.kube_ns), "apiTimeout": 2,
+    }));
+    let reservations = || {
+        files_in(&w.tmp.path().join("ipam/pod/podnet"))
+            .into_iter()
+            .filter(|f| f.starts_with("10.10.0."))
+            .count()
+    };
+    // Before plexus: the reference bridge and host-local attach both pods.
+    for (i, pod_ns) in w.pods.iter().enumerate() {
+        let netns = format!("/var/run/netns/{pod_ns}");
+        let binary = format!("{REFERENCE}/bridge");
+        let container = format!("c{i}");
+        let out = plugin_at(
+            &w.node,
+            &binary,
+            "ADD",
+            &container,
+            &netns,
+            "eth0",
+            "",
+            &podnet.to_string(),
+        );
+        assert_ok("reference ADD", &out);
+    }
+    assert_eq!(reservations(), 2);
+    assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p0", "", &conf));
+    assert_eq!(link_names(&w.pods[0]), ["lo"]);
+    assert_eq!(reservations(), 1);
+
+    w.relay.stop();
+    let e = cni_error(&w.plexus_with("DEL", 1, true, "p1", "", &conf));
+    assert_eq!(e["code"], 11, "{e}");
+    assert_eq!(reservations(), 1, "kept for the DEL the runtime retries");
+    assert_eq!(link_names(&w.pods[1]), ["lo", "eth0"]);
 }

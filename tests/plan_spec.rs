@@ -390,8 +390,18 @@ fn s4_1_2_1_8_bandwidth() {
 
 #[test]
 fn s4_1_2_1_9_default_route() {
+    // The spec's example: net-b takes the default route; it is cleared from
+    // the cluster network and from net-a, which lacks the key ("flush the
+    // default route from the default network attachment and any attachments
+    // that do not have the "default-route" key set"; Multus's
+    // `types.CheckGatewayConfig` marks both for filtering).
     let p = example_plan("4.1.2.1.9.1");
-    assert!(p.attachments[0].clear_default_route);
+    let cleared: Vec<bool> = p
+        .attachments
+        .iter()
+        .map(|a| a.clear_default_route)
+        .collect();
+    assert_eq!(cleared, [true, true, false]);
     assert_eq!(
         p.attachments[2].default_route,
         Some(vec!["10.0.0.1".parse().unwrap()])
@@ -401,6 +411,25 @@ fn s4_1_2_1_9_default_route() {
         json!(["10.0.0.1"])
     );
     assert!(p.attachments[1].default_route.is_none());
+    assert_eq!(
+        p.attachments[1].to_value()["clearDefaultRoute"],
+        json!(true)
+    );
+
+    // `"default-route": []`: that attachment keeps its own gateway, every
+    // other one loses its default route.
+    let p = ok_plan(r#"[{"name": "net-a"}, {"name": "net-b", "default-route": []}]"#);
+    let cleared: Vec<bool> = p
+        .attachments
+        .iter()
+        .map(|a| a.clear_default_route)
+        .collect();
+    assert_eq!(cleared, [true, true, false]);
+    assert_eq!(p.attachments[2].default_route, Some(vec![]));
+
+    // No selection with the key: every attachment keeps its routes.
+    let p = ok_plan(r#"[{"name": "net-a"}, {"name": "net-b"}]"#);
+    assert!(p.attachments.iter().all(|a| !a.clear_default_route));
 
     // More than one element with default-route: the annotation is invalid.
     let p = ok_plan(

@@ -58,12 +58,22 @@ fn plexus_conf(tmp: &Path, nad: &Value) -> String {
 
 /// [`plexus_conf`] with the pods' annotation `selection` (YAML-quoted).
 fn plexus_conf_selecting(tmp: &Path, nad: &Value, selection: &str) -> String {
+    plexus_conf_with(tmp, std::slice::from_ref(nad), selection, json!([]))
+}
+
+/// [`plexus_conf`] with the NADs `nads` (each named after its config), the
+/// pods' annotation `selection`, and the cluster network's host-local
+/// `routes`.
+fn plexus_conf_with(tmp: &Path, nads: &[Value], selection: &str, cluster_routes: Value) -> String {
     let manifests = tmp.join("manifests");
     std::fs::create_dir(&manifests).unwrap();
-    let name = nad["name"].as_str().unwrap();
-    let mut text = format!(
-        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: {name}, namespace: demo}}\nspec:\n  config: '{nad}'\n"
-    );
+    let mut text = String::new();
+    for nad in nads {
+        let name = nad["name"].as_str().unwrap();
+        text.push_str(&format!(
+            "---\napiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: {name}, namespace: demo}}\nspec:\n  config: '{nad}'\n"
+        ));
+    }
     let selection = serde_json::to_string(selection).unwrap();
     for pod in ["p1", "p2"] {
         text.push_str(&format!(
@@ -76,9 +86,169 @@ fn plexus_conf_selecting(tmp: &Path, nad: &Value, selection: &str) -> String {
         "cniDir": tmp.join("cache"), "confDir": tmp.join("net.d"),
         "manifestDir": manifests,
         "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge", "bridge": "br-pod",
-                       "isGateway": true, "ipam": host_local(tmp, "10.10.0.0/24", "pod")}],
+                       "isGateway": true,
+                       "ipam": with_routes(host_local(tmp, "10.10.0.0/24", "pod"), cluster_routes)}],
     })
     .to_string()
+}
+
+fn with_routes(mut ipam: Value, routes: Value) -> Value {
+    if routes != json!([]) {
+        ipam["routes"] = routes;
+    }
+    ipam
+}
+
+/// `ip route` of `netns`'s main table: the default routes' devices.
+fn default_route_devices(netns: &str, family: &str) -> Vec<String> {
+    let routes: Value =
+        serde_json::from_str(&ip(netns, &["-j", family, "route", "show", "default"])).unwrap();
+    let mut devs: Vec<String> = routes
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| match r["nexthops"].as_array() {
+            Some(hops) => hops.clone(),
+            None => vec![r.clone()],
+        })
+        .map(|h| {
+            format!(
+                "{} {}",
+                h["dev"].as_str().unwrap(),
+                h["gateway"].as_str().unwrap_or("-")
+            )
+        })
+        .collect();
+    devs.sort();
+    devs
+}
+
+/// The first NetworkAttachmentDefinition of Multus's quickstart
+/// (docs/quickstart.md, `macvlan-conf`) unchanged but for its master (the
+/// node's uplink here, `eth0` there) and host-local's `dataDir` (under the
+/// test's temp dir).
+fn multus_quickstart_macvlan(tmp: &Path) -> Value {
+    let mut nad = json!({
+      "cniVersion": "0.3.0",
+      "type": "macvlan",
+      "master": "eth0",
+      "mode": "bridge",
+      "ipam": {
+        "type": "host-local",
+        "subnet": "192.168.1.0/24",
+        "rangeStart": "192.168.1.200",
+        "rangeEnd": "192.168.1.216",
+        "routes": [
+          { "dst": "0.0.0.0/0" }
+        ],
+        "gateway": "192.168.1.1"
+      }
+    });
+    nad["master"] = json!("uplink0");
+    nad["name"] = json!("macvlan-conf");
+    nad["ipam"]["dataDir"] = json!(tmp.join("ipam").join("quickstart"));
+    nad
+}
+
+#[test]
+fn the_multus_quickstart_nad_attaches_beside_the_cluster_default_route() {
+    // Multus's quickstart NAD on a pod whose cluster network set the default
+    // route (every real cluster): the reference plugins add result routes
+    // without NLM_F_EXCL (plugins' `ipam.ConfigureIface`, `RouteAddEcmp`),
+    // so both default routes coexist; this ADD used to fail with EEXIST.
+    use plexus_testkit::Feature;
+    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut namespaces = Namespaces(Vec::new());
+    let (node, pods) = node_and_pods(&mut namespaces, "qs");
+    let conf = plexus_conf_with(
+        tmp.path(),
+        &[multus_quickstart_macvlan(tmp.path())],
+        "macvlan-conf",
+        json!([{"dst": "0.0.0.0/0"}]),
+    );
+    let mut net1 = Vec::new();
+    for (i, pod_ns) in pods.iter().enumerate() {
+        let out = plexus(
+            &node,
+            "ADD",
+            &format!("c{i}"),
+            Some(pod_ns),
+            &format!("p{}", i + 1),
+            &conf,
+        );
+        assert_ok("ADD", &out);
+        assert_eq!(
+            default_route_devices(pod_ns, "-4"),
+            ["eth0 10.10.0.1", "net1 192.168.1.1"]
+        );
+        net1.push(addresses(pod_ns, "net1")[0].clone());
+    }
+    assert!(net1[0].starts_with("192.168.1.2"), "{net1:?}");
+    assert!(
+        ping(&pods[0], &net1[1]),
+        "macvlan-conf: {} -> {}",
+        pods[0],
+        net1[1]
+    );
+    del_twice(&node, &pods, &conf);
+    assert_nothing_left(tmp.path());
+}
+
+#[test]
+fn default_route_key_takes_the_default_route_from_every_other_attachment() {
+    // multi-net-spec §4.1.2.1.9: with "default-route" on one selection, the
+    // default route is flushed "from the default network attachment and any
+    // attachments that do not have the "default-route" key set" (Multus:
+    // `types.CheckGatewayConfig`, then `netutils.DeleteDefaultGW` per
+    // delegate). `"default-route": []` keeps that attachment's own.
+    use plexus_testkit::Feature;
+    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut namespaces = Namespaces(Vec::new());
+    let (node, pods) = node_and_pods(&mut namespaces, "dr");
+    let second = json!({"cniVersion": "1.0.0", "name": "mac2", "type": "macvlan",
+        "master": "uplink0", "ipam": {"type": "host-local", "subnet": "10.30.0.0/24",
+        "gateway": "10.30.0.1", "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": tmp.path().join("ipam").join("mac2")}});
+    let selections = [
+        // pod 1: mac2 takes the default route through 10.30.0.254.
+        (
+            r#"[{"name": "macvlan-conf"}, {"name": "mac2", "default-route": ["10.30.0.254"]}]"#,
+            vec!["net2 10.30.0.254"],
+        ),
+        // pod 2: mac2 keeps the gateway its own result gave.
+        (
+            r#"[{"name": "macvlan-conf"}, {"name": "mac2", "default-route": []}]"#,
+            vec!["net2 10.30.0.1"],
+        ),
+    ];
+    for (i, (selection, defaults)) in selections.iter().enumerate() {
+        let dir = tmp.path().join(format!("pod{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        let conf = plexus_conf_with(
+            &dir,
+            &[multus_quickstart_macvlan(tmp.path()), second.clone()],
+            selection,
+            json!([{"dst": "0.0.0.0/0"}]),
+        );
+        let out = plexus(&node, "ADD", &format!("c{i}"), Some(&pods[i]), "p1", &conf);
+        assert_ok("ADD", &out);
+        assert_eq!(
+            &default_route_devices(&pods[i], "-4"),
+            defaults,
+            "{selection}"
+        );
+        let out = plexus(&node, "DEL", &format!("c{i}"), Some(&pods[i]), "p1", &conf);
+        assert_ok("DEL", &out);
+        assert_eq!(link_names(&pods[i]), ["lo"]);
+        assert_nothing_left(&dir);
+    }
+    assert_nothing_left(tmp.path());
 }
 
 /// DEL of pod i's container c{i}, twice (idempotent), the second time
@@ -449,5 +619,45 @@ fn lo_is_no_attachments_interface_and_a_failed_add_on_it_can_be_deleted() {
         assert_ok("DEL", &out);
     }
     assert_eq!(link_names(&pods[1]), ["lo"]);
+    assert_nothing_left(tmp.path());
+}
+
+#[test]
+fn further_delegates_and_a_default_network_directory_reach_every_pod() {
+    // As Multus: `delegates[1..]` follow the cluster network as net1, ...
+    // (LoadNetConf keeps them all; getIfname names them by position), then a
+    // `defaultNetworks` entry naming a directory, its first conf
+    // (getNetDelegate), then the pod's selection. DEL, twice, leaves nothing.
+    use plexus_testkit::Feature;
+    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut namespaces = Namespaces(Vec::new());
+    let (node, pods) = node_and_pods(&mut namespaces, "dlg");
+    let mut conf: Value =
+        serde_json::from_str(&plexus_conf(tmp.path(), &macvlan_network(tmp.path()))).unwrap();
+    conf["delegates"].as_array_mut().unwrap().push(json!({
+        "cniVersion": "1.0.0", "name": "storage", "type": "macvlan", "master": "uplink0",
+        "ipam": host_local(tmp.path(), "10.40.0.0/24", "storage")}));
+    let dir = tmp.path().join("default-networks");
+    std::fs::create_dir(&dir).unwrap();
+    let backup = json!({"cniVersion": "1.0.0", "name": "backup", "type": "macvlan",
+        "master": "uplink0", "ipam": host_local(tmp.path(), "10.50.0.0/24", "backup")});
+    std::fs::write(dir.join("10-backup.conf"), backup.to_string()).unwrap();
+    conf["defaultNetworks"] = json!([dir]);
+    let conf = conf.to_string();
+
+    for (i, pod_ns) in pods.iter().enumerate() {
+        let pod = format!("p{}", i + 1);
+        let out = plexus(&node, "ADD", &format!("c{i}"), Some(pod_ns), &pod, &conf);
+        assert_ok("ADD", &out);
+        assert_eq!(link_names(pod_ns), ["lo", "eth0", "net1", "net2", "net3"]);
+        let addr = |ifname: &str| ip(pod_ns, &["-4", "-o", "addr", "show", "dev", ifname]);
+        assert!(addr("net1").contains("10.40.0."), "{}", addr("net1"));
+        assert!(addr("net2").contains("10.50.0."), "{}", addr("net2"));
+        assert!(addr("net3").contains("10.20.0."), "{}", addr("net3"));
+    }
+    del_twice(&node, &pods, &conf);
     assert_nothing_left(tmp.path());
 }

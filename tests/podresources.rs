@@ -507,25 +507,34 @@ fn device_info_is_copied_handed_to_plugins_reported_and_removed_on_del() {
 }
 
 #[test]
-fn a_bad_device_plugin_file_fails_the_add_naming_it_before_any_plugin_runs() {
+fn a_bad_device_plugin_file_is_left_out_and_the_attachment_goes_on() {
+    // multi-net-spec §5.3.8: device-info is optional. Multus's
+    // `CopyDeviceInfoForCNIFromDP` failing only logs; plexus also warns (a
+    // Warning event on a cluster, tests/kube.rs) and attaches the network
+    // without device-info.
     let kubelet = PodResourcesServer::start(node_pods());
     let node = Node::new("sriov-a", kubelet.socket());
     let dp = node.devinfo("dp", "intel.com-sriov_a-0000:3b:02.1-device.json");
     std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
     std::fs::write(&dp, r#"{"type": "pci", "version": "1.1.0"}"#).unwrap();
-    let details = node.failed_add(7);
+    assert_ok("ADD", &node.plexus("ADD"));
+    let net1 = node.devinfo("cni", "demo-sriov-a-ctr1-net1-device.json");
+    assert!(!net1.exists(), "nothing copied");
+    let status = node.network_status();
+    assert_eq!(status.len(), 2, "{status:?}");
     assert!(
-        details.contains(&format!("device-info file {}", dp.display()))
-            && details.contains("pci: required when \"type\" is \"pci\""),
-        "{details}"
+        status.iter().all(|e| e.get("device-info").is_none()),
+        "{status:?}"
     );
-    assert!(!node
-        .devinfo("cni", "demo-sriov-a-ctr1-net1-device.json")
-        .exists());
+    assert_ok("DEL", &node.plexus("DEL"));
+    assert!(dp.exists(), "the device plugin's file is not plexus's");
 }
 
 #[test]
-fn bad_device_info_from_a_plugin_fails_the_add_and_nothing_is_left() {
+fn bad_device_info_from_a_plugin_is_left_out_and_the_attachment_goes_on() {
+    // Multus's `getDelegateDeviceInfo` failing only logs: the attachment
+    // stays, without device-info (multi-net-spec §5.3.8); DEL removes the
+    // file the plugin wrote (device-info-SPEC §4.2.1).
     let kubelet = PodResourcesServer::start(node_pods());
     let node = Node::new("sriov-b", kubelet.socket());
     let net1 = node.devinfo("cni", "demo-sriov-b-ctr1-net1-device.json");
@@ -539,20 +548,15 @@ fn bad_device_info_from_a_plugin_fails_the_add_and_nothing_is_left() {
             net1.display()
         ),
     );
-    let out = node.plexus("ADD");
-    assert!(!out.status.success());
-    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(e["code"], 7, "{e}");
+    assert_ok("ADD", &node.plexus("ADD"));
+    assert!(node.requests("DEL").is_empty(), "nothing rolled back");
+    let status = node.network_status();
+    assert_eq!(status.len(), 2, "{status:?}");
     assert!(
-        e["details"]
-            .as_str()
-            .unwrap()
-            .contains(&net1.display().to_string()),
-        "{e}"
+        status.iter().all(|e| e.get("device-info").is_none()),
+        "{status:?}"
     );
-    // Rolled back: every plugin that ran was deleted, and the file with them.
-    let dels: Vec<String> = node.requests("DEL").into_iter().map(|r| r.0).collect();
-    assert_eq!(dels, ["plain", "vf", "podnet"]);
+    assert_ok("DEL", &node.plexus("DEL"));
     assert!(!net1.exists());
     assert!(!node.fakes.record_path("ctr1").exists());
 }

@@ -115,6 +115,7 @@ fn add_threads_prev_result_in_each_requests_version_with_the_runtime_env() {
                 default: true,
                 result: Some(want_a),
                 device_info: None,
+                warnings: Vec::new(),
             },
             AttachmentResult {
                 network: "ns/b".into(),
@@ -122,6 +123,7 @@ fn add_threads_prev_result_in_each_requests_version_with_the_runtime_env() {
                 default: false,
                 result: Some(want_b),
                 device_info: None,
+                warnings: Vec::new(),
             },
         ]
     );
@@ -544,6 +546,114 @@ fn add_is_refused_while_an_earlier_add_is_not_deleted() {
 }
 
 #[test]
+fn del_without_a_record_deletes_the_fallback_plan_idempotently() {
+    // Issue 23 item 11: a pod attached by the cluster network's plugin
+    // before plexus was installed has no record; as Multus's CmdDel without
+    // a cache, DEL runs the cluster network's DEL from the configuration
+    // (cni-SPEC §2 DEL: idempotent), without prevResult.
+    let f = Fakes::new(&["p1", "p2"]);
+    let registry = Registry::new();
+    let ex = executor(&f);
+    let ctx = f.ctx(&registry, "before-plexus");
+    let p = plan(vec![cluster(&["p1", "p2"])]);
+    let fallback = || Ok(p.clone());
+    for _ in 0..2 {
+        f.reset_calls();
+        let report = ex.del(&ctx, Some(&fallback)).unwrap();
+        assert_eq!(f.calls(), ["p2 DEL", "p1 DEL"]);
+        assert_eq!(
+            f.call(0).stdin,
+            with_prev(&p.attachments[0].plugins[1], None)
+        );
+        assert_eq!(f.call(1).env["CNI_CONTAINERID"], "before-plexus");
+        assert_eq!(f.call(1).env["CNI_IFNAME"], "eth0");
+        assert_eq!(
+            detached(&report),
+            [("k8s-pod-network".into(), "eth0".into())]
+        );
+        assert!(report.warnings.is_empty(), "{report:?}");
+        assert!(!f.record_path("before-plexus").exists());
+    }
+
+    // A failing DEL fails, and leaves a record owing what is left, which the
+    // next DEL (or GC) works from.
+    f.reset_calls();
+    f.answer_error("p1", "DEL", 11, "busy", "store locked");
+    let e = ex.del(&ctx, Some(&fallback)).unwrap_err();
+    assert_eq!(e.code, ErrorCode::TryAgainLater);
+    assert_eq!(
+        record(&f, "before-plexus")["attachments"][0]["pendingDel"],
+        json!([0])
+    );
+    f.clear_answers("p1", "DEL");
+    f.reset_calls();
+    ex.del(&ctx, None).unwrap();
+    assert_eq!(f.calls(), ["p1 DEL"]);
+    assert!(!f.record_path("before-plexus").exists());
+
+    // No cluster network to go by: nothing is deleted, with a warning; no
+    // answer from the API server: the runtime is told to try again.
+    f.reset_calls();
+    let unknown = || {
+        Err(CniError::plugin(
+            codes::NETWORK_NOT_FOUND,
+            "not found",
+            "podnet",
+        ))
+    };
+    let report = ex.del(&ctx, Some(&unknown)).unwrap();
+    assert!(f.calls().is_empty());
+    assert!(report.warnings[0].contains("no plan to delete from the configuration: podnet"));
+    let later = || Err(CniError::new(ErrorCode::TryAgainLater, "no answer", "api"));
+    assert_eq!(
+        ex.del(&ctx, Some(&later)).unwrap_err().code,
+        ErrorCode::TryAgainLater
+    );
+    assert!(f.calls().is_empty());
+}
+
+#[test]
+fn status_asks_every_cluster_plugin_from_1_1_0_and_reports_the_first_failure() {
+    // cni-SPEC §2 STATUS: "If a plugin relies on a delegated plugin ... it
+    // must also execute a STATUS request to that plugin"; libcni's
+    // GetStatusNetworkList (Multus's CmdStatus) stops at the first error and
+    // skips chains older than 1.1.0.
+    let f = Fakes::new(&["s1", "s2"]);
+    let registry = Registry::new();
+    let delegates = f.delegates(&registry);
+    let network = |version: &str| DefaultNetwork {
+        network: "podnet".into(),
+        config: NetworkConfigList::from_value(&json!({"cniVersion": version, "name": "podnet",
+            "plugins": [{"type": "s1", "k": "v"}, {"type": "s2"}]}))
+        .unwrap(),
+        source: "test".into(),
+    };
+    plexus::run::status(&delegates, &network("1.1.0")).unwrap();
+    assert_eq!(f.calls(), ["s1 STATUS", "s2 STATUS"]);
+    assert_eq!(
+        f.call(0).stdin,
+        json!({"cniVersion": "1.1.0", "name": "podnet", "type": "s1", "k": "v"})
+    );
+    assert_eq!(f.call(0).env["CNI_COMMAND"], "STATUS");
+    assert_eq!(f.call(0).env["CNI_PATH"], search_path(&f));
+
+    f.reset_calls();
+    f.answer_error("s1", "STATUS", 51, "plugin not available", "uplink down");
+    let e = plexus::run::status(&delegates, &network("1.1.0")).unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotAvailableLimited);
+    assert_eq!(
+        e.details,
+        "cluster network podnet plugins[0]: s1: uplink down"
+    );
+    assert_eq!(f.calls(), ["s1 STATUS"]);
+
+    // 1.0.0 has no STATUS: not asked.
+    f.reset_calls();
+    plexus::run::status(&delegates, &network("1.0.0")).unwrap();
+    assert!(f.calls().is_empty());
+}
+
+#[test]
 fn unreadable_record_falls_back_to_the_plan_or_is_moved_aside() {
     // multus-cni #948 / #1087: a truncated cache must neither fail DEL
     // forever nor be trusted.
@@ -568,7 +678,7 @@ fn unreadable_record_falls_back_to_the_plan_or_is_moved_aside() {
     assert!(moved.exists() && !f.record_path("ctr1").exists());
 
     fs::write(f.record_path("ctr1"), "").unwrap();
-    let report = ex.del(&ctx, Some(&p)).unwrap();
+    let report = ex.del(&ctx, Some(&|| Ok(p.clone()))).unwrap();
     assert_eq!(f.calls(), ["q1 DEL", "p2 DEL", "p1 DEL"]);
     assert!(f.call(0).stdin.get("prevResult").is_none());
     assert!(
@@ -1078,4 +1188,63 @@ fn default_route_hooks_run_after_their_attachment_and_shape_the_result() {
             assert!(!f.record_path("ctr1").exists());
         }
     }
+}
+
+/// An in-process plugin whose ADD finds its interface name taken and fails
+/// having undone its own work (as the built-in drivers do).
+struct InTheWay {
+    log: Arc<Fakes>,
+}
+
+impl Plugin for InTheWay {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        self.log.log_builtin("inway", "ADD", &req.config);
+        Err(CniError {
+            undone: true,
+            ..CniError::invalid_config("CNI_IFNAME", "eth0 already exists")
+        })
+    }
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        self.log.log_builtin("inway", "DEL", &req.config);
+        Ok(())
+    }
+    fn check(&self, _: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
+    fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+        Ok(())
+    }
+    fn status(&self, _: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_del_after_an_add_that_found_its_way_taken_runs_nothing() {
+    // The record of an ADD whose failing plugin undid its work stays,
+    // owing nothing, so the DEL after it does not fall back to the
+    // configuration (which would delete what was in the way); that DEL
+    // removes it, and a later DEL falls back as for any missing record.
+    let f = Arc::new(Fakes::new(&[]));
+    let log = Arc::clone(&f);
+    let registry = Registry::new().with_builtin("inway", move |_, _| {
+        Box::new(InTheWay {
+            log: Arc::clone(&log),
+        })
+    });
+    let ex = executor(&f);
+    let ctx = f.ctx(&registry, "ctr1");
+    let p = plan(vec![cluster(&["inway"])]);
+    let fallback = || Ok(p.clone());
+    ex.add(&p, &ctx).unwrap_err();
+    assert_eq!(
+        record(&f, "ctr1")["attachments"][0]["pendingDel"],
+        json!([])
+    );
+    let report = ex.del(&ctx, Some(&fallback)).unwrap();
+    assert!(report.detached.is_empty());
+    assert_eq!(f.calls(), ["inway ADD"]);
+    assert!(!f.record_path("ctr1").exists());
+    ex.del(&ctx, Some(&fallback)).unwrap();
+    assert_eq!(f.calls(), ["inway ADD", "inway DEL"]);
 }

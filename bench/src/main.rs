@@ -63,9 +63,9 @@ struct Args {
     /// Exit non-zero when a target is missed.
     #[arg(long)]
     check: bool,
-    /// Run only the SR-IOV VF case: plexus's `sriov` driver against the same
-    /// work done by iproute2, on VFs of the machine's SR-IOV PF. In the test
-    /// VM only (`vm-tests/run --bench -- --sriov`).
+    /// Run only the SR-IOV VF case: plexus's `sriov` driver against sriov-cni
+    /// and against the same work done by iproute2, on VFs of the machine's
+    /// SR-IOV PF. In the test VM only (`vm-tests/run --bench -- --sriov`).
     #[arg(long)]
     sriov: bool,
     /// Instead of benchmarking, single-step plexus's ADD and DEL and write

@@ -13,34 +13,47 @@
 //! are counted, printed and make the run fail: a benchmark that applies
 //! nothing must not look fast.
 //!
-//! The peer is sriov-cni's work as a floor: sriov-cni itself cannot be had
-//! here (Debian does not package it, and the Go module proxy is out of
-//! reach), so the same kernel work is done by iproute2 commands exec'd one
-//! after another in sriov-cni's order, one `ip` per netlink request it makes,
-//! plus its exec of host-local. It is a floor for the kernel work, not for
-//! process start-ups (7 execs per ADD where sriov-cni has 2). Pods alternate
-//! between plexus and the floor, on different VFs, so machine noise hits
-//! both alike.
+//! The peer is sriov-cni itself (36db6d96, built by `.ci/sriov-cni` on the
+//! host, which vm-tests/run does before the VM starts), with the same
+//! configuration and its exec of host-local, as Multus would exec it. Beside
+//! it, an iproute2 floor: the same kernel work done by iproute2 commands
+//! exec'd one after another in sriov-cni's order, one `ip` per netlink
+//! request it makes, plus its exec of host-local (a floor for the kernel
+//! work, not for process start-ups: 7 execs per ADD where sriov-cni has 2).
+//! Without a built sriov-cni the floor alone is measured, and the output
+//! says why. Pods take turns between the contenders, on different VFs, so
+//! machine noise hits all alike.
+//!
+//! sriov-cni keeps its state in `/var/lib/cni/sriov`, a fixed path, and the
+//! VM's root is read-only: the benchmark moves into a mount namespace of its
+//! own with a temp directory bound over `/var/lib` before anything else, so
+//! every contender inherits it at no cost per exec.
 
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
 use plexus_dataplane::netlink::VfState;
 use plexus_dataplane::{MacAddr, NetNs, Netlink};
-use plexus_testkit::sriov::{find_pf, PciVf, SriovVfs};
+use plexus_testkit::sriov::{find_pf, sriov_cni, PciVf, SriovVfs};
 use serde_json::{json, Value};
 
 use crate::{cni_env_as, invoke, ip, percentile, print_table, with_prev_result, Namespaces, Run};
 
-/// VFs created on the PF; the two contenders' pods take turns on them.
-const VFS: u32 = 4;
+/// VFs created on the PF: each contender's pods take turns on two of its
+/// own. Not shared: sriov-cni's DEL leaves an admin MAC on an igb VF (it
+/// restores the one it read, which igb reports as the VF's own when none is
+/// set), and an untrusted VF can then no longer set its own MAC, which the
+/// floor's ADD does first.
+const VFS: u32 = 6;
+const VFS_EACH: usize = 2;
 /// The pod's name for its VF's netdev.
 const IFNAME: &str = "net1";
 const MAX_TX_RATE: u32 = 100;
 
 const FLOOR: &str = "iproute2 floor";
-const WHY_FLOOR: &str = "sriov-cni is not packaged by Debian and the Go module proxy \
-                         cannot be reached here, so it cannot be built";
+const PEER: &str = "sriov-cni";
 
 /// What the case needs from the main benchmark.
 pub struct Setup<'a> {
@@ -113,6 +126,10 @@ pub fn run(setup: Setup) -> Result<bool, String> {
                 .into(),
         );
     }
+    // Looked up with the machine's /var/lib (its key has dpkg's versions).
+    let peer = sriov_cni();
+    // Then, while the process has one thread (unshare needs that).
+    private_var_lib(&setup.tmp.join("var-lib"))?;
     let Some(found) = find_pf() else {
         return Err("no PCI SR-IOV PF with a netdev here".into());
     };
@@ -120,7 +137,13 @@ pub fn run(setup: Setup) -> Result<bool, String> {
     if !host_local.is_file() {
         return Err(format!("{} not found", host_local.display()));
     }
-    let created = SriovVfs::create(VFS.min(found.total_vfs));
+    if found.total_vfs < VFS {
+        return Err(format!(
+            "the PF {} has {} VFs at most, the case needs {VFS}",
+            found.address, found.total_vfs
+        ));
+    }
+    let created = SriovVfs::create(VFS);
     let nl = Netlink::current().map_err(|e| e.to_string())?;
     let pf_index = nl
         .link_by_name(&created.pf.netdev)
@@ -151,6 +174,13 @@ pub fn run(setup: Setup) -> Result<bool, String> {
     };
     let floor_ipam = json!({"cniVersion": "1.0.0", "name": "bench-sriov-floor",
                             "ipam": ipam("floor", "10.91.0.0/16")});
+    // sriov-cni's: the same network, as the NAD's config Multus hands it.
+    let peer_conf = |vf: &PciVf, mac: MacAddr, vlan: u16| {
+        json!({"cniVersion": "1.0.0", "name": "bench-sriov", "type": "sriov",
+               "deviceID": vf.address, "mac": mac.to_string(), "vlan": vlan,
+               "spoofchk": "off", "trust": "on", "max_tx_rate": MAX_TX_RATE,
+               "ipam": ipam("sriov-cni", "10.92.0.0/16")})
+    };
 
     println!(
         "plexus-bench: SR-IOV, {} pods per contender, one after another; {} VFs of the PF {} ({})",
@@ -163,17 +193,24 @@ pub fn run(setup: Setup) -> Result<bool, String> {
         "each pod: its VF as {IFNAME} with mac, vlan, spoofchk off, trust on, max_tx_rate \
          {MAX_TX_RATE}, host-local IPAM"
     );
+    match &peer {
+        Ok(path) => println!(
+            "peer: {PEER} ({}), exec'd with the same network config, and its host-local exec",
+            path.display()
+        ),
+        Err(why) => println!("peer: {PEER} is not measured: {why}"),
+    }
     println!(
-        "peer: the {FLOOR}, sriov-cni's netlink requests as `ip` execs in its order plus its \
-         host-local exec (6 + 1 execs per ADD, 5 + 1 per DEL): {WHY_FLOOR}. A floor for \
-         the kernel work, not for process start-ups (sriov-cni is 2 execs per call)"
+        "floor: sriov-cni's netlink requests as `ip` execs in its order plus its host-local \
+         exec (6 + 1 execs per ADD, 5 + 1 per DEL): a floor for the kernel work, not for \
+         process start-ups (sriov-cni is 2 execs per call)"
     );
-    let (mut ours, mut floor) = (Tally::default(), Tally::default());
+    let (mut ours, mut floor, mut theirs) = (Tally::default(), Tally::default(), Tally::default());
     for i in 0..setup.pods {
         let mut pod = |n: usize, who: &str, octet: u8| {
             let ns_name = format!("pxb-{pid}-s{who}{i}");
             let ns = setup.namespaces.create(ns_name.clone())?;
-            let vf = &vfs[n % vfs.len()];
+            let vf = &vfs[n * VFS_EACH + i % VFS_EACH];
             let mac = MacAddr([0x02, 0, 0, octet, (i >> 8) as u8, i as u8]);
             Ok::<_, String>(Pod {
                 ns,
@@ -185,7 +222,7 @@ pub fn run(setup: Setup) -> Result<bool, String> {
                 vlan: 100 + (i % 1000) as u16,
             })
         };
-        let (px, fl) = (pod(i, "px", 0x90)?, pod(i + 1, "fl", 0x91)?);
+        let (px, fl) = (pod(0, "px", 0x90)?, pod(1, "fl", 0x91)?);
 
         let conf = plexus_conf(px.vf, px.mac, px.vlan);
         let env = |command| cni_env_as(command, &px.id, &px.ns, IFNAME, "", setup.reference_dir);
@@ -227,37 +264,76 @@ pub fn run(setup: Setup) -> Result<bool, String> {
         )?);
         let wrong = check_restored(&node, &fl)?;
         floor.restored += floor.verified(FLOOR, "after DEL", &fl, wrong) as usize;
+
+        let Ok(peer) = &peer else { continue };
+        let sc = pod(2, "sc", 0x92)?;
+        let conf = peer_conf(sc.vf, sc.mac, sc.vlan);
+        let env = |command| cni_env_as(command, &sc.id, &sc.ns, IFNAME, "", setup.reference_dir);
+        let add = invoke(
+            &node.ns,
+            peer,
+            &[],
+            &env("ADD"),
+            conf.to_string().as_bytes(),
+        )?;
+        theirs.add.push(add.elapsed);
+        let result = parse(&add)?;
+        let wrong = check_applied(&node, &sc, &first_address(&result)?)?;
+        theirs.applied += theirs.verified(PEER, "after ADD", &sc, wrong) as usize;
+        let del = invoke(
+            &node.ns,
+            peer,
+            &[],
+            &env("DEL"),
+            &with_prev_result(&conf, &result),
+        )?;
+        theirs.del.push(del.elapsed);
+        let wrong = check_restored(&node, &sc)?;
+        theirs.restored += theirs.verified(PEER, "after DEL", &sc, wrong) as usize;
     }
 
     println!();
-    print_table(
-        14,
-        &[
-            (FLOOR, &floor.add, &floor.del),
-            ("plexus", &ours.add, &ours.del),
-        ],
-    );
+    let mut contenders = vec![(FLOOR, &floor)];
+    if peer.is_ok() {
+        contenders.insert(0, (PEER, &theirs));
+    }
+    let mut rows: Vec<(&str, &[Duration], &[Duration])> = contenders
+        .iter()
+        .map(|(who, t)| (*who, t.add.as_slice(), t.del.as_slice()))
+        .collect();
+    rows.push(("plexus", &ours.add, &ours.del));
+    print_table(14, &rows);
     let ratio = |f: &[Duration], o: &[Duration]| {
         percentile(f, 0.5).as_secs_f64() / percentile(o, 0.5).as_secs_f64()
     };
-    println!(
-        "ADD: plexus is {:.2}x faster than the {FLOOR}",
-        ratio(&floor.add, &ours.add)
-    );
-    println!(
-        "DEL: plexus is {:.2}x faster than the {FLOOR}",
-        ratio(&floor.del, &ours.del)
-    );
     let n = setup.pods;
-    println!(
-        "VF settings applied: {}/{n} plexus, {}/{n} {FLOOR}",
-        ours.applied, floor.applied
-    );
-    println!(
-        "restored: {}/{n} plexus, {}/{n} {FLOOR}",
-        ours.restored, floor.restored
-    );
-    let failures: Vec<String> = ours.failures.into_iter().chain(floor.failures).collect();
+    for (who, t) in &contenders {
+        println!(
+            "ADD: plexus is {:.2}x faster than {who}",
+            ratio(&t.add, &ours.add)
+        );
+        println!(
+            "DEL: plexus is {:.2}x faster than {who}",
+            ratio(&t.del, &ours.del)
+        );
+    }
+    let counts = |pick: fn(&Tally) -> usize| {
+        let mut parts = vec![format!("{}/{n} plexus", pick(&ours))];
+        parts.extend(
+            contenders
+                .iter()
+                .map(|(who, t)| format!("{}/{n} {who}", pick(t))),
+        );
+        parts.join(", ")
+    };
+    println!("VF settings applied: {}", counts(|t| t.applied));
+    println!("restored: {}", counts(|t| t.restored));
+    let failures: Vec<String> = ours
+        .failures
+        .into_iter()
+        .chain(floor.failures)
+        .chain(theirs.failures)
+        .collect();
     for failure in &failures {
         println!("FAILED: {failure}");
     }
@@ -524,4 +600,46 @@ fn check_restored(node: &Node, pod: &Pod) -> Result<Vec<String>, String> {
         }
     }
     Ok(wrong)
+}
+
+/// Moves the benchmark into a mount namespace of its own in which `dir` is
+/// `/var/lib` (see the module docs). Must run before any thread starts.
+fn private_var_lib(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).expect("no NUL in a path");
+    let (root, var_lib, source) = (c(Path::new("/")), c(Path::new("/var/lib")), c(dir));
+    let os_error = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+    // SAFETY: plain system calls with valid NUL-terminated paths.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return Err(os_error("unshare(CLONE_NEWNS)"));
+        }
+        // Nothing mounted here reaches the machine's namespace.
+        let private = libc::MS_REC | libc::MS_PRIVATE;
+        let none = std::ptr::null();
+        if libc::mount(
+            none,
+            root.as_ptr(),
+            none,
+            private,
+            none as *const libc::c_void,
+        ) != 0
+        {
+            return Err(os_error("mount --make-rprivate /"));
+        }
+        if libc::mount(
+            source.as_ptr(),
+            var_lib.as_ptr(),
+            none,
+            libc::MS_BIND,
+            none as *const libc::c_void,
+        ) != 0
+        {
+            return Err(os_error(&format!(
+                "mount --bind {} /var/lib",
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
 }

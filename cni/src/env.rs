@@ -101,8 +101,15 @@ impl CniEnv {
     /// A GC's parameters: cni-SPEC §2 gives it only `CNI_COMMAND` and
     /// `CNI_PATH`.
     pub fn gc(path: Vec<PathBuf>) -> CniEnv {
+        CniEnv::config_only(CniCommand::Gc, path)
+    }
+
+    /// The parameters of a command about the network rather than an
+    /// attachment (GC, STATUS): cni-SPEC §2 gives them only `CNI_COMMAND`
+    /// and `CNI_PATH`.
+    pub fn config_only(command: CniCommand, path: Vec<PathBuf>) -> CniEnv {
         CniEnv {
-            command: CniCommand::Gc,
+            command,
             container_id: None,
             netns: None,
             ifname: None,

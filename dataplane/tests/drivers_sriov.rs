@@ -337,13 +337,22 @@ fn sriov_driver_refuses_what_is_not_a_vf_and_an_invalid_guid() {
         assert_code(&e, ErrorCode::InvalidConfig, "deviceID: ");
         assert!(e.details.contains(why), "{device}: {e:?}");
     }
-    let c = f.conf(vf, json!({"runtimeConfig": {"infinibandGUID": "00:11:22"}}));
-    let e = add(Here, &r, SRIOV, &t, &c).unwrap_err();
-    assert_code(
-        &e,
-        ErrorCode::InvalidConfig,
-        "runtimeConfig.infinibandGUID: ",
-    );
+    // ib-sriov-cni's `IsValidGUID` (all zeros) and `IsAllOnesGUID`: refused
+    // before anything is looked at, whatever the VF.
+    for (guid, why) in [
+        ("00:11:22", "expected 8 octets"),
+        ("00:00:00:00:00:00:00:00", "is all zeros"),
+        ("ff:ff:ff:ff:ff:ff:ff:ff", "is all ones"),
+    ] {
+        let c = f.conf(vf, json!({"runtimeConfig": {"infinibandGUID": guid}}));
+        let e = add(Here, &r, SRIOV, &t, &c).unwrap_err();
+        assert_code(
+            &e,
+            ErrorCode::InvalidConfig,
+            "runtimeConfig.infinibandGUID: ",
+        );
+        assert!(e.details.contains(why), "{guid}: {e:?}");
+    }
     // Nothing was locked, recorded or changed, and IPAM never ran.
     assert_eq!(std::fs::read_dir(f.data.path()).unwrap().count(), 0);
     assert_eq!(f.snapshot(vf), before);

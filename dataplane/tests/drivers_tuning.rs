@@ -502,3 +502,53 @@ fn behaves_as_the_reference_plugin() {
     let e = run_tuning(&a, CniCommand::Add, Some(&ns), &bad).unwrap_err();
     assert!(e.details.contains("kernel.hostname"), "{e}");
 }
+
+#[test]
+fn sysctls_alone_need_no_interface_as_in_the_reference() {
+    // The reference's cmdAdd looks the link up only for mac, mtu, promisc,
+    // allmulti and txQLen, so a sysctl-only tuning runs where CNI_IFNAME
+    // names no interface: Multus's auxiliary chain gives it `net<n>`, with
+    // the empty result of its passthru as prevResult.
+    if !is_root() {
+        return;
+    }
+    let a = Attachment::new("veth0", "eth0");
+    let dir = tempfile::tempdir().unwrap();
+    let ns = a.netns_path();
+    let empty = json!({"cniVersion": "1.0.0"});
+    let conf = |key: &str| {
+        json!({"cniVersion": "1.0.0", "name": "chain", "type": "tuning",
+               "dataDir": dir.path(), "prevResult": empty,
+               "sysctl": {format!("net.ipv4.conf.eth0.{key}"): "1"}})
+    };
+    let req = request(
+        env(CniCommand::Add, CID, Some(&ns), "net1", ""),
+        &conf("arp_filter"),
+    );
+    let result = a
+        .in_node(|| Tuning::new(&Session::new()).add(&req))
+        .unwrap();
+    assert_eq!(result.to_value(req.cni_version).unwrap(), empty);
+    assert_eq!(a.pod_sysctl("net/ipv4/conf/eth0/arp_filter"), "1");
+    assert!(!saved_path(dir.path(), CID, "net1").exists());
+    let del = request(
+        env(CniCommand::Del, CID, Some(&ns), "net1", ""),
+        &conf("arp_filter"),
+    );
+    a.in_node(|| Tuning::new(&Session::new()).del(&del))
+        .unwrap();
+    // A link change still needs the interface.
+    let mut mtu = conf("arp_filter");
+    mtu["mtu"] = json!(1400);
+    let req = request(env(CniCommand::Add, CID, Some(&ns), "net1", ""), &mtu);
+    let e = a
+        .in_node(|| Tuning::new(&Session::new()).add(&req))
+        .unwrap_err();
+    assert!(e.details.contains("no interface \"net1\""), "{e}");
+
+    if have_reference() {
+        let env = env(CniCommand::Add, CID, Some(&ns), "net1", "");
+        reference("tuning", &a.node, &env, &conf("arp_announce")).unwrap();
+        assert_eq!(a.pod_sysctl("net/ipv4/conf/eth0/arp_announce"), "1");
+    }
+}

@@ -134,7 +134,10 @@ impl NetworkStatus {
                 .filter(|ip| ip.interface.is_none_or(|i| i < 0))
                 .collect()
         };
-        s.ips = ips.iter().map(|ip| ip.address.to_string()).collect();
+        // §5.3.3 asks for "addresses"; its examples show prefixes, Multus
+        // (the NAD client's `CreateNetworkStatuses`) writes bare addresses,
+        // and that is what consumers parse (README "network-status ips").
+        s.ips = ips.iter().map(|ip| ip.address.ip().to_string()).collect();
 
         let dns = StatusDns {
             nameservers: r.dns.nameservers.clone(),
@@ -143,9 +146,13 @@ impl NetworkStatus {
         };
         s.dns = Some(dns).filter(|d| !d.is_empty());
 
+        // §5.3.7.4: only "if the attachment had a "default-route" key in the
+        // Network Attachment Selection Annotation": its gateways, or with
+        // `[]` the gateways its own result kept.
         s.default_route = match input.gateway_request {
+            Some([]) => default_gateways(r, &ips),
             Some(gws) => gws.iter().map(IpAddr::to_string).collect(),
-            None => default_gateways(r, &ips),
+            None => Vec::new(),
         };
         // §5.3.4: "If the mac key is present, interface must also be present."
         if s.interface.is_none() {
@@ -677,6 +684,9 @@ mod tests {
                     network: "namespace-a/cluster-wide-default",
                     ifname: Some("eth5"),
                     default: true,
+                    // The example's entry has "default-route": as if its
+                    // selection had `"default-route": []` (§5.3.7.4).
+                    gateway_request: Some(&[]),
                     ..Default::default()
                 },
             ),
@@ -703,12 +713,17 @@ mod tests {
             "infiniband-guid".into(),
             json!("80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22"),
         );
-        assert_eq!(
-            entries,
-            parse_status_annotation(EXAMPLE_SINGLE_GATEWAY).unwrap()
-        );
-        let written: Value = serde_json::from_str(&status_annotation_value(&entries)).unwrap();
-        assert_eq!(written, with_default_key(EXAMPLE_SINGLE_GATEWAY));
+        // The example's addresses carry prefixes; plexus writes them bare,
+        // as Multus does (README "network-status ips"). Both read back.
+        let mut example = parse_status_annotation(EXAMPLE_SINGLE_GATEWAY).unwrap();
+        for e in &mut example {
+            for ip in &mut e.ips {
+                ip.truncate(ip.find('/').unwrap_or(ip.len()));
+            }
+        }
+        assert_eq!(entries, example);
+        let written = status_annotation_value(&entries);
+        assert_eq!(parse_status_annotation(&written).unwrap(), example);
     }
 
     #[test]
@@ -736,13 +751,15 @@ mod tests {
                 network: "dbnet",
                 ifname: Some("eth0"),
                 default: true,
+                // `"default-route": []`: the result's own gateway (§5.3.7.4).
+                gateway_request: Some(&[]),
                 ..Default::default()
             },
         );
         assert_eq!(
             s.to_value(),
             json!({
-                "name": "dbnet", "interface": "eth0", "ips": ["10.1.0.5/16"],
+                "name": "dbnet", "interface": "eth0", "ips": ["10.1.0.5"],
                 "mac": "99:88:77:66:55:44", "default": true,
                 "dns": {"nameservers": ["10.1.0.1"]}, "default-route": ["10.1.0.1"]
             })
@@ -783,13 +800,14 @@ mod tests {
             &StatusInput {
                 network: "ns/old",
                 ifname: Some("net1"),
+                gateway_request: Some(&[]),
                 ..Default::default()
             },
         );
         assert_eq!(
             s.to_value(),
             json!({
-                "name": "ns/old", "interface": "net1", "ips": ["10.1.0.5/16", "2001:db8::5/64"],
+                "name": "ns/old", "interface": "net1", "ips": ["10.1.0.5", "2001:db8::5"],
                 "default": false, "dns": {"domain": "example.com"},
                 "default-route": ["10.1.0.1", "2001:db8::1"]
             })
@@ -818,10 +836,10 @@ mod tests {
         );
         assert_eq!(s.interface, None);
         assert_eq!(s.mac, None);
-        assert_eq!(s.ips, vec!["10.0.0.3/24", "10.0.0.4/24"]);
+        assert_eq!(s.ips, vec!["10.0.0.3", "10.0.0.4"]);
         assert_eq!(
             s.to_value(),
-            json!({"name": "ns/n", "ips": ["10.0.0.3/24", "10.0.0.4/24"], "default": false})
+            json!({"name": "ns/n", "ips": ["10.0.0.3", "10.0.0.4"], "default": false})
         );
         // No interfaces at all: rule 2 as well.
         let r = CniResult {
@@ -836,7 +854,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        assert_eq!(s.ips, vec!["10.0.0.3/24"]);
+        assert_eq!(s.ips, vec!["10.0.0.3"]);
     }
 
     #[test]
@@ -898,16 +916,23 @@ mod tests {
         );
         assert_eq!(s.default_route, vec!["10.0.0.1"]);
         assert_eq!(s.to_value()["device-info"], dev);
-        // An empty request: no default-route key.
-        let s = NetworkStatus::from_result(
-            Some(&r),
-            &StatusInput {
-                network: "ns/b",
-                gateway_request: Some(&[]),
-                ..Default::default()
-            },
-        );
-        assert!(s.to_value().get("default-route").is_none());
+        // §5.3.7.4: an empty request keeps the attachment's own gateway,
+        // which the entry then reports.
+        let with = |gateway_request| {
+            NetworkStatus::from_result(
+                Some(&r),
+                &StatusInput {
+                    network: "ns/b",
+                    gateway_request,
+                    ..Default::default()
+                },
+            )
+            .to_value()
+        };
+        assert_eq!(with(Some(&[]))["default-route"], json!(["10.0.0.254"]));
+        // Without the key in the selection, no default-route, though the
+        // result has a default gateway.
+        assert!(with(None).get("default-route").is_none());
     }
 
     #[test]

@@ -19,6 +19,8 @@
 //!   stops it, as the spec says (an IPAM release must not run while the
 //!   rules of a later plugin still point at the address); across attachments
 //!   a failure never stops the others, and any failure is the final error.
+//!   Without a record, DEL runs the plan its caller falls back to (the
+//!   cluster network from the configuration, see [`Executor::del`]).
 //! - What was attempted and how far it got lives in the [`Cache`], written
 //!   before the first plugin runs and after every attachment, so DEL, CHECK
 //!   and GC need neither the API server nor a crash-free ADD.
@@ -79,6 +81,10 @@ impl Delegates<'_> {
     }
 }
 
+/// Makes the plan DEL runs when plexus has no readable record (see
+/// [`Executor::del`]).
+pub type Fallback<'f> = &'f dyn Fn() -> Result<Plan, CniError>;
+
 /// The attachment parameters of the runtime's call to plexus (cni-SPEC §3).
 #[derive(Clone)]
 pub struct RunContext<'a> {
@@ -102,6 +108,11 @@ pub struct AttachmentResult {
     /// device-info-SPEC §6.1.1: the device information collected after the
     /// chain, for network-status.
     pub device_info: Option<DeviceInfo>,
+    /// What went wrong without failing the attachment: device information
+    /// is optional (multi-net-spec §5.3.8), so an unreadable or invalid
+    /// device-info file is reported (a Warning event, a log line) and the
+    /// attachment goes on without it, as Multus does.
+    pub warnings: Vec<String>,
 }
 
 /// What a DEL did besides succeeding.
@@ -286,11 +297,12 @@ impl Executor {
             .iter()
             .map(|a| prepare(a, ctx, CniCommand::Add))
             .collect::<Result<Vec<_>, _>>()?;
-        let device_plugin_info = plan
-            .attachments
-            .iter()
-            .map(device_plugin_info)
-            .collect::<Result<Vec<_>, _>>()?;
+        let (device_plugin_info, read_warnings): (Vec<_>, Vec<_>) =
+            plan.attachments.iter().map(device_plugin_info).unzip();
+        let mut warnings: Vec<Vec<String>> = read_warnings
+            .into_iter()
+            .map(|w: Option<String>| w.into_iter().collect())
+            .collect();
 
         match self.cache.load(&ctx.container_id, &ctx.ifname)? {
             Lookup::Found(old) if old.owes_del() => {
@@ -325,25 +337,26 @@ impl Executor {
             let att = &plan.attachments[i];
             let copy = device_plugin_info[i].as_ref();
             let start = Instant::now();
-            let outcome =
-                self.add_chain(att, steps, ctx, netns, copy)
-                    .and_then(|(result, info)| {
-                        let cached = &mut record.attachments[i];
-                        cached.state = State::Added;
-                        cached.result = Some(result.clone());
-                        cached.device_info = info.clone();
-                        if let Some(next) = record.attachments.get_mut(i + 1) {
-                            begin(next);
-                        }
-                        self.cache.update(&record).map_err(|error| {
-                            Box::new(ChainFailure {
-                                error,
-                                failed_plugin: None,
-                                last_good: Some(result.clone()),
-                            })
-                        })?;
-                        Ok((result, info))
-                    });
+            let outcome = self.add_chain(att, steps, ctx, netns, copy).and_then(
+                |(result, (info, collect_warning))| {
+                    warnings[i].extend(collect_warning);
+                    let cached = &mut record.attachments[i];
+                    cached.state = State::Added;
+                    cached.result = Some(result.clone());
+                    cached.device_info = info.clone();
+                    if let Some(next) = record.attachments.get_mut(i + 1) {
+                        begin(next);
+                    }
+                    self.cache.update(&record).map_err(|error| {
+                        Box::new(ChainFailure {
+                            error,
+                            failed_plugin: None,
+                            last_good: Some(result.clone()),
+                        })
+                    })?;
+                    Ok((result, info))
+                },
+            );
             self.observe(
                 CniCommand::Add,
                 att,
@@ -357,6 +370,7 @@ impl Executor {
                     default: att.default,
                     result: Some(result),
                     device_info,
+                    warnings: std::mem::take(&mut warnings[i]),
                 }),
                 Err(failure) => return Err(self.fail_add(&mut record, i, failure, ctx)),
             }
@@ -385,7 +399,7 @@ impl Executor {
         ctx: &RunContext,
         netns: &Path,
         copy: Option<&DeviceInfo>,
-    ) -> Result<(CniResult, Option<DeviceInfo>), Box<ChainFailure>> {
+    ) -> Result<(CniResult, OptionalDeviceInfo), Box<ChainFailure>> {
         let env = attachment_env(att, ctx, CniCommand::Add, ctx.netns.clone())
             .and_then(|env| copy_device_plugin_info(att, copy).map(|()| env))
             .map_err(|error| {
@@ -433,8 +447,7 @@ impl Executor {
             ..e
         });
         routed
-            .and_then(|()| collect_device_info(att))
-            .map(|info| (result, info))
+            .map(|()| (result, collect_device_info(att)))
             .map_err(|error| {
                 Box::new(ChainFailure {
                     error,
@@ -500,7 +513,17 @@ impl Executor {
                 list.join("; ")
             );
         }
-        if let Err(e) = self.persist(record) {
+        // A plugin that undid its own work may have found something in its
+        // way: the record is kept even when nothing is owed, so that DEL
+        // does not fall back to the configuration and delete that (see
+        // `del`).
+        let in_the_way = failure.failed_plugin.is_some() && error.undone;
+        let kept = if in_the_way {
+            self.cache.store(record)
+        } else {
+            self.persist(record)
+        };
+        if let Err(e) = kept {
             error.details = format!("{}; {}", error.details, e.details);
         }
         error
@@ -517,39 +540,63 @@ impl Executor {
     }
 
     /// DEL every attachment plexus attempted for `(ctx.container_id,
-    /// ctx.ifname)`; idempotent. Without a record nothing was added on this
-    /// node and DEL succeeds. A record that cannot be read is replaced by
-    /// `fallback` (a plan made again from the API server or manifests, every
-    /// attachment of it DEL'd without prevResult); without one it is moved
-    /// aside with a warning: failing every DEL forever (multus-cni #948)
-    /// would leave the pod stuck, and GC still reclaims what its plugins can.
-    pub fn del(&self, ctx: &RunContext, fallback: Option<&Plan>) -> Result<DelReport, CniError> {
+    /// ctx.ifname)`; idempotent. Without a readable record, DEL runs every
+    /// attachment of the plan `fallback` makes (without prevResult): plexus's
+    /// caller gives the cluster network from its configuration, as Multus
+    /// DELs its delegates from its conf without a cache. That is the case of
+    /// a pod attached before plexus was installed, whose cluster network's
+    /// resources would leak otherwise, and of a DEL repeated after a
+    /// successful one, for which the cluster network's DEL is harmless
+    /// (cni-SPEC §2 DEL: idempotent). An ADD whose failing plugin undid its
+    /// own work keeps its record even when nothing is owed, so the DEL after
+    /// it runs nothing and a device found in the ADD's way is left alone;
+    /// that DEL removes the record, so none piles up. (A further DEL then falls back; containerd sends it
+    /// without the pod's namespace, where nothing of the pod can be touched.)
+    /// An unreadable record without a fallback
+    /// is moved aside with a warning: failing every DEL forever (multus-cni
+    /// #948) would leave the pod stuck, and GC still reclaims what its
+    /// plugins can.
+    pub fn del(&self, ctx: &RunContext, fallback: Option<Fallback>) -> Result<DelReport, CniError> {
         let mut report = DelReport::default();
-        let mut record = match self.cache.load(&ctx.container_id, &ctx.ifname)? {
-            Lookup::Missing => return Ok(report),
-            Lookup::Found(record) => record,
+        let lookup = self.cache.load(&ctx.container_id, &ctx.ifname)?;
+        let corrupt = matches!(lookup, Lookup::Corrupt { .. });
+        let record = match lookup {
+            Lookup::Found(record) => Some(record),
+            Lookup::Missing => None,
             Lookup::Corrupt { path, reason } => {
-                let Some(plan) = fallback else {
-                    let moved = self.cache.quarantine(&ctx.container_id, &ctx.ifname)?;
-                    report.warnings.push(format!(
-                        "cache {} is unreadable ({reason}) and no plan was given to fall back to: \
-                         nothing could be deleted; the file was moved to {}",
-                        path.display(),
-                        moved.display()
-                    ));
-                    return Ok(report);
-                };
-                report.warnings.push(format!(
-                    "cache {} is unreadable ({reason}); deleting every attachment of the current plan instead",
-                    path.display()
-                ));
-                let mut record = Record::new(&ctx.container_id, &ctx.ifname, None, plan);
-                for cached in &mut record.attachments {
-                    cached.state = State::Adding;
-                    cached.pending_del = cached.all_plugins();
-                }
-                record
+                report
+                    .warnings
+                    .push(format!("cache {} is unreadable ({reason})", path.display()));
+                None
             }
+        };
+        let mut record = match (record, fallback) {
+            (Some(record), _) => record,
+            (None, None) => return self.nothing_to_delete(ctx, corrupt, report),
+            (None, Some(fallback)) => match fallback() {
+                Ok(plan) => {
+                    if let Some(warning) = report.warnings.last_mut().filter(|_| corrupt) {
+                        warning.push_str(
+                            "; deleting every attachment of the plan made from the configuration instead",
+                        );
+                    }
+                    let mut record = Record::new(&ctx.container_id, &ctx.ifname, None, &plan);
+                    for cached in &mut record.attachments {
+                        cached.state = State::Adding;
+                        cached.pending_del = cached.all_plugins();
+                    }
+                    record
+                }
+                // The API server did not answer: the runtime retries DEL.
+                Err(e) if e.code == ErrorCode::TryAgainLater => return Err(e),
+                Err(e) => {
+                    report.warnings.push(format!(
+                        "no plan to delete from the configuration: {}",
+                        e.details
+                    ));
+                    return self.nothing_to_delete(ctx, corrupt, report);
+                }
+            },
         };
         let netns = live_netns(ctx);
         if let DelNetns::Node(node) = &netns {
@@ -581,6 +628,28 @@ impl Executor {
         } else {
             Err(CniError::combine("DEL", errors))
         }
+    }
+
+    /// DEL without a record or a plan: nothing to run. An unreadable record
+    /// (`corrupt`) is moved aside.
+    fn nothing_to_delete(
+        &self,
+        ctx: &RunContext,
+        corrupt: bool,
+        mut report: DelReport,
+    ) -> Result<DelReport, CniError> {
+        if !corrupt {
+            return Ok(report);
+        }
+        let moved = self.cache.quarantine(&ctx.container_id, &ctx.ifname)?;
+        let note = format!(
+            "; nothing could be deleted; the file was moved to {}",
+            moved.display()
+        );
+        if let Some(warning) = report.warnings.first_mut() {
+            warning.push_str(&note);
+        }
+        Ok(report)
     }
 
     /// CHECK every attachment (cni-SPEC §3 "Checking an attachment") with
@@ -745,23 +814,84 @@ impl Executor {
         }
         let attachments = valid_attachments_value(valid);
         for (i, plugin) in list.plugins.iter().enumerate() {
-            let mut config = derive_request(plugin, name, version, &Map::new(), None);
-            config.insert(VALID_ATTACHMENTS.into(), attachments.clone());
-            let env = CniEnv::gc(delegates.search_path());
-            let outcome = Request::from_config(env, config).and_then(|req| {
-                delegates
-                    .resolver
-                    .resolve(&plugin.plugin_type, &req)?
-                    .gc(&req, valid)
-            });
-            if let Err(e) = outcome {
-                let details = with_type(&e.details, &plugin.plugin_type);
-                errors.push(CniError {
-                    details: format!("cluster network {name} plugins[{i}]: {details}"),
-                    ..e
-                });
+            let extra = Map::from_iter([(VALID_ATTACHMENTS.to_string(), attachments.clone())]);
+            let call = ClusterPluginCall {
+                delegates,
+                network: name,
+                version,
+                command: CniCommand::Gc,
+            };
+            if let Err(e) = call.run(i, plugin, extra, |p, req| p.gc(req, valid)) {
+                errors.push(e);
             }
         }
+    }
+}
+
+/// cni-SPEC §2 STATUS of the cluster network, as libcni's
+/// `GetStatusNetworkList` (which Multus's `CmdStatus` calls): every plugin
+/// of its chain in order, built in or exec'd, the first error being the
+/// answer (cni-SPEC §2: "If the delegated plugin return an error result, the
+/// executing plugin should return an error result"), with its code (50, 51,
+/// ...) and naming the plugin. A chain older than 1.1.0 has no STATUS and is
+/// not asked, as libcni does not ask it; built-in plugins included, as a
+/// STATUS request below 1.1.0 is no valid request (cni-SPEC §2).
+pub fn status(delegates: &Delegates, cluster: &DefaultNetwork) -> Result<(), CniError> {
+    let list = &cluster.config;
+    let name = list.name.as_deref().unwrap_or(&cluster.network);
+    let version = list
+        .select_version()
+        .map_err(|e| e.within(format!("cluster network {name}")))?;
+    if version < CniVersion::V1_1_0 {
+        return Ok(());
+    }
+    let call = ClusterPluginCall {
+        delegates,
+        network: name,
+        version,
+        command: CniCommand::Status,
+    };
+    for (i, plugin) in list.plugins.iter().enumerate() {
+        call.run(i, plugin, Map::new(), |p, req| p.status(req))?;
+    }
+    Ok(())
+}
+
+/// A command about the cluster network rather than an attachment (GC,
+/// STATUS), sent to its plugins one by one.
+struct ClusterPluginCall<'c, 'd> {
+    delegates: &'c Delegates<'d>,
+    network: &'c str,
+    version: CniVersion,
+    command: CniCommand,
+}
+
+impl ClusterPluginCall<'_, '_> {
+    /// `call` on plugin `i`, its request the plugin's configuration plus
+    /// `extra`; an error names the network, position and type.
+    fn run(
+        &self,
+        i: usize,
+        plugin: &crate::cni::config::PluginConfig,
+        extra: Map<String, Value>,
+        call: impl FnOnce(&dyn Plugin, &Request) -> Result<(), CniError>,
+    ) -> Result<(), CniError> {
+        let mut config = derive_request(plugin, self.network, self.version, &Map::new(), None);
+        config.extend(extra);
+        let env = CniEnv::config_only(self.command, self.delegates.search_path());
+        Request::from_config(env, config)
+            .and_then(|req| {
+                let resolved = self.delegates.resolver.resolve(&plugin.plugin_type, &req)?;
+                call(resolved.as_ref(), &req)
+            })
+            .map_err(|e| CniError {
+                details: format!(
+                    "cluster network {} plugins[{i}]: {}",
+                    self.network,
+                    with_type(&e.details, &plugin.plugin_type)
+                ),
+                ..e
+            })
     }
 }
 
@@ -835,18 +965,45 @@ fn del_chain(
     Ok(())
 }
 
+/// A device-info file's content, or `None` and, when the file was there
+/// but could not be used, the warning saying why (device-info is optional,
+/// multi-net-spec §5.3.8).
+type OptionalDeviceInfo = (Option<DeviceInfo>, Option<String>);
+
 /// device-info-SPEC §4.2.1: the device plugin's information about the
 /// attachment's device, read (and checked) before anything is added; `None`
 /// when the device plugin wrote none, which device plugins may (§4.1.1).
-fn device_plugin_info(att: &Attachment) -> Result<Option<DeviceInfo>, CniError> {
+/// A file that cannot be read or is invalid is the warning beside `None`:
+/// the attachment goes on without device-info (multi-net-spec §5.3.8 makes
+/// it optional; Multus's `CopyDeviceInfoForCNIFromDP` failing only logs).
+fn device_plugin_info(att: &Attachment) -> OptionalDeviceInfo {
     let Some(path) = att
         .device_info
         .as_ref()
         .and_then(|f| f.device_plugin.as_ref())
     else {
-        return Ok(None);
+        return (None, None);
     };
-    deviceinfo::load(path).map_err(|e| e.within(format!("{} ({})", att.network, att.ifname)))
+    optional_device_info(att, deviceinfo::load(path))
+}
+
+/// A device-info file's content, or, when it cannot be read or is invalid,
+/// none and the warning that says so and what follows.
+fn optional_device_info(
+    att: &Attachment,
+    loaded: Result<Option<DeviceInfo>, CniError>,
+) -> OptionalDeviceInfo {
+    match loaded {
+        Ok(info) => (info, None),
+        Err(e) => (
+            None,
+            Some(format!(
+                "{} ({}): {}; the attachment goes on without device-info \
+                 (multi-net-spec §5.3.8)",
+                att.network, att.ifname, e.details
+            )),
+        ),
+    }
 }
 
 /// §4.2.1: copy the device plugin's information to the attachment's CNI
@@ -869,12 +1026,15 @@ fn cni_file_error(att: &Attachment, path: &Path, e: std::io::Error) -> CniError 
     CniError::io(what, e)
 }
 
-/// §6.1.1: after the chain, what the attachment's CNI file holds.
-fn collect_device_info(att: &Attachment) -> Result<Option<DeviceInfo>, CniError> {
+/// §6.1.1: after the chain, what the attachment's CNI file holds; a file a
+/// plugin left unreadable or invalid is a warning, as in
+/// [`device_plugin_info`] (Multus's `getDelegateDeviceInfo` failing only
+/// logs).
+fn collect_device_info(att: &Attachment) -> OptionalDeviceInfo {
     let Some(files) = &att.device_info else {
-        return Ok(None);
+        return (None, None);
     };
-    deviceinfo::load(&files.cni).map_err(|e| e.within(format!("{} ({})", att.network, att.ifname)))
+    optional_device_info(att, deviceinfo::load(&files.cni))
 }
 
 /// §4.2.1: "When CNI DELETE action is called, the NPWG Implementation must

@@ -55,10 +55,13 @@ pub enum Feature {
     /// The real kube-apiserver `.ci/kube-apiserver` builds, with etcd,
     /// openssl, curl and kubectl to run it ([`kube`]).
     KubeApiServer,
+    /// sriov-cni, the peer of plexus's `sriov` driver, as `.ci/sriov-cni`
+    /// builds and caches it ([`sriov::sriov_cni`]).
+    SriovCni,
 }
 
 impl Feature {
-    const ALL: [Feature; 12] = [
+    const ALL: [Feature; 13] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
@@ -71,6 +74,7 @@ impl Feature {
         Feature::Python3,
         Feature::Podman,
         Feature::KubeApiServer,
+        Feature::SriovCni,
     ];
 
     /// Whether the VM harness must have it. podman is the one exception: it
@@ -81,7 +85,12 @@ impl Feature {
     fn vm_provides(self) -> bool {
         // The API server is a service of a few hundred MB, not a kernel
         // feature: its tests run in the host suite.
-        !matches!(self, Feature::Podman | Feature::KubeApiServer)
+        // sriov-cni is built on the host from a source repository a machine
+        // may lack; vm-tests/run builds it before the VM starts.
+        !matches!(
+            self,
+            Feature::Podman | Feature::KubeApiServer | Feature::SriovCni
+        )
     }
 
     /// Why it is missing, or `None` when it is there.
@@ -156,6 +165,7 @@ impl Feature {
                 Err(e) => Some(e.into()),
             },
             Feature::KubeApiServer => kube::missing(),
+            Feature::SriovCni => sriov::sriov_cni().err().map(Cow::Owned),
             Feature::Podman => {
                 if !["podman", "runc", "nsenter", "timeout"].iter().all(|t| on_path(t)) {
                     reason(true, "podman, runc, nsenter or timeout is missing (apt-get install podman runc uidmap busybox-static)")
@@ -185,6 +195,7 @@ impl fmt::Display for Feature {
             Feature::Python3 => "python3",
             Feature::Podman => "podman",
             Feature::KubeApiServer => "a kube-apiserver",
+            Feature::SriovCni => "sriov-cni",
         };
         f.write_str(name)
     }

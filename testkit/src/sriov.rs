@@ -329,3 +329,26 @@ fn link_name(path: &Path) -> Option<String> {
     let target = fs::read_link(path).ok()?;
     Some(target.file_name()?.to_string_lossy().into_owned())
 }
+
+/// sriov-cni's binary as `.ci/sriov-cni` caches it, or why not. Only looks:
+/// building is for the host (vm-tests/run does it before the VM starts, whose
+/// root is read-only), not for a feature probe every test binary runs.
+pub fn sriov_cni() -> Result<PathBuf, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testkit lives in the workspace")
+        .join(".ci/sriov-cni");
+    let out = Command::new(&script)
+        .arg("--path")
+        .output()
+        .map_err(|e| format!("{}: {e}", script.display()))?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if out.status.success() && path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "no sriov-cni at {} (build it with .ci/sriov-cni)",
+            path.display()
+        ))
+    }
+}

@@ -92,8 +92,25 @@ pub fn plexus_at(
     cni_args: &str,
     conf: &str,
 ) -> Output {
+    plugin_at(
+        node, PLEXUS, command, container, netns, ifname, cni_args, conf,
+    )
+}
+
+/// [`plexus_at`] for any plugin binary.
+#[allow(clippy::too_many_arguments)]
+pub fn plugin_at(
+    node: &str,
+    binary: &str,
+    command: &str,
+    container: &str,
+    netns: &str,
+    ifname: &str,
+    cni_args: &str,
+    conf: &str,
+) -> Output {
     let mut child = Command::new("ip")
-        .args(["netns", "exec", node, PLEXUS])
+        .args(["netns", "exec", node, binary])
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("CNI_COMMAND", command)
@@ -128,6 +145,30 @@ pub fn files_in(dir: &Path) -> Vec<String> {
         }
     }
     out
+}
+
+/// A test's temporary directory and namespaces: a node with two pods.
+pub struct NodeWithPods {
+    pub tmp: tempfile::TempDir,
+    pub node: String,
+    pub pods: [String; 2],
+    pub namespaces: Namespaces,
+}
+
+/// [`node_and_pods`] with a temporary directory; `None` (the test skips)
+/// without root or the reference plugins.
+pub fn node_with_pods(tag: &str) -> Option<NodeWithPods> {
+    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+        return None;
+    }
+    let mut namespaces = Namespaces(Vec::new());
+    let (node, pods) = node_and_pods(&mut namespaces, tag);
+    Some(NodeWithPods {
+        tmp: tempfile::tempdir().unwrap(),
+        node,
+        pods,
+        namespaces,
+    })
 }
 
 /// A node namespace (lo up, and `uplink0`, one end of a veth with both ends

@@ -33,6 +33,12 @@
 //! ([`GiveBack::give_back_orphans`]): a pod whose DEL never came does not
 //! leave its VLAN and trust on a VF until that VF is asked for again.
 //!
+//! InfiniBand VFs ([`guid`], as ib-sriov-cni): a GUID of all zeros or all
+//! ones is refused, configured or (none configured) the VF's own. An ADD
+//! that sets GUIDs saves what to give back even when the PF does not report
+//! its VFs' GUIDs: the VF netdev's own GUID, or all ones (none assigned) in
+//! DPDK mode and for all zeros; DEL sets both GUIDs back and rebinds.
+//!
 //! Differences from sriov-cni: `spoofchk`/`trust` other than "on"/"off" and
 //! rates out of range are refused (sriov-cni reads any other word as "off"
 //! and leaves rates to the driver); a late DEL never resets another pod's VF
@@ -40,6 +46,7 @@
 //! owner's namespace is gone reclaims the VF instead of failing forever.
 
 mod conf;
+mod guid;
 mod record;
 
 use std::path::{Path, PathBuf};
@@ -377,6 +384,12 @@ impl InterfaceDriver for Sriov {
                     format_args!("its PF {} does not report VF {index}", pf.name),
                 )
             })?;
+        if prepared.settings.sets_ib_guid() {
+            guid::save_for_give_back(&mut saved, vf.netdev.as_ref());
+        } else if let Some(netdev) = vf.netdev.as_ref().filter(|_| pf.infiniband) {
+            guid::check_own(netdev)
+                .map_err(|why| CniError::invalid_config(conf::RUNTIME_GUID, why))?;
+        }
         let found = match &vf.netdev {
             Some(link) => {
                 // Without an admin MAC, igb reports the VF's own MAC as its

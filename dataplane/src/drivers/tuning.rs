@@ -481,12 +481,15 @@ impl Tuning<'_> {
         settings(req, decode(req)?, &self.data_dir, ifname)
     }
 
-    /// Apply `s` to the pod's `link`, each step registered in `undo`.
+    /// Apply `s` to the pod, each step registered in `undo`: the sysctls,
+    /// then the link's changes, in the reference's order. As in the
+    /// reference, only link changes need `CNI_IFNAME` to exist: a
+    /// sysctl-only tuning also runs where it names no interface (Multus's
+    /// auxiliary chain gives it `net<n>`, see plexus's `auxiliary`).
     fn apply<'a>(
         &self,
         s: &'a Settings,
         at: &'a Attach<'a>,
-        link: &Link,
         path: &'a Path,
         undo: &mut Undo<'a>,
     ) -> Result<(), CniError> {
@@ -500,36 +503,11 @@ impl Tuning<'_> {
                 sys("sysctl")(e)
             }
         })?;
-        let changes = s.changes();
-        let saved_before = if s.changes_link() {
-            read_saved(path)?
+        let link = if s.changes_link() {
+            Some(pod_link(at)?)
         } else {
             None
         };
-        // Undoing restores the values from before this ADD; the file keeps
-        // the originals from before the first one.
-        let current = Saved::from_link(link, &changes);
-        let saved = match saved_before.as_deref().and_then(Saved::from_bytes) {
-            Some(older) => current.clone().under(older),
-            None => current.clone(),
-        };
-
-        if s.changes_link() {
-            plexus_cni::whole_file::replace_durably(path, &saved.to_bytes()).map_err(|e| {
-                CniError::io(
-                    format!("saving the original values in {}", path.display()),
-                    e,
-                )
-            })?;
-            undo.push(
-                format!("saving {}", path.display()),
-                move || match saved_before {
-                    Some(bytes) => plexus_cni::whole_file::replace_durably(path, &bytes)
-                        .map_err(|e| CniError::io(path.display().to_string(), e)),
-                    None => remove_saved(path),
-                },
-            );
-        }
         let writes: Vec<(SysctlKey, String)> = s
             .sysctls
             .iter()
@@ -543,6 +521,45 @@ impl Tuning<'_> {
             });
         }
         sysctl::write_all(ns, &writes).map_err(sys("sysctl"))?;
+        match link {
+            Some(link) => self.change_link(s, at, &link, path, undo),
+            None => Ok(()),
+        }
+    }
+
+    /// Apply the link changes of `s` to `link`, saving its original values
+    /// first (DEL restores them).
+    fn change_link<'a>(
+        &self,
+        s: &'a Settings,
+        at: &'a Attach<'a>,
+        link: &Link,
+        path: &'a Path,
+        undo: &mut Undo<'a>,
+    ) -> Result<(), CniError> {
+        let changes = s.changes();
+        let saved_before = read_saved(path)?;
+        // Undoing restores the values from before this ADD; the file keeps
+        // the originals from before the first one.
+        let current = Saved::from_link(link, &changes);
+        let saved = match saved_before.as_deref().and_then(Saved::from_bytes) {
+            Some(older) => current.clone().under(older),
+            None => current.clone(),
+        };
+        plexus_cni::whole_file::replace_durably(path, &saved.to_bytes()).map_err(|e| {
+            CniError::io(
+                format!("saving the original values in {}", path.display()),
+                e,
+            )
+        })?;
+        undo.push(
+            format!("saving {}", path.display()),
+            move || match saved_before {
+                Some(bytes) => plexus_cni::whole_file::replace_durably(path, &bytes)
+                    .map_err(|e| CniError::io(path.display().to_string(), e)),
+                None => remove_saved(path),
+            },
+        );
         let (nl, index) = (at.pod, link.index);
         let restores = current.restores().unwrap_or_default();
         for c in changes {
@@ -596,10 +613,9 @@ impl Plugin for Tuning<'_> {
         let prev = prev_result(req, PLUGIN)?;
         let (cid, ifname) = (container_id(req)?, ifname(req)?);
         let at = Attach::open(self.session, req)?;
-        let link = pod_link(&at)?;
         let path = saved_path(&s.data_dir, cid, ifname);
         let mut undo = Undo::default();
-        let applied = self.apply(&s, &at, &link, &path, &mut undo);
+        let applied = self.apply(&s, &at, &path, &mut undo);
         undo.finish(applied)?;
         Ok(match s.mac {
             Some((mac, _)) => with_mac(prev, ifname, mac),

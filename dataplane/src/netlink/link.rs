@@ -7,7 +7,7 @@ use std::str::FromStr;
 use netlink_packet_route::link as nl;
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use super::{Netlink, CHANGE, CREATE, DUMP, NLM_F_ECHO, NLM_F_REQUEST};
+use super::{Guid, Netlink, CHANGE, CREATE, DUMP, NLM_F_ECHO, NLM_F_REQUEST};
 use crate::error::{Errno, Error, Result};
 use crate::mac::MacAddr;
 use crate::netns::NetNs;
@@ -52,6 +52,8 @@ pub struct Link {
     /// The link layer is InfiniBand (ARPHRD_INFINIBAND): a 20-byte hardware
     /// address, and SR-IOV VFs with node and port GUIDs.
     pub infiniband: bool,
+    /// The port GUID in an IPoIB netdev's 20-byte hardware address.
+    pub ib_guid: Option<Guid>,
 }
 
 /// What an IPoIB device's `IFLA_INFO_DATA` says.
@@ -502,7 +504,10 @@ impl Link {
             match attr {
                 nl::LinkAttribute::IfName(n) => link.name = n.clone(),
                 nl::LinkAttribute::Mtu(v) => link.mtu = *v,
-                nl::LinkAttribute::Address(b) => link.mac = MacAddr::from_slice(b),
+                nl::LinkAttribute::Address(b) => {
+                    link.mac = MacAddr::from_slice(b);
+                    link.ib_guid = Guid::from_ipoib_address(b);
+                }
                 nl::LinkAttribute::TxQueueLen(v) => link.txqueuelen = *v,
                 nl::LinkAttribute::Controller(v) => link.master = Some(*v).filter(|v| *v != 0),
                 nl::LinkAttribute::Link(v) => link.parent = Some(*v).filter(|v| *v != 0),
@@ -1201,11 +1206,17 @@ mod tests {
             .push(nl::LinkAttribute::ParentDevName("0000:01:10.2".into()));
         msg.attributes
             .push(nl::LinkAttribute::ParentDevBusName("pci".into()));
+        let mut ipoib_address = vec![0, 0, 0, 0x48, 0xfe, 0x80, 0, 0, 0, 0, 0, 0];
+        ipoib_address.extend([0, 0, 0, 0, 0, 0, 0, 9]);
+        msg.attributes
+            .push(nl::LinkAttribute::Address(ipoib_address));
         let link = Link::from_message(&msg);
         assert_eq!(link.parent_device.as_deref(), Some("0000:01:10.2"));
         assert!(link.infiniband);
+        assert_eq!((link.mac, link.ib_guid), (None, Some(Guid(9))));
         let plain = Link::from_message(&nl::LinkMessage::default());
         assert_eq!((plain.parent_device, plain.infiniband), (None, false));
+        assert_eq!(plain.ib_guid, None);
     }
 
     #[test]

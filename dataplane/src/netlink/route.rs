@@ -6,7 +6,7 @@ use ipnetwork::IpNetwork;
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteMetric};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use super::{Netlink, CHANGE, CREATE, DUMP, NLM_F_CREATE, NLM_F_REPLACE};
+use super::{Netlink, CHANGE, DUMP, NLM_F_CREATE, NLM_F_REPLACE};
 use crate::error::{Errno, Error, Result};
 
 /// The main routing table (`ip route` default).
@@ -427,9 +427,15 @@ fn ip_of(a: &RouteAddress) -> Option<IpAddr> {
 }
 
 impl Netlink {
-    /// Adds `route`; an identical route fails with EEXIST.
+    /// Adds `route` beside any route to the same destination, as the
+    /// reference plugins' `ipam.ConfigureIface` does (`netlink.RouteAddEcmp`:
+    /// `NLM_F_CREATE` without `NLM_F_EXCL`). A pod's default route through
+    /// the cluster network and a second attachment's default route then
+    /// coexist (IPv6 makes them one multipath route); only an identical
+    /// route (same destination, table, metric, gateway and device) fails
+    /// with EEXIST.
     pub fn add_route(&self, route: &Route) -> Result<()> {
-        self.send_route("add route", route, CREATE)
+        self.send_route("add route", route, CHANGE | NLM_F_CREATE)
     }
 
     /// Adds `route` or replaces the route with the same destination, table,

@@ -167,6 +167,34 @@ impl FromStr for VfLinkState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Guid(pub u64);
 
+impl Guid {
+    /// All ones: the GUID of a VF that has none assigned, which is what a VF
+    /// whose GUID was all zeros is given back (ib-sriov-cni's `DefaultGUID`).
+    pub const UNASSIGNED: Guid = Guid(u64::MAX);
+
+    /// Why no VF may be given this GUID, if so: all zeros is no GUID at all,
+    /// all ones means "none assigned" (ib-sriov-cni's `IsAllZeroGUID`,
+    /// `IsAllOnesGUID`).
+    pub fn reserved(self) -> Option<&'static str> {
+        match self.0 {
+            0 => Some("all zeros, which is no GUID"),
+            u64::MAX => Some("all ones, which means no GUID assigned"),
+            _ => None,
+        }
+    }
+
+    /// The port GUID in an IPoIB netdev's 20-byte hardware address (4 bytes
+    /// of flags and queue pair number, the 8-byte subnet prefix, then the
+    /// GUID: ib-sriov-cni's `GetGUIDFromHwAddr`); `None` for any other
+    /// length.
+    pub fn from_ipoib_address(address: &[u8]) -> Option<Guid> {
+        let bytes: [u8; 20] = address.try_into().ok()?;
+        let mut guid = [0u8; 8];
+        guid.copy_from_slice(&bytes[12..]);
+        Some(Guid(u64::from_be_bytes(guid)))
+    }
+}
+
 impl fmt::Display for Guid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0.to_be_bytes();
@@ -341,7 +369,7 @@ pub struct VfState {
 
 impl VfState {
     /// The state of a VF with nothing set.
-    fn unset(vf: u32) -> Self {
+    pub(crate) fn unset(vf: u32) -> Self {
         VfState {
             vf,
             mac: MacAddr([0; 6]),
@@ -921,6 +949,22 @@ mod tests {
         ] {
             assert!(bad.parse::<Guid>().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn reserved_guids_and_the_guid_of_an_ipoib_address() {
+        assert!(Guid(0).reserved().unwrap().contains("all zeros"));
+        assert!(Guid::UNASSIGNED.reserved().unwrap().contains("all ones"));
+        assert_eq!(Guid::UNASSIGNED.to_string(), "ff:ff:ff:ff:ff:ff:ff:ff");
+        assert_eq!(Guid(1).reserved(), None);
+        // QPN 0x000048, subnet prefix fe80::, port GUID 00:11:..:77.
+        let mut address = vec![0x00, 0x00, 0x00, 0x48, 0xfe, 0x80, 0, 0, 0, 0, 0, 0];
+        address.extend([0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77]);
+        assert_eq!(
+            Guid::from_ipoib_address(&address),
+            Some(Guid(0x0011_2233_4455_6677))
+        );
+        assert_eq!(Guid::from_ipoib_address(&address[..6]), None);
     }
 
     #[test]

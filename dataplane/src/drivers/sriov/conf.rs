@@ -11,12 +11,13 @@ use serde_json::Value;
 
 use super::super::common::{self, DnsConf, IpamRef};
 use super::super::ownership::DelKeys;
+use super::guid;
 use crate::netlink::{Guid, VfLinkState, VfSettings, VfVlan, VlanProto};
 use crate::pci::PciAddress;
 
 const DEVICE_ID: &str = "deviceID";
 const RUNTIME_DEVICE_ID: &str = "runtimeConfig.deviceID";
-const RUNTIME_GUID: &str = "runtimeConfig.infinibandGUID";
+pub(crate) const RUNTIME_GUID: &str = "runtimeConfig.infinibandGUID";
 
 #[derive(Debug, Default, Deserialize)]
 struct RawConf {
@@ -98,7 +99,9 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
     let infiniband_guid = common::runtime_string(req, "infinibandGUID", RUNTIME_GUID)?
         .map(|g| {
             g.parse::<Guid>()
-                .map_err(|e| CniError::invalid_config(RUNTIME_GUID, e.to_string()))
+                .map_err(|e| e.to_string())
+                .and_then(guid::check_configured)
+                .map_err(|why| CniError::invalid_config(RUNTIME_GUID, why))
         })
         .transpose()?;
     let (min_tx_rate, max_tx_rate) = rates(c.min_tx_rate, c.max_tx_rate)?;
@@ -508,6 +511,23 @@ mod tests {
                 "runtimeConfig.infinibandGUID",
             );
             assert!(!d.is_empty());
+        }
+    }
+
+    /// ib-sriov-cni's `IsValidGUID` refuses all zeros; all ones (its
+    /// `DefaultGUID`, "none assigned") is refused here too.
+    #[test]
+    fn a_guid_no_vf_may_have_is_refused() {
+        for (bad, why) in [
+            ("00:00:00:00:00:00:00:00", "is all zeros"),
+            ("ff:ff:ff:ff:ff:ff:ff:ff", "is all ones"),
+            ("FF:FF:FF:FF:FF:FF:FF:FF", "is all ones"),
+        ] {
+            let d = refused(
+                json!({"runtimeConfig": {"infinibandGUID": bad}}),
+                RUNTIME_GUID,
+            );
+            assert!(d.contains(why), "{d}");
         }
     }
 

@@ -1,0 +1,185 @@
+//! Multus's auxiliary CNI chain (`auxiliaryCNIChainName`), run as Multus runs
+//! it (`CmdAdd` in multus-cni pkg/multus/multus.go, `loadSubdirectoryChain`
+//! in pkg/k8sclient/k8sclient.go, docs/configuration.md):
+//!
+//! - The chain is a config list named after the key, `cniVersion` plexus's
+//!   own, whose first plugin is `passthru` (it returns an empty result, the
+//!   `prevResult` chained plugins such as `tuning` require), followed by the
+//!   plugin configs `<dir>/<name>/*.conf` in file-name order (libcni's
+//!   `NetworkPluginConfsFromFiles`). `<dir>` is the directory of
+//!   `clusterNetwork` when that is a path, as in Multus; otherwise (a NAD, a
+//!   conf-dir name, inline `delegates`, where Multus fails every ADD) `confDir`.
+//! - It runs for every pod after all its networks, as one more attachment
+//!   with `CNI_IFNAME` `net<position>` (Multus's name for a delegate without
+//!   an interface request), the pod's `CNI_ARGS` without `IP`/`MAC`, and no
+//!   capability arguments. It is in plexus's record, so DEL (first, as the
+//!   newest attachment) and GC run it even after a crash. Multus's CHECK
+//!   never runs it, so neither does plexus's; it is no network of the pod, so
+//!   it has no network-status entry.
+//! - No subdirectory, or one without `.conf` files: nothing runs, as in
+//!   Multus (whose chain's own installer pod needs networking before the
+//!   files exist); plexus says so on stderr. A file that does not parse fails
+//!   the ADD naming the key and the file, where Multus would silently run no
+//!   chain at all.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::cni::config::NetworkConfigList;
+use crate::cni::error::CniError;
+use crate::cni::result::CniResult;
+use crate::cni::skel::{Plugin, Request};
+use crate::config::{ClusterNetwork, PlexusConf};
+
+/// The chain's first plugin, built in (Multus ships it as a binary).
+pub const PASSTHRU: &str = "passthru";
+
+/// The key, for errors and messages.
+const KEY: &str = "auxiliaryCNIChainName";
+
+/// The directory the chain's plugin configs are read from.
+pub fn directory(conf: &PlexusConf, name: &str) -> PathBuf {
+    let base = match &conf.cluster_network {
+        ClusterNetwork::Reference(r) if Path::new(r).is_absolute() => {
+            Path::new(r).parent().map(Path::to_path_buf)
+        }
+        _ => None,
+    };
+    base.unwrap_or_else(|| conf.conf_dir.clone()).join(name)
+}
+
+/// What the configuration asks for: the chain to run, or `None` (unset, or
+/// nothing to run, with a warning saying why).
+pub fn load(conf: &PlexusConf) -> Result<Option<NetworkConfigList>, CniError> {
+    let Some(name) = &conf.auxiliary_chain else {
+        return Ok(None);
+    };
+    let dir = directory(conf, name);
+    let files = conf_files(&dir)
+        .map_err(|e| CniError::io(format!("{KEY} {name:?}: directory {}", dir.display()), e))?;
+    if files.is_empty() {
+        tracing::warn!(
+            "{KEY} {name:?}: no plugin configs (*.conf) in {}: no auxiliary chain runs",
+            dir.display()
+        );
+        return Ok(None);
+    }
+    let mut plugins = vec![json!({"type": PASSTHRU, "name": "passthru-cni"})];
+    for file in &files {
+        let within = |e: CniError| e.within(format!("{KEY} {name:?}: {}", file.display()));
+        let bytes = std::fs::read(file).map_err(|e| within(CniError::io("read", e)))?;
+        let plugin: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| within(CniError::decode("plugin configuration", e.to_string())))?;
+        plugins.push(plugin);
+    }
+    let list = json!({"cniVersion": conf.cni_version, "name": name, "plugins": plugins});
+    NetworkConfigList::from_value(&list)
+        .map(Some)
+        .map_err(|e| e.within(format!("{KEY} {name:?} ({})", dir.display())))
+}
+
+/// The regular `.conf` files of `dir` in file-name order; none when `dir`
+/// does not exist (libcni's `ConfFiles`).
+fn conf_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let path = entry.path();
+        if !entry.file_type()?.is_dir() && path.extension().is_some_and(|e| e == "conf") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// `passthru`: ADD returns an empty result in the request's version, every
+/// other command succeeds doing nothing (multus-cni cmd/passthru-cni).
+pub struct Passthru;
+
+impl Plugin for Passthru {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        Ok(CniResult {
+            cni_version: Some(req.cni_version),
+            ..CniResult::default()
+        })
+    }
+
+    fn del(&self, _: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
+
+    fn check(&self, _: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
+
+    fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+        Ok(())
+    }
+
+    fn status(&self, _: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conf(value: Value) -> PlexusConf {
+        PlexusConf::from_value(&value).unwrap()
+    }
+
+    #[test]
+    fn the_directory_is_beside_a_cluster_network_file_else_in_conf_dir() {
+        let by_path = conf(json!({"clusterNetwork": "/host/net.d/10-kindnet.conflist",
+                                  "auxiliaryCNIChainName": "chain"}));
+        assert_eq!(directory(&by_path, "chain"), Path::new("/host/net.d/chain"));
+        let by_name = conf(json!({"clusterNetwork": "kindnet", "confDir": "/etc/cni/net.d"}));
+        assert_eq!(
+            directory(&by_name, "chain"),
+            Path::new("/etc/cni/net.d/chain")
+        );
+    }
+
+    #[test]
+    fn the_chain_is_passthru_then_the_conf_files_in_name_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = conf(json!({"cniVersion": "1.1.0", "clusterNetwork": "podnet",
+                            "confDir": dir.path(), "auxiliaryCNIChainName": "chain"}));
+        // No directory, then an empty one: nothing to run.
+        assert_eq!(load(&c).unwrap(), None);
+        let chain = dir.path().join("chain");
+        std::fs::create_dir(&chain).unwrap();
+        std::fs::write(chain.join("ignored.json"), "{}").unwrap();
+        assert_eq!(load(&c).unwrap(), None);
+        std::fs::write(chain.join("20-b.conf"), r#"{"type": "b", "name": "x"}"#).unwrap();
+        std::fs::write(chain.join("10-a.conf"), r#"{"type": "a"}"#).unwrap();
+        let list = load(&c).unwrap().unwrap();
+        assert_eq!(list.name.as_deref(), Some("chain"));
+        assert_eq!(list.cni_version, "1.1.0");
+        let types: Vec<&str> = list
+            .plugins
+            .iter()
+            .map(|p| p.plugin_type.as_str())
+            .collect();
+        assert_eq!(types, [PASSTHRU, "a", "b"]);
+        // A broken file fails, naming the key and the file.
+        std::fs::write(chain.join("30-c.conf"), "{").unwrap();
+        let e = load(&c).unwrap_err();
+        assert!(
+            e.details.starts_with("auxiliaryCNIChainName \"chain\": "),
+            "{e}"
+        );
+        assert!(e.details.contains("30-c.conf"), "{e}");
+        std::fs::write(chain.join("30-c.conf"), r#"{"name": "no type"}"#).unwrap();
+        let e = load(&c).unwrap_err();
+        assert!(e.details.contains("plugins[3].type: missing"), "{e}");
+    }
+}
