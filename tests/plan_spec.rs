@@ -390,18 +390,19 @@ fn s4_1_2_1_8_bandwidth() {
 
 #[test]
 fn s4_1_2_1_9_default_route() {
+    let cleared = |p: &Plan| -> Vec<bool> {
+        p.attachments
+            .iter()
+            .map(|a| a.clear_default_route)
+            .collect()
+    };
     // The spec's example: net-b takes the default route; it is cleared from
     // the cluster network and from net-a, which lacks the key ("flush the
     // default route from the default network attachment and any attachments
     // that do not have the "default-route" key set"; Multus's
     // `types.CheckGatewayConfig` marks both for filtering).
     let p = example_plan("4.1.2.1.9.1");
-    let cleared: Vec<bool> = p
-        .attachments
-        .iter()
-        .map(|a| a.clear_default_route)
-        .collect();
-    assert_eq!(cleared, [true, true, false]);
+    assert_eq!(cleared(&p), [true, true, false]);
     assert_eq!(
         p.attachments[2].default_route,
         Some(vec!["10.0.0.1".parse().unwrap()])
@@ -419,12 +420,7 @@ fn s4_1_2_1_9_default_route() {
     // `"default-route": []`: that attachment keeps its own gateway, every
     // other one loses its default route.
     let p = ok_plan(r#"[{"name": "net-a"}, {"name": "net-b", "default-route": []}]"#);
-    let cleared: Vec<bool> = p
-        .attachments
-        .iter()
-        .map(|a| a.clear_default_route)
-        .collect();
-    assert_eq!(cleared, [true, true, false]);
+    assert_eq!(cleared(&p), [true, true, false]);
     assert_eq!(p.attachments[2].default_route, Some(vec![]));
 
     // No selection with the key: every attachment keeps its routes.
