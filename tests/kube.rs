@@ -845,7 +845,9 @@ fn a_pod_attached_before_plexus_is_deleted_from_the_cluster_network_nad() {
     // Issue 23 item 11 on an API server: the cluster network is a NAD
     // (`clusterNetwork: ns/podnet`); a DEL without a record DELs it, as
     // Multus's CmdDel without a cache does. With the API server gone the
-    // NAD cannot be read: code 11, the runtime retries, nothing is lost.
+    // NAD cannot be read: while the pod still has its interface, code 11,
+    // the runtime retries, nothing is lost; a DEL repeated after the
+    // interface went succeeds (DEL works with the API server gone).
     let Some(mut w) = world("pre") else { return };
     let podnet = json!({"cniVersion": "1.0.0", "name": "podnet", "type": "bridge",
         "bridge": "br-pod", "isGateway": true,
@@ -887,4 +889,11 @@ fn a_pod_attached_before_plexus_is_deleted_from_the_cluster_network_nad() {
     assert_eq!(e["code"], 11, "{e}");
     assert_eq!(reservations(), 1, "kept for the DEL the runtime retries");
     assert_eq!(link_names(&w.pods[1]), ["lo", "eth0"]);
+    for netns in [true, false] {
+        assert_ok(
+            "DEL repeated, API server gone",
+            &w.plexus_with("DEL", 0, netns, "p0", "", &conf),
+        );
+    }
+    assert_eq!(reservations(), 1);
 }

@@ -592,7 +592,9 @@ fn del_without_a_record_deletes_the_fallback_plan_idempotently() {
     assert!(!f.record_path("before-plexus").exists());
 
     // No cluster network to go by: nothing is deleted, with a warning; no
-    // answer from the API server: the runtime is told to try again.
+    // answer from the API server while the pod has no interface by
+    // CNI_IFNAME (these fakes make none): nothing can be left, so the same
+    // (tests/kube.rs has the pod that still has it, which gets code 11).
     f.reset_calls();
     let unknown = || {
         Err(CniError::plugin(
@@ -605,10 +607,8 @@ fn del_without_a_record_deletes_the_fallback_plan_idempotently() {
     assert!(f.calls().is_empty());
     assert!(report.warnings[0].contains("no plan to delete from the configuration: podnet"));
     let later = || Err(CniError::new(ErrorCode::TryAgainLater, "no answer", "api"));
-    assert_eq!(
-        ex.del(&ctx, Some(&later)).unwrap_err().code,
-        ErrorCode::TryAgainLater
-    );
+    let report = ex.del(&ctx, Some(&later)).unwrap();
+    assert!(report.warnings[0].contains("no plan to delete from the configuration: api"));
     assert!(f.calls().is_empty());
 }
 

@@ -587,8 +587,14 @@ impl Executor {
                     }
                     record
                 }
-                // The API server did not answer: the runtime retries DEL.
-                Err(e) if e.code == ErrorCode::TryAgainLater => return Err(e),
+                // The API server did not answer. Only when the pod still has
+                // an interface by CNI_IFNAME can something be left to DEL:
+                // the runtime retries then. A DEL repeated after plexus's
+                // own (its interface gone, or no namespace) succeeds, so DEL
+                // works with the API server gone.
+                Err(e) if e.code == ErrorCode::TryAgainLater && pod_has_ifname(ctx) => {
+                    return Err(e)
+                }
                 Err(e) => {
                     report.warnings.push(format!(
                         "no plan to delete from the configuration: {}",
@@ -1078,6 +1084,22 @@ fn live_netns(ctx: &RunContext) -> DelNetns {
         }
         Some(p) if p.exists() => DelNetns::Live(p),
         _ => DelNetns::Gone,
+    }
+}
+
+/// Whether the pod's live namespace has an interface named `CNI_IFNAME`;
+/// false when it cannot be told (no namespace, the node's, a netlink error).
+fn pod_has_ifname(ctx: &RunContext) -> bool {
+    let DelNetns::Live(netns) = live_netns(ctx) else {
+        return false;
+    };
+    let session = &ctx.delegates.session;
+    match session.pod(&netns) {
+        Ok(PodLookup::Pod(side)) => session
+            .pod_netlink(side)
+            .and_then(|nl| Ok(nl.link_by_name(&ctx.ifname)?.is_some()))
+            .unwrap_or(false),
+        _ => false,
     }
 }
 
