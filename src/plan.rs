@@ -1070,7 +1070,7 @@ pub fn add_auxiliary_chain(
 }
 
 /// Resolve plexus's configured cluster network: `delegates[0]`, or
-/// `clusterNetwork` as [`resolve_named`] reads it.
+/// `clusterNetwork` as `resolve_named` reads it.
 pub fn cluster_network(
     conf: &ClusterNetwork,
     nads: &dyn NadSource,

@@ -41,6 +41,44 @@ pub fn create(target: &Path, content: &[u8], mode: u32) -> io::Result<bool> {
     }
 }
 
+/// [`create`] through the named temp file `temp` beside `target`, for
+/// filesystems where [`unsupported`] holds: written, hard-linked to `target`
+/// (which fails if the name exists), removed again. A `temp` left by a
+/// crash is replaced; the caller picks a name its readers skip. Returns the
+/// link's error as is (a filesystem without hard links among them).
+pub fn create_via_temp(target: &Path, temp: &Path, content: &[u8], mode: u32) -> io::Result<bool> {
+    let _ = std::fs::remove_file(temp);
+    write_temp(temp, content, mode, Durability::Unsynced)?;
+    let linked = std::fs::hard_link(temp, target);
+    let _ = std::fs::remove_file(temp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// A fresh file `temp` holding `bytes` (fsync'd when [`Durability::Synced`]);
+/// on failure it is removed again.
+fn write_temp(temp: &Path, bytes: &[u8], mode: u32, durability: Durability) -> io::Result<()> {
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(temp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            if durability == Durability::Synced {
+                f.sync_all()?;
+            }
+            Ok(())
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(temp);
+    }
+    written
+}
+
 fn link_by_proc(file: &std::fs::File, target: &Path) -> nix::Result<()> {
     let by_proc = format!("/proc/self/fd/{}", file.as_raw_fd());
     linkat(
@@ -104,15 +142,7 @@ pub fn replace(path: &Path, bytes: &[u8], mode: u32, durability: Durability) -> 
         TEMP_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        if durability == Durability::Synced {
-            f.sync_all()?;
-        }
+        write_temp(&tmp, bytes, mode, durability)?;
         std::fs::rename(&tmp, path)?;
         if durability == Durability::Synced {
             std::fs::File::open(dir)?.sync_all()?;

@@ -9,9 +9,9 @@
 //! whatever later runs on it) in the pod's namespace. [`NetNs::run`] therefore
 //! moves the calling thread only inside a guard whose drop moves it back, on
 //! return and on unwinding alike, and aborts the process if it cannot: no
-//! code ever runs after `run` in the wrong namespace. plexus has no thread
-//! pool that could run foreign work on the thread meanwhile (its tokio
-//! runtimes are current-thread ones, driven by the caller).
+//! code ever runs after `run` in the wrong namespace. The data plane has no
+//! thread pool or async runtime that could run foreign work on the thread
+//! meanwhile: its sockets are blocking, driven by the caller.
 //!
 //! Only a few things resolve the namespace at the moment they happen, and
 //! only they need `run`: creating a socket (a netlink socket stays bound to

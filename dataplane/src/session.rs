@@ -7,8 +7,8 @@
 //! pod namespace, its open namespace file and netlink handle. Each is opened
 //! on first use and kept until the session drops, so a pod with a bridge,
 //! tuning and bandwidth chain on three networks opens one pod socket and one
-//! host socket, where each plugin used to open its own (with its own tokio
-//! runtime; the sockets are blocking now, see [`crate::netlink`]).
+//! host socket, where each plugin used to open its own (the sockets are
+//! blocking, see [`crate::netlink`]).
 //!
 //! The host is the namespace of the thread that first asks for it: plexus
 //! runs in the node's namespace, tests on a thread inside the namespace that

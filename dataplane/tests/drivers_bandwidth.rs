@@ -5,8 +5,8 @@
 mod chained;
 mod common;
 
-use chained::{env, have_reference, normalised, reference, request, Attachment};
-use common::{is_root, run, TestNs};
+use chained::{env, have_reference, normalised, reference, Attachment};
+use common::{is_root, request, run, TestNs};
 use plexus_cni::env::CniCommand;
 use plexus_cni::skel::Plugin;
 use plexus_cni::{CniError, ErrorCode};

@@ -882,12 +882,7 @@ fn status_and_gc_are_the_ipam_plugins() {
         args: Default::default(),
         path: vec!["/opt/cni/bin".into()],
     };
-    let req = |command, config: &Value| {
-        let Value::Object(m) = config.clone() else {
-            unreachable!()
-        };
-        plexus_cni::skel::Request::from_config(env(command), m).unwrap()
-    };
+    let req = |command, config: &Value| common::request(env(command), config);
     let mut c = conf(v4("10.28.0.2/24"), json!({}));
     c["cniVersion"] = json!("1.1.0");
     let l2 = json!({"cniVersion": "1.1.0", "name": "l2", "type": "macvlan"});

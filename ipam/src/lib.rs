@@ -25,7 +25,7 @@ pub use static_ipam::Static;
 use plexus_cni::skel::Plugin;
 
 /// Plugin-specific error codes of plexus IPAM (cni-SPEC §5: 100 and up are
-/// the plugin's; plexus-cni uses 100–103).
+/// the plugin's; plexus-cni's own `codes` start at 100, these at 110).
 pub mod codes {
     /// A requested address is allocated to another attachment.
     pub const ADDRESS_IN_USE: u32 = 110;

@@ -251,12 +251,10 @@ impl LockedStore {
         if fs::symlink_metadata(target).is_ok() {
             return Ok(false);
         }
-        let tmp = self.write_temp(&ip.to_string(), content)?;
-        let linked = fs::hard_link(&tmp, target);
-        let _ = fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        // Under the lock, an existing temp file is a crash's leftover.
+        let tmp = self.dir.join(format!("{TEMP_PREFIX}{ip}"));
+        match whole_file::create_via_temp(target, &tmp, content, 0o600) {
+            Ok(reserved) => Ok(reserved),
             // Filesystems without hard links: the reference's O_EXCL create.
             Err(e) if no_hard_links(&e) => self.reserve_excl(target, content),
             Err(e) => Err(io_err(target, e)),
@@ -279,25 +277,6 @@ impl LockedStore {
             return Err(io_err(target, e));
         }
         Ok(true)
-    }
-
-    /// Write `content` to a fresh temp file named after `what` (not synced:
-    /// see [`LockedStore::make_durable`]).
-    fn write_temp(&self, what: &str, content: &[u8]) -> Result<PathBuf, CniError> {
-        let tmp = self.dir.join(format!("{TEMP_PREFIX}{what}"));
-        // Under the lock, an existing temp file is a crash's leftover.
-        let _ = fs::remove_file(&tmp);
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| io_err(&tmp, e))?;
-        if let Err(e) = f.write_all(content) {
-            let _ = fs::remove_file(&tmp);
-            return Err(io_err(&tmp, e));
-        }
-        Ok(tmp)
     }
 
     /// Who holds `ip` according to its file (`Unknown` if it is gone or empty).

@@ -10,7 +10,7 @@
 //!
 //! Start-up stays cheap, as every CNI call is a process of its own: without
 //! sinks no subscriber is installed at all; with them, they are built at the
-//! first event their level lets through ([`deferred`]) and the file is
+//! first event their level lets through (`deferred`) and the file is
 //! opened at the first line, so a call that logs nothing pays for neither.
 
 mod deferred;

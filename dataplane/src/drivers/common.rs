@@ -221,7 +221,7 @@ pub(crate) fn random_name(prefix: &str) -> String {
 
 /// IPAM ADD, with its DEL registered for undo. An empty answer is an error,
 /// as in the reference plugins.
-fn ipam_add<'a>(
+pub(crate) fn ipam_add<'a>(
     resolver: &'a dyn Resolver,
     req: &'a Request,
     undo: &mut Undo<'a>,
@@ -238,31 +238,6 @@ fn ipam_add<'a>(
             "ipam: the IPAM plugin's result has no IP address",
         )),
     }
-}
-
-/// A driver's link work (`links`), then its IPAM ADD (when it has one), in
-/// the reference plugins' order, then `configure` with both. IPAM runs on
-/// this thread: host-local's work is a few file operations, cheaper than the
-/// thread start and cross-CPU hand-over that running it beside the link work
-/// cost (measured: a bridge ADD was 250 µs slower with the thread), and its
-/// fsyncs, when it has any, already run in the background of the ADD's
-/// [`plexus_cni::durable::Scope`]. A failure of either leaves both undone
-/// through `undo`.
-pub(crate) fn links_and_ipam<'a, T, R>(
-    resolver: &'a dyn Resolver,
-    req: &'a Request,
-    ipam: &Option<IpamRef>,
-    undo: &mut Undo<'a>,
-    links: impl FnOnce(&mut Undo<'a>) -> Result<T, CniError>,
-    configure: impl FnOnce(T, Option<CniResult>) -> Result<R, CniError>,
-) -> Result<R, CniError> {
-    let linked = links(undo)?;
-    let ipam = if has_ipam(ipam) {
-        Some(ipam_add(resolver, req, undo)?)
-    } else {
-        None
-    };
-    configure(linked, ipam)
 }
 
 /// IPAM DEL/CHECK/STATUS when the configuration has an IPAM plugin.
@@ -315,23 +290,6 @@ pub(crate) enum Dad {
 
 fn key(template: &str, ifname: &str) -> Result<SysctlKey, CniError> {
     SysctlKey::for_interface(template, ifname).map_err(sys("sysctl key"))
-}
-
-/// The best-effort `notify` sysctls of [`configure_iface`], written ahead
-/// (it is then given none): a driver whose IPAM runs on another thread writes
-/// them while it waits for the addresses.
-pub(crate) fn write_notify_sysctls(ctx: &Attach<'_>, notify: &[&str]) -> Result<(), CniError> {
-    let keys = notify
-        .iter()
-        .map(|template| key(template, &ctx.ifname))
-        .collect::<Result<Vec<_>, _>>()?;
-    ctx.pod_ns
-        .run(|| {
-            for k in &keys {
-                let _ = sysctl::write_current(k, "1");
-            }
-        })
-        .map_err(sys("enter the container namespace"))
 }
 
 /// Apply `result` to the container interface `index` (named `ctx.ifname`),

@@ -4,7 +4,7 @@
 //! ADD creates the child in the host namespace under a temporary name, with
 //! the master's partition key and mode (the kernel cannot create it in
 //! another namespace), then moves it into the pod and renames it to
-//! `CNI_IFNAME` in one request; the shared flow of [`super::stacked`] does
+//! `CNI_IFNAME` in one request; the shared flow of `stacked` does
 //! the rest (IPAM, addresses, undo, CHECK). DEL deletes it. Its hardware
 //! address is 20 bytes, so the result names no `mac`.
 

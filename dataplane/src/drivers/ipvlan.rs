@@ -2,7 +2,7 @@
 //! the pod namespace as CNI_IFNAME. Config keys, defaults, result shape and
 //! DEL semantics follow the reference plugin (containernetworking/plugins
 //! `plugins/main/ipvlan`); the shared flow and its deliberate differences
-//! are in [`super::stacked`].
+//! are in `stacked`.
 //!
 //! Keys: `master` (default: in a chain, the prevResult's only interface;
 //! otherwise the interface of the default route), `mode` (l2 | l3 | l3s;

@@ -2,7 +2,7 @@
 //! in the pod namespace as CNI_IFNAME. Config keys, defaults, result shape
 //! and DEL semantics follow the reference plugin
 //! (containernetworking/plugins `plugins/main/macvlan`); the shared flow and
-//! its deliberate differences are in [`super::stacked`].
+//! its deliberate differences are in `stacked`.
 //!
 //! Keys: `master` (default: the interface of the default route, in the
 //! namespace the master lives in), `mode` (bridge | private | vepa |

@@ -3,12 +3,12 @@
 //! shape and DEL semantics.
 //!
 //! - Interface drivers (bridge, macvlan, ipvlan, ipoib, sriov, vdpa) implement
-//!   [`InterfaceDriver`] and are served by the one [`InterfacePlugin`]; they
+//!   `InterfaceDriver` and are served by the one `InterfacePlugin`; they
 //!   get their IPAM plugin (built in or exec'd) through a [`Resolver`].
 //! - Chained plugins (tuning, bandwidth) work on the prevResult.
 //! - Every plugin gets the invocation's [`Session`], which opens the
 //!   namespaces and netlink sockets once; a failed ADD is taken back
-//!   through the one [`undo::Undo`] log.
+//!   through the one `undo::Undo` log.
 //!
 //! [`BUILTINS`] is the registration table: the executor's registry and
 //! [`builtin_types`] both come from it.

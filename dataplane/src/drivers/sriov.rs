@@ -1,7 +1,7 @@
 //! The `sriov` driver: an SR-IOV virtual function (VF) handed to the pod,
 //! with sriov-cni's keys and behaviour (k8snetworkplumbingwg/sriov-cni).
 //!
-//! Keys ([`conf`]): `deviceID` (the VF's PCI address; `runtimeConfig.deviceID`,
+//! Keys (`conf`): `deviceID` (the VF's PCI address; `runtimeConfig.deviceID`,
 //! as Multus hands it over, wins), `vlan`, `vlanQoS`, `vlanProto`, `mac`
 //! (`CNI_ARGS` `MAC` and `runtimeConfig.mac` win, in that order), `spoofchk`
 //! and `trust` ("on"/"off"), `link_state` (auto/enable/disable),
@@ -10,7 +10,7 @@
 //! and `dataDir` (where VF locks and records live, default
 //! [`DEFAULT_DATA_DIR`]).
 //!
-//! ADD, under the VF's lock ([`ownership`]):
+//! ADD, under the VF's lock (`ownership`):
 //! - prepare (nothing changes): the VF in sysfs, its PF's netdev here, its
 //!   record: a VF whose owner's namespace still exists is refused; one whose
 //!   owner's namespace is gone (its DEL never came) is given back first.
@@ -18,7 +18,7 @@
 //!   (durably, before anything changes); then, with a netdev, its MAC set,
 //!   moved into the pod and renamed to CNI_IFNAME in one request; then the
 //!   PF-side settings in one request (admin MAC after the netdev's: see
-//!   [`crate::netlink::vf`]). A VF bound to a userspace driver (DPDK mode)
+//!   `netlink::vf`). A VF bound to a userspace driver (DPDK mode)
 //!   gets the PF-side settings only. A failure gives everything back.
 //! - configure: the netdev addressed from IPAM and up; in DPDK mode IPAM's
 //!   addresses are reported, nothing is configured in the pod.
@@ -30,10 +30,10 @@
 //! back (maybe renamed): it is found through sysfs by PCI address. A VF that
 //! vanished (its PF's VFs removed) leaves nothing to give back. After its
 //! own, a DEL (and GC) gives back every VF whose owner's namespace is gone
-//! ([`GiveBack::give_back_orphans`]): a pod whose DEL never came does not
+//! (`GiveBack::give_back_orphans`): a pod whose DEL never came does not
 //! leave its VLAN and trust on a VF until that VF is asked for again.
 //!
-//! InfiniBand VFs ([`guid`], as ib-sriov-cni): a GUID of all zeros or all
+//! InfiniBand VFs (`guid`, as ib-sriov-cni): a GUID of all zeros or all
 //! ones is refused, configured or (none configured) the VF's own. An ADD
 //! that sets GUIDs saves what to give back even when the PF does not report
 //! its VFs' GUIDs: the VF netdev's own GUID, or all ones (none assigned) in
@@ -303,7 +303,8 @@ impl GiveBack for Sriov {
 
 impl InterfaceDriver for Sriov {
     type Conf = Conf;
-    /// DEL gives the VF back instead (`remove` below).
+    /// DEL gives the VF back instead: `remove` takes it back through
+    /// [`InterfaceDriver::hands_over`].
     const POD_LINK_KIND: Option<LinkKind> = None;
     type Prepared = Prepared;
     type Made = Made;

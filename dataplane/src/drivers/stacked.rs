@@ -211,13 +211,7 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
     ) -> Result<Link, CniError> {
-        let link = create_link::<S>(conf, at, master, *mtu, undo)?;
-        // With IPAM the interface gets addresses: the notify sysctls must be
-        // in place before configure brings it up with them.
-        if common::has_ipam(&conf.ipam) {
-            common::write_notify_sysctls(at, NOTIFY)?;
-        }
-        Ok(link)
+        create_link::<S>(conf, at, master, *mtu, undo)
     }
 
     fn configure(
@@ -228,12 +222,7 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         link: Link,
         ipam: Option<CniResult>,
     ) -> Result<CniResult, CniError> {
-        let notify = if common::has_ipam(&conf.ipam) {
-            &[][..]
-        } else {
-            NOTIFY
-        };
-        configure(req, conf.dns.as_ref(), S::CHAINS, at, link, ipam, notify)
+        configure(req, conf.dns.as_ref(), S::CHAINS, at, link, ipam, NOTIFY)
     }
 
     fn check(

@@ -1,7 +1,7 @@
 //! The `vdpa` driver: a vDPA device handed to the pod, the way sriov-cni
 //! and govdpa do (k8snetworkplumbingwg/sriov-cni, govdpa).
 //!
-//! Keys ([`conf`]): `vdpaDevice` (the device's name under
+//! Keys (`conf`): `vdpaDevice` (the device's name under
 //! /sys/bus/vdpa/devices) or `deviceID` (the PCI address of the VF or PF it
 //! sits on; `runtimeConfig.deviceID`, as Multus hands it over, wins), not
 //! both; `mac` (`CNI_ARGS` `MAC` and `runtimeConfig.mac` win, in that
@@ -24,7 +24,7 @@
 //!   (`vdpa dev add ... mac ... mtu ...`): a configured one that differs
 //!   is refused rather than ignored.
 //!
-//! Ownership is sriov's ([`super::ownership`]): a device whose owner's
+//! Ownership is sriov's (`ownership`): a device whose owner's
 //! namespace still exists is refused (code 11); one whose owner's namespace
 //! is gone is given back first; a late DEL of an old owner leaves the
 //! device alone.
@@ -349,7 +349,8 @@ fn unchangeable(
 
 impl InterfaceDriver for Vdpa {
     type Conf = Conf;
-    /// DEL gives the device back instead (`remove` below).
+    /// DEL gives the device back instead: `remove` takes it back through
+    /// [`InterfaceDriver::hands_over`].
     const POD_LINK_KIND: Option<LinkKind> = None;
     type Prepared = Prepared;
     type Made = Made;

@@ -8,14 +8,14 @@
 //! namespace. A plugin invocation holds two handles, one on the host namespace
 //! and one on the pod's, opened once by its [`crate::Session`].
 //!
-//! Requests are blocking ([`socket`]): callers are short-lived CLI processes
+//! Requests are blocking (`socket`): callers are short-lived CLI processes
 //! with nothing else to do meanwhile. Each request is bounded by
 //! [`REQUEST_TIMEOUT`].
 //!
 //! Operations that create objects fail with EEXIST when the object exists;
 //! operations that delete objects return `Ok(false)` when it was already
 //! absent, so teardown is idempotent. Lookups return `Ok(None)` for absent
-//! objects. Everything else is an [`Error`] naming the operation, the object
+//! objects. Everything else is an [`Error`](crate::Error) naming the operation, the object
 //! and the kernel's errno (plus its extended-ACK message when it sent one).
 
 mod address;

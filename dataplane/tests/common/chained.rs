@@ -1,6 +1,6 @@
 //! Fixtures for the chained-plugin tests (tuning, bandwidth): a "node"
 //! namespace standing in for the host and a "pod" namespace joined by a
-//! veth pair; requests as a runtime would send them; and the reference
+//! veth pair; the environments of their requests; and the reference
 //! plugins (containernetworking-plugins v1.1.1 in /usr/lib/cni) run on the
 //! same namespaces for side-by-side comparisons. Plugin code runs on a
 //! thread inside the node namespace; the machine's namespace is never
@@ -13,7 +13,6 @@ use std::process::{Command, Stdio};
 
 use plexus_cni::args::CniArgs;
 use plexus_cni::env::{CniCommand, CniEnv};
-use plexus_cni::skel::Request;
 use plexus_dataplane::netlink::VethSpec;
 use plexus_dataplane::{MacAddr, Netlink};
 use serde_json::{json, Value};
@@ -141,14 +140,6 @@ pub fn env(
         args: CniArgs::parse(args).unwrap(),
         path: vec![REFERENCE_DIR.into()],
     }
-}
-
-/// A request as the plugin would read it from stdin.
-pub fn request(env: CniEnv, config: &Value) -> Request {
-    let Value::Object(map) = config.clone() else {
-        panic!("config must be an object")
-    };
-    Request::from_config(env, map).unwrap()
 }
 
 /// Runs the reference `plugin` inside `ns` (`ip netns exec`) with the

@@ -6,8 +6,19 @@
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use plexus_cni::env::CniEnv;
+use plexus_cni::skel::Request;
 use plexus_dataplane::NetNs;
 use serde_json::Value;
+
+/// A request as a runtime would send it: `env` and `config` (an object) on
+/// stdin. The one request builder of these tests.
+pub fn request(env: CniEnv, config: &Value) -> Request {
+    let Value::Object(map) = config.clone() else {
+        panic!("config must be an object")
+    };
+    Request::from_config(env, map).unwrap_or_else(|e| panic!("request: {e}"))
+}
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 

@@ -157,10 +157,7 @@ pub fn request(command: CniCommand, t: &Target, config: &Value) -> Request {
         args: CniArgs::parse(&t.args).unwrap(),
         path: vec![PathBuf::from("/opt/cni/bin")],
     };
-    let Value::Object(map) = config.clone() else {
-        panic!("config must be an object")
-    };
-    Request::from_config(env, map).unwrap_or_else(|e| panic!("request: {e}"))
+    crate::common::request(env, config)
 }
 
 /// `base` (an object) with the keys of `extra` set over it.
@@ -294,12 +291,9 @@ pub fn gc(
         .iter()
         .map(|(c, i)| (c.to_string(), i.to_string()))
         .collect();
-    let Value::Object(mut map) = config.clone() else {
-        panic!("config must be an object")
-    };
-    map.insert(VALID_ATTACHMENTS.into(), valid_attachments_value(&valid));
-    let req = Request::from_config(CniEnv::gc(vec![PathBuf::from("/opt/cni/bin")]), map)
-        .unwrap_or_else(|e| panic!("request: {e}"));
+    let mut config = config.clone();
+    config[VALID_ATTACHMENTS] = valid_attachments_value(&valid);
+    let req = crate::common::request(CniEnv::gc(vec![PathBuf::from("/opt/cni/bin")]), &config);
     node.run(|| {
         let session = Session::new();
         let d = drivers::driver(ty, r, &session).expect("a built-in type");
