@@ -44,8 +44,7 @@ const PING_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Runs the demo, printing as it goes; returns the closing line.
 pub fn run() -> Result<String, CniError> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         return Err(demo_error(
             "must run as root: it creates network namespaces (try sudo)",
         ));

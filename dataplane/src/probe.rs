@@ -5,8 +5,15 @@
 //! (`net.ipv4.ping_group_range`), so it is no alternative there.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::socket::{
+    recv, sendto, setsockopt, socket, sockopt, AddressFamily, MsgFlags, SockFlag, SockProtocol,
+    SockType, SockaddrIn,
+};
+use nix::sys::time::TimeVal;
 
 use crate::error::{Error, Result};
 use crate::netns::NetNs;
@@ -32,30 +39,10 @@ pub fn icmp_echo(ns: &NetNs, target: Ipv4Addr, timeout: Duration) -> Result<Dura
     let id = (std::process::id() & 0xffff) as u16;
     let seq = 1;
     let request = echo_request(id, seq);
-    let addr = SocketAddrV4::new(target, 0);
-    let sockaddr = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: 0,
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*addr.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
+    let addr = SockaddrIn::from(SocketAddrV4::new(target, 0));
     let start = Instant::now();
-    // SAFETY: the buffer and address are valid for the call's duration.
-    let sent = unsafe {
-        libc::sendto(
-            socket.as_raw_fd(),
-            request.as_ptr().cast(),
-            request.len(),
-            0,
-            (&sockaddr as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    if sent < 0 {
-        return Err(fail("send ICMP echo to", std::io::Error::last_os_error()));
-    }
+    sendto(socket.as_raw_fd(), &request, &addr, MsgFlags::empty())
+        .map_err(|e| fail("send ICMP echo to", e.into()))?;
     // A raw socket sees every ICMP packet of the namespace: skip what is not
     // our reply, until the deadline.
     let deadline = start + timeout;
@@ -71,61 +58,37 @@ pub fn icmp_echo(ns: &NetNs, target: Ipv4Addr, timeout: Duration) -> Result<Dura
             });
         }
         set_receive_timeout(&socket, left).map_err(|e| fail("set a timeout for", e))?;
-        // SAFETY: `buf` is valid for writes of its length.
-        let n = unsafe { libc::recv(socket.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            match e.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => continue,
-                std::io::ErrorKind::Interrupted => continue,
-                _ => return Err(fail("receive the ICMP echo reply of", e)),
-            }
-        }
-        if is_reply_from(&buf[..n as usize], target, id, seq) {
+        let n = match recv(socket.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+            Ok(n) => n,
+            // The timeout (EAGAIN) is checked at the loop's top.
+            Err(Errno::EAGAIN | Errno::EINTR) => continue,
+            Err(e) => return Err(fail("receive the ICMP echo reply of", e.into())),
+        };
+        if is_reply_from(&buf[..n], target, id, seq) {
             return Ok(start.elapsed());
         }
     }
 }
 
 fn raw_icmp_socket() -> std::io::Result<OwnedFd> {
-    // SAFETY: plain socket(2); the descriptor is owned right away.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_INET,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::IPPROTO_ICMP,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(socket(
+        AddressFamily::Inet,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::Icmp,
+    )?)
 }
 
 /// SO_RCVTIMEO on `socket` (also the vdpa generic-netlink socket's).
-pub(crate) fn set_receive_timeout(socket: &impl AsRawFd, timeout: Duration) -> std::io::Result<()> {
+pub(crate) fn set_receive_timeout(socket: &impl AsFd, timeout: Duration) -> std::io::Result<()> {
     // At least a millisecond: a zero timeval means "block forever".
     let timeout = timeout.max(Duration::from_millis(1));
-    // Field types vary by libc (musl widens them): inferred, not named.
-    let tv = libc::timeval {
-        tv_sec: timeout.as_secs() as _,
-        tv_usec: timeout.subsec_micros() as _,
-    };
-    // SAFETY: `tv` is a valid timeval for the call's duration.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(setsockopt(
+        socket,
+        sockopt::ReceiveTimeout,
+        // Field types vary by libc (musl widens them): inferred, not named.
+        &TimeVal::new(timeout.as_secs() as _, timeout.subsec_micros() as _),
+    )?)
 }
 
 fn echo_request(id: u16, seq: u16) -> Vec<u8> {

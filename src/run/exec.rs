@@ -18,6 +18,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::cni::env::{CNI_ARGS, CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS, CNI_PATH};
@@ -428,12 +430,9 @@ fn wait_until(child: &mut Child, deadline: Instant) -> Result<ExitStatus, RunErr
 /// Kill the plugin's process group, then reap the plugin.
 fn kill(child: &mut Child) {
     if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-        // SAFETY: kill(2) with a negative pid signals that process group;
-        // the group is the child's own (process_group(0) at spawn), and the
+        // The group is the child's own (process_group(0) at spawn), and the
         // child is not reaped yet, so its pid (= pgid) cannot be reused.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
     }
     let _ = child.kill();
     let _ = child.wait();
