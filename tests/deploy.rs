@@ -145,10 +145,11 @@ fn the_image_builds_offline_with_podman_and_runs_plexus_version() {
     if !plexus_testkit::require(&[Feature::Root, Feature::Podman]) {
         return;
     }
-    // A context holding only the binary (the test's own build of it: static
-    // like every glibc build of this workspace, .cargo/config.toml).
+    // A context holding only the binary: the release artifact (`cargo dist`,
+    // static; the test's own build is dynamic and would not run FROM scratch).
+    let plexus = plexus_testkit::dist::build().unwrap_or_else(|e| panic!("{e}"));
     let context = tempfile::tempdir().unwrap();
-    std::fs::copy(env!("CARGO_BIN_EXE_plexus"), context.path().join("plexus")).unwrap();
+    std::fs::copy(plexus, context.path().join("plexus")).unwrap();
     let tag = format!("localhost/plexus-test:{}", std::process::id());
     // podman's own state in a temp dir; runc, cgroupfs and the ulimits this
     // machine kind allows (../shared/notes/environment.md).

@@ -20,8 +20,9 @@
 //! thin and through `plexus daemon`, side by side, with API requests per ADD
 //! and a boot storm through the daemon (`--storm`, 200 pods at once).
 //!
-//! Run: `cargo run --release -p plexus-bench -- [--pods 40] [--no-kube]` (as
-//! root).
+//! Run: `cargo dist && cargo run --release -p plexus-bench -- [--pods 40]
+//! [--no-kube]` (as root). It measures the release artifact, the `plexus`
+//! that `cargo dist` builds (static musl, hot functions gathered).
 //!
 //! With `--sriov`, only the SR-IOV VF case (`sriov.rs`) runs instead: it
 //! needs a PCI SR-IOV PF and recreates its VFs, so it runs only in the test
@@ -51,7 +52,8 @@ struct Args {
     /// Directory of the reference plugins.
     #[arg(long, default_value = "/usr/lib/cni")]
     reference_dir: PathBuf,
-    /// The plexus binary (default: next to this benchmark's binary).
+    /// The plexus binary (default: the release artifact of `cargo dist` in
+    /// this benchmark's target directory).
     #[arg(long)]
     plexus: Option<PathBuf>,
     /// Leave out the Kubernetes case (it starts the test API server).
@@ -364,15 +366,20 @@ fn main() {
 fn run(args: &Args) -> Result<bool, String> {
     let plexus = match &args.plexus {
         Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| e.to_string())?
-            .with_file_name("plexus"),
+        None => {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            plexus_testkit::dist::plexus_beside(&exe).ok_or_else(|| {
+                format!(
+                    "no {}/{}/plexus in the target directory of {}: run `cargo dist` first",
+                    plexus_testkit::dist::TARGET,
+                    plexus_testkit::dist::PROFILE,
+                    exe.display()
+                )
+            })?
+        }
     };
     if !plexus.is_file() {
-        return Err(format!(
-            "{} not found: run `cargo build --release` first",
-            plexus.display()
-        ));
+        return Err(format!("{} not found", plexus.display()));
     }
     let pod_count = args.pods.unwrap_or(if args.sriov { 20 } else { 40 });
     if pod_count == 0 {

@@ -11,6 +11,7 @@
 //! Features are probed once per test binary, in throw-away network
 //! namespaces (`unshare --net`), so probing changes nothing on the machine.
 
+pub mod dist;
 pub mod kube;
 pub mod podresources;
 pub mod sriov;
