@@ -28,6 +28,7 @@ use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request};
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
 use crate::manifest::Pod;
+use crate::netattach::status::NetworkStatus;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
 use crate::readiness;
 use crate::run::exec::find_plugin;
@@ -98,7 +99,7 @@ impl<'s> PlexusPlugin<'s> {
     /// The configured cluster network. The conf dir and files name it
     /// without the API server: when that does not answer (code 11), they are
     /// looked in alone, so DEL and GC work on with the API server gone.
-    fn configured_cluster_network(
+    pub(crate) fn configured_cluster_network(
         conf: &PlexusConf,
         cluster: &dyn Cluster,
     ) -> Result<DefaultNetwork, CniError> {
@@ -273,16 +274,7 @@ fn publish(
     let mut events: Vec<PodEvent> = entries
         .iter()
         .zip(results)
-        .map(|(e, r)| PodEvent {
-            event_type: EventType::Normal,
-            reason: "AddedInterface",
-            message: format!(
-                "Add {} [{}] from {}",
-                e.interface.as_deref().unwrap_or("?"),
-                with_prefixes(&e.ips, r.result.as_ref()).join(","),
-                e.name
-            ),
-        })
+        .map(|(e, r)| added_interface(e, r.result.as_ref()))
         .collect();
     events.extend(plan.warnings.iter().map(|w| PodEvent {
         event_type: EventType::Warning,
@@ -325,6 +317,20 @@ fn publish(
         log.warn(format_args!("event not posted: {failure}"));
     }
     Ok(())
+}
+
+/// The Normal event of an attachment added, as Multus words it.
+pub(crate) fn added_interface(entry: &NetworkStatus, result: Option<&CniResult>) -> PodEvent {
+    PodEvent {
+        event_type: EventType::Normal,
+        reason: "AddedInterface",
+        message: format!(
+            "Add {} [{}] from {}",
+            entry.interface.as_deref().unwrap_or("?"),
+            with_prefixes(&entry.ips, result).join(","),
+            entry.name
+        ),
+    }
 }
 
 /// The status entry's addresses with their prefixes from the result, as

@@ -11,7 +11,9 @@
 //! a thread of its own; the others wait in the accept queue before reading
 //! their request, so a waiting call costs a socket, not its stdin.
 
+pub mod hotplug;
 pub mod metrics;
+pub mod sandboxes;
 pub mod shim;
 mod socket;
 pub mod wire;
@@ -19,7 +21,7 @@ pub mod wire;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -37,6 +39,7 @@ use crate::config::PlexusConf;
 use crate::plugin::{self, ClusterSource, PlexusPlugin};
 
 use self::metrics::Metrics;
+use self::sandboxes::Sandboxes;
 use self::wire::{ShimRequest, ShimResponse, MAX_LINE};
 
 /// How long a caller may take to send its request once a worker is its.
@@ -59,6 +62,12 @@ pub struct Settings {
     /// Where an ADD's status writes are queued ([`StatusOutbox`]); `None`:
     /// written before the ADD answers.
     pub status_outbox: Option<PathBuf>,
+    /// Where the sandboxes the daemon ADDed are remembered across its
+    /// restarts ([`Sandboxes`]); `None`: in memory only.
+    pub sandboxes: Option<PathBuf>,
+    /// Hot-plug: reconcile running pods' attachments with their selection
+    /// annotation ([`hotplug`]); needs the API server.
+    pub dynamic_networks: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +90,8 @@ pub enum DaemonError {
 struct Daemon {
     clusters: DaemonClusters,
     metrics: Arc<Metrics>,
+    /// The sandboxes ADDed, and the per-sandbox lock of calls and hot-plugs.
+    sandboxes: Arc<Sandboxes>,
 }
 
 /// The daemon's views: its shared client and caches for calls whose conf
@@ -118,6 +129,13 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
         })?;
     let handle = runtime.handle().clone();
     let metrics = Arc::new(Metrics::new());
+    let sandboxes = Arc::new(
+        Sandboxes::open(settings.sandboxes.clone()).map_err(|source| DaemonError::Io {
+            what: "the sandboxes' state directory".into(),
+            source,
+        })?,
+    );
+    let (wake, woken) = std::sync::mpsc::channel::<()>();
     let api = match &settings.kubeconfig {
         None => None,
         Some(path) => {
@@ -136,7 +154,14 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
                 path: path.clone(),
                 reason,
             })?;
-            let watched = Arc::new(Watched::start(&client, &node, &handle));
+            let hook: Option<crate::cluster::watch::PodEventHook> =
+                settings.dynamic_networks.then(|| {
+                    let wake = Mutex::new(wake.clone());
+                    Arc::new(move || {
+                        let _ = lock(&wake).send(());
+                    }) as crate::cluster::watch::PodEventHook
+                });
+            let watched = Arc::new(Watched::start(&client, &node, &handle, hook));
             let outbox = match &settings.status_outbox {
                 None => None,
                 Some(dir) => Some(
@@ -159,10 +184,27 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
             })
         }
     };
+    if let (true, Some(api)) = (settings.dynamic_networks, &api) {
+        let reconciler = hotplug::Reconciler {
+            api: api.clone(),
+            sandboxes: sandboxes.clone(),
+            metrics: metrics.clone(),
+        };
+        // The start's resync of every sandbox, once the caches are synced.
+        let _ = wake.send(());
+        std::thread::Builder::new()
+            .name("plexus-hotplug".into())
+            .spawn(move || reconciler.run(woken))
+            .map_err(|source| DaemonError::Io {
+                what: "the hot-plug thread".into(),
+                source,
+            })?;
+    }
     let listener = socket::bind(&settings.socket)?;
     let daemon = Arc::new(Daemon {
         clusters: DaemonClusters { api },
         metrics,
+        sandboxes,
     });
     let listening = Arc::new(AtomicBool::new(true));
     runtime.block_on(async {
@@ -352,8 +394,34 @@ async fn reply(stream: &mut UnixStream, answer: &ShimResponse) -> std::io::Resul
     stream.shutdown().await
 }
 
-/// Run one call as a plugin process would, on this thread.
+/// Run one call as a plugin process would, on this thread; a call naming a
+/// sandbox holds its lock, so it never runs alongside that sandbox's
+/// hot-plug. The sandbox is remembered after its ADD, forgotten at its DEL.
 fn serve_call(daemon: &Daemon, request: &ShimRequest) -> ShimResponse {
+    let command = request.env.get("CNI_COMMAND").map_or("?", String::as_str);
+    let Some(container_id) = request
+        .env
+        .get("CNI_CONTAINERID")
+        .filter(|_| matches!(command, "ADD" | "DEL" | "CHECK"))
+    else {
+        return run_call(daemon, request);
+    };
+    daemon.sandboxes.locked(container_id, || {
+        let answer = run_call(daemon, request);
+        match command {
+            "ADD" if answer.exit_code == 0 && daemon.clusters.api.is_some() => {
+                if let Some(sandbox) = hotplug::sandbox_of(&request.env, &request.stdin) {
+                    daemon.sandboxes.add(sandbox);
+                }
+            }
+            "DEL" => daemon.sandboxes.remove(container_id),
+            _ => {}
+        }
+        answer
+    })
+}
+
+fn run_call(daemon: &Daemon, request: &ShimRequest) -> ShimResponse {
     let start = Instant::now();
     let plugin = PlexusPlugin::new(&daemon.clusters, daemon.metrics.clone());
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
@@ -392,4 +460,8 @@ fn error_response(e: &CniError) -> ShimResponse {
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
