@@ -291,9 +291,9 @@ mod tests {
         let moved = case.changes(&record, r#"[{"name": "a", "interface": "blue"}]"#);
         assert_eq!(names(&moved.detach), ["ns/a@net1"]);
         assert_eq!(names(&moved.attach), ["ns/a@blue"]);
-        let mac = case.changes(&record, r#"[{"name": "a", "mac": "02:00:00:00:00:01"}]"#);
-        assert_eq!(names(&mac.detach), ["ns/a@net1"]);
-        assert_eq!(names(&mac.attach), ["ns/a@net1"]);
+        let args = case.changes(&record, r#"[{"name": "a", "cni-args": {"x": "1"}}]"#);
+        assert_eq!(names(&args.detach), ["ns/a@net1"]);
+        assert_eq!(names(&args.attach), ["ns/a@net1"]);
         let routed = case.changes(&record, r#"[{"name": "a", "default-route": ["10.0.0.1"]}]"#);
         assert!(routed.is_empty(), "{routed:?}");
         assert!(routed.refused[0].contains("§4.1.2.1.9"), "{routed:?}");
