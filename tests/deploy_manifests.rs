@@ -61,7 +61,10 @@ fn ipamclaim_crd_follows_multi_net_spec_8_1() {
 fn rbac_grants_exactly_what_plexus_uses() {
     // Least privilege: the requests src/cluster/kube.rs and the daemon's
     // watches (src/cluster/watch.rs) make, no more (tests/kube.rs and
-    // tests/daemon.rs prove they suffice, with this role's token).
+    // tests/daemon.rs prove they suffice, with this role's token). The
+    // daemon's hot-plug (issue 26) adds none: it reads the pods it already
+    // watches, writes network-status with the same pods/status PATCH and
+    // posts events; it never updates a pod (no pods patch/update).
     let all = docs("rbac.yaml");
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let mut granted: Vec<(String, String)> = Vec::new();

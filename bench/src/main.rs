@@ -18,7 +18,9 @@
 //! through the test kube-apiserver, beside the reference plugins alone; the
 //! thick case (`thick.rs`) attaches such pods from a manifest directory,
 //! thin and through `plexus daemon`, side by side, with API requests per ADD
-//! and a boot storm through the daemon (`--storm`, 200 pods at once).
+//! and a boot storm through the daemon (`--storm`, 200 pods at once); the
+//! dynamic-networks case (`hotplug.rs`) times a running pod's annotation
+//! change to its updated network-status through the daemon.
 //!
 //! Run: `cargo run --release -p plexus-bench -- [--pods 40] [--no-kube]` (as
 //! root).
@@ -28,6 +30,7 @@
 //! VM (`vm-tests/run --bench -- --sriov`).
 
 mod hot_text;
+mod hotplug;
 mod kube;
 mod sriov;
 mod thick;
@@ -60,6 +63,10 @@ struct Args {
     /// Pods ADDed at once through the daemon in the thick case's boot storm.
     #[arg(long, default_value_t = 200)]
     storm: usize,
+    /// A build of multus-dynamic-networks-controller to run beside plexus's
+    /// hot-plug (it needs the one-node cluster; skipped with a note without).
+    #[arg(long, value_name = "DIR")]
+    dynamic_controller: Option<PathBuf>,
     /// Exit non-zero when a target is missed.
     #[arg(long)]
     check: bool,
@@ -543,6 +550,7 @@ Kubernetes case skipped: no test API server here \
         };
         all_met &= kube::run(&mut setup)?;
         all_met &= thick::run(&mut setup)?;
+        all_met &= hotplug::run(&mut setup, args.dynamic_controller.as_deref())?;
     }
     Ok(all_met)
 }

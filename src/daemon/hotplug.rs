@@ -197,12 +197,15 @@ impl Reconciler {
             reason,
             message: message.clone(),
         };
-        events.extend(
-            changes
-                .warnings
-                .iter()
-                .map(|w| warn("InvalidNetworkSelection", w)),
-        );
+        // The first pass after the ADD would repeat the ADD's own warnings.
+        if !first_pass {
+            events.extend(
+                changes
+                    .warnings
+                    .iter()
+                    .map(|w| warn("InvalidNetworkSelection", w)),
+            );
+        }
         events.extend(
             changes
                 .refused
@@ -347,8 +350,14 @@ impl Reconciler {
 }
 
 /// The sandbox a successful ADD served, when its pod is named (kubelet's
-/// `CNI_ARGS`): what a later hot-plug needs.
+/// `CNI_ARGS`) and read from the API server (a conf with `kubeconfig`, no
+/// `manifestDir`): what a later hot-plug needs.
 pub fn sandbox_of(env: &BTreeMap<String, String>, stdin: &str) -> Option<Sandbox> {
+    let conf: serde_json::Value = serde_json::from_str(stdin).ok()?;
+    let parsed = PlexusConf::from_value(&conf).ok()?;
+    if parsed.kubeconfig.is_none() || parsed.manifest_dir.is_some() {
+        return None;
+    }
     let args = CniArgs::parse(env.get("CNI_ARGS").map_or("", String::as_str)).ok()?;
     let path = env
         .get("CNI_PATH")
@@ -362,6 +371,6 @@ pub fn sandbox_of(env: &BTreeMap<String, String>, stdin: &str) -> Option<Sandbox
         namespace: args.k8s_pod_namespace()?.to_string(),
         pod: args.k8s_pod_name()?.to_string(),
         uid: args.k8s_pod_uid().map(String::from),
-        conf: serde_json::from_str(stdin).ok()?,
+        conf,
     })
 }
