@@ -803,26 +803,7 @@ impl World {
 
     /// `(type, reason, message)` of pod `pod`'s events.
     fn events_of(&self, pod: &str) -> Vec<(String, String, String)> {
-        let list: Value = serde_json::from_str(&self.api.kubectl(&[
-            "get",
-            "events",
-            "-n",
-            &self.kube_ns,
-            "--field-selector",
-            &format!("involvedObject.name={pod}"),
-            "-o",
-            "json",
-        ]))
-        .unwrap();
-        list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| {
-                let field = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-                (field("type"), field("reason"), field("message"))
-            })
-            .collect()
+        pod_events(self.api, &self.kube_ns, pod)
     }
 
     /// Addresses host-local holds for `macnet` (its allocation files).
