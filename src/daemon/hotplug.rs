@@ -155,8 +155,9 @@ impl Reconciler {
     }
 
     /// Bring `sandbox` to `pod`'s annotation, and its network-status to
-    /// what it has (also when nothing changed on the `first_pass` after a
-    /// start: a daemon killed before writing it leaves it stale).
+    /// what it has (also when nothing changed on the `first_pass` over a
+    /// sandbox of an earlier daemon: one killed before writing it leaves it
+    /// stale; a sandbox this daemon ADDed had its status written by the ADD).
     fn reconcile(
         &self,
         sandbox: &Sandbox,
@@ -264,7 +265,7 @@ impl Reconciler {
             &ctx,
             pod,
             events,
-            first_pass || !changes.is_empty(),
+            (first_pass && sandbox.restored) || !changes.is_empty(),
         )?;
         match failures.len() {
             0 => Ok(Ok(())),
@@ -372,5 +373,6 @@ pub fn sandbox_of(env: &BTreeMap<String, String>, stdin: &str) -> Option<Sandbox
         pod: args.k8s_pod_name()?.to_string(),
         uid: args.k8s_pod_uid().map(String::from),
         conf,
+        restored: false,
     })
 }

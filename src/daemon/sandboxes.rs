@@ -31,6 +31,10 @@ pub struct Sandbox {
     pub uid: Option<String>,
     /// The plexus conf of the ADD (its stdin).
     pub conf: serde_json::Value,
+    /// Read back by a daemon that started after its ADD (whose status
+    /// write it may not have seen through).
+    #[serde(skip)]
+    pub restored: bool,
 }
 
 pub struct Sandboxes {
@@ -60,6 +64,10 @@ impl Sandboxes {
                     .and_then(|b| serde_json::from_slice::<Sandbox>(&b).map_err(|e| e.to_string()));
                 match read {
                     Ok(sandbox) => {
+                        let sandbox = Sandbox {
+                            restored: true,
+                            ..sandbox
+                        };
                         known.insert(sandbox.container_id.clone(), sandbox);
                     }
                     Err(reason) => {
@@ -151,12 +159,17 @@ mod tests {
             pod: "p".into(),
             uid: Some("u".into()),
             conf: serde_json::json!({"type": "plexus"}),
+            restored: false,
         };
         let first = Sandboxes::open(Some(dir.path().to_path_buf())).unwrap();
         first.locked("c1", || first.add(sandbox.clone()));
         std::fs::write(dir.path().join("bad.json"), "{").unwrap();
         let next = Sandboxes::open(Some(dir.path().to_path_buf())).unwrap();
-        assert_eq!(next.all(), [sandbox]);
+        let restored = Sandbox {
+            restored: true,
+            ..sandbox
+        };
+        assert_eq!(next.all(), [restored]);
         assert!(!dir.path().join("bad.json").exists());
         next.locked("c1", || next.remove("c1"));
         assert!(next.get("c1").is_none());
