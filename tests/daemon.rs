@@ -966,10 +966,19 @@ fn a_daemon_killed_mid_hotplug_converges_and_a_del_racing_a_hotplug_leaks_nothin
     });
     assert_eq!(w.macnet_leases(), 9);
 
-    // The sandbox's DEL racing a hot-plug: it waits for it (or the hot-plug
-    // finds no sandbox), and nothing is left either way.
+    // The sandbox's DEL racing a hot-plug in progress: it waits for the
+    // hot-plug, then DELs every attachment; nothing is left.
     w.annotate("p1", "macnet@net1");
+    within_30s("detached", &daemon, || w.status_of("p1").len() == 2);
+    assert_eq!(sorted_links(&pod_ns), ["eth0", "lo", "net1"]);
+    w.annotate("p1", &format!("macnet@net1,{eight}"));
+    within_30s("a hot-plug started", &daemon, || {
+        link_names(&pod_ns).len() > 3
+    });
+    let links_at_del = link_names(&pod_ns).len();
     assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &w.conf));
+    eprintln!("DEL sent with {links_at_del} of 11 links in the pod");
+    // A hot-plug woken after the DEL finds no sandbox.
     std::thread::sleep(Duration::from_millis(500));
     w.assert_nothing_left(&[pod_ns]);
     assert_eq!(w.macnet_leases(), 0);
