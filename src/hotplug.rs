@@ -234,6 +234,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
             let options = PlanOptions {
                 container_id: Some("c1".into()),
+                namespace_isolation: true,
                 ..PlanOptions::default()
             };
             crate::plan::plan(
@@ -309,6 +310,16 @@ mod tests {
             ignored.warnings[0].contains("keeps its networks"),
             "{ignored:?}"
         );
+    }
+
+    #[test]
+    fn isolation_applies_as_at_add() {
+        // §7.4: with namespaceIsolation, a pod selects NADs of its own
+        // namespace only; the change fails, planned as ADD plans it.
+        let case = Case::new();
+        let record = case.added("a");
+        let e = changes(&case.pod("a,other/b"), &record, |p| case.plan(p)).unwrap_err();
+        assert!(e.to_string().contains("other/b"), "{e}");
     }
 
     #[test]

@@ -906,6 +906,10 @@ fn annotating_a_running_pod_attaches_and_detaches_its_networks() {
             .iter()
             .any(|(t, r, m)| t == "Warning" && r == "AttachmentFailed" && m.contains("nosuch"))
     });
+    // Retried with backoff (1 s, doubling), not in a loop.
+    std::thread::sleep(Duration::from_secs(3));
+    let tries = w.metric("plexus_hotplug_duration_seconds_count{result=\"error\"}");
+    assert!((1.0..=4.0).contains(&tries), "{tries} tries in 3 s");
     assert_eq!(sorted_links(&pod_ns), ["eth0", "lo", "net1", "net5"]);
     assert!(w.metric("plexus_hotplugs_total{operation=\"attach\",result=\"ok\"}") >= 2.0);
     assert!(w.metric("plexus_hotplugs_total{operation=\"detach\",result=\"ok\"}") >= 1.0);
