@@ -153,10 +153,15 @@ pub fn run(setup: &mut Setup, controller: Option<&Path>) -> Result<bool, String>
     );
     let why = "it needs Multus thick and the containerd socket of the one-node kubelet cluster, \
                which is not present in this branch";
-    match controller {
-        Some(dir) => println!(
+    match controller.map(|dir| dir.join("dynamic-networks-controller")) {
+        Some(binary) if binary.is_file() => println!(
             "multus-dynamic-networks-controller ({}): skipped: {why}",
-            dir.display()
+            binary.display()
+        ),
+        Some(binary) => println!(
+            "multus-dynamic-networks-controller: {} not found (build ./cmd/dynamic-networks-controller \
+             into it, shared/notes/peers.md); and {why}",
+            binary.display()
         ),
         None => println!("multus-dynamic-networks-controller side by side: not run: {why}"),
     }

@@ -63,8 +63,10 @@ struct Args {
     /// Pods ADDed at once through the daemon in the thick case's boot storm.
     #[arg(long, default_value_t = 200)]
     storm: usize,
-    /// A build of multus-dynamic-networks-controller to run beside plexus's
-    /// hot-plug (it needs the one-node cluster; skipped with a note without).
+    /// A directory holding a build of multus-dynamic-networks-controller
+    /// (`dynamic-networks-controller`, see shared/notes/peers.md) to run
+    /// beside plexus's hot-plug; it needs the one-node cluster, and is
+    /// skipped with a note without it.
     #[arg(long, value_name = "DIR")]
     dynamic_controller: Option<PathBuf>,
     /// Exit non-zero when a target is missed.
