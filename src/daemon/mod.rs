@@ -5,7 +5,8 @@
 //! caches of the node's pods and the NADs ([`crate::cluster::watch`]), so a
 //! warm ADD reads nothing from the API server and writes one PATCH; and
 //! metrics. Each call still gets its own data-plane session and runs the
-//! same code as in-process.
+//! same code as in-process. And dynamic networks ([`hotplug`]): running
+//! pods' attachments follow their selection annotation.
 //!
 //! Bounded in a boot storm: at most `max_calls` calls run at once, each on
 //! a thread of its own; the others wait in the accept queue before reading

@@ -6,13 +6,14 @@
 //! saying what is owed. A detached attachment leaves the record only once
 //! its DEL succeeded.
 
-use crate::cache::{Lookup, Record, State};
+use std::time::Instant;
+
+use crate::cache::{CachedAttachment, Lookup, Record, State};
+use crate::cni::env::{CniCommand, CNI_NETNS};
 use crate::cni::error::{CniError, ErrorCode};
 use crate::plan::Attachment;
 
 use super::{del_chain, live_netns, prepare_all, AttachmentResult, Executor, RunContext};
-use crate::cni::env::{CniCommand, CNI_NETNS};
-use std::time::Instant;
 
 impl Executor {
     /// The sandbox's record; a sandbox without one is unknown (its DEL came
@@ -78,11 +79,10 @@ impl Executor {
         if added.is_err() {
             // What was undone leaves the record; what is still owed stays
             // for the sandbox's DEL (or the next try, which detaches it).
-            let mut index = 0;
-            record.attachments.retain(|c| {
-                index += 1;
-                index <= first || c.owes_del()
-            });
+            let tried = record.attachments.split_off(first);
+            record
+                .attachments
+                .extend(tried.into_iter().filter(CachedAttachment::owes_del));
             self.cache.store(&record)?;
         }
         added
