@@ -801,9 +801,12 @@ impl World {
             .collect()
     }
 
-    /// `(type, reason, message)` of pod `pod`'s events.
-    fn events_of(&self, pod: &str) -> Vec<(String, String, String)> {
+    /// Whether pod `pod` has an event of `kind` for `reason` whose message
+    /// contains `text`.
+    fn has_event(&self, pod: &str, kind: &str, reason: &str, text: &str) -> bool {
         pod_events(self.api, &self.kube_ns, pod)
+            .iter()
+            .any(|(t, r, m)| t == kind && r == reason && m.contains(text))
     }
 
     /// Addresses host-local holds for `macnet` (its allocation files).
@@ -830,16 +833,25 @@ fn sorted_links(netns: &str) -> Vec<String> {
     links
 }
 
+/// A daemon started with `extra` arguments, and pod `p1` selecting
+/// `macnet@net1` ADDed through it, its network-status written: the world,
+/// the pod's netns and the daemon.
+fn running_pod(tag: &str, extra: &[&str]) -> Option<(World, String, Daemon)> {
+    let mut w = world(tag)?;
+    let pod_ns = w.namespaces.add(&format!("{tag}-p"));
+    w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
+    let daemon = w.daemon_with(extra);
+    assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &w.conf));
+    w.writes_delivered(&daemon);
+    Some((w, pod_ns, daemon))
+}
+
 #[test]
 fn annotating_a_running_pod_attaches_and_detaches_its_networks() {
-    let Some(mut w) = world("hotplug") else {
+    let Some((w, pod_ns, daemon)) = running_pod("hotplug", &[]) else {
         return;
     };
-    let pod_ns = w.namespaces.add("hp-p");
-    w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
-    let daemon = w.daemon();
-    assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &w.conf));
-    within_30s("ADD's status", &daemon, || w.status_of("p1").len() == 2);
+    assert_eq!(w.status_of("p1").len(), 2);
 
     // Added selection: attached as ADD names it (the next free netN).
     w.annotate("p1", "macnet@net1,macnet");
@@ -851,9 +863,7 @@ fn annotating_a_running_pod_attaches_and_detaches_its_networks() {
     assert_eq!(addresses(&pod_ns, "net2").len(), 1);
     assert_eq!(w.macnet_leases(), 2);
     within_30s("AddedInterface", &daemon, || {
-        w.events_of("p1")
-            .iter()
-            .any(|(t, r, m)| t == "Normal" && r == "AddedInterface" && m.starts_with("Add net2 ["))
+        w.has_event("p1", "Normal", "AddedInterface", "Add net2 [")
     });
 
     // Removed selection: that attachment alone is DEL'd, its address released.
@@ -863,9 +873,7 @@ fn annotating_a_running_pod_attaches_and_detaches_its_networks() {
     });
     assert_eq!(w.macnet_leases(), 1);
     within_30s("RemovedInterface", &daemon, || {
-        w.events_of("p1")
-            .iter()
-            .any(|(t, r, m)| t == "Normal" && r == "RemovedInterface" && m.contains("net2"))
+        w.has_event("p1", "Normal", "RemovedInterface", "net2")
     });
 
     // Quick flips end at the last value.
@@ -884,9 +892,7 @@ fn annotating_a_running_pod_attaches_and_detaches_its_networks() {
     // An annotation that does not parse: a Warning, and the pod keeps its networks.
     w.annotate("p1", "[{\"name\": ");
     within_30s("InvalidNetworkSelection", &daemon, || {
-        w.events_of("p1")
-            .iter()
-            .any(|(t, r, _)| t == "Warning" && r == "InvalidNetworkSelection")
+        w.has_event("p1", "Warning", "InvalidNetworkSelection", "")
     });
     // default-route on a running pod: refused, with the reason.
     w.annotate(
@@ -894,17 +900,13 @@ fn annotating_a_running_pod_attaches_and_detaches_its_networks() {
         r#"[{"name": "macnet", "interface": "net1"}, {"name": "macnet", "interface": "net5", "default-route": ["10.20.0.1"]}]"#,
     );
     within_30s("NetworkChangeRefused", &daemon, || {
-        w.events_of("p1").iter().any(|(t, r, m)| {
-            t == "Warning" && r == "NetworkChangeRefused" && m.contains("§4.1.2.1.9")
-        })
+        w.has_event("p1", "Warning", "NetworkChangeRefused", "§4.1.2.1.9")
     });
     assert_eq!(sorted_links(&pod_ns), ["eth0", "lo", "net1", "net5"]);
     // A selection of a NAD that does not exist: AttachmentFailed, retried later.
     w.annotate("p1", "macnet@net1,macnet@net5,nosuch");
     within_30s("AttachmentFailed", &daemon, || {
-        w.events_of("p1")
-            .iter()
-            .any(|(t, r, m)| t == "Warning" && r == "AttachmentFailed" && m.contains("nosuch"))
+        w.has_event("p1", "Warning", "AttachmentFailed", "nosuch")
     });
     // A chain that fails on the pod: undone (its address released), the
     // pod's other networks untouched, and the DEL owed kept in the record.
@@ -917,9 +919,7 @@ fn annotating_a_running_pod_attaches_and_detaches_its_networks() {
     ));
     w.annotate("p1", "macnet@net1,macnet@net5,badnet@net6");
     within_30s("AttachmentFailed for badnet", &daemon, || {
-        w.events_of("p1")
-            .iter()
-            .any(|(t, r, m)| t == "Warning" && r == "AttachmentFailed" && m.contains("badnet"))
+        w.has_event("p1", "Warning", "AttachmentFailed", "badnet")
     });
     assert_eq!(sorted_links(&pod_ns), ["eth0", "lo", "net1", "net5"]);
     assert_eq!(w.status_of("p1").len(), 3);
@@ -941,14 +941,9 @@ fn annotating_a_running_pod_attaches_and_detaches_its_networks() {
 
 #[test]
 fn with_dynamic_networks_off_an_annotation_change_does_nothing() {
-    let Some(mut w) = world("nohotplug") else {
+    let Some((w, pod_ns, _daemon)) = running_pod("nohotplug", &["--dynamic-networks=false"]) else {
         return;
     };
-    let pod_ns = w.namespaces.add("nh-p");
-    w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
-    let daemon = w.daemon_with(&["--dynamic-networks=false"]);
-    assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &w.conf));
-    w.writes_delivered(&daemon);
     w.annotate("p1", "macnet@net1,macnet");
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(sorted_links(&pod_ns), ["eth0", "lo", "net1"]);
@@ -958,14 +953,9 @@ fn with_dynamic_networks_off_an_annotation_change_does_nothing() {
 
 #[test]
 fn a_daemon_killed_mid_hotplug_converges_and_a_del_racing_a_hotplug_leaks_nothing() {
-    let Some(mut w) = world("hpkill") else {
+    let Some((w, pod_ns, mut daemon)) = running_pod("hpkill", &[]) else {
         return;
     };
-    let pod_ns = w.namespaces.add("hk-p");
-    w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
-    let mut daemon = w.daemon();
-    assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &w.conf));
-    w.writes_delivered(&daemon);
 
     // Killed while attaching eight networks: wherever it stopped, the
     // record says what is owed, and the next daemon's resync converges.
