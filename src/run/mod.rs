@@ -926,7 +926,6 @@ fn begin(cached: &mut CachedAttachment) {
     cached.pending_del = cached.all_plugins();
 }
 
-/// Resolve and validate every plugin of `att` for `command`.
 /// [`prepare`] every attachment for ADD: validated before anything runs.
 fn prepare_all<'r>(
     attachments: &[Attachment],
@@ -938,6 +937,7 @@ fn prepare_all<'r>(
         .collect()
 }
 
+/// Resolve and validate every plugin of `att` for `command`.
 fn prepare<'r>(
     att: &Attachment,
     ctx: &RunContext<'r>,
