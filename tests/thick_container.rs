@@ -194,7 +194,11 @@ impl Node {
     /// The shim as the runtime execs it, on the node.
     fn cni(&self, command: &str, container_id: &str, netns: &Path, conf: &Value) -> Output {
         let node = &self.netns_names[0];
-        let mut child = Command::new("timeout")
+        // The configuration on stdin, from a file: nothing to feed.
+        let mut stdin = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut stdin, conf.to_string().as_bytes()).unwrap();
+        std::io::Seek::rewind(&mut stdin).unwrap();
+        Command::new("timeout")
             .args(["60", "ip", "netns", "exec", node, PLEXUS])
             .env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", container_id)
@@ -205,19 +209,9 @@ impl Node {
                 "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=thick",
             )
             .env("CNI_PATH", REFERENCE)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
+            .stdin(stdin)
+            .output()
             .unwrap()
-            .write_all(conf.to_string().as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
     }
 
     /// `ip -o` `what` in the namespace at `netns`.
