@@ -103,12 +103,12 @@ impl<'s> PlexusPlugin<'s> {
     /// The plugins of this call: [`registry`], and for a call the daemon
     /// serves, the shim's namespace in its session and exec'd plugins run
     /// where `chrootDir` says, given a path to that namespace.
-    fn registry(&self, conf: Option<&PlexusConf>) -> Result<Registry, CniError> {
+    fn registry(&self, chroot_dir: Option<&Path>) -> Result<Registry, CniError> {
         let registry = registry();
         let Some(thick) = &self.thick else {
             return Ok(registry);
         };
-        let root = conf.and_then(|c| c.chroot_dir.clone());
+        let root = chroot_dir.map(Path::to_path_buf);
         let mut site = ExecSite {
             root: root.clone(),
             netns_alias: None,
@@ -469,6 +469,19 @@ fn dirs_of(req: &Request, conf: Option<&PlexusConf>) -> (PathBuf, PathBuf) {
     )
 }
 
+/// `chrootDir` even from a conf that no longer parses (see [`dirs_of`]).
+fn chroot_of(req: &Request, conf: Option<&PlexusConf>) -> Option<PathBuf> {
+    match conf {
+        Some(conf) => conf.chroot_dir.clone(),
+        None => req
+            .config
+            .get("chrootDir")
+            .and_then(|v| v.as_str())
+            .filter(|dir| dir.starts_with('/'))
+            .map(PathBuf::from),
+    }
+}
+
 fn cluster_network(
     conf: &PlexusConf,
     cluster: &dyn Cluster,
@@ -523,7 +536,7 @@ impl Plugin for PlexusPlugin<'_> {
             log.warn(warning);
         }
 
-        let registry = self.registry(Some(&conf))?;
+        let registry = self.registry(conf.chroot_dir.as_deref())?;
         let executor = self
             .executor(&conf.cni_dir)
             .with_route_hook(Box::new(NetlinkRouteHook {
@@ -582,7 +595,7 @@ impl Plugin for PlexusPlugin<'_> {
         let conf = self.conf(req).ok();
         let (cni_dir, bin_dir) = dirs_of(req, conf.as_deref());
         let call = call(req);
-        let registry = self.registry(conf.as_deref())?;
+        let registry = self.registry(chroot_of(req, conf.as_deref()).as_deref())?;
         let ctx = context(&call, bin_dir, &registry);
         let fallback = || match conf.as_deref() {
             Some(conf) => self.cluster_network_plan(conf, req, &registry, &ctx.delegates),
@@ -625,7 +638,7 @@ impl Plugin for PlexusPlugin<'_> {
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let conf = self.conf(req)?;
-        let registry = self.registry(Some(&conf))?;
+        let registry = self.registry(conf.chroot_dir.as_deref())?;
         Executor::new(Cache::new(&conf.cni_dir)).check(&context(
             &call(req),
             conf.bin_dir.clone(),
@@ -637,7 +650,7 @@ impl Plugin for PlexusPlugin<'_> {
         let conf = self.conf(req)?;
         let cluster = self.clusters.open(&conf)?;
         let default_network = Self::configured_cluster_network(&conf, cluster.as_ref()).ok();
-        let registry = self.registry(Some(&conf))?;
+        let registry = self.registry(conf.chroot_dir.as_deref())?;
         let delegates = network_delegates(req, &conf, &registry);
         let swept = claims::sweep(&ClaimBook::new(&conf.cni_dir), cluster.as_ref(), None);
         // Addresses held for claims are valid attachments of their own.
@@ -661,7 +674,7 @@ impl Plugin for PlexusPlugin<'_> {
         // the cluster network's plugins say they are (cni-SPEC §2 STATUS).
         let conf = self.conf(req)?;
         let network = readiness::status(&conf, self.clusters.open(&conf)?.as_ref())?;
-        let registry = self.registry(Some(&conf))?;
+        let registry = self.registry(conf.chroot_dir.as_deref())?;
         let delegates = network_delegates(req, &conf, &registry);
         crate::run::status(&delegates, &network)
     }

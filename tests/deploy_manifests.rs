@@ -184,6 +184,16 @@ fn daemonset_runs_plexus_install_on_every_node() {
     assert_eq!(hostroot.1["mountPath"], settings["chrootDir"]);
     assert_eq!(hostroot.1["mountPropagation"], "HostToContainer");
     assert_ne!(hostroot.1["readOnly"], true, "delegates write their state");
+    // Device records name their owner's CNI_NETNS as the runtime gave it
+    // (containerd's and CRI-O's /var/run/netns/...): the daemon sees them.
+    let netns_paths: Vec<&Value> = daemon["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["name"] == "netns")
+        .map(|m| &m["mountPath"])
+        .collect();
+    assert_eq!(netns_paths, ["/run/netns", "/var/run/netns"]);
 }
 
 /// The volume named `name` and `container`'s mount of it.
