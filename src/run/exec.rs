@@ -620,6 +620,40 @@ mod tests {
     }
 
     #[test]
+    fn under_chroot_dir_plugins_are_found_as_the_chrooted_plugin_sees_them() {
+        let root = tempfile::tempdir().unwrap();
+        let node = |rel: &str| root.path().join(rel);
+        fs::create_dir_all(node("usr/lib/cni")).unwrap();
+        fs::create_dir_all(node("opt/cni/bin")).unwrap();
+        script(&node("usr/lib/cni"), "p", "exit 0");
+        // An absolute symlink, as distributions link /opt/cni/bin: resolved
+        // inside the root, as the chrooted process resolves it.
+        std::os::unix::fs::symlink("/usr/lib/cni/p", node("opt/cni/bin/p")).unwrap();
+        let site = ExecSite {
+            root: Some(root.path().to_path_buf()),
+            netns_alias: None,
+        };
+        let dirs = [PathBuf::from("/opt/cni/bin")];
+        assert_eq!(site.find("p", &dirs).unwrap(), Path::new("/opt/cni/bin/p"));
+        // This process's /opt/cni/bin is not the node's.
+        let e = site.find("sh", &[PathBuf::from("/bin")]).unwrap_err();
+        assert!(e.details.contains("under chrootDir"), "{e:?}");
+    }
+
+    #[test]
+    fn the_passed_namespace_is_given_by_its_alias_and_others_as_they_are() {
+        let site = ExecSite {
+            root: None,
+            netns_alias: Some(("/var/run/netns/cni-1".into(), "/proc/7/fd/9".into())),
+        };
+        let given = Path::new("/var/run/netns/cni-1");
+        assert_eq!(site.netns(Some(given)), Path::new("/proc/7/fd/9"));
+        let other = Path::new("/var/run/netns/cni-2");
+        assert_eq!(site.netns(Some(other)), other);
+        assert_eq!(site.netns(None), Path::new(""));
+    }
+
+    #[test]
     fn type_cannot_escape_the_path() {
         // cni-SPEC §1 `type`: a binary name, never a path.
         let d = tempfile::tempdir().unwrap();
