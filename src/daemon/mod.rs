@@ -11,6 +11,11 @@
 //! Bounded in a boot storm: at most `max_calls` calls run at once, each on
 //! a thread of its own; the others wait in the accept queue before reading
 //! their request, so a waiting call costs a socket, not its stdin.
+//!
+//! The pod's namespace comes with the request, opened by the shim on the
+//! node ([`wire`]): the daemon's container need not see `CNI_NETNS`'s path.
+//! With `chrootDir`, delegated plugins run chrooted into the node's file
+//! system ([`crate::run::exec::ExecSite`]).
 
 pub mod hotplug;
 pub mod metrics;
@@ -20,12 +25,13 @@ mod socket;
 pub mod wire;
 
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
 use tokio::sync::Semaphore;
 
@@ -33,11 +39,13 @@ use crate::cluster::kube::{ApiTimeouts, KubeCluster, SharedApi};
 use crate::cluster::outbox::{DeliveryObserver, StatusOutbox};
 use crate::cluster::watch::Watched;
 use crate::cluster::Cluster;
+use crate::cni::env::CNI_NETNS;
 use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::skel;
 use crate::cni::CniVersion;
 use crate::config::PlexusConf;
-use crate::plugin::{self, ClusterSource, PlexusPlugin};
+use crate::plugin::{self, ClusterSource, PlexusPlugin, ThickCall};
+use plexus_dataplane::NetNs;
 
 use self::metrics::Metrics;
 use self::sandboxes::Sandboxes;
@@ -339,25 +347,25 @@ async fn connection(mut stream: UnixStream, daemon: Arc<Daemon>, workers: Arc<Se
     let permit = workers.acquire_owned().await;
     metrics.waiting.dec();
     let Ok(permit) = permit else { return };
-    let request = match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_request(&mut stream)).await
-    {
-        Ok(Ok(request)) => request,
-        Ok(Err(error)) => {
-            tracing::warn!(%error, "unreadable request");
-            return;
-        }
-        Err(_) => {
-            tracing::warn!("no request within {REQUEST_READ_TIMEOUT:?}");
-            return;
-        }
-    };
+    let (request, netns) =
+        match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_request(&stream)).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "unreadable request");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("no request within {REQUEST_READ_TIMEOUT:?}");
+                return;
+            }
+        };
     metrics.in_flight.inc();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let worker = daemon.clone();
     let spawned = std::thread::Builder::new()
         .name("plexus-call".into())
         .spawn(move || {
-            let answer = serve_call(&worker, &request);
+            let answer = serve_call(&worker, &request, netns);
             drop(permit);
             let _ = tx.send(answer);
         });
@@ -379,13 +387,31 @@ async fn connection(mut stream: UnixStream, daemon: Arc<Daemon>, workers: Arc<Se
     metrics.in_flight.dec();
 }
 
-async fn read_request(stream: &mut UnixStream) -> std::io::Result<ShimRequest> {
-    let mut line = Vec::new();
-    BufReader::new(stream)
-        .take(MAX_LINE + 1)
-        .read_until(b'\n', &mut line)
-        .await?;
-    wire::receive(&mut &line[..])
+/// The request line, and the descriptor passed with it (the pod's
+/// namespace, see [`wire`]); more than one is a broken caller's, and only the
+/// first is kept.
+async fn read_request(stream: &UnixStream) -> std::io::Result<(ShimRequest, Option<OwnedFd>)> {
+    let (mut line, mut fds) = (Vec::new(), Vec::new());
+    let mut buf = vec![0; 64 << 10];
+    loop {
+        stream.readable().await?;
+        let read = stream.try_io(Interest::READABLE, || {
+            wire::recv_with_fds(stream.as_fd(), &mut buf)
+        });
+        let (n, passed) = match read {
+            Ok(read) => read,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        };
+        fds.extend(passed);
+        line.extend_from_slice(&buf[..n]);
+        // End of input, a whole line, or too long: receive says which.
+        if n == 0 || buf[..n].contains(&b'\n') || line.len() as u64 > MAX_LINE {
+            break;
+        }
+    }
+    let request = wire::receive(&mut &line[..])?;
+    Ok((request, fds.into_iter().next()))
 }
 
 async fn reply(stream: &mut UnixStream, answer: &ShimResponse) -> std::io::Result<()> {
@@ -395,20 +421,21 @@ async fn reply(stream: &mut UnixStream, answer: &ShimResponse) -> std::io::Resul
     stream.shutdown().await
 }
 
-/// Run one call as a plugin process would, on this thread; a call naming a
-/// sandbox holds its lock, so it never runs alongside that sandbox's
-/// hot-plug. The sandbox is remembered after its ADD, forgotten at its DEL.
-fn serve_call(daemon: &Daemon, request: &ShimRequest) -> ShimResponse {
+/// Run one call as a plugin process would, on this thread; `netns` is the
+/// descriptor the shim passed for `CNI_NETNS`. A call naming a sandbox
+/// holds its lock, so it never runs alongside that sandbox's hot-plug. The
+/// sandbox is remembered after its ADD, forgotten at its DEL.
+fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) -> ShimResponse {
     let command = request.env.get("CNI_COMMAND").map_or("?", String::as_str);
     let Some(container_id) = request
         .env
         .get("CNI_CONTAINERID")
         .filter(|_| matches!(command, "ADD" | "DEL" | "CHECK"))
     else {
-        return run_call(daemon, request);
+        return run_call(daemon, request, netns);
     };
     daemon.sandboxes.locked(container_id, || {
-        let answer = run_call(daemon, request);
+        let answer = run_call(daemon, request, netns);
         match command {
             "ADD" if answer.exit_code == 0 && daemon.clusters.api.is_some() => {
                 if let Some(sandbox) = hotplug::sandbox_of(&request.env, &request.stdin) {
@@ -422,9 +449,12 @@ fn serve_call(daemon: &Daemon, request: &ShimRequest) -> ShimResponse {
     })
 }
 
-fn run_call(daemon: &Daemon, request: &ShimRequest) -> ShimResponse {
+fn run_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) -> ShimResponse {
     let start = Instant::now();
-    let plugin = PlexusPlugin::new(&daemon.clusters, daemon.metrics.clone());
+    let thick = ThickCall {
+        pod_netns: pod_netns(request, netns),
+    };
+    let plugin = PlexusPlugin::new(&daemon.clusters, daemon.metrics.clone(), thick);
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let exit_code = skel::run(
         &plugin,
@@ -442,6 +472,17 @@ fn run_call(daemon: &Daemon, request: &ShimRequest) -> ShimResponse {
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
     }
+}
+
+/// The shim's descriptor as the namespace of the request's `CNI_NETNS`;
+/// without one (a shim of an older plexus, or a path it could not open) the
+/// call looks at the path itself, as in-process.
+fn pod_netns(request: &ShimRequest, fd: Option<OwnedFd>) -> Option<NetNs> {
+    let fd = fd?;
+    let path = request.env.get(CNI_NETNS).filter(|p| !p.is_empty())?;
+    NetNs::from_fd(fd, PathBuf::from(path))
+        .inspect_err(|error| tracing::warn!(%error, "the shim passed no network namespace"))
+        .ok()
 }
 
 /// The `code` of an error result (cni-SPEC §5); 0 when there is none.

@@ -1106,12 +1106,16 @@ fn attachment_env(
 /// every plugin, with `CNI_NETNS` empty; plugins must cope (cni-SPEC §2 DEL).
 /// The node's own namespace counts as gone: no pod's interface is there, and
 /// a plugin deleting `CNI_IFNAME` in it would delete the node's.
+/// The session answers for a namespace it was given (thick mode), whose
+/// path the daemon itself may not see.
 fn live_netns(ctx: &RunContext) -> DelNetns {
-    match ctx.netns.clone() {
-        Some(p) if matches!(ctx.delegates.session.pod(&p), Ok(PodLookup::Node)) => {
-            DelNetns::Node(p)
-        }
-        Some(p) if p.exists() => DelNetns::Live(p),
+    let Some(p) = ctx.netns.clone() else {
+        return DelNetns::Gone;
+    };
+    match ctx.delegates.session.pod(&p) {
+        Ok(PodLookup::Node) => DelNetns::Node(p),
+        Ok(PodLookup::Pod(_)) => DelNetns::Live(p),
+        _ if p.exists() => DelNetns::Live(p),
         _ => DelNetns::Gone,
     }
 }
