@@ -142,6 +142,11 @@ struct DaemonArgs {
     /// Seconds SIGTERM waits for the calls in flight and queued writes.
     #[arg(long, default_value_t = 20.0)]
     grace: f64,
+    /// Attach and detach secondary networks on running pods when their
+    /// `k8s.v1.cni.cncf.io/networks` annotation changes (needs
+    /// --kubeconfig); `--dynamic-networks=false` turns it off.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    dynamic_networks: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -378,6 +383,8 @@ fn run_daemon(args: &DaemonArgs) -> Result<String, CniError> {
         grace: seconds("--grace", args.grace)?,
         status_outbox: (args.status_write == StatusWriteArg::Async)
             .then(|| args.state_dir.join("status")),
+        sandboxes: Some(args.state_dir.join("sandboxes")),
+        dynamic_networks: args.dynamic_networks,
     };
     crate::daemon::run(settings).map_err(|e| {
         CniError::new(

@@ -107,6 +107,10 @@ pub struct PlexusConf {
     /// Thick mode (`daemonSocket`, `daemonFallback`, `daemonTimeout`): the
     /// runtime's exec of plexus forwards the call to `plexus daemon`.
     pub daemon: Option<DaemonClient>,
+    /// Multus's `chrootDir`: where the daemon sees the node's root; the
+    /// plugins of the calls it serves run chrooted there (README "Thick
+    /// mode"). A call run in-process runs on the node already and ignores it.
+    pub chroot_dir: Option<PathBuf>,
     /// `logFile`, `logLevel`, `logToStderr`, `logOptions` (Multus's).
     pub logging: LogSettings,
     /// Capabilities plexus asks the runtime for (passed on to the default network).
@@ -199,6 +203,7 @@ struct RawConf {
     daemon_socket: Option<String>,
     daemon_fallback: Option<String>,
     daemon_timeout: Option<f64>,
+    chroot_dir: Option<String>,
     log_file: Option<String>,
     log_level: Option<String>,
     log_to_stderr: Option<bool>,
@@ -249,6 +254,19 @@ fn daemon_client(
             fallback,
             timeout,
         })),
+    }
+}
+
+/// `chrootDir`: an absolute directory; empty means unset, as in Multus.
+fn chroot_dir(dir: Option<String>) -> Result<Option<PathBuf>, CniError> {
+    match dir {
+        None => Ok(None),
+        Some(dir) if dir.is_empty() => Ok(None),
+        Some(dir) if !dir.starts_with('/') => Err(CniError::invalid_config(
+            "chrootDir",
+            format!("{dir:?} is not an absolute path"),
+        )),
+        Some(dir) => Ok(Some(PathBuf::from(dir))),
     }
 }
 
@@ -391,6 +409,7 @@ impl PlexusConf {
             ),
             device_info_dir: path(raw.device_info_dir, deviceinfo::ROOT_DIR),
             daemon: daemon_client(raw.daemon_socket, raw.daemon_fallback, raw.daemon_timeout)?,
+            chroot_dir: chroot_dir(raw.chroot_dir)?,
             logging: LogSettings::new(
                 raw.log_file,
                 raw.log_level,
@@ -488,6 +507,10 @@ mod tests {
             (
                 json!({"clusterNetwork": "x", "daemonSocket": "run/plexus.sock"}),
                 "daemonSocket: \"run/plexus.sock\" is not an absolute path",
+            ),
+            (
+                json!({"clusterNetwork": "x", "chrootDir": "hostroot"}),
+                "chrootDir: \"hostroot\" is not an absolute path",
             ),
             (
                 json!({"clusterNetwork": "x", "daemonSocket": "/s", "daemonFallback": "retry"}),

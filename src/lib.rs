@@ -32,6 +32,7 @@ pub mod config;
 pub mod daemon;
 pub mod demo;
 pub mod devices;
+pub mod hotplug;
 pub mod install;
 pub mod logging;
 pub mod manifest;

@@ -344,6 +344,11 @@ impl Attachment {
         NetworkStatus::from_result(result, &input)
     }
 
+    /// Multus's auxiliary chain ([`add_auxiliary_chain`]), not a network.
+    pub fn is_auxiliary(&self) -> bool {
+        self.source.starts_with(AUXILIARY_SOURCE)
+    }
+
     /// The plan's JSON contract (README "Plan output"); optional keys only when set.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).expect("an attachment serializes")
@@ -1035,6 +1040,9 @@ fn merge_cni_args(
     Ok(())
 }
 
+/// The `source` of the auxiliary chain's attachment.
+const AUXILIARY_SOURCE: &str = "auxiliaryCNIChainName";
+
 /// Multus's auxiliary chain (see [`crate::auxiliary`]) as the last
 /// attachment of `plan`: `CNI_IFNAME` `net<position>` (the first such name
 /// no attachment uses), the secondary networks' `CNI_ARGS`, no capability
@@ -1054,7 +1062,7 @@ pub fn add_auxiliary_chain(
         .find(|n| !used(n))
         .expect("an unbounded range always has a free name");
     plan.attachments.push(Attachment {
-        source: format!("auxiliaryCNIChainName {network:?}"),
+        source: format!("{AUXILIARY_SOURCE} {network:?}"),
         network,
         ifname,
         default: false,

@@ -11,8 +11,10 @@
 //! network's plugins too.
 
 use std::borrow::Cow;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use plexus_dataplane::NetNs;
 
 use crate::auxiliary;
 use crate::cache::Cache;
@@ -28,9 +30,10 @@ use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request};
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
 use crate::manifest::Pod;
+use crate::netattach::status::NetworkStatus;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
 use crate::readiness;
-use crate::run::exec::find_plugin;
+use crate::run::exec::ExecSite;
 use crate::run::routes::NetlinkRouteHook;
 use crate::run::{AttachmentObserver, AttachmentResult, Delegates, Executor, Registry, RunContext};
 
@@ -43,6 +46,15 @@ pub struct PlexusPlugin<'s> {
     /// The call's configuration, parsed already by the shim from the stdin
     /// the request comes from: no command parses it again.
     parsed: Option<PlexusConf>,
+    /// A call the daemon serves: its plugins run where `chrootDir` says.
+    thick: Option<ThickCall>,
+}
+
+/// What a call served by the daemon brings besides the request.
+#[derive(Default)]
+pub struct ThickCall {
+    /// `CNI_NETNS` as the shim opened it on the node.
+    pub pod_netns: Option<NetNs>,
 }
 
 /// Where a call's view of the cluster comes from.
@@ -69,20 +81,50 @@ impl PlexusPlugin<'static> {
             clusters: &PerCall,
             observer: None,
             parsed,
+            thick: None,
         }
     }
 }
 
 impl<'s> PlexusPlugin<'s> {
+    /// plexus as the daemon serves a call (`thick`).
     pub fn new(
         clusters: &'s dyn ClusterSource,
         observer: Arc<dyn AttachmentObserver>,
+        thick: ThickCall,
     ) -> PlexusPlugin<'s> {
         PlexusPlugin {
             clusters,
             observer: Some(observer),
             parsed: None,
+            thick: Some(thick),
         }
+    }
+
+    /// The plugins of this call: [`registry`], and for a call the daemon
+    /// serves, the shim's namespace in its session and exec'd plugins run
+    /// where `chrootDir` says, given a path to that namespace.
+    fn registry(&self, chroot_dir: Option<&Path>) -> Result<Registry, CniError> {
+        let registry = registry();
+        let Some(thick) = &self.thick else {
+            return Ok(registry);
+        };
+        let root = chroot_dir.map(Path::to_path_buf);
+        let mut site = ExecSite {
+            root: root.clone(),
+            netns_alias: None,
+        };
+        if let Some(ns) = &thick.pod_netns {
+            let sys = |e: plexus_dataplane::Error| CniError::io("CNI_NETNS", e);
+            registry
+                .session()
+                .adopt(ns.try_clone().map_err(sys)?)
+                .map_err(sys)?;
+            let pid = pid_seen_from(root.as_deref().unwrap_or(Path::new("/")));
+            let alias = PathBuf::from(format!("/proc/{pid}/fd/{}", ns.raw_fd()));
+            site.netns_alias = Some((ns.path().to_path_buf(), alias));
+        }
+        Ok(registry.with_exec_site(site))
     }
 
     /// The request's configuration: the one the shim parsed from the same
@@ -98,7 +140,7 @@ impl<'s> PlexusPlugin<'s> {
     /// The configured cluster network. The conf dir and files name it
     /// without the API server: when that does not answer (code 11), they are
     /// looked in alone, so DEL and GC work on with the API server gone.
-    fn configured_cluster_network(
+    pub(crate) fn configured_cluster_network(
         conf: &PlexusConf,
         cluster: &dyn Cluster,
     ) -> Result<DefaultNetwork, CniError> {
@@ -155,7 +197,9 @@ impl<'s> PlexusPlugin<'s> {
         for config in plan.attachments.iter().flat_map(|a| &a.plugins) {
             match config.get("type").and_then(serde_json::Value::as_str) {
                 Some(t) if !registry.is_builtin(t) => {
-                    find_plugin(t, &search_path)
+                    registry
+                        .exec_site()
+                        .find(t, &search_path)
                         .map_err(|e| e.within(format!("cluster network {}", network.network)))?;
                 }
                 _ => {}
@@ -171,6 +215,16 @@ impl<'s> PlexusPlugin<'s> {
             None => executor,
         }
     }
+}
+
+/// This process's pid in the procfs of `root` (in the pid namespace of the
+/// node's `/proc`, which the daemon's own may not be); this process's own
+/// when `root` has no procfs.
+fn pid_seen_from(root: &Path) -> u32 {
+    std::fs::read_link(root.join("proc/self"))
+        .ok()
+        .and_then(|pid| pid.to_str()?.parse().ok())
+        .unwrap_or_else(std::process::id)
 }
 
 /// Every plugin type plexus serves in-process; anything else is exec'd.
@@ -273,16 +327,7 @@ fn publish(
     let mut events: Vec<PodEvent> = entries
         .iter()
         .zip(results)
-        .map(|(e, r)| PodEvent {
-            event_type: EventType::Normal,
-            reason: "AddedInterface",
-            message: format!(
-                "Add {} [{}] from {}",
-                e.interface.as_deref().unwrap_or("?"),
-                with_prefixes(&e.ips, r.result.as_ref()).join(","),
-                e.name
-            ),
-        })
+        .map(|(e, r)| added_interface(e, r.result.as_ref()))
         .collect();
     events.extend(plan.warnings.iter().map(|w| PodEvent {
         event_type: EventType::Warning,
@@ -325,6 +370,20 @@ fn publish(
         log.warn(format_args!("event not posted: {failure}"));
     }
     Ok(())
+}
+
+/// The Normal event of an attachment added, as Multus words it.
+pub(crate) fn added_interface(entry: &NetworkStatus, result: Option<&CniResult>) -> PodEvent {
+    PodEvent {
+        event_type: EventType::Normal,
+        reason: "AddedInterface",
+        message: format!(
+            "Add {} [{}] from {}",
+            entry.interface.as_deref().unwrap_or("?"),
+            with_prefixes(&entry.ips, result).join(","),
+            entry.name
+        ),
+    }
 }
 
 /// The status entry's addresses with their prefixes from the result, as
@@ -416,6 +475,19 @@ fn dirs_of(req: &Request, conf: Option<&PlexusConf>) -> (PathBuf, PathBuf) {
     )
 }
 
+/// `chrootDir` even from a conf that no longer parses (see [`dirs_of`]).
+fn chroot_of(req: &Request, conf: Option<&PlexusConf>) -> Option<PathBuf> {
+    match conf {
+        Some(conf) => conf.chroot_dir.clone(),
+        None => req
+            .config
+            .get("chrootDir")
+            .and_then(|v| v.as_str())
+            .filter(|dir| dir.starts_with('/'))
+            .map(PathBuf::from),
+    }
+}
+
 fn cluster_network(
     conf: &PlexusConf,
     cluster: &dyn Cluster,
@@ -470,7 +542,7 @@ impl Plugin for PlexusPlugin<'_> {
             log.warn(warning);
         }
 
-        let registry = registry();
+        let registry = self.registry(conf.chroot_dir.as_deref())?;
         let executor = self
             .executor(&conf.cni_dir)
             .with_route_hook(Box::new(NetlinkRouteHook {
@@ -529,7 +601,7 @@ impl Plugin for PlexusPlugin<'_> {
         let conf = self.conf(req).ok();
         let (cni_dir, bin_dir) = dirs_of(req, conf.as_deref());
         let call = call(req);
-        let registry = registry();
+        let registry = self.registry(chroot_of(req, conf.as_deref()).as_deref())?;
         let ctx = context(&call, bin_dir, &registry);
         let fallback = || match conf.as_deref() {
             Some(conf) => self.cluster_network_plan(conf, req, &registry, &ctx.delegates),
@@ -572,7 +644,7 @@ impl Plugin for PlexusPlugin<'_> {
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let conf = self.conf(req)?;
-        let registry = registry();
+        let registry = self.registry(conf.chroot_dir.as_deref())?;
         Executor::new(Cache::new(&conf.cni_dir)).check(&context(
             &call(req),
             conf.bin_dir.clone(),
@@ -584,7 +656,7 @@ impl Plugin for PlexusPlugin<'_> {
         let conf = self.conf(req)?;
         let cluster = self.clusters.open(&conf)?;
         let default_network = Self::configured_cluster_network(&conf, cluster.as_ref()).ok();
-        let registry = registry();
+        let registry = self.registry(conf.chroot_dir.as_deref())?;
         let delegates = network_delegates(req, &conf, &registry);
         let swept = claims::sweep(&ClaimBook::new(&conf.cni_dir), cluster.as_ref(), None);
         // Addresses held for claims are valid attachments of their own.
@@ -608,7 +680,7 @@ impl Plugin for PlexusPlugin<'_> {
         // the cluster network's plugins say they are (cni-SPEC §2 STATUS).
         let conf = self.conf(req)?;
         let network = readiness::status(&conf, self.clusters.open(&conf)?.as_ref())?;
-        let registry = registry();
+        let registry = self.registry(conf.chroot_dir.as_deref())?;
         let delegates = network_delegates(req, &conf, &registry);
         crate::run::status(&delegates, &network)
     }

@@ -761,3 +761,239 @@ fn sigterm_stops_the_daemon_and_takes_its_socket_along() {
     assert!(status.success(), "{}", daemon.log());
     assert!(!w.socket().exists());
 }
+
+// Dynamic networks (issue 26): the daemon reconciles a running pod's
+// secondary attachments with its selection annotation (multi-net-spec §4).
+
+impl World {
+    /// Set pod `pod`'s selection annotation to `value`.
+    fn annotate(&self, pod: &str, value: &str) {
+        self.api.kubectl(&[
+            "annotate",
+            "--overwrite",
+            "pod",
+            pod,
+            "-n",
+            &self.kube_ns,
+            &format!("k8s.v1.cni.cncf.io/networks={value}"),
+        ]);
+    }
+
+    /// Pod `pod`'s network-status: its entries' `(name, interface)`.
+    fn status_of(&self, pod: &str) -> Vec<(String, String)> {
+        let text = self.api.kubectl(&[
+            "get",
+            "pod",
+            pod,
+            "-n",
+            &self.kube_ns,
+            "-o",
+            "jsonpath={.metadata.annotations.k8s\\.v1\\.cni\\.cncf\\.io/network-status}",
+        ]);
+        let list: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let field = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                (field("name"), field("interface"))
+            })
+            .collect()
+    }
+
+    /// Whether pod `pod` has an event of `kind` for `reason` whose message
+    /// contains `text`.
+    fn has_event(&self, pod: &str, kind: &str, reason: &str, text: &str) -> bool {
+        pod_events(self.api, &self.kube_ns, pod)
+            .iter()
+            .any(|(t, r, m)| t == kind && r == reason && m.contains(text))
+    }
+
+    /// Addresses host-local holds for `macnet` (its allocation files).
+    fn macnet_leases(&self) -> usize {
+        files_in(&self.tmp.path().join("ipam/mac"))
+            .into_iter()
+            .filter(|f| !f.ends_with("lock") && !f.contains("last_reserved_ip"))
+            .count()
+    }
+}
+
+/// Poll `done` every 20 ms for at most 30 s.
+fn within_30s(what: &str, daemon: &Daemon, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: {}", daemon.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn sorted_links(netns: &str) -> Vec<String> {
+    let mut links = link_names(netns);
+    links.sort();
+    links
+}
+
+/// A daemon started with `extra` arguments, and pod `p1` selecting
+/// `macnet@net1` ADDed through it, its network-status written: the world,
+/// the pod's netns and the daemon.
+fn running_pod(tag: &str, extra: &[&str]) -> Option<(World, String, Daemon)> {
+    let mut w = world(tag)?;
+    let pod_ns = w.namespaces.add(&format!("{tag}-p"));
+    w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
+    let daemon = w.daemon_with(extra);
+    assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &w.conf));
+    w.writes_delivered(&daemon);
+    Some((w, pod_ns, daemon))
+}
+
+#[test]
+fn annotating_a_running_pod_attaches_and_detaches_its_networks() {
+    let Some((w, pod_ns, daemon)) = running_pod("hotplug", &[]) else {
+        return;
+    };
+    assert_eq!(w.status_of("p1").len(), 2);
+
+    // Added selection: attached as ADD names it (the next free netN).
+    w.annotate("p1", "macnet@net1,macnet");
+    within_30s("net2 attached", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1", "net2"] && w.status_of("p1").len() == 3
+    });
+    let ns_macnet = format!("{}/macnet", w.kube_ns);
+    assert_eq!(w.status_of("p1")[2], (ns_macnet.clone(), "net2".into()));
+    assert_eq!(addresses(&pod_ns, "net2").len(), 1);
+    assert_eq!(w.macnet_leases(), 2);
+    within_30s("AddedInterface", &daemon, || {
+        w.has_event("p1", "Normal", "AddedInterface", "Add net2 [")
+    });
+
+    // Removed selection: that attachment alone is DEL'd, its address released.
+    w.annotate("p1", "macnet@net1");
+    within_30s("net2 detached", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1"] && w.status_of("p1").len() == 2
+    });
+    assert_eq!(w.macnet_leases(), 1);
+    within_30s("RemovedInterface", &daemon, || {
+        w.has_event("p1", "Normal", "RemovedInterface", "net2")
+    });
+
+    // Quick flips end at the last value.
+    for value in [
+        "macnet@net1,macnet@net3",
+        "macnet@net1",
+        "macnet@net1,macnet@net4",
+        "macnet@net1,macnet@net5",
+    ] {
+        w.annotate("p1", value);
+    }
+    within_30s("the last value", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1", "net5"] && w.status_of("p1").len() == 3
+    });
+
+    // An annotation that does not parse: a Warning, and the pod keeps its networks.
+    w.annotate("p1", "[{\"name\": ");
+    within_30s("InvalidNetworkSelection", &daemon, || {
+        w.has_event("p1", "Warning", "InvalidNetworkSelection", "")
+    });
+    // default-route on a running pod: refused, with the reason.
+    w.annotate(
+        "p1",
+        r#"[{"name": "macnet", "interface": "net1"}, {"name": "macnet", "interface": "net5", "default-route": ["10.20.0.1"]}]"#,
+    );
+    within_30s("NetworkChangeRefused", &daemon, || {
+        w.has_event("p1", "Warning", "NetworkChangeRefused", "§4.1.2.1.9")
+    });
+    assert_eq!(sorted_links(&pod_ns), ["eth0", "lo", "net1", "net5"]);
+    // A selection of a NAD that does not exist: AttachmentFailed, retried later.
+    w.annotate("p1", "macnet@net1,macnet@net5,nosuch");
+    within_30s("AttachmentFailed", &daemon, || {
+        w.has_event("p1", "Warning", "AttachmentFailed", "nosuch")
+    });
+    // A chain that fails on the pod: undone (its address released), the
+    // pod's other networks untouched, and the DEL owed kept in the record.
+    let badnet = json!({"cniVersion": "1.0.0", "name": "badnet", "type": "macvlan",
+        "master": "nosuch0", "ipam": host_local(w.tmp.path(), "10.21.0.0/16", "bad")});
+    w.api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+         metadata: {{name: badnet, namespace: {}}}\nspec:\n  config: '{badnet}'\n",
+        w.kube_ns
+    ));
+    w.annotate("p1", "macnet@net1,macnet@net5,badnet@net6");
+    within_30s("AttachmentFailed for badnet", &daemon, || {
+        w.has_event("p1", "Warning", "AttachmentFailed", "badnet")
+    });
+    assert_eq!(sorted_links(&pod_ns), ["eth0", "lo", "net1", "net5"]);
+    assert_eq!(w.status_of("p1").len(), 3);
+    w.annotate("p1", "macnet@net1,macnet@net5,nosuch");
+    // Retried with backoff (1 s, doubling), not in a loop.
+    std::thread::sleep(Duration::from_secs(3));
+    let tries = w.metric("plexus_hotplug_duration_seconds_count{result=\"error\"}");
+    assert!((2.0..=6.0).contains(&tries), "{tries} tries");
+    assert_eq!(sorted_links(&pod_ns), ["eth0", "lo", "net1", "net5"]);
+    assert!(w.metric("plexus_hotplugs_total{operation=\"attach\",result=\"ok\"}") >= 2.0);
+    assert!(w.metric("plexus_hotplugs_total{operation=\"detach\",result=\"ok\"}") >= 1.0);
+    assert!(w.metric("plexus_hotplug_duration_seconds_count{result=\"ok\"}") >= 2.0);
+
+    // The sandbox's DEL removes every attachment, hot-plugged or not.
+    assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &w.conf));
+    w.assert_nothing_left(&[pod_ns]);
+    assert!(files_in(&w.tmp.path().join("state/sandboxes")).is_empty());
+}
+
+#[test]
+fn with_dynamic_networks_off_an_annotation_change_does_nothing() {
+    let Some((w, pod_ns, _daemon)) = running_pod("nohotplug", &["--dynamic-networks=false"]) else {
+        return;
+    };
+    w.annotate("p1", "macnet@net1,macnet");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(sorted_links(&pod_ns), ["eth0", "lo", "net1"]);
+    assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &w.conf));
+    w.assert_nothing_left(&[pod_ns]);
+}
+
+#[test]
+fn a_daemon_killed_mid_hotplug_converges_and_a_del_racing_a_hotplug_leaks_nothing() {
+    let Some((w, pod_ns, mut daemon)) = running_pod("hpkill", &[]) else {
+        return;
+    };
+
+    // Killed while attaching eight networks: wherever it stopped, the
+    // record says what is owed, and the next daemon's resync converges.
+    let eight = (2..10)
+        .map(|n| format!("macnet@net{n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    w.annotate("p1", &format!("macnet@net1,{eight}"));
+    within_30s("a hot-plug started", &daemon, || {
+        link_names(&pod_ns).len() > 3
+    });
+    daemon.kill();
+    eprintln!(
+        "killed with {} of 11 links in the pod",
+        link_names(&pod_ns).len()
+    );
+    let daemon = w.daemon();
+    within_30s("converged after the restart", &daemon, || {
+        sorted_links(&pod_ns).len() == 11 && w.status_of("p1").len() == 10
+    });
+    assert_eq!(w.macnet_leases(), 9);
+
+    // The sandbox's DEL racing a hot-plug in progress: it waits for the
+    // hot-plug, then DELs every attachment; nothing is left.
+    w.annotate("p1", "macnet@net1");
+    within_30s("detached", &daemon, || w.status_of("p1").len() == 2);
+    assert_eq!(sorted_links(&pod_ns), ["eth0", "lo", "net1"]);
+    w.annotate("p1", &format!("macnet@net1,{eight}"));
+    within_30s("a hot-plug started", &daemon, || {
+        link_names(&pod_ns).len() > 3
+    });
+    let links_at_del = link_names(&pod_ns).len();
+    assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &w.conf));
+    eprintln!("DEL sent with {links_at_del} of 11 links in the pod");
+    // A hot-plug woken after the DEL finds no sandbox.
+    std::thread::sleep(Duration::from_millis(500));
+    w.assert_nothing_left(&[pod_ns]);
+    assert_eq!(w.macnet_leases(), 0);
+    assert!(files_in(&w.tmp.path().join("state/sandboxes")).is_empty());
+    drop(daemon);
+}

@@ -5,8 +5,11 @@
 //! container image built with podman (offline: FROM scratch) running
 //! `plexus version`.
 
+mod image_support;
+
 use std::process::Command;
 
+use image_support::Images;
 use plexus_testkit::kube::api;
 use plexus_testkit::Feature;
 
@@ -145,57 +148,12 @@ fn the_image_builds_offline_with_podman_and_runs_plexus_version() {
     if !plexus_testkit::require(&[Feature::Root, Feature::Podman]) {
         return;
     }
-    // A context holding only the binary: the release artifact (`cargo dist`,
-    // static; the test's own build is dynamic and would not run FROM scratch).
-    let plexus = plexus_testkit::dist::build().unwrap_or_else(|e| panic!("{e}"));
-    let context = tempfile::tempdir().unwrap();
-    std::fs::copy(plexus, context.path().join("plexus")).unwrap();
+    // The image around the test's own build of the binary (static like
+    // every build of this workspace, .cargo/config.toml).
+    let images = Images::new();
     let tag = format!("localhost/plexus-test:{}", std::process::id());
-    // podman's own state in a temp dir; runc, cgroupfs and the ulimits this
-    // machine kind allows (../shared/notes/environment.md).
-    let state = tempfile::tempdir().unwrap();
-    let conf = state.path().join("containers.conf");
-    std::fs::create_dir_all(state.path().join("tmp")).unwrap();
-    std::fs::write(
-        &conf,
-        "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n\
-         [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n",
-    )
-    .unwrap();
-    let podman = |args: &[&str]| {
-        let out = Command::new("timeout")
-            .arg("120")
-            .arg("podman")
-            .arg("--root")
-            .arg(state.path().join("root"))
-            .arg("--runroot")
-            .arg(state.path().join("runroot"))
-            .args(["--storage-driver", "vfs"])
-            .args(args)
-            .env("CONTAINERS_CONF", &conf)
-            .env("TMPDIR", state.path().join("tmp"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "podman {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let containerfile = deploy("Containerfile");
-    let context_dir = context.path().display().to_string();
-    podman(&[
-        "build",
-        "--network=none",
-        "-f",
-        &containerfile,
-        "--build-arg",
-        "PLEXUS_BINARY=plexus",
-        "-t",
-        &tag,
-        &context_dir,
-    ]);
+    images.build_plexus(&tag);
+    let podman = |args: &[&str]| images.podman_ok(args);
     let version = podman(&["run", "--rm", "--network=none", &tag, "version"]);
     assert!(
         version.starts_with(&format!("plexus {}", env!("CARGO_PKG_VERSION"))),

@@ -61,7 +61,10 @@ fn ipamclaim_crd_follows_multi_net_spec_8_1() {
 fn rbac_grants_exactly_what_plexus_uses() {
     // Least privilege: the requests src/cluster/kube.rs and the daemon's
     // watches (src/cluster/watch.rs) make, no more (tests/kube.rs and
-    // tests/daemon.rs prove they suffice, with this role's token).
+    // tests/daemon.rs prove they suffice, with this role's token). The
+    // daemon's hot-plug (issue 26) adds none: it reads the pods it already
+    // watches, writes network-status with the same pods/status PATCH and
+    // posts events; it never updates a pod (no pods patch/update).
     let all = docs("rbac.yaml");
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let mut granted: Vec<(String, String)> = Vec::new();
@@ -175,6 +178,37 @@ fn daemonset_runs_plexus_install_on_every_node() {
     )
     .unwrap();
     assert_eq!(settings["daemonSocket"], "/run/plexus/plexus.sock");
+    // Delegated plugins run in the node's file system (Multus thick's
+    // chrootDir): the node's root is mounted where chrootDir says, seeing
+    // the node's later mounts, and /proc is the node's (the passed netns
+    // is /proc/PID/fd/N to them).
+    let hostroot = mount_of(daemon, pod, "hostroot");
+    assert_eq!(hostroot.0["hostPath"]["path"], "/");
+    assert_eq!(hostroot.1["mountPath"], settings["chrootDir"]);
+    assert_eq!(hostroot.1["mountPropagation"], "HostToContainer");
+    assert_ne!(hostroot.1["readOnly"], true, "delegates write their state");
+    // Device records name their owner's CNI_NETNS as the runtime gave it
+    // (containerd's and CRI-O's /var/run/netns/...): the daemon sees them.
+    let netns_paths: Vec<&Value> = daemon["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["name"] == "netns")
+        .map(|m| &m["mountPath"])
+        .collect();
+    assert_eq!(netns_paths, ["/run/netns", "/var/run/netns"]);
+}
+
+/// The volume named `name` and `container`'s mount of it.
+fn mount_of<'a>(container: &'a Value, pod: &'a Value, name: &str) -> (&'a Value, &'a Value) {
+    let named = |list: &'a Value| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {list}"))
+    };
+    (named(&pod["volumes"]), named(&container["volumeMounts"]))
 }
 
 #[test]

@@ -141,26 +141,7 @@ impl World {
 
     /// The events of the pod: `(type, reason, message)`.
     fn events(&self, pod: &str) -> Vec<(String, String, String)> {
-        let v: Value = serde_json::from_str(&self.api.kubectl(&[
-            "get",
-            "events",
-            "-n",
-            &self.kube_ns,
-            "--field-selector",
-            &format!("involvedObject.name={pod}"),
-            "-o",
-            "json",
-        ]))
-        .unwrap();
-        v["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| {
-                let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-                (s("type"), s("reason"), s("message"))
-            })
-            .collect()
+        pod_events(self.api, &self.kube_ns, pod)
     }
 
     /// plexus's conf with `changes` merged in (`null` removes a key).

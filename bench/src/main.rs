@@ -18,7 +18,9 @@
 //! through the test kube-apiserver, beside the reference plugins alone; the
 //! thick case (`thick.rs`) attaches such pods from a manifest directory,
 //! thin and through `plexus daemon`, side by side, with API requests per ADD
-//! and a boot storm through the daemon (`--storm`, 200 pods at once).
+//! and a boot storm through the daemon (`--storm`, 200 pods at once); the
+//! dynamic-networks case (`hotplug.rs`) times a running pod's annotation
+//! change to its updated network-status through the daemon.
 //!
 //! Run: `cargo dist && cargo run --release -p plexus-bench -- [--pods 40]
 //! [--no-kube]` (as root). It measures the release artifact, the `plexus`
@@ -29,6 +31,7 @@
 //! VM (`vm-tests/run --bench -- --sriov`).
 
 mod hot_text;
+mod hotplug;
 mod kube;
 mod sriov;
 mod thick;
@@ -62,6 +65,12 @@ struct Args {
     /// Pods ADDed at once through the daemon in the thick case's boot storm.
     #[arg(long, default_value_t = 200)]
     storm: usize,
+    /// A directory holding a build of multus-dynamic-networks-controller
+    /// (`dynamic-networks-controller`, see shared/notes/peers.md) to run
+    /// beside plexus's hot-plug; it needs the one-node cluster, and is
+    /// skipped with a note without it.
+    #[arg(long, value_name = "DIR")]
+    dynamic_controller: Option<PathBuf>,
     /// Exit non-zero when a target is missed.
     #[arg(long)]
     check: bool,
@@ -550,6 +559,7 @@ Kubernetes case skipped: no test API server here \
         };
         all_met &= kube::run(&mut setup)?;
         all_met &= thick::run(&mut setup)?;
+        all_met &= hotplug::run(&mut setup, args.dynamic_controller.as_deref())?;
     }
     Ok(all_met)
 }

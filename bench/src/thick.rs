@@ -24,7 +24,7 @@ use crate::{cni_env_as, invoke, percentile, print_table, verdict};
 /// The networks each pod selects.
 const NETWORKS: [&str; 3] = ["tk1", "tk2", "tk3"];
 /// The node the daemon serves and the pods are scheduled to.
-const NODE_NAME: &str = "bench-node";
+pub(crate) const NODE_NAME: &str = "bench-node";
 const METRICS_PORT: u16 = 19_199;
 /// Targets (issue 12).
 const THICK_VS_MANIFEST_MAX: f64 = 1.2;
@@ -98,10 +98,10 @@ fn in_node(node: &NetNs, program: &str, args: &[&str]) -> Result<String, String>
 }
 
 /// `plexus daemon` in the node namespace, killed on drop.
-struct Daemon(Child);
+pub(crate) struct Daemon(Child);
 
 impl Daemon {
-    fn start(setup: &Setup, socket: &Path, kubeconfig: &Path) -> Result<Daemon, String> {
+    pub(crate) fn start(setup: &Setup, socket: &Path, kubeconfig: &Path) -> Result<Daemon, String> {
         let mut cmd = Command::new(setup.plexus);
         cmd.arg("daemon")
             .arg("--socket")
@@ -131,7 +131,7 @@ impl Daemon {
     }
 
     /// The daemon's metric line starting with `prefix`, as a number.
-    fn metric(&self, setup: &Setup, prefix: &str) -> Result<f64, String> {
+    pub(crate) fn metric(&self, setup: &Setup, prefix: &str) -> Result<f64, String> {
         let url = format!("http://127.0.0.1:{METRICS_PORT}/metrics");
         let text = in_node(setup.node, "curl", &["-sf", "-m", "5", &url])?;
         Ok(text

@@ -88,6 +88,14 @@ impl NetNs {
         let path = path.as_ref();
         let fd = open(path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
             .map_err(|e| Error::os("open network namespace", path, e))?;
+        Self::from_fd(fd, path.to_path_buf())
+    }
+
+    /// A namespace some other process opened (thick mode: the shim's
+    /// descriptor, passed over the daemon's socket), known as `path` in
+    /// messages and lookups. Fails with EINVAL if `fd` is not a network
+    /// namespace.
+    pub fn from_fd(fd: OwnedFd, path: PathBuf) -> Result<Self> {
         // SAFETY: plain ioctl on a descriptor we own; takes no argument.
         let ty = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE as _) };
         if ty < 0 {
@@ -98,20 +106,29 @@ impl NetNs {
             };
             return Err(Error::os(
                 "open network namespace (not a namespace file)",
-                path,
+                &path,
                 errno,
             ));
         }
         if ty != libc::CLONE_NEWNET {
             return Err(Error::os(
                 "open network namespace (a namespace of another type)",
-                path,
+                &path,
                 Errno::EINVAL,
             ));
         }
+        Ok(NetNs { fd, path })
+    }
+
+    /// Another handle on the same namespace (a duplicated descriptor).
+    pub fn try_clone(&self) -> Result<Self> {
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| Error::io("dup", &self.path, &e))?;
         Ok(NetNs {
             fd,
-            path: path.to_path_buf(),
+            path: self.path.clone(),
         })
     }
 
@@ -142,23 +159,28 @@ impl NetNs {
     /// Opens the pod namespace a runtime names (`CNI_NETNS`) and tells what
     /// it is: see [`PodNetns`].
     pub fn open_pod(path: impl AsRef<Path>) -> Result<PodNetns> {
-        let ns = match NetNs::open(path) {
-            Ok(ns) => ns,
+        match NetNs::open(path) {
+            Ok(ns) => ns.as_pod(),
             // Deleted (ENOENT), or the bind mount removed and the file left
             // (EINVAL): the namespace and all that lived in it are gone.
             Err(e) if matches!(e.errno(), Some(Errno::ENOENT | Errno::EINVAL)) => {
-                return Ok(PodNetns::Gone)
+                Ok(PodNetns::Gone)
             }
-            Err(e) => return Err(e),
-        };
+            Err(e) => Err(e),
+        }
+    }
+
+    /// This namespace as a runtime's `CNI_NETNS`: the pod's, or the node's
+    /// when it is the caller's own (see [`PodNetns`]).
+    pub fn as_pod(self) -> Result<PodNetns> {
         // The caller's own namespace by a stat of its nsfs link: no second
         // open on the ADD path.
         let own = std::fs::metadata(THREAD_NETNS)
             .map_err(|e| Error::io("stat", Path::new(THREAD_NETNS), &e))?;
-        if ns.identity()? == (own.dev(), own.ino()) {
-            return Ok(PodNetns::Node(ns));
+        if self.identity()? == (own.dev(), own.ino()) {
+            return Ok(PodNetns::Node(self));
         }
-        Ok(PodNetns::Pod(ns))
+        Ok(PodNetns::Pod(self))
     }
 
     /// Whether both handles refer to the same namespace (same nsfs inode).

@@ -14,7 +14,7 @@
 //! runs in the node's namespace, tests on a thread inside the namespace that
 //! plays the node. A session is therefore used from one namespace only.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use elsa::sync::FrozenVec;
@@ -49,6 +49,8 @@ pub struct Session {
     /// session; `opening` keeps two threads from opening one namespace twice.
     pods: FrozenVec<Box<PodSide>>,
     opening: Mutex<()>,
+    /// Paths whose adopted namespace ([`Session::adopt`]) is the node's.
+    node_paths: Mutex<Vec<PathBuf>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -82,6 +84,9 @@ impl Session {
         if let Some(side) = self.opened(path) {
             return Ok(PodLookup::Pod(side));
         }
+        if self.adopted_node(path) {
+            return Ok(PodLookup::Node);
+        }
         let ns = match NetNs::open_pod(path)? {
             PodNetns::Pod(ns) => ns,
             PodNetns::Gone => return Ok(PodLookup::Gone),
@@ -91,6 +96,38 @@ impl Session {
             ns,
             nl: OnceLock::new(),
         }))))
+    }
+
+    /// Take `ns`, opened by someone else, as the namespace its path names:
+    /// [`Session::pod`] of that path answers with it and opens nothing. In
+    /// thick mode the shim opens `CNI_NETNS` on the node and passes the
+    /// descriptor, since the daemon's own mounts need not reach the path.
+    pub fn adopt(&self, ns: NetNs) -> Result<()> {
+        let path = ns.path().to_path_buf();
+        let _one_at_a_time = self.opening.lock().unwrap_or_else(|p| p.into_inner());
+        if self.opened(&path).is_some() {
+            return Ok(());
+        }
+        match ns.as_pod()? {
+            PodNetns::Pod(ns) => {
+                self.pods.push(Box::new(PodSide {
+                    ns,
+                    nl: OnceLock::new(),
+                }));
+            }
+            PodNetns::Node(_) => self
+                .node_paths
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(path),
+            PodNetns::Gone => {}
+        }
+        Ok(())
+    }
+
+    fn adopted_node(&self, path: &Path) -> bool {
+        let node = self.node_paths.lock().unwrap_or_else(|p| p.into_inner());
+        node.iter().any(|p| p == path)
     }
 
     /// The netlink handle of a pod namespace this session opened, created
@@ -119,6 +156,17 @@ mod tests {
         let s = Session::new();
         let path = Path::new("/nonexistent/plexus-session-test");
         assert!(matches!(s.pod(path).unwrap(), PodLookup::Gone));
+        assert_eq!(s.pods.len(), 0);
+    }
+
+    #[test]
+    fn an_adopted_namespace_answers_for_a_path_that_does_not_exist() {
+        let s = Session::new();
+        let path = PathBuf::from("/nonexistent/plexus-adopted");
+        let own = std::fs::File::open("/proc/self/ns/net").unwrap();
+        let node = NetNs::from_fd(own.into(), path.clone()).unwrap();
+        s.adopt(node).unwrap();
+        assert!(matches!(s.pod(&path).unwrap(), PodLookup::Node));
         assert_eq!(s.pods.len(), 0);
     }
 

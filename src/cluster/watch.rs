@@ -16,6 +16,9 @@ use kube::{Resource, ResourceExt};
 
 use crate::manifest::Pod;
 
+/// Told of each event of the pods' watch.
+pub type PodEventHook = Arc<dyn Fn() + Send + Sync>;
+
 /// The caches, filled by tasks on the daemon's runtime.
 pub struct Watched {
     node: String,
@@ -30,7 +33,14 @@ impl Watched {
     /// Start watching through `client`, on the runtime of `handle`. The
     /// watches retry with backoff for as long as the daemon runs; until the
     /// first full list of each has arrived, [`Watched::synced`] is false.
-    pub fn start(client: &kube::Client, node: &str, handle: &tokio::runtime::Handle) -> Watched {
+    /// `on_pod_event` is called after each event of the pods' watch, once
+    /// the cache holds it (the daemon's hot-plug wakes up).
+    pub fn start(
+        client: &kube::Client,
+        node: &str,
+        handle: &tokio::runtime::Handle,
+        on_pod_event: Option<PodEventHook>,
+    ) -> Watched {
         let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition");
         let nad_resource =
             ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions");
@@ -42,7 +52,12 @@ impl Watched {
             .default_backoff()
             // managedFields are most of a pod's metadata, and never read.
             .modify(|pod: &mut PartialObjectMeta<ApiPod>| pod.managed_fields_mut().clear())
-            .reflect(pod_writer);
+            .reflect(pod_writer)
+            .inspect(move |_| {
+                if let Some(hook) = &on_pod_event {
+                    hook();
+                }
+            });
         let pods_synced = Arc::new(AtomicBool::new(false));
         handle.spawn(drive("pods", pod_events, pods.clone(), pods_synced.clone()));
 

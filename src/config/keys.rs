@@ -66,12 +66,6 @@ pub const UNREAD: &[(&str, Unread)] = &[
         ),
     ),
     (
-        "chrootDir",
-        Unread::NoEffect(
-            "plexus's daemon sees the node's paths through its mounts and runs no delegate in a chroot",
-        ),
-    ),
-    (
         "metricsPort",
         Unread::NoEffect("plexus's daemon serves /metrics on `plexus daemon --metrics-address`"),
     ),

@@ -36,6 +36,8 @@ pub struct Metrics {
     cache_objects: IntGaugeVec,
     status_writes: IntCounterVec,
     status_write_delay: HistogramVec,
+    hotplugs: IntCounterVec,
+    hotplug_seconds: HistogramVec,
     pub status_writes_queued: IntGauge,
     pub in_flight: IntGauge,
     pub waiting: IntGauge,
@@ -112,6 +114,18 @@ impl Metrics {
                 "From an ADD's answer to its network-status write delivered, by result.",
                 &["result"],
             ),
+            hotplugs: counter(
+                "hotplugs_total",
+                "Attachments hot-plugged on running pods, by operation (attach, detach) and \
+                 result (ok, error, refused).",
+                &["operation", "result"],
+            ),
+            hotplug_seconds: histogram(
+                "hotplug_duration_seconds",
+                "Time to bring a pod's attachments to its changed annotation, from the \
+                 change seen to its network-status queued (or written).",
+                &["result"],
+            ),
             status_writes_queued: gauge(
                 "status_writes_queued",
                 "network-status writes queued in the outbox, not yet delivered.",
@@ -133,6 +147,20 @@ impl Metrics {
         }
         self.call_seconds
             .with_label_values(&[command])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// One hot-plugged attachment: `operation` attach or detach; `result`
+    /// ok, error or refused.
+    pub fn hotplug(&self, operation: &str, result: &str) {
+        self.hotplugs.with_label_values(&[operation, result]).inc();
+    }
+
+    /// One pod's hot-plug pass, done or failed.
+    pub fn hotplug_done(&self, elapsed: Duration, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.hotplug_seconds
+            .with_label_values(&[result])
             .observe(elapsed.as_secs_f64());
     }
 

@@ -5,24 +5,33 @@
 //! caches of the node's pods and the NADs ([`crate::cluster::watch`]), so a
 //! warm ADD reads nothing from the API server and writes one PATCH; and
 //! metrics. Each call still gets its own data-plane session and runs the
-//! same code as in-process.
+//! same code as in-process. And dynamic networks ([`hotplug`]): running
+//! pods' attachments follow their selection annotation.
 //!
 //! Bounded in a boot storm: at most `max_calls` calls run at once, each on
 //! a thread of its own; the others wait in the accept queue before reading
 //! their request, so a waiting call costs a socket, not its stdin.
+//!
+//! The pod's namespace comes with the request, opened by the shim on the
+//! node ([`wire`]): the daemon's container need not see `CNI_NETNS`'s path.
+//! With `chrootDir`, delegated plugins run chrooted into the node's file
+//! system ([`crate::run::exec::ExecSite`]).
 
+pub mod hotplug;
 pub mod metrics;
+pub mod sandboxes;
 pub mod shim;
 mod socket;
 pub mod wire;
 
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
 use tokio::sync::Semaphore;
 
@@ -30,13 +39,16 @@ use crate::cluster::kube::{ApiTimeouts, KubeCluster, SharedApi};
 use crate::cluster::outbox::{DeliveryObserver, StatusOutbox};
 use crate::cluster::watch::Watched;
 use crate::cluster::Cluster;
+use crate::cni::env::CNI_NETNS;
 use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::skel;
 use crate::cni::CniVersion;
 use crate::config::PlexusConf;
-use crate::plugin::{self, ClusterSource, PlexusPlugin};
+use crate::plugin::{self, ClusterSource, PlexusPlugin, ThickCall};
+use plexus_dataplane::NetNs;
 
 use self::metrics::Metrics;
+use self::sandboxes::Sandboxes;
 use self::wire::{ShimRequest, ShimResponse, MAX_LINE};
 
 /// How long a caller may take to send its request once a worker is its.
@@ -59,6 +71,12 @@ pub struct Settings {
     /// Where an ADD's status writes are queued ([`StatusOutbox`]); `None`:
     /// written before the ADD answers.
     pub status_outbox: Option<PathBuf>,
+    /// Where the sandboxes the daemon ADDed are remembered across its
+    /// restarts ([`Sandboxes`]); `None`: in memory only.
+    pub sandboxes: Option<PathBuf>,
+    /// Hot-plug: reconcile running pods' attachments with their selection
+    /// annotation ([`hotplug`]); needs the API server.
+    pub dynamic_networks: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +99,8 @@ pub enum DaemonError {
 struct Daemon {
     clusters: DaemonClusters,
     metrics: Arc<Metrics>,
+    /// The sandboxes ADDed, and the per-sandbox lock of calls and hot-plugs.
+    sandboxes: Arc<Sandboxes>,
 }
 
 /// The daemon's views: its shared client and caches for calls whose conf
@@ -118,6 +138,13 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
         })?;
     let handle = runtime.handle().clone();
     let metrics = Arc::new(Metrics::new());
+    let sandboxes = Arc::new(
+        Sandboxes::open(settings.sandboxes.clone()).map_err(|source| DaemonError::Io {
+            what: "the sandboxes' state directory".into(),
+            source,
+        })?,
+    );
+    let (wake, woken) = std::sync::mpsc::channel::<()>();
     let api = match &settings.kubeconfig {
         None => None,
         Some(path) => {
@@ -136,7 +163,14 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
                 path: path.clone(),
                 reason,
             })?;
-            let watched = Arc::new(Watched::start(&client, &node, &handle));
+            let hook: Option<crate::cluster::watch::PodEventHook> =
+                settings.dynamic_networks.then(|| {
+                    let wake = Mutex::new(wake.clone());
+                    Arc::new(move || {
+                        let _ = lock(&wake).send(());
+                    }) as crate::cluster::watch::PodEventHook
+                });
+            let watched = Arc::new(Watched::start(&client, &node, &handle, hook));
             let outbox = match &settings.status_outbox {
                 None => None,
                 Some(dir) => Some(
@@ -159,10 +193,27 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
             })
         }
     };
+    if let (true, Some(api)) = (settings.dynamic_networks, &api) {
+        let reconciler = hotplug::Reconciler {
+            api: api.clone(),
+            sandboxes: sandboxes.clone(),
+            metrics: metrics.clone(),
+        };
+        // The start's resync of every sandbox, once the caches are synced.
+        let _ = wake.send(());
+        std::thread::Builder::new()
+            .name("plexus-hotplug".into())
+            .spawn(move || reconciler.run(woken))
+            .map_err(|source| DaemonError::Io {
+                what: "the hot-plug thread".into(),
+                source,
+            })?;
+    }
     let listener = socket::bind(&settings.socket)?;
     let daemon = Arc::new(Daemon {
         clusters: DaemonClusters { api },
         metrics,
+        sandboxes,
     });
     let listening = Arc::new(AtomicBool::new(true));
     runtime.block_on(async {
@@ -296,25 +347,25 @@ async fn connection(mut stream: UnixStream, daemon: Arc<Daemon>, workers: Arc<Se
     let permit = workers.acquire_owned().await;
     metrics.waiting.dec();
     let Ok(permit) = permit else { return };
-    let request = match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_request(&mut stream)).await
-    {
-        Ok(Ok(request)) => request,
-        Ok(Err(error)) => {
-            tracing::warn!(%error, "unreadable request");
-            return;
-        }
-        Err(_) => {
-            tracing::warn!("no request within {REQUEST_READ_TIMEOUT:?}");
-            return;
-        }
-    };
+    let (request, netns) =
+        match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_request(&stream)).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "unreadable request");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("no request within {REQUEST_READ_TIMEOUT:?}");
+                return;
+            }
+        };
     metrics.in_flight.inc();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let worker = daemon.clone();
     let spawned = std::thread::Builder::new()
         .name("plexus-call".into())
         .spawn(move || {
-            let answer = serve_call(&worker, &request);
+            let answer = serve_call(&worker, &request, netns);
             drop(permit);
             let _ = tx.send(answer);
         });
@@ -336,13 +387,31 @@ async fn connection(mut stream: UnixStream, daemon: Arc<Daemon>, workers: Arc<Se
     metrics.in_flight.dec();
 }
 
-async fn read_request(stream: &mut UnixStream) -> std::io::Result<ShimRequest> {
-    let mut line = Vec::new();
-    BufReader::new(stream)
-        .take(MAX_LINE + 1)
-        .read_until(b'\n', &mut line)
-        .await?;
-    wire::receive(&mut &line[..])
+/// The request line, and the descriptor passed with it (the pod's
+/// namespace, see [`wire`]); more than one is a broken caller's, and only the
+/// first is kept.
+async fn read_request(stream: &UnixStream) -> std::io::Result<(ShimRequest, Option<OwnedFd>)> {
+    let (mut line, mut fds) = (Vec::new(), Vec::new());
+    let mut buf = vec![0; 64 << 10];
+    loop {
+        stream.readable().await?;
+        let read = stream.try_io(Interest::READABLE, || {
+            wire::recv_with_fds(stream.as_fd(), &mut buf)
+        });
+        let (n, passed) = match read {
+            Ok(read) => read,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        };
+        fds.extend(passed);
+        line.extend_from_slice(&buf[..n]);
+        // End of input, a whole line, or too long: receive says which.
+        if n == 0 || buf[..n].contains(&b'\n') || line.len() as u64 > MAX_LINE {
+            break;
+        }
+    }
+    let request = wire::receive(&mut &line[..])?;
+    Ok((request, fds.into_iter().next()))
 }
 
 async fn reply(stream: &mut UnixStream, answer: &ShimResponse) -> std::io::Result<()> {
@@ -352,10 +421,40 @@ async fn reply(stream: &mut UnixStream, answer: &ShimResponse) -> std::io::Resul
     stream.shutdown().await
 }
 
-/// Run one call as a plugin process would, on this thread.
-fn serve_call(daemon: &Daemon, request: &ShimRequest) -> ShimResponse {
+/// Run one call as a plugin process would, on this thread; `netns` is the
+/// descriptor the shim passed for `CNI_NETNS`. A call naming a sandbox
+/// holds its lock, so it never runs alongside that sandbox's hot-plug. The
+/// sandbox is remembered after its ADD, forgotten at its DEL.
+fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) -> ShimResponse {
+    let command = request.env.get("CNI_COMMAND").map_or("?", String::as_str);
+    let Some(container_id) = request
+        .env
+        .get("CNI_CONTAINERID")
+        .filter(|_| matches!(command, "ADD" | "DEL" | "CHECK"))
+    else {
+        return run_call(daemon, request, netns);
+    };
+    daemon.sandboxes.locked(container_id, || {
+        let answer = run_call(daemon, request, netns);
+        match command {
+            "ADD" if answer.exit_code == 0 && daemon.clusters.api.is_some() => {
+                if let Some(sandbox) = hotplug::sandbox_of(&request.env, &request.stdin) {
+                    daemon.sandboxes.add(sandbox);
+                }
+            }
+            "DEL" => daemon.sandboxes.remove(container_id),
+            _ => {}
+        }
+        answer
+    })
+}
+
+fn run_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) -> ShimResponse {
     let start = Instant::now();
-    let plugin = PlexusPlugin::new(&daemon.clusters, daemon.metrics.clone());
+    let thick = ThickCall {
+        pod_netns: pod_netns(request, netns),
+    };
+    let plugin = PlexusPlugin::new(&daemon.clusters, daemon.metrics.clone(), thick);
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let exit_code = skel::run(
         &plugin,
@@ -375,6 +474,17 @@ fn serve_call(daemon: &Daemon, request: &ShimRequest) -> ShimResponse {
     }
 }
 
+/// The shim's descriptor as the namespace of the request's `CNI_NETNS`;
+/// without one (a shim of an older plexus, or a path it could not open) the
+/// call looks at the path itself, as in-process.
+fn pod_netns(request: &ShimRequest, fd: Option<OwnedFd>) -> Option<NetNs> {
+    let fd = fd?;
+    let path = request.env.get(CNI_NETNS).filter(|p| !p.is_empty())?;
+    NetNs::from_fd(fd, PathBuf::from(path))
+        .inspect_err(|error| tracing::warn!(%error, "the shim passed no network namespace"))
+        .ok()
+}
+
 /// The `code` of an error result (cni-SPEC §5); 0 when there is none.
 fn error_code(stdout: &[u8]) -> u32 {
     serde_json::from_slice::<serde_json::Value>(stdout)
@@ -392,4 +502,8 @@ fn error_response(e: &CniError) -> ShimResponse {
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -5,13 +5,23 @@
 //! listens on the socket it runs the call itself (`daemonFallback: thin`,
 //! the default: DEL in particular needs no daemon, only plexus's record) or
 //! fails with code 11 (`fail`). Every wait is bounded by `daemonTimeout`.
+//!
+//! The shim runs on the node, in the runtime's view of it, so it opens
+//! `CNI_NETNS` itself and passes the descriptor with the request: the
+//! daemon's container need not see the path (containerd's
+//! `/var/run/netns/cni-…`, CRI-O's, podman's, a rootless one under
+//! `/run/user`, `/proc/PID/ns/net`).
 
 use std::collections::BTreeMap;
 use std::io::{self, BufReader, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+
+use plexus_dataplane::NetNs;
 
 use crate::cni::call_log::CallLog;
-use crate::cni::env::CniCommand;
+use crate::cni::env::{CniCommand, CNI_NETNS};
 use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::skel::{self, MAX_STDIN};
 use crate::config::{DaemonClient, DaemonFallback, PlexusConf};
@@ -31,13 +41,21 @@ pub enum ShimError {
     NoAnswer(io::Error),
 }
 
-/// Forward `request` to the daemon of `daemon` and wait for its answer.
-pub fn forward(daemon: &DaemonClient, request: &ShimRequest) -> Result<ShimResponse, ShimError> {
+/// Forward `request` to the daemon of `daemon`, with the pod's namespace
+/// when the shim could open it, and wait for the answer.
+pub fn forward(
+    daemon: &DaemonClient,
+    request: &ShimRequest,
+    netns: Option<&NetNs>,
+) -> Result<ShimResponse, ShimError> {
     let stream = UnixStream::connect(&daemon.socket).map_err(ShimError::Unreachable)?;
     let answered = (|| {
         stream.set_read_timeout(Some(daemon.timeout))?;
         stream.set_write_timeout(Some(daemon.timeout))?;
-        wire::send(&mut &stream, request)?;
+        match netns {
+            Some(ns) => wire::send_with_fd(&stream, request, ns.as_fd())?,
+            None => wire::send(&mut &stream, request)?,
+        }
         wire::receive(&mut BufReader::new(&stream))
     })();
     answered.map_err(ShimError::NoAnswer)
@@ -67,7 +85,7 @@ pub fn run() -> i32 {
     let Some(request) = request(stdin.clone()) else {
         return in_process(&stdin, conf);
     };
-    match forward(&daemon, &request) {
+    match forward(&daemon, &request, pod_netns().as_ref()) {
         Ok(answer) => {
             let _ = io::stdout().lock().write_all(answer.stdout.as_bytes());
             let _ = io::stderr().lock().write_all(answer.stderr.as_bytes());
@@ -110,6 +128,14 @@ fn parsed_conf(stdin: &[u8]) -> Option<PlexusConf> {
         return None;
     }
     PlexusConf::from_slice(stdin).ok()
+}
+
+/// `CNI_NETNS` opened here, on the node; `None` when unset, gone or not a
+/// namespace: the daemon then looks at the path itself and says why, as an
+/// in-process call does (a DEL without its namespace succeeds).
+fn pod_netns() -> Option<NetNs> {
+    let path = std::env::var_os(CNI_NETNS).filter(|p| !p.is_empty())?;
+    NetNs::open(PathBuf::from(path)).ok()
 }
 
 /// The call as the daemon gets it; `None` when a variable is not UTF-8

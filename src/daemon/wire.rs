@@ -3,9 +3,17 @@
 //! gave the plugin process (its CNI variables and stdin), an answer exactly
 //! what the process gives back (exit code, stdout, stderr), so a call
 //! served by the daemon is indistinguishable from one run in-process.
+//!
+//! Besides the line, a request may pass one descriptor (SCM_RIGHTS, on its
+//! first bytes): the pod's network namespace, opened by the shim on the
+//! node, where `CNI_NETNS` is valid whatever the daemon's mounts are.
 
 use std::collections::BTreeMap;
-use std::io::{self, BufRead, Read, Write};
+use std::io::{self, BufRead, IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +48,56 @@ pub fn send<T: Serialize>(w: &mut impl Write, message: &T) -> io::Result<()> {
     w.flush()
 }
 
+/// Write `message` as one line on `stream`, passing `fd` along with its
+/// first bytes.
+pub fn send_with_fd<T: Serialize>(
+    stream: &UnixStream,
+    message: &T,
+    fd: BorrowedFd<'_>,
+) -> io::Result<()> {
+    let mut line = serde_json::to_vec(message)?;
+    line.push(b'\n');
+    let fds = [fd.as_raw_fd()];
+    let sent = sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(&line)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    (&mut &*stream).write_all(&line[sent..])?;
+    (&mut &*stream).flush()
+}
+
+/// The most descriptors one read takes; more are a broken caller's, and the
+/// read fails (the kernel closes those it could not pass).
+const MAX_FDS: usize = 4;
+
+/// One read of `socket` into `buf`, without waiting: the bytes read and the
+/// descriptors passed with them (close-on-exec).
+pub fn recv_with_fds(socket: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; MAX_FDS]);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+    )?;
+    let mut fds = Vec::new();
+    for cmsg in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+            // SAFETY: the kernel has just installed these descriptors in
+            // this process for this message; nothing else refers to them.
+            fds.extend(
+                raw.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    Ok((msg.bytes, fds))
+}
+
 /// Read one line of at most [`MAX_LINE`] bytes and decode it. End of input
 /// before a whole line is `UnexpectedEof`.
 pub fn receive<T: for<'de> Deserialize<'de>>(r: &mut impl BufRead) -> io::Result<T> {
@@ -62,6 +120,8 @@ pub fn receive<T: for<'de> Deserialize<'de>>(r: &mut impl BufRead) -> io::Result
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd;
+
     use super::*;
 
     #[test]
@@ -83,6 +143,38 @@ mod tests {
         let mut bytes = Vec::new();
         send(&mut bytes, &answer).unwrap();
         assert_eq!(receive::<ShimResponse>(&mut &bytes[..]).unwrap(), answer);
+    }
+
+    #[test]
+    fn a_descriptor_passed_with_a_request_arrives_with_it() {
+        let (shim, daemon) = UnixStream::pair().unwrap();
+        let file = tempfile::tempfile().unwrap();
+        let request = ShimRequest {
+            env: BTreeMap::new(),
+            stdin: "x".repeat(300_000),
+        };
+        let sender = std::thread::spawn(move || {
+            send_with_fd(&shim, &request, file.as_fd()).unwrap();
+            (request, file)
+        });
+        let (mut line, mut fds) = (Vec::new(), Vec::new());
+        let mut buf = vec![0; 1 << 16];
+        while line.last() != Some(&b'\n') {
+            match recv_with_fds(daemon.as_fd(), &mut buf) {
+                Ok((n, got)) => {
+                    assert!(n > 0);
+                    line.extend_from_slice(&buf[..n]);
+                    fds.extend(got);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let (request, file) = sender.join().unwrap();
+        assert_eq!(receive::<ShimRequest>(&mut &line[..]).unwrap(), request);
+        assert_eq!(fds.len(), 1);
+        let inode = |fd: BorrowedFd| nix::sys::stat::fstat(fd).unwrap().st_ino;
+        assert_eq!(inode(fds[0].as_fd()), inode(file.as_fd()));
     }
 
     #[test]

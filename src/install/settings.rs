@@ -339,7 +339,7 @@ mod tests {
         assert_eq!(s.conf_dir.as_deref(), Some(Path::new("/etc/cni/net.d")));
         // logToStderr is the logging's to read; until it does, it is noted.
         let logging_reads = crate::config::reads("logToStderr");
-        let mut conf = json!({"logLevel": "verbose"});
+        let mut conf = json!({"chrootDir": "/hostroot", "logLevel": "verbose"});
         if logging_reads {
             conf["logToStderr"] = json!(true);
         }
@@ -348,7 +348,6 @@ mod tests {
             s.notes.iter().map(|n| (n.key.as_str(), n.mapped)).collect();
         notes.sort();
         let mut want = vec![
-            ("chrootDir", false),
             ("cniConfigDir", true),
             ("cniVersion", false),
             ("multusAutoconfigDir", true),
@@ -356,7 +355,7 @@ mod tests {
             ("socketDir", false),
         ];
         if !logging_reads {
-            want.insert(3, ("logToStderr", false));
+            want.insert(2, ("logToStderr", false));
         }
         assert_eq!(notes, want);
     }

@@ -7,14 +7,21 @@
 //!
 //! Every run is bounded by a timeout; on expiry the plugin's whole process
 //! group is killed, so helpers it started (iptables, ...) go with it.
+//!
+//! In thick mode the daemon's calls may run plugins elsewhere ([`ExecSite`]):
+//! chrooted into the node's file system (Multus's `chrootDir`), where the
+//! node's dynamically linked plugins find their libc, and with `CNI_NETNS`
+//! a path that reaches the namespace the shim passed.
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -41,11 +48,41 @@ const MAX_STDOUT: u64 = 16 << 20;
 /// How much of a plugin's stderr is kept for the error message.
 const STDERR_TAIL: usize = 2048;
 
+/// Where exec'd plugins run; the default is where plexus runs.
+#[derive(Debug, Clone, Default)]
+pub struct ExecSite {
+    /// `chrootDir`: plugins are looked up under this directory and run
+    /// chrooted into it, so every path they get (`CNI_PATH`, `CNI_NETNS`,
+    /// the paths in their configuration) is read in the node's file system.
+    pub root: Option<PathBuf>,
+    /// `(CNI_NETNS as the runtime gave it, the path plugins get instead)`:
+    /// the daemon holds the shim's descriptor of the pod's namespace, and
+    /// plugins open it as `/proc/PID/fd/N`, whatever their mounts.
+    pub netns_alias: Option<(PathBuf, PathBuf)>,
+}
+
+impl ExecSite {
+    /// The first regular executable file named `plugin_type` in `dirs`, as
+    /// seen from [`ExecSite::root`]; the path is the one to run there.
+    pub fn find(&self, plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, CniError> {
+        find_plugin_under(plugin_type, dirs, self.root.as_deref())
+    }
+
+    /// `CNI_NETNS` for a plugin of a request whose namespace is `netns`.
+    fn netns<'p>(&'p self, netns: Option<&'p Path>) -> &'p Path {
+        match (&self.netns_alias, netns) {
+            (Some((given, alias)), Some(netns)) if given == netns => alias,
+            (_, netns) => netns.unwrap_or(Path::new("")),
+        }
+    }
+}
+
 /// An external plugin binary behind the [`Plugin`] trait.
 #[derive(Debug, Clone)]
 pub struct ExecPlugin {
     plugin_type: String,
     timeout: Duration,
+    site: Arc<ExecSite>,
 }
 
 impl ExecPlugin {
@@ -56,7 +93,14 @@ impl ExecPlugin {
         Ok(ExecPlugin {
             plugin_type: plugin_type.to_string(),
             timeout,
+            site: Arc::default(),
         })
+    }
+
+    /// Run where `site` says.
+    pub fn at(mut self, site: Arc<ExecSite>) -> ExecPlugin {
+        self.site = site;
+        self
     }
 
     pub fn plugin_type(&self) -> &str {
@@ -66,7 +110,7 @@ impl ExecPlugin {
     /// The binary serving this type in `dirs`: the first regular, executable
     /// file of that name (symlinks followed), as libcni's `FindInPath`.
     pub fn find(&self, dirs: &[PathBuf]) -> Result<PathBuf, CniError> {
-        find_plugin(&self.plugin_type, dirs)
+        self.site.find(&self.plugin_type, dirs)
     }
 
     /// Run the plugin for `req.env.command` and return its stdout.
@@ -86,7 +130,7 @@ impl ExecPlugin {
         let env = &req.env;
         cmd.env(CNI_COMMAND, env.command.as_str())
             .env(CNI_CONTAINERID, env.container_id.as_deref().unwrap_or(""))
-            .env(CNI_NETNS, env.netns.as_deref().unwrap_or(Path::new("")))
+            .env(CNI_NETNS, self.site.netns(env.netns.as_deref()))
             .env(CNI_IFNAME, env.ifname.as_deref().unwrap_or(""))
             .env(CNI_ARGS, env.args.to_string())
             .env(CNI_PATH, join_path(&env.path))
@@ -95,6 +139,11 @@ impl ExecPlugin {
             .stderr(Stdio::piped())
             // Its own process group, so a timeout kills its helpers too.
             .process_group(0);
+        if let Some(root) = &self.site.root {
+            chroot_in_child(&mut cmd, root).map_err(|e| {
+                CniError::invalid_config("chrootDir", format!("{}: {e}", root.display()))
+            })?;
+        }
         let output = run_bounded(cmd, stdin, self.timeout).map_err(|e| match e {
             RunError::Spawn(e) => CniError::plugin(
                 codes::PLUGIN_FAILED,
@@ -207,13 +256,55 @@ impl Plugin for ExecPlugin {
     }
 }
 
+/// Make the child that `cmd` spawns chroot into `root` (and start in its
+/// `/`) before exec, as Go's `SysProcAttr.Chroot` does for Multus thick.
+fn chroot_in_child(cmd: &mut Command, root: &Path) -> std::io::Result<()> {
+    let root = CString::new(root.as_os_str().as_bytes())?;
+    // SAFETY: only chroot(2) and chdir(2), async-signal-safe syscalls on a
+    // string allocated before the fork, run in the child before exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::chroot(root.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 /// The first regular executable file named `plugin_type` in `dirs`.
 pub fn find_plugin(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, CniError> {
+    find_plugin_under(plugin_type, dirs, None)
+}
+
+/// What `path` is when looked up in `root` (symlinks resolved inside it, as
+/// a process chrooted there sees them), or in this process's view.
+fn metadata_under(path: &Path, root: Option<&Path>) -> std::io::Result<std::fs::Metadata> {
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+    let Some(root) = root else {
+        return std::fs::metadata(path);
+    };
+    let dir = std::fs::File::open(root)?;
+    let inside = path.strip_prefix("/").unwrap_or(path);
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT);
+    let found = std::fs::File::from(openat2(&dir, inside, how)?);
+    found.metadata()
+}
+
+/// [`find_plugin`] as a process chrooted into `root` finds it.
+fn find_plugin_under(
+    plugin_type: &str,
+    dirs: &[PathBuf],
+    root: Option<&Path>,
+) -> Result<PathBuf, CniError> {
     names::check_plugin_type(plugin_type).map_err(|r| CniError::invalid_config("type", r))?;
     let mut skipped = Vec::new();
     for dir in dirs {
         let candidate = dir.join(plugin_type);
-        match std::fs::metadata(&candidate) {
+        match metadata_under(&candidate, root) {
             Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => return Ok(candidate),
             Ok(m) if m.is_file() => {
                 skipped.push(format!("{} is not executable", candidate.display()))
@@ -231,6 +322,9 @@ pub fn find_plugin(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, CniEr
             .join(":")
     };
     let mut details = format!("{plugin_type}: no executable named {plugin_type:?} in {searched}");
+    if let Some(root) = root {
+        details.push_str(&format!(" under chrootDir {}", root.display()));
+    }
     if !skipped.is_empty() {
         details.push_str(&format!(" ({})", skipped.join("; ")));
     }
@@ -522,6 +616,40 @@ mod tests {
         assert!(e.details.contains("is not a regular file"), "{e}");
         let e = find_plugin("p", &[]).unwrap_err();
         assert!(e.details.contains("CNI_PATH is empty"), "{e}");
+    }
+
+    #[test]
+    fn under_chroot_dir_plugins_are_found_as_the_chrooted_plugin_sees_them() {
+        let root = tempfile::tempdir().unwrap();
+        let node = |rel: &str| root.path().join(rel);
+        fs::create_dir_all(node("usr/lib/cni")).unwrap();
+        fs::create_dir_all(node("opt/cni/bin")).unwrap();
+        script(&node("usr/lib/cni"), "p", "exit 0");
+        // An absolute symlink, as distributions link /opt/cni/bin: resolved
+        // inside the root, as the chrooted process resolves it.
+        std::os::unix::fs::symlink("/usr/lib/cni/p", node("opt/cni/bin/p")).unwrap();
+        let site = ExecSite {
+            root: Some(root.path().to_path_buf()),
+            netns_alias: None,
+        };
+        let dirs = [PathBuf::from("/opt/cni/bin")];
+        assert_eq!(site.find("p", &dirs).unwrap(), Path::new("/opt/cni/bin/p"));
+        // This process's /opt/cni/bin is not the node's.
+        let e = site.find("sh", &[PathBuf::from("/bin")]).unwrap_err();
+        assert!(e.details.contains("under chrootDir"), "{e:?}");
+    }
+
+    #[test]
+    fn the_passed_namespace_is_given_by_its_alias_and_others_as_they_are() {
+        let site = ExecSite {
+            root: None,
+            netns_alias: Some(("/var/run/netns/cni-1".into(), "/proc/7/fd/9".into())),
+        };
+        let given = Path::new("/var/run/netns/cni-1");
+        assert_eq!(site.netns(Some(given)), Path::new("/proc/7/fd/9"));
+        let other = Path::new("/var/run/netns/cni-2");
+        assert_eq!(site.netns(Some(other)), other);
+        assert_eq!(site.netns(None), Path::new(""));
     }
 
     #[test]

@@ -26,6 +26,7 @@
 //!   and GC need neither the API server nor a crash-free ADD.
 
 pub mod exec;
+pub mod hotplug;
 pub mod registry;
 pub mod routes;
 
@@ -292,17 +293,7 @@ impl Executor {
         }
 
         // Everything is validated before anything is added.
-        let chains = plan
-            .attachments
-            .iter()
-            .map(|a| prepare(a, ctx, CniCommand::Add))
-            .collect::<Result<Vec<_>, _>>()?;
-        let (device_plugin_info, read_warnings): (Vec<_>, Vec<_>) =
-            plan.attachments.iter().map(device_plugin_info).unzip();
-        let mut warnings: Vec<Vec<String>> = read_warnings
-            .into_iter()
-            .map(|w: Option<String>| w.into_iter().collect())
-            .collect();
+        let chains = prepare_all(&plan.attachments, ctx)?;
 
         match self.cache.load(&ctx.container_id, &ctx.ifname)? {
             Lookup::Found(old) if old.owes_del() => {
@@ -323,23 +314,49 @@ impl Executor {
             _ => {}
         }
 
-        // Before the first plugin runs: a crash from here on leaves a record
-        // saying which attachment was being added.
         let mut record = Record::new(&ctx.container_id, &ctx.ifname, Some(netns), plan);
-        begin(&mut record.attachments[0]);
-        self.cache.store(&record)?;
+        self.add_from(&mut record, 0, &chains, ctx, netns)
+    }
+
+    /// ADD `record.attachments[first..]` (validated as `chains`), the ones
+    /// before it standing: the whole of an ADD (`first` 0) or a hot-plug.
+    /// The record is written before the first plugin runs, so a crash from
+    /// there on leaves a record saying which attachment was being added,
+    /// and after each attachment. A failure undoes `first..`, never the
+    /// attachments before it.
+    fn add_from(
+        &self,
+        record: &mut Record,
+        first: usize,
+        chains: &[Vec<Step>],
+        ctx: &RunContext,
+        netns: &Path,
+    ) -> Result<Vec<AttachmentResult>, CniError> {
+        let attachments: Vec<Attachment> = record.attachments[first..]
+            .iter()
+            .map(|c| c.attachment.clone())
+            .collect();
+        let (device_plugin_info, read_warnings): (Vec<_>, Vec<_>) =
+            attachments.iter().map(device_plugin_info).unzip();
+        let mut warnings: Vec<Vec<String>> = read_warnings
+            .into_iter()
+            .map(|w: Option<String>| w.into_iter().collect())
+            .collect();
+        begin(&mut record.attachments[first]);
+        self.cache.store(record)?;
         // Built-in plugins' fsyncs run alongside the rest of the ADD; success
         // waits for them (see `plexus_cni::durable`).
         let durability = durable::Scope::begin();
 
         let mut results = Vec::with_capacity(chains.len());
-        for (i, steps) in chains.iter().enumerate() {
-            let att = &plan.attachments[i];
-            let copy = device_plugin_info[i].as_ref();
+        for (k, steps) in chains.iter().enumerate() {
+            let i = first + k;
+            let att = &attachments[k];
+            let copy = device_plugin_info[k].as_ref();
             let start = Instant::now();
             let outcome = self.add_chain(att, steps, ctx, netns, copy).and_then(
                 |(result, (info, collect_warning))| {
-                    warnings[i].extend(collect_warning);
+                    warnings[k].extend(collect_warning);
                     let cached = &mut record.attachments[i];
                     cached.state = State::Added;
                     cached.result = Some(result.clone());
@@ -347,7 +364,7 @@ impl Executor {
                     if let Some(next) = record.attachments.get_mut(i + 1) {
                         begin(next);
                     }
-                    self.cache.update(&record).map_err(|error| {
+                    self.cache.update(record).map_err(|error| {
                         Box::new(ChainFailure {
                             error,
                             failed_plugin: None,
@@ -370,20 +387,20 @@ impl Executor {
                     default: att.default,
                     result: Some(result),
                     device_info,
-                    warnings: std::mem::take(&mut warnings[i]),
+                    warnings: std::mem::take(&mut warnings[k]),
                 }),
-                Err(failure) => return Err(self.fail_add(&mut record, i, failure, ctx)),
+                Err(failure) => return Err(self.fail_add(record, first, i, failure, ctx)),
             }
         }
         if let Err(error) = durability.wait() {
             // Not on disk: nothing may be reported as attached.
-            let last = results.len() - 1;
+            let last = first + results.len() - 1;
             let failure = Box::new(ChainFailure {
                 error,
                 failed_plugin: None,
-                last_good: results[last].result.clone(),
+                last_good: results.last().and_then(|r| r.result.clone()),
             });
-            return Err(self.fail_add(&mut record, last, failure, ctx));
+            return Err(self.fail_add(record, first, last, failure, ctx));
         }
         Ok(results)
     }
@@ -462,6 +479,7 @@ impl Executor {
     fn fail_add(
         &self,
         record: &mut Record,
+        first: usize,
         i: usize,
         failure: Box<ChainFailure>,
         ctx: &RunContext,
@@ -497,7 +515,7 @@ impl Executor {
         // completed attachments, newest first. Best effort throughout.
         let mut rollback_errors = Vec::new();
         let netns = live_netns(ctx).live();
-        for j in (0..=i).rev() {
+        for j in (first..=i).rev() {
             let cached = &mut record.attachments[j];
             let skip = if j == i { failure.failed_plugin } else { None };
             if let Err(e) = del_chain(cached, ctx, netns.clone(), skip) {
@@ -908,6 +926,17 @@ fn begin(cached: &mut CachedAttachment) {
     cached.pending_del = cached.all_plugins();
 }
 
+/// [`prepare`] every attachment for ADD: validated before anything runs.
+fn prepare_all<'r>(
+    attachments: &[Attachment],
+    ctx: &RunContext<'r>,
+) -> Result<Vec<Vec<Step<'r>>>, CniError> {
+    attachments
+        .iter()
+        .map(|a| prepare(a, ctx, CniCommand::Add))
+        .collect()
+}
+
 /// Resolve and validate every plugin of `att` for `command`.
 fn prepare<'r>(
     att: &Attachment,
@@ -1077,12 +1106,16 @@ fn attachment_env(
 /// every plugin, with `CNI_NETNS` empty; plugins must cope (cni-SPEC §2 DEL).
 /// The node's own namespace counts as gone: no pod's interface is there, and
 /// a plugin deleting `CNI_IFNAME` in it would delete the node's.
+/// The session answers for a namespace it was given (thick mode), whose
+/// path the daemon itself may not see.
 fn live_netns(ctx: &RunContext) -> DelNetns {
-    match ctx.netns.clone() {
-        Some(p) if matches!(ctx.delegates.session.pod(&p), Ok(PodLookup::Node)) => {
-            DelNetns::Node(p)
-        }
-        Some(p) if p.exists() => DelNetns::Live(p),
+    let Some(p) = ctx.netns.clone() else {
+        return DelNetns::Gone;
+    };
+    match ctx.delegates.session.pod(&p) {
+        Ok(PodLookup::Node) => DelNetns::Node(p),
+        Ok(PodLookup::Pod(_)) => DelNetns::Live(p),
+        _ if p.exists() => DelNetns::Live(p),
         _ => DelNetns::Gone,
     }
 }

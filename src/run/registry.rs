@@ -15,7 +15,7 @@ use crate::cni::skel::{Plugin, Request};
 
 use plexus_dataplane::Session;
 
-use super::exec::{ExecPlugin, DEFAULT_TIMEOUT};
+use super::exec::{ExecPlugin, ExecSite, DEFAULT_TIMEOUT};
 
 /// Builds a built-in plugin. It gets the resolver so that it can delegate in
 /// turn (a bridge driver runs its `ipam.type` through it), and the
@@ -30,6 +30,7 @@ pub struct Registry {
     builtins: BTreeMap<String, Factory>,
     refused: BTreeMap<String, String>,
     exec_timeout: Duration,
+    exec_site: Arc<ExecSite>,
     session: Arc<Session>,
 }
 
@@ -53,6 +54,7 @@ impl Registry {
             builtins: BTreeMap::new(),
             refused,
             exec_timeout: DEFAULT_TIMEOUT,
+            exec_site: Arc::default(),
             session: Arc::new(Session::new()),
         }
     }
@@ -92,6 +94,16 @@ impl Registry {
         self
     }
 
+    /// Where every exec'd plugin runs (thick mode's `chrootDir`).
+    pub fn with_exec_site(mut self, site: ExecSite) -> Registry {
+        self.exec_site = Arc::new(site);
+        self
+    }
+
+    pub fn exec_site(&self) -> &ExecSite {
+        &self.exec_site
+    }
+
     pub fn is_builtin(&self, plugin_type: &str) -> bool {
         self.builtins.contains_key(plugin_type)
     }
@@ -113,7 +125,9 @@ impl Resolver for Registry {
         }
         match self.builtins.get(plugin_type) {
             Some(factory) => Ok(factory(self, &self.session)),
-            None => Ok(Box::new(ExecPlugin::new(plugin_type, self.exec_timeout)?)),
+            None => Ok(Box::new(
+                ExecPlugin::new(plugin_type, self.exec_timeout)?.at(self.exec_site.clone()),
+            )),
         }
     }
 }

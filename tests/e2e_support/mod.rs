@@ -308,3 +308,28 @@ pub fn kube_node(tag: &str, ns_prefix: &str, macnet: impl Fn(&Path) -> Value) ->
         namespaces,
     })
 }
+
+/// The events of pod `pod` in Kubernetes namespace `namespace`: `(type,
+/// reason, message)`.
+pub fn pod_events(api: &KubeApi, namespace: &str, pod: &str) -> Vec<(String, String, String)> {
+    let v: Value = serde_json::from_str(&api.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        &format!("involvedObject.name={pod}"),
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (s("type"), s("reason"), s("message"))
+        })
+        .collect()
+}

@@ -1,0 +1,378 @@
+//! Dynamic networks: the daemon brings each running sandbox of its node to
+//! its pod's selection annotation ([`crate::hotplug`] decides what changes),
+//! whenever the pod watch reports an event, and once for every sandbox when
+//! it starts (a daemon killed mid-change converges then).
+//!
+//! Bounded: one thread works through the pods, one pass per wake-up, each
+//! pod reconciled to the annotation it has *then* (quick flips end at the
+//! last value; a value already reconciled is not worked on again). A pod
+//! whose change failed is retried with an exponential backoff, and its
+//! Warning posted once per annotation value, not per try. Each pod's pass
+//! holds its sandbox's lock ([`Sandboxes::locked`]), so the sandbox's DEL
+//! waits for it, and a pass after the DEL finds nothing to do.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cache::{Cache, Record, State};
+use crate::cluster::events::{EventType, PodEvent};
+use crate::cluster::kube::{KubeCluster, Publication, SharedApi};
+use crate::cluster::Cluster;
+use crate::cni::args::CniArgs;
+use crate::cni::error::{CniError, ErrorCode};
+use crate::config::PlexusConf;
+use crate::hotplug;
+use crate::manifest::Pod;
+use crate::netattach::selection::NETWORKS_ANNOTATION;
+use crate::netattach::status::{parse_status_annotation, NETWORK_STATUS_ANNOTATION};
+use crate::plan::{self, ConfDir, PlanInputs, PlanOptions};
+use crate::plugin::{self, PlexusPlugin};
+use crate::run::routes::NetlinkRouteHook;
+use crate::run::{Delegates, Executor, RunContext};
+
+use super::metrics::Metrics;
+use super::sandboxes::{Sandbox, Sandboxes};
+
+/// The first retry of a failed change, doubled per failure up to the cap.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const MAX_RETRY: Duration = Duration::from_secs(60);
+/// How long the loop sleeps without an event (retries are due sooner).
+const IDLE: Duration = Duration::from_secs(30);
+
+/// Where a sandbox stands.
+#[derive(Default)]
+struct Progress {
+    /// The annotation value last brought about (`Some(None)`: absent).
+    done: Option<Option<String>>,
+    /// The value whose failure was reported, and when to try it again.
+    failed: Option<(Option<String>, Instant)>,
+    backoff: Duration,
+}
+
+pub struct Reconciler {
+    pub api: SharedApi,
+    pub sandboxes: Arc<Sandboxes>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Why a pass did nothing.
+enum Skip {
+    /// The sandbox was deleted (or its netns is gone): it is being torn down.
+    Gone,
+}
+
+impl Reconciler {
+    /// Reconcile on every wake-up from `events` until its senders are gone.
+    pub fn run(self, events: Receiver<()>) {
+        let mut progress: HashMap<String, Progress> = HashMap::new();
+        let mut next = IDLE;
+        loop {
+            match events.recv_timeout(next) {
+                Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            // One pass serves every event queued meanwhile.
+            while events.try_recv().is_ok() {}
+            if !self.api.watched.synced() {
+                next = Duration::from_millis(100);
+                continue;
+            }
+            next = self.pass(&mut progress);
+        }
+    }
+
+    /// One pass over the known sandboxes; how long until a retry is due.
+    fn pass(&self, progress: &mut HashMap<String, Progress>) -> Duration {
+        let sandboxes = self.sandboxes.all();
+        progress.retain(|id, _| sandboxes.iter().any(|s| &s.container_id == id));
+        let now = Instant::now();
+        let mut next = IDLE;
+        for sandbox in sandboxes {
+            let Some(pod) = self.api.watched.pod(&sandbox.namespace, &sandbox.pod) else {
+                continue;
+            };
+            if sandbox.uid.is_some() && pod.uid != sandbox.uid {
+                continue; // Another pod by its name: this sandbox's DEL is coming.
+            }
+            let wanted = pod.annotations.get(NETWORKS_ANNOTATION).cloned();
+            let state = progress.entry(sandbox.container_id.clone()).or_default();
+            if state.done.as_ref() == Some(&wanted) {
+                continue;
+            }
+            if let Some((value, at)) = &state.failed {
+                if *value == wanted && *at > now {
+                    next = next.min(*at - now);
+                    continue;
+                }
+            }
+            let start = Instant::now();
+            let first_pass = state.done.is_none();
+            let outcome = self.sandboxes.locked(&sandbox.container_id, || {
+                match self.sandboxes.get(&sandbox.container_id) {
+                    Some(_) => self.reconcile(&sandbox, &pod, first_pass),
+                    None => Ok(Err(Skip::Gone)),
+                }
+            });
+            self.metrics.hotplug_done(start.elapsed(), outcome.is_ok());
+            match outcome {
+                Ok(_) => {
+                    state.done = Some(wanted);
+                    state.failed = None;
+                    state.backoff = FIRST_RETRY;
+                }
+                Err(e) => {
+                    let repeated = state.failed.as_ref().is_some_and(|(v, _)| *v == wanted);
+                    state.backoff = if repeated {
+                        (state.backoff * 2).min(MAX_RETRY)
+                    } else {
+                        FIRST_RETRY
+                    };
+                    state.failed = Some((wanted, Instant::now() + state.backoff));
+                    next = next.min(state.backoff);
+                    tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name),
+                        error = %e, retry_in = ?state.backoff, "hot-plug failed");
+                    if !repeated {
+                        self.kube().post_events(
+                            &pod,
+                            &[PodEvent {
+                                event_type: EventType::Warning,
+                                reason: "AttachmentFailed",
+                                message: e.details.clone(),
+                            }],
+                        );
+                    }
+                }
+            }
+        }
+        next
+    }
+
+    fn kube(&self) -> KubeCluster {
+        KubeCluster::shared(&self.api)
+    }
+
+    /// Bring `sandbox` to `pod`'s annotation, and its network-status to
+    /// what it has (also when nothing changed on the `first_pass` over a
+    /// sandbox of an earlier daemon: one killed before writing it leaves it
+    /// stale; a sandbox this daemon ADDed had its status written by the ADD).
+    fn reconcile(
+        &self,
+        sandbox: &Sandbox,
+        pod: &Pod,
+        first_pass: bool,
+    ) -> Result<Result<(), Skip>, CniError> {
+        let conf = PlexusConf::from_value(&sandbox.conf)?;
+        let kube = self.kube();
+        let cluster: &dyn Cluster = &kube;
+        let registry = plugin::registry();
+        let ctx = RunContext {
+            container_id: sandbox.container_id.clone(),
+            ifname: sandbox.ifname.clone(),
+            netns: Some(sandbox.netns.clone()),
+            delegates: Delegates {
+                cni_path: sandbox.cni_path.clone(),
+                bin_dir: Some(conf.bin_dir.clone()),
+                resolver: &registry,
+                session: registry.session(),
+            },
+        };
+        if !sandbox.netns.exists() {
+            return Ok(Err(Skip::Gone));
+        }
+        let executor = Executor::new(Cache::new(&conf.cni_dir))
+            .with_observer(self.metrics.clone())
+            .with_route_hook(Box::new(NetlinkRouteHook {
+                session: registry.session().clone(),
+            }));
+        let record = match executor.record(&ctx) {
+            Err(e) if e.code == ErrorCode::UnknownContainer => return Ok(Err(Skip::Gone)),
+            other => other?,
+        };
+        let changes = self.changes(&conf, cluster, pod, &record)?;
+        let mut events: Vec<PodEvent> = Vec::new();
+        let warn = |reason: &'static str, message: &String| PodEvent {
+            event_type: EventType::Warning,
+            reason,
+            message: message.clone(),
+        };
+        // The first pass after the ADD would repeat the ADD's own warnings.
+        if !first_pass {
+            events.extend(
+                changes
+                    .warnings
+                    .iter()
+                    .map(|w| warn("InvalidNetworkSelection", w)),
+            );
+        }
+        events.extend(
+            changes
+                .refused
+                .iter()
+                .map(|w| warn("NetworkChangeRefused", w)),
+        );
+        for _ in &changes.refused {
+            self.metrics.hotplug("attach", "refused");
+        }
+        let mut failures = Vec::new();
+        for gone in &changes.detach {
+            match executor.detach(&ctx, &gone.ifname) {
+                Ok(_) => {
+                    self.metrics.hotplug("detach", "ok");
+                    events.push(PodEvent {
+                        event_type: EventType::Normal,
+                        reason: "RemovedInterface",
+                        message: format!("Remove {} from {}", gone.ifname, gone.network),
+                    });
+                }
+                Err(e) => {
+                    self.metrics.hotplug("detach", "error");
+                    failures.push(e);
+                }
+            }
+        }
+        for new in &changes.attach {
+            // A detach that failed leaves its interface: not attached over.
+            if failures.is_empty() {
+                let mut one = plan::Plan {
+                    attachments: vec![new.clone()],
+                    warnings: Vec::new(),
+                };
+                let book = crate::claims::ClaimBook::new(&conf.cni_dir);
+                let attached = crate::claims::bind(&mut one, pod, cluster, &book)
+                    .and_then(|_| executor.attach(&ctx, &one.attachments));
+                match attached {
+                    Ok(results) => {
+                        self.metrics.hotplug("attach", "ok");
+                        for r in results {
+                            let status =
+                                new.network_status(r.result.as_ref(), r.device_info.as_ref());
+                            events.push(plugin::added_interface(&status, r.result.as_ref()));
+                        }
+                    }
+                    Err(e) => {
+                        self.metrics.hotplug("attach", "error");
+                        failures.push(e);
+                    }
+                }
+            }
+        }
+        self.publish(
+            &kube,
+            &executor,
+            &ctx,
+            pod,
+            events,
+            (first_pass && sandbox.restored) || !changes.is_empty(),
+        )?;
+        match failures.len() {
+            0 => Ok(Ok(())),
+            _ => Err(CniError::combine("hot-plug", failures)),
+        }
+    }
+
+    /// What the sandbox must change, planned as its ADD was: the same conf,
+    /// the ADD's `CNI_ARGS` (from its cluster network attachment).
+    fn changes(
+        &self,
+        conf: &PlexusConf,
+        cluster: &dyn Cluster,
+        pod: &Pod,
+        record: &Record,
+    ) -> Result<hotplug::Changes, CniError> {
+        let default_network = PlexusPlugin::configured_cluster_network(conf, cluster)?;
+        let cni_args = record
+            .attachments
+            .iter()
+            .find(|c| c.attachment.default)
+            .map(|c| CniArgs::parse(&c.attachment.cni_args))
+            .transpose()?;
+        let options = PlanOptions {
+            ifname: record.ifname.clone(),
+            container_id: Some(record.container_id.clone()),
+            cni_args,
+            ..PlanOptions::from_conf(conf)
+        };
+        let conf_dir = ConfDir::new(&conf.conf_dir);
+        hotplug::changes(pod, record, |pod| {
+            plan::plan(
+                pod,
+                &PlanInputs {
+                    nads: cluster,
+                    conf_dir: Some(&conf_dir),
+                    devices: Some(&conf.pod_resources),
+                    default_network: &default_network,
+                    options: &options,
+                },
+            )
+        })
+    }
+
+    /// The pod's network-status from the record, written when it changed
+    /// (by the uid-guarded PATCH of ADD, through the outbox when the daemon
+    /// has one), and the events.
+    fn publish(
+        &self,
+        kube: &KubeCluster,
+        executor: &Executor,
+        ctx: &RunContext,
+        pod: &Pod,
+        events: Vec<PodEvent>,
+        check_status: bool,
+    ) -> Result<(), CniError> {
+        let record = executor.record(ctx)?;
+        let entries: Vec<_> = record
+            .attachments
+            .iter()
+            .filter(|c| c.state == State::Added && !c.attachment.is_auxiliary())
+            .map(|c| {
+                c.attachment
+                    .network_status(c.result.as_ref(), c.device_info.as_ref())
+            })
+            .collect();
+        let current = pod
+            .annotations
+            .get(NETWORK_STATUS_ANNOTATION)
+            .and_then(|s| parse_status_annotation(s).ok());
+        if check_status && current.as_ref() != Some(&entries) {
+            kube.publish(&Publication {
+                pod,
+                network_status: &entries,
+                claims: Vec::new(),
+                events,
+            })?;
+        } else if !events.is_empty() {
+            kube.post_events(pod, &events);
+        }
+        Ok(())
+    }
+}
+
+/// The sandbox a successful ADD served, when its pod is named (kubelet's
+/// `CNI_ARGS`) and read from the API server (a conf with `kubeconfig`, no
+/// `manifestDir`): what a later hot-plug needs.
+pub fn sandbox_of(env: &BTreeMap<String, String>, stdin: &str) -> Option<Sandbox> {
+    let conf: serde_json::Value = serde_json::from_str(stdin).ok()?;
+    let parsed = PlexusConf::from_value(&conf).ok()?;
+    if parsed.kubeconfig.is_none() || parsed.manifest_dir.is_some() {
+        return None;
+    }
+    let args = CniArgs::parse(env.get("CNI_ARGS").map_or("", String::as_str)).ok()?;
+    let path = env
+        .get("CNI_PATH")
+        .map(|p| std::env::split_paths(p).collect())
+        .unwrap_or_default();
+    Some(Sandbox {
+        container_id: env.get("CNI_CONTAINERID")?.clone(),
+        ifname: env.get("CNI_IFNAME")?.clone(),
+        netns: Path::new(env.get("CNI_NETNS")?).to_path_buf(),
+        cni_path: path,
+        namespace: args.k8s_pod_namespace()?.to_string(),
+        pod: args.k8s_pod_name()?.to_string(),
+        uid: args.k8s_pod_uid().map(String::from),
+        conf,
+        restored: false,
+    })
+}
