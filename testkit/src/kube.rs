@@ -22,6 +22,57 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// Runs `kubectl` (`cmd`, with its options) with `args` and `stdin`, for 60 s
+/// at most.
+pub(crate) fn run_kubectl(cmd: Command, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new("timeout")
+        .arg("60")
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    let mut input = child.stdin.take().expect("piped");
+    if let Some(text) = stdin {
+        let _ = input.write_all(text.as_bytes());
+    }
+    drop(input);
+    child.wait_with_output().expect("kubectl finishes")
+}
+
+/// `out`'s stdout; panics with its stderr when kubectl `args` failed.
+pub(crate) fn succeeded(out: Output, args: &[&str]) -> String {
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Panics with kubectl's stderr when `kubectl apply` of `manifest` failed.
+pub(crate) fn applied(out: Output, manifest: &str) {
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}\n{manifest}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A name for a test's own Kubernetes namespace, `<prefix>-<pid>-<n>`.
+pub(crate) fn namespace_name(prefix: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 /// The running API server.
 #[derive(Debug)]
 pub struct KubeApi {
@@ -139,54 +190,23 @@ impl KubeApi {
 
     /// `kubectl` as the admin, bounded; panics with its stderr on failure.
     pub fn kubectl(&self, args: &[&str]) -> String {
-        let out = self.kubectl_output(args, None);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        succeeded(self.kubectl_output(args, None), args)
     }
 
     /// `kubectl apply -f -` of `manifest` as the admin.
     pub fn apply(&self, manifest: &str) {
-        let out = self.kubectl_output(&["apply", "-f", "-"], Some(manifest));
-        assert!(
-            out.status.success(),
-            "kubectl apply: {}\n{manifest}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        applied(self.kubectl_output(&["apply", "-f", "-"], Some(manifest)), manifest);
     }
 
     fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
-        use std::io::Write;
-        let mut child = Command::new("timeout")
-            .arg("60")
-            .arg("kubectl")
-            .arg("--kubeconfig")
-            .arg(self.admin_kubeconfig())
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        let mut input = child.stdin.take().expect("piped");
-        if let Some(text) = stdin {
-            let _ = input.write_all(text.as_bytes());
-        }
-        drop(input);
-        child.wait_with_output().expect("kubectl finishes")
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig").arg(self.admin_kubeconfig());
+        run_kubectl(cmd, args, stdin)
     }
 
     /// A fresh Kubernetes namespace for one test, `<prefix>-<pid>-<n>`.
     pub fn namespace(&self, prefix: &str) -> String {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let name = format!(
-            "{prefix}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = namespace_name(prefix);
         self.kubectl(&["create", "namespace", &name]);
         name
     }

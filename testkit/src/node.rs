@@ -1,0 +1,233 @@
+//! A one-node Kubernetes cluster with a real kubelet and containerd
+//! (`testkit/node-up`, shared/notes/kubelet.md), for tests that take the
+//! operator's and the user's path: `kubectl apply -k deploy/`, pods created
+//! with kubectl, kubelet's own CNI calls.
+//!
+//! [`node`] starts it on first use in a test binary (about 30 s) and shares
+//! it between that binary's tests; it stops, leaving nothing, when the binary
+//! exits. Only one can run on a machine: a second test binary that needs it
+//! fails with `node-up`'s reason naming the one that runs.
+//!
+//! Its components live in the network namespace `NODE_NETNS` and a private
+//! mount namespace, so kubectl runs through `DIR/kubectl` and commands that
+//! look at the node (its `/var/lib/cni`, `/run/netns`, links) through
+//! [`Node::exec`].
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::kube::{applied, namespace_name, run_kubectl, succeeded};
+
+/// The running node.
+#[derive(Debug)]
+pub struct Node {
+    /// What `node-up` wrote: env, kubeconfigs, every component's log.
+    pub dir: PathBuf,
+    /// The Node object's name.
+    pub name: String,
+    /// The node's address, on [`Node::iface`].
+    pub ip: String,
+    /// The node's link (a veth), a master for macvlan networks.
+    pub iface: String,
+    /// The static busybox image in containerd, for pods.
+    pub pod_image: String,
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testkit lives in the workspace")
+        .to_path_buf()
+}
+
+/// Why the node cannot run here, or `None`.
+pub(crate) fn missing() -> Option<Cow<'static, str>> {
+    if crate::in_vm() {
+        return Some("the VM runs no kubelet (the host suite does)".into());
+    }
+    if let Some(why) = crate::kube::missing() {
+        return Some(why);
+    }
+    for tool in [
+        "containerd",
+        "containerd-shim-runc-v2",
+        "ctr",
+        "runc",
+        "iptables",
+        "nsenter",
+        "unshare",
+        "busybox",
+    ] {
+        if !crate::on_path(tool) {
+            return Some(format!("{tool} is missing (run .ci/install-deps unit)").into());
+        }
+    }
+    if !Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists() {
+        return Some("no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids".into());
+    }
+    let dir = Command::new(repo().join(".ci/kube-node"))
+        .arg("--path")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    match dir {
+        Some(d) => ["kubelet", "kube-scheduler", "kube-controller-manager"]
+            .iter()
+            .find(|b| !d.join(b).is_file())
+            .map(|b| {
+                format!(
+                    "no {b} in {} (build it with .ci/kube-node)",
+                    d.display()
+                )
+                .into()
+            }),
+        None => Some(".ci/kube-node --path failed".into()),
+    }
+}
+
+/// The node of this test binary, started on first use. Call it after
+/// `require(&[Feature::KubeNode])`; a node that fails to start fails the
+/// test with `node-up`'s reason.
+pub fn node() -> &'static Node {
+    static NODE: OnceLock<Result<Node, String>> = OnceLock::new();
+    NODE.get_or_init(start)
+        .as_ref()
+        .unwrap_or_else(|e| panic!("the one-node cluster did not start: {e}"))
+}
+
+fn start() -> Result<Node, String> {
+    // Not removed at exit: node-up's keeper stops the node when this process
+    // is gone, and the logs stay for a failing test to point at.
+    let dir = std::env::temp_dir().join(format!("plexus-node-{}", std::process::id()));
+    let out = Command::new(repo().join("testkit/node-up"))
+        .arg("--owner")
+        .arg(std::process::id().to_string())
+        .arg(&dir)
+        .output()
+        .map_err(|e| format!("testkit/node-up: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "testkit/node-up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let env = std::fs::read_to_string(dir.join("env")).map_err(|e| format!("{e}"))?;
+    let get = |key: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(str::to_string)
+            .ok_or_else(|| format!("{}: no {key}", dir.join("env").display()))
+    };
+    Ok(Node {
+        name: get("NODE_NAME")?,
+        ip: get("NODE_IP")?,
+        iface: get("NODE_IFACE")?,
+        pod_image: get("POD_IMAGE")?,
+        dir,
+    })
+}
+
+impl Node {
+    /// `kubectl` as the cluster's admin, bounded; panics with its stderr on
+    /// failure.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        succeeded(self.kubectl_output(args, None), args)
+    }
+
+    /// `kubectl` as the admin, bounded, whatever its outcome.
+    pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        run_kubectl(Command::new(self.dir.join("kubectl")), args, stdin)
+    }
+
+    /// `kubectl apply -f -` of `manifest` as the admin.
+    pub fn apply(&self, manifest: &str) {
+        applied(
+            self.kubectl_output(&["apply", "-f", "-"], Some(manifest)),
+            manifest,
+        );
+    }
+
+    /// A fresh Kubernetes namespace for one test, `<prefix>-<pid>-<n>`,
+    /// with its default service account (pods wait for it).
+    pub fn namespace(&self, prefix: &str) -> String {
+        let name = namespace_name(prefix);
+        self.kubectl(&["create", "namespace", &name]);
+        self.wait_for(
+            &format!("namespace {name}'s default service account"),
+            Duration::from_secs(30),
+            || {
+                self.kubectl_output(&["get", "serviceaccount", "default", "-n", &name], None)
+                    .status
+                    .success()
+            },
+        );
+        name
+    }
+
+    /// Runs `args` in the node's network and mount namespaces (its
+    /// `/var/lib/cni`, `/run/netns`, `/etc/cni/net.d`), for 60 s at most.
+    pub fn exec(&self, args: &[&str]) -> Output {
+        Command::new("timeout")
+            .arg("60")
+            .arg(self.dir.join("node-exec"))
+            .args(args)
+            .output()
+            .expect("node-exec runs")
+    }
+
+    /// [`Node::exec`]'s stdout; panics with its stderr on failure.
+    pub fn exec_ok(&self, args: &[&str]) -> String {
+        let out = self.exec(args);
+        assert!(
+            out.status.success(),
+            "on the node: {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Polls `done` every 250 ms until it holds; panics naming `what` after
+    /// `timeout`, with the tail of kubelet's log.
+    pub fn wait_for(&self, what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !done() {
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(self.dir.join("kubelet.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                panic!(
+                    "{what}: not within {timeout:?}; kubelet's log ends:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Waits until pod `ns/name` is Running, for `timeout` at most.
+    pub fn wait_running(&self, ns: &str, name: &str, timeout: Duration) {
+        self.wait_for(&format!("pod {ns}/{name} Running"), timeout, || {
+            let out =
+                self.kubectl_output(&["get", "pod", "-n", ns, name, "-o", "jsonpath={.status.phase}"], None);
+            String::from_utf8_lossy(&out.stdout) == "Running"
+        });
+    }
+
+    /// Whether the Node object is Ready.
+    pub fn ready(&self) -> bool {
+        let out = self.kubectl_output(
+            &[
+                "get",
+                "node",
+                &self.name,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            None,
+        );
+        String::from_utf8_lossy(&out.stdout) == "True"
+    }
+}

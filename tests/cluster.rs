@@ -1,0 +1,341 @@
+//! Pods with many networks through a real kubelet (issue 24 item 3): the
+//! one-node cluster of `testkit/node-up` (kubelet, containerd, the reference
+//! plugins for the cluster network), plexus deployed on it by
+//! `testkit/node-deploy --thin` (deploy/ as the base), and pods created with
+//! kubectl. NADs are Multus's own documentation's; the pods use both
+//! annotation formats of the multi-net spec v1.3 §4.1.2 (text and JSON) with
+//! `interface`, `ips`, `mac` and `default-route`. The checks read what a
+//! user reads: the network-status annotation (§4.1.5) with kubectl, the
+//! interfaces with `kubectl exec`, pings between pods, and the events.
+//!
+//! The cluster starts once per test binary (about 30 s) and is shared; each
+//! test works in a Kubernetes namespace of its own.
+
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use plexus_testkit::node::{node, Node};
+use plexus_testkit::Feature;
+use serde_json::Value;
+
+/// How long a pod may take to be Running: measured about 1 s.
+const POD_RUNNING: Duration = Duration::from_secs(60);
+
+/// The node with plexus deployed (thin mode), once per test binary.
+fn cluster() -> &'static Node {
+    static DEPLOYED: OnceLock<()> = OnceLock::new();
+    let node = node();
+    DEPLOYED.get_or_init(|| {
+        let out = std::process::Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testkit/node-deploy"
+        ))
+        .args(["--thin", "--binary", env!("CARGO_BIN_EXE_plexus")])
+        .arg(&node.dir)
+        .output()
+        .expect("node-deploy runs");
+        assert!(
+            out.status.success(),
+            "node-deploy: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    node
+}
+
+/// Multus's quickstart NAD (docs/quickstart.md), its `master` the node's
+/// link: host-local with a default route and a gateway.
+fn quickstart_macvlan(master: &str) -> String {
+    format!(
+        r#"apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: macvlan-conf
+spec:
+  config: '{{
+      "cniVersion": "0.3.0",
+      "type": "macvlan",
+      "master": "{master}",
+      "mode": "bridge",
+      "ipam": {{
+        "type": "host-local",
+        "subnet": "192.168.1.0/24",
+        "rangeStart": "192.168.1.200",
+        "rangeEnd": "192.168.1.216",
+        "routes": [
+          {{ "dst": "0.0.0.0/0" }}
+        ],
+        "gateway": "192.168.1.1"
+      }}
+    }}'
+"#
+    )
+}
+
+/// Multus's docs/how-to-use.md `macvlan-conf-1` (host-local `ranges`) and
+/// examples/macvlan-pod.yml's NAD (static IPAM with the `ips` capability,
+/// tuning with `mac`), renamed `macvlan-static`.
+fn how_to_use_nads(master: &str) -> String {
+    format!(
+        r#"apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: macvlan-conf-1
+spec:
+  config: '{{
+            "cniVersion": "0.3.0",
+            "type": "macvlan",
+            "master": "{master}",
+            "mode": "bridge",
+            "ipam": {{
+                "type": "host-local",
+                "ranges": [
+                    [ {{
+                         "subnet": "10.10.0.0/16",
+                         "rangeStart": "10.10.1.20",
+                         "rangeEnd": "10.10.3.50",
+                         "gateway": "10.10.0.254"
+                    }} ]
+                ]
+            }}
+        }}'
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: macvlan-static
+spec:
+  config: '{{
+      "cniVersion": "0.3.1",
+      "plugins": [
+        {{
+          "type": "macvlan",
+          "capabilities": {{ "ips": true }},
+          "master": "{master}",
+          "mode": "bridge",
+          "ipam": {{
+            "type": "static",
+            "routes": [
+              {{
+                "dst": "0.0.0.0/0",
+                "gw": "10.1.1.1"
+              }}
+            ]
+          }}
+        }}, {{
+          "capabilities": {{ "mac": true }},
+          "type": "tuning"
+        }}
+      ]
+    }}'
+"#
+    )
+}
+
+/// A pod of busybox that sleeps (and ends at once on SIGTERM) with the
+/// `k8s.v1.cni.cncf.io/networks` annotation `networks`.
+fn pod(node: &Node, name: &str, networks: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  annotations:
+    k8s.v1.cni.cncf.io/networks: '{networks}'
+spec:
+  terminationGracePeriodSeconds: 1
+  automountServiceAccountToken: false
+  containers:
+    - name: main
+      image: {image}
+      imagePullPolicy: Never
+      command: ["/bin/sh", "-c", "trap 'exit 0' TERM; sleep 100000 & wait"]
+"#,
+        image = node.pod_image
+    )
+}
+
+/// The pod's network-status annotation (spec §4.1.5), read with kubectl.
+fn network_status(node: &Node, ns: &str, pod: &str) -> Vec<Value> {
+    let text = node.kubectl(&[
+        "get",
+        "pod",
+        "-n",
+        ns,
+        pod,
+        "-o",
+        r"jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
+    ]);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{ns}/{pod} network-status {text:?}: {e}"))
+}
+
+/// The network-status entry of network `name` (`ns/name`).
+fn entry<'a>(status: &'a [Value], name: &str) -> &'a Value {
+    status
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {status:#?}"))
+}
+
+/// The entry's first address, without its prefix length.
+fn address(entry: &Value) -> String {
+    entry["ips"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("no ips in {entry}"))
+        .split('/')
+        .next()
+        .expect("an address")
+        .to_string()
+}
+
+/// `kubectl apply -n ns -f -` of `manifest`.
+fn apply_in(node: &Node, ns: &str, manifest: &str) {
+    let out = node.kubectl_output(&["apply", "-n", ns, "-f", "-"], Some(manifest));
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}\n{manifest}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn exec(node: &Node, ns: &str, pod: &str, cmd: &[&str]) -> String {
+    let mut args = vec!["exec", "-n", ns, pod, "--"];
+    args.extend_from_slice(cmd);
+    node.kubectl(&args)
+}
+
+fn events(node: &Node, ns: &str, pod: &str, reason: &str) -> String {
+    node.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        ns,
+        "--field-selector",
+        &format!("involvedObject.name={pod},reason={reason}"),
+        "-o",
+        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+    ])
+}
+
+/// What networks leave on the node: host-local reservations, plexus's
+/// records, device-info files, pod netns and the cluster bridge's veths.
+fn node_state(node: &Node) -> BTreeSet<String> {
+    let out = node.exec_ok(&[
+        "sh",
+        "-c",
+        "find /var/lib/cni/networks /var/lib/cni/plexus /var/run/k8s.cni.cncf.io/devinfo /run/netns \
+         -mindepth 1 2>/dev/null | grep -v -e '/last_reserved_ip' -e '/lock$' ; \
+         ip -o link show type veth | grep -o 'veth[0-9a-f]*' || true",
+    ]);
+    out.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
+    if !plexus_testkit::require(&[Feature::KubeNode]) {
+        return;
+    }
+    let node = cluster();
+    let ns = node.namespace("cluster");
+    let before = node_state(node);
+    apply_in(node, &ns, &quickstart_macvlan(&node.iface));
+    apply_in(node, &ns, &how_to_use_nads(&node.iface));
+    let pods = [
+        // The text format (§4.1.2.1.1), with an interface name.
+        ("text-a", "macvlan-conf-1@macvlan1, macvlan-conf".to_string()),
+        // The JSON format (§4.1.2.1.2): interface, default-route (§4.1.2.1.9).
+        (
+            "json-b",
+            r#"[{"name": "macvlan-conf-1", "interface": "macvlan1"},
+                {"name": "macvlan-conf", "default-route": ["192.168.1.1"]}]"#
+                .to_string(),
+        ),
+        // ips (§4.1.2.1.4) and mac (§4.1.2.1.5) through the capabilities.
+        (
+            "json-c",
+            r#"[{"name": "macvlan-static", "ips": ["10.1.1.101/24"], "mac": "c2:b0:57:49:47:f1"}]"#
+                .to_string(),
+        ),
+        (
+            "json-d",
+            r#"[{"name": "macvlan-static", "ips": ["10.1.1.102/24"]}]"#.to_string(),
+        ),
+    ];
+    for (name, networks) in &pods {
+        apply_in(node, &ns, &pod(node, name, networks));
+    }
+    for (name, _) in &pods {
+        node.wait_running(&ns, name, POD_RUNNING);
+    }
+
+    let status = |pod: &str| network_status(node, &ns, pod);
+    let (a, b, c, d) = (status("text-a"), status("json-b"), status("json-c"), status("json-d"));
+    let nad = |name: &str| format!("{ns}/{name}");
+    // The cluster network is eth0 and the default one (§4.1.5.1).
+    for s in [&a, &b, &c, &d] {
+        assert_eq!(s[0]["interface"], "eth0", "{s:#?}");
+        assert_eq!(s[0]["default"], true, "{s:#?}");
+    }
+    assert_eq!(entry(&a, &nad("macvlan-conf-1"))["interface"], "macvlan1");
+    assert_eq!(entry(&a, &nad("macvlan-conf"))["interface"], "net2");
+    assert_eq!(entry(&b, &nad("macvlan-conf"))["default"], true, "{b:#?}");
+    let static_c = entry(&c, &nad("macvlan-static"));
+    assert_eq!(static_c["ips"][0], "10.1.1.101", "{c:#?}");
+    assert_eq!(static_c["mac"], "c2:b0:57:49:47:f1", "{c:#?}");
+
+    // The interfaces, as the pod sees them.
+    let links = exec(node, &ns, "text-a", &["ip", "-o", "link"]);
+    for ifname in ["eth0", "macvlan1", "net2"] {
+        assert!(links.contains(&format!(": {ifname}@")), "{ifname} in {links}");
+    }
+    let link_c = exec(node, &ns, "json-c", &["ip", "link", "show", "net1"]);
+    assert!(link_c.contains("c2:b0:57:49:47:f1"), "{link_c}");
+    let routes_b = exec(node, &ns, "json-b", &["ip", "route"]);
+    let default_b = entry(&b, &nad("macvlan-conf"))["interface"].as_str().unwrap().to_string();
+    assert!(
+        routes_b.contains(&format!("default via 192.168.1.1 dev {default_b}")),
+        "{routes_b}"
+    );
+
+    // Two pods on each secondary network reach each other.
+    for (from, to, network) in [
+        ("text-a", &b, "macvlan-conf-1"),
+        ("text-a", &b, "macvlan-conf"),
+        ("json-c", &d, "macvlan-static"),
+    ] {
+        let target = address(entry(to, &nad(network)));
+        exec(node, &ns, from, &["ping", "-c", "1", "-W", "5", &target]);
+    }
+
+    // An AddedInterface event per attachment, as Multus posts them.
+    let added = events(node, &ns, "text-a", "AddedInterface");
+    for ifname in ["eth0", "macvlan1", "net2"] {
+        assert!(added.contains(&format!("Add {ifname} ")), "{ifname} in {added}");
+    }
+
+    // kubelet deletes them: one DEL with the netns, then several without,
+    // some at once (shared/notes/kubelet.md). Nothing may remain.
+    node.kubectl(&["delete", "pods", "--all", "-n", &ns, "--wait=true", "--timeout=90s"]);
+    node.wait_for("the pods' networks removed", Duration::from_secs(60), || {
+        node_state(node) == before
+    });
+    node.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+#[test]
+fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
+    if !plexus_testkit::require(&[Feature::KubeNode]) {
+        return;
+    }
+    let node = cluster();
+    let ns = node.namespace("missing");
+    apply_in(node, &ns, &pod(node, "orphan", "no-such-nad"));
+    node.wait_for(
+        "a FailedCreatePodSandBox event naming no-such-nad",
+        Duration::from_secs(90),
+        || events(node, &ns, "orphan", "FailedCreatePodSandBox").contains("no-such-nad"),
+    );
+    assert!(node.ready(), "the node stays Ready");
+    node.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
