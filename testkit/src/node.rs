@@ -43,49 +43,18 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// Why the node cannot run here, or `None`.
+/// Why the node cannot run here, or `None`: `node-up --check` tells.
 pub(crate) fn missing() -> Option<Cow<'static, str>> {
     if crate::in_vm() {
         return Some("the VM runs no kubelet (the host suite does)".into());
     }
-    if let Some(why) = crate::kube::missing() {
-        return Some(why);
-    }
-    for tool in [
-        "containerd",
-        "containerd-shim-runc-v2",
-        "ctr",
-        "runc",
-        "iptables",
-        "nsenter",
-        "unshare",
-        "busybox",
-    ] {
-        if !crate::on_path(tool) {
-            return Some(format!("{tool} is missing (run .ci/install-deps unit)").into());
-        }
-    }
-    if !Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists() {
-        return Some("no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids".into());
-    }
-    let dir = Command::new(repo().join(".ci/kube-node"))
-        .arg("--path")
+    match Command::new(repo().join("testkit/node-up"))
+        .arg("--check")
         .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    match dir {
-        Some(d) => ["kubelet", "kube-scheduler", "kube-controller-manager"]
-            .iter()
-            .find(|b| !d.join(b).is_file())
-            .map(|b| {
-                format!(
-                    "no {b} in {} (build it with .ci/kube-node)",
-                    d.display()
-                )
-                .into()
-            }),
-        None => Some(".ci/kube-node --path failed".into()),
+    {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(String::from_utf8_lossy(&out.stdout).trim().to_string().into()),
+        Err(e) => Some(format!("testkit/node-up --check: {e}").into()),
     }
 }
 
