@@ -3,9 +3,10 @@
 //! plugins for the cluster network), plexus deployed on it by
 //! `testkit/node-deploy --thin` (deploy/ as the base), and pods created with
 //! kubectl. NADs are Multus's own documentation's; the pods use both
-//! annotation formats of the multi-net spec v1.3 §4.1.2 (text and JSON) with
+//! annotation formats of the multi-net spec v1.3 (§4.1.1 comma-delimited and
+//! §4.1.2 JSON list) with
 //! `interface`, `ips`, `mac` and `default-route`. The checks read what a
-//! user reads: the network-status annotation (§4.1.5) with kubectl, the
+//! user reads: the network-status annotation (§5) with kubectl, the
 //! interfaces with `kubectl exec`, pings between pods, and the events.
 //!
 //! The cluster starts once per test binary (about 30 s) and is shared; each
@@ -19,6 +20,10 @@ use plexus_testkit::node::{node, Node};
 use plexus_testkit::Feature;
 use serde_json::Value;
 
+/// The tests take turns: one checks that the node is left as it was, which
+/// another's pods would change meanwhile.
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// How long a pod may take to be Running: measured about 1 s.
 const POD_RUNNING: Duration = Duration::from_secs(60);
 
@@ -27,14 +32,12 @@ fn cluster() -> &'static Node {
     static DEPLOYED: OnceLock<()> = OnceLock::new();
     let node = node();
     DEPLOYED.get_or_init(|| {
-        let out = std::process::Command::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/testkit/node-deploy"
-        ))
-        .args(["--thin", "--binary", env!("CARGO_BIN_EXE_plexus")])
-        .arg(&node.dir)
-        .output()
-        .expect("node-deploy runs");
+        let out =
+            std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/testkit/node-deploy"))
+                .args(["--thin", "--binary", env!("CARGO_BIN_EXE_plexus")])
+                .arg(&node.dir)
+                .output()
+                .expect("node-deploy runs");
         assert!(
             out.status.success(),
             "node-deploy: {}",
@@ -156,7 +159,7 @@ spec:
     )
 }
 
-/// The pod's network-status annotation (spec §4.1.5), read with kubectl.
+/// The pod's network-status annotation (spec §5), read with kubectl.
 fn network_status(node: &Node, ns: &str, pod: &str) -> Vec<Value> {
     let text = node.kubectl(&[
         "get",
@@ -167,7 +170,8 @@ fn network_status(node: &Node, ns: &str, pod: &str) -> Vec<Value> {
         "-o",
         r"jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
     ]);
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{ns}/{pod} network-status {text:?}: {e}"))
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{ns}/{pod} network-status {text:?}: {e}"))
 }
 
 /// The network-status entry of network `name` (`ns/name`).
@@ -218,14 +222,17 @@ fn events(node: &Node, ns: &str, pod: &str, reason: &str) -> String {
     ])
 }
 
-/// What networks leave on the node: host-local reservations, plexus's
-/// records, device-info files, pod netns and the cluster bridge's veths.
+/// What networks leave on the node: host-local reservations (its
+/// per-network directories stay, as the reference plugin leaves them),
+/// plexus's records, device-info files, pod netns and the cluster bridge's
+/// veths.
 fn node_state(node: &Node) -> BTreeSet<String> {
     let out = node.exec_ok(&[
         "sh",
         "-c",
-        "find /var/lib/cni/networks /var/lib/cni/plexus /var/run/k8s.cni.cncf.io/devinfo /run/netns \
-         -mindepth 1 2>/dev/null | grep -v -e '/last_reserved_ip' -e '/lock$' ; \
+        "{ find /var/lib/cni/networks -mindepth 2; \
+           find /var/lib/cni/plexus /var/run/k8s.cni.cncf.io/devinfo /run/netns -mindepth 1; \
+         } 2>/dev/null | grep -v -e '/last_reserved_ip' -e '/lock$' ; \
          ip -o link show type veth | grep -o 'veth[0-9a-f]*' || true",
     ]);
     out.lines().map(str::to_string).collect()
@@ -236,22 +243,27 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
     if !plexus_testkit::require(&[Feature::KubeNode]) {
         return;
     }
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let node = cluster();
     let ns = node.namespace("cluster");
     let before = node_state(node);
     apply_in(node, &ns, &quickstart_macvlan(&node.iface));
     apply_in(node, &ns, &how_to_use_nads(&node.iface));
     let pods = [
-        // The text format (§4.1.2.1.1), with an interface name.
-        ("text-a", "macvlan-conf-1@macvlan1, macvlan-conf".to_string()),
-        // The JSON format (§4.1.2.1.2): interface, default-route (§4.1.2.1.9).
+        // The comma-delimited format (§4.1.1), with an interface name.
+        (
+            "text-a",
+            "macvlan-conf-1@macvlan1, macvlan-conf".to_string(),
+        ),
+        // The JSON list format (§4.1.2): interface (§4.1.2.1.5), default-route
+        // (§4.1.2.1.9).
         (
             "json-b",
             r#"[{"name": "macvlan-conf-1", "interface": "macvlan1"},
                 {"name": "macvlan-conf", "default-route": ["192.168.1.1"]}]"#
                 .to_string(),
         ),
-        // ips (§4.1.2.1.4) and mac (§4.1.2.1.5) through the capabilities.
+        // ips (§4.1.2.1.3) and mac (§4.1.2.1.4) through the capabilities.
         (
             "json-c",
             r#"[{"name": "macvlan-static", "ips": ["10.1.1.101/24"], "mac": "c2:b0:57:49:47:f1"}]"#
@@ -270,16 +282,23 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
     }
 
     let status = |pod: &str| network_status(node, &ns, pod);
-    let (a, b, c, d) = (status("text-a"), status("json-b"), status("json-c"), status("json-d"));
+    let (a, b, c, d) = (
+        status("text-a"),
+        status("json-b"),
+        status("json-c"),
+        status("json-d"),
+    );
     let nad = |name: &str| format!("{ns}/{name}");
-    // The cluster network is eth0 and the default one (§4.1.5.1).
+    // The cluster network is eth0, the only one marked "default" (§5.3.6).
     for s in [&a, &b, &c, &d] {
         assert_eq!(s[0]["interface"], "eth0", "{s:#?}");
         assert_eq!(s[0]["default"], true, "{s:#?}");
     }
     assert_eq!(entry(&a, &nad("macvlan-conf-1"))["interface"], "macvlan1");
     assert_eq!(entry(&a, &nad("macvlan-conf"))["interface"], "net2");
-    assert_eq!(entry(&b, &nad("macvlan-conf"))["default"], true, "{b:#?}");
+    let routed_b = entry(&b, &nad("macvlan-conf"));
+    assert_eq!(routed_b["default"], false, "{b:#?}");
+    assert_eq!(routed_b["default-route"][0], "192.168.1.1", "{b:#?}");
     let static_c = entry(&c, &nad("macvlan-static"));
     assert_eq!(static_c["ips"][0], "10.1.1.101", "{c:#?}");
     assert_eq!(static_c["mac"], "c2:b0:57:49:47:f1", "{c:#?}");
@@ -287,12 +306,18 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
     // The interfaces, as the pod sees them.
     let links = exec(node, &ns, "text-a", &["ip", "-o", "link"]);
     for ifname in ["eth0", "macvlan1", "net2"] {
-        assert!(links.contains(&format!(": {ifname}@")), "{ifname} in {links}");
+        assert!(
+            links.contains(&format!(": {ifname}@")),
+            "{ifname} in {links}"
+        );
     }
     let link_c = exec(node, &ns, "json-c", &["ip", "link", "show", "net1"]);
     assert!(link_c.contains("c2:b0:57:49:47:f1"), "{link_c}");
     let routes_b = exec(node, &ns, "json-b", &["ip", "route"]);
-    let default_b = entry(&b, &nad("macvlan-conf"))["interface"].as_str().unwrap().to_string();
+    let default_b = entry(&b, &nad("macvlan-conf"))["interface"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(
         routes_b.contains(&format!("default via 192.168.1.1 dev {default_b}")),
         "{routes_b}"
@@ -311,15 +336,34 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
     // An AddedInterface event per attachment, as Multus posts them.
     let added = events(node, &ns, "text-a", "AddedInterface");
     for ifname in ["eth0", "macvlan1", "net2"] {
-        assert!(added.contains(&format!("Add {ifname} ")), "{ifname} in {added}");
+        assert!(
+            added.contains(&format!("Add {ifname} ")),
+            "{ifname} in {added}"
+        );
     }
 
     // kubelet deletes them: one DEL with the netns, then several without,
     // some at once (shared/notes/kubelet.md). Nothing may remain.
-    node.kubectl(&["delete", "pods", "--all", "-n", &ns, "--wait=true", "--timeout=90s"]);
-    node.wait_for("the pods' networks removed", Duration::from_secs(60), || {
-        node_state(node) == before
-    });
+    node.kubectl(&[
+        "delete",
+        "pods",
+        "--all",
+        "-n",
+        &ns,
+        "--wait=true",
+        "--timeout=90s",
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut after = node_state(node);
+    while after != before && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        after = node_state(node);
+    }
+    assert_eq!(
+        after.difference(&before).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "left on the node after the pods' deletion"
+    );
     node.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
 
@@ -328,6 +372,7 @@ fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
     if !plexus_testkit::require(&[Feature::KubeNode]) {
         return;
     }
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let node = cluster();
     let ns = node.namespace("missing");
     apply_in(node, &ns, &pod(node, "orphan", "no-such-nad"));
@@ -337,5 +382,5 @@ fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
         || events(node, &ns, "orphan", "FailedCreatePodSandBox").contains("no-such-nad"),
     );
     assert!(node.ready(), "the node stays Ready");
-    node.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+    node.kubectl(&["delete", "namespace", &ns, "--wait=true", "--timeout=90s"]);
 }

@@ -4,7 +4,7 @@
 //! manifests unchanged (thin mode: deploy/ as the base of an overlay that
 //! only takes the daemon's socket out), then the DaemonSet Ready, the
 //! cluster network wrapped by `00-plexus.conflist`, the node Ready, a pod
-//! created with kubectl attached to a NAD (multi-net spec v1.3 §4.1.2), and
+//! created with kubectl attached to a NAD (multi-net spec v1.3 §4.1.1), and
 //! `kubectl delete -k` removing the conflist.
 //!
 //! The tests change what is deployed on the binary's one node, so they take
@@ -35,7 +35,10 @@ fn node_deploy(node: &Node, args: &[&str]) {
         String::from_utf8_lossy(&out.stderr),
         String::from_utf8_lossy(
             &node
-                .kubectl_output(&["describe", "pods", "-n", "kube-system", "-l", "app=plexus"], None)
+                .kubectl_output(
+                    &["describe", "pods", "-n", "kube-system", "-l", "app=plexus"],
+                    None
+                )
                 .stdout
         )
     );
@@ -111,9 +114,11 @@ spec:
 
     // `kubectl delete -k`: the installer's --cleanup removes the conflist.
     node_deploy(node, &[mode, &["--delete"]].concat());
-    node.wait_for("00-plexus.conflist removed", Duration::from_secs(30), || {
-        !node.exec(&["test", "-e", CONFLIST]).status.success()
-    });
+    node.wait_for(
+        "00-plexus.conflist removed",
+        Duration::from_secs(30),
+        || !node.exec(&["test", "-e", CONFLIST]).status.success(),
+    );
     assert!(node.ready(), "the node stays Ready without plexus");
 }
 

@@ -195,7 +195,10 @@ impl KubeApi {
 
     /// `kubectl apply -f -` of `manifest` as the admin.
     pub fn apply(&self, manifest: &str) {
-        applied(self.kubectl_output(&["apply", "-f", "-"], Some(manifest)), manifest);
+        applied(
+            self.kubectl_output(&["apply", "-f", "-"], Some(manifest)),
+            manifest,
+        );
     }
 
     fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {

@@ -53,7 +53,12 @@ pub(crate) fn missing() -> Option<Cow<'static, str>> {
         .output()
     {
         Ok(out) if out.status.success() => None,
-        Ok(out) => Some(String::from_utf8_lossy(&out.stdout).trim().to_string().into()),
+        Ok(out) => Some(
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .to_string()
+                .into(),
+        ),
         Err(e) => Some(format!("testkit/node-up --check: {e}").into()),
     }
 }
@@ -179,8 +184,18 @@ impl Node {
     /// Waits until pod `ns/name` is Running, for `timeout` at most.
     pub fn wait_running(&self, ns: &str, name: &str, timeout: Duration) {
         self.wait_for(&format!("pod {ns}/{name} Running"), timeout, || {
-            let out =
-                self.kubectl_output(&["get", "pod", "-n", ns, name, "-o", "jsonpath={.status.phase}"], None);
+            let out = self.kubectl_output(
+                &[
+                    "get",
+                    "pod",
+                    "-n",
+                    ns,
+                    name,
+                    "-o",
+                    "jsonpath={.status.phase}",
+                ],
+                None,
+            );
             String::from_utf8_lossy(&out.stdout) == "Running"
         });
     }
