@@ -31,19 +31,7 @@ const POD_RUNNING: Duration = Duration::from_secs(60);
 fn cluster() -> &'static Node {
     static DEPLOYED: OnceLock<()> = OnceLock::new();
     let node = node();
-    DEPLOYED.get_or_init(|| {
-        let out =
-            std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/testkit/node-deploy"))
-                .args(["--thin", "--binary", env!("CARGO_BIN_EXE_plexus")])
-                .arg(&node.dir)
-                .output()
-                .expect("node-deploy runs");
-        assert!(
-            out.status.success(),
-            "node-deploy: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
+    DEPLOYED.get_or_init(|| node.deploy(&["--thin"], env!("CARGO_BIN_EXE_plexus")));
     node
 }
 
@@ -136,29 +124,6 @@ spec:
     )
 }
 
-/// A pod of busybox that sleeps (and ends at once on SIGTERM) with the
-/// `k8s.v1.cni.cncf.io/networks` annotation `networks`.
-fn pod(node: &Node, name: &str, networks: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  annotations:
-    k8s.v1.cni.cncf.io/networks: '{networks}'
-spec:
-  terminationGracePeriodSeconds: 1
-  automountServiceAccountToken: false
-  containers:
-    - name: main
-      image: {image}
-      imagePullPolicy: Never
-      command: ["/bin/sh", "-c", "trap 'exit 0' TERM; sleep 100000 & wait"]
-"#,
-        image = node.pod_image
-    )
-}
-
 /// The pod's network-status annotation (spec §5), read with kubectl.
 fn network_status(node: &Node, ns: &str, pod: &str) -> Vec<Value> {
     let text = node.kubectl(&[
@@ -191,16 +156,6 @@ fn address(entry: &Value) -> String {
         .next()
         .expect("an address")
         .to_string()
-}
-
-/// `kubectl apply -n ns -f -` of `manifest`.
-fn apply_in(node: &Node, ns: &str, manifest: &str) {
-    let out = node.kubectl_output(&["apply", "-n", ns, "-f", "-"], Some(manifest));
-    assert!(
-        out.status.success(),
-        "kubectl apply: {}\n{manifest}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn exec(node: &Node, ns: &str, pod: &str, cmd: &[&str]) -> String {
@@ -247,8 +202,8 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
     let node = cluster();
     let ns = node.namespace("cluster");
     let before = node_state(node);
-    apply_in(node, &ns, &quickstart_macvlan(&node.iface));
-    apply_in(node, &ns, &how_to_use_nads(&node.iface));
+    node.apply(&ns, &quickstart_macvlan(&node.iface));
+    node.apply(&ns, &how_to_use_nads(&node.iface));
     let pods = [
         // The comma-delimited format (§4.1.1), with an interface name.
         (
@@ -275,7 +230,7 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
         ),
     ];
     for (name, networks) in &pods {
-        apply_in(node, &ns, &pod(node, name, networks));
+        node.apply(&ns, &node.sleeping_pod(name, networks));
     }
     for (name, _) in &pods {
         node.wait_running(&ns, name, POD_RUNNING);
@@ -375,7 +330,7 @@ fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let node = cluster();
     let ns = node.namespace("missing");
-    apply_in(node, &ns, &pod(node, "orphan", "no-such-nad"));
+    node.apply(&ns, &node.sleeping_pod("orphan", "no-such-nad"));
     node.wait_for(
         "a FailedCreatePodSandBox event naming no-such-nad",
         Duration::from_secs(90),

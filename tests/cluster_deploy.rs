@@ -10,11 +10,10 @@
 //! The tests change what is deployed on the binary's one node, so they take
 //! turns.
 
-use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use plexus_testkit::node::{node, Node};
+use plexus_testkit::node::node;
 use plexus_testkit::Feature;
 
 const CONFLIST: &str = "/etc/cni/net.d/00-plexus.conflist";
@@ -22,34 +21,12 @@ const CONFLIST: &str = "/etc/cni/net.d/00-plexus.conflist";
 /// One deployment at a time on the node.
 static DEPLOYMENT: Mutex<()> = Mutex::new(());
 
-fn node_deploy(node: &Node, args: &[&str]) {
-    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/testkit/node-deploy"))
-        .args(args)
-        .args(["--binary", env!("CARGO_BIN_EXE_plexus")])
-        .arg(&node.dir)
-        .output()
-        .expect("node-deploy runs");
-    assert!(
-        out.status.success(),
-        "node-deploy {args:?}: {}\nthe DaemonSet's pods:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(
-            &node
-                .kubectl_output(
-                    &["describe", "pods", "-n", "kube-system", "-l", "app=plexus"],
-                    None
-                )
-                .stdout
-        )
-    );
-}
-
 /// What the operator checks after `kubectl apply -k`, then a pod with a
 /// NAD, then `kubectl delete -k`.
 fn deploy_attach_and_remove(mode: &[&str]) {
     let _turn = DEPLOYMENT.lock().unwrap_or_else(|e| e.into_inner());
     let node = node();
-    node_deploy(node, mode);
+    node.deploy(mode, env!("CARGO_BIN_EXE_plexus"));
 
     // The installer wrapped the cluster network's conf (the node-up's
     // bridge + host-local conflist).
@@ -65,36 +42,19 @@ fn deploy_attach_and_remove(mode: &[&str]) {
 
     // A pod created with kubectl gets the cluster network and a NAD.
     let ns = node.namespace("deploy");
-    let manifest = format!(
+    let nad = format!(
         r#"apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
 metadata:
   name: side
-  namespace: {ns}
 spec:
   config: '{{"cniVersion": "1.0.0", "name": "side", "type": "macvlan", "master": "{iface}",
              "mode": "bridge", "ipam": {{"type": "host-local", "subnet": "10.30.0.0/24"}}}}'
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: attached
-  namespace: {ns}
-  annotations:
-    k8s.v1.cni.cncf.io/networks: side
-spec:
-  terminationGracePeriodSeconds: 1
-  automountServiceAccountToken: false
-  containers:
-    - name: main
-      image: {image}
-      imagePullPolicy: Never
-      command: ["/bin/sh", "-c", "trap 'exit 0' TERM; sleep 100000 & wait"]
 "#,
-        iface = node.iface,
-        image = node.pod_image
+        iface = node.iface
     );
-    node.apply(&manifest);
+    node.apply(&ns, &nad);
+    node.apply(&ns, &node.sleeping_pod("attached", "side"));
     node.wait_running(&ns, "attached", Duration::from_secs(60));
     let status = node.kubectl(&[
         "get",
@@ -113,7 +73,10 @@ spec:
     assert!(node.ready(), "the node stays Ready");
 
     // `kubectl delete -k`: the installer's --cleanup removes the conflist.
-    node_deploy(node, &[mode, &["--delete"]].concat());
+    node.deploy(
+        &[mode, &["--delete"]].concat(),
+        env!("CARGO_BIN_EXE_plexus"),
+    );
     node.wait_for(
         "00-plexus.conflist removed",
         Duration::from_secs(30),

@@ -82,7 +82,7 @@ pub struct KubeApi {
     pub port: u16,
 }
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("testkit lives in the workspace")
@@ -136,38 +136,45 @@ pub fn api() -> &'static KubeApi {
 fn start() -> Result<KubeApi, String> {
     let dir = match std::env::var_os("PLEXUS_KUBE_DIR") {
         Some(dir) if Path::new(&dir).join("env").is_file() => PathBuf::from(dir),
-        _ => {
-            // Not removed at exit: kube-up's reaper stops the processes, and
-            // the logs stay for a failing test to point at.
-            let dir = std::env::temp_dir().join(format!("plexus-kube-{}", std::process::id()));
-            let out = Command::new(repo().join("testkit/kube-up"))
-                .arg("--owner")
-                .arg(std::process::id().to_string())
-                .arg(&dir)
-                .output()
-                .map_err(|e| format!("testkit/kube-up: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "testkit/kube-up failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            dir
-        }
+        _ => started_by("kube-up")?,
     };
-    let env = std::fs::read_to_string(dir.join("env")).map_err(|e| format!("{e}"))?;
-    let get = |key: &str| {
-        env.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .map(str::to_string)
-            .ok_or_else(|| format!("{}: no {key}", dir.join("env").display()))
-    };
+    let port = env_value(&dir, "KUBE_PORT")?;
     Ok(KubeApi {
-        port: get("KUBE_PORT")?
-            .parse()
-            .map_err(|e| format!("KUBE_PORT: {e}"))?,
+        port: port.parse().map_err(|e| format!("KUBE_PORT: {e}"))?,
         dir,
     })
+}
+
+/// Runs `testkit/<script> --owner <this process> <dir>` (kube-up or
+/// node-up) and returns the directory it describes its service in.
+pub(crate) fn started_by(script: &str) -> Result<PathBuf, String> {
+    // Not removed at exit: the script's reaper stops the processes when this
+    // one is gone, and the logs stay for a failing test to point at.
+    let name = script.trim_end_matches("-up");
+    let dir = std::env::temp_dir().join(format!("plexus-{name}-{}", std::process::id()));
+    let out = Command::new(repo().join("testkit").join(script))
+        .arg("--owner")
+        .arg(std::process::id().to_string())
+        .arg(&dir)
+        .output()
+        .map_err(|e| format!("testkit/{script}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "testkit/{script} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(dir)
+}
+
+/// `key`'s value in `dir/env`, the shell-syntax file kube-up and node-up write.
+pub(crate) fn env_value(dir: &Path, key: &str) -> Result<String, String> {
+    let path = dir.join("env");
+    let env = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    env.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .map(str::to_string)
+        .ok_or_else(|| format!("{}: no {key}", path.display()))
 }
 
 impl KubeApi {

@@ -14,12 +14,12 @@
 //! [`Node::exec`].
 
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::kube::{applied, namespace_name, run_kubectl, succeeded};
+use crate::kube::{applied, env_value, namespace_name, repo, run_kubectl, started_by, succeeded};
 
 /// The running node.
 #[derive(Debug)]
@@ -34,13 +34,6 @@ pub struct Node {
     pub iface: String,
     /// The static busybox image in containerd, for pods.
     pub pod_image: String,
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("testkit lives in the workspace")
-        .to_path_buf()
 }
 
 /// Why the node cannot run here, or `None`: `node-up --check` tells.
@@ -74,33 +67,12 @@ pub fn node() -> &'static Node {
 }
 
 fn start() -> Result<Node, String> {
-    // Not removed at exit: node-up's keeper stops the node when this process
-    // is gone, and the logs stay for a failing test to point at.
-    let dir = std::env::temp_dir().join(format!("plexus-node-{}", std::process::id()));
-    let out = Command::new(repo().join("testkit/node-up"))
-        .arg("--owner")
-        .arg(std::process::id().to_string())
-        .arg(&dir)
-        .output()
-        .map_err(|e| format!("testkit/node-up: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "testkit/node-up failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let env = std::fs::read_to_string(dir.join("env")).map_err(|e| format!("{e}"))?;
-    let get = |key: &str| {
-        env.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .map(str::to_string)
-            .ok_or_else(|| format!("{}: no {key}", dir.join("env").display()))
-    };
+    let dir = started_by("node-up")?;
     Ok(Node {
-        name: get("NODE_NAME")?,
-        ip: get("NODE_IP")?,
-        iface: get("NODE_IFACE")?,
-        pod_image: get("POD_IMAGE")?,
+        name: env_value(&dir, "NODE_NAME")?,
+        ip: env_value(&dir, "NODE_IP")?,
+        iface: env_value(&dir, "NODE_IFACE")?,
+        pod_image: env_value(&dir, "POD_IMAGE")?,
         dir,
     })
 }
@@ -117,10 +89,10 @@ impl Node {
         run_kubectl(Command::new(self.dir.join("kubectl")), args, stdin)
     }
 
-    /// `kubectl apply -f -` of `manifest` as the admin.
-    pub fn apply(&self, manifest: &str) {
+    /// `kubectl apply -n ns -f -` of `manifest` as the admin.
+    pub fn apply(&self, ns: &str, manifest: &str) {
         applied(
-            self.kubectl_output(&["apply", "-f", "-"], Some(manifest)),
+            self.kubectl_output(&["apply", "-n", ns, "-f", "-"], Some(manifest)),
             manifest,
         );
     }
@@ -198,6 +170,54 @@ impl Node {
             );
             String::from_utf8_lossy(&out.stdout) == "Running"
         });
+    }
+
+    /// `testkit/node-deploy ARGS --binary plexus DIR`: plexus's image built
+    /// around `plexus` (a test binary's `CARGO_BIN_EXE_plexus`) and deployed
+    /// from deploy/ (`--thin`: as its overlay; `--delete`: removed). Panics
+    /// with its error and the DaemonSet's pods described.
+    pub fn deploy(&self, args: &[&str], plexus: &str) {
+        let out = Command::new(repo().join("testkit/node-deploy"))
+            .args(args)
+            .args(["--binary", plexus])
+            .arg(&self.dir)
+            .output()
+            .expect("node-deploy runs");
+        if !out.status.success() {
+            let pods = self.kubectl_output(
+                &["describe", "pods", "-n", "kube-system", "-l", "app=plexus"],
+                None,
+            );
+            panic!(
+                "node-deploy {args:?}: {}\nthe DaemonSet's pods:\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&pods.stdout)
+            );
+        }
+    }
+
+    /// A pod of the node's busybox image that sleeps (and ends at once on
+    /// SIGTERM), with the `k8s.v1.cni.cncf.io/networks` annotation
+    /// `networks` (a YAML single-quoted scalar's content).
+    pub fn sleeping_pod(&self, name: &str, networks: &str) -> String {
+        format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  annotations:
+    k8s.v1.cni.cncf.io/networks: '{networks}'
+spec:
+  terminationGracePeriodSeconds: 1
+  automountServiceAccountToken: false
+  containers:
+    - name: main
+      image: {image}
+      imagePullPolicy: Never
+      command: ["/bin/sh", "-c", "trap 'exit 0' TERM; sleep 100000 & wait"]
+"#,
+            image = self.pod_image
+        )
     }
 
     /// Whether the Node object is Ready.
