@@ -220,6 +220,24 @@ spec:
         )
     }
 
+    /// Restarts `component` (`kubelet` or `containerd`) as a node lives
+    /// through it: stopped with SIGTERM, started again; its pods keep
+    /// running. Returns once it runs again and the node is Ready.
+    pub fn restart(&self, component: &str) {
+        let request = self.dir.join(format!("restart-{component}"));
+        std::fs::write(&request, "").expect("the restart request is written");
+        self.wait_for(
+            &format!("{component} restarted"),
+            Duration::from_secs(60),
+            || !request.exists(),
+        );
+        self.wait_for(
+            &format!("node Ready after the {component} restart"),
+            Duration::from_secs(90),
+            || self.ready(),
+        );
+    }
+
     /// Whether the Node object is Ready.
     pub fn ready(&self) -> bool {
         let out = self.kubectl_output(
