@@ -160,8 +160,9 @@ pub(crate) fn started_by(script: &str) -> Result<PathBuf, String> {
         .map_err(|e| format!("testkit/{script}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "testkit/{script} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+            "testkit/{script} failed: {} (logs: {}/*.log)",
+            String::from_utf8_lossy(&out.stderr),
+            dir.display()
         ));
     }
     Ok(dir)
