@@ -13,7 +13,7 @@
 //! test works in a Kubernetes namespace of its own.
 
 use std::collections::BTreeSet;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use plexus_testkit::node::{node, Node};
@@ -22,7 +22,7 @@ use serde_json::Value;
 
 /// The tests take turns: one checks that the node is left as it was, which
 /// another's pods would change meanwhile.
-static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static ALONE: Mutex<()> = Mutex::new(());
 
 /// How long a pod may take to be Running: measured about 1 s.
 const POD_RUNNING: Duration = Duration::from_secs(60);
@@ -33,6 +33,17 @@ fn cluster() -> &'static Node {
     let node = node();
     DEPLOYED.get_or_init(|| node.deploy(&["--thin"], env!("CARGO_BIN_EXE_plexus")));
     node
+}
+
+/// The node for a test whose turn it is, and a namespace of its own named
+/// after `prefix`; `None` (the test reported skipped) without a node.
+fn turn(prefix: &str) -> Option<(MutexGuard<'static, ()>, &'static Node, String)> {
+    if !plexus_testkit::require(&[Feature::KubeNode]) {
+        return None;
+    }
+    let alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let node = cluster();
+    Some((alone, node, node.namespace(prefix)))
 }
 
 /// Multus's quickstart NAD (docs/quickstart.md), its `master` the node's
@@ -193,9 +204,19 @@ fn node_state(node: &Node) -> BTreeSet<String> {
     out.lines().map(str::to_string).collect()
 }
 
-/// Waits (60 s at most) until the node's state is `before` again; fails
-/// naming what is left.
-fn assert_left_as(node: &Node, before: &BTreeSet<String>) {
+/// Deletes the pods of `ns` (kubelet runs their DELs), waits (60 s at most)
+/// until the node's state is `before` again, failing with what is left, and
+/// deletes `ns`.
+fn delete_pods_leaving_nothing(node: &Node, ns: &str, before: &BTreeSet<String>) {
+    node.kubectl(&[
+        "delete",
+        "pods",
+        "--all",
+        "-n",
+        ns,
+        "--wait=true",
+        "--timeout=90s",
+    ]);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut after = node_state(node);
     while after != *before && std::time::Instant::now() < deadline {
@@ -207,16 +228,14 @@ fn assert_left_as(node: &Node, before: &BTreeSet<String>) {
         Vec::<&String>::new(),
         "left on the node after the pods' deletion"
     );
+    node.kubectl(&["delete", "namespace", ns, "--wait=false"]);
 }
 
 #[test]
 fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
-    if !plexus_testkit::require(&[Feature::KubeNode]) {
+    let Some((_alone, node, ns)) = turn("cluster") else {
         return;
-    }
-    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let node = cluster();
-    let ns = node.namespace("cluster");
+    };
     let before = node_state(node);
     node.apply(&ns, &quickstart_macvlan(&node.iface));
     node.apply(&ns, &how_to_use_nads(&node.iface));
@@ -315,27 +334,14 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
 
     // kubelet deletes them: one DEL with the netns, then several without,
     // some at once (shared/notes/kubelet.md). Nothing may remain.
-    node.kubectl(&[
-        "delete",
-        "pods",
-        "--all",
-        "-n",
-        &ns,
-        "--wait=true",
-        "--timeout=90s",
-    ]);
-    assert_left_as(node, &before);
-    node.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+    delete_pods_leaving_nothing(node, &ns, &before);
 }
 
 #[test]
 fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
-    if !plexus_testkit::require(&[Feature::KubeNode]) {
+    let Some((_alone, node, ns)) = turn("missing") else {
         return;
-    }
-    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let node = cluster();
-    let ns = node.namespace("missing");
+    };
     node.apply(&ns, &node.sleeping_pod("orphan", "no-such-nad"));
     node.wait_for(
         "a FailedCreatePodSandBox event naming no-such-nad",
@@ -348,12 +354,9 @@ fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
 
 #[test]
 fn kubelet_and_containerd_restarts_keep_pods_attached_and_leave_nothing() {
-    if !plexus_testkit::require(&[Feature::KubeNode]) {
+    let Some((_alone, node, ns)) = turn("restart") else {
         return;
-    }
-    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let node = cluster();
-    let ns = node.namespace("restart");
+    };
     let before = node_state(node);
     node.apply(&ns, &how_to_use_nads(&node.iface));
     for name in ["first", "second"] {
@@ -376,15 +379,5 @@ fn kubelet_and_containerd_restarts_keep_pods_attached_and_leave_nothing() {
         node.wait_running(&ns, &next, POD_RUNNING);
         entry(&network_status(node, &ns, &next), &nad);
     }
-    node.kubectl(&[
-        "delete",
-        "pods",
-        "--all",
-        "-n",
-        &ns,
-        "--wait=true",
-        "--timeout=90s",
-    ]);
-    assert_left_as(node, &before);
-    node.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+    delete_pods_leaving_nothing(node, &ns, &before);
 }
