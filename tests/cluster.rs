@@ -372,7 +372,18 @@ fn kubelet_and_containerd_restarts_keep_pods_attached_and_leave_nothing() {
         for name in ["first", "second"] {
             node.wait_running(&ns, name, POD_RUNNING);
         }
-        exec(node, &ns, "first", &["ping", "-c", "1", "-W", "5", &second]);
+        // kubelet's CRI connection comes back with a backoff after a
+        // containerd restart: `kubectl exec` may fail until it has.
+        node.wait_for(
+            &format!("first pings second after the {component} restart"),
+            Duration::from_secs(60),
+            || {
+                let ping = [
+                    "exec", "-n", &ns, "first", "--", "ping", "-c", "1", "-W", "5", &second,
+                ];
+                node.kubectl_output(&ping, None).status.success()
+            },
+        );
         // The next pod is attached as before.
         let next = format!("after-{component}");
         node.apply(&ns, &node.sleeping_pod(&next, "macvlan-conf-1"));
