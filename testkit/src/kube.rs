@@ -22,6 +22,57 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// Runs `kubectl` (`cmd`, with its options) with `args` and `stdin`, for 60 s
+/// at most.
+pub(crate) fn run_kubectl(cmd: Command, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new("timeout")
+        .arg("60")
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    let mut input = child.stdin.take().expect("piped");
+    if let Some(text) = stdin {
+        let _ = input.write_all(text.as_bytes());
+    }
+    drop(input);
+    child.wait_with_output().expect("kubectl finishes")
+}
+
+/// `out`'s stdout; panics with its stderr when kubectl `args` failed.
+pub(crate) fn succeeded(out: Output, args: &[&str]) -> String {
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Panics with kubectl's stderr when `kubectl apply` of `manifest` failed.
+pub(crate) fn applied(out: Output, manifest: &str) {
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}\n{manifest}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A name for a test's own Kubernetes namespace, `<prefix>-<pid>-<n>`.
+pub(crate) fn namespace_name(prefix: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 /// The running API server.
 #[derive(Debug)]
 pub struct KubeApi {
@@ -31,7 +82,7 @@ pub struct KubeApi {
     pub port: u16,
 }
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("testkit lives in the workspace")
@@ -85,38 +136,46 @@ pub fn api() -> &'static KubeApi {
 fn start() -> Result<KubeApi, String> {
     let dir = match std::env::var_os("PLEXUS_KUBE_DIR") {
         Some(dir) if Path::new(&dir).join("env").is_file() => PathBuf::from(dir),
-        _ => {
-            // Not removed at exit: kube-up's reaper stops the processes, and
-            // the logs stay for a failing test to point at.
-            let dir = std::env::temp_dir().join(format!("plexus-kube-{}", std::process::id()));
-            let out = Command::new(repo().join("testkit/kube-up"))
-                .arg("--owner")
-                .arg(std::process::id().to_string())
-                .arg(&dir)
-                .output()
-                .map_err(|e| format!("testkit/kube-up: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "testkit/kube-up failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            dir
-        }
+        _ => started_by("kube-up")?,
     };
-    let env = std::fs::read_to_string(dir.join("env")).map_err(|e| format!("{e}"))?;
-    let get = |key: &str| {
-        env.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .map(str::to_string)
-            .ok_or_else(|| format!("{}: no {key}", dir.join("env").display()))
-    };
+    let port = env_value(&dir, "KUBE_PORT")?;
     Ok(KubeApi {
-        port: get("KUBE_PORT")?
-            .parse()
-            .map_err(|e| format!("KUBE_PORT: {e}"))?,
+        port: port.parse().map_err(|e| format!("KUBE_PORT: {e}"))?,
         dir,
     })
+}
+
+/// Runs `testkit/<script> --owner <this process> <dir>` (kube-up or
+/// node-up) and returns the directory it describes its service in.
+pub(crate) fn started_by(script: &str) -> Result<PathBuf, String> {
+    // Not removed at exit: the script's reaper stops the processes when this
+    // one is gone, and the logs stay for a failing test to point at.
+    let name = script.trim_end_matches("-up");
+    let dir = std::env::temp_dir().join(format!("plexus-{name}-{}", std::process::id()));
+    let out = Command::new(repo().join("testkit").join(script))
+        .arg("--owner")
+        .arg(std::process::id().to_string())
+        .arg(&dir)
+        .output()
+        .map_err(|e| format!("testkit/{script}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "testkit/{script} failed: {} (logs: {}/*.log)",
+            String::from_utf8_lossy(&out.stderr),
+            dir.display()
+        ));
+    }
+    Ok(dir)
+}
+
+/// `key`'s value in `dir/env`, the shell-syntax file kube-up and node-up write.
+pub(crate) fn env_value(dir: &Path, key: &str) -> Result<String, String> {
+    let path = dir.join("env");
+    let env = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    env.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .map(str::to_string)
+        .ok_or_else(|| format!("{}: no {key}", path.display()))
 }
 
 impl KubeApi {
@@ -139,54 +198,26 @@ impl KubeApi {
 
     /// `kubectl` as the admin, bounded; panics with its stderr on failure.
     pub fn kubectl(&self, args: &[&str]) -> String {
-        let out = self.kubectl_output(args, None);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        succeeded(self.kubectl_output(args, None), args)
     }
 
     /// `kubectl apply -f -` of `manifest` as the admin.
     pub fn apply(&self, manifest: &str) {
-        let out = self.kubectl_output(&["apply", "-f", "-"], Some(manifest));
-        assert!(
-            out.status.success(),
-            "kubectl apply: {}\n{manifest}",
-            String::from_utf8_lossy(&out.stderr)
+        applied(
+            self.kubectl_output(&["apply", "-f", "-"], Some(manifest)),
+            manifest,
         );
     }
 
     fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
-        use std::io::Write;
-        let mut child = Command::new("timeout")
-            .arg("60")
-            .arg("kubectl")
-            .arg("--kubeconfig")
-            .arg(self.admin_kubeconfig())
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        let mut input = child.stdin.take().expect("piped");
-        if let Some(text) = stdin {
-            let _ = input.write_all(text.as_bytes());
-        }
-        drop(input);
-        child.wait_with_output().expect("kubectl finishes")
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig").arg(self.admin_kubeconfig());
+        run_kubectl(cmd, args, stdin)
     }
 
     /// A fresh Kubernetes namespace for one test, `<prefix>-<pid>-<n>`.
     pub fn namespace(&self, prefix: &str) -> String {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let name = format!(
-            "{prefix}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = namespace_name(prefix);
         self.kubectl(&["create", "namespace", &name]);
         name
     }

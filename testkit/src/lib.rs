@@ -13,6 +13,7 @@
 
 pub mod dist;
 pub mod kube;
+pub mod node;
 pub mod podresources;
 pub mod sriov;
 
@@ -59,10 +60,14 @@ pub enum Feature {
     /// sriov-cni, the peer of plexus's `sriov` driver, as `.ci/sriov-cni`
     /// builds and caches it ([`sriov::sriov_cni`]).
     SriovCni,
+    /// A one-node cluster with a real kubelet and containerd
+    /// (`testkit/node-up`, [`node`]): the binaries `.ci/kube-node` builds,
+    /// containerd, runc and cgroup v1.
+    KubeNode,
 }
 
 impl Feature {
-    const ALL: [Feature; 13] = [
+    const ALL: [Feature; 14] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
@@ -76,6 +81,7 @@ impl Feature {
         Feature::Podman,
         Feature::KubeApiServer,
         Feature::SriovCni,
+        Feature::KubeNode,
     ];
 
     /// Whether the VM harness must have it. podman is the one exception: it
@@ -90,7 +96,7 @@ impl Feature {
         // may lack; vm-tests/run builds it before the VM starts.
         !matches!(
             self,
-            Feature::Podman | Feature::KubeApiServer | Feature::SriovCni
+            Feature::Podman | Feature::KubeApiServer | Feature::SriovCni | Feature::KubeNode
         )
     }
 
@@ -167,6 +173,7 @@ impl Feature {
             },
             Feature::KubeApiServer => kube::missing(),
             Feature::SriovCni => sriov::sriov_cni().err().map(Cow::Owned),
+            Feature::KubeNode => node::missing(),
             Feature::Podman => {
                 if !["podman", "runc", "nsenter", "timeout"].iter().all(|t| on_path(t)) {
                     reason(true, "podman, runc, nsenter or timeout is missing (apt-get install podman runc uidmap busybox-static)")
@@ -197,6 +204,7 @@ impl fmt::Display for Feature {
             Feature::Podman => "podman",
             Feature::KubeApiServer => "a kube-apiserver",
             Feature::SriovCni => "sriov-cni",
+            Feature::KubeNode => "a one-node cluster (kubelet, containerd)",
         };
         f.write_str(name)
     }

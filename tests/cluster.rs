@@ -1,0 +1,394 @@
+//! Pods with many networks through a real kubelet (issue 24 item 3): the
+//! one-node cluster of `testkit/node-up` (kubelet, containerd, the reference
+//! plugins for the cluster network), plexus deployed on it by
+//! `testkit/node-deploy --thin` (deploy/ as the base), and pods created with
+//! kubectl. NADs are Multus's own documentation's; the pods use both
+//! annotation formats of the multi-net spec v1.3 (§4.1.1 comma-delimited and
+//! §4.1.2 JSON list) with
+//! `interface`, `ips`, `mac` and `default-route`. The checks read what a
+//! user reads: the network-status annotation (§5) with kubectl, the
+//! interfaces with `kubectl exec`, pings between pods, and the events.
+//!
+//! The cluster starts once per test binary (about 30 s) and is shared; each
+//! test works in a Kubernetes namespace of its own.
+
+use std::collections::BTreeSet;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use plexus_testkit::node::{node, Node};
+use plexus_testkit::Feature;
+use serde_json::Value;
+
+/// The tests take turns: one checks that the node is left as it was, which
+/// another's pods would change meanwhile.
+static ALONE: Mutex<()> = Mutex::new(());
+
+/// How long a pod may take to be Running: measured about 1 s.
+const POD_RUNNING: Duration = Duration::from_secs(60);
+
+/// The node with plexus deployed (thin mode), once per test binary.
+fn cluster() -> &'static Node {
+    static DEPLOYED: OnceLock<()> = OnceLock::new();
+    let node = node();
+    DEPLOYED.get_or_init(|| node.deploy(&["--thin"], env!("CARGO_BIN_EXE_plexus")));
+    node
+}
+
+/// The node for a test whose turn it is, and a namespace of its own named
+/// after `prefix`; `None` (the test reported skipped) without a node.
+fn turn(prefix: &str) -> Option<(MutexGuard<'static, ()>, &'static Node, String)> {
+    if !plexus_testkit::require(&[Feature::KubeNode]) {
+        return None;
+    }
+    let alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let node = cluster();
+    Some((alone, node, node.namespace(prefix)))
+}
+
+/// Multus's quickstart NAD (docs/quickstart.md), its `master` the node's
+/// link: host-local with a default route and a gateway.
+fn quickstart_macvlan(master: &str) -> String {
+    format!(
+        r#"apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: macvlan-conf
+spec:
+  config: '{{
+      "cniVersion": "0.3.0",
+      "type": "macvlan",
+      "master": "{master}",
+      "mode": "bridge",
+      "ipam": {{
+        "type": "host-local",
+        "subnet": "192.168.1.0/24",
+        "rangeStart": "192.168.1.200",
+        "rangeEnd": "192.168.1.216",
+        "routes": [
+          {{ "dst": "0.0.0.0/0" }}
+        ],
+        "gateway": "192.168.1.1"
+      }}
+    }}'
+"#
+    )
+}
+
+/// Multus's docs/how-to-use.md `macvlan-conf-1` (host-local `ranges`) and
+/// examples/macvlan-pod.yml's NAD (static IPAM with the `ips` capability,
+/// tuning with `mac`), renamed `macvlan-static`.
+fn how_to_use_nads(master: &str) -> String {
+    format!(
+        r#"apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: macvlan-conf-1
+spec:
+  config: '{{
+            "cniVersion": "0.3.0",
+            "type": "macvlan",
+            "master": "{master}",
+            "mode": "bridge",
+            "ipam": {{
+                "type": "host-local",
+                "ranges": [
+                    [ {{
+                         "subnet": "10.10.0.0/16",
+                         "rangeStart": "10.10.1.20",
+                         "rangeEnd": "10.10.3.50",
+                         "gateway": "10.10.0.254"
+                    }} ]
+                ]
+            }}
+        }}'
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: macvlan-static
+spec:
+  config: '{{
+      "cniVersion": "0.3.1",
+      "plugins": [
+        {{
+          "type": "macvlan",
+          "capabilities": {{ "ips": true }},
+          "master": "{master}",
+          "mode": "bridge",
+          "ipam": {{
+            "type": "static",
+            "routes": [
+              {{
+                "dst": "0.0.0.0/0",
+                "gw": "10.1.1.1"
+              }}
+            ]
+          }}
+        }}, {{
+          "capabilities": {{ "mac": true }},
+          "type": "tuning"
+        }}
+      ]
+    }}'
+"#
+    )
+}
+
+/// The pod's network-status annotation (spec §5), read with kubectl.
+fn network_status(node: &Node, ns: &str, pod: &str) -> Vec<Value> {
+    let text = node.kubectl(&[
+        "get",
+        "pod",
+        "-n",
+        ns,
+        pod,
+        "-o",
+        r"jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
+    ]);
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{ns}/{pod} network-status {text:?}: {e}"))
+}
+
+/// The network-status entry of network `name` (`ns/name`).
+fn entry<'a>(status: &'a [Value], name: &str) -> &'a Value {
+    status
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {status:#?}"))
+}
+
+/// The entry's first address, without its prefix length.
+fn address(entry: &Value) -> String {
+    entry["ips"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("no ips in {entry}"))
+        .split('/')
+        .next()
+        .expect("an address")
+        .to_string()
+}
+
+fn exec(node: &Node, ns: &str, pod: &str, cmd: &[&str]) -> String {
+    let mut args = vec!["exec", "-n", ns, pod, "--"];
+    args.extend_from_slice(cmd);
+    node.kubectl(&args)
+}
+
+fn events(node: &Node, ns: &str, pod: &str, reason: &str) -> String {
+    node.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        ns,
+        "--field-selector",
+        &format!("involvedObject.name={pod},reason={reason}"),
+        "-o",
+        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+    ])
+}
+
+/// What networks leave on the node: host-local reservations (its
+/// per-network directories stay, as the reference plugin leaves them),
+/// plexus's records, device-info files, pod netns and the cluster bridge's
+/// veths.
+fn node_state(node: &Node) -> BTreeSet<String> {
+    let out = node.exec_ok(&[
+        "sh",
+        "-c",
+        "{ find /var/lib/cni/networks -mindepth 2; \
+           find /var/lib/cni/plexus /var/run/k8s.cni.cncf.io/devinfo /run/netns -mindepth 1; \
+         } 2>/dev/null | grep -v -e '/last_reserved_ip' -e '/lock$' ; \
+         ip -o link show type veth | grep -o 'veth[0-9a-f]*' || true",
+    ]);
+    out.lines().map(str::to_string).collect()
+}
+
+/// Deletes the pods of `ns` (kubelet runs their DELs), waits (60 s at most)
+/// until the node's state is `before` again, failing with what is left, and
+/// deletes `ns`.
+fn delete_pods_leaving_nothing(node: &Node, ns: &str, before: &BTreeSet<String>) {
+    node.kubectl(&[
+        "delete",
+        "pods",
+        "--all",
+        "-n",
+        ns,
+        "--wait=true",
+        "--timeout=90s",
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut after = node_state(node);
+    while after != *before && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        after = node_state(node);
+    }
+    assert_eq!(
+        after.difference(before).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "left on the node after the pods' deletion"
+    );
+    node.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+}
+
+#[test]
+fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
+    let Some((_alone, node, ns)) = turn("cluster") else {
+        return;
+    };
+    let before = node_state(node);
+    node.apply(&ns, &quickstart_macvlan(&node.iface));
+    node.apply(&ns, &how_to_use_nads(&node.iface));
+    let pods = [
+        // The comma-delimited format (§4.1.1), with an interface name.
+        (
+            "text-a",
+            "macvlan-conf-1@macvlan1, macvlan-conf".to_string(),
+        ),
+        // The JSON list format (§4.1.2): interface (§4.1.2.1.5), default-route
+        // (§4.1.2.1.9).
+        (
+            "json-b",
+            r#"[{"name": "macvlan-conf-1", "interface": "macvlan1"},
+                {"name": "macvlan-conf", "default-route": ["192.168.1.1"]}]"#
+                .to_string(),
+        ),
+        // ips (§4.1.2.1.3) and mac (§4.1.2.1.4) through the capabilities.
+        (
+            "json-c",
+            r#"[{"name": "macvlan-static", "ips": ["10.1.1.101/24"], "mac": "c2:b0:57:49:47:f1"}]"#
+                .to_string(),
+        ),
+        (
+            "json-d",
+            r#"[{"name": "macvlan-static", "ips": ["10.1.1.102/24"]}]"#.to_string(),
+        ),
+    ];
+    for (name, networks) in &pods {
+        node.apply(&ns, &node.sleeping_pod(name, networks));
+    }
+    for (name, _) in &pods {
+        node.wait_running(&ns, name, POD_RUNNING);
+    }
+
+    let status = |pod: &str| network_status(node, &ns, pod);
+    let (a, b, c, d) = (
+        status("text-a"),
+        status("json-b"),
+        status("json-c"),
+        status("json-d"),
+    );
+    let nad = |name: &str| format!("{ns}/{name}");
+    // The cluster network is eth0, the only one marked "default" (§5.3.6).
+    for s in [&a, &b, &c, &d] {
+        assert_eq!(s[0]["interface"], "eth0", "{s:#?}");
+        assert_eq!(s[0]["default"], true, "{s:#?}");
+    }
+    assert_eq!(entry(&a, &nad("macvlan-conf-1"))["interface"], "macvlan1");
+    assert_eq!(entry(&a, &nad("macvlan-conf"))["interface"], "net2");
+    let routed_b = entry(&b, &nad("macvlan-conf"));
+    assert_eq!(routed_b["default"], false, "{b:#?}");
+    assert_eq!(routed_b["default-route"][0], "192.168.1.1", "{b:#?}");
+    let static_c = entry(&c, &nad("macvlan-static"));
+    assert_eq!(static_c["ips"][0], "10.1.1.101", "{c:#?}");
+    assert_eq!(static_c["mac"], "c2:b0:57:49:47:f1", "{c:#?}");
+
+    // The interfaces, as the pod sees them.
+    let links = exec(node, &ns, "text-a", &["ip", "-o", "link"]);
+    for ifname in ["eth0", "macvlan1", "net2"] {
+        assert!(
+            links.contains(&format!(": {ifname}@")),
+            "{ifname} in {links}"
+        );
+    }
+    let link_c = exec(node, &ns, "json-c", &["ip", "link", "show", "net1"]);
+    assert!(link_c.contains("c2:b0:57:49:47:f1"), "{link_c}");
+    let routes_b = exec(node, &ns, "json-b", &["ip", "route"]);
+    let default_b = entry(&b, &nad("macvlan-conf"))["interface"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        routes_b.contains(&format!("default via 192.168.1.1 dev {default_b}")),
+        "{routes_b}"
+    );
+
+    // Two pods on each secondary network reach each other.
+    for (from, to, network) in [
+        ("text-a", &b, "macvlan-conf-1"),
+        ("text-a", &b, "macvlan-conf"),
+        ("json-c", &d, "macvlan-static"),
+    ] {
+        let target = address(entry(to, &nad(network)));
+        exec(node, &ns, from, &["ping", "-c", "1", "-W", "5", &target]);
+    }
+
+    // An AddedInterface event per attachment, as Multus posts them.
+    let added = events(node, &ns, "text-a", "AddedInterface");
+    for ifname in ["eth0", "macvlan1", "net2"] {
+        assert!(
+            added.contains(&format!("Add {ifname} ")),
+            "{ifname} in {added}"
+        );
+    }
+
+    // kubelet deletes them: one DEL with the netns, then several without,
+    // some at once (shared/notes/kubelet.md). Nothing may remain.
+    delete_pods_leaving_nothing(node, &ns, &before);
+}
+
+#[test]
+fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
+    let Some((_alone, node, ns)) = turn("missing") else {
+        return;
+    };
+    node.apply(&ns, &node.sleeping_pod("orphan", "no-such-nad"));
+    node.wait_for(
+        "a FailedCreatePodSandBox event naming no-such-nad",
+        Duration::from_secs(90),
+        || events(node, &ns, "orphan", "FailedCreatePodSandBox").contains("no-such-nad"),
+    );
+    assert!(node.ready(), "the node stays Ready");
+    node.kubectl(&["delete", "namespace", &ns, "--wait=true", "--timeout=90s"]);
+}
+
+#[test]
+fn kubelet_and_containerd_restarts_keep_pods_attached_and_leave_nothing() {
+    let Some((_alone, node, ns)) = turn("restart") else {
+        return;
+    };
+    let before = node_state(node);
+    node.apply(&ns, &how_to_use_nads(&node.iface));
+    for name in ["first", "second"] {
+        node.apply(&ns, &node.sleeping_pod(name, "macvlan-conf-1"));
+        node.wait_running(&ns, name, POD_RUNNING);
+    }
+    let nad = format!("{ns}/macvlan-conf-1");
+    let second = address(entry(&network_status(node, &ns, "second"), &nad));
+    // kubelet's restart makes no CNI call for running pods; containerd's
+    // leaves the shims, and so the pods, running (shared/notes/kubelet.md).
+    for component in ["kubelet", "containerd"] {
+        node.restart(component);
+        for name in ["first", "second"] {
+            node.wait_running(&ns, name, POD_RUNNING);
+        }
+        // kubelet's CRI connection comes back with a backoff after a
+        // containerd restart: `kubectl exec` may fail until it has.
+        node.wait_for(
+            &format!("first pings second after the {component} restart"),
+            Duration::from_secs(60),
+            || {
+                let ping = [
+                    "exec", "-n", &ns, "first", "--", "ping", "-c", "1", "-W", "5", &second,
+                ];
+                node.kubectl_output(&ping, None).status.success()
+            },
+        );
+        // The next pod is attached as before.
+        let next = format!("after-{component}");
+        node.apply(&ns, &node.sleeping_pod(&next, "macvlan-conf-1"));
+        node.wait_running(&ns, &next, POD_RUNNING);
+        entry(&network_status(node, &ns, &next), &nad);
+    }
+    delete_pods_leaving_nothing(node, &ns, &before);
+}
