@@ -31,7 +31,7 @@ const POD_RUNNING: Duration = Duration::from_secs(60);
 fn cluster() -> &'static Node {
     static DEPLOYED: OnceLock<()> = OnceLock::new();
     let node = node();
-    DEPLOYED.get_or_init(|| node.deploy(&["--thin"], env!("CARGO_BIN_EXE_plexus")));
+    DEPLOYED.get_or_init(|| node.deploy(&["--thin"]));
     node
 }
 

@@ -26,7 +26,7 @@ static DEPLOYMENT: Mutex<()> = Mutex::new(());
 fn deploy_attach_and_remove(mode: &[&str]) {
     let _turn = DEPLOYMENT.lock().unwrap_or_else(|e| e.into_inner());
     let node = node();
-    node.deploy(mode, env!("CARGO_BIN_EXE_plexus"));
+    node.deploy(mode);
 
     // The installer wrapped the cluster network's conf (the node-up's
     // bridge + host-local conflist).
@@ -73,10 +73,7 @@ spec:
     assert!(node.ready(), "the node stays Ready");
 
     // `kubectl delete -k`: the installer's --cleanup removes the conflist.
-    node.deploy(
-        &[mode, &["--delete"]].concat(),
-        env!("CARGO_BIN_EXE_plexus"),
-    );
+    node.deploy(&[mode, &["--delete"]].concat());
     node.wait_for(
         "00-plexus.conflist removed",
         Duration::from_secs(30),
@@ -97,7 +94,6 @@ fn thin_mode_deploys_wraps_the_cluster_network_attaches_pods_and_uninstalls() {
 /// calls with the netns paths containerd gives and the node's dynamically
 /// linked delegates.
 #[test]
-#[ignore = "needs h/thick: the daemon container cannot open containerd's /var/run/netns/cni-… paths yet"]
 fn thick_mode_as_deployed_serves_the_pods() {
     if !plexus_testkit::require(&[Feature::KubeNode]) {
         return;

@@ -173,13 +173,16 @@ impl Node {
     }
 
     /// `testkit/node-deploy ARGS --binary plexus DIR`: plexus's image built
-    /// around `plexus` (a test binary's `CARGO_BIN_EXE_plexus`) and deployed
-    /// from deploy/ (`--thin`: as its overlay; `--delete`: removed). Panics
-    /// with its error and the DaemonSet's pods described.
-    pub fn deploy(&self, args: &[&str], plexus: &str) {
+    /// around the release artifact (`cargo dist`, [`crate::dist`]: the
+    /// `FROM scratch` image needs the static binary) and deployed from
+    /// deploy/ (`--thin`: as its overlay; `--delete`: removed). Panics with
+    /// its error and the DaemonSet's pods described.
+    pub fn deploy(&self, args: &[&str]) {
+        let plexus = crate::dist::build().unwrap_or_else(|e| panic!("{e}"));
         let out = Command::new(repo().join("testkit/node-deploy"))
             .args(args)
-            .args(["--binary", plexus])
+            .arg("--binary")
+            .arg(&plexus)
             .arg(&self.dir)
             .output()
             .expect("node-deploy runs");
