@@ -25,6 +25,7 @@ use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::cni::names;
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request};
+use crate::cni::casefold::fold_eq;
 use crate::cni::CniVersion;
 
 /// How long a plugin may run before it is killed: generous, since `dhcp` and
@@ -257,7 +258,7 @@ fn error_result(stdout: &[u8]) -> Option<(u32, String, String)> {
     // Go plugins' keys, matched as Go decodes them.
     let get = |key: &str| {
         obj.iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .find(|(k, _)| fold_eq(k, key))
             .map(|(_, v)| v)
     };
     let code = u32::try_from(get("code")?.as_u64()?).ok()?;
