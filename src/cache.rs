@@ -235,7 +235,10 @@ impl From<&Record> for WireRecord {
             pending_del: a.pending_del.clone(),
             plan: a.attachment.clone(),
             // Infallible for the newest version: it has no legacy limits.
-            result: a.result.as_ref().and_then(|r| r.to_value(RESULT_VERSION).ok()),
+            result: a
+                .result
+                .as_ref()
+                .and_then(|r| r.to_value(RESULT_VERSION).ok()),
             device_info: a.device_info.as_ref().map(DeviceInfo::to_value),
         });
         WireRecord {
@@ -651,7 +654,13 @@ mod tests {
         let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
         assert_eq!(
             keys(&v),
-            ["plexusCache", "containerID", "ifname", "netns", "attachments"]
+            [
+                "plexusCache",
+                "containerID",
+                "ifname",
+                "netns",
+                "attachments"
+            ]
         );
         assert_eq!(
             keys(&v["attachments"][0]),

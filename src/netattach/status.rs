@@ -367,9 +367,9 @@ pub fn validate_entries(entries: &[NetworkStatus]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
     use crate::cni::result::{Dns, Interface, Route};
     use crate::cni::version::CniVersion;
+    use serde_json::json;
 
     // multi-net-spec §5.4 "With a single gateway", as printed (the page
     // break in the middle of the first entry removed).

@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::cni::casefold::fold_eq;
 use crate::cni::env::{CNI_ARGS, CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS, CNI_PATH};
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::cni::names;
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request};
-use crate::cni::casefold::fold_eq;
 use crate::cni::CniVersion;
 
 /// How long a plugin may run before it is killed: generous, since `dhcp` and
@@ -256,11 +256,7 @@ fn error_result(stdout: &[u8]) -> Option<(u32, String, String)> {
     let v: Value = serde_json::from_slice(stdout).ok()?;
     let obj = v.as_object()?;
     // Go plugins' keys, matched as Go decodes them.
-    let get = |key: &str| {
-        obj.iter()
-            .find(|(k, _)| fold_eq(k, key))
-            .map(|(_, v)| v)
-    };
+    let get = |key: &str| obj.iter().find(|(k, _)| fold_eq(k, key)).map(|(_, v)| v);
     let code = u32::try_from(get("code")?.as_u64()?).ok()?;
     let text = |key: &str| {
         get(key)
