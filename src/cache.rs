@@ -37,9 +37,10 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use crate::cni::casefold;
 use crate::cni::error::CniError;
 use crate::cni::names;
 use crate::cni::result::CniResult;
@@ -66,7 +67,8 @@ const MAX_RECORD: u64 = 64 << 20;
 const RESULT_VERSION: CniVersion = CniVersion::LATEST;
 
 /// Where an attachment's ADD got to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum State {
     /// Not attempted (multi-net-spec §7.2: never attempted after a failure).
     Pending,
@@ -77,23 +79,6 @@ pub enum State {
     Added,
     /// An ADD failed; `result` is the last good result of the chain.
     Failed,
-}
-
-impl State {
-    fn as_str(self) -> &'static str {
-        match self {
-            State::Pending => "pending",
-            State::Adding => "adding",
-            State::Added => "added",
-            State::Failed => "failed",
-        }
-    }
-
-    fn parse(s: &str) -> Option<State> {
-        [State::Pending, State::Adding, State::Added, State::Failed]
-            .into_iter()
-            .find(|st| st.as_str() == s)
-    }
 }
 
 /// One planned attachment and what happened to it.
@@ -174,41 +159,25 @@ impl Record {
         self.attachments.iter().any(CachedAttachment::owes_del)
     }
 
+    /// The record as written to its file.
     pub fn to_value(&self) -> Value {
-        let attachments: Vec<Value> = self
-            .attachments
-            .iter()
-            .map(|a| {
-                let mut m = Map::new();
-                m.insert("state".into(), a.state.as_str().into());
-                m.insert("pendingDel".into(), json!(a.pending_del));
-                m.insert("plan".into(), a.attachment.to_value());
-                if let Some(r) = &a.result {
-                    // Infallible for the newest version: it has no legacy limits.
-                    if let Ok(v) = r.to_value(RESULT_VERSION) {
-                        m.insert("result".into(), v);
-                    }
-                }
-                if let Some(d) = &a.device_info {
-                    m.insert("deviceInfo".into(), d.to_value());
-                }
-                Value::Object(m)
-            })
-            .collect();
-        let mut m = Map::new();
-        m.insert("plexusCache".into(), FORMAT.into());
-        m.insert("containerID".into(), self.container_id.clone().into());
-        m.insert("ifname".into(), self.ifname.clone().into());
-        if let Some(ns) = &self.netns {
-            m.insert("netns".into(), ns.clone().into());
+        serde_json::to_value(WireRecord::from(self)).expect("a record serializes")
+    }
+
+    /// The record a file holds: its last complete line (see the module
+    /// docs); the error says what is wrong.
+    pub fn from_file(bytes: &[u8]) -> Result<Record, String> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err("the file is empty (truncated?)".into());
         }
-        m.insert("attachments".into(), attachments.into());
-        Value::Object(m)
+        let value =
+            last_document(bytes).map_err(|e| format!("not valid JSON (truncated?): {e}"))?;
+        Record::from_value(&value)
     }
 
     /// Parse and check a record; the error says what is wrong.
     pub fn from_value(v: &Value) -> Result<Record, String> {
-        let wire: WireRecord = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
+        let wire: WireRecord = casefold::from_value_at(v).map_err(|e| e.to_string())?;
         if wire.plexus_cache != FORMAT {
             return Err(format!(
                 "plexusCache: format {} is not the format {FORMAT} this plexus reads",
@@ -232,31 +201,58 @@ impl Record {
     }
 }
 
-#[derive(Deserialize)]
+/// A record on disk: one serde type, read and written.
+#[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireRecord {
     plexus_cache: u64,
     #[serde(rename = "containerID")]
     container_id: String,
     ifname: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     netns: Option<String>,
     attachments: Vec<WireCached>,
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireCached {
-    state: String,
+    state: State,
     pending_del: Vec<usize>,
     plan: Attachment,
+    /// In [`RESULT_VERSION`]'s format, and device-info in the spec's
+    /// (each checked by its own parser).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     device_info: Option<Value>,
+}
+
+impl From<&Record> for WireRecord {
+    fn from(record: &Record) -> WireRecord {
+        let attachments = record.attachments.iter().map(|a| WireCached {
+            state: a.state,
+            pending_del: a.pending_del.clone(),
+            plan: a.attachment.clone(),
+            // Infallible for the newest version: it has no legacy limits.
+            result: a
+                .result
+                .as_ref()
+                .and_then(|r| r.to_value(RESULT_VERSION).ok()),
+            device_info: a.device_info.as_ref().map(DeviceInfo::to_value),
+        });
+        WireRecord {
+            plexus_cache: FORMAT,
+            container_id: record.container_id.clone(),
+            ifname: record.ifname.clone(),
+            netns: record.netns.clone(),
+            attachments: attachments.collect(),
+        }
+    }
 }
 
 impl WireCached {
     fn into_cached(self) -> Result<CachedAttachment, String> {
-        let state = State::parse(&self.state)
-            .ok_or_else(|| format!("state: unknown state {:?}", self.state))?;
         let p = self.plan;
         names::check_ifname(&p.ifname).map_err(|r| format!("plan.ifname: {r}"))?;
         if p.plugins.is_empty() {
@@ -289,7 +285,7 @@ impl WireCached {
             .map_err(|e| format!("deviceInfo: {}", e.details))?;
         Ok(CachedAttachment {
             attachment: p,
-            state,
+            state: self.state,
             result,
             pending_del,
             device_info,
@@ -361,14 +357,7 @@ impl Cache {
             path: path.clone(),
             reason,
         };
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(corrupt("the file is empty (truncated?)".into()));
-        }
-        let value = match last_document(&bytes) {
-            Ok(v) => v,
-            Err(e) => return Ok(corrupt(format!("not valid JSON (truncated?): {e}"))),
-        };
-        let record = match Record::from_value(&value) {
+        let record = match Record::from_file(&bytes) {
             Ok(r) => r,
             Err(reason) => return Ok(corrupt(reason)),
         };
@@ -511,7 +500,7 @@ impl Cache {
 /// The file name of `record` and its line: compact JSON and a newline.
 fn record_line(record: &Record) -> Result<(String, Vec<u8>), CniError> {
     let name = file_name(&record.container_id, &record.ifname)?;
-    let mut line = serde_json::to_vec(&record.to_value())
+    let mut line = serde_json::to_vec(&WireRecord::from(record))
         .map_err(|e| CniError::io(format!("cache {name}"), e))?;
     line.push(b'\n');
     Ok((name, line))
@@ -567,6 +556,8 @@ pub(crate) fn remove_file(path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
+
+    use serde_json::json;
 
     use super::*;
 
@@ -653,6 +644,31 @@ mod tests {
         cache.remove("ctr-1", "eth0").unwrap();
         cache.remove("ctr-1", "eth0").unwrap();
         assert_eq!(cache.load("ctr-1", "eth0").unwrap(), Lookup::Missing);
+    }
+
+    #[test]
+    fn the_file_keeps_its_key_order_and_reads_back_byte_for_byte() {
+        let r = record();
+        let (_, line) = record_line(&r).unwrap();
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(
+            keys(&v),
+            [
+                "plexusCache",
+                "containerID",
+                "ifname",
+                "netns",
+                "attachments"
+            ]
+        );
+        assert_eq!(
+            keys(&v["attachments"][0]),
+            ["state", "pendingDel", "plan", "result"]
+        );
+        let back = Record::from_file(&line).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(record_line(&back).unwrap().1, line);
     }
 
     #[test]

@@ -355,7 +355,8 @@ impl Attachment {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// The plan output (README "Plan output"): this type's serde form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub attachments: Vec<Attachment>,
     pub warnings: Vec<String>,
@@ -363,10 +364,7 @@ pub struct Plan {
 
 impl Plan {
     pub fn to_value(&self) -> Value {
-        json!({
-            "attachments": self.attachments.iter().map(Attachment::to_value).collect::<Vec<_>>(),
-            "warnings": self.warnings,
-        })
+        serde_json::to_value(self).expect("a plan serializes")
     }
 }
 

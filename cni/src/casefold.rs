@@ -98,13 +98,36 @@ impl fmt::Display for PathError {
 
 impl std::error::Error for PathError {}
 
-/// Whether `a` and `b` are equal under Unicode lower-case folding, which is
-/// close to Go's `foldName` (ASCII, and simple folds of other letters).
-pub fn fold_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.eq_ignore_ascii_case(b)
-        || a.chars()
-            .flat_map(char::to_lowercase)
-            .eq(b.chars().flat_map(char::to_lowercase))
+/// Does JSON object key `key` select the struct field `field` the way Go's
+/// encoding/json does when no key matches exactly? This is the one place
+/// plexus folds keys. Go compares with Unicode simple case folding
+/// (`bytes.EqualFold`); onto the ASCII letters of field names that folds
+/// ASCII case plus the two non-ASCII letters whose fold orbit holds an ASCII
+/// one: U+017F (ſ, with s) and U+212A (the Kelvin sign, with k). Any other
+/// character must be the same in both.
+pub fn fold_eq(key: &str, field: &str) -> bool {
+    let mut field = field.chars();
+    key.chars().all(|k| {
+        let Some(f) = field.next() else {
+            return false;
+        };
+        let k = match k {
+            '\u{017F}' => 's',
+            '\u{212A}' => 'k',
+            k => k,
+        };
+        k == f || k.is_ascii() && k.eq_ignore_ascii_case(&f)
+    }) && field.next().is_none()
+}
+
+/// The index of the field of `fields` that `key` selects as Go's
+/// encoding/json decides: the field of exactly that name, else the first
+/// that `key` [`fold_eq`]s onto.
+pub fn select<S: AsRef<str>>(key: &str, fields: &[S]) -> Option<usize> {
+    fields
+        .iter()
+        .position(|f| f.as_ref() == key)
+        .or_else(|| fields.iter().position(|f| fold_eq(key, f.as_ref())))
 }
 
 /// Where a value sits in the input, as a chain of borrowed links.
@@ -242,12 +265,7 @@ fn folded_entries<'de>(
 ) -> Vec<Entry<'de>> {
     let mut out: Vec<Entry<'de>> = Vec::with_capacity(map.len());
     for (written, value) in map {
-        let key: &'de str = fields
-            .iter()
-            .find(|f| **f == written.as_str())
-            .or_else(|| fields.iter().find(|f| fold_eq(f, written)))
-            .copied()
-            .unwrap_or(written.as_str());
+        let key: &'de str = select(written, fields).map_or(written.as_str(), |i| fields[i]);
         match out.iter_mut().find(|e| e.key == key) {
             Some(existing) => {
                 existing.written = written;
@@ -804,9 +822,28 @@ mod tests {
     }
 
     #[test]
-    fn fold_eq_is_unicode_aware() {
-        assert!(fold_eq("portMappings", "PORTMAPPINGS"));
-        assert!(fold_eq("straße", "STRAßE"));
+    fn keys_fold_as_go_folds_them_onto_field_names() {
+        assert!(fold_eq("portMappings", "portMappings"));
+        assert!(fold_eq("PORTMAPPINGS", "portMappings"));
+        assert!(fold_eq("ip\u{017F}", "ips"));
+        assert!(fold_eq("\u{212A}ind", "kind"));
+        assert!(fold_eq("STRAßE", "straße"));
+        assert!(!fold_eq("ipss", "ips"));
+        assert!(!fold_eq("ip", "ips"));
         assert!(!fold_eq("mac", "macs"));
+        assert!(!fold_eq("cni_args", "cni-args"));
+        assert!(!fold_eq("ïps", "ips"));
+        // Dotless and dotted i fold onto i only under Turkic rules, which Go
+        // does not apply; neither does the Kelvin sign match a field that
+        // spells it (the key folds to k).
+        assert!(!fold_eq("\u{0131}ps", "ips"));
+        assert!(!fold_eq("\u{0130}PS", "ips"));
+    }
+
+    #[test]
+    fn an_exact_field_wins_over_an_earlier_folded_one() {
+        assert_eq!(select("Mac", &["mac", "Mac"]), Some(1));
+        assert_eq!(select("MAC", &["mac", "Mac"]), Some(0));
+        assert_eq!(select("macs", &["mac"]), None);
     }
 }

@@ -1,33 +1,13 @@
 //! Small helpers shared by the decoders of JSON that Go programs write
 //! (multi-net annotations and objects, device-info files): Go-style key
-//! matching, value descriptions for error messages, and the
+//! matching ([`crate::casefold::select`]), value descriptions for error messages, and the
 //! address syntaxes the multi-net spec names (IP with prefix, MAC, GUID).
 
 use std::net::IpAddr;
 
 use serde_json::{Map, Value};
 
-/// Does JSON object key `key` select the struct field `field` the way Go's
-/// encoding/json does when no key matches exactly? Go compares with
-/// `bytes.EqualFold` (Unicode simple folding); for the ASCII field names used
-/// here that is ASCII case-insensitivity plus the two non-ASCII characters
-/// that fold onto ASCII letters: U+017F (ſ → s) and U+212A (Kelvin sign → k).
-pub fn go_fold_eq(key: &str, field: &str) -> bool {
-    let mut f = field.bytes();
-    for c in key.chars() {
-        let folded = match c {
-            '\u{017F}' => b's',
-            '\u{212A}' => b'k',
-            c if c.is_ascii() => (c as u8).to_ascii_lowercase(),
-            _ => return false,
-        };
-        match f.next() {
-            Some(b) if b.to_ascii_lowercase() == folded => {}
-            _ => return false,
-        }
-    }
-    f.next().is_none()
-}
+use crate::casefold::select;
 
 /// The fields of `obj` sorted into the known ones and the rest, the way Go
 /// decodes an object into a struct: a key selects the field it names exactly,
@@ -47,10 +27,7 @@ pub fn fold_object<'a>(obj: &'a Map<String, Value>, known: &[&str]) -> Folded<'a
         unknown: Vec::new(),
     };
     for (key, value) in obj {
-        let idx = known
-            .iter()
-            .position(|f| f == key)
-            .or_else(|| known.iter().position(|f| go_fold_eq(key, f)));
+        let idx = select(key, known);
         match idx {
             Some(_) if value.is_null() => {}
             Some(i) => out.known[i] = Some((key.as_str(), value)),
@@ -138,18 +115,6 @@ pub fn is_hex_octets(s: &str, count: usize, seps: &[char]) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn go_folding_matches_ascii_case_and_the_two_special_letters() {
-        assert!(go_fold_eq("portMappings", "portMappings"));
-        assert!(go_fold_eq("PORTMAPPINGS", "portMappings"));
-        assert!(go_fold_eq("ip\u{017F}", "ips"));
-        assert!(go_fold_eq("\u{212A}ind", "kind"));
-        assert!(!go_fold_eq("ipss", "ips"));
-        assert!(!go_fold_eq("ip", "ips"));
-        assert!(!go_fold_eq("cni_args", "cni-args"));
-        assert!(!go_fold_eq("ïps", "ips"));
-    }
 
     #[test]
     fn fold_object_prefers_exact_and_last_wins() {

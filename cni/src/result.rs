@@ -19,8 +19,8 @@
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
-use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::casefold;
 use super::config::describe;
@@ -114,67 +114,115 @@ fn bad(path: impl AsRef<str>, reason: impl AsRef<str>) -> CniError {
     CniError::decode(path, reason)
 }
 
-#[derive(Deserialize)]
+// One wire type per shape, read and written: parsing takes any of its
+// fields (absent or null is `None`), printing fills in what the target
+// version has and leaves the rest `None`, which is omitted (Go's
+// `omitempty`). Fields are in libcni's order, which printing keeps.
+
+/// A printed result: `cniVersion` first, then the version's shape.
+#[derive(Serialize)]
+struct Printed<T> {
+    #[serde(rename = "cniVersion")]
+    cni_version: &'static str,
+    #[serde(flatten)]
+    result: T,
+}
+
+#[derive(Serialize, Deserialize)]
 struct WireModern {
+    #[serde(skip_serializing_if = "Option::is_none")]
     interfaces: Option<Vec<WireInterface>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     ips: Option<Vec<WireIp>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     routes: Option<Vec<RouteJson>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     dns: Option<WireDns>,
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct WireLegacy {
+    #[serde(skip_serializing_if = "Option::is_none")]
     ip4: Option<WireLegacyIp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     ip6: Option<WireLegacyIp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     dns: Option<WireDns>,
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct WireInterface {
+    #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     mac: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     mtu: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     sandbox: Option<String>,
-    #[serde(rename = "socketPath")]
+    #[serde(rename = "socketPath", skip_serializing_if = "Option::is_none")]
     socket_path: Option<String>,
-    #[serde(rename = "pciID")]
+    #[serde(rename = "pciID", skip_serializing_if = "Option::is_none")]
     pci_id: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct WireIp {
+    #[serde(skip_serializing_if = "Option::is_none")]
     version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     interface: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     gateway: Option<String>,
 }
 
 /// A `routes[]` entry as written (cni-SPEC §5), shared with IPAM configs,
 /// whose `routes` have the same shape.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RouteJson {
+    #[serde(skip_serializing_if = "Option::is_none")]
     dst: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     gw: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     mtu: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     advmss: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     priority: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     table: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     scope: Option<u32>,
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct WireDns {
+    #[serde(skip_serializing_if = "Option::is_none")]
     nameservers: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     domain: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     search: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     options: Option<Vec<String>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct WireLegacyIp {
+    #[serde(skip_serializing_if = "Option::is_none")]
     ip: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     gateway: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     routes: Option<Vec<RouteJson>>,
+}
+
+/// `Some(list)` unless it is empty (Go's `omitempty` on a slice).
+fn non_empty_list<T>(list: Vec<T>) -> Option<Vec<T>> {
+    Some(list).filter(|l| !l.is_empty())
 }
 
 /// Go's `omitempty` makes "" and absent the same.
@@ -402,67 +450,49 @@ impl CniResult {
     ///   the 1.1.0-only fields are dropped; 1.0.0 likewise, without `version`.
     /// - `cniVersion` is always written; empty lists and an empty `dns` are not.
     pub fn to_value(&self, version: CniVersion) -> Result<Value, CniError> {
-        let mut out = Map::new();
-        out.insert("cniVersion".into(), version.as_str().into());
-        if version.has_legacy_result() {
-            self.write_legacy(&mut out, version)?;
+        let cni_version = version.as_str();
+        let printed = if version.has_legacy_result() {
+            let result = self.to_legacy(version)?;
+            serde_json::to_value(Printed {
+                cni_version,
+                result,
+            })
         } else {
-            self.write_modern(&mut out, version);
-        }
-        let dns = self.dns.to_value();
-        if dns.as_object().is_some_and(|m| !m.is_empty()) {
-            out.insert("dns".into(), dns);
-        }
-        Ok(Value::Object(out))
+            let result = self.to_modern(version);
+            serde_json::to_value(Printed {
+                cni_version,
+                result,
+            })
+        };
+        // Plain structs of strings and numbers always serialize.
+        Ok(printed.expect("a result serializes"))
     }
 
-    fn write_modern(&self, out: &mut Map<String, Value>, version: CniVersion) {
+    fn to_modern(&self, version: CniVersion) -> WireModern {
         let v1_1 = version >= CniVersion::V1_1_0;
-        if !self.interfaces.is_empty() {
-            let list = self.interfaces.iter().map(|i| {
-                let mut m = Map::new();
-                m.insert("name".into(), i.name.clone().into());
-                put_str(&mut m, "mac", &i.mac);
-                if v1_1 {
-                    put_u32(&mut m, "mtu", non_zero(i.mtu));
-                }
-                put_str(&mut m, "sandbox", &i.sandbox);
-                if v1_1 {
-                    put_str(&mut m, "socketPath", &i.socket_path);
-                    put_str(&mut m, "pciID", &i.pci_id);
-                }
-                Value::Object(m)
-            });
-            out.insert("interfaces".into(), list.collect());
-        }
-        if !self.ips.is_empty() {
-            let list = self.ips.iter().map(|ip| {
-                let mut m = Map::new();
-                if version < CniVersion::V1_0_0 {
-                    m.insert("version".into(), family(ip.address.ip()).into());
-                }
-                if let Some(i) = ip.interface {
-                    m.insert("interface".into(), i.into());
-                }
-                m.insert("address".into(), ip.address.to_string().into());
-                if let Some(gw) = ip.gateway {
-                    m.insert("gateway".into(), gw.to_string().into());
-                }
-                Value::Object(m)
-            });
-            out.insert("ips".into(), list.collect());
-        }
-        if !self.routes.is_empty() {
-            let list = self.routes.iter().map(|r| r.to_value(v1_1));
-            out.insert("routes".into(), list.collect());
+        let interfaces = self.interfaces.iter().map(|i| WireInterface {
+            name: Some(i.name.clone()),
+            mac: non_empty(i.mac.clone()),
+            mtu: non_zero(i.mtu).filter(|_| v1_1),
+            sandbox: non_empty(i.sandbox.clone()),
+            socket_path: non_empty(i.socket_path.clone()).filter(|_| v1_1),
+            pci_id: non_empty(i.pci_id.clone()).filter(|_| v1_1),
+        });
+        let ips = self.ips.iter().map(|ip| WireIp {
+            version: (version < CniVersion::V1_0_0).then(|| family(ip.address.ip()).into()),
+            interface: ip.interface,
+            address: Some(ip.address.to_string()),
+            gateway: ip.gateway.map(|gw| gw.to_string()),
+        });
+        WireModern {
+            interfaces: non_empty_list(interfaces.collect()),
+            ips: non_empty_list(ips.collect()),
+            routes: non_empty_list(self.routes.iter().map(|r| r.to_json(v1_1)).collect()),
+            dns: self.dns.to_wire(),
         }
     }
 
-    fn write_legacy(
-        &self,
-        out: &mut Map<String, Value>,
-        version: CniVersion,
-    ) -> Result<(), CniError> {
+    fn to_legacy(&self, version: CniVersion) -> Result<WireLegacy, CniError> {
         let first = |v4: bool| self.ips.iter().find(|ip| ip.address.is_ipv4() == v4);
         let (ip4, ip6) = (first(true), first(false));
         if ip4.is_none() && ip6.is_none() {
@@ -474,37 +504,22 @@ impl CniResult {
                 ),
             ));
         }
-        for (key, ip) in [("ip4", ip4), ("ip6", ip6)] {
-            let Some(ip) = ip else { continue };
-            let mut m = Map::new();
-            m.insert("ip".into(), ip.address.to_string().into());
-            if let Some(gw) = ip.gateway {
-                m.insert("gateway".into(), gw.to_string().into());
-            }
-            let routes: Vec<Value> = self
-                .routes
-                .iter()
-                .filter(|r| r.dst.is_ipv4() == ip.address.is_ipv4())
-                .map(|r| r.to_value(false))
-                .collect();
-            if !routes.is_empty() {
-                m.insert("routes".into(), routes.into());
-            }
-            out.insert(key.into(), Value::Object(m));
-        }
-        Ok(())
-    }
-}
-
-fn put_str(m: &mut Map<String, Value>, key: &str, v: &Option<String>) {
-    if let Some(s) = v.as_deref().filter(|s| !s.is_empty()) {
-        m.insert(key.into(), s.into());
-    }
-}
-
-fn put_u32(m: &mut Map<String, Value>, key: &str, v: Option<u32>) {
-    if let Some(n) = v {
-        m.insert(key.into(), n.into());
+        let legacy = |ip: &IpConfig| WireLegacyIp {
+            ip: Some(ip.address.to_string()),
+            gateway: ip.gateway.map(|gw| gw.to_string()),
+            routes: non_empty_list(
+                self.routes
+                    .iter()
+                    .filter(|r| r.dst.is_ipv4() == ip.address.is_ipv4())
+                    .map(|r| r.to_json(false))
+                    .collect(),
+            ),
+        };
+        Ok(WireLegacy {
+            ip4: ip4.map(legacy),
+            ip6: ip6.map(legacy),
+            dns: self.dns.to_wire(),
+        })
     }
 }
 
@@ -512,36 +527,34 @@ impl Route {
     /// `{dst, gw}`, plus the 1.1.0 fields when `v1_1`. `mtu`, `advmss` and
     /// `priority` are omitted when 0 (Go `int,omitempty`); `table` and `scope`
     /// are written whenever set (Go `*int`).
-    fn to_value(&self, v1_1: bool) -> Value {
-        let mut m = Map::new();
-        m.insert("dst".into(), self.dst.to_string().into());
-        if let Some(gw) = self.gw {
-            m.insert("gw".into(), gw.to_string().into());
+    fn to_json(&self, v1_1: bool) -> RouteJson {
+        let v1_1_only = |n: Option<u32>| n.filter(|_| v1_1);
+        RouteJson {
+            dst: Some(self.dst.to_string()),
+            gw: self.gw.map(|gw| gw.to_string()),
+            mtu: v1_1_only(non_zero(self.mtu)),
+            advmss: v1_1_only(non_zero(self.advmss)),
+            priority: v1_1_only(non_zero(self.priority)),
+            table: v1_1_only(self.table),
+            scope: v1_1_only(self.scope),
         }
-        if v1_1 {
-            put_u32(&mut m, "mtu", non_zero(self.mtu));
-            put_u32(&mut m, "advmss", non_zero(self.advmss));
-            put_u32(&mut m, "priority", non_zero(self.priority));
-            put_u32(&mut m, "table", self.table);
-            put_u32(&mut m, "scope", self.scope);
-        }
-        Value::Object(m)
     }
 }
 
 impl Dns {
-    fn to_value(&self) -> Value {
-        let list = |m: &mut Map<String, Value>, key: &str, v: &[String]| {
-            if !v.is_empty() {
-                m.insert(key.into(), v.to_vec().into());
-            }
+    /// `None` when empty: an empty `dns` is not printed.
+    fn to_wire(&self) -> Option<WireDns> {
+        let dns = WireDns {
+            nameservers: non_empty_list(self.nameservers.clone()),
+            domain: non_empty(self.domain.clone()),
+            search: non_empty_list(self.search.clone()),
+            options: non_empty_list(self.options.clone()),
         };
-        let mut m = Map::new();
-        list(&mut m, "nameservers", &self.nameservers);
-        put_str(&mut m, "domain", &self.domain);
-        list(&mut m, "search", &self.search);
-        list(&mut m, "options", &self.options);
-        Value::Object(m)
+        let empty = dns.nameservers.is_none()
+            && dns.domain.is_none()
+            && dns.search.is_none()
+            && dns.options.is_none();
+        (!empty).then_some(dns)
     }
 }
 

@@ -305,15 +305,8 @@ impl Request {
 fn canonical_runtime_config(rc: &Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::new();
     for (key, value) in rc {
-        let canonical = WELL_KNOWN_CAPABILITIES
-            .iter()
-            .find(|c| **c == key.as_str())
-            .or_else(|| {
-                WELL_KNOWN_CAPABILITIES
-                    .iter()
-                    .find(|c| casefold::fold_eq(c, key))
-            })
-            .map_or_else(|| key.clone(), |c| c.to_string());
+        let canonical = casefold::select(key, &WELL_KNOWN_CAPABILITIES)
+            .map_or_else(|| key.clone(), |i| WELL_KNOWN_CAPABILITIES[i].to_string());
         out.insert(canonical, value.clone());
     }
     out

@@ -21,6 +21,8 @@ mod store;
 
 pub use host_local::HostLocal;
 pub use static_ipam::Static;
+/// The parsers of host-local's files on disk, for the fuzz targets.
+pub use store::{parse_last_reserved, Owner};
 
 use plexus_cni::skel::Plugin;
 

@@ -51,7 +51,7 @@ const MAX_FILE: u64 = 4096;
 
 /// Who holds an address, as its file says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Owner {
+pub enum Owner {
     /// `<containerID>\r\n<ifname>`.
     Attachment {
         container_id: String,
@@ -114,6 +114,16 @@ impl Owner {
             Owner::Unknown => "an unknown owner (its file is empty)".into(),
         }
     }
+}
+
+/// The address a `last_reserved_ip.<set>` file holds, as the reference
+/// reads it (whitespace around it ignored); `None` when it holds none.
+pub fn parse_last_reserved(content: &[u8]) -> Option<IpAddr> {
+    String::from_utf8_lossy(content)
+        .trim()
+        .parse::<IpAddr>()
+        .ok()
+        .map(|ip| ip.to_canonical())
 }
 
 /// One address file.
@@ -293,11 +303,7 @@ impl LockedStore {
         let content = read_small(&self.dir.join(format!("{LAST_IP_PREFIX}{set}")))
             .ok()
             .flatten()?;
-        String::from_utf8_lossy(&content)
-            .trim()
-            .parse::<IpAddr>()
-            .ok()
-            .map(|ip| ip.to_canonical())
+        parse_last_reserved(&content)
     }
 
     /// Replace `last_reserved_ip.<set>` (the bare address, no newline, as

@@ -132,7 +132,7 @@ impl Client {
 
 /// The entries `List` reports for `namespace/name`, merged (Multus merges
 /// them too); none is [`Error::PodNotFound`].
-fn pod_of(pods: Vec<PodResources>, namespace: &str, name: &str) -> Result<PodResources, Error> {
+pub fn pod_of(pods: Vec<PodResources>, namespace: &str, name: &str) -> Result<PodResources, Error> {
     let mut found: Option<PodResources> = None;
     for pod in pods {
         if pod.namespace != namespace || pod.name != name {

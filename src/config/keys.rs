@@ -123,7 +123,7 @@ pub fn unread(key: &str) -> Option<Unread> {
     }
     UNREAD
         .iter()
-        .find(|(known, _)| fold_eq(known, key))
+        .find(|(known, _)| fold_eq(key, known))
         .map(|(_, unread)| *unread)
 }
 
@@ -144,7 +144,7 @@ pub fn warnings<T: DeserializeOwned>(conf: &Map<String, Value>) -> Vec<String> {
 
 /// Whether `T` (the raw conf) reads `key`, matched as Go matches keys.
 pub fn read_by<T: DeserializeOwned>(key: &str) -> bool {
-    struct_fields::<T>().iter().any(|field| fold_eq(field, key))
+    struct_fields::<T>().iter().any(|field| fold_eq(key, field))
 }
 
 /// The field names serde's derive gives `T`, which it hands to

@@ -76,7 +76,7 @@ impl Settings {
         }
         let mut dirs: Vec<(String, PathBuf)> = Vec::new();
         for (key, value) in map {
-            let is = |name: &str| fold_eq(name, &key);
+            let is = |name: &str| fold_eq(&key, name);
             if is("cniConfigDir") || is("multusAutoconfigDir") {
                 let dir = text(&key, &value)?;
                 dirs.push((key, PathBuf::from(dir)));

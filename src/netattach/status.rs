@@ -11,7 +11,7 @@
 use std::net::IpAddr;
 
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::deviceinfo::DeviceInfo;
 use super::fields::{as_array, as_bool, as_object, as_str, describe, fold_object};
@@ -20,33 +20,57 @@ use crate::cni::result::{CniResult, IpConfig};
 
 pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
 
-/// One entry of the status list (§5.3).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// One entry of the status list (§5.3). Written through its serde form:
+/// keys in the order of §5.3 (name, interface, ips, mac, mtu, default, dns,
+/// default-route, device-info), empty ones omitted except `default`, then
+/// the extra keys.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct NetworkStatus {
     /// `namespace/name` of the NAD, or the default network's name (§5.3.1).
     pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
     /// Addresses with prefix length, as in the §5.4 example (`192.0.2.2/24`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ips: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
     /// §5.3.6: always written.
     pub default: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dns: Option<StatusDns>,
     /// §5.3.7.4 `default-route`: gateways.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub default_route: Vec<String>,
     /// §5.3.8 `device-info` (see [`super::deviceinfo`]), kept as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub device_info: Option<Value>,
-    /// Other keys (extension keys, or keys of other implementations).
+    /// Other keys (extension keys, or keys of other implementations); one
+    /// spelled like a key of §5.3 is not written, so it cannot shadow it.
+    #[serde(flatten, serialize_with = "unshadowing")]
     pub extra: Map<String, Value>,
 }
 
 /// §5.3.7 `dns`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct StatusDns {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nameservers: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub search: Vec<String>,
+}
+
+/// The extra keys that are not keys of §5.3.
+fn unshadowing<S: serde::Serializer>(
+    extra: &Map<String, Value>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(extra.iter().filter(|(k, _)| !KEYS.contains(&k.as_str())))
 }
 
 impl StatusDns {
@@ -161,49 +185,9 @@ impl NetworkStatus {
         s
     }
 
-    /// The entry as JSON, keys in the order name, interface, ips, mac, mtu,
-    /// default, dns, default-route, device-info, then the extra keys.
+    /// The entry as JSON (its serde form).
     pub fn to_value(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("name".into(), json!(self.name));
-        if let Some(i) = &self.interface {
-            m.insert("interface".into(), json!(i));
-        }
-        if !self.ips.is_empty() {
-            m.insert("ips".into(), json!(self.ips));
-        }
-        if let Some(mac) = &self.mac {
-            m.insert("mac".into(), json!(mac));
-        }
-        if let Some(mtu) = self.mtu {
-            m.insert("mtu".into(), json!(mtu));
-        }
-        m.insert("default".into(), json!(self.default));
-        if let Some(dns) = &self.dns {
-            let mut d = Map::new();
-            if !dns.nameservers.is_empty() {
-                d.insert("nameservers".into(), json!(dns.nameservers));
-            }
-            if let Some(domain) = &dns.domain {
-                d.insert("domain".into(), json!(domain));
-            }
-            if !dns.search.is_empty() {
-                d.insert("search".into(), json!(dns.search));
-            }
-            m.insert("dns".into(), Value::Object(d));
-        }
-        if !self.default_route.is_empty() {
-            m.insert("default-route".into(), json!(self.default_route));
-        }
-        if let Some(d) = &self.device_info {
-            m.insert("device-info".into(), d.clone());
-        }
-        for (k, v) in &self.extra {
-            if !KEYS.contains(&k.as_str()) {
-                m.insert(k.clone(), v.clone());
-            }
-        }
-        Value::Object(m)
+        serde_json::to_value(self).expect("a network-status entry serializes")
     }
 
     /// Read one entry. Errors name the key (`mtu: must be ...`).
@@ -345,14 +329,13 @@ pub fn parse_status_annotation(s: &str) -> Result<Vec<NetworkStatus>, CniError> 
 /// The annotation's value for `entries`: a JSON list, indented like Multus
 /// writes it.
 pub fn status_annotation_value(entries: &[NetworkStatus]) -> String {
-    let list = Value::Array(entries.iter().map(NetworkStatus::to_value).collect());
     let mut buf = Vec::new();
     let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
     let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
-    match list.serialize(&mut ser) {
-        Ok(()) => String::from_utf8(buf).unwrap_or_default(),
-        Err(_) => list.to_string(),
-    }
+    entries
+        .serialize(&mut ser)
+        .expect("network-status entries serialize");
+    String::from_utf8(buf).expect("serde_json writes UTF-8")
 }
 
 /// The list-wide rules: at most one entry has `default` (§5.3.6); `mac`
@@ -386,6 +369,7 @@ mod tests {
     use super::*;
     use crate::cni::result::{Dns, Interface, Route};
     use crate::cni::version::CniVersion;
+    use serde_json::json;
 
     // multi-net-spec §5.4 "With a single gateway", as printed (the page
     // break in the middle of the first entry removed).

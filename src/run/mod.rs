@@ -1162,7 +1162,7 @@ fn request(
 ) -> Result<Request, CniError> {
     let mut config = config.clone();
     // cni-SPEC §3: never set for the first ADD of a chain.
-    config.retain(|k, _| !k.eq_ignore_ascii_case("prevResult"));
+    config.retain(|k, _| !crate::cni::casefold::fold_eq(k, "prevResult"));
     let mut req = Request::from_config(env, config)?;
     if let Some(prev) = prev {
         let v = prev
