@@ -118,6 +118,24 @@ impl World {
         self.daemon_with(&[])
     }
 
+    /// The daemon's kubeconfig: the test's own copy when it made one
+    /// ([`World::own_kubeconfig`]), else the shared API server's.
+    fn kubeconfig(&self) -> PathBuf {
+        let own = self.tmp.path().join("plexus.kubeconfig");
+        if own.exists() {
+            own
+        } else {
+            self.api.plexus_kubeconfig()
+        }
+    }
+
+    /// A copy of the plexus kubeconfig that this test may rewrite.
+    fn own_kubeconfig(&self) -> PathBuf {
+        let own = self.tmp.path().join("plexus.kubeconfig");
+        std::fs::copy(self.api.plexus_kubeconfig(), &own).unwrap();
+        own
+    }
+
     /// The daemon's status outbox (`--state-dir`/status).
     fn outbox(&self) -> PathBuf {
         self.tmp.path().join("state/status")
@@ -133,7 +151,7 @@ impl World {
             .arg("--socket")
             .arg(self.socket())
             .arg("--kubeconfig")
-            .arg(self.api.plexus_kubeconfig())
+            .arg(self.kubeconfig())
             .args(["--node-name", &self.node])
             .arg(format!("--metrics-address=127.0.0.1:{}", self.metrics_port))
             .args(["--api-timeout", "5"])
@@ -760,6 +778,49 @@ fn sigterm_stops_the_daemon_and_takes_its_socket_along() {
     };
     assert!(status.success(), "{}", daemon.log());
     assert!(!w.socket().exists());
+}
+
+/// The installer rewrites the kubeconfig when the service account's token
+/// changes (`kubectl delete -k deploy/` then `apply -k`: a new account).
+/// A daemon that started on the old file stops as on SIGTERM once the file
+/// changes, so kubelet starts it again on the new credentials, instead of
+/// serving on unready with a token the API server refuses.
+#[test]
+fn a_rewritten_kubeconfig_stops_the_daemon_to_be_started_on_it() {
+    let Some(w) = world("kcfg") else { return };
+    let kubeconfig = w.own_kubeconfig();
+    let mut daemon = w.daemon();
+    // Written again unchanged: not a change.
+    std::fs::copy(w.api.plexus_kubeconfig(), &kubeconfig).unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "{}",
+        daemon.log()
+    );
+    // New content (the installer's rewrite with another token; here the
+    // same credentials, re-serialized).
+    let mut text = std::fs::read_to_string(&kubeconfig).unwrap();
+    text.push('\n');
+    std::fs::write(&kubeconfig, text).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = daemon.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running: {}", daemon.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{}", daemon.log());
+    assert!(
+        daemon.log().contains("the kubeconfig changed"),
+        "{}",
+        daemon.log()
+    );
+    assert!(!w.socket().exists());
+    // Started again, it serves on the new file.
+    let _again = w.daemon();
+    assert_eq!(w.http("/readyz").0, 200);
 }
 
 // Dynamic networks (issue 26): the daemon reconciles a running pod's

@@ -145,6 +145,11 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
         })?,
     );
     let (wake, woken) = std::sync::mpsc::channel::<()>();
+    // What the client is built from, read first: a later write is followed.
+    let credentials = settings
+        .kubeconfig
+        .as_ref()
+        .map(|path| KubeconfigFile::read(path.clone()));
     let api = match &settings.kubeconfig {
         None => None,
         Some(path) => {
@@ -232,7 +237,7 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
             tokio::spawn(metrics::serve(tcp, endpoints(&daemon, &listening)));
         }
         tracing::info!(socket = %settings.socket.display(), max_calls = settings.max_calls, "serving");
-        serve(listener, &daemon, settings.max_calls).await;
+        serve(listener, &daemon, settings.max_calls, credentials).await;
         listening.store(false, Ordering::Release);
         let _ = std::fs::remove_file(&settings.socket);
         Ok::<_, DaemonError>(())
@@ -305,8 +310,49 @@ fn endpoints(daemon: &Arc<Daemon>, listening: &Arc<AtomicBool>) -> metrics::Endp
     }
 }
 
-/// Accept calls until SIGTERM or SIGINT.
-async fn serve(listener: tokio::net::UnixListener, daemon: &Arc<Daemon>, max_calls: usize) {
+/// The kubeconfig the daemon's client was built from, as it was read.
+///
+/// The installer rewrites it when the service account's token changes (a
+/// DaemonSet deleted and applied again gets a new account, so the file a
+/// starting daemon finds may still hold the old token until the installer
+/// beside it has run). Rather than serve on with credentials the API
+/// server refuses, the daemon stops as on SIGTERM when the file changes and
+/// kubelet starts it again on the new one; queued status writes wait in the
+/// outbox meanwhile.
+struct KubeconfigFile {
+    path: PathBuf,
+    loaded: Option<Vec<u8>>,
+}
+
+impl KubeconfigFile {
+    /// How often the file is compared with what was loaded.
+    const POLL: Duration = Duration::from_secs(2);
+
+    fn read(path: PathBuf) -> KubeconfigFile {
+        let loaded = std::fs::read(&path).ok();
+        KubeconfigFile { path, loaded }
+    }
+
+    /// Returns once the file holds other (non-empty) content than was loaded.
+    async fn changed(&self) {
+        loop {
+            tokio::time::sleep(Self::POLL).await;
+            // A few hundred bytes: read in place rather than on a blocking pool.
+            match std::fs::read(&self.path) {
+                Ok(now) if !now.is_empty() && Some(&now) != self.loaded.as_ref() => return,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Accept calls until SIGTERM or SIGINT, or until the kubeconfig changes.
+async fn serve(
+    listener: tokio::net::UnixListener,
+    daemon: &Arc<Daemon>,
+    max_calls: usize,
+    credentials: Option<KubeconfigFile>,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
@@ -329,6 +375,18 @@ async fn serve(listener: tokio::net::UnixListener, daemon: &Arc<Daemon>, max_cal
             },
             _ = term.recv() => break,
             _ = int.recv() => break,
+            _ = async {
+                match &credentials {
+                    Some(file) => file.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                tracing::warn!(
+                    kubeconfig = %credentials.as_ref().map_or_else(String::new, |f| f.path.display().to_string()),
+                    "the kubeconfig changed (new credentials): stopping, to be started on it again"
+                );
+                break;
+            }
         }
     }
     tracing::info!("signalled: no new calls");
