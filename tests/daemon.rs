@@ -96,6 +96,18 @@ impl Daemon {
         let _ = self.child.wait();
     }
 
+    /// Its exit status, once it exits; panics with its log after `bound`.
+    fn exit_within(&mut self, bound: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + bound;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "still running: {}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -768,14 +780,7 @@ fn sigterm_stops_the_daemon_and_takes_its_socket_along() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = daemon.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "still running: {}", daemon.log());
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = daemon.exit_within(Duration::from_secs(10));
     assert!(status.success(), "{}", daemon.log());
     assert!(!w.socket().exists());
 }
@@ -803,14 +808,7 @@ fn a_rewritten_kubeconfig_stops_the_daemon_to_be_started_on_it() {
     let mut text = std::fs::read_to_string(&kubeconfig).unwrap();
     text.push('\n');
     std::fs::write(&kubeconfig, text).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = daemon.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "still running: {}", daemon.log());
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = daemon.exit_within(Duration::from_secs(15));
     assert!(status.success(), "{}", daemon.log());
     assert!(
         daemon.log().contains("the kubeconfig changed"),
