@@ -687,25 +687,8 @@ impl Executor {
                 "required for CHECK but not set",
             ));
         }
-        let record = match self.cache.load(&ctx.container_id, &ctx.ifname)? {
-            Lookup::Found(record) => record,
-            Lookup::Missing => {
-                return Err(CniError::new(
-                    ErrorCode::UnknownContainer,
-                    "container unknown",
-                    format!(
-                    "container {} interface {}: plexus has no record of an ADD (cni-SPEC §2 CHECK)",
-                    ctx.container_id, ctx.ifname
-                ),
-                ))
-            }
-            Lookup::Corrupt { path, reason } => {
-                return Err(CniError::decode(
-                    format!("cache {}", path.display()),
-                    reason,
-                ))
-            }
-        };
+        // No record: code 11, the container unknown (cni-SPEC §2 CHECK).
+        let record = self.record(ctx)?;
         if let Some(c) = record.attachments.iter().find(|c| c.state != State::Added) {
             return Err(CniError::plugin(
                 codes::PLUGIN_FAILED,
