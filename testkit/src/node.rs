@@ -125,6 +125,16 @@ impl Node {
             .expect("node-exec runs")
     }
 
+    /// Where the node's `path` is seen from the machine: through the root
+    /// of a process in the node's mount namespace (`/proc/PID/root`), for
+    /// its own file systems (`/run`, `/etc/cni`; `/var/lib` and `/opt` are
+    /// `DIR/root/...` too). An absolute symlink on the way (`/var/run` ->
+    /// `/run`) would resolve in the machine's namespace: name the target.
+    pub fn path(&self, path: &str) -> PathBuf {
+        let pid = std::fs::read_to_string(self.dir.join("node.pid")).expect("node-up's node.pid");
+        PathBuf::from(format!("/proc/{}/root{path}", pid.trim()))
+    }
+
     /// [`Node::exec`]'s stdout; panics with its stderr on failure.
     pub fn exec_ok(&self, args: &[&str]) -> String {
         let out = self.exec(args);
