@@ -1,7 +1,9 @@
 //! A gRPC server on a unix socket, as kubelet's APIs are served: HTTP/2
 //! with hyper, requests routed to their method by path as a generated
 //! server does, on a thread and runtime of its own. The stand-in
-//! PodResources server and the test device plugin both run on it.
+//! PodResources server and the test device plugin both run on it. Requests
+//! from grpc-go clients that name the socket path as their authority, as
+//! kubelet before 1.26 does, are taken ([`authority`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -14,6 +16,9 @@ use std::thread::JoinHandle;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
+
+mod authority;
+use authority::AuthorityFix;
 
 /// A method's HTTP answer.
 pub(crate) type Answer = http::Response<tonic::body::Body>;
@@ -81,7 +86,7 @@ async fn serve(
         let service = TowerToHyperService::new(Router(routes.clone()));
         tokio::spawn(async move {
             let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection(TokioIo::new(AuthorityFix::new(stream)), service)
                 .await;
         });
     }
