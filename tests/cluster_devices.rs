@@ -299,8 +299,17 @@ fn a_resource_backed_network_gets_kubelets_devices_and_reports_their_device_info
 
     // DEL removes plexus's copies (§4.2.1); the plugin's own files stay
     // until it stops, which removes them (§4.1.1).
-    node.kubectl(&["delete", "namespace", &ns, "--wait=true", "--timeout=90s"]);
-    assert_eq!(cni_copies(), "", "plexus's device-info copies are removed");
+    // (kubectl's own wait would outlast its 60 s bound on a busy machine.)
+    node.kubectl(&["delete", "pods", "--all", "-n", &ns, "--wait=false"]);
+    node.wait_for("the pods deleted", Duration::from_secs(180), || {
+        node.kubectl(&["get", "pods", "-n", &ns, "-o", "name"]).is_empty()
+    });
+    node.wait_for(
+        "plexus's device-info copies removed",
+        Duration::from_secs(30),
+        || cni_copies().is_empty(),
+    );
+    node.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
     let files: Vec<PathBuf> = ids.iter().map(|id| plugin.device_info_file(id)).collect();
     assert!(files.iter().all(|f| f.exists()), "{files:?}");
     drop(plugin);
