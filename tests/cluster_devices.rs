@@ -302,7 +302,8 @@ fn a_resource_backed_network_gets_kubelets_devices_and_reports_their_device_info
     // (kubectl's own wait would outlast its 60 s bound on a busy machine.)
     node.kubectl(&["delete", "pods", "--all", "-n", &ns, "--wait=false"]);
     node.wait_for("the pods deleted", Duration::from_secs(180), || {
-        node.kubectl(&["get", "pods", "-n", &ns, "-o", "name"]).is_empty()
+        node.kubectl(&["get", "pods", "-n", &ns, "-o", "name"])
+            .is_empty()
     });
     node.wait_for(
         "plexus's device-info copies removed",
