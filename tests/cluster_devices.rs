@@ -120,32 +120,6 @@ fn device_pod(node: &Node, name: &str, networks: &str, devices: usize) -> String
     )
 }
 
-fn network_status(node: &Node, ns: &str, pod: &str) -> Option<Vec<Value>> {
-    let text = node.kubectl(&[
-        "get",
-        "pod",
-        "-n",
-        ns,
-        pod,
-        "-o",
-        r"jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
-    ]);
-    serde_json::from_str(&text).ok()
-}
-
-fn events(node: &Node, ns: &str, pod: &str, reason: &str) -> String {
-    node.kubectl(&[
-        "get",
-        "events",
-        "-n",
-        ns,
-        "--field-selector",
-        &format!("involvedObject.name={pod},reason={reason}"),
-        "-o",
-        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
-    ])
-}
-
 #[test]
 fn a_resource_backed_network_gets_kubelets_devices_and_reports_their_device_info() {
     if !plexus_testkit::require(&[Feature::KubeNode]) {
@@ -225,12 +199,13 @@ fn a_resource_backed_network_gets_kubelets_devices_and_reports_their_device_info
     // and its device-info is in network-status (device-info-SPEC §6.1).
     // The daemon writes the status after its answer (--status-write=async).
     let devnet = format!("{ns}/devnet");
-    let mut status = Vec::new();
+    let mut status: Vec<Value> = Vec::new();
     node.wait_for(
         "network-status with both devnet attachments",
         Duration::from_secs(30),
         || {
-            status = network_status(node, &ns, "two").unwrap_or_default();
+            status =
+                serde_json::from_str(&node.network_status_text(&ns, "two")).unwrap_or_default();
             status.iter().filter(|e| e["name"] == devnet).count() == 2
         },
     );
@@ -292,7 +267,7 @@ fn a_resource_backed_network_gets_kubelets_devices_and_reports_their_device_info
         "a FailedCreatePodSandBox event naming the resource",
         Duration::from_secs(90),
         || {
-            let failed = events(node, &ns, "short", "FailedCreatePodSandBox");
+            let failed = node.events(&ns, "short", "FailedCreatePodSandBox");
             failed.contains(RESOURCE) && failed.contains("allocated 1 device(s)")
         },
     );

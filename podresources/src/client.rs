@@ -191,9 +191,9 @@ impl<'a> Api<'a> {
     }
 
     async fn list(&mut self) -> Result<Vec<PodResources>, Error> {
-        let response: ListPodResourcesResponse = self
-            .unary("List", LIST_PATH, ListPodResourcesRequest {})
-            .await?;
+        let request = ListPodResourcesRequest {};
+        let response: ListPodResourcesResponse =
+            unary(&mut self.grpc, self.socket, "List", LIST_PATH, request).await?;
         Ok(response.pod_resources)
     }
 
@@ -203,24 +203,11 @@ impl<'a> Api<'a> {
             pod_namespace: namespace.into(),
         };
         let response: crate::v1::GetPodResourcesResponse =
-            self.unary("Get", GET_PATH, request).await?;
+            unary(&mut self.grpc, self.socket, "Get", GET_PATH, request).await?;
         response.pod_resources.ok_or_else(|| Error::PodNotFound {
             namespace: namespace.into(),
             name: name.into(),
         })
-    }
-
-    async fn unary<Q, R>(
-        &mut self,
-        method: &'static str,
-        path: &'static str,
-        request: Q,
-    ) -> Result<R, Error>
-    where
-        Q: prost::Message + Send + Sync + 'static,
-        R: prost::Message + Default + Send + Sync + 'static,
-    {
-        unary(&mut self.grpc, self.socket, method, path, request).await
     }
 }
 

@@ -233,6 +233,34 @@ spec:
         )
     }
 
+    /// Pod `ns/pod`'s network-status annotation (multi-net spec §5), as
+    /// kubectl prints it (empty when it has none).
+    pub fn network_status_text(&self, ns: &str, pod: &str) -> String {
+        self.kubectl(&[
+            "get",
+            "pod",
+            "-n",
+            ns,
+            pod,
+            "-o",
+            r"jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
+        ])
+    }
+
+    /// The messages of pod `ns/pod`'s events with `reason`, one a line.
+    pub fn events(&self, ns: &str, pod: &str, reason: &str) -> String {
+        self.kubectl(&[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            &format!("involvedObject.name={pod},reason={reason}"),
+            "-o",
+            "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+        ])
+    }
+
     /// Restarts `component` (`kubelet` or `containerd`) as a node lives
     /// through it: stopped with SIGTERM, started again; its pods keep
     /// running. Returns once it runs again and the node is Ready.

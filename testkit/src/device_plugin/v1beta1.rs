@@ -49,18 +49,8 @@ pub struct ListAndWatchResponse {
     pub devices: Vec<Device>,
 }
 
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct TopologyInfo {
-    #[prost(message, repeated, tag = "1")]
-    pub nodes: Vec<NumaNode>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct NumaNode {
-    /// `int64 ID = 1`.
-    #[prost(int64, tag = "1")]
-    pub id: i64,
-}
+/// `TopologyInfo` and `NUMANode` are the PodResources API's, field for field.
+pub use plexus_podresources::v1::{NumaNode, TopologyInfo};
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Device {
