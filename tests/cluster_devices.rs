@@ -30,7 +30,8 @@
 //! `/run`, both reached from the machine (kubelet sees the same files as
 //! from a process on the node; the plugin ends with the test, whatever
 //! happens). The `plexus-test-device-plugin` binary runs the same plugin on
-//! a node by hand.
+//! a node by hand. A kubelet restart in the middle checks that the plugin
+//! registers again, as device plugins must.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -259,6 +260,22 @@ fn a_resource_backed_network_gets_kubelets_devices_and_reports_their_device_info
         ])
     };
     assert_eq!(cni_copies().lines().count(), 2, "{}", cni_copies());
+
+    // kubelet restarts (removing every plugin's socket): the plugin serves
+    // anew and registers again, and the next pod's devices come from it.
+    let watches = || {
+        plugin
+            .calls()
+            .iter()
+            .filter(|c| **c == "ListAndWatch")
+            .count()
+    };
+    node.restart("kubelet");
+    node.wait_for(
+        "kubelet watching the plugin again after its restart",
+        Duration::from_secs(60),
+        || watches() >= 2,
+    );
 
     // One device left, two attachments wanting one each: the sandbox fails
     // with the reason, naming the resource.

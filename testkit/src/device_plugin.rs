@@ -24,7 +24,9 @@ pub mod v1beta1;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -58,13 +60,19 @@ pub struct Config {
     pub devices: Vec<String>,
 }
 
-/// The running plugin: registered with kubelet, serving it. Dropping it
-/// stops it: its socket and the device-info files it wrote are removed.
+/// The running plugin: registered with kubelet, serving it, and
+/// registered again after kubelet restarts (kubelet then removes every
+/// plugin's socket, and a plugin serves anew and registers, as device
+/// plugins do). Dropping it stops it: its socket and the device-info files
+/// it wrote are removed.
 pub struct DevicePlugin {
-    socket: PathBuf,
     state: Arc<State>,
-    server: Option<Server>,
+    stop: Arc<AtomicBool>,
+    keeper: Option<JoinHandle<()>>,
 }
+
+/// How often the plugin looks whether kubelet removed its socket.
+const RESTART_POLL: Duration = Duration::from_millis(250);
 
 impl DevicePlugin {
     /// Serves `config`'s devices and registers them with kubelet; fails
@@ -77,53 +85,26 @@ impl DevicePlugin {
             ));
         }
         let endpoint = format!("plexus-test-{}.sock", file_part(&config.resource));
-        let socket = config.plugin_dir.join(&endpoint);
-        // A socket a previous run left would refuse the bind.
-        let _ = std::fs::remove_file(&socket);
-        let listener = std::os::unix::net::UnixListener::bind(&socket)
-            .map_err(|e| format!("{}: {e}", socket.display()))?;
         let state = Arc::new(State {
+            socket: config.plugin_dir.join(&endpoint),
+            endpoint,
             config,
             written: Mutex::default(),
             allocations: Mutex::default(),
             calls: Mutex::default(),
             watchers: Mutex::default(),
         });
-        let plugin = DevicePlugin {
-            socket,
-            server: Some(Server::start(listener, state.clone())),
+        let server = state.clone().serve()?;
+        state.register()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let keeper = {
+            let (state, stop) = (state.clone(), stop.clone());
+            std::thread::spawn(move || state.keep_registered(server, &stop))
+        };
+        Ok(DevicePlugin {
             state,
-        };
-        plugin.register(&endpoint)?;
-        Ok(plugin)
-    }
-
-    /// `Register` on kubelet's socket: kubelet then connects to ours and
-    /// calls ListAndWatch.
-    fn register(&self, endpoint: &str) -> Result<(), String> {
-        let kubelet = self.state.config.plugin_dir.join("kubelet.sock");
-        let request = RegisterRequest {
-            version: VERSION.into(),
-            endpoint: endpoint.into(),
-            resource_name: self.state.config.resource.clone(),
-            options: Some(OPTIONS),
-        };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        runtime.block_on(async {
-            let call = async {
-                let mut grpc = grpc_over_unix(&kubelet).await?;
-                unary::<_, Empty>(&mut grpc, &kubelet, "Register", REGISTER_PATH, request).await
-            };
-            match tokio::time::timeout(REGISTER_BOUND, call).await {
-                Ok(answer) => answer.map(drop).map_err(|e| e.to_string()),
-                Err(_) => Err(format!(
-                    "{}: Register not answered within {REGISTER_BOUND:?}",
-                    kubelet.display()
-                )),
-            }
+            stop,
+            keeper: Some(keeper),
         })
     }
 
@@ -152,8 +133,11 @@ impl DevicePlugin {
 impl Drop for DevicePlugin {
     fn drop(&mut self) {
         // Stopped first, so no Allocate writes a file after the clean-up.
-        drop(self.server.take());
-        let _ = std::fs::remove_file(&self.socket);
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(keeper) = self.keeper.take() {
+            let _ = keeper.join();
+        }
+        let _ = std::fs::remove_file(&self.state.socket);
         for file in self.state.written.lock().expect("written").iter() {
             let _ = std::fs::remove_file(file);
         }
@@ -169,6 +153,9 @@ type Watch = ReceiverStream<Result<ListAndWatchResponse, Status>>;
 
 struct State {
     config: Config,
+    /// The plugin's socket, and its name in kubelet's directory.
+    socket: PathBuf,
+    endpoint: String,
     written: Mutex<BTreeSet<PathBuf>>,
     allocations: Mutex<Vec<Vec<String>>>,
     calls: Mutex<Vec<&'static str>>,
@@ -183,6 +170,65 @@ struct State {
 impl State {
     fn record(&self, method: &'static str) {
         self.calls.lock().expect("calls").push(method);
+    }
+
+    /// Listens on the plugin's socket (a stale one removed) and serves.
+    fn serve(self: Arc<Self>) -> Result<Server, String> {
+        let _ = std::fs::remove_file(&self.socket);
+        let listener = std::os::unix::net::UnixListener::bind(&self.socket)
+            .map_err(|e| format!("{}: {e}", self.socket.display()))?;
+        Ok(Server::start(listener, self))
+    }
+
+    fn kubelet_socket(&self) -> PathBuf {
+        self.config.plugin_dir.join("kubelet.sock")
+    }
+
+    /// `Register` on kubelet's socket: kubelet then connects to ours and
+    /// calls ListAndWatch.
+    fn register(&self) -> Result<(), String> {
+        let kubelet = self.kubelet_socket();
+        let request = RegisterRequest {
+            version: VERSION.into(),
+            endpoint: self.endpoint.clone(),
+            resource_name: self.config.resource.clone(),
+            options: Some(OPTIONS),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            let call = async {
+                let mut grpc = grpc_over_unix(&kubelet).await?;
+                unary::<_, Empty>(&mut grpc, &kubelet, "Register", REGISTER_PATH, request).await
+            };
+            match tokio::time::timeout(REGISTER_BOUND, call).await {
+                Ok(answer) => answer.map(drop).map_err(|e| e.to_string()),
+                Err(_) => Err(format!(
+                    "{}: Register not answered within {REGISTER_BOUND:?}",
+                    kubelet.display()
+                )),
+            }
+        })
+    }
+
+    /// Until `stop`: when kubelet (restarting) removed the plugin's
+    /// socket, serve on a new one and register again once kubelet listens.
+    fn keep_registered(self: Arc<Self>, server: Server, stop: &AtomicBool) {
+        let mut server = Some(server);
+        let mut registered = true;
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(RESTART_POLL);
+            if !self.socket.exists() {
+                drop(server.take());
+                server = self.clone().serve().ok();
+                registered = false;
+            }
+            if !registered && server.is_some() && self.kubelet_socket().exists() {
+                registered = self.register().is_ok();
+            }
+        }
     }
 
     fn device_info_file(&self, id: &str) -> PathBuf {
