@@ -17,6 +17,9 @@
 //! container gets `PCIDEVICE_<RESOURCE>` in its environment, as with
 //! sriov-network-device-plugin.
 //!
+//! When a restarting kubelet removes its socket, it serves anew and
+//! registers again, as device plugins must.
+//!
 //! A test runs it in its own process ([`DevicePlugin::start`]); the
 //! `plexus-test-device-plugin` binary runs it on a node by hand.
 
