@@ -137,15 +137,7 @@ spec:
 
 /// The pod's network-status annotation (spec §5), read with kubectl.
 fn network_status(node: &Node, ns: &str, pod: &str) -> Vec<Value> {
-    let text = node.kubectl(&[
-        "get",
-        "pod",
-        "-n",
-        ns,
-        pod,
-        "-o",
-        r"jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
-    ]);
+    let text = node.network_status_text(ns, pod);
     serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("{ns}/{pod} network-status {text:?}: {e}"))
 }
@@ -173,19 +165,6 @@ fn exec(node: &Node, ns: &str, pod: &str, cmd: &[&str]) -> String {
     let mut args = vec!["exec", "-n", ns, pod, "--"];
     args.extend_from_slice(cmd);
     node.kubectl(&args)
-}
-
-fn events(node: &Node, ns: &str, pod: &str, reason: &str) -> String {
-    node.kubectl(&[
-        "get",
-        "events",
-        "-n",
-        ns,
-        "--field-selector",
-        &format!("involvedObject.name={pod},reason={reason}"),
-        "-o",
-        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
-    ])
 }
 
 /// What networks leave on the node: host-local reservations (its
@@ -324,7 +303,7 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
     }
 
     // An AddedInterface event per attachment, as Multus posts them.
-    let added = events(node, &ns, "text-a", "AddedInterface");
+    let added = node.events(&ns, "text-a", "AddedInterface");
     for ifname in ["eth0", "macvlan1", "net2"] {
         assert!(
             added.contains(&format!("Add {ifname} ")),
@@ -346,7 +325,10 @@ fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
     node.wait_for(
         "a FailedCreatePodSandBox event naming no-such-nad",
         Duration::from_secs(90),
-        || events(node, &ns, "orphan", "FailedCreatePodSandBox").contains("no-such-nad"),
+        || {
+            node.events(&ns, "orphan", "FailedCreatePodSandBox")
+                .contains("no-such-nad")
+        },
     );
     assert!(node.ready(), "the node stays Ready");
     node.kubectl(&["delete", "namespace", &ns, "--wait=true", "--timeout=90s"]);

@@ -56,15 +56,7 @@ spec:
     node.apply(&ns, &nad);
     node.apply(&ns, &node.sleeping_pod("attached", "side"));
     node.wait_running(&ns, "attached", Duration::from_secs(60));
-    let status = node.kubectl(&[
-        "get",
-        "pod",
-        "-n",
-        &ns,
-        "attached",
-        "-o",
-        r"jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
-    ]);
+    let status = node.network_status_text(&ns, "attached");
     assert!(status.contains(&format!("\"{ns}/side\"")), "{status}");
     assert!(status.contains("\"net1\""), "{status}");
     let links = node.kubectl(&["exec", "-n", &ns, "attached", "--", "ip", "-o", "link"]);

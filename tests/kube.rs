@@ -745,9 +745,10 @@ fn a_client_certificate_kubeconfig_works_as_a_token_does() {
 
 /// device-info-SPEC §4.2.1 and §6.1 (multi-net-spec §5.3.8) through the API
 /// server: a NAD backed by a device-plugin resource gets the device kubelet
-/// allocated (from the stand-in kubelet: kubelet cannot run here), the
-/// device plugin's file for it is copied for the attachment, and its content
-/// is in the network-status plexus writes; DEL removes the copy.
+/// allocated (from the stand-in kubelet: this API server has no node; the
+/// real kubelet's path is tests/cluster_devices.rs), the device plugin's
+/// file for it is copied for the attachment, and its content is in the
+/// network-status plexus writes; DEL removes the copy.
 #[test]
 fn device_info_of_a_resource_backed_network_is_in_the_published_status() {
     use plexus_testkit::podresources::{container, pod, PodResourcesServer};

@@ -1,6 +1,5 @@
 //! kubelet's PodResources API as the source of device IDs: the client
-//! against the test kit's stand-in kubelet (kubelet itself cannot run
-//! here), and the plexus binary end to end, invoked as a runtime invokes it
+//! against the test kit's stand-in kubelet, and the plexus binary end to end, invoked as a runtime invokes it
 //! with a manifest directory for the cluster and fake delegates (shell
 //! scripts that record their stdin) for the networks: a network whose NAD
 //! names a device-plugin resource gets its `deviceID` from the devices
@@ -11,6 +10,12 @@
 //! network-status (§6.1) and removed on DEL.
 //!
 //! Nothing here touches a network namespace: the delegates are fakes.
+//!
+//! The stand-in, not a real kubelet: these tests run everywhere, the VM
+//! harness included, where no kubelet runs, and play kubelets other than
+//! the one built here (with `Get`, with it disabled, hung). The same client
+//! and plexus's daemon against a real kubelet and device plugin:
+//! tests/cluster_devices.rs.
 
 mod e2e_support;
 mod run_support;

@@ -152,40 +152,48 @@ pub fn pod_of(pods: Vec<PodResources>, namespace: &str, name: &str) -> Result<Po
 /// One connection to the API.
 struct Api<'a> {
     socket: &'a Path,
-    grpc: Grpc<Http2>,
+    grpc: Grpc<UnixChannel>,
+}
+
+/// A gRPC client on one new HTTP/2 connection to the unix socket `socket`,
+/// as kubelet's APIs are reached (PodResources here; the device-plugin
+/// registration in the test kit). Call it on a tokio runtime: the
+/// connection is driven by a task spawned on it, and ends with it.
+pub async fn grpc_over_unix(socket: &Path) -> Result<Grpc<UnixChannel>, Error> {
+    let unreachable = |reason: String| Error::Unreachable {
+        socket: socket.to_path_buf(),
+        reason,
+    };
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::SocketMissing {
+                socket: socket.to_path_buf(),
+            },
+            _ => unreachable(e.to_string()),
+        })?;
+    let (sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .map_err(|e| unreachable(format!("HTTP/2 handshake: {e}")))?;
+    tokio::spawn(connection);
+    // grpc-go (kubelet) takes any authority over a unix socket.
+    let origin = http::Uri::from_static("http://localhost");
+    Ok(Grpc::with_origin(UnixChannel(sender), origin))
 }
 
 impl<'a> Api<'a> {
     async fn connect(socket: &'a Path) -> Result<Api<'a>, Error> {
-        let unreachable = |reason: String| Error::Unreachable {
-            socket: socket.to_path_buf(),
-            reason,
-        };
-        let stream = tokio::net::UnixStream::connect(socket)
-            .await
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::NotFound => Error::SocketMissing {
-                    socket: socket.to_path_buf(),
-                },
-                _ => unreachable(e.to_string()),
-            })?;
-        let (sender, connection) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-                .await
-                .map_err(|e| unreachable(format!("HTTP/2 handshake: {e}")))?;
-        // Drives the connection while the calls run; it ends with the runtime.
-        tokio::spawn(connection);
-        // grpc-go (kubelet) takes any authority over a unix socket.
-        let origin = http::Uri::from_static("http://localhost");
-        let grpc =
-            Grpc::with_origin(Http2(sender), origin).max_decoding_message_size(MAX_MESSAGE_SIZE);
+        let grpc = grpc_over_unix(socket)
+            .await?
+            .max_decoding_message_size(MAX_MESSAGE_SIZE);
         Ok(Api { socket, grpc })
     }
 
     async fn list(&mut self) -> Result<Vec<PodResources>, Error> {
-        let response: ListPodResourcesResponse = self
-            .unary("List", LIST_PATH, ListPodResourcesRequest {})
-            .await?;
+        let request = ListPodResourcesRequest {};
+        let response: ListPodResourcesResponse =
+            unary(&mut self.grpc, self.socket, "List", LIST_PATH, request).await?;
         Ok(response.pod_resources)
     }
 
@@ -195,51 +203,54 @@ impl<'a> Api<'a> {
             pod_namespace: namespace.into(),
         };
         let response: crate::v1::GetPodResourcesResponse =
-            self.unary("Get", GET_PATH, request).await?;
+            unary(&mut self.grpc, self.socket, "Get", GET_PATH, request).await?;
         response.pod_resources.ok_or_else(|| Error::PodNotFound {
             namespace: namespace.into(),
             name: name.into(),
         })
     }
-
-    async fn unary<Q, R>(
-        &mut self,
-        method: &'static str,
-        path: &'static str,
-        request: Q,
-    ) -> Result<R, Error>
-    where
-        Q: prost::Message + Send + Sync + 'static,
-        R: prost::Message + Default + Send + Sync + 'static,
-    {
-        let refused = |status: tonic::Status| Error::Refused {
-            socket: self.socket.to_path_buf(),
-            method,
-            code: status.code(),
-            message: status.message().to_string(),
-        };
-        self.grpc.ready().await.map_err(|e| Error::Unreachable {
-            socket: self.socket.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        let response = self
-            .grpc
-            .unary(
-                tonic::Request::new(request),
-                PathAndQuery::from_static(path),
-                ProstCodec::<Q, R>::default(),
-            )
-            .await
-            .map_err(refused)?;
-        Ok(response.into_inner())
-    }
 }
 
-/// The HTTP/2 connection as the service gRPC calls go through.
-#[derive(Clone)]
-struct Http2(SendRequest<Body>);
+/// One unary call `method` (at gRPC path `path`) on a client of
+/// [`grpc_over_unix`]; errors name the socket and the method.
+pub async fn unary<Q, R>(
+    grpc: &mut Grpc<UnixChannel>,
+    socket: &Path,
+    method: &'static str,
+    path: &'static str,
+    request: Q,
+) -> Result<R, Error>
+where
+    Q: prost::Message + Send + Sync + 'static,
+    R: prost::Message + Default + Send + Sync + 'static,
+{
+    let refused = |status: tonic::Status| Error::Refused {
+        socket: socket.to_path_buf(),
+        method,
+        code: status.code(),
+        message: status.message().to_string(),
+    };
+    grpc.ready().await.map_err(|e| Error::Unreachable {
+        socket: socket.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let response = grpc
+        .unary(
+            tonic::Request::new(request),
+            PathAndQuery::from_static(path),
+            ProstCodec::<Q, R>::default(),
+        )
+        .await
+        .map_err(refused)?;
+    Ok(response.into_inner())
+}
 
-impl tower::Service<http::Request<Body>> for Http2 {
+/// The HTTP/2 connection over a unix socket as the service gRPC calls go
+/// through.
+#[derive(Clone)]
+pub struct UnixChannel(SendRequest<Body>);
+
+impl tower::Service<http::Request<Body>> for UnixChannel {
     type Response = http::Response<hyper::body::Incoming>;
     type Error = hyper::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, hyper::Error>> + Send>>;

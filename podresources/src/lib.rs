@@ -10,6 +10,8 @@
 pub mod client;
 pub mod v1;
 
+/// gRPC over a unix socket, for the test kit's device plugin too.
+pub use client::{grpc_over_unix, unary, UnixChannel};
 pub use client::{Client, Error};
 /// The gRPC status codes of [`Error::Refused`].
 pub use tonic::Code;

@@ -11,7 +11,9 @@
 //! Features are probed once per test binary, in throw-away network
 //! namespaces (`unshare --net`), so probing changes nothing on the machine.
 
+pub mod device_plugin;
 pub mod dist;
+mod grpc;
 pub mod kube;
 pub mod node;
 pub mod podresources;

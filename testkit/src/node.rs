@@ -125,6 +125,16 @@ impl Node {
             .expect("node-exec runs")
     }
 
+    /// Where the node's `path` is seen from the machine: through the root
+    /// of a process in the node's mount namespace (`/proc/PID/root`), for
+    /// its own file systems (`/run`, `/etc/cni`; `/var/lib` and `/opt` are
+    /// `DIR/root/...` too). An absolute symlink on the way (`/var/run` ->
+    /// `/run`) would resolve in the machine's namespace: name the target.
+    pub fn path(&self, path: &str) -> PathBuf {
+        let pid = std::fs::read_to_string(self.dir.join("node.pid")).expect("node-up's node.pid");
+        PathBuf::from(format!("/proc/{}/root{path}", pid.trim()))
+    }
+
     /// [`Node::exec`]'s stdout; panics with its stderr on failure.
     pub fn exec_ok(&self, args: &[&str]) -> String {
         let out = self.exec(args);
@@ -221,6 +231,34 @@ spec:
 "#,
             image = self.pod_image
         )
+    }
+
+    /// Pod `ns/pod`'s network-status annotation (multi-net spec §5), as
+    /// kubectl prints it (empty when it has none).
+    pub fn network_status_text(&self, ns: &str, pod: &str) -> String {
+        self.kubectl(&[
+            "get",
+            "pod",
+            "-n",
+            ns,
+            pod,
+            "-o",
+            r"jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
+        ])
+    }
+
+    /// The messages of pod `ns/pod`'s events with `reason`, one a line.
+    pub fn events(&self, ns: &str, pod: &str, reason: &str) -> String {
+        self.kubectl(&[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            &format!("involvedObject.name={pod},reason={reason}"),
+            "-o",
+            "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+        ])
     }
 
     /// Restarts `component` (`kubelet` or `containerd`) as a node lives

@@ -1,29 +1,29 @@
-//! A stand-in for kubelet's PodResources API, for tests.
+//! A stand-in for kubelet's PodResources API, for tests where no kubelet
+//! serves it.
 //!
-//! kubelet cannot run here (it needs a container runtime, a node object and
-//! device plugins), so tests that need the devices kubelet allocated to a
-//! pod start this server instead. It serves the real v1 proto
-//! (`plexus_podresources::v1`, gRPC over HTTP/2 on a unix socket, as kubelet
-//! does) from a fixed set of pods, answers errors with the gRPC codes
-//! kubelet uses, records which methods were called, and stops when dropped.
+//! A real kubelet runs on the one-node cluster (`node`), and the tests
+//! there read its API (tests/cluster_devices.rs, with the test device
+//! plugin). This stand-in stays for what runs without that node: the VM
+//! harness (no cluster), tests that run plexus without a node
+//! (tests/podresources.rs, tests/kube.rs), and kubelets other than the one
+//! built here (with `Get`, with it disabled, hung). It serves the real v1
+//! proto (`plexus_podresources::v1`, gRPC over HTTP/2 on a unix socket, as
+//! kubelet does) from a fixed set of pods, answers errors with the gRPC
+//! codes kubelet uses, records which methods were called, and stops when
+//! dropped.
 
-use std::convert::Infallible;
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::thread::JoinHandle;
 
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::service::TowerToHyperService;
 use plexus_podresources::v1::{
     ContainerDevices, ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse,
     ListPodResourcesRequest, ListPodResourcesResponse, PodResources, GET_PATH, LIST_PATH,
 };
 use tonic::codec::ProstCodec;
 use tonic::{Request, Response, Status};
+
+use crate::grpc::{unknown_method, Answering, Routes, Server};
 
 /// Which kubelet the server plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,8 +42,7 @@ pub enum Kubelet {
 pub struct PodResourcesServer {
     socket: PathBuf,
     calls: Arc<Mutex<Vec<&'static str>>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    _server: Server,
     _dir: tempfile::TempDir,
 }
 
@@ -59,27 +58,16 @@ impl PodResourcesServer {
         let dir = tempfile::tempdir().expect("temporary directory");
         let socket = dir.path().join("kubelet.sock");
         let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind the socket");
-        listener.set_nonblocking(true).expect("non-blocking socket");
         let calls = Arc::new(Mutex::new(Vec::new()));
         let state = Arc::new(State {
             kubelet,
             pods,
             calls: calls.clone(),
         });
-        let (stop, stopped) = tokio::sync::oneshot::channel();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            // Dropping the runtime afterwards cancels the connections' tasks.
-            runtime.block_on(serve(listener, state, stopped));
-        });
         PodResourcesServer {
             socket,
             calls,
-            stop: Some(stop),
-            thread: Some(thread),
+            _server: Server::start(listener, state),
             _dir: dir,
         }
     }
@@ -91,17 +79,6 @@ impl PodResourcesServer {
     /// The methods called so far (`"List"`, `"Get"`), in order.
     pub fn calls(&self) -> Vec<&'static str> {
         self.calls.lock().expect("calls").clone()
-    }
-}
-
-impl Drop for PodResourcesServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -189,65 +166,25 @@ impl State {
     }
 }
 
-/// Accept connections until told to stop; each is served on its own task.
-async fn serve(
-    listener: std::os::unix::net::UnixListener,
-    state: Arc<State>,
-    mut stop: tokio::sync::oneshot::Receiver<()>,
-) {
-    let listener = tokio::net::UnixListener::from_std(listener).expect("tokio listener");
-    loop {
-        let stream = tokio::select! {
-            _ = &mut stop => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => return,
-            },
-        };
-        let service = TowerToHyperService::new(Router(state.clone()));
-        tokio::spawn(async move {
-            let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
-
 /// Routes a request to its method by path, as a generated gRPC server does.
-#[derive(Clone)]
-struct Router(Arc<State>);
-
-type Answer = http::Response<tonic::body::Body>;
-
-impl tower::Service<http::Request<Incoming>> for Router {
-    type Response = Answer;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Answer, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<Incoming>) -> Self::Future {
-        let state = self.0.clone();
+impl Routes for State {
+    fn route(self: Arc<Self>, request: http::Request<Incoming>) -> Answering {
         Box::pin(async move {
-            let answer = match request.uri().path() {
+            match request.uri().path() {
                 LIST_PATH => {
-                    let list =
-                        tower::service_fn(|_: Request<ListPodResourcesRequest>| state.list());
+                    let list = tower::service_fn(|_: Request<ListPodResourcesRequest>| self.list());
                     tonic::server::Grpc::new(ProstCodec::default())
                         .unary(list, request)
                         .await
                 }
                 GET_PATH => {
-                    let get = tower::service_fn(|r| state.get(r));
+                    let get = tower::service_fn(|r| self.get(r));
                     tonic::server::Grpc::new(ProstCodec::default())
                         .unary(get, request)
                         .await
                 }
-                other => Status::unimplemented(format!("unknown method {other}")).into_http(),
-            };
-            Ok(answer)
+                other => unknown_method(other),
+            }
         })
     }
 }
