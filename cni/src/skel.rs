@@ -20,7 +20,7 @@ use super::casefold;
 use super::config::{wrong_type, WELL_KNOWN_CAPABILITIES};
 use super::env::{self, CniCommand, CniEnv};
 use super::error::{CniError, ErrorCode};
-use super::names;
+use super::names::{ContainerId, IfName};
 use super::result::CniResult;
 use super::version::CniVersion;
 
@@ -146,13 +146,13 @@ fn drive<V: Into<std::ffi::OsString>>(
         ));
     }
 
-    if env.command == CniCommand::Version {
+    if env.command() == CniCommand::Version {
         return Ok(Some(version_output(&bytes)));
     }
 
     let (req, valid) = parse_request(env, &bytes, version)?;
     network.clone_from(&req.name);
-    match req.env.command {
+    match req.env.command() {
         CniCommand::Add => {
             let result = plugin.add(&req)?;
             Ok(Some(result.to_value(req.cni_version)?))
@@ -225,7 +225,7 @@ fn parse_request(
             *version_out = v;
         }
     }
-    let valid = if env.command == CniCommand::Gc {
+    let valid = if env.command() == CniCommand::Gc {
         valid_attachments(&config)?
     } else {
         Vec::new()
@@ -244,7 +244,7 @@ impl Request {
             Some(Value::String(s)) => CniVersion::parse_field(s, "cniVersion")?,
             Some(other) => return Err(wrong_type("cniVersion", "a string", other)),
         };
-        let command = env.command;
+        let command = env.command();
         let minimum = minimum_version(command);
         if cni_version < minimum {
             return Err(CniError::incompatible_version(
@@ -362,11 +362,11 @@ fn valid_attachments(config: &Map<String, Value>) -> Result<Vec<(String, String)
         .enumerate()
         .map(|(i, a)| {
             let at = |field: &str| format!("{VALID_ATTACHMENTS}[{i}].{field}");
-            names::check_container_id(&a.container_id)
+            let id = ContainerId::new(a.container_id)
                 .map_err(|r| CniError::invalid_config(at("containerID"), r))?;
-            names::check_ifname(&a.ifname)
-                .map_err(|r| CniError::invalid_config(at("ifname"), r))?;
-            Ok((a.container_id, a.ifname))
+            let ifname =
+                IfName::new(a.ifname).map_err(|r| CniError::invalid_config(at("ifname"), r))?;
+            Ok((id.into(), ifname.into()))
         })
         .collect()
 }
@@ -375,7 +375,7 @@ fn valid_attachments(config: &Map<String, Value>) -> Result<Vec<(String, String)
 mod tests {
     use std::cell::RefCell;
     use std::collections::HashMap;
-    use std::path::PathBuf;
+    use std::path::Path;
 
     use super::*;
 
@@ -390,7 +390,9 @@ mod tests {
 
     impl Fake {
         fn answer<T>(&self, req: &Request, ok: T) -> Result<T, CniError> {
-            self.calls.borrow_mut().push((req.env.command, req.clone()));
+            self.calls
+                .borrow_mut()
+                .push((req.env.command(), req.clone()));
             match &self.fail {
                 Some(e) => Err(e.clone()),
                 None => Ok(ok),
@@ -549,10 +551,10 @@ mod tests {
         );
         assert!(out.stderr.is_empty());
         let req = fake.last();
-        assert_eq!(req.env.command, CniCommand::Add);
-        assert_eq!(req.env.container_id.as_deref(), Some("ctr1"));
-        assert_eq!(req.env.netns, Some(PathBuf::from("/var/run/netns/blue")));
-        assert_eq!(req.env.args.k8s_pod_name(), Some("web"));
+        assert_eq!(req.env.command(), CniCommand::Add);
+        assert_eq!(req.env.container_id().unwrap(), "ctr1");
+        assert_eq!(req.env.netns(), Some(Path::new("/var/run/netns/blue")));
+        assert_eq!(req.env.args().k8s_pod_name(), Some("web"));
         assert_eq!(req.cni_version, CniVersion::V1_1_0);
         assert_eq!(req.name.as_deref(), Some("dbnet"));
         assert_eq!(req.plugin_type.as_deref(), Some("plexus"));
@@ -678,7 +680,7 @@ mod tests {
             (out.code, out.stdout.as_str(), out.stderr.as_str()),
             (0, "", "")
         );
-        assert_eq!(fake.last().env.netns, None);
+        assert_eq!(fake.last().env.netns(), None);
     }
 
     #[test]
@@ -796,7 +798,7 @@ mod tests {
         let env = [("CNI_COMMAND", "STATUS".to_string())];
         let out = drive_with(&fake, &env, &conf("1.1.0", json!({})));
         assert_eq!((out.code, out.stdout.as_str()), (0, ""));
-        assert_eq!(fake.last().env.command, CniCommand::Status);
+        assert_eq!(fake.last().env.command(), CniCommand::Status);
         let out = drive_with(&fake, &env, &conf("1.0.0", json!({})));
         assert!(out
             .error(1, "1.0.0")

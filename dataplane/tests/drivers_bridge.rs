@@ -874,13 +874,8 @@ fn status_and_gc_are_the_ipam_plugins() {
     // cni-SPEC §2 STATUS and GC: nothing of the drivers' own outlives the
     // pod namespace, so both go to IPAM (and are no-ops without one).
     let r = TestResolver::default();
-    let env = |command| plexus_cni::env::CniEnv {
-        command,
-        container_id: None,
-        netns: None,
-        ifname: None,
-        args: Default::default(),
-        path: vec!["/opt/cni/bin".into()],
+    let env = |command| {
+        plexus_cni::env::CniEnv::config_only(command, vec!["/opt/cni/bin".into()]).unwrap()
     };
     let req = |command, config: &Value| common::request(env(command), config);
     let mut c = conf(v4("10.28.0.2/24"), json!({}));

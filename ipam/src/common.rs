@@ -145,23 +145,11 @@ pub(crate) fn parse_routes(list: Option<&[RouteConf]>, path: &str) -> Result<Vec
         .collect()
 }
 
-/// The `CNI_CONTAINERID` and `CNI_IFNAME` of an attachment command (the
-/// skel guarantees them; an in-process caller might not).
+/// The `CNI_CONTAINERID` and `CNI_IFNAME` of an attachment command, both
+/// validated when the environment was read.
 pub(crate) fn attachment(req: &Request) -> Result<(&str, &str), CniError> {
-    let missing = |var: &str| {
-        CniError::invalid_env(var, format!("required for {} but not set", req.env.command))
-    };
-    let id = req
-        .env
-        .container_id
-        .as_deref()
-        .ok_or_else(|| missing("CNI_CONTAINERID"))?;
-    let ifname = req
-        .env
-        .ifname
-        .as_deref()
-        .ok_or_else(|| missing("CNI_IFNAME"))?;
-    Ok((id, ifname))
+    let params = req.env.require_attachment()?;
+    Ok((&params.container_id, &params.ifname))
 }
 
 /// Results of CNI 0.1.0 and 0.2.0 hold one address per family (`ip4`,

@@ -425,7 +425,7 @@ fn requested_ips(
 ) -> Result<Vec<Requested>, CniError> {
     // The reference reads CNI_ARGS into a struct with only `IP`: other keys
     // need IgnoreUnknown.
-    req.env.args.check_known(&["IP"])?;
+    req.env.args().check_known(&["IP"])?;
     let from_list = |list: &[String], path: &str| -> Result<Vec<Requested>, CniError> {
         list.iter()
             .enumerate()
@@ -448,7 +448,7 @@ fn requested_ips(
     if !args.is_empty() {
         return from_list(args, "args.cni.ips");
     }
-    let Some(value) = req.env.args.get("IP").filter(|v| !v.is_empty()) else {
+    let Some(value) = req.env.args().get("IP").filter(|v| !v.is_empty()) else {
         return Ok(Vec::new());
     };
     value

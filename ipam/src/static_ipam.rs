@@ -119,7 +119,7 @@ impl Config {
                 "missing: static reads its configuration from the ipam section",
             )
         })?;
-        req.env.args.check_known(&["IP", "GATEWAY"])?;
+        req.env.args().check_known(&["IP", "GATEWAY"])?;
 
         let mut addresses = Vec::new();
         for (i, a) in ipam.addresses.iter().flatten().enumerate() {
@@ -152,7 +152,7 @@ impl Config {
 
         let cni_args = |key: &str| {
             req.env
-                .args
+                .args()
                 .get(key)
                 .filter(|v| !v.is_empty())
                 .map(|v| v.split(',').map(str::trim).collect::<Vec<_>>())
@@ -260,7 +260,7 @@ impl Plugin for Static {
                 None => {
                     return Err(mismatch(format!(
                         "{ip} is not in prevResult.ips of interface {}",
-                        req.env.ifname.as_deref().unwrap_or("?")
+                        req.env.ifname().map_or("?", |n| n.as_str())
                     )))
                 }
                 Some(p) if a.gateway.is_some() && p.gateway != a.gateway => {

@@ -139,7 +139,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::cni::env::{CniCommand, CniEnv};
+    use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
     use crate::cni::result::CniResult;
     use crate::cni::ErrorCode;
 
@@ -199,14 +199,11 @@ mod tests {
     }
 
     fn req(config: serde_json::Value, path: Vec<std::path::PathBuf>) -> Request {
-        let env = CniEnv {
-            command: CniCommand::Add,
-            container_id: Some("c".into()),
+        let env = CniEnv::Add(AttachmentParams {
             netns: Some("/run/netns/x".into()),
-            ifname: Some("eth0".into()),
-            args: Default::default(),
             path,
-        };
+            ..AttachmentParams::new("c", "eth0").unwrap()
+        });
         Request::from_config(env, config.as_object().unwrap().clone()).unwrap()
     }
 

@@ -3,8 +3,9 @@
 //! [`Session`] (which opens each once), plus what every plugin reads from
 //! the request's environment.
 
-use plexus_cni::env::{CniCommand, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS};
+use plexus_cni::env::{CniCommand, CNI_NETNS};
 use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::names::IfName;
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::Request;
 
@@ -12,24 +13,6 @@ use super::common::{sys, sys_error};
 use crate::netlink::{Link, LinkKind, Netlink};
 use crate::session::{PodLookup, Session};
 use crate::NetNs;
-
-fn missing_env(var: &str, command: CniCommand) -> CniError {
-    CniError::invalid_env(var, format!("required for {command} but not set"))
-}
-
-pub(crate) fn ifname(req: &Request) -> Result<&str, CniError> {
-    req.env
-        .ifname
-        .as_deref()
-        .ok_or_else(|| missing_env(CNI_IFNAME, req.env.command))
-}
-
-pub(crate) fn container_id(req: &Request) -> Result<&str, CniError> {
-    req.env
-        .container_id
-        .as_deref()
-        .ok_or_else(|| missing_env(CNI_CONTAINERID, req.env.command))
-}
 
 /// cni-SPEC §3 "Chained plugins": a chained plugin acts on the result of
 /// the plugins before it, so its ADD and CHECK need `prevResult`.
@@ -48,7 +31,7 @@ pub(crate) fn chained_prev_result<'a>(
 /// One ADD, CHECK or DEL of one attachment: the pod's namespace and a netlink
 /// handle on each side.
 pub(crate) struct Attach<'s> {
-    pub ifname: String,
+    pub ifname: IfName,
     /// `CNI_NETNS` as given: the `sandbox` of container interfaces.
     pub sandbox: String,
     pub pod_ns: &'s NetNs,
@@ -63,9 +46,15 @@ impl<'s> Attach<'s> {
     pub fn open(session: &'s Session, req: &Request) -> Result<Attach<'s>, CniError> {
         let path = req
             .env
+            .require_attachment()?
             .netns
             .as_deref()
-            .ok_or_else(|| missing_env(CNI_NETNS, req.env.command))?;
+            .ok_or_else(|| {
+                CniError::invalid_env(
+                    CNI_NETNS,
+                    format!("required for {} but not set", req.env.command()),
+                )
+            })?;
         Attach::at(session, req, path)?.ok_or_else(|| {
             CniError::new(
                 ErrorCode::UnknownContainer,
@@ -86,7 +75,7 @@ impl<'s> Attach<'s> {
         session: &'s Session,
         req: &Request,
     ) -> Result<Option<Attach<'s>>, CniError> {
-        match req.env.netns.as_deref() {
+        match req.env.require_attachment()?.netns.as_deref() {
             None => Ok(None),
             Some(path) => Attach::at(session, req, path),
         }
@@ -97,11 +86,11 @@ impl<'s> Attach<'s> {
         req: &Request,
         path: &std::path::Path,
     ) -> Result<Option<Attach<'s>>, CniError> {
-        let ifname = ifname(req)?.to_string();
+        let ifname = req.env.require_attachment()?.ifname.clone();
         let side = match session.pod(path).map_err(sys(CNI_NETNS))? {
             PodLookup::Pod(side) => side,
             PodLookup::Gone => return Ok(None),
-            PodLookup::Node if req.env.command == CniCommand::Del => return Ok(None),
+            PodLookup::Node if req.env.command() == CniCommand::Del => return Ok(None),
             PodLookup::Node => return Err(super::node_netns_refused(path)),
         };
         let host = session
@@ -130,6 +119,23 @@ impl<'s> Attach<'s> {
                 sys_error(
                     format_args!("container interface {}", self.ifname),
                     "vanished right after creation",
+                )
+            })
+    }
+
+    /// The container interface, which a chained plugin needs the plugins
+    /// before it to have made. Its absence is code 7 in every driver: the
+    /// chain (its configuration) does not provide what this plugin acts on,
+    /// as bandwidth's "no host-side interface" is; nothing this plugin did
+    /// failed (which is what 103 says).
+    pub fn existing_pod_link(&self) -> Result<Link, CniError> {
+        self.pod
+            .link_by_name(&self.ifname)
+            .map_err(sys(format_args!("CNI_IFNAME {}", self.ifname)))?
+            .ok_or_else(|| {
+                CniError::invalid_config(
+                    "CNI_IFNAME",
+                    format!("no interface {:?} in {}", self.ifname, self.sandbox),
                 )
             })
     }

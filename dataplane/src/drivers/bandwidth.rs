@@ -55,7 +55,7 @@ use plexus_cni::result::Interface;
 use plexus_cni::skel::{Plugin, Request};
 use plexus_cni::{CniError, CniResult};
 
-use super::attachment::{chained_prev_result as prev_result, container_id, Attach};
+use super::attachment::{chained_prev_result as prev_result, Attach};
 use super::common::{mismatch, sys};
 use super::undo::Undo;
 use crate::netlink::{
@@ -285,16 +285,7 @@ fn host_interface(prev: &CniResult, at: &Attach<'_>) -> Result<Link, CniError> {
             ),
         ));
     }
-    let pod_link = at
-        .pod
-        .link_by_name(ifname)
-        .map_err(sys(format_args!("CNI_IFNAME {ifname}")))?
-        .ok_or_else(|| {
-            CniError::invalid_config(
-                "CNI_IFNAME",
-                format!("no interface {ifname:?} in {}", at.sandbox),
-            )
-        })?;
+    let pod_link = at.existing_pod_link()?;
     let peer = match (&pod_link.kind, pod_link.parent) {
         (Some(LinkKind::Veth), Some(peer)) => peer,
         (kind, _) => {
@@ -438,7 +429,10 @@ impl Plugin for Bandwidth<'_> {
         }
         let at = Attach::open(self.session, req)?;
         let host = host_interface(prev, &at)?;
-        let ifb = ifb_name(req.name.as_deref().unwrap_or(""), container_id(req)?);
+        let ifb = ifb_name(
+            req.name.as_deref().unwrap_or(""),
+            &req.env.require_attachment()?.container_id,
+        );
         let mut undo = Undo::default();
         let built = build(at.host, &host, &shaping, &ifb, &mut undo);
         let dev = undo.finish(built)?;
@@ -454,7 +448,10 @@ impl Plugin for Bandwidth<'_> {
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        let ifb = ifb_name(req.name.as_deref().unwrap_or(""), container_id(req)?);
+        let ifb = ifb_name(
+            req.name.as_deref().unwrap_or(""),
+            &req.env.require_attachment()?.container_id,
+        );
         let nl = self
             .session
             .host()
@@ -470,7 +467,7 @@ impl Plugin for Bandwidth<'_> {
         if shaping.is_empty() {
             return Ok(());
         }
-        let cid = container_id(req)?;
+        let cid = &req.env.require_attachment()?.container_id;
         let at = Attach::open(self.session, req)?;
         let nl = at.host;
         let host = host_interface(prev, &at)?;

@@ -1071,7 +1071,8 @@ mod tests {
             json!({"cniVersion": "1.0.0", "args": {"cni": {"mac": "02:00:00:00:00:02"}},
                                "runtimeConfig": {"mac": "02:00:00:00:00:03"}}),
         );
-        r.env.args = plexus_cni::args::CniArgs::parse("MAC=02:00:00:00:00:01").unwrap();
+        r.env.attachment_mut().unwrap().args =
+            plexus_cni::args::CniArgs::parse("MAC=02:00:00:00:00:01").unwrap();
         assert_eq!(
             Settings::parse(&r).unwrap().mac.unwrap().to_string(),
             "02:00:00:00:00:03"
@@ -1087,12 +1088,14 @@ mod tests {
             "02:00:00:00:00:01"
         );
         // Other CNI_ARGS keys need IgnoreUnknown, as in the reference.
-        r.env.args = plexus_cni::args::CniArgs::parse("K8S_POD_NAME=x").unwrap();
+        r.env.attachment_mut().unwrap().args =
+            plexus_cni::args::CniArgs::parse("K8S_POD_NAME=x").unwrap();
         assert_eq!(
             Settings::parse(&r).unwrap_err().code,
             ErrorCode::InvalidEnvironment
         );
-        r.env.args = plexus_cni::args::CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAME=x").unwrap();
+        r.env.attachment_mut().unwrap().args =
+            plexus_cni::args::CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAME=x").unwrap();
         assert_eq!(Settings::parse(&r).unwrap().mac, None);
     }
 

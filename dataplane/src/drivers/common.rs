@@ -162,8 +162,8 @@ pub(crate) fn runtime_config_mac(req: &Request) -> Result<Option<&str>, CniError
 /// `CNI_ARGS` `MAC=...`, after the reference's rule that other keys need
 /// `IgnoreUnknown=1`.
 pub(crate) fn cni_args_mac(req: &Request) -> Result<Option<&str>, CniError> {
-    req.env.args.check_known(&["MAC"])?;
-    Ok(req.env.args.get("MAC"))
+    req.env.args().check_known(&["MAC"])?;
+    Ok(req.env.args().get("MAC"))
 }
 
 // ---------------------------------------------------------------------------
@@ -587,14 +587,13 @@ pub(crate) fn runtime_string<'r>(
 /// object) on stdin.
 #[cfg(test)]
 pub(crate) fn unit_test_request(config: Value, args: &str) -> Request {
-    let env = plexus_cni::env::CniEnv {
-        command: CniCommand::Add,
-        container_id: Some("ctr1".into()),
+    let env = plexus_cni::env::CniEnv::Add(plexus_cni::env::AttachmentParams {
+        container_id: plexus_cni::names::ContainerId::new("ctr1").unwrap(),
         netns: Some("/var/run/netns/x".into()),
-        ifname: Some("eth0".into()),
+        ifname: plexus_cni::names::IfName::new("eth0").unwrap(),
         args: plexus_cni::args::CniArgs::parse(args).unwrap(),
         path: Vec::new(),
-    };
+    });
     let Value::Object(map) = config else {
         panic!("the configuration must be an object: {config}")
     };

@@ -41,7 +41,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::attachment::{self, Attach};
+use super::attachment::Attach;
 use super::common::{check_failed, sys_error};
 use super::passthrough::Patience;
 use super::undo::Undo;
@@ -70,9 +70,10 @@ pub(crate) struct Owner {
 impl Owner {
     /// The attachment of `req`.
     pub fn of(req: &Request) -> Result<Owner, CniError> {
+        let params = req.env.require_attachment()?;
         Ok(Owner {
-            container_id: attachment::container_id(req)?.to_string(),
-            ifname: attachment::ifname(req)?.to_string(),
+            container_id: params.container_id.to_string(),
+            ifname: params.ifname.to_string(),
         })
     }
 }

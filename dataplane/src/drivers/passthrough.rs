@@ -132,7 +132,7 @@ pub(crate) fn move_into_pod(
         netdev.index,
         &LinkUpdate {
             netns: Some(at.pod_ns),
-            name: Some(at.ifname.clone()),
+            name: Some(at.ifname.to_string()),
             ..LinkUpdate::default()
         },
     );
@@ -285,7 +285,7 @@ pub(crate) fn netdevless_result(
         .unwrap_or_default();
     result.cni_version = Some(req.cni_version);
     result.interfaces = vec![Interface {
-        name: at.ifname.clone(),
+        name: at.ifname.to_string(),
         mac: admin_mac.map(|m| m.to_string()),
         sandbox: Some(at.sandbox.clone()),
         ..Interface::default()

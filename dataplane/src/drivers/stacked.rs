@@ -92,7 +92,7 @@ impl<M> Conf<M> {
         if chains
             && !common::has_ipam(&self.ipam)
             && req.prev_result.as_ref().is_none_or(|p| p.ips.is_empty())
-            && req.env.command == CniCommand::Add
+            && req.env.command() == CniCommand::Add
         {
             return Err(CniError::invalid_config(
                 "ipam",

@@ -54,7 +54,7 @@ use plexus_cni::casefold;
 use plexus_cni::skel::{Plugin, Request};
 use plexus_cni::{CniError, CniResult};
 
-use super::attachment::{chained_prev_result as prev_result, container_id, ifname, Attach};
+use super::attachment::{chained_prev_result as prev_result, Attach};
 use super::common::{mismatch, sys};
 use super::undo::Undo;
 use crate::mac::MacAddr;
@@ -187,7 +187,7 @@ fn settings(
     default_dir: &Path,
     ifname: &str,
 ) -> Result<Settings, CniError> {
-    req.env.args.check_known(&["MAC"])?;
+    req.env.args().check_known(&["MAC"])?;
     let cni_args = conf.args.and_then(|a| a.cni).unwrap_or_default();
 
     // MAC: config < CNI_ARGS < runtimeConfig < args.cni, as the reference.
@@ -198,7 +198,7 @@ fn settings(
         }
     };
     offer(conf.mac.as_deref(), "mac");
-    offer(req.env.args.get("MAC"), "CNI_ARGS MAC");
+    offer(req.env.args().get("MAC"), "CNI_ARGS MAC");
     let runtime_mac = match req.runtime_config.get("mac") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.as_str()),
@@ -458,26 +458,11 @@ fn remove_saved(path: &Path) -> Result<(), CniError> {
 // ---------------------------------------------------------------------------
 // The plugin
 
-/// The pod's interface `CNI_IFNAME`, which must exist.
-fn pod_link(at: &Attach<'_>) -> Result<Link, CniError> {
-    let name = &at.ifname;
-    at.pod
-        .link_by_name(name)
-        .map_err(sys(format_args!("CNI_IFNAME {name}")))?
-        .ok_or_else(|| {
-            CniError::plugin(
-                plexus_cni::error::codes::PLUGIN_FAILED,
-                "plugin failed",
-                format!("CNI_IFNAME: no interface {name:?} in {}", at.sandbox),
-            )
-        })
-}
-
 impl Tuning<'_> {
     fn settings_for(&self, req: &Request) -> Result<Settings, CniError> {
         // Without an interface (validation before the attachment is known)
         // `IFNAME` stands for itself, which is a valid interface name.
-        let ifname = req.env.ifname.as_deref().unwrap_or("IFNAME");
+        let ifname = req.env.ifname().map_or("IFNAME", |n| n.as_str());
         settings(req, decode(req)?, &self.data_dir, ifname)
     }
 
@@ -504,7 +489,7 @@ impl Tuning<'_> {
             }
         })?;
         let link = if s.changes_link() {
-            Some(pod_link(at)?)
+            Some(at.existing_pod_link()?)
         } else {
             None
         };
@@ -611,8 +596,8 @@ impl Plugin for Tuning<'_> {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let s = self.settings_for(req)?;
         let prev = prev_result(req, PLUGIN)?;
-        let (cid, ifname) = (container_id(req)?, ifname(req)?);
         let at = Attach::open(self.session, req)?;
+        let (cid, ifname) = (&req.env.require_attachment()?.container_id, &at.ifname);
         let path = saved_path(&s.data_dir, cid, ifname);
         let mut undo = Undo::default();
         let applied = self.apply(&s, &at, &path, &mut undo);
@@ -629,7 +614,8 @@ impl Plugin for Tuning<'_> {
             .data_dir
             .filter(|d| !d.is_empty())
             .map_or_else(|| self.data_dir.clone(), PathBuf::from);
-        let (cid, ifname) = (container_id(req)?, ifname(req)?);
+        let params = req.env.require_attachment()?;
+        let (cid, ifname) = (&params.container_id, &params.ifname);
         let path = saved_path(&data_dir, cid, ifname);
         let Some(bytes) = read_saved(&path)? else {
             return Ok(());
@@ -673,8 +659,8 @@ impl Plugin for Tuning<'_> {
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let s = self.settings_for(req)?;
         prev_result(req, PLUGIN)?;
-        let ifname = ifname(req)?;
         let at = Attach::open(self.session, req)?;
+        let ifname = &at.ifname;
         let keys: Vec<SysctlKey> = s.sysctls.iter().map(|x| x.key.clone()).collect();
         let current = sysctl::read_all(at.pod_ns, &keys).map_err(sys("sysctl"))?;
         for (x, now) in s.sysctls.iter().zip(current) {
@@ -688,7 +674,7 @@ impl Plugin for Tuning<'_> {
                 ));
             }
         }
-        let link = pod_link(&at)?;
+        let link = at.existing_pod_link()?;
         let mut wanted = s.changes();
         // The reference also checks that promiscuous mode is off when the
         // configuration does not ask for it.
