@@ -6,7 +6,7 @@
 //! - CHECK needs a request version of 0.4.0 or later, GC and STATUS 1.1.0;
 //! - `prevResult` is read in the request's version;
 //! - top-level keys (`cniVersion`, `runtimeConfig`, ...) match
-//!   case-insensitively, as Go plugins decode them;
+//!   case-insensitively, as Go plugins decode them ([`casefold::get`]);
 //! - errors are printed as the error result of cni-SPEC §5 on stdout (plus one
 //!   line on stderr) with exit code 1.
 
@@ -171,7 +171,7 @@ fn version_output(stdin: &[u8]) -> Value {
     let echoed = serde_json::from_slice::<Value>(stdin)
         .ok()
         .and_then(|v| {
-            field(v.as_object()?, "cniVersion")?
+            casefold::get(v.as_object()?, "cniVersion")?
                 .as_str()
                 .map(str::to_string)
         })
@@ -181,16 +181,6 @@ fn version_output(stdin: &[u8]) -> Value {
         "cniVersion": echoed,
         "supportedVersions": CniVersion::supported_versions(),
     })
-}
-
-/// A top-level configuration key as a Go plugin's case-insensitive decoding
-/// reads it: any key folding to `key`, the last one if several do.
-fn field<'a>(config: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    config
-        .iter()
-        .rev()
-        .find(|(k, _)| casefold::fold_eq(k, key))
-        .map(|(_, v)| v)
 }
 
 /// The oldest request version each command exists in (libcni's skel refuses
@@ -220,7 +210,7 @@ fn parse_request(
         return Err(wrong_type("network configuration", "a JSON object", &value));
     };
     // cni-SPEC §5 "Error": answer in the request's version once it is known.
-    if let Some(Value::String(s)) = field(&config, "cniVersion") {
+    if let Some(Value::String(s)) = casefold::get(&config, "cniVersion") {
         if let Ok(v) = s.parse() {
             *version_out = v;
         }
@@ -238,7 +228,7 @@ impl Request {
     /// its stdin: what the executor uses to run a plugin in-process.
     pub fn from_config(env: CniEnv, config: Map<String, Value>) -> Result<Request, CniError> {
         // A missing cniVersion means 0.1.0, as libcni's version decoder says.
-        let cni_version = match field(&config, "cniVersion") {
+        let cni_version = match casefold::get(&config, "cniVersion") {
             None => CniVersion::V0_1_0,
             Some(Value::String(s)) if s.is_empty() => CniVersion::V0_1_0,
             Some(Value::String(s)) => CniVersion::parse_field(s, "cniVersion")?,
@@ -255,7 +245,7 @@ impl Request {
             ));
         }
 
-        let string_field = |key: &str| match field(&config, key) {
+        let string_field = |key: &str| match casefold::get(&config, key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(other) => Err(wrong_type(key, "a string", other)),
@@ -263,13 +253,13 @@ impl Request {
         let name = string_field("name")?;
         let plugin_type = string_field("type")?;
 
-        let runtime_config = match field(&config, "runtimeConfig") {
+        let runtime_config = match casefold::get(&config, "runtimeConfig") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(rc)) => canonical_runtime_config(rc),
             Some(other) => return Err(wrong_type("runtimeConfig", "an object", other)),
         };
 
-        let prev_result = match field(&config, "prevResult") {
+        let prev_result = match casefold::get(&config, "prevResult") {
             None | Some(Value::Null) => None,
             Some(v) if !v.is_object() => return Err(wrong_type("prevResult", "a JSON object", v)),
             Some(v) => Some(CniResult::from_value_as(v, cni_version).map_err(|e| {
@@ -335,7 +325,7 @@ pub fn valid_attachments_value(valid: &[(String, String)]) -> Value {
 /// cni-SPEC §2 GC: `cni.dev/valid-attachments`, required (a GC without it
 /// would treat every attachment as stale); `null` means none is valid.
 fn valid_attachments(config: &Map<String, Value>) -> Result<Vec<(String, String)>, CniError> {
-    let items = match field(config, VALID_ATTACHMENTS) {
+    let items = match casefold::get(config, VALID_ATTACHMENTS) {
         None => {
             return Err(CniError::invalid_config(
                 VALID_ATTACHMENTS,

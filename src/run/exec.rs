@@ -29,7 +29,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::cni::casefold::fold_eq;
+use crate::cni::casefold;
 use crate::cni::env::{CNI_ARGS, CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS, CNI_PATH};
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::cni::names;
@@ -355,7 +355,7 @@ fn error_result(stdout: &[u8]) -> Option<(u32, String, String)> {
     let v: Value = serde_json::from_slice(stdout).ok()?;
     let obj = v.as_object()?;
     // Go plugins' keys, matched as Go decodes them.
-    let get = |key: &str| obj.iter().find(|(k, _)| fold_eq(k, key)).map(|(_, v)| v);
+    let get = |key: &str| casefold::get(obj, key);
     let code = u32::try_from(get("code")?.as_u64()?).ok()?;
     let text = |key: &str| {
         get(key)
