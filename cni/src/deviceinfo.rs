@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-use crate::casefold::{self, PathError};
+use crate::casefold;
 use crate::error::CniError;
-use crate::fields::want;
+use crate::fields::{self, decode_error};
 
 /// The Device Information Specification version plexus writes.
 pub const SPEC_VERSION: &str = "1.1.0";
@@ -133,7 +133,7 @@ macro_rules! serde_by_spelling {
 
         impl<'de> Deserialize<'de> for $t {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = required_string(d)?;
+                let text = fields::string(d)?;
                 <$t as Spelled>::parse(&text).map_err(de::Error::custom)
             }
         }
@@ -141,27 +141,6 @@ macro_rules! serde_by_spelling {
 }
 
 serde_by_spelling!(DeviceType, VdpaDriver, VhostUserMode, MemifRole, MemifMode);
-
-/// A string field: Go reads `null` as absent, and a value of another type
-/// fails naming the type it has.
-fn required_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    match Value::deserialize(d)? {
-        Value::String(s) => Ok(s),
-        Value::Null => Err(de::Error::custom(REQUIRED)),
-        other => Err(de::Error::custom(want("a string", &other))),
-    }
-}
-
-fn optional_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    match Value::deserialize(d)? {
-        Value::String(s) => Ok(Some(s)),
-        Value::Null => Ok(None),
-        other => Err(de::Error::custom(want("a string", &other))),
-    }
-}
-
-/// The reason of a required key that is absent (or `null`).
-const REQUIRED: &str = "required";
 
 impl DeviceType {
     /// The spec's spelling (`pci`, `vdpa`, `vhost-user`, `memif`), which is
@@ -175,29 +154,29 @@ impl DeviceType {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct PciDevice {
-    #[serde(deserialize_with = "required_string")]
+    #[serde(deserialize_with = "fields::string")]
     pub pci_address: String,
     #[serde(
         default,
-        deserialize_with = "optional_string",
+        deserialize_with = "fields::optional_string",
         skip_serializing_if = "Option::is_none"
     )]
     pub vhost_net: Option<String>,
     #[serde(
         default,
-        deserialize_with = "optional_string",
+        deserialize_with = "fields::optional_string",
         skip_serializing_if = "Option::is_none"
     )]
     pub rdma_device: Option<String>,
     #[serde(
         default,
-        deserialize_with = "optional_string",
+        deserialize_with = "fields::optional_string",
         skip_serializing_if = "Option::is_none"
     )]
     pub pf_pci_address: Option<String>,
     #[serde(
         default,
-        deserialize_with = "optional_string",
+        deserialize_with = "fields::optional_string",
         skip_serializing_if = "Option::is_none"
     )]
     pub representor_device: Option<String>,
@@ -207,26 +186,26 @@ pub struct PciDevice {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct VdpaDevice {
-    #[serde(deserialize_with = "required_string")]
+    #[serde(deserialize_with = "fields::string")]
     pub parent_device: String,
     pub driver: VdpaDriver,
-    #[serde(deserialize_with = "required_string")]
+    #[serde(deserialize_with = "fields::string")]
     pub path: String,
     #[serde(
         default,
-        deserialize_with = "optional_string",
+        deserialize_with = "fields::optional_string",
         skip_serializing_if = "Option::is_none"
     )]
     pub pci_address: Option<String>,
     #[serde(
         default,
-        deserialize_with = "optional_string",
+        deserialize_with = "fields::optional_string",
         skip_serializing_if = "Option::is_none"
     )]
     pub pf_pci_address: Option<String>,
     #[serde(
         default,
-        deserialize_with = "optional_string",
+        deserialize_with = "fields::optional_string",
         skip_serializing_if = "Option::is_none"
     )]
     pub representor_device: Option<String>,
@@ -236,7 +215,7 @@ pub struct VdpaDevice {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VhostUserDevice {
     pub mode: VhostUserMode,
-    #[serde(deserialize_with = "required_string")]
+    #[serde(deserialize_with = "fields::string")]
     pub path: String,
 }
 
@@ -244,7 +223,7 @@ pub struct VhostUserDevice {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemifDevice {
     pub role: MemifRole,
-    #[serde(deserialize_with = "required_string")]
+    #[serde(deserialize_with = "fields::string")]
     pub path: String,
     pub mode: MemifMode,
 }
@@ -258,7 +237,7 @@ pub struct DeviceInfo {
     #[serde(rename = "type")]
     pub device_type: DeviceType,
     /// `MAJOR.MINOR.PATCH` of the Device Information Specification.
-    #[serde(deserialize_with = "required_string")]
+    #[serde(deserialize_with = "fields::string")]
     pub version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci: Option<PciDevice>,
@@ -268,42 +247,6 @@ pub struct DeviceInfo {
     pub vhost_user: Option<VhostUserDevice>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memif: Option<MemifDevice>,
-}
-
-/// A decoding failure as `key: reason`, the key the path of the value that
-/// failed (`pci.pci-address`). serde names a missing field in the message of
-/// the map holding it, and a map of the wrong type with the Rust type; both
-/// are said as the spec's keys are.
-fn decode_error(e: PathError, input: &Value) -> CniError {
-    let at = |key: &str| {
-        if e.path.is_empty() {
-            key.to_string()
-        } else {
-            format!("{}.{key}", e.path)
-        }
-    };
-    let message = e.error.to_string();
-    if let Some(key) = message
-        .strip_prefix("missing field `")
-        .and_then(|m| m.strip_suffix('`'))
-    {
-        return CniError::decode(at(key), REQUIRED);
-    }
-    let what = if e.path.is_empty() {
-        "device information"
-    } else {
-        e.path.as_str()
-    };
-    if message.contains(", expected struct ") {
-        let value = e
-            .path
-            .split('.')
-            .filter(|key| !key.is_empty())
-            .try_fold(input, |v, key| v.get(key))
-            .unwrap_or(&Value::Null);
-        return CniError::decode(what, want("an object", value));
-    }
-    CniError::decode(what, message)
 }
 
 fn is_semver_triple(s: &str) -> bool {
@@ -346,7 +289,8 @@ impl DeviceInfo {
     /// (`pci.pci-address: required`); callers prefix `device-info` or a
     /// file name with [`CniError::within`].
     pub fn from_value(v: &Value) -> Result<DeviceInfo, CniError> {
-        let info: DeviceInfo = casefold::from_value_at(v).map_err(|e| decode_error(e, v))?;
+        let info: DeviceInfo =
+            casefold::from_value_at(v).map_err(|e| decode_error(e, v, "device information"))?;
         if !is_semver_triple(&info.version) {
             return Err(CniError::decode(
                 "version",
