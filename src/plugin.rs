@@ -26,8 +26,9 @@ use crate::cni::args::CniArgs;
 use crate::cni::call_log::CallLog;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::{CniError, ErrorCode};
+use crate::cni::names::{ContainerId, IfName};
 use crate::cni::result::CniResult;
-use crate::cni::skel::{Plugin, Request};
+use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
 use crate::manifest::Pod;
 use crate::netattach::status::NetworkStatus;
@@ -653,16 +654,23 @@ impl Plugin for PlexusPlugin<'_> {
         ))
     }
 
-    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), CniError> {
         let conf = self.conf(req)?;
         let cluster = self.clusters.open(&conf)?;
         let default_network = Self::configured_cluster_network(&conf, cluster.as_ref()).ok();
         let registry = self.registry(conf.chroot_dir.as_deref())?;
         let delegates = network_delegates(req, &conf, &registry);
         let swept = claims::sweep(&ClaimBook::new(&conf.cni_dir), cluster.as_ref(), None);
-        // Addresses held for claims are valid attachments of their own.
+        // Addresses held for claims are valid attachments of their own. A
+        // pair whose names do not pass the rules protects nothing: no record
+        // or allocation, whose names are checked, can carry it.
         let mut valid = valid.to_vec();
-        valid.extend(swept.held.iter().cloned());
+        valid.extend(swept.held.iter().filter_map(|(c, i)| {
+            Some((
+                ContainerId::new(c.as_str()).ok()?,
+                IfName::new(i.as_str()).ok()?,
+            ))
+        }));
         let claim_warnings: Vec<String> = sweep_warnings(swept).collect();
         let report = Executor::new(Cache::new(&conf.cni_dir)).gc(
             &valid,

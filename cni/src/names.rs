@@ -65,6 +65,13 @@ macro_rules! checked_name {
             }
         }
 
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(name: &str) -> Result<$name, String> {
+                $name::new(name)
+            }
+        }
+
         impl TryFrom<String> for $name {
             type Error = String;
             fn try_from(name: String) -> Result<$name, String> {

@@ -61,8 +61,8 @@ pub trait Plugin {
     fn add(&self, req: &Request) -> Result<CniResult, CniError>;
     fn del(&self, req: &Request) -> Result<(), CniError>;
     fn check(&self, req: &Request) -> Result<(), CniError>;
-    /// `valid`: the (container ID, interface name) pairs still in use.
-    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError>;
+    /// `valid`: the attachments still in use (cni-SPEC §2 GC).
+    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), CniError>;
     fn status(&self, req: &Request) -> Result<(), CniError>;
 }
 
@@ -197,7 +197,7 @@ fn parse_request(
     env: CniEnv,
     bytes: &[u8],
     version_out: &mut CniVersion,
-) -> Result<(Request, Vec<(String, String)>), CniError> {
+) -> Result<(Request, Vec<ValidAttachment>), CniError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(CniError::decode(
             "stdin",
@@ -302,16 +302,20 @@ fn canonical_runtime_config(rc: &Map<String, Value>) -> Map<String, Value> {
     out
 }
 
+/// One element of `cni.dev/valid-attachments` (cni-SPEC §2 GC): an
+/// attachment the runtime still has, its names checked when read.
+pub type ValidAttachment = (ContainerId, IfName);
+
+/// One element of `cni.dev/valid-attachments` on the wire.
 #[derive(Serialize, Deserialize)]
 struct GcAttachment {
     #[serde(rename = "containerID")]
-    container_id: String,
-    ifname: String,
+    container_id: ContainerId,
+    ifname: IfName,
 }
 
-/// The value of `cni.dev/valid-attachments` for a GC of `valid`
-/// (`(containerID, ifname)` pairs).
-pub fn valid_attachments_value(valid: &[(String, String)]) -> Value {
+/// The value of `cni.dev/valid-attachments` for a GC of `valid`.
+pub fn valid_attachments_value(valid: &[ValidAttachment]) -> Value {
     let list: Vec<GcAttachment> = valid
         .iter()
         .map(|(c, i)| GcAttachment {
@@ -324,7 +328,7 @@ pub fn valid_attachments_value(valid: &[(String, String)]) -> Value {
 
 /// cni-SPEC §2 GC: `cni.dev/valid-attachments`, required (a GC without it
 /// would treat every attachment as stale); `null` means none is valid.
-fn valid_attachments(config: &Map<String, Value>) -> Result<Vec<(String, String)>, CniError> {
+fn valid_attachments(config: &Map<String, Value>) -> Result<Vec<ValidAttachment>, CniError> {
     let items = match casefold::get(config, VALID_ATTACHMENTS) {
         None => {
             return Err(CniError::invalid_config(
@@ -348,17 +352,10 @@ fn valid_attachments(config: &Map<String, Value>) -> Result<Vec<(String, String)
             e.error.to_string(),
         )
     })?;
-    list.into_iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let at = |field: &str| format!("{VALID_ATTACHMENTS}[{i}].{field}");
-            let id = ContainerId::new(a.container_id)
-                .map_err(|r| CniError::invalid_config(at("containerID"), r))?;
-            let ifname =
-                IfName::new(a.ifname).map_err(|r| CniError::invalid_config(at("ifname"), r))?;
-            Ok((id.into(), ifname.into()))
-        })
-        .collect()
+    Ok(list
+        .into_iter()
+        .map(|a| (a.container_id, a.ifname))
+        .collect())
 }
 
 #[cfg(test)]
@@ -373,7 +370,7 @@ mod tests {
     #[derive(Default)]
     struct Fake {
         calls: RefCell<Vec<(CniCommand, Request)>>,
-        gc_valid: RefCell<Vec<(String, String)>>,
+        gc_valid: RefCell<Vec<ValidAttachment>>,
         result: Option<CniResult>,
         fail: Option<CniError>,
     }
@@ -409,7 +406,7 @@ mod tests {
         fn check(&self, req: &Request) -> Result<(), CniError> {
             self.answer(req, ())
         }
-        fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
+        fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), CniError> {
             *self.gc_valid.borrow_mut() = valid.to_vec();
             self.answer(req, ())
         }
@@ -692,10 +689,8 @@ mod tests {
 
     #[test]
     fn valid_attachments_are_written_as_they_are_read() {
-        let valid = vec![
-            ("ctr1".to_string(), "eth0".to_string()),
-            ("ctr2".to_string(), "net1".to_string()),
-        ];
+        let pair = |c: &str, i: &str| (ContainerId::new(c).unwrap(), IfName::new(i).unwrap());
+        let valid = vec![pair("ctr1", "eth0"), pair("ctr2", "net1")];
         let value = valid_attachments_value(&valid);
         assert_eq!(
             value,
@@ -723,8 +718,14 @@ mod tests {
         assert_eq!(
             *fake.gc_valid.borrow(),
             [
-                ("ctr1".to_string(), "eth0".to_string()),
-                ("ctr2".into(), "net1".into())
+                (
+                    ContainerId::new("ctr1").unwrap(),
+                    IfName::new("eth0").unwrap()
+                ),
+                (
+                    ContainerId::new("ctr2").unwrap(),
+                    IfName::new("net1").unwrap()
+                )
             ]
         );
         let out = drive_with(

@@ -19,7 +19,7 @@ use plexus_cni::delegate::Resolver;
 use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
 use plexus_cni::error::CniError;
 use plexus_cni::result::CniResult;
-use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::skel::{Plugin, Request, ValidAttachment};
 use plexus_dataplane::drivers;
 use plexus_dataplane::NetNs;
 use serde_json::{json, Value};
@@ -40,7 +40,7 @@ impl Plugin for StaticIpam {
     fn check(&self, _: &Request) -> Result<(), CniError> {
         Ok(())
     }
-    fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
         Ok(())
     }
     fn status(&self, _: &Request) -> Result<(), CniError> {

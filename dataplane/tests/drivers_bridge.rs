@@ -886,8 +886,11 @@ fn status_and_gc_are_the_ipam_plugins() {
         let session = plexus_dataplane::Session::new();
         let d = plexus_dataplane::drivers::driver(ty, &r, &session).unwrap();
         d.status(&req(CniCommand::Status, &c)).unwrap();
-        d.gc(&req(CniCommand::Gc, &c), &[("ctr1".into(), "eth0".into())])
-            .unwrap();
+        d.gc(
+            &req(CniCommand::Gc, &c),
+            &[("ctr1".parse().unwrap(), "eth0".parse().unwrap())],
+        )
+        .unwrap();
         d.status(&req(CniCommand::Status, &l2)).unwrap();
         d.gc(&req(CniCommand::Gc, &l2), &[]).unwrap();
         let mut failing = c.clone();

@@ -84,7 +84,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use plexus_cni::result::{CniResult, Dns, IpConfig, Route};
-use plexus_cni::skel::Request;
+use plexus_cni::skel::{Request, ValidAttachment};
 use serde::Deserialize;
 
 use crate::common::{
@@ -673,7 +673,7 @@ impl Ipam for HostLocal {
         ))
     }
 
-    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), IpamError> {
+    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), IpamError> {
         let (loc, _) = Location::load(req)?;
         let Some(store) = self.open(&loc, false)? else {
             return Ok(());

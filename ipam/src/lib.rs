@@ -37,7 +37,11 @@ pub(crate) trait Ipam {
     fn add(&self, req: &Request) -> Result<CniResult, IpamError>;
     fn del(&self, req: &Request) -> Result<(), IpamError>;
     fn check(&self, req: &Request) -> Result<(), IpamError>;
-    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), IpamError>;
+    fn gc(
+        &self,
+        req: &Request,
+        valid: &[plexus_cni::skel::ValidAttachment],
+    ) -> Result<(), IpamError>;
     fn status(&self, req: &Request) -> Result<(), IpamError>;
 }
 
@@ -69,7 +73,7 @@ macro_rules! at_the_cni_boundary {
             fn gc(
                 &self,
                 req: &plexus_cni::skel::Request,
-                valid: &[(String, String)],
+                valid: &[plexus_cni::skel::ValidAttachment],
             ) -> Result<(), plexus_cni::CniError> {
                 Ok($crate::Ipam::gc(self, req, valid)?)
             }

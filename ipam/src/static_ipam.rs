@@ -34,7 +34,7 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use plexus_cni::result::{CniResult, Dns, IpConfig, Route};
-use plexus_cni::skel::Request;
+use plexus_cni::skel::{Request, ValidAttachment};
 use serde::Deserialize;
 
 use crate::common::{
@@ -271,7 +271,7 @@ impl Ipam for Static {
         Ok(())
     }
 
-    fn gc(&self, _req: &Request, _valid: &[(String, String)]) -> Result<(), IpamError> {
+    fn gc(&self, _req: &Request, _valid: &[ValidAttachment]) -> Result<(), IpamError> {
         Ok(())
     }
 

@@ -34,7 +34,7 @@ use crate::cni::env::{CNI_ARGS, CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_NE
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::cni::names;
 use crate::cni::result::CniResult;
-use crate::cni::skel::{Plugin, Request};
+use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::cni::CniVersion;
 
 /// How long a plugin may run before it is killed: generous, since `dhcp` and
@@ -250,7 +250,7 @@ impl Plugin for ExecPlugin {
         self.invoke(req).map(|_| ())
     }
 
-    fn gc(&self, req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, req: &Request, _valid: &[ValidAttachment]) -> Result<(), CniError> {
         // The valid attachments are in the request configuration already.
         self.invoke(req).map(|_| ())
     }

@@ -45,7 +45,9 @@ use crate::cni::durable;
 use crate::cni::env::{AttachmentParams, CniCommand, CniEnv, CNI_NETNS};
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::cni::result::{CniResult, Route};
-use crate::cni::skel::{valid_attachments_value, Plugin, Request, VALID_ATTACHMENTS};
+use crate::cni::skel::{
+    valid_attachments_value, Plugin, Request, ValidAttachment, VALID_ATTACHMENTS,
+};
 use crate::cni::CniVersion;
 use crate::netattach::deviceinfo::{self, DeviceInfo};
 use crate::plan::{Attachment, DefaultNetwork, Plan};
@@ -731,7 +733,7 @@ impl Executor {
     /// networks get no GC). Errors do not stop GC; all are returned.
     pub fn gc(
         &self,
-        valid: &[(String, String)],
+        valid: &[ValidAttachment],
         delegates: &Delegates,
         cluster: Option<&DefaultNetwork>,
     ) -> Result<GcReport, CniError> {
@@ -794,7 +796,7 @@ impl Executor {
     /// cni-SPEC §3 "Garbage-collecting a network" for the cluster network.
     fn gc_cluster(
         &self,
-        valid: &[(String, String)],
+        valid: &[ValidAttachment],
         delegates: &Delegates,
         cluster: &DefaultNetwork,
         report: &mut GcReport,

@@ -141,6 +141,7 @@ mod tests {
     use super::*;
     use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
     use crate::cni::result::CniResult;
+    use crate::cni::skel::ValidAttachment;
     use crate::cni::ErrorCode;
 
     /// A built-in plugin that says who it is in its result's DNS domain and
@@ -169,7 +170,7 @@ mod tests {
         fn check(&self, _: &Request) -> Result<(), CniError> {
             Ok(())
         }
-        fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+        fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
             Ok(())
         }
         fn status(&self, _: &Request) -> Result<(), CniError> {
@@ -190,7 +191,7 @@ mod tests {
         fn check(&self, _: &Request) -> Result<(), CniError> {
             Ok(())
         }
-        fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+        fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
             Ok(())
         }
         fn status(&self, _: &Request) -> Result<(), CniError> {

@@ -52,7 +52,7 @@ use sha2::{Digest, Sha512};
 
 use plexus_cni::casefold;
 use plexus_cni::result::Interface;
-use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::skel::{Plugin, Request, ValidAttachment};
 use plexus_cni::{CniError, CniResult};
 
 use super::attachment::{chained_prev_result as prev_result, Attach};
@@ -512,7 +512,7 @@ impl Plugin for Bandwidth<'_> {
     /// Nothing to collect: ifb names hash the network name with the
     /// container ID, so another network's devices can't be told from stale
     /// ones of this network.
-    fn gc(&self, _req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, _req: &Request, _valid: &[ValidAttachment]) -> Result<(), CniError> {
         Ok(())
     }
 

@@ -20,7 +20,7 @@ use plexus_cni::delegate::{self, Resolver};
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::{codes, CniError, ErrorCode};
 use plexus_cni::result::{CniResult, Dns, Interface, Route as CniRoute};
-use plexus_cni::skel::Request;
+use plexus_cni::skel::{Request, ValidAttachment};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
@@ -259,7 +259,7 @@ pub(crate) fn ipam_gc(
     resolver: &dyn Resolver,
     req: &Request,
     ipam: &Option<IpamRef>,
-    valid: &[(String, String)],
+    valid: &[ValidAttachment],
 ) -> Result<(), CniError> {
     let Some(kind) = ipam.as_ref().and_then(|i| i.kind.as_deref()) else {
         return Ok(());

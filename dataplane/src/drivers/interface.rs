@@ -26,7 +26,7 @@ use plexus_cni::deviceinfo::DeviceInfo;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::CniError;
 use plexus_cni::result::CniResult;
-use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::skel::{Plugin, Request, ValidAttachment};
 use serde::Deserialize;
 
 use super::attachment::Attach;
@@ -229,7 +229,7 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
         self.driver.check(req, &conf, &at, prev)
     }
 
-    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), CniError> {
         let c: IpamOnly = common::decode_config(req)?;
         let host = self
             .session

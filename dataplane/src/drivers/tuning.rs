@@ -51,7 +51,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use plexus_cni::casefold;
-use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::skel::{Plugin, Request, ValidAttachment};
 use plexus_cni::{CniError, CniResult};
 
 use super::attachment::{chained_prev_result as prev_result, Attach};
@@ -703,7 +703,7 @@ impl Plugin for Tuning<'_> {
     /// Nothing to collect: saved files are removed by DEL, and the data
     /// directory is shared by every network, so a file can't be told stale
     /// from this network's valid attachments alone.
-    fn gc(&self, _req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, _req: &Request, _valid: &[ValidAttachment]) -> Result<(), CniError> {
         Ok(())
     }
 

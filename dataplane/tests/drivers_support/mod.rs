@@ -13,8 +13,11 @@ use plexus_cni::args::CniArgs;
 use plexus_cni::delegate::Resolver;
 use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
 use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::names::{ContainerId, IfName};
 use plexus_cni::result::CniResult;
-use plexus_cni::skel::{valid_attachments_value, Plugin, Request, VALID_ATTACHMENTS};
+use plexus_cni::skel::{
+    valid_attachments_value, Plugin, Request, ValidAttachment, VALID_ATTACHMENTS,
+};
 use plexus_cni::CniVersion;
 use plexus_dataplane::drivers;
 use plexus_dataplane::Session;
@@ -98,7 +101,7 @@ impl Plugin for StaticIpam<'_> {
     fn check(&self, req: &Request) -> Result<(), CniError> {
         self.record(req)
     }
-    fn gc(&self, req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, req: &Request, _valid: &[ValidAttachment]) -> Result<(), CniError> {
         self.record(req)
     }
     fn status(&self, req: &Request) -> Result<(), CniError> {
@@ -290,9 +293,9 @@ pub fn gc(
     config: &Value,
     valid: &[(&str, &str)],
 ) -> Result<(), CniError> {
-    let valid: Vec<(String, String)> = valid
+    let valid: Vec<ValidAttachment> = valid
         .iter()
-        .map(|(c, i)| (c.to_string(), i.to_string()))
+        .map(|(c, i)| (ContainerId::new(*c).unwrap(), IfName::new(*i).unwrap()))
         .collect();
     let mut config = config.clone();
     config[VALID_ATTACHMENTS] = valid_attachments_value(&valid);
