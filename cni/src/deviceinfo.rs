@@ -5,7 +5,7 @@
 //! Multus reads these with Go's encoding/json, so keys match
 //! case-insensitively; unknown keys are ignored (and not written back).
 //! [`DeviceInfo`] is the one serde type both directions use: its field
-//! names are the spec's keys, its enums' [`Spelled`] lists their values.
+//! names are the spec's keys, its enums' one list of spellings (`Spelled`) their values.
 
 use std::io;
 use std::path::{Path, PathBuf};
