@@ -107,36 +107,37 @@ mod tests {
 
     #[test]
     fn each_failure_has_one_code() {
-        let code = |e: IpamError| CniError::from(e).code;
         let text = || "x".to_string();
-        assert_eq!(code(IpamError::config("f", "r")), ErrorCode::InvalidConfig);
-        assert_eq!(
-            code(IpamError::env("CNI_ARGS", "r")),
-            ErrorCode::InvalidEnvironment
-        );
-        assert_eq!(code(IpamError::io("w", "r")), ErrorCode::Io);
-        let plugin = |c: u32| ErrorCode::Plugin(c);
-        assert_eq!(
-            code(IpamError::AddressInUse(text())),
-            plugin(codes::ADDRESS_IN_USE)
-        );
-        assert_eq!(
-            code(IpamError::RangeExhausted(text())),
-            plugin(codes::RANGE_EXHAUSTED)
-        );
-        assert_eq!(
-            code(IpamError::DuplicateAllocation(text())),
-            plugin(codes::DUPLICATE_ALLOCATION)
-        );
-        assert_eq!(
-            code(IpamError::CheckMismatch(text())),
-            plugin(codes::CHECK_MISMATCH)
-        );
-        assert_eq!(
-            code(IpamError::NotAllocated(text())),
-            ErrorCode::UnknownContainer
-        );
-        assert_eq!(code(IpamError::Full(text())), ErrorCode::NotAvailable);
+        let plugin = ErrorCode::Plugin;
+        let cases = [
+            (IpamError::config("f", "r"), ErrorCode::InvalidConfig),
+            (
+                IpamError::env("CNI_ARGS", "r"),
+                ErrorCode::InvalidEnvironment,
+            ),
+            (IpamError::io("w", "r"), ErrorCode::Io),
+            (
+                IpamError::AddressInUse(text()),
+                plugin(codes::ADDRESS_IN_USE),
+            ),
+            (
+                IpamError::RangeExhausted(text()),
+                plugin(codes::RANGE_EXHAUSTED),
+            ),
+            (
+                IpamError::DuplicateAllocation(text()),
+                plugin(codes::DUPLICATE_ALLOCATION),
+            ),
+            (
+                IpamError::CheckMismatch(text()),
+                plugin(codes::CHECK_MISMATCH),
+            ),
+            (IpamError::NotAllocated(text()), ErrorCode::UnknownContainer),
+            (IpamError::Full(text()), ErrorCode::NotAvailable),
+        ];
+        for (e, code) in cases {
+            assert_eq!(CniError::from(e.clone()).code, code, "{e:?}");
+        }
         // The details are the error's text, the field first.
         let e = CniError::from(IpamError::config("ipam.subnet", "missing"));
         assert_eq!(e.details, "ipam.subnet: missing");
