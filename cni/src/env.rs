@@ -121,7 +121,7 @@ pub enum CniEnv {
     Add(AttachmentParams),
     Del(AttachmentParams),
     Check(AttachmentParams),
-    /// `CNI_PATH`, not empty.
+    /// `CNI_PATH` (read from the environment, it names a directory).
     Gc {
         path: Vec<PathBuf>,
     },
