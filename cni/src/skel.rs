@@ -66,6 +66,43 @@ pub trait Plugin {
     fn status(&self, req: &Request) -> Result<(), CniError>;
 }
 
+/// A [`Plugin`] whose operations fail with its own error type (a layer's
+/// error enum). Its [`Plugin`] impl converts each error into a
+/// [`CniError`], so `From<Self::Error> for CniError` is the one place that
+/// layer's CNI codes are chosen.
+pub trait TypedPlugin {
+    type Error: Into<CniError>;
+    fn validate(&self, _req: &Request) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    fn add(&self, req: &Request) -> Result<CniResult, Self::Error>;
+    fn del(&self, req: &Request) -> Result<(), Self::Error>;
+    fn check(&self, req: &Request) -> Result<(), Self::Error>;
+    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), Self::Error>;
+    fn status(&self, req: &Request) -> Result<(), Self::Error>;
+}
+
+impl<T: TypedPlugin> Plugin for T {
+    fn validate(&self, req: &Request) -> Result<(), CniError> {
+        TypedPlugin::validate(self, req).map_err(Into::into)
+    }
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        TypedPlugin::add(self, req).map_err(Into::into)
+    }
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        TypedPlugin::del(self, req).map_err(Into::into)
+    }
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        TypedPlugin::check(self, req).map_err(Into::into)
+    }
+    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), CniError> {
+        TypedPlugin::gc(self, req, valid).map_err(Into::into)
+    }
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        TypedPlugin::status(self, req).map_err(Into::into)
+    }
+}
+
 /// Run one CNI invocation and return the process exit code.
 pub fn run<V: Into<std::ffi::OsString>>(
     plugin: &dyn Plugin,

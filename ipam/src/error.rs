@@ -1,6 +1,6 @@
 //! What goes wrong in IPAM, typed. The CNI code of each failure is chosen
 //! in one place, `From<IpamError> for CniError`, where a plugin answers
-//! (its [`plexus_cni::skel::Plugin`] methods).
+//! (host-local and static are [`plexus_cni::skel::TypedPlugin`]s).
 
 use plexus_cni::error::ErrorCode;
 use plexus_cni::CniError;

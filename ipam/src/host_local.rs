@@ -77,14 +77,13 @@
 //!   never create the directory.
 
 use crate::error::IpamError;
-use crate::Ipam;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use plexus_cni::result::{CniResult, Dns, IpConfig, Route};
-use plexus_cni::skel::{Request, ValidAttachment};
+use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
 use serde::Deserialize;
 
 use crate::common::{
@@ -559,7 +558,9 @@ fn allocate<'a>(
     )))
 }
 
-impl Ipam for HostLocal {
+impl TypedPlugin for HostLocal {
+    type Error = IpamError;
+
     fn validate(&self, req: &Request) -> Result<(), IpamError> {
         Config::load(req)?.dns().map(|_| ())
     }
@@ -714,8 +715,6 @@ impl Ipam for HostLocal {
         Ok(())
     }
 }
-
-crate::at_the_cni_boundary!(HostLocal);
 
 #[cfg(test)]
 mod tests {

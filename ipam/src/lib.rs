@@ -26,63 +26,7 @@ pub use static_ipam::Static;
 /// The parsers of host-local's files on disk, for the fuzz targets.
 pub use store::{parse_last_reserved, Owner};
 
-use plexus_cni::result::CniResult;
-use plexus_cni::skel::{Plugin, Request};
-
-/// The operations of [`Plugin`] with IPAM's own errors; each plugin's
-/// [`Plugin`] impl ([`at_the_cni_boundary`]) turns them into CNI errors,
-/// the one place their codes are chosen.
-pub(crate) trait Ipam {
-    fn validate(&self, req: &Request) -> Result<(), IpamError>;
-    fn add(&self, req: &Request) -> Result<CniResult, IpamError>;
-    fn del(&self, req: &Request) -> Result<(), IpamError>;
-    fn check(&self, req: &Request) -> Result<(), IpamError>;
-    fn gc(
-        &self,
-        req: &Request,
-        valid: &[plexus_cni::skel::ValidAttachment],
-    ) -> Result<(), IpamError>;
-    fn status(&self, req: &Request) -> Result<(), IpamError>;
-}
-
-/// `impl Plugin` for an [`Ipam`] type: the same operations, errors
-/// converted (a blanket impl of the foreign trait is not allowed).
-#[macro_export]
-#[doc(hidden)]
-macro_rules! at_the_cni_boundary {
-    ($t:ty) => {
-        impl plexus_cni::skel::Plugin for $t {
-            fn validate(
-                &self,
-                req: &plexus_cni::skel::Request,
-            ) -> Result<(), plexus_cni::CniError> {
-                Ok($crate::Ipam::validate(self, req)?)
-            }
-            fn add(
-                &self,
-                req: &plexus_cni::skel::Request,
-            ) -> Result<plexus_cni::result::CniResult, plexus_cni::CniError> {
-                Ok($crate::Ipam::add(self, req)?)
-            }
-            fn del(&self, req: &plexus_cni::skel::Request) -> Result<(), plexus_cni::CniError> {
-                Ok($crate::Ipam::del(self, req)?)
-            }
-            fn check(&self, req: &plexus_cni::skel::Request) -> Result<(), plexus_cni::CniError> {
-                Ok($crate::Ipam::check(self, req)?)
-            }
-            fn gc(
-                &self,
-                req: &plexus_cni::skel::Request,
-                valid: &[plexus_cni::skel::ValidAttachment],
-            ) -> Result<(), plexus_cni::CniError> {
-                Ok($crate::Ipam::gc(self, req, valid)?)
-            }
-            fn status(&self, req: &plexus_cni::skel::Request) -> Result<(), plexus_cni::CniError> {
-                Ok($crate::Ipam::status(self, req)?)
-            }
-        }
-    };
-}
+use plexus_cni::skel::Plugin;
 
 /// Plugin-specific error codes of plexus IPAM (cni-SPEC §5: 100 and up are
 /// the plugin's; plexus-cni's own `codes` start at 100, these at 110).

@@ -29,12 +29,11 @@
 //!   nothing to run out of.
 
 use crate::error::IpamError;
-use crate::Ipam;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use plexus_cni::result::{CniResult, Dns, IpConfig, Route};
-use plexus_cni::skel::{Request, ValidAttachment};
+use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
 use serde::Deserialize;
 
 use crate::common::{
@@ -209,7 +208,9 @@ impl Config {
     }
 }
 
-impl Ipam for Static {
+impl TypedPlugin for Static {
+    type Error = IpamError;
+
     fn validate(&self, req: &Request) -> Result<(), IpamError> {
         Config::load(req).map(|_| ())
     }
@@ -279,5 +280,3 @@ impl Ipam for Static {
         Ok(())
     }
 }
-
-crate::at_the_cni_boundary!(Static);
