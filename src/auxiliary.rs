@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use crate::cni::config::NetworkConfigList;
 use crate::cni::error::CniError;
 use crate::cni::result::CniResult;
-use crate::cni::skel::{Plugin, Request};
+use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::config::{ClusterNetwork, PlexusConf};
 
 /// The chain's first plugin, built in (Multus ships it as a binary).
@@ -119,7 +119,7 @@ impl Plugin for Passthru {
         Ok(())
     }
 
-    fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
         Ok(())
     }
 

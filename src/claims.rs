@@ -33,7 +33,7 @@ use serde_json::{json, Map, Value};
 
 use crate::cache::{Cache, Entry, Lookup};
 use crate::cluster::Cluster;
-use crate::cni::env::{CniCommand, CniEnv};
+use crate::cni::env::{AttachmentParams, CniEnv};
 use crate::cni::error::{codes, CniError};
 use crate::cni::skel::Request;
 use crate::manifest::Pod;
@@ -445,14 +445,10 @@ pub fn sweep(book: &ClaimBook, cluster: &dyn Cluster, only: Option<&[String]>) -
 fn release(entry: &BookEntry) -> Result<(), CniError> {
     let host_local = plexus_ipam::builtin(CLAIM_IPAM).expect("host-local is built in");
     for config in &entry.ipam {
-        let env = CniEnv {
-            command: CniCommand::Del,
-            container_id: Some(entry.owner()),
-            netns: None,
-            ifname: Some(entry.interface.clone()),
-            args: Default::default(),
-            path: Vec::new(),
-        };
+        let env = CniEnv::Del(AttachmentParams::new(
+            entry.owner(),
+            entry.interface.clone(),
+        )?);
         let request = Request::from_config(env, config.clone())?;
         host_local.del(&request)?;
     }

@@ -26,8 +26,9 @@ use crate::cni::args::CniArgs;
 use crate::cni::call_log::CallLog;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::{CniError, ErrorCode};
+use crate::cni::names::{ContainerId, IfName};
 use crate::cni::result::CniResult;
-use crate::cni::skel::{Plugin, Request};
+use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
 use crate::manifest::Pod;
 use crate::netattach::status::NetworkStatus;
@@ -168,7 +169,7 @@ impl<'s> PlexusPlugin<'s> {
     ) -> Result<plan::Plan, CniError> {
         let cluster = self.clusters.open(conf)?;
         let network = Self::configured_cluster_network(conf, cluster.as_ref())?;
-        let call = call(req);
+        let call = call(req)?;
         let pod = Pod {
             namespace: crate::manifest::DEFAULT_NAMESPACE.into(),
             name: call.container_id.clone(),
@@ -178,7 +179,7 @@ impl<'s> PlexusPlugin<'s> {
         let options = PlanOptions {
             ifname: call.ifname.clone(),
             container_id: Some(call.container_id.clone()),
-            cni_args: Some(req.env.args.clone()),
+            cni_args: Some(req.env.args().clone()),
             runtime_config: req.runtime_config.clone(),
             // What the runtime attached before plexus: the cluster network.
             delegates: Vec::new(),
@@ -417,13 +418,14 @@ struct Call<'a> {
     cni_path: &'a [PathBuf],
 }
 
-fn call(req: &Request) -> Call<'_> {
-    Call {
-        container_id: req.env.container_id.clone().unwrap_or_default(),
-        ifname: req.env.ifname.clone().unwrap_or_default(),
-        netns: req.env.netns.clone(),
-        cni_path: &req.env.path,
-    }
+fn call(req: &Request) -> Result<Call<'_>, CniError> {
+    let params = req.env.require_attachment()?;
+    Ok(Call {
+        container_id: params.container_id.to_string(),
+        ifname: params.ifname.to_string(),
+        netns: params.netns.clone(),
+        cni_path: &params.path,
+    })
 }
 
 fn context<'a>(call: &Call, bin_dir: PathBuf, registry: &'a Registry) -> RunContext<'a> {
@@ -448,7 +450,7 @@ fn network_delegates<'r>(
     registry: &'r Registry,
 ) -> Delegates<'r> {
     Delegates {
-        cni_path: req.env.path.clone(),
+        cni_path: req.env.path().to_vec(),
         bin_dir: Some(conf.bin_dir.clone()),
         resolver: registry,
         session: registry.session(),
@@ -513,12 +515,12 @@ impl Plugin for PlexusPlugin<'_> {
         let mut conf_dir = ConfDir::new(&conf.conf_dir);
         let default_network =
             readiness::wait(&conf, cluster, &mut conf_dir, || self.clusters.open(&conf))?;
-        let call = call(req);
-        let pod = pod(&req.env.args, &call.container_id, cluster)?;
+        let call = call(req)?;
+        let pod = pod(req.env.args(), &call.container_id, cluster)?;
         let options = PlanOptions {
             ifname: call.ifname.clone(),
             container_id: Some(call.container_id.clone()),
-            cni_args: Some(req.env.args.clone()),
+            cni_args: Some(req.env.args().clone()),
             runtime_config: req.runtime_config.clone(),
             ..PlanOptions::from_conf(&conf)
         };
@@ -600,7 +602,7 @@ impl Plugin for PlexusPlugin<'_> {
     fn del(&self, req: &Request) -> Result<(), CniError> {
         let conf = self.conf(req).ok();
         let (cni_dir, bin_dir) = dirs_of(req, conf.as_deref());
-        let call = call(req);
+        let call = call(req)?;
         let registry = self.registry(chroot_of(req, conf.as_deref()).as_deref())?;
         let ctx = context(&call, bin_dir, &registry);
         let fallback = || match conf.as_deref() {
@@ -646,22 +648,29 @@ impl Plugin for PlexusPlugin<'_> {
         let conf = self.conf(req)?;
         let registry = self.registry(conf.chroot_dir.as_deref())?;
         Executor::new(Cache::new(&conf.cni_dir)).check(&context(
-            &call(req),
+            &call(req)?,
             conf.bin_dir.clone(),
             &registry,
         ))
     }
 
-    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), CniError> {
         let conf = self.conf(req)?;
         let cluster = self.clusters.open(&conf)?;
         let default_network = Self::configured_cluster_network(&conf, cluster.as_ref()).ok();
         let registry = self.registry(conf.chroot_dir.as_deref())?;
         let delegates = network_delegates(req, &conf, &registry);
         let swept = claims::sweep(&ClaimBook::new(&conf.cni_dir), cluster.as_ref(), None);
-        // Addresses held for claims are valid attachments of their own.
+        // Addresses held for claims are valid attachments of their own. A
+        // pair whose names do not pass the rules protects nothing: no record
+        // or allocation, whose names are checked, can carry it.
         let mut valid = valid.to_vec();
-        valid.extend(swept.held.iter().cloned());
+        valid.extend(swept.held.iter().filter_map(|(c, i)| {
+            Some((
+                ContainerId::new(c.as_str()).ok()?,
+                IfName::new(i.as_str()).ok()?,
+            ))
+        }));
         let claim_warnings: Vec<String> = sweep_warnings(swept).collect();
         let report = Executor::new(Cache::new(&conf.cni_dir)).gc(
             &valid,

@@ -16,7 +16,7 @@ use plexus::cache::Cache;
 use plexus::cni::config::NetworkConfigList;
 use plexus::cni::error::{codes, CniError, ErrorCode};
 use plexus::cni::result::CniResult;
-use plexus::cni::skel::{Plugin, Request};
+use plexus::cni::skel::{Plugin, Request, ValidAttachment};
 use plexus::cni::CniVersion;
 use plexus::plan::{Attachment, DefaultNetwork};
 use plexus::run::{
@@ -800,7 +800,7 @@ fn gc_deletes_stale_records_and_forwards_to_the_cluster_network() {
         source: "test".into(),
     };
     f.answer_error("g1", "GC", 11, "busy", "store locked");
-    let valid = vec![("c1".to_string(), "eth0".to_string())];
+    let valid = vec![("c1".parse().unwrap(), "eth0".parse().unwrap())];
     let delegates = f.delegates(&registry);
 
     let e = ex.gc(&valid, &delegates, Some(&cluster_net)).unwrap_err();
@@ -938,7 +938,7 @@ impl Plugin for Mem {
         self.log.log_builtin("mem", "CHECK", &req.config);
         Ok(())
     }
-    fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
         Ok(())
     }
     fn status(&self, _: &Request) -> Result<(), CniError> {
@@ -1012,7 +1012,7 @@ impl Plugin for Syncing {
     fn check(&self, _: &Request) -> Result<(), CniError> {
         Ok(())
     }
-    fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
         Ok(())
     }
     fn status(&self, _: &Request) -> Result<(), CniError> {
@@ -1211,7 +1211,7 @@ impl Plugin for InTheWay {
     fn check(&self, _: &Request) -> Result<(), CniError> {
         Ok(())
     }
-    fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
         Ok(())
     }
     fn status(&self, _: &Request) -> Result<(), CniError> {

@@ -25,6 +25,12 @@ pub struct CniArgs {
 }
 
 impl CniArgs {
+    /// No arguments (what `Default` gives, usable in a `static`).
+    pub const EMPTY: CniArgs = CniArgs {
+        pairs: Vec::new(),
+        ignore_unknown: false,
+    };
+
     pub fn parse(s: &str) -> Result<CniArgs, CniError> {
         let mut pairs = Vec::new();
         for segment in s.split(';').filter(|seg| !seg.is_empty()) {

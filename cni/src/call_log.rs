@@ -48,10 +48,10 @@ impl CallLog {
     /// The call of `env`; `network` is the configuration's `name`.
     pub fn of_env(env: &CniEnv, network: Option<&str>) -> CallLog {
         CallLog {
-            pod: pod(&env.args),
-            container_id: env.container_id.clone(),
+            pod: pod(env.args()),
+            container_id: env.container_id().map(|id| id.to_string()),
             network: network.map(String::from),
-            interface: env.ifname.clone(),
+            interface: env.ifname().map(|n| n.to_string()),
         }
     }
 

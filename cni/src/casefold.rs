@@ -130,6 +130,16 @@ pub fn select<S: AsRef<str>>(key: &str, fields: &[S]) -> Option<usize> {
         .or_else(|| fields.iter().position(|f| fold_eq(key, f.as_ref())))
 }
 
+/// The value Go's encoding/json decodes into the field `field` of a struct
+/// from `obj`: that of the last key [`select`]ing it (later keys overwrite
+/// earlier ones). For a lookup of one field where a struct would be too much.
+pub fn get<'a>(obj: &'a serde_json::Map<String, Value>, field: &str) -> Option<&'a Value> {
+    obj.iter()
+        .rev()
+        .find(|(key, _)| fold_eq(key, field))
+        .map(|(_, value)| value)
+}
+
 /// Where a value sits in the input, as a chain of borrowed links.
 #[derive(Clone, Copy)]
 enum Path<'a> {
@@ -671,6 +681,23 @@ mod tests {
                 count: 2
             })
         );
+    }
+
+    #[test]
+    fn get_reads_one_field_as_a_struct_would() {
+        let v = json!({"Code": 1, "msg": "a", "CODE": 2, "MSG": "b", "details": "d"});
+        let obj = v.as_object().unwrap();
+        // Later keys overwrite earlier ones, whatever their case.
+        assert_eq!(get(obj, "code"), Some(&json!(2)));
+        assert_eq!(get(obj, "msg"), Some(&json!("b")));
+        assert_eq!(get(obj, "details"), Some(&json!("d")));
+        assert_eq!(get(obj, "detail"), None);
+        // The same value a struct with that field decodes.
+        #[derive(Deserialize)]
+        struct Err {
+            code: u32,
+        }
+        assert_eq!(from_value::<Err>(&v).unwrap().code, 2);
     }
 
     #[test]

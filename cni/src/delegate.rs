@@ -55,7 +55,7 @@ pub fn run_ipam(
     };
     let plugin = resolver.resolve(plugin_type, req)?;
     let mut delegated = req.clone();
-    delegated.env.command = command;
+    delegated.env = req.env.with_command(command)?;
     let within = |e: CniError| e.within(format!("ipam ({plugin_type})"));
     match command {
         CniCommand::Add => plugin.add(&delegated).map(Some).map_err(within),

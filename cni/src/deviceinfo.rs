@@ -4,14 +4,18 @@
 //!
 //! Multus reads these with Go's encoding/json, so keys match
 //! case-insensitively; unknown keys are ignored (and not written back).
+//! [`DeviceInfo`] is the one serde type both directions use: its field
+//! names are the spec's keys, its enums' one list of spellings (`Spelled`) their values.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Map, Value};
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
 
+use crate::casefold;
 use crate::error::CniError;
-use crate::fields::{as_object, as_str, fold_object, Folded};
+use crate::fields::{self, decode_error};
 
 /// The Device Information Specification version plexus writes.
 pub const SPEC_VERSION: &str = "1.1.0";
@@ -117,6 +121,27 @@ impl Spelled for MemifMode {
     ];
 }
 
+/// Serialize and deserialize an enum by its [`Spelled`] spelling; a value
+/// not in the list fails with the list.
+macro_rules! serde_by_spelling {
+    ($($t:ty),+) => {$(
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(Spelled::as_str(*self))
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = fields::string(d)?;
+                <$t as Spelled>::parse(&text).map_err(de::Error::custom)
+            }
+        }
+    )+};
+}
+
+serde_by_spelling!(DeviceType, VdpaDriver, VhostUserMode, MemifRole, MemifMode);
+
 impl DeviceType {
     /// The spec's spelling (`pci`, `vdpa`, `vhost-user`, `memif`), which is
     /// also the key of the type's own map.
@@ -126,126 +151,102 @@ impl DeviceType {
 }
 
 /// §3.1.3 `pci`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct PciDevice {
+    #[serde(deserialize_with = "fields::string")]
     pub pci_address: String,
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub vhost_net: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub rdma_device: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub pf_pci_address: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub representor_device: Option<String>,
 }
 
 /// §3.1.4 `vdpa`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct VdpaDevice {
+    #[serde(deserialize_with = "fields::string")]
     pub parent_device: String,
     pub driver: VdpaDriver,
+    #[serde(deserialize_with = "fields::string")]
     pub path: String,
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub pci_address: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub pf_pci_address: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub representor_device: Option<String>,
 }
 
 /// §3.1.5 `vhost-user`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VhostUserDevice {
     pub mode: VhostUserMode,
+    #[serde(deserialize_with = "fields::string")]
     pub path: String,
 }
 
 /// §3.1.6 `memif`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemifDevice {
     pub role: MemifRole,
+    #[serde(deserialize_with = "fields::string")]
     pub path: String,
     pub mode: MemifMode,
 }
 
-/// A device information map (§3.1). The map named by `device_type` is always
-/// present after [`DeviceInfo::from_value`]; the others may be too.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A device information map (§3.1), keys in the spec's order. The map named
+/// by `device_type` is always present after [`DeviceInfo::from_value`]; the
+/// others may be too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct DeviceInfo {
+    #[serde(rename = "type")]
     pub device_type: DeviceType,
     /// `MAJOR.MINOR.PATCH` of the Device Information Specification.
+    #[serde(deserialize_with = "fields::string")]
     pub version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci: Option<PciDevice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vdpa: Option<VdpaDevice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vhost_user: Option<VhostUserDevice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memif: Option<MemifDevice>,
-}
-
-const KEYS: [&str; 6] = ["type", "version", "pci", "vdpa", "vhost-user", "memif"];
-const PCI_KEYS: [&str; 5] = [
-    "pci-address",
-    "vhost-net",
-    "rdma-device",
-    "pf-pci-address",
-    "representor-device",
-];
-const VDPA_KEYS: [&str; 6] = [
-    "parent-device",
-    "driver",
-    "path",
-    "pci-address",
-    "pf-pci-address",
-    "representor-device",
-];
-const VHOST_USER_KEYS: [&str; 2] = ["mode", "path"];
-const MEMIF_KEYS: [&str; 3] = ["role", "path", "mode"];
-
-/// Reads the string keys of one folded map, naming `prefix.key` in errors.
-struct Reader<'a> {
-    prefix: &'a str,
-    keys: &'a [&'a str],
-    folded: Folded<'a>,
-}
-
-impl<'a> Reader<'a> {
-    fn new(v: &'a Value, prefix: &'a str, keys: &'a [&'a str]) -> Result<Self, CniError> {
-        let what = if prefix.is_empty() {
-            "device information"
-        } else {
-            prefix
-        };
-        let obj = as_object(v).map_err(|r| CniError::decode(what, r))?;
-        Ok(Reader {
-            prefix,
-            keys,
-            folded: fold_object(obj, keys),
-        })
-    }
-
-    fn path(&self, key: &str) -> String {
-        if self.prefix.is_empty() {
-            key.to_string()
-        } else {
-            format!("{}.{key}", self.prefix)
-        }
-    }
-
-    fn raw(&self, key: &str) -> Option<&'a Value> {
-        let idx = self.keys.iter().position(|k| *k == key)?;
-        self.folded.known[idx].map(|(_, v)| v)
-    }
-
-    fn opt(&self, key: &str) -> Result<Option<String>, CniError> {
-        self.raw(key)
-            .map(|v| {
-                as_str(v)
-                    .map(str::to_string)
-                    .map_err(|r| CniError::decode(self.path(key), r))
-            })
-            .transpose()
-    }
-
-    fn req(&self, key: &str) -> Result<String, CniError> {
-        self.opt(key)?
-            .ok_or_else(|| CniError::decode(self.path(key), "required"))
-    }
-
-    fn spelled<T: Spelled + PartialEq>(&self, key: &str) -> Result<T, CniError> {
-        T::parse(&self.req(key)?).map_err(|r| CniError::decode(self.path(key), r))
-    }
 }
 
 fn is_semver_triple(s: &str) -> bool {
@@ -288,80 +289,26 @@ impl DeviceInfo {
     /// (`pci.pci-address: required`); callers prefix `device-info` or a
     /// file name with [`CniError::within`].
     pub fn from_value(v: &Value) -> Result<DeviceInfo, CniError> {
-        let top = Reader::new(v, "", &KEYS)?;
-        let device_type: DeviceType = top.spelled("type")?;
-        let version = top.req("version")?;
-        if !is_semver_triple(&version) {
+        let info: DeviceInfo =
+            casefold::from_value_at(v).map_err(|e| decode_error(e, v, "device information"))?;
+        if !is_semver_triple(&info.version) {
             return Err(CniError::decode(
                 "version",
-                format!("must be MAJOR.MINOR.PATCH (like {SPEC_VERSION:?}), got {version:?}"),
+                format!(
+                    "must be MAJOR.MINOR.PATCH (like {SPEC_VERSION:?}), got {:?}",
+                    info.version
+                ),
             ));
         }
-        let pci = top
-            .raw("pci")
-            .map(|v| -> Result<PciDevice, CniError> {
-                let r = Reader::new(v, "pci", &PCI_KEYS)?;
-                Ok(PciDevice {
-                    pci_address: r.req("pci-address")?,
-                    vhost_net: r.opt("vhost-net")?,
-                    rdma_device: r.opt("rdma-device")?,
-                    pf_pci_address: r.opt("pf-pci-address")?,
-                    representor_device: r.opt("representor-device")?,
-                })
-            })
-            .transpose()?;
-        let vdpa = top
-            .raw("vdpa")
-            .map(|v| -> Result<VdpaDevice, CniError> {
-                let r = Reader::new(v, "vdpa", &VDPA_KEYS)?;
-                Ok(VdpaDevice {
-                    parent_device: r.req("parent-device")?,
-                    driver: r.spelled("driver")?,
-                    path: r.req("path")?,
-                    pci_address: r.opt("pci-address")?,
-                    pf_pci_address: r.opt("pf-pci-address")?,
-                    representor_device: r.opt("representor-device")?,
-                })
-            })
-            .transpose()?;
-        let vhost_user = top
-            .raw("vhost-user")
-            .map(|v| -> Result<VhostUserDevice, CniError> {
-                let r = Reader::new(v, "vhost-user", &VHOST_USER_KEYS)?;
-                Ok(VhostUserDevice {
-                    mode: r.spelled("mode")?,
-                    path: r.req("path")?,
-                })
-            })
-            .transpose()?;
-        let memif = top
-            .raw("memif")
-            .map(|v| -> Result<MemifDevice, CniError> {
-                let r = Reader::new(v, "memif", &MEMIF_KEYS)?;
-                Ok(MemifDevice {
-                    role: r.spelled("role")?,
-                    path: r.req("path")?,
-                    mode: r.spelled("mode")?,
-                })
-            })
-            .transpose()?;
-        let info = DeviceInfo {
-            device_type,
-            version,
-            pci,
-            vdpa,
-            vhost_user,
-            memif,
-        };
         // §3.1.3–§3.1.6: the map of the given type is required.
-        let present = match device_type {
+        let present = match info.device_type {
             DeviceType::Pci => info.pci.is_some(),
             DeviceType::Vdpa => info.vdpa.is_some(),
             DeviceType::VhostUser => info.vhost_user.is_some(),
             DeviceType::Memif => info.memif.is_some(),
         };
         if !present {
-            let key = device_type.as_str();
+            let key = info.device_type.as_str();
             return Err(CniError::decode(
                 key,
                 format!("required when \"type\" is {key:?} (device-info-SPEC §3.1)"),
@@ -372,62 +319,7 @@ impl DeviceInfo {
 
     /// The map as JSON, keys in spec order, optional keys omitted when unset.
     pub fn to_value(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("type".into(), json!(self.device_type.as_str()));
-        m.insert("version".into(), json!(self.version));
-        fn object(pairs: &[(&str, Option<&str>)]) -> Value {
-            Value::Object(
-                pairs
-                    .iter()
-                    .filter_map(|(k, v)| v.map(|v| (k.to_string(), json!(v))))
-                    .collect(),
-            )
-        }
-        if let Some(p) = &self.pci {
-            m.insert(
-                "pci".into(),
-                object(&[
-                    ("pci-address", Some(&p.pci_address)),
-                    ("vhost-net", p.vhost_net.as_deref()),
-                    ("rdma-device", p.rdma_device.as_deref()),
-                    ("pf-pci-address", p.pf_pci_address.as_deref()),
-                    ("representor-device", p.representor_device.as_deref()),
-                ]),
-            );
-        }
-        if let Some(d) = &self.vdpa {
-            m.insert(
-                "vdpa".into(),
-                object(&[
-                    ("parent-device", Some(&d.parent_device)),
-                    ("driver", Some(Spelled::as_str(d.driver))),
-                    ("path", Some(&d.path)),
-                    ("pci-address", d.pci_address.as_deref()),
-                    ("pf-pci-address", d.pf_pci_address.as_deref()),
-                    ("representor-device", d.representor_device.as_deref()),
-                ]),
-            );
-        }
-        if let Some(v) = &self.vhost_user {
-            m.insert(
-                "vhost-user".into(),
-                object(&[
-                    ("mode", Some(Spelled::as_str(v.mode))),
-                    ("path", Some(&v.path)),
-                ]),
-            );
-        }
-        if let Some(v) = &self.memif {
-            m.insert(
-                "memif".into(),
-                object(&[
-                    ("role", Some(Spelled::as_str(v.role))),
-                    ("path", Some(&v.path)),
-                    ("mode", Some(Spelled::as_str(v.mode))),
-                ]),
-            );
-        }
-        Value::Object(m)
+        serde_json::to_value(self).expect("strings and maps serialize")
     }
 }
 
@@ -530,7 +422,7 @@ pub fn store(path: &Path, info: &DeviceInfo) -> io::Result<()> {
             .mode(0o755)
             .create(dir)?;
     }
-    let mut bytes = serde_json::to_vec_pretty(&info.to_value()).expect("a JSON value serializes");
+    let mut bytes = serde_json::to_vec_pretty(info).expect("strings and maps serialize");
     bytes.push(b'\n');
     crate::whole_file::replace(path, &bytes, 0o644, crate::whole_file::Durability::Unsynced)
 }
@@ -546,6 +438,8 @@ pub fn remove(path: &Path) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn parse(text: &str) -> DeviceInfo {
@@ -787,6 +681,44 @@ mod tests {
             e.details,
             "device-info.pci: required when \"type\" is \"pci\" (device-info-SPEC §3.1)"
         );
+    }
+
+    #[test]
+    fn null_is_absent_as_go_reads_it() {
+        let d = parse(
+            r#"{"type": "pci", "version": "1.1.0", "vdpa": null,
+                "pci": {"pci-address": "0000:01:00.1", "vhost-net": null}}"#,
+        );
+        assert_eq!((d.vdpa, d.pci.unwrap().vhost_net), (None, None));
+        assert_eq!(
+            err(json!({"type": null, "version": "1.1.0"})),
+            "type: required"
+        );
+        assert_eq!(
+            err(json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": null}})),
+            "pci.pci-address: required"
+        );
+    }
+
+    #[test]
+    fn one_type_reads_and_writes() {
+        // The serde type is the wire format: what serde writes, plain serde
+        // and the Go-folding reader both read back to the same value.
+        let info = DeviceInfo::vdpa(VdpaDevice {
+            parent_device: "vdpa0".into(),
+            driver: VdpaDriver::Virtio,
+            path: "/dev/vhost-vdpa-0".into(),
+            pci_address: Some("0000:65:00.2".into()),
+            pf_pci_address: None,
+            representor_device: None,
+        });
+        let v = serde_json::to_value(&info).unwrap();
+        assert_eq!(v, info.to_value());
+        assert_eq!(
+            serde_json::from_value::<DeviceInfo>(v.clone()).unwrap(),
+            info
+        );
+        assert_eq!(DeviceInfo::from_value(&v).unwrap(), info);
     }
 
     #[test]

@@ -4,12 +4,12 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use super::args::CniArgs;
 use super::error::CniError;
-use super::names;
+use super::names::{ContainerId, IfName};
 
 pub const CNI_COMMAND: &str = "CNI_COMMAND";
 pub const CNI_CONTAINERID: &str = "CNI_CONTAINERID";
@@ -81,40 +81,171 @@ impl FromStr for CniCommand {
     }
 }
 
-/// The parameters of one plugin invocation.
+/// cni-SPEC §3 "Attachment Parameters": what ADD, DEL and CHECK act on,
+/// validated when read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CniEnv {
-    pub command: CniCommand,
-    /// Set for ADD, DEL and CHECK.
-    pub container_id: Option<String>,
-    /// Set for ADD and CHECK; for DEL only when the runtime still has one.
+pub struct AttachmentParams {
+    pub container_id: ContainerId,
+    /// Always set for ADD and CHECK; for DEL only when the runtime still
+    /// has one.
     pub netns: Option<PathBuf>,
-    /// Set for ADD, DEL and CHECK.
-    pub ifname: Option<String>,
-    /// `CNI_ARGS` (ADD, DEL, CHECK); empty otherwise.
+    pub ifname: IfName,
+    /// `CNI_ARGS`.
     pub args: CniArgs,
-    /// `CNI_PATH` directories (empty entries dropped); empty for VERSION.
+    /// `CNI_PATH` directories (empty entries dropped).
     pub path: Vec<PathBuf>,
 }
+
+impl AttachmentParams {
+    /// An attachment's names, checked as the environment's are (code 4
+    /// naming the variable), without namespace, `CNI_ARGS` or `CNI_PATH`.
+    pub fn new(
+        container_id: impl Into<String>,
+        ifname: impl Into<String>,
+    ) -> Result<AttachmentParams, CniError> {
+        Ok(AttachmentParams {
+            container_id: ContainerId::new(container_id)
+                .map_err(|r| CniError::invalid_env(CNI_CONTAINERID, r))?,
+            netns: None,
+            ifname: IfName::new(ifname).map_err(|r| CniError::invalid_env(CNI_IFNAME, r))?,
+            args: CniArgs::default(),
+            path: Vec::new(),
+        })
+    }
+}
+
+/// The parameters of one plugin invocation: per command, what cni-SPEC §2
+/// gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CniEnv {
+    Add(AttachmentParams),
+    Del(AttachmentParams),
+    Check(AttachmentParams),
+    /// `CNI_PATH` (read from the environment, it names a directory).
+    Gc {
+        path: Vec<PathBuf>,
+    },
+    Status {
+        path: Vec<PathBuf>,
+    },
+    Version,
+}
+
+/// The `CNI_ARGS` of a command without any.
+static NO_ARGS: CniArgs = CniArgs::EMPTY;
 
 impl CniEnv {
     /// A GC's parameters: cni-SPEC §2 gives it only `CNI_COMMAND` and
     /// `CNI_PATH`.
     pub fn gc(path: Vec<PathBuf>) -> CniEnv {
-        CniEnv::config_only(CniCommand::Gc, path)
+        CniEnv::Gc { path }
+    }
+
+    /// The parameters of `command` on one attachment. Only ADD, DEL and
+    /// CHECK have one (code 4 otherwise); ADD and CHECK need `netns`.
+    pub fn for_attachment(
+        command: CniCommand,
+        params: AttachmentParams,
+    ) -> Result<CniEnv, CniError> {
+        if params.netns.is_none() && command != CniCommand::Del && command.is_attachment() {
+            return Err(missing(CNI_NETNS, command));
+        }
+        match command {
+            CniCommand::Add => Ok(CniEnv::Add(params)),
+            CniCommand::Del => Ok(CniEnv::Del(params)),
+            CniCommand::Check => Ok(CniEnv::Check(params)),
+            CniCommand::Gc | CniCommand::Status | CniCommand::Version => {
+                Err(no_attachment(command))
+            }
+        }
     }
 
     /// The parameters of a command about the network rather than an
     /// attachment (GC, STATUS): cni-SPEC §2 gives them only `CNI_COMMAND`
-    /// and `CNI_PATH`.
-    pub fn config_only(command: CniCommand, path: Vec<PathBuf>) -> CniEnv {
-        CniEnv {
-            command,
-            container_id: None,
-            netns: None,
-            ifname: None,
-            args: CniArgs::default(),
-            path,
+    /// and `CNI_PATH`. VERSION has not even that.
+    pub fn config_only(command: CniCommand, path: Vec<PathBuf>) -> Result<CniEnv, CniError> {
+        match command {
+            CniCommand::Gc => Ok(CniEnv::Gc { path }),
+            CniCommand::Status => Ok(CniEnv::Status { path }),
+            CniCommand::Version => Ok(CniEnv::Version),
+            CniCommand::Add | CniCommand::Del | CniCommand::Check => Err(CniError::invalid_env(
+                CNI_COMMAND,
+                format!(
+                    "{command} acts on an attachment: it needs {CNI_CONTAINERID} and {CNI_IFNAME}"
+                ),
+            )),
+        }
+    }
+
+    /// The same parameters for `command` (a delegate's: cni-SPEC §4 "only
+    /// the command changes"). An attachment's parameters serve any command;
+    /// GC's and STATUS's only the commands without an attachment.
+    pub fn with_command(&self, command: CniCommand) -> Result<CniEnv, CniError> {
+        match self.attachment() {
+            Some(params) if command.is_attachment() => {
+                CniEnv::for_attachment(command, params.clone())
+            }
+            _ if !command.is_attachment() => CniEnv::config_only(command, self.path().to_vec()),
+            _ => Err(no_attachment(self.command())),
+        }
+    }
+
+    pub fn command(&self) -> CniCommand {
+        match self {
+            CniEnv::Add(_) => CniCommand::Add,
+            CniEnv::Del(_) => CniCommand::Del,
+            CniEnv::Check(_) => CniCommand::Check,
+            CniEnv::Gc { .. } => CniCommand::Gc,
+            CniEnv::Status { .. } => CniCommand::Status,
+            CniEnv::Version => CniCommand::Version,
+        }
+    }
+
+    /// The attachment ADD, DEL and CHECK act on; `None` for the others.
+    pub fn attachment(&self) -> Option<&AttachmentParams> {
+        match self {
+            CniEnv::Add(p) | CniEnv::Del(p) | CniEnv::Check(p) => Some(p),
+            CniEnv::Gc { .. } | CniEnv::Status { .. } | CniEnv::Version => None,
+        }
+    }
+
+    pub fn attachment_mut(&mut self) -> Option<&mut AttachmentParams> {
+        match self {
+            CniEnv::Add(p) | CniEnv::Del(p) | CniEnv::Check(p) => Some(p),
+            CniEnv::Gc { .. } | CniEnv::Status { .. } | CniEnv::Version => None,
+        }
+    }
+
+    /// The attachment, or code 4 naming the command that has none: what a
+    /// plugin's ADD, DEL or CHECK reads its names from.
+    pub fn require_attachment(&self) -> Result<&AttachmentParams, CniError> {
+        self.attachment()
+            .ok_or_else(|| no_attachment(self.command()))
+    }
+
+    pub fn container_id(&self) -> Option<&ContainerId> {
+        self.attachment().map(|p| &p.container_id)
+    }
+
+    pub fn ifname(&self) -> Option<&IfName> {
+        self.attachment().map(|p| &p.ifname)
+    }
+
+    pub fn netns(&self) -> Option<&Path> {
+        self.attachment().and_then(|p| p.netns.as_deref())
+    }
+
+    /// `CNI_ARGS`; empty for the commands without an attachment.
+    pub fn args(&self) -> &CniArgs {
+        self.attachment().map_or(&NO_ARGS, |p| &p.args)
+    }
+
+    /// `CNI_PATH`; empty for VERSION.
+    pub fn path(&self) -> &[PathBuf] {
+        match self {
+            CniEnv::Add(p) | CniEnv::Del(p) | CniEnv::Check(p) => &p.path,
+            CniEnv::Gc { path } | CniEnv::Status { path } => path,
+            CniEnv::Version => &[],
         }
     }
 
@@ -141,32 +272,18 @@ impl CniEnv {
                 )),
             }
         };
-        let missing = |var: &str, command: CniCommand| {
-            CniError::invalid_env(var, format!("required for {command} but not set"))
-        };
 
         let command: CniCommand = get(CNI_COMMAND)?
             .ok_or_else(|| CniError::invalid_env(CNI_COMMAND, "not set"))?
             .parse()?;
-        let mut env = CniEnv {
-            command,
-            container_id: None,
-            netns: None,
-            ifname: None,
-            args: CniArgs::default(),
-            path: Vec::new(),
-        };
         if command == CniCommand::Version {
-            return Ok(env);
+            return Ok(CniEnv::Version);
         }
 
-        if command.is_attachment() {
+        let attachment = if command.is_attachment() {
             let id = get(CNI_CONTAINERID)?.ok_or_else(|| missing(CNI_CONTAINERID, command))?;
-            names::check_container_id(&id)
-                .map_err(|r| CniError::invalid_env(CNI_CONTAINERID, r))?;
-            env.container_id = Some(id);
 
-            match get(CNI_NETNS)? {
+            let netns = match get(CNI_NETNS)? {
                 Some(ns) => {
                     let p = PathBuf::from(&ns);
                     if !p.is_absolute() {
@@ -175,47 +292,69 @@ impl CniEnv {
                             format!("{ns:?} must be an absolute path"),
                         ));
                     }
-                    env.netns = Some(p);
+                    Some(p)
                 }
                 // cni-SPEC §2 DEL: CNI_NETNS is optional.
-                None if command == CniCommand::Del => {}
+                None if command == CniCommand::Del => None,
                 None => return Err(missing(CNI_NETNS, command)),
-            }
+            };
 
             let ifname = get(CNI_IFNAME)?.ok_or_else(|| missing(CNI_IFNAME, command))?;
-            names::check_ifname(&ifname).map_err(|r| CniError::invalid_env(CNI_IFNAME, r))?;
-            env.ifname = Some(ifname);
+            let names = AttachmentParams::new(id, ifname)?;
 
-            if let Some(args) = get(CNI_ARGS)? {
-                env.args = CniArgs::parse(&args)?;
-            }
-        }
+            let args = match get(CNI_ARGS)? {
+                Some(args) => CniArgs::parse(&args)?,
+                None => CniArgs::default(),
+            };
+            Some(AttachmentParams {
+                netns,
+                args,
+                ..names
+            })
+        } else {
+            None
+        };
 
-        match get(CNI_PATH)? {
+        let path = match get(CNI_PATH)? {
             Some(p) => {
-                env.path = p
+                let path: Vec<PathBuf> = p
                     .split(':')
                     .filter(|d| !d.is_empty())
                     .map(PathBuf::from)
                     .collect();
-                if env.path.is_empty() && command == CniCommand::Gc {
+                if path.is_empty() && command == CniCommand::Gc {
                     return Err(CniError::invalid_env(
                         CNI_PATH,
                         format!("{p:?} names no directory"),
                     ));
                 }
+                path
             }
             // cni-SPEC §2 GC: CNI_PATH is required.
             None if command == CniCommand::Gc => return Err(missing(CNI_PATH, command)),
-            None => {}
+            None => Vec::new(),
+        };
+        match attachment {
+            Some(params) => CniEnv::for_attachment(command, AttachmentParams { path, ..params }),
+            None => CniEnv::config_only(command, path),
         }
-        Ok(env)
     }
 
     /// Read the process environment.
     pub fn from_process() -> Result<CniEnv, CniError> {
         CniEnv::from_lookup(|k| std::env::var_os(k))
     }
+}
+
+fn missing(var: &str, command: CniCommand) -> CniError {
+    CniError::invalid_env(var, format!("required for {command} but not set"))
+}
+
+fn no_attachment(command: CniCommand) -> CniError {
+    CniError::invalid_env(
+        CNI_COMMAND,
+        format!("{command} acts on no attachment (cni-SPEC §3 \"Attachment Parameters\" are ADD's, DEL's and CHECK's)"),
+    )
 }
 
 #[cfg(test)]
@@ -257,14 +396,14 @@ mod tests {
     #[test]
     fn full_add() {
         let e = env(&FULL).unwrap();
-        assert_eq!(e.command, CniCommand::Add);
-        assert_eq!(e.container_id.as_deref(), Some("abc123"));
-        assert_eq!(e.netns, Some(PathBuf::from("/var/run/netns/blue")));
-        assert_eq!(e.ifname.as_deref(), Some("eth0"));
-        assert_eq!(e.args.k8s_pod_name(), Some("web"));
+        assert_eq!(e.command(), CniCommand::Add);
+        assert_eq!(e.container_id().unwrap(), "abc123");
+        assert_eq!(e.netns(), Some(Path::new("/var/run/netns/blue")));
+        assert_eq!(e.ifname().unwrap(), "eth0");
+        assert_eq!(e.args().k8s_pod_name(), Some("web"));
         assert_eq!(
-            e.path,
-            vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")]
+            e.path(),
+            [PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")]
         );
     }
 
@@ -291,7 +430,7 @@ mod tests {
             }
             // CNI_ARGS and CNI_PATH are optional.
             let e = env(&with(cmd, &["CNI_ARGS", "CNI_PATH"], &[])).unwrap();
-            assert!(e.args.is_empty() && e.path.is_empty());
+            assert!(e.args().is_empty() && e.path().is_empty());
         }
     }
 
@@ -299,12 +438,12 @@ mod tests {
     fn del_netns_is_optional_and_empty_means_absent() {
         // cni-SPEC §2 DEL: CNI_NETNS optional; containerd sends it empty.
         let e = env(&with("DEL", &["CNI_NETNS"], &[])).unwrap();
-        assert_eq!(e.netns, None);
+        assert_eq!(e.netns(), None);
         let e = env(&with("DEL", &[], &[("CNI_NETNS", "")])).unwrap();
-        assert_eq!(e.netns, None);
-        assert_eq!(e.container_id.as_deref(), Some("abc123"));
+        assert_eq!(e.netns(), None);
+        assert_eq!(e.container_id().unwrap(), "abc123");
         let e = env(&with("DEL", &[], &[])).unwrap();
-        assert_eq!(e.netns, Some(PathBuf::from("/var/run/netns/blue")));
+        assert_eq!(e.netns(), Some(Path::new("/var/run/netns/blue")));
         for var in ["CNI_CONTAINERID", "CNI_IFNAME"] {
             let d = err_details(&with("DEL", &[var], &[]));
             assert_eq!(d, format!("{var}: required for DEL but not set"));
@@ -360,25 +499,48 @@ mod tests {
     fn gc_requires_only_cni_path() {
         // cni-SPEC §2 GC: CNI_COMMAND and CNI_PATH.
         let e = env(&[("CNI_COMMAND", "GC"), ("CNI_PATH", "/opt/cni/bin")]).unwrap();
-        assert_eq!(e.path, vec![PathBuf::from("/opt/cni/bin")]);
-        assert_eq!((e.container_id, e.netns, e.ifname), (None, None, None));
+        assert_eq!(e, CniEnv::gc(vec![PathBuf::from("/opt/cni/bin")]));
         let d = err_details(&[("CNI_COMMAND", "GC")]);
         assert_eq!(d, "CNI_PATH: required for GC but not set");
         let d = err_details(&[("CNI_COMMAND", "GC"), ("CNI_PATH", "::")]);
         assert!(d.starts_with("CNI_PATH: \"::\" names no directory"), "{d}");
         // Attachment variables are not read for GC, even when invalid.
         let e = env(&with("GC", &[], &[("CNI_IFNAME", "bad/name")])).unwrap();
-        assert_eq!(e.ifname, None);
+        assert_eq!(e.ifname(), None);
     }
 
     #[test]
     fn status_and_version_need_only_the_command() {
         let e = env(&[("CNI_COMMAND", "STATUS")]).unwrap();
-        assert_eq!(e.command, CniCommand::Status);
+        assert_eq!(e, CniEnv::Status { path: vec![] });
         let e = env(&[("CNI_COMMAND", "STATUS"), ("CNI_PATH", "/a:/b")]).unwrap();
-        assert_eq!(e.path.len(), 2);
+        assert_eq!(e.path().len(), 2);
         let e = env(&[("CNI_COMMAND", "VERSION"), ("CNI_ARGS", "garbage")]).unwrap();
-        assert_eq!(e.command, CniCommand::Version);
-        assert!(e.args.is_empty() && e.path.is_empty());
+        assert_eq!(e, CniEnv::Version);
+        assert!(e.args().is_empty() && e.path().is_empty());
+    }
+
+    #[test]
+    fn commands_change_only_between_those_with_the_same_parameters() {
+        // cni-SPEC §4: a delegate gets the same environment, another command.
+        let add = env(&FULL).unwrap();
+        let del = add.with_command(CniCommand::Del).unwrap();
+        assert_eq!(del.command(), CniCommand::Del);
+        assert_eq!(del.attachment(), add.attachment());
+        let status = add.with_command(CniCommand::Status).unwrap();
+        assert_eq!(status.path(), add.path());
+        let gc = CniEnv::gc(vec!["/bin".into()]);
+        let e = gc.with_command(CniCommand::Add).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidEnvironment);
+        assert!(
+            e.details
+                .starts_with("CNI_COMMAND: GC acts on no attachment"),
+            "{e}"
+        );
+        // A DEL without its namespace cannot become an ADD.
+        let mut del = del;
+        del.attachment_mut().unwrap().netns = None;
+        let e = del.with_command(CniCommand::Add).unwrap_err();
+        assert_eq!(e.details, "CNI_NETNS: required for ADD but not set");
     }
 }

@@ -5,9 +5,11 @@
 
 use std::net::IpAddr;
 
+use serde::{de, Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
-use crate::casefold::select;
+use crate::casefold::{select, PathError};
+use crate::error::CniError;
 
 /// The fields of `obj` sorted into the known ones and the rest, the way Go
 /// decodes an object into a struct: a key selects the field it names exactly,
@@ -68,6 +70,124 @@ pub fn as_array(v: &Value) -> Result<&Vec<Value>, String> {
 
 pub fn as_bool(v: &Value) -> Result<bool, String> {
     v.as_bool().ok_or_else(|| want("a boolean", v))
+}
+
+// ---------------------------------------------------------------------------
+// serde field readers for JSON that Go programs write: `null` is an absent
+// key, and a value of the wrong kind fails with [`want`]'s wording. Decoded
+// through [`crate::casefold`], whose path of the failing value
+// [`decode_error`] puts in front.
+
+/// The reason of a required key that is absent (or `null`).
+pub const REQUIRED: &str = "required";
+
+fn kind<'de, D: Deserializer<'de>, T>(
+    d: D,
+    expected: &str,
+    read: impl FnOnce(Value) -> Result<T, Value>,
+) -> Result<Option<T>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        v => read(v)
+            .map(Some)
+            .map_err(|v| de::Error::custom(want(expected, &v))),
+    }
+}
+
+/// `#[serde(deserialize_with)]` for a required string.
+pub fn string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    optional_string(d)?.ok_or_else(|| de::Error::custom(REQUIRED))
+}
+
+/// `#[serde(default, deserialize_with)]` for an optional string.
+pub fn optional_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    kind(d, "a string", |v| match v {
+        Value::String(s) => Ok(s),
+        v => Err(v),
+    })
+}
+
+/// `#[serde(default, deserialize_with)]` for a list of strings; a bad
+/// element is named by its index (`[1]: must be a string, got 5`).
+pub fn strings<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let Some(items) = kind(d, "a list", |v| match v {
+        Value::Array(items) => Ok(items),
+        v => Err(v),
+    })?
+    else {
+        return Ok(Vec::new());
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            Value::String(s) => Ok(s),
+            v => Err(de::Error::custom(format!(
+                "[{i}]: {}",
+                want("a string", &v)
+            ))),
+        })
+        .collect()
+}
+
+/// `#[serde(default, deserialize_with)]` for an optional `u32`.
+pub fn optional_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    kind(d, "an unsigned integer", |v| {
+        v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or(v)
+    })
+}
+
+/// `#[serde(default, deserialize_with)]` for a boolean, false when absent.
+pub fn boolean<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    kind(d, "a boolean", |v| v.as_bool().ok_or(v)).map(Option::unwrap_or_default)
+}
+
+/// `#[serde(default, deserialize_with)]` for an object kept as JSON.
+pub fn optional_object<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    kind(
+        d,
+        "an object",
+        |v| if v.is_object() { Ok(v) } else { Err(v) },
+    )
+}
+
+/// A decoding failure of `input` (read through [`crate::casefold`]) as a
+/// code-6 error `key: reason`, the key the path of the value that failed
+/// (`pci.pci-address`, `ips[1]`); `what` names the input itself. serde
+/// names a missing field in the message of the map holding it, and a map of
+/// the wrong type by the Rust type; both are said as the keys are.
+pub fn decode_error(e: PathError, input: &Value, what: &str) -> CniError {
+    let message = e.error.to_string();
+    let join = |key: &str| match (e.path.as_str(), key) {
+        ("", key) => key.to_string(),
+        (path, key) if key.starts_with('[') => format!("{path}{key}"),
+        (path, key) => format!("{path}.{key}"),
+    };
+    if let Some(key) = message
+        .strip_prefix("missing field `")
+        .and_then(|m| m.strip_suffix('`'))
+    {
+        return CniError::decode(join(key), REQUIRED);
+    }
+    let at = if e.path.is_empty() {
+        what
+    } else {
+        e.path.as_str()
+    };
+    if message.contains(", expected struct ") {
+        let value = e
+            .path
+            .split('.')
+            .filter(|key| !key.is_empty())
+            .try_fold(input, |v, key| v.get(key))
+            .unwrap_or(&Value::Null);
+        return CniError::decode(at, want("an object", value));
+    }
+    match message.split_once(": ") {
+        // A list's element (`[1]: must be ...`).
+        Some((index, reason)) if index.starts_with('[') => CniError::decode(join(index), reason),
+        _ => CniError::decode(at, message),
+    }
 }
 
 /// An IPv4 or IPv6 address with an optional `/prefix` whose length fits the

@@ -1,6 +1,134 @@
 //! Name rules of the CNI protocol and the kernel: interface names, container
 //! IDs, network names and plugin types. Each check returns the human reason a
 //! name is invalid; callers prefix it with the field or variable it came from.
+//!
+//! [`IfName`] and [`ContainerId`] carry a name that passed its check: made
+//! once where the name enters (the CNI environment, a file, a config), they
+//! need no checking where they are used.
+
+use std::fmt;
+use std::ops::Deref;
+
+use serde::{Deserialize, Serialize};
+
+/// A string newtype whose every value passed `$check`: built by `new` (or
+/// `TryFrom<String>`, which serde uses), read as a `&str`.
+macro_rules! checked_name {
+    ($(#[$doc:meta])* $name:ident, $check:path) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// The name, if it passes the rule; else the reason it does not.
+            pub fn new(name: impl Into<String>) -> Result<$name, String> {
+                let name = name.into();
+                $check(&name)?;
+                Ok($name(name))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<std::path::Path> for $name {
+            fn as_ref(&self) -> &std::path::Path {
+                self.0.as_ref()
+            }
+        }
+
+        /// As the string: messages quote a name with `{:?}`.
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(name: &str) -> Result<$name, String> {
+                $name::new(name)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = String;
+            fn try_from(name: String) -> Result<$name, String> {
+                $name::new(name)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(name: $name) -> String {
+                name.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl PartialEq<$name> for str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+    };
+}
+
+checked_name!(
+    /// A kernel interface name ([`check_ifname`]): `CNI_IFNAME`, and any
+    /// name plexus gives a link.
+    IfName,
+    check_ifname
+);
+
+checked_name!(
+    /// A container ID ([`check_container_id`], cni-SPEC §2 `CNI_CONTAINERID`).
+    ContainerId,
+    check_container_id
+);
 
 /// Longest interface name the kernel accepts (IFNAMSIZ - 1).
 pub const MAX_IFNAME_LEN: usize = 15;
@@ -92,6 +220,24 @@ pub fn check_plugin_type(t: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_names_are_checked_at_construction_and_in_serde() {
+        assert_eq!(IfName::new("eth0").unwrap(), "eth0");
+        assert_eq!(format!("{:?}", IfName::new("eth0").unwrap()), "\"eth0\"");
+        assert_eq!(
+            IfName::new("eth0/x").unwrap_err(),
+            check_ifname("eth0/x").unwrap_err()
+        );
+        assert_eq!(
+            ContainerId::new("-x").unwrap_err(),
+            check_container_id("-x").unwrap_err()
+        );
+        let id: ContainerId = serde_json::from_str("\"abc-1\"").unwrap();
+        assert_eq!(serde_json::to_string(&id).unwrap(), "\"abc-1\"");
+        let e = serde_json::from_str::<IfName>("\"a:b\"").unwrap_err();
+        assert!(e.to_string().contains("must not contain ':'"), "{e}");
+    }
 
     #[test]
     fn ifname_kernel_rules() {

@@ -6,7 +6,7 @@
 //! - CHECK needs a request version of 0.4.0 or later, GC and STATUS 1.1.0;
 //! - `prevResult` is read in the request's version;
 //! - top-level keys (`cniVersion`, `runtimeConfig`, ...) match
-//!   case-insensitively, as Go plugins decode them;
+//!   case-insensitively, as Go plugins decode them ([`casefold::get`]);
 //! - errors are printed as the error result of cni-SPEC §5 on stdout (plus one
 //!   line on stderr) with exit code 1.
 
@@ -20,7 +20,7 @@ use super::casefold;
 use super::config::{wrong_type, WELL_KNOWN_CAPABILITIES};
 use super::env::{self, CniCommand, CniEnv};
 use super::error::{CniError, ErrorCode};
-use super::names;
+use super::names::{ContainerId, IfName};
 use super::result::CniResult;
 use super::version::CniVersion;
 
@@ -61,9 +61,46 @@ pub trait Plugin {
     fn add(&self, req: &Request) -> Result<CniResult, CniError>;
     fn del(&self, req: &Request) -> Result<(), CniError>;
     fn check(&self, req: &Request) -> Result<(), CniError>;
-    /// `valid`: the (container ID, interface name) pairs still in use.
-    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError>;
+    /// `valid`: the attachments still in use (cni-SPEC §2 GC).
+    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), CniError>;
     fn status(&self, req: &Request) -> Result<(), CniError>;
+}
+
+/// A [`Plugin`] whose operations fail with its own error type (a layer's
+/// error enum). Its [`Plugin`] impl converts each error into a
+/// [`CniError`], so `From<Self::Error> for CniError` is the one place that
+/// layer's CNI codes are chosen.
+pub trait TypedPlugin {
+    type Error: Into<CniError>;
+    fn validate(&self, _req: &Request) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    fn add(&self, req: &Request) -> Result<CniResult, Self::Error>;
+    fn del(&self, req: &Request) -> Result<(), Self::Error>;
+    fn check(&self, req: &Request) -> Result<(), Self::Error>;
+    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), Self::Error>;
+    fn status(&self, req: &Request) -> Result<(), Self::Error>;
+}
+
+impl<T: TypedPlugin> Plugin for T {
+    fn validate(&self, req: &Request) -> Result<(), CniError> {
+        TypedPlugin::validate(self, req).map_err(Into::into)
+    }
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        TypedPlugin::add(self, req).map_err(Into::into)
+    }
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        TypedPlugin::del(self, req).map_err(Into::into)
+    }
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        TypedPlugin::check(self, req).map_err(Into::into)
+    }
+    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), CniError> {
+        TypedPlugin::gc(self, req, valid).map_err(Into::into)
+    }
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        TypedPlugin::status(self, req).map_err(Into::into)
+    }
 }
 
 /// Run one CNI invocation and return the process exit code.
@@ -146,13 +183,13 @@ fn drive<V: Into<std::ffi::OsString>>(
         ));
     }
 
-    if env.command == CniCommand::Version {
+    if env.command() == CniCommand::Version {
         return Ok(Some(version_output(&bytes)));
     }
 
     let (req, valid) = parse_request(env, &bytes, version)?;
     network.clone_from(&req.name);
-    match req.env.command {
+    match req.env.command() {
         CniCommand::Add => {
             let result = plugin.add(&req)?;
             Ok(Some(result.to_value(req.cni_version)?))
@@ -171,7 +208,7 @@ fn version_output(stdin: &[u8]) -> Value {
     let echoed = serde_json::from_slice::<Value>(stdin)
         .ok()
         .and_then(|v| {
-            field(v.as_object()?, "cniVersion")?
+            casefold::get(v.as_object()?, "cniVersion")?
                 .as_str()
                 .map(str::to_string)
         })
@@ -181,16 +218,6 @@ fn version_output(stdin: &[u8]) -> Value {
         "cniVersion": echoed,
         "supportedVersions": CniVersion::supported_versions(),
     })
-}
-
-/// A top-level configuration key as a Go plugin's case-insensitive decoding
-/// reads it: any key folding to `key`, the last one if several do.
-fn field<'a>(config: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    config
-        .iter()
-        .rev()
-        .find(|(k, _)| casefold::fold_eq(k, key))
-        .map(|(_, v)| v)
 }
 
 /// The oldest request version each command exists in (libcni's skel refuses
@@ -207,7 +234,7 @@ fn parse_request(
     env: CniEnv,
     bytes: &[u8],
     version_out: &mut CniVersion,
-) -> Result<(Request, Vec<(String, String)>), CniError> {
+) -> Result<(Request, Vec<ValidAttachment>), CniError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(CniError::decode(
             "stdin",
@@ -220,12 +247,12 @@ fn parse_request(
         return Err(wrong_type("network configuration", "a JSON object", &value));
     };
     // cni-SPEC §5 "Error": answer in the request's version once it is known.
-    if let Some(Value::String(s)) = field(&config, "cniVersion") {
+    if let Some(Value::String(s)) = casefold::get(&config, "cniVersion") {
         if let Ok(v) = s.parse() {
             *version_out = v;
         }
     }
-    let valid = if env.command == CniCommand::Gc {
+    let valid = if env.command() == CniCommand::Gc {
         valid_attachments(&config)?
     } else {
         Vec::new()
@@ -238,13 +265,13 @@ impl Request {
     /// its stdin: what the executor uses to run a plugin in-process.
     pub fn from_config(env: CniEnv, config: Map<String, Value>) -> Result<Request, CniError> {
         // A missing cniVersion means 0.1.0, as libcni's version decoder says.
-        let cni_version = match field(&config, "cniVersion") {
+        let cni_version = match casefold::get(&config, "cniVersion") {
             None => CniVersion::V0_1_0,
             Some(Value::String(s)) if s.is_empty() => CniVersion::V0_1_0,
             Some(Value::String(s)) => CniVersion::parse_field(s, "cniVersion")?,
             Some(other) => return Err(wrong_type("cniVersion", "a string", other)),
         };
-        let command = env.command;
+        let command = env.command();
         let minimum = minimum_version(command);
         if cni_version < minimum {
             return Err(CniError::incompatible_version(
@@ -255,7 +282,7 @@ impl Request {
             ));
         }
 
-        let string_field = |key: &str| match field(&config, key) {
+        let string_field = |key: &str| match casefold::get(&config, key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(other) => Err(wrong_type(key, "a string", other)),
@@ -263,13 +290,13 @@ impl Request {
         let name = string_field("name")?;
         let plugin_type = string_field("type")?;
 
-        let runtime_config = match field(&config, "runtimeConfig") {
+        let runtime_config = match casefold::get(&config, "runtimeConfig") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(rc)) => canonical_runtime_config(rc),
             Some(other) => return Err(wrong_type("runtimeConfig", "an object", other)),
         };
 
-        let prev_result = match field(&config, "prevResult") {
+        let prev_result = match casefold::get(&config, "prevResult") {
             None | Some(Value::Null) => None,
             Some(v) if !v.is_object() => return Err(wrong_type("prevResult", "a JSON object", v)),
             Some(v) => Some(CniResult::from_value_as(v, cni_version).map_err(|e| {
@@ -312,16 +339,20 @@ fn canonical_runtime_config(rc: &Map<String, Value>) -> Map<String, Value> {
     out
 }
 
+/// One element of `cni.dev/valid-attachments` (cni-SPEC §2 GC): an
+/// attachment the runtime still has, its names checked when read.
+pub type ValidAttachment = (ContainerId, IfName);
+
+/// One element of `cni.dev/valid-attachments` on the wire.
 #[derive(Serialize, Deserialize)]
 struct GcAttachment {
     #[serde(rename = "containerID")]
-    container_id: String,
-    ifname: String,
+    container_id: ContainerId,
+    ifname: IfName,
 }
 
-/// The value of `cni.dev/valid-attachments` for a GC of `valid`
-/// (`(containerID, ifname)` pairs).
-pub fn valid_attachments_value(valid: &[(String, String)]) -> Value {
+/// The value of `cni.dev/valid-attachments` for a GC of `valid`.
+pub fn valid_attachments_value(valid: &[ValidAttachment]) -> Value {
     let list: Vec<GcAttachment> = valid
         .iter()
         .map(|(c, i)| GcAttachment {
@@ -334,8 +365,8 @@ pub fn valid_attachments_value(valid: &[(String, String)]) -> Value {
 
 /// cni-SPEC §2 GC: `cni.dev/valid-attachments`, required (a GC without it
 /// would treat every attachment as stale); `null` means none is valid.
-fn valid_attachments(config: &Map<String, Value>) -> Result<Vec<(String, String)>, CniError> {
-    let items = match field(config, VALID_ATTACHMENTS) {
+fn valid_attachments(config: &Map<String, Value>) -> Result<Vec<ValidAttachment>, CniError> {
+    let items = match casefold::get(config, VALID_ATTACHMENTS) {
         None => {
             return Err(CniError::invalid_config(
                 VALID_ATTACHMENTS,
@@ -358,24 +389,17 @@ fn valid_attachments(config: &Map<String, Value>) -> Result<Vec<(String, String)
             e.error.to_string(),
         )
     })?;
-    list.into_iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let at = |field: &str| format!("{VALID_ATTACHMENTS}[{i}].{field}");
-            names::check_container_id(&a.container_id)
-                .map_err(|r| CniError::invalid_config(at("containerID"), r))?;
-            names::check_ifname(&a.ifname)
-                .map_err(|r| CniError::invalid_config(at("ifname"), r))?;
-            Ok((a.container_id, a.ifname))
-        })
-        .collect()
+    Ok(list
+        .into_iter()
+        .map(|a| (a.container_id, a.ifname))
+        .collect())
 }
 
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;
     use std::collections::HashMap;
-    use std::path::PathBuf;
+    use std::path::Path;
 
     use super::*;
 
@@ -383,14 +407,16 @@ mod tests {
     #[derive(Default)]
     struct Fake {
         calls: RefCell<Vec<(CniCommand, Request)>>,
-        gc_valid: RefCell<Vec<(String, String)>>,
+        gc_valid: RefCell<Vec<ValidAttachment>>,
         result: Option<CniResult>,
         fail: Option<CniError>,
     }
 
     impl Fake {
         fn answer<T>(&self, req: &Request, ok: T) -> Result<T, CniError> {
-            self.calls.borrow_mut().push((req.env.command, req.clone()));
+            self.calls
+                .borrow_mut()
+                .push((req.env.command(), req.clone()));
             match &self.fail {
                 Some(e) => Err(e.clone()),
                 None => Ok(ok),
@@ -417,7 +443,7 @@ mod tests {
         fn check(&self, req: &Request) -> Result<(), CniError> {
             self.answer(req, ())
         }
-        fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
+        fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), CniError> {
             *self.gc_valid.borrow_mut() = valid.to_vec();
             self.answer(req, ())
         }
@@ -549,10 +575,10 @@ mod tests {
         );
         assert!(out.stderr.is_empty());
         let req = fake.last();
-        assert_eq!(req.env.command, CniCommand::Add);
-        assert_eq!(req.env.container_id.as_deref(), Some("ctr1"));
-        assert_eq!(req.env.netns, Some(PathBuf::from("/var/run/netns/blue")));
-        assert_eq!(req.env.args.k8s_pod_name(), Some("web"));
+        assert_eq!(req.env.command(), CniCommand::Add);
+        assert_eq!(req.env.container_id().unwrap(), "ctr1");
+        assert_eq!(req.env.netns(), Some(Path::new("/var/run/netns/blue")));
+        assert_eq!(req.env.args().k8s_pod_name(), Some("web"));
         assert_eq!(req.cni_version, CniVersion::V1_1_0);
         assert_eq!(req.name.as_deref(), Some("dbnet"));
         assert_eq!(req.plugin_type.as_deref(), Some("plexus"));
@@ -678,7 +704,7 @@ mod tests {
             (out.code, out.stdout.as_str(), out.stderr.as_str()),
             (0, "", "")
         );
-        assert_eq!(fake.last().env.netns, None);
+        assert_eq!(fake.last().env.netns(), None);
     }
 
     #[test]
@@ -700,10 +726,8 @@ mod tests {
 
     #[test]
     fn valid_attachments_are_written_as_they_are_read() {
-        let valid = vec![
-            ("ctr1".to_string(), "eth0".to_string()),
-            ("ctr2".to_string(), "net1".to_string()),
-        ];
+        let pair = |c: &str, i: &str| (ContainerId::new(c).unwrap(), IfName::new(i).unwrap());
+        let valid = vec![pair("ctr1", "eth0"), pair("ctr2", "net1")];
         let value = valid_attachments_value(&valid);
         assert_eq!(
             value,
@@ -731,8 +755,14 @@ mod tests {
         assert_eq!(
             *fake.gc_valid.borrow(),
             [
-                ("ctr1".to_string(), "eth0".to_string()),
-                ("ctr2".into(), "net1".into())
+                (
+                    ContainerId::new("ctr1").unwrap(),
+                    IfName::new("eth0").unwrap()
+                ),
+                (
+                    ContainerId::new("ctr2").unwrap(),
+                    IfName::new("net1").unwrap()
+                )
             ]
         );
         let out = drive_with(
@@ -796,7 +826,7 @@ mod tests {
         let env = [("CNI_COMMAND", "STATUS".to_string())];
         let out = drive_with(&fake, &env, &conf("1.1.0", json!({})));
         assert_eq!((out.code, out.stdout.as_str()), (0, ""));
-        assert_eq!(fake.last().env.command, CniCommand::Status);
+        assert_eq!(fake.last().env.command(), CniCommand::Status);
         let out = drive_with(&fake, &env, &conf("1.0.0", json!({})));
         assert!(out
             .error(1, "1.0.0")

@@ -15,12 +15,11 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use plexus_cni::args::CniArgs;
 use plexus_cni::delegate::Resolver;
-use plexus_cni::env::{CniCommand, CniEnv};
+use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
 use plexus_cni::error::CniError;
 use plexus_cni::result::CniResult;
-use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::skel::{Plugin, Request, ValidAttachment};
 use plexus_dataplane::drivers;
 use plexus_dataplane::NetNs;
 use serde_json::{json, Value};
@@ -41,7 +40,7 @@ impl Plugin for StaticIpam {
     fn check(&self, _: &Request) -> Result<(), CniError> {
         Ok(())
     }
-    fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
         Ok(())
     }
     fn status(&self, _: &Request) -> Result<(), CniError> {
@@ -87,14 +86,12 @@ fn conf(i: usize, ipam: Value) -> Value {
 }
 
 fn request(command: CniCommand, pod: &str, config: &Value) -> Request {
-    let env = CniEnv {
-        command,
-        container_id: Some(format!("ctr-{pod}")),
+    let params = AttachmentParams {
         netns: Some(PathBuf::from(format!("/var/run/netns/{pod}"))),
-        ifname: Some("eth0".into()),
-        args: CniArgs::default(),
         path: vec![PathBuf::from(REFERENCE)],
+        ..AttachmentParams::new(format!("ctr-{pod}"), "eth0").unwrap()
     };
+    let env = CniEnv::for_attachment(command, params).unwrap();
     let Value::Object(map) = config.clone() else {
         unreachable!()
     };

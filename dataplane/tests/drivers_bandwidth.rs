@@ -404,6 +404,17 @@ fn no_host_side_interface_is_a_clear_error() {
         e.details,
         "CNI_IFNAME: net1 in the pod is a macvlan, not a veth: bandwidth shapes a pod's traffic on the host side of its veth pair"
     );
+    // No interface of that name in the pod: code 7 naming CNI_IFNAME, as
+    // tuning's for the same failure.
+    let req = request(env(CniCommand::Add, CID, Some(&ns), "net9", ""), &conf);
+    let e = a
+        .in_node(|| Bandwidth::new(&Session::new()).add(&req))
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig, "{e}");
+    assert_eq!(
+        e.details,
+        format!("CNI_IFNAME: no interface \"net9\" in {ns}")
+    );
     assert!(!link_exists(&a.node, &ifb_name(NET, CID)));
 }
 

@@ -874,13 +874,8 @@ fn status_and_gc_are_the_ipam_plugins() {
     // cni-SPEC §2 STATUS and GC: nothing of the drivers' own outlives the
     // pod namespace, so both go to IPAM (and are no-ops without one).
     let r = TestResolver::default();
-    let env = |command| plexus_cni::env::CniEnv {
-        command,
-        container_id: None,
-        netns: None,
-        ifname: None,
-        args: Default::default(),
-        path: vec!["/opt/cni/bin".into()],
+    let env = |command| {
+        plexus_cni::env::CniEnv::config_only(command, vec!["/opt/cni/bin".into()]).unwrap()
     };
     let req = |command, config: &Value| common::request(env(command), config);
     let mut c = conf(v4("10.28.0.2/24"), json!({}));
@@ -891,8 +886,11 @@ fn status_and_gc_are_the_ipam_plugins() {
         let session = plexus_dataplane::Session::new();
         let d = plexus_dataplane::drivers::driver(ty, &r, &session).unwrap();
         d.status(&req(CniCommand::Status, &c)).unwrap();
-        d.gc(&req(CniCommand::Gc, &c), &[("ctr1".into(), "eth0".into())])
-            .unwrap();
+        d.gc(
+            &req(CniCommand::Gc, &c),
+            &[("ctr1".parse().unwrap(), "eth0".parse().unwrap())],
+        )
+        .unwrap();
         d.status(&req(CniCommand::Status, &l2)).unwrap();
         d.gc(&req(CniCommand::Gc, &l2), &[]).unwrap();
         let mut failing = c.clone();

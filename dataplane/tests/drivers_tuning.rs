@@ -544,7 +544,12 @@ fn sysctls_alone_need_no_interface_as_in_the_reference() {
     let e = a
         .in_node(|| Tuning::new(&Session::new()).add(&req))
         .unwrap_err();
-    assert!(e.details.contains("no interface \"net1\""), "{e}");
+    // Code 7 naming CNI_IFNAME, as bandwidth's for the same failure.
+    assert_eq!(e.code, ErrorCode::InvalidConfig, "{e}");
+    assert!(
+        e.details.starts_with("CNI_IFNAME: no interface \"net1\""),
+        "{e}"
+    );
 
     if have_reference() {
         let env = env(CniCommand::Add, CID, Some(&ns), "net1", "");

@@ -3,27 +3,28 @@
 //! ([`plexus_cni::casefold`]), `""` for an IP means none, unknown keys are
 //! ignored, and every error names the field path.
 
+use crate::error::IpamError;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use plexus_cni::casefold;
 use plexus_cni::result::{parse_cidr, Route};
 use plexus_cni::skel::Request;
-use plexus_cni::{CniError, CniVersion, ErrorCode};
+use plexus_cni::{CniError, CniVersion};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
 /// Decode the request's whole configuration (IPAM plugins receive the upper
 /// plugin's complete config, cni-SPEC §4) into `T`.
-pub(crate) fn decode_config<T: DeserializeOwned>(req: &Request) -> Result<T, CniError> {
-    casefold::decode(&Value::Object(req.config.clone()))
+pub(crate) fn decode_config<T: DeserializeOwned>(req: &Request) -> Result<T, IpamError> {
+    Ok(casefold::decode(&Value::Object(req.config.clone()))?)
 }
 
 /// Decode the request's `runtimeConfig` into `T`, errors prefixed with it.
-pub(crate) fn decode_runtime_config<T: DeserializeOwned>(req: &Request) -> Result<T, CniError> {
+pub(crate) fn decode_runtime_config<T: DeserializeOwned>(req: &Request) -> Result<T, IpamError> {
     casefold::decode(&Value::Object(req.runtime_config.clone()))
-        .map_err(|e| e.within("runtimeConfig"))
+        .map_err(|e| e.within("runtimeConfig").into())
 }
 
 /// `{subnet, rangeStart, rangeEnd, gateway}` as written.
@@ -72,14 +73,14 @@ impl ArgsConf {
 
     /// `args.plexus.persistentOwner`, checked: it takes the container ID's
     /// place in an allocation file, so it is one non-empty line.
-    pub fn persistent_owner(args: &Option<ArgsConf>) -> Result<Option<&str>, CniError> {
+    pub fn persistent_owner(args: &Option<ArgsConf>) -> Result<Option<&str>, IpamError> {
         let owner = args
             .as_ref()
             .and_then(|a| a.plexus.as_ref())
             .and_then(|p| p.persistent_owner.as_deref());
         match owner {
             Some(o) if o.trim().is_empty() || o.contains(['\r', '\n', '\0']) => {
-                Err(CniError::invalid_config(
+                Err(IpamError::config(
                     "args.plexus.persistentOwner",
                     format!("{o:?} must be one non-empty line"),
                 ))
@@ -92,13 +93,13 @@ impl ArgsConf {
 /// An optional IP address (`""` is none, as Go's `net.IP` decodes it), in
 /// canonical form: IPv4-mapped IPv6 addresses become IPv4, as the reference's
 /// `canonicalizeIP` does.
-pub(crate) fn parse_ip(s: Option<&str>, path: &str) -> Result<Option<IpAddr>, CniError> {
+pub(crate) fn parse_ip(s: Option<&str>, path: &str) -> Result<Option<IpAddr>, IpamError> {
     match s.filter(|s| !s.is_empty()) {
         None => Ok(None),
         Some(s) => s
             .parse::<IpAddr>()
             .map(|ip| Some(ip.to_canonical()))
-            .map_err(|_| CniError::invalid_config(path, format!("{s:?} is not an IP address"))),
+            .map_err(|_| IpamError::config(path, format!("{s:?} is not an IP address"))),
     }
 }
 
@@ -115,23 +116,26 @@ pub(crate) fn parse_requested_ip(s: &str) -> Result<IpAddr, String> {
 }
 
 /// `routes` as written under `path` (`ipam.routes`).
-pub(crate) fn parse_routes(list: Option<&[RouteConf]>, path: &str) -> Result<Vec<Route>, CniError> {
+pub(crate) fn parse_routes(
+    list: Option<&[RouteConf]>,
+    path: &str,
+) -> Result<Vec<Route>, IpamError> {
     list.unwrap_or_default()
         .iter()
         .enumerate()
         .map(|(i, r)| {
             // A config error (code 7), not a result decoding error.
             let mut route = r.clone().into_route(&format!("{path}[{i}]")).map_err(|e| {
-                CniError::new(
+                IpamError::Cni(CniError::new(
                     plexus_cni::ErrorCode::InvalidConfig,
                     "invalid network configuration",
                     e.details,
-                )
+                ))
             })?;
             route.gw = route.gw.map(|gw| gw.to_canonical());
             if let Some(gw) = route.gw {
                 if gw.is_ipv4() != route.dst.is_ipv4() {
-                    return Err(CniError::invalid_config(
+                    return Err(IpamError::config(
                         format!("{path}[{i}].gw"),
                         format!(
                             "{gw} and the destination {} are of different address families",
@@ -145,23 +149,11 @@ pub(crate) fn parse_routes(list: Option<&[RouteConf]>, path: &str) -> Result<Vec
         .collect()
 }
 
-/// The `CNI_CONTAINERID` and `CNI_IFNAME` of an attachment command (the
-/// skel guarantees them; an in-process caller might not).
-pub(crate) fn attachment(req: &Request) -> Result<(&str, &str), CniError> {
-    let missing = |var: &str| {
-        CniError::invalid_env(var, format!("required for {} but not set", req.env.command))
-    };
-    let id = req
-        .env
-        .container_id
-        .as_deref()
-        .ok_or_else(|| missing("CNI_CONTAINERID"))?;
-    let ifname = req
-        .env
-        .ifname
-        .as_deref()
-        .ok_or_else(|| missing("CNI_IFNAME"))?;
-    Ok((id, ifname))
+/// The `CNI_CONTAINERID` and `CNI_IFNAME` of an attachment command, both
+/// validated when the environment was read.
+pub(crate) fn attachment(req: &Request) -> Result<(&str, &str), IpamError> {
+    let params = req.env.require_attachment()?;
+    Ok((&params.container_id, &params.ifname))
 }
 
 /// Results of CNI 0.1.0 and 0.2.0 hold one address per family (`ip4`,
@@ -169,7 +161,7 @@ pub(crate) fn attachment(req: &Request) -> Result<(&str, &str), CniError> {
 pub(crate) fn check_legacy_families(
     version: CniVersion,
     addresses: impl Iterator<Item = IpAddr>,
-) -> Result<(), CniError> {
+) -> Result<(), IpamError> {
     if !version.has_legacy_result() {
         return Ok(());
     }
@@ -184,23 +176,23 @@ pub(crate) fn check_legacy_families(
         },
     );
     if v4 > 1 || v6 > 1 {
-        return Err(CniError::incompatible_version(
-            "cniVersion",
-            format!(
+        return Err(IpamError::IncompatibleVersion {
+            field: "cniVersion".into(),
+            reason: format!(
                 "CNI {version} results hold at most one IPv4 and one IPv6 address, \
                  this configuration yields {v4} IPv4 and {v6} IPv6 addresses; use 0.3.0 or later"
             ),
-        ));
+        });
     }
     Ok(())
 }
 
 /// Whether an error came from `CNI_ARGS` (code 4) rather than the config.
-pub(crate) fn env_or_config(from_env: bool, path: &str, reason: String) -> CniError {
+pub(crate) fn env_or_config(from_env: bool, path: &str, reason: String) -> IpamError {
     if from_env {
-        CniError::invalid_env(path, reason)
+        IpamError::env(path, reason)
     } else {
-        CniError::invalid_config(path, reason)
+        IpamError::config(path, reason)
     }
 }
 
@@ -217,9 +209,4 @@ fn prefix_for(n: IpNetwork) -> u8 {
         (IpAddr::V6(_), IpAddr::V4(_)) => n.prefix().saturating_sub(96),
         _ => n.prefix(),
     }
-}
-
-/// Code for errors the allocation itself raises (see [`crate::codes`]).
-pub(crate) fn plugin_error(code: u32, msg: &str, details: String) -> CniError {
-    CniError::new(ErrorCode::Plugin(code), msg, details)
 }

@@ -76,20 +76,19 @@
 //!   whose ranges were since misconfigured can still be cleaned up; they
 //!   never create the directory.
 
+use crate::error::IpamError;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use plexus_cni::result::{CniResult, Dns, IpConfig, Route};
-use plexus_cni::skel::{Plugin, Request};
-use plexus_cni::{CniError, ErrorCode};
+use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
 use serde::Deserialize;
 
-use crate::codes;
 use crate::common::{
     attachment, check_legacy_families, decode_config, decode_runtime_config, env_or_config,
-    parse_requested_ip, parse_routes, plugin_error, ArgsConf, IpRangeConf, RouteConf,
+    parse_requested_ip, parse_routes, ArgsConf, IpRangeConf, RouteConf,
 };
 use crate::range::{Range, RangeSet};
 use crate::resolv;
@@ -126,7 +125,7 @@ impl HostLocal {
         self
     }
 
-    fn open(&self, loc: &Location, create: bool) -> Result<Option<LockedStore>, CniError> {
+    fn open(&self, loc: &Location, create: bool) -> Result<Option<LockedStore>, IpamError> {
         store::open(&loc.data_dir, &loc.name, create, self.lock_timeout)
     }
 }
@@ -190,15 +189,12 @@ struct Location {
 }
 
 impl Location {
-    fn new(req: &Request, data_dir: Option<&str>) -> Result<Location, CniError> {
+    fn new(req: &Request, data_dir: Option<&str>) -> Result<Location, IpamError> {
         let name = checked_network_name(req.name.as_deref())?;
         let data_dir = match data_dir {
             Some(d) if !d.is_empty() => {
                 if d.contains('\0') {
-                    return Err(CniError::invalid_config(
-                        "ipam.dataDir",
-                        "must not contain NUL",
-                    ));
+                    return Err(IpamError::config("ipam.dataDir", "must not contain NUL"));
                 }
                 PathBuf::from(d)
             }
@@ -211,7 +207,7 @@ impl Location {
     }
 
     /// What DEL and GC read: `name`, `ipam.dataDir` and `args`, nothing else.
-    fn load(req: &Request) -> Result<(Location, Option<ArgsConf>), CniError> {
+    fn load(req: &Request) -> Result<(Location, Option<ArgsConf>), IpamError> {
         let conf: LocationConf = decode_config(req)?;
         let ipam = conf.ipam.ok_or_else(missing_ipam)?;
         Ok((Location::new(req, ipam.data_dir.as_deref())?, conf.args))
@@ -222,8 +218,8 @@ impl Location {
     }
 }
 
-fn missing_ipam() -> CniError {
-    CniError::invalid_config(
+fn missing_ipam() -> IpamError {
+    IpamError::config(
         "ipam",
         "missing: host-local reads its configuration from the ipam section",
     )
@@ -231,8 +227,8 @@ fn missing_ipam() -> CniError {
 
 /// The network name becomes a directory under `dataDir`: it must be exactly
 /// one ordinary path component.
-fn checked_network_name(name: Option<&str>) -> Result<&str, CniError> {
-    let bad = |reason: String| CniError::invalid_config("name", reason);
+fn checked_network_name(name: Option<&str>) -> Result<&str, IpamError> {
+    let bad = |reason: String| IpamError::config("name", reason);
     let name = match name {
         None | Some("") => {
             return Err(bad(
@@ -266,7 +262,7 @@ struct Requested {
 }
 
 impl Requested {
-    fn error(&self, reason: String) -> CniError {
+    fn error(&self, reason: String) -> IpamError {
         env_or_config(self.from_env, &self.path, reason)
     }
 }
@@ -296,7 +292,7 @@ struct Config {
 }
 
 impl Config {
-    fn load(req: &Request) -> Result<Config, CniError> {
+    fn load(req: &Request) -> Result<Config, IpamError> {
         let conf: NetConf = decode_config(req)?;
         let runtime: RuntimeConf = decode_runtime_config(req)?;
         let ipam = conf.ipam.ok_or_else(missing_ipam)?;
@@ -315,7 +311,7 @@ impl Config {
         }
         add_sets(&mut sets, ipam.ranges.as_deref(), "ipam.ranges")?;
         if sets.is_empty() {
-            return Err(CniError::invalid_config(
+            return Err(IpamError::config(
                 "ipam.ranges",
                 "missing: host-local needs at least one range set (ipam.ranges, or ipam.subnet)",
             ));
@@ -324,7 +320,7 @@ impl Config {
         for (j, later) in sets.iter().enumerate() {
             for earlier in &sets[..j] {
                 if let Some((a, b)) = later.overlap_with(earlier) {
-                    return Err(CniError::invalid_config(
+                    return Err(IpamError::config(
                         &later.path,
                         format!(
                             "range set overlaps with range set {}: {} ({a}) overlaps {} ({b})",
@@ -351,7 +347,7 @@ impl Config {
 
     /// Who holds this attachment's addresses: the persistent owner, else the
     /// container (CNI_CONTAINERID), with CNI_IFNAME.
-    fn holder<'a>(&'a self, req: &'a Request) -> Result<Holder<'a>, CniError> {
+    fn holder<'a>(&'a self, req: &'a Request) -> Result<Holder<'a>, IpamError> {
         let (id, ifname) = attachment(req)?;
         Ok(Holder {
             id: self.persistent_owner.as_deref().unwrap_or(id),
@@ -360,7 +356,7 @@ impl Config {
         })
     }
 
-    fn dns(&self) -> Result<Dns, CniError> {
+    fn dns(&self) -> Result<Dns, IpamError> {
         match &self.resolv_conf {
             Some(path) => resolv::read(path, "ipam.resolvConf"),
             None => Ok(Dns::default()),
@@ -372,7 +368,7 @@ fn add_sets(
     sets: &mut Vec<RangeSet>,
     confs: Option<&[Option<Vec<Option<IpRangeConf>>>]>,
     path: &str,
-) -> Result<(), CniError> {
+) -> Result<(), IpamError> {
     for (i, set) in confs.unwrap_or_default().iter().enumerate() {
         let ranges: Vec<IpRangeConf> = set
             .iter()
@@ -389,7 +385,7 @@ fn add_sets(
 
 /// The legacy single range, when `ipam.subnet` is set. Its other keys
 /// without a subnet are an error (the reference ignores them silently).
-fn legacy_range(ipam: &IpamConf) -> Result<Option<IpRangeConf>, CniError> {
+fn legacy_range(ipam: &IpamConf) -> Result<Option<IpRangeConf>, IpamError> {
     let given = |v: &Option<String>| v.as_deref().is_some_and(|s| !s.is_empty());
     if !given(&ipam.subnet) {
         for (key, v) in [
@@ -398,7 +394,7 @@ fn legacy_range(ipam: &IpamConf) -> Result<Option<IpRangeConf>, CniError> {
             ("gateway", &ipam.gateway),
         ] {
             if given(v) {
-                return Err(CniError::invalid_config(
+                return Err(IpamError::config(
                     format!("ipam.{key}"),
                     "set without ipam.subnet: the single-range form needs a subnet \
                      (or move the range into ipam.ranges)",
@@ -422,16 +418,16 @@ fn requested_ips(
     req: &Request,
     args: &Option<ArgsConf>,
     runtime: &RuntimeConf,
-) -> Result<Vec<Requested>, CniError> {
+) -> Result<Vec<Requested>, IpamError> {
     // The reference reads CNI_ARGS into a struct with only `IP`: other keys
     // need IgnoreUnknown.
-    req.env.args.check_known(&["IP"])?;
-    let from_list = |list: &[String], path: &str| -> Result<Vec<Requested>, CniError> {
+    req.env.args().check_known(&["IP"])?;
+    let from_list = |list: &[String], path: &str| -> Result<Vec<Requested>, IpamError> {
         list.iter()
             .enumerate()
             .map(|(i, s)| {
                 let path = format!("{path}[{i}]");
-                let ip = parse_requested_ip(s).map_err(|r| CniError::invalid_config(&path, r))?;
+                let ip = parse_requested_ip(s).map_err(|r| IpamError::config(&path, r))?;
                 Ok(Requested {
                     ip,
                     path,
@@ -448,7 +444,7 @@ fn requested_ips(
     if !args.is_empty() {
         return from_list(args, "args.cni.ips");
     }
-    let Some(value) = req.env.args.get("IP").filter(|v| !v.is_empty()) else {
+    let Some(value) = req.env.args().get("IP").filter(|v| !v.is_empty()) else {
         return Ok(Vec::new());
     };
     value
@@ -456,7 +452,7 @@ fn requested_ips(
         .map(str::trim)
         .map(|s| {
             let ip = parse_requested_ip(s)
-                .map_err(|r| CniError::invalid_env("CNI_ARGS", format!("IP: {r}")))?;
+                .map_err(|r| IpamError::env("CNI_ARGS", format!("IP: {r}")))?;
             Ok(Requested {
                 ip,
                 path: format!("CNI_ARGS IP={s}"),
@@ -470,7 +466,7 @@ fn requested_ips(
 fn assign_requested(
     sets: &[RangeSet],
     requested: Vec<Requested>,
-) -> Result<Vec<Option<Requested>>, CniError> {
+) -> Result<Vec<Option<Requested>>, IpamError> {
     let mut per_set: Vec<Option<Requested>> = vec![None; sets.len()];
     for r in requested {
         let Some(idx) = sets.iter().position(|s| s.contains(r.ip)) else {
@@ -511,7 +507,7 @@ fn allocate<'a>(
     set: &'a RangeSet,
     requested: Option<&Requested>,
     holder: Holder,
-) -> Result<(IpAddr, &'a Range, bool), CniError> {
+) -> Result<(IpAddr, &'a Range, bool), IpamError> {
     let Holder { id, ifname, .. } = holder;
     if let Some(a) = allocs
         .iter()
@@ -520,27 +516,19 @@ fn allocate<'a>(
         if let (true, Some(range)) = (holder.persistent, set.range_for(a.ip)) {
             return Ok((a.ip, range, false));
         }
-        return Err(plugin_error(
-            codes::DUPLICATE_ALLOCATION,
-            "duplicate allocation",
-            format!(
-                "{}: {} has been allocated to {id}, duplicate allocation is not allowed",
-                set.path, a.ip
-            ),
-        ));
+        return Err(IpamError::DuplicateAllocation(format!(
+            "{}: {} has been allocated to {id}, duplicate allocation is not allowed",
+            set.path, a.ip
+        )));
     }
     if let Some(r) = requested {
         let in_use = |owner: &Owner| {
-            plugin_error(
-                codes::ADDRESS_IN_USE,
-                "address in use",
-                format!(
-                    "{}: {} is already allocated to {}",
-                    r.path,
-                    r.ip,
-                    owner.describe()
-                ),
-            )
+            IpamError::AddressInUse(format!(
+                "{}: {} is already allocated to {}",
+                r.path,
+                r.ip,
+                owner.describe()
+            ))
         };
         let range = set
             .range_for(r.ip)
@@ -564,24 +552,25 @@ fn allocate<'a>(
             return Ok((ip, range, true));
         }
     }
-    Err(plugin_error(
-        codes::RANGE_EXHAUSTED,
-        "no IP addresses available",
-        format!("{}: no IP addresses available in range set {set}", set.path),
-    ))
+    Err(IpamError::RangeExhausted(format!(
+        "{}: no IP addresses available in range set {set}",
+        set.path
+    )))
 }
 
-impl Plugin for HostLocal {
-    fn validate(&self, req: &Request) -> Result<(), CniError> {
+impl TypedPlugin for HostLocal {
+    type Error = IpamError;
+
+    fn validate(&self, req: &Request) -> Result<(), IpamError> {
         Config::load(req)?.dns().map(|_| ())
     }
 
-    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+    fn add(&self, req: &Request) -> Result<CniResult, IpamError> {
         let conf = Config::load(req)?;
         let who = conf.holder(req)?;
         let dns = conf.dns()?;
         let store = self.open(&conf.location, true)?.ok_or_else(|| {
-            CniError::io(conf.location.dir().display().to_string(), "not created")
+            IpamError::io(conf.location.dir().display().to_string(), "not created")
         })?;
         let allocs = store.allocations()?;
         let taken = LockedStore::by_ip(&allocs);
@@ -635,7 +624,7 @@ impl Plugin for HostLocal {
         })
     }
 
-    fn del(&self, req: &Request) -> Result<(), CniError> {
+    fn del(&self, req: &Request) -> Result<(), IpamError> {
         let (loc, args) = Location::load(req)?;
         let (id, ifname) = attachment(req)?;
         if ArgsConf::persistent_owner(&args)?.is_some() {
@@ -664,7 +653,7 @@ impl Plugin for HostLocal {
         store.sync()
     }
 
-    fn check(&self, req: &Request) -> Result<(), CniError> {
+    fn check(&self, req: &Request) -> Result<(), IpamError> {
         let conf = Config::load(req)?;
         let Holder { id, ifname, .. } = conf.holder(req)?;
         let held = match self.open(&conf.location, false)? {
@@ -677,10 +666,7 @@ impl Plugin for HostLocal {
         if held {
             return Ok(());
         }
-        Err(CniError::new(
-            ErrorCode::UnknownContainer,
-            "no address allocated",
-            format!(
+        Err(IpamError::NotAllocated(format!(
                 "CNI_CONTAINERID: container {id} (interface {ifname}) holds no address in network {} ({})",
                 conf.location.name,
                 conf.location.dir().display()
@@ -688,7 +674,7 @@ impl Plugin for HostLocal {
         ))
     }
 
-    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), IpamError> {
         let (loc, _) = Location::load(req)?;
         let Some(store) = self.open(&loc, false)? else {
             return Ok(());
@@ -707,7 +693,7 @@ impl Plugin for HostLocal {
         store.sync()
     }
 
-    fn status(&self, req: &Request) -> Result<(), CniError> {
+    fn status(&self, req: &Request) -> Result<(), IpamError> {
         let conf = Config::load(req)?;
         let allocs = match self.open(&conf.location, false)? {
             Some(store) => store.allocations()?,
@@ -720,14 +706,10 @@ impl Plugin for HostLocal {
                 .filter(|a| set.range_for(a.ip).is_some_and(|r| r.gateway != a.ip))
                 .count() as u128;
             if used >= capacity {
-                return Err(CniError::new(
-                    ErrorCode::NotAvailable,
-                    "no IP addresses available",
-                    format!(
-                        "{}: all {capacity} addresses of range set {set} are allocated",
-                        set.path
-                    ),
-                ));
+                return Err(IpamError::Full(format!(
+                    "{}: all {capacity} addresses of range set {set} are allocated",
+                    set.path
+                )));
             }
         }
         Ok(())
@@ -755,8 +737,10 @@ mod tests {
             Some("net/"),
         ] {
             let e = checked_network_name(bad).unwrap_err();
-            assert_eq!(e.code, ErrorCode::InvalidConfig);
-            assert!(e.details.starts_with("name: "), "{}", e.details);
+            assert!(
+                matches!(&e, IpamError::Config { field, .. } if field == "name"),
+                "{e:?}"
+            );
         }
     }
 }

@@ -15,10 +15,12 @@ pub mod host_local;
 pub mod static_ipam;
 
 mod common;
+mod error;
 mod range;
 mod resolv;
 mod store;
 
+pub use error::IpamError;
 pub use host_local::HostLocal;
 pub use static_ipam::Static;
 /// The parsers of host-local's files on disk, for the fuzz targets.

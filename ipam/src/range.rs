@@ -8,11 +8,11 @@
 //! is skipped when allocating, not excluded from the range), rangeEnd = the
 //! last address, minus the broadcast address for IPv4.
 
+use crate::error::IpamError;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::IpNetwork;
-use plexus_cni::CniError;
 
 use crate::common::{parse_ip, IpRangeConf};
 
@@ -60,17 +60,17 @@ impl Range {
     /// Validate one configured range and fill in the defaults. `path` is the
     /// range's place in the configuration; a legacy single range (fields
     /// directly in `ipam`) has path `ipam`.
-    pub fn from_conf(conf: &IpRangeConf, path: &str) -> Result<Range, CniError> {
+    pub fn from_conf(conf: &IpRangeConf, path: &str) -> Result<Range, IpamError> {
         let field = |name: &str| format!("{path}.{name}");
         let subnet_s = conf
             .subnet
             .as_deref()
             .filter(|s| !s.is_empty())
             .ok_or_else(|| {
-                CniError::invalid_config(field("subnet"), "missing: every range needs a subnet")
+                IpamError::config(field("subnet"), "missing: every range needs a subnet")
             })?;
         let subnet = plexus_cni::result::parse_cidr(subnet_s).map_err(|_| {
-            CniError::invalid_config(
+            IpamError::config(
                 field("subnet"),
                 format!("{subnet_s:?} is not a subnet in CIDR notation (like \"10.1.0.0/16\")"),
             )
@@ -79,14 +79,14 @@ impl Range {
         // The reference's rule and message (cni-SPEC §5 cites it): /31, /32,
         // /127 and /128 leave nothing to allocate.
         if subnet.prefix() > max - 2 {
-            return Err(CniError::invalid_config(
+            return Err(IpamError::config(
                 field("subnet"),
                 format!("Network {subnet} too small to allocate from"),
             ));
         }
         let network = subnet.network();
         if network != subnet.ip() {
-            return Err(CniError::invalid_config(
+            return Err(IpamError::config(
                 field("subnet"),
                 format!(
                     "{subnet} has host bits set; the network address for a /{} is {network}",
@@ -102,12 +102,12 @@ impl Range {
             from_u128(if v4 { broadcast - 1 } else { broadcast }, v4)
         };
 
-        let inside = |name: &str, value: &Option<String>| -> Result<Option<IpAddr>, CniError> {
+        let inside = |name: &str, value: &Option<String>| -> Result<Option<IpAddr>, IpamError> {
             let Some(ip) = parse_ip(value.as_deref(), &field(name))? else {
                 return Ok(None);
             };
             if ip.is_ipv4() != v4 {
-                return Err(CniError::invalid_config(
+                return Err(IpamError::config(
                     field(name),
                     format!(
                         "{ip} is an {} address, the subnet {subnet} is {}",
@@ -117,7 +117,7 @@ impl Range {
                 ));
             }
             if !subnet.contains(ip) {
-                return Err(CniError::invalid_config(
+                return Err(IpamError::config(
                     field(name),
                     format!("{ip} is not in the subnet {subnet}"),
                 ));
@@ -134,7 +134,7 @@ impl Range {
             } else {
                 format!("the default rangeEnd {end} (the last usable address of {subnet})")
             };
-            return Err(CniError::invalid_config(
+            return Err(IpamError::config(
                 field("rangeStart"),
                 format!("{start} is after {which}"),
             ));
@@ -199,9 +199,9 @@ impl RangeSet {
         confs: &[IpRangeConf],
         path: &str,
         range_path: impl Fn(usize) -> String,
-    ) -> Result<RangeSet, CniError> {
+    ) -> Result<RangeSet, IpamError> {
         if confs.is_empty() {
-            return Err(CniError::invalid_config(
+            return Err(IpamError::config(
                 path,
                 "empty range set: a range set needs at least one range",
             ));
@@ -211,7 +211,7 @@ impl RangeSet {
             let r = Range::from_conf(conf, &range_path(j))?;
             if let Some(first) = ranges.first() {
                 if first.is_ipv4() != r.is_ipv4() {
-                    return Err(CniError::invalid_config(
+                    return Err(IpamError::config(
                         format!("{}.subnet", r.path),
                         format!(
                             "{} is {}, but {} is {}: the ranges of a set must be of one address family",
@@ -224,7 +224,7 @@ impl RangeSet {
                 }
             }
             if let Some(other) = ranges.iter().find(|o| o.overlaps(&r)) {
-                return Err(CniError::invalid_config(
+                return Err(IpamError::config(
                     &r.path,
                     format!("range {r} overlaps with {} ({other})", other.path),
                 ));
@@ -346,7 +346,7 @@ mod tests {
         start: Option<&str>,
         end: Option<&str>,
         gw: Option<&str>,
-    ) -> Result<Range, CniError> {
+    ) -> Result<Range, IpamError> {
         let c = IpRangeConf {
             subnet: Some(subnet.into()),
             range_start: start.map(Into::into),
@@ -389,7 +389,7 @@ mod tests {
 
     #[test]
     fn bad_ranges_name_the_field() {
-        let d = |r: Result<Range, CniError>| r.unwrap_err().details;
+        let d = |r: Result<Range, IpamError>| config_details(r.unwrap_err());
         assert_eq!(
             d(range("192.168.0.0/31", None, None, None)),
             "ipam.ranges[0][0].subnet: Network 192.168.0.0/31 too small to allocate from"
@@ -440,12 +440,18 @@ mod tests {
         );
         let e = Range::from_conf(&IpRangeConf::default(), "ipam").unwrap_err();
         assert_eq!(
-            e.details,
+            config_details(e),
             "ipam.subnet: missing: every range needs a subnet"
         );
     }
 
-    fn set(ranges: &[(&str, Option<&str>, Option<&str>)]) -> Result<RangeSet, CniError> {
+    /// `field: reason` of a configuration error; any other variant fails.
+    fn config_details(e: IpamError) -> String {
+        assert!(matches!(e, IpamError::Config { .. }), "{e:?}");
+        e.to_string()
+    }
+
+    fn set(ranges: &[(&str, Option<&str>, Option<&str>)]) -> Result<RangeSet, IpamError> {
         let confs: Vec<IpRangeConf> = ranges
             .iter()
             .map(|(s, a, b)| IpRangeConf {
@@ -461,23 +467,17 @@ mod tests {
     #[test]
     fn sets_reject_overlap_mixed_families_and_emptiness() {
         assert_eq!(
-            set(&[]).unwrap_err().details,
+            config_details(set(&[]).unwrap_err()),
             "ipam.ranges[0]: empty range set: a range set needs at least one range"
         );
         assert_eq!(
-            set(&[("10.0.0.0/24", None, None), ("10.0.0.0/16", Some("10.0.0.200"), Some("10.0.1.5"))])
-                .unwrap_err()
-                .details,
+            config_details(set(&[("10.0.0.0/24", None, None), ("10.0.0.0/16", Some("10.0.0.200"), Some("10.0.1.5"))]).unwrap_err()),
             "ipam.ranges[0][1]: range 10.0.0.200-10.0.1.5 overlaps with ipam.ranges[0][0] (10.0.0.1-10.0.0.254)"
         );
-        assert!(
-            set(&[("10.0.0.0/24", None, None), ("fd00::/64", None, None)])
-                .unwrap_err()
-                .details
-                .starts_with(
-                    "ipam.ranges[0][1].subnet: fd00::/64 is IPv6, but ipam.ranges[0][0] is IPv4"
-                )
-        );
+        assert!(config_details(
+            set(&[("10.0.0.0/24", None, None), ("fd00::/64", None, None)]).unwrap_err()
+        )
+        .starts_with("ipam.ranges[0][1].subnet: fd00::/64 is IPv6, but ipam.ranges[0][0] is IPv4"));
         // Same subnet, disjoint ranges: fine.
         let s = set(&[
             ("10.0.0.0/24", Some("10.0.0.10"), Some("10.0.0.19")),

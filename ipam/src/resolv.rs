@@ -4,12 +4,12 @@
 //! appended); comments (`#`, `;`), blank lines, lines with fewer than two
 //! words and other keywords are skipped.
 
+use crate::error::IpamError;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
 use plexus_cni::result::Dns;
-use plexus_cni::CniError;
 
 /// A resolv.conf is a few lines; anything this large is not one.
 const MAX_RESOLV_CONF: u64 = 1 << 20;
@@ -38,9 +38,9 @@ pub(crate) fn parse(text: &str) -> Dns {
 }
 
 /// Read and parse `path`; errors name `field` (`ipam.resolvConf`).
-pub(crate) fn read(path: &Path, field: &str) -> Result<Dns, CniError> {
+pub(crate) fn read(path: &Path, field: &str) -> Result<Dns, IpamError> {
     let fail = |e: &dyn std::fmt::Display| {
-        CniError::io(field, format!("cannot read {}: {e}", path.display()))
+        IpamError::io(field, format!("cannot read {}: {e}", path.display()))
     };
     let file = File::open(path).map_err(|e| fail(&e))?;
     let mut bytes = Vec::new();
@@ -83,12 +83,11 @@ mod tests {
     #[test]
     fn unreadable_file_names_the_field() {
         let e = read(Path::new("/nonexistent/resolv.conf"), "ipam.resolvConf").unwrap_err();
-        assert_eq!(e.code, plexus_cni::ErrorCode::Io);
         assert!(
-            e.details
-                .starts_with("ipam.resolvConf: cannot read /nonexistent/resolv.conf: "),
-            "{}",
-            e.details
+            matches!(&e, IpamError::Io { what, reason }
+                if what == "ipam.resolvConf"
+                    && reason.starts_with("cannot read /nonexistent/resolv.conf: ")),
+            "{e:?}"
         );
     }
 }

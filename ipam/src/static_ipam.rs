@@ -28,18 +28,17 @@
 //! - GC and STATUS (CNI 1.1) succeed: there is no state to collect and
 //!   nothing to run out of.
 
+use crate::error::IpamError;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use plexus_cni::result::{CniResult, Dns, IpConfig, Route};
-use plexus_cni::skel::{Plugin, Request};
-use plexus_cni::CniError;
+use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
 use serde::Deserialize;
 
-use crate::codes;
 use crate::common::{
     check_legacy_families, decode_config, decode_runtime_config, parse_address, parse_ip,
-    parse_routes, plugin_error, ArgsConf, RouteConf,
+    parse_routes, ArgsConf, RouteConf,
 };
 
 /// The static IPAM plugin.
@@ -95,13 +94,13 @@ struct Config {
     dns: Dns,
 }
 
-fn from_list(list: &[String], path: &str) -> Result<Vec<Address>, CniError> {
+fn from_list(list: &[String], path: &str) -> Result<Vec<Address>, IpamError> {
     list.iter()
         .enumerate()
         .map(|(i, s)| {
             let path = format!("{path}[{i}]");
             Ok(Address {
-                address: parse_address(s).map_err(|r| CniError::invalid_config(&path, r))?,
+                address: parse_address(s).map_err(|r| IpamError::config(&path, r))?,
                 gateway: None,
                 path,
             })
@@ -110,16 +109,16 @@ fn from_list(list: &[String], path: &str) -> Result<Vec<Address>, CniError> {
 }
 
 impl Config {
-    fn load(req: &Request) -> Result<Config, CniError> {
+    fn load(req: &Request) -> Result<Config, IpamError> {
         let conf: NetConf = decode_config(req)?;
         let runtime: RuntimeConf = decode_runtime_config(req)?;
         let ipam = conf.ipam.ok_or_else(|| {
-            CniError::invalid_config(
+            IpamError::config(
                 "ipam",
                 "missing: static reads its configuration from the ipam section",
             )
         })?;
-        req.env.args.check_known(&["IP", "GATEWAY"])?;
+        req.env.args().check_known(&["IP", "GATEWAY"])?;
 
         let mut addresses = Vec::new();
         for (i, a) in ipam.addresses.iter().flatten().enumerate() {
@@ -129,16 +128,16 @@ impl Config {
                 .as_deref()
                 .filter(|s| !s.is_empty())
                 .ok_or_else(|| {
-                    CniError::invalid_config(
+                    IpamError::config(
                         format!("{path}.address"),
                         "missing: an address in CIDR notation (like \"10.1.0.5/16\")",
                     )
                 })?;
-            let address = parse_address(text)
-                .map_err(|r| CniError::invalid_config(format!("{path}.address"), r))?;
+            let address =
+                parse_address(text).map_err(|r| IpamError::config(format!("{path}.address"), r))?;
             let gateway = parse_ip(a.gateway.as_deref(), &format!("{path}.gateway"))?;
             if let Some(gw) = gateway.filter(|gw| gw.is_ipv4() != address.is_ipv4()) {
-                return Err(CniError::invalid_config(
+                return Err(IpamError::config(
                     format!("{path}.gateway"),
                     format!("{gw} and the address {address} are of different address families"),
                 ));
@@ -152,7 +151,7 @@ impl Config {
 
         let cni_args = |key: &str| {
             req.env
-                .args
+                .args()
                 .get(key)
                 .filter(|v| !v.is_empty())
                 .map(|v| v.split(',').map(str::trim).collect::<Vec<_>>())
@@ -164,14 +163,14 @@ impl Config {
         for s in cni_args("IP") {
             addresses.push(Address {
                 address: parse_address(s)
-                    .map_err(|r| CniError::invalid_env("CNI_ARGS", format!("IP: {r}")))?,
+                    .map_err(|r| IpamError::env("CNI_ARGS", format!("IP: {r}")))?,
                 gateway: None,
                 path: format!("CNI_ARGS IP={s}"),
             });
         }
         for s in cni_args("GATEWAY") {
             let gw: IpAddr = s.parse().map_err(|_| {
-                CniError::invalid_env("CNI_ARGS", format!("GATEWAY: {s:?} is not an IP address"))
+                IpamError::env("CNI_ARGS", format!("GATEWAY: {s:?} is not an IP address"))
             })?;
             let gw = gw.to_canonical();
             for a in addresses[configured..]
@@ -209,12 +208,14 @@ impl Config {
     }
 }
 
-impl Plugin for Static {
-    fn validate(&self, req: &Request) -> Result<(), CniError> {
+impl TypedPlugin for Static {
+    type Error = IpamError;
+
+    fn validate(&self, req: &Request) -> Result<(), IpamError> {
         Config::load(req).map(|_| ())
     }
 
-    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+    fn add(&self, req: &Request) -> Result<CniResult, IpamError> {
         let conf = Config::load(req)?;
         Ok(CniResult {
             cni_version: Some(req.cni_version),
@@ -233,34 +234,29 @@ impl Plugin for Static {
         })
     }
 
-    fn del(&self, _req: &Request) -> Result<(), CniError> {
+    fn del(&self, _req: &Request) -> Result<(), IpamError> {
         // Nothing was allocated; like the reference, not even the config is
         // read, so DEL always cleans up.
         Ok(())
     }
 
-    fn check(&self, req: &Request) -> Result<(), CniError> {
+    fn check(&self, req: &Request) -> Result<(), IpamError> {
         let conf = Config::load(req)?;
         let prev = req.prev_result.as_ref().ok_or_else(|| {
-            CniError::invalid_config(
+            IpamError::config(
                 "prevResult",
                 "missing: CHECK compares the configured addresses with the result of ADD",
             )
         })?;
         for a in &conf.addresses {
             let ip = a.address.ip();
-            let mismatch = |reason: String| {
-                plugin_error(
-                    codes::CHECK_MISMATCH,
-                    "address does not match",
-                    format!("{}: {reason}", a.path),
-                )
-            };
+            let mismatch =
+                |reason: String| IpamError::CheckMismatch(format!("{}: {reason}", a.path));
             match prev.ips.iter().find(|p| p.address.ip() == ip) {
                 None => {
                     return Err(mismatch(format!(
                         "{ip} is not in prevResult.ips of interface {}",
-                        req.env.ifname.as_deref().unwrap_or("?")
+                        req.env.ifname().map_or("?", |n| n.as_str())
                     )))
                 }
                 Some(p) if a.gateway.is_some() && p.gateway != a.gateway => {
@@ -276,11 +272,11 @@ impl Plugin for Static {
         Ok(())
     }
 
-    fn gc(&self, _req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, _req: &Request, _valid: &[ValidAttachment]) -> Result<(), IpamError> {
         Ok(())
     }
 
-    fn status(&self, _req: &Request) -> Result<(), CniError> {
+    fn status(&self, _req: &Request) -> Result<(), IpamError> {
         Ok(())
     }
 }

@@ -28,6 +28,7 @@
 //! by both implementations; as they are only written under the lock, any
 //! found by a later lock holder is a leftover of a crash.
 
+use crate::error::IpamError;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -39,7 +40,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::fcntl::Flock;
 use plexus_cni::flock::lock_file;
-use plexus_cni::{durable, whole_file, CniError};
+use plexus_cni::{durable, whole_file};
 
 pub(crate) const LAST_IP_PREFIX: &str = "last_reserved_ip.";
 pub(crate) const LOCK_FILE: &str = "lock";
@@ -141,8 +142,8 @@ pub(crate) struct LockedStore {
     _lock: Flock<File>,
 }
 
-fn io_err(path: &Path, e: impl std::fmt::Display) -> CniError {
-    CniError::io(path.display().to_string(), e)
+fn io_err(path: &Path, e: impl std::fmt::Display) -> IpamError {
+    IpamError::io(path.display().to_string(), e)
 }
 
 /// Open `<data_dir>/<name>` and take its lock, waiting at most `timeout`
@@ -154,7 +155,7 @@ pub(crate) fn open(
     name: &str,
     create: bool,
     timeout: Duration,
-) -> Result<Option<LockedStore>, CniError> {
+) -> Result<Option<LockedStore>, IpamError> {
     let dir = data_dir.join(name);
     if create {
         if !dir.is_dir() {
@@ -203,7 +204,7 @@ impl LockedStore {
     /// Every address file in the directory. Files whose name is not an
     /// address (the lock, last-IP and temp files, anything else) are not
     /// allocations.
-    pub fn allocations(&self) -> Result<Vec<Allocation>, CniError> {
+    pub fn allocations(&self) -> Result<Vec<Allocation>, IpamError> {
         let mut out = Vec::new();
         let entries = fs::read_dir(&self.dir).map_err(|e| io_err(&self.dir, e))?;
         for entry in entries {
@@ -239,7 +240,7 @@ impl LockedStore {
 
     /// Reserve `ip` for the attachment: `false` if its file exists already.
     /// The file appears with its complete content or not at all.
-    pub fn reserve(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, CniError> {
+    pub fn reserve(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, IpamError> {
         let target = self.dir.join(ip.to_string());
         let content = Owner::content(container_id, ifname);
         match whole_file::create(&target, content.as_bytes(), 0o600) {
@@ -257,7 +258,7 @@ impl LockedStore {
         ip: IpAddr,
         target: &Path,
         content: &[u8],
-    ) -> Result<bool, CniError> {
+    ) -> Result<bool, IpamError> {
         if fs::symlink_metadata(target).is_ok() {
             return Ok(false);
         }
@@ -271,7 +272,7 @@ impl LockedStore {
         }
     }
 
-    fn reserve_excl(&self, target: &Path, content: &[u8]) -> Result<bool, CniError> {
+    fn reserve_excl(&self, target: &Path, content: &[u8]) -> Result<bool, IpamError> {
         let mut f = match OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -312,7 +313,7 @@ impl LockedStore {
     /// search elsewhere in the range, as the reference's plain rewrite does.
     /// (Replacing it by rename or by truncation to zero would make ext4 flush
     /// it at once, `auto_da_alloc`, which costs as much as an fsync.)
-    pub fn set_last_reserved(&self, set: usize, ip: IpAddr) -> Result<(), CniError> {
+    pub fn set_last_reserved(&self, set: usize, ip: IpAddr) -> Result<(), IpamError> {
         use std::os::unix::fs::FileExt;
         let target = self.dir.join(format!("{LAST_IP_PREFIX}{set}"));
         let content = ip.to_string();
@@ -333,7 +334,7 @@ impl LockedStore {
     /// names) before the ADD that reserved them reports success: at once,
     /// or in the background of a [`durable::Scope`]. A file released
     /// meanwhile (the ADD failed and was undone) has nothing left to sync.
-    pub fn make_durable(&self, ips: &[IpAddr]) -> Result<(), CniError> {
+    pub fn make_durable(&self, ips: &[IpAddr]) -> Result<(), IpamError> {
         let files: Vec<PathBuf> = ips.iter().map(|ip| self.dir.join(ip.to_string())).collect();
         let dir = self.dir.clone();
         durable::sync(dir.display().to_string(), move || {
@@ -346,10 +347,11 @@ impl LockedStore {
             }
             File::open(&dir)?.sync_all()
         })
+        .map_err(IpamError::from)
     }
 
     /// Remove an address file; one already gone is fine.
-    pub fn release(&self, file_name: &str) -> Result<(), CniError> {
+    pub fn release(&self, file_name: &str) -> Result<(), IpamError> {
         let path = self.dir.join(file_name);
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
@@ -360,7 +362,7 @@ impl LockedStore {
 
     /// Remove temp files left by a crash (only plexus writes them, and only
     /// under the lock, so none is in use now).
-    pub fn remove_stale_temps(&self) -> Result<usize, CniError> {
+    pub fn remove_stale_temps(&self) -> Result<usize, IpamError> {
         let mut n = 0;
         for entry in fs::read_dir(&self.dir).map_err(|e| io_err(&self.dir, e))? {
             let entry = entry.map_err(|e| io_err(&self.dir, e))?;
@@ -378,7 +380,7 @@ impl LockedStore {
 
     /// fsync the directory, making created, renamed and removed names
     /// durable before the operation reports success.
-    pub fn sync(&self) -> Result<(), CniError> {
+    pub fn sync(&self) -> Result<(), IpamError> {
         File::open(&self.dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| io_err(&self.dir, e))
@@ -490,8 +492,12 @@ mod tests {
             Ok(_) => panic!("second lock taken while the first is held"),
         };
         assert!(t0.elapsed() >= Duration::from_millis(50));
-        assert_eq!(e.code, ErrorCode::TryAgainLater);
-        assert!(e.details.contains("still locked"), "{}", e.details);
+        // The lock's own error, from the protocol crate, with its code.
+        assert!(
+            matches!(&e, IpamError::Cni(c)
+                if c.code == ErrorCode::TryAgainLater && c.details.contains("still locked")),
+            "{e:?}"
+        );
         drop(held);
         assert!(open(tmp.path(), "net", true, Duration::from_millis(50)).is_ok());
     }

@@ -10,43 +10,71 @@
 
 use std::net::IpAddr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::deviceinfo::DeviceInfo;
-use super::fields::{as_array, as_bool, as_object, as_str, describe, fold_object};
+use super::fields::{self, as_array, as_object, decode_error, fold_object};
+use crate::cni::casefold;
 use crate::cni::error::CniError;
 use crate::cni::result::{CniResult, IpConfig};
 
 pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
 
-/// One entry of the status list (§5.3). Written through its serde form:
-/// keys in the order of §5.3 (name, interface, ips, mac, mtu, default, dns,
-/// default-route, device-info), empty ones omitted except `default`, then
-/// the extra keys.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+/// One entry of the status list (§5.3), read and written through its serde
+/// form: keys in the order of §5.3 (name, interface, ips, mac, mtu, default,
+/// dns, default-route, device-info), empty ones omitted except `default`,
+/// then the extra keys. Read it with [`NetworkStatus::from_value`], which
+/// matches the keys of §5.3 as Go does.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct NetworkStatus {
     /// `namespace/name` of the NAD, or the default network's name (§5.3.1).
+    #[serde(deserialize_with = "fields::string")]
     pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub interface: Option<String>,
     /// Addresses with prefix length, as in the §5.4 example (`192.0.2.2/24`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "fields::strings",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub ips: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub mac: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_u32",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub mtu: Option<u32>,
     /// §5.3.6: always written.
+    #[serde(default, deserialize_with = "fields::boolean")]
     pub default: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<StatusDns>,
     /// §5.3.7.4 `default-route`: gateways.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "fields::strings",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub default_route: Vec<String>,
     /// §5.3.8 `device-info` (see [`super::deviceinfo`]), kept as written.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub device_info: Option<Value>,
     /// Other keys (extension keys, or keys of other implementations); one
     /// spelled like a key of §5.3 is not written, so it cannot shadow it.
@@ -55,13 +83,25 @@ pub struct NetworkStatus {
 }
 
 /// §5.3.7 `dns`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct StatusDns {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "fields::strings",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub nameservers: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub domain: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "fields::strings",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub search: Vec<String>,
 }
 
@@ -193,96 +233,19 @@ impl NetworkStatus {
     /// Read one entry. Errors name the key (`mtu: must be ...`).
     pub fn from_value(v: &Value) -> Result<NetworkStatus, CniError> {
         let obj = as_object(v).map_err(|r| CniError::decode("network-status entry", r))?;
+        // serde reads a struct with a flattened field (`extra`) as a map,
+        // where casefold cannot fold its keys: the keys of §5.3 are put in
+        // their spelling first, as Go matches them (`null` is absent).
         let f = fold_object(obj, &KEYS);
-        let get = |idx: usize| f.known[idx].map(|(_, v)| v);
-        let at = |idx: usize| move |r: String| CniError::decode(KEYS[idx], r);
-        let opt_string = |idx: usize| -> Result<Option<String>, CniError> {
-            get(idx)
-                .map(|v| as_str(v).map(str::to_string).map_err(at(idx)))
-                .transpose()
-        };
-        let strings = |v: &Value, path: &str| -> Result<Vec<String>, CniError> {
-            let bad = |r: String| CniError::decode(path, r);
-            as_array(v)
-                .map_err(bad)?
-                .iter()
-                .enumerate()
-                .map(|(j, s)| {
-                    as_str(s)
-                        .map(str::to_string)
-                        .map_err(|r| CniError::decode(format!("{path}[{j}]"), r))
-                })
-                .collect()
-        };
-
-        let name = opt_string(0)?.ok_or_else(|| at(0)("required".into()))?;
-        let interface = opt_string(1)?;
-        let ips = get(2)
-            .map(|v| strings(v, "ips"))
-            .transpose()?
-            .unwrap_or_default();
-        let mac = opt_string(3)?;
-        let mtu = get(4)
-            .map(|v| {
-                v.as_u64()
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| {
-                        at(4)(format!("must be an unsigned integer, got {}", describe(v)))
-                    })
-            })
-            .transpose()?;
-        let default = get(5)
-            .map(as_bool)
-            .transpose()
-            .map_err(at(5))?
-            .unwrap_or(false);
-        let dns = get(6)
-            .map(|v| -> Result<StatusDns, CniError> {
-                let d = as_object(v).map_err(at(6))?;
-                let f = fold_object(d, &["nameservers", "domain", "search"]);
-                Ok(StatusDns {
-                    nameservers: f.known[0]
-                        .map(|(_, v)| strings(v, "dns.nameservers"))
-                        .transpose()?
-                        .unwrap_or_default(),
-                    domain: f.known[1]
-                        .map(|(_, v)| {
-                            as_str(v)
-                                .map(str::to_string)
-                                .map_err(|r| CniError::decode("dns.domain", r))
-                        })
-                        .transpose()?,
-                    search: f.known[2]
-                        .map(|(_, v)| strings(v, "dns.search"))
-                        .transpose()?
-                        .unwrap_or_default(),
-                })
-            })
-            .transpose()?;
-        let default_route = get(7)
-            .map(|v| strings(v, "default-route"))
-            .transpose()?
-            .unwrap_or_default();
-        let device_info = get(8)
-            .map(|v| as_object(v).map(|_| v.clone()).map_err(at(8)))
-            .transpose()?;
-        let extra = f
-            .unknown
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        Ok(NetworkStatus {
-            name,
-            interface,
-            ips,
-            mac,
-            mtu,
-            default,
-            dns,
-            default_route,
-            device_info,
-            extra,
-        })
+        let known = f
+            .known
+            .iter()
+            .zip(KEYS)
+            .filter_map(|(entry, key)| entry.map(|(_, v)| (key.to_string(), v.clone())));
+        let unknown = f.unknown.iter().map(|(k, v)| (k.to_string(), (*v).clone()));
+        let spelled = Value::Object(known.chain(unknown).collect());
+        casefold::from_value_at(&spelled)
+            .map_err(|e| decode_error(e, &spelled, "network-status entry"))
     }
 }
 
@@ -984,6 +947,46 @@ mod tests {
                 .unwrap_err()
                 .details,
             "k8s.v1.cni.cncf.io/network-status[0].mtu: must be an unsigned integer, got \"x\""
+        );
+    }
+
+    #[test]
+    fn one_serde_type_reads_what_it_writes() {
+        // Every key of §5.3 and an extra one, written and read back.
+        let s = NetworkStatus {
+            name: "ns/a".into(),
+            interface: Some("net1".into()),
+            ips: vec!["10.0.0.2".into(), "fd00::2".into()],
+            mac: Some("02:00:00:00:00:01".into()),
+            mtu: Some(9000),
+            default: false,
+            dns: Some(StatusDns {
+                nameservers: vec!["10.0.0.53".into()],
+                domain: Some("example".into()),
+                search: vec!["a.example".into()],
+            }),
+            default_route: vec!["10.0.0.1".into()],
+            device_info: Some(json!({"type": "pci", "version": "1.1.0",
+                                     "pci": {"pci-address": "0000:01:00.1"}})),
+            extra: [("org.x.y".to_string(), json!({"k": [1]}))]
+                .into_iter()
+                .collect(),
+        };
+        assert_eq!(NetworkStatus::from_value(&s.to_value()).unwrap(), s);
+        // Go's matching: folded keys, the last of several wins, null is
+        // absent, nested keys fold too; others are kept as extra keys.
+        let read = NetworkStatus::from_value(&json!({
+            "NAME": "x", "name": "ns/a", "MTU": null, "Dns": {"NameServers": ["1.1.1.1"]},
+            "Default": true, "vendor": "v"}))
+        .unwrap();
+        assert_eq!(
+            (read.name.as_str(), read.mtu, read.default),
+            ("ns/a", None, true)
+        );
+        assert_eq!(read.dns.unwrap().nameservers, vec!["1.1.1.1"]);
+        assert_eq!(
+            read.extra,
+            json!({"vendor": "v"}).as_object().unwrap().clone()
         );
     }
 

@@ -29,12 +29,12 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::cni::casefold::fold_eq;
+use crate::cni::casefold;
 use crate::cni::env::{CNI_ARGS, CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS, CNI_PATH};
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::cni::names;
 use crate::cni::result::CniResult;
-use crate::cni::skel::{Plugin, Request};
+use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::cni::CniVersion;
 
 /// How long a plugin may run before it is killed: generous, since `dhcp` and
@@ -114,9 +114,9 @@ impl ExecPlugin {
         self.site.find(&self.plugin_type, dirs)
     }
 
-    /// Run the plugin for `req.env.command` and return its stdout.
+    /// Run the plugin for `req.env`'s command and return its stdout.
     fn invoke(&self, req: &Request) -> Result<Vec<u8>, CniError> {
-        let binary = self.find(&req.env.path)?;
+        let binary = self.find(req.env.path())?;
         let stdin = serde_json::to_vec(&req.config)
             .map_err(|e| CniError::io(format!("{}: stdin", self.plugin_type), e))?;
         let mut cmd = Command::new(&binary);
@@ -129,12 +129,15 @@ impl ExecPlugin {
             }
         }
         let env = &req.env;
-        cmd.env(CNI_COMMAND, env.command.as_str())
-            .env(CNI_CONTAINERID, env.container_id.as_deref().unwrap_or(""))
-            .env(CNI_NETNS, self.site.netns(env.netns.as_deref()))
-            .env(CNI_IFNAME, env.ifname.as_deref().unwrap_or(""))
-            .env(CNI_ARGS, env.args.to_string())
-            .env(CNI_PATH, join_path(&env.path))
+        cmd.env(CNI_COMMAND, env.command().as_str())
+            .env(
+                CNI_CONTAINERID,
+                env.container_id().map_or("", |id| id.as_str()),
+            )
+            .env(CNI_NETNS, self.site.netns(env.netns()))
+            .env(CNI_IFNAME, env.ifname().map_or("", |n| n.as_str()))
+            .env(CNI_ARGS, env.args().to_string())
+            .env(CNI_PATH, join_path(env.path()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -159,7 +162,7 @@ impl ExecPlugin {
                     "{}: {} {} did not finish within {:?} and was killed",
                     self.plugin_type,
                     binary.display(),
-                    env.command,
+                    env.command(),
                     self.timeout
                 ),
             ),
@@ -231,7 +234,7 @@ impl Plugin for ExecPlugin {
     /// The binary must exist: a configuration naming a plugin the node does
     /// not have fails before anything is added.
     fn validate(&self, req: &Request) -> Result<(), CniError> {
-        self.find(&req.env.path).map(|_| ())
+        self.find(req.env.path()).map(|_| ())
     }
 
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
@@ -247,7 +250,7 @@ impl Plugin for ExecPlugin {
         self.invoke(req).map(|_| ())
     }
 
-    fn gc(&self, req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, req: &Request, _valid: &[ValidAttachment]) -> Result<(), CniError> {
         // The valid attachments are in the request configuration already.
         self.invoke(req).map(|_| ())
     }
@@ -352,7 +355,7 @@ fn error_result(stdout: &[u8]) -> Option<(u32, String, String)> {
     let v: Value = serde_json::from_slice(stdout).ok()?;
     let obj = v.as_object()?;
     // Go plugins' keys, matched as Go decodes them.
-    let get = |key: &str| obj.iter().find(|(k, _)| fold_eq(k, key)).map(|(_, v)| v);
+    let get = |key: &str| casefold::get(obj, key);
     let code = u32::try_from(get("code")?.as_u64()?).ok()?;
     let text = |key: &str| {
         get(key)
@@ -536,7 +539,7 @@ mod tests {
     use serde_json::{json, Map};
 
     use super::*;
-    use crate::cni::env::{CniCommand, CniEnv};
+    use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
 
     fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
         let p = dir.join(name);
@@ -546,14 +549,12 @@ mod tests {
     }
 
     fn request(command: CniCommand, dirs: Vec<PathBuf>, config: Value) -> Request {
-        let env = CniEnv {
-            command,
-            container_id: Some("ctr1".into()),
+        let params = AttachmentParams {
             netns: Some("/var/run/netns/x".into()),
-            ifname: Some("eth0".into()),
-            args: Default::default(),
             path: dirs,
+            ..AttachmentParams::new("ctr1", "eth0").unwrap()
         };
+        let env = CniEnv::for_attachment(command, params).unwrap();
         let Value::Object(config) = config else {
             panic!("object")
         };
@@ -791,8 +792,8 @@ mod tests {
             vec![d.path().into(), "/nonexistent".into()],
             c,
         );
-        req.env.netns = None;
-        req.env.args =
+        req.env.attachment_mut().unwrap().netns = None;
+        req.env.attachment_mut().unwrap().args =
             crate::cni::args::CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAME=web").unwrap();
         p.del(&req).unwrap();
         let env = fs::read_to_string(format!("{}.env", log.display())).unwrap();

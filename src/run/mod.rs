@@ -42,10 +42,12 @@ use crate::cni::args::CniArgs;
 use crate::cni::config::derive_request;
 use crate::cni::delegate::Resolver;
 use crate::cni::durable;
-use crate::cni::env::{CniCommand, CniEnv, CNI_NETNS};
+use crate::cni::env::{AttachmentParams, CniCommand, CniEnv, CNI_NETNS};
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::cni::result::{CniResult, Route};
-use crate::cni::skel::{valid_attachments_value, Plugin, Request, VALID_ATTACHMENTS};
+use crate::cni::skel::{
+    valid_attachments_value, Plugin, Request, ValidAttachment, VALID_ATTACHMENTS,
+};
 use crate::cni::CniVersion;
 use crate::netattach::deviceinfo::{self, DeviceInfo};
 use crate::plan::{Attachment, DefaultNetwork, Plan};
@@ -731,7 +733,7 @@ impl Executor {
     /// networks get no GC). Errors do not stop GC; all are returned.
     pub fn gc(
         &self,
-        valid: &[(String, String)],
+        valid: &[ValidAttachment],
         delegates: &Delegates,
         cluster: Option<&DefaultNetwork>,
     ) -> Result<GcReport, CniError> {
@@ -794,7 +796,7 @@ impl Executor {
     /// cni-SPEC §3 "Garbage-collecting a network" for the cluster network.
     fn gc_cluster(
         &self,
-        valid: &[(String, String)],
+        valid: &[ValidAttachment],
         delegates: &Delegates,
         cluster: &DefaultNetwork,
         report: &mut GcReport,
@@ -885,8 +887,8 @@ impl ClusterPluginCall<'_, '_> {
     ) -> Result<(), CniError> {
         let mut config = derive_request(plugin, self.network, self.version, &Map::new(), None);
         config.extend(extra);
-        let env = CniEnv::config_only(self.command, self.delegates.search_path());
-        Request::from_config(env, config)
+        CniEnv::config_only(self.command, self.delegates.search_path())
+            .and_then(|env| Request::from_config(env, config))
             .and_then(|req| {
                 let resolved = self.delegates.resolver.resolve(&plugin.plugin_type, &req)?;
                 call(resolved.as_ref(), &req)
@@ -1074,14 +1076,13 @@ fn attachment_env(
 ) -> Result<CniEnv, CniError> {
     let args = CniArgs::parse(&att.cni_args)
         .map_err(|e| e.within(format!("{} ({})", att.network, att.ifname)))?;
-    Ok(CniEnv {
-        command,
-        container_id: Some(ctx.container_id.clone()),
+    let params = AttachmentParams {
         netns,
-        ifname: Some(att.ifname.clone()),
         args,
         path: ctx.delegates.search_path(),
-    })
+        ..AttachmentParams::new(&ctx.container_id, &att.ifname)?
+    };
+    CniEnv::for_attachment(command, params)
 }
 
 /// The runtime's netns for DEL, when it still exists: a DEL after the
@@ -1248,14 +1249,10 @@ mod tests {
     fn requests_carry_prev_result_in_their_own_version() {
         // cni-SPEC §3 "Deriving request configuration": prevResult as the
         // request's version; a stale one in the plan JSON is dropped.
-        let env = CniEnv {
-            command: CniCommand::Add,
-            container_id: Some("c".into()),
+        let env = CniEnv::Add(AttachmentParams {
             netns: Some("/run/netns/x".into()),
-            ifname: Some("eth0".into()),
-            args: CniArgs::default(),
-            path: vec![],
-        };
+            ..AttachmentParams::new("c", "eth0").unwrap()
+        });
         let config = json!({"cniVersion": "0.2.0", "name": "n", "type": "t",
                             "PrevResult": {"stale": true}})
         .as_object()

@@ -139,8 +139,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::cni::env::{CniCommand, CniEnv};
+    use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
     use crate::cni::result::CniResult;
+    use crate::cni::skel::ValidAttachment;
     use crate::cni::ErrorCode;
 
     /// A built-in plugin that says who it is in its result's DNS domain and
@@ -169,7 +170,7 @@ mod tests {
         fn check(&self, _: &Request) -> Result<(), CniError> {
             Ok(())
         }
-        fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+        fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
             Ok(())
         }
         fn status(&self, _: &Request) -> Result<(), CniError> {
@@ -190,7 +191,7 @@ mod tests {
         fn check(&self, _: &Request) -> Result<(), CniError> {
             Ok(())
         }
-        fn gc(&self, _: &Request, _: &[(String, String)]) -> Result<(), CniError> {
+        fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
             Ok(())
         }
         fn status(&self, _: &Request) -> Result<(), CniError> {
@@ -199,14 +200,11 @@ mod tests {
     }
 
     fn req(config: serde_json::Value, path: Vec<std::path::PathBuf>) -> Request {
-        let env = CniEnv {
-            command: CniCommand::Add,
-            container_id: Some("c".into()),
+        let env = CniEnv::Add(AttachmentParams {
             netns: Some("/run/netns/x".into()),
-            ifname: Some("eth0".into()),
-            args: Default::default(),
             path,
-        };
+            ..AttachmentParams::new("c", "eth0").unwrap()
+        });
         Request::from_config(env, config.as_object().unwrap().clone()).unwrap()
     }
 

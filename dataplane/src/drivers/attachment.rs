@@ -3,8 +3,10 @@
 //! [`Session`] (which opens each once), plus what every plugin reads from
 //! the request's environment.
 
-use plexus_cni::env::{CniCommand, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS};
+use crate::drivers::error::DriverError;
+use plexus_cni::env::{CniCommand, CNI_NETNS};
 use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::names::IfName;
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::Request;
 
@@ -13,32 +15,14 @@ use crate::netlink::{Link, LinkKind, Netlink};
 use crate::session::{PodLookup, Session};
 use crate::NetNs;
 
-fn missing_env(var: &str, command: CniCommand) -> CniError {
-    CniError::invalid_env(var, format!("required for {command} but not set"))
-}
-
-pub(crate) fn ifname(req: &Request) -> Result<&str, CniError> {
-    req.env
-        .ifname
-        .as_deref()
-        .ok_or_else(|| missing_env(CNI_IFNAME, req.env.command))
-}
-
-pub(crate) fn container_id(req: &Request) -> Result<&str, CniError> {
-    req.env
-        .container_id
-        .as_deref()
-        .ok_or_else(|| missing_env(CNI_CONTAINERID, req.env.command))
-}
-
 /// cni-SPEC §3 "Chained plugins": a chained plugin acts on the result of
 /// the plugins before it, so its ADD and CHECK need `prevResult`.
 pub(crate) fn chained_prev_result<'a>(
     req: &'a Request,
     plugin: &str,
-) -> Result<&'a CniResult, CniError> {
+) -> Result<&'a CniResult, DriverError> {
     req.prev_result.as_ref().ok_or_else(|| {
-        CniError::invalid_config(
+        DriverError::config(
             "prevResult",
             format!("missing: {plugin} is a chained plugin and works on the result of the plugins before it"),
         )
@@ -48,7 +32,7 @@ pub(crate) fn chained_prev_result<'a>(
 /// One ADD, CHECK or DEL of one attachment: the pod's namespace and a netlink
 /// handle on each side.
 pub(crate) struct Attach<'s> {
-    pub ifname: String,
+    pub ifname: IfName,
     /// `CNI_NETNS` as given: the `sandbox` of container interfaces.
     pub sandbox: String,
     pub pod_ns: &'s NetNs,
@@ -60,22 +44,30 @@ pub(crate) struct Attach<'s> {
 impl<'s> Attach<'s> {
     /// For ADD and CHECK: the pod's namespace must exist (code 3 if not),
     /// and must not be the node's own.
-    pub fn open(session: &'s Session, req: &Request) -> Result<Attach<'s>, CniError> {
+    pub fn open(session: &'s Session, req: &Request) -> Result<Attach<'s>, DriverError> {
         let path = req
             .env
+            .require_attachment()?
             .netns
             .as_deref()
-            .ok_or_else(|| missing_env(CNI_NETNS, req.env.command))?;
-        Attach::at(session, req, path)?.ok_or_else(|| {
-            CniError::new(
-                ErrorCode::UnknownContainer,
-                "container unknown or does not exist",
-                format!(
-                    "{CNI_NETNS}: {} is not a network namespace (any more)",
-                    path.display()
-                ),
-            )
-        })
+            .ok_or_else(|| {
+                CniError::invalid_env(
+                    CNI_NETNS,
+                    format!("required for {} but not set", req.env.command()),
+                )
+            })?;
+        Attach::at(session, req, path)?
+            .ok_or_else(|| {
+                CniError::new(
+                    ErrorCode::UnknownContainer,
+                    "container unknown or does not exist",
+                    format!(
+                        "{CNI_NETNS}: {} is not a network namespace (any more)",
+                        path.display()
+                    ),
+                )
+            })
+            .map_err(DriverError::from)
     }
 
     /// For DEL: `None` when the runtime sent no namespace or it is gone, in
@@ -85,8 +77,8 @@ impl<'s> Attach<'s> {
     pub fn open_for_del(
         session: &'s Session,
         req: &Request,
-    ) -> Result<Option<Attach<'s>>, CniError> {
-        match req.env.netns.as_deref() {
+    ) -> Result<Option<Attach<'s>>, DriverError> {
+        match req.env.require_attachment()?.netns.as_deref() {
             None => Ok(None),
             Some(path) => Attach::at(session, req, path),
         }
@@ -96,13 +88,13 @@ impl<'s> Attach<'s> {
         session: &'s Session,
         req: &Request,
         path: &std::path::Path,
-    ) -> Result<Option<Attach<'s>>, CniError> {
-        let ifname = ifname(req)?.to_string();
+    ) -> Result<Option<Attach<'s>>, DriverError> {
+        let ifname = req.env.require_attachment()?.ifname.clone();
         let side = match session.pod(path).map_err(sys(CNI_NETNS))? {
             PodLookup::Pod(side) => side,
             PodLookup::Gone => return Ok(None),
-            PodLookup::Node if req.env.command == CniCommand::Del => return Ok(None),
-            PodLookup::Node => return Err(super::node_netns_refused(path)),
+            PodLookup::Node if req.env.command() == CniCommand::Del => return Ok(None),
+            PodLookup::Node => return Err(super::node_netns_refused(path).into()),
         };
         let host = session
             .host()
@@ -119,7 +111,7 @@ impl<'s> Attach<'s> {
     }
 
     /// The container interface as the pod namespace has it now.
-    pub fn pod_link(&self) -> Result<Link, CniError> {
+    pub fn pod_link(&self) -> Result<Link, DriverError> {
         self.pod
             .link_by_name(&self.ifname)
             .map_err(sys(format_args!(
@@ -130,6 +122,23 @@ impl<'s> Attach<'s> {
                 sys_error(
                     format_args!("container interface {}", self.ifname),
                     "vanished right after creation",
+                )
+            })
+    }
+
+    /// The container interface, which a chained plugin needs the plugins
+    /// before it to have made. Its absence is code 7 in every driver: the
+    /// chain (its configuration) does not provide what this plugin acts on,
+    /// as bandwidth's "no host-side interface" is; nothing this plugin did
+    /// failed (which is what 103 says).
+    pub fn existing_pod_link(&self) -> Result<Link, DriverError> {
+        self.pod
+            .link_by_name(&self.ifname)
+            .map_err(sys(format_args!("CNI_IFNAME {}", self.ifname)))?
+            .ok_or_else(|| {
+                DriverError::config(
+                    "CNI_IFNAME",
+                    format!("no interface {:?} in {}", self.ifname, self.sandbox),
                 )
             })
     }
@@ -149,7 +158,7 @@ impl<'s> Attach<'s> {
 
     /// After an EEXIST creating a link whose container end is CNI_IFNAME:
     /// whether the container name was the one taken.
-    pub fn ifname_exists(&self) -> Result<bool, CniError> {
+    pub fn ifname_exists(&self) -> Result<bool, DriverError> {
         self.pod
             .link_by_name(&self.ifname)
             .map(|l| l.is_some())
@@ -163,7 +172,7 @@ impl<'s> Attach<'s> {
     /// is gone (cni-SPEC §2 DEL). An interface of that name but another kind
     /// than `kind` is not one it made (a pod's `lo`, a device that was there
     /// before a failed ADD): it is left alone.
-    pub fn delete_pod_link(&self, kind: &LinkKind) -> Result<(), CniError> {
+    pub fn delete_pod_link(&self, kind: &LinkKind) -> Result<(), DriverError> {
         let Some(link) = self
             .pod
             .link_by_name(&self.ifname)

@@ -44,6 +44,7 @@
 //! - CHECK verifies the root qdisc of each device (the reference stops at
 //!   the first qdisc that is not a tbf) and the redirect filter.
 
+use crate::drivers::error::DriverError;
 use std::fmt;
 
 use serde::Deserialize;
@@ -52,10 +53,10 @@ use sha2::{Digest, Sha512};
 
 use plexus_cni::casefold;
 use plexus_cni::result::Interface;
-use plexus_cni::skel::{Plugin, Request};
-use plexus_cni::{CniError, CniResult};
+use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
+use plexus_cni::CniResult;
 
-use super::attachment::{chained_prev_result as prev_result, container_id, Attach};
+use super::attachment::{chained_prev_result as prev_result, Attach};
 use super::common::{mismatch, sys};
 use super::undo::Undo;
 use crate::netlink::{
@@ -126,7 +127,7 @@ impl Shaping {
         e: &BandwidthEntry,
         prefix: &str,
         clock: PschedClock,
-    ) -> Result<Shaping, CniError> {
+    ) -> Result<Shaping, DriverError> {
         Ok(Shaping {
             ingress: direction(e.ingress_rate, e.ingress_burst, prefix, "ingress", clock)?,
             egress: direction(e.egress_rate, e.egress_burst, prefix, "egress", clock)?,
@@ -140,19 +141,19 @@ fn direction(
     prefix: &str,
     dir: &str,
     clock: PschedClock,
-) -> Result<Option<Tbf>, CniError> {
+) -> Result<Option<Tbf>, DriverError> {
     let rate_field = format!("{prefix}{dir}Rate");
     let burst_field = format!("{prefix}{dir}Burst");
     match (rate, burst) {
         (0, 0) => return Ok(None),
         (_, 0) => {
-            return Err(CniError::invalid_config(
+            return Err(DriverError::config(
                 burst_field,
                 format!("missing: {rate_field} is set, so the burst must be set too"),
             ))
         }
         (0, _) => {
-            return Err(CniError::invalid_config(
+            return Err(DriverError::config(
                 rate_field,
                 format!("missing: {burst_field} is set, so the rate must be set too"),
             ))
@@ -160,8 +161,8 @@ fn direction(
         _ => {}
     }
     tbf_for(rate, burst, clock).map(Some).map_err(|e| match e {
-        Fault::Rate(reason) => CniError::invalid_config(rate_field, reason),
-        Fault::Burst(reason) => CniError::invalid_config(burst_field, reason),
+        Fault::Rate(reason) => DriverError::config(rate_field, reason),
+        Fault::Burst(reason) => DriverError::config(burst_field, reason),
     })
 }
 
@@ -220,7 +221,7 @@ pub fn tbf_for(rate_bits: u64, burst_bits: u64, clock: PschedClock) -> Result<Tb
 
 /// The entry in force: the top-level keys if any of them is present,
 /// otherwise the `bandwidth` capability; with the prefix for messages.
-fn entry(req: &Request) -> Result<Option<(BandwidthEntry, &'static str)>, CniError> {
+fn entry(req: &Request) -> Result<Option<(BandwidthEntry, &'static str)>, DriverError> {
     let top_level = req
         .config
         .keys()
@@ -233,8 +234,9 @@ fn entry(req: &Request) -> Result<Option<(BandwidthEntry, &'static str)>, CniErr
         None | Some(Value::Null) => Ok(None),
         Some(v @ Value::Object(_)) => casefold::decode(v)
             .map(|e| Some((e, "runtimeConfig.bandwidth.")))
-            .map_err(|e| e.within("runtimeConfig.bandwidth")),
-        Some(other) => Err(CniError::invalid_config(
+            .map_err(|e| e.within("runtimeConfig.bandwidth"))
+            .map_err(DriverError::from),
+        Some(other) => Err(DriverError::config(
             "runtimeConfig.bandwidth",
             format!("must be an object, got {other}"),
         )),
@@ -242,7 +244,7 @@ fn entry(req: &Request) -> Result<Option<(BandwidthEntry, &'static str)>, CniErr
 }
 
 /// The shaping a request asks for (empty when none).
-pub fn shaping(req: &Request, clock: PschedClock) -> Result<Shaping, CniError> {
+pub fn shaping(req: &Request, clock: PschedClock) -> Result<Shaping, DriverError> {
     match entry(req)? {
         None => Ok(Shaping::default()),
         Some((e, prefix)) => Shaping::from_entry(&e, prefix, clock),
@@ -275,26 +277,17 @@ const NEEDS_VETH: &str = "bandwidth shapes a pod's traffic on the host side of i
 
 /// The host-side interface of the pod's `ifname`: its veth peer, which must
 /// be in this namespace and listed in prevResult without a sandbox.
-fn host_interface(prev: &CniResult, at: &Attach<'_>) -> Result<Link, CniError> {
+fn host_interface(prev: &CniResult, at: &Attach<'_>) -> Result<Link, DriverError> {
     let ifname = at.ifname.as_str();
     if !prev.interfaces.iter().any(|i| !i.in_sandbox()) {
-        return Err(CniError::invalid_config(
+        return Err(DriverError::config(
             "prevResult.interfaces",
             format!(
                 "no host-side interface (one without \"sandbox\"): {NEEDS_VETH}, and the plugin before it made none (macvlan, ipvlan and host-device attachments have none)"
             ),
         ));
     }
-    let pod_link = at
-        .pod
-        .link_by_name(ifname)
-        .map_err(sys(format_args!("CNI_IFNAME {ifname}")))?
-        .ok_or_else(|| {
-            CniError::invalid_config(
-                "CNI_IFNAME",
-                format!("no interface {ifname:?} in {}", at.sandbox),
-            )
-        })?;
+    let pod_link = at.existing_pod_link()?;
     let peer = match (&pod_link.kind, pod_link.parent) {
         (Some(LinkKind::Veth), Some(peer)) => peer,
         (kind, _) => {
@@ -303,7 +296,7 @@ fn host_interface(prev: &CniResult, at: &Attach<'_>) -> Result<Link, CniError> {
                 Some(k) => format!("{k:?}").to_lowercase(),
                 None => "device without a link type".into(),
             };
-            return Err(CniError::invalid_config(
+            return Err(DriverError::config(
                 "CNI_IFNAME",
                 format!("{ifname} in the pod is a {kind}, not a veth: {NEEDS_VETH}"),
             ));
@@ -314,7 +307,7 @@ fn host_interface(prev: &CniResult, at: &Attach<'_>) -> Result<Link, CniError> {
         .link_by_index(peer)
         .map_err(sys("host-side interface"))?
         .ok_or_else(|| {
-            CniError::invalid_config(
+            DriverError::config(
                 "CNI_IFNAME",
                 format!(
                     "the veth peer of {ifname} (index {peer}) is not in the namespace bandwidth runs in: {NEEDS_VETH}"
@@ -326,7 +319,7 @@ fn host_interface(prev: &CniResult, at: &Attach<'_>) -> Result<Link, CniError> {
         .iter()
         .any(|i| !i.in_sandbox() && i.name == host.name)
     {
-        return Err(CniError::invalid_config(
+        return Err(DriverError::config(
             "prevResult.interfaces",
             format!(
                 "the veth peer of {ifname} is {}, which is not listed as a host-side interface",
@@ -357,7 +350,7 @@ fn build<'a>(
     shaping: &Shaping,
     ifb: &'a str,
     undo: &mut Undo<'a>,
-) -> Result<Option<Link>, CniError> {
+) -> Result<Option<Link>, DriverError> {
     let index = host.index;
     if let Some(tbf) = &shaping.ingress {
         nl.add_root_tbf(index, TBF_HANDLE, tbf)
@@ -396,7 +389,7 @@ fn build<'a>(
     Ok(Some(dev))
 }
 
-fn check_root_tbf(nl: &Netlink, link: &Link, want: &Tbf, field: &str) -> Result<(), CniError> {
+fn check_root_tbf(nl: &Netlink, link: &Link, want: &Tbf, field: &str) -> Result<(), DriverError> {
     let root = nl.qdisc_at(link.index, HANDLE_ROOT).map_err(sys(field))?;
     match root.map(|q| q.kind) {
         Some(QdiscKind::Tbf(got)) if got == *want => Ok(()),
@@ -425,12 +418,14 @@ fn check_root_tbf(nl: &Netlink, link: &Link, want: &Tbf, field: &str) -> Result<
     }
 }
 
-impl Plugin for Bandwidth<'_> {
-    fn validate(&self, req: &Request) -> Result<(), CniError> {
+impl TypedPlugin for Bandwidth<'_> {
+    type Error = DriverError;
+
+    fn validate(&self, req: &Request) -> Result<(), DriverError> {
         shaping(req, self.clock()).map(drop)
     }
 
-    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+    fn add(&self, req: &Request) -> Result<CniResult, DriverError> {
         let shaping = shaping(req, self.clock())?;
         let prev = prev_result(req, PLUGIN)?;
         if shaping.is_empty() {
@@ -438,7 +433,10 @@ impl Plugin for Bandwidth<'_> {
         }
         let at = Attach::open(self.session, req)?;
         let host = host_interface(prev, &at)?;
-        let ifb = ifb_name(req.name.as_deref().unwrap_or(""), container_id(req)?);
+        let ifb = ifb_name(
+            req.name.as_deref().unwrap_or(""),
+            &req.env.require_attachment()?.container_id,
+        );
         let mut undo = Undo::default();
         let built = build(at.host, &host, &shaping, &ifb, &mut undo);
         let dev = undo.finish(built)?;
@@ -453,8 +451,11 @@ impl Plugin for Bandwidth<'_> {
         Ok(result)
     }
 
-    fn del(&self, req: &Request) -> Result<(), CniError> {
-        let ifb = ifb_name(req.name.as_deref().unwrap_or(""), container_id(req)?);
+    fn del(&self, req: &Request) -> Result<(), DriverError> {
+        let ifb = ifb_name(
+            req.name.as_deref().unwrap_or(""),
+            &req.env.require_attachment()?.container_id,
+        );
         let nl = self
             .session
             .host()
@@ -464,13 +465,13 @@ impl Plugin for Bandwidth<'_> {
             .map_err(sys(format!("deleting {ifb}")))
     }
 
-    fn check(&self, req: &Request) -> Result<(), CniError> {
+    fn check(&self, req: &Request) -> Result<(), DriverError> {
         let shaping = shaping(req, self.clock())?;
         let prev = prev_result(req, PLUGIN)?;
         if shaping.is_empty() {
             return Ok(());
         }
-        let cid = container_id(req)?;
+        let cid = &req.env.require_attachment()?.container_id;
         let at = Attach::open(self.session, req)?;
         let nl = at.host;
         let host = host_interface(prev, &at)?;
@@ -515,11 +516,11 @@ impl Plugin for Bandwidth<'_> {
     /// Nothing to collect: ifb names hash the network name with the
     /// container ID, so another network's devices can't be told from stale
     /// ones of this network.
-    fn gc(&self, _req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, _req: &Request, _valid: &[ValidAttachment]) -> Result<(), DriverError> {
         Ok(())
     }
 
-    fn status(&self, _req: &Request) -> Result<(), CniError> {
+    fn status(&self, _req: &Request) -> Result<(), DriverError> {
         Ok(())
     }
 }
@@ -529,6 +530,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use plexus_cni::CniError;
 
     const CLOCK: PschedClock = PschedClock::LINUX;
 
@@ -583,12 +585,16 @@ mod tests {
 
     #[test]
     fn rate_and_burst_come_together() {
-        let e = shaping(&request(json!({"ingressRate": 1000})), CLOCK).unwrap_err();
+        let e = shaping(&request(json!({"ingressRate": 1000})), CLOCK)
+            .map_err(CniError::from)
+            .unwrap_err();
         assert_eq!(
             e.details,
             "ingressBurst: missing: ingressRate is set, so the burst must be set too"
         );
-        let e = shaping(&request(json!({"egressBurst": 1000})), CLOCK).unwrap_err();
+        let e = shaping(&request(json!({"egressBurst": 1000})), CLOCK)
+            .map_err(CniError::from)
+            .unwrap_err();
         assert_eq!(
             e.details,
             "egressRate: missing: egressBurst is set, so the rate must be set too"
@@ -597,27 +603,35 @@ mod tests {
             &request(json!({"runtimeConfig": {"bandwidth": {"egressRate": 5}}})),
             CLOCK,
         )
+        .map_err(CniError::from)
         .unwrap_err();
         assert!(
             e.details
                 .starts_with("runtimeConfig.bandwidth.egressBurst: missing"),
             "{e}"
         );
-        let e = shaping(&request(json!({"ingressRate": "fast"})), CLOCK).unwrap_err();
+        let e = shaping(&request(json!({"ingressRate": "fast"})), CLOCK)
+            .map_err(CniError::from)
+            .unwrap_err();
         assert!(e.details.starts_with("ingressRate: invalid type"), "{e}");
-        let e = shaping(&request(json!({"ingressRate": -1})), CLOCK).unwrap_err();
+        let e = shaping(&request(json!({"ingressRate": -1})), CLOCK)
+            .map_err(CniError::from)
+            .unwrap_err();
         assert!(e.details.starts_with("ingressRate: invalid value"), "{e}");
         let e = shaping(
             &request(json!({"runtimeConfig": {"bandwidth": {"ingressRate": true}}})),
             CLOCK,
         )
+        .map_err(CniError::from)
         .unwrap_err();
         assert!(
             e.details
                 .starts_with("runtimeConfig.bandwidth.ingressRate: invalid type"),
             "{e}"
         );
-        let e = shaping(&request(json!({"runtimeConfig": {"bandwidth": 5}})), CLOCK).unwrap_err();
+        let e = shaping(&request(json!({"runtimeConfig": {"bandwidth": 5}})), CLOCK)
+            .map_err(CniError::from)
+            .unwrap_err();
         assert_eq!(
             e.details,
             "runtimeConfig.bandwidth: must be an object, got 5"

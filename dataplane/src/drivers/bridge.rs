@@ -17,10 +17,10 @@
 //!   the reference bridge does): an address is never handed out again while
 //!   an interface may still carry it.
 
+use crate::drivers::error::DriverError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::IpNetwork;
-use plexus_cni::error::CniError;
 use plexus_cni::result::{CniResult, Interface, Route as CniRoute};
 use plexus_cni::skel::Request;
 use serde::Deserialize;
@@ -123,7 +123,7 @@ impl Settings {
         self.vlan != 0 || self.trunk_given
     }
 
-    fn parse(req: &Request) -> Result<Settings, CniError> {
+    fn parse(req: &Request) -> Result<Settings, DriverError> {
         let c: Conf = common::decode_config(req)?;
         let why = "not supported yet by plexus's built-in bridge (needs nftables)";
         common::unsupported("ipMasq", c.ip_masq, why)?;
@@ -133,13 +133,12 @@ impl Settings {
             None | Some("") => DEFAULT_BRIDGE.to_string(),
             Some(b) => b.to_string(),
         };
-        plexus_cni::names::check_ifname(&bridge)
-            .map_err(|r| CniError::invalid_config("bridge", r))?;
+        plexus_cni::names::check_ifname(&bridge).map_err(|r| DriverError::config("bridge", r))?;
         let mtu = common::check_mtu(c.mtu, 68, 65535, "the largest Ethernet MTU")?;
         let vlan = match c.vlan.unwrap_or(0) {
             v @ 0..=4094 => v as u16,
             v => {
-                return Err(CniError::invalid_config(
+                return Err(DriverError::config(
                     "vlan",
                     format!("{v} is out of range: must be 0 (none) to 4094"),
                 ))
@@ -149,14 +148,14 @@ impl Settings {
         let hairpin = c.hairpin_mode.unwrap_or(false);
         let promisc = c.promisc_mode.unwrap_or(false);
         if hairpin && promisc {
-            return Err(CniError::invalid_config(
+            return Err(DriverError::config(
                 "hairpinMode",
                 "cannot be combined with promiscMode",
             ));
         }
         let disable_container_interface = c.disable_container_interface.unwrap_or(false);
         if disable_container_interface && common::has_ipam(&c.ipam) {
-            return Err(CniError::invalid_config(
+            return Err(DriverError::config(
                 "disableContainerInterface",
                 "cannot be combined with an IPAM plugin (ipam.type)",
             ));
@@ -166,7 +165,7 @@ impl Settings {
         if is_gw && vlan != 0 {
             let name = vlan_gateway_name(&bridge, vlan);
             plexus_cni::names::check_ifname(&name).map_err(|r| {
-                CniError::invalid_config(
+                DriverError::config(
                     "bridge",
                     format!("the gateway interface of vlan {vlan} would be {r}"),
                 )
@@ -237,13 +236,13 @@ fn vlan_gateway_name(bridge: &str, vlan: u16) -> String {
 
 /// `vlanTrunk` as the reference reads it: ranges `{minID, maxID}` and single
 /// `{id}`s, each 1..=4094, merged, sorted and deduplicated.
-fn collect_trunk(items: &[VlanTrunk]) -> Result<Vec<u16>, CniError> {
+fn collect_trunk(items: &[VlanTrunk]) -> Result<Vec<u16>, DriverError> {
     let at = |i: usize, field: &str| format!("vlanTrunk[{i}].{field}");
-    let vid = |i: usize, field: &str, v: i64| -> Result<u16, CniError> {
+    let vid = |i: usize, field: &str, v: i64| -> Result<u16, DriverError> {
         if (1..=4094).contains(&v) {
             Ok(v as u16)
         } else {
-            Err(CniError::invalid_config(
+            Err(DriverError::config(
                 at(i, field),
                 format!("{v} is out of range: must be 1 to 4094"),
             ))
@@ -255,7 +254,7 @@ fn collect_trunk(items: &[VlanTrunk]) -> Result<Vec<u16>, CniError> {
             (Some(min), Some(max)) => {
                 let (min, max) = (vid(i, "minID", min)?, vid(i, "maxID", max)?);
                 if max < min {
-                    return Err(CniError::invalid_config(
+                    return Err(DriverError::config(
                         format!("vlanTrunk[{i}]"),
                         format!("minID {min} is greater than maxID {max}"),
                     ));
@@ -263,13 +262,13 @@ fn collect_trunk(items: &[VlanTrunk]) -> Result<Vec<u16>, CniError> {
                 out.extend(min..=max);
             }
             (None, Some(_)) => {
-                return Err(CniError::invalid_config(
+                return Err(DriverError::config(
                     at(i, "minID"),
                     "missing: minID and maxID go together",
                 ))
             }
             (Some(_), None) => {
-                return Err(CniError::invalid_config(
+                return Err(DriverError::config(
                     at(i, "maxID"),
                     "missing: minID and maxID go together",
                 ))
@@ -296,7 +295,7 @@ impl InterfaceDriver for Bridge {
     /// The bridge, the host veth and the container's end.
     type Made = (Link, Link, Link);
 
-    fn parse(&self, req: &Request) -> Result<Settings, CniError> {
+    fn parse(&self, req: &Request) -> Result<Settings, DriverError> {
         Settings::parse(req)
     }
 
@@ -304,7 +303,7 @@ impl InterfaceDriver for Bridge {
         &s.ipam
     }
 
-    fn prepare(&self, _: &Request, _: &Settings, _: &Attach<'_>) -> Result<(), CniError> {
+    fn prepare(&self, _: &Request, _: &Settings, _: &Attach<'_>) -> Result<(), DriverError> {
         Ok(())
     }
 
@@ -315,7 +314,7 @@ impl InterfaceDriver for Bridge {
         _: &'a (),
         at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
-    ) -> Result<Self::Made, CniError> {
+    ) -> Result<Self::Made, DriverError> {
         attach_port(s, at, undo)
     }
 
@@ -326,7 +325,7 @@ impl InterfaceDriver for Bridge {
         at: &Attach<'_>,
         (bridge, veth, container): Self::Made,
         ipam: Option<CniResult>,
-    ) -> Result<CniResult, CniError> {
+    ) -> Result<CniResult, DriverError> {
         configure(req, s, at, bridge, veth, container, ipam)
     }
 
@@ -336,7 +335,7 @@ impl InterfaceDriver for Bridge {
         s: &Settings,
         at: &Attach<'_>,
         prev: &CniResult,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         check(s, at, prev)
     }
 }
@@ -350,7 +349,7 @@ fn configure(
     veth: Link,
     container: Link,
     ipam: Option<CniResult>,
-) -> Result<CniResult, CniError> {
+) -> Result<CniResult, DriverError> {
     let host = &ctx.host;
     let mut result = CniResult {
         cni_version: Some(req.cni_version),
@@ -420,12 +419,12 @@ fn attach_port<'a>(
     s: &Settings,
     ctx: &'a Attach<'a>,
     undo: &mut Undo<'a>,
-) -> Result<(Link, Link, Link), CniError> {
+) -> Result<(Link, Link, Link), DriverError> {
     let host = &ctx.host;
     let bridge = ensure_bridge(host, s, undo)?;
     let veth = create_port_veth(host, &bridge, &ctx.ifname, Some(ctx.pod_ns), s.mtu, s.mac)
         .map_err(|e| match e {
-            PortError::PeerTaken => ctx.ifname_taken(),
+            PortError::PeerTaken => ctx.ifname_taken().into(),
             PortError::Other(e) => e,
         })?;
     let veth_index = veth.index;
@@ -453,7 +452,7 @@ fn ensure_bridge<'a>(
     host: &'a Netlink,
     s: &Settings,
     undo: &mut Undo<'a>,
-) -> Result<Link, CniError> {
+) -> Result<Link, DriverError> {
     let name = s.bridge.as_str();
     let lookup = || {
         host.link_by_name(name)
@@ -491,7 +490,7 @@ fn ensure_bridge<'a>(
         }
     };
     if bridge.kind != Some(LinkKind::Bridge) {
-        return Err(CniError::invalid_config(
+        return Err(DriverError::config(
             "bridge",
             format!("{name:?} already exists but is not a bridge"),
         ));
@@ -511,7 +510,7 @@ fn ensure_bridge<'a>(
 
 /// Undo of a bridge this ADD created: delete it unless another attachment
 /// has put a port on it meanwhile.
-fn delete_if_portless(host: &Netlink, index: u32) -> Result<(), CniError> {
+fn delete_if_portless(host: &Netlink, index: u32) -> Result<(), DriverError> {
     let links = host.links().map_err(sys("list links"))?;
     if links.iter().any(|l| l.master == Some(index)) {
         return Ok(());
@@ -530,7 +529,7 @@ fn best_effort_sysctl(template: &str, ifname: &str, value: &str) {
 enum PortError {
     /// The peer's name is taken where the peer was to be created.
     PeerTaken,
-    Other(CniError),
+    Other(DriverError),
 }
 
 /// A veth pair whose host end (a fresh random name) is a port of `bridge`,
@@ -597,7 +596,7 @@ fn create_port_veth(
 /// them (the default VLAN 1 removed unless `preserveDefaultVlan`; `vlan` as
 /// PVID untagged; trunk VLANs tagged; VLAN 1 native on a trunk without
 /// `vlan`).
-fn setup_port(host: &Netlink, port: &Link, p: &Port) -> Result<(), CniError> {
+fn setup_port(host: &Netlink, port: &Link, p: &Port) -> Result<(), DriverError> {
     let what = |action: &str| format!("{action} of bridge port {}", port.name);
     if p.hairpin || p.isolated {
         let opts = BridgePortOptions {
@@ -635,7 +634,7 @@ fn setup_port(host: &Netlink, port: &Link, p: &Port) -> Result<(), CniError> {
 /// The interface carrying the gateway address of VLAN `s.vlan`: a veth in
 /// the host namespace named `<bridge>.<vlan>` whose other end is a bridge
 /// port on that VLAN (created on first use, then shared).
-fn ensure_vlan_gateway(host: &Netlink, bridge: &Link, s: &Settings) -> Result<Link, CniError> {
+fn ensure_vlan_gateway(host: &Netlink, bridge: &Link, s: &Settings) -> Result<Link, DriverError> {
     let name = vlan_gateway_name(&bridge.name, s.vlan);
     let lookup = || {
         host.link_by_name(&name)
@@ -746,7 +745,7 @@ fn ensure_gateway_addresses(
     link: &Link,
     gws: &Gateways,
     force: bool,
-) -> Result<(), CniError> {
+) -> Result<(), DriverError> {
     if gws.v4.is_empty() && gws.v6.is_empty() {
         return Ok(());
     }
@@ -774,7 +773,7 @@ fn ensure_gateway_addresses(
             .collect();
         for a in conflicts {
             if !force {
-                return Err(CniError::invalid_config(
+                return Err(DriverError::config(
                     "forceAddress",
                     format!(
                         "{:?} already has an IP address ({a}) different from {gw}; \
@@ -804,7 +803,7 @@ fn ensure_gateway_addresses(
 /// IP forwarding for each family that has a gateway, in the namespace the
 /// driver runs in, written only when not on already (as the reference's
 /// `echo1`, which also keeps read-only /proc/sys working).
-fn enable_forwarding(gws: &Gateways) -> Result<(), CniError> {
+fn enable_forwarding(gws: &Gateways) -> Result<(), DriverError> {
     let keys = [
         (!gws.v4.is_empty(), "net/ipv4/ip_forward"),
         (!gws.v6.is_empty(), "net/ipv6/conf/all/forwarding"),
@@ -826,7 +825,7 @@ fn enable_forwarding(gws: &Gateways) -> Result<(), CniError> {
 /// the bridge (a bridge, its MAC, promiscuity as configured), the container
 /// veth (its MAC), the host veth (the container end's peer, a port of the
 /// bridge, its MAC), then addresses and routes.
-fn check(s: &Settings, ctx: &Attach<'_>, prev: &CniResult) -> Result<(), CniError> {
+fn check(s: &Settings, ctx: &Attach<'_>, prev: &CniResult) -> Result<(), DriverError> {
     let host = &ctx.host;
 
     let bridge_entry = prev
@@ -917,6 +916,7 @@ mod tests {
     use plexus_cni::env::CniEnv;
     use plexus_cni::error::ErrorCode;
     use plexus_cni::result::IpConfig;
+    use plexus_cni::CniError;
     use serde_json::json;
 
     fn req(config: serde_json::Value) -> Request {
@@ -938,7 +938,7 @@ mod tests {
         Request::from_config(env, map).unwrap()
     }
 
-    fn parse(config: serde_json::Value) -> Result<Settings, CniError> {
+    fn parse(config: serde_json::Value) -> Result<Settings, DriverError> {
         Settings::parse(&req(config))
     }
 
@@ -974,7 +974,9 @@ mod tests {
     #[test]
     fn nftables_features_are_refused_by_name() {
         for key in ["ipMasq", "macspoofchk"] {
-            let e = parse(json!({"cniVersion": "1.0.0", key: true})).unwrap_err();
+            let e = parse(json!({"cniVersion": "1.0.0", key: true}))
+                .map_err(CniError::from)
+                .unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsupportedField);
             assert_eq!(
                 e.details,
@@ -1044,7 +1046,7 @@ mod tests {
         ] {
             let mut conf = conf;
             conf["cniVersion"] = json!("1.0.0");
-            let e = parse(conf.clone()).unwrap_err();
+            let e = parse(conf.clone()).map_err(CniError::from).unwrap_err();
             assert!(e.details.starts_with(starts), "{conf}: {}", e.details);
         }
     }
@@ -1071,7 +1073,8 @@ mod tests {
             json!({"cniVersion": "1.0.0", "args": {"cni": {"mac": "02:00:00:00:00:02"}},
                                "runtimeConfig": {"mac": "02:00:00:00:00:03"}}),
         );
-        r.env.args = plexus_cni::args::CniArgs::parse("MAC=02:00:00:00:00:01").unwrap();
+        r.env.attachment_mut().unwrap().args =
+            plexus_cni::args::CniArgs::parse("MAC=02:00:00:00:00:01").unwrap();
         assert_eq!(
             Settings::parse(&r).unwrap().mac.unwrap().to_string(),
             "02:00:00:00:00:03"
@@ -1087,12 +1090,17 @@ mod tests {
             "02:00:00:00:00:01"
         );
         // Other CNI_ARGS keys need IgnoreUnknown, as in the reference.
-        r.env.args = plexus_cni::args::CniArgs::parse("K8S_POD_NAME=x").unwrap();
+        r.env.attachment_mut().unwrap().args =
+            plexus_cni::args::CniArgs::parse("K8S_POD_NAME=x").unwrap();
         assert_eq!(
-            Settings::parse(&r).unwrap_err().code,
+            Settings::parse(&r)
+                .map_err(CniError::from)
+                .unwrap_err()
+                .code,
             ErrorCode::InvalidEnvironment
         );
-        r.env.args = plexus_cni::args::CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAME=x").unwrap();
+        r.env.attachment_mut().unwrap().args =
+            plexus_cni::args::CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAME=x").unwrap();
         assert_eq!(Settings::parse(&r).unwrap().mac, None);
     }
 

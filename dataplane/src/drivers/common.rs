@@ -9,6 +9,7 @@
 //! [`sysctl::write_current`], so the only namespace switch of an ADD is the
 //! one visit to the pod namespace for its sysctls.
 
+use crate::drivers::error::DriverError;
 use std::collections::hash_map::RandomState;
 use std::fmt::Display;
 use std::hash::{BuildHasher, Hasher};
@@ -20,7 +21,7 @@ use plexus_cni::delegate::{self, Resolver};
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::{codes, CniError, ErrorCode};
 use plexus_cni::result::{CniResult, Dns, Interface, Route as CniRoute};
-use plexus_cni::skel::Request;
+use plexus_cni::skel::{Request, ValidAttachment};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
@@ -45,8 +46,8 @@ pub(crate) const NAME_ATTEMPTS: usize = 10;
 /// Decode the request's configuration into `T` the way the reference plugins
 /// (Go) do: keys match case-insensitively, unknown keys are ignored, a known
 /// key of the wrong type is a code-7 error naming its path.
-pub(crate) fn decode_config<T: DeserializeOwned>(req: &Request) -> Result<T, CniError> {
-    casefold::decode(&Value::Object(req.config.clone()))
+pub(crate) fn decode_config<T: DeserializeOwned>(req: &Request) -> Result<T, DriverError> {
+    casefold::decode(&Value::Object(req.config.clone())).map_err(DriverError::from)
 }
 
 /// The `ipam` section, as far as a driver reads it.
@@ -95,13 +96,14 @@ impl DnsConf {
 
 /// Reject a feature the configuration turns on that plexus cannot honour
 /// yet, naming the key.
-pub(crate) fn unsupported(key: &str, on: Option<bool>, why: &str) -> Result<(), CniError> {
+pub(crate) fn unsupported(key: &str, on: Option<bool>, why: &str) -> Result<(), DriverError> {
     if on == Some(true) {
         return Err(CniError::new(
             ErrorCode::UnsupportedField,
             "unsupported field in network configuration",
             format!("{key}: {why}"),
-        ));
+        )
+        .into());
     }
     Ok(())
 }
@@ -114,11 +116,11 @@ pub(crate) fn check_mtu(
     min: u32,
     max: u32,
     max_what: &str,
-) -> Result<Option<u32>, CniError> {
+) -> Result<Option<u32>, DriverError> {
     match mtu {
         None | Some(0) => Ok(None),
         Some(m) if (i64::from(min)..=i64::from(max)).contains(&m) => Ok(Some(m as u32)),
-        Some(m) => Err(CniError::invalid_config(
+        Some(m) => Err(DriverError::config(
             "mtu",
             format!("{m} is out of range: must be 0 (the default) or {min} to {max_what} ({max})"),
         )),
@@ -127,7 +129,9 @@ pub(crate) fn check_mtu(
 
 /// The runtime-requested MAC address: the last non-empty of `candidates`
 /// (given in increasing precedence as `(field, value)`), checked.
-pub(crate) fn pick_mac(candidates: &[(&str, Option<&str>)]) -> Result<Option<MacAddr>, CniError> {
+pub(crate) fn pick_mac(
+    candidates: &[(&str, Option<&str>)],
+) -> Result<Option<MacAddr>, DriverError> {
     let Some((field, value)) = candidates
         .iter()
         .rev()
@@ -137,9 +141,9 @@ pub(crate) fn pick_mac(candidates: &[(&str, Option<&str>)]) -> Result<Option<Mac
     };
     let mac: MacAddr = value
         .parse()
-        .map_err(|e: Error| CniError::invalid_config(field, e.to_string()))?;
+        .map_err(|e: Error| DriverError::config(field, e.to_string()))?;
     if mac.is_multicast() || mac.0 == [0; 6] {
-        return Err(CniError::invalid_config(
+        return Err(DriverError::config(
             field,
             format!("{mac} is not a unicast address"),
         ));
@@ -148,11 +152,11 @@ pub(crate) fn pick_mac(candidates: &[(&str, Option<&str>)]) -> Result<Option<Mac
 }
 
 /// `runtimeConfig.mac` (cni-CONVENTIONS "mac" capability), if sent.
-pub(crate) fn runtime_config_mac(req: &Request) -> Result<Option<&str>, CniError> {
+pub(crate) fn runtime_config_mac(req: &Request) -> Result<Option<&str>, DriverError> {
     match req.runtime_config.get("mac") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(CniError::invalid_config(
+        Some(other) => Err(DriverError::config(
             "runtimeConfig.mac",
             format!("must be a string, got {other}"),
         )),
@@ -161,45 +165,39 @@ pub(crate) fn runtime_config_mac(req: &Request) -> Result<Option<&str>, CniError
 
 /// `CNI_ARGS` `MAC=...`, after the reference's rule that other keys need
 /// `IgnoreUnknown=1`.
-pub(crate) fn cni_args_mac(req: &Request) -> Result<Option<&str>, CniError> {
-    req.env.args.check_known(&["MAC"])?;
-    Ok(req.env.args.get("MAC"))
+pub(crate) fn cni_args_mac(req: &Request) -> Result<Option<&str>, DriverError> {
+    req.env.args().check_known(&["MAC"])?;
+    Ok(req.env.args().get("MAC"))
 }
 
 // ---------------------------------------------------------------------------
 // Errors
 
 /// A failure of the kernel or the system while doing `what` (code 5).
-pub(crate) fn sys_error(what: impl Display, e: impl Display) -> CniError {
-    CniError::new(
-        ErrorCode::Io,
-        "network operation failed",
-        format!("{what}: {e}"),
-    )
+pub(crate) fn sys_error(what: impl Display, e: impl Display) -> DriverError {
+    DriverError::System {
+        what: what.to_string(),
+        reason: e.to_string(),
+    }
 }
 
 /// `map_err` adapter for [`sys_error`].
-pub(crate) fn sys<W: Display>(what: W) -> impl FnOnce(Error) -> CniError {
+pub(crate) fn sys<W: Display>(what: W) -> impl FnOnce(Error) -> DriverError {
     move |e| sys_error(what, e)
 }
 
 /// CHECK found the attachment different from its prevResult.
-pub(crate) fn check_failed(details: impl Into<String>) -> CniError {
-    CniError::plugin(
-        codes::PLUGIN_FAILED,
-        "the attachment does not match its prevResult",
-        details,
-    )
+pub(crate) fn check_failed(details: impl Into<String>) -> DriverError {
+    DriverError::CheckFailed(details.into())
 }
 
 /// A configured value that CHECK found different in the pod (code 103):
 /// `what: reason`.
-pub(crate) fn mismatch(what: impl Display, reason: impl Display) -> CniError {
-    CniError::plugin(
-        codes::PLUGIN_FAILED,
-        "check failed",
-        format!("{what}: {reason}"),
-    )
+pub(crate) fn mismatch(what: impl Display, reason: impl Display) -> DriverError {
+    DriverError::Mismatch {
+        what: what.to_string(),
+        reason: reason.to_string(),
+    }
 }
 
 /// A random `<prefix><8 hex digits>` name, the reference plugins' pattern
@@ -225,10 +223,12 @@ pub(crate) fn ipam_add<'a>(
     resolver: &'a dyn Resolver,
     req: &'a Request,
     undo: &mut Undo<'a>,
-) -> Result<CniResult, CniError> {
+) -> Result<CniResult, DriverError> {
     let result = delegate::run_ipam(resolver, req, CniCommand::Add)?;
     undo.push("IPAM DEL", move || {
-        delegate::run_ipam(resolver, req, CniCommand::Del).map(drop)
+        delegate::run_ipam(resolver, req, CniCommand::Del)
+            .map(drop)
+            .map_err(DriverError::from)
     });
     match result {
         Some(r) if !r.ips.is_empty() => Ok(r),
@@ -236,7 +236,8 @@ pub(crate) fn ipam_add<'a>(
             codes::PLUGIN_FAILED,
             "IPAM plugin returned missing IP config",
             "ipam: the IPAM plugin's result has no IP address",
-        )),
+        )
+        .into()),
     }
 }
 
@@ -246,7 +247,7 @@ pub(crate) fn ipam_run(
     req: &Request,
     ipam: &Option<IpamRef>,
     command: CniCommand,
-) -> Result<(), CniError> {
+) -> Result<(), DriverError> {
     if has_ipam(ipam) {
         delegate::run_ipam(resolver, req, command)?;
     }
@@ -259,8 +260,8 @@ pub(crate) fn ipam_gc(
     resolver: &dyn Resolver,
     req: &Request,
     ipam: &Option<IpamRef>,
-    valid: &[(String, String)],
-) -> Result<(), CniError> {
+    valid: &[ValidAttachment],
+) -> Result<(), DriverError> {
     let Some(kind) = ipam.as_ref().and_then(|i| i.kind.as_deref()) else {
         return Ok(());
     };
@@ -271,6 +272,7 @@ pub(crate) fn ipam_gc(
     plugin
         .gc(req, valid)
         .map_err(|e| e.within(format!("ipam ({kind})")))
+        .map_err(DriverError::from)
 }
 
 // ---------------------------------------------------------------------------
@@ -288,7 +290,7 @@ pub(crate) enum Dad {
     Kernel,
 }
 
-fn key(template: &str, ifname: &str) -> Result<SysctlKey, CniError> {
+fn key(template: &str, ifname: &str) -> Result<SysctlKey, DriverError> {
     SysctlKey::for_interface(template, ifname).map_err(sys("sysctl key"))
 }
 
@@ -304,7 +306,7 @@ pub(crate) fn configure_iface(
     result: &CniResult,
     dad: Dad,
     notify: &[&str],
-) -> Result<(), CniError> {
+) -> Result<(), DriverError> {
     let ifname = ctx.ifname.as_str();
     let has_v6 = result.ips.iter().any(|ip| ip.address.is_ipv6());
 
@@ -422,7 +424,7 @@ fn kernel_route(r: &CniRoute, index: u32, family_gateway: Option<IpAddr>) -> Rou
 
 /// Wait (bounded) until no IPv6 address of the link is tentative; a failed
 /// DAD is an error.
-fn settle_addresses(ctx: &Attach<'_>, index: u32) -> Result<(), CniError> {
+fn settle_addresses(ctx: &Attach<'_>, index: u32) -> Result<(), DriverError> {
     let deadline = Instant::now() + DAD_TIMEOUT;
     loop {
         let addrs = ctx
@@ -465,10 +467,10 @@ pub(crate) fn default_route_link(nl: &Netlink) -> Result<Option<Link>, Error> {
 // CHECK
 
 /// cni-SPEC §2 CHECK: the prevResult is required.
-pub(crate) fn prev_result(req: &Request) -> Result<&CniResult, CniError> {
+pub(crate) fn prev_result(req: &Request) -> Result<&CniResult, DriverError> {
     req.prev_result
         .as_ref()
-        .ok_or_else(|| CniError::invalid_config("prevResult", "required for CHECK but not given"))
+        .ok_or_else(|| DriverError::config("prevResult", "required for CHECK but not given"))
 }
 
 /// The prevResult's entry for the container interface: CNI_IFNAME in
@@ -476,7 +478,7 @@ pub(crate) fn prev_result(req: &Request) -> Result<&CniResult, CniError> {
 pub(crate) fn prev_container_interface<'r>(
     prev: &'r CniResult,
     ctx: &Attach<'_>,
-) -> Result<&'r Interface, CniError> {
+) -> Result<&'r Interface, DriverError> {
     prev.interfaces
         .iter()
         .find(|i| i.name == ctx.ifname && i.sandbox.as_deref() == Some(ctx.sandbox.as_str()))
@@ -489,7 +491,7 @@ pub(crate) fn prev_container_interface<'r>(
 }
 
 /// The interface's MAC matches the prevResult's, when that names one.
-pub(crate) fn check_mac(link: &Link, iface: &Interface, side: &str) -> Result<(), CniError> {
+pub(crate) fn check_mac(link: &Link, iface: &Interface, side: &str) -> Result<(), DriverError> {
     let Some(want) = iface.mac.as_deref() else {
         return Ok(());
     };
@@ -511,13 +513,13 @@ pub(crate) fn check_ips_and_routes(
     ctx: &Attach<'_>,
     link: &Link,
     prev: &CniResult,
-) -> Result<(), CniError> {
+) -> Result<(), DriverError> {
     let addrs = ctx
         .pod
         .addresses(link.index)
         .map_err(sys(format_args!("list addresses of {}", link.name)))?;
     let mut tables: Vec<((IpFamily, u32), Vec<Route>)> = Vec::new();
-    let mut routes_of = |family: IpFamily, table: u32| -> Result<Vec<Route>, CniError> {
+    let mut routes_of = |family: IpFamily, table: u32| -> Result<Vec<Route>, DriverError> {
         if let Some((_, r)) = tables.iter().find(|(k, _)| *k == (family, table)) {
             return Ok(r.clone());
         }
@@ -571,11 +573,11 @@ pub(crate) fn runtime_string<'r>(
     req: &'r Request,
     key: &str,
     field: &str,
-) -> Result<Option<&'r str>, CniError> {
+) -> Result<Option<&'r str>, DriverError> {
     match req.runtime_config.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.as_str()).filter(|s| !s.is_empty())),
-        Some(other) => Err(CniError::invalid_config(
+        Some(other) => Err(DriverError::config(
             field,
             format!("must be a string, got {other}"),
         )),
@@ -587,14 +589,13 @@ pub(crate) fn runtime_string<'r>(
 /// object) on stdin.
 #[cfg(test)]
 pub(crate) fn unit_test_request(config: Value, args: &str) -> Request {
-    let env = plexus_cni::env::CniEnv {
-        command: CniCommand::Add,
-        container_id: Some("ctr1".into()),
+    let env = plexus_cni::env::CniEnv::Add(plexus_cni::env::AttachmentParams {
+        container_id: plexus_cni::names::ContainerId::new("ctr1").unwrap(),
         netns: Some("/var/run/netns/x".into()),
-        ifname: Some("eth0".into()),
+        ifname: plexus_cni::names::IfName::new("eth0").unwrap(),
         args: plexus_cni::args::CniArgs::parse(args).unwrap(),
         path: Vec::new(),
-    };
+    });
     let Value::Object(map) = config else {
         panic!("the configuration must be an object: {config}")
     };
@@ -615,11 +616,13 @@ pub(crate) fn unit_test_config(mut base: Value, config: &Value) -> Value {
 /// error whose details start with `key: `. Returns the details.
 #[cfg(test)]
 pub(crate) fn unit_test_refused<T: std::fmt::Debug>(
-    parsed: Result<T, CniError>,
+    parsed: Result<T, DriverError>,
     config: &Value,
     key: &str,
 ) -> String {
-    let e = parsed.expect_err(&config.to_string());
+    let e = parsed
+        .map_err(CniError::from)
+        .expect_err(&config.to_string());
     assert_eq!(e.code, ErrorCode::InvalidConfig, "{config}: {e}");
     assert!(
         e.details.starts_with(&format!("{key}: ")),
@@ -639,7 +642,9 @@ mod tests {
         assert_eq!(check_mtu(Some(0), 68, 1500, "x").unwrap(), None);
         assert_eq!(check_mtu(Some(1400), 68, 1500, "x").unwrap(), Some(1400));
         for bad in [-1, 67, 1501] {
-            let e = check_mtu(Some(bad), 68, 1500, "the master's MTU").unwrap_err();
+            let e = check_mtu(Some(bad), 68, 1500, "the master's MTU")
+                .map_err(CniError::from)
+                .unwrap_err();
             assert_eq!(e.code, ErrorCode::InvalidConfig);
             assert!(
                 e.details
@@ -663,9 +668,13 @@ mod tests {
             ("b", Some("02:00:00:00:00:02")),
         ]);
         assert_eq!(m.unwrap().unwrap().to_string(), "02:00:00:00:00:02");
-        let e = pick_mac(&[("runtimeConfig.mac", Some("zz"))]).unwrap_err();
+        let e = pick_mac(&[("runtimeConfig.mac", Some("zz"))])
+            .map_err(CniError::from)
+            .unwrap_err();
         assert!(e.details.starts_with("runtimeConfig.mac: "), "{e}");
-        let e = pick_mac(&[("mac", Some("01:00:5e:00:00:01"))]).unwrap_err();
+        let e = pick_mac(&[("mac", Some("01:00:5e:00:00:01"))])
+            .map_err(CniError::from)
+            .unwrap_err();
         assert_eq!(e.details, "mac: 01:00:5e:00:00:01 is not a unicast address");
         assert_eq!(pick_mac(&[]).unwrap(), None);
     }

@@ -3,10 +3,10 @@
 //! to the attachment's CNI device-info file, `runtimeConfig.CNIDeviceInfoFile`,
 //! which the executor puts in the pod's network-status (§6.1.1).
 
+use crate::drivers::error::DriverError;
 use std::path::Path;
 
 use plexus_cni::deviceinfo::{self, DeviceInfo};
-use plexus_cni::error::CniError;
 use plexus_cni::skel::Request;
 use serde_json::Value;
 
@@ -14,14 +14,14 @@ use super::common;
 
 /// Where this attachment's device-info goes: `runtimeConfig.CNIDeviceInfoFile`,
 /// or `None` when the runtime gave none.
-fn file(req: &Request) -> Result<Option<&Path>, CniError> {
+fn file(req: &Request) -> Result<Option<&Path>, DriverError> {
     let field = || format!("runtimeConfig.{}", deviceinfo::FILE_CAPABILITY);
     match req.runtime_config.get(deviceinfo::FILE_CAPABILITY) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => deviceinfo::check_cni_file(Path::new(s))
             .map(|()| Some(Path::new(s)))
-            .map_err(|reason| CniError::invalid_config(field(), reason)),
-        Some(other) => Err(CniError::invalid_config(
+            .map_err(|reason| DriverError::config(field(), reason)),
+        Some(other) => Err(DriverError::config(
             field(),
             format!("must be a string, got {other}"),
         )),
@@ -31,7 +31,7 @@ fn file(req: &Request) -> Result<Option<&Path>, CniError> {
 /// Write `info` to the attachment's device-info file unless there already
 /// is one: a copy of the device plugin's file (§4.2.1), which describes the
 /// device as the pod was promised it, is kept as it is.
-pub(crate) fn publish(req: &Request, info: &DeviceInfo) -> Result<(), CniError> {
+pub(crate) fn publish(req: &Request, info: &DeviceInfo) -> Result<(), DriverError> {
     let Some(path) = file(req)? else {
         return Ok(());
     };
@@ -43,6 +43,6 @@ pub(crate) fn publish(req: &Request, info: &DeviceInfo) -> Result<(), CniError> 
 }
 
 /// Check the `runtimeConfig.CNIDeviceInfoFile` value without writing.
-pub(crate) fn validate(req: &Request) -> Result<(), CniError> {
+pub(crate) fn validate(req: &Request) -> Result<(), DriverError> {
     file(req).map(drop)
 }

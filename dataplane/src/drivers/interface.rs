@@ -20,13 +20,14 @@
 //!   ([`InterfaceDriver::hands_over`]).
 //! - GC and STATUS: the IPAM plugin's, which holds the leases.
 
+use crate::drivers::error::DriverError;
 use plexus_cni::call_log::CallLog;
 use plexus_cni::delegate::Resolver;
 use plexus_cni::deviceinfo::DeviceInfo;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::CniError;
 use plexus_cni::result::CniResult;
-use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
 use serde::Deserialize;
 
 use super::attachment::Attach;
@@ -51,7 +52,7 @@ pub(crate) trait InterfaceDriver: Sync {
 
     /// Read and validate the configuration without touching the system, so
     /// a chain can refuse a bad config before anything needs undoing.
-    fn parse(&self, req: &Request) -> Result<Self::Conf, CniError>;
+    fn parse(&self, req: &Request) -> Result<Self::Conf, DriverError>;
 
     /// The configuration's `ipam` section.
     fn ipam<'c>(&self, conf: &'c Self::Conf) -> &'c Option<IpamRef>;
@@ -64,7 +65,7 @@ pub(crate) trait InterfaceDriver: Sync {
         req: &Request,
         conf: &Self::Conf,
         at: &Attach<'_>,
-    ) -> Result<Self::Prepared, CniError>;
+    ) -> Result<Self::Prepared, DriverError>;
 
     /// Make the pod's link (and whatever it hangs on), registering in `undo`
     /// how to take each step back. IPAM allocates after it.
@@ -75,7 +76,7 @@ pub(crate) trait InterfaceDriver: Sync {
         prepared: &'a Self::Prepared,
         at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
-    ) -> Result<Self::Made, CniError>;
+    ) -> Result<Self::Made, DriverError>;
 
     /// Address the link from `ipam` (`None` without an IPAM plugin) and
     /// build the result.
@@ -86,7 +87,7 @@ pub(crate) trait InterfaceDriver: Sync {
         at: &Attach<'_>,
         made: Self::Made,
         ipam: Option<CniResult>,
-    ) -> Result<CniResult, CniError>;
+    ) -> Result<CniResult, DriverError>;
 
     /// cni-SPEC §2 CHECK: the pod against `prev`, the attachment's
     /// prevResult.
@@ -96,7 +97,7 @@ pub(crate) trait InterfaceDriver: Sync {
         conf: &Self::Conf,
         at: &Attach<'_>,
         prev: &CniResult,
-    ) -> Result<(), CniError>;
+    ) -> Result<(), DriverError>;
 
     /// The kind of the link `create` makes in the pod as CNI_IFNAME, which
     /// the default [`remove`](InterfaceDriver::remove) deletes (a link of
@@ -125,7 +126,7 @@ pub(crate) trait InterfaceDriver: Sync {
         req: &Request,
         host: &Netlink,
         at: Option<&Attach<'_>>,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         if let Some(device) = self.hands_over() {
             return device.take_back(req, host, at);
         }
@@ -161,13 +162,15 @@ impl<'r, D: InterfaceDriver> InterfacePlugin<'r, D> {
     }
 }
 
-impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
-    fn validate(&self, req: &Request) -> Result<(), CniError> {
+impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
+    type Error = DriverError;
+
+    fn validate(&self, req: &Request) -> Result<(), DriverError> {
         self.driver.parse(req)?;
         device_info::validate(req)
     }
 
-    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+    fn add(&self, req: &Request) -> Result<CniResult, DriverError> {
         let conf = self.driver.parse(req)?;
         device_info::validate(req)?;
         let at = Attach::open(self.session, req)?;
@@ -197,7 +200,7 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
         undo.finish(outcome)
     }
 
-    fn del(&self, req: &Request) -> Result<(), CniError> {
+    fn del(&self, req: &Request) -> Result<(), DriverError> {
         let c: IpamOnly = common::decode_config(req)?;
         let at = Attach::open_for_del(self.session, req)?;
         let host = self
@@ -210,13 +213,14 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
         // runtime's log gets them, the next DEL or GC tries again.
         if let Some(device) = self.driver.hands_over() {
             if let Err(e) = device.take_back_orphans(req, host, Patience::OneLook) {
+                let e = CniError::from(e);
                 CallLog::of(req).warn(format_args!("{}: {}", e.msg, e.details));
             }
         }
         Ok(())
     }
 
-    fn check(&self, req: &Request) -> Result<(), CniError> {
+    fn check(&self, req: &Request) -> Result<(), DriverError> {
         let conf = self.driver.parse(req)?;
         let at = Attach::open(self.session, req)?;
         common::ipam_run(
@@ -229,7 +233,7 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
         self.driver.check(req, &conf, &at, prev)
     }
 
-    fn gc(&self, req: &Request, valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), DriverError> {
         let c: IpamOnly = common::decode_config(req)?;
         let host = self
             .session
@@ -247,15 +251,16 @@ impl<D: InterfaceDriver> Plugin for InterfacePlugin<'_, D> {
         let errors: Vec<CniError> = [orphans, leases]
             .into_iter()
             .filter_map(Result::err)
+            .map(CniError::from)
             .collect();
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(CniError::combine("GC", errors))
+            Err(CniError::combine("GC", errors).into())
         }
     }
 
-    fn status(&self, req: &Request) -> Result<(), CniError> {
+    fn status(&self, req: &Request) -> Result<(), DriverError> {
         let c: IpamOnly = common::decode_config(req)?;
         common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Status)
     }

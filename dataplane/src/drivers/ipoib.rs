@@ -8,7 +8,7 @@
 //! the rest (IPAM, addresses, undo, CHECK). DEL deletes it. Its hardware
 //! address is 20 bytes, so the result names no `mac`.
 
-use plexus_cni::error::CniError;
+use crate::drivers::error::DriverError;
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 
@@ -36,10 +36,10 @@ impl Stacked for Ipoib {
     const LINK_KIND: LinkKind = LinkKind::Ipoib;
     const CHAINS: bool = false;
 
-    fn parse(req: &Request) -> Result<Conf<()>, CniError> {
+    fn parse(req: &Request) -> Result<Conf<()>, DriverError> {
         let c: IpoibConf = common::decode_config(req)?;
         let master = c.master.filter(|m| !m.is_empty()).ok_or_else(|| {
-            CniError::invalid_config("master", "missing: the IPoIB device to make a child of")
+            DriverError::config("master", "missing: the IPoIB device to make a child of")
         })?;
         Ok(Conf {
             master: Some(master),
@@ -52,7 +52,7 @@ impl Stacked for Ipoib {
         })
     }
 
-    fn check_master(master: &Link) -> Result<(), CniError> {
+    fn check_master(master: &Link) -> Result<(), DriverError> {
         if master.kind == Some(LinkKind::Ipoib) {
             return Ok(());
         }
@@ -61,7 +61,7 @@ impl Stacked for Ipoib {
             Some(k) => format!("{k:?}").to_lowercase(),
             None => "device without a link type".into(),
         };
-        Err(CniError::invalid_config(
+        Err(DriverError::config(
             "master",
             format!("{} is a {kind}, not an IPoIB interface", master.name),
         ))

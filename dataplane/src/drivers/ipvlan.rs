@@ -10,7 +10,7 @@
 //! (required unless a prevResult brings addresses), `dns`. An ipvlan shares
 //! its master's MAC, so there is no `mac`.
 
-use plexus_cni::error::CniError;
+use crate::drivers::error::DriverError;
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 
@@ -39,7 +39,7 @@ impl Stacked for Ipvlan {
     const LINK_KIND: LinkKind = LinkKind::Ipvlan;
     const CHAINS: bool = true;
 
-    fn parse(req: &Request) -> Result<Conf<IpvlanMode>, CniError> {
+    fn parse(req: &Request) -> Result<Conf<IpvlanMode>, DriverError> {
         let c: IpvlanConf = common::decode_config(req)?;
         let mode =
             stacked::parse_mode("ipvlan", c.mode.as_deref(), IpvlanMode::L2, "l2, l3 or l3s")?;

@@ -11,7 +11,7 @@
 //! only), `dns`. The MAC is the last given of `mac`, `CNI_ARGS` `MAC` and
 //! `runtimeConfig.mac`.
 
-use plexus_cni::error::CniError;
+use crate::drivers::error::DriverError;
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 
@@ -41,7 +41,7 @@ impl Stacked for Macvlan {
     const LINK_KIND: LinkKind = LinkKind::Macvlan;
     const CHAINS: bool = false;
 
-    fn parse(req: &Request) -> Result<Conf<MacvlanMode>, CniError> {
+    fn parse(req: &Request) -> Result<Conf<MacvlanMode>, DriverError> {
         let c: MacvlanConf = common::decode_config(req)?;
         let mode = stacked::parse_mode(
             "macvlan",

@@ -25,6 +25,7 @@ pub mod bandwidth;
 pub mod bridge;
 mod common;
 mod device_info;
+mod error;
 mod interface;
 pub mod ipoib;
 pub mod ipvlan;

@@ -25,6 +25,7 @@
 //! driver, a GC. Each gives back the devices whose owner's namespace is
 //! gone.
 
+use crate::drivers::error::DriverError;
 use std::fmt::Display;
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -41,7 +42,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::attachment::{self, Attach};
+use super::attachment::Attach;
 use super::common::{check_failed, sys_error};
 use super::passthrough::Patience;
 use super::undo::Undo;
@@ -69,10 +70,11 @@ pub(crate) struct Owner {
 
 impl Owner {
     /// The attachment of `req`.
-    pub fn of(req: &Request) -> Result<Owner, CniError> {
+    pub fn of(req: &Request) -> Result<Owner, DriverError> {
+        let params = req.env.require_attachment()?;
         Ok(Owner {
-            container_id: attachment::container_id(req)?.to_string(),
-            ifname: attachment::ifname(req)?.to_string(),
+            container_id: params.container_id.to_string(),
+            ifname: params.ifname.to_string(),
         })
     }
 }
@@ -92,7 +94,7 @@ pub(crate) trait DeviceKey: Clone + Display + FromStr {}
 impl<K: Clone + Display + FromStr> DeviceKey for K {}
 
 /// Whether the namespace at `path` still exists.
-fn namespace_exists(path: &Path) -> Result<bool, CniError> {
+fn namespace_exists(path: &Path) -> Result<bool, DriverError> {
     match NetNs::open_pod(path) {
         Ok(PodNetns::Gone) => Ok(false),
         Ok(_) => Ok(true),
@@ -139,7 +141,7 @@ pub(crate) trait GiveBack {
         host: &Netlink,
         pod: Option<&Attach<'_>>,
         patience: Patience,
-    ) -> Result<(), CniError>;
+    ) -> Result<(), DriverError>;
 
     /// What DEL reads of `req`'s configuration (leniently: a DEL must work
     /// for one ADD refused): the device, when it names one, and the store
@@ -157,11 +159,11 @@ pub(crate) trait GiveBack {
         store: &Store,
         host: &Netlink,
         patience: Patience,
-    ) -> Result<(), CniError> {
-        let orphaned = |record: &Self::Record| -> Result<bool, CniError> {
+    ) -> Result<(), DriverError> {
+        let orphaned = |record: &Self::Record| -> Result<bool, DriverError> {
             namespace_exists(record.netns()).map(|exists| !exists)
         };
-        let give_back = |key: Self::Key, record: &Self::Record| -> Result<(), CniError> {
+        let give_back = |key: Self::Key, record: &Self::Record| -> Result<(), DriverError> {
             // Unlocked first, so a sweep locks only orphans.
             if !orphaned(record)? {
                 return Ok(());
@@ -181,20 +183,23 @@ pub(crate) trait GiveBack {
             .records::<Self::Key, Self::Record>()?
             .filter_map(|(key, record)| {
                 let what = format!("{} {key}", store.noun);
-                give_back(key, &record).err().map(|e| CniError {
-                    details: format!(
-                        "{what} of container {} (namespace gone): {}",
-                        record.owner().container_id,
-                        e.details
-                    ),
-                    ..e
-                })
+                give_back(key, &record)
+                    .err()
+                    .map(CniError::from)
+                    .map(|e| CniError {
+                        details: format!(
+                            "{what} of container {} (namespace gone): {}",
+                            record.owner().container_id,
+                            e.details
+                        ),
+                        ..e
+                    })
             })
             .collect();
         if failed.is_empty() {
             Ok(())
         } else {
-            Err(CniError::combine("giving back orphaned devices", failed))
+            Err(CniError::combine("giving back orphaned devices", failed).into())
         }
     }
 }
@@ -212,7 +217,7 @@ pub(crate) trait HandsOver {
         req: &Request,
         host: &Netlink,
         pod: Option<&Attach<'_>>,
-    ) -> Result<(), CniError>;
+    ) -> Result<(), DriverError>;
 
     /// After DEL and in GC: [`GiveBack::give_back_orphans`] in the store of
     /// `req`'s configuration.
@@ -221,7 +226,7 @@ pub(crate) trait HandsOver {
         req: &Request,
         host: &Netlink,
         patience: Patience,
-    ) -> Result<(), CniError>;
+    ) -> Result<(), DriverError>;
 }
 
 impl<D: GiveBack> HandsOver for D {
@@ -230,7 +235,7 @@ impl<D: GiveBack> HandsOver for D {
         req: &Request,
         host: &Netlink,
         pod: Option<&Attach<'_>>,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         let (named, store) = self.del_keys(req);
         match store.owned_by::<D::Key, D::Record>(named, &Owner::of(req)?)? {
             Some((lock, record)) => self.give_back(&lock, &record, host, pod, Patience::Wait),
@@ -243,7 +248,7 @@ impl<D: GiveBack> HandsOver for D {
         req: &Request,
         host: &Netlink,
         patience: Patience,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         let (_, store) = self.del_keys(req);
         self.give_back_orphans(&store, host, patience)
     }
@@ -279,8 +284,8 @@ impl<K: DeviceKey, F: Clone, R: Owned> Claim<K, F, R> {
         &self,
         driver: &D,
         host: &Netlink,
-        find: impl FnOnce() -> Result<F, CniError>,
-    ) -> Result<F, CniError> {
+        find: impl FnOnce() -> Result<F, DriverError>,
+    ) -> Result<F, DriverError> {
         match &self.start {
             Start::Free(found) => Ok(found.clone()),
             Start::Stale(record) => {
@@ -300,7 +305,7 @@ impl<K: DeviceKey, F: Clone, R: Owned> Claim<K, F, R> {
         what: impl Display,
         at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         self.lock.write_record(&record)?;
         undo.push(format!("taking {what}"), move || {
             driver.give_back(&self.lock, &record, at.host, Some(at), Patience::Wait)
@@ -369,15 +374,15 @@ impl Store {
 
     /// Take the device's lock, waiting at most [`LOCK_TIMEOUT`] (code 11
     /// after that). Creates the directory.
-    pub fn lock<K: DeviceKey>(&self, key: K) -> Result<DeviceLock<K>, CniError> {
+    pub fn lock<K: DeviceKey>(&self, key: K) -> Result<DeviceLock<K>, DriverError> {
         self.lock_within(key, LOCK_TIMEOUT)
     }
 
     /// The device's lock if no one holds it now.
-    fn try_lock<K: DeviceKey>(&self, key: K) -> Result<Option<DeviceLock<K>>, CniError> {
+    fn try_lock<K: DeviceKey>(&self, key: K) -> Result<Option<DeviceLock<K>>, DriverError> {
         match self.lock_within(key, Duration::ZERO) {
             Ok(lock) => Ok(Some(lock)),
-            Err(e) if e.code == ErrorCode::TryAgainLater => Ok(None),
+            Err(DriverError::Cni(e)) if e.code == ErrorCode::TryAgainLater => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -386,7 +391,7 @@ impl Store {
         &self,
         key: K,
         timeout: Duration,
-    ) -> Result<DeviceLock<K>, CniError> {
+    ) -> Result<DeviceLock<K>, DriverError> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -416,13 +421,13 @@ impl Store {
         key: K,
         conf_key: &str,
         what: impl Display,
-        find: impl FnOnce() -> Result<F, CniError>,
-    ) -> Result<Claim<K, F, R>, CniError> {
+        find: impl FnOnce() -> Result<F, DriverError>,
+    ) -> Result<Claim<K, F, R>, DriverError> {
         let lock = self.lock(key)?;
         let start = match lock.read_record::<R>()? {
             None => Start::Free(find()?),
             Some(record) if namespace_exists(record.netns())? => {
-                return Err(in_use(conf_key, what, &record));
+                return Err(in_use(conf_key, what, &record).into());
             }
             Some(record) => Start::Stale(record),
         };
@@ -435,7 +440,7 @@ impl Store {
     pub fn find_owned_by<K: DeviceKey, R: Owned>(
         &self,
         owner: &Owner,
-    ) -> Result<Option<K>, CniError> {
+    ) -> Result<Option<K>, DriverError> {
         Ok(self
             .records::<K, R>()?
             .find(|(_, record)| record.owner() == owner)
@@ -447,11 +452,11 @@ impl Store {
     /// read is left out.
     fn records<K: DeviceKey, R: Owned>(
         &self,
-    ) -> Result<impl Iterator<Item = (K, R)> + '_, CniError> {
+    ) -> Result<impl Iterator<Item = (K, R)> + '_, DriverError> {
         let entries = match fs::read_dir(&self.dir) {
             Ok(entries) => Some(entries),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_error(&self.dir, e)),
+            Err(e) => return Err(io_error(&self.dir, e).into()),
         };
         Ok(entries
             .into_iter()
@@ -480,7 +485,7 @@ impl Store {
         &self,
         named: Option<K>,
         owner: &Owner,
-    ) -> Result<Option<(DeviceLock<K>, R)>, CniError> {
+    ) -> Result<Option<(DeviceLock<K>, R)>, DriverError> {
         let key = match named {
             Some(key) => key,
             None => match self.find_owned_by::<K, R>(owner)? {
@@ -519,13 +524,17 @@ impl<K: DeviceKey> DeviceLock<K> {
         &self.key
     }
 
-    pub fn read_record<R: Owned>(&self) -> Result<Option<R>, CniError> {
+    pub fn read_record<R: Owned>(&self) -> Result<Option<R>, DriverError> {
         read_record(&self.store.record_path(&self.key), self.store.noun)
     }
 
     /// CHECK: the record that gives the device (`what` in messages) to
     /// `req`'s attachment; none is a failed CHECK.
-    pub fn record_for<R: Owned>(&self, req: &Request, what: impl Display) -> Result<R, CniError> {
+    pub fn record_for<R: Owned>(
+        &self,
+        req: &Request,
+        what: impl Display,
+    ) -> Result<R, DriverError> {
         let owner = Owner::of(req)?;
         self.read_record::<R>()?
             .filter(|r| *r.owner() == owner)
@@ -540,47 +549,49 @@ impl<K: DeviceKey> DeviceLock<K> {
     /// Write the record durably: it must outlive a crash or reboot, which
     /// leave the device as the record says until a DEL or the next ADD gives
     /// it back.
-    pub fn write_record(&self, record: &impl Owned) -> Result<(), CniError> {
+    pub fn write_record(&self, record: &impl Owned) -> Result<(), DriverError> {
         let path = self.store.record_path(&self.key);
         let bytes = serde_json::to_vec_pretty(record).map_err(|e| io_error(&path, e))?;
-        plexus_cni::whole_file::replace_durably(&path, &bytes).map_err(|e| io_error(&path, e))
+        plexus_cni::whole_file::replace_durably(&path, &bytes)
+            .map_err(|e| io_error(&path, e))
+            .map_err(DriverError::from)
     }
 
     /// Remove the record (none is fine). Not synced: a record that comes
     /// back after a power loss names a namespace that is gone, and the next
     /// ADD gives the device back once more, which changes nothing.
-    pub fn remove_record(&self) -> Result<(), CniError> {
+    pub fn remove_record(&self) -> Result<(), DriverError> {
         let path = self.store.record_path(&self.key);
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_error(&path, e)),
+            Err(e) => Err(io_error(&path, e).into()),
         }
     }
 }
 
-fn read_record<R: Owned>(path: &Path, noun: &str) -> Result<Option<R>, CniError> {
+fn read_record<R: Owned>(path: &Path, noun: &str) -> Result<Option<R>, DriverError> {
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_error(path, e)),
+        Err(e) => return Err(io_error(path, e).into()),
     };
     let mut bytes = Vec::new();
     file.take(MAX_RECORD + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| io_error(path, e))?;
     if bytes.len() as u64 > MAX_RECORD {
-        return Err(io_error(
-            path,
-            format_args!("too large to be a {noun} record"),
-        ));
+        return Err(io_error(path, format_args!("too large to be a {noun} record")).into());
     }
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-        CniError::decode(
-            path.display().to_string(),
-            format!("not a {noun} record: {e}"),
-        )
-    })
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| {
+            CniError::decode(
+                path.display().to_string(),
+                format!("not a {noun} record: {e}"),
+            )
+        })
+        .map_err(DriverError::from)
 }
 
 #[cfg(test)]
@@ -702,7 +713,10 @@ mod tests {
         let store = Store::new(dir.path().to_path_buf(), "VF");
         let lock = store.lock(vf("0000:01:10.0")).unwrap();
         fs::write(dir.path().join("0000:01:10.0.json"), "{}").unwrap();
-        let e = lock.read_record::<Rec>().unwrap_err();
+        let e = lock
+            .read_record::<Rec>()
+            .map_err(CniError::from)
+            .unwrap_err();
         assert_eq!(e.code, ErrorCode::Decode);
         assert!(e.details.contains("not a VF record"), "{e}");
         // Not found by owner either, and the scan goes on past it.
@@ -731,9 +745,9 @@ mod tests {
             _host: &Netlink,
             _pod: Option<&Attach<'_>>,
             _patience: Patience,
-        ) -> Result<(), CniError> {
+        ) -> Result<(), DriverError> {
             if self.failing {
-                return Err(CniError::io("IFLA_VF_INFO", "EBUSY"));
+                return Err(CniError::io("IFLA_VF_INFO", "EBUSY").into());
             }
             self.calls.set(self.calls.get() + 1);
             lock.remove_record()
@@ -753,7 +767,7 @@ mod tests {
         assert_eq!(free.key(), &key);
         let driver = Counting::default();
         let host = Netlink::current().unwrap();
-        let never = || -> Result<String, CniError> { panic!("not looked for again") };
+        let never = || -> Result<String, DriverError> { panic!("not looked for again") };
         assert_eq!(free.device(&driver, &host, never).unwrap(), "free");
         assert_eq!(driver.calls.get(), 0);
         drop(free);
@@ -761,7 +775,7 @@ mod tests {
         let mut live = record("ctr1");
         live.netns = "/proc/self/ns/net".into();
         store.lock(key).unwrap().write_record(&live).unwrap();
-        let e = claim("unused").unwrap_err();
+        let e = claim("unused").map_err(CniError::from).unwrap_err();
         assert_eq!(e.code, ErrorCode::TryAgainLater);
         assert!(
             e.details
@@ -822,6 +836,7 @@ mod tests {
         };
         let e = failing
             .give_back_orphans(&store, &host, Patience::OneLook)
+            .map_err(CniError::from)
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::Io);
         assert!(

@@ -4,6 +4,7 @@
 //! under its original name, MAC and MTU, waiting (bounded) for a netdev the
 //! kernel is bringing back from a namespace being destroyed.
 
+use crate::drivers::error::DriverError;
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 
@@ -66,8 +67,8 @@ pub(crate) enum Patience {
 pub(crate) fn wait_for_netdev(
     what: impl Display,
     patience: Patience,
-    mut look: impl FnMut() -> Result<Poll, CniError>,
-) -> Result<Option<Link>, CniError> {
+    mut look: impl FnMut() -> Result<Poll, DriverError>,
+) -> Result<Option<Link>, DriverError> {
     let deadline = Instant::now()
         + match patience {
             Patience::Wait => NETDEV_RETURN_TIMEOUT,
@@ -93,7 +94,8 @@ pub(crate) fn wait_for_netdev(
                          tries again"
                     ),
                 },
-            ));
+            )
+            .into());
         }
         std::thread::sleep(NETDEV_POLL);
     }
@@ -107,7 +109,7 @@ pub(crate) fn move_into_pod(
     mac: Option<MacAddr>,
     mtu: Option<u32>,
     at: &Attach<'_>,
-) -> Result<Link, CniError> {
+) -> Result<Link, DriverError> {
     if let Some(mac) = mac {
         at.host
             .set_mac(netdev.index, mac)
@@ -132,13 +134,13 @@ pub(crate) fn move_into_pod(
         netdev.index,
         &LinkUpdate {
             netns: Some(at.pod_ns),
-            name: Some(at.ifname.clone()),
+            name: Some(at.ifname.to_string()),
             ..LinkUpdate::default()
         },
     );
     match moved {
         Ok(()) => at.pod_link(),
-        Err(e) if e.is_exists() && at.ifname_exists()? => Err(at.ifname_taken()),
+        Err(e) if e.is_exists() && at.ifname_exists()? => Err(at.ifname_taken().into()),
         Err(e) => Err(sys_error(
             format_args!(
                 "move {what}'s netdev {} into the container as {}",
@@ -152,7 +154,7 @@ pub(crate) fn move_into_pod(
 /// The netdev of device `parent` (its IFLA_PARENT_DEV_NAME: a PCI address,
 /// a virtio device), found in the pod by device (CNI_IFNAME may be another
 /// device: an ADD that found the name taken).
-fn pod_netdev(at: &Attach<'_>, parent: &str) -> Result<Option<Link>, CniError> {
+fn pod_netdev(at: &Attach<'_>, parent: &str) -> Result<Option<Link>, DriverError> {
     let links = at.pod.links().map_err(sys("list the container's links"))?;
     Ok(links
         .into_iter()
@@ -168,7 +170,7 @@ fn move_home(
     parent: &str,
     name: &str,
     at: &Attach<'_>,
-) -> Result<(), CniError> {
+) -> Result<(), DriverError> {
     let host_ns = NetNs::current().map_err(sys("open the host namespace"))?;
     for rename in [Some(name.to_string()), None] {
         let Some(link) = pod_netdev(at, parent)? else {
@@ -207,8 +209,8 @@ pub(crate) fn return_netdev(
     mtu: u32,
     host: &Netlink,
     pod: Option<&Attach<'_>>,
-    host_netdev: impl FnOnce() -> Result<Option<Link>, CniError>,
-) -> Result<(), CniError> {
+    host_netdev: impl FnOnce() -> Result<Option<Link>, DriverError>,
+) -> Result<(), DriverError> {
     if let Some(at) = pod {
         move_home(&what, parent, name, at)?;
     }
@@ -249,7 +251,7 @@ pub(crate) fn check_pod_netdev(
     prev: &CniResult,
     parent: &str,
     what: impl Display,
-) -> Result<(), CniError> {
+) -> Result<(), DriverError> {
     let entry = common::prev_container_interface(prev, at)?;
     let link = at
         .pod
@@ -285,7 +287,7 @@ pub(crate) fn netdevless_result(
         .unwrap_or_default();
     result.cni_version = Some(req.cni_version);
     result.interfaces = vec![Interface {
-        name: at.ifname.clone(),
+        name: at.ifname.to_string(),
         mac: admin_mac.map(|m| m.to_string()),
         sandbox: Some(at.sandbox.clone()),
         ..Interface::default()

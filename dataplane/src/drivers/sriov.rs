@@ -49,10 +49,10 @@ mod conf;
 mod guid;
 mod record;
 
+use crate::drivers::error::DriverError;
 use std::path::{Path, PathBuf};
 
 use plexus_cni::deviceinfo::{DeviceInfo, PciDevice};
-use plexus_cni::error::CniError;
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::Request;
 
@@ -144,10 +144,10 @@ fn vanished(e: &PciError) -> bool {
 
 /// A sysfs lookup of the configured device: what the configuration got
 /// wrong is code 7 naming the key.
-fn device_error(conf: &Conf, e: PciError) -> CniError {
+fn device_error(conf: &Conf, e: PciError) -> DriverError {
     match e {
         PciError::NotFound { .. } | PciError::NotVirtualFunction { .. } => {
-            CniError::invalid_config(conf.device_key, e.to_string())
+            DriverError::config(conf.device_key, e.to_string())
         }
         other => sys_error(conf.device_key, other),
     }
@@ -155,7 +155,7 @@ fn device_error(conf: &Conf, e: PciError) -> CniError {
 
 impl Sriov {
     /// The VF's PF netdev in this namespace, if it has one here.
-    fn pf_link(&self, vf: &VirtualFunction, host: &Netlink) -> Result<Option<Link>, CniError> {
+    fn pf_link(&self, vf: &VirtualFunction, host: &Netlink) -> Result<Option<Link>, DriverError> {
         for name in &vf.pf_netdevs {
             let link = host
                 .link_by_name(name)
@@ -169,7 +169,7 @@ impl Sriov {
 
     /// The configured VF as it is now: with its netdev in the host, or bound
     /// to a userspace driver.
-    fn find(&self, conf: &Conf, info: VirtualFunction, host: &Netlink) -> Result<Vf, CniError> {
+    fn find(&self, conf: &Conf, info: VirtualFunction, host: &Netlink) -> Result<Vf, DriverError> {
         let netdev = match &info.netdev {
             Some(name) => Some(
                 host.link_by_name(name)
@@ -183,7 +183,7 @@ impl Sriov {
             ),
             None if info.has_userspace_driver() => None,
             None => {
-                return Err(CniError::invalid_config(
+                return Err(DriverError::config(
                     conf.device_key,
                     format!(
                         "VF {} has no netdev in this network namespace and is not bound to a \
@@ -198,7 +198,7 @@ impl Sriov {
     }
 
     /// Bind the VF's driver again ([`crate::pci::PciDevice::rebind`]).
-    fn rebind(&self, address: PciAddress) -> Result<(), CniError> {
+    fn rebind(&self, address: PciAddress) -> Result<(), DriverError> {
         self.sysfs
             .pci_device(address)
             .and_then(|dev| dev.rebind())
@@ -214,7 +214,7 @@ impl Sriov {
         address: PciAddress,
         host: &Netlink,
         patience: Patience,
-    ) -> Result<Option<Link>, CniError> {
+    ) -> Result<Option<Link>, DriverError> {
         passthrough::wait_for_netdev(format_args!("VF {address}"), patience, || {
             let vf = match self.sysfs.virtual_function(address) {
                 Ok(vf) => vf,
@@ -254,7 +254,7 @@ impl GiveBack for Sriov {
         host: &Netlink,
         pod: Option<&Attach<'_>>,
         patience: Patience,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         let address = *lock.key();
         let vf = match self.sysfs.virtual_function(address) {
             Ok(vf) => vf,
@@ -309,7 +309,7 @@ impl InterfaceDriver for Sriov {
     type Prepared = Prepared;
     type Made = Made;
 
-    fn parse(&self, req: &Request) -> Result<Conf, CniError> {
+    fn parse(&self, req: &Request) -> Result<Conf, DriverError> {
         conf::parse(req)
     }
 
@@ -317,13 +317,18 @@ impl InterfaceDriver for Sriov {
         &conf.ipam
     }
 
-    fn prepare(&self, _req: &Request, conf: &Conf, at: &Attach<'_>) -> Result<Prepared, CniError> {
+    fn prepare(
+        &self,
+        _req: &Request,
+        conf: &Conf,
+        at: &Attach<'_>,
+    ) -> Result<Prepared, DriverError> {
         let info = self
             .sysfs
             .virtual_function(conf.device)
             .map_err(|e| device_error(conf, e))?;
         let pf = self.pf_link(&info, at.host)?.ok_or_else(|| {
-            CniError::invalid_config(
+            DriverError::config(
                 conf.device_key,
                 format!(
                     "the PF {} of VF {} has no netdev in this network namespace",
@@ -363,7 +368,7 @@ impl InterfaceDriver for Sriov {
         prepared: &'a Prepared,
         at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
-    ) -> Result<Made, CniError> {
+    ) -> Result<Made, DriverError> {
         let host = at.host;
         let vf = prepared.claim.device(self, host, || {
             let info = self
@@ -388,8 +393,7 @@ impl InterfaceDriver for Sriov {
         if prepared.settings.sets_ib_guid() {
             guid::save_for_give_back(&mut saved, vf.netdev.as_ref());
         } else if let Some(netdev) = vf.netdev.as_ref().filter(|_| pf.infiniband) {
-            guid::check_own(netdev)
-                .map_err(|why| CniError::invalid_config(conf::RUNTIME_GUID, why))?;
+            guid::check_own(netdev).map_err(|why| DriverError::config(conf::RUNTIME_GUID, why))?;
         }
         let found = match &vf.netdev {
             Some(link) => {
@@ -465,7 +469,7 @@ impl InterfaceDriver for Sriov {
         at: &Attach<'_>,
         made: Made,
         ipam: Option<CniResult>,
-    ) -> Result<CniResult, CniError> {
+    ) -> Result<CniResult, DriverError> {
         let dns = conf.dns.as_ref();
         let mut result = match made.pod_link {
             Some(link) => stacked::configure(req, dns, false, at, link, ipam, stacked::NOTIFY)?,
@@ -484,7 +488,7 @@ impl InterfaceDriver for Sriov {
         conf: &Conf,
         at: &Attach<'_>,
         prev: &CniResult,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         let lock = self.store(conf.data_dir.as_deref()).lock(conf.device)?;
         let record: Record = lock.record_for(req, format_args!("VF {}", conf.device))?;
         if !record.is_dpdk() {
@@ -528,12 +532,12 @@ impl InterfaceDriver for Sriov {
 }
 
 /// CHECK of the PF-side settings: each configured one as the PF reports it.
-fn check_settings(want: &VfSettings, now: &VfState) -> Result<(), CniError> {
+fn check_settings(want: &VfSettings, now: &VfState) -> Result<(), DriverError> {
     fn differs<T: PartialEq + std::fmt::Debug>(
         key: &str,
         want: Option<T>,
         have: T,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         match want {
             Some(w) if w != have => Err(mismatch(
                 key,
@@ -563,6 +567,7 @@ mod tests {
 
     use super::*;
     use crate::netlink::{Guid, VfLinkState, VfVlan, VlanProto};
+    use plexus_cni::CniError;
 
     #[test]
     fn check_names_the_key_of_a_setting_that_differs() {
@@ -670,7 +675,9 @@ mod tests {
             ),
         ];
         for (key, want) in cases {
-            let e = check_settings(&want, &now).unwrap_err();
+            let e = check_settings(&want, &now)
+                .map_err(CniError::from)
+                .unwrap_err();
             assert_eq!(
                 e.code,
                 ErrorCode::Plugin(plexus_cni::error::codes::PLUGIN_FAILED)

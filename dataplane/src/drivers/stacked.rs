@@ -16,8 +16,8 @@
 //! - The master's MTU bounds `mtu` for ipvlan too, so the error names the
 //!   key instead of coming back as the kernel's EINVAL.
 
+use crate::drivers::error::DriverError;
 use plexus_cni::env::CniCommand;
-use plexus_cni::error::CniError;
 use plexus_cni::result::{CniResult, Interface};
 use plexus_cni::skel::Request;
 
@@ -46,10 +46,10 @@ pub(crate) trait Stacked: Sync {
 
     /// Read the configuration (the shared checks follow in
     /// [`Conf::validate`]).
-    fn parse(req: &Request) -> Result<Conf<Self::Mode>, CniError>;
+    fn parse(req: &Request) -> Result<Conf<Self::Mode>, DriverError>;
     fn create(nl: &Netlink, spec: Spec<'_>, mode: Self::Mode) -> Result<Option<Link>, Error>;
     /// Refuse a master this kind cannot stack on (before IPAM runs).
-    fn check_master(_master: &Link) -> Result<(), CniError> {
+    fn check_master(_master: &Link) -> Result<(), DriverError> {
         Ok(())
     }
     /// The mode the kernel reports for a link of this kind.
@@ -82,19 +82,18 @@ pub(crate) struct Conf<M> {
 
 impl<M> Conf<M> {
     /// The checks that need no system access, shared by both kinds.
-    pub fn validate(self, req: &Request, kind: &str, chains: bool) -> Result<Self, CniError> {
+    pub fn validate(self, req: &Request, kind: &str, chains: bool) -> Result<Self, DriverError> {
         if let Some(m) = &self.master {
-            plexus_cni::names::check_ifname(m)
-                .map_err(|r| CniError::invalid_config("master", r))?;
+            plexus_cni::names::check_ifname(m).map_err(|r| DriverError::config("master", r))?;
         }
         // Below the master's MTU, known only at ADD; the lower bound now.
         common::check_mtu(self.mtu, 68, u32::MAX, "the master's MTU")?;
         if chains
             && !common::has_ipam(&self.ipam)
             && req.prev_result.as_ref().is_none_or(|p| p.ips.is_empty())
-            && req.env.command == CniCommand::Add
+            && req.env.command() == CniCommand::Add
         {
-            return Err(CniError::invalid_config(
+            return Err(DriverError::config(
                 "ipam",
                 format!("missing: {kind} needs an IPAM plugin, or a prevResult with addresses"),
             ));
@@ -110,11 +109,11 @@ pub(crate) fn parse_mode<M: Copy + std::str::FromStr>(
     mode: Option<&str>,
     default: M,
     expected: &str,
-) -> Result<M, CniError> {
+) -> Result<M, DriverError> {
     match mode {
         None | Some("") => Ok(default),
         Some(s) => s.parse().map_err(|_| {
-            CniError::invalid_config(
+            DriverError::config(
                 "mode",
                 format!("unknown {kind} mode {s:?} (expected {expected})"),
             )
@@ -139,13 +138,13 @@ fn resolve_master<M>(
     ctx: &Attach<'_>,
     conf: &Conf<M>,
     chains: bool,
-) -> Result<Link, CniError> {
+) -> Result<Link, DriverError> {
     let (side, nl) = master_side(ctx, conf);
     let name = match (&conf.master, &req.prev_result) {
         (Some(m), _) => m.clone(),
         (None, Some(prev)) if chains => match prev.interfaces.as_slice() {
             [only] if !only.name.is_empty() => only.name.clone(),
-            _ => return Err(CniError::invalid_config(
+            _ => return Err(DriverError::config(
                 "master",
                 "not set, and the prevResult has not exactly one named interface to take it from",
             )),
@@ -154,7 +153,7 @@ fn resolve_master<M>(
             return common::default_route_link(nl)
                 .map_err(sys("find the default route interface"))?
                 .ok_or_else(|| {
-                    CniError::invalid_config(
+                    DriverError::config(
                         "master",
                         format!(
                         "not set, and the {side} namespace has no default route to take it from"
@@ -166,7 +165,7 @@ fn resolve_master<M>(
     nl.link_by_name(&name)
         .map_err(sys(format_args!("look up master {name}")))?
         .ok_or_else(|| {
-            CniError::invalid_config(
+            DriverError::config(
                 "master",
                 format!("interface {name:?} not found in the {side} namespace"),
             )
@@ -183,7 +182,7 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
     type Prepared = (Link, Option<u32>);
     type Made = Link;
 
-    fn parse(&self, req: &Request) -> Result<Self::Conf, CniError> {
+    fn parse(&self, req: &Request) -> Result<Self::Conf, DriverError> {
         S::parse(req)?.validate(req, S::KIND, S::CHAINS)
     }
 
@@ -196,7 +195,7 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         req: &Request,
         conf: &Self::Conf,
         at: &Attach<'_>,
-    ) -> Result<Self::Prepared, CniError> {
+    ) -> Result<Self::Prepared, DriverError> {
         let master = resolve_master(req, at, conf, S::CHAINS)?;
         S::check_master(&master)?;
         let mtu = common::check_mtu(conf.mtu, 68, master.mtu, "the master's MTU")?;
@@ -210,7 +209,7 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         (master, mtu): &'a Self::Prepared,
         at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
-    ) -> Result<Link, CniError> {
+    ) -> Result<Link, DriverError> {
         create_link::<S>(conf, at, master, *mtu, undo)
     }
 
@@ -221,7 +220,7 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         at: &Attach<'_>,
         link: Link,
         ipam: Option<CniResult>,
-    ) -> Result<CniResult, CniError> {
+    ) -> Result<CniResult, DriverError> {
         configure(req, conf.dns.as_ref(), S::CHAINS, at, link, ipam, NOTIFY)
     }
 
@@ -231,7 +230,7 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         conf: &Self::Conf,
         at: &Attach<'_>,
         prev: &CniResult,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         check::<S>(conf, at, prev)
     }
 }
@@ -244,7 +243,7 @@ fn create_link<'a, S: Stacked>(
     master: &Link,
     mtu: Option<u32>,
     undo: &mut Undo<'a>,
-) -> Result<Link, CniError> {
+) -> Result<Link, DriverError> {
     let (_, nl) = master_side(ctx, conf);
     let kind = S::KIND;
     let spec = Spec {
@@ -258,7 +257,7 @@ fn create_link<'a, S: Stacked>(
     };
     match S::create(nl, spec, conf.mode) {
         Ok(_) => {}
-        Err(e) if e.is_exists() && ctx.ifname_exists()? => return Err(ctx.ifname_taken()),
+        Err(e) if e.is_exists() && ctx.ifname_exists()? => return Err(ctx.ifname_taken().into()),
         Err(e) => {
             return Err(sys_error(
                 format_args!("create {kind} {} on {}", ctx.ifname, master.name),
@@ -293,7 +292,7 @@ pub(crate) fn configure(
     link: Link,
     ipam: Option<CniResult>,
     notify: &[&str],
-) -> Result<CniResult, CniError> {
+) -> Result<CniResult, DriverError> {
     let mut result = if let Some(ipam) = ipam {
         CniResult {
             ips: ipam.ips,
@@ -340,7 +339,7 @@ fn check<S: Stacked>(
     conf: &Conf<S::Mode>,
     ctx: &Attach<'_>,
     prev: &CniResult,
-) -> Result<(), CniError> {
+) -> Result<(), DriverError> {
     let entry = common::prev_container_interface(prev, ctx)?;
     if let Some(name) = &conf.master {
         let (side, nl) = master_side(ctx, conf);

@@ -45,16 +45,17 @@
 //! - CHECK substitutes `IFNAME` in sysctl keys (v1.1 compares the
 //!   unsubstituted path) and compares MACs case-insensitively.
 
+use crate::drivers::error::DriverError;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use plexus_cni::casefold;
-use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
 use plexus_cni::{CniError, CniResult};
 
-use super::attachment::{chained_prev_result as prev_result, container_id, ifname, Attach};
+use super::attachment::{chained_prev_result as prev_result, Attach};
 use super::common::{mismatch, sys};
 use super::undo::Undo;
 use crate::mac::MacAddr;
@@ -175,8 +176,8 @@ impl Settings {
 
 /// Decodes the plugin's keys (types only, no semantic checks): what DEL
 /// needs.
-fn decode(req: &Request) -> Result<Conf, CniError> {
-    casefold::decode(&Value::Object(req.config.clone()))
+fn decode(req: &Request) -> Result<Conf, DriverError> {
+    casefold::decode(&Value::Object(req.config.clone())).map_err(DriverError::from)
 }
 
 /// Decodes and validates everything the configuration, runtimeConfig and
@@ -186,8 +187,8 @@ fn settings(
     conf: Conf,
     default_dir: &Path,
     ifname: &str,
-) -> Result<Settings, CniError> {
-    req.env.args.check_known(&["MAC"])?;
+) -> Result<Settings, DriverError> {
+    req.env.args().check_known(&["MAC"])?;
     let cni_args = conf.args.and_then(|a| a.cni).unwrap_or_default();
 
     // MAC: config < CNI_ARGS < runtimeConfig < args.cni, as the reference.
@@ -198,12 +199,12 @@ fn settings(
         }
     };
     offer(conf.mac.as_deref(), "mac");
-    offer(req.env.args.get("MAC"), "CNI_ARGS MAC");
+    offer(req.env.args().get("MAC"), "CNI_ARGS MAC");
     let runtime_mac = match req.runtime_config.get("mac") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.as_str()),
         Some(other) => {
-            return Err(CniError::invalid_config(
+            return Err(DriverError::config(
                 "runtimeConfig.mac",
                 format!("must be a string, got {other}"),
             ))
@@ -218,9 +219,9 @@ fn settings(
         .map(|(text, field)| {
             let parsed: MacAddr = text
                 .parse()
-                .map_err(|e: crate::Error| CniError::invalid_config(&field, e.to_string()))?;
+                .map_err(|e: crate::Error| DriverError::config(&field, e.to_string()))?;
             if parsed.is_multicast() {
-                return Err(CniError::invalid_config(
+                return Err(DriverError::config(
                     &field,
                     format!("{text:?} is a multicast address, which an interface cannot have"),
                 ));
@@ -238,7 +239,7 @@ fn settings(
         for (key, value) in map.iter().flatten() {
             let field = format!("{prefix}[{key:?}]");
             let Value::String(value) = value else {
-                return Err(CniError::invalid_config(
+                return Err(DriverError::config(
                     field,
                     format!("must be a string, got {value}"),
                 ));
@@ -253,13 +254,13 @@ fn settings(
         .into_iter()
         .map(|(key, field, value)| {
             let resolved = SysctlKey::for_interface(&key, ifname).map_err(|e| {
-                CniError::invalid_config(
+                DriverError::config(
                     &field,
                     format!("{e} (tuning only sets net.* sysctls of the pod's namespace)"),
                 )
             })?;
             if value.contains('\0') {
-                return Err(CniError::invalid_config(&field, "the value contains NUL"));
+                return Err(DriverError::config(&field, "the value contains NUL"));
             }
             Ok(Sysctl {
                 field,
@@ -267,7 +268,7 @@ fn settings(
                 value,
             })
         })
-        .collect::<Result<_, CniError>>()?;
+        .collect::<Result<_, DriverError>>()?;
 
     let data_dir = conf
         .data_dir
@@ -439,45 +440,30 @@ impl Saved {
     }
 }
 
-fn read_saved(path: &Path) -> Result<Option<Vec<u8>>, CniError> {
+fn read_saved(path: &Path) -> Result<Option<Vec<u8>>, DriverError> {
     match std::fs::read(path) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(CniError::io(path.display().to_string(), e)),
+        Err(e) => Err(CniError::io(path.display().to_string(), e).into()),
     }
 }
 
-fn remove_saved(path: &Path) -> Result<(), CniError> {
+fn remove_saved(path: &Path) -> Result<(), DriverError> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(CniError::io(path.display().to_string(), e)),
+        Err(e) => Err(CniError::io(path.display().to_string(), e).into()),
     }
 }
 
 // ---------------------------------------------------------------------------
 // The plugin
 
-/// The pod's interface `CNI_IFNAME`, which must exist.
-fn pod_link(at: &Attach<'_>) -> Result<Link, CniError> {
-    let name = &at.ifname;
-    at.pod
-        .link_by_name(name)
-        .map_err(sys(format_args!("CNI_IFNAME {name}")))?
-        .ok_or_else(|| {
-            CniError::plugin(
-                plexus_cni::error::codes::PLUGIN_FAILED,
-                "plugin failed",
-                format!("CNI_IFNAME: no interface {name:?} in {}", at.sandbox),
-            )
-        })
-}
-
 impl Tuning<'_> {
-    fn settings_for(&self, req: &Request) -> Result<Settings, CniError> {
+    fn settings_for(&self, req: &Request) -> Result<Settings, DriverError> {
         // Without an interface (validation before the attachment is known)
         // `IFNAME` stands for itself, which is a valid interface name.
-        let ifname = req.env.ifname.as_deref().unwrap_or("IFNAME");
+        let ifname = req.env.ifname().map_or("IFNAME", |n| n.as_str());
         settings(req, decode(req)?, &self.data_dir, ifname)
     }
 
@@ -492,19 +478,19 @@ impl Tuning<'_> {
         at: &'a Attach<'a>,
         path: &'a Path,
         undo: &mut Undo<'a>,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         let keys: Vec<SysctlKey> = s.sysctls.iter().map(|x| x.key.clone()).collect();
         // Read every sysctl first: a key that does not exist fails here,
         // before anything changed, and the values allow undoing a failure.
         let originals = sysctl::read_all(at.pod_ns, &keys).map_err(|e| {
             if e.errno() == Some(crate::Errno::ENOENT) {
-                CniError::invalid_config("sysctl", e.to_string())
+                DriverError::config("sysctl", e.to_string())
             } else {
                 sys("sysctl")(e)
             }
         })?;
         let link = if s.changes_link() {
-            Some(pod_link(at)?)
+            Some(at.existing_pod_link()?)
         } else {
             None
         };
@@ -536,7 +522,7 @@ impl Tuning<'_> {
         link: &Link,
         path: &'a Path,
         undo: &mut Undo<'a>,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         let changes = s.changes();
         let saved_before = read_saved(path)?;
         // Undoing restores the values from before this ADD; the file keeps
@@ -556,7 +542,8 @@ impl Tuning<'_> {
             format!("saving {}", path.display()),
             move || match saved_before {
                 Some(bytes) => plexus_cni::whole_file::replace_durably(path, &bytes)
-                    .map_err(|e| CniError::io(path.display().to_string(), e)),
+                    .map_err(|e| CniError::io(path.display().to_string(), e))
+                    .map_err(DriverError::from),
                 None => remove_saved(path),
             },
         );
@@ -603,16 +590,18 @@ fn with_mac(prev: &CniResult, ifname: &str, mac: MacAddr) -> CniResult {
     out
 }
 
-impl Plugin for Tuning<'_> {
-    fn validate(&self, req: &Request) -> Result<(), CniError> {
+impl TypedPlugin for Tuning<'_> {
+    type Error = DriverError;
+
+    fn validate(&self, req: &Request) -> Result<(), DriverError> {
         self.settings_for(req).map(drop)
     }
 
-    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+    fn add(&self, req: &Request) -> Result<CniResult, DriverError> {
         let s = self.settings_for(req)?;
         let prev = prev_result(req, PLUGIN)?;
-        let (cid, ifname) = (container_id(req)?, ifname(req)?);
         let at = Attach::open(self.session, req)?;
+        let (cid, ifname) = (&req.env.require_attachment()?.container_id, &at.ifname);
         let path = saved_path(&s.data_dir, cid, ifname);
         let mut undo = Undo::default();
         let applied = self.apply(&s, &at, &path, &mut undo);
@@ -623,13 +612,14 @@ impl Plugin for Tuning<'_> {
         })
     }
 
-    fn del(&self, req: &Request) -> Result<(), CniError> {
+    fn del(&self, req: &Request) -> Result<(), DriverError> {
         let conf = decode(req)?;
         let data_dir = conf
             .data_dir
             .filter(|d| !d.is_empty())
             .map_or_else(|| self.data_dir.clone(), PathBuf::from);
-        let (cid, ifname) = (container_id(req)?, ifname(req)?);
+        let params = req.env.require_attachment()?;
+        let (cid, ifname) = (&params.container_id, &params.ifname);
         let path = saved_path(&data_dir, cid, ifname);
         let Some(bytes) = read_saved(&path)? else {
             return Ok(());
@@ -665,16 +655,17 @@ impl Plugin for Tuning<'_> {
                     path.display(),
                     problems.join("; ")
                 ),
-            ));
+            )
+            .into());
         }
         remove_saved(&path)
     }
 
-    fn check(&self, req: &Request) -> Result<(), CniError> {
+    fn check(&self, req: &Request) -> Result<(), DriverError> {
         let s = self.settings_for(req)?;
         prev_result(req, PLUGIN)?;
-        let ifname = ifname(req)?;
         let at = Attach::open(self.session, req)?;
+        let ifname = &at.ifname;
         let keys: Vec<SysctlKey> = s.sysctls.iter().map(|x| x.key.clone()).collect();
         let current = sysctl::read_all(at.pod_ns, &keys).map_err(sys("sysctl"))?;
         for (x, now) in s.sysctls.iter().zip(current) {
@@ -688,7 +679,7 @@ impl Plugin for Tuning<'_> {
                 ));
             }
         }
-        let link = pod_link(&at)?;
+        let link = at.existing_pod_link()?;
         let mut wanted = s.changes();
         // The reference also checks that promiscuous mode is off when the
         // configuration does not ask for it.
@@ -717,11 +708,11 @@ impl Plugin for Tuning<'_> {
     /// Nothing to collect: saved files are removed by DEL, and the data
     /// directory is shared by every network, so a file can't be told stale
     /// from this network's valid attachments alone.
-    fn gc(&self, _req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, _req: &Request, _valid: &[ValidAttachment]) -> Result<(), DriverError> {
         Ok(())
     }
 
-    fn status(&self, _req: &Request) -> Result<(), CniError> {
+    fn status(&self, _req: &Request) -> Result<(), DriverError> {
         Ok(())
     }
 }
@@ -736,7 +727,7 @@ mod tests {
         super::super::common::unit_test_request(config, args)
     }
 
-    fn settings_of(config: Value, args: &str) -> Result<Settings, CniError> {
+    fn settings_of(config: Value, args: &str) -> Result<Settings, DriverError> {
         let session = Session::new();
         let tuning = Tuning {
             data_dir: "/d".into(),
@@ -770,18 +761,25 @@ mod tests {
 
     #[test]
     fn bad_macs_name_their_source() {
-        let e = settings_of(json!({"mac": "zz"}), "").unwrap_err();
+        let e = settings_of(json!({"mac": "zz"}), "")
+            .map_err(CniError::from)
+            .unwrap_err();
         assert!(e.details.starts_with("mac: invalid MAC address"), "{e}");
-        let e =
-            settings_of(json!({"runtimeConfig": {"mac": "01:00:5e:00:00:01"}}), "").unwrap_err();
+        let e = settings_of(json!({"runtimeConfig": {"mac": "01:00:5e:00:00:01"}}), "")
+            .map_err(CniError::from)
+            .unwrap_err();
         assert!(
             e.details
                 .starts_with("runtimeConfig.mac: \"01:00:5e:00:00:01\" is a multicast"),
             "{e}"
         );
-        let e = settings_of(json!({"runtimeConfig": {"mac": 5}}), "").unwrap_err();
+        let e = settings_of(json!({"runtimeConfig": {"mac": 5}}), "")
+            .map_err(CniError::from)
+            .unwrap_err();
         assert_eq!(e.details, "runtimeConfig.mac: must be a string, got 5");
-        let e = settings_of(json!({}), "MAC=02:00:00:00:00:01;FOO=1").unwrap_err();
+        let e = settings_of(json!({}), "MAC=02:00:00:00:00:01;FOO=1")
+            .map_err(CniError::from)
+            .unwrap_err();
         assert!(
             e.details.starts_with("CNI_ARGS: unknown argument \"FOO\""),
             "{e}"
@@ -821,16 +819,22 @@ mod tests {
                 ),
             ]
         );
-        let e = settings_of(json!({"sysctl": {"kernel.hostname": "x"}}), "").unwrap_err();
+        let e = settings_of(json!({"sysctl": {"kernel.hostname": "x"}}), "")
+            .map_err(CniError::from)
+            .unwrap_err();
         assert!(
             e.details
                 .starts_with("sysctl[\"kernel.hostname\"]: invalid sysctl key"),
             "{e}"
         );
         assert!(e.details.contains("only keys under net"), "{e}");
-        let e = settings_of(json!({"sysctl": {"net/../kernel/x": "1"}}), "").unwrap_err();
+        let e = settings_of(json!({"sysctl": {"net/../kernel/x": "1"}}), "")
+            .map_err(CniError::from)
+            .unwrap_err();
         assert!(e.details.starts_with("sysctl[\"net/../kernel/x\"]"), "{e}");
-        let e = settings_of(json!({"sysctl": {"net.core.somaxconn": 5}}), "").unwrap_err();
+        let e = settings_of(json!({"sysctl": {"net.core.somaxconn": 5}}), "")
+            .map_err(CniError::from)
+            .unwrap_err();
         assert_eq!(
             e.details,
             "sysctl[\"net.core.somaxconn\"]: must be a string, got 5"
@@ -839,11 +843,17 @@ mod tests {
 
     #[test]
     fn wrong_types_name_the_key() {
-        let e = settings_of(json!({"mtu": "1400"}), "").unwrap_err();
+        let e = settings_of(json!({"mtu": "1400"}), "")
+            .map_err(CniError::from)
+            .unwrap_err();
         assert!(e.details.starts_with("mtu: invalid type: string"), "{e}");
-        let e = settings_of(json!({"promisc": 1}), "").unwrap_err();
+        let e = settings_of(json!({"promisc": 1}), "")
+            .map_err(CniError::from)
+            .unwrap_err();
         assert!(e.details.starts_with("promisc: invalid type"), "{e}");
-        let e = settings_of(json!({"args": {"cni": {"txQLen": -1}}}), "").unwrap_err();
+        let e = settings_of(json!({"args": {"cni": {"txQLen": -1}}}), "")
+            .map_err(CniError::from)
+            .unwrap_err();
         assert!(
             e.details.starts_with("args.cni.txQLen: invalid value"),
             "{e}"

@@ -4,9 +4,10 @@
 //! ADD; chained plugins register what they change (a saved file, a link
 //! setting, sysctls).
 
+use crate::drivers::error::DriverError;
 use plexus_cni::CniError;
 
-type Step<'a> = Box<dyn FnOnce() -> Result<(), CniError> + 'a>;
+type Step<'a> = Box<dyn FnOnce() -> Result<(), DriverError> + 'a>;
 
 /// What a half-done ADD must take back, undone newest first when the ADD
 /// fails (and, as a backstop, when it panics).
@@ -19,7 +20,7 @@ impl<'a> Undo<'a> {
     pub fn push(
         &mut self,
         what: impl Into<String>,
-        step: impl FnOnce() -> Result<(), CniError> + 'a,
+        step: impl FnOnce() -> Result<(), DriverError> + 'a,
     ) {
         self.steps.push((what.into(), Box::new(step)));
     }
@@ -28,13 +29,15 @@ impl<'a> Undo<'a> {
     /// undo step that fails too is appended to the error's details). An
     /// error after a complete undo is marked [`CniError::undone`]: nothing of
     /// this ADD is left for the runtime's DEL to remove.
-    pub fn finish<T>(mut self, outcome: Result<T, CniError>) -> Result<T, CniError> {
+    pub fn finish<T>(mut self, outcome: Result<T, DriverError>) -> Result<T, DriverError> {
         match outcome {
             Ok(v) => {
                 self.steps.clear();
                 Ok(v)
             }
-            Err(mut e) => {
+            Err(e) => {
+                // `undone` is the CNI error's: it tells the runtime's DEL.
+                let mut e = CniError::from(e);
                 e.undone = true;
                 for (what, step) in self.steps.drain(..).rev() {
                     if let Err(u) = step() {
@@ -43,7 +46,7 @@ impl<'a> Undo<'a> {
                             .push_str(&format!("; undoing {what} failed too: {u}"));
                     }
                 }
-                Err(e)
+                Err(DriverError::Cni(e))
             }
         }
     }
@@ -60,6 +63,7 @@ impl Drop for Undo<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drivers::common::sys_error;
 
     #[test]
     fn undo_runs_newest_first_and_reports_failures() {
@@ -72,10 +76,11 @@ mod tests {
         });
         undo.push("two", || {
             log.borrow_mut().push(2);
-            Err(CniError::io("x", "boom"))
+            Err(sys_error("x", "boom"))
         });
         let e = undo
-            .finish::<()>(Err(CniError::io("step", "failed")))
+            .finish::<()>(Err(sys_error("step", "failed")))
+            .map_err(CniError::from)
             .unwrap_err();
         assert_eq!(*log.borrow(), [2, 1]);
         assert!(e.details.contains("undoing two failed too"), "{e}");

@@ -31,10 +31,10 @@
 
 mod conf;
 
+use crate::drivers::error::DriverError;
 use std::path::{Path, PathBuf};
 
 use plexus_cni::deviceinfo::{DeviceInfo, VdpaDevice, VdpaDriver};
-use plexus_cni::error::CniError;
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::Request;
 use serde::{Deserialize, Serialize};
@@ -131,11 +131,11 @@ pub(crate) struct Made {
     pod_link: Option<Link>,
 }
 
-fn open_genl(key: &str) -> Result<VdpaNetlink, CniError> {
+fn open_genl(key: &str) -> Result<VdpaNetlink, DriverError> {
     VdpaNetlink::open()
         .map_err(sys("the vdpa generic netlink family"))?
         .ok_or_else(|| {
-            CniError::invalid_config(
+            DriverError::config(
                 key,
                 "no vDPA device can be found: the kernel has no vdpa generic netlink family \
                  in this network namespace (CONFIG_VDPA; the family answers in the initial \
@@ -147,7 +147,7 @@ fn open_genl(key: &str) -> Result<VdpaNetlink, CniError> {
 impl Vdpa {
     /// The configured device's name: as given, or the one vDPA device on
     /// the configured PCI device.
-    fn resolve(&self, conf: &Conf) -> Result<String, CniError> {
+    fn resolve(&self, conf: &Conf) -> Result<String, DriverError> {
         let address = match &conf.device {
             Device::Name(name) => return Ok(name.clone()),
             Device::Pci(address) => *address,
@@ -158,11 +158,11 @@ impl Vdpa {
             .map_err(|e| sys_error(format_args!("{}: read sysfs", conf.device_key), e))?;
         match on.as_slice() {
             [one] => Ok(one.clone()),
-            [] => Err(CniError::invalid_config(
+            [] => Err(DriverError::config(
                 conf.device_key,
                 format!("no vDPA device on PCI device {address}"),
             )),
-            many => Err(CniError::invalid_config(
+            many => Err(DriverError::config(
                 conf.device_key,
                 format!(
                     "PCI device {address} has several vDPA devices ({}): name one with vdpaDevice",
@@ -172,7 +172,7 @@ impl Vdpa {
         }
     }
 
-    fn sysfs_device(&self, name: &str) -> Result<Option<VdpaSysfsDevice>, CniError> {
+    fn sysfs_device(&self, name: &str) -> Result<Option<VdpaSysfsDevice>, DriverError> {
         self.sysfs
             .vdpa_device(name)
             .map_err(|e| sys_error(format_args!("vDPA device {name}: read sysfs"), e))
@@ -186,11 +186,11 @@ impl Vdpa {
         name: &str,
         host: &Netlink,
         genl: &VdpaNetlink,
-    ) -> Result<Bound, CniError> {
+    ) -> Result<Bound, DriverError> {
         let key = conf.device_key;
         let dev = self
             .sysfs_device(name)?
-            .ok_or_else(|| CniError::invalid_config(key, format!("vDPA device {name} vanished")))?;
+            .ok_or_else(|| DriverError::config(key, format!("vDPA device {name} vanished")))?;
         match dev.driver.as_deref() {
             Some(VIRTIO_VDPA) => {
                 let virtio = dev.virtio.clone().ok_or_else(|| {
@@ -210,7 +210,7 @@ impl Vdpa {
                         });
                     }
                 }
-                Err(CniError::invalid_config(
+                Err(DriverError::config(
                     key,
                     format!(
                         "vDPA device {name} ({virtio}) has no netdev in this network namespace: \
@@ -240,14 +240,14 @@ impl Vdpa {
                     mac: config.mac,
                 })
             }
-            None => Err(CniError::invalid_config(
+            None => Err(DriverError::config(
                 key,
                 format!(
                     "vDPA device {name} is bound to no driver: bind it to {VIRTIO_VDPA} or \
                      {VHOST_VDPA}"
                 ),
             )),
-            Some(other) => Err(CniError::invalid_config(
+            Some(other) => Err(DriverError::config(
                 key,
                 format!(
                     "vDPA device {name} is bound to {other}, which plexus does not know: \
@@ -265,7 +265,7 @@ impl Vdpa {
         virtio: &str,
         host: &Netlink,
         patience: Patience,
-    ) -> Result<Option<Link>, CniError> {
+    ) -> Result<Option<Link>, DriverError> {
         passthrough::wait_for_netdev(format_args!("vDPA device {name}"), patience, || {
             let Some(dev) = self.sysfs_device(name)? else {
                 return Ok(Poll::Ready(None));
@@ -304,7 +304,7 @@ impl GiveBack for Vdpa {
         host: &Netlink,
         pod: Option<&Attach<'_>>,
         patience: Patience,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         let name = lock.key();
         if let (
             Found::Netdev {
@@ -336,9 +336,9 @@ fn unchangeable(
     name: &str,
     want: impl std::fmt::Display,
     have: Option<impl std::fmt::Display>,
-) -> CniError {
+) -> DriverError {
     let have = have.map_or("none".to_string(), |h| h.to_string());
-    CniError::invalid_config(
+    DriverError::config(
         key,
         format!(
             "{want}: vDPA device {name} is bound to {VHOST_VDPA} and has {have}; plexus cannot \
@@ -355,7 +355,7 @@ impl InterfaceDriver for Vdpa {
     type Prepared = Prepared;
     type Made = Made;
 
-    fn parse(&self, req: &Request) -> Result<Conf, CniError> {
+    fn parse(&self, req: &Request) -> Result<Conf, DriverError> {
         conf::parse(req)
     }
 
@@ -363,16 +363,21 @@ impl InterfaceDriver for Vdpa {
         &conf.ipam
     }
 
-    fn prepare(&self, _req: &Request, conf: &Conf, at: &Attach<'_>) -> Result<Prepared, CniError> {
+    fn prepare(
+        &self,
+        _req: &Request,
+        conf: &Conf,
+        at: &Attach<'_>,
+    ) -> Result<Prepared, DriverError> {
         let key = conf.device_key;
         let name = self.resolve(conf)?;
         let genl = open_genl(key)?;
         let dev = genl
             .device(&name)
             .map_err(sys(format_args!("vDPA device {name}")))?
-            .ok_or_else(|| CniError::invalid_config(key, format!("no vDPA device {name}")))?;
+            .ok_or_else(|| DriverError::config(key, format!("no vDPA device {name}")))?;
         if dev.device_id != VIRTIO_ID_NET {
-            return Err(CniError::invalid_config(
+            return Err(DriverError::config(
                 key,
                 format!(
                     "vDPA device {name} is a virtio device of type {}, not a network device \
@@ -401,7 +406,7 @@ impl InterfaceDriver for Vdpa {
         prepared: &'a Prepared,
         at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
-    ) -> Result<Made, CniError> {
+    ) -> Result<Made, DriverError> {
         let host = at.host;
         let name = prepared.claim.key();
         let bound = prepared.claim.device(self, host, || {
@@ -451,7 +456,7 @@ impl InterfaceDriver for Vdpa {
         at: &Attach<'_>,
         made: Made,
         ipam: Option<CniResult>,
-    ) -> Result<CniResult, CniError> {
+    ) -> Result<CniResult, DriverError> {
         let dns = conf.dns.as_ref();
         let mut result = match (made.pod_link, &made.bound) {
             (Some(link), _) => {
@@ -475,7 +480,7 @@ impl InterfaceDriver for Vdpa {
         conf: &Conf,
         at: &Attach<'_>,
         prev: &CniResult,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), DriverError> {
         let name = self.resolve(conf)?;
         let lock = self.store(conf.data_dir.as_deref()).lock(name.clone())?;
         let record: Record = lock.record_for(req, format_args!("vDPA device {name}"))?;

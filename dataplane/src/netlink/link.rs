@@ -454,26 +454,12 @@ impl BridgeVlan {
     }
 }
 
-/// Checks an interface name the way the kernel's `dev_valid_name` does, so
-/// the error names the field instead of coming back as a bare EINVAL.
+/// Checks an interface name the way the kernel's `dev_valid_name` does
+/// (the one rule, [`plexus_cni::names::check_ifname`]), so the error names
+/// the field instead of coming back as a bare EINVAL.
 pub fn validate_ifname(name: &str) -> Result<()> {
-    let bad = |reason: &str| Err(Error::invalid("interface name", name, reason));
-    if name.is_empty() {
-        return bad("empty");
-    }
-    if name.len() > 15 {
-        return bad("longer than 15 bytes");
-    }
-    if name == "." || name == ".." {
-        return bad("not allowed");
-    }
-    if name
-        .chars()
-        .any(|c| c == '/' || c == ':' || c == '\0' || c.is_whitespace())
-    {
-        return bad("must not contain '/', ':', NUL or whitespace");
-    }
-    Ok(())
+    plexus_cni::names::check_ifname(name)
+        .map_err(|reason| Error::invalid("interface name", name, reason))
 }
 
 fn check_vid(vid: u16) -> Result<()> {

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use plexus_cni::args::CniArgs;
-use plexus_cni::env::{CniCommand, CniEnv};
+use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
 use plexus_dataplane::netlink::VethSpec;
 use plexus_dataplane::{MacAddr, Netlink};
 use serde_json::{json, Value};
@@ -132,14 +132,13 @@ pub fn env(
     ifname: &str,
     args: &str,
 ) -> CniEnv {
-    CniEnv {
-        command,
-        container_id: Some(container_id.into()),
+    let params = AttachmentParams {
         netns: netns.map(Into::into),
-        ifname: Some(ifname.into()),
         args: CniArgs::parse(args).unwrap(),
         path: vec![REFERENCE_DIR.into()],
-    }
+        ..AttachmentParams::new(container_id, ifname).unwrap()
+    };
+    CniEnv::for_attachment(command, params).unwrap()
 }
 
 /// Runs the reference `plugin` inside `ns` (`ip netns exec`) with the
@@ -151,17 +150,19 @@ pub fn reference(plugin: &str, ns: &TestNs, env: &CniEnv, config: &Value) -> Res
     cmd.args(["netns", "exec", &ns.name])
         .arg(&bin)
         .env_clear()
-        .env("CNI_COMMAND", env.command.as_str())
-        .env("CNI_CONTAINERID", env.container_id.as_deref().unwrap_or(""))
+        .env("CNI_COMMAND", env.command().as_str())
+        .env(
+            "CNI_CONTAINERID",
+            env.container_id().map_or("", |id| id.as_str()),
+        )
         .env(
             "CNI_NETNS",
-            env.netns
-                .as_deref()
+            env.netns()
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
         )
-        .env("CNI_IFNAME", env.ifname.as_deref().unwrap_or(""))
-        .env("CNI_ARGS", env.args.to_string())
+        .env("CNI_IFNAME", env.ifname().map_or("", |n| n.as_str()))
+        .env("CNI_ARGS", env.args().to_string())
         .env("CNI_PATH", REFERENCE_DIR)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -11,10 +11,13 @@ use std::sync::Mutex;
 
 use plexus_cni::args::CniArgs;
 use plexus_cni::delegate::Resolver;
-use plexus_cni::env::{CniCommand, CniEnv};
+use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
 use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::names::{ContainerId, IfName};
 use plexus_cni::result::CniResult;
-use plexus_cni::skel::{valid_attachments_value, Plugin, Request, VALID_ATTACHMENTS};
+use plexus_cni::skel::{
+    valid_attachments_value, Plugin, Request, ValidAttachment, VALID_ATTACHMENTS,
+};
 use plexus_cni::CniVersion;
 use plexus_dataplane::drivers;
 use plexus_dataplane::Session;
@@ -59,16 +62,20 @@ struct StaticIpam<'a> {
 impl StaticIpam<'_> {
     fn record(&self, req: &Request) -> Result<(), CniError> {
         self.calls.lock().unwrap().push(IpamCall {
-            command: req.env.command,
-            container_id: req.env.container_id.clone().unwrap_or_default(),
-            ifname: req.env.ifname.clone().unwrap_or_default(),
+            command: req.env.command(),
+            container_id: req
+                .env
+                .container_id()
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
+            ifname: req.env.ifname().map(|n| n.to_string()).unwrap_or_default(),
         });
         let fail = req.config["ipam"]["fail"].as_str();
-        if fail == Some(req.env.command.as_str()) {
+        if fail == Some(req.env.command().as_str()) {
             return Err(CniError::new(
                 ErrorCode::TryAgainLater,
                 "test IPAM failure",
-                format!("ipam.fail: {} fails as asked", req.env.command),
+                format!("ipam.fail: {} fails as asked", req.env.command()),
             ));
         }
         Ok(())
@@ -94,7 +101,7 @@ impl Plugin for StaticIpam<'_> {
     fn check(&self, req: &Request) -> Result<(), CniError> {
         self.record(req)
     }
-    fn gc(&self, req: &Request, _valid: &[(String, String)]) -> Result<(), CniError> {
+    fn gc(&self, req: &Request, _valid: &[ValidAttachment]) -> Result<(), CniError> {
         self.record(req)
     }
     fn status(&self, req: &Request) -> Result<(), CniError> {
@@ -149,14 +156,13 @@ pub fn netns_path(ns: &TestNs) -> PathBuf {
 
 /// A request as a runtime would send it.
 pub fn request(command: CniCommand, t: &Target, config: &Value) -> Request {
-    let env = CniEnv {
-        command,
-        container_id: Some(t.container_id.clone()),
+    let params = AttachmentParams {
         netns: t.netns.clone(),
-        ifname: Some(t.ifname.clone()),
         args: CniArgs::parse(&t.args).unwrap(),
         path: vec![PathBuf::from("/opt/cni/bin")],
+        ..AttachmentParams::new(&t.container_id, &t.ifname).unwrap()
     };
+    let env = CniEnv::for_attachment(command, params).unwrap();
     crate::common::request(env, config)
 }
 
@@ -287,9 +293,9 @@ pub fn gc(
     config: &Value,
     valid: &[(&str, &str)],
 ) -> Result<(), CniError> {
-    let valid: Vec<(String, String)> = valid
+    let valid: Vec<ValidAttachment> = valid
         .iter()
-        .map(|(c, i)| (c.to_string(), i.to_string()))
+        .map(|(c, i)| (ContainerId::new(*c).unwrap(), IfName::new(*i).unwrap()))
         .collect();
     let mut config = config.clone();
     config[VALID_ATTACHMENTS] = valid_attachments_value(&valid);

@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use plexus_cni::env::CniEnv;
+use plexus_cni::names::{ContainerId, IfName};
 use plexus_cni::result::CniResult;
-use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::skel::{Plugin, Request, ValidAttachment};
 use plexus_cni::{CniError, CniVersion, ErrorCode};
 use serde_json::{json, Map, Value};
 
@@ -95,9 +96,9 @@ pub fn check(p: &dyn Plugin, config: &Value, id: &str, ifname: &str) -> Result<(
 }
 
 pub fn gc(p: &dyn Plugin, config: &Value, valid: &[(&str, &str)]) -> Result<(), CniError> {
-    let valid: Vec<(String, String)> = valid
+    let valid: Vec<ValidAttachment> = valid
         .iter()
-        .map(|(c, i)| (c.to_string(), i.to_string()))
+        .map(|(c, i)| (ContainerId::new(*c).unwrap(), IfName::new(*i).unwrap()))
         .collect();
     p.gc(&request("GC", "", "", "", config)?, &valid)
 }

@@ -2,9 +2,9 @@
 //! system (the checks of sriov-cni's `LoadConf`, plus those it leaves to the
 //! kernel or gets wrong: `spoofchk`/`trust` other than "on"/"off", rates).
 
+use crate::drivers::error::DriverError;
 use std::path::PathBuf;
 
-use plexus_cni::error::CniError;
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 use serde_json::Value;
@@ -75,22 +75,22 @@ impl Conf {
 }
 
 /// Read and validate the configuration.
-pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
+pub(crate) fn parse(req: &Request) -> Result<Conf, DriverError> {
     let c: RawConf = common::decode_config(req)?;
     let (device_key, device) = match common::runtime_string(req, "deviceID", RUNTIME_DEVICE_ID)? {
         Some(d) => (RUNTIME_DEVICE_ID, d),
         None => match c.device_id.as_deref().filter(|d| !d.is_empty()) {
             Some(d) => (DEVICE_ID, d),
             None => {
-                return Err(CniError::invalid_config(
+                return Err(DriverError::config(
                     DEVICE_ID,
                     "missing: the PCI address of the VF (e.g. 0000:03:02.3)",
                 ))
             }
         },
     };
-    let device = PciAddress::parse(device)
-        .map_err(|e| CniError::invalid_config(device_key, e.to_string()))?;
+    let device =
+        PciAddress::parse(device).map_err(|e| DriverError::config(device_key, e.to_string()))?;
     let mac = common::pick_mac(&[
         ("mac", c.mac.as_deref()),
         ("CNI_ARGS MAC", common::cni_args_mac(req)?),
@@ -101,7 +101,7 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
             g.parse::<Guid>()
                 .map_err(|e| e.to_string())
                 .and_then(guid::check_configured)
-                .map_err(|why| CniError::invalid_config(RUNTIME_GUID, why))
+                .map_err(|why| DriverError::config(RUNTIME_GUID, why))
         })
         .transpose()?;
     let (min_tx_rate, max_tx_rate) = rates(c.min_tx_rate, c.max_tx_rate)?;
@@ -151,16 +151,16 @@ fn vlan(
     id: Option<i64>,
     qos: Option<i64>,
     proto: Option<&str>,
-) -> Result<Option<VfVlan>, CniError> {
+) -> Result<Option<VfVlan>, DriverError> {
     let Some(id) = id else {
         if qos.is_some() {
-            return Err(CniError::invalid_config(
+            return Err(DriverError::config(
                 "vlanQoS",
                 "set without vlan: a QoS needs a VLAN",
             ));
         }
         if proto.is_some() {
-            return Err(CniError::invalid_config(
+            return Err(DriverError::config(
                 "vlanProto",
                 "set without vlan: a protocol needs a VLAN",
             ));
@@ -171,17 +171,17 @@ fn vlan(
         .ok()
         .filter(|id| *id <= 4094)
         .ok_or_else(|| {
-            CniError::invalid_config(
+            DriverError::config(
                 "vlan",
                 format!("{id} is out of range: must be 0 (none) to 4094"),
             )
         })?;
     let qos = qos.unwrap_or(0);
     let qos = u8::try_from(qos).ok().filter(|q| *q <= 7).ok_or_else(|| {
-        CniError::invalid_config("vlanQoS", format!("{qos} is out of range: must be 0 to 7"))
+        DriverError::config("vlanQoS", format!("{qos} is out of range: must be 0 to 7"))
     })?;
     if qos != 0 && id == 0 {
-        return Err(CniError::invalid_config(
+        return Err(DriverError::config(
             "vlanQoS",
             format!("{qos} needs a non-zero vlan (vlan is 0: none)"),
         ));
@@ -189,14 +189,14 @@ fn vlan(
     let proto = match proto {
         None => VlanProto::Dot1Q,
         Some(p) => p.parse().map_err(|_| {
-            CniError::invalid_config(
+            DriverError::config(
                 "vlanProto",
                 format!("{p:?} is not a VLAN protocol: expected \"802.1q\" or \"802.1ad\""),
             )
         })?,
     };
     if proto == VlanProto::Dot1Ad && id == 0 {
-        return Err(CniError::invalid_config(
+        return Err(DriverError::config(
             "vlanProto",
             "802.1ad needs a non-zero vlan (vlan is 0: none)",
         ));
@@ -206,23 +206,23 @@ fn vlan(
 
 /// `spoofchk`, `trust`: "on" or "off" as sriov-cni writes them (empty: not
 /// set). sriov-cni reads anything but "on" as "off"; a typo is refused here.
-fn on_off(key: &str, value: Option<&str>) -> Result<Option<bool>, CniError> {
+fn on_off(key: &str, value: Option<&str>) -> Result<Option<bool>, DriverError> {
     match value {
         None | Some("") => Ok(None),
         Some("on") => Ok(Some(true)),
         Some("off") => Ok(Some(false)),
-        Some(other) => Err(CniError::invalid_config(
+        Some(other) => Err(DriverError::config(
             key,
             format!("{other:?} is not \"on\" or \"off\""),
         )),
     }
 }
 
-fn link_state(value: Option<&str>) -> Result<Option<VfLinkState>, CniError> {
+fn link_state(value: Option<&str>) -> Result<Option<VfLinkState>, DriverError> {
     match value {
         None | Some("") => Ok(None),
         Some(s) => s.parse().map(Some).map_err(|_| {
-            CniError::invalid_config(
+            DriverError::config(
                 "link_state",
                 format!("{s:?} is not a link state: expected auto, enable or disable"),
             )
@@ -233,14 +233,14 @@ fn link_state(value: Option<&str>) -> Result<Option<VfLinkState>, CniError> {
 /// `min_tx_rate`, `max_tx_rate` in Mbit/s, 0 meaning no limit. As sriov-cni,
 /// setting either sets both (the other 0). The minimum may not exceed a
 /// maximum that limits.
-fn rates(min: Option<i64>, max: Option<i64>) -> Result<(Option<u32>, Option<u32>), CniError> {
+fn rates(min: Option<i64>, max: Option<i64>) -> Result<(Option<u32>, Option<u32>), DriverError> {
     if min.is_none() && max.is_none() {
         return Ok((None, None));
     }
     let mbps = |key: &str, v: Option<i64>| {
         let v = v.unwrap_or(0);
         u32::try_from(v).map_err(|_| {
-            CniError::invalid_config(
+            DriverError::config(
                 key,
                 format!(
                     "{v} is out of range: must be 0 (no limit) to {} Mbit/s",
@@ -251,7 +251,7 @@ fn rates(min: Option<i64>, max: Option<i64>) -> Result<(Option<u32>, Option<u32>
     };
     let (min, max) = (mbps("min_tx_rate", min)?, mbps("max_tx_rate", max)?);
     if max != 0 && min > max {
-        return Err(CniError::invalid_config(
+        return Err(DriverError::config(
             "min_tx_rate",
             format!("{min} Mbit/s is above max_tx_rate ({max} Mbit/s)"),
         ));

@@ -1,9 +1,9 @@
 //! The `vdpa` driver's configuration keys, read and validated without
 //! touching the system.
 
+use crate::drivers::error::DriverError;
 use std::path::PathBuf;
 
-use plexus_cni::error::CniError;
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 use serde_json::Value;
@@ -63,7 +63,7 @@ pub(crate) struct Conf {
 
 /// A vDPA device name as it may appear under /sys/bus/vdpa/devices and in
 /// a lock file's name: not empty, not a path, printable.
-pub(crate) fn device_name(key: &str, name: &str) -> Result<String, CniError> {
+pub(crate) fn device_name(key: &str, name: &str) -> Result<String, DriverError> {
     let why = if name.is_empty() {
         Some("empty")
     } else if name.len() > 64 {
@@ -76,7 +76,7 @@ pub(crate) fn device_name(key: &str, name: &str) -> Result<String, CniError> {
         None
     };
     match why {
-        Some(why) => Err(CniError::invalid_config(
+        Some(why) => Err(DriverError::config(
             key,
             format!("{name:?} is not a vDPA device name: {why}"),
         )),
@@ -85,7 +85,7 @@ pub(crate) fn device_name(key: &str, name: &str) -> Result<String, CniError> {
 }
 
 /// Read and validate the configuration.
-pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
+pub(crate) fn parse(req: &Request) -> Result<Conf, DriverError> {
     let c: RawConf = common::decode_config(req)?;
     let pci = match common::runtime_string(req, "deviceID", RUNTIME_DEVICE_ID)? {
         Some(d) => Some((RUNTIME_DEVICE_ID, d)),
@@ -98,13 +98,13 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
     let name = c.vdpa_device.as_deref().filter(|d| !d.is_empty());
     let (device_key, device) = match (pci, name) {
         (Some((key, _)), Some(_)) => {
-            return Err(CniError::invalid_config(
+            return Err(DriverError::config(
                 VDPA_DEVICE,
                 format!("set with {key}: name the vDPA device by one of them, not both"),
             ))
         }
         (None, None) => {
-            return Err(CniError::invalid_config(
+            return Err(DriverError::config(
                 VDPA_DEVICE,
                 "missing: set vdpaDevice (a vDPA device name, e.g. vdpa0) or deviceID (the PCI \
                  address of the VF or PF it sits on)",
@@ -112,9 +112,7 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
         }
         (Some((key, d)), None) => (
             key,
-            Device::Pci(
-                PciAddress::parse(d).map_err(|e| CniError::invalid_config(key, e.to_string()))?,
-            ),
+            Device::Pci(PciAddress::parse(d).map_err(|e| DriverError::config(key, e.to_string()))?),
         ),
         (None, Some(n)) => (VDPA_DEVICE, Device::Name(device_name(VDPA_DEVICE, n)?)),
     };
@@ -129,7 +127,7 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, CniError> {
             if MTU_RANGE.contains(&m) {
                 Ok(m as u32)
             } else {
-                Err(CniError::invalid_config(
+                Err(DriverError::config(
                     "mtu",
                     format!(
                         "{m} is out of range: must be {} to {}",
