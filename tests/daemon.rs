@@ -1056,3 +1056,174 @@ fn a_daemon_killed_mid_hotplug_converges_and_a_del_racing_a_hotplug_leaks_nothin
     assert!(files_in(&w.tmp.path().join("state/sandboxes")).is_empty());
     drop(daemon);
 }
+
+// Thin mode (issue 26): the runtime's exec of plexus serves the call itself
+// (no `daemonSocket`), and the daemon runs beside it, as deploy/ with
+// `testkit/node-deploy --thin` runs it. The plugin process notes the
+// sandbox it ADDed under `cniDir`/sandboxes, and holds the sandbox's lock
+// there for each call, as the daemon's hot-plug does.
+
+impl World {
+    /// The conf without `daemonSocket`: every call runs in the plugin process.
+    fn thin_conf(&self) -> String {
+        let mut conf: Value = serde_json::from_str(&self.conf).unwrap();
+        conf.as_object_mut().unwrap().remove("daemonSocket");
+        conf.to_string()
+    }
+
+    /// Where plugin processes note sandboxes and take their locks.
+    fn shared_sandboxes(&self) -> Vec<String> {
+        let mut files = files_in(&self.tmp.path().join("cache/sandboxes"));
+        files.sort();
+        files
+    }
+}
+
+#[test]
+fn pods_a_plugin_process_added_are_hot_plugged_and_its_del_racing_a_hotplug_leaks_nothing() {
+    let Some(mut w) = world("hpthin") else {
+        return;
+    };
+    let pod_ns = w.namespaces.add("hpthin-p");
+    w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
+    let thin = w.thin_conf();
+    // ADDed with no daemon running at all; the daemon started later finds it.
+    assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &thin));
+    assert_eq!(w.shared_sandboxes(), ["c-p1.json", "c-p1.lock"]);
+    let cni_dir = w.tmp.path().join("cache");
+    let daemon = w.daemon_with(&["--cni-dir", cni_dir.to_str().unwrap()]);
+
+    w.annotate("p1", "macnet@net1,macnet");
+    within_30s("net2 attached", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1", "net2"] && w.status_of("p1").len() == 3
+    });
+    within_30s("AddedInterface", &daemon, || {
+        w.has_event("p1", "Normal", "AddedInterface", "Add net2 [")
+    });
+    // A CHECK by a plugin process takes the same lock, and leaves the note.
+    assert_ok("CHECK", &w.call("CHECK", "p1", &pod_ns, &thin));
+    assert_eq!(w.shared_sandboxes(), ["c-p1.json", "c-p1.lock"]);
+
+    // The plugin process's DEL racing a hot-plug of eight networks: it
+    // waits for the daemon's pass to end (the lock), then DELs every
+    // attachment, hot-plugged or not; the note and the lock leave with it.
+    let eight = (3..11)
+        .map(|n| format!("macnet@net{n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    w.annotate("p1", &format!("macnet@net1,macnet@net2,{eight}"));
+    within_30s("a hot-plug started", &daemon, || {
+        link_names(&pod_ns).len() > 4
+    });
+    let links_at_del = link_names(&pod_ns).len();
+    assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &thin));
+    eprintln!("plugin DEL sent with {links_at_del} of 12 links in the pod");
+    assert_eq!(link_names(&pod_ns), ["lo"]);
+    // A pass woken after the DEL finds no sandbox, and makes no lock.
+    w.annotate("p1", "macnet@net1");
+    std::thread::sleep(Duration::from_millis(500));
+    w.assert_nothing_left(&[pod_ns.clone()]);
+    assert_eq!(w.macnet_leases(), 0);
+    assert!(
+        w.shared_sandboxes().is_empty(),
+        "{:?}",
+        w.shared_sandboxes()
+    );
+    // DEL is idempotent, also for the lock.
+    assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &thin));
+    assert!(
+        w.shared_sandboxes().is_empty(),
+        "{:?}",
+        w.shared_sandboxes()
+    );
+    drop(daemon);
+}
+
+// IPAMClaims (multi-net-spec §8, §4.1.2.1.11) on hot-plugged attachments:
+// as at ADD and DEL.
+
+impl World {
+    /// IPAMClaim `name` of this test's namespace, as JSON (Null when gone).
+    fn claim(&self, name: &str) -> Value {
+        let text = self.api.kubectl(&[
+            "get",
+            "ipamclaim",
+            name,
+            "-n",
+            &self.kube_ns,
+            "-o",
+            "json",
+            "--ignore-not-found",
+        ]);
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    /// The addresses host-local holds for `vmnet`.
+    fn vmnet_leases(&self) -> Vec<String> {
+        files_in(&self.tmp.path().join("ipam/vm/vmnet"))
+            .into_iter()
+            .filter(|f| f.starts_with("10.50."))
+            .collect()
+    }
+}
+
+#[test]
+fn a_hot_plugged_claim_reference_writes_the_claim_and_a_detach_releases_as_del_does() {
+    let Some((w, pod_ns, daemon)) = running_pod("hpclaim", &[]) else {
+        return;
+    };
+    let vmnet = json!({"cniVersion": "1.0.0", "name": "vmnet", "type": "macvlan",
+        "master": "uplink0", "allowPersistentIPs": true,
+        "ipam": host_local(w.tmp.path(), "10.50.0.0/24", "vm")});
+    w.api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+         metadata: {{name: vmnet, namespace: {ns}}}\nspec:\n  config: '{vmnet}'\n---\n\
+         apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\n\
+         metadata: {{name: vm-a.vmnet, namespace: {ns}}}\n\
+         spec: {{network: vmnet, interface: net2}}\n",
+        ns = w.kube_ns
+    ));
+    let with_claim = json!([{"name": "macnet", "interface": "net1"},
+        {"name": "vmnet", "interface": "net2", "ipam-claim-reference": "vm-a.vmnet"}])
+    .to_string();
+
+    // Attached: the claim's status names the address and the pod, as at ADD.
+    w.annotate("p1", &with_claim);
+    within_30s("the claim's status written", &daemon, || {
+        w.claim("vm-a.vmnet")["status"]["ips"]
+            .as_array()
+            .is_some_and(|ips| !ips.is_empty())
+    });
+    let address = addresses(&pod_ns, "net2");
+    assert_eq!(address.len(), 1);
+    let status = &w.claim("vm-a.vmnet")["status"];
+    assert_eq!(status["ips"], json!([format!("{}/24", address[0])]));
+    assert_eq!(status["ownerPod"]["name"], "p1");
+    assert_eq!(w.status_of("p1").len(), 3);
+
+    // Detached while the claim exists: the address stays the claim's, and
+    // the next attach gets it again.
+    w.annotate("p1", "macnet@net1");
+    within_30s("net2 detached", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1"]
+    });
+    assert_eq!(w.vmnet_leases(), address);
+    w.annotate("p1", &with_claim);
+    within_30s("net2 attached again", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1", "net2"]
+    });
+    assert_eq!(addresses(&pod_ns, "net2"), address);
+
+    // The claim deleted, the detach releases its address, as a DEL does.
+    w.api
+        .kubectl(&["delete", "ipamclaim", "-n", &w.kube_ns, "vm-a.vmnet"]);
+    w.annotate("p1", "macnet@net1");
+    within_30s("net2 detached, its address released", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1"] && w.vmnet_leases().is_empty()
+    });
+    assert!(files_in(&w.tmp.path().join("cache/ipamclaims")).is_empty());
+
+    assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &w.conf));
+    w.assert_nothing_left(&[pod_ns]);
+    drop(daemon);
+}
