@@ -29,6 +29,7 @@ use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request};
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
+use crate::daemon::sandbox_dir::SandboxDir;
 use crate::manifest::Pod;
 use crate::netattach::status::NetworkStatus;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
@@ -705,6 +706,9 @@ impl Plugin for PlexusPlugin<'_> {
             &delegates,
             default_network.as_ref(),
         )?;
+        // The notes of sandboxes whose DEL never came: none to hot-plug.
+        SandboxDir::in_cni_dir(&conf.cni_dir)
+            .forget_all_but(|id| valid.iter().any(|(container, _)| container == id));
         let log = CallLog::of(req);
         for warning in claim_warnings.iter().chain(&report.warnings) {
             log.warn(warning);

@@ -17,7 +17,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cache::{Cache, Record, State};
+use crate::cache::{Cache, Lookup, Record, State};
 use crate::claims::{self, ClaimBook};
 use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{ClaimStatus, KubeCluster, Publication, SharedApi};
@@ -93,6 +93,7 @@ impl Reconciler {
         let mut next = IDLE;
         for sandbox in sandboxes {
             let Some(pod) = self.api.watched.pod(&sandbox.namespace, &sandbox.pod) else {
+                self.forget_if_deleted(&sandbox);
                 continue;
             };
             if sandbox.uid.is_some() && pod.uid != sandbox.uid {
@@ -153,6 +154,26 @@ impl Reconciler {
             }
         }
         next
+    }
+
+    /// Forget a sandbox whose pod is gone once its record is gone too: its
+    /// DEL ran where this daemon did not see it (a plugin process, a daemon
+    /// before this one), or a GC removed it.
+    fn forget_if_deleted(&self, sandbox: &Sandbox) {
+        let Some(cni_dir) = sandbox.cni_dir() else {
+            return;
+        };
+        let forgotten = self
+            .sandboxes
+            .locked(&sandbox.container_id, Some(&cni_dir), || {
+                let cache = Cache::new(&cni_dir);
+                if let Ok(Lookup::Missing) = cache.load(&sandbox.container_id, &sandbox.ifname) {
+                    self.sandboxes.remove(&sandbox.container_id, Some(&cni_dir));
+                }
+            });
+        if let Err(e) = forgotten {
+            tracing::warn!(container = %sandbox.container_id, error = %e, "sandbox not checked");
+        }
     }
 
     fn kube(&self) -> KubeCluster {

@@ -129,6 +129,20 @@ impl SandboxDir {
         read_note(&self.note_path(container_id)).ok()
     }
 
+    /// Remove every note (and its lock file) but those `keep` names, each
+    /// under its lock; a sandbox busy past the lock's bound is kept.
+    pub fn forget_all_but(&self, keep: impl Fn(&str) -> bool) {
+        for sandbox in self.all() {
+            if keep(&sandbox.container_id) {
+                continue;
+            }
+            if let Ok(held) = self.lock(&sandbox.container_id) {
+                self.forget(&sandbox.container_id);
+                held.release(false);
+            }
+        }
+    }
+
     /// Every note; one that does not parse is dropped, with a warning.
     pub fn all(&self) -> Vec<Sandbox> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
@@ -207,5 +221,24 @@ mod tests {
             0
         );
         assert!(dir.lock("../x").is_err());
+
+        // GC: the notes of sandboxes not valid leave, with their locks.
+        let note = |id: &str| {
+            serde_json::json!({"containerID": id, "ifname": "eth0",
+            "netns": "/run/netns/x", "namespace": "ns", "pod": "p", "uid": null, "conf": {}})
+        };
+        for id in ["kept", "stale"] {
+            let sandbox: Sandbox = serde_json::from_value(note(id)).unwrap();
+            let held = dir.lock(id).unwrap();
+            dir.note(&sandbox).unwrap();
+            held.release(false);
+        }
+        dir.forget_all_but(|id| id == "kept");
+        let mut left: Vec<String> = std::fs::read_dir(tmp.path().join(SUBDIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["kept.json", "kept.lock"]);
     }
 }
