@@ -1071,6 +1071,32 @@ impl World {
         conf.to_string()
     }
 
+    /// `slownet`'s conf (`pxslow`, which marks its start in binDir and
+    /// sleeps 2 s on ADD, then macvlan on uplink0 with its own host-local),
+    /// and the binDir with pxslow.
+    fn slow_chain(&self) -> (Value, PathBuf) {
+        let bin = self.tmp.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let slow = bin.join("pxslow");
+        std::fs::write(
+            &slow,
+            "#!/usr/bin/python3\nimport json, os, sys, time\n\
+             conf = json.load(sys.stdin)\n\
+             if os.environ.get('CNI_COMMAND') == 'ADD':\n\
+             \x20   open(os.path.join(os.path.dirname(sys.argv[0]), 'started'), 'w').close()\n\
+             \x20   time.sleep(2)\n\
+             \x20   print(json.dumps({'cniVersion': conf['cniVersion']}))\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let conf = json!({"cniVersion": "1.0.0", "name": "slownet", "plugins": [
+            {"type": "pxslow"},
+            {"type": "macvlan", "master": "uplink0",
+             "ipam": host_local(self.tmp.path(), "10.22.0.0/16", "slow")}]});
+        (conf, bin)
+    }
+
     /// Where plugin processes note sandboxes and take their locks.
     fn shared_sandboxes(&self) -> Vec<String> {
         let mut files = files_in(&self.tmp.path().join("cache/sandboxes"));
@@ -1086,7 +1112,16 @@ fn pods_a_plugin_process_added_are_hot_plugged_and_its_del_racing_a_hotplug_leak
     };
     let pod_ns = w.namespaces.add("hpthin-p");
     w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
-    let thin = w.thin_conf();
+    // The thin conf, with the binDir of slownet's slow plugin (below).
+    let (slow_conf, bin) = w.slow_chain();
+    let mut thin: Value = serde_json::from_str(&w.thin_conf()).unwrap();
+    thin["binDir"] = json!(bin);
+    let thin = thin.to_string();
+    w.api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+         metadata: {{name: slownet, namespace: {}}}\nspec:\n  config: '{slow_conf}'\n",
+        w.kube_ns
+    ));
     // ADDed with no daemon running at all; the daemon started later finds it.
     assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &thin));
     assert_eq!(w.shared_sandboxes(), ["c-p1.json", "c-p1.lock"]);
@@ -1104,25 +1139,29 @@ fn pods_a_plugin_process_added_are_hot_plugged_and_its_del_racing_a_hotplug_leak
     assert_ok("CHECK", &w.call("CHECK", "p1", &pod_ns, &thin));
     assert_eq!(w.shared_sandboxes(), ["c-p1.json", "c-p1.lock"]);
 
-    // The plugin process's DEL racing a hot-plug of eight networks: it
-    // waits for the daemon's pass to end (the lock), then DELs every
-    // attachment, hot-plugged or not; the note and the lock leave with it.
-    let eight = (3..11)
-        .map(|n| format!("macnet@net{n}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    w.annotate("p1", &format!("macnet@net1,macnet@net2,{eight}"));
-    within_30s("a hot-plug started", &daemon, || {
-        link_names(&pod_ns).len() > 4
+    // The plugin process's DEL racing a hot-plug in the middle of a chain
+    // (`slownet`: a plugin exec'd from binDir that takes 2 s to ADD, then
+    // macvlan): it waits for the daemon's pass to end (the lock), then DELs
+    // every attachment, hot-plugged or not; the note and the lock leave
+    // with it. Unserialized, the rest of the chain would run after the DEL:
+    // a leaked link, address and record.
+    w.annotate("p1", "macnet@net1,macnet@net2,slownet@net3");
+    within_30s("slownet's chain started", &daemon, || {
+        bin.join("started").exists()
     });
-    let links_at_del = link_names(&pod_ns).len();
+    let started = Instant::now();
     assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &thin));
-    eprintln!("plugin DEL sent with {links_at_del} of 12 links in the pod");
+    let waited = started.elapsed();
+    eprintln!("the plugin's DEL took {waited:?}");
+    assert!(
+        waited > Duration::from_millis(500),
+        "the DEL did not wait: {waited:?}"
+    );
     assert_eq!(link_names(&pod_ns), ["lo"]);
     // A pass woken after the DEL finds no sandbox, and makes no lock.
     w.annotate("p1", "macnet@net1");
     std::thread::sleep(Duration::from_millis(500));
-    w.assert_nothing_left(&[pod_ns.clone()]);
+    w.assert_nothing_left(std::slice::from_ref(&pod_ns));
     assert_eq!(w.macnet_leases(), 0);
     assert!(
         w.shared_sandboxes().is_empty(),
