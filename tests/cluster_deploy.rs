@@ -16,6 +16,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use plexus_testkit::kube::status_entries;
 use plexus_testkit::node::{node, Node};
 use plexus_testkit::Feature;
 use serde_json::Value;
@@ -112,19 +113,11 @@ fn hot_plug(node: &Node, ns: &str, pod: &str) {
         let pod: Value =
             serde_json::from_str(&node.kubectl(&["get", "pod", "-n", ns, pod, "-o", "json"]))
                 .expect("JSON");
-        let text = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
-            .as_str()
-            .unwrap_or("[]")
-            .to_string();
-        let list: Value = serde_json::from_str(&text).expect("network-status is JSON");
-        list.as_array()
-            .into_iter()
-            .flatten()
-            .map(|e| {
-                let field = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-                (field("name"), field("interface"))
-            })
-            .collect()
+        status_entries(
+            pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
+                .as_str()
+                .unwrap_or("[]"),
+        )
     };
     let has_event = |kind: &str, reason: &str, text: &str| {
         let events: Value = serde_json::from_str(&node.kubectl(&[

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
-use plexus_testkit::kube::{AuditedRequest, KubeApi, Relay};
+use plexus_testkit::kube::{status_entries, AuditedRequest, KubeApi, Relay};
 use serde_json::{json, Value};
 
 /// The daemon's memory bound in a boot storm (issue 12).
@@ -849,15 +849,7 @@ impl World {
             "-o",
             "jsonpath={.metadata.annotations.k8s\\.v1\\.cni\\.cncf\\.io/network-status}",
         ]);
-        let list: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        list.as_array()
-            .into_iter()
-            .flatten()
-            .map(|e| {
-                let field = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-                (field("name"), field("interface"))
-            })
-            .collect()
+        status_entries(&text)
     }
 
     /// Whether pod `pod` has an event of `kind` for `reason` whose message
@@ -1257,10 +1249,12 @@ fn a_hot_plugged_claim_reference_writes_the_claim_and_a_detach_releases_as_del_d
     w.api
         .kubectl(&["delete", "ipamclaim", "-n", &w.kube_ns, "vm-a.vmnet"]);
     w.annotate("p1", "macnet@net1");
+    // The address first, then the claim book's entry.
     within_30s("net2 detached, its address released", &daemon, || {
-        sorted_links(&pod_ns) == ["eth0", "lo", "net1"] && w.vmnet_leases().is_empty()
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1"]
+            && w.vmnet_leases().is_empty()
+            && files_in(&w.tmp.path().join("cache/ipamclaims")).is_empty()
     });
-    assert!(files_in(&w.tmp.path().join("cache/ipamclaims")).is_empty());
 
     assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &w.conf));
     w.assert_nothing_left(&[pod_ns]);
