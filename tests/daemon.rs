@@ -1260,3 +1260,43 @@ fn a_hot_plugged_claim_reference_writes_the_claim_and_a_detach_releases_as_del_d
     w.assert_nothing_left(&[pod_ns]);
     drop(daemon);
 }
+
+#[test]
+fn a_hot_plugged_selection_never_takes_the_auxiliary_chains_name() {
+    // Multus's auxiliary chain (src/auxiliary.rs) runs after the pod's
+    // networks as `net<position>`: here net2, after eth0 and net1. A
+    // selection added without `interface` gets the next name free of it.
+    let Some(mut w) = world("hpaux") else {
+        return;
+    };
+    let pod_ns = w.namespaces.add("hpaux-p");
+    let chain = w.tmp.path().join("net.d/vendor-chain");
+    std::fs::create_dir_all(&chain).unwrap();
+    std::fs::write(
+        chain.join("10-sysctltwiddle.conf"),
+        json!({"cniVersion": "1.0.0", "name": "sysctltwiddle", "type": "tuning",
+               "sysctl": {"net.ipv4.conf.eth0.arp_filter": "1"}})
+        .to_string(),
+    )
+    .unwrap();
+    let mut conf: Value = serde_json::from_str(&w.conf).unwrap();
+    conf["auxiliaryCNIChainName"] = json!("vendor-chain");
+    w.conf = conf.to_string();
+    w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
+    let daemon = w.daemon();
+    assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &w.conf));
+    w.writes_delivered(&daemon);
+    let record = std::fs::read_to_string(w.tmp.path().join("cache/c-p1@eth0.json")).unwrap();
+    assert!(record.contains("\"ifname\":\"net2\""), "{record}");
+
+    w.annotate("p1", "macnet@net1,macnet");
+    within_30s("attached as net3", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1", "net3"] && w.status_of("p1").len() == 3
+    });
+    let ns_macnet = format!("{}/macnet", w.kube_ns);
+    assert_eq!(w.status_of("p1")[2], (ns_macnet, "net3".into()));
+
+    assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &w.conf));
+    w.assert_nothing_left(&[pod_ns]);
+    drop(daemon);
+}
