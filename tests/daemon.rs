@@ -1270,15 +1270,7 @@ fn a_hot_plugged_selection_never_takes_the_auxiliary_chains_name() {
         return;
     };
     let pod_ns = w.namespaces.add("hpaux-p");
-    let chain = w.tmp.path().join("net.d/vendor-chain");
-    std::fs::create_dir_all(&chain).unwrap();
-    std::fs::write(
-        chain.join("10-sysctltwiddle.conf"),
-        json!({"cniVersion": "1.0.0", "name": "sysctltwiddle", "type": "tuning",
-               "sysctl": {"net.ipv4.conf.eth0.arp_filter": "1"}})
-        .to_string(),
-    )
-    .unwrap();
+    vendor_chain(&w.tmp.path().join("net.d"));
     let mut conf: Value = serde_json::from_str(&w.conf).unwrap();
     conf["auxiliaryCNIChainName"] = json!("vendor-chain");
     w.conf = conf.to_string();
