@@ -174,6 +174,7 @@ fn hot_plug(node: &Node, ns: &str, pod: &str) {
 }
 
 /// No record, sandbox note or lock, nor address reservation of `side`,
+/// nor a pod's link on the node (the cluster network's veths on `cni0`),
 /// left on the node once its pods are deleted.
 fn nothing_left_on_the_node(node: &Node) {
     let left = || {
@@ -182,7 +183,8 @@ fn nothing_left_on_the_node(node: &Node) {
             "sh",
             "-c",
             "find /var/lib/cni/plexus /var/lib/cni/networks/side -type f \
-             -not -name lock -not -name 'last_reserved_ip.*' 2>/dev/null; true",
+             -not -name lock -not -name 'last_reserved_ip.*' 2>/dev/null; \
+             ip -o link show master cni0 2>/dev/null; true",
         ])
     };
     // The pods' DELs come once kubelet tore their sandboxes down, which
