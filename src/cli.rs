@@ -139,6 +139,11 @@ struct DaemonArgs {
     /// The daemon's state (the status outbox), surviving its restarts.
     #[arg(long, default_value = "/run/plexus/state", value_name = "DIR")]
     state_dir: PathBuf,
+    /// plexus's `cniDir` on the node: plugin processes that ADD a pod
+    /// themselves (thin mode, `daemonFallback: thin`) note its sandbox
+    /// there, and hot-plug serves it too.
+    #[arg(long, default_value = crate::config::DEFAULT_CNI_DIR, value_name = "DIR")]
+    cni_dir: PathBuf,
     /// Seconds SIGTERM waits for the calls in flight and queued writes.
     #[arg(long, default_value_t = 20.0)]
     grace: f64,
@@ -384,6 +389,7 @@ fn run_daemon(args: &DaemonArgs) -> Result<String, CniError> {
         status_outbox: (args.status_write == StatusWriteArg::Async)
             .then(|| args.state_dir.join("status")),
         sandboxes: Some(args.state_dir.join("sandboxes")),
+        plugins_cni_dir: Some(args.cni_dir.clone()),
         dynamic_networks: args.dynamic_networks,
     };
     crate::daemon::run(settings).map_err(|e| {

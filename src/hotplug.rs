@@ -8,7 +8,8 @@
 //!   interface names. Attachments the sandbox has keep their names: a
 //!   selection without `interface` is pinned to the interface its network
 //!   already has, so removing one selection never renames the others; a
-//!   new one gets the next free `netN`.
+//!   new one gets the lowest `netN` no interface of the sandbox has (the
+//!   auxiliary chain's included) and no selection asks for.
 //! - The cluster network, `delegates` and `defaultNetworks` are not the
 //!   annotation's and are never touched, nor is the auxiliary chain.
 //! - An attachment whose planned form differs (keys of its selection, its
@@ -111,6 +112,24 @@ pub fn changes(
                 element.interface = Some(selected[k].attachment.ifname.clone());
             }
         }
+    }
+    // A new selection without `interface` gets the next free `netN`: free
+    // of every interface the sandbox has (the auxiliary chain's, the
+    // delegates', one being detached) and of every name the annotation
+    // asks for. The planner's positional name would not know the record.
+    let mut taken: Vec<String> = record
+        .attachments
+        .iter()
+        .map(|c| c.attachment.ifname.clone())
+        .chain(elements.iter().filter_map(|e| e.interface.clone()))
+        .collect();
+    for element in elements.iter_mut().filter(|e| e.interface.is_none()) {
+        let name = (1..)
+            .map(|n| format!("net{n}"))
+            .find(|n| !taken.contains(n))
+            .expect("an unbounded range always has a free name");
+        taken.push(name.clone());
+        element.interface = Some(name);
     }
     let mut pinned = pod.clone();
     if !elements.is_empty() {
@@ -283,6 +302,29 @@ mod tests {
         let removed = case.changes(&record, "b");
         assert_eq!(names(&removed.detach), ["ns/a@net1"]);
         assert!(removed.attach.is_empty(), "{:?}", removed.attach);
+    }
+
+    #[test]
+    fn a_new_name_is_free_of_the_auxiliary_chain_and_of_the_names_asked_for() {
+        let case = Case::new();
+        let mut record = case.added("a,b");
+        // The auxiliary chain ran after the networks, as `net3` (its
+        // position at ADD).
+        let mut auxiliary = record.attachments[1].clone();
+        auxiliary.attachment.source = "auxiliaryCNIChainName \"aux\"".into();
+        auxiliary.attachment.ifname = "net3".into();
+        assert!(auxiliary.attachment.is_auxiliary());
+        record.attachments.push(auxiliary);
+        let added = case.changes(&record, "a,b,c");
+        assert_eq!(names(&added.attach), ["ns/c@net4"]);
+        assert!(added.detach.is_empty(), "{:?}", added.detach);
+        // A name the annotation asks for is skipped too.
+        let added = case.changes(
+            &record,
+            r#"[{"name": "a"}, {"name": "b"}, {"name": "c"}, {"name": "c", "interface": "net4"}]"#,
+        );
+        assert_eq!(names(&added.attach), ["ns/c@net5", "ns/c@net4"]);
+        assert!(added.detach.is_empty(), "{:?}", added.detach);
     }
 
     #[test]

@@ -30,6 +30,7 @@ use crate::cni::names::{ContainerId, IfName};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
+use crate::daemon::sandbox_dir::SandboxDir;
 use crate::manifest::Pod;
 use crate::netattach::status::NetworkStatus;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
@@ -245,6 +246,16 @@ pub fn registry() -> Registry {
     })
 }
 
+/// The registry of the daemon's own runs (hot-plug), whose delegated
+/// plugins run as its calls' do: chrooted into `chroot_dir`. The pod's
+/// namespace is the sandbox's `CNI_NETNS` path, which the node's root has.
+pub fn daemon_registry(chroot_dir: Option<&Path>) -> Registry {
+    registry().with_exec_site(ExecSite {
+        root: chroot_dir.map(Path::to_path_buf),
+        netns_alias: None,
+    })
+}
+
 /// The cluster plexus reads pods and NADs from: a manifest directory, else
 /// the API server of `kubeconfig`, else nothing (the cluster network only).
 pub fn cluster(conf: &PlexusConf) -> Result<Box<dyn Cluster>, CniError> {
@@ -340,19 +351,7 @@ fn publish(
         reason: "InvalidDeviceInfo",
         message: w.clone(),
     }));
-    let claims = claims
-        .iter()
-        .map(|c| ClaimStatus {
-            namespace: c.namespace.clone(),
-            name: c.name.clone(),
-            ips: results[c.attachment]
-                .result
-                .iter()
-                .flat_map(|r| &r.ips)
-                .map(|ip| ip.address.to_string())
-                .collect(),
-        })
-        .collect();
+    let claims = claim_statuses(claims, results);
     let published = kube.publish(&Publication {
         pod,
         network_status: &entries,
@@ -371,6 +370,46 @@ fn publish(
         log.warn(format_args!("event not posted: {failure}"));
     }
     Ok(())
+}
+
+/// The status of each bound claim (§8.2): the addresses its attachment got.
+pub(crate) fn claim_statuses(
+    claims: &[claims::Bound],
+    results: &[AttachmentResult],
+) -> Vec<ClaimStatus> {
+    claims
+        .iter()
+        .map(|c| ClaimStatus {
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+            ips: results[c.attachment]
+                .result
+                .iter()
+                .flat_map(|r| &r.ips)
+                .map(|ip| ip.address.to_string())
+                .collect(),
+        })
+        .collect()
+}
+
+/// After attachments were DELed: release the addresses of their claims
+/// that were deleted (a claim that exists keeps them, §8); what happened,
+/// as warnings.
+pub(crate) fn release_deleted_claims(
+    cni_dir: &Path,
+    cluster: &dyn Cluster,
+    detached: &[plan::Attachment],
+) -> Vec<String> {
+    let owners = claims::owners_in(detached);
+    if owners.is_empty() {
+        return Vec::new();
+    }
+    sweep_warnings(claims::sweep(
+        &ClaimBook::new(cni_dir),
+        cluster,
+        Some(&owners),
+    ))
+    .collect()
 }
 
 /// The Normal event of an attachment added, as Multus words it.
@@ -615,14 +654,13 @@ impl Plugin for PlexusPlugin<'_> {
         let mut report = self.executor(&cni_dir).del(&ctx, Some(&fallback))?;
         // Release the addresses of the torn-down attachments' claims that
         // were deleted; a claim that cannot be checked now is checked later.
-        let owners = claims::owners_in(&report.detached);
-        if !owners.is_empty() {
+        if !claims::owners_in(&report.detached).is_empty() {
             match conf.as_ref().map(|c| self.clusters.open(c)) {
-                Some(Ok(cluster)) => report.warnings.extend(sweep_warnings(claims::sweep(
-                    &ClaimBook::new(&cni_dir),
+                Some(Ok(cluster)) => report.warnings.extend(release_deleted_claims(
+                    &cni_dir,
                     cluster.as_ref(),
-                    Some(&owners),
-                ))),
+                    &report.detached,
+                )),
                 Some(Err(e)) => report
                     .warnings
                     .push(format!("IPAMClaims not checked: {}", e.details)),
@@ -677,6 +715,9 @@ impl Plugin for PlexusPlugin<'_> {
             &delegates,
             default_network.as_ref(),
         )?;
+        // The notes of sandboxes whose DEL never came: none to hot-plug.
+        SandboxDir::in_cni_dir(&conf.cni_dir)
+            .forget_all_but(|id| valid.iter().any(|(container, _)| container == id));
         let log = CallLog::of(req);
         for warning in claim_warnings.iter().chain(&report.warnings) {
             log.warn(warning);

@@ -5,7 +5,10 @@
 //! only takes the daemon's socket out), then the DaemonSet Ready, the
 //! cluster network wrapped by `00-plexus.conflist`, the node Ready, a pod
 //! created with kubectl attached to a NAD (multi-net spec v1.3 §4.1.1), and
-//! `kubectl delete -k` removing the conflist.
+//! `kubectl delete -k` removing the conflist. In both modes the pod's
+//! networks then follow `kubectl annotate` (dynamic networks, issue 26):
+//! the daemon container hot-plugs pods it ADDed (thick) and pods the
+//! runtime's plugin process ADDed (thin).
 //!
 //! The tests change what is deployed on the binary's one node, so they take
 //! turns.
@@ -13,8 +16,10 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use plexus_testkit::node::node;
+use plexus_testkit::kube::status_entries;
+use plexus_testkit::node::{node, Node};
 use plexus_testkit::Feature;
+use serde_json::Value;
 
 const CONFLIST: &str = "/etc/cni/net.d/00-plexus.conflist";
 
@@ -61,8 +66,10 @@ spec:
     assert!(status.contains("\"net1\""), "{status}");
     let links = node.kubectl(&["exec", "-n", &ns, "attached", "--", "ip", "-o", "link"]);
     assert!(links.contains(": net1@"), "{links}");
+    hot_plug(node, &ns, "attached");
     node.kubectl(&["delete", "namespace", &ns, "--wait=true", "--timeout=90s"]);
     assert!(node.ready(), "the node stays Ready");
+    nothing_left_on_the_node(node);
 
     // `kubectl delete -k`: the installer's --cleanup removes the conflist.
     node.deploy(&[mode, &["--delete"]].concat());
@@ -72,6 +79,109 @@ spec:
         || !node.exec(&["test", "-e", CONFLIST]).status.success(),
     );
     assert!(node.ready(), "the node stays Ready without plexus");
+}
+
+/// How long a hot-plug may take to show: the daemon acts on the watch
+/// event at once (measured well under a second); kubectl's round trips add.
+const HOT_PLUG: Duration = Duration::from_secs(30);
+
+/// Pod `pod` (selecting `side` as net1) through `kubectl annotate`, as a
+/// user sees it: the interface in `kubectl exec`, the network-status in
+/// `kubectl get pod -o json`, the events.
+fn hot_plug(node: &Node, ns: &str, pod: &str) {
+    let annotate = |value: &str| {
+        node.kubectl(&[
+            "annotate",
+            "--overwrite",
+            "pod",
+            "-n",
+            ns,
+            pod,
+            &format!("k8s.v1.cni.cncf.io/networks={value}"),
+        ]);
+    };
+    let links = || node.kubectl(&["exec", "-n", ns, pod, "--", "ip", "-o", "link"]);
+    let status = || -> Vec<(String, String)> {
+        let pod: Value =
+            serde_json::from_str(&node.kubectl(&["get", "pod", "-n", ns, pod, "-o", "json"]))
+                .expect("JSON");
+        status_entries(
+            pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
+                .as_str()
+                .unwrap_or("[]"),
+        )
+    };
+    let has_event = |kind: &str, reason: &str, text: &str| {
+        let events: Value = serde_json::from_str(&node.kubectl(&[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            &format!("involvedObject.name={pod}"),
+            "-o",
+            "json",
+        ]))
+        .expect("JSON");
+        events["items"].as_array().into_iter().flatten().any(|e| {
+            e["type"] == kind
+                && e["reason"] == reason
+                && e["message"].as_str().is_some_and(|m| m.contains(text))
+        })
+    };
+    let side = format!("{ns}/side");
+
+    // Added (multi-net spec §4: planned as at ADD, the next free netN).
+    annotate("side,side");
+    node.wait_for("net2 hot-plugged", HOT_PLUG, || {
+        links().contains(": net2@") && status().contains(&(side.clone(), "net2".into()))
+    });
+    assert_eq!(status().len(), 3, "{:?}", status());
+    node.wait_for("the AddedInterface event", HOT_PLUG, || {
+        has_event("Normal", "AddedInterface", "Add net2 [10.30.0.")
+    });
+
+    // An annotation that does not parse: a Warning, the networks kept.
+    annotate("[{\"name\": ");
+    node.wait_for("the InvalidNetworkSelection event", HOT_PLUG, || {
+        has_event("Warning", "InvalidNetworkSelection", "keeps its networks")
+    });
+    assert!(links().contains(": net2@"), "{}", links());
+    assert_eq!(status().len(), 3, "{:?}", status());
+
+    // Removed: that attachment alone.
+    annotate("side");
+    node.wait_for("net2 detached", HOT_PLUG, || {
+        !links().contains(": net2@") && status().len() == 2
+    });
+    assert!(links().contains(": net1@"), "{}", links());
+    node.wait_for("the RemovedInterface event", HOT_PLUG, || {
+        has_event("Normal", "RemovedInterface", "Remove net2")
+    });
+    // Added again, for the pod's deletion to take along.
+    annotate("side,side");
+    node.wait_for("net2 hot-plugged again", HOT_PLUG, || {
+        links().contains(": net2@")
+    });
+}
+
+/// No record, sandbox note or lock, nor address reservation of `side`,
+/// nor a pod's link on the node (the cluster network's veths on `cni0`),
+/// left on the node once its pods are deleted.
+fn nothing_left_on_the_node(node: &Node) {
+    let left = || {
+        // A directory nothing was ever written to is missing: nothing left.
+        node.exec_ok(&[
+            "sh",
+            "-c",
+            "find /var/lib/cni/plexus /var/lib/cni/networks/side -type f \
+             -not -name lock -not -name 'last_reserved_ip.*' 2>/dev/null; \
+             ip -o link show master cni0 2>/dev/null; true",
+        ])
+    };
+    // The pods' DELs come once kubelet tore their sandboxes down, which
+    // namespace deletion does not wait for.
+    node.wait_for("the pods' DELs", HOT_PLUG, || left().trim().is_empty());
 }
 
 #[test]

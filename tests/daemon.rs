@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
-use plexus_testkit::kube::{AuditedRequest, KubeApi, Relay};
+use plexus_testkit::kube::{status_entries, AuditedRequest, KubeApi, Relay};
 use serde_json::{json, Value};
 
 /// The daemon's memory bound in a boot storm (issue 12).
@@ -849,15 +849,7 @@ impl World {
             "-o",
             "jsonpath={.metadata.annotations.k8s\\.v1\\.cni\\.cncf\\.io/network-status}",
         ]);
-        let list: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        list.as_array()
-            .into_iter()
-            .flatten()
-            .map(|e| {
-                let field = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-                (field("name"), field("interface"))
-            })
-            .collect()
+        status_entries(&text)
     }
 
     /// Whether pod `pod` has an event of `kind` for `reason` whose message
@@ -1054,5 +1046,249 @@ fn a_daemon_killed_mid_hotplug_converges_and_a_del_racing_a_hotplug_leaks_nothin
     w.assert_nothing_left(&[pod_ns]);
     assert_eq!(w.macnet_leases(), 0);
     assert!(files_in(&w.tmp.path().join("state/sandboxes")).is_empty());
+    drop(daemon);
+}
+
+// Thin mode (issue 26): the runtime's exec of plexus serves the call itself
+// (no `daemonSocket`), and the daemon runs beside it, as deploy/ with
+// `testkit/node-deploy --thin` runs it. The plugin process notes the
+// sandbox it ADDed under `cniDir`/sandboxes, and holds the sandbox's lock
+// there for each call, as the daemon's hot-plug does.
+
+impl World {
+    /// The conf without `daemonSocket`: every call runs in the plugin process.
+    fn thin_conf(&self) -> String {
+        let mut conf: Value = serde_json::from_str(&self.conf).unwrap();
+        conf.as_object_mut().unwrap().remove("daemonSocket");
+        conf.to_string()
+    }
+
+    /// `slownet`'s conf (`pxslow`, which marks its start in binDir and
+    /// sleeps 2 s on ADD, then macvlan on uplink0 with its own host-local),
+    /// and the binDir with pxslow.
+    fn slow_chain(&self) -> (Value, PathBuf) {
+        let bin = self.tmp.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let slow = bin.join("pxslow");
+        std::fs::write(
+            &slow,
+            "#!/usr/bin/python3\nimport json, os, sys, time\n\
+             conf = json.load(sys.stdin)\n\
+             if os.environ.get('CNI_COMMAND') == 'ADD':\n\
+             \x20   open(os.path.join(os.path.dirname(sys.argv[0]), 'started'), 'w').close()\n\
+             \x20   time.sleep(2)\n\
+             \x20   print(json.dumps({'cniVersion': conf['cniVersion']}))\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let conf = json!({"cniVersion": "1.0.0", "name": "slownet", "plugins": [
+            {"type": "pxslow"},
+            {"type": "macvlan", "master": "uplink0",
+             "ipam": host_local(self.tmp.path(), "10.22.0.0/16", "slow")}]});
+        (conf, bin)
+    }
+
+    /// Where plugin processes note sandboxes and take their locks.
+    fn shared_sandboxes(&self) -> Vec<String> {
+        let mut files = files_in(&self.tmp.path().join("cache/sandboxes"));
+        files.sort();
+        files
+    }
+}
+
+#[test]
+fn pods_a_plugin_process_added_are_hot_plugged_and_its_del_racing_a_hotplug_leaks_nothing() {
+    let Some(mut w) = world("hpthin") else {
+        return;
+    };
+    let pod_ns = w.namespaces.add("hpthin-p");
+    w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
+    // The thin conf, with the binDir of slownet's slow plugin (below).
+    let (slow_conf, bin) = w.slow_chain();
+    let mut thin: Value = serde_json::from_str(&w.thin_conf()).unwrap();
+    thin["binDir"] = json!(bin);
+    let thin = thin.to_string();
+    w.api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+         metadata: {{name: slownet, namespace: {}}}\nspec:\n  config: '{slow_conf}'\n",
+        w.kube_ns
+    ));
+    // ADDed with no daemon running at all; the daemon started later finds it.
+    assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &thin));
+    assert_eq!(w.shared_sandboxes(), ["c-p1.json", "c-p1.lock"]);
+    let cni_dir = w.tmp.path().join("cache");
+    let daemon = w.daemon_with(&["--cni-dir", cni_dir.to_str().unwrap()]);
+
+    w.annotate("p1", "macnet@net1,macnet");
+    within_30s("net2 attached", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1", "net2"] && w.status_of("p1").len() == 3
+    });
+    within_30s("AddedInterface", &daemon, || {
+        w.has_event("p1", "Normal", "AddedInterface", "Add net2 [")
+    });
+    // A CHECK by a plugin process takes the same lock, and leaves the note.
+    assert_ok("CHECK", &w.call("CHECK", "p1", &pod_ns, &thin));
+    assert_eq!(w.shared_sandboxes(), ["c-p1.json", "c-p1.lock"]);
+
+    // The plugin process's DEL racing a hot-plug in the middle of a chain
+    // (`slownet`: a plugin exec'd from binDir that takes 2 s to ADD, then
+    // macvlan): it waits for the daemon's pass to end (the lock), then DELs
+    // every attachment, hot-plugged or not; the note and the lock leave
+    // with it. Unserialized, the rest of the chain would run after the DEL:
+    // a leaked link, address and record.
+    w.annotate("p1", "macnet@net1,macnet@net2,slownet@net3");
+    within_30s("slownet's chain started", &daemon, || {
+        bin.join("started").exists()
+    });
+    let started = Instant::now();
+    assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &thin));
+    let waited = started.elapsed();
+    eprintln!("the plugin's DEL took {waited:?}");
+    assert!(
+        waited > Duration::from_millis(500),
+        "the DEL did not wait: {waited:?}"
+    );
+    assert_eq!(link_names(&pod_ns), ["lo"]);
+    // A pass woken after the DEL finds no sandbox, and makes no lock.
+    w.annotate("p1", "macnet@net1");
+    std::thread::sleep(Duration::from_millis(500));
+    w.assert_nothing_left(std::slice::from_ref(&pod_ns));
+    assert_eq!(w.macnet_leases(), 0);
+    assert!(
+        w.shared_sandboxes().is_empty(),
+        "{:?}",
+        w.shared_sandboxes()
+    );
+    // DEL is idempotent, also for the lock.
+    assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &thin));
+    assert!(
+        w.shared_sandboxes().is_empty(),
+        "{:?}",
+        w.shared_sandboxes()
+    );
+    drop(daemon);
+}
+
+// IPAMClaims (multi-net-spec §8, §4.1.2.1.11) on hot-plugged attachments:
+// as at ADD and DEL.
+
+impl World {
+    /// IPAMClaim `name` of this test's namespace, as JSON (Null when gone).
+    fn claim(&self, name: &str) -> Value {
+        let text = self.api.kubectl(&[
+            "get",
+            "ipamclaim",
+            name,
+            "-n",
+            &self.kube_ns,
+            "-o",
+            "json",
+            "--ignore-not-found",
+        ]);
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    /// The addresses host-local holds for `vmnet`.
+    fn vmnet_leases(&self) -> Vec<String> {
+        files_in(&self.tmp.path().join("ipam/vm/vmnet"))
+            .into_iter()
+            .filter(|f| f.starts_with("10.50."))
+            .collect()
+    }
+}
+
+#[test]
+fn a_hot_plugged_claim_reference_writes_the_claim_and_a_detach_releases_as_del_does() {
+    let Some((w, pod_ns, daemon)) = running_pod("hpclaim", &[]) else {
+        return;
+    };
+    let vmnet = json!({"cniVersion": "1.0.0", "name": "vmnet", "type": "macvlan",
+        "master": "uplink0", "allowPersistentIPs": true,
+        "ipam": host_local(w.tmp.path(), "10.50.0.0/24", "vm")});
+    w.api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+         metadata: {{name: vmnet, namespace: {ns}}}\nspec:\n  config: '{vmnet}'\n---\n\
+         apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\n\
+         metadata: {{name: vm-a.vmnet, namespace: {ns}}}\n\
+         spec: {{network: vmnet, interface: net2}}\n",
+        ns = w.kube_ns
+    ));
+    let with_claim = json!([{"name": "macnet", "interface": "net1"},
+        {"name": "vmnet", "interface": "net2", "ipam-claim-reference": "vm-a.vmnet"}])
+    .to_string();
+
+    // Attached: the claim's status names the address and the pod, as at ADD.
+    w.annotate("p1", &with_claim);
+    within_30s("the claim's status written", &daemon, || {
+        w.claim("vm-a.vmnet")["status"]["ips"]
+            .as_array()
+            .is_some_and(|ips| !ips.is_empty())
+    });
+    let address = addresses(&pod_ns, "net2");
+    assert_eq!(address.len(), 1);
+    let status = &w.claim("vm-a.vmnet")["status"];
+    assert_eq!(status["ips"], json!([format!("{}/24", address[0])]));
+    assert_eq!(status["ownerPod"]["name"], "p1");
+    assert_eq!(w.status_of("p1").len(), 3);
+
+    // Detached while the claim exists: the address stays the claim's, and
+    // the next attach gets it again.
+    w.annotate("p1", "macnet@net1");
+    within_30s("net2 detached", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1"]
+    });
+    assert_eq!(w.vmnet_leases(), address);
+    w.annotate("p1", &with_claim);
+    within_30s("net2 attached again", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1", "net2"]
+    });
+    assert_eq!(addresses(&pod_ns, "net2"), address);
+
+    // The claim deleted, the detach releases its address, as a DEL does.
+    w.api
+        .kubectl(&["delete", "ipamclaim", "-n", &w.kube_ns, "vm-a.vmnet"]);
+    w.annotate("p1", "macnet@net1");
+    // The address first, then the claim book's entry.
+    within_30s("net2 detached, its address released", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1"]
+            && w.vmnet_leases().is_empty()
+            && files_in(&w.tmp.path().join("cache/ipamclaims")).is_empty()
+    });
+
+    assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &w.conf));
+    w.assert_nothing_left(&[pod_ns]);
+    drop(daemon);
+}
+
+#[test]
+fn a_hot_plugged_selection_never_takes_the_auxiliary_chains_name() {
+    // Multus's auxiliary chain (src/auxiliary.rs) runs after the pod's
+    // networks as `net<position>`: here net2, after eth0 and net1. A
+    // selection added without `interface` gets the next name free of it.
+    let Some(mut w) = world("hpaux") else {
+        return;
+    };
+    let pod_ns = w.namespaces.add("hpaux-p");
+    vendor_chain(&w.tmp.path().join("net.d"));
+    let mut conf: Value = serde_json::from_str(&w.conf).unwrap();
+    conf["auxiliaryCNIChainName"] = json!("vendor-chain");
+    w.conf = conf.to_string();
+    w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
+    let daemon = w.daemon();
+    assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &w.conf));
+    w.writes_delivered(&daemon);
+    let record = std::fs::read_to_string(w.tmp.path().join("cache/c-p1@eth0.json")).unwrap();
+    assert!(record.contains("\"ifname\":\"net2\""), "{record}");
+
+    w.annotate("p1", "macnet@net1,macnet");
+    within_30s("attached as net3", &daemon, || {
+        sorted_links(&pod_ns) == ["eth0", "lo", "net1", "net3"] && w.status_of("p1").len() == 3
+    });
+    let ns_macnet = format!("{}/macnet", w.kube_ns);
+    assert_eq!(w.status_of("p1")[2], (ns_macnet, "net3".into()));
+
+    assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &w.conf));
+    w.assert_nothing_left(&[pod_ns]);
     drop(daemon);
 }

@@ -310,15 +310,7 @@ fn the_auxiliary_chain_runs_after_the_pods_networks_and_del_runs_it_from_the_rec
         "manifestDir": manifests, "auxiliaryCNIChainName": "vendor-chain",
         "delegates": [podnet(t, "1.0.0")]})
     .to_string();
-    let chain = t.join("net.d/vendor-chain");
-    std::fs::create_dir_all(&chain).unwrap();
-    std::fs::write(
-        chain.join("10-sysctltwiddle.conf"),
-        json!({"cniVersion": "1.0.0", "name": "sysctltwiddle", "type": "tuning",
-               "sysctl": {"net.ipv4.conf.eth0.arp_filter": "1"}})
-        .to_string(),
-    )
-    .unwrap();
+    let chain = vendor_chain(&t.join("net.d"));
     std::fs::write(
         chain.join("20-recorder.conf"),
         json!({"type": "recorder"}).to_string(),

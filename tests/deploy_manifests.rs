@@ -63,8 +63,10 @@ fn rbac_grants_exactly_what_plexus_uses() {
     // watches (src/cluster/watch.rs) make, no more (tests/kube.rs and
     // tests/daemon.rs prove they suffice, with this role's token). The
     // daemon's hot-plug (issue 26) adds none: it reads the pods it already
-    // watches, writes network-status with the same pods/status PATCH and
-    // posts events; it never updates a pod (no pods patch/update).
+    // watches, writes network-status with the same pods/status PATCH, posts
+    // events, and binds a hot-plugged IPAMClaim with the same ipamclaims
+    // GET and status PATCH as ADD; it never updates a pod (no pods
+    // patch/update).
     let all = docs("rbac.yaml");
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let mut granted: Vec<(String, String)> = Vec::new();
@@ -197,6 +199,15 @@ fn daemonset_runs_plexus_install_on_every_node() {
         .map(|m| &m["mountPath"])
         .collect();
     assert_eq!(netns_paths, ["/run/netns", "/var/run/netns"]);
+    // Hot-plug in thin mode (issue 26): the daemon reads the sandboxes
+    // plugin processes note under cniDir (its --cni-dir default, as the
+    // settings leave cniDir at its default) and takes their locks there.
+    let cni_state = mount_of(daemon, pod, "cni-state");
+    assert_eq!(cni_state.0["hostPath"]["path"], "/var/lib/cni");
+    assert_eq!(cni_state.1["mountPath"], "/var/lib/cni");
+    assert_ne!(cni_state.1["readOnly"], true, "the locks are taken there");
+    assert!(settings.get("cniDir").is_none(), "{settings}");
+    assert!(!args.iter().any(|a| a.starts_with("--cni-dir")), "{args:?}");
 }
 
 /// The volume named `name` and `container`'s mount of it.

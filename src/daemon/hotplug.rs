@@ -17,9 +17,10 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cache::{Cache, Record, State};
+use crate::cache::{Cache, Lookup, Record, State};
+use crate::claims::{self, ClaimBook};
 use crate::cluster::events::{EventType, PodEvent};
-use crate::cluster::kube::{KubeCluster, Publication, SharedApi};
+use crate::cluster::kube::{ClaimStatus, KubeCluster, Publication, SharedApi};
 use crate::cluster::Cluster;
 use crate::cni::args::CniArgs;
 use crate::cni::error::{CniError, ErrorCode};
@@ -92,6 +93,7 @@ impl Reconciler {
         let mut next = IDLE;
         for sandbox in sandboxes {
             let Some(pod) = self.api.watched.pod(&sandbox.namespace, &sandbox.pod) else {
+                self.forget_if_deleted(&sandbox);
                 continue;
             };
             if sandbox.uid.is_some() && pod.uid != sandbox.uid {
@@ -110,12 +112,16 @@ impl Reconciler {
             }
             let start = Instant::now();
             let first_pass = state.done.is_none();
-            let outcome = self.sandboxes.locked(&sandbox.container_id, || {
-                match self.sandboxes.get(&sandbox.container_id) {
-                    Some(_) => self.reconcile(&sandbox, &pod, first_pass),
-                    None => Ok(Err(Skip::Gone)),
-                }
-            });
+            let cni_dir = sandbox.cni_dir();
+            let outcome = self
+                .sandboxes
+                .locked(&sandbox.container_id, cni_dir.as_deref(), || {
+                    match self.sandboxes.get(&sandbox.container_id) {
+                        Some(_) => self.reconcile(&sandbox, &pod, first_pass),
+                        None => Ok(Err(Skip::Gone)),
+                    }
+                })
+                .and_then(|reconciled| reconciled);
             self.metrics.hotplug_done(start.elapsed(), outcome.is_ok());
             match outcome {
                 Ok(_) => {
@@ -150,6 +156,26 @@ impl Reconciler {
         next
     }
 
+    /// Forget a sandbox whose pod is gone once its record is gone too: its
+    /// DEL ran where this daemon did not see it (a plugin process, a daemon
+    /// before this one), or a GC removed it.
+    fn forget_if_deleted(&self, sandbox: &Sandbox) {
+        let Some(cni_dir) = sandbox.cni_dir() else {
+            return;
+        };
+        let forgotten = self
+            .sandboxes
+            .locked(&sandbox.container_id, Some(&cni_dir), || {
+                let cache = Cache::new(&cni_dir);
+                if let Ok(Lookup::Missing) = cache.load(&sandbox.container_id, &sandbox.ifname) {
+                    self.sandboxes.remove(&sandbox.container_id, Some(&cni_dir));
+                }
+            });
+        if let Err(e) = forgotten {
+            tracing::warn!(container = %sandbox.container_id, error = %e, "sandbox not checked");
+        }
+    }
+
     fn kube(&self) -> KubeCluster {
         KubeCluster::shared(&self.api)
     }
@@ -167,7 +193,7 @@ impl Reconciler {
         let conf = PlexusConf::from_value(&sandbox.conf)?;
         let kube = self.kube();
         let cluster: &dyn Cluster = &kube;
-        let registry = plugin::registry();
+        let registry = plugin::daemon_registry(conf.chroot_dir.as_deref());
         let ctx = RunContext {
             container_id: sandbox.container_id.clone(),
             ifname: sandbox.ifname.clone(),
@@ -188,7 +214,13 @@ impl Reconciler {
                 session: registry.session().clone(),
             }));
         let record = match executor.record(&ctx) {
-            Err(e) if e.code == ErrorCode::UnknownContainer => return Ok(Err(Skip::Gone)),
+            // Its DEL ran where this daemon did not see it (a plugin
+            // process, a daemon before this one): forgotten here too.
+            Err(e) if e.code == ErrorCode::UnknownContainer => {
+                self.sandboxes
+                    .remove(&sandbox.container_id, Some(&conf.cni_dir));
+                return Ok(Err(Skip::Gone));
+            }
             other => other?,
         };
         let changes = self.changes(&conf, cluster, pod, &record)?;
@@ -217,9 +249,11 @@ impl Reconciler {
             self.metrics.hotplug("attach", "refused");
         }
         let mut failures = Vec::new();
+        let mut detached = Vec::new();
         for gone in &changes.detach {
             match executor.detach(&ctx, &gone.ifname) {
-                Ok(_) => {
+                Ok(done) => {
+                    detached.extend(done);
                     self.metrics.hotplug("detach", "ok");
                     events.push(PodEvent {
                         event_type: EventType::Normal,
@@ -233,6 +267,12 @@ impl Reconciler {
                 }
             }
         }
+        // As at DEL: the addresses of a deleted claim are released (§8).
+        for warning in plugin::release_deleted_claims(&conf.cni_dir, cluster, &detached) {
+            tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), %warning);
+        }
+        let book = ClaimBook::new(&conf.cni_dir);
+        let mut claims = Vec::new();
         for new in &changes.attach {
             // A detach that failed leaves its interface: not attached over.
             if failures.is_empty() {
@@ -240,12 +280,21 @@ impl Reconciler {
                     attachments: vec![new.clone()],
                     warnings: Vec::new(),
                 };
-                let book = crate::claims::ClaimBook::new(&conf.cni_dir);
-                let attached = crate::claims::bind(&mut one, pod, cluster, &book)
-                    .and_then(|_| executor.attach(&ctx, &one.attachments));
+                // As at ADD: the claim bound before the chain runs, its
+                // status written with the network-status (§8.2).
+                let attached = claims::bind(&mut one, pod, cluster, &book).and_then(|bound| {
+                    let results = executor.attach(&ctx, &one.attachments)?;
+                    Ok((plugin::claim_statuses(&bound, &results), results))
+                });
+                events.extend(
+                    one.warnings
+                        .iter()
+                        .map(|w| warn("InvalidNetworkSelection", w)),
+                );
                 match attached {
-                    Ok(results) => {
+                    Ok((statuses, results)) => {
                         self.metrics.hotplug("attach", "ok");
+                        claims.extend(statuses);
                         for r in results {
                             let status =
                                 new.network_status(r.result.as_ref(), r.device_info.as_ref());
@@ -264,8 +313,11 @@ impl Reconciler {
             &executor,
             &ctx,
             pod,
-            events,
-            (first_pass && sandbox.restored) || !changes.is_empty(),
+            Written {
+                events,
+                claims,
+                check_status: (first_pass && sandbox.restored) || !changes.is_empty(),
+            },
         )?;
         match failures.len() {
             0 => Ok(Ok(())),
@@ -312,16 +364,20 @@ impl Reconciler {
 
     /// The pod's network-status from the record, written when it changed
     /// (by the uid-guarded PATCH of ADD, through the outbox when the daemon
-    /// has one), and the events.
+    /// has one), with the claims' status, and the events.
     fn publish(
         &self,
         kube: &KubeCluster,
         executor: &Executor,
         ctx: &RunContext,
         pod: &Pod,
-        events: Vec<PodEvent>,
-        check_status: bool,
+        written: Written,
     ) -> Result<(), CniError> {
+        let Written {
+            events,
+            claims,
+            check_status,
+        } = written;
         let record = executor.record(ctx)?;
         let entries: Vec<_> = record
             .attachments
@@ -336,11 +392,11 @@ impl Reconciler {
             .annotations
             .get(NETWORK_STATUS_ANNOTATION)
             .and_then(|s| parse_status_annotation(s).ok());
-        if check_status && current.as_ref() != Some(&entries) {
+        if (check_status && current.as_ref() != Some(&entries)) || !claims.is_empty() {
             kube.publish(&Publication {
                 pod,
                 network_status: &entries,
-                claims: Vec::new(),
+                claims,
                 events,
             })?;
         } else if !events.is_empty() {
@@ -348,6 +404,15 @@ impl Reconciler {
         }
         Ok(())
     }
+}
+
+/// What a pass writes to the API server.
+struct Written {
+    events: Vec<PodEvent>,
+    /// The status of the claims of what it attached.
+    claims: Vec<ClaimStatus>,
+    /// Whether the network-status is compared with the record's.
+    check_status: bool,
 }
 
 /// The sandbox a successful ADD served, when its pod is named (kubelet's

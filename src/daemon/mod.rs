@@ -19,6 +19,7 @@
 
 pub mod hotplug;
 pub mod metrics;
+pub mod sandbox_dir;
 pub mod sandboxes;
 pub mod shim;
 mod socket;
@@ -74,6 +75,9 @@ pub struct Settings {
     /// Where the sandboxes the daemon ADDed are remembered across its
     /// restarts ([`Sandboxes`]); `None`: in memory only.
     pub sandboxes: Option<PathBuf>,
+    /// The `cniDir` under which plugin processes note the sandboxes they
+    /// ADDed themselves (thin mode): hot-plugged too.
+    pub plugins_cni_dir: Option<PathBuf>,
     /// Hot-plug: reconcile running pods' attachments with their selection
     /// annotation ([`hotplug`]); needs the API server.
     pub dynamic_networks: bool,
@@ -139,7 +143,11 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
     let handle = runtime.handle().clone();
     let metrics = Arc::new(Metrics::new());
     let sandboxes = Arc::new(
-        Sandboxes::open(settings.sandboxes.clone()).map_err(|source| DaemonError::Io {
+        Sandboxes::open(
+            settings.sandboxes.clone(),
+            settings.plugins_cni_dir.as_deref(),
+        )
+        .map_err(|source| DaemonError::Io {
             what: "the sandboxes' state directory".into(),
             source,
         })?,
@@ -492,19 +500,27 @@ fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) ->
     else {
         return run_call(daemon, request, netns);
     };
-    daemon.sandboxes.locked(container_id, || {
-        let answer = run_call(daemon, request, netns);
-        match command {
-            "ADD" if answer.exit_code == 0 && daemon.clusters.api.is_some() => {
-                if let Some(sandbox) = hotplug::sandbox_of(&request.env, &request.stdin) {
-                    daemon.sandboxes.add(sandbox);
+    // The node's lock of the sandbox is under its conf's cniDir (a conf
+    // that does not parse fails the call without touching a sandbox).
+    let cni_dir = PlexusConf::from_slice(request.stdin.as_bytes())
+        .ok()
+        .map(|c| c.cni_dir);
+    let served = daemon
+        .sandboxes
+        .locked(container_id, cni_dir.as_deref(), || {
+            let answer = run_call(daemon, request, netns);
+            match command {
+                "ADD" if answer.exit_code == 0 && daemon.clusters.api.is_some() => {
+                    if let Some(sandbox) = hotplug::sandbox_of(&request.env, &request.stdin) {
+                        daemon.sandboxes.add(sandbox);
+                    }
                 }
+                "DEL" => daemon.sandboxes.remove(container_id, cni_dir.as_deref()),
+                _ => {}
             }
-            "DEL" => daemon.sandboxes.remove(container_id),
-            _ => {}
-        }
-        answer
-    })
+            answer
+        });
+    served.unwrap_or_else(|e| error_response(&e))
 }
 
 fn run_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) -> ShimResponse {

@@ -1,18 +1,22 @@
-//! The sandboxes the daemon ADDed for pods of its node: what a hot-plug
-//! needs to reach one later, when no runtime call names it (its container
-//! ID, `CNI_IFNAME`, netns, `CNI_PATH`, and the plexus conf of its ADD),
-//! one file each under the daemon's state directory, so a restarted daemon
-//! knows them too. And the per-sandbox lock that serializes a sandbox's CNI
-//! calls with its hot-plugs: a DEL waits for a hot-plug in progress, and a
-//! hot-plug after the DEL finds no sandbox.
+//! The sandboxes the daemon hot-plugs: what a hot-plug needs to reach one
+//! later, when no runtime call names it (its container ID, `CNI_IFNAME`,
+//! netns, `CNI_PATH`, and the plexus conf of its ADD). Those the daemon
+//! ADDed are noted under its state directory, so a restarted daemon knows
+//! them too; those plugin processes ADDed (thin mode) are read from the
+//! notes they leave under `cniDir` ([`SandboxDir`]). And the per-sandbox
+//! lock that serializes a sandbox's CNI calls with its hot-plugs, in this
+//! process and with the node's plugin processes: a DEL waits for a hot-plug
+//! in progress, and a hot-plug after the DEL finds no sandbox.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cni::whole_file::{self, Durability};
+use crate::cni::error::CniError;
+
+use super::sandbox_dir::SandboxDir;
 
 /// One sandbox, as its ADD named it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,67 +35,77 @@ pub struct Sandbox {
     pub uid: Option<String>,
     /// The plexus conf of the ADD (its stdin).
     pub conf: serde_json::Value,
-    /// Read back by a daemon that started after its ADD (whose status
-    /// write it may not have seen through).
+    /// Read back from a note (written by a daemon before this one, or by a
+    /// plugin process), whose status write this daemon did not see through.
     #[serde(skip)]
     pub restored: bool,
 }
 
+impl Sandbox {
+    /// The `cniDir` of its conf: where its lock and records are.
+    pub fn cni_dir(&self) -> Option<PathBuf> {
+        crate::config::PlexusConf::from_value(&self.conf)
+            .ok()
+            .map(|c| c.cni_dir)
+    }
+}
+
 pub struct Sandboxes {
-    /// `None`: remembered in memory only (no state directory).
-    dir: Option<PathBuf>,
+    /// The daemon's notes; `None`: remembered in memory only.
+    own: Option<SandboxDir>,
+    /// The notes of the sandboxes plugin processes ADDed.
+    plugins: Option<SandboxDir>,
     known: Mutex<HashMap<String, Sandbox>>,
     locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
 impl Sandboxes {
-    /// The sandboxes an earlier daemon left in `dir` (created 0700).
-    pub fn open(dir: Option<PathBuf>) -> std::io::Result<Sandboxes> {
+    /// The sandboxes an earlier daemon noted in `dir` (created 0700), and
+    /// those plugin processes note under `plugins_cni_dir`.
+    pub fn open(
+        dir: Option<PathBuf>,
+        plugins_cni_dir: Option<&Path>,
+    ) -> std::io::Result<Sandboxes> {
+        let own = dir.map(SandboxDir::new);
         let mut known = HashMap::new();
-        if let Some(dir) = &dir {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)?;
-            for entry in std::fs::read_dir(dir)? {
-                let path = entry?.path();
-                if path.extension().is_none_or(|e| e != "json") {
-                    continue;
-                }
-                let read = std::fs::read(&path)
-                    .map_err(|e| e.to_string())
-                    .and_then(|b| serde_json::from_slice::<Sandbox>(&b).map_err(|e| e.to_string()));
-                match read {
-                    Ok(sandbox) => {
-                        let sandbox = Sandbox {
-                            restored: true,
-                            ..sandbox
-                        };
-                        known.insert(sandbox.container_id.clone(), sandbox);
-                    }
-                    Err(reason) => {
-                        tracing::warn!(file = %path.display(), %reason, "unreadable sandbox entry dropped");
-                        let _ = std::fs::remove_file(&path);
-                    }
-                }
+        if let Some(own) = &own {
+            own.create()?;
+            for sandbox in own.all() {
+                known.insert(sandbox.container_id.clone(), sandbox);
             }
         }
         Ok(Sandboxes {
-            dir,
+            own,
+            plugins: plugins_cni_dir.map(SandboxDir::in_cni_dir),
             known: Mutex::new(known),
             locks: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Run `f` holding the lock of sandbox `container_id`.
-    pub fn locked<T>(&self, container_id: &str, f: impl FnOnce() -> T) -> T {
+    /// Run `f` holding the lock of sandbox `container_id`: this process's,
+    /// and with `cni_dir` (its conf's) the node's, shared with plugin
+    /// processes. Err: the node's lock was not had (busy past its bound).
+    pub fn locked<T>(
+        &self,
+        container_id: &str,
+        cni_dir: Option<&Path>,
+        f: impl FnOnce() -> T,
+    ) -> Result<T, CniError> {
         let sandbox = lock(&self.locks)
             .entry(container_id.to_string())
             .or_default()
             .clone();
         let held = lock(&sandbox);
-        let out = f();
+        let node_lock = cni_dir
+            .map(|d| SandboxDir::in_cni_dir(d).lock(container_id))
+            .transpose();
+        let out = node_lock.map(|node_lock| {
+            let out = f();
+            if let Some(node_lock) = node_lock {
+                node_lock.release(lock(&self.known).contains_key(container_id));
+            }
+            out
+        });
         drop(held);
         // The last holder drops the entry: the map holds live sandboxes' only.
         let mut locks = lock(&self.locks);
@@ -103,38 +117,39 @@ impl Sandboxes {
 
     /// Remember `sandbox` (under its lock).
     pub fn add(&self, sandbox: Sandbox) {
-        if let Some(dir) = &self.dir {
-            // Container IDs are checked by the ADD that succeeded: a file name.
-            let path = dir.join(format!("{}.json", sandbox.container_id));
-            let bytes = serde_json::to_vec(&sandbox).expect("a sandbox serializes");
-            if let Err(error) = whole_file::replace(&path, &bytes, 0o600, Durability::Unsynced) {
-                tracing::warn!(%error, file = %path.display(), "sandbox not saved: no hot-plug after a restart");
+        if let Some(own) = &self.own {
+            if let Err(error) = own.note(&sandbox) {
+                tracing::warn!(%error, "sandbox not saved: no hot-plug after a restart");
             }
         }
         lock(&self.known).insert(sandbox.container_id.clone(), sandbox);
     }
 
-    /// Forget `container_id` (under its lock).
-    pub fn remove(&self, container_id: &str) {
-        if lock(&self.known).remove(container_id).is_none() {
-            return;
+    /// Forget `container_id` (under its lock), and its plugin process's
+    /// note, here and under `cni_dir` (its DEL's conf's).
+    pub fn remove(&self, container_id: &str, cni_dir: Option<&Path>) {
+        let dirs = self.own.iter().chain(&self.plugins);
+        for dir in dirs.chain(cni_dir.map(SandboxDir::in_cni_dir).as_ref()) {
+            dir.forget(container_id);
         }
-        if let Some(dir) = &self.dir {
-            let path = dir.join(format!("{container_id}.json"));
-            if let Err(error) = crate::cache::remove_file(&path) {
-                tracing::warn!(%error, file = %path.display(), "sandbox entry not removed");
-            }
-        }
+        lock(&self.known).remove(container_id);
     }
 
     /// The sandbox `container_id`, if it is still known.
     pub fn get(&self, container_id: &str) -> Option<Sandbox> {
-        lock(&self.known).get(container_id).cloned()
+        let known = lock(&self.known).get(container_id).cloned();
+        known.or_else(|| self.plugins.as_ref()?.read(container_id))
     }
 
     /// Every known sandbox.
     pub fn all(&self) -> Vec<Sandbox> {
-        lock(&self.known).values().cloned().collect()
+        let mut all: Vec<Sandbox> = lock(&self.known).values().cloned().collect();
+        for noted in self.plugins.iter().flat_map(SandboxDir::all) {
+            if !all.iter().any(|s| s.container_id == noted.container_id) {
+                all.push(noted);
+            }
+        }
+        all
     }
 }
 
@@ -147,11 +162,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn sandboxes_outlive_the_daemon_and_leave_with_their_del() {
-        let dir = tempfile::tempdir().unwrap();
-        let sandbox = Sandbox {
-            container_id: "c1".into(),
+    fn sandbox(id: &str) -> Sandbox {
+        Sandbox {
+            container_id: id.into(),
             ifname: "eth0".into(),
             netns: "/run/netns/p".into(),
             cni_path: vec!["/opt/cni/bin".into()],
@@ -160,20 +173,40 @@ mod tests {
             uid: Some("u".into()),
             conf: serde_json::json!({"type": "plexus"}),
             restored: false,
-        };
-        let first = Sandboxes::open(Some(dir.path().to_path_buf())).unwrap();
-        first.locked("c1", || first.add(sandbox.clone()));
-        std::fs::write(dir.path().join("bad.json"), "{").unwrap();
-        let next = Sandboxes::open(Some(dir.path().to_path_buf())).unwrap();
-        let restored = Sandbox {
+        }
+    }
+
+    #[test]
+    fn sandboxes_outlive_the_daemon_and_leave_with_their_del() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (state, cni_dir) = (tmp.path().join("state"), tmp.path().join("cni"));
+        let first = Sandboxes::open(Some(state.clone()), Some(&cni_dir)).unwrap();
+        first
+            .locked("c1", Some(&cni_dir), || first.add(sandbox("c1")))
+            .unwrap();
+        std::fs::write(state.join("bad.json"), "{").unwrap();
+        // A plugin process's ADD, noted under cniDir.
+        SandboxDir::in_cni_dir(&cni_dir)
+            .note(&sandbox("c2"))
+            .unwrap();
+        let next = Sandboxes::open(Some(state.clone()), Some(&cni_dir)).unwrap();
+        let restored = |id| Sandbox {
             restored: true,
-            ..sandbox
+            ..sandbox(id)
         };
-        assert_eq!(next.all(), [restored]);
-        assert!(!dir.path().join("bad.json").exists());
-        next.locked("c1", || next.remove("c1"));
-        assert!(next.get("c1").is_none());
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let mut all = next.all();
+        all.sort_by(|a, b| a.container_id.cmp(&b.container_id));
+        assert_eq!(all, [restored("c1"), restored("c2")]);
+        assert_eq!(next.get("c2"), Some(restored("c2")));
+        assert!(!state.join("bad.json").exists());
+        for id in ["c1", "c2"] {
+            next.locked(id, Some(&cni_dir), || next.remove(id, Some(&cni_dir)))
+                .unwrap();
+            assert!(next.get(id).is_none());
+        }
+        assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
+        let shared = cni_dir.join(super::super::sandbox_dir::SUBDIR);
+        assert_eq!(std::fs::read_dir(shared).unwrap().count(), 0);
         assert!(lock(&next.locks).is_empty());
     }
 }

@@ -28,6 +28,8 @@ use crate::config::{DaemonClient, DaemonFallback, PlexusConf};
 use crate::logging::LogSettings;
 use crate::plugin::PlexusPlugin;
 
+use super::hotplug;
+use super::sandbox_dir::SandboxDir;
 use super::wire::{self, ShimRequest, ShimResponse};
 
 /// Why a forwarded call got no answer.
@@ -155,7 +157,50 @@ fn request(stdin: Vec<u8>) -> Option<ShimRequest> {
 }
 
 /// The call run here; `conf` is stdin's configuration when already parsed.
+/// A call naming a sandbox holds the node's lock of it, which the daemon's
+/// hot-plug of it holds too ([`SandboxDir`]); a pod ADDed here is noted for
+/// the daemon's hot-plug, and the note leaves with its DEL.
 fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
+    let command = std::env::var("CNI_COMMAND").unwrap_or_default();
+    let sandbox = std::env::var("CNI_CONTAINERID").ok().filter(|id| {
+        matches!(command.as_str(), "ADD" | "DEL" | "CHECK")
+            && crate::cni::names::check_container_id(id).is_ok()
+    });
+    let (Some(conf), Some(container_id)) = (conf.as_ref(), sandbox) else {
+        return run_here(stdin, conf);
+    };
+    let dir = SandboxDir::in_cni_dir(&conf.cni_dir);
+    let held = match dir.lock(&container_id) {
+        Ok(held) => held,
+        Err(e) => {
+            return skel::report_error(
+                &e,
+                &conf.cni_version,
+                &mut io::stdout().lock(),
+                &mut io::stderr().lock(),
+            )
+        }
+    };
+    let code = run_here(stdin, Some(conf.clone()));
+    match command.as_str() {
+        "ADD" if code == 0 => {
+            let noted = request(stdin.to_vec())
+                .and_then(|r| hotplug::sandbox_of(&r.env, &r.stdin))
+                .map(|sandbox| dir.note(&sandbox));
+            if let Some(Err(error)) = noted {
+                CallLog::from_vars(|key| std::env::var(key).ok(), Some(&conf.name)).warn(
+                    format_args!("sandbox not noted: the daemon will not hot-plug it: {error}"),
+                );
+            }
+        }
+        "DEL" => dir.forget(&container_id),
+        _ => {}
+    }
+    held.release(false);
+    code
+}
+
+fn run_here(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
     skel::run(
         &PlexusPlugin::thin(conf),
         |key| std::env::var_os(key),

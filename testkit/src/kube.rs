@@ -123,6 +123,20 @@ pub(crate) fn missing() -> Option<std::borrow::Cow<'static, str>> {
     }
 }
 
+/// The entries of a network-status annotation (multi-net-spec §5) as
+/// `(name, interface)`; none when it does not parse.
+pub fn status_entries(text: &str) -> Vec<(String, String)> {
+    let list: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let field = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (field("name"), field("interface"))
+        })
+        .collect()
+}
+
 /// The API server of this run, started on first use. Call it after
 /// `require(&[Feature::KubeApiServer])`; a server that fails to start fails
 /// the test with `kube-up`'s reason.

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use plexus_dataplane::NetNs;
@@ -194,6 +194,22 @@ pub fn node_and_pods(namespaces: &mut Namespaces, tag: &str) -> (String, [String
 
 pub fn host_local(tmp: &Path, subnet: &str, who: &str) -> Value {
     json!({"type": "host-local", "subnet": subnet, "dataDir": tmp.join("ipam").join(who)})
+}
+
+/// Multus's auxiliary chain `vendor-chain` under `conf_dir` (its e2e test
+/// test-subdirectory-chaining-passthru.sh: a tuning sysctl on eth0); the
+/// chain's directory, for more plugin confs.
+pub fn vendor_chain(conf_dir: &Path) -> PathBuf {
+    let chain = conf_dir.join("vendor-chain");
+    std::fs::create_dir_all(&chain).unwrap();
+    std::fs::write(
+        chain.join("10-sysctltwiddle.conf"),
+        json!({"cniVersion": "1.0.0", "name": "sysctltwiddle", "type": "tuning",
+               "sysctl": {"net.ipv4.conf.eth0.arp_filter": "1"}})
+        .to_string(),
+    )
+    .unwrap();
+    chain
 }
 
 /// `macnet`: a macvlan network on the node's `uplink0`, host-local

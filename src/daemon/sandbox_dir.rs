@@ -1,0 +1,244 @@
+//! A directory of sandbox notes (`<container ID>.json`, a [`Sandbox`]
+//! each), and the per-sandbox lock every process of the node shares.
+//!
+//! `<cniDir>/sandboxes/` is what the node's plugin processes and its daemon
+//! share about each sandbox: every CNI call naming a sandbox (ADD, DEL,
+//! CHECK), in a plugin process or in the daemon, and every hot-plug of it
+//! hold its lock (`<container ID>.lock`, an `flock`), so they never run at
+//! once whichever process runs them: a DEL waits for a hot-plug in
+//! progress. A plugin process that ADDed a pod itself (thin mode, or
+//! `daemonFallback: thin`) notes the sandbox there, so the daemon hot-plugs
+//! it too; the sandbox's DEL removes the note. A lock file is removed under
+//! its lock once the sandbox is known nowhere: nothing is left after the
+//! DEL. The daemon's own notes (the sandboxes it ADDed) live in its state
+//! directory, in the same format.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::fcntl::Flock;
+
+use crate::cni::error::CniError;
+use crate::cni::flock::lock_file;
+use crate::cni::names;
+use crate::cni::whole_file::{self, Durability};
+
+use super::sandboxes::Sandbox;
+
+/// The subdirectory of `cniDir` shared by plugin processes and the daemon.
+pub const SUBDIR: &str = "sandboxes";
+/// How long a call or a hot-plug waits for the sandbox's lock: longer than
+/// a hot-plug of many networks takes.
+const LOCK_WAIT: Duration = Duration::from_secs(120);
+/// Tries at a lock whose file its holder removed while this one waited.
+const LOCK_TRIES: usize = 100;
+
+pub struct SandboxDir {
+    dir: PathBuf,
+}
+
+/// A sandbox's lock, held until dropped or [`Held::release`]d.
+pub struct Held {
+    note: PathBuf,
+    path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl SandboxDir {
+    pub fn new(dir: PathBuf) -> SandboxDir {
+        SandboxDir { dir }
+    }
+
+    /// The directory shared under `cni_dir`.
+    pub fn in_cni_dir(cni_dir: &Path) -> SandboxDir {
+        SandboxDir::new(cni_dir.join(SUBDIR))
+    }
+
+    /// Create the directory (0700) if it is missing.
+    pub fn create(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+    }
+
+    fn note_path(&self, container_id: &str) -> PathBuf {
+        self.dir.join(format!("{container_id}.json"))
+    }
+
+    /// Take sandbox `container_id`'s lock, waiting at most [`LOCK_WAIT`]
+    /// (then code 11: the runtime tries again later).
+    pub fn lock(&self, container_id: &str) -> Result<Held, CniError> {
+        names::check_container_id(container_id)
+            .map_err(|r| CniError::invalid_env(crate::cni::env::CNI_CONTAINERID, r))?;
+        self.create()
+            .map_err(|e| CniError::io(self.dir.display().to_string(), e))?;
+        let path = self.dir.join(format!("{container_id}.lock"));
+        for _ in 0..LOCK_TRIES {
+            let lock = lock_file(&path, LOCK_WAIT, "sandbox busy")?;
+            // A holder that removed the file as this one waited left this
+            // one the lock of a file no one else opens: take the new one.
+            let held = lock.metadata().map(|m| (m.dev(), m.ino()));
+            let named = std::fs::metadata(&path).map(|m| (m.dev(), m.ino()));
+            if let (Ok(held), Ok(named)) = (held, named) {
+                if held == named {
+                    return Ok(Held {
+                        note: self.note_path(container_id),
+                        path,
+                        _lock: lock,
+                    });
+                }
+            }
+        }
+        Err(CniError::io(
+            path.display().to_string(),
+            "removed and re-created by others on every try",
+        ))
+    }
+
+    /// Note `sandbox` (under its lock).
+    pub fn note(&self, sandbox: &Sandbox) -> std::io::Result<()> {
+        self.create()?;
+        let bytes = serde_json::to_vec(sandbox).expect("a sandbox serializes");
+        whole_file::replace(
+            &self.note_path(&sandbox.container_id),
+            &bytes,
+            0o600,
+            Durability::Unsynced,
+        )
+    }
+
+    /// Remove the note of `container_id` (under its lock); a missing one is
+    /// fine.
+    pub fn forget(&self, container_id: &str) {
+        if names::check_container_id(container_id).is_err() {
+            return;
+        }
+        let path = self.note_path(container_id);
+        if let Err(error) = crate::cache::remove_file(&path) {
+            tracing::warn!(%error, file = %path.display(), "sandbox note not removed");
+        }
+    }
+
+    /// The note of `container_id`, if there is one.
+    pub fn read(&self, container_id: &str) -> Option<Sandbox> {
+        names::check_container_id(container_id).ok()?;
+        read_note(&self.note_path(container_id)).ok()
+    }
+
+    /// Remove every note (and its lock file) but those `keep` names, each
+    /// under its lock; a sandbox busy past the lock's bound is kept.
+    pub fn forget_all_but(&self, keep: impl Fn(&str) -> bool) {
+        for sandbox in self.all() {
+            if keep(&sandbox.container_id) {
+                continue;
+            }
+            if let Ok(held) = self.lock(&sandbox.container_id) {
+                self.forget(&sandbox.container_id);
+                held.release(false);
+            }
+        }
+    }
+
+    /// Every note; one that does not parse is dropped, with a warning.
+    pub fn all(&self) -> Vec<Sandbox> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            match read_note(&path) {
+                Ok(sandbox) => out.push(sandbox),
+                // Read between a writer's create and rename: gone already.
+                Err(_) if !path.exists() => {}
+                Err(reason) => {
+                    tracing::warn!(file = %path.display(), %reason, "unreadable sandbox note dropped");
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Held {
+    /// Release the lock, removing its file first unless the sandbox is
+    /// still known: noted beside it, or `known_elsewhere` (the daemon's).
+    pub fn release(self, known_elsewhere: bool) {
+        if !known_elsewhere && !self.note.exists() {
+            if let Err(error) = crate::cache::remove_file(&self.path) {
+                tracing::warn!(%error, file = %self.path.display(), "sandbox lock not removed");
+            }
+        }
+    }
+}
+
+/// A note, as written by a plexus before this one too (`restored`).
+fn read_note(path: &Path) -> Result<Sandbox, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let sandbox: Sandbox = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+    Ok(Sandbox {
+        restored: true,
+        ..sandbox
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_lock_is_exclusive_and_its_file_leaves_with_the_sandbox() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = SandboxDir::in_cni_dir(tmp.path());
+        let held = dir.lock("c1").unwrap();
+        let inside = Arc::new(AtomicBool::new(true));
+        let waiter = {
+            let inside = inside.clone();
+            let cni_dir = tmp.path().to_path_buf();
+            std::thread::spawn(move || {
+                // Waits for the holder, then takes a fresh file: the
+                // holder removed the one it waited on.
+                let held = SandboxDir::in_cni_dir(&cni_dir).lock("c1").unwrap();
+                assert!(!inside.load(Ordering::SeqCst), "two holders at once");
+                held.release(false);
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        inside.store(false, Ordering::SeqCst);
+        held.release(false);
+        waiter.join().unwrap();
+        assert_eq!(
+            std::fs::read_dir(tmp.path().join(SUBDIR)).unwrap().count(),
+            0
+        );
+        assert!(dir.lock("../x").is_err());
+
+        // GC: the notes of sandboxes not valid leave, with their locks.
+        let note = |id: &str| {
+            serde_json::json!({"containerID": id, "ifname": "eth0",
+            "netns": "/run/netns/x", "namespace": "ns", "pod": "p", "uid": null, "conf": {}})
+        };
+        for id in ["kept", "stale"] {
+            let sandbox: Sandbox = serde_json::from_value(note(id)).unwrap();
+            let held = dir.lock(id).unwrap();
+            dir.note(&sandbox).unwrap();
+            held.release(false);
+        }
+        dir.forget_all_but(|id| id == "kept");
+        let mut left: Vec<String> = std::fs::read_dir(tmp.path().join(SUBDIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["kept.json", "kept.lock"]);
+    }
+}
