@@ -289,19 +289,23 @@ spec:
         out.lines().map(str::to_string).collect()
     }
 
-    /// Deletes the pods of `ns` (kubelet runs their DELs), waits (60 s at
-    /// most) until [`Node::network_state`] is `before` again, failing with
-    /// what is left, and deletes `ns`.
+    /// Deletes the pods of `ns` (kubelet runs their DELs), waits until
+    /// they are gone (kubelet v1.20 takes over a minute for some of a burst
+    /// of 30, with their sandboxes long stopped) and then (60 s at most)
+    /// until [`Node::network_state`] is `before` again, failing with what is
+    /// left, and deletes `ns`.
     pub fn delete_pods_leaving_nothing(&self, ns: &str, before: &BTreeSet<String>) {
-        self.kubectl(&[
-            "delete",
-            "pods",
-            "--all",
-            "-n",
-            ns,
-            "--wait=true",
-            "--timeout=90s",
-        ]);
+        let started = Instant::now();
+        self.kubectl(&["delete", "pods", "--all", "-n", ns, "--wait=false"]);
+        self.wait_for(
+            &format!("the pods of {ns} deleted"),
+            Duration::from_secs(180),
+            || {
+                let pods = self.kubectl_output(&["get", "pods", "-n", ns, "-o", "name"], None);
+                pods.status.success() && pods.stdout.is_empty()
+            },
+        );
+        eprintln!("the pods of {ns} deleted in {:?}", started.elapsed());
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut after = self.network_state();
         while after != *before && Instant::now() < deadline {
