@@ -232,7 +232,12 @@ fn the_daemon_killed_during_a_burst_of_30_pods_fails_none_and_leaks_nothing() {
         return;
     };
     let started = Instant::now();
-    let restarts = || plexus_pod(node, ".status.containerStatuses[?(@.name==\"daemon\")].restartCount");
+    let restarts = || {
+        plexus_pod(
+            node,
+            ".status.containerStatuses[?(@.name==\"daemon\")].restartCount",
+        )
+    };
     let restarts_before: u32 = restarts().parse().expect("a restart count");
     let names = create_pods(node, &ns, "burst", 30);
     // Killed once the runtime is calling it: the first records are written.
@@ -251,7 +256,11 @@ fn the_daemon_killed_during_a_burst_of_30_pods_fails_none_and_leaks_nothing() {
         .status()
         .expect("kill runs");
     assert!(status.success(), "the daemon {} killed", daemon[0]);
-    eprintln!("daemon {} killed {:?} after the burst", daemon[0], started.elapsed());
+    eprintln!(
+        "daemon {} killed {:?} after the burst",
+        daemon[0],
+        started.elapsed()
+    );
 
     wait_attached(node, &ns, &names);
     wait_plexus_ready(node);
@@ -317,7 +326,11 @@ fn after_a_node_reboot_the_old_sandboxes_leave_nothing_and_pods_get_their_networ
         std::thread::sleep(Duration::from_millis(500));
         left = old_sandbox_files(node, &old_sandboxes);
     }
-    assert_eq!(left, Vec::<String>::new(), "left by the sandboxes of before the reboot");
+    assert_eq!(
+        left,
+        Vec::<String>::new(),
+        "left by the sandboxes of before the reboot"
+    );
     wait_plexus_ready(node);
 
     // A pod created after the reboot gets its networks.

@@ -924,11 +924,18 @@ fn installer_stopped_leaves_conflist(api: &KubeApi, pod: &str) -> (bool, String)
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while installer.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the installer ran on after SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "the installer ran on after SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = installer.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let log = String::from_utf8_lossy(&out.stderr);
     let last = log.lines().last().unwrap_or_default().to_string();
     (conflist.exists(), last)
@@ -955,7 +962,13 @@ spec:
 "#
     ));
     let uid = api.kubectl(&[
-        "get", "daemonset", "-n", &ns, "plexus", "-o", "jsonpath={.metadata.uid}",
+        "get",
+        "daemonset",
+        "-n",
+        &ns,
+        "plexus",
+        "-o",
+        "jsonpath={.metadata.uid}",
     ]);
     api.apply(&format!(
         r#"apiVersion: v1

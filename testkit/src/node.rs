@@ -259,7 +259,10 @@ spec:
     /// Pids of the node's processes whose command line starts with `argv`
     /// (the `/proc/PID/cmdline` words).
     pub fn pids_of(&self, argv: &[&str]) -> Vec<u32> {
-        let wanted: Vec<u8> = argv.iter().flat_map(|a| [a.as_bytes(), b"\0"].concat()).collect();
+        let wanted: Vec<u8> = argv
+            .iter()
+            .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+            .collect();
         let mut pids = Vec::new();
         for procs in cgroup_procs_files(&self.pids_cgroup) {
             let text = std::fs::read_to_string(procs).unwrap_or_default();
