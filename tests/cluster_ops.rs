@@ -94,19 +94,11 @@ fn create_pods(node: &Node, ns: &str, prefix: &str, count: usize) -> Vec<String>
 /// v1.3 §5) has the [`NAD`]: the runtime called plexus, not the cluster
 /// network alone.
 fn attached(node: &Node, ns: &str, name: &str) -> bool {
-    let out = node.kubectl_output(
-        &[
-            "get",
-            "pod",
-            "-n",
-            ns,
-            name,
-            "-o",
-            r"jsonpath={.status.phase} {.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
-        ],
-        None,
+    let text = node.pod_field(
+        ns,
+        name,
+        r"{.status.phase} {.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
     );
-    let text = String::from_utf8_lossy(&out.stdout);
     text.starts_with("Running ") && text.contains(&format!("\"{ns}/{NAD}\""))
 }
 
@@ -282,15 +274,11 @@ fn after_a_node_reboot_the_old_sandboxes_leave_nothing_and_pods_get_their_networ
     let names = create_pods(node, &ns, "survivor", 3);
     wait_attached(node, &ns, &names);
     let started_at = |name: &str| {
-        node.kubectl(&[
-            "get",
-            "pod",
-            "-n",
+        node.pod_field(
             &ns,
             name,
-            "-o",
-            "jsonpath={.status.containerStatuses[0].state.running.startedAt}",
-        ])
+            "{.status.containerStatuses[0].state.running.startedAt}",
+        )
     };
     let first_start: Vec<String> = names.iter().map(|n| started_at(n)).collect();
     // The sandboxes of before the reboot, by their container IDs: plexus's

@@ -161,20 +161,26 @@ impl Node {
     /// Waits until pod `ns/name` is Running, for `timeout` at most.
     pub fn wait_running(&self, ns: &str, name: &str, timeout: Duration) {
         self.wait_for(&format!("pod {ns}/{name} Running"), timeout, || {
-            let out = self.kubectl_output(
-                &[
-                    "get",
-                    "pod",
-                    "-n",
-                    ns,
-                    name,
-                    "-o",
-                    "jsonpath={.status.phase}",
-                ],
-                None,
-            );
-            String::from_utf8_lossy(&out.stdout) == "Running"
+            self.pod_field(ns, name, "{.status.phase}") == "Running"
         });
+    }
+
+    /// `jsonpath` of pod `ns/name`, as kubectl prints it; empty when the
+    /// pod or the field is not there.
+    pub fn pod_field(&self, ns: &str, name: &str, jsonpath: &str) -> String {
+        let out = self.kubectl_output(
+            &[
+                "get",
+                "pod",
+                "-n",
+                ns,
+                name,
+                "-o",
+                &format!("jsonpath={jsonpath}"),
+            ],
+            None,
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// `testkit/node-deploy ARGS --binary plexus DIR`: plexus's image built
