@@ -290,7 +290,7 @@ fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
         || events(node, &ns, "orphan", "FailedCreatePodSandBox").contains("no-such-nad"),
     );
     assert!(node.ready(), "the node stays Ready");
-    node.kubectl(&["delete", "namespace", &ns, "--wait=true", "--timeout=90s"]);
+    node.delete_namespace(&ns);
 }
 
 #[test]

@@ -69,7 +69,7 @@ spec:
     assert!(status.contains("\"net1\""), "{status}");
     let links = node.kubectl(&["exec", "-n", &ns, "attached", "--", "ip", "-o", "link"]);
     assert!(links.contains(": net1@"), "{links}");
-    node.kubectl(&["delete", "namespace", &ns, "--wait=true", "--timeout=90s"]);
+    node.delete_namespace(&ns);
     assert!(node.ready(), "the node stays Ready");
 
     // `kubectl delete -k`: the installer's --cleanup removes the conflist.

@@ -298,9 +298,25 @@ spec:
         out.lines().map(str::to_string).collect()
     }
 
+    /// Deletes namespace `ns` and waits until it is gone, for 180 s at most:
+    /// kubelet v1.20 deletes a pod whose sandbox it stopped (its DELs done)
+    /// only once its container GC, every minute, removed the sandbox, so a
+    /// deletion can take over a minute, more than one bounded kubectl waits.
+    pub fn delete_namespace(&self, ns: &str) {
+        self.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+        self.wait_for(
+            &format!("namespace {ns} deleted"),
+            Duration::from_secs(180),
+            || {
+                let out = self.kubectl_output(&["get", "namespace", ns], None);
+                String::from_utf8_lossy(&out.stderr).contains("NotFound")
+            },
+        );
+    }
+
     /// Deletes the pods of `ns` (kubelet runs their DELs), waits until
-    /// they are gone (kubelet v1.20 takes over a minute for some of a burst
-    /// of 30, with their sandboxes long stopped) and then (60 s at most)
+    /// they are gone (over a minute, at times: [`Node::delete_namespace`])
+    /// and then (60 s at most)
     /// until [`Node::network_state`] is `before` again, failing with what is
     /// left, and deletes `ns`.
     pub fn delete_pods_leaving_nothing(&self, ns: &str, before: &BTreeSet<String>) {
