@@ -101,9 +101,14 @@ struct InstallArgs {
     /// Milliseconds between checks while waiting or watching.
     #[arg(long, default_value_t = 1000)]
     poll_ms: u64,
-    /// On SIGTERM/SIGINT, remove 00-plexus.conflist.
+    /// On SIGTERM/SIGINT, remove 00-plexus.conflist, unless --pod names a
+    /// pod whose DaemonSet remains (a rolling update: src/install/owner.rs).
     #[arg(long)]
     cleanup: bool,
+    /// This installer's pod, `NAMESPACE/NAME` (deploy/ sets POD from the
+    /// downward API), for --cleanup.
+    #[arg(long, env = "POD", value_name = "NAMESPACE/NAME")]
+    pod: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -349,8 +354,25 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
         .run(timeout, args.watch, poll, &stop)
         .map_err(failed)?;
     if args.cleanup && stop.load(std::sync::atomic::Ordering::Relaxed) {
-        installer.cleanup().map_err(failed)?;
-        tracing::info!("removed {}", crate::install::CONFLIST_NAME);
+        use crate::install::owner::{on_stop, OnStop};
+        let pod = args.pod.as_deref().and_then(|p| p.split_once('/'));
+        let decision = match (pod, installer.kubeconfig_here()) {
+            (Some((namespace, name)), Some(kubeconfig)) => on_stop(&kubeconfig, namespace, name),
+            _ => OnStop::Remove {
+                why: "no --pod (or no kubeconfig) to ask whether plexus stays".into(),
+            },
+        };
+        match decision {
+            OnStop::Keep { daemon_set } => tracing::info!(
+                daemon_set,
+                "kept {}: its DaemonSet remains (a rolling update), the next pod takes over",
+                crate::install::CONFLIST_NAME
+            ),
+            OnStop::Remove { why } => {
+                installer.cleanup().map_err(failed)?;
+                tracing::info!(why, "removed {}", crate::install::CONFLIST_NAME);
+            }
+        }
     }
     Ok(String::new())
 }

@@ -46,6 +46,7 @@ use serde_json::{json, Map, Value};
 use crate::cni::whole_file::{self, Durability};
 use crate::plan::ConfDir;
 
+pub mod owner;
 pub mod settings;
 
 /// The conflist plexus writes; `00-` sorts it before every other conf, so the
@@ -353,6 +354,11 @@ impl Installer {
     /// down still need it for their DEL).
     pub fn cleanup(&self) -> Result<bool, InstallError> {
         remove_if_present(&self.conflist())
+    }
+
+    /// The kubeconfig this installer writes, in its own view.
+    pub fn kubeconfig_here(&self) -> Option<PathBuf> {
+        self.kubeconfig.as_deref().map(|k| self.host(k))
     }
 }
 

@@ -12,7 +12,6 @@
 //! The cluster starts once per test binary (about 30 s) and is shared; each
 //! test works in a Kubernetes namespace of its own.
 
-use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -135,13 +134,6 @@ spec:
     )
 }
 
-/// The pod's network-status annotation (spec §5), read with kubectl.
-fn network_status(node: &Node, ns: &str, pod: &str) -> Vec<Value> {
-    let text = node.network_status_text(ns, pod);
-    serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("{ns}/{pod} network-status {text:?}: {e}"))
-}
-
 /// The network-status entry of network `name` (`ns/name`).
 fn entry<'a>(status: &'a [Value], name: &str) -> &'a Value {
     status
@@ -167,47 +159,6 @@ fn exec(node: &Node, ns: &str, pod: &str, cmd: &[&str]) -> String {
     node.kubectl(&args)
 }
 
-/// What networks leave on the node: host-local reservations (its
-/// per-network directories stay, as the reference plugin leaves them),
-/// plexus's records, device-info files, pod netns and the cluster bridge's
-/// veths.
-fn node_state(node: &Node) -> BTreeSet<String> {
-    let out = node.exec_ok(&[
-        "sh",
-        "-c",
-        "{ find /var/lib/cni/networks -mindepth 2; \
-           find /var/lib/cni/plexus /var/run/k8s.cni.cncf.io/devinfo /run/netns -mindepth 1; \
-         } 2>/dev/null | grep -v -e '/last_reserved_ip' -e '/lock$' ; \
-         ip -o link show type veth | grep -o 'veth[0-9a-f]*' || true",
-    ]);
-    out.lines().map(str::to_string).collect()
-}
-
-/// Deletes the pods of `ns` (kubelet runs their DELs), waits (60 s at most)
-/// until the node's state is `before` again, failing with what is left, and
-/// deletes `ns`.
-fn delete_pods_leaving_nothing(node: &Node, ns: &str, before: &BTreeSet<String>) {
-    node.kubectl(&[
-        "delete",
-        "pods",
-        "--all",
-        "-n",
-        ns,
-        "--wait=true",
-        "--timeout=90s",
-    ]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut after = node_state(node);
-    while after != *before && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(500));
-        after = node_state(node);
-    }
-    assert_eq!(
-        after.difference(before).collect::<Vec<_>>(),
-        Vec::<&String>::new(),
-        "left on the node after the pods' deletion"
-    );
-    node.kubectl(&["delete", "namespace", ns, "--wait=false"]);
 }
 
 #[test]
@@ -215,7 +166,7 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
     let Some((_alone, node, ns)) = turn("cluster") else {
         return;
     };
-    let before = node_state(node);
+    let before = node.network_state();
     node.apply(&ns, &quickstart_macvlan(&node.iface));
     node.apply(&ns, &how_to_use_nads(&node.iface));
     let pods = [
@@ -250,7 +201,7 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
         node.wait_running(&ns, name, POD_RUNNING);
     }
 
-    let status = |pod: &str| network_status(node, &ns, pod);
+    let status = |pod: &str| node.network_status(&ns, pod);
     let (a, b, c, d) = (
         status("text-a"),
         status("json-b"),
@@ -313,7 +264,7 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
 
     // kubelet deletes them: one DEL with the netns, then several without,
     // some at once (shared/notes/kubelet.md). Nothing may remain.
-    delete_pods_leaving_nothing(node, &ns, &before);
+    node.delete_pods_leaving_nothing(&ns, &before);
 }
 
 #[test]
@@ -331,7 +282,7 @@ fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
         },
     );
     assert!(node.ready(), "the node stays Ready");
-    node.kubectl(&["delete", "namespace", &ns, "--wait=true", "--timeout=90s"]);
+    node.delete_namespace(&ns);
 }
 
 #[test]
@@ -339,14 +290,14 @@ fn kubelet_and_containerd_restarts_keep_pods_attached_and_leave_nothing() {
     let Some((_alone, node, ns)) = turn("restart") else {
         return;
     };
-    let before = node_state(node);
+    let before = node.network_state();
     node.apply(&ns, &how_to_use_nads(&node.iface));
     for name in ["first", "second"] {
         node.apply(&ns, &node.sleeping_pod(name, "macvlan-conf-1"));
         node.wait_running(&ns, name, POD_RUNNING);
     }
     let nad = format!("{ns}/macvlan-conf-1");
-    let second = address(entry(&network_status(node, &ns, "second"), &nad));
+    let second = address(entry(&node.network_status(&ns, "second"), &nad));
     // kubelet's restart makes no CNI call for running pods; containerd's
     // leaves the shims, and so the pods, running (shared/notes/kubelet.md).
     for component in ["kubelet", "containerd"] {
@@ -370,7 +321,7 @@ fn kubelet_and_containerd_restarts_keep_pods_attached_and_leave_nothing() {
         let next = format!("after-{component}");
         node.apply(&ns, &node.sleeping_pod(&next, "macvlan-conf-1"));
         node.wait_running(&ns, &next, POD_RUNNING);
-        entry(&network_status(node, &ns, &next), &nad);
+        entry(&node.network_status(&ns, &next), &nad);
     }
-    delete_pods_leaving_nothing(node, &ns, &before);
+    node.delete_pods_leaving_nothing(&ns, &before);
 }

@@ -67,7 +67,7 @@ spec:
     let links = node.kubectl(&["exec", "-n", &ns, "attached", "--", "ip", "-o", "link"]);
     assert!(links.contains(": net1@"), "{links}");
     hot_plug(node, &ns, "attached");
-    node.kubectl(&["delete", "namespace", &ns, "--wait=true", "--timeout=90s"]);
+    node.delete_namespace(&ns);
     assert!(node.ready(), "the node stays Ready");
     nothing_left_on_the_node(node);
 

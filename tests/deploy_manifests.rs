@@ -67,6 +67,8 @@ fn rbac_grants_exactly_what_plexus_uses() {
     // events, and binds a hot-plugged IPAMClaim with the same ipamclaims
     // GET and status PATCH as ADD; it never updates a pod (no pods
     // patch/update).
+    // The installer, stopping, reads its DaemonSet (tests/cluster_ops.rs:
+    // kept through a rolling update).
     let all = docs("rbac.yaml");
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let mut granted: Vec<(String, String)> = Vec::new();
@@ -82,6 +84,7 @@ fn rbac_grants_exactly_what_plexus_uses() {
     }
     granted.sort();
     let want = [
+        ("daemonsets", "get"),
         ("events", "create"),
         ("ipamclaims", "get"),
         ("ipamclaims/status", "patch"),
@@ -125,6 +128,11 @@ fn daemonset_runs_plexus_install_on_every_node() {
             "--daemon-socket=/run/plexus/plexus.sock"
         ])
     );
+    // --cleanup asks whether the pod's DaemonSet remains (a rolling
+    // update keeps the conflist): the pod is named from the downward API.
+    let env = plexus["env"].as_array().unwrap();
+    assert_eq!(env[2]["name"], "POD");
+    assert_eq!(env[2]["value"], "$(POD_NAMESPACE)/$(POD_NAME)");
     let mounts: Vec<&str> = pod["volumes"]
         .as_array()
         .unwrap()

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use elsa::FrozenMap;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Pod as ApiPod};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
@@ -444,6 +445,43 @@ pub struct Published {
 }
 
 impl KubeCluster {
+    /// The DaemonSet controlling pod `namespace/name`, when it exists (the
+    /// very one: same uid) and is not being deleted; `None` otherwise
+    /// (install/owner.rs).
+    pub fn remaining_daemon_set_of(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<String>, CniError> {
+        let pods: Api<ApiPod> = Api::namespaced(self.client.clone(), namespace);
+        let object = format!("pod {namespace}/{name}");
+        let Some(pod) = self
+            .call(&object, pods.get_opt(name))
+            .map_err(ApiError::into_cni)?
+        else {
+            return Ok(None);
+        };
+        let Some(owner) = pod
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .into_iter()
+            .find(|o| o.kind == "DaemonSet" && o.controller == Some(true))
+        else {
+            return Ok(None);
+        };
+        let sets: Api<DaemonSet> = Api::namespaced(self.client.clone(), namespace);
+        let object = format!("DaemonSet {namespace}/{}", owner.name);
+        let set = self
+            .call(&object, sets.get_opt(&owner.name))
+            .map_err(ApiError::into_cni)?;
+        let remains = set.is_some_and(|s| {
+            s.metadata.uid.as_deref() == Some(owner.uid.as_str())
+                && s.metadata.deletion_timestamp.is_none()
+        });
+        Ok(remains.then_some(owner.name))
+    }
+
     fn custom(
         &self,
         namespace: &str,

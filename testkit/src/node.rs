@@ -14,6 +14,7 @@
 //! [`Node::exec`].
 
 use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -34,6 +35,9 @@ pub struct Node {
     pub iface: String,
     /// The static busybox image in containerd, for pods.
     pub pod_image: String,
+    /// The pids cgroup every process of the node is under (its
+    /// components, the shims, the pods), to find one of them.
+    pub pids_cgroup: PathBuf,
 }
 
 /// Why the node cannot run here, or `None`: `node-up --check` tells.
@@ -73,6 +77,7 @@ fn start() -> Result<Node, String> {
         ip: env_value(&dir, "NODE_IP")?,
         iface: env_value(&dir, "NODE_IFACE")?,
         pod_image: env_value(&dir, "POD_IMAGE")?,
+        pids_cgroup: env_value(&dir, "NODE_PIDS_CGROUP")?.into(),
         dir,
     })
 }
@@ -166,20 +171,26 @@ impl Node {
     /// Waits until pod `ns/name` is Running, for `timeout` at most.
     pub fn wait_running(&self, ns: &str, name: &str, timeout: Duration) {
         self.wait_for(&format!("pod {ns}/{name} Running"), timeout, || {
-            let out = self.kubectl_output(
-                &[
-                    "get",
-                    "pod",
-                    "-n",
-                    ns,
-                    name,
-                    "-o",
-                    "jsonpath={.status.phase}",
-                ],
-                None,
-            );
-            String::from_utf8_lossy(&out.stdout) == "Running"
+            self.pod_field(ns, name, "{.status.phase}") == "Running"
         });
+    }
+
+    /// `jsonpath` of pod `ns/name`, as kubectl prints it; empty when the
+    /// pod or the field is not there.
+    pub fn pod_field(&self, ns: &str, name: &str, jsonpath: &str) -> String {
+        let out = self.kubectl_output(
+            &[
+                "get",
+                "pod",
+                "-n",
+                ns,
+                name,
+                "-o",
+                &format!("jsonpath={jsonpath}"),
+            ],
+            None,
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// `testkit/node-deploy ARGS --binary plexus DIR`: plexus's image built
@@ -265,18 +276,119 @@ spec:
     /// through it: stopped with SIGTERM, started again; its pods keep
     /// running. Returns once it runs again and the node is Ready.
     pub fn restart(&self, component: &str) {
-        let request = self.dir.join(format!("restart-{component}"));
-        std::fs::write(&request, "").expect("the restart request is written");
+        self.ask_node_up(&format!("restart-{component}"));
+    }
+
+    /// Reboots the node as after a power cut (`node-up`'s DIR/reboot):
+    /// kubelet, containerd and every pod process killed, their mounts, /run
+    /// and the pods' cgroups gone, the disk kept; then containerd and
+    /// kubelet started again. Returns once the node is Ready.
+    pub fn reboot(&self) {
+        self.ask_node_up("reboot");
+    }
+
+    /// Creates `DIR/request`, waits until node-up has done it (the file
+    /// gone) and the node is Ready.
+    fn ask_node_up(&self, request: &str) {
+        let file = self.dir.join(request);
+        std::fs::write(&file, "").expect("the request to node-up is written");
+        self.wait_for(request, Duration::from_secs(90), || !file.exists());
         self.wait_for(
-            &format!("{component} restarted"),
-            Duration::from_secs(60),
-            || !request.exists(),
-        );
-        self.wait_for(
-            &format!("node Ready after the {component} restart"),
+            &format!("node Ready after {request}"),
             Duration::from_secs(90),
             || self.ready(),
         );
+    }
+
+    /// Pids of the node's processes whose command line starts with `argv`
+    /// (the `/proc/PID/cmdline` words).
+    pub fn pids_of(&self, argv: &[&str]) -> Vec<u32> {
+        let wanted: Vec<u8> = argv
+            .iter()
+            .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+            .collect();
+        let mut pids = Vec::new();
+        for procs in cgroup_procs_files(&self.pids_cgroup) {
+            let text = std::fs::read_to_string(procs).unwrap_or_default();
+            for pid in text.lines().filter_map(|l| l.parse::<u32>().ok()) {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                if cmdline.starts_with(&wanted) {
+                    pids.push(pid);
+                }
+            }
+        }
+        pids
+    }
+
+    /// What pods' networks leave on the node: host-local reservations (its
+    /// per-network directories stay, as the reference plugin leaves them),
+    /// plexus's records, device-info files, pod netns and the cluster
+    /// bridge's veths.
+    pub fn network_state(&self) -> BTreeSet<String> {
+        let out = self.exec_ok(&[
+            "sh",
+            "-c",
+            "{ find /var/lib/cni/networks -mindepth 2; \
+               find /var/lib/cni/plexus /var/run/k8s.cni.cncf.io/devinfo /run/netns -mindepth 1; \
+             } 2>/dev/null | grep -v -e '/last_reserved_ip' -e '/lock$' ; \
+             ip -o link show type veth | grep -o 'veth[0-9a-f]*' || true",
+        ]);
+        out.lines().map(str::to_string).collect()
+    }
+
+    /// Deletes namespace `ns` and waits until it is gone, for 180 s at most:
+    /// kubelet v1.20 deletes a pod whose sandbox it stopped (its DELs done)
+    /// only once its container GC, every minute, removed the sandbox, so a
+    /// deletion can take over a minute, more than one bounded kubectl waits.
+    pub fn delete_namespace(&self, ns: &str) {
+        self.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+        self.wait_for(
+            &format!("namespace {ns} deleted"),
+            Duration::from_secs(180),
+            || {
+                let out = self.kubectl_output(&["get", "namespace", ns], None);
+                String::from_utf8_lossy(&out.stderr).contains("NotFound")
+            },
+        );
+    }
+
+    /// Deletes the pods of `ns` (kubelet runs their DELs), waits until
+    /// they are gone (over a minute, at times: [`Node::delete_namespace`])
+    /// and then (60 s at most)
+    /// until [`Node::network_state`] is `before` again, failing with what is
+    /// left, and deletes `ns`.
+    pub fn delete_pods_leaving_nothing(&self, ns: &str, before: &BTreeSet<String>) {
+        let started = Instant::now();
+        self.kubectl(&["delete", "pods", "--all", "-n", ns, "--wait=false"]);
+        self.wait_for(
+            &format!("the pods of {ns} deleted"),
+            Duration::from_secs(180),
+            || {
+                let pods = self.kubectl_output(&["get", "pods", "-n", ns, "-o", "name"], None);
+                pods.status.success() && pods.stdout.is_empty()
+            },
+        );
+        eprintln!("the pods of {ns} deleted in {:?}", started.elapsed());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut after = self.network_state();
+        while after != *before && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            after = self.network_state();
+        }
+        assert_eq!(
+            after.difference(before).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "left on the node after the pods' deletion"
+        );
+        self.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+    }
+
+    /// The pod's network-status annotation (multi-net spec v1.3 §5), read
+    /// with kubectl.
+    pub fn network_status(&self, ns: &str, pod: &str) -> Vec<serde_json::Value> {
+        let text = self.network_status_text(ns, pod);
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{ns}/{pod} network-status {text:?}: {e}"))
     }
 
     /// Whether the Node object is Ready.
@@ -293,4 +405,17 @@ spec:
         );
         String::from_utf8_lossy(&out.stdout) == "True"
     }
+}
+
+/// Every `cgroup.procs` file under `dir`, bounded by the cgroup tree.
+fn cgroup_procs_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files = vec![dir.join("cgroup.procs")];
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                files.extend(cgroup_procs_files(&entry.path()));
+            }
+        }
+    }
+    files
 }

@@ -1,0 +1,352 @@
+//! Operations a cluster lives through (issue 24 item 4), on the one-node
+//! cluster of `testkit/node-up` with plexus deployed as an operator does:
+//! `kubectl apply -k deploy/` unchanged (thick mode, the daemon container
+//! serving the calls). Each ends with every pod Running with its networks
+//! (kubelet's retries allowed: no pod failing for good) and, once the pods
+//! are deleted, nothing left on the node: no plexus record, host-local
+//! reservation, device-info file, pod netns or veth.
+//!
+//! - a DaemonSet rolling update to a new image while pods start: the
+//!   installer replaces `/opt/cni/bin/plexus` (by rename: a runtime exec'ing
+//!   it sees the old binary or the new one, never half of one);
+//! - the daemon container killed (SIGKILL) during a burst of 30 pods;
+//! - a node reboot (`node-up`'s power cut): the sandboxes are gone, and the
+//!   DELs kubelet and containerd run for them afterwards leave no record or
+//!   reservation of theirs.
+//!
+//! (The kubelet and containerd restarts are tests/cluster.rs's.) The node
+//! starts once for this binary (about 30 s) and is shared; the tests take
+//! turns, each in a Kubernetes namespace of its own.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use plexus_testkit::node::{node, Node};
+use plexus_testkit::Feature;
+
+/// One test at a time: each compares the node's state with its own start.
+static ALONE: Mutex<()> = Mutex::new(());
+
+/// How long pods may take to be Running with their networks when something
+/// was in the way (kubelet retries a failed sandbox with a backoff).
+const PODS_RECOVER: Duration = Duration::from_secs(180);
+
+/// The secondary network every pod of these tests is attached to.
+const NAD: &str = "side";
+
+/// The node with deploy/ applied as it is (thick mode), once per binary.
+fn cluster() -> &'static Node {
+    static DEPLOYED: OnceLock<()> = OnceLock::new();
+    let node = node();
+    DEPLOYED.get_or_init(|| node.deploy(&[]));
+    node
+}
+
+/// The node for a test whose turn it is, a namespace of its own named after
+/// `prefix` holding the [`NAD`], and the node's network state before; `None`
+/// (the test reported skipped) without a node.
+fn turn(
+    prefix: &str,
+) -> Option<(
+    MutexGuard<'static, ()>,
+    &'static Node,
+    String,
+    BTreeSet<String>,
+)> {
+    if !plexus_testkit::require(&[Feature::KubeNode]) {
+        return None;
+    }
+    let alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let node = cluster();
+    let ns = node.namespace(prefix);
+    let before = node.network_state();
+    // A macvlan on the node's link with host-local: a reservation on the
+    // node's disk per attachment, which a lost DEL would leave.
+    node.apply(
+        &ns,
+        &format!(
+            r#"apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: {NAD}
+spec:
+  config: '{{"cniVersion": "1.0.0", "name": "{ns}", "type": "macvlan", "master": "{iface}",
+             "mode": "bridge", "ipam": {{"type": "host-local", "subnet": "10.31.0.0/24"}}}}'
+"#,
+            iface = node.iface
+        ),
+    );
+    Some((alone, node, ns, before))
+}
+
+/// `count` sleeping pods `{prefix}-{i}` attached to the [`NAD`], created by
+/// one `kubectl apply` (a burst); their names.
+fn create_pods(node: &Node, ns: &str, prefix: &str, count: usize) -> Vec<String> {
+    let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i}")).collect();
+    let manifest: Vec<String> = names.iter().map(|n| node.sleeping_pod(n, NAD)).collect();
+    node.apply(ns, &manifest.join("---\n"));
+    names
+}
+
+/// Whether pod `ns/name` is Running and its network-status (multi-net spec
+/// v1.3 §5) has the [`NAD`]: the runtime called plexus, not the cluster
+/// network alone.
+fn attached(node: &Node, ns: &str, name: &str) -> bool {
+    let text = node.pod_field(
+        ns,
+        name,
+        r"{.status.phase} {.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
+    );
+    text.starts_with("Running ") && text.contains(&format!("\"{ns}/{NAD}\""))
+}
+
+/// Waits until every pod of `names` is [`attached`], within [`PODS_RECOVER`].
+fn wait_attached(node: &Node, ns: &str, names: &[String]) {
+    let started = Instant::now();
+    for name in names {
+        let left = PODS_RECOVER.saturating_sub(started.elapsed());
+        node.wait_for(
+            &format!("pod {ns}/{name} Running with network {NAD}"),
+            left,
+            || attached(node, ns, name),
+        );
+    }
+    eprintln!(
+        "{} pods of {ns} Running with their networks {:?} after the first check",
+        names.len(),
+        started.elapsed()
+    );
+}
+
+/// A jsonpath of the DaemonSet's pod (`app=plexus`, one on the one node).
+fn plexus_pod(node: &Node, jsonpath: &str) -> String {
+    node.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        "kube-system",
+        "-l",
+        "app=plexus",
+        "-o",
+        &format!("jsonpath={{.items[0]{jsonpath}}}"),
+    ])
+}
+
+/// Waits until the DaemonSet's pod is Ready again (its daemon serving).
+fn wait_plexus_ready(node: &Node) {
+    node.kubectl(&[
+        "rollout",
+        "status",
+        "daemonset/plexus",
+        "-n",
+        "kube-system",
+        "--timeout=120s",
+    ]);
+    node.kubectl(&[
+        "wait",
+        "pod",
+        "-n",
+        "kube-system",
+        "-l",
+        "app=plexus",
+        "--for=condition=Ready",
+        "--timeout=120s",
+    ]);
+}
+
+#[test]
+fn a_rolling_update_while_pods_start_replaces_the_binary_and_fails_no_pod() {
+    let Some((_alone, node, ns, before)) = turn("rollout") else {
+        return;
+    };
+    let started = Instant::now();
+    let installed = || node.exec_ok(&["stat", "-c", "%i", "/opt/cni/bin/plexus"]);
+    let old_inode = installed();
+    // The new image: its binary differs from the deployed one (node-deploy
+    // --tag marks it), so the installer must replace it.
+    node.deploy(&["--tag", "rollout"]);
+
+    // Pods are created one after another from before the update until after
+    // it, so some start while the old DaemonSet pod stops, while neither
+    // runs, and while the new one installs.
+    let rolled = AtomicBool::new(false);
+    let names = std::thread::scope(|s| {
+        let creator = s.spawn(|| {
+            let mut names = Vec::new();
+            let mut after = 0;
+            while after < 3 && names.len() < 60 {
+                if rolled.load(Ordering::Relaxed) {
+                    after += 1;
+                }
+                let name = format!("pod-{}", names.len());
+                node.apply(&ns, &node.sleeping_pod(&name, NAD));
+                names.push(name);
+                std::thread::sleep(Duration::from_millis(400));
+            }
+            names
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        node.kubectl(&[
+            "set",
+            "image",
+            "daemonset/plexus",
+            "-n",
+            "kube-system",
+            "plexus=plexus:rollout",
+            "daemon=plexus:rollout",
+        ]);
+        wait_plexus_ready(node);
+        rolled.store(true, Ordering::Relaxed);
+        creator.join().expect("the pod creator ran")
+    });
+    eprintln!("{} pods created around the rolling update", names.len());
+    wait_attached(node, &ns, &names);
+
+    // The installer of the new image put its binary in place by rename (a
+    // new inode), leaving no temporary file beside it.
+    assert_ne!(installed(), old_inode, "/opt/cni/bin/plexus was replaced");
+    let tail = node.exec_ok(&["tail", "-c", "40", "/opt/cni/bin/plexus"]);
+    assert!(tail.contains("plexus image tag rollout"), "{tail:?}");
+    let beside = node.exec_ok(&["ls", "-a", "/opt/cni/bin"]);
+    let plexus_files: Vec<&str> = beside.lines().filter(|f| f.contains("plexus")).collect();
+    assert_eq!(plexus_files, ["plexus"], "in /opt/cni/bin");
+    assert!(plexus_pod(node, ".spec.containers[1].image").ends_with("plexus:rollout"));
+
+    node.delete_pods_leaving_nothing(&ns, &before);
+    eprintln!("rolling update test: {:?}", started.elapsed());
+}
+
+#[test]
+fn the_daemon_killed_during_a_burst_of_30_pods_fails_none_and_leaks_nothing() {
+    let Some((_alone, node, ns, before)) = turn("killed") else {
+        return;
+    };
+    let started = Instant::now();
+    let restarts = || {
+        plexus_pod(
+            node,
+            ".status.containerStatuses[?(@.name==\"daemon\")].restartCount",
+        )
+    };
+    let restarts_before: u32 = restarts().parse().expect("a restart count");
+    let names = create_pods(node, &ns, "burst", 30);
+    // Killed once the runtime is calling it: the first records are written.
+    node.wait_for(
+        "plexus's first records of the burst",
+        Duration::from_secs(60),
+        || {
+            let records = node.exec(&["ls", "/var/lib/cni/plexus"]);
+            String::from_utf8_lossy(&records.stdout).lines().count() >= 3
+        },
+    );
+    let daemon = node.pids_of(&["/usr/local/bin/plexus", "daemon"]);
+    assert_eq!(daemon.len(), 1, "one daemon on the node: {daemon:?}");
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &daemon[0].to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "the daemon {} killed", daemon[0]);
+    eprintln!(
+        "daemon {} killed {:?} after the burst",
+        daemon[0],
+        started.elapsed()
+    );
+
+    wait_attached(node, &ns, &names);
+    wait_plexus_ready(node);
+    let restarts_after: u32 = restarts().parse().expect("a restart count");
+    assert!(
+        restarts_after > restarts_before,
+        "kubelet restarted the killed daemon ({restarts_before} -> {restarts_after})"
+    );
+    node.delete_pods_leaving_nothing(&ns, &before);
+    eprintln!("daemon kill test: {:?}", started.elapsed());
+}
+
+#[test]
+fn after_a_node_reboot_the_old_sandboxes_leave_nothing_and_pods_get_their_networks() {
+    let Some((_alone, node, ns, before)) = turn("reboot") else {
+        return;
+    };
+    let started = Instant::now();
+    let names = create_pods(node, &ns, "survivor", 3);
+    wait_attached(node, &ns, &names);
+    let started_at = |name: &str| {
+        node.pod_field(
+            &ns,
+            name,
+            "{.status.containerStatuses[0].state.running.startedAt}",
+        )
+    };
+    let first_start: Vec<String> = names.iter().map(|n| started_at(n)).collect();
+    // The sandboxes of before the reboot, by their container IDs: plexus's
+    // records are named `<id>@<ifname>.json`.
+    let records = node.exec_ok(&["ls", "/var/lib/cni/plexus"]);
+    let old_sandboxes: BTreeSet<String> = records
+        .lines()
+        .filter_map(|r| r.split_once('@').map(|(id, _)| id.to_string()))
+        .collect();
+    assert_eq!(old_sandboxes.len(), names.len(), "{records}");
+
+    let reboot = Instant::now();
+    node.reboot();
+    eprintln!("node rebooted and Ready in {:?}", reboot.elapsed());
+
+    // kubelet starts the pods again, in new sandboxes, with their networks.
+    for (name, first) in names.iter().zip(&first_start) {
+        node.wait_for(
+            &format!("{name} started again after the reboot"),
+            PODS_RECOVER,
+            || {
+                let now = started_at(name);
+                !now.is_empty() && now != *first
+            },
+        );
+    }
+    wait_attached(node, &ns, &names);
+    // The old sandboxes' DELs (kubelet stopping them, with no netns) leave
+    // no record or reservation of theirs.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut left = old_sandbox_files(node, &old_sandboxes);
+    while !left.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        left = old_sandbox_files(node, &old_sandboxes);
+    }
+    assert_eq!(
+        left,
+        Vec::<String>::new(),
+        "left by the sandboxes of before the reboot"
+    );
+    wait_plexus_ready(node);
+
+    // A pod created after the reboot gets its networks.
+    let after = create_pods(node, &ns, "after-reboot", 1);
+    wait_attached(node, &ns, &after);
+    node.delete_pods_leaving_nothing(&ns, &before);
+    eprintln!("reboot test: {:?}", started.elapsed());
+}
+
+/// Files of plexus's records and host-local's reservations on the node that
+/// name one of `sandboxes` (container IDs), in their names or contents.
+fn old_sandbox_files(node: &Node, sandboxes: &BTreeSet<String>) -> Vec<String> {
+    let dirs = ["/var/lib/cni/networks", "/var/lib/cni/plexus"];
+    let mut grep = vec!["grep", "-rl"];
+    for id in sandboxes {
+        grep.extend(["-e", id]);
+    }
+    grep.extend(dirs);
+    let by_content = node.exec(&grep);
+    let all = node.exec_ok(&[&["find"], &dirs[..]].concat());
+    let mut files: BTreeSet<String> = String::from_utf8_lossy(&by_content.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    files.extend(
+        all.lines()
+            .filter(|f| sandboxes.iter().any(|id| f.contains(id.as_str())))
+            .map(str::to_string),
+    );
+    files.into_iter().collect()
+}
