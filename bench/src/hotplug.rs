@@ -20,7 +20,7 @@ use serde_json::json;
 
 use crate::kube::{macvlan, Setup};
 use crate::multus_thick::MultusThick;
-use crate::pod_start::{delete_namespace, nad, status_entries};
+use crate::pod_start::{delete_namespace, nad, nad_crd, status_entries};
 use crate::thick::Daemon;
 use crate::watch::Watch;
 use crate::{cni_env_as, invoke, ms, percentile, verdict};
@@ -31,6 +31,12 @@ const P99_MAX: Duration = Duration::from_millis(200);
 /// How long one change may take before the run gives up.
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 const NETWORKS_KEY: &str = "k8s.v1.cni.cncf.io/networks";
+/// The two selections a change goes between. The interface names are
+/// explicit because multus-dynamic-networks-controller needs them (its
+/// README: it cannot attach a selection without one, nor detach it).
+const ONE_NETWORK: &str = r#"[{"name":"hp1","interface":"net1"}]"#;
+const TWO_NETWORKS: &str =
+    r#"[{"name":"hp1","interface":"net1"},{"name":"hp2","interface":"net2"}]"#;
 
 /// Runs the case; `Ok(false)` when the target was missed.
 pub fn run(setup: &mut Setup, controller: Option<&Path>) -> Result<bool, String> {
@@ -48,7 +54,7 @@ pub fn run(setup: &mut Setup, controller: Option<&Path>) -> Result<bool, String>
     }
     yaml.push_str(&format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hp\n  namespace: {namespace}\n  \
-         annotations: {{{NETWORKS_KEY}: \"hp1\"}}\n\
+         annotations: {{{NETWORKS_KEY}: '{ONE_NETWORK}'}}\n\
          spec: {{nodeName: {}, containers: [{{name: c, image: busybox}}]}}\n",
         crate::thick::NODE_NAME
     ));
@@ -131,9 +137,9 @@ fn changes(watch: &Watch, annotate: impl Fn(&str)) -> Result<Vec<Duration>, Stri
     for i in 0..CHANGES {
         // hp1 alone (2 entries with the cluster network), or hp1 and hp2 (3).
         let (value, entries) = if i % 2 == 0 {
-            ("hp1,hp2", 3)
+            (TWO_NETWORKS, 3)
         } else {
-            ("hp1", 2)
+            (ONE_NETWORK, 2)
         };
         annotate(value);
         let deadline = Instant::now() + CHANGE_TIMEOUT;
@@ -199,13 +205,13 @@ pub(crate) fn on_cluster(
             None
         }
     };
-    println!("{:<40} {:>12} {:>12}", "", "p50", "p99");
+    println!("{:<44} {:>12} {:>12}", "", "p50", "p99");
     let (p50, p99) = (percentile(&plexus, 0.5), percentile(&plexus, 0.99));
-    println!("{:<40} {:>12} {:>12}", "plexus thick (deploy/)", ms(p50), ms(p99));
+    println!("{:<44} {:>12} {:>12}", "plexus thick (deploy/)", ms(p50), ms(p99));
     if let Some(peer) = &peer {
         let (peer_p50, peer_p99) = (percentile(peer, 0.5), percentile(peer, 0.99));
         println!(
-            "{:<40} {:>12} {:>12}",
+            "{:<44} {:>12} {:>12}",
             "Multus thick + dynamic-networks-controller",
             ms(peer_p50),
             ms(peer_p99)
@@ -229,6 +235,7 @@ pub(crate) fn on_cluster(
 /// A pod attached to `hp1` on the cluster's current CNI, then [`changes`]
 /// through `kubectl annotate`; the namespace is deleted after.
 fn cluster_changes(node: &Node) -> Result<Vec<Duration>, String> {
+    nad_crd(node);
     let ns = node.namespace("hotplug");
     let ipam = |subnet: &str| json!({"type": "host-local", "subnet": subnet});
     let mut nads = String::new();
@@ -238,7 +245,7 @@ fn cluster_changes(node: &Node) -> Result<Vec<Duration>, String> {
         nads.push_str(&nad(name, &ns, &config));
     }
     node.apply(&ns, &nads);
-    node.apply(&ns, &node.sleeping_pod("hp", "hp1"));
+    node.apply(&ns, &node.sleeping_pod("hp", ONE_NETWORK));
     node.wait_running(&ns, "hp", Duration::from_secs(120));
     let watch = Watch::start(
         Command::new(node.dir.join("kubectl")),

@@ -123,6 +123,16 @@ impl<'a> MultusThick<'a> {
         multus.wait("multus-daemon serving with its conf written", || {
             node.exec(&["sh", "-c", &serving]).status.success()
         })?;
+        // It must wrap the cluster network itself, not a conf another
+        // contender left behind.
+        let generated = node.exec_ok(&["cat", GENERATED_CONF]);
+        let wrapped: serde_json::Value =
+            serde_json::from_str(&generated).map_err(|e| format!("{GENERATED_CONF}: {e}"))?;
+        if wrapped["clusterNetwork"] != "/etc/cni/net.d/10-cluster.conflist" {
+            return Err(format!(
+                "{GENERATED_CONF} wraps another conf than node-up's cluster network: {generated}"
+            ));
+        }
         multus.wait("the node Ready with Multus", || node.ready())?;
         if let Some(bin) = controller_bin {
             let log = work.join("controller.log");

@@ -101,9 +101,28 @@ pub(crate) fn status_entries(pod: &Value) -> usize {
         .unwrap_or(0)
 }
 
+/// The NetworkAttachmentDefinition CRD, from deploy/ (the only place that
+/// defines it), applied and established: node-up has none, and undeploying
+/// plexus (`kubectl delete -k deploy/`) removes it.
+pub(crate) fn nad_crd(node: &Node) {
+    let crd = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/crds/network-attachment-definition.yaml")
+        .display()
+        .to_string();
+    node.kubectl(&["apply", "-f", &crd]);
+    node.kubectl(&[
+        "wait",
+        "--for=condition=established",
+        "--timeout=50s",
+        "-f",
+        &crd,
+    ]);
+}
+
 /// A Kubernetes namespace with the NADs, and a warm-up pod Running with
 /// `entries` network-status entries (none for the floor).
 pub(crate) fn prepared_namespace(node: &Node, prefix: &str, entries: usize) -> String {
+    nad_crd(node);
     let ns = node.namespace(prefix);
     node.apply(&ns, &nads(node, &ns));
     node.apply(&ns, &node.sleeping_pod("warm-up", NETWORKS));
