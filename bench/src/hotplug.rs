@@ -207,7 +207,12 @@ pub(crate) fn on_cluster(
     };
     println!("{:<44} {:>12} {:>12}", "", "p50", "p99");
     let (p50, p99) = (percentile(&plexus, 0.5), percentile(&plexus, 0.99));
-    println!("{:<44} {:>12} {:>12}", "plexus thick (deploy/)", ms(p50), ms(p99));
+    println!(
+        "{:<44} {:>12} {:>12}",
+        "plexus thick (deploy/)",
+        ms(p50),
+        ms(p99)
+    );
     if let Some(peer) = &peer {
         let (peer_p50, peer_p99) = (percentile(peer, 0.5), percentile(peer, 0.99));
         println!(

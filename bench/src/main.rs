@@ -26,6 +26,13 @@
 //! [--no-kube]` (as root). It measures the release artifact, the `plexus`
 //! that `cargo dist` builds (static musl, hot functions gathered).
 //!
+//! With `--cluster`, only the one-node cluster cases run instead, on a
+//! cluster the benchmark starts (testkit/node-up, `PLEXUS_NODE_ID`): pod
+//! start time of 100 pods at once against the cluster network alone and
+//! Multus thick (`pod_start.rs`, `--multus DIR`, `multus_thick.rs`), and
+//! hot-plug beside multus-dynamic-networks-controller (`hotplug.rs`,
+//! `--dynamic-controller DIR`).
+//!
 //! With `--sriov`, only the SR-IOV VF case (`sriov.rs`) runs instead: it
 //! needs a PCI SR-IOV PF and recreates its VFs, so it runs only in the test
 //! VM (`vm-tests/run --bench -- --sriov`).

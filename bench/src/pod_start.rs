@@ -142,9 +142,9 @@ pub(crate) fn prepared_namespace(node: &Node, prefix: &str, entries: usize) -> S
         &format!("warm-up pod in {ns} with {entries} network-status entries"),
         Duration::from_secs(30),
         || {
-            let pod: Value = serde_json::from_str(&node.kubectl(&[
-                "get", "pod", "-n", &ns, "warm-up", "-o", "json",
-            ]))
+            let pod: Value = serde_json::from_str(
+                &node.kubectl(&["get", "pod", "-n", &ns, "warm-up", "-o", "json"]),
+            )
             .unwrap_or(Value::Null);
             status_entries(&pod) == entries
         },
@@ -166,7 +166,12 @@ pub(crate) fn delete_namespace(node: &Node, ns: &str) {
 }
 
 /// Creates `pods` pods at once in a fresh namespace and measures them.
-fn measure(node: &Node, label: &'static str, pods: usize, entries: usize) -> Result<Outcome, String> {
+fn measure(
+    node: &Node,
+    label: &'static str,
+    pods: usize,
+    entries: usize,
+) -> Result<Outcome, String> {
     let ns = prepared_namespace(node, "podstart", entries);
     let watch = Watch::start(
         Command::new(node.dir.join("kubectl")),
@@ -208,8 +213,9 @@ fn measure(node: &Node, label: &'static str, pods: usize, entries: usize) -> Res
         .collect();
     // The annotation can land after Running (plexus thick writes it behind
     // the ADD's answer): read it now rather than from the watch.
-    let listed: Value = serde_json::from_str(&node.kubectl(&["get", "pods", "-n", &ns, "-o", "json"]))
-        .map_err(|e| format!("kubectl get pods: {e}"))?;
+    let listed: Value =
+        serde_json::from_str(&node.kubectl(&["get", "pods", "-n", &ns, "-o", "json"]))
+            .map_err(|e| format!("kubectl get pods: {e}"))?;
     let attached = listed["items"]
         .as_array()
         .map(|items| items.iter().filter(|p| status_entries(p) == 4).count())
@@ -225,7 +231,10 @@ fn measure(node: &Node, label: &'static str, pods: usize, entries: usize) -> Res
         "json",
     ]))
     .map_err(|e| format!("kubectl get events: {e}"))?;
-    let failed: Vec<&Value> = events["items"].as_array().map(|v| v.iter().collect()).unwrap_or_default();
+    let failed: Vec<&Value> = events["items"]
+        .as_array()
+        .map(|v| v.iter().collect())
+        .unwrap_or_default();
     let failed_pods: HashSet<&str> = failed
         .iter()
         .filter_map(|e| e["involvedObject"]["name"].as_str())
@@ -296,7 +305,10 @@ pub(crate) fn run(node: &Node, pods: usize, multus: Option<&Path>) -> Result<boo
         "", "p50", "p99", "p50/floor", "p99/floor", "attached", "failures", "load 1m"
     );
     for o in &outcomes {
-        let (p50, p99) = (percentile(&o.latencies, 0.5), percentile(&o.latencies, 0.99));
+        let (p50, p99) = (
+            percentile(&o.latencies, 0.5),
+            percentile(&o.latencies, 0.99),
+        );
         println!(
             "{:<32} {:>12} {:>12} {:>9.2}x {:>9.2}x {:>9} {:>9} {:>5.1}->{:<5.1}",
             o.label,

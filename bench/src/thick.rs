@@ -72,7 +72,11 @@ impl Mode {
 fn manifests(namespace: &str, prefix: &str, pods: usize, data_dir: &Path) -> String {
     let mut yaml = String::new();
     for (i, name) in NETWORKS.iter().enumerate() {
-        yaml.push_str(&nad(name, namespace, &macvlan(name, 91 + i as u8, data_dir)));
+        yaml.push_str(&nad(
+            name,
+            namespace,
+            &macvlan(name, 91 + i as u8, data_dir),
+        ));
     }
     let selection = NETWORKS.join(",");
     for i in 0..pods {
