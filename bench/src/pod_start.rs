@@ -90,7 +90,7 @@ fn nads(node: &Node, ns: &str) -> String {
     ];
     configs
         .iter()
-        .map(|(name, config)| nad(name, &ns, config))
+        .map(|(name, config)| nad(name, ns, config))
         .collect()
 }
 
