@@ -70,50 +70,9 @@ impl<'a> MultusThick<'a> {
         let controller_bin = controller
             .map(|dir| binary_in(dir, "dynamic-networks-controller"))
             .transpose()?;
-        let work = node.dir.join("multus-thick");
-        let sa = work.join("serviceaccount");
-        std::fs::create_dir_all(&sa).map_err(|e| e.to_string())?;
-        node.apply(
-            "kube-system",
-            &format!(
-                "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {SERVICE_ACCOUNT}}}\n---\n\
-                 apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
-                 metadata: {{name: {SERVICE_ACCOUNT}}}\n\
-                 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\n\
-                 subjects: [{{kind: ServiceAccount, name: {SERVICE_ACCOUNT}, namespace: kube-system}}]\n"
-            ),
-        );
-        let token = service_account_token(node)?;
-        std::fs::write(sa.join("token"), token).map_err(|e| e.to_string())?;
-        std::fs::write(sa.join("namespace"), "kube-system").map_err(|e| e.to_string())?;
-        std::fs::copy(node.dir.join("ca.crt"), sa.join("ca.crt")).map_err(|e| e.to_string())?;
-
-        // The keys of a Multus thick daemon-config.json; the last three are
-        // the dynamic networks controller's (it reads the same file).
-        let config = work.join("daemon-config.json");
-        let daemon_config = json!({
-            "cniVersion": "0.4.0",
-            "logLevel": "error",
-            "logToStderr": true,
-            "cniConfigDir": "/etc/cni/net.d",
-            "multusAutoconfigDir": "/etc/cni/net.d",
-            "multusConfigFile": "auto",
-            "socketDir": SOCKET_DIR,
-            "daemonSocketDir": SOCKET_DIR,
-            "criSocketPath": "/run/containerd/containerd.sock",
-            "criType": "containerd",
-            "multusSocketPath": format!("{SOCKET_DIR}/multus.sock"),
-        });
-        std::fs::write(&config, daemon_config.to_string()).map_err(|e| e.to_string())?;
-        let installed = node.exec(&["cp", &shim.display().to_string(), SHIM]);
-        if !installed.status.success() {
-            return Err(format!(
-                "installing multus-shim on the node: {}",
-                String::from_utf8_lossy(&installed.stderr)
-            ));
-        }
-
-        let daemon = in_cluster(node, &sa, &daemon_bin, &config, &work.join("daemon.log"))?;
+        let (work, sa, config) = install(node, &shim).inspect_err(|_| uninstall(node))?;
+        let daemon = in_cluster(node, &sa, &daemon_bin, &config, &work.join("daemon.log"))
+            .inspect_err(|_| uninstall(node))?;
         let mut multus = MultusThick {
             node,
             daemon,
@@ -163,6 +122,71 @@ impl<'a> MultusThick<'a> {
         }
         Ok(())
     }
+}
+
+/// The service account and its token, the daemon-config.json (in
+/// `<node dir>/multus-thick`) and `shim` in the node's /opt/cni/bin: the
+/// work directory, the token's directory and the config.
+fn install(node: &Node, shim: &Path) -> Result<(PathBuf, PathBuf, PathBuf), String> {
+    let work = node.dir.join("multus-thick");
+    let sa = work.join("serviceaccount");
+    std::fs::create_dir_all(&sa).map_err(|e| e.to_string())?;
+    node.apply(
+        "kube-system",
+        &format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {SERVICE_ACCOUNT}}}\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+             metadata: {{name: {SERVICE_ACCOUNT}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\n\
+             subjects: [{{kind: ServiceAccount, name: {SERVICE_ACCOUNT}, namespace: kube-system}}]\n"
+        ),
+    );
+    let token = service_account_token(node)?;
+    std::fs::write(sa.join("token"), token).map_err(|e| e.to_string())?;
+    std::fs::write(sa.join("namespace"), "kube-system").map_err(|e| e.to_string())?;
+    std::fs::copy(node.dir.join("ca.crt"), sa.join("ca.crt")).map_err(|e| e.to_string())?;
+
+    // The keys of a Multus thick daemon-config.json; the last three are
+    // the dynamic networks controller's (it reads the same file).
+    let config = work.join("daemon-config.json");
+    let daemon_config = json!({
+        "cniVersion": "0.4.0",
+        "logLevel": "error",
+        "logToStderr": true,
+        "cniConfigDir": "/etc/cni/net.d",
+        "multusAutoconfigDir": "/etc/cni/net.d",
+        "multusConfigFile": "auto",
+        "socketDir": SOCKET_DIR,
+        "daemonSocketDir": SOCKET_DIR,
+        "criSocketPath": "/run/containerd/containerd.sock",
+        "criType": "containerd",
+        "multusSocketPath": format!("{SOCKET_DIR}/multus.sock"),
+    });
+    std::fs::write(&config, daemon_config.to_string()).map_err(|e| e.to_string())?;
+    let installed = node.exec(&["cp", &shim.display().to_string(), SHIM]);
+    if !installed.status.success() {
+        return Err(format!(
+            "installing multus-shim on the node: {}",
+            String::from_utf8_lossy(&installed.stderr)
+        ));
+    }
+    Ok((work, sa, config))
+}
+
+/// Removes what [`install`] and the daemon put on the node and cluster.
+fn uninstall(node: &Node) {
+    let _ = node.exec(&["rm", "-rf", GENERATED_CONF, SHIM, SOCKET_DIR]);
+    let _ = node.kubectl_output(
+        &[
+            "delete",
+            "-n",
+            "kube-system",
+            "serviceaccount,clusterrolebinding",
+            SERVICE_ACCOUNT,
+            "--ignore-not-found",
+        ],
+        None,
+    );
 }
 
 /// The token of [`SERVICE_ACCOUNT`], once the token controller made it.
@@ -241,19 +265,6 @@ impl Drop for MultusThick<'_> {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let _ = self
-            .node
-            .exec(&["rm", "-rf", GENERATED_CONF, SHIM, SOCKET_DIR]);
-        let _ = self.node.kubectl_output(
-            &[
-                "delete",
-                "-n",
-                "kube-system",
-                "serviceaccount,clusterrolebinding",
-                SERVICE_ACCOUNT,
-                "--ignore-not-found",
-            ],
-            None,
-        );
+        uninstall(self.node);
     }
 }
