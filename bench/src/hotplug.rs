@@ -6,20 +6,23 @@
 //! its outbox, as deployed).
 //!
 //! multus-dynamic-networks-controller on the same changes needs Multus
-//! thick and a container runtime's socket (the one-node cluster); without
-//! them its side is reported as skipped.
+//! thick and a container runtime's socket: [`on_cluster`] runs both on the
+//! one-node cluster, plexus thick as deploy/ installs it, then the
+//! controller beside Multus thick (`--cluster`), side by side in one run.
 
-use std::io::BufReader;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use plexus_testkit::kube::{api, Relay};
-use serde_json::{json, Value};
+use plexus_testkit::node::Node;
+use serde_json::json;
 
 use crate::kube::{macvlan, Setup};
+use crate::multus_thick::MultusThick;
+use crate::pod_start::{delete_namespace, nad, nad_crd, status_entries};
 use crate::thick::Daemon;
+use crate::watch::Watch;
 use crate::{cni_env_as, invoke, ms, percentile, verdict};
 
 const CHANGES: usize = 50;
@@ -28,14 +31,12 @@ const P99_MAX: Duration = Duration::from_millis(200);
 /// How long one change may take before the run gives up.
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 const NETWORKS_KEY: &str = "k8s.v1.cni.cncf.io/networks";
-const STATUS_KEY: &str = "k8s.v1.cni.cncf.io/network-status";
-
-/// One watch event of the pod: when it arrived, and its annotations.
-struct Seen {
-    at: Instant,
-    networks: Option<String>,
-    status_entries: usize,
-}
+/// The two selections a change goes between. The interface names are
+/// explicit because multus-dynamic-networks-controller needs them (its
+/// README: it cannot attach a selection without one, nor detach it).
+const ONE_NETWORK: &str = r#"[{"name":"hp1","interface":"net1"}]"#;
+const TWO_NETWORKS: &str =
+    r#"[{"name":"hp1","interface":"net1"},{"name":"hp2","interface":"net2"}]"#;
 
 /// Runs the case; `Ok(false)` when the target was missed.
 pub fn run(setup: &mut Setup, controller: Option<&Path>) -> Result<bool, String> {
@@ -49,15 +50,11 @@ pub fn run(setup: &mut Setup, controller: Option<&Path>) -> Result<bool, String>
     let namespace = kube.namespace("pxb-hp");
     let mut yaml = String::new();
     for (i, name) in ["hp1", "hp2"].iter().enumerate() {
-        let config = macvlan(name, 95 + i as u8, &data);
-        yaml.push_str(&format!(
-            "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
-             metadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  config: '{config}'\n---\n"
-        ));
+        yaml.push_str(&nad(name, &namespace, &macvlan(name, 95 + i as u8, &data)));
     }
     yaml.push_str(&format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hp\n  namespace: {namespace}\n  \
-         annotations: {{{NETWORKS_KEY}: \"hp1\"}}\n\
+         annotations: {{{NETWORKS_KEY}: '{ONE_NETWORK}'}}\n\
          spec: {{nodeName: {}, containers: [{{name: c, image: busybox}}]}}\n",
         crate::thick::NODE_NAME
     ));
@@ -83,39 +80,11 @@ pub fn run(setup: &mut Setup, controller: Option<&Path>) -> Result<bool, String>
     call("ADD")?;
 
     // One watch of the pod, its events timestamped as they arrive.
-    let mut watch = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kube.admin_kubeconfig())
-        .args([
-            "get", "pod", "hp", "-n", &namespace, "--watch", "-o", "json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("kubectl --watch: {e}"))?;
-    let stdout = watch.stdout.take().expect("piped");
-    let (tx, rx) = mpsc::channel::<Seen>();
-    std::thread::spawn(move || {
-        let events = serde_json::Deserializer::from_reader(BufReader::new(stdout));
-        for pod in events.into_iter::<Value>().map_while(Result::ok) {
-            let annotations = &pod["metadata"]["annotations"];
-            let status_entries = annotations[STATUS_KEY]
-                .as_str()
-                .and_then(|s| serde_json::from_str::<Value>(s).ok())
-                .and_then(|v| v.as_array().map(Vec::len))
-                .unwrap_or(0);
-            let seen = Seen {
-                at: Instant::now(),
-                networks: annotations[NETWORKS_KEY].as_str().map(String::from),
-                status_entries,
-            };
-            if tx.send(seen).is_err() {
-                return;
-            }
-        }
-    });
+    let mut kubectl = Command::new("kubectl");
+    kubectl.arg("--kubeconfig").arg(kube.admin_kubeconfig());
+    let watch = Watch::start(kubectl, &["get", "pod", "hp", "-n", &namespace])?;
 
-    let measured = changes(&rx, |value| {
+    let measured = changes(&watch, |value| {
         kube.kubectl(&[
             "annotate",
             "--overwrite",
@@ -126,8 +95,7 @@ pub fn run(setup: &mut Setup, controller: Option<&Path>) -> Result<bool, String>
             &format!("{NETWORKS_KEY}={value}"),
         ]);
     });
-    let _ = watch.kill();
-    let _ = watch.wait();
+    drop(watch);
     let hotplugs = daemon.metric(
         setup,
         "plexus_hotplugs_total{operation=\"attach\",result=\"ok\"}",
@@ -151,19 +119,12 @@ pub fn run(setup: &mut Setup, controller: Option<&Path>) -> Result<bool, String>
         P99_MAX.as_millis(),
         verdict(met)
     );
-    let why = "it needs Multus thick and the containerd socket of the one-node kubelet cluster, \
-               which is not present in this branch";
-    match controller.map(|dir| dir.join("dynamic-networks-controller")) {
-        Some(binary) if binary.is_file() => println!(
-            "multus-dynamic-networks-controller ({}): skipped: {why}",
-            binary.display()
-        ),
-        Some(binary) => println!(
-            "multus-dynamic-networks-controller: {} not found (build ./cmd/dynamic-networks-controller \
-             into it, shared/notes/peers.md); and {why}",
-            binary.display()
-        ),
-        None => println!("multus-dynamic-networks-controller side by side: not run: {why}"),
+    if controller.is_some() {
+        println!(
+            "multus-dynamic-networks-controller side by side: on the one-node cluster only \
+             (--cluster --multus DIR --dynamic-controller DIR): it needs Multus thick and \
+             containerd's socket"
+        );
     }
     Ok(met)
 }
@@ -171,33 +132,142 @@ pub fn run(setup: &mut Setup, controller: Option<&Path>) -> Result<bool, String>
 /// Make the changes one by one through `annotate`; each one's latency,
 /// from the watch event with the new annotation to the first one with the
 /// network-status of the new selection.
-fn changes(rx: &mpsc::Receiver<Seen>, annotate: impl Fn(&str)) -> Result<Vec<Duration>, String> {
+fn changes(watch: &Watch, annotate: impl Fn(&str)) -> Result<Vec<Duration>, String> {
     let mut latencies = Vec::with_capacity(CHANGES);
     for i in 0..CHANGES {
         // hp1 alone (2 entries with the cluster network), or hp1 and hp2 (3).
         let (value, entries) = if i % 2 == 0 {
-            ("hp1,hp2", 3)
+            (TWO_NETWORKS, 3)
         } else {
-            ("hp1", 2)
+            (ONE_NETWORK, 2)
         };
         annotate(value);
         let deadline = Instant::now() + CHANGE_TIMEOUT;
         let mut changed_at = None;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let seen = rx.recv_timeout(left).map_err(|_| {
+            let (at, pod) = watch.events.recv_timeout(left).map_err(|_| {
                 format!("change {i} ({value}): no updated network-status within {CHANGE_TIMEOUT:?}")
             })?;
-            if seen.networks.as_deref() == Some(value) && changed_at.is_none() {
-                changed_at = Some(seen.at);
+            if pod["metadata"]["annotations"][NETWORKS_KEY].as_str() == Some(value)
+                && changed_at.is_none()
+            {
+                changed_at = Some(at);
             }
-            if let Some(at) = changed_at {
-                if seen.status_entries == entries {
-                    latencies.push(seen.at - at);
+            if let Some(changed_at) = changed_at {
+                if status_entries(&pod) == entries {
+                    latencies.push(at - changed_at);
                     break;
                 }
             }
         }
     }
     Ok(latencies)
+}
+
+/// The same changes on the one-node cluster, side by side in one run:
+/// plexus thick as deploy/ installs it, then multus-dynamic-networks-
+/// controller beside Multus thick (`multus`, `controller`: their builds).
+/// `Ok(false)` when plexus missed the target.
+pub(crate) fn on_cluster(
+    node: &Node,
+    multus: Option<&Path>,
+    controller: Option<&Path>,
+) -> Result<bool, String> {
+    println!(
+        "\nDynamic networks on the one-node cluster: {CHANGES} changes of a running pod's \
+         selection annotation (one network added or removed each) with kubectl annotate, change \
+         to updated network-status, both seen by one watch"
+    );
+    node.deploy(&[]);
+    let plexus = cluster_changes(node);
+    node.deploy(&["--delete"]);
+    let plexus = plexus?;
+    let peer = match (multus, controller) {
+        (Some(multus), Some(controller)) => {
+            match MultusThick::start(node, multus, Some(controller)) {
+                Ok(running) => {
+                    let measured = cluster_changes(node);
+                    drop(running);
+                    Some(measured?)
+                }
+                Err(e) => {
+                    println!("multus-dynamic-networks-controller: skipped: {e}");
+                    None
+                }
+            }
+        }
+        _ => {
+            println!(
+                "multus-dynamic-networks-controller: not run (it needs --multus DIR and \
+                 --dynamic-controller DIR)"
+            );
+            None
+        }
+    };
+    println!("{:<44} {:>12} {:>12}", "", "p50", "p99");
+    let (p50, p99) = (percentile(&plexus, 0.5), percentile(&plexus, 0.99));
+    println!(
+        "{:<44} {:>12} {:>12}",
+        "plexus thick (deploy/)",
+        ms(p50),
+        ms(p99)
+    );
+    if let Some(peer) = &peer {
+        let (peer_p50, peer_p99) = (percentile(peer, 0.5), percentile(peer, 0.99));
+        println!(
+            "{:<44} {:>12} {:>12}",
+            "Multus thick + dynamic-networks-controller",
+            ms(peer_p50),
+            ms(peer_p99)
+        );
+        println!(
+            "the controller takes {:.2}x plexus's p50 and {:.2}x its p99",
+            peer_p50.as_secs_f64() / p50.as_secs_f64(),
+            peer_p99.as_secs_f64() / p99.as_secs_f64()
+        );
+    }
+    let met = p99 < P99_MAX;
+    println!(
+        "plexus on the cluster: p99 {} (target < {} ms: {})",
+        ms(p99).trim(),
+        P99_MAX.as_millis(),
+        verdict(met)
+    );
+    Ok(met)
+}
+
+/// A pod attached to `hp1` on the cluster's current CNI, then [`changes`]
+/// through `kubectl annotate`; the namespace is deleted after.
+fn cluster_changes(node: &Node) -> Result<Vec<Duration>, String> {
+    nad_crd(node);
+    let ns = node.namespace("hotplug");
+    let ipam = |subnet: &str| json!({"type": "host-local", "subnet": subnet});
+    let mut nads = String::new();
+    for (name, subnet) in [("hp1", "10.35.0.0/16"), ("hp2", "10.36.0.0/16")] {
+        let config = json!({"cniVersion": "1.0.0", "name": name, "type": "macvlan",
+                            "master": node.iface, "mode": "bridge", "ipam": ipam(subnet)});
+        nads.push_str(&nad(name, &ns, &config));
+    }
+    node.apply(&ns, &nads);
+    node.apply(&ns, &node.sleeping_pod("hp", ONE_NETWORK));
+    node.wait_running(&ns, "hp", Duration::from_secs(120));
+    let watch = Watch::start(
+        Command::new(node.dir.join("kubectl")),
+        &["get", "pod", "hp", "-n", &ns],
+    )?;
+    let measured = changes(&watch, |value| {
+        node.kubectl(&[
+            "annotate",
+            "--overwrite",
+            "pod",
+            "hp",
+            "-n",
+            &ns,
+            &format!("{NETWORKS_KEY}={value}"),
+        ]);
+    });
+    drop(watch);
+    delete_namespace(node, &ns);
+    measured
 }

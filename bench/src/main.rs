@@ -26,6 +26,13 @@
 //! [--no-kube]` (as root). It measures the release artifact, the `plexus`
 //! that `cargo dist` builds (static musl, hot functions gathered).
 //!
+//! With `--cluster`, only the one-node cluster cases run instead, on a
+//! cluster the benchmark starts (testkit/node-up, `PLEXUS_NODE_ID`): pod
+//! start time of 100 pods at once against the cluster network alone and
+//! Multus thick (`pod_start.rs`, `--multus DIR`, `multus_thick.rs`), and
+//! hot-plug beside multus-dynamic-networks-controller (`hotplug.rs`,
+//! `--dynamic-controller DIR`).
+//!
 //! With `--sriov`, only the SR-IOV VF case (`sriov.rs`) runs instead: it
 //! needs a PCI SR-IOV PF and recreates its VFs, so it runs only in the test
 //! VM (`vm-tests/run --bench -- --sriov`).
@@ -33,8 +40,11 @@
 mod hot_text;
 mod hotplug;
 mod kube;
+mod multus_thick;
+mod pod_start;
 mod sriov;
 mod thick;
+mod watch;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -65,10 +75,21 @@ struct Args {
     /// Pods ADDed at once through the daemon in the thick case's boot storm.
     #[arg(long, default_value_t = 200)]
     storm: usize,
+    /// Run only the one-node cluster cases (testkit/node-up, started by the
+    /// benchmark; PLEXUS_NODE_ID names it): pod start time of `--pods` pods
+    /// (default 100) at once against the cluster network alone and Multus
+    /// thick, and hot-plug beside multus-dynamic-networks-controller.
+    #[arg(long)]
+    cluster: bool,
+    /// A directory holding a build of Multus thick (`multus-daemon` and
+    /// `multus-shim`, see shared/notes/multus.md), run beside plexus on the
+    /// one-node cluster; skipped with a note without it.
+    #[arg(long, value_name = "DIR")]
+    multus: Option<PathBuf>,
     /// A directory holding a build of multus-dynamic-networks-controller
     /// (`dynamic-networks-controller`, see shared/notes/peers.md) to run
-    /// beside plexus's hot-plug; it needs the one-node cluster, and is
-    /// skipped with a note without it.
+    /// beside plexus's hot-plug; it needs Multus thick (`--multus`) on the
+    /// one-node cluster (`--cluster`), and is skipped with a note without.
     #[arg(long, value_name = "DIR")]
     dynamic_controller: Option<PathBuf>,
     /// Exit non-zero when a target is missed.
@@ -390,7 +411,11 @@ fn run(args: &Args) -> Result<bool, String> {
     if !plexus.is_file() {
         return Err(format!("{} not found", plexus.display()));
     }
-    let pod_count = args.pods.unwrap_or(if args.sriov { 20 } else { 40 });
+    let pod_count = args.pods.unwrap_or(match (args.sriov, args.cluster) {
+        (true, _) => 20,
+        (_, true) => 100,
+        _ => 40,
+    });
     if pod_count == 0 {
         return Err("--pods must be at least 1".into());
     }
@@ -398,6 +423,9 @@ fn run(args: &Args) -> Result<bool, String> {
     let tmp = TempDir(std::env::temp_dir().join(format!("plexus-bench-{pid}")));
     std::fs::create_dir_all(&tmp.0).map_err(|e| e.to_string())?;
 
+    if args.cluster {
+        return cluster(args, pod_count);
+    }
     let mut namespaces = Namespaces(Vec::new());
     if args.sriov {
         return sriov::run(sriov::Setup {
@@ -562,4 +590,23 @@ Kubernetes case skipped: no test API server here \
         all_met &= hotplug::run(&mut setup, args.dynamic_controller.as_deref())?;
     }
     Ok(all_met)
+}
+
+/// The one-node cluster cases (`--cluster`); `Ok(false)` when a target was
+/// missed.
+fn cluster(args: &Args, pods: usize) -> Result<bool, String> {
+    if !plexus_testkit::has(plexus_testkit::Feature::KubeNode) {
+        return Err(
+            "--cluster: no one-node cluster can run here (`testkit/node-up --check` says why)"
+                .into(),
+        );
+    }
+    let node = plexus_testkit::node::node();
+    let started = pod_start::run(node, pods, args.multus.as_deref())?;
+    let hotplug = hotplug::on_cluster(
+        node,
+        args.multus.as_deref(),
+        args.dynamic_controller.as_deref(),
+    )?;
+    Ok(started && hotplug)
 }

@@ -19,6 +19,7 @@ use plexus_testkit::kube::{api, Relay};
 use serde_json::{json, Value};
 
 use crate::kube::{count, macvlan, requests, Setup};
+use crate::pod_start::nad;
 use crate::{cni_env_as, invoke, percentile, print_table, verdict};
 
 /// The networks each pod selects.
@@ -71,10 +72,10 @@ impl Mode {
 fn manifests(namespace: &str, prefix: &str, pods: usize, data_dir: &Path) -> String {
     let mut yaml = String::new();
     for (i, name) in NETWORKS.iter().enumerate() {
-        let config = macvlan(name, 91 + i as u8, data_dir);
-        yaml.push_str(&format!(
-            "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
-             metadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  config: '{config}'\n---\n"
+        yaml.push_str(&nad(
+            name,
+            namespace,
+            &macvlan(name, 91 + i as u8, data_dir),
         ));
     }
     let selection = NETWORKS.join(",");
