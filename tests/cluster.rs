@@ -159,8 +159,6 @@ fn exec(node: &Node, ns: &str, pod: &str, cmd: &[&str]) -> String {
     node.kubectl(&args)
 }
 
-}
-
 #[test]
 fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
     let Some((_alone, node, ns)) = turn("cluster") else {

@@ -5,8 +5,9 @@
 //!
 //! [`node`] starts it on first use in a test binary (about 30 s) and shares
 //! it between that binary's tests; it stops, leaving nothing, when the binary
-//! exits. Only one can run on a machine: a second test binary that needs it
-//! fails with `node-up`'s reason naming the one that runs.
+//! exits. One runs on a machine per `PLEXUS_NODE_ID` (unset in CI): a second
+//! test binary that needs it waits for a stopping one, and fails with
+//! `node-up`'s reason naming a running one.
 //!
 //! Its components live in the network namespace `NODE_NETNS` and a private
 //! mount namespace, so kubectl runs through `DIR/kubectl` and commands that
