@@ -445,6 +445,13 @@ pub struct Published {
 }
 
 impl KubeCluster {
+    /// Pod `namespace/name` as the API server has it now (one GET), or None.
+    fn api_pod(&self, namespace: &str, name: &str) -> Result<Option<ApiPod>, CniError> {
+        let api: Api<ApiPod> = Api::namespaced(self.client.clone(), namespace);
+        self.call(&format!("pod {namespace}/{name}"), api.get_opt(name))
+            .map_err(ApiError::into_cni)
+    }
+
     /// The DaemonSet controlling pod `namespace/name`, when it exists (the
     /// very one: same uid) and is not being deleted; `None` otherwise
     /// (install/owner.rs).
@@ -453,12 +460,7 @@ impl KubeCluster {
         namespace: &str,
         name: &str,
     ) -> Result<Option<String>, CniError> {
-        let pods: Api<ApiPod> = Api::namespaced(self.client.clone(), namespace);
-        let object = format!("pod {namespace}/{name}");
-        let Some(pod) = self
-            .call(&object, pods.get_opt(name))
-            .map_err(ApiError::into_cni)?
-        else {
+        let Some(pod) = self.api_pod(namespace, name)? else {
             return Ok(None);
         };
         let Some(owner) = pod
@@ -556,12 +558,8 @@ impl Cluster for KubeCluster {
     /// A GET; the daemon refuses a pod of another node, so that a call can
     /// never make it publish for pods it does not serve.
     fn pod_fresh(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
-        let api: Api<ApiPod> = Api::namespaced(self.client.clone(), namespace);
         let object = format!("pod {namespace}/{name}");
-        let Some(found) = self
-            .call(&object, api.get_opt(name))
-            .map_err(ApiError::into_cni)?
-        else {
+        let Some(found) = self.api_pod(namespace, name)? else {
             return Ok(None);
         };
         if let Some(watched) = &self.watched {
