@@ -30,30 +30,12 @@ use super::outbox::{PendingStatus, StatusOutbox};
 use super::watch::Watched;
 use super::Cluster;
 use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::config::ApiTimeouts;
 use crate::manifest::Pod;
 use crate::netattach::ipamclaim::{self, IpamClaim};
 use crate::netattach::nad::NetworkAttachmentDefinition;
 use crate::netattach::status::{status_annotation_value, NetworkStatus, NETWORK_STATUS_ANNOTATION};
 use crate::plan::NadSource;
-
-/// Bounds on the API server, from plexus's conf.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ApiTimeouts {
-    /// One request, connecting included (Multus hard-codes its own, which
-    /// breaks slow control planes: multus-cni #1461).
-    pub request: Duration,
-    /// All tries of the network-status write together.
-    pub status_write: Duration,
-}
-
-impl Default for ApiTimeouts {
-    fn default() -> Self {
-        ApiTimeouts {
-            request: Duration::from_secs(10),
-            status_write: Duration::from_secs(20),
-        }
-    }
-}
 
 pub struct KubeCluster {
     driver: Driver,
