@@ -540,7 +540,7 @@ impl Plugin for PlexusPlugin<'_> {
             plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
         }
         let claims = claims::bind(&mut plan, &pod, cluster, &ClaimBook::new(&conf.cni_dir))?;
-        let log = CallLog::of(req);
+        let log = req.call_log();
         for warning in conf.warnings.iter().chain(&plan.warnings) {
             log.warn(warning);
         }
@@ -632,7 +632,7 @@ impl Plugin for PlexusPlugin<'_> {
                     .push("IPAMClaims not checked: the configuration does not parse".into()),
             }
         }
-        let log = CallLog::of(req);
+        let log = req.call_log();
         if CallLog::progress_logged() {
             for detached in &report.detached {
                 log.on_attachment(&detached.network, &detached.ifname)
@@ -678,7 +678,7 @@ impl Plugin for PlexusPlugin<'_> {
             &delegates,
             default_network.as_ref(),
         )?;
-        let log = CallLog::of(req);
+        let log = req.call_log();
         for warning in claim_warnings.iter().chain(&report.warnings) {
             log.warn(warning);
         }

@@ -21,7 +21,6 @@
 //! - GC and STATUS: the IPAM plugin's, which holds the leases.
 
 use crate::drivers::error::{sys, DriverError};
-use plexus_cni::call_log::CallLog;
 use plexus_cni::delegate::Resolver;
 use plexus_cni::deviceinfo::DeviceInfo;
 use plexus_cni::env::CniCommand;
@@ -214,7 +213,8 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
         if let Some(device) = self.driver.hands_over() {
             if let Err(e) = device.take_back_orphans(req, host, Patience::OneLook) {
                 let e = CniError::from(e);
-                CallLog::of(req).warn(format_args!("{}: {}", e.msg, e.details));
+                req.call_log()
+                    .warn(format_args!("{}: {}", e.msg, e.details));
             }
         }
         Ok(())
