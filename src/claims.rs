@@ -38,12 +38,10 @@ use crate::cni::error::{codes, CniError};
 use crate::cni::skel::Request;
 use crate::manifest::Pod;
 use crate::netattach::ipamclaim::IpamClaim;
-use crate::plan::{Attachment, Plan};
+use crate::plan::{Attachment, Plan, PLEXUS_ARGS};
 
 /// The network-config key that lets a network's addresses follow a claim.
 pub const ALLOW_PERSISTENT_IPS: &str = "allowPersistentIPs";
-/// `args.<this>`: plexus's namespace in a plugin's `args` (cni-CONVENTIONS).
-pub const PLEXUS_ARGS: &str = "plexus";
 /// The only IPAM that can hold addresses for a claim.
 const CLAIM_IPAM: &str = "host-local";
 

@@ -18,7 +18,6 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-pub use crate::cluster::kube::ApiTimeouts;
 use crate::cni::casefold;
 use crate::cni::config::NetworkConfigList;
 use crate::cni::error::CniError;
@@ -47,6 +46,25 @@ pub const DEFAULT_GLOBAL_NAMESPACE: &str = "default";
 
 /// How long an ADD waits for the cluster network by default: Multus's 45 s.
 pub const DEFAULT_READINESS_TIMEOUT: Duration = Duration::from_secs(45);
+
+/// Bounds on the API server, from plexus's conf.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ApiTimeouts {
+    /// One request, connecting included (Multus hard-codes its own, which
+    /// breaks slow control planes: multus-cni #1461).
+    pub request: Duration,
+    /// All tries of the network-status write together.
+    pub status_write: Duration,
+}
+
+impl Default for ApiTimeouts {
+    fn default() -> Self {
+        ApiTimeouts {
+            request: Duration::from_secs(10),
+            status_write: Duration::from_secs(20),
+        }
+    }
+}
 
 /// The cluster-wide default network (multi-net-spec §6), as configured.
 #[derive(Debug, Clone, PartialEq)]

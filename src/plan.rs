@@ -62,6 +62,10 @@ use crate::netattach::status::{NetworkStatus, StatusInput};
 /// Multus's per-pod override of the cluster-wide default network.
 pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
 
+/// `args.<this>`: plexus's namespace in a plugin's `args` (cni-CONVENTIONS),
+/// reserved: a network config cannot set it, only IPAMClaim binding does.
+pub const PLEXUS_ARGS: &str = "plexus";
+
 /// Where NetworkAttachmentDefinitions are looked up.
 pub trait NadSource {
     /// The NAD `namespace/name`; `Ok(None)` when it does not exist, an error
@@ -1001,13 +1005,13 @@ fn requests(
             let mut request = derive_request(plugin, name, version, capability_args, None);
             if request
                 .get("args")
-                .and_then(|a| a.get(crate::claims::PLEXUS_ARGS))
+                .and_then(|a| a.get(PLEXUS_ARGS))
                 .is_some()
             {
                 // What it carries decides who holds addresses (IPAMClaims):
                 // a NAD that set it could take another namespace's.
                 return Err(CniError::invalid_config(
-                    format!("plugins[{i}].args.{}", crate::claims::PLEXUS_ARGS),
+                    format!("plugins[{i}].args.{}", PLEXUS_ARGS),
                     "reserved for plexus itself; a network config cannot set it",
                 ));
             }

@@ -19,8 +19,9 @@ use plexus_dataplane::NetNs;
 use crate::auxiliary;
 use crate::cache::Cache;
 use crate::claims::{self, ClaimBook};
+use crate::cluster::api::ClaimStatus;
 use crate::cluster::events::{EventType, PodEvent};
-use crate::cluster::kube::{ClaimStatus, KubeCluster, Publication};
+use crate::cluster::kube::{KubeCluster, Publication};
 use crate::cluster::{dir::DirCluster, Cluster};
 use crate::cni::args::CniArgs;
 use crate::cni::call_log::CallLog;
@@ -578,7 +579,7 @@ impl Plugin for PlexusPlugin<'_> {
             plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
         }
         let claims = claims::bind(&mut plan, &pod, cluster, &ClaimBook::new(&conf.cni_dir))?;
-        let log = CallLog::of(req);
+        let log = req.call_log();
         for warning in conf.warnings.iter().chain(&plan.warnings) {
             log.warn(warning);
         }
@@ -669,7 +670,7 @@ impl Plugin for PlexusPlugin<'_> {
                     .push("IPAMClaims not checked: the configuration does not parse".into()),
             }
         }
-        let log = CallLog::of(req);
+        let log = req.call_log();
         if CallLog::progress_logged() {
             for detached in &report.detached {
                 log.on_attachment(&detached.network, &detached.ifname)
@@ -718,7 +719,7 @@ impl Plugin for PlexusPlugin<'_> {
         // The notes of sandboxes whose DEL never came: none to hot-plug.
         SandboxDir::in_cni_dir(&conf.cni_dir)
             .forget_all_but(|id| valid.iter().any(|(container, _)| container == id));
-        let log = CallLog::of(req);
+        let log = req.call_log();
         for warning in claim_warnings.iter().chain(&report.warnings) {
             log.warn(warning);
         }

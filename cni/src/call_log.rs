@@ -9,7 +9,6 @@ use std::fmt::Display;
 
 use crate::args::CniArgs;
 use crate::env::{self, CniEnv};
-use crate::skel::Request;
 
 /// The target of a call's warnings.
 pub const CALL_TARGET: &str = "plexus";
@@ -69,11 +68,6 @@ impl CallLog {
             network: network.map(String::from),
             interface: var(env::CNI_IFNAME),
         }
-    }
-
-    /// The call `req` is, on the network its configuration names.
-    pub fn of(req: &Request) -> CallLog {
-        CallLog::of_env(&req.env, req.name.as_deref())
     }
 
     /// The same call, about its attachment to `network` as `interface`.

@@ -261,6 +261,12 @@ fn parse_request(
 }
 
 impl Request {
+    /// The call this request is, on the network its configuration names,
+    /// for its warnings and errors.
+    pub fn call_log(&self) -> CallLog {
+        CallLog::of_env(&self.env, self.name.as_deref())
+    }
+
     /// A request from a configuration object, validated as a plugin reads
     /// its stdin: what the executor uses to run a plugin in-process.
     pub fn from_config(env: CniEnv, config: Map<String, Value>) -> Result<Request, CniError> {

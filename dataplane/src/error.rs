@@ -162,4 +162,19 @@ mod tests {
         );
         assert_eq!(e.errno(), Some(Errno::EINVAL));
     }
+
+    #[test]
+    fn pci_errors_convert_and_keep_not_found() {
+        use crate::pci::{PciAddress, PciError};
+        let address = PciAddress::parse("0000:02:00.0").unwrap();
+        let e: Error = PciError::NotFound {
+            address,
+            path: "/sys/bus/pci/devices/0000:02:00.0".into(),
+        }
+        .into();
+        assert!(e.is_not_found(), "{e}");
+        let e: Error = PciError::NotVirtualFunction { address }.into();
+        assert!(!e.is_not_found(), "{e}");
+        assert!(matches!(e, Error::Pci(PciError::NotVirtualFunction { .. })));
+    }
 }

@@ -15,46 +15,28 @@
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use elsa::FrozenMap;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Pod as ApiPod};
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DynamicObject};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use serde_json::json;
 
+use super::api::{
+    bounded, claim_patch, claims_api, custom, error_chain, patch_status, pod_status_patch,
+    post_all, ApiError, ClaimStatus, StatusWrite,
+};
 use super::events::{pod_event, PodEvent};
 use super::outbox::{PendingStatus, StatusOutbox};
 use super::watch::Watched;
 use super::Cluster;
-use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::cni::error::{CniError, ErrorCode};
+use crate::config::ApiTimeouts;
 use crate::manifest::Pod;
-use crate::netattach::ipamclaim::{self, IpamClaim};
+use crate::netattach::ipamclaim::IpamClaim;
 use crate::netattach::nad::NetworkAttachmentDefinition;
-use crate::netattach::status::{status_annotation_value, NetworkStatus, NETWORK_STATUS_ANNOTATION};
+use crate::netattach::status::{status_annotation_value, NetworkStatus};
 use crate::plan::NadSource;
-
-/// Bounds on the API server, from plexus's conf.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ApiTimeouts {
-    /// One request, connecting included (Multus hard-codes its own, which
-    /// breaks slow control planes: multus-cni #1461).
-    pub request: Duration,
-    /// All tries of the network-status write together.
-    pub status_write: Duration,
-}
-
-impl Default for ApiTimeouts {
-    fn default() -> Self {
-        ApiTimeouts {
-            request: Duration::from_secs(10),
-            status_write: Duration::from_secs(20),
-        }
-    }
-}
 
 pub struct KubeCluster {
     driver: Driver,
@@ -293,93 +275,6 @@ impl KubeCluster {
     }
 }
 
-/// One request, bounded by `bound`.
-pub(super) async fn bounded<T>(
-    bound: Duration,
-    object: &str,
-    request: impl Future<Output = Result<T, kube::Error>>,
-) -> Result<T, ApiError> {
-    match tokio::time::timeout(bound, request).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(ApiError::from_kube(object, e)),
-        Err(_) => Err(ApiError::timeout(object, bound)),
-    }
-}
-
-/// The bounds of a status write: each request, and all tries together.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct StatusWrite {
-    pub request: Duration,
-    pub window: Duration,
-}
-
-/// The merge patch that sets a pod's network-status; with `uid`, the API
-/// server refuses it for any other pod of that name.
-pub(super) fn pod_status_patch(uid: Option<&str>, network_status: &str) -> serde_json::Value {
-    let mut metadata = json!({"annotations": {NETWORK_STATUS_ANNOTATION: network_status}});
-    if let Some(uid) = uid {
-        metadata["uid"] = json!(uid);
-    }
-    json!({ "metadata": metadata })
-}
-
-/// The merge patch of a bound claim's status (§8.2).
-pub(super) fn claim_patch(claim: &ClaimStatus, pod: &str) -> serde_json::Value {
-    json!({"status": {"ips": claim.ips, "ownerPod": {"name": pod}}})
-}
-
-/// The IPAMClaims of `namespace`.
-pub(super) fn claims_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
-    custom(client, namespace, "v1alpha1", ipamclaim::KIND, "ipamclaims")
-}
-
-/// The namespaced API of a custom resource of `k8s.cni.cncf.io`.
-fn custom(
-    client: &kube::Client,
-    namespace: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk(GROUP, version, kind);
-    let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
-    Api::namespaced_with(client.clone(), namespace, &resource)
-}
-
-/// A merge PATCH of `name`'s status subresource, transient failures
-/// retried within the window; `Ok(false)` when the object is gone.
-pub(super) async fn patch_status<K>(
-    api: &Api<K>,
-    name: &str,
-    patch: &serde_json::Value,
-    object: &str,
-    bounds: StatusWrite,
-) -> Result<bool, ApiError>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let deadline = tokio::time::Instant::now() + bounds.window;
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let params = PatchParams::default();
-        let sent = bounded(
-            bounds.request,
-            object,
-            api.patch_status(name, &params, &Patch::Merge(patch)),
-        )
-        .await;
-        match sent {
-            Ok(_) => return Ok(true),
-            Err(e) if e.status == Some(404) => return Ok(false),
-            Err(e) if e.transient && tokio::time::Instant::now() + backoff < deadline => {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
 fn post_in_background(
     handle: &tokio::runtime::Handle,
     posts: impl Future<Output = Vec<String>> + Send + 'static,
@@ -391,46 +286,12 @@ fn post_in_background(
     });
 }
 
-/// Each event posted at once, each bounded; the failures.
-pub(super) async fn post_all(
-    api: Api<Event>,
-    events: Vec<Event>,
-    object: String,
-    bound: Duration,
-) -> Vec<String> {
-    let params = PostParams::default();
-    let posts = events.iter().map(|event| {
-        let post = api.create(&params, event);
-        let object = &object;
-        async move {
-            match tokio::time::timeout(bound, post).await {
-                Ok(Ok(_)) => None,
-                Ok(Err(e)) => Some(ApiError::from_kube(object, e).to_string()),
-                Err(_) => Some(ApiError::timeout(object, bound).to_string()),
-            }
-        }
-    });
-    futures::future::join_all(posts)
-        .await
-        .into_iter()
-        .flatten()
-        .collect()
-}
-
 /// What an ADD writes back to the API server ([`KubeCluster::publish`]).
 pub struct Publication<'a> {
     pub pod: &'a Pod,
     pub network_status: &'a [NetworkStatus],
     pub claims: Vec<ClaimStatus>,
     pub events: Vec<PodEvent>,
-}
-
-/// An IPAMClaim's new status: the addresses the pod holds for it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ClaimStatus {
-    pub namespace: String,
-    pub name: String,
-    pub ips: Vec<String>,
 }
 
 /// How the write-back went, short of an error.
@@ -515,9 +376,6 @@ impl KubeCluster {
             .transpose()
     }
 }
-
-/// The API group of the spec's custom resources.
-const GROUP: &str = "k8s.cni.cncf.io";
 
 impl NadSource for KubeCluster {
     fn get(
@@ -641,89 +499,3 @@ fn http2_client(
 
 /// Sees each request a client sends (the daemon's metrics).
 pub type RequestObserver = Arc<dyn Fn(&hyper::Method, &hyper::Uri) + Send + Sync>;
-
-/// A failed request, as far as plexus reacts to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct ApiError {
-    /// `pod ns/name`, `NetworkAttachmentDefinition ns/name`, ...
-    object: String,
-    /// The HTTP status, when the server answered.
-    pub status: Option<u16>,
-    /// Worth retrying: no answer, a timeout, 429 or 5xx.
-    transient: bool,
-    /// `forbidden: User "..." cannot get resource ...`
-    reason: String,
-}
-
-impl ApiError {
-    fn from_kube(object: &str, e: kube::Error) -> ApiError {
-        match e {
-            kube::Error::Api(status) => {
-                let code = status.code;
-                let reason = if status.reason.is_empty() {
-                    status.message.clone()
-                } else {
-                    // "Forbidden" -> "forbidden: <message>", as kubectl prints it.
-                    format!("{}: {}", status.reason.to_lowercase(), status.message)
-                };
-                ApiError {
-                    object: object.into(),
-                    status: Some(code),
-                    transient: code == 429 || code >= 500,
-                    reason,
-                }
-            }
-            other => ApiError {
-                object: object.into(),
-                status: None,
-                transient: true,
-                reason: error_chain(&other),
-            },
-        }
-    }
-
-    fn timeout(object: &str, bound: Duration) -> ApiError {
-        ApiError {
-            object: object.into(),
-            status: None,
-            transient: true,
-            reason: format!("no answer from the API server within {bound:?} (apiTimeout)"),
-        }
-    }
-
-    /// The CNI error the runtime gets: code 11 (try again later) for what may
-    /// pass, else plexus's code for a refused API request.
-    fn into_cni(self) -> CniError {
-        let code = if self.transient {
-            ErrorCode::TryAgainLater
-        } else {
-            ErrorCode::Plugin(codes::KUBERNETES_API)
-        };
-        CniError::new(
-            code,
-            "Kubernetes API request failed",
-            format!("{}: {}", self.object, self.reason),
-        )
-    }
-}
-
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.object, self.reason)
-    }
-}
-
-/// An error and its sources on one line: kube's outer errors say little
-/// ("failed to connect") without the inner ones ("connection refused").
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = s.source();
-    }
-    parts.join(": ")
-}

@@ -3,6 +3,7 @@
 //! without an API server) or the Kubernetes API. The planner only sees the
 //! [`Cluster`] trait.
 
+pub mod api;
 pub mod dir;
 pub mod events;
 pub mod kube;

@@ -32,11 +32,11 @@ use k8s_openapi::api::core::v1::{Event, Pod as ApiPod};
 use kube::api::Api;
 use serde::{Deserialize, Serialize};
 
-use super::events::{pod_event, EventType, PodEvent};
-use super::kube::{
+use super::api::{
     bounded, claim_patch, claims_api, patch_status, pod_status_patch, post_all, ClaimStatus,
     StatusWrite,
 };
+use super::events::{pod_event, EventType, PodEvent};
 use crate::cni::whole_file::{self, Durability};
 use crate::manifest::Pod;
 

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use crate::cache::{Cache, Lookup, Record, State};
 use crate::claims::{self, ClaimBook};
+use crate::cluster::api::ClaimStatus;
 use crate::cluster::events::{EventType, PodEvent};
-use crate::cluster::kube::{ClaimStatus, KubeCluster, Publication, SharedApi};
+use crate::cluster::kube::{KubeCluster, Publication, SharedApi};
 use crate::cluster::Cluster;
 use crate::cni::args::CniArgs;
 use crate::cni::error::{CniError, ErrorCode};

@@ -36,7 +36,7 @@ use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
 use tokio::sync::Semaphore;
 
-use crate::cluster::kube::{ApiTimeouts, KubeCluster, SharedApi};
+use crate::cluster::kube::{KubeCluster, SharedApi};
 use crate::cluster::outbox::{DeliveryObserver, StatusOutbox};
 use crate::cluster::watch::Watched;
 use crate::cluster::Cluster;
@@ -44,7 +44,7 @@ use crate::cni::env::CNI_NETNS;
 use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::skel;
 use crate::cni::CniVersion;
-use crate::config::PlexusConf;
+use crate::config::{ApiTimeouts, PlexusConf};
 use crate::plugin::{self, ClusterSource, PlexusPlugin, ThickCall};
 use plexus_dataplane::NetNs;
 

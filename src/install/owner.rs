@@ -16,7 +16,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::cluster::kube::{ApiTimeouts, KubeCluster};
+use crate::cluster::kube::KubeCluster;
+use crate::config::ApiTimeouts;
 
 /// What the installer does with the conflist as its pod stops.
 #[derive(Debug, PartialEq, Eq)]

@@ -3,14 +3,13 @@
 //! [`Session`] (which opens each once), plus what every plugin reads from
 //! the request's environment.
 
-use crate::drivers::error::DriverError;
+use crate::drivers::error::{sys, sys_error, DriverError};
 use plexus_cni::env::{CniCommand, CNI_NETNS};
 use plexus_cni::error::{CniError, ErrorCode};
 use plexus_cni::names::IfName;
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::Request;
 
-use super::common::{sys, sys_error};
 use crate::netlink::{Link, LinkKind, Netlink};
 use crate::session::{PodLookup, Session};
 use crate::NetNs;

@@ -44,7 +44,7 @@
 //! - CHECK verifies the root qdisc of each device (the reference stops at
 //!   the first qdisc that is not a tbf) and the redirect filter.
 
-use crate::drivers::error::DriverError;
+use crate::drivers::error::{mismatch, sys, DriverError};
 use std::fmt;
 
 use serde::Deserialize;
@@ -57,7 +57,6 @@ use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
 use plexus_cni::CniResult;
 
 use super::attachment::{chained_prev_result as prev_result, Attach};
-use super::common::{mismatch, sys};
 use super::undo::Undo;
 use crate::netlink::{
     handle, Link, LinkKind, MirredKind, Netlink, PschedClock, QdiscKind, Tbf, HANDLE_INGRESS,

@@ -17,7 +17,7 @@
 //!   the reference bridge does): an address is never handed out again while
 //!   an interface may still carry it.
 
-use crate::drivers::error::DriverError;
+use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::IpNetwork;
@@ -26,7 +26,7 @@ use plexus_cni::skel::Request;
 use serde::Deserialize;
 
 use super::attachment::Attach;
-use super::common::{self, check_failed, sys, sys_error, Dad, DnsConf, IpamRef, NAME_ATTEMPTS};
+use super::common::{self, Dad, DnsConf, IpamRef, NAME_ATTEMPTS};
 use super::interface::InterfaceDriver;
 use super::undo::Undo;
 use crate::netlink::{

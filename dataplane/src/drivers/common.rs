@@ -1,17 +1,16 @@
-//! What the built-in plugins share: reading the configuration, turning
-//! data-plane failures into CNI errors, IPAM delegation, configuring the
-//! container interface from a result, and the CHECK building blocks. The
-//! attachment's context is [`super::attachment`], the undo log
-//! [`super::undo`].
+//! What the built-in plugins share: reading the configuration, IPAM
+//! delegation, configuring the container interface from a result, and the
+//! CHECK building blocks. The attachment's context is
+//! [`super::attachment`], the undo log [`super::undo`], the drivers' errors
+//! and their constructors [`super::error`].
 //!
 //! Drivers run in the namespace plexus itself runs in (the "host"): host-side
 //! work goes through the session's host handle and
 //! [`sysctl::write_current`], so the only namespace switch of an ADD is the
 //! one visit to the pod namespace for its sysctls.
 
-use crate::drivers::error::DriverError;
+use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
 use std::collections::hash_map::RandomState;
-use std::fmt::Display;
 use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -168,36 +167,6 @@ pub(crate) fn runtime_config_mac(req: &Request) -> Result<Option<&str>, DriverEr
 pub(crate) fn cni_args_mac(req: &Request) -> Result<Option<&str>, DriverError> {
     req.env.args().check_known(&["MAC"])?;
     Ok(req.env.args().get("MAC"))
-}
-
-// ---------------------------------------------------------------------------
-// Errors
-
-/// A failure of the kernel or the system while doing `what` (code 5).
-pub(crate) fn sys_error(what: impl Display, e: impl Display) -> DriverError {
-    DriverError::System {
-        what: what.to_string(),
-        reason: e.to_string(),
-    }
-}
-
-/// `map_err` adapter for [`sys_error`].
-pub(crate) fn sys<W: Display>(what: W) -> impl FnOnce(Error) -> DriverError {
-    move |e| sys_error(what, e)
-}
-
-/// CHECK found the attachment different from its prevResult.
-pub(crate) fn check_failed(details: impl Into<String>) -> DriverError {
-    DriverError::CheckFailed(details.into())
-}
-
-/// A configured value that CHECK found different in the pod (code 103):
-/// `what: reason`.
-pub(crate) fn mismatch(what: impl Display, reason: impl Display) -> DriverError {
-    DriverError::Mismatch {
-        what: what.to_string(),
-        reason: reason.to_string(),
-    }
 }
 
 /// A random `<prefix><8 hex digits>` name, the reference plugins' pattern

@@ -3,14 +3,12 @@
 //! to the attachment's CNI device-info file, `runtimeConfig.CNIDeviceInfoFile`,
 //! which the executor puts in the pod's network-status (§6.1.1).
 
-use crate::drivers::error::DriverError;
+use crate::drivers::error::{sys_error, DriverError};
 use std::path::Path;
 
 use plexus_cni::deviceinfo::{self, DeviceInfo};
 use plexus_cni::skel::Request;
 use serde_json::Value;
-
-use super::common;
 
 /// Where this attachment's device-info goes: `runtimeConfig.CNIDeviceInfoFile`,
 /// or `None` when the runtime gave none.
@@ -39,7 +37,7 @@ pub(crate) fn publish(req: &Request, info: &DeviceInfo) -> Result<(), DriverErro
         return Ok(());
     }
     deviceinfo::store(path, info)
-        .map_err(|e| common::sys_error(format!("device-info file {}", path.display()), e))
+        .map_err(|e| sys_error(format!("device-info file {}", path.display()), e))
 }
 
 /// Check the `runtimeConfig.CNIDeviceInfoFile` value without writing.

@@ -2,8 +2,12 @@
 //! chosen in one place, `From<DriverError> for CniError`, where a driver
 //! answers (the drivers are [`plexus_cni::skel::TypedPlugin`]s).
 
+use std::fmt::Display;
+
 use plexus_cni::error::codes;
 use plexus_cni::{CniError, ErrorCode};
+
+use crate::Error;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DriverError {
@@ -34,6 +38,33 @@ impl DriverError {
     }
 }
 
+/// A failure of the kernel or the system while doing `what` (code 5).
+pub(crate) fn sys_error(what: impl Display, e: impl Display) -> DriverError {
+    DriverError::System {
+        what: what.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// `map_err` adapter for [`sys_error`].
+pub(crate) fn sys<W: Display>(what: W) -> impl FnOnce(Error) -> DriverError {
+    move |e| sys_error(what, e)
+}
+
+/// CHECK found the attachment different from its prevResult.
+pub(crate) fn check_failed(details: impl Into<String>) -> DriverError {
+    DriverError::CheckFailed(details.into())
+}
+
+/// A configured value that CHECK found different in the pod (code 103):
+/// `what: reason`.
+pub(crate) fn mismatch(what: impl Display, reason: impl Display) -> DriverError {
+    DriverError::Mismatch {
+        what: what.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
 impl From<DriverError> for CniError {
     fn from(e: DriverError) -> CniError {
         let details = e.to_string();
@@ -58,7 +89,6 @@ impl From<DriverError> for CniError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drivers::common::{check_failed, mismatch, sys_error};
 
     #[test]
     fn each_failure_has_one_code() {

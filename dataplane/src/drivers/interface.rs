@@ -20,8 +20,7 @@
 //!   ([`InterfaceDriver::hands_over`]).
 //! - GC and STATUS: the IPAM plugin's, which holds the leases.
 
-use crate::drivers::error::DriverError;
-use plexus_cni::call_log::CallLog;
+use crate::drivers::error::{sys, DriverError};
 use plexus_cni::delegate::Resolver;
 use plexus_cni::deviceinfo::DeviceInfo;
 use plexus_cni::env::CniCommand;
@@ -206,7 +205,7 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
         let host = self
             .session
             .host()
-            .map_err(common::sys("netlink in the host namespace"))?;
+            .map_err(sys("netlink in the host namespace"))?;
         self.driver.remove(req, host, at.as_ref())?;
         common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Del)?;
         // Another attachment's leftovers never fail or slow this DEL: the
@@ -214,7 +213,8 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
         if let Some(device) = self.driver.hands_over() {
             if let Err(e) = device.take_back_orphans(req, host, Patience::OneLook) {
                 let e = CniError::from(e);
-                CallLog::of(req).warn(format_args!("{}: {}", e.msg, e.details));
+                req.call_log()
+                    .warn(format_args!("{}: {}", e.msg, e.details));
             }
         }
         Ok(())
@@ -238,7 +238,7 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
         let host = self
             .session
             .host()
-            .map_err(common::sys("netlink in the host namespace"))?;
+            .map_err(sys("netlink in the host namespace"))?;
         // A device goes back by its owner's namespace, not by `valid`: the
         // driver's data directory is shared by every network using it, and
         // plexus's own GC DELs the attachments not in `valid`. GC runs

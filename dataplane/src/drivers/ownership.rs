@@ -25,7 +25,7 @@
 //! driver, a GC. Each gives back the devices whose owner's namespace is
 //! gone.
 
-use crate::drivers::error::DriverError;
+use crate::drivers::error::{check_failed, sys_error, DriverError};
 use std::fmt::Display;
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -43,7 +43,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::attachment::Attach;
-use super::common::{check_failed, sys_error};
 use super::passthrough::Patience;
 use super::undo::Undo;
 use crate::netlink::Netlink;

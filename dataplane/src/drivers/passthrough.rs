@@ -4,7 +4,7 @@
 //! under its original name, MAC and MTU, waiting (bounded) for a netdev the
 //! kernel is bringing back from a namespace being destroyed.
 
-use crate::drivers::error::DriverError;
+use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,7 @@ use plexus_cni::skel::Request;
 use serde::{Deserialize, Serialize};
 
 use super::attachment::Attach;
-use super::common::{self, check_failed, sys, sys_error, DnsConf};
+use super::common::{self, DnsConf};
 use crate::mac::MacAddr;
 use crate::netlink::{Link, LinkUpdate, Netlink};
 use crate::netns::NetNs;

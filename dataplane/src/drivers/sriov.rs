@@ -49,7 +49,7 @@ mod conf;
 mod guid;
 mod record;
 
-use crate::drivers::error::DriverError;
+use crate::drivers::error::{check_failed, mismatch, sys, sys_error, DriverError};
 use std::path::{Path, PathBuf};
 
 use plexus_cni::deviceinfo::{DeviceInfo, PciDevice};
@@ -59,7 +59,7 @@ use plexus_cni::skel::Request;
 use self::conf::Conf;
 use self::record::Record;
 use super::attachment::Attach;
-use super::common::{check_failed, mismatch, sys, sys_error, IpamRef};
+use super::common::IpamRef;
 use super::interface::InterfaceDriver;
 use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owner, Store};
 use super::passthrough::{self, Found, Patience, Poll};

@@ -16,13 +16,13 @@
 //! - The master's MTU bounds `mtu` for ipvlan too, so the error names the
 //!   key instead of coming back as the kernel's EINVAL.
 
-use crate::drivers::error::DriverError;
+use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
 use plexus_cni::env::CniCommand;
 use plexus_cni::result::{CniResult, Interface};
 use plexus_cni::skel::Request;
 
 use super::attachment::Attach;
-use super::common::{self, check_failed, sys, sys_error, Dad, DnsConf, IpamRef};
+use super::common::{self, Dad, DnsConf, IpamRef};
 use super::interface::InterfaceDriver;
 use super::undo::Undo;
 use crate::netlink::{Link, LinkKind, Netlink};

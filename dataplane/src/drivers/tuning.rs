@@ -45,7 +45,7 @@
 //! - CHECK substitutes `IFNAME` in sysctl keys (v1.1 compares the
 //!   unsubstituted path) and compares MACs case-insensitively.
 
-use crate::drivers::error::DriverError;
+use crate::drivers::error::{mismatch, sys, DriverError};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -56,7 +56,6 @@ use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
 use plexus_cni::{CniError, CniResult};
 
 use super::attachment::{chained_prev_result as prev_result, Attach};
-use super::common::{mismatch, sys};
 use super::undo::Undo;
 use crate::mac::MacAddr;
 use crate::netlink::{Link, Netlink};

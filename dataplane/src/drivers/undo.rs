@@ -63,7 +63,7 @@ impl Drop for Undo<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drivers::common::sys_error;
+    use crate::drivers::error::sys_error;
 
     #[test]
     fn undo_runs_newest_first_and_reports_failures() {

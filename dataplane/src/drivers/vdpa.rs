@@ -31,7 +31,7 @@
 
 mod conf;
 
-use crate::drivers::error::DriverError;
+use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
 use std::path::{Path, PathBuf};
 
 use plexus_cni::deviceinfo::{DeviceInfo, VdpaDevice, VdpaDriver};
@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use self::conf::{Conf, Device};
 use super::attachment::Attach;
-use super::common::{check_failed, sys, sys_error, IpamRef};
+use super::common::IpamRef;
 use super::interface::InterfaceDriver;
 use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owned, Owner, Store};
 use super::passthrough::{self, Found, Patience, Poll};
