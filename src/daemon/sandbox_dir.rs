@@ -19,13 +19,44 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::fcntl::Flock;
+use serde::{Deserialize, Serialize};
 
 use crate::cni::error::CniError;
 use crate::cni::flock::lock_file;
 use crate::cni::names;
 use crate::cni::whole_file::{self, Durability};
 
-use super::sandboxes::Sandbox;
+/// One sandbox, as its ADD named it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sandbox {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+    pub netns: PathBuf,
+    #[serde(default)]
+    pub cni_path: Vec<PathBuf>,
+    pub namespace: String,
+    pub pod: String,
+    /// kubelet's `K8S_POD_UID`, when it sent one: the pod this sandbox is
+    /// for, never another by the same name.
+    pub uid: Option<String>,
+    /// The plexus conf of the ADD (its stdin).
+    pub conf: serde_json::Value,
+    /// Read back from a note (written by a daemon before this one, or by a
+    /// plugin process), whose status write this daemon did not see through.
+    #[serde(skip)]
+    pub restored: bool,
+}
+
+impl Sandbox {
+    /// The `cniDir` of its conf: where its lock and records are.
+    pub fn cni_dir(&self) -> Option<PathBuf> {
+        crate::config::PlexusConf::from_value(&self.conf)
+            .ok()
+            .map(|c| c.cni_dir)
+    }
+}
 
 /// The subdirectory of `cniDir` shared by plugin processes and the daemon.
 pub const SUBDIR: &str = "sandboxes";
