@@ -80,6 +80,19 @@ pub struct SharedApi {
     pub outbox: Option<Arc<StatusOutbox>>,
 }
 
+/// The client configuration of `kubeconfig` (its current context): the one
+/// place a kubeconfig is read, for the plugin's client and the daemon's.
+async fn load_kubeconfig(kubeconfig: &Path, timeouts: ApiTimeouts) -> Result<kube::Config, String> {
+    let parsed = Kubeconfig::read_from(kubeconfig).map_err(|e| error_chain(&e))?;
+    let mut config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| error_chain(&e))?;
+    // Each request is bounded as a whole (`call`); the connector is told the
+    // same bound for connecting.
+    config.connect_timeout = Some(timeouts.request);
+    Ok(config)
+}
+
 impl KubeCluster {
     /// A client for the cluster `kubeconfig` names (its current context: CA
     /// and bearer token, or client certificates).
@@ -95,16 +108,9 @@ impl KubeCluster {
             .enable_all()
             .build()
             .map_err(|e| CniError::io("tokio runtime", e))?;
-        let parsed = Kubeconfig::read_from(kubeconfig).map_err(|e| failed(error_chain(&e)))?;
-        let mut config = runtime
-            .block_on(kube::Config::from_custom_kubeconfig(
-                parsed,
-                &KubeConfigOptions::default(),
-            ))
-            .map_err(|e| failed(error_chain(&e)))?;
-        // Each request is bounded as a whole (`call`); the connector is told
-        // the same bound for connecting.
-        config.connect_timeout = Some(timeouts.request);
+        let config = runtime
+            .block_on(load_kubeconfig(kubeconfig, timeouts))
+            .map_err(failed)?;
         // A client's tower stack spawns onto the runtime it is built in.
         let client = {
             let _guard = runtime.enter();
@@ -141,14 +147,7 @@ impl KubeCluster {
         timeouts: ApiTimeouts,
         observe: Option<RequestObserver>,
     ) -> Result<kube::Client, String> {
-        let parsed = Kubeconfig::read_from(kubeconfig).map_err(|e| error_chain(&e))?;
-        let mut config = handle
-            .block_on(kube::Config::from_custom_kubeconfig(
-                parsed,
-                &KubeConfigOptions::default(),
-            ))
-            .map_err(|e| error_chain(&e))?;
-        config.connect_timeout = Some(timeouts.request);
+        let config = handle.block_on(load_kubeconfig(kubeconfig, timeouts))?;
         let _guard = handle.enter();
         http2_client(&config, observe).map_err(|e| error_chain(&e))
     }
