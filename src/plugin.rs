@@ -22,7 +22,7 @@ use crate::claims::{self, ClaimBook};
 use crate::cluster::api::ClaimStatus;
 use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{KubeCluster, Publication};
-use crate::cluster::{dir::DirCluster, Cluster};
+use crate::cluster::{dir::DirCluster, Cluster, Opened, Publisher};
 use crate::cni::args::CniArgs;
 use crate::cni::call_log::CallLog;
 use crate::cni::delegate::Resolver;
@@ -64,14 +64,14 @@ pub struct ThickCall {
 pub trait ClusterSource: Send + Sync {
     /// A fresh view for `conf` (views cache what they read, so a call that
     /// must look again opens another).
-    fn open(&self, conf: &PlexusConf) -> Result<Box<dyn Cluster>, CniError>;
+    fn open(&self, conf: &PlexusConf) -> Result<Opened, CniError>;
 }
 
 /// A plugin process's source: [`cluster`], a connection of its own.
 pub struct PerCall;
 
 impl ClusterSource for PerCall {
-    fn open(&self, conf: &PlexusConf) -> Result<Box<dyn Cluster>, CniError> {
+    fn open(&self, conf: &PlexusConf) -> Result<Opened, CniError> {
         cluster(conf)
     }
 }
@@ -169,7 +169,7 @@ impl<'s> PlexusPlugin<'s> {
         registry: &Registry,
         delegates: &Delegates,
     ) -> Result<plan::Plan, CniError> {
-        let cluster = self.clusters.open(conf)?;
+        let cluster = self.clusters.open(conf)?.view;
         let network = Self::configured_cluster_network(conf, cluster.as_ref())?;
         let call = call(req)?;
         let pod = Pod {
@@ -259,11 +259,13 @@ pub fn daemon_registry(chroot_dir: Option<&Path>) -> Registry {
 
 /// The cluster plexus reads pods and NADs from: a manifest directory, else
 /// the API server of `kubeconfig`, else nothing (the cluster network only).
-pub fn cluster(conf: &PlexusConf) -> Result<Box<dyn Cluster>, CniError> {
+pub fn cluster(conf: &PlexusConf) -> Result<Opened, CniError> {
     Ok(match (&conf.manifest_dir, &conf.kubeconfig) {
-        (Some(dir), _) => Box::new(DirCluster::load(dir)?),
-        (None, Some(kubeconfig)) => Box::new(KubeCluster::connect(kubeconfig, conf.api_timeouts)?),
-        (None, None) => Box::new(DirCluster::empty()),
+        (Some(dir), _) => Opened::read_only(DirCluster::load(dir)?),
+        (None, Some(kubeconfig)) => {
+            Opened::api(KubeCluster::connect(kubeconfig, conf.api_timeouts)?)
+        }
+        (None, None) => Opened::read_only(DirCluster::empty()),
     })
 }
 
@@ -272,7 +274,12 @@ pub fn cluster(conf: &PlexusConf) -> Result<Box<dyn Cluster>, CniError> {
 /// A pod whose uid differs from kubelet's `K8S_POD_UID` is another pod (the
 /// one of the call was deleted and re-created under its name). On an API
 /// server the pod must exist; a manifest directory may leave it out.
-fn pod(args: &CniArgs, container_id: &str, cluster: &dyn Cluster) -> Result<Pod, CniError> {
+fn pod(
+    args: &CniArgs,
+    container_id: &str,
+    cluster: &dyn Cluster,
+    on_api_server: bool,
+) -> Result<Pod, CniError> {
     let (Some(namespace), Some(name)) = (args.k8s_pod_namespace(), args.k8s_pod_name()) else {
         return Ok(Pod {
             namespace: crate::manifest::DEFAULT_NAMESPACE.into(),
@@ -296,7 +303,7 @@ fn pod(args: &CniArgs, container_id: &str, cluster: &dyn Cluster) -> Result<Pod,
     }
     let pod = match found {
         Some(pod) => pod,
-        None if cluster.as_kube().is_some() => {
+        None if on_api_server => {
             return Err(unknown(format!(
                 "pod {namespace}/{name} (CNI_ARGS K8S_POD_NAMESPACE, K8S_POD_NAME) does not exist"
             )))
@@ -324,7 +331,7 @@ fn pod(args: &CniArgs, container_id: &str, cluster: &dyn Cluster) -> Result<Pod,
 /// per planner warning. Events are best effort; a pod or claim deleted
 /// meanwhile is no failure.
 fn publish(
-    kube: &KubeCluster,
+    kube: &dyn Publisher,
     log: &CallLog,
     pod: &Pod,
     plan: &plan::Plan,
@@ -550,13 +557,20 @@ impl Plugin for PlexusPlugin<'_> {
 
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let conf = self.conf(req)?;
-        let cluster = self.clusters.open(&conf)?;
-        let cluster = cluster.as_ref();
+        let opened = self.clusters.open(&conf)?;
+        let cluster = opened.view.as_ref();
         let mut conf_dir = ConfDir::new(&conf.conf_dir);
-        let default_network =
-            readiness::wait(&conf, cluster, &mut conf_dir, || self.clusters.open(&conf))?;
+        let default_network = readiness::wait(&conf, cluster, &mut conf_dir, || {
+            self.clusters.open(&conf).map(|o| o.view)
+        })?;
         let call = call(req)?;
-        let pod = pod(req.env.args(), &call.container_id, cluster)?;
+        let publisher = opened.publisher.as_deref();
+        let pod = pod(
+            req.env.args(),
+            &call.container_id,
+            cluster,
+            publisher.is_some(),
+        )?;
         let options = PlanOptions {
             ifname: call.ifname.clone(),
             container_id: Some(call.container_id.clone()),
@@ -604,7 +618,7 @@ impl Plugin for PlexusPlugin<'_> {
             results.truncate(networks);
             results
         });
-        let results = match (added, cluster.as_kube()) {
+        let results = match (added, publisher) {
             (Ok(results), Some(kube)) => {
                 publish(kube, &log, &pod, &plan, &results, &claims)?;
                 results
@@ -657,9 +671,9 @@ impl Plugin for PlexusPlugin<'_> {
         // were deleted; a claim that cannot be checked now is checked later.
         if !claims::owners_in(&report.detached).is_empty() {
             match conf.as_ref().map(|c| self.clusters.open(c)) {
-                Some(Ok(cluster)) => report.warnings.extend(release_deleted_claims(
+                Some(Ok(opened)) => report.warnings.extend(release_deleted_claims(
                     &cni_dir,
-                    cluster.as_ref(),
+                    opened.view.as_ref(),
                     &report.detached,
                 )),
                 Some(Err(e)) => report
@@ -695,7 +709,7 @@ impl Plugin for PlexusPlugin<'_> {
 
     fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), CniError> {
         let conf = self.conf(req)?;
-        let cluster = self.clusters.open(&conf)?;
+        let cluster = self.clusters.open(&conf)?.view;
         let default_network = Self::configured_cluster_network(&conf, cluster.as_ref()).ok();
         let registry = self.registry(conf.chroot_dir.as_deref())?;
         let delegates = network_delegates(req, &conf, &registry);
@@ -730,7 +744,7 @@ impl Plugin for PlexusPlugin<'_> {
         // Ready when the configuration is valid, an ADD would not wait, and
         // the cluster network's plugins say they are (cni-SPEC §2 STATUS).
         let conf = self.conf(req)?;
-        let network = readiness::status(&conf, self.clusters.open(&conf)?.as_ref())?;
+        let network = readiness::status(&conf, self.clusters.open(&conf)?.view.as_ref())?;
         let registry = self.registry(conf.chroot_dir.as_deref())?;
         let delegates = network_delegates(req, &conf, &registry);
         crate::run::status(&delegates, &network)
@@ -775,12 +789,19 @@ mod tests {
             ))
             .unwrap()
         };
-        assert_eq!(pod(&args("uid-2"), "c", &cluster).unwrap().name, "p");
-        let e = pod(&args("uid-1"), "c", &cluster).unwrap_err();
+        assert_eq!(pod(&args("uid-2"), "c", &cluster, false).unwrap().name, "p");
+        let e = pod(&args("uid-1"), "c", &cluster, false).unwrap_err();
         assert_eq!(e.code, crate::cni::error::ErrorCode::UnknownContainer);
         assert!(e.details.contains("re-created"), "{e}");
         // A manifest directory may leave the pod out: no annotations then.
         let missing = CniArgs::parse("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=q").unwrap();
-        assert!(pod(&missing, "c", &cluster).unwrap().annotations.is_empty());
+        assert!(pod(&missing, "c", &cluster, false)
+            .unwrap()
+            .annotations
+            .is_empty());
+        // On an API server it must exist.
+        let e = pod(&missing, "c", &cluster, true).unwrap_err();
+        assert_eq!(e.code, crate::cni::error::ErrorCode::UnknownContainer);
+        assert!(e.details.contains("does not exist"), "{e}");
     }
 }

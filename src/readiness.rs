@@ -6,6 +6,7 @@
 //! waits: it works from plexus's record.
 
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
@@ -77,7 +78,7 @@ pub fn wait(
     conf: &PlexusConf,
     cluster: &dyn Cluster,
     conf_dir: &mut ConfDir,
-    reload: impl Fn() -> Result<Box<dyn Cluster>, CniError>,
+    reload: impl Fn() -> Result<Rc<dyn Cluster>, CniError>,
 ) -> Result<DefaultNetwork, CniError> {
     let deadline = Instant::now() + conf.readiness_timeout;
     let mut missing = match check(conf, cluster, conf_dir)? {
@@ -143,7 +144,7 @@ mod tests {
 
     /// [`wait`] on a cluster with nothing in it.
     fn wait_in_empty(conf: &PlexusConf) -> Result<DefaultNetwork, CniError> {
-        let empty = || -> Result<Box<dyn Cluster>, CniError> { Ok(Box::new(DirCluster::empty())) };
+        let empty = || -> Result<Rc<dyn Cluster>, CniError> { Ok(Rc::new(DirCluster::empty())) };
         let mut conf_dir = ConfDir::new(&conf.conf_dir);
         wait(conf, &DirCluster::empty(), &mut conf_dir, empty)
     }

@@ -29,7 +29,7 @@ use super::api::{
 use super::events::{pod_event, PodEvent};
 use super::outbox::{PendingStatus, StatusOutbox};
 use super::watch::Watched;
-use super::Cluster;
+use super::{Cluster, Publisher};
 use crate::cni::error::{CniError, ErrorCode};
 use crate::config::ApiTimeouts;
 use crate::manifest::Pod;
@@ -450,9 +450,15 @@ impl Cluster for KubeCluster {
             IpamClaim::from_value,
         )
     }
+}
 
-    fn as_kube(&self) -> Option<&KubeCluster> {
-        Some(self)
+impl Publisher for KubeCluster {
+    fn publish(&self, publication: &Publication) -> Result<Published, CniError> {
+        KubeCluster::publish(self, publication)
+    }
+
+    fn post_events(&self, pod: &Pod, events: &[PodEvent]) -> Vec<String> {
+        KubeCluster::post_events(self, pod, events)
     }
 }
 

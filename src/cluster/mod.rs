@@ -10,6 +10,8 @@ pub mod kube;
 pub mod outbox;
 pub mod watch;
 
+use std::rc::Rc;
+
 use crate::cni::error::CniError;
 use crate::manifest::Pod;
 use crate::netattach::ipamclaim::IpamClaim;
@@ -30,10 +32,41 @@ pub trait Cluster: NadSource {
     /// The IPAMClaim `namespace/name` (multi-net-spec §8); `Ok(None)` when it
     /// does not exist.
     fn ipam_claim(&self, namespace: &str, name: &str) -> Result<Option<IpamClaim>, CniError>;
+}
 
-    /// The API server behind this view, when there is one: where
-    /// network-status and events are written.
-    fn as_kube(&self) -> Option<&kube::KubeCluster> {
-        None
+/// Where an ADD's outcome is written: network-status (§5), the bound
+/// IPAMClaims' status (§8.2) and events. The API server's client is one,
+/// writing synchronously or through the daemon's outbox; a manifest
+/// directory has none.
+pub trait Publisher {
+    /// Write everything `publication` holds (see [`kube::KubeCluster::publish`]).
+    fn publish(&self, publication: &kube::Publication) -> Result<kube::Published, CniError>;
+    /// Post `events` about `pod`, best effort: what was not posted, and why.
+    fn post_events(&self, pod: &Pod, events: &[events::PodEvent]) -> Vec<String>;
+}
+
+/// What a call reads the cluster through, and where it writes back, when
+/// anywhere: the same client for both on an API server.
+pub struct Opened {
+    pub view: Rc<dyn Cluster>,
+    pub publisher: Option<Rc<dyn Publisher>>,
+}
+
+impl Opened {
+    /// A view with nowhere to write back (a manifest directory, nothing).
+    pub fn read_only(view: impl Cluster + 'static) -> Opened {
+        Opened {
+            view: Rc::new(view),
+            publisher: None,
+        }
+    }
+
+    /// An API server's client, as view and publisher.
+    pub fn api(cluster: kube::KubeCluster) -> Opened {
+        let cluster = Rc::new(cluster);
+        Opened {
+            view: cluster.clone(),
+            publisher: Some(cluster),
+        }
     }
 }
