@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 
 use crate::cache::{Cache, Lookup};
 use crate::cni::error::{CniError, ErrorCode};
+use crate::daemon::sandbox_dir::{self, SandboxDir};
 use crate::netattach::status::{status_annotation_value, NetworkStatus};
 
 /// The embedded example, compiled in.
@@ -376,10 +377,19 @@ impl Scratch {
                 .filter(|l| l.name.starts_with("veth"))
                 .map(|l| format!("{} in the node namespace", l.name)),
         );
+        // The sandboxes' notes and locks directory stays, as the record
+        // directory itself does; a note or lock in it is a leftover.
+        let sandboxes = SandboxDir::in_cni_dir(&self.records_dir());
         left.extend(
             files_under(&self.records_dir())
                 .into_iter()
+                .filter(|f| f != sandbox_dir::SUBDIR)
                 .map(|f| format!("record {f}")),
+        );
+        left.extend(
+            files_under(sandboxes.path())
+                .into_iter()
+                .map(|f| format!("sandbox note or lock {f}")),
         );
         // host-local keeps `lock` and `last_reserved_ip.N`; every other file
         // is an address still held.

@@ -610,10 +610,21 @@ fn plugin_mode_speaks_cni() {
         );
         assert!(out.stdout.is_empty());
     }
+    // The sandboxes' notes and locks directory stays (empty), as the
+    // record directory itself does.
+    let sandboxes = cni_dir.path().join("sandboxes");
+    let notes: Vec<_> = std::fs::read_dir(&sandboxes)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(notes.is_empty(), "{notes:?}");
     let left: Vec<_> = std::fs::read_dir(cni_dir.path())
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.file_name())
+        .filter(|name| name != "sandboxes")
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }

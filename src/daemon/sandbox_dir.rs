@@ -87,6 +87,11 @@ impl SandboxDir {
         SandboxDir::new(cni_dir.join(SUBDIR))
     }
 
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
     /// Create the directory (0700) if it is missing.
     pub fn create(&self) -> std::io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
