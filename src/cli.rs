@@ -13,11 +13,11 @@ use crate::cni::error::CniError;
 use crate::cni::result::CniResult;
 use crate::cni::version::CniVersion;
 use crate::config::{PlexusConf, PodResourcesClient};
-use crate::devices::podresources::client as podresources;
-use crate::devices::DeviceSource;
 use crate::manifest;
 use crate::netattach::deviceinfo::DeviceInfo;
 use crate::netattach::status::{NetworkStatus, StatusInput};
+use crate::plan::devices::podresources::client as podresources;
+use crate::plan::devices::DeviceSource;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
 
 #[derive(Parser)]
@@ -102,7 +102,7 @@ struct InstallArgs {
     #[arg(long, default_value_t = 1000)]
     poll_ms: u64,
     /// On SIGTERM/SIGINT, remove 00-plexus.conflist, unless --pod names a
-    /// pod whose DaemonSet remains (a rolling update: src/install/owner.rs).
+    /// pod whose DaemonSet remains (a rolling update: src/commands/install/owner.rs).
     #[arg(long)]
     cleanup: bool,
     /// This installer's pod, `NAMESPACE/NAME` (deploy/ sets POD from the
@@ -235,7 +235,7 @@ struct StatusArgs {
 pub fn main() -> i32 {
     let plugin_mode = std::env::var_os("CNI_COMMAND").is_some() && std::env::args_os().len() <= 1;
     if plugin_mode {
-        return crate::daemon::shim::run();
+        return crate::commands::daemon::shim::run();
     }
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Install(_) | Command::Daemon(_)) {
@@ -245,7 +245,7 @@ pub fn main() -> i32 {
     let (name, outcome) = match cli.command {
         Command::Plan(args) => ("plan", run_plan(&args)),
         Command::Status(args) => ("status", run_status(&args)),
-        Command::Demo => ("demo", crate::demo::run()),
+        Command::Demo => ("demo", crate::commands::demo::run()),
         Command::Install(args) => ("install", run_install(&args)),
         Command::Daemon(args) => ("daemon", run_daemon(&args)),
         Command::Version => ("version", Ok(version_text())),
@@ -266,12 +266,12 @@ pub fn main() -> i32 {
 }
 
 fn run_install(args: &InstallArgs) -> Result<String, CniError> {
-    use crate::install::{stop_on_signals, Installer};
+    use crate::commands::install::{stop_on_signals, Installer};
     crate::logging::init_service();
-    let failed = |e: crate::install::InstallError| {
+    let failed = |e: crate::commands::install::InstallError| {
         use crate::cni::error::ErrorCode;
         match e {
-            crate::install::InstallError::TimedOut { .. } => {
+            crate::commands::install::InstallError::TimedOut { .. } => {
                 CniError::new(ErrorCode::TryAgainLater, "not ready", e.to_string())
             }
             _ => CniError::new(ErrorCode::Io, "failed", e.to_string()),
@@ -294,13 +294,13 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
         },
     };
     // plexus's settings, or a Multus thick daemon-config.json as it is.
-    let settings = crate::install::settings::Settings::from_map(
+    let settings = crate::commands::install::settings::Settings::from_map(
         settings,
         &args.root,
         args.daemon_socket.as_deref(),
     )
     .map_err(|e| match e {
-        crate::install::InstallError::Invalid { what, reason } => {
+        crate::commands::install::InstallError::Invalid { what, reason } => {
             CniError::invalid_config(what, reason)
         }
         other => failed(other),
@@ -354,7 +354,7 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
         .run(timeout, args.watch, poll, &stop)
         .map_err(failed)?;
     if args.cleanup && stop.load(std::sync::atomic::Ordering::Relaxed) {
-        use crate::install::owner::{on_stop, OnStop};
+        use crate::commands::install::owner::{on_stop, OnStop};
         let pod = args.pod.as_deref().and_then(|p| p.split_once('/'));
         let decision = match (pod, installer.kubeconfig_here()) {
             (Some((namespace, name)), Some(kubeconfig)) => on_stop(&kubeconfig, namespace, name),
@@ -366,11 +366,11 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
             OnStop::Keep { daemon_set } => tracing::info!(
                 daemon_set,
                 "kept {}: its DaemonSet remains (a rolling update), the next pod takes over",
-                crate::install::CONFLIST_NAME
+                crate::commands::install::CONFLIST_NAME
             ),
             OnStop::Remove { why } => {
                 installer.cleanup().map_err(failed)?;
-                tracing::info!(why, "removed {}", crate::install::CONFLIST_NAME);
+                tracing::info!(why, "removed {}", crate::commands::install::CONFLIST_NAME);
             }
         }
     }
@@ -397,7 +397,7 @@ fn run_daemon(args: &DaemonArgs) -> Result<String, CniError> {
                 CniError::invalid_config("--metrics-address", format!("{a:?}: {e}"))
             })?),
         };
-    let settings = crate::daemon::Settings {
+    let settings = crate::commands::daemon::Settings {
         socket: args.socket.clone(),
         kubeconfig: args.kubeconfig.clone(),
         node: args.node_name.clone().filter(|n| !n.is_empty()),
@@ -414,7 +414,7 @@ fn run_daemon(args: &DaemonArgs) -> Result<String, CniError> {
         plugins_cni_dir: Some(args.cni_dir.clone()),
         dynamic_networks: args.dynamic_networks,
     };
-    crate::daemon::run(settings).map_err(|e| {
+    crate::commands::daemon::run(settings).map_err(|e| {
         CniError::new(
             crate::cni::error::ErrorCode::Io,
             "daemon failed",
@@ -510,7 +510,7 @@ fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
                 .unwrap_or_else(|| conf.conf_dir.clone()),
             ..conf.clone()
         };
-        if let Some(chain) = crate::auxiliary::load(&conf)? {
+        if let Some(chain) = crate::plan::auxiliary::load(&conf)? {
             plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
         }
     }

@@ -21,10 +21,10 @@ use serde_json::{Map, Value};
 use crate::cni::casefold;
 use crate::cni::config::NetworkConfigList;
 use crate::cni::error::CniError;
-use crate::devices::podresources::client as podresources;
-pub use crate::devices::podresources::Client as PodResourcesClient;
 use crate::logging::LogSettings;
 use crate::netattach::deviceinfo;
+use crate::plan::devices::podresources::client as podresources;
+pub use crate::plan::devices::podresources::Client as PodResourcesClient;
 
 pub mod keys;
 

@@ -16,9 +16,6 @@ use std::sync::Arc;
 
 use plexus_dataplane::NetNs;
 
-use crate::auxiliary;
-use crate::cache::Cache;
-use crate::claims::{self, ClaimBook};
 use crate::cluster::api::ClaimStatus;
 use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{KubeCluster, Publication};
@@ -30,12 +27,15 @@ use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::names::{ContainerId, IfName};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, ValidAttachment};
+use crate::commands::daemon::sandbox_dir::SandboxDir;
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
-use crate::daemon::sandbox_dir::SandboxDir;
 use crate::manifest::Pod;
 use crate::netattach::status::NetworkStatus;
+use crate::plan::auxiliary;
+use crate::plan::claims::{self, ClaimBook};
+use crate::plan::readiness;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
-use crate::readiness;
+use crate::record::Cache;
 use crate::run::exec::ExecSite;
 use crate::run::routes::NetlinkRouteHook;
 use crate::run::{AttachmentObserver, AttachmentResult, Delegates, Executor, Registry, RunContext};

@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use plexus::devices::podresources::{Client, Code, Error};
+use plexus::plan::devices::podresources::{Client, Code, Error};
 use plexus_testkit::device_plugin::{Config, DevicePlugin};
 use plexus_testkit::node::{node, Node};
 use plexus_testkit::Feature;
@@ -196,7 +196,7 @@ fn a_resource_backed_network_gets_kubelets_devices_and_reports_their_device_info
         "List has the pod"
     );
 
-    // Each attachment got one device, in device-ID order (src/devices.rs),
+    // Each attachment got one device, in device-ID order (src/plan/devices.rs),
     // and its device-info is in network-status (device-info-SPEC §6.1).
     // The daemon writes the status after its answer (--status-write=async).
     let devnet = format!("{ns}/devnet");

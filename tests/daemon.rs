@@ -1263,7 +1263,7 @@ fn a_hot_plugged_claim_reference_writes_the_claim_and_a_detach_releases_as_del_d
 
 #[test]
 fn a_hot_plugged_selection_never_takes_the_auxiliary_chains_name() {
-    // Multus's auxiliary chain (src/auxiliary.rs) runs after the pod's
+    // Multus's auxiliary chain (src/plan/auxiliary.rs) runs after the pod's
     // networks as `net<position>`: here net2, after eth0 and net1. A
     // selection added without `interface` gets the next name free of it.
     let Some(mut w) = world("hpaux") else {

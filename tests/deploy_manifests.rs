@@ -236,7 +236,7 @@ fn configmap_settings_are_a_plexus_conf_once_installed() {
     let settings: Value =
         serde_json::from_str(cm["data"]["settings.json"].as_str().unwrap()).unwrap();
     let mut conf = settings.as_object().unwrap().clone();
-    // What `plexus install` adds (src/install.rs).
+    // What `plexus install` adds (src/commands/install.rs).
     conf.insert("type".into(), "plexus".into());
     conf.insert(
         "clusterNetwork".into(),

@@ -727,7 +727,7 @@ fn plan_json_contract() {
 
 #[test]
 fn s8_a_network_config_cannot_set_plexus_args() {
-    // args.plexus carries the IPAMClaim an address belongs to (src/claims.rs);
+    // args.plexus carries the IPAMClaim an address belongs to (src/plan/claims.rs);
     // a NAD that set it could take addresses of another namespace's claim.
     let nad = r#"
 apiVersion: k8s.cni.cncf.io/v1

@@ -26,9 +26,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use e2e_support::assert_ok;
-use plexus::cache::{Cache, Lookup};
-use plexus::devices::podresources::v1::PodResources;
-use plexus::devices::podresources::{Client, Code, Error};
+use plexus::plan::devices::podresources::v1::PodResources;
+use plexus::plan::devices::podresources::{Client, Code, Error};
+use plexus::record::{Cache, Lookup};
 use plexus_testkit::podresources::{container, pod, Kubelet, PodResourcesServer};
 use run_support::{result_json, Fakes};
 use serde_json::{json, Value};

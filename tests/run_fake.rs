@@ -12,13 +12,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use plexus::cache::Cache;
 use plexus::cni::config::NetworkConfigList;
 use plexus::cni::error::{codes, CniError, ErrorCode};
 use plexus::cni::result::CniResult;
 use plexus::cni::skel::{Plugin, Request, ValidAttachment};
 use plexus::cni::CniVersion;
 use plexus::plan::{Attachment, DefaultNetwork};
+use plexus::record::Cache;
 use plexus::run::{
     set_default_routes, strip_default_routes, AttachmentResult, Executor, Registry, RouteHook,
 };
@@ -33,7 +33,7 @@ fn cluster(types: &[&str]) -> Attachment {
     attachment("k8s-pod-network", "eth0", "1.0.0", types)
 }
 
-/// The record as it stands: the file's last line (see `plexus::cache`).
+/// The record as it stands: the file's last line (see `plexus::record`).
 fn record(f: &Fakes, id: &str) -> Value {
     let text = fs::read_to_string(f.record_path(id)).unwrap();
     serde_json::from_str(text.lines().last().unwrap()).unwrap()

@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use plexus::cache::Cache;
 use plexus::cni::config::NetworkConfigList;
 use plexus::cni::CniVersion;
 use plexus::manifest::Pod;
 use plexus::netattach::nad::NetworkAttachmentDefinition;
 use plexus::plan::{plan, DefaultNetwork, Plan, PlanInputs, PlanOptions};
+use plexus::record::Cache;
 use plexus::run::{Delegates, Executor, Registry, RunContext};
 use serde_json::{json, Value};
 

@@ -1,13 +1,13 @@
 //! kubelet's PodResources replies (podresources/src/v1.rs, protobuf): any
 //! bytes as a `List` or `Get` answer must decode or give an error, and a
-//! decoded pod must give its devices (src/devices.rs `assign`) or an error,
+//! decoded pod must give its devices (src/plan/devices.rs `assign`) or an error,
 //! never a panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use plexus::devices::assign;
-use plexus::devices::podresources::client::pod_of;
-use plexus::devices::podresources::v1::{GetPodResourcesResponse, ListPodResourcesResponse};
+use plexus::plan::devices::assign;
+use plexus::plan::devices::podresources::client::pod_of;
+use plexus::plan::devices::podresources::v1::{GetPodResourcesResponse, ListPodResourcesResponse};
 use prost::Message;
 
 /// Resources a pod's networks may ask for, repeated as several attachments

@@ -1,4 +1,4 @@
-//! A record file of the cache directory (`src/cache.rs`), as DEL, CHECK and
+//! A record file of the cache directory (`src/record.rs`), as DEL, CHECK and
 //! GC read it after anything may have happened to it (a crash mid-append, a
 //! hand edit, a disk error): any bytes must give a record or an error, never
 //! a panic. A record that parses writes back to itself (the one serde type
@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use plexus::cache::Record;
+use plexus::record::Record;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(record) = Record::from_file(data) {

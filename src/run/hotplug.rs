@@ -8,10 +8,10 @@
 
 use std::time::Instant;
 
-use crate::cache::{CachedAttachment, Lookup, Record, State};
 use crate::cni::env::{CniCommand, CNI_NETNS};
 use crate::cni::error::{CniError, ErrorCode};
 use crate::plan::Attachment;
+use crate::record::{CachedAttachment, Lookup, Record, State};
 
 use super::{del_chain, live_netns, prepare_all, AttachmentResult, Executor, RunContext};
 

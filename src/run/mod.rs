@@ -37,7 +37,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
-use crate::cache::{Cache, CachedAttachment, Lookup, Record, State};
 use crate::cni::args::CniArgs;
 use crate::cni::config::derive_request;
 use crate::cni::delegate::Resolver;
@@ -51,6 +50,7 @@ use crate::cni::skel::{
 use crate::cni::CniVersion;
 use crate::netattach::deviceinfo::{self, DeviceInfo};
 use crate::plan::{Attachment, DefaultNetwork, Plan};
+use crate::record::{Cache, CachedAttachment, Lookup, Record, State};
 use plexus_dataplane::drivers::node_netns_refused;
 use plexus_dataplane::session::{PodLookup, Session};
 
@@ -742,7 +742,7 @@ impl Executor {
         let is_valid = |id: &str, ifname: &str| valid.iter().any(|(c, i)| c == id && i == ifname);
         for entry in self.cache.entries()? {
             match entry {
-                crate::cache::Entry::Record {
+                crate::record::Entry::Record {
                     container_id,
                     ifname,
                 } if !is_valid(&container_id, &ifname) => {
@@ -763,11 +763,11 @@ impl Executor {
                         }),
                     }
                 }
-                crate::cache::Entry::Quarantined {
+                crate::record::Entry::Quarantined {
                     path,
                     container_id,
                     ifname,
-                } if !is_valid(&container_id, &ifname) => match crate::cache::remove_file(&path) {
+                } if !is_valid(&container_id, &ifname) => match crate::record::remove_file(&path) {
                     Ok(()) => report
                         .warnings
                         .push(format!("removed unreadable record {}", path.display())),
@@ -775,8 +775,8 @@ impl Executor {
                 },
                 // GC runs alone (cni-SPEC §3 "Lifecycle"): no writer is
                 // between its write and its rename.
-                crate::cache::Entry::Temp(path) => {
-                    if let Err(e) = crate::cache::remove_file(&path) {
+                crate::record::Entry::Temp(path) => {
+                    if let Err(e) = crate::record::remove_file(&path) {
                         errors.push(CniError::io(format!("cache {}", path.display()), e));
                     }
                 }

@@ -105,7 +105,7 @@ impl SandboxDir {
         self.dir.join(format!("{container_id}.json"))
     }
 
-    /// Take sandbox `container_id`'s lock, waiting at most [`LOCK_WAIT`]
+    /// Take sandbox `container_id`'s lock, waiting at most `LOCK_WAIT`
     /// (then code 11: the runtime tries again later).
     pub fn lock(&self, container_id: &str) -> Result<Held, CniError> {
         names::check_container_id(container_id)
@@ -154,7 +154,7 @@ impl SandboxDir {
             return;
         }
         let path = self.note_path(container_id);
-        if let Err(error) = crate::cache::remove_file(&path) {
+        if let Err(error) = crate::record::remove_file(&path) {
             tracing::warn!(%error, file = %path.display(), "sandbox note not removed");
         }
     }
@@ -208,7 +208,7 @@ impl Held {
     /// still known: noted beside it, or `known_elsewhere` (the daemon's).
     pub fn release(self, known_elsewhere: bool) {
         if !known_elsewhere && !self.note.exists() {
-            if let Err(error) = crate::cache::remove_file(&self.path) {
+            if let Err(error) = crate::record::remove_file(&self.path) {
                 tracing::warn!(%error, file = %self.path.display(), "sandbox lock not removed");
             }
         }

@@ -21,16 +21,16 @@ use plexus_dataplane::netlink::VethSpec;
 use plexus_dataplane::{probe, NetNs, Netlink};
 use serde_json::{json, Value};
 
-use crate::cache::{Cache, Lookup};
 use crate::cni::error::{CniError, ErrorCode};
-use crate::daemon::sandbox_dir::{self, SandboxDir};
+use crate::commands::daemon::sandbox_dir::{self, SandboxDir};
 use crate::netattach::status::{status_annotation_value, NetworkStatus};
+use crate::record::{Cache, Lookup};
 
 /// The embedded example, compiled in.
 pub mod files {
-    pub const PODS: &str = include_str!("../examples/demo/pods.yaml");
-    pub const NADS: &str = include_str!("../examples/demo/nads.yaml");
-    pub const CLUSTER_NETWORK: &str = include_str!("../examples/demo/cluster-network.conflist");
+    pub const PODS: &str = include_str!("../../examples/demo/pods.yaml");
+    pub const NADS: &str = include_str!("../../examples/demo/nads.yaml");
+    pub const CLUSTER_NETWORK: &str = include_str!("../../examples/demo/cluster-network.conflist");
 }
 
 /// The scratch root the example files name; each run substitutes its own.

@@ -845,7 +845,7 @@ mod tests {
         child
             .args([
                 "--exact",
-                "cache::tests::a_failed_append_is_cut_off",
+                "record::tests::a_failed_append_is_cut_off",
                 "--test-threads=1",
             ])
             .env(APPEND_CHILD, &path);

@@ -1,7 +1,7 @@
 //! Dynamic networks: what a running pod's sandbox must change so that its
 //! attachments match its selection annotation again (multi-net-spec §4)
 //! after the annotation changed. The node daemon applies the answer
-//! ([`crate::daemon::hotplug`]); this module only decides.
+//! ([`crate::commands::daemon::hotplug`]); this module only decides.
 //!
 //! - The wanted attachments are planned by the same planner as ADD: the
 //!   same NAD resolution, isolation (§7.4), capability arguments and
@@ -22,11 +22,11 @@
 //!   networks), with the parser's reason, whatever `strictAnnotations` says:
 //!   failing is not an option for a running pod.
 
-use crate::cache::{CachedAttachment, Record, State};
 use crate::cni::error::CniError;
 use crate::manifest::Pod;
 use crate::netattach::selection::{parse_selection_annotation, NETWORKS_ANNOTATION};
 use crate::plan::{Attachment, Plan};
+use crate::record::{CachedAttachment, Record, State};
 
 /// What the sandbox must do.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -31,7 +31,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::cache::{Cache, Entry, Lookup};
 use crate::cluster::Cluster;
 use crate::cni::env::{AttachmentParams, CniEnv};
 use crate::cni::error::{codes, CniError};
@@ -39,6 +38,7 @@ use crate::cni::skel::Request;
 use crate::manifest::Pod;
 use crate::netattach::ipamclaim::IpamClaim;
 use crate::plan::{Attachment, Plan, PLEXUS_ARGS};
+use crate::record::{Cache, Entry, Lookup};
 
 /// The network-config key that lets a network's addresses follow a claim.
 pub const ALLOW_PERSISTENT_IPS: &str = "allowPersistentIPs";
@@ -656,7 +656,7 @@ mod tests {
     fn a_deleted_claims_addresses_stay_while_a_pod_holds_them() {
         // A GC or another pod's DEL must not free them under a running pod;
         // that pod's DEL (its record gone, or owing nothing) releases them.
-        use crate::cache::Record;
+        use crate::record::Record;
         let tmp = tempfile::tempdir().unwrap();
         let cni_dir = tmp.path().join("cni");
         let book = ClaimBook::new(&cni_dir);

@@ -32,9 +32,15 @@
 //!   names a device-plugin resource gets one of the devices kubelet
 //!   allocated to the pod, as `deviceID` (and `pciBusID`, and
 //!   `runtimeConfig.deviceID` for plugins with that capability), in the
-//!   stable order of [`crate::devices`]; too few devices fail the pod.
+//!   stable order of [`crate::plan::devices`]; too few devices fail the pod.
 //! - An invalid selection annotation is ignored with a warning (the spec's
 //!   rule), or fails the pod with `strictAnnotations`.
+
+pub mod auxiliary;
+pub mod claims;
+pub mod devices;
+pub mod hotplug;
+pub mod readiness;
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,7 +55,6 @@ use crate::cni::config::{derive_request, NetworkConfigList};
 use crate::cni::error::{codes, CniError};
 use crate::cni::result::CniResult;
 use crate::config::{ClusterNetwork, PlexusConf};
-use crate::devices::{self, DeviceNeed, DeviceSource};
 use crate::manifest::Pod;
 use crate::netattach::deviceinfo::{self, DeviceInfo};
 use crate::netattach::nad::NetworkAttachmentDefinition;
@@ -58,6 +63,7 @@ use crate::netattach::selection::{
     parse_selection_annotation, NetworkSelectionElement, NETWORKS_ANNOTATION,
 };
 use crate::netattach::status::{NetworkStatus, StatusInput};
+use devices::{DeviceNeed, DeviceSource};
 
 /// Multus's per-pod override of the cluster-wide default network.
 pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
@@ -1045,7 +1051,7 @@ fn merge_cni_args(
 /// The `source` of the auxiliary chain's attachment.
 const AUXILIARY_SOURCE: &str = "auxiliaryCNIChainName";
 
-/// Multus's auxiliary chain (see [`crate::auxiliary`]) as the last
+/// Multus's auxiliary chain (see [`crate::plan::auxiliary`]) as the last
 /// attachment of `plan`: `CNI_IFNAME` `net<position>` (the first such name
 /// no attachment uses), the secondary networks' `CNI_ARGS`, no capability
 /// arguments, and never CHECKed, as Multus never CHECKs it.

@@ -334,7 +334,8 @@ mod tests {
         // root is plexus's DaemonSet's, /host, as Multus's mounts the node's
         // conf dir at /host/etc/cni/net.d.
         let example: Value =
-            serde_json::from_str(include_str!("../../examples/multus/daemon-config.json")).unwrap();
+            serde_json::from_str(include_str!("../../../examples/multus/daemon-config.json"))
+                .unwrap();
         let s = split(example, "/host").unwrap();
         assert_eq!(s.conf_dir.as_deref(), Some(Path::new("/etc/cni/net.d")));
         // logToStderr is the logging's to read; until it does, it is noted.

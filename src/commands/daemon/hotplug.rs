@@ -1,5 +1,5 @@
 //! Dynamic networks: the daemon brings each running sandbox of its node to
-//! its pod's selection annotation ([`crate::hotplug`] decides what changes),
+//! its pod's selection annotation ([`crate::plan::hotplug`] decides what changes),
 //! whenever the pod watch reports an event, and once for every sandbox when
 //! it starts (a daemon killed mid-change converges then).
 //!
@@ -17,8 +17,6 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cache::{Cache, Lookup, Record, State};
-use crate::claims::{self, ClaimBook};
 use crate::cluster::api::ClaimStatus;
 use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{KubeCluster, Publication, SharedApi};
@@ -26,12 +24,14 @@ use crate::cluster::Cluster;
 use crate::cni::args::CniArgs;
 use crate::cni::error::{CniError, ErrorCode};
 use crate::config::PlexusConf;
-use crate::hotplug;
 use crate::manifest::Pod;
 use crate::netattach::selection::NETWORKS_ANNOTATION;
 use crate::netattach::status::{parse_status_annotation, NETWORK_STATUS_ANNOTATION};
+use crate::plan::claims::{self, ClaimBook};
+use crate::plan::hotplug;
 use crate::plan::{self, ConfDir, PlanInputs, PlanOptions};
 use crate::plugin::{self, PlexusPlugin};
+use crate::record::{Cache, Lookup, Record, State};
 use crate::run::routes::NetlinkRouteHook;
 use crate::run::{Delegates, Executor, RunContext};
 
