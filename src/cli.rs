@@ -12,6 +12,7 @@ use crate::cni::args::CniArgs;
 use crate::cni::error::CniError;
 use crate::cni::result::CniResult;
 use crate::cni::version::CniVersion;
+use crate::commands::install::InstallError;
 use crate::config::{PlexusConf, PodResourcesClient};
 use crate::manifest;
 use crate::netattach::deviceinfo::DeviceInfo;
@@ -243,11 +244,14 @@ pub fn main() -> i32 {
         crate::logging::init_call(&crate::logging::LogSettings::default());
     }
     let (name, outcome) = match cli.command {
-        Command::Plan(args) => ("plan", run_plan(&args)),
-        Command::Status(args) => ("status", run_status(&args)),
-        Command::Demo => ("demo", crate::commands::demo::run()),
-        Command::Install(args) => ("install", run_install(&args)),
-        Command::Daemon(args) => ("daemon", run_daemon(&args)),
+        Command::Plan(args) => ("plan", run_plan(&args).map_err(|e| e.to_string())),
+        Command::Status(args) => ("status", run_status(&args).map_err(|e| e.to_string())),
+        Command::Demo => (
+            "demo",
+            crate::commands::demo::run().map_err(|e| e.to_string()),
+        ),
+        Command::Install(args) => ("install", run_install(&args).map_err(|e| e.to_string())),
+        Command::Daemon(args) => ("daemon", run_daemon(&args).map_err(|e| e.to_string())),
         Command::Version => ("version", Ok(version_text())),
     };
     match outcome {
@@ -265,31 +269,33 @@ pub fn main() -> i32 {
     }
 }
 
-fn run_install(args: &InstallArgs) -> Result<String, CniError> {
+/// `plexus install`; its failures are the installer's own ([`InstallError`]),
+/// never CNI codes: no runtime reads them.
+fn run_install(args: &InstallArgs) -> Result<String, InstallError> {
     use crate::commands::install::{stop_on_signals, Installer};
     crate::logging::init_service();
-    let failed = |e: crate::commands::install::InstallError| {
-        use crate::cni::error::ErrorCode;
-        match e {
-            crate::commands::install::InstallError::TimedOut { .. } => {
-                CniError::new(ErrorCode::TryAgainLater, "not ready", e.to_string())
-            }
-            _ => CniError::new(ErrorCode::Io, "failed", e.to_string()),
-        }
-    };
     let source = match &args.source {
         Some(s) => s.clone(),
-        None => std::env::current_exe().map_err(|e| CniError::io("this binary", e))?,
+        None => std::env::current_exe().map_err(|source| InstallError::Io {
+            path: "this binary (/proc/self/exe)".into(),
+            source,
+        })?,
     };
     let settings = match &args.settings {
         None => Map::new(),
-        Some(path) => match read_json(path)? {
-            Value::Object(m) => m,
-            other => {
-                return Err(CniError::invalid_config(
-                    format!("--settings {}", path.display()),
-                    format!("must be a JSON object, got {other}"),
-                ))
+        Some(path) => match read_json(path) {
+            Ok(Value::Object(m)) => m,
+            Ok(other) => {
+                return Err(InstallError::Invalid {
+                    what: format!("--settings {}", path.display()),
+                    reason: format!("must be a JSON object, got {other}"),
+                })
+            }
+            Err(e) => {
+                return Err(InstallError::Invalid {
+                    what: "--settings".into(),
+                    reason: e.details,
+                })
             }
         },
     };
@@ -298,13 +304,7 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
         settings,
         &args.root,
         args.daemon_socket.as_deref(),
-    )
-    .map_err(|e| match e {
-        crate::commands::install::InstallError::Invalid { what, reason } => {
-            CniError::invalid_config(what, reason)
-        }
-        other => failed(other),
-    })?;
+    )?;
     if let (Some(flag), Some(setting)) = (
         &args.readiness_indicator_file,
         &settings.readiness_indicator_file,
@@ -326,10 +326,10 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
         }
     }
     if !(args.timeout > 0.0 && args.timeout <= 86_400.0) {
-        return Err(CniError::invalid_config(
-            "--timeout",
-            format!("{} is out of range (0, 86400]", args.timeout),
-        ));
+        return Err(InstallError::Invalid {
+            what: "--timeout".into(),
+            reason: format!("{} is out of range (0, 86400]", args.timeout),
+        });
     }
     let installer = Installer {
         root: args.root.clone(),
@@ -347,12 +347,10 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
         cluster_conf: settings.cluster_conf,
         verified_binary: Default::default(),
     };
-    let stop = stop_on_signals().map_err(failed)?;
+    let stop = stop_on_signals()?;
     let timeout = (!args.watch).then(|| std::time::Duration::from_secs_f64(args.timeout));
     let poll = std::time::Duration::from_millis(args.poll_ms.clamp(10, 60_000));
-    installer
-        .run(timeout, args.watch, poll, &stop)
-        .map_err(failed)?;
+    installer.run(timeout, args.watch, poll, &stop)?;
     if args.cleanup && stop.load(std::sync::atomic::Ordering::Relaxed) {
         use crate::commands::install::owner::{on_stop, OnStop};
         let pod = args.pod.as_deref().and_then(|p| p.split_once('/'));
@@ -369,7 +367,7 @@ fn run_install(args: &InstallArgs) -> Result<String, CniError> {
                 crate::commands::install::CONFLIST_NAME
             ),
             OnStop::Remove { why } => {
-                installer.cleanup().map_err(failed)?;
+                installer.cleanup()?;
                 tracing::info!(why, "removed {}", crate::commands::install::CONFLIST_NAME);
             }
         }
