@@ -323,15 +323,16 @@ spec:
 
     /// What pods' networks leave on the node: host-local reservations (its
     /// per-network directories stay, as the reference plugin leaves them),
-    /// plexus's records, device-info files, pod netns and the cluster
-    /// bridge's veths.
+    /// plexus's records and sandbox notes (its `sandboxes/` directory stays,
+    /// as the record directory does), device-info files, pod netns and the
+    /// cluster bridge's veths.
     pub fn network_state(&self) -> BTreeSet<String> {
         let out = self.exec_ok(&[
             "sh",
             "-c",
             "{ find /var/lib/cni/networks -mindepth 2; \
                find /var/lib/cni/plexus /var/run/k8s.cni.cncf.io/devinfo /run/netns -mindepth 1; \
-             } 2>/dev/null | grep -v -e '/last_reserved_ip' -e '/lock$' ; \
+             } 2>/dev/null | grep -v -e '/last_reserved_ip' -e '/lock$' -e '^/var/lib/cni/plexus/sandboxes$' ; \
              ip -o link show type veth | grep -o 'veth[0-9a-f]*' || true",
         ]);
         out.lines().map(str::to_string).collect()
