@@ -351,7 +351,18 @@ impl Podman {
 
     /// plexus's records (`cniDir/<container>@<ifname>.json`).
     pub fn plexus_records(&self) -> Vec<String> {
-        names_in(&self.path("cache")).into_iter().collect()
+        names_in(&self.path("cache"))
+            .into_iter()
+            .filter(|name| name != "sandboxes")
+            .collect()
+    }
+
+    /// plexus's sandbox notes and locks (`sandboxes/` under its cniDir, a
+    /// directory that stays, as the record directory does).
+    pub fn plexus_sandbox_notes(&self) -> Vec<String> {
+        names_in(&self.path("cache").join("sandboxes"))
+            .into_iter()
+            .collect()
     }
 
     /// libcni results cached by podman since this fixture started.
@@ -376,6 +387,11 @@ impl Podman {
         );
         assert_eq!(self.ipam_allocations(), Vec::<String>::new(), "host-local");
         assert_eq!(self.plexus_records(), Vec::<String>::new(), "plexus cache");
+        assert_eq!(
+            self.plexus_sandbox_notes(),
+            Vec::<String>::new(),
+            "plexus sandbox notes"
+        );
         let now = Machine::now();
         assert_eq!(
             now.libcni_results, self.before.libcni_results,
