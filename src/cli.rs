@@ -232,18 +232,31 @@ struct StatusArgs {
     cni_version: Option<String>,
 }
 
-/// Entry point; returns the process exit code.
-pub fn main() -> i32 {
+/// How a command ended, for `main` to report: the process's only writer to
+/// stderr outside logging.
+pub enum Outcome {
+    /// A CNI plugin call (cni-SPEC §2): its result or error is already on
+    /// stdout; the process exits with this code.
+    PluginCall(i32),
+    /// A command's output, printed on stdout (install prints nothing: it
+    /// reports through its logs).
+    Done(String),
+    /// A command failed: `plexus <command>: <error>` on stderr, exit 1.
+    Failed { command: &'static str, error: String },
+}
+
+/// Entry point: runs the plugin call or the command the arguments name.
+pub fn main() -> Outcome {
     let plugin_mode = std::env::var_os("CNI_COMMAND").is_some() && std::env::args_os().len() <= 1;
     if plugin_mode {
-        return crate::commands::daemon::shim::run();
+        return Outcome::PluginCall(crate::commands::daemon::shim::run());
     }
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Install(_) | Command::Daemon(_)) {
         // Warnings on stderr, as a plugin call without logging keys has them.
         crate::logging::init_call(&crate::logging::LogSettings::default());
     }
-    let (name, outcome) = match cli.command {
+    let (command, outcome) = match cli.command {
         Command::Plan(args) => ("plan", run_plan(&args).map_err(|e| e.to_string())),
         Command::Status(args) => ("status", run_status(&args).map_err(|e| e.to_string())),
         Command::Demo => (
@@ -255,17 +268,8 @@ pub fn main() -> i32 {
         Command::Version => ("version", Ok(version_text())),
     };
     match outcome {
-        Ok(text) => {
-            // install reports through its logs only.
-            if !text.is_empty() {
-                println!("{text}");
-            }
-            0
-        }
-        Err(e) => {
-            eprintln!("plexus {name}: {e}");
-            1
-        }
+        Ok(text) => Outcome::Done(text),
+        Err(error) => Outcome::Failed { command, error },
     }
 }
 

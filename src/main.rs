@@ -12,5 +12,19 @@ static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 const _HOT_FUNCTIONS: &str = include_str!("../bench/hot-text/functions.txt");
 
 fn main() {
-    std::process::exit(plexus::cli::main());
+    use plexus::cli::Outcome;
+    let code = match plexus::cli::main() {
+        Outcome::PluginCall(code) => code,
+        Outcome::Done(text) => {
+            if !text.is_empty() {
+                println!("{text}");
+            }
+            0
+        }
+        Outcome::Failed { command, error } => {
+            eprintln!("plexus {command}: {error}");
+            1
+        }
+    };
+    std::process::exit(code);
 }
