@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cni::delegate::Resolver;
-use crate::cni::error::{codes, CniError};
+use crate::cni::error::CniError;
 use crate::cni::names;
 use crate::cni::skel::{Plugin, Request};
 
 use plexus_dataplane::Session;
 
+use super::error::{ExecError, RunError};
 use super::exec::{ExecPlugin, ExecSite, DEFAULT_TIMEOUT};
 
 /// Builds a built-in plugin. It gets the resolver so that it can delegate in
@@ -115,13 +116,13 @@ impl Registry {
 
 impl Resolver for Registry {
     fn resolve(&self, plugin_type: &str, _req: &Request) -> Result<Box<dyn Plugin + '_>, CniError> {
-        names::check_plugin_type(plugin_type).map_err(|r| CniError::invalid_config("type", r))?;
+        names::check_plugin_type(plugin_type).map_err(ExecError::PluginType)?;
         if let Some(reason) = self.refused.get(plugin_type) {
-            return Err(CniError::plugin(
-                codes::ATTACHMENT_REJECTED,
-                "plugin type refused",
-                format!("type: {plugin_type:?}: {reason}"),
-            ));
+            return Err(RunError::Refused {
+                plugin_type: plugin_type.to_string(),
+                reason: reason.clone(),
+            }
+            .into());
         }
         match self.builtins.get(plugin_type) {
             Some(factory) => Ok(factory(self, &self.session)),
@@ -140,6 +141,7 @@ mod tests {
 
     use super::*;
     use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
+    use crate::cni::error::codes;
     use crate::cni::result::CniResult;
     use crate::cni::skel::ValidAttachment;
     use crate::cni::ErrorCode;

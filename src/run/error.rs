@@ -1,0 +1,850 @@
+//! What goes wrong when plexus runs plugins, typed: [`RunError`] for the
+//! executor, [`ExecError`] for running one plugin binary. The CNI code of
+//! each failure is chosen in one place, their `From<...> for CniError`,
+//! where plexus answers (the plugin's or the daemon's reply).
+//!
+//! A plugin's own error reply (built in or exec'd) is a CNI error already:
+//! [`RunError::Plugin`] carries it, and the executor's context (which
+//! attachment, which plugin, the rollback) wraps it in a variant whose
+//! conversion prefixes its `details` and keeps its code, `msg` and
+//! `undone` mark.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cni::env::{CniCommand, CNI_NETNS};
+use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::config::ConfigError;
+use crate::record::{RecordError, State};
+
+/// The executor's failures.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunError {
+    /// A CNI error from the protocol layer: a plugin's reply (built in or
+    /// exec'd), or a request that could not be built (`CNI_ARGS`,
+    /// `cniVersion`, `prevResult`, a durable write of a built-in plugin).
+    Plugin(CniError),
+    /// Running a plugin binary failed.
+    Exec(ExecError),
+    /// plexus's record of the attachment.
+    Record(RecordError),
+    /// plexus's own configuration.
+    Config(ConfigError),
+    /// The planner's failure (the plan DEL falls back to), already a CNI
+    /// error until the planner has its own type.
+    Plan(CniError),
+    /// `CNI_NETNS` is missing; `reason` says what needs it.
+    NoNetns { reason: &'static str },
+    /// `CNI_NETNS` is the node's own namespace.
+    NodeNetns { path: PathBuf },
+    /// A plan without attachments (a plan always has the cluster network).
+    EmptyPlan,
+    /// ADD found a record of an ADD not DEL'd yet.
+    AlreadyAdded {
+        container_id: String,
+        ifname: String,
+        path: PathBuf,
+    },
+    /// CHECK found an attachment whose ADD did not complete.
+    NotAdded {
+        network: String,
+        ifname: String,
+        state: State,
+    },
+    /// plexus has no record of the sandbox's ADD.
+    UnknownContainer {
+        container_id: String,
+        ifname: String,
+    },
+    /// A hot-plug names an interface the sandbox has already.
+    InterfaceTaken { network: String, ifname: String },
+    /// A detach names the cluster network's interface.
+    ClusterInterface { ifname: String },
+    /// A plugin configuration without `type`.
+    NoType,
+    /// A plugin type the registry refuses to run.
+    Refused { plugin_type: String, reason: String },
+    /// The attachment's CNI device-info file could not be written or removed.
+    DeviceInfoFile {
+        network: String,
+        ifname: String,
+        path: PathBuf,
+        reason: String,
+    },
+    /// multi-net-spec §4.1.2.1.9: a default-route change in the pod failed.
+    Route {
+        what: String,
+        ifname: String,
+        reason: String,
+    },
+    /// Plugin `index` (`plugin_type`) of an attachment failed.
+    Step {
+        network: String,
+        ifname: String,
+        index: usize,
+        plugin_type: String,
+        source: Box<RunError>,
+    },
+    /// The default-route step of an attachment failed.
+    DefaultRoute {
+        network: String,
+        ifname: String,
+        source: Box<RunError>,
+    },
+    /// The cluster network's configuration (GC, STATUS) failed.
+    ClusterNetwork {
+        network: String,
+        source: Box<RunError>,
+    },
+    /// Plugin `index` of the cluster network failed (GC, STATUS).
+    ClusterPlugin {
+        network: String,
+        index: usize,
+        plugin_type: String,
+        source: Box<RunError>,
+    },
+    /// GC's teardown of a stale record failed.
+    StaleRecord {
+        container_id: String,
+        ifname: String,
+        source: Box<RunError>,
+    },
+    /// A failed ADD whose rollback (`rollback`) or record write (`record`)
+    /// failed too.
+    AddFailed {
+        error: Box<RunError>,
+        rollback: Vec<RunError>,
+        record: Option<RecordError>,
+    },
+    /// Several failures of one command (`what`: DEL, GC); at least two.
+    Combined {
+        what: &'static str,
+        errors: Vec<RunError>,
+    },
+}
+
+impl RunError {
+    /// Whether the failing plugin took back everything it had done (see
+    /// [`CniError::undone`]): a plugin's mark, kept through the context
+    /// that names the plugin and through a failed rollback.
+    pub fn undone(&self) -> bool {
+        match self {
+            RunError::Plugin(e) => e.undone,
+            RunError::Step { source, .. } | RunError::DefaultRoute { source, .. } => {
+                source.undone()
+            }
+            RunError::AddFailed { error, .. } => error.undone(),
+            _ => false,
+        }
+    }
+
+    /// Several failures as one (see [`RunError::Combined`]); one is itself.
+    pub fn combine(what: &'static str, mut errors: Vec<RunError>) -> RunError {
+        assert!(!errors.is_empty(), "combine: no errors");
+        if errors.len() == 1 {
+            return errors.remove(0);
+        }
+        RunError::Combined { what, errors }
+    }
+
+    /// This error as plugin `index` (`plugin_type`) of `network` (`ifname`).
+    pub(crate) fn in_step(
+        self,
+        network: &str,
+        ifname: &str,
+        index: usize,
+        plugin_type: &str,
+    ) -> RunError {
+        RunError::Step {
+            network: network.to_string(),
+            ifname: ifname.to_string(),
+            index,
+            plugin_type: plugin_type.to_string(),
+            source: Box::new(self),
+        }
+    }
+
+    pub(crate) fn route(what: impl Into<String>, ifname: &str, reason: impl fmt::Display) -> Self {
+        RunError::Route {
+            what: what.into(),
+            ifname: ifname.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+impl From<CniError> for RunError {
+    fn from(e: CniError) -> RunError {
+        RunError::Plugin(e)
+    }
+}
+
+impl From<ExecError> for RunError {
+    fn from(e: ExecError) -> RunError {
+        RunError::Exec(e)
+    }
+}
+
+impl From<RecordError> for RunError {
+    fn from(e: RecordError) -> RunError {
+        RunError::Record(e)
+    }
+}
+
+impl From<ConfigError> for RunError {
+    fn from(e: ConfigError) -> RunError {
+        RunError::Config(e)
+    }
+}
+
+/// As the CNI error it answers with.
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let answer: CniError = self.clone().into();
+        answer.fmt(f)
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// `details` prefixed with the plugin type unless it already is (exec'd
+/// plugins' errors are).
+fn with_type(details: &str, plugin_type: &str) -> String {
+    if details.starts_with(&format!("{plugin_type}: ")) {
+        details.to_string()
+    } else {
+        format!("{plugin_type}: {details}")
+    }
+}
+
+/// `inner` with `details` rewritten by `f`; code, `msg` and `undone` kept.
+fn prefixed(inner: RunError, f: impl FnOnce(&str) -> String) -> CniError {
+    let e = CniError::from(inner);
+    CniError {
+        details: f(&e.details),
+        ..e
+    }
+}
+
+impl From<RunError> for CniError {
+    fn from(e: RunError) -> CniError {
+        match e {
+            RunError::Plugin(e) | RunError::Plan(e) => e,
+            RunError::Exec(e) => e.into(),
+            RunError::Record(e) => e.into(),
+            RunError::Config(e) => e.into(),
+            RunError::NoNetns { reason } => CniError::invalid_env(CNI_NETNS, reason),
+            RunError::NodeNetns { path } => plexus_dataplane::drivers::node_netns_refused(&path),
+            RunError::EmptyPlan => CniError::invalid_config(
+                "plan",
+                "no attachment (a plan always attaches the cluster-wide default network)",
+            ),
+            RunError::AlreadyAdded {
+                container_id,
+                ifname,
+                path,
+            } => CniError::plugin(
+                codes::ATTACHMENT_REJECTED,
+                "attachment already exists",
+                format!(
+                    "container {container_id} interface {ifname}: plexus already has a record of \
+                     an ADD that was not deleted ({}); the runtime must DEL it before adding \
+                     again (cni-SPEC §2 ADD)",
+                    path.display()
+                ),
+            ),
+            RunError::NotAdded {
+                network,
+                ifname,
+                state,
+            } => CniError::plugin(
+                codes::PLUGIN_FAILED,
+                "attachment not added",
+                format!("{network} ({ifname}): its ADD did not complete (state {state:?})"),
+            ),
+            RunError::UnknownContainer {
+                container_id,
+                ifname,
+            } => CniError::new(
+                ErrorCode::UnknownContainer,
+                "container unknown",
+                format!(
+                    "container {container_id} interface {ifname}: plexus has no record of its ADD"
+                ),
+            ),
+            RunError::InterfaceTaken { network, ifname } => CniError::invalid_config(
+                "interface",
+                format!("{network} ({ifname}): the sandbox already has an interface by that name"),
+            ),
+            RunError::ClusterInterface { ifname } => CniError::invalid_config(
+                "interface",
+                format!("{ifname} is the cluster network's: it is never detached"),
+            ),
+            RunError::NoType => CniError::invalid_config("type", "missing"),
+            RunError::Refused {
+                plugin_type,
+                reason,
+            } => CniError::plugin(
+                codes::ATTACHMENT_REJECTED,
+                "plugin type refused",
+                format!("type: {plugin_type:?}: {reason}"),
+            ),
+            RunError::DeviceInfoFile {
+                network,
+                ifname,
+                path,
+                reason,
+            } => CniError::io(
+                format!("{network} ({ifname}) device-info file {}", path.display()),
+                reason,
+            ),
+            RunError::Route {
+                what,
+                ifname,
+                reason,
+            } => CniError::plugin(
+                codes::PLUGIN_FAILED,
+                "default route (multi-net-spec §4.1.2.1.9)",
+                format!("{what} on {ifname}: {reason}"),
+            ),
+            RunError::Step {
+                network,
+                ifname,
+                index,
+                plugin_type,
+                source,
+            } => prefixed(*source, |d| {
+                format!(
+                    "{network} ({ifname}) plugins[{index}]: {}",
+                    with_type(d, &plugin_type)
+                )
+            }),
+            RunError::DefaultRoute {
+                network,
+                ifname,
+                source,
+            } => prefixed(*source, |d| {
+                format!("{network} ({ifname}) default route (multi-net-spec §4.1.2.1.9): {d}")
+            }),
+            RunError::ClusterNetwork { network, source } => {
+                CniError::from(*source).within(format!("cluster network {network}"))
+            }
+            RunError::ClusterPlugin {
+                network,
+                index,
+                plugin_type,
+                source,
+            } => prefixed(*source, |d| {
+                format!(
+                    "cluster network {network} plugins[{index}]: {}",
+                    with_type(d, &plugin_type)
+                )
+            }),
+            RunError::StaleRecord {
+                container_id,
+                ifname,
+                source,
+            } => prefixed(*source, |d| {
+                format!("container {container_id} ({ifname}): {d}")
+            }),
+            RunError::AddFailed {
+                error,
+                rollback,
+                record,
+            } => {
+                let mut e = CniError::from(*error);
+                if !rollback.is_empty() {
+                    let list: Vec<String> = rollback
+                        .into_iter()
+                        .map(|r| CniError::from(r).details)
+                        .collect();
+                    e.details = format!(
+                        "{}; rollback failed, DEL will retry: {}",
+                        e.details,
+                        list.join("; ")
+                    );
+                }
+                if let Some(record) = record {
+                    e.details = format!("{}; {}", e.details, CniError::from(record).details);
+                }
+                e
+            }
+            RunError::Combined { what, errors } => {
+                CniError::combine(what, errors.into_iter().map(CniError::from).collect())
+            }
+        }
+    }
+}
+
+/// What a plugin binary printed besides its answer, for error messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Printed {
+    /// The tail of its stderr, trimmed.
+    pub stderr: String,
+    /// Its stdout, trimmed (not a CNI error result).
+    pub stdout: String,
+}
+
+/// Running one plugin binary (cni-SPEC §3 "Adding an attachment" steps 1
+/// and 3) failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExecError {
+    /// `type` is not a bare binary name.
+    PluginType(String),
+    /// No executable of that name in the `CNI_PATH` directories.
+    NotFound {
+        plugin_type: String,
+        dirs: Vec<PathBuf>,
+        /// `chrootDir`, when plugins are looked up under it.
+        root: Option<PathBuf>,
+        /// Files of that name that cannot be run, and why.
+        skipped: Vec<String>,
+    },
+    /// The child could not be set up to chroot into `chrootDir`.
+    ChrootDir { root: PathBuf, reason: String },
+    /// The binary could not be started.
+    Spawn {
+        plugin_type: String,
+        binary: PathBuf,
+        reason: String,
+    },
+    /// Talking to the plugin failed (`what`: stdin, stdout, wait).
+    Io {
+        plugin_type: String,
+        what: &'static str,
+        reason: String,
+    },
+    /// The plugin did not finish in time and was killed.
+    Timeout {
+        plugin_type: String,
+        binary: PathBuf,
+        command: CniCommand,
+        timeout: Duration,
+    },
+    /// The plugin's error result (cni-SPEC §5 "Error").
+    Replied {
+        plugin_type: String,
+        code: u32,
+        msg: String,
+        details: String,
+    },
+    /// The plugin exited non-zero without an error result.
+    Exited {
+        plugin_type: String,
+        status: i32,
+        printed: Printed,
+    },
+    /// The plugin was killed by a signal.
+    Killed {
+        plugin_type: String,
+        signal: i32,
+        printed: Printed,
+    },
+    /// ADD succeeded but printed no result.
+    NoResult { plugin_type: String },
+    /// ADD's result is not JSON.
+    NotJson {
+        plugin_type: String,
+        reason: String,
+        stdout: String,
+    },
+    /// ADD's result is JSON but not a valid result (the protocol crate's
+    /// error, naming the field).
+    BadResult {
+        plugin_type: String,
+        error: CniError,
+    },
+}
+
+/// As the CNI error it answers with.
+impl fmt::Display for ExecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let answer: CniError = self.clone().into();
+        answer.fmt(f)
+    }
+}
+
+impl std::error::Error for ExecError {}
+
+/// The first 200 characters of a text, for error messages.
+pub(crate) fn snippet(s: &str) -> String {
+    if s.chars().count() <= 200 {
+        return s.to_string();
+    }
+    let cut: String = s.chars().take(200).collect();
+    format!("{cut}...")
+}
+
+/// `{plugin_type}: {how it ended}` and what it printed.
+fn ended(plugin_type: &str, how: String, printed: &Printed) -> String {
+    let mut details = format!("{plugin_type}: {how}");
+    if !printed.stderr.is_empty() {
+        details.push_str(&format!("; stderr: {}", printed.stderr));
+    }
+    if !printed.stdout.is_empty() {
+        details.push_str(&format!(
+            "; stdout is not a CNI error: {}",
+            snippet(&printed.stdout)
+        ));
+    }
+    details
+}
+
+impl From<ExecError> for CniError {
+    fn from(e: ExecError) -> CniError {
+        let failed =
+            |msg: &str, details: String| CniError::plugin(codes::PLUGIN_FAILED, msg, details);
+        match e {
+            ExecError::PluginType(reason) => CniError::invalid_config("type", reason),
+            ExecError::NotFound {
+                plugin_type,
+                dirs,
+                root,
+                skipped,
+            } => {
+                let searched = if dirs.is_empty() {
+                    "no directory (CNI_PATH is empty)".to_string()
+                } else {
+                    dirs.iter()
+                        .map(|d| d.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(":")
+                };
+                let mut details =
+                    format!("{plugin_type}: no executable named {plugin_type:?} in {searched}");
+                if let Some(root) = root {
+                    details.push_str(&format!(" under chrootDir {}", root.display()));
+                }
+                if !skipped.is_empty() {
+                    details.push_str(&format!(" ({})", skipped.join("; ")));
+                }
+                failed("failed to find plugin", details)
+            }
+            ExecError::ChrootDir { root, reason } => {
+                CniError::invalid_config("chrootDir", format!("{}: {reason}", root.display()))
+            }
+            ExecError::Spawn {
+                plugin_type,
+                binary,
+                reason,
+            } => failed(
+                "failed to run plugin",
+                format!("{plugin_type}: {}: {reason}", binary.display()),
+            ),
+            ExecError::Io {
+                plugin_type,
+                what,
+                reason,
+            } => CniError::io(format!("{plugin_type}: {what}"), reason),
+            ExecError::Timeout {
+                plugin_type,
+                binary,
+                command,
+                timeout,
+            } => failed(
+                "plugin timed out",
+                format!(
+                    "{plugin_type}: {} {command} did not finish within {timeout:?} and was killed",
+                    binary.display()
+                ),
+            ),
+            ExecError::Replied {
+                plugin_type,
+                code,
+                msg,
+                details,
+            } => {
+                let details = if details.is_empty() {
+                    format!("{plugin_type}: {msg}")
+                } else {
+                    format!("{plugin_type}: {details}")
+                };
+                CniError::new(ErrorCode::from_u32(code), msg, details)
+            }
+            ExecError::Exited {
+                plugin_type,
+                status,
+                printed,
+            } => failed(
+                "plugin failed",
+                ended(
+                    &plugin_type,
+                    format!("exited with status {status}"),
+                    &printed,
+                ),
+            ),
+            ExecError::Killed {
+                plugin_type,
+                signal,
+                printed,
+            } => failed(
+                "plugin failed",
+                ended(&plugin_type, format!("killed by signal {signal}"), &printed),
+            ),
+            ExecError::NoResult { plugin_type } => CniError::decode(
+                format!("{plugin_type}: result"),
+                "the plugin exited 0 but printed no result on ADD",
+            ),
+            ExecError::NotJson {
+                plugin_type,
+                reason,
+                stdout,
+            } => CniError::decode(
+                format!("{plugin_type}: result"),
+                format!("not JSON ({reason}): {}", snippet(&stdout)),
+            ),
+            ExecError::BadResult { plugin_type, error } => {
+                error.within(format!("{plugin_type}: result"))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cni(e: impl Into<CniError>) -> CniError {
+        e.into()
+    }
+
+    #[test]
+    fn each_failure_has_one_code() {
+        let t = || "p".to_string();
+        let failed = ErrorCode::Plugin(codes::PLUGIN_FAILED);
+        let rejected = ErrorCode::Plugin(codes::ATTACHMENT_REJECTED);
+        let exec = [
+            (ExecError::PluginType("r".into()), ErrorCode::InvalidConfig),
+            (
+                ExecError::NotFound {
+                    plugin_type: t(),
+                    dirs: vec![],
+                    root: None,
+                    skipped: vec![],
+                },
+                failed,
+            ),
+            (
+                ExecError::ChrootDir {
+                    root: "/h".into(),
+                    reason: "r".into(),
+                },
+                ErrorCode::InvalidConfig,
+            ),
+            (
+                ExecError::Spawn {
+                    plugin_type: t(),
+                    binary: "/b/p".into(),
+                    reason: "r".into(),
+                },
+                failed,
+            ),
+            (
+                ExecError::Io {
+                    plugin_type: t(),
+                    what: "stdout",
+                    reason: "r".into(),
+                },
+                ErrorCode::Io,
+            ),
+            (
+                ExecError::Timeout {
+                    plugin_type: t(),
+                    binary: "/b/p".into(),
+                    command: CniCommand::Add,
+                    timeout: Duration::from_secs(1),
+                },
+                failed,
+            ),
+            (
+                ExecError::Replied {
+                    plugin_type: t(),
+                    code: 11,
+                    msg: "m".into(),
+                    details: String::new(),
+                },
+                ErrorCode::TryAgainLater,
+            ),
+            (
+                ExecError::Exited {
+                    plugin_type: t(),
+                    status: 1,
+                    printed: Printed::default(),
+                },
+                failed,
+            ),
+            (
+                ExecError::Killed {
+                    plugin_type: t(),
+                    signal: 9,
+                    printed: Printed::default(),
+                },
+                failed,
+            ),
+            (ExecError::NoResult { plugin_type: t() }, ErrorCode::Decode),
+            (
+                ExecError::NotJson {
+                    plugin_type: t(),
+                    reason: "r".into(),
+                    stdout: "x".into(),
+                },
+                ErrorCode::Decode,
+            ),
+        ];
+        for (e, code) in exec {
+            assert_eq!(cni(e.clone()).code, code, "{e:?}");
+        }
+        let source = || Box::new(RunError::NoType);
+        let run = [
+            (
+                RunError::NoNetns { reason: "r" },
+                ErrorCode::InvalidEnvironment,
+            ),
+            (
+                RunError::NodeNetns { path: "/n".into() },
+                ErrorCode::InvalidEnvironment,
+            ),
+            (RunError::EmptyPlan, ErrorCode::InvalidConfig),
+            (
+                RunError::AlreadyAdded {
+                    container_id: "c".into(),
+                    ifname: "eth0".into(),
+                    path: "/r".into(),
+                },
+                rejected,
+            ),
+            (
+                RunError::NotAdded {
+                    network: "n".into(),
+                    ifname: "net1".into(),
+                    state: State::Failed,
+                },
+                failed,
+            ),
+            (
+                RunError::UnknownContainer {
+                    container_id: "c".into(),
+                    ifname: "eth0".into(),
+                },
+                ErrorCode::UnknownContainer,
+            ),
+            (
+                RunError::InterfaceTaken {
+                    network: "n".into(),
+                    ifname: "net1".into(),
+                },
+                ErrorCode::InvalidConfig,
+            ),
+            (
+                RunError::ClusterInterface {
+                    ifname: "eth0".into(),
+                },
+                ErrorCode::InvalidConfig,
+            ),
+            (RunError::NoType, ErrorCode::InvalidConfig),
+            (
+                RunError::Refused {
+                    plugin_type: t(),
+                    reason: "r".into(),
+                },
+                rejected,
+            ),
+            (
+                RunError::DeviceInfoFile {
+                    network: "n".into(),
+                    ifname: "net1".into(),
+                    path: "/d".into(),
+                    reason: "r".into(),
+                },
+                ErrorCode::Io,
+            ),
+            (RunError::route("add", "net1", "r"), failed),
+            // Context keeps the code of what it wraps.
+            (
+                RunError::DefaultRoute {
+                    network: "n".into(),
+                    ifname: "net1".into(),
+                    source: source(),
+                },
+                ErrorCode::InvalidConfig,
+            ),
+            (
+                RunError::StaleRecord {
+                    container_id: "c".into(),
+                    ifname: "eth0".into(),
+                    source: source(),
+                },
+                ErrorCode::InvalidConfig,
+            ),
+        ];
+        for (e, code) in run {
+            assert_eq!(cni(e.clone()).code, code, "{e:?}");
+        }
+        // A protocol error passes through unchanged.
+        let inner = CniError::new(ErrorCode::TryAgainLater, "busy", "lock: held");
+        assert_eq!(cni(RunError::from(inner.clone())), inner);
+    }
+
+    #[test]
+    fn context_prefixes_details_and_keeps_the_rest() {
+        let mut undone = CniError::invalid_config("mtu", "too big");
+        undone.undone = true;
+        let e = RunError::from(undone).in_step("ns/a", "net1", 2, "macvlan");
+        assert!(e.undone());
+        let answer = cni(e.clone());
+        assert_eq!(
+            answer.details,
+            "ns/a (net1) plugins[2]: macvlan: mtu: too big"
+        );
+        assert!(answer.undone);
+        // An exec'd plugin's details name its type already.
+        let exec_err = CniError::new(ErrorCode::Io, "x", "macvlan: no such device");
+        assert_eq!(
+            cni(RunError::from(exec_err).in_step("ns/a", "net1", 0, "macvlan")).details,
+            "ns/a (net1) plugins[0]: macvlan: no such device"
+        );
+        // A failed rollback and record write are appended; the mark stays.
+        let failed = RunError::AddFailed {
+            error: Box::new(e),
+            rollback: vec![RunError::NoType],
+            record: Some(RecordError::Io {
+                path: "/r".into(),
+                reason: "full".into(),
+            }),
+        };
+        assert!(failed.undone());
+        let answer = cni(failed);
+        assert_eq!(
+            answer.details,
+            "ns/a (net1) plugins[2]: macvlan: mtu: too big; rollback failed, DEL will retry: \
+             type: missing; cache /r: full"
+        );
+        assert!(answer.undone);
+    }
+
+    #[test]
+    fn combined_failures_take_the_first_code() {
+        let both = RunError::combine(
+            "DEL",
+            vec![
+                CniError::new(ErrorCode::TryAgainLater, "busy", "a: 1").into(),
+                CniError::new(ErrorCode::Io, "io", "b: 2").into(),
+            ],
+        );
+        assert!(matches!(&both, RunError::Combined { what: "DEL", errors } if errors.len() == 2));
+        assert_eq!(
+            cni(both),
+            CniError::new(
+                ErrorCode::TryAgainLater,
+                "DEL: 2 operations failed",
+                "a: 1; b: 2"
+            )
+        );
+        // One failure is itself.
+        assert_eq!(
+            RunError::combine("GC", vec![RunError::NoType]),
+            RunError::NoType
+        );
+    }
+}
