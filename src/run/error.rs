@@ -127,13 +127,16 @@ pub enum RunError {
 impl RunError {
     /// Whether the failing plugin took back everything it had done (see
     /// [`CniError::undone`]): a plugin's mark, kept through the context
-    /// that names the plugin and through a failed rollback.
+    /// that names it and through a failed rollback, as the CNI error it
+    /// converts to keeps it.
     pub fn undone(&self) -> bool {
         match self {
-            RunError::Plugin(e) => e.undone,
-            RunError::Step { source, .. } | RunError::DefaultRoute { source, .. } => {
-                source.undone()
-            }
+            RunError::Plugin(e) | RunError::Plan(e) => e.undone,
+            RunError::Step { source, .. }
+            | RunError::DefaultRoute { source, .. }
+            | RunError::ClusterNetwork { source, .. }
+            | RunError::ClusterPlugin { source, .. }
+            | RunError::StaleRecord { source, .. } => source.undone(),
             RunError::AddFailed { error, .. } => error.undone(),
             _ => false,
         }
