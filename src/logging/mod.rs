@@ -394,6 +394,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn each_failure_has_one_code() {
+        let e = CniError::from(LogError::invalid("logOptions.maxAge", "too long"));
+        assert_eq!(e.code, crate::cni::ErrorCode::InvalidConfig);
+        assert_eq!(e.details, "logOptions.maxAge: too long");
+        // A protocol error passes through unchanged.
+        let inner = CniError::invalid_config("logOptions.compress", "invalid type");
+        assert_eq!(CniError::from(LogError::Cni(inner.clone())), inner);
+    }
+
     fn options(v: Value) -> Result<LogSettings, LogError> {
         LogSettings::new(Some("/l".into()), None, None, Some(&v))
     }

@@ -389,6 +389,22 @@ pub struct Printed {
     pub stdout: String,
 }
 
+/// Why a file named as the plugin cannot be run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unusable {
+    NotExecutable,
+    NotAFile,
+}
+
+impl fmt::Display for Unusable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Unusable::NotExecutable => "is not executable",
+            Unusable::NotAFile => "is not a regular file",
+        })
+    }
+}
+
 /// Running one plugin binary (cni-SPEC §3 "Adding an attachment" steps 1
 /// and 3) failed.
 #[derive(Debug, Clone, PartialEq)]
@@ -402,7 +418,7 @@ pub enum ExecError {
         /// `chrootDir`, when plugins are looked up under it.
         root: Option<PathBuf>,
         /// Files of that name that cannot be run, and why.
-        skipped: Vec<String>,
+        skipped: Vec<(PathBuf, Unusable)>,
     },
     /// The child could not be set up to chroot into `chrootDir`.
     ChrootDir { root: PathBuf, reason: String },
@@ -520,6 +536,10 @@ impl From<ExecError> for CniError {
                     details.push_str(&format!(" under chrootDir {}", root.display()));
                 }
                 if !skipped.is_empty() {
+                    let skipped: Vec<String> = skipped
+                        .iter()
+                        .map(|(path, why)| format!("{} {why}", path.display()))
+                        .collect();
                     details.push_str(&format!(" ({})", skipped.join("; ")));
                 }
                 failed("failed to find plugin", details)

@@ -37,7 +37,7 @@ use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::cni::CniVersion;
 
-use super::error::{ExecError, Printed};
+use super::error::{ExecError, Printed, Unusable};
 
 /// How long a plugin may run before it is killed: generous, since `dhcp` and
 /// plugins talking to remote controllers can take seconds, but well inside
@@ -324,10 +324,8 @@ fn find_plugin_under(
         let candidate = dir.join(plugin_type);
         match metadata_under(&candidate, root) {
             Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => return Ok(candidate),
-            Ok(m) if m.is_file() => {
-                skipped.push(format!("{} is not executable", candidate.display()))
-            }
-            Ok(_) => skipped.push(format!("{} is not a regular file", candidate.display())),
+            Ok(m) if m.is_file() => skipped.push((candidate, Unusable::NotExecutable)),
+            Ok(_) => skipped.push((candidate, Unusable::NotAFile)),
             Err(_) => {}
         }
     }
@@ -596,11 +594,26 @@ mod tests {
         let ExecError::NotFound { skipped, .. } = &e else {
             panic!("{e:?}")
         };
-        assert!(skipped[0].ends_with("is not executable"), "{e:?}");
-        assert!(skipped[1].ends_with("is not a regular file"), "{e:?}");
-        assert!(CniError::from(e)
-            .details
-            .starts_with("p: no executable named \"p\" in "));
+        assert_eq!(
+            skipped,
+            &[
+                (a.path().join("p"), Unusable::NotExecutable),
+                (b.path().join("p"), Unusable::NotAFile)
+            ]
+        );
+        let details = CniError::from(e).details;
+        assert!(
+            details.starts_with("p: no executable named \"p\" in "),
+            "{details}"
+        );
+        assert!(
+            details.ends_with(&format!(
+                " ({}/p is not executable; {}/p is not a regular file)",
+                a.path().display(),
+                b.path().display()
+            )),
+            "{details}"
+        );
         let e = CniError::from(find_plugin("p", &[]).unwrap_err());
         assert!(e.details.contains("CNI_PATH is empty"), "{e}");
     }
