@@ -24,6 +24,9 @@
 //! - What was attempted and how far it got lives in the [`Cache`], written
 //!   before the first plugin runs and after every attachment, so DEL, CHECK
 //!   and GC need neither the API server nor a crash-free ADD.
+//! - Errors are [`RunError`]s: a plugin's reply wrapped in the context that
+//!   names it (attachment, position, type), the executor's own failures
+//!   typed; the CNI code is chosen where plexus answers (see [`error`]).
 
 pub mod error;
 pub mod exec;
