@@ -310,15 +310,6 @@ pub enum RecordError {
     Corrupt { path: PathBuf, reason: String },
 }
 
-impl RecordError {
-    pub(crate) fn io(path: impl Into<PathBuf>, reason: impl std::fmt::Display) -> RecordError {
-        RecordError::Io {
-            path: path.into(),
-            reason: reason.to_string(),
-        }
-    }
-}
-
 impl From<RecordError> for CniError {
     fn from(e: RecordError) -> CniError {
         match e {
@@ -329,6 +320,15 @@ impl From<RecordError> for CniError {
             RecordError::Corrupt { path, reason } => {
                 CniError::decode(format!("cache {}", path.display()), reason)
             }
+        }
+    }
+}
+
+impl RecordError {
+    pub(crate) fn io(path: impl Into<PathBuf>, reason: impl std::fmt::Display) -> RecordError {
+        RecordError::Io {
+            path: path.into(),
+            reason: reason.to_string(),
         }
     }
 }

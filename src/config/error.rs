@@ -22,15 +22,6 @@ pub enum ConfigError {
     Cni(#[from] CniError),
 }
 
-impl ConfigError {
-    pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-        ConfigError::Invalid {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
-
 impl From<ConfigError> for CniError {
     fn from(e: ConfigError) -> CniError {
         match e {
@@ -38,6 +29,15 @@ impl From<ConfigError> for CniError {
             ConfigError::NotJson(reason) => CniError::decode("plexus configuration", reason),
             ConfigError::Log(e) => e.into(),
             ConfigError::Cni(e) => e,
+        }
+    }
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            field: field.into(),
+            reason: reason.into(),
         }
     }
 }

@@ -46,20 +46,20 @@ pub enum LogError {
     Cni(CniError),
 }
 
-impl LogError {
-    pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> LogError {
-        LogError::Invalid {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
-
 impl From<LogError> for CniError {
     fn from(e: LogError) -> CniError {
         match e {
             LogError::Invalid { field, reason } => CniError::invalid_config(field, reason),
             LogError::Cni(e) => e,
+        }
+    }
+}
+
+impl LogError {
+    pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> LogError {
+        LogError::Invalid {
+            field: field.into(),
+            reason: reason.into(),
         }
     }
 }

@@ -177,29 +177,23 @@ impl RunError {
     }
 }
 
-impl From<CniError> for RunError {
-    fn from(e: CniError) -> RunError {
-        RunError::Plugin(e)
-    }
+/// The layers whose errors a [`RunError`] carries as they are.
+macro_rules! carries {
+    ($($variant:ident($error:ty)),*) => {$(
+        impl From<$error> for RunError {
+            fn from(e: $error) -> RunError {
+                RunError::$variant(e)
+            }
+        }
+    )*};
 }
 
-impl From<ExecError> for RunError {
-    fn from(e: ExecError) -> RunError {
-        RunError::Exec(e)
-    }
-}
-
-impl From<RecordError> for RunError {
-    fn from(e: RecordError) -> RunError {
-        RunError::Record(e)
-    }
-}
-
-impl From<ConfigError> for RunError {
-    fn from(e: ConfigError) -> RunError {
-        RunError::Config(e)
-    }
-}
+carries!(
+    Plugin(CniError),
+    Exec(ExecError),
+    Record(RecordError),
+    Config(ConfigError)
+);
 
 /// As the CNI error it answers with.
 impl fmt::Display for RunError {
