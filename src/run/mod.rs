@@ -57,8 +57,8 @@ use crate::plan::{Attachment, DefaultNetwork, Plan};
 use crate::record::{Cache, CachedAttachment, Lookup, Record, RecordError, State};
 use plexus_dataplane::session::{PodLookup, Session};
 
-pub use error::{ExecError, RunError};
-pub use exec::ExecPlugin;
+pub use error::RunError;
+pub use exec::{ExecError, ExecPlugin};
 pub use registry::Registry;
 
 /// Where plugins come from: the runtime's `CNI_PATH`, plexus's `binDir`

@@ -15,8 +15,8 @@ use crate::cni::skel::{Plugin, Request};
 
 use plexus_dataplane::Session;
 
-use super::error::{ExecError, RunError};
-use super::exec::{ExecPlugin, ExecSite, DEFAULT_TIMEOUT};
+use super::error::RunError;
+use super::exec::{ExecError, ExecPlugin, ExecSite, DEFAULT_TIMEOUT};
 
 /// Builds a built-in plugin. It gets the resolver so that it can delegate in
 /// turn (a bridge driver runs its `ipam.type` through it), and the

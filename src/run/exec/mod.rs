@@ -13,6 +13,8 @@
 //! node's dynamically linked plugins find their libc, and with `CNI_NETNS`
 //! a path that reaches the namespace the shim passed.
 
+pub mod error;
+
 use std::ffi::{CString, OsString};
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -37,7 +39,8 @@ use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::cni::CniVersion;
 
-use super::error::{ExecError, Printed, Unusable};
+pub use error::ExecError;
+use error::{Printed, Unusable};
 
 /// How long a plugin may run before it is killed: generous, since `dhcp` and
 /// plugins talking to remote controllers can take seconds, but well inside
