@@ -453,7 +453,8 @@ fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
         .map(|path| {
             let bytes =
                 std::fs::read(path).map_err(|e| CniError::io(path.display().to_string(), e))?;
-            PlexusConf::from_slice(&bytes).map_err(|e| e.within(path.display().to_string()))
+            PlexusConf::from_slice(&bytes)
+                .map_err(|e| CniError::from(e).within(path.display().to_string()))
         })
         .transpose()?;
     let conf_dir = args

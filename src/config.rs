@@ -20,13 +20,15 @@ use serde_json::{Map, Value};
 
 use crate::cni::casefold;
 use crate::cni::config::NetworkConfigList;
-use crate::cni::error::CniError;
 use crate::logging::LogSettings;
 use crate::netattach::deviceinfo;
 use crate::plan::devices::podresources::client as podresources;
 pub use crate::plan::devices::podresources::Client as PodResourcesClient;
 
+pub mod error;
 pub mod keys;
+
+pub use error::ConfigError;
 
 /// Where a NAD without `spec.config` finds its config (§3.4.1 rules 2-3),
 /// and a `clusterNetwork`/`defaultNetworks` entry given as a config's name:
@@ -233,11 +235,11 @@ struct RawConf {
 }
 
 /// A bound in seconds: more than 0, at most an hour.
-fn seconds(key: &str, v: Option<f64>) -> Result<Option<Duration>, CniError> {
+fn seconds(key: &str, v: Option<f64>) -> Result<Option<Duration>, ConfigError> {
     match v {
         None => Ok(None),
         Some(s) if s > 0.0 && s <= 3600.0 => Ok(Some(Duration::from_secs_f64(s))),
-        Some(s) => Err(CniError::invalid_config(
+        Some(s) => Err(ConfigError::invalid(
             key,
             format!("{s} is out of range: give seconds, more than 0 and at most 3600"),
         )),
@@ -249,12 +251,12 @@ fn daemon_client(
     socket: Option<String>,
     fallback: Option<String>,
     timeout: Option<f64>,
-) -> Result<Option<DaemonClient>, CniError> {
+) -> Result<Option<DaemonClient>, ConfigError> {
     let fallback = match fallback.as_deref() {
         None | Some("thin") => DaemonFallback::Thin,
         Some("fail") => DaemonFallback::Fail,
         Some(other) => {
-            return Err(CniError::invalid_config(
+            return Err(ConfigError::invalid(
                 "daemonFallback",
                 format!("{other:?} is not one of \"thin\", \"fail\""),
             ))
@@ -263,7 +265,7 @@ fn daemon_client(
     let timeout = seconds("daemonTimeout", timeout)?.unwrap_or(DEFAULT_DAEMON_TIMEOUT);
     match socket {
         None => Ok(None),
-        Some(s) if !s.starts_with('/') => Err(CniError::invalid_config(
+        Some(s) if !s.starts_with('/') => Err(ConfigError::invalid(
             "daemonSocket",
             format!("{s:?} is not an absolute path"),
         )),
@@ -276,11 +278,11 @@ fn daemon_client(
 }
 
 /// `chrootDir`: an absolute directory; empty means unset, as in Multus.
-fn chroot_dir(dir: Option<String>) -> Result<Option<PathBuf>, CniError> {
+fn chroot_dir(dir: Option<String>) -> Result<Option<PathBuf>, ConfigError> {
     match dir {
         None => Ok(None),
         Some(dir) if dir.is_empty() => Ok(None),
-        Some(dir) if !dir.starts_with('/') => Err(CniError::invalid_config(
+        Some(dir) if !dir.starts_with('/') => Err(ConfigError::invalid(
             "chrootDir",
             format!("{dir:?} is not an absolute path"),
         )),
@@ -290,13 +292,13 @@ fn chroot_dir(dir: Option<String>) -> Result<Option<PathBuf>, CniError> {
 
 /// `auxiliaryCNIChainName`: empty means unset, as in Multus; the name must
 /// be a CNI network name, as it names a directory (Multus checks the same).
-fn auxiliary_chain(name: Option<String>) -> Result<Option<String>, CniError> {
+fn auxiliary_chain(name: Option<String>) -> Result<Option<String>, ConfigError> {
     match name {
         None => Ok(None),
         Some(name) if name.is_empty() => Ok(None),
         Some(name) => crate::cni::names::check_network_name(&name)
             .map(|()| Some(name))
-            .map_err(|reason| CniError::invalid_config("auxiliaryCNIChainName", reason)),
+            .map_err(|reason| ConfigError::invalid("auxiliaryCNIChainName", reason)),
     }
 }
 
@@ -308,16 +310,15 @@ fn cluster_network(
     delegates: Option<Vec<Value>>,
     reference: Option<String>,
     warnings: &mut Vec<String>,
-) -> Result<(ClusterNetwork, Vec<NetworkConfigList>), CniError> {
+) -> Result<(ClusterNetwork, Vec<NetworkConfigList>), ConfigError> {
     // Beside `delegates`, an empty `clusterNetwork` is none (Multus tests `== ""`).
     let reference = reference
         .map(|name| name.trim().to_string())
         .filter(|name| !name.is_empty() || delegates.is_none());
     match (delegates, reference) {
-        (_, Some(name)) if name.is_empty() => Err(CniError::invalid_config(
-            "clusterNetwork",
-            "must not be empty",
-        )),
+        (_, Some(name)) if name.is_empty() => {
+            Err(ConfigError::invalid("clusterNetwork", "must not be empty"))
+        }
         (delegates, Some(name)) => {
             if delegates.is_some_and(|d| !d.is_empty()) {
                 warnings.push(
@@ -326,7 +327,7 @@ fn cluster_network(
             }
             Ok((ClusterNetwork::Reference(name), Vec::new()))
         }
-        (None, None) => Err(CniError::invalid_config(
+        (None, None) => Err(ConfigError::invalid(
             "delegates",
             "missing: plexus needs the cluster-wide default network (multi-net-spec §6) \
              as delegates[0] or as clusterNetwork",
@@ -336,7 +337,7 @@ fn cluster_network(
                 NetworkConfigList::from_value(d).map_err(|e| e.within(format!("delegates[{i}]")))
             });
             let first = lists.next().ok_or_else(|| {
-                CniError::invalid_config("delegates", "must hold the cluster-wide default network")
+                ConfigError::invalid("delegates", "must hold the cluster-wide default network")
             })??;
             Ok((
                 ClusterNetwork::Inline(first),
@@ -352,15 +353,15 @@ pub fn reads(key: &str) -> bool {
 }
 
 impl PlexusConf {
-    pub fn from_slice(bytes: &[u8]) -> Result<PlexusConf, CniError> {
-        let value: Value = serde_json::from_slice(bytes)
-            .map_err(|e| CniError::decode("plexus configuration", e.to_string()))?;
+    pub fn from_slice(bytes: &[u8]) -> Result<PlexusConf, ConfigError> {
+        let value: Value =
+            serde_json::from_slice(bytes).map_err(|e| ConfigError::NotJson(e.to_string()))?;
         Self::from_value(&value)
     }
 
-    pub fn from_value(value: &Value) -> Result<PlexusConf, CniError> {
+    pub fn from_value(value: &Value) -> Result<PlexusConf, ConfigError> {
         if !value.is_object() {
-            return Err(CniError::invalid_config(
+            return Err(ConfigError::invalid(
                 "plexus configuration",
                 "must be a JSON object",
             ));
@@ -376,7 +377,7 @@ impl PlexusConf {
 
         if let Some(t) = raw.plugin_type.as_deref() {
             if t.is_empty() {
-                return Err(CniError::invalid_config("type", "must not be empty"));
+                return Err(ConfigError::invalid("type", "must not be empty"));
             }
         }
         let path =
@@ -445,6 +446,7 @@ impl PlexusConf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logging::LogError;
     use serde_json::json;
 
     fn bridge() -> Value {
@@ -565,13 +567,32 @@ mod tests {
         ];
         for (input, want) in cases {
             let err = PlexusConf::from_value(&input).unwrap_err();
-            assert!(
-                err.details.starts_with(want) || err.details.contains(want),
-                "{input}: {err}"
-            );
+            let (field, reason) = want.split_once(": ").unwrap_or((want, ""));
+            let named = match &err {
+                ConfigError::Invalid {
+                    field: f,
+                    reason: r,
+                }
+                | ConfigError::Log(LogError::Invalid {
+                    field: f,
+                    reason: r,
+                }) => f == field && r.starts_with(reason),
+                // Decoding is the protocol crate's; it names the path.
+                ConfigError::Cni(e) | ConfigError::Log(LogError::Cni(e)) => {
+                    e.details.starts_with(want)
+                }
+                ConfigError::NotJson(_) => false,
+            };
+            assert!(named, "{input}: {err:?}");
         }
-        assert!(PlexusConf::from_slice(b"{").is_err());
-        assert!(PlexusConf::from_value(&json!([1])).is_err());
+        assert!(matches!(
+            PlexusConf::from_slice(b"{"),
+            Err(ConfigError::NotJson(_))
+        ));
+        assert!(matches!(
+            PlexusConf::from_value(&json!([1])),
+            Err(ConfigError::Invalid { .. })
+        ));
     }
 
     #[test]

@@ -136,7 +136,8 @@ impl<'s> PlexusPlugin<'s> {
         match &self.parsed {
             Some(parsed) => Ok(Cow::Borrowed(parsed)),
             None => PlexusConf::from_value(&serde_json::Value::Object(req.config.clone()))
-                .map(Cow::Owned),
+                .map(Cow::Owned)
+                .map_err(CniError::from),
         }
     }
 
@@ -200,10 +201,9 @@ impl<'s> PlexusPlugin<'s> {
         for config in plan.attachments.iter().flat_map(|a| &a.plugins) {
             match config.get("type").and_then(serde_json::Value::as_str) {
                 Some(t) if !registry.is_builtin(t) => {
-                    registry
-                        .exec_site()
-                        .find(t, &search_path)
-                        .map_err(|e| e.within(format!("cluster network {}", network.network)))?;
+                    registry.exec_site().find(t, &search_path).map_err(|e| {
+                        CniError::from(e).within(format!("cluster network {}", network.network))
+                    })?;
                 }
                 _ => {}
             }
@@ -604,7 +604,9 @@ impl Plugin for PlexusPlugin<'_> {
             .with_route_hook(Box::new(NetlinkRouteHook {
                 session: registry.session().clone(),
             }));
-        let added = executor.add(&plan, &context(&call, conf.bin_dir.clone(), &registry));
+        let added = executor
+            .add(&plan, &context(&call, conf.bin_dir.clone(), &registry))
+            .map_err(CniError::from);
         if let Ok(results) = &added {
             for r in results {
                 let attachment = log.on_attachment(&r.network, &r.ifname);
@@ -700,11 +702,11 @@ impl Plugin for PlexusPlugin<'_> {
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let conf = self.conf(req)?;
         let registry = self.registry(conf.chroot_dir.as_deref())?;
-        Executor::new(Cache::new(&conf.cni_dir)).check(&context(
+        Ok(Executor::new(Cache::new(&conf.cni_dir)).check(&context(
             &call(req)?,
             conf.bin_dir.clone(),
             &registry,
-        ))
+        ))?)
     }
 
     fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), CniError> {
@@ -747,7 +749,7 @@ impl Plugin for PlexusPlugin<'_> {
         let network = readiness::status(&conf, self.clusters.open(&conf)?.view.as_ref())?;
         let registry = self.registry(conf.chroot_dir.as_deref())?;
         let delegates = network_delegates(req, &conf, &registry);
-        crate::run::status(&delegates, &network)
+        Ok(crate::run::status(&delegates, &network)?)
     }
 }
 

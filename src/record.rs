@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cni::casefold;
+use crate::cni::env::{CNI_CONTAINERID, CNI_IFNAME};
 use crate::cni::error::CniError;
 use crate::cni::names;
 use crate::cni::result::CniResult;
@@ -293,6 +294,45 @@ impl WireCached {
     }
 }
 
+/// What goes wrong with the record files. The CNI code of each failure is
+/// chosen in `From<RecordError> for CniError`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// A container ID or interface name that cannot name a record file
+    /// (`var`: the CNI variable it came from).
+    #[error("{var}: {reason}")]
+    Key { var: &'static str, reason: String },
+    /// A record file or the directory could not be read or written.
+    #[error("cache {}: {reason}", path.display())]
+    Io { path: PathBuf, reason: String },
+    /// The record file is there but holds no valid record.
+    #[error("cache {}: {reason}", path.display())]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+impl From<RecordError> for CniError {
+    fn from(e: RecordError) -> CniError {
+        match e {
+            RecordError::Key { var, reason } => CniError::invalid_env(var, reason),
+            RecordError::Io { path, reason } => {
+                CniError::io(format!("cache {}", path.display()), reason)
+            }
+            RecordError::Corrupt { path, reason } => {
+                CniError::decode(format!("cache {}", path.display()), reason)
+            }
+        }
+    }
+}
+
+impl RecordError {
+    pub(crate) fn io(path: impl Into<PathBuf>, reason: impl std::fmt::Display) -> RecordError {
+        RecordError::Io {
+            path: path.into(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
 /// The outcome of reading a record.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Lookup {
@@ -341,17 +381,17 @@ impl Cache {
 
     /// The file of `(container_id, ifname)`; both are validated, so the
     /// path cannot leave the directory.
-    pub fn path(&self, container_id: &str, ifname: &str) -> Result<PathBuf, CniError> {
+    pub fn path(&self, container_id: &str, ifname: &str) -> Result<PathBuf, RecordError> {
         Ok(self.dir.join(file_name(container_id, ifname)?))
     }
 
     /// The last complete record of the file.
-    pub fn load(&self, container_id: &str, ifname: &str) -> Result<Lookup, CniError> {
+    pub fn load(&self, container_id: &str, ifname: &str) -> Result<Lookup, RecordError> {
         let path = self.path(container_id, ifname)?;
         let bytes = match read_limited(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lookup::Missing),
-            Err(e) => return Err(CniError::io(format!("cache {}", path.display()), e)),
+            Err(e) => return Err(RecordError::io(path, e)),
         };
         let corrupt = |reason: String| Lookup::Corrupt {
             path: path.clone(),
@@ -372,51 +412,49 @@ impl Cache {
 
     /// Write `record` atomically, replacing any previous file: the first
     /// write of an ADD.
-    pub fn store(&self, record: &Record) -> Result<(), CniError> {
+    pub fn store(&self, record: &Record) -> Result<(), RecordError> {
         let (name, line) = record_line(record)?;
         self.write_atomic(&name, &line)
-            .map_err(|e| CniError::io(format!("cache {}", self.dir.join(&name).display()), e))
+            .map_err(|e| RecordError::io(self.dir.join(&name), e))
     }
 
     /// Write a newer version of a record [`Cache::store`]d before, by
     /// appending it; a missing file is created. A failed append is cut off
     /// again, so the line before it still stands.
-    pub fn update(&self, record: &Record) -> Result<(), CniError> {
+    pub fn update(&self, record: &Record) -> Result<(), RecordError> {
         let (name, line) = record_line(record)?;
         let path = self.dir.join(&name);
         self.append(&path, &line)
-            .map_err(|e| CniError::io(format!("cache {}", path.display()), e))
+            .map_err(|e| RecordError::io(&path, e))
     }
 
     /// Remove the record; a missing one is fine (DEL is idempotent).
-    pub fn remove(&self, container_id: &str, ifname: &str) -> Result<(), CniError> {
+    pub fn remove(&self, container_id: &str, ifname: &str) -> Result<(), RecordError> {
         let path = self.path(container_id, ifname)?;
-        remove_file(&path).map_err(|e| CniError::io(format!("cache {}", path.display()), e))
+        remove_file(&path).map_err(|e| RecordError::io(&path, e))
     }
 
     /// Move an unreadable record aside (`<name>.corrupt`), keeping it for an
     /// administrator; GC removes it once the attachment is gone.
-    pub fn quarantine(&self, container_id: &str, ifname: &str) -> Result<PathBuf, CniError> {
+    pub fn quarantine(&self, container_id: &str, ifname: &str) -> Result<PathBuf, RecordError> {
         let path = self.path(container_id, ifname)?;
         let mut target = path.clone().into_os_string();
         target.push(QUARANTINE_SUFFIX);
         let target = PathBuf::from(target);
-        fs::rename(&path, &target)
-            .map_err(|e| CniError::io(format!("cache {}", path.display()), e))?;
+        fs::rename(&path, &target).map_err(|e| RecordError::io(&path, e))?;
         Ok(target)
     }
 
     /// The files of the directory; ones plexus did not write are skipped.
-    pub fn entries(&self) -> Result<Vec<Entry>, CniError> {
+    pub fn entries(&self) -> Result<Vec<Entry>, RecordError> {
         let rd = match fs::read_dir(&self.dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(CniError::io(format!("cache {}", self.dir.display()), e)),
+            Err(e) => return Err(RecordError::io(&self.dir, e)),
         };
         let mut out = Vec::new();
         for entry in rd {
-            let entry =
-                entry.map_err(|e| CniError::io(format!("cache {}", self.dir.display()), e))?;
+            let entry = entry.map_err(|e| RecordError::io(&self.dir, e))?;
             let Ok(name) = entry.file_name().into_string() else {
                 continue;
             };
@@ -498,10 +536,10 @@ impl Cache {
 }
 
 /// The file name of `record` and its line: compact JSON and a newline.
-fn record_line(record: &Record) -> Result<(String, Vec<u8>), CniError> {
+fn record_line(record: &Record) -> Result<(String, Vec<u8>), RecordError> {
     let name = file_name(&record.container_id, &record.ifname)?;
-    let mut line = serde_json::to_vec(&WireRecord::from(record))
-        .map_err(|e| CniError::io(format!("cache {name}"), e))?;
+    let mut line =
+        serde_json::to_vec(&WireRecord::from(record)).map_err(|e| RecordError::io(&name, e))?;
     line.push(b'\n');
     Ok((name, line))
 }
@@ -522,11 +560,10 @@ fn last_document(bytes: &[u8]) -> Result<Value, serde_json::Error> {
 }
 
 /// `<containerID>@<ifname>.json`, both validated.
-fn file_name(container_id: &str, ifname: &str) -> Result<String, CniError> {
-    names::check_container_id(container_id)
-        .map_err(|r| CniError::invalid_env(crate::cni::env::CNI_CONTAINERID, r))?;
-    names::check_ifname(ifname)
-        .map_err(|r| CniError::invalid_env(crate::cni::env::CNI_IFNAME, r))?;
+fn file_name(container_id: &str, ifname: &str) -> Result<String, RecordError> {
+    let key = |var| move |reason| RecordError::Key { var, reason };
+    names::check_container_id(container_id).map_err(key(CNI_CONTAINERID))?;
+    names::check_ifname(ifname).map_err(key(CNI_IFNAME))?;
     Ok(format!("{container_id}{SEPARATOR}{ifname}{SUFFIX}"))
 }
 
@@ -908,10 +945,8 @@ mod tests {
         // A directory where the record should go: the rename fails.
         fs::create_dir(d.path().join("ctr-1@eth0.json")).unwrap();
         let e = cache.store(&record()).unwrap_err();
-        assert_eq!(e.code, crate::cni::ErrorCode::Io);
         assert!(
-            e.details
-                .starts_with(&format!("cache {}/ctr-1@eth0.json: ", d.path().display())),
+            matches!(&e, RecordError::Io { path, .. } if *path == d.path().join("ctr-1@eth0.json")),
             "{e}"
         );
         let names: Vec<_> = fs::read_dir(d.path())
@@ -924,5 +959,45 @@ mod tests {
         fs::remove_dir(d.path().join("ctr-1@eth0.json")).unwrap();
         fs::write(d.path().join("ctr-1@eth0.json"), "").unwrap();
         assert!(cache.store(&record()).is_err());
+    }
+
+    #[test]
+    fn each_failure_has_one_code() {
+        use crate::cni::ErrorCode;
+        let path = PathBuf::from("/c/x@eth0.json");
+        let cases = [
+            (
+                RecordError::Key {
+                    var: CNI_IFNAME,
+                    reason: "r".into(),
+                },
+                ErrorCode::InvalidEnvironment,
+                "CNI_IFNAME: r",
+            ),
+            (
+                RecordError::io(&path, "r"),
+                ErrorCode::Io,
+                "cache /c/x@eth0.json: r",
+            ),
+            (
+                RecordError::Corrupt {
+                    path: path.clone(),
+                    reason: "r".into(),
+                },
+                ErrorCode::Decode,
+                "cache /c/x@eth0.json: r",
+            ),
+        ];
+        for (e, code, details) in cases {
+            let cni = CniError::from(e.clone());
+            assert_eq!((cni.code, cni.details.as_str()), (code, details), "{e:?}");
+        }
+        assert!(matches!(
+            Cache::new("/c").path("x", "a/b"),
+            Err(RecordError::Key {
+                var: CNI_IFNAME,
+                ..
+            })
+        ));
     }
 }

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use plexus::cni::result::{CniResult, Route};
 use plexus::run::routes::NetlinkRouteHook;
-use plexus::run::RouteHook;
+use plexus::run::{RouteHook, RunError};
 use plexus_dataplane::NetNs;
 
 /// A named namespace deleted on drop, even when the test fails.
@@ -162,5 +162,8 @@ fn a_missing_interface_is_named() {
     let err = NetlinkRouteHook::default()
         .clear_default_route(&pod.path(), "nope0", &mut CniResult::default())
         .unwrap_err();
-    assert!(err.details.contains("nope0"), "{err}");
+    assert!(
+        matches!(&err, RunError::Route { ifname, .. } if ifname == "nope0"),
+        "{err:?}"
+    );
 }

@@ -21,9 +21,22 @@ use plexus::plan::{Attachment, DefaultNetwork};
 use plexus::record::Cache;
 use plexus::run::{
     set_default_routes, strip_default_routes, AttachmentResult, Executor, Registry, RouteHook,
+    RunError,
 };
 use run_support::*;
 use serde_json::{json, Value};
+
+/// The CNI error plexus answers with: its code, msg and details as the
+/// runtime reads them.
+trait Answer {
+    fn answer(self) -> CniError;
+}
+
+impl Answer for RunError {
+    fn answer(self) -> CniError {
+        self.into()
+    }
+}
 
 fn executor(f: &Fakes) -> Executor {
     Executor::new(Cache::new(f.cache_dir()))
@@ -145,7 +158,7 @@ fn bad_configuration_fails_before_anything_is_added() {
         cluster(&["p1"]),
         attachment("ns/b", "net1", "1.0.0", &["q1", "nope"]),
     ]);
-    let e = ex.add(&p, &ctx).unwrap_err();
+    let e = ex.add(&p, &ctx).unwrap_err().answer();
     assert_eq!(e.code, ErrorCode::Plugin(codes::PLUGIN_FAILED));
     assert_eq!(
         e.details,
@@ -157,7 +170,7 @@ fn bad_configuration_fails_before_anything_is_added() {
 
     let mut bad_version = cluster(&["p1"]);
     bad_version.plugins[0]["cniVersion"] = json!("9.9.9");
-    let e = ex.add(&plan(vec![bad_version]), &ctx).unwrap_err();
+    let e = ex.add(&plan(vec![bad_version]), &ctx).unwrap_err().answer();
     assert_eq!(e.code, ErrorCode::IncompatibleVersion);
     assert!(
         e.details
@@ -169,7 +182,8 @@ fn bad_configuration_fails_before_anything_is_added() {
     bad_args.cni_args = "novalue".into();
     let e = ex
         .add(&plan(vec![cluster(&["p1"]), bad_args]), &ctx)
-        .unwrap_err();
+        .unwrap_err()
+        .answer();
     assert_eq!(
         e.details,
         "ns/b (net1).CNI_ARGS: invalid pair \"novalue\": expected exactly one '=' as in KEY=VALUE"
@@ -179,7 +193,8 @@ fn bad_configuration_fails_before_anything_is_added() {
     no_netns.netns = None;
     let e = ex
         .add(&plan(vec![cluster(&["p1"])]), &no_netns)
-        .unwrap_err();
+        .unwrap_err()
+        .answer();
     assert_eq!(e.code, ErrorCode::InvalidEnvironment);
 
     assert!(f.calls().is_empty(), "{:?}", f.calls());
@@ -210,7 +225,8 @@ fn failure_in_the_middle_of_a_chain_rolls_back_everything_done() {
     let ctx = f.ctx(&registry, "ctr1");
     let e = ex
         .add(&plan(vec![a.clone(), b.clone(), c]), &ctx)
-        .unwrap_err();
+        .unwrap_err()
+        .answer();
     assert_eq!(
         e,
         CniError::new(
@@ -279,7 +295,7 @@ fn failure_of_the_second_attachment_and_of_its_rollback() {
     let registry = Registry::new();
     let ex = executor(&f);
     let ctx = f.ctx(&registry, "ctr1");
-    let e = ex.add(&plan(vec![a, b, c]), &ctx).unwrap_err();
+    let e = ex.add(&plan(vec![a, b, c]), &ctx).unwrap_err().answer();
     assert_eq!(e.code, ErrorCode::Decode);
     assert_eq!(
         e.details,
@@ -414,7 +430,7 @@ fn a_failing_del_keeps_the_record_and_the_retry_finishes_only_what_is_owed() {
     f.answer_file("q2", "DEL", "stderr", "device busy\n");
     f.answer_file("q2", "DEL", "rc", "1");
 
-    let e = ex.del(&ctx, None).unwrap_err();
+    let e = ex.del(&ctx, None).unwrap_err().answer();
     assert_eq!(e.code, ErrorCode::Plugin(codes::PLUGIN_FAILED));
     assert_eq!(
         e.details,
@@ -511,7 +527,10 @@ fn a_failed_cache_write_fails_the_add_and_rolls_back() {
         cluster(&["p1"]),
         attachment("ns/b", "net1", "1.0.0", &["q1"]),
     ]);
-    let e = executor(&f).add(&p, &f.ctx(&registry, "ctr1")).unwrap_err();
+    let e = executor(&f)
+        .add(&p, &f.ctx(&registry, "ctr1"))
+        .unwrap_err()
+        .answer();
     assert_eq!(e.code, ErrorCode::Io);
     assert!(
         e.details
@@ -537,7 +556,7 @@ fn add_is_refused_while_an_earlier_add_is_not_deleted() {
     let ctx = f.ctx(&registry, "ctr1");
     let p = plan(vec![cluster(&["p1"])]);
     ex.add(&p, &ctx).unwrap();
-    let e = ex.add(&p, &ctx).unwrap_err();
+    let e = ex.add(&p, &ctx).unwrap_err().answer();
     assert_eq!(e.msg, "attachment already exists");
     assert_eq!(f.calls(), ["p1 ADD"]);
     ex.del(&ctx, None).unwrap();
@@ -579,7 +598,7 @@ fn del_without_a_record_deletes_the_fallback_plan_idempotently() {
     // next DEL (or GC) works from.
     f.reset_calls();
     f.answer_error("p1", "DEL", 11, "busy", "store locked");
-    let e = ex.del(&ctx, Some(&fallback)).unwrap_err();
+    let e = ex.del(&ctx, Some(&fallback)).unwrap_err().answer();
     assert_eq!(e.code, ErrorCode::TryAgainLater);
     assert_eq!(
         record(&f, "before-plexus")["attachments"][0]["pendingDel"],
@@ -639,7 +658,9 @@ fn status_asks_every_cluster_plugin_from_1_1_0_and_reports_the_first_failure() {
 
     f.reset_calls();
     f.answer_error("s1", "STATUS", 51, "plugin not available", "uplink down");
-    let e = plexus::run::status(&delegates, &network("1.1.0")).unwrap_err();
+    let e = plexus::run::status(&delegates, &network("1.1.0"))
+        .unwrap_err()
+        .answer();
     assert_eq!(e.code, ErrorCode::NotAvailableLimited);
     assert_eq!(
         e.details,
@@ -733,7 +754,7 @@ fn check_runs_chains_in_order_with_the_final_result_and_honours_disable_check() 
         "mismatch",
         "address 10.0.2.2/24 is missing",
     );
-    let e = ex.check(&ctx).unwrap_err();
+    let e = ex.check(&ctx).unwrap_err().answer();
     assert_eq!(
         e,
         CniError::new(
@@ -743,12 +764,12 @@ fn check_runs_chains_in_order_with_the_final_result_and_honours_disable_check() 
         )
     );
     // No record: the container is unknown (code 3).
-    let e = ex.check(&f.ctx(&registry, "other")).unwrap_err();
+    let e = ex.check(&f.ctx(&registry, "other")).unwrap_err().answer();
     assert_eq!(e.code, ErrorCode::UnknownContainer);
     let mut no_netns = ctx.clone();
     no_netns.netns = None;
     assert_eq!(
-        ex.check(&no_netns).unwrap_err().code,
+        ex.check(&no_netns).unwrap_err().answer().code,
         ErrorCode::InvalidEnvironment
     );
 }
@@ -765,9 +786,9 @@ fn check_refuses_an_add_that_did_not_complete() {
         cluster(&["p1"]),
         attachment("ns/b", "net1", "1.0.0", &["q1"]),
     ]);
-    ex.add(&p, &ctx).unwrap_err();
+    ex.add(&p, &ctx).unwrap_err().answer();
     f.reset_calls();
-    let e = ex.check(&ctx).unwrap_err();
+    let e = ex.check(&ctx).unwrap_err().answer();
     assert_eq!(
         e.details,
         "ns/b (net1): its ADD did not complete (state Failed)"
@@ -803,7 +824,10 @@ fn gc_deletes_stale_records_and_forwards_to_the_cluster_network() {
     let valid = vec![("c1".parse().unwrap(), "eth0".parse().unwrap())];
     let delegates = f.delegates(&registry);
 
-    let e = ex.gc(&valid, &delegates, Some(&cluster_net)).unwrap_err();
+    let e = ex
+        .gc(&valid, &delegates, Some(&cluster_net))
+        .unwrap_err()
+        .answer();
     assert_eq!(
         e.details,
         "cluster network k8s-pod-network plugins[0]: g1: store locked"
@@ -866,7 +890,8 @@ fn exec_timeout_fails_the_add_and_rolls_back() {
             &plan(vec![cluster(&["p1", "p2"])]),
             &f.ctx(&registry, "ctr1"),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .answer();
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -895,7 +920,7 @@ fn a_missing_binary_fails_del_and_keeps_the_record() {
     ex.add(&plan(vec![cluster(&["p1", "p2"])]), &ctx).unwrap();
     f.reset_calls();
     f.uninstall("p1");
-    let e = ex.del(&ctx, None).unwrap_err();
+    let e = ex.del(&ctx, None).unwrap_err().answer();
     assert_eq!(
         e.details,
         format!(
@@ -1047,7 +1072,7 @@ fn add_reports_success_only_once_deferred_syncs_are_done() {
         }
         // A sync that failed means nothing is durably attached: the whole
         // ADD is rolled back and reported failed, naming what did not sync.
-        let e = outcome.unwrap_err();
+        let e = outcome.unwrap_err().answer();
         assert!(e.details.contains("allocation file"), "{e}");
         assert_eq!(
             f.calls(),
@@ -1072,7 +1097,7 @@ impl RouteHook for Hook {
         netns: &Path,
         ifname: &str,
         result: &mut CniResult,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), RunError> {
         self.log
             .log_line(&format!("hook clear {} {ifname}", netns.display()));
         self.seen.lock().unwrap().push(result.clone());
@@ -1086,7 +1111,7 @@ impl RouteHook for Hook {
         ifname: &str,
         gateways: &[IpAddr],
         result: &mut CniResult,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), RunError> {
         let gws: Vec<String> = gateways.iter().map(|g| g.to_string()).collect();
         self.log.log_line(&format!(
             "hook set {} {ifname} {}",
@@ -1096,11 +1121,12 @@ impl RouteHook for Hook {
         self.seen.lock().unwrap().push(result.clone());
         set_default_routes(result, gateways);
         if self.fail_set {
-            return Err(CniError::plugin(
+            // The data plane's own failure, as a CNI error.
+            return Err(RunError::Plugin(CniError::plugin(
                 codes::PLUGIN_FAILED,
                 "route failed",
                 "no route to 10.0.2.254",
-            ));
+            )));
         }
         Ok(())
     }
@@ -1174,7 +1200,7 @@ fn default_route_hooks_run_after_their_attachment_and_shape_the_result() {
             // the earlier attachments are rolled back, the next never runs.
             want.extend(["q1 DEL".to_string(), "p1 DEL".into()]);
             assert_eq!(f.calls(), want);
-            let e = outcome.unwrap_err();
+            let e = outcome.unwrap_err().answer();
             assert_eq!(
                 e.details,
                 "ns/b (net1) default route (multi-net-spec §4.1.2.1.9): no route to 10.0.2.254"
@@ -1236,7 +1262,7 @@ fn the_del_after_an_add_that_found_its_way_taken_runs_nothing() {
     let ctx = f.ctx(&registry, "ctr1");
     let p = plan(vec![cluster(&["inway"])]);
     let fallback = || Ok(p.clone());
-    ex.add(&p, &ctx).unwrap_err();
+    ex.add(&p, &ctx).unwrap_err().answer();
     assert_eq!(
         record(&f, "ctr1")["attachments"][0]["pendingDel"],
         json!([])

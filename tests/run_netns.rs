@@ -291,7 +291,7 @@ fn reference_plugin_failure_rolls_back_interfaces_and_addresses() {
             let registry = Registry::new();
             let ex = Executor::new(Cache::new(node.tmp.join("cache")));
             let ctx = ctx(node, &registry);
-            let e = ex.add(&p, &ctx).unwrap_err();
+            let e = plexus::cni::CniError::from(ex.add(&p, &ctx).unwrap_err());
             assert!(
                 e.details
                     .starts_with("ns/second (net1) plugins[1]: tuning: "),

@@ -33,6 +33,37 @@ use crate::cni::call_log::CALL_FAILED_TARGET;
 use crate::cni::error::CniError;
 pub use rotate::Rotation;
 
+/// What is wrong with the logging keys of a configuration. The CNI code is
+/// chosen in `From<LogError> for CniError` (through the configuration's
+/// error, `crate::config::ConfigError::Log`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogError {
+    /// A key that parsed but is not valid (`logOptions.maxSize`).
+    #[error("{field}: {reason}")]
+    Invalid { field: String, reason: String },
+    /// The protocol crate's failure decoding `logOptions`, naming its path.
+    #[error(transparent)]
+    Cni(CniError),
+}
+
+impl From<LogError> for CniError {
+    fn from(e: LogError) -> CniError {
+        match e {
+            LogError::Invalid { field, reason } => CniError::invalid_config(field, reason),
+            LogError::Cni(e) => e,
+        }
+    }
+}
+
+impl LogError {
+    pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> LogError {
+        LogError::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
 /// Multus's `logLevel`s, least verbose first, and what each shows:
 ///
 /// | `logLevel` | tracing levels shown |
@@ -133,7 +164,7 @@ impl LogSettings {
         level: Option<String>,
         to_stderr: Option<bool>,
         options: Option<&Value>,
-    ) -> Result<LogSettings, CniError> {
+    ) -> Result<LogSettings, LogError> {
         let defaults = LogSettings::default();
         let level = level.filter(|l| !l.is_empty());
         Ok(LogSettings {
@@ -153,20 +184,20 @@ impl LogSettings {
 }
 
 /// `logOptions`: an object of Multus's keys, matched case-insensitively.
-fn rotation(options: &Value) -> Result<Rotation, CniError> {
+fn rotation(options: &Value) -> Result<Rotation, LogError> {
     if !options.is_object() {
-        return Err(CniError::invalid_config(
+        return Err(LogError::invalid(
             "logOptions",
             format!("must be a JSON object, got {options}"),
         ));
     }
     let raw: RawLogOptions =
-        crate::cni::casefold::decode(options).map_err(|e| e.within("logOptions"))?;
+        crate::cni::casefold::decode(options).map_err(|e| LogError::Cni(e.within("logOptions")))?;
     let defaults = Rotation::default();
     let max_size = match whole("maxSize", raw.max_size, 1, "megabytes")? {
         None => defaults.max_size,
         Some(mb) => mb.checked_mul(rotate::MEGABYTE).ok_or_else(|| {
-            CniError::invalid_config("logOptions.maxSize", format!("{mb} megabytes is too large"))
+            LogError::invalid("logOptions.maxSize", format!("{mb} megabytes is too large"))
         })?,
     };
     // 0: no limit, as in lumberjack.
@@ -178,10 +209,7 @@ fn rotation(options: &Value) -> Result<Rotation, CniError> {
                 .ok()
                 .and_then(|d| rotate::DAY.checked_mul(d))
                 .ok_or_else(|| {
-                    CniError::invalid_config(
-                        "logOptions.maxAge",
-                        format!("{days} days is too long"),
-                    )
+                    LogError::invalid("logOptions.maxAge", format!("{days} days is too long"))
                 })?,
         ),
     };
@@ -200,13 +228,13 @@ fn rotation(options: &Value) -> Result<Rotation, CniError> {
 
 /// A `logOptions` count: a whole number, at least `min` (Go decodes these
 /// keys into an int and rejects `1.5` and `"10"`).
-fn whole(key: &str, value: Option<Value>, min: u64, unit: &str) -> Result<Option<u64>, CniError> {
+fn whole(key: &str, value: Option<Value>, min: u64, unit: &str) -> Result<Option<u64>, LogError> {
     let Some(value) = value.filter(|v| !v.is_null()) else {
         return Ok(None);
     };
     match value.as_u64() {
         Some(n) if n >= min => Ok(Some(n)),
-        _ => Err(CniError::invalid_config(
+        _ => Err(LogError::invalid(
             format!("logOptions.{key}"),
             format!(
                 "must be a {} integer ({unit}), got {value}",
@@ -366,7 +394,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn options(v: Value) -> Result<LogSettings, CniError> {
+    #[test]
+    fn each_failure_has_one_code() {
+        let e = CniError::from(LogError::invalid("logOptions.maxAge", "too long"));
+        assert_eq!(e.code, crate::cni::ErrorCode::InvalidConfig);
+        assert_eq!(e.details, "logOptions.maxAge: too long");
+        // A protocol error passes through unchanged.
+        let inner = CniError::invalid_config("logOptions.compress", "invalid type");
+        assert_eq!(CniError::from(LogError::Cni(inner.clone())), inner);
+    }
+
+    fn options(v: Value) -> Result<LogSettings, LogError> {
         LogSettings::new(Some("/l".into()), None, None, Some(&v))
     }
 
@@ -470,7 +508,16 @@ mod tests {
         ];
         for (input, want) in cases {
             let e = options(input.clone()).unwrap_err();
-            assert!(e.details.contains(want), "{input}: {e}");
+            let (field, reason) = want.split_once(": ").unwrap();
+            let named = match &e {
+                LogError::Invalid {
+                    field: f,
+                    reason: r,
+                } => f == field && r.starts_with(reason),
+                // Decoding is the protocol crate's; it names the path.
+                LogError::Cni(c) => c.details.starts_with(want),
+            };
+            assert!(named, "{input}: {e:?}");
         }
     }
 }

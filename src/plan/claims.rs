@@ -334,7 +334,7 @@ pub struct Swept {
 /// may hold any claim: its reason is the error.
 fn held_by_pods(records: &Cache) -> Result<Vec<String>, String> {
     let mut owners = Vec::new();
-    for entry in records.entries().map_err(|e| e.details)? {
+    for entry in records.entries().map_err(|e| e.to_string())? {
         let Entry::Record {
             container_id,
             ifname,
@@ -344,7 +344,7 @@ fn held_by_pods(records: &Cache) -> Result<Vec<String>, String> {
         };
         match records
             .load(&container_id, &ifname)
-            .map_err(|e| e.details)?
+            .map_err(|e| e.to_string())?
         {
             Lookup::Found(record) => owners.extend(owners_in(
                 record

@@ -8,31 +8,23 @@
 
 use std::time::Instant;
 
-use crate::cni::env::{CniCommand, CNI_NETNS};
-use crate::cni::error::{CniError, ErrorCode};
+use crate::cni::env::CniCommand;
 use crate::plan::Attachment;
-use crate::record::{CachedAttachment, Lookup, Record, State};
+use crate::record::{CachedAttachment, Lookup, Record, RecordError, State};
 
-use super::{del_chain, live_netns, prepare_all, AttachmentResult, Executor, RunContext};
+use super::{del_chain, live_netns, prepare_all, AttachmentResult, Executor, RunContext, RunError};
 
 impl Executor {
     /// The sandbox's record; a sandbox without one is unknown (its DEL came
     /// first, or plexus did not ADD it).
-    pub fn record(&self, ctx: &RunContext) -> Result<Record, CniError> {
+    pub fn record(&self, ctx: &RunContext) -> Result<Record, RunError> {
         match self.cache.load(&ctx.container_id, &ctx.ifname)? {
             Lookup::Found(record) => Ok(record),
-            Lookup::Missing => Err(CniError::new(
-                ErrorCode::UnknownContainer,
-                "container unknown",
-                format!(
-                    "container {} interface {}: plexus has no record of its ADD",
-                    ctx.container_id, ctx.ifname
-                ),
-            )),
-            Lookup::Corrupt { path, reason } => Err(CniError::decode(
-                format!("cache {}", path.display()),
-                reason,
-            )),
+            Lookup::Missing => Err(RunError::UnknownContainer {
+                container_id: ctx.container_id.clone(),
+                ifname: ctx.ifname.clone(),
+            }),
+            Lookup::Corrupt { path, reason } => Err(RecordError::Corrupt { path, reason }.into()),
         }
     }
 
@@ -43,14 +35,13 @@ impl Executor {
         &self,
         ctx: &RunContext,
         attachments: &[Attachment],
-    ) -> Result<Vec<AttachmentResult>, CniError> {
+    ) -> Result<Vec<AttachmentResult>, RunError> {
         if attachments.is_empty() {
             return Ok(Vec::new());
         }
-        let netns = ctx
-            .netns
-            .clone()
-            .ok_or_else(|| CniError::invalid_env(CNI_NETNS, "required for a hot-plug"))?;
+        let netns = ctx.netns.clone().ok_or(RunError::NoNetns {
+            reason: "required for a hot-plug",
+        })?;
         let chains = prepare_all(attachments, ctx)?;
         let mut record = self.record(ctx)?;
         if let Some(taken) = attachments.iter().find(|a| {
@@ -59,13 +50,10 @@ impl Executor {
                 .iter()
                 .any(|c| c.attachment.ifname == a.ifname)
         }) {
-            return Err(CniError::invalid_config(
-                "interface",
-                format!(
-                    "{} ({}): the sandbox already has an interface by that name",
-                    taken.network, taken.ifname
-                ),
-            ));
+            return Err(RunError::InterfaceTaken {
+                network: taken.network.clone(),
+                ifname: taken.ifname.clone(),
+            });
         }
         let first = record.attachments.len();
         let plan = crate::plan::Plan {
@@ -92,16 +80,15 @@ impl Executor {
     /// once every plugin's DEL succeeded. The cluster network (the
     /// runtime's `CNI_IFNAME`) is never detached. Detaching what is not
     /// there is done already.
-    pub fn detach(&self, ctx: &RunContext, ifname: &str) -> Result<Option<Attachment>, CniError> {
+    pub fn detach(&self, ctx: &RunContext, ifname: &str) -> Result<Option<Attachment>, RunError> {
         if ifname == ctx.ifname {
-            return Err(CniError::invalid_config(
-                "interface",
-                format!("{ifname} is the cluster network's: it is never detached"),
-            ));
+            return Err(RunError::ClusterInterface {
+                ifname: ifname.to_string(),
+            });
         }
         let mut record = match self.record(ctx) {
             Ok(record) => record,
-            Err(e) if e.code == ErrorCode::UnknownContainer => return Ok(None),
+            Err(RunError::UnknownContainer { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
         let Some(position) = record

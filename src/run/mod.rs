@@ -24,7 +24,11 @@
 //! - What was attempted and how far it got lives in the [`Cache`], written
 //!   before the first plugin runs and after every attachment, so DEL, CHECK
 //!   and GC need neither the API server nor a crash-free ADD.
+//! - Errors are [`RunError`]s: a plugin's reply wrapped in the context that
+//!   names it (attachment, position, type), the executor's own failures
+//!   typed; the CNI code is chosen where plexus answers (see [`error`]).
 
+pub mod error;
 pub mod exec;
 pub mod hotplug;
 pub mod registry;
@@ -41,8 +45,8 @@ use crate::cni::args::CniArgs;
 use crate::cni::config::derive_request;
 use crate::cni::delegate::Resolver;
 use crate::cni::durable;
-use crate::cni::env::{AttachmentParams, CniCommand, CniEnv, CNI_NETNS};
-use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
+use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::result::{CniResult, Route};
 use crate::cni::skel::{
     valid_attachments_value, Plugin, Request, ValidAttachment, VALID_ATTACHMENTS,
@@ -50,11 +54,11 @@ use crate::cni::skel::{
 use crate::cni::CniVersion;
 use crate::netattach::deviceinfo::{self, DeviceInfo};
 use crate::plan::{Attachment, DefaultNetwork, Plan};
-use crate::record::{Cache, CachedAttachment, Lookup, Record, State};
-use plexus_dataplane::drivers::node_netns_refused;
+use crate::record::{Cache, CachedAttachment, Lookup, Record, RecordError, State};
 use plexus_dataplane::session::{PodLookup, Session};
 
-pub use exec::ExecPlugin;
+pub use error::RunError;
+pub use exec::{ExecError, ExecPlugin};
 pub use registry::Registry;
 
 /// Where plugins come from: the runtime's `CNI_PATH`, plexus's `binDir`
@@ -146,7 +150,7 @@ pub trait RouteHook {
         netns: &Path,
         ifname: &str,
         result: &mut CniResult,
-    ) -> Result<(), CniError>;
+    ) -> Result<(), RunError>;
 
     /// Send the default route through `gateways` (in order of preference)
     /// on `ifname` in `netns`.
@@ -156,14 +160,14 @@ pub trait RouteHook {
         ifname: &str,
         gateways: &[IpAddr],
         result: &mut CniResult,
-    ) -> Result<(), CniError>;
+    ) -> Result<(), RunError>;
 }
 
 /// Leaves routes and results alone (until the data plane provides a hook).
 pub struct NoRouteHook;
 
 impl RouteHook for NoRouteHook {
-    fn clear_default_route(&self, _: &Path, _: &str, _: &mut CniResult) -> Result<(), CniError> {
+    fn clear_default_route(&self, _: &Path, _: &str, _: &mut CniResult) -> Result<(), RunError> {
         Ok(())
     }
 
@@ -173,7 +177,7 @@ impl RouteHook for NoRouteHook {
         _: &str,
         _: &[IpAddr],
         _: &mut CniResult,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), RunError> {
         Ok(())
     }
 }
@@ -219,7 +223,7 @@ pub trait AttachmentObserver: Send + Sync {
         command: CniCommand,
         driver: &str,
         elapsed: Duration,
-        failed: Option<&CniError>,
+        failed: Option<&RunError>,
     );
 }
 
@@ -231,7 +235,7 @@ struct Step<'r> {
 
 /// Why a chain's ADD stopped.
 struct ChainFailure {
-    error: CniError,
+    error: RunError,
     /// The plugin that failed; `None` when every plugin succeeded and a later
     /// step (default route, cache) failed.
     failed_plugin: Option<usize>,
@@ -258,7 +262,7 @@ impl Executor {
         command: CniCommand,
         att: &Attachment,
         start: Instant,
-        outcome: Result<&T, &CniError>,
+        outcome: Result<&T, &RunError>,
     ) {
         if let Some(observer) = &self.observer {
             let driver = att.plugins.first().map(type_of).unwrap_or_default();
@@ -276,22 +280,20 @@ impl Executor {
     }
 
     /// ADD every attachment of `plan`, or none: see the module docs.
-    pub fn add(&self, plan: &Plan, ctx: &RunContext) -> Result<Vec<AttachmentResult>, CniError> {
+    pub fn add(&self, plan: &Plan, ctx: &RunContext) -> Result<Vec<AttachmentResult>, RunError> {
         self.cache.path(&ctx.container_id, &ctx.ifname)?;
-        let netns = ctx
-            .netns
-            .as_deref()
-            .ok_or_else(|| CniError::invalid_env(CNI_NETNS, "required for ADD but not set"))?;
+        let netns = ctx.netns.as_deref().ok_or(RunError::NoNetns {
+            reason: "required for ADD but not set",
+        })?;
         // No pod has the node's namespace: refused before any plugin (built
         // in or exec'd) could configure the node as a pod.
         if let Ok(PodLookup::Node) = ctx.delegates.session.pod(netns) {
-            return Err(node_netns_refused(netns));
+            return Err(RunError::NodeNetns {
+                path: netns.to_path_buf(),
+            });
         }
         if plan.attachments.is_empty() {
-            return Err(CniError::invalid_config(
-                "plan",
-                "no attachment (a plan always attaches the cluster-wide default network)",
-            ));
+            return Err(RunError::EmptyPlan);
         }
 
         // Everything is validated before anything is added.
@@ -299,17 +301,11 @@ impl Executor {
 
         match self.cache.load(&ctx.container_id, &ctx.ifname)? {
             Lookup::Found(old) if old.owes_del() => {
-                return Err(CniError::plugin(
-                    codes::ATTACHMENT_REJECTED,
-                    "attachment already exists",
-                    format!(
-                        "container {} interface {}: plexus already has a record of an ADD that was not \
-                         deleted ({}); the runtime must DEL it before adding again (cni-SPEC §2 ADD)",
-                        ctx.container_id,
-                        ctx.ifname,
-                        self.cache.path(&ctx.container_id, &ctx.ifname)?.display()
-                    ),
-                ))
+                return Err(RunError::AlreadyAdded {
+                    container_id: ctx.container_id.clone(),
+                    ifname: ctx.ifname.clone(),
+                    path: self.cache.path(&ctx.container_id, &ctx.ifname)?,
+                })
             }
             // A record nothing is owed for, or one that cannot be read: the
             // new record replaces it.
@@ -333,7 +329,7 @@ impl Executor {
         chains: &[Vec<Step>],
         ctx: &RunContext,
         netns: &Path,
-    ) -> Result<Vec<AttachmentResult>, CniError> {
+    ) -> Result<Vec<AttachmentResult>, RunError> {
         let attachments: Vec<Attachment> = record.attachments[first..]
             .iter()
             .map(|c| c.attachment.clone())
@@ -368,7 +364,7 @@ impl Executor {
                     }
                     self.cache.update(record).map_err(|error| {
                         Box::new(ChainFailure {
-                            error,
+                            error: error.into(),
                             failed_plugin: None,
                             last_good: Some(result.clone()),
                         })
@@ -398,7 +394,7 @@ impl Executor {
             // Not on disk: nothing may be reported as attached.
             let last = first + results.len() - 1;
             let failure = Box::new(ChainFailure {
-                error,
+                error: error.into(),
                 failed_plugin: None,
                 last_good: results.last().and_then(|r| r.result.clone()),
             });
@@ -420,6 +416,7 @@ impl Executor {
         copy: Option<&DeviceInfo>,
     ) -> Result<(CniResult, OptionalDeviceInfo), Box<ChainFailure>> {
         let env = attachment_env(att, ctx, CniCommand::Add, ctx.netns.clone())
+            .map_err(RunError::from)
             .and_then(|env| copy_device_plugin_info(att, copy).map(|()| env))
             .map_err(|error| {
                 Box::new(ChainFailure {
@@ -436,7 +433,12 @@ impl Executor {
                 Ok(result) => prev = Some(result),
                 Err(e) => {
                     return Err(Box::new(ChainFailure {
-                        error: in_step(e, att, i, &step.plugin_type),
+                        error: RunError::from(e).in_step(
+                            &att.network,
+                            &att.ifname,
+                            i,
+                            &step.plugin_type,
+                        ),
                         failed_plugin: Some(i),
                         last_good: prev,
                     }))
@@ -458,12 +460,10 @@ impl Executor {
                 _ => Ok(()),
             }
         })();
-        let routed = routed.map_err(|e| CniError {
-            details: format!(
-                "{} ({}) default route (multi-net-spec §4.1.2.1.9): {}",
-                att.network, att.ifname, e.details
-            ),
-            ..e
+        let routed = routed.map_err(|e| RunError::DefaultRoute {
+            network: att.network.clone(),
+            ifname: att.ifname.clone(),
+            source: Box::new(e),
         });
         routed
             .map(|()| (result, collect_device_info(att)))
@@ -485,7 +485,7 @@ impl Executor {
         i: usize,
         failure: Box<ChainFailure>,
         ctx: &RunContext,
-    ) -> CniError {
+    ) -> RunError {
         let failure = *failure;
         // multi-net-spec §7.2: later attachments are not attempted (one may
         // have been marked as started just before a failed cache write).
@@ -504,7 +504,7 @@ impl Executor {
         let ran = failure
             .failed_plugin
             .map_or(cached.attachment.plugins.len(), |k| {
-                if failure.error.undone {
+                if failure.error.undone() {
                     k
                 } else {
                     k + 1
@@ -524,34 +524,30 @@ impl Executor {
                 rollback_errors.push(e);
             }
         }
-        let mut error = failure.error;
-        if !rollback_errors.is_empty() {
-            let list: Vec<String> = rollback_errors.iter().map(|e| e.details.clone()).collect();
-            error.details = format!(
-                "{}; rollback failed, DEL will retry: {}",
-                error.details,
-                list.join("; ")
-            );
-        }
+        let error = failure.error;
         // A plugin that undid its own work may have found something in its
         // way: the record is kept even when nothing is owed, so that DEL
         // does not fall back to the configuration and delete that (see
         // `del`).
-        let in_the_way = failure.failed_plugin.is_some() && error.undone;
+        let in_the_way = failure.failed_plugin.is_some() && error.undone();
         let kept = if in_the_way {
             self.cache.store(record)
         } else {
             self.persist(record)
         };
-        if let Err(e) = kept {
-            error.details = format!("{}; {}", error.details, e.details);
+        match (rollback_errors.is_empty(), kept) {
+            (true, Ok(())) => error,
+            (_, kept) => RunError::AddFailed {
+                error: Box::new(error),
+                rollback: rollback_errors,
+                record: kept.err(),
+            },
         }
-        error
     }
 
     /// Store the record while it owes a DEL, else remove it. It replaces
     /// the file, which may be a corrupt one DEL fell back from.
-    fn persist(&self, record: &Record) -> Result<(), CniError> {
+    fn persist(&self, record: &Record) -> Result<(), RecordError> {
         if record.owes_del() {
             self.cache.store(record)
         } else {
@@ -576,7 +572,7 @@ impl Executor {
     /// is moved aside with a warning: failing every DEL forever (multus-cni
     /// #948) would leave the pod stuck, and GC still reclaims what its
     /// plugins can.
-    pub fn del(&self, ctx: &RunContext, fallback: Option<Fallback>) -> Result<DelReport, CniError> {
+    pub fn del(&self, ctx: &RunContext, fallback: Option<Fallback>) -> Result<DelReport, RunError> {
         let mut report = DelReport::default();
         let lookup = self.cache.load(&ctx.container_id, &ctx.ifname)?;
         let corrupt = matches!(lookup, Lookup::Corrupt { .. });
@@ -613,7 +609,7 @@ impl Executor {
                 // own (its interface gone, or no namespace) succeeds, so DEL
                 // works with the API server gone.
                 Err(e) if e.code == ErrorCode::TryAgainLater && pod_has_ifname(ctx) => {
-                    return Err(e)
+                    return Err(RunError::Plan(e))
                 }
                 Err(e) => {
                     report.warnings.push(format!(
@@ -647,12 +643,12 @@ impl Executor {
             }
         }
         if let Err(e) = self.persist(&record) {
-            errors.push(e);
+            errors.push(e.into());
         }
         if errors.is_empty() {
             Ok(report)
         } else {
-            Err(CniError::combine("DEL", errors))
+            Err(RunError::combine("DEL", errors))
         }
     }
 
@@ -663,7 +659,7 @@ impl Executor {
         ctx: &RunContext,
         corrupt: bool,
         mut report: DelReport,
-    ) -> Result<DelReport, CniError> {
+    ) -> Result<DelReport, RunError> {
         if !corrupt {
             return Ok(report);
         }
@@ -682,24 +678,20 @@ impl Executor {
     /// its cached result; the first error is returned. Attachments whose list
     /// sets `disableCheck` are skipped, and so are chains older than 0.4.0,
     /// which have no CHECK (cni-SPEC §2).
-    pub fn check(&self, ctx: &RunContext) -> Result<(), CniError> {
+    pub fn check(&self, ctx: &RunContext) -> Result<(), RunError> {
         if ctx.netns.is_none() {
-            return Err(CniError::invalid_env(
-                CNI_NETNS,
-                "required for CHECK but not set",
-            ));
+            return Err(RunError::NoNetns {
+                reason: "required for CHECK but not set",
+            });
         }
         // No record: code 11, the container unknown (cni-SPEC §2 CHECK).
         let record = self.record(ctx)?;
         if let Some(c) = record.attachments.iter().find(|c| c.state != State::Added) {
-            return Err(CniError::plugin(
-                codes::PLUGIN_FAILED,
-                "attachment not added",
-                format!(
-                    "{} ({}): its ADD did not complete (state {:?})",
-                    c.attachment.network, c.attachment.ifname, c.state
-                ),
-            ));
+            return Err(RunError::NotAdded {
+                network: c.attachment.network.clone(),
+                ifname: c.attachment.ifname.clone(),
+                state: c.state,
+            });
         }
         for cached in &record.attachments {
             let att = &cached.attachment;
@@ -719,7 +711,9 @@ impl Executor {
                         let t = req.plugin_type.clone().unwrap_or_default();
                         ctx.delegates.resolver.resolve(&t, &req)?.check(&req)
                     });
-                checked.map_err(|e| in_step(e, att, i, &plugin_type))?;
+                checked.map_err(|e| {
+                    RunError::from(e).in_step(&att.network, &att.ifname, i, &plugin_type)
+                })?;
             }
         }
         Ok(())
@@ -736,7 +730,7 @@ impl Executor {
         valid: &[ValidAttachment],
         delegates: &Delegates,
         cluster: Option<&DefaultNetwork>,
-    ) -> Result<GcReport, CniError> {
+    ) -> Result<GcReport, RunError> {
         let mut report = GcReport::default();
         let mut errors = Vec::new();
         let is_valid = |id: &str, ifname: &str| valid.iter().any(|(c, i)| c == id && i == ifname);
@@ -757,9 +751,10 @@ impl Executor {
                             report.warnings.extend(del.warnings);
                             report.deleted.push((container_id, ifname));
                         }
-                        Err(e) => errors.push(CniError {
-                            details: format!("container {container_id} ({ifname}): {}", e.details),
-                            ..e
+                        Err(e) => errors.push(RunError::StaleRecord {
+                            container_id,
+                            ifname,
+                            source: Box::new(e),
                         }),
                     }
                 }
@@ -771,13 +766,13 @@ impl Executor {
                     Ok(()) => report
                         .warnings
                         .push(format!("removed unreadable record {}", path.display())),
-                    Err(e) => errors.push(CniError::io(format!("cache {}", path.display()), e)),
+                    Err(e) => errors.push(RecordError::io(path, e).into()),
                 },
                 // GC runs alone (cni-SPEC §3 "Lifecycle"): no writer is
                 // between its write and its rename.
                 crate::record::Entry::Temp(path) => {
                     if let Err(e) = crate::record::remove_file(&path) {
-                        errors.push(CniError::io(format!("cache {}", path.display()), e));
+                        errors.push(RecordError::io(path, e).into());
                     }
                 }
                 _ => {}
@@ -789,7 +784,7 @@ impl Executor {
         if errors.is_empty() {
             Ok(report)
         } else {
-            Err(CniError::combine("GC", errors))
+            Err(RunError::combine("GC", errors))
         }
     }
 
@@ -800,7 +795,7 @@ impl Executor {
         delegates: &Delegates,
         cluster: &DefaultNetwork,
         report: &mut GcReport,
-        errors: &mut Vec<CniError>,
+        errors: &mut Vec<RunError>,
     ) {
         let list = &cluster.config;
         let name = list.name.as_deref().unwrap_or(&cluster.network);
@@ -813,7 +808,10 @@ impl Executor {
         let version = match list.select_version() {
             Ok(v) => v,
             Err(e) => {
-                errors.push(e.within(format!("cluster network {name}")));
+                errors.push(RunError::ClusterNetwork {
+                    network: name.to_string(),
+                    source: Box::new(e.into()),
+                });
                 return;
             }
         };
@@ -845,12 +843,15 @@ impl Executor {
 /// ...) and naming the plugin. A chain older than 1.1.0 has no STATUS and is
 /// not asked, as libcni does not ask it; built-in plugins included, as a
 /// STATUS request below 1.1.0 is no valid request (cni-SPEC §2).
-pub fn status(delegates: &Delegates, cluster: &DefaultNetwork) -> Result<(), CniError> {
+pub fn status(delegates: &Delegates, cluster: &DefaultNetwork) -> Result<(), RunError> {
     let list = &cluster.config;
     let name = list.name.as_deref().unwrap_or(&cluster.network);
     let version = list
         .select_version()
-        .map_err(|e| e.within(format!("cluster network {name}")))?;
+        .map_err(|e| RunError::ClusterNetwork {
+            network: name.to_string(),
+            source: Box::new(e.into()),
+        })?;
     if version < CniVersion::V1_1_0 {
         return Ok(());
     }
@@ -884,7 +885,7 @@ impl ClusterPluginCall<'_, '_> {
         plugin: &crate::cni::config::PluginConfig,
         extra: Map<String, Value>,
         call: impl FnOnce(&dyn Plugin, &Request) -> Result<(), CniError>,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), RunError> {
         let mut config = derive_request(plugin, self.network, self.version, &Map::new(), None);
         config.extend(extra);
         CniEnv::config_only(self.command, self.delegates.search_path())
@@ -893,13 +894,11 @@ impl ClusterPluginCall<'_, '_> {
                 let resolved = self.delegates.resolver.resolve(&plugin.plugin_type, &req)?;
                 call(resolved.as_ref(), &req)
             })
-            .map_err(|e| CniError {
-                details: format!(
-                    "cluster network {} plugins[{i}]: {}",
-                    self.network,
-                    with_type(&e.details, &plugin.plugin_type)
-                ),
-                ..e
+            .map_err(|e| RunError::ClusterPlugin {
+                network: self.network.to_string(),
+                index: i,
+                plugin_type: plugin.plugin_type.clone(),
+                source: Box::new(e.into()),
             })
     }
 }
@@ -915,7 +914,7 @@ fn begin(cached: &mut CachedAttachment) {
 fn prepare_all<'r>(
     attachments: &[Attachment],
     ctx: &RunContext<'r>,
-) -> Result<Vec<Vec<Step<'r>>>, CniError> {
+) -> Result<Vec<Vec<Step<'r>>>, RunError> {
     attachments
         .iter()
         .map(|a| prepare(a, ctx, CniCommand::Add))
@@ -927,7 +926,7 @@ fn prepare<'r>(
     att: &Attachment,
     ctx: &RunContext<'r>,
     command: CniCommand,
-) -> Result<Vec<Step<'r>>, CniError> {
+) -> Result<Vec<Step<'r>>, RunError> {
     let env = attachment_env(att, ctx, command, ctx.netns.clone())?;
     att.plugins
         .iter()
@@ -936,10 +935,7 @@ fn prepare<'r>(
             let plugin_type = type_of(config);
             let step = (|| {
                 let req = request(config, env.clone(), None)?;
-                let t = req
-                    .plugin_type
-                    .clone()
-                    .ok_or_else(|| CniError::invalid_config("type", "missing"))?;
+                let t = req.plugin_type.clone().ok_or(RunError::NoType)?;
                 let plugin = ctx.delegates.resolver.resolve(&t, &req)?;
                 plugin.validate(&req)?;
                 Ok(Step {
@@ -947,7 +943,7 @@ fn prepare<'r>(
                     plugin,
                 })
             })();
-            step.map_err(|e| in_step(e, att, i, &plugin_type))
+            step.map_err(|e: RunError| e.in_step(&att.network, &att.ifname, i, &plugin_type))
         })
         .collect()
 }
@@ -960,7 +956,7 @@ fn del_chain(
     ctx: &RunContext,
     netns: Option<PathBuf>,
     skip: Option<usize>,
-) -> Result<(), CniError> {
+) -> Result<(), RunError> {
     let att = &cached.attachment;
     let env = attachment_env(att, ctx, CniCommand::Del, netns)?;
     let owed: Vec<usize> = cached.pending_del.iter().rev().copied().collect();
@@ -976,7 +972,9 @@ fn del_chain(
         });
         match deleted {
             Ok(()) => cached.pending_del.retain(|j| *j != i),
-            Err(e) => return Err(in_step(e, att, i, &plugin_type)),
+            Err(e) => {
+                return Err(RunError::from(e).in_step(&att.network, &att.ifname, i, &plugin_type))
+            }
         }
     }
     if cached.pending_del.is_empty() {
@@ -1028,7 +1026,7 @@ fn optional_device_info(
 
 /// §4.2.1: copy the device plugin's information to the attachment's CNI
 /// file, where its plugins find it (§5.1.2).
-fn copy_device_plugin_info(att: &Attachment, info: Option<&DeviceInfo>) -> Result<(), CniError> {
+fn copy_device_plugin_info(att: &Attachment, info: Option<&DeviceInfo>) -> Result<(), RunError> {
     let (Some(info), Some(files)) = (info, &att.device_info) else {
         return Ok(());
     };
@@ -1036,14 +1034,13 @@ fn copy_device_plugin_info(att: &Attachment, info: Option<&DeviceInfo>) -> Resul
 }
 
 /// A failure on the attachment's CNI device-info file, naming it.
-fn cni_file_error(att: &Attachment, path: &Path, e: std::io::Error) -> CniError {
-    let what = format!(
-        "{} ({}) device-info file {}",
-        att.network,
-        att.ifname,
-        path.display()
-    );
-    CniError::io(what, e)
+fn cni_file_error(att: &Attachment, path: &Path, e: std::io::Error) -> RunError {
+    RunError::DeviceInfoFile {
+        network: att.network.clone(),
+        ifname: att.ifname.clone(),
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
 }
 
 /// §6.1.1: after the chain, what the attachment's CNI file holds; a file a
@@ -1060,7 +1057,7 @@ fn collect_device_info(att: &Attachment) -> OptionalDeviceInfo {
 /// §4.2.1: "When CNI DELETE action is called, the NPWG Implementation must
 /// delete the CNI Plugin Device Information File"; once every plugin's DEL
 /// succeeded, so a DEL retried still finds what its plugins may read.
-fn remove_device_info(att: &Attachment) -> Result<(), CniError> {
+fn remove_device_info(att: &Attachment) -> Result<(), RunError> {
     let Some(files) = &att.device_info else {
         return Ok(());
     };
@@ -1175,30 +1172,6 @@ fn type_of(config: &Map<String, Value>) -> String {
         .to_string()
 }
 
-/// `details` prefixed with the plugin type unless it already is (exec'd
-/// plugins' errors are).
-fn with_type(details: &str, plugin_type: &str) -> String {
-    if details.starts_with(&format!("{plugin_type}: ")) {
-        details.to_string()
-    } else {
-        format!("{plugin_type}: {details}")
-    }
-}
-
-/// An error of plugin `i` of `att`, naming the network, interface, position
-/// and type: `ns/net (net1) plugins[1]: tuning: ...`.
-fn in_step(e: CniError, att: &Attachment, i: usize, plugin_type: &str) -> CniError {
-    CniError {
-        details: format!(
-            "{} ({}) plugins[{i}]: {}",
-            att.network,
-            att.ifname,
-            with_type(&e.details, plugin_type)
-        ),
-        ..e
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -1296,50 +1269,6 @@ mod tests {
         assert_eq!(
             d.search_path().last().unwrap(),
             Path::new("/var/lib/plexus/bin")
-        );
-    }
-
-    #[test]
-    fn errors_name_network_position_and_type_once() {
-        let att = Attachment {
-            network: "ns/a".into(),
-            ifname: "net1".into(),
-            default: false,
-            cni_args: String::new(),
-            plugins: vec![],
-            source: String::new(),
-            default_route: None,
-            clear_default_route: false,
-            ipam_claim_reference: None,
-            disable_check: false,
-            device_info: None,
-        };
-        let e = in_step(
-            CniError::invalid_config("mtu", "too big"),
-            &att,
-            2,
-            "macvlan",
-        );
-        assert_eq!(e.details, "ns/a (net1) plugins[2]: macvlan: mtu: too big");
-        let exec_err = CniError::new(ErrorCode::Io, "x", "macvlan: no such device");
-        assert_eq!(
-            in_step(exec_err, &att, 0, "macvlan").details,
-            "ns/a (net1) plugins[0]: macvlan: no such device"
-        );
-        let both = CniError::combine(
-            "DEL",
-            vec![
-                CniError::new(ErrorCode::TryAgainLater, "busy", "a: 1"),
-                CniError::new(ErrorCode::Io, "io", "b: 2"),
-            ],
-        );
-        assert_eq!(
-            both,
-            CniError::new(
-                ErrorCode::TryAgainLater,
-                "DEL: 2 operations failed",
-                "a: 1; b: 2"
-            )
         );
     }
 }

@@ -9,13 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cni::delegate::Resolver;
-use crate::cni::error::{codes, CniError};
+use crate::cni::error::CniError;
 use crate::cni::names;
 use crate::cni::skel::{Plugin, Request};
 
 use plexus_dataplane::Session;
 
-use super::exec::{ExecPlugin, ExecSite, DEFAULT_TIMEOUT};
+use super::error::RunError;
+use super::exec::{ExecError, ExecPlugin, ExecSite, DEFAULT_TIMEOUT};
 
 /// Builds a built-in plugin. It gets the resolver so that it can delegate in
 /// turn (a bridge driver runs its `ipam.type` through it), and the
@@ -111,17 +112,15 @@ impl Registry {
     pub fn exec_timeout(&self) -> Duration {
         self.exec_timeout
     }
-}
 
-impl Resolver for Registry {
-    fn resolve(&self, plugin_type: &str, _req: &Request) -> Result<Box<dyn Plugin + '_>, CniError> {
-        names::check_plugin_type(plugin_type).map_err(|r| CniError::invalid_config("type", r))?;
+    /// The plugin serving `plugin_type`: built in, refused, or exec'd.
+    fn plugin(&self, plugin_type: &str) -> Result<Box<dyn Plugin + '_>, RunError> {
+        names::check_plugin_type(plugin_type).map_err(ExecError::PluginType)?;
         if let Some(reason) = self.refused.get(plugin_type) {
-            return Err(CniError::plugin(
-                codes::ATTACHMENT_REJECTED,
-                "plugin type refused",
-                format!("type: {plugin_type:?}: {reason}"),
-            ));
+            return Err(RunError::Refused {
+                plugin_type: plugin_type.to_string(),
+                reason: reason.clone(),
+            });
         }
         match self.builtins.get(plugin_type) {
             Some(factory) => Ok(factory(self, &self.session)),
@@ -129,6 +128,12 @@ impl Resolver for Registry {
                 ExecPlugin::new(plugin_type, self.exec_timeout)?.at(self.exec_site.clone()),
             )),
         }
+    }
+}
+
+impl Resolver for Registry {
+    fn resolve(&self, plugin_type: &str, _req: &Request) -> Result<Box<dyn Plugin + '_>, CniError> {
+        Ok(self.plugin(plugin_type)?)
     }
 }
 
@@ -142,7 +147,6 @@ mod tests {
     use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
     use crate::cni::result::CniResult;
     use crate::cni::skel::ValidAttachment;
-    use crate::cni::ErrorCode;
 
     /// A built-in plugin that says who it is in its result's DNS domain and
     /// delegates its `ipam` through the resolver it was built with.
@@ -269,17 +273,22 @@ mod tests {
             vec![],
         );
         let reg = Registry::new();
-        let e = reg.resolve("plexus", &r).err().unwrap();
-        assert_eq!(e.code, ErrorCode::Plugin(codes::ATTACHMENT_REJECTED));
+        let e = reg.plugin("plexus").err().unwrap();
         assert!(
-            e.details
-                .starts_with("type: \"plexus\": plexus cannot delegate"),
-            "{e}"
+            matches!(&e, RunError::Refused { plugin_type, reason }
+                if plugin_type == "plexus" && reason.starts_with("plexus cannot delegate")),
+            "{e:?}"
         );
-        let e = reg.resolve("../bridge", &r).err().unwrap();
-        assert_eq!(e.code, ErrorCode::InvalidConfig);
+        let e = reg.plugin("../bridge").err().unwrap();
+        assert!(
+            matches!(e, RunError::Exec(ExecError::PluginType(_))),
+            "{e:?}"
+        );
         let reg = reg.with_refused("dhcp", "not on this node");
-        assert!(reg.resolve("dhcp", &r).is_err());
+        assert!(matches!(
+            reg.plugin("dhcp").err(),
+            Some(RunError::Refused { .. })
+        ));
         // Registering a refused type as a built-in lifts the refusal.
         let reg = reg.with_builtin("plexus", |_, _| Box::new(Ipam));
         assert!(reg.resolve("plexus", &r).is_ok());

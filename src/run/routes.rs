@@ -11,8 +11,7 @@ use plexus_dataplane::netlink::{IpFamily, Route};
 use plexus_dataplane::session::{PodLookup, Session};
 use plexus_dataplane::Netlink;
 
-use super::{set_default_routes, strip_default_routes, RouteHook};
-use crate::cni::error::{codes, CniError};
+use super::{set_default_routes, strip_default_routes, RouteHook, RunError};
 use crate::cni::result::CniResult;
 
 /// Changes the pod's default routes through netlink, on the handles of the
@@ -22,12 +21,8 @@ pub struct NetlinkRouteHook {
     pub session: Arc<Session>,
 }
 
-fn failed(what: &str, ifname: &str, e: impl std::fmt::Display) -> CniError {
-    CniError::plugin(
-        codes::PLUGIN_FAILED,
-        "default route (multi-net-spec §4.1.2.1.9)",
-        format!("{what} on {ifname}: {e}"),
-    )
+fn failed(what: &str, ifname: &str, e: impl std::fmt::Display) -> RunError {
+    RunError::route(what, ifname, e)
 }
 
 /// The pod's handle and the index of `ifname` in it.
@@ -35,7 +30,7 @@ fn pod_link<'s>(
     session: &'s Session,
     netns: &Path,
     ifname: &str,
-) -> Result<(&'s Netlink, u32), CniError> {
+) -> Result<(&'s Netlink, u32), RunError> {
     let nl = match session.pod(netns) {
         Ok(PodLookup::Pod(side)) => session
             .pod_netlink(side)
@@ -68,7 +63,7 @@ fn delete_defaults(
     index: u32,
     families: &[IpFamily],
     ifname: &str,
-) -> Result<(), CniError> {
+) -> Result<(), RunError> {
     for &family in families {
         let routes = nl
             .routes(family, None)
@@ -90,7 +85,7 @@ impl RouteHook for NetlinkRouteHook {
         netns: &Path,
         ifname: &str,
         result: &mut CniResult,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), RunError> {
         let (nl, index) = pod_link(&self.session, netns, ifname)?;
         delete_defaults(nl, index, &[IpFamily::V4, IpFamily::V6], ifname)?;
         strip_default_routes(result);
@@ -103,7 +98,7 @@ impl RouteHook for NetlinkRouteHook {
         ifname: &str,
         gateways: &[IpAddr],
         result: &mut CniResult,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), RunError> {
         let (nl, index) = pod_link(&self.session, netns, ifname)?;
         let families: Vec<IpFamily> = [IpFamily::V4, IpFamily::V6]
             .into_iter()

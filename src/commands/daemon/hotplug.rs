@@ -22,7 +22,7 @@ use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{KubeCluster, Publication, SharedApi};
 use crate::cluster::Cluster;
 use crate::cni::args::CniArgs;
-use crate::cni::error::{CniError, ErrorCode};
+use crate::cni::error::CniError;
 use crate::config::PlexusConf;
 use crate::manifest::Pod;
 use crate::netattach::selection::NETWORKS_ANNOTATION;
@@ -33,7 +33,7 @@ use crate::plan::{self, ConfDir, PlanInputs, PlanOptions};
 use crate::plugin::{self, PlexusPlugin};
 use crate::record::{Cache, Lookup, Record, State};
 use crate::run::routes::NetlinkRouteHook;
-use crate::run::{Delegates, Executor, RunContext};
+use crate::run::{Delegates, Executor, RunContext, RunError};
 
 use super::metrics::Metrics;
 use super::sandboxes::{Sandbox, Sandboxes};
@@ -217,7 +217,7 @@ impl Reconciler {
         let record = match executor.record(&ctx) {
             // Its DEL ran where this daemon did not see it (a plugin
             // process, a daemon before this one): forgotten here too.
-            Err(e) if e.code == ErrorCode::UnknownContainer => {
+            Err(RunError::UnknownContainer { .. }) => {
                 self.sandboxes
                     .remove(&sandbox.container_id, Some(&conf.cni_dir));
                 return Ok(Err(Skip::Gone));
@@ -264,7 +264,7 @@ impl Reconciler {
                 }
                 Err(e) => {
                     self.metrics.hotplug("detach", "error");
-                    failures.push(e);
+                    failures.push(e.into());
                 }
             }
         }

@@ -16,8 +16,8 @@ use prometheus::{
 
 use crate::cluster::outbox::Delivery;
 use crate::cni::env::CniCommand;
-use crate::cni::error::CniError;
 use crate::run::AttachmentObserver;
+use crate::run::RunError;
 
 /// Latency buckets, seconds: an attachment takes milliseconds; a call that
 /// waits for the cluster network, seconds.
@@ -212,7 +212,7 @@ impl AttachmentObserver for Metrics {
         command: CniCommand,
         driver: &str,
         elapsed: Duration,
-        _failed: Option<&CniError>,
+        _failed: Option<&RunError>,
     ) {
         self.attachment_seconds
             .with_label_values(&[command.as_str(), driver])

@@ -205,7 +205,7 @@ impl Settings {
         let parsed =
             PlexusConf::from_value(&Value::Object(conf)).map_err(|e| InstallError::Invalid {
                 what: "--settings".into(),
-                reason: e.details,
+                reason: crate::cni::CniError::from(e).details,
             })?;
         for warning in parsed.warnings {
             let key = warning.split(':').next().unwrap_or_default().to_string();

@@ -13,6 +13,8 @@
 //! node's dynamically linked plugins find their libc, and with `CNI_NETNS`
 //! a path that reaches the namespace the shim passed.
 
+pub mod error;
+
 use std::ffi::{CString, OsString};
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -31,11 +33,14 @@ use serde_json::Value;
 
 use crate::cni::casefold;
 use crate::cni::env::{CNI_ARGS, CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS, CNI_PATH};
-use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::cni::error::CniError;
 use crate::cni::names;
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::cni::CniVersion;
+
+pub use error::ExecError;
+use error::{Printed, Unusable};
 
 /// How long a plugin may run before it is killed: generous, since `dhcp` and
 /// plugins talking to remote controllers can take seconds, but well inside
@@ -65,7 +70,7 @@ pub struct ExecSite {
 impl ExecSite {
     /// The first regular executable file named `plugin_type` in `dirs`, as
     /// seen from [`ExecSite::root`]; the path is the one to run there.
-    pub fn find(&self, plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, CniError> {
+    pub fn find(&self, plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, ExecError> {
         find_plugin_under(plugin_type, dirs, self.root.as_deref())
     }
 
@@ -89,8 +94,8 @@ pub struct ExecPlugin {
 impl ExecPlugin {
     /// `plugin_type` must be a bare binary name (cni-SPEC §1 `type`), so a
     /// configuration cannot make plexus run `../../bin/x`.
-    pub fn new(plugin_type: &str, timeout: Duration) -> Result<ExecPlugin, CniError> {
-        names::check_plugin_type(plugin_type).map_err(|r| CniError::invalid_config("type", r))?;
+    pub fn new(plugin_type: &str, timeout: Duration) -> Result<ExecPlugin, ExecError> {
+        names::check_plugin_type(plugin_type).map_err(ExecError::PluginType)?;
         Ok(ExecPlugin {
             plugin_type: plugin_type.to_string(),
             timeout,
@@ -110,15 +115,14 @@ impl ExecPlugin {
 
     /// The binary serving this type in `dirs`: the first regular, executable
     /// file of that name (symlinks followed), as libcni's `FindInPath`.
-    pub fn find(&self, dirs: &[PathBuf]) -> Result<PathBuf, CniError> {
+    pub fn find(&self, dirs: &[PathBuf]) -> Result<PathBuf, ExecError> {
         self.site.find(&self.plugin_type, dirs)
     }
 
     /// Run the plugin for `req.env`'s command and return its stdout.
-    fn invoke(&self, req: &Request) -> Result<Vec<u8>, CniError> {
+    fn invoke(&self, req: &Request) -> Result<Vec<u8>, ExecError> {
         let binary = self.find(req.env.path())?;
-        let stdin = serde_json::to_vec(&req.config)
-            .map_err(|e| CniError::io(format!("{}: stdin", self.plugin_type), e))?;
+        let stdin = serde_json::to_vec(&req.config).map_err(|e| self.io("stdin", e))?;
         let mut cmd = Command::new(&binary);
         // A runtime's environment, as libcni builds it: the process's own
         // (PATH, ...) without any inherited CNI_*, then all six CNI_*
@@ -144,28 +148,24 @@ impl ExecPlugin {
             // Its own process group, so a timeout kills its helpers too.
             .process_group(0);
         if let Some(root) = &self.site.root {
-            chroot_in_child(&mut cmd, root).map_err(|e| {
-                CniError::invalid_config("chrootDir", format!("{}: {e}", root.display()))
+            chroot_in_child(&mut cmd, root).map_err(|e| ExecError::ChrootDir {
+                root: root.clone(),
+                reason: e.to_string(),
             })?;
         }
         let output = run_bounded(cmd, stdin, self.timeout).map_err(|e| match e {
-            RunError::Spawn(e) => CniError::plugin(
-                codes::PLUGIN_FAILED,
-                "failed to run plugin",
-                format!("{}: {}: {e}", self.plugin_type, binary.display()),
-            ),
-            RunError::Io(what, e) => CniError::io(format!("{}: {what}", self.plugin_type), e),
-            RunError::Timeout => CniError::plugin(
-                codes::PLUGIN_FAILED,
-                "plugin timed out",
-                format!(
-                    "{}: {} {} did not finish within {:?} and was killed",
-                    self.plugin_type,
-                    binary.display(),
-                    env.command(),
-                    self.timeout
-                ),
-            ),
+            Unfinished::Spawn(e) => ExecError::Spawn {
+                plugin_type: self.plugin_type.clone(),
+                binary: binary.clone(),
+                reason: e.to_string(),
+            },
+            Unfinished::Io(what, e) => self.io(what, e),
+            Unfinished::Timeout => ExecError::Timeout {
+                plugin_type: self.plugin_type.clone(),
+                binary: binary.clone(),
+                command: env.command(),
+                timeout: self.timeout,
+            },
         })?;
         if output.status.success() {
             return Ok(output.stdout);
@@ -176,55 +176,72 @@ impl ExecPlugin {
     /// The error of a plugin that exited non-zero: its CNI error result
     /// (cni-SPEC §5 "Error") when stdout holds one, else the exit status and
     /// stderr.
-    fn failure(&self, output: &Output) -> CniError {
-        let t = &self.plugin_type;
+    fn failure(&self, output: &Output) -> ExecError {
+        let plugin_type = self.plugin_type.clone();
         if let Some((code, msg, details)) = error_result(&output.stdout) {
-            let details = if details.is_empty() {
-                format!("{t}: {msg}")
-            } else {
-                format!("{t}: {details}")
+            return ExecError::Replied {
+                plugin_type,
+                code,
+                msg,
+                details,
             };
-            return CniError::new(ErrorCode::from_u32(code), msg, details);
         }
-        let mut details = format!("{t}: {}", describe_status(output.status));
-        let stderr = String::from_utf8_lossy(&output.stderr_tail);
-        let stderr = stderr.trim();
-        if !stderr.is_empty() {
-            details.push_str(&format!("; stderr: {stderr}"));
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).trim().to_string();
+        let printed = Printed {
+            stderr: text(&output.stderr_tail),
+            stdout: text(&output.stdout),
+        };
+        match (output.status.code(), output.status.signal()) {
+            (None, Some(signal)) => ExecError::Killed {
+                plugin_type,
+                signal,
+                printed,
+            },
+            // Neither a status nor a signal: not for a process that ended.
+            (status, _) => ExecError::Exited {
+                plugin_type,
+                status: status.unwrap_or_else(|| output.status.into_raw()),
+                printed,
+            },
         }
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stdout = stdout.trim();
-        if !stdout.is_empty() {
-            details.push_str(&format!("; stdout is not a CNI error: {}", snippet(stdout)));
+    }
+
+    /// Talking to the plugin failed.
+    fn io(&self, what: &'static str, e: impl std::fmt::Display) -> ExecError {
+        ExecError::Io {
+            plugin_type: self.plugin_type.clone(),
+            what,
+            reason: e.to_string(),
         }
-        CniError::plugin(codes::PLUGIN_FAILED, "plugin failed", details)
     }
 
     /// cni-SPEC §5 "ADD Success": the result, read in its own `cniVersion`
     /// (the request's when it names none, as libcni does) and held as the
     /// request's version.
-    fn parse_result(&self, stdout: &[u8], req: &Request) -> Result<CniResult, CniError> {
-        let t = &self.plugin_type;
+    fn parse_result(&self, stdout: &[u8], req: &Request) -> Result<CniResult, ExecError> {
+        let plugin_type = || self.plugin_type.clone();
         let text = String::from_utf8_lossy(stdout);
         if text.trim().is_empty() {
-            return Err(CniError::decode(
-                format!("{t}: result"),
-                "the plugin exited 0 but printed no result on ADD",
-            ));
+            return Err(ExecError::NoResult {
+                plugin_type: plugin_type(),
+            });
         }
-        let value: Value = serde_json::from_slice(stdout).map_err(|e| {
-            CniError::decode(
-                format!("{t}: result"),
-                format!("not JSON ({e}): {}", snippet(text.trim())),
-            )
+        let value: Value = serde_json::from_slice(stdout).map_err(|e| ExecError::NotJson {
+            plugin_type: plugin_type(),
+            reason: e.to_string(),
+            stdout: text.trim().to_string(),
         })?;
+        let bad = |error| ExecError::BadResult {
+            plugin_type: plugin_type(),
+            error,
+        };
         let version = match value.get("cniVersion") {
-            Some(Value::String(s)) if !s.is_empty() => CniVersion::parse_field(s, "cniVersion")
-                .map_err(|e| e.within(format!("{t}: result")))?,
+            Some(Value::String(s)) if !s.is_empty() => {
+                CniVersion::parse_field(s, "cniVersion").map_err(bad)?
+            }
             _ => req.cni_version,
         };
-        let mut result = CniResult::from_value_as(&value, version)
-            .map_err(|e| e.within(format!("{t}: result")))?;
+        let mut result = CniResult::from_value_as(&value, version).map_err(bad)?;
         result.cni_version = Some(req.cni_version);
         Ok(result)
     }
@@ -234,29 +251,29 @@ impl Plugin for ExecPlugin {
     /// The binary must exist: a configuration naming a plugin the node does
     /// not have fails before anything is added.
     fn validate(&self, req: &Request) -> Result<(), CniError> {
-        self.find(req.env.path()).map(|_| ())
+        Ok(self.find(req.env.path()).map(|_| ())?)
     }
 
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let stdout = self.invoke(req)?;
-        self.parse_result(&stdout, req)
+        Ok(self.parse_result(&stdout, req)?)
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        self.invoke(req).map(|_| ())
+        Ok(self.invoke(req).map(|_| ())?)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
-        self.invoke(req).map(|_| ())
+        Ok(self.invoke(req).map(|_| ())?)
     }
 
     fn gc(&self, req: &Request, _valid: &[ValidAttachment]) -> Result<(), CniError> {
         // The valid attachments are in the request configuration already.
-        self.invoke(req).map(|_| ())
+        Ok(self.invoke(req).map(|_| ())?)
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        self.invoke(req).map(|_| ())
+        Ok(self.invoke(req).map(|_| ())?)
     }
 }
 
@@ -278,7 +295,7 @@ fn chroot_in_child(cmd: &mut Command, root: &Path) -> std::io::Result<()> {
 }
 
 /// The first regular executable file named `plugin_type` in `dirs`.
-pub fn find_plugin(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, CniError> {
+pub fn find_plugin(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, ExecError> {
     find_plugin_under(plugin_type, dirs, None)
 }
 
@@ -303,40 +320,24 @@ fn find_plugin_under(
     plugin_type: &str,
     dirs: &[PathBuf],
     root: Option<&Path>,
-) -> Result<PathBuf, CniError> {
-    names::check_plugin_type(plugin_type).map_err(|r| CniError::invalid_config("type", r))?;
+) -> Result<PathBuf, ExecError> {
+    names::check_plugin_type(plugin_type).map_err(ExecError::PluginType)?;
     let mut skipped = Vec::new();
     for dir in dirs {
         let candidate = dir.join(plugin_type);
         match metadata_under(&candidate, root) {
             Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => return Ok(candidate),
-            Ok(m) if m.is_file() => {
-                skipped.push(format!("{} is not executable", candidate.display()))
-            }
-            Ok(_) => skipped.push(format!("{} is not a regular file", candidate.display())),
+            Ok(m) if m.is_file() => skipped.push((candidate, Unusable::NotExecutable)),
+            Ok(_) => skipped.push((candidate, Unusable::NotAFile)),
             Err(_) => {}
         }
     }
-    let searched = if dirs.is_empty() {
-        "no directory (CNI_PATH is empty)".to_string()
-    } else {
-        dirs.iter()
-            .map(|d| d.display().to_string())
-            .collect::<Vec<_>>()
-            .join(":")
-    };
-    let mut details = format!("{plugin_type}: no executable named {plugin_type:?} in {searched}");
-    if let Some(root) = root {
-        details.push_str(&format!(" under chrootDir {}", root.display()));
-    }
-    if !skipped.is_empty() {
-        details.push_str(&format!(" ({})", skipped.join("; ")));
-    }
-    Err(CniError::plugin(
-        codes::PLUGIN_FAILED,
-        "failed to find plugin",
-        details,
-    ))
+    Err(ExecError::NotFound {
+        plugin_type: plugin_type.to_string(),
+        dirs: dirs.to_vec(),
+        root: root.map(Path::to_path_buf),
+        skipped,
+    })
 }
 
 fn join_path(dirs: &[PathBuf]) -> OsString {
@@ -366,23 +367,6 @@ fn error_result(stdout: &[u8]) -> Option<(u32, String, String)> {
     Some((code, text("msg"), text("details")))
 }
 
-fn describe_status(status: ExitStatus) -> String {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with status {code}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
-        _ => status.to_string(),
-    }
-}
-
-/// The first 200 characters of a text, for error messages.
-fn snippet(s: &str) -> String {
-    if s.chars().count() <= 200 {
-        return s.to_string();
-    }
-    let cut: String = s.chars().take(200).collect();
-    format!("{cut}...")
-}
-
 struct Output {
     status: ExitStatus,
     stdout: Vec<u8>,
@@ -390,7 +374,8 @@ struct Output {
     stderr_tail: Vec<u8>,
 }
 
-enum RunError {
+/// Why a bounded run did not end with the plugin's exit.
+enum Unfinished {
     Spawn(std::io::Error),
     Io(&'static str, std::io::Error),
     Timeout,
@@ -400,9 +385,9 @@ enum RunError {
 /// `timeout`. Reader and writer threads do the I/O, so a plugin that fills a
 /// pipe cannot deadlock us; a plugin (or a helper it left behind) that keeps
 /// its pipes open past the deadline is killed and its threads abandoned.
-fn run_bounded(mut cmd: Command, stdin: Vec<u8>, timeout: Duration) -> Result<Output, RunError> {
+fn run_bounded(mut cmd: Command, stdin: Vec<u8>, timeout: Duration) -> Result<Output, Unfinished> {
     let deadline = Instant::now() + timeout;
-    let mut child = spawn_once_written(&mut cmd, deadline).map_err(RunError::Spawn)?;
+    let mut child = spawn_once_written(&mut cmd, deadline).map_err(Unfinished::Spawn)?;
 
     let mut pipe_in = child.stdin.take().expect("stdin is piped");
     thread::spawn(move || {
@@ -446,7 +431,7 @@ fn run_bounded(mut cmd: Command, stdin: Vec<u8>, timeout: Duration) -> Result<Ou
     let stdout = match out_rx.recv_timeout(remaining()) {
         Ok(Ok(buf)) if buf.len() as u64 > MAX_STDOUT => {
             kill(&mut child);
-            return Err(RunError::Io(
+            return Err(Unfinished::Io(
                 "stdout",
                 std::io::Error::other(format!("more than {MAX_STDOUT} bytes")),
             ));
@@ -454,11 +439,11 @@ fn run_bounded(mut cmd: Command, stdin: Vec<u8>, timeout: Duration) -> Result<Ou
         Ok(Ok(buf)) => buf,
         Ok(Err(e)) => {
             kill(&mut child);
-            return Err(RunError::Io("stdout", e));
+            return Err(Unfinished::Io("stdout", e));
         }
         Err(_) => {
             kill(&mut child);
-            return Err(RunError::Timeout);
+            return Err(Unfinished::Timeout);
         }
     };
     let status = wait_until(&mut child, deadline)?;
@@ -500,7 +485,7 @@ fn spawn_once_written(cmd: &mut Command, deadline: Instant) -> std::io::Result<C
 
 /// Wait for the child to exit, polling (it closed stdout, so it is usually
 /// gone already), and kill it at the deadline.
-fn wait_until(child: &mut Child, deadline: Instant) -> Result<ExitStatus, RunError> {
+fn wait_until(child: &mut Child, deadline: Instant) -> Result<ExitStatus, Unfinished> {
     let mut pause = Duration::from_micros(50);
     loop {
         match child.try_wait() {
@@ -508,13 +493,13 @@ fn wait_until(child: &mut Child, deadline: Instant) -> Result<ExitStatus, RunErr
             Ok(None) => {}
             Err(e) => {
                 kill(child);
-                return Err(RunError::Io("wait", e));
+                return Err(Unfinished::Io("wait", e));
             }
         }
         let now = Instant::now();
         if now >= deadline {
             kill(child);
-            return Err(RunError::Timeout);
+            return Err(Unfinished::Timeout);
         }
         thread::sleep(pause.min(deadline - now));
         pause = (pause * 2).min(Duration::from_millis(20));
@@ -540,6 +525,7 @@ mod tests {
 
     use super::*;
     use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
+    use crate::cni::error::ErrorCode;
 
     fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
         let p = dir.join(name);
@@ -584,7 +570,10 @@ mod tests {
         let _writer = fs::OpenOptions::new().append(true).open(&p).unwrap();
         let t0 = Instant::now();
         let e = plugin.invoke(&req).unwrap_err();
-        assert!(e.details.contains("Text file busy"), "{e}");
+        assert!(
+            matches!(&e, ExecError::Spawn { reason, .. } if reason.contains("Text file busy")),
+            "{e:?}"
+        );
         assert!(t0.elapsed() < BUSY_FOR_AT_MOST + Duration::from_millis(500));
     }
 
@@ -605,14 +594,30 @@ mod tests {
         ];
         assert_eq!(find_plugin("p", &dirs).unwrap(), good);
         let e = find_plugin("p", &dirs[..2]).unwrap_err();
-        assert_eq!(e.code, ErrorCode::Plugin(codes::PLUGIN_FAILED));
-        assert!(
-            e.details.starts_with("p: no executable named \"p\" in "),
-            "{e}"
+        let ExecError::NotFound { skipped, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(
+            skipped,
+            &[
+                (a.path().join("p"), Unusable::NotExecutable),
+                (b.path().join("p"), Unusable::NotAFile)
+            ]
         );
-        assert!(e.details.contains("is not executable"), "{e}");
-        assert!(e.details.contains("is not a regular file"), "{e}");
-        let e = find_plugin("p", &[]).unwrap_err();
+        let details = CniError::from(e).details;
+        assert!(
+            details.starts_with("p: no executable named \"p\" in "),
+            "{details}"
+        );
+        assert!(
+            details.ends_with(&format!(
+                " ({}/p is not executable; {}/p is not a regular file)",
+                a.path().display(),
+                b.path().display()
+            )),
+            "{details}"
+        );
+        let e = CniError::from(find_plugin("p", &[]).unwrap_err());
         assert!(e.details.contains("CNI_PATH is empty"), "{e}");
     }
 
@@ -634,7 +639,10 @@ mod tests {
         assert_eq!(site.find("p", &dirs).unwrap(), Path::new("/opt/cni/bin/p"));
         // This process's /opt/cni/bin is not the node's.
         let e = site.find("sh", &[PathBuf::from("/bin")]).unwrap_err();
-        assert!(e.details.contains("under chrootDir"), "{e:?}");
+        assert!(
+            matches!(&e, ExecError::NotFound { root: Some(r), .. } if r == root.path()),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -659,9 +667,11 @@ mod tests {
         fs::create_dir(&sub).unwrap();
         for bad in ["../evil", "/bin/sh", "..", "a\\b"] {
             let e = find_plugin(bad, std::slice::from_ref(&sub)).unwrap_err();
-            assert_eq!(e.code, ErrorCode::InvalidConfig, "{bad}");
-            assert!(e.details.starts_with("type: "), "{e}");
-            assert!(ExecPlugin::new(bad, DEFAULT_TIMEOUT).is_err());
+            assert!(matches!(e, ExecError::PluginType(_)), "{bad}: {e:?}");
+            assert!(matches!(
+                ExecPlugin::new(bad, DEFAULT_TIMEOUT),
+                Err(ExecError::PluginType(_))
+            ));
         }
     }
 
@@ -700,6 +710,11 @@ mod tests {
         );
         let p = ExecPlugin::new("p", DEFAULT_TIMEOUT).unwrap();
         let req = request(CniCommand::Del, vec![d.path().into()], conf("p"));
+        assert!(matches!(
+            p.invoke(&req).unwrap_err(),
+            ExecError::Replied { code: 11, ref details, .. } if details == "lock held"
+        ));
+        // The wire: the reply's code, msg and details, the details naming the type.
         let e = p.del(&req).unwrap_err();
         assert_eq!(
             e,
@@ -728,17 +743,22 @@ mod tests {
         );
         let p = ExecPlugin::new("p", DEFAULT_TIMEOUT).unwrap();
         let req = request(CniCommand::Add, vec![d.path().into()], conf("p"));
-        let e = p.add(&req).unwrap_err();
-        assert_eq!(e.code, ErrorCode::Plugin(codes::PLUGIN_FAILED));
+        let e = p.invoke(&req).unwrap_err();
+        assert!(
+            matches!(&e, ExecError::Exited { status: 3, printed, .. }
+                if printed.stderr == "boom: no such device" && printed.stdout == "half a line"),
+            "{e:?}"
+        );
         assert_eq!(
-            e.details,
+            CniError::from(e).details,
             "p: exited with status 3; stderr: boom: no such device; \
              stdout is not a CNI error: half a line"
         );
         script(d.path(), "k", "kill -9 $$");
         let k = ExecPlugin::new("k", DEFAULT_TIMEOUT).unwrap();
-        let e = k.del(&req).unwrap_err();
-        assert_eq!(e.details, "k: killed by signal 9");
+        let e = k.invoke(&req).unwrap_err();
+        assert!(matches!(e, ExecError::Killed { signal: 9, .. }), "{e:?}");
+        assert_eq!(CniError::from(e).details, "k: killed by signal 9");
     }
 
     #[test]
@@ -754,18 +774,24 @@ mod tests {
         let dirs = vec![d.path().to_path_buf()];
         let run = |t: &str| {
             let p = ExecPlugin::new(t, DEFAULT_TIMEOUT).unwrap();
-            p.add(&request(CniCommand::Add, dirs.clone(), conf(t)))
-                .unwrap_err()
+            let req = request(CniCommand::Add, dirs.clone(), conf(t));
+            let stdout = p.invoke(&req).unwrap();
+            p.parse_result(&stdout, &req).unwrap_err()
         };
         let e = run("g");
-        assert_eq!(e.code, ErrorCode::Decode);
-        assert!(e.details.starts_with("g: result: not JSON"), "{e}");
-        assert!(e.details.ends_with(": hello, I am not JSON"), "{e}");
-        let e = run("e");
-        assert_eq!(e.code, ErrorCode::Decode);
-        assert!(e.details.contains("printed no result"), "{e}");
+        assert!(
+            matches!(&e, ExecError::NotJson { stdout, .. } if stdout == "hello, I am not JSON"),
+            "{e:?}"
+        );
+        assert!(matches!(run("e"), ExecError::NoResult { .. }));
         let e = run("b");
-        assert!(e.details.starts_with("b: result.ips[0].address"), "{e}");
+        assert!(
+            matches!(&e, ExecError::BadResult { error, .. } if error.details.starts_with("ips[0].address")),
+            "{e:?}"
+        );
+        assert!(CniError::from(e)
+            .details
+            .starts_with("b: result.ips[0].address"));
         // DEL ignores stdout, as libcni does.
         let p = ExecPlugin::new("g", DEFAULT_TIMEOUT).unwrap();
         assert_eq!(p.del(&request(CniCommand::Del, dirs, conf("g"))), Ok(()));
@@ -829,7 +855,7 @@ mod tests {
         let p = ExecPlugin::new("slow", Duration::from_millis(300)).unwrap();
         let start = Instant::now();
         let e = p
-            .add(&request(
+            .invoke(&request(
                 CniCommand::Add,
                 vec![d.path().into()],
                 conf("slow"),
@@ -840,8 +866,11 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
-        assert_eq!(e.msg, "plugin timed out");
-        assert!(e.details.contains("ADD did not finish within 300ms"), "{e}");
+        assert!(
+            matches!(e, ExecError::Timeout { command: CniCommand::Add, timeout, .. }
+                if timeout == Duration::from_millis(300)),
+            "{e:?}"
+        );
         thread::sleep(Duration::from_millis(2500));
         assert!(!marker.exists(), "the helper outlived the timeout");
     }
