@@ -285,7 +285,7 @@ impl Executor {
         // No pod has the node's namespace: refused before any plugin (built
         // in or exec'd) could configure the node as a pod.
         if let Ok(PodLookup::Node) = ctx.delegates.session.pod(netns) {
-            return Err(node_netns_refused(netns));
+            return Err(node_netns_refused(netns).into());
         }
         if plan.attachments.is_empty() {
             return Err(CniError::invalid_config(

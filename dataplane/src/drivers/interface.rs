@@ -248,16 +248,11 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
             None => Ok(()),
         };
         let leases = common::ipam_gc(self.resolver, req, &c.ipam, valid);
-        let errors: Vec<CniError> = [orphans, leases]
+        let errors: Vec<DriverError> = [orphans, leases]
             .into_iter()
             .filter_map(Result::err)
-            .map(CniError::from)
             .collect();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(CniError::combine("GC", errors).into())
-        }
+        DriverError::all("GC", errors)
     }
 
     fn status(&self, req: &Request) -> Result<(), DriverError> {
