@@ -439,7 +439,7 @@ impl Store {
         let entries = match fs::read_dir(&self.dir) {
             Ok(entries) => Some(entries),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(DriverError::io(&self.dir, e).into()),
+            Err(e) => return Err(DriverError::io(&self.dir, e)),
         };
         Ok(entries
             .into_iter()
@@ -547,7 +547,7 @@ impl<K: DeviceKey> DeviceLock<K> {
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(DriverError::io(&path, e).into()),
+            Err(e) => Err(DriverError::io(&path, e)),
         }
     }
 }
