@@ -133,6 +133,8 @@ impl DriverError {
     }
 }
 
+/// [`DriverError::NetdevNotBack`]'s details: whether the caller waited
+/// for the netdev or looked once (a sweep, which the next one repeats).
 fn netdev_not_back(device: &str, waited_secs: &Option<u64>) -> String {
     match waited_secs {
         Some(secs) => format!(
@@ -146,6 +148,7 @@ fn netdev_not_back(device: &str, waited_secs: &Option<u64>) -> String {
     }
 }
 
+/// [`DriverError::Several`]'s text; its CNI details are `CniError::combine`'s.
 fn join(errors: &[DriverError]) -> String {
     let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
     texts.join("; ")

@@ -212,9 +212,8 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
         // runtime's log gets them, the next DEL or GC tries again.
         if let Some(device) = self.driver.hands_over() {
             if let Err(e) = device.take_back_orphans(req, host, Patience::OneLook) {
-                let e = CniError::from(e);
-                req.call_log()
-                    .warn(format_args!("{}: {}", e.msg, e.details));
+                // Logged as a runtime would read it: `msg: details`.
+                req.call_log().warn(CniError::from(e));
             }
         }
         Ok(())
