@@ -10,7 +10,7 @@ use ipnetwork::IpNetwork;
 use plexus_cni::casefold;
 use plexus_cni::result::{parse_cidr, Route};
 use plexus_cni::skel::Request;
-use plexus_cni::{CniError, CniVersion};
+use plexus_cni::CniVersion;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
@@ -125,13 +125,10 @@ pub(crate) fn parse_routes(
         .enumerate()
         .map(|(i, r)| {
             // A config error (code 7), not a result decoding error.
-            let mut route = r.clone().into_route(&format!("{path}[{i}]")).map_err(|e| {
-                IpamError::Cni(CniError::new(
-                    plexus_cni::ErrorCode::InvalidConfig,
-                    "invalid network configuration",
-                    e.details,
-                ))
-            })?;
+            let mut route = r
+                .clone()
+                .into_route(&format!("{path}[{i}]"))
+                .map_err(IpamError::BadRoute)?;
             route.gw = route.gw.map(|gw| gw.to_canonical());
             if let Some(gw) = route.gw {
                 if gw.is_ipv4() != route.dst.is_ipv4() {

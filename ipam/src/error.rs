@@ -39,6 +39,10 @@ pub enum IpamError {
     /// CHECK: the attachment's addresses differ from the configuration.
     #[error("{0}")]
     CheckMismatch(String),
+    /// A route of the configuration the protocol crate could not read (its
+    /// decoding error): a configuration error, not a result's.
+    #[error("{}", .0.details)]
+    BadRoute(CniError),
     /// A failure of the protocol layer (decoding, `CNI_ARGS`, a lock that
     /// stays taken), already a CNI error with its code.
     #[error(transparent)]
@@ -76,6 +80,11 @@ impl From<IpamError> for CniError {
         match e {
             IpamError::Cni(e) => e,
             IpamError::Config { field, reason } => CniError::invalid_config(field, reason),
+            IpamError::BadRoute(e) => CniError::new(
+                ErrorCode::InvalidConfig,
+                "invalid network configuration",
+                e.details,
+            ),
             IpamError::Env { var, reason } => CniError::invalid_env(var, reason),
             IpamError::IncompatibleVersion { field, reason } => {
                 CniError::incompatible_version(field, reason)
@@ -141,6 +150,19 @@ mod tests {
         // The details are the error's text, the field first.
         let e = CniError::from(IpamError::config("ipam.subnet", "missing"));
         assert_eq!(e.details, "ipam.subnet: missing");
+        // A route the protocol crate could not decode is a config error.
+        let e = CniError::from(IpamError::BadRoute(CniError::decode(
+            "ipam.routes[0].dst",
+            "missing",
+        )));
+        assert_eq!(
+            (e.code, e.msg.as_str(), e.details.as_str()),
+            (
+                ErrorCode::InvalidConfig,
+                "invalid network configuration",
+                "ipam.routes[0].dst: missing"
+            )
+        );
         // A protocol error passes through unchanged.
         let inner = CniError::new(
             ErrorCode::TryAgainLater,

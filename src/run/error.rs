@@ -233,7 +233,9 @@ impl From<RunError> for CniError {
             RunError::Record(e) => e.into(),
             RunError::Config(e) => e.into(),
             RunError::NoNetns { reason } => CniError::invalid_env(CNI_NETNS, reason),
-            RunError::NodeNetns { path } => plexus_dataplane::drivers::node_netns_refused(&path),
+            RunError::NodeNetns { path } => {
+                CniError::from(plexus_dataplane::drivers::node_netns_refused(&path))
+            }
             RunError::EmptyPlan => CniError::invalid_config(
                 "plan",
                 "no attachment (a plan always attaches the cluster-wide default network)",

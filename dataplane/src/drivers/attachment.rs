@@ -5,7 +5,7 @@
 
 use crate::drivers::error::{sys, sys_error, DriverError};
 use plexus_cni::env::{CniCommand, CNI_NETNS};
-use plexus_cni::error::{CniError, ErrorCode};
+
 use plexus_cni::names::IfName;
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::Request;
@@ -49,24 +49,12 @@ impl<'s> Attach<'s> {
             .require_attachment()?
             .netns
             .as_deref()
-            .ok_or_else(|| {
-                CniError::invalid_env(
-                    CNI_NETNS,
-                    format!("required for {} but not set", req.env.command()),
-                )
+            .ok_or_else(|| DriverError::NoNetns {
+                command: req.env.command().to_string(),
             })?;
-        Attach::at(session, req, path)?
-            .ok_or_else(|| {
-                CniError::new(
-                    ErrorCode::UnknownContainer,
-                    "container unknown or does not exist",
-                    format!(
-                        "{CNI_NETNS}: {} is not a network namespace (any more)",
-                        path.display()
-                    ),
-                )
-            })
-            .map_err(DriverError::from)
+        Attach::at(session, req, path)?.ok_or_else(|| DriverError::NotANetns {
+            path: path.display().to_string(),
+        })
     }
 
     /// For DEL: `None` when the runtime sent no namespace or it is gone, in
@@ -93,7 +81,7 @@ impl<'s> Attach<'s> {
             PodLookup::Pod(side) => side,
             PodLookup::Gone => return Ok(None),
             PodLookup::Node if req.env.command() == CniCommand::Del => return Ok(None),
-            PodLookup::Node => return Err(super::node_netns_refused(path).into()),
+            PodLookup::Node => return Err(super::node_netns_refused(path)),
         };
         let host = session
             .host()
@@ -144,15 +132,11 @@ impl<'s> Attach<'s> {
 
     /// The error for "CNI_IFNAME is taken in the pod" (cni-SPEC §2 ADD: a
     /// plugin must not overwrite an existing interface).
-    pub fn ifname_taken(&self) -> CniError {
-        CniError::new(
-            ErrorCode::InvalidConfig,
-            "interface already exists",
-            format!(
-                "CNI_IFNAME: {:?} already exists in the container namespace {}",
-                self.ifname, self.sandbox
-            ),
-        )
+    pub fn ifname_taken(&self) -> DriverError {
+        DriverError::InterfaceTaken {
+            ifname: self.ifname.to_string(),
+            sandbox: self.sandbox.clone(),
+        }
     }
 
     /// After an EEXIST creating a link whose container end is CNI_IFNAME:

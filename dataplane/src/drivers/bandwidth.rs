@@ -529,7 +529,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use plexus_cni::CniError;
 
     const CLOCK: PschedClock = PschedClock::LINUX;
 
@@ -584,57 +583,39 @@ mod tests {
 
     #[test]
     fn rate_and_burst_come_together() {
-        let e = shaping(&request(json!({"ingressRate": 1000})), CLOCK)
-            .map_err(CniError::from)
-            .unwrap_err();
+        let refused = |config: Value, key: &str| {
+            let parsed = shaping(&request(config.clone()), CLOCK);
+            super::super::common::unit_test_refused(parsed, &config, key)
+        };
+        let d = refused(json!({"ingressRate": 1000}), "ingressBurst");
         assert_eq!(
-            e.details,
-            "ingressBurst: missing: ingressRate is set, so the burst must be set too"
+            d,
+            "missing: ingressRate is set, so the burst must be set too"
         );
-        let e = shaping(&request(json!({"egressBurst": 1000})), CLOCK)
-            .map_err(CniError::from)
-            .unwrap_err();
+        let d = refused(json!({"egressBurst": 1000}), "egressRate");
         assert_eq!(
-            e.details,
-            "egressRate: missing: egressBurst is set, so the rate must be set too"
+            d,
+            "missing: egressBurst is set, so the rate must be set too"
         );
-        let e = shaping(
-            &request(json!({"runtimeConfig": {"bandwidth": {"egressRate": 5}}})),
-            CLOCK,
-        )
-        .map_err(CniError::from)
-        .unwrap_err();
-        assert!(
-            e.details
-                .starts_with("runtimeConfig.bandwidth.egressBurst: missing"),
-            "{e}"
+        let d = refused(
+            json!({"runtimeConfig": {"bandwidth": {"egressRate": 5}}}),
+            "runtimeConfig.bandwidth.egressBurst",
         );
-        let e = shaping(&request(json!({"ingressRate": "fast"})), CLOCK)
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert!(e.details.starts_with("ingressRate: invalid type"), "{e}");
-        let e = shaping(&request(json!({"ingressRate": -1})), CLOCK)
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert!(e.details.starts_with("ingressRate: invalid value"), "{e}");
-        let e = shaping(
-            &request(json!({"runtimeConfig": {"bandwidth": {"ingressRate": true}}})),
-            CLOCK,
-        )
-        .map_err(CniError::from)
-        .unwrap_err();
-        assert!(
-            e.details
-                .starts_with("runtimeConfig.bandwidth.ingressRate: invalid type"),
-            "{e}"
+        assert!(d.starts_with("missing"), "{d}");
+        let d = refused(json!({"ingressRate": "fast"}), "ingressRate");
+        assert!(d.starts_with("invalid type"), "{d}");
+        let d = refused(json!({"ingressRate": -1}), "ingressRate");
+        assert!(d.starts_with("invalid value"), "{d}");
+        let d = refused(
+            json!({"runtimeConfig": {"bandwidth": {"ingressRate": true}}}),
+            "runtimeConfig.bandwidth.ingressRate",
         );
-        let e = shaping(&request(json!({"runtimeConfig": {"bandwidth": 5}})), CLOCK)
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert_eq!(
-            e.details,
-            "runtimeConfig.bandwidth: must be an object, got 5"
+        assert!(d.starts_with("invalid type"), "{d}");
+        let d = refused(
+            json!({"runtimeConfig": {"bandwidth": 5}}),
+            "runtimeConfig.bandwidth",
         );
+        assert_eq!(d, "must be an object, got 5");
     }
 
     #[test]

@@ -424,7 +424,7 @@ fn attach_port<'a>(
     let bridge = ensure_bridge(host, s, undo)?;
     let veth = create_port_veth(host, &bridge, &ctx.ifname, Some(ctx.pod_ns), s.mtu, s.mac)
         .map_err(|e| match e {
-            PortError::PeerTaken => ctx.ifname_taken().into(),
+            PortError::PeerTaken => ctx.ifname_taken(),
             PortError::Other(e) => e,
         })?;
     let veth_index = veth.index;
@@ -916,7 +916,6 @@ mod tests {
     use plexus_cni::env::CniEnv;
     use plexus_cni::error::ErrorCode;
     use plexus_cni::result::IpConfig;
-    use plexus_cni::CniError;
     use serde_json::json;
 
     fn req(config: serde_json::Value) -> Request {
@@ -974,13 +973,13 @@ mod tests {
     #[test]
     fn nftables_features_are_refused_by_name() {
         for key in ["ipMasq", "macspoofchk"] {
-            let e = parse(json!({"cniVersion": "1.0.0", key: true}))
-                .map_err(CniError::from)
-                .unwrap_err();
-            assert_eq!(e.code, ErrorCode::UnsupportedField);
+            let e = parse(json!({"cniVersion": "1.0.0", key: true})).unwrap_err();
             assert_eq!(
-                e.details,
-                format!("{key}: not supported yet by plexus's built-in bridge (needs nftables)")
+                e,
+                DriverError::Unsupported {
+                    key: key.into(),
+                    why: "not supported yet by plexus's built-in bridge (needs nftables)".into()
+                }
             );
             parse(json!({"cniVersion": "1.0.0", key: false})).unwrap();
         }
@@ -988,6 +987,7 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_key() {
+        // `key: reason` as the error says it.
         for (conf, starts) in [
             (json!({"mtu": "1500"}), "mtu: invalid type: string"),
             (json!({"mtu": 20}), "mtu: 20 is out of range"),
@@ -1046,8 +1046,9 @@ mod tests {
         ] {
             let mut conf = conf;
             conf["cniVersion"] = json!("1.0.0");
-            let e = parse(conf.clone()).map_err(CniError::from).unwrap_err();
-            assert!(e.details.starts_with(starts), "{conf}: {}", e.details);
+            let (key, reason) = starts.split_once(": ").unwrap();
+            let d = common::unit_test_refused(parse(conf.clone()), &conf, key);
+            assert!(d.starts_with(reason), "{conf}: {d}");
         }
     }
 
@@ -1092,13 +1093,10 @@ mod tests {
         // Other CNI_ARGS keys need IgnoreUnknown, as in the reference.
         r.env.attachment_mut().unwrap().args =
             plexus_cni::args::CniArgs::parse("K8S_POD_NAME=x").unwrap();
-        assert_eq!(
-            Settings::parse(&r)
-                .map_err(CniError::from)
-                .unwrap_err()
-                .code,
-            ErrorCode::InvalidEnvironment
-        );
+        assert!(matches!(
+            Settings::parse(&r),
+            Err(DriverError::Cni(e)) if e.code == ErrorCode::InvalidEnvironment
+        ));
         r.env.attachment_mut().unwrap().args =
             plexus_cni::args::CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAME=x").unwrap();
         assert_eq!(Settings::parse(&r).unwrap().mac, None);

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use plexus_cni::casefold;
 use plexus_cni::delegate::{self, Resolver};
 use plexus_cni::env::CniCommand;
-use plexus_cni::error::{codes, CniError, ErrorCode};
+
 use plexus_cni::result::{CniResult, Dns, Interface, Route as CniRoute};
 use plexus_cni::skel::{Request, ValidAttachment};
 use serde::de::DeserializeOwned;
@@ -97,12 +97,10 @@ impl DnsConf {
 /// yet, naming the key.
 pub(crate) fn unsupported(key: &str, on: Option<bool>, why: &str) -> Result<(), DriverError> {
     if on == Some(true) {
-        return Err(CniError::new(
-            ErrorCode::UnsupportedField,
-            "unsupported field in network configuration",
-            format!("{key}: {why}"),
-        )
-        .into());
+        return Err(DriverError::Unsupported {
+            key: key.to_string(),
+            why: why.to_string(),
+        });
     }
     Ok(())
 }
@@ -201,12 +199,7 @@ pub(crate) fn ipam_add<'a>(
     });
     match result {
         Some(r) if !r.ips.is_empty() => Ok(r),
-        _ => Err(CniError::plugin(
-            codes::PLUGIN_FAILED,
-            "IPAM plugin returned missing IP config",
-            "ipam: the IPAM plugin's result has no IP address",
-        )
-        .into()),
+        _ => Err(DriverError::IpamNoAddress),
     }
 }
 
@@ -581,24 +574,24 @@ pub(crate) fn unit_test_config(mut base: Value, config: &Value) -> Value {
     base
 }
 
-/// A drivers' unit test's refusal of `config`: `parsed` must be a code 7
-/// error whose details start with `key: `. Returns the details.
+/// A drivers' unit test's refusal of `config`: `parsed` must be a
+/// configuration error about `key`, found by the driver or by decoding
+/// (the protocol crate's code 7). Returns the reason.
 #[cfg(test)]
 pub(crate) fn unit_test_refused<T: std::fmt::Debug>(
     parsed: Result<T, DriverError>,
     config: &Value,
     key: &str,
 ) -> String {
-    let e = parsed
-        .map_err(CniError::from)
-        .expect_err(&config.to_string());
-    assert_eq!(e.code, ErrorCode::InvalidConfig, "{config}: {e}");
-    assert!(
-        e.details.starts_with(&format!("{key}: ")),
-        "{config}: {}",
-        e.details
-    );
-    e.details
+    match parsed.expect_err(&config.to_string()) {
+        DriverError::Config { field, reason } if field == key => reason,
+        DriverError::Cni(e) if e.code == plexus_cni::ErrorCode::InvalidConfig => e
+            .details
+            .strip_prefix(&format!("{key}: "))
+            .unwrap_or_else(|| panic!("{config}: {e}"))
+            .to_string(),
+        e => panic!("{config}: {e:?}"),
+    }
 }
 
 #[cfg(test)]
@@ -611,14 +604,11 @@ mod tests {
         assert_eq!(check_mtu(Some(0), 68, 1500, "x").unwrap(), None);
         assert_eq!(check_mtu(Some(1400), 68, 1500, "x").unwrap(), Some(1400));
         for bad in [-1, 67, 1501] {
-            let e = check_mtu(Some(bad), 68, 1500, "the master's MTU")
-                .map_err(CniError::from)
-                .unwrap_err();
-            assert_eq!(e.code, ErrorCode::InvalidConfig);
+            let e = check_mtu(Some(bad), 68, 1500, "the master's MTU").unwrap_err();
             assert!(
-                e.details
-                    .starts_with(&format!("mtu: {bad} is out of range")),
-                "{e}"
+                matches!(&e, DriverError::Config { field, reason }
+                    if field == "mtu" && reason.starts_with(&format!("{bad} is out of range"))),
+                "{e:?}"
             );
         }
     }
@@ -637,14 +627,16 @@ mod tests {
             ("b", Some("02:00:00:00:00:02")),
         ]);
         assert_eq!(m.unwrap().unwrap().to_string(), "02:00:00:00:00:02");
-        let e = pick_mac(&[("runtimeConfig.mac", Some("zz"))])
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert!(e.details.starts_with("runtimeConfig.mac: "), "{e}");
-        let e = pick_mac(&[("mac", Some("01:00:5e:00:00:01"))])
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert_eq!(e.details, "mac: 01:00:5e:00:00:01 is not a unicast address");
+        let e = pick_mac(&[("runtimeConfig.mac", Some("zz"))]).unwrap_err();
+        assert!(
+            matches!(&e, DriverError::Config { field, .. } if field == "runtimeConfig.mac"),
+            "{e:?}"
+        );
+        let e = pick_mac(&[("mac", Some("01:00:5e:00:00:01"))]).unwrap_err();
+        assert_eq!(
+            e,
+            DriverError::config("mac", "01:00:5e:00:00:01 is not a unicast address")
+        );
         assert_eq!(pick_mac(&[]).unwrap(), None);
     }
 

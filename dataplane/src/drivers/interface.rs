@@ -212,9 +212,8 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
         // runtime's log gets them, the next DEL or GC tries again.
         if let Some(device) = self.driver.hands_over() {
             if let Err(e) = device.take_back_orphans(req, host, Patience::OneLook) {
-                let e = CniError::from(e);
-                req.call_log()
-                    .warn(format_args!("{}: {}", e.msg, e.details));
+                // Logged as a runtime would read it: `msg: details`.
+                req.call_log().warn(CniError::from(e));
             }
         }
         Ok(())
@@ -248,16 +247,11 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
             None => Ok(()),
         };
         let leases = common::ipam_gc(self.resolver, req, &c.ipam, valid);
-        let errors: Vec<CniError> = [orphans, leases]
+        let errors: Vec<DriverError> = [orphans, leases]
             .into_iter()
             .filter_map(Result::err)
-            .map(CniError::from)
             .collect();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(CniError::combine("GC", errors).into())
-        }
+        DriverError::all("GC", errors)
     }
 
     fn status(&self, req: &Request) -> Result<(), DriverError> {

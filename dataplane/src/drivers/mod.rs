@@ -41,9 +41,9 @@ pub mod vdpa;
 use std::path::Path;
 
 use plexus_cni::delegate::Resolver;
-use plexus_cni::env::CNI_NETNS;
+
+use error::DriverError;
 use plexus_cni::skel::Plugin;
-use plexus_cni::CniError;
 
 use bridge::Bridge;
 use interface::InterfacePlugin;
@@ -59,15 +59,10 @@ use crate::session::Session;
 /// The error for a `CNI_NETNS` naming the caller's own namespace, the
 /// node's (code 4): a pod never has it, and an ADD there would configure the
 /// node itself ([`crate::netns::PodNetns::Node`]).
-pub fn node_netns_refused(path: &Path) -> CniError {
-    CniError::invalid_env(
-        CNI_NETNS,
-        format!(
-            "{} is the node's own network namespace (the one plexus runs in), not a pod's; \
-             refusing to configure the node as a pod",
-            path.display()
-        ),
-    )
+pub fn node_netns_refused(path: &Path) -> DriverError {
+    DriverError::NodeNetns {
+        path: path.display().to_string(),
+    }
 }
 
 /// Builds a built-in plugin for one invocation: `resolver` finds the

@@ -35,7 +35,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use nix::fcntl::Flock;
-use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::error::ErrorCode;
 use plexus_cni::flock::lock_file;
 use plexus_cni::skel::Request;
 use serde::de::DeserializeOwned;
@@ -106,20 +106,18 @@ fn namespace_exists(path: &Path) -> Result<bool, DriverError> {
 
 /// The refusal of an ADD for a device whose owner's namespace still exists
 /// (code 11: the owner's DEL may be on its way).
-fn in_use(key: &str, what: impl Display, record: &impl Owned) -> CniError {
+fn in_use(key: &str, what: impl Display, record: &impl Owned) -> DriverError {
     let Owner {
         container_id,
         ifname,
     } = record.owner();
-    CniError::new(
-        ErrorCode::TryAgainLater,
-        "device in use",
-        format!(
-            "{key}: {what} is in use by container {container_id} (interface {ifname} in {}, \
-             which still exists)",
-            record.netns().display()
-        ),
-    )
+    DriverError::DeviceInUse {
+        key: key.to_string(),
+        device: what.to_string(),
+        container_id: container_id.to_string(),
+        ifname: ifname.to_string(),
+        netns: record.netns().display().to_string(),
+    }
 }
 
 /// A driver that hands devices whole to pods: how it gives one back.
@@ -178,28 +176,18 @@ pub(crate) trait GiveBack {
                 _ => Ok(()),
             }
         };
-        let failed: Vec<CniError> = store
+        let failed: Vec<DriverError> = store
             .records::<Self::Key, Self::Record>()?
             .filter_map(|(key, record)| {
-                let what = format!("{} {key}", store.noun);
-                give_back(key, &record)
-                    .err()
-                    .map(CniError::from)
-                    .map(|e| CniError {
-                        details: format!(
-                            "{what} of container {} (namespace gone): {}",
-                            record.owner().container_id,
-                            e.details
-                        ),
-                        ..e
-                    })
+                let device = format!("{} {key}", store.noun);
+                give_back(key, &record).err().map(|e| DriverError::Orphan {
+                    device,
+                    container_id: record.owner().container_id.to_string(),
+                    error: Box::new(e),
+                })
             })
             .collect();
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(CniError::combine("giving back orphaned devices", failed).into())
-        }
+        DriverError::all("giving back orphaned devices", failed)
     }
 }
 
@@ -358,10 +346,6 @@ pub(crate) struct Store {
     noun: &'static str,
 }
 
-fn io_error(path: &Path, e: impl std::fmt::Display) -> CniError {
-    CniError::io(path.display().to_string(), e)
-}
-
 impl Store {
     pub fn new(dir: PathBuf, noun: &'static str) -> Store {
         Store { dir, noun }
@@ -395,7 +379,7 @@ impl Store {
             .recursive(true)
             .mode(0o700)
             .create(&self.dir)
-            .map_err(|e| io_error(&self.dir, e))?;
+            .map_err(|e| DriverError::io(&self.dir, e))?;
         let path = self.dir.join(format!("{key}.lock"));
         let flock = lock_file(
             &path,
@@ -426,7 +410,7 @@ impl Store {
         let start = match lock.read_record::<R>()? {
             None => Start::Free(find()?),
             Some(record) if namespace_exists(record.netns())? => {
-                return Err(in_use(conf_key, what, &record).into());
+                return Err(in_use(conf_key, what, &record));
             }
             Some(record) => Start::Stale(record),
         };
@@ -455,7 +439,7 @@ impl Store {
         let entries = match fs::read_dir(&self.dir) {
             Ok(entries) => Some(entries),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_error(&self.dir, e).into()),
+            Err(e) => return Err(DriverError::io(&self.dir, e)),
         };
         Ok(entries
             .into_iter()
@@ -550,10 +534,9 @@ impl<K: DeviceKey> DeviceLock<K> {
     /// it back.
     pub fn write_record(&self, record: &impl Owned) -> Result<(), DriverError> {
         let path = self.store.record_path(&self.key);
-        let bytes = serde_json::to_vec_pretty(record).map_err(|e| io_error(&path, e))?;
+        let bytes = serde_json::to_vec_pretty(record).map_err(|e| DriverError::io(&path, e))?;
         plexus_cni::whole_file::replace_durably(&path, &bytes)
-            .map_err(|e| io_error(&path, e))
-            .map_err(DriverError::from)
+            .map_err(|e| DriverError::io(&path, e))
     }
 
     /// Remove the record (none is fine). Not synced: a record that comes
@@ -564,7 +547,7 @@ impl<K: DeviceKey> DeviceLock<K> {
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_error(&path, e).into()),
+            Err(e) => Err(DriverError::io(&path, e)),
         }
     }
 }
@@ -573,30 +556,28 @@ fn read_record<R: Owned>(path: &Path, noun: &str) -> Result<Option<R>, DriverErr
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_error(path, e).into()),
+        Err(e) => return Err(DriverError::io(path, e)),
     };
     let mut bytes = Vec::new();
     file.take(MAX_RECORD + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| io_error(path, e))?;
+        .map_err(|e| DriverError::io(path, e))?;
     if bytes.len() as u64 > MAX_RECORD {
-        return Err(io_error(path, format_args!("too large to be a {noun} record")).into());
+        return Err(DriverError::io(
+            path,
+            format_args!("too large to be a {noun} record"),
+        ));
     }
     serde_json::from_slice(&bytes)
         .map(Some)
-        .map_err(|e| {
-            CniError::decode(
-                path.display().to_string(),
-                format!("not a {noun} record: {e}"),
-            )
+        .map_err(|e| DriverError::BadRecord {
+            path: path.display().to_string(),
+            reason: format!("not a {noun} record: {e}"),
         })
-        .map_err(DriverError::from)
 }
 
 #[cfg(test)]
 mod tests {
-    use plexus_cni::error::ErrorCode;
-
     use super::*;
     use crate::pci::PciAddress;
 
@@ -712,12 +693,11 @@ mod tests {
         let store = Store::new(dir.path().to_path_buf(), "VF");
         let lock = store.lock(vf("0000:01:10.0")).unwrap();
         fs::write(dir.path().join("0000:01:10.0.json"), "{}").unwrap();
-        let e = lock
-            .read_record::<Rec>()
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert_eq!(e.code, ErrorCode::Decode);
-        assert!(e.details.contains("not a VF record"), "{e}");
+        let e = lock.read_record::<Rec>().unwrap_err();
+        assert!(
+            matches!(&e, DriverError::BadRecord { reason, .. } if reason.starts_with("not a VF record")),
+            "{e:?}"
+        );
         // Not found by owner either, and the scan goes on past it.
         let found = store.find_owned_by::<PciAddress, Rec>(&record("x").owner);
         assert_eq!(found.unwrap(), None);
@@ -746,7 +726,7 @@ mod tests {
             _patience: Patience,
         ) -> Result<(), DriverError> {
             if self.failing {
-                return Err(CniError::io("IFLA_VF_INFO", "EBUSY").into());
+                return Err(sys_error("IFLA_VF_INFO", "EBUSY"));
             }
             self.calls.set(self.calls.get() + 1);
             lock.remove_record()
@@ -774,12 +754,12 @@ mod tests {
         let mut live = record("ctr1");
         live.netns = "/proc/self/ns/net".into();
         store.lock(key).unwrap().write_record(&live).unwrap();
-        let e = claim("unused").map_err(CniError::from).unwrap_err();
-        assert_eq!(e.code, ErrorCode::TryAgainLater);
+        let e = claim("unused").unwrap_err();
         assert!(
-            e.details
-                .starts_with("deviceID: VF x is in use by container ctr1"),
-            "{e}"
+            matches!(&e, DriverError::DeviceInUse { key, device, container_id, .. }
+                if (key.as_str(), device.as_str(), container_id.as_str())
+                    == ("deviceID", "VF x", "ctr1")),
+            "{e:?}"
         );
         // An owner whose namespace is gone: given back, then found again.
         let mut stale = record("ctr2");
@@ -835,14 +815,14 @@ mod tests {
         };
         let e = failing
             .give_back_orphans(&store, &host, Patience::OneLook)
-            .map_err(CniError::from)
             .unwrap_err();
-        assert_eq!(e.code, ErrorCode::Io);
-        assert!(
-            e.details.starts_with(
-                "VF 0000:01:10.2 of container busy (namespace gone): IFLA_VF_INFO: EBUSY"
-            ),
-            "{e}"
+        assert_eq!(
+            e,
+            DriverError::Orphan {
+                device: "VF 0000:01:10.2".into(),
+                container_id: "busy".into(),
+                error: Box::new(sys_error("IFLA_VF_INFO", "EBUSY")),
+            }
         );
         assert_eq!(left(&store), ["busy", "live"]);
         driver
@@ -861,9 +841,14 @@ mod tests {
     #[test]
     fn in_use_names_the_key_the_device_and_its_owner() {
         let e = in_use("vdpaDevice", "vDPA device vdpa0", &record("ctr9"));
-        assert_eq!(e.code, ErrorCode::TryAgainLater);
         assert!(
-            e.details
+            matches!(&e, DriverError::DeviceInUse { key, device, container_id, ifname, .. }
+                if (key.as_str(), device.as_str(), container_id.as_str(), ifname.as_str())
+                    == ("vdpaDevice", "vDPA device vdpa0", "ctr9", "net1")),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
                 .starts_with("vdpaDevice: vDPA device vdpa0 is in use by container ctr9"),
             "{e}"
         );

@@ -8,7 +8,6 @@ use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 
-use plexus_cni::error::{CniError, ErrorCode};
 use plexus_cni::result::{CniResult, Interface};
 use plexus_cni::skel::Request;
 use serde::{Deserialize, Serialize};
@@ -79,23 +78,13 @@ pub(crate) fn wait_for_netdev(
             return Ok(link);
         }
         if Instant::now() >= deadline {
-            return Err(CniError::new(
-                ErrorCode::TryAgainLater,
-                "device netdev not back",
-                match patience {
-                    Patience::Wait => format!(
-                        "{what}: its netdev did not come back to the host namespace within {} s \
-                         (is the namespace it was in still held open?)",
-                        NETDEV_RETURN_TIMEOUT.as_secs()
-                    ),
-                    Patience::OneLook => format!(
-                        "{what}: its netdev is not back in the host namespace yet (the \
-                         namespace it was in may still be held open); the next DEL or GC \
-                         tries again"
-                    ),
+            return Err(DriverError::NetdevNotBack {
+                device: what.to_string(),
+                waited_secs: match patience {
+                    Patience::Wait => Some(NETDEV_RETURN_TIMEOUT.as_secs()),
+                    Patience::OneLook => None,
                 },
-            )
-            .into());
+            });
         }
         std::thread::sleep(NETDEV_POLL);
     }
@@ -140,7 +129,7 @@ pub(crate) fn move_into_pod(
     );
     match moved {
         Ok(()) => at.pod_link(),
-        Err(e) if e.is_exists() && at.ifname_exists()? => Err(at.ifname_taken().into()),
+        Err(e) if e.is_exists() && at.ifname_exists()? => Err(at.ifname_taken()),
         Err(e) => Err(sys_error(
             format_args!(
                 "move {what}'s netdev {} into the container as {}",

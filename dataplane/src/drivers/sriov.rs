@@ -563,11 +563,8 @@ fn check_settings(want: &VfSettings, now: &VfState) -> Result<(), DriverError> {
 
 #[cfg(test)]
 mod tests {
-    use plexus_cni::error::ErrorCode;
-
     use super::*;
     use crate::netlink::{Guid, VfLinkState, VfVlan, VlanProto};
-    use plexus_cni::CniError;
 
     #[test]
     fn check_names_the_key_of_a_setting_that_differs() {
@@ -675,15 +672,10 @@ mod tests {
             ),
         ];
         for (key, want) in cases {
-            let e = check_settings(&want, &now)
-                .map_err(CniError::from)
-                .unwrap_err();
-            assert_eq!(
-                e.code,
-                ErrorCode::Plugin(plexus_cni::error::codes::PLUGIN_FAILED)
-            );
+            let e = check_settings(&want, &now).unwrap_err();
             assert!(
-                e.details.starts_with(&format!("{key}: the VF has ")),
+                matches!(&e, DriverError::Mismatch { what, reason }
+                    if what == key && reason.starts_with("the VF has ")),
                 "{key}: {e:?}"
             );
         }

@@ -257,7 +257,7 @@ fn create_link<'a, S: Stacked>(
     };
     match S::create(nl, spec, conf.mode) {
         Ok(_) => {}
-        Err(e) if e.is_exists() && ctx.ifname_exists()? => return Err(ctx.ifname_taken().into()),
+        Err(e) if e.is_exists() && ctx.ifname_exists()? => return Err(ctx.ifname_taken()),
         Err(e) => {
             return Err(sys_error(
                 format_args!("create {kind} {} on {}", ctx.ifname, master.name),

@@ -53,7 +53,7 @@ use serde_json::{Map, Value};
 
 use plexus_cni::casefold;
 use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
-use plexus_cni::{CniError, CniResult};
+use plexus_cni::CniResult;
 
 use super::attachment::{chained_prev_result as prev_result, Attach};
 use super::undo::Undo;
@@ -443,7 +443,7 @@ fn read_saved(path: &Path) -> Result<Option<Vec<u8>>, DriverError> {
     match std::fs::read(path) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(CniError::io(path.display().to_string(), e).into()),
+        Err(e) => Err(DriverError::io(path, e)),
     }
 }
 
@@ -451,7 +451,7 @@ fn remove_saved(path: &Path) -> Result<(), DriverError> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(CniError::io(path.display().to_string(), e).into()),
+        Err(e) => Err(DriverError::io(path, e)),
     }
 }
 
@@ -532,17 +532,16 @@ impl Tuning<'_> {
             None => current.clone(),
         };
         plexus_cni::whole_file::replace_durably(path, &saved.to_bytes()).map_err(|e| {
-            CniError::io(
-                format!("saving the original values in {}", path.display()),
-                e,
-            )
+            DriverError::Io {
+                what: format!("saving the original values in {}", path.display()),
+                reason: e.to_string(),
+            }
         })?;
         undo.push(
             format!("saving {}", path.display()),
             move || match saved_before {
                 Some(bytes) => plexus_cni::whole_file::replace_durably(path, &bytes)
-                    .map_err(|e| CniError::io(path.display().to_string(), e))
-                    .map_err(DriverError::from),
+                    .map_err(|e| DriverError::io(path, e)),
                 None => remove_saved(path),
             },
         );
@@ -646,16 +645,11 @@ impl TypedPlugin for Tuning<'_> {
             })
             .collect();
         if !problems.is_empty() {
-            return Err(CniError::plugin(
-                plexus_cni::error::codes::PLUGIN_FAILED,
-                "plugin failed",
-                format!(
-                    "restoring {ifname} from {}: {}",
-                    path.display(),
-                    problems.join("; ")
-                ),
-            )
-            .into());
+            return Err(DriverError::RestoreFailed {
+                ifname: ifname.to_string(),
+                path: path.display().to_string(),
+                problems,
+            });
         }
         remove_saved(&path)
     }
@@ -735,6 +729,12 @@ mod tests {
         tuning.settings_for(&request(config, args))
     }
 
+    /// The refusal of `config`: a configuration error about `key`; its
+    /// reason.
+    fn refused(config: Value, key: &str) -> String {
+        super::super::common::unit_test_refused(settings_of(config.clone(), ""), &config, key)
+    }
+
     #[test]
     fn mac_precedence_is_the_references() {
         let base = json!({"cniVersion": "1.0.0", "mac": "02:00:00:00:00:01"});
@@ -760,28 +760,20 @@ mod tests {
 
     #[test]
     fn bad_macs_name_their_source() {
-        let e = settings_of(json!({"mac": "zz"}), "")
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert!(e.details.starts_with("mac: invalid MAC address"), "{e}");
-        let e = settings_of(json!({"runtimeConfig": {"mac": "01:00:5e:00:00:01"}}), "")
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert!(
-            e.details
-                .starts_with("runtimeConfig.mac: \"01:00:5e:00:00:01\" is a multicast"),
-            "{e}"
+        let d = refused(json!({"mac": "zz"}), "mac");
+        assert!(d.starts_with("invalid MAC address"), "{d}");
+        let d = refused(
+            json!({"runtimeConfig": {"mac": "01:00:5e:00:00:01"}}),
+            "runtimeConfig.mac",
         );
-        let e = settings_of(json!({"runtimeConfig": {"mac": 5}}), "")
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert_eq!(e.details, "runtimeConfig.mac: must be a string, got 5");
-        let e = settings_of(json!({}), "MAC=02:00:00:00:00:01;FOO=1")
-            .map_err(CniError::from)
-            .unwrap_err();
+        assert!(d.starts_with("\"01:00:5e:00:00:01\" is a multicast"), "{d}");
+        let d = refused(json!({"runtimeConfig": {"mac": 5}}), "runtimeConfig.mac");
+        assert_eq!(d, "must be a string, got 5");
+        // CNI_ARGS is the protocol crate's to parse (code 4).
+        let e = settings_of(json!({}), "MAC=02:00:00:00:00:01;FOO=1").unwrap_err();
         assert!(
-            e.details.starts_with("CNI_ARGS: unknown argument \"FOO\""),
-            "{e}"
+            matches!(&e, DriverError::Cni(e) if e.details.starts_with("CNI_ARGS: unknown argument \"FOO\"")),
+            "{e:?}"
         );
     }
 
@@ -818,45 +810,31 @@ mod tests {
                 ),
             ]
         );
-        let e = settings_of(json!({"sysctl": {"kernel.hostname": "x"}}), "")
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert!(
-            e.details
-                .starts_with("sysctl[\"kernel.hostname\"]: invalid sysctl key"),
-            "{e}"
+        let d = refused(
+            json!({"sysctl": {"kernel.hostname": "x"}}),
+            "sysctl[\"kernel.hostname\"]",
         );
-        assert!(e.details.contains("only keys under net"), "{e}");
-        let e = settings_of(json!({"sysctl": {"net/../kernel/x": "1"}}), "")
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert!(e.details.starts_with("sysctl[\"net/../kernel/x\"]"), "{e}");
-        let e = settings_of(json!({"sysctl": {"net.core.somaxconn": 5}}), "")
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert_eq!(
-            e.details,
-            "sysctl[\"net.core.somaxconn\"]: must be a string, got 5"
+        assert!(d.starts_with("invalid sysctl key"), "{d}");
+        assert!(d.contains("only keys under net"), "{d}");
+        refused(
+            json!({"sysctl": {"net/../kernel/x": "1"}}),
+            "sysctl[\"net/../kernel/x\"]",
         );
+        let d = refused(
+            json!({"sysctl": {"net.core.somaxconn": 5}}),
+            "sysctl[\"net.core.somaxconn\"]",
+        );
+        assert_eq!(d, "must be a string, got 5");
     }
 
     #[test]
     fn wrong_types_name_the_key() {
-        let e = settings_of(json!({"mtu": "1400"}), "")
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert!(e.details.starts_with("mtu: invalid type: string"), "{e}");
-        let e = settings_of(json!({"promisc": 1}), "")
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert!(e.details.starts_with("promisc: invalid type"), "{e}");
-        let e = settings_of(json!({"args": {"cni": {"txQLen": -1}}}), "")
-            .map_err(CniError::from)
-            .unwrap_err();
-        assert!(
-            e.details.starts_with("args.cni.txQLen: invalid value"),
-            "{e}"
-        );
+        let d = refused(json!({"mtu": "1400"}), "mtu");
+        assert!(d.starts_with("invalid type: string"), "{d}");
+        let d = refused(json!({"promisc": 1}), "promisc");
+        assert!(d.starts_with("invalid type"), "{d}");
+        let d = refused(json!({"args": {"cni": {"txQLen": -1}}}), "args.cni.txQLen");
+        assert!(d.starts_with("invalid value"), "{d}");
         // Go decodes keys case-insensitively; unknown keys are ignored.
         let s = settings_of(json!({"MTU": 1400, "TxQlen": 0, "whatever": [1]}), "").unwrap();
         assert_eq!((s.mtu, s.tx_qlen), (Some(1400), Some(0)));

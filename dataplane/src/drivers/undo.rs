@@ -5,7 +5,6 @@
 //! setting, sysctls).
 
 use crate::drivers::error::DriverError;
-use plexus_cni::CniError;
 
 type Step<'a> = Box<dyn FnOnce() -> Result<(), DriverError> + 'a>;
 
@@ -25,28 +24,27 @@ impl<'a> Undo<'a> {
         self.steps.push((what.into(), Box::new(step)));
     }
 
-    /// Keep everything on success; undo and return the error otherwise (an
-    /// undo step that fails too is appended to the error's details). An
-    /// error after a complete undo is marked [`CniError::undone`]: nothing of
-    /// this ADD is left for the runtime's DEL to remove.
+    /// Keep everything on success; undo and return the error otherwise,
+    /// with the undo steps that failed too ([`DriverError::RolledBack`]: as
+    /// a CNI error, marked `undone` when every step succeeded, so nothing
+    /// of this ADD is left for the runtime's DEL to remove).
     pub fn finish<T>(mut self, outcome: Result<T, DriverError>) -> Result<T, DriverError> {
         match outcome {
             Ok(v) => {
                 self.steps.clear();
                 Ok(v)
             }
-            Err(e) => {
-                // `undone` is the CNI error's: it tells the runtime's DEL.
-                let mut e = CniError::from(e);
-                e.undone = true;
-                for (what, step) in self.steps.drain(..).rev() {
-                    if let Err(u) = step() {
-                        e.undone = false;
-                        e.details
-                            .push_str(&format!("; undoing {what} failed too: {u}"));
-                    }
-                }
-                Err(DriverError::Cni(e))
+            Err(error) => {
+                let undo_failed = self
+                    .steps
+                    .drain(..)
+                    .rev()
+                    .filter_map(|(what, step)| step().err().map(|u| (what, u)))
+                    .collect();
+                Err(DriverError::RolledBack {
+                    error: Box::new(error),
+                    undo_failed,
+                })
             }
         }
     }
@@ -80,10 +78,15 @@ mod tests {
         });
         let e = undo
             .finish::<()>(Err(sys_error("step", "failed")))
-            .map_err(CniError::from)
             .unwrap_err();
         assert_eq!(*log.borrow(), [2, 1]);
-        assert!(e.details.contains("undoing two failed too"), "{e}");
+        assert_eq!(
+            e,
+            DriverError::RolledBack {
+                error: Box::new(sys_error("step", "failed")),
+                undo_failed: vec![("two".into(), sys_error("x", "boom"))],
+            }
+        );
 
         let mut undo = Undo::default();
         undo.push("never", || {
