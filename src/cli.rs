@@ -242,7 +242,10 @@ pub enum Outcome {
     /// reports through its logs).
     Done(String),
     /// A command failed: `plexus <command>: <error>` on stderr, exit 1.
-    Failed { command: &'static str, error: String },
+    Failed {
+        command: &'static str,
+        error: String,
+    },
 }
 
 /// Entry point: runs the plugin call or the command the arguments name.

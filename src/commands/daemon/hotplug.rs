@@ -122,6 +122,7 @@ impl Reconciler {
                         None => Ok(Err(Skip::Gone)),
                     }
                 })
+                .map_err(CniError::from)
                 .and_then(|reconciled| reconciled);
             self.metrics.hotplug_done(start.elapsed(), outcome.is_ok());
             match outcome {

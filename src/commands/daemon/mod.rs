@@ -520,7 +520,7 @@ fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) ->
             }
             answer
         });
-    served.unwrap_or_else(|e| error_response(&e))
+    served.unwrap_or_else(|e| error_response(&e.into()))
 }
 
 fn run_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) -> ShimResponse {

@@ -21,6 +21,7 @@ use std::time::Duration;
 use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 
+use crate::cni::env::CNI_CONTAINERID;
 use crate::cni::error::CniError;
 use crate::cni::flock::lock_file;
 use crate::cni::names;
@@ -70,6 +71,34 @@ pub struct SandboxDir {
     dir: PathBuf,
 }
 
+/// Why a sandbox's lock was not taken. Its CNI code is chosen in
+/// `From<SandboxLockError> for CniError`, where the call answers.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SandboxLockError {
+    /// The container ID cannot name a file (cni-SPEC §2 `CNI_CONTAINERID`).
+    #[error("{CNI_CONTAINERID}: {reason}")]
+    ContainerId { reason: String },
+    /// The directory or the lock file could not be made or kept.
+    #[error("{what}: {reason}")]
+    Io { what: String, reason: String },
+    /// Held by another call past the bound: the protocol crate's lock
+    /// error (code 11, try again later).
+    #[error(transparent)]
+    Busy(CniError),
+}
+
+impl From<SandboxLockError> for CniError {
+    fn from(e: SandboxLockError) -> CniError {
+        match e {
+            SandboxLockError::ContainerId { reason } => {
+                CniError::invalid_env(CNI_CONTAINERID, reason)
+            }
+            SandboxLockError::Io { what, reason } => CniError::io(what, reason),
+            SandboxLockError::Busy(e) => e,
+        }
+    }
+}
+
 /// A sandbox's lock, held until dropped or [`Held::release`]d.
 pub struct Held {
     note: PathBuf,
@@ -107,14 +136,17 @@ impl SandboxDir {
 
     /// Take sandbox `container_id`'s lock, waiting at most `LOCK_WAIT`
     /// (then code 11: the runtime tries again later).
-    pub fn lock(&self, container_id: &str) -> Result<Held, CniError> {
+    pub fn lock(&self, container_id: &str) -> Result<Held, SandboxLockError> {
         names::check_container_id(container_id)
-            .map_err(|r| CniError::invalid_env(crate::cni::env::CNI_CONTAINERID, r))?;
-        self.create()
-            .map_err(|e| CniError::io(self.dir.display().to_string(), e))?;
+            .map_err(|reason| SandboxLockError::ContainerId { reason })?;
+        self.create().map_err(|e| SandboxLockError::Io {
+            what: self.dir.display().to_string(),
+            reason: e.to_string(),
+        })?;
         let path = self.dir.join(format!("{container_id}.lock"));
         for _ in 0..LOCK_TRIES {
-            let lock = lock_file(&path, LOCK_WAIT, "sandbox busy")?;
+            let lock =
+                lock_file(&path, LOCK_WAIT, "sandbox busy").map_err(SandboxLockError::Busy)?;
             // A holder that removed the file as this one waited left this
             // one the lock of a file no one else opens: take the new one.
             let held = lock.metadata().map(|m| (m.dev(), m.ino()));
@@ -129,10 +161,10 @@ impl SandboxDir {
                 }
             }
         }
-        Err(CniError::io(
-            path.display().to_string(),
-            "removed and re-created by others on every try",
-        ))
+        Err(SandboxLockError::Io {
+            what: path.display().to_string(),
+            reason: "removed and re-created by others on every try".into(),
+        })
     }
 
     /// Note `sandbox` (under its lock).
@@ -256,7 +288,10 @@ mod tests {
             std::fs::read_dir(tmp.path().join(SUBDIR)).unwrap().count(),
             0
         );
-        assert!(dir.lock("../x").is_err());
+        assert!(matches!(
+            dir.lock("../x"),
+            Err(SandboxLockError::ContainerId { .. })
+        ));
 
         // GC: the notes of sandboxes not valid leave, with their locks.
         let note = |id: &str| {

@@ -12,10 +12,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::cni::error::CniError;
-
 pub use super::sandbox_dir::Sandbox;
-use super::sandbox_dir::SandboxDir;
+use super::sandbox_dir::{SandboxDir, SandboxLockError};
 
 pub struct Sandboxes {
     /// The daemon's notes; `None`: remembered in memory only.
@@ -57,7 +55,7 @@ impl Sandboxes {
         container_id: &str,
         cni_dir: Option<&Path>,
         f: impl FnOnce() -> T,
-    ) -> Result<T, CniError> {
+    ) -> Result<T, SandboxLockError> {
         let sandbox = lock(&self.locks)
             .entry(container_id.to_string())
             .or_default()

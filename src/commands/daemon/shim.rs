@@ -174,7 +174,7 @@ fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
         Ok(held) => held,
         Err(e) => {
             return skel::report_error(
-                &e,
+                &e.into(),
                 &conf.cni_version,
                 &mut io::stdout().lock(),
                 &mut io::stderr().lock(),
