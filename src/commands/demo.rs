@@ -21,7 +21,6 @@ use plexus_dataplane::netlink::VethSpec;
 use plexus_dataplane::{probe, NetNs, Netlink};
 use serde_json::{json, Value};
 
-use crate::cni::error::{CniError, ErrorCode};
 use crate::commands::daemon::sandbox_dir::{self, SandboxDir};
 use crate::netattach::status::{status_annotation_value, NetworkStatus};
 use crate::record::{Cache, Lookup};
@@ -44,7 +43,7 @@ const PLUGIN_TIMEOUT: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Runs the demo, printing as it goes; returns the closing line.
-pub fn run() -> Result<String, CniError> {
+pub fn run() -> Result<String, DemoError> {
     if !nix::unistd::geteuid().is_root() {
         return Err(demo_error(
             "must run as root: it creates network namespaces (try sudo)",
@@ -99,7 +98,7 @@ pub fn run() -> Result<String, CniError> {
                 status_annotation_value(&scratch.status_of(pod)?)
             );
         }
-        Ok::<(), CniError>(())
+        Ok::<(), DemoError>(())
     })();
 
     // DEL whatever was added, also after a failure, then prove nothing is
@@ -134,8 +133,18 @@ pub fn run() -> Result<String, CniError> {
     )
 }
 
-fn demo_error(details: impl Into<String>) -> CniError {
-    CniError::new(ErrorCode::Io, "failed", details)
+/// What stops the demo: the step that failed, as it is (a command's
+/// error: no runtime reads a CNI code from it).
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("failed: {0}")]
+    Failed(String),
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
+}
+
+fn demo_error(details: impl Into<String>) -> DemoError {
+    DemoError::Failed(details.into())
 }
 
 /// One line per attachment: network, interface, addresses.
@@ -155,7 +164,7 @@ fn summary(entries: &[NetworkStatus]) -> String {
 }
 
 /// The node's macvlan master: one end of a veth pair, both ends up.
-fn prepare_node(node: &NetNs) -> Result<(), CniError> {
+fn prepare_node(node: &NetNs) -> Result<(), DemoError> {
     let sys = |e: plexus_dataplane::Error| demo_error(format!("node namespace: {e}"));
     let nl = Netlink::open(node).map_err(sys)?;
     let lo = nl.link_by_name("lo").map_err(sys)?;
@@ -177,7 +186,7 @@ fn prepare_node(node: &NetNs) -> Result<(), CniError> {
 }
 
 /// Pings every address of the other pod, on every network, both ways.
-fn ping_everywhere(pods: &[(String, NetNs)], scratch: &Scratch) -> Result<(), CniError> {
+fn ping_everywhere(pods: &[(String, NetNs)], scratch: &Scratch) -> Result<(), DemoError> {
     println!();
     for (from, from_ns) in pods {
         for (to, _) in pods.iter().filter(|(to, _)| to != from) {
@@ -217,7 +226,7 @@ impl Invoker<'_> {
         pod: &str,
         pod_ns: Option<&NetNs>,
         prev_result: Option<&Value>,
-    ) -> Result<Value, CniError> {
+    ) -> Result<Value, DemoError> {
         let mut conf = self.conf.clone();
         if let Some(prev) = prev_result {
             conf["prevResult"] = prev.clone();
@@ -311,7 +320,7 @@ fn container_id(pod: &str) -> String {
 struct Scratch(PathBuf);
 
 impl Scratch {
-    fn create(dir: PathBuf) -> Result<Scratch, CniError> {
+    fn create(dir: PathBuf) -> Result<Scratch, DemoError> {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("manifests"))
             .map_err(|e| demo_error(format!("{}: {e}", dir.display())))?;
@@ -320,7 +329,7 @@ impl Scratch {
 
     /// Writes the manifests (their paths moved into this directory) and
     /// returns plexus's configuration, in Multus's form.
-    fn write_example(&self) -> Result<Value, CniError> {
+    fn write_example(&self) -> Result<Value, DemoError> {
         let root = self.0.display().to_string();
         let localise = |text: &str| text.replace(EXAMPLE_ROOT, &root);
         for (name, text) in [("pods.yaml", files::PODS), ("nads.yaml", files::NADS)] {
@@ -346,7 +355,7 @@ impl Scratch {
     }
 
     /// The pod's network-status entries, from plexus's record of its ADD.
-    fn status_of(&self, pod: &str) -> Result<Vec<NetworkStatus>, CniError> {
+    fn status_of(&self, pod: &str) -> Result<Vec<NetworkStatus>, DemoError> {
         match Cache::new(self.records_dir()).load(&container_id(pod), "eth0")? {
             Lookup::Found(record) => Ok(record.network_status()),
             Lookup::Missing => Err(demo_error(format!("no plexus record for {pod}"))),
@@ -358,7 +367,7 @@ impl Scratch {
 
     /// What DEL should have removed but did not: pod interfaces, host veths,
     /// records, IP allocations.
-    fn leftovers(&self, node: &NetNs, pods: &[(String, NetNs)]) -> Result<Vec<String>, CniError> {
+    fn leftovers(&self, node: &NetNs, pods: &[(String, NetNs)]) -> Result<Vec<String>, DemoError> {
         let sys = |e: plexus_dataplane::Error| demo_error(e.to_string());
         let mut left = Vec::new();
         for (pod, ns) in pods {
@@ -425,7 +434,7 @@ fn files_under(dir: &Path) -> Vec<String> {
 struct Namespaces(Vec<String>);
 
 impl Namespaces {
-    fn create(&mut self, name: &str) -> Result<NetNs, CniError> {
+    fn create(&mut self, name: &str) -> Result<NetNs, DemoError> {
         let ns = NetNs::create_named(name)
             .map_err(|e| demo_error(format!("create namespace {name}: {e}")))?;
         self.0.push(name.to_string());
