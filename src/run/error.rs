@@ -234,7 +234,9 @@ impl From<RunError> for CniError {
             RunError::Config(e) => e.into(),
             RunError::NoNetns { reason } => CniError::invalid_env(CNI_NETNS, reason),
             RunError::NodeNetns { path } => {
-                CniError::from(plexus_dataplane::drivers::node_netns_refused(&path))
+                CniError::from(plexus_dataplane::drivers::DriverError::NodeNetns {
+                    path: path.display().to_string(),
+                })
             }
             RunError::EmptyPlan => CniError::invalid_config(
                 "plan",

@@ -81,7 +81,13 @@ impl<'s> Attach<'s> {
             PodLookup::Pod(side) => side,
             PodLookup::Gone => return Ok(None),
             PodLookup::Node if req.env.command() == CniCommand::Del => return Ok(None),
-            PodLookup::Node => return Err(super::node_netns_refused(path)),
+            // A pod never has the node's namespace: an ADD there would
+            // configure the node itself ([`crate::netns::PodNetns::Node`]).
+            PodLookup::Node => {
+                return Err(DriverError::NodeNetns {
+                    path: path.display().to_string(),
+                })
+            }
         };
         let host = session
             .host()

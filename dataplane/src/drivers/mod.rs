@@ -38,11 +38,10 @@ pub mod tuning;
 mod undo;
 pub mod vdpa;
 
-use std::path::Path;
 
 use plexus_cni::delegate::Resolver;
 
-use error::DriverError;
+pub use error::DriverError;
 use plexus_cni::skel::Plugin;
 
 use bridge::Bridge;
@@ -55,15 +54,6 @@ use stacked::StackedDriver;
 use vdpa::Vdpa;
 
 use crate::session::Session;
-
-/// The error for a `CNI_NETNS` naming the caller's own namespace, the
-/// node's (code 4): a pod never has it, and an ADD there would configure the
-/// node itself ([`crate::netns::PodNetns::Node`]).
-pub fn node_netns_refused(path: &Path) -> DriverError {
-    DriverError::NodeNetns {
-        path: path.display().to_string(),
-    }
-}
 
 /// Builds a built-in plugin for one invocation: `resolver` finds the
 /// plugins it delegates to (IPAM), `session` holds the invocation's handles.
