@@ -256,7 +256,7 @@ impl StatusOutbox {
             Ok(false) => return Delivery::PodGone,
             // The API server refuses (422, uid immutable) a uid the pod
             // does not have; whether that was the reason, the pod says.
-            Err(e) if e.status == Some(422) && self.recreated(&pods, status).await => {
+            Err(e) if e.status() == Some(422) && self.recreated(&pods, status).await => {
                 tracing::info!(%e, "network-status not written: the pod was re-created");
                 return Delivery::PodGone;
             }

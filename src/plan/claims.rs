@@ -396,8 +396,7 @@ pub fn sweep(book: &ClaimBook, cluster: &dyn Cluster, only: Option<&[String]>) -
             Ok(None) => {}
             Err(e) => {
                 swept.warnings.push(format!(
-                    "{claim}: addresses kept, cannot tell whether the claim still exists: {}",
-                    e.details
+                    "{claim}: addresses kept, cannot tell whether the claim still exists: {e}"
                 ));
                 swept.held.push(held);
                 continue;

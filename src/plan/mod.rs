@@ -50,6 +50,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::cluster::ClusterError;
 use crate::cni::args::CniArgs;
 use crate::cni::config::{derive_request, NetworkConfigList};
 use crate::cni::error::{codes, CniError};
@@ -80,7 +81,7 @@ pub trait NadSource {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<&NetworkAttachmentDefinition>, CniError>;
+    ) -> Result<Option<&NetworkAttachmentDefinition>, ClusterError>;
 }
 
 impl NadSource for BTreeMap<(String, String), NetworkAttachmentDefinition> {
@@ -88,7 +89,7 @@ impl NadSource for BTreeMap<(String, String), NetworkAttachmentDefinition> {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<&NetworkAttachmentDefinition>, CniError> {
+    ) -> Result<Option<&NetworkAttachmentDefinition>, ClusterError> {
         Ok(BTreeMap::get(
             self,
             &(namespace.to_string(), name.to_string()),

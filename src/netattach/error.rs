@@ -1,0 +1,171 @@
+//! What is wrong with a Kubernetes object or manifest plexus reads (a NAD,
+//! an IPAMClaim, a Pod, the selection and status annotations), typed. The
+//! CNI code of each failure is chosen in one place, `From<SpecError> for
+//! CniError`, where plexus answers.
+
+use std::fmt::Display;
+
+use crate::cni::error::CniError;
+
+use super::selection::{AnnotationError, NETWORKS_ANNOTATION};
+
+/// Every variant displays as the CNI error's `details`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// A key of an object or a manifest is invalid (`metadata.name`,
+    /// `spec.interface`, `p.yaml: metadata`).
+    #[error("{field}: {reason}")]
+    Invalid { field: String, reason: String },
+    /// Content that could not be decoded at all (invalid JSON or YAML, the
+    /// network-status annotation).
+    #[error("{what}: {reason}")]
+    Decode { what: String, reason: String },
+    /// A manifest file or directory could not be read.
+    #[error("{what}: {reason}")]
+    Io { what: String, reason: String },
+    /// The selection annotation is invalid.
+    #[error("{}", annotation_path(.0))]
+    Annotation(#[from] AnnotationError),
+    /// A decoding error of the protocol crate (a network-status entry read
+    /// through its Go-style key folding), already a CNI error with its code.
+    #[error("{}", .0.details)]
+    Cni(#[from] CniError),
+}
+
+impl SpecError {
+    pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
+        SpecError::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn decode(what: impl Into<String>, reason: impl Into<String>) -> SpecError {
+        SpecError::Decode {
+            what: what.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn io(what: impl Into<String>, reason: impl Display) -> SpecError {
+        SpecError::Io {
+            what: what.into(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// The error found inside `outer` (a file, an object, a list entry):
+    /// its path gets `outer` in front, as [`CniError::within`] does.
+    pub fn within(self, outer: impl AsRef<str>) -> SpecError {
+        let outer = outer.as_ref();
+        match self {
+            SpecError::Invalid { field, reason } => SpecError::Invalid {
+                field: join_path(outer, field),
+                reason,
+            },
+            SpecError::Decode { what, reason } => SpecError::Decode {
+                what: join_path(outer, what),
+                reason,
+            },
+            SpecError::Io { what, reason } => SpecError::Io {
+                what: join_path(outer, what),
+                reason,
+            },
+            SpecError::Annotation(e) => SpecError::Decode {
+                what: join_path(outer, annotation_field(&e)),
+                reason: e.reason,
+            },
+            SpecError::Cni(e) => SpecError::Cni(e.within(outer)),
+        }
+    }
+}
+
+/// `outer.inner`, or `outer[i]...` for an index: the path rule of
+/// [`CniError::within`].
+fn join_path(outer: &str, inner: String) -> String {
+    if outer.is_empty() {
+        inner
+    } else if inner.starts_with('[') {
+        format!("{outer}{inner}")
+    } else {
+        format!("{outer}.{inner}")
+    }
+}
+
+/// Where in the selection annotation the error is, starting with the
+/// annotation's name.
+fn annotation_field(e: &AnnotationError) -> String {
+    if e.field == NETWORKS_ANNOTATION {
+        e.field.clone()
+    } else if e.field.starts_with('[') {
+        format!("{NETWORKS_ANNOTATION}{}", e.field)
+    } else {
+        format!("{NETWORKS_ANNOTATION} item {:?}", e.field)
+    }
+}
+
+fn annotation_path(e: &AnnotationError) -> String {
+    format!("{}: {}", annotation_field(e), e.reason)
+}
+
+impl From<SpecError> for CniError {
+    fn from(e: SpecError) -> CniError {
+        match e {
+            SpecError::Invalid { field, reason } => CniError::invalid_config(field, reason),
+            SpecError::Decode { what, reason } => CniError::decode(what, reason),
+            SpecError::Io { what, reason } => CniError::io(what, reason),
+            // A decode error (code 6) whose details start with the annotation name.
+            SpecError::Annotation(e) => CniError::decode(annotation_field(&e), e.reason),
+            SpecError::Cni(e) => e,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::error::ErrorCode;
+    use crate::netattach::selection::parse_selection_annotation;
+
+    #[test]
+    fn each_failure_has_one_code() {
+        let annotation = parse_selection_annotation("net-b@").unwrap_err();
+        let cases = [
+            (
+                SpecError::invalid("metadata.name", "required"),
+                ErrorCode::InvalidConfig,
+            ),
+            (
+                SpecError::decode("p.yaml", "invalid YAML"),
+                ErrorCode::Decode,
+            ),
+            (SpecError::io("/m", "ENOENT"), ErrorCode::Io),
+            (SpecError::from(annotation), ErrorCode::Decode),
+        ];
+        for (e, code) in cases {
+            let details = e.to_string();
+            let cni = CniError::from(e.clone());
+            assert_eq!((cni.code, cni.details), (code, details), "{e:?}");
+        }
+        // A protocol error passes through unchanged.
+        let inner = CniError::decode("mtu", "must be an unsigned integer");
+        assert_eq!(CniError::from(SpecError::from(inner.clone())), inner);
+    }
+
+    #[test]
+    fn within_prefixes_the_path_as_cni_errors_do() {
+        let inner = || SpecError::invalid("metadata.name", "required");
+        let cni = CniError::from(inner()).within("f.yaml");
+        assert_eq!(CniError::from(inner().within("f.yaml")), cni);
+        let indexed = SpecError::decode("[1]", "must be an object");
+        assert_eq!(
+            indexed.within("status").to_string(),
+            "status[1]: must be an object"
+        );
+        let annotation = SpecError::from(parse_selection_annotation("net-b@").unwrap_err());
+        assert_eq!(
+            CniError::from(annotation.clone().within("pod")),
+            CniError::from(annotation).within("pod")
+        );
+    }
+}
