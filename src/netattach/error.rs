@@ -82,7 +82,7 @@ impl SpecError {
 
 /// `outer.inner`, or `outer[i]...` for an index: the path rule of
 /// [`CniError::within`].
-fn join_path(outer: &str, inner: String) -> String {
+pub(crate) fn join_path(outer: &str, inner: String) -> String {
     if outer.is_empty() {
         inner
     } else if inner.starts_with('[') {

@@ -33,11 +33,10 @@ use serde_json::{json, Map, Value};
 
 use crate::cluster::Cluster;
 use crate::cni::env::{AttachmentParams, CniEnv};
-use crate::cni::error::{codes, CniError};
 use crate::cni::skel::Request;
 use crate::manifest::Pod;
 use crate::netattach::ipamclaim::IpamClaim;
-use crate::plan::{Attachment, Plan, PLEXUS_ARGS};
+use crate::plan::{Attachment, Plan, PlanError, PLEXUS_ARGS};
 use crate::record::{Cache, Entry, Lookup};
 
 /// The network-config key that lets a network's addresses follow a claim.
@@ -98,14 +97,14 @@ impl ClaimBook {
     }
 
     /// Note `entry` durably, unless it is noted already as it is.
-    fn note(&self, entry: &BookEntry) -> Result<(), CniError> {
+    fn note(&self, entry: &BookEntry) -> Result<(), PlanError> {
         let path = self.path(&entry.owner());
         let bytes = serde_json::to_vec(entry).expect("a book entry serializes");
         if std::fs::read(&path).is_ok_and(|old| old == bytes) {
             return Ok(());
         }
         crate::cni::whole_file::replace_durably(&path, &bytes)
-            .map_err(|e| CniError::io(format!("claim book {}", path.display()), e))
+            .map_err(|e| PlanError::io(format!("claim book {}", path.display()), e))
     }
 
     /// Every entry, with the unreadable ones as warnings.
@@ -144,7 +143,7 @@ pub fn bind(
     pod: &Pod,
     cluster: &dyn Cluster,
     book: &ClaimBook,
-) -> Result<Vec<Bound>, CniError> {
+) -> Result<Vec<Bound>, PlanError> {
     let mut bound = Vec::new();
     for (index, attachment) in plan.attachments.iter_mut().enumerate() {
         let Some(reference) = attachment.ipam_claim_reference.clone() else {
@@ -160,14 +159,10 @@ pub fn bind(
             continue;
         }
         let network = attachment.network.clone();
-        let rejected = |reason: String| {
-            CniError::plugin(
-                codes::ATTACHMENT_REJECTED,
-                "IPAMClaim not usable",
-                format!(
-                    "{network}: ipam-claim-reference {reference:?}: {reason} (multi-net-spec §8)"
-                ),
-            )
+        let rejected = |reason: String| PlanError::ClaimRejected {
+            network: network.clone(),
+            reference: reference.clone(),
+            reason,
         };
         let name = match reference.split_once('/') {
             Some((namespace, _)) if namespace != pod.namespace => {
@@ -210,14 +205,14 @@ pub fn bind(
 
 /// `allowPersistentIPs` in any plugin of the chain (a single config's keys
 /// land in its one plugin).
-fn persistent_ips_allowed(attachment: &Attachment) -> Result<bool, CniError> {
+fn persistent_ips_allowed(attachment: &Attachment) -> Result<bool, PlanError> {
     let mut allowed = false;
     for (i, plugin) in attachment.plugins.iter().enumerate() {
         match plugin.get(ALLOW_PERSISTENT_IPS) {
             None | Some(Value::Null) => {}
             Some(Value::Bool(b)) => allowed |= b,
             Some(other) => {
-                return Err(CniError::invalid_config(
+                return Err(PlanError::config(
                     format!(
                         "{}: plugins[{i}].{ALLOW_PERSISTENT_IPS}",
                         attachment.network
@@ -266,7 +261,7 @@ fn point_at_claim(
     attachment: &mut Attachment,
     owner: &str,
     ips: &[String],
-) -> Result<Vec<Map<String, Value>>, CniError> {
+) -> Result<Vec<Map<String, Value>>, PlanError> {
     let mut released_by = Vec::new();
     for (i, plugin) in attachment.plugins.iter_mut().enumerate() {
         let ipam_type = plugin.get("ipam").and_then(|i| i.get("type")?.as_str());
@@ -295,11 +290,11 @@ fn object_at<'m>(
     map: &'m mut Map<String, Value>,
     key: &str,
     path: &str,
-) -> Result<&'m mut Map<String, Value>, CniError> {
+) -> Result<&'m mut Map<String, Value>, PlanError> {
     map.entry(key)
         .or_insert_with(|| json!({}))
         .as_object_mut()
-        .ok_or_else(|| CniError::invalid_config(path, "must be an object"))
+        .ok_or_else(|| PlanError::config(path, "must be an object"))
 }
 
 /// The claims a container's attachments hold addresses for (their owners),
@@ -421,15 +416,14 @@ pub fn sweep(book: &ClaimBook, cluster: &dyn Cluster, only: Option<&[String]>) -
         match release(entry).and_then(|()| {
             let path = book.path(&entry.owner());
             std::fs::remove_file(&path)
-                .map_err(|e| CniError::io(format!("claim book {}", path.display()), e))
+                .map_err(|e| PlanError::io(format!("claim book {}", path.display()), e))
         }) {
             Ok(()) => swept
                 .released
                 .push(format!("{}/{}", entry.namespace, entry.name)),
             Err(e) => {
                 swept.warnings.push(format!(
-                    "{claim} is deleted, but its addresses were not released: {}",
-                    e.details
+                    "{claim} is deleted, but its addresses were not released: {e}"
                 ));
                 swept.held.push(held);
             }
@@ -438,8 +432,10 @@ pub fn sweep(book: &ClaimBook, cluster: &dyn Cluster, only: Option<&[String]>) -
     swept
 }
 
-/// host-local's DEL for the claim's owner, on each of its networks.
-fn release(entry: &BookEntry) -> Result<(), CniError> {
+/// host-local's DEL for the claim's owner, on each of its networks. Its
+/// errors are the protocol crate's (a request it builds) and host-local's
+/// reply.
+fn release(entry: &BookEntry) -> Result<(), PlanError> {
     let host_local = plexus_ipam::builtin(CLAIM_IPAM).expect("host-local is built in");
     for config in &entry.ipam {
         let env = CniEnv::Del(AttachmentParams::new(
@@ -568,9 +564,10 @@ mod tests {
         let mut plan = plan(attachment(macvlan(tmp.path(), json!("yes"))));
         let e = bind(&mut plan, &pod(), &cluster(tmp.path(), CLAIM), &book).unwrap_err();
         assert!(
-            e.details
-                .contains("plugins[0].allowPersistentIPs: must be true or false"),
-            "{e}"
+            matches!(&e, PlanError::Config { field, reason }
+                if field.ends_with("plugins[0].allowPersistentIPs")
+                    && reason.starts_with("must be true or false")),
+            "{e:?}"
         );
         assert!(noted(&book).is_empty());
     }
@@ -582,12 +579,11 @@ mod tests {
         let refused = |att: Attachment, claims: &str, want: &str| {
             let mut plan = plan(att);
             let e = bind(&mut plan, &pod(), &cluster(tmp.path(), claims), &book).unwrap_err();
-            assert_eq!(
-                e.code,
-                crate::cni::error::ErrorCode::Plugin(codes::ATTACHMENT_REJECTED)
+            assert!(
+                matches!(&e, PlanError::ClaimRejected { reason, .. } if reason.contains(want)),
+                "{e:?}"
             );
-            assert!(e.details.contains(want), "{e}");
-            assert!(e.details.contains("§8"), "{e}");
+            assert!(e.to_string().contains("§8"), "{e}");
         };
         let allowed = || attachment(macvlan(tmp.path(), json!(true)));
         refused(
