@@ -13,27 +13,23 @@ use kube::api::{
 };
 use serde_json::json;
 
-use super::error::ClusterError;
+use super::error::{ApiRequest, ClusterError, Verb};
 use crate::netattach::ipamclaim;
 use crate::netattach::status::NETWORK_STATUS_ANNOTATION;
 
-/// One request, bounded by `bound`.
+/// One request (`what`), bounded by `bound`.
 pub(super) async fn bounded<T>(
     bound: Duration,
-    object: &str,
+    what: ApiRequest,
     request: impl Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, ClusterError> {
     match tokio::time::timeout(bound, request).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(ClusterError::from_kube(object, e)),
-        Err(_) => Err(timeout(object, bound)),
-    }
-}
-
-fn timeout(object: &str, bound: Duration) -> ClusterError {
-    ClusterError::Timeout {
-        object: object.into(),
-        bound,
+        Ok(Err(e)) => Err(ClusterError::from_kube(what, e)),
+        Err(_) => Err(ClusterError::Timeout {
+            request: what,
+            bound,
+        }),
     }
 }
 
@@ -95,7 +91,7 @@ where
         let params = PatchParams::default();
         let sent = bounded(
             bounds.request,
-            object,
+            ApiRequest::new(Verb::Patch, object),
             api.patch_status(name, &params, &Patch::Merge(patch)),
         )
         .await;
@@ -121,13 +117,12 @@ pub(super) async fn post_all(
     let params = PostParams::default();
     let posts = events.iter().map(|event| {
         let post = api.create(&params, event);
-        let object = &object;
+        let what = ApiRequest::new(Verb::Create, object.as_str());
         async move {
-            match tokio::time::timeout(bound, post).await {
-                Ok(Ok(_)) => None,
-                Ok(Err(e)) => Some(ClusterError::from_kube(object, e).to_string()),
-                Err(_) => Some(timeout(object, bound).to_string()),
-            }
+            bounded(bound, what, post)
+                .await
+                .err()
+                .map(|e| e.to_string())
         }
     });
     futures::future::join_all(posts)

@@ -10,32 +10,67 @@ use std::time::Duration;
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::netattach::error::SpecError;
 
-/// Every variant displays as the CNI error's `details`; `object` is what
-/// the request was about (`pod ns/name`, `IPAMClaim ns/name status`, ...).
+/// A request to the API server: its verb and what it was about
+/// (`pod ns/name`, `IPAMClaim ns/name status`, ...), which errors name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiRequest {
+    pub verb: Verb,
+    pub object: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    Patch,
+    Create,
+}
+
+impl ApiRequest {
+    pub(crate) fn new(verb: Verb, object: impl Into<String>) -> ApiRequest {
+        ApiRequest {
+            verb,
+            object: object.into(),
+        }
+    }
+}
+
+/// Every variant displays as the CNI error's `details`, which name the
+/// object (not the verb: the object's wording says it, `... status`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterError {
-    /// The API server refused the request (403 forbidden, 422 invalid, ...):
-    /// asking again does not mend it. `reason` as kubectl prints it
-    /// (`forbidden: User "..." cannot get resource "pods" ...`).
-    #[error("{object}: {reason}")]
+    /// The API server refused the request for want of permission (403).
+    /// `reason` as kubectl prints it (`forbidden: User "..." cannot get
+    /// resource "pods" ...`).
+    #[error("{}: {reason}", request.object)]
+    Forbidden { request: ApiRequest, reason: String },
+    /// The API server refused the request otherwise (404 on a write, 422
+    /// invalid, ...): asking again does not mend it.
+    #[error("{}: {reason}", request.object)]
     Refused {
-        object: String,
+        request: ApiRequest,
         status: u16,
         reason: String,
     },
     /// The API server answered that it cannot serve now (429, 5xx).
-    #[error("{object}: {reason}")]
+    #[error("{}: {reason}", request.object)]
     Unavailable {
-        object: String,
+        request: ApiRequest,
         status: u16,
         reason: String,
     },
-    /// No answer at all: the connection failed (the client's error chain).
-    #[error("{object}: {reason}")]
-    Unreachable { object: String, reason: String },
+    /// No answer at all, the API server down or unreachable: the
+    /// connection failed (the client's error chain).
+    #[error("{}: {reason}", request.object)]
+    Unreachable { request: ApiRequest, reason: String },
     /// No answer within the request's bound (`apiTimeout`).
-    #[error("{object}: no answer from the API server within {bound:?} (apiTimeout)")]
-    Timeout { object: String, bound: Duration },
+    #[error(
+        "{}: no answer from the API server within {bound:?} (apiTimeout)",
+        request.object
+    )]
+    Timeout {
+        request: ApiRequest,
+        bound: Duration,
+    },
     /// The kubeconfig cannot be read or gives no usable client.
     #[error("kubeconfig {}: {reason}", path.display())]
     Kubeconfig { path: PathBuf, reason: String },
@@ -62,9 +97,8 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
-    /// A failed request about `object`, as kube-rs reports it.
-    pub(super) fn from_kube(object: &str, e: kube::Error) -> ClusterError {
-        let object = object.to_string();
+    /// A failed request, as kube-rs reports it.
+    pub(super) fn from_kube(request: ApiRequest, e: kube::Error) -> ClusterError {
         match e {
             kube::Error::Api(status) => {
                 let code = status.code;
@@ -74,22 +108,22 @@ impl ClusterError {
                     // "Forbidden" -> "forbidden: <message>", as kubectl prints it.
                     format!("{}: {}", status.reason.to_lowercase(), status.message)
                 };
-                if code == 429 || code >= 500 {
-                    ClusterError::Unavailable {
-                        object,
+                match code {
+                    403 => ClusterError::Forbidden { request, reason },
+                    429 | 500.. => ClusterError::Unavailable {
+                        request,
                         status: code,
                         reason,
-                    }
-                } else {
-                    ClusterError::Refused {
-                        object,
+                    },
+                    _ => ClusterError::Refused {
+                        request,
                         status: code,
                         reason,
-                    }
+                    },
                 }
             }
             other => ClusterError::Unreachable {
-                object,
+                request,
                 reason: error_chain(&other),
             },
         }
@@ -105,6 +139,7 @@ impl ClusterError {
     /// The HTTP status, when the API server answered.
     pub fn status(&self) -> Option<u16> {
         match self {
+            ClusterError::Forbidden { .. } => Some(403),
             ClusterError::Refused { status, .. } | ClusterError::Unavailable { status, .. } => {
                 Some(*status)
             }
@@ -159,7 +194,7 @@ impl From<ClusterError> for CniError {
                 "Kubernetes API request failed",
                 details,
             ),
-            ClusterError::Refused { .. } => CniError::plugin(
+            ClusterError::Forbidden { .. } | ClusterError::Refused { .. } => CniError::plugin(
                 codes::KUBERNETES_API,
                 "Kubernetes API request failed",
                 details,
@@ -183,20 +218,29 @@ mod tests {
 
     #[test]
     fn each_failure_has_one_code() {
+        let request = || ApiRequest::new(Verb::Get, "pod ns/p");
         let object = || "pod ns/p".to_string();
         let later = ErrorCode::TryAgainLater;
+        let refused = ErrorCode::Plugin(codes::KUBERNETES_API);
         let cases = [
             (
-                ClusterError::Refused {
-                    object: object(),
-                    status: 403,
+                ClusterError::Forbidden {
+                    request: request(),
                     reason: "forbidden: no".into(),
                 },
-                ErrorCode::Plugin(codes::KUBERNETES_API),
+                refused,
+            ),
+            (
+                ClusterError::Refused {
+                    request: request(),
+                    status: 422,
+                    reason: "invalid: no".into(),
+                },
+                refused,
             ),
             (
                 ClusterError::Unavailable {
-                    object: object(),
+                    request: request(),
                     status: 503,
                     reason: "x".into(),
                 },
@@ -204,14 +248,14 @@ mod tests {
             ),
             (
                 ClusterError::Unreachable {
-                    object: object(),
+                    request: request(),
                     reason: "connection refused".into(),
                 },
                 later,
             ),
             (
                 ClusterError::Timeout {
-                    object: object(),
+                    request: request(),
                     bound: Duration::from_secs(1),
                 },
                 later,
@@ -261,18 +305,24 @@ mod tests {
                     .boxed(),
             )
         };
-        let refused = ClusterError::from_kube("pod ns/p", api(403));
+        let get = || ApiRequest::new(Verb::Get, "pod ns/p");
+        let forbidden = ClusterError::from_kube(get(), api(403));
         assert!(
-            matches!(&refused, ClusterError::Refused { status: 403, reason, .. }
-                if reason == "forbidden: m"),
-            "{refused:?}"
+            matches!(&forbidden, ClusterError::Forbidden { request, reason }
+                if reason == "forbidden: m" && request.verb == Verb::Get),
+            "{forbidden:?}"
         );
+        assert_eq!(forbidden.to_string(), "pod ns/p: forbidden: m");
         assert!(matches!(
-            ClusterError::from_kube("pod ns/p", api(503)),
+            ClusterError::from_kube(get(), api(422)),
+            ClusterError::Refused { status: 422, .. }
+        ));
+        assert!(matches!(
+            ClusterError::from_kube(get(), api(503)),
             ClusterError::Unavailable { status: 503, .. }
         ));
         assert!(matches!(
-            ClusterError::from_kube("pod ns/p", api(429)),
+            ClusterError::from_kube(get(), api(429)),
             ClusterError::Unavailable { status: 429, .. }
         ));
     }

@@ -26,7 +26,7 @@ use super::api::{
     bounded, claim_patch, claims_api, custom, patch_status, pod_status_patch, post_all,
     ClaimStatus, StatusWrite,
 };
-use super::error::{error_chain, ClusterError};
+use super::error::{error_chain, ApiRequest, ClusterError, Verb};
 use super::events::{pod_event, PodEvent};
 use super::outbox::{PendingStatus, StatusOutbox};
 use super::watch::Watched;
@@ -150,14 +150,15 @@ impl KubeCluster {
         http2_client(&config, observe).map_err(|e| error_chain(&e))
     }
 
-    /// Run one request to completion, bounded by the request timeout.
-    fn call<T>(
+    /// Run one GET of `object` to completion, bounded by the request timeout.
+    fn read<T>(
         &self,
         object: &str,
         request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, ClusterError> {
+        let what = ApiRequest::new(Verb::Get, object);
         self.driver
-            .block_on(bounded(self.timeouts.request, object, request))
+            .block_on(bounded(self.timeouts.request, what, request))
     }
 
     /// Everything an ADD writes back, all at once on the one HTTP/2
@@ -306,7 +307,7 @@ impl KubeCluster {
     /// Pod `namespace/name` as the API server has it now (one GET), or None.
     fn api_pod(&self, namespace: &str, name: &str) -> Result<Option<ApiPod>, ClusterError> {
         let api: Api<ApiPod> = Api::namespaced(self.client.clone(), namespace);
-        self.call(&format!("pod {namespace}/{name}"), api.get_opt(name))
+        self.read(&format!("pod {namespace}/{name}"), api.get_opt(name))
     }
 
     /// The DaemonSet controlling pod `namespace/name`, when it exists (the
@@ -331,7 +332,7 @@ impl KubeCluster {
         };
         let sets: Api<DaemonSet> = Api::namespaced(self.client.clone(), namespace);
         let object = format!("DaemonSet {namespace}/{}", owner.name);
-        let set = self.call(&object, sets.get_opt(&owner.name))?;
+        let set = self.read(&object, sets.get_opt(&owner.name))?;
         let remains = set.is_some_and(|s| {
             s.metadata.uid.as_deref() == Some(owner.uid.as_str())
                 && s.metadata.deletion_timestamp.is_none()
@@ -358,7 +359,7 @@ impl KubeCluster {
         object: &str,
         decode: impl FnOnce(&serde_json::Value) -> Result<T, SpecError>,
     ) -> Result<Option<T>, ClusterError> {
-        let found = self.call(object, api.get_opt(name))?;
+        let found = self.read(object, api.get_opt(name))?;
         found
             .map(|o| {
                 let value = serde_json::to_value(&o).map_err(|e| ClusterError::Decode {

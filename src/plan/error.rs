@@ -249,6 +249,7 @@ impl From<PlanError> for CniError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::error::{ApiRequest, Verb};
 
     #[test]
     fn each_failure_has_one_code() {
@@ -343,7 +344,7 @@ mod tests {
             ),
             (
                 PlanError::Cluster(ClusterError::Timeout {
-                    object: text(),
+                    request: ApiRequest::new(Verb::Get, "pod ns/p"),
                     bound: Duration::from_secs(1),
                 }),
                 ErrorCode::TryAgainLater,
