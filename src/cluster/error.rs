@@ -156,15 +156,6 @@ impl ClusterError {
                 | ClusterError::Timeout { .. }
         )
     }
-
-    /// The error found inside `outer`: an invalid object gets the path of
-    /// where it was read in front (`manifestDir`, `pod.yaml`).
-    pub fn within(self, outer: impl AsRef<str>) -> ClusterError {
-        match self {
-            ClusterError::Object(e) => ClusterError::Object(e.within(outer)),
-            other => other,
-        }
-    }
 }
 
 /// An error and its sources on one line: kube's outer errors say little
