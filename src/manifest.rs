@@ -182,11 +182,10 @@ pub fn single_pod(docs: &[Document], origin: &str) -> Result<Pod, SpecError> {
     let pods: Vec<&Document> = docs.iter().filter(|d| d.kind() == Some("Pod")).collect();
     match pods.as_slice() {
         [one] => Pod::from_document(one),
-        [] => Err(SpecError::invalid(origin, "no document of kind Pod")),
-        many => Err(SpecError::invalid(
-            origin,
-            format!("{} documents of kind Pod; give exactly one", many.len()),
-        )),
+        pods => Err(SpecError::PodCount {
+            origin: origin.to_string(),
+            found: pods.len(),
+        }),
     }
 }
 
@@ -271,7 +270,7 @@ mod tests {
         assert_eq!(pod.annotations["a"], "b");
         assert!(matches!(
             single_pod(&[], "none.yaml"),
-            Err(SpecError::Invalid { field, .. }) if field == "none.yaml"
+            Err(SpecError::PodCount { origin, found: 0 }) if origin == "none.yaml"
         ));
         let docs = parse_documents("kind: Pod\nmetadata: {}\n", "p.yaml").unwrap();
         assert!(single_pod(&docs, "p.yaml").is_err());

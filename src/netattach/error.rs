@@ -20,6 +20,9 @@ pub enum SpecError {
     /// network-status annotation).
     #[error("{what}: {reason}")]
     Decode { what: String, reason: String },
+    /// The manifest `origin` holds `found` Pods where one is wanted.
+    #[error("{origin}: {}", pod_count(*found))]
+    PodCount { origin: String, found: usize },
     /// A manifest file or directory could not be read.
     #[error("{what}: {reason}")]
     Io { what: String, reason: String },
@@ -71,6 +74,10 @@ impl SpecError {
                 what: join_path(outer, what),
                 reason,
             },
+            SpecError::PodCount { origin, found } => SpecError::PodCount {
+                origin: join_path(outer, origin),
+                found,
+            },
             SpecError::Annotation(e) => SpecError::Decode {
                 what: join_path(outer, annotation_field(&e)),
                 reason: e.reason,
@@ -104,6 +111,13 @@ fn annotation_field(e: &AnnotationError) -> String {
     }
 }
 
+fn pod_count(found: usize) -> String {
+    match found {
+        0 => "no document of kind Pod".to_string(),
+        n => format!("{n} documents of kind Pod; give exactly one"),
+    }
+}
+
 fn annotation_path(e: &AnnotationError) -> String {
     format!("{}: {}", annotation_field(e), e.reason)
 }
@@ -112,6 +126,9 @@ impl From<SpecError> for CniError {
     fn from(e: SpecError) -> CniError {
         match e {
             SpecError::Invalid { field, reason } => CniError::invalid_config(field, reason),
+            SpecError::PodCount { origin, found } => {
+                CniError::invalid_config(origin, pod_count(found))
+            }
             SpecError::Decode { what, reason } => CniError::decode(what, reason),
             SpecError::Io { what, reason } => CniError::io(what, reason),
             // A decode error (code 6) whose details start with the annotation name.
@@ -140,6 +157,13 @@ mod tests {
                 ErrorCode::Decode,
             ),
             (SpecError::io("/m", "ENOENT"), ErrorCode::Io),
+            (
+                SpecError::PodCount {
+                    origin: "p.yaml".into(),
+                    found: 2,
+                },
+                ErrorCode::InvalidConfig,
+            ),
             (SpecError::from(annotation), ErrorCode::Decode),
         ];
         for (e, code) in cases {
