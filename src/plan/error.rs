@@ -12,9 +12,11 @@ use crate::cluster::ClusterError;
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::netattach::error::{join_path, SpecError};
 use crate::netattach::names::NetworkRef;
+use crate::netattach::selection::AnnotationError;
 
 use super::devices::podresources;
 use super::readiness::NotReady;
+use super::DEFAULT_NETWORK_ANNOTATION;
 
 /// Every variant displays as the CNI error's `details`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -23,6 +25,22 @@ pub enum PlanError {
     /// a file is invalid (`plugins[0].args.plexus`).
     #[error("{field}: {reason}")]
     Config { field: String, reason: String },
+    /// The pod's selection annotation is invalid and `strictAnnotations`
+    /// is on (else the planner warns and attaches the default network only).
+    #[error(
+        "{}: {} (strictAnnotations is on)",
+        super::annotation_field(&.0.field),
+        .0.reason
+    )]
+    StrictSelection(AnnotationError),
+    /// The pod's default-network annotation is invalid.
+    #[error("annotation {DEFAULT_NETWORK_ANNOTATION}: {0}")]
+    DefaultNetworkAnnotation(AnnotationError),
+    /// The pod's default-network annotation names `found` networks, not one.
+    #[error(
+        "annotation {DEFAULT_NETWORK_ANNOTATION}: must name exactly one network, names {found}"
+    )]
+    DefaultNetworkCount { found: usize },
     /// A network the pod, the configuration or a default names does not
     /// resolve (multi-net-spec §3.4.1 rule 4).
     #[error("{0}")]
@@ -199,8 +217,20 @@ impl From<PlanError> for CniError {
     fn from(e: PlanError) -> CniError {
         let details = e.to_string();
         let rejected = |msg: &str| CniError::plugin(codes::ATTACHMENT_REJECTED, msg, &details);
+        let default_network = || format!("annotation {DEFAULT_NETWORK_ANNOTATION}");
         match e {
             PlanError::Config { field, reason } => CniError::invalid_config(field, reason),
+            PlanError::StrictSelection(a) => CniError::invalid_config(
+                super::annotation_field(&a.field),
+                format!("{} (strictAnnotations is on)", a.reason),
+            ),
+            PlanError::DefaultNetworkAnnotation(a) => {
+                CniError::invalid_config(default_network(), a.to_string())
+            }
+            PlanError::DefaultNetworkCount { found } => CniError::invalid_config(
+                default_network(),
+                format!("must name exactly one network, names {found}"),
+            ),
             PlanError::NetworkNotFound(_) => {
                 CniError::plugin(codes::NETWORK_NOT_FOUND, "network not found", details)
             }
@@ -250,10 +280,12 @@ impl From<PlanError> for CniError {
 mod tests {
     use super::*;
     use crate::cluster::error::{ApiRequest, Verb};
+    use crate::netattach::selection::parse_selection_annotation;
 
     #[test]
     fn each_failure_has_one_code() {
         let network = || NetworkRef::new("ns", "a");
+        let annotation = || parse_selection_annotation("net-b@").unwrap_err();
         let text = || "x".to_string();
         let rejected = ErrorCode::Plugin(codes::ATTACHMENT_REJECTED);
         let socket = PathBuf::from("/run/x.sock");
@@ -263,6 +295,18 @@ mod tests {
         };
         let cases = [
             (PlanError::config("args", "x"), ErrorCode::InvalidConfig),
+            (
+                PlanError::StrictSelection(annotation()),
+                ErrorCode::InvalidConfig,
+            ),
+            (
+                PlanError::DefaultNetworkAnnotation(annotation()),
+                ErrorCode::InvalidConfig,
+            ),
+            (
+                PlanError::DefaultNetworkCount { found: 2 },
+                ErrorCode::InvalidConfig,
+            ),
             (
                 PlanError::NetworkNotFound(NotFound::Nad { network: network() }),
                 ErrorCode::Plugin(codes::NETWORK_NOT_FOUND),

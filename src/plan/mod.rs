@@ -683,17 +683,12 @@ fn resolve_default_network(
         return Ok(inputs.default_network.clone());
     };
     let field = format!("annotation {DEFAULT_NETWORK_ANNOTATION}");
-    let parsed =
-        parse_selection_annotation(value).map_err(|e| PlanError::config(&field, e.to_string()))?;
+    let parsed = parse_selection_annotation(value).map_err(PlanError::DefaultNetworkAnnotation)?;
     warnings.extend(parsed.warnings.into_iter().map(|w| format!("{field}: {w}")));
     let [element] = parsed.elements.as_slice() else {
-        return Err(PlanError::config(
-            &field,
-            format!(
-                "must name exactly one network, names {}",
-                parsed.elements.len()
-            ),
-        ));
+        return Err(PlanError::DefaultNetworkCount {
+            found: parsed.elements.len(),
+        });
     };
     let reference = NetworkRef {
         namespace: element
@@ -730,10 +725,7 @@ fn selections(
             );
             Ok(parsed.elements)
         }
-        Err(e) if options.strict_annotations => Err(PlanError::config(
-            annotation_field(&e.field),
-            format!("{} (strictAnnotations is on)", e.reason),
-        )),
+        Err(e) if options.strict_annotations => Err(PlanError::StrictSelection(e)),
         Err(e) => {
             warnings.push(format!(
                 "{} ignored, only the default network is attached: {}",
@@ -746,6 +738,8 @@ fn selections(
 }
 
 /// `annotation k8s.v1.cni.cncf.io/networks[1].ips[0]` from the parser's field.
+/// Where in the selection annotation `field` (an [`AnnotationError`]'s) is,
+/// as warnings and errors name it.
 fn annotation_field(field: &str) -> String {
     let field = field.strip_prefix(NETWORKS_ANNOTATION).unwrap_or(field);
     match field {
