@@ -159,34 +159,33 @@ pub fn bind(
             continue;
         }
         let network = attachment.network.clone();
-        let rejected = |reason: String| PlanError::ClaimRejected {
+        let rejected = |problem: ClaimProblem| PlanError::ClaimRejected {
             network: network.clone(),
             reference: reference.clone(),
-            reason,
+            problem,
         };
         let name = match reference.split_once('/') {
             Some((namespace, _)) if namespace != pod.namespace => {
-                return Err(rejected(format!(
-                    "the claim is in namespace {namespace}; a pod of {} may only use claims of \
-                     its own namespace",
-                    pod.namespace
-                )))
+                return Err(rejected(ClaimProblem::OtherNamespace {
+                    namespace: namespace.to_string(),
+                    pod_namespace: pod.namespace.clone(),
+                }))
             }
             Some((_, name)) => name,
             None => reference.as_str(),
         };
         let claim = cluster.ipam_claim(&pod.namespace, name)?.ok_or_else(|| {
-            rejected(format!("IPAMClaim {}/{name} does not exist", pod.namespace))
+            rejected(ClaimProblem::Missing {
+                namespace: pod.namespace.clone(),
+                name: name.to_string(),
+            })
         })?;
         check_claim_fits(&claim, attachment).map_err(rejected)?;
         let owner = owner_key(&pod.namespace, name);
         let ips = claim.status.map(|s| s.ips).unwrap_or_default();
         let ipam = point_at_claim(attachment, &owner, &ips)?;
         if ipam.is_empty() {
-            return Err(rejected(format!(
-                "\"{ALLOW_PERSISTENT_IPS}\" needs the built-in {CLAIM_IPAM} IPAM to hold the \
-                 claim's addresses; this network's chain has none"
-            )));
+            return Err(rejected(ClaimProblem::NoClaimIpam));
         }
         book.note(&BookEntry {
             namespace: pod.namespace.clone(),
@@ -225,8 +224,45 @@ fn persistent_ips_allowed(attachment: &Attachment) -> Result<bool, PlanError> {
     Ok(allowed)
 }
 
+/// Why the IPAMClaim a selection references cannot be used (§8).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimProblem {
+    #[error(
+        "the claim is in namespace {namespace}; a pod of {pod_namespace} may only use claims of \
+         its own namespace"
+    )]
+    OtherNamespace {
+        namespace: String,
+        pod_namespace: String,
+    },
+    #[error("IPAMClaim {namespace}/{name} does not exist")]
+    Missing { namespace: String, name: String },
+    /// §8.2: the claim is for another network.
+    #[error(
+        "the claim's spec.network is {claimed:?}, not this network ({network:?}{})",
+        config_name.as_ref().map(|n| format!(" or {n:?}")).unwrap_or_default()
+    )]
+    OtherNetwork {
+        claimed: String,
+        network: String,
+        /// The name in the network's config, another name a claim may use.
+        config_name: Option<String>,
+    },
+    /// §8.2: the claim is for another pod interface.
+    #[error(
+        "the claim's spec.interface is {claimed:?}, but this attachment's interface is {ifname:?}"
+    )]
+    OtherInterface { claimed: String, ifname: String },
+    /// The chain has no IPAM that can hold the claim's addresses.
+    #[error(
+        "\"{ALLOW_PERSISTENT_IPS}\" needs the built-in {CLAIM_IPAM} IPAM to hold the claim's \
+         addresses; this network's chain has none"
+    )]
+    NoClaimIpam,
+}
+
 /// §8.2: a claim is for one network and one pod interface.
-fn check_claim_fits(claim: &IpamClaim, attachment: &Attachment) -> Result<(), String> {
+fn check_claim_fits(claim: &IpamClaim, attachment: &Attachment) -> Result<(), ClaimProblem> {
     let nad_name = attachment
         .network
         .rsplit_once('/')
@@ -237,19 +273,17 @@ fn check_claim_fits(claim: &IpamClaim, attachment: &Attachment) -> Result<(), St
         .and_then(|p| p.get("name")?.as_str());
     let network = claim.spec.network.as_str();
     if network != attachment.network && network != nad_name && Some(network) != config_name {
-        return Err(format!(
-            "the claim's spec.network is {network:?}, not this network ({:?}{})",
-            attachment.network,
-            config_name
-                .map(|n| format!(" or {n:?}"))
-                .unwrap_or_default()
-        ));
+        return Err(ClaimProblem::OtherNetwork {
+            claimed: network.to_string(),
+            network: attachment.network.clone(),
+            config_name: config_name.map(String::from),
+        });
     }
     if claim.spec.interface != attachment.ifname {
-        return Err(format!(
-            "the claim's spec.interface is {:?}, but this attachment's interface is {:?}",
-            claim.spec.interface, attachment.ifname
-        ));
+        return Err(ClaimProblem::OtherInterface {
+            claimed: claim.spec.interface.clone(),
+            ifname: attachment.ifname.clone(),
+        });
     }
     Ok(())
 }
@@ -576,11 +610,11 @@ mod tests {
     fn claims_of_other_namespaces_networks_or_interfaces_are_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let book = ClaimBook::new(&tmp.path().join("cni"));
-        let refused = |att: Attachment, claims: &str, want: &str| {
+        let refused = |att: Attachment, claims: &str, want: fn(&ClaimProblem) -> bool| {
             let mut plan = plan(att);
             let e = bind(&mut plan, &pod(), &cluster(tmp.path(), claims), &book).unwrap_err();
             assert!(
-                matches!(&e, PlanError::ClaimRejected { reason, .. } if reason.contains(want)),
+                matches!(&e, PlanError::ClaimRejected { problem, .. } if want(problem)),
                 "{e:?}"
             );
             assert!(e.to_string().contains("§8"), "{e}");
@@ -592,26 +626,42 @@ mod tests {
                 ..allowed()
             },
             CLAIM,
-            "the claim is in namespace other; a pod of ns may only use claims of its own namespace",
+            |p| {
+                p.to_string()
+                    == "the claim is in namespace other; a pod of ns may only use claims of its \
+                        own namespace"
+            },
         );
-        refused(allowed(), "", "IPAMClaim ns/vm-a.tenantred does not exist");
+        refused(allowed(), "", |p| {
+            p == &ClaimProblem::Missing {
+                namespace: "ns".into(),
+                name: "vm-a.tenantred".into(),
+            }
+        });
         refused(
             allowed(),
             &CLAIM.replace("network: tenantred", "network: tenantblue"),
-            "the claim's spec.network is \"tenantblue\", not this network (\"ns/tenantred\" or \"red\")",
+            |p| {
+                p.to_string()
+                    == "the claim's spec.network is \"tenantblue\", not this network \
+                        (\"ns/tenantred\" or \"red\")"
+            },
         );
         refused(
             allowed(),
             &CLAIM.replace("interface: net1", "interface: net2"),
-            "the claim's spec.interface is \"net2\", but this attachment's interface is \"net1\"",
+            |p| {
+                p == &ClaimProblem::OtherInterface {
+                    claimed: "net2".into(),
+                    ifname: "net1".into(),
+                }
+            },
         );
         let static_ipam = json!({"cniVersion": "1.0.0", "name": "red", "type": "macvlan",
             "allowPersistentIPs": true, "ipam": {"type": "static"}});
-        refused(
-            attachment(static_ipam),
-            CLAIM,
-            "needs the built-in host-local IPAM",
-        );
+        refused(attachment(static_ipam), CLAIM, |p| {
+            p == &ClaimProblem::NoClaimIpam
+        });
         // The claim's network may also be named as namespace/name.
         let mut plan = plan(allowed());
         let claims = CLAIM.replace("network: tenantred", "network: ns/tenantred");

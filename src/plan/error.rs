@@ -14,6 +14,7 @@ use crate::netattach::error::{join_path, SpecError};
 use crate::netattach::names::NetworkRef;
 use crate::netattach::selection::AnnotationError;
 
+use super::claims::ClaimProblem;
 use super::devices::podresources;
 use super::readiness::NotReady;
 use super::DEFAULT_NETWORK_ANNOTATION;
@@ -106,11 +107,11 @@ pub enum PlanError {
         wanted: usize,
     },
     /// The IPAMClaim a selection references cannot be used.
-    #[error("{network}: ipam-claim-reference {reference:?}: {reason} (multi-net-spec §8)")]
+    #[error("{network}: ipam-claim-reference {reference:?}: {problem} (multi-net-spec §8)")]
     ClaimRejected {
         network: String,
         reference: String,
-        reason: String,
+        problem: ClaimProblem,
     },
     /// A file of the planner's (the claim book, the auxiliary chain's
     /// directory) could not be read or written.
@@ -351,7 +352,7 @@ mod tests {
                 PlanError::ClaimRejected {
                     network: text(),
                     reference: text(),
-                    reason: text(),
+                    problem: ClaimProblem::NoClaimIpam,
                 },
                 rejected,
             ),
