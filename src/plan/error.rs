@@ -166,7 +166,30 @@ pub enum NotFound {
     Name {
         field: String,
         name: String,
-        why: String,
+        why: Unresolved,
+    },
+}
+
+/// Why a network's name (not a NAD reference alone) resolves to nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unresolved {
+    /// An absolute path of a directory without a CNI config in it.
+    #[error("is a directory holding no CNI config (.conf, .conflist, .json)")]
+    EmptyDirectory,
+    /// An absolute path of nothing.
+    #[error("does not exist")]
+    NoSuchPath,
+    /// Neither a NAD (in `namespace` unless namespaced), nor a config of
+    /// the conf dir, nor a path.
+    #[error(
+        "is neither a NetworkAttachmentDefinition (in {namespace} unless namespaced), nor the \
+         name of a config in the conf dir ({}), nor an absolute path of a config file or \
+         directory",
+        conf_dir.as_ref().map_or("no conf dir".into(), |d| d.display().to_string())
+    )]
+    Unknown {
+        namespace: String,
+        conf_dir: Option<PathBuf>,
     },
 }
 
@@ -313,6 +336,17 @@ mod tests {
                 ErrorCode::Plugin(codes::NETWORK_NOT_FOUND),
             ),
             (
+                PlanError::NetworkNotFound(NotFound::Name {
+                    field: "clusterNetwork".into(),
+                    name: "podnet".into(),
+                    why: Unresolved::Unknown {
+                        namespace: "kube-system".into(),
+                        conf_dir: None,
+                    },
+                }),
+                ErrorCode::Plugin(codes::NETWORK_NOT_FOUND),
+            ),
+            (
                 PlanError::InterfaceTaken {
                     label: text(),
                     ifname: "net1".into(),
@@ -406,6 +440,16 @@ mod tests {
         }
         let inner = CniError::invalid_config("type", "missing");
         assert_eq!(CniError::from(PlanError::from(inner.clone())), inner);
+        let unknown = Unresolved::Unknown {
+            namespace: "kube-system".into(),
+            conf_dir: None,
+        };
+        assert_eq!(
+            unknown.to_string(),
+            "is neither a NetworkAttachmentDefinition (in kube-system unless namespaced), nor the \
+             name of a config in the conf dir (no conf dir), nor an absolute path of a config \
+             file or directory"
+        );
     }
 
     #[test]

@@ -65,7 +65,7 @@ use crate::netattach::selection::{
 };
 use crate::netattach::status::{NetworkStatus, StatusInput};
 use devices::{DeviceNeed, DeviceSource};
-pub use error::{NotFound, PlanError};
+pub use error::{NotFound, PlanError, Unresolved};
 
 /// Multus's per-pod override of the cluster-wide default network.
 pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
@@ -1111,7 +1111,7 @@ fn resolve_named(
     conf_dir: Option<&ConfDir>,
     plexus_namespace: &str,
 ) -> Result<ResolvedNad, PlanError> {
-    let not_found = |why: String| {
+    let not_found = |why: Unresolved| {
         PlanError::NetworkNotFound(NotFound::Name {
             field: field.to_string(),
             name: name.to_string(),
@@ -1122,9 +1122,9 @@ fn resolve_named(
     if path.is_absolute() {
         if path.is_dir() {
             let dir = ConfDir::new(path);
-            let (file, list) = dir.first().ok_or_else(|| {
-                not_found("is a directory holding no CNI config (.conf, .conflist, .json)".into())
-            })?;
+            let (file, list) = dir
+                .first()
+                .ok_or_else(|| not_found(Unresolved::EmptyDirectory))?;
             return Ok(ResolvedNad {
                 network: config_name(list, file)?,
                 config: list.clone(),
@@ -1135,7 +1135,7 @@ fn resolve_named(
         if path.is_file() {
             return network_from_file(path);
         }
-        return Err(not_found("does not exist".into()));
+        return Err(not_found(Unresolved::NoSuchPath));
     }
     if let Ok(reference) = NetworkRef::parse(name, plexus_namespace) {
         if nads.get(&reference.namespace, &reference.name)?.is_some() {
@@ -1150,12 +1150,10 @@ fn resolve_named(
             resource_name: None,
         });
     }
-    let conf_dir = conf_dir.map_or("no conf dir".into(), |d| d.path().display().to_string());
-    Err(not_found(format!(
-        "is neither a NetworkAttachmentDefinition (in {plexus_namespace} unless namespaced), \
-         nor the name of a config in the conf dir ({conf_dir}), nor an absolute path of a \
-         config file or directory"
-    )))
+    Err(not_found(Unresolved::Unknown {
+        namespace: plexus_namespace.to_string(),
+        conf_dir: conf_dir.map(|d| d.path().to_path_buf()),
+    }))
 }
 
 /// A config's `name`, which names its network in the plan and network-status.
