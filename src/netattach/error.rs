@@ -61,42 +61,32 @@ impl SpecError {
     /// its path gets `outer` in front, as [`CniError::within`] does.
     pub fn within(self, outer: impl AsRef<str>) -> SpecError {
         let outer = outer.as_ref();
-        match self {
-            SpecError::Invalid { field, reason } => SpecError::Invalid {
-                field: join_path(outer, field),
-                reason,
-            },
-            SpecError::Decode { what, reason } => SpecError::Decode {
-                what: join_path(outer, what),
-                reason,
-            },
-            SpecError::Io { what, reason } => SpecError::Io {
-                what: join_path(outer, what),
-                reason,
-            },
-            SpecError::PodCount { origin, found } => SpecError::PodCount {
-                origin: join_path(outer, origin),
-                found,
-            },
-            SpecError::Annotation(e) => SpecError::Decode {
-                what: join_path(outer, annotation_field(&e)),
-                reason: e.reason,
-            },
-            SpecError::Cni(e) => SpecError::Cni(e.within(outer)),
+        let mut e = match self {
+            // Inside something else, it is no longer the annotation's own
+            // error: its path starts with `outer`.
+            SpecError::Annotation(e) => SpecError::decode(annotation_field(&e), e.reason),
+            SpecError::Cni(e) => return SpecError::Cni(e.within(outer)),
+            e => e,
+        };
+        if let SpecError::Invalid { field: path, .. }
+        | SpecError::Decode { what: path, .. }
+        | SpecError::Io { what: path, .. }
+        | SpecError::PodCount { origin: path, .. } = &mut e
+        {
+            prefix_path(path, outer);
         }
+        e
     }
 }
 
-/// `outer.inner`, or `outer[i]...` for an index: the path rule of
+/// `outer.path`, or `outer[i]...` for an index: the path rule of
 /// [`CniError::within`].
-pub(crate) fn join_path(outer: &str, inner: String) -> String {
+pub(crate) fn prefix_path(path: &mut String, outer: &str) {
     if outer.is_empty() {
-        inner
-    } else if inner.starts_with('[') {
-        format!("{outer}{inner}")
-    } else {
-        format!("{outer}.{inner}")
+        return;
     }
+    let joint = if path.starts_with('[') { "" } else { "." };
+    *path = format!("{outer}{joint}{path}");
 }
 
 /// Where in the selection annotation the error is, starting with the

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::cluster::ClusterError;
 use crate::cni::error::{codes, CniError, ErrorCode};
-use crate::netattach::error::{join_path, SpecError};
+use crate::netattach::error::{prefix_path, SpecError};
 use crate::netattach::names::NetworkRef;
 use crate::netattach::selection::AnnotationError;
 
@@ -217,23 +217,18 @@ impl PlanError {
     /// that carry a path get `outer` in front, as [`CniError::within`] does.
     pub fn within(self, outer: impl AsRef<str>) -> PlanError {
         let outer = outer.as_ref();
-        match self {
-            PlanError::Config { field, reason } => PlanError::Config {
-                field: join_path(outer, field),
-                reason,
-            },
-            PlanError::Io { what, reason } => PlanError::Io {
-                what: join_path(outer, what),
-                reason,
-            },
-            PlanError::Decode { what, reason } => PlanError::Decode {
-                what: join_path(outer, what),
-                reason,
-            },
-            PlanError::Spec(e) => PlanError::Spec(e.within(outer)),
-            PlanError::Cni(e) => PlanError::Cni(e.within(outer)),
-            other => other,
+        let mut e = match self {
+            PlanError::Spec(e) => return PlanError::Spec(e.within(outer)),
+            PlanError::Cni(e) => return PlanError::Cni(e.within(outer)),
+            e => e,
+        };
+        if let PlanError::Config { field: path, .. }
+        | PlanError::Io { what: path, .. }
+        | PlanError::Decode { what: path, .. } = &mut e
+        {
+            prefix_path(path, outer);
         }
+        e
     }
 }
 
