@@ -738,7 +738,7 @@ fn selections(
 }
 
 /// `annotation k8s.v1.cni.cncf.io/networks[1].ips[0]` from the parser's field.
-/// Where in the selection annotation `field` (an [`AnnotationError`]'s) is,
+/// Where in the selection annotation `field` (an `AnnotationError`'s) is,
 /// as warnings and errors name it.
 fn annotation_field(field: &str) -> String {
     let field = field.strip_prefix(NETWORKS_ANNOTATION).unwrap_or(field);
