@@ -138,8 +138,15 @@ mod tests {
             err(json!({"name": 5})),
             "metadata.name: must be a string, got 5"
         );
-        assert!(err(json!({"name": "Bad_Name"})).starts_with("metadata.name: "));
-        assert!(err(json!({"name": "a", "namespace": "a.b"})).starts_with("metadata.namespace: "));
+        let field = |v: Value| match ObjectMeta::from_value(&v) {
+            Err(SpecError::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(json!({"name": "Bad_Name"})), "metadata.name");
+        assert_eq!(
+            field(json!({"name": "a", "namespace": "a.b"})),
+            "metadata.namespace"
+        );
         assert_eq!(
             err(json!({"name": "a", "annotations": {"k": 1}})),
             "metadata.annotations[\"k\"]: must be a string, got 1"

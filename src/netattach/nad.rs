@@ -288,7 +288,10 @@ metadata:
         );
         assert_eq!(err(json!({"kind": KIND})), "metadata: required");
         assert_eq!(err(json!({"metadata": {}})), "metadata.name: required");
-        assert!(err(json!({"metadata": {"name": "A_B"}})).starts_with("metadata.name: "));
+        assert!(matches!(
+            NetworkAttachmentDefinition::from_value(&json!({"metadata": {"name": "A_B"}})),
+            Err(SpecError::Invalid { field, .. }) if field == "metadata.name"
+        ));
         assert_eq!(
             err(json!({"metadata": {"name": "a"}, "spec": "x"})),
             "spec: must be an object, got \"x\""
