@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::cni::error::CniError;
+use crate::netattach::error::SpecError;
 use crate::netattach::meta::ObjectMeta;
 use crate::netattach::nad::NetworkAttachmentDefinition;
 
@@ -30,13 +30,13 @@ impl Document {
 
 /// Read every document under `path` (a file, or a directory's manifest files in
 /// name order; not recursive, like `kubectl apply -f DIR`).
-pub fn load(path: &Path) -> Result<Vec<Document>, CniError> {
-    let meta = std::fs::metadata(path).map_err(|e| CniError::io(path.display().to_string(), e))?;
+pub fn load(path: &Path) -> Result<Vec<Document>, SpecError> {
+    let meta = std::fs::metadata(path).map_err(|e| SpecError::io(path.display().to_string(), e))?;
     if !meta.is_dir() {
         return load_file(path);
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| CniError::io(path.display().to_string(), e))?
+        .map_err(|e| SpecError::io(path.display().to_string(), e))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|p| {
             p.is_file()
@@ -54,20 +54,20 @@ pub fn load(path: &Path) -> Result<Vec<Document>, CniError> {
     Ok(docs)
 }
 
-fn load_file(path: &Path) -> Result<Vec<Document>, CniError> {
+fn load_file(path: &Path) -> Result<Vec<Document>, SpecError> {
     let text =
-        std::fs::read_to_string(path).map_err(|e| CniError::io(path.display().to_string(), e))?;
+        std::fs::read_to_string(path).map_err(|e| SpecError::io(path.display().to_string(), e))?;
     parse_documents(&text, &path.display().to_string())
 }
 
 /// Parse manifest text: JSON when it is a JSON value, otherwise a YAML stream
 /// (YAML is a superset of JSON, but serde_json gives better JSON errors).
-pub fn parse_documents(text: &str, origin: &str) -> Result<Vec<Document>, CniError> {
+pub fn parse_documents(text: &str, origin: &str) -> Result<Vec<Document>, SpecError> {
     let trimmed = text.trim_start();
     let mut raw = Vec::new();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         let value: Value = serde_json::from_str(text)
-            .map_err(|e| CniError::decode(origin, format!("invalid JSON: {e}")))?;
+            .map_err(|e| SpecError::decode(origin, format!("invalid JSON: {e}")))?;
         match value {
             // A bare JSON array is a list of objects, as kubectl accepts.
             Value::Array(items) => raw.extend(items),
@@ -76,7 +76,7 @@ pub fn parse_documents(text: &str, origin: &str) -> Result<Vec<Document>, CniErr
     } else {
         for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
             let value = Value::deserialize(doc).map_err(|e| {
-                CniError::decode(
+                SpecError::decode(
                     format!("{origin} (document {})", index + 1),
                     format!("invalid YAML: {e}"),
                 )
@@ -94,7 +94,7 @@ pub fn parse_documents(text: &str, origin: &str) -> Result<Vec<Document>, CniErr
 }
 
 /// Unwrap `kind: List` (and `*List`) documents; drop empty documents.
-fn flatten_into(value: Value, origin: &str, out: &mut Vec<Document>) -> Result<(), CniError> {
+fn flatten_into(value: Value, origin: &str, out: &mut Vec<Document>) -> Result<(), SpecError> {
     match value {
         Value::Null => Ok(()),
         Value::Object(ref map) => {
@@ -104,7 +104,7 @@ fn flatten_into(value: Value, origin: &str, out: &mut Vec<Document>) -> Result<(
                 .is_some_and(|k| k.ends_with("List"));
             if is_list {
                 let items = map.get("items").and_then(Value::as_array).ok_or_else(|| {
-                    CniError::invalid_config(
+                    SpecError::invalid(
                         format!("{origin}: items"),
                         "a List must have an items array",
                     )
@@ -121,7 +121,7 @@ fn flatten_into(value: Value, origin: &str, out: &mut Vec<Document>) -> Result<(
                 Ok(())
             }
         }
-        other => Err(CniError::invalid_config(
+        other => Err(SpecError::invalid(
             origin,
             format!(
                 "a manifest document must be an object, got {}",
@@ -153,15 +153,14 @@ pub struct Pod {
 
 impl Pod {
     /// A pod from a `kind: Pod` manifest document.
-    pub fn from_document(doc: &Document) -> Result<Pod, CniError> {
+    pub fn from_document(doc: &Document) -> Result<Pod, SpecError> {
         let metadata = doc.value.get("metadata").ok_or_else(|| {
-            CniError::invalid_config(format!("{}: metadata", doc.origin), "a Pod needs metadata")
+            SpecError::invalid(format!("{}: metadata", doc.origin), "a Pod needs metadata")
         })?;
-        let meta: ObjectMeta = serde_json::from_value(metadata.clone()).map_err(|e| {
-            CniError::invalid_config(format!("{}: metadata", doc.origin), e.to_string())
-        })?;
+        let meta: ObjectMeta = serde_json::from_value(metadata.clone())
+            .map_err(|e| SpecError::invalid(format!("{}: metadata", doc.origin), e.to_string()))?;
         if meta.name.is_empty() {
-            return Err(CniError::invalid_config(
+            return Err(SpecError::invalid(
                 format!("{}: metadata.name", doc.origin),
                 "a Pod needs a name",
             ));
@@ -179,15 +178,14 @@ impl Pod {
 }
 
 /// The single Pod among `docs`.
-pub fn single_pod(docs: &[Document], origin: &str) -> Result<Pod, CniError> {
+pub fn single_pod(docs: &[Document], origin: &str) -> Result<Pod, SpecError> {
     let pods: Vec<&Document> = docs.iter().filter(|d| d.kind() == Some("Pod")).collect();
     match pods.as_slice() {
         [one] => Pod::from_document(one),
-        [] => Err(CniError::invalid_config(origin, "no document of kind Pod")),
-        many => Err(CniError::invalid_config(
-            origin,
-            format!("{} documents of kind Pod; give exactly one", many.len()),
-        )),
+        pods => Err(SpecError::PodCount {
+            origin: origin.to_string(),
+            found: pods.len(),
+        }),
     }
 }
 
@@ -195,7 +193,7 @@ pub fn single_pod(docs: &[Document], origin: &str) -> Result<Pod, CniError> {
 /// NAD that names no namespace lands in `default`, as with kubectl.
 pub fn nads(
     docs: &[Document],
-) -> Result<BTreeMap<(String, String), NetworkAttachmentDefinition>, CniError> {
+) -> Result<BTreeMap<(String, String), NetworkAttachmentDefinition>, SpecError> {
     let mut out = BTreeMap::new();
     for doc in docs
         .iter()
@@ -237,17 +235,27 @@ mod tests {
     #[test]
     fn bad_documents_name_file_and_reason() {
         let err = parse_documents("{\"kind\": ", "pod.json").unwrap_err();
-        assert!(err.details.starts_with("pod.json: invalid JSON"), "{err}");
+        assert!(
+            matches!(&err, SpecError::Decode { what, reason }
+                if what == "pod.json" && reason.starts_with("invalid JSON")),
+            "{err:?}"
+        );
         let err = parse_documents("a: [1,\n", "pod.yaml").unwrap_err();
         assert!(
-            err.details
-                .starts_with("pod.yaml (document 1): invalid YAML"),
-            "{err}"
+            matches!(&err, SpecError::Decode { what, reason }
+                if what == "pod.yaml (document 1)" && reason.starts_with("invalid YAML")),
+            "{err:?}"
         );
         let err = parse_documents("- 1\n- 2\n", "x.yaml").unwrap_err();
-        assert!(err.details.contains("must be an object"), "{err}");
+        assert!(
+            matches!(&err, SpecError::Invalid { reason, .. } if reason.contains("must be an object")),
+            "{err:?}"
+        );
         let err = parse_documents("kind: List\n", "l.yaml").unwrap_err();
-        assert!(err.details.contains("items"), "{err}");
+        assert!(
+            matches!(&err, SpecError::Invalid { field, .. } if field == "l.yaml (document 1): items"),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -260,10 +268,10 @@ mod tests {
         let pod = single_pod(&docs, "p.yaml").unwrap();
         assert_eq!(pod.namespace, "default");
         assert_eq!(pod.annotations["a"], "b");
-        assert!(single_pod(&[], "none.yaml")
-            .unwrap_err()
-            .details
-            .contains("no document of kind Pod"));
+        assert!(matches!(
+            single_pod(&[], "none.yaml"),
+            Err(SpecError::PodCount { origin, found: 0 }) if origin == "none.yaml"
+        ));
         let docs = parse_documents("kind: Pod\nmetadata: {}\n", "p.yaml").unwrap();
         assert!(single_pod(&docs, "p.yaml").is_err());
     }

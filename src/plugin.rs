@@ -23,7 +23,7 @@ use crate::cluster::{dir::DirCluster, Cluster, Opened, Publisher};
 use crate::cni::args::CniArgs;
 use crate::cni::call_log::CallLog;
 use crate::cni::delegate::Resolver;
-use crate::cni::error::{CniError, ErrorCode};
+use crate::cni::error::CniError;
 use crate::cni::names::{ContainerId, IfName};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, ValidAttachment};
@@ -34,7 +34,7 @@ use crate::netattach::status::NetworkStatus;
 use crate::plan::auxiliary;
 use crate::plan::claims::{self, ClaimBook};
 use crate::plan::readiness;
-use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
+use crate::plan::{self, ConfDir, DefaultNetwork, PlanError, PlanInputs, PlanOptions};
 use crate::record::Cache;
 use crate::run::exec::ExecSite;
 use crate::run::routes::NetlinkRouteHook;
@@ -150,10 +150,10 @@ impl<'s> PlexusPlugin<'s> {
     ) -> Result<DefaultNetwork, CniError> {
         let conf_dir = ConfDir::new(&conf.conf_dir);
         match cluster_network(conf, cluster, &conf_dir) {
-            Err(e) if e.code == ErrorCode::TryAgainLater => {
-                cluster_network(conf, &DirCluster::empty(), &conf_dir).map_err(|_| e)
+            Err(e) if e.is_transient() => {
+                cluster_network(conf, &DirCluster::empty(), &conf_dir).map_err(|_| e.into())
             }
-            other => other,
+            other => Ok(other?),
         }
     }
 
@@ -541,7 +541,7 @@ fn cluster_network(
     conf: &PlexusConf,
     cluster: &dyn Cluster,
     conf_dir: &ConfDir,
-) -> Result<DefaultNetwork, CniError> {
+) -> Result<DefaultNetwork, PlanError> {
     plan::cluster_network(
         &conf.cluster_network,
         cluster,

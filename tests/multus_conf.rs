@@ -72,7 +72,7 @@ fn plan_with(value: Value, pod: &Pod) -> Result<Plan, plexus::cni::CniError> {
         &conf.plexus_namespace,
     )?;
     let options = PlanOptions::from_conf(&conf);
-    plan(
+    Ok(plan(
         pod,
         &PlanInputs {
             nads: &nads,
@@ -81,7 +81,7 @@ fn plan_with(value: Value, pod: &Pod) -> Result<Plan, plexus::cni::CniError> {
             default_network: &default_network,
             options: &options,
         },
-    )
+    )?)
 }
 
 /// (network, ifname, first plugin's type, source) of each attachment.

@@ -78,6 +78,8 @@ fn plan_for(
             options,
         },
     )
+    // The CNI error a runtime would read.
+    .map_err(Into::into)
 }
 
 fn ok_plan(annotation: &str) -> Plan {
@@ -112,6 +114,7 @@ fn plan_3_2(nad_file: &str, conf_dir: Option<&ConfDir>) -> Result<Plan, plexus::
             options: &PlanOptions::default(),
         },
     )
+    .map_err(Into::into)
 }
 
 #[test]

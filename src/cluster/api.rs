@@ -1,7 +1,7 @@
 //! The requests to the API server that both publishing paths make: the
 //! synchronous one ([`super::kube`]) and the daemon's write-behind
 //! ([`super::outbox`]). Each request is bounded, a status PATCH is retried
-//! while the server fails transiently, and a failure is an `ApiError`
+//! while the server fails transiently, and a failure is a [`ClusterError`]
 //! naming the object and the server's reason.
 
 use std::future::Future;
@@ -13,20 +13,23 @@ use kube::api::{
 };
 use serde_json::json;
 
-use crate::cni::error::{codes, CniError, ErrorCode};
+use super::error::{ApiRequest, ClusterError, Verb};
 use crate::netattach::ipamclaim;
 use crate::netattach::status::NETWORK_STATUS_ANNOTATION;
 
-/// One request, bounded by `bound`.
+/// One request (`what`), bounded by `bound`.
 pub(super) async fn bounded<T>(
     bound: Duration,
-    object: &str,
+    what: ApiRequest,
     request: impl Future<Output = Result<T, kube::Error>>,
-) -> Result<T, ApiError> {
+) -> Result<T, ClusterError> {
     match tokio::time::timeout(bound, request).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(ApiError::from_kube(object, e)),
-        Err(_) => Err(ApiError::timeout(object, bound)),
+        Ok(Err(e)) => Err(ClusterError::from_kube(what, e)),
+        Err(_) => Err(ClusterError::Timeout {
+            request: what,
+            bound,
+        }),
     }
 }
 
@@ -78,7 +81,7 @@ pub(super) async fn patch_status<K>(
     patch: &serde_json::Value,
     object: &str,
     bounds: StatusWrite,
-) -> Result<bool, ApiError>
+) -> Result<bool, ClusterError>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -88,14 +91,14 @@ where
         let params = PatchParams::default();
         let sent = bounded(
             bounds.request,
-            object,
+            ApiRequest::new(Verb::Patch, object),
             api.patch_status(name, &params, &Patch::Merge(patch)),
         )
         .await;
         match sent {
             Ok(_) => return Ok(true),
-            Err(e) if e.status == Some(404) => return Ok(false),
-            Err(e) if e.transient && tokio::time::Instant::now() + backoff < deadline => {
+            Err(e) if e.status() == Some(404) => return Ok(false),
+            Err(e) if e.is_transient() && tokio::time::Instant::now() + backoff < deadline => {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
@@ -114,13 +117,12 @@ pub(super) async fn post_all(
     let params = PostParams::default();
     let posts = events.iter().map(|event| {
         let post = api.create(&params, event);
-        let object = &object;
+        let what = ApiRequest::new(Verb::Create, object.as_str());
         async move {
-            match tokio::time::timeout(bound, post).await {
-                Ok(Ok(_)) => None,
-                Ok(Err(e)) => Some(ApiError::from_kube(object, e).to_string()),
-                Err(_) => Some(ApiError::timeout(object, bound).to_string()),
-            }
+            bounded(bound, what, post)
+                .await
+                .err()
+                .map(|e| e.to_string())
         }
     });
     futures::future::join_all(posts)
@@ -140,89 +142,3 @@ pub struct ClaimStatus {
 
 /// The API group of the spec's custom resources.
 const GROUP: &str = "k8s.cni.cncf.io";
-
-/// A failed request, as far as plexus reacts to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct ApiError {
-    /// `pod ns/name`, `NetworkAttachmentDefinition ns/name`, ...
-    object: String,
-    /// The HTTP status, when the server answered.
-    pub status: Option<u16>,
-    /// Worth retrying: no answer, a timeout, 429 or 5xx.
-    transient: bool,
-    /// `forbidden: User "..." cannot get resource ...`
-    reason: String,
-}
-
-impl ApiError {
-    fn from_kube(object: &str, e: kube::Error) -> ApiError {
-        match e {
-            kube::Error::Api(status) => {
-                let code = status.code;
-                let reason = if status.reason.is_empty() {
-                    status.message.clone()
-                } else {
-                    // "Forbidden" -> "forbidden: <message>", as kubectl prints it.
-                    format!("{}: {}", status.reason.to_lowercase(), status.message)
-                };
-                ApiError {
-                    object: object.into(),
-                    status: Some(code),
-                    transient: code == 429 || code >= 500,
-                    reason,
-                }
-            }
-            other => ApiError {
-                object: object.into(),
-                status: None,
-                transient: true,
-                reason: error_chain(&other),
-            },
-        }
-    }
-
-    fn timeout(object: &str, bound: Duration) -> ApiError {
-        ApiError {
-            object: object.into(),
-            status: None,
-            transient: true,
-            reason: format!("no answer from the API server within {bound:?} (apiTimeout)"),
-        }
-    }
-
-    /// The CNI error the runtime gets: code 11 (try again later) for what may
-    /// pass, else plexus's code for a refused API request.
-    pub(super) fn into_cni(self) -> CniError {
-        let code = if self.transient {
-            ErrorCode::TryAgainLater
-        } else {
-            ErrorCode::Plugin(codes::KUBERNETES_API)
-        };
-        CniError::new(
-            code,
-            "Kubernetes API request failed",
-            format!("{}: {}", self.object, self.reason),
-        )
-    }
-}
-
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.object, self.reason)
-    }
-}
-
-/// An error and its sources on one line: kube's outer errors say little
-/// ("failed to connect") without the inner ones ("connection refused").
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = s.source();
-    }
-    parts.join(": ")
-}

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::Cluster;
-use crate::cni::error::CniError;
+use super::ClusterError;
 use crate::manifest::{self, Pod};
 use crate::netattach::ipamclaim::{self, IpamClaim};
 use crate::netattach::nad::NetworkAttachmentDefinition;
@@ -20,7 +20,7 @@ pub struct DirCluster {
 
 impl DirCluster {
     /// Read every manifest under `path` (a directory or one file).
-    pub fn load(path: &Path) -> Result<DirCluster, CniError> {
+    pub fn load(path: &Path) -> Result<DirCluster, ClusterError> {
         let docs = manifest::load(path).map_err(|e| e.within("manifestDir"))?;
         let mut pods = BTreeMap::new();
         for doc in docs.iter().filter(|d| d.kind() == Some("Pod")) {
@@ -59,20 +59,20 @@ impl NadSource for DirCluster {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<&NetworkAttachmentDefinition>, CniError> {
+    ) -> Result<Option<&NetworkAttachmentDefinition>, ClusterError> {
         Ok(self.nads.get(&(namespace.to_string(), name.to_string())))
     }
 }
 
 impl Cluster for DirCluster {
-    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
+    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ClusterError> {
         Ok(self
             .pods
             .get(&(namespace.to_string(), name.to_string()))
             .cloned())
     }
 
-    fn ipam_claim(&self, namespace: &str, name: &str) -> Result<Option<IpamClaim>, CniError> {
+    fn ipam_claim(&self, namespace: &str, name: &str) -> Result<Option<IpamClaim>, ClusterError> {
         Ok(self
             .claims
             .get(&(namespace.to_string(), name.to_string()))
@@ -83,6 +83,7 @@ impl Cluster for DirCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netattach::error::SpecError;
 
     #[test]
     fn loads_pods_and_nads_from_a_directory() {
@@ -111,6 +112,10 @@ mod tests {
             Err(e) => e,
             Ok(_) => panic!("loaded a missing directory"),
         };
-        assert!(err.details.starts_with("manifestDir"), "{err}");
+        assert!(
+            matches!(&err, ClusterError::Object(SpecError::Io { what, .. })
+                if what == "manifestDir./nonexistent/plexus"),
+            "{err:?}"
+        );
     }
 }

@@ -23,16 +23,17 @@ use kube::api::{Api, DynamicObject};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::api::{
-    bounded, claim_patch, claims_api, custom, error_chain, patch_status, pod_status_patch,
-    post_all, ApiError, ClaimStatus, StatusWrite,
+    bounded, claim_patch, claims_api, custom, patch_status, pod_status_patch, post_all,
+    ClaimStatus, StatusWrite,
 };
+use super::error::{error_chain, ApiRequest, ClusterError, Verb};
 use super::events::{pod_event, PodEvent};
 use super::outbox::{PendingStatus, StatusOutbox};
 use super::watch::Watched;
 use super::{Cluster, Publisher};
-use crate::cni::error::{CniError, ErrorCode};
 use crate::config::ApiTimeouts;
 use crate::manifest::Pod;
+use crate::netattach::error::SpecError;
 use crate::netattach::ipamclaim::IpamClaim;
 use crate::netattach::nad::NetworkAttachmentDefinition;
 use crate::netattach::status::{status_annotation_value, NetworkStatus};
@@ -96,18 +97,15 @@ async fn load_kubeconfig(kubeconfig: &Path, timeouts: ApiTimeouts) -> Result<kub
 impl KubeCluster {
     /// A client for the cluster `kubeconfig` names (its current context: CA
     /// and bearer token, or client certificates).
-    pub fn connect(kubeconfig: &Path, timeouts: ApiTimeouts) -> Result<KubeCluster, CniError> {
-        let failed = |reason: String| {
-            CniError::new(
-                ErrorCode::InvalidConfig,
-                "invalid kubeconfig",
-                format!("kubeconfig {}: {reason}", kubeconfig.display()),
-            )
+    pub fn connect(kubeconfig: &Path, timeouts: ApiTimeouts) -> Result<KubeCluster, ClusterError> {
+        let failed = |reason: String| ClusterError::Kubeconfig {
+            path: kubeconfig.to_path_buf(),
+            reason,
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| CniError::io("tokio runtime", e))?;
+            .map_err(|e| ClusterError::io("tokio runtime", e))?;
         let config = runtime
             .block_on(load_kubeconfig(kubeconfig, timeouts))
             .map_err(failed)?;
@@ -152,14 +150,15 @@ impl KubeCluster {
         http2_client(&config, observe).map_err(|e| error_chain(&e))
     }
 
-    /// Run one request to completion, bounded by the request timeout.
-    fn call<T>(
+    /// Run one GET of `object` to completion, bounded by the request timeout.
+    fn read<T>(
         &self,
         object: &str,
         request: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, ApiError> {
+    ) -> Result<T, ClusterError> {
+        let what = ApiRequest::new(Verb::Get, object);
         self.driver
-            .block_on(bounded(self.timeouts.request, object, request))
+            .block_on(bounded(self.timeouts.request, what, request))
     }
 
     /// Everything an ADD writes back, all at once on the one HTTP/2
@@ -178,7 +177,7 @@ impl KubeCluster {
     /// The PATCHes retry transient failures within `status_write`; an object
     /// deleted meanwhile is no failure (see [`Published`]). The daemon
     /// queues the PATCHes in its outbox instead ([`StatusOutbox`]).
-    pub fn publish(&self, publication: &Publication) -> Result<Published, CniError> {
+    pub fn publish(&self, publication: &Publication) -> Result<Published, ClusterError> {
         let pod = publication.pod;
         let network_status = status_annotation_value(publication.network_status);
         if let (Some(outbox), Driver::Shared(handle), Some(uid)) =
@@ -194,7 +193,7 @@ impl KubeCluster {
                     network_status,
                     claims: publication.claims.clone(),
                 })
-                .map_err(|e| CniError::io("queueing the network-status write", e))?;
+                .map_err(|e| ClusterError::io("queueing the network-status write", e))?;
             return Ok(Published {
                 pod_found: true,
                 gone_claims: Vec::new(),
@@ -235,12 +234,12 @@ impl KubeCluster {
         };
         let mut gone_claims = Vec::new();
         for ((claim, _, _), written) in claim_patches.iter().zip(claims) {
-            if !written.map_err(ApiError::into_cni)? {
+            if !written? {
                 gone_claims.push(format!("{}/{}", claim.namespace, claim.name));
             }
         }
         Ok(Published {
-            pod_found: status.map_err(ApiError::into_cni)?,
+            pod_found: status?,
             gone_claims,
             event_failures,
         })
@@ -306,10 +305,9 @@ pub struct Published {
 
 impl KubeCluster {
     /// Pod `namespace/name` as the API server has it now (one GET), or None.
-    fn api_pod(&self, namespace: &str, name: &str) -> Result<Option<ApiPod>, CniError> {
+    fn api_pod(&self, namespace: &str, name: &str) -> Result<Option<ApiPod>, ClusterError> {
         let api: Api<ApiPod> = Api::namespaced(self.client.clone(), namespace);
-        self.call(&format!("pod {namespace}/{name}"), api.get_opt(name))
-            .map_err(ApiError::into_cni)
+        self.read(&format!("pod {namespace}/{name}"), api.get_opt(name))
     }
 
     /// The DaemonSet controlling pod `namespace/name`, when it exists (the
@@ -319,7 +317,7 @@ impl KubeCluster {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<String>, CniError> {
+    ) -> Result<Option<String>, ClusterError> {
         let Some(pod) = self.api_pod(namespace, name)? else {
             return Ok(None);
         };
@@ -334,9 +332,7 @@ impl KubeCluster {
         };
         let sets: Api<DaemonSet> = Api::namespaced(self.client.clone(), namespace);
         let object = format!("DaemonSet {namespace}/{}", owner.name);
-        let set = self
-            .call(&object, sets.get_opt(&owner.name))
-            .map_err(ApiError::into_cni)?;
+        let set = self.read(&object, sets.get_opt(&owner.name))?;
         let remains = set.is_some_and(|s| {
             s.metadata.uid.as_deref() == Some(owner.uid.as_str())
                 && s.metadata.deletion_timestamp.is_none()
@@ -361,16 +357,16 @@ impl KubeCluster {
         api: Api<DynamicObject>,
         name: &str,
         object: &str,
-        decode: impl FnOnce(&serde_json::Value) -> Result<T, CniError>,
-    ) -> Result<Option<T>, CniError> {
-        let found = self
-            .call(object, api.get_opt(name))
-            .map_err(ApiError::into_cni)?;
+        decode: impl FnOnce(&serde_json::Value) -> Result<T, SpecError>,
+    ) -> Result<Option<T>, ClusterError> {
+        let found = self.read(object, api.get_opt(name))?;
         found
             .map(|o| {
-                let value = serde_json::to_value(&o)
-                    .map_err(|e| CniError::decode(object, e.to_string()))?;
-                decode(&value).map_err(|e| e.within(object))
+                let value = serde_json::to_value(&o).map_err(|e| ClusterError::Decode {
+                    object: object.to_string(),
+                    reason: e.to_string(),
+                })?;
+                Ok(decode(&value).map_err(|e| e.within(object))?)
             })
             .transpose()
     }
@@ -381,7 +377,7 @@ impl NadSource for KubeCluster {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<&NetworkAttachmentDefinition>, CniError> {
+    ) -> Result<Option<&NetworkAttachmentDefinition>, ClusterError> {
         let key = (namespace.to_string(), name.to_string());
         if let Some(known) = self.nads.get(&key) {
             return Ok(known.as_ref());
@@ -405,7 +401,7 @@ impl NadSource for KubeCluster {
 }
 
 impl Cluster for KubeCluster {
-    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
+    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ClusterError> {
         match self.watched.as_ref().and_then(|w| w.pod(namespace, name)) {
             Some(pod) => Ok(Some(pod)),
             None => self.pod_fresh(namespace, name),
@@ -414,7 +410,7 @@ impl Cluster for KubeCluster {
 
     /// A GET; the daemon refuses a pod of another node, so that a call can
     /// never make it publish for pods it does not serve.
-    fn pod_fresh(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
+    fn pod_fresh(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ClusterError> {
         let object = format!("pod {namespace}/{name}");
         let Some(found) = self.api_pod(namespace, name)? else {
             return Ok(None);
@@ -422,15 +418,11 @@ impl Cluster for KubeCluster {
         if let Some(watched) = &self.watched {
             let node = found.spec.as_ref().and_then(|s| s.node_name.as_deref());
             if node != Some(watched.node()) {
-                return Err(CniError::new(
-                    ErrorCode::UnknownContainer,
-                    "pod not on this node",
-                    format!(
-                        "{object} is scheduled to node {}, and this daemon serves node {} only",
-                        node.unwrap_or("(none)"),
-                        watched.node()
-                    ),
-                ));
+                return Err(ClusterError::PodOnOtherNode {
+                    object,
+                    node: node.map(String::from),
+                    serves: watched.node().to_string(),
+                });
             }
         }
         Ok(Some(Pod {
@@ -441,7 +433,7 @@ impl Cluster for KubeCluster {
         }))
     }
 
-    fn ipam_claim(&self, namespace: &str, name: &str) -> Result<Option<IpamClaim>, CniError> {
+    fn ipam_claim(&self, namespace: &str, name: &str) -> Result<Option<IpamClaim>, ClusterError> {
         let object = format!("IPAMClaim {namespace}/{name}");
         self.get_decoded(
             claims_api(&self.client, namespace),
@@ -453,7 +445,7 @@ impl Cluster for KubeCluster {
 }
 
 impl Publisher for KubeCluster {
-    fn publish(&self, publication: &Publication) -> Result<Published, CniError> {
+    fn publish(&self, publication: &Publication) -> Result<Published, ClusterError> {
         KubeCluster::publish(self, publication)
     }
 

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod dir;
+pub mod error;
 pub mod events;
 pub mod kube;
 pub mod outbox;
@@ -12,26 +13,26 @@ pub mod watch;
 
 use std::rc::Rc;
 
-use crate::cni::error::CniError;
 use crate::manifest::Pod;
 use crate::netattach::ipamclaim::IpamClaim;
 use crate::plan::NadSource;
+pub use error::ClusterError;
 
 /// A read-only view of the cluster's pods and NADs.
 pub trait Cluster: NadSource {
     /// The pod `namespace/name`; `Ok(None)` when it does not exist.
-    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError>;
+    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ClusterError>;
 
     /// The pod read anew, past any cache: for when the view's copy is not
     /// the pod kubelet named (its uid differs; the cache may lag a
     /// re-creation).
-    fn pod_fresh(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
+    fn pod_fresh(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ClusterError> {
         self.pod(namespace, name)
     }
 
     /// The IPAMClaim `namespace/name` (multi-net-spec §8); `Ok(None)` when it
     /// does not exist.
-    fn ipam_claim(&self, namespace: &str, name: &str) -> Result<Option<IpamClaim>, CniError>;
+    fn ipam_claim(&self, namespace: &str, name: &str) -> Result<Option<IpamClaim>, ClusterError>;
 }
 
 /// Where an ADD's outcome is written: network-status (§5), the bound
@@ -40,7 +41,7 @@ pub trait Cluster: NadSource {
 /// directory has none.
 pub trait Publisher {
     /// Write everything `publication` holds (see [`kube::KubeCluster::publish`]).
-    fn publish(&self, publication: &kube::Publication) -> Result<kube::Published, CniError>;
+    fn publish(&self, publication: &kube::Publication) -> Result<kube::Published, ClusterError>;
     /// Post `events` about `pod`, best effort: what was not posted, and why.
     fn post_events(&self, pod: &Pod, events: &[events::PodEvent]) -> Vec<String>;
 }

@@ -36,6 +36,7 @@ use super::api::{
     bounded, claim_patch, claims_api, patch_status, pod_status_patch, post_all, ClaimStatus,
     StatusWrite,
 };
+use super::error::{ApiRequest, Verb};
 use super::events::{pod_event, EventType, PodEvent};
 use crate::cni::whole_file::{self, Durability};
 use crate::manifest::Pod;
@@ -256,7 +257,7 @@ impl StatusOutbox {
             Ok(false) => return Delivery::PodGone,
             // The API server refuses (422, uid immutable) a uid the pod
             // does not have; whether that was the reason, the pod says.
-            Err(e) if e.status == Some(422) && self.recreated(&pods, status).await => {
+            Err(e) if e.status() == Some(422) && self.recreated(&pods, status).await => {
                 tracing::info!(%e, "network-status not written: the pod was re-created");
                 return Delivery::PodGone;
             }
@@ -285,7 +286,8 @@ impl StatusOutbox {
     /// Whether the pod named by `status` now has another uid (or is gone).
     async fn recreated(&self, pods: &Api<ApiPod>, status: &PendingStatus) -> bool {
         let object = format!("pod {}/{}", status.namespace, status.pod);
-        match bounded(self.request_timeout, &object, pods.get_opt(&status.pod)).await {
+        let what = ApiRequest::new(Verb::Get, object);
+        match bounded(self.request_timeout, what, pods.get_opt(&status.pod)).await {
             Ok(Some(pod)) => pod.metadata.uid.as_deref() != Some(&status.uid),
             Ok(None) => true,
             Err(_) => false,

@@ -7,10 +7,10 @@
 
 use serde_json::{json, Map, Value};
 
+use super::error::SpecError;
 use super::fields::{as_array, as_bool, as_object, as_str, parse_ip_with_prefix};
 use super::meta::ObjectMeta;
 use super::nad::check_type_meta;
-use crate::cni::error::CniError;
 use crate::cni::names::check_ifname;
 
 /// The API version of the CRD of §8.1.
@@ -61,12 +61,12 @@ pub struct OwnerReference {
     pub block_owner_deletion: Option<bool>,
 }
 
-fn bad(field: impl AsRef<str>, reason: impl AsRef<str>) -> CniError {
-    CniError::invalid_config(field, reason)
+fn bad(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
+    SpecError::invalid(field, reason)
 }
 
 /// A required, non-empty string key of `obj`, at `path`.
-fn required_str(obj: &Map<String, Value>, key: &str, path: &str) -> Result<String, CniError> {
+fn required_str(obj: &Map<String, Value>, key: &str, path: &str) -> Result<String, SpecError> {
     match obj.get(key) {
         None | Some(Value::Null) => Err(bad(path, "required")),
         Some(v) => {
@@ -99,7 +99,7 @@ impl IpamClaim {
     /// `metadata.name` a valid object name, `spec.network` and
     /// `spec.interface` required (the latter a kernel interface name), and
     /// each `status.ips` entry an address with prefix length.
-    pub fn from_value(v: &Value) -> Result<IpamClaim, CniError> {
+    pub fn from_value(v: &Value) -> Result<IpamClaim, SpecError> {
         let obj = as_object(v).map_err(|r| bad("IPAMClaim", r))?;
         check_type_meta(obj, &[API_VERSION, API_VERSION_PERSISTENTIP], KIND)?;
         let api_version = obj
@@ -182,7 +182,7 @@ impl IpamClaim {
 }
 
 impl IpamClaimStatus {
-    fn from_value(v: &Value) -> Result<IpamClaimStatus, CniError> {
+    fn from_value(v: &Value) -> Result<IpamClaimStatus, SpecError> {
         let obj = as_object(v).map_err(|r| bad("status", r))?;
         // The CRD requires "ips" in a status, but a status written before any
         // allocation may carry null; read that as no addresses.
@@ -235,10 +235,10 @@ impl IpamClaimStatus {
 }
 
 impl OwnerReference {
-    fn from_value(v: &Value, path: &str) -> Result<OwnerReference, CniError> {
+    fn from_value(v: &Value, path: &str) -> Result<OwnerReference, SpecError> {
         let obj = as_object(v).map_err(|r| bad(path, r))?;
         let s = |key: &str| required_str(obj, key, &format!("{path}.{key}"));
-        let b = |key: &str| -> Result<Option<bool>, CniError> {
+        let b = |key: &str| -> Result<Option<bool>, SpecError> {
             match obj.get(key) {
                 None | Some(Value::Null) => Ok(None),
                 Some(v) => as_bool(v)
@@ -384,7 +384,7 @@ status:
 
     #[test]
     fn bad_inputs_name_the_field() {
-        let err = |v: Value| IpamClaim::from_value(&v).unwrap_err().details;
+        let err = |v: Value| IpamClaim::from_value(&v).unwrap_err().to_string();
         let spec = json!({"network": "n", "interface": "eth1"});
         assert_eq!(
             err(
@@ -398,8 +398,13 @@ status:
             "kind: must be \"IPAMClaim\", got \"IPAMClaims\""
         );
         assert_eq!(err(json!({"spec": spec})), "metadata: required");
-        assert!(
-            err(json!({"metadata": {"name": "VM_A"}, "spec": spec})).starts_with("metadata.name: ")
+        let invalid = |v: Value| match IpamClaim::from_value(&v) {
+            Err(SpecError::Invalid { field, reason }) => (field, reason),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            invalid(json!({"metadata": {"name": "VM_A"}, "spec": spec})).0,
+            "metadata.name"
         );
         assert_eq!(err(json!({"metadata": {"name": "a"}})), "spec: required");
         assert_eq!(
@@ -414,11 +419,13 @@ status:
             err(json!({"metadata": {"name": "a"}, "spec": {"network": "n"}})),
             "spec.interface: required"
         );
-        assert!(err(json!({"metadata": {"name": "a"},
-                           "spec": {"network": "n", "interface": "an-interface-name-too-long"}}))
-        .starts_with(
-            "spec.interface: \"an-interface-name-too-long\" is not a valid interface name"
-        ));
+        let (field, reason) = invalid(json!({"metadata": {"name": "a"},
+                           "spec": {"network": "n", "interface": "an-interface-name-too-long"}}));
+        assert_eq!(field, "spec.interface");
+        assert!(
+            reason.starts_with("\"an-interface-name-too-long\" is not a valid interface name"),
+            "{reason}"
+        );
         assert_eq!(
             err(json!({"metadata": {"name": "a"}, "spec": spec, "status": {"ips": ["10.0.0.1"]}})),
             "status.ips[0]: \"10.0.0.1\" is not an IP address with a prefix length"

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use super::error::SpecError;
 use super::fields::{as_object, as_str, describe};
 use super::names::{check_dns1123_label, check_nad_name};
-use crate::cni::error::CniError;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -46,10 +46,10 @@ impl ObjectMeta {
     /// required and must be a valid object name (multi-net-spec §3.3, a
     /// DNS-1123 subdomain); `namespace`, when present and non-empty, must be a
     /// DNS-1123 label. Errors name the path under `metadata`.
-    pub fn from_value(v: &Value) -> Result<ObjectMeta, CniError> {
-        let bad = |field: &str, reason: String| CniError::invalid_config(field, reason);
+    pub fn from_value(v: &Value) -> Result<ObjectMeta, SpecError> {
+        let bad = |field: &str, reason: String| SpecError::invalid(field, reason);
         let obj = as_object(v).map_err(|r| bad("metadata", r))?;
-        let opt_str = |key: &str| -> Result<Option<String>, CniError> {
+        let opt_str = |key: &str| -> Result<Option<String>, SpecError> {
             match obj.get(key) {
                 None | Some(Value::Null) => Ok(None),
                 Some(v) => as_str(v)
@@ -64,7 +64,7 @@ impl ObjectMeta {
             check_dns1123_label(ns).map_err(|r| bad("metadata.namespace", r))?;
         }
         let uid = opt_str("uid")?;
-        let string_map = |key: &str| -> Result<BTreeMap<String, String>, CniError> {
+        let string_map = |key: &str| -> Result<BTreeMap<String, String>, SpecError> {
             let mut out = BTreeMap::new();
             let Some(m) = obj.get(key).filter(|v| !v.is_null()) else {
                 return Ok(out);
@@ -131,15 +131,22 @@ mod tests {
         assert_eq!(m.namespace, None);
         assert_eq!(m.labels.get("x").map(String::as_str), Some("y"));
 
-        let err = |v: Value| ObjectMeta::from_value(&v).unwrap_err().details;
+        let err = |v: Value| ObjectMeta::from_value(&v).unwrap_err().to_string();
         assert_eq!(err(json!({})), "metadata.name: required");
         assert_eq!(err(json!([])), "metadata: must be an object, got []");
         assert_eq!(
             err(json!({"name": 5})),
             "metadata.name: must be a string, got 5"
         );
-        assert!(err(json!({"name": "Bad_Name"})).starts_with("metadata.name: "));
-        assert!(err(json!({"name": "a", "namespace": "a.b"})).starts_with("metadata.namespace: "));
+        let field = |v: Value| match ObjectMeta::from_value(&v) {
+            Err(SpecError::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(json!({"name": "Bad_Name"})), "metadata.name");
+        assert_eq!(
+            field(json!({"name": "a", "namespace": "a.b"})),
+            "metadata.namespace"
+        );
         assert_eq!(
             err(json!({"name": "a", "annotations": {"k": 1}})),
             "metadata.annotations[\"k\"]: must be a string, got 1"

@@ -5,6 +5,7 @@
 
 pub use plexus_cni::deviceinfo;
 pub(crate) use plexus_cni::fields;
+pub mod error;
 pub mod ipamclaim;
 pub mod meta;
 pub mod nad;

@@ -15,7 +15,6 @@ use super::fields::{
     as_array, as_object, as_str, describe, fold_object, is_hex_octets, parse_ip_with_prefix,
 };
 use super::names::{check_dns1123_label, check_nad_name, nad_name_warning, NetworkRef};
-use crate::cni::error::CniError;
 use crate::cni::names::check_pod_ifname;
 
 pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
@@ -86,20 +85,6 @@ impl AnnotationError {
             field: field.into(),
             reason: reason.into(),
         }
-    }
-}
-
-impl From<AnnotationError> for CniError {
-    /// A decode error (code 6) whose details start with the annotation name.
-    fn from(e: AnnotationError) -> CniError {
-        let path = if e.field == NETWORKS_ANNOTATION {
-            e.field
-        } else if e.field.starts_with('[') {
-            format!("{NETWORKS_ANNOTATION}{}", e.field)
-        } else {
-            format!("{NETWORKS_ANNOTATION} item {:?}", e.field)
-        };
-        CniError::decode(path, e.reason)
     }
 }
 
@@ -638,6 +623,7 @@ impl Bandwidth {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netattach::error::SpecError;
 
     fn parse(s: &str) -> ParsedSelection {
         parse_selection_annotation(s).unwrap_or_else(|e| panic!("{s}: {e}"))
@@ -745,12 +731,11 @@ mod tests {
         assert!(err("net@waytoolonginterfacename")
             .starts_with("net@waytoolonginterfacename: interface"));
         assert!(err("{\"name\": \"net-a\"}").contains("must be a list of objects"));
-        let e: CniError = parse_selection_annotation("net-b@").unwrap_err().into();
+        let e = SpecError::from(parse_selection_annotation("net-b@").unwrap_err());
         assert!(
-            e.details
+            e.to_string()
                 .starts_with("k8s.v1.cni.cncf.io/networks item \"net-b@\": "),
-            "{}",
-            e.details
+            "{e}"
         );
     }
 
@@ -1215,12 +1200,12 @@ mod tests {
         assert!(
             err("[{\"name\": \"a\"}").starts_with("k8s.v1.cni.cncf.io/networks: invalid JSON: ")
         );
-        let e: CniError = parse_selection_annotation(r#"[{"name": "a", "ips": []}]"#)
-            .unwrap_err()
-            .into();
-        assert_eq!(e.code, crate::cni::error::ErrorCode::Decode);
+        let e = SpecError::from(
+            parse_selection_annotation(r#"[{"name": "a", "ips": []}]"#).unwrap_err(),
+        );
+        assert!(matches!(e, SpecError::Annotation(_)), "{e:?}");
         assert_eq!(
-            e.details,
+            e.to_string(),
             "k8s.v1.cni.cncf.io/networks[0].ips: must contain at least one address (multi-net-spec §4.1.2.1.3)"
         );
     }

@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::deviceinfo::DeviceInfo;
+use super::error::SpecError;
 use super::fields::{self, as_array, as_object, decode_error, fold_object};
 use crate::cni::casefold;
-use crate::cni::error::CniError;
 use crate::cni::result::{CniResult, IpConfig};
 
 pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
@@ -231,8 +231,8 @@ impl NetworkStatus {
     }
 
     /// Read one entry. Errors name the key (`mtu: must be ...`).
-    pub fn from_value(v: &Value) -> Result<NetworkStatus, CniError> {
-        let obj = as_object(v).map_err(|r| CniError::decode("network-status entry", r))?;
+    pub fn from_value(v: &Value) -> Result<NetworkStatus, SpecError> {
+        let obj = as_object(v).map_err(|r| SpecError::decode("network-status entry", r))?;
         // serde reads a struct with a flattened field (`extra`) as a map,
         // where casefold cannot fold its keys: the keys of §5.3 are put in
         // their spelling first, as Go matches them (`null` is absent).
@@ -245,7 +245,7 @@ impl NetworkStatus {
         let unknown = f.unknown.iter().map(|(k, v)| (k.to_string(), (*v).clone()));
         let spelled = Value::Object(known.chain(unknown).collect());
         casefold::from_value_at(&spelled)
-            .map_err(|e| decode_error(e, &spelled, "network-status entry"))
+            .map_err(|e| decode_error(e, &spelled, "network-status entry").into())
     }
 }
 
@@ -271,19 +271,19 @@ fn default_gateways(r: &CniResult, ips: &[&IpConfig]) -> Vec<String> {
 }
 
 /// Parse the annotation's value: a JSON list of entries. Blank means none.
-pub fn parse_status_annotation(s: &str) -> Result<Vec<NetworkStatus>, CniError> {
+pub fn parse_status_annotation(s: &str) -> Result<Vec<NetworkStatus>, SpecError> {
     let s = s.trim();
     if s.is_empty() {
         return Ok(Vec::new());
     }
     let v: Value = serde_json::from_str(s)
-        .map_err(|e| CniError::decode(NETWORK_STATUS_ANNOTATION, format!("invalid JSON: {e}")))?;
-    let list = as_array(&v).map_err(|r| CniError::decode(NETWORK_STATUS_ANNOTATION, r))?;
+        .map_err(|e| SpecError::decode(NETWORK_STATUS_ANNOTATION, format!("invalid JSON: {e}")))?;
+    let list = as_array(&v).map_err(|r| SpecError::decode(NETWORK_STATUS_ANNOTATION, r))?;
     list.iter()
         .enumerate()
         .map(|(i, item)| {
             let path = format!("{NETWORK_STATUS_ANNOTATION}[{i}]");
-            as_object(item).map_err(|r| CniError::decode(&path, r))?;
+            as_object(item).map_err(|r| SpecError::decode(&path, r))?;
             NetworkStatus::from_value(item).map_err(|e| e.within(&path))
         })
         .collect()
@@ -893,7 +893,7 @@ mod tests {
         assert!(s.default);
         assert_eq!(s.extra.get("org.x.y"), Some(&json!(1)));
 
-        let err = |v: Value| NetworkStatus::from_value(&v).unwrap_err().details;
+        let err = |v: Value| NetworkStatus::from_value(&v).unwrap_err().to_string();
         assert_eq!(err(json!({})), "name: required");
         assert_eq!(err(json!({"name": 1})), "name: must be a string, got 1");
         assert_eq!(
@@ -927,25 +927,24 @@ mod tests {
         assert_eq!(parse_status_annotation("  ").unwrap(), vec![]);
         let e = parse_status_annotation("[{").unwrap_err();
         assert!(
-            e.details
-                .starts_with("k8s.v1.cni.cncf.io/network-status: invalid JSON"),
-            "{}",
-            e.details
+            matches!(&e, SpecError::Decode { what, reason }
+                if what == NETWORK_STATUS_ANNOTATION && reason.starts_with("invalid JSON")),
+            "{e:?}"
         );
         assert_eq!(
-            parse_status_annotation("{}").unwrap_err().details,
+            parse_status_annotation("{}").unwrap_err().to_string(),
             "k8s.v1.cni.cncf.io/network-status: must be a list, got {}"
         );
         assert_eq!(
             parse_status_annotation("[{\"name\": \"a\"}, 5]")
                 .unwrap_err()
-                .details,
+                .to_string(),
             "k8s.v1.cni.cncf.io/network-status[1]: must be an object, got 5"
         );
         assert_eq!(
             parse_status_annotation("[{\"name\": \"a\", \"mtu\": \"x\"}]")
                 .unwrap_err()
-                .details,
+                .to_string(),
             "k8s.v1.cni.cncf.io/network-status[0].mtu: must be an unsigned integer, got \"x\""
         );
     }

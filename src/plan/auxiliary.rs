@@ -31,6 +31,7 @@ use crate::cni::error::CniError;
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::config::{ClusterNetwork, PlexusConf};
+use crate::plan::PlanError;
 
 /// The chain's first plugin, built in (Multus ships it as a binary).
 pub const PASSTHRU: &str = "passthru";
@@ -51,13 +52,13 @@ pub fn directory(conf: &PlexusConf, name: &str) -> PathBuf {
 
 /// What the configuration asks for: the chain to run, or `None` (unset, or
 /// nothing to run, with a warning saying why).
-pub fn load(conf: &PlexusConf) -> Result<Option<NetworkConfigList>, CniError> {
+pub fn load(conf: &PlexusConf) -> Result<Option<NetworkConfigList>, PlanError> {
     let Some(name) = &conf.auxiliary_chain else {
         return Ok(None);
     };
     let dir = directory(conf, name);
     let files = conf_files(&dir)
-        .map_err(|e| CniError::io(format!("{KEY} {name:?}: directory {}", dir.display()), e))?;
+        .map_err(|e| PlanError::io(format!("{KEY} {name:?}: directory {}", dir.display()), e))?;
     if files.is_empty() {
         tracing::warn!(
             "{KEY} {name:?}: no plugin configs (*.conf) in {}: no auxiliary chain runs",
@@ -67,16 +68,20 @@ pub fn load(conf: &PlexusConf) -> Result<Option<NetworkConfigList>, CniError> {
     }
     let mut plugins = vec![json!({"type": PASSTHRU, "name": "passthru-cni"})];
     for file in &files {
-        let within = |e: CniError| e.within(format!("{KEY} {name:?}: {}", file.display()));
-        let bytes = std::fs::read(file).map_err(|e| within(CniError::io("read", e)))?;
-        let plugin: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| within(CniError::decode("plugin configuration", e.to_string())))?;
+        let within = |e: PlanError| e.within(format!("{KEY} {name:?}: {}", file.display()));
+        let bytes = std::fs::read(file).map_err(|e| within(PlanError::io("read", e)))?;
+        let plugin: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            within(PlanError::Decode {
+                what: "plugin configuration".into(),
+                reason: e.to_string(),
+            })
+        })?;
         plugins.push(plugin);
     }
     let list = json!({"cniVersion": conf.cni_version, "name": name, "plugins": plugins});
-    NetworkConfigList::from_value(&list)
-        .map(Some)
-        .map_err(|e| e.within(format!("{KEY} {name:?} ({})", dir.display())))
+    let list = NetworkConfigList::from_value(&list)
+        .map_err(|e| e.within(format!("{KEY} {name:?} ({})", dir.display())))?;
+    Ok(Some(list))
 }
 
 /// The regular `.conf` files of `dir` in file-name order; none when `dir`
@@ -174,12 +179,16 @@ mod tests {
         std::fs::write(chain.join("30-c.conf"), "{").unwrap();
         let e = load(&c).unwrap_err();
         assert!(
-            e.details.starts_with("auxiliaryCNIChainName \"chain\": "),
-            "{e}"
+            matches!(&e, PlanError::Decode { what, .. }
+                if what.starts_with("auxiliaryCNIChainName \"chain\": ")
+                    && what.contains("30-c.conf")),
+            "{e:?}"
         );
-        assert!(e.details.contains("30-c.conf"), "{e}");
         std::fs::write(chain.join("30-c.conf"), r#"{"name": "no type"}"#).unwrap();
         let e = load(&c).unwrap_err();
-        assert!(e.details.contains("plugins[3].type: missing"), "{e}");
+        assert!(
+            matches!(&e, PlanError::Cni(e) if e.details.contains("plugins[3].type: missing")),
+            "{e:?}"
+        );
     }
 }

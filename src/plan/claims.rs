@@ -33,11 +33,10 @@ use serde_json::{json, Map, Value};
 
 use crate::cluster::Cluster;
 use crate::cni::env::{AttachmentParams, CniEnv};
-use crate::cni::error::{codes, CniError};
 use crate::cni::skel::Request;
 use crate::manifest::Pod;
 use crate::netattach::ipamclaim::IpamClaim;
-use crate::plan::{Attachment, Plan, PLEXUS_ARGS};
+use crate::plan::{Attachment, Plan, PlanError, PLEXUS_ARGS};
 use crate::record::{Cache, Entry, Lookup};
 
 /// The network-config key that lets a network's addresses follow a claim.
@@ -98,14 +97,14 @@ impl ClaimBook {
     }
 
     /// Note `entry` durably, unless it is noted already as it is.
-    fn note(&self, entry: &BookEntry) -> Result<(), CniError> {
+    fn note(&self, entry: &BookEntry) -> Result<(), PlanError> {
         let path = self.path(&entry.owner());
         let bytes = serde_json::to_vec(entry).expect("a book entry serializes");
         if std::fs::read(&path).is_ok_and(|old| old == bytes) {
             return Ok(());
         }
         crate::cni::whole_file::replace_durably(&path, &bytes)
-            .map_err(|e| CniError::io(format!("claim book {}", path.display()), e))
+            .map_err(|e| PlanError::io(format!("claim book {}", path.display()), e))
     }
 
     /// Every entry, with the unreadable ones as warnings.
@@ -144,7 +143,7 @@ pub fn bind(
     pod: &Pod,
     cluster: &dyn Cluster,
     book: &ClaimBook,
-) -> Result<Vec<Bound>, CniError> {
+) -> Result<Vec<Bound>, PlanError> {
     let mut bound = Vec::new();
     for (index, attachment) in plan.attachments.iter_mut().enumerate() {
         let Some(reference) = attachment.ipam_claim_reference.clone() else {
@@ -160,38 +159,33 @@ pub fn bind(
             continue;
         }
         let network = attachment.network.clone();
-        let rejected = |reason: String| {
-            CniError::plugin(
-                codes::ATTACHMENT_REJECTED,
-                "IPAMClaim not usable",
-                format!(
-                    "{network}: ipam-claim-reference {reference:?}: {reason} (multi-net-spec §8)"
-                ),
-            )
+        let rejected = |problem: ClaimProblem| PlanError::ClaimRejected {
+            network: network.clone(),
+            reference: reference.clone(),
+            problem,
         };
         let name = match reference.split_once('/') {
             Some((namespace, _)) if namespace != pod.namespace => {
-                return Err(rejected(format!(
-                    "the claim is in namespace {namespace}; a pod of {} may only use claims of \
-                     its own namespace",
-                    pod.namespace
-                )))
+                return Err(rejected(ClaimProblem::OtherNamespace {
+                    namespace: namespace.to_string(),
+                    pod_namespace: pod.namespace.clone(),
+                }))
             }
             Some((_, name)) => name,
             None => reference.as_str(),
         };
         let claim = cluster.ipam_claim(&pod.namespace, name)?.ok_or_else(|| {
-            rejected(format!("IPAMClaim {}/{name} does not exist", pod.namespace))
+            rejected(ClaimProblem::Missing {
+                namespace: pod.namespace.clone(),
+                name: name.to_string(),
+            })
         })?;
         check_claim_fits(&claim, attachment).map_err(rejected)?;
         let owner = owner_key(&pod.namespace, name);
         let ips = claim.status.map(|s| s.ips).unwrap_or_default();
         let ipam = point_at_claim(attachment, &owner, &ips)?;
         if ipam.is_empty() {
-            return Err(rejected(format!(
-                "\"{ALLOW_PERSISTENT_IPS}\" needs the built-in {CLAIM_IPAM} IPAM to hold the \
-                 claim's addresses; this network's chain has none"
-            )));
+            return Err(rejected(ClaimProblem::NoClaimIpam));
         }
         book.note(&BookEntry {
             namespace: pod.namespace.clone(),
@@ -210,14 +204,14 @@ pub fn bind(
 
 /// `allowPersistentIPs` in any plugin of the chain (a single config's keys
 /// land in its one plugin).
-fn persistent_ips_allowed(attachment: &Attachment) -> Result<bool, CniError> {
+fn persistent_ips_allowed(attachment: &Attachment) -> Result<bool, PlanError> {
     let mut allowed = false;
     for (i, plugin) in attachment.plugins.iter().enumerate() {
         match plugin.get(ALLOW_PERSISTENT_IPS) {
             None | Some(Value::Null) => {}
             Some(Value::Bool(b)) => allowed |= b,
             Some(other) => {
-                return Err(CniError::invalid_config(
+                return Err(PlanError::config(
                     format!(
                         "{}: plugins[{i}].{ALLOW_PERSISTENT_IPS}",
                         attachment.network
@@ -230,8 +224,45 @@ fn persistent_ips_allowed(attachment: &Attachment) -> Result<bool, CniError> {
     Ok(allowed)
 }
 
+/// Why the IPAMClaim a selection references cannot be used (§8).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimProblem {
+    #[error(
+        "the claim is in namespace {namespace}; a pod of {pod_namespace} may only use claims of \
+         its own namespace"
+    )]
+    OtherNamespace {
+        namespace: String,
+        pod_namespace: String,
+    },
+    #[error("IPAMClaim {namespace}/{name} does not exist")]
+    Missing { namespace: String, name: String },
+    /// §8.2: the claim is for another network.
+    #[error(
+        "the claim's spec.network is {claimed:?}, not this network ({network:?}{})",
+        config_name.as_ref().map(|n| format!(" or {n:?}")).unwrap_or_default()
+    )]
+    OtherNetwork {
+        claimed: String,
+        network: String,
+        /// The name in the network's config, another name a claim may use.
+        config_name: Option<String>,
+    },
+    /// §8.2: the claim is for another pod interface.
+    #[error(
+        "the claim's spec.interface is {claimed:?}, but this attachment's interface is {ifname:?}"
+    )]
+    OtherInterface { claimed: String, ifname: String },
+    /// The chain has no IPAM that can hold the claim's addresses.
+    #[error(
+        "\"{ALLOW_PERSISTENT_IPS}\" needs the built-in {CLAIM_IPAM} IPAM to hold the claim's \
+         addresses; this network's chain has none"
+    )]
+    NoClaimIpam,
+}
+
 /// §8.2: a claim is for one network and one pod interface.
-fn check_claim_fits(claim: &IpamClaim, attachment: &Attachment) -> Result<(), String> {
+fn check_claim_fits(claim: &IpamClaim, attachment: &Attachment) -> Result<(), ClaimProblem> {
     let nad_name = attachment
         .network
         .rsplit_once('/')
@@ -242,19 +273,17 @@ fn check_claim_fits(claim: &IpamClaim, attachment: &Attachment) -> Result<(), St
         .and_then(|p| p.get("name")?.as_str());
     let network = claim.spec.network.as_str();
     if network != attachment.network && network != nad_name && Some(network) != config_name {
-        return Err(format!(
-            "the claim's spec.network is {network:?}, not this network ({:?}{})",
-            attachment.network,
-            config_name
-                .map(|n| format!(" or {n:?}"))
-                .unwrap_or_default()
-        ));
+        return Err(ClaimProblem::OtherNetwork {
+            claimed: network.to_string(),
+            network: attachment.network.clone(),
+            config_name: config_name.map(String::from),
+        });
     }
     if claim.spec.interface != attachment.ifname {
-        return Err(format!(
-            "the claim's spec.interface is {:?}, but this attachment's interface is {:?}",
-            claim.spec.interface, attachment.ifname
-        ));
+        return Err(ClaimProblem::OtherInterface {
+            claimed: claim.spec.interface.clone(),
+            ifname: attachment.ifname.clone(),
+        });
     }
     Ok(())
 }
@@ -266,7 +295,7 @@ fn point_at_claim(
     attachment: &mut Attachment,
     owner: &str,
     ips: &[String],
-) -> Result<Vec<Map<String, Value>>, CniError> {
+) -> Result<Vec<Map<String, Value>>, PlanError> {
     let mut released_by = Vec::new();
     for (i, plugin) in attachment.plugins.iter_mut().enumerate() {
         let ipam_type = plugin.get("ipam").and_then(|i| i.get("type")?.as_str());
@@ -295,11 +324,11 @@ fn object_at<'m>(
     map: &'m mut Map<String, Value>,
     key: &str,
     path: &str,
-) -> Result<&'m mut Map<String, Value>, CniError> {
+) -> Result<&'m mut Map<String, Value>, PlanError> {
     map.entry(key)
         .or_insert_with(|| json!({}))
         .as_object_mut()
-        .ok_or_else(|| CniError::invalid_config(path, "must be an object"))
+        .ok_or_else(|| PlanError::config(path, "must be an object"))
 }
 
 /// The claims a container's attachments hold addresses for (their owners),
@@ -396,8 +425,7 @@ pub fn sweep(book: &ClaimBook, cluster: &dyn Cluster, only: Option<&[String]>) -
             Ok(None) => {}
             Err(e) => {
                 swept.warnings.push(format!(
-                    "{claim}: addresses kept, cannot tell whether the claim still exists: {}",
-                    e.details
+                    "{claim}: addresses kept, cannot tell whether the claim still exists: {e}"
                 ));
                 swept.held.push(held);
                 continue;
@@ -422,15 +450,14 @@ pub fn sweep(book: &ClaimBook, cluster: &dyn Cluster, only: Option<&[String]>) -
         match release(entry).and_then(|()| {
             let path = book.path(&entry.owner());
             std::fs::remove_file(&path)
-                .map_err(|e| CniError::io(format!("claim book {}", path.display()), e))
+                .map_err(|e| PlanError::io(format!("claim book {}", path.display()), e))
         }) {
             Ok(()) => swept
                 .released
                 .push(format!("{}/{}", entry.namespace, entry.name)),
             Err(e) => {
                 swept.warnings.push(format!(
-                    "{claim} is deleted, but its addresses were not released: {}",
-                    e.details
+                    "{claim} is deleted, but its addresses were not released: {e}"
                 ));
                 swept.held.push(held);
             }
@@ -439,8 +466,10 @@ pub fn sweep(book: &ClaimBook, cluster: &dyn Cluster, only: Option<&[String]>) -
     swept
 }
 
-/// host-local's DEL for the claim's owner, on each of its networks.
-fn release(entry: &BookEntry) -> Result<(), CniError> {
+/// host-local's DEL for the claim's owner, on each of its networks. Its
+/// errors are the protocol crate's (a request it builds) and host-local's
+/// reply.
+fn release(entry: &BookEntry) -> Result<(), PlanError> {
     let host_local = plexus_ipam::builtin(CLAIM_IPAM).expect("host-local is built in");
     for config in &entry.ipam {
         let env = CniEnv::Del(AttachmentParams::new(
@@ -569,9 +598,10 @@ mod tests {
         let mut plan = plan(attachment(macvlan(tmp.path(), json!("yes"))));
         let e = bind(&mut plan, &pod(), &cluster(tmp.path(), CLAIM), &book).unwrap_err();
         assert!(
-            e.details
-                .contains("plugins[0].allowPersistentIPs: must be true or false"),
-            "{e}"
+            matches!(&e, PlanError::Config { field, reason }
+                if field.ends_with("plugins[0].allowPersistentIPs")
+                    && reason.starts_with("must be true or false")),
+            "{e:?}"
         );
         assert!(noted(&book).is_empty());
     }
@@ -580,15 +610,14 @@ mod tests {
     fn claims_of_other_namespaces_networks_or_interfaces_are_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let book = ClaimBook::new(&tmp.path().join("cni"));
-        let refused = |att: Attachment, claims: &str, want: &str| {
+        let refused = |att: Attachment, claims: &str, want: fn(&ClaimProblem) -> bool| {
             let mut plan = plan(att);
             let e = bind(&mut plan, &pod(), &cluster(tmp.path(), claims), &book).unwrap_err();
-            assert_eq!(
-                e.code,
-                crate::cni::error::ErrorCode::Plugin(codes::ATTACHMENT_REJECTED)
+            assert!(
+                matches!(&e, PlanError::ClaimRejected { problem, .. } if want(problem)),
+                "{e:?}"
             );
-            assert!(e.details.contains(want), "{e}");
-            assert!(e.details.contains("§8"), "{e}");
+            assert!(e.to_string().contains("§8"), "{e}");
         };
         let allowed = || attachment(macvlan(tmp.path(), json!(true)));
         refused(
@@ -597,26 +626,42 @@ mod tests {
                 ..allowed()
             },
             CLAIM,
-            "the claim is in namespace other; a pod of ns may only use claims of its own namespace",
+            |p| {
+                p.to_string()
+                    == "the claim is in namespace other; a pod of ns may only use claims of its \
+                        own namespace"
+            },
         );
-        refused(allowed(), "", "IPAMClaim ns/vm-a.tenantred does not exist");
+        refused(allowed(), "", |p| {
+            p == &ClaimProblem::Missing {
+                namespace: "ns".into(),
+                name: "vm-a.tenantred".into(),
+            }
+        });
         refused(
             allowed(),
             &CLAIM.replace("network: tenantred", "network: tenantblue"),
-            "the claim's spec.network is \"tenantblue\", not this network (\"ns/tenantred\" or \"red\")",
+            |p| {
+                p.to_string()
+                    == "the claim's spec.network is \"tenantblue\", not this network \
+                        (\"ns/tenantred\" or \"red\")"
+            },
         );
         refused(
             allowed(),
             &CLAIM.replace("interface: net1", "interface: net2"),
-            "the claim's spec.interface is \"net2\", but this attachment's interface is \"net1\"",
+            |p| {
+                p == &ClaimProblem::OtherInterface {
+                    claimed: "net2".into(),
+                    ifname: "net1".into(),
+                }
+            },
         );
         let static_ipam = json!({"cniVersion": "1.0.0", "name": "red", "type": "macvlan",
             "allowPersistentIPs": true, "ipam": {"type": "static"}});
-        refused(
-            attachment(static_ipam),
-            CLAIM,
-            "needs the built-in host-local IPAM",
-        );
+        refused(attachment(static_ipam), CLAIM, |p| {
+            p == &ClaimProblem::NoClaimIpam
+        });
         // The claim's network may also be named as namespace/name.
         let mut plan = plan(allowed());
         let claims = CLAIM.replace("network: tenantred", "network: ns/tenantred");

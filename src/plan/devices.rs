@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::cni::error::{codes, CniError, ErrorCode};
+use super::PlanError;
 use crate::manifest::Pod;
 pub use plexus_podresources as podresources;
 use podresources::v1::PodResources;
@@ -122,7 +122,7 @@ pub fn look_up(
     pod: &Pod,
     needs: &[DeviceNeed],
     source: &dyn DeviceSource,
-) -> Result<Vec<String>, CniError> {
+) -> Result<Vec<String>, PlanError> {
     let Some(first) = needs.first() else {
         return Ok(Vec::new());
     };
@@ -151,44 +151,22 @@ fn describe(need: &DeviceNeed) -> String {
     )
 }
 
-/// kubelet could not say: code 11 when it did not answer in time (it may
-/// yet), else plexus's code for the PodResources API.
-fn lookup_failed(need: &DeviceNeed, e: &podresources::Error) -> CniError {
-    let details = format!(
-        "{}, whose device comes from kubelet's PodResources API (podResourcesSocket, \
-         podResourcesTimeout): {e}",
-        describe(need)
-    );
-    match e {
-        podresources::Error::TimedOut { .. } => {
-            CniError::new(ErrorCode::TryAgainLater, "kubelet did not answer", details)
-        }
-        podresources::Error::Runtime(_) => CniError::new(ErrorCode::Io, "I/O failure", details),
-        _ => CniError::plugin(
-            codes::POD_RESOURCES,
-            "device look-up in kubelet's PodResources API failed",
-            details,
-        ),
+/// kubelet could not say.
+fn lookup_failed(need: &DeviceNeed, e: &podresources::Error) -> PlanError {
+    PlanError::PodResources {
+        need: describe(need),
+        source: e.clone(),
     }
 }
 
-fn too_few(need: &DeviceNeed, pod: &Pod, e: &TooFewDevices) -> CniError {
-    CniError::plugin(
-        codes::ATTACHMENT_REJECTED,
-        "no device left for the network",
-        format!(
-            "{}, but kubelet allocated {} device(s) of it to pod {}/{} for {} attachment(s) \
-             backed by it; each takes one, so the pod's containers must request {}: {} in their \
-             resources",
-            describe(need),
-            e.allocated,
-            pod.namespace,
-            pod.name,
-            e.wanted,
-            e.resource,
-            e.wanted
-        ),
-    )
+fn too_few(need: &DeviceNeed, pod: &Pod, e: &TooFewDevices) -> PlanError {
+    PlanError::TooFewDevices {
+        need: describe(need),
+        pod: format!("{}/{}", pod.namespace, pod.name),
+        resource: e.resource.clone(),
+        allocated: e.allocated,
+        wanted: e.wanted,
+    }
 }
 
 #[cfg(test)]
@@ -346,56 +324,43 @@ mod tests {
 
         let three = [need("a[0]", VF_A), need("a[1]", VF_A), need("a[2]", VF_A)];
         let e = look_up(&pod(), &three, &kubelet).unwrap_err();
-        assert_eq!(e.code, ErrorCode::Plugin(codes::ATTACHMENT_REJECTED));
         assert!(
-            e.details.starts_with(
-                "a[2]: NetworkAttachmentDefinition ns/sriov has resourceName intel.com/sriov_a"
-            ) && e
-                .details
-                .contains("allocated 2 device(s) of it to pod ns/p for 3"),
-            "{e}"
+            matches!(&e, PlanError::TooFewDevices { need, pod, allocated: 2, wanted: 3, .. }
+                if need == "a[2]: NetworkAttachmentDefinition ns/sriov has resourceName intel.com/sriov_a"
+                    && pod == "ns/p"),
+            "{e:?}"
         );
     }
 
     #[test]
-    fn kubelet_failures_become_cni_errors_by_kind() {
+    fn kubelet_failures_name_the_attachment() {
         let socket = std::path::PathBuf::from("/run/x.sock");
         let cases = [
-            (
-                podresources::Error::TimedOut {
-                    socket: socket.clone(),
-                    after: std::time::Duration::from_secs(1),
-                },
-                ErrorCode::TryAgainLater,
-            ),
-            (
-                podresources::Error::SocketMissing {
-                    socket: socket.clone(),
-                },
-                ErrorCode::Plugin(codes::POD_RESOURCES),
-            ),
-            (
-                podresources::Error::PodNotFound {
-                    namespace: "ns".into(),
-                    name: "p".into(),
-                },
-                ErrorCode::Plugin(codes::POD_RESOURCES),
-            ),
+            podresources::Error::TimedOut {
+                socket: socket.clone(),
+                after: std::time::Duration::from_secs(1),
+            },
+            podresources::Error::SocketMissing {
+                socket: socket.clone(),
+            },
+            podresources::Error::PodNotFound {
+                namespace: "ns".into(),
+                name: "p".into(),
+            },
         ];
-        for (failure, code) in cases {
+        for failure in cases {
             let kubelet = Kubelet {
                 answer: Err(failure.clone()),
                 asked: Cell::new(0),
             };
             let e = look_up(&pod(), &[need("networks[1]", VF_A)], &kubelet).unwrap_err();
-            assert_eq!(e.code, code, "{failure}");
             assert!(
-                e.details
-                    .starts_with("networks[1]: NetworkAttachmentDefinition ns/sriov")
-                    && e.details.contains("podResourcesSocket")
-                    && e.details.ends_with(&failure.to_string()),
-                "{e}"
+                matches!(&e, PlanError::PodResources { need, source }
+                    if need.starts_with("networks[1]: NetworkAttachmentDefinition ns/sriov")
+                        && *source == failure),
+                "{e:?}"
             );
+            assert!(e.to_string().contains("podResourcesSocket"), "{e}");
         }
     }
 

@@ -22,10 +22,9 @@
 //!   networks), with the parser's reason, whatever `strictAnnotations` says:
 //!   failing is not an option for a running pod.
 
-use crate::cni::error::CniError;
 use crate::manifest::Pod;
 use crate::netattach::selection::{parse_selection_annotation, NETWORKS_ANNOTATION};
-use crate::plan::{Attachment, Plan};
+use crate::plan::{Attachment, Plan, PlanError};
 use crate::record::{CachedAttachment, Record, State};
 
 /// What the sandbox must do.
@@ -53,8 +52,8 @@ impl Changes {
 pub fn changes(
     pod: &Pod,
     record: &Record,
-    plan: impl Fn(&Pod) -> Result<Plan, CniError>,
-) -> Result<Changes, CniError> {
+    plan: impl Fn(&Pod) -> Result<Plan, PlanError>,
+) -> Result<Changes, PlanError> {
     let mut changes = Changes::default();
     let mut elements = match pod.annotations.get(NETWORKS_ANNOTATION) {
         None => Vec::new(),
@@ -244,7 +243,7 @@ mod tests {
             }
         }
 
-        fn plan(&self, pod: &Pod) -> Result<Plan, CniError> {
+        fn plan(&self, pod: &Pod) -> Result<Plan, PlanError> {
             let nads = DirCluster::load(self.dir.path()).unwrap();
             let default_network = crate::plan::default_network_from_file(
                 &Path::new(env!("CARGO_MANIFEST_DIR"))

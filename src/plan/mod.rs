@@ -39,6 +39,7 @@
 pub mod auxiliary;
 pub mod claims;
 pub mod devices;
+pub mod error;
 pub mod hotplug;
 pub mod readiness;
 
@@ -50,9 +51,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::cluster::ClusterError;
 use crate::cni::args::CniArgs;
 use crate::cni::config::{derive_request, NetworkConfigList};
-use crate::cni::error::{codes, CniError};
 use crate::cni::result::CniResult;
 use crate::config::{ClusterNetwork, PlexusConf};
 use crate::manifest::Pod;
@@ -64,6 +65,7 @@ use crate::netattach::selection::{
 };
 use crate::netattach::status::{NetworkStatus, StatusInput};
 use devices::{DeviceNeed, DeviceSource};
+pub use error::{NotFound, PlanError, Unresolved};
 
 /// Multus's per-pod override of the cluster-wide default network.
 pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
@@ -80,7 +82,7 @@ pub trait NadSource {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<&NetworkAttachmentDefinition>, CniError>;
+    ) -> Result<Option<&NetworkAttachmentDefinition>, ClusterError>;
 }
 
 impl NadSource for BTreeMap<(String, String), NetworkAttachmentDefinition> {
@@ -88,7 +90,7 @@ impl NadSource for BTreeMap<(String, String), NetworkAttachmentDefinition> {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<&NetworkAttachmentDefinition>, CniError> {
+    ) -> Result<Option<&NetworkAttachmentDefinition>, ClusterError> {
         Ok(BTreeMap::get(
             self,
             &(namespace.to_string(), name.to_string()),
@@ -399,7 +401,7 @@ enum Target {
 }
 
 /// Plan the attachments of `pod`.
-pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
+pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
     let options = inputs.options;
     let mut warnings = Vec::new();
 
@@ -486,7 +488,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
                 &options.plexus_namespace,
             )
         })
-        .collect::<Result<Vec<_>, CniError>>()?;
+        .collect::<Result<Vec<_>, PlanError>>()?;
     let device_ids = device_ids(pod, &wanted, &resolved, inputs.devices, &mut warnings)?;
 
     for (((want, ifname), nad), device_id) in
@@ -518,9 +520,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, CniError> {
             .zip(device_id.as_deref())
             .map(|(resource, id)| deviceinfo::dp_file(&options.device_info_dir, resource, id))
             .transpose()
-            .map_err(|reason| {
-                CniError::invalid_config(format!("{}: deviceID", want.label), reason)
-            })?;
+            .map_err(|reason| PlanError::config(format!("{}: deviceID", want.label), reason))?;
         attachments.push(Attachment {
             device_info: device_info_files(cni_file, &mut plugins, device_plugin_file),
             network,
@@ -569,7 +569,7 @@ fn device_ids(
     resolved: &[ResolvedNad],
     source: Option<&dyn DeviceSource>,
     warnings: &mut Vec<String>,
-) -> Result<Vec<Option<String>>, CniError> {
+) -> Result<Vec<Option<String>>, PlanError> {
     let (positions, needs): (Vec<usize>, Vec<DeviceNeed>) = resolved
         .iter()
         .enumerate()
@@ -678,22 +678,17 @@ fn resolve_default_network(
     pod: &Pod,
     inputs: &PlanInputs,
     warnings: &mut Vec<String>,
-) -> Result<DefaultNetwork, CniError> {
+) -> Result<DefaultNetwork, PlanError> {
     let Some(value) = pod.annotations.get(DEFAULT_NETWORK_ANNOTATION) else {
         return Ok(inputs.default_network.clone());
     };
     let field = format!("annotation {DEFAULT_NETWORK_ANNOTATION}");
-    let parsed = parse_selection_annotation(value)
-        .map_err(|e| CniError::invalid_config(&field, e.to_string()))?;
+    let parsed = parse_selection_annotation(value).map_err(PlanError::DefaultNetworkAnnotation)?;
     warnings.extend(parsed.warnings.into_iter().map(|w| format!("{field}: {w}")));
     let [element] = parsed.elements.as_slice() else {
-        return Err(CniError::invalid_config(
-            &field,
-            format!(
-                "must name exactly one network, names {}",
-                parsed.elements.len()
-            ),
-        ));
+        return Err(PlanError::DefaultNetworkCount {
+            found: parsed.elements.len(),
+        });
     };
     let reference = NetworkRef {
         namespace: element
@@ -716,7 +711,7 @@ fn selections(
     pod: &Pod,
     options: &PlanOptions,
     warnings: &mut Vec<String>,
-) -> Result<Vec<NetworkSelectionElement>, CniError> {
+) -> Result<Vec<NetworkSelectionElement>, PlanError> {
     let Some(value) = pod.annotations.get(NETWORKS_ANNOTATION) else {
         return Ok(Vec::new());
     };
@@ -730,10 +725,7 @@ fn selections(
             );
             Ok(parsed.elements)
         }
-        Err(e) if options.strict_annotations => Err(CniError::invalid_config(
-            annotation_field(&e.field),
-            format!("{} (strictAnnotations is on)", e.reason),
-        )),
+        Err(e) if options.strict_annotations => Err(PlanError::StrictSelection(e)),
         Err(e) => {
             warnings.push(format!(
                 "{} ignored, only the default network is attached: {}",
@@ -746,6 +738,8 @@ fn selections(
 }
 
 /// `annotation k8s.v1.cni.cncf.io/networks[1].ips[0]` from the parser's field.
+/// Where in the selection annotation `field` (an `AnnotationError`'s) is,
+/// as warnings and errors name it.
 fn annotation_field(field: &str) -> String {
     let field = field.strip_prefix(NETWORKS_ANNOTATION).unwrap_or(field);
     match field {
@@ -759,7 +753,7 @@ fn annotation_field(field: &str) -> String {
 /// `net<position>` as Multus names them (the default network is position 0),
 /// skipping names requested explicitly elsewhere in the pod. §4.1.2.1.5: an
 /// explicit name already used fails.
-fn assign_ifnames(default_ifname: &str, wanted: &[Wanted]) -> Result<Vec<String>, CniError> {
+fn assign_ifnames(default_ifname: &str, wanted: &[Wanted]) -> Result<Vec<String>, PlanError> {
     let explicit: BTreeSet<&str> = wanted
         .iter()
         .filter_map(|w| w.selection.as_ref()?.interface.as_deref())
@@ -770,15 +764,10 @@ fn assign_ifnames(default_ifname: &str, wanted: &[Wanted]) -> Result<Vec<String>
         let name = match want.selection.as_ref().and_then(|s| s.interface.clone()) {
             Some(name) => {
                 if used.contains(&name) {
-                    return Err(CniError::plugin(
-                        codes::ATTACHMENT_REJECTED,
-                        "interface name already used",
-                        format!(
-                            "{}.interface: {name:?} is already used by a previous attachment of this pod \
-                             (multi-net-spec §4.1.2.1.5)",
-                            want.label
-                        ),
-                    ));
+                    return Err(PlanError::InterfaceTaken {
+                        label: want.label.clone(),
+                        ifname: name,
+                    });
                 }
                 name
             }
@@ -835,7 +824,7 @@ fn secondary_cni_args(pod: &Pod, options: &PlanOptions) -> String {
 
 /// §7.4 via Multus's `namespaceIsolation`: a pod may select NADs of its own
 /// namespace and of `globalNamespaces` only.
-fn check_isolation(pod: &Pod, want: &Wanted, options: &PlanOptions) -> Result<(), CniError> {
+fn check_isolation(pod: &Pod, want: &Wanted, options: &PlanOptions) -> Result<(), PlanError> {
     // Only what the pod selects is checked, as Multus's GetNetworkDelegates
     // does: the cluster's own networks are the operator's choice.
     let (Target::Nad(reference), Some(_)) = (&want.target, &want.selection) else {
@@ -848,14 +837,12 @@ fn check_isolation(pod: &Pod, want: &Wanted, options: &PlanOptions) -> Result<()
     if *ns == pod.namespace || options.global_namespaces.iter().any(|g| g == ns) {
         return Ok(());
     }
-    Err(CniError::plugin(
-        codes::ATTACHMENT_REJECTED,
-        "network not allowed for this pod",
-        format!(
-            "{}: pod {}/{} may not use {} (namespaceIsolation: only its own namespace and {:?}; multi-net-spec §7.4)",
-            want.label, pod.namespace, pod.name, reference, options.global_namespaces
-        ),
-    ))
+    Err(PlanError::NetworkNotAllowed {
+        label: want.label.clone(),
+        pod: format!("{}/{}", pod.namespace, pod.name),
+        network: reference.clone(),
+        global: options.global_namespaces.clone(),
+    })
 }
 
 /// A network resolved to the config it stands for.
@@ -876,15 +863,14 @@ fn resolve_nad(
     reference: &NetworkRef,
     nads: &dyn NadSource,
     conf_dir: Option<&ConfDir>,
-) -> Result<ResolvedNad, CniError> {
+) -> Result<ResolvedNad, PlanError> {
+    let not_found = PlanError::NetworkNotFound;
     let nad = nads
         .get(&reference.namespace, &reference.name)?
         .ok_or_else(|| {
-            CniError::plugin(
-                codes::NETWORK_NOT_FOUND,
-                "network not found",
-                format!("NetworkAttachmentDefinition {reference} does not exist"),
-            )
+            not_found(NotFound::Nad {
+                network: reference.clone(),
+            })
         })?;
     let resolved = |config, source| ResolvedNad {
         network: reference.to_string(),
@@ -903,28 +889,16 @@ fn resolve_nad(
         return Ok(resolved(list, source));
     }
     let dir = conf_dir.ok_or_else(|| {
-        CniError::plugin(
-            codes::NETWORK_NOT_FOUND,
-            "network not found",
-            format!(
-                "NetworkAttachmentDefinition {reference} has no spec.config and no conf dir is configured \
-                 to find a config named {:?} in (multi-net-spec §3.4.1)",
-                reference.name
-            ),
-        )
+        not_found(NotFound::NoConfDir {
+            network: reference.clone(),
+        })
     })?;
     match dir.find(&reference.name) {
         Some((path, list)) => Ok(resolved(list.clone(), path.display().to_string())),
-        None => Err(CniError::plugin(
-            codes::NETWORK_NOT_FOUND,
-            "network not found",
-            format!(
-                "NetworkAttachmentDefinition {reference} has no spec.config and {} holds no config list \
-                 or config named {:?} (multi-net-spec §3.4.1 rule 4)",
-                dir.path().display(),
-                reference.name
-            ),
-        )),
+        None => Err(not_found(NotFound::NotInConfDir {
+            network: reference.clone(),
+            dir: dir.path().to_path_buf(),
+        })),
     }
 }
 
@@ -934,15 +908,11 @@ fn capability_args(
     selection: &NetworkSelectionElement,
     config: &NetworkConfigList,
     reference: &str,
-) -> Result<Map<String, Value>, CniError> {
+) -> Result<Map<String, Value>, PlanError> {
     if selection.ips.is_some() && selection.ipam_claim_reference.is_some() {
-        return Err(CniError::plugin(
-            codes::ATTACHMENT_REJECTED,
-            "conflicting selection keys",
-            format!(
-                "{reference}: \"ips\" and \"ipam-claim-reference\" cannot both be given (multi-net-spec §4.1.2.1.11)"
-            ),
-        ));
+        return Err(PlanError::ConflictingKeys {
+            network: reference.to_string(),
+        });
     }
     let requested: [(&str, &str, &str, Option<Value>); 5] = [
         (
@@ -980,14 +950,12 @@ fn capability_args(
     for (key, capability, section, value) in requested {
         let Some(value) = value else { continue };
         if !config.supports_capability(capability) {
-            return Err(CniError::plugin(
-                codes::ATTACHMENT_REJECTED,
-                "capability not supported by the network",
-                format!(
-                    "{reference}: the selection asks for {key:?} but no plugin of the network declares \
-                     capabilities.{capability} (multi-net-spec {section})"
-                ),
-            ));
+            return Err(PlanError::CapabilityMissing {
+                network: reference.to_string(),
+                key: key.to_string(),
+                capability: capability.to_string(),
+                section: section.to_string(),
+            });
         }
         args.insert(capability.to_string(), value);
     }
@@ -1001,7 +969,7 @@ fn requests(
     fallback_name: &str,
     capability_args: &Map<String, Value>,
     cni_args: Option<&Map<String, Value>>,
-) -> Result<Vec<Map<String, Value>>, CniError> {
+) -> Result<Vec<Map<String, Value>>, PlanError> {
     let version = list.select_version()?;
     let name = list.name.as_deref().unwrap_or(fallback_name);
     list.plugins
@@ -1016,7 +984,7 @@ fn requests(
             {
                 // What it carries decides who holds addresses (IPAMClaims):
                 // a NAD that set it could take another namespace's.
-                return Err(CniError::invalid_config(
+                return Err(PlanError::config(
                     format!("plugins[{i}].args.{}", PLEXUS_ARGS),
                     "reserved for plexus itself; a network config cannot set it",
                 ));
@@ -1033,15 +1001,15 @@ fn requests(
 fn merge_cni_args(
     request: &mut Map<String, Value>,
     extra: &Map<String, Value>,
-) -> Result<(), CniError> {
+) -> Result<(), PlanError> {
     let args = request.entry("args").or_insert_with(|| json!({}));
     let args = args
         .as_object_mut()
-        .ok_or_else(|| CniError::invalid_config("args", "must be an object to receive cni-args"))?;
+        .ok_or_else(|| PlanError::config("args", "must be an object to receive cni-args"))?;
     let cni = args.entry("cni").or_insert_with(|| json!({}));
-    let cni = cni.as_object_mut().ok_or_else(|| {
-        CniError::invalid_config("args.cni", "must be an object to receive cni-args")
-    })?;
+    let cni = cni
+        .as_object_mut()
+        .ok_or_else(|| PlanError::config("args.cni", "must be an object to receive cni-args"))?;
     for (k, v) in extra {
         cni.insert(k.clone(), v.clone());
     }
@@ -1060,7 +1028,7 @@ pub fn add_auxiliary_chain(
     chain: &NetworkConfigList,
     pod: &Pod,
     options: &PlanOptions,
-) -> Result<(), CniError> {
+) -> Result<(), PlanError> {
     let network = chain.name.clone().unwrap_or_default();
     let plugins = requests(chain, &network, &Map::new(), None)
         .map_err(|e| e.within(format!("auxiliaryCNIChainName {network:?}")))?;
@@ -1092,7 +1060,7 @@ pub fn cluster_network(
     nads: &dyn NadSource,
     conf_dir: Option<&ConfDir>,
     plexus_namespace: &str,
-) -> Result<DefaultNetwork, CniError> {
+) -> Result<DefaultNetwork, PlanError> {
     let resolved = match conf {
         ClusterNetwork::Inline(list) => ResolvedNad {
             network: list.name.clone().unwrap_or_else(|| "default".into()),
@@ -1117,7 +1085,7 @@ fn resolve_wanted(
     nads: &dyn NadSource,
     conf_dir: Option<&ConfDir>,
     plexus_namespace: &str,
-) -> Result<ResolvedNad, CniError> {
+) -> Result<ResolvedNad, PlanError> {
     match &want.target {
         Target::Nad(reference) => resolve_nad(reference, nads, conf_dir),
         Target::Named(name) => resolve_named(&want.label, name, nads, conf_dir, plexus_namespace),
@@ -1142,21 +1110,21 @@ fn resolve_named(
     nads: &dyn NadSource,
     conf_dir: Option<&ConfDir>,
     plexus_namespace: &str,
-) -> Result<ResolvedNad, CniError> {
-    let not_found = |what: String| {
-        CniError::plugin(
-            codes::NETWORK_NOT_FOUND,
-            "network not found",
-            format!("{field}: {name:?} {what}"),
-        )
+) -> Result<ResolvedNad, PlanError> {
+    let not_found = |why: Unresolved| {
+        PlanError::NetworkNotFound(NotFound::Name {
+            field: field.to_string(),
+            name: name.to_string(),
+            why,
+        })
     };
     let path = Path::new(name);
     if path.is_absolute() {
         if path.is_dir() {
             let dir = ConfDir::new(path);
-            let (file, list) = dir.first().ok_or_else(|| {
-                not_found("is a directory holding no CNI config (.conf, .conflist, .json)".into())
-            })?;
+            let (file, list) = dir
+                .first()
+                .ok_or_else(|| not_found(Unresolved::EmptyDirectory))?;
             return Ok(ResolvedNad {
                 network: config_name(list, file)?,
                 config: list.clone(),
@@ -1167,7 +1135,7 @@ fn resolve_named(
         if path.is_file() {
             return network_from_file(path);
         }
-        return Err(not_found("does not exist".into()));
+        return Err(not_found(Unresolved::NoSuchPath));
     }
     if let Ok(reference) = NetworkRef::parse(name, plexus_namespace) {
         if nads.get(&reference.namespace, &reference.name)?.is_some() {
@@ -1182,18 +1150,16 @@ fn resolve_named(
             resource_name: None,
         });
     }
-    let conf_dir = conf_dir.map_or("no conf dir".into(), |d| d.path().display().to_string());
-    Err(not_found(format!(
-        "is neither a NetworkAttachmentDefinition (in {plexus_namespace} unless namespaced), \
-         nor the name of a config in the conf dir ({conf_dir}), nor an absolute path of a \
-         config file or directory"
-    )))
+    Err(not_found(Unresolved::Unknown {
+        namespace: plexus_namespace.to_string(),
+        conf_dir: conf_dir.map(|d| d.path().to_path_buf()),
+    }))
 }
 
 /// A config's `name`, which names its network in the plan and network-status.
-fn config_name(config: &NetworkConfigList, origin: &Path) -> Result<String, CniError> {
+fn config_name(config: &NetworkConfigList, origin: &Path) -> Result<String, PlanError> {
     config.name.clone().ok_or_else(|| {
-        CniError::invalid_config(
+        PlanError::config(
             format!("{}: name", origin.display()),
             "a network given as a file needs a name",
         )
@@ -1202,7 +1168,7 @@ fn config_name(config: &NetworkConfigList, origin: &Path) -> Result<String, CniE
 
 /// A cluster network from a file: a CNI config or config list (JSON), or a
 /// NetworkAttachmentDefinition manifest.
-pub fn default_network_from_file(path: &Path) -> Result<DefaultNetwork, CniError> {
+pub fn default_network_from_file(path: &Path) -> Result<DefaultNetwork, PlanError> {
     let resolved = network_from_file(path)?;
     Ok(DefaultNetwork {
         network: resolved.network,
@@ -1213,11 +1179,11 @@ pub fn default_network_from_file(path: &Path) -> Result<DefaultNetwork, CniError
 
 /// A network from a file: a CNI config or config list (JSON), or a
 /// NetworkAttachmentDefinition manifest.
-fn network_from_file(path: &Path) -> Result<ResolvedNad, CniError> {
+fn network_from_file(path: &Path) -> Result<ResolvedNad, PlanError> {
     let origin = path.display().to_string();
     let docs = crate::manifest::load(path)?;
     let [doc] = docs.as_slice() else {
-        return Err(CniError::invalid_config(
+        return Err(PlanError::config(
             &origin,
             format!("must hold one network, holds {} documents", docs.len()),
         ));

@@ -10,33 +10,23 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
-use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::config::PlexusConf;
-use crate::plan::{self, ConfDir, DefaultNetwork};
+use crate::plan::{self, ConfDir, DefaultNetwork, PlanError};
 
 /// How often a waiting ADD looks again: short against an ADD's own cost, so
 /// a network that appears mid-wait costs at most this much extra.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// What is not there yet.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum NotReady {
     /// The cluster network's config does not resolve (yet): no such NAD,
     /// conf-dir config or file, or the API server gave no answer.
-    ClusterNetwork(CniError),
+    #[error("the cluster network: {0}")]
+    ClusterNetwork(PlanError),
     /// `readinessindicatorfile` does not exist.
+    #[error("readinessindicatorfile {} does not exist", .0.display())]
     IndicatorFile(PathBuf),
-}
-
-impl NotReady {
-    fn describe(&self) -> String {
-        match self {
-            NotReady::ClusterNetwork(e) => format!("the cluster network: {}", e.details),
-            NotReady::IndicatorFile(path) => {
-                format!("readinessindicatorfile {} does not exist", path.display())
-            }
-        }
-    }
 }
 
 /// One look: the cluster network, or what is missing. Errors that waiting
@@ -46,7 +36,7 @@ pub fn check(
     conf: &PlexusConf,
     cluster: &dyn Cluster,
     conf_dir: &ConfDir,
-) -> Result<Result<DefaultNetwork, NotReady>, CniError> {
+) -> Result<Result<DefaultNetwork, NotReady>, PlanError> {
     if let Some(path) = &conf.readiness_indicator_file {
         if !path.exists() {
             return Ok(Err(NotReady::IndicatorFile(path.clone())));
@@ -65,21 +55,22 @@ pub fn check(
 }
 
 /// Not found, or no answer from the API server: both may change by waiting.
-fn may_appear(e: &CniError) -> bool {
-    e.code == ErrorCode::Plugin(codes::NETWORK_NOT_FOUND) || e.code == ErrorCode::TryAgainLater
+fn may_appear(e: &PlanError) -> bool {
+    matches!(e, PlanError::NetworkNotFound(_)) || e.is_transient()
 }
 
-/// Wait until ready, at most `conf.readiness_timeout`; then fail with code 11
-/// (try again later) naming what never appeared. Views cache what they
+/// Wait until ready, at most `conf.readiness_timeout`; then fail with
+/// [`PlanError::NotReadyInTime`] (code 11, try again later) naming what
+/// never appeared. Errors are the caller's `E`, which `reload`'s are. Views cache what they
 /// read, absent entries included, so each further look reads anew: `reload`
 /// gives a fresh view of the cluster, and `conf_dir` is replaced by a fresh
 /// one (the caller plans with it, so it is current when this returns).
-pub fn wait(
+pub fn wait<E: From<PlanError>>(
     conf: &PlexusConf,
     cluster: &dyn Cluster,
     conf_dir: &mut ConfDir,
-    reload: impl Fn() -> Result<Rc<dyn Cluster>, CniError>,
-) -> Result<DefaultNetwork, CniError> {
+    reload: impl Fn() -> Result<Rc<dyn Cluster>, E>,
+) -> Result<DefaultNetwork, E> {
     let deadline = Instant::now() + conf.readiness_timeout;
     let mut missing = match check(conf, cluster, conf_dir)? {
         Ok(network) => return Ok(network),
@@ -93,27 +84,19 @@ pub fn wait(
             Err(missing) => missing,
         };
     }
-    Err(CniError::new(
-        ErrorCode::TryAgainLater,
-        "cluster network not ready",
-        format!(
-            "waited {:?} (readinessTimeout) for {} (multi-net-spec §6.1.2)",
-            conf.readiness_timeout,
-            missing.describe()
-        ),
-    ))
+    Err(PlanError::NotReadyInTime {
+        waited: conf.readiness_timeout,
+        missing: Box::new(missing),
+    }
+    .into())
 }
 
 /// STATUS: the cluster network when ready (its plugins are asked next), or
-/// code 50 (not available) naming what is missing.
-pub fn status(conf: &PlexusConf, cluster: &dyn Cluster) -> Result<DefaultNetwork, CniError> {
+/// [`PlanError::NotReady`] (code 50, not available) naming what is missing.
+pub fn status(conf: &PlexusConf, cluster: &dyn Cluster) -> Result<DefaultNetwork, PlanError> {
     match check(conf, cluster, &ConfDir::new(&conf.conf_dir))? {
         Ok(network) => Ok(network),
-        Err(missing) => Err(CniError::new(
-            ErrorCode::NotAvailable,
-            "cluster network not ready",
-            format!("not ready: {} (multi-net-spec §6.1.2)", missing.describe()),
-        )),
+        Err(missing) => Err(PlanError::NotReady(Box::new(missing))),
     }
 }
 
@@ -143,8 +126,8 @@ mod tests {
     }
 
     /// [`wait`] on a cluster with nothing in it.
-    fn wait_in_empty(conf: &PlexusConf) -> Result<DefaultNetwork, CniError> {
-        let empty = || -> Result<Rc<dyn Cluster>, CniError> { Ok(Rc::new(DirCluster::empty())) };
+    fn wait_in_empty(conf: &PlexusConf) -> Result<DefaultNetwork, PlanError> {
+        let empty = || -> Result<Rc<dyn Cluster>, PlanError> { Ok(Rc::new(DirCluster::empty())) };
         let mut conf_dir = ConfDir::new(&conf.conf_dir);
         wait(conf, &DirCluster::empty(), &mut conf_dir, empty)
     }
@@ -155,11 +138,18 @@ mod tests {
         let conf = conf(dir.path(), 1.0);
         let cluster = DirCluster::empty();
         let e = status(&conf, &cluster).unwrap_err();
-        assert_eq!(e.code, ErrorCode::NotAvailable);
-        assert!(e.details.contains("readinessindicatorfile"), "{e}");
+        assert!(
+            matches!(&e, PlanError::NotReady(m) if matches!(**m, NotReady::IndicatorFile(_))),
+            "{e:?}"
+        );
         std::fs::write(dir.path().join("ready"), "").unwrap();
         let e = status(&conf, &cluster).unwrap_err();
-        assert!(e.details.contains("\"podnet\""), "{e}");
+        assert!(
+            matches!(&e, PlanError::NotReady(m) if matches!(&**m,
+                NotReady::ClusterNetwork(PlanError::NetworkNotFound(_)))),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("\"podnet\""), "{e}");
         write_podnet(dir.path());
         status(&conf, &cluster).unwrap();
     }
@@ -173,9 +163,12 @@ mod tests {
         let e = wait_in_empty(&conf).unwrap_err();
         assert!(started.elapsed() >= Duration::from_millis(250));
         assert!(started.elapsed() < Duration::from_secs(2));
-        assert_eq!(e.code, ErrorCode::TryAgainLater);
-        assert!(e.details.contains("readinessindicatorfile"), "{e}");
-        assert!(e.details.contains("readinessTimeout"), "{e}");
+        assert!(
+            matches!(&e, PlanError::NotReadyInTime { missing, .. }
+                if matches!(**missing, NotReady::IndicatorFile(_))),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("readinessTimeout"), "{e}");
 
         let conf = PlexusConf {
             readiness_timeout: Duration::from_secs(5),
@@ -204,6 +197,6 @@ mod tests {
         let started = Instant::now();
         let e = wait_in_empty(&conf).unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(1), "{e}");
-        assert_ne!(e.code, ErrorCode::TryAgainLater);
+        assert!(!matches!(e, PlanError::NotReadyInTime { .. }), "{e:?}");
     }
 }

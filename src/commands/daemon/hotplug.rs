@@ -284,10 +284,12 @@ impl Reconciler {
                 };
                 // As at ADD: the claim bound before the chain runs, its
                 // status written with the network-status (§8.2).
-                let attached = claims::bind(&mut one, pod, cluster, &book).and_then(|bound| {
-                    let results = executor.attach(&ctx, &one.attachments)?;
-                    Ok((plugin::claim_statuses(&bound, &results), results))
-                });
+                let attached = claims::bind(&mut one, pod, cluster, &book)
+                    .map_err(CniError::from)
+                    .and_then(|bound| {
+                        let results = executor.attach(&ctx, &one.attachments)?;
+                        Ok((plugin::claim_statuses(&bound, &results), results))
+                    });
                 events.extend(
                     one.warnings
                         .iter()
@@ -362,6 +364,7 @@ impl Reconciler {
                 },
             )
         })
+        .map_err(CniError::from)
     }
 
     /// The pod's network-status from the record, written when it changed
