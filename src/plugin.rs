@@ -38,7 +38,9 @@ use crate::plan::{self, ConfDir, DefaultNetwork, PlanError, PlanInputs, PlanOpti
 use crate::record::Cache;
 use crate::run::exec::ExecSite;
 use crate::run::routes::NetlinkRouteHook;
-use crate::run::{AttachmentObserver, AttachmentResult, Delegates, Executor, Registry, RunContext};
+use crate::run::{
+    AttachmentObserver, AttachmentResult, Delegates, Executor, Registry, RunContext, RunError,
+};
 
 /// plexus's CNI operations. A plugin process makes one per call with
 /// [`PlexusPlugin::thin`]; the node daemon makes one with its shared
@@ -147,13 +149,13 @@ impl<'s> PlexusPlugin<'s> {
     pub(crate) fn configured_cluster_network(
         conf: &PlexusConf,
         cluster: &dyn Cluster,
-    ) -> Result<DefaultNetwork, CniError> {
+    ) -> Result<DefaultNetwork, PlanError> {
         let conf_dir = ConfDir::new(&conf.conf_dir);
         match cluster_network(conf, cluster, &conf_dir) {
             Err(e) if e.is_transient() => {
-                cluster_network(conf, &DirCluster::empty(), &conf_dir).map_err(|_| e.into())
+                cluster_network(conf, &DirCluster::empty(), &conf_dir).map_err(|_| e)
             }
-            other => Ok(other?),
+            other => other,
         }
     }
 
@@ -169,10 +171,10 @@ impl<'s> PlexusPlugin<'s> {
         req: &Request,
         registry: &Registry,
         delegates: &Delegates,
-    ) -> Result<plan::Plan, CniError> {
-        let cluster = self.clusters.open(conf)?.view;
+    ) -> Result<plan::Plan, RunError> {
+        let cluster = self.clusters.open(conf).map_err(PlanError::from)?.view;
         let network = Self::configured_cluster_network(conf, cluster.as_ref())?;
-        let call = call(req)?;
+        let call = call(req).map_err(PlanError::from)?;
         let pod = Pod {
             namespace: crate::manifest::DEFAULT_NAMESPACE.into(),
             name: call.container_id.clone(),
@@ -202,7 +204,10 @@ impl<'s> PlexusPlugin<'s> {
             match config.get("type").and_then(serde_json::Value::as_str) {
                 Some(t) if !registry.is_builtin(t) => {
                     registry.exec_site().find(t, &search_path).map_err(|e| {
-                        CniError::from(e).within(format!("cluster network {}", network.network))
+                        RunError::ClusterNetwork {
+                            network: network.network.clone(),
+                            source: Box::new(e.into()),
+                        }
                     })?;
                 }
                 _ => {}
@@ -663,10 +668,10 @@ impl Plugin for PlexusPlugin<'_> {
         let ctx = context(&call, bin_dir, &registry);
         let fallback = || match conf.as_deref() {
             Some(conf) => self.cluster_network_plan(conf, req, &registry, &ctx.delegates),
-            None => Err(CniError::invalid_config(
-                "plexus configuration",
-                "does not parse, so the cluster network is unknown",
-            )),
+            None => Err(RunError::Plan(PlanError::Config {
+                field: "plexus configuration".into(),
+                reason: "does not parse, so the cluster network is unknown".into(),
+            })),
         };
         let mut report = self.executor(&cni_dir).del(&ctx, Some(&fallback))?;
         // Release the addresses of the torn-down attachments' claims that

@@ -12,12 +12,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use plexus::cluster::error::{ApiRequest, ClusterError, Verb};
 use plexus::cni::config::NetworkConfigList;
 use plexus::cni::error::{codes, CniError, ErrorCode};
 use plexus::cni::result::CniResult;
 use plexus::cni::skel::{Plugin, Request, ValidAttachment};
 use plexus::cni::CniVersion;
-use plexus::plan::{Attachment, DefaultNetwork};
+use plexus::plan::{Attachment, DefaultNetwork, PlanError};
 use plexus::record::Cache;
 use plexus::run::{
     set_default_routes, strip_default_routes, AttachmentResult, Executor, Registry, RouteHook,
@@ -616,16 +617,26 @@ fn del_without_a_record_deletes_the_fallback_plan_idempotently() {
     // (tests/kube.rs has the pod that still has it, which gets code 11).
     f.reset_calls();
     let unknown = || {
-        Err(CniError::plugin(
+        Err(RunError::Plugin(CniError::plugin(
             codes::NETWORK_NOT_FOUND,
             "not found",
             "podnet",
-        ))
+        )))
     };
     let report = ex.del(&ctx, Some(&unknown)).unwrap();
     assert!(f.calls().is_empty());
     assert!(report.warnings[0].contains("no plan to delete from the configuration: podnet"));
-    let later = || Err(CniError::new(ErrorCode::TryAgainLater, "no answer", "api"));
+    let later = || {
+        Err(RunError::Plan(PlanError::Cluster(
+            ClusterError::Unreachable {
+                request: ApiRequest {
+                    verb: Verb::Get,
+                    object: "api".into(),
+                },
+                reason: "connection refused".into(),
+            },
+        )))
+    };
     let report = ex.del(&ctx, Some(&later)).unwrap();
     assert!(report.warnings[0].contains("no plan to delete from the configuration: api"));
     assert!(f.calls().is_empty());

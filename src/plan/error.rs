@@ -210,7 +210,11 @@ impl PlanError {
 
     /// The API server did not answer (or not now): asking later may work.
     pub fn is_transient(&self) -> bool {
-        matches!(self, PlanError::Cluster(e) if e.is_transient())
+        match self {
+            PlanError::Cluster(e) => e.is_transient(),
+            PlanError::NotReadyInTime { .. } => true,
+            _ => false,
+        }
     }
 
     /// The error found inside `outer` (`plugins[1]`, a file): the variants

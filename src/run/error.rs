@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use crate::cni::env::CNI_NETNS;
 use crate::cni::error::{codes, CniError, ErrorCode};
 use crate::config::ConfigError;
+use crate::plan::PlanError;
 use crate::record::{RecordError, State};
 
 use super::exec::ExecError;
@@ -32,9 +33,8 @@ pub enum RunError {
     Record(RecordError),
     /// plexus's own configuration.
     Config(ConfigError),
-    /// The planner's failure (the plan DEL falls back to), already a CNI
-    /// error until the planner has its own type.
-    Plan(CniError),
+    /// The planner's failure (the plan DEL falls back to).
+    Plan(PlanError),
     /// `CNI_NETNS` is missing; `reason` says what needs it.
     NoNetns { reason: &'static str },
     /// `CNI_NETNS` is the node's own namespace.
@@ -132,7 +132,7 @@ impl RunError {
     /// converts to keeps it.
     pub fn undone(&self) -> bool {
         match self {
-            RunError::Plugin(e) | RunError::Plan(e) => e.undone,
+            RunError::Plugin(e) => e.undone,
             RunError::Step { source, .. }
             | RunError::DefaultRoute { source, .. }
             | RunError::ClusterNetwork { source, .. }
@@ -193,7 +193,8 @@ carries!(
     Plugin(CniError),
     Exec(ExecError),
     Record(RecordError),
-    Config(ConfigError)
+    Config(ConfigError),
+    Plan(PlanError)
 );
 
 /// As the CNI error it answers with.
@@ -228,7 +229,8 @@ fn prefixed(inner: RunError, f: impl FnOnce(&str) -> String) -> CniError {
 impl From<RunError> for CniError {
     fn from(e: RunError) -> CniError {
         match e {
-            RunError::Plugin(e) | RunError::Plan(e) => e,
+            RunError::Plugin(e) => e,
+            RunError::Plan(e) => e.into(),
             RunError::Exec(e) => e.into(),
             RunError::Record(e) => e.into(),
             RunError::Config(e) => e.into(),

@@ -46,7 +46,7 @@ use crate::cni::config::derive_request;
 use crate::cni::delegate::Resolver;
 use crate::cni::durable;
 use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
-use crate::cni::error::{CniError, ErrorCode};
+use crate::cni::error::CniError;
 use crate::cni::result::{CniResult, Route};
 use crate::cni::skel::{
     valid_attachments_value, Plugin, Request, ValidAttachment, VALID_ATTACHMENTS,
@@ -90,7 +90,7 @@ impl Delegates<'_> {
 
 /// Makes the plan DEL runs when plexus has no readable record (see
 /// [`Executor::del`]).
-pub type Fallback<'f> = &'f dyn Fn() -> Result<Plan, CniError>;
+pub type Fallback<'f> = &'f dyn Fn() -> Result<Plan, RunError>;
 
 /// The attachment parameters of the runtime's call to plexus (cni-SPEC §3).
 #[derive(Clone)]
@@ -608,13 +608,13 @@ impl Executor {
                 // the runtime retries then. A DEL repeated after plexus's
                 // own (its interface gone, or no namespace) succeeds, so DEL
                 // works with the API server gone.
-                Err(e) if e.code == ErrorCode::TryAgainLater && pod_has_ifname(ctx) => {
+                Err(RunError::Plan(e)) if e.is_transient() && pod_has_ifname(ctx) => {
                     return Err(RunError::Plan(e))
                 }
                 Err(e) => {
                     report.warnings.push(format!(
                         "no plan to delete from the configuration: {}",
-                        e.details
+                        CniError::from(e).details
                     ));
                     return self.nothing_to_delete(ctx, corrupt, report);
                 }

@@ -38,7 +38,6 @@ pub mod tuning;
 mod undo;
 pub mod vdpa;
 
-
 use plexus_cni::delegate::Resolver;
 
 pub use error::DriverError;
