@@ -7,10 +7,10 @@ use std::path::Path;
 
 use super::Cluster;
 use super::ClusterError;
+use super::NadSource;
 use crate::manifest::{self, Pod};
 use crate::netattach::ipamclaim::{self, IpamClaim};
 use crate::netattach::nad::NetworkAttachmentDefinition;
-use crate::plan::NadSource;
 
 pub struct DirCluster {
     pods: BTreeMap<(String, String), Pod>,

@@ -30,6 +30,7 @@ use super::error::{error_chain, ApiRequest, ClusterError, Verb};
 use super::events::{pod_event, PodEvent};
 use super::outbox::{PendingStatus, StatusOutbox};
 use super::watch::Watched;
+use super::NadSource;
 use super::{Cluster, Publisher};
 use crate::config::ApiTimeouts;
 use crate::manifest::Pod;
@@ -37,7 +38,6 @@ use crate::netattach::error::SpecError;
 use crate::netattach::ipamclaim::IpamClaim;
 use crate::netattach::nad::NetworkAttachmentDefinition;
 use crate::netattach::status::{status_annotation_value, NetworkStatus};
-use crate::plan::NadSource;
 
 pub struct KubeCluster {
     driver: Driver,

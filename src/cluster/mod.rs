@@ -1,7 +1,7 @@
 //! Where pods and NetworkAttachmentDefinitions come from when plexus runs as a
 //! plugin: a directory of manifests (the embedded default, tests, nodes
 //! without an API server) or the Kubernetes API. The planner only sees the
-//! [`Cluster`] trait.
+//! [`NadSource`] and [`Cluster`] traits.
 
 pub mod api;
 pub mod dir;
@@ -11,12 +11,37 @@ pub mod kube;
 pub mod outbox;
 pub mod watch;
 
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use crate::manifest::Pod;
 use crate::netattach::ipamclaim::IpamClaim;
-use crate::plan::NadSource;
+use crate::netattach::nad::NetworkAttachmentDefinition;
 pub use error::ClusterError;
+
+/// Where NetworkAttachmentDefinitions are looked up.
+pub trait NadSource {
+    /// The NAD `namespace/name`; `Ok(None)` when it does not exist, an error
+    /// when the source could not say (the API server refused or timed out).
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<&NetworkAttachmentDefinition>, ClusterError>;
+}
+
+impl NadSource for BTreeMap<(String, String), NetworkAttachmentDefinition> {
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<&NetworkAttachmentDefinition>, ClusterError> {
+        Ok(BTreeMap::get(
+            self,
+            &(namespace.to_string(), name.to_string()),
+        ))
+    }
+}
 
 /// A read-only view of the cluster's pods and NADs.
 pub trait Cluster: NadSource {

@@ -51,7 +51,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::cluster::ClusterError;
+use crate::cluster::NadSource;
 use crate::cni::args::CniArgs;
 use crate::cni::config::{derive_request, NetworkConfigList};
 use crate::cni::result::CniResult;
@@ -73,30 +73,6 @@ pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
 /// `args.<this>`: plexus's namespace in a plugin's `args` (cni-CONVENTIONS),
 /// reserved: a network config cannot set it, only IPAMClaim binding does.
 pub const PLEXUS_ARGS: &str = "plexus";
-
-/// Where NetworkAttachmentDefinitions are looked up.
-pub trait NadSource {
-    /// The NAD `namespace/name`; `Ok(None)` when it does not exist, an error
-    /// when the source could not say (the API server refused or timed out).
-    fn get(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<&NetworkAttachmentDefinition>, ClusterError>;
-}
-
-impl NadSource for BTreeMap<(String, String), NetworkAttachmentDefinition> {
-    fn get(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<&NetworkAttachmentDefinition>, ClusterError> {
-        Ok(BTreeMap::get(
-            self,
-            &(namespace.to_string(), name.to_string()),
-        ))
-    }
-}
 
 /// The CNI config files of a directory (`.conf`, `.conflist`, `.json`), read
 /// on first use. Invalid files and plexus's own conf are skipped with a warning.
