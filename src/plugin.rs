@@ -19,7 +19,7 @@ use plexus_dataplane::NetNs;
 use crate::cluster::api::ClaimStatus;
 use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{KubeCluster, Publication};
-use crate::cluster::{dir::DirCluster, Cluster, Opened, Publisher};
+use crate::cluster::{dir::DirCluster, Cluster, ClusterError, Opened, Publisher};
 use crate::cni::args::CniArgs;
 use crate::cni::call_log::CallLog;
 use crate::cni::delegate::Resolver;
@@ -66,14 +66,14 @@ pub struct ThickCall {
 pub trait ClusterSource: Send + Sync {
     /// A fresh view for `conf` (views cache what they read, so a call that
     /// must look again opens another).
-    fn open(&self, conf: &PlexusConf) -> Result<Opened, CniError>;
+    fn open(&self, conf: &PlexusConf) -> Result<Opened, ClusterError>;
 }
 
 /// A plugin process's source: [`cluster`], a connection of its own.
 pub struct PerCall;
 
 impl ClusterSource for PerCall {
-    fn open(&self, conf: &PlexusConf) -> Result<Opened, CniError> {
+    fn open(&self, conf: &PlexusConf) -> Result<Opened, ClusterError> {
         cluster(conf)
     }
 }
@@ -264,7 +264,7 @@ pub fn daemon_registry(chroot_dir: Option<&Path>) -> Registry {
 
 /// The cluster plexus reads pods and NADs from: a manifest directory, else
 /// the API server of `kubeconfig`, else nothing (the cluster network only).
-pub fn cluster(conf: &PlexusConf) -> Result<Opened, CniError> {
+pub fn cluster(conf: &PlexusConf) -> Result<Opened, ClusterError> {
     Ok(match (&conf.manifest_dir, &conf.kubeconfig) {
         (Some(dir), _) => Opened::read_only(DirCluster::load(dir)?),
         (None, Some(kubeconfig)) => {
@@ -284,7 +284,7 @@ fn pod(
     container_id: &str,
     cluster: &dyn Cluster,
     on_api_server: bool,
-) -> Result<Pod, CniError> {
+) -> Result<Pod, ClusterError> {
     let (Some(namespace), Some(name)) = (args.k8s_pod_namespace(), args.k8s_pod_name()) else {
         return Ok(Pod {
             namespace: crate::manifest::DEFAULT_NAMESPACE.into(),
@@ -292,13 +292,6 @@ fn pod(
             uid: None,
             annotations: Default::default(),
         });
-    };
-    let unknown = |details: String| {
-        CniError::new(
-            crate::cni::error::ErrorCode::UnknownContainer,
-            "pod unknown",
-            details,
-        )
     };
     let mut found = cluster.pod(namespace, name)?;
     if let (Some(want), Some(have)) = (args.k8s_pod_uid(), found.as_ref()) {
@@ -309,9 +302,10 @@ fn pod(
     let pod = match found {
         Some(pod) => pod,
         None if on_api_server => {
-            return Err(unknown(format!(
-                "pod {namespace}/{name} (CNI_ARGS K8S_POD_NAMESPACE, K8S_POD_NAME) does not exist"
-            )))
+            return Err(ClusterError::PodMissing {
+                namespace: namespace.into(),
+                name: name.into(),
+            })
         }
         None => Pod {
             namespace: namespace.into(),
@@ -322,10 +316,12 @@ fn pod(
     };
     if let (Some(want), Some(have)) = (args.k8s_pod_uid(), pod.uid.as_deref()) {
         if want != have {
-            return Err(unknown(format!(
-                "pod {namespace}/{name}: CNI_ARGS K8S_POD_UID is {want} but the pod's uid is \
-                 {have}: the pod was deleted and re-created"
-            )));
+            return Err(ClusterError::PodRecreated {
+                namespace: namespace.into(),
+                name: name.into(),
+                want: want.into(),
+                have: have.into(),
+            });
         }
     }
     Ok(pod)
@@ -566,7 +562,10 @@ impl Plugin for PlexusPlugin<'_> {
         let cluster = opened.view.as_ref();
         let mut conf_dir = ConfDir::new(&conf.conf_dir);
         let default_network = readiness::wait(&conf, cluster, &mut conf_dir, || {
-            self.clusters.open(&conf).map(|o| o.view)
+            self.clusters
+                .open(&conf)
+                .map(|o| o.view)
+                .map_err(CniError::from)
         })?;
         let call = call(req)?;
         let publisher = opened.publisher.as_deref();
@@ -685,7 +684,7 @@ impl Plugin for PlexusPlugin<'_> {
                 )),
                 Some(Err(e)) => report
                     .warnings
-                    .push(format!("IPAMClaims not checked: {}", e.details)),
+                    .push(format!("IPAMClaims not checked: {}", e)),
                 None => report
                     .warnings
                     .push("IPAMClaims not checked: the configuration does not parse".into()),
@@ -798,8 +797,11 @@ mod tests {
         };
         assert_eq!(pod(&args("uid-2"), "c", &cluster, false).unwrap().name, "p");
         let e = pod(&args("uid-1"), "c", &cluster, false).unwrap_err();
-        assert_eq!(e.code, crate::cni::error::ErrorCode::UnknownContainer);
-        assert!(e.details.contains("re-created"), "{e}");
+        assert!(
+            matches!(&e, ClusterError::PodRecreated { want, have, .. }
+                if want == "uid-1" && have == "uid-2"),
+            "{e}"
+        );
         // A manifest directory may leave the pod out: no annotations then.
         let missing = CniArgs::parse("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=q").unwrap();
         assert!(pod(&missing, "c", &cluster, false)
@@ -808,7 +810,9 @@ mod tests {
             .is_empty());
         // On an API server it must exist.
         let e = pod(&missing, "c", &cluster, true).unwrap_err();
-        assert_eq!(e.code, crate::cni::error::ErrorCode::UnknownContainer);
-        assert!(e.details.contains("does not exist"), "{e}");
+        assert!(
+            matches!(&e, ClusterError::PodMissing { name, .. } if name == "q"),
+            "{e}"
+        );
     }
 }

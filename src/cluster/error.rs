@@ -84,6 +84,20 @@ pub enum ClusterError {
         node: Option<String>,
         serves: String,
     },
+    /// The pod kubelet's `CNI_ARGS` name does not exist on the API server.
+    #[error("pod {namespace}/{name} (CNI_ARGS K8S_POD_NAMESPACE, K8S_POD_NAME) does not exist")]
+    PodMissing { namespace: String, name: String },
+    /// The pod by that name is another one than kubelet's (its uid differs).
+    #[error(
+        "pod {namespace}/{name}: CNI_ARGS K8S_POD_UID is {want} but the pod's uid is {have}: \
+         the pod was deleted and re-created"
+    )]
+    PodRecreated {
+        namespace: String,
+        name: String,
+        want: String,
+        have: String,
+    },
     /// A local means of the client failed (its runtime, the outbox).
     #[error("{what}: {reason}")]
     Io { what: String, reason: String },
@@ -196,6 +210,9 @@ impl From<ClusterError> for CniError {
             ClusterError::PodOnOtherNode { .. } => {
                 CniError::new(ErrorCode::UnknownContainer, "pod not on this node", details)
             }
+            ClusterError::PodMissing { .. } | ClusterError::PodRecreated { .. } => {
+                CniError::new(ErrorCode::UnknownContainer, "pod unknown", details)
+            }
             ClusterError::Io { what, reason } => CniError::io(what, reason),
             ClusterError::Decode { object, reason } => CniError::decode(object, reason),
             ClusterError::Object(e) => e.into(),
@@ -263,6 +280,22 @@ mod tests {
                     object: object(),
                     node: None,
                     serves: "n".into(),
+                },
+                ErrorCode::UnknownContainer,
+            ),
+            (
+                ClusterError::PodMissing {
+                    namespace: "ns".into(),
+                    name: "p".into(),
+                },
+                ErrorCode::UnknownContainer,
+            ),
+            (
+                ClusterError::PodRecreated {
+                    namespace: "ns".into(),
+                    name: "p".into(),
+                    want: "u1".into(),
+                    have: "u2".into(),
                 },
                 ErrorCode::UnknownContainer,
             ),

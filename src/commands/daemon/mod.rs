@@ -39,7 +39,7 @@ use tokio::sync::Semaphore;
 use crate::cluster::kube::{KubeCluster, SharedApi};
 use crate::cluster::outbox::{DeliveryObserver, StatusOutbox};
 use crate::cluster::watch::Watched;
-use crate::cluster::Opened;
+use crate::cluster::{ClusterError, Opened};
 use crate::cni::env::CNI_NETNS;
 use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::skel;
@@ -115,7 +115,7 @@ struct DaemonClusters {
 }
 
 impl ClusterSource for DaemonClusters {
-    fn open(&self, conf: &PlexusConf) -> Result<Opened, CniError> {
+    fn open(&self, conf: &PlexusConf) -> Result<Opened, ClusterError> {
         match (&conf.manifest_dir, &conf.kubeconfig, &self.api) {
             (None, Some(_), Some(api)) => Ok(Opened::api(KubeCluster::shared(api))),
             _ => plugin::cluster(conf),
