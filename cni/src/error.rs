@@ -1,5 +1,6 @@
-//! The CNI error result (cni-SPEC.md §5 "Error") and the one error type every
-//! layer of plexus returns.
+//! The CNI error result (cni-SPEC.md §5 "Error"): what plexus answers. The
+//! layers above have error types of their own, each turned into a
+//! `CniError`, its code chosen, by one `From` where plexus answers.
 //!
 //! Convention: `msg` is short and fixed per kind of failure; `details` names the
 //! offending field (as a path such as `plugins[1].ipam.type` or an environment
