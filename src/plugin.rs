@@ -667,7 +667,7 @@ impl Plugin for PlexusPlugin<'_> {
         let ctx = context(&call, bin_dir, &registry);
         let fallback = || match conf.as_deref() {
             Some(conf) => self.cluster_network_plan(conf, req, &registry, &ctx.delegates),
-            None => Err(RunError::Plan(PlanError::Config {
+            None => Err(RunError::from(PlanError::Config {
                 field: "plexus configuration".into(),
                 reason: "does not parse, so the cluster network is unknown".into(),
             })),

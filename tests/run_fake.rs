@@ -627,7 +627,7 @@ fn del_without_a_record_deletes_the_fallback_plan_idempotently() {
     assert!(f.calls().is_empty());
     assert!(report.warnings[0].contains("no plan to delete from the configuration: podnet"));
     let later = || {
-        Err(RunError::Plan(PlanError::Cluster(
+        Err(RunError::from(PlanError::Cluster(
             ClusterError::Unreachable {
                 request: ApiRequest {
                     verb: Verb::Get,

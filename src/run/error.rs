@@ -33,8 +33,9 @@ pub enum RunError {
     Record(RecordError),
     /// plexus's own configuration.
     Config(ConfigError),
-    /// The planner's failure (the plan DEL falls back to).
-    Plan(PlanError),
+    /// The planner's failure (the plan DEL falls back to); boxed, as the
+    /// planner's errors are large and rare.
+    Plan(Box<PlanError>),
     /// `CNI_NETNS` is missing; `reason` says what needs it.
     NoNetns { reason: &'static str },
     /// `CNI_NETNS` is the node's own namespace.
@@ -193,9 +194,14 @@ carries!(
     Plugin(CniError),
     Exec(ExecError),
     Record(RecordError),
-    Config(ConfigError),
-    Plan(PlanError)
+    Config(ConfigError)
 );
+
+impl From<PlanError> for RunError {
+    fn from(e: PlanError) -> RunError {
+        RunError::Plan(Box::new(e))
+    }
+}
 
 /// As the CNI error it answers with.
 impl fmt::Display for RunError {
@@ -230,7 +236,7 @@ impl From<RunError> for CniError {
     fn from(e: RunError) -> CniError {
         match e {
             RunError::Plugin(e) => e,
-            RunError::Plan(e) => e.into(),
+            RunError::Plan(e) => (*e).into(),
             RunError::Exec(e) => e.into(),
             RunError::Record(e) => e.into(),
             RunError::Config(e) => e.into(),
