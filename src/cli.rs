@@ -12,6 +12,7 @@ use crate::cni::args::CniArgs;
 use crate::cni::error::CniError;
 use crate::cni::result::CniResult;
 use crate::cni::version::CniVersion;
+use crate::commands::daemon::DaemonError;
 use crate::commands::install::InstallError;
 use crate::config::{PlexusConf, PodResourcesClient};
 use crate::manifest;
@@ -382,26 +383,26 @@ fn run_install(args: &InstallArgs) -> Result<String, InstallError> {
     Ok(String::new())
 }
 
-fn run_daemon(args: &DaemonArgs) -> Result<String, CniError> {
+/// `plexus daemon`; its failures are the daemon's own ([`DaemonError`]).
+fn run_daemon(args: &DaemonArgs) -> Result<String, DaemonError> {
     use std::time::Duration;
     crate::logging::init_service();
     let seconds = |flag: &str, s: f64| {
         if s > 0.0 && s <= 3600.0 {
             Ok(Duration::from_secs_f64(s))
         } else {
-            Err(CniError::invalid_config(
-                flag,
-                format!("{s} is out of range (0, 3600]"),
-            ))
+            Err(DaemonError::Settings(format!(
+                "{flag}: {s} is out of range (0, 3600]"
+            )))
         }
     };
-    let metrics_address =
-        match args.metrics_address.as_str() {
-            "none" => None,
-            a => Some(a.parse().map_err(|e| {
-                CniError::invalid_config("--metrics-address", format!("{a:?}: {e}"))
-            })?),
-        };
+    let metrics_address = match args.metrics_address.as_str() {
+        "none" => None,
+        a => Some(
+            a.parse()
+                .map_err(|e| DaemonError::Settings(format!("--metrics-address: {a:?}: {e}")))?,
+        ),
+    };
     let settings = crate::commands::daemon::Settings {
         socket: args.socket.clone(),
         kubeconfig: args.kubeconfig.clone(),
@@ -419,13 +420,7 @@ fn run_daemon(args: &DaemonArgs) -> Result<String, CniError> {
         plugins_cni_dir: Some(args.cni_dir.clone()),
         dynamic_networks: args.dynamic_networks,
     };
-    crate::commands::daemon::run(settings).map_err(|e| {
-        CniError::new(
-            crate::cni::error::ErrorCode::Io,
-            "daemon failed",
-            e.to_string(),
-        )
-    })?;
+    crate::commands::daemon::run(settings)?;
     Ok(String::new())
 }
 
