@@ -20,22 +20,23 @@ use std::time::{Duration, Instant};
 use crate::cluster::api::ClaimStatus;
 use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{KubeCluster, Publication, SharedApi};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, ClusterError};
 use crate::cni::args::CniArgs;
 use crate::cni::error::CniError;
-use crate::config::PlexusConf;
+use crate::config::{ConfigError, PlexusConf};
 use crate::manifest::Pod;
 use crate::netattach::selection::NETWORKS_ANNOTATION;
 use crate::netattach::status::{parse_status_annotation, NETWORK_STATUS_ANNOTATION};
 use crate::plan::claims::{self, ClaimBook};
 use crate::plan::hotplug;
-use crate::plan::{self, ConfDir, PlanInputs, PlanOptions};
+use crate::plan::{self, ConfDir, PlanError, PlanInputs, PlanOptions};
 use crate::plugin::{self, PlexusPlugin};
 use crate::record::{Cache, Lookup, Record, State};
 use crate::run::routes::NetlinkRouteHook;
 use crate::run::{Delegates, Executor, RunContext, RunError};
 
 use super::metrics::Metrics;
+use super::sandbox_dir::SandboxLockError;
 use super::sandboxes::{Sandbox, Sandboxes};
 
 /// The first retry of a failed change, doubled per failure up to the cap.
@@ -122,7 +123,7 @@ impl Reconciler {
                         None => Ok(Err(Skip::Gone)),
                     }
                 })
-                .map_err(CniError::from)
+                .map_err(HotplugError::from)
                 .and_then(|reconciled| reconciled);
             self.metrics.hotplug_done(start.elapsed(), outcome.is_ok());
             match outcome {
@@ -132,6 +133,8 @@ impl Reconciler {
                     state.backoff = FIRST_RETRY;
                 }
                 Err(e) => {
+                    // Logged and told the pod's owner as a call would answer.
+                    let e = CniError::from(e);
                     let repeated = state.failed.as_ref().is_some_and(|(v, _)| *v == wanted);
                     state.backoff = if repeated {
                         (state.backoff * 2).min(MAX_RETRY)
@@ -191,7 +194,7 @@ impl Reconciler {
         sandbox: &Sandbox,
         pod: &Pod,
         first_pass: bool,
-    ) -> Result<Result<(), Skip>, CniError> {
+    ) -> Result<Result<(), Skip>, HotplugError> {
         let conf = PlexusConf::from_value(&sandbox.conf)?;
         let kube = self.kube();
         let cluster: &dyn Cluster = &kube;
@@ -265,7 +268,7 @@ impl Reconciler {
                 }
                 Err(e) => {
                     self.metrics.hotplug("detach", "error");
-                    failures.push(e.into());
+                    failures.push(e);
                 }
             }
         }
@@ -285,7 +288,7 @@ impl Reconciler {
                 // As at ADD: the claim bound before the chain runs, its
                 // status written with the network-status (§8.2).
                 let attached = claims::bind(&mut one, pod, cluster, &book)
-                    .map_err(CniError::from)
+                    .map_err(RunError::from)
                     .and_then(|bound| {
                         let results = executor.attach(&ctx, &one.attachments)?;
                         Ok((plugin::claim_statuses(&bound, &results), results))
@@ -325,7 +328,7 @@ impl Reconciler {
         )?;
         match failures.len() {
             0 => Ok(Ok(())),
-            _ => Err(CniError::combine("hot-plug", failures)),
+            _ => Err(HotplugError::Failed(failures)),
         }
     }
 
@@ -337,7 +340,7 @@ impl Reconciler {
         cluster: &dyn Cluster,
         pod: &Pod,
         record: &Record,
-    ) -> Result<hotplug::Changes, CniError> {
+    ) -> Result<hotplug::Changes, HotplugError> {
         let default_network = PlexusPlugin::configured_cluster_network(conf, cluster)?;
         let cni_args = record
             .attachments
@@ -364,7 +367,7 @@ impl Reconciler {
                 },
             )
         })
-        .map_err(CniError::from)
+        .map_err(HotplugError::from)
     }
 
     /// The pod's network-status from the record, written when it changed
@@ -377,7 +380,7 @@ impl Reconciler {
         ctx: &RunContext,
         pod: &Pod,
         written: Written,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), HotplugError> {
         let Written {
             events,
             claims,
@@ -408,6 +411,64 @@ impl Reconciler {
             kube.post_events(pod, &events);
         }
         Ok(())
+    }
+}
+
+/// Why a pass over a sandbox failed; it is retried with backoff, and told
+/// the pod's owner in an `AttachmentFailed` event whose message is the
+/// details of the CNI error it converts to (one `From`, as at a call).
+#[derive(Debug)]
+enum HotplugError {
+    /// The sandbox's conf, as its ADD had it.
+    Config(ConfigError),
+    /// The sandbox's lock.
+    Lock(SandboxLockError),
+    /// Planning what to change.
+    Plan(PlanError),
+    /// Reading or writing the pod's objects.
+    Cluster(ClusterError),
+    /// The record, or attaching and detaching.
+    Run(RunError),
+    /// The protocol crate's: the record's `CNI_ARGS`.
+    Protocol(CniError),
+    /// Attachments or detachments that failed (at least one).
+    Failed(Vec<RunError>),
+}
+
+/// The layers whose errors a [`HotplugError`] carries as they are.
+macro_rules! carries {
+    ($($variant:ident($error:ty)),*) => {$(
+        impl From<$error> for HotplugError {
+            fn from(e: $error) -> HotplugError {
+                HotplugError::$variant(e)
+            }
+        }
+    )*};
+}
+
+carries!(
+    Config(ConfigError),
+    Lock(SandboxLockError),
+    Plan(PlanError),
+    Cluster(ClusterError),
+    Run(RunError),
+    Protocol(CniError)
+);
+
+impl From<HotplugError> for CniError {
+    fn from(e: HotplugError) -> CniError {
+        match e {
+            HotplugError::Config(e) => e.into(),
+            HotplugError::Lock(e) => e.into(),
+            HotplugError::Plan(e) => e.into(),
+            HotplugError::Cluster(e) => e.into(),
+            HotplugError::Run(e) => e.into(),
+            HotplugError::Protocol(e) => e,
+            HotplugError::Failed(failures) => CniError::combine(
+                "hot-plug",
+                failures.into_iter().map(CniError::from).collect(),
+            ),
+        }
     }
 }
 
