@@ -423,8 +423,8 @@ enum HotplugError {
     Config(ConfigError),
     /// The sandbox's lock.
     Lock(SandboxLockError),
-    /// Planning what to change.
-    Plan(PlanError),
+    /// Planning what to change (boxed: large and rare).
+    Plan(Box<PlanError>),
     /// Reading or writing the pod's objects.
     Cluster(ClusterError),
     /// The record, or attaching and detaching.
@@ -449,18 +449,23 @@ macro_rules! carries {
 carries!(
     Config(ConfigError),
     Lock(SandboxLockError),
-    Plan(PlanError),
     Cluster(ClusterError),
     Run(RunError),
     Protocol(CniError)
 );
+
+impl From<PlanError> for HotplugError {
+    fn from(e: PlanError) -> HotplugError {
+        HotplugError::Plan(Box::new(e))
+    }
+}
 
 impl From<HotplugError> for CniError {
     fn from(e: HotplugError) -> CniError {
         match e {
             HotplugError::Config(e) => e.into(),
             HotplugError::Lock(e) => e.into(),
-            HotplugError::Plan(e) => e.into(),
+            HotplugError::Plan(e) => (*e).into(),
             HotplugError::Cluster(e) => e.into(),
             HotplugError::Run(e) => e.into(),
             HotplugError::Protocol(e) => e,
