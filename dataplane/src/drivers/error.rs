@@ -87,8 +87,8 @@ pub enum DriverError {
         container_id: String,
         error: Box<DriverError>,
     },
-    /// Several failures of one operation (`what`: "GC"); see
-    /// [`DriverError::all`].
+    /// Several failures of one operation (`what`: "GC"), at least two:
+    /// `DriverError::all` makes it.
     #[error("{}", join(.errors))]
     Several {
         what: &'static str,
