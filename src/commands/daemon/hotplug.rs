@@ -326,9 +326,10 @@ impl Reconciler {
                 check_status: (first_pass && sandbox.restored) || !changes.is_empty(),
             },
         )?;
-        match failures.len() {
-            0 => Ok(Ok(())),
-            _ => Err(HotplugError::Failed(failures)),
+        if failures.is_empty() {
+            Ok(Ok(()))
+        } else {
+            Err(RunError::combine("hot-plug", failures).into())
         }
     }
 
@@ -417,42 +418,27 @@ impl Reconciler {
 /// Why a pass over a sandbox failed; it is retried with backoff, and told
 /// the pod's owner in an `AttachmentFailed` event whose message is the
 /// details of the CNI error it converts to (one `From`, as at a call).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 enum HotplugError {
     /// The sandbox's conf, as its ADD had it.
-    Config(ConfigError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// The sandbox's lock.
-    Lock(SandboxLockError),
+    #[error(transparent)]
+    Lock(#[from] SandboxLockError),
     /// Planning what to change (boxed: large and rare).
+    #[error(transparent)]
     Plan(Box<PlanError>),
     /// Reading or writing the pod's objects.
-    Cluster(ClusterError),
-    /// The record, or attaching and detaching.
-    Run(RunError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// The record, attaching and detaching (several failures combined).
+    #[error(transparent)]
+    Run(#[from] RunError),
     /// The protocol crate's: the record's `CNI_ARGS`.
-    Protocol(CniError),
-    /// Attachments or detachments that failed (at least one).
-    Failed(Vec<RunError>),
+    #[error(transparent)]
+    Protocol(#[from] CniError),
 }
-
-/// The layers whose errors a [`HotplugError`] carries as they are.
-macro_rules! carries {
-    ($($variant:ident($error:ty)),*) => {$(
-        impl From<$error> for HotplugError {
-            fn from(e: $error) -> HotplugError {
-                HotplugError::$variant(e)
-            }
-        }
-    )*};
-}
-
-carries!(
-    Config(ConfigError),
-    Lock(SandboxLockError),
-    Cluster(ClusterError),
-    Run(RunError),
-    Protocol(CniError)
-);
 
 impl From<PlanError> for HotplugError {
     fn from(e: PlanError) -> HotplugError {
@@ -469,10 +455,6 @@ impl From<HotplugError> for CniError {
             HotplugError::Cluster(e) => e.into(),
             HotplugError::Run(e) => e.into(),
             HotplugError::Protocol(e) => e,
-            HotplugError::Failed(failures) => CniError::combine(
-                "hot-plug",
-                failures.into_iter().map(CniError::from).collect(),
-            ),
         }
     }
 }
