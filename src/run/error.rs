@@ -14,7 +14,6 @@ use std::path::PathBuf;
 
 use crate::cni::env::CNI_NETNS;
 use crate::cni::error::{codes, CniError, ErrorCode};
-use crate::config::ConfigError;
 use crate::plan::PlanError;
 use crate::record::{RecordError, State};
 
@@ -31,8 +30,6 @@ pub enum RunError {
     Exec(ExecError),
     /// plexus's record of the attachment.
     Record(RecordError),
-    /// plexus's own configuration.
-    Config(ConfigError),
     /// The planner's failure (the plan DEL falls back to); boxed, as the
     /// planner's errors are large and rare.
     Plan(Box<PlanError>),
@@ -190,12 +187,7 @@ macro_rules! carries {
     )*};
 }
 
-carries!(
-    Plugin(CniError),
-    Exec(ExecError),
-    Record(RecordError),
-    Config(ConfigError)
-);
+carries!(Plugin(CniError), Exec(ExecError), Record(RecordError));
 
 impl From<PlanError> for RunError {
     fn from(e: PlanError) -> RunError {
@@ -239,7 +231,6 @@ impl From<RunError> for CniError {
             RunError::Plan(e) => (*e).into(),
             RunError::Exec(e) => e.into(),
             RunError::Record(e) => e.into(),
-            RunError::Config(e) => e.into(),
             RunError::NoNetns { reason } => CniError::invalid_env(CNI_NETNS, reason),
             RunError::NodeNetns { path } => {
                 CniError::from(plexus_dataplane::drivers::DriverError::NodeNetns {
