@@ -16,7 +16,7 @@ use plexus::cluster::error::{ApiRequest, ClusterError, Verb};
 use plexus::cni::config::NetworkConfigList;
 use plexus::cni::error::{codes, CniError, ErrorCode};
 use plexus::cni::result::CniResult;
-use plexus::cni::skel::{Plugin, Request, ValidAttachment};
+use plexus::cni::skel::{Plugin, Request};
 use plexus::cni::CniVersion;
 use plexus::plan::{Attachment, DefaultNetwork, PlanError};
 use plexus::record::Cache;
@@ -974,12 +974,6 @@ impl Plugin for Mem {
         self.log.log_builtin("mem", "CHECK", &req.config);
         Ok(())
     }
-    fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
-        Ok(())
-    }
-    fn status(&self, _: &Request) -> Result<(), CniError> {
-        Ok(())
-    }
 }
 
 #[test]
@@ -1043,15 +1037,6 @@ impl Plugin for Syncing {
     }
     fn del(&self, req: &Request) -> Result<(), CniError> {
         self.log.log_builtin("syncing", "DEL", &req.config);
-        Ok(())
-    }
-    fn check(&self, _: &Request) -> Result<(), CniError> {
-        Ok(())
-    }
-    fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
-        Ok(())
-    }
-    fn status(&self, _: &Request) -> Result<(), CniError> {
         Ok(())
     }
 }
@@ -1243,15 +1228,6 @@ impl Plugin for InTheWay {
     }
     fn del(&self, req: &Request) -> Result<(), CniError> {
         self.log.log_builtin("inway", "DEL", &req.config);
-        Ok(())
-    }
-    fn check(&self, _: &Request) -> Result<(), CniError> {
-        Ok(())
-    }
-    fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
-        Ok(())
-    }
-    fn status(&self, _: &Request) -> Result<(), CniError> {
         Ok(())
     }
 }

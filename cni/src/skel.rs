@@ -60,10 +60,20 @@ pub trait Plugin {
     }
     fn add(&self, req: &Request) -> Result<CniResult, CniError>;
     fn del(&self, req: &Request) -> Result<(), CniError>;
-    fn check(&self, req: &Request) -> Result<(), CniError>;
+    /// CHECK, GC and STATUS succeed doing nothing unless a plugin has
+    /// something to check, collect or report, as in the reference skel
+    /// (containernetworking/cni pkg/skel `checkVersionAndCall` with no
+    /// function given).
+    fn check(&self, _req: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
     /// `valid`: the attachments still in use (cni-SPEC §2 GC).
-    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), CniError>;
-    fn status(&self, req: &Request) -> Result<(), CniError>;
+    fn gc(&self, _req: &Request, _valid: &[ValidAttachment]) -> Result<(), CniError> {
+        Ok(())
+    }
+    fn status(&self, _req: &Request) -> Result<(), CniError> {
+        Ok(())
+    }
 }
 
 /// A [`Plugin`] whose operations fail with its own error type (a layer's
@@ -77,9 +87,17 @@ pub trait TypedPlugin {
     }
     fn add(&self, req: &Request) -> Result<CniResult, Self::Error>;
     fn del(&self, req: &Request) -> Result<(), Self::Error>;
-    fn check(&self, req: &Request) -> Result<(), Self::Error>;
-    fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), Self::Error>;
-    fn status(&self, req: &Request) -> Result<(), Self::Error>;
+    /// As [`Plugin::check`], [`Plugin::gc`] and [`Plugin::status`]: nothing
+    /// to do unless the plugin says otherwise.
+    fn check(&self, _req: &Request) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    fn gc(&self, _req: &Request, _valid: &[ValidAttachment]) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    fn status(&self, _req: &Request) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 impl<T: TypedPlugin> Plugin for T {
@@ -500,7 +518,7 @@ mod tests {
         ]
     }
 
-    fn drive_with(plugin: &Fake, env: &[(&str, String)], stdin: &[u8]) -> Out {
+    fn drive_with(plugin: &dyn Plugin, env: &[(&str, String)], stdin: &[u8]) -> Out {
         let vars: HashMap<String, String> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
@@ -824,6 +842,39 @@ mod tests {
             out.error(4, "1.1.0"),
             "CNI_PATH: required for GC but not set"
         );
+    }
+
+    #[test]
+    fn check_gc_and_status_succeed_for_a_plugin_that_has_none() {
+        // As the reference skel answers a plugin that gives no CHECK, GC or
+        // STATUS function: success, nothing on stdout.
+        struct AddAndDelOnly;
+        impl Plugin for AddAndDelOnly {
+            fn add(&self, _: &Request) -> Result<CniResult, CniError> {
+                Ok(CniResult::default())
+            }
+            fn del(&self, _: &Request) -> Result<(), CniError> {
+                Ok(())
+            }
+        }
+        let gc = vec![
+            ("CNI_COMMAND", "GC".to_string()),
+            ("CNI_PATH", "/opt/cni/bin".to_string()),
+        ];
+        for (env, stdin) in [
+            (
+                attach_env("CHECK"),
+                conf("1.1.0", json!({"prevResult": {}})),
+            ),
+            (gc, conf("1.1.0", json!({"cni.dev/valid-attachments": []}))),
+            (
+                vec![("CNI_COMMAND", "STATUS".into())],
+                conf("1.1.0", json!({})),
+            ),
+        ] {
+            let out = drive_with(&AddAndDelOnly, &env, &stdin);
+            assert_eq!((out.code, out.stdout.as_str()), (0, ""), "{}", env[0].1);
+        }
     }
 
     #[test]

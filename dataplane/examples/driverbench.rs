@@ -19,7 +19,7 @@ use plexus_cni::delegate::Resolver;
 use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
 use plexus_cni::error::CniError;
 use plexus_cni::result::CniResult;
-use plexus_cni::skel::{Plugin, Request, ValidAttachment};
+use plexus_cni::skel::{Plugin, Request};
 use plexus_dataplane::drivers;
 use plexus_dataplane::NetNs;
 use serde_json::{json, Value};
@@ -35,15 +35,6 @@ impl Plugin for StaticIpam {
         CniResult::from_value(&json!({"cniVersion": "1.0.0", "ips": [{"address": ip}]}))
     }
     fn del(&self, _: &Request) -> Result<(), CniError> {
-        Ok(())
-    }
-    fn check(&self, _: &Request) -> Result<(), CniError> {
-        Ok(())
-    }
-    fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
-        Ok(())
-    }
-    fn status(&self, _: &Request) -> Result<(), CniError> {
         Ok(())
     }
 }

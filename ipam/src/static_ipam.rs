@@ -33,7 +33,7 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use plexus_cni::result::{CniResult, Dns, IpConfig, Route};
-use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
+use plexus_cni::skel::{Request, TypedPlugin};
 use serde::Deserialize;
 
 use crate::common::{
@@ -269,14 +269,6 @@ impl TypedPlugin for Static {
                 Some(_) => {}
             }
         }
-        Ok(())
-    }
-
-    fn gc(&self, _req: &Request, _valid: &[ValidAttachment]) -> Result<(), IpamError> {
-        Ok(())
-    }
-
-    fn status(&self, _req: &Request) -> Result<(), IpamError> {
         Ok(())
     }
 }

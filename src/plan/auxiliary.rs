@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use crate::cni::config::NetworkConfigList;
 use crate::cni::error::CniError;
 use crate::cni::result::CniResult;
-use crate::cni::skel::{Plugin, Request, ValidAttachment};
+use crate::cni::skel::{Plugin, Request};
 use crate::config::{ClusterNetwork, PlexusConf};
 use crate::plan::PlanError;
 
@@ -117,18 +117,6 @@ impl Plugin for Passthru {
     }
 
     fn del(&self, _: &Request) -> Result<(), CniError> {
-        Ok(())
-    }
-
-    fn check(&self, _: &Request) -> Result<(), CniError> {
-        Ok(())
-    }
-
-    fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
-        Ok(())
-    }
-
-    fn status(&self, _: &Request) -> Result<(), CniError> {
         Ok(())
     }
 }

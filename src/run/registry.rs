@@ -146,7 +146,6 @@ mod tests {
     use super::*;
     use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
     use crate::cni::result::CniResult;
-    use crate::cni::skel::ValidAttachment;
 
     /// A built-in plugin that says who it is in its result's DNS domain and
     /// delegates its `ipam` through the resolver it was built with.
@@ -171,15 +170,6 @@ mod tests {
         fn del(&self, _: &Request) -> Result<(), CniError> {
             Ok(())
         }
-        fn check(&self, _: &Request) -> Result<(), CniError> {
-            Ok(())
-        }
-        fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
-            Ok(())
-        }
-        fn status(&self, _: &Request) -> Result<(), CniError> {
-            Ok(())
-        }
     }
 
     struct Ipam;
@@ -190,15 +180,6 @@ mod tests {
             Ok(r)
         }
         fn del(&self, _: &Request) -> Result<(), CniError> {
-            Ok(())
-        }
-        fn check(&self, _: &Request) -> Result<(), CniError> {
-            Ok(())
-        }
-        fn gc(&self, _: &Request, _: &[ValidAttachment]) -> Result<(), CniError> {
-            Ok(())
-        }
-        fn status(&self, _: &Request) -> Result<(), CniError> {
             Ok(())
         }
     }

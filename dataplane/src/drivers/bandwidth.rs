@@ -53,7 +53,7 @@ use sha2::{Digest, Sha512};
 
 use plexus_cni::casefold;
 use plexus_cni::result::Interface;
-use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
+use plexus_cni::skel::{Request, TypedPlugin};
 use plexus_cni::CniResult;
 
 use super::attachment::{chained_prev_result as prev_result, Attach};
@@ -512,16 +512,9 @@ impl TypedPlugin for Bandwidth<'_> {
         Ok(())
     }
 
-    /// Nothing to collect: ifb names hash the network name with the
-    /// container ID, so another network's devices can't be told from stale
-    /// ones of this network.
-    fn gc(&self, _req: &Request, _valid: &[ValidAttachment]) -> Result<(), DriverError> {
-        Ok(())
-    }
-
-    fn status(&self, _req: &Request) -> Result<(), DriverError> {
-        Ok(())
-    }
+    // GC and STATUS are the trait's no-ops. Nothing to collect: ifb names
+    // hash the network name with the container ID, so another network's
+    // devices can't be told from stale ones of this network.
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use plexus_cni::casefold;
-use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
+use plexus_cni::skel::{Request, TypedPlugin};
 use plexus_cni::CniResult;
 
 use super::attachment::{chained_prev_result as prev_result, Attach};
@@ -698,16 +698,10 @@ impl TypedPlugin for Tuning<'_> {
         Ok(())
     }
 
-    /// Nothing to collect: saved files are removed by DEL, and the data
-    /// directory is shared by every network, so a file can't be told stale
-    /// from this network's valid attachments alone.
-    fn gc(&self, _req: &Request, _valid: &[ValidAttachment]) -> Result<(), DriverError> {
-        Ok(())
-    }
-
-    fn status(&self, _req: &Request) -> Result<(), DriverError> {
-        Ok(())
-    }
+    // GC and STATUS are the trait's no-ops. Nothing to collect: saved files
+    // are removed by DEL, and the data directory is shared by every network,
+    // so a file can't be told stale from this network's valid attachments
+    // alone.
 }
 
 #[cfg(test)]
