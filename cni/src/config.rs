@@ -366,42 +366,7 @@ mod tests {
     use crate::ErrorCode;
 
     /// cni-SPEC §1 "Example configuration", comments removed.
-    const DBNET: &str = r#"{
-      "cniVersion": "1.1.0",
-      "cniVersions": ["0.3.1", "0.4.0", "1.0.0", "1.1.0"],
-      "name": "dbnet",
-      "plugins": [
-        {
-          "type": "bridge",
-          "bridge": "cni0",
-          "keyA": ["some more", "plugin specific", "configuration"],
-          "ipam": {
-            "type": "host-local",
-            "subnet": "10.1.0.0/16",
-            "gateway": "10.1.0.1",
-            "routes": [
-                {"dst": "0.0.0.0/0"}
-            ]
-          },
-          "dns": {
-            "nameservers": [ "10.1.0.1" ]
-          }
-        },
-        {
-          "type": "tuning",
-          "capabilities": {
-            "mac": true
-          },
-          "sysctl": {
-            "net.core.somaxconn": "500"
-          }
-        },
-        {
-            "type": "portmap",
-            "capabilities": {"portMappings": true}
-        }
-      ]
-    }"#;
+    const DBNET: &str = include_str!("testdata/section-1-dbnet.json");
 
     /// The §1 example as the Appendix's requests imply it: the Appendix's
     /// bridge requests carry an `ipam` without the `routes` of §1 (the spec is
@@ -442,44 +407,11 @@ mod tests {
     const APPENDIX_BRIDGE_RESULT: &str = include_str!("testdata/appendix-bridge-result.json");
 
     // The request configurations of the Appendix, verbatim.
-    const APPENDIX_BRIDGE_ADD: &str = r#"{
-        "cniVersion": "1.1.0",
-        "name": "dbnet",
-        "type": "bridge",
-        "bridge": "cni0",
-        "keyA": ["some more", "plugin specific", "configuration"],
-        "ipam": {
-            "type": "host-local",
-            "subnet": "10.1.0.0/16",
-            "gateway": "10.1.0.1"
-        },
-        "dns": {
-            "nameservers": [ "10.1.0.1" ]
-        }
-    }"#;
+    const APPENDIX_BRIDGE_ADD: &str = include_str!("testdata/appendix-bridge-add.json");
 
-    const APPENDIX_TUNING_NO_PREV: &str = r#"{
-      "cniVersion": "1.1.0",
-      "name": "dbnet",
-      "type": "tuning",
-      "sysctl": {
-        "net.core.somaxconn": "500"
-      },
-      "runtimeConfig": {
-        "mac": "00:11:22:33:44:66"
-      }
-    }"#;
+    const APPENDIX_TUNING_NO_PREV: &str = include_str!("testdata/appendix-tuning-add.json");
 
-    const APPENDIX_PORTMAP_NO_PREV: &str = r#"{
-      "cniVersion": "1.1.0",
-      "name": "dbnet",
-      "type": "portmap",
-      "runtimeConfig": {
-        "portMappings" : [
-          { "hostPort": 8080, "containerPort": 80, "protocol": "tcp" }
-        ]
-      }
-    }"#;
+    const APPENDIX_PORTMAP_NO_PREV: &str = include_str!("testdata/appendix-portmap-add.json");
 
     fn with_prev(base: &str, prev: Value) -> Value {
         let mut v: Value = serde_json::from_str(base).unwrap();
@@ -501,47 +433,22 @@ mod tests {
     fn appendix_add_example() {
         // cni-SPEC Appendix "Add example", steps 1-3.
         let list = dbnet_as_in_appendix();
+        // The keys keep the order the appendix prints them in.
+        let keys_of = |v: &Value| -> String {
+            let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+            keys.join(" ")
+        };
         let step1 = derive(&list, 0, None);
         assert_eq!(
             step1,
             serde_json::from_str::<Value>(APPENDIX_BRIDGE_ADD).unwrap()
         );
-        let keys: Vec<&str> = step1
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        assert_eq!(
-            keys,
-            [
-                "cniVersion",
-                "name",
-                "type",
-                "bridge",
-                "keyA",
-                "ipam",
-                "dns"
-            ]
-        );
+        assert_eq!(keys_of(&step1), "cniVersion name type bridge keyA ipam dns");
         let step2 = derive(&list, 1, Some(&bridge_result()));
         assert_eq!(step2, with_prev(APPENDIX_TUNING_NO_PREV, bridge_result()));
-        let keys: Vec<&str> = step2
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
         assert_eq!(
-            keys,
-            [
-                "cniVersion",
-                "name",
-                "type",
-                "sysctl",
-                "runtimeConfig",
-                "prevResult"
-            ]
+            keys_of(&step2),
+            "cniVersion name type sysctl runtimeConfig prevResult"
         );
         let step3 = derive(&list, 2, Some(&tuning_result()));
         assert_eq!(step3, with_prev(APPENDIX_PORTMAP_NO_PREV, tuning_result()));

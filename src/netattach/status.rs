@@ -336,138 +336,19 @@ mod tests {
 
     // multi-net-spec §5.4 "With a single gateway", as printed (the page
     // break in the middle of the first entry removed).
-    const EXAMPLE_SINGLE_GATEWAY: &str = r#"
-      [
-        {
-          "name": "namespace-a/cluster-wide-default",
-          "interface": "eth5",
-          "ips": [ "192.0.2.2/24", "2001:db8::2230/32" ],
-          "mac": "02:11:22:33:44:54",
-        "mtu": 1500,
-        "default-route": ["192.0.2.1"],
-        "default": true
-    },
-    {
-        "name": "namespace-b/some-network",
-        "interface": "eth1",
-        "ips": [ "192.0.2.2/24", "2001:db8::2234/32" ],
-        "mac": "02:11:22:33:44:55",
-        "dns": {
-            "nameservers": [ "192.0.2.1", "2001:db8:4860::8888" ],
-            "search": [ "eng.example.com", "example.com" ]
-        }
-    },
-    {
-        "name": "namespace-a/an-ip-over-infiniband-network",
-        "interface": "ib0",
-        "ips": [ "198.51.100.1/24" ],
-        "infiniband-guid":
-"80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22"
-    }
-]"#;
+    const EXAMPLE_SINGLE_GATEWAY: &str = include_str!("testdata/section-5-4-single-gateway.json");
 
     // §5.4 "With multiple gateways". As printed the list is closed after the
     // second entry and the infiniband entry follows after a page break; this
     // is the evident intent: the three entries in one list.
-    const EXAMPLE_MULTIPLE_GATEWAYS: &str = r#"
-    [
-      {
-        "name": "namespace-a/cluster-wide-default",
-        "interface": "eth5",
-        "ips": [ "192.0.2.2/24", "2001:db8::2230/32" ],
-        "mac": "02:11:22:33:44:54",
-        "default-route":["192.0.2.1","2001:db8::1","2001:db8::2"],
-        "default": true
-      },
-      {
-        "name": "namespace-b/some-network",
-        "interface": "eth1",
-        "ips": [ "192.0.2.2/24", "2001:db8::2234/32" ],
-        "mac": "02:11:22:33:44:55",
-        "dns": {
-            "nameservers": [ "192.0.2.1", "2001:db8:4860::8888" ],
-            "search": [ "eng.example.com", "example.com" ]
-        }
-      },
-      {
-        "name": "namespace-a/an-ip-over-infiniband-network",
-        "interface": "ib0",
-        "ips": [ "198.51.100.1/24" ],
-        "infiniband-guid":
-"80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22"
-      }
-    ]"#;
+    const EXAMPLE_MULTIPLE_GATEWAYS: &str =
+        include_str!("testdata/section-5-4-multiple-gateways.json");
 
     // §5.4 "With device information". As printed, the list is closed after
     // the third entry and continues after a page break with duplicated
     // closing brackets; joined here. The " 64:1f:..." MACs with a leading
     // space and the misspelt "device" key are as printed.
-    const EXAMPLE_DEVICE_INFO: &str = r#"
-    [
-      {
-        "name": "namespace-a/cluster-wide-default",
-        "interface": "eth0",
-        "ips": [ "192.0.2.2/24", "2001:db8::2230/32" ],
-        "mac": "02:11:22:33:44:54",
-        "mtu": 1500,
-        "default-route": ["192.0.2.1"]
-      },
-      {
-        "name": "namespace-b/sriov-network_a",
-        "interface": "net1",
-        "device-info": {
-          "type": "pci",
-          "version": "1.0.0",
-          "pci": {
-            "pci-address": "0000:18:02.5",
-            "pf-pci-address": "0000:18:00.0"
-          }
-        }
-      },
-      {
-        "name": "namespace-b/sriov-network_b",
-        "interface": "net2",
-        "device-info": {
-          "type": "pci",
-          "version": "1.0.0",
-          "pci": {
-            "pci-address": "0000:18:0a.2",
-            "vhost-net": "/dev/vhost-net/",
-            "pf-pci-address": "0000:18:00.1"
-          }
-        }
-      },
-  {
-    "name": "namespace-c/userspace_net1",
-    "interface": "net3",
-    "mac": " 64:1f:74:32:2e:6d",
-    "device": {
-      "type": "vhost-user",
-      "version": "1.0.0",
-      "vhost-user": {
-        "mode": "client",
-        "path": "/var/run/net3/vhost.sock"
-      }
-    }
-  },
-  {
-    "name": "namespace-d/vdpa_net1",
-    "interface": "virtio0",
-    "mac": " 64:1f:74:32:2e:6e",
-    "device-info": {
-      "type": "vdpa",
-      "version": "1.0.0",
-      "vdpa": {
-        "parent-device": "/sys/bus/vdpa/devices",
-        "driver": "vhost",
-        "device": "vdpa2",
-        "path": "/dev/vhost-vdpa0",
-        "pci-address": "0000:04:02.7",
-        "pf-pci-address": "0000:04:00.0"
-      }
-    }
-  }
-]"#;
+    const EXAMPLE_DEVICE_INFO: &str = include_str!("testdata/section-5-4-device-info.json");
 
     /// The example's entries with `"default": false` added where it is
     /// missing: §5.3.6 makes the key required and plexus always writes it,
