@@ -484,7 +484,7 @@ fn context<'a>(call: &Call, bin_dir: PathBuf, registry: &'a Registry) -> RunCont
         delegates: Delegates {
             cni_path: call.cni_path.to_vec(),
             bin_dir: Some(bin_dir),
-            resolver: registry,
+            registry,
             session: registry.session(),
         },
     }
@@ -500,7 +500,7 @@ fn network_delegates<'r>(
     Delegates {
         cni_path: req.env.path().to_vec(),
         bin_dir: Some(conf.bin_dir.clone()),
-        resolver: registry,
+        registry,
         session: registry.session(),
     }
 }

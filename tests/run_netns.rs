@@ -217,7 +217,7 @@ fn ctx<'a>(node: &Node, registry: &'a Registry) -> RunContext<'a> {
         delegates: Delegates {
             cni_path: vec![PLUGINS.into()],
             bin_dir: None,
-            resolver: registry,
+            registry,
             session: registry.session(),
         },
     }

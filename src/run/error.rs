@@ -167,6 +167,13 @@ impl RunError {
         }
     }
 
+    /// Whether the CNI error this converts to names the failing plugin
+    /// already: an exec'd plugin's failure does (see
+    /// [`ExecError::names_plugin`]); a built-in plugin's reply does not.
+    fn names_plugin(&self) -> bool {
+        matches!(self, RunError::Exec(e) if e.names_plugin())
+    }
+
     pub(crate) fn route(what: impl Into<String>, ifname: &str, reason: impl fmt::Display) -> Self {
         RunError::Route {
             what: what.into(),
@@ -205,10 +212,10 @@ impl fmt::Display for RunError {
 
 impl std::error::Error for RunError {}
 
-/// `details` prefixed with the plugin type unless it already is (exec'd
-/// plugins' errors are).
-fn with_type(details: &str, plugin_type: &str) -> String {
-    if details.starts_with(&format!("{plugin_type}: ")) {
+/// `details` of plugin `plugin_type`'s failure, naming the plugin unless
+/// the failure does already (`named`, see [`RunError::names_plugin`]).
+fn with_type(named: bool, details: &str, plugin_type: &str) -> String {
+    if named {
         details.to_string()
     } else {
         format!("{plugin_type}: {details}")
@@ -315,12 +322,15 @@ impl From<RunError> for CniError {
                 index,
                 plugin_type,
                 source,
-            } => prefixed(*source, |d| {
-                format!(
-                    "{network} ({ifname}) plugins[{index}]: {}",
-                    with_type(d, &plugin_type)
-                )
-            }),
+            } => {
+                let named = source.names_plugin();
+                prefixed(*source, |d| {
+                    format!(
+                        "{network} ({ifname}) plugins[{index}]: {}",
+                        with_type(named, d, &plugin_type)
+                    )
+                })
+            }
             RunError::DefaultRoute {
                 network,
                 ifname,
@@ -336,12 +346,15 @@ impl From<RunError> for CniError {
                 index,
                 plugin_type,
                 source,
-            } => prefixed(*source, |d| {
-                format!(
-                    "cluster network {network} plugins[{index}]: {}",
-                    with_type(d, &plugin_type)
-                )
-            }),
+            } => {
+                let named = source.names_plugin();
+                prefixed(*source, |d| {
+                    format!(
+                        "cluster network {network} plugins[{index}]: {}",
+                        with_type(named, d, &plugin_type)
+                    )
+                })
+            }
             RunError::StaleRecord {
                 container_id,
                 ifname,
@@ -494,11 +507,24 @@ mod tests {
             "ns/a (net1) plugins[2]: macvlan: mtu: too big"
         );
         assert!(answer.undone);
-        // An exec'd plugin's details name its type already.
-        let exec_err = CniError::new(ErrorCode::Io, "x", "macvlan: no such device");
+        // An exec'd plugin's failure names its type already ...
+        let timed_out = ExecError::Timeout {
+            plugin_type: "macvlan".into(),
+            binary: "/opt/cni/bin/macvlan".into(),
+            command: crate::cni::env::CniCommand::Add,
+            timeout: std::time::Duration::from_secs(1),
+        };
         assert_eq!(
-            cni(RunError::from(exec_err).in_step("ns/a", "net1", 0, "macvlan")).details,
-            "ns/a (net1) plugins[0]: macvlan: no such device"
+            cni(RunError::from(timed_out).in_step("ns/a", "net1", 0, "macvlan")).details,
+            "ns/a (net1) plugins[0]: macvlan: /opt/cni/bin/macvlan ADD did not finish within 1s \
+             and was killed"
+        );
+        // ... a built-in plugin's reply does not, even when it starts with a
+        // field spelled as the type (bridge's `bridge`).
+        let field = CniError::invalid_config("bridge", "too long");
+        assert_eq!(
+            cni(RunError::from(field).in_step("ns/a", "net1", 0, "bridge")).details,
+            "ns/a (net1) plugins[0]: bridge: bridge: too long"
         );
         // A failed rollback and record write are appended; the mark stays.
         let failed = RunError::AddFailed {

@@ -1,7 +1,7 @@
 //! The executor: runs a [`Plan`]'s attachments through their plugin chains.
 //!
-//! - Every plugin of a chain is a [`Plugin`] found through a [`Resolver`]
-//!   (built in or an exec'd binary, see [`Registry`]), so chains mix both.
+//! - Every plugin of a chain is served by the [`Registry`]: a built-in
+//!   `Plugin` or an exec'd binary, so chains mix both.
 //! - ADD (cni-SPEC §3 "Adding an attachment"): every plugin of every
 //!   attachment is validated before the first ADD, so a bad configuration
 //!   fails with nothing to undo; then attachments in plan order, plugins in
@@ -43,14 +43,11 @@ use serde_json::{Map, Value};
 
 use crate::cni::args::CniArgs;
 use crate::cni::config::derive_request;
-use crate::cni::delegate::Resolver;
 use crate::cni::durable;
 use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
 use crate::cni::error::CniError;
 use crate::cni::result::{CniResult, Route};
-use crate::cni::skel::{
-    valid_attachments_value, Plugin, Request, ValidAttachment, VALID_ATTACHMENTS,
-};
+use crate::cni::skel::{valid_attachments_value, Request, ValidAttachment, VALID_ATTACHMENTS};
 use crate::cni::CniVersion;
 use crate::netattach::deviceinfo::{self, DeviceInfo};
 use crate::plan::{Attachment, DefaultNetwork, Plan};
@@ -60,16 +57,17 @@ use plexus_dataplane::session::{PodLookup, Session};
 pub use error::RunError;
 pub use exec::{ExecError, ExecPlugin};
 pub use registry::Registry;
+use registry::Served;
 
 /// Where plugins come from: the runtime's `CNI_PATH`, plexus's `binDir`
 /// (searched after it, and passed on in `CNI_PATH` so delegates of
-/// delegates find their IPAM too), and the resolver deciding between
+/// delegates find their IPAM too), and the registry deciding between
 /// built-in and exec'd plugins.
 #[derive(Clone)]
 pub struct Delegates<'a> {
     pub cni_path: Vec<PathBuf>,
     pub bin_dir: Option<PathBuf>,
-    pub resolver: &'a dyn Resolver,
+    pub registry: &'a Registry,
     /// The invocation's data-plane session: the check of `CNI_NETNS` opens
     /// the pod's namespace in it, once for the built-in plugins too.
     pub session: &'a Session,
@@ -230,7 +228,7 @@ pub trait AttachmentObserver: Send + Sync {
 /// One plugin of a chain, resolved and validated.
 struct Step<'r> {
     plugin_type: String,
-    plugin: Box<dyn Plugin + 'r>,
+    plugin: Served<'r>,
 }
 
 /// Why a chain's ADD stopped.
@@ -428,17 +426,13 @@ impl Executor {
         let mut prev: Option<CniResult> = None;
         for (i, step) in steps.iter().enumerate() {
             let added = request(&att.plugins[i], env.clone(), prev.as_ref())
+                .map_err(RunError::from)
                 .and_then(|req| step.plugin.add(&req));
             match added {
                 Ok(result) => prev = Some(result),
                 Err(e) => {
                     return Err(Box::new(ChainFailure {
-                        error: RunError::from(e).in_step(
-                            &att.network,
-                            &att.ifname,
-                            i,
-                            &step.plugin_type,
-                        ),
+                        error: e.in_step(&att.network, &att.ifname, i, &step.plugin_type),
                         failed_plugin: Some(i),
                         last_good: prev,
                     }))
@@ -706,14 +700,12 @@ impl Executor {
             let env = attachment_env(att, ctx, CniCommand::Check, ctx.netns.clone())?;
             for (i, config) in att.plugins.iter().enumerate() {
                 let plugin_type = type_of(config);
-                let checked =
-                    request(config, env.clone(), cached.result.as_ref()).and_then(|req| {
-                        let t = req.plugin_type.clone().unwrap_or_default();
-                        ctx.delegates.resolver.resolve(&t, &req)?.check(&req)
-                    });
-                checked.map_err(|e| {
-                    RunError::from(e).in_step(&att.network, &att.ifname, i, &plugin_type)
-                })?;
+                let checked = (|| -> Result<(), RunError> {
+                    let req = request(config, env.clone(), cached.result.as_ref())?;
+                    let t = req.plugin_type.clone().unwrap_or_default();
+                    ctx.delegates.registry.serve(&t)?.check(&req)
+                })();
+                checked.map_err(|e| e.in_step(&att.network, &att.ifname, i, &plugin_type))?;
             }
         }
         Ok(())
@@ -884,22 +876,21 @@ impl ClusterPluginCall<'_, '_> {
         i: usize,
         plugin: &crate::cni::config::PluginConfig,
         extra: Map<String, Value>,
-        call: impl FnOnce(&dyn Plugin, &Request) -> Result<(), CniError>,
+        call: impl FnOnce(&Served, &Request) -> Result<(), RunError>,
     ) -> Result<(), RunError> {
         let mut config = derive_request(plugin, self.network, self.version, &Map::new(), None);
         config.extend(extra);
-        CniEnv::config_only(self.command, self.delegates.search_path())
-            .and_then(|env| Request::from_config(env, config))
-            .and_then(|req| {
-                let resolved = self.delegates.resolver.resolve(&plugin.plugin_type, &req)?;
-                call(resolved.as_ref(), &req)
-            })
-            .map_err(|e| RunError::ClusterPlugin {
-                network: self.network.to_string(),
-                index: i,
-                plugin_type: plugin.plugin_type.clone(),
-                source: Box::new(e.into()),
-            })
+        let called = (|| -> Result<(), RunError> {
+            let env = CniEnv::config_only(self.command, self.delegates.search_path())?;
+            let req = Request::from_config(env, config)?;
+            call(&self.delegates.registry.serve(&plugin.plugin_type)?, &req)
+        })();
+        called.map_err(|e| RunError::ClusterPlugin {
+            network: self.network.to_string(),
+            index: i,
+            plugin_type: plugin.plugin_type.clone(),
+            source: Box::new(e),
+        })
     }
 }
 
@@ -936,7 +927,7 @@ fn prepare<'r>(
             let step = (|| {
                 let req = request(config, env.clone(), None)?;
                 let t = req.plugin_type.clone().ok_or(RunError::NoType)?;
-                let plugin = ctx.delegates.resolver.resolve(&t, &req)?;
+                let plugin = ctx.delegates.registry.serve(&t)?;
                 plugin.validate(&req)?;
                 Ok(Step {
                     plugin_type: t,
@@ -966,15 +957,14 @@ fn del_chain(
         }
         let config = &att.plugins[i];
         let plugin_type = type_of(config);
-        let deleted = request(config, env.clone(), cached.result.as_ref()).and_then(|req| {
+        let deleted = (|| -> Result<(), RunError> {
+            let req = request(config, env.clone(), cached.result.as_ref())?;
             let t = req.plugin_type.clone().unwrap_or_default();
-            ctx.delegates.resolver.resolve(&t, &req)?.del(&req)
-        });
+            ctx.delegates.registry.serve(&t)?.del(&req)
+        })();
         match deleted {
             Ok(()) => cached.pending_del.retain(|j| *j != i),
-            Err(e) => {
-                return Err(RunError::from(e).in_step(&att.network, &att.ifname, i, &plugin_type))
-            }
+            Err(e) => return Err(e.in_step(&att.network, &att.ifname, i, &plugin_type)),
         }
     }
     if cached.pending_del.is_empty() {
@@ -1258,7 +1248,7 @@ mod tests {
         let mut d = Delegates {
             cni_path: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
             bin_dir: Some("/usr/lib/cni".into()),
-            resolver: &registry,
+            registry: &registry,
             session: registry.session(),
         };
         assert_eq!(

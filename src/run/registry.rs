@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::CniError;
 use crate::cni::names;
-use crate::cni::skel::{Plugin, Request};
+use crate::cni::result::CniResult;
+use crate::cni::skel::{Plugin, Request, TypedPlugin, ValidAttachment};
 
 use plexus_dataplane::Session;
 
@@ -114,7 +115,7 @@ impl Registry {
     }
 
     /// The plugin serving `plugin_type`: built in, refused, or exec'd.
-    fn plugin(&self, plugin_type: &str) -> Result<Box<dyn Plugin + '_>, RunError> {
+    pub(crate) fn serve(&self, plugin_type: &str) -> Result<Served<'_>, RunError> {
         names::check_plugin_type(plugin_type).map_err(ExecError::PluginType)?;
         if let Some(reason) = self.refused.get(plugin_type) {
             return Err(RunError::Refused {
@@ -123,8 +124,8 @@ impl Registry {
             });
         }
         match self.builtins.get(plugin_type) {
-            Some(factory) => Ok(factory(self, &self.session)),
-            None => Ok(Box::new(
+            Some(factory) => Ok(Served::Builtin(factory(self, &self.session))),
+            None => Ok(Served::Exec(
                 ExecPlugin::new(plugin_type, self.exec_timeout)?.at(self.exec_site.clone()),
             )),
         }
@@ -133,7 +134,62 @@ impl Registry {
 
 impl Resolver for Registry {
     fn resolve(&self, plugin_type: &str, _req: &Request) -> Result<Box<dyn Plugin + '_>, CniError> {
-        Ok(self.plugin(plugin_type)?)
+        Ok(match self.serve(plugin_type)? {
+            Served::Builtin(plugin) => plugin,
+            Served::Exec(plugin) => Box::new(plugin),
+        })
+    }
+}
+
+/// A plugin as the executor runs it. An exec'd plugin's failures stay
+/// [`ExecError`]s, which name the plugin (so the executor's context does
+/// not name it twice); a built-in plugin's are the CNI errors it replies.
+pub(crate) enum Served<'r> {
+    Builtin(Box<dyn Plugin + 'r>),
+    Exec(ExecPlugin),
+}
+
+impl Served<'_> {
+    pub(crate) fn validate(&self, req: &Request) -> Result<(), RunError> {
+        match self {
+            Served::Builtin(p) => Ok(p.validate(req)?),
+            Served::Exec(p) => Ok(TypedPlugin::validate(p, req)?),
+        }
+    }
+
+    pub(crate) fn add(&self, req: &Request) -> Result<CniResult, RunError> {
+        match self {
+            Served::Builtin(p) => Ok(p.add(req)?),
+            Served::Exec(p) => Ok(TypedPlugin::add(p, req)?),
+        }
+    }
+
+    pub(crate) fn del(&self, req: &Request) -> Result<(), RunError> {
+        match self {
+            Served::Builtin(p) => Ok(p.del(req)?),
+            Served::Exec(p) => Ok(TypedPlugin::del(p, req)?),
+        }
+    }
+
+    pub(crate) fn check(&self, req: &Request) -> Result<(), RunError> {
+        match self {
+            Served::Builtin(p) => Ok(p.check(req)?),
+            Served::Exec(p) => Ok(TypedPlugin::check(p, req)?),
+        }
+    }
+
+    pub(crate) fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), RunError> {
+        match self {
+            Served::Builtin(p) => Ok(p.gc(req, valid)?),
+            Served::Exec(p) => Ok(TypedPlugin::gc(p, req, valid)?),
+        }
+    }
+
+    pub(crate) fn status(&self, req: &Request) -> Result<(), RunError> {
+        match self {
+            Served::Builtin(p) => Ok(p.status(req)?),
+            Served::Exec(p) => Ok(TypedPlugin::status(p, req)?),
+        }
     }
 }
 
@@ -254,20 +310,20 @@ mod tests {
             vec![],
         );
         let reg = Registry::new();
-        let e = reg.plugin("plexus").err().unwrap();
+        let e = reg.serve("plexus").err().unwrap();
         assert!(
             matches!(&e, RunError::Refused { plugin_type, reason }
                 if plugin_type == "plexus" && reason.starts_with("plexus cannot delegate")),
             "{e:?}"
         );
-        let e = reg.plugin("../bridge").err().unwrap();
+        let e = reg.serve("../bridge").err().unwrap();
         assert!(
             matches!(e, RunError::Exec(ExecError::PluginType(_))),
             "{e:?}"
         );
         let reg = reg.with_refused("dhcp", "not on this node");
         assert!(matches!(
-            reg.plugin("dhcp").err(),
+            reg.serve("dhcp").err(),
             Some(RunError::Refused { .. })
         ));
         // Registering a refused type as a built-in lifts the refusal.

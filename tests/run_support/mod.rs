@@ -281,7 +281,7 @@ impl Fakes {
         Delegates {
             cni_path: vec![self.bin()],
             bin_dir: Some(self.bindir()),
-            resolver: registry,
+            registry,
             session: registry.session(),
         }
     }

@@ -206,7 +206,7 @@ impl Reconciler {
             delegates: Delegates {
                 cni_path: sandbox.cni_path.clone(),
                 bin_dir: Some(conf.bin_dir.clone()),
-                resolver: &registry,
+                registry: &registry,
                 session: registry.session(),
             },
         };

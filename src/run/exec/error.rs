@@ -115,6 +115,15 @@ impl fmt::Display for ExecError {
 
 impl std::error::Error for ExecError {}
 
+impl ExecError {
+    /// Whether the CNI error this converts to starts its details with the
+    /// plugin type (so a caller naming the plugin does not name it twice):
+    /// every failure but a bad `type` or `chrootDir`.
+    pub fn names_plugin(&self) -> bool {
+        !matches!(self, ExecError::PluginType(_) | ExecError::ChrootDir { .. })
+    }
+}
+
 /// The first 200 characters of a text, for error messages.
 pub(crate) fn snippet(s: &str) -> String {
     if s.chars().count() <= 200 {
@@ -340,7 +349,14 @@ mod tests {
             ),
         ];
         for (e, code) in exec {
-            assert_eq!(CniError::from(e.clone()).code, code, "{e:?}");
+            let answer = CniError::from(e.clone());
+            assert_eq!(answer.code, code, "{e:?}");
+            // What the executor relies on not to name the plugin twice.
+            assert_eq!(
+                e.names_plugin(),
+                answer.details.starts_with("p: "),
+                "{answer}"
+            );
         }
     }
 }

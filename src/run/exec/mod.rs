@@ -33,10 +33,9 @@ use serde_json::Value;
 
 use crate::cni::casefold;
 use crate::cni::env::{CNI_ARGS, CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS, CNI_PATH};
-use crate::cni::error::CniError;
 use crate::cni::names;
 use crate::cni::result::CniResult;
-use crate::cni::skel::{Plugin, Request, ValidAttachment};
+use crate::cni::skel::{Request, ValidAttachment};
 use crate::cni::CniVersion;
 
 pub use error::ExecError;
@@ -83,7 +82,7 @@ impl ExecSite {
     }
 }
 
-/// An external plugin binary behind the [`Plugin`] trait.
+/// An external plugin binary behind the `TypedPlugin` trait (and so `Plugin`).
 #[derive(Debug, Clone)]
 pub struct ExecPlugin {
     plugin_type: String,
@@ -247,33 +246,38 @@ impl ExecPlugin {
     }
 }
 
-impl Plugin for ExecPlugin {
+/// Typed, so the executor keeps an exec'd plugin's failure an
+/// [`ExecError`] (which names the plugin); as a `Plugin` (a built-in
+/// plugin's IPAM delegate) it answers with the CNI error it converts to.
+impl crate::cni::skel::TypedPlugin for ExecPlugin {
+    type Error = ExecError;
+
     /// The binary must exist: a configuration naming a plugin the node does
     /// not have fails before anything is added.
-    fn validate(&self, req: &Request) -> Result<(), CniError> {
-        Ok(self.find(req.env.path()).map(|_| ())?)
+    fn validate(&self, req: &Request) -> Result<(), ExecError> {
+        self.find(req.env.path()).map(|_| ())
     }
 
-    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+    fn add(&self, req: &Request) -> Result<CniResult, ExecError> {
         let stdout = self.invoke(req)?;
-        Ok(self.parse_result(&stdout, req)?)
+        self.parse_result(&stdout, req)
     }
 
-    fn del(&self, req: &Request) -> Result<(), CniError> {
-        Ok(self.invoke(req).map(|_| ())?)
+    fn del(&self, req: &Request) -> Result<(), ExecError> {
+        self.invoke(req).map(|_| ())
     }
 
-    fn check(&self, req: &Request) -> Result<(), CniError> {
-        Ok(self.invoke(req).map(|_| ())?)
+    fn check(&self, req: &Request) -> Result<(), ExecError> {
+        self.invoke(req).map(|_| ())
     }
 
-    fn gc(&self, req: &Request, _valid: &[ValidAttachment]) -> Result<(), CniError> {
+    fn gc(&self, req: &Request, _valid: &[ValidAttachment]) -> Result<(), ExecError> {
         // The valid attachments are in the request configuration already.
-        Ok(self.invoke(req).map(|_| ())?)
+        self.invoke(req).map(|_| ())
     }
 
-    fn status(&self, req: &Request) -> Result<(), CniError> {
-        Ok(self.invoke(req).map(|_| ())?)
+    fn status(&self, req: &Request) -> Result<(), ExecError> {
+        self.invoke(req).map(|_| ())
     }
 }
 
@@ -525,7 +529,9 @@ mod tests {
 
     use super::*;
     use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
-    use crate::cni::error::ErrorCode;
+    use crate::cni::error::{CniError, ErrorCode};
+    // The exec'd plugin as a runtime sees it: its CNI errors.
+    use crate::cni::skel::Plugin;
 
     fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
         let p = dir.join(name);
