@@ -212,14 +212,18 @@ impl fmt::Display for RunError {
 
 impl std::error::Error for RunError {}
 
-/// `details` of plugin `plugin_type`'s failure, naming the plugin unless
-/// the failure does already (`named`, see [`RunError::names_plugin`]).
-fn with_type(named: bool, details: &str, plugin_type: &str) -> String {
-    if named {
-        details.to_string()
-    } else {
-        format!("{plugin_type}: {details}")
-    }
+/// `source`, a failure of plugin `plugin_type` at `place`, its details
+/// prefixed with the place and the type, unless the failure names the
+/// plugin already (see [`RunError::names_plugin`]).
+fn in_plugin(source: RunError, place: String, plugin_type: &str) -> CniError {
+    let named = source.names_plugin();
+    prefixed(source, |d| {
+        if named {
+            format!("{place}: {d}")
+        } else {
+            format!("{place}: {plugin_type}: {d}")
+        }
+    })
 }
 
 /// `inner` with `details` rewritten by `f`; code, `msg` and `undone` kept.
@@ -322,15 +326,11 @@ impl From<RunError> for CniError {
                 index,
                 plugin_type,
                 source,
-            } => {
-                let named = source.names_plugin();
-                prefixed(*source, |d| {
-                    format!(
-                        "{network} ({ifname}) plugins[{index}]: {}",
-                        with_type(named, d, &plugin_type)
-                    )
-                })
-            }
+            } => in_plugin(
+                *source,
+                format!("{network} ({ifname}) plugins[{index}]"),
+                &plugin_type,
+            ),
             RunError::DefaultRoute {
                 network,
                 ifname,
@@ -346,15 +346,11 @@ impl From<RunError> for CniError {
                 index,
                 plugin_type,
                 source,
-            } => {
-                let named = source.names_plugin();
-                prefixed(*source, |d| {
-                    format!(
-                        "cluster network {network} plugins[{index}]: {}",
-                        with_type(named, d, &plugin_type)
-                    )
-                })
-            }
+            } => in_plugin(
+                *source,
+                format!("cluster network {network} plugins[{index}]"),
+                &plugin_type,
+            ),
             RunError::StaleRecord {
                 container_id,
                 ifname,
