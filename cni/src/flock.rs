@@ -4,7 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -46,11 +46,43 @@ pub fn lock_exclusive(mut file: File, timeout: Duration) -> Result<Flock<File>, 
     }
 }
 
+/// Why [`lock_file`] gave up. Its CNI code is chosen in
+/// `From<LockFileError> for CniError`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LockFileError {
+    /// Another process held the lock for the whole wait: code 11 (try again
+    /// later), `busy` its message.
+    #[error("{}: still locked by another process after {} ms", .path.display(), .waited.as_millis())]
+    Busy {
+        path: PathBuf,
+        busy: String,
+        waited: Duration,
+    },
+    /// Opening or locking the file failed: code 5.
+    #[error("{}: {reason}", .path.display())]
+    Io { path: PathBuf, reason: String },
+}
+
+impl From<LockFileError> for CniError {
+    fn from(e: LockFileError) -> CniError {
+        let details = e.to_string();
+        match e {
+            LockFileError::Busy { busy, .. } => {
+                CniError::new(ErrorCode::TryAgainLater, busy, details)
+            }
+            LockFileError::Io { path, reason } => CniError::io(path.display().to_string(), reason),
+        }
+    }
+}
+
 /// Open the lock file at `path` (created, mode 0600, if missing) and take
-/// its lock within `timeout`. A lock still held after that is code 11 (try
-/// again later) with `busy` as its message; other failures are code 5.
-pub fn lock_file(path: &Path, timeout: Duration, busy: &str) -> Result<Flock<File>, CniError> {
-    let io_error = |e: &dyn std::fmt::Display| CniError::io(path.display().to_string(), e);
+/// its lock within `timeout`; `busy` says what is busy when another
+/// process keeps it.
+pub fn lock_file(path: &Path, timeout: Duration, busy: &str) -> Result<Flock<File>, LockFileError> {
+    let io_error = |reason: String| LockFileError::Io {
+        path: path.to_path_buf(),
+        reason,
+    };
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -58,18 +90,14 @@ pub fn lock_file(path: &Path, timeout: Duration, busy: &str) -> Result<Flock<Fil
         .truncate(false)
         .mode(0o600)
         .open(path)
-        .map_err(|e| io_error(&e))?;
+        .map_err(|e| io_error(e.to_string()))?;
     lock_exclusive(file, timeout).map_err(|e| match e {
-        LockError::Timeout => CniError::new(
-            ErrorCode::TryAgainLater,
-            busy,
-            format!(
-                "{}: still locked by another process after {} ms",
-                path.display(),
-                timeout.as_millis()
-            ),
-        ),
-        LockError::Os(errno) => io_error(&errno),
+        LockError::Timeout => LockFileError::Busy {
+            path: path.to_path_buf(),
+            busy: busy.to_string(),
+            waited: timeout,
+        },
+        LockError::Os(errno) => io_error(errno.to_string()),
     })
 }
 
@@ -99,11 +127,20 @@ mod tests {
         let path = dir.path().join("x.lock");
         let held = lock_file(&path, Duration::from_millis(10), "busy").unwrap();
         let e = lock_file(&path, Duration::from_millis(20), "thing busy").unwrap_err();
+        assert!(
+            matches!(&e, LockFileError::Busy { busy, waited, .. }
+                if busy == "thing busy" && waited.as_millis() == 20),
+            "{e:?}"
+        );
+        let answer = CniError::from(e);
         assert_eq!(
-            (e.code, e.msg.as_str()),
+            (answer.code, answer.msg.as_str()),
             (ErrorCode::TryAgainLater, "thing busy")
         );
-        assert!(e.details.contains("x.lock: still locked"), "{e:?}");
+        assert!(
+            answer.details.contains("x.lock: still locked"),
+            "{answer:?}"
+        );
         drop(held);
         lock_file(&path, Duration::from_millis(10), "busy").unwrap();
         let e = lock_file(
@@ -112,6 +149,7 @@ mod tests {
             "busy",
         )
         .unwrap_err();
-        assert_eq!(e.code, ErrorCode::Io);
+        assert!(matches!(e, LockFileError::Io { .. }), "{e:?}");
+        assert_eq!(CniError::from(e).code, ErrorCode::Io);
     }
 }

@@ -3,6 +3,7 @@
 //! (host-local and static are [`plexus_cni::skel::TypedPlugin`]s).
 
 use plexus_cni::error::ErrorCode;
+use plexus_cni::flock::LockFileError;
 use plexus_cni::CniError;
 
 use crate::codes;
@@ -43,8 +44,12 @@ pub enum IpamError {
     /// decoding error): a configuration error, not a result's.
     #[error("{}", .0.details)]
     BadRoute(CniError),
-    /// A failure of the protocol layer (decoding, `CNI_ARGS`, a lock that
-    /// stays taken), already a CNI error with its code.
+    /// The store's lock file: held by another process past the bound
+    /// (code 11), or not opened.
+    #[error(transparent)]
+    Lock(#[from] LockFileError),
+    /// A failure of the protocol layer (decoding, `CNI_ARGS`), already a CNI
+    /// error with its code.
     #[error(transparent)]
     Cni(#[from] CniError),
 }
@@ -79,6 +84,7 @@ impl From<IpamError> for CniError {
         };
         match e {
             IpamError::Cni(e) => e,
+            IpamError::Lock(e) => e.into(),
             IpamError::Config { field, reason } => CniError::invalid_config(field, reason),
             IpamError::BadRoute(e) => CniError::new(
                 ErrorCode::InvalidConfig,
@@ -143,6 +149,14 @@ mod tests {
             ),
             (IpamError::NotAllocated(text()), ErrorCode::UnknownContainer),
             (IpamError::Full(text()), ErrorCode::NotAvailable),
+            (
+                IpamError::Lock(LockFileError::Busy {
+                    path: "/l".into(),
+                    busy: text(),
+                    waited: std::time::Duration::ZERO,
+                }),
+                ErrorCode::TryAgainLater,
+            ),
         ];
         for (e, code) in cases {
             assert_eq!(CniError::from(e.clone()).code, code, "{e:?}");

@@ -390,7 +390,8 @@ impl LockedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use plexus_cni::ErrorCode;
+    use plexus_cni::flock::LockFileError;
+    use plexus_cni::{CniError, ErrorCode};
     use std::time::Instant;
 
     #[test]
@@ -492,12 +493,12 @@ mod tests {
             Ok(_) => panic!("second lock taken while the first is held"),
         };
         assert!(t0.elapsed() >= Duration::from_millis(50));
-        // The lock's own error, from the protocol crate, with its code.
+        // The lock's own error, from the protocol crate: code 11.
         assert!(
-            matches!(&e, IpamError::Cni(c)
-                if c.code == ErrorCode::TryAgainLater && c.details.contains("still locked")),
+            matches!(&e, IpamError::Lock(LockFileError::Busy { .. })),
             "{e:?}"
         );
+        assert_eq!(CniError::from(e).code, ErrorCode::TryAgainLater);
         drop(held);
         assert!(open(tmp.path(), "net", true, Duration::from_millis(50)).is_ok());
     }

@@ -6,6 +6,7 @@ use std::fmt::Display;
 use std::path::Path;
 
 use plexus_cni::error::codes;
+use plexus_cni::flock::LockFileError;
 use plexus_cni::{CniError, ErrorCode};
 
 use crate::Error;
@@ -101,6 +102,10 @@ pub enum DriverError {
         error: Box<DriverError>,
         undo_failed: Vec<(String, DriverError)>,
     },
+    /// A device's lock file: held by another ADD, CHECK or DEL past the
+    /// bound (code 11), or not opened.
+    #[error(transparent)]
+    Lock(#[from] LockFileError),
     /// An error of the protocol layer or of a delegated plugin (IPAM):
     /// already a CNI error with its code.
     #[error(transparent)]
@@ -195,6 +200,7 @@ impl From<DriverError> for CniError {
         let details = e.to_string();
         let (code, msg) = match e {
             DriverError::Cni(e) => return e,
+            DriverError::Lock(e) => return e.into(),
             // The failure's own code and message, the device named first.
             DriverError::Orphan {
                 device,
@@ -360,6 +366,15 @@ mod tests {
                 },
                 failed,
                 "plugin failed",
+            ),
+            (
+                DriverError::Lock(LockFileError::Busy {
+                    path: "/l".into(),
+                    busy: text("VF busy"),
+                    waited: std::time::Duration::ZERO,
+                }),
+                ErrorCode::TryAgainLater,
+                "VF busy",
             ),
         ];
         for (e, code, msg) in cases {

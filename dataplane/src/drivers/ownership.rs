@@ -35,8 +35,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use nix::fcntl::Flock;
-use plexus_cni::error::ErrorCode;
-use plexus_cni::flock::lock_file;
+use plexus_cni::flock::{lock_file, LockFileError};
 use plexus_cni::skel::Request;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -365,7 +364,7 @@ impl Store {
     fn try_lock<K: DeviceKey>(&self, key: K) -> Result<Option<DeviceLock<K>>, DriverError> {
         match self.lock_within(key, Duration::ZERO) {
             Ok(lock) => Ok(Some(lock)),
-            Err(DriverError::Cni(e)) if e.code == ErrorCode::TryAgainLater => Ok(None),
+            Err(DriverError::Lock(LockFileError::Busy { .. })) => Ok(None),
             Err(e) => Err(e),
         }
     }

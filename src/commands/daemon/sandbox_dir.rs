@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cni::env::CNI_CONTAINERID;
 use crate::cni::error::CniError;
-use crate::cni::flock::lock_file;
+use crate::cni::flock::{lock_file, LockFileError};
 use crate::cni::names;
 use crate::cni::whole_file::{self, Durability};
 
@@ -81,10 +81,10 @@ pub enum SandboxLockError {
     /// The directory or the lock file could not be made or kept.
     #[error("{what}: {reason}")]
     Io { what: String, reason: String },
-    /// Held by another call past the bound: the protocol crate's lock
-    /// error (code 11, try again later).
+    /// The lock file: held by another call past the bound (code 11, try
+    /// again later), or not opened.
     #[error(transparent)]
-    Busy(CniError),
+    Lock(#[from] LockFileError),
 }
 
 impl From<SandboxLockError> for CniError {
@@ -94,7 +94,7 @@ impl From<SandboxLockError> for CniError {
                 CniError::invalid_env(CNI_CONTAINERID, reason)
             }
             SandboxLockError::Io { what, reason } => CniError::io(what, reason),
-            SandboxLockError::Busy(e) => e,
+            SandboxLockError::Lock(e) => e.into(),
         }
     }
 }
@@ -145,8 +145,7 @@ impl SandboxDir {
         })?;
         let path = self.dir.join(format!("{container_id}.lock"));
         for _ in 0..LOCK_TRIES {
-            let lock =
-                lock_file(&path, LOCK_WAIT, "sandbox busy").map_err(SandboxLockError::Busy)?;
+            let lock = lock_file(&path, LOCK_WAIT, "sandbox busy")?;
             // A holder that removed the file as this one waited left this
             // one the lock of a file no one else opens: take the new one.
             let held = lock.metadata().map(|m| (m.dev(), m.ino()));
