@@ -141,13 +141,14 @@ impl RunError {
         }
     }
 
-    /// Several failures as one (see [`RunError::Combined`]); one is itself.
-    pub fn combine(what: &'static str, mut errors: Vec<RunError>) -> RunError {
-        assert!(!errors.is_empty(), "combine: no errors");
-        if errors.len() == 1 {
-            return errors.remove(0);
+    /// The failures of one command (`what`) as its outcome: none is
+    /// success, one is itself, more are [`RunError::Combined`].
+    pub fn combined(what: &'static str, mut errors: Vec<RunError>) -> Result<(), RunError> {
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(RunError::Combined { what, errors }),
         }
-        RunError::Combined { what, errors }
     }
 
     /// This error as plugin `index` (`plugin_type`) of `network` (`ifname`).
@@ -543,13 +544,14 @@ mod tests {
 
     #[test]
     fn combined_failures_take_the_first_code() {
-        let both = RunError::combine(
+        let both = RunError::combined(
             "DEL",
             vec![
                 CniError::new(ErrorCode::TryAgainLater, "busy", "a: 1").into(),
                 CniError::new(ErrorCode::Io, "io", "b: 2").into(),
             ],
-        );
+        )
+        .unwrap_err();
         assert!(matches!(&both, RunError::Combined { what: "DEL", errors } if errors.len() == 2));
         assert_eq!(
             cni(both),
@@ -559,10 +561,11 @@ mod tests {
                 "a: 1; b: 2"
             )
         );
-        // One failure is itself.
+        // One failure is itself; none is success.
         assert_eq!(
-            RunError::combine("GC", vec![RunError::NoType]),
-            RunError::NoType
+            RunError::combined("GC", vec![RunError::NoType]),
+            Err(RunError::NoType)
         );
+        assert_eq!(RunError::combined("GC", vec![]), Ok(()));
     }
 }

@@ -639,11 +639,7 @@ impl Executor {
         if let Err(e) = self.persist(&record) {
             errors.push(e.into());
         }
-        if errors.is_empty() {
-            Ok(report)
-        } else {
-            Err(RunError::combine("DEL", errors))
-        }
+        RunError::combined("DEL", errors).map(|()| report)
     }
 
     /// DEL without a record or a plan: nothing to run. An unreadable record
@@ -773,11 +769,7 @@ impl Executor {
         if let Some(cluster) = cluster {
             self.gc_cluster(valid, delegates, cluster, &mut report, &mut errors);
         }
-        if errors.is_empty() {
-            Ok(report)
-        } else {
-            Err(RunError::combine("GC", errors))
-        }
+        RunError::combined("GC", errors).map(|()| report)
     }
 
     /// cni-SPEC §3 "Garbage-collecting a network" for the cluster network.

@@ -326,11 +326,9 @@ impl Reconciler {
                 check_status: (first_pass && sandbox.restored) || !changes.is_empty(),
             },
         )?;
-        if failures.is_empty() {
-            Ok(Ok(()))
-        } else {
-            Err(RunError::combine("hot-plug", failures).into())
-        }
+        RunError::combined("hot-plug", failures)
+            .map(Ok)
+            .map_err(Into::into)
     }
 
     /// What the sandbox must change, planned as its ADD was: the same conf,
