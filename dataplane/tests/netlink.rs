@@ -5,7 +5,7 @@ mod common;
 
 use std::net::IpAddr;
 
-use common::{is_root, TestNs};
+use common::{is_root, root_ns, TestNs};
 use ipnetwork::IpNetwork;
 use plexus_dataplane::netlink::{
     AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, IpFamily, Link, LinkKind,
@@ -152,10 +152,7 @@ fn veth_peer_is_created_directly_in_the_other_namespace() {
 
 #[test]
 fn link_lookups_and_deletes_of_absent_links() {
-    if !is_root() {
-        return;
-    }
-    let t = TestNs::new();
+    let Some(t) = root_ns() else { return };
     let nl = Netlink::open(&t.ns).unwrap();
     assert!(nl.link_by_name("nosuchlink").unwrap().is_none());
     assert!(nl.link_by_index(999_999).unwrap().is_none());

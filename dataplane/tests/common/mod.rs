@@ -120,3 +120,10 @@ pub fn current_ns_inode() -> u64 {
 pub fn is_root() -> bool {
     plexus_testkit::require(&[plexus_testkit::Feature::Root])
 }
+
+/// A fresh namespace for a test that needs only root and one namespace, or
+/// `None` (the test skipped as [`is_root`] says): such a test begins
+/// `let Some(t) = root_ns() else { return };`.
+pub fn root_ns() -> Option<TestNs> {
+    is_root().then(TestNs::new)
+}
