@@ -197,13 +197,9 @@ fn legacy_form_and_requested_ip_interop() {
     let Some(reference) = reference(REFERENCE_HOST_LOCAL) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let c = conf(
+    let (_tmp, c) = host_local_net(
         "1.0.0",
-        host_local(
-            tmp.path(),
-            json!({"subnet": "10.32.0.0/24", "rangeStart": "10.32.0.100", "gateway": "10.32.0.254"}),
-        ),
+        json!({"subnet": "10.32.0.0/24", "rangeStart": "10.32.0.100", "gateway": "10.32.0.254"}),
     );
     // A requested address through the ips capability, in the reference.
     let rc = with(c.clone(), "runtimeConfig", json!({"ips": ["10.32.0.150"]}));

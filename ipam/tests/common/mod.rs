@@ -35,6 +35,14 @@ pub fn host_local(data_dir: &Path, extra: Value) -> Value {
     ipam
 }
 
+/// A host-local network (`conf(version, host_local(..))`) whose data
+/// directory is a fresh temporary one, which lives as long as the guard.
+pub fn host_local_net(version: &str, extra: Value) -> (tempfile::TempDir, Value) {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = conf(version, host_local(tmp.path(), extra));
+    (tmp, c)
+}
+
 /// Set `key` at the top level of a configuration.
 pub fn with(mut config: Value, key: &str, value: Value) -> Value {
     config.as_object_mut().unwrap().insert(key.into(), value);
