@@ -427,27 +427,43 @@ impl Netlink {
                 "rate and buffer must be positive",
             ));
         }
-        let mut msg = qdisc_message(ifindex, handle, HANDLE_ROOT);
-        msg.attributes.push(TcAttribute::Kind("tbf".into()));
-        msg.attributes.push(TcAttribute::Options(tbf.to_options()));
-        self.request(
+        self.add_qdisc(
             "add tbf qdisc",
-            &On("root", ifindex),
-            RouteNetlinkMessage::NewQueueDiscipline(msg),
-            CREATE,
+            On("root", ifindex),
+            (handle, HANDLE_ROOT),
+            vec![
+                TcAttribute::Kind("tbf".into()),
+                TcAttribute::Options(tbf.to_options()),
+            ],
         )
-        .map(drop)
-        .map_err(|e| self.name_link(e, ifindex))
     }
 
     /// Adds the ingress qdisc (`ffff:`) to link `ifindex`, the hook for
     /// filters on what it receives.
     pub fn add_ingress_qdisc(&self, ifindex: u32) -> Result<()> {
-        let mut msg = qdisc_message(ifindex, INGRESS_QDISC, HANDLE_INGRESS);
-        msg.attributes.push(TcAttribute::Kind("ingress".into()));
-        self.request(
+        self.add_qdisc(
             "add ingress qdisc",
-            &On("ingress", ifindex),
+            On("ingress", ifindex),
+            (INGRESS_QDISC, HANDLE_INGRESS),
+            vec![TcAttribute::Kind("ingress".into())],
+        )
+    }
+
+    /// Adds the qdisc `attributes` describe, with its `(handle, parent)`, to
+    /// the link `at` names.
+    fn add_qdisc(
+        &self,
+        op: &'static str,
+        at: On<'_>,
+        (handle, parent): (u32, u32),
+        attributes: Vec<TcAttribute>,
+    ) -> Result<()> {
+        let ifindex = at.1;
+        let mut msg = qdisc_message(ifindex, handle, parent);
+        msg.attributes = attributes;
+        self.request(
+            op,
+            &at,
             RouteNetlinkMessage::NewQueueDiscipline(msg),
             CREATE,
         )
