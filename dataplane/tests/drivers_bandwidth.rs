@@ -19,16 +19,7 @@ const CID: &str = "ctr-bw-1";
 const NET: &str = "bwnet";
 
 fn config(a: &Attachment, extra: Value) -> Value {
-    let mut c = json!({
-        "cniVersion": "1.0.0",
-        "name": NET,
-        "type": "bandwidth",
-        "prevResult": a.prev_result("1.0.0"),
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        c[k] = v.clone();
-    }
-    c
+    a.chained_config(json!({"name": NET, "type": "bandwidth"}), extra)
 }
 
 fn both_ways() -> Value {
@@ -42,15 +33,8 @@ fn run_bw(
     netns: Option<&str>,
     config: &Value,
 ) -> Result<Value, CniError> {
-    let req = request(env(command, cid, netns, &a.pod_if, ""), config);
     let session = Session::new();
-    let plugin = Bandwidth::new(&session);
-    a.in_node(|| match command {
-        CniCommand::Add => plugin.add(&req).and_then(|r| r.to_value(req.cni_version)),
-        CniCommand::Del => plugin.del(&req).map(|()| Value::Null),
-        CniCommand::Check => plugin.check(&req).map(|()| Value::Null),
-        other => panic!("{other}"),
-    })
+    a.run_plugin(&Bandwidth::new(&session), command, cid, netns, config)
 }
 
 /// `tc -j qdisc show dev DEV` in `ns`, without counters, keyed "root" or

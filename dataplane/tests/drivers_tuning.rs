@@ -33,17 +33,10 @@ fn state(a: &Attachment, name: &str) -> (String, u64, bool, bool, u64) {
 }
 
 fn config(a: &Attachment, data_dir: &str, extra: Value) -> Value {
-    let mut c = json!({
-        "cniVersion": "1.0.0",
-        "name": "tnet",
-        "type": "tuning",
-        "dataDir": data_dir,
-        "prevResult": a.prev_result("1.0.0"),
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        c[k] = v.clone();
-    }
-    c
+    a.chained_config(
+        json!({"name": "tnet", "type": "tuning", "dataDir": data_dir}),
+        extra,
+    )
 }
 
 fn run_tuning(
@@ -52,15 +45,8 @@ fn run_tuning(
     netns: Option<&str>,
     config: &Value,
 ) -> Result<Value, CniError> {
-    let req = request(env(command, CID, netns, &a.pod_if, ""), config);
     let session = Session::new();
-    let plugin = Tuning::new(&session);
-    a.in_node(|| match command {
-        CniCommand::Add => plugin.add(&req).and_then(|r| r.to_value(req.cni_version)),
-        CniCommand::Del => plugin.del(&req).map(|()| Value::Null),
-        CniCommand::Check => plugin.check(&req).map(|()| Value::Null),
-        other => panic!("{other}"),
-    })
+    a.run_plugin(&Tuning::new(&session), command, CID, netns, config)
 }
 
 #[test]

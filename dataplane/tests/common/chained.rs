@@ -13,11 +13,13 @@ use std::process::{Command, Stdio};
 
 use plexus_cni::args::CniArgs;
 use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
+use plexus_cni::skel::Plugin;
+use plexus_cni::CniError;
 use plexus_dataplane::netlink::VethSpec;
 use plexus_dataplane::{MacAddr, Netlink};
 use serde_json::{json, Value};
 
-use crate::common::{run, TestNs};
+use crate::common::{request, run, TestNs};
 
 /// Where Debian's containernetworking-plugins put the reference binaries.
 pub const REFERENCE_DIR: &str = "/usr/lib/cni";
@@ -120,6 +122,38 @@ impl Attachment {
                 {"name": self.pod_if, "mac": "02:00:00:00:00:01", "sandbox": self.netns_path()},
             ],
             "ips": [{"address": "10.1.0.2/24", "gateway": "10.1.0.1", "interface": 1}],
+        })
+    }
+
+    /// The 1.0.0 configuration of a plugin chained after this attachment:
+    /// `base` (name, type, the plugin's keys), the attachment as prevResult,
+    /// then `extra`'s keys set over it.
+    pub fn chained_config(&self, mut base: Value, extra: Value) -> Value {
+        base["cniVersion"] = json!("1.0.0");
+        base["prevResult"] = self.prev_result("1.0.0");
+        for (k, v) in extra.as_object().unwrap() {
+            base[k] = v.clone();
+        }
+        base
+    }
+
+    /// Runs `command` of `plugin` in the node namespace, as a runtime runs
+    /// it for `container_id` on the pod interface: ADD's result as JSON,
+    /// `Null` for DEL and CHECK.
+    pub fn run_plugin(
+        &self,
+        plugin: &(impl Plugin + Sync),
+        command: CniCommand,
+        container_id: &str,
+        netns: Option<&str>,
+        config: &Value,
+    ) -> Result<Value, CniError> {
+        let req = request(env(command, container_id, netns, &self.pod_if, ""), config);
+        self.in_node(|| match command {
+            CniCommand::Add => plugin.add(&req).and_then(|r| r.to_value(req.cni_version)),
+            CniCommand::Del => plugin.del(&req).map(|()| Value::Null),
+            CniCommand::Check => plugin.check(&req).map(|()| Value::Null),
+            other => panic!("{other}"),
         })
     }
 }
