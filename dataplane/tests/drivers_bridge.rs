@@ -2,10 +2,10 @@
 //! namespaces made for each test: a "node" namespace plays the host the
 //! driver runs in, "pod" namespaces the containers. Kernel state is read
 //! back with `ip -j`; connectivity with ping.
+#[path = "common/chained.rs"]
+mod chained;
 mod common;
 mod drivers_support;
-
-use std::process::Command;
 
 use common::{is_root, TestNs};
 use drivers_support::*;
@@ -198,7 +198,6 @@ fn same_result_shape_as_the_reference_plugin() {
     if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
         return;
     }
-    let reference = std::path::Path::new("/usr/lib/cni/bridge");
     let addrs = json!([{"address": "10.12.0.5/24"}, {"address": "fd12::5/64"}]);
     let static_routes = json!([{"dst": "192.168.0.0/16"}]);
     let extra = json!({"isDefaultGateway": true});
@@ -206,31 +205,10 @@ fn same_result_shape_as_the_reference_plugin() {
     let (node_a, pod_a) = (TestNs::new(), TestNs::new());
     let mut theirs_conf = conf(addrs.clone(), extra.clone());
     theirs_conf["ipam"] = json!({"type": "static", "addresses": addrs, "routes": static_routes});
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &node_a.name, reference.to_str().unwrap()])
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", "ctr1")
-        .env("CNI_NETNS", netns_path(&pod_a))
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(theirs_conf.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let theirs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pod_a_path = netns_path(&pod_a);
+    let add_a = chained::env(CniCommand::Add, "ctr1", pod_a_path.to_str(), "eth0", "");
+    let theirs = chained::reference("bridge", &node_a, &add_a, &theirs_conf)
+        .unwrap_or_else(|e| panic!("the reference bridge failed: {e}"));
 
     let (node_b, pod_b) = (TestNs::new(), TestNs::new());
     let r = TestResolver::default();
