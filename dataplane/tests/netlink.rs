@@ -5,7 +5,7 @@ mod common;
 
 use std::net::IpAddr;
 
-use common::{is_root, root_ns, TestNs};
+use common::{is_root, root_ns, veth_up, TestNs};
 use ipnetwork::IpNetwork;
 use plexus_dataplane::netlink::{
     AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, IpFamily, Link, LinkKind,
@@ -56,20 +56,6 @@ fn ip_link(ns: &TestNs, name: &str) -> Value {
 
 fn has_flag(link: &Value, flag: &str) -> bool {
     link["flags"].as_array().unwrap().iter().any(|f| f == flag)
-}
-
-/// A veth pair whose local end is in `a` and peer in `b`, both up.
-fn veth_up(a: &Netlink, b_ns: &TestNs, b: &Netlink, name: &str, peer: &str) -> (u32, u32) {
-    let local = a
-        .create_veth(&VethSpec {
-            peer_netns: Some(&b_ns.ns),
-            up: true,
-            ..VethSpec::new(name, peer)
-        })
-        .unwrap();
-    let peer = b.link_by_name(peer).unwrap().unwrap();
-    b.set_up(peer.index).unwrap();
-    (local.index, peer.index)
 }
 
 #[test]

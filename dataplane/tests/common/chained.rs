@@ -15,11 +15,10 @@ use plexus_cni::args::CniArgs;
 use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
 use plexus_cni::skel::Plugin;
 use plexus_cni::CniError;
-use plexus_dataplane::netlink::VethSpec;
 use plexus_dataplane::{MacAddr, Netlink};
 use serde_json::{json, Value};
 
-use crate::common::{request, run, TestNs};
+use crate::common::{request, run, veth_up, TestNs};
 
 /// Where Debian's containernetworking-plugins put the reference binaries.
 pub const REFERENCE_DIR: &str = "/usr/lib/cni";
@@ -41,15 +40,7 @@ impl Attachment {
         let pod = TestNs::new();
         let node_nl = Netlink::open(&node.ns).unwrap();
         let pod_nl = Netlink::open(&pod.ns).unwrap();
-        node_nl
-            .create_veth(&VethSpec {
-                peer_netns: Some(&pod.ns),
-                up: true,
-                ..VethSpec::new(host_if, pod_if)
-            })
-            .unwrap();
-        let peer = pod_nl.link_by_name(pod_if).unwrap().unwrap();
-        pod_nl.set_up(peer.index).unwrap();
+        veth_up(&node_nl, &pod, &pod_nl, host_if, pod_if);
         Attachment {
             node,
             pod,
@@ -62,15 +53,7 @@ impl Attachment {
 
     /// Another veth pair between the same namespaces.
     pub fn add_pair(&self, host_if: &str, pod_if: &str) {
-        self.node_nl
-            .create_veth(&VethSpec {
-                peer_netns: Some(&self.pod.ns),
-                up: true,
-                ..VethSpec::new(host_if, pod_if)
-            })
-            .unwrap();
-        let peer = self.pod_nl.link_by_name(pod_if).unwrap().unwrap();
-        self.pod_nl.set_up(peer.index).unwrap();
+        veth_up(&self.node_nl, &self.pod, &self.pod_nl, host_if, pod_if);
     }
 
     pub fn netns_path(&self) -> String {

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use plexus_cni::env::CniEnv;
 use plexus_cni::skel::Request;
-use plexus_dataplane::NetNs;
+use plexus_dataplane::netlink::VethSpec;
+use plexus_dataplane::{NetNs, Netlink};
 use serde_json::Value;
 
 /// A request as a runtime would send it: `env` and `config` (an object) on
@@ -126,4 +127,18 @@ pub fn is_root() -> bool {
 /// `let Some(t) = root_ns() else { return };`.
 pub fn root_ns() -> Option<TestNs> {
     is_root().then(TestNs::new)
+}
+
+/// A veth pair whose local end is in `a` and peer in `b`, both up.
+pub fn veth_up(a: &Netlink, b_ns: &TestNs, b: &Netlink, name: &str, peer: &str) -> (u32, u32) {
+    let local = a
+        .create_veth(&VethSpec {
+            peer_netns: Some(&b_ns.ns),
+            up: true,
+            ..VethSpec::new(name, peer)
+        })
+        .unwrap();
+    let peer = b.link_by_name(peer).unwrap().unwrap();
+    b.set_up(peer.index).unwrap();
+    (local.index, peer.index)
 }
