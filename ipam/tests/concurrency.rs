@@ -146,21 +146,6 @@ fn processes_never_share_an_address() {
     assert!(allocations(tmp.path()).is_empty());
 }
 
-/// Hold the network's lock as another process would.
-pub fn hold_lock(data_dir: &std::path::Path) -> nix::fcntl::Flock<std::fs::File> {
-    let dir = data_dir.join(NET);
-    std::fs::create_dir_all(&dir).unwrap();
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("lock"))
-        .unwrap();
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .unwrap()
-}
-
 #[test]
 fn a_held_lock_makes_callers_wait_then_fail_with_code_11() {
     let (tmp, c) = host_local_net("1.1.0", json!({"subnet": "10.23.0.0/24"}));

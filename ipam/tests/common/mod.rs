@@ -267,3 +267,18 @@ pub fn reference(path: &str) -> Option<PathBuf> {
 pub fn map(v: &Value) -> Map<String, Value> {
     v.as_object().unwrap().clone()
 }
+
+/// Hold the network's lock as another process would.
+pub fn hold_lock(data_dir: &std::path::Path) -> nix::fcntl::Flock<std::fs::File> {
+    let dir = data_dir.join(NET);
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))
+        .unwrap();
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .unwrap()
+}
