@@ -117,6 +117,21 @@ impl Netlink {
         req.header.flags = flags;
         self.socket.exchange(req, op, object)
     }
+
+    /// Sends one dump request and keeps what `pick` takes of its entries.
+    fn dump<T>(
+        &self,
+        op: &'static str,
+        object: &dyn Display,
+        msg: RouteNetlinkMessage,
+        pick: impl FnMut(&RouteNetlinkMessage) -> Option<T>,
+    ) -> Result<Vec<T>> {
+        Ok(self
+            .request(op, object, msg, DUMP)?
+            .iter()
+            .filter_map(pick)
+            .collect())
+    }
 }
 
 /// The kernel's extended-ACK text (NLMSGERR_ATTR_MSG) from the payload of an

@@ -26,7 +26,7 @@ use netlink_packet_route::tc::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::packet_core::{DefaultNla, Nla, NlasIterator};
 
-use super::{validate_ifname, Link, Netlink, CHANGE, CREATE, DUMP};
+use super::{validate_ifname, Link, Netlink, CHANGE, CREATE};
 use crate::error::{Errno, Error, Result};
 
 /// `TC_H_ROOT`: the parent of a link's root (egress) qdisc.
@@ -391,20 +391,17 @@ impl Netlink {
     pub fn qdiscs(&self, ifindex: u32) -> Result<Vec<Qdisc>> {
         // The kernel dumps the qdiscs of every link; keep this one's.
         let msg = qdisc_message(ifindex, 0, 0);
-        let replies = self.request(
+        self.dump(
             "list qdiscs",
             &format_args!("of link index {ifindex}"),
             RouteNetlinkMessage::GetQueueDiscipline(msg),
-            DUMP,
-        )?;
-        Ok(replies
-            .iter()
-            .filter_map(|r| match r {
-                RouteNetlinkMessage::NewQueueDiscipline(m) => Qdisc::from_message(m),
+            |r| match r {
+                RouteNetlinkMessage::NewQueueDiscipline(m) => {
+                    Qdisc::from_message(m).filter(|q| q.ifindex == ifindex)
+                }
                 _ => None,
-            })
-            .filter(|q| q.ifindex == ifindex)
-            .collect())
+            },
+        )
     }
 
     /// The qdisc attached at `parent` ([`HANDLE_ROOT`], [`HANDLE_INGRESS`])
@@ -517,19 +514,15 @@ impl Netlink {
     /// the kernel also lists its hash table entries, which carry no actions).
     pub fn filters(&self, ifindex: u32, parent: u32) -> Result<Vec<Filter>> {
         let msg = TcMessage::from_parts(tc_header(ifindex, 0, parent, 0), Vec::new());
-        let replies = self.request(
+        self.dump(
             "list filters",
             &On(&handle_to_string(parent), ifindex),
             RouteNetlinkMessage::GetTrafficFilter(msg),
-            DUMP,
-        )?;
-        Ok(replies
-            .iter()
-            .filter_map(|r| match r {
+            |r| match r {
                 RouteNetlinkMessage::NewTrafficFilter(m) => Filter::from_message(m),
                 _ => None,
-            })
-            .collect())
+            },
+        )
     }
 
     /// Creates an ifb device (an "intermediate functional block": what is
