@@ -6,9 +6,8 @@ mod chained;
 mod common;
 
 use chained::{env, have_reference, normalised, reference, Attachment};
-use common::{is_root, request, run, TestNs};
-use plexus_cni::env::CniCommand;
-use plexus_cni::skel::Plugin;
+use common::{is_root, run, TestNs};
+use plexus_cni::env::{CniCommand, CniEnv};
 use plexus_cni::{CniError, ErrorCode};
 use plexus_dataplane::drivers::bandwidth::{ifb_name, Bandwidth};
 use plexus_dataplane::netlink::{MacvlanMode, MacvlanSpec};
@@ -33,8 +32,12 @@ fn run_bw(
     netns: Option<&str>,
     config: &Value,
 ) -> Result<Value, CniError> {
-    let session = Session::new();
-    a.run_plugin(&Bandwidth::new(&session), command, cid, netns, config)
+    bandwidth(a, env(command, cid, netns, &a.pod_if, ""), config)
+}
+
+/// Runs the bandwidth plugin in `a`'s node namespace with `env`.
+fn bandwidth(a: &Attachment, env: CniEnv, config: &Value) -> Result<Value, CniError> {
+    a.run_plugin(&Bandwidth::new(&Session::new()), env, config)
 }
 
 /// `tc -j qdisc show dev DEV` in `ns`, without counters, keyed "root" or
@@ -366,10 +369,7 @@ fn no_host_side_interface_is_a_clear_error() {
     });
     let mut conf = config(&a, both_ways());
     conf["prevResult"] = macvlan_prev;
-    let req = request(env(CniCommand::Add, CID, Some(&ns), "net1", ""), &conf);
-    let e = a
-        .in_node(|| Bandwidth::new(&Session::new()).add(&req))
-        .unwrap_err();
+    let e = bandwidth(&a, env(CniCommand::Add, CID, Some(&ns), "net1", ""), &conf).unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidConfig);
     assert!(
         e.details.starts_with("prevResult.interfaces: no host-side interface (one without \"sandbox\"): bandwidth shapes a pod's traffic on the host side of its veth pair"),
@@ -380,20 +380,14 @@ fn no_host_side_interface_is_a_clear_error() {
         .as_array_mut()
         .unwrap()
         .push(json!({"name": "up0"}));
-    let req = request(env(CniCommand::Add, CID, Some(&ns), "net1", ""), &conf);
-    let e = a
-        .in_node(|| Bandwidth::new(&Session::new()).add(&req))
-        .unwrap_err();
+    let e = bandwidth(&a, env(CniCommand::Add, CID, Some(&ns), "net1", ""), &conf).unwrap_err();
     assert_eq!(
         e.details,
         "CNI_IFNAME: net1 in the pod is a macvlan, not a veth: bandwidth shapes a pod's traffic on the host side of its veth pair"
     );
     // No interface of that name in the pod: code 7 naming CNI_IFNAME, as
     // tuning's for the same failure.
-    let req = request(env(CniCommand::Add, CID, Some(&ns), "net9", ""), &conf);
-    let e = a
-        .in_node(|| Bandwidth::new(&Session::new()).add(&req))
-        .unwrap_err();
+    let e = bandwidth(&a, env(CniCommand::Add, CID, Some(&ns), "net9", ""), &conf).unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidConfig, "{e}");
     assert_eq!(
         e.details,
@@ -499,15 +493,8 @@ fn behaves_as_the_reference_plugin() {
             c
         };
         let (ours_conf, ref_conf) = (conf_for("veth0", "eth0"), conf_for("veth1", "eth1"));
-        let req = request(
-            env(CniCommand::Add, ours_cid, Some(&ns), "eth0", ""),
-            &ours_conf,
-        );
-        let ours = a
-            .in_node(|| Bandwidth::new(&Session::new()).add(&req))
-            .unwrap()
-            .to_value(req.cni_version)
-            .unwrap();
+        let ours_env = env(CniCommand::Add, ours_cid, Some(&ns), "eth0", "");
+        let ours = bandwidth(&a, ours_env, &ours_conf).unwrap();
         let ref_env = env(CniCommand::Add, ref_cid, Some(&ns), "eth1", "");
         let theirs = normalised(reference("bandwidth", &a.node, &ref_env, &ref_conf).unwrap());
         // Same shape: prevResult + {name, mac} of the ifb.
@@ -553,9 +540,7 @@ fn behaves_as_the_reference_plugin() {
             let ours_check = env(CniCommand::Check, ours_cid, Some(&ns), "eth0", "");
             reference("bandwidth", &a.node, &ours_check, &ours_conf).unwrap();
             let ref_check = env(CniCommand::Check, ref_cid, Some(&ns), "eth1", "");
-            let req = request(ref_check, &ref_conf);
-            a.in_node(|| Bandwidth::new(&Session::new()).check(&req))
-                .unwrap();
+            bandwidth(&a, ref_check, &ref_conf).unwrap();
         }
 
         // Cross DEL: each removes the other's ifb.
@@ -566,12 +551,8 @@ fn behaves_as_the_reference_plugin() {
             &ours_conf,
         )
         .unwrap();
-        let req = request(
-            env(CniCommand::Del, ref_cid, Some(&ns), "eth1", ""),
-            &ref_conf,
-        );
-        a.in_node(|| Bandwidth::new(&Session::new()).del(&req))
-            .unwrap();
+        let ref_del = env(CniCommand::Del, ref_cid, Some(&ns), "eth1", "");
+        bandwidth(&a, ref_del, &ref_conf).unwrap();
         assert!(!link_exists(&a.node, &ours_ifb));
         assert!(!link_exists(&a.node, &ref_ifb));
         for dev in ["veth0", "veth1"] {

@@ -7,7 +7,7 @@ mod common;
 
 use chained::{env, have_reference, normalised, reference, Attachment};
 use common::{is_root, request};
-use plexus_cni::env::CniCommand;
+use plexus_cni::env::{CniCommand, CniEnv};
 use plexus_cni::skel::Plugin;
 use plexus_cni::{CniError, CniVersion, ErrorCode};
 use plexus_dataplane::drivers::tuning::{saved_path, Tuning};
@@ -45,8 +45,12 @@ fn run_tuning(
     netns: Option<&str>,
     config: &Value,
 ) -> Result<Value, CniError> {
-    let session = Session::new();
-    a.run_plugin(&Tuning::new(&session), command, CID, netns, config)
+    tuning(a, env(command, CID, netns, &a.pod_if, ""), config)
+}
+
+/// Runs the tuning plugin in `a`'s node namespace with `env`.
+fn tuning(a: &Attachment, env: CniEnv, config: &Value) -> Result<Value, CniError> {
+    a.run_plugin(&Tuning::new(&Session::new()), env, config)
 }
 
 #[test]
@@ -165,14 +169,11 @@ fn del_succeeds_when_the_interface_or_namespace_is_gone() {
     let ns = a.netns_path();
     let conf = config(&a, dir.path().to_str().unwrap(), json!({"mtu": 1400}));
     let add = |ifname: &str| {
-        let req = request(env(CniCommand::Add, CID, Some(&ns), ifname, ""), &conf);
-        a.in_node(|| Tuning::new(&Session::new()).add(&req))
-            .unwrap();
+        tuning(&a, env(CniCommand::Add, CID, Some(&ns), ifname, ""), &conf).unwrap();
         saved_path(dir.path(), CID, ifname)
     };
     let del = |ifname: &str, netns: Option<&str>| {
-        let req = request(env(CniCommand::Del, CID, netns, ifname, ""), &conf);
-        a.in_node(|| Tuning::new(&Session::new()).del(&req))
+        tuning(&a, env(CniCommand::Del, CID, netns, ifname, ""), &conf)
     };
     let (eth0, net1) = (add("eth0"), add("net1"));
     assert!(eth0.exists() && net1.exists());
@@ -397,12 +398,7 @@ fn behaves_as_the_reference_plugin() {
         }
         let ours_env = env(CniCommand::Add, CID, Some(&ns), "eth0", "");
         let ref_env = env(CniCommand::Add, CID, Some(&ns), "eth1", "");
-        let req = request(ours_env, &ours_conf);
-        let ours = a
-            .in_node(|| Tuning::new(&Session::new()).add(&req))
-            .unwrap()
-            .to_value(req.cni_version)
-            .unwrap();
+        let ours = tuning(&a, ours_env, &ours_conf).unwrap();
         let theirs = reference("tuning", &a.node, &ref_env, &ref_conf).unwrap();
         let mut theirs = normalised(theirs);
         theirs["interfaces"][1]["name"] = json!("eth0");
@@ -435,21 +431,15 @@ fn behaves_as_the_reference_plugin() {
             c.as_object_mut().unwrap().remove("sysctl");
             c["prevResult"]["interfaces"][1]["name"] = json!(ifname);
             let check_env = env(CniCommand::Check, CID, Some(&ns), ifname, "");
-            let req = request(check_env.clone(), &c);
-            a.in_node(|| Tuning::new(&Session::new()).check(&req))
-                .unwrap();
+            tuning(&a, check_env.clone(), &c).unwrap();
             reference("tuning", &a.node, &check_env, &c).unwrap();
         }
 
         // Cross DEL: the reference restores our ADD and we restore its.
         let mut ours_del_conf = ref_conf.clone();
         ours_del_conf["dataDir"] = json!(ref_dir.path());
-        let req = request(
-            env(CniCommand::Del, CID, Some(&ns), "eth1", ""),
-            &ours_del_conf,
-        );
-        a.in_node(|| Tuning::new(&Session::new()).del(&req))
-            .unwrap();
+        let ours_del = env(CniCommand::Del, CID, Some(&ns), "eth1", "");
+        tuning(&a, ours_del, &ours_del_conf).unwrap();
         reference(
             "tuning",
             &a.node,
@@ -507,29 +497,17 @@ fn sysctls_alone_need_no_interface_as_in_the_reference() {
                "dataDir": dir.path(), "prevResult": empty,
                "sysctl": {format!("net.ipv4.conf.eth0.{key}"): "1"}})
     };
-    let req = request(
-        env(CniCommand::Add, CID, Some(&ns), "net1", ""),
-        &conf("arp_filter"),
-    );
-    let result = a
-        .in_node(|| Tuning::new(&Session::new()).add(&req))
-        .unwrap();
-    assert_eq!(result.to_value(req.cni_version).unwrap(), empty);
+    let add_net1 = env(CniCommand::Add, CID, Some(&ns), "net1", "");
+    let result = tuning(&a, add_net1, &conf("arp_filter")).unwrap();
+    assert_eq!(result, empty);
     assert_eq!(a.pod_sysctl("net/ipv4/conf/eth0/arp_filter"), "1");
     assert!(!saved_path(dir.path(), CID, "net1").exists());
-    let del = request(
-        env(CniCommand::Del, CID, Some(&ns), "net1", ""),
-        &conf("arp_filter"),
-    );
-    a.in_node(|| Tuning::new(&Session::new()).del(&del))
-        .unwrap();
+    let del_net1 = env(CniCommand::Del, CID, Some(&ns), "net1", "");
+    tuning(&a, del_net1, &conf("arp_filter")).unwrap();
     // A link change still needs the interface.
     let mut mtu = conf("arp_filter");
     mtu["mtu"] = json!(1400);
-    let req = request(env(CniCommand::Add, CID, Some(&ns), "net1", ""), &mtu);
-    let e = a
-        .in_node(|| Tuning::new(&Session::new()).add(&req))
-        .unwrap_err();
+    let e = tuning(&a, env(CniCommand::Add, CID, Some(&ns), "net1", ""), &mtu).unwrap_err();
     // Code 7 naming CNI_IFNAME, as bandwidth's for the same failure.
     assert_eq!(e.code, ErrorCode::InvalidConfig, "{e}");
     assert!(

@@ -120,18 +120,16 @@ impl Attachment {
         base
     }
 
-    /// Runs `command` of `plugin` in the node namespace, as a runtime runs
-    /// it for `container_id` on the pod interface: ADD's result as JSON,
-    /// `Null` for DEL and CHECK.
+    /// Runs `plugin` in the node namespace, as a runtime runs it with `env`
+    /// and `config`: ADD's result as JSON, `Null` for DEL and CHECK.
     pub fn run_plugin(
         &self,
         plugin: &(impl Plugin + Sync),
-        command: CniCommand,
-        container_id: &str,
-        netns: Option<&str>,
+        env: CniEnv,
         config: &Value,
     ) -> Result<Value, CniError> {
-        let req = request(env(command, container_id, netns, &self.pod_if, ""), config);
+        let command = env.command();
+        let req = request(env, config);
         self.in_node(|| match command {
             CniCommand::Add => plugin.add(&req).and_then(|r| r.to_value(req.cni_version)),
             CniCommand::Del => plugin.del(&req).map(|()| Value::Null),
