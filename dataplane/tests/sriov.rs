@@ -8,7 +8,6 @@ mod common;
 #[path = "common/netdevsim.rs"]
 mod netdevsim;
 
-use common::TestNs;
 use netdevsim::Netdevsim;
 use plexus_dataplane::netlink::{Guid, VfLinkState, VfSettings, VfVlan, VlanProto};
 use plexus_dataplane::pci::{PciAddress, PciError, SriovRole, SysfsRoot};
@@ -304,11 +303,10 @@ fn igb_refusals_are_kernel_errors_with_their_errno() {
 
 #[test]
 fn netdevsim_vfs_take_what_igb_refuses() {
-    if !require(&[Feature::Root, Feature::Netdevsim]) {
+    // Bound in this order, `dev` is deleted before its namespace.
+    let Some((ns, dev)) = Netdevsim::in_new_ns() else {
         return;
-    }
-    let ns = TestNs::new();
-    let dev = Netdevsim::new(&ns, 1);
+    };
     let port = dev.port(&ns);
     dev.set_num_vfs(2);
     let nl = Netlink::open(&ns.ns).unwrap();
