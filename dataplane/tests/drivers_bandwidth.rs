@@ -6,7 +6,7 @@ mod chained;
 mod common;
 
 use chained::{env, have_reference, normalised, reference, Attachment};
-use common::{is_root, run, TestNs};
+use common::{assert_error, is_root, run, TestNs};
 use plexus_cni::env::{CniCommand, CniEnv};
 use plexus_cni::{CniError, ErrorCode};
 use plexus_dataplane::drivers::bandwidth::{ifb_name, Bandwidth};
@@ -370,11 +370,7 @@ fn no_host_side_interface_is_a_clear_error() {
     let mut conf = config(&a, both_ways());
     conf["prevResult"] = macvlan_prev;
     let e = bandwidth(&a, env(CniCommand::Add, CID, Some(&ns), "net1", ""), &conf).unwrap_err();
-    assert_eq!(e.code, ErrorCode::InvalidConfig);
-    assert!(
-        e.details.starts_with("prevResult.interfaces: no host-side interface (one without \"sandbox\"): bandwidth shapes a pod's traffic on the host side of its veth pair"),
-        "{e}"
-    );
+    assert_error(&e, ErrorCode::InvalidConfig, "prevResult.interfaces: no host-side interface (one without \"sandbox\"): bandwidth shapes a pod's traffic on the host side of its veth pair");
     // Even when prevResult names some host interface, a macvlan is no veth.
     conf["prevResult"]["interfaces"]
         .as_array_mut()
@@ -426,11 +422,10 @@ fn a_failure_half_way_removes_what_was_built() {
     )
     .unwrap_err();
     // A kernel refusal is code 5, as from every built-in plugin.
-    assert_eq!(e.code, ErrorCode::Io);
-    assert!(
-        e.details
-            .starts_with("egressRate: adding an ingress qdisc to veth0: add ingress qdisc"),
-        "{e}"
+    assert_error(
+        &e,
+        ErrorCode::Io,
+        "egressRate: adding an ingress qdisc to veth0: add ingress qdisc",
     );
     assert!(!e.details.contains("undoing"), "{e}");
     assert!(!link_exists(&a.node, &ifb_name(NET, CID)));

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use plexus_cni::env::CniEnv;
 use plexus_cni::skel::Request;
+use plexus_cni::{CniError, ErrorCode};
 use plexus_dataplane::netlink::VethSpec;
 use plexus_dataplane::{NetNs, Netlink};
 use serde_json::Value;
@@ -108,6 +109,12 @@ pub fn ip_json(args: &[&str]) -> Vec<Value> {
         Value::Array(v) => v,
         other => panic!("ip {args:?}: expected an array, got {other}"),
     }
+}
+
+/// `e` has `code` and its details begin with `prefix`.
+pub fn assert_error(e: &CniError, code: ErrorCode, prefix: &str) {
+    assert_eq!(e.code, code, "{e}");
+    assert!(e.details.starts_with(prefix), "{e}");
 }
 
 /// Inode of the calling thread's network namespace.
