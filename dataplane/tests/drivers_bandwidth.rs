@@ -5,7 +5,7 @@
 mod chained;
 mod common;
 
-use chained::{env, have_reference, normalised, reference, Attachment};
+use chained::{env, normalised, Attachment};
 use common::{assert_error, is_root, run, TestNs};
 use plexus_cni::env::{CniCommand, CniEnv};
 use plexus_cni::{CniError, ErrorCode};
@@ -467,11 +467,9 @@ fn del_needs_neither_the_namespace_nor_a_valid_config() {
 /// exactly) and each one's DEL removes the other's ifb.
 #[test]
 fn behaves_as_the_reference_plugin() {
-    if !is_root() || !have_reference() {
+    let Some(a) = Attachment::side_by_side() else {
         return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    a.add_pair("veth1", "eth1");
+    };
     let ns = a.netns_path();
     // Odd values exercise the reference's truncations.
     let shaping = json!({"ingressRate": 1_234_567, "ingressBurst": 99_999, "egressRate": 7_654_321, "egressBurst": 333_333});
@@ -491,7 +489,7 @@ fn behaves_as_the_reference_plugin() {
         let ours_env = env(CniCommand::Add, ours_cid, Some(&ns), "eth0", "");
         let ours = bandwidth(&a, ours_env, &ours_conf).unwrap();
         let ref_env = env(CniCommand::Add, ref_cid, Some(&ns), "eth1", "");
-        let theirs = normalised(reference("bandwidth", &a.node, &ref_env, &ref_conf).unwrap());
+        let theirs = normalised(a.run_reference("bandwidth", &ref_env, &ref_conf).unwrap());
         // Same shape: prevResult + {name, mac} of the ifb.
         let mut ours_cmp = ours.clone();
         ours_cmp["interfaces"][0]["name"] = json!("veth1");
@@ -533,19 +531,15 @@ fn behaves_as_the_reference_plugin() {
         if version != "0.3.1" {
             // Cross CHECK (CHECK exists from 0.4.0).
             let ours_check = env(CniCommand::Check, ours_cid, Some(&ns), "eth0", "");
-            reference("bandwidth", &a.node, &ours_check, &ours_conf).unwrap();
+            a.run_reference("bandwidth", &ours_check, &ours_conf)
+                .unwrap();
             let ref_check = env(CniCommand::Check, ref_cid, Some(&ns), "eth1", "");
             bandwidth(&a, ref_check, &ref_conf).unwrap();
         }
 
         // Cross DEL: each removes the other's ifb.
-        reference(
-            "bandwidth",
-            &a.node,
-            &env(CniCommand::Del, ours_cid, Some(&ns), "eth0", ""),
-            &ours_conf,
-        )
-        .unwrap();
+        let ours_del = env(CniCommand::Del, ours_cid, Some(&ns), "eth0", "");
+        a.run_reference("bandwidth", &ours_del, &ours_conf).unwrap();
         let ref_del = env(CniCommand::Del, ref_cid, Some(&ns), "eth1", "");
         bandwidth(&a, ref_del, &ref_conf).unwrap();
         assert!(!link_exists(&a.node, &ours_ifb));
@@ -564,13 +558,8 @@ fn behaves_as_the_reference_plugin() {
 
     // Both refuse a rate without a burst.
     let bad = config(&a, json!({"egressRate": 1000}));
-    let e = reference(
-        "bandwidth",
-        &a.node,
-        &env(CniCommand::Add, CID, Some(&ns), "eth1", ""),
-        &bad,
-    )
-    .unwrap_err();
+    let add_eth1 = env(CniCommand::Add, CID, Some(&ns), "eth1", "");
+    let e = a.run_reference("bandwidth", &add_eth1, &bad).unwrap_err();
     assert!(
         e["msg"]
             .as_str()

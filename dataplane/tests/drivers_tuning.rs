@@ -5,7 +5,7 @@
 mod chained;
 mod common;
 
-use chained::{env, have_reference, normalised, reference, Attachment};
+use chained::{env, have_reference, normalised, Attachment};
 use common::{assert_error, is_root, request};
 use plexus_cni::env::{CniCommand, CniEnv};
 use plexus_cni::skel::Plugin;
@@ -366,11 +366,9 @@ fn runtime_config_mac_and_cni_args() {
 /// ADD (the saved files are interchangeable).
 #[test]
 fn behaves_as_the_reference_plugin() {
-    if !is_root() || !have_reference() {
+    let Some(a) = Attachment::side_by_side() else {
         return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    a.add_pair("veth1", "eth1");
+    };
     let orig_mac = "02:aa:00:00:00:01";
     a.set_pod_mac("eth0", orig_mac);
     a.set_pod_mac("eth1", orig_mac);
@@ -393,7 +391,7 @@ fn behaves_as_the_reference_plugin() {
         let ours_env = env(CniCommand::Add, CID, Some(&ns), "eth0", "");
         let ref_env = env(CniCommand::Add, CID, Some(&ns), "eth1", "");
         let ours = tuning(&a, ours_env, &ours_conf).unwrap();
-        let theirs = reference("tuning", &a.node, &ref_env, &ref_conf).unwrap();
+        let theirs = a.run_reference("tuning", &ref_env, &ref_conf).unwrap();
         let mut theirs = normalised(theirs);
         theirs["interfaces"][1]["name"] = json!("eth0");
         assert_eq!(ours, theirs, "version {version}");
@@ -426,7 +424,7 @@ fn behaves_as_the_reference_plugin() {
             c["prevResult"]["interfaces"][1]["name"] = json!(ifname);
             let check_env = env(CniCommand::Check, CID, Some(&ns), ifname, "");
             tuning(&a, check_env.clone(), &c).unwrap();
-            reference("tuning", &a.node, &check_env, &c).unwrap();
+            a.run_reference("tuning", &check_env, &c).unwrap();
         }
 
         // Cross DEL: the reference restores our ADD and we restore its.
@@ -434,13 +432,8 @@ fn behaves_as_the_reference_plugin() {
         ours_del_conf["dataDir"] = json!(ref_dir.path());
         let ours_del = env(CniCommand::Del, CID, Some(&ns), "eth1", "");
         tuning(&a, ours_del, &ours_del_conf).unwrap();
-        reference(
-            "tuning",
-            &a.node,
-            &env(CniCommand::Del, CID, Some(&ns), "eth0", ""),
-            &ours_conf,
-        )
-        .unwrap();
+        let ref_del = env(CniCommand::Del, CID, Some(&ns), "eth0", "");
+        a.run_reference("tuning", &ref_del, &ours_conf).unwrap();
         for ifname in ["eth0", "eth1"] {
             assert_eq!(
                 state(&a, ifname),
@@ -458,13 +451,8 @@ fn behaves_as_the_reference_plugin() {
         ours_dir.path().to_str().unwrap(),
         json!({"sysctl": {"kernel.hostname": "x"}}),
     );
-    let e = reference(
-        "tuning",
-        &a.node,
-        &env(CniCommand::Add, CID, Some(&ns), "eth1", ""),
-        &bad,
-    )
-    .unwrap_err();
+    let add_eth1 = env(CniCommand::Add, CID, Some(&ns), "eth1", "");
+    let e = a.run_reference("tuning", &add_eth1, &bad).unwrap_err();
     assert!(
         e["msg"].as_str().unwrap().contains("kernel.hostname"),
         "{e}"
@@ -511,7 +499,8 @@ fn sysctls_alone_need_no_interface_as_in_the_reference() {
 
     if have_reference() {
         let env = env(CniCommand::Add, CID, Some(&ns), "net1", "");
-        reference("tuning", &a.node, &env, &conf("arp_announce")).unwrap();
+        a.run_reference("tuning", &env, &conf("arp_announce"))
+            .unwrap();
         assert_eq!(a.pod_sysctl("net/ipv4/conf/eth0/arp_announce"), "1");
     }
 }

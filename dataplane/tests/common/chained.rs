@@ -18,7 +18,7 @@ use plexus_cni::CniError;
 use plexus_dataplane::{MacAddr, Netlink};
 use serde_json::{json, Value};
 
-use crate::common::{request, run, veth_up, TestNs};
+use crate::common::{is_root, request, run, veth_up, TestNs};
 
 /// Where Debian's containernetworking-plugins put the reference binaries.
 pub const REFERENCE_DIR: &str = "/usr/lib/cni";
@@ -35,6 +35,18 @@ pub struct Attachment {
 }
 
 impl Attachment {
+    /// For running plexus and the reference plugin side by side: `veth0`
+    /// and `eth0` for plexus, `veth1` and `eth1` for the reference; `None`
+    /// (the test skipped) without root or the reference binaries.
+    pub fn side_by_side() -> Option<Attachment> {
+        if !is_root() || !have_reference() {
+            return None;
+        }
+        let a = Attachment::new("veth0", "eth0");
+        a.add_pair("veth1", "eth1");
+        Some(a)
+    }
+
     pub fn new(host_if: &str, pod_if: &str) -> Attachment {
         let node = TestNs::new();
         let pod = TestNs::new();
@@ -118,6 +130,16 @@ impl Attachment {
             base[k] = v.clone();
         }
         base
+    }
+
+    /// Runs the reference `plugin` in the node namespace ([`reference`]).
+    pub fn run_reference(
+        &self,
+        plugin: &str,
+        env: &CniEnv,
+        config: &Value,
+    ) -> Result<Value, Value> {
+        reference(plugin, &self.node, env, config)
     }
 
     /// Runs `plugin` in the node namespace, as a runtime runs it with `env`
