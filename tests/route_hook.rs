@@ -70,24 +70,10 @@ fn pod_with_link(tag: &str) -> Pod {
     pod
 }
 
-fn result_with_default(gw: &str) -> CniResult {
-    CniResult {
-        routes: vec![Route {
-            dst: "0.0.0.0/0".parse().unwrap(),
-            gw: Some(gw.parse().unwrap()),
-            mtu: None,
-            advmss: None,
-            priority: None,
-            table: None,
-            scope: None,
-        }],
-        ..CniResult::default()
-    }
-}
-
-#[test]
-fn set_default_route_replaces_the_plugins_and_orders_gateways() {
-    let pod = pod_with_link("set");
+/// A pod whose plugin made a default route via 10.0.0.254 on net1, and the
+/// plugin's result that says so.
+fn pod_with_plugin_default(tag: &str) -> (Pod, CniResult) {
+    let pod = pod_with_link(tag);
     pod.ip(&[
         "route",
         "add",
@@ -97,7 +83,24 @@ fn set_default_route_replaces_the_plugins_and_orders_gateways() {
         "dev",
         "net1",
     ]);
-    let mut result = result_with_default("10.0.0.254");
+    let result = CniResult {
+        routes: vec![Route {
+            dst: "0.0.0.0/0".parse().unwrap(),
+            gw: Some("10.0.0.254".parse().unwrap()),
+            mtu: None,
+            advmss: None,
+            priority: None,
+            table: None,
+            scope: None,
+        }],
+        ..CniResult::default()
+    };
+    (pod, result)
+}
+
+#[test]
+fn set_default_route_replaces_the_plugins_and_orders_gateways() {
+    let (pod, mut result) = pod_with_plugin_default("set");
     let gateways: Vec<IpAddr> = vec![
         "10.0.0.1".parse().unwrap(),
         "10.0.0.9".parse().unwrap(),
@@ -130,20 +133,10 @@ fn set_default_route_replaces_the_plugins_and_orders_gateways() {
 
 #[test]
 fn clear_default_route_removes_both_families() {
-    let pod = pod_with_link("clear");
-    pod.ip(&[
-        "route",
-        "add",
-        "default",
-        "via",
-        "10.0.0.254",
-        "dev",
-        "net1",
-    ]);
+    let (pod, mut result) = pod_with_plugin_default("clear");
     pod.ip(&[
         "-6", "route", "add", "default", "via", "fd00::fe", "dev", "net1",
     ]);
-    let mut result = result_with_default("10.0.0.254");
     NetlinkRouteHook::default()
         .clear_default_route(&pod.path(), "net1", &mut result)
         .unwrap();

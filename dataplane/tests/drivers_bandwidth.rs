@@ -5,10 +5,9 @@
 mod chained;
 mod common;
 
-use chained::{env, have_reference, normalised, reference, Attachment};
-use common::{is_root, request, run, TestNs};
-use plexus_cni::env::CniCommand;
-use plexus_cni::skel::Plugin;
+use chained::{env, normalised, Attachment};
+use common::{assert_error, is_root, run, TestNs};
+use plexus_cni::env::{CniCommand, CniEnv};
 use plexus_cni::{CniError, ErrorCode};
 use plexus_dataplane::drivers::bandwidth::{ifb_name, Bandwidth};
 use plexus_dataplane::netlink::{MacvlanMode, MacvlanSpec};
@@ -19,16 +18,7 @@ const CID: &str = "ctr-bw-1";
 const NET: &str = "bwnet";
 
 fn config(a: &Attachment, extra: Value) -> Value {
-    let mut c = json!({
-        "cniVersion": "1.0.0",
-        "name": NET,
-        "type": "bandwidth",
-        "prevResult": a.prev_result("1.0.0"),
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        c[k] = v.clone();
-    }
-    c
+    a.chained_config(json!({"name": NET, "type": "bandwidth"}), extra)
 }
 
 fn both_ways() -> Value {
@@ -42,15 +32,12 @@ fn run_bw(
     netns: Option<&str>,
     config: &Value,
 ) -> Result<Value, CniError> {
-    let req = request(env(command, cid, netns, &a.pod_if, ""), config);
-    let session = Session::new();
-    let plugin = Bandwidth::new(&session);
-    a.in_node(|| match command {
-        CniCommand::Add => plugin.add(&req).and_then(|r| r.to_value(req.cni_version)),
-        CniCommand::Del => plugin.del(&req).map(|()| Value::Null),
-        CniCommand::Check => plugin.check(&req).map(|()| Value::Null),
-        other => panic!("{other}"),
-    })
+    bandwidth(a, env(command, cid, netns, &a.pod_if, ""), config)
+}
+
+/// Runs the bandwidth plugin in `a`'s node namespace with `env`.
+fn bandwidth(a: &Attachment, env: CniEnv, config: &Value) -> Result<Value, CniError> {
+    a.run_plugin(&Bandwidth::new(&Session::new()), env, config)
 }
 
 /// `tc -j qdisc show dev DEV` in `ns`, without counters, keyed "root" or
@@ -382,34 +369,21 @@ fn no_host_side_interface_is_a_clear_error() {
     });
     let mut conf = config(&a, both_ways());
     conf["prevResult"] = macvlan_prev;
-    let req = request(env(CniCommand::Add, CID, Some(&ns), "net1", ""), &conf);
-    let e = a
-        .in_node(|| Bandwidth::new(&Session::new()).add(&req))
-        .unwrap_err();
-    assert_eq!(e.code, ErrorCode::InvalidConfig);
-    assert!(
-        e.details.starts_with("prevResult.interfaces: no host-side interface (one without \"sandbox\"): bandwidth shapes a pod's traffic on the host side of its veth pair"),
-        "{e}"
-    );
+    let e = bandwidth(&a, env(CniCommand::Add, CID, Some(&ns), "net1", ""), &conf).unwrap_err();
+    assert_error(&e, ErrorCode::InvalidConfig, "prevResult.interfaces: no host-side interface (one without \"sandbox\"): bandwidth shapes a pod's traffic on the host side of its veth pair");
     // Even when prevResult names some host interface, a macvlan is no veth.
     conf["prevResult"]["interfaces"]
         .as_array_mut()
         .unwrap()
         .push(json!({"name": "up0"}));
-    let req = request(env(CniCommand::Add, CID, Some(&ns), "net1", ""), &conf);
-    let e = a
-        .in_node(|| Bandwidth::new(&Session::new()).add(&req))
-        .unwrap_err();
+    let e = bandwidth(&a, env(CniCommand::Add, CID, Some(&ns), "net1", ""), &conf).unwrap_err();
     assert_eq!(
         e.details,
         "CNI_IFNAME: net1 in the pod is a macvlan, not a veth: bandwidth shapes a pod's traffic on the host side of its veth pair"
     );
     // No interface of that name in the pod: code 7 naming CNI_IFNAME, as
     // tuning's for the same failure.
-    let req = request(env(CniCommand::Add, CID, Some(&ns), "net9", ""), &conf);
-    let e = a
-        .in_node(|| Bandwidth::new(&Session::new()).add(&req))
-        .unwrap_err();
+    let e = bandwidth(&a, env(CniCommand::Add, CID, Some(&ns), "net9", ""), &conf).unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidConfig, "{e}");
     assert_eq!(
         e.details,
@@ -448,11 +422,10 @@ fn a_failure_half_way_removes_what_was_built() {
     )
     .unwrap_err();
     // A kernel refusal is code 5, as from every built-in plugin.
-    assert_eq!(e.code, ErrorCode::Io);
-    assert!(
-        e.details
-            .starts_with("egressRate: adding an ingress qdisc to veth0: add ingress qdisc"),
-        "{e}"
+    assert_error(
+        &e,
+        ErrorCode::Io,
+        "egressRate: adding an ingress qdisc to veth0: add ingress qdisc",
     );
     assert!(!e.details.contains("undoing"), "{e}");
     assert!(!link_exists(&a.node, &ifb_name(NET, CID)));
@@ -494,11 +467,9 @@ fn del_needs_neither_the_namespace_nor_a_valid_config() {
 /// exactly) and each one's DEL removes the other's ifb.
 #[test]
 fn behaves_as_the_reference_plugin() {
-    if !is_root() || !have_reference() {
+    let Some(a) = Attachment::side_by_side() else {
         return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    a.add_pair("veth1", "eth1");
+    };
     let ns = a.netns_path();
     // Odd values exercise the reference's truncations.
     let shaping = json!({"ingressRate": 1_234_567, "ingressBurst": 99_999, "egressRate": 7_654_321, "egressBurst": 333_333});
@@ -515,17 +486,10 @@ fn behaves_as_the_reference_plugin() {
             c
         };
         let (ours_conf, ref_conf) = (conf_for("veth0", "eth0"), conf_for("veth1", "eth1"));
-        let req = request(
-            env(CniCommand::Add, ours_cid, Some(&ns), "eth0", ""),
-            &ours_conf,
-        );
-        let ours = a
-            .in_node(|| Bandwidth::new(&Session::new()).add(&req))
-            .unwrap()
-            .to_value(req.cni_version)
-            .unwrap();
+        let ours_env = env(CniCommand::Add, ours_cid, Some(&ns), "eth0", "");
+        let ours = bandwidth(&a, ours_env, &ours_conf).unwrap();
         let ref_env = env(CniCommand::Add, ref_cid, Some(&ns), "eth1", "");
-        let theirs = normalised(reference("bandwidth", &a.node, &ref_env, &ref_conf).unwrap());
+        let theirs = normalised(a.run_reference("bandwidth", &ref_env, &ref_conf).unwrap());
         // Same shape: prevResult + {name, mac} of the ifb.
         let mut ours_cmp = ours.clone();
         ours_cmp["interfaces"][0]["name"] = json!("veth1");
@@ -567,27 +531,17 @@ fn behaves_as_the_reference_plugin() {
         if version != "0.3.1" {
             // Cross CHECK (CHECK exists from 0.4.0).
             let ours_check = env(CniCommand::Check, ours_cid, Some(&ns), "eth0", "");
-            reference("bandwidth", &a.node, &ours_check, &ours_conf).unwrap();
-            let ref_check = env(CniCommand::Check, ref_cid, Some(&ns), "eth1", "");
-            let req = request(ref_check, &ref_conf);
-            a.in_node(|| Bandwidth::new(&Session::new()).check(&req))
+            a.run_reference("bandwidth", &ours_check, &ours_conf)
                 .unwrap();
+            let ref_check = env(CniCommand::Check, ref_cid, Some(&ns), "eth1", "");
+            bandwidth(&a, ref_check, &ref_conf).unwrap();
         }
 
         // Cross DEL: each removes the other's ifb.
-        reference(
-            "bandwidth",
-            &a.node,
-            &env(CniCommand::Del, ours_cid, Some(&ns), "eth0", ""),
-            &ours_conf,
-        )
-        .unwrap();
-        let req = request(
-            env(CniCommand::Del, ref_cid, Some(&ns), "eth1", ""),
-            &ref_conf,
-        );
-        a.in_node(|| Bandwidth::new(&Session::new()).del(&req))
-            .unwrap();
+        let ours_del = env(CniCommand::Del, ours_cid, Some(&ns), "eth0", "");
+        a.run_reference("bandwidth", &ours_del, &ours_conf).unwrap();
+        let ref_del = env(CniCommand::Del, ref_cid, Some(&ns), "eth1", "");
+        bandwidth(&a, ref_del, &ref_conf).unwrap();
         assert!(!link_exists(&a.node, &ours_ifb));
         assert!(!link_exists(&a.node, &ref_ifb));
         for dev in ["veth0", "veth1"] {
@@ -604,13 +558,8 @@ fn behaves_as_the_reference_plugin() {
 
     // Both refuse a rate without a burst.
     let bad = config(&a, json!({"egressRate": 1000}));
-    let e = reference(
-        "bandwidth",
-        &a.node,
-        &env(CniCommand::Add, CID, Some(&ns), "eth1", ""),
-        &bad,
-    )
-    .unwrap_err();
+    let add_eth1 = env(CniCommand::Add, CID, Some(&ns), "eth1", "");
+    let e = a.run_reference("bandwidth", &add_eth1, &bad).unwrap_err();
     assert!(
         e["msg"]
             .as_str()

@@ -2,12 +2,12 @@
 //! namespaces made for each test: a "node" namespace plays the host the
 //! driver runs in, "pod" namespaces the containers. Kernel state is read
 //! back with `ip -j`; connectivity with ping.
+#[path = "common/chained.rs"]
+mod chained;
 mod common;
 mod drivers_support;
 
-use std::process::Command;
-
-use common::{is_root, TestNs};
+use common::{assert_error, is_root, TestNs};
 use drivers_support::*;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::ErrorCode;
@@ -198,7 +198,6 @@ fn same_result_shape_as_the_reference_plugin() {
     if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
         return;
     }
-    let reference = std::path::Path::new("/usr/lib/cni/bridge");
     let addrs = json!([{"address": "10.12.0.5/24"}, {"address": "fd12::5/64"}]);
     let static_routes = json!([{"dst": "192.168.0.0/16"}]);
     let extra = json!({"isDefaultGateway": true});
@@ -206,31 +205,10 @@ fn same_result_shape_as_the_reference_plugin() {
     let (node_a, pod_a) = (TestNs::new(), TestNs::new());
     let mut theirs_conf = conf(addrs.clone(), extra.clone());
     theirs_conf["ipam"] = json!({"type": "static", "addresses": addrs, "routes": static_routes});
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &node_a.name, reference.to_str().unwrap()])
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", "ctr1")
-        .env("CNI_NETNS", netns_path(&pod_a))
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(theirs_conf.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let theirs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pod_a_path = netns_path(&pod_a);
+    let add_a = chained::env(CniCommand::Add, "ctr1", pod_a_path.to_str(), "eth0", "");
+    let theirs = chained::reference("bridge", &node_a, &add_a, &theirs_conf)
+        .unwrap_or_else(|e| panic!("the reference bridge failed: {e}"));
 
     let (node_b, pod_b) = (TestNs::new(), TestNs::new());
     let r = TestResolver::default();
@@ -361,11 +339,10 @@ fn an_existing_container_interface_is_an_error_and_nothing_is_left() {
             &conf(v4("10.14.0.2/24"), json!({})),
         )
         .unwrap_err();
-        assert_eq!(e.code, ErrorCode::InvalidConfig);
-        assert!(
-            e.details
-                .starts_with("CNI_IFNAME: \"eth0\" already exists in the container"),
-            "{e}"
+        assert_error(
+            &e,
+            ErrorCode::InvalidConfig,
+            "CNI_IFNAME: \"eth0\" already exists in the container",
         );
         // Nothing of ours is left: the bridge this ADD made is gone again,
         // no veth, the pod's own interface untouched.
@@ -412,11 +389,7 @@ fn failure_after_ipam_undoes_veth_bridge_and_addresses() {
     let mut c = conf(v4("10.16.0.2/24"), json!({}));
     c["ipam"]["routes"] = json!([{"dst": "192.168.0.0/16", "gw": "172.31.0.1"}]);
     let e = add(&node, &r, "bridge", &t, &c).unwrap_err();
-    assert_eq!(e.code, ErrorCode::Io);
-    assert!(
-        e.details.starts_with("add route 192.168.0.0/16 on eth0: "),
-        "{e}"
-    );
+    assert_error(&e, ErrorCode::Io, "add route 192.168.0.0/16 on eth0: ");
     assert!(e.details.contains("ENETUNREACH"), "{e}");
     assert_eq!(
         link_names(&node),
@@ -650,11 +623,10 @@ fn gateway_address_conflicts_need_force_address() {
     let r = TestResolver::default();
     let c = conf(v4("10.22.0.2/24"), json!({"isGateway": true}));
     let e = add(&node, &r, "bridge", &Target::new("ctr1", &pod1, "eth0"), &c).unwrap_err();
-    assert_eq!(e.code, ErrorCode::InvalidConfig);
-    assert!(
-        e.details
-            .starts_with("forceAddress: \"br-test\" already has an IP address (10.21.0.1/24)"),
-        "{e}"
+    assert_error(
+        &e,
+        ErrorCode::InvalidConfig,
+        "forceAddress: \"br-test\" already has an IP address (10.21.0.1/24)",
     );
     assert_eq!(link_names(&pod1), ["lo"], "undone");
     assert_eq!(r.commands(), [CniCommand::Add, CniCommand::Del]);
@@ -860,8 +832,7 @@ fn vlan_configuration_without_kernel_support_fails_cleanly() {
         &conf(v4("10.27.0.2/24"), json!({"vlan": 5})),
     )
     .unwrap_err();
-    assert_eq!(e.code, ErrorCode::Io);
-    assert!(e.details.starts_with("create bridge br-test: "), "{e}");
+    assert_error(&e, ErrorCode::Io, "create bridge br-test: ");
     assert!(e.details.contains("EOPNOTSUPP"), "{e}");
     assert_eq!(link_names(&node), ["lo"]);
     assert_eq!(link_names(&pod), ["lo"]);

@@ -6,7 +6,7 @@
 mod common;
 mod drivers_support;
 
-use common::TestNs;
+use common::{assert_error, TestNs};
 use drivers_support::*;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::ErrorCode;
@@ -113,8 +113,7 @@ fn without_kernel_support_add_fails_cleanly() {
         &conf(v4("10.60.0.5/24"), json!({})),
     )
     .unwrap_err();
-    assert_eq!(e.code, ErrorCode::Io);
-    assert!(e.details.starts_with("create ipvlan eth0 on up0: "), "{e}");
+    assert_error(&e, ErrorCode::Io, "create ipvlan eth0 on up0: ");
     assert!(e.details.contains("EOPNOTSUPP"), "{e}");
     assert_eq!(link_names(&pod), ["lo"]);
     assert_eq!(r.commands(), [], "IPAM runs only once the link exists");

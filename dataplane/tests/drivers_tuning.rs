@@ -5,9 +5,9 @@
 mod chained;
 mod common;
 
-use chained::{env, have_reference, normalised, reference, Attachment};
-use common::{is_root, request};
-use plexus_cni::env::CniCommand;
+use chained::{env, have_reference, normalised, Attachment};
+use common::{assert_error, is_root, request};
+use plexus_cni::env::{CniCommand, CniEnv};
 use plexus_cni::skel::Plugin;
 use plexus_cni::{CniError, CniVersion, ErrorCode};
 use plexus_dataplane::drivers::tuning::{saved_path, Tuning};
@@ -33,17 +33,10 @@ fn state(a: &Attachment, name: &str) -> (String, u64, bool, bool, u64) {
 }
 
 fn config(a: &Attachment, data_dir: &str, extra: Value) -> Value {
-    let mut c = json!({
-        "cniVersion": "1.0.0",
-        "name": "tnet",
-        "type": "tuning",
-        "dataDir": data_dir,
-        "prevResult": a.prev_result("1.0.0"),
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        c[k] = v.clone();
-    }
-    c
+    a.chained_config(
+        json!({"name": "tnet", "type": "tuning", "dataDir": data_dir}),
+        extra,
+    )
 }
 
 fn run_tuning(
@@ -52,15 +45,12 @@ fn run_tuning(
     netns: Option<&str>,
     config: &Value,
 ) -> Result<Value, CniError> {
-    let req = request(env(command, CID, netns, &a.pod_if, ""), config);
-    let session = Session::new();
-    let plugin = Tuning::new(&session);
-    a.in_node(|| match command {
-        CniCommand::Add => plugin.add(&req).and_then(|r| r.to_value(req.cni_version)),
-        CniCommand::Del => plugin.del(&req).map(|()| Value::Null),
-        CniCommand::Check => plugin.check(&req).map(|()| Value::Null),
-        other => panic!("{other}"),
-    })
+    tuning(a, env(command, CID, netns, &a.pod_if, ""), config)
+}
+
+/// Runs the tuning plugin in `a`'s node namespace with `env`.
+fn tuning(a: &Attachment, env: CniEnv, config: &Value) -> Result<Value, CniError> {
+    a.run_plugin(&Tuning::new(&Session::new()), env, config)
 }
 
 #[test]
@@ -179,14 +169,11 @@ fn del_succeeds_when_the_interface_or_namespace_is_gone() {
     let ns = a.netns_path();
     let conf = config(&a, dir.path().to_str().unwrap(), json!({"mtu": 1400}));
     let add = |ifname: &str| {
-        let req = request(env(CniCommand::Add, CID, Some(&ns), ifname, ""), &conf);
-        a.in_node(|| Tuning::new(&Session::new()).add(&req))
-            .unwrap();
+        tuning(&a, env(CniCommand::Add, CID, Some(&ns), ifname, ""), &conf).unwrap();
         saved_path(dir.path(), CID, ifname)
     };
     let del = |ifname: &str, netns: Option<&str>| {
-        let req = request(env(CniCommand::Del, CID, netns, ifname, ""), &conf);
-        a.in_node(|| Tuning::new(&Session::new()).del(&req))
+        tuning(&a, env(CniCommand::Del, CID, netns, ifname, ""), &conf)
     };
     let (eth0, net1) = (add("eth0"), add("net1"));
     assert!(eth0.exists() && net1.exists());
@@ -255,11 +242,10 @@ fn bad_input_changes_nothing() {
     let mut no_prev = config(&a, data_dir, json!({"mtu": 1400}));
     no_prev.as_object_mut().unwrap().remove("prevResult");
     let e = run_tuning(&a, CniCommand::Add, Some(&ns), &no_prev).unwrap_err();
-    assert_eq!(e.code, ErrorCode::InvalidConfig);
-    assert!(
-        e.details
-            .starts_with("prevResult: missing: tuning is a chained plugin"),
-        "{e}"
+    assert_error(
+        &e,
+        ErrorCode::InvalidConfig,
+        "prevResult: missing: tuning is a chained plugin",
     );
     let e = run_tuning(
         &a,
@@ -294,12 +280,7 @@ fn a_failure_half_way_restores_what_was_changed() {
     );
     let e = run_tuning(&a, CniCommand::Add, Some(&ns), &conf).unwrap_err();
     // A kernel refusal is code 5, as from every built-in plugin.
-    assert_eq!(e.code, ErrorCode::Io);
-    assert!(
-        e.details
-            .starts_with("mtu: setting 70000 on eth0: update link"),
-        "{e}"
-    );
+    assert_error(&e, ErrorCode::Io, "mtu: setting 70000 on eth0: update link");
     assert!(!e.details.contains("undoing"), "{e}");
     assert_eq!(state(&a, "eth0"), before);
     assert_eq!(a.pod_sysctl("net/core/somaxconn"), somaxconn);
@@ -385,11 +366,9 @@ fn runtime_config_mac_and_cni_args() {
 /// ADD (the saved files are interchangeable).
 #[test]
 fn behaves_as_the_reference_plugin() {
-    if !is_root() || !have_reference() {
+    let Some(a) = Attachment::side_by_side() else {
         return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    a.add_pair("veth1", "eth1");
+    };
     let orig_mac = "02:aa:00:00:00:01";
     a.set_pod_mac("eth0", orig_mac);
     a.set_pod_mac("eth1", orig_mac);
@@ -411,13 +390,8 @@ fn behaves_as_the_reference_plugin() {
         }
         let ours_env = env(CniCommand::Add, CID, Some(&ns), "eth0", "");
         let ref_env = env(CniCommand::Add, CID, Some(&ns), "eth1", "");
-        let req = request(ours_env, &ours_conf);
-        let ours = a
-            .in_node(|| Tuning::new(&Session::new()).add(&req))
-            .unwrap()
-            .to_value(req.cni_version)
-            .unwrap();
-        let theirs = reference("tuning", &a.node, &ref_env, &ref_conf).unwrap();
+        let ours = tuning(&a, ours_env, &ours_conf).unwrap();
+        let theirs = a.run_reference("tuning", &ref_env, &ref_conf).unwrap();
         let mut theirs = normalised(theirs);
         theirs["interfaces"][1]["name"] = json!("eth0");
         assert_eq!(ours, theirs, "version {version}");
@@ -449,28 +423,17 @@ fn behaves_as_the_reference_plugin() {
             c.as_object_mut().unwrap().remove("sysctl");
             c["prevResult"]["interfaces"][1]["name"] = json!(ifname);
             let check_env = env(CniCommand::Check, CID, Some(&ns), ifname, "");
-            let req = request(check_env.clone(), &c);
-            a.in_node(|| Tuning::new(&Session::new()).check(&req))
-                .unwrap();
-            reference("tuning", &a.node, &check_env, &c).unwrap();
+            tuning(&a, check_env.clone(), &c).unwrap();
+            a.run_reference("tuning", &check_env, &c).unwrap();
         }
 
         // Cross DEL: the reference restores our ADD and we restore its.
         let mut ours_del_conf = ref_conf.clone();
         ours_del_conf["dataDir"] = json!(ref_dir.path());
-        let req = request(
-            env(CniCommand::Del, CID, Some(&ns), "eth1", ""),
-            &ours_del_conf,
-        );
-        a.in_node(|| Tuning::new(&Session::new()).del(&req))
-            .unwrap();
-        reference(
-            "tuning",
-            &a.node,
-            &env(CniCommand::Del, CID, Some(&ns), "eth0", ""),
-            &ours_conf,
-        )
-        .unwrap();
+        let ours_del = env(CniCommand::Del, CID, Some(&ns), "eth1", "");
+        tuning(&a, ours_del, &ours_del_conf).unwrap();
+        let ref_del = env(CniCommand::Del, CID, Some(&ns), "eth0", "");
+        a.run_reference("tuning", &ref_del, &ours_conf).unwrap();
         for ifname in ["eth0", "eth1"] {
             assert_eq!(
                 state(&a, ifname),
@@ -488,13 +451,8 @@ fn behaves_as_the_reference_plugin() {
         ours_dir.path().to_str().unwrap(),
         json!({"sysctl": {"kernel.hostname": "x"}}),
     );
-    let e = reference(
-        "tuning",
-        &a.node,
-        &env(CniCommand::Add, CID, Some(&ns), "eth1", ""),
-        &bad,
-    )
-    .unwrap_err();
+    let add_eth1 = env(CniCommand::Add, CID, Some(&ns), "eth1", "");
+    let e = a.run_reference("tuning", &add_eth1, &bad).unwrap_err();
     assert!(
         e["msg"].as_str().unwrap().contains("kernel.hostname"),
         "{e}"
@@ -521,39 +479,28 @@ fn sysctls_alone_need_no_interface_as_in_the_reference() {
                "dataDir": dir.path(), "prevResult": empty,
                "sysctl": {format!("net.ipv4.conf.eth0.{key}"): "1"}})
     };
-    let req = request(
-        env(CniCommand::Add, CID, Some(&ns), "net1", ""),
-        &conf("arp_filter"),
-    );
-    let result = a
-        .in_node(|| Tuning::new(&Session::new()).add(&req))
-        .unwrap();
-    assert_eq!(result.to_value(req.cni_version).unwrap(), empty);
+    let add_net1 = env(CniCommand::Add, CID, Some(&ns), "net1", "");
+    let result = tuning(&a, add_net1, &conf("arp_filter")).unwrap();
+    assert_eq!(result, empty);
     assert_eq!(a.pod_sysctl("net/ipv4/conf/eth0/arp_filter"), "1");
     assert!(!saved_path(dir.path(), CID, "net1").exists());
-    let del = request(
-        env(CniCommand::Del, CID, Some(&ns), "net1", ""),
-        &conf("arp_filter"),
-    );
-    a.in_node(|| Tuning::new(&Session::new()).del(&del))
-        .unwrap();
+    let del_net1 = env(CniCommand::Del, CID, Some(&ns), "net1", "");
+    tuning(&a, del_net1, &conf("arp_filter")).unwrap();
     // A link change still needs the interface.
     let mut mtu = conf("arp_filter");
     mtu["mtu"] = json!(1400);
-    let req = request(env(CniCommand::Add, CID, Some(&ns), "net1", ""), &mtu);
-    let e = a
-        .in_node(|| Tuning::new(&Session::new()).add(&req))
-        .unwrap_err();
+    let e = tuning(&a, env(CniCommand::Add, CID, Some(&ns), "net1", ""), &mtu).unwrap_err();
     // Code 7 naming CNI_IFNAME, as bandwidth's for the same failure.
-    assert_eq!(e.code, ErrorCode::InvalidConfig, "{e}");
-    assert!(
-        e.details.starts_with("CNI_IFNAME: no interface \"net1\""),
-        "{e}"
+    assert_error(
+        &e,
+        ErrorCode::InvalidConfig,
+        "CNI_IFNAME: no interface \"net1\"",
     );
 
     if have_reference() {
         let env = env(CniCommand::Add, CID, Some(&ns), "net1", "");
-        reference("tuning", &a.node, &env, &conf("arp_announce")).unwrap();
+        a.run_reference("tuning", &env, &conf("arp_announce"))
+            .unwrap();
         assert_eq!(a.pod_sysctl("net/ipv4/conf/eth0/arp_announce"), "1");
     }
 }

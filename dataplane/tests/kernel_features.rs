@@ -21,11 +21,10 @@ fn links(ns: &TestNs) -> Vec<Value> {
 
 #[test]
 fn netdevsim_sriov_vfs_take_mac_vlan_and_qos_over_netlink() {
-    if !require(&[Feature::Root, Feature::Netdevsim]) {
+    // Bound in this order, `dev` is deleted before its namespace.
+    let Some((ns, dev)) = Netdevsim::in_new_ns() else {
         return;
-    }
-    let ns = TestNs::new();
-    let dev = Netdevsim::new(&ns, 1);
+    };
     let bus_dev = format!("netdevsim{}", dev.id);
     // The PF: the port netdev whose parent is our bus device.
     let pf = dev.port(&ns);

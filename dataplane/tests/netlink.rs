@@ -5,7 +5,7 @@ mod common;
 
 use std::net::IpAddr;
 
-use common::{is_root, TestNs};
+use common::{is_root, root_ns, veth_up, TestNs};
 use ipnetwork::IpNetwork;
 use plexus_dataplane::netlink::{
     AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, IpFamily, Link, LinkKind,
@@ -22,17 +22,22 @@ struct NodeAndPod {
     pod_nl: Netlink,
 }
 
-fn node_and_pod() -> NodeAndPod {
+/// A node and a pod namespace with their handles, or `None` (the test
+/// skipped) without root.
+fn node_and_pod() -> Option<NodeAndPod> {
+    if !is_root() {
+        return None;
+    }
     let node = TestNs::new();
     let pod = TestNs::new();
     let node_nl = Netlink::open(&node.ns).unwrap();
     let pod_nl = Netlink::open(&pod.ns).unwrap();
-    NodeAndPod {
+    Some(NodeAndPod {
         node,
         pod,
         node_nl,
         pod_nl,
-    }
+    })
 }
 
 fn mac(s: &str) -> MacAddr {
@@ -58,26 +63,9 @@ fn has_flag(link: &Value, flag: &str) -> bool {
     link["flags"].as_array().unwrap().iter().any(|f| f == flag)
 }
 
-/// A veth pair whose local end is in `a` and peer in `b`, both up.
-fn veth_up(a: &Netlink, b_ns: &TestNs, b: &Netlink, name: &str, peer: &str) -> (u32, u32) {
-    let local = a
-        .create_veth(&VethSpec {
-            peer_netns: Some(&b_ns.ns),
-            up: true,
-            ..VethSpec::new(name, peer)
-        })
-        .unwrap();
-    let peer = b.link_by_name(peer).unwrap().unwrap();
-    b.set_up(peer.index).unwrap();
-    (local.index, peer.index)
-}
-
 #[test]
 fn veth_peer_is_created_directly_in_the_other_namespace() {
-    if !is_root() {
-        return;
-    }
-    let t = node_and_pod();
+    let Some(t) = node_and_pod() else { return };
     let host = t
         .node_nl
         .create_veth(&VethSpec {
@@ -152,10 +140,7 @@ fn veth_peer_is_created_directly_in_the_other_namespace() {
 
 #[test]
 fn link_lookups_and_deletes_of_absent_links() {
-    if !is_root() {
-        return;
-    }
-    let t = TestNs::new();
+    let Some(t) = root_ns() else { return };
     let nl = Netlink::open(&t.ns).unwrap();
     assert!(nl.link_by_name("nosuchlink").unwrap().is_none());
     assert!(nl.link_by_index(999_999).unwrap().is_none());
@@ -184,10 +169,7 @@ fn link_lookups_and_deletes_of_absent_links() {
 
 #[test]
 fn update_link_changes_every_attribute() {
-    if !is_root() {
-        return;
-    }
-    let t = node_and_pod();
+    let Some(t) = node_and_pod() else { return };
     let v = t
         .node_nl
         .create_veth(&VethSpec::new("pxu0", "pxu1"))
@@ -286,10 +268,7 @@ fn update_link_changes_every_attribute() {
 
 #[test]
 fn bridge_enslave_hairpin_isolated() {
-    if !is_root() {
-        return;
-    }
-    let t = node_and_pod();
+    let Some(t) = node_and_pod() else { return };
     let br = t
         .node_nl
         .create_bridge(&BridgeSpec {
@@ -493,10 +472,7 @@ fn bridge_vlans_on_port_and_self() {
 
 #[test]
 fn macvlan_in_every_mode_created_in_the_pod() {
-    if !is_root() {
-        return;
-    }
-    let t = node_and_pod();
+    let Some(t) = node_and_pod() else { return };
     // The master: one end of a veth inside the node namespace; its peer sits
     // in a third namespace so the master has carrier.
     let wire = TestNs::new();
@@ -548,10 +524,7 @@ fn macvlan_in_every_mode_created_in_the_pod() {
 
 #[test]
 fn missing_master_errors() {
-    if !is_root() {
-        return;
-    }
-    let t = node_and_pod();
+    let Some(t) = node_and_pod() else { return };
     let e = t
         .node_nl
         .create_macvlan(&MacvlanSpec {
@@ -593,10 +566,7 @@ fn missing_master_errors() {
 
 #[test]
 fn addresses_v4_and_v6() {
-    if !is_root() {
-        return;
-    }
-    let t = node_and_pod();
+    let Some(t) = node_and_pod() else { return };
     let (_, eth0) = veth_up(&t.node_nl, &t.pod, &t.pod_nl, "pxa0", "eth0");
     t.pod_nl
         .add_address(eth0, net("10.1.2.3/24"), AddressOptions::default())
@@ -654,10 +624,7 @@ fn addresses_v4_and_v6() {
 
 #[test]
 fn routes_v4_and_v6() {
-    if !is_root() {
-        return;
-    }
-    let t = node_and_pod();
+    let Some(t) = node_and_pod() else { return };
     let (_, eth0) = veth_up(&t.node_nl, &t.pod, &t.pod_nl, "pxr0", "eth0");
     let nl = &t.pod_nl;
     nl.add_address(eth0, net("10.1.2.3/24"), AddressOptions::default())
@@ -773,10 +740,7 @@ fn routes_v4_and_v6() {
 
 #[test]
 fn neighbours_of_a_link() {
-    if !is_root() {
-        return;
-    }
-    let t = node_and_pod();
+    let Some(t) = node_and_pod() else { return };
     let (_, eth0) = veth_up(&t.node_nl, &t.pod, &t.pod_nl, "pxn0", "eth0");
     t.pod_nl
         .add_address(eth0, net("10.1.2.3/24"), AddressOptions::default())

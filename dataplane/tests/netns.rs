@@ -3,15 +3,12 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 
-use common::{current_ns_inode, is_root, TestNs};
+use common::{current_ns_inode, is_root, root_ns, TestNs};
 use plexus_dataplane::{Errno, Error, NetNs};
 
 #[test]
 fn run_enters_namespace_and_returns_the_caller() {
-    if !is_root() {
-        return;
-    }
-    let t = TestNs::new();
+    let Some(t) = root_ns() else { return };
     let before = current_ns_inode();
     let ns_inode = std::fs::metadata(t.ns.path()).unwrap().ino();
     assert_ne!(before, ns_inode);
@@ -25,10 +22,7 @@ fn run_enters_namespace_and_returns_the_caller() {
 
 #[test]
 fn run_propagates_panics_and_caller_stays() {
-    if !is_root() {
-        return;
-    }
-    let t = TestNs::new();
+    let Some(t) = root_ns() else { return };
     let before = current_ns_inode();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.ns.run(|| panic!("boom"))));
     assert!(r.is_err());
@@ -37,10 +31,7 @@ fn run_propagates_panics_and_caller_stays() {
 
 #[test]
 fn run_borrows_from_caller() {
-    if !is_root() {
-        return;
-    }
-    let t = TestNs::new();
+    let Some(t) = root_ns() else { return };
     let mut seen = Vec::new();
     t.ns.run(|| seen.push(std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap()))
         .unwrap();
@@ -49,10 +40,7 @@ fn run_borrows_from_caller() {
 
 #[test]
 fn current_and_same_as() {
-    if !is_root() {
-        return;
-    }
-    let t = TestNs::new();
+    let Some(t) = root_ns() else { return };
     let here = NetNs::current().unwrap();
     let again = NetNs::open("/proc/self/ns/net").unwrap();
     assert!(here.same_as(&again).unwrap());

@@ -8,7 +8,6 @@ mod common;
 #[path = "common/netdevsim.rs"]
 mod netdevsim;
 
-use common::TestNs;
 use netdevsim::Netdevsim;
 use plexus_dataplane::netlink::{Guid, VfLinkState, VfSettings, VfVlan, VlanProto};
 use plexus_dataplane::pci::{PciAddress, PciError, SriovRole, SysfsRoot};
@@ -151,11 +150,7 @@ fn igb_vf_settings_are_applied_read_back_and_restored() {
 
     let applied = VfSettings {
         mac: Some(mac("02:00:00:00:0a:01")),
-        vlan: Some(VfVlan {
-            id: 10,
-            qos: 3,
-            proto: VlanProto::Dot1Q,
-        }),
+        vlan: Some(VfVlan::tagged(10, 3, VlanProto::Dot1Q)),
         spoofchk: Some(!saved.spoofchk),
         trust: Some(!saved.trust),
         max_tx_rate: Some(100),
@@ -164,14 +159,7 @@ fn igb_vf_settings_are_applied_read_back_and_restored() {
     nl.set_vf(pf, vf, &applied).unwrap();
     let now = nl.vf_state(pf, vf).unwrap().unwrap();
     assert_eq!(now.mac, mac("02:00:00:00:0a:01"));
-    assert_eq!(
-        now.vlan,
-        VfVlan {
-            id: 10,
-            qos: 3,
-            proto: VlanProto::Dot1Q
-        }
-    );
+    assert_eq!(now.vlan, VfVlan::tagged(10, 3, VlanProto::Dot1Q));
     assert_eq!((now.spoofchk, now.trust), (!saved.spoofchk, !saved.trust));
     assert_eq!((now.min_tx_rate, now.max_tx_rate), (0, 100));
     assert_eq!(nl.vf_state(pf, other).unwrap().unwrap(), other_saved);
@@ -250,11 +238,7 @@ fn igb_refusals_are_kernel_errors_with_their_errno() {
         ),
         (
             VfSettings {
-                vlan: Some(VfVlan {
-                    id: 10,
-                    qos: 0,
-                    proto: VlanProto::Dot1Ad,
-                }),
+                vlan: Some(VfVlan::tagged(10, 0, VlanProto::Dot1Ad)),
                 ..VfSettings::default()
             },
             Errno::EPROTONOSUPPORT,
@@ -304,11 +288,10 @@ fn igb_refusals_are_kernel_errors_with_their_errno() {
 
 #[test]
 fn netdevsim_vfs_take_what_igb_refuses() {
-    if !require(&[Feature::Root, Feature::Netdevsim]) {
+    // Bound in this order, `dev` is deleted before its namespace.
+    let Some((ns, dev)) = Netdevsim::in_new_ns() else {
         return;
-    }
-    let ns = TestNs::new();
-    let dev = Netdevsim::new(&ns, 1);
+    };
     let port = dev.port(&ns);
     dev.set_num_vfs(2);
     let nl = Netlink::open(&ns.ns).unwrap();
@@ -318,11 +301,7 @@ fn netdevsim_vfs_take_what_igb_refuses() {
 
     let applied = VfSettings {
         mac: Some(mac("02:00:00:00:0b:01")),
-        vlan: Some(VfVlan {
-            id: 20,
-            qos: 2,
-            proto: VlanProto::Dot1Ad,
-        }),
+        vlan: Some(VfVlan::tagged(20, 2, VlanProto::Dot1Ad)),
         spoofchk: Some(true),
         trust: Some(true),
         link_state: Some(VfLinkState::Disable),
@@ -333,14 +312,7 @@ fn netdevsim_vfs_take_what_igb_refuses() {
     nl.set_vf(pf, 1, &applied).unwrap();
     let now = nl.vf_state(pf, 1).unwrap().unwrap();
     assert_eq!(now.mac, mac("02:00:00:00:0b:01"));
-    assert_eq!(
-        now.vlan,
-        VfVlan {
-            id: 20,
-            qos: 2,
-            proto: VlanProto::Dot1Ad
-        }
-    );
+    assert_eq!(now.vlan, VfVlan::tagged(20, 2, VlanProto::Dot1Ad));
     assert_eq!((now.spoofchk, now.trust), (true, true));
     assert_eq!(now.link_state, Some(VfLinkState::Disable));
     assert_eq!((now.min_tx_rate, now.max_tx_rate), (10, 100));

@@ -2,7 +2,7 @@
 //! change.
 mod common;
 
-use common::{is_root, run, TestNs};
+use common::{root_ns, run, TestNs};
 use plexus_dataplane::netlink::VethSpec;
 use plexus_dataplane::sysctl::{self, SysctlKey};
 use plexus_dataplane::{Errno, Error, Netlink};
@@ -20,10 +20,7 @@ fn ns_cat(t: &TestNs, path: &str) -> String {
 
 #[test]
 fn write_and_read_inside_namespace_only() {
-    if !is_root() {
-        return;
-    }
-    let t = TestNs::new();
+    let Some(t) = root_ns() else { return };
     let fwd = SysctlKey::parse("net.ipv4.ip_forward").unwrap();
     let somaxconn = SysctlKey::parse("net/core/somaxconn").unwrap();
     let root_fwd = root_value("/proc/sys/net/ipv4/ip_forward");
@@ -57,10 +54,7 @@ fn write_and_read_inside_namespace_only() {
 
 #[test]
 fn per_interface_keys_with_dotted_names() {
-    if !is_root() {
-        return;
-    }
-    let t = TestNs::new();
+    let Some(t) = root_ns() else { return };
     let nl = Netlink::open(&t.ns).unwrap();
     // A vlan-style name on a veth (the host has no 8021q).
     nl.create_veth(&VethSpec::new("eth0.100", "peer0")).unwrap();
@@ -97,10 +91,7 @@ fn per_interface_keys_with_dotted_names() {
 
 #[test]
 fn bad_values_and_keys() {
-    if !is_root() {
-        return;
-    }
-    let t = TestNs::new();
+    let Some(t) = root_ns() else { return };
     let k = SysctlKey::parse("net.ipv4.ip_forward").unwrap();
     let e = sysctl::write(&t.ns, &k, "not-a-number").unwrap_err();
     assert_eq!(e.errno(), Some(Errno::EINVAL), "{e}");

@@ -4,7 +4,7 @@
 //! read back what `tc` built.
 mod common;
 
-use common::{is_root, run, TestNs};
+use common::{root_ns, run, TestNs};
 use plexus_dataplane::netlink::{
     handle, Link, MirredKind, PschedClock, QdiscKind, Tbf, VethSpec, ETH_P_ALL, HANDLE_INGRESS,
     HANDLE_ROOT, INGRESS_QDISC,
@@ -68,10 +68,7 @@ fn tbf(rate: u64, burst: u32) -> Tbf {
 
 #[test]
 fn tbf_is_what_tc_builds() {
-    if !is_root() {
-        return;
-    }
-    let ns = TestNs::new();
+    let Some(ns) = root_ns() else { return };
     let nl = Netlink::open(&ns.ns).unwrap();
     // (tc's rate, burst and limit arguments; ours in bytes)
     let cases: [(&str, &str, &str, u64, u32); 2] = [
@@ -158,10 +155,7 @@ fn tbf_is_what_tc_builds() {
 
 #[test]
 fn redirect_to_ifb_is_what_tc_builds() {
-    if !is_root() {
-        return;
-    }
-    let ns = TestNs::new();
+    let Some(ns) = root_ns() else { return };
     let nl = Netlink::open(&ns.ns).unwrap();
     let ours = veth(&nl, "o0", "o0p");
     let theirs = veth(&nl, "t0", "t0p");

@@ -41,6 +41,14 @@ pub(crate) struct IpRangeConf {
 /// `routes[]` entries as written: the same shape as a result's routes.
 pub(crate) use plexus_cni::result::RouteJson as RouteConf;
 
+/// What an IPAM plugin reads of the network configuration: its `ipam`
+/// section, decoded as `I`, and `args`.
+#[derive(Deserialize)]
+pub(crate) struct NetConf<I> {
+    pub ipam: Option<I>,
+    pub args: Option<ArgsConf>,
+}
+
 /// `args` (cni-CONVENTIONS "args in network config"): `args.cni.ips`, and
 /// plexus's own namespace `args.plexus`.
 #[derive(Debug, Default, Deserialize)]

@@ -88,7 +88,7 @@ use serde::Deserialize;
 
 use crate::common::{
     attachment, check_legacy_families, decode_config, decode_runtime_config, env_or_config,
-    parse_requested_ip, parse_routes, ArgsConf, IpRangeConf, RouteConf,
+    parse_requested_ip, parse_routes, ArgsConf, IpRangeConf, NetConf, RouteConf,
 };
 use crate::range::{Range, RangeSet};
 use crate::resolv;
@@ -136,12 +136,6 @@ impl HostLocal {
 type RangeSetConfs = Vec<Option<Vec<Option<IpRangeConf>>>>;
 
 #[derive(Deserialize)]
-struct NetConf {
-    ipam: Option<IpamConf>,
-    args: Option<ArgsConf>,
-}
-
-#[derive(Deserialize)]
 struct IpamConf {
     // Decoded so a wrong type fails as in Go; the caller chose the plugin.
     #[serde(rename = "type")]
@@ -168,13 +162,7 @@ struct RuntimeConf {
     ip_ranges: Option<RangeSetConfs>,
 }
 
-/// Only what DEL and GC need.
-#[derive(Deserialize)]
-struct LocationConf {
-    ipam: Option<LocationIpam>,
-    args: Option<ArgsConf>,
-}
-
+/// Only what DEL and GC need of `ipam`.
 #[derive(Deserialize)]
 struct LocationIpam {
     #[serde(rename = "dataDir")]
@@ -208,7 +196,7 @@ impl Location {
 
     /// What DEL and GC read: `name`, `ipam.dataDir` and `args`, nothing else.
     fn load(req: &Request) -> Result<(Location, Option<ArgsConf>), IpamError> {
-        let conf: LocationConf = decode_config(req)?;
+        let conf: NetConf<LocationIpam> = decode_config(req)?;
         let ipam = conf.ipam.ok_or_else(missing_ipam)?;
         Ok((Location::new(req, ipam.data_dir.as_deref())?, conf.args))
     }
@@ -293,7 +281,7 @@ struct Config {
 
 impl Config {
     fn load(req: &Request) -> Result<Config, IpamError> {
-        let conf: NetConf = decode_config(req)?;
+        let conf: NetConf<IpamConf> = decode_config(req)?;
         let runtime: RuntimeConf = decode_runtime_config(req)?;
         let ipam = conf.ipam.ok_or_else(missing_ipam)?;
         let location = Location::new(req, ipam.data_dir.as_deref())?;

@@ -38,18 +38,12 @@ use serde::Deserialize;
 
 use crate::common::{
     check_legacy_families, decode_config, decode_runtime_config, parse_address, parse_ip,
-    parse_routes, ArgsConf, RouteConf,
+    parse_routes, ArgsConf, NetConf, RouteConf,
 };
 
 /// The static IPAM plugin.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Static;
-
-#[derive(Deserialize)]
-struct NetConf {
-    ipam: Option<IpamConf>,
-    args: Option<ArgsConf>,
-}
 
 #[derive(Deserialize)]
 struct IpamConf {
@@ -110,7 +104,7 @@ fn from_list(list: &[String], path: &str) -> Result<Vec<Address>, IpamError> {
 
 impl Config {
     fn load(req: &Request) -> Result<Config, IpamError> {
-        let conf: NetConf = decode_config(req)?;
+        let conf: NetConf<IpamConf> = decode_config(req)?;
         let runtime: RuntimeConf = decode_runtime_config(req)?;
         let ipam = conf.ipam.ok_or_else(|| {
             IpamError::config(

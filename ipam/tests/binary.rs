@@ -18,11 +18,7 @@ fn version_add_gc_status_through_the_protocol() {
         7
     );
 
-    let tmp = tempfile::tempdir().unwrap();
-    let c = conf(
-        "1.1.0",
-        host_local(tmp.path(), json!({"subnet": "10.40.0.0/30"})),
-    );
+    let (tmp, c) = host_local_net("1.1.0", json!({"subnet": "10.40.0.0/30"}));
     assert_eq!(exec(&bin, "ADD", "a", "eth0", "", &c).ip(), "10.40.0.2");
     exec(&bin, "CHECK", "a", "eth0", "", &c).ok();
     // Exhausted: the error result of cni-SPEC §5, in the request's version.

@@ -28,36 +28,39 @@ fn assert_disk_matches(data_dir: &std::path::Path, got: &[(String, String)]) {
     }
 }
 
+/// `n` threads released at once by a barrier, each running `work` with its
+/// number; their results in thread order.
+fn race<T: Send + 'static>(n: usize, work: impl Fn(usize) -> T + Send + Sync + 'static) -> Vec<T> {
+    let work = Arc::new(work);
+    let barrier = Arc::new(Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|t| {
+            let (work, barrier) = (work.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                work(t)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
 #[test]
 fn threads_never_share_an_address() {
     const THREADS: usize = 8;
     const PER_THREAD: usize = 12;
-    let tmp = tempfile::tempdir().unwrap();
-    let c = Arc::new(conf(
-        "1.1.0",
-        host_local(tmp.path(), json!({"subnet": "10.20.0.0/24"})),
-    ));
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (c, barrier) = (c.clone(), barrier.clone());
-            thread::spawn(move || {
-                let p = HostLocal::new().with_lock_timeout(Duration::from_secs(30));
-                barrier.wait();
-                (0..PER_THREAD)
-                    .map(|i| {
-                        let id = format!("t{t}-{i}");
-                        let ip = ip_of(&add(&p, &c, &id, "eth0").unwrap());
-                        (id, ip)
-                    })
-                    .collect::<Vec<_>>()
+    let (tmp, c) = host_local_net("1.1.0", json!({"subnet": "10.20.0.0/24"}));
+    let got: Vec<(String, String)> = race(THREADS, move |t| {
+        let p = HostLocal::new().with_lock_timeout(Duration::from_secs(30));
+        (0..PER_THREAD)
+            .map(|i| {
+                let id = format!("t{t}-{i}");
+                let ip = ip_of(&add(&p, &c, &id, "eth0").unwrap());
+                (id, ip)
             })
-        })
-        .collect();
-    let got: Vec<(String, String)> = handles
-        .into_iter()
-        .flat_map(|h| h.join().unwrap())
-        .collect();
+            .collect::<Vec<_>>()
+    })
+    .concat();
     let unique: BTreeSet<&String> = got.iter().map(|(_, ip)| ip).collect();
     assert_eq!(unique.len(), THREADS * PER_THREAD, "duplicates in {got:?}");
     assert_disk_matches(tmp.path(), &got);
@@ -76,23 +79,11 @@ fn threads_racing_for_the_last_addresses() {
     // More callers than addresses: exactly as many succeed as there are
     // addresses, the others fail with "no IP addresses available".
     const THREADS: usize = 10;
-    let tmp = tempfile::tempdir().unwrap();
-    let c = Arc::new(conf(
-        "1.1.0",
-        host_local(tmp.path(), json!({"subnet": "10.21.0.0/29"})),
-    ));
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (c, barrier) = (c.clone(), barrier.clone());
-            thread::spawn(move || {
-                barrier.wait();
-                let id = format!("t{t}");
-                add(&HostLocal::new(), &c, &id, "eth0").map(|r| (id, ip_of(&r)))
-            })
-        })
-        .collect();
-    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let (tmp, c) = host_local_net("1.1.0", json!({"subnet": "10.21.0.0/29"}));
+    let results = race(THREADS, move |t| {
+        let id = format!("t{t}");
+        add(&HostLocal::new(), &c, &id, "eth0").map(|r| (id, ip_of(&r)))
+    });
     let got: Vec<(String, String)> = results
         .iter()
         .filter_map(|r| r.as_ref().ok().cloned())
@@ -108,13 +99,9 @@ fn threads_racing_for_the_last_addresses() {
 fn processes_never_share_an_address() {
     // Separate processes exec'd as a runtime execs a plugin, all at once.
     const PROCS: usize = 24;
-    let tmp = tempfile::tempdir().unwrap();
-    let c = conf(
+    let (tmp, c) = host_local_net(
         "1.0.0",
-        host_local(
-            tmp.path(),
-            json!({"ranges": [[{"subnet": "10.22.0.0/24"}], [{"subnet": "fd22::/64"}]]}),
-        ),
+        json!({"ranges": [[{"subnet": "10.22.0.0/24"}], [{"subnet": "fd22::/64"}]]}),
     );
     let bin = plexus_bin();
     let children: Vec<_> = (0..PROCS)
@@ -159,28 +146,9 @@ fn processes_never_share_an_address() {
     assert!(allocations(tmp.path()).is_empty());
 }
 
-/// Hold the network's lock as another process would.
-pub fn hold_lock(data_dir: &std::path::Path) -> nix::fcntl::Flock<std::fs::File> {
-    let dir = data_dir.join(NET);
-    std::fs::create_dir_all(&dir).unwrap();
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("lock"))
-        .unwrap();
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .unwrap()
-}
-
 #[test]
 fn a_held_lock_makes_callers_wait_then_fail_with_code_11() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = conf(
-        "1.1.0",
-        host_local(tmp.path(), json!({"subnet": "10.23.0.0/24"})),
-    );
+    let (tmp, c) = host_local_net("1.1.0", json!({"subnet": "10.23.0.0/24"}));
     let lock = hold_lock(tmp.path());
     let p = HostLocal::new().with_lock_timeout(Duration::from_millis(200));
     let t0 = std::time::Instant::now();

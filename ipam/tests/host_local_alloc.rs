@@ -138,15 +138,11 @@ fn wraps_around_and_skips_the_gateway() {
 
 #[test]
 fn ranges_of_a_set_are_used_in_order() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = conf(
+    let (_tmp, c) = host_local_net(
         "1.1.0",
-        host_local(
-            tmp.path(),
-            json!({"ranges": [[
+        json!({"ranges": [[
         {"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.10", "rangeEnd": "10.0.0.11"},
         {"subnet": "10.0.5.0/24", "rangeStart": "10.0.5.20", "rangeEnd": "10.0.5.21", "gateway": "10.0.5.254"}]]}),
-        ),
     );
     let p = HostLocal::new();
     let got: Vec<CniResultLite> = (0..4)
@@ -175,15 +171,11 @@ fn lite(r: &plexus_cni::CniResult) -> CniResultLite {
 
 #[test]
 fn dual_stack_allocates_one_address_per_set() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = conf(
+    let (tmp, c) = host_local_net(
         "1.1.0",
-        host_local(
-            tmp.path(),
-            json!({"ranges": [
+        json!({"ranges": [
         [{"subnet": "10.0.0.0/30"}],
         [{"subnet": "fd00::/120", "rangeStart": "fd00::10"}]]}),
-        ),
     );
     let p = HostLocal::new();
     let r = add(&p, &c, "a", "eth0").unwrap();
@@ -247,13 +239,9 @@ fn requested_ips_priority_runtime_config_then_args_then_cni_args() {
 
 #[test]
 fn requested_ips_dual_stack_and_partial() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = conf(
+    let (_tmp, c) = host_local_net(
         "1.1.0",
-        host_local(
-            tmp.path(),
-            json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}),
-        ),
+        json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}),
     );
     let p = HostLocal::new();
     // CNI_ARGS IP may list several (comma-separated), one per set.
@@ -272,13 +260,9 @@ fn requested_ips_dual_stack_and_partial() {
 
 #[test]
 fn requested_ip_already_taken_names_its_owner() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = conf(
+    let (tmp, c) = host_local_net(
         "1.1.0",
-        host_local(
-            tmp.path(),
-            json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}),
-        ),
+        json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}),
     );
     let p = HostLocal::new();
     add(
@@ -574,15 +558,11 @@ fn gc_releases_what_is_not_valid_and_leaves_the_rest() {
 #[test]
 fn status_reports_exhaustion_with_code_50() {
     // cni-SPEC §2 STATUS: 50 = "The plugin is not available".
-    let tmp = tempfile::tempdir().unwrap();
-    let c = conf(
+    let (tmp, c) = host_local_net(
         "1.1.0",
-        host_local(
-            tmp.path(),
-            json!({"ranges": [
+        json!({"ranges": [
         [{"subnet": "10.0.0.0/29", "rangeStart": "10.0.0.2", "rangeEnd": "10.0.0.3"}],
         [{"subnet": "fd00::/64"}]]}),
-        ),
     );
     let p = HostLocal::new();
     status(&p, &c).unwrap();
@@ -694,15 +674,11 @@ fn ip_ranges_capability_and_legacy_range_come_first() {
     // cni-CONVENTIONS `ipRanges`: the runtime's range sets are prepended, then
     // the legacy single range, then ipam.ranges; the order fixes the index
     // of last_reserved_ip.<n>.
-    let tmp = tempfile::tempdir().unwrap();
-    let c = conf(
+    let (tmp, c) = host_local_net(
         "1.1.0",
-        host_local(
-            tmp.path(),
-            json!({
+        json!({
         "subnet": "10.1.0.0/24",
         "ranges": [[{"subnet": "10.2.0.0/24"}]]}),
-        ),
     );
     let c = with(
         c,

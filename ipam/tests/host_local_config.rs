@@ -40,11 +40,7 @@ fn rejected_args(config: &Value, args: &str, code: ErrorCode, details: &str) {
 fn legacy_single_range_defaults() {
     // The single-range form: subnet etc. directly in ipam. Gateway .1,
     // rangeStart .1 with the gateway skipped, so the first address is .2.
-    let tmp = tempfile::tempdir().unwrap();
-    let c = conf(
-        "1.0.0",
-        host_local(tmp.path(), json!({"subnet": "10.1.2.0/24"})),
-    );
+    let (_tmp, c) = host_local_net("1.0.0", json!({"subnet": "10.1.2.0/24"}));
     let r = add(&HostLocal::new(), &c, "ctr1", "eth0").unwrap();
     assert_eq!(
         printed(&r, plexus_cni::CniVersion::V1_0_0),

@@ -9,28 +9,24 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::Path;
+use tempfile::TempDir;
 
 use common::*;
 use plexus_cni::ErrorCode;
 use plexus_ipam::{HostLocal, Static};
 use serde_json::{json, Value};
 
-/// The reference v1.1.1 speaks CNI up to 1.0.0.
-fn v4_conf(d: &Path) -> Value {
-    conf(
-        "1.0.0",
-        host_local(d, json!({"ranges": [[{"subnet": "10.30.0.0/24"}]]})),
-    )
+/// An IPv4 network in a fresh data dir (the reference v1.1.1 speaks CNI up
+/// to 1.0.0).
+fn v4_net() -> (TempDir, Value) {
+    host_local_net("1.0.0", json!({"ranges": [[{"subnet": "10.30.0.0/24"}]]}))
 }
 
-fn dual_conf(d: &Path) -> Value {
-    conf(
+/// A dual-stack network in a fresh data dir.
+fn dual_net() -> (TempDir, Value) {
+    host_local_net(
         "1.0.0",
-        host_local(
-            d,
-            json!({"ranges": [[{"subnet": "10.31.0.0/24"}], [{"subnet": "fd31:0:0:1::/64"}]]}),
-        ),
+        json!({"ranges": [[{"subnet": "10.31.0.0/24"}], [{"subnet": "fd31:0:0:1::/64"}]]}),
     )
 }
 
@@ -39,8 +35,7 @@ fn reference_allocates_then_plexus_continues() {
     let Some(reference) = reference(REFERENCE_HOST_LOCAL) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let c = v4_conf(tmp.path());
+    let (tmp, c) = v4_net();
     for (i, want) in ["10.30.0.2", "10.30.0.3", "10.30.0.4"].iter().enumerate() {
         assert_eq!(
             exec(&reference, "ADD", &format!("ref{i}"), "eth0", "", &c).ip(),
@@ -91,8 +86,7 @@ fn plexus_allocates_then_reference_continues() {
     let Some(reference) = reference(REFERENCE_HOST_LOCAL) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let c = dual_conf(tmp.path());
+    let (tmp, c) = dual_net();
     let p = HostLocal::new();
     for i in 0..3 {
         add(&p, &c, &format!("px{i}"), "eth0").unwrap();
@@ -145,8 +139,7 @@ fn plexus_binary_and_reference_allocate_at_the_same_time() {
         return;
     };
     const EACH: usize = 12;
-    let tmp = tempfile::tempdir().unwrap();
-    let c = dual_conf(tmp.path());
+    let (tmp, c) = dual_net();
     let plexus = plexus_bin();
     let children: Vec<_> = (0..EACH)
         .flat_map(|i| {
@@ -197,13 +190,9 @@ fn legacy_form_and_requested_ip_interop() {
     let Some(reference) = reference(REFERENCE_HOST_LOCAL) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let c = conf(
+    let (_tmp, c) = host_local_net(
         "1.0.0",
-        host_local(
-            tmp.path(),
-            json!({"subnet": "10.32.0.0/24", "rangeStart": "10.32.0.100", "gateway": "10.32.0.254"}),
-        ),
+        json!({"subnet": "10.32.0.0/24", "rangeStart": "10.32.0.100", "gateway": "10.32.0.254"}),
     );
     // A requested address through the ips capability, in the reference.
     let rc = with(c.clone(), "runtimeConfig", json!({"ips": ["10.32.0.150"]}));
@@ -232,8 +221,7 @@ fn old_format_files_of_early_reference_versions() {
     let Some(reference) = reference(REFERENCE_HOST_LOCAL) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let c = v4_conf(tmp.path());
+    let (tmp, c) = v4_net();
     let dir = tmp.path().join(NET);
     fs::create_dir_all(&dir).unwrap();
     fs::write(dir.join("10.30.0.7"), "oldctr").unwrap();
@@ -306,19 +294,8 @@ fn reference_and_plexus_share_the_lock() {
     let Some(reference) = reference(REFERENCE_HOST_LOCAL) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let c = v4_conf(tmp.path());
-    let dir = tmp.path().join(NET);
-    fs::create_dir_all(&dir).unwrap();
-    let f = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("lock"))
-        .unwrap();
-    let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .unwrap();
+    let (tmp, c) = v4_net();
+    let lock = hold_lock(tmp.path());
     let mut child = spawn(&reference, "ADD", "ref0", "eth0", "", &c);
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(

@@ -92,101 +92,81 @@ fn precedence_follows_the_reference() {
 #[test]
 fn bad_input_names_the_field() {
     let ipam = |addresses: Value| conf("1.1.0", json!({"type": "static", "addresses": addresses}));
-    rejected(
-        &ipam(json!([{"gateway": "10.0.0.1"}])),
-        "",
-        ErrorCode::InvalidConfig,
-        "ipam.addresses[0].address: missing",
-    );
-    rejected(
-        &ipam(json!([{"address": "10.0.0.5/24"}, {"address": "10.0.0.6"}])),
-        "",
-        ErrorCode::InvalidConfig,
-        "ipam.addresses[1].address: \"10.0.0.6\" is not an address in CIDR notation",
-    );
-    rejected(
-        &ipam(json!([{"address": "10.0.0.5/24", "gateway": "nope"}])),
-        "",
-        ErrorCode::InvalidConfig,
-        "ipam.addresses[0].gateway: \"nope\" is not an IP address",
-    );
-    rejected(&ipam(json!([{"address": "10.0.0.5/24", "gateway": "fd00::1"}])), "", ErrorCode::InvalidConfig, "ipam.addresses[0].gateway: fd00::1 and the address 10.0.0.5/24 are of different address families");
-    rejected(
-        &ipam(json!([{"address": 5}])),
-        "",
-        ErrorCode::InvalidConfig,
-        "ipam.addresses[0].address: invalid type: integer `5`",
-    );
-    rejected(
-        &ipam(json!({"address": "10.0.0.5/24"})),
-        "",
-        ErrorCode::InvalidConfig,
-        "ipam.addresses: invalid type: map",
-    );
-    rejected(
-        &with(
-            ipam(json!([])),
-            "runtimeConfig",
-            json!({"ips": ["10.0.0.5"]}),
+    let mut dns = ipam(json!([]));
+    dns["ipam"]["dns"] = json!({"nameservers": "8.8.8.8"});
+    let mut routes = ipam(json!([]));
+    routes["ipam"]["routes"] = json!([{"dst": "0.0.0.0/0", "gw": "fd00::1"}]);
+    let mut no_ipam = ipam(json!([]));
+    no_ipam.as_object_mut().unwrap().remove("ipam");
+    let runtime_ips = |ips: Value| with(ipam(json!([])), "runtimeConfig", json!({ "ips": ips }));
+    for (config, details) in [
+        (
+            ipam(json!([{"gateway": "10.0.0.1"}])),
+            "ipam.addresses[0].address: missing",
         ),
-        "",
-        ErrorCode::InvalidConfig,
-        "runtimeConfig.ips[0]: \"10.0.0.5\" is not an address in CIDR notation",
-    );
-    rejected(
-        &with(
-            ipam(json!([])),
-            "runtimeConfig",
-            json!({"ips": "10.0.0.5/24"}),
+        (
+            ipam(json!([{"address": "10.0.0.5/24"}, {"address": "10.0.0.6"}])),
+            "ipam.addresses[1].address: \"10.0.0.6\" is not an address in CIDR notation",
         ),
-        "",
-        ErrorCode::InvalidConfig,
-        "runtimeConfig.ips: invalid type: string",
-    );
-    rejected(
-        &with(ipam(json!([])), "args", json!({"cni": {"ips": ["x/24"]}})),
-        "",
-        ErrorCode::InvalidConfig,
-        "args.cni.ips[0]: \"x/24\" is not an address in CIDR notation",
-    );
-    let mut c = ipam(json!([]));
-    c["ipam"]["dns"] = json!({"nameservers": "8.8.8.8"});
-    rejected(
-        &c,
-        "",
-        ErrorCode::InvalidConfig,
-        "ipam.dns.nameservers: invalid type: string",
-    );
-    let mut c = ipam(json!([]));
-    c["ipam"]["routes"] = json!([{"dst": "0.0.0.0/0", "gw": "fd00::1"}]);
-    rejected(
-        &c,
-        "",
-        ErrorCode::InvalidConfig,
-        "ipam.routes[0].gw: fd00::1 and the destination 0.0.0.0/0",
-    );
-    let mut c = ipam(json!([]));
-    c.as_object_mut().unwrap().remove("ipam");
-    rejected(&c, "", ErrorCode::InvalidConfig, "ipam: missing");
+        (
+            ipam(json!([{"address": "10.0.0.5/24", "gateway": "nope"}])),
+            "ipam.addresses[0].gateway: \"nope\" is not an IP address",
+        ),
+        (
+            ipam(json!([{"address": "10.0.0.5/24", "gateway": "fd00::1"}])),
+            "ipam.addresses[0].gateway: fd00::1 and the address 10.0.0.5/24 are of different address families",
+        ),
+        (
+            ipam(json!([{"address": 5}])),
+            "ipam.addresses[0].address: invalid type: integer `5`",
+        ),
+        (
+            ipam(json!({"address": "10.0.0.5/24"})),
+            "ipam.addresses: invalid type: map",
+        ),
+        (
+            runtime_ips(json!(["10.0.0.5"])),
+            "runtimeConfig.ips[0]: \"10.0.0.5\" is not an address in CIDR notation",
+        ),
+        (
+            runtime_ips(json!("10.0.0.5/24")),
+            "runtimeConfig.ips: invalid type: string",
+        ),
+        (
+            with(ipam(json!([])), "args", json!({"cni": {"ips": ["x/24"]}})),
+            "args.cni.ips[0]: \"x/24\" is not an address in CIDR notation",
+        ),
+        (dns, "ipam.dns.nameservers: invalid type: string"),
+        (
+            routes,
+            "ipam.routes[0].gw: fd00::1 and the destination 0.0.0.0/0",
+        ),
+        (no_ipam, "ipam: missing"),
+    ] {
+        rejected(&config, "", ErrorCode::InvalidConfig, details);
+    }
     // CNI_ARGS problems are environment errors.
-    rejected(
-        &ipam(json!([])),
-        "IP=10.0.0.5",
-        ErrorCode::InvalidEnvironment,
-        "CNI_ARGS: IP: \"10.0.0.5\" is not an address in CIDR notation",
-    );
-    rejected(
-        &ipam(json!([])),
-        "IP=10.0.0.5/24;GATEWAY=x",
-        ErrorCode::InvalidEnvironment,
-        "CNI_ARGS: GATEWAY: \"x\" is not an IP address",
-    );
-    rejected(
-        &ipam(json!([])),
-        "K8S_POD_NAME=a",
-        ErrorCode::InvalidEnvironment,
-        "CNI_ARGS: unknown argument \"K8S_POD_NAME\"",
-    );
+    for (args, details) in [
+        (
+            "IP=10.0.0.5",
+            "CNI_ARGS: IP: \"10.0.0.5\" is not an address in CIDR notation",
+        ),
+        (
+            "IP=10.0.0.5/24;GATEWAY=x",
+            "CNI_ARGS: GATEWAY: \"x\" is not an IP address",
+        ),
+        (
+            "K8S_POD_NAME=a",
+            "CNI_ARGS: unknown argument \"K8S_POD_NAME\"",
+        ),
+    ] {
+        rejected(
+            &ipam(json!([])),
+            args,
+            ErrorCode::InvalidEnvironment,
+            details,
+        );
+    }
     assert!(add_args(
         &Static,
         &ipam(json!([])),

@@ -860,17 +860,7 @@ fn check(s: &Settings, ctx: &Attach<'_>, prev: &CniResult) -> Result<(), DriverE
     }
 
     let cont_entry = common::prev_container_interface(prev, ctx)?;
-    let cont = ctx
-        .pod
-        .link_by_name(&ctx.ifname)
-        .map_err(sys(format_args!("look up {}", ctx.ifname)))?
-        .ok_or_else(|| check_failed(format!("container interface {} not found", ctx.ifname)))?;
-    if cont.kind != Some(LinkKind::Veth) {
-        return Err(check_failed(format!(
-            "container interface {} is not a veth",
-            ctx.ifname
-        )));
-    }
+    let cont = common::container_link_of_kind(ctx, LinkKind::Veth, "veth")?;
     common::check_mac(&cont, cont_entry, "container")?;
 
     // The host veth: a host-side entry of the prevResult that is the

@@ -27,7 +27,9 @@ use serde_json::Value;
 
 use super::attachment::Attach;
 use super::undo::Undo;
-use crate::netlink::{AddressOptions, IpFamily, Link, Netlink, Route, Scope, RT_TABLE_MAIN};
+use crate::netlink::{
+    AddressOptions, IpFamily, Link, LinkKind, Netlink, Route, Scope, RT_TABLE_MAIN,
+};
 use crate::sysctl::{self, SysctlKey};
 use crate::{Error, MacAddr};
 
@@ -450,6 +452,31 @@ pub(crate) fn prev_container_interface<'r>(
                 ctx.ifname, ctx.sandbox
             ))
         })
+}
+
+/// CHECK: the container interface (CNI_IFNAME) as the pod has it now; a
+/// failed check when it is gone.
+pub(crate) fn container_link(ctx: &Attach<'_>) -> Result<Link, DriverError> {
+    ctx.pod
+        .link_by_name(&ctx.ifname)
+        .map_err(sys(format_args!("look up {}", ctx.ifname)))?
+        .ok_or_else(|| check_failed(format!("container interface {} not found", ctx.ifname)))
+}
+
+/// [`container_link`], which must be a `kind` link (`name` in messages).
+pub(crate) fn container_link_of_kind(
+    ctx: &Attach<'_>,
+    kind: LinkKind,
+    name: &str,
+) -> Result<Link, DriverError> {
+    let link = container_link(ctx)?;
+    if link.kind != Some(kind) {
+        return Err(check_failed(format!(
+            "container interface {} is not a {name}",
+            ctx.ifname
+        )));
+    }
+    Ok(link)
 }
 
 /// The interface's MAC matches the prevResult's, when that names one.

@@ -242,11 +242,7 @@ pub(crate) fn check_pod_netdev(
     what: impl Display,
 ) -> Result<(), DriverError> {
     let entry = common::prev_container_interface(prev, at)?;
-    let link = at
-        .pod
-        .link_by_name(&at.ifname)
-        .map_err(sys(format_args!("look up {}", at.ifname)))?
-        .ok_or_else(|| check_failed(format!("container interface {} not found", at.ifname)))?;
+    let link = common::container_link(at)?;
     if link.parent_device.as_deref() != Some(parent) {
         return Err(check_failed(format!(
             "container interface {} is not {what}",

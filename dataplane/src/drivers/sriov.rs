@@ -571,11 +571,7 @@ mod tests {
         let now = VfState {
             vf: 0,
             mac: "02:00:00:00:00:01".parse().unwrap(),
-            vlan: VfVlan {
-                id: 10,
-                qos: 2,
-                proto: VlanProto::Dot1Q,
-            },
+            vlan: VfVlan::tagged(10, 2, VlanProto::Dot1Q),
             spoofchk: true,
             trust: false,
             link_state: Some(VfLinkState::Auto),

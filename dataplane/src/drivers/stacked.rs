@@ -354,17 +354,7 @@ fn check<S: Stacked>(
         }
     }
     let kind = S::KIND;
-    let link = ctx
-        .pod
-        .link_by_name(&ctx.ifname)
-        .map_err(sys(format_args!("look up {}", ctx.ifname)))?
-        .ok_or_else(|| check_failed(format!("container interface {} not found", ctx.ifname)))?;
-    if link.kind != Some(S::LINK_KIND) {
-        return Err(check_failed(format!(
-            "container interface {} is not a {kind}",
-            ctx.ifname
-        )));
-    }
+    let link = common::container_link_of_kind(ctx, S::LINK_KIND, kind)?;
     let mode = S::mode_of(&link);
     if mode != Some(conf.mode) {
         return Err(check_failed(format!(

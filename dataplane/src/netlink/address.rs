@@ -7,7 +7,7 @@ use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessa
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use super::route::{IpFamily, Scope};
-use super::{Netlink, CHANGE, CREATE, DUMP};
+use super::{Netlink, CHANGE, CREATE};
 use crate::error::{Errno, Result};
 
 /// An address assigned to a link.
@@ -112,19 +112,15 @@ impl Netlink {
         if let Some(family) = family {
             msg.header.family = family.address_family();
         }
-        let replies = self.request(
+        self.dump(
             "list addresses",
             &format_args!("of index {index}"),
             RouteNetlinkMessage::GetAddress(msg),
-            DUMP,
-        )?;
-        Ok(replies
-            .iter()
-            .filter_map(|r| match r {
+            |r| match r {
                 RouteNetlinkMessage::NewAddress(m) if m.header.index == index => parse_address(m),
                 _ => None,
-            })
-            .collect())
+            },
+        )
     }
 }
 

@@ -636,14 +636,15 @@ impl Netlink {
     pub fn links(&self) -> Result<Vec<Link>> {
         let mut msg = nl::LinkMessage::default();
         msg.attributes.push(skip_stats());
-        let replies = self.request("list links", &"", RouteNetlinkMessage::GetLink(msg), DUMP)?;
-        Ok(replies
-            .iter()
-            .filter_map(|r| match r {
+        self.dump(
+            "list links",
+            &"",
+            RouteNetlinkMessage::GetLink(msg),
+            |r| match r {
                 RouteNetlinkMessage::NewLink(m) => Some(Link::from_message(m)),
                 _ => None,
-            })
-            .collect())
+            },
+        )
     }
 
     /// Creates a veth pair and returns the local end as created (its

@@ -30,7 +30,12 @@ use std::fmt::Display;
 use std::time::Duration;
 
 use netlink_packet_route::RouteNetlinkMessage;
-use rtnetlink::packet_core::NetlinkMessage;
+// Header flags (linux/netlink.h); NLM_F_CAPPED and NLM_F_ACK_TLVS are those
+// of an NLMSG_ERROR message.
+use rtnetlink::packet_core::{
+    NetlinkMessage, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_CREATE, NLM_F_DUMP, NLM_F_ECHO,
+    NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST,
+};
 use rtnetlink::sys::protocols::NETLINK_ROUTE;
 
 use crate::error::Result;
@@ -56,19 +61,8 @@ pub use vf::{Guid, VfLinkState, VfSettings, VfState, VfVlan, VlanProto};
 /// milliseconds on a busy node.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-// Netlink header flags (linux/netlink.h).
-const NLM_F_REQUEST: u16 = 0x01;
-const NLM_F_ACK: u16 = 0x04;
-const NLM_F_ECHO: u16 = 0x08;
-const NLM_F_ROOT: u16 = 0x100;
-const NLM_F_MATCH: u16 = 0x200;
-const NLM_F_DUMP: u16 = NLM_F_ROOT | NLM_F_MATCH;
-const NLM_F_REPLACE: u16 = 0x100;
-const NLM_F_EXCL: u16 = 0x200;
-const NLM_F_CREATE: u16 = 0x400;
-// Flags of an NLMSG_ERROR message.
-const NLM_F_CAPPED: u16 = 0x100;
-const NLM_F_ACK_TLVS: u16 = 0x200;
+/// The extended-ACK attribute that carries the kernel's message
+/// (linux/netlink.h).
 const NLMSGERR_ATTR_MSG: u16 = 1;
 
 /// Flags of a request that changes something and wants the verdict.
@@ -116,6 +110,21 @@ impl Netlink {
         let mut req = NetlinkMessage::from(msg);
         req.header.flags = flags;
         self.socket.exchange(req, op, object)
+    }
+
+    /// Sends one dump request and keeps what `pick` takes of its entries.
+    fn dump<T>(
+        &self,
+        op: &'static str,
+        object: &dyn Display,
+        msg: RouteNetlinkMessage,
+        pick: impl FnMut(&RouteNetlinkMessage) -> Option<T>,
+    ) -> Result<Vec<T>> {
+        Ok(self
+            .request(op, object, msg, DUMP)?
+            .iter()
+            .filter_map(pick)
+            .collect())
     }
 }
 

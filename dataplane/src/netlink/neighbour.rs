@@ -7,7 +7,7 @@ use netlink_packet_route::neighbour::{
 };
 use netlink_packet_route::RouteNetlinkMessage;
 
-use super::{Netlink, DUMP};
+use super::Netlink;
 use crate::error::Result;
 use crate::mac::MacAddr;
 
@@ -57,19 +57,15 @@ impl From<NlState> for NeighbourState {
 impl Netlink {
     /// The IPv4 and IPv6 neighbour entries of link `index`.
     pub fn neighbours(&self, index: u32) -> Result<Vec<Neighbour>> {
-        let replies = self.request(
+        self.dump(
             "list neighbours",
             &format_args!("of index {index}"),
             RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default()),
-            DUMP,
-        )?;
-        Ok(replies
-            .iter()
-            .filter_map(|r| match r {
+            |r| match r {
                 RouteNetlinkMessage::NewNeighbour(m) if m.header.ifindex == index => parse(m),
                 _ => None,
-            })
-            .collect())
+            },
+        )
     }
 }
 

@@ -6,7 +6,7 @@ use ipnetwork::IpNetwork;
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteMetric};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use super::{Netlink, CHANGE, DUMP, NLM_F_CREATE, NLM_F_REPLACE};
+use super::{Netlink, CHANGE, NLM_F_CREATE, NLM_F_REPLACE};
 use crate::error::{Errno, Error, Result};
 
 /// The main routing table (`ip route` default).
@@ -474,20 +474,17 @@ impl Netlink {
     pub fn routes(&self, family: IpFamily, table: Option<u32>) -> Result<Vec<Route>> {
         let mut msg = RouteMessage::default();
         msg.header.address_family = family.address_family();
-        let replies = self.request(
+        self.dump(
             "list routes",
             &format_args!("{family:?}"),
             RouteNetlinkMessage::GetRoute(msg),
-            DUMP,
-        )?;
-        Ok(replies
-            .iter()
-            .filter_map(|r| match r {
-                RouteNetlinkMessage::NewRoute(m) => Route::from_message(m),
+            |r| match r {
+                RouteNetlinkMessage::NewRoute(m) => {
+                    Route::from_message(m).filter(|r| table.is_none_or(|t| r.table == t))
+                }
                 _ => None,
-            })
-            .filter(|r| table.is_none_or(|t| r.table == t))
-            .collect())
+            },
+        )
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 
 use rtnetlink::packet_core::{
     NetlinkDeserializable, NetlinkMessage, NetlinkPayload, NetlinkSerializable, NLM_F_ACK,
+    NLM_F_MULTIPART,
 };
 use rtnetlink::sys::{Socket, SocketAddr};
 
@@ -22,9 +23,6 @@ use crate::error::{Errno, Error, Result};
 /// 32 KiB, a single answer (a PF with many VFs) can be larger. Only the
 /// pages a reply fills are ever touched.
 const RECEIVE_BUFFER: usize = 1 << 20;
-
-/// A reply of a dump, more follow (linux/netlink.h).
-const NLM_F_MULTI: u16 = 0x02;
 
 /// Length of `struct nlmsghdr`.
 const HEADER_LEN: usize = 16;
@@ -140,7 +138,7 @@ impl NetlinkSocket {
                 if reply.header.sequence_number != seq {
                     continue; // a late answer to an exchange that timed out
                 }
-                let multi = reply.header.flags & NLM_F_MULTI != 0;
+                let multi = reply.header.flags & NLM_F_MULTIPART != 0;
                 match reply.payload {
                     NetlinkPayload::InnerMessage(m) => {
                         replies.push(m);

@@ -26,7 +26,7 @@ use netlink_packet_route::tc::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::packet_core::{DefaultNla, Nla, NlasIterator};
 
-use super::{validate_ifname, Link, Netlink, CHANGE, CREATE, DUMP};
+use super::{validate_ifname, Link, Netlink, CHANGE, CREATE};
 use crate::error::{Errno, Error, Result};
 
 /// `TC_H_ROOT`: the parent of a link's root (egress) qdisc.
@@ -391,20 +391,17 @@ impl Netlink {
     pub fn qdiscs(&self, ifindex: u32) -> Result<Vec<Qdisc>> {
         // The kernel dumps the qdiscs of every link; keep this one's.
         let msg = qdisc_message(ifindex, 0, 0);
-        let replies = self.request(
+        self.dump(
             "list qdiscs",
             &format_args!("of link index {ifindex}"),
             RouteNetlinkMessage::GetQueueDiscipline(msg),
-            DUMP,
-        )?;
-        Ok(replies
-            .iter()
-            .filter_map(|r| match r {
-                RouteNetlinkMessage::NewQueueDiscipline(m) => Qdisc::from_message(m),
+            |r| match r {
+                RouteNetlinkMessage::NewQueueDiscipline(m) => {
+                    Qdisc::from_message(m).filter(|q| q.ifindex == ifindex)
+                }
                 _ => None,
-            })
-            .filter(|q| q.ifindex == ifindex)
-            .collect())
+            },
+        )
     }
 
     /// The qdisc attached at `parent` ([`HANDLE_ROOT`], [`HANDLE_INGRESS`])
@@ -427,27 +424,43 @@ impl Netlink {
                 "rate and buffer must be positive",
             ));
         }
-        let mut msg = qdisc_message(ifindex, handle, HANDLE_ROOT);
-        msg.attributes.push(TcAttribute::Kind("tbf".into()));
-        msg.attributes.push(TcAttribute::Options(tbf.to_options()));
-        self.request(
+        self.add_qdisc(
             "add tbf qdisc",
-            &On("root", ifindex),
-            RouteNetlinkMessage::NewQueueDiscipline(msg),
-            CREATE,
+            On("root", ifindex),
+            (handle, HANDLE_ROOT),
+            vec![
+                TcAttribute::Kind("tbf".into()),
+                TcAttribute::Options(tbf.to_options()),
+            ],
         )
-        .map(drop)
-        .map_err(|e| self.name_link(e, ifindex))
     }
 
     /// Adds the ingress qdisc (`ffff:`) to link `ifindex`, the hook for
     /// filters on what it receives.
     pub fn add_ingress_qdisc(&self, ifindex: u32) -> Result<()> {
-        let mut msg = qdisc_message(ifindex, INGRESS_QDISC, HANDLE_INGRESS);
-        msg.attributes.push(TcAttribute::Kind("ingress".into()));
-        self.request(
+        self.add_qdisc(
             "add ingress qdisc",
-            &On("ingress", ifindex),
+            On("ingress", ifindex),
+            (INGRESS_QDISC, HANDLE_INGRESS),
+            vec![TcAttribute::Kind("ingress".into())],
+        )
+    }
+
+    /// Adds the qdisc `attributes` describe, with its `(handle, parent)`, to
+    /// the link `at` names.
+    fn add_qdisc(
+        &self,
+        op: &'static str,
+        at: On<'_>,
+        (handle, parent): (u32, u32),
+        attributes: Vec<TcAttribute>,
+    ) -> Result<()> {
+        let ifindex = at.1;
+        let mut msg = qdisc_message(ifindex, handle, parent);
+        msg.attributes = attributes;
+        self.request(
+            op,
+            &at,
             RouteNetlinkMessage::NewQueueDiscipline(msg),
             CREATE,
         )
@@ -501,19 +514,15 @@ impl Netlink {
     /// the kernel also lists its hash table entries, which carry no actions).
     pub fn filters(&self, ifindex: u32, parent: u32) -> Result<Vec<Filter>> {
         let msg = TcMessage::from_parts(tc_header(ifindex, 0, parent, 0), Vec::new());
-        let replies = self.request(
+        self.dump(
             "list filters",
             &On(&handle_to_string(parent), ifindex),
             RouteNetlinkMessage::GetTrafficFilter(msg),
-            DUMP,
-        )?;
-        Ok(replies
-            .iter()
-            .filter_map(|r| match r {
+            |r| match r {
                 RouteNetlinkMessage::NewTrafficFilter(m) => Filter::from_message(m),
                 _ => None,
-            })
-            .collect())
+            },
+        )
     }
 
     /// Creates an ifb device (an "intermediate functional block": what is

@@ -101,6 +101,11 @@ impl VfVlan {
             ..VfVlan::default()
         }
     }
+
+    /// VLAN `id` with priority `qos`, tagged as `proto`.
+    pub fn tagged(id: u16, qos: u8, proto: VlanProto) -> Self {
+        VfVlan { id, qos, proto }
+    }
 }
 
 /// A VF's link state as the PF forces it (sriov-cni's `link_state`).
@@ -671,11 +676,7 @@ mod tests {
     fn every_setting_is_encoded_and_decodes_as_state() {
         let settings = VfSettings {
             mac: Some(mac("02:00:00:00:00:07")),
-            vlan: Some(VfVlan {
-                id: 20,
-                qos: 5,
-                proto: VlanProto::Dot1Ad,
-            }),
+            vlan: Some(VfVlan::tagged(20, 5, VlanProto::Dot1Ad)),
             spoofchk: Some(false),
             trust: Some(true),
             link_state: Some(VfLinkState::Disable),
@@ -692,11 +693,7 @@ mod tests {
             VfState {
                 vf: 3,
                 mac: mac("02:00:00:00:00:07"),
-                vlan: VfVlan {
-                    id: 20,
-                    qos: 5,
-                    proto: VlanProto::Dot1Ad
-                },
+                vlan: VfVlan::tagged(20, 5, VlanProto::Dot1Ad),
                 spoofchk: false,
                 trust: true,
                 link_state: Some(VfLinkState::Disable),
@@ -760,11 +757,7 @@ mod tests {
     #[test]
     fn vlan_8021q_uses_the_classic_attribute_and_rates_keep_the_other_bound() {
         let settings = VfSettings {
-            vlan: Some(VfVlan {
-                id: 10,
-                qos: 3,
-                proto: VlanProto::Dot1Q,
-            }),
+            vlan: Some(VfVlan::tagged(10, 3, VlanProto::Dot1Q)),
             max_tx_rate: Some(100),
             ..VfSettings::default()
         };
@@ -802,14 +795,7 @@ mod tests {
         ]);
         let state = decode_vf(&entry).unwrap();
         assert_eq!(state.vf, 4);
-        assert_eq!(
-            state.vlan,
-            VfVlan {
-                id: 7,
-                qos: 1,
-                proto: VlanProto::Dot1Q
-            }
-        );
+        assert_eq!(state.vlan, VfVlan::tagged(7, 1, VlanProto::Dot1Q));
         assert_eq!((state.min_tx_rate, state.max_tx_rate), (0, 300));
         assert_eq!(state.link_state, None);
         assert_eq!(decode_vf(&nl::LinkVfInfo(vec![])), None, "no VF number");
@@ -888,11 +874,7 @@ mod tests {
     fn applied_settings_survive_serialization() {
         let settings = VfSettings {
             mac: Some(mac("02:00:00:00:00:0a")),
-            vlan: Some(VfVlan {
-                id: 5,
-                qos: 1,
-                proto: VlanProto::Dot1Ad,
-            }),
+            vlan: Some(VfVlan::tagged(5, 1, VlanProto::Dot1Ad)),
             link_state: Some(VfLinkState::Disable),
             ib_port_guid: Some(Guid(3)),
             ..VfSettings::default()
@@ -911,11 +893,7 @@ mod tests {
     fn a_saved_state_survives_serialization() {
         let mut state = VfState::unset(2);
         state.mac = mac("02:00:00:00:00:09");
-        state.vlan = VfVlan {
-            id: 30,
-            qos: 1,
-            proto: VlanProto::Dot1Ad,
-        };
+        state.vlan = VfVlan::tagged(30, 1, VlanProto::Dot1Ad);
         state.link_state = Some(VfLinkState::Enable);
         state.ib_port_guid = Some(Guid(0xfe80_0000_0000_0001));
         let text = serde_json::to_string(&state).unwrap();
@@ -969,14 +947,7 @@ mod tests {
 
     #[test]
     fn out_of_range_vlans_are_refused_before_the_kernel() {
-        for vlan in [
-            VfVlan::new(4095),
-            VfVlan {
-                id: 1,
-                qos: 8,
-                proto: VlanProto::Dot1Q,
-            },
-        ] {
+        for vlan in [VfVlan::new(4095), VfVlan::tagged(1, 8, VlanProto::Dot1Q)] {
             let s = VfSettings {
                 vlan: Some(vlan),
                 ..VfSettings::default()

@@ -335,23 +335,33 @@ impl VdpaNetlink {
             .collect())
     }
 
-    /// `VDPA_CMD_DEV_GET` of one device; `None` when there is none.
-    pub fn device(&self, name: &str) -> Result<Option<VdpaDev>> {
+    /// `cmd` for the one device `name`: the replies, or `None` when there
+    /// is no such device (ENODEV).
+    fn on_device(
+        &self,
+        cmd: VdpaCmd,
+        op: &'static str,
+        name: &str,
+    ) -> Result<Option<Vec<VdpaMessage>>> {
         let object = format!("vDPA device {name}");
-        match self.vdpa(
-            VdpaCmd::DevGet,
-            vec![VdpaAttr::DevName(name.into())],
-            NLM_F_REQUEST,
-            "get",
-            &object,
-        ) {
-            Ok(replies) => Ok(replies
-                .into_iter()
-                .map(|m| VdpaDev::from_attrs(m.attrs))
-                .find(|d| d.name == name)),
+        let attrs = vec![VdpaAttr::DevName(name.into())];
+        match self.vdpa(cmd, attrs, NLM_F_REQUEST, op, &object) {
+            Ok(replies) => Ok(Some(replies)),
             Err(e) if e.errno() == Some(Errno::ENODEV) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// `VDPA_CMD_DEV_GET` of one device; `None` when there is none.
+    pub fn device(&self, name: &str) -> Result<Option<VdpaDev>> {
+        Ok(self
+            .on_device(VdpaCmd::DevGet, "get", name)?
+            .and_then(|replies| {
+                replies
+                    .into_iter()
+                    .map(|m| VdpaDev::from_attrs(m.attrs))
+                    .find(|d| d.name == name)
+            }))
     }
 
     /// Every vDPA device (`VDPA_CMD_DEV_GET` dump).
@@ -372,17 +382,9 @@ impl VdpaNetlink {
     /// `VDPA_CMD_DEV_CONFIG_GET` of a network device: its MAC and MTU as
     /// its virtio config space has them; `None` when there is no device.
     pub fn net_config(&self, name: &str) -> Result<Option<VdpaNetConfig>> {
-        let object = format!("vDPA device {name}");
-        let replies = match self.vdpa(
-            VdpaCmd::DevConfigGet,
-            vec![VdpaAttr::DevName(name.into())],
-            NLM_F_REQUEST,
-            "read the configuration of",
-            &object,
-        ) {
-            Ok(r) => r,
-            Err(e) if e.errno() == Some(Errno::ENODEV) => return Ok(None),
-            Err(e) => return Err(e),
+        let op = "read the configuration of";
+        let Some(replies) = self.on_device(VdpaCmd::DevConfigGet, op, name)? else {
+            return Ok(None);
         };
         let mut config = VdpaNetConfig::default();
         for a in replies.into_iter().flat_map(|m| m.attrs) {
@@ -422,18 +424,7 @@ impl VdpaNetlink {
 
     /// `VDPA_CMD_DEV_DEL`; `Ok(false)` when there was no such device.
     pub fn del_device(&self, name: &str) -> Result<bool> {
-        let object = format!("vDPA device {name}");
-        match self.vdpa(
-            VdpaCmd::DevDel,
-            vec![VdpaAttr::DevName(name.into())],
-            NLM_F_REQUEST,
-            "delete",
-            &object,
-        ) {
-            Ok(_) => Ok(true),
-            Err(e) if e.errno() == Some(Errno::ENODEV) => Ok(false),
-            Err(e) => Err(e),
-        }
+        Ok(self.on_device(VdpaCmd::DevDel, "delete", name)?.is_some())
     }
 }
 

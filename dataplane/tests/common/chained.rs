@@ -13,11 +13,12 @@ use std::process::{Command, Stdio};
 
 use plexus_cni::args::CniArgs;
 use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
-use plexus_dataplane::netlink::VethSpec;
+use plexus_cni::skel::Plugin;
+use plexus_cni::CniError;
 use plexus_dataplane::{MacAddr, Netlink};
 use serde_json::{json, Value};
 
-use crate::common::{run, TestNs};
+use crate::common::{is_root, request, run, veth_up, TestNs};
 
 /// Where Debian's containernetworking-plugins put the reference binaries.
 pub const REFERENCE_DIR: &str = "/usr/lib/cni";
@@ -34,20 +35,24 @@ pub struct Attachment {
 }
 
 impl Attachment {
+    /// For running plexus and the reference plugin side by side: `veth0`
+    /// and `eth0` for plexus, `veth1` and `eth1` for the reference; `None`
+    /// (the test skipped) without root or the reference binaries.
+    pub fn side_by_side() -> Option<Attachment> {
+        if !is_root() || !have_reference() {
+            return None;
+        }
+        let a = Attachment::new("veth0", "eth0");
+        a.add_pair("veth1", "eth1");
+        Some(a)
+    }
+
     pub fn new(host_if: &str, pod_if: &str) -> Attachment {
         let node = TestNs::new();
         let pod = TestNs::new();
         let node_nl = Netlink::open(&node.ns).unwrap();
         let pod_nl = Netlink::open(&pod.ns).unwrap();
-        node_nl
-            .create_veth(&VethSpec {
-                peer_netns: Some(&pod.ns),
-                up: true,
-                ..VethSpec::new(host_if, pod_if)
-            })
-            .unwrap();
-        let peer = pod_nl.link_by_name(pod_if).unwrap().unwrap();
-        pod_nl.set_up(peer.index).unwrap();
+        veth_up(&node_nl, &pod, &pod_nl, host_if, pod_if);
         Attachment {
             node,
             pod,
@@ -60,15 +65,7 @@ impl Attachment {
 
     /// Another veth pair between the same namespaces.
     pub fn add_pair(&self, host_if: &str, pod_if: &str) {
-        self.node_nl
-            .create_veth(&VethSpec {
-                peer_netns: Some(&self.pod.ns),
-                up: true,
-                ..VethSpec::new(host_if, pod_if)
-            })
-            .unwrap();
-        let peer = self.pod_nl.link_by_name(pod_if).unwrap().unwrap();
-        self.pod_nl.set_up(peer.index).unwrap();
+        veth_up(&self.node_nl, &self.pod, &self.pod_nl, host_if, pod_if);
     }
 
     pub fn netns_path(&self) -> String {
@@ -120,6 +117,46 @@ impl Attachment {
                 {"name": self.pod_if, "mac": "02:00:00:00:00:01", "sandbox": self.netns_path()},
             ],
             "ips": [{"address": "10.1.0.2/24", "gateway": "10.1.0.1", "interface": 1}],
+        })
+    }
+
+    /// The 1.0.0 configuration of a plugin chained after this attachment:
+    /// `base` (name, type, the plugin's keys), the attachment as prevResult,
+    /// then `extra`'s keys set over it.
+    pub fn chained_config(&self, mut base: Value, extra: Value) -> Value {
+        base["cniVersion"] = json!("1.0.0");
+        base["prevResult"] = self.prev_result("1.0.0");
+        for (k, v) in extra.as_object().unwrap() {
+            base[k] = v.clone();
+        }
+        base
+    }
+
+    /// Runs the reference `plugin` in the node namespace ([`reference`]).
+    pub fn run_reference(
+        &self,
+        plugin: &str,
+        env: &CniEnv,
+        config: &Value,
+    ) -> Result<Value, Value> {
+        reference(plugin, &self.node, env, config)
+    }
+
+    /// Runs `plugin` in the node namespace, as a runtime runs it with `env`
+    /// and `config`: ADD's result as JSON, `Null` for DEL and CHECK.
+    pub fn run_plugin(
+        &self,
+        plugin: &(impl Plugin + Sync),
+        env: CniEnv,
+        config: &Value,
+    ) -> Result<Value, CniError> {
+        let command = env.command();
+        let req = request(env, config);
+        self.in_node(|| match command {
+            CniCommand::Add => plugin.add(&req).and_then(|r| r.to_value(req.cni_version)),
+            CniCommand::Del => plugin.del(&req).map(|()| Value::Null),
+            CniCommand::Check => plugin.check(&req).map(|()| Value::Null),
+            other => panic!("{other}"),
         })
     }
 }

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use plexus_cni::env::CniEnv;
 use plexus_cni::skel::Request;
-use plexus_dataplane::NetNs;
+use plexus_cni::{CniError, ErrorCode};
+use plexus_dataplane::netlink::VethSpec;
+use plexus_dataplane::{NetNs, Netlink};
 use serde_json::Value;
 
 /// A request as a runtime would send it: `env` and `config` (an object) on
@@ -109,6 +111,12 @@ pub fn ip_json(args: &[&str]) -> Vec<Value> {
     }
 }
 
+/// `e` has `code` and its details begin with `prefix`.
+pub fn assert_error(e: &CniError, code: ErrorCode, prefix: &str) {
+    assert_eq!(e.code, code, "{e}");
+    assert!(e.details.starts_with(prefix), "{e}");
+}
+
 /// Inode of the calling thread's network namespace.
 pub fn current_ns_inode() -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -119,4 +127,25 @@ pub fn current_ns_inode() -> u64 {
 /// counted otherwise (see `plexus_testkit`).
 pub fn is_root() -> bool {
     plexus_testkit::require(&[plexus_testkit::Feature::Root])
+}
+
+/// A fresh namespace for a test that needs only root and one namespace, or
+/// `None` (the test skipped as [`is_root`] says): such a test begins
+/// `let Some(t) = root_ns() else { return };`.
+pub fn root_ns() -> Option<TestNs> {
+    is_root().then(TestNs::new)
+}
+
+/// A veth pair whose local end is in `a` and peer in `b`, both up.
+pub fn veth_up(a: &Netlink, b_ns: &TestNs, b: &Netlink, name: &str, peer: &str) -> (u32, u32) {
+    let local = a
+        .create_veth(&VethSpec {
+            peer_netns: Some(&b_ns.ns),
+            up: true,
+            ..VethSpec::new(name, peer)
+        })
+        .unwrap();
+    let peer = b.link_by_name(peer).unwrap().unwrap();
+    b.set_up(peer.index).unwrap();
+    (local.index, peer.index)
 }

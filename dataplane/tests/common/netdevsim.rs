@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::{run, TestNs};
+use plexus_testkit::{require, Feature};
 
 /// A netdevsim device, deleted on drop.
 pub struct Netdevsim {
@@ -25,6 +26,17 @@ impl Netdevsim {
         let cmd = format!("echo '{id} {ports}' > /sys/bus/netdevsim/new_device");
         run("ip", &["netns", "exec", &ns.name, "sh", "-c", &cmd]);
         Netdevsim { id }
+    }
+
+    /// A one-port device in a fresh namespace, or `None` (the test skipped)
+    /// without root and netdevsim.
+    pub fn in_new_ns() -> Option<(TestNs, Netdevsim)> {
+        if !require(&[Feature::Root, Feature::Netdevsim]) {
+            return None;
+        }
+        let ns = TestNs::new();
+        let dev = Netdevsim::new(&ns, 1);
+        Some((ns, dev))
     }
 
     pub fn sysfs(&self) -> String {

@@ -35,6 +35,14 @@ pub fn host_local(data_dir: &Path, extra: Value) -> Value {
     ipam
 }
 
+/// A host-local network (`conf(version, host_local(..))`) whose data
+/// directory is a fresh temporary one, which lives as long as the guard.
+pub fn host_local_net(version: &str, extra: Value) -> (tempfile::TempDir, Value) {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = conf(version, host_local(tmp.path(), extra));
+    (tmp, c)
+}
+
 /// Set `key` at the top level of a configuration.
 pub fn with(mut config: Value, key: &str, value: Value) -> Value {
     config.as_object_mut().unwrap().insert(key.into(), value);
@@ -258,4 +266,19 @@ pub fn reference(path: &str) -> Option<PathBuf> {
 
 pub fn map(v: &Value) -> Map<String, Value> {
     v.as_object().unwrap().clone()
+}
+
+/// Hold the network's lock as another process would.
+pub fn hold_lock(data_dir: &std::path::Path) -> nix::fcntl::Flock<std::fs::File> {
+    let dir = data_dir.join(NET);
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))
+        .unwrap();
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .unwrap()
 }

@@ -302,11 +302,7 @@ mod tests {
             c.settings,
             VfSettings {
                 mac: Some("02:00:00:00:00:01".parse().unwrap()),
-                vlan: Some(VfVlan {
-                    id: 100,
-                    qos: 5,
-                    proto: VlanProto::Dot1Ad
-                }),
+                vlan: Some(VfVlan::tagged(100, 5, VlanProto::Dot1Ad)),
                 spoofchk: Some(false),
                 trust: Some(true),
                 link_state: Some(VfLinkState::Enable),
@@ -407,11 +403,7 @@ mod tests {
         assert_eq!(v(json!({"vlan": 4094})), Some(VfVlan::new(4094)));
         assert_eq!(
             v(json!({"vlan": 7, "vlanQoS": 7, "vlanProto": "802.1q"})),
-            Some(VfVlan {
-                id: 7,
-                qos: 7,
-                proto: VlanProto::Dot1Q
-            })
+            Some(VfVlan::tagged(7, 7, VlanProto::Dot1Q))
         );
         for (config, key, why) in [
             (json!({"vlan": -1}), "vlan", "out of range"),
