@@ -84,15 +84,7 @@ fn pod_with_plugin_default(tag: &str) -> (Pod, CniResult) {
         "net1",
     ]);
     let result = CniResult {
-        routes: vec![Route {
-            dst: "0.0.0.0/0".parse().unwrap(),
-            gw: Some("10.0.0.254".parse().unwrap()),
-            mtu: None,
-            advmss: None,
-            priority: None,
-            table: None,
-            scope: None,
-        }],
+        routes: vec![Route::default_via("10.0.0.254".parse().unwrap())],
         ..CniResult::default()
     };
     (pod, result)

@@ -16,7 +16,7 @@
 //! `types100` does; printing writes only what the target version has, and
 //! omits empty values as Go's `omitempty` would (plus an empty `dns`).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
@@ -82,6 +82,30 @@ pub struct Route {
 }
 
 impl Route {
+    /// A route to `dst` through `gw` (none: on the link), with no other
+    /// attributes.
+    pub fn to(dst: IpNetwork, gw: Option<IpAddr>) -> Route {
+        Route {
+            dst,
+            gw,
+            mtu: None,
+            advmss: None,
+            priority: None,
+            table: None,
+            scope: None,
+        }
+    }
+
+    /// The default route of `gw`'s family (`0.0.0.0/0` or `::/0`) through it.
+    pub fn default_via(gw: IpAddr) -> Route {
+        let any: IpAddr = match gw {
+            IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+            IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+        };
+        let dst = IpNetwork::new(any, 0).expect("a /0 network is valid");
+        Route::to(dst, Some(gw))
+    }
+
     /// `0.0.0.0/0` or `::/0`.
     pub fn is_default(&self) -> bool {
         self.dst.prefix() == 0
@@ -599,6 +623,18 @@ mod tests {
     fn without_version(mut v: Value) -> Value {
         v.as_object_mut().unwrap().remove("cniVersion");
         v
+    }
+
+    #[test]
+    fn default_via_takes_the_gateways_family() {
+        let v4 = Route::default_via("10.0.0.1".parse().unwrap());
+        let v6 = Route::default_via("fd00::1".parse().unwrap());
+        assert_eq!(
+            (v4.dst.to_string(), v6.dst.to_string()),
+            ("0.0.0.0/0".to_string(), "::/0".to_string())
+        );
+        assert!(v4.is_default() && v6.is_default());
+        assert_eq!(v6, Route::to("::/0".parse().unwrap(), v6.gw));
     }
 
     #[test]

@@ -439,15 +439,7 @@ mod tests {
     }
 
     fn route(dst: &str, gw: Option<&str>) -> Route {
-        Route {
-            dst: net(dst),
-            gw: gw.map(|g| g.parse().unwrap()),
-            mtu: None,
-            advmss: None,
-            priority: None,
-            table: None,
-            scope: None,
-        }
+        Route::to(net(dst), gw.map(|g| g.parse().unwrap()))
     }
 
     fn iface(name: &str, mac: &str, sandbox: Option<&str>) -> Interface {

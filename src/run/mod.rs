@@ -191,18 +191,9 @@ pub fn set_default_routes(result: &mut CniResult, gateways: &[IpAddr]) {
     result
         .routes
         .retain(|r| !(r.is_default() && gateways.iter().any(|g| g.is_ipv4() == r.dst.is_ipv4())));
-    for gw in gateways {
-        let dst = if gw.is_ipv4() { "0.0.0.0/0" } else { "::/0" };
-        result.routes.push(Route {
-            dst: dst.parse().expect("a default destination parses"),
-            gw: Some(*gw),
-            mtu: None,
-            advmss: None,
-            priority: None,
-            table: None,
-            scope: None,
-        });
-    }
+    result
+        .routes
+        .extend(gateways.iter().map(|gw| Route::default_via(*gw)));
 }
 
 /// Runs plans and tears them down.

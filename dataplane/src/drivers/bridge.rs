@@ -695,15 +695,9 @@ fn calc_gateways(result: &mut CniResult, s: &Settings) -> Gateways {
                 .iter()
                 .any(|r| r.gw.is_some() && r.is_default() && r.dst.is_ipv4() == v4);
             if !has_default {
-                result.routes.push(CniRoute {
-                    dst: default_network(v4),
-                    gw: ip.gateway,
-                    mtu: None,
-                    advmss: None,
-                    priority: None,
-                    table: None,
-                    scope: None,
-                });
+                result
+                    .routes
+                    .push(CniRoute::to(default_network(v4), ip.gateway));
             }
             default_found[slot] = true;
         }
@@ -1134,15 +1128,7 @@ mod tests {
         // An IPAM default route with a gateway is kept, not doubled.
         let mut r = CniResult {
             ips: vec![ip("10.1.2.5/24", None)],
-            routes: vec![CniRoute {
-                dst: "0.0.0.0/0".parse().unwrap(),
-                gw: Some("10.1.2.254".parse().unwrap()),
-                mtu: None,
-                advmss: None,
-                priority: None,
-                table: None,
-                scope: None,
-            }],
+            routes: vec![CniRoute::default_via("10.1.2.254".parse().unwrap())],
             ..CniResult::default()
         };
         calc_gateways(&mut r, &s);
