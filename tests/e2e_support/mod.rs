@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use plexus_dataplane::NetNs;
-use plexus_testkit::kube::{api, KubeApi, Relay};
+use plexus_testkit::kube::{api, AuditedRequest, KubeApi, Relay};
 use plexus_testkit::Feature;
 use serde_json::{json, Value};
 
@@ -92,21 +92,40 @@ pub fn plexus_at(
     cni_args: &str,
     conf: &str,
 ) -> Output {
-    plugin_at(
-        node, PLEXUS, command, container, netns, ifname, cni_args, conf,
+    cni_at(
+        node,
+        PLEXUS,
+        [command, container, netns, ifname, cni_args],
+        conf,
     )
 }
 
-/// [`plexus_at`] for any plugin binary.
-#[allow(clippy::too_many_arguments)]
-pub fn plugin_at(
+/// The reference plugin `plugin` of `/usr/lib/cni` ADDing `eth0` in pod
+/// namespace `pod_ns`, run by hand in `node` as the runtime ran the cluster
+/// network before plexus was installed.
+pub fn reference_plugin(
+    node: &str,
+    plugin: &str,
+    container: &str,
+    pod_ns: &str,
+    conf: &Value,
+) -> Output {
+    let netns = format!("/var/run/netns/{pod_ns}");
+    cni_at(
+        node,
+        &format!("{REFERENCE}/{plugin}"),
+        ["ADD", container, &netns, "eth0", ""],
+        &conf.to_string(),
+    )
+}
+
+/// `binary` run as a runtime runs a plugin: in the node namespace, its
+/// `CNI_COMMAND`, `CNI_CONTAINERID`, `CNI_NETNS`, `CNI_IFNAME` and
+/// `CNI_ARGS` given in that order, the conf on stdin.
+fn cni_at(
     node: &str,
     binary: &str,
-    command: &str,
-    container: &str,
-    netns: &str,
-    ifname: &str,
-    cni_args: &str,
+    [command, container, netns, ifname, cni_args]: [&str; 5],
     conf: &str,
 ) -> Output {
     let mut child = Command::new("ip")
@@ -323,6 +342,17 @@ pub fn kube_node(tag: &str, ns_prefix: &str, macnet: impl Fn(&Path) -> Value) ->
         tmp,
         namespaces,
     })
+}
+
+impl KubeNode {
+    /// plexus's requests in this test's Kubernetes namespace.
+    pub fn requests(&self) -> Vec<AuditedRequest> {
+        self.api
+            .audited()
+            .into_iter()
+            .filter(|r| r.namespace == self.kube_ns && r.stage == "ResponseComplete")
+            .collect()
+    }
 }
 
 /// The events of pod `pod` in Kubernetes namespace `namespace`: `(type,
