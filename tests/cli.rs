@@ -1,10 +1,10 @@
 //! The `plexus` binary as users and runtimes run it: subcommands, and plugin
 //! mode (CNI_COMMAND set, config on stdin, result or error on stdout).
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
+use plexus_testkit::process::output_with_stdin;
 use serde_json::{json, Value};
 
 const PLEXUS: &str = env!("CARGO_BIN_EXE_plexus");
@@ -521,18 +521,10 @@ fn version_names_the_spec_versions() {
 }
 
 fn plugin(env: &[(&str, &str)], stdin: &str) -> Output {
-    let mut child = Command::new(PLEXUS)
-        .env_clear()
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // A plugin may exit before reading stdin (an environment error comes
-    // first, as in libcni's skel); like Go's exec, ignore the broken pipe.
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
+    output_with_stdin(
+        Command::new(PLEXUS).env_clear().envs(env.iter().copied()),
+        stdin,
+    )
 }
 
 fn plexus_conf(cni_dir: &Path) -> String {

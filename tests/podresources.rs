@@ -20,9 +20,8 @@
 mod e2e_support;
 mod run_support;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use e2e_support::assert_ok;
@@ -30,6 +29,7 @@ use plexus::plan::devices::podresources::v1::PodResources;
 use plexus::plan::devices::podresources::{Client, Code, Error};
 use plexus::record::{Cache, Lookup};
 use plexus_testkit::podresources::{container, pod, Kubelet, PodResourcesServer};
+use plexus_testkit::process::output_with_stdin;
 use run_support::{result_json, Fakes};
 use serde_json::{json, Value};
 
@@ -265,7 +265,8 @@ impl Node {
 
     /// plexus run as kubelet's runtime runs it, for pod demo/web.
     fn plexus(&self, command: &str) -> Output {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_plexus"))
+        let mut plexus = Command::new(env!("CARGO_BIN_EXE_plexus"));
+        plexus
             .env_clear()
             .env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", "ctr1")
@@ -275,14 +276,8 @@ impl Node {
             .env(
                 "CNI_ARGS",
                 "IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME=web",
-            )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let _ = child.stdin.take().unwrap().write_all(self.conf.as_bytes());
-        child.wait_with_output().unwrap()
+            );
+        output_with_stdin(&mut plexus, &self.conf)
     }
 
     /// An ADD that fails with CNI error `code` before any plugin runs; its details.

@@ -17,6 +17,7 @@ mod grpc;
 pub mod kube;
 pub mod node;
 pub mod podresources;
+pub mod process;
 pub mod sriov;
 
 use std::borrow::Cow;

@@ -4,12 +4,12 @@
 
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use plexus_dataplane::NetNs;
 use plexus_testkit::kube::{api, AuditedRequest, KubeApi, Relay};
+use plexus_testkit::process::output_with_stdin;
 use plexus_testkit::Feature;
 use serde_json::{json, Value};
 
@@ -128,7 +128,8 @@ fn cni_at(
     [command, container, netns, ifname, cni_args]: [&str; 5],
     conf: &str,
 ) -> Output {
-    let mut child = Command::new("ip")
+    let mut plugin = Command::new("ip");
+    plugin
         .args(["netns", "exec", node, binary])
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -137,14 +138,8 @@ fn cni_at(
         .env("CNI_NETNS", netns)
         .env("CNI_IFNAME", ifname)
         .env("CNI_PATH", REFERENCE)
-        .env("CNI_ARGS", cni_args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _ = child.stdin.take().unwrap().write_all(conf.as_bytes());
-    child.wait_with_output().unwrap()
+        .env("CNI_ARGS", cni_args);
+    output_with_stdin(&mut plugin, conf)
 }
 
 pub fn files_in(dir: &Path) -> Vec<String> {

@@ -7,6 +7,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use plexus_testkit::process::stdout_ok;
+
 /// Every podman command is bounded by this (seconds).
 const TIMEOUT: &str = "120";
 
@@ -50,13 +52,7 @@ impl Images {
 
     /// podman `args`, which must succeed; its stdout.
     pub fn podman_ok(&self, args: &[&str]) -> String {
-        let out = self.podman(args);
-        assert!(
-            out.status.success(),
-            "podman {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        stdout_ok(self.podman(args), format_args!("podman {args:?}"))
     }
 
     /// `deploy/Containerfile` built offline around the release artifact
