@@ -283,6 +283,17 @@ pub fn node_state(node: &str) -> (Value, Vec<String>) {
 }
 
 /// The CNI error a failed call printed.
+/// The details of the CNI error a failed call printed, whose code must be
+/// `code`.
+pub fn cni_details(out: &Output, code: u32) -> String {
+    let e = cni_error(out);
+    assert_eq!(e["code"], code, "{e}");
+    e["details"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no details in {e}"))
+        .to_string()
+}
+
 pub fn cni_error(out: &Output) -> Value {
     assert!(!out.status.success(), "expected a failure");
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
