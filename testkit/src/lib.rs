@@ -16,6 +16,7 @@ pub mod dist;
 mod grpc;
 pub mod kube;
 pub mod node;
+pub mod podman;
 pub mod podresources;
 pub mod process;
 pub mod sriov;

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use plexus_testkit::podman::podman_in;
 use plexus_testkit::process::stdout_ok;
 
 /// Every podman command is bounded by this (seconds).
@@ -34,18 +35,8 @@ impl Images {
 
     /// podman `args`, bounded; its output whatever the outcome.
     pub fn podman(&self, args: &[&str]) -> Output {
-        let state = self.state.path();
-        Command::new("timeout")
-            .arg(TIMEOUT)
-            .arg("podman")
-            .arg("--root")
-            .arg(state.join("root"))
-            .arg("--runroot")
-            .arg(state.join("runroot"))
-            .args(["--storage-driver", "vfs"])
+        podman_in(Command::new("timeout").arg(TIMEOUT), self.state.path())
             .args(args)
-            .env("CONTAINERS_CONF", state.join("containers.conf"))
-            .env("TMPDIR", state.join("tmp"))
             .output()
             .unwrap()
     }
