@@ -8,12 +8,13 @@
 mod e2e_support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
 use plexus_testkit::kube::{status_entries, AuditedRequest};
+use plexus_testkit::process::LoggedChild;
 use serde_json::{json, Value};
 
 /// The daemon's memory bound in a boot storm (issue 12).
@@ -54,53 +55,7 @@ fn world(tag: &str) -> Option<World> {
 }
 
 /// A running `plexus daemon`, killed on drop.
-struct Daemon {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Peak resident memory so far (VmHWM), in KiB.
-    fn peak_rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/PID/status")
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Its exit status, once it exits; panics with its log after `bound`.
-    fn exit_within(&mut self, bound: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + bound;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "still running: {}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+type Daemon = LoggedChild;
 
 impl World {
     fn socket(&self) -> PathBuf {
@@ -141,7 +96,8 @@ impl World {
         static STARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = self.kube.tmp.path().join(format!("daemon-{n}.log"));
-        let child = Command::new("ip")
+        let mut daemon = Command::new("ip");
+        daemon
             .args(["netns", "exec", &self.kube.node, PLEXUS, "daemon"])
             .arg("--socket")
             .arg(self.socket())
@@ -154,13 +110,8 @@ impl World {
             .arg(self.kube.tmp.path().join("state"))
             .args(extra)
             .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let daemon = Daemon { child, log };
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        let daemon = Daemon::spawn(&mut daemon, log);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if self.http("/readyz").0 == 200 {
@@ -233,15 +184,9 @@ impl World {
     /// Wait until the daemon delivered every queued status write (at most
     /// 30 s), and check the outbox is empty.
     fn writes_delivered(&self, daemon: &Daemon) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.metric("plexus_status_writes_queued") > 0.0 {
-            assert!(
-                Instant::now() < deadline,
-                "writes still queued: {}",
-                daemon.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        within_30s("writes still queued", daemon, || {
+            self.metric("plexus_status_writes_queued") <= 0.0
+        });
         let left: Vec<_> = std::fs::read_dir(self.outbox())
             .map(|d| d.map(|e| e.unwrap().file_name()).collect())
             .unwrap_or_default();
@@ -767,11 +712,7 @@ fn a_rewritten_kubeconfig_stops_the_daemon_to_be_started_on_it() {
     // Written again unchanged: not a change.
     std::fs::copy(w.kube.api.plexus_kubeconfig(), &kubeconfig).unwrap();
     std::thread::sleep(Duration::from_secs(5));
-    assert!(
-        daemon.child.try_wait().unwrap().is_none(),
-        "{}",
-        daemon.log()
-    );
+    assert!(daemon.running(), "{}", daemon.log());
     // New content (the installer's rewrite with another token; here the
     // same credentials, re-serialized).
     let mut text = std::fs::read_to_string(&kubeconfig).unwrap();
@@ -839,12 +780,9 @@ impl World {
 }
 
 /// Poll `done` every 20 ms for at most 30 s.
-fn within_30s(what: &str, daemon: &Daemon, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: {}", daemon.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+#[track_caller]
+fn within_30s(what: &str, daemon: &Daemon, done: impl FnMut() -> bool) {
+    daemon.wait_until(what, Duration::from_secs(30), done);
 }
 
 fn sorted_links(netns: &str) -> Vec<String> {
