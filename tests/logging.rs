@@ -11,10 +11,10 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
-use plexus_testkit::process::LoggedChild;
+use plexus_testkit::process::{output_with_stdin, LoggedChild};
 use serde_json::{json, Value};
 
 const PLEXUS: &str = env!("CARGO_BIN_EXE_plexus");
@@ -84,26 +84,16 @@ impl Node {
 
     /// One call of `plexus` for container `id` as the runtime makes it.
     fn call(&self, command: &str, id: &str, conf: &str) -> Output {
-        let mut child = Command::new(PLEXUS)
+        let mut plexus = Command::new(PLEXUS);
+        plexus
             .env_clear()
             .env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", id)
             .env("CNI_NETNS", self.path("netns"))
             .env("CNI_IFNAME", "eth0")
             .env("CNI_PATH", self.path("bin"))
-            .env("CNI_ARGS", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("plexus runs");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(conf.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+            .env("CNI_ARGS", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p");
+        output_with_stdin(&mut plexus, conf)
     }
 
     fn add_ok(&self, id: &str, conf: &str) -> Output {
