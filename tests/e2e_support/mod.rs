@@ -282,7 +282,6 @@ pub fn node_state(node: &str) -> (Value, Vec<String>) {
     (links, routes)
 }
 
-/// The CNI error a failed call printed.
 /// The details of the CNI error a failed call printed, whose code must be
 /// `code`.
 pub fn cni_details(out: &Output, code: u32) -> String {
@@ -294,6 +293,7 @@ pub fn cni_details(out: &Output, code: u32) -> String {
         .to_string()
 }
 
+/// The CNI error a failed call printed.
 pub fn cni_error(out: &Output) -> Value {
     assert!(!out.status.success(), "expected a failure");
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
