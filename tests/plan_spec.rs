@@ -61,25 +61,31 @@ fn spec_nads() -> String {
     example("nads-4.yaml")
 }
 
+/// Plan `pod` against the NADs `all` and [`default_network`]; a failure as
+/// the CNI error a runtime would read.
+fn plan_pod(
+    pod: &Pod,
+    all: &Nads,
+    conf_dir: Option<&ConfDir>,
+    options: &PlanOptions,
+) -> Result<Plan, plexus::cni::CniError> {
+    let inputs = PlanInputs {
+        nads: all,
+        conf_dir,
+        devices: None,
+        default_network: &default_network(),
+        options,
+    };
+    plan(pod, &inputs).map_err(Into::into)
+}
+
 fn plan_for(
     annotation: Option<&str>,
     options: &PlanOptions,
     extra_nads: &str,
 ) -> Result<Plan, plexus::cni::CniError> {
     let all = nads(&format!("{}\n---\n{extra_nads}", spec_nads()));
-    let dn = default_network();
-    plan(
-        &pod_with(annotation),
-        &PlanInputs {
-            nads: &all,
-            conf_dir: None,
-            devices: None,
-            default_network: &dn,
-            options,
-        },
-    )
-    // The CNI error a runtime would read.
-    .map_err(Into::into)
+    plan_pod(&pod_with(annotation), &all, None, options)
 }
 
 fn ok_plan(annotation: &str) -> Plan {
@@ -97,24 +103,25 @@ fn s(network: &str, ifname: &str, default: bool) -> (String, String, bool) {
     (network.into(), ifname.into(), default)
 }
 
+/// The attachments after the cluster network's, none a default one:
+/// (network, ifname).
+fn selected(p: &Plan) -> Vec<(&str, &str)> {
+    p.attachments[1..]
+        .iter()
+        .map(|a| {
+            assert!(!a.default, "{} is no default network", a.network);
+            (a.network.as_str(), a.ifname.as_str())
+        })
+        .collect()
+}
+
 /// Plan the §3.2 example pod (namespace `default`, selecting
 /// `a-bridge-network`) against one of the §3.2 NAD examples.
 fn plan_3_2(nad_file: &str, conf_dir: Option<&ConfDir>) -> Result<Plan, plexus::cni::CniError> {
     let all = nads(&example(nad_file));
     let docs = manifest::parse_documents(&example("pod-3.2.yaml"), "pod-3.2.yaml").unwrap();
     let pod = manifest::single_pod(&docs, "pod-3.2.yaml").unwrap();
-    let dn = default_network();
-    plan(
-        &pod,
-        &PlanInputs {
-            nads: &all,
-            conf_dir,
-            devices: None,
-            default_network: &dn,
-            options: &PlanOptions::default(),
-        },
-    )
-    .map_err(Into::into)
+    plan_pod(&pod, &all, conf_dir, &PlanOptions::default())
 }
 
 #[test]
@@ -141,20 +148,9 @@ fn s3_2_2_config_list_in_object_and_s7_1_injection() {
     // The pod selects a-bridge-network; §3.2.2 defines another-bridge-network.
     assert_eq!(p.unwrap_err().code.as_u32(), 100);
     let all = nads(&example("nad-3.2.2.yaml"));
-    let dn = default_network();
     let mut pod = pod_with(Some("default/another-bridge-network"));
     pod.namespace = "default".into();
-    let p = plan(
-        &pod,
-        &PlanInputs {
-            nads: &all,
-            conf_dir: None,
-            devices: None,
-            default_network: &dn,
-            options: &PlanOptions::default(),
-        },
-    )
-    .unwrap();
+    let p = plan_pod(&pod, &all, None, &PlanOptions::default()).unwrap();
     let plugins: Vec<Value> = p.attachments[1]
         .plugins
         .iter()
@@ -275,11 +271,11 @@ fn s4_1_1_comma_delimited_format() {
 fn s4_1_2_json_list_format() {
     let p = example_plan("4.1.2");
     assert_eq!(
-        summary(&p)[1..],
+        selected(&p),
         [
-            s("my-namespace/net-a", "net1", false),
-            s("my-namespace/net-b", "net2", false),
-            s("other-ns/net-c", "net3", false)
+            ("my-namespace/net-a", "net1"),
+            ("my-namespace/net-b", "net2"),
+            ("other-ns/net-c", "net3")
         ]
     );
     let b = &p.attachments[2].plugins;
@@ -503,10 +499,10 @@ fn capabilities_must_be_declared() {
 fn s4_2_2_same_network_twice() {
     let p = example_plan("4.2.2");
     assert_eq!(
-        summary(&p)[1..],
+        selected(&p),
         [
-            s("my-namespace/net-a", "net1", false),
-            s("my-namespace/net-a", "net2", false)
+            ("my-namespace/net-a", "net1"),
+            ("my-namespace/net-a", "net2")
         ]
     );
 }
@@ -638,7 +634,6 @@ fn system_namespaces_withhold_default_networks_but_honour_the_pods_selection() {
         spec_nads(),
         spec_nads().replace("namespace: my-namespace", "namespace: kube-system")
     ));
-    let dn = default_network();
     let options = PlanOptions {
         default_networks: vec!["my-namespace/net-a".into()],
         ..PlanOptions::default()
@@ -646,22 +641,12 @@ fn system_namespaces_withhold_default_networks_but_honour_the_pods_selection() {
     let plan_in = |namespace: &str| {
         let mut pod = pod_with(Some("net-b"));
         pod.namespace = namespace.into();
-        plan(
-            &pod,
-            &PlanInputs {
-                nads: &all,
-                conf_dir: None,
-                devices: None,
-                default_network: &dn,
-                options: &options,
-            },
-        )
-        .unwrap()
+        plan_pod(&pod, &all, None, &options).unwrap()
     };
     let system = plan_in("kube-system");
     assert_eq!(
-        summary(&system)[1..],
-        [s("kube-system/net-b", "net1", false)],
+        selected(&system),
+        [("kube-system/net-b", "net1")],
         "{:?}",
         system.warnings
     );
@@ -669,10 +654,10 @@ fn system_namespaces_withhold_default_networks_but_honour_the_pods_selection() {
     // Elsewhere the default networks come first.
     let other = plan_in("my-namespace");
     assert_eq!(
-        summary(&other)[1..],
+        selected(&other),
         [
-            s("my-namespace/net-a", "net1", false),
-            s("my-namespace/net-b", "net2", false)
+            ("my-namespace/net-a", "net1"),
+            ("my-namespace/net-b", "net2")
         ]
     );
 }
@@ -685,10 +670,10 @@ fn default_networks_follow_the_cluster_network() {
     };
     let p = plan_for(Some("net-b"), &options, "").unwrap();
     assert_eq!(
-        summary(&p)[1..],
+        selected(&p),
         [
-            s("my-namespace/net-a", "net1", false),
-            s("my-namespace/net-b", "net2", false)
+            ("my-namespace/net-a", "net1"),
+            ("my-namespace/net-b", "net2")
         ]
     );
 }
@@ -696,23 +681,12 @@ fn default_networks_follow_the_cluster_network() {
 #[test]
 fn pod_can_override_the_default_network() {
     let all = nads(&spec_nads());
-    let dn = default_network();
     let mut pod = pod_with(None);
     pod.annotations.insert(
         "v1.multus-cni.io/default-network".into(),
         "other-ns/net-c".into(),
     );
-    let p = plan(
-        &pod,
-        &PlanInputs {
-            nads: &all,
-            conf_dir: None,
-            devices: None,
-            default_network: &dn,
-            options: &PlanOptions::default(),
-        },
-    )
-    .unwrap();
+    let p = plan_pod(&pod, &all, None, &PlanOptions::default()).unwrap();
     assert_eq!(summary(&p), [s("other-ns/net-c", "eth0", true)]);
 }
 
