@@ -88,6 +88,29 @@ fn plan_for(
     plan_pod(&pod_with(annotation), &all, None, options)
 }
 
+/// The pod's selection annotation was ignored, the cluster network its
+/// only attachment, with a warning naming where in the annotation (`at`,
+/// e.g. `[0].ips[0]`) and `why`.
+#[track_caller]
+fn assert_annotation_ignored(p: &Plan, at: &str, why: &str) {
+    assert_eq!(p.attachments.len(), 1);
+    assert!(
+        p.warnings[0].starts_with(&format!(
+            "annotation k8s.v1.cni.cncf.io/networks{at} ignored"
+        )) && p.warnings[0].contains(why),
+        "{:?}",
+        p.warnings
+    );
+}
+
+/// A NAD `name` of my-namespace holding the CNI config `config`.
+fn nad_yaml(name: &str, config: Value) -> String {
+    format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+         metadata: {{name: {name}, namespace: my-namespace}}\nspec:\n  config: '{config}'\n"
+    )
+}
+
 fn ok_plan(annotation: &str) -> Plan {
     plan_for(Some(annotation), &PlanOptions::default(), "").unwrap()
 }
@@ -243,6 +266,12 @@ fn s3_2_4_and_s3_4_1_resolution_order() {
     assert_eq!(p.attachments[1].plugins[0]["type"], "bridge");
 }
 
+/// The runtimeConfig that the example pod of spec section `section` gives
+/// plugin `plugin` of its first selected network.
+fn example_runtime_config(section: &str, plugin: usize) -> Value {
+    example_plan(section).attachments[1].plugins[plugin]["runtimeConfig"].clone()
+}
+
 fn example_plan(section: &str) -> Plan {
     plan_for(
         Some(&example_annotation(section)),
@@ -290,9 +319,8 @@ fn s4_1_2_json_list_format() {
 #[test]
 fn s4_1_2_1_3_ips_become_runtime_config() {
     // §4.1.2.1.3.2: exactly the runtimeConfig the spec shows.
-    let p = example_plan("4.1.2.1.3.1");
     assert_eq!(
-        p.attachments[1].plugins[0]["runtimeConfig"],
+        example_runtime_config("4.1.2.1.3.1", 0),
         json!({"ips": ["10.2.2.42/24", "2001:db8::5/64"]})
     );
 }
@@ -300,9 +328,8 @@ fn s4_1_2_1_3_ips_become_runtime_config() {
 #[test]
 fn s4_1_2_1_4_mac_becomes_runtime_config() {
     // §4.1.2.1.4.2.
-    let p = example_plan("4.1.2.1.4.1");
     assert_eq!(
-        p.attachments[1].plugins[1]["runtimeConfig"],
+        example_runtime_config("4.1.2.1.4.1", 1),
         json!({"mac": "02:23:45:67:89:01"})
     );
 }
@@ -354,9 +381,8 @@ fn s4_1_2_1_6_cni_args_merge_over_nad_args() {
 
 #[test]
 fn s4_1_2_1_7_port_mappings() {
-    let p = example_plan("4.1.2.1.7.1");
     assert_eq!(
-        p.attachments[1].plugins[2]["runtimeConfig"],
+        example_runtime_config("4.1.2.1.7.1", 2),
         json!({"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]})
     );
 }
@@ -365,14 +391,7 @@ fn s4_1_2_1_7_port_mappings() {
 fn s4_1_2_1_8_bandwidth() {
     // As printed in the spec, the example carries `//` comments: not JSON, so
     // the annotation is invalid and ignored with a warning.
-    let p = example_plan("4.1.2.1.8.1");
-    assert_eq!(p.attachments.len(), 1);
-    assert!(
-        p.warnings[0].starts_with("annotation k8s.v1.cni.cncf.io/networks ignored")
-            && p.warnings[0].contains("JSON"),
-        "{:?}",
-        p.warnings
-    );
+    assert_annotation_ignored(&example_plan("4.1.2.1.8.1"), "", "JSON");
 
     // The same annotation without the comments.
     let uncommented: String = example_annotation("4.1.2.1.8.1")
@@ -437,9 +456,8 @@ fn s4_1_2_1_9_default_route() {
 #[test]
 fn s4_1_2_1_10_infiniband_guid() {
     // §4.1.2.1.10.2: runtimeConfig infinibandGUID.
-    let p = example_plan("4.1.2.1.10.1");
     assert_eq!(
-        p.attachments[1].plugins[4]["runtimeConfig"],
+        example_runtime_config("4.1.2.1.10.1", 4),
         json!({"infinibandGUID": "24:8a:07:03:00:8d:ae:2f"})
     );
 }
@@ -563,13 +581,7 @@ fn s7_5_runtime_ip_and_mac_in_cni_args_reach_the_default_network_only() {
 fn invalid_annotation_is_ignored_or_fails_when_strict() {
     let bad = r#"[{"name": "net-b", "ips": ["1.2.3.4/33"]}]"#;
     let p = plan_for(Some(bad), &PlanOptions::default(), "").unwrap();
-    assert_eq!(p.attachments.len(), 1);
-    assert!(
-        p.warnings[0].contains("k8s.v1.cni.cncf.io/networks")
-            && p.warnings[0].contains("[0].ips[0]"),
-        "{:?}",
-        p.warnings
-    );
+    assert_annotation_ignored(&p, "[0].ips[0]", "\"1.2.3.4/33\" is not an IP address");
 
     let strict = PlanOptions {
         strict_annotations: true,
@@ -592,8 +604,11 @@ fn missing_network_fails() {
 
 #[test]
 fn bad_nad_config_names_the_nad() {
-    let nad = "kind: NetworkAttachmentDefinition\nmetadata: {name: broken, namespace: my-namespace}\nspec:\n  config: '{\"cniVersion\": \"1.0.0\", \"plugins\": [{\"type\": 3}]}'\n";
-    let err = plan_for(Some("broken"), &PlanOptions::default(), nad).unwrap_err();
+    let nad = nad_yaml(
+        "broken",
+        json!({"cniVersion": "1.0.0", "plugins": [{"type": 3}]}),
+    );
+    let err = plan_for(Some("broken"), &PlanOptions::default(), &nad).unwrap_err();
     assert!(
         err.details.contains("my-namespace/broken spec.config")
             && err.details.contains("plugins[0].type"),
@@ -706,16 +721,13 @@ fn plan_json_contract() {
 fn s8_a_network_config_cannot_set_plexus_args() {
     // args.plexus carries the IPAMClaim an address belongs to (src/plan/claims.rs);
     // a NAD that set it could take addresses of another namespace's claim.
-    let nad = r#"
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata: {name: thief, namespace: my-namespace}
-spec:
-  config: '{"cniVersion": "1.0.0", "type": "macvlan",
-            "args": {"plexus": {"persistentOwner": "ipamclaim_other_vm"}},
-            "ipam": {"type": "host-local", "subnet": "10.9.0.0/24"}}'
-"#;
-    let e = plan_for(Some("thief"), &PlanOptions::default(), nad).unwrap_err();
+    let nad = nad_yaml(
+        "thief",
+        json!({"cniVersion": "1.0.0", "type": "macvlan",
+               "args": {"plexus": {"persistentOwner": "ipamclaim_other_vm"}},
+               "ipam": {"type": "host-local", "subnet": "10.9.0.0/24"}}),
+    );
+    let e = plan_for(Some("thief"), &PlanOptions::default(), &nad).unwrap_err();
     assert_eq!(e.code, plexus::cni::ErrorCode::InvalidConfig);
     assert!(
         e.details
