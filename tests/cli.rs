@@ -1,10 +1,10 @@
 //! The `plexus` binary as users and runtimes run it: subcommands, and plugin
 //! mode (CNI_COMMAND set, config on stdin, result or error on stdout).
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
+use plexus_testkit::process::output_with_stdin;
 use serde_json::{json, Value};
 
 const PLEXUS: &str = env!("CARGO_BIN_EXE_plexus");
@@ -295,77 +295,34 @@ fn plan_errors_name_the_input_and_reason() {
         "d.conf",
         r#"{"cniVersion": "1.0.0", "name": "d", "type": "bridge"}"#,
     );
-    let cases: Vec<(Vec<String>, &str)> = vec![
+    let nope = dir.path().join("nope.yaml").display().to_string();
+    let with_default = |more: &[&'static str]| {
+        let mut args = vec!["--pod", &pod, "--default-network", &default];
+        args.extend(more);
+        args
+    };
+    let cases: Vec<(Vec<&str>, &str)> = vec![
         (
-            vec![
-                "--pod".into(),
-                dir.path().join("nope.yaml").display().to_string(),
-                "--default-network".into(),
-                default.clone(),
-            ],
+            vec!["--pod", &nope, "--default-network", &default],
             "nope.yaml",
         ),
         (
-            vec![
-                "--pod".into(),
-                default.clone(),
-                "--default-network".into(),
-                default.clone(),
-            ],
+            vec!["--pod", &default, "--default-network", &default],
             "no document of kind Pod",
         ),
+        (vec!["--pod", &pod], "no cluster-wide default network"),
+        (with_default(&[]), "default/missing does not exist"),
         (
-            vec!["--pod".into(), pod.clone()],
-            "no cluster-wide default network",
-        ),
-        (
-            vec![
-                "--pod".into(),
-                pod.clone(),
-                "--default-network".into(),
-                default.clone(),
-            ],
-            "default/missing does not exist",
-        ),
-        (
-            vec![
-                "--pod".into(),
-                pod.clone(),
-                "--default-network".into(),
-                default.clone(),
-                "--runtime-config".into(),
-                "[1]".into(),
-            ],
+            with_default(&["--runtime-config", "[1]"]),
             "--runtime-config: must be a JSON object",
         ),
-        (
-            vec![
-                "--pod".into(),
-                pod.clone(),
-                "--default-network".into(),
-                default.clone(),
-                "--cni-args".into(),
-                "A".into(),
-            ],
-            "--cni-args",
-        ),
-        (
-            vec![
-                "--pod".into(),
-                pod.clone(),
-                "--default-network".into(),
-                default.clone(),
-                "--ifname".into(),
-                "a/b".into(),
-            ],
-            "--ifname",
-        ),
+        (with_default(&["--cni-args", "A"]), "--cni-args"),
+        (with_default(&["--ifname", "a/b"]), "--ifname"),
     ];
     for (args, want) in cases {
-        let mut full = vec!["plan".to_string()];
+        let mut full = vec!["plan"];
         full.extend(args);
-        let refs: Vec<&str> = full.iter().map(String::as_str).collect();
-        let out = run(&refs);
+        let out = run(&full);
         assert_eq!(out.status.code(), Some(1), "{full:?}");
         assert!(stderr(&out).contains(want), "{full:?}: {}", stderr(&out));
     }
@@ -521,18 +478,10 @@ fn version_names_the_spec_versions() {
 }
 
 fn plugin(env: &[(&str, &str)], stdin: &str) -> Output {
-    let mut child = Command::new(PLEXUS)
-        .env_clear()
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // A plugin may exit before reading stdin (an environment error comes
-    // first, as in libcni's skel); like Go's exec, ignore the broken pipe.
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
+    output_with_stdin(
+        Command::new(PLEXUS).env_clear().envs(env.iter().copied()),
+        stdin,
+    )
 }
 
 fn plexus_conf(cni_dir: &Path) -> String {

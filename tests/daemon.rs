@@ -8,12 +8,13 @@
 mod e2e_support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
-use plexus_testkit::kube::{status_entries, AuditedRequest, KubeApi, Relay};
+use plexus_testkit::kube::{status_entries, AuditedRequest};
+use plexus_testkit::process::LoggedChild;
 use serde_json::{json, Value};
 
 /// The daemon's memory bound in a boot storm (issue 12).
@@ -23,105 +24,42 @@ const RSS_LIMIT_KB: u64 = 64 * 1024;
 /// with the NAD `macnet` (macvlan on `uplink0`, host-local /16), plexus's
 /// thick conf, and the daemon.
 struct World {
-    api: &'static KubeApi,
-    kube_ns: String,
-    node: String,
-    _relay: Relay,
+    kube: KubeNode,
     conf: String,
-    tmp: tempfile::TempDir,
-    namespaces: Namespaces,
     metrics_port: u16,
 }
 
 fn world(tag: &str) -> Option<World> {
-    let KubeNode {
-        api,
-        kube_ns,
-        node,
-        relay,
-        tmp,
-        namespaces,
-        ..
-    } = kube_node(tag, "pxd", |tmp| {
+    let kube = kube_node(tag, "pxd", |tmp| {
         json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
             "master": "uplink0", "ipam": host_local(tmp, "10.20.0.0/16", "mac")})
     })?;
+    let tmp = kube.tmp.path();
     let conf = json!({
         "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
-        "kubeconfig": api.plexus_kubeconfig(),
-        "cniDir": tmp.path().join("cache"), "confDir": tmp.path().join("net.d"),
-        "daemonSocket": tmp.path().join("run/plexus.sock"),
+        "kubeconfig": kube.api.plexus_kubeconfig(),
+        "cniDir": tmp.join("cache"), "confDir": tmp.join("net.d"),
+        "daemonSocket": tmp.join("run/plexus.sock"),
         "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge", "bridge": "br-pod",
-                       "isGateway": true, "ipam": host_local(tmp.path(), "10.10.0.0/16", "pod")}],
+                       "isGateway": true, "ipam": host_local(tmp, "10.10.0.0/16", "pod")}],
     })
     .to_string();
     // Distinct per test binary and test, within the node's own loopback.
     static PORT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(19100);
     let metrics_port = PORT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Some(World {
-        api,
-        kube_ns,
-        node,
-        _relay: relay,
+        kube,
         conf,
-        tmp,
-        namespaces,
         metrics_port,
     })
 }
 
 /// A running `plexus daemon`, killed on drop.
-struct Daemon {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Peak resident memory so far (VmHWM), in KiB.
-    fn peak_rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/PID/status")
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Its exit status, once it exits; panics with its log after `bound`.
-    fn exit_within(&mut self, bound: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + bound;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "still running: {}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+type Daemon = LoggedChild;
 
 impl World {
     fn socket(&self) -> PathBuf {
-        self.tmp.path().join("run/plexus.sock")
+        self.kube.tmp.path().join("run/plexus.sock")
     }
 
     /// Start the daemon in the node namespace and wait until /readyz says
@@ -133,51 +71,47 @@ impl World {
     /// The daemon's kubeconfig: the test's own copy when it made one
     /// ([`World::own_kubeconfig`]), else the shared API server's.
     fn kubeconfig(&self) -> PathBuf {
-        let own = self.tmp.path().join("plexus.kubeconfig");
+        let own = self.kube.tmp.path().join("plexus.kubeconfig");
         if own.exists() {
             own
         } else {
-            self.api.plexus_kubeconfig()
+            self.kube.api.plexus_kubeconfig()
         }
     }
 
     /// A copy of the plexus kubeconfig that this test may rewrite.
     fn own_kubeconfig(&self) -> PathBuf {
-        let own = self.tmp.path().join("plexus.kubeconfig");
-        std::fs::copy(self.api.plexus_kubeconfig(), &own).unwrap();
+        let own = self.kube.tmp.path().join("plexus.kubeconfig");
+        std::fs::copy(self.kube.api.plexus_kubeconfig(), &own).unwrap();
         own
     }
 
     /// The daemon's status outbox (`--state-dir`/status).
     fn outbox(&self) -> PathBuf {
-        self.tmp.path().join("state/status")
+        self.kube.tmp.path().join("state/status")
     }
 
     /// [`World::daemon`] with `extra` arguments.
     fn daemon_with(&self, extra: &[&str]) -> Daemon {
         static STARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let log = self.tmp.path().join(format!("daemon-{n}.log"));
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.node, PLEXUS, "daemon"])
+        let log = self.kube.tmp.path().join(format!("daemon-{n}.log"));
+        let mut daemon = Command::new("ip");
+        daemon
+            .args(["netns", "exec", &self.kube.node, PLEXUS, "daemon"])
             .arg("--socket")
             .arg(self.socket())
             .arg("--kubeconfig")
             .arg(self.kubeconfig())
-            .args(["--node-name", &self.node])
+            .args(["--node-name", &self.kube.node])
             .arg(format!("--metrics-address=127.0.0.1:{}", self.metrics_port))
             .args(["--api-timeout", "5"])
             .arg("--state-dir")
-            .arg(self.tmp.path().join("state"))
+            .arg(self.kube.tmp.path().join("state"))
             .args(extra)
             .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let daemon = Daemon { child, log };
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        let daemon = Daemon::spawn(&mut daemon, log);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if self.http("/readyz").0 == 200 {
@@ -196,7 +130,7 @@ impl World {
     /// answers.
     fn http(&self, path: &str) -> (u16, String) {
         let out = Command::new("ip")
-            .args(["netns", "exec", &self.node, "curl", "-s", "-m", "5"])
+            .args(["netns", "exec", &self.kube.node, "curl", "-s", "-m", "5"])
             .args(["-w", "\n%{http_code}"])
             .arg(format!("http://127.0.0.1:{}{path}", self.metrics_port))
             .output()
@@ -223,21 +157,21 @@ impl World {
                 "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {}\n  \
                  annotations: {{k8s.v1.cni.cncf.io/networks: \"{selection}\"}}\n\
                  spec: {{nodeName: {node}, containers: [{{name: c, image: busybox}}]}}\n---\n",
-                self.kube_ns
+                self.kube.kube_ns
             ));
         }
-        self.api.apply(&manifest);
+        self.kube.api.apply(&manifest);
     }
 
     /// The shim, as the runtime execs it, for pod `pod` in namespace `netns`.
     fn call(&self, command: &str, pod: &str, netns: &str, conf: &str) -> Output {
         let args = format!(
             "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID=c-{pod}",
-            self.kube_ns
+            self.kube.kube_ns
         );
         let netns = format!("/var/run/netns/{netns}");
         plexus_at(
-            &self.node,
+            &self.kube.node,
             command,
             &format!("c-{pod}"),
             &netns,
@@ -250,15 +184,9 @@ impl World {
     /// Wait until the daemon delivered every queued status write (at most
     /// 30 s), and check the outbox is empty.
     fn writes_delivered(&self, daemon: &Daemon) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.metric("plexus_status_writes_queued") > 0.0 {
-            assert!(
-                Instant::now() < deadline,
-                "writes still queued: {}",
-                daemon.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        within_30s("writes still queued", daemon, || {
+            self.metric("plexus_status_writes_queued") <= 0.0
+        });
         let left: Vec<_> = std::fs::read_dir(self.outbox())
             .map(|d| d.map(|e| e.unwrap().file_name()).collect())
             .unwrap_or_default();
@@ -267,33 +195,24 @@ impl World {
 
     /// The uid of pod `name`.
     fn uid(&self, name: &str) -> String {
-        self.api.kubectl(&[
+        self.kube.api.kubectl(&[
             "get",
             "pod",
             name,
             "-n",
-            &self.kube_ns,
+            &self.kube.kube_ns,
             "-o",
             "jsonpath={.metadata.uid}",
         ])
     }
 
-    /// plexus's requests in this test's Kubernetes namespace.
-    fn requests(&self) -> Vec<AuditedRequest> {
-        self.api
-            .audited()
-            .into_iter()
-            .filter(|r| r.namespace == self.kube_ns && r.stage == "ResponseComplete")
-            .collect()
-    }
-
     /// Every pod's network-status, by pod name, in one list.
     fn network_statuses(&self) -> Vec<(String, Value)> {
-        let list: Value = serde_json::from_str(&self.api.kubectl(&[
+        let list: Value = serde_json::from_str(&self.kube.api.kubectl(&[
             "get",
             "pods",
             "-n",
-            &self.kube_ns,
+            &self.kube.kube_ns,
             "-o",
             "json",
         ]))
@@ -316,8 +235,8 @@ impl World {
     /// Nothing plexus made is left: no record, no address allocation, no
     /// link in the node beyond its own and the bridge, none in the pods.
     fn assert_nothing_left(&self, pods: &[String]) {
-        assert_nothing_left(self.tmp.path());
-        let mut node_links = link_names(&self.node);
+        assert_nothing_left(self.kube.tmp.path());
+        let mut node_links = link_names(&self.kube.node);
         node_links.sort();
         assert_eq!(node_links, ["br-pod", "lo", "uplink0", "uplink0p"]);
         for pod in pods {
@@ -348,6 +267,25 @@ where
     threads.into_iter().map(|t| t.join().unwrap()).collect()
 }
 
+/// `command` for every pod `names[i]` in `netns[i]` at once, through the
+/// daemon; each must succeed. Their outputs in order.
+fn storm_succeeds(
+    w: &Arc<World>,
+    command: &'static str,
+    names: &[String],
+    netns: &[String],
+) -> Vec<Output> {
+    let world = w.clone();
+    let (n, ns) = (names.to_vec(), netns.to_vec());
+    let outs = all_at_once(names.len(), move |i| {
+        world.call(command, &n[i], &ns[i], &world.conf)
+    });
+    for (i, out) in outs.iter().enumerate() {
+        assert_ok(&format!("{command} {}", names[i]), out);
+    }
+    outs
+}
+
 fn cluster_ip(out: &Output) -> String {
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     result["ips"][0]["address"].as_str().unwrap().to_string()
@@ -356,15 +294,15 @@ fn cluster_ip(out: &Output) -> String {
 #[test]
 fn a_warm_add_sends_no_get_and_one_patch() {
     let Some(mut w) = world("warm") else { return };
-    let pod_ns = w.namespaces.add("warm-p");
+    let pod_ns = w.kube.namespaces.add("warm-p");
     w.pods(
         &["p1".into()],
-        &w.node.clone(),
+        &w.kube.node.clone(),
         "macnet@net1,macnet@net2,macnet@net3",
     );
     let daemon = w.daemon();
     // The watch delivers the pod (created before the daemon listed).
-    let before = w.requests().len();
+    let before = w.kube.requests().len();
     let out = w.call("ADD", "p1", &pod_ns, &w.conf);
     assert_ok("ADD through the daemon", &out);
     // The status write is queued in the outbox and delivered right after.
@@ -380,7 +318,7 @@ fn a_warm_add_sends_no_get_and_one_patch() {
 
     // From the API server's side: the pod and its 3 NADs came from the
     // caches; the status is one merge PATCH (multi-net-spec §5).
-    let add = w.requests()[before..].to_vec();
+    let add = w.kube.requests()[before..].to_vec();
     assert_eq!(count(&add, "get", "pods", ""), 0, "{add:?}");
     assert_eq!(
         count(&add, "get", "network-attachment-definitions", ""),
@@ -431,7 +369,7 @@ fn writes_a_killed_daemon_left_queued_are_delivered_by_the_next_and_never_to_ano
     let Some(w) = world("outbox") else { return };
     w.pods(
         &["kept".into(), "recreated".into()],
-        &w.node.clone(),
+        &w.kube.node.clone(),
         "macnet",
     );
     // What a daemon killed after answering its ADDs leaves in the outbox
@@ -457,7 +395,7 @@ fn writes_a_killed_daemon_left_queued_are_delivered_by_the_next_and_never_to_ano
         ),
     ];
     for (pod, uid) in &queued {
-        let entry = json!({"namespace": w.kube_ns, "pod": pod, "uid": uid,
+        let entry = json!({"namespace": w.kube.kube_ns, "pod": pod, "uid": uid,
                            "networkStatus": status(pod), "claims": []});
         std::fs::write(outbox.join(format!("{uid}.json")), entry.to_string()).unwrap();
     }
@@ -496,8 +434,8 @@ fn writes_a_killed_daemon_left_queued_are_delivered_by_the_next_and_never_to_ano
 #[test]
 fn with_status_write_sync_the_status_is_there_when_the_add_answers() {
     let Some(mut w) = world("sync") else { return };
-    let pod_ns = w.namespaces.add("sync-p");
-    w.pods(&["p".into()], &w.node.clone(), "macnet");
+    let pod_ns = w.kube.namespaces.add("sync-p");
+    w.pods(&["p".into()], &w.kube.node.clone(), "macnet");
     let _daemon = w.daemon_with(&["--status-write", "sync"]);
     assert_ok("ADD", &w.call("ADD", "p", &pod_ns, &w.conf));
     // No waiting: written before the answer, nothing queued.
@@ -513,28 +451,31 @@ fn with_status_write_sync_the_status_is_there_when_the_add_answers() {
 fn a_pod_the_cache_has_not_seen_is_read_once_and_one_of_another_node_is_refused() {
     let Some(mut w) = world("node") else { return };
     let _daemon = w.daemon();
-    let (mine, theirs) = (w.namespaces.add("node-a"), w.namespaces.add("node-b"));
+    let (mine, theirs) = (
+        w.kube.namespaces.add("node-a"),
+        w.kube.namespaces.add("node-b"),
+    );
     // Created after the daemon listed: the cache may not have it yet, and
     // a GET finds it (on this node).
-    w.pods(&["fresh".into()], &w.node.clone(), "macnet");
+    w.pods(&["fresh".into()], &w.kube.node.clone(), "macnet");
     let out = w.call("ADD", "fresh", &mine, &w.conf);
     assert_ok("ADD of a pod newer than the cache", &out);
-    assert!(count(&w.requests(), "get", "pods", "") <= 1);
+    assert!(count(&w.kube.requests(), "get", "pods", "") <= 1);
 
     // A pod scheduled elsewhere: never in this node's cache, and the GET
     // shows another node. Refused before anything is attached or written.
     w.pods(&["elsewhere".into()], "some-other-node", "macnet");
-    let before = w.requests().len();
+    let before = w.kube.requests().len();
     let out = w.call("ADD", "elsewhere", &theirs, &w.conf);
     let e = cni_error(&out);
     assert_eq!(e["code"], 3, "{e}");
     let details = e["details"].as_str().unwrap();
     assert!(
-        details.contains("scheduled to node some-other-node") && details.contains(&w.node),
+        details.contains("scheduled to node some-other-node") && details.contains(&w.kube.node),
         "{details}"
     );
     assert_eq!(link_names(&theirs), ["lo"]);
-    let after = w.requests()[before..].to_vec();
+    let after = w.kube.requests()[before..].to_vec();
     assert_eq!(count(&after, "patch", "pods", "status"), 0, "{after:?}");
 
     assert_ok("DEL", &w.call("DEL", "fresh", &mine, &w.conf));
@@ -548,8 +489,8 @@ fn a_pod_the_cache_has_not_seen_is_read_once_and_one_of_another_node_is_refused(
 #[test]
 fn without_a_daemon_the_shim_runs_the_call_itself_or_fails_at_once_as_configured() {
     let Some(mut w) = world("down") else { return };
-    let pod_ns = w.namespaces.add("down-p");
-    w.pods(&["p".into()], &w.node.clone(), "macnet");
+    let pod_ns = w.kube.namespaces.add("down-p");
+    w.pods(&["p".into()], &w.kube.node.clone(), "macnet");
     // No daemon listens: daemonFallback "thin" (the default) runs in-process.
     let out = w.call("ADD", "p", &pod_ns, &w.conf);
     assert_ok("ADD without a daemon", &out);
@@ -563,14 +504,10 @@ fn without_a_daemon_the_shim_runs_the_call_itself_or_fails_at_once_as_configured
     let start = Instant::now();
     let out = w.call("DEL", "p", &pod_ns, &failing);
     assert!(start.elapsed() < Duration::from_secs(5));
-    let e = cni_error(&out);
-    assert_eq!(e["code"], 11, "{e}");
+    let details = cni_details(&out, 11);
     assert!(
-        e["details"]
-            .as_str()
-            .unwrap()
-            .contains(&w.socket().display().to_string()),
-        "{e}"
+        details.contains(&w.socket().display().to_string()),
+        "{details}"
     );
     // The pod is still attached: nothing ran.
     assert!(link_names(&pod_ns).contains(&"net1".to_string()));
@@ -591,9 +528,9 @@ fn a_failed_del_is_reported_not_swallowed() {
     };
     // A delegate whose DEL fails until told otherwise (an exec'd plugin in
     // binDir: a script, as a third-party plugin would be).
-    let bin = w.tmp.path().join("bin");
+    let bin = w.kube.tmp.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    let flag = w.tmp.path().join("del-fails");
+    let flag = w.kube.tmp.path().join("del-fails");
     std::fs::write(&flag, "").unwrap();
     let script = format!(
         "#!/bin/sh\ncat >/dev/null\nif [ \"$CNI_COMMAND\" = DEL ] && [ -e {} ]; then\n  \
@@ -604,30 +541,22 @@ fn a_failed_del_is_reported_not_swallowed() {
     let plugin = bin.join("stubborn");
     std::fs::write(&plugin, script).unwrap();
     std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    w.api.apply(&format!(
+    w.kube.api.apply(&format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
          metadata: {{name: stubborn, namespace: {}}}\nspec:\n  config: '{}'\n",
-        w.kube_ns,
+        w.kube.kube_ns,
         json!({"cniVersion": "1.0.0", "name": "stubborn", "type": "stubborn"})
     ));
     let mut conf: Value = serde_json::from_str(&w.conf).unwrap();
     conf["binDir"] = bin.display().to_string().into();
     let conf = conf.to_string();
-    let pod_ns = w.namespaces.add("delfail-p");
-    w.pods(&["p".into()], &w.node.clone(), "stubborn");
+    let pod_ns = w.kube.namespaces.add("delfail-p");
+    w.pods(&["p".into()], &w.kube.node.clone(), "stubborn");
     let _daemon = w.daemon();
     assert_ok("ADD", &w.call("ADD", "p", &pod_ns, &conf));
 
-    let out = w.call("DEL", "p", &pod_ns, &conf);
-    let e = cni_error(&out);
-    assert_eq!(e["code"], 999, "{e}");
-    assert!(
-        e["details"]
-            .as_str()
-            .unwrap()
-            .contains("the device is busy"),
-        "{e}"
-    );
+    let details = cni_details(&w.call("DEL", "p", &pod_ns, &conf), 999);
+    assert!(details.contains("the device is busy"), "{details}");
     assert!(w.metric("plexus_cni_errors_total{code=\"999\",command=\"DEL\"}") >= 1.0);
 
     // The runtime retries; once the plugin lets go, everything goes.
@@ -639,8 +568,8 @@ fn a_failed_del_is_reported_not_swallowed() {
 /// `pods` pod namespaces and pod objects on the node, named `<tag>-<i>`.
 fn storm_pods(w: &mut World, tag: &str, pods: usize) -> (Vec<String>, Vec<String>) {
     let names: Vec<String> = (0..pods).map(|i| format!("{tag}-{i}")).collect();
-    let netns: Vec<String> = names.iter().map(|n| w.namespaces.add(n)).collect();
-    w.pods(&names, &w.node.clone(), "macnet");
+    let netns: Vec<String> = names.iter().map(|n| w.kube.namespaces.add(n)).collect();
+    w.pods(&names, &w.kube.node.clone(), "macnet");
     (names, netns)
 }
 
@@ -651,14 +580,9 @@ fn a_boot_storm_of_200_pods_gets_distinct_addresses_within_the_memory_bound() {
     let (names, netns) = storm_pods(&mut w, "s", PODS);
     let daemon = w.daemon();
     let w = Arc::new(w);
-    let before = w.requests().len();
+    let before = w.kube.requests().len();
 
-    let world = w.clone();
-    let (n, ns) = (names.clone(), netns.clone());
-    let added = all_at_once(PODS, move |i| world.call("ADD", &n[i], &ns[i], &world.conf));
-    for (i, out) in added.iter().enumerate() {
-        assert_ok(&format!("ADD {}", names[i]), out);
-    }
+    let added = storm_succeeds(&w, "ADD", &names, &netns);
     w.writes_delivered(&daemon);
     // No address twice, on the cluster network (the results) or on macnet
     // (the network-status the daemon wrote).
@@ -677,17 +601,12 @@ fn a_boot_storm_of_200_pods_gets_distinct_addresses_within_the_memory_bound() {
     assert_eq!(macnet.len(), PODS);
 
     // Warm: no GET per ADD at all, one PATCH each.
-    let add = w.requests()[before..].to_vec();
+    let add = w.kube.requests()[before..].to_vec();
     assert_eq!(count(&add, "get", "pods", ""), 0);
     assert_eq!(count(&add, "get", "network-attachment-definitions", ""), 0);
     assert_eq!(count(&add, "patch", "pods", "status"), PODS);
 
-    let world = w.clone();
-    let (n, ns) = (names.clone(), netns.clone());
-    let deleted = all_at_once(PODS, move |i| world.call("DEL", &n[i], &ns[i], &world.conf));
-    for (i, out) in deleted.iter().enumerate() {
-        assert_ok(&format!("DEL {}", names[i]), out);
-    }
+    storm_succeeds(&w, "DEL", &names, &netns);
     let peak = daemon.peak_rss_kb();
     eprintln!(
         "daemon peak RSS over {PODS} ADDs and DELs at once: {} KiB",
@@ -743,12 +662,7 @@ fn a_daemon_killed_mid_storm_leaks_nothing_once_the_runtime_deletes() {
     }
     eprintln!("{lost} of {PODS} ADDs lost to the kill");
     // The runtime DELs every sandbox it set up (failed ADDs included).
-    let world = w.clone();
-    let (n, ns) = (names.clone(), netns.clone());
-    let deleted = all_at_once(PODS, move |i| world.call("DEL", &n[i], &ns[i], &world.conf));
-    for (i, out) in deleted.iter().enumerate() {
-        assert_ok(&format!("DEL {}", names[i]), out);
-    }
+    storm_succeeds(&w, "DEL", &names, &netns);
     w.assert_nothing_left(&netns);
 }
 
@@ -796,13 +710,9 @@ fn a_rewritten_kubeconfig_stops_the_daemon_to_be_started_on_it() {
     let kubeconfig = w.own_kubeconfig();
     let mut daemon = w.daemon();
     // Written again unchanged: not a change.
-    std::fs::copy(w.api.plexus_kubeconfig(), &kubeconfig).unwrap();
+    std::fs::copy(w.kube.api.plexus_kubeconfig(), &kubeconfig).unwrap();
     std::thread::sleep(Duration::from_secs(5));
-    assert!(
-        daemon.child.try_wait().unwrap().is_none(),
-        "{}",
-        daemon.log()
-    );
+    assert!(daemon.running(), "{}", daemon.log());
     // New content (the installer's rewrite with another token; here the
     // same credentials, re-serialized).
     let mut text = std::fs::read_to_string(&kubeconfig).unwrap();
@@ -827,25 +737,25 @@ fn a_rewritten_kubeconfig_stops_the_daemon_to_be_started_on_it() {
 impl World {
     /// Set pod `pod`'s selection annotation to `value`.
     fn annotate(&self, pod: &str, value: &str) {
-        self.api.kubectl(&[
+        self.kube.api.kubectl(&[
             "annotate",
             "--overwrite",
             "pod",
             pod,
             "-n",
-            &self.kube_ns,
+            &self.kube.kube_ns,
             &format!("k8s.v1.cni.cncf.io/networks={value}"),
         ]);
     }
 
     /// Pod `pod`'s network-status: its entries' `(name, interface)`.
     fn status_of(&self, pod: &str) -> Vec<(String, String)> {
-        let text = self.api.kubectl(&[
+        let text = self.kube.api.kubectl(&[
             "get",
             "pod",
             pod,
             "-n",
-            &self.kube_ns,
+            &self.kube.kube_ns,
             "-o",
             "jsonpath={.metadata.annotations.k8s\\.v1\\.cni\\.cncf\\.io/network-status}",
         ]);
@@ -855,14 +765,14 @@ impl World {
     /// Whether pod `pod` has an event of `kind` for `reason` whose message
     /// contains `text`.
     fn has_event(&self, pod: &str, kind: &str, reason: &str, text: &str) -> bool {
-        pod_events(self.api, &self.kube_ns, pod)
+        pod_events(self.kube.api, &self.kube.kube_ns, pod)
             .iter()
             .any(|(t, r, m)| t == kind && r == reason && m.contains(text))
     }
 
     /// Addresses host-local holds for `macnet` (its allocation files).
     fn macnet_leases(&self) -> usize {
-        files_in(&self.tmp.path().join("ipam/mac"))
+        files_in(&self.kube.tmp.path().join("ipam/mac"))
             .into_iter()
             .filter(|f| !f.ends_with("lock") && !f.contains("last_reserved_ip"))
             .count()
@@ -870,12 +780,9 @@ impl World {
 }
 
 /// Poll `done` every 20 ms for at most 30 s.
-fn within_30s(what: &str, daemon: &Daemon, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: {}", daemon.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+#[track_caller]
+fn within_30s(what: &str, daemon: &Daemon, done: impl FnMut() -> bool) {
+    daemon.wait_until(what, Duration::from_secs(30), done);
 }
 
 fn sorted_links(netns: &str) -> Vec<String> {
@@ -889,8 +796,8 @@ fn sorted_links(netns: &str) -> Vec<String> {
 /// the pod's netns and the daemon.
 fn running_pod(tag: &str, extra: &[&str]) -> Option<(World, String, Daemon)> {
     let mut w = world(tag)?;
-    let pod_ns = w.namespaces.add(&format!("{tag}-p"));
-    w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
+    let pod_ns = w.kube.namespaces.add(&format!("{tag}-p"));
+    w.pods(&["p1".into()], &w.kube.node.clone(), "macnet@net1");
     let daemon = w.daemon_with(extra);
     assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &w.conf));
     w.writes_delivered(&daemon);
@@ -909,7 +816,7 @@ fn annotating_a_running_pod_attaches_and_detaches_its_networks() {
     within_30s("net2 attached", &daemon, || {
         sorted_links(&pod_ns) == ["eth0", "lo", "net1", "net2"] && w.status_of("p1").len() == 3
     });
-    let ns_macnet = format!("{}/macnet", w.kube_ns);
+    let ns_macnet = format!("{}/macnet", w.kube.kube_ns);
     assert_eq!(w.status_of("p1")[2], (ns_macnet.clone(), "net2".into()));
     assert_eq!(addresses(&pod_ns, "net2").len(), 1);
     assert_eq!(w.macnet_leases(), 2);
@@ -962,11 +869,11 @@ fn annotating_a_running_pod_attaches_and_detaches_its_networks() {
     // A chain that fails on the pod: undone (its address released), the
     // pod's other networks untouched, and the DEL owed kept in the record.
     let badnet = json!({"cniVersion": "1.0.0", "name": "badnet", "type": "macvlan",
-        "master": "nosuch0", "ipam": host_local(w.tmp.path(), "10.21.0.0/16", "bad")});
-    w.api.apply(&format!(
+        "master": "nosuch0", "ipam": host_local(w.kube.tmp.path(), "10.21.0.0/16", "bad")});
+    w.kube.api.apply(&format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
          metadata: {{name: badnet, namespace: {}}}\nspec:\n  config: '{badnet}'\n",
-        w.kube_ns
+        w.kube.kube_ns
     ));
     w.annotate("p1", "macnet@net1,macnet@net5,badnet@net6");
     within_30s("AttachmentFailed for badnet", &daemon, || {
@@ -987,7 +894,7 @@ fn annotating_a_running_pod_attaches_and_detaches_its_networks() {
     // The sandbox's DEL removes every attachment, hot-plugged or not.
     assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &w.conf));
     w.assert_nothing_left(&[pod_ns]);
-    assert!(files_in(&w.tmp.path().join("state/sandboxes")).is_empty());
+    assert!(files_in(&w.kube.tmp.path().join("state/sandboxes")).is_empty());
 }
 
 #[test]
@@ -1045,7 +952,7 @@ fn a_daemon_killed_mid_hotplug_converges_and_a_del_racing_a_hotplug_leaks_nothin
     std::thread::sleep(Duration::from_millis(500));
     w.assert_nothing_left(&[pod_ns]);
     assert_eq!(w.macnet_leases(), 0);
-    assert!(files_in(&w.tmp.path().join("state/sandboxes")).is_empty());
+    assert!(files_in(&w.kube.tmp.path().join("state/sandboxes")).is_empty());
     drop(daemon);
 }
 
@@ -1067,7 +974,7 @@ impl World {
     /// sleeps 2 s on ADD, then macvlan on uplink0 with its own host-local),
     /// and the binDir with pxslow.
     fn slow_chain(&self) -> (Value, PathBuf) {
-        let bin = self.tmp.path().join("bin");
+        let bin = self.kube.tmp.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let slow = bin.join("pxslow");
         std::fs::write(
@@ -1085,13 +992,13 @@ impl World {
         let conf = json!({"cniVersion": "1.0.0", "name": "slownet", "plugins": [
             {"type": "pxslow"},
             {"type": "macvlan", "master": "uplink0",
-             "ipam": host_local(self.tmp.path(), "10.22.0.0/16", "slow")}]});
+             "ipam": host_local(self.kube.tmp.path(), "10.22.0.0/16", "slow")}]});
         (conf, bin)
     }
 
     /// Where plugin processes note sandboxes and take their locks.
     fn shared_sandboxes(&self) -> Vec<String> {
-        let mut files = files_in(&self.tmp.path().join("cache/sandboxes"));
+        let mut files = files_in(&self.kube.tmp.path().join("cache/sandboxes"));
         files.sort();
         files
     }
@@ -1102,22 +1009,22 @@ fn pods_a_plugin_process_added_are_hot_plugged_and_its_del_racing_a_hotplug_leak
     let Some(mut w) = world("hpthin") else {
         return;
     };
-    let pod_ns = w.namespaces.add("hpthin-p");
-    w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
+    let pod_ns = w.kube.namespaces.add("hpthin-p");
+    w.pods(&["p1".into()], &w.kube.node.clone(), "macnet@net1");
     // The thin conf, with the binDir of slownet's slow plugin (below).
     let (slow_conf, bin) = w.slow_chain();
     let mut thin: Value = serde_json::from_str(&w.thin_conf()).unwrap();
     thin["binDir"] = json!(bin);
     let thin = thin.to_string();
-    w.api.apply(&format!(
+    w.kube.api.apply(&format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
          metadata: {{name: slownet, namespace: {}}}\nspec:\n  config: '{slow_conf}'\n",
-        w.kube_ns
+        w.kube.kube_ns
     ));
     // ADDed with no daemon running at all; the daemon started later finds it.
     assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &thin));
     assert_eq!(w.shared_sandboxes(), ["c-p1.json", "c-p1.lock"]);
-    let cni_dir = w.tmp.path().join("cache");
+    let cni_dir = w.kube.tmp.path().join("cache");
     let daemon = w.daemon_with(&["--cni-dir", cni_dir.to_str().unwrap()]);
 
     w.annotate("p1", "macnet@net1,macnet");
@@ -1176,12 +1083,12 @@ fn pods_a_plugin_process_added_are_hot_plugged_and_its_del_racing_a_hotplug_leak
 impl World {
     /// IPAMClaim `name` of this test's namespace, as JSON (Null when gone).
     fn claim(&self, name: &str) -> Value {
-        let text = self.api.kubectl(&[
+        let text = self.kube.api.kubectl(&[
             "get",
             "ipamclaim",
             name,
             "-n",
-            &self.kube_ns,
+            &self.kube.kube_ns,
             "-o",
             "json",
             "--ignore-not-found",
@@ -1191,7 +1098,7 @@ impl World {
 
     /// The addresses host-local holds for `vmnet`.
     fn vmnet_leases(&self) -> Vec<String> {
-        files_in(&self.tmp.path().join("ipam/vm/vmnet"))
+        files_in(&self.kube.tmp.path().join("ipam/vm/vmnet"))
             .into_iter()
             .filter(|f| f.starts_with("10.50."))
             .collect()
@@ -1205,14 +1112,14 @@ fn a_hot_plugged_claim_reference_writes_the_claim_and_a_detach_releases_as_del_d
     };
     let vmnet = json!({"cniVersion": "1.0.0", "name": "vmnet", "type": "macvlan",
         "master": "uplink0", "allowPersistentIPs": true,
-        "ipam": host_local(w.tmp.path(), "10.50.0.0/24", "vm")});
-    w.api.apply(&format!(
+        "ipam": host_local(w.kube.tmp.path(), "10.50.0.0/24", "vm")});
+    w.kube.api.apply(&format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
          metadata: {{name: vmnet, namespace: {ns}}}\nspec:\n  config: '{vmnet}'\n---\n\
          apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\n\
          metadata: {{name: vm-a.vmnet, namespace: {ns}}}\n\
          spec: {{network: vmnet, interface: net2}}\n",
-        ns = w.kube_ns
+        ns = w.kube.kube_ns
     ));
     let with_claim = json!([{"name": "macnet", "interface": "net1"},
         {"name": "vmnet", "interface": "net2", "ipam-claim-reference": "vm-a.vmnet"}])
@@ -1246,14 +1153,15 @@ fn a_hot_plugged_claim_reference_writes_the_claim_and_a_detach_releases_as_del_d
     assert_eq!(addresses(&pod_ns, "net2"), address);
 
     // The claim deleted, the detach releases its address, as a DEL does.
-    w.api
-        .kubectl(&["delete", "ipamclaim", "-n", &w.kube_ns, "vm-a.vmnet"]);
+    w.kube
+        .api
+        .kubectl(&["delete", "ipamclaim", "-n", &w.kube.kube_ns, "vm-a.vmnet"]);
     w.annotate("p1", "macnet@net1");
     // The address first, then the claim book's entry.
     within_30s("net2 detached, its address released", &daemon, || {
         sorted_links(&pod_ns) == ["eth0", "lo", "net1"]
             && w.vmnet_leases().is_empty()
-            && files_in(&w.tmp.path().join("cache/ipamclaims")).is_empty()
+            && files_in(&w.kube.tmp.path().join("cache/ipamclaims")).is_empty()
     });
 
     assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &w.conf));
@@ -1269,23 +1177,23 @@ fn a_hot_plugged_selection_never_takes_the_auxiliary_chains_name() {
     let Some(mut w) = world("hpaux") else {
         return;
     };
-    let pod_ns = w.namespaces.add("hpaux-p");
-    vendor_chain(&w.tmp.path().join("net.d"));
+    let pod_ns = w.kube.namespaces.add("hpaux-p");
+    vendor_chain(&w.kube.tmp.path().join("net.d"));
     let mut conf: Value = serde_json::from_str(&w.conf).unwrap();
     conf["auxiliaryCNIChainName"] = json!("vendor-chain");
     w.conf = conf.to_string();
-    w.pods(&["p1".into()], &w.node.clone(), "macnet@net1");
+    w.pods(&["p1".into()], &w.kube.node.clone(), "macnet@net1");
     let daemon = w.daemon();
     assert_ok("ADD", &w.call("ADD", "p1", &pod_ns, &w.conf));
     w.writes_delivered(&daemon);
-    let record = std::fs::read_to_string(w.tmp.path().join("cache/c-p1@eth0.json")).unwrap();
+    let record = std::fs::read_to_string(w.kube.tmp.path().join("cache/c-p1@eth0.json")).unwrap();
     assert!(record.contains("\"ifname\":\"net2\""), "{record}");
 
     w.annotate("p1", "macnet@net1,macnet");
     within_30s("attached as net3", &daemon, || {
         sorted_links(&pod_ns) == ["eth0", "lo", "net1", "net3"] && w.status_of("p1").len() == 3
     });
-    let ns_macnet = format!("{}/macnet", w.kube_ns);
+    let ns_macnet = format!("{}/macnet", w.kube.kube_ns);
     assert_eq!(w.status_of("p1")[2], (ns_macnet, "net3".into()));
 
     assert_ok("DEL", &w.call("DEL", "p1", &pod_ns, &w.conf));

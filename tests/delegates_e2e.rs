@@ -18,7 +18,7 @@ mod e2e_support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use e2e_support::*;
 use serde_json::{json, Value};
@@ -32,29 +32,6 @@ fn pod_args(pod: &str) -> String {
 fn podnet(tmp: &Path, version: &str) -> Value {
     json!({"cniVersion": version, "name": "podnet", "type": "bridge", "bridge": "br-pod",
            "isGateway": true, "ipam": host_local(tmp, "10.10.0.0/24", "pod")})
-}
-
-/// The reference plugin `plugin` of `/usr/lib/cni`, run by hand in `node`
-/// as the runtime ran the cluster network before plexus was installed.
-fn reference_plugin(
-    node: &str,
-    plugin: &str,
-    container: &str,
-    pod_ns: &str,
-    conf: &Value,
-) -> Output {
-    let binary = format!("{REFERENCE}/{plugin}");
-    let netns = format!("/var/run/netns/{pod_ns}");
-    plugin_at(
-        node,
-        &binary,
-        "ADD",
-        container,
-        &netns,
-        "eth0",
-        "",
-        &conf.to_string(),
-    )
 }
 
 /// host-local's reservations of the cluster network under `tmp`.

@@ -10,27 +10,31 @@ mod image_support;
 use std::process::Command;
 
 use image_support::Images;
-use plexus_testkit::kube::api;
+use plexus_testkit::kube::{api, KubeApi};
 use plexus_testkit::Feature;
 
 fn deploy(path: &str) -> String {
     format!("{}/deploy/{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `kubectl apply -k deploy/`, once per test binary (the tests run
-/// concurrently, and two applies racing to create an object fail); its output.
-fn applied() -> &'static str {
+/// The API server with `kubectl apply -k deploy/` done, once per test
+/// binary (the tests run concurrently, and two applies racing to create an
+/// object fail), and the apply's output; `None` (the test skips) without
+/// the API server.
+fn deployed() -> Option<(&'static KubeApi, &'static str)> {
+    if !plexus_testkit::require(&[Feature::KubeApiServer]) {
+        return None;
+    }
     static APPLIED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    APPLIED.get_or_init(|| api().kubectl(&["apply", "-k", &deploy("")]))
+    let applied = APPLIED.get_or_init(|| api().kubectl(&["apply", "-k", &deploy("")]));
+    Some((api(), applied))
 }
 
 #[test]
 fn apply_k_deploy_installs_everything_and_is_idempotent() {
-    if !plexus_testkit::require(&[Feature::KubeApiServer]) {
+    let Some((api, applied)) = deployed() else {
         return;
-    }
-    let api = api();
-    let applied = applied();
+    };
     for object in [
         "customresourcedefinition.apiextensions.k8s.io/network-attachment-definitions.k8s.cni.cncf.io",
         "customresourcedefinition.apiextensions.k8s.io/ipamclaims.k8s.cni.cncf.io",
@@ -67,11 +71,9 @@ fn apply_k_deploy_installs_everything_and_is_idempotent() {
 
 #[test]
 fn example_nads_apply_and_list_with_the_printer_columns() {
-    if !plexus_testkit::require(&[Feature::KubeApiServer]) {
+    let Some((api, _)) = deployed() else {
         return;
-    }
-    let api = api();
-    applied();
+    };
     let ns = api.namespace("pxdeploy");
     api.kubectl(&["apply", "-n", &ns, "-f", &deploy("examples/")]);
     // The short name and the Resource column (device-info spec §4.1).
@@ -98,11 +100,9 @@ fn example_nads_apply_and_list_with_the_printer_columns() {
 
 #[test]
 fn the_service_account_may_do_exactly_what_plexus_does() {
-    if !plexus_testkit::require(&[Feature::KubeApiServer]) {
+    let Some((api, _)) = deployed() else {
         return;
-    }
-    let api = api();
-    applied();
+    };
     let can = |verb: &str, resource: &str| {
         let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
         let out = Command::new("kubectl")

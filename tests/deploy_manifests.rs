@@ -133,10 +133,7 @@ fn daemonset_runs_plexus_install_on_every_node() {
     let env = plexus["env"].as_array().unwrap();
     assert_eq!(env[2]["name"], "POD");
     assert_eq!(env[2]["value"], "$(POD_NAMESPACE)/$(POD_NAME)");
-    let mounts: Vec<&str> = pod["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let mounts: Vec<&str> = items(&pod["volumes"])
         .filter_map(|v| v["hostPath"]["path"].as_str())
         .collect();
     for path in [
@@ -151,10 +148,7 @@ fn daemonset_runs_plexus_install_on_every_node() {
     ] {
         assert!(mounts.contains(&path), "{path}");
     }
-    let netns = plexus["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let netns = items(&plexus["volumeMounts"])
         .find(|m| m["name"] == "netns")
         .unwrap();
     assert_eq!(netns["mountPropagation"], "HostToContainer");
@@ -163,10 +157,7 @@ fn daemonset_runs_plexus_install_on_every_node() {
     // ConfigMap's settings name, probed on its local port.
     assert_eq!(pod["hostPID"], true);
     let daemon = &pod["containers"][1];
-    let args: Vec<&str> = daemon["args"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let args: Vec<&str> = items(&daemon["args"])
         .map(|a| a.as_str().unwrap())
         .collect();
     assert_eq!(args[0], "daemon");
@@ -199,10 +190,7 @@ fn daemonset_runs_plexus_install_on_every_node() {
     assert_ne!(hostroot.1["readOnly"], true, "delegates write their state");
     // Device records name their owner's CNI_NETNS as the runtime gave it
     // (containerd's and CRI-O's /var/run/netns/...): the daemon sees them.
-    let netns_paths: Vec<&Value> = daemon["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let netns_paths: Vec<&Value> = items(&daemon["volumeMounts"])
         .filter(|m| m["name"] == "netns")
         .map(|m| &m["mountPath"])
         .collect();
@@ -218,12 +206,17 @@ fn daemonset_runs_plexus_install_on_every_node() {
     assert!(!args.iter().any(|a| a.starts_with("--cni-dir")), "{args:?}");
 }
 
+/// The elements of the JSON array `list`.
+fn items(list: &Value) -> std::slice::Iter<'_, Value> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not an array: {list}"))
+        .iter()
+}
+
 /// The volume named `name` and `container`'s mount of it.
 fn mount_of<'a>(container: &'a Value, pod: &'a Value, name: &str) -> (&'a Value, &'a Value) {
     let named = |list: &'a Value| {
-        list.as_array()
-            .unwrap()
-            .iter()
+        items(list)
             .find(|v| v["name"] == name)
             .unwrap_or_else(|| panic!("{name} in {list}"))
     };

@@ -57,12 +57,37 @@ impl Node {
         std::fs::write(self.conf_dir().join(name), v.to_string()).unwrap();
     }
 
+    /// A Multus settings file `name` beside the node's root, as
+    /// `--settings` takes it: its path.
+    fn write_settings(&self, name: &str, settings: Value) -> String {
+        let path = self.root.join("..").join(name);
+        std::fs::write(&path, settings.to_string()).unwrap();
+        path.display().to_string()
+    }
+
     fn installed(&self) -> PathBuf {
         self.root.join("opt/cni/bin/plexus")
     }
 
     fn conflist_path(&self) -> PathBuf {
         self.conf_dir().join("00-plexus.conflist")
+    }
+
+    /// The cluster network's `10-cluster.conflist` rewritten to declare
+    /// `capabilities`; waits until the watcher copied them into plexus's.
+    fn cluster_capabilities_followed(&self, capabilities: Value) {
+        self.write_conf("10-cluster.conflist", &cluster_conf(capabilities.clone()));
+        eventually("capabilities copied", || {
+            self.conflist()
+                .is_some_and(|c| c["plugins"][0]["capabilities"] == capabilities)
+        });
+    }
+
+    /// The cluster network's `10-cluster.conflist` removed; waits until the
+    /// watcher removed plexus's conflist too.
+    fn cluster_removal_followed(&self) {
+        std::fs::remove_file(self.conf_dir().join("10-cluster.conflist")).unwrap();
+        eventually("the conflist removed", || self.conflist().is_none());
     }
 
     fn conflist(&self) -> Option<Value> {
@@ -168,13 +193,10 @@ fn install_writes_binary_kubeconfig_and_conflist_and_a_rerun_changes_nothing() {
         "20-other.conf",
         &json!({"cniVersion": "0.4.0", "name": "other", "type": "macvlan"}),
     );
-    let settings = node.root.join("../settings.json");
-    std::fs::write(
-        &settings,
-        json!({"namespaceIsolation": true, "type": "not-this"}).to_string(),
-    )
-    .unwrap();
-    let settings_arg = settings.display().to_string();
+    let settings_arg = node.write_settings(
+        "settings.json",
+        json!({"namespaceIsolation": true, "type": "not-this"}),
+    );
     assert_ok("install", &node.install(&["--settings", &settings_arg]));
 
     let source = std::fs::read(env!("CARGO_BIN_EXE_plexus")).unwrap();
@@ -294,15 +316,10 @@ fn a_multus_thick_daemon_config_is_taken_as_it_is() {
         "20-other.conf",
         &json!({"cniVersion": "0.4.0", "name": "other", "type": "macvlan"}),
     );
-    let master = node.root.join("../master.json");
-    std::fs::write(
-        &master,
-        json!({"multusMasterCNI": "20-other.conf"}).to_string(),
-    )
-    .unwrap();
+    let master = node.write_settings("master.json", json!({"multusMasterCNI": "20-other.conf"}));
     assert_ok(
         "install with multusMasterCNI",
-        &node.install(&["--settings", master.to_str().unwrap()]),
+        &node.install(&["--settings", &master]),
     );
     let conflist = node.conflist().unwrap();
     assert_eq!(
@@ -312,13 +329,8 @@ fn a_multus_thick_daemon_config_is_taken_as_it_is() {
     assert_eq!(conflist["cniVersion"], "0.4.0");
 
     // A conf file of its own cannot be honoured: refused, naming the key.
-    let own = node.root.join("../own.json");
-    std::fs::write(
-        &own,
-        json!({"multusConfigFile": "/etc/multus.conf"}).to_string(),
-    )
-    .unwrap();
-    let out = node.install(&["--settings", own.to_str().unwrap()]);
+    let own = node.write_settings("own.json", json!({"multusConfigFile": "/etc/multus.conf"}));
+    let out = node.install(&["--settings", &own]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -435,16 +447,8 @@ fn a_conf_dir_change_is_followed_at_once_not_at_the_next_poll() {
         &["--poll-ms", "60000"],
     );
     eventually("the conflist", || node.conflist().is_some());
-    node.write_conf(
-        "10-cluster.conflist",
-        &cluster_conf(json!({"bandwidth": true})),
-    );
-    eventually("capabilities copied", || {
-        node.conflist()
-            .is_some_and(|c| c["plugins"][0]["capabilities"] == json!({"bandwidth": true}))
-    });
-    std::fs::remove_file(node.conf_dir().join("10-cluster.conflist")).unwrap();
-    eventually("the conflist removed", || node.conflist().is_none());
+    node.cluster_capabilities_followed(json!({"bandwidth": true}));
+    node.cluster_removal_followed();
     // SIGTERM ends the wait too.
     let started = Instant::now();
     assert_ok("watcher", &watcher.terminate());
@@ -463,18 +467,10 @@ fn watch_follows_the_cluster_network_and_the_token_and_cleans_up_on_sigterm() {
     );
 
     // The cluster network's conf changes: plexus's follows.
-    node.write_conf(
-        "10-cluster.conflist",
-        &cluster_conf(json!({"portMappings": true})),
-    );
-    eventually("capabilities copied", || {
-        node.conflist()
-            .is_some_and(|c| c["plugins"][0]["capabilities"] == json!({"portMappings": true}))
-    });
+    node.cluster_capabilities_followed(json!({"portMappings": true}));
     // It disappears (a CNI being reinstalled): plexus's goes too, so the
     // runtime reports the network not ready rather than failing pods...
-    std::fs::remove_file(node.conf_dir().join("10-cluster.conflist")).unwrap();
-    eventually("the conflist removed", || node.conflist().is_none());
+    node.cluster_removal_followed();
     // ... and comes back with it.
     node.write_conf(
         "20-cluster.conf",

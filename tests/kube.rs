@@ -12,52 +12,29 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
-use plexus_testkit::kube::{AuditedRequest, KubeApi, Relay};
+use plexus_testkit::kube::{AuditedRequest, KubeApi};
 use serde_json::{json, Value};
 
 /// One test's world: a node namespace with a relay to the API server, two
 /// pod namespaces, a Kubernetes namespace with the NAD `macnet` (macvlan on
 /// the node's `uplink0`, host-local), and plexus's conf.
 struct World {
-    api: &'static KubeApi,
-    kube_ns: String,
-    node: String,
-    pods: [String; 2],
-    relay: Relay,
+    kube: KubeNode,
     conf: String,
-    tmp: tempfile::TempDir,
-    _namespaces: Namespaces,
 }
 
 fn world(tag: &str) -> Option<World> {
-    let KubeNode {
-        api,
-        kube_ns,
-        node,
-        pods,
-        relay,
-        tmp,
-        namespaces,
-    } = kube_node(tag, "pxk", macvlan_network)?;
+    let kube = kube_node(tag, "pxk", macvlan_network)?;
     let conf = json!({
         "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
-        "kubeconfig": api.plexus_kubeconfig(),
-        "cniDir": tmp.path().join("cache"), "confDir": tmp.path().join("net.d"),
+        "kubeconfig": kube.api.plexus_kubeconfig(),
+        "cniDir": kube.tmp.path().join("cache"), "confDir": kube.tmp.path().join("net.d"),
         "apiTimeout": 5,
         "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge", "bridge": "br-pod",
-                       "isGateway": true, "ipam": host_local(tmp.path(), "10.10.0.0/24", "pod")}],
+                       "isGateway": true, "ipam": host_local(kube.tmp.path(), "10.10.0.0/24", "pod")}],
     })
     .to_string();
-    Some(World {
-        api,
-        kube_ns,
-        node,
-        pods,
-        relay,
-        conf,
-        tmp,
-        _namespaces: namespaces,
-    })
+    Some(World { kube, conf })
 }
 
 impl World {
@@ -71,16 +48,16 @@ impl World {
                 )
             })
             .unwrap_or_default();
-        self.api.apply(&format!(
+        self.kube.api.apply(&format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {}\n{annotations}\
              spec: {{containers: [{{name: c, image: busybox}}]}}\n",
-            self.kube_ns
+            self.kube.kube_ns
         ));
-        self.api.kubectl(&[
+        self.kube.api.kubectl(&[
             "get",
             "pod",
             "-n",
-            &self.kube_ns,
+            &self.kube.kube_ns,
             name,
             "-o",
             "jsonpath={.metadata.uid}",
@@ -103,19 +80,19 @@ impl World {
         conf: &str,
     ) -> Output {
         let netns = if netns {
-            format!("/var/run/netns/{}", self.pods[i])
+            format!("/var/run/netns/{}", self.kube.pods[i])
         } else {
             String::new()
         };
         let mut args = format!(
             "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID=c{i}",
-            self.kube_ns
+            self.kube.kube_ns
         );
         if !uid.is_empty() {
             args.push_str(&format!(";K8S_POD_UID={uid}"));
         }
         plexus_at(
-            &self.node,
+            &self.kube.node,
             command,
             &format!("c{i}"),
             &netns,
@@ -127,11 +104,11 @@ impl World {
 
     /// The pod's network-status annotation, read back with a GET.
     fn network_status(&self, pod: &str) -> Value {
-        let text = self.api.kubectl(&[
+        let text = self.kube.api.kubectl(&[
             "get",
             "pod",
             "-n",
-            &self.kube_ns,
+            &self.kube.kube_ns,
             pod,
             "-o",
             r"jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
@@ -141,7 +118,7 @@ impl World {
 
     /// The events of the pod: `(type, reason, message)`.
     fn events(&self, pod: &str) -> Vec<(String, String, String)> {
-        pod_events(self.api, &self.kube_ns, pod)
+        pod_events(self.kube.api, &self.kube.kube_ns, pod)
     }
 
     /// plexus's conf with `changes` merged in (`null` removes a key).
@@ -159,34 +136,25 @@ impl World {
 
     /// Create the NAD `name` in this test's namespace with `config`.
     fn nad(&self, name: &str, config: &Value) {
-        self.api.apply(&format!(
+        self.kube.api.apply(&format!(
             "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
              metadata: {{name: {name}, namespace: {}}}\nspec:\n  config: '{config}'\n",
-            self.kube_ns
+            self.kube.kube_ns
         ));
     }
 
     /// An object as the admin reads it (`kubectl get KIND NAME -o json`).
     fn get(&self, kind: &str, name: &str) -> Value {
-        serde_json::from_str(&self.api.kubectl(&[
+        serde_json::from_str(&self.kube.api.kubectl(&[
             "get",
             kind,
             "-n",
-            &self.kube_ns,
+            &self.kube.kube_ns,
             name,
             "-o",
             "json",
         ]))
         .unwrap()
-    }
-
-    /// plexus's requests in this test's Kubernetes namespace.
-    fn requests(&self) -> Vec<AuditedRequest> {
-        self.api
-            .audited()
-            .into_iter()
-            .filter(|r| r.namespace == self.kube_ns && r.stage == "ResponseComplete")
-            .collect()
     }
 }
 
@@ -215,7 +183,7 @@ fn add_reads_the_pod_and_its_nads_from_the_api_and_publishes_status_and_events()
     let uid1 = w.pod(
         "p1",
         Some(r#"[{"name": "macnet", "interface": "net7", "namespace": "NS"}]"#)
-            .map(|s| s.replace("NS", &w.kube_ns))
+            .map(|s| s.replace("NS", &w.kube.kube_ns))
             .as_deref(),
     );
     let uid2 = w.pod("p2", Some("macnet@net3"));
@@ -229,19 +197,19 @@ fn add_reads_the_pod_and_its_nads_from_the_api_and_publishes_status_and_events()
         .unwrap()
         .starts_with("10.10.0."));
     assert_ok("ADD p2", &w.plexus("ADD", 1, true, "p2", &uid2));
-    assert_eq!(link_names(&w.pods[0]), ["lo", "eth0", "net7"]);
-    assert_eq!(link_names(&w.pods[1]), ["lo", "eth0", "net3"]);
+    assert_eq!(link_names(&w.kube.pods[0]), ["lo", "eth0", "net7"]);
+    assert_eq!(link_names(&w.kube.pods[1]), ["lo", "eth0", "net3"]);
 
     // §5: network-status, read back from the API server.
     let status = w.network_status("p1");
-    let net7 = addresses(&w.pods[0], "net7");
-    let eth0 = addresses(&w.pods[0], "eth0");
+    let net7 = addresses(&w.kube.pods[0], "net7");
+    let eth0 = addresses(&w.kube.pods[0], "eth0");
     assert_eq!(status.as_array().unwrap().len(), 2, "{status}");
     assert_eq!(status[0]["name"], "podnet");
     assert_eq!(status[0]["interface"], "eth0");
     assert_eq!(status[0]["default"], true);
     assert_eq!(status[0]["ips"], json!([eth0[0]]));
-    assert_eq!(status[1]["name"], format!("{}/macnet", w.kube_ns));
+    assert_eq!(status[1]["name"], format!("{}/macnet", w.kube.kube_ns));
     assert_eq!(status[1]["interface"], "net7");
     assert_eq!(status[1]["default"], false);
     assert_eq!(status[1]["ips"], json!([net7[0]]));
@@ -252,7 +220,7 @@ fn add_reads_the_pod_and_its_nads_from_the_api_and_publishes_status_and_events()
     let events = w.events("p1");
     for (ifname, ip, network) in [
         ("eth0", &eth0[0], "podnet".to_string()),
-        ("net7", &net7[0], format!("{}/macnet", w.kube_ns)),
+        ("net7", &net7[0], format!("{}/macnet", w.kube.kube_ns)),
     ] {
         let want = format!("Add {ifname} [{ip}/24] from {network}");
         assert!(
@@ -265,7 +233,7 @@ fn add_reads_the_pod_and_its_nads_from_the_api_and_publishes_status_and_events()
 
     // The requests, from the API server's side: per ADD one GET of the
     // pod, one GET per NAD, one PATCH of the status, plus the events.
-    let requests = w.requests();
+    let requests = w.kube.requests();
     assert_eq!(count(&requests, "get", "pods", ""), 2, "{requests:#?}");
     assert_eq!(
         count(&requests, "get", "network-attachment-definitions", ""),
@@ -276,17 +244,17 @@ fn add_reads_the_pod_and_its_nads_from_the_api_and_publishes_status_and_events()
     assert_eq!(requests.len(), 10, "nothing else: {requests:#?}");
 
     // DEL needs no API server: it works from plexus's record, at once.
-    w.relay.stop();
+    w.kube.relay.stop();
     for (i, pod) in ["p1", "p2"].iter().enumerate() {
         for netns in [true, false] {
             let t0 = Instant::now();
             assert_ok("DEL", &w.plexus("DEL", i, netns, pod, ""));
             assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
         }
-        assert_eq!(link_names(&w.pods[i]), ["lo"]);
+        assert_eq!(link_names(&w.kube.pods[i]), ["lo"]);
     }
-    assert_eq!(w.requests().len(), 10, "DEL made no request");
-    assert_nothing_left(w.tmp.path());
+    assert_eq!(w.kube.requests().len(), 10, "DEL made no request");
+    assert_nothing_left(w.kube.tmp.path());
 }
 
 #[test]
@@ -295,32 +263,27 @@ fn a_recreated_pod_or_a_deleted_one_is_not_the_pod_of_the_call() {
     let uid = w.pod("p1", Some("macnet"));
     // K8S_POD_UID of an earlier pod of that name: it was re-created.
     let out = w.plexus("ADD", 0, true, "p1", "0b4c5e4e-0000-0000-0000-000000000000");
-    let e = cni_error(&out);
-    assert_eq!(e["code"], 3, "{e}");
-    let details = e["details"].as_str().unwrap();
+    let details = cni_details(&out, 3);
     assert!(
-        details.contains(&format!("pod {}/p1", w.kube_ns)) && details.contains("re-created"),
+        details.contains(&format!("pod {}/p1", w.kube.kube_ns)) && details.contains("re-created"),
         "{details}"
     );
-    assert_eq!(link_names(&w.pods[0]), ["lo"], "nothing was attached");
+    assert_eq!(link_names(&w.kube.pods[0]), ["lo"], "nothing was attached");
     assert_ok("DEL", &w.plexus("DEL", 0, true, "p1", "0b4c5e4e"));
 
     // A pod that does not exist.
     let out = w.plexus("ADD", 0, true, "gone", "");
-    let e = cni_error(&out);
-    assert_eq!(e["code"], 3, "{e}");
-    assert!(
-        e["details"].as_str().unwrap().contains("does not exist"),
-        "{e}"
-    );
+    let details = cni_details(&out, 3);
+    assert!(details.contains("does not exist"), "{details}");
 
     // The pod deleted after its ADD: DEL still works, from the record.
     assert_ok("ADD", &w.plexus("ADD", 0, true, "p1", &uid));
-    w.api
-        .kubectl(&["delete", "pod", "-n", &w.kube_ns, "p1", "--wait=false"]);
+    w.kube
+        .api
+        .kubectl(&["delete", "pod", "-n", &w.kube.kube_ns, "p1", "--wait=false"]);
     assert_ok("DEL", &w.plexus("DEL", 0, true, "p1", &uid));
-    assert_eq!(link_names(&w.pods[0]), ["lo"]);
-    assert_nothing_left(w.tmp.path());
+    assert_eq!(link_names(&w.kube.pods[0]), ["lo"]);
+    assert_nothing_left(w.kube.tmp.path());
 }
 
 #[test]
@@ -328,8 +291,8 @@ fn api_errors_name_the_object_and_the_reason_and_leave_nothing() {
     let Some(mut w) = world("err") else { return };
     let uid = w.pod("p1", Some("macnet"));
     // A token the API server does not know.
-    let bad = w.tmp.path().join("bad.kubeconfig");
-    let text = std::fs::read_to_string(w.api.plexus_kubeconfig()).unwrap();
+    let bad = w.kube.tmp.path().join("bad.kubeconfig");
+    let text = std::fs::read_to_string(w.kube.api.plexus_kubeconfig()).unwrap();
     let token_line = text.lines().find(|l| l.contains("token:")).unwrap();
     std::fs::write(
         &bad,
@@ -343,39 +306,31 @@ fn api_errors_name_the_object_and_the_reason_and_leave_nothing() {
     assert_eq!(e["code"], 104, "{e}");
     assert_eq!(
         e["details"],
-        format!("pod {}/p1: unauthorized: Unauthorized", w.kube_ns)
+        format!("pod {}/p1: unauthorized: Unauthorized", w.kube.kube_ns)
     );
 
     // A NAD the pod selects that does not exist (§3.4.1 rule 4).
     let uid2 = w.pod("p2", Some("nosuchnet"));
-    let e = cni_error(&w.plexus("ADD", 1, true, "p2", &uid2));
-    assert_eq!(e["code"], 100, "{e}");
+    let details = cni_details(&w.plexus("ADD", 1, true, "p2", &uid2), 100);
     assert!(
-        e["details"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("{}/nosuchnet does not exist", w.kube_ns)),
-        "{e}"
+        details.contains(&format!("{}/nosuchnet does not exist", w.kube.kube_ns)),
+        "{details}"
     );
 
     // The API server unreachable: a bounded, retryable failure.
-    w.relay.stop();
+    w.kube.relay.stop();
     let t0 = Instant::now();
-    let e = cni_error(&w.plexus("ADD", 0, true, "p1", &uid));
+    let details = cni_details(&w.plexus("ADD", 0, true, "p1", &uid), 11);
     assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
-    assert_eq!(e["code"], 11, "{e}");
     assert!(
-        e["details"]
-            .as_str()
-            .unwrap()
-            .starts_with(&format!("pod {}/p1: ", w.kube_ns)),
-        "{e}"
+        details.starts_with(&format!("pod {}/p1: ", w.kube.kube_ns)),
+        "{details}"
     );
     for i in 0..2 {
         assert_ok("DEL", &w.plexus("DEL", i, true, "p1", ""));
-        assert_eq!(link_names(&w.pods[i]), ["lo"]);
+        assert_eq!(link_names(&w.kube.pods[i]), ["lo"]);
     }
-    assert_nothing_left(w.tmp.path());
+    assert_nothing_left(w.kube.tmp.path());
 }
 
 #[test]
@@ -385,14 +340,14 @@ fn every_selection_key_of_4_1_2_through_the_api() {
     // tuning (mac), bandwidth, and the reference portmap exec'd.
     let keynet = json!({"cniVersion": "1.0.0", "name": "keynet", "plugins": [
         {"type": "bridge", "bridge": "br-key", "capabilities": {"ips": true},
-         "ipam": host_local(w.tmp.path(), "10.30.0.0/24", "key")},
+         "ipam": host_local(w.kube.tmp.path(), "10.30.0.0/24", "key")},
         {"type": "tuning", "capabilities": {"mac": true}},
         {"type": "bandwidth", "capabilities": {"bandwidth": true}},
         {"type": "portmap", "capabilities": {"portMappings": true}, "snat": false}]});
     w.nad("keynet", &keynet);
     let selection = json!([{
         "name": "keynet",                                   // §4.1.2.1.1
-        "namespace": w.kube_ns,                             // §4.1.2.1.2
+        "namespace": w.kube.kube_ns,                             // §4.1.2.1.2
         "ips": ["10.30.0.77/24"],                           // §4.1.2.1.3
         "mac": "02:11:22:33:44:55",                         // §4.1.2.1.4
         "interface": "net5",                                // §4.1.2.1.5
@@ -405,7 +360,7 @@ fn every_selection_key_of_4_1_2_through_the_api() {
     let uid = w.pod("p1", Some(&selection.to_string()));
     assert_ok("ADD", &w.plexus("ADD", 0, true, "p1", &uid));
 
-    let pod = &w.pods[0];
+    let pod = &w.kube.pods[0];
     assert_eq!(link_names(pod), ["lo", "eth0", "net5"]);
     assert_eq!(addresses(pod, "net5"), ["10.30.0.77"]);
     let link: Value =
@@ -420,14 +375,14 @@ fn every_selection_key_of_4_1_2_through_the_api() {
         "{defaults}"
     );
     // Port mapping and shaping happen on the node.
-    assert!(in_node(&w.node, &["iptables-save", "-t", "nat"]).contains("--dport 8080"));
-    assert!(in_node(&w.node, &["tc", "qdisc", "show"]).contains("tbf"));
+    assert!(in_node(&w.kube.node, &["iptables-save", "-t", "nat"]).contains("--dport 8080"));
+    assert!(in_node(&w.kube.node, &["tc", "qdisc", "show"]).contains("tbf"));
     // cni-args reach the chain as args.cni (what plexus recorded it ran).
-    let record = std::fs::read_to_string(w.tmp.path().join("cache/c0@eth0.json")).unwrap();
+    let record = std::fs::read_to_string(w.kube.tmp.path().join("cache/c0@eth0.json")).unwrap();
     assert!(record.contains(r#""plexusProbe":"yes""#), "{record}");
 
     let status = w.network_status("p1");
-    assert_eq!(status[1]["name"], format!("{}/keynet", w.kube_ns));
+    assert_eq!(status[1]["name"], format!("{}/keynet", w.kube.kube_ns));
     assert_eq!(status[1]["interface"], "net5");
     assert_eq!(status[1]["ips"], json!(["10.30.0.77"]));
     assert_eq!(status[1]["mac"], "02:11:22:33:44:55");
@@ -435,34 +390,33 @@ fn every_selection_key_of_4_1_2_through_the_api() {
 
     assert_ok("DEL", &w.plexus("DEL", 0, true, "p1", &uid));
     assert_eq!(link_names(pod), ["lo"]);
-    assert!(!in_node(&w.node, &["iptables-save", "-t", "nat"]).contains("--dport 8080"));
-    assert_nothing_left(w.tmp.path());
+    assert!(!in_node(&w.kube.node, &["iptables-save", "-t", "nat"]).contains("--dport 8080"));
+    assert_nothing_left(w.kube.tmp.path());
 }
 
 #[test]
 fn namespace_isolation_refuses_networks_of_other_namespaces_before_reading_them() {
     let Some(w) = world("iso") else { return };
-    let other = w.api.namespace("pxk-iso-other");
-    let macnet = macvlan_network(w.tmp.path());
-    w.api.apply(&format!(
+    let other = w.kube.api.namespace("pxk-iso-other");
+    let macnet = macvlan_network(w.kube.tmp.path());
+    w.kube.api.apply(&format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
          metadata: {{name: shared, namespace: {other}}}\nspec:\n  config: '{macnet}'\n"
     ));
     let uid = w.pod("p1", Some(&format!("{other}/shared")));
     let isolated = w.conf_with(json!({"namespaceIsolation": true}));
-    let e = cni_error(&w.plexus_with("ADD", 0, true, "p1", &uid, &isolated));
-    assert_eq!(e["code"], 101, "{e}");
-    let details = e["details"].as_str().unwrap();
+    let details = cni_details(&w.plexus_with("ADD", 0, true, "p1", &uid, &isolated), 101);
     assert!(
         details.contains(&format!(
             "pod {}/p1 may not use {other}/shared (namespaceIsolation",
-            w.kube_ns
+            w.kube.kube_ns
         )) && details.contains("§7.4"),
         "{details}"
     );
-    assert_eq!(link_names(&w.pods[0]), ["lo"]);
+    assert_eq!(link_names(&w.kube.pods[0]), ["lo"]);
     // Refused before the NAD was read.
     assert!(w
+        .kube
         .api
         .audited()
         .iter()
@@ -472,9 +426,9 @@ fn namespace_isolation_refuses_networks_of_other_namespaces_before_reading_them(
     // globalNamespaces opens it.
     let global = w.conf_with(json!({"namespaceIsolation": true, "globalNamespaces": other}));
     assert_ok("ADD", &w.plexus_with("ADD", 0, true, "p1", &uid, &global));
-    assert_eq!(link_names(&w.pods[0]), ["lo", "eth0", "net1"]);
+    assert_eq!(link_names(&w.kube.pods[0]), ["lo", "eth0", "net1"]);
     assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &global));
-    assert_nothing_left(w.tmp.path());
+    assert_nothing_left(w.kube.tmp.path());
 }
 
 #[test]
@@ -484,7 +438,7 @@ fn warning_events_for_an_ignored_annotation_and_a_failed_attachment() {
     // and attach the default network only, and plexus says so on the pod.
     let uid = w.pod("p1", Some(r#"[{"name": 5}]"#));
     assert_ok("ADD", &w.plexus("ADD", 0, true, "p1", &uid));
-    assert_eq!(link_names(&w.pods[0]), ["lo", "eth0"]);
+    assert_eq!(link_names(&w.kube.pods[0]), ["lo", "eth0"]);
     let events = w.events("p1");
     assert!(
         events.iter().any(|(t, r, m)| t == "Warning"
@@ -496,7 +450,7 @@ fn warning_events_for_an_ignored_annotation_and_a_failed_attachment() {
 
     // An attachment that fails: the ADD fails, the pod says why.
     let broken = json!({"cniVersion": "1.0.0", "name": "broken", "type": "macvlan",
-        "master": "nosuchdev0", "ipam": host_local(w.tmp.path(), "10.40.0.0/24", "broken")});
+        "master": "nosuchdev0", "ipam": host_local(w.kube.tmp.path(), "10.40.0.0/24", "broken")});
     w.nad("broken", &broken);
     let uid2 = w.pod("p2", Some("broken"));
     let e = cni_error(&w.plexus("ADD", 1, true, "p2", &uid2));
@@ -508,9 +462,13 @@ fn warning_events_for_an_ignored_annotation_and_a_failed_attachment() {
             .any(|(t, r, m)| t == "Warning" && r == "AttachmentFailed" && m.contains("nosuchdev0")),
         "{events:?}"
     );
-    assert_eq!(link_names(&w.pods[1]), ["lo"], "a failed ADD undoes itself");
+    assert_eq!(
+        link_names(&w.kube.pods[1]),
+        ["lo"],
+        "a failed ADD undoes itself"
+    );
     assert_ok("DEL", &w.plexus("DEL", 1, true, "p2", &uid2));
-    assert_nothing_left(w.tmp.path());
+    assert_nothing_left(w.kube.tmp.path());
 }
 
 #[test]
@@ -519,13 +477,13 @@ fn sigkill_in_the_middle_of_an_add_then_del_leaves_nothing() {
     // A chain whose second plugin (exec'd from binDir) kills plexus with
     // SIGKILL: the macvlan link and its address exist, the record says the
     // ADD was under way, and nothing was published.
-    let bin = w.tmp.path().join("bin");
+    let bin = w.kube.tmp.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let killer = bin.join("pxkill");
     std::fs::write(&killer, "#!/bin/sh\n[ \"$CNI_COMMAND\" = ADD ] || exit 0\nexec >/dev/null 2>&1\nkill -9 $PPID\nsleep 1\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&killer, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut chain = macvlan_network(w.tmp.path());
+    let mut chain = macvlan_network(w.kube.tmp.path());
     chain.as_object_mut().unwrap().remove("cniVersion");
     chain.as_object_mut().unwrap().remove("name");
     w.nad(
@@ -537,14 +495,14 @@ fn sigkill_in_the_middle_of_an_add_then_del_leaves_nothing() {
     let out = w.plexus_with("ADD", 0, true, "p1", &uid, &conf);
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(9), "{out:?}");
-    assert_eq!(link_names(&w.pods[0]), ["lo", "eth0", "net1"]);
+    assert_eq!(link_names(&w.kube.pods[0]), ["lo", "eth0", "net1"]);
     assert!(w.get("pod", "p1")["metadata"]["annotations"]
         .get("k8s.v1.cni.cncf.io/network-status")
         .is_none());
 
     assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &conf));
-    assert_eq!(link_names(&w.pods[0]), ["lo"]);
-    assert_nothing_left(w.tmp.path());
+    assert_eq!(link_names(&w.kube.pods[0]), ["lo"]);
+    assert_nothing_left(w.kube.tmp.path());
 }
 
 #[test]
@@ -552,17 +510,17 @@ fn ipamclaim_keeps_addresses_across_pods_until_the_claim_is_deleted() {
     let Some(w) = world("claim") else { return };
     // multi-net-spec §8 with §4.1.2.1.11: a VM-like workload whose pod is
     // re-created keeps its address while its IPAMClaim exists.
-    let mut vmnet = macvlan_network(w.tmp.path());
+    let mut vmnet = macvlan_network(w.kube.tmp.path());
     vmnet["name"] = json!("vmnet");
     vmnet["allowPersistentIPs"] = json!(true);
-    vmnet["ipam"] = host_local(w.tmp.path(), "10.50.0.0/24", "mac");
+    vmnet["ipam"] = host_local(w.kube.tmp.path(), "10.50.0.0/24", "mac");
     w.nad("vmnet", &vmnet);
     let claim = |name: &str, interface: &str| {
-        w.api.apply(&format!(
+        w.kube.api.apply(&format!(
             "apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\n\
              metadata: {{name: {name}, namespace: {}}}\n\
              spec: {{network: vmnet, interface: {interface}}}\n",
-            w.kube_ns
+            w.kube.kube_ns
         ));
     };
     claim("vm-a.vmnet", "net1");
@@ -570,11 +528,12 @@ fn ipamclaim_keeps_addresses_across_pods_until_the_claim_is_deleted() {
         json!([{"name": "vmnet", "interface": "net1", "ipam-claim-reference": claim}]).to_string()
     };
     let held_by_claim = || {
-        files_in(&w.tmp.path().join("ipam/mac/vmnet"))
+        files_in(&w.kube.tmp.path().join("ipam/mac/vmnet"))
             .into_iter()
             .filter(|f| f.starts_with("10.50."))
             .map(|f| {
-                let owner = std::fs::read_to_string(w.tmp.path().join("ipam/mac/vmnet").join(&f));
+                let owner =
+                    std::fs::read_to_string(w.kube.tmp.path().join("ipam/mac/vmnet").join(&f));
                 (f, owner.unwrap())
             })
             .collect::<Vec<_>>()
@@ -583,20 +542,20 @@ fn ipamclaim_keeps_addresses_across_pods_until_the_claim_is_deleted() {
     // The first pod: an address, written to the claim's status.
     let uid1 = w.pod("virt-launcher-a-1", Some(&selection("vm-a.vmnet")));
     assert_ok("ADD", &w.plexus("ADD", 0, true, "virt-launcher-a-1", &uid1));
-    let first = addresses(&w.pods[0], "net1");
+    let first = addresses(&w.kube.pods[0], "net1");
     let status = &w.get("ipamclaim", "vm-a.vmnet")["status"];
     assert_eq!(status["ips"], json!([format!("{}/24", first[0])]));
     assert_eq!(status["ownerPod"]["name"], "virt-launcher-a-1");
-    let owner = format!("ipamclaim_{}_vm-a.vmnet\r\nnet1", w.kube_ns);
+    let owner = format!("ipamclaim_{}_vm-a.vmnet\r\nnet1", w.kube.kube_ns);
     assert_eq!(held_by_claim(), [(first[0].clone(), owner.clone())]);
 
     // The pod goes away; the claim keeps the address.
     assert_ok("DEL", &w.plexus("DEL", 0, true, "virt-launcher-a-1", &uid1));
-    w.api.kubectl(&[
+    w.kube.api.kubectl(&[
         "delete",
         "pod",
         "-n",
-        &w.kube_ns,
+        &w.kube.kube_ns,
         "virt-launcher-a-1",
         "--wait=false",
     ]);
@@ -605,14 +564,15 @@ fn ipamclaim_keeps_addresses_across_pods_until_the_claim_is_deleted() {
     // Its successor (another pod, another sandbox) gets the same address.
     let uid2 = w.pod("virt-launcher-a-2", Some(&selection("vm-a.vmnet")));
     assert_ok("ADD", &w.plexus("ADD", 1, true, "virt-launcher-a-2", &uid2));
-    assert_eq!(addresses(&w.pods[1], "net1"), first);
+    assert_eq!(addresses(&w.kube.pods[1], "net1"), first);
     let status = &w.get("ipamclaim", "vm-a.vmnet")["status"];
     assert_eq!(status["ownerPod"]["name"], "virt-launcher-a-2");
 
     // The claim is deleted while virt-launcher-a-2 runs: neither a GC nor
     // another pod's DEL frees the address under it...
-    w.api
-        .kubectl(&["delete", "ipamclaim", "-n", &w.kube_ns, "vm-a.vmnet"]);
+    w.kube
+        .api
+        .kubectl(&["delete", "ipamclaim", "-n", &w.kube.kube_ns, "vm-a.vmnet"]);
     let gc_keeping_c1 = w.conf_with(json!({"cniVersion": "1.1.0",
         "cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "eth0"}]}));
     assert_ok("GC", &w.plexus_with("GC", 0, false, "", "", &gc_keeping_c1));
@@ -621,11 +581,11 @@ fn ipamclaim_keeps_addresses_across_pods_until_the_claim_is_deleted() {
     assert_ok("ADD", &w.plexus("ADD", 0, true, "bystander", &uid_other));
     assert_ok("DEL", &w.plexus("DEL", 0, true, "bystander", &uid_other));
     assert_eq!(held_by_claim(), [(first[0].clone(), owner.clone())]);
-    assert_eq!(addresses(&w.pods[1], "net1"), first);
+    assert_eq!(addresses(&w.kube.pods[1], "net1"), first);
     // ...the DEL of the pod that holds it releases it.
     assert_ok("DEL", &w.plexus("DEL", 1, true, "virt-launcher-a-2", &uid2));
     assert!(held_by_claim().is_empty());
-    assert!(files_in(&w.tmp.path().join("cache/ipamclaims")).is_empty());
+    assert!(files_in(&w.kube.tmp.path().join("cache/ipamclaims")).is_empty());
 
     // Released by GC too, when no DEL comes after the claim's deletion.
     claim("vm-b.vmnet", "net1");
@@ -635,14 +595,15 @@ fn ipamclaim_keeps_addresses_across_pods_until_the_claim_is_deleted() {
     let gc = w.conf_with(json!({"cniVersion": "1.1.0", "cni.dev/valid-attachments": []}));
     assert_ok("GC", &w.plexus_with("GC", 0, false, "", "", &gc));
     assert_eq!(held_by_claim().len(), 1, "kept while the claim exists");
-    w.api
-        .kubectl(&["delete", "ipamclaim", "-n", &w.kube_ns, "vm-b.vmnet"]);
+    w.kube
+        .api
+        .kubectl(&["delete", "ipamclaim", "-n", &w.kube.kube_ns, "vm-b.vmnet"]);
     assert_ok("GC", &w.plexus_with("GC", 0, false, "", "", &gc));
     assert!(held_by_claim().is_empty());
 
     // Claims that are not this attachment's are refused, with the reason.
     claim("vm-c.vmnet", "net2");
-    let other = w.api.namespace("pxk-claim-other");
+    let other = w.kube.api.namespace("pxk-claim-other");
     for (reference, want) in [
         ("vm-c.vmnet", "the claim's spec.interface is \"net2\""),
         (
@@ -652,16 +613,15 @@ fn ipamclaim_keeps_addresses_across_pods_until_the_claim_is_deleted() {
         ("nosuchclaim", "does not exist"),
     ] {
         let uid = w.pod("p-refused", Some(&selection(reference)));
-        let e = cni_error(&w.plexus("ADD", 0, true, "p-refused", &uid));
-        assert_eq!(e["code"], 101, "{e}");
-        assert!(e["details"].as_str().unwrap().contains(want), "{want}: {e}");
-        assert_eq!(link_names(&w.pods[0]), ["lo"]);
+        let details = cni_details(&w.plexus("ADD", 0, true, "p-refused", &uid), 101);
+        assert!(details.contains(want), "{want}: {details}");
+        assert_eq!(link_names(&w.kube.pods[0]), ["lo"]);
         assert_ok("DEL", &w.plexus("DEL", 0, true, "p-refused", &uid));
     }
-    let requests = w.requests();
+    let requests = w.kube.requests();
     assert!(count(&requests, "get", "ipamclaims", "") >= 4);
     assert_eq!(count(&requests, "patch", "ipamclaims", "status"), 3);
-    assert_nothing_left(w.tmp.path());
+    assert_nothing_left(w.kube.tmp.path());
 }
 
 #[test]
@@ -669,8 +629,8 @@ fn readiness_wait_times_out_naming_what_is_missing_then_succeeds() {
     let Some(w) = world("ready") else { return };
     // §6.1.2: plexus's conf names the cluster network by its conf-dir name
     // and a readiness indicator; neither exists yet.
-    let net_d = w.tmp.path().join("net.d");
-    let indicator = w.tmp.path().join("ready");
+    let net_d = w.kube.tmp.path().join("net.d");
+    let indicator = w.kube.tmp.path().join("ready");
     let conf = |timeout: f64| {
         w.conf_with(json!({
             "cniVersion": "1.1.0", "delegates": null, "clusterNetwork": "podnet",
@@ -698,11 +658,11 @@ fn readiness_wait_times_out_naming_what_is_missing_then_succeeds() {
     std::fs::write(&indicator, "").unwrap();
     let e = cni_error(&w.plexus_with("ADD", 0, true, "p1", &uid, &conf(0.3)));
     assert!(e["details"].as_str().unwrap().contains("\"podnet\""), "{e}");
-    assert_eq!(link_names(&w.pods[0]), ["lo"]);
+    assert_eq!(link_names(&w.kube.pods[0]), ["lo"]);
 
     // The cluster network's conf appears while an ADD waits: it goes on.
     let podnet = json!({"cniVersion": "1.0.0", "name": "podnet", "type": "bridge",
-        "bridge": "br-pod", "ipam": host_local(w.tmp.path(), "10.10.0.0/24", "pod")});
+        "bridge": "br-pod", "ipam": host_local(w.kube.tmp.path(), "10.10.0.0/24", "pod")});
     let writer = {
         let (net_d, podnet) = (net_d.clone(), podnet.to_string());
         std::thread::spawn(move || {
@@ -718,7 +678,7 @@ fn readiness_wait_times_out_naming_what_is_missing_then_succeeds() {
     );
     assert!(t0.elapsed() >= Duration::from_millis(400));
     writer.join().unwrap();
-    assert_eq!(link_names(&w.pods[0]), ["lo", "eth0"]);
+    assert_eq!(link_names(&w.kube.pods[0]), ["lo", "eth0"]);
     assert_ok(
         "STATUS",
         &w.plexus_with("STATUS", 0, false, "", "", &conf(0.5)),
@@ -727,20 +687,20 @@ fn readiness_wait_times_out_naming_what_is_missing_then_succeeds() {
         "DEL",
         &w.plexus_with("DEL", 0, true, "p1", &uid, &conf(0.5)),
     );
-    assert_nothing_left(w.tmp.path());
+    assert_nothing_left(w.kube.tmp.path());
 }
 
 #[test]
 fn a_client_certificate_kubeconfig_works_as_a_token_does() {
     let Some(w) = world("cert") else { return };
     let uid = w.pod("p1", Some("macnet"));
-    let conf = w.conf_with(json!({"kubeconfig": w.api.plexus_cert_kubeconfig()}));
+    let conf = w.conf_with(json!({"kubeconfig": w.kube.api.plexus_cert_kubeconfig()}));
     assert_ok("ADD", &w.plexus_with("ADD", 0, true, "p1", &uid, &conf));
     assert_eq!(w.network_status("p1")[1]["interface"], "net1");
     // The API server saw plexus's identity (the audit policy logs only it).
-    assert_eq!(count(&w.requests(), "patch", "pods", "status"), 1);
+    assert_eq!(count(&w.kube.requests(), "patch", "pods", "status"), 1);
     assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &conf));
-    assert_nothing_left(w.tmp.path());
+    assert_nothing_left(w.kube.tmp.path());
 }
 
 /// device-info-SPEC §4.2.1 and §6.1 (multi-net-spec §5.3.8) through the API
@@ -754,20 +714,20 @@ fn device_info_of_a_resource_backed_network_is_in_the_published_status() {
     use plexus_testkit::podresources::{container, pod, PodResourcesServer};
     let Some(w) = world("devinfo") else { return };
     let resource = "example.com/macvlan_dev";
-    let macnet = macvlan_network(w.tmp.path());
-    w.api.apply(&format!(
+    let macnet = macvlan_network(w.kube.tmp.path());
+    w.kube.api.apply(&format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
          metadata: {{name: devnet, namespace: {}, annotations: {{k8s.v1.cni.cncf.io/resourceName: {resource}}}}}\n\
          spec:\n  config: '{macnet}'\n",
-        w.kube_ns
+        w.kube.kube_ns
     ));
     let uid = w.pod("p1", Some("devnet"));
     let kubelet = PodResourcesServer::start(vec![pod(
-        &w.kube_ns,
+        &w.kube.kube_ns,
         "p1",
         vec![container("c", &[(resource, &["dev-7"])])],
     )]);
-    let devinfo = w.tmp.path().join("devinfo");
+    let devinfo = w.kube.tmp.path().join("devinfo");
     let dp = devinfo.join("dp/example.com-macvlan_dev-dev-7-device.json");
     std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
     let info = json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:3b:02.7"}});
@@ -780,9 +740,9 @@ fn device_info_of_a_resource_backed_network_is_in_the_published_status() {
     assert_ok("ADD", &w.plexus_with("ADD", 0, true, "p1", &uid, &conf));
     let status = w.network_status("p1");
     assert_eq!(status[0].get("device-info"), None, "{status}");
-    assert_eq!(status[1]["name"], format!("{}/devnet", w.kube_ns));
+    assert_eq!(status[1]["name"], format!("{}/devnet", w.kube.kube_ns));
     assert_eq!(status[1]["device-info"], info, "{status}");
-    let copy = devinfo.join(format!("cni/{}-devnet-c0-net1-device.json", w.kube_ns));
+    let copy = devinfo.join(format!("cni/{}-devnet-c0-net1-device.json", w.kube.kube_ns));
     assert!(copy.exists());
 
     assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p1", &uid, &conf));
@@ -795,7 +755,7 @@ fn device_info_of_a_resource_backed_network_is_in_the_published_status() {
     std::fs::write(&dp, r#"{"type": "pci", "version": "1.1.0"}"#).unwrap();
     let uid = w.pod("p2", Some("devnet"));
     let kubelet = PodResourcesServer::start(vec![pod(
-        &w.kube_ns,
+        &w.kube.kube_ns,
         "p2",
         vec![container("c", &[(resource, &["dev-7"])])],
     )]);
@@ -804,7 +764,7 @@ fn device_info_of_a_resource_backed_network_is_in_the_published_status() {
     let conf = conf.to_string();
     assert_ok("ADD", &w.plexus_with("ADD", 1, true, "p2", &uid, &conf));
     let status = w.network_status("p2");
-    assert_eq!(status[1]["name"], format!("{}/devnet", w.kube_ns));
+    assert_eq!(status[1]["name"], format!("{}/devnet", w.kube.kube_ns));
     assert_eq!(status[1].get("device-info"), None, "{status}");
     let warned: Vec<String> = w
         .events("p2")
@@ -819,7 +779,7 @@ fn device_info_of_a_resource_backed_network_is_in_the_published_status() {
         "{warned:?}"
     );
     assert_ok("DEL", &w.plexus_with("DEL", 1, true, "p2", &uid, &conf));
-    assert_nothing_left(w.tmp.path());
+    assert_nothing_left(w.kube.tmp.path());
 }
 
 #[test]
@@ -833,44 +793,33 @@ fn a_pod_attached_before_plexus_is_deleted_from_the_cluster_network_nad() {
     let Some(mut w) = world("pre") else { return };
     let podnet = json!({"cniVersion": "1.0.0", "name": "podnet", "type": "bridge",
         "bridge": "br-pod", "isGateway": true,
-        "ipam": host_local(w.tmp.path(), "10.10.0.0/24", "pod")});
+        "ipam": host_local(w.kube.tmp.path(), "10.10.0.0/24", "pod")});
     w.nad("podnet", &podnet);
     let conf = w.conf_with(json!({
-        "delegates": null, "clusterNetwork": format!("{}/podnet", w.kube_ns), "apiTimeout": 2,
+        "delegates": null, "clusterNetwork": format!("{}/podnet", w.kube.kube_ns), "apiTimeout": 2,
     }));
     let reservations = || {
-        files_in(&w.tmp.path().join("ipam/pod/podnet"))
+        files_in(&w.kube.tmp.path().join("ipam/pod/podnet"))
             .into_iter()
             .filter(|f| f.starts_with("10.10.0."))
             .count()
     };
     // Before plexus: the reference bridge and host-local attach both pods.
-    for (i, pod_ns) in w.pods.iter().enumerate() {
-        let netns = format!("/var/run/netns/{pod_ns}");
-        let binary = format!("{REFERENCE}/bridge");
+    for (i, pod_ns) in w.kube.pods.iter().enumerate() {
         let container = format!("c{i}");
-        let out = plugin_at(
-            &w.node,
-            &binary,
-            "ADD",
-            &container,
-            &netns,
-            "eth0",
-            "",
-            &podnet.to_string(),
-        );
+        let out = reference_plugin(&w.kube.node, "bridge", &container, pod_ns, &podnet);
         assert_ok("reference ADD", &out);
     }
     assert_eq!(reservations(), 2);
     assert_ok("DEL", &w.plexus_with("DEL", 0, true, "p0", "", &conf));
-    assert_eq!(link_names(&w.pods[0]), ["lo"]);
+    assert_eq!(link_names(&w.kube.pods[0]), ["lo"]);
     assert_eq!(reservations(), 1);
 
-    w.relay.stop();
+    w.kube.relay.stop();
     let e = cni_error(&w.plexus_with("DEL", 1, true, "p1", "", &conf));
     assert_eq!(e["code"], 11, "{e}");
     assert_eq!(reservations(), 1, "kept for the DEL the runtime retries");
-    assert_eq!(link_names(&w.pods[1]), ["lo", "eth0"]);
+    assert_eq!(link_names(&w.kube.pods[1]), ["lo", "eth0"]);
     for netns in [true, false] {
         assert_ok(
             "DEL repeated, API server gone",

@@ -11,9 +11,10 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
+use plexus_testkit::process::{output_with_stdin, LoggedChild};
 use serde_json::{json, Value};
 
 const PLEXUS: &str = env!("CARGO_BIN_EXE_plexus");
@@ -83,26 +84,16 @@ impl Node {
 
     /// One call of `plexus` for container `id` as the runtime makes it.
     fn call(&self, command: &str, id: &str, conf: &str) -> Output {
-        let mut child = Command::new(PLEXUS)
+        let mut plexus = Command::new(PLEXUS);
+        plexus
             .env_clear()
             .env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", id)
             .env("CNI_NETNS", self.path("netns"))
             .env("CNI_IFNAME", "eth0")
             .env("CNI_PATH", self.path("bin"))
-            .env("CNI_ARGS", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("plexus runs");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(conf.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+            .env("CNI_ARGS", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p");
+        output_with_stdin(&mut plexus, conf)
     }
 
     fn add_ok(&self, id: &str, conf: &str) -> Output {
@@ -336,48 +327,22 @@ fn rotation_without_compress_keeps_plain_backups() {
 }
 
 /// A `plexus daemon` without an API server (calls read the manifest
-/// directory), killed on drop.
-struct Daemon {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn start(node: &Node) -> Daemon {
-        let log = node.path("daemon.log");
-        let socket = node.path("run/plexus.sock");
-        // Its log is its stderr; it prints nothing else.
-        let child = Command::new(PLEXUS)
+/// directory), killed on drop; returned once its socket exists.
+fn start_daemon(node: &Node) -> LoggedChild {
+    let log = node.path("daemon.log");
+    let socket = node.path("run/plexus.sock");
+    // Its log is its stderr; it prints nothing else.
+    let daemon = LoggedChild::spawn(
+        Command::new(PLEXUS)
             .args(["daemon", "--metrics-address", "none", "--socket"])
             .arg(&socket)
-            .env_clear()
-            .stdin(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let daemon = Daemon { child, log };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !socket.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "no socket within 20 s: {}",
-                daemon.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        daemon
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+            .env_clear(),
+        log,
+    );
+    daemon.wait_until("no socket within 20 s", Duration::from_secs(20), || {
+        socket.exists()
+    });
+    daemon
 }
 
 #[test]
@@ -385,7 +350,7 @@ fn the_daemons_json_log_and_a_calls_log_file_carry_the_same_fields() {
     let node = Node::new();
     let conf = node.conf(json!({"logFile": node.log_file(), "logToStderr": false}));
     node.add_ok("thin", &conf);
-    let daemon = Daemon::start(&node);
+    let daemon = start_daemon(&node);
     let thick = node.conf(json!({
         "daemonSocket": node.path("run/plexus.sock"), "daemonFallback": "fail",
     }));

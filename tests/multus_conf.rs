@@ -55,6 +55,17 @@ fn write(dir: &Path, file: &str, value: Value) {
     std::fs::write(dir.join(file), value.to_string()).unwrap();
 }
 
+/// A CNI config `name` of one plugin, of type `kind`.
+fn single(name: &str, kind: &str) -> Value {
+    json!({"cniVersion": "1.0.0", "name": name, "type": kind})
+}
+
+/// A CNI config list `name` of plugins of types `kinds`.
+fn list(name: &str, kinds: &[&str]) -> Value {
+    let plugins: Vec<Value> = kinds.iter().map(|k| json!({"type": k})).collect();
+    json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins})
+}
+
 fn conf(value: Value) -> PlexusConf {
     PlexusConf::from_value(&value).unwrap()
 }
@@ -126,17 +137,13 @@ fn cluster_network_naming_a_directory_takes_its_first_conf() {
     write(
         &net_d,
         "00-plexus.conflist",
-        json!({"cniVersion": "1.0.0", "name": "plexus-cni-network", "plugins": [{"type": "plexus"}]}),
+        list("plexus-cni-network", &["plexus"]),
     );
-    write(
-        &net_d,
-        "20-late.conf",
-        json!({"cniVersion": "1.0.0", "name": "late", "type": "ptp"}),
-    );
+    write(&net_d, "20-late.conf", single("late", "ptp"));
     write(
         &net_d,
         "10-flannel.conflist",
-        json!({"cniVersion": "1.0.0", "name": "cbr0", "plugins": [{"type": "bridge"}, {"type": "portmap"}]}),
+        list("cbr0", &["bridge", "portmap"]),
     );
     let p = plan_with(cluster, &pod("my-namespace", None)).unwrap();
     let s = summary(&p);
@@ -211,31 +218,11 @@ fn default_networks_in_every_form_getnetdelegate_knows() {
     for d in [&conf_dir, &by_path, &a_dir] {
         std::fs::create_dir(d).unwrap();
     }
-    write(
-        &conf_dir,
-        "10-storage.conf",
-        json!({"cniVersion": "1.0.0", "name": "storage", "type": "ipvlan"}),
-    );
-    write(
-        &by_path,
-        "file-net.conflist",
-        json!({"cniVersion": "1.0.0", "name": "file-net", "plugins": [{"type": "ptp"}]}),
-    );
-    write(
-        &by_path,
-        "single.conf",
-        json!({"cniVersion": "1.0.0", "name": "single", "type": "tap"}),
-    );
-    write(
-        &a_dir,
-        "50-b.conf",
-        json!({"cniVersion": "1.0.0", "name": "dir-b", "type": "vlan"}),
-    );
-    write(
-        &a_dir,
-        "40-a.conflist",
-        json!({"cniVersion": "1.0.0", "name": "dir-a", "plugins": [{"type": "host-device"}]}),
-    );
+    write(&conf_dir, "10-storage.conf", single("storage", "ipvlan"));
+    write(&by_path, "file-net.conflist", list("file-net", &["ptp"]));
+    write(&by_path, "single.conf", single("single", "tap"));
+    write(&a_dir, "50-b.conf", single("dir-b", "vlan"));
+    write(&a_dir, "40-a.conflist", list("dir-a", &["host-device"]));
     let value = json!({
         "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge"}],
         "confDir": conf_dir.to_str().unwrap(),

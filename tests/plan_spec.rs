@@ -61,25 +61,54 @@ fn spec_nads() -> String {
     example("nads-4.yaml")
 }
 
+/// Plan `pod` against the NADs `all` and [`default_network`]; a failure as
+/// the CNI error a runtime would read.
+fn plan_pod(
+    pod: &Pod,
+    all: &Nads,
+    conf_dir: Option<&ConfDir>,
+    options: &PlanOptions,
+) -> Result<Plan, plexus::cni::CniError> {
+    let inputs = PlanInputs {
+        nads: all,
+        conf_dir,
+        devices: None,
+        default_network: &default_network(),
+        options,
+    };
+    plan(pod, &inputs).map_err(Into::into)
+}
+
 fn plan_for(
     annotation: Option<&str>,
     options: &PlanOptions,
     extra_nads: &str,
 ) -> Result<Plan, plexus::cni::CniError> {
     let all = nads(&format!("{}\n---\n{extra_nads}", spec_nads()));
-    let dn = default_network();
-    plan(
-        &pod_with(annotation),
-        &PlanInputs {
-            nads: &all,
-            conf_dir: None,
-            devices: None,
-            default_network: &dn,
-            options,
-        },
+    plan_pod(&pod_with(annotation), &all, None, options)
+}
+
+/// The pod's selection annotation was ignored, the cluster network its
+/// only attachment, with a warning naming where in the annotation (`at`,
+/// e.g. `[0].ips[0]`) and `why`.
+#[track_caller]
+fn assert_annotation_ignored(p: &Plan, at: &str, why: &str) {
+    assert_eq!(p.attachments.len(), 1);
+    assert!(
+        p.warnings[0].starts_with(&format!(
+            "annotation k8s.v1.cni.cncf.io/networks{at} ignored"
+        )) && p.warnings[0].contains(why),
+        "{:?}",
+        p.warnings
+    );
+}
+
+/// A NAD `name` of my-namespace holding the CNI config `config`.
+fn nad_yaml(name: &str, config: Value) -> String {
+    format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+         metadata: {{name: {name}, namespace: my-namespace}}\nspec:\n  config: '{config}'\n"
     )
-    // The CNI error a runtime would read.
-    .map_err(Into::into)
 }
 
 fn ok_plan(annotation: &str) -> Plan {
@@ -97,24 +126,25 @@ fn s(network: &str, ifname: &str, default: bool) -> (String, String, bool) {
     (network.into(), ifname.into(), default)
 }
 
+/// The attachments after the cluster network's, none a default one:
+/// (network, ifname).
+fn selected(p: &Plan) -> Vec<(&str, &str)> {
+    p.attachments[1..]
+        .iter()
+        .map(|a| {
+            assert!(!a.default, "{} is no default network", a.network);
+            (a.network.as_str(), a.ifname.as_str())
+        })
+        .collect()
+}
+
 /// Plan the §3.2 example pod (namespace `default`, selecting
 /// `a-bridge-network`) against one of the §3.2 NAD examples.
 fn plan_3_2(nad_file: &str, conf_dir: Option<&ConfDir>) -> Result<Plan, plexus::cni::CniError> {
     let all = nads(&example(nad_file));
     let docs = manifest::parse_documents(&example("pod-3.2.yaml"), "pod-3.2.yaml").unwrap();
     let pod = manifest::single_pod(&docs, "pod-3.2.yaml").unwrap();
-    let dn = default_network();
-    plan(
-        &pod,
-        &PlanInputs {
-            nads: &all,
-            conf_dir,
-            devices: None,
-            default_network: &dn,
-            options: &PlanOptions::default(),
-        },
-    )
-    .map_err(Into::into)
+    plan_pod(&pod, &all, conf_dir, &PlanOptions::default())
 }
 
 #[test]
@@ -141,20 +171,9 @@ fn s3_2_2_config_list_in_object_and_s7_1_injection() {
     // The pod selects a-bridge-network; §3.2.2 defines another-bridge-network.
     assert_eq!(p.unwrap_err().code.as_u32(), 100);
     let all = nads(&example("nad-3.2.2.yaml"));
-    let dn = default_network();
     let mut pod = pod_with(Some("default/another-bridge-network"));
     pod.namespace = "default".into();
-    let p = plan(
-        &pod,
-        &PlanInputs {
-            nads: &all,
-            conf_dir: None,
-            devices: None,
-            default_network: &dn,
-            options: &PlanOptions::default(),
-        },
-    )
-    .unwrap();
+    let p = plan_pod(&pod, &all, None, &PlanOptions::default()).unwrap();
     let plugins: Vec<Value> = p.attachments[1]
         .plugins
         .iter()
@@ -247,6 +266,12 @@ fn s3_2_4_and_s3_4_1_resolution_order() {
     assert_eq!(p.attachments[1].plugins[0]["type"], "bridge");
 }
 
+/// The runtimeConfig that the example pod of spec section `section` gives
+/// plugin `plugin` of its first selected network.
+fn example_runtime_config(section: &str, plugin: usize) -> Value {
+    example_plan(section).attachments[1].plugins[plugin]["runtimeConfig"].clone()
+}
+
 fn example_plan(section: &str) -> Plan {
     plan_for(
         Some(&example_annotation(section)),
@@ -275,11 +300,11 @@ fn s4_1_1_comma_delimited_format() {
 fn s4_1_2_json_list_format() {
     let p = example_plan("4.1.2");
     assert_eq!(
-        summary(&p)[1..],
+        selected(&p),
         [
-            s("my-namespace/net-a", "net1", false),
-            s("my-namespace/net-b", "net2", false),
-            s("other-ns/net-c", "net3", false)
+            ("my-namespace/net-a", "net1"),
+            ("my-namespace/net-b", "net2"),
+            ("other-ns/net-c", "net3")
         ]
     );
     let b = &p.attachments[2].plugins;
@@ -294,9 +319,8 @@ fn s4_1_2_json_list_format() {
 #[test]
 fn s4_1_2_1_3_ips_become_runtime_config() {
     // §4.1.2.1.3.2: exactly the runtimeConfig the spec shows.
-    let p = example_plan("4.1.2.1.3.1");
     assert_eq!(
-        p.attachments[1].plugins[0]["runtimeConfig"],
+        example_runtime_config("4.1.2.1.3.1", 0),
         json!({"ips": ["10.2.2.42/24", "2001:db8::5/64"]})
     );
 }
@@ -304,9 +328,8 @@ fn s4_1_2_1_3_ips_become_runtime_config() {
 #[test]
 fn s4_1_2_1_4_mac_becomes_runtime_config() {
     // §4.1.2.1.4.2.
-    let p = example_plan("4.1.2.1.4.1");
     assert_eq!(
-        p.attachments[1].plugins[1]["runtimeConfig"],
+        example_runtime_config("4.1.2.1.4.1", 1),
         json!({"mac": "02:23:45:67:89:01"})
     );
 }
@@ -358,9 +381,8 @@ fn s4_1_2_1_6_cni_args_merge_over_nad_args() {
 
 #[test]
 fn s4_1_2_1_7_port_mappings() {
-    let p = example_plan("4.1.2.1.7.1");
     assert_eq!(
-        p.attachments[1].plugins[2]["runtimeConfig"],
+        example_runtime_config("4.1.2.1.7.1", 2),
         json!({"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]})
     );
 }
@@ -369,14 +391,7 @@ fn s4_1_2_1_7_port_mappings() {
 fn s4_1_2_1_8_bandwidth() {
     // As printed in the spec, the example carries `//` comments: not JSON, so
     // the annotation is invalid and ignored with a warning.
-    let p = example_plan("4.1.2.1.8.1");
-    assert_eq!(p.attachments.len(), 1);
-    assert!(
-        p.warnings[0].starts_with("annotation k8s.v1.cni.cncf.io/networks ignored")
-            && p.warnings[0].contains("JSON"),
-        "{:?}",
-        p.warnings
-    );
+    assert_annotation_ignored(&example_plan("4.1.2.1.8.1"), "", "JSON");
 
     // The same annotation without the comments.
     let uncommented: String = example_annotation("4.1.2.1.8.1")
@@ -441,9 +456,8 @@ fn s4_1_2_1_9_default_route() {
 #[test]
 fn s4_1_2_1_10_infiniband_guid() {
     // §4.1.2.1.10.2: runtimeConfig infinibandGUID.
-    let p = example_plan("4.1.2.1.10.1");
     assert_eq!(
-        p.attachments[1].plugins[4]["runtimeConfig"],
+        example_runtime_config("4.1.2.1.10.1", 4),
         json!({"infinibandGUID": "24:8a:07:03:00:8d:ae:2f"})
     );
 }
@@ -503,10 +517,10 @@ fn capabilities_must_be_declared() {
 fn s4_2_2_same_network_twice() {
     let p = example_plan("4.2.2");
     assert_eq!(
-        summary(&p)[1..],
+        selected(&p),
         [
-            s("my-namespace/net-a", "net1", false),
-            s("my-namespace/net-a", "net2", false)
+            ("my-namespace/net-a", "net1"),
+            ("my-namespace/net-a", "net2")
         ]
     );
 }
@@ -567,13 +581,7 @@ fn s7_5_runtime_ip_and_mac_in_cni_args_reach_the_default_network_only() {
 fn invalid_annotation_is_ignored_or_fails_when_strict() {
     let bad = r#"[{"name": "net-b", "ips": ["1.2.3.4/33"]}]"#;
     let p = plan_for(Some(bad), &PlanOptions::default(), "").unwrap();
-    assert_eq!(p.attachments.len(), 1);
-    assert!(
-        p.warnings[0].contains("k8s.v1.cni.cncf.io/networks")
-            && p.warnings[0].contains("[0].ips[0]"),
-        "{:?}",
-        p.warnings
-    );
+    assert_annotation_ignored(&p, "[0].ips[0]", "\"1.2.3.4/33\" is not an IP address");
 
     let strict = PlanOptions {
         strict_annotations: true,
@@ -596,8 +604,11 @@ fn missing_network_fails() {
 
 #[test]
 fn bad_nad_config_names_the_nad() {
-    let nad = "kind: NetworkAttachmentDefinition\nmetadata: {name: broken, namespace: my-namespace}\nspec:\n  config: '{\"cniVersion\": \"1.0.0\", \"plugins\": [{\"type\": 3}]}'\n";
-    let err = plan_for(Some("broken"), &PlanOptions::default(), nad).unwrap_err();
+    let nad = nad_yaml(
+        "broken",
+        json!({"cniVersion": "1.0.0", "plugins": [{"type": 3}]}),
+    );
+    let err = plan_for(Some("broken"), &PlanOptions::default(), &nad).unwrap_err();
     assert!(
         err.details.contains("my-namespace/broken spec.config")
             && err.details.contains("plugins[0].type"),
@@ -638,7 +649,6 @@ fn system_namespaces_withhold_default_networks_but_honour_the_pods_selection() {
         spec_nads(),
         spec_nads().replace("namespace: my-namespace", "namespace: kube-system")
     ));
-    let dn = default_network();
     let options = PlanOptions {
         default_networks: vec!["my-namespace/net-a".into()],
         ..PlanOptions::default()
@@ -646,22 +656,12 @@ fn system_namespaces_withhold_default_networks_but_honour_the_pods_selection() {
     let plan_in = |namespace: &str| {
         let mut pod = pod_with(Some("net-b"));
         pod.namespace = namespace.into();
-        plan(
-            &pod,
-            &PlanInputs {
-                nads: &all,
-                conf_dir: None,
-                devices: None,
-                default_network: &dn,
-                options: &options,
-            },
-        )
-        .unwrap()
+        plan_pod(&pod, &all, None, &options).unwrap()
     };
     let system = plan_in("kube-system");
     assert_eq!(
-        summary(&system)[1..],
-        [s("kube-system/net-b", "net1", false)],
+        selected(&system),
+        [("kube-system/net-b", "net1")],
         "{:?}",
         system.warnings
     );
@@ -669,10 +669,10 @@ fn system_namespaces_withhold_default_networks_but_honour_the_pods_selection() {
     // Elsewhere the default networks come first.
     let other = plan_in("my-namespace");
     assert_eq!(
-        summary(&other)[1..],
+        selected(&other),
         [
-            s("my-namespace/net-a", "net1", false),
-            s("my-namespace/net-b", "net2", false)
+            ("my-namespace/net-a", "net1"),
+            ("my-namespace/net-b", "net2")
         ]
     );
 }
@@ -685,10 +685,10 @@ fn default_networks_follow_the_cluster_network() {
     };
     let p = plan_for(Some("net-b"), &options, "").unwrap();
     assert_eq!(
-        summary(&p)[1..],
+        selected(&p),
         [
-            s("my-namespace/net-a", "net1", false),
-            s("my-namespace/net-b", "net2", false)
+            ("my-namespace/net-a", "net1"),
+            ("my-namespace/net-b", "net2")
         ]
     );
 }
@@ -696,23 +696,12 @@ fn default_networks_follow_the_cluster_network() {
 #[test]
 fn pod_can_override_the_default_network() {
     let all = nads(&spec_nads());
-    let dn = default_network();
     let mut pod = pod_with(None);
     pod.annotations.insert(
         "v1.multus-cni.io/default-network".into(),
         "other-ns/net-c".into(),
     );
-    let p = plan(
-        &pod,
-        &PlanInputs {
-            nads: &all,
-            conf_dir: None,
-            devices: None,
-            default_network: &dn,
-            options: &PlanOptions::default(),
-        },
-    )
-    .unwrap();
+    let p = plan_pod(&pod, &all, None, &PlanOptions::default()).unwrap();
     assert_eq!(summary(&p), [s("other-ns/net-c", "eth0", true)]);
 }
 
@@ -732,16 +721,13 @@ fn plan_json_contract() {
 fn s8_a_network_config_cannot_set_plexus_args() {
     // args.plexus carries the IPAMClaim an address belongs to (src/plan/claims.rs);
     // a NAD that set it could take addresses of another namespace's claim.
-    let nad = r#"
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata: {name: thief, namespace: my-namespace}
-spec:
-  config: '{"cniVersion": "1.0.0", "type": "macvlan",
-            "args": {"plexus": {"persistentOwner": "ipamclaim_other_vm"}},
-            "ipam": {"type": "host-local", "subnet": "10.9.0.0/24"}}'
-"#;
-    let e = plan_for(Some("thief"), &PlanOptions::default(), nad).unwrap_err();
+    let nad = nad_yaml(
+        "thief",
+        json!({"cniVersion": "1.0.0", "type": "macvlan",
+               "args": {"plexus": {"persistentOwner": "ipamclaim_other_vm"}},
+               "ipam": {"type": "host-local", "subnet": "10.9.0.0/24"}}),
+    );
+    let e = plan_for(Some("thief"), &PlanOptions::default(), &nad).unwrap_err();
     assert_eq!(e.code, plexus::cni::ErrorCode::InvalidConfig);
     assert!(
         e.details

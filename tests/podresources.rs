@@ -20,9 +20,8 @@
 mod e2e_support;
 mod run_support;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use e2e_support::assert_ok;
@@ -30,6 +29,7 @@ use plexus::plan::devices::podresources::v1::PodResources;
 use plexus::plan::devices::podresources::{Client, Code, Error};
 use plexus::record::{Cache, Lookup};
 use plexus_testkit::podresources::{container, pod, Kubelet, PodResourcesServer};
+use plexus_testkit::process::output_with_stdin;
 use run_support::{result_json, Fakes};
 use serde_json::{json, Value};
 
@@ -229,6 +229,26 @@ impl Node {
         self.fakes.root().join("devinfo").join(sub).join(name)
     }
 
+    /// The device plugin's device-info file for sriov-a's device
+    /// (0000:3b:02.1), written with `contents`; its path.
+    fn device_plugin_file(&self, contents: &str) -> std::path::PathBuf {
+        let dp = self.devinfo("dp", "intel.com-sriov_a-0000:3b:02.1-device.json");
+        std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
+        std::fs::write(&dp, contents).unwrap();
+        dp
+    }
+
+    /// The pod has two attachments (the cluster network and the selected
+    /// one), neither with device-info.
+    fn assert_attached_without_device_info(&self) {
+        let status = self.network_status();
+        assert_eq!(status.len(), 2, "{status:?}");
+        assert!(
+            status.iter().all(|e| e.get("device-info").is_none()),
+            "{status:?}"
+        );
+    }
+
     /// The pod's network-status entries (multi-net-spec §5) from plexus's
     /// record, what it publishes on a cluster.
     fn network_status(&self) -> Vec<Value> {
@@ -245,7 +265,8 @@ impl Node {
 
     /// plexus run as kubelet's runtime runs it, for pod demo/web.
     fn plexus(&self, command: &str) -> Output {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_plexus"))
+        let mut plexus = Command::new(env!("CARGO_BIN_EXE_plexus"));
+        plexus
             .env_clear()
             .env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", "ctr1")
@@ -255,14 +276,8 @@ impl Node {
             .env(
                 "CNI_ARGS",
                 "IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME=web",
-            )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let _ = child.stdin.take().unwrap().write_all(self.conf.as_bytes());
-        child.wait_with_output().unwrap()
+            );
+        output_with_stdin(&mut plexus, &self.conf)
     }
 
     /// An ADD that fails with CNI error `code` before any plugin runs; its details.
@@ -463,10 +478,8 @@ fn device_info_is_copied_handed_to_plugins_reported_and_removed_on_del() {
     let node = Node::new("sriov-a,sriov-b,plain", kubelet.socket());
     // §4.1: the device plugin wrote a file for sriov-a's device, none for
     // sriov-b's; sriov-b's vf plugin writes its own (§5.1.2).
-    let dp = node.devinfo("dp", "intel.com-sriov_a-0000:3b:02.1-device.json");
-    std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
     let from_dp = pci_info("0000:3b:02.1", "0000:3b:00.0");
-    std::fs::write(&dp, from_dp.to_string()).unwrap();
+    let dp = node.device_plugin_file(&from_dp.to_string());
     let net1 = node.devinfo("cni", "demo-sriov-a-ctr1-net1-device.json");
     let net2 = node.devinfo("cni", "demo-sriov-b-ctr1-net2-device.json");
     let written = json!({"type": "vdpa", "version": "1.1.0", "vdpa": {
@@ -519,18 +532,11 @@ fn a_bad_device_plugin_file_is_left_out_and_the_attachment_goes_on() {
     // without device-info.
     let kubelet = PodResourcesServer::start(node_pods());
     let node = Node::new("sriov-a", kubelet.socket());
-    let dp = node.devinfo("dp", "intel.com-sriov_a-0000:3b:02.1-device.json");
-    std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
-    std::fs::write(&dp, r#"{"type": "pci", "version": "1.1.0"}"#).unwrap();
+    let dp = node.device_plugin_file(r#"{"type": "pci", "version": "1.1.0"}"#);
     assert_ok("ADD", &node.plexus("ADD"));
     let net1 = node.devinfo("cni", "demo-sriov-a-ctr1-net1-device.json");
     assert!(!net1.exists(), "nothing copied");
-    let status = node.network_status();
-    assert_eq!(status.len(), 2, "{status:?}");
-    assert!(
-        status.iter().all(|e| e.get("device-info").is_none()),
-        "{status:?}"
-    );
+    node.assert_attached_without_device_info();
     assert_ok("DEL", &node.plexus("DEL"));
     assert!(dp.exists(), "the device plugin's file is not plexus's");
 }
@@ -555,12 +561,7 @@ fn bad_device_info_from_a_plugin_is_left_out_and_the_attachment_goes_on() {
     );
     assert_ok("ADD", &node.plexus("ADD"));
     assert!(node.requests("DEL").is_empty(), "nothing rolled back");
-    let status = node.network_status();
-    assert_eq!(status.len(), 2, "{status:?}");
-    assert!(
-        status.iter().all(|e| e.get("device-info").is_none()),
-        "{status:?}"
-    );
+    node.assert_attached_without_device_info();
     assert_ok("DEL", &node.plexus("DEL"));
     assert!(!net1.exists());
     assert!(!node.fakes.record_path("ctr1").exists());

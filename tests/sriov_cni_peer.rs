@@ -29,12 +29,12 @@
 mod e2e_support;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use e2e_support::{addresses, ip, link_names, Namespaces, PLEXUS, REFERENCE};
 use plexus_dataplane::Netlink;
+use plexus_testkit::process::output_with_stdin;
 use plexus_testkit::sriov::{sriov_cni, PciVf, SriovVfs, VfioBinding};
 use plexus_testkit::{require, Feature};
 use serde_json::{json, Value};
@@ -251,7 +251,8 @@ impl Contender {
 
 /// Runs `plugin` as a runtime does, with `state` as its `/var/lib`.
 fn exec(plugin: &Path, state: &Path, command: &str, pod: &Pod, conf: &Value) -> Output {
-    let mut child = Command::new("unshare")
+    let mut unshare = Command::new("unshare");
+    unshare
         .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
         .arg(r#"mount --bind "$0" /var/lib && exec "$@""#)
         .arg(state)
@@ -263,18 +264,8 @@ fn exec(plugin: &Path, state: &Path, command: &str, pod: &Pod, conf: &Value) -> 
         .env("CNI_NETNS", pod.path())
         .env("CNI_IFNAME", IFNAME)
         .env("CNI_PATH", REFERENCE)
-        .env("CNI_ARGS", "IgnoreUnknown=1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _ = child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes());
-    child.wait_with_output().unwrap()
+        .env("CNI_ARGS", "IgnoreUnknown=1");
+    output_with_stdin(&mut unshare, &conf.to_string())
 }
 
 /// What a call gave: its result, or that it failed (the error's code and

@@ -465,26 +465,20 @@ fn run(args: &Args) -> Result<bool, String> {
         let plugin = scenario.reference["type"].as_str().expect("scenario type");
         let reference_bin = args.reference_dir.join(plugin);
         let (mut reference, mut ours) = (Samples::default(), Samples::default());
+        // One CNI call of `binary` for container `id` in `ns`, measured.
+        let call = |binary: &Path, command: &str, id: &str, ns: &NetNs, stdin: &[u8]| {
+            let env = cni_env(command, id, ns, &args.reference_dir);
+            invoke(&node, binary, &[], &env, stdin)
+        };
+        let (ref_conf, our_conf) = (scenario.reference.to_string(), scenario.plexus.to_string());
         let mut pods = Vec::with_capacity(pod_count);
         for i in 0..pod_count {
             let ref_ns = namespaces.create(format!("pxb-{pid}-{n}r{i}"))?;
             let our_ns = namespaces.create(format!("pxb-{pid}-{n}p{i}"))?;
             let (ref_id, our_id) = (format!("ref{i}"), format!("px{i}"));
-            let r = invoke(
-                &node,
-                &reference_bin,
-                &[],
-                &cni_env("ADD", &ref_id, &ref_ns, &args.reference_dir),
-                scenario.reference.to_string().as_bytes(),
-            )?;
+            let r = call(&reference_bin, "ADD", &ref_id, &ref_ns, ref_conf.as_bytes())?;
             reference.add.push(r.elapsed);
-            let p = invoke(
-                &node,
-                &plexus,
-                &[],
-                &cni_env("ADD", &our_id, &our_ns, &args.reference_dir),
-                scenario.plexus.to_string().as_bytes(),
-            )?;
+            let p = call(&plexus, "ADD", &our_id, &our_ns, our_conf.as_bytes())?;
             ours.add.push(p.elapsed);
             ours.rss_kb.push(p.max_rss_kb);
             let parse = |run: &Run| {
@@ -493,21 +487,11 @@ fn run(args: &Args) -> Result<bool, String> {
             pods.push((ref_ns, ref_id, parse(&r)?, our_ns, our_id, parse(&p)?));
         }
         for (ref_ns, ref_id, ref_result, our_ns, our_id, our_result) in &pods {
-            let r = invoke(
-                &node,
-                &reference_bin,
-                &[],
-                &cni_env("DEL", ref_id, ref_ns, &args.reference_dir),
-                &with_prev_result(&scenario.reference, ref_result),
-            )?;
+            let prev = with_prev_result(&scenario.reference, ref_result);
+            let r = call(&reference_bin, "DEL", ref_id, ref_ns, &prev)?;
             reference.del.push(r.elapsed);
-            let p = invoke(
-                &node,
-                &plexus,
-                &[],
-                &cni_env("DEL", our_id, our_ns, &args.reference_dir),
-                &with_prev_result(&scenario.plexus, our_result),
-            )?;
+            let prev = with_prev_result(&scenario.plexus, our_result);
+            let p = call(&plexus, "DEL", our_id, our_ns, &prev)?;
             ours.del.push(p.elapsed);
             ours.rss_kb.push(p.max_rss_kb);
             if plugin == "bridge" {

@@ -95,6 +95,7 @@ struct Node {
 /// The per-contender counts and samples.
 #[derive(Default)]
 struct Tally {
+    who: &'static str,
     add: Vec<Duration>,
     del: Vec<Duration>,
     applied: usize,
@@ -103,12 +104,58 @@ struct Tally {
 }
 
 impl Tally {
-    fn verified(&mut self, who: &str, what: &str, pod: &Pod, wrong: Vec<String>) -> bool {
+    fn new(who: &'static str) -> Tally {
+        Tally {
+            who,
+            ..Tally::default()
+        }
+    }
+
+    /// The ADD of `pod` by the contender's plugin `binary`, timed, and the
+    /// VF settings it applied checked; its result.
+    fn timed_add(
+        &mut self,
+        node: &Node,
+        binary: &Path,
+        pod: &Pod,
+        conf: &Value,
+        cni_path: &Path,
+    ) -> Result<Value, String> {
+        let env = cni_env_as("ADD", &pod.id, &pod.ns, IFNAME, "", cni_path);
+        let add = invoke(&node.ns, binary, &[], &env, conf.to_string().as_bytes())?;
+        self.add.push(add.elapsed);
+        let result = parse(&add)?;
+        let wrong = check_applied(node, pod, &first_address(&result)?)?;
+        self.applied += self.verified("after ADD", pod, wrong) as usize;
+        Ok(result)
+    }
+
+    /// The DEL of `pod` (with its ADD's `result`) by `binary`, timed, and
+    /// the VF checked restored.
+    fn timed_del(
+        &mut self,
+        node: &Node,
+        binary: &Path,
+        pod: &Pod,
+        conf: &Value,
+        result: &Value,
+        cni_path: &Path,
+    ) -> Result<(), String> {
+        let env = cni_env_as("DEL", &pod.id, &pod.ns, IFNAME, "", cni_path);
+        let del = invoke(&node.ns, binary, &[], &env, &with_prev_result(conf, result))?;
+        self.del.push(del.elapsed);
+        let wrong = check_restored(node, pod)?;
+        self.restored += self.verified("after DEL", pod, wrong) as usize;
+        Ok(())
+    }
+
+    fn verified(&mut self, what: &str, pod: &Pod, wrong: Vec<String>) -> bool {
         if wrong.is_empty() {
             return true;
         }
         self.failures.push(format!(
-            "{who}, {} on VF {} ({what}): {}",
+            "{}, {} on VF {} ({what}): {}",
+            self.who,
             pod.id,
             pod.vf.address,
             wrong.join("; ")
@@ -205,7 +252,8 @@ pub fn run(setup: Setup) -> Result<bool, String> {
          exec (6 + 1 execs per ADD, 5 + 1 per DEL): a floor for the kernel work, not for \
          process start-ups (sriov-cni is 2 execs per call)"
     );
-    let (mut ours, mut floor, mut theirs) = (Tally::default(), Tally::default(), Tally::default());
+    let (mut ours, mut floor, mut theirs) =
+        (Tally::new("plexus"), Tally::new(FLOOR), Tally::new(PEER));
     for i in 0..setup.pods {
         let mut pod = |n: usize, who: &str, octet: u8| {
             let ns_name = format!("pxb-{pid}-s{who}{i}");
@@ -225,35 +273,22 @@ pub fn run(setup: Setup) -> Result<bool, String> {
         let (px, fl) = (pod(0, "px", 0x90)?, pod(1, "fl", 0x91)?);
 
         let conf = plexus_conf(px.vf, px.mac, px.vlan);
-        let env = |command| cni_env_as(command, &px.id, &px.ns, IFNAME, "", setup.reference_dir);
-        let add = invoke(
-            &node.ns,
-            setup.plexus,
-            &[],
-            &env("ADD"),
-            conf.to_string().as_bytes(),
-        )?;
-        ours.add.push(add.elapsed);
-        let result = parse(&add)?;
-        let wrong = check_applied(&node, &px, &first_address(&result)?)?;
-        ours.applied += ours.verified("plexus", "after ADD", &px, wrong) as usize;
+        let result = ours.timed_add(&node, setup.plexus, &px, &conf, setup.reference_dir)?;
 
         let (elapsed, address) =
             floor_add(&node, &fl, &host_local, &floor_ipam, setup.reference_dir)?;
         floor.add.push(elapsed);
         let wrong = check_applied(&node, &fl, &address)?;
-        floor.applied += floor.verified(FLOOR, "after ADD", &fl, wrong) as usize;
+        floor.applied += floor.verified("after ADD", &fl, wrong) as usize;
 
-        let del = invoke(
-            &node.ns,
+        ours.timed_del(
+            &node,
             setup.plexus,
-            &[],
-            &env("DEL"),
-            &with_prev_result(&conf, &result),
+            &px,
+            &conf,
+            &result,
+            setup.reference_dir,
         )?;
-        ours.del.push(del.elapsed);
-        let wrong = check_restored(&node, &px)?;
-        ours.restored += ours.verified("plexus", "after DEL", &px, wrong) as usize;
 
         floor.del.push(floor_del(
             &node,
@@ -263,33 +298,13 @@ pub fn run(setup: Setup) -> Result<bool, String> {
             setup.reference_dir,
         )?);
         let wrong = check_restored(&node, &fl)?;
-        floor.restored += floor.verified(FLOOR, "after DEL", &fl, wrong) as usize;
+        floor.restored += floor.verified("after DEL", &fl, wrong) as usize;
 
         let Ok(peer) = &peer else { continue };
         let sc = pod(2, "sc", 0x92)?;
         let conf = peer_conf(sc.vf, sc.mac, sc.vlan);
-        let env = |command| cni_env_as(command, &sc.id, &sc.ns, IFNAME, "", setup.reference_dir);
-        let add = invoke(
-            &node.ns,
-            peer,
-            &[],
-            &env("ADD"),
-            conf.to_string().as_bytes(),
-        )?;
-        theirs.add.push(add.elapsed);
-        let result = parse(&add)?;
-        let wrong = check_applied(&node, &sc, &first_address(&result)?)?;
-        theirs.applied += theirs.verified(PEER, "after ADD", &sc, wrong) as usize;
-        let del = invoke(
-            &node.ns,
-            peer,
-            &[],
-            &env("DEL"),
-            &with_prev_result(&conf, &result),
-        )?;
-        theirs.del.push(del.elapsed);
-        let wrong = check_restored(&node, &sc)?;
-        theirs.restored += theirs.verified(PEER, "after DEL", &sc, wrong) as usize;
+        let result = theirs.timed_add(&node, peer, &sc, &conf, setup.reference_dir)?;
+        theirs.timed_del(&node, peer, &sc, &conf, &result, setup.reference_dir)?;
     }
 
     println!();

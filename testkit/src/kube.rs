@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::process::stdout_ok;
+
 /// Runs `kubectl` (`cmd`, with its options) with `args` and `stdin`, for 60 s
 /// at most.
 pub(crate) fn run_kubectl(cmd: Command, args: &[&str], stdin: Option<&str>) -> Output {
@@ -46,12 +48,7 @@ pub(crate) fn run_kubectl(cmd: Command, args: &[&str], stdin: Option<&str>) -> O
 
 /// `out`'s stdout; panics with its stderr when kubectl `args` failed.
 pub(crate) fn succeeded(out: Output, args: &[&str]) -> String {
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    stdout_ok(out, format_args!("kubectl {args:?}"))
 }
 
 /// Panics with kubectl's stderr when `kubectl apply` of `manifest` failed.
@@ -142,9 +139,7 @@ pub fn status_entries(text: &str) -> Vec<(String, String)> {
 /// the test with `kube-up`'s reason.
 pub fn api() -> &'static KubeApi {
     static API: OnceLock<Result<KubeApi, String>> = OnceLock::new();
-    API.get_or_init(start)
-        .as_ref()
-        .unwrap_or_else(|e| panic!("the test API server did not start: {e}"))
+    started_once(&API, start, "the test API server")
 }
 
 fn start() -> Result<KubeApi, String> {
@@ -157,6 +152,18 @@ fn start() -> Result<KubeApi, String> {
         port: port.parse().map_err(|e| format!("KUBE_PORT: {e}"))?,
         dir,
     })
+}
+
+/// What `start` starts, on first use, kept in `cell` for every test of the
+/// binary; a start that failed fails each test that needs it, naming `what`.
+pub(crate) fn started_once<T>(
+    cell: &'static OnceLock<Result<T, String>>,
+    start: fn() -> Result<T, String>,
+    what: &str,
+) -> &'static T {
+    cell.get_or_init(start)
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{what} did not start: {e}"))
 }
 
 /// Runs `testkit/<script> --owner <this process> <dir>` (kube-up or

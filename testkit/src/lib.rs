@@ -16,7 +16,9 @@ pub mod dist;
 mod grpc;
 pub mod kube;
 pub mod node;
+pub mod podman;
 pub mod podresources;
+pub mod process;
 pub mod sriov;
 
 use std::borrow::Cow;

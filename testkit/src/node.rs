@@ -21,7 +21,10 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::kube::{applied, env_value, namespace_name, repo, run_kubectl, started_by, succeeded};
+use crate::kube::{
+    applied, env_value, namespace_name, repo, run_kubectl, started_by, started_once, succeeded,
+};
+use crate::process::stdout_ok;
 
 /// The running node.
 #[derive(Debug)]
@@ -66,9 +69,7 @@ pub(crate) fn missing() -> Option<Cow<'static, str>> {
 /// test with `node-up`'s reason.
 pub fn node() -> &'static Node {
     static NODE: OnceLock<Result<Node, String>> = OnceLock::new();
-    NODE.get_or_init(start)
-        .as_ref()
-        .unwrap_or_else(|e| panic!("the one-node cluster did not start: {e}"))
+    started_once(&NODE, start, "the one-node cluster")
 }
 
 fn start() -> Result<Node, String> {
@@ -143,13 +144,7 @@ impl Node {
 
     /// [`Node::exec`]'s stdout; panics with its stderr on failure.
     pub fn exec_ok(&self, args: &[&str]) -> String {
-        let out = self.exec(args);
-        assert!(
-            out.status.success(),
-            "on the node: {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        stdout_ok(self.exec(args), format_args!("on the node: {args:?}"))
     }
 
     /// Polls `done` every 250 ms until it holds; panics naming `what` after

@@ -4,12 +4,12 @@
 
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use plexus_dataplane::NetNs;
-use plexus_testkit::kube::{api, KubeApi, Relay};
+use plexus_testkit::kube::{api, AuditedRequest, KubeApi, Relay};
+use plexus_testkit::process::output_with_stdin;
 use plexus_testkit::Feature;
 use serde_json::{json, Value};
 
@@ -92,24 +92,44 @@ pub fn plexus_at(
     cni_args: &str,
     conf: &str,
 ) -> Output {
-    plugin_at(
-        node, PLEXUS, command, container, netns, ifname, cni_args, conf,
+    cni_at(
+        node,
+        PLEXUS,
+        [command, container, netns, ifname, cni_args],
+        conf,
     )
 }
 
-/// [`plexus_at`] for any plugin binary.
-#[allow(clippy::too_many_arguments)]
-pub fn plugin_at(
+/// The reference plugin `plugin` of `/usr/lib/cni` ADDing `eth0` in pod
+/// namespace `pod_ns`, run by hand in `node` as the runtime ran the cluster
+/// network before plexus was installed.
+pub fn reference_plugin(
+    node: &str,
+    plugin: &str,
+    container: &str,
+    pod_ns: &str,
+    conf: &Value,
+) -> Output {
+    let netns = format!("/var/run/netns/{pod_ns}");
+    cni_at(
+        node,
+        &format!("{REFERENCE}/{plugin}"),
+        ["ADD", container, &netns, "eth0", ""],
+        &conf.to_string(),
+    )
+}
+
+/// `binary` run as a runtime runs a plugin: in the node namespace, its
+/// `CNI_COMMAND`, `CNI_CONTAINERID`, `CNI_NETNS`, `CNI_IFNAME` and
+/// `CNI_ARGS` given in that order, the conf on stdin.
+fn cni_at(
     node: &str,
     binary: &str,
-    command: &str,
-    container: &str,
-    netns: &str,
-    ifname: &str,
-    cni_args: &str,
+    [command, container, netns, ifname, cni_args]: [&str; 5],
     conf: &str,
 ) -> Output {
-    let mut child = Command::new("ip")
+    let mut plugin = Command::new("ip");
+    plugin
         .args(["netns", "exec", node, binary])
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -118,14 +138,8 @@ pub fn plugin_at(
         .env("CNI_NETNS", netns)
         .env("CNI_IFNAME", ifname)
         .env("CNI_PATH", REFERENCE)
-        .env("CNI_ARGS", cni_args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _ = child.stdin.take().unwrap().write_all(conf.as_bytes());
-    child.wait_with_output().unwrap()
+        .env("CNI_ARGS", cni_args);
+    output_with_stdin(&mut plugin, conf)
 }
 
 pub fn files_in(dir: &Path) -> Vec<String> {
@@ -268,6 +282,17 @@ pub fn node_state(node: &str) -> (Value, Vec<String>) {
     (links, routes)
 }
 
+/// The details of the CNI error a failed call printed, whose code must be
+/// `code`.
+pub fn cni_details(out: &Output, code: u32) -> String {
+    let e = cni_error(out);
+    assert_eq!(e["code"], code, "{e}");
+    e["details"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no details in {e}"))
+        .to_string()
+}
+
 /// The CNI error a failed call printed.
 pub fn cni_error(out: &Output) -> Value {
     assert!(!out.status.success(), "expected a failure");
@@ -323,6 +348,17 @@ pub fn kube_node(tag: &str, ns_prefix: &str, macnet: impl Fn(&Path) -> Value) ->
         tmp,
         namespaces,
     })
+}
+
+impl KubeNode {
+    /// plexus's requests in this test's Kubernetes namespace.
+    pub fn requests(&self) -> Vec<AuditedRequest> {
+        self.api
+            .audited()
+            .into_iter()
+            .filter(|r| r.namespace == self.kube_ns && r.stage == "ResponseComplete")
+            .collect()
+    }
 }
 
 /// The events of pod `pod` in Kubernetes namespace `namespace`: `(type,

@@ -7,6 +7,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use plexus_testkit::podman::podman_in;
+use plexus_testkit::process::stdout_ok;
+
 /// Every podman command is bounded by this (seconds).
 const TIMEOUT: &str = "120";
 
@@ -32,31 +35,15 @@ impl Images {
 
     /// podman `args`, bounded; its output whatever the outcome.
     pub fn podman(&self, args: &[&str]) -> Output {
-        let state = self.state.path();
-        Command::new("timeout")
-            .arg(TIMEOUT)
-            .arg("podman")
-            .arg("--root")
-            .arg(state.join("root"))
-            .arg("--runroot")
-            .arg(state.join("runroot"))
-            .args(["--storage-driver", "vfs"])
+        podman_in(Command::new("timeout").arg(TIMEOUT), self.state.path())
             .args(args)
-            .env("CONTAINERS_CONF", state.join("containers.conf"))
-            .env("TMPDIR", state.join("tmp"))
             .output()
             .unwrap()
     }
 
     /// podman `args`, which must succeed; its stdout.
     pub fn podman_ok(&self, args: &[&str]) -> String {
-        let out = self.podman(args);
-        assert!(
-            out.status.success(),
-            "podman {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        stdout_ok(self.podman(args), format_args!("podman {args:?}"))
     }
 
     /// `deploy/Containerfile` built offline around the release artifact

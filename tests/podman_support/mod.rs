@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use plexus_dataplane::NetNs;
+use plexus_testkit::podman::podman_in;
 use serde_json::{json, Value};
 
 pub const PLEXUS: &str = env!("CARGO_BIN_EXE_plexus");
@@ -266,16 +267,8 @@ impl Podman {
         // Only the network namespace: `ip netns exec` would also remount
         // /sys, hiding the cgroup mounts runc needs.
         let mut cmd = bounded("nsenter");
-        cmd.arg(format!("--net={NETNS_DIR}/{}", self.node))
-            .arg("podman")
-            .arg("--root")
-            .arg(self.path("root"))
-            .arg("--runroot")
-            .arg(self.path("runroot"))
-            .args(["--storage-driver", "vfs"])
-            .args(args)
-            .env("CONTAINERS_CONF", self.path("containers.conf"))
-            .env("TMPDIR", self.path("tmp"));
+        cmd.arg(format!("--net={NETNS_DIR}/{}", self.node));
+        podman_in(&mut cmd, self.tmp.path()).args(args);
         cmd.output().unwrap()
     }
 
