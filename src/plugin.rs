@@ -191,14 +191,8 @@ impl<'s> PlexusPlugin<'s> {
             default_networks: Vec::new(),
             ..PlanOptions::from_conf(conf)
         };
-        let inputs = PlanInputs {
-            nads: &DirCluster::empty(),
-            conf_dir: None,
-            devices: None,
-            default_network: &network,
-            options: &options,
-        };
-        let plan = plan::plan(&pod, &inputs)?;
+        let no_nads = DirCluster::empty();
+        let plan = plan::plan(&pod, &PlanInputs::off_node(&no_nads, &network, &options))?;
         let search_path = delegates.search_path();
         for config in plan.attachments.iter().flat_map(|a| &a.plugins) {
             match config.get("type").and_then(serde_json::Value::as_str) {

@@ -198,13 +198,7 @@ fn planned(node: &Node, second_tail: Value) -> Plan {
     };
     plan(
         &pod,
-        &PlanInputs {
-            nads: &nads,
-            conf_dir: None,
-            devices: None,
-            default_network: &default_network,
-            options: &options,
-        },
+        &PlanInputs::off_node(&nads, &default_network, &options),
     )
     .unwrap()
 }

@@ -77,13 +77,7 @@ fuzz_target!(|data: &[u8]| {
         container_id: Some("fuzz-container".into()),
         ..PlanOptions::default()
     };
-    let inputs = PlanInputs {
-        nads: nads(),
-        conf_dir: None,
-        devices: None,
-        default_network: default_network(),
-        options: &options,
-    };
+    let inputs = PlanInputs::off_node(nads(), default_network(), &options);
     if let Ok(planned) = plan(&pod, &inputs) {
         let _ = planned.to_value();
     }

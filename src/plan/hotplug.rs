@@ -257,13 +257,7 @@ mod tests {
             };
             crate::plan::plan(
                 pod,
-                &PlanInputs {
-                    nads: &nads,
-                    conf_dir: None,
-                    devices: None,
-                    default_network: &default_network,
-                    options: &options,
-                },
+                &PlanInputs::off_node(&nads, &default_network, &options),
             )
         }
 

@@ -190,6 +190,25 @@ pub struct PlanInputs<'a> {
     pub options: &'a PlanOptions,
 }
 
+impl<'a> PlanInputs<'a> {
+    /// Inputs with NADs and no conf directory (no `clusterNetwork` file
+    /// beside plexus's conf) or kubelet to ask for devices: a plan made off
+    /// the node.
+    pub fn off_node(
+        nads: &'a dyn NadSource,
+        default_network: &'a DefaultNetwork,
+        options: &'a PlanOptions,
+    ) -> PlanInputs<'a> {
+        PlanInputs {
+            nads,
+            conf_dir: None,
+            devices: None,
+            default_network,
+            options,
+        }
+    }
+}
+
 /// Policy and runtime parameters.
 #[derive(Debug, Clone)]
 pub struct PlanOptions {
