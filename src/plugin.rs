@@ -479,7 +479,6 @@ fn context<'a>(call: &Call, bin_dir: PathBuf, registry: &'a Registry) -> RunCont
             cni_path: call.cni_path.to_vec(),
             bin_dir: Some(bin_dir),
             registry,
-            session: registry.session(),
         },
     }
 }
@@ -495,7 +494,6 @@ fn network_delegates<'r>(
         cni_path: req.env.path().to_vec(),
         bin_dir: Some(conf.bin_dir.clone()),
         registry,
-        session: registry.session(),
     }
 }
 

@@ -212,7 +212,6 @@ fn ctx<'a>(node: &Node, registry: &'a Registry) -> RunContext<'a> {
             cni_path: vec![PLUGINS.into()],
             bin_dir: None,
             registry,
-            session: registry.session(),
         },
     }
 }

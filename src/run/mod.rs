@@ -68,12 +68,16 @@ pub struct Delegates<'a> {
     pub cni_path: Vec<PathBuf>,
     pub bin_dir: Option<PathBuf>,
     pub registry: &'a Registry,
-    /// The invocation's data-plane session: the check of `CNI_NETNS` opens
-    /// the pod's namespace in it, once for the built-in plugins too.
-    pub session: &'a Session,
 }
 
 impl Delegates<'_> {
+    /// The invocation's data-plane session (the registry's): the check of
+    /// `CNI_NETNS` opens the pod's namespace in it, once for the built-in
+    /// plugins too.
+    fn session(&self) -> &Session {
+        self.registry.session()
+    }
+
     /// `CNI_PATH` of every plugin plexus runs.
     pub fn search_path(&self) -> Vec<PathBuf> {
         let mut dirs = self.cni_path.clone();
@@ -276,7 +280,7 @@ impl Executor {
         })?;
         // No pod has the node's namespace: refused before any plugin (built
         // in or exec'd) could configure the node as a pod.
-        if let Ok(PodLookup::Node) = ctx.delegates.session.pod(netns) {
+        if let Ok(PodLookup::Node) = ctx.delegates.session().pod(netns) {
             return Err(RunError::NodeNetns {
                 path: netns.to_path_buf(),
             });
@@ -1066,7 +1070,7 @@ fn live_netns(ctx: &RunContext) -> DelNetns {
     let Some(p) = ctx.netns.clone() else {
         return DelNetns::Gone;
     };
-    match ctx.delegates.session.pod(&p) {
+    match ctx.delegates.session().pod(&p) {
         Ok(PodLookup::Node) => DelNetns::Node(p),
         Ok(PodLookup::Pod(_)) => DelNetns::Live(p),
         _ if p.exists() => DelNetns::Live(p),
@@ -1080,7 +1084,7 @@ fn pod_has_ifname(ctx: &RunContext) -> bool {
     let DelNetns::Live(netns) = live_netns(ctx) else {
         return false;
     };
-    let session = &ctx.delegates.session;
+    let session = ctx.delegates.session();
     match session.pod(&netns) {
         Ok(PodLookup::Pod(side)) => session
             .pod_netlink(side)
@@ -1232,7 +1236,6 @@ mod tests {
             cni_path: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
             bin_dir: Some("/usr/lib/cni".into()),
             registry: &registry,
-            session: registry.session(),
         };
         assert_eq!(
             d.search_path(),

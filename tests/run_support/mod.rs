@@ -282,7 +282,6 @@ impl Fakes {
             cni_path: vec![self.bin()],
             bin_dir: Some(self.bindir()),
             registry,
-            session: registry.session(),
         }
     }
 

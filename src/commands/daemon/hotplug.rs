@@ -207,7 +207,6 @@ impl Reconciler {
                 cni_path: sandbox.cni_path.clone(),
                 bin_dir: Some(conf.bin_dir.clone()),
                 registry: &registry,
-                session: registry.session(),
             },
         };
         if !sandbox.netns.exists() {
