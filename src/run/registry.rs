@@ -149,47 +149,40 @@ pub(crate) enum Served<'r> {
     Exec(ExecPlugin),
 }
 
+/// `$served.$op($args)`, a built-in plugin's failure its CNI error, an
+/// exec'd one's its [`ExecError`].
+macro_rules! on_served {
+    ($served:expr, $op:ident($($arg:expr),*)) => {
+        match $served {
+            Served::Builtin(plugin) => plugin.$op($($arg),*).map_err(RunError::from),
+            Served::Exec(plugin) => TypedPlugin::$op(plugin, $($arg),*).map_err(RunError::from),
+        }
+    };
+}
+
 impl Served<'_> {
     pub(crate) fn validate(&self, req: &Request) -> Result<(), RunError> {
-        match self {
-            Served::Builtin(p) => Ok(p.validate(req)?),
-            Served::Exec(p) => Ok(TypedPlugin::validate(p, req)?),
-        }
+        on_served!(self, validate(req))
     }
 
     pub(crate) fn add(&self, req: &Request) -> Result<CniResult, RunError> {
-        match self {
-            Served::Builtin(p) => Ok(p.add(req)?),
-            Served::Exec(p) => Ok(TypedPlugin::add(p, req)?),
-        }
+        on_served!(self, add(req))
     }
 
     pub(crate) fn del(&self, req: &Request) -> Result<(), RunError> {
-        match self {
-            Served::Builtin(p) => Ok(p.del(req)?),
-            Served::Exec(p) => Ok(TypedPlugin::del(p, req)?),
-        }
+        on_served!(self, del(req))
     }
 
     pub(crate) fn check(&self, req: &Request) -> Result<(), RunError> {
-        match self {
-            Served::Builtin(p) => Ok(p.check(req)?),
-            Served::Exec(p) => Ok(TypedPlugin::check(p, req)?),
-        }
+        on_served!(self, check(req))
     }
 
     pub(crate) fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), RunError> {
-        match self {
-            Served::Builtin(p) => Ok(p.gc(req, valid)?),
-            Served::Exec(p) => Ok(TypedPlugin::gc(p, req, valid)?),
-        }
+        on_served!(self, gc(req, valid))
     }
 
     pub(crate) fn status(&self, req: &Request) -> Result<(), RunError> {
-        match self {
-            Served::Builtin(p) => Ok(p.status(req)?),
-            Served::Exec(p) => Ok(TypedPlugin::status(p, req)?),
-        }
+        on_served!(self, status(req))
     }
 }
 
