@@ -118,6 +118,9 @@ pub struct PlexusConf {
     pub readiness_indicator_file: Option<PathBuf>,
     /// How long an ADD waits for the cluster network (`readinessTimeout`).
     pub readiness_timeout: Duration,
+    /// How long an exec'd plugin may run before it is killed
+    /// (`pluginTimeout`, plexus's own key).
+    pub plugin_timeout: Duration,
     /// kubelet's PodResources API (`podResourcesSocket`, `podResourcesTimeout`):
     /// where networks backed by a device-plugin resource learn their device.
     pub pod_resources: PodResourcesClient,
@@ -217,6 +220,7 @@ struct RawConf {
     #[serde(rename = "readinessindicatorfile")]
     readiness_indicator_file: Option<String>,
     readiness_timeout: Option<f64>,
+    plugin_timeout: Option<f64>,
     pod_resources_socket: Option<String>,
     pod_resources_timeout: Option<f64>,
     device_info_dir: Option<String>,
@@ -421,6 +425,8 @@ impl PlexusConf {
                 .map(PathBuf::from),
             readiness_timeout: seconds("readinessTimeout", raw.readiness_timeout)?
                 .unwrap_or(DEFAULT_READINESS_TIMEOUT),
+            plugin_timeout: seconds("pluginTimeout", raw.plugin_timeout)?
+                .unwrap_or(crate::run::exec::DEFAULT_TIMEOUT),
             pod_resources: PodResourcesClient::new(
                 path(raw.pod_resources_socket, podresources::DEFAULT_SOCKET),
                 seconds("podResourcesTimeout", raw.pod_resources_timeout)?

@@ -13,6 +13,7 @@
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use plexus_dataplane::NetNs;
 
@@ -36,7 +37,7 @@ use crate::plan::claims::{self, ClaimBook};
 use crate::plan::readiness;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanError, PlanInputs, PlanOptions};
 use crate::record::Cache;
-use crate::run::exec::ExecSite;
+use crate::run::exec::{ExecSite, StderrSink, DEFAULT_TIMEOUT};
 use crate::run::routes::NetlinkRouteHook;
 use crate::run::{
     AttachmentObserver, AttachmentResult, Delegates, Executor, Registry, RunContext, RunError,
@@ -109,8 +110,13 @@ impl<'s> PlexusPlugin<'s> {
     /// The plugins of this call: [`registry`], and for a call the daemon
     /// serves, the shim's namespace in its session and exec'd plugins run
     /// where `chrootDir` says, given a path to that namespace.
-    fn registry(&self, chroot_dir: Option<&Path>) -> Result<Registry, CniError> {
-        let registry = registry();
+    /// Exec'd plugins may run for `plugin_timeout`.
+    fn registry(
+        &self,
+        chroot_dir: Option<&Path>,
+        plugin_timeout: Duration,
+    ) -> Result<Registry, CniError> {
+        let registry = registry().with_exec_timeout(plugin_timeout);
         let Some(thick) = &self.thick else {
             return Ok(registry);
         };
@@ -118,6 +124,8 @@ impl<'s> PlexusPlugin<'s> {
         let mut site = ExecSite {
             root: root.clone(),
             netns_alias: None,
+            // Nobody reads the daemon's calls' stderr as the plugin's.
+            stderr: StderrSink::Log,
         };
         if let Some(ns) = &thick.pod_netns {
             let sys = |e: plexus_dataplane::Error| CniError::io("CNI_NETNS", e);
@@ -253,6 +261,7 @@ pub fn daemon_registry(chroot_dir: Option<&Path>) -> Registry {
     registry().with_exec_site(ExecSite {
         root: chroot_dir.map(Path::to_path_buf),
         netns_alias: None,
+        stderr: StderrSink::Log,
     })
 }
 
@@ -594,7 +603,7 @@ impl Plugin for PlexusPlugin<'_> {
             log.warn(warning);
         }
 
-        let registry = self.registry(conf.chroot_dir.as_deref())?;
+        let registry = self.registry(conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
         let executor = self
             .executor(&conf.cni_dir)
             .with_route_hook(Box::new(NetlinkRouteHook {
@@ -655,7 +664,10 @@ impl Plugin for PlexusPlugin<'_> {
         let conf = self.conf(req).ok();
         let (cni_dir, bin_dir) = dirs_of(req, conf.as_deref());
         let call = call(req)?;
-        let registry = self.registry(chroot_of(req, conf.as_deref()).as_deref())?;
+        let plugin_timeout = conf
+            .as_deref()
+            .map_or(DEFAULT_TIMEOUT, |c| c.plugin_timeout);
+        let registry = self.registry(chroot_of(req, conf.as_deref()).as_deref(), plugin_timeout)?;
         let ctx = context(&call, bin_dir, &registry);
         let fallback = || match conf.as_deref() {
             Some(conf) => self.cluster_network_plan(conf, req, &registry, &ctx.delegates),
@@ -697,7 +709,7 @@ impl Plugin for PlexusPlugin<'_> {
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let conf = self.conf(req)?;
-        let registry = self.registry(conf.chroot_dir.as_deref())?;
+        let registry = self.registry(conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
         Ok(Executor::new(Cache::new(&conf.cni_dir)).check(&context(
             &call(req)?,
             conf.bin_dir.clone(),
@@ -709,7 +721,7 @@ impl Plugin for PlexusPlugin<'_> {
         let conf = self.conf(req)?;
         let cluster = self.clusters.open(&conf)?.view;
         let default_network = Self::configured_cluster_network(&conf, cluster.as_ref()).ok();
-        let registry = self.registry(conf.chroot_dir.as_deref())?;
+        let registry = self.registry(conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
         let delegates = network_delegates(req, &conf, &registry);
         let swept = claims::sweep(&ClaimBook::new(&conf.cni_dir), cluster.as_ref(), None);
         // Addresses held for claims are valid attachments of their own. A
@@ -743,7 +755,7 @@ impl Plugin for PlexusPlugin<'_> {
         // the cluster network's plugins say they are (cni-SPEC §2 STATUS).
         let conf = self.conf(req)?;
         let network = readiness::status(&conf, self.clusters.open(&conf)?.view.as_ref())?;
-        let registry = self.registry(conf.chroot_dir.as_deref())?;
+        let registry = self.registry(conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
         let delegates = network_delegates(req, &conf, &registry);
         Ok(crate::run::status(&delegates, &network)?)
     }

@@ -18,6 +18,10 @@ pub const CALL_TARGET: &str = "plexus";
 /// leaves it out; a log file keeps it.
 pub const CALL_FAILED_TARGET: &str = "plexus::call_failed";
 
+/// The target of an exec'd plugin's stderr lines, where the daemon logs
+/// them (a thin call passes them on as they are).
+pub const PLUGIN_STDERR_TARGET: &str = "plexus::plugin_stderr";
+
 /// Which attachment a call's events are about.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallLog {
@@ -92,6 +96,17 @@ impl CallLog {
 
     pub fn warn(&self, message: impl Display) {
         call_event!(tracing::Level::WARN, target: CALL_TARGET, self, "{message}");
+    }
+
+    /// A line exec'd plugin `plugin` wrote to its stderr during the call.
+    pub fn plugin_stderr(&self, plugin: &str, line: &str) {
+        call_event!(
+            tracing::Level::INFO,
+            target: PLUGIN_STDERR_TARGET,
+            self,
+            plugin,
+            "{line}"
+        );
     }
 
     /// The call failed with CNI error `code` (cni-SPEC §5): `command` is

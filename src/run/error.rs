@@ -510,6 +510,7 @@ mod tests {
             binary: "/opt/cni/bin/macvlan".into(),
             command: crate::cni::env::CniCommand::Add,
             timeout: std::time::Duration::from_secs(1),
+            stderr: String::new(),
         };
         assert_eq!(
             cni(RunError::from(timed_out).in_step("ns/a", "net1", 0, "macvlan")).details,

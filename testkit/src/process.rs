@@ -22,6 +22,70 @@ pub fn output_with_stdin(cmd: &mut Command, stdin: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// [`output_with_stdin`] bounded by `limit`: past it the command is killed
+/// and the test fails, with what it printed so far (a hung CNI call fails
+/// its test in seconds, not at the harness's timeout). Its output and how
+/// long it took.
+#[track_caller]
+pub fn output_within(cmd: &mut Command, stdin: &str, limit: Duration) -> (Output, Duration) {
+    use std::io::Read;
+    use std::sync::mpsc;
+    let started = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = stdin.as_bytes().to_vec();
+    let mut pipe_in = child.stdin.take().unwrap();
+    std::thread::spawn(move || {
+        let _ = pipe_in.write_all(&input);
+    });
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            let _ = tx.send(buf);
+        });
+        rx
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() >= limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let took = started.elapsed();
+    // A child of the command may hold its pipes: take what came by then.
+    let grace = Duration::from_secs(2);
+    let stdout = stdout.recv_timeout(grace).unwrap_or_default();
+    let stderr = stderr.recv_timeout(grace).unwrap_or_default();
+    let Some(status) = status else {
+        panic!(
+            "still running after {limit:?}, killed; stdout: {}; stderr: {}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        );
+    };
+    (
+        Output {
+            status,
+            stdout,
+            stderr,
+        },
+        took,
+    )
+}
+
 /// `out`'s stdout; panics with `what` and its stderr when it failed.
 #[track_caller]
 pub fn stdout_ok(out: Output, what: impl Display) -> String {

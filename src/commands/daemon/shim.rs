@@ -200,13 +200,16 @@ fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
     code
 }
 
+/// Not through stdout's and stderr's locks: held across the call, they
+/// would stop anything else writing there until it ends (a log sink, an
+/// exec'd plugin's stderr).
 fn run_here(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
     skel::run(
         &PlexusPlugin::thin(conf),
         |key| std::env::var_os(key),
         &mut &stdin[..],
-        &mut io::stdout().lock(),
-        &mut io::stderr().lock(),
+        &mut io::stdout(),
+        &mut io::stderr(),
     )
 }
 

@@ -69,6 +69,8 @@ pub enum ExecError {
         binary: PathBuf,
         command: CniCommand,
         timeout: Duration,
+        /// The tail of what it wrote to stderr before it was killed.
+        stderr: String,
     },
     /// The plugin's error result (cni-SPEC §5 "Error").
     Replied {
@@ -203,11 +205,19 @@ impl From<ExecError> for CniError {
                 binary,
                 command,
                 timeout,
+                stderr,
             } => failed(
                 "plugin timed out",
-                format!(
-                    "{plugin_type}: {} {command} did not finish within {timeout:?} and was killed",
-                    binary.display()
+                ended(
+                    &plugin_type,
+                    format!(
+                        "{} {command} did not finish within {timeout:?} and was killed",
+                        binary.display()
+                    ),
+                    &Printed {
+                        stderr,
+                        stdout: String::new(),
+                    },
                 ),
             ),
             ExecError::Replied {
@@ -310,6 +320,7 @@ mod tests {
                     binary: "/b/p".into(),
                     command: CniCommand::Add,
                     timeout: Duration::from_secs(1),
+                    stderr: String::new(),
                 },
                 failed,
             ),

@@ -14,6 +14,7 @@
 //! a path that reaches the namespace the shim passed.
 
 pub mod error;
+mod stderr;
 
 use std::ffi::{CString, OsString};
 use std::io::{Read, Write};
@@ -40,6 +41,8 @@ use crate::cni::CniVersion;
 
 pub use error::ExecError;
 use error::{Printed, Unusable};
+use stderr::Destination;
+pub use stderr::StderrSink;
 
 /// How long a plugin may run before it is killed: generous, since `dhcp` and
 /// plugins talking to remote controllers can take seconds, but well inside
@@ -49,9 +52,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// A plugin printing more than this on stdout is broken; nothing legitimate
 /// comes close.
 const MAX_STDOUT: u64 = 16 << 20;
-
-/// How much of a plugin's stderr is kept for the error message.
-const STDERR_TAIL: usize = 2048;
 
 /// Where exec'd plugins run; the default is where plexus runs.
 #[derive(Debug, Clone, Default)]
@@ -64,6 +64,9 @@ pub struct ExecSite {
     /// the daemon holds the shim's descriptor of the pod's namespace, and
     /// plugins open it as `/proc/PID/fd/N`, whatever their mounts.
     pub netns_alias: Option<(PathBuf, PathBuf)>,
+    /// Where plugins' stderr goes: passed on as it is where plexus runs as a
+    /// plugin, into the log where the daemon runs the call.
+    pub stderr: StderrSink,
 }
 
 impl ExecSite {
@@ -152,7 +155,14 @@ impl ExecPlugin {
                 reason: e.to_string(),
             })?;
         }
-        let output = run_bounded(cmd, stdin, self.timeout).map_err(|e| match e {
+        let to = match self.site.stderr {
+            StderrSink::Passthrough => Destination::Passthrough,
+            StderrSink::Log => Destination::Log {
+                plugin_type: self.plugin_type.clone(),
+                call: req.call_log(),
+            },
+        };
+        let output = run_bounded(cmd, stdin, self.timeout, to).map_err(|(e, tail)| match e {
             Unfinished::Spawn(e) => ExecError::Spawn {
                 plugin_type: self.plugin_type.clone(),
                 binary: binary.clone(),
@@ -164,6 +174,7 @@ impl ExecPlugin {
                 binary: binary.clone(),
                 command: env.command(),
                 timeout: self.timeout,
+                stderr: printed_text(&tail),
             },
         })?;
         if output.status.success() {
@@ -185,10 +196,9 @@ impl ExecPlugin {
                 details,
             };
         }
-        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).trim().to_string();
         let printed = Printed {
-            stderr: text(&output.stderr_tail),
-            stdout: text(&output.stdout),
+            stderr: printed_text(&output.stderr_tail),
+            stdout: printed_text(&output.stdout),
         };
         match (output.status.code(), output.status.signal()) {
             (None, Some(signal)) => ExecError::Killed {
@@ -344,6 +354,11 @@ fn find_plugin_under(
     })
 }
 
+/// What a plugin printed, as error messages quote it.
+fn printed_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).trim().to_string()
+}
+
 fn join_path(dirs: &[PathBuf]) -> OsString {
     let mut out = OsString::new();
     for (i, d) in dirs.iter().enumerate() {
@@ -374,7 +389,7 @@ fn error_result(stdout: &[u8]) -> Option<(u32, String, String)> {
 struct Output {
     status: ExitStatus,
     stdout: Vec<u8>,
-    /// The last [`STDERR_TAIL`] bytes of stderr.
+    /// The last [`stderr::STDERR_TAIL`] bytes of stderr.
     stderr_tail: Vec<u8>,
 }
 
@@ -385,13 +400,21 @@ enum Unfinished {
     Timeout,
 }
 
-/// Spawn `cmd`, feed it `stdin`, collect stdout, forward stderr, all within
-/// `timeout`. Reader and writer threads do the I/O, so a plugin that fills a
-/// pipe cannot deadlock us; a plugin (or a helper it left behind) that keeps
-/// its pipes open past the deadline is killed and its threads abandoned.
-fn run_bounded(mut cmd: Command, stdin: Vec<u8>, timeout: Duration) -> Result<Output, Unfinished> {
+/// Spawn `cmd`, feed it `stdin`, collect stdout, pass stderr on to `to`,
+/// all within `timeout`. Reader and writer threads do the I/O, so a plugin
+/// that fills a pipe cannot deadlock us; a plugin (or a helper it left
+/// behind) that keeps its pipes open past the deadline is killed and its
+/// threads abandoned. Once the plugin has exited, its stderr gets at most
+/// [`stderr::LINGER`] more: a helper holding it open does not hold the call.
+fn run_bounded(
+    mut cmd: Command,
+    stdin: Vec<u8>,
+    timeout: Duration,
+    to: Destination,
+) -> Result<Output, (Unfinished, Vec<u8>)> {
     let deadline = Instant::now() + timeout;
-    let mut child = spawn_once_written(&mut cmd, deadline).map_err(Unfinished::Spawn)?;
+    let mut child =
+        spawn_once_written(&mut cmd, deadline).map_err(|e| (Unfinished::Spawn(e), vec![]))?;
 
     let mut pipe_in = child.stdin.take().expect("stdin is piped");
     thread::spawn(move || {
@@ -410,57 +433,30 @@ fn run_bounded(mut cmd: Command, stdin: Vec<u8>, timeout: Duration) -> Result<Ou
         let _ = out_tx.send(r);
     });
 
-    let (err_tx, err_rx) = mpsc::channel();
-    let mut pipe_err = child.stderr.take().expect("stderr is piped");
-    thread::spawn(move || {
-        let mut tail = Vec::new();
-        let mut chunk = [0u8; 4096];
-        loop {
-            match pipe_err.read(&mut chunk) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    // cni-SPEC §4: the plugin's log lines reach the runtime.
-                    let _ = std::io::stderr().write_all(&chunk[..n]);
-                    tail.extend_from_slice(&chunk[..n]);
-                    if tail.len() > STDERR_TAIL {
-                        tail.drain(..tail.len() - STDERR_TAIL);
-                    }
-                }
-            }
-        }
-        let _ = err_tx.send(tail);
-    });
+    let stderr = stderr::copy(child.stderr.take().expect("stderr is piped"), to);
 
     let remaining = || deadline.saturating_duration_since(Instant::now());
-    let stdout = match out_rx.recv_timeout(remaining()) {
-        Ok(Ok(buf)) if buf.len() as u64 > MAX_STDOUT => {
-            kill(&mut child);
-            return Err(Unfinished::Io(
-                "stdout",
-                std::io::Error::other(format!("more than {MAX_STDOUT} bytes")),
-            ));
-        }
-        Ok(Ok(buf)) => buf,
-        Ok(Err(e)) => {
-            kill(&mut child);
-            return Err(Unfinished::Io("stdout", e));
-        }
-        Err(_) => {
-            kill(&mut child);
-            return Err(Unfinished::Timeout);
-        }
+    let ended = match out_rx.recv_timeout(remaining()) {
+        Ok(Ok(buf)) if buf.len() as u64 > MAX_STDOUT => Err(Unfinished::Io(
+            "stdout",
+            std::io::Error::other(format!("more than {MAX_STDOUT} bytes")),
+        )),
+        Ok(Ok(buf)) => wait_until(&mut child, deadline).map(|status| (status, buf)),
+        Ok(Err(e)) => Err(Unfinished::Io("stdout", e)),
+        Err(_) => Err(Unfinished::Timeout),
     };
-    let status = wait_until(&mut child, deadline)?;
-    // stderr closes with the process unless a helper holds it; do not wait
-    // for such a helper past the deadline.
-    let stderr_tail = err_rx
-        .recv_timeout(remaining().max(Duration::from_millis(50)))
-        .unwrap_or_default();
-    Ok(Output {
-        status,
-        stdout,
-        stderr_tail,
-    })
+    if ended.is_err() {
+        kill(&mut child);
+    }
+    let stderr_tail = stderr.finish(Instant::now() + stderr::LINGER);
+    match ended {
+        Ok((status, stdout)) => Ok(Output {
+            status,
+            stdout,
+            stderr_tail,
+        }),
+        Err(unfinished) => Err((unfinished, stderr_tail)),
+    }
 }
 
 /// How long exec may keep failing with ETXTBSY before that is the answer.
@@ -488,21 +484,17 @@ fn spawn_once_written(cmd: &mut Command, deadline: Instant) -> std::io::Result<C
 }
 
 /// Wait for the child to exit, polling (it closed stdout, so it is usually
-/// gone already), and kill it at the deadline.
+/// gone already), until the deadline.
 fn wait_until(child: &mut Child, deadline: Instant) -> Result<ExitStatus, Unfinished> {
     let mut pause = Duration::from_micros(50);
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return Ok(status),
             Ok(None) => {}
-            Err(e) => {
-                kill(child);
-                return Err(Unfinished::Io("wait", e));
-            }
+            Err(e) => return Err(Unfinished::Io("wait", e)),
         }
         let now = Instant::now();
         if now >= deadline {
-            kill(child);
             return Err(Unfinished::Timeout);
         }
         thread::sleep(pause.min(deadline - now));
@@ -639,7 +631,7 @@ mod tests {
         std::os::unix::fs::symlink("/usr/lib/cni/p", node("opt/cni/bin/p")).unwrap();
         let site = ExecSite {
             root: Some(root.path().to_path_buf()),
-            netns_alias: None,
+            ..ExecSite::default()
         };
         let dirs = [PathBuf::from("/opt/cni/bin")];
         assert_eq!(site.find("p", &dirs).unwrap(), Path::new("/opt/cni/bin/p"));
@@ -654,8 +646,8 @@ mod tests {
     #[test]
     fn the_passed_namespace_is_given_by_its_alias_and_others_as_they_are() {
         let site = ExecSite {
-            root: None,
             netns_alias: Some(("/var/run/netns/cni-1".into(), "/proc/7/fd/9".into())),
+            ..ExecSite::default()
         };
         let given = Path::new("/var/run/netns/cni-1");
         assert_eq!(site.netns(Some(given)), Path::new("/proc/7/fd/9"));
@@ -879,6 +871,97 @@ mod tests {
         );
         thread::sleep(Duration::from_millis(2500));
         assert!(!marker.exists(), "the helper outlived the timeout");
+    }
+
+    /// A plugin answering `{}` after `noise`, as `ExecPlugin` runs it where
+    /// `sink` says; the call's outcome and how long it took.
+    fn noisy_add(
+        noise: &str,
+        timeout: Duration,
+        sink: StderrSink,
+    ) -> (Result<CniResult, ExecError>, Duration) {
+        let d = tempfile::tempdir().unwrap();
+        script(
+            d.path(),
+            "noisy",
+            &format!("{noise}\necho '{{\"cniVersion\":\"1.0.0\"}}'"),
+        );
+        let site = Arc::new(ExecSite {
+            stderr: sink,
+            ..ExecSite::default()
+        });
+        let p = ExecPlugin::new("noisy", timeout).unwrap().at(site);
+        let req = request(CniCommand::Add, vec![d.path().into()], conf("noisy"));
+        let started = Instant::now();
+        let answer = crate::cni::skel::TypedPlugin::add(&p, &req);
+        (answer, started.elapsed())
+    }
+
+    #[test]
+    fn a_plugin_logging_while_the_caller_holds_stderr_answers_at_once() {
+        // Issue 36: a thin call held stderr's lock across its plugins, and
+        // the copy of a plugin's stderr waited for it until the deadline.
+        let held = std::io::stderr().lock();
+        let (answer, took) = noisy_add(
+            "echo hello-from-ipam >&2",
+            Duration::from_secs(20),
+            StderrSink::Passthrough,
+        );
+        drop(held);
+        answer.unwrap();
+        assert!(took < Duration::from_secs(2), "{took:?}");
+    }
+
+    #[test]
+    fn megabytes_of_stderr_are_drained_and_their_tail_kept() {
+        let noise =
+            "head -c 3000000 /dev/zero | tr '\\0' x >&2; echo >&2; echo last-words >&2; exit 4";
+        let (answer, took) = noisy_add(noise, Duration::from_secs(20), StderrSink::Log);
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        let Err(ExecError::Exited { printed, .. }) = answer else {
+            panic!("{answer:?}")
+        };
+        assert!(
+            printed.stderr.ends_with("xxx\nlast-words"),
+            "{}",
+            printed.stderr
+        );
+        assert!(printed.stderr.len() <= stderr::STDERR_TAIL);
+    }
+
+    #[test]
+    fn stderr_after_stdout_closed_is_kept() {
+        let noise = "exec 1>&-; sleep 0.1; echo after-stdout >&2; exit 2";
+        let (answer, _) = noisy_add(noise, Duration::from_secs(20), StderrSink::Log);
+        let Err(ExecError::Exited { printed, .. }) = answer else {
+            panic!("{answer:?}")
+        };
+        assert_eq!(printed.stderr, "after-stdout");
+    }
+
+    #[test]
+    fn a_helper_holding_stderr_past_the_plugins_exit_does_not_hold_the_call() {
+        // The helper keeps stderr (not stdout) open for 10 s.
+        let noise = "(exec >/dev/null; echo helper-started >&2; sleep 10) & sleep 0.1";
+        let (answer, took) = noisy_add(noise, Duration::from_secs(20), StderrSink::Log);
+        answer.unwrap();
+        assert!(took < stderr::LINGER + Duration::from_secs(1), "{took:?}");
+    }
+
+    #[test]
+    fn a_plugin_that_logs_then_hangs_is_killed_at_the_deadline_with_its_words() {
+        let (answer, took) = noisy_add(
+            "echo about-to-hang >&2; exec sleep 30",
+            Duration::from_millis(500),
+            StderrSink::Log,
+        );
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        let Err(e @ ExecError::Timeout { .. }) = answer else {
+            panic!("{answer:?}")
+        };
+        assert!(CniError::from(e)
+            .details
+            .ends_with("and was killed; stderr: about-to-hang"),);
     }
 
     #[test]
