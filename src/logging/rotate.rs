@@ -19,7 +19,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use nix::fcntl::{Flock, FlockArg};
+
+use crate::cni::flock::{lock_exclusive, LockError};
+
+/// How long a rotation waits for another process's.
+const ROTATION_LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// `logOptions`, validated; Multus's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,8 +90,17 @@ impl RotatingFile {
     /// a lock on the file being rotated; the one that takes the lock after a
     /// rotation finds the path is another file now and appends to that.
     fn rotate(&mut self, incoming: u64) -> io::Result<()> {
-        let locked = Flock::lock(self.file.try_clone()?, FlockArg::LockExclusive)
-            .map_err(|(_, errno)| io::Error::from(errno))?;
+        // Bounded: a rotation holds it for a rename and an open, and a stuck
+        // process must not stop this one's calls (the line is then lost, and
+        // the sink says so).
+        let locked =
+            lock_exclusive(self.file.try_clone()?, ROTATION_LOCK_WAIT).map_err(|e| match e {
+                LockError::Timeout => io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("another process held the rotation lock for {ROTATION_LOCK_WAIT:?}"),
+                ),
+                LockError::Os(errno) => io::Error::from(errno),
+            })?;
         let ours = self.file.metadata()?;
         let current = match std::fs::metadata(&self.path) {
             Ok(m) => Some(m),

@@ -24,7 +24,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -404,8 +404,9 @@ enum Unfinished {
 /// all within `timeout`. Reader and writer threads do the I/O, so a plugin
 /// that fills a pipe cannot deadlock us; a plugin (or a helper it left
 /// behind) that keeps its pipes open past the deadline is killed and its
-/// threads abandoned. Once the plugin has exited, its stderr gets at most
-/// [`stderr::LINGER`] more: a helper holding it open does not hold the call.
+/// threads abandoned. Once the plugin has exited, its stdout and stderr get
+/// at most [`stderr::LINGER`] more: a helper holding them open does not hold
+/// the call.
 fn run_bounded(
     mut cmd: Command,
     stdin: Vec<u8>,
@@ -422,29 +423,37 @@ fn run_bounded(
         let _ = pipe_in.write_all(&stdin);
     });
 
-    let (out_tx, out_rx) = mpsc::channel();
+    let (closed_tx, stdout_closed) = mpsc::channel();
+    let stdout = Arc::new(Mutex::new(Vec::new()));
     let mut pipe_out = child.stdout.take().expect("stdout is piped");
+    let read = stdout.clone();
     thread::spawn(move || {
-        let mut buf = Vec::new();
-        let r = (&mut pipe_out)
-            .take(MAX_STDOUT + 1)
-            .read_to_end(&mut buf)
-            .map(|_| buf);
-        let _ = out_tx.send(r);
+        let mut chunk = [0u8; 8192];
+        let closed = loop {
+            match pipe_out.read(&mut chunk) {
+                Ok(0) => break Ok(()),
+                Ok(n) => {
+                    let mut read = read.lock().unwrap_or_else(|p| p.into_inner());
+                    read.extend_from_slice(&chunk[..n]);
+                    if read.len() as u64 > MAX_STDOUT {
+                        break Err(std::io::Error::other(format!(
+                            "more than {MAX_STDOUT} bytes"
+                        )));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        let _ = closed_tx.send(closed);
     });
 
     let stderr = stderr::copy(child.stderr.take().expect("stderr is piped"), to);
 
-    let remaining = || deadline.saturating_duration_since(Instant::now());
-    let ended = match out_rx.recv_timeout(remaining()) {
-        Ok(Ok(buf)) if buf.len() as u64 > MAX_STDOUT => Err(Unfinished::Io(
-            "stdout",
-            std::io::Error::other(format!("more than {MAX_STDOUT} bytes")),
-        )),
-        Ok(Ok(buf)) => wait_until(&mut child, deadline).map(|status| (status, buf)),
-        Ok(Err(e)) => Err(Unfinished::Io("stdout", e)),
-        Err(_) => Err(Unfinished::Timeout),
-    };
+    let ended = exited(&mut child, &stdout_closed, deadline).map(|status| {
+        let stdout = std::mem::take(&mut *stdout.lock().unwrap_or_else(|p| p.into_inner()));
+        (status, stdout)
+    });
     if ended.is_err() {
         kill(&mut child);
     }
@@ -457,6 +466,43 @@ fn run_bounded(
         }),
         Err(unfinished) => Err((unfinished, stderr_tail)),
     }
+}
+
+/// The plugin's exit status, once it has exited and closed stdout (its
+/// result is complete). A plugin that exited while a helper it started
+/// still holds its stdout gets [`stderr::LINGER`] more, then its result is
+/// what it wrote by then: the helper does not hold the call to the deadline.
+fn exited(
+    child: &mut Child,
+    stdout_closed: &mpsc::Receiver<std::io::Result<()>>,
+    deadline: Instant,
+) -> Result<ExitStatus, Unfinished> {
+    /// How often a call whose plugin has not closed stdout looks whether it
+    /// exited.
+    const POLL: Duration = Duration::from_millis(10);
+    let remaining = || deadline.saturating_duration_since(Instant::now());
+    let closed = loop {
+        match stdout_closed.recv_timeout(remaining().min(POLL)) {
+            Ok(closed) => break closed,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break Err(std::io::Error::other("the reader stopped"))
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                return match stdout_closed.recv_timeout(stderr::LINGER.min(remaining())) {
+                    Ok(Err(e)) => Err(Unfinished::Io("stdout", e)),
+                    _ => Ok(status),
+                }
+            }
+            Ok(None) if remaining().is_zero() => return Err(Unfinished::Timeout),
+            Ok(None) => {}
+            Err(e) => return Err(Unfinished::Io("wait", e)),
+        }
+    };
+    closed.map_err(|e| Unfinished::Io("stdout", e))?;
+    wait_until(child, deadline)
 }
 
 /// How long exec may keep failing with ETXTBSY before that is the answer.
@@ -944,6 +990,15 @@ mod tests {
         // The helper keeps stderr (not stdout) open for 10 s.
         let noise = "(exec >/dev/null; echo helper-started >&2; sleep 10) & sleep 0.1";
         let (answer, took) = noisy_add(noise, Duration::from_secs(20), StderrSink::Log);
+        answer.unwrap();
+        assert!(took < stderr::LINGER + Duration::from_secs(1), "{took:?}");
+    }
+
+    #[test]
+    fn a_helper_holding_stdout_past_the_plugins_exit_does_not_hold_the_call() {
+        // libcni would wait for the helper here (Go's Cmd.Wait waits for
+        // its copy of stdout); the result was complete when the plugin exited.
+        let (answer, took) = noisy_add("(sleep 10) &", Duration::from_secs(20), StderrSink::Log);
         answer.unwrap();
         assert!(took < stderr::LINGER + Duration::from_secs(1), "{took:?}");
     }

@@ -160,8 +160,10 @@ struct Queue {
     /// The sequence number of the last piece queued, and of the last written.
     queued: u64,
     written: u64,
-    /// Bytes dropped since the last note saying so.
+    /// Bytes dropped since the last note saying so, and where the note goes
+    /// (where the last of them would have gone).
     dropped: usize,
+    dropped_from: Option<Arc<Destination>>,
 }
 
 fn forwarder() -> &'static Forwarder {
@@ -194,6 +196,7 @@ impl Forwarder {
             queue = waited;
             if timeout.timed_out() && queue.written == written {
                 queue.dropped += bytes.len();
+                queue.dropped_from = Some(to.clone());
                 return queue.queued;
             }
         }
@@ -223,39 +226,34 @@ impl Forwarder {
 
     fn write_forever(&self) {
         loop {
-            let (seq, to, bytes, dropped) = {
+            let (seq, to, bytes) = {
                 let mut queue = lock(&self.queue);
-                while queue.pieces.is_empty() && queue.dropped == 0 {
+                while queue.pieces.is_empty() && queue.dropped_from.is_none() {
                     queue = self.changed.wait(queue).unwrap_or_else(|p| p.into_inner());
                 }
                 match queue.pieces.pop_front() {
                     Some((seq, to, bytes)) => {
                         queue.bytes -= bytes.len();
-                        (seq, Some(to), bytes, 0)
+                        (seq, to, bytes)
                     }
                     // Said once the queue has room again.
-                    None => (
-                        queue.written,
-                        None,
-                        Vec::new(),
-                        std::mem::take(&mut queue.dropped),
-                    ),
+                    None => {
+                        let dropped = std::mem::take(&mut queue.dropped);
+                        let note = format!(
+                            "plexus: {dropped} bytes of exec'd plugins' stderr were dropped: \
+                             more than {MAX_QUEUED} bytes waited to be written\n"
+                        );
+                        let to = queue.dropped_from.take().expect("dropped output");
+                        (queue.written, to, note.into_bytes())
+                    }
                 }
             };
-            match to.as_deref() {
-                Some(Destination::Passthrough) => write_fd2(&bytes),
-                Some(Destination::Log { plugin_type, call }) => {
+            match &*to {
+                Destination::Passthrough => write_fd2(&bytes),
+                Destination::Log { plugin_type, call } => {
                     for line in String::from_utf8_lossy(&bytes).lines() {
                         call.plugin_stderr(plugin_type, line);
                     }
-                }
-                None => {
-                    let note = format!(
-                        "plexus: {dropped} bytes of exec'd plugins' stderr were dropped: \
-                         more than {MAX_QUEUED} bytes waited to be written\n"
-                    );
-                    write_fd2(note.as_bytes());
-                    tracing::warn!("{}", note.trim_end());
                 }
             }
             lock(&self.queue).written = seq;
