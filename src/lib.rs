@@ -32,6 +32,7 @@ pub mod config;
 pub mod logging;
 pub mod manifest;
 pub mod netattach;
+pub mod phases;
 pub mod plan;
 pub mod plugin;
 pub mod record;

@@ -13,6 +13,7 @@ const _HOT_FUNCTIONS: &str = include_str!("../bench/hot-text/functions.txt");
 
 fn main() {
     use plexus::cli::Outcome;
+    plexus::phases::start();
     let code = match plexus::cli::main() {
         Outcome::PluginCall(code) => code,
         Outcome::Done(text) => {
@@ -26,5 +27,6 @@ fn main() {
             1
         }
     };
+    plexus::phases::finish();
     std::process::exit(code);
 }

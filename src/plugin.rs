@@ -32,6 +32,7 @@ use crate::commands::daemon::sandbox_dir::SandboxDir;
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
 use crate::manifest::Pod;
 use crate::netattach::status::NetworkStatus;
+use crate::phases;
 use crate::plan::auxiliary;
 use crate::plan::claims::{self, ClaimBook};
 use crate::plan::readiness;
@@ -560,6 +561,7 @@ impl Plugin for PlexusPlugin<'_> {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let conf = self.conf(req)?;
         let opened = self.clusters.open(&conf)?;
+        phases::mark("kubeconfig and client");
         let cluster = opened.view.as_ref();
         let mut conf_dir = ConfDir::new(&conf.conf_dir);
         let default_network = readiness::wait(&conf, cluster, &mut conf_dir, || {
@@ -568,6 +570,7 @@ impl Plugin for PlexusPlugin<'_> {
                 .map(|o| o.view)
                 .map_err(CniError::from)
         })?;
+        phases::mark("readiness");
         let call = call(req)?;
         let publisher = opened.publisher.as_deref();
         let pod = pod(
@@ -576,6 +579,7 @@ impl Plugin for PlexusPlugin<'_> {
             cluster,
             publisher.is_some(),
         )?;
+        phases::mark("pod");
         let options = PlanOptions {
             ifname: call.ifname.clone(),
             container_id: Some(call.container_id.clone()),
@@ -598,6 +602,7 @@ impl Plugin for PlexusPlugin<'_> {
             plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
         }
         let claims = claims::bind(&mut plan, &pod, cluster, &ClaimBook::new(&conf.cni_dir))?;
+        phases::mark("plan");
         let log = req.call_log();
         for warning in conf.warnings.iter().chain(&plan.warnings) {
             log.warn(warning);
@@ -612,6 +617,7 @@ impl Plugin for PlexusPlugin<'_> {
         let added = executor
             .add(&plan, &context(&call, conf.bin_dir.clone(), &registry))
             .map_err(CniError::from);
+        phases::mark("data plane");
         if let Ok(results) = &added {
             for r in results {
                 let attachment = log.on_attachment(&r.network, &r.ifname);
@@ -628,6 +634,7 @@ impl Plugin for PlexusPlugin<'_> {
         let results = match (added, publisher) {
             (Ok(results), Some(kube)) => {
                 publish(kube, &log, &pod, &plan, &results, &claims)?;
+                phases::mark("status write");
                 results
             }
             (Ok(results), None) => results,

@@ -413,6 +413,7 @@ impl Cache {
     /// Write `record` atomically, replacing any previous file: the first
     /// write of an ADD.
     pub fn store(&self, record: &Record) -> Result<(), RecordError> {
+        let _span = crate::phases::span("record write");
         let (name, line) = record_line(record)?;
         self.write_atomic(&name, &line)
             .map_err(|e| RecordError::io(self.dir.join(&name), e))
@@ -422,6 +423,7 @@ impl Cache {
     /// appending it; a missing file is created. A failed append is cut off
     /// again, so the line before it still stands.
     pub fn update(&self, record: &Record) -> Result<(), RecordError> {
+        let _span = crate::phases::span("record write");
         let (name, line) = record_line(record)?;
         let path = self.dir.join(&name);
         self.append(&path, &line)
@@ -430,6 +432,7 @@ impl Cache {
 
     /// Remove the record; a missing one is fine (DEL is idempotent).
     pub fn remove(&self, container_id: &str, ifname: &str) -> Result<(), RecordError> {
+        let _span = crate::phases::span("record write");
         let path = self.path(container_id, ifname)?;
         remove_file(&path).map_err(|e| RecordError::io(&path, e))
     }

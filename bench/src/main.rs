@@ -41,6 +41,7 @@ mod hot_text;
 mod hotplug;
 mod kube;
 mod multus_thick;
+mod phases;
 mod pod_start;
 mod sriov;
 mod thick;
@@ -116,6 +117,11 @@ struct Run {
     elapsed: Duration,
     max_rss_kb: i64,
     stdout: Vec<u8>,
+    /// The process, and CLOCK_MONOTONIC (ns) at its spawn and its reaping:
+    /// where its own phase marks start and end (`phases.rs`).
+    pid: u32,
+    spawned_ns: u64,
+    reaped_ns: u64,
 }
 
 /// `program` to run inside `netns` as a runtime runs a plugin: only the
@@ -145,6 +151,7 @@ fn invoke(
 ) -> Result<Run, String> {
     let mut cmd = command(netns, program, argv, env);
     let start = Instant::now();
+    let spawned_ns = phases::now_ns();
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("{}: {e}", program.display()))?;
@@ -171,6 +178,7 @@ fn invoke(
         return Err(format!("wait4: {}", std::io::Error::last_os_error()));
     }
     let elapsed = start.elapsed();
+    let reaped_ns = phases::now_ns();
     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
         return Err(format!(
             "{} failed: {}{}",
@@ -183,6 +191,9 @@ fn invoke(
         elapsed,
         max_rss_kb: usage.ru_maxrss,
         stdout,
+        pid: child.id(),
+        spawned_ns,
+        reaped_ns,
     })
 }
 

@@ -10,7 +10,7 @@
 //! Kubernetes namespace per mode. Last, a boot storm: many pods ADDed at
 //! once through the daemon, then DELed at once, with the daemon's peak RSS.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use crate::kube::{count, macvlan, requests, Setup};
 use crate::pod_start::nad;
-use crate::{cni_env_as, invoke, percentile, print_table, verdict};
+use crate::{cni_env_as, invoke, percentile, print_table, verdict, Run};
 
 /// The networks each pod selects.
 const NETWORKS: [&str; 3] = ["tk1", "tk2", "tk3"];
@@ -65,6 +65,12 @@ impl Mode {
 
     fn uses_api(self) -> bool {
         matches!(self, Mode::Thin | Mode::Thick)
+    }
+
+    /// Whether its ADDs mark their phases (plexus's `PLEXUS_PHASES`): the
+    /// calls that run in the exec'd process.
+    fn profiled(self) -> bool {
+        matches!(self, Mode::Manifest | Mode::Thin)
     }
 }
 
@@ -181,6 +187,9 @@ struct Contender {
     conf: String,
     add: Vec<Duration>,
     del: Vec<Duration>,
+    /// Where its ADDs mark their phases, and those ADDs.
+    phases: Option<PathBuf>,
+    profiled: Vec<Run>,
 }
 
 impl Contender {
@@ -192,14 +201,8 @@ impl Contender {
     }
 
     /// One CNI call for pod `pod` in `netns`; its wall time and stdout.
-    fn call(
-        &self,
-        setup: &Setup,
-        command: &str,
-        pod: &str,
-        netns: &NetNs,
-    ) -> Result<(Duration, Vec<u8>), String> {
-        let env = cni_env_as(
+    fn call(&self, setup: &Setup, command: &str, pod: &str, netns: &NetNs) -> Result<Run, String> {
+        let mut env = cni_env_as(
             command,
             &format!("{}-{pod}", self.mode.tag()),
             netns,
@@ -207,8 +210,10 @@ impl Contender {
             &self.cni_args(pod),
             setup.reference_dir,
         );
-        let run = invoke(setup.node, setup.plexus, &[], &env, self.conf.as_bytes())?;
-        Ok((run.elapsed, run.stdout))
+        if let Some(file) = self.phases.as_ref().filter(|_| command == "ADD") {
+            env.push(("PLEXUS_PHASES", file.display().to_string()));
+        }
+        invoke(setup.node, setup.plexus, &[], &env, self.conf.as_bytes())
     }
 }
 
@@ -269,6 +274,10 @@ pub fn run(setup: &mut Setup) -> Result<bool, String> {
             conf,
             add: Vec::new(),
             del: Vec::new(),
+            phases: mode
+                .profiled()
+                .then(|| dir.join(format!("phases-{}.jsonl", mode.tag()))),
+            profiled: Vec::new(),
         });
     }
     let daemon = Daemon::start(setup, &socket, &kubeconfig)?;
@@ -285,8 +294,11 @@ pub fn run(setup: &mut Setup) -> Result<bool, String> {
             let ns = setup
                 .namespaces
                 .create(format!("pxb-{pid}-{}{i}", c.mode.tag()))?;
-            let (elapsed, _) = c.call(setup, "ADD", &format!("pod-{i}"), &ns)?;
-            c.add.push(elapsed);
+            let run = c.call(setup, "ADD", &format!("pod-{i}"), &ns)?;
+            c.add.push(run.elapsed);
+            if c.phases.is_some() {
+                c.profiled.push(run);
+            }
             netns.push(ns);
         }
     }
@@ -306,8 +318,8 @@ pub fn run(setup: &mut Setup) -> Result<bool, String> {
         .collect();
     for i in 0..setup.pods {
         for (c, netns) in contenders.iter_mut().zip(&sandboxes) {
-            let (elapsed, _) = c.call(setup, "DEL", &format!("pod-{i}"), &netns[i])?;
-            c.del.push(elapsed);
+            let run = c.call(setup, "DEL", &format!("pod-{i}"), &netns[i])?;
+            c.del.push(run.elapsed);
         }
     }
 
@@ -371,6 +383,13 @@ pub fn run(setup: &mut Setup) -> Result<bool, String> {
         1000.0 * delay_sum / written.max(1.0)
     );
 
+    for c in &contenders {
+        if let Some(file) = &c.phases {
+            let title = format!("Where a {} ADD's time goes", c.mode.label());
+            crate::phases::report(&title, file, &c.profiled)?;
+        }
+    }
+
     let met_storm = storm(setup, &contenders[3], &daemon)?;
     Ok(met_speed && met_requests && met_storm)
 }
@@ -388,7 +407,7 @@ fn storm(setup: &mut Setup, thick: &Contender, daemon: &Daemon) -> Result<bool, 
     let setup = &*setup;
     let at_once = |command: &str| {
         let start = Instant::now();
-        let outcomes: Vec<Result<(Duration, Vec<u8>), String>> = std::thread::scope(|s| {
+        let outcomes: Vec<Result<Run, String>> = std::thread::scope(|s| {
             let calls: Vec<_> = netns
                 .iter()
                 .enumerate()
@@ -408,8 +427,8 @@ fn storm(setup: &mut Setup, thick: &Contender, daemon: &Daemon) -> Result<bool, 
     let mut addresses: Vec<String> = added
         .iter()
         .filter_map(|r| r.as_ref().ok())
-        .filter_map(|(_, out)| {
-            let result: Value = serde_json::from_slice(out).ok()?;
+        .filter_map(|run| {
+            let result: Value = serde_json::from_slice(&run.stdout).ok()?;
             Some(result["ips"][0]["address"].as_str()?.to_string())
         })
         .collect();

@@ -157,6 +157,7 @@ impl KubeCluster {
         request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, ClusterError> {
         let what = ApiRequest::new(Verb::Get, object);
+        let _span = crate::phases::span("API read");
         self.driver
             .block_on(bounded(self.timeouts.request, what, request))
     }

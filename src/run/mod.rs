@@ -383,7 +383,11 @@ impl Executor {
                 Err(failure) => return Err(self.fail_add(record, first, i, failure, ctx)),
             }
         }
-        if let Err(error) = durability.wait() {
+        let waited = {
+            let _span = crate::phases::span("fsync wait");
+            durability.wait()
+        };
+        if let Err(error) = waited {
             // Not on disk: nothing may be reported as attached.
             let last = first + results.len() - 1;
             let failure = Box::new(ChainFailure {

@@ -26,6 +26,7 @@ use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::skel::{self, MAX_STDIN};
 use crate::config::{DaemonClient, DaemonFallback, PlexusConf};
 use crate::logging::LogSettings;
+use crate::phases;
 use crate::plugin::PlexusPlugin;
 
 use super::hotplug;
@@ -71,9 +72,11 @@ pub fn run() -> i32 {
         .take(MAX_STDIN + 1)
         .read_to_end(&mut stdin);
     let conf = read.is_ok().then(|| parsed_conf(&stdin)).flatten();
+    phases::mark("stdin and conf");
     // Without a configuration, the default sinks (stderr) report why.
     let defaults = LogSettings::default();
     crate::logging::init_call(conf.as_ref().map_or(&defaults, |c| &c.logging));
+    phases::mark("logging");
     if read.is_err() {
         // The in-process run reads nothing more and reports it.
         return in_process(&stdin, None);
@@ -171,7 +174,10 @@ fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
     };
     let dir = SandboxDir::in_cni_dir(&conf.cni_dir);
     let held = match dir.lock(&container_id) {
-        Ok(held) => held,
+        Ok(held) => {
+            phases::mark("sandbox lock");
+            held
+        }
         Err(e) => {
             return skel::report_error(
                 &e.into(),
@@ -182,6 +188,7 @@ fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
         }
     };
     let code = run_here(stdin, Some(conf.clone()));
+    phases::mark("result");
     match command.as_str() {
         "ADD" if code == 0 => {
             let noted = request(stdin.to_vec())
@@ -196,7 +203,9 @@ fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
         "DEL" => dir.forget(&container_id),
         _ => {}
     }
+    phases::mark("sandbox note");
     held.release(false);
+    phases::mark("sandbox lock");
     code
 }
 

@@ -414,6 +414,7 @@ fn run_bounded(
     to: Destination,
 ) -> Result<Output, (Unfinished, Vec<u8>)> {
     let deadline = Instant::now() + timeout;
+    let _span = crate::phases::span("exec'd plugin");
     let mut child =
         spawn_once_written(&mut cmd, deadline).map_err(|e| (Unfinished::Spawn(e), vec![]))?;
 
