@@ -208,20 +208,14 @@ impl World {
     fn call(&self, command: &str, i: usize, conf: &str) -> (Output, Duration, String) {
         let pod = ["p1", "p2"][i];
         let logged_before = self.daemon_log().len();
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.node.node, PLEXUS])
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", format!("c-{pod}"))
-            .env("CNI_NETNS", format!("/var/run/netns/{}", self.node.pods[i]))
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", &self.cni_path)
-            .env(
-                "CNI_ARGS",
-                format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME={pod}"),
-            );
-        let (out, took) = output_within(&mut cmd, conf, CALL_LIMIT);
+        let (out, took) = plexus_within(
+            &self.node.node,
+            &self.node.pods[i],
+            &format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME={pod}"),
+            &self.cni_path,
+            [command, &format!("c-{pod}")],
+            conf,
+        );
         let passed_on = match self.mode {
             Mode::Thin => String::from_utf8_lossy(&out.stderr).into_owned(),
             Mode::Thick => self.daemon_log()[logged_before..].to_string(),
@@ -276,6 +270,30 @@ impl World {
     fn assert_said(&self, passed_on: &str, name: &str, command: &str, pod: usize) {
         self.assert_said_by(passed_on, name, name, command, pod);
     }
+}
+
+/// plexus run as the runtime runs it in namespace `node`, for the pod in
+/// namespace `pod_ns` (`eth0`), `[command, container ID]`, within
+/// [`CALL_LIMIT`]: what it printed and how long it took.
+fn plexus_within(
+    node: &str,
+    pod_ns: &str,
+    cni_args: &str,
+    cni_path: &str,
+    [command, container]: [&str; 2],
+    conf: &str,
+) -> (Output, Duration) {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", node, PLEXUS])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", container)
+        .env("CNI_NETNS", format!("/var/run/netns/{pod_ns}"))
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", cni_path)
+        .env("CNI_ARGS", cni_args);
+    output_within(&mut cmd, conf, CALL_LIMIT)
 }
 
 /// The end of a long text, for a failure message.
@@ -557,4 +575,124 @@ fn reference_plugins_that_log_thin() {
 #[test]
 fn reference_plugins_that_log_thick() {
     reference_plugins_that_log(Mode::Thick);
+}
+
+/// Issue 36's last check: whereabouts, the IPAM whose leader-election lines
+/// on stderr hung thin mode, exec'd as the IPAM of a NAD's macvlan in thin
+/// mode against the real API server. whereabouts is the real one, built
+/// here at a pinned commit by `.ci/whereabouts` (skipped, saying so, where
+/// its source is not at hand), with its CRDs and its flat configuration
+/// file (without one every call fails). Two pods get distinct addresses
+/// from its IPPool within the call limit, and their DELs free them.
+#[test]
+fn whereabouts_as_a_nads_ipam_in_thin_mode() {
+    use plexus_testkit::{peers, require, Feature};
+    if !require(&[
+        Feature::Root,
+        Feature::ReferencePlugins,
+        Feature::KubeApiServer,
+        Feature::Whereabouts,
+    ]) {
+        return;
+    }
+    let whereabouts = peers::whereabouts().unwrap();
+    let flat = |tmp: &Path| tmp.join("whereabouts.conf");
+    let Some(kube) = kube_node("swa", "pxs", |tmp| {
+        json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan", "master": "uplink0",
+               "ipam": {"type": "whereabouts", "range": "10.77.0.0/24",
+                        "configuration_path": flat(tmp)}})
+    }) else {
+        return;
+    };
+    let api = kube.api;
+    api.kubectl(&["apply", "-f", &whereabouts.crds.display().to_string()]);
+    let tmp = kube.tmp.path();
+    std::fs::write(
+        flat(tmp),
+        json!({"datastore": "kubernetes",
+               "kubernetes": {"kubeconfig": api.admin_kubeconfig()}})
+        .to_string(),
+    )
+    .unwrap();
+    let bin = tmp.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(&whereabouts.binary, bin.join("whereabouts")).unwrap();
+    let cni_path = format!("{}:{REFERENCE}", bin.display());
+    let conf = json!({
+        "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+        "kubeconfig": api.plexus_kubeconfig(), "apiTimeout": 5,
+        "cniDir": tmp.join("cache"), "confDir": tmp.join("net.d"),
+        "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge",
+                       "bridge": "br-pod", "isGateway": true,
+                       "ipam": host_local(tmp, "10.10.0.0/24", "pod")}],
+    })
+    .to_string();
+    let args = |pod: &str| {
+        format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={pod}",
+            kube.kube_ns
+        )
+    };
+    for pod in ["p1", "p2"] {
+        api.apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {pod}\n  namespace: {}\n  \
+             annotations: {{k8s.v1.cni.cncf.io/networks: macnet}}\n\
+             spec: {{containers: [{{name: c, image: busybox}}]}}\n",
+            kube.kube_ns
+        ));
+    }
+    let mut addresses_given = Vec::new();
+    for (i, pod) in ["p1", "p2"].into_iter().enumerate() {
+        let (out, took) = plexus_within(
+            &kube.node,
+            &kube.pods[i],
+            &args(pod),
+            &cni_path,
+            ["ADD", &format!("c-{pod}")],
+            &conf,
+        );
+        assert_ok(&format!("ADD of {pod} ({took:?})"), &out);
+        eprintln!("ADD of {pod} through whereabouts: {took:?}");
+        let net1 = addresses(&kube.pods[i], "net1");
+        assert!(net1[0].starts_with("10.77.0."), "{net1:?}");
+        addresses_given.push(net1[0].clone());
+    }
+    assert_ne!(addresses_given[0], addresses_given[1]);
+    let pools = api.kubectl(&["get", "ippools.whereabouts.cni.cncf.io", "-A", "-o", "json"]);
+    for given in &addresses_given {
+        let offset = given.rsplit('.').next().unwrap();
+        assert!(
+            pools.contains(&format!("\"{offset}\"")),
+            "{given} not in {pools}"
+        );
+    }
+    for (i, pod) in ["p1", "p2"].into_iter().enumerate() {
+        let (out, took) = plexus_within(
+            &kube.node,
+            &kube.pods[i],
+            &args(pod),
+            &cni_path,
+            ["DEL", &format!("c-{pod}")],
+            &conf,
+        );
+        assert_ok(&format!("DEL of {pod} ({took:?})"), &out);
+        eprintln!("DEL of {pod} through whereabouts: {took:?}");
+    }
+    let pools: Value = serde_json::from_str(&api.kubectl(&[
+        "get",
+        "ippools.whereabouts.cni.cncf.io",
+        "-A",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    for pool in pools["items"].as_array().unwrap() {
+        if pool["spec"]["range"] == "10.77.0.0/24" {
+            let left = &pool["spec"]["allocations"];
+            assert!(
+                left.as_object().is_none_or(|a| a.is_empty()),
+                "allocations left: {left}"
+            );
+        }
+    }
 }

@@ -16,6 +16,7 @@ pub mod dist;
 mod grpc;
 pub mod kube;
 pub mod node;
+pub mod peers;
 pub mod podman;
 pub mod podresources;
 pub mod process;
@@ -64,6 +65,9 @@ pub enum Feature {
     /// sriov-cni, the peer of plexus's `sriov` driver, as `.ci/sriov-cni`
     /// builds and caches it ([`sriov::sriov_cni`]).
     SriovCni,
+    /// whereabouts, the cluster-wide IPAM plugin, as `.ci/whereabouts`
+    /// builds and caches it ([`peers::whereabouts`]).
+    Whereabouts,
     /// A one-node cluster with a real kubelet and containerd
     /// (`testkit/node-up`, [`node`]): the binaries `.ci/kube-node` builds,
     /// containerd, runc and cgroup v1.
@@ -71,7 +75,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    const ALL: [Feature; 14] = [
+    const ALL: [Feature; 15] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
@@ -85,6 +89,7 @@ impl Feature {
         Feature::Podman,
         Feature::KubeApiServer,
         Feature::SriovCni,
+        Feature::Whereabouts,
         Feature::KubeNode,
     ];
 
@@ -100,7 +105,11 @@ impl Feature {
         // may lack; vm-tests/run builds it before the VM starts.
         !matches!(
             self,
-            Feature::Podman | Feature::KubeApiServer | Feature::SriovCni | Feature::KubeNode
+            Feature::Podman
+                | Feature::KubeApiServer
+                | Feature::SriovCni
+                | Feature::Whereabouts
+                | Feature::KubeNode
         )
     }
 
@@ -177,6 +186,7 @@ impl Feature {
             },
             Feature::KubeApiServer => kube::missing(),
             Feature::SriovCni => sriov::sriov_cni().err().map(Cow::Owned),
+            Feature::Whereabouts => peers::whereabouts().err().map(Cow::Owned),
             Feature::KubeNode => node::missing(),
             Feature::Podman => {
                 if !["podman", "runc", "nsenter", "timeout"].iter().all(|t| on_path(t)) {
@@ -208,6 +218,7 @@ impl fmt::Display for Feature {
             Feature::Podman => "podman",
             Feature::KubeApiServer => "a kube-apiserver",
             Feature::SriovCni => "sriov-cni",
+            Feature::Whereabouts => "whereabouts",
             Feature::KubeNode => "a one-node cluster (kubelet, containerd)",
         };
         f.write_str(name)

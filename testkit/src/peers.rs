@@ -1,0 +1,39 @@
+//! Peers built from their source by `.ci/` scripts, found where those cache
+//! them. Only looks: building is the script's (`.ci/install-deps` runs it),
+//! so a test never starts a build of its own.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// whereabouts as `.ci/whereabouts` caches it: the plugin binary and the
+/// directory of its CRDs at the same commit.
+#[derive(Debug, Clone)]
+pub struct Whereabouts {
+    pub binary: PathBuf,
+    pub crds: PathBuf,
+}
+
+/// The cached whereabouts, or why there is none.
+pub fn whereabouts() -> Result<Whereabouts, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testkit lives in the workspace")
+        .join(".ci/whereabouts");
+    let ask = |flag: &str| -> Result<PathBuf, String> {
+        let out = Command::new(&script)
+            .arg(flag)
+            .output()
+            .map_err(|e| format!("{}: {e}", script.display()))?;
+        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    };
+    let binary = ask("--path")?;
+    let crds = ask("--crds")?;
+    if binary.is_file() && crds.is_dir() {
+        Ok(Whereabouts { binary, crds })
+    } else {
+        Err(format!(
+            "no whereabouts at {} (build it with .ci/whereabouts)",
+            binary.display()
+        ))
+    }
+}
