@@ -561,7 +561,7 @@ impl Plugin for PlexusPlugin<'_> {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let conf = self.conf(req)?;
         let opened = self.clusters.open(&conf)?;
-        phases::mark("kubeconfig and client");
+        phases::mark("cluster source");
         let cluster = opened.view.as_ref();
         let mut conf_dir = ConfDir::new(&conf.conf_dir);
         let default_network = readiness::wait(&conf, cluster, &mut conf_dir, || {
@@ -587,6 +587,7 @@ impl Plugin for PlexusPlugin<'_> {
             runtime_config: req.runtime_config.clone(),
             ..PlanOptions::from_conf(&conf)
         };
+        cluster.prefetch_nads(&plan::selected_nads(&pod, &options));
         let inputs = PlanInputs {
             nads: cluster,
             conf_dir: Some(&conf_dir),

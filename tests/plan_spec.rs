@@ -819,3 +819,33 @@ spec:
         None
     );
 }
+
+#[test]
+fn the_nads_read_ahead_are_those_the_annotation_may_select() {
+    // Issue 36: a thin ADD reads its NADs in one round trip
+    // (Cluster::prefetch_nads); the list is the planner's own reading of
+    // the annotation (§4.1.1, §4.1.2), each NAD once, and §7.4's isolation
+    // leaves out what the pod may not select.
+    let pod = pod_with(Some("a, other/b, a@net2, global/c"));
+    let options = PlanOptions::default();
+    let pair = |ns: &str, name: &str| (ns.to_string(), name.to_string());
+    assert_eq!(
+        plexus::plan::selected_nads(&pod, &options),
+        [
+            pair("global", "c"),
+            pair("my-namespace", "a"),
+            pair("other", "b")
+        ]
+    );
+    let isolated = PlanOptions {
+        namespace_isolation: true,
+        global_namespaces: vec!["global".into()],
+        ..PlanOptions::default()
+    };
+    assert_eq!(
+        plexus::plan::selected_nads(&pod, &isolated),
+        [pair("global", "c"), pair("my-namespace", "a")]
+    );
+    // An annotation the planner ignores reads nothing ahead.
+    assert!(plexus::plan::selected_nads(&pod_with(Some("[{")), &options).is_empty());
+}

@@ -58,6 +58,11 @@ pub trait Cluster: NadSource {
     /// The IPAMClaim `namespace/name` (multi-net-spec §8); `Ok(None)` when it
     /// does not exist.
     fn ipam_claim(&self, namespace: &str, name: &str) -> Result<Option<IpamClaim>, ClusterError>;
+
+    /// Read the NADs `keys` ahead, all at once where the source can, so
+    /// that [`NadSource::get`] finds them: a hint, whose failures are left
+    /// for `get` to meet and report. Sources that hold every NAD do nothing.
+    fn prefetch_nads(&self, _keys: &[(String, String)]) {}
 }
 
 /// Where an ADD's outcome is written: network-status (§5), the bound

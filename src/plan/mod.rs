@@ -700,6 +700,26 @@ fn resolve_default_network(
     })
 }
 
+/// The NADs (`namespace`, `name`) the pod's selection annotation names and
+/// may select (§7.4 isolation applied), for a source to read ahead of
+/// planning ([`crate::cluster::Cluster::prefetch_nads`]): a hint only, the
+/// plan reads and checks each itself.
+pub fn selected_nads(pod: &Pod, options: &PlanOptions) -> Vec<(String, String)> {
+    let mut nads: Vec<(String, String)> = selections(pod, options, &mut Vec::new())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.namespace.unwrap_or_else(|| pod.namespace.clone()), e.name))
+        .filter(|(ns, _)| {
+            !options.namespace_isolation
+                || *ns == pod.namespace
+                || options.global_namespaces.contains(ns)
+        })
+        .collect();
+    nads.sort();
+    nads.dedup();
+    nads
+}
+
 /// The pod's selections (§4), or none when the annotation is absent or
 /// invalid (then with a warning, or an error under `strictAnnotations`).
 fn selections(

@@ -471,6 +471,16 @@ struct Written {
 pub fn sandbox_of(env: &BTreeMap<String, String>, stdin: &str) -> Option<Sandbox> {
     let conf: serde_json::Value = serde_json::from_str(stdin).ok()?;
     let parsed = PlexusConf::from_value(&conf).ok()?;
+    sandbox_parsed(env, conf, &parsed)
+}
+
+/// [`sandbox_of`] with the conf parsed already: `conf` as given, `parsed`
+/// as read.
+pub fn sandbox_parsed(
+    env: &BTreeMap<String, String>,
+    conf: serde_json::Value,
+    parsed: &PlexusConf,
+) -> Option<Sandbox> {
     if parsed.kubeconfig.is_none() || parsed.manifest_dir.is_some() {
         return None;
     }

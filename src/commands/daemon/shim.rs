@@ -191,8 +191,10 @@ fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
     phases::mark("result");
     match command.as_str() {
         "ADD" if code == 0 => {
+            // The conf parsed once already: only its JSON is needed again.
             let noted = request(stdin.to_vec())
-                .and_then(|r| hotplug::sandbox_of(&r.env, &r.stdin))
+                .zip(serde_json::from_slice(stdin).ok())
+                .and_then(|(r, given)| hotplug::sandbox_parsed(&r.env, given, conf))
                 .map(|sandbox| dir.note(&sandbox));
             if let Some(Err(error)) = noted {
                 CallLog::from_vars(|key| std::env::var(key).ok(), Some(&conf.name)).warn(
