@@ -77,8 +77,8 @@ pub mod codes {
     /// A pod's selection could not be honoured (capability missing, duplicate
     /// interface name, namespace isolation ...).
     pub const ATTACHMENT_REJECTED: u32 = 101;
-    /// The operation is not implemented by this build of plexus.
-    pub const NOT_IMPLEMENTED: u32 = 102;
+    // 102 was "not implemented"; nothing answers with it, and it stays
+    // unassigned so that no old reading of it meets a new meaning.
     /// A delegate or built-in plugin failed.
     pub const PLUGIN_FAILED: u32 = 103;
     /// The Kubernetes API server refused a request (forbidden, invalid ...);

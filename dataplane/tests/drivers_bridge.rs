@@ -596,6 +596,9 @@ fn port_isolation_promiscuity_and_enabled_dad() {
         json!([{"address": "fd20::5/64", "gateway": "fd20::1"}]),
         json!({"portIsolation": true, "promiscMode": true, "enabledad": true, "isGateway": true}),
     );
+    // A new namespace's IPv4 forwarding is the host's (a Docker host or a
+    // Kubernetes node forwards): what plexus must not change is compared.
+    let ipv4_forward_before = sysctl(&node, "net/ipv4/ip_forward");
     let res = add(&node, &r, "bridge", &Target::new("ctr1", &pod, "eth0"), &c).unwrap();
     let hv = link(&node, &res.interfaces[1].name).unwrap();
     assert_eq!(hv["linkinfo"]["info_slave_data"]["isolated"], true);
@@ -609,7 +612,11 @@ fn port_isolation_promiscuity_and_enabled_dad() {
     let v6 = a.iter().find(|(a, _)| a == "fd20::5/64").unwrap();
     assert!(v6.1.get("tentative").is_none(), "{:?}", v6.1);
     assert_eq!(sysctl(&node, "net/ipv6/conf/all/forwarding"), "1");
-    assert_eq!(sysctl(&node, "net/ipv4/ip_forward"), "0", "no IPv4 gateway");
+    assert_eq!(
+        sysctl(&node, "net/ipv4/ip_forward"),
+        ipv4_forward_before,
+        "no IPv4 gateway: IPv4 forwarding left as it was"
+    );
 }
 
 #[test]
