@@ -23,6 +23,7 @@ use crate::cluster::kube::{KubeCluster, Publication};
 use crate::cluster::{dir::DirCluster, Cluster, ClusterError, Opened, Publisher};
 use crate::cni::args::CniArgs;
 use crate::cni::call_log::CallLog;
+use crate::cni::casefold;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::CniError;
 use crate::cni::names::{ContainerId, IfName};
@@ -513,10 +514,11 @@ fn dirs_of(req: &Request, conf: Option<&PlexusConf>) -> (PathBuf, PathBuf) {
     if let Some(conf) = conf {
         return (conf.cni_dir.clone(), conf.bin_dir.clone());
     }
+    // Keys matched as the conf's parser matches them (Go's rule), so a
+    // conf that says `CNIDir` finds on this DEL what its ADD wrote.
     let raw = |key: &str, default: &str| {
         PathBuf::from(
-            req.config
-                .get(key)
+            casefold::get(&req.config, key)
                 .and_then(|v| v.as_str())
                 .unwrap_or(default),
         )
@@ -531,9 +533,7 @@ fn dirs_of(req: &Request, conf: Option<&PlexusConf>) -> (PathBuf, PathBuf) {
 fn chroot_of(req: &Request, conf: Option<&PlexusConf>) -> Option<PathBuf> {
     match conf {
         Some(conf) => conf.chroot_dir.clone(),
-        None => req
-            .config
-            .get("chrootDir")
+        None => casefold::get(&req.config, "chrootDir")
             .and_then(|v| v.as_str())
             .filter(|dir| dir.starts_with('/'))
             .map(PathBuf::from),

@@ -406,3 +406,49 @@ fn the_auxiliary_chain_runs_after_the_pods_networks_and_del_runs_it_from_the_rec
     assert_eq!(log_lines().len(), 4);
     assert_nothing_left(t);
 }
+
+#[test]
+fn a_del_whose_conf_no_longer_parses_reads_its_dirs_in_any_case() {
+    // Issue 37 item 4: the conf's keys are matched as Go decodes them, on
+    // ADD and on the DEL that falls back to reading a conf that no longer
+    // parses; a `CNIDir` spelled so is the same key on both.
+    let Some(NodeWithPods {
+        tmp,
+        node,
+        pods,
+        namespaces: _namespaces,
+    }) = node_with_pods("case")
+    else {
+        return;
+    };
+    let mut conf = json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+        "CNIDir": tmp.path().join("cache"), "ConfDir": tmp.path().join("net.d"),
+        "delegates": [podnet(tmp.path(), "1.0.0")]});
+    let netns = format!("/var/run/netns/{}", pods[0]);
+    let add = plexus_at(
+        &node,
+        "ADD",
+        "c1",
+        &netns,
+        "eth0",
+        &pod_args("p1"),
+        &conf.to_string(),
+    );
+    assert_ok("ADD", &add);
+    assert!(!files_in(&tmp.path().join("cache")).is_empty());
+    // A value of the wrong type: the conf no longer parses.
+    conf["apiTimeout"] = json!("soon");
+    let del = plexus_at(
+        &node,
+        "DEL",
+        "c1",
+        &netns,
+        "eth0",
+        &pod_args("p1"),
+        &conf.to_string(),
+    );
+    assert_ok("DEL", &del);
+    assert_eq!(link_names(&pods[0]), ["lo"]);
+    assert!(reservations(tmp.path()).is_empty());
+    assert_nothing_left(tmp.path());
+}
