@@ -461,21 +461,24 @@ fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
         .or_else(|| conf.as_ref().map(|c| c.conf_dir.clone()))
         .map(ConfDir::new);
 
-    let mut options = conf
-        .as_ref()
-        .map(PlanOptions::from_conf)
-        .unwrap_or_default();
-    options.strict_annotations |= args.strict_annotations;
-    options.ifname = args.ifname.clone();
-    crate::cni::names::check_ifname(&options.ifname)
+    crate::cni::names::check_ifname(&args.ifname)
         .map_err(|reason| CniError::invalid_config("--ifname", reason))?;
+    let mut policy = conf.as_ref().map(|c| c.policy.clone()).unwrap_or_default();
+    policy.strict_annotations |= args.strict_annotations;
+    let cni_args = args
+        .cni_args
+        .as_deref()
+        .map(|text| CniArgs::parse(text).map_err(|e| e.within("--cni-args")))
+        .transpose()?;
+    let runtime_config = match (&args.runtime_config, &conf) {
+        (Some(text), _) => parse_object(text, "--runtime-config")?,
+        (None, Some(conf)) => conf.runtime_config.clone(),
+        (None, None) => Default::default(),
+    };
+    let mut options =
+        PlanOptions::new(policy, args.ifname.clone()).with_runtime_config(runtime_config);
     options.container_id = args.container_id.clone();
-    if let Some(text) = &args.cni_args {
-        options.cni_args = Some(CniArgs::parse(text).map_err(|e| e.within("--cni-args"))?);
-    }
-    if let Some(text) = &args.runtime_config {
-        options.runtime_config = parse_object(text, "--runtime-config")?;
-    }
+    options = options.with_cni_args(cni_args);
 
     let default_network = match (&args.default_network, &conf) {
         (Some(path), _) => plan::default_network_from_file(path)?,
@@ -483,7 +486,7 @@ fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
             &conf.cluster_network,
             &nads,
             conf_dir.as_ref(),
-            &conf.plexus_namespace,
+            &conf.policy.plexus_namespace,
         )?,
         (None, None) => first_conf(conf_dir.as_ref())?,
     };
@@ -511,7 +514,9 @@ fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
                 .unwrap_or_else(|| conf.conf_dir.clone()),
             ..conf.clone()
         };
-        if let Some(chain) = crate::plan::auxiliary::load(&conf)? {
+        if let Some(chain) =
+            crate::plan::auxiliary::load(crate::plan::auxiliary::ChainKeys::of(&conf))?
+        {
             plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
         }
     }

@@ -21,9 +21,9 @@ use serde_json::{Map, Value};
 use crate::cni::casefold;
 use crate::cni::config::NetworkConfigList;
 use crate::logging::LogSettings;
-use crate::netattach::deviceinfo;
 use crate::plan::devices::podresources::client as podresources;
 pub use crate::plan::devices::podresources::Client as PodResourcesClient;
+use crate::policy::SelectionPolicy;
 
 pub mod error;
 pub mod keys;
@@ -38,13 +38,7 @@ pub use error::ConfigError;
 pub const DEFAULT_CONF_DIR: &str = "/etc/cni/multus/net.d";
 pub const DEFAULT_CNI_DIR: &str = "/var/lib/cni/plexus";
 pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
-/// Where cluster-scoped NADs (the cluster network, `defaultNetworks`) live
-/// when they name no namespace; Multus's `multusNamespace` default.
-pub const DEFAULT_PLEXUS_NAMESPACE: &str = "kube-system";
-
-/// Namespaces whose NADs any pod may select under `namespaceIsolation` when
-/// `globalNamespaces` is not given: Multus's `defaultNonIsolatedNamespace`.
-pub const DEFAULT_GLOBAL_NAMESPACE: &str = "default";
+pub use crate::policy::{DEFAULT_GLOBAL_NAMESPACE, DEFAULT_PLEXUS_NAMESPACE};
 
 /// How long an ADD waits for the cluster network by default: Multus's 45 s.
 pub const DEFAULT_READINESS_TIMEOUT: Duration = Duration::from_secs(45);
@@ -85,23 +79,10 @@ pub struct PlexusConf {
     pub cni_version: String,
     pub name: String,
     pub cluster_network: ClusterNetwork,
-    /// `delegates[1..]`: attached to every pod right after the cluster
-    /// network, as Multus's `LoadNetConf` keeps them (system namespaces
-    /// included), interfaces `net1`, `net2`, ... in order.
-    pub delegates: Vec<NetworkConfigList>,
-    /// NADs attached to every pod right after the cluster network (Multus's
-    /// `defaultNetworks`).
-    pub default_networks: Vec<String>,
-    /// Pods in these namespaces get only the cluster network; their selection
-    /// annotation is not read.
-    pub system_namespaces: Vec<String>,
-    pub plexus_namespace: String,
-    /// multi-net-spec §7.4: pods may only select NADs of their own namespace
-    /// (or of `global_namespaces`).
-    pub namespace_isolation: bool,
-    /// Multus's `NonIsolatedNamespaces`: `globalNamespaces` as given, else
-    /// `["default"]`.
-    pub global_namespaces: Vec<String>,
+    /// Which networks a pod gets: `delegates[1..]`, `defaultNetworks`,
+    /// `systemNamespaces`, `multusNamespace`, `namespaceIsolation`,
+    /// `globalNamespaces`, `strictAnnotations`, `deviceInfoDir`.
+    pub policy: SelectionPolicy,
     pub conf_dir: PathBuf,
     pub cni_dir: PathBuf,
     pub bin_dir: PathBuf,
@@ -111,9 +92,6 @@ pub struct PlexusConf {
     /// A directory of Pod and NetworkAttachmentDefinition manifests read
     /// instead of the API server (plexus's own key).
     pub manifest_dir: Option<PathBuf>,
-    /// Turn an invalid selection annotation into a hard error instead of the
-    /// spec's "ignore it and attach only the default network" (§4.1.2.1.x).
-    pub strict_annotations: bool,
     /// §6.1.2: a file whose existence says the cluster network is ready.
     pub readiness_indicator_file: Option<PathBuf>,
     /// How long an ADD waits for the cluster network (`readinessTimeout`).
@@ -124,9 +102,6 @@ pub struct PlexusConf {
     /// kubelet's PodResources API (`podResourcesSocket`, `podResourcesTimeout`):
     /// where networks backed by a device-plugin resource learn their device.
     pub pod_resources: PodResourcesClient,
-    /// device-info-SPEC §4 (`deviceInfoDir`): the directory of the device
-    /// plugins' files (`dp/`) and plexus's per-attachment copies (`cni/`).
-    pub device_info_dir: PathBuf,
     /// Thick mode (`daemonSocket`, `daemonFallback`, `daemonTimeout`): the
     /// runtime's exec of plexus forwards the call to `plexus daemon`.
     pub daemon: Option<DaemonClient>,
@@ -392,33 +367,41 @@ impl PlexusConf {
             status_write: seconds("apiStatusTimeout", raw.api_status_timeout)?
                 .unwrap_or(defaults.status_write),
         };
+        let policy = SelectionPolicy::default();
         Ok(PlexusConf {
             cni_version: raw.cni_version.unwrap_or_else(|| "1.0.0".into()),
             name: raw.name.unwrap_or_else(|| "plexus".into()),
             cluster_network,
-            delegates,
-            default_networks: raw.default_networks.unwrap_or_default(),
-            system_namespaces: raw
-                .system_namespaces
-                .map(NamespaceList::into_vec)
-                .unwrap_or_else(|| vec!["kube-system".into()]),
-            plexus_namespace: raw
-                .multus_namespace
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| DEFAULT_PLEXUS_NAMESPACE.into()),
-            namespace_isolation: raw.namespace_isolation.unwrap_or(false),
-            global_namespaces: raw
-                .global_namespaces
-                .map(NamespaceList::into_vec)
-                .filter(|list| !list.is_empty())
-                .unwrap_or_else(|| vec![DEFAULT_GLOBAL_NAMESPACE.into()]),
+            policy: SelectionPolicy {
+                strict_annotations: raw.strict_annotations.unwrap_or(policy.strict_annotations),
+                delegates,
+                default_networks: raw.default_networks.unwrap_or_default(),
+                system_namespaces: raw
+                    .system_namespaces
+                    .map(NamespaceList::into_vec)
+                    .unwrap_or(policy.system_namespaces),
+                plexus_namespace: raw
+                    .multus_namespace
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or(policy.plexus_namespace),
+                namespace_isolation: raw
+                    .namespace_isolation
+                    .unwrap_or(policy.namespace_isolation),
+                global_namespaces: raw
+                    .global_namespaces
+                    .map(NamespaceList::into_vec)
+                    .filter(|list| !list.is_empty())
+                    .unwrap_or(policy.global_namespaces),
+                device_info_dir: raw
+                    .device_info_dir
+                    .map_or(policy.device_info_dir, PathBuf::from),
+            },
             conf_dir: path(raw.conf_dir, DEFAULT_CONF_DIR),
             cni_dir: path(raw.cni_dir, DEFAULT_CNI_DIR),
             bin_dir: path(raw.bin_dir, DEFAULT_BIN_DIR),
             kubeconfig: raw.kubeconfig.map(PathBuf::from),
             api_timeouts,
             manifest_dir: raw.manifest_dir.map(PathBuf::from),
-            strict_annotations: raw.strict_annotations.unwrap_or(false),
             readiness_indicator_file: raw
                 .readiness_indicator_file
                 .filter(|s| !s.is_empty())
@@ -432,7 +415,6 @@ impl PlexusConf {
                 seconds("podResourcesTimeout", raw.pod_resources_timeout)?
                     .unwrap_or(podresources::DEFAULT_TIMEOUT),
             ),
-            device_info_dir: path(raw.device_info_dir, deviceinfo::ROOT_DIR),
             daemon: daemon_client(raw.daemon_socket, raw.daemon_fallback, raw.daemon_timeout)?,
             chroot_dir: chroot_dir(raw.chroot_dir)?,
             logging: LogSettings::new(
@@ -469,11 +451,11 @@ mod tests {
         assert!(
             matches!(conf.cluster_network, ClusterNetwork::Inline(ref l) if l.name.as_deref() == Some("podnet"))
         );
-        assert_eq!(conf.system_namespaces, ["kube-system"]);
-        assert_eq!(conf.plexus_namespace, "kube-system");
+        assert_eq!(conf.policy.system_namespaces, ["kube-system"]);
+        assert_eq!(conf.policy.plexus_namespace, "kube-system");
         // Multus's defaultConfDir (pkg/types/conf.go), for NADs without spec.config.
         assert_eq!(conf.conf_dir, PathBuf::from("/etc/cni/multus/net.d"));
-        assert!(!conf.strict_annotations);
+        assert!(!conf.policy.strict_annotations);
         assert_eq!(
             conf.pod_resources,
             PodResourcesClient::new(
@@ -499,8 +481,8 @@ mod tests {
             conf.cluster_network,
             ClusterNetwork::Reference("ovn".into())
         );
-        assert!(conf.strict_annotations);
-        assert_eq!(conf.global_namespaces, ["default", "shared"]);
+        assert!(conf.policy.strict_annotations);
+        assert_eq!(conf.policy.global_namespaces, ["default", "shared"]);
         assert_eq!(conf.runtime_config["mac"], "02:00:00:00:00:01");
     }
 
@@ -631,7 +613,7 @@ mod tests {
             conf.cluster_network,
             ClusterNetwork::Reference("ovn".into())
         );
-        assert!(conf.delegates.is_empty());
+        assert!(conf.policy.delegates.is_empty());
         assert_eq!(
             conf.warnings,
             ["delegates: not used, clusterNetwork is given and wins (as in Multus)"]
@@ -679,7 +661,12 @@ mod tests {
             PlexusConf::from_value(&json!({"delegates": [bridge(), second, third]})).unwrap();
         assert!(matches!(conf.cluster_network, ClusterNetwork::Inline(ref l)
                          if l.name.as_deref() == Some("podnet")));
-        let names: Vec<_> = conf.delegates.iter().map(|l| l.name.clone()).collect();
+        let names: Vec<_> = conf
+            .policy
+            .delegates
+            .iter()
+            .map(|l| l.name.clone())
+            .collect();
         assert_eq!(names, [Some("storage".into()), Some("backup".into())]);
     }
 
@@ -688,14 +675,14 @@ mod tests {
         // Multus's GetDefaultNetConf: NonIsolatedNamespaces ["default"],
         // replaced (not extended) by `globalNamespaces`.
         let conf = PlexusConf::from_value(&json!({"clusterNetwork": "x"})).unwrap();
-        assert_eq!(conf.global_namespaces, ["default"]);
+        assert_eq!(conf.policy.global_namespaces, ["default"]);
         let conf =
             PlexusConf::from_value(&json!({"clusterNetwork": "x", "globalNamespaces": "shared"}))
                 .unwrap();
-        assert_eq!(conf.global_namespaces, ["shared"]);
+        assert_eq!(conf.policy.global_namespaces, ["shared"]);
         let conf = PlexusConf::from_value(&json!({"clusterNetwork": "x", "globalNamespaces": ""}))
             .unwrap();
-        assert_eq!(conf.global_namespaces, ["default"]);
+        assert_eq!(conf.policy.global_namespaces, ["default"]);
     }
 
     #[test]

@@ -35,5 +35,6 @@ pub mod netattach;
 pub mod phases;
 pub mod plan;
 pub mod plugin;
+pub mod policy;
 pub mod record;
 pub mod run;

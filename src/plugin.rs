@@ -25,7 +25,7 @@ use crate::cni::args::CniArgs;
 use crate::cni::call_log::CallLog;
 use crate::cni::casefold;
 use crate::cni::delegate::Resolver;
-use crate::cni::error::CniError;
+use crate::cni::error::{codes, CniError};
 use crate::cni::names::{ContainerId, IfName};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, ValidAttachment};
@@ -36,8 +36,9 @@ use crate::netattach::status::NetworkStatus;
 use crate::phases;
 use crate::plan::auxiliary;
 use crate::plan::claims::{self, ClaimBook};
-use crate::plan::readiness;
+use crate::plan::readiness::{self, ReadinessKeys};
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanError, PlanInputs, PlanOptions};
+use crate::policy::SelectionPolicy;
 use crate::record::Cache;
 use crate::run::exec::{ExecSite, StderrSink, DEFAULT_TIMEOUT};
 use crate::run::routes::NetlinkRouteHook;
@@ -191,16 +192,13 @@ impl<'s> PlexusPlugin<'s> {
             uid: None,
             annotations: Default::default(),
         };
-        let options = PlanOptions {
-            ifname: call.ifname.clone(),
-            container_id: Some(call.container_id.clone()),
-            cni_args: Some(req.env.args().clone()),
-            runtime_config: req.runtime_config.clone(),
-            // What the runtime attached before plexus: the cluster network.
+        // What the runtime attached before plexus: the cluster network.
+        let policy = SelectionPolicy {
             delegates: Vec::new(),
             default_networks: Vec::new(),
-            ..PlanOptions::from_conf(conf)
+            ..conf.policy.clone()
         };
+        let options = call.plan_options(policy, req);
         let no_nads = DirCluster::empty();
         let plan = plan::plan(&pod, &PlanInputs::off_node(&no_nads, &network, &options))?;
         let search_path = delegates.search_path();
@@ -471,6 +469,16 @@ struct Call<'a> {
     cni_path: &'a [PathBuf],
 }
 
+impl Call<'_> {
+    /// The plan's options for this call of `req`, under `policy`.
+    fn plan_options(&self, policy: SelectionPolicy, req: &Request) -> PlanOptions {
+        PlanOptions::new(policy, self.ifname.clone())
+            .with_container(self.container_id.clone())
+            .with_cni_args(Some(req.env.args().clone()))
+            .with_runtime_config(req.runtime_config.clone())
+    }
+}
+
 fn call(req: &Request) -> Result<Call<'_>, CniError> {
     let params = req.env.require_attachment()?;
     Ok(Call {
@@ -549,7 +557,7 @@ fn cluster_network(
         &conf.cluster_network,
         cluster,
         Some(conf_dir),
-        &conf.plexus_namespace,
+        &conf.policy.plexus_namespace,
     )
 }
 
@@ -564,12 +572,13 @@ impl Plugin for PlexusPlugin<'_> {
         phases::mark("cluster source");
         let cluster = opened.view.as_ref();
         let mut conf_dir = ConfDir::new(&conf.conf_dir);
-        let default_network = readiness::wait(&conf, cluster, &mut conf_dir, || {
-            self.clusters
-                .open(&conf)
-                .map(|o| o.view)
-                .map_err(CniError::from)
-        })?;
+        let default_network =
+            readiness::wait(ReadinessKeys::of(&conf), cluster, &mut conf_dir, || {
+                self.clusters
+                    .open(&conf)
+                    .map(|o| o.view)
+                    .map_err(CniError::from)
+            })?;
         phases::mark("readiness");
         let call = call(req)?;
         let publisher = opened.publisher.as_deref();
@@ -580,13 +589,7 @@ impl Plugin for PlexusPlugin<'_> {
             publisher.is_some(),
         )?;
         phases::mark("pod");
-        let options = PlanOptions {
-            ifname: call.ifname.clone(),
-            container_id: Some(call.container_id.clone()),
-            cni_args: Some(req.env.args().clone()),
-            runtime_config: req.runtime_config.clone(),
-            ..PlanOptions::from_conf(&conf)
-        };
+        let options = call.plan_options(conf.policy.clone(), req);
         cluster.prefetch_nads(&plan::selected_nads(&pod, &options));
         let inputs = PlanInputs {
             nads: cluster,
@@ -599,7 +602,7 @@ impl Plugin for PlexusPlugin<'_> {
         // The pod's networks; the auxiliary chain after them is none. It is
         // added before claims are bound, so a bad chain fails the ADD first.
         let networks = plan.attachments.len();
-        if let Some(chain) = auxiliary::load(&conf)? {
+        if let Some(chain) = auxiliary::load(auxiliary::ChainKeys::of(&conf))? {
             plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
         }
         let claims = claims::bind(&mut plan, &pod, cluster, &ClaimBook::new(&conf.cni_dir))?;
@@ -658,12 +661,21 @@ impl Plugin for PlexusPlugin<'_> {
                     .info(format_args!("added [{}]", ips.join(",")));
             }
         }
-        // The runtime (and Kubernetes) know only the cluster network.
+        // The runtime (and Kubernetes) know only the cluster network. The
+        // executor gives every attachment it added a result; none for the
+        // cluster network would be a bug, said as one rather than hidden in
+        // an empty result.
         let mut result = results
             .into_iter()
             .find(|a| a.default)
             .and_then(|a| a.result)
-            .unwrap_or_default();
+            .ok_or_else(|| {
+                CniError::plugin(
+                    codes::PLUGIN_FAILED,
+                    "no result",
+                    "the cluster network was added but gave no result",
+                )
+            })?;
         result.cni_version = Some(req.cni_version);
         Ok(result)
     }
@@ -762,7 +774,10 @@ impl Plugin for PlexusPlugin<'_> {
         // Ready when the configuration is valid, an ADD would not wait, and
         // the cluster network's plugins say they are (cni-SPEC §2 STATUS).
         let conf = self.conf(req)?;
-        let network = readiness::status(&conf, self.clusters.open(&conf)?.view.as_ref())?;
+        let network = readiness::status(
+            ReadinessKeys::of(&conf),
+            self.clusters.open(&conf)?.view.as_ref(),
+        )?;
         let registry = self.registry(conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
         let delegates = network_delegates(req, &conf, &registry);
         Ok(crate::run::status(&delegates, &network)?)

@@ -80,9 +80,10 @@ fn plan_with(value: Value, pod: &Pod) -> Result<Plan, plexus::cni::CniError> {
         &conf.cluster_network,
         &nads,
         Some(&conf_dir),
-        &conf.plexus_namespace,
+        &conf.policy.plexus_namespace,
     )?;
-    let options = PlanOptions::from_conf(&conf);
+    let options = PlanOptions::new(conf.policy.clone(), "eth0")
+        .with_runtime_config(conf.runtime_config.clone());
     Ok(plan(
         pod,
         &PlanInputs {

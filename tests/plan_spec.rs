@@ -8,6 +8,17 @@ use plexus::cni::config::NetworkConfigList;
 use plexus::manifest::{self, Pod};
 use plexus::netattach::nad::NetworkAttachmentDefinition;
 use plexus::plan::{plan, ConfDir, DefaultNetwork, Plan, PlanInputs, PlanOptions};
+use plexus::policy::SelectionPolicy;
+
+/// The options of a call whose interface is `eth0`, under `policy`.
+fn eth0(policy: SelectionPolicy) -> PlanOptions {
+    PlanOptions::new(policy, "eth0")
+}
+
+/// [`eth0`] under the default policy.
+fn defaults() -> PlanOptions {
+    eth0(SelectionPolicy::default())
+}
 use serde_json::{json, Value};
 
 type Nads = BTreeMap<(String, String), NetworkAttachmentDefinition>;
@@ -112,7 +123,7 @@ fn nad_yaml(name: &str, config: Value) -> String {
 }
 
 fn ok_plan(annotation: &str) -> Plan {
-    plan_for(Some(annotation), &PlanOptions::default(), "").unwrap()
+    plan_for(Some(annotation), &defaults(), "").unwrap()
 }
 
 fn summary(p: &Plan) -> Vec<(String, String, bool)> {
@@ -144,7 +155,7 @@ fn plan_3_2(nad_file: &str, conf_dir: Option<&ConfDir>) -> Result<Plan, plexus::
     let all = nads(&example(nad_file));
     let docs = manifest::parse_documents(&example("pod-3.2.yaml"), "pod-3.2.yaml").unwrap();
     let pod = manifest::single_pod(&docs, "pod-3.2.yaml").unwrap();
-    plan_pod(&pod, &all, conf_dir, &PlanOptions::default())
+    plan_pod(&pod, &all, conf_dir, &defaults())
 }
 
 #[test]
@@ -173,7 +184,7 @@ fn s3_2_2_config_list_in_object_and_s7_1_injection() {
     let all = nads(&example("nad-3.2.2.yaml"));
     let mut pod = pod_with(Some("default/another-bridge-network"));
     pod.namespace = "default".into();
-    let p = plan_pod(&pod, &all, None, &PlanOptions::default()).unwrap();
+    let p = plan_pod(&pod, &all, None, &defaults()).unwrap();
     let plugins: Vec<Value> = p.attachments[1]
         .plugins
         .iter()
@@ -273,12 +284,7 @@ fn example_runtime_config(section: &str, plugin: usize) -> Value {
 }
 
 fn example_plan(section: &str) -> Plan {
-    plan_for(
-        Some(&example_annotation(section)),
-        &PlanOptions::default(),
-        "",
-    )
-    .unwrap()
+    plan_for(Some(&example_annotation(section)), &defaults(), "").unwrap()
 }
 
 #[test]
@@ -350,7 +356,7 @@ fn s4_1_2_1_5_interface_names() {
 
     let err = plan_for(
         Some(r#"[{"name": "net-a", "interface": "x0"}, {"name": "net-b", "interface": "x0"}]"#),
-        &PlanOptions::default(),
+        &defaults(),
         "",
     )
     .unwrap_err();
@@ -360,7 +366,7 @@ fn s4_1_2_1_5_interface_names() {
         "{err}"
     );
 
-    let err = plan_for(Some("net-a@eth0"), &PlanOptions::default(), "").unwrap_err();
+    let err = plan_for(Some("net-a@eth0"), &defaults(), "").unwrap_err();
     assert!(err.details.contains("already used"), "{err}");
 }
 
@@ -471,7 +477,7 @@ fn s4_1_2_1_11_ipam_claim_reference() {
     );
     let err = plan_for(
         Some(r#"[{"name": "net-b", "ips": ["10.0.0.2/24"], "ipam-claim-reference": "c"}]"#),
-        &PlanOptions::default(),
+        &defaults(),
         "",
     )
     .unwrap_err();
@@ -504,7 +510,7 @@ fn capabilities_must_be_declared() {
             "capabilities.infinibandGUID",
         ),
     ] {
-        let err = plan_for(Some(annotation), &PlanOptions::default(), "").unwrap_err();
+        let err = plan_for(Some(annotation), &defaults(), "").unwrap_err();
         assert_eq!(err.code.as_u32(), 101, "{err}");
         assert!(
             err.details.contains(key) && err.details.contains("my-namespace/net-a"),
@@ -527,15 +533,14 @@ fn s4_2_2_same_network_twice() {
 
 #[test]
 fn s6_2_default_network_first_with_runtime_config_s7_5() {
-    let options = PlanOptions {
-        runtime_config:
+    let options = eth0(SelectionPolicy::default())
+        .with_runtime_config(
             json!({"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}]})
                 .as_object()
                 .unwrap()
                 .clone(),
-        container_id: Some("abc123".into()),
-        ..PlanOptions::default()
-    };
+        )
+        .with_container("abc123");
     let p = plan_for(Some("net-b"), &options, "").unwrap();
     let d = &p.attachments[0];
     assert!(d.default);
@@ -559,12 +564,14 @@ fn s6_2_default_network_first_with_runtime_config_s7_5() {
 #[test]
 fn s7_5_runtime_ip_and_mac_in_cni_args_reach_the_default_network_only() {
     let runtime_args = "IgnoreUnknown=1;K8S_POD_NAME=web;MAC=02:42:0a:58:07:32;IP=10.88.7.50;X=1";
-    let options = PlanOptions {
-        cni_args: Some(plexus::cni::args::CniArgs::parse(runtime_args).unwrap()),
+    let options = eth0(SelectionPolicy {
         default_networks: vec!["net-a".into()],
         plexus_namespace: "my-namespace".into(),
-        ..PlanOptions::default()
-    };
+        ..SelectionPolicy::default()
+    })
+    .with_cni_args(Some(
+        plexus::cni::args::CniArgs::parse(runtime_args).unwrap(),
+    ));
     let p = plan_for(Some("net-b"), &options, "").unwrap();
     assert_eq!(p.attachments.len(), 3);
     assert_eq!(p.attachments[0].cni_args, runtime_args);
@@ -580,13 +587,13 @@ fn s7_5_runtime_ip_and_mac_in_cni_args_reach_the_default_network_only() {
 #[test]
 fn invalid_annotation_is_ignored_or_fails_when_strict() {
     let bad = r#"[{"name": "net-b", "ips": ["1.2.3.4/33"]}]"#;
-    let p = plan_for(Some(bad), &PlanOptions::default(), "").unwrap();
+    let p = plan_for(Some(bad), &defaults(), "").unwrap();
     assert_annotation_ignored(&p, "[0].ips[0]", "\"1.2.3.4/33\" is not an IP address");
 
-    let strict = PlanOptions {
+    let strict = eth0(SelectionPolicy {
         strict_annotations: true,
-        ..PlanOptions::default()
-    };
+        ..SelectionPolicy::default()
+    });
     let err = plan_for(Some(bad), &strict, "").unwrap_err();
     assert_eq!(err.code.as_u32(), 7);
     assert!(
@@ -597,7 +604,7 @@ fn invalid_annotation_is_ignored_or_fails_when_strict() {
 
 #[test]
 fn missing_network_fails() {
-    let err = plan_for(Some("net-zzz"), &PlanOptions::default(), "").unwrap_err();
+    let err = plan_for(Some("net-zzz"), &defaults(), "").unwrap_err();
     assert_eq!(err.code.as_u32(), 100);
     assert!(err.details.contains("my-namespace/net-zzz"), "{err}");
 }
@@ -608,7 +615,7 @@ fn bad_nad_config_names_the_nad() {
         "broken",
         json!({"cniVersion": "1.0.0", "plugins": [{"type": 3}]}),
     );
-    let err = plan_for(Some("broken"), &PlanOptions::default(), &nad).unwrap_err();
+    let err = plan_for(Some("broken"), &defaults(), &nad).unwrap_err();
     assert!(
         err.details.contains("my-namespace/broken spec.config")
             && err.details.contains("plugins[0].type"),
@@ -618,19 +625,19 @@ fn bad_nad_config_names_the_nad() {
 
 #[test]
 fn s7_4_namespace_isolation() {
-    let isolated = PlanOptions {
+    let isolated = SelectionPolicy {
         namespace_isolation: true,
-        ..PlanOptions::default()
+        ..SelectionPolicy::default()
     };
-    let err = plan_for(Some("net-a,other-ns/net-c"), &isolated, "").unwrap_err();
+    let err = plan_for(Some("net-a,other-ns/net-c"), &eth0(isolated.clone()), "").unwrap_err();
     assert!(
         err.details.contains("other-ns/net-c") && err.details.contains("§7.4"),
         "{err}"
     );
-    let global = PlanOptions {
+    let global = eth0(SelectionPolicy {
         global_namespaces: vec!["other-ns".into()],
         ..isolated
-    };
+    });
     assert_eq!(
         plan_for(Some("net-a,other-ns/net-c"), &global, "")
             .unwrap()
@@ -649,10 +656,10 @@ fn system_namespaces_withhold_default_networks_but_honour_the_pods_selection() {
         spec_nads(),
         spec_nads().replace("namespace: my-namespace", "namespace: kube-system")
     ));
-    let options = PlanOptions {
+    let options = eth0(SelectionPolicy {
         default_networks: vec!["my-namespace/net-a".into()],
-        ..PlanOptions::default()
-    };
+        ..SelectionPolicy::default()
+    });
     let plan_in = |namespace: &str| {
         let mut pod = pod_with(Some("net-b"));
         pod.namespace = namespace.into();
@@ -679,10 +686,10 @@ fn system_namespaces_withhold_default_networks_but_honour_the_pods_selection() {
 
 #[test]
 fn default_networks_follow_the_cluster_network() {
-    let options = PlanOptions {
+    let options = eth0(SelectionPolicy {
         default_networks: vec!["my-namespace/net-a".into()],
-        ..PlanOptions::default()
-    };
+        ..SelectionPolicy::default()
+    });
     let p = plan_for(Some("net-b"), &options, "").unwrap();
     assert_eq!(
         selected(&p),
@@ -701,7 +708,7 @@ fn pod_can_override_the_default_network() {
         "v1.multus-cni.io/default-network".into(),
         "other-ns/net-c".into(),
     );
-    let p = plan_pod(&pod, &all, None, &PlanOptions::default()).unwrap();
+    let p = plan_pod(&pod, &all, None, &defaults()).unwrap();
     assert_eq!(summary(&p), [s("other-ns/net-c", "eth0", true)]);
 }
 
@@ -727,7 +734,7 @@ fn s8_a_network_config_cannot_set_plexus_args() {
                "args": {"plexus": {"persistentOwner": "ipamclaim_other_vm"}},
                "ipam": {"type": "host-local", "subnet": "10.9.0.0/24"}}),
     );
-    let e = plan_for(Some("thief"), &PlanOptions::default(), &nad).unwrap_err();
+    let e = plan_for(Some("thief"), &defaults(), &nad).unwrap_err();
     assert_eq!(e.code, plexus::cni::ErrorCode::InvalidConfig);
     assert!(
         e.details
@@ -756,11 +763,11 @@ metadata: {name: declares, namespace: my-namespace}
 spec:
   config: '{"cniVersion": "1.0.0", "plugins": [{"type": "x", "capabilities": {"CNIDeviceInfoFile": true}}, {"type": "tuning"}]}'
 "#;
-    let options = PlanOptions {
-        container_id: Some("c1".into()),
+    let options = eth0(SelectionPolicy {
         device_info_dir: "/run/devinfo".into(),
-        ..PlanOptions::default()
-    };
+        ..SelectionPolicy::default()
+    })
+    .with_container("c1");
     let p = plan_for(Some("vf,declares,net-a"), &options, extra).unwrap();
     let file = |i: usize| {
         p.attachments[i]
@@ -807,12 +814,12 @@ spec:
         Value::Object(p.attachments[1].plugins[0].clone())["runtimeConfig"]["CNIDeviceInfoFile"],
         "/run/devinfo/cni/my-namespace-vf-c1-net1-device.json"
     );
-    let off_node = plan_for(Some("vf"), &PlanOptions::default(), &sneaky).unwrap();
+    let off_node = plan_for(Some("vf"), &defaults(), &sneaky).unwrap();
     assert_eq!(
         Value::Object(off_node.attachments[1].plugins[0].clone())["runtimeConfig"],
         json!({})
     );
-    let off_node = plan_for(Some("vf"), &PlanOptions::default(), extra).unwrap();
+    let off_node = plan_for(Some("vf"), &defaults(), extra).unwrap();
     assert_eq!(off_node.attachments[1].device_info, None);
     assert_eq!(
         off_node.attachments[1].plugins[0].get("runtimeConfig"),
@@ -827,7 +834,7 @@ fn the_nads_read_ahead_are_those_the_annotation_may_select() {
     // the annotation (§4.1.1, §4.1.2), each NAD once, and §7.4's isolation
     // leaves out what the pod may not select.
     let pod = pod_with(Some("a, other/b, a@net2, global/c"));
-    let options = PlanOptions::default();
+    let options = defaults();
     let pair = |ns: &str, name: &str| (ns.to_string(), name.to_string());
     assert_eq!(
         plexus::plan::selected_nads(&pod, &options),
@@ -837,11 +844,11 @@ fn the_nads_read_ahead_are_those_the_annotation_may_select() {
             pair("other", "b")
         ]
     );
-    let isolated = PlanOptions {
+    let isolated = eth0(SelectionPolicy {
         namespace_isolation: true,
         global_namespaces: vec!["global".into()],
-        ..PlanOptions::default()
-    };
+        ..SelectionPolicy::default()
+    });
     assert_eq!(
         plexus::plan::selected_nads(&pod, &isolated),
         [pair("global", "c"), pair("my-namespace", "a")]

@@ -192,10 +192,7 @@ fn planned(node: &Node, second_tail: Value) -> Plan {
         config: NetworkConfigList::from_value(&cluster).unwrap(),
         source: "test".into(),
     };
-    let options = PlanOptions {
-        container_id: Some("ctr-netns".into()),
-        ..PlanOptions::default()
-    };
+    let options = PlanOptions::new(Default::default(), "eth0").with_container("ctr-netns");
     plan(
         &pod,
         &PlanInputs::off_node(&nads, &default_network, &options),

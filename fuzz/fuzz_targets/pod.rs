@@ -73,10 +73,7 @@ fuzz_target!(|data: &[u8]| {
         uid: found.metadata.uid.filter(|u| !u.is_empty()),
         annotations: found.metadata.annotations.unwrap_or_default(),
     };
-    let options = PlanOptions {
-        container_id: Some("fuzz-container".into()),
-        ..PlanOptions::default()
-    };
+    let options = PlanOptions::new(Default::default(), "eth0").with_container("fuzz-container");
     let inputs = PlanInputs::off_node(nads(), default_network(), &options);
     if let Ok(planned) = plan(&pod, &inputs) {
         let _ = planned.to_value();

@@ -50,6 +50,8 @@ pub struct KubeCluster {
     /// The daemon's write-behind of what an ADD publishes; `None`: written
     /// before the ADD answers.
     outbox: Option<Arc<StatusOutbox>>,
+    /// Whether a request was sent yet (for [`crate::phases`] only).
+    connected: std::sync::atomic::AtomicBool,
 }
 
 /// What runs the client's futures.
@@ -119,6 +121,7 @@ impl KubeCluster {
             client,
             timeouts,
             nads: FrozenMap::new(),
+            connected: Default::default(),
             watched: None,
             outbox: None,
         })
@@ -132,6 +135,7 @@ impl KubeCluster {
             client: api.client.clone(),
             timeouts: api.timeouts,
             nads: FrozenMap::new(),
+            connected: Default::default(),
             watched: Some(api.watched.clone()),
             outbox: api.outbox.clone(),
         }
@@ -157,9 +161,23 @@ impl KubeCluster {
         request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, ClusterError> {
         let what = ApiRequest::new(Verb::Get, object);
-        let _span = crate::phases::span("API read");
+        let _span = crate::phases::span(self.read_span());
         self.driver
             .block_on(bounded(self.timeouts.request, what, request))
+    }
+
+    /// The phase a read is (`crate::phases`): the first of a plugin process
+    /// opens its connection (TCP, TLS, HTTP/2) too.
+    fn read_span(&self) -> &'static str {
+        let first = matches!(self.driver, Driver::Owned(_))
+            && !self
+                .connected
+                .swap(true, std::sync::atomic::Ordering::Relaxed);
+        if first {
+            "API connect and read"
+        } else {
+            "API read"
+        }
     }
 
     /// Everything an ADD writes back, all at once on the one HTTP/2
@@ -418,7 +436,7 @@ impl Cluster for KubeCluster {
         if unknown.len() < 2 {
             return;
         }
-        let _span = crate::phases::span("API read");
+        let _span = crate::phases::span(self.read_span());
         let reads = unknown.into_iter().map(|(namespace, name)| {
             let api = self.custom(
                 namespace,

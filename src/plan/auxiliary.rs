@@ -39,24 +39,49 @@ pub const PASSTHRU: &str = "passthru";
 /// The key, for errors and messages.
 const KEY: &str = "auxiliaryCNIChainName";
 
-/// The directory the chain's plugin configs are read from.
-pub fn directory(conf: &PlexusConf, name: &str) -> PathBuf {
-    let base = match &conf.cluster_network {
-        ClusterNetwork::Reference(r) if Path::new(r).is_absolute() => {
-            Path::new(r).parent().map(Path::to_path_buf)
+/// The keys of plexus's conf the chain is found and made with.
+#[derive(Debug, Clone, Copy)]
+pub struct ChainKeys<'c> {
+    /// `auxiliaryCNIChainName`.
+    pub name: Option<&'c str>,
+    /// Beside a `clusterNetwork` given as a path ...
+    pub cluster_network: &'c ClusterNetwork,
+    /// ... else in `confDir`.
+    pub conf_dir: &'c Path,
+    /// The chain's `cniVersion`: plexus's own.
+    pub cni_version: &'c str,
+}
+
+impl<'c> ChainKeys<'c> {
+    pub fn of(conf: &'c PlexusConf) -> ChainKeys<'c> {
+        ChainKeys {
+            name: conf.auxiliary_chain.as_deref(),
+            cluster_network: &conf.cluster_network,
+            conf_dir: &conf.conf_dir,
+            cni_version: &conf.cni_version,
         }
-        _ => None,
-    };
-    base.unwrap_or_else(|| conf.conf_dir.clone()).join(name)
+    }
+
+    /// The directory the chain `name`'s plugin configs are read from.
+    pub fn directory(&self, name: &str) -> PathBuf {
+        let base = match self.cluster_network {
+            ClusterNetwork::Reference(r) if Path::new(r).is_absolute() => {
+                Path::new(r).parent().map(Path::to_path_buf)
+            }
+            _ => None,
+        };
+        base.unwrap_or_else(|| self.conf_dir.to_path_buf())
+            .join(name)
+    }
 }
 
 /// What the configuration asks for: the chain to run, or `None` (unset, or
 /// nothing to run, with a warning saying why).
-pub fn load(conf: &PlexusConf) -> Result<Option<NetworkConfigList>, PlanError> {
-    let Some(name) = &conf.auxiliary_chain else {
+pub fn load(keys: ChainKeys) -> Result<Option<NetworkConfigList>, PlanError> {
+    let Some(name) = keys.name else {
         return Ok(None);
     };
-    let dir = directory(conf, name);
+    let dir = keys.directory(name);
     let files = conf_files(&dir)
         .map_err(|e| PlanError::io(format!("{KEY} {name:?}: directory {}", dir.display()), e))?;
     if files.is_empty() {
@@ -78,7 +103,7 @@ pub fn load(conf: &PlexusConf) -> Result<Option<NetworkConfigList>, PlanError> {
         })?;
         plugins.push(plugin);
     }
-    let list = json!({"cniVersion": conf.cni_version, "name": name, "plugins": plugins});
+    let list = json!({"cniVersion": keys.cni_version, "name": name, "plugins": plugins});
     let list = NetworkConfigList::from_value(&list)
         .map_err(|e| e.within(format!("{KEY} {name:?} ({})", dir.display())))?;
     Ok(Some(list))
@@ -133,10 +158,13 @@ mod tests {
     fn the_directory_is_beside_a_cluster_network_file_else_in_conf_dir() {
         let by_path = conf(json!({"clusterNetwork": "/host/net.d/10-kindnet.conflist",
                                   "auxiliaryCNIChainName": "chain"}));
-        assert_eq!(directory(&by_path, "chain"), Path::new("/host/net.d/chain"));
+        assert_eq!(
+            ChainKeys::of(&by_path).directory("chain"),
+            Path::new("/host/net.d/chain")
+        );
         let by_name = conf(json!({"clusterNetwork": "kindnet", "confDir": "/etc/cni/net.d"}));
         assert_eq!(
-            directory(&by_name, "chain"),
+            ChainKeys::of(&by_name).directory("chain"),
             Path::new("/etc/cni/net.d/chain")
         );
     }
@@ -147,14 +175,14 @@ mod tests {
         let c = conf(json!({"cniVersion": "1.1.0", "clusterNetwork": "podnet",
                             "confDir": dir.path(), "auxiliaryCNIChainName": "chain"}));
         // No directory, then an empty one: nothing to run.
-        assert_eq!(load(&c).unwrap(), None);
+        assert_eq!(load(ChainKeys::of(&c)).unwrap(), None);
         let chain = dir.path().join("chain");
         std::fs::create_dir(&chain).unwrap();
         std::fs::write(chain.join("ignored.json"), "{}").unwrap();
-        assert_eq!(load(&c).unwrap(), None);
+        assert_eq!(load(ChainKeys::of(&c)).unwrap(), None);
         std::fs::write(chain.join("20-b.conf"), r#"{"type": "b", "name": "x"}"#).unwrap();
         std::fs::write(chain.join("10-a.conf"), r#"{"type": "a"}"#).unwrap();
-        let list = load(&c).unwrap().unwrap();
+        let list = load(ChainKeys::of(&c)).unwrap().unwrap();
         assert_eq!(list.name.as_deref(), Some("chain"));
         assert_eq!(list.cni_version, "1.1.0");
         let types: Vec<&str> = list
@@ -165,7 +193,7 @@ mod tests {
         assert_eq!(types, [PASSTHRU, "a", "b"]);
         // A broken file fails, naming the key and the file.
         std::fs::write(chain.join("30-c.conf"), "{").unwrap();
-        let e = load(&c).unwrap_err();
+        let e = load(ChainKeys::of(&c)).unwrap_err();
         assert!(
             matches!(&e, PlanError::Decode { what, .. }
                 if what.starts_with("auxiliaryCNIChainName \"chain\": ")
@@ -173,7 +201,7 @@ mod tests {
             "{e:?}"
         );
         std::fs::write(chain.join("30-c.conf"), r#"{"name": "no type"}"#).unwrap();
-        let e = load(&c).unwrap_err();
+        let e = load(ChainKeys::of(&c)).unwrap_err();
         assert!(
             matches!(&e, PlanError::Cni(e) if e.details.contains("plugins[3].type: missing")),
             "{e:?}"

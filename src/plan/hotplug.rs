@@ -250,11 +250,11 @@ mod tests {
                     .join("examples/demo/cluster-network.conflist"),
             )
             .unwrap_or_else(|e| panic!("{e}"));
-            let options = PlanOptions {
-                container_id: Some("c1".into()),
+            let policy = crate::policy::SelectionPolicy {
                 namespace_isolation: true,
-                ..PlanOptions::default()
+                ..Default::default()
             };
+            let options = PlanOptions::new(policy, "eth0").with_container("c1");
             crate::plan::plan(
                 pod,
                 &PlanInputs::off_node(&nads, &default_network, &options),

@@ -55,7 +55,7 @@ use crate::cluster::NadSource;
 use crate::cni::args::CniArgs;
 use crate::cni::config::{derive_request, NetworkConfigList};
 use crate::cni::result::CniResult;
-use crate::config::{ClusterNetwork, PlexusConf};
+use crate::config::ClusterNetwork;
 use crate::manifest::Pod;
 use crate::netattach::deviceinfo::{self, DeviceInfo};
 use crate::netattach::nad::NetworkAttachmentDefinition;
@@ -64,6 +64,7 @@ use crate::netattach::selection::{
     parse_selection_annotation, NetworkSelectionElement, NETWORKS_ANNOTATION,
 };
 use crate::netattach::status::{NetworkStatus, StatusInput};
+use crate::policy::SelectionPolicy;
 use devices::{DeviceNeed, DeviceSource};
 pub use error::{NotFound, PlanError, Unresolved};
 
@@ -209,17 +210,11 @@ impl<'a> PlanInputs<'a> {
     }
 }
 
-/// Policy and runtime parameters.
+/// What a plan is made of besides the pod and the cluster: the conf's
+/// selection policy, and the call it is for.
 #[derive(Debug, Clone)]
 pub struct PlanOptions {
-    pub strict_annotations: bool,
-    /// `delegates[1..]`: attached to every pod right after the cluster network.
-    pub delegates: Vec<NetworkConfigList>,
-    pub default_networks: Vec<String>,
-    pub system_namespaces: Vec<String>,
-    pub plexus_namespace: String,
-    pub namespace_isolation: bool,
-    pub global_namespaces: Vec<String>,
+    pub policy: SelectionPolicy,
     /// `CNI_IFNAME` the runtime gave: the default network's interface.
     pub ifname: String,
     pub container_id: Option<String>,
@@ -229,45 +224,35 @@ pub struct PlanOptions {
     pub cni_args: Option<CniArgs>,
     /// The runtime's capability arguments (§7.5: default network only).
     pub runtime_config: Map<String, Value>,
-    /// device-info-SPEC §4: the directory of the device plugins' files
-    /// (`dp/`) and the per-attachment CNI copies (`cni/`).
-    pub device_info_dir: PathBuf,
-}
-
-impl Default for PlanOptions {
-    fn default() -> Self {
-        PlanOptions {
-            strict_annotations: false,
-            delegates: Vec::new(),
-            default_networks: Vec::new(),
-            system_namespaces: vec!["kube-system".into()],
-            plexus_namespace: crate::config::DEFAULT_PLEXUS_NAMESPACE.into(),
-            namespace_isolation: false,
-            global_namespaces: vec![crate::config::DEFAULT_GLOBAL_NAMESPACE.into()],
-            ifname: "eth0".into(),
-            container_id: None,
-            cni_args: None,
-            runtime_config: Map::new(),
-            device_info_dir: PathBuf::from(deviceinfo::ROOT_DIR),
-        }
-    }
 }
 
 impl PlanOptions {
-    /// The policy parts of plexus's conf.
-    pub fn from_conf(conf: &PlexusConf) -> PlanOptions {
+    /// A plan under `policy` for the attachment the runtime names `ifname`,
+    /// with no container, `CNI_ARGS` or capability arguments until the
+    /// `with_` methods give them.
+    pub fn new(policy: SelectionPolicy, ifname: impl Into<String>) -> PlanOptions {
         PlanOptions {
-            strict_annotations: conf.strict_annotations,
-            delegates: conf.delegates.clone(),
-            default_networks: conf.default_networks.clone(),
-            system_namespaces: conf.system_namespaces.clone(),
-            plexus_namespace: conf.plexus_namespace.clone(),
-            namespace_isolation: conf.namespace_isolation,
-            global_namespaces: conf.global_namespaces.clone(),
-            runtime_config: conf.runtime_config.clone(),
-            device_info_dir: conf.device_info_dir.clone(),
-            ..PlanOptions::default()
+            policy,
+            ifname: ifname.into(),
+            container_id: None,
+            cni_args: None,
+            runtime_config: Map::new(),
         }
+    }
+
+    pub fn with_container(mut self, container_id: impl Into<String>) -> PlanOptions {
+        self.container_id = Some(container_id.into());
+        self
+    }
+
+    pub fn with_cni_args(mut self, cni_args: Option<CniArgs>) -> PlanOptions {
+        self.cni_args = cni_args;
+        self
+    }
+
+    pub fn with_runtime_config(mut self, runtime_config: Map<String, Value>) -> PlanOptions {
+        self.runtime_config = runtime_config;
+        self
     }
 }
 
@@ -406,13 +391,13 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
     // As Multus's `systemNamespaces`: pods there are not given the
     // `defaultNetworks`, but what they select themselves is attached, since
     // §7.2 allows no silent drop of a selection.
-    let default_networks: &[String] = if options.system_namespaces.contains(&pod.namespace) {
+    let default_networks: &[String] = if options.policy.system_namespaces.contains(&pod.namespace) {
         &[]
     } else {
-        &options.default_networks
+        &options.policy.default_networks
     };
     // Multus's LoadNetConf keeps every delegate, whatever the pod's namespace.
-    for (i, list) in options.delegates.iter().enumerate() {
+    for (i, list) in options.policy.delegates.iter().enumerate() {
         wanted.push(Wanted {
             target: Target::Inline(list.clone()),
             label: format!("delegates[{}]", i + 1),
@@ -480,7 +465,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
                 want,
                 inputs.nads,
                 inputs.conf_dir,
-                &options.plexus_namespace,
+                &options.policy.plexus_namespace,
             )
         })
         .collect::<Result<Vec<_>, PlanError>>()?;
@@ -513,7 +498,9 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
         let device_plugin_file = resource_name
             .as_deref()
             .zip(device_id.as_deref())
-            .map(|(resource, id)| deviceinfo::dp_file(&options.device_info_dir, resource, id))
+            .map(|(resource, id)| {
+                deviceinfo::dp_file(&options.policy.device_info_dir, resource, id)
+            })
             .transpose()
             .map_err(|reason| PlanError::config(format!("{}: deviceID", want.label), reason))?;
         attachments.push(Attachment {
@@ -606,7 +593,7 @@ fn device_ids(
 fn cni_device_info_file(network: &str, ifname: &str, options: &PlanOptions) -> Option<PathBuf> {
     let container_id = options.container_id.as_deref()?;
     Some(deviceinfo::cni_file(
-        &options.device_info_dir,
+        &options.policy.device_info_dir,
         network,
         container_id,
         ifname,
@@ -689,7 +676,7 @@ fn resolve_default_network(
         namespace: element
             .namespace
             .clone()
-            .unwrap_or_else(|| inputs.options.plexus_namespace.clone()),
+            .unwrap_or_else(|| inputs.options.policy.plexus_namespace.clone()),
         name: element.name.clone(),
     };
     let ResolvedNad { config, source, .. } = resolve_nad(&reference, inputs.nads, inputs.conf_dir)?;
@@ -710,9 +697,9 @@ pub fn selected_nads(pod: &Pod, options: &PlanOptions) -> Vec<(String, String)> 
         .into_iter()
         .map(|e| (e.namespace.unwrap_or_else(|| pod.namespace.clone()), e.name))
         .filter(|(ns, _)| {
-            !options.namespace_isolation
+            !options.policy.namespace_isolation
                 || *ns == pod.namespace
-                || options.global_namespaces.contains(ns)
+                || options.policy.global_namespaces.contains(ns)
         })
         .collect();
     nads.sort();
@@ -740,7 +727,7 @@ fn selections(
             );
             Ok(parsed.elements)
         }
-        Err(e) if options.strict_annotations => Err(PlanError::StrictSelection(e)),
+        Err(e) if options.policy.strict_annotations => Err(PlanError::StrictSelection(e)),
         Err(e) => {
             warnings.push(format!(
                 "{} ignored, only the default network is attached: {}",
@@ -845,18 +832,18 @@ fn check_isolation(pod: &Pod, want: &Wanted, options: &PlanOptions) -> Result<()
     let (Target::Nad(reference), Some(_)) = (&want.target, &want.selection) else {
         return Ok(());
     };
-    if !options.namespace_isolation {
+    if !options.policy.namespace_isolation {
         return Ok(());
     }
     let ns = &reference.namespace;
-    if *ns == pod.namespace || options.global_namespaces.iter().any(|g| g == ns) {
+    if *ns == pod.namespace || options.policy.global_namespaces.iter().any(|g| g == ns) {
         return Ok(());
     }
     Err(PlanError::NetworkNotAllowed {
         label: want.label.clone(),
         pod: format!("{}/{}", pod.namespace, pod.name),
         network: reference.clone(),
-        global: options.global_namespaces.clone(),
+        global: options.policy.global_namespaces.clone(),
     })
 }
 

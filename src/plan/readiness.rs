@@ -5,12 +5,12 @@
 //! takes one look and reports not-ready while that wait would fail. DEL never
 //! waits: it works from plexus's record.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
-use crate::config::PlexusConf;
+use crate::config::{ClusterNetwork, PlexusConf};
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanError};
 
 /// How often a waiting ADD looks again: short against an ADD's own cost, so
@@ -29,24 +29,51 @@ pub enum NotReady {
     IndicatorFile(PathBuf),
 }
 
+/// The keys of plexus's conf readiness is judged by.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadinessKeys<'c> {
+    /// `clusterNetwork` (or `delegates[0]`), resolved in ...
+    pub cluster_network: &'c ClusterNetwork,
+    /// ... `multusNamespace` and ...
+    pub plexus_namespace: &'c str,
+    /// ... `confDir`.
+    pub conf_dir: &'c Path,
+    /// `readinessindicatorfile`.
+    pub indicator_file: Option<&'c Path>,
+    /// `readinessTimeout`.
+    pub timeout: Duration,
+}
+
+impl<'c> ReadinessKeys<'c> {
+    pub fn of(conf: &'c PlexusConf) -> ReadinessKeys<'c> {
+        ReadinessKeys {
+            cluster_network: &conf.cluster_network,
+            plexus_namespace: &conf.policy.plexus_namespace,
+            conf_dir: &conf.conf_dir,
+            indicator_file: conf.readiness_indicator_file.as_deref(),
+            timeout: conf.readiness_timeout,
+        }
+    }
+}
+
 /// One look: the cluster network, or what is missing. Errors that waiting
 /// cannot mend (a config that does not parse, a forbidden API request) are
 /// returned as they are.
 pub fn check(
-    conf: &PlexusConf,
+    keys: ReadinessKeys,
     cluster: &dyn Cluster,
     conf_dir: &ConfDir,
 ) -> Result<Result<DefaultNetwork, NotReady>, PlanError> {
-    if let Some(path) = &conf.readiness_indicator_file {
+    if let Some(path) = keys.indicator_file {
         if !path.exists() {
-            return Ok(Err(NotReady::IndicatorFile(path.clone())));
+            return Ok(Err(NotReady::IndicatorFile(path.to_path_buf())));
         }
     }
     match plan::cluster_network(
-        &conf.cluster_network,
+        keys.cluster_network,
         cluster,
         Some(conf_dir),
-        &conf.plexus_namespace,
+        keys.plexus_namespace,
     ) {
         Ok(network) => Ok(Ok(network)),
         Err(e) if may_appear(&e) => Ok(Err(NotReady::ClusterNetwork(e))),
@@ -59,33 +86,33 @@ fn may_appear(e: &PlanError) -> bool {
     matches!(e, PlanError::NetworkNotFound(_)) || e.is_transient()
 }
 
-/// Wait until ready, at most `conf.readiness_timeout`; then fail with
+/// Wait until ready, at most `keys.timeout`; then fail with
 /// [`PlanError::NotReadyInTime`] (code 11, try again later) naming what
 /// never appeared. Errors are the caller's `E`, which `reload`'s are. Views cache what they
 /// read, absent entries included, so each further look reads anew: `reload`
 /// gives a fresh view of the cluster, and `conf_dir` is replaced by a fresh
 /// one (the caller plans with it, so it is current when this returns).
 pub fn wait<E: From<PlanError>>(
-    conf: &PlexusConf,
+    keys: ReadinessKeys,
     cluster: &dyn Cluster,
     conf_dir: &mut ConfDir,
     reload: impl Fn() -> Result<Rc<dyn Cluster>, E>,
 ) -> Result<DefaultNetwork, E> {
-    let deadline = Instant::now() + conf.readiness_timeout;
-    let mut missing = match check(conf, cluster, conf_dir)? {
+    let deadline = Instant::now() + keys.timeout;
+    let mut missing = match check(keys, cluster, conf_dir)? {
         Ok(network) => return Ok(network),
         Err(missing) => missing,
     };
     while Instant::now() + POLL_INTERVAL < deadline {
         std::thread::sleep(POLL_INTERVAL);
-        *conf_dir = ConfDir::new(&conf.conf_dir);
-        missing = match check(conf, reload()?.as_ref(), conf_dir)? {
+        *conf_dir = ConfDir::new(keys.conf_dir);
+        missing = match check(keys, reload()?.as_ref(), conf_dir)? {
             Ok(network) => return Ok(network),
             Err(missing) => missing,
         };
     }
     Err(PlanError::NotReadyInTime {
-        waited: conf.readiness_timeout,
+        waited: keys.timeout,
         missing: Box::new(missing),
     }
     .into())
@@ -93,8 +120,8 @@ pub fn wait<E: From<PlanError>>(
 
 /// STATUS: the cluster network when ready (its plugins are asked next), or
 /// [`PlanError::NotReady`] (code 50, not available) naming what is missing.
-pub fn status(conf: &PlexusConf, cluster: &dyn Cluster) -> Result<DefaultNetwork, PlanError> {
-    match check(conf, cluster, &ConfDir::new(&conf.conf_dir))? {
+pub fn status(keys: ReadinessKeys, cluster: &dyn Cluster) -> Result<DefaultNetwork, PlanError> {
+    match check(keys, cluster, &ConfDir::new(keys.conf_dir))? {
         Ok(network) => Ok(network),
         Err(missing) => Err(PlanError::NotReady(Box::new(missing))),
     }
@@ -129,7 +156,12 @@ mod tests {
     fn wait_in_empty(conf: &PlexusConf) -> Result<DefaultNetwork, PlanError> {
         let empty = || -> Result<Rc<dyn Cluster>, PlanError> { Ok(Rc::new(DirCluster::empty())) };
         let mut conf_dir = ConfDir::new(&conf.conf_dir);
-        wait(conf, &DirCluster::empty(), &mut conf_dir, empty)
+        wait(
+            ReadinessKeys::of(conf),
+            &DirCluster::empty(),
+            &mut conf_dir,
+            empty,
+        )
     }
 
     #[test]
@@ -137,13 +169,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conf = conf(dir.path(), 1.0);
         let cluster = DirCluster::empty();
-        let e = status(&conf, &cluster).unwrap_err();
+        let e = status(ReadinessKeys::of(&conf), &cluster).unwrap_err();
         assert!(
             matches!(&e, PlanError::NotReady(m) if matches!(**m, NotReady::IndicatorFile(_))),
             "{e:?}"
         );
         std::fs::write(dir.path().join("ready"), "").unwrap();
-        let e = status(&conf, &cluster).unwrap_err();
+        let e = status(ReadinessKeys::of(&conf), &cluster).unwrap_err();
         assert!(
             matches!(&e, PlanError::NotReady(m) if matches!(&**m,
                 NotReady::ClusterNetwork(PlanError::NetworkNotFound(_)))),
@@ -151,7 +183,7 @@ mod tests {
         );
         assert!(e.to_string().contains("\"podnet\""), "{e}");
         write_podnet(dir.path());
-        status(&conf, &cluster).unwrap();
+        status(ReadinessKeys::of(&conf), &cluster).unwrap();
     }
 
     #[test]

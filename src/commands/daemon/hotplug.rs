@@ -346,12 +346,11 @@ impl Reconciler {
             .find(|c| c.attachment.default)
             .map(|c| CniArgs::parse(&c.attachment.cni_args))
             .transpose()?;
-        let options = PlanOptions {
-            ifname: record.ifname.clone(),
-            container_id: Some(record.container_id.clone()),
-            cni_args,
-            ..PlanOptions::from_conf(conf)
-        };
+        // The conf is the ADD's, with what the runtime injected then.
+        let options = PlanOptions::new(conf.policy.clone(), record.ifname.clone())
+            .with_container(record.container_id.clone())
+            .with_cni_args(cni_args)
+            .with_runtime_config(conf.runtime_config.clone());
         let conf_dir = ConfDir::new(&conf.conf_dir);
         hotplug::changes(pod, record, |pod| {
             plan::plan(
