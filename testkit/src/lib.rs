@@ -247,6 +247,17 @@ pub fn in_vm() -> bool {
     std::env::var_os("PLEXUS_VM").is_some_and(|v| v == "1")
 }
 
+/// A bound on how long something may take, as a test states it for this
+/// machine: four times as long in the VM harness, whose CPUs qemu emulates
+/// (TCG). Still a bound: a hang fails the test either way.
+pub fn bound(on_host: std::time::Duration) -> std::time::Duration {
+    if in_vm() {
+        on_host * 4
+    } else {
+        on_host
+    }
+}
+
 /// `true` when every feature is there. Otherwise the calling test is
 /// reported skipped (see the crate docs) and `false` returned, so the test
 /// returns early; in the VM it fails instead.
