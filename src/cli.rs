@@ -18,9 +18,9 @@ use crate::config::{PlexusConf, PodResourcesClient};
 use crate::manifest;
 use crate::netattach::deviceinfo::DeviceInfo;
 use crate::netattach::status::{NetworkStatus, StatusInput};
-use crate::plan::devices::podresources::client as podresources;
 use crate::plan::devices::DeviceSource;
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
+use plexus_podresources::client as podresources;
 
 #[derive(Parser)]
 #[command(

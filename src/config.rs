@@ -21,9 +21,9 @@ use serde_json::{Map, Value};
 use crate::cni::casefold;
 use crate::cni::config::NetworkConfigList;
 use crate::logging::LogSettings;
-use crate::plan::devices::podresources::client as podresources;
-pub use crate::plan::devices::podresources::Client as PodResourcesClient;
 use crate::policy::SelectionPolicy;
+use plexus_podresources::client as podresources;
+pub use plexus_podresources::Client as PodResourcesClient;
 
 pub mod error;
 pub mod keys;

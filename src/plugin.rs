@@ -35,11 +35,12 @@ use crate::manifest::Pod;
 use crate::netattach::status::NetworkStatus;
 use crate::phases;
 use crate::plan::auxiliary;
-use crate::plan::claims::{self, ClaimBook};
+use crate::plan::claims;
 use crate::plan::readiness::{self, ReadinessKeys};
 use crate::plan::{self, ConfDir, DefaultNetwork, PlanError, PlanInputs, PlanOptions};
 use crate::policy::SelectionPolicy;
 use crate::record::Cache;
+use crate::run::claims::{self as claim_book, ClaimBook};
 use crate::run::exec::{ExecSite, StderrSink, DEFAULT_TIMEOUT};
 use crate::run::routes::NetlinkRouteHook;
 use crate::run::{
@@ -416,7 +417,7 @@ pub(crate) fn release_deleted_claims(
     if owners.is_empty() {
         return Vec::new();
     }
-    sweep_warnings(claims::sweep(
+    sweep_warnings(claim_book::sweep(
         &ClaimBook::new(cni_dir),
         cluster,
         Some(&owners),
@@ -453,7 +454,7 @@ fn with_prefixes(ips: &[String], result: Option<&CniResult>) -> Vec<String> {
 }
 
 /// What a claim sweep says, as warnings: releases are worth a line too.
-fn sweep_warnings(swept: claims::Swept) -> impl Iterator<Item = String> {
+fn sweep_warnings(swept: claim_book::Swept) -> impl Iterator<Item = String> {
     let released = swept
         .released
         .into_iter()
@@ -605,7 +606,8 @@ impl Plugin for PlexusPlugin<'_> {
         if let Some(chain) = auxiliary::load(auxiliary::ChainKeys::of(&conf))? {
             plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
         }
-        let claims = claims::bind(&mut plan, &pod, cluster, &ClaimBook::new(&conf.cni_dir))?;
+        let claims = claims::bind(&mut plan, &pod, cluster)?;
+        ClaimBook::new(&conf.cni_dir).note_bound(&claims)?;
         phases::mark("plan");
         let log = req.call_log();
         for warning in conf.warnings.iter().chain(&plan.warnings) {
@@ -743,7 +745,7 @@ impl Plugin for PlexusPlugin<'_> {
         let default_network = Self::configured_cluster_network(&conf, cluster.as_ref()).ok();
         let registry = self.registry(conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
         let delegates = network_delegates(req, &conf, &registry);
-        let swept = claims::sweep(&ClaimBook::new(&conf.cni_dir), cluster.as_ref(), None);
+        let swept = claim_book::sweep(&ClaimBook::new(&conf.cni_dir), cluster.as_ref(), None);
         // Addresses held for claims are valid attachments of their own. A
         // pair whose names do not pass the rules protects nothing: no record
         // or allocation, whose names are checked, can carry it.

@@ -49,7 +49,7 @@ use crate::cni::whole_file::{self, Durability};
 use crate::cni::CniVersion;
 use crate::netattach::deviceinfo::DeviceInfo;
 use crate::netattach::status::NetworkStatus;
-use crate::plan::{Attachment, Plan};
+use crate::plan::attachment::{Attachment, Plan};
 
 /// Where records live unless configured (`cniDir`), next to Multus's
 /// `/var/lib/cni/multus`.

@@ -19,6 +19,9 @@ use crate::cni::names::check_pod_ifname;
 
 pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
 
+/// Multus's per-pod override of the cluster-wide default network.
+pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
+
 /// The burst, in bits, put into runtimeConfig `bandwidth` when a rate comes
 /// without one (§4.1.2.1.8.2 leaves the default to the implementation). The
 /// CNI reference bandwidth plugin refuses a rate without a burst, so one is

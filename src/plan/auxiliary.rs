@@ -26,12 +26,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use super::error::PlanError;
 use crate::cni::config::NetworkConfigList;
 use crate::cni::error::CniError;
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request};
 use crate::config::{ClusterNetwork, PlexusConf};
-use crate::plan::PlanError;
 
 /// The chain's first plugin, built in (Multus ships it as a binary).
 pub const PASSTHRU: &str = "passthru";

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::PlanError;
+use super::error::PlanError;
 use crate::manifest::Pod;
 pub use plexus_podresources as podresources;
 use podresources::v1::PodResources;

@@ -14,10 +14,8 @@ use crate::netattach::error::{prefix_path, SpecError};
 use crate::netattach::names::NetworkRef;
 use crate::netattach::selection::AnnotationError;
 
-use super::claims::ClaimProblem;
-use super::devices::podresources;
-use super::readiness::NotReady;
-use super::DEFAULT_NETWORK_ANNOTATION;
+use crate::netattach::selection::{DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION};
+use plexus_podresources as podresources;
 
 /// Every variant displays as the CNI error's `details`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -30,7 +28,7 @@ pub enum PlanError {
     /// is on (else the planner warns and attaches the default network only).
     #[error(
         "{}: {} (strictAnnotations is on)",
-        super::annotation_field(&.0.field),
+        annotation_field(&.0.field),
         .0.reason
     )]
     StrictSelection(AnnotationError),
@@ -244,7 +242,7 @@ impl From<PlanError> for CniError {
         match e {
             PlanError::Config { field, reason } => CniError::invalid_config(field, reason),
             PlanError::StrictSelection(a) => CniError::invalid_config(
-                super::annotation_field(&a.field),
+                annotation_field(&a.field),
                 format!("{} (strictAnnotations is on)", a.reason),
             ),
             PlanError::DefaultNetworkAnnotation(a) => {
@@ -297,6 +295,74 @@ impl From<PlanError> for CniError {
             PlanError::Cni(e) => e,
         }
     }
+}
+
+/// `annotation k8s.v1.cni.cncf.io/networks[1].ips[0]` from the parser's field.
+/// Where in the selection annotation `field` (an `AnnotationError`'s) is,
+/// as warnings and errors name it.
+pub(super) fn annotation_field(field: &str) -> String {
+    let field = field.strip_prefix(NETWORKS_ANNOTATION).unwrap_or(field);
+    match field {
+        "" => format!("annotation {NETWORKS_ANNOTATION}"),
+        f if f.starts_with('[') => format!("annotation {NETWORKS_ANNOTATION}{f}"),
+        f => format!("annotation {NETWORKS_ANNOTATION} {f}"),
+    }
+}
+
+/// §4.1.2.1.11: the key of a network's config that lets a pod's selection
+/// name an IPAMClaim.
+pub const ALLOW_PERSISTENT_IPS: &str = "allowPersistentIPs";
+
+/// The IPAM that holds a claim's addresses.
+pub const CLAIM_IPAM: &str = "host-local";
+
+/// Why the IPAMClaim a selection references cannot be used (§8).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimProblem {
+    #[error(
+        "the claim is in namespace {namespace}; a pod of {pod_namespace} may only use claims of \
+         its own namespace"
+    )]
+    OtherNamespace {
+        namespace: String,
+        pod_namespace: String,
+    },
+    #[error("IPAMClaim {namespace}/{name} does not exist")]
+    Missing { namespace: String, name: String },
+    /// §8.2: the claim is for another network.
+    #[error(
+        "the claim's spec.network is {claimed:?}, not this network ({network:?}{})",
+        config_name.as_ref().map(|n| format!(" or {n:?}")).unwrap_or_default()
+    )]
+    OtherNetwork {
+        claimed: String,
+        network: String,
+        /// The name in the network's config, another name a claim may use.
+        config_name: Option<String>,
+    },
+    /// §8.2: the claim is for another pod interface.
+    #[error(
+        "the claim's spec.interface is {claimed:?}, but this attachment's interface is {ifname:?}"
+    )]
+    OtherInterface { claimed: String, ifname: String },
+    /// The chain has no IPAM that can hold the claim's addresses.
+    #[error(
+        "\"{ALLOW_PERSISTENT_IPS}\" needs the built-in {CLAIM_IPAM} IPAM to hold the claim's \
+         addresses; this network's chain has none"
+    )]
+    NoClaimIpam,
+}
+
+/// What is not there yet.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NotReady {
+    /// The cluster network's config does not resolve (yet): no such NAD,
+    /// conf-dir config or file, or the API server gave no answer.
+    #[error("the cluster network: {0}")]
+    ClusterNetwork(PlanError),
+    /// `readinessindicatorfile` does not exist.
+    #[error("readinessindicatorfile {} does not exist", .0.display())]
+    IndicatorFile(PathBuf),
 }
 
 #[cfg(test)]

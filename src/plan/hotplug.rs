@@ -22,9 +22,10 @@
 //!   networks), with the parser's reason, whatever `strictAnnotations` says:
 //!   failing is not an option for a running pod.
 
+use super::attachment::{Attachment, Plan};
+use super::error::PlanError;
 use crate::manifest::Pod;
 use crate::netattach::selection::{parse_selection_annotation, NETWORKS_ANNOTATION};
-use crate::plan::{Attachment, Plan, PlanError};
 use crate::record::{CachedAttachment, Record, State};
 
 /// What the sandbox must do.

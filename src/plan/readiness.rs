@@ -5,29 +5,19 @@
 //! takes one look and reports not-ready while that wait would fail. DEL never
 //! waits: it works from plexus's record.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+pub use super::error::NotReady;
+use super::error::PlanError;
 use crate::cluster::Cluster;
 use crate::config::{ClusterNetwork, PlexusConf};
-use crate::plan::{self, ConfDir, DefaultNetwork, PlanError};
+use crate::plan::{self, ConfDir, DefaultNetwork};
 
 /// How often a waiting ADD looks again: short against an ADD's own cost, so
 /// a network that appears mid-wait costs at most this much extra.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
-
-/// What is not there yet.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum NotReady {
-    /// The cluster network's config does not resolve (yet): no such NAD,
-    /// conf-dir config or file, or the API server gave no answer.
-    #[error("the cluster network: {0}")]
-    ClusterNetwork(PlanError),
-    /// `readinessindicatorfile` does not exist.
-    #[error("readinessindicatorfile {} does not exist", .0.display())]
-    IndicatorFile(PathBuf),
-}
 
 /// The keys of plexus's conf readiness is judged by.
 #[derive(Debug, Clone, Copy)]

@@ -28,6 +28,7 @@
 //!   names it (attachment, position, type), the executor's own failures
 //!   typed; the CNI code is chosen where plexus answers (see [`error`]).
 
+pub mod claims;
 pub mod error;
 pub mod exec;
 pub mod hotplug;

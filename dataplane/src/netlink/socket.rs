@@ -10,14 +10,25 @@
 use std::fmt::Display;
 use std::sync::Mutex;
 
+use std::time::Duration;
+
+// NLM_F_CAPPED and NLM_F_ACK_TLVS are header flags of an NLMSG_ERROR message.
 use rtnetlink::packet_core::{
     NetlinkDeserializable, NetlinkMessage, NetlinkPayload, NetlinkSerializable, NLM_F_ACK,
-    NLM_F_MULTIPART,
+    NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_MULTIPART,
 };
 use rtnetlink::sys::{Socket, SocketAddr};
 
-use super::{extack_message, REQUEST_TIMEOUT};
 use crate::error::{Errno, Error, Result};
+
+/// Upper bound on one request/response exchange with the kernel. Generous:
+/// deleting a link waits for an RCU grace period, which can take tens of
+/// milliseconds on a busy node.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The extended-ACK attribute that carries the kernel's message
+/// (linux/netlink.h).
+const NLMSGERR_ATTR_MSG: u16 = 1;
 
 /// Room for the largest datagram the kernel sends: a dump's are at most
 /// 32 KiB, a single answer (a PF with many VFs) can be larger. Only the
@@ -177,4 +188,82 @@ fn retry_interrupted(mut call: impl FnMut() -> std::io::Result<usize>) -> std::i
         }
     }
     call()
+}
+
+/// The kernel's extended-ACK text (NLMSGERR_ATTR_MSG) from the payload of an
+/// NLMSG_ERROR that follows the error code: the original request's header
+/// (whole request unless capped), then attributes.
+fn extack_message(flags: u16, payload: &[u8]) -> Option<String> {
+    if flags & NLM_F_ACK_TLVS == 0 || payload.len() < 16 {
+        return None;
+    }
+    let mut off = if flags & NLM_F_CAPPED != 0 {
+        16
+    } else {
+        let len = u32::from_ne_bytes(payload[0..4].try_into().ok()?) as usize;
+        len.checked_add(3)? & !3
+    };
+    // Bounded by the payload length: every iteration advances by >= 4.
+    while off + 4 <= payload.len() {
+        let len = u16::from_ne_bytes([payload[off], payload[off + 1]]) as usize;
+        let kind = u16::from_ne_bytes([payload[off + 2], payload[off + 3]]) & 0x3fff;
+        if len < 4 || off + len > payload.len() {
+            return None;
+        }
+        if kind == NLMSGERR_ATTR_MSG {
+            let value = &payload[off + 4..off + len];
+            let text = value.split(|b| *b == 0).next().unwrap_or_default();
+            return Some(String::from_utf8_lossy(text).into_owned()).filter(|s| !s.is_empty());
+        }
+        off += (len + 3) & !3;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
+        let len = 4 + value.len();
+        let mut v = Vec::new();
+        v.extend_from_slice(&(len as u16).to_ne_bytes());
+        v.extend_from_slice(&kind.to_ne_bytes());
+        v.extend_from_slice(value);
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v
+    }
+
+    #[test]
+    fn extack_message_from_capped_error() {
+        let mut p = vec![0u8; 16];
+        p.extend(attr(2, &7u32.to_ne_bytes())); // NLMSGERR_ATTR_OFFS, skipped
+        p.extend(attr(1, b"Unknown device type\0"));
+        assert_eq!(
+            extack_message(NLM_F_CAPPED | NLM_F_ACK_TLVS, &p).as_deref(),
+            Some("Unknown device type")
+        );
+        assert_eq!(extack_message(NLM_F_CAPPED, &p), None, "no TLV flag");
+    }
+
+    #[test]
+    fn extack_message_from_uncapped_error() {
+        let mut p = vec![0u8; 24];
+        p[0..4].copy_from_slice(&24u32.to_ne_bytes());
+        p.extend(attr(1, b"bad\0"));
+        assert_eq!(extack_message(NLM_F_ACK_TLVS, &p).as_deref(), Some("bad"));
+    }
+
+    #[test]
+    fn extack_message_tolerates_garbage() {
+        let mut p = vec![0u8; 16];
+        p.extend_from_slice(&[0xff, 0xff, 1, 0]);
+        assert_eq!(extack_message(NLM_F_CAPPED | NLM_F_ACK_TLVS, &p), None);
+        assert_eq!(extack_message(NLM_F_CAPPED | NLM_F_ACK_TLVS, &[1, 2]), None);
+        let mut p = vec![0u8; 16];
+        p[0..4].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert_eq!(extack_message(NLM_F_ACK_TLVS, &p), None);
+    }
 }

@@ -27,11 +27,12 @@ use crate::config::{ConfigError, PlexusConf};
 use crate::manifest::Pod;
 use crate::netattach::selection::NETWORKS_ANNOTATION;
 use crate::netattach::status::{parse_status_annotation, NETWORK_STATUS_ANNOTATION};
-use crate::plan::claims::{self, ClaimBook};
+use crate::plan::claims;
 use crate::plan::hotplug;
 use crate::plan::{self, ConfDir, PlanError, PlanInputs, PlanOptions};
 use crate::plugin::{self, PlexusPlugin};
 use crate::record::{Cache, Lookup, Record, State};
+use crate::run::claims::ClaimBook;
 use crate::run::routes::NetlinkRouteHook;
 use crate::run::{Delegates, Executor, RunContext, RunError};
 
@@ -286,7 +287,8 @@ impl Reconciler {
                 };
                 // As at ADD: the claim bound before the chain runs, its
                 // status written with the network-status (§8.2).
-                let attached = claims::bind(&mut one, pod, cluster, &book)
+                let attached = claims::bind(&mut one, pod, cluster)
+                    .and_then(|bound| book.note_bound(&bound).map(|()| bound))
                     .map_err(RunError::from)
                     .and_then(|bound| {
                         let results = executor.attach(&ctx, &one.attachments)?;
