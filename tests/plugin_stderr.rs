@@ -318,11 +318,8 @@ fn write_script(dir: &Path, name: &str, body: &str) {
 /// ADD and DEL of pod p1 with every stand-in making `noise`: both answer
 /// within the limit, every stand-in's line is passed on, the pod has its
 /// three interfaces, and nothing is left after the DEL.
-fn every_role_makes(noise: Noise, mode: Mode) {
-    let tag = format!("{}{}", noise.tag(), mode.tag());
-    let Some(w) = World::new(&tag, mode) else {
-        return;
-    };
+fn every_role_makes(noise: Noise, w: &World) {
+    let mode = w.mode;
     w.stand_ins(|_| Some(noise));
     let conf = w.conf(None);
     for command in ["ADD", "DEL"] {
@@ -368,54 +365,44 @@ impl Mode {
     }
 }
 
-#[test]
-fn a_line_on_stderr_thin() {
-    every_role_makes(Noise::Line, Mode::Thin);
+/// `case` in a world of each mode, named `tag` and the mode's.
+fn in_both_modes(tag: &str, case: impl Fn(&World)) {
+    for mode in [Mode::Thin, Mode::Thick] {
+        if let Some(world) = World::new(&format!("{tag}{}", mode.tag()), mode) {
+            case(&world);
+        }
+    }
 }
 
 #[test]
-fn a_line_on_stderr_thick() {
-    every_role_makes(Noise::Line, Mode::Thick);
+fn a_line_on_stderr() {
+    in_both_modes(Noise::Line.tag(), |w| every_role_makes(Noise::Line, w));
 }
 
 #[test]
-fn megabytes_on_stderr_thin() {
-    every_role_makes(Noise::Megabytes, Mode::Thin);
+fn megabytes_on_stderr() {
+    in_both_modes(Noise::Megabytes.tag(), |w| {
+        every_role_makes(Noise::Megabytes, w)
+    });
 }
 
 #[test]
-fn megabytes_on_stderr_thick() {
-    every_role_makes(Noise::Megabytes, Mode::Thick);
+fn stderr_after_stdout_closed() {
+    in_both_modes(Noise::AfterStdout.tag(), |w| {
+        every_role_makes(Noise::AfterStdout, w)
+    });
 }
 
 #[test]
-fn stderr_after_stdout_closed_thin() {
-    every_role_makes(Noise::AfterStdout, Mode::Thin);
-}
-
-#[test]
-fn stderr_after_stdout_closed_thick() {
-    every_role_makes(Noise::AfterStdout, Mode::Thick);
-}
-
-#[test]
-fn a_helper_holding_stderr_thin() {
-    every_role_makes(Noise::Helper, Mode::Thin);
-}
-
-#[test]
-fn a_helper_holding_stderr_thick() {
-    every_role_makes(Noise::Helper, Mode::Thick);
+fn a_helper_holding_stderr() {
+    in_both_modes(Noise::Helper.tag(), |w| every_role_makes(Noise::Helper, w));
 }
 
 /// Each stand-in in turn hangs on ADD after its line (the others quiet):
 /// the ADD fails at `pluginTimeout` with the plugin's words in the error,
 /// the line was passed on, the failed ADD left no interface, and the
 /// runtime's DEL after it leaves nothing.
-fn a_plugin_that_logs_then_hangs(mode: Mode) {
-    let Some(w) = World::new(&format!("sx{}", mode.tag()), mode) else {
-        return;
-    };
+fn a_plugin_that_logs_then_hangs_in(w: &World) {
     let conf = w.conf(Some(1));
     for (hung, _) in ROLES {
         w.stand_ins(|name| (name == hung).then_some(Noise::HangOnAdd));
@@ -439,24 +426,11 @@ fn a_plugin_that_logs_then_hangs(mode: Mode) {
     }
 }
 
-#[test]
-fn a_plugin_that_logs_then_hangs_thin() {
-    a_plugin_that_logs_then_hangs(Mode::Thin);
-}
-
-#[test]
-fn a_plugin_that_logs_then_hangs_thick() {
-    a_plugin_that_logs_then_hangs(Mode::Thick);
-}
-
 /// Issue 36's reproduction as it was filed: the cluster network is a
 /// macvlan whose IPAM, `noisy`, writes a line and execs host-local. The ADD
 /// hung until the runtime killed it; now ADD and DEL answer in
 /// milliseconds, the line on plexus's stderr.
-fn the_filed_reproduction(mode: Mode) {
-    let Some(w) = World::new(&format!("sr{}", mode.tag()), mode) else {
-        return;
-    };
+fn the_filed_reproduction_in(w: &World) {
     write_script(
         &w.tmp().join("bin"),
         "noisy",
@@ -478,26 +452,16 @@ fn the_filed_reproduction(mode: Mode) {
             took < plexus_testkit::bound(Duration::from_secs(2)),
             "{command}: {took:?}"
         );
-        match mode {
+        match w.mode {
             Mode::Thin => assert!(passed_on.contains("hello-from-ipam\n"), "{passed_on}"),
             Mode::Thick => assert!(
                 passed_on.contains("\"message\":\"hello-from-ipam\""),
                 "{passed_on}"
             ),
         }
-        eprintln!("{command} ({mode:?}): {:?}", started.elapsed());
+        eprintln!("{command} ({:?}): {:?}", w.mode, started.elapsed());
     }
     assert_nothing_left(w.tmp());
-}
-
-#[test]
-fn the_filed_reproduction_thin() {
-    the_filed_reproduction(Mode::Thin);
-}
-
-#[test]
-fn the_filed_reproduction_thick() {
-    the_filed_reproduction(Mode::Thick);
 }
 
 /// The reference plugins, each wrapped so that it logs every call, as the
@@ -505,10 +469,7 @@ fn the_filed_reproduction_thick() {
 /// portmap) and as a NAD's plugin (macvlan with host-local): ADD, CHECK
 /// and DEL of two pods work as with the quiet ones, and every wrapped
 /// plugin's line of each command is passed on.
-fn reference_plugins_that_log(mode: Mode) {
-    let Some(w) = World::new(&format!("sw{}", mode.tag()), mode) else {
-        return;
-    };
+fn reference_plugins_that_log_in(w: &World) {
     let plugins = ["bridge", "host-local", "tuning", "portmap", "macvlan"];
     for real in plugins {
         write_script(
@@ -571,16 +532,6 @@ fn reference_plugins_that_log(mode: Mode) {
         }
     }
     assert_nothing_left(tmp);
-}
-
-#[test]
-fn reference_plugins_that_log_thin() {
-    reference_plugins_that_log(Mode::Thin);
-}
-
-#[test]
-fn reference_plugins_that_log_thick() {
-    reference_plugins_that_log(Mode::Thick);
 }
 
 /// Issue 36's last check: whereabouts, the IPAM whose leader-election lines
@@ -701,4 +652,19 @@ fn whereabouts_as_a_nads_ipam_in_thin_mode() {
             );
         }
     }
+}
+
+#[test]
+fn a_plugin_that_logs_then_hangs() {
+    in_both_modes("sx", a_plugin_that_logs_then_hangs_in);
+}
+
+#[test]
+fn the_filed_reproduction() {
+    in_both_modes("sr", the_filed_reproduction_in);
+}
+
+#[test]
+fn reference_plugins_that_log() {
+    in_both_modes("sw", reference_plugins_that_log_in);
 }

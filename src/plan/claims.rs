@@ -249,14 +249,19 @@ pub fn owners_in<'a>(attachments: impl IntoIterator<Item = &'a Attachment>) -> V
     owners
 }
 
+/// What the claim tests here and in `crate::run::claims` share: an
+/// attachment referencing the claim `vm-a.tenantred` of namespace `ns`.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod test_fixtures {
     use std::path::Path;
 
-    use crate::cluster::dir::DirCluster;
+    use serde_json::{json, Value};
 
-    fn attachment(config: Value) -> Attachment {
+    use crate::cluster::dir::DirCluster;
+    use crate::manifest::Pod;
+    use crate::plan::Attachment;
+
+    pub fn attachment(config: Value) -> Attachment {
         Attachment {
             network: "ns/tenantred".into(),
             ifname: "net1".into(),
@@ -272,14 +277,15 @@ mod tests {
         }
     }
 
-    fn macvlan(data_dir: &Path, allow: Value) -> Value {
+    /// A macvlan whose host-local allocates in `data_dir`.
+    pub fn macvlan(data_dir: &Path, allow: Value) -> Value {
         json!({"cniVersion": "1.0.0", "name": "red", "type": "macvlan",
                "allowPersistentIPs": allow,
                "ipam": {"type": "host-local", "dataDir": data_dir,
                         "ranges": [[{"subnet": "10.1.0.0/24"}]]}})
     }
 
-    fn pod() -> Pod {
+    pub fn pod() -> Pod {
         Pod {
             namespace: "ns".into(),
             name: "virt-launcher-a".into(),
@@ -289,15 +295,21 @@ mod tests {
     }
 
     /// A manifest directory holding `claims` (YAML documents).
-    fn cluster(dir: &Path, claims: &str) -> DirCluster {
+    pub fn cluster(dir: &Path, claims: &str) -> DirCluster {
         std::fs::write(dir.join("claims.yaml"), claims).unwrap();
         DirCluster::load(&dir.join("claims.yaml")).unwrap()
     }
 
-    const CLAIM: &str = "apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\n\
+    pub const CLAIM: &str = "apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\n\
         metadata: {name: vm-a.tenantred, namespace: ns}\n\
         spec: {network: tenantred, interface: net1}\n\
         status: {ips: [10.1.0.9/24]}\n";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_fixtures::*;
+    use super::*;
 
     fn plan(att: Attachment) -> Plan {
         Plan {

@@ -216,36 +216,12 @@ fn release(entry: &ClaimEntry) -> Result<(), PlanError> {
 mod tests {
     use std::path::Path;
 
-    use serde_json::{json, Value};
+    use serde_json::json;
 
     use super::*;
-    use crate::cluster::dir::DirCluster;
-    use crate::manifest::Pod;
     use crate::plan::claims::bind;
-    use crate::plan::{Attachment, Plan};
-
-    fn attachment(config: Value) -> Attachment {
-        Attachment {
-            network: "ns/tenantred".into(),
-            ifname: "net1".into(),
-            default: false,
-            cni_args: String::new(),
-            plugins: vec![config.as_object().unwrap().clone()],
-            source: "test".into(),
-            default_route: None,
-            clear_default_route: false,
-            ipam_claim_reference: Some("vm-a.tenantred".into()),
-            disable_check: false,
-            device_info: None,
-        }
-    }
-
-    fn macvlan(data_dir: &Path) -> Value {
-        json!({"cniVersion": "1.0.0", "name": "red", "type": "macvlan",
-               "allowPersistentIPs": true,
-               "ipam": {"type": "host-local", "dataDir": data_dir,
-                        "ranges": [[{"subnet": "10.1.0.0/24"}]]}})
-    }
+    use crate::plan::claims::test_fixtures::{attachment, cluster, macvlan, pod, CLAIM};
+    use crate::plan::Plan;
 
     /// `(owner, interface)` of each claim the book holds.
     fn noted(book: &ClaimBook) -> Vec<(String, String)> {
@@ -256,30 +232,10 @@ mod tests {
             .collect()
     }
 
-    fn pod() -> Pod {
-        Pod {
-            namespace: "ns".into(),
-            name: "virt-launcher-a".into(),
-            uid: None,
-            annotations: Default::default(),
-        }
-    }
-
-    /// A manifest directory holding `claims` (YAML documents).
-    fn cluster(dir: &Path, claims: &str) -> DirCluster {
-        std::fs::write(dir.join("claims.yaml"), claims).unwrap();
-        DirCluster::load(&dir.join("claims.yaml")).unwrap()
-    }
-
-    const CLAIM: &str = "apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\n\
-        metadata: {name: vm-a.tenantred, namespace: ns}\n\
-        spec: {network: tenantred, interface: net1}\n\
-        status: {ips: [10.1.0.9/24]}\n";
-
     /// The claim of the one attachment bound and noted in `book`, as an ADD does.
     fn bound_and_noted(tmp: &Path, book: &ClaimBook) -> Plan {
         let mut plan = Plan {
-            attachments: vec![attachment(macvlan(tmp))],
+            attachments: vec![attachment(macvlan(tmp, json!(true)))],
             warnings: Vec::new(),
         };
         let bound = bind(&mut plan, &pod(), &cluster(tmp, CLAIM)).unwrap();

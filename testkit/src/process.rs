@@ -12,14 +12,18 @@ use std::time::{Duration, Instant};
 /// A plugin may exit before reading stdin (an environment error comes first,
 /// as in libcni's skel); like Go's exec, the broken pipe is ignored.
 pub fn output_with_stdin(cmd: &mut Command, stdin: &str) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::piped())
+    let mut child = piped(cmd);
+    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
+/// `cmd` started with all three of its standard streams piped.
+fn piped(cmd: &mut Command) -> Child {
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
+        .unwrap()
 }
 
 /// [`output_with_stdin`] bounded by `limit`: past it the command is killed
@@ -31,12 +35,7 @@ pub fn output_within(cmd: &mut Command, stdin: &str, limit: Duration) -> (Output
     use std::io::Read;
     use std::sync::mpsc;
     let started = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = piped(cmd);
     let input = stdin.as_bytes().to_vec();
     let mut pipe_in = child.stdin.take().unwrap();
     std::thread::spawn(move || {
