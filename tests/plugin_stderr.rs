@@ -598,18 +598,23 @@ fn whereabouts_as_a_nads_ipam_in_thin_mode() {
             kube.kube_ns
         ));
     }
-    let mut addresses_given = Vec::new();
-    for (i, pod) in ["p1", "p2"].into_iter().enumerate() {
+    // `command` for pod `i` (p1 or p2), answered within the call limit.
+    let call = |command: &str, i: usize| {
+        let pod = ["p1", "p2"][i];
         let (out, took) = plexus_within(
             &kube.node,
             &kube.pods[i],
             &args(pod),
             &cni_path,
-            ["ADD", &format!("c-{pod}")],
+            [command, &format!("c-{pod}")],
             &conf,
         );
-        assert_ok(&format!("ADD of {pod} ({took:?})"), &out);
-        eprintln!("ADD of {pod} through whereabouts: {took:?}");
+        assert_ok(&format!("{command} of {pod} ({took:?})"), &out);
+        eprintln!("{command} of {pod} through whereabouts: {took:?}");
+    };
+    let mut addresses_given = Vec::new();
+    for i in 0..2 {
+        call("ADD", i);
         let net1 = addresses(&kube.pods[i], "net1");
         assert!(net1[0].starts_with("10.77.0."), "{net1:?}");
         addresses_given.push(net1[0].clone());
@@ -623,17 +628,8 @@ fn whereabouts_as_a_nads_ipam_in_thin_mode() {
             "{given} not in {pools}"
         );
     }
-    for (i, pod) in ["p1", "p2"].into_iter().enumerate() {
-        let (out, took) = plexus_within(
-            &kube.node,
-            &kube.pods[i],
-            &args(pod),
-            &cni_path,
-            ["DEL", &format!("c-{pod}")],
-            &conf,
-        );
-        assert_ok(&format!("DEL of {pod} ({took:?})"), &out);
-        eprintln!("DEL of {pod} through whereabouts: {took:?}");
+    for i in 0..2 {
+        call("DEL", i);
     }
     let pools: Value = serde_json::from_str(&api.kubectl(&[
         "get",
