@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::netattach::error::SpecError;
 use crate::netattach::meta::ObjectMeta;
 use crate::netattach::nad::NetworkAttachmentDefinition;
+use crate::netattach::pod::Pod;
 
 /// The namespace kubectl applies an object to when it names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -142,46 +143,35 @@ pub(crate) fn json_type(v: &Value) -> &'static str {
     }
 }
 
-/// What the planner needs of a pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pod {
-    pub namespace: String,
-    pub name: String,
-    pub uid: Option<String>,
-    pub annotations: BTreeMap<String, String>,
-}
-
-impl Pod {
-    /// A pod from a `kind: Pod` manifest document.
-    pub fn from_document(doc: &Document) -> Result<Pod, SpecError> {
-        let metadata = doc.value.get("metadata").ok_or_else(|| {
-            SpecError::invalid(format!("{}: metadata", doc.origin), "a Pod needs metadata")
-        })?;
-        let meta: ObjectMeta = serde_json::from_value(metadata.clone())
-            .map_err(|e| SpecError::invalid(format!("{}: metadata", doc.origin), e.to_string()))?;
-        if meta.name.is_empty() {
-            return Err(SpecError::invalid(
-                format!("{}: metadata.name", doc.origin),
-                "a Pod needs a name",
-            ));
-        }
-        Ok(Pod {
-            namespace: meta
-                .namespace
-                .filter(|ns| !ns.is_empty())
-                .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
-            name: meta.name,
-            uid: meta.uid.filter(|u| !u.is_empty()),
-            annotations: meta.annotations,
-        })
+/// A pod from a `kind: Pod` manifest document.
+pub fn pod(doc: &Document) -> Result<Pod, SpecError> {
+    let metadata = doc.value.get("metadata").ok_or_else(|| {
+        SpecError::invalid(format!("{}: metadata", doc.origin), "a Pod needs metadata")
+    })?;
+    let meta: ObjectMeta = serde_json::from_value(metadata.clone())
+        .map_err(|e| SpecError::invalid(format!("{}: metadata", doc.origin), e.to_string()))?;
+    if meta.name.is_empty() {
+        return Err(SpecError::invalid(
+            format!("{}: metadata.name", doc.origin),
+            "a Pod needs a name",
+        ));
     }
+    Ok(Pod {
+        namespace: meta
+            .namespace
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
+        name: meta.name,
+        uid: meta.uid.filter(|u| !u.is_empty()),
+        annotations: meta.annotations,
+    })
 }
 
 /// The single Pod among `docs`.
 pub fn single_pod(docs: &[Document], origin: &str) -> Result<Pod, SpecError> {
     let pods: Vec<&Document> = docs.iter().filter(|d| d.kind() == Some("Pod")).collect();
     match pods.as_slice() {
-        [one] => Pod::from_document(one),
+        [one] => pod(one),
         pods => Err(SpecError::PodCount {
             origin: origin.to_string(),
             found: pods.len(),

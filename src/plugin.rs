@@ -31,7 +31,7 @@ use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::commands::daemon::sandbox_dir::SandboxDir;
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
-use crate::manifest::Pod;
+use crate::netattach::pod::Pod;
 use crate::netattach::status::NetworkStatus;
 use crate::phases;
 use crate::plan::auxiliary;
@@ -251,7 +251,7 @@ pub fn registry() -> Registry {
         registry = registry.with_builtin(builtin.plugin_type, builtin.build);
     }
     registry.with_builtin(auxiliary::PASSTHRU, |_: &dyn Resolver, _: &_| {
-        Box::new(auxiliary::Passthru) as Box<dyn Plugin>
+        Box::new(crate::run::passthru::Passthru) as Box<dyn Plugin>
     })
 }
 

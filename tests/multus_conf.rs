@@ -9,8 +9,9 @@ use std::path::Path;
 
 use plexus::cni::error::{codes, ErrorCode};
 use plexus::config::PlexusConf;
-use plexus::manifest::{self, Pod};
+use plexus::manifest;
 use plexus::netattach::nad::NetworkAttachmentDefinition;
+use plexus::netattach::pod::Pod;
 use plexus::plan::{cluster_network, plan, ConfDir, Plan, PlanInputs, PlanOptions};
 use serde_json::{json, Value};
 

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use plexus::cni::config::NetworkConfigList;
-use plexus::manifest::{self, Pod};
+use plexus::manifest;
 use plexus::netattach::nad::NetworkAttachmentDefinition;
+use plexus::netattach::pod::Pod;
 use plexus::plan::{plan, ConfDir, DefaultNetwork, Plan, PlanInputs, PlanOptions};
 use plexus::policy::SelectionPolicy;
 

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use plexus::cni::config::NetworkConfigList;
 use plexus::cni::CniVersion;
-use plexus::manifest::Pod;
 use plexus::netattach::nad::NetworkAttachmentDefinition;
+use plexus::netattach::pod::Pod;
 use plexus::plan::{plan, DefaultNetwork, Plan, PlanInputs, PlanOptions};
 use plexus::record::Cache;
 use plexus::run::{Delegates, Executor, Registry, RunContext};

@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 use k8s_openapi::api::core::v1::Pod as ApiPod;
 use libfuzzer_sys::fuzz_target;
 use plexus::cni::config::NetworkConfigList;
-use plexus::manifest::Pod;
 use plexus::netattach::nad::NetworkAttachmentDefinition;
+use plexus::netattach::pod::Pod;
 use plexus::plan::{plan, DefaultNetwork, PlanInputs, PlanOptions};
 
 type Nads = BTreeMap<(String, String), NetworkAttachmentDefinition>;

@@ -8,9 +8,10 @@ use std::path::Path;
 use super::Cluster;
 use super::ClusterError;
 use super::NadSource;
-use crate::manifest::{self, Pod};
+use crate::manifest;
 use crate::netattach::ipamclaim::{self, IpamClaim};
 use crate::netattach::nad::NetworkAttachmentDefinition;
+use crate::netattach::pod::Pod;
 
 pub struct DirCluster {
     pods: BTreeMap<(String, String), Pod>,
@@ -24,7 +25,7 @@ impl DirCluster {
         let docs = manifest::load(path).map_err(|e| e.within("manifestDir"))?;
         let mut pods = BTreeMap::new();
         for doc in docs.iter().filter(|d| d.kind() == Some("Pod")) {
-            let pod = Pod::from_document(doc)?;
+            let pod = manifest::pod(doc)?;
             pods.insert((pod.namespace.clone(), pod.name.clone()), pod);
         }
         let mut claims = BTreeMap::new();

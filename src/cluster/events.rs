@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use crate::manifest::Pod;
+use crate::netattach::pod::Pod;
 
 /// The component events are reported as.
 const EVENT_SOURCE: &str = "plexus";

@@ -33,10 +33,10 @@ use super::watch::Watched;
 use super::NadSource;
 use super::{Cluster, Publisher};
 use crate::config::ApiTimeouts;
-use crate::manifest::Pod;
 use crate::netattach::error::SpecError;
 use crate::netattach::ipamclaim::IpamClaim;
 use crate::netattach::nad::NetworkAttachmentDefinition;
+use crate::netattach::pod::Pod;
 use crate::netattach::status::{status_annotation_value, NetworkStatus};
 
 pub struct KubeCluster {

@@ -14,9 +14,9 @@ pub mod watch;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use crate::manifest::Pod;
 use crate::netattach::ipamclaim::IpamClaim;
 use crate::netattach::nad::NetworkAttachmentDefinition;
+use crate::netattach::pod::Pod;
 pub use error::ClusterError;
 
 /// Where NetworkAttachmentDefinitions are looked up.

@@ -39,7 +39,7 @@ use super::api::{
 use super::error::{ApiRequest, Verb};
 use super::events::{pod_event, EventType, PodEvent};
 use crate::cni::whole_file::{self, Durability};
-use crate::manifest::Pod;
+use crate::netattach::pod::Pod;
 
 /// How long a queued write keeps being retried while the API server fails
 /// transiently.

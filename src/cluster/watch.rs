@@ -14,7 +14,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
-use crate::manifest::Pod;
+use crate::netattach::pod::Pod;
 
 /// Told of each event of the pods' watch.
 pub type PodEventHook = Arc<dyn Fn() + Send + Sync>;

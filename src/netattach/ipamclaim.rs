@@ -8,7 +8,7 @@
 use serde_json::{json, Map, Value};
 
 use super::error::SpecError;
-use super::fields::{as_array, as_bool, as_object, as_str, parse_ip_with_prefix};
+use super::go_json::{as_array, as_bool, as_object, as_str, parse_ip_with_prefix};
 use super::meta::ObjectMeta;
 use super::nad::check_type_meta;
 use crate::cni::names::check_ifname;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::error::SpecError;
-use super::fields::{as_object, as_str, describe};
+use super::go_json::{as_object, as_str, describe};
 use super::names::{check_dns1123_label, check_nad_name};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -4,11 +4,12 @@
 //! device information of device-info-SPEC.md.
 
 pub use plexus_cni::deviceinfo;
-pub(crate) use plexus_cni::fields;
+pub(crate) use plexus_cni::go_json;
 pub mod error;
 pub mod ipamclaim;
 pub mod meta;
 pub mod nad;
 pub mod names;
+pub mod pod;
 pub mod selection;
 pub mod status;

@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::error::SpecError;
-use super::fields::{as_object, as_str};
+use super::go_json::{as_object, as_str};
 use super::meta::ObjectMeta;
 use super::names::NetworkRef;
 

@@ -4,14 +4,14 @@
 //!
 //! Multus decodes the JSON format with Go's encoding/json, so object keys
 //! match case-insensitively here too (an exact match wins; see
-//! [`super::fields::fold_object`]), and `null` counts as an absent key.
+//! [`super::go_json::fold_object`]), and `null` counts as an absent key.
 
 use std::fmt;
 use std::net::IpAddr;
 
 use serde_json::{json, Map, Value};
 
-use super::fields::{
+use super::go_json::{
     as_array, as_object, as_str, describe, fold_object, is_hex_octets, parse_ip_with_prefix,
 };
 use super::names::{check_dns1123_label, check_nad_name, nad_name_warning, NetworkRef};

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use super::deviceinfo::DeviceInfo;
 use super::error::SpecError;
-use super::fields::{self, as_array, as_object, decode_error, fold_object};
+use super::go_json::{self, as_array, as_object, decode_error, fold_object};
 use crate::cni::casefold;
 use crate::cni::result::{CniResult, IpConfig};
 
@@ -30,49 +30,49 @@ pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
 #[serde(rename_all = "kebab-case")]
 pub struct NetworkStatus {
     /// `namespace/name` of the NAD, or the default network's name (§5.3.1).
-    #[serde(deserialize_with = "fields::string")]
+    #[serde(deserialize_with = "go_json::string")]
     pub name: String,
     #[serde(
         default,
-        deserialize_with = "fields::optional_string",
+        deserialize_with = "go_json::optional_string",
         skip_serializing_if = "Option::is_none"
     )]
     pub interface: Option<String>,
     /// Addresses with prefix length, as in the §5.4 example (`192.0.2.2/24`).
     #[serde(
         default,
-        deserialize_with = "fields::strings",
+        deserialize_with = "go_json::strings",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub ips: Vec<String>,
     #[serde(
         default,
-        deserialize_with = "fields::optional_string",
+        deserialize_with = "go_json::optional_string",
         skip_serializing_if = "Option::is_none"
     )]
     pub mac: Option<String>,
     #[serde(
         default,
-        deserialize_with = "fields::optional_u32",
+        deserialize_with = "go_json::optional_u32",
         skip_serializing_if = "Option::is_none"
     )]
     pub mtu: Option<u32>,
     /// §5.3.6: always written.
-    #[serde(default, deserialize_with = "fields::boolean")]
+    #[serde(default, deserialize_with = "go_json::boolean")]
     pub default: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<StatusDns>,
     /// §5.3.7.4 `default-route`: gateways.
     #[serde(
         default,
-        deserialize_with = "fields::strings",
+        deserialize_with = "go_json::strings",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub default_route: Vec<String>,
     /// §5.3.8 `device-info` (see [`super::deviceinfo`]), kept as written.
     #[serde(
         default,
-        deserialize_with = "fields::optional_object",
+        deserialize_with = "go_json::optional_object",
         skip_serializing_if = "Option::is_none"
     )]
     pub device_info: Option<Value>,
@@ -87,19 +87,19 @@ pub struct NetworkStatus {
 pub struct StatusDns {
     #[serde(
         default,
-        deserialize_with = "fields::strings",
+        deserialize_with = "go_json::strings",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub nameservers: Vec<String>,
     #[serde(
         default,
-        deserialize_with = "fields::optional_string",
+        deserialize_with = "go_json::optional_string",
         skip_serializing_if = "Option::is_none"
     )]
     pub domain: Option<String>,
     #[serde(
         default,
-        deserialize_with = "fields::strings",
+        deserialize_with = "go_json::strings",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub search: Vec<String>,

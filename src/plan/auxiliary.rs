@@ -28,9 +28,6 @@ use serde_json::{json, Value};
 
 use super::error::PlanError;
 use crate::cni::config::NetworkConfigList;
-use crate::cni::error::CniError;
-use crate::cni::result::CniResult;
-use crate::cni::skel::{Plugin, Request};
 use crate::config::{ClusterNetwork, PlexusConf};
 
 /// The chain's first plugin, built in (Multus ships it as a binary).
@@ -127,23 +124,6 @@ fn conf_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     }
     files.sort();
     Ok(files)
-}
-
-/// `passthru`: ADD returns an empty result in the request's version, every
-/// other command succeeds doing nothing (multus-cni cmd/passthru-cni).
-pub struct Passthru;
-
-impl Plugin for Passthru {
-    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        Ok(CniResult {
-            cni_version: Some(req.cni_version),
-            ..CniResult::default()
-        })
-    }
-
-    fn del(&self, _: &Request) -> Result<(), CniError> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

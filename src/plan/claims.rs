@@ -35,8 +35,8 @@ use super::attachment::{Attachment, Plan, PLEXUS_ARGS};
 pub use super::error::ClaimProblem;
 use super::error::PlanError;
 use crate::cluster::Cluster;
-use crate::manifest::Pod;
 use crate::netattach::ipamclaim::IpamClaim;
+use crate::netattach::pod::Pod;
 
 /// The network-config key that lets a network's addresses follow a claim.
 pub use super::error::ALLOW_PERSISTENT_IPS;
@@ -258,7 +258,7 @@ pub(crate) mod test_fixtures {
     use serde_json::{json, Value};
 
     use crate::cluster::dir::DirCluster;
-    use crate::manifest::Pod;
+    use crate::netattach::pod::Pod;
     use crate::plan::Attachment;
 
     pub fn attachment(config: Value) -> Attachment {

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::error::PlanError;
-use crate::manifest::Pod;
+use crate::netattach::pod::Pod;
 pub use plexus_podresources as podresources;
 use podresources::v1::PodResources;
 

@@ -24,7 +24,7 @@
 
 use super::attachment::{Attachment, Plan};
 use super::error::PlanError;
-use crate::manifest::Pod;
+use crate::netattach::pod::Pod;
 use crate::netattach::selection::{parse_selection_annotation, NETWORKS_ANNOTATION};
 use crate::record::{CachedAttachment, Record, State};
 

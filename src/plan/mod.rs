@@ -54,10 +54,10 @@ use crate::cluster::NadSource;
 use crate::cni::args::CniArgs;
 use crate::cni::config::{derive_request, NetworkConfigList};
 use crate::config::ClusterNetwork;
-use crate::manifest::Pod;
 use crate::netattach::deviceinfo;
 use crate::netattach::nad::NetworkAttachmentDefinition;
 use crate::netattach::names::NetworkRef;
+use crate::netattach::pod::Pod;
 use crate::netattach::selection::{
     parse_selection_annotation, NetworkSelectionElement, NETWORKS_ANNOTATION,
 };

@@ -32,6 +32,7 @@ pub mod claims;
 pub mod error;
 pub mod exec;
 pub mod hotplug;
+pub mod passthru;
 pub mod registry;
 pub mod routes;
 

@@ -526,7 +526,7 @@ mod tests {
     const CLOCK: PschedClock = PschedClock::LINUX;
 
     fn request(config: Value) -> Request {
-        super::super::common::unit_test_request(config, "")
+        super::super::test_support::unit_test_request(config, "")
     }
 
     #[test]
@@ -578,7 +578,7 @@ mod tests {
     fn rate_and_burst_come_together() {
         let refused = |config: Value, key: &str| {
             let parsed = shaping(&request(config.clone()), CLOCK);
-            super::super::common::unit_test_refused(parsed, &config, key)
+            super::super::test_support::unit_test_refused(parsed, &config, key)
         };
         let d = refused(json!({"ingressRate": 1000}), "ingressBurst");
         assert_eq!(

@@ -26,9 +26,13 @@ use plexus_cni::skel::Request;
 use serde::Deserialize;
 
 use super::attachment::Attach;
-use super::common::{self, Dad, DnsConf, IpamRef, NAME_ATTEMPTS};
+use super::iface::Dad;
 use super::interface::InterfaceDriver;
+use super::netconf::DnsConf;
+use super::netconf::IpamRef;
+use super::netconf::NAME_ATTEMPTS;
 use super::undo::Undo;
+use crate::drivers::{check, iface, netconf};
 use crate::netlink::{
     AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, IpFamily, Link, LinkKind, Netlink,
     VethSpec,
@@ -124,17 +128,17 @@ impl Settings {
     }
 
     fn parse(req: &Request) -> Result<Settings, DriverError> {
-        let c: Conf = common::decode_config(req)?;
+        let c: Conf = netconf::decode_config(req)?;
         let why = "not supported yet by plexus's built-in bridge (needs nftables)";
-        common::unsupported("ipMasq", c.ip_masq, why)?;
-        common::unsupported("macspoofchk", c.macspoofchk, why)?;
+        netconf::unsupported("ipMasq", c.ip_masq, why)?;
+        netconf::unsupported("macspoofchk", c.macspoofchk, why)?;
 
         let bridge = match c.bridge.as_deref() {
             None | Some("") => DEFAULT_BRIDGE.to_string(),
             Some(b) => b.to_string(),
         };
         plexus_cni::names::check_ifname(&bridge).map_err(|r| DriverError::config("bridge", r))?;
-        let mtu = common::check_mtu(c.mtu, 68, 65535, "the largest Ethernet MTU")?;
+        let mtu = netconf::check_mtu(c.mtu, 68, 65535, "the largest Ethernet MTU")?;
         let vlan = match c.vlan.unwrap_or(0) {
             v @ 0..=4094 => v as u16,
             v => {
@@ -154,7 +158,7 @@ impl Settings {
             ));
         }
         let disable_container_interface = c.disable_container_interface.unwrap_or(false);
-        if disable_container_interface && common::has_ipam(&c.ipam) {
+        if disable_container_interface && netconf::has_ipam(&c.ipam) {
             return Err(DriverError::config(
                 "disableContainerInterface",
                 "cannot be combined with an IPAM plugin (ipam.type)",
@@ -176,10 +180,10 @@ impl Settings {
             .as_ref()
             .and_then(|a| a.cni.as_ref())
             .and_then(|c| c.mac.as_deref());
-        let mac = common::pick_mac(&[
-            ("CNI_ARGS MAC", common::cni_args_mac(req)?),
+        let mac = netconf::pick_mac(&[
+            ("CNI_ARGS MAC", netconf::cni_args_mac(req)?),
             ("args.cni.mac", args_mac),
-            ("runtimeConfig.mac", common::runtime_config_mac(req)?),
+            ("runtimeConfig.mac", netconf::runtime_config_mac(req)?),
         ])?;
         Ok(Settings {
             bridge,
@@ -379,7 +383,7 @@ fn configure(
         result.routes = ipam.routes;
         result.dns = ipam.dns;
         let gateways = calc_gateways(&mut result, s);
-        common::configure_iface(
+        iface::configure_iface(
             ctx,
             container.index,
             &result,
@@ -545,7 +549,7 @@ fn create_port_veth(
 ) -> Result<Link, PortError> {
     let mut last = None;
     for _ in 0..NAME_ATTEMPTS {
-        let name = common::random_name("veth");
+        let name = netconf::random_name("veth");
         let spec = VethSpec {
             peer_netns: peer_ns,
             mtu,
@@ -845,7 +849,7 @@ fn check(s: &Settings, ctx: &Attach<'_>, prev: &CniResult) -> Result<(), DriverE
     if bridge.kind != Some(LinkKind::Bridge) {
         return Err(check_failed(format!("{} is not a bridge", s.bridge)));
     }
-    common::check_mac(&bridge, bridge_entry, "bridge")?;
+    check::check_mac(&bridge, bridge_entry, "bridge")?;
     if bridge.promisc != s.promisc {
         return Err(check_failed(format!(
             "bridge {}: promiscuous mode is {}, promiscMode says {}",
@@ -853,9 +857,9 @@ fn check(s: &Settings, ctx: &Attach<'_>, prev: &CniResult) -> Result<(), DriverE
         )));
     }
 
-    let cont_entry = common::prev_container_interface(prev, ctx)?;
-    let cont = common::container_link_of_kind(ctx, LinkKind::Veth, "veth")?;
-    common::check_mac(&cont, cont_entry, "container")?;
+    let cont_entry = check::prev_container_interface(prev, ctx)?;
+    let cont = check::container_link_of_kind(ctx, LinkKind::Veth, "veth")?;
+    check::check_mac(&cont, cont_entry, "container")?;
 
     // The host veth: a host-side entry of the prevResult that is the
     // container end's peer and a port of the bridge. Anything else listed
@@ -880,7 +884,7 @@ fn check(s: &Settings, ctx: &Attach<'_>, prev: &CniResult) -> Result<(), DriverE
             && link.parent == Some(cont.index)
             && link.master == Some(bridge.index)
         {
-            common::check_mac(&link, entry, "host")?;
+            check::check_mac(&link, entry, "host")?;
             found = true;
             break;
         }
@@ -891,12 +895,13 @@ fn check(s: &Settings, ctx: &Attach<'_>, prev: &CniResult) -> Result<(), DriverE
             ctx.ifname, s.bridge
         )));
     }
-    common::check_ips_and_routes(ctx, &cont, prev)
+    check::check_ips_and_routes(ctx, &cont, prev)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drivers::test_support;
     use plexus_cni::env::CniEnv;
     use plexus_cni::error::ErrorCode;
     use plexus_cni::result::IpConfig;
@@ -1031,7 +1036,7 @@ mod tests {
             let mut conf = conf;
             conf["cniVersion"] = json!("1.0.0");
             let (key, reason) = starts.split_once(": ").unwrap();
-            let d = common::unit_test_refused(parse(conf.clone()), &conf, key);
+            let d = test_support::unit_test_refused(parse(conf.clone()), &conf, key);
             assert!(d.starts_with(reason), "{conf}: {d}");
         }
     }

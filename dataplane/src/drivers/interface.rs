@@ -30,11 +30,12 @@ use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
 use serde::Deserialize;
 
 use super::attachment::Attach;
-use super::common::{self, IpamRef};
 use super::device_info;
+use super::netconf::IpamRef;
 use super::ownership::HandsOver;
 use super::passthrough::Patience;
 use super::undo::Undo;
+use crate::drivers::{check, ipam_delegate, netconf};
 use crate::netlink::{LinkKind, Netlink};
 use crate::session::Session;
 
@@ -185,8 +186,8 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
         // ADD's [`plexus_cni::durable::Scope`].
         let outcome = (|| {
             let made = self.driver.create(req, &conf, &prepared, &at, &mut undo)?;
-            let ipam = if common::has_ipam(self.driver.ipam(&conf)) {
-                Some(common::ipam_add(self.resolver, req, &mut undo)?)
+            let ipam = if netconf::has_ipam(self.driver.ipam(&conf)) {
+                Some(ipam_delegate::ipam_add(self.resolver, req, &mut undo)?)
             } else {
                 None
             };
@@ -200,14 +201,14 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
     }
 
     fn del(&self, req: &Request) -> Result<(), DriverError> {
-        let c: IpamOnly = common::decode_config(req)?;
+        let c: IpamOnly = netconf::decode_config(req)?;
         let at = Attach::open_for_del(self.session, req)?;
         let host = self
             .session
             .host()
             .map_err(sys("netlink in the host namespace"))?;
         self.driver.remove(req, host, at.as_ref())?;
-        common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Del)?;
+        ipam_delegate::ipam_run(self.resolver, req, &c.ipam, CniCommand::Del)?;
         // Another attachment's leftovers never fail or slow this DEL: the
         // runtime's log gets them, the next DEL or GC tries again.
         if let Some(device) = self.driver.hands_over() {
@@ -222,18 +223,18 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
     fn check(&self, req: &Request) -> Result<(), DriverError> {
         let conf = self.driver.parse(req)?;
         let at = Attach::open(self.session, req)?;
-        common::ipam_run(
+        ipam_delegate::ipam_run(
             self.resolver,
             req,
             self.driver.ipam(&conf),
             CniCommand::Check,
         )?;
-        let prev = common::prev_result(req)?;
+        let prev = check::prev_result(req)?;
         self.driver.check(req, &conf, &at, prev)
     }
 
     fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), DriverError> {
-        let c: IpamOnly = common::decode_config(req)?;
+        let c: IpamOnly = netconf::decode_config(req)?;
         let host = self
             .session
             .host()
@@ -246,7 +247,7 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
             Some(device) => device.take_back_orphans(req, host, Patience::Wait),
             None => Ok(()),
         };
-        let leases = common::ipam_gc(self.resolver, req, &c.ipam, valid);
+        let leases = ipam_delegate::ipam_gc(self.resolver, req, &c.ipam, valid);
         let errors: Vec<DriverError> = [orphans, leases]
             .into_iter()
             .filter_map(Result::err)
@@ -255,7 +256,7 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
     }
 
     fn status(&self, req: &Request) -> Result<(), DriverError> {
-        let c: IpamOnly = common::decode_config(req)?;
-        common::ipam_run(self.resolver, req, &c.ipam, CniCommand::Status)
+        let c: IpamOnly = netconf::decode_config(req)?;
+        ipam_delegate::ipam_run(self.resolver, req, &c.ipam, CniCommand::Status)
     }
 }

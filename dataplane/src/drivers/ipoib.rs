@@ -12,8 +12,10 @@ use crate::drivers::error::DriverError;
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 
-use super::common::{self, DnsConf, IpamRef};
+use super::netconf::DnsConf;
+use super::netconf::IpamRef;
 use super::stacked::{Conf, Spec, Stacked};
+use crate::drivers::netconf;
 use crate::netlink::{IpoibSpec, Link, LinkKind, LinkUpdate, Netlink};
 use crate::Error;
 
@@ -37,7 +39,7 @@ impl Stacked for Ipoib {
     const CHAINS: bool = false;
 
     fn parse(req: &Request) -> Result<Conf<()>, DriverError> {
-        let c: IpoibConf = common::decode_config(req)?;
+        let c: IpoibConf = netconf::decode_config(req)?;
         let master = c.master.filter(|m| !m.is_empty()).ok_or_else(|| {
             DriverError::config("master", "missing: the IPoIB device to make a child of")
         })?;
@@ -71,7 +73,7 @@ impl Stacked for Ipoib {
         let master = nl.link_by_index(spec.master)?;
         let info = master.and_then(|m| m.ipoib).unwrap_or_default();
         let child = IpoibSpec {
-            name: common::random_name("ib"),
+            name: netconf::random_name("ib"),
             parent: spec.master,
             info: crate::netlink::IpoibInfo {
                 umcast: None,

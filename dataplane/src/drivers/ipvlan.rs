@@ -14,8 +14,10 @@ use crate::drivers::error::DriverError;
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 
-use super::common::{self, DnsConf, IpamRef};
+use super::netconf::DnsConf;
+use super::netconf::IpamRef;
 use super::stacked::{self, Conf, Spec, Stacked};
+use crate::drivers::netconf;
 use crate::netlink::{IpvlanMode, IpvlanSpec, Link, LinkKind, Netlink};
 use crate::Error;
 
@@ -40,7 +42,7 @@ impl Stacked for Ipvlan {
     const CHAINS: bool = true;
 
     fn parse(req: &Request) -> Result<Conf<IpvlanMode>, DriverError> {
-        let c: IpvlanConf = common::decode_config(req)?;
+        let c: IpvlanConf = netconf::decode_config(req)?;
         let mode =
             stacked::parse_mode("ipvlan", c.mode.as_deref(), IpvlanMode::L2, "l2, l3 or l3s")?;
         Ok(Conf {

@@ -15,8 +15,10 @@ use crate::drivers::error::DriverError;
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 
-use super::common::{self, DnsConf, IpamRef};
+use super::netconf::DnsConf;
+use super::netconf::IpamRef;
 use super::stacked::{self, Conf, Spec, Stacked};
+use crate::drivers::netconf;
 use crate::netlink::{Link, LinkKind, MacvlanMode, MacvlanSpec, Netlink};
 use crate::Error;
 
@@ -42,17 +44,17 @@ impl Stacked for Macvlan {
     const CHAINS: bool = false;
 
     fn parse(req: &Request) -> Result<Conf<MacvlanMode>, DriverError> {
-        let c: MacvlanConf = common::decode_config(req)?;
+        let c: MacvlanConf = netconf::decode_config(req)?;
         let mode = stacked::parse_mode(
             "macvlan",
             c.mode.as_deref(),
             MacvlanMode::Bridge,
             "bridge, private, vepa, passthru or source",
         )?;
-        let mac = common::pick_mac(&[
+        let mac = netconf::pick_mac(&[
             ("mac", c.mac.as_deref()),
-            ("CNI_ARGS MAC", common::cni_args_mac(req)?),
-            ("runtimeConfig.mac", common::runtime_config_mac(req)?),
+            ("CNI_ARGS MAC", netconf::cni_args_mac(req)?),
+            ("runtimeConfig.mac", netconf::runtime_config_mac(req)?),
         ])?;
         Ok(Conf {
             master: c.master.filter(|m| !m.is_empty()),

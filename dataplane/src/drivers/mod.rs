@@ -23,17 +23,22 @@
 mod attachment;
 pub mod bandwidth;
 pub mod bridge;
-mod common;
+mod check;
 mod device_info;
 mod error;
+mod iface;
 mod interface;
+mod ipam_delegate;
 pub mod ipoib;
 pub mod ipvlan;
 pub mod macvlan;
+mod netconf;
 mod ownership;
 mod passthrough;
 pub mod sriov;
 mod stacked;
+#[cfg(test)]
+mod test_support;
 pub mod tuning;
 mod undo;
 pub mod vdpa;

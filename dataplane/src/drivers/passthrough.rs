@@ -13,7 +13,8 @@ use plexus_cni::skel::Request;
 use serde::{Deserialize, Serialize};
 
 use super::attachment::Attach;
-use super::common::{self, DnsConf};
+use super::netconf::DnsConf;
+use crate::drivers::check;
 use crate::mac::MacAddr;
 use crate::netlink::{Link, LinkUpdate, Netlink};
 use crate::netns::NetNs;
@@ -241,16 +242,16 @@ pub(crate) fn check_pod_netdev(
     parent: &str,
     what: impl Display,
 ) -> Result<(), DriverError> {
-    let entry = common::prev_container_interface(prev, at)?;
-    let link = common::container_link(at)?;
+    let entry = check::prev_container_interface(prev, at)?;
+    let link = check::container_link(at)?;
     if link.parent_device.as_deref() != Some(parent) {
         return Err(check_failed(format!(
             "container interface {} is not {what}",
             at.ifname
         )));
     }
-    common::check_mac(&link, entry, "container")?;
-    common::check_ips_and_routes(at, &link, prev)
+    check::check_mac(&link, entry, "container")?;
+    check::check_ips_and_routes(at, &link, prev)
 }
 
 /// The result for a device without netdev (an SR-IOV VF in DPDK mode, a

@@ -22,9 +22,12 @@ use plexus_cni::result::{CniResult, Interface};
 use plexus_cni::skel::Request;
 
 use super::attachment::Attach;
-use super::common::{self, Dad, DnsConf, IpamRef};
+use super::iface::Dad;
 use super::interface::InterfaceDriver;
+use super::netconf::DnsConf;
+use super::netconf::IpamRef;
 use super::undo::Undo;
+use crate::drivers::{check, iface, netconf};
 use crate::netlink::{Link, LinkKind, Netlink};
 use crate::{Error, MacAddr, NetNs};
 
@@ -87,9 +90,9 @@ impl<M> Conf<M> {
             plexus_cni::names::check_ifname(m).map_err(|r| DriverError::config("master", r))?;
         }
         // Below the master's MTU, known only at ADD; the lower bound now.
-        common::check_mtu(self.mtu, 68, u32::MAX, "the master's MTU")?;
+        netconf::check_mtu(self.mtu, 68, u32::MAX, "the master's MTU")?;
         if chains
-            && !common::has_ipam(&self.ipam)
+            && !netconf::has_ipam(&self.ipam)
             && req.prev_result.as_ref().is_none_or(|p| p.ips.is_empty())
             && req.env.command() == CniCommand::Add
         {
@@ -150,7 +153,7 @@ fn resolve_master<M>(
             )),
         },
         (None, _) => {
-            return common::default_route_link(nl)
+            return iface::default_route_link(nl)
                 .map_err(sys("find the default route interface"))?
                 .ok_or_else(|| {
                     DriverError::config(
@@ -198,7 +201,7 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
     ) -> Result<Self::Prepared, DriverError> {
         let master = resolve_master(req, at, conf, S::CHAINS)?;
         S::check_master(&master)?;
-        let mtu = common::check_mtu(conf.mtu, 68, master.mtu, "the master's MTU")?;
+        let mtu = netconf::check_mtu(conf.mtu, 68, master.mtu, "the master's MTU")?;
         Ok((master, mtu))
     }
 
@@ -326,7 +329,7 @@ pub(crate) fn configure(
             .set_up(link.index)
             .map_err(sys(format_args!("set {} up", ctx.ifname)))?;
     } else {
-        common::configure_iface(ctx, link.index, &result, Dad::Kernel, notify)?;
+        iface::configure_iface(ctx, link.index, &result, Dad::Kernel, notify)?;
     }
     // The reference reports the configuration's dns, not IPAM's.
     result.dns = dns.map(DnsConf::to_dns).unwrap_or_default();
@@ -340,7 +343,7 @@ fn check<S: Stacked>(
     ctx: &Attach<'_>,
     prev: &CniResult,
 ) -> Result<(), DriverError> {
-    let entry = common::prev_container_interface(prev, ctx)?;
+    let entry = check::prev_container_interface(prev, ctx)?;
     if let Some(name) = &conf.master {
         let (side, nl) = master_side(ctx, conf);
         if nl
@@ -354,7 +357,7 @@ fn check<S: Stacked>(
         }
     }
     let kind = S::KIND;
-    let link = common::container_link_of_kind(ctx, S::LINK_KIND, kind)?;
+    let link = check::container_link_of_kind(ctx, S::LINK_KIND, kind)?;
     let mode = S::mode_of(&link);
     if mode != Some(conf.mode) {
         return Err(check_failed(format!(
@@ -363,6 +366,6 @@ fn check<S: Stacked>(
             S::mode_name(conf.mode)
         )));
     }
-    common::check_mac(&link, entry, "container")?;
-    common::check_ips_and_routes(ctx, &link, prev)
+    check::check_mac(&link, entry, "container")?;
+    check::check_ips_and_routes(ctx, &link, prev)
 }

@@ -711,7 +711,7 @@ mod tests {
     use super::*;
 
     fn request(config: Value, args: &str) -> Request {
-        super::super::common::unit_test_request(config, args)
+        super::super::test_support::unit_test_request(config, args)
     }
 
     fn settings_of(config: Value, args: &str) -> Result<Settings, DriverError> {
@@ -726,7 +726,7 @@ mod tests {
     /// The refusal of `config`: a configuration error about `key`; its
     /// reason.
     fn refused(config: Value, key: &str) -> String {
-        super::super::common::unit_test_refused(settings_of(config.clone(), ""), &config, key)
+        super::super::test_support::unit_test_refused(settings_of(config.clone(), ""), &config, key)
     }
 
     #[test]

@@ -41,8 +41,8 @@ use serde::{Deserialize, Serialize};
 
 use self::conf::{Conf, Device};
 use super::attachment::Attach;
-use super::common::IpamRef;
 use super::interface::InterfaceDriver;
+use super::netconf::IpamRef;
 use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owned, Owner, Store};
 use super::passthrough::{self, Found, Patience, Poll};
 use super::stacked;

@@ -24,7 +24,7 @@ use crate::cluster::{Cluster, ClusterError};
 use crate::cni::args::CniArgs;
 use crate::cni::error::CniError;
 use crate::config::{ConfigError, PlexusConf};
-use crate::manifest::Pod;
+use crate::netattach::pod::Pod;
 use crate::netattach::selection::NETWORKS_ANNOTATION;
 use crate::netattach::status::{parse_status_annotation, NETWORK_STATUS_ANNOTATION};
 use crate::plan::claims;

@@ -9,9 +9,11 @@ use plexus_cni::skel::Request;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::super::common::{self, DnsConf, IpamRef};
+use super::super::netconf::DnsConf;
+use super::super::netconf::IpamRef;
 use super::super::ownership::DelKeys;
 use super::guid;
+use crate::drivers::netconf;
 use crate::netlink::{Guid, VfLinkState, VfSettings, VfVlan, VlanProto};
 use crate::pci::PciAddress;
 
@@ -76,8 +78,8 @@ impl Conf {
 
 /// Read and validate the configuration.
 pub(crate) fn parse(req: &Request) -> Result<Conf, DriverError> {
-    let c: RawConf = common::decode_config(req)?;
-    let (device_key, device) = match common::runtime_string(req, "deviceID", RUNTIME_DEVICE_ID)? {
+    let c: RawConf = netconf::decode_config(req)?;
+    let (device_key, device) = match netconf::runtime_string(req, "deviceID", RUNTIME_DEVICE_ID)? {
         Some(d) => (RUNTIME_DEVICE_ID, d),
         None => match c.device_id.as_deref().filter(|d| !d.is_empty()) {
             Some(d) => (DEVICE_ID, d),
@@ -91,12 +93,12 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, DriverError> {
     };
     let device =
         PciAddress::parse(device).map_err(|e| DriverError::config(device_key, e.to_string()))?;
-    let mac = common::pick_mac(&[
+    let mac = netconf::pick_mac(&[
         ("mac", c.mac.as_deref()),
-        ("CNI_ARGS MAC", common::cni_args_mac(req)?),
-        ("runtimeConfig.mac", common::runtime_config_mac(req)?),
+        ("CNI_ARGS MAC", netconf::cni_args_mac(req)?),
+        ("runtimeConfig.mac", netconf::runtime_config_mac(req)?),
     ])?;
-    let infiniband_guid = common::runtime_string(req, "infinibandGUID", RUNTIME_GUID)?
+    let infiniband_guid = netconf::runtime_string(req, "infinibandGUID", RUNTIME_GUID)?
         .map(|g| {
             g.parse::<Guid>()
                 .map_err(|e| e.to_string())
@@ -137,7 +139,7 @@ struct RawDelKeys {
 /// What DEL reads: the VF (`runtimeConfig.deviceID`, else `deviceID`) and
 /// the data directory.
 pub(crate) fn del_keys(req: &Request) -> DelKeys<PciAddress> {
-    let c: RawDelKeys = common::decode_config(req).unwrap_or_default();
+    let c: RawDelKeys = netconf::decode_config(req).unwrap_or_default();
     DelKeys::read(
         &[req.runtime_config.get("deviceID"), c.device_id.as_ref()],
         c.data_dir.as_ref(),
@@ -261,6 +263,7 @@ fn rates(min: Option<i64>, max: Option<i64>) -> Result<(Option<u32>, Option<u32>
 
 #[cfg(test)]
 mod tests {
+    use crate::drivers::test_support;
     use serde_json::json;
 
     use super::*;
@@ -271,7 +274,7 @@ mod tests {
             "cniVersion": "1.0.0", "name": "sriov-net", "type": "sriov",
             "deviceID": "0000:01:10.0",
         });
-        common::unit_test_request(common::unit_test_config(base, &config), args)
+        test_support::unit_test_request(test_support::unit_test_config(base, &config), args)
     }
 
     fn parsed(config: Value) -> Conf {
@@ -280,7 +283,7 @@ mod tests {
 
     /// The error for `config`: code 7, details starting with `key: `.
     fn refused(config: Value, key: &str) -> String {
-        common::unit_test_refused(parse(&request(config.clone(), "")), &config, key)
+        test_support::unit_test_refused(parse(&request(config.clone(), "")), &config, key)
     }
 
     fn addr(s: &str) -> PciAddress {

@@ -8,8 +8,10 @@ use plexus_cni::skel::Request;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::super::common::{self, DnsConf, IpamRef};
+use super::super::netconf::DnsConf;
+use super::super::netconf::IpamRef;
 use super::super::ownership::DelKeys;
+use crate::drivers::netconf;
 use crate::mac::MacAddr;
 use crate::pci::PciAddress;
 
@@ -86,8 +88,8 @@ pub(crate) fn device_name(key: &str, name: &str) -> Result<String, DriverError> 
 
 /// Read and validate the configuration.
 pub(crate) fn parse(req: &Request) -> Result<Conf, DriverError> {
-    let c: RawConf = common::decode_config(req)?;
-    let pci = match common::runtime_string(req, "deviceID", RUNTIME_DEVICE_ID)? {
+    let c: RawConf = netconf::decode_config(req)?;
+    let pci = match netconf::runtime_string(req, "deviceID", RUNTIME_DEVICE_ID)? {
         Some(d) => Some((RUNTIME_DEVICE_ID, d)),
         None => c
             .device_id
@@ -116,10 +118,10 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, DriverError> {
         ),
         (None, Some(n)) => (VDPA_DEVICE, Device::Name(device_name(VDPA_DEVICE, n)?)),
     };
-    let mac = common::pick_mac(&[
+    let mac = netconf::pick_mac(&[
         ("mac", c.mac.as_deref()),
-        ("CNI_ARGS MAC", common::cni_args_mac(req)?),
-        ("runtimeConfig.mac", common::runtime_config_mac(req)?),
+        ("CNI_ARGS MAC", netconf::cni_args_mac(req)?),
+        ("runtimeConfig.mac", netconf::runtime_config_mac(req)?),
     ])?;
     let mtu = c
         .mtu
@@ -161,7 +163,7 @@ struct RawDelKeys {
 /// (`vdpaDevice`; without it, DEL finds the attachment's device by its
 /// record), and the data directory.
 pub(crate) fn del_keys(req: &Request) -> DelKeys<String> {
-    let c: RawDelKeys = common::decode_config(req).unwrap_or_default();
+    let c: RawDelKeys = netconf::decode_config(req).unwrap_or_default();
     DelKeys::read(&[c.vdpa_device.as_ref()], c.data_dir.as_ref(), |n| {
         device_name(VDPA_DEVICE, n).ok()
     })
@@ -169,13 +171,14 @@ pub(crate) fn del_keys(req: &Request) -> DelKeys<String> {
 
 #[cfg(test)]
 mod tests {
+    use crate::drivers::test_support;
     use serde_json::json;
 
     use super::*;
 
     fn request(config: Value, args: &str) -> Request {
         let base = json!({"cniVersion": "1.0.0", "name": "vdpa-net", "type": "vdpa"});
-        common::unit_test_request(common::unit_test_config(base, &config), args)
+        test_support::unit_test_request(test_support::unit_test_config(base, &config), args)
     }
 
     fn parsed(config: Value) -> Conf {
@@ -184,7 +187,7 @@ mod tests {
 
     /// The error for `config`: code 7, details starting with `key: `.
     fn refused(config: Value, key: &str) -> String {
-        common::unit_test_refused(parse(&request(config.clone(), "")), &config, key)
+        test_support::unit_test_refused(parse(&request(config.clone(), "")), &config, key)
     }
 
     #[test]
