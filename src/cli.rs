@@ -2,25 +2,14 @@
 //! `CNI_COMMAND` set and no arguments (as every runtime invokes a plugin), it
 //! speaks the CNI protocol on stdin/stdout instead.
 
-use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use serde_json::{Map, Value};
 
-use crate::cni::args::CniArgs;
-use crate::cni::error::CniError;
-use crate::cni::result::CniResult;
 use crate::cni::version::CniVersion;
 use crate::commands::daemon::DaemonError;
 use crate::commands::install::InstallError;
-use crate::config::{PlexusConf, PodResourcesClient};
-use crate::manifest;
-use crate::netattach::deviceinfo::DeviceInfo;
-use crate::netattach::status::{NetworkStatus, StatusInput};
-use crate::plan::devices::DeviceSource;
-use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
-use plexus_podresources::client as podresources;
 
 #[derive(Parser)]
 #[command(
@@ -39,9 +28,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Print the attachment plan for a pod as JSON (README "Plan output").
-    Plan(PlanArgs),
+    Plan(crate::commands::plan::PlanArgs),
     /// Print the network-status entry (multi-net-spec §5) a CNI result yields.
-    Status(StatusArgs),
+    Status(crate::commands::status::StatusArgs),
     /// Attach two example pods (examples/demo) to a bridge and a macvlan
     /// network inside namespaces it creates, ping, print their network-status,
     /// tear down. Needs root; no cluster.
@@ -167,72 +156,6 @@ enum StatusWriteArg {
     Sync,
 }
 
-#[derive(clap::Args)]
-struct PlanArgs {
-    /// The pod manifest (YAML or JSON; exactly one Pod document).
-    #[arg(long, value_name = "FILE")]
-    pod: PathBuf,
-    /// NetworkAttachmentDefinition manifests: files or directories; repeatable.
-    #[arg(long = "nad", value_name = "PATH")]
-    nads: Vec<PathBuf>,
-    /// CNI config directory for NADs without spec.config (§3.4.1 rules 2–3).
-    #[arg(long, value_name = "DIR")]
-    conf_dir: Option<PathBuf>,
-    /// The cluster-wide default network: a CNI config or config list, or a NAD manifest.
-    /// Default: the network of --config, else the first config in --conf-dir.
-    #[arg(long, value_name = "FILE")]
-    default_network: Option<PathBuf>,
-    /// plexus's own CNI conf (policy keys such as strictAnnotations, defaultNetworks).
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Fail on an invalid selection annotation instead of ignoring it.
-    #[arg(long)]
-    strict_annotations: bool,
-    /// CNI_IFNAME of the default network.
-    #[arg(long, default_value = "eth0", value_name = "NAME")]
-    ifname: String,
-    /// The sandbox's container ID (goes into K8S_POD_INFRA_CONTAINER_ID).
-    #[arg(long, value_name = "ID")]
-    container_id: Option<String>,
-    /// CNI_ARGS as the runtime sends them; default: made from the pod.
-    #[arg(long, value_name = "K=V;...")]
-    cni_args: Option<String>,
-    /// The runtime's runtimeConfig (JSON object), given to the default network only (§7.5).
-    #[arg(long, value_name = "JSON")]
-    runtime_config: Option<String>,
-    /// kubelet's PodResources socket, asked for the devices of networks backed by a
-    /// device-plugin resource; without it their deviceID is left out, with a warning.
-    #[arg(long, value_name = "SOCKET")]
-    pod_resources: Option<PathBuf>,
-}
-
-#[derive(clap::Args)]
-struct StatusArgs {
-    /// A CNI ADD result (JSON, any version 0.1.0 – 1.1.0).
-    #[arg(long, value_name = "FILE")]
-    result: PathBuf,
-    /// The network's name as the status shows it: `ns/name`, or the default network's name.
-    #[arg(long, value_name = "NS/NAME")]
-    network: String,
-    /// CNI_IFNAME of the attachment (used for results older than 0.3.0).
-    #[arg(long, value_name = "NAME")]
-    ifname: Option<String>,
-    /// The attachment is the cluster-wide default network.
-    #[arg(long)]
-    default: bool,
-    /// The selection's `default-route` (multi-net-spec §5.3.7.4: the entry
-    /// has one only then): its gateways, or none for `[]`, which reports the
-    /// result's own default gateways.
-    #[arg(long = "default-route", value_name = "IP", num_args = 0..)]
-    default_route: Option<Vec<IpAddr>>,
-    /// A device-info file (device-info spec) to include.
-    #[arg(long, value_name = "FILE")]
-    device_info: Option<PathBuf>,
-    /// The result's version when the file has no cniVersion (an IPAM result).
-    #[arg(long, value_name = "VERSION")]
-    cni_version: Option<String>,
-}
-
 /// How a command ended, for `main` to report: the process's only writer to
 /// stderr outside logging.
 pub enum Outcome {
@@ -261,8 +184,14 @@ pub fn main() -> Outcome {
         crate::logging::init_call(&crate::logging::LogSettings::default());
     }
     let (command, outcome) = match cli.command {
-        Command::Plan(args) => ("plan", run_plan(&args).map_err(|e| e.to_string())),
-        Command::Status(args) => ("status", run_status(&args).map_err(|e| e.to_string())),
+        Command::Plan(args) => (
+            "plan",
+            crate::commands::plan::run(&args).map_err(|e| e.to_string()),
+        ),
+        Command::Status(args) => (
+            "status",
+            crate::commands::status::run(&args).map_err(|e| e.to_string()),
+        ),
         Command::Demo => (
             "demo",
             crate::commands::demo::run().map_err(|e| e.to_string()),
@@ -291,7 +220,7 @@ fn run_install(args: &InstallArgs) -> Result<String, InstallError> {
     };
     let settings = match &args.settings {
         None => Map::new(),
-        Some(path) => match read_json(path) {
+        Some(path) => match crate::commands::read_json(path) {
             Ok(Value::Object(m)) => m,
             Ok(other) => {
                 return Err(InstallError::Invalid {
@@ -430,172 +359,4 @@ fn version_text() -> String {
         env!("CARGO_PKG_VERSION"),
         CniVersion::ALL.map(|v| v.as_str()).join(", ")
     )
-}
-
-fn pretty(v: &Value) -> String {
-    serde_json::to_string_pretty(v).expect("serde_json::Value always serialises")
-}
-
-fn run_plan(args: &PlanArgs) -> Result<String, CniError> {
-    let pod_docs = manifest::load(&args.pod)?;
-    let pod = manifest::single_pod(&pod_docs, &args.pod.display().to_string())?;
-    let mut nad_docs = Vec::new();
-    for path in &args.nads {
-        nad_docs.extend(manifest::load(path)?);
-    }
-    let nads = manifest::nads(&nad_docs)?;
-
-    let conf = args
-        .config
-        .as_deref()
-        .map(|path| {
-            let bytes =
-                std::fs::read(path).map_err(|e| CniError::io(path.display().to_string(), e))?;
-            PlexusConf::from_slice(&bytes)
-                .map_err(|e| CniError::from(e).within(path.display().to_string()))
-        })
-        .transpose()?;
-    let conf_dir = args
-        .conf_dir
-        .clone()
-        .or_else(|| conf.as_ref().map(|c| c.conf_dir.clone()))
-        .map(ConfDir::new);
-
-    crate::cni::names::check_ifname(&args.ifname)
-        .map_err(|reason| CniError::invalid_config("--ifname", reason))?;
-    let mut policy = conf.as_ref().map(|c| c.policy.clone()).unwrap_or_default();
-    policy.strict_annotations |= args.strict_annotations;
-    let cni_args = args
-        .cni_args
-        .as_deref()
-        .map(|text| CniArgs::parse(text).map_err(|e| e.within("--cni-args")))
-        .transpose()?;
-    let runtime_config = match (&args.runtime_config, &conf) {
-        (Some(text), _) => parse_object(text, "--runtime-config")?,
-        (None, Some(conf)) => conf.runtime_config.clone(),
-        (None, None) => Default::default(),
-    };
-    let mut options =
-        PlanOptions::new(policy, args.ifname.clone()).with_runtime_config(runtime_config);
-    options.container_id = args.container_id.clone();
-    options = options.with_cni_args(cni_args);
-
-    let default_network = match (&args.default_network, &conf) {
-        (Some(path), _) => plan::default_network_from_file(path)?,
-        (None, Some(conf)) => plan::cluster_network(
-            &conf.cluster_network,
-            &nads,
-            conf_dir.as_ref(),
-            &conf.policy.plexus_namespace,
-        )?,
-        (None, None) => first_conf(conf_dir.as_ref())?,
-    };
-
-    let kubelet = args
-        .pod_resources
-        .as_ref()
-        .map(|socket| PodResourcesClient::new(socket, podresources::DEFAULT_TIMEOUT));
-    let inputs = PlanInputs {
-        nads: &nads,
-        conf_dir: conf_dir.as_ref(),
-        devices: kubelet.as_ref().map(|k| k as &dyn DeviceSource),
-        default_network: &default_network,
-        options: &options,
-    };
-    let mut plan = plan::plan(&pod, &inputs)?;
-    if let Some(conf) = &conf {
-        plan.warnings.splice(0..0, conf.warnings.iter().cloned());
-        // The auxiliary chain runs after the pod's networks (`--conf-dir`
-        // replaces the conf's `confDir` there too).
-        let conf = PlexusConf {
-            conf_dir: args
-                .conf_dir
-                .clone()
-                .unwrap_or_else(|| conf.conf_dir.clone()),
-            ..conf.clone()
-        };
-        if let Some(chain) =
-            crate::plan::auxiliary::load(crate::plan::auxiliary::ChainKeys::of(&conf))?
-        {
-            plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
-        }
-    }
-    Ok(pretty(&plan.to_value()))
-}
-
-fn first_conf(conf_dir: Option<&ConfDir>) -> Result<DefaultNetwork, CniError> {
-    let dir = conf_dir.ok_or_else(|| {
-        CniError::invalid_config(
-            "--default-network",
-            "no cluster-wide default network (multi-net-spec §6): give --default-network FILE, \
-             --config FILE or --conf-dir DIR",
-        )
-    })?;
-    let (path, list) = dir.first().ok_or_else(|| {
-        CniError::invalid_config(
-            "--conf-dir",
-            format!(
-                "{} holds no CNI config to use as the default network",
-                dir.path().display()
-            ),
-        )
-    })?;
-    Ok(DefaultNetwork {
-        network: list.name.clone().unwrap_or_else(|| "default".into()),
-        config: list.clone(),
-        source: path.display().to_string(),
-    })
-}
-
-fn parse_object(text: &str, field: &str) -> Result<Map<String, Value>, CniError> {
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(CniError::invalid_config(
-            field,
-            format!("must be a JSON object, got {}", manifest::json_type(&other)),
-        )),
-        Err(e) => Err(CniError::decode(field, e.to_string())),
-    }
-}
-
-fn read_json(path: &Path) -> Result<Value, CniError> {
-    let text = std::fs::read(path).map_err(|e| CniError::io(path.display().to_string(), e))?;
-    serde_json::from_slice(&text)
-        .map_err(|e| CniError::decode(path.display().to_string(), e.to_string()))
-}
-
-fn run_status(args: &StatusArgs) -> Result<String, CniError> {
-    let value = read_json(&args.result)?;
-    let origin = args.result.display().to_string();
-    let result = match &args.cni_version {
-        Some(v) => CniResult::from_value_as(&value, CniVersion::parse_field(v, "--cni-version")?),
-        None => CniResult::from_value(&value),
-    }
-    .map_err(|e| e.within(origin.as_str()))?;
-    if let Some(ifname) = &args.ifname {
-        crate::cni::names::check_ifname(ifname)
-            .map_err(|reason| CniError::invalid_config("--ifname", reason))?;
-    }
-    // §5.3.8: only a map that is valid device information (device-info-SPEC
-    // §3.1) may be published.
-    let device_info = args
-        .device_info
-        .as_deref()
-        .map(|path| {
-            DeviceInfo::from_value(&read_json(path)?).map_err(|e| CniError {
-                details: format!("--device-info {}: {}", path.display(), e.details),
-                ..e
-            })
-        })
-        .transpose()?;
-    let input = StatusInput {
-        network: &args.network,
-        ifname: args.ifname.as_deref(),
-        default: args.default,
-        gateway_request: args.default_route.as_deref(),
-        device_info,
-    };
-    Ok(pretty(
-        &NetworkStatus::from_result(Some(&result), &input).to_value(),
-    ))
 }
