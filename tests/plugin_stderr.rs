@@ -221,9 +221,27 @@ impl World {
         );
         let passed_on = match self.mode {
             Mode::Thin => String::from_utf8_lossy(&out.stderr).into_owned(),
-            Mode::Thick => self.daemon_log()[logged_before..].to_string(),
+            Mode::Thick => self.daemon_log_settled()[logged_before..].to_string(),
         };
         (out, took, passed_on)
+    }
+
+    /// The daemon's log once it has stopped growing for 300 ms (at most
+    /// `bound(10 s)`): the daemon passes a plugin's lines on as it gets
+    /// them, never holding up the call for them, so on slow (emulated) CPUs
+    /// the last may land just after the answer.
+    fn daemon_log_settled(&self) -> String {
+        let deadline = Instant::now() + plexus_testkit::bound(Duration::from_secs(10));
+        let mut log = self.daemon_log();
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(300));
+            let now = self.daemon_log();
+            if now.len() == log.len() {
+                break;
+            }
+            log = now;
+        }
+        log
     }
 
     fn daemon_log(&self) -> String {
