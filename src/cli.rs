@@ -79,8 +79,10 @@ struct InstallArgs {
     /// or a Multus thick daemon-config.json, whose keys are mapped or explained.
     #[arg(long, value_name = "FILE")]
     settings: Option<PathBuf>,
-    /// Thick mode: the socket `plexus daemon --socket` serves, named as the
-    /// conf's `daemonSocket` unless the settings name one.
+    /// The socket `plexus daemon --socket` serves, named as the conf's
+    /// `daemonSocket` when the settings are a Multus thick daemon-config
+    /// (they have `socketDir`) that names none. plexus's own settings choose
+    /// thin or thick by their `daemonSocket` alone.
     #[arg(long, value_name = "SOCKET")]
     daemon_socket: Option<PathBuf>,
     /// Without --watch: seconds to wait for the cluster network, then fail.

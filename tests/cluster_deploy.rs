@@ -1,19 +1,16 @@
 //! deploy/ on a real one-node cluster, as an operator deploys it (issue 24
 //! item 2): the image built from deploy/Containerfile with podman and
 //! imported into the node's containerd, `kubectl apply -k deploy/` with the
-//! manifests unchanged (thin mode: deploy/ as the base of an overlay that
-//! only takes the daemon's socket out), then the DaemonSet Ready, the
+//! manifests unchanged (thin mode: deploy/ as the base of an overlay whose
+//! ConfigMap leaves out the daemon's socket, deploy/README.md's one switch),
+//! then the DaemonSet Ready, the
 //! cluster network wrapped by `00-plexus.conflist`, the node Ready, a pod
 //! created with kubectl attached to a NAD (multi-net spec v1.3 §4.1.1), and
 //! `kubectl delete -k` removing the conflist. In both modes the pod's
 //! networks then follow `kubectl annotate` (dynamic networks, issue 26):
 //! the daemon container hot-plugs pods it ADDed (thick) and pods the
 //! runtime's plugin process ADDed (thin).
-//!
-//! The tests change what is deployed on the binary's one node, so they take
-//! turns.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use plexus_testkit::kube::status_entries;
@@ -23,26 +20,34 @@ use serde_json::Value;
 
 const CONFLIST: &str = "/etc/cni/net.d/00-plexus.conflist";
 
-/// One deployment at a time on the node.
-static DEPLOYMENT: Mutex<()> = Mutex::new(());
+/// Whether thick mode is on: the conflist's plexus entry names the
+/// daemon's socket (deploy/configmap.yaml), or runs every call on the host.
+fn conflist_plugin(node: &Node) -> Value {
+    let conflist: Value = serde_json::from_str(&node.exec_ok(&["cat", CONFLIST])).expect("JSON");
+    conflist["plugins"][0].clone()
+}
 
-/// What the operator checks after `kubectl apply -k`, then a pod with a
-/// NAD, then `kubectl delete -k`.
-fn deploy_attach_and_remove(mode: &[&str]) {
-    let _turn = DEPLOYMENT.lock().unwrap_or_else(|e| e.into_inner());
-    let node = node();
+/// What the operator checks after `kubectl apply -k` (`mode`: node-deploy's
+/// arguments): the conflist in that mode, then a pod with a NAD, hot-plug,
+/// and nothing left once its namespace is deleted.
+fn deploy_and_attach(node: &Node, mode: &[&str]) {
     node.deploy(mode);
-
+    let thick = !mode.contains(&"--thin");
     // The installer wrapped the cluster network's conf (the node-up's
-    // bridge + host-local conflist).
-    let conflist: serde_json::Value =
-        serde_json::from_str(&node.exec_ok(&["cat", CONFLIST])).expect("JSON");
-    let plugin = &conflist["plugins"][0];
-    assert_eq!(plugin["type"], "plexus", "{conflist:#}");
+    // bridge + host-local conflist), thin or thick as the ConfigMap says.
+    let mut plugin = Value::Null;
+    node.wait_for("the conflist in the chosen mode", HOT_PLUG, || {
+        plugin = conflist_plugin(node);
+        plugin.get("daemonSocket").is_some() == thick
+    });
+    assert_eq!(plugin["type"], "plexus", "{plugin:#}");
     assert_eq!(
         plugin["clusterNetwork"], "/etc/cni/net.d/10-cluster.conflist",
-        "{conflist:#}"
+        "{plugin:#}"
     );
+    if thick {
+        assert_eq!(plugin["daemonSocket"], "/run/plexus/plexus.sock");
+    }
     assert!(node.ready(), "the node stays Ready with plexus installed");
 
     // A pod created with kubectl gets the cluster network and a NAD.
@@ -70,8 +75,10 @@ spec:
     node.delete_namespace(&ns);
     assert!(node.ready(), "the node stays Ready");
     nothing_left_on_the_node(node);
+}
 
-    // `kubectl delete -k`: the installer's --cleanup removes the conflist.
+/// `kubectl delete -k`: the installer's --cleanup removes the conflist.
+fn remove(node: &Node, mode: &[&str]) {
     node.deploy(&[mode, &["--delete"]].concat());
     node.wait_for(
         "00-plexus.conflist removed",
@@ -184,21 +191,22 @@ fn nothing_left_on_the_node(node: &Node) {
     node.wait_for("the pods' DELs", HOT_PLUG, || left().trim().is_empty());
 }
 
-#[test]
-fn thin_mode_deploys_wraps_the_cluster_network_attaches_pods_and_uninstalls() {
-    if !plexus_testkit::require(&[Feature::KubeNode]) {
-        return;
-    }
-    deploy_attach_and_remove(&["--thin"]);
-}
-
 /// deploy/ exactly as it is: thick mode, the daemon container serving the
 /// calls with the netns paths containerd gives and the node's dynamically
-/// linked delegates.
+/// linked delegates. Then the one documented switch to thin mode
+/// (deploy/README.md): the ConfigMap's settings without `daemonSocket`, as
+/// an overlay, and the DaemonSet restarted. Issue 37 found the installer's
+/// `--daemon-socket` putting the socket back; now the conflist loses it
+/// and the runtime's own exec serves the next pod. Back to thick the same way,
+/// then removed.
 #[test]
-fn thick_mode_as_deployed_serves_the_pods() {
+fn thick_as_deployed_switched_to_thin_and_back_by_the_configmap() {
     if !plexus_testkit::require(&[Feature::KubeNode]) {
         return;
     }
-    deploy_attach_and_remove(&[]);
+    let node = node();
+    deploy_and_attach(node, &[]);
+    deploy_and_attach(node, &["--thin"]);
+    deploy_and_attach(node, &[]);
+    remove(node, &[]);
 }

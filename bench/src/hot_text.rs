@@ -13,6 +13,10 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use nix::sys::ptrace;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
 use plexus_dataplane::NetNs;
 use serde_json::Value;
 
@@ -187,13 +191,7 @@ impl<'s> Trace<'s> {
         let mut cmd = command(netns, program, &[], env);
         // SAFETY: only ptrace(2), async-signal-safe, runs before exec.
         unsafe {
-            cmd.pre_exec(|| {
-                let none = std::ptr::null_mut::<libc::c_void>();
-                if libc::ptrace(libc::PTRACE_TRACEME, 0, none, none) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            cmd.pre_exec(|| ptrace::traceme().map_err(std::io::Error::from));
         }
         let mut child = cmd
             .stderr(Stdio::null())
@@ -201,7 +199,7 @@ impl<'s> Trace<'s> {
             .map_err(|e| format!("{}: {e}", program.display()))?;
         // Small enough for the pipe: written before the child runs.
         let _ = child.stdin.take().expect("piped").write_all(stdin);
-        let pid = child.id() as libc::pid_t;
+        let pid = Pid::from_raw(child.id() as i32);
         let outcome = self.step(pid);
         if outcome.is_err() {
             // Reaped too: a traced child left a zombie otherwise.
@@ -210,8 +208,7 @@ impl<'s> Trace<'s> {
         }
         let mut stdout = Vec::new();
         let _ = child.stdout.take().expect("piped").read_to_end(&mut stdout);
-        let status = outcome?;
-        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        if outcome? != WaitStatus::Exited(pid, 0) {
             return Err(format!(
                 "traced {} failed: {}",
                 program.display(),
@@ -222,60 +219,26 @@ impl<'s> Trace<'s> {
     }
 
     /// Single-steps the stopped tracee `pid` to its end; its wait status.
-    fn step(&mut self, pid: libc::pid_t) -> Result<i32, String> {
-        let none = std::ptr::null_mut::<libc::c_void>();
-        let mut status = 0;
-        let wait = |status: &mut i32| {
-            // SAFETY: waits for our own child.
-            if unsafe { libc::waitpid(pid, status, 0) } != pid {
-                return Err(format!("waitpid: {}", std::io::Error::last_os_error()));
-            }
-            Ok(())
-        };
-        wait(&mut status)?; // stopped at exec
+    fn step(&mut self, pid: Pid) -> Result<WaitStatus, String> {
+        let wait = || waitpid(pid, None).map_err(|e| format!("waitpid: {e}"));
+        let mut status = wait()?; // stopped at exec
         for _ in 0..MAX_STEPS {
-            if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
-                return Ok(status);
-            }
             // A signal other than the step's own trap goes on to the tracee.
-            let signal = match libc::WSTOPSIG(status) {
-                libc::SIGTRAP => 0,
-                other => other,
+            let signal = match status {
+                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => return Ok(status),
+                WaitStatus::Stopped(_, Signal::SIGTRAP) => None,
+                WaitStatus::Stopped(_, other) => Some(other),
+                other => return Err(format!("tracee: unexpected wait status {other:?}")),
             };
-            // SAFETY: user_regs_struct is plain data PTRACE_GETREGS fills.
-            let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
-            let regs_ptr = (&mut regs as *mut libc::user_regs_struct).cast::<libc::c_void>();
-            // SAFETY: pid is our stopped tracee; the pointers are valid.
-            unsafe {
-                if libc::ptrace(libc::PTRACE_GETREGS, pid, none, regs_ptr) != 0 {
-                    return Err(format!(
-                        "PTRACE_GETREGS: {}",
-                        std::io::Error::last_os_error()
-                    ));
-                }
-            }
+            let regs = ptrace::getregs(pid).map_err(|e| format!("PTRACE_GETREGS: {e}"))?;
             if let Some(i) = self.symbols.find(regs.rip) {
                 if !self.seen[i] {
                     self.seen[i] = true;
                     self.order.push(i);
                 }
             }
-            // SAFETY: as above; the data argument is the signal number.
-            unsafe {
-                if libc::ptrace(
-                    libc::PTRACE_SINGLESTEP,
-                    pid,
-                    none,
-                    signal as usize as *mut libc::c_void,
-                ) != 0
-                {
-                    return Err(format!(
-                        "PTRACE_SINGLESTEP: {}",
-                        std::io::Error::last_os_error()
-                    ));
-                }
-            }
-            wait(&mut status)?;
+            ptrace::step(pid, signal).map_err(|e| format!("PTRACE_SINGLESTEP: {e}"))?;
+            status = wait()?;
         }
         Err(format!("more than {MAX_STEPS} instructions: stopped"))
     }

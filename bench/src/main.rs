@@ -171,6 +171,8 @@ fn invoke(
         .read_to_end(&mut stderr)
         .map_err(|e| e.to_string())?;
     let mut status = 0;
+    // wait4, not nix: nix wraps waitpid only, and the child's own rusage
+    // (not RUSAGE_CHILDREN's running total) is what is measured.
     // SAFETY: rusage is plain data; wait4 reaps our own child.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let pid = child.id() as libc::pid_t;

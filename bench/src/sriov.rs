@@ -29,8 +29,6 @@
 //! own with a temp directory bound over `/var/lib` before anything else, so
 //! every contender inherits it at no cost per exec.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -620,41 +618,15 @@ fn check_restored(node: &Node, pod: &Pod) -> Result<Vec<String>, String> {
 /// Moves the benchmark into a mount namespace of its own in which `dir` is
 /// `/var/lib` (see the module docs). Must run before any thread starts.
 fn private_var_lib(dir: &Path) -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).expect("no NUL in a path");
-    let (root, var_lib, source) = (c(Path::new("/")), c(Path::new("/var/lib")), c(dir));
-    let os_error = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
-    // SAFETY: plain system calls with valid NUL-terminated paths.
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWNS) != 0 {
-            return Err(os_error("unshare(CLONE_NEWNS)"));
-        }
-        // Nothing mounted here reaches the machine's namespace.
-        let private = libc::MS_REC | libc::MS_PRIVATE;
-        let none = std::ptr::null();
-        if libc::mount(
-            none,
-            root.as_ptr(),
-            none,
-            private,
-            none as *const libc::c_void,
-        ) != 0
-        {
-            return Err(os_error("mount --make-rprivate /"));
-        }
-        if libc::mount(
-            source.as_ptr(),
-            var_lib.as_ptr(),
-            none,
-            libc::MS_BIND,
-            none as *const libc::c_void,
-        ) != 0
-        {
-            return Err(os_error(&format!(
-                "mount --bind {} /var/lib",
-                dir.display()
-            )));
-        }
-    }
+    let none: Option<&str> = None;
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+        .map_err(|e| format!("unshare(CLONE_NEWNS): {e}"))?;
+    // Nothing mounted here reaches the machine's namespace.
+    mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
+        .map_err(|e| format!("mount --make-rprivate /: {e}"))?;
+    mount(Some(dir), "/var/lib", none, MsFlags::MS_BIND, none)
+        .map_err(|e| format!("mount --bind {} /var/lib: {e}", dir.display()))?;
     Ok(())
 }

@@ -55,14 +55,15 @@ pub const UNREAD: &[(&str, Unread)] = &[
         "daemonSocketDir",
         Unread::NoEffect(
             "Multus thick's socket directory; plexus's thick mode is daemonSocket, which \
-             `plexus install --daemon-socket` sets (README \"Thick mode\")",
+             plexus's settings (deploy/configmap.yaml) set (README \"Thick mode\")",
         ),
     ),
     (
         "socketDir",
         Unread::NoEffect(
             "Multus thick's socket directory; plexus's daemon listens on `plexus daemon --socket`, \
-             which `plexus install --daemon-socket` names as daemonSocket",
+             which `plexus install --daemon-socket` names as daemonSocket for a file that has \
+             socketDir",
         ),
     ),
     (

@@ -39,216 +39,38 @@
 pub mod attachment;
 pub mod auxiliary;
 pub mod claims;
+mod conf_dir;
+mod device_info;
 pub mod devices;
 pub mod error;
 pub mod hotplug;
+mod inputs;
 pub mod readiness;
+mod resolve;
 
-use std::cell::OnceCell;
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
 use crate::cluster::NadSource;
-use crate::cni::args::CniArgs;
 use crate::cni::config::{derive_request, NetworkConfigList};
-use crate::config::ClusterNetwork;
 use crate::netattach::deviceinfo;
-use crate::netattach::nad::NetworkAttachmentDefinition;
 use crate::netattach::names::NetworkRef;
 use crate::netattach::pod::Pod;
 use crate::netattach::selection::{
     parse_selection_annotation, NetworkSelectionElement, NETWORKS_ANNOTATION,
 };
-use crate::policy::SelectionPolicy;
 pub use attachment::{Attachment, DeviceInfoFiles, Plan, AUXILIARY_SOURCE, PLEXUS_ARGS};
+pub use conf_dir::ConfDir;
+use device_info::{cni_device_info_file, device_info_files, offer_device_info_file};
 use devices::{DeviceNeed, DeviceSource};
 use error::annotation_field;
 pub use error::{NotFound, PlanError, Unresolved};
+pub use inputs::{DefaultNetwork, PlanInputs, PlanOptions};
+pub use resolve::{cluster_network, default_network_from_file};
+use resolve::{resolve_default_network, resolve_nad, resolve_named, ResolvedNad};
 
 pub use crate::netattach::selection::DEFAULT_NETWORK_ANNOTATION;
-
-/// The CNI config files of a directory (`.conf`, `.conflist`, `.json`), read
-/// on first use. Invalid files and plexus's own conf are skipped with a warning.
-pub struct ConfDir {
-    path: PathBuf,
-    loaded: OnceCell<LoadedConfDir>,
-}
-
-/// The configs of a conf dir in file-name order, and warnings about skipped files.
-type LoadedConfDir = (Vec<(PathBuf, NetworkConfigList)>, Vec<String>);
-
-impl ConfDir {
-    pub fn new(path: impl Into<PathBuf>) -> ConfDir {
-        ConfDir {
-            path: path.into(),
-            loaded: OnceCell::new(),
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn entries(&self) -> &LoadedConfDir {
-        self.loaded.get_or_init(|| load_conf_dir(&self.path))
-    }
-
-    /// Warnings about files that were skipped (empty until the dir is read).
-    pub fn warnings(&self) -> &[String] {
-        self.loaded.get().map(|(_, w)| w.as_slice()).unwrap_or(&[])
-    }
-
-    /// §3.4.1 rules 2 and 3: a config list named `name`, else a single config
-    /// named `name`; in file-name order within each rule.
-    pub fn find(&self, name: &str) -> Option<(&Path, &NetworkConfigList)> {
-        let (entries, _) = self.entries();
-        let named = |single: bool| {
-            entries
-                .iter()
-                .find(|(_, l)| l.single == single && l.name.as_deref() == Some(name))
-                .map(|(p, l)| (p.as_path(), l))
-        };
-        named(false).or_else(|| named(true))
-    }
-
-    /// The config in the file named `file_name`, when it is one.
-    pub fn file(&self, file_name: &str) -> Option<(&Path, &NetworkConfigList)> {
-        self.entries()
-            .0
-            .iter()
-            .find(|(p, _)| p.file_name().is_some_and(|n| n == file_name))
-            .map(|(p, l)| (p.as_path(), l))
-    }
-
-    /// The first config in file-name order: the cluster network when none is
-    /// configured, as Multus's `--multus-conf-file=auto` picks it.
-    pub fn first(&self) -> Option<(&Path, &NetworkConfigList)> {
-        self.entries().0.first().map(|(p, l)| (p.as_path(), l))
-    }
-}
-
-fn load_conf_dir(dir: &Path) -> LoadedConfDir {
-    let mut warnings = Vec::new();
-    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                matches!(
-                    p.extension().and_then(|e| e.to_str()),
-                    Some("conf" | "conflist" | "json")
-                )
-            })
-            .collect(),
-        Err(e) => {
-            warnings.push(format!("conf dir {}: {e}", dir.display()));
-            Vec::new()
-        }
-    };
-    files.sort();
-    let mut entries = Vec::new();
-    for file in files {
-        let parsed = std::fs::read(&file)
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| NetworkConfigList::from_slice(&bytes).map_err(|e| e.to_string()));
-        match parsed {
-            Ok(list) if list.plugins.iter().any(|p| p.plugin_type == "plexus") => {
-                // Our own conf: planning with it would recurse.
-            }
-            Ok(list) => entries.push((file, list)),
-            Err(e) => warnings.push(format!("skipped {}: {e}", file.display())),
-        }
-    }
-    (entries, warnings)
-}
-
-/// The cluster-wide default network, resolved to a config list.
-#[derive(Debug, Clone)]
-pub struct DefaultNetwork {
-    /// How it is named in the plan and in network-status: `ns/name` for a NAD,
-    /// the config's `name` otherwise.
-    pub network: String,
-    pub config: NetworkConfigList,
-    /// Where the config came from, for humans.
-    pub source: String,
-}
-
-/// Everything the planner takes besides the pod.
-pub struct PlanInputs<'a> {
-    pub nads: &'a dyn NadSource,
-    pub conf_dir: Option<&'a ConfDir>,
-    /// kubelet's PodResources API, asked only when a network is backed by
-    /// a device-plugin resource; `None` off the node (no device IDs then).
-    pub devices: Option<&'a dyn DeviceSource>,
-    pub default_network: &'a DefaultNetwork,
-    pub options: &'a PlanOptions,
-}
-
-impl<'a> PlanInputs<'a> {
-    /// Inputs with NADs and no conf directory (no `clusterNetwork` file
-    /// beside plexus's conf) or kubelet to ask for devices: a plan made off
-    /// the node.
-    pub fn off_node(
-        nads: &'a dyn NadSource,
-        default_network: &'a DefaultNetwork,
-        options: &'a PlanOptions,
-    ) -> PlanInputs<'a> {
-        PlanInputs {
-            nads,
-            conf_dir: None,
-            devices: None,
-            default_network,
-            options,
-        }
-    }
-}
-
-/// What a plan is made of besides the pod and the cluster: the conf's
-/// selection policy, and the call it is for.
-#[derive(Debug, Clone)]
-pub struct PlanOptions {
-    pub policy: SelectionPolicy,
-    /// `CNI_IFNAME` the runtime gave: the default network's interface.
-    pub ifname: String,
-    pub container_id: Option<String>,
-    /// The runtime's `CNI_ARGS`, passed unchanged to the default network and
-    /// without `IP`/`MAC` to the others (§7.5); when absent they are made
-    /// from the pod as kubelet would send them.
-    pub cni_args: Option<CniArgs>,
-    /// The runtime's capability arguments (§7.5: default network only).
-    pub runtime_config: Map<String, Value>,
-}
-
-impl PlanOptions {
-    /// A plan under `policy` for the attachment the runtime names `ifname`,
-    /// with no container, `CNI_ARGS` or capability arguments until the
-    /// `with_` methods give them.
-    pub fn new(policy: SelectionPolicy, ifname: impl Into<String>) -> PlanOptions {
-        PlanOptions {
-            policy,
-            ifname: ifname.into(),
-            container_id: None,
-            cni_args: None,
-            runtime_config: Map::new(),
-        }
-    }
-
-    pub fn with_container(mut self, container_id: impl Into<String>) -> PlanOptions {
-        self.container_id = Some(container_id.into());
-        self
-    }
-
-    pub fn with_cni_args(mut self, cni_args: Option<CniArgs>) -> PlanOptions {
-        self.cni_args = cni_args;
-        self
-    }
-
-    pub fn with_runtime_config(mut self, runtime_config: Map<String, Value>) -> PlanOptions {
-        self.runtime_config = runtime_config;
-        self
-    }
-}
 
 /// A network to attach, before its config is resolved.
 struct Wanted {
@@ -478,105 +300,6 @@ fn device_ids(
     Ok(ids)
 }
 
-/// device-info-SPEC §4.2: the attachment's CNI device-info file, unique to
-/// it; `None` without a container ID (`plexus plan` off a runtime call).
-fn cni_device_info_file(network: &str, ifname: &str, options: &PlanOptions) -> Option<PathBuf> {
-    let container_id = options.container_id.as_deref()?;
-    Some(deviceinfo::cni_file(
-        &options.policy.device_info_dir,
-        network,
-        container_id,
-        ifname,
-    ))
-}
-
-/// device-info-SPEC §5.1.1: the file for the plugins that declare the
-/// `CNIDeviceInfoFile` capability.
-fn offer_device_info_file(capability_args: &mut Map<String, Value>, cni: Option<&Path>) {
-    if let Some(cni) = cni {
-        capability_args.insert(
-            deviceinfo::FILE_CAPABILITY.into(),
-            cni.display().to_string().into(),
-        );
-    }
-}
-
-/// The attachment's device-info files, when it has any: a device plugin's
-/// file to copy (§4.2.1) or a plugin that takes the CNI file, which the
-/// built-in drivers that describe their device always do
-/// ([`plexus_dataplane::drivers::describes_device`]). Without either the
-/// attachment has no device information and costs no file I/O.
-fn device_info_files(
-    cni: Option<PathBuf>,
-    plugins: &mut [Map<String, Value>],
-    device_plugin: Option<PathBuf>,
-) -> Option<DeviceInfoFiles> {
-    let path = cni.as_ref().map(|c| Value::from(c.display().to_string()));
-    let mut taken = false;
-    for plugin in plugins.iter_mut() {
-        let describes = plugin
-            .get("type")
-            .and_then(Value::as_str)
-            .is_some_and(plexus_dataplane::drivers::describes_device);
-        if describes {
-            // The path is plexus's to give: one a NAD's own runtimeConfig
-            // names would have the driver write a file anywhere on the node.
-            match &path {
-                Some(p) => {
-                    let rc = plugin.entry("runtimeConfig").or_insert_with(|| json!({}));
-                    if let Some(rc) = rc.as_object_mut() {
-                        rc.insert(deviceinfo::FILE_CAPABILITY.into(), p.clone());
-                    }
-                }
-                None => {
-                    if let Some(Value::Object(rc)) = plugin.get_mut("runtimeConfig") {
-                        rc.remove(deviceinfo::FILE_CAPABILITY);
-                    }
-                }
-            }
-        }
-        taken |= plugin
-            .get("runtimeConfig")
-            .and_then(|rc| rc.get(deviceinfo::FILE_CAPABILITY))
-            .is_some();
-    }
-    let cni = cni?;
-    (taken || device_plugin.is_some()).then_some(DeviceInfoFiles { cni, device_plugin })
-}
-
-/// §6: the configured cluster network, unless the pod overrides it with
-/// Multus's `v1.multus-cni.io/default-network` annotation.
-fn resolve_default_network(
-    pod: &Pod,
-    inputs: &PlanInputs,
-    warnings: &mut Vec<String>,
-) -> Result<DefaultNetwork, PlanError> {
-    let Some(value) = pod.annotations.get(DEFAULT_NETWORK_ANNOTATION) else {
-        return Ok(inputs.default_network.clone());
-    };
-    let field = format!("annotation {DEFAULT_NETWORK_ANNOTATION}");
-    let parsed = parse_selection_annotation(value).map_err(PlanError::DefaultNetworkAnnotation)?;
-    warnings.extend(parsed.warnings.into_iter().map(|w| format!("{field}: {w}")));
-    let [element] = parsed.elements.as_slice() else {
-        return Err(PlanError::DefaultNetworkCount {
-            found: parsed.elements.len(),
-        });
-    };
-    let reference = NetworkRef {
-        namespace: element
-            .namespace
-            .clone()
-            .unwrap_or_else(|| inputs.options.policy.plexus_namespace.clone()),
-        name: element.name.clone(),
-    };
-    let ResolvedNad { config, source, .. } = resolve_nad(&reference, inputs.nads, inputs.conf_dir)?;
-    Ok(DefaultNetwork {
-        network: reference.to_string(),
-        config,
-        source,
-    })
-}
-
 /// The NADs (`namespace`, `name`) the pod's selection annotation names and
 /// may select (§7.4 isolation applied), for a source to read ahead of
 /// planning ([`crate::cluster::Cluster::prefetch_nads`]): a hint only, the
@@ -725,60 +448,22 @@ fn check_isolation(pod: &Pod, want: &Wanted, options: &PlanOptions) -> Result<()
     })
 }
 
-/// A network resolved to the config it stands for.
-struct ResolvedNad {
-    /// How it is named in the plan and in network-status: `ns/name` for a
-    /// NAD, the config's `name` otherwise.
-    network: String,
-    config: NetworkConfigList,
-    /// Where the config came from.
-    source: String,
-    /// The device-plugin resource backing the network (its
-    /// `k8s.v1.cni.cncf.io/resourceName`).
-    resource_name: Option<String>,
-}
-
-/// §3.4.1: the config a NAD stands for, and where it came from.
-fn resolve_nad(
-    reference: &NetworkRef,
+/// The config a wanted network stands for.
+fn resolve_wanted(
+    want: &Wanted,
     nads: &dyn NadSource,
     conf_dir: Option<&ConfDir>,
+    plexus_namespace: &str,
 ) -> Result<ResolvedNad, PlanError> {
-    let not_found = PlanError::NetworkNotFound;
-    let nad = nads
-        .get(&reference.namespace, &reference.name)?
-        .ok_or_else(|| {
-            not_found(NotFound::Nad {
-                network: reference.clone(),
-            })
-        })?;
-    let resolved = |config, source| ResolvedNad {
-        network: reference.to_string(),
-        config,
-        source,
-        resource_name: nad.resource_name().map(String::from),
-    };
-    if let Some(text) = nad.spec_config() {
-        let source = format!("NetworkAttachmentDefinition {reference} spec.config");
-        let mut list = NetworkConfigList::from_slice(text.as_bytes())
-            .map_err(|e| e.within(source.as_str()))?;
-        // §3.4.2: a config that omits `name` gets the NAD's.
-        if list.name.as_deref().is_none_or(str::is_empty) {
-            list.name = Some(reference.name.clone());
-        }
-        return Ok(resolved(list, source));
-    }
-    let dir = conf_dir.ok_or_else(|| {
-        not_found(NotFound::NoConfDir {
-            network: reference.clone(),
-        })
-    })?;
-    match dir.find(&reference.name) {
-        Some((path, list)) => Ok(resolved(list.clone(), path.display().to_string())),
-        None => Err(not_found(NotFound::NotInConfDir {
-            network: reference.clone(),
-            dir: dir.path().to_path_buf(),
-        })),
+    match &want.target {
+        Target::Nad(reference) => resolve_nad(reference, nads, conf_dir),
+        Target::Named(name) => resolve_named(&want.label, name, nads, conf_dir, plexus_namespace),
+        Target::Inline(list) => Ok(ResolvedNad {
+            network: list.name.clone().unwrap_or_else(|| want.label.clone()),
+            config: list.clone(),
+            source: want.label.clone(),
+            resource_name: None,
+        }),
     }
 }
 
@@ -928,157 +613,4 @@ pub fn add_auxiliary_chain(
         device_info: None,
     });
     Ok(())
-}
-
-/// Resolve plexus's configured cluster network: `delegates[0]`, or
-/// `clusterNetwork` as `resolve_named` reads it.
-pub fn cluster_network(
-    conf: &ClusterNetwork,
-    nads: &dyn NadSource,
-    conf_dir: Option<&ConfDir>,
-    plexus_namespace: &str,
-) -> Result<DefaultNetwork, PlanError> {
-    let resolved = match conf {
-        ClusterNetwork::Inline(list) => ResolvedNad {
-            network: list.name.clone().unwrap_or_else(|| "default".into()),
-            config: list.clone(),
-            source: "delegates[0]".into(),
-            resource_name: None,
-        },
-        ClusterNetwork::Reference(name) => {
-            resolve_named("clusterNetwork", name, nads, conf_dir, plexus_namespace)?
-        }
-    };
-    Ok(DefaultNetwork {
-        network: resolved.network,
-        config: resolved.config,
-        source: resolved.source,
-    })
-}
-
-/// The config a wanted network stands for.
-fn resolve_wanted(
-    want: &Wanted,
-    nads: &dyn NadSource,
-    conf_dir: Option<&ConfDir>,
-    plexus_namespace: &str,
-) -> Result<ResolvedNad, PlanError> {
-    match &want.target {
-        Target::Nad(reference) => resolve_nad(reference, nads, conf_dir),
-        Target::Named(name) => resolve_named(&want.label, name, nads, conf_dir, plexus_namespace),
-        Target::Inline(list) => Ok(ResolvedNad {
-            network: list.name.clone().unwrap_or_else(|| want.label.clone()),
-            config: list.clone(),
-            source: want.label.clone(),
-            resource_name: None,
-        }),
-    }
-}
-
-/// `clusterNetwork` and each `defaultNetworks` entry (`field`), as Multus's
-/// `getNetDelegate` reads them: an absolute path is a config file (or a
-/// NetworkAttachmentDefinition manifest) or a directory, whose first config
-/// in file-name order is taken (plexus's own skipped); anything else is a
-/// NAD (in `multusNamespace` unless `ns/name`) if one exists, else the `name`
-/// of a config in `confDir`.
-fn resolve_named(
-    field: &str,
-    name: &str,
-    nads: &dyn NadSource,
-    conf_dir: Option<&ConfDir>,
-    plexus_namespace: &str,
-) -> Result<ResolvedNad, PlanError> {
-    let not_found = |why: Unresolved| {
-        PlanError::NetworkNotFound(NotFound::Name {
-            field: field.to_string(),
-            name: name.to_string(),
-            why,
-        })
-    };
-    let path = Path::new(name);
-    if path.is_absolute() {
-        if path.is_dir() {
-            let dir = ConfDir::new(path);
-            let (file, list) = dir
-                .first()
-                .ok_or_else(|| not_found(Unresolved::EmptyDirectory))?;
-            return Ok(ResolvedNad {
-                network: config_name(list, file)?,
-                config: list.clone(),
-                source: file.display().to_string(),
-                resource_name: None,
-            });
-        }
-        if path.is_file() {
-            return network_from_file(path);
-        }
-        return Err(not_found(Unresolved::NoSuchPath));
-    }
-    if let Ok(reference) = NetworkRef::parse(name, plexus_namespace) {
-        if nads.get(&reference.namespace, &reference.name)?.is_some() {
-            return resolve_nad(&reference, nads, conf_dir);
-        }
-    }
-    if let Some((file, list)) = conf_dir.and_then(|d| d.find(name)) {
-        return Ok(ResolvedNad {
-            network: name.to_string(),
-            config: list.clone(),
-            source: file.display().to_string(),
-            resource_name: None,
-        });
-    }
-    Err(not_found(Unresolved::Unknown {
-        namespace: plexus_namespace.to_string(),
-        conf_dir: conf_dir.map(|d| d.path().to_path_buf()),
-    }))
-}
-
-/// A config's `name`, which names its network in the plan and network-status.
-fn config_name(config: &NetworkConfigList, origin: &Path) -> Result<String, PlanError> {
-    config.name.clone().ok_or_else(|| {
-        PlanError::config(
-            format!("{}: name", origin.display()),
-            "a network given as a file needs a name",
-        )
-    })
-}
-
-/// A cluster network from a file: a CNI config or config list (JSON), or a
-/// NetworkAttachmentDefinition manifest.
-pub fn default_network_from_file(path: &Path) -> Result<DefaultNetwork, PlanError> {
-    let resolved = network_from_file(path)?;
-    Ok(DefaultNetwork {
-        network: resolved.network,
-        config: resolved.config,
-        source: resolved.source,
-    })
-}
-
-/// A network from a file: a CNI config or config list (JSON), or a
-/// NetworkAttachmentDefinition manifest.
-fn network_from_file(path: &Path) -> Result<ResolvedNad, PlanError> {
-    let origin = path.display().to_string();
-    let docs = crate::manifest::load(path)?;
-    let [doc] = docs.as_slice() else {
-        return Err(PlanError::config(
-            &origin,
-            format!("must hold one network, holds {} documents", docs.len()),
-        ));
-    };
-    if doc.kind() == Some("NetworkAttachmentDefinition") {
-        let nad = NetworkAttachmentDefinition::from_value(&doc.value)
-            .map_err(|e| e.within(origin.as_str()))?;
-        let reference = nad.network_ref(crate::manifest::DEFAULT_NAMESPACE);
-        let mut nads = BTreeMap::new();
-        nads.insert((reference.namespace.clone(), reference.name.clone()), nad);
-        return resolve_nad(&reference, &nads, None);
-    }
-    let config =
-        NetworkConfigList::from_value(&doc.value).map_err(|e| e.within(origin.as_str()))?;
-    Ok(ResolvedNad {
-        network: config_name(&config, path)?,
-        config,
-        source: origin,
-        resource_name: None,
-    })
 }

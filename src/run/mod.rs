@@ -29,14 +29,16 @@
 //!   typed; the CNI code is chosen where plexus answers (see [`error`]).
 
 pub mod claims;
+mod cluster_network;
+mod device_info;
 pub mod error;
 pub mod exec;
 pub mod hotplug;
 pub mod passthru;
 pub mod registry;
+pub mod route_hook;
 pub mod routes;
 
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,53 +46,28 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 
 use crate::cni::args::CniArgs;
-use crate::cni::config::derive_request;
 use crate::cni::durable;
 use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
 use crate::cni::error::CniError;
-use crate::cni::result::{CniResult, Route};
+use crate::cni::result::CniResult;
 use crate::cni::skel::{valid_attachments_value, Request, ValidAttachment, VALID_ATTACHMENTS};
 use crate::cni::CniVersion;
-use crate::netattach::deviceinfo::{self, DeviceInfo};
+use crate::netattach::deviceinfo::DeviceInfo;
 use crate::plan::{Attachment, DefaultNetwork, Plan};
 use crate::record::{Cache, CachedAttachment, Lookup, Record, RecordError, State};
-use plexus_dataplane::session::{PodLookup, Session};
+use plexus_dataplane::session::PodLookup;
 
+pub use cluster_network::status;
+use cluster_network::ClusterPluginCall;
+use device_info::{
+    collect_device_info, copy_device_plugin_info, device_plugin_info, remove_device_info,
+    OptionalDeviceInfo,
+};
 pub use error::RunError;
 pub use exec::{ExecError, ExecPlugin};
-pub use registry::Registry;
 use registry::Served;
-
-/// Where plugins come from: the runtime's `CNI_PATH`, plexus's `binDir`
-/// (searched after it, and passed on in `CNI_PATH` so delegates of
-/// delegates find their IPAM too), and the registry deciding between
-/// built-in and exec'd plugins.
-#[derive(Clone)]
-pub struct Delegates<'a> {
-    pub cni_path: Vec<PathBuf>,
-    pub bin_dir: Option<PathBuf>,
-    pub registry: &'a Registry,
-}
-
-impl Delegates<'_> {
-    /// The invocation's data-plane session (the registry's): the check of
-    /// `CNI_NETNS` opens the pod's namespace in it, once for the built-in
-    /// plugins too.
-    fn session(&self) -> &Session {
-        self.registry.session()
-    }
-
-    /// `CNI_PATH` of every plugin plexus runs.
-    pub fn search_path(&self) -> Vec<PathBuf> {
-        let mut dirs = self.cni_path.clone();
-        if let Some(bin) = &self.bin_dir {
-            if !dirs.contains(bin) {
-                dirs.push(bin.clone());
-            }
-        }
-        dirs
-    }
-}
+pub use registry::{Delegates, Registry};
+pub use route_hook::{set_default_routes, strip_default_routes, NoRouteHook, RouteHook};
 
 /// Makes the plan DEL runs when plexus has no readable record (see
 /// [`Executor::del`]).
@@ -140,69 +117,6 @@ pub struct GcReport {
     /// `(container ID, ifname)` of every stale record torn down.
     pub deleted: Vec<(String, String)>,
     pub warnings: Vec<String>,
-}
-
-/// multi-net-spec §4.1.2.1.9: the routing step after an attachment is added.
-/// The data plane implements it. Each method changes the kernel and updates
-/// `result` to say what it did, so that the cached result (the prevResult of
-/// CHECK and DEL, and the source of network-status) matches the pod.
-pub trait RouteHook {
-    /// Remove the default routes of `ifname` in `netns`: the cluster-wide
-    /// default network's, when another attachment takes the default route.
-    fn clear_default_route(
-        &self,
-        netns: &Path,
-        ifname: &str,
-        result: &mut CniResult,
-    ) -> Result<(), RunError>;
-
-    /// Send the default route through `gateways` (in order of preference)
-    /// on `ifname` in `netns`.
-    fn set_default_route(
-        &self,
-        netns: &Path,
-        ifname: &str,
-        gateways: &[IpAddr],
-        result: &mut CniResult,
-    ) -> Result<(), RunError>;
-}
-
-/// Leaves routes and results alone: an executor's hook until one is set
-/// ([`Executor::with_route_hook`]); the plugin's ADD sets the data plane's
-/// (`NetlinkRouteHook` in `src/plugin.rs`), so only executors that never
-/// apply a `default-route` selection keep this one.
-pub struct NoRouteHook;
-
-impl RouteHook for NoRouteHook {
-    fn clear_default_route(&self, _: &Path, _: &str, _: &mut CniResult) -> Result<(), RunError> {
-        Ok(())
-    }
-
-    fn set_default_route(
-        &self,
-        _: &Path,
-        _: &str,
-        _: &[IpAddr],
-        _: &mut CniResult,
-    ) -> Result<(), RunError> {
-        Ok(())
-    }
-}
-
-/// For [`RouteHook`] implementations: drop the default routes from a result.
-pub fn strip_default_routes(result: &mut CniResult) {
-    result.routes.retain(|r| !r.is_default());
-}
-
-/// For [`RouteHook`] implementations: replace the result's default routes of
-/// each gateway's family by one route per gateway.
-pub fn set_default_routes(result: &mut CniResult, gateways: &[IpAddr]) {
-    result
-        .routes
-        .retain(|r| !(r.is_default() && gateways.iter().any(|g| g.is_ipv4() == r.dst.is_ipv4())));
-    result
-        .routes
-        .extend(gateways.iter().map(|gw| Route::default_via(*gw)));
 }
 
 /// Runs plans and tears them down.
@@ -823,73 +737,6 @@ impl Executor {
     }
 }
 
-/// cni-SPEC §2 STATUS of the cluster network, as libcni's
-/// `GetStatusNetworkList` (which Multus's `CmdStatus` calls): every plugin
-/// of its chain in order, built in or exec'd, the first error being the
-/// answer (cni-SPEC §2: "If the delegated plugin return an error result, the
-/// executing plugin should return an error result"), with its code (50, 51,
-/// ...) and naming the plugin. A chain older than 1.1.0 has no STATUS and is
-/// not asked, as libcni does not ask it; built-in plugins included, as a
-/// STATUS request below 1.1.0 is no valid request (cni-SPEC §2).
-pub fn status(delegates: &Delegates, cluster: &DefaultNetwork) -> Result<(), RunError> {
-    let list = &cluster.config;
-    let name = list.name.as_deref().unwrap_or(&cluster.network);
-    let version = list
-        .select_version()
-        .map_err(|e| RunError::ClusterNetwork {
-            network: name.to_string(),
-            source: Box::new(e.into()),
-        })?;
-    if version < CniVersion::V1_1_0 {
-        return Ok(());
-    }
-    let call = ClusterPluginCall {
-        delegates,
-        network: name,
-        version,
-        command: CniCommand::Status,
-    };
-    for (i, plugin) in list.plugins.iter().enumerate() {
-        call.run(i, plugin, Map::new(), |p, req| p.status(req))?;
-    }
-    Ok(())
-}
-
-/// A command about the cluster network rather than an attachment (GC,
-/// STATUS), sent to its plugins one by one.
-struct ClusterPluginCall<'c, 'd> {
-    delegates: &'c Delegates<'d>,
-    network: &'c str,
-    version: CniVersion,
-    command: CniCommand,
-}
-
-impl ClusterPluginCall<'_, '_> {
-    /// `call` on plugin `i`, its request the plugin's configuration plus
-    /// `extra`; an error names the network, position and type.
-    fn run(
-        &self,
-        i: usize,
-        plugin: &crate::cni::config::PluginConfig,
-        extra: Map<String, Value>,
-        call: impl FnOnce(&Served, &Request) -> Result<(), RunError>,
-    ) -> Result<(), RunError> {
-        let mut config = derive_request(plugin, self.network, self.version, &Map::new(), None);
-        config.extend(extra);
-        let called = (|| -> Result<(), RunError> {
-            let env = CniEnv::config_only(self.command, self.delegates.search_path())?;
-            let req = Request::from_config(env, config)?;
-            call(&self.delegates.registry.serve(&plugin.plugin_type)?, &req)
-        })();
-        called.map_err(|e| RunError::ClusterPlugin {
-            network: self.network.to_string(),
-            index: i,
-            plugin_type: plugin.plugin_type.clone(),
-            source: Box::new(e),
-        })
-    }
-}
-
 /// Mark an attachment's ADD as started: until it finishes, every plugin of
 /// it may have left something behind.
 fn begin(cached: &mut CachedAttachment) {
@@ -967,87 +814,6 @@ fn del_chain(
         remove_device_info(att)?;
     }
     Ok(())
-}
-
-/// A device-info file's content, or `None` and, when the file was there
-/// but could not be used, the warning saying why (device-info is optional,
-/// multi-net-spec §5.3.8).
-type OptionalDeviceInfo = (Option<DeviceInfo>, Option<String>);
-
-/// device-info-SPEC §4.2.1: the device plugin's information about the
-/// attachment's device, read (and checked) before anything is added; `None`
-/// when the device plugin wrote none, which device plugins may (§4.1.1).
-/// A file that cannot be read or is invalid is the warning beside `None`:
-/// the attachment goes on without device-info (multi-net-spec §5.3.8 makes
-/// it optional; Multus's `CopyDeviceInfoForCNIFromDP` failing only logs).
-fn device_plugin_info(att: &Attachment) -> OptionalDeviceInfo {
-    let Some(path) = att
-        .device_info
-        .as_ref()
-        .and_then(|f| f.device_plugin.as_ref())
-    else {
-        return (None, None);
-    };
-    optional_device_info(att, deviceinfo::load(path))
-}
-
-/// A device-info file's content, or, when it cannot be read or is invalid,
-/// none and the warning that says so and what follows.
-fn optional_device_info(
-    att: &Attachment,
-    loaded: Result<Option<DeviceInfo>, CniError>,
-) -> OptionalDeviceInfo {
-    match loaded {
-        Ok(info) => (info, None),
-        Err(e) => (
-            None,
-            Some(format!(
-                "{} ({}): {}; the attachment goes on without device-info \
-                 (multi-net-spec §5.3.8)",
-                att.network, att.ifname, e.details
-            )),
-        ),
-    }
-}
-
-/// §4.2.1: copy the device plugin's information to the attachment's CNI
-/// file, where its plugins find it (§5.1.2).
-fn copy_device_plugin_info(att: &Attachment, info: Option<&DeviceInfo>) -> Result<(), RunError> {
-    let (Some(info), Some(files)) = (info, &att.device_info) else {
-        return Ok(());
-    };
-    deviceinfo::store(&files.cni, info).map_err(|e| cni_file_error(att, &files.cni, e))
-}
-
-/// A failure on the attachment's CNI device-info file, naming it.
-fn cni_file_error(att: &Attachment, path: &Path, e: std::io::Error) -> RunError {
-    RunError::DeviceInfoFile {
-        network: att.network.clone(),
-        ifname: att.ifname.clone(),
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    }
-}
-
-/// §6.1.1: after the chain, what the attachment's CNI file holds; a file a
-/// plugin left unreadable or invalid is a warning, as in
-/// [`device_plugin_info`] (Multus's `getDelegateDeviceInfo` failing only
-/// logs).
-fn collect_device_info(att: &Attachment) -> OptionalDeviceInfo {
-    let Some(files) = &att.device_info else {
-        return (None, None);
-    };
-    optional_device_info(att, deviceinfo::load(&files.cni))
-}
-
-/// §4.2.1: "When CNI DELETE action is called, the NPWG Implementation must
-/// delete the CNI Plugin Device Information File"; once every plugin's DEL
-/// succeeded, so a DEL retried still finds what its plugins may read.
-fn remove_device_info(att: &Attachment) -> Result<(), RunError> {
-    let Some(files) = &att.device_info else {
-        return Ok(());
-    };
-    deviceinfo::remove(&files.cni).map_err(|e| cni_file_error(att, &files.cni, e))
 }
 
 /// The environment of one attachment's plugins.

@@ -5,6 +5,7 @@
 //! that delegate IPAM, so a chain mixes both freely.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -183,6 +184,37 @@ impl Served<'_> {
 
     pub(crate) fn status(&self, req: &Request) -> Result<(), RunError> {
         on_served!(self, status(req))
+    }
+}
+
+/// Where plugins come from: the runtime's `CNI_PATH`, plexus's `binDir`
+/// (searched after it, and passed on in `CNI_PATH` so delegates of
+/// delegates find their IPAM too), and the registry deciding between
+/// built-in and exec'd plugins.
+#[derive(Clone)]
+pub struct Delegates<'a> {
+    pub cni_path: Vec<PathBuf>,
+    pub bin_dir: Option<PathBuf>,
+    pub registry: &'a Registry,
+}
+
+impl Delegates<'_> {
+    /// The invocation's data-plane session (the registry's): the check of
+    /// `CNI_NETNS` opens the pod's namespace in it, once for the built-in
+    /// plugins too.
+    pub(super) fn session(&self) -> &Session {
+        self.registry.session()
+    }
+
+    /// `CNI_PATH` of every plugin plexus runs.
+    pub fn search_path(&self) -> Vec<PathBuf> {
+        let mut dirs = self.cni_path.clone();
+        if let Some(bin) = &self.bin_dir {
+            if !dirs.contains(bin) {
+                dirs.push(bin.clone());
+            }
+        }
+        dirs
     }
 }
 

@@ -14,13 +14,16 @@
 use std::fs::File;
 use std::io;
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sched::{setns, CloneFlags};
 
 use crate::process::stdout_ok;
 
@@ -313,13 +316,8 @@ impl Relay {
                 while !stop.load(Ordering::Relaxed) {
                     // Woken at once by a connection, and every 50 ms to see
                     // whether to stop: a relay must add no latency of its own.
-                    let mut pending = libc::pollfd {
-                        fd: listener.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    };
-                    // SAFETY: one valid pollfd for the call's duration.
-                    if unsafe { libc::poll(&mut pending, 1, 50) } <= 0 {
+                    let mut pending = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+                    if !matches!(poll(&mut pending, PollTimeout::from(50u8)), Ok(n) if n > 0) {
                         continue;
                     }
                     match listener.accept() {
@@ -394,9 +392,7 @@ fn listen_in(netns: &Path, port: u16) -> io::Result<TcpListener> {
     std::thread::scope(|s| {
         s.spawn(|| {
             // A thread of its own: it ends in the namespace it switched to.
-            if unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            setns(&target, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
             let deadline = Instant::now() + Duration::from_secs(5);
             loop {
                 match TcpListener::bind(("127.0.0.1", port)) {

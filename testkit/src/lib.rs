@@ -125,7 +125,7 @@ impl Feature {
     }
 
     fn probe(self) -> Option<Cow<'static, str>> {
-        let root = unsafe { libc::geteuid() } == 0;
+        let root = nix::unistd::geteuid().is_root();
         let reason = |missing: bool, why: &'static str| missing.then_some(Cow::Borrowed(why));
         match self {
             Feature::Root => reason(!root, "not running as root"),
@@ -376,7 +376,7 @@ mod tests {
 
     #[test]
     fn probes_agree_with_the_machine() {
-        assert_eq!(has(Feature::Root), unsafe { libc::geteuid() } == 0);
+        assert_eq!(has(Feature::Root), nix::unistd::geteuid().is_root());
         assert_eq!(
             has(Feature::ReferencePlugins),
             REFERENCE_PLUGINS

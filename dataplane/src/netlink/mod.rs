@@ -20,6 +20,7 @@
 
 mod address;
 mod link;
+mod link_spec;
 mod neighbour;
 mod route;
 pub(crate) mod socket;
@@ -42,7 +43,7 @@ use crate::netns::NetNs;
 use socket::NetlinkSocket;
 
 pub use address::{Address, AddressOptions};
-pub use link::{
+pub use link_spec::{
     validate_ifname, BridgeInfo, BridgePortInfo, BridgePortOptions, BridgeSpec, BridgeVlan,
     IpoibInfo, IpoibSpec, IpvlanMode, IpvlanSpec, Link, LinkKind, LinkUpdate, MacvlanMode,
     MacvlanSpec, Master, VethSpec,

@@ -59,25 +59,33 @@ pub struct Note {
 
 impl Settings {
     /// Split `map`; `root` is where the installer sees the node (`--root`),
-    /// which Multus's paths (its container's view) are read against;
-    /// `daemon_socket` (`--daemon-socket`) is thick mode's socket unless the
-    /// settings name one, so a Multus thick user's file runs thick too.
+    /// which Multus's paths (its container's view) are read against.
+    ///
+    /// Thin or thick is the settings' `daemonSocket`, and nothing else: with
+    /// it the runtime's exec forwards to the daemon, without it every call
+    /// runs on the host. `daemon_socket` (`--daemon-socket`) only translates
+    /// a Multus thick daemon-config.json, which says thick by its
+    /// `socketDir`, into plexus's socket; plexus's own settings without
+    /// `daemonSocket` stay thin whatever the flag says.
     pub fn from_map(
         map: Map<String, Value>,
         root: &Path,
         daemon_socket: Option<&Path>,
     ) -> Result<Settings, InstallError> {
         let mut settings = Settings::default();
-        if let Some(socket) = daemon_socket {
-            if !map.keys().any(|k| fold_eq(k, "daemonSocket")) {
-                let socket = socket.display().to_string();
-                settings.conf.insert("daemonSocket".into(), socket.into());
-            }
-        }
+        let names_socket = map.keys().any(|k| fold_eq(k, "daemonSocket"));
         let mut dirs: Vec<(String, PathBuf)> = Vec::new();
         for (key, value) in map {
             let is = |name: &str| fold_eq(&key, name);
-            if is("cniConfigDir") || is("multusAutoconfigDir") {
+            if let (true, false, Some(socket)) = (is("socketDir"), names_socket, daemon_socket) {
+                let socket = socket.display().to_string();
+                let what = format!(
+                    "a Multus thick daemon-config: plexus runs thick too, daemonSocket {socket} \
+                     (--daemon-socket)"
+                );
+                settings.conf.insert("daemonSocket".into(), socket.into());
+                settings.note(key, true, what);
+            } else if is("cniConfigDir") || is("multusAutoconfigDir") {
                 let dir = text(&key, &value)?;
                 dirs.push((key, PathBuf::from(dir)));
             } else if is("multusConfigFile") {
@@ -276,7 +284,7 @@ mod tests {
     }
 
     #[test]
-    fn daemon_socket_is_a_default_the_settings_may_override() {
+    fn daemon_socket_translates_a_multus_thick_file_and_never_overrides_the_settings() {
         let socket = Path::new("/run/plexus/plexus.sock");
         let map = |v: Value| v.as_object().unwrap().clone();
         let s = Settings::from_map(
@@ -290,6 +298,16 @@ mod tests {
             map(json!({"daemonSocket": "/run/plexus/plexus.sock"}))
         );
         assert_eq!(s.notes[0].key, "socketDir");
+        assert!(s.notes[0].mapped, "{:?}", s.notes);
+        // plexus's own settings without daemonSocket are thin mode, the flag
+        // notwithstanding: the ConfigMap is the one switch (deploy/README.md).
+        let s = Settings::from_map(
+            map(json!({"namespaceIsolation": true})),
+            Path::new("/host"),
+            Some(socket),
+        )
+        .unwrap();
+        assert_eq!(s.conf, map(json!({"namespaceIsolation": true})));
         let s = Settings::from_map(
             map(json!({"DaemonSocket": "/run/other.sock"})),
             Path::new("/"),
@@ -298,7 +316,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.conf, map(json!({"DaemonSocket": "/run/other.sock"})));
         let err = Settings::from_map(
-            map(json!({})),
+            map(json!({"socketDir": "/run/multus/"})),
             Path::new("/"),
             Some(Path::new("run/x.sock")),
         )

@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 
+use nix::sys::signal::{SigSet, Signal};
 use plexus_testkit::device_plugin::{Config, DevicePlugin, DEVINFO_DIR, PLUGIN_DIR};
 
 fn main() {
@@ -67,21 +68,14 @@ fn usage(why: &str) -> ! {
 }
 
 /// SIGTERM and SIGINT, blocked in this thread (and so in the ones it starts).
-fn termination_signals() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data that sigemptyset initialises; the
-    // calls get valid pointers to it and change only this thread's mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
+fn termination_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.thread_block().expect("block SIGTERM and SIGINT");
+    set
 }
 
-fn wait_for(signals: &libc::sigset_t) {
-    let mut signal = 0;
-    // SAFETY: a valid, initialised set and an out-parameter it writes.
-    unsafe { libc::sigwait(signals, &mut signal) };
+fn wait_for(signals: &SigSet) {
+    let _ = signals.wait();
 }

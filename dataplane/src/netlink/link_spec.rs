@@ -1,0 +1,679 @@
+//! What a link is (as the kernel reports it) and what a caller asks for
+//! (the specs of veth, bridge, macvlan, ipvlan and IPoIB links, changes,
+//! bridge ports and VLANs), with their netlink encodings; the requests that
+//! use them are in [`super::link`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use netlink_packet_route::link as nl;
+
+use super::Guid;
+use crate::error::{Error, Result};
+use crate::mac::MacAddr;
+use crate::netns::NetNs;
+
+/// A network interface as the kernel reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Link {
+    pub index: u32,
+    pub name: String,
+    /// `None` for devices without rtnl link ops (e.g. `lo`, physical NICs).
+    pub kind: Option<LinkKind>,
+    pub mtu: u32,
+    /// `None` when the device has no 6-byte hardware address.
+    pub mac: Option<MacAddr>,
+    /// Administratively up (IFF_UP).
+    pub up: bool,
+    /// Carrier present (IFF_LOWER_UP).
+    pub lower_up: bool,
+    /// Promiscuous mode set by a user (not counting bridge membership).
+    pub promisc: bool,
+    pub allmulti: bool,
+    pub txqueuelen: u32,
+    /// Index of the master device (bridge), if enslaved.
+    pub master: Option<u32>,
+    /// IFLA_LINK: the veth peer's or macvlan lower device's index, which may
+    /// be in another namespace (then `parent_netnsid` is set).
+    pub parent: Option<u32>,
+    pub parent_netnsid: Option<i32>,
+    pub macvlan_mode: Option<MacvlanMode>,
+    pub ipvlan_mode: Option<IpvlanMode>,
+    /// Bridge settings, when this link is a bridge.
+    pub bridge: Option<BridgeInfo>,
+    /// Bridge-port settings, when this link is enslaved to a bridge.
+    pub bridge_port: Option<BridgePortInfo>,
+    /// IPoIB settings, when this link is an IPoIB device.
+    pub ipoib: Option<IpoibInfo>,
+    /// The device the netdev belongs to (IFLA_PARENT_DEV_NAME, kernel 5.15+):
+    /// a PCI address such as `0000:01:10.0` for a NIC or an SR-IOV VF, in
+    /// whatever namespace the netdev sits. `None` for virtual links.
+    pub parent_device: Option<String>,
+    /// The link layer is InfiniBand (ARPHRD_INFINIBAND): a 20-byte hardware
+    /// address, and SR-IOV VFs with node and port GUIDs.
+    pub infiniband: bool,
+    /// The port GUID in an IPoIB netdev's 20-byte hardware address.
+    pub ib_guid: Option<Guid>,
+}
+
+/// What an IPoIB device's `IFLA_INFO_DATA` says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IpoibInfo {
+    /// The partition key (0x8000 set: full membership).
+    pub pkey: Option<u16>,
+    /// `IPOIB_MODE_DATAGRAM` (0) or `IPOIB_MODE_CONNECTED` (1).
+    pub mode: Option<u16>,
+    pub umcast: Option<u16>,
+}
+
+/// An IPoIB child of the IPoIB device `parent`, created in the handle's
+/// namespace (the kernel cannot create one straight into another: the
+/// InfiniBand port belongs to the host's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpoibSpec {
+    pub name: String,
+    pub parent: u32,
+    pub info: IpoibInfo,
+    pub mtu: Option<u32>,
+}
+
+impl IpoibSpec {
+    /// The RTM_NEWLINK body that creates this child.
+    pub fn message(&self) -> nl::LinkMessage {
+        let mut data = Vec::new();
+        data.extend(self.info.pkey.map(nl::InfoIpoib::Pkey));
+        data.extend(self.info.mode.map(|m| nl::InfoIpoib::Mode(m.into())));
+        data.extend(self.info.umcast.map(nl::InfoIpoib::UmCast));
+        let mut msg = new_link_message(
+            &self.name,
+            nl::InfoKind::Ipoib,
+            (!data.is_empty()).then_some(nl::InfoData::Ipoib(data)),
+        );
+        msg.attributes.push(nl::LinkAttribute::Link(self.parent));
+        common_attributes(&mut msg, self.mtu, None, false);
+        msg
+    }
+}
+
+/// The kernel's link type (IFLA_INFO_KIND).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LinkKind {
+    Veth,
+    Bridge,
+    Macvlan,
+    Macvtap,
+    Ipvlan,
+    Vlan,
+    Vxlan,
+    Ifb,
+    Dummy,
+    Tun,
+    Ipoib,
+    Other(String),
+}
+
+impl LinkKind {
+    pub(super) fn from_kernel(kind: &str) -> LinkKind {
+        match kind {
+            "veth" => LinkKind::Veth,
+            "bridge" => LinkKind::Bridge,
+            "macvlan" => LinkKind::Macvlan,
+            "macvtap" => LinkKind::Macvtap,
+            "ipvlan" => LinkKind::Ipvlan,
+            "vlan" => LinkKind::Vlan,
+            "vxlan" => LinkKind::Vxlan,
+            "ifb" => LinkKind::Ifb,
+            "dummy" => LinkKind::Dummy,
+            "tun" => LinkKind::Tun,
+            "ipoib" => LinkKind::Ipoib,
+            other => LinkKind::Other(other.to_string()),
+        }
+    }
+}
+
+/// Bridge-level settings of a bridge link.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BridgeInfo {
+    pub vlan_filtering: bool,
+}
+
+/// Per-port settings of a link enslaved to a bridge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BridgePortInfo {
+    pub hairpin: bool,
+    pub isolated: bool,
+}
+
+/// Macvlan modes, named as in `ip link` and the CNI macvlan plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MacvlanMode {
+    Bridge,
+    Private,
+    Vepa,
+    Passthru,
+    Source,
+}
+
+impl MacvlanMode {
+    pub const ALL: [MacvlanMode; 5] = [
+        MacvlanMode::Bridge,
+        MacvlanMode::Private,
+        MacvlanMode::Vepa,
+        MacvlanMode::Passthru,
+        MacvlanMode::Source,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MacvlanMode::Bridge => "bridge",
+            MacvlanMode::Private => "private",
+            MacvlanMode::Vepa => "vepa",
+            MacvlanMode::Passthru => "passthru",
+            MacvlanMode::Source => "source",
+        }
+    }
+
+    pub(super) fn to_nl(self) -> nl::MacVlanMode {
+        match self {
+            MacvlanMode::Bridge => nl::MacVlanMode::Bridge,
+            MacvlanMode::Private => nl::MacVlanMode::Private,
+            MacvlanMode::Vepa => nl::MacVlanMode::Vepa,
+            MacvlanMode::Passthru => nl::MacVlanMode::Passthrough,
+            MacvlanMode::Source => nl::MacVlanMode::Source,
+        }
+    }
+
+    pub(super) fn from_nl(mode: &nl::MacVlanMode) -> Option<Self> {
+        Some(match mode {
+            nl::MacVlanMode::Bridge => MacvlanMode::Bridge,
+            nl::MacVlanMode::Private => MacvlanMode::Private,
+            nl::MacVlanMode::Vepa => MacvlanMode::Vepa,
+            nl::MacVlanMode::Passthrough => MacvlanMode::Passthru,
+            nl::MacVlanMode::Source => MacvlanMode::Source,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for MacvlanMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for MacvlanMode {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        MacvlanMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "macvlan mode",
+                    s,
+                    "expected bridge, private, vepa, passthru or source",
+                )
+            })
+    }
+}
+
+/// Ipvlan modes, named as in `ip link` and the CNI ipvlan plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpvlanMode {
+    L2,
+    L3,
+    L3s,
+}
+
+impl IpvlanMode {
+    pub const ALL: [IpvlanMode; 3] = [IpvlanMode::L2, IpvlanMode::L3, IpvlanMode::L3s];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpvlanMode::L2 => "l2",
+            IpvlanMode::L3 => "l3",
+            IpvlanMode::L3s => "l3s",
+        }
+    }
+
+    pub(super) fn to_nl(self) -> nl::IpVlanMode {
+        match self {
+            IpvlanMode::L2 => nl::IpVlanMode::L2,
+            IpvlanMode::L3 => nl::IpVlanMode::L3,
+            IpvlanMode::L3s => nl::IpVlanMode::L3S,
+        }
+    }
+
+    pub(super) fn from_nl(mode: &nl::IpVlanMode) -> Option<Self> {
+        Some(match mode {
+            nl::IpVlanMode::L2 => IpvlanMode::L2,
+            nl::IpVlanMode::L3 => IpvlanMode::L3,
+            nl::IpVlanMode::L3S => IpvlanMode::L3s,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for IpvlanMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for IpvlanMode {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        IpvlanMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| Error::invalid("ipvlan mode", s, "expected l2, l3 or l3s"))
+    }
+}
+
+/// A veth pair to create. The local end (`name`) is created in the handle's
+/// namespace; the peer is created directly in `peer_netns` (one kernel round
+/// trip, no create-then-move) or next to the local end when `None`.
+#[derive(Debug, Clone)]
+pub struct VethSpec<'a> {
+    pub name: String,
+    pub peer_name: String,
+    pub peer_netns: Option<&'a NetNs>,
+    /// MTU of both ends.
+    pub mtu: Option<u32>,
+    pub mac: Option<MacAddr>,
+    pub peer_mac: Option<MacAddr>,
+    /// Enslave the local end to this bridge (index in the handle's
+    /// namespace) as part of the creation; if that fails nothing is created.
+    pub master: Option<u32>,
+    /// Bring the local end up as part of the creation. (There is no
+    /// `peer_up`: the kernel opens the peer before the pair is linked, and
+    /// veth refuses that with ENOTCONN. Bring the peer up with a handle in
+    /// its namespace.)
+    pub up: bool,
+}
+
+impl<'a> VethSpec<'a> {
+    /// Both ends in the handle's namespace, down, kernel-chosen MTU and MACs.
+    pub fn new(name: impl Into<String>, peer_name: impl Into<String>) -> Self {
+        VethSpec {
+            name: name.into(),
+            peer_name: peer_name.into(),
+            peer_netns: None,
+            mtu: None,
+            mac: None,
+            peer_mac: None,
+            master: None,
+            up: false,
+        }
+    }
+}
+
+/// A bridge to create in the handle's namespace.
+#[derive(Debug, Clone)]
+pub struct BridgeSpec {
+    pub name: String,
+    pub mtu: Option<u32>,
+    pub mac: Option<MacAddr>,
+    pub vlan_filtering: Option<bool>,
+    pub up: bool,
+}
+
+impl BridgeSpec {
+    pub fn new(name: impl Into<String>) -> Self {
+        BridgeSpec {
+            name: name.into(),
+            mtu: None,
+            mac: None,
+            vlan_filtering: None,
+            up: false,
+        }
+    }
+}
+
+/// A macvlan to create on `master` (an index in the handle's namespace),
+/// directly inside `netns` when given.
+#[derive(Debug, Clone)]
+pub struct MacvlanSpec<'a> {
+    pub name: String,
+    pub master: u32,
+    pub mode: MacvlanMode,
+    pub netns: Option<&'a NetNs>,
+    pub mtu: Option<u32>,
+    pub mac: Option<MacAddr>,
+    pub up: bool,
+}
+
+impl<'a> MacvlanSpec<'a> {
+    pub fn new(name: impl Into<String>, master: u32, mode: MacvlanMode) -> Self {
+        MacvlanSpec {
+            name: name.into(),
+            master,
+            mode,
+            netns: None,
+            mtu: None,
+            mac: None,
+            up: false,
+        }
+    }
+}
+
+/// An ipvlan to create on `master` (an index in the handle's namespace),
+/// directly inside `netns` when given. Ipvlan devices share the master's MAC
+/// address, so there is no `mac`.
+#[derive(Debug, Clone)]
+pub struct IpvlanSpec<'a> {
+    pub name: String,
+    pub master: u32,
+    pub mode: IpvlanMode,
+    pub netns: Option<&'a NetNs>,
+    pub mtu: Option<u32>,
+    pub up: bool,
+}
+
+impl<'a> IpvlanSpec<'a> {
+    pub fn new(name: impl Into<String>, master: u32, mode: IpvlanMode) -> Self {
+        IpvlanSpec {
+            name: name.into(),
+            master,
+            mode,
+            netns: None,
+            mtu: None,
+            up: false,
+        }
+    }
+}
+
+/// Master (controller) change for [`LinkUpdate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Master {
+    /// Enslave to the device with this index (a bridge).
+    Set(u32),
+    /// Leave the current master.
+    Release,
+}
+
+/// Changes applied to one link in a single RTM_SETLINK request. Fields left
+/// `None` are not touched. The kernel applies them in its own fixed order
+/// (namespace move first, admin state last). Kernels before 6.2 refuse to
+/// rename a link that is up.
+#[derive(Debug, Clone, Default)]
+pub struct LinkUpdate<'a> {
+    pub up: Option<bool>,
+    pub mtu: Option<u32>,
+    pub mac: Option<MacAddr>,
+    pub master: Option<Master>,
+    pub promisc: Option<bool>,
+    pub allmulti: Option<bool>,
+    pub txqueuelen: Option<u32>,
+    pub name: Option<String>,
+    /// Move the link into this namespace (IFLA_NET_NS_FD).
+    pub netns: Option<&'a NetNs>,
+}
+
+/// Bridge-port options; `None` leaves an option unchanged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BridgePortOptions {
+    /// Reflect frames back out of the port they came in on.
+    pub hairpin: Option<bool>,
+    /// Isolated ports can only talk to non-isolated ports.
+    pub isolated: Option<bool>,
+}
+
+/// A VLAN on a bridge port (or on the bridge itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BridgeVlan {
+    pub vid: u16,
+    /// Untagged ingress frames are assigned to this VLAN.
+    pub pvid: bool,
+    /// Frames of this VLAN leave the port untagged.
+    pub untagged: bool,
+}
+
+impl BridgeVlan {
+    /// A tagged VLAN (neither PVID nor untagged).
+    pub fn tagged(vid: u16) -> Self {
+        BridgeVlan {
+            vid,
+            pvid: false,
+            untagged: false,
+        }
+    }
+
+    /// The port's native VLAN: PVID and untagged.
+    pub fn native(vid: u16) -> Self {
+        BridgeVlan {
+            vid,
+            pvid: true,
+            untagged: true,
+        }
+    }
+}
+
+/// Checks an interface name the way the kernel's `dev_valid_name` does
+/// (the one rule, [`plexus_cni::names::check_ifname`]), so the error names
+/// the field instead of coming back as a bare EINVAL.
+pub fn validate_ifname(name: &str) -> Result<()> {
+    plexus_cni::names::check_ifname(name)
+        .map_err(|reason| Error::invalid("interface name", name, reason))
+}
+
+pub(super) fn check_vid(vid: u16) -> Result<()> {
+    if (1..=4094).contains(&vid) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "VLAN id",
+            vid.to_string(),
+            "must be 1..=4094",
+        ))
+    }
+}
+
+impl Link {
+    pub(super) fn from_message(m: &nl::LinkMessage) -> Link {
+        let flags = m.header.flags;
+        let mut link = Link {
+            index: m.header.index,
+            up: flags.contains(nl::LinkFlags::Up),
+            lower_up: flags.contains(nl::LinkFlags::LowerUp),
+            promisc: flags.contains(nl::LinkFlags::Promisc),
+            allmulti: flags.contains(nl::LinkFlags::Allmulti),
+            infiniband: m.header.link_layer_type == nl::LinkLayerType::Infiniband,
+            ..Link::default()
+        };
+        for attr in &m.attributes {
+            match attr {
+                nl::LinkAttribute::IfName(n) => link.name = n.clone(),
+                nl::LinkAttribute::Mtu(v) => link.mtu = *v,
+                nl::LinkAttribute::Address(b) => {
+                    link.mac = MacAddr::from_slice(b);
+                    link.ib_guid = Guid::from_ipoib_address(b);
+                }
+                nl::LinkAttribute::TxQueueLen(v) => link.txqueuelen = *v,
+                nl::LinkAttribute::Controller(v) => link.master = Some(*v).filter(|v| *v != 0),
+                nl::LinkAttribute::Link(v) => link.parent = Some(*v).filter(|v| *v != 0),
+                nl::LinkAttribute::LinkNetNsId(id) => link.parent_netnsid = Some(*id),
+                nl::LinkAttribute::LinkInfo(infos) => link.apply_info(infos),
+                nl::LinkAttribute::ParentDevName(name) => link.parent_device = Some(name.clone()),
+                _ => {}
+            }
+        }
+        link
+    }
+
+    pub(super) fn apply_info(&mut self, infos: &[nl::LinkInfo]) {
+        for info in infos {
+            match info {
+                nl::LinkInfo::Kind(k) => self.kind = Some(LinkKind::from_kernel(&k.to_string())),
+                nl::LinkInfo::Data(nl::InfoData::MacVlan(data)) => {
+                    for d in data {
+                        if let nl::InfoMacVlan::Mode(m) = d {
+                            self.macvlan_mode = MacvlanMode::from_nl(m);
+                        }
+                    }
+                }
+                nl::LinkInfo::Data(nl::InfoData::IpVlan(data)) => {
+                    for d in data {
+                        if let nl::InfoIpVlan::Mode(m) = d {
+                            self.ipvlan_mode = IpvlanMode::from_nl(m);
+                        }
+                    }
+                }
+                nl::LinkInfo::Data(nl::InfoData::Ipoib(data)) => {
+                    let mut info = IpoibInfo::default();
+                    for d in data {
+                        match d {
+                            nl::InfoIpoib::Pkey(v) => info.pkey = Some(*v),
+                            nl::InfoIpoib::Mode(m) => info.mode = Some(u16::from(*m)),
+                            nl::InfoIpoib::UmCast(v) => info.umcast = Some(*v),
+                            _ => {}
+                        }
+                    }
+                    self.ipoib = Some(info);
+                }
+                nl::LinkInfo::Data(nl::InfoData::Bridge(data)) => {
+                    let mut b = BridgeInfo::default();
+                    for d in data {
+                        if let nl::InfoBridge::VlanFiltering(v) = d {
+                            b.vlan_filtering = *v;
+                        }
+                    }
+                    self.bridge = Some(b);
+                }
+                nl::LinkInfo::PortData(nl::InfoPortData::BridgePort(data)) => {
+                    let mut p = BridgePortInfo::default();
+                    for d in data {
+                        match d {
+                            nl::InfoBridgePort::HairpinMode(v) => p.hairpin = *v,
+                            nl::InfoBridgePort::Isolated(v) => p.isolated = *v,
+                            _ => {}
+                        }
+                    }
+                    self.bridge_port = Some(p);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+pub(super) fn set_flag(header: &mut nl::LinkHeader, flag: nl::LinkFlags, on: bool) {
+    header.flags.set(flag, on);
+    header.change_mask |= flag;
+}
+
+/// A NEWLINK message for a device of `kind` named `name`.
+pub(super) fn new_link_message(
+    name: &str,
+    kind: nl::InfoKind,
+    data: Option<nl::InfoData>,
+) -> nl::LinkMessage {
+    let mut msg = nl::LinkMessage::default();
+    msg.attributes
+        .push(nl::LinkAttribute::IfName(name.to_string()));
+    let mut info = vec![nl::LinkInfo::Kind(kind)];
+    info.extend(data.map(nl::LinkInfo::Data));
+    msg.attributes.push(nl::LinkAttribute::LinkInfo(info));
+    msg
+}
+
+/// Attributes shared by every creation: MTU, MAC, admin state.
+pub(super) fn common_attributes(
+    msg: &mut nl::LinkMessage,
+    mtu: Option<u32>,
+    mac: Option<MacAddr>,
+    up: bool,
+) {
+    if let Some(mtu) = mtu {
+        msg.attributes.push(nl::LinkAttribute::Mtu(mtu));
+    }
+    if let Some(mac) = mac {
+        msg.attributes
+            .push(nl::LinkAttribute::Address(mac.0.to_vec()));
+    }
+    if up {
+        set_flag(&mut msg.header, nl::LinkFlags::Up, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ifname_rules_match_the_kernel() {
+        for ok in ["eth0", "eth0.100", "veth1234567890a", "net1", "a-b_c@d"] {
+            validate_ifname(ok).unwrap();
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a:b",
+            "a b",
+            "a\tb",
+            "veth1234567890ab",
+            "a\0",
+        ] {
+            assert!(
+                matches!(validate_ifname(bad), Err(Error::Invalid { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn macvlan_modes_parse_and_display() {
+        for m in MacvlanMode::ALL {
+            assert_eq!(m.as_str().parse::<MacvlanMode>().unwrap(), m);
+            assert_eq!(MacvlanMode::from_nl(&m.to_nl()), Some(m));
+        }
+        assert!("passthrough".parse::<MacvlanMode>().is_err());
+    }
+
+    #[test]
+    fn ipvlan_modes_parse_and_display() {
+        for m in IpvlanMode::ALL {
+            assert_eq!(m.as_str().parse::<IpvlanMode>().unwrap(), m);
+            assert_eq!(IpvlanMode::from_nl(&m.to_nl()), Some(m));
+        }
+        assert!("L2".parse::<IpvlanMode>().is_err());
+    }
+
+    #[test]
+    fn a_reply_names_the_parent_device_and_the_link_layer() {
+        let mut msg = nl::LinkMessage::default();
+        msg.header.index = 7;
+        msg.header.link_layer_type = nl::LinkLayerType::Infiniband;
+        msg.attributes
+            .push(nl::LinkAttribute::ParentDevName("0000:01:10.2".into()));
+        msg.attributes
+            .push(nl::LinkAttribute::ParentDevBusName("pci".into()));
+        let mut ipoib_address = vec![0, 0, 0, 0x48, 0xfe, 0x80, 0, 0, 0, 0, 0, 0];
+        ipoib_address.extend([0, 0, 0, 0, 0, 0, 0, 9]);
+        msg.attributes
+            .push(nl::LinkAttribute::Address(ipoib_address));
+        let link = Link::from_message(&msg);
+        assert_eq!(link.parent_device.as_deref(), Some("0000:01:10.2"));
+        assert!(link.infiniband);
+        assert_eq!((link.mac, link.ib_guid), (None, Some(Guid(9))));
+        let plain = Link::from_message(&nl::LinkMessage::default());
+        assert_eq!((plain.parent_device, plain.infiniband), (None, false));
+        assert_eq!(plain.ib_guid, None);
+    }
+
+    #[test]
+    fn vid_range() {
+        assert!(check_vid(0).is_err());
+        assert!(check_vid(4095).is_err());
+        check_vid(1).unwrap();
+        check_vid(4094).unwrap();
+    }
+}

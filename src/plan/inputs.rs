@@ -1,0 +1,98 @@
+//! What the planner takes besides the pod: where NADs, confs and devices
+//! come from, the default network, and the policy and call it plans for.
+
+use serde_json::{Map, Value};
+
+use super::conf_dir::ConfDir;
+use super::devices::DeviceSource;
+use crate::cluster::NadSource;
+use crate::cni::args::CniArgs;
+use crate::cni::config::NetworkConfigList;
+use crate::policy::SelectionPolicy;
+
+/// Everything the planner takes besides the pod.
+pub struct PlanInputs<'a> {
+    pub nads: &'a dyn NadSource,
+    pub conf_dir: Option<&'a ConfDir>,
+    /// kubelet's PodResources API, asked only when a network is backed by
+    /// a device-plugin resource; `None` off the node (no device IDs then).
+    pub devices: Option<&'a dyn DeviceSource>,
+    pub default_network: &'a DefaultNetwork,
+    pub options: &'a PlanOptions,
+}
+
+impl<'a> PlanInputs<'a> {
+    /// Inputs with NADs and no conf directory (no `clusterNetwork` file
+    /// beside plexus's conf) or kubelet to ask for devices: a plan made off
+    /// the node.
+    pub fn off_node(
+        nads: &'a dyn NadSource,
+        default_network: &'a DefaultNetwork,
+        options: &'a PlanOptions,
+    ) -> PlanInputs<'a> {
+        PlanInputs {
+            nads,
+            conf_dir: None,
+            devices: None,
+            default_network,
+            options,
+        }
+    }
+}
+
+/// What a plan is made of besides the pod and the cluster: the conf's
+/// selection policy, and the call it is for.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    pub policy: SelectionPolicy,
+    /// `CNI_IFNAME` the runtime gave: the default network's interface.
+    pub ifname: String,
+    pub container_id: Option<String>,
+    /// The runtime's `CNI_ARGS`, passed unchanged to the default network and
+    /// without `IP`/`MAC` to the others (§7.5); when absent they are made
+    /// from the pod as kubelet would send them.
+    pub cni_args: Option<CniArgs>,
+    /// The runtime's capability arguments (§7.5: default network only).
+    pub runtime_config: Map<String, Value>,
+}
+
+impl PlanOptions {
+    /// A plan under `policy` for the attachment the runtime names `ifname`,
+    /// with no container, `CNI_ARGS` or capability arguments until the
+    /// `with_` methods give them.
+    pub fn new(policy: SelectionPolicy, ifname: impl Into<String>) -> PlanOptions {
+        PlanOptions {
+            policy,
+            ifname: ifname.into(),
+            container_id: None,
+            cni_args: None,
+            runtime_config: Map::new(),
+        }
+    }
+
+    pub fn with_container(mut self, container_id: impl Into<String>) -> PlanOptions {
+        self.container_id = Some(container_id.into());
+        self
+    }
+
+    pub fn with_cni_args(mut self, cni_args: Option<CniArgs>) -> PlanOptions {
+        self.cni_args = cni_args;
+        self
+    }
+
+    pub fn with_runtime_config(mut self, runtime_config: Map<String, Value>) -> PlanOptions {
+        self.runtime_config = runtime_config;
+        self
+    }
+}
+
+/// The cluster-wide default network, resolved to a config list.
+#[derive(Debug, Clone)]
+pub struct DefaultNetwork {
+    /// How it is named in the plan and in network-status: `ns/name` for a NAD,
+    /// the config's `name` otherwise.
+    pub network: String,
+    pub config: NetworkConfigList,
+    /// Where the config came from, for humans.
+    pub source: String,
+}
