@@ -39,6 +39,33 @@ pub fn fold_object<'a>(obj: &'a Map<String, Value>, known: &[&str]) -> Folded<'a
     out
 }
 
+/// `obj` with each key that selects one of `fields` ([`fold_object`])
+/// spelled as that field, the other keys as written. serde reads a struct
+/// with a `#[serde(flatten)]` field as a map, whose keys
+/// [`crate::casefold`] cannot fold: decoders of such structs spell the keys
+/// first, as Go matches them.
+pub fn spell_keys(obj: &Map<String, Value>, fields: &[&str]) -> Value {
+    let f = fold_object(obj, fields);
+    let known = f
+        .known
+        .iter()
+        .zip(fields)
+        .filter_map(|(entry, field)| entry.map(|(_, v)| (field.to_string(), v.clone())));
+    let unknown = f.unknown.iter().map(|(k, v)| (k.to_string(), (*v).clone()));
+    Value::Object(known.chain(unknown).collect())
+}
+
+/// The keys of the object `v` that select none of `fields` as Go matches
+/// them (keys a struct decode ignores), in document order.
+pub fn unknown_keys<'a>(v: &'a Value, fields: &[&str]) -> Vec<&'a str> {
+    v.as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| select(k, fields).is_none())
+        .collect()
+}
+
 /// A short rendering of a JSON value for error messages: `5`, `"eth0"`, or an
 /// abbreviated object.
 pub fn describe(v: &Value) -> String {
@@ -110,12 +137,18 @@ pub fn optional_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>
 /// `#[serde(default, deserialize_with)]` for a list of strings; a bad
 /// element is named by its index (`[1]: must be a string, got 5`).
 pub fn strings<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    optional_strings(d).map(Option::unwrap_or_default)
+}
+
+/// `#[serde(default, deserialize_with)]` for a list of strings that may be
+/// absent, told apart from an empty one.
+pub fn optional_strings<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
     let Some(items) = kind(d, "a list", |v| match v {
         Value::Array(items) => Ok(items),
         v => Err(v),
     })?
     else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     items
         .into_iter()
@@ -127,7 +160,8 @@ pub fn strings<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
                 want("a string", &v)
             ))),
         })
-        .collect()
+        .collect::<Result<_, _>>()
+        .map(Some)
 }
 
 /// `#[serde(default, deserialize_with)]` for an optional `u32`.
@@ -137,26 +171,139 @@ pub fn optional_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::E
     })
 }
 
+/// `#[serde(deserialize_with)]` for a required TCP/UDP/SCTP port, 1 to
+/// 65535.
+pub fn port<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+    kind(d, "an integer from 1 to 65535", |v| {
+        v.as_u64()
+            .filter(|p| *p > 0)
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or(v)
+    })?
+    .ok_or_else(|| de::Error::custom(REQUIRED))
+}
+
+/// `#[serde(default, deserialize_with)]` for an optional integer above 0.
+pub fn optional_positive_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    kind(d, "a positive integer", |v| {
+        v.as_u64().filter(|n| *n > 0).ok_or(v)
+    })
+}
+
+/// `#[serde(default, deserialize_with)]` for an optional boolean.
+pub fn optional_boolean<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    kind(d, "a boolean", |v| v.as_bool().ok_or(v))
+}
+
 /// `#[serde(default, deserialize_with)]` for a boolean, false when absent.
 pub fn boolean<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    kind(d, "a boolean", |v| v.as_bool().ok_or(v)).map(Option::unwrap_or_default)
+    optional_boolean(d).map(Option::unwrap_or_default)
 }
 
 /// `#[serde(default, deserialize_with)]` for an object kept as JSON.
 pub fn optional_object<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    kind(
-        d,
-        "an object",
-        |v| if v.is_object() { Ok(v) } else { Err(v) },
-    )
+    optional_map(d).map(|m| m.map(Value::Object))
+}
+
+/// `#[serde(default, deserialize_with)]` for an object kept as a JSON map.
+pub fn optional_map<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Map<String, Value>>, D::Error> {
+    kind(d, "an object", |v| match v {
+        Value::Object(m) => Ok(m),
+        v => Err(v),
+    })
+}
+
+/// `#[serde(default, deserialize_with)]` for a list, empty when absent or
+/// `null` (a Go nil slice).
+pub fn list<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
+}
+
+/// `#[serde(default, deserialize_with)]` for an optional struct, which must
+/// be written as an object.
+pub fn optional_struct<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    Ok(Option::<ObjectOnly<T>>::deserialize(d)?.map(|o| o.0))
+}
+
+/// `#[serde(default, deserialize_with)]` for an optional list of structs,
+/// each written as an object.
+pub fn optional_structs<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Vec<T>>, D::Error> {
+    Ok(Option::<Vec<ObjectOnly<T>>>::deserialize(d)?
+        .map(|items| items.into_iter().map(|o| o.0).collect()))
+}
+
+/// A struct read only from a JSON object: serde_json (and so
+/// [`crate::casefold`]) also reads a struct from a list of its fields' values,
+/// which Go refuses. The refusal says `expected struct`, which
+/// [`decode_error`] words as Go does.
+struct ObjectOnly<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::deserialize(NoSeqStruct(d)).map(ObjectOnly)
+    }
+}
+
+/// A deserializer handing structs a visitor that refuses a sequence.
+struct NoSeqStruct<D>(D);
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for NoSeqStruct<D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_any(visitor)
+    }
+
+    fn deserialize_struct<V: de::Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_struct(name, fields, MapOnly(visitor))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map enum identifier ignored_any
+    }
+}
+
+/// A struct's visitor that accepts a map only (serde's default for the other
+/// `visit_*` is an `invalid type` error naming what it expects).
+struct MapOnly<V>(V);
+
+impl<'de, V: de::Visitor<'de>> de::Visitor<'de> for MapOnly<V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.expecting(f)
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.0.visit_map(map)
+    }
 }
 
 /// A decoding failure of `input` (read through [`crate::casefold`]) as a
 /// code-6 error `key: reason`, the key the path of the value that failed
-/// (`pci.pci-address`, `ips[1]`); `what` names the input itself. serde
-/// names a missing field in the message of the map holding it, and a map of
-/// the wrong type by the Rust type; both are said as the keys are.
+/// (`pci.pci-address`, `ips[1]`); `what` names the input itself.
 pub fn decode_error(e: PathError, input: &Value, what: &str) -> CniError {
+    let (at, reason) = decode_failure(e, input, what);
+    CniError::decode(at, reason)
+}
+
+/// [`decode_error`]'s key and reason, for callers with their own error type.
+/// serde names a missing field in the message of the map holding it, and a
+/// value of the wrong shape by the Rust type; both are said as the keys are.
+pub fn decode_failure(e: PathError, input: &Value, what: &str) -> (String, String) {
     let message = e.error.to_string();
     let join = |key: &str| match (e.path.as_str(), key) {
         ("", key) => key.to_string(),
@@ -167,27 +314,46 @@ pub fn decode_error(e: PathError, input: &Value, what: &str) -> CniError {
         .strip_prefix("missing field `")
         .and_then(|m| m.strip_suffix('`'))
     {
-        return CniError::decode(join(key), REQUIRED);
+        return (join(key), REQUIRED.to_string());
     }
     let at = if e.path.is_empty() {
-        what
+        what.to_string()
     } else {
-        e.path.as_str()
+        e.path.clone()
     };
+    let value = || value_at(input, &e.path).unwrap_or(&Value::Null);
     if message.contains(", expected struct ") {
-        let value = e
-            .path
-            .split('.')
-            .filter(|key| !key.is_empty())
-            .try_fold(input, |v, key| v.get(key))
-            .unwrap_or(&Value::Null);
-        return CniError::decode(at, want("an object", value));
+        return (at, want("an object", value()));
+    }
+    if message.ends_with(", expected a sequence") {
+        return (at, want("a list", value()));
     }
     match message.split_once(": ") {
         // A list's element (`[1]: must be ...`).
-        Some((index, reason)) if index.starts_with('[') => CniError::decode(join(index), reason),
-        _ => CniError::decode(at, message),
+        Some((index, reason)) if index.starts_with('[') => (join(index), reason.to_string()),
+        _ => (at, message),
     }
+}
+
+/// The value at a [`PathError`] path (`a.b[2].c`). Keys may hold dots, so
+/// each step takes a key of the object that the path continues from.
+fn value_at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    if path.is_empty() {
+        return Some(v);
+    }
+    if let Some(rest) = path.strip_prefix('[') {
+        let (index, rest) = rest.split_once(']')?;
+        return value_at(v.get(index.parse::<usize>().ok()?)?, rest);
+    }
+    let path = path.strip_prefix('.').unwrap_or(path);
+    v.as_object()?.iter().find_map(|(key, child)| {
+        let rest = path.strip_prefix(key.as_str())?;
+        if rest.is_empty() || rest.starts_with(['.', '[']) {
+            value_at(child, rest)
+        } else {
+            None
+        }
+    })
 }
 
 /// An IPv4 or IPv6 address with an optional `/prefix` whose length fits the
@@ -289,5 +455,70 @@ mod tests {
         let long = json!({"k": "a".repeat(100)});
         assert!(describe(&long).ends_with("..."));
         assert_eq!(want("a string", &json!(5)), "must be a string, got 5");
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Inner {
+        #[serde(default, deserialize_with = "optional_positive_u64")]
+        rate: Option<u64>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Outer {
+        #[serde(default, deserialize_with = "optional_struct")]
+        one: Option<Inner>,
+        #[serde(default, deserialize_with = "optional_structs")]
+        many: Option<Vec<Inner>>,
+    }
+
+    fn failure(v: Value) -> (String, String) {
+        let e = crate::casefold::from_value_at::<Outer>(&v).unwrap_err();
+        decode_failure(e, &v, "outer")
+    }
+
+    #[test]
+    fn structs_only_from_objects_named_by_path() {
+        let o: Outer =
+            crate::casefold::from_value(&json!({"ONE": {"Rate": 2}, "many": [{"rate": 3}]}))
+                .unwrap();
+        assert_eq!(o.one.unwrap().rate, Some(2));
+        assert_eq!(o.many.unwrap()[0].rate, Some(3));
+        let at = |path: &str, reason: &str| (path.to_string(), reason.to_string());
+        assert_eq!(
+            failure(json!({"one": [2]})),
+            at("one", "must be an object, got [2]")
+        );
+        assert_eq!(
+            failure(json!({"many": {"rate": 1}})),
+            at("many", "must be a list, got {\"rate\":1}")
+        );
+        assert_eq!(
+            failure(json!({"many": [{"rate": 1}, 7]})),
+            at("many[1]", "must be an object, got 7")
+        );
+        assert_eq!(
+            failure(json!({"many": [{"Rate": 0}]})),
+            at("many[0].Rate", "must be a positive integer, got 0")
+        );
+        assert_eq!(failure(json!(5)), at("outer", "must be an object, got 5"));
+    }
+
+    #[test]
+    fn value_at_reads_dotted_keys_and_indices() {
+        let v = json!({"a.b": [{"c": 1}], "a": {"b": 2}});
+        assert_eq!(value_at(&v, "a.b[0].c"), Some(&json!(1)));
+        assert_eq!(value_at(&v, "a.b"), Some(&json!([{"c": 1}])));
+        assert_eq!(value_at(&v, "x"), None);
+    }
+
+    #[test]
+    fn spell_keys_and_unknown_keys() {
+        let v = json!({"NAME": "a", "ips": null, "Extra": 1, "x.y": 2});
+        let fields = ["name", "ips"];
+        assert_eq!(
+            spell_keys(v.as_object().unwrap(), &fields),
+            json!({"name": "a", "Extra": 1, "x.y": 2})
+        );
+        assert_eq!(unknown_keys(&v, &fields), vec!["Extra", "x.y"]);
     }
 }

@@ -85,6 +85,10 @@ pub(crate) fn prefix_path(path: &mut String, outer: &str) {
     if outer.is_empty() {
         return;
     }
+    if path.is_empty() {
+        *path = outer.to_string();
+        return;
+    }
     let joint = if path.starts_with('[') { "" } else { "." };
     *path = format!("{outer}{joint}{path}");
 }

@@ -5,12 +5,14 @@
 //! Status keys beyond §8.2 (`ownerPod`, `conditions`) are those of the
 //! k8snetworkplumbingwg/ipamclaims API that implementations use.
 
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
 
-use super::error::SpecError;
-use super::go_json::{as_array, as_bool, as_object, as_str, parse_ip_with_prefix};
+use super::error::{prefix_path, SpecError};
+use super::go_json::{self, decode_failure, parse_ip_with_prefix};
 use super::meta::ObjectMeta;
-use super::nad::check_type_meta;
+use super::nad::WireObject;
+use crate::cni::casefold;
 use crate::cni::names::check_ifname;
 
 /// The API version of the CRD of §8.1.
@@ -31,52 +33,106 @@ pub struct IpamClaim {
 }
 
 /// §8.2 `spec`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct IpamClaimSpec {
     /// The network the allocation is for.
+    #[serde(deserialize_with = "go_json::string")]
     pub network: String,
     /// The pod interface the allocation is for.
+    #[serde(deserialize_with = "go_json::string")]
     pub interface: String,
 }
 
 /// §8.2 `status`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct IpamClaimStatus {
-    /// Allocated addresses with prefix length (`10.128.20.8/24`).
+    /// Allocated addresses with prefix length (`10.128.20.8/24`). The CRD
+    /// requires the key, but a status written before any allocation may
+    /// carry null: no addresses.
+    #[serde(default, deserialize_with = "go_json::strings")]
     pub ips: Vec<String>,
     /// `ownerPod.name`: the pod currently holding the claim.
+    #[serde(
+        default,
+        deserialize_with = "owner_pod_name",
+        serialize_with = "owner_pod",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub owner_pod: Option<String>,
     /// Kubernetes conditions, kept as written.
+    #[serde(
+        default,
+        deserialize_with = "go_json::list",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub conditions: Vec<Value>,
 }
 
 /// An entry of `metadata.ownerReferences`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct OwnerReference {
+    #[serde(deserialize_with = "go_json::string")]
     pub api_version: String,
+    #[serde(deserialize_with = "go_json::string")]
     pub kind: String,
+    #[serde(deserialize_with = "go_json::string")]
     pub name: String,
+    #[serde(deserialize_with = "go_json::string")]
     pub uid: String,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_boolean",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub controller: Option<bool>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_boolean",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub block_owner_deletion: Option<bool>,
+}
+
+/// The claim on the wire. The owner references in its `metadata` are read
+/// through [`WireOwners`].
+type Wire = WireObject<IpamClaimSpec, IpamClaimStatus>;
+
+/// The keys of `metadata` that [`ObjectMeta`] does not keep.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireOwners {
+    #[serde(default, deserialize_with = "go_json::optional_structs")]
+    owner_references: Option<Vec<OwnerReference>>,
+}
+
+/// `status.ownerPod`.
+#[derive(Serialize, Deserialize)]
+struct OwnerPod {
+    #[serde(default, deserialize_with = "go_json::optional_string")]
+    name: Option<String>,
+}
+
+fn owner_pod_name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let pod: Option<OwnerPod> = go_json::optional_struct(d)?;
+    Ok(pod.and_then(|p| p.name).filter(|n| !n.is_empty()))
+}
+
+fn owner_pod<S: Serializer>(name: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    OwnerPod { name: name.clone() }.serialize(s)
 }
 
 fn bad(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
     SpecError::invalid(field, reason)
 }
 
-/// A required, non-empty string key of `obj`, at `path`.
-fn required_str(obj: &Map<String, Value>, key: &str, path: &str) -> Result<String, SpecError> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Err(bad(path, "required")),
-        Some(v) => {
-            let s = as_str(v).map_err(|r| bad(path, r))?;
-            if s.is_empty() {
-                return Err(bad(path, "must not be empty"));
-            }
-            Ok(s.to_string())
-        }
+/// `s` at `path` must not be empty (Go's zero value passes the decode).
+fn non_empty(s: &str, path: &str) -> Result<(), SpecError> {
+    if s.is_empty() {
+        return Err(bad(path, "must not be empty"));
     }
+    Ok(())
 }
 
 impl IpamClaim {
@@ -100,182 +156,76 @@ impl IpamClaim {
     /// `spec.interface` required (the latter a kernel interface name), and
     /// each `status.ips` entry an address with prefix length.
     pub fn from_value(v: &Value) -> Result<IpamClaim, SpecError> {
-        let obj = as_object(v).map_err(|r| bad("IPAMClaim", r))?;
-        check_type_meta(obj, &[API_VERSION, API_VERSION_PERSISTENTIP], KIND)?;
-        let api_version = obj
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or(API_VERSION)
-            .to_string();
-        let meta_value = obj
-            .get("metadata")
-            .filter(|m| !m.is_null())
-            .ok_or_else(|| bad("metadata", "required"))?;
-        let metadata = ObjectMeta::from_value(meta_value)?;
-        let owner_references = match meta_value.get("ownerReferences") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(list) => as_array(list)
-                .map_err(|r| bad("metadata.ownerReferences", r))?
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    OwnerReference::from_value(r, &format!("metadata.ownerReferences[{i}]"))
-                })
-                .collect::<Result<_, _>>()?,
-        };
+        let (wire, metadata) = Wire::decode(v, &[API_VERSION, API_VERSION_PERSISTENTIP], KIND)?;
+        let meta_value = wire.metadata.unwrap_or_default();
+        let owners: WireOwners = casefold::from_value_at(&meta_value).map_err(|e| {
+            let (mut field, reason) = decode_failure(e, &meta_value, "");
+            prefix_path(&mut field, "metadata");
+            bad(field, reason)
+        })?;
+        let owner_references = owners.owner_references.unwrap_or_default();
+        for (i, r) in owner_references.iter().enumerate() {
+            let path = format!("metadata.ownerReferences[{i}]");
+            for (key, value) in [
+                ("apiVersion", &r.api_version),
+                ("kind", &r.kind),
+                ("name", &r.name),
+                ("uid", &r.uid),
+            ] {
+                non_empty(value, &format!("{path}.{key}"))?;
+            }
+        }
 
-        let spec = match obj.get("spec") {
-            None | Some(Value::Null) => return Err(bad("spec", "required")),
-            Some(s) => as_object(s).map_err(|r| bad("spec", r))?,
-        };
-        let network = required_str(spec, "network", "spec.network")?;
-        let interface = required_str(spec, "interface", "spec.interface")?;
-        check_ifname(&interface).map_err(|r| {
+        let spec = wire.spec.ok_or_else(|| bad("spec", "required"))?;
+        non_empty(&spec.network, "spec.network")?;
+        non_empty(&spec.interface, "spec.interface")?;
+        check_ifname(&spec.interface).map_err(|r| {
             bad(
                 "spec.interface",
-                format!("{interface:?} is not a valid interface name: {r}"),
+                format!("{:?} is not a valid interface name: {r}", spec.interface),
             )
         })?;
 
-        let status = match obj.get("status") {
-            None | Some(Value::Null) => None,
-            Some(s) => Some(IpamClaimStatus::from_value(s)?),
-        };
+        if let Some(status) = &wire.status {
+            for (i, ip) in status.ips.iter().enumerate() {
+                if !matches!(parse_ip_with_prefix(ip), Some((_, Some(_)))) {
+                    return Err(bad(
+                        format!("status.ips[{i}]"),
+                        format!("{ip:?} is not an IP address with a prefix length"),
+                    ));
+                }
+            }
+        }
         Ok(IpamClaim {
-            api_version,
+            api_version: wire.api_version.unwrap_or_else(|| API_VERSION.into()),
             metadata,
             owner_references,
-            spec: IpamClaimSpec { network, interface },
-            status,
+            spec,
+            status: wire.status,
         })
     }
 
     pub fn to_value(&self) -> Value {
         let mut metadata = self.metadata.to_value();
         if !self.owner_references.is_empty() {
-            metadata["ownerReferences"] = Value::Array(
-                self.owner_references
-                    .iter()
-                    .map(OwnerReference::to_value)
-                    .collect(),
-            );
+            metadata["ownerReferences"] =
+                serde_json::to_value(&self.owner_references).expect("owner references serialize");
         }
-        let mut v = json!({
-            "apiVersion": self.api_version,
-            "kind": KIND,
-            "metadata": metadata,
-            "spec": {"network": self.spec.network, "interface": self.spec.interface},
-        });
-        if let Some(s) = &self.status {
-            let mut m = Map::new();
-            m.insert("ips".into(), json!(s.ips));
-            if let Some(pod) = &s.owner_pod {
-                m.insert("ownerPod".into(), json!({ "name": pod }));
-            }
-            if !s.conditions.is_empty() {
-                m.insert("conditions".into(), Value::Array(s.conditions.clone()));
-            }
-            v["status"] = Value::Object(m);
+        Wire {
+            api_version: Some(self.api_version.clone()),
+            kind: Some(KIND.into()),
+            metadata: Some(metadata),
+            spec: Some(self.spec.clone()),
+            status: self.status.clone(),
         }
-        v
-    }
-}
-
-impl IpamClaimStatus {
-    fn from_value(v: &Value) -> Result<IpamClaimStatus, SpecError> {
-        let obj = as_object(v).map_err(|r| bad("status", r))?;
-        // The CRD requires "ips" in a status, but a status written before any
-        // allocation may carry null; read that as no addresses.
-        let ips = match obj.get("ips") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(list) => as_array(list)
-                .map_err(|r| bad("status.ips", r))?
-                .iter()
-                .enumerate()
-                .map(|(i, ip)| {
-                    let path = format!("status.ips[{i}]");
-                    let s = as_str(ip).map_err(|r| bad(&path, r))?;
-                    match parse_ip_with_prefix(s) {
-                        Some((_, Some(_))) => Ok(s.to_string()),
-                        _ => Err(bad(
-                            &path,
-                            format!("{s:?} is not an IP address with a prefix length"),
-                        )),
-                    }
-                })
-                .collect::<Result<_, _>>()?,
-        };
-        let owner_pod = match obj.get("ownerPod") {
-            None | Some(Value::Null) => None,
-            Some(p) => {
-                let p = as_object(p).map_err(|r| bad("status.ownerPod", r))?;
-                match p.get("name") {
-                    None | Some(Value::Null) => None,
-                    Some(n) => Some(
-                        as_str(n)
-                            .map_err(|r| bad("status.ownerPod.name", r))?
-                            .to_string(),
-                    ),
-                }
-                .filter(|n| !n.is_empty())
-            }
-        };
-        let conditions = match obj.get("conditions") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(c) => as_array(c)
-                .map_err(|r| bad("status.conditions", r))?
-                .clone(),
-        };
-        Ok(IpamClaimStatus {
-            ips,
-            owner_pod,
-            conditions,
-        })
-    }
-}
-
-impl OwnerReference {
-    fn from_value(v: &Value, path: &str) -> Result<OwnerReference, SpecError> {
-        let obj = as_object(v).map_err(|r| bad(path, r))?;
-        let s = |key: &str| required_str(obj, key, &format!("{path}.{key}"));
-        let b = |key: &str| -> Result<Option<bool>, SpecError> {
-            match obj.get(key) {
-                None | Some(Value::Null) => Ok(None),
-                Some(v) => as_bool(v)
-                    .map(Some)
-                    .map_err(|r| bad(format!("{path}.{key}"), r)),
-            }
-        };
-        Ok(OwnerReference {
-            api_version: s("apiVersion")?,
-            kind: s("kind")?,
-            name: s("name")?,
-            uid: s("uid")?,
-            controller: b("controller")?,
-            block_owner_deletion: b("blockOwnerDeletion")?,
-        })
-    }
-
-    fn to_value(&self) -> Value {
-        let mut v = json!({
-            "apiVersion": self.api_version,
-            "kind": self.kind,
-            "name": self.name,
-            "uid": self.uid,
-        });
-        if let Some(c) = self.controller {
-            v["controller"] = json!(c);
-        }
-        if let Some(b) = self.block_owner_deletion {
-            v["blockOwnerDeletion"] = json!(b);
-        }
-        v
+        .to_value()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     const EXAMPLE_8_2_1: &str = r#"
 apiVersion: persistentip.cni.cncf.io/v1alpha1
@@ -463,5 +413,47 @@ status:
                                              "status": {"ips": null}}))
         .unwrap();
         assert_eq!(c.status.unwrap().ips, Vec::<String>::new());
+    }
+
+    #[test]
+    fn keys_in_another_case_8_2() {
+        // §8.2's keys as the Go clients of the ipamclaims API decode them.
+        let c = IpamClaim::from_value(&json!({
+            "APIVersion": "k8s.cni.cncf.io/v1alpha1",
+            "Kind": "IPAMClaim",
+            "Metadata": {"name": "vm-a.tenantred", "OwnerReferences": [
+                {"APIVersion": "kubevirt.io/v1", "Kind": "VirtualMachine", "Name": "vm-a",
+                 "UID": "u-1", "Controller": true}]},
+            "Spec": {"Network": "tenantred", "INTERFACE": "eth1"},
+            "Status": {"IPs": ["10.128.20.8/24"], "OwnerPod": {"Name": "p-0"},
+                       "Conditions": [{"type": "IPsAllocated"}]}
+        }))
+        .unwrap();
+        assert_eq!(c.metadata.name, "vm-a.tenantred");
+        assert_eq!(c.owner_references[0].uid, "u-1");
+        assert_eq!(c.owner_references[0].controller, Some(true));
+        assert_eq!(
+            c.spec,
+            IpamClaimSpec {
+                network: "tenantred".into(),
+                interface: "eth1".into()
+            }
+        );
+        let st = c.status.as_ref().unwrap();
+        assert_eq!(st.ips, vec!["10.128.20.8/24".to_string()]);
+        assert_eq!(st.owner_pod.as_deref(), Some("p-0"));
+        assert_eq!(st.conditions.len(), 1);
+        // Written back in the spec's spelling.
+        assert_eq!(IpamClaim::from_value(&c.to_value()).unwrap(), c);
+        assert_eq!(c.to_value()["spec"]["network"], "tenantred");
+        // A `Kind` key is the kind, so it is checked.
+        let err = IpamClaim::from_value(&json!({"Kind": "Pod", "metadata": {"name": "a"},
+                                                "spec": {"network": "n", "interface": "eth1"}}))
+        .unwrap_err();
+        assert_eq!(err.to_string(), "kind: must be \"IPAMClaim\", got \"Pod\"");
+        let err = IpamClaim::from_value(&json!({"metadata": {"name": "a"},
+                                                "Spec": {"Network": 5, "interface": "eth1"}}))
+        .unwrap_err();
+        assert_eq!(err.to_string(), "Spec.Network: must be a string, got 5");
     }
 }

@@ -1,14 +1,18 @@
 //! The NetworkAttachmentDefinition object (multi-net-spec §3.1, §3.2).
 //!
-//! Objects come from the Kubernetes API or manifests, which Kubernetes
-//! decodes with case-sensitive keys, so keys here are matched exactly.
+//! Keys match as Go's encoding/json matches them (an exact match wins, else
+//! case-insensitively), like the Go clients that read these objects
+//! ([`crate::cni::casefold`]); `null` is an absent key.
 
-use serde_json::{json, Map, Value};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::error::SpecError;
-use super::go_json::{as_object, as_str};
+use super::go_json::{self, decode_failure};
 use super::meta::ObjectMeta;
 use super::names::NetworkRef;
+use crate::cni::casefold;
 
 pub const API_VERSION: &str = "k8s.cni.cncf.io/v1";
 pub const KIND: &str = "NetworkAttachmentDefinition";
@@ -23,42 +27,103 @@ pub struct NetworkAttachmentDefinition {
     pub config: Option<String>,
 }
 
+/// A Kubernetes object of the spec (NAD, IPAMClaim) on the wire, read and
+/// written. `metadata` stays JSON for [`ObjectMeta::from_value`], which
+/// validates it and names its keys.
+#[derive(Serialize, Deserialize)]
+#[serde(
+    rename_all = "camelCase",
+    bound(deserialize = "Spec: Deserialize<'de>, Status: Deserialize<'de>")
+)]
+pub(crate) struct WireObject<Spec, Status> {
+    #[serde(default, deserialize_with = "go_json::optional_string")]
+    pub api_version: Option<String>,
+    #[serde(default, deserialize_with = "go_json::optional_string")]
+    pub kind: Option<String>,
+    #[serde(default, deserialize_with = "go_json::optional_object")]
+    pub metadata: Option<Value>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_struct",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub spec: Option<Spec>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_struct",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub status: Option<Status>,
+}
+
+impl<Spec: DeserializeOwned, Status: DeserializeOwned> WireObject<Spec, Status> {
+    /// Decode `v` (errors name the key: `spec.config: must be a string, got
+    /// 5`), check `apiVersion` and `kind` ([`check_type_meta`]) and read the
+    /// required `metadata`.
+    pub(crate) fn decode(
+        v: &Value,
+        api_versions: &[&str],
+        kind: &str,
+    ) -> Result<(Self, ObjectMeta), SpecError> {
+        let wire: Self = casefold::from_value_at(v).map_err(|e| {
+            let (field, reason) = decode_failure(e, v, kind);
+            SpecError::invalid(field, reason)
+        })?;
+        check_type_meta(
+            wire.api_version.as_deref(),
+            wire.kind.as_deref(),
+            api_versions,
+            kind,
+        )?;
+        let metadata = match &wire.metadata {
+            None => return Err(SpecError::invalid("metadata", "required")),
+            Some(m) => ObjectMeta::from_value(m)?,
+        };
+        Ok((wire, metadata))
+    }
+
+    /// The object as JSON.
+    pub(crate) fn to_value(&self) -> Value
+    where
+        Spec: Serialize,
+        Status: Serialize,
+    {
+        serde_json::to_value(self).expect("a Kubernetes object serializes")
+    }
+}
+
+/// §3.2 `spec`.
+#[derive(Serialize, Deserialize)]
+struct Spec {
+    #[serde(default, deserialize_with = "go_json::optional_string")]
+    config: Option<String>,
+}
+
+/// A NAD's `status`, which plexus neither reads nor writes.
+type NoStatus = Value;
+
 impl NetworkAttachmentDefinition {
     /// Decode and validate a NAD object. `apiVersion` and `kind` are checked
     /// when present; `metadata.name` is required and must follow §3.3; `spec`
     /// may be absent (§3.2.4); `spec.config` must be a string when present.
     pub fn from_value(v: &Value) -> Result<Self, SpecError> {
-        let bad = |field: &str, reason: String| SpecError::invalid(field, reason);
-        let obj = as_object(v).map_err(|r| bad("NetworkAttachmentDefinition", r))?;
-        check_type_meta(obj, &[API_VERSION], KIND)?;
-        let metadata = match obj.get("metadata") {
-            None | Some(Value::Null) => return Err(bad("metadata", "required".into())),
-            Some(m) => ObjectMeta::from_value(m)?,
-        };
-        let config = match obj.get("spec") {
-            None | Some(Value::Null) => None,
-            Some(spec) => {
-                let spec = as_object(spec).map_err(|r| bad("spec", r))?;
-                match spec.get("config") {
-                    None | Some(Value::Null) => None,
-                    Some(c) => Some(as_str(c).map_err(|r| bad("spec.config", r))?.to_string()),
-                }
-            }
-        };
-        Ok(NetworkAttachmentDefinition { metadata, config })
+        let (wire, metadata) = WireObject::<Spec, NoStatus>::decode(v, &[API_VERSION], KIND)?;
+        Ok(NetworkAttachmentDefinition {
+            metadata,
+            config: wire.spec.and_then(|s| s.config),
+        })
     }
 
     /// The object as Kubernetes would print it.
     pub fn to_value(&self) -> Value {
-        let mut v = json!({
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": self.metadata.to_value(),
-        });
-        if let Some(c) = &self.config {
-            v["spec"] = json!({ "config": c });
+        WireObject::<Spec, NoStatus> {
+            api_version: Some(API_VERSION.into()),
+            kind: Some(KIND.into()),
+            metadata: Some(self.metadata.to_value()),
+            spec: self.config.clone().map(|c| Spec { config: Some(c) }),
+            status: None,
         }
-        v
+        .to_value()
     }
 
     /// The CNI configuration of §3.4.1 rule 1, or `None` when `spec.config`
@@ -91,26 +156,23 @@ impl NetworkAttachmentDefinition {
 
 /// Check `apiVersion` (one of `api_versions`) and `kind` when present.
 pub(crate) fn check_type_meta(
-    obj: &Map<String, Value>,
+    api_version: Option<&str>,
+    kind: Option<&str>,
     api_versions: &[&str],
-    kind: &str,
+    want_kind: &str,
 ) -> Result<(), SpecError> {
-    let bad = |field: &str, reason: String| SpecError::invalid(field, reason);
-    if let Some(v) = obj.get("apiVersion").filter(|v| !v.is_null()) {
-        let s = as_str(v).map_err(|r| bad("apiVersion", r))?;
-        if !api_versions.contains(&s) {
-            let want: Vec<String> = api_versions.iter().map(|a| format!("{a:?}")).collect();
-            return Err(bad(
-                "apiVersion",
-                format!("must be {}, got {s:?}", want.join(" or ")),
-            ));
-        }
+    if let Some(s) = api_version.filter(|s| !api_versions.contains(s)) {
+        let want: Vec<String> = api_versions.iter().map(|a| format!("{a:?}")).collect();
+        return Err(SpecError::invalid(
+            "apiVersion",
+            format!("must be {}, got {s:?}", want.join(" or ")),
+        ));
     }
-    if let Some(v) = obj.get("kind").filter(|v| !v.is_null()) {
-        let s = as_str(v).map_err(|r| bad("kind", r))?;
-        if s != kind {
-            return Err(bad("kind", format!("must be {kind:?}, got {s:?}")));
-        }
+    if let Some(s) = kind.filter(|s| *s != want_kind) {
+        return Err(SpecError::invalid(
+            "kind",
+            format!("must be {want_kind:?}, got {s:?}"),
+        ));
     }
     Ok(())
 }
@@ -118,6 +180,7 @@ pub(crate) fn check_type_meta(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// Parse YAML text as the Kubernetes API would hand it over (JSON).
     fn yaml(text: &str) -> Value {
@@ -304,6 +367,39 @@ metadata:
         assert!(
             matches!(&e, SpecError::Invalid { field, .. } if field == "metadata.name"),
             "{e:?}"
+        );
+    }
+
+    #[test]
+    fn keys_in_another_case_3_2() {
+        // §3.2 (§3.4.1 calls the key `Spec.Config`), as Go's decoder matches it.
+        let nad = NetworkAttachmentDefinition::from_value(&json!({
+            "APIVersion": API_VERSION, "Kind": KIND,
+            "Metadata": {"name": "a-bridge-network"},
+            "Spec": {"Config": "{\"cniVersion\": \"0.3.0\", \"type\": \"bridge\"}"}
+        }))
+        .unwrap();
+        assert_eq!(nad.metadata.name, "a-bridge-network");
+        assert_eq!(config_json(&nad)["type"], "bridge");
+        assert_eq!(
+            NetworkAttachmentDefinition::from_value(&nad.to_value()).unwrap(),
+            nad
+        );
+        assert_eq!(
+            NetworkAttachmentDefinition::from_value(
+                &json!({"KIND": "Pod", "metadata": {"name": "a"}})
+            )
+            .unwrap_err()
+            .to_string(),
+            "kind: must be \"NetworkAttachmentDefinition\", got \"Pod\""
+        );
+        assert_eq!(
+            NetworkAttachmentDefinition::from_value(
+                &json!({"metadata": {"name": "a"}, "SPEC": [{"config": "{}"}]})
+            )
+            .unwrap_err()
+            .to_string(),
+            "SPEC: must be an object, got [{\"config\":\"{}\"}]"
         );
     }
 }

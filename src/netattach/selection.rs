@@ -4,17 +4,21 @@
 //!
 //! Multus decodes the JSON format with Go's encoding/json, so object keys
 //! match case-insensitively here too (an exact match wins; see
-//! [`super::go_json::fold_object`]), and `null` counts as an absent key.
+//! [`crate::cni::casefold`]), and `null` counts as an absent key.
 
 use std::fmt;
 use std::net::IpAddr;
 
-use serde_json::{json, Map, Value};
+use serde::{de, Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
 
+use super::error::prefix_path;
 use super::go_json::{
-    as_array, as_object, as_str, describe, fold_object, is_hex_octets, parse_ip_with_prefix,
+    self, as_array, as_object, decode_failure, describe, is_hex_octets, parse_ip_with_prefix,
+    unknown_keys,
 };
 use super::names::{check_dns1123_label, check_nad_name, nad_name_warning, NetworkRef};
+use crate::cni::casefold;
 use crate::cni::names::check_pod_ifname;
 
 pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
@@ -29,42 +33,153 @@ pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
 /// the value that pods were shaped with under kubelet stays the same.
 pub const DEFAULT_BURST_BITS: u64 = 2_147_483_647;
 
-/// One requested attachment (§4.1.2.1). `namespace: None` means the pod's
-/// namespace.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// One requested attachment (§4.1.2.1), read and written through its serde
+/// form: the keys of §4.1.2.1 in spec order, unset ones omitted, then the
+/// extension keys as written. `namespace: None` means the pod's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct NetworkSelectionElement {
+    #[serde(deserialize_with = "go_json::string")]
     pub name: String,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub namespace: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_strings",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ips: Option<Vec<String>>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub mac: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub interface: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_map",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub cni_args: Option<Map<String, Value>>,
+    #[serde(
+        rename = "portMappings",
+        default,
+        deserialize_with = "go_json::optional_structs",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub port_mappings: Option<Vec<PortMapping>>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_struct",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub bandwidth: Option<Bandwidth>,
+    #[serde(
+        default,
+        deserialize_with = "gateways",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub default_route: Option<Vec<IpAddr>>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub infiniband_guid: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ipam_claim_reference: Option<String>,
     /// Keys in reverse-DNS notation (containing a '.'), kept as written.
+    #[serde(flatten)]
     pub extensions: Map<String, Value>,
 }
 
-/// `portMappings[]` (§4.1.2.1.7).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `portMappings[]` (§4.1.2.1.7), in the cni-CONVENTIONS runtimeConfig form
+/// too: `{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}`, with
+/// `hostIP` when set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortMapping {
+    #[serde(rename = "hostPort", deserialize_with = "go_json::port")]
     pub host_port: u16,
+    #[serde(rename = "containerPort", deserialize_with = "go_json::port")]
     pub container_port: u16,
     /// `tcp`, `udp` or `sctp` (lower case; "TCP" when not given).
+    #[serde(default = "tcp", deserialize_with = "protocol")]
     pub protocol: String,
+    #[serde(
+        rename = "hostIP",
+        default,
+        deserialize_with = "go_json::optional_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub host_ip: Option<String>,
 }
 
 /// `bandwidth` (§4.1.2.1.8): rates in bits per second, bursts in bits.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Bandwidth {
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_positive_u64",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ingress_rate: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_positive_u64",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ingress_burst: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_positive_u64",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub egress_rate: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "go_json::optional_positive_u64",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub egress_burst: Option<u64>,
+}
+
+fn tcp() -> String {
+    "tcp".into()
+}
+
+/// `protocol`: "tcp" when absent; checked and lower-cased after decoding.
+fn protocol<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(go_json::optional_string(d)?.unwrap_or_else(tcp))
+}
+
+/// `default-route`: a list of IP addresses, a bad one named by its index.
+fn gateways<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<IpAddr>>, D::Error> {
+    let Some(list) = go_json::optional_strings(d)? else {
+        return Ok(None);
+    };
+    list.iter()
+        .enumerate()
+        .map(|(j, s)| {
+            s.parse()
+                .map_err(|_| de::Error::custom(format!("[{j}]: {s:?} is not an IP address")))
+        })
+        .collect::<Result<_, _>>()
+        .map(Some)
 }
 
 /// Why an annotation is invalid. `field` is `[1].ips[0]` for the JSON format,
@@ -199,7 +314,8 @@ fn parse_json_list(value: &str, out: &mut ParsedSelection) -> Result<(), Annotat
     Ok(())
 }
 
-/// The keys of §4.1.2.1, plus Multus's deprecated `interfaceRequest`.
+/// The keys of §4.1.2.1, plus Multus's deprecated `interfaceRequest`, which
+/// the element keeps among its other keys until [`decode_element`] reads it.
 const KEYS: [&str; 12] = [
     "name",
     "namespace",
@@ -215,258 +331,162 @@ const KEYS: [&str; 12] = [
     "ipam-claim-reference",
 ];
 
+const PORT_MAPPING_KEYS: [&str; 4] = ["hostPort", "containerPort", "protocol", "hostIP"];
+
+const BANDWIDTH_KEYS: [&str; 4] = ["ingressRate", "ingressBurst", "egressRate", "egressBurst"];
+
+/// Decode element `i` through its serde form, then check what the types
+/// cannot say.
 fn decode_element(
     i: usize,
     obj: &Map<String, Value>,
     warnings: &mut Vec<String>,
 ) -> Result<NetworkSelectionElement, AnnotationError> {
-    let folded = fold_object(obj, &KEYS);
-    let get = |key: &str| {
-        let idx = KEYS.iter().position(|k| *k == key).unwrap_or(0);
-        folded.known[idx].map(|(_, v)| v)
-    };
     let path = |key: &str| format!("[{i}].{key}");
     let at = |key: &str| {
         let field = path(key);
         move |reason: String| AnnotationError::new(field, reason)
     };
+    // `extensions` is flattened: the keys of §4.1.2.1 are spelled first.
+    let spelled = go_json::spell_keys(obj, &KEYS);
+    let mut e: NetworkSelectionElement = casefold::from_value_at(&spelled).map_err(|err| {
+        let (mut field, reason) = decode_failure(err, &spelled, "");
+        prefix_path(&mut field, &format!("[{i}]"));
+        AnnotationError::new(field, reason)
+    })?;
 
-    let mut e = NetworkSelectionElement::default();
-
-    let name = get("name").ok_or_else(|| at("name")("required".into()))?;
-    let name = as_str(name).map_err(at("name"))?;
-    check_nad_name(name).map_err(at("name"))?;
-    if let Some(w) = nad_name_warning(name) {
+    check_nad_name(&e.name).map_err(at("name"))?;
+    if let Some(w) = nad_name_warning(&e.name) {
         warnings.push(format!("{}: {w}", path("name")));
     }
-    e.name = name.to_string();
 
-    if let Some(ns) = get("namespace") {
-        let ns = as_str(ns).map_err(at("namespace"))?;
-        // §4.1.2.1.1: missing or empty means the pod's namespace.
-        if !ns.is_empty() {
-            check_dns1123_label(ns).map_err(at("namespace"))?;
-            e.namespace = Some(ns.to_string());
+    // §4.1.2.1.1: missing or empty means the pod's namespace.
+    e.namespace = e.namespace.filter(|ns| !ns.is_empty());
+    if let Some(ns) = &e.namespace {
+        check_dns1123_label(ns).map_err(at("namespace"))?;
+    }
+
+    if let Some(ips) = &e.ips {
+        if ips.is_empty() {
+            return Err(at("ips")(
+                "must contain at least one address (multi-net-spec §4.1.2.1.3)".into(),
+            ));
+        }
+        for (j, ip) in ips.iter().enumerate() {
+            if parse_ip_with_prefix(ip).is_none() {
+                return Err(at(&format!("ips[{j}]"))(format!(
+                    "{ip:?} is not an IP address with an optional prefix length"
+                )));
+            }
         }
     }
 
-    if let Some(ips) = get("ips") {
-        e.ips =
-            Some(decode_ips(ips).map_err(|(sub, r)| AnnotationError::new(path("ips") + &sub, r))?);
-    }
-
-    if let Some(mac) = get("mac") {
-        let mac = as_str(mac).map_err(at("mac"))?;
+    if let Some(mac) = &e.mac {
         if !is_hex_octets(mac, 6, &[':', '-']) {
             return Err(at("mac")(format!(
                 "{mac:?} is not a 6-byte Ethernet MAC address (like \"02:23:45:67:89:01\")"
             )));
         }
-        e.mac = Some(mac.to_string());
     }
 
-    let ifname = |key: &str| -> Result<Option<String>, AnnotationError> {
-        let Some(v) = get(key) else { return Ok(None) };
-        let s = as_str(v).map_err(at(key))?;
-        check_pod_ifname(s)
-            .map_err(|r| at(key)(format!("{s:?} is not a valid interface name: {r}")))?;
-        Ok(Some(s.to_string()))
+    let ifname = |key: &str, name: &str| {
+        check_pod_ifname(name)
+            .map_err(|r| at(key)(format!("{name:?} is not a valid interface name: {r}")))
     };
-    e.interface = ifname("interface")?;
-    if let Some(old) = ifname("interfaceRequest")? {
-        let w = if e.interface.is_some() {
-            "deprecated Multus key ignored because \"interface\" is also set"
+    if let Some(name) = &e.interface {
+        ifname("interface", name)?;
+    }
+    // The other keys: Multus's `interfaceRequest`, extension keys, and keys
+    // reserved by the spec that plexus does not know.
+    let mut unknown = Vec::new();
+    for (key, value) in std::mem::take(&mut e.extensions) {
+        if key == "interfaceRequest" {
+            let old = go_json::optional_string(value).map_err(|r| at(&key)(r.to_string()))?;
+            let Some(old) = old else { continue };
+            ifname(&key, &old)?;
+            let w = if e.interface.is_some() {
+                "deprecated Multus key ignored because \"interface\" is also set"
+            } else {
+                "deprecated Multus key, read as \"interface\""
+            };
+            warnings.push(format!("{}: {w}", path(&key)));
+            e.interface.get_or_insert(old);
+        } else if key.contains('.') {
+            e.extensions.insert(key, value);
         } else {
-            "deprecated Multus key, read as \"interface\""
-        };
-        warnings.push(format!("{}: {w}", path("interfaceRequest")));
-        e.interface.get_or_insert(old);
-    }
-
-    if let Some(args) = get("cni-args") {
-        e.cni_args = Some(as_object(args).map_err(at("cni-args"))?.clone());
-    }
-
-    if let Some(pm) = get("portMappings") {
-        e.port_mappings = Some(
-            decode_port_mappings(pm, warnings, &path("portMappings"))
-                .map_err(|(sub, r)| AnnotationError::new(path("portMappings") + &sub, r))?,
-        );
-    }
-
-    if let Some(bw) = get("bandwidth") {
-        e.bandwidth = Some(
-            decode_bandwidth(bw)
-                .map_err(|(sub, r)| AnnotationError::new(path("bandwidth") + &sub, r))?,
-        );
-    }
-
-    if let Some(gws) = get("default-route") {
-        let list = as_array(gws).map_err(at("default-route"))?;
-        let mut out = Vec::with_capacity(list.len());
-        for (j, gw) in list.iter().enumerate() {
-            let here =
-                |r: String| AnnotationError::new(format!("{}[{j}]", path("default-route")), r);
-            let s = as_str(gw).map_err(here)?;
-            out.push(
-                s.parse::<IpAddr>()
-                    .map_err(|_| here(format!("{s:?} is not an IP address")))?,
-            );
+            unknown.push(key);
         }
-        e.default_route = Some(out);
     }
 
-    if let Some(guid) = get("infiniband-guid") {
-        let guid = as_str(guid).map_err(at("infiniband-guid"))?;
+    if let Some(pms) = &mut e.port_mappings {
+        if pms.is_empty() {
+            return Err(at("portMappings")(
+                "must contain at least one mapping (multi-net-spec §4.1.2.1.7)".into(),
+            ));
+        }
+        let raw = spelled["portMappings"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice);
+        for (j, (pm, raw)) in pms.iter_mut().zip(raw).enumerate() {
+            let at = |key: &str| at(&format!("portMappings[{j}].{key}"));
+            let given = std::mem::take(&mut pm.protocol);
+            pm.protocol = given.to_ascii_lowercase();
+            if !["tcp", "udp", "sctp"].contains(&pm.protocol.as_str()) {
+                return Err(at("protocol")(format!(
+                    "must be \"TCP\", \"UDP\" or \"SCTP\" (any case), got {}",
+                    describe(&Value::String(given))
+                )));
+            }
+            // "" is Go's zero value, which runtimes send for "all addresses".
+            pm.host_ip = pm.host_ip.take().filter(|ip| !ip.is_empty());
+            if let Some(ip) = &pm.host_ip {
+                ip.parse::<IpAddr>()
+                    .map_err(|_| at("hostIP")(format!("{ip:?} is not an IP address")))?;
+            }
+            for key in unknown_keys(raw, &PORT_MAPPING_KEYS) {
+                warnings.push(format!(
+                    "{}: unknown key ignored",
+                    path(&format!("portMappings[{j}].{key}"))
+                ));
+            }
+        }
+    }
+
+    if let Some(bw) = &e.bandwidth {
+        check_bandwidth(bw, &spelled["bandwidth"])
+            .map_err(|(key, r)| at(&format!("bandwidth{key}"))(r))?;
+    }
+
+    if let Some(guid) = &e.infiniband_guid {
         if !is_hex_octets(guid, 8, &[':']) {
             return Err(at("infiniband-guid")(format!(
                 "{guid:?} is not an 8-byte InfiniBand GUID (8 hex octets separated by ':', \
                  like \"24:8a:07:03:00:8d:ae:2f\")"
             )));
         }
-        e.infiniband_guid = Some(guid.to_string());
     }
 
-    if let Some(claim) = get("ipam-claim-reference") {
-        let claim = as_str(claim).map_err(at("ipam-claim-reference"))?;
-        if claim.is_empty() {
-            return Err(at("ipam-claim-reference")("must not be empty".into()));
-        }
-        // Combined with "ips" it is a valid annotation whose attachment fails
-        // (§4.1.2.1.11 "will result in an error"): the planner rejects it.
-        e.ipam_claim_reference = Some(claim.to_string());
+    // Combined with "ips" it is a valid annotation whose attachment fails
+    // (§4.1.2.1.11 "will result in an error"): the planner rejects it.
+    if e.ipam_claim_reference.as_deref() == Some("") {
+        return Err(at("ipam-claim-reference")("must not be empty".into()));
     }
 
-    for (key, value) in folded.unknown {
-        if key.contains('.') {
-            e.extensions.insert(key.to_string(), value.clone());
-        } else {
-            warnings.push(format!(
-                "[{i}].{key}: unknown key ignored (keys without a '.' are reserved by \
-                 multi-net-spec §4.1.2.1)"
-            ));
-        }
+    for key in unknown {
+        warnings.push(format!(
+            "{}: unknown key ignored (keys without a '.' are reserved by \
+             multi-net-spec §4.1.2.1)",
+            path(&key)
+        ));
     }
     Ok(e)
 }
 
-/// A sub-path (`[0]`, `.protocol`, `[1].hostPort`) and a reason.
-type SubError = (String, String);
-
-fn whole(reason: String) -> SubError {
-    (String::new(), reason)
-}
-
-fn decode_ips(v: &Value) -> Result<Vec<String>, SubError> {
-    let list = as_array(v).map_err(whole)?;
-    if list.is_empty() {
-        return Err(whole(
-            "must contain at least one address (multi-net-spec §4.1.2.1.3)".into(),
-        ));
-    }
-    list.iter()
-        .enumerate()
-        .map(|(j, ip)| {
-            let s = as_str(ip).map_err(|r| (format!("[{j}]"), r))?;
-            parse_ip_with_prefix(s).ok_or_else(|| {
-                (
-                    format!("[{j}]"),
-                    format!("{s:?} is not an IP address with an optional prefix length"),
-                )
-            })?;
-            Ok(s.to_string())
-        })
-        .collect()
-}
-
-const PORT_MAPPING_KEYS: [&str; 4] = ["hostPort", "containerPort", "protocol", "hostIP"];
-
-fn decode_port_mappings(
-    v: &Value,
-    warnings: &mut Vec<String>,
-    path: &str,
-) -> Result<Vec<PortMapping>, SubError> {
-    let list = as_array(v).map_err(whole)?;
-    if list.is_empty() {
-        return Err(whole(
-            "must contain at least one mapping (multi-net-spec §4.1.2.1.7)".into(),
-        ));
-    }
-    let mut out = Vec::with_capacity(list.len());
-    for (j, item) in list.iter().enumerate() {
-        let at = |key: &str| {
-            let sub = if key.is_empty() {
-                format!("[{j}]")
-            } else {
-                format!("[{j}].{key}")
-            };
-            move |r: String| (sub, r)
-        };
-        let obj = as_object(item).map_err(at(""))?;
-        let f = fold_object(obj, &PORT_MAPPING_KEYS);
-        let port = |idx: usize| -> Result<u16, SubError> {
-            let key = PORT_MAPPING_KEYS[idx];
-            let v = f.known[idx]
-                .map(|(_, v)| v)
-                .ok_or_else(|| at(key)("required".into()))?;
-            v.as_u64()
-                .filter(|p| (1..=65535).contains(p))
-                .map(|p| p as u16)
-                .ok_or_else(|| {
-                    at(key)(format!(
-                        "must be an integer from 1 to 65535, got {}",
-                        describe(v)
-                    ))
-                })
-        };
-        let host_port = port(0)?;
-        let container_port = port(1)?;
-        let protocol = match f.known[2] {
-            None => "tcp".to_string(),
-            Some((_, v)) => {
-                let p = as_str(v).map_err(at("protocol"))?.to_ascii_lowercase();
-                if !["tcp", "udp", "sctp"].contains(&p.as_str()) {
-                    return Err(at("protocol")(format!(
-                        "must be \"TCP\", \"UDP\" or \"SCTP\" (any case), got {}",
-                        describe(v)
-                    )));
-                }
-                p
-            }
-        };
-        let host_ip = match f.known[3] {
-            None => None,
-            Some((_, v)) => {
-                let s = as_str(v).map_err(at("hostIP"))?;
-                // "" is Go's zero value, which runtimes send for "all addresses".
-                if s.is_empty() {
-                    None
-                } else {
-                    s.parse::<IpAddr>()
-                        .map_err(|_| at("hostIP")(format!("{s:?} is not an IP address")))?;
-                    Some(s.to_string())
-                }
-            }
-        };
-        for (key, _) in f.unknown {
-            warnings.push(format!("{path}[{j}].{key}: unknown key ignored"));
-        }
-        out.push(PortMapping {
-            host_port,
-            container_port,
-            protocol,
-            host_ip,
-        });
-    }
-    Ok(out)
-}
-
-const BANDWIDTH_KEYS: [&str; 4] = ["ingressRate", "ingressBurst", "egressRate", "egressBurst"];
-
-fn decode_bandwidth(v: &Value) -> Result<Bandwidth, SubError> {
-    let obj = as_object(v).map_err(whole)?;
-    let f = fold_object(obj, &BANDWIDTH_KEYS);
-    if let Some((key, _)) = f.unknown.first() {
+/// §4.1.2.1.8 beyond the types: only its four keys, at least one of them,
+/// and a burst only with its rate. `raw` is the object as written; the
+/// error is a sub-path (`.ingressBurst`, or empty) and a reason.
+fn check_bandwidth(bw: &Bandwidth, raw: &Value) -> Result<(), (String, String)> {
+    if let Some(key) = unknown_keys(raw, &BANDWIDTH_KEYS).first() {
         return Err((
             format!(".{key}"),
             format!(
@@ -475,24 +495,23 @@ fn decode_bandwidth(v: &Value) -> Result<Bandwidth, SubError> {
             ),
         ));
     }
-    let mut values = [None; 4];
-    for (idx, slot) in values.iter_mut().enumerate() {
-        if let Some((_, v)) = f.known[idx] {
-            let n = v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
-                (
-                    format!(".{}", BANDWIDTH_KEYS[idx]),
-                    format!("must be a positive integer, got {}", describe(v)),
-                )
-            })?;
-            *slot = Some(n);
-        }
-    }
-    let [ingress_rate, ingress_burst, egress_rate, egress_burst] = values;
-    if values.iter().all(Option::is_none) {
-        return Err(whole(format!(
-            "must contain at least one of {} (multi-net-spec §4.1.2.1.8)",
-            BANDWIDTH_KEYS.join(", ")
-        )));
+    let Bandwidth {
+        ingress_rate,
+        ingress_burst,
+        egress_rate,
+        egress_burst,
+    } = *bw;
+    if [ingress_rate, ingress_burst, egress_rate, egress_burst]
+        .iter()
+        .all(Option::is_none)
+    {
+        return Err((
+            String::new(),
+            format!(
+                "must contain at least one of {} (multi-net-spec §4.1.2.1.8)",
+                BANDWIDTH_KEYS.join(", ")
+            ),
+        ));
     }
     for (burst, rate, b, r) in [
         (ingress_burst, ingress_rate, "ingressBurst", "ingressRate"),
@@ -505,12 +524,7 @@ fn decode_bandwidth(v: &Value) -> Result<Bandwidth, SubError> {
             ));
         }
     }
-    Ok(Bandwidth {
-        ingress_rate,
-        ingress_burst,
-        egress_rate,
-        egress_burst,
-    })
+    Ok(())
 }
 
 impl NetworkSelectionElement {
@@ -522,104 +536,32 @@ impl NetworkSelectionElement {
         )
     }
 
-    /// The element in the JSON list format (§4.1.2.1 keys in spec order, then
-    /// the extension keys as written).
+    /// The element in the JSON list format (its serde form).
     pub fn to_value(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("name".into(), json!(self.name));
-        let mut put = |k: &str, v: Option<Value>| {
-            if let Some(v) = v {
-                m.insert(k.into(), v);
-            }
-        };
-        put("namespace", self.namespace.as_ref().map(|v| json!(v)));
-        put("ips", self.ips.as_ref().map(|v| json!(v)));
-        put("mac", self.mac.as_ref().map(|v| json!(v)));
-        put("interface", self.interface.as_ref().map(|v| json!(v)));
-        put("cni-args", self.cni_args.clone().map(Value::Object));
-        put("portMappings", self.port_mappings_runtime_config());
-        put(
-            "bandwidth",
-            self.bandwidth.as_ref().map(|b| b.to_value(None)),
-        );
-        put(
-            "default-route",
-            self.default_route
-                .as_ref()
-                .map(|gws| json!(gws.iter().map(|g| g.to_string()).collect::<Vec<_>>())),
-        );
-        put(
-            "infiniband-guid",
-            self.infiniband_guid.as_ref().map(|v| json!(v)),
-        );
-        put(
-            "ipam-claim-reference",
-            self.ipam_claim_reference.as_ref().map(|v| json!(v)),
-        );
-        for (k, v) in &self.extensions {
-            m.insert(k.clone(), v.clone());
-        }
-        Value::Object(m)
+        serde_json::to_value(self).expect("a selection element serializes")
     }
 
     /// runtimeConfig `portMappings` in the cni-CONVENTIONS form:
     /// `[{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]`, with
     /// `hostIP` when set.
     pub fn port_mappings_runtime_config(&self) -> Option<Value> {
-        let pms = self.port_mappings.as_ref()?;
-        Some(Value::Array(
-            pms.iter()
-                .map(|p| {
-                    let mut v = json!({
-                        "hostPort": p.host_port,
-                        "containerPort": p.container_port,
-                        "protocol": p.protocol,
-                    });
-                    if let Some(ip) = &p.host_ip {
-                        v["hostIP"] = json!(ip);
-                    }
-                    v
-                })
-                .collect(),
-        ))
+        self.port_mappings
+            .as_ref()
+            .map(|pms| serde_json::to_value(pms).expect("port mappings serialize"))
     }
 
     /// runtimeConfig `bandwidth` in the cni-CONVENTIONS form, with a burst of
     /// [`DEFAULT_BURST_BITS`] for each rate given without one.
     pub fn bandwidth_runtime_config(&self) -> Option<Value> {
-        self.bandwidth
-            .as_ref()
-            .map(|b| b.to_value(Some(DEFAULT_BURST_BITS)))
-    }
-}
-
-impl Bandwidth {
-    /// The set keys; with `default_burst`, a rate without a burst gets it.
-    fn to_value(&self, default_burst: Option<u64>) -> Value {
-        let mut m = Map::new();
-        for (rate, burst, rk, bk) in [
-            (
-                self.ingress_rate,
-                self.ingress_burst,
-                "ingressRate",
-                "ingressBurst",
-            ),
-            (
-                self.egress_rate,
-                self.egress_burst,
-                "egressRate",
-                "egressBurst",
-            ),
-        ] {
-            let burst = burst.or(rate.and(default_burst));
-            if let Some(r) = rate {
-                m.insert(rk.into(), json!(r));
-            }
-            if let Some(b) = burst {
-                m.insert(bk.into(), json!(b));
-            }
-        }
-        Value::Object(m)
+        let b = self.bandwidth.as_ref()?;
+        let burst =
+            |rate: Option<u64>, burst: Option<u64>| burst.or(rate.and(Some(DEFAULT_BURST_BITS)));
+        let filled = Bandwidth {
+            ingress_burst: burst(b.ingress_rate, b.ingress_burst),
+            egress_burst: burst(b.egress_rate, b.egress_burst),
+            ..b.clone()
+        };
+        Some(serde_json::to_value(filled).expect("bandwidth serializes"))
     }
 }
 
@@ -627,6 +569,7 @@ impl Bandwidth {
 mod tests {
     use super::*;
     use crate::netattach::error::SpecError;
+    use serde_json::json;
 
     fn parse(s: &str) -> ParsedSelection {
         parse_selection_annotation(s).unwrap_or_else(|e| panic!("{s}: {e}"))
@@ -1276,5 +1219,58 @@ mod tests {
         assert_eq!(keys[0], "name");
         assert_eq!(keys.last().unwrap().as_str(), "org.example.k");
         assert_eq!(only(&format!("[{v}]")), e);
+    }
+
+    #[test]
+    fn keys_in_another_case_at_every_depth_4_1_2_1() {
+        // §4.1.2.1's keys, and those of portMappings (§4.1.2.1.7) and
+        // bandwidth (§4.1.2.1.8), as Multus's Go decoder matches them.
+        let p = parse(
+            r#"[{"NAME": "n", "IPS": ["10.0.0.5/24"], "INTERFACEREQUEST": "net1",
+                 "PORTMAPPINGS": [{"HOSTPORT": 80, "ContainerPort": 8080, "HostIp": "192.0.2.1",
+                                   "Protocol": "UDP", "hostPortRange": 3}],
+                 "BANDWIDTH": {"INGRESSRATE": 5, "IngressBurst": 7}}]"#,
+        );
+        let e = &p.elements[0];
+        assert_eq!(e.ips, Some(vec!["10.0.0.5/24".into()]));
+        assert_eq!(e.interface.as_deref(), Some("net1"));
+        assert_eq!(
+            e.port_mappings,
+            Some(vec![PortMapping {
+                host_port: 80,
+                container_port: 8080,
+                protocol: "udp".into(),
+                host_ip: Some("192.0.2.1".into()),
+            }])
+        );
+        assert_eq!(
+            e.bandwidth,
+            Some(Bandwidth {
+                ingress_rate: Some(5),
+                ingress_burst: Some(7),
+                ..Default::default()
+            })
+        );
+        assert_eq!(
+            p.warnings,
+            vec![
+                "[0].interfaceRequest: deprecated Multus key, read as \"interface\"".to_string(),
+                "[0].portMappings[0].hostPortRange: unknown key ignored".to_string(),
+            ]
+        );
+        // A nested key is named as written; a top-level one as §4.1.2.1 spells it.
+        assert_eq!(
+            err(r#"[{"name": "n", "PortMappings": [{"HostPort": 0, "containerPort": 1}]}]"#),
+            "[0].portMappings[0].HostPort: must be an integer from 1 to 65535, got 0"
+        );
+        assert_eq!(
+            err(r#"[{"name": "n", "IPS": ["10.0.0.1", 5]}]"#),
+            "[0].ips[1]: must be a string, got 5"
+        );
+        // A list is no object, though serde_json would read a struct from one.
+        assert_eq!(
+            err(r#"[{"name": "n", "portMappings": [[80, 80]]}]"#),
+            "[0].portMappings[0]: must be an object, got [80,80]"
+        );
     }
 }

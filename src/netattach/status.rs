@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use super::deviceinfo::DeviceInfo;
 use super::error::SpecError;
-use super::go_json::{self, as_array, as_object, decode_error, fold_object};
+use super::go_json::{self, as_array, as_object, decode_error};
 use crate::cni::casefold;
 use crate::cni::result::{CniResult, IpConfig};
 
@@ -233,17 +233,8 @@ impl NetworkStatus {
     /// Read one entry. Errors name the key (`mtu: must be ...`).
     pub fn from_value(v: &Value) -> Result<NetworkStatus, SpecError> {
         let obj = as_object(v).map_err(|r| SpecError::decode("network-status entry", r))?;
-        // serde reads a struct with a flattened field (`extra`) as a map,
-        // where casefold cannot fold its keys: the keys of §5.3 are put in
-        // their spelling first, as Go matches them (`null` is absent).
-        let f = fold_object(obj, &KEYS);
-        let known = f
-            .known
-            .iter()
-            .zip(KEYS)
-            .filter_map(|(entry, key)| entry.map(|(_, v)| (key.to_string(), v.clone())));
-        let unknown = f.unknown.iter().map(|(k, v)| (k.to_string(), (*v).clone()));
-        let spelled = Value::Object(known.chain(unknown).collect());
+        // `extra` is flattened: the keys of §5.3 are spelled first.
+        let spelled = go_json::spell_keys(obj, &KEYS);
         casefold::from_value_at(&spelled)
             .map_err(|e| decode_error(e, &spelled, "network-status entry").into())
     }
