@@ -197,16 +197,14 @@ fn nothing_left_on_the_node(node: &Node) {
 /// (deploy/README.md): the ConfigMap's settings without `daemonSocket`, as
 /// an overlay, and the DaemonSet restarted. Issue 37 found the installer's
 /// `--daemon-socket` putting the socket back; now the conflist loses it
-/// and the runtime's own exec serves the next pod. Back to thick the same way,
-/// then removed.
+/// and the runtime's own exec serves the next pod. Then removed.
 #[test]
-fn thick_as_deployed_switched_to_thin_and_back_by_the_configmap() {
+fn thick_as_deployed_then_switched_to_thin_by_the_configmap() {
     if !plexus_testkit::require(&[Feature::KubeNode]) {
         return;
     }
     let node = node();
     deploy_and_attach(node, &[]);
     deploy_and_attach(node, &["--thin"]);
-    deploy_and_attach(node, &[]);
-    remove(node, &[]);
+    remove(node, &["--thin"]);
 }
