@@ -172,7 +172,12 @@ pub struct NodeWithPods {
 /// [`node_and_pods`] with a temporary directory; `None` (the test skips)
 /// without root or the reference plugins.
 pub fn node_with_pods(tag: &str) -> Option<NodeWithPods> {
-    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+    node_with_pods_requiring(&[Feature::Root, Feature::ReferencePlugins], tag)
+}
+
+/// [`node_with_pods`], skipping without any of `features` instead.
+pub fn node_with_pods_requiring(features: &[Feature], tag: &str) -> Option<NodeWithPods> {
+    if !plexus_testkit::require(features) {
         return None;
     }
     let mut namespaces = Namespaces(Vec::new());
