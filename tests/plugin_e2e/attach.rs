@@ -7,27 +7,22 @@ use super::*;
 
 #[test]
 fn two_pods_on_a_bridge_and_a_macvlan_network() {
-    let Some(NodeWithPods {
-        tmp,
-        node,
-        pods,
-        namespaces: _namespaces,
-    }) = node_with_pods("mac")
-    else {
+    let Some(w) = node_with_pods("mac") else {
         return;
     };
+    let (tmp, node, pods) = (w.tmp.path(), w.node.as_str(), &w.pods);
 
     // A config list: macvlan, then tuning (a chained plugin).
     let macnet = json!({"cniVersion": "1.0.0", "name": "macnet", "plugins": [
-        {"type": "macvlan", "master": "uplink0", "mode": "bridge", "ipam": host_local(tmp.path(), "10.20.0.0/24", "mac")},
-        {"type": "tuning", "mtu": 1400, "dataDir": tmp.path().join("tuning")}]});
-    let conf = plexus_conf(tmp.path(), &macnet);
+        {"type": "macvlan", "master": "uplink0", "mode": "bridge", "ipam": host_local(tmp, "10.20.0.0/24", "mac")},
+        {"type": "tuning", "mtu": 1400, "dataDir": tmp.join("tuning")}]});
+    let conf = plexus_conf(tmp, &macnet);
 
     // ADD: the runtime gets the cluster network's result (as from Multus).
     let mut cluster_ips = Vec::new();
     let mut secondary_ips = Vec::new();
     for (i, pod_ns) in pods.iter().enumerate() {
-        let out = pod_call(&node, "ADD", i, Some(pod_ns), &conf);
+        let out = pod_call(node, "ADD", i, Some(pod_ns), &conf);
         assert!(
             out.status.success(),
             "ADD: {}{}",
@@ -77,12 +72,12 @@ fn two_pods_on_a_bridge_and_a_macvlan_network() {
         secondary_ips[0]
     );
 
-    del_twice(&node, &pods, &conf);
+    del_twice(node, pods, &conf);
     assert!(
-        files_in(&tmp.path().join("tuning")).is_empty(),
+        files_in(&tmp.join("tuning")).is_empty(),
         "tuning's saved state removed"
     );
-    assert_nothing_left(tmp.path());
+    assert_nothing_left(tmp);
 }
 
 #[test]
@@ -91,30 +86,24 @@ fn further_delegates_and_a_default_network_directory_reach_every_pod() {
     // (LoadNetConf keeps them all; getIfname names them by position), then a
     // `defaultNetworks` entry naming a directory, its first conf
     // (getNetDelegate), then the pod's selection. DEL, twice, leaves nothing.
-    let Some(NodeWithPods {
-        tmp,
-        node,
-        pods,
-        namespaces: _namespaces,
-    }) = node_with_pods("dlg")
-    else {
+    let Some(w) = node_with_pods("dlg") else {
         return;
     };
-    let mut conf: Value =
-        serde_json::from_str(&plexus_conf(tmp.path(), &macvlan_network(tmp.path()))).unwrap();
+    let (tmp, node, pods) = (w.tmp.path(), w.node.as_str(), &w.pods);
+    let mut conf: Value = serde_json::from_str(&plexus_conf(tmp, &macvlan_network(tmp))).unwrap();
     conf["delegates"].as_array_mut().unwrap().push(json!({
         "cniVersion": "1.0.0", "name": "storage", "type": "macvlan", "master": "uplink0",
-        "ipam": host_local(tmp.path(), "10.40.0.0/24", "storage")}));
-    let dir = tmp.path().join("default-networks");
+        "ipam": host_local(tmp, "10.40.0.0/24", "storage")}));
+    let dir = tmp.join("default-networks");
     std::fs::create_dir(&dir).unwrap();
     let backup = json!({"cniVersion": "1.0.0", "name": "backup", "type": "macvlan",
-        "master": "uplink0", "ipam": host_local(tmp.path(), "10.50.0.0/24", "backup")});
+        "master": "uplink0", "ipam": host_local(tmp, "10.50.0.0/24", "backup")});
     std::fs::write(dir.join("10-backup.conf"), backup.to_string()).unwrap();
     conf["defaultNetworks"] = json!([dir]);
     let conf = conf.to_string();
 
     for (i, pod_ns) in pods.iter().enumerate() {
-        let out = pod_call(&node, "ADD", i, Some(pod_ns), &conf);
+        let out = pod_call(node, "ADD", i, Some(pod_ns), &conf);
         assert_ok("ADD", &out);
         assert_eq!(link_names(pod_ns), ["lo", "eth0", "net1", "net2", "net3"]);
         let addr = |ifname: &str| ip(pod_ns, &["-4", "-o", "addr", "show", "dev", ifname]);
@@ -122,6 +111,6 @@ fn further_delegates_and_a_default_network_directory_reach_every_pod() {
         assert!(addr("net2").contains("10.50.0."), "{}", addr("net2"));
         assert!(addr("net3").contains("10.20.0."), "{}", addr("net3"));
     }
-    del_twice(&node, &pods, &conf);
-    assert_nothing_left(tmp.path());
+    del_twice(node, pods, &conf);
+    assert_nothing_left(tmp);
 }

@@ -12,23 +12,20 @@ use super::*;
 /// CHECK), and DEL (twice, the second without CNI_NETNS) leaves nothing.
 /// The build hosts' kernels have no ipvlan: this runs in vm-tests/.
 fn two_pods_on_an_ipvlan_network(mode: &str) {
-    let Some(NodeWithPods {
-        tmp,
-        node,
-        pods,
-        namespaces: _namespaces,
-    }) = node_with_pods_requiring(&[Feature::Root, Feature::Ipvlan], &format!("ipv{mode}"))
+    let Some(w) =
+        node_with_pods_requiring(&[Feature::Root, Feature::Ipvlan], &format!("ipv{mode}"))
     else {
         return;
     };
+    let (tmp, node, pods) = (w.tmp.path(), w.node.as_str(), &w.pods);
     let ipvnet = json!({"cniVersion": "1.0.0", "name": "ipvnet", "type": "ipvlan",
-        "master": "uplink0", "mode": mode, "ipam": host_local(tmp.path(), "10.30.0.0/24", "ipv")});
-    let conf = plexus_conf(tmp.path(), &ipvnet);
+        "master": "uplink0", "mode": mode, "ipam": host_local(tmp, "10.30.0.0/24", "ipv")});
+    let conf = plexus_conf(tmp, &ipvnet);
 
     let mut results = Vec::new();
     let mut net1_ips = Vec::new();
     for (i, pod_ns) in pods.iter().enumerate() {
-        let out = pod_call(&node, "ADD", i, Some(pod_ns), &conf);
+        let out = pod_call(node, "ADD", i, Some(pod_ns), &conf);
         assert_ok("ADD", &out);
         results.push(serde_json::from_slice::<Value>(&out.stdout).unwrap());
         let link: Value =
@@ -57,7 +54,7 @@ fn two_pods_on_an_ipvlan_network(mode: &str) {
     let check = |i: usize| {
         let mut c: Value = serde_json::from_str(&conf).unwrap();
         c["prevResult"] = results[i].clone();
-        pod_call(&node, "CHECK", i, Some(&pods[i]), &c.to_string())
+        pod_call(node, "CHECK", i, Some(&pods[i]), &c.to_string())
     };
     for i in 0..2 {
         assert_ok("CHECK", &check(i));
@@ -69,9 +66,8 @@ fn two_pods_on_an_ipvlan_network(mode: &str) {
         "CHECK must notice net1 lost its address"
     );
 
-    del_twice(&node, &pods, &conf);
-    let node_links: Value =
-        serde_json::from_str(&ip(&node, &["-d", "-j", "link", "show"])).unwrap();
+    del_twice(node, pods, &conf);
+    let node_links: Value = serde_json::from_str(&ip(node, &["-d", "-j", "link", "show"])).unwrap();
     assert!(
         node_links
             .as_array()
@@ -80,7 +76,7 @@ fn two_pods_on_an_ipvlan_network(mode: &str) {
             .all(|l| l["linkinfo"]["info_kind"] != "ipvlan"),
         "no ipvlan left in the node: {node_links}"
     );
-    assert_nothing_left(tmp.path());
+    assert_nothing_left(tmp);
 }
 
 #[test]

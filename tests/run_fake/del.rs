@@ -210,7 +210,7 @@ fn del_without_a_record_deletes_the_fallback_plan_idempotently() {
     // No cluster network to go by: nothing is deleted, with a warning; no
     // answer from the API server while the pod has no interface by
     // CNI_IFNAME (these fakes make none): nothing can be left, so the same
-    // (tests/kube.rs has the pod that still has it, which gets code 11).
+    // (tests/kube/cluster_network.rs has the pod that still has it, which gets code 11).
     f.reset_calls();
     let unknown = || {
         Err(RunError::Plugin(CniError::plugin(
