@@ -60,8 +60,8 @@ fn ipamclaim_crd_follows_multi_net_spec_8_1() {
 #[test]
 fn rbac_grants_exactly_what_plexus_uses() {
     // Least privilege: the requests src/cluster/kube.rs and the daemon's
-    // watches (src/cluster/watch.rs) make, no more (tests/kube.rs and
-    // tests/daemon.rs prove they suffice, with this role's token). The
+    // watches (src/cluster/watch.rs) make, no more (tests/kube/ and
+    // tests/daemon/ prove they suffice, with this role's token). The
     // daemon's hot-plug (issue 26) adds none: it reads the pods it already
     // watches, writes network-status with the same pods/status PATCH, posts
     // events, and binds a hot-plugged IPAMClaim with the same ipamclaims

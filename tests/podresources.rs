@@ -528,7 +528,7 @@ fn device_info_is_copied_handed_to_plugins_reported_and_removed_on_del() {
 fn a_bad_device_plugin_file_is_left_out_and_the_attachment_goes_on() {
     // multi-net-spec §5.3.8: device-info is optional. Multus's
     // `CopyDeviceInfoForCNIFromDP` failing only logs; plexus also warns (a
-    // Warning event on a cluster, tests/kube.rs) and attaches the network
+    // Warning event on a cluster, tests/kube/device_info.rs) and attaches the network
     // without device-info.
     let kubelet = PodResourcesServer::start(node_pods());
     let node = Node::new("sriov-a", kubelet.socket());

@@ -5,7 +5,7 @@
 //! there read its API (tests/cluster_devices.rs, with the test device
 //! plugin). This stand-in stays for what runs without that node: the VM
 //! harness (no cluster), tests that run plexus without a node
-//! (tests/podresources.rs, tests/kube.rs), and kubelets other than the one
+//! (tests/podresources.rs, tests/kube/device_info.rs), and kubelets other than the one
 //! built here (with `Get`, with it disabled, hung). It serves the real v1
 //! proto (`plexus_podresources::v1`, gRPC over HTTP/2 on a unix socket, as
 //! kubelet does) from a fixed set of pods, answers errors with the gRPC

@@ -172,7 +172,12 @@ pub struct NodeWithPods {
 /// [`node_and_pods`] with a temporary directory; `None` (the test skips)
 /// without root or the reference plugins.
 pub fn node_with_pods(tag: &str) -> Option<NodeWithPods> {
-    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins]) {
+    node_with_pods_requiring(&[Feature::Root, Feature::ReferencePlugins], tag)
+}
+
+/// [`node_with_pods`], skipping without any of `features` instead.
+pub fn node_with_pods_requiring(features: &[Feature], tag: &str) -> Option<NodeWithPods> {
+    if !plexus_testkit::require(features) {
         return None;
     }
     let mut namespaces = Namespaces(Vec::new());
@@ -335,11 +340,7 @@ pub fn kube_node(tag: &str, ns_prefix: &str, macnet: impl Fn(&Path) -> Value) ->
     let relay = Relay::into_netns(Path::new(&format!("/var/run/netns/{node}")), api.port).unwrap();
     let kube_ns = api.namespace(&format!("{ns_prefix}-{tag}"));
     let macnet = macnet(tmp.path());
-    api.apply(&format!(
-        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
-         metadata: {{name: macnet, namespace: {kube_ns}}}\nspec:\n  config: '{macnet}'\n"
-    ));
-    Some(KubeNode {
+    let kube = KubeNode {
         api,
         kube_ns,
         node,
@@ -347,10 +348,34 @@ pub fn kube_node(tag: &str, ns_prefix: &str, macnet: impl Fn(&Path) -> Value) ->
         relay,
         tmp,
         namespaces,
-    })
+    };
+    kube.nad("macnet", &macnet);
+    Some(kube)
 }
 
 impl KubeNode {
+    /// Create the NAD `name` in this test's namespace with `config`.
+    pub fn nad(&self, name: &str, config: &Value) {
+        self.api.apply(&format!(
+            "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+             metadata: {{name: {name}, namespace: {}}}\nspec:\n  config: '{config}'\n",
+            self.kube_ns
+        ));
+    }
+
+    /// Pod `pod`'s field at `jsonpath` (`kubectl get pod -o jsonpath=`).
+    pub fn pod_field(&self, pod: &str, jsonpath: &str) -> String {
+        self.api.kubectl(&[
+            "get",
+            "pod",
+            "-n",
+            &self.kube_ns,
+            pod,
+            "-o",
+            &format!("jsonpath={jsonpath}"),
+        ])
+    }
+
     /// plexus's requests in this test's Kubernetes namespace.
     pub fn requests(&self) -> Vec<AuditedRequest> {
         self.api
@@ -384,4 +409,32 @@ pub fn pod_events(api: &KubeApi, namespace: &str, pod: &str) -> Vec<(String, Str
             (s("type"), s("reason"), s("message"))
         })
         .collect()
+}
+
+/// How many of `requests` are `verb` on `resource`'s `subresource`.
+pub fn count(requests: &[AuditedRequest], verb: &str, resource: &str, subresource: &str) -> usize {
+    requests
+        .iter()
+        .filter(|r| r.verb == verb && r.resource == resource && r.subresource == subresource)
+        .count()
+}
+
+/// The JSON conf `conf` with `changes` merged in (`null` removes a key).
+pub fn conf_with(conf: &str, changes: Value) -> String {
+    let mut conf: Value = serde_json::from_str(conf).unwrap();
+    for (k, v) in changes.as_object().unwrap() {
+        if v.is_null() {
+            conf.as_object_mut().unwrap().remove(k);
+        } else {
+            conf[k] = v.clone();
+        }
+    }
+    conf.to_string()
+}
+
+/// Write `script` to `path`, executable: a plugin exec'd from binDir.
+pub fn executable(path: &Path, script: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, script).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
