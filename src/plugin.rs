@@ -189,7 +189,7 @@ impl<'s> PlexusPlugin<'s> {
         let call = call(req).map_err(PlanError::from)?;
         let pod = Pod {
             namespace: crate::manifest::DEFAULT_NAMESPACE.into(),
-            name: call.container_id.clone(),
+            name: call.container_id.to_string(),
             uid: None,
             annotations: Default::default(),
         };
@@ -464,8 +464,8 @@ fn sweep_warnings(swept: claim_book::Swept) -> impl Iterator<Item = String> {
 
 /// What the runtime told plexus about this attachment.
 struct Call<'a> {
-    container_id: String,
-    ifname: String,
+    container_id: ContainerId,
+    ifname: IfName,
     netns: Option<PathBuf>,
     cni_path: &'a [PathBuf],
 }
@@ -483,8 +483,8 @@ impl Call<'_> {
 fn call(req: &Request) -> Result<Call<'_>, CniError> {
     let params = req.env.require_attachment()?;
     Ok(Call {
-        container_id: params.container_id.to_string(),
-        ifname: params.ifname.to_string(),
+        container_id: params.container_id.clone(),
+        ifname: params.ifname.clone(),
         netns: params.netns.clone(),
         cni_path: &params.path,
     })

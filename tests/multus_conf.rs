@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use plexus::cni::error::{codes, ErrorCode};
+use plexus::cni::names::IfName;
 use plexus::config::PlexusConf;
 use plexus::manifest;
 use plexus::netattach::nad::NetworkAttachmentDefinition;
@@ -83,7 +84,7 @@ fn plan_with(value: Value, pod: &Pod) -> Result<Plan, plexus::cni::CniError> {
         Some(&conf_dir),
         &conf.policy.plexus_namespace,
     )?;
-    let options = PlanOptions::new(conf.policy.clone(), "eth0")
+    let options = PlanOptions::new(conf.policy.clone(), IfName::new("eth0").unwrap())
         .with_runtime_config(conf.runtime_config.clone());
     Ok(plan(
         pod,
@@ -104,7 +105,7 @@ fn summary(p: &Plan) -> Vec<(String, String, String, String)> {
         .map(|a| {
             (
                 a.network.clone(),
-                a.ifname.clone(),
+                a.ifname.to_string(),
                 a.plugins[0]["type"].as_str().unwrap_or("").to_string(),
                 a.source.clone(),
             )

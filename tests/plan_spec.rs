@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use plexus::cni::config::NetworkConfigList;
+use plexus::cni::names::{ContainerId, IfName};
 use plexus::manifest;
 use plexus::netattach::nad::NetworkAttachmentDefinition;
 use plexus::netattach::pod::Pod;
@@ -13,7 +14,7 @@ use plexus::policy::SelectionPolicy;
 
 /// The options of a call whose interface is `eth0`, under `policy`.
 fn eth0(policy: SelectionPolicy) -> PlanOptions {
-    PlanOptions::new(policy, "eth0")
+    PlanOptions::new(policy, IfName::new("eth0").unwrap())
 }
 
 /// [`eth0`] under the default policy.
@@ -130,7 +131,7 @@ fn ok_plan(annotation: &str) -> Plan {
 fn summary(p: &Plan) -> Vec<(String, String, bool)> {
     p.attachments
         .iter()
-        .map(|a| (a.network.clone(), a.ifname.clone(), a.default))
+        .map(|a| (a.network.clone(), a.ifname.to_string(), a.default))
         .collect()
 }
 
@@ -541,7 +542,7 @@ fn s6_2_default_network_first_with_runtime_config_s7_5() {
                 .unwrap()
                 .clone(),
         )
-        .with_container("abc123");
+        .with_container(ContainerId::new("abc123").unwrap());
     let p = plan_for(Some("net-b"), &options, "").unwrap();
     let d = &p.attachments[0];
     assert!(d.default);
@@ -768,7 +769,7 @@ spec:
         device_info_dir: "/run/devinfo".into(),
         ..SelectionPolicy::default()
     })
-    .with_container("c1");
+    .with_container(ContainerId::new("c1").unwrap());
     let p = plan_for(Some("vf,declares,net-a"), &options, extra).unwrap();
     let file = |i: usize| {
         p.attachments[i]

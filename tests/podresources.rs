@@ -25,6 +25,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use e2e_support::assert_ok;
+use plexus::cni::names::{ContainerId, IfName};
 use plexus::plan::devices::podresources::v1::PodResources;
 use plexus::plan::devices::podresources::{Client, Code, Error};
 use plexus::record::{Cache, Lookup};
@@ -252,8 +253,10 @@ impl Node {
     /// The pod's network-status entries (multi-net-spec §5) from plexus's
     /// record, what it publishes on a cluster.
     fn network_status(&self) -> Vec<Value> {
-        let Ok(Lookup::Found(record)) = Cache::new(self.fakes.cache_dir()).load("ctr1", "eth0")
-        else {
+        let Ok(Lookup::Found(record)) = Cache::new(self.fakes.cache_dir()).load(
+            &ContainerId::new("ctr1").unwrap(),
+            &IfName::new("eth0").unwrap(),
+        ) else {
             panic!("no readable record");
         };
         record

@@ -14,6 +14,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use plexus::cni::config::NetworkConfigList;
+use plexus::cni::names::{ContainerId, IfName};
 use plexus::cni::CniVersion;
 use plexus::netattach::nad::NetworkAttachmentDefinition;
 use plexus::netattach::pod::Pod;
@@ -192,7 +193,8 @@ fn planned(node: &Node, second_tail: Value) -> Plan {
         config: NetworkConfigList::from_value(&cluster).unwrap(),
         source: "test".into(),
     };
-    let options = PlanOptions::new(Default::default(), "eth0").with_container("ctr-netns");
+    let options = PlanOptions::new(Default::default(), IfName::new("eth0").unwrap())
+        .with_container(ContainerId::new("ctr-netns").unwrap());
     plan(
         &pod,
         &PlanInputs::off_node(&nads, &default_network, &options),
@@ -202,8 +204,8 @@ fn planned(node: &Node, second_tail: Value) -> Plan {
 
 fn ctx<'a>(node: &Node, registry: &'a Registry) -> RunContext<'a> {
     RunContext {
-        container_id: "ctr-netns".into(),
-        ifname: "eth0".into(),
+        container_id: ContainerId::new("ctr-netns").unwrap(),
+        ifname: IfName::new("eth0").unwrap(),
         netns: Some(node.netns_path()),
         delegates: Delegates {
             cni_path: vec![PLUGINS.into()],

@@ -103,14 +103,22 @@ impl AttachmentParams {
         container_id: impl Into<String>,
         ifname: impl Into<String>,
     ) -> Result<AttachmentParams, CniError> {
-        Ok(AttachmentParams {
-            container_id: ContainerId::new(container_id)
+        Ok(AttachmentParams::of(
+            ContainerId::new(container_id)
                 .map_err(|r| CniError::invalid_env(CNI_CONTAINERID, r))?,
+            IfName::new(ifname).map_err(|r| CniError::invalid_env(CNI_IFNAME, r))?,
+        ))
+    }
+
+    /// An attachment's names, already checked by their types.
+    pub fn of(container_id: ContainerId, ifname: IfName) -> AttachmentParams {
+        AttachmentParams {
+            container_id,
             netns: None,
-            ifname: IfName::new(ifname).map_err(|r| CniError::invalid_env(CNI_IFNAME, r))?,
+            ifname,
             args: CniArgs::default(),
             path: Vec::new(),
-        })
+        }
     }
 }
 

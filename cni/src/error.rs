@@ -170,14 +170,7 @@ impl CniError {
     /// Prefix the field path in `details` with `outer`, so errors found deep in
     /// a structure name their full path (`plugins[2]` + `ipam.type`).
     pub fn within(mut self, outer: impl AsRef<str>) -> Self {
-        let outer = outer.as_ref();
-        if !outer.is_empty() {
-            self.details = if self.details.starts_with('[') {
-                format!("{outer}{}", self.details)
-            } else {
-                format!("{outer}.{}", self.details)
-            };
-        }
+        prefix_path(&mut self.details, outer.as_ref());
         self
     }
 
@@ -208,6 +201,21 @@ impl CniError {
 }
 
 pub type CniResultOf<T> = std::result::Result<T, CniError>;
+
+/// `outer.path`, or `outer[i]...` for an index: how a field's path is
+/// put inside the path of what holds it ([`CniError::within`], and the
+/// spec objects' errors).
+pub fn prefix_path(path: &mut String, outer: &str) {
+    if outer.is_empty() {
+        return;
+    }
+    if path.is_empty() {
+        *path = outer.to_string();
+        return;
+    }
+    let joint = if path.starts_with('[') { "" } else { "." };
+    *path = format!("{outer}{joint}{path}");
+}
 
 #[cfg(test)]
 mod tests {

@@ -130,6 +130,15 @@ checked_name!(
     check_container_id
 );
 
+impl IfName {
+    /// A name a pod's attachment can own ([`check_pod_ifname`]): not `lo`.
+    pub fn for_pod(name: impl Into<String>) -> Result<IfName, String> {
+        let name = name.into();
+        check_pod_ifname(&name)?;
+        Ok(IfName(name))
+    }
+}
+
 /// Longest interface name the kernel accepts (IFNAMSIZ - 1).
 pub const MAX_IFNAME_LEN: usize = 15;
 

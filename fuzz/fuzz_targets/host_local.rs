@@ -14,8 +14,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use plexus::cni::env::AttachmentParams;
-use plexus::cni::skel::{Request, TypedPlugin};
 use plexus::cni::env::CniEnv;
+use plexus::cni::skel::{Request, TypedPlugin};
 use plexus_ipam::HostLocal;
 use plexus_ipam::{parse_last_reserved, Owner};
 use serde_json::Value;

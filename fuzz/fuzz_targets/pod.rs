@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use k8s_openapi::api::core::v1::Pod as ApiPod;
 use libfuzzer_sys::fuzz_target;
 use plexus::cni::config::NetworkConfigList;
+use plexus::cni::names::{ContainerId, IfName};
 use plexus::netattach::nad::NetworkAttachmentDefinition;
 use plexus::netattach::pod::Pod;
 use plexus::plan::{plan, DefaultNetwork, PlanInputs, PlanOptions};
@@ -73,7 +74,8 @@ fuzz_target!(|data: &[u8]| {
         uid: found.metadata.uid.filter(|u| !u.is_empty()),
         annotations: found.metadata.annotations.unwrap_or_default(),
     };
-    let options = PlanOptions::new(Default::default(), "eth0").with_container("fuzz-container");
+    let options = PlanOptions::new(Default::default(), IfName::new("eth0").unwrap())
+        .with_container(ContainerId::new("fuzz-container").unwrap());
     let inputs = PlanInputs::off_node(nads(), default_network(), &options);
     if let Ok(planned) = plan(&pod, &inputs) {
         let _ = planned.to_value();

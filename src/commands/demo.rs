@@ -21,6 +21,7 @@ use plexus_dataplane::netlink::VethSpec;
 use plexus_dataplane::{probe, NetNs, Netlink};
 use serde_json::{json, Value};
 
+use crate::cni::names::{ContainerId, IfName};
 use crate::commands::daemon::sandbox_dir::{self, SandboxDir};
 use crate::netattach::status::{status_annotation_value, NetworkStatus};
 use crate::record::{Cache, Lookup};
@@ -356,7 +357,9 @@ impl Scratch {
 
     /// The pod's network-status entries, from plexus's record of its ADD.
     fn status_of(&self, pod: &str) -> Result<Vec<NetworkStatus>, DemoError> {
-        match Cache::new(self.records_dir()).load(&container_id(pod), "eth0")? {
+        let id = ContainerId::new(container_id(pod)).map_err(demo_error)?;
+        let eth0 = IfName::new("eth0").map_err(demo_error)?;
+        match Cache::new(self.records_dir()).load(&id, &eth0)? {
             Lookup::Found(record) => Ok(record.network_status()),
             Lookup::Missing => Err(demo_error(format!("no plexus record for {pod}"))),
             Lookup::Corrupt { path, reason } => {

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 
 use crate::cni::args::CniArgs;
 use crate::cni::error::CniError;
+use crate::cni::names::{ContainerId, IfName};
 use crate::config::{PlexusConf, PodResourcesClient};
 use crate::manifest;
 use crate::plan::devices::DeviceSource;
@@ -80,8 +81,12 @@ pub fn run(args: &PlanArgs) -> Result<String, CniError> {
         .or_else(|| conf.as_ref().map(|c| c.conf_dir.clone()))
         .map(ConfDir::new);
 
-    crate::cni::names::check_ifname(&args.ifname)
+    let ifname = IfName::new(args.ifname.as_str())
         .map_err(|reason| CniError::invalid_config("--ifname", reason))?;
+    let container_id = (args.container_id.as_deref())
+        .map(ContainerId::new)
+        .transpose()
+        .map_err(|reason| CniError::invalid_config("--container-id", reason))?;
     let mut policy = conf.as_ref().map(|c| c.policy.clone()).unwrap_or_default();
     policy.strict_annotations |= args.strict_annotations;
     let cni_args = args
@@ -94,9 +99,8 @@ pub fn run(args: &PlanArgs) -> Result<String, CniError> {
         (None, Some(conf)) => conf.runtime_config.clone(),
         (None, None) => Default::default(),
     };
-    let mut options =
-        PlanOptions::new(policy, args.ifname.clone()).with_runtime_config(runtime_config);
-    options.container_id = args.container_id.clone();
+    let mut options = PlanOptions::new(policy, ifname).with_runtime_config(runtime_config);
+    options.container_id = container_id;
     options = options.with_cni_args(cni_args);
 
     let default_network = match (&args.default_network, &conf) {

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use crate::cni::error::CniError;
+use crate::cni::names::IfName;
 use crate::cni::result::CniResult;
 use crate::cni::version::CniVersion;
 use crate::netattach::deviceinfo::DeviceInfo;
@@ -48,10 +49,10 @@ pub fn run(args: &StatusArgs) -> Result<String, CniError> {
         None => CniResult::from_value(&value),
     }
     .map_err(|e| e.within(origin.as_str()))?;
-    if let Some(ifname) = &args.ifname {
-        crate::cni::names::check_ifname(ifname)
-            .map_err(|reason| CniError::invalid_config("--ifname", reason))?;
-    }
+    let ifname = (args.ifname.as_deref())
+        .map(IfName::new)
+        .transpose()
+        .map_err(|reason| CniError::invalid_config("--ifname", reason))?;
     // §5.3.8: only a map that is valid device information (device-info-SPEC
     // §3.1) may be published.
     let device_info = args
@@ -66,7 +67,7 @@ pub fn run(args: &StatusArgs) -> Result<String, CniError> {
         .transpose()?;
     let input = StatusInput {
         network: &args.network,
-        ifname: args.ifname.as_deref(),
+        ifname: ifname.as_deref(),
         default: args.default,
         gateway_request: args.default_route.as_deref(),
         device_info,

@@ -5,7 +5,7 @@
 
 use std::fmt::Display;
 
-use crate::cni::error::CniError;
+use crate::cni::error::{prefix_path, CniError};
 
 use super::selection::{AnnotationError, NETWORKS_ANNOTATION};
 
@@ -77,20 +77,6 @@ impl SpecError {
         }
         e
     }
-}
-
-/// `outer.path`, or `outer[i]...` for an index: the path rule of
-/// [`CniError::within`].
-pub(crate) fn prefix_path(path: &mut String, outer: &str) {
-    if outer.is_empty() {
-        return;
-    }
-    if path.is_empty() {
-        *path = outer.to_string();
-        return;
-    }
-    let joint = if path.starts_with('[') { "" } else { "." };
-    *path = format!("{outer}{joint}{path}");
 }
 
 /// Where in the selection annotation the error is, starting with the

@@ -8,12 +8,13 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-use super::error::{prefix_path, SpecError};
+use super::error::SpecError;
 use super::go_json::{self, decode_failure, parse_ip_with_prefix};
 use super::meta::ObjectMeta;
 use super::nad::WireObject;
 use crate::cni::casefold;
-use crate::cni::names::check_ifname;
+use crate::cni::error::prefix_path;
+use crate::cni::names::IfName;
 
 /// The API version of the CRD of §8.1.
 pub const API_VERSION: &str = "k8s.cni.cncf.io/v1alpha1";
@@ -179,7 +180,7 @@ impl IpamClaim {
         let spec = wire.spec.ok_or_else(|| bad("spec", "required"))?;
         non_empty(&spec.network, "spec.network")?;
         non_empty(&spec.interface, "spec.interface")?;
-        check_ifname(&spec.interface).map_err(|r| {
+        IfName::new(spec.interface.as_str()).map_err(|r| {
             bad(
                 "spec.interface",
                 format!("{:?} is not a valid interface name: {r}", spec.interface),

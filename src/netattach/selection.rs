@@ -12,14 +12,14 @@ use std::net::IpAddr;
 use serde::{de, Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
-use super::error::prefix_path;
 use super::go_json::{
     self, as_array, as_object, decode_failure, describe, is_hex_octets, parse_ip_with_prefix,
     unknown_keys,
 };
 use super::names::{check_dns1123_label, check_nad_name, nad_name_warning, NetworkRef};
 use crate::cni::casefold;
-use crate::cni::names::check_pod_ifname;
+use crate::cni::error::prefix_path;
+use crate::cni::names::IfName;
 
 pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
 
@@ -278,7 +278,7 @@ fn parse_comma_item(
         warnings.push(format!("{item}: {w}"));
     }
     if let Some(ifname) = ifname {
-        check_pod_ifname(ifname).map_err(|r| bad(format!("interface {ifname:?}: {r}")))?;
+        IfName::for_pod(ifname).map_err(|r| bad(format!("interface {ifname:?}: {r}")))?;
     }
     Ok(NetworkSelectionElement {
         name: name.to_string(),
@@ -390,7 +390,8 @@ fn decode_element(
     }
 
     let ifname = |key: &str, name: &str| {
-        check_pod_ifname(name)
+        IfName::for_pod(name)
+            .map(drop)
             .map_err(|r| at(key)(format!("{name:?} is not a valid interface name: {r}")))
     };
     if let Some(name) = &e.interface {

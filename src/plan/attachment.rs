@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::cni::names::IfName;
 use crate::cni::result::CniResult;
 use crate::netattach::deviceinfo::{self, DeviceInfo};
 use crate::netattach::status::{NetworkStatus, StatusInput};
@@ -28,7 +29,7 @@ pub const AUXILIARY_SOURCE: &str = "auxiliaryCNIChainName";
 #[serde(rename_all = "camelCase")]
 pub struct Attachment {
     pub network: String,
-    pub ifname: String,
+    pub ifname: IfName,
     pub default: bool,
     pub cni_args: String,
     /// The request JSON of each plugin of the chain, in order, without prevResult.
@@ -52,6 +53,12 @@ pub struct Attachment {
     /// is backed by a device-plugin resource or a plugin of it takes one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_info: Option<DeviceInfoFiles>,
+}
+
+/// `net<n>`: the name Multus gives the attachment at position `n` that asks
+/// for none (`net` and at most 12 digits fit the kernel's 15 bytes).
+pub fn net_n(n: usize) -> IfName {
+    IfName::new(format!("net{n}")).expect("net<n> is a valid interface name")
 }
 
 fn is_false(b: &bool) -> bool {

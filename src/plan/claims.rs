@@ -133,7 +133,7 @@ pub fn bind(plan: &mut Plan, pod: &Pod, cluster: &dyn Cluster) -> Result<Vec<Bou
             entry: ClaimEntry {
                 namespace: pod.namespace.clone(),
                 name: name.to_string(),
-                interface: attachment.ifname.clone(),
+                interface: attachment.ifname.to_string(),
                 ipam,
             },
         });
@@ -184,7 +184,7 @@ fn check_claim_fits(claim: &IpamClaim, attachment: &Attachment) -> Result<(), Cl
     if claim.spec.interface != attachment.ifname {
         return Err(ClaimProblem::OtherInterface {
             claimed: claim.spec.interface.clone(),
-            ifname: attachment.ifname.clone(),
+            ifname: attachment.ifname.to_string(),
         });
     }
     Ok(())
@@ -258,13 +258,14 @@ pub(crate) mod test_fixtures {
     use serde_json::{json, Value};
 
     use crate::cluster::dir::DirCluster;
+    use crate::cni::names::IfName;
     use crate::netattach::pod::Pod;
     use crate::plan::Attachment;
 
     pub fn attachment(config: Value) -> Attachment {
         Attachment {
             network: "ns/tenantred".into(),
-            ifname: "net1".into(),
+            ifname: IfName::new("net1").unwrap(),
             default: false,
             cni_args: String::new(),
             plugins: vec![config.as_object().unwrap().clone()],

@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cluster::ClusterError;
+use crate::cni::error::prefix_path;
 use crate::cni::error::{codes, CniError, ErrorCode};
-use crate::netattach::error::{prefix_path, SpecError};
+use crate::netattach::error::SpecError;
 use crate::netattach::names::NetworkRef;
 use crate::netattach::selection::AnnotationError;
 

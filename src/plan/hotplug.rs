@@ -22,7 +22,7 @@
 //!   networks), with the parser's reason, whatever `strictAnnotations` says:
 //!   failing is not an option for a running pod.
 
-use super::attachment::{Attachment, Plan};
+use super::attachment::{net_n, Attachment, Plan};
 use super::error::PlanError;
 use crate::netattach::pod::Pod;
 use crate::netattach::selection::{parse_selection_annotation, NETWORKS_ANNOTATION};
@@ -104,12 +104,12 @@ pub fn changes(
                     && a.network == network
                     && match &element.interface {
                         Some(name) => a.ifname == *name,
-                        None => !explicit.contains(&a.ifname),
+                        None => !explicit.iter().any(|e| *e == a.ifname),
                     }
             });
             if let Some(k) = found {
                 claimed[k] = true;
-                element.interface = Some(selected[k].attachment.ifname.clone());
+                element.interface = Some(selected[k].attachment.ifname.to_string());
             }
         }
     }
@@ -120,12 +120,12 @@ pub fn changes(
     let mut taken: Vec<String> = record
         .attachments
         .iter()
-        .map(|c| c.attachment.ifname.clone())
+        .map(|c| c.attachment.ifname.to_string())
         .chain(elements.iter().filter_map(|e| e.interface.clone()))
         .collect();
     for element in elements.iter_mut().filter(|e| e.interface.is_none()) {
         let name = (1..)
-            .map(|n| format!("net{n}"))
+            .map(|n| net_n(n).to_string())
             .find(|n| !taken.contains(n))
             .expect("an unbounded range always has a free name");
         taken.push(name.clone());
@@ -211,6 +211,7 @@ fn refusal(a: &Attachment, what: &str) -> String {
 mod tests {
     use super::*;
     use crate::cluster::dir::DirCluster;
+    use crate::cni::names::{ContainerId, IfName};
     use crate::plan::{PlanInputs, PlanOptions};
     use std::path::Path;
 
@@ -255,7 +256,8 @@ mod tests {
                 namespace_isolation: true,
                 ..Default::default()
             };
-            let options = PlanOptions::new(policy, "eth0").with_container("c1");
+            let options = PlanOptions::new(policy, IfName::new("eth0").unwrap())
+                .with_container(ContainerId::new("c1").unwrap());
             crate::plan::plan(
                 pod,
                 &PlanInputs::off_node(&nads, &default_network, &options),
@@ -265,7 +267,12 @@ mod tests {
         /// The record of an ADD of the pod selecting `networks`.
         fn added(&self, networks: &str) -> Record {
             let plan = self.plan(&self.pod(networks)).unwrap();
-            let mut record = Record::new("c1", "eth0", None, &plan);
+            let mut record = Record::new(
+                &ContainerId::new("c1").unwrap(),
+                &IfName::new("eth0").unwrap(),
+                None,
+                &plan,
+            );
             for c in &mut record.attachments {
                 c.state = State::Added;
                 c.pending_del = c.all_plugins();
@@ -306,7 +313,7 @@ mod tests {
         // position at ADD).
         let mut auxiliary = record.attachments[1].clone();
         auxiliary.attachment.source = "auxiliaryCNIChainName \"aux\"".into();
-        auxiliary.attachment.ifname = "net3".into();
+        auxiliary.attachment.ifname = IfName::new("net3").unwrap();
         assert!(auxiliary.attachment.is_auxiliary());
         record.attachments.push(auxiliary);
         let added = case.changes(&record, "a,b,c");

@@ -8,6 +8,7 @@ use super::devices::DeviceSource;
 use crate::cluster::NadSource;
 use crate::cni::args::CniArgs;
 use crate::cni::config::NetworkConfigList;
+use crate::cni::names::{ContainerId, IfName};
 use crate::policy::SelectionPolicy;
 
 /// Everything the planner takes besides the pod.
@@ -46,8 +47,8 @@ impl<'a> PlanInputs<'a> {
 pub struct PlanOptions {
     pub policy: SelectionPolicy,
     /// `CNI_IFNAME` the runtime gave: the default network's interface.
-    pub ifname: String,
-    pub container_id: Option<String>,
+    pub ifname: IfName,
+    pub container_id: Option<ContainerId>,
     /// The runtime's `CNI_ARGS`, passed unchanged to the default network and
     /// without `IP`/`MAC` to the others (§7.5); when absent they are made
     /// from the pod as kubelet would send them.
@@ -60,18 +61,18 @@ impl PlanOptions {
     /// A plan under `policy` for the attachment the runtime names `ifname`,
     /// with no container, `CNI_ARGS` or capability arguments until the
     /// `with_` methods give them.
-    pub fn new(policy: SelectionPolicy, ifname: impl Into<String>) -> PlanOptions {
+    pub fn new(policy: SelectionPolicy, ifname: IfName) -> PlanOptions {
         PlanOptions {
             policy,
-            ifname: ifname.into(),
+            ifname,
             container_id: None,
             cni_args: None,
             runtime_config: Map::new(),
         }
     }
 
-    pub fn with_container(mut self, container_id: impl Into<String>) -> PlanOptions {
-        self.container_id = Some(container_id.into());
+    pub fn with_container(mut self, container_id: ContainerId) -> PlanOptions {
+        self.container_id = Some(container_id);
         self
     }
 

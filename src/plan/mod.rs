@@ -54,13 +54,14 @@ use serde_json::{json, Map, Value};
 
 use crate::cluster::NadSource;
 use crate::cni::config::{derive_request, NetworkConfigList};
+use crate::cni::names::IfName;
 use crate::netattach::deviceinfo;
 use crate::netattach::names::NetworkRef;
 use crate::netattach::pod::Pod;
 use crate::netattach::selection::{
     parse_selection_annotation, NetworkSelectionElement, NETWORKS_ANNOTATION,
 };
-pub use attachment::{Attachment, DeviceInfoFiles, Plan, AUXILIARY_SOURCE, PLEXUS_ARGS};
+pub use attachment::{net_n, Attachment, DeviceInfoFiles, Plan, AUXILIARY_SOURCE, PLEXUS_ARGS};
 pub use conf_dir::ConfDir;
 use device_info::{cni_device_info_file, device_info_files, offer_device_info_file};
 use devices::{DeviceNeed, DeviceSource};
@@ -356,20 +357,24 @@ fn selections(
 /// `net<position>` as Multus names them (the default network is position 0),
 /// skipping names requested explicitly elsewhere in the pod. §4.1.2.1.5: an
 /// explicit name already used fails.
-fn assign_ifnames(default_ifname: &str, wanted: &[Wanted]) -> Result<Vec<String>, PlanError> {
+fn assign_ifnames(default_ifname: &IfName, wanted: &[Wanted]) -> Result<Vec<IfName>, PlanError> {
     let explicit: BTreeSet<&str> = wanted
         .iter()
         .filter_map(|w| w.selection.as_ref()?.interface.as_deref())
         .collect();
-    let mut used: BTreeSet<String> = BTreeSet::from([default_ifname.to_string()]);
+    let mut used: BTreeSet<IfName> = BTreeSet::from([default_ifname.clone()]);
     let mut names = Vec::with_capacity(wanted.len());
     for (i, want) in wanted.iter().enumerate() {
-        let name = match want.selection.as_ref().and_then(|s| s.interface.clone()) {
+        let name = match want.selection.as_ref().and_then(|s| s.interface.as_deref()) {
             Some(name) => {
+                // The selection's parser checked it (§4.1.2.1.5).
+                let name = IfName::new(name).map_err(|reason| {
+                    PlanError::config(format!("{}: interface", want.label), reason)
+                })?;
                 if used.contains(&name) {
                     return Err(PlanError::InterfaceTaken {
                         label: want.label.clone(),
-                        ifname: name,
+                        ifname: name.to_string(),
                     });
                 }
                 name
@@ -377,7 +382,7 @@ fn assign_ifnames(default_ifname: &str, wanted: &[Wanted]) -> Result<Vec<String>
             None => {
                 // Bounded: at most explicit.len() + used.len() candidates collide.
                 (i + 1..)
-                    .map(|n| format!("net{n}"))
+                    .map(net_n)
                     .find(|n| !used.contains(n) && !explicit.contains(n.as_str()))
                     .expect("an unbounded range always has a free name")
             }
@@ -594,9 +599,9 @@ pub fn add_auxiliary_chain(
     let network = chain.name.clone().unwrap_or_default();
     let plugins = requests(chain, &network, &Map::new(), None)
         .map_err(|e| e.within(format!("auxiliaryCNIChainName {network:?}")))?;
-    let used = |name: &str| plan.attachments.iter().any(|a| a.ifname == name);
+    let used = |name: &IfName| plan.attachments.iter().any(|a| a.ifname == *name);
     let ifname = (plan.attachments.len()..)
-        .map(|n| format!("net{n}"))
+        .map(net_n)
         .find(|n| !used(n))
         .expect("an unbounded range always has a free name");
     plan.attachments.push(Attachment {

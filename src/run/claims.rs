@@ -219,6 +219,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::cni::names::{ContainerId, IfName};
     use crate::plan::claims::bind;
     use crate::plan::claims::test_fixtures::{attachment, cluster, macvlan, pod, CLAIM};
     use crate::plan::Plan;
@@ -300,7 +301,12 @@ mod tests {
         std::fs::write(&held, "ipamclaim_ns_vm-a.tenantred\r\nnet1").unwrap();
         // The running pod: its record owes the attachment's DEL.
         let records = Cache::new(&cni_dir);
-        let mut record = Record::new("ctr-a", "eth0", None, &plan);
+        let mut record = Record::new(
+            &ContainerId::new("ctr-a").unwrap(),
+            &IfName::new("eth0").unwrap(),
+            None,
+            &plan,
+        );
         record.attachments[0].pending_del = record.attachments[0].all_plugins();
         records.store(&record).unwrap();
 
@@ -321,9 +327,17 @@ mod tests {
         }
 
         // A record that cannot be read may hold the claim: kept, with a warning.
-        let corrupt = records.path("ctr-b", "eth0").unwrap();
+        let corrupt = records.path(
+            &ContainerId::new("ctr-b").unwrap(),
+            &IfName::new("eth0").unwrap(),
+        );
         std::fs::write(&corrupt, "{").unwrap();
-        records.remove("ctr-a", "eth0").unwrap();
+        records
+            .remove(
+                &ContainerId::new("ctr-a").unwrap(),
+                &IfName::new("eth0").unwrap(),
+            )
+            .unwrap();
         let swept = sweep(&book, &deleted, None);
         assert!(swept.released.is_empty(), "{swept:?}");
         assert!(

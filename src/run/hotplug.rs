@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use crate::cni::env::CniCommand;
+use crate::cni::names::IfName;
 use crate::plan::Attachment;
 use crate::record::{CachedAttachment, Lookup, Record, RecordError, State};
 
@@ -21,8 +22,8 @@ impl Executor {
         match self.cache.load(&ctx.container_id, &ctx.ifname)? {
             Lookup::Found(record) => Ok(record),
             Lookup::Missing => Err(RunError::UnknownContainer {
-                container_id: ctx.container_id.clone(),
-                ifname: ctx.ifname.clone(),
+                container_id: ctx.container_id.to_string(),
+                ifname: ctx.ifname.to_string(),
             }),
             Lookup::Corrupt { path, reason } => Err(RecordError::Corrupt { path, reason }.into()),
         }
@@ -52,7 +53,7 @@ impl Executor {
         }) {
             return Err(RunError::InterfaceTaken {
                 network: taken.network.clone(),
-                ifname: taken.ifname.clone(),
+                ifname: taken.ifname.to_string(),
             });
         }
         let first = record.attachments.len();
@@ -80,8 +81,12 @@ impl Executor {
     /// once every plugin's DEL succeeded. The cluster network (the
     /// runtime's `CNI_IFNAME`) is never detached. Detaching what is not
     /// there is done already.
-    pub fn detach(&self, ctx: &RunContext, ifname: &str) -> Result<Option<Attachment>, RunError> {
-        if ifname == ctx.ifname {
+    pub fn detach(
+        &self,
+        ctx: &RunContext,
+        ifname: &IfName,
+    ) -> Result<Option<Attachment>, RunError> {
+        if *ifname == ctx.ifname {
             return Err(RunError::ClusterInterface {
                 ifname: ifname.to_string(),
             });
@@ -94,7 +99,7 @@ impl Executor {
         let Some(position) = record
             .attachments
             .iter()
-            .position(|c| c.attachment.ifname == ifname && !c.attachment.default)
+            .position(|c| c.attachment.ifname == *ifname && !c.attachment.default)
         else {
             return Ok(None);
         };

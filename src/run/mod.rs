@@ -49,6 +49,7 @@ use crate::cni::args::CniArgs;
 use crate::cni::durable;
 use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
 use crate::cni::error::CniError;
+use crate::cni::names::{ContainerId, IfName};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{valid_attachments_value, Request, ValidAttachment, VALID_ATTACHMENTS};
 use crate::cni::CniVersion;
@@ -76,10 +77,10 @@ pub type Fallback<'f> = &'f dyn Fn() -> Result<Plan, RunError>;
 /// The attachment parameters of the runtime's call to plexus (cni-SPEC §3).
 #[derive(Clone)]
 pub struct RunContext<'a> {
-    pub container_id: String,
+    pub container_id: ContainerId,
     /// The runtime's `CNI_IFNAME` for plexus; with the container ID, the key
     /// of plexus's record.
-    pub ifname: String,
+    pub ifname: IfName,
     /// `CNI_NETNS`; required for ADD and CHECK, optional for DEL.
     pub netns: Option<PathBuf>,
     pub delegates: Delegates<'a>,
@@ -89,7 +90,7 @@ pub struct RunContext<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttachmentResult {
     pub network: String,
-    pub ifname: String,
+    pub ifname: IfName,
     pub default: bool,
     /// The chain's final result (after the default-route step).
     pub result: Option<CniResult>,
@@ -115,7 +116,7 @@ pub struct DelReport {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GcReport {
     /// `(container ID, ifname)` of every stale record torn down.
-    pub deleted: Vec<(String, String)>,
+    pub deleted: Vec<(ContainerId, IfName)>,
     pub warnings: Vec<String>,
 }
 
@@ -193,7 +194,6 @@ impl Executor {
 
     /// ADD every attachment of `plan`, or none: see the module docs.
     pub fn add(&self, plan: &Plan, ctx: &RunContext) -> Result<Vec<AttachmentResult>, RunError> {
-        self.cache.path(&ctx.container_id, &ctx.ifname)?;
         let netns = ctx.netns.as_deref().ok_or(RunError::NoNetns {
             reason: "required for ADD but not set",
         })?;
@@ -214,9 +214,9 @@ impl Executor {
         match self.cache.load(&ctx.container_id, &ctx.ifname)? {
             Lookup::Found(old) if old.owes_del() => {
                 return Err(RunError::AlreadyAdded {
-                    container_id: ctx.container_id.clone(),
-                    ifname: ctx.ifname.clone(),
-                    path: self.cache.path(&ctx.container_id, &ctx.ifname)?,
+                    container_id: ctx.container_id.to_string(),
+                    ifname: ctx.ifname.to_string(),
+                    path: self.cache.path(&ctx.container_id, &ctx.ifname),
                 })
             }
             // A record nothing is owed for, or one that cannot be read: the
@@ -374,7 +374,7 @@ impl Executor {
         })();
         let routed = routed.map_err(|e| RunError::DefaultRoute {
             network: att.network.clone(),
-            ifname: att.ifname.clone(),
+            ifname: att.ifname.to_string(),
             source: Box::new(e),
         });
         routed
@@ -597,7 +597,7 @@ impl Executor {
         if let Some(c) = record.attachments.iter().find(|c| c.state != State::Added) {
             return Err(RunError::NotAdded {
                 network: c.attachment.network.clone(),
-                ifname: c.attachment.ifname.clone(),
+                ifname: c.attachment.ifname.to_string(),
                 state: c.state,
             });
         }
@@ -658,8 +658,8 @@ impl Executor {
                             report.deleted.push((container_id, ifname));
                         }
                         Err(e) => errors.push(RunError::StaleRecord {
-                            container_id,
-                            ifname,
+                            container_id: container_id.to_string(),
+                            ifname: ifname.to_string(),
                             source: Box::new(e),
                         }),
                     }
@@ -829,7 +829,7 @@ fn attachment_env(
         netns,
         args,
         path: ctx.delegates.search_path(),
-        ..AttachmentParams::new(&ctx.container_id, &att.ifname)?
+        ..AttachmentParams::of(ctx.container_id.clone(), att.ifname.clone())
     };
     CniEnv::for_attachment(command, params)
 }

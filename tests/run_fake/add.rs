@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::*;
+use plexus::cni::names::IfName;
 
 #[test]
 fn add_threads_prev_result_in_each_requests_version_with_the_runtime_env() {
@@ -62,7 +63,7 @@ fn add_threads_prev_result_in_each_requests_version_with_the_runtime_env() {
         [
             AttachmentResult {
                 network: "k8s-pod-network".into(),
-                ifname: "eth0".into(),
+                ifname: IfName::new("eth0").unwrap(),
                 default: true,
                 result: Some(want_a),
                 device_info: None,
@@ -70,7 +71,7 @@ fn add_threads_prev_result_in_each_requests_version_with_the_runtime_env() {
             },
             AttachmentResult {
                 network: "ns/b".into(),
-                ifname: "net1".into(),
+                ifname: IfName::new("net1").unwrap(),
                 default: false,
                 result: Some(want_b),
                 device_info: None,

@@ -3,6 +3,7 @@
 //! §2 STATUS) of the cluster network's plugins.
 
 use plexus::cni::config::NetworkConfigList;
+use plexus::cni::names::{ContainerId, IfName};
 use plexus::plan::DefaultNetwork;
 
 use super::*;
@@ -146,7 +147,13 @@ fn gc_deletes_stale_records_and_forwards_to_the_cluster_network() {
     cluster_net.config.disable_gc = true;
     let report = ex.gc(&[], &delegates, Some(&cluster_net)).unwrap();
     assert_eq!(f.calls(), ["q1 DEL", "p1 DEL"]);
-    assert_eq!(report.deleted, [("c1".to_string(), "eth0".to_string())]);
+    assert_eq!(
+        report.deleted,
+        [(
+            ContainerId::new("c1").unwrap(),
+            IfName::new("eth0").unwrap()
+        )]
+    );
     assert!(report.warnings[0].contains("disableGC"), "{report:?}");
     // A cluster network older than 1.1.0 has no GC (as libcni).
     f.reset_calls();

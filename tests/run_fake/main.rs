@@ -67,7 +67,7 @@ fn detached(report: &plexus::run::DelReport) -> Vec<(String, String)> {
     report
         .detached
         .iter()
-        .map(|a| (a.network.clone(), a.ifname.clone()))
+        .map(|a| (a.network.clone(), a.ifname.to_string()))
         .collect()
 }
 

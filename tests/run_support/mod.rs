@@ -8,6 +8,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use plexus::cni::names::{ContainerId, IfName};
 use plexus::cni::result::CniResult;
 use plexus::plan::{Attachment, Plan};
 use plexus::run::{Delegates, Registry, RunContext};
@@ -26,7 +27,7 @@ pub fn attachment(network: &str, ifname: &str, version: &str, types: &[&str]) ->
     let name = network.rsplit('/').next().unwrap();
     Attachment {
         network: network.into(),
-        ifname: ifname.into(),
+        ifname: IfName::new(ifname).unwrap(),
         default: ifname == "eth0",
         cni_args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web".into(),
         plugins: types
@@ -287,8 +288,8 @@ impl Fakes {
 
     pub fn ctx<'a>(&self, registry: &'a Registry, container_id: &str) -> RunContext<'a> {
         RunContext {
-            container_id: container_id.into(),
-            ifname: "eth0".into(),
+            container_id: ContainerId::new(container_id).unwrap(),
+            ifname: IfName::new("eth0").unwrap(),
             netns: Some(self.netns()),
             delegates: self.delegates(registry),
         }

@@ -21,6 +21,7 @@ use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::IpNetwork;
+use plexus_cni::names::IfName;
 use plexus_cni::result::{CniResult, Interface, Route as CniRoute};
 use plexus_cni::skel::Request;
 use serde::Deserialize;
@@ -137,7 +138,7 @@ impl Settings {
             None | Some("") => DEFAULT_BRIDGE.to_string(),
             Some(b) => b.to_string(),
         };
-        plexus_cni::names::check_ifname(&bridge).map_err(|r| DriverError::config("bridge", r))?;
+        IfName::new(bridge.as_str()).map_err(|r| DriverError::config("bridge", r))?;
         let mtu = netconf::check_mtu(c.mtu, 68, 65535, "the largest Ethernet MTU")?;
         let vlan = match c.vlan.unwrap_or(0) {
             v @ 0..=4094 => v as u16,
@@ -168,7 +169,7 @@ impl Settings {
         let is_gw = c.is_gateway.unwrap_or(false) || is_default_gw;
         if is_gw && vlan != 0 {
             let name = vlan_gateway_name(&bridge, vlan);
-            plexus_cni::names::check_ifname(&name).map_err(|r| {
+            IfName::new(name.as_str()).map_err(|r| {
                 DriverError::config(
                     "bridge",
                     format!("the gateway interface of vlan {vlan} would be {r}"),

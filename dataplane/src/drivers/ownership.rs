@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use nix::fcntl::Flock;
 use plexus_cni::flock::{lock_file, LockFileError};
+use plexus_cni::names::{ContainerId, IfName};
 use plexus_cni::skel::Request;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -62,8 +63,9 @@ const MAX_RECORDS_SCANNED: usize = 4096;
 /// The attachment holding a device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Owner {
-    pub container_id: String,
-    pub ifname: String,
+    /// Checked as a record is read, as every name is.
+    pub container_id: ContainerId,
+    pub ifname: IfName,
 }
 
 impl Owner {
@@ -71,8 +73,8 @@ impl Owner {
     pub fn of(req: &Request) -> Result<Owner, DriverError> {
         let params = req.env.require_attachment()?;
         Ok(Owner {
-            container_id: params.container_id.to_string(),
-            ifname: params.ifname.to_string(),
+            container_id: params.container_id.clone(),
+            ifname: params.ifname.clone(),
         })
     }
 }
@@ -599,8 +601,8 @@ mod tests {
     fn record(container_id: &str) -> Rec {
         Rec {
             owner: Owner {
-                container_id: container_id.into(),
-                ifname: "net1".into(),
+                container_id: ContainerId::new(container_id).unwrap(),
+                ifname: IfName::new("net1").unwrap(),
             },
             netns: "/var/run/netns/pod".into(),
             note: "what to give back".into(),
@@ -626,8 +628,8 @@ mod tests {
         let found = store.find_owned_by::<PciAddress, Rec>(&r.owner).unwrap();
         assert_eq!(found, Some(vf("0000:01:10.2")));
         let stranger = Owner {
-            container_id: "ctr2".into(),
-            ifname: "net1".into(),
+            container_id: ContainerId::new("ctr2").unwrap(),
+            ifname: IfName::new("net1").unwrap(),
         };
         let found = store.find_owned_by::<PciAddress, Rec>(&stranger).unwrap();
         assert_eq!(found, None);
@@ -798,7 +800,7 @@ mod tests {
             store
                 .records::<PciAddress, Rec>()
                 .unwrap()
-                .map(|(_, r)| r.owner.container_id)
+                .map(|(_, r)| r.owner.container_id.to_string())
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect()

@@ -18,6 +18,7 @@
 
 use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
 use plexus_cni::env::CniCommand;
+use plexus_cni::names::IfName;
 use plexus_cni::result::{CniResult, Interface};
 use plexus_cni::skel::Request;
 
@@ -87,7 +88,7 @@ impl<M> Conf<M> {
     /// The checks that need no system access, shared by both kinds.
     pub fn validate(self, req: &Request, kind: &str, chains: bool) -> Result<Self, DriverError> {
         if let Some(m) = &self.master {
-            plexus_cni::names::check_ifname(m).map_err(|r| DriverError::config("master", r))?;
+            IfName::new(m.as_str()).map_err(|r| DriverError::config("master", r))?;
         }
         // Below the master's MTU, known only at ADD; the lower bound now.
         netconf::check_mtu(self.mtu, 68, u32::MAX, "the master's MTU")?;

@@ -459,7 +459,8 @@ impl BridgeVlan {
 /// (the one rule, [`plexus_cni::names::check_ifname`]), so the error names
 /// the field instead of coming back as a bare EINVAL.
 pub fn validate_ifname(name: &str) -> Result<()> {
-    plexus_cni::names::check_ifname(name)
+    plexus_cni::names::IfName::new(name)
+        .map(drop)
         .map_err(|reason| Error::invalid("interface name", name, reason))
 }
 

@@ -23,6 +23,7 @@ use crate::cluster::kube::{KubeCluster, Publication, SharedApi};
 use crate::cluster::{Cluster, ClusterError};
 use crate::cni::args::CniArgs;
 use crate::cni::error::CniError;
+use crate::cni::names::{ContainerId, IfName};
 use crate::config::{ConfigError, PlexusConf};
 use crate::netattach::pod::Pod;
 use crate::netattach::selection::NETWORKS_ANNOTATION;
@@ -71,7 +72,7 @@ enum Skip {
 impl Reconciler {
     /// Reconcile on every wake-up from `events` until its senders are gone.
     pub fn run(self, events: Receiver<()>) {
-        let mut progress: HashMap<String, Progress> = HashMap::new();
+        let mut progress: HashMap<ContainerId, Progress> = HashMap::new();
         let mut next = IDLE;
         loop {
             match events.recv_timeout(next) {
@@ -89,7 +90,7 @@ impl Reconciler {
     }
 
     /// One pass over the known sandboxes; how long until a retry is due.
-    fn pass(&self, progress: &mut HashMap<String, Progress>) -> Duration {
+    fn pass(&self, progress: &mut HashMap<ContainerId, Progress>) -> Duration {
         let sandboxes = self.sandboxes.all();
         progress.retain(|id, _| sandboxes.iter().any(|s| &s.container_id == id));
         let now = Instant::now();
@@ -491,8 +492,8 @@ pub fn sandbox_parsed(
         .map(|p| std::env::split_paths(p).collect())
         .unwrap_or_default();
     Some(Sandbox {
-        container_id: env.get("CNI_CONTAINERID")?.clone(),
-        ifname: env.get("CNI_IFNAME")?.clone(),
+        container_id: ContainerId::new(env.get("CNI_CONTAINERID")?.as_str()).ok()?,
+        ifname: IfName::new(env.get("CNI_IFNAME")?.as_str()).ok()?,
         netns: Path::new(env.get("CNI_NETNS")?).to_path_buf(),
         cni_path: path,
         namespace: args.k8s_pod_namespace()?.to_string(),

@@ -42,6 +42,7 @@ use crate::cluster::watch::Watched;
 use crate::cluster::{ClusterError, Opened};
 use crate::cni::env::CNI_NETNS;
 use crate::cni::error::{CniError, ErrorCode};
+use crate::cni::names::ContainerId;
 use crate::cni::skel;
 use crate::cni::CniVersion;
 use crate::config::{ApiTimeouts, PlexusConf};
@@ -493,10 +494,12 @@ async fn reply(stream: &mut UnixStream, answer: &ShimResponse) -> std::io::Resul
 /// sandbox is remembered after its ADD, forgotten at its DEL.
 fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) -> ShimResponse {
     let command = request.env.get("CNI_COMMAND").map_or("?", String::as_str);
+    // An ID that breaks the rule names no sandbox: the call fails on it.
     let Some(container_id) = request
         .env
         .get("CNI_CONTAINERID")
         .filter(|_| matches!(command, "ADD" | "DEL" | "CHECK"))
+        .and_then(|id| ContainerId::new(id.as_str()).ok())
     else {
         return run_call(daemon, request, netns);
     };
@@ -507,7 +510,7 @@ fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) ->
         .map(|c| c.cni_dir);
     let served = daemon
         .sandboxes
-        .locked(container_id, cni_dir.as_deref(), || {
+        .locked(&container_id, cni_dir.as_deref(), || {
             let answer = run_call(daemon, request, netns);
             match command {
                 "ADD" if answer.exit_code == 0 && daemon.clusters.api.is_some() => {
@@ -515,7 +518,7 @@ fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) ->
                         daemon.sandboxes.add(sandbox);
                     }
                 }
-                "DEL" => daemon.sandboxes.remove(container_id, cni_dir.as_deref()),
+                "DEL" => daemon.sandboxes.remove(&container_id, cni_dir.as_deref()),
                 _ => {}
             }
             answer

@@ -21,19 +21,19 @@ use std::time::Duration;
 use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 
-use crate::cni::env::CNI_CONTAINERID;
 use crate::cni::error::CniError;
 use crate::cni::flock::{lock_file, LockFileError};
-use crate::cni::names;
+use crate::cni::names::{ContainerId, IfName};
 use crate::cni::whole_file::{self, Durability};
 
 /// One sandbox, as its ADD named it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Sandbox {
+    /// Checked as a note is read, as every name is.
     #[serde(rename = "containerID")]
-    pub container_id: String,
-    pub ifname: String,
+    pub container_id: ContainerId,
+    pub ifname: IfName,
     pub netns: PathBuf,
     #[serde(default)]
     pub cni_path: Vec<PathBuf>,
@@ -75,9 +75,6 @@ pub struct SandboxDir {
 /// `From<SandboxLockError> for CniError`, where the call answers.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SandboxLockError {
-    /// The container ID cannot name a file (cni-SPEC §2 `CNI_CONTAINERID`).
-    #[error("{CNI_CONTAINERID}: {reason}")]
-    ContainerId { reason: String },
     /// The directory or the lock file could not be made or kept.
     #[error("{what}: {reason}")]
     Io { what: String, reason: String },
@@ -90,9 +87,6 @@ pub enum SandboxLockError {
 impl From<SandboxLockError> for CniError {
     fn from(e: SandboxLockError) -> CniError {
         match e {
-            SandboxLockError::ContainerId { reason } => {
-                CniError::invalid_env(CNI_CONTAINERID, reason)
-            }
             SandboxLockError::Io { what, reason } => CniError::io(what, reason),
             SandboxLockError::Lock(e) => e.into(),
         }
@@ -130,15 +124,13 @@ impl SandboxDir {
             .create(&self.dir)
     }
 
-    fn note_path(&self, container_id: &str) -> PathBuf {
+    fn note_path(&self, container_id: &ContainerId) -> PathBuf {
         self.dir.join(format!("{container_id}.json"))
     }
 
     /// Take sandbox `container_id`'s lock, waiting at most `LOCK_WAIT`
     /// (then code 11: the runtime tries again later).
-    pub fn lock(&self, container_id: &str) -> Result<Held, SandboxLockError> {
-        names::check_container_id(container_id)
-            .map_err(|reason| SandboxLockError::ContainerId { reason })?;
+    pub fn lock(&self, container_id: &ContainerId) -> Result<Held, SandboxLockError> {
         self.create().map_err(|e| SandboxLockError::Io {
             what: self.dir.display().to_string(),
             reason: e.to_string(),
@@ -180,10 +172,7 @@ impl SandboxDir {
 
     /// Remove the note of `container_id` (under its lock); a missing one is
     /// fine.
-    pub fn forget(&self, container_id: &str) {
-        if names::check_container_id(container_id).is_err() {
-            return;
-        }
+    pub fn forget(&self, container_id: &ContainerId) {
         let path = self.note_path(container_id);
         if let Err(error) = crate::record::remove_file(&path) {
             tracing::warn!(%error, file = %path.display(), "sandbox note not removed");
@@ -191,8 +180,7 @@ impl SandboxDir {
     }
 
     /// The note of `container_id`, if there is one.
-    pub fn read(&self, container_id: &str) -> Option<Sandbox> {
-        names::check_container_id(container_id).ok()?;
+    pub fn read(&self, container_id: &ContainerId) -> Option<Sandbox> {
         read_note(&self.note_path(container_id)).ok()
     }
 
@@ -266,7 +254,7 @@ mod tests {
     fn a_lock_is_exclusive_and_its_file_leaves_with_the_sandbox() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = SandboxDir::in_cni_dir(tmp.path());
-        let held = dir.lock("c1").unwrap();
+        let held = dir.lock(&ContainerId::new("c1").unwrap()).unwrap();
         let inside = Arc::new(AtomicBool::new(true));
         let waiter = {
             let inside = inside.clone();
@@ -274,7 +262,9 @@ mod tests {
             std::thread::spawn(move || {
                 // Waits for the holder, then takes a fresh file: the
                 // holder removed the one it waited on.
-                let held = SandboxDir::in_cni_dir(&cni_dir).lock("c1").unwrap();
+                let held = SandboxDir::in_cni_dir(&cni_dir)
+                    .lock(&ContainerId::new("c1").unwrap())
+                    .unwrap();
                 assert!(!inside.load(Ordering::SeqCst), "two holders at once");
                 held.release(false);
             })
@@ -287,10 +277,8 @@ mod tests {
             std::fs::read_dir(tmp.path().join(SUBDIR)).unwrap().count(),
             0
         );
-        assert!(matches!(
-            dir.lock("../x"),
-            Err(SandboxLockError::ContainerId { .. })
-        ));
+        // A name that could leave the directory is no ContainerId at all.
+        assert!(ContainerId::new("../x").is_err());
 
         // GC: the notes of sandboxes not valid leave, with their locks.
         let note = |id: &str| {
@@ -299,7 +287,7 @@ mod tests {
         };
         for id in ["kept", "stale"] {
             let sandbox: Sandbox = serde_json::from_value(note(id)).unwrap();
-            let held = dir.lock(id).unwrap();
+            let held = dir.lock(&ContainerId::new(id).unwrap()).unwrap();
             dir.note(&sandbox).unwrap();
             held.release(false);
         }

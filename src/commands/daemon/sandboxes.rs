@@ -14,14 +14,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use super::sandbox_dir::Sandbox;
 use super::sandbox_dir::{SandboxDir, SandboxLockError};
+use crate::cni::names::ContainerId;
 
 pub struct Sandboxes {
     /// The daemon's notes; `None`: remembered in memory only.
     own: Option<SandboxDir>,
     /// The notes of the sandboxes plugin processes ADDed.
     plugins: Option<SandboxDir>,
-    known: Mutex<HashMap<String, Sandbox>>,
-    locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    known: Mutex<HashMap<ContainerId, Sandbox>>,
+    locks: Mutex<HashMap<ContainerId, Arc<Mutex<()>>>>,
 }
 
 impl Sandboxes {
@@ -52,12 +53,12 @@ impl Sandboxes {
     /// processes. Err: the node's lock was not had (busy past its bound).
     pub fn locked<T>(
         &self,
-        container_id: &str,
+        container_id: &ContainerId,
         cni_dir: Option<&Path>,
         f: impl FnOnce() -> T,
     ) -> Result<T, SandboxLockError> {
         let sandbox = lock(&self.locks)
-            .entry(container_id.to_string())
+            .entry(container_id.clone())
             .or_default()
             .clone();
         let held = lock(&sandbox);
@@ -92,7 +93,7 @@ impl Sandboxes {
 
     /// Forget `container_id` (under its lock), and its plugin process's
     /// note, here and under `cni_dir` (its DEL's conf's).
-    pub fn remove(&self, container_id: &str, cni_dir: Option<&Path>) {
+    pub fn remove(&self, container_id: &ContainerId, cni_dir: Option<&Path>) {
         let dirs = self.own.iter().chain(&self.plugins);
         for dir in dirs.chain(cni_dir.map(SandboxDir::in_cni_dir).as_ref()) {
             dir.forget(container_id);
@@ -101,7 +102,7 @@ impl Sandboxes {
     }
 
     /// The sandbox `container_id`, if it is still known.
-    pub fn get(&self, container_id: &str) -> Option<Sandbox> {
+    pub fn get(&self, container_id: &ContainerId) -> Option<Sandbox> {
         let known = lock(&self.known).get(container_id).cloned();
         known.or_else(|| self.plugins.as_ref()?.read(container_id))
     }
@@ -126,11 +127,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::names::{ContainerId, IfName};
 
     fn sandbox(id: &str) -> Sandbox {
         Sandbox {
-            container_id: id.into(),
-            ifname: "eth0".into(),
+            container_id: ContainerId::new(id).unwrap(),
+            ifname: IfName::new("eth0").unwrap(),
             netns: "/run/netns/p".into(),
             cni_path: vec!["/opt/cni/bin".into()],
             namespace: "ns".into(),
@@ -147,7 +149,9 @@ mod tests {
         let (state, cni_dir) = (tmp.path().join("state"), tmp.path().join("cni"));
         let first = Sandboxes::open(Some(state.clone()), Some(&cni_dir)).unwrap();
         first
-            .locked("c1", Some(&cni_dir), || first.add(sandbox("c1")))
+            .locked(&ContainerId::new("c1").unwrap(), Some(&cni_dir), || {
+                first.add(sandbox("c1"))
+            })
             .unwrap();
         std::fs::write(state.join("bad.json"), "{").unwrap();
         // A plugin process's ADD, noted under cniDir.
@@ -162,12 +166,17 @@ mod tests {
         let mut all = next.all();
         all.sort_by(|a, b| a.container_id.cmp(&b.container_id));
         assert_eq!(all, [restored("c1"), restored("c2")]);
-        assert_eq!(next.get("c2"), Some(restored("c2")));
+        assert_eq!(
+            next.get(&ContainerId::new("c2").unwrap()),
+            Some(restored("c2"))
+        );
         assert!(!state.join("bad.json").exists());
         for id in ["c1", "c2"] {
-            next.locked(id, Some(&cni_dir), || next.remove(id, Some(&cni_dir)))
-                .unwrap();
-            assert!(next.get(id).is_none());
+            next.locked(&ContainerId::new(id).unwrap(), Some(&cni_dir), || {
+                next.remove(&ContainerId::new(id).unwrap(), Some(&cni_dir))
+            })
+            .unwrap();
+            assert!(next.get(&ContainerId::new(id).unwrap()).is_none());
         }
         assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
         let shared = cni_dir.join(super::super::sandbox_dir::SUBDIR);

@@ -23,6 +23,7 @@ use plexus_dataplane::NetNs;
 use crate::cni::call_log::CallLog;
 use crate::cni::env::{CniCommand, CNI_NETNS};
 use crate::cni::error::{CniError, ErrorCode};
+use crate::cni::names::ContainerId;
 use crate::cni::skel::{self, MAX_STDIN};
 use crate::config::{DaemonClient, DaemonFallback, PlexusConf};
 use crate::logging::LogSettings;
@@ -165,10 +166,11 @@ fn request(stdin: Vec<u8>) -> Option<ShimRequest> {
 /// the daemon's hot-plug, and the note leaves with its DEL.
 fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
     let command = std::env::var("CNI_COMMAND").unwrap_or_default();
-    let sandbox = std::env::var("CNI_CONTAINERID").ok().filter(|id| {
-        matches!(command.as_str(), "ADD" | "DEL" | "CHECK")
-            && crate::cni::names::check_container_id(id).is_ok()
-    });
+    // An ID that breaks the rule names no sandbox: the call fails on it.
+    let sandbox = std::env::var("CNI_CONTAINERID")
+        .ok()
+        .filter(|_| matches!(command.as_str(), "ADD" | "DEL" | "CHECK"))
+        .and_then(|id| ContainerId::new(id).ok());
     let (Some(conf), Some(container_id)) = (conf.as_ref(), sandbox) else {
         return run_here(stdin, conf);
     };

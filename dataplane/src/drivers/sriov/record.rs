@@ -41,6 +41,7 @@ impl Owned for Record {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plexus_cni::names::{ContainerId, IfName};
 
     #[test]
     fn a_record_keeps_its_json_spelling() {
@@ -53,8 +54,8 @@ mod tests {
         .unwrap();
         let r = Record {
             owner: Owner {
-                container_id: "ctr1".into(),
-                ifname: "net1".into(),
+                container_id: ContainerId::new("ctr1").unwrap(),
+                ifname: IfName::new("net1").unwrap(),
             },
             netns: "/var/run/netns/pod".into(),
             saved,
