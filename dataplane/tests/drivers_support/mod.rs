@@ -166,12 +166,36 @@ pub fn request(command: CniCommand, t: &Target, config: &Value) -> Request {
     crate::common::request(env, config)
 }
 
+/// A node namespace with an uplink: the veth pair `up0`/`up1`, both ends up
+/// (so links on `up0` have carrier), `up0` with `NET.2/24` and the default
+/// route through `NET.1` (`net`: the first three octets).
+pub fn node_with_uplink(net: &str) -> TestNs {
+    let node = TestNs::new();
+    node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"]);
+    node.ip(&["link", "set", "up1", "up"]);
+    node.ip(&["link", "set", "up0", "up"]);
+    node.ip(&["addr", "add", &format!("{net}.2/24"), "dev", "up0"]);
+    node.ip(&["route", "add", "default", "via", &format!("{net}.1")]);
+    node
+}
+
 /// `base` (an object) with the keys of `extra` set over it.
 pub fn with_keys(mut base: Value, extra: &Value) -> Value {
     for (k, v) in extra.as_object().unwrap() {
         base[k] = v.clone();
     }
     base
+}
+
+/// A configuration of the built-in `ty` named `name`, with the test IPAM
+/// handing out `addresses`.
+pub fn driver_conf(ty: &str, name: &str, addresses: Value) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": name,
+        "type": ty,
+        "ipam": {"type": IPAM, "addresses": addresses},
+    })
 }
 
 /// The `ipam` section of the test IPAM giving out `address`.
