@@ -145,16 +145,8 @@ fn add_builds_the_reference_topology() {
     let v6 = addrs.iter().find(|(a, _)| a == "fd10::5/64").expect("v6");
     assert!(v6.1.get("tentative").is_none(), "{:?}", v6.1);
     assert!(has_address(&pod, "eth0", "10.10.0.5/24"));
-    let r4 = routes(&pod, false);
-    assert!(
-        r4.contains(&"default via 10.10.0.1 dev eth0".to_string()),
-        "{r4:?}"
-    );
-    let r6 = routes(&pod, true);
-    assert!(
-        r6.contains(&"default via fd10::1 dev eth0".to_string()),
-        "{r6:?}"
-    );
+    assert_route(&pod, "default via 10.10.0.1 dev eth0");
+    assert_route(&pod, "default via fd10::1 dev eth0");
     // Sysctls: the reference's, in the pod and the node only.
     assert_eq!(sysctl(&pod, "net/ipv6/conf/eth0/accept_dad"), "0");
     assert_eq!(sysctl(&pod, "net/ipv4/conf/eth0/arp_notify"), "1");
@@ -436,16 +428,7 @@ fn del_is_idempotent_and_tolerates_a_gone_namespace() {
         eth0_of("ctr2", &p)
     };
     del(&node, &r, "bridge", &gone, &c).unwrap();
-    assert_eq!(
-        r.commands(),
-        [
-            CniCommand::Add,
-            CniCommand::Del,
-            CniCommand::Del,
-            CniCommand::Del,
-            CniCommand::Del
-        ]
-    );
+    assert_eq!(r.commands(), add_then_dels(4));
     // A DEL's IPAM failure is reported (the runtime retries).
     let mut failing = c.clone();
     failing["ipam"]["fail"] = json!("DEL");

@@ -222,7 +222,7 @@ fn chained_takes_addresses_and_master_from_the_prev_result() {
     assert_eq!(res.interfaces.len(), 1);
     assert_eq!(res.ips[0].interface, Some(0));
     assert!(has_address(&pod, "eth0", "10.64.0.5/24"));
-    assert!(routes(&pod, false).contains(&"default via 10.64.0.1 dev eth0".to_string()));
+    assert_route(&pod, "default via 10.64.0.1 dev eth0");
     assert!(r.commands().is_empty(), "no IPAM in a chain");
 }
 

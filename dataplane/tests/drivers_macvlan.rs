@@ -66,11 +66,7 @@ fn add_creates_the_macvlan_directly_in_the_pod() {
     assert!(has_flag(&l, "UP"));
     assert_eq!(l["link_index"], ifindex(&node, "up0"), "{l}");
     assert!(has_address(&pod, "net1", "10.40.0.5/24"));
-    let rs = routes(&pod, false);
-    assert!(
-        rs.contains(&"10.99.0.0/16 via 10.40.0.1 dev net1".to_string()),
-        "{rs:?}"
-    );
+    assert_route(&pod, "10.99.0.0/16 via 10.40.0.1 dev net1");
     assert_eq!(sysctl(&pod, "net/ipv4/conf/net1/arp_notify"), "1");
     assert_eq!(sysctl(&pod, "net/ipv6/conf/net1/ndisc_notify"), "1");
     assert_eq!(link_names(&node), node_links, "nothing new in the node");
@@ -126,7 +122,7 @@ fn dual_stack_waits_for_duplicate_address_detection() {
         .find(|(a, _)| a == "fd42::5/64")
         .expect("v6 address");
     assert!(v6.1.get("tentative").is_none(), "{:?}", v6.1);
-    assert!(routes(&pod, true).contains(&"default via fd42::1 dev eth0".to_string()));
+    assert_route(&pod, "default via fd42::1 dev eth0");
 }
 
 #[test]
@@ -351,17 +347,7 @@ fn del_is_idempotent_and_tolerates_a_gone_namespace() {
         &conf(json!([]), json!({"master": "gone0"})),
     )
     .unwrap();
-    assert_eq!(
-        r.commands(),
-        [
-            CniCommand::Add,
-            CniCommand::Del,
-            CniCommand::Del,
-            CniCommand::Del,
-            CniCommand::Del,
-            CniCommand::Del
-        ]
-    );
+    assert_eq!(r.commands(), add_then_dels(5));
 }
 
 #[test]

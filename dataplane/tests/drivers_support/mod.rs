@@ -212,6 +212,17 @@ pub fn device_info_file() -> (tempfile::TempDir, PathBuf) {
     (dir, file)
 }
 
+/// The ADD result (1.1.0) of a device handed whole to `pod` as `net1`, with
+/// `mac` and the test IPAM's `address`.
+pub fn net1_result(pod: &TestNs, mac: &str, address: &str) -> Value {
+    json!({
+        "cniVersion": "1.1.0",
+        "interfaces": [{"name": "net1", "mac": mac,
+                        "sandbox": netns_path(pod).to_str().unwrap()}],
+        "ips": [{"interface": 0, "address": address}],
+    })
+}
+
 /// `e` has `code` and its details contain `details`.
 pub fn assert_code(e: &CniError, code: ErrorCode, details: &str) {
     assert_eq!(e.code, code, "{e:?}");
@@ -406,6 +417,21 @@ pub fn routes(ns: &TestNs, v6: bool) -> Vec<String> {
             s
         })
         .collect()
+}
+
+/// `ns` has `route`, as [`routes`] prints it (an IPv6 route when it has a
+/// ':').
+#[track_caller]
+pub fn assert_route(ns: &TestNs, route: &str) {
+    let all = routes(ns, route.contains(':'));
+    assert!(all.iter().any(|r| r == route), "{route:?} not in {all:?}");
+}
+
+/// The IPAM calls of one ADD and then `dels` DELs.
+pub fn add_then_dels(dels: usize) -> Vec<CniCommand> {
+    let mut calls = vec![CniCommand::Add];
+    calls.extend(vec![CniCommand::Del; dels]);
+    calls
 }
 
 /// A sysctl (dotted or slash form) as `ip netns exec NS sysctl -n` reads it.
