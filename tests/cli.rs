@@ -30,6 +30,26 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The JSON `out` printed, which must have come with success.
+fn ok_json(out: &Output) -> Value {
+    assert!(out.status.success(), "{}", stderr(out));
+    stdout_json(out)
+}
+
+/// `plexus plan --pod POD MORE...`, which must succeed: the plan.
+fn run_plan(pod: &str, more: &[&str]) -> Value {
+    let mut args = vec!["plan", "--pod", pod];
+    args.extend(more);
+    ok_json(&run(&args))
+}
+
+/// `plexus status --result RESULT --network NETWORK MORE...`.
+fn status(result: &str, network: &str, more: &[&str]) -> Output {
+    let mut args = vec!["status", "--result", result, "--network", network];
+    args.extend(more);
+    run(&args)
+}
+
 fn write(dir: &Path, name: &str, body: &str) -> String {
     let path = dir.join(name);
     std::fs::write(&path, body).unwrap();
@@ -188,19 +208,17 @@ fn plan_reads_manifest_files_and_directories() {
     );
     let nad_arg = nad_dir.display().to_string();
 
-    let out = run(&[
-        "plan",
-        "--pod",
+    let plan = run_plan(
         &pod,
-        "--nad",
-        &nad_arg,
-        "--default-network",
-        &default,
-        "--container-id",
-        "c1",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let plan = stdout_json(&out);
+        &[
+            "--nad",
+            &nad_arg,
+            "--default-network",
+            &default,
+            "--container-id",
+            "c1",
+        ],
+    );
     assert_eq!(
         plan["attachments"][1],
         json!({"network": "ns1/net-a", "ifname": "data1", "default": false,
@@ -221,15 +239,11 @@ fn plan_reads_manifest_files_and_directories() {
     );
     let conf_dir_arg = conf_dir.display().to_string();
     let plan_in_conf_dir = |more: &[&str]| {
-        let mut args = vec!["plan", "--pod", &pod, "--nad", &nad_arg];
-        args.extend(["--conf-dir", &conf_dir_arg]);
+        let mut args = vec!["--nad", &nad_arg, "--conf-dir", &conf_dir_arg];
         args.extend(more);
-        let out = run(&args);
-        assert!(out.status.success(), "{}", stderr(&out));
-        out
+        run_plan(&pod, &args)
     };
-    let out = plan_in_conf_dir(&[]);
-    assert_eq!(stdout_json(&out)["attachments"][0]["network"], "first");
+    assert_eq!(plan_in_conf_dir(&[])["attachments"][0]["network"], "first");
 
     // Keys of --config plexus does not read are listed with the warnings.
     let config = write(
@@ -237,8 +251,7 @@ fn plan_reads_manifest_files_and_directories() {
         "plexus.conf",
         r#"{"clusterNetwork": "first", "metricsPort": 9091, "fancyNewKey": true}"#,
     );
-    let out = plan_in_conf_dir(&["--config", &config]);
-    let warnings = stdout_json(&out)["warnings"].to_string();
+    let warnings = plan_in_conf_dir(&["--config", &config])["warnings"].to_string();
     assert!(
         warnings.contains("metricsPort: has no effect")
             && warnings.contains("fancyNewKey: unknown key, ignored"),
@@ -267,9 +280,7 @@ fn plan_shows_the_auxiliary_chain_after_the_pods_networks() {
         "confDir": dir.path().join("net.d"), "auxiliaryCNIChainName": "vendor-chain",
         "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge"}]});
     let conf = write(dir.path(), "plexus.conf", &conf.to_string());
-    let out = run(&["plan", "--pod", &pod, "--config", &conf]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let plan = stdout_json(&out);
+    let plan = run_plan(&pod, &["--config", &conf]);
     assert_eq!(
         plan["attachments"][1],
         json!({"network": "vendor-chain", "ifname": "net1", "default": false,
@@ -341,40 +352,23 @@ fn status_from_a_result_file() {
             "routes": [{"dst": "0.0.0.0/0"}],
             "dns": {"nameservers": ["10.1.0.1"]}}"#,
     );
-    let out = run(&[
-        "status",
-        "--result",
-        &result,
-        "--network",
-        "ns/net",
-        "--default",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = status(&result, "ns/net", &["--default"]);
     // §5.3.7.4: no default-route without the selection's key...
     // The address bare, as Multus writes it (README "network-status ips").
     let without_key = json!({"name": "ns/net", "interface": "eth0", "ips": ["10.1.0.5"],
         "mac": "99:88:77:66:55:44", "default": true, "dns": {"nameservers": ["10.1.0.1"]}});
-    assert_eq!(stdout_json(&out), without_key);
+    assert_eq!(ok_json(&out), without_key);
     // ...and with `"default-route": []`, the gateway the result kept.
-    let out = run(&[
-        "status",
-        "--result",
-        &result,
-        "--network",
-        "ns/net",
-        "--default",
-        "--default-route",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = status(&result, "ns/net", &["--default", "--default-route"]);
     let mut with_key = without_key.clone();
     with_key["default-route"] = json!(["10.1.0.1"]);
-    assert_eq!(stdout_json(&out), with_key);
+    assert_eq!(ok_json(&out), with_key);
     let bad = write(
         dir.path(),
         "bad.json",
         r#"{"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5"}]}"#,
     );
-    let out = run(&["status", "--result", &bad, "--network", "n"]);
+    let out = status(&bad, "n", &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("ips[0].address"), "{}", stderr(&out));
 }
@@ -392,23 +386,11 @@ fn status_mac_comes_with_an_interface() {
             "ips": [{"address": "10.1.0.5/16", "interface": 0}]}"#,
     );
     // With the CNI_IFNAME it was added as, that is the interface.
-    let out = run(&[
-        "status",
-        "--result",
-        &result,
-        "--network",
-        "ns/n",
-        "--ifname",
-        "net1",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let entry = stdout_json(&out);
+    let entry = ok_json(&status(&result, "ns/n", &["--ifname", "net1"]));
     assert_eq!(entry["interface"], "net1", "{entry}");
     assert_eq!(entry["mac"], "02:00:00:00:00:07", "{entry}");
     // Without one, no interface is known: no mac either.
-    let out = run(&["status", "--result", &result, "--network", "ns/n"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let entry = stdout_json(&out);
+    let entry = ok_json(&status(&result, "ns/n", &[]));
     assert!(
         entry.get("mac").is_none() && entry.get("interface").is_none(),
         "{entry}"
@@ -427,17 +409,9 @@ fn status_device_info_must_be_valid_device_information() {
         r#"{"cniVersion": "1.0.0", "interfaces": [{"name": "net1", "sandbox": "/p"}],
             "ips": [{"address": "10.1.0.5/16", "interface": 0}]}"#,
     );
-    let status = |info: &str| {
+    let with_info = |info: &str| {
         let file = write(dir.path(), "info.json", info);
-        run(&[
-            "status",
-            "--result",
-            &result,
-            "--network",
-            "ns/n",
-            "--device-info",
-            &file,
-        ])
+        status(&result, "ns/n", &["--device-info", &file])
     };
     for (info, field) in [
         (r#"{"type": "pci"}"#, "version: required"),
@@ -449,7 +423,7 @@ fn status_device_info_must_be_valid_device_information() {
         (r#"{"type": "gpu", "version": "1.1.0"}"#, "type: "),
         (r#"["pci"]"#, "device information"),
     ] {
-        let out = status(info);
+        let out = with_info(info);
         assert_eq!(out.status.code(), Some(1), "{info}");
         let err = stderr(&out);
         assert!(
@@ -458,10 +432,8 @@ fn status_device_info_must_be_valid_device_information() {
         );
     }
     let valid = r#"{"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:18:02.5"}}"#;
-    let out = status(valid);
-    assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
-        stdout_json(&out)["device-info"],
+        ok_json(&with_info(valid))["device-info"],
         serde_json::from_str::<Value>(valid).unwrap()
     );
 }
@@ -640,17 +612,7 @@ fn spec_examples_plan_as_the_spec_says() {
     let (nads, default) = (example("nads-4.yaml"), example("cluster-network.conflist"));
     for (section, want, warned) in cases {
         let pod = example(&format!("pod-{section}.yaml"));
-        let out = run(&[
-            "plan",
-            "--pod",
-            &pod,
-            "--nad",
-            &nads,
-            "--default-network",
-            &default,
-        ]);
-        assert!(out.status.success(), "§{section}: {}", stderr(&out));
-        let plan = stdout_json(&out);
+        let plan = run_plan(&pod, &["--nad", &nads, "--default-network", &default]);
         let got: Vec<(String, String)> = plan["attachments"].as_array().unwrap()[1..]
             .iter()
             .map(|a| {
@@ -687,19 +649,17 @@ fn spec_3_2_examples_plan_as_the_spec_says() {
         ("nad-3.2.3.yaml", "awesome-plugin"),
         ("nad-3.2.4.yaml", "bridge"),
     ] {
-        let out = run(&[
-            "plan",
-            "--pod",
+        let plan = run_plan(
             &pod,
-            "--nad",
-            &example(nad),
-            "--conf-dir",
-            &conf_dir,
-            "--default-network",
-            &default,
-        ]);
-        assert!(out.status.success(), "{nad}: {}", stderr(&out));
-        let plan = stdout_json(&out);
+            &[
+                "--nad",
+                &example(nad),
+                "--conf-dir",
+                &conf_dir,
+                "--default-network",
+                &default,
+            ],
+        );
         let first = &plan["attachments"][1]["plugins"][0];
         assert_eq!(first["type"], first_type, "{nad}");
         // §3.4.2: the name is there, injected where the config had none.
@@ -709,35 +669,27 @@ fn spec_3_2_examples_plan_as_the_spec_says() {
 
 #[test]
 fn spec_5_4_status_entries() {
-    let out = run(&[
-        "status",
-        "--result",
+    // The example's entry has "default-route": as if its selection had the
+    // key (§5.3.7.4).
+    let out = status(
         &example("result-5.4-default.json"),
-        "--network",
         "namespace-a/cluster-wide-default",
-        "--default",
-        // The example's entry has "default-route": as if its selection
-        // had the key (§5.3.7.4).
-        "--default-route",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+        &["--default", "--default-route"],
+    );
     assert_eq!(
-        stdout_json(&out),
+        ok_json(&out),
         json!({"name": "namespace-a/cluster-wide-default", "interface": "eth5",
                // Bare, as Multus writes them; the spec's example shows prefixes.
                "ips": ["192.0.2.2", "2001:db8::2230"], "mac": "02:11:22:33:44:54", "mtu": 1500,
                "default-route": ["192.0.2.1"], "default": true})
     );
-    let out = run(&[
-        "status",
-        "--result",
+    let out = status(
         &example("result-5.4-some-network.json"),
-        "--network",
         "namespace-b/some-network",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+        &[],
+    );
     assert_eq!(
-        stdout_json(&out),
+        ok_json(&out),
         json!({"name": "namespace-b/some-network", "interface": "eth1",
                "ips": ["192.0.2.2", "2001:db8::2234"], "mac": "02:11:22:33:44:55",
                "dns": {"nameservers": ["192.0.2.1", "2001:db8:4860::8888"], "search": ["eng.example.com", "example.com"]},

@@ -10,9 +10,8 @@
 //! with `static` as its IPAM. Each figure is the median over PODS
 //! attachments made one after another.
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use plexus_cni::delegate::Resolver;
@@ -22,6 +21,7 @@ use plexus_cni::result::CniResult;
 use plexus_cni::skel::{Plugin, Request};
 use plexus_dataplane::drivers;
 use plexus_dataplane::NetNs;
+use plexus_testkit::process::output_with_stdin;
 use serde_json::{json, Value};
 
 const REFERENCE: &str = "/usr/lib/cni";
@@ -92,29 +92,22 @@ fn request(command: CniCommand, pod: &str, config: &Value) -> Request {
 /// Exec the reference plugin inside `node` as a runtime would.
 fn exec_reference(node: &str, command: &str, pod: &str, config: &Value) -> Duration {
     let t = Instant::now();
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", node, &format!("{REFERENCE}/bridge")])
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", format!("ctr-{pod}"))
-        .env("CNI_NETNS", format!("/var/run/netns/{pod}"))
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", REFERENCE)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the reference plugin");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(config.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = output_with_stdin(
+        Command::new("ip")
+            .args(["netns", "exec", node, &format!("{REFERENCE}/bridge")])
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", format!("ctr-{pod}"))
+            .env("CNI_NETNS", format!("/var/run/netns/{pod}"))
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", REFERENCE),
+        &config.to_string(),
+    );
     let d = t.elapsed();
     assert!(
         out.status.success(),
-        "reference {command}: {}",
-        String::from_utf8_lossy(&out.stdout)
+        "reference {command}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
     d
 }

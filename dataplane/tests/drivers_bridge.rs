@@ -10,7 +10,8 @@ mod drivers_support;
 use common::{assert_error, is_root, TestNs};
 use drivers_support::*;
 use plexus_cni::env::CniCommand;
-use plexus_cni::error::ErrorCode;
+use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::result::CniResult;
 use plexus_testkit::Feature;
 use serde_json::{json, Value};
 
@@ -18,17 +19,45 @@ const BR: &str = "br-test";
 
 /// A bridge config with the test IPAM handing out `addresses`.
 fn conf(addresses: Value, extra: Value) -> Value {
-    let mut c = json!({
-        "cniVersion": "1.0.0",
-        "name": "net1",
-        "type": "bridge",
-        "bridge": BR,
-        "ipam": {"type": IPAM, "addresses": addresses},
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        c[k] = v.clone();
+    let mut c = driver_conf("bridge", "net1", addresses);
+    c["bridge"] = json!(BR);
+    with_keys(c, &extra)
+}
+
+/// A node and a pod namespace and the test IPAM's resolver; `None` (the
+/// test skipped) without root.
+fn node_and_pod() -> Option<(TestNs, TestNs, TestResolver)> {
+    if !is_root() {
+        return None;
     }
-    c
+    Some((TestNs::new(), TestNs::new(), TestResolver::default()))
+}
+
+/// The attachment `eth0` of `container_id` in `pod`.
+fn eth0_of(container_id: &str, pod: &TestNs) -> Target {
+    Target::new(container_id, pod, "eth0")
+}
+
+/// ADD of the bridge driver with `node` as the host.
+fn add_br(
+    node: &TestNs,
+    r: &TestResolver,
+    t: &Target,
+    config: &Value,
+) -> Result<CniResult, CniError> {
+    add(node, r, "bridge", t, config)
+}
+
+/// `bridge -j vlan show` in `node`: the entry of the port `name`.
+fn vlan_port(node: &TestNs, name: &str) -> Value {
+    let out = common::run("bridge", &["-n", &node.name, "-j", "vlan", "show"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["ifname"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {v}"))
+        .clone()
 }
 
 fn v4(addr: &str) -> Value {
@@ -44,7 +73,7 @@ fn add_builds_the_reference_topology() {
     let root_before = root_forwarding();
     let (node, pod) = (TestNs::new(), TestNs::new());
     let r = TestResolver::default();
-    let mut t = Target::new("ctr1", &pod, "eth0");
+    let mut t = eth0_of("ctr1", &pod);
     t.args = "IgnoreUnknown=1;K8S_POD_NAME=p".into();
     let c = conf(
         json!([{"address": "10.10.0.5/24"}, {"address": "fd10::5/64"}]),
@@ -52,7 +81,7 @@ fn add_builds_the_reference_topology() {
                "runtimeConfig": {"mac": "0a:58:0a:0a:00:05"},
                "dns": {"nameservers": ["10.10.0.53"]}}),
     );
-    let res = add(&node, &r, "bridge", &t, &c).unwrap();
+    let res = add_br(&node, &r, &t, &c).unwrap();
     let j = result_json(&res, "1.0.0");
 
     // Result: the reference's shape and values.
@@ -116,16 +145,8 @@ fn add_builds_the_reference_topology() {
     let v6 = addrs.iter().find(|(a, _)| a == "fd10::5/64").expect("v6");
     assert!(v6.1.get("tentative").is_none(), "{:?}", v6.1);
     assert!(has_address(&pod, "eth0", "10.10.0.5/24"));
-    let r4 = routes(&pod, false);
-    assert!(
-        r4.contains(&"default via 10.10.0.1 dev eth0".to_string()),
-        "{r4:?}"
-    );
-    let r6 = routes(&pod, true);
-    assert!(
-        r6.contains(&"default via fd10::1 dev eth0".to_string()),
-        "{r6:?}"
-    );
+    assert_route(&pod, "default via 10.10.0.1 dev eth0");
+    assert_route(&pod, "default via fd10::1 dev eth0");
     // Sysctls: the reference's, in the pod and the node only.
     assert_eq!(sysctl(&pod, "net/ipv6/conf/eth0/accept_dad"), "0");
     assert_eq!(sysctl(&pod, "net/ipv4/conf/eth0/arp_notify"), "1");
@@ -155,24 +176,11 @@ fn two_pods_on_one_bridge_reach_each_other_and_the_gateway() {
     }
     let (node, pod1, pod2) = (TestNs::new(), TestNs::new(), TestNs::new());
     let r = TestResolver::default();
-    let t1 = Target::new("ctr1", &pod1, "eth0");
+    let t1 = eth0_of("ctr1", &pod1);
     let t2 = Target::new("ctr2", &pod2, "net1");
-    add(
-        &node,
-        &r,
-        "bridge",
-        &t1,
-        &conf(v4("10.11.0.2/24"), json!({"isGateway": true})),
-    )
-    .unwrap();
-    add(
-        &node,
-        &r,
-        "bridge",
-        &t2,
-        &conf(v4("10.11.0.3/24"), json!({"isGateway": true})),
-    )
-    .unwrap();
+    for (t, address) in [(&t1, "10.11.0.2/24"), (&t2, "10.11.0.3/24")] {
+        add_br(&node, &r, t, &conf(v4(address), json!({"isGateway": true}))).unwrap();
+    }
     assert!(ping(&pod1, "10.11.0.3"), "pod1 -> pod2");
     assert!(ping(&pod2, "10.11.0.2"), "pod2 -> pod1");
     assert!(ping(&pod1, "10.11.0.1"), "pod1 -> gateway on the bridge");
@@ -214,14 +222,7 @@ fn same_result_shape_as_the_reference_plugin() {
     let r = TestResolver::default();
     let mut ours_conf = conf(addrs, extra);
     ours_conf["ipam"]["routes"] = static_routes;
-    let ours = add(
-        &node_b,
-        &r,
-        "bridge",
-        &Target::new("ctr1", &pod_b, "eth0"),
-        &ours_conf,
-    )
-    .unwrap();
+    let ours = add_br(&node_b, &r, &eth0_of("ctr1", &pod_b), &ours_conf).unwrap();
     let ours = result_json(&ours, "1.0.0");
 
     // Same keys, same interfaces (names and where they live; MACs and the
@@ -275,24 +276,15 @@ fn same_result_shape_as_the_reference_plugin() {
 
 #[test]
 fn an_existing_bridge_is_reused_a_non_bridge_is_refused() {
-    if !is_root() {
+    let Some((node, pod, r)) = node_and_pod() else {
         return;
-    }
-    let (node, pod) = (TestNs::new(), TestNs::new());
+    };
     node.ip(&["link", "add", BR, "type", "bridge"]);
     // Set by hand, so the kernel keeps it when ports come.
     node.ip(&["link", "set", BR, "mtu", "1300"]);
     let index_before = link(&node, BR).unwrap()["ifindex"].clone();
-    let r = TestResolver::default();
-    let t = Target::new("ctr1", &pod, "eth0");
-    add(
-        &node,
-        &r,
-        "bridge",
-        &t,
-        &conf(v4("10.13.0.2/24"), json!({})),
-    )
-    .unwrap();
+    let t = eth0_of("ctr1", &pod);
+    add_br(&node, &r, &t, &conf(v4("10.13.0.2/24"), json!({}))).unwrap();
     let br = link(&node, BR).unwrap();
     assert_eq!(br["ifindex"], index_before, "same bridge");
     assert_eq!(br["mtu"], 1300, "left as it was");
@@ -301,11 +293,10 @@ fn an_existing_bridge_is_reused_a_non_bridge_is_refused() {
     // A link of that name that is not a bridge.
     let (node2, pod2) = (TestNs::new(), TestNs::new());
     node2.ip(&["link", "add", BR, "type", "veth", "peer", "name", "other0"]);
-    let e = add(
+    let e = add_br(
         &node2,
         &r,
-        "bridge",
-        &Target::new("ctr2", &pod2, "eth0"),
+        &eth0_of("ctr2", &pod2),
         &conf(v4("10.13.0.3/24"), json!({})),
     )
     .unwrap_err();
@@ -330,15 +321,8 @@ fn an_existing_container_interface_is_an_error_and_nothing_is_left() {
         pod.ip(&[
             "link", "add", "eth0", "type", "veth", "peer", "name", "mine0",
         ]);
-        let t = Target::new("ctr1", &pod, "eth0");
-        let e = add(
-            &node,
-            &r,
-            "bridge",
-            &t,
-            &conf(v4("10.14.0.2/24"), json!({})),
-        )
-        .unwrap_err();
+        let t = eth0_of("ctr1", &pod);
+        let e = add_br(&node, &r, &t, &conf(v4("10.14.0.2/24"), json!({}))).unwrap_err();
         assert_error(
             &e,
             ErrorCode::InvalidConfig,
@@ -356,17 +340,15 @@ fn an_existing_container_interface_is_an_error_and_nothing_is_left() {
 
 #[test]
 fn ipam_failure_leaves_nothing_behind() {
-    if !is_root() {
+    let Some((node, pod, r)) = node_and_pod() else {
         return;
-    }
-    let (node, pod) = (TestNs::new(), TestNs::new());
+    };
     // A pre-existing bridge survives; a veth made by the ADD does not.
     node.ip(&["link", "add", BR, "type", "bridge"]);
-    let r = TestResolver::default();
-    let t = Target::new("ctr1", &pod, "eth0");
+    let t = eth0_of("ctr1", &pod);
     let mut c = conf(v4("10.15.0.2/24"), json!({}));
     c["ipam"]["fail"] = json!("ADD");
-    let e = add(&node, &r, "bridge", &t, &c).unwrap_err();
+    let e = add_br(&node, &r, &t, &c).unwrap_err();
     assert_eq!(e.code, ErrorCode::TryAgainLater, "IPAM's own error: {e}");
     assert!(e.details.starts_with("ipam (test-static).ipam.fail"), "{e}");
     let mut nodes = link_names(&node);
@@ -378,17 +360,15 @@ fn ipam_failure_leaves_nothing_behind() {
 
 #[test]
 fn failure_after_ipam_undoes_veth_bridge_and_addresses() {
-    if !is_root() {
+    let Some((node, pod, r)) = node_and_pod() else {
         return;
-    }
-    let (node, pod) = (TestNs::new(), TestNs::new());
-    let r = TestResolver::default();
-    let t = Target::new("ctr1", &pod, "eth0");
+    };
+    let t = eth0_of("ctr1", &pod);
     // The route's gateway is unreachable: the addresses are on, the route
     // add fails.
     let mut c = conf(v4("10.16.0.2/24"), json!({}));
     c["ipam"]["routes"] = json!([{"dst": "192.168.0.0/16", "gw": "172.31.0.1"}]);
-    let e = add(&node, &r, "bridge", &t, &c).unwrap_err();
+    let e = add_br(&node, &r, &t, &c).unwrap_err();
     assert_error(&e, ErrorCode::Io, "add route 192.168.0.0/16 on eth0: ");
     assert!(e.details.contains("ENETUNREACH"), "{e}");
     assert_eq!(
@@ -410,7 +390,7 @@ fn failure_after_ipam_undoes_veth_bridge_and_addresses() {
         json!([{"address": "10.16.0.3/24"}, {"address": "10.16.0.3/24"}]),
         json!({}),
     );
-    let e = add(&node, &r, "bridge", &Target::new("ctr2", &pod, "eth0"), &c).unwrap_err();
+    let e = add_br(&node, &r, &eth0_of("ctr2", &pod), &c).unwrap_err();
     assert!(e.details.starts_with("add 10.16.0.3/24 to eth0: "), "{e}");
     assert_eq!(link_names(&node), ["lo"]);
     assert_eq!(link_names(&pod), ["lo"]);
@@ -421,14 +401,12 @@ fn failure_after_ipam_undoes_veth_bridge_and_addresses() {
 fn del_is_idempotent_and_tolerates_a_gone_namespace() {
     // cni-SPEC §2 DEL: succeeds for missing attachments, without CNI_NETNS,
     // and without prevResult.
-    if !is_root() {
+    let Some((node, pod, r)) = node_and_pod() else {
         return;
-    }
-    let (node, pod) = (TestNs::new(), TestNs::new());
-    let r = TestResolver::default();
-    let t = Target::new("ctr1", &pod, "eth0");
+    };
+    let t = eth0_of("ctr1", &pod);
     let c = conf(v4("10.17.0.2/24"), json!({"isGateway": true}));
-    let res = add(&node, &r, "bridge", &t, &c).unwrap();
+    let res = add_br(&node, &r, &t, &c).unwrap();
     let host_veth = res.interfaces[1].name.clone();
 
     del(&node, &r, "bridge", &t, &with_prev(&c, &res)).unwrap();
@@ -447,19 +425,10 @@ fn del_is_idempotent_and_tolerates_a_gone_namespace() {
     // After the namespace is gone.
     let gone = {
         let p = TestNs::new();
-        Target::new("ctr2", &p, "eth0")
+        eth0_of("ctr2", &p)
     };
     del(&node, &r, "bridge", &gone, &c).unwrap();
-    assert_eq!(
-        r.commands(),
-        [
-            CniCommand::Add,
-            CniCommand::Del,
-            CniCommand::Del,
-            CniCommand::Del,
-            CniCommand::Del
-        ]
-    );
+    assert_eq!(r.commands(), add_then_dels(4));
     // A DEL's IPAM failure is reported (the runtime retries).
     let mut failing = c.clone();
     failing["ipam"]["fail"] = json!("DEL");
@@ -475,14 +444,12 @@ fn del_is_idempotent_and_tolerates_a_gone_namespace() {
 
 #[test]
 fn del_removes_the_interface_before_releasing_addresses() {
-    if !is_root() {
+    let Some((node, pod, r)) = node_and_pod() else {
         return;
-    }
-    let (node, pod) = (TestNs::new(), TestNs::new());
-    let r = TestResolver::default();
-    let t = Target::new("ctr1", &pod, "eth0");
+    };
+    let t = eth0_of("ctr1", &pod);
     let c = conf(v4("10.18.0.2/24"), json!({}));
-    add(&node, &r, "bridge", &t, &c).unwrap();
+    add_br(&node, &r, &t, &c).unwrap();
     let mut failing = c.clone();
     failing["ipam"]["fail"] = json!("DEL");
     del(&node, &r, "bridge", &t, &failing).unwrap_err();
@@ -493,15 +460,13 @@ fn del_removes_the_interface_before_releasing_addresses() {
 #[test]
 fn check_accepts_the_attachment_and_finds_drift() {
     // cni-SPEC §2 CHECK.
-    if !is_root() {
+    let Some((node, pod, r)) = node_and_pod() else {
         return;
-    }
-    let (node, pod) = (TestNs::new(), TestNs::new());
-    let r = TestResolver::default();
-    let t = Target::new("ctr1", &pod, "eth0");
+    };
+    let t = eth0_of("ctr1", &pod);
     let mut c = conf(v4("10.19.0.2/24"), json!({"isDefaultGateway": true}));
     c["ipam"]["routes"] = json!([{"dst": "10.99.0.0/16"}]);
-    let res = add(&node, &r, "bridge", &t, &c).unwrap();
+    let res = add_br(&node, &r, &t, &c).unwrap();
     let with = with_prev(&c, &res);
     check(&node, &r, "bridge", &t, &with).unwrap();
     assert_eq!(r.commands(), [CniCommand::Add, CniCommand::Check]);
@@ -553,15 +518,13 @@ fn check_accepts_the_attachment_and_finds_drift() {
 
 #[test]
 fn layer2_only_and_disabled_container_interface() {
-    if !is_root() {
+    let Some((node, pod, r)) = node_and_pod() else {
         return;
-    }
-    let (node, pod) = (TestNs::new(), TestNs::new());
-    let r = TestResolver::default();
+    };
     // `"ipam": {}` is layer 2 only, as in the reference.
     let c =
         json!({"cniVersion": "1.0.0", "name": "l2", "type": "bridge", "bridge": BR, "ipam": {}});
-    let res = add(&node, &r, "bridge", &Target::new("ctr1", &pod, "eth0"), &c).unwrap();
+    let res = add_br(&node, &r, &eth0_of("ctr1", &pod), &c).unwrap();
     assert!(res.ips.is_empty() && res.routes.is_empty());
     assert_eq!(res.interfaces.len(), 3);
     let eth0 = link(&pod, "eth0").unwrap();
@@ -573,25 +536,16 @@ fn layer2_only_and_disabled_container_interface() {
     let pod2 = TestNs::new();
     let mut c2 = c.clone();
     c2["disableContainerInterface"] = json!(true);
-    add(
-        &node,
-        &r,
-        "bridge",
-        &Target::new("ctr2", &pod2, "eth0"),
-        &c2,
-    )
-    .unwrap();
+    add_br(&node, &r, &eth0_of("ctr2", &pod2), &c2).unwrap();
     assert!(!has_flag(&link(&pod2, "eth0").unwrap(), "UP"), "left down");
     assert!(r.commands().is_empty());
 }
 
 #[test]
 fn port_isolation_promiscuity_and_enabled_dad() {
-    if !is_root() {
+    let Some((node, pod, r)) = node_and_pod() else {
         return;
-    }
-    let (node, pod) = (TestNs::new(), TestNs::new());
-    let r = TestResolver::default();
+    };
     let c = conf(
         json!([{"address": "fd20::5/64", "gateway": "fd20::1"}]),
         json!({"portIsolation": true, "promiscMode": true, "enabledad": true, "isGateway": true}),
@@ -599,7 +553,7 @@ fn port_isolation_promiscuity_and_enabled_dad() {
     // A new namespace's IPv4 forwarding is the host's (a Docker host or a
     // Kubernetes node forwards): what plexus must not change is compared.
     let ipv4_forward_before = sysctl(&node, "net/ipv4/ip_forward");
-    let res = add(&node, &r, "bridge", &Target::new("ctr1", &pod, "eth0"), &c).unwrap();
+    let res = add_br(&node, &r, &eth0_of("ctr1", &pod), &c).unwrap();
     let hv = link(&node, &res.interfaces[1].name).unwrap();
     assert_eq!(hv["linkinfo"]["info_slave_data"]["isolated"], true);
     assert_eq!(hv["linkinfo"]["info_slave_data"]["hairpin"], false);
@@ -629,7 +583,7 @@ fn gateway_address_conflicts_need_force_address() {
     node.ip(&["addr", "add", "10.21.0.1/24", "dev", BR]);
     let r = TestResolver::default();
     let c = conf(v4("10.22.0.2/24"), json!({"isGateway": true}));
-    let e = add(&node, &r, "bridge", &Target::new("ctr1", &pod1, "eth0"), &c).unwrap_err();
+    let e = add_br(&node, &r, &eth0_of("ctr1", &pod1), &c).unwrap_err();
     assert_error(
         &e,
         ErrorCode::InvalidConfig,
@@ -640,14 +594,7 @@ fn gateway_address_conflicts_need_force_address() {
 
     let mut forced = c.clone();
     forced["forceAddress"] = json!(true);
-    add(
-        &node,
-        &r,
-        "bridge",
-        &Target::new("ctr2", &pod2, "eth0"),
-        &forced,
-    )
-    .unwrap();
+    add_br(&node, &r, &eth0_of("ctr2", &pod2), &forced).unwrap();
     assert!(has_address(&node, BR, "10.22.0.1/24"));
     assert!(!has_address(&node, BR, "10.21.0.1/24"));
 }
@@ -721,16 +668,13 @@ fn bad_configurations_are_refused_before_anything_changes() {
 
 #[test]
 fn refused_add_touches_nothing() {
-    if !is_root() {
+    let Some((node, pod, r)) = node_and_pod() else {
         return;
-    }
-    let (node, pod) = (TestNs::new(), TestNs::new());
-    let r = TestResolver::default();
-    let e = add(
+    };
+    let e = add_br(
         &node,
         &r,
-        "bridge",
-        &Target::new("ctr1", &pod, "eth0"),
+        &eth0_of("ctr1", &pod),
         &conf(v4("10.24.0.2/24"), json!({"ipMasq": true})),
     )
     .unwrap_err();
@@ -752,14 +696,7 @@ fn a_missing_pod_namespace_is_an_unknown_container() {
         ifname: "eth0".into(),
         args: String::new(),
     };
-    let e = add(
-        &node,
-        &r,
-        "bridge",
-        &t,
-        &conf(v4("10.25.0.2/24"), json!({})),
-    )
-    .unwrap_err();
+    let e = add_br(&node, &r, &t, &conf(v4("10.25.0.2/24"), json!({}))).unwrap_err();
     assert_eq!(e.code, ErrorCode::UnknownContainer, "{e}");
     assert_eq!(link_names(&node), ["lo"]);
 }
@@ -772,17 +709,10 @@ fn vlan_and_trunk_ports() {
     let (node, pod1, pod2) = (TestNs::new(), TestNs::new(), TestNs::new());
     let r = TestResolver::default();
     let c = conf(v4("10.26.0.2/24"), json!({"vlan": 100, "isGateway": true}));
-    let res = add(&node, &r, "bridge", &Target::new("ctr1", &pod1, "eth0"), &c).unwrap();
+    let res = add_br(&node, &r, &eth0_of("ctr1", &pod1), &c).unwrap();
     let br = link(&node, BR).unwrap();
     assert_eq!(br["linkinfo"]["info_data"]["vlan_filtering"], 1);
-    let out = common::run("bridge", &["-n", &node.name, "-j", "vlan", "show"]);
-    let v: Value = serde_json::from_str(&out).unwrap();
-    let port = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["ifname"] == res.interfaces[1].name.as_str())
-        .unwrap_or_else(|| panic!("{v}"));
+    let port = vlan_port(&node, &res.interfaces[1].name);
     assert_eq!(
         port["vlans"],
         json!([{"vlan": 100, "flags": ["PVID", "Egress Untagged"]}])
@@ -797,22 +727,8 @@ fn vlan_and_trunk_ports() {
         v4("10.26.0.3/24"),
         json!({"vlanTrunk": [{"minID": 200, "maxID": 202}, {"id": 300}]}),
     );
-    let res2 = add(
-        &node,
-        &r,
-        "bridge",
-        &Target::new("ctr2", &pod2, "eth0"),
-        &c2,
-    )
-    .unwrap();
-    let out = common::run("bridge", &["-n", &node.name, "-j", "vlan", "show"]);
-    let v: Value = serde_json::from_str(&out).unwrap();
-    let port = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["ifname"] == res2.interfaces[1].name.as_str())
-        .unwrap();
+    let res2 = add_br(&node, &r, &eth0_of("ctr2", &pod2), &c2).unwrap();
+    let port = vlan_port(&node, &res2.interfaces[1].name);
     let vids: Vec<u64> = port["vlans"]
         .as_array()
         .unwrap()
@@ -831,11 +747,10 @@ fn vlan_configuration_without_kernel_support_fails_cleanly() {
     }
     let (node, pod) = (TestNs::new(), TestNs::new());
     let r = TestResolver::default();
-    let e = add(
+    let e = add_br(
         &node,
         &r,
-        "bridge",
-        &Target::new("ctr1", &pod, "eth0"),
+        &eth0_of("ctr1", &pod),
         &conf(v4("10.27.0.2/24"), json!({"vlan": 5})),
     )
     .unwrap_err();

@@ -21,28 +21,13 @@ fn runnable() -> bool {
     plexus_testkit::require(&[Feature::Root, Feature::Ipvlan])
 }
 
-fn node_with_uplink() -> TestNs {
-    let node = TestNs::new();
-    node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"]);
-    node.ip(&["link", "set", "up1", "up"]);
-    node.ip(&["link", "set", "up0", "up"]);
-    node.ip(&["addr", "add", "172.30.1.2/24", "dev", "up0"]);
-    node.ip(&["route", "add", "default", "via", "172.30.1.1"]);
-    node
-}
+/// The node's uplink network (see [`node_with_uplink`]).
+const UPLINK: &str = "172.30.1";
 
 fn conf(addresses: Value, extra: Value) -> Value {
-    let mut c = json!({
-        "cniVersion": "1.0.0",
-        "name": "ipv",
-        "type": "ipvlan",
-        "master": "up0",
-        "ipam": {"type": IPAM, "addresses": addresses},
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        c[k] = v.clone();
-    }
-    c
+    let mut c = driver_conf("ipvlan", "ipv", addresses);
+    c["master"] = json!("up0");
+    with_keys(c, &extra)
 }
 
 fn v4(addr: &str) -> Value {
@@ -103,7 +88,7 @@ fn without_kernel_support_add_fails_cleanly() {
     if !plexus_testkit::require_absent(Feature::Ipvlan) {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     let r = TestResolver::default();
     let e = add(
         &node,
@@ -153,7 +138,7 @@ fn two_l2_pods_reach_each_other() {
     if !runnable() {
         return;
     }
-    let (node, pod1, pod2) = (node_with_uplink(), TestNs::new(), TestNs::new());
+    let (node, pod1, pod2) = (node_with_uplink(UPLINK), TestNs::new(), TestNs::new());
     let r = TestResolver::default();
     let res = add(
         &node,
@@ -200,7 +185,7 @@ fn l3_and_l3s_modes() {
     if !runnable() {
         return;
     }
-    let node = node_with_uplink();
+    let node = node_with_uplink(UPLINK);
     let r = TestResolver::default();
     for mode in ["l3", "l3s"] {
         let pod = TestNs::new();
@@ -222,7 +207,7 @@ fn chained_takes_addresses_and_master_from_the_prev_result() {
     if !runnable() {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     let r = TestResolver::default();
     let prev = CniResult::from_value(&json!({"cniVersion": "1.0.0",
         "interfaces": [{"name": "up0"}],
@@ -237,7 +222,7 @@ fn chained_takes_addresses_and_master_from_the_prev_result() {
     assert_eq!(res.interfaces.len(), 1);
     assert_eq!(res.ips[0].interface, Some(0));
     assert!(has_address(&pod, "eth0", "10.64.0.5/24"));
-    assert!(routes(&pod, false).contains(&"default via 10.64.0.1 dev eth0".to_string()));
+    assert_route(&pod, "default via 10.64.0.1 dev eth0");
     assert!(r.commands().is_empty(), "no IPAM in a chain");
 }
 
@@ -246,7 +231,7 @@ fn refusals_and_clean_failures() {
     if !runnable() {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     let r = TestResolver::default();
     let t = Target::new("c1", &pod, "eth0");
     let e = add(
@@ -297,7 +282,7 @@ fn del_and_check() {
     if !runnable() {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     let r = TestResolver::default();
     let t = Target::new("c1", &pod, "eth0");
     let c = conf(v4("10.66.0.5/24"), json!({"mode": "l3"}));

@@ -11,28 +11,13 @@ use plexus_cni::env::CniCommand;
 use plexus_cni::error::ErrorCode;
 use serde_json::{json, Value};
 
-fn node_with_uplink() -> TestNs {
-    let node = TestNs::new();
-    node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"]);
-    node.ip(&["link", "set", "up1", "up"]);
-    node.ip(&["link", "set", "up0", "up"]);
-    node.ip(&["addr", "add", "172.30.0.2/24", "dev", "up0"]);
-    node.ip(&["route", "add", "default", "via", "172.30.0.1"]);
-    node
-}
+/// The node's uplink network (see [`node_with_uplink`]).
+const UPLINK: &str = "172.30.0";
 
 fn conf(addresses: Value, extra: Value) -> Value {
-    let mut c = json!({
-        "cniVersion": "1.0.0",
-        "name": "mv",
-        "type": "macvlan",
-        "master": "up0",
-        "ipam": {"type": IPAM, "addresses": addresses},
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        c[k] = v.clone();
-    }
-    c
+    let mut c = driver_conf("macvlan", "mv", addresses);
+    c["master"] = json!("up0");
+    with_keys(c, &extra)
 }
 
 fn v4(addr: &str, gw: &str) -> Value {
@@ -48,7 +33,7 @@ fn add_creates_the_macvlan_directly_in_the_pod() {
     if !is_root() {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     let node_links = link_names(&node);
     let r = TestResolver::default();
     let t = Target::new("ctr1", &pod, "net1");
@@ -81,11 +66,7 @@ fn add_creates_the_macvlan_directly_in_the_pod() {
     assert!(has_flag(&l, "UP"));
     assert_eq!(l["link_index"], ifindex(&node, "up0"), "{l}");
     assert!(has_address(&pod, "net1", "10.40.0.5/24"));
-    let rs = routes(&pod, false);
-    assert!(
-        rs.contains(&"10.99.0.0/16 via 10.40.0.1 dev net1".to_string()),
-        "{rs:?}"
-    );
+    assert_route(&pod, "10.99.0.0/16 via 10.40.0.1 dev net1");
     assert_eq!(sysctl(&pod, "net/ipv4/conf/net1/arp_notify"), "1");
     assert_eq!(sysctl(&pod, "net/ipv6/conf/net1/ndisc_notify"), "1");
     assert_eq!(link_names(&node), node_links, "nothing new in the node");
@@ -96,7 +77,7 @@ fn two_macvlan_pods_reach_each_other() {
     if !is_root() {
         return;
     }
-    let (node, pod1, pod2) = (node_with_uplink(), TestNs::new(), TestNs::new());
+    let (node, pod1, pod2) = (node_with_uplink(UPLINK), TestNs::new(), TestNs::new());
     let r = TestResolver::default();
     add(
         &node,
@@ -125,7 +106,7 @@ fn dual_stack_waits_for_duplicate_address_detection() {
     if !is_root() {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     let r = TestResolver::default();
     let c = conf(
         json!([{"address": "10.42.0.5/24", "gateway": "10.42.0.1"},
@@ -141,7 +122,7 @@ fn dual_stack_waits_for_duplicate_address_detection() {
         .find(|(a, _)| a == "fd42::5/64")
         .expect("v6 address");
     assert!(v6.1.get("tentative").is_none(), "{:?}", v6.1);
-    assert!(routes(&pod, true).contains(&"default via fd42::1 dev eth0".to_string()));
+    assert_route(&pod, "default via fd42::1 dev eth0");
 }
 
 #[test]
@@ -149,7 +130,7 @@ fn master_defaults_to_the_default_route_interface() {
     if !is_root() {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     let r = TestResolver::default();
     let mut c = conf(v4("10.43.0.5/24", "10.43.0.1"), json!({}));
     c.as_object_mut().unwrap().remove("master");
@@ -174,7 +155,7 @@ fn a_missing_master_or_too_large_mtu_is_refused_by_name() {
     if !is_root() {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     let r = TestResolver::default();
     let t = Target::new("c1", &pod, "eth0");
     let e = add(
@@ -214,7 +195,7 @@ fn every_mode_reaches_the_kernel() {
     if !is_root() {
         return;
     }
-    let node = node_with_uplink();
+    let node = node_with_uplink(UPLINK);
     let r = TestResolver::default();
     for mode in ["bridge", "private", "vepa", "passthru", "source"] {
         let pod = TestNs::new();
@@ -244,7 +225,7 @@ fn an_existing_container_interface_is_an_error_and_nothing_is_left() {
     if !is_root() {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     pod.ip(&[
         "link", "add", "eth0", "type", "veth", "peer", "name", "mine0",
     ]);
@@ -271,7 +252,7 @@ fn failures_half_way_leave_nothing_behind() {
     if !is_root() {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     let r = TestResolver::default();
     let t = Target::new("c1", &pod, "eth0");
     let mut c = conf(v4("10.47.0.5/24", "10.47.0.1"), json!({}));
@@ -309,7 +290,7 @@ fn master_inside_the_container() {
     assert_eq!(l["link"], "m0", "{l}");
     assert_eq!(link_names(&node), ["lo"]);
     // A master that is only in the host is not found in the container.
-    let (node2, pod2) = (node_with_uplink(), TestNs::new());
+    let (node2, pod2) = (node_with_uplink(UPLINK), TestNs::new());
     let c = conf(
         v4("10.48.0.6/24", "10.48.0.1"),
         json!({"linkInContainer": true}),
@@ -326,7 +307,7 @@ fn layer2_only_without_ipam() {
     if !is_root() {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     let r = TestResolver::default();
     let c = json!({"cniVersion": "1.1.0", "name": "mv", "type": "macvlan", "master": "up0"});
     let res = add(&node, &r, "macvlan", &Target::new("c1", &pod, "eth0"), &c).unwrap();
@@ -341,7 +322,7 @@ fn del_is_idempotent_and_tolerates_a_gone_namespace() {
     if !is_root() {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     let r = TestResolver::default();
     let t = Target::new("c1", &pod, "eth0");
     let c = conf(v4("10.49.0.5/24", "10.49.0.1"), json!({}));
@@ -366,17 +347,7 @@ fn del_is_idempotent_and_tolerates_a_gone_namespace() {
         &conf(json!([]), json!({"master": "gone0"})),
     )
     .unwrap();
-    assert_eq!(
-        r.commands(),
-        [
-            CniCommand::Add,
-            CniCommand::Del,
-            CniCommand::Del,
-            CniCommand::Del,
-            CniCommand::Del,
-            CniCommand::Del
-        ]
-    );
+    assert_eq!(r.commands(), add_then_dels(5));
 }
 
 #[test]
@@ -384,7 +355,7 @@ fn check_accepts_the_attachment_and_finds_drift() {
     if !is_root() {
         return;
     }
-    let (node, pod) = (node_with_uplink(), TestNs::new());
+    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
     let r = TestResolver::default();
     let t = Target::new("c1", &pod, "eth0");
     let c = conf(v4("10.50.0.5/24", "10.50.0.1"), json!({"mode": "private"}));

@@ -142,17 +142,10 @@ fn sriov_driver_add_moves_the_vf_into_the_pod_with_its_settings_and_del_gives_al
     c["deviceID"] = json!("0000:00:00.0");
 
     let res = add(Here, &r, SRIOV, &t, &c).unwrap();
-    assert_eq!(
-        result_json(&res, "1.1.0"),
-        json!({
-            "cniVersion": "1.1.0",
-            "interfaces": [{"name": "net1", "mac": "02:00:00:00:a0:01",
-                            "sandbox": netns_path(&pod).to_str().unwrap(),
-                            "pciID": vf.address}],
-            "ips": [{"interface": 0, "address": "10.60.0.2/24"}],
-            "dns": {"nameservers": ["10.60.0.53"]},
-        })
-    );
+    let mut want = net1_result(&pod, "02:00:00:00:a0:01", "10.60.0.2/24");
+    want["interfaces"][0]["pciID"] = json!(vf.address);
+    want["dns"] = json!({"nameservers": ["10.60.0.53"]});
+    assert_eq!(result_json(&res, "1.1.0"), want);
     // The netdev is the pod's net1, up, with its MAC and address.
     let l = link(&pod, "net1").expect("net1 in the pod");
     assert_eq!(l["address"], "02:00:00:00:a0:01", "{l}");

@@ -13,6 +13,7 @@ use plexus_cni::{CniError, CniVersion, ErrorCode};
 use plexus_dataplane::drivers::tuning::{saved_path, Tuning};
 use plexus_dataplane::{NetNs, Session};
 use serde_json::{json, Value};
+use std::path::Path;
 
 const CID: &str = "ctr-tuning-1";
 
@@ -32,11 +33,23 @@ fn state(a: &Attachment, name: &str) -> (String, u64, bool, bool, u64) {
     )
 }
 
-fn config(a: &Attachment, data_dir: &str, extra: Value) -> Value {
+fn config(a: &Attachment, data_dir: &Path, extra: Value) -> Value {
     a.chained_config(
         json!({"name": "tnet", "type": "tuning", "dataDir": data_dir}),
         extra,
     )
+}
+
+/// A root-only test's pod `eth0` (its peer `veth0` in the node), a data
+/// directory and the pod's netns path; `None` (the test skipped) without
+/// root.
+fn pod() -> Option<(Attachment, tempfile::TempDir, String)> {
+    if !is_root() {
+        return None;
+    }
+    let a = Attachment::new("veth0", "eth0");
+    let ns = a.netns_path();
+    Some((a, tempfile::tempdir().unwrap(), ns))
 }
 
 fn run_tuning(
@@ -55,17 +68,11 @@ fn tuning(a: &Attachment, env: CniEnv, config: &Value) -> Result<Value, CniError
 
 #[test]
 fn add_applies_everything_del_restores_the_link() {
-    if !is_root() {
-        return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let dir = tempfile::tempdir().unwrap();
-    let data_dir = dir.path().to_str().unwrap();
-    let ns = a.netns_path();
+    let Some((a, dir, ns)) = pod() else { return };
     let before = state(&a, "eth0");
     let conf = config(
         &a,
-        data_dir,
+        dir.path(),
         json!({
             "sysctl": {"net.ipv4.conf.IFNAME.rp_filter": "2", "net.core.somaxconn": "1000"},
             "mac": "02:11:22:33:44:55", "mtu": 1400, "promisc": true, "allmulti": true, "txQLen": 500,
@@ -109,15 +116,10 @@ fn add_applies_everything_del_restores_the_link() {
 
 #[test]
 fn check_names_what_drifted() {
-    if !is_root() {
-        return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let dir = tempfile::tempdir().unwrap();
-    let ns = a.netns_path();
+    let Some((a, dir, ns)) = pod() else { return };
     let conf = config(
         &a,
-        dir.path().to_str().unwrap(),
+        dir.path(),
         json!({"sysctl": {"net.ipv4.conf.IFNAME.arp_ignore": "1"}, "mtu": 1300, "allmulti": true}),
     );
     run_tuning(&a, CniCommand::Add, Some(&ns), &conf).unwrap();
@@ -160,14 +162,9 @@ fn check_names_what_drifted() {
 
 #[test]
 fn del_succeeds_when_the_interface_or_namespace_is_gone() {
-    if !is_root() {
-        return;
-    }
-    let a = Attachment::new("veth0", "eth0");
+    let Some((a, dir, ns)) = pod() else { return };
     a.add_pair("veth1", "net1");
-    let dir = tempfile::tempdir().unwrap();
-    let ns = a.netns_path();
-    let conf = config(&a, dir.path().to_str().unwrap(), json!({"mtu": 1400}));
+    let conf = config(&a, dir.path(), json!({"mtu": 1400}));
     let add = |ifname: &str| {
         tuning(&a, env(CniCommand::Add, CID, Some(&ns), ifname, ""), &conf).unwrap();
         saved_path(dir.path(), CID, ifname)
@@ -197,13 +194,7 @@ fn del_succeeds_when_the_interface_or_namespace_is_gone() {
 
 #[test]
 fn bad_input_changes_nothing() {
-    if !is_root() {
-        return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let dir = tempfile::tempdir().unwrap();
-    let data_dir = dir.path().to_str().unwrap();
-    let ns = a.netns_path();
+    let Some((a, dir, ns)) = pod() else { return };
     let before = state(&a, "eth0");
     let somaxconn = a.pod_sysctl("net/core/somaxconn");
     let cases = [
@@ -233,13 +224,13 @@ fn bad_input_changes_nothing() {
             &a,
             CniCommand::Add,
             Some(&ns),
-            &config(&a, data_dir, extra.clone()),
+            &config(&a, dir.path(), extra.clone()),
         )
         .unwrap_err();
         assert_eq!(e.code, code, "{extra}: {e}");
         assert!(e.details.starts_with(details), "{extra}: {e}");
     }
-    let mut no_prev = config(&a, data_dir, json!({"mtu": 1400}));
+    let mut no_prev = config(&a, dir.path(), json!({"mtu": 1400}));
     no_prev.as_object_mut().unwrap().remove("prevResult");
     let e = run_tuning(&a, CniCommand::Add, Some(&ns), &no_prev).unwrap_err();
     assert_error(
@@ -251,7 +242,7 @@ fn bad_input_changes_nothing() {
         &a,
         CniCommand::Add,
         Some("/var/run/netns/pxt-none"),
-        &config(&a, data_dir, json!({})),
+        &config(&a, dir.path(), json!({})),
     )
     .unwrap_err();
     assert_eq!(e.code, ErrorCode::UnknownContainer, "{e}");
@@ -263,19 +254,14 @@ fn bad_input_changes_nothing() {
 
 #[test]
 fn a_failure_half_way_restores_what_was_changed() {
-    if !is_root() {
-        return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let dir = tempfile::tempdir().unwrap();
-    let ns = a.netns_path();
+    let Some((a, dir, ns)) = pod() else { return };
     let before = state(&a, "eth0");
     let somaxconn = a.pod_sysctl("net/core/somaxconn");
     // The MAC and promiscuous mode are applied, then the kernel refuses
     // the MTU (a veth's maximum is 65535).
     let conf = config(
         &a,
-        dir.path().to_str().unwrap(),
+        dir.path(),
         json!({"sysctl": {"net.core.somaxconn": "77"}, "mac": "02:11:22:33:44:55", "promisc": true, "mtu": 70000}),
     );
     let e = run_tuning(&a, CniCommand::Add, Some(&ns), &conf).unwrap_err();
@@ -289,51 +275,24 @@ fn a_failure_half_way_restores_what_was_changed() {
 
 #[test]
 fn a_repeated_add_keeps_the_first_originals() {
-    if !is_root() {
-        return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let dir = tempfile::tempdir().unwrap();
-    let ns = a.netns_path();
+    let Some((a, dir, ns)) = pod() else { return };
     let before = state(&a, "eth0");
-    let data_dir = dir.path().to_str().unwrap();
-    run_tuning(
-        &a,
-        CniCommand::Add,
-        Some(&ns),
-        &config(&a, data_dir, json!({"mtu": 1400})),
-    )
-    .unwrap();
-    run_tuning(
-        &a,
-        CniCommand::Add,
-        Some(&ns),
-        &config(&a, data_dir, json!({"mtu": 1300, "txQLen": 10})),
-    )
-    .unwrap();
+    // Each call with the test's namespace and data directory.
+    let run = |command, extra| run_tuning(&a, command, Some(&ns), &config(&a, dir.path(), extra));
+    run(CniCommand::Add, json!({"mtu": 1400})).unwrap();
+    run(CniCommand::Add, json!({"mtu": 1300, "txQLen": 10})).unwrap();
     assert_eq!(state(&a, "eth0").1, 1300);
-    run_tuning(
-        &a,
-        CniCommand::Del,
-        Some(&ns),
-        &config(&a, data_dir, json!({})),
-    )
-    .unwrap();
+    run(CniCommand::Del, json!({})).unwrap();
     assert_eq!(state(&a, "eth0"), before);
 }
 
 #[test]
 fn runtime_config_mac_and_cni_args() {
-    if !is_root() {
-        return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let dir = tempfile::tempdir().unwrap();
-    let ns = a.netns_path();
+    let Some((a, dir, ns)) = pod() else { return };
     // cni-CONVENTIONS "mac" capability beats CNI_ARGS MAC and the key.
     let conf = config(
         &a,
-        dir.path().to_str().unwrap(),
+        dir.path(),
         json!({"mac": "02:00:00:00:00:0a", "runtimeConfig": {"mac": "02:00:00:00:00:0c"}}),
     );
     let req = request(
@@ -380,8 +339,8 @@ fn behaves_as_the_reference_plugin() {
         "mac": "02:11:22:33:44:55", "mtu": 1400, "promisc": true, "allmulti": true,
     });
     for version in ["1.0.0", "0.4.0", "0.3.1"] {
-        let mut ours_conf = config(&a, ours_dir.path().to_str().unwrap(), extra.clone());
-        let mut ref_conf = config(&a, ref_dir.path().to_str().unwrap(), extra.clone());
+        let mut ours_conf = config(&a, ours_dir.path(), extra.clone());
+        let mut ref_conf = config(&a, ref_dir.path(), extra.clone());
         for (c, ifname) in [(&mut ours_conf, "eth0"), (&mut ref_conf, "eth1")] {
             c["cniVersion"] = json!(version);
             let mut prev = a.prev_result(version);
@@ -448,7 +407,7 @@ fn behaves_as_the_reference_plugin() {
     // Both refuse a sysctl outside net.*, naming it.
     let bad = config(
         &a,
-        ours_dir.path().to_str().unwrap(),
+        ours_dir.path(),
         json!({"sysctl": {"kernel.hostname": "x"}}),
     );
     let add_eth1 = env(CniCommand::Add, CID, Some(&ns), "eth1", "");
@@ -467,12 +426,7 @@ fn sysctls_alone_need_no_interface_as_in_the_reference() {
     // allmulti and txQLen, so a sysctl-only tuning runs where CNI_IFNAME
     // names no interface: Multus's auxiliary chain gives it `net<n>`, with
     // the empty result of its passthru as prevResult.
-    if !is_root() {
-        return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let dir = tempfile::tempdir().unwrap();
-    let ns = a.netns_path();
+    let Some((a, dir, ns)) = pod() else { return };
     let empty = json!({"cniVersion": "1.0.0"});
     let conf = |key: &str| {
         json!({"cniVersion": "1.0.0", "name": "chain", "type": "tuning",

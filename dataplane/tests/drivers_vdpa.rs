@@ -11,7 +11,7 @@
 mod common;
 mod drivers_support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ use common::TestNs;
 use drivers_support::*;
 use plexus_cni::deviceinfo::{self, VdpaDriver};
 use plexus_cni::error::ErrorCode;
+use plexus_cni::result::CniResult;
 use plexus_dataplane::pci::SysfsRoot;
 use plexus_dataplane::vdpa::{VdpaDevSpec, VdpaNetlink, VHOST_VDPA, VIRTIO_VDPA};
 use plexus_dataplane::{MacAddr, Netlink};
@@ -142,6 +143,28 @@ fn conf(dev: &SimDev, data: &tempfile::TempDir, extra: Value) -> Value {
     with_keys(base, &extra)
 }
 
+/// [`conf`] with a device-info file for the driver to write
+/// (`runtimeConfig.CNIDeviceInfoFile`): the file's directory (removed when
+/// dropped), the file, the configuration.
+fn conf_with_info_file(
+    dev: &SimDev,
+    data: &tempfile::TempDir,
+    extra: Value,
+) -> (tempfile::TempDir, PathBuf, Value) {
+    let (dir, file) = device_info_file();
+    let mut c = conf(dev, data, extra);
+    c["runtimeConfig"] = json!({"CNIDeviceInfoFile": file});
+    (dir, file, c)
+}
+
+/// CHECK of `t` against `res`, the result of its ADD with `c` (without the
+/// device-info file, which only ADD writes).
+fn check_added(r: &TestResolver, t: &Target, c: &Value, res: &CniResult) {
+    let mut cc = with_prev(c, res);
+    cc["runtimeConfig"] = json!({});
+    check(Here, r, VDPA, t, &cc).unwrap();
+}
+
 fn host_link(name: &str) -> Option<plexus_dataplane::netlink::Link> {
     Netlink::current().unwrap().link_by_name(name).unwrap()
 }
@@ -157,24 +180,15 @@ fn vdpa_virtio_netdev_moves_into_the_pod_and_del_gives_it_back() {
     assert_eq!(before.mac, Some(dev.mac));
     let (pod, t) = new_pod("ctr-v");
     let r = TestResolver::default();
-    let (_info_dir, info_file) = device_info_file();
-    let c = conf(
+    let (_info_dir, info_file, c) = conf_with_info_file(
         &dev,
         &data,
-        json!({
-            "mac": "02:00:00:00:b0:01", "mtu": 1400, "ipam": ipam("10.61.0.2/24"),
-            "runtimeConfig": {"CNIDeviceInfoFile": info_file},
-        }),
+        json!({"mac": "02:00:00:00:b0:01", "mtu": 1400, "ipam": ipam("10.61.0.2/24")}),
     );
     let res = add(Here, &r, VDPA, &t, &c).unwrap();
     assert_eq!(
         result_json(&res, "1.1.0"),
-        json!({
-            "cniVersion": "1.1.0",
-            "interfaces": [{"name": "net1", "mac": "02:00:00:00:b0:01",
-                            "sandbox": netns_path(&pod).to_str().unwrap()}],
-            "ips": [{"interface": 0, "address": "10.61.0.2/24"}],
-        })
+        net1_result(&pod, "02:00:00:00:b0:01", "10.61.0.2/24")
     );
     let l = link(&pod, "net1").expect("net1 in the pod");
     assert_eq!(l["address"], "02:00:00:00:b0:01", "{l}");
@@ -193,9 +207,7 @@ fn vdpa_virtio_netdev_moves_into_the_pod_and_del_gives_it_back() {
     assert_eq!(v.path, format!("/sys/bus/virtio/devices/{virtio}"));
     assert_eq!(v.pci_address, None, "vdpa_sim has no PCI parent");
     // CHECK against the result passes.
-    let mut cc = with_prev(&c, &res);
-    cc["runtimeConfig"] = json!({});
-    check(Here, &r, VDPA, &t, &cc).unwrap();
+    check_added(&r, &t, &c, &res);
 
     del(Here, &r, VDPA, &t, &c).unwrap();
     let back = host_link(&orig).expect("back under its name");
@@ -229,24 +241,15 @@ fn vdpa_vhost_device_is_given_through_device_info() {
     let data = tempfile::tempdir().unwrap();
     let (pod, t) = new_pod("ctr-h");
     let r = TestResolver::default();
-    let (_info_dir, info_file) = device_info_file();
-    let c = conf(
+    let (_info_dir, info_file, c) = conf_with_info_file(
         &dev,
         &data,
-        json!({
-            "ipam": ipam("10.62.0.2/24"), "mac": dev.mac.to_string(),
-            "runtimeConfig": {"CNIDeviceInfoFile": info_file},
-        }),
+        json!({"ipam": ipam("10.62.0.2/24"), "mac": dev.mac.to_string()}),
     );
     let res = add(Here, &r, VDPA, &t, &c).unwrap();
     assert_eq!(
         result_json(&res, "1.1.0"),
-        json!({
-            "cniVersion": "1.1.0",
-            "interfaces": [{"name": "net1", "mac": dev.mac.to_string(),
-                            "sandbox": netns_path(&pod).to_str().unwrap()}],
-            "ips": [{"interface": 0, "address": "10.62.0.2/24"}],
-        })
+        net1_result(&pod, &dev.mac.to_string(), "10.62.0.2/24")
     );
     // Nothing in the pod: the pod's userspace driver opens the device.
     assert!(link(&pod, "net1").is_none());
@@ -258,9 +261,7 @@ fn vdpa_vhost_device_is_given_through_device_info() {
     assert_eq!(v["vdpa"]["driver"], "vhost", "{text}");
     assert_eq!(v["vdpa"]["path"], vhost.to_str().unwrap(), "{text}");
     assert!(v["vdpa"].get("pci-address").is_none(), "{text}");
-    let mut cc = with_prev(&c, &res);
-    cc["runtimeConfig"] = json!({});
-    check(Here, &r, VDPA, &t, &cc).unwrap();
+    check_added(&r, &t, &c, &res);
     // Another pod is refused while this one lives.
     let (_pod2, t2) = new_pod("ctr-h2");
     let e = add(Here, &r, VDPA, &t2, &conf(&dev, &data, json!({}))).unwrap_err();
@@ -279,17 +280,17 @@ fn vdpa_vhost_refuses_a_mac_or_mtu_it_cannot_set() {
     let data = tempfile::tempdir().unwrap();
     let (_pod, t) = new_pod("ctr-m");
     let r = TestResolver::default();
-    let e = add(
-        Here,
-        &r,
-        VDPA,
-        &t,
-        &conf(&dev, &data, json!({"mac": "02:00:00:00:00:99"})),
-    )
-    .unwrap_err();
-    assert_code(&e, ErrorCode::InvalidConfig, "mac: 02:00:00:00:00:99");
-    let e = add(Here, &r, VDPA, &t, &conf(&dev, &data, json!({"mtu": 9000}))).unwrap_err();
-    assert!(e.details.starts_with("mtu: 9000"), "{e:?}");
+    for (extra, refused) in [
+        (
+            json!({"mac": "02:00:00:00:00:99"}),
+            "mac: 02:00:00:00:00:99",
+        ),
+        (json!({"mtu": 9000}), "mtu: 9000"),
+    ] {
+        let e = add(Here, &r, VDPA, &t, &conf(&dev, &data, extra)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidConfig, "{e:?}");
+        assert!(e.details.starts_with(refused), "{e:?}");
+    }
 }
 
 #[test]
@@ -314,14 +315,9 @@ fn vdpa_refusals_name_the_field_and_the_device() {
         ErrorCode::InvalidConfig,
         "deviceID: no vDPA device on PCI device 0000:7f:1f.7",
     );
-    let e = add(
-        Here,
-        &r,
-        VDPA,
-        &t,
-        &conf(&dev, &data, json!({"deviceID": "0000:7f:1f.7"})),
-    )
-    .unwrap_err();
+    // Both keys.
+    let c = conf(&dev, &data, json!({"deviceID": "0000:7f:1f.7"}));
+    let e = add(Here, &r, VDPA, &t, &c).unwrap_err();
     assert_code(
         &e,
         ErrorCode::InvalidConfig,

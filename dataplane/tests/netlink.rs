@@ -59,6 +59,33 @@ fn ip_link(ns: &TestNs, name: &str) -> Value {
     v.remove(0)
 }
 
+/// What `update_link` sets on a link, as read back: (name, mtu, mac,
+/// promisc, allmulti, txqueuelen, up).
+fn settings(l: &Link) -> (&str, u32, Option<MacAddr>, bool, bool, u32, bool) {
+    (
+        l.name.as_str(),
+        l.mtu,
+        l.mac,
+        l.promisc,
+        l.allmulti,
+        l.txqueuelen,
+        l.up,
+    )
+}
+
+/// A pod `eth0` (peer `host` in the node), up, with 10.1.2.3/24: its index.
+fn eth0_with_address(t: &NodeAndPod, host: &str) -> u32 {
+    let (_, eth0) = veth_up(&t.node_nl, &t.pod, &t.pod_nl, host, "eth0");
+    t.pod_nl
+        .add_address(eth0, net("10.1.2.3/24"), AddressOptions::default())
+        .unwrap();
+    eth0
+}
+
+fn port_options(hairpin: Option<bool>, isolated: Option<bool>) -> BridgePortOptions {
+    BridgePortOptions { hairpin, isolated }
+}
+
 fn has_flag(link: &Value, flag: &str) -> bool {
     link["flags"].as_array().unwrap().iter().any(|f| f == flag)
 }
@@ -191,15 +218,7 @@ fn update_link_changes_every_attribute() {
     t.node_nl.set_up(v.index).unwrap();
     let l = t.node_nl.link_by_index(v.index).unwrap().unwrap();
     assert_eq!(
-        (
-            l.name.as_str(),
-            l.mtu,
-            l.mac,
-            l.promisc,
-            l.allmulti,
-            l.txqueuelen,
-            l.up
-        ),
+        settings(&l),
         (
             "pxrenamed",
             1300,
@@ -234,15 +253,7 @@ fn update_link_changes_every_attribute() {
     t.node_nl.rename(v.index, "pxu0").unwrap();
     let l = t.node_nl.link_by_index(v.index).unwrap().unwrap();
     assert_eq!(
-        (
-            l.name.as_str(),
-            l.mtu,
-            l.mac,
-            l.promisc,
-            l.allmulti,
-            l.txqueuelen,
-            l.up
-        ),
+        settings(&l),
         (
             "pxu0",
             1280,
@@ -307,13 +318,7 @@ fn bridge_enslave_hairpin_isolated() {
         .set_master(p2.index, Master::Set(br.index))
         .unwrap();
     t.node_nl
-        .set_bridge_port(
-            p2.index,
-            &BridgePortOptions {
-                hairpin: Some(true),
-                isolated: Some(true),
-            },
-        )
+        .set_bridge_port(p2.index, &port_options(Some(true), Some(true)))
         .unwrap();
     let p2l = t.node_nl.link_by_index(p2.index).unwrap().unwrap();
     assert_eq!(p2l.master, Some(br.index));
@@ -326,13 +331,7 @@ fn bridge_enslave_hairpin_isolated() {
     assert_eq!(j["linkinfo"]["info_slave_data"]["isolated"], true);
     // Only hairpin off; isolated untouched.
     t.node_nl
-        .set_bridge_port(
-            p2.index,
-            &BridgePortOptions {
-                hairpin: Some(false),
-                isolated: None,
-            },
-        )
+        .set_bridge_port(p2.index, &port_options(Some(false), None))
         .unwrap();
     let port = t
         .node_nl
@@ -351,13 +350,7 @@ fn bridge_enslave_hairpin_isolated() {
     // Bridge-port options on a link that is no bridge port.
     let e = t
         .node_nl
-        .set_bridge_port(
-            p2.index,
-            &BridgePortOptions {
-                hairpin: Some(true),
-                isolated: None,
-            },
-        )
+        .set_bridge_port(p2.index, &port_options(Some(true), None))
         .unwrap_err();
     assert!(e.errno().is_some(), "{e}");
     assert!(e.to_string().contains("pxp2"), "{e}");
@@ -567,10 +560,7 @@ fn missing_master_errors() {
 #[test]
 fn addresses_v4_and_v6() {
     let Some(t) = node_and_pod() else { return };
-    let (_, eth0) = veth_up(&t.node_nl, &t.pod, &t.pod_nl, "pxa0", "eth0");
-    t.pod_nl
-        .add_address(eth0, net("10.1.2.3/24"), AddressOptions::default())
-        .unwrap();
+    let eth0 = eth0_with_address(&t, "pxa0");
     t.pod_nl
         .add_address(eth0, net("fd00::5/64"), AddressOptions { nodad: true })
         .unwrap();
@@ -741,33 +731,16 @@ fn routes_v4_and_v6() {
 #[test]
 fn neighbours_of_a_link() {
     let Some(t) = node_and_pod() else { return };
-    let (_, eth0) = veth_up(&t.node_nl, &t.pod, &t.pod_nl, "pxn0", "eth0");
-    t.pod_nl
-        .add_address(eth0, net("10.1.2.3/24"), AddressOptions::default())
-        .unwrap();
-    t.pod.ip(&[
-        "neigh",
-        "add",
-        "10.1.2.9",
-        "lladdr",
-        "02:00:00:00:00:09",
-        "dev",
-        "eth0",
-        "nud",
-        "permanent",
-    ]);
-    t.pod.ip(&[
-        "-6",
-        "neigh",
-        "add",
-        "fd00::9",
-        "lladdr",
-        "02:00:00:00:00:0a",
-        "dev",
-        "eth0",
-        "nud",
-        "reachable",
-    ]);
+    let eth0 = eth0_with_address(&t, "pxn0");
+    // `ip [-6] neigh add IP lladdr MAC dev eth0 nud NUD` in the pod.
+    for (family, ip, mac, nud) in [
+        ("-4", "10.1.2.9", "02:00:00:00:00:09", "permanent"),
+        ("-6", "fd00::9", "02:00:00:00:00:0a", "reachable"),
+    ] {
+        t.pod.ip(&[
+            family, "neigh", "add", ip, "lladdr", mac, "dev", "eth0", "nud", nud,
+        ]);
+    }
     let n = t.pod_nl.neighbours(eth0).unwrap();
     let v4 = n.iter().find(|x| x.ip == ip("10.1.2.9")).unwrap();
     assert_eq!(v4.mac, Some(mac("02:00:00:00:00:09")));

@@ -63,7 +63,6 @@ use super::interface::InterfaceDriver;
 use super::netconf::IpamRef;
 use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owner, Store};
 use super::passthrough::{self, Found, Patience, Poll};
-use super::stacked;
 use super::undo::Undo;
 use crate::mac::MacAddr;
 use crate::netlink::{Link, LinkKind, Netlink, VfSettings, VfState};
@@ -470,16 +469,15 @@ impl InterfaceDriver for Sriov {
         made: Made,
         ipam: Option<CniResult>,
     ) -> Result<CniResult, DriverError> {
-        let dns = conf.dns.as_ref();
-        let mut result = match made.pod_link {
-            Some(link) => stacked::configure(req, dns, false, at, link, ipam, stacked::NOTIFY)?,
-            None => passthrough::netdevless_result(req, dns, at, made.admin_mac, ipam),
-        };
-        // cni-SPEC 1.1 `pciID` (older versions' results leave it out).
-        if let Some(interface) = result.interfaces.first_mut() {
-            interface.pci_id = Some(made.vf.address.to_string());
-        }
-        Ok(result)
+        passthrough::pod_result(
+            req,
+            conf.dns.as_ref(),
+            at,
+            made.pod_link,
+            made.admin_mac,
+            Some(made.vf.address.to_string()),
+            ipam,
+        )
     }
 
     fn check(

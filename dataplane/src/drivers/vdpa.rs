@@ -45,7 +45,6 @@ use super::interface::InterfaceDriver;
 use super::netconf::IpamRef;
 use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owned, Owner, Store};
 use super::passthrough::{self, Found, Patience, Poll};
-use super::stacked;
 use super::undo::Undo;
 use crate::mac::MacAddr;
 use crate::netlink::{Link, LinkKind, Netlink};
@@ -457,21 +456,21 @@ impl InterfaceDriver for Vdpa {
         made: Made,
         ipam: Option<CniResult>,
     ) -> Result<CniResult, DriverError> {
-        let dns = conf.dns.as_ref();
-        let mut result = match (made.pod_link, &made.bound) {
-            (Some(link), _) => {
-                stacked::configure(req, dns, false, at, link, ipam, stacked::NOTIFY)?
-            }
-            (None, Bound::Vhost { mac, .. }) => {
-                passthrough::netdevless_result(req, dns, at, *mac, ipam)
-            }
+        // The MAC a vhost_vdpa device reports stands in the netdev-less result.
+        let admin_mac = match (&made.pod_link, &made.bound) {
+            (Some(_), _) => None,
+            (None, Bound::Vhost { mac, .. }) => *mac,
             (None, Bound::Virtio { .. }) => unreachable!("create moves the netdev"),
         };
-        // cni-SPEC 1.1 `pciID`, when the device sits on one.
-        if let (Some(interface), Some(pci)) = (result.interfaces.first_mut(), made.pci) {
-            interface.pci_id = Some(pci.to_string());
-        }
-        Ok(result)
+        passthrough::pod_result(
+            req,
+            conf.dns.as_ref(),
+            at,
+            made.pod_link,
+            admin_mac,
+            made.pci.map(|pci| pci.to_string()),
+            ipam,
+        )
     }
 
     fn check(

@@ -7,15 +7,15 @@
 //! touched.
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use plexus_cni::args::CniArgs;
 use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
 use plexus_cni::skel::Plugin;
 use plexus_cni::CniError;
 use plexus_dataplane::{MacAddr, Netlink};
+use plexus_testkit::process::output_with_stdin;
 use serde_json::{json, Value};
 
 use crate::common::{is_root, request, run, veth_up, TestNs};
@@ -200,18 +200,8 @@ pub fn reference(plugin: &str, ns: &TestNs, env: &CniEnv, config: &Value) -> Res
         )
         .env("CNI_IFNAME", env.ifname().map_or("", |n| n.as_str()))
         .env("CNI_ARGS", env.args().to_string())
-        .env("CNI_PATH", REFERENCE_DIR)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn the reference plugin");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(config.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        .env("CNI_PATH", REFERENCE_DIR);
+    let out = output_with_stdin(&mut cmd, &config.to_string());
     let text = String::from_utf8_lossy(&out.stdout);
     let value = if text.trim().is_empty() {
         Value::Null

@@ -166,12 +166,36 @@ pub fn request(command: CniCommand, t: &Target, config: &Value) -> Request {
     crate::common::request(env, config)
 }
 
+/// A node namespace with an uplink: the veth pair `up0`/`up1`, both ends up
+/// (so links on `up0` have carrier), `up0` with `NET.2/24` and the default
+/// route through `NET.1` (`net`: the first three octets).
+pub fn node_with_uplink(net: &str) -> TestNs {
+    let node = TestNs::new();
+    node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"]);
+    node.ip(&["link", "set", "up1", "up"]);
+    node.ip(&["link", "set", "up0", "up"]);
+    node.ip(&["addr", "add", &format!("{net}.2/24"), "dev", "up0"]);
+    node.ip(&["route", "add", "default", "via", &format!("{net}.1")]);
+    node
+}
+
 /// `base` (an object) with the keys of `extra` set over it.
 pub fn with_keys(mut base: Value, extra: &Value) -> Value {
     for (k, v) in extra.as_object().unwrap() {
         base[k] = v.clone();
     }
     base
+}
+
+/// A configuration of the built-in `ty` named `name`, with the test IPAM
+/// handing out `addresses`.
+pub fn driver_conf(ty: &str, name: &str, addresses: Value) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": name,
+        "type": ty,
+        "ipam": {"type": IPAM, "addresses": addresses},
+    })
 }
 
 /// The `ipam` section of the test IPAM giving out `address`.
@@ -186,6 +210,17 @@ pub fn device_info_file() -> (tempfile::TempDir, PathBuf) {
     // A name plexus could give it (deviceinfo::check_cni_file).
     let file = dir.path().join("ns-net-ctr-net1-device.json");
     (dir, file)
+}
+
+/// The ADD result (1.1.0) of a device handed whole to `pod` as `net1`, with
+/// `mac` and the test IPAM's `address`.
+pub fn net1_result(pod: &TestNs, mac: &str, address: &str) -> Value {
+    json!({
+        "cniVersion": "1.1.0",
+        "interfaces": [{"name": "net1", "mac": mac,
+                        "sandbox": netns_path(pod).to_str().unwrap()}],
+        "ips": [{"interface": 0, "address": address}],
+    })
 }
 
 /// `e` has `code` and its details contain `details`.
@@ -382,6 +417,21 @@ pub fn routes(ns: &TestNs, v6: bool) -> Vec<String> {
             s
         })
         .collect()
+}
+
+/// `ns` has `route`, as [`routes`] prints it (an IPv6 route when it has a
+/// ':').
+#[track_caller]
+pub fn assert_route(ns: &TestNs, route: &str) {
+    let all = routes(ns, route.contains(':'));
+    assert!(all.iter().any(|r| r == route), "{route:?} not in {all:?}");
+}
+
+/// The IPAM calls of one ADD and then `dels` DELs.
+pub fn add_then_dels(dels: usize) -> Vec<CniCommand> {
+    let mut calls = vec![CniCommand::Add];
+    calls.extend(vec![CniCommand::Del; dels]);
+    calls
 }
 
 /// A sysctl (dotted or slash form) as `ip netns exec NS sysctl -n` reads it.
