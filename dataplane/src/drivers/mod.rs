@@ -35,6 +35,7 @@ pub mod macvlan;
 mod netconf;
 mod ownership;
 mod passthrough;
+mod pod_device;
 pub mod sriov;
 mod stacked;
 #[cfg(test)]

@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 
 use super::attachment::Attach;
 use super::netconf::DnsConf;
-use super::stacked;
 use crate::drivers::check;
 use crate::mac::MacAddr;
 use crate::netlink::{Link, LinkUpdate, Netlink};
@@ -255,33 +254,10 @@ pub(crate) fn check_pod_netdev(
     check::check_ips_and_routes(at, &link, prev)
 }
 
-/// The ADD result of a device handed whole to the pod: its netdev
-/// `pod_link`, configured as a stacked link's, or, without one, the
-/// netdev-less result reporting `admin_mac`; with cni-SPEC 1.1 `pciID`
-/// when the device has a PCI address (older versions' results leave it out).
-pub(crate) fn pod_result(
-    req: &Request,
-    dns: Option<&DnsConf>,
-    at: &Attach<'_>,
-    pod_link: Option<Link>,
-    admin_mac: Option<MacAddr>,
-    pci_id: Option<String>,
-    ipam: Option<CniResult>,
-) -> Result<CniResult, DriverError> {
-    let mut result = match pod_link {
-        Some(link) => stacked::configure(req, dns, false, at, link, ipam, stacked::NOTIFY)?,
-        None => netdevless_result(req, dns, at, admin_mac, ipam),
-    };
-    if let (Some(interface), Some(pci_id)) = (result.interfaces.first_mut(), pci_id) {
-        interface.pci_id = Some(pci_id);
-    }
-    Ok(result)
-}
-
 /// The result for a device without netdev (an SR-IOV VF in DPDK mode, a
 /// vDPA device on vhost_vdpa): the interface the pod's userspace driver
 /// will drive, IPAM's addresses for it to use, nothing configured.
-fn netdevless_result(
+pub(crate) fn netdevless_result(
     req: &Request,
     dns: Option<&DnsConf>,
     at: &Attach<'_>,

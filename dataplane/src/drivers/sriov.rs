@@ -63,6 +63,7 @@ use super::interface::InterfaceDriver;
 use super::netconf::IpamRef;
 use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owner, Store};
 use super::passthrough::{self, Found, Patience, Poll};
+use super::pod_device;
 use super::undo::Undo;
 use crate::mac::MacAddr;
 use crate::netlink::{Link, LinkKind, Netlink, VfSettings, VfState};
@@ -469,7 +470,7 @@ impl InterfaceDriver for Sriov {
         made: Made,
         ipam: Option<CniResult>,
     ) -> Result<CniResult, DriverError> {
-        passthrough::pod_result(
+        pod_device::pod_result(
             req,
             conf.dns.as_ref(),
             at,

@@ -45,6 +45,7 @@ use super::interface::InterfaceDriver;
 use super::netconf::IpamRef;
 use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owned, Owner, Store};
 use super::passthrough::{self, Found, Patience, Poll};
+use super::pod_device;
 use super::undo::Undo;
 use crate::mac::MacAddr;
 use crate::netlink::{Link, LinkKind, Netlink};
@@ -462,7 +463,7 @@ impl InterfaceDriver for Vdpa {
             (None, Bound::Vhost { mac, .. }) => *mac,
             (None, Bound::Virtio { .. }) => unreachable!("create moves the netdev"),
         };
-        passthrough::pod_result(
+        pod_device::pod_result(
             req,
             conf.dns.as_ref(),
             at,
