@@ -37,6 +37,25 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// The `msg` plexus gives an error of this code (cni-SPEC "Error").
+    pub fn description(self) -> &'static str {
+        match self {
+            ErrorCode::IncompatibleVersion => "incompatible CNI version",
+            ErrorCode::UnsupportedField => "unsupported field in network configuration",
+            ErrorCode::UnknownContainer => "container unknown or does not exist",
+            ErrorCode::InvalidEnvironment => "invalid environment variable",
+            ErrorCode::Io => "I/O failure",
+            ErrorCode::Decode => "failed to decode content",
+            ErrorCode::InvalidConfig => "invalid network configuration",
+            ErrorCode::TryAgainLater => "try again later",
+            ErrorCode::NotAvailable => "plugin not available",
+            ErrorCode::NotAvailableLimited => {
+                "plugin not available; existing containers may have limited connectivity"
+            }
+            ErrorCode::Plugin(_) => "plugin-specific error",
+        }
+    }
+
     pub fn as_u32(self) -> u32 {
         match self {
             ErrorCode::IncompatibleVersion => 1,
@@ -116,50 +135,37 @@ impl CniError {
         }
     }
 
+    /// A standard code's error: its [`ErrorCode::description`] as `msg`, and `details` that say
+    /// "`subject`: `reason`".
+    fn about(code: ErrorCode, subject: impl AsRef<str>, reason: impl AsRef<str>) -> Self {
+        let (subject, reason) = (subject.as_ref(), reason.as_ref());
+        Self::new(code, code.description(), format!("{subject}: {reason}"))
+    }
+
     /// Code 7, for a config that parsed but is not valid. `field` is the path
     /// of the offending key.
     pub fn invalid_config(field: impl AsRef<str>, reason: impl AsRef<str>) -> Self {
-        Self::new(
-            ErrorCode::InvalidConfig,
-            "invalid network configuration",
-            format!("{}: {}", field.as_ref(), reason.as_ref()),
-        )
+        Self::about(ErrorCode::InvalidConfig, field, reason)
     }
 
     /// Code 6, for content that could not be decoded at all.
     pub fn decode(what: impl AsRef<str>, reason: impl AsRef<str>) -> Self {
-        Self::new(
-            ErrorCode::Decode,
-            "failed to decode content",
-            format!("{}: {}", what.as_ref(), reason.as_ref()),
-        )
+        Self::about(ErrorCode::Decode, what, reason)
     }
 
     /// Code 4, naming the environment variable.
     pub fn invalid_env(var: impl AsRef<str>, reason: impl AsRef<str>) -> Self {
-        Self::new(
-            ErrorCode::InvalidEnvironment,
-            "invalid environment variable",
-            format!("{}: {}", var.as_ref(), reason.as_ref()),
-        )
+        Self::about(ErrorCode::InvalidEnvironment, var, reason)
     }
 
     /// Code 1.
     pub fn incompatible_version(field: impl AsRef<str>, reason: impl AsRef<str>) -> Self {
-        Self::new(
-            ErrorCode::IncompatibleVersion,
-            "incompatible CNI version",
-            format!("{}: {}", field.as_ref(), reason.as_ref()),
-        )
+        Self::about(ErrorCode::IncompatibleVersion, field, reason)
     }
 
     /// Code 5.
     pub fn io(what: impl AsRef<str>, err: impl std::fmt::Display) -> Self {
-        Self::new(
-            ErrorCode::Io,
-            "I/O failure",
-            format!("{}: {}", what.as_ref(), err),
-        )
+        Self::about(ErrorCode::Io, what, err.to_string())
     }
 
     /// A plexus-specific code (see [`codes`]).

@@ -178,6 +178,16 @@ fn parent(path: &Path) -> &Path {
 mod tests {
     use super::*;
 
+    /// `target` holds `content` with `mode`, and nothing else is beside it.
+    fn assert_alone(target: &Path, content: &[u8], mode: u32) {
+        assert_eq!(std::fs::read(target).unwrap(), content);
+        let meta = std::fs::metadata(target).unwrap();
+        let perm = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
+        assert_eq!(perm & 0o777, mode);
+        let dir = target.parent().unwrap();
+        assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1);
+    }
+
     #[test]
     fn replaced_durably_in_a_new_directory_leaving_no_temp_file() {
         let d = tempfile::tempdir().unwrap();
@@ -195,13 +205,7 @@ mod tests {
         let target = d.path().join("r");
         replace(&target, b"new", 0o640, Durability::Unsynced).unwrap();
         replace(&target, b"newer", 0o640, Durability::Unsynced).unwrap();
-        assert_eq!(std::fs::read(&target).unwrap(), b"newer");
-        let meta = std::fs::metadata(&target).unwrap();
-        assert_eq!(
-            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
-            0o640
-        );
-        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+        assert_alone(&target, b"newer", 0o640);
         let e = replace(&d.path().join("none/r"), b"x", 0o600, Durability::Unsynced).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
@@ -212,13 +216,7 @@ mod tests {
         let target = d.path().join("f");
         assert!(create(&target, b"first", 0o640).unwrap());
         assert!(!create(&target, b"second", 0o600).unwrap());
-        assert_eq!(std::fs::read(&target).unwrap(), b"first");
-        let meta = std::fs::metadata(&target).unwrap();
-        assert_eq!(
-            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
-            0o640
-        );
-        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+        assert_alone(&target, b"first", 0o640);
         // A missing directory is an ordinary error, not "unsupported".
         let e = create(&d.path().join("none/f"), b"x", 0o600).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);

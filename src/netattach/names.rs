@@ -26,18 +26,30 @@ const LABEL_RULE: &str = "a DNS-1123 label must consist of lower case alphanumer
                           '-', and must start and end with an alphanumeric character \
                           (multi-net-spec §3.3)";
 
-/// A DNS-1123 label (§3.3 regex), at most 63 characters: the rule for
-/// namespace names.
-pub fn check_dns1123_label(s: &str) -> Result<(), String> {
+/// Not empty, and at most `max` characters; `quoted`: the message starts
+/// with the name.
+fn check_length(s: &str, max: usize, quoted: bool) -> Result<(), String> {
     if s.is_empty() {
         return Err("must not be empty".into());
     }
-    if s.len() > DNS1123_LABEL_MAX {
+    if s.len() > max {
+        let shown = if quoted {
+            format!("{s:?} ")
+        } else {
+            String::new()
+        };
         return Err(format!(
-            "{s:?} must be no more than {DNS1123_LABEL_MAX} characters, got {}",
+            "{shown}must be no more than {max} characters, got {}",
             s.len()
         ));
     }
+    Ok(())
+}
+
+/// A DNS-1123 label (§3.3 regex), at most 63 characters: the rule for
+/// namespace names.
+pub fn check_dns1123_label(s: &str) -> Result<(), String> {
+    check_length(s, DNS1123_LABEL_MAX, true)?;
     if !matches_label_regex(s) {
         return Err(format!("{s:?} is not valid: {LABEL_RULE}"));
     }
@@ -50,15 +62,7 @@ pub fn check_dns1123_label(s: &str) -> Result<(), String> {
 /// allowed here because §3.3 only recommends that limit; see
 /// [`nad_name_warning`].
 pub fn check_nad_name(s: &str) -> Result<(), String> {
-    if s.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if s.len() > OBJECT_NAME_MAX {
-        return Err(format!(
-            "must be no more than {OBJECT_NAME_MAX} characters, got {}",
-            s.len()
-        ));
-    }
+    check_length(s, OBJECT_NAME_MAX, false)?;
     if !s.split('.').all(matches_label_regex) {
         return Err(format!(
             "{s:?} is not valid: each '.'-separated unit must match \

@@ -299,23 +299,14 @@ pub fn add(
     call(node, r, ty, CniCommand::Add, t, config).map(|r| r.expect("ADD returns a result"))
 }
 
-pub fn del(
-    node: impl Host,
-    r: &TestResolver,
-    ty: &str,
-    t: &Target,
-    config: &Value,
-) -> Result<(), CniError> {
+/// A command without a result: DEL, CHECK.
+pub type Done = Result<(), CniError>;
+
+pub fn del(node: impl Host, r: &TestResolver, ty: &str, t: &Target, config: &Value) -> Done {
     call(node, r, ty, CniCommand::Del, t, config).map(drop)
 }
 
-pub fn check(
-    node: impl Host,
-    r: &TestResolver,
-    ty: &str,
-    t: &Target,
-    config: &Value,
-) -> Result<(), CniError> {
+pub fn check(node: impl Host, r: &TestResolver, ty: &str, t: &Target, config: &Value) -> Done {
     call(node, r, ty, CniCommand::Check, t, config).map(drop)
 }
 
