@@ -25,6 +25,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod cluster_ipam;
 pub mod commands;
 /// The CNI protocol layer (the `plexus-cni` crate).
 pub use plexus_cni as cni;

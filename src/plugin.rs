@@ -247,6 +247,12 @@ pub fn registry() -> Registry {
             build() as Box<dyn Plugin>
         });
     }
+    registry = registry.with_builtin(
+        crate::cluster_ipam::PLUGIN_TYPE,
+        |_: &dyn Resolver, _: &_| {
+            Box::new(crate::cluster_ipam::Whereabouts::default()) as Box<dyn Plugin>
+        },
+    );
     for builtin in plexus_dataplane::drivers::BUILTINS {
         registry = registry.with_builtin(builtin.plugin_type, builtin.build);
     }

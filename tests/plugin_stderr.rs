@@ -552,13 +552,15 @@ fn reference_plugins_that_log_in(w: &World) {
     assert_nothing_left(tmp);
 }
 
-/// Issue 36's last check: whereabouts, the IPAM whose leader-election lines
-/// on stderr hung thin mode, exec'd as the IPAM of a NAD's macvlan in thin
-/// mode against the real API server. whereabouts is the real one, built
-/// here at a pinned commit by `.ci/whereabouts` (skipped, saying so, where
-/// its source is not at hand), with its CRDs and its flat configuration
-/// file (without one every call fails). Two pods get distinct addresses
-/// from its IPPool within the call limit, and their DELs free them.
+/// A NAD whose macvlan takes its address from whereabouts' IPPools, through
+/// plexus in thin mode against the real API server, with whereabouts' CRDs
+/// and its flat configuration file (whereabouts' own binary fails every
+/// call without one). Issue 36 filed this with the whereabouts binary
+/// exec'd, whose leader-election lines on stderr hung thin mode; since
+/// issue 33 plexus serves `whereabouts` in-process (`src/cluster_ipam.rs`),
+/// so this is its end-to-end check, and the exec'd stderr cases are this
+/// file's others. Two pods get distinct addresses within the call limit,
+/// and their DELs free them.
 #[test]
 fn whereabouts_as_a_nads_ipam_in_thin_mode() {
     use plexus_testkit::{peers, require, Feature};

@@ -13,6 +13,7 @@
 
 pub mod host_local;
 pub mod static_ipam;
+pub mod whereabouts;
 
 mod common;
 mod error;

@@ -23,6 +23,7 @@ pub enum Verb {
     Get,
     Patch,
     Create,
+    Delete,
 }
 
 impl ApiRequest {

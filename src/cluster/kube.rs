@@ -55,7 +55,7 @@ pub struct KubeCluster {
 }
 
 /// What runs the client's futures.
-enum Driver {
+pub(super) enum Driver {
     /// A plugin process's own current-thread runtime, driven by the caller.
     Owned(tokio::runtime::Runtime),
     /// The daemon's runtime, shared by every call it serves; a call blocks
@@ -64,7 +64,7 @@ enum Driver {
 }
 
 impl Driver {
-    fn block_on<F: Future>(&self, future: F) -> F::Output {
+    pub(super) fn block_on<F: Future>(&self, future: F) -> F::Output {
         match self {
             Driver::Owned(runtime) => runtime.block_on(future),
             Driver::Shared(handle) => handle.block_on(future),
@@ -100,22 +100,7 @@ impl KubeCluster {
     /// A client for the cluster `kubeconfig` names (its current context: CA
     /// and bearer token, or client certificates).
     pub fn connect(kubeconfig: &Path, timeouts: ApiTimeouts) -> Result<KubeCluster, ClusterError> {
-        let failed = |reason: String| ClusterError::Kubeconfig {
-            path: kubeconfig.to_path_buf(),
-            reason,
-        };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| ClusterError::io("tokio runtime", e))?;
-        let config = runtime
-            .block_on(load_kubeconfig(kubeconfig, timeouts))
-            .map_err(failed)?;
-        // A client's tower stack spawns onto the runtime it is built in.
-        let client = {
-            let _guard = runtime.enter();
-            http2_client(&config, None).map_err(|e| failed(error_chain(&e)))?
-        };
+        let (runtime, client) = owned_client(kubeconfig, timeouts)?;
         Ok(KubeCluster {
             driver: Driver::Owned(runtime),
             client,
@@ -521,6 +506,47 @@ impl Publisher for KubeCluster {
     fn post_events(&self, pod: &Pod, events: &[PodEvent]) -> Vec<String> {
         KubeCluster::post_events(self, pod, events)
     }
+}
+
+/// A plugin process's client for the cluster `kubeconfig` names (its
+/// current context), on a current-thread runtime of its own.
+pub(super) fn owned_client(
+    kubeconfig: &Path,
+    timeouts: ApiTimeouts,
+) -> Result<(tokio::runtime::Runtime, kube::Client), ClusterError> {
+    let failed = |reason: String| ClusterError::Kubeconfig {
+        path: kubeconfig.to_path_buf(),
+        reason,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::io("tokio runtime", e))?;
+    let config = runtime
+        .block_on(load_kubeconfig(kubeconfig, timeouts))
+        .map_err(failed)?;
+    // A client's tower stack spawns onto the runtime it is built in.
+    let client = {
+        let _guard = runtime.enter();
+        http2_client(&config, None).map_err(|e| failed(error_chain(&e)))?
+    };
+    Ok((runtime, client))
+}
+
+/// The namespace the current context of `kubeconfig` names, if any.
+pub(super) fn context_namespace(kubeconfig: &Path) -> Result<Option<String>, ClusterError> {
+    let parsed = Kubeconfig::read_from(kubeconfig).map_err(|e| ClusterError::Kubeconfig {
+        path: kubeconfig.to_path_buf(),
+        reason: error_chain(&e),
+    })?;
+    let current = parsed.current_context.as_deref();
+    Ok(parsed
+        .contexts
+        .iter()
+        .find(|c| Some(c.name.as_str()) == current)
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| c.namespace.clone())
+        .filter(|n| !n.is_empty()))
 }
 
 /// kube's client stack (base URI, credentials, headers) over a hyper client

@@ -9,6 +9,7 @@ pub mod error;
 pub mod events;
 pub mod kube;
 pub mod outbox;
+pub mod pools;
 pub mod watch;
 
 use std::collections::BTreeMap;

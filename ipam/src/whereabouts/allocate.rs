@@ -1,0 +1,272 @@
+//! Which address of a pool an attachment gets, and which it gives back: pure
+//! functions of the pool's allocations, so the caller can retry them on a
+//! fresh copy whenever its compare-and-swap write loses (see
+//! `crate::whereabouts`'s invariant).
+//!
+//! As whereabouts' `AssignIP`/`IterateForAssignment`/`DeallocateIP`: an
+//! attachment (`podref` + `ifname`) that already holds an address of the
+//! pool gets it again; otherwise the first free address from the hint on,
+//! skipping `exclude`, other pools' reservations, and the range's network
+//! and broadcast addresses. DEL matches the container ID and `ifname`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use super::conf::{from_u128, to_u128, usable, PoolRange};
+use super::pool::{address_at, offset_key, Allocation};
+
+/// Who asks for an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder<'a> {
+    pub container_id: &'a str,
+    /// `<namespace>/<pod>`.
+    pub podref: &'a str,
+    pub ifname: &'a str,
+}
+
+impl Holder<'_> {
+    pub fn allocation(&self) -> Allocation {
+        Allocation {
+            container_id: self.container_id.to_string(),
+            podref: self.podref.to_string(),
+            ifname: self.ifname.to_string(),
+        }
+    }
+}
+
+/// What [`assign`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub ip: IpAddr,
+    /// The pool's key of it (its offset).
+    pub key: String,
+    /// The entry to write at `key`; `None` when the pool already holds it
+    /// exactly so (nothing to write).
+    pub write: Option<Allocation>,
+}
+
+/// The range has no free address left (whereabouts' `AssignmentError`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no free address in {range} from {first} to {last} (exclude: {exclude:?})")]
+pub struct Exhausted {
+    pub range: String,
+    pub first: IpAddr,
+    pub last: IpAddr,
+    pub exclude: Vec<String>,
+}
+
+/// The first and last address `range` hands out.
+pub fn bounds(range: &PoolRange) -> (IpAddr, IpAddr) {
+    let (first, last) = usable(range.network);
+    (range.start.unwrap_or(first), range.end.unwrap_or(last))
+}
+
+/// The address `who` gets from `range`, whose pool holds `allocations`;
+/// `taken` are addresses held through other pools (overlapping ranges).
+/// The search starts `hint` addresses after the first and wraps around, so
+/// that writers on different nodes need not all race for the same one.
+pub fn assign(
+    range: &PoolRange,
+    allocations: &BTreeMap<String, Allocation>,
+    taken: &BTreeSet<IpAddr>,
+    who: &Holder,
+    hint: u128,
+) -> Result<Assignment, Exhausted> {
+    if let Some((key, held)) = allocations
+        .iter()
+        .find(|(_, a)| a.is_of(who.podref, who.ifname))
+    {
+        if let Some(ip) = address_at(range.network, key) {
+            let write = (held.container_id != who.container_id).then(|| who.allocation());
+            return Ok(Assignment {
+                ip,
+                key: key.clone(),
+                write,
+            });
+        }
+    }
+    let held: BTreeSet<u128> = allocations
+        .keys()
+        .filter_map(|k| address_at(range.network, k))
+        .chain(taken.iter().copied())
+        .map(to_u128)
+        .collect();
+    let (first, last) = bounds(range);
+    let (lo, hi) = (to_u128(first), to_u128(last));
+    let span = hi - lo + 1;
+    let start = lo + hint % span;
+    let free = first_free(range, &held, start, hi).or_else(|| {
+        (start > lo)
+            .then(|| first_free(range, &held, lo, start - 1))
+            .flatten()
+    });
+    if let Some(at) = free {
+        let ip = from_u128(at, range.network.is_ipv4());
+        return Ok(Assignment {
+            ip,
+            key: offset_key(range.network, ip),
+            write: Some(who.allocation()),
+        });
+    }
+    Err(Exhausted {
+        range: range.network.to_string(),
+        first,
+        last,
+        exclude: range.exclude.iter().map(|n| n.to_string()).collect(),
+    })
+}
+
+/// The first address from `from` to `to` (inclusive) that is neither held
+/// nor excluded.
+fn first_free(range: &PoolRange, held: &BTreeSet<u128>, from: u128, to: u128) -> Option<u128> {
+    let v4 = range.network.is_ipv4();
+    let mut at = from;
+    while at <= to {
+        let ip = from_u128(at, v4);
+        if let Some(net) = range.exclude.iter().find(|n| n.contains(ip)) {
+            // On past the excluded network's last address.
+            at = to_u128(net.broadcast_or_last()).checked_add(1)?;
+        } else if held.contains(&at) {
+            at += 1;
+        } else {
+            return Some(at);
+        }
+    }
+    None
+}
+
+/// The key of the address the container's `ifname` holds in the pool, to
+/// remove (`DeallocateIP`: by container ID and interface, not by pod).
+pub fn release<'a>(
+    allocations: &'a BTreeMap<String, Allocation>,
+    container_id: &str,
+    ifname: &str,
+) -> Option<&'a String> {
+    allocations
+        .iter()
+        .find(|(_, a)| a.container_id == container_id && a.ifname == ifname)
+        .map(|(k, _)| k)
+}
+
+trait LastAddress {
+    fn broadcast_or_last(&self) -> IpAddr;
+}
+
+impl LastAddress for ipnetwork::IpNetwork {
+    /// The network's last address (all host bits set).
+    fn broadcast_or_last(&self) -> IpAddr {
+        match self {
+            ipnetwork::IpNetwork::V4(n) => IpAddr::V4(n.broadcast()),
+            ipnetwork::IpNetwork::V6(n) => {
+                let host_bits = 128 - u32::from(n.prefix());
+                let mask = 1u128.checked_shl(host_bits).map_or(u128::MAX, |m| m - 1);
+                IpAddr::V6((u128::from(n.network()) | mask).into())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipnetwork::IpNetwork;
+
+    fn range(net: &str, exclude: &[&str]) -> PoolRange {
+        PoolRange {
+            network: net.parse().unwrap(),
+            start: None,
+            end: None,
+            exclude: exclude
+                .iter()
+                .map(|e| e.parse::<IpNetwork>().unwrap())
+                .collect(),
+        }
+    }
+
+    const WHO: Holder = Holder {
+        container_id: "c1",
+        podref: "ns/p",
+        ifname: "net1",
+    };
+
+    fn holding(entries: &[(&str, &str, &str)]) -> BTreeMap<String, Allocation> {
+        entries
+            .iter()
+            .map(|(k, id, podref)| {
+                let a = Allocation {
+                    container_id: id.to_string(),
+                    podref: podref.to_string(),
+                    ifname: "net1".into(),
+                };
+                (k.to_string(), a)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lowest_free_address_skipping_network_excluded_and_held() {
+        // IterateForAssignment: from the first usable address (.1).
+        let r = range("10.0.0.0/24", &["10.0.0.2/31", "10.0.0.5"]);
+        let none = BTreeSet::new();
+        let a = assign(&r, &BTreeMap::new(), &none, &WHO, 0).unwrap();
+        assert_eq!((a.ip.to_string(), a.key.as_str()), ("10.0.0.1".into(), "1"));
+        let held = holding(&[("1", "x", "ns/x"), ("4", "y", "ns/y")]);
+        let a = assign(&r, &held, &none, &WHO, 0).unwrap();
+        assert_eq!(a.ip.to_string(), "10.0.0.6");
+        let taken: BTreeSet<IpAddr> = ["10.0.0.6".parse().unwrap()].into();
+        let a = assign(&r, &held, &taken, &WHO, 0).unwrap();
+        assert_eq!(a.ip.to_string(), "10.0.0.7");
+    }
+
+    #[test]
+    fn the_same_pod_interface_gets_its_address_again() {
+        // AssignIP: by podref and ifname; a new container ID is written.
+        let r = range("10.0.0.0/24", &[]);
+        let held = holding(&[("9", "old", "ns/p")]);
+        let a = assign(&r, &held, &BTreeSet::new(), &WHO, 0).unwrap();
+        assert_eq!(a.ip.to_string(), "10.0.0.9");
+        assert_eq!(a.write.unwrap().container_id, "c1");
+        let held = holding(&[("9", "c1", "ns/p")]);
+        let a = assign(&r, &held, &BTreeSet::new(), &WHO, 0).unwrap();
+        assert_eq!(a.write, None);
+    }
+
+    #[test]
+    fn hints_spread_and_wrap() {
+        let r = range("10.0.0.0/29", &[]); // .1 to .6
+        let held = holding(&[("5", "x", "ns/x"), ("6", "y", "ns/y")]);
+        let a = assign(&r, &held, &BTreeSet::new(), &WHO, 4).unwrap();
+        assert_eq!(a.ip.to_string(), "10.0.0.1", "wrapped past .5 and .6");
+        let a = assign(&r, &BTreeMap::new(), &BTreeSet::new(), &WHO, 2).unwrap();
+        assert_eq!(a.ip.to_string(), "10.0.0.3");
+    }
+
+    #[test]
+    fn a_full_range_is_exhausted() {
+        let mut r = range("10.0.0.0/29", &["10.0.0.4/30"]);
+        r.start = Some("10.0.0.2".parse().unwrap());
+        let held = holding(&[("2", "x", "ns/x"), ("3", "y", "ns/y")]);
+        for hint in 0..8 {
+            let e = assign(&r, &held, &BTreeSet::new(), &WHO, hint).unwrap_err();
+            assert_eq!(e.first.to_string(), "10.0.0.2");
+            assert_eq!(e.last.to_string(), "10.0.0.6");
+        }
+    }
+
+    #[test]
+    fn ipv6_beyond_the_first_2_pow_64_offsets() {
+        let mut r = range("fd00::/32", &[]);
+        r.start = Some("fd00:0:ffff:ffff:ffff:ffff:ffff:fff0".parse().unwrap());
+        let a = assign(&r, &BTreeMap::new(), &BTreeSet::new(), &WHO, 0).unwrap();
+        assert_eq!(a.ip.to_string(), "fd00:0:ffff:ffff:ffff:ffff:ffff:fff0");
+        assert_eq!(address_at(r.network, &a.key), Some(a.ip));
+    }
+
+    #[test]
+    fn release_matches_container_and_interface() {
+        let held = holding(&[("3", "c1", "ns/p"), ("4", "c2", "ns/p")]);
+        assert_eq!(release(&held, "c2", "net1").map(String::as_str), Some("4"));
+        assert_eq!(release(&held, "c2", "net2"), None);
+        assert_eq!(release(&held, "c3", "net1"), None);
+    }
+}

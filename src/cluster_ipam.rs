@@ -1,0 +1,403 @@
+//! `"ipam": {"type": "whereabouts"}` served in-process: cluster-wide
+//! addresses from whereabouts' IPPools, with its configuration keys
+//! ([`plexus_ipam::whereabouts::conf`]) and its objects on the API server
+//! ([`crate::cluster::pools`]), without its cluster-wide Lease.
+//!
+//! The invariant ([`plexus_ipam::whereabouts`]): an address is added to a
+//! pool only by a compare-and-swap on the pool's resourceVersion, decided
+//! on the copy of that version; a write that loses decides again on a fresh
+//! copy, after a jittered pause, until the call's deadline. With
+//! overlapping ranges on (the default) the address is first reserved
+//! cluster-wide (an OverlappingRangeIPReservation, created only if absent),
+//! so that no pool of an overlapping range hands it out meanwhile; a
+//! reservation another pod holds makes the address taken. A failed ADD
+//! gives back what it took; DEL removes the container's entry (container ID
+//! and interface, as whereabouts) and its own reservation, never another
+//! pod's.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ipnetwork::IpNetwork;
+
+use crate::cluster::pools::{Pools, Written};
+use crate::cluster::ClusterError;
+use crate::cni::error::{CniError, ErrorCode};
+use crate::cni::result::{CniResult, IpConfig};
+use crate::cni::skel::{Request, TypedPlugin};
+use crate::config::ApiTimeouts;
+use plexus_ipam::whereabouts::allocate::{self, Holder};
+use plexus_ipam::whereabouts::conf::{self, PoolRange, WhereaboutsConf};
+use plexus_ipam::whereabouts::pool::{self, Allocation, ReservationSpec};
+use plexus_ipam::IpamError;
+
+/// The plugin type it serves.
+pub const PLUGIN_TYPE: &str = "whereabouts";
+
+/// How long an ADD or DEL keeps trying against writers that win the pool
+/// before it: whereabouts' own DEL limit (its ADD's is 2 min, past most
+/// runtimes' patience).
+const CALL_BUDGET: Duration = Duration::from_secs(60);
+
+/// What goes wrong, typed; the CNI code of each is chosen in
+/// `From<ClusterIpamError> for CniError`.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterIpamError {
+    #[error(transparent)]
+    Ipam(#[from] IpamError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Cni(#[from] CniError),
+    /// Every address of a range is held.
+    #[error(transparent)]
+    Exhausted(#[from] allocate::Exhausted),
+    /// Other writers won the pool until the deadline.
+    #[error("IPPool {pool}: other writers changed it {tries} times in a row within {budget:?}")]
+    Contended {
+        pool: String,
+        tries: u32,
+        budget: Duration,
+    },
+}
+
+impl From<ClusterIpamError> for CniError {
+    fn from(e: ClusterIpamError) -> CniError {
+        match e {
+            ClusterIpamError::Ipam(e) => e.into(),
+            ClusterIpamError::Cluster(e) => e.into(),
+            ClusterIpamError::Cni(e) => e,
+            ClusterIpamError::Exhausted(e) => CniError::plugin(
+                plexus_ipam::codes::RANGE_EXHAUSTED,
+                "no free address",
+                e.to_string(),
+            ),
+            e @ ClusterIpamError::Contended { .. } => {
+                CniError::new(ErrorCode::TryAgainLater, "IPPool contended", e.to_string())
+            }
+        }
+    }
+}
+
+/// The plugin; it connects per call, to the cluster its configuration's
+/// `kubernetes.kubeconfig` names.
+#[derive(Debug, Default)]
+pub struct Whereabouts {
+    pub timeouts: ApiTimeouts,
+}
+
+/// One call's view: the configuration, who asks, and the pools.
+struct Call<'r> {
+    conf: WhereaboutsConf,
+    container_id: &'r str,
+    ifname: &'r str,
+    podref: String,
+    pools: Pools,
+    deadline: Instant,
+}
+
+fn read_flat_file(path: &Path) -> Result<Option<String>, IpamError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(IpamError::Config {
+            field: path.display().to_string(),
+            reason: format!("whereabouts' flat file cannot be read: {e}"),
+        }),
+    }
+}
+
+impl Whereabouts {
+    fn conf(&self, req: &Request) -> Result<WhereaboutsConf, ClusterIpamError> {
+        let ipam = match req.config.get("ipam") {
+            Some(serde_json::Value::Object(section)) => section,
+            _ => {
+                return Err(CniError::invalid_config("ipam", "must be an object").into());
+            }
+        };
+        Ok(conf::parse(ipam, read_flat_file)?)
+    }
+
+    fn call<'r>(&self, req: &'r Request) -> Result<Call<'r>, ClusterIpamError> {
+        let conf = self.conf(req)?;
+        let params = req.env.require_attachment()?;
+        let args = req.env.args();
+        let arg = |key: &str| args.get(key).filter(|v| !v.is_empty());
+        let (Some(namespace), Some(name)) = (arg("K8S_POD_NAMESPACE"), arg("K8S_POD_NAME")) else {
+            return Err(CniError::invalid_env(
+                "CNI_ARGS",
+                "whereabouts needs K8S_POD_NAMESPACE and K8S_POD_NAME: an address is held by a pod",
+            )
+            .into());
+        };
+        for key in ["IP", "GATEWAY"] {
+            if arg(key).is_some() {
+                return Err(CniError::invalid_env(
+                    "CNI_ARGS",
+                    format!("{key}: whereabouts' static addresses from CNI_ARGS are not served by plexus yet"),
+                )
+                .into());
+            }
+        }
+        let kubeconfig = conf.kubeconfig.clone().ok_or_else(|| IpamError::Config {
+            field: "ipam.kubernetes.kubeconfig".into(),
+            reason: "is required (in the section or whereabouts' flat file): the cluster \
+                         whose IPPools hold the addresses"
+                .into(),
+        })?;
+        let pools = Pools::connect(&kubeconfig, self.timeouts)?;
+        Ok(Call {
+            conf,
+            container_id: params.container_id.as_str(),
+            ifname: params.ifname.as_str(),
+            podref: format!("{namespace}/{name}"),
+            pools,
+            deadline: Instant::now() + CALL_BUDGET,
+        })
+    }
+}
+
+/// A pause before deciding again: 10 ms doubling per loss, up to 640 ms,
+/// with jitter so that losers do not collide again in step.
+fn backoff(tries: u32) -> Duration {
+    let base = 10u64 << tries.min(6);
+    let nanos = u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos()),
+    );
+    Duration::from_millis(base / 2 + nanos % (base / 2 + 1))
+}
+
+/// Where an attachment's search for a free address starts: a hash of who
+/// asks, so writers on different nodes spread over the range instead of
+/// all racing for the lowest free address.
+fn hint(who: &Holder) -> u128 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in who.podref.bytes().chain(who.ifname.bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    u128::from(h)
+}
+
+impl Call<'_> {
+    fn holder(&self) -> Holder<'_> {
+        Holder {
+            container_id: self.container_id,
+            podref: &self.podref,
+            ifname: self.ifname,
+        }
+    }
+
+    fn pool_name(&self, range: &PoolRange) -> String {
+        pool::pool_name(range.network, self.conf.network_name.as_deref(), None)
+    }
+
+    fn reservation_name(&self, ip: IpAddr) -> String {
+        pool::reservation_name(ip, self.conf.network_name.as_deref())
+    }
+
+    /// Whether another pod holds `ip`'s reservation.
+    fn reserved_by_other(&self, ip: IpAddr) -> Result<bool, ClusterIpamError> {
+        let held = self.pools.reservation(&self.reservation_name(ip))?;
+        Ok(held.is_some_and(|r| r.podref != self.podref))
+    }
+
+    /// Reserves `ip` for this attachment; `Ok(false)`: another pod has it.
+    fn reserve(&self, ip: IpAddr) -> Result<bool, ClusterIpamError> {
+        let spec = ReservationSpec {
+            container_id: self.container_id.to_string(),
+            podref: self.podref.clone(),
+            ifname: self.ifname.to_string(),
+        };
+        let name = self.reservation_name(ip);
+        if self.pools.reserve(&name, &spec)? {
+            return Ok(true);
+        }
+        Ok(!self.reserved_by_other(ip)?)
+    }
+
+    /// Gives back this attachment's reservation of `ip`, never another's.
+    fn unreserve(&self, ip: IpAddr) -> Result<(), ClusterIpamError> {
+        if !self.reserved_by_other(ip)? {
+            self.pools.unreserve(&self.reservation_name(ip))?;
+        }
+        Ok(())
+    }
+
+    fn give_up(&self, pool: String, tries: u32) -> ClusterIpamError {
+        ClusterIpamError::Contended {
+            pool,
+            tries,
+            budget: CALL_BUDGET,
+        }
+    }
+
+    /// One address of `range` for this attachment, written to its pool.
+    fn take(&self, range: &PoolRange) -> Result<IpAddr, ClusterIpamError> {
+        let name = self.pool_name(range);
+        let who = self.holder();
+        let hint = hint(&who);
+        // Addresses other pods reserved through overlapping pools.
+        let mut taken = BTreeSet::new();
+        // The reservation made for an earlier decision, still ours.
+        let mut reserved: Option<IpAddr> = None;
+        let mut tries = 0;
+        let outcome = loop {
+            let copy = self.pools.pool(&name, &pool::range_text(range.network))?;
+            let chosen = match allocate::assign(range, &copy.spec.allocations, &taken, &who, hint) {
+                Ok(chosen) => chosen,
+                Err(e) => break Err(e.into()),
+            };
+            if self.conf.overlapping_ranges && reserved != Some(chosen.ip) {
+                if let Some(old) = reserved.take() {
+                    self.unreserve(old)?;
+                }
+                if !self.reserve(chosen.ip)? {
+                    taken.insert(chosen.ip);
+                    continue;
+                }
+                reserved = Some(chosen.ip);
+            }
+            let Some(entry) = chosen.write.clone() else {
+                break Ok(chosen.ip);
+            };
+            let changes = BTreeMap::from([(chosen.key.clone(), Some(entry))]);
+            match self.pools.write(&copy, &changes)? {
+                Written::Done => break Ok(chosen.ip),
+                Written::Lost if Instant::now() < self.deadline => {
+                    tries += 1;
+                    std::thread::sleep(backoff(tries));
+                }
+                Written::Lost => break Err(self.give_up(name.clone(), tries + 1)),
+            }
+        };
+        if outcome.is_err() {
+            if let Some(ip) = reserved {
+                // Best effort: the ADD's own error is what the runtime sees.
+                let _ = self.unreserve(ip);
+            }
+        }
+        outcome
+    }
+
+    /// Removes this container's entry for its interface from `range`'s
+    /// pool; the address it held, if any.
+    fn give_back(&self, range: &PoolRange) -> Result<Option<IpAddr>, ClusterIpamError> {
+        let name = self.pool_name(range);
+        let mut tries = 0;
+        loop {
+            let Some(copy) = self.pools.existing(&name)? else {
+                return Ok(None);
+            };
+            let Some(key) =
+                allocate::release(&copy.spec.allocations, self.container_id, self.ifname)
+            else {
+                return Ok(None);
+            };
+            let ip = pool::address_at(range.network, key);
+            let changes = BTreeMap::from([(key.clone(), None::<Allocation>)]);
+            match self.pools.write(&copy, &changes)? {
+                Written::Done => return Ok(ip),
+                Written::Lost if Instant::now() < self.deadline => {
+                    tries += 1;
+                    std::thread::sleep(backoff(tries));
+                }
+                Written::Lost => return Err(self.give_up(name, tries + 1)),
+            }
+        }
+    }
+
+    fn release_all(&self) -> Result<(), ClusterIpamError> {
+        for range in &self.conf.ranges {
+            if let Some(ip) = self.give_back(range)? {
+                if self.conf.overlapping_ranges {
+                    self.unreserve(ip)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn ip_config(&self, range: &PoolRange, ip: IpAddr) -> IpConfig {
+        let gateway = self.conf.gateway.filter(|g| g.is_ipv4() == ip.is_ipv4());
+        IpConfig {
+            address: IpNetwork::new(ip, range.network.prefix()).expect("prefix of its range"),
+            gateway,
+            interface: None,
+        }
+    }
+}
+
+impl TypedPlugin for Whereabouts {
+    type Error = ClusterIpamError;
+
+    fn validate(&self, req: &Request) -> Result<(), ClusterIpamError> {
+        self.conf(req).map(drop)
+    }
+
+    fn add(&self, req: &Request) -> Result<CniResult, ClusterIpamError> {
+        let call = self.call(req)?;
+        let mut ips = Vec::new();
+        for range in &call.conf.ranges {
+            match call.take(range) {
+                Ok(ip) => ips.push(call.ip_config(range, ip)),
+                Err(e) => {
+                    // A failed ADD gives back what it took (the ranges
+                    // before this one).
+                    let _ = call.release_all();
+                    return Err(e);
+                }
+            }
+        }
+        ips.extend(call.conf.addresses.iter().map(|a| IpConfig {
+            address: a.address,
+            gateway: a.gateway,
+            interface: None,
+        }));
+        Ok(CniResult {
+            cni_version: Some(req.cni_version),
+            interfaces: Vec::new(),
+            ips,
+            routes: call.conf.routes.clone(),
+            dns: call.conf.dns.clone(),
+        })
+    }
+
+    fn del(&self, req: &Request) -> Result<(), ClusterIpamError> {
+        self.call(req)?.release_all()
+    }
+
+    /// CHECK: every address of prevResult from a range is this container's
+    /// in its pool (whereabouts answers CHECK with "not implemented").
+    fn check(&self, req: &Request) -> Result<(), ClusterIpamError> {
+        let call = self.call(req)?;
+        let prev = req.prev_result.as_ref().ok_or_else(|| {
+            CniError::invalid_config("prevResult", "missing: CHECK compares it with the IPPools")
+        })?;
+        for range in &call.conf.ranges {
+            let name = call.pool_name(range);
+            let held = call.pools.existing(&name)?.and_then(|copy| {
+                allocate::release(&copy.spec.allocations, call.container_id, call.ifname)
+                    .and_then(|key| pool::address_at(range.network, key))
+            });
+            let Some(ip) = held else {
+                return Err(IpamError::NotAllocated(format!(
+                    "IPPool {name}: container {} holds no address for {}",
+                    call.container_id, call.ifname
+                ))
+                .into());
+            };
+            if !prev.ips.iter().any(|p| p.address.ip() == ip) {
+                return Err(IpamError::CheckMismatch(format!(
+                    "IPPool {name}: {ip} is held for {} but is not in prevResult.ips",
+                    call.ifname
+                ))
+                .into());
+            }
+        }
+        Ok(())
+    }
+}

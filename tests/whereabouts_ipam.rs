@@ -1,0 +1,385 @@
+//! Issue 33: `"ipam": {"type": "whereabouts"}` served in-process by plexus,
+//! beside the real whereabouts (built here at a pinned commit by
+//! `.ci/whereabouts`), on the real kube-apiserver, with whereabouts' CRDs.
+//!
+//! plexus's plugin runs through its CNI entry point (`skel::run`, the
+//! protocol a runtime speaks); whereabouts is exec'd as the CNI plugin it
+//! is. Each test keeps to pools of its own `network_name`, as the API
+//! server is shared.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use plexus::cluster_ipam::Whereabouts;
+use plexus_testkit::kube::{api, KubeApi};
+use plexus_testkit::process::output_within;
+use plexus_testkit::{peers, require, Feature};
+use serde_json::{json, Value};
+
+/// One CNI call: what it is and for whom.
+struct Call<'a> {
+    command: &'a str,
+    container: &'a str,
+    ifname: &'a str,
+    /// `namespace/pod`.
+    pod: &'a str,
+}
+
+impl Call<'_> {
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let (ns, name) = self.pod.split_once('/').unwrap();
+        vec![
+            ("CNI_COMMAND", self.command.to_string()),
+            ("CNI_CONTAINERID", self.container.to_string()),
+            ("CNI_IFNAME", self.ifname.to_string()),
+            ("CNI_NETNS", "/var/run/netns/unused-by-ipam".to_string()),
+            ("CNI_PATH", "/nonexistent".to_string()),
+            (
+                "CNI_ARGS",
+                format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name}"),
+            ),
+        ]
+    }
+}
+
+/// plexus's plugin, in-process: the result, or the error object.
+fn plexus(call: &Call, conf: &Value) -> Result<Value, Value> {
+    let env = call.env();
+    let lookup = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = plexus::cni::skel::run(
+        &Whereabouts::default(),
+        lookup,
+        &mut conf.to_string().as_bytes(),
+        &mut out,
+        &mut err,
+    );
+    answer(code == 0, &out)
+}
+
+/// The real whereabouts binary.
+fn whereabouts(call: &Call, conf: &Value) -> Result<Value, Value> {
+    let binary = &peers::whereabouts().unwrap().binary;
+    let mut cmd = Command::new(binary);
+    cmd.env_clear().envs(call.env());
+    let (out, _) = output_within(&mut cmd, &conf.to_string(), Duration::from_secs(120));
+    answer(out.status.success(), &out.stdout)
+}
+
+fn answer(ok: bool, out: &[u8]) -> Result<Value, Value> {
+    let v: Value = if out.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(out)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
+    };
+    if ok {
+        Ok(v)
+    } else {
+        Err(v)
+    }
+}
+
+fn address(result: &Value) -> String {
+    result["ips"][0]["address"].as_str().unwrap().to_string()
+}
+
+/// The API server with whereabouts' CRDs, once per binary.
+fn cluster() -> Option<&'static KubeApi> {
+    if !require(&[Feature::KubeApiServer, Feature::Whereabouts]) {
+        return None;
+    }
+    static CRDS: OnceLock<()> = OnceLock::new();
+    let api = api();
+    CRDS.get_or_init(|| {
+        let crds = peers::whereabouts().unwrap().crds;
+        api.kubectl(&["apply", "-f", &crds.display().to_string()]);
+        api.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/ippools.whereabouts.cni.cncf.io",
+            "crd/overlappingrangeipreservations.whereabouts.cni.cncf.io",
+        ]);
+    });
+    Some(api)
+}
+
+/// A NAD's configuration with whereabouts IPAM on `range` for the network
+/// `network_name`.
+fn conf(api: &KubeApi, network_name: &str, range: &str) -> Value {
+    json!({"cniVersion": "1.0.0", "name": network_name, "type": "macvlan",
+           "ipam": {"type": "whereabouts", "range": range, "network_name": network_name,
+                    "kubernetes": {"kubeconfig": api.admin_kubeconfig()},
+                    // whereabouts fails every call without its flat file.
+                    "configuration_path": flat_file(api)}})
+}
+
+fn flat_file(api: &KubeApi) -> String {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("plexus-wb-flat")
+            .tempdir()
+            .unwrap()
+            .keep();
+        let path = dir.join("whereabouts.conf");
+        std::fs::write(
+            &path,
+            json!({"datastore": "kubernetes",
+                   "kubernetes": {"kubeconfig": api.admin_kubeconfig()}})
+            .to_string(),
+        )
+        .unwrap();
+        path.display().to_string()
+    })
+    .clone()
+}
+
+/// The allocations of the pool `name` (in kube-system: the admin
+/// kubeconfig's context names no namespace), as `offset -> (id, podref)`.
+fn allocations(api: &KubeApi, name: &str) -> Vec<(String, String, String)> {
+    let out = api.kubectl(&[
+        "get",
+        "ippools.whereabouts.cni.cncf.io",
+        "-n",
+        "kube-system",
+        name,
+        "-o",
+        "json",
+        "--ignore-not-found",
+    ]);
+    if out.trim().is_empty() {
+        return Vec::new();
+    }
+    let pool: Value = serde_json::from_str(&out).unwrap();
+    let mut found: Vec<_> = pool["spec"]["allocations"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, a)| {
+                    let id = a["id"].as_str().unwrap_or_default().to_string();
+                    (
+                        k.clone(),
+                        id,
+                        a["podref"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
+}
+
+fn reservations(api: &KubeApi, network_name: &str) -> Vec<String> {
+    let out = api.kubectl(&[
+        "get",
+        "overlappingrangeipreservations.whereabouts.cni.cncf.io",
+        "-n",
+        "kube-system",
+        "-o",
+        "name",
+    ]);
+    out.lines()
+        .filter(|l| l.contains(&format!("/{network_name}-")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Issue 33 item 2: whereabouts beside plexus never takes an address plexus
+/// holds and plexus never takes one whereabouts holds; each releases the
+/// other's allocation, including one whereabouts made for a sandbox plexus
+/// never ADDed.
+#[test]
+fn interop_with_whereabouts_both_ways() {
+    let Some(api) = cluster() else { return };
+    let net = "wbi";
+    let conf = conf(api, net, "10.91.0.0/24");
+    let pool = "wbi-10.91.0.0-24";
+    let call = |command, container, pod| Call {
+        command,
+        container,
+        ifname: "net1",
+        pod,
+    };
+    let a = whereabouts(&call("ADD", "ca", "ns1/a"), &conf).expect("whereabouts ADD a");
+    let b = plexus(&call("ADD", "cb", "ns1/b"), &conf).expect("plexus ADD b");
+    let c = whereabouts(&call("ADD", "cc", "ns1/c"), &conf).expect("whereabouts ADD c");
+    let d = plexus(&call("ADD", "cd", "ns1/d"), &conf).expect("plexus ADD d");
+    let given: BTreeSet<String> = [&a, &b, &c, &d].iter().map(|r| address(r)).collect();
+    assert_eq!(given.len(), 4, "each address once: {given:?}");
+    let held = allocations(api, pool);
+    assert_eq!(held.len(), 4, "{held:?}");
+    for (result, id) in [(&a, "ca"), (&b, "cb"), (&c, "cc"), (&d, "cd")] {
+        let ip = address(result);
+        let offset = ip.split('/').next().unwrap().rsplit('.').next().unwrap();
+        assert!(
+            held.iter().any(|(k, i, _)| k == offset && i == id),
+            "{ip} of {id} not in {held:?}"
+        );
+    }
+    assert_eq!(reservations(api, net).len(), 4, "one reservation each");
+    // The same pod's interface gets its address again (AssignIP's rule).
+    let again = plexus(&call("ADD", "cb2", "ns1/b"), &conf).unwrap();
+    assert_eq!(address(&again), address(&b));
+    assert!(allocations(api, pool).iter().any(|(_, id, _)| id == "cb2"));
+    // plexus releases whereabouts' allocation (a sandbox it never saw), and
+    // whereabouts plexus's.
+    plexus(&call("DEL", "ca", "ns1/a"), &conf).expect("plexus DEL a");
+    whereabouts(&call("DEL", "cb2", "ns1/b"), &conf).expect("whereabouts DEL b");
+    let mut ids: Vec<String> = allocations(api, pool)
+        .into_iter()
+        .map(|(_, id, _)| id)
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["cc", "cd"]);
+    // DEL is idempotent.
+    plexus(&call("DEL", "ca", "ns1/a"), &conf).expect("a second DEL");
+    plexus(&call("DEL", "cc", "ns1/c"), &conf).unwrap();
+    plexus(&call("DEL", "cd", "ns1/d"), &conf).unwrap();
+    assert_eq!(allocations(api, pool), vec![]);
+    assert_eq!(reservations(api, net), Vec::<String>::new());
+}
+
+/// Issue 33 item 3: many writers at once (plexus processes' worth of
+/// clients, and whereabouts binaries) fill a pool of 14 addresses exactly,
+/// never sharing one; the 15th is refused; every DEL leaves it empty.
+#[test]
+fn racing_writers_never_share_an_address() {
+    let Some(api) = cluster() else { return };
+    let net = "wbr";
+    let conf = conf(api, net, "10.92.0.0/28");
+    let pool = "wbr-10.92.0.0-28";
+    let plexus_writers = 10;
+    let whereabouts_writers = 4;
+    let results: Vec<(String, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..plexus_writers + whereabouts_writers)
+            .map(|i| {
+                let conf = &conf;
+                s.spawn(move || {
+                    let container = format!("r{i}");
+                    let pod = format!("ns2/p{i}");
+                    let call = Call {
+                        command: "ADD",
+                        container: &container,
+                        ifname: "net1",
+                        pod: &pod,
+                    };
+                    let result = if i < plexus_writers {
+                        plexus(&call, conf)
+                    } else {
+                        whereabouts(&call, conf)
+                    };
+                    let result = result.unwrap_or_else(|e| panic!("ADD {container}: {e}"));
+                    (container, address(&result))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let distinct: BTreeSet<&String> = results.iter().map(|(_, ip)| ip).collect();
+    assert_eq!(
+        distinct.len(),
+        results.len(),
+        "an address given twice: {results:?}"
+    );
+    assert_eq!(allocations(api, pool).len(), 14);
+    let full = Call {
+        command: "ADD",
+        container: "r-late",
+        ifname: "net1",
+        pod: "ns2/late",
+    };
+    let e = plexus(&full, &conf).unwrap_err();
+    assert_eq!(e["code"], 111, "{e}");
+    std::thread::scope(|s| {
+        for (container, _) in &results {
+            let conf = &conf;
+            s.spawn(move || {
+                let i: usize = container[1..].parse().unwrap();
+                let pod = format!("ns2/p{i}");
+                let call = Call {
+                    command: "DEL",
+                    container,
+                    ifname: "net1",
+                    pod: &pod,
+                };
+                plexus(&call, conf).unwrap_or_else(|e| panic!("DEL {container}: {e}"));
+            });
+        }
+    });
+    assert_eq!(allocations(api, pool), vec![]);
+    assert_eq!(reservations(api, net), Vec::<String>::new());
+}
+
+/// A configuration plexus cannot honour is refused naming the key, before
+/// any request.
+#[test]
+fn refusals_name_the_key() {
+    let Some(api) = cluster() else { return };
+    let call = Call {
+        command: "ADD",
+        container: "x1",
+        ifname: "net1",
+        pod: "ns3/x",
+    };
+    let mut bad = conf(api, "wbx", "10.93.0.0/24");
+    bad["ipam"]["datastore"] = json!("etcd");
+    let e = plexus(&call, &bad).unwrap_err();
+    assert_eq!(e["code"], 7, "{e}");
+    assert!(
+        e["details"]
+            .as_str()
+            .unwrap()
+            .starts_with("ipam.datastore:"),
+        "{e}"
+    );
+    let mut bad = conf(api, "wbx", "10.93.0.0/24");
+    bad["ipam"]["range_start"] = json!("10.94.0.1");
+    let e = plexus(&call, &bad).unwrap_err();
+    assert!(
+        e["details"]
+            .as_str()
+            .unwrap()
+            .starts_with("ipam.range_start:"),
+        "{e}"
+    );
+}
+
+/// The compare-and-swap itself: a write decided on a copy the pool has moved
+/// past is refused (409), and nothing of it lands.
+#[test]
+fn a_write_on_a_stale_copy_loses() {
+    use plexus::cluster::pools::{Pools, Written};
+    use plexus_ipam::whereabouts::pool::Allocation;
+    let Some(api) = cluster() else { return };
+    let pools = Pools::connect(&api.admin_kubeconfig(), Default::default()).unwrap();
+    assert_eq!(pools.namespace(), "kube-system");
+    let name = "wbs-10.95.0.0-24";
+    let copy = pools.pool(name, "10.95.0.0/24").unwrap();
+    let entry = |id: &str| {
+        Some(Allocation {
+            container_id: id.into(),
+            podref: format!("ns4/{id}"),
+            ifname: "net1".into(),
+        })
+    };
+    let first = [("1".to_string(), entry("c1"))].into();
+    assert_eq!(pools.write(&copy, &first).unwrap(), Written::Done);
+    let second = [("2".to_string(), entry("c2"))].into();
+    assert_eq!(pools.write(&copy, &second).unwrap(), Written::Lost);
+    let now = pools.existing(name).unwrap().unwrap();
+    assert_eq!(now.spec.allocations.keys().collect::<Vec<_>>(), ["1"]);
+    let gone = [("1".to_string(), None)].into();
+    assert_eq!(pools.write(&now, &gone).unwrap(), Written::Done);
+    assert!(pools
+        .existing(name)
+        .unwrap()
+        .unwrap()
+        .spec
+        .allocations
+        .is_empty());
+}
