@@ -17,17 +17,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
 
 use crate::cluster::pools::{Pools, Written};
 use crate::cluster::ClusterError;
+use crate::cni::delegate::Resolver;
 use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::result::{CniResult, IpConfig};
-use crate::cni::skel::{Request, TypedPlugin};
-use crate::config::ApiTimeouts;
+use crate::cni::skel::{Plugin, Request, TypedPlugin};
+use crate::config::{ApiTimeouts, PlexusConf};
+use crate::run::registry::Factory;
+use plexus_dataplane::Session;
 use plexus_ipam::whereabouts::allocate::{self, Holder};
 use plexus_ipam::whereabouts::conf::{self, PoolRange, WhereaboutsConf};
 use plexus_ipam::whereabouts::pool::{self, Allocation, ReservationSpec};
@@ -69,11 +73,7 @@ impl From<ClusterIpamError> for CniError {
             ClusterIpamError::Ipam(e) => e.into(),
             ClusterIpamError::Cluster(e) => e.into(),
             ClusterIpamError::Cni(e) => e,
-            ClusterIpamError::Exhausted(e) => CniError::plugin(
-                plexus_ipam::codes::RANGE_EXHAUSTED,
-                "no free address",
-                e.to_string(),
-            ),
+            ClusterIpamError::Exhausted(e) => IpamError::RangeExhausted(e.to_string()).into(),
             e @ ClusterIpamError::Contended { .. } => {
                 CniError::new(ErrorCode::TryAgainLater, "IPPool contended", e.to_string())
             }
@@ -82,10 +82,43 @@ impl From<ClusterIpamError> for CniError {
 }
 
 /// The plugin; it connects per call, to the cluster its configuration's
-/// `kubernetes.kubeconfig` names.
+/// `kubernetes.kubeconfig` names, else plexus's own (`kubeconfig` of
+/// plexus's conf: then plexus's identity, which `deploy/rbac.yaml` grants
+/// whereabouts' objects, writes the pools).
 #[derive(Debug, Default)]
 pub struct Whereabouts {
     pub timeouts: ApiTimeouts,
+    pub plexus_kubeconfig: Option<PathBuf>,
+}
+
+/// The registry's factory of the plugin, for plexus's conf when there is
+/// one (a call of a delegate plugin alone has none).
+pub fn factory(conf: Option<&PlexusConf>) -> Factory {
+    let plugin = Arc::new(Whereabouts {
+        timeouts: conf.map(|c| c.api_timeouts).unwrap_or_default(),
+        plexus_kubeconfig: conf.and_then(|c| c.kubeconfig.clone()),
+    });
+    Box::new(move |_: &dyn Resolver, _: &Session| {
+        Box::new(SharedPlugin(plugin.clone())) as Box<dyn Plugin>
+    })
+}
+
+/// The registry builds a plugin per use; the settings are shared.
+struct SharedPlugin(Arc<Whereabouts>);
+
+impl Plugin for SharedPlugin {
+    fn validate(&self, req: &Request) -> Result<(), CniError> {
+        Plugin::validate(&*self.0, req)
+    }
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        Plugin::add(&*self.0, req)
+    }
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        Plugin::del(&*self.0, req)
+    }
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        Plugin::check(&*self.0, req)
+    }
 }
 
 /// One call's view: the configuration, who asks, and the pools.
@@ -141,12 +174,16 @@ impl Whereabouts {
                 .into());
             }
         }
-        let kubeconfig = conf.kubeconfig.clone().ok_or_else(|| IpamError::Config {
-            field: "ipam.kubernetes.kubeconfig".into(),
-            reason: "is required (in the section or whereabouts' flat file): the cluster \
-                         whose IPPools hold the addresses"
-                .into(),
-        })?;
+        let kubeconfig = conf
+            .kubeconfig
+            .clone()
+            .or_else(|| self.plexus_kubeconfig.clone())
+            .ok_or_else(|| IpamError::Config {
+                field: "ipam.kubernetes.kubeconfig".into(),
+                reason: "is required (in the section or whereabouts' flat file) when plexus's \
+                         conf names no kubeconfig: the cluster whose IPPools hold the addresses"
+                    .into(),
+            })?;
         let pools = Pools::connect(&kubeconfig, self.timeouts)?;
         Ok(Call {
             conf,

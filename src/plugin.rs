@@ -21,6 +21,7 @@ use crate::cluster::api::ClaimStatus;
 use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{KubeCluster, Publication};
 use crate::cluster::{dir::DirCluster, Cluster, ClusterError, Opened, Publisher};
+use crate::cluster_ipam;
 use crate::cni::args::CniArgs;
 use crate::cni::call_log::CallLog;
 use crate::cni::casefold;
@@ -117,10 +118,13 @@ impl<'s> PlexusPlugin<'s> {
     /// Exec'd plugins may run for `plugin_timeout`.
     fn registry(
         &self,
+        conf: Option<&PlexusConf>,
         chroot_dir: Option<&Path>,
         plugin_timeout: Duration,
     ) -> Result<Registry, CniError> {
-        let registry = registry().with_exec_timeout(plugin_timeout);
+        let registry = registry()
+            .with_exec_timeout(plugin_timeout)
+            .with_builtin(cluster_ipam::PLUGIN_TYPE, cluster_ipam::factory(conf));
         let Some(thick) = &self.thick else {
             return Ok(registry);
         };
@@ -620,7 +624,8 @@ impl Plugin for PlexusPlugin<'_> {
             log.warn(warning);
         }
 
-        let registry = self.registry(conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
+        let registry =
+            self.registry(Some(&conf), conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
         let executor = self
             .executor(&conf.cni_dir)
             .with_route_hook(Box::new(NetlinkRouteHook {
@@ -695,7 +700,11 @@ impl Plugin for PlexusPlugin<'_> {
         let plugin_timeout = conf
             .as_deref()
             .map_or(DEFAULT_TIMEOUT, |c| c.plugin_timeout);
-        let registry = self.registry(chroot_of(req, conf.as_deref()).as_deref(), plugin_timeout)?;
+        let registry = self.registry(
+            conf.as_deref(),
+            chroot_of(req, conf.as_deref()).as_deref(),
+            plugin_timeout,
+        )?;
         let ctx = context(&call, bin_dir, &registry);
         let fallback = || match conf.as_deref() {
             Some(conf) => self.cluster_network_plan(conf, req, &registry, &ctx.delegates),
@@ -737,7 +746,8 @@ impl Plugin for PlexusPlugin<'_> {
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let conf = self.conf(req)?;
-        let registry = self.registry(conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
+        let registry =
+            self.registry(Some(&conf), conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
         Ok(Executor::new(Cache::new(&conf.cni_dir)).check(&context(
             &call(req)?,
             conf.bin_dir.clone(),
@@ -749,7 +759,8 @@ impl Plugin for PlexusPlugin<'_> {
         let conf = self.conf(req)?;
         let cluster = self.clusters.open(&conf)?.view;
         let default_network = Self::configured_cluster_network(&conf, cluster.as_ref()).ok();
-        let registry = self.registry(conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
+        let registry =
+            self.registry(Some(&conf), conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
         let delegates = network_delegates(req, &conf, &registry);
         let swept = claim_book::sweep(&ClaimBook::new(&conf.cni_dir), cluster.as_ref(), None);
         // Addresses held for claims are valid attachments of their own. A
@@ -786,7 +797,8 @@ impl Plugin for PlexusPlugin<'_> {
             ReadinessKeys::of(&conf),
             self.clusters.open(&conf)?.view.as_ref(),
         )?;
-        let registry = self.registry(conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
+        let registry =
+            self.registry(Some(&conf), conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
         let delegates = network_delegates(req, &conf, &registry);
         Ok(crate::run::status(&delegates, &network)?)
     }

@@ -68,7 +68,9 @@ fn rbac_grants_exactly_what_plexus_uses() {
     // GET and status PATCH as ADD; it never updates a pod (no pods
     // patch/update).
     // The installer, stopping, reads its DaemonSet (tests/cluster_ops.rs:
-    // kept through a rolling update).
+    // kept through a rolling update). Cluster-wide IPAM (issue 33) reads,
+    // creates and compare-and-swaps IPPools, and reads, creates and deletes
+    // reservations (tests/whereabouts_ipam.rs, with this role's token).
     let all = docs("rbac.yaml");
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let mut granted: Vec<(String, String)> = Vec::new();
@@ -88,9 +90,15 @@ fn rbac_grants_exactly_what_plexus_uses() {
         ("events", "create"),
         ("ipamclaims", "get"),
         ("ipamclaims/status", "patch"),
+        ("ippools", "create"),
+        ("ippools", "get"),
+        ("ippools", "patch"),
         ("network-attachment-definitions", "get"),
         ("network-attachment-definitions", "list"),
         ("network-attachment-definitions", "watch"),
+        ("overlappingrangeipreservations", "create"),
+        ("overlappingrangeipreservations", "delete"),
+        ("overlappingrangeipreservations", "get"),
         ("pods", "get"),
         ("pods", "list"),
         ("pods", "watch"),

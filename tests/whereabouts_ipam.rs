@@ -46,11 +46,15 @@ impl Call<'_> {
 
 /// plexus's plugin, in-process: the result, or the error object.
 fn plexus(call: &Call, conf: &Value) -> Result<Value, Value> {
+    plexus_as(&Whereabouts::default(), call, conf)
+}
+
+fn plexus_as(plugin: &Whereabouts, call: &Call, conf: &Value) -> Result<Value, Value> {
     let env = call.env();
     let lookup = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = plexus::cni::skel::run(
-        &Whereabouts::default(),
+        plugin,
         lookup,
         &mut conf.to_string().as_bytes(),
         &mut out,
@@ -382,4 +386,36 @@ fn a_write_on_a_stale_copy_loses() {
         .spec
         .allocations
         .is_empty());
+}
+
+/// A NAD that names no kubeconfig of its own uses plexus's (plexus's conf),
+/// whose identity `deploy/rbac.yaml` grants exactly what this needs.
+#[test]
+fn plexus_identity_from_deploy_rbac_suffices() {
+    let Some(api) = cluster() else { return };
+    let plugin = Whereabouts {
+        plexus_kubeconfig: Some(api.plexus_kubeconfig()),
+        ..Default::default()
+    };
+    let conf = json!({"cniVersion": "1.0.0", "name": "wbp", "type": "macvlan",
+                      "ipam": {"type": "whereabouts", "range": "10.96.0.0/24",
+                               "network_name": "wbp",
+                               "configuration_path": "/nonexistent/whereabouts.conf"}});
+    let call = |command| Call {
+        command,
+        container: "p1",
+        ifname: "net1",
+        pod: "ns5/p1",
+    };
+    let added = plexus_as(&plugin, &call("ADD"), &conf).unwrap();
+    assert!(address(&added).starts_with("10.96.0."), "{added}");
+    assert_eq!(allocations(api, "wbp-10.96.0.0-24").len(), 1);
+    let mut check = conf.clone();
+    check["prevResult"] = added;
+    plexus_as(&plugin, &call("CHECK"), &check).unwrap();
+    plexus_as(&plugin, &call("DEL"), &conf).unwrap();
+    assert_eq!(allocations(api, "wbp-10.96.0.0-24"), vec![]);
+    assert_eq!(reservations(api, "wbp"), Vec::<String>::new());
+    let e = plexus_as(&plugin, &call("CHECK"), &check).unwrap_err();
+    assert_eq!(e["code"], 3, "CHECK after DEL: no address allocated: {e}");
 }
