@@ -31,6 +31,9 @@ enum Command {
     Plan(crate::commands::plan::PlanArgs),
     /// Print the network-status entry (multi-net-spec §5) a CNI result yields.
     Status(crate::commands::status::StatusArgs),
+    /// Print the IPPools of cluster-wide IPAM (`"ipam": {"type":
+    /// "whereabouts"}`) and who holds each address, as JSON.
+    Pools(crate::commands::pools::PoolsArgs),
     /// Attach two example pods (examples/demo) to a bridge and a macvlan
     /// network inside namespaces it creates, ping, print their network-status,
     /// tear down. Needs root; no cluster.
@@ -193,6 +196,10 @@ pub fn main() -> Outcome {
         Command::Status(args) => (
             "status",
             crate::commands::status::run(&args).map_err(|e| e.to_string()),
+        ),
+        Command::Pools(args) => (
+            "pools",
+            crate::commands::pools::run(&args).map_err(|e| e.to_string()),
         ),
         Command::Demo => (
             "demo",

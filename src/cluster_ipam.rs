@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
 
-use crate::cluster::pools::{Pools, Written};
+use crate::cluster::kube::SharedApi;
+use crate::cluster::pools::{namespace_of, Pools, Written};
 use crate::cluster::ClusterError;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::{CniError, ErrorCode};
@@ -85,18 +86,23 @@ impl From<ClusterIpamError> for CniError {
 /// `kubernetes.kubeconfig` names, else plexus's own (`kubeconfig` of
 /// plexus's conf: then plexus's identity, which `deploy/rbac.yaml` grants
 /// whereabouts' objects, writes the pools).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Whereabouts {
     pub timeouts: ApiTimeouts,
     pub plexus_kubeconfig: Option<PathBuf>,
+    /// In the daemon (thick mode): its connection and its watch cache of
+    /// the pools, instead of a connection per call; the kubeconfig then
+    /// only names the namespace (its context's).
+    pub daemon: Option<SharedApi>,
 }
 
 /// The registry's factory of the plugin, for plexus's conf when there is
 /// one (a call of a delegate plugin alone has none).
-pub fn factory(conf: Option<&PlexusConf>) -> Factory {
+pub fn factory(conf: Option<&PlexusConf>, daemon: Option<SharedApi>) -> Factory {
     let plugin = Arc::new(Whereabouts {
         timeouts: conf.map(|c| c.api_timeouts).unwrap_or_default(),
         plexus_kubeconfig: conf.and_then(|c| c.kubeconfig.clone()),
+        daemon,
     });
     Box::new(move |_: &dyn Resolver, _: &Session| {
         Box::new(SharedPlugin(plugin.clone())) as Box<dyn Plugin>
@@ -184,7 +190,10 @@ impl Whereabouts {
                          conf names no kubeconfig: the cluster whose IPPools hold the addresses"
                     .into(),
             })?;
-        let pools = Pools::connect(&kubeconfig, self.timeouts)?;
+        let pools = match &self.daemon {
+            Some(api) => Pools::shared(api, namespace_of(&kubeconfig)?),
+            None => Pools::connect(&kubeconfig, self.timeouts)?,
+        };
         Ok(Call {
             conf,
             container_id: params.container_id.as_str(),
@@ -283,7 +292,10 @@ impl Call<'_> {
         let mut reserved: Option<IpAddr> = None;
         let mut tries = 0;
         let outcome = loop {
-            let copy = self.pools.pool(&name, &pool::range_text(range.network))?;
+            // After a lost write the cache is behind: read the pool anew.
+            let copy = self
+                .pools
+                .pool(&name, &pool::range_text(range.network), tries > 0)?;
             let chosen = match allocate::assign(range, &copy.spec.allocations, &taken, &who, hint) {
                 Ok(chosen) => chosen,
                 Err(e) => break Err(e.into()),
@@ -326,7 +338,7 @@ impl Call<'_> {
         let name = self.pool_name(range);
         let mut tries = 0;
         loop {
-            let Some(copy) = self.pools.existing(&name)? else {
+            let Some(copy) = self.pools.existing(&name, tries > 0)? else {
                 return Ok(None);
             };
             let Some(key) =
@@ -416,7 +428,7 @@ impl TypedPlugin for Whereabouts {
         })?;
         for range in &call.conf.ranges {
             let name = call.pool_name(range);
-            let held = call.pools.existing(&name)?.and_then(|copy| {
+            let held = call.pools.existing(&name, false)?.and_then(|copy| {
                 allocate::release(&copy.spec.allocations, call.container_id, call.ifname)
                     .and_then(|key| pool::address_at(range.network, key))
             });

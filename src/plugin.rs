@@ -19,7 +19,7 @@ use plexus_dataplane::NetNs;
 
 use crate::cluster::api::ClaimStatus;
 use crate::cluster::events::{EventType, PodEvent};
-use crate::cluster::kube::{KubeCluster, Publication};
+use crate::cluster::kube::{KubeCluster, Publication, SharedApi};
 use crate::cluster::{dir::DirCluster, Cluster, ClusterError, Opened, Publisher};
 use crate::cluster_ipam;
 use crate::cni::args::CniArgs;
@@ -66,6 +66,8 @@ pub struct PlexusPlugin<'s> {
 pub struct ThickCall {
     /// `CNI_NETNS` as the shim opened it on the node.
     pub pod_netns: Option<NetNs>,
+    /// The daemon's connection and caches, when it has an API server.
+    pub api: Option<SharedApi>,
 }
 
 /// Where a call's view of the cluster comes from.
@@ -122,9 +124,10 @@ impl<'s> PlexusPlugin<'s> {
         chroot_dir: Option<&Path>,
         plugin_timeout: Duration,
     ) -> Result<Registry, CniError> {
-        let registry = registry()
-            .with_exec_timeout(plugin_timeout)
-            .with_builtin(cluster_ipam::PLUGIN_TYPE, cluster_ipam::factory(conf));
+        let registry = registry().with_exec_timeout(plugin_timeout).with_builtin(
+            cluster_ipam::PLUGIN_TYPE,
+            cluster_ipam::factory(conf, self.thick.as_ref().and_then(|t| t.api.clone())),
+        );
         let Some(thick) = &self.thick else {
             return Ok(registry);
         };

@@ -69,7 +69,8 @@ fn rbac_grants_exactly_what_plexus_uses() {
     // patch/update).
     // The installer, stopping, reads its DaemonSet (tests/cluster_ops.rs:
     // kept through a rolling update). Cluster-wide IPAM (issue 33) reads,
-    // creates and compare-and-swaps IPPools, and reads, creates and deletes
+    // creates and compare-and-swaps IPPools (the daemon lists and watches them:
+    // tests/daemon/whereabouts.rs), and reads, creates and deletes
     // reservations (tests/whereabouts_ipam.rs, with this role's token).
     let all = docs("rbac.yaml");
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
@@ -92,7 +93,9 @@ fn rbac_grants_exactly_what_plexus_uses() {
         ("ipamclaims/status", "patch"),
         ("ippools", "create"),
         ("ippools", "get"),
+        ("ippools", "list"),
         ("ippools", "patch"),
+        ("ippools", "watch"),
         ("network-attachment-definitions", "get"),
         ("network-attachment-definitions", "list"),
         ("network-attachment-definitions", "watch"),

@@ -363,7 +363,7 @@ fn a_write_on_a_stale_copy_loses() {
     let pools = Pools::connect(&api.admin_kubeconfig(), Default::default()).unwrap();
     assert_eq!(pools.namespace(), "kube-system");
     let name = "wbs-10.95.0.0-24";
-    let copy = pools.pool(name, "10.95.0.0/24").unwrap();
+    let copy = pools.pool(name, "10.95.0.0/24", true).unwrap();
     let entry = |id: &str| {
         Some(Allocation {
             container_id: id.into(),
@@ -375,12 +375,12 @@ fn a_write_on_a_stale_copy_loses() {
     assert_eq!(pools.write(&copy, &first).unwrap(), Written::Done);
     let second = [("2".to_string(), entry("c2"))].into();
     assert_eq!(pools.write(&copy, &second).unwrap(), Written::Lost);
-    let now = pools.existing(name).unwrap().unwrap();
+    let now = pools.existing(name, true).unwrap().unwrap();
     assert_eq!(now.spec.allocations.keys().collect::<Vec<_>>(), ["1"]);
     let gone = [("1".to_string(), None)].into();
     assert_eq!(pools.write(&now, &gone).unwrap(), Written::Done);
     assert!(pools
-        .existing(name)
+        .existing(name, true)
         .unwrap()
         .unwrap()
         .spec
@@ -418,4 +418,46 @@ fn plexus_identity_from_deploy_rbac_suffices() {
     assert_eq!(reservations(api, "wbp"), Vec::<String>::new());
     let e = plexus_as(&plugin, &call("CHECK"), &check).unwrap_err();
     assert_eq!(e["code"], 3, "CHECK after DEL: no address allocated: {e}");
+}
+
+/// Issue 33 item 8: `plexus pools` shows a pool's allocations and who holds
+/// them.
+#[test]
+fn plexus_pools_shows_who_holds_each_address() {
+    let Some(api) = cluster() else { return };
+    let conf = conf(api, "wbc", "10.98.0.0/28");
+    let call = |command| Call {
+        command,
+        container: "c9",
+        ifname: "net2",
+        pod: "ns6/holder",
+    };
+    let added = plexus(&call("ADD"), &conf).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_plexus"))
+        .args(["pools", "--network", "wbc", "--kubeconfig"])
+        .arg(api.admin_kubeconfig())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown.as_array().unwrap().len(), 1, "{shown}");
+    let pool = &shown[0];
+    assert_eq!(pool["name"], "wbc-10.98.0.0-28");
+    assert_eq!(pool["namespace"], "kube-system");
+    assert_eq!(pool["range"], "10.98.0.0/28");
+    assert_eq!(pool["usable"], "14");
+    assert_eq!(pool["held"], 1);
+    let holder = &pool["allocations"][0];
+    assert_eq!(
+        holder["address"].as_str().unwrap(),
+        address(&added).split('/').next().unwrap()
+    );
+    assert_eq!(holder["pod"], "ns6/holder");
+    assert_eq!(holder["interface"], "net2");
+    assert_eq!(holder["containerID"], "c9");
+    plexus(&call("DEL"), &conf).unwrap();
 }

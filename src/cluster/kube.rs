@@ -81,6 +81,8 @@ pub struct SharedApi {
     pub timeouts: ApiTimeouts,
     pub watched: Arc<Watched>,
     pub outbox: Option<Arc<StatusOutbox>>,
+    /// The IPPools of cluster-wide IPAM (`crate::cluster_ipam`).
+    pub pools: Arc<super::pools::PoolWatches>,
 }
 
 /// The client configuration of `kubeconfig` (its current context): the one

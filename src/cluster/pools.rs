@@ -10,17 +10,23 @@
 //! compare-and-swap as whereabouts' JSON Patch `test` of that field, so
 //! plexus and whereabouts can write the same pool side by side.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use super::api::bounded;
 use super::error::{ApiRequest, ClusterError, Verb};
-use super::kube::{context_namespace, owned_client, Driver};
+use super::kube::{context_namespace, owned_client, Driver, SharedApi};
+use super::watch::drive;
 use crate::config::ApiTimeouts;
 use plexus_ipam::whereabouts::pool::{
     Allocation, PoolSpec, ReservationSpec, API_VERSION, DEFAULT_NAMESPACE, GROUP, VERSION,
@@ -50,6 +56,111 @@ pub struct Pools {
     reservations: Api<DynamicObject>,
     namespace: String,
     timeouts: ApiTimeouts,
+    /// The daemon's watch cache of the namespace's pools, read before any
+    /// GET.
+    cache: Option<Arc<PoolWatch>>,
+}
+
+/// The namespace whereabouts keeps its objects in for `kubeconfig`: its
+/// current context's, else `kube-system` (`wbNamespaceFromCtx`).
+pub fn namespace_of(kubeconfig: &Path) -> Result<String, ClusterError> {
+    Ok(context_namespace(kubeconfig)?.unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()))
+}
+
+/// The daemon's watch caches of IPPools, one per namespace, each started
+/// when a call first needs it and kept for the daemon's lifetime; a warm
+/// ADD reads its pool from here (0 reads) and writes it once.
+pub struct PoolWatches {
+    client: kube::Client,
+    handle: tokio::runtime::Handle,
+    namespaces: Mutex<HashMap<String, Arc<PoolWatch>>>,
+}
+
+/// One namespace's IPPools, as the watch last said and as this daemon last
+/// wrote them (a write's answer is newer than the watch until its event
+/// arrives).
+pub struct PoolWatch {
+    store: Store<DynamicObject>,
+    resource: ApiResource,
+    synced: Arc<AtomicBool>,
+    written: Mutex<HashMap<String, PoolCopy>>,
+}
+
+impl PoolWatches {
+    pub fn new(client: kube::Client, handle: tokio::runtime::Handle) -> PoolWatches {
+        PoolWatches {
+            client,
+            handle,
+            namespaces: Mutex::default(),
+        }
+    }
+
+    /// The cache of `namespace`'s pools, its watch started on first use.
+    fn of(&self, namespace: &str) -> Arc<PoolWatch> {
+        let mut namespaces = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
+        namespaces
+            .entry(namespace.to_string())
+            .or_insert_with(|| {
+                let resource = resource("IPPool", "ippools");
+                let writer = reflector::store::Writer::new(resource.clone());
+                let store = writer.as_reader();
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.client.clone(), namespace, &resource);
+                let events = watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .modify(|pool: &mut DynamicObject| pool.managed_fields_mut().clear())
+                    .reflect(writer);
+                let synced = Arc::new(AtomicBool::new(false));
+                self.handle
+                    .spawn(drive("IPPools", events, store.clone(), synced.clone()));
+                Arc::new(PoolWatch {
+                    store,
+                    resource,
+                    synced,
+                    written: Mutex::default(),
+                })
+            })
+            .clone()
+    }
+}
+
+/// A resourceVersion as a number, to tell the newer of two copies (the API
+/// server's are etcd revisions; one that is not a number is never newer).
+fn revision(copy: &PoolCopy) -> Option<u64> {
+    copy.resource_version.parse().ok()
+}
+
+impl PoolWatch {
+    /// The newest copy of `name` known here (until the watch has listed,
+    /// the one this daemon last wrote); `None` when the cache cannot say.
+    fn get(&self, name: &str) -> Option<PoolCopy> {
+        if !self.synced.load(Ordering::Acquire) {
+            return self.lock_written().get(name).cloned();
+        }
+        let key = ObjectRef::new_with(name, self.resource.clone());
+        let watched = self
+            .store
+            .get(&key)
+            .and_then(|found| pool_copy(name, (*found).clone()).ok());
+        let written = self.lock_written().get(name).cloned();
+        match (watched, written) {
+            (Some(w), Some(mine)) if revision(&mine) > revision(&w) => Some(mine),
+            (Some(w), _) => Some(w),
+            (None, mine) => mine,
+        }
+    }
+
+    fn remember(&self, copy: PoolCopy) {
+        self.lock_written().insert(copy.name.clone(), copy);
+    }
+
+    fn forget(&self, name: &str) {
+        self.lock_written().remove(name);
+    }
+
+    fn lock_written(&self) -> std::sync::MutexGuard<'_, HashMap<String, PoolCopy>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
@@ -59,23 +170,49 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
 impl Pools {
     /// A client of the cluster `kubeconfig` names, for its namespace.
     pub fn connect(kubeconfig: &Path, timeouts: ApiTimeouts) -> Result<Pools, ClusterError> {
-        let namespace =
-            context_namespace(kubeconfig)?.unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+        let namespace = namespace_of(kubeconfig)?;
         let (runtime, client) = owned_client(kubeconfig, timeouts)?;
-        Ok(Pools {
-            driver: Driver::Owned(runtime),
-            pools: Api::namespaced_with(client.clone(), &namespace, &resource("IPPool", "ippools")),
-            reservations: Api::namespaced_with(
-                client,
-                &namespace,
-                &resource(
-                    "OverlappingRangeIPReservation",
-                    "overlappingrangeipreservations",
-                ),
-            ),
+        Ok(Pools::on(
+            Driver::Owned(runtime),
+            client,
             namespace,
             timeouts,
-        })
+            None,
+        ))
+    }
+
+    /// The daemon's: its connection, and its watch cache of `namespace`.
+    pub fn shared(api: &SharedApi, namespace: String) -> Pools {
+        let cache = api.pools.of(&namespace);
+        let driver = Driver::Shared(api.handle.clone());
+        Pools::on(
+            driver,
+            api.client.clone(),
+            namespace,
+            api.timeouts,
+            Some(cache),
+        )
+    }
+
+    fn on(
+        driver: Driver,
+        client: kube::Client,
+        namespace: String,
+        timeouts: ApiTimeouts,
+        cache: Option<Arc<PoolWatch>>,
+    ) -> Pools {
+        let reservation = resource(
+            "OverlappingRangeIPReservation",
+            "overlappingrangeipreservations",
+        );
+        Pools {
+            driver,
+            pools: Api::namespaced_with(client.clone(), &namespace, &resource("IPPool", "ippools")),
+            reservations: Api::namespaced_with(client, &namespace, &reservation),
+            namespace,
+            timeouts,
+            cache,
+        }
     }
 
     pub fn namespace(&self) -> &str {
@@ -86,8 +223,14 @@ impl Pools {
         format!("{kind} {}/{name}", self.namespace)
     }
 
-    /// The IPPool `name`, if there is one.
-    pub fn existing(&self, name: &str) -> Result<Option<PoolCopy>, ClusterError> {
+    /// The IPPool `name`, if there is one: from the daemon's cache unless
+    /// `fresh` (after a write lost to a newer version than the cache had).
+    pub fn existing(&self, name: &str, fresh: bool) -> Result<Option<PoolCopy>, ClusterError> {
+        if let Some(cache) = self.cache.as_ref().filter(|_| !fresh) {
+            if let Some(copy) = cache.get(name) {
+                return Ok(Some(copy));
+            }
+        }
         let object = self.object("IPPool", name);
         let got = self.driver.block_on(bounded(
             self.timeouts.request,
@@ -99,10 +242,10 @@ impl Pools {
 
     /// The IPPool `name` of `range`, created empty when there is none (a
     /// creation that loses to another is no failure).
-    pub fn pool(&self, name: &str, range: &str) -> Result<PoolCopy, ClusterError> {
+    pub fn pool(&self, name: &str, range: &str, fresh: bool) -> Result<PoolCopy, ClusterError> {
         let object = self.object("IPPool", name);
         for _ in 0..2 {
-            if let Some(copy) = self.existing(name)? {
+            if let Some(copy) = self.existing(name, fresh)? {
                 return Ok(copy);
             }
             let empty = new_object("IPPool", name, json!({"range": range, "allocations": {}}));
@@ -142,10 +285,35 @@ impl Pools {
                 .patch(&copy.name, &PatchParams::default(), &Patch::Merge(&patch)),
         ));
         match sent {
-            Ok(_) => Ok(Written::Done),
-            Err(e) if e.status() == Some(409) => Ok(Written::Lost),
+            Ok(written) => {
+                if let (Some(cache), Ok(copy)) = (&self.cache, pool_copy(&object, written)) {
+                    cache.remember(copy);
+                }
+                Ok(Written::Done)
+            }
+            Err(e) if e.status() == Some(409) => {
+                if let Some(cache) = &self.cache {
+                    cache.forget(&copy.name);
+                }
+                Ok(Written::Lost)
+            }
             Err(e) => Err(e),
         }
+    }
+
+    /// Every IPPool of the namespace (`plexus pools`).
+    pub fn list(&self) -> Result<Vec<PoolCopy>, ClusterError> {
+        let object = format!("IPPools of {}", self.namespace);
+        let listed = self.driver.block_on(bounded(
+            self.timeouts.request,
+            ApiRequest::new(Verb::Get, &object),
+            self.pools.list(&Default::default()),
+        ))?;
+        listed
+            .items
+            .into_iter()
+            .map(|found| pool_copy(&object, found))
+            .collect()
     }
 
     /// The OverlappingRangeIPReservation `name`, if there is one.

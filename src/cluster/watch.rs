@@ -124,8 +124,12 @@ impl Watched {
 /// Run one watch for the daemon's lifetime, marking it synced once its
 /// store holds the first full list; errors are logged, and the watcher's
 /// backoff retries.
-async fn drive<K, S>(what: &'static str, events: S, store: Store<K>, synced: Arc<AtomicBool>)
-where
+pub(super) async fn drive<K, S>(
+    what: &'static str,
+    events: S,
+    store: Store<K>,
+    synced: Arc<AtomicBool>,
+) where
     K: Resource + Clone + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash,
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,

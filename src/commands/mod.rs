@@ -1,11 +1,12 @@
 //! plexus's commands besides the CNI plugin itself ([`crate::plugin`]):
 //! thick mode's daemon and shim, the DaemonSet's installer, the demo, and
-//! `plexus plan` and `plexus status`.
+//! `plexus plan`, `plexus status` and `plexus pools`.
 
 pub mod daemon;
 pub mod demo;
 pub mod install;
 pub mod plan;
+pub mod pools;
 pub mod status;
 
 use std::path::Path;

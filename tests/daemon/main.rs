@@ -8,7 +8,7 @@
 //! Modules: `calls` (ADD and DEL through the daemon, its status outbox),
 //! `storm` (boot storms, a kill mid-storm), `lifecycle` (SIGTERM, a
 //! rewritten kubeconfig), `hotplug` (dynamic networks), `thin` (thin mode
-//! beside the daemon) and `ipamclaims`; the world they share is here.
+//! beside the daemon), `ipamclaims` and `whereabouts` (cluster-wide IPAM); the world they share is here.
 
 #[path = "../e2e_support/mod.rs"]
 mod e2e_support;
@@ -19,6 +19,7 @@ mod ipamclaims;
 mod lifecycle;
 mod storm;
 mod thin;
+mod whereabouts;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -61,6 +61,12 @@ pub fn bounds(range: &PoolRange) -> (IpAddr, IpAddr) {
     (range.start.unwrap_or(first), range.end.unwrap_or(last))
 }
 
+/// How many addresses `range` hands out at most (before `exclude`).
+pub fn capacity(range: &PoolRange) -> u128 {
+    let (first, last) = bounds(range);
+    to_u128(last) - to_u128(first) + 1
+}
+
 /// The address `who` gets from `range`, whose pool holds `allocations`;
 /// `taken` are addresses held through other pools (overlapping ranges).
 /// The search starts `hint` addresses after the first and wraps around, so

@@ -38,6 +38,7 @@ use tokio::sync::Semaphore;
 
 use crate::cluster::kube::{KubeCluster, SharedApi};
 use crate::cluster::outbox::{DeliveryObserver, StatusOutbox};
+use crate::cluster::pools::PoolWatches;
 use crate::cluster::watch::Watched;
 use crate::cluster::{ClusterError, Opened};
 use crate::cni::env::CNI_NETNS;
@@ -200,6 +201,7 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
             };
             Some(SharedApi {
                 handle: handle.clone(),
+                pools: Arc::new(PoolWatches::new(client.clone(), handle.clone())),
                 client,
                 timeouts: settings.api_timeouts,
                 watched,
@@ -530,6 +532,7 @@ fn run_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) -> S
     let start = Instant::now();
     let thick = ThickCall {
         pod_netns: pod_netns(request, netns),
+        api: daemon.clusters.api.clone(),
     };
     let plugin = PlexusPlugin::new(&daemon.clusters, daemon.metrics.clone(), thick);
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
