@@ -54,11 +54,6 @@ pub enum ClusterIpamError {
     Ipam(#[from] IpamError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
-    #[error(transparent)]
-    Cni(#[from] CniError),
-    /// Every address of a range is held.
-    #[error(transparent)]
-    Exhausted(#[from] allocate::Exhausted),
     /// Other writers won the pool until the deadline.
     #[error("IPPool {pool}: other writers changed it {tries} times in a row within {budget:?}")]
     Contended {
@@ -68,13 +63,19 @@ pub enum ClusterIpamError {
     },
 }
 
+/// The protocol layer's errors (the environment, a decoded key) pass
+/// through IPAM's.
+impl From<CniError> for ClusterIpamError {
+    fn from(e: CniError) -> ClusterIpamError {
+        ClusterIpamError::Ipam(IpamError::Cni(e))
+    }
+}
+
 impl From<ClusterIpamError> for CniError {
     fn from(e: ClusterIpamError) -> CniError {
         match e {
             ClusterIpamError::Ipam(e) => e.into(),
             ClusterIpamError::Cluster(e) => e.into(),
-            ClusterIpamError::Cni(e) => e,
-            ClusterIpamError::Exhausted(e) => IpamError::RangeExhausted(e.to_string()).into(),
             e @ ClusterIpamError::Contended { .. } => {
                 CniError::new(ErrorCode::TryAgainLater, "IPPool contended", e.to_string())
             }
@@ -298,7 +299,7 @@ impl Call<'_> {
                 .pool(&name, &pool::range_text(range.network), tries > 0)?;
             let chosen = match allocate::assign(range, &copy.spec.allocations, &taken, &who, hint) {
                 Ok(chosen) => chosen,
-                Err(e) => break Err(e.into()),
+                Err(full) => break Err(IpamError::RangeExhausted(full.to_string()).into()),
             };
             if self.conf.overlapping_ranges && reserved != Some(chosen.ip) {
                 if let Some(old) = reserved.take() {
@@ -401,18 +402,11 @@ impl TypedPlugin for Whereabouts {
                 }
             }
         }
-        ips.extend(call.conf.addresses.iter().map(|a| IpConfig {
-            address: a.address,
-            gateway: a.gateway,
-            interface: None,
-        }));
-        Ok(CniResult {
-            cni_version: Some(req.cni_version),
-            interfaces: Vec::new(),
-            ips,
-            routes: call.conf.routes.clone(),
-            dns: call.conf.dns.clone(),
-        })
+        let mut result = call.conf.result.clone();
+        ips.append(&mut result.ips);
+        result.ips = ips;
+        result.cni_version = Some(req.cni_version);
+        Ok(result)
     }
 
     fn del(&self, req: &Request) -> Result<(), ClusterIpamError> {

@@ -12,6 +12,7 @@
 //! The cluster starts once per test binary (about 30 s) and is shared; each
 //! test works in a Kubernetes namespace of its own.
 
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -45,93 +46,20 @@ fn turn(prefix: &str) -> Option<(MutexGuard<'static, ()>, &'static Node, String)
     Some((alone, node, node.namespace(prefix)))
 }
 
-/// Multus's quickstart NAD (docs/quickstart.md), its `master` the node's
-/// link: host-local with a default route and a gateway.
-fn quickstart_macvlan(master: &str) -> String {
-    format!(
-        r#"apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: macvlan-conf
-spec:
-  config: '{{
-      "cniVersion": "0.3.0",
-      "type": "macvlan",
-      "master": "{master}",
-      "mode": "bridge",
-      "ipam": {{
-        "type": "host-local",
-        "subnet": "192.168.1.0/24",
-        "rangeStart": "192.168.1.200",
-        "rangeEnd": "192.168.1.216",
-        "routes": [
-          {{ "dst": "0.0.0.0/0" }}
-        ],
-        "gateway": "192.168.1.1"
-      }}
-    }}'
-"#
-    )
-}
-
-/// Multus's docs/how-to-use.md `macvlan-conf-1` (host-local `ranges`) and
-/// examples/macvlan-pod.yml's NAD (static IPAM with the `ips` capability,
-/// tuning with `mac`), renamed `macvlan-static`.
-fn how_to_use_nads(master: &str) -> String {
-    format!(
-        r#"apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: macvlan-conf-1
-spec:
-  config: '{{
-            "cniVersion": "0.3.0",
-            "type": "macvlan",
-            "master": "{master}",
-            "mode": "bridge",
-            "ipam": {{
-                "type": "host-local",
-                "ranges": [
-                    [ {{
-                         "subnet": "10.10.0.0/16",
-                         "rangeStart": "10.10.1.20",
-                         "rangeEnd": "10.10.3.50",
-                         "gateway": "10.10.0.254"
-                    }} ]
-                ]
-            }}
-        }}'
----
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: macvlan-static
-spec:
-  config: '{{
-      "cniVersion": "0.3.1",
-      "plugins": [
-        {{
-          "type": "macvlan",
-          "capabilities": {{ "ips": true }},
-          "master": "{master}",
-          "mode": "bridge",
-          "ipam": {{
-            "type": "static",
-            "routes": [
-              {{
-                "dst": "0.0.0.0/0",
-                "gw": "10.1.1.1"
-              }}
-            ]
-          }}
-        }}, {{
-          "capabilities": {{ "mac": true }},
-          "type": "tuning"
-        }}
-      ]
-    }}'
-"#
-    )
+/// A NAD manifest of `tests/fixtures/multus/` (Multus's docs, as they
+/// are), its `master` the node's link `master`:
+/// - `quickstart-macvlan.yaml`: docs/quickstart.md's, host-local with a
+///   default route and a gateway;
+/// - `how-to-use.yaml`: docs/how-to-use.md's `macvlan-conf-1` (host-local
+///   `ranges`) and examples/macvlan-pod.yml's (static IPAM with the `ips`
+///   capability, tuning with `mac`), renamed `macvlan-static`.
+fn multus_nads(fixture: &str, master: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/multus")
+        .join(fixture);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .replace("MASTER", master)
 }
 
 /// The network-status entry of network `name` (`ns/name`).
@@ -165,8 +93,8 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
         return;
     };
     let before = node.network_state();
-    node.apply(&ns, &quickstart_macvlan(&node.iface));
-    node.apply(&ns, &how_to_use_nads(&node.iface));
+    node.apply(&ns, &multus_nads("quickstart-macvlan.yaml", &node.iface));
+    node.apply(&ns, &multus_nads("how-to-use.yaml", &node.iface));
     let pods = [
         // The comma-delimited format (§4.1.1), with an interface name.
         (
@@ -289,7 +217,7 @@ fn kubelet_and_containerd_restarts_keep_pods_attached_and_leave_nothing() {
         return;
     };
     let before = node.network_state();
-    node.apply(&ns, &how_to_use_nads(&node.iface));
+    node.apply(&ns, &multus_nads("how-to-use.yaml", &node.iface));
     for name in ["first", "second"] {
         node.apply(&ns, &node.sleeping_pod(name, "macvlan-conf-1"));
         node.wait_running(&ns, name, POD_RUNNING);

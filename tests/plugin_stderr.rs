@@ -553,9 +553,9 @@ fn reference_plugins_that_log_in(w: &World) {
 }
 
 /// A NAD whose macvlan takes its address from whereabouts' IPPools, through
-/// plexus in thin mode against the real API server, with whereabouts' CRDs
-/// and its flat configuration file (whereabouts' own binary fails every
-/// call without one). Issue 36 filed this with the whereabouts binary
+/// plexus in thin mode against the real API server, with deploy/'s CRDs and
+/// whereabouts' flat configuration file (which names the kubeconfig); no
+/// whereabouts binary is on the plugin path. Issue 36 filed this with the whereabouts binary
 /// exec'd, whose leader-election lines on stderr hung thin mode; since
 /// issue 33 plexus serves `whereabouts` in-process (`src/cluster_ipam.rs`),
 /// so this is its end-to-end check, and the exec'd stderr cases are this
@@ -563,16 +563,8 @@ fn reference_plugins_that_log_in(w: &World) {
 /// and their DELs free them.
 #[test]
 fn whereabouts_as_a_nads_ipam_in_thin_mode() {
-    use plexus_testkit::{peers, require, Feature};
-    if !require(&[
-        Feature::Root,
-        Feature::ReferencePlugins,
-        Feature::KubeApiServer,
-        Feature::Whereabouts,
-    ]) {
-        return;
-    }
-    let whereabouts = peers::whereabouts().unwrap();
+    // No whereabouts binary and no CRDs of its own: plexus serves the
+    // type, and kube-up applied deploy/crds/.
     let flat = |tmp: &Path| tmp.join("whereabouts.conf");
     let Some(kube) = kube_node("swa", "pxs", |tmp| {
         json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan", "master": "uplink0",
@@ -582,7 +574,6 @@ fn whereabouts_as_a_nads_ipam_in_thin_mode() {
         return;
     };
     let api = kube.api;
-    api.kubectl(&["apply", "-f", &whereabouts.crds.display().to_string()]);
     let tmp = kube.tmp.path();
     std::fs::write(
         flat(tmp),
@@ -591,10 +582,7 @@ fn whereabouts_as_a_nads_ipam_in_thin_mode() {
         .to_string(),
     )
     .unwrap();
-    let bin = tmp.join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    std::os::unix::fs::symlink(&whereabouts.binary, bin.join("whereabouts")).unwrap();
-    let cni_path = format!("{}:{REFERENCE}", bin.display());
+    let cni_path = REFERENCE.to_string();
     let conf = json!({
         "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
         "kubeconfig": api.plexus_kubeconfig(), "apiTimeout": 5,

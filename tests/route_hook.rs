@@ -27,14 +27,8 @@ impl Pod {
             .arg("-n")
             .arg(&self.0)
             .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "ip {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+            .output();
+        plexus_testkit::process::stdout_ok(out.unwrap(), format!("ip {args:?}"))
     }
     fn defaults(&self, family: &str) -> Vec<(String, u64)> {
         let json: serde_json::Value =

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use plexus::cluster_ipam::Whereabouts;
 use plexus_testkit::kube::{api, KubeApi};
-use plexus_testkit::process::output_within;
+use plexus_testkit::process::{output_within, stdout_ok};
 use plexus_testkit::{peers, require, Feature};
 use serde_json::{json, Value};
 
@@ -27,20 +27,33 @@ struct Call<'a> {
     pod: &'a str,
 }
 
-impl Call<'_> {
+impl<'a> Call<'a> {
+    /// `command` for `container` of `pod` (`namespace/pod`) on `net1`.
+    fn new(command: &'a str, container: &'a str, pod: &'a str) -> Call<'a> {
+        Call {
+            command,
+            container,
+            ifname: "net1",
+            pod,
+        }
+    }
+
     fn env(&self) -> Vec<(&'static str, String)> {
         let (ns, name) = self.pod.split_once('/').unwrap();
-        vec![
-            ("CNI_COMMAND", self.command.to_string()),
-            ("CNI_CONTAINERID", self.container.to_string()),
-            ("CNI_IFNAME", self.ifname.to_string()),
-            ("CNI_NETNS", "/var/run/netns/unused-by-ipam".to_string()),
-            ("CNI_PATH", "/nonexistent".to_string()),
-            (
-                "CNI_ARGS",
-                format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name}"),
-            ),
+        let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name}");
+        // An IPAM plugin never opens the namespace.
+        let netns = "/var/run/netns/unused-by-ipam";
+        [
+            ("CNI_COMMAND", self.command),
+            ("CNI_CONTAINERID", self.container),
+            ("CNI_IFNAME", self.ifname),
+            ("CNI_NETNS", netns),
+            ("CNI_PATH", "/nonexistent"),
         ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .chain([("CNI_ARGS", args)])
+        .collect()
     }
 }
 
@@ -145,16 +158,9 @@ fn flat_file(api: &KubeApi) -> String {
 /// The allocations of the pool `name` (in kube-system: the admin
 /// kubeconfig's context names no namespace), as `offset -> (id, podref)`.
 fn allocations(api: &KubeApi, name: &str) -> Vec<(String, String, String)> {
-    let out = api.kubectl(&[
-        "get",
-        "ippools.whereabouts.cni.cncf.io",
-        "-n",
-        "kube-system",
-        name,
-        "-o",
-        "json",
-        "--ignore-not-found",
-    ]);
+    let kind = "ippools.whereabouts.cni.cncf.io";
+    let get = ["get", kind, "-n", "kube-system", name, "-o", "json"];
+    let out = api.kubectl(&[&get[..], &["--ignore-not-found"]].concat());
     if out.trim().is_empty() {
         return Vec::new();
     }
@@ -178,15 +184,11 @@ fn allocations(api: &KubeApi, name: &str) -> Vec<(String, String, String)> {
     found
 }
 
+const RESERVATIONS: &str = "overlappingrangeipreservations.whereabouts.cni.cncf.io";
+
+/// The reservations of `network_name`'s addresses.
 fn reservations(api: &KubeApi, network_name: &str) -> Vec<String> {
-    let out = api.kubectl(&[
-        "get",
-        "overlappingrangeipreservations.whereabouts.cni.cncf.io",
-        "-n",
-        "kube-system",
-        "-o",
-        "name",
-    ]);
+    let out = api.kubectl(&["get", RESERVATIONS, "-n", "kube-system", "-o", "name"]);
     out.lines()
         .filter(|l| l.contains(&format!("/{network_name}-")))
         .map(str::to_string)
@@ -200,15 +202,9 @@ fn reservations(api: &KubeApi, network_name: &str) -> Vec<String> {
 #[test]
 fn interop_with_whereabouts_both_ways() {
     let Some(api) = cluster() else { return };
-    let net = "wbi";
-    let conf = conf(api, net, "10.91.0.0/24");
+    let (net, conf) = ("wbi", conf(api, "wbi", "10.91.0.0/24"));
     let pool = "wbi-10.91.0.0-24";
-    let call = |command, container, pod| Call {
-        command,
-        container,
-        ifname: "net1",
-        pod,
-    };
+    let call = Call::new;
     let a = whereabouts(&call("ADD", "ca", "ns1/a"), &conf).expect("whereabouts ADD a");
     let b = plexus(&call("ADD", "cb", "ns1/b"), &conf).expect("plexus ADD b");
     let c = whereabouts(&call("ADD", "cc", "ns1/c"), &conf).expect("whereabouts ADD c");
@@ -254,8 +250,7 @@ fn interop_with_whereabouts_both_ways() {
 #[test]
 fn racing_writers_never_share_an_address() {
     let Some(api) = cluster() else { return };
-    let net = "wbr";
-    let conf = conf(api, net, "10.92.0.0/28");
+    let (net, conf) = ("wbr", conf(api, "wbr", "10.92.0.0/28"));
     let pool = "wbr-10.92.0.0-28";
     let plexus_writers = 10;
     let whereabouts_writers = 4;
@@ -266,12 +261,7 @@ fn racing_writers_never_share_an_address() {
                 s.spawn(move || {
                     let container = format!("r{i}");
                     let pod = format!("ns2/p{i}");
-                    let call = Call {
-                        command: "ADD",
-                        container: &container,
-                        ifname: "net1",
-                        pod: &pod,
-                    };
+                    let call = Call::new("ADD", &container, &pod);
                     let result = if i < plexus_writers {
                         plexus(&call, conf)
                     } else {
@@ -291,12 +281,7 @@ fn racing_writers_never_share_an_address() {
         "an address given twice: {results:?}"
     );
     assert_eq!(allocations(api, pool).len(), 14);
-    let full = Call {
-        command: "ADD",
-        container: "r-late",
-        ifname: "net1",
-        pod: "ns2/late",
-    };
+    let full = Call::new("ADD", "r-late", "ns2/late");
     let e = plexus(&full, &conf).unwrap_err();
     assert_eq!(e["code"], 111, "{e}");
     std::thread::scope(|s| {
@@ -305,12 +290,7 @@ fn racing_writers_never_share_an_address() {
             s.spawn(move || {
                 let i: usize = container[1..].parse().unwrap();
                 let pod = format!("ns2/p{i}");
-                let call = Call {
-                    command: "DEL",
-                    container,
-                    ifname: "net1",
-                    pod: &pod,
-                };
+                let call = Call::new("DEL", container, &pod);
                 plexus(&call, conf).unwrap_or_else(|e| panic!("DEL {container}: {e}"));
             });
         }
@@ -324,12 +304,7 @@ fn racing_writers_never_share_an_address() {
 #[test]
 fn refusals_name_the_key() {
     let Some(api) = cluster() else { return };
-    let call = Call {
-        command: "ADD",
-        container: "x1",
-        ifname: "net1",
-        pod: "ns3/x",
-    };
+    let call = Call::new("ADD", "x1", "ns3/x");
     let mut bad = conf(api, "wbx", "10.93.0.0/24");
     bad["ipam"]["datastore"] = json!("etcd");
     let e = plexus(&call, &bad).unwrap_err();
@@ -401,12 +376,7 @@ fn plexus_identity_from_deploy_rbac_suffices() {
                       "ipam": {"type": "whereabouts", "range": "10.96.0.0/24",
                                "network_name": "wbp",
                                "configuration_path": "/nonexistent/whereabouts.conf"}});
-    let call = |command| Call {
-        command,
-        container: "p1",
-        ifname: "net1",
-        pod: "ns5/p1",
-    };
+    let call = |command| Call::new(command, "p1", "ns5/p1");
     let added = plexus_as(&plugin, &call("ADD"), &conf).unwrap();
     assert!(address(&added).starts_with("10.96.0."), "{added}");
     assert_eq!(allocations(api, "wbp-10.96.0.0-24").len(), 1);
@@ -427,23 +397,16 @@ fn plexus_pools_shows_who_holds_each_address() {
     let Some(api) = cluster() else { return };
     let conf = conf(api, "wbc", "10.98.0.0/28");
     let call = |command| Call {
-        command,
-        container: "c9",
         ifname: "net2",
-        pod: "ns6/holder",
+        ..Call::new(command, "c9", "ns6/holder")
     };
     let added = plexus(&call("ADD"), &conf).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_plexus"))
+    let plexus_pools = Command::new(env!("CARGO_BIN_EXE_plexus"))
         .args(["pools", "--network", "wbc", "--kubeconfig"])
         .arg(api.admin_kubeconfig())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+        .output();
+    let shown: Value =
+        serde_json::from_str(&stdout_ok(plexus_pools.unwrap(), "plexus pools")).unwrap();
     assert_eq!(shown.as_array().unwrap().len(), 1, "{shown}");
     let pool = &shown[0];
     assert_eq!(pool["name"], "wbc-10.98.0.0-28");

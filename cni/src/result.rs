@@ -121,6 +121,35 @@ pub struct Dns {
     pub options: Vec<String>,
 }
 
+/// A `dns` key of a configuration as written (cni-SPEC §1, and an IPAM
+/// section's): each list or the domain may be left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct DnsConf {
+    pub nameservers: Option<Vec<String>>,
+    pub domain: Option<String>,
+    pub search: Option<Vec<String>>,
+    pub options: Option<Vec<String>>,
+}
+
+impl DnsConf {
+    /// Any field given, even empty (Go's non-nil check).
+    pub fn is_set(&self) -> bool {
+        self.nameservers.is_some()
+            || self.search.is_some()
+            || self.options.is_some()
+            || self.domain.as_deref().is_some_and(|d| !d.is_empty())
+    }
+
+    pub fn to_dns(&self) -> Dns {
+        Dns {
+            nameservers: self.nameservers.clone().unwrap_or_default(),
+            domain: self.domain.clone().filter(|d| !d.is_empty()),
+            search: self.search.clone().unwrap_or_default(),
+            options: self.options.clone().unwrap_or_default(),
+        }
+    }
+}
+
 impl Dns {
     pub fn is_empty(&self) -> bool {
         self.nameservers.is_empty()

@@ -38,6 +38,51 @@ pub(crate) struct IpRangeConf {
     pub gateway: Option<String>,
 }
 
+/// The string at `field`, which must be there and not empty; else the
+/// error says `reason`.
+pub(crate) fn required<'a>(
+    value: Option<&'a str>,
+    field: &str,
+    reason: &str,
+) -> Result<&'a str, IpamError> {
+    value
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| IpamError::config(field, reason))
+}
+
+/// `ipam.addresses[]` entries as written (static, whereabouts).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct AddressConf {
+    pub address: Option<String>,
+    pub gateway: Option<String>,
+}
+
+impl AddressConf {
+    /// The address (required, CIDR notation, host bits kept) and its
+    /// gateway, of one family; `path` is where it was written
+    /// (`ipam.addresses[0]`).
+    pub fn parse(&self, path: &str) -> Result<(IpNetwork, Option<IpAddr>), IpamError> {
+        let text = required(
+            self.address.as_deref(),
+            &format!("{path}.address"),
+            "missing: an address in CIDR notation (like \"10.1.0.5/16\")",
+        )?;
+        let address =
+            parse_address(text).map_err(|r| IpamError::config(format!("{path}.address"), r))?;
+        let gateway = parse_ip(self.gateway.as_deref(), &format!("{path}.gateway"))?;
+        if let Some(gw) = gateway.filter(|gw| gw.is_ipv4() != address.is_ipv4()) {
+            return Err(IpamError::config(
+                format!("{path}.gateway"),
+                format!("{gw} and the address {address} are of different address families"),
+            ));
+        }
+        Ok((address, gateway))
+    }
+}
+
+/// `ipam.dns` as written (static, whereabouts).
+pub(crate) use plexus_cni::result::DnsConf;
+
 /// `routes[]` entries as written: the same shape as a result's routes.
 pub(crate) use plexus_cni::result::RouteJson as RouteConf;
 

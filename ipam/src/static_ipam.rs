@@ -37,8 +37,8 @@ use plexus_cni::skel::{Request, TypedPlugin};
 use serde::Deserialize;
 
 use crate::common::{
-    check_legacy_families, decode_config, decode_runtime_config, parse_address, parse_ip,
-    parse_routes, ArgsConf, NetConf, RouteConf,
+    check_legacy_families, decode_config, decode_runtime_config, parse_address, parse_routes,
+    AddressConf, ArgsConf, DnsConf, NetConf, RouteConf,
 };
 
 /// The static IPAM plugin.
@@ -52,20 +52,6 @@ struct IpamConf {
     routes: Option<Vec<RouteConf>>,
     addresses: Option<Vec<AddressConf>>,
     dns: Option<DnsConf>,
-}
-
-#[derive(Deserialize)]
-struct AddressConf {
-    address: Option<String>,
-    gateway: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct DnsConf {
-    nameservers: Option<Vec<String>>,
-    domain: Option<String>,
-    search: Option<Vec<String>>,
-    options: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -117,25 +103,7 @@ impl Config {
         let mut addresses = Vec::new();
         for (i, a) in ipam.addresses.iter().flatten().enumerate() {
             let path = format!("ipam.addresses[{i}]");
-            let text = a
-                .address
-                .as_deref()
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| {
-                    IpamError::config(
-                        format!("{path}.address"),
-                        "missing: an address in CIDR notation (like \"10.1.0.5/16\")",
-                    )
-                })?;
-            let address =
-                parse_address(text).map_err(|r| IpamError::config(format!("{path}.address"), r))?;
-            let gateway = parse_ip(a.gateway.as_deref(), &format!("{path}.gateway"))?;
-            if let Some(gw) = gateway.filter(|gw| gw.is_ipv4() != address.is_ipv4()) {
-                return Err(IpamError::config(
-                    format!("{path}.gateway"),
-                    format!("{gw} and the address {address} are of different address families"),
-                ));
-            }
+            let (address, gateway) = a.parse(&path)?;
             addresses.push(Address {
                 address,
                 gateway,
@@ -185,15 +153,7 @@ impl Config {
         }
         check_legacy_families(req.cni_version, addresses.iter().map(|a| a.address.ip()))?;
 
-        let dns = ipam
-            .dns
-            .map(|d| Dns {
-                nameservers: d.nameservers.unwrap_or_default(),
-                domain: d.domain.filter(|s| !s.is_empty()),
-                search: d.search.unwrap_or_default(),
-                options: d.options.unwrap_or_default(),
-            })
-            .unwrap_or_default();
+        let dns = ipam.dns.as_ref().map(DnsConf::to_dns).unwrap_or_default();
         Ok(Config {
             addresses,
             routes: parse_routes(ipam.routes.as_deref(), "ipam.routes")?,

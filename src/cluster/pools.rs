@@ -29,7 +29,7 @@ use super::kube::{context_namespace, owned_client, Driver, SharedApi};
 use super::watch::drive;
 use crate::config::ApiTimeouts;
 use plexus_ipam::whereabouts::pool::{
-    Allocation, PoolSpec, ReservationSpec, API_VERSION, DEFAULT_NAMESPACE, GROUP, VERSION,
+    Allocation, PoolSpec, ReservationSpec, DEFAULT_NAMESPACE, GROUP, VERSION,
 };
 
 /// An IPPool as read: what a compare-and-swap write names.
@@ -215,6 +215,18 @@ impl Pools {
         }
     }
 
+    /// One request about `object`, bounded by `apiTimeout`.
+    fn send<T>(
+        &self,
+        verb: Verb,
+        object: &str,
+        request: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ClusterError> {
+        let what = ApiRequest::new(verb, object);
+        self.driver
+            .block_on(bounded(self.timeouts.request, what, request))
+    }
+
     pub fn namespace(&self) -> &str {
         &self.namespace
     }
@@ -232,11 +244,7 @@ impl Pools {
             }
         }
         let object = self.object("IPPool", name);
-        let got = self.driver.block_on(bounded(
-            self.timeouts.request,
-            ApiRequest::new(Verb::Get, &object),
-            self.pools.get_opt(name),
-        ))?;
+        let got = self.send(Verb::Get, &object, self.pools.get_opt(name))?;
         got.map(|found| pool_copy(&object, found)).transpose()
     }
 
@@ -249,11 +257,11 @@ impl Pools {
                 return Ok(copy);
             }
             let empty = new_object("IPPool", name, json!({"range": range, "allocations": {}}));
-            let created = self.driver.block_on(bounded(
-                self.timeouts.request,
-                ApiRequest::new(Verb::Create, &object),
+            let created = self.send(
+                Verb::Create,
+                &object,
                 self.pools.create(&PostParams::default(), &empty),
-            ));
+            );
             match created {
                 Ok(made) => return pool_copy(&object, made),
                 Err(e) if e.status() == Some(409) => continue,
@@ -278,12 +286,12 @@ impl Pools {
             "metadata": {"resourceVersion": copy.resource_version},
             "spec": {"allocations": changes},
         });
-        let sent = self.driver.block_on(bounded(
-            self.timeouts.request,
-            ApiRequest::new(Verb::Patch, &object),
+        let sent = self.send(
+            Verb::Patch,
+            &object,
             self.pools
                 .patch(&copy.name, &PatchParams::default(), &Patch::Merge(&patch)),
-        ));
+        );
         match sent {
             Ok(written) => {
                 if let (Some(cache), Ok(copy)) = (&self.cache, pool_copy(&object, written)) {
@@ -304,11 +312,7 @@ impl Pools {
     /// Every IPPool of the namespace (`plexus pools`).
     pub fn list(&self) -> Result<Vec<PoolCopy>, ClusterError> {
         let object = format!("IPPools of {}", self.namespace);
-        let listed = self.driver.block_on(bounded(
-            self.timeouts.request,
-            ApiRequest::new(Verb::Get, &object),
-            self.pools.list(&Default::default()),
-        ))?;
+        let listed = self.send(Verb::Get, &object, self.pools.list(&Default::default()))?;
         listed
             .items
             .into_iter()
@@ -319,11 +323,7 @@ impl Pools {
     /// The OverlappingRangeIPReservation `name`, if there is one.
     pub fn reservation(&self, name: &str) -> Result<Option<ReservationSpec>, ClusterError> {
         let object = self.object("OverlappingRangeIPReservation", name);
-        let got = self.driver.block_on(bounded(
-            self.timeouts.request,
-            ApiRequest::new(Verb::Get, &object),
-            self.reservations.get_opt(name),
-        ))?;
+        let got = self.send(Verb::Get, &object, self.reservations.get_opt(name))?;
         got.map(|o| spec_of(&object, &o.data)).transpose()
     }
 
@@ -331,12 +331,12 @@ impl Pools {
     pub fn reserve(&self, name: &str, spec: &ReservationSpec) -> Result<bool, ClusterError> {
         let object = self.object("OverlappingRangeIPReservation", name);
         let reservation = new_object("OverlappingRangeIPReservation", name, json!(spec));
-        let created = self.driver.block_on(bounded(
-            self.timeouts.request,
-            ApiRequest::new(Verb::Create, &object),
+        let created = self.send(
+            Verb::Create,
+            &object,
             self.reservations
                 .create(&PostParams::default(), &reservation),
-        ));
+        );
         match created {
             Ok(_) => Ok(true),
             Err(e) if e.status() == Some(409) => Ok(false),
@@ -347,11 +347,11 @@ impl Pools {
     /// Deletes the reservation `name`; one that is gone is no failure.
     pub fn unreserve(&self, name: &str) -> Result<(), ClusterError> {
         let object = self.object("OverlappingRangeIPReservation", name);
-        let deleted = self.driver.block_on(bounded(
-            self.timeouts.request,
-            ApiRequest::new(Verb::Delete, &object),
+        let deleted = self.send(
+            Verb::Delete,
+            &object,
             self.reservations.delete(name, &DeleteParams::default()),
-        ));
+        );
         match deleted {
             Ok(_) => Ok(()),
             Err(e) if e.status() == Some(404) => Ok(()),
@@ -364,7 +364,7 @@ impl Pools {
 fn new_object(kind: &str, name: &str, spec: Value) -> DynamicObject {
     DynamicObject {
         types: Some(kube::core::TypeMeta {
-            api_version: API_VERSION.to_string(),
+            api_version: format!("{GROUP}/{VERSION}"),
             kind: kind.to_string(),
         }),
         metadata: kube::core::ObjectMeta {

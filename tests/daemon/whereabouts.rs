@@ -5,6 +5,7 @@
 
 use super::*;
 use plexus_testkit::kube::AuditedRequest;
+use plexus_testkit::process::stdout_ok;
 
 #[test]
 fn a_warm_whereabouts_add_reads_no_pool_and_writes_it_once() {
@@ -58,34 +59,26 @@ fn a_warm_whereabouts_add_reads_no_pool_and_writes_it_once() {
         "{a1} {a2}"
     );
     assert_ne!(a1, a2);
-    let allocations = || -> usize {
-        let out = w.kube.api.kubectl(&[
-            "get",
-            "ippools.whereabouts.cni.cncf.io",
-            "-n",
-            "kube-system",
-            &pool,
-            "-o",
-            "jsonpath={.spec.allocations}",
-        ]);
-        serde_json::from_str::<Value>(if out.is_empty() { "{}" } else { &out })
-            .unwrap()
-            .as_object()
-            .map_or(0, |m| m.len())
+    // What `plexus pools` says the pool holds.
+    let allocations = || -> u64 {
+        let kubeconfig = w.kube.api.admin_kubeconfig();
+        let mut pools = Command::new(PLEXUS);
+        pools.args(["pools", "--network", &network, "--kubeconfig"]);
+        let out = stdout_ok(pools.arg(kubeconfig).output().unwrap(), "plexus pools");
+        let shown: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(shown[0]["name"], pool.as_str(), "{shown}");
+        shown[0]["held"].as_u64().unwrap()
     };
     assert_eq!(allocations(), 2);
     for (pod, netns) in [("p1", &p1), ("p2", &p2)] {
         assert_ok(&format!("DEL {pod}"), &w.call("DEL", pod, netns, &w.conf));
     }
     assert_eq!(allocations(), 0);
-    let reservations = w.kube.api.kubectl(&[
-        "get",
-        "overlappingrangeipreservations.whereabouts.cni.cncf.io",
-        "-n",
-        "kube-system",
-        "-o",
-        "name",
-    ]);
+    let kind = "overlappingrangeipreservations.whereabouts.cni.cncf.io";
+    let reservations = w
+        .kube
+        .api
+        .kubectl(&["get", kind, "-n", "kube-system", "-o", "name"]);
     assert!(!reservations.contains(&network), "{reservations}");
     w.assert_nothing_left(&[p1, p2]);
 }

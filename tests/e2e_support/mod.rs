@@ -10,6 +10,7 @@ use std::process::{Command, Output, Stdio};
 use plexus_dataplane::NetNs;
 use plexus_testkit::kube::{api, AuditedRequest, KubeApi, Relay};
 use plexus_testkit::process::output_with_stdin;
+use plexus_testkit::process::stdout_ok;
 use plexus_testkit::Feature;
 use serde_json::{json, Value};
 
@@ -37,18 +38,8 @@ impl Drop for Namespaces {
 }
 
 pub fn ip(netns: &str, args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .arg("-n")
-        .arg(netns)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ip -n {netns} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let out = Command::new("ip").arg("-n").arg(netns).args(args).output();
+    stdout_ok(out.unwrap(), format!("ip -n {netns} {args:?}"))
 }
 
 pub fn addresses(netns: &str, ifname: &str) -> Vec<String> {

@@ -9,7 +9,6 @@ use std::hash::{BuildHasher, Hasher};
 
 use plexus_cni::casefold;
 
-use plexus_cni::result::Dns;
 use plexus_cni::skel::Request;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -44,32 +43,7 @@ pub(crate) fn has_ipam(ipam: &Option<IpamRef>) -> bool {
 }
 
 /// The top-level `dns` key of a network configuration (cni-SPEC §1).
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct DnsConf {
-    pub nameservers: Option<Vec<String>>,
-    pub domain: Option<String>,
-    pub search: Option<Vec<String>>,
-    pub options: Option<Vec<String>>,
-}
-
-impl DnsConf {
-    /// Any field given, even empty (Go's non-nil check).
-    pub fn is_set(&self) -> bool {
-        self.nameservers.is_some()
-            || self.search.is_some()
-            || self.options.is_some()
-            || self.domain.as_deref().is_some_and(|d| !d.is_empty())
-    }
-
-    pub fn to_dns(&self) -> Dns {
-        Dns {
-            nameservers: self.nameservers.clone().unwrap_or_default(),
-            domain: self.domain.clone().filter(|d| !d.is_empty()),
-            search: self.search.clone().unwrap_or_default(),
-            options: self.options.clone().unwrap_or_default(),
-        }
-    }
-}
+pub(crate) use plexus_cni::result::DnsConf;
 
 /// Reject a feature the configuration turns on that plexus cannot honour
 /// yet, naming the key.

@@ -107,22 +107,11 @@ struct Conf {
     args: Option<ArgsConf>,
 }
 
+/// `args.cni`: per-attachment overrides of the same keys (its `dataDir`
+/// and `args`, which the reference does not read there, are ignored).
 #[derive(Debug, Default, Deserialize)]
 struct ArgsConf {
-    cni: Option<CniArgsConf>,
-}
-
-/// `args.cni`: per-attachment overrides.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CniArgsConf {
-    sysctl: Option<Map<String, Value>>,
-    mac: Option<String>,
-    promisc: Option<bool>,
-    mtu: Option<u32>,
-    #[serde(rename = "txQLen")]
-    tx_qlen: Option<u32>,
-    allmulti: Option<bool>,
+    cni: Option<Box<Conf>>,
 }
 
 /// One sysctl to write: the key as written (for messages), resolved.

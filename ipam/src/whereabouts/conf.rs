@@ -10,12 +10,14 @@ use std::path::{Path, PathBuf};
 
 use ipnetwork::IpNetwork;
 use plexus_cni::casefold;
-use plexus_cni::result::{Dns, Route};
+use plexus_cni::result::{CniResult, IpConfig};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::pool::SliceSize;
-use crate::common::{parse_address, parse_ip, parse_routes, RouteConf};
+use crate::common::{
+    parse_address, parse_ip, parse_routes, required, AddressConf, DnsConf, RouteConf,
+};
 use crate::error::IpamError;
 
 /// Where whereabouts looks for its flat file after `configuration_path`
@@ -37,34 +39,18 @@ struct Keys {
     ip_ranges: Option<Vec<RangeKeys>>,
     gateway: Option<String>,
     routes: Option<Vec<RouteConf>>,
-    dns: Option<DnsKeys>,
-    addresses: Option<Vec<AddressKeys>>,
+    dns: Option<DnsConf>,
+    addresses: Option<Vec<AddressConf>>,
     network_name: Option<String>,
     enable_overlapping_ranges: Option<bool>,
     node_slice_size: Option<String>,
     kubernetes: Option<KubernetesKeys>,
     datastore: Option<String>,
     sleep_for_race: Option<i64>,
-    etcd_host: Option<String>,
-    etcd_username: Option<String>,
-    etcd_password: Option<String>,
-    etcd_key_file: Option<String>,
-    etcd_cert_file: Option<String>,
-    etcd_ca_cert_file: Option<String>,
-    // Accepted without effect (module doc): plexus takes no Lease and logs
-    // through its own settings; the reconciler's schedule is its own.
-    #[serde(rename = "leader_lease_duration")]
-    _leader_lease_duration: Option<i64>,
-    #[serde(rename = "leader_renew_deadline")]
-    _leader_renew_deadline: Option<i64>,
-    #[serde(rename = "leader_retry_period")]
-    _leader_retry_period: Option<i64>,
-    #[serde(rename = "log_file")]
-    _log_file: Option<String>,
-    #[serde(rename = "log_level")]
-    _log_level: Option<String>,
-    #[serde(rename = "reconciler_cron_expression")]
-    _reconciler_cron_expression: Option<String>,
+    // The `etcd_*` keys are refused by name (`refuse_etcd`). Accepted
+    // without effect, as unknown keys are (module doc): `leader_*` (plexus
+    // takes no Lease), `log_file` and `log_level` (plexus logs through its
+    // own settings), `reconciler_cron_expression`.
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -73,20 +59,6 @@ struct RangeKeys {
     range_start: Option<String>,
     range_end: Option<String>,
     exclude: Option<Vec<String>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct DnsKeys {
-    nameservers: Option<Vec<String>>,
-    domain: Option<String>,
-    search: Option<Vec<String>>,
-    options: Option<Vec<String>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct AddressKeys {
-    address: Option<String>,
-    gateway: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -109,13 +81,6 @@ pub struct PoolRange {
     pub exclude: Vec<IpNetwork>,
 }
 
-/// An address of `addresses` (or `CNI_ARGS` `IP`), handed out as is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StaticAddress {
-    pub address: IpNetwork,
-    pub gateway: Option<IpAddr>,
-}
-
 /// A whereabouts configuration, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WhereaboutsConf {
@@ -123,9 +88,9 @@ pub struct WhereaboutsConf {
     /// of each.
     pub ranges: Vec<PoolRange>,
     pub gateway: Option<IpAddr>,
-    pub routes: Vec<Route>,
-    pub dns: Dns,
-    pub addresses: Vec<StaticAddress>,
+    /// What every ADD result carries besides the ranges' addresses:
+    /// `addresses` (handed out as they are), `routes` and `dns`.
+    pub result: CniResult,
     /// `network_name`: pools and reservations of other networks are apart.
     pub network_name: Option<String>,
     /// `enable_overlapping_ranges` (default on, as whereabouts): an address
@@ -186,6 +151,7 @@ pub fn parse(
             break;
         }
     }
+    refuse_etcd(&section)?;
     let keys: Keys = decode(&section, "ipam")?;
     let mut conf = check(keys)?;
     conf.flat_file = flat_file;
@@ -239,6 +205,24 @@ fn fill_empty(section: &mut Map<String, Value>, flat: &Map<String, Value>, keep:
     }
 }
 
+/// whereabouts' `etcd_host`, `etcd_username`, `etcd_password`,
+/// `etcd_key_file`, `etcd_cert_file`, `etcd_ca_cert_file`: set, each is
+/// refused by name.
+fn refuse_etcd(section: &Map<String, Value>) -> Result<(), IpamError> {
+    for (key, value) in section {
+        let etcd = key
+            .get(..5)
+            .is_some_and(|p| p.eq_ignore_ascii_case("etcd_"));
+        if etcd && !is_empty(Some(value)) {
+            return Err(IpamError::config(
+                format!("ipam.{key}"),
+                "there is no etcd datastore: pools live on the Kubernetes API",
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn refuse_if_set(value: &Option<String>, key: &str, reason: &str) -> Result<(), IpamError> {
     match value.as_deref() {
         Some(v) if !v.is_empty() => Err(IpamError::config(key, reason)),
@@ -258,20 +242,6 @@ fn check(keys: Keys) -> Result<WhereaboutsConf, IpamError> {
                 ),
             ))
         }
-    }
-    for (value, key) in [
-        (&keys.etcd_host, "ipam.etcd_host"),
-        (&keys.etcd_username, "ipam.etcd_username"),
-        (&keys.etcd_password, "ipam.etcd_password"),
-        (&keys.etcd_key_file, "ipam.etcd_key_file"),
-        (&keys.etcd_cert_file, "ipam.etcd_cert_file"),
-        (&keys.etcd_ca_cert_file, "ipam.etcd_ca_cert_file"),
-    ] {
-        refuse_if_set(
-            value,
-            key,
-            "there is no etcd datastore: pools live on the Kubernetes API",
-        )?;
     }
     if keys.sleep_for_race.unwrap_or(0) != 0 {
         return Err(IpamError::config(
@@ -311,16 +281,11 @@ fn check(keys: Keys) -> Result<WhereaboutsConf, IpamError> {
     }
     for (i, r) in keys.ip_ranges.iter().flatten().enumerate() {
         let path = format!("ipam.ipRanges[{i}]");
-        let range = r
-            .range
-            .as_deref()
-            .filter(|r| !r.is_empty())
-            .ok_or_else(|| {
-                IpamError::config(
-                    format!("{path}.range"),
-                    "is required: the range in CIDR notation",
-                )
-            })?;
+        let range = required(
+            r.range.as_deref(),
+            &format!("{path}.range"),
+            "is required: the range in CIDR notation",
+        )?;
         ranges.push(pool_range(
             range,
             r.range_start.as_deref(),
@@ -343,32 +308,30 @@ fn check(keys: Keys) -> Result<WhereaboutsConf, IpamError> {
                 .map_err(|reason| IpamError::config("ipam.node_slice_size", reason))?,
         ),
     };
-    let addresses = keys
+    let ips = keys
         .addresses
         .iter()
         .flatten()
         .enumerate()
         .map(|(i, a)| {
-            let path = format!("ipam.addresses[{i}]");
-            let text = a.address.as_deref().unwrap_or_default();
-            let address = parse_address(text)
-                .map_err(|reason| IpamError::config(format!("{path}.address"), reason))?;
-            let gateway = parse_ip(a.gateway.as_deref(), &format!("{path}.gateway"))?;
-            Ok(StaticAddress { address, gateway })
+            let (address, gateway) = a.parse(&format!("ipam.addresses[{i}]"))?;
+            Ok(IpConfig {
+                address,
+                gateway,
+                interface: None,
+            })
         })
         .collect::<Result<Vec<_>, IpamError>>()?;
-    let dns = keys.dns.unwrap_or_default();
     Ok(WhereaboutsConf {
         ranges,
         gateway: parse_ip(keys.gateway.as_deref(), "ipam.gateway")?,
-        routes: parse_routes(keys.routes.as_deref(), "ipam.routes")?,
-        dns: Dns {
-            nameservers: dns.nameservers.unwrap_or_default(),
-            domain: dns.domain.filter(|d| !d.is_empty()),
-            search: dns.search.unwrap_or_default(),
-            options: dns.options.unwrap_or_default(),
+        result: CniResult {
+            cni_version: None,
+            interfaces: Vec::new(),
+            ips,
+            routes: parse_routes(keys.routes.as_deref(), "ipam.routes")?,
+            dns: keys.dns.as_ref().map(DnsConf::to_dns).unwrap_or_default(),
         },
-        addresses,
         network_name: keys.network_name.filter(|n| !n.is_empty()),
         overlapping_ranges: keys.enable_overlapping_ranges.unwrap_or(true),
         node_slice_size,
@@ -491,9 +454,14 @@ mod tests {
         Ok(None)
     }
 
+    /// The field a configuration error names (a type error is the
+    /// decoder's, with the path in its details).
     fn field_of(e: IpamError) -> String {
         match e {
             IpamError::Config { field, .. } => field,
+            IpamError::Cni(e) if e.code == plexus_cni::error::ErrorCode::InvalidConfig => {
+                e.details.split(':').next().unwrap().to_string()
+            }
             other => panic!("not a config error: {other:?}"),
         }
     }
@@ -571,58 +539,51 @@ mod tests {
 
     #[test]
     fn keys_plexus_cannot_honour_are_refused_naming_them() {
-        let refused = |v: Value| field_of(parse(&ipam(v), no_files).unwrap_err());
         let r = json!("10.0.0.0/24");
-        assert_eq!(
-            refused(json!({"range": r, "datastore": "etcd"})),
-            "ipam.datastore"
-        );
-        assert_eq!(
-            refused(json!({"range": r, "etcd_host": "h:2379"})),
-            "ipam.etcd_host"
-        );
-        assert_eq!(
-            refused(json!({"range": r, "sleep_for_race": 2})),
-            "ipam.sleep_for_race"
-        );
-        assert_eq!(
-            refused(json!({"range": r, "kubernetes": {"k8s_api_root": "https://x"}})),
-            "ipam.kubernetes.k8s_api_root"
-        );
-        assert_eq!(refused(json!({})), "ipam.range");
-        assert_eq!(refused(json!({"range": "10.0.0.0/31"})), "ipam.range");
-        assert_eq!(refused(json!({"range": "10.0.0.0"})), "ipam.range");
-        assert_eq!(
-            refused(json!({"range": r, "range_start": "10.0.1.1"})),
-            "ipam.range_start"
-        );
-        assert_eq!(
-            refused(json!({"range": r, "range_end": "10.0.0.255"})),
-            "ipam.range_end"
-        );
-        assert_eq!(
-            refused(json!({"range": r, "range_start": "10.0.0.9", "range_end": "10.0.0.3"})),
-            "ipam.range_end"
-        );
-        assert_eq!(
-            refused(json!({"range": r, "exclude": ["x"]})),
-            "ipam.exclude[0]"
-        );
-        assert_eq!(refused(json!({"exclude": ["10.0.0.1"]})), "ipam.exclude");
-        assert_eq!(refused(json!({"ipRanges": [{}]})), "ipam.ipRanges[0].range");
-        assert_eq!(
-            refused(json!({"range": r, "gateway": "gw"})),
-            "ipam.gateway"
-        );
-        assert_eq!(
-            refused(json!({"range": r, "node_slice_size": "/x"})),
-            "ipam.node_slice_size"
-        );
-        assert_eq!(
-            refused(json!({"range": r, "addresses": [{"address": "10.1.1.1"}]})),
-            "ipam.addresses[0].address"
-        );
-        assert_eq!(refused(json!({"range": 5})), "ipam.range");
+        let cases = [
+            (json!({"range": r, "datastore": "etcd"}), "ipam.datastore"),
+            (json!({"range": r, "etcd_host": "h:2379"}), "ipam.etcd_host"),
+            (
+                json!({"range": r, "sleep_for_race": 2}),
+                "ipam.sleep_for_race",
+            ),
+            (
+                json!({"range": r, "kubernetes": {"k8s_api_root": "https://x"}}),
+                "ipam.kubernetes.k8s_api_root",
+            ),
+            (json!({}), "ipam.range"),
+            (json!({"range": "10.0.0.0/31"}), "ipam.range"),
+            (json!({"range": "10.0.0.0"}), "ipam.range"),
+            (
+                json!({"range": r, "range_start": "10.0.1.1"}),
+                "ipam.range_start",
+            ),
+            (
+                json!({"range": r, "range_end": "10.0.0.255"}),
+                "ipam.range_end",
+            ),
+            (
+                json!({"range": r, "range_start": "10.0.0.9", "range_end": "10.0.0.3"}),
+                "ipam.range_end",
+            ),
+            (json!({"range": r, "exclude": ["x"]}), "ipam.exclude[0]"),
+            (json!({"exclude": ["10.0.0.1"]}), "ipam.exclude"),
+            (json!({"ipRanges": [{}]}), "ipam.ipRanges[0].range"),
+            (json!({"range": r, "gateway": "gw"}), "ipam.gateway"),
+            (
+                json!({"range": r, "node_slice_size": "/x"}),
+                "ipam.node_slice_size",
+            ),
+            (
+                json!({"range": r, "addresses": [{"address": "10.1.1.1"}]}),
+                "ipam.addresses[0].address",
+            ),
+            (json!({"range": 5}), "ipam.range"),
+        ];
+        for (section, field) in cases {
+            let e = parse(&ipam(section.clone()), no_files).unwrap_err();
+            assert_eq!(field_of(e), field, "{section}");
+        }
     }
 
     #[test]
@@ -642,8 +603,8 @@ mod tests {
         .unwrap();
         assert_eq!(c.node_slice_size, Some(SliceSize(28)));
         assert_eq!(c.gateway.unwrap().to_string(), "10.0.0.1");
-        assert_eq!(c.routes.len(), 1);
-        assert_eq!(c.dns.nameservers, ["1.1.1.1"]);
-        assert_eq!(c.addresses[0].address.to_string(), "10.5.0.1/24");
+        assert_eq!(c.result.routes.len(), 1);
+        assert_eq!(c.result.dns.nameservers, ["1.1.1.1"]);
+        assert_eq!(c.result.ips[0].address.to_string(), "10.5.0.1/24");
     }
 }

@@ -20,9 +20,9 @@ use serde::{Deserialize, Serialize};
 
 use super::conf::{from_u128, to_u128};
 
+/// The API group and version of whereabouts' objects.
 pub const GROUP: &str = "whereabouts.cni.cncf.io";
 pub const VERSION: &str = "v1alpha1";
-pub const API_VERSION: &str = "whereabouts.cni.cncf.io/v1alpha1";
 
 /// The namespace whereabouts keeps its objects in when the kubeconfig's
 /// context names none (`wbNamespaceFromCtx`).
