@@ -192,7 +192,16 @@ impl Whereabouts {
                     .into(),
             })?;
         let pools = match &self.daemon {
-            Some(api) => Pools::shared(api, namespace_of(&kubeconfig)?),
+            Some(api) => {
+                let namespace = namespace_of(&kubeconfig)?;
+                Pools::shared(
+                    &api.handle,
+                    &api.client,
+                    api.timeouts,
+                    &api.pools,
+                    namespace,
+                )
+            }
             None => Pools::connect(&kubeconfig, self.timeouts)?,
         };
         Ok(Call {

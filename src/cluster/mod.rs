@@ -4,6 +4,7 @@
 //! [`NadSource`] and [`Cluster`] traits.
 
 pub mod api;
+pub mod client;
 pub mod dir;
 pub mod error;
 pub mod events;

@@ -24,8 +24,8 @@ use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use super::api::bounded;
+use super::client::{context_namespace, owned_client, Driver};
 use super::error::{ApiRequest, ClusterError, Verb};
-use super::kube::{context_namespace, owned_client, Driver, SharedApi};
 use super::watch::drive;
 use crate::config::ApiTimeouts;
 use plexus_ipam::whereabouts::pool::{
@@ -181,17 +181,18 @@ impl Pools {
         ))
     }
 
-    /// The daemon's: its connection, and its watch cache of `namespace`.
-    pub fn shared(api: &SharedApi, namespace: String) -> Pools {
-        let cache = api.pools.of(&namespace);
-        let driver = Driver::Shared(api.handle.clone());
-        Pools::on(
-            driver,
-            api.client.clone(),
-            namespace,
-            api.timeouts,
-            Some(cache),
-        )
+    /// The daemon's: its connection (`client` on the runtime of `handle`),
+    /// and its watch cache of `namespace` in `watches`.
+    pub fn shared(
+        handle: &tokio::runtime::Handle,
+        client: &kube::Client,
+        timeouts: ApiTimeouts,
+        watches: &PoolWatches,
+        namespace: String,
+    ) -> Pools {
+        let cache = watches.of(&namespace);
+        let driver = Driver::Shared(handle.clone());
+        Pools::on(driver, client.clone(), namespace, timeouts, Some(cache))
     }
 
     fn on(

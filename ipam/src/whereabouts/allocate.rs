@@ -12,8 +12,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use super::conf::{from_u128, to_u128, usable, PoolRange};
+use super::conf::{usable, PoolRange};
 use super::pool::{address_at, offset_key, Allocation};
+use crate::range::{from_u128, to_u128};
 
 /// Who asks for an address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,6 +19,7 @@ use crate::common::{
     parse_address, parse_ip, parse_routes, required, AddressConf, DnsConf, RouteConf,
 };
 use crate::error::IpamError;
+use crate::range::{from_u128, to_u128};
 
 /// Where whereabouts looks for its flat file after `configuration_path`
 /// (`GetFlatIPAM`), in order; the first that exists is read.
@@ -438,8 +439,6 @@ impl SizeU128 for IpNetwork {
             .unwrap_or(u128::MAX)
     }
 }
-
-pub(super) use crate::range::{from_u128, to_u128};
 
 #[cfg(test)]
 mod tests {

@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
 
-use super::conf::{from_u128, to_u128};
+use crate::range::{from_u128, to_u128};
 
 /// The API group and version of whereabouts' objects.
 pub const GROUP: &str = "whereabouts.cni.cncf.io";
