@@ -177,9 +177,25 @@ pub enum Outcome {
     },
 }
 
+/// Whether this binary was run by the file name `name` (a link to it).
+fn invoked_as(name: &str) -> bool {
+    std::env::args_os()
+        .next()
+        .and_then(|argv0| {
+            let path = std::path::PathBuf::from(argv0);
+            path.file_name().map(|n| n == name)
+        })
+        .unwrap_or(false)
+}
+
 /// Entry point: runs the plugin call or the command the arguments name.
 pub fn main() -> Outcome {
     let plugin_mode = std::env::var_os("CNI_COMMAND").is_some() && std::env::args_os().len() <= 1;
+    if plugin_mode && invoked_as(crate::cluster_ipam::PLUGIN_TYPE) {
+        // Installed as `whereabouts` (README "From whereabouts"): the IPAM
+        // plugin alone, for a runtime or a meta-plugin that execs it.
+        return Outcome::PluginCall(crate::cluster_ipam::run_as_plugin());
+    }
     if plugin_mode {
         return Outcome::PluginCall(crate::commands::daemon::shim::run());
     }

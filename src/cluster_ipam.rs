@@ -110,6 +110,19 @@ pub fn factory(conf: Option<&PlexusConf>, daemon: Option<SharedApi>) -> Factory 
     })
 }
 
+/// The plugin as its own binary (plexus linked as `whereabouts`): one CNI
+/// call on this process's environment, stdin and stdout; the exit code.
+pub fn run_as_plugin() -> i32 {
+    crate::logging::init_call(&crate::logging::LogSettings::default());
+    crate::cni::skel::run(
+        &Whereabouts::default(),
+        |key| std::env::var_os(key),
+        &mut std::io::stdin().lock(),
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr().lock(),
+    )
+}
+
 /// The registry builds a plugin per use; the settings are shared.
 struct SharedPlugin(Arc<Whereabouts>);
 

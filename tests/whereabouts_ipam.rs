@@ -78,7 +78,28 @@ fn plexus_as(plugin: &Whereabouts, call: &Call, conf: &Value) -> Result<Value, V
 
 /// The real whereabouts binary.
 fn whereabouts(call: &Call, conf: &Value) -> Result<Value, Value> {
-    let binary = &peers::whereabouts().unwrap().binary;
+    exec(&peers::whereabouts().unwrap().binary, call, conf)
+}
+
+/// The plexus binary installed as `whereabouts` (a link by that name), as
+/// a runtime or Multus execs an IPAM plugin.
+fn plexus_exec(call: &Call, conf: &Value) -> Result<Value, Value> {
+    static LINK: OnceLock<std::path::PathBuf> = OnceLock::new();
+    let link = LINK.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("plexus-as-wb")
+            .tempdir()
+            .unwrap()
+            .keep();
+        let link = dir.join("whereabouts");
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_plexus"), &link).unwrap();
+        link
+    });
+    exec(link, call, conf)
+}
+
+/// A CNI plugin binary run with `call`'s environment and `conf` on stdin.
+fn exec(binary: &std::path::Path, call: &Call, conf: &Value) -> Result<Value, Value> {
     let mut cmd = Command::new(binary);
     cmd.env_clear().envs(call.env());
     let (out, _) = output_within(&mut cmd, &conf.to_string(), Duration::from_secs(120));
@@ -208,7 +229,8 @@ fn interop_with_whereabouts_both_ways() {
     let a = whereabouts(&call("ADD", "ca", "ns1/a"), &conf).expect("whereabouts ADD a");
     let b = plexus(&call("ADD", "cb", "ns1/b"), &conf).expect("plexus ADD b");
     let c = whereabouts(&call("ADD", "cc", "ns1/c"), &conf).expect("whereabouts ADD c");
-    let d = plexus(&call("ADD", "cd", "ns1/d"), &conf).expect("plexus ADD d");
+    // plexus installed as the `whereabouts` binary, exec'd.
+    let d = plexus_exec(&call("ADD", "cd", "ns1/d"), &conf).expect("plexus ADD d (exec'd)");
     let given: BTreeSet<String> = [&a, &b, &c, &d].iter().map(|r| address(r)).collect();
     assert_eq!(given.len(), 4, "each address once: {given:?}");
     let held = allocations(api, pool);
@@ -239,7 +261,7 @@ fn interop_with_whereabouts_both_ways() {
     // DEL is idempotent.
     plexus(&call("DEL", "ca", "ns1/a"), &conf).expect("a second DEL");
     plexus(&call("DEL", "cc", "ns1/c"), &conf).unwrap();
-    plexus(&call("DEL", "cd", "ns1/d"), &conf).unwrap();
+    plexus_exec(&call("DEL", "cd", "ns1/d"), &conf).unwrap();
     assert_eq!(allocations(api, pool), vec![]);
     assert_eq!(reservations(api, net), Vec::<String>::new());
 }
