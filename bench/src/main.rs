@@ -37,6 +37,7 @@
 //! needs a PCI SR-IOV PF and recreates its VFs, so it runs only in the test
 //! VM (`vm-tests/run --bench -- --sriov`).
 
+mod cluster_ipam;
 mod hot_text;
 mod hotplug;
 mod kube;
@@ -93,6 +94,15 @@ struct Args {
     /// one-node cluster (`--cluster`), and is skipped with a note without.
     #[arg(long, value_name = "DIR")]
     dynamic_controller: Option<PathBuf>,
+    /// Run only the cluster-wide IPAM case: `--nodes` simulated nodes each
+    /// ADD `--pods` pods (default 12) at once from one whereabouts pool on
+    /// the test API server, through whereabouts and through plexus exec'd
+    /// as `whereabouts`, side by side; then DEL them all.
+    #[arg(long)]
+    cluster_ipam: bool,
+    /// Simulated nodes of the cluster-wide IPAM case.
+    #[arg(long, default_value_t = 4)]
+    nodes: usize,
     /// Exit non-zero when a target is missed.
     #[arg(long)]
     check: bool,
@@ -425,6 +435,7 @@ fn run(args: &Args) -> Result<bool, String> {
         return Err(format!("{} not found", plexus.display()));
     }
     let pod_count = args.pods.unwrap_or(match (args.sriov, args.cluster) {
+        _ if args.cluster_ipam => 12,
         (true, _) => 20,
         (_, true) => 100,
         _ => 40,
@@ -436,6 +447,18 @@ fn run(args: &Args) -> Result<bool, String> {
     let tmp = TempDir(std::env::temp_dir().join(format!("plexus-bench-{pid}")));
     std::fs::create_dir_all(&tmp.0).map_err(|e| e.to_string())?;
 
+    if args.cluster_ipam {
+        if !plexus_testkit::has(plexus_testkit::Feature::KubeApiServer) {
+            return Err("--cluster-ipam: no test API server here (.ci/kube-apiserver)".into());
+        }
+        let setup = cluster_ipam::Setup {
+            plexus: &plexus,
+            tmp: &tmp.0,
+            nodes: args.nodes.max(1),
+            pods_per_node: pod_count,
+        };
+        return cluster_ipam::run(&setup);
+    }
     if args.cluster {
         return cluster(args, pod_count);
     }

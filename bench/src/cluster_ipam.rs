@@ -1,0 +1,335 @@
+//! The cluster-wide IPAM case (`--cluster-ipam`, issue 33 item 9): simulated
+//! nodes each ADD their pods at once, all from one whereabouts pool on the
+//! real kube-apiserver (the test one), first through whereabouts (built here
+//! by `.ci/whereabouts`), then through plexus installed as `whereabouts` (the
+//! same exec per call, thin), side by side in one run. Then every pod is
+//! DELeted at once.
+//!
+//! Reported per contender: ADD p50 and p99, the storm's wall time, failures,
+//! addresses given twice, what the pool and the reservations still hold
+//! after the DELs, and API requests per allocation by verb and resource
+//! from the API server's audit log. Both run as plexus's identity (the
+//! audit log records it), which the case grants whereabouts' Lease and
+//! list verbs for the run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use plexus_testkit::kube::{api, KubeApi};
+use plexus_testkit::peers;
+use serde_json::{json, Value};
+
+use crate::{ms, percentile, verdict};
+
+/// issue 33's target: plexus's storm at least this much faster.
+const WALL_SPEEDUP_TARGET: f64 = 20.0;
+/// One CNI call's bound; whereabouts' own ADD limit is 2 min.
+const CALL_LIMIT: Duration = Duration::from_secs(150);
+
+pub struct Setup<'a> {
+    pub plexus: &'a Path,
+    pub tmp: &'a Path,
+    pub nodes: usize,
+    pub pods_per_node: usize,
+}
+
+/// What whereabouts needs beyond plexus's role: its Lease, and the lists
+/// and updates of its objects. For this benchmark's API server only.
+const BENCH_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: plexus-bench-whereabouts}
+rules:
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    verbs: [get, list, watch, create, update, patch]
+  - apiGroups: [whereabouts.cni.cncf.io]
+    resources: [ippools, overlappingrangeipreservations, nodeslicepools]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: plexus-bench-whereabouts}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: plexus-bench-whereabouts}
+subjects: [{kind: ServiceAccount, name: plexus, namespace: kube-system}]
+"#;
+
+/// One contender's storm.
+struct Storm {
+    add: Vec<Duration>,
+    wall: Duration,
+    failures: Vec<String>,
+    duplicates: usize,
+    del_failures: usize,
+    left_allocations: usize,
+    left_reservations: usize,
+    requests: BTreeMap<(String, String), usize>,
+}
+
+pub fn run(setup: &Setup) -> Result<bool, String> {
+    println!(
+        "\nCluster-wide IPAM: {} nodes x {} pods ADD at once from one pool, then DEL",
+        setup.nodes, setup.pods_per_node
+    );
+    let whereabouts = match peers::whereabouts() {
+        Ok(w) => w,
+        Err(why) => {
+            println!("skipped: {why}");
+            return Ok(true);
+        }
+    };
+    let api = api();
+    api.kubectl(&["apply", "-f", &whereabouts.crds.display().to_string()]);
+    api.apply(BENCH_RBAC);
+    let link = setup.tmp.join("plexus-as/whereabouts");
+    std::fs::create_dir_all(link.parent().unwrap()).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(&link);
+    let target = std::fs::canonicalize(setup.plexus).map_err(|e| e.to_string())?;
+    std::os::unix::fs::symlink(target, &link).map_err(|e| e.to_string())?;
+    let flat = setup.tmp.join("whereabouts.conf");
+    let flat_conf = json!({"datastore": "kubernetes",
+                           "kubernetes": {"kubeconfig": api.plexus_kubeconfig()}});
+    std::fs::write(&flat, flat_conf.to_string()).map_err(|e| e.to_string())?;
+
+    let pid = std::process::id();
+    let contenders = [
+        (
+            "whereabouts",
+            whereabouts.binary.clone(),
+            format!("bwb{pid}"),
+        ),
+        ("plexus (exec'd, thin)", link, format!("bpx{pid}")),
+    ];
+    let mut storms = Vec::new();
+    for (who, binary, network) in &contenders {
+        let conf = json!({"cniVersion": "1.0.0", "name": network, "type": "macvlan",
+                          "ipam": {"type": "whereabouts", "range": "10.200.0.0/16",
+                                   "network_name": network,
+                                   "configuration_path": flat}});
+        storms.push((*who, storm(api, binary, &conf, network, setup)?));
+    }
+
+    println!(
+        "{:<22} {:>12} {:>12} {:>10} {:>9} {:>6} {:>12}",
+        "", "ADD p50", "ADD p99", "wall", "failures", "dups", "left after"
+    );
+    for (who, s) in &storms {
+        println!(
+            "{:<22} {:>12} {:>12} {:>8.2} s {:>9} {:>6} {:>5} + {:<5}",
+            who,
+            ms(percentile(&s.add, 0.5)),
+            ms(percentile(&s.add, 0.99)),
+            s.wall.as_secs_f64(),
+            s.failures.len() + s.del_failures,
+            s.duplicates,
+            s.left_allocations,
+            s.left_reservations,
+        );
+    }
+    let total = (setup.nodes * setup.pods_per_node) as f64;
+    for (who, s) in &storms {
+        let per: Vec<String> = s
+            .requests
+            .iter()
+            .map(|((verb, resource), n)| format!("{:.2} {verb} {resource}", *n as f64 / total))
+            .collect();
+        println!(
+            "API requests per allocation, {who} (audit log, ADD and DEL): {}",
+            per.join(", ")
+        );
+        for failure in s.failures.iter().take(3) {
+            println!("  {who}: {failure}");
+        }
+    }
+    let (wb, px) = (&storms[0].1, &storms[1].1);
+    let speedup = wb.wall.as_secs_f64() / px.wall.as_secs_f64();
+    let clean = |s: &Storm| {
+        s.failures.is_empty()
+            && s.del_failures == 0
+            && s.duplicates == 0
+            && s.left_allocations == 0
+            && s.left_reservations == 0
+    };
+    if clean(px) {
+        println!(
+            "storm wall: plexus (exec'd, thin) is {speedup:.1}x faster than whereabouts \
+             (issue 33's target for thick: >= {WALL_SPEEDUP_TARGET}x)"
+        );
+    }
+    println!(
+        "plexus: no failure, no duplicate, nothing left: {}",
+        verdict(clean(px))
+    );
+    Ok(clean(px))
+}
+
+/// Every pod of every node ADDed at once through `binary`, then DELeted at
+/// once; what the pool holds after.
+fn storm(
+    api: &KubeApi,
+    binary: &Path,
+    conf: &Value,
+    network: &str,
+    setup: &Setup,
+) -> Result<Storm, String> {
+    let pods: Vec<(String, String)> = (0..setup.nodes)
+        .flat_map(|n| {
+            (0..setup.pods_per_node).map(move |p| (format!("node-{n}"), format!("p{n}-{p}")))
+        })
+        .collect();
+    let before = api.audited().len();
+    let started = Instant::now();
+    let added = all_at_once(binary, conf, "ADD", &pods);
+    let wall = started.elapsed();
+    let deleted = all_at_once(binary, conf, "DEL", &pods);
+    let requests = api.audited()[before..]
+        .iter()
+        .filter(|r| r.stage == "ResponseComplete")
+        .fold(BTreeMap::new(), |mut counts, r| {
+            *counts
+                .entry((r.verb.clone(), r.resource.clone()))
+                .or_insert(0) += 1;
+            counts
+        });
+    let mut add = Vec::new();
+    let mut failures = Vec::new();
+    let mut given = Vec::new();
+    for (took, out) in added {
+        match out {
+            Ok(result) => {
+                add.push(took);
+                given.push(
+                    result["ips"][0]["address"]
+                        .as_str()
+                        .unwrap_or("?")
+                        .to_string(),
+                );
+            }
+            Err(e) => failures.push(e),
+        }
+    }
+    let distinct: BTreeSet<&String> = given.iter().collect();
+    let kind = "ippools.whereabouts.cni.cncf.io";
+    let pool = format!("{network}-10.200.0.0-16");
+    let held = api.kubectl(&[
+        "get",
+        kind,
+        "-n",
+        "kube-system",
+        &pool,
+        "-o",
+        "json",
+        "--ignore-not-found",
+    ]);
+    let left_allocations = serde_json::from_str::<Value>(&held)
+        .ok()
+        .and_then(|p| p["spec"]["allocations"].as_object().map(|a| a.len()))
+        .unwrap_or(0);
+    let reservations = "overlappingrangeipreservations.whereabouts.cni.cncf.io";
+    let names = api.kubectl(&["get", reservations, "-n", "kube-system", "-o", "name"]);
+    let left_reservations = names
+        .lines()
+        .filter(|l| l.contains(&format!("/{network}-")))
+        .count();
+    if add.is_empty() {
+        add.push(wall);
+    }
+    Ok(Storm {
+        add,
+        wall,
+        failures,
+        duplicates: given.len() - distinct.len(),
+        del_failures: deleted.iter().filter(|(_, out)| out.is_err()).count(),
+        left_allocations,
+        left_reservations,
+        requests,
+    })
+}
+
+type Answer = (Duration, Result<Value, String>);
+
+/// `command` for every pod at once, each its own process: its time and
+/// answer.
+fn all_at_once(
+    binary: &Path,
+    conf: &Value,
+    command: &str,
+    pods: &[(String, String)],
+) -> Vec<Answer> {
+    std::thread::scope(|s| {
+        let calls: Vec<_> = pods
+            .iter()
+            .map(|(node, pod)| s.spawn(move || call(binary, conf, command, node, pod)))
+            .collect();
+        calls
+            .into_iter()
+            .map(|c| c.join().expect("a call thread"))
+            .collect()
+    })
+}
+
+fn call(binary: &Path, conf: &Value, command: &str, node: &str, pod: &str) -> Answer {
+    let started = Instant::now();
+    let mut child = match Command::new(binary)
+        .env_clear()
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", format!("c-{pod}"))
+        .env("CNI_IFNAME", "net1")
+        .env("CNI_NETNS", "/var/run/netns/unused-by-ipam")
+        .env("CNI_PATH", "/nonexistent")
+        .env(
+            "CNI_ARGS",
+            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME={pod}"),
+        )
+        .env("NODENAME", node)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => return (started.elapsed(), Err(e.to_string())),
+    };
+    let input = conf.to_string();
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write;
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    let waited = wait_bounded(child, CALL_LIMIT);
+    let took = started.elapsed();
+    let answer = match waited {
+        None => Err(format!("{command} {pod}: no answer within {CALL_LIMIT:?}")),
+        Some((true, out)) if out.is_empty() => Ok(Value::Null),
+        Some((true, out)) => {
+            serde_json::from_slice(&out).map_err(|e| format!("{command} {pod}: {e}"))
+        }
+        Some((false, out)) => Err(format!(
+            "{command} {pod}: {}",
+            String::from_utf8_lossy(&out)
+        )),
+    };
+    (took, answer)
+}
+
+/// The child's success and stdout, or `None` (it is killed) past `limit`.
+fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Option<(bool, Vec<u8>)> {
+    let mut stdout = child.stdout.take()?;
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stdout, &mut out);
+        out
+    });
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some((status.success(), reader.join().ok()?)),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
