@@ -18,10 +18,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
+use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use crate::cluster::kube::SharedApi;
 use crate::cluster::pools::{namespace_of, Pools, Written};
@@ -45,6 +46,73 @@ pub const PLUGIN_TYPE: &str = "whereabouts";
 /// before it: whereabouts' own DEL limit (its ADD's is 2 min, past most
 /// runtimes' patience).
 const CALL_BUDGET: Duration = Duration::from_secs(60);
+
+/// What cluster-wide IPAM counts, in every process; the daemon's `/metrics`
+/// serves them (`plexus_cluster_ipam_*`).
+pub struct IpamMetrics {
+    /// Addresses taken, by result (`ok`, `exhausted`, `failed`).
+    allocations: IntCounterVec,
+    /// Pool writes that lost to another writer and were decided again.
+    conflicts: IntCounter,
+    /// Addresses given back at DEL.
+    releases: IntCounter,
+    /// Each pool's addresses, by state (`held` after this process's last
+    /// write of it, `usable`).
+    pool_addresses: IntGaugeVec,
+}
+
+impl IpamMetrics {
+    /// Serve them from `registry` (the daemon's).
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.allocations.clone()))?;
+        registry.register(Box::new(self.conflicts.clone()))?;
+        registry.register(Box::new(self.releases.clone()))?;
+        registry.register(Box::new(self.pool_addresses.clone()))
+    }
+
+    fn held(&self, pool: &str, range: &PoolRange, held: usize) {
+        let usable = i64::try_from(allocate::capacity(range)).unwrap_or(i64::MAX);
+        let gauge = |state| self.pool_addresses.with_label_values(&[pool, state]);
+        gauge("usable").set(usable);
+        gauge("held").set(i64::try_from(held).unwrap_or(i64::MAX));
+    }
+}
+
+/// This process's [`IpamMetrics`].
+pub fn metrics() -> &'static IpamMetrics {
+    static METRICS: OnceLock<IpamMetrics> = OnceLock::new();
+    METRICS.get_or_init(|| {
+        let opts = |name: &str, help: &str| Opts::new(name, help);
+        IpamMetrics {
+            allocations: IntCounterVec::new(
+                opts(
+                    "cluster_ipam_allocations_total",
+                    "Cluster-wide IPAM addresses taken, by result (ok, exhausted, failed).",
+                ),
+                &["result"],
+            )
+            .expect("valid metric"),
+            conflicts: IntCounter::with_opts(opts(
+                "cluster_ipam_write_conflicts_total",
+                "IPPool writes that lost to another writer (409) and were decided again.",
+            ))
+            .expect("valid metric"),
+            releases: IntCounter::with_opts(opts(
+                "cluster_ipam_releases_total",
+                "Cluster-wide IPAM addresses given back at DEL.",
+            ))
+            .expect("valid metric"),
+            pool_addresses: IntGaugeVec::new(
+                opts(
+                    "cluster_ipam_pool_addresses",
+                    "Addresses of each IPPool, by state (held after the last write, usable).",
+                ),
+                &["pool", "state"],
+            )
+            .expect("valid metric"),
+        }
+    })
+}
 
 /// What goes wrong, typed; the CNI code of each is chosen in
 /// `From<ClusterIpamError> for CniError`.
@@ -338,14 +406,25 @@ impl Call<'_> {
             };
             let changes = BTreeMap::from([(chosen.key.clone(), Some(entry))]);
             match self.pools.write(&copy, &changes)? {
-                Written::Done => break Ok(chosen.ip),
+                Written::Done => {
+                    let held = copy.spec.allocations.len() + 1;
+                    metrics().held(&name, range, held);
+                    break Ok(chosen.ip);
+                }
                 Written::Lost if Instant::now() < self.deadline => {
+                    metrics().conflicts.inc();
                     tries += 1;
                     std::thread::sleep(backoff(tries));
                 }
                 Written::Lost => break Err(self.give_up(name.clone(), tries + 1)),
             }
         };
+        let result = match &outcome {
+            Ok(_) => "ok",
+            Err(ClusterIpamError::Ipam(IpamError::RangeExhausted(_))) => "exhausted",
+            Err(_) => "failed",
+        };
+        metrics().allocations.with_label_values(&[result]).inc();
         if outcome.is_err() {
             if let Some(ip) = reserved {
                 // Best effort: the ADD's own error is what the runtime sees.
@@ -372,8 +451,13 @@ impl Call<'_> {
             let ip = pool::address_at(range.network, key);
             let changes = BTreeMap::from([(key.clone(), None::<Allocation>)]);
             match self.pools.write(&copy, &changes)? {
-                Written::Done => return Ok(ip),
+                Written::Done => {
+                    metrics().releases.inc();
+                    metrics().held(&name, range, copy.spec.allocations.len() - 1);
+                    return Ok(ip);
+                }
                 Written::Lost if Instant::now() < self.deadline => {
+                    metrics().conflicts.inc();
                     tries += 1;
                     std::thread::sleep(backoff(tries));
                 }

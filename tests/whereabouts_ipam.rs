@@ -81,17 +81,19 @@ fn whereabouts(call: &Call, conf: &Value) -> Result<Value, Value> {
     exec(&peers::whereabouts().unwrap().binary, call, conf)
 }
 
+/// A directory for the whole test binary's run (kept: the files in it are
+/// shared by its tests).
+fn kept_dir(prefix: &str) -> std::path::PathBuf {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    dir.keep()
+}
+
 /// The plexus binary installed as `whereabouts` (a link by that name), as
 /// a runtime or Multus execs an IPAM plugin.
 fn plexus_exec(call: &Call, conf: &Value) -> Result<Value, Value> {
     static LINK: OnceLock<std::path::PathBuf> = OnceLock::new();
     let link = LINK.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("plexus-as-wb")
-            .tempdir()
-            .unwrap()
-            .keep();
-        let link = dir.join("whereabouts");
+        let link = kept_dir("plexus-as-wb").join("whereabouts");
         std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_plexus"), &link).unwrap();
         link
     });
@@ -158,12 +160,7 @@ fn conf(api: &KubeApi, network_name: &str, range: &str) -> Value {
 fn flat_file(api: &KubeApi) -> String {
     static PATH: OnceLock<String> = OnceLock::new();
     PATH.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("plexus-wb-flat")
-            .tempdir()
-            .unwrap()
-            .keep();
-        let path = dir.join("whereabouts.conf");
+        let path = kept_dir("plexus-wb-flat").join("whereabouts.conf");
         std::fs::write(
             &path,
             json!({"datastore": "kubernetes",

@@ -70,10 +70,21 @@ fn a_warm_whereabouts_add_reads_no_pool_and_writes_it_once() {
         shown[0]["held"].as_u64().unwrap()
     };
     assert_eq!(allocations(), 2);
+    // The daemon's metrics (issue 33 item 8).
+    let held = format!("plexus_cluster_ipam_pool_addresses{{pool=\"{pool}\",state=\"held\"}}");
+    let usable = format!("plexus_cluster_ipam_pool_addresses{{pool=\"{pool}\",state=\"usable\"}}");
+    assert_eq!(
+        w.metric("plexus_cluster_ipam_allocations_total{result=\"ok\"}"),
+        2.0
+    );
+    assert_eq!(w.metric(&held), 2.0);
+    assert_eq!(w.metric(&usable), 254.0);
     for (pod, netns) in [("p1", &p1), ("p2", &p2)] {
         assert_ok(&format!("DEL {pod}"), &w.call("DEL", pod, netns, &w.conf));
     }
     assert_eq!(allocations(), 0);
+    assert_eq!(w.metric("plexus_cluster_ipam_releases_total"), 2.0);
+    assert_eq!(w.metric(&held), 0.0);
     let kind = "overlappingrangeipreservations.whereabouts.cni.cncf.io";
     let reservations = w
         .kube

@@ -77,6 +77,9 @@ impl Metrics {
         registry
             .register(Box::new(cache_objects.clone()))
             .expect("registered once");
+        crate::cluster_ipam::metrics()
+            .register(&registry)
+            .expect("registered once");
         Metrics {
             calls: counter(
                 "cni_calls_total",
