@@ -3,17 +3,26 @@
 //! ([`plexus_ipam::whereabouts::conf`]) and its objects on the API server
 //! ([`crate::cluster::pools`]), without its cluster-wide Lease.
 //!
-//! The invariant ([`plexus_ipam::whereabouts`]): an address is added to a
-//! pool only by a compare-and-swap on the pool's resourceVersion, decided
-//! on the copy of that version; a write that loses decides again on a fresh
-//! copy, after a jittered pause, until the call's deadline. With
-//! overlapping ranges on (the default) the address is first reserved
-//! cluster-wide (an OverlappingRangeIPReservation, created only if absent),
-//! so that no pool of an overlapping range hands it out meanwhile; a
-//! reservation another pod holds makes the address taken. A failed ADD
-//! gives back what it took; DEL removes the container's entry (container ID
-//! and interface, as whereabouts) and its own reservation, never another
-//! pod's.
+//! The invariant ([`plexus_ipam::whereabouts`]): an ADD answers with an
+//! address only once
+//! 1. its pool holds the attachment's entry, added by a compare-and-swap
+//!    on the pool's resourceVersion, decided on the copy of that version
+//!    (a write that loses decides again on a fresh copy, after a jittered
+//!    pause, until the call's deadline); and
+//! 2. with overlapping ranges on (the default), the address's
+//!    OverlappingRangeIPReservation, created only if absent, names the
+//!    attachment's pod: a pool of another, overlapping range cannot have
+//!    handed it out. A reservation another pod holds makes the address
+//!    taken: the entry is given back and another chosen.
+//!
+//! The order is whereabouts' own (pool, then reservation), and it is the
+//! one a crash cannot turn into a leak: a process killed at any point of
+//! an ADD leaves at most an entry of its container, which the runtime's
+//! DEL finds. DEL gives back the reservation first and the entry last, for
+//! the same reason: the entry is what a retried DEL looks for. A failed ADD
+//! gives back what it took; DEL removes the container's entry (container
+//! ID and interface, as whereabouts) and its pod's reservation, never
+//! another pod's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -25,7 +34,7 @@ use ipnetwork::IpNetwork;
 use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use crate::cluster::kube::SharedApi;
-use crate::cluster::pools::{namespace_of, Pools, Written};
+use crate::cluster::pools::{namespace_of, Pools, Reservation, Written};
 use crate::cluster::ClusterError;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::{CniError, ErrorCode};
@@ -336,10 +345,16 @@ impl Call<'_> {
         pool::reservation_name(ip, self.conf.network_name.as_deref())
     }
 
-    /// Whether another pod holds `ip`'s reservation.
-    fn reserved_by_other(&self, ip: IpAddr) -> Result<bool, ClusterIpamError> {
+    /// `ip`'s reservation, if any, and whether it is this attachment's:
+    /// its pod's, for its interface (whereabouts before 0.8 records no
+    /// interface: then the pod's).
+    fn reservation(&self, ip: IpAddr) -> Result<Option<(Reservation, bool)>, ClusterIpamError> {
         let held = self.pools.reservation(&self.reservation_name(ip))?;
-        Ok(held.is_some_and(|r| r.podref != self.podref))
+        Ok(held.map(|r| {
+            let interface = r.spec.ifname.is_empty() || r.spec.ifname == self.ifname;
+            let ours = r.spec.podref == self.podref && interface;
+            (r, ours)
+        }))
     }
 
     /// Reserves `ip` for this attachment; `Ok(false)`: another pod has it.
@@ -349,130 +364,119 @@ impl Call<'_> {
             podref: self.podref.clone(),
             ifname: self.ifname.to_string(),
         };
-        let name = self.reservation_name(ip);
-        if self.pools.reserve(&name, &spec)? {
+        if self.pools.reserve(&self.reservation_name(ip), &spec)? {
             return Ok(true);
         }
-        Ok(!self.reserved_by_other(ip)?)
+        // Gone again since (its holder's DEL): the next decision retries.
+        Ok(self.reservation(ip)?.is_some_and(|(_, ours)| ours))
     }
 
-    /// Gives back this attachment's reservation of `ip`, never another's.
+    /// Gives back this pod's reservation of `ip`, never another's.
     fn unreserve(&self, ip: IpAddr) -> Result<(), ClusterIpamError> {
-        if !self.reserved_by_other(ip)? {
-            self.pools.unreserve(&self.reservation_name(ip))?;
+        if let Some((held, true)) = self.reservation(ip)? {
+            self.pools.unreserve(&self.reservation_name(ip), &held)?;
         }
         Ok(())
     }
 
-    fn give_up(&self, pool: String, tries: u32) -> ClusterIpamError {
-        ClusterIpamError::Contended {
-            pool,
-            tries,
-            budget: CALL_BUDGET,
-        }
-    }
-
-    /// One address of `range` for this attachment, written to its pool.
+    /// One address of `range` for this attachment, written to its pool
+    /// (and reserved): the module's invariant.
     fn take(&self, range: &PoolRange) -> Result<IpAddr, ClusterIpamError> {
-        let name = self.pool_name(range);
-        let who = self.holder();
-        let hint = hint(&who);
-        // Addresses other pods reserved through overlapping pools.
-        let mut taken = BTreeSet::new();
-        // The reservation made for an earlier decision, still ours.
-        let mut reserved: Option<IpAddr> = None;
-        let mut tries = 0;
-        let outcome = loop {
-            // After a lost write the cache is behind: read the pool anew.
-            let copy = self
-                .pools
-                .pool(&name, &pool::range_text(range.network), tries > 0)?;
-            let chosen = match allocate::assign(range, &copy.spec.allocations, &taken, &who, hint) {
-                Ok(chosen) => chosen,
-                Err(full) => break Err(IpamError::RangeExhausted(full.to_string()).into()),
-            };
-            if self.conf.overlapping_ranges && reserved != Some(chosen.ip) {
-                if let Some(old) = reserved.take() {
-                    self.unreserve(old)?;
-                }
-                if !self.reserve(chosen.ip)? {
-                    taken.insert(chosen.ip);
-                    continue;
-                }
-                reserved = Some(chosen.ip);
-            }
-            let Some(entry) = chosen.write.clone() else {
-                break Ok(chosen.ip);
-            };
-            let changes = BTreeMap::from([(chosen.key.clone(), Some(entry))]);
-            match self.pools.write(&copy, &changes)? {
-                Written::Done => {
-                    let held = copy.spec.allocations.len() + 1;
-                    metrics().held(&name, range, held);
-                    break Ok(chosen.ip);
-                }
-                Written::Lost if Instant::now() < self.deadline => {
-                    metrics().conflicts.inc();
-                    tries += 1;
-                    std::thread::sleep(backoff(tries));
-                }
-                Written::Lost => break Err(self.give_up(name.clone(), tries + 1)),
-            }
-        };
+        let outcome = self.choose_and_hold(range);
         let result = match &outcome {
             Ok(_) => "ok",
             Err(ClusterIpamError::Ipam(IpamError::RangeExhausted(_))) => "exhausted",
             Err(_) => "failed",
         };
         metrics().allocations.with_label_values(&[result]).inc();
-        if outcome.is_err() {
-            if let Some(ip) = reserved {
-                // Best effort: the ADD's own error is what the runtime sees.
-                let _ = self.unreserve(ip);
-            }
-        }
         outcome
     }
 
-    /// Removes this container's entry for its interface from `range`'s
-    /// pool; the address it held, if any.
-    fn give_back(&self, range: &PoolRange) -> Result<Option<IpAddr>, ClusterIpamError> {
+    fn choose_and_hold(&self, range: &PoolRange) -> Result<IpAddr, ClusterIpamError> {
         let name = self.pool_name(range);
+        let who = self.holder();
+        let hint = hint(&who);
+        // Addresses other pods reserved through overlapping pools.
+        let mut taken = BTreeSet::new();
         let mut tries = 0;
         loop {
+            // After a lost write the cache is behind: read the pool anew.
+            let copy = self
+                .pools
+                .pool(&name, &pool::range_text(range.network), tries > 0)?;
+            let chosen = allocate::assign(range, &copy.spec.allocations, &taken, &who, hint)
+                .map_err(|full| IpamError::RangeExhausted(full.to_string()))?;
+            if let Some(entry) = chosen.write.clone() {
+                let changes = BTreeMap::from([(chosen.key.clone(), Some(entry))]);
+                if self.pools.write(&copy, &changes)? == Written::Lost {
+                    tries = self.lost(&name, tries)?;
+                    continue;
+                }
+                metrics().held(&name, range, copy.spec.allocations.len() + 1);
+            }
+            if !self.conf.overlapping_ranges || self.reserve(chosen.ip)? {
+                return Ok(chosen.ip);
+            }
+            // Another pod holds it through an overlapping pool.
+            self.give_back(range)?;
+            taken.insert(chosen.ip);
+        }
+    }
+
+    /// After a write lost to another writer: the pause before deciding
+    /// again, and the count of tries; an error past the call's deadline.
+    fn lost(&self, pool: &str, tries: u32) -> Result<u32, ClusterIpamError> {
+        metrics().conflicts.inc();
+        let tries = tries + 1;
+        if Instant::now() >= self.deadline {
+            return Err(ClusterIpamError::Contended {
+                pool: pool.to_string(),
+                tries,
+                budget: CALL_BUDGET,
+            });
+        }
+        std::thread::sleep(backoff(tries));
+        Ok(tries)
+    }
+
+    /// Gives back this container's address of `range`, if it holds one:
+    /// its reservation first (unless another pod's), then its entry in the
+    /// pool (container ID and interface, as `DeallocateIP`), so that a DEL
+    /// cut short anywhere is finished by the next.
+    fn give_back(&self, range: &PoolRange) -> Result<(), ClusterIpamError> {
+        let name = self.pool_name(range);
+        let mut tries = 0;
+        let mut unreserved = None;
+        loop {
             let Some(copy) = self.pools.existing(&name, tries > 0)? else {
-                return Ok(None);
+                return Ok(());
             };
             let Some(key) =
                 allocate::release(&copy.spec.allocations, self.container_id, self.ifname)
             else {
-                return Ok(None);
+                return Ok(());
             };
             let ip = pool::address_at(range.network, key);
-            let changes = BTreeMap::from([(key.clone(), None::<Allocation>)]);
-            match self.pools.write(&copy, &changes)? {
-                Written::Done => {
-                    metrics().releases.inc();
-                    metrics().held(&name, range, copy.spec.allocations.len() - 1);
-                    return Ok(ip);
+            if let Some(ip) = ip.filter(|_| self.conf.overlapping_ranges) {
+                if unreserved != Some(ip) {
+                    self.unreserve(ip)?;
+                    unreserved = Some(ip);
                 }
-                Written::Lost if Instant::now() < self.deadline => {
-                    metrics().conflicts.inc();
-                    tries += 1;
-                    std::thread::sleep(backoff(tries));
-                }
-                Written::Lost => return Err(self.give_up(name, tries + 1)),
             }
+            let changes = BTreeMap::from([(key.clone(), None::<Allocation>)]);
+            if self.pools.write(&copy, &changes)? == Written::Done {
+                metrics().releases.inc();
+                metrics().held(&name, range, copy.spec.allocations.len() - 1);
+                return Ok(());
+            }
+            tries = self.lost(&name, tries)?;
         }
     }
 
+    /// Gives back every address this container holds for its interface.
     fn release_all(&self) -> Result<(), ClusterIpamError> {
         for range in &self.conf.ranges {
-            if let Some(ip) = self.give_back(range)? {
-                if self.conf.overlapping_ranges {
-                    self.unreserve(ip)?;
-                }
-            }
+            self.give_back(range)?;
         }
         Ok(())
     }

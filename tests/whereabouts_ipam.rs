@@ -91,13 +91,18 @@ fn kept_dir(prefix: &str) -> std::path::PathBuf {
 /// The plexus binary installed as `whereabouts` (a link by that name), as
 /// a runtime or Multus execs an IPAM plugin.
 fn plexus_exec(call: &Call, conf: &Value) -> Result<Value, Value> {
+    exec(&plexus_link(), call, conf)
+}
+
+/// The plexus binary linked as `whereabouts`, once per binary.
+fn plexus_link() -> std::path::PathBuf {
     static LINK: OnceLock<std::path::PathBuf> = OnceLock::new();
-    let link = LINK.get_or_init(|| {
+    LINK.get_or_init(|| {
         let link = kept_dir("plexus-as-wb").join("whereabouts");
         std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_plexus"), &link).unwrap();
         link
-    });
-    exec(link, call, conf)
+    })
+    .clone()
 }
 
 /// A CNI plugin binary run with `call`'s environment and `conf` on stdin.
@@ -133,18 +138,21 @@ fn cluster() -> Option<&'static KubeApi> {
     }
     static CRDS: OnceLock<()> = OnceLock::new();
     let api = api();
-    CRDS.get_or_init(|| {
-        let crds = peers::whereabouts().unwrap().crds;
-        api.kubectl(&["apply", "-f", &crds.display().to_string()]);
-        api.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/ippools.whereabouts.cni.cncf.io",
-            "crd/overlappingrangeipreservations.whereabouts.cni.cncf.io",
-        ]);
-    });
+    CRDS.get_or_init(|| with_whereabouts_crds(api));
     Some(api)
+}
+
+/// whereabouts' own CRDs (its `doc/crds`), established on `api`.
+fn with_whereabouts_crds(api: &KubeApi) {
+    let crds = peers::whereabouts().unwrap().crds;
+    api.kubectl(&["apply", "-f", &crds.display().to_string()]);
+    api.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/ippools.whereabouts.cni.cncf.io",
+        "crd/overlappingrangeipreservations.whereabouts.cni.cncf.io",
+    ]);
 }
 
 /// A NAD's configuration with whereabouts IPAM on `range` for the network
@@ -157,20 +165,22 @@ fn conf(api: &KubeApi, network_name: &str, range: &str) -> Value {
                     "configuration_path": flat_file(api)}})
 }
 
+/// whereabouts' flat file naming `api`'s admin kubeconfig, one per API
+/// server.
 fn flat_file(api: &KubeApi) -> String {
-    static PATH: OnceLock<String> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let path = kept_dir("plexus-wb-flat").join("whereabouts.conf");
-        std::fs::write(
-            &path,
-            json!({"datastore": "kubernetes",
-                   "kubernetes": {"kubeconfig": api.admin_kubeconfig()}})
-            .to_string(),
-        )
-        .unwrap();
-        path.display().to_string()
-    })
-    .clone()
+    static PATHS: std::sync::Mutex<Vec<(std::path::PathBuf, String)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut paths = PATHS.lock().unwrap();
+    if let Some((_, path)) = paths.iter().find(|(dir, _)| *dir == api.dir) {
+        return path.clone();
+    }
+    let path = kept_dir("plexus-wb-flat").join("whereabouts.conf");
+    let flat = json!({"datastore": "kubernetes",
+                      "kubernetes": {"kubeconfig": api.admin_kubeconfig()}});
+    std::fs::write(&path, flat.to_string()).unwrap();
+    let path = path.display().to_string();
+    paths.push((api.dir.clone(), path.clone()));
+    path
 }
 
 /// The allocations of the pool `name` (in kube-system: the admin
@@ -442,4 +452,236 @@ fn plexus_pools_shows_who_holds_each_address() {
     assert_eq!(holder["interface"], "net2");
     assert_eq!(holder["containerID"], "c9");
     plexus(&call("DEL"), &conf).unwrap();
+}
+
+/// The runtime's DEL after a failed ADD (CNI SPEC "ADD ... the runtime
+/// must call DEL"), retried as kubelet retries it, for 60 s at most.
+fn del_until_done(call: &Call, conf: &Value) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match plexus(call, conf) {
+            Ok(_) => return,
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("DEL {} again: {e}", call.container);
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Err(e) => panic!("DEL {}: {e}", call.container),
+        }
+    }
+}
+
+/// Every pool entry and reservation of `network_name` is one of `held`
+/// (`(container, address)`), and each of `held` is there.
+fn exactly_held(api: &KubeApi, pool: &str, network_name: &str, held: &[(String, String)]) {
+    let mut entries: Vec<String> = allocations(api, pool)
+        .into_iter()
+        .map(|(_, id, _)| id)
+        .collect();
+    entries.sort();
+    let mut want: Vec<String> = held.iter().map(|(c, _)| c.clone()).collect();
+    want.sort();
+    assert_eq!(
+        entries, want,
+        "the pool's entries against the ADDs that succeeded"
+    );
+    let mut reserved: Vec<String> = reservations(api, network_name);
+    reserved.sort();
+    let mut want: Vec<String> = held
+        .iter()
+        .map(|(_, ip)| {
+            let ip = ip.split('/').next().unwrap();
+            format!("overlappingrangeipreservation.whereabouts.cni.cncf.io/{network_name}-{ip}")
+        })
+        .collect();
+    want.sort();
+    assert_eq!(
+        reserved, want,
+        "the reservations against the ADDs that succeeded"
+    );
+}
+
+fn all_distinct(held: &[(String, String)]) {
+    let distinct: BTreeSet<&String> = held.iter().map(|(_, ip)| ip).collect();
+    assert_eq!(
+        distinct.len(),
+        held.len(),
+        "an address given twice: {held:?}"
+    );
+}
+
+/// Issue 33 item 3 and 10: plexus processes SIGKILLed at every point of
+/// an ADD (before, during and after the pool's PATCH and the reservation,
+/// and between a PATCH and its answer) never make an address held twice,
+/// and the runtime's DEL of each killed sandbox leaves nothing behind.
+#[test]
+fn sigkill_mid_add_leaks_nothing() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let Some(api) = cluster() else { return };
+    let (net, conf) = ("wbk", conf(api, "wbk", "10.99.0.0/26"));
+    let pool = "wbk-10.99.0.0-26";
+    let link = plexus_link();
+    let spawn = |call: &Call| {
+        let mut child = Command::new(&link)
+            .env_clear()
+            .envs(call.env())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(conf.to_string().as_bytes()).unwrap();
+        child
+    };
+    // How long a whole ADD takes here, to spread the kills over it.
+    let started = std::time::Instant::now();
+    let probe = spawn(&Call::new("ADD", "k-probe", "ns7/probe"));
+    let out = probe.wait_with_output().unwrap();
+    let whole = started.elapsed();
+    let probe_result = answer(out.status.success(), &out.stdout).expect("ADD of the probe");
+    let mut held = vec![("k-probe".to_string(), address(&probe_result))];
+    let mut killed = Vec::new();
+    // Waves of 4 at once, each killed at its own point from 0 to 2 whole
+    // ADDs, so that some die before, some inside and some after the PATCH.
+    let (waves, wave) = (6u32, 4u32);
+    let mut outcomes: Vec<(String, Option<String>)> = Vec::new();
+    for w in 0..waves {
+        outcomes.extend(std::thread::scope(|s| {
+            let handles: Vec<_> = (0..wave)
+                .map(|j| {
+                    let spawn = &spawn;
+                    let i = w * wave + j;
+                    s.spawn(move || {
+                        let container = format!("k{i}");
+                        let mut child = spawn(&Call::new("ADD", &container, &format!("ns7/k{i}")));
+                        std::thread::sleep(whole * 2 * (i % 8) / 7);
+                        let _ = child.kill();
+                        let out = child.wait_with_output().unwrap();
+                        let got = answer(out.status.success(), &out.stdout).ok();
+                        (container, got.map(|r| address(&r)))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        }));
+    }
+    for (container, got) in outcomes {
+        match got {
+            Some(ip) => held.push((container, ip)),
+            None => killed.push(container),
+        }
+    }
+    eprintln!(
+        "an ADD takes {whole:?}; {} answered, {} killed",
+        held.len(),
+        killed.len()
+    );
+    assert!(
+        !killed.is_empty(),
+        "no ADD was cut short: the test proved nothing"
+    );
+    all_distinct(&held);
+    let entries = allocations(api, pool);
+    let written_then_killed = killed
+        .iter()
+        .filter(|c| entries.iter().any(|(_, id, _)| id == *c))
+        .count();
+    eprintln!("{written_then_killed} killed after their PATCH landed");
+    for container in &killed {
+        let i = &container[1..];
+        del_until_done(&Call::new("DEL", container, &format!("ns7/k{i}")), &conf);
+    }
+    exactly_held(api, pool, net, &held);
+    for (container, _) in &held {
+        let pod = if container == "k-probe" {
+            "ns7/probe".to_string()
+        } else {
+            format!("ns7/k{}", &container[1..])
+        };
+        plexus(&Call::new("DEL", container, &pod), &conf).unwrap();
+    }
+    exactly_held(api, pool, net, &[]);
+}
+
+/// Issue 33 item 3 and 10: the API server killed and started again in
+/// the middle of a storm of ADDs (the answers of requests in flight lost,
+/// a PATCH applied whose answer never came among them). Each pod's ADD is
+/// retried as kubelet does, with a new sandbox after the DEL of the
+/// failed one; in the end every pod holds one address, no two the same,
+/// and the pool holds exactly those.
+#[test]
+fn api_server_restart_mid_storm() {
+    if !require(&[Feature::KubeApiServer, Feature::Whereabouts]) {
+        return;
+    }
+    let api = plexus_testkit::kube::private_api("restart");
+    with_whereabouts_crds(&api);
+    let (net, conf) = ("wbz", conf(&api, "wbz", "10.100.0.0/26"));
+    let pool = "wbz-10.100.0.0-26";
+    let (threads, pods_each) = (8, 6);
+    let failures = std::sync::atomic::AtomicU32::new(0);
+    let held: Vec<(String, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (conf, failures) = (&conf, &failures);
+                s.spawn(move || {
+                    let mut held = Vec::new();
+                    for p in 0..pods_each {
+                        let pod = format!("ns8/z{t}-{p}");
+                        held.push(add_as_kubelet(&pod, conf, failures));
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    held
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        api.restart(Duration::from_millis(1500));
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let failed = failures.into_inner();
+    eprintln!("{} pods, {failed} ADDs failed on the way", held.len());
+    assert!(
+        failed > 0,
+        "no ADD met the restart: the test proved nothing"
+    );
+    all_distinct(&held);
+    exactly_held(&api, pool, net, &held);
+    for (container, _) in &held {
+        let pod = format!("ns8/{}", container.rsplit_once('.').unwrap().0);
+        plexus(&Call::new("DEL", container, &pod), &conf).unwrap();
+    }
+    exactly_held(&api, pool, net, &[]);
+}
+
+/// A pod's sandbox ADDed as kubelet does: a failed ADD is DELeted and
+/// tried again with a new sandbox (container `<pod's name>.<n>`), for 60 s at
+/// most; the container and address that took.
+fn add_as_kubelet(
+    pod: &str,
+    conf: &Value,
+    failures: &std::sync::atomic::AtomicU32,
+) -> (String, String) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for sandbox in 0.. {
+        let name = pod.split_once('/').unwrap().1;
+        let container = format!("{name}.{sandbox}");
+        match plexus(&Call::new("ADD", &container, pod), conf) {
+            Ok(result) => return (container, address(&result)),
+            Err(e) => {
+                failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                assert!(std::time::Instant::now() < deadline, "ADD of {pod}: {e}");
+                del_until_done(&Call::new("DEL", &container, pod), conf);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    unreachable!("the loop returns or panics")
 }

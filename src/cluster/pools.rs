@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    PostParams, Preconditions,
 };
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -38,6 +39,14 @@ pub struct PoolCopy {
     pub name: String,
     pub resource_version: String,
     pub spec: PoolSpec,
+}
+
+/// An OverlappingRangeIPReservation as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub spec: ReservationSpec,
+    /// Which object it is: a delete names it.
+    pub uid: String,
 }
 
 /// How a compare-and-swap write went.
@@ -322,10 +331,16 @@ impl Pools {
     }
 
     /// The OverlappingRangeIPReservation `name`, if there is one.
-    pub fn reservation(&self, name: &str) -> Result<Option<ReservationSpec>, ClusterError> {
+    pub fn reservation(&self, name: &str) -> Result<Option<Reservation>, ClusterError> {
         let object = self.object("OverlappingRangeIPReservation", name);
         let got = self.send(Verb::Get, &object, self.reservations.get_opt(name))?;
-        got.map(|o| spec_of(&object, &o.data)).transpose()
+        got.map(|o| {
+            Ok(Reservation {
+                spec: spec_of(&object, &o.data)?,
+                uid: o.metadata.uid.unwrap_or_default(),
+            })
+        })
+        .transpose()
     }
 
     /// Creates the reservation `name`; `Ok(false)` when it exists already.
@@ -345,17 +360,26 @@ impl Pools {
         }
     }
 
-    /// Deletes the reservation `name`; one that is gone is no failure.
-    pub fn unreserve(&self, name: &str) -> Result<(), ClusterError> {
+    /// Deletes `reservation` (named `name`), if it is still that object
+    /// (a precondition on its UID: one made anew since it was read, for
+    /// another pod, stays); one that is gone is no failure.
+    pub fn unreserve(&self, name: &str, reservation: &Reservation) -> Result<(), ClusterError> {
         let object = self.object("OverlappingRangeIPReservation", name);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(reservation.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
         let deleted = self.send(
             Verb::Delete,
             &object,
-            self.reservations.delete(name, &DeleteParams::default()),
+            self.reservations.delete(name, &params),
         );
         match deleted {
             Ok(_) => Ok(()),
-            Err(e) if e.status() == Some(404) => Ok(()),
+            Err(e) if matches!(e.status(), Some(404 | 409)) => Ok(()),
             Err(e) => Err(e),
         }
     }

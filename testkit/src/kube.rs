@@ -172,10 +172,15 @@ pub(crate) fn started_once<T>(
 /// Runs `testkit/<script> --owner <this process> <dir>` (kube-up or
 /// node-up) and returns the directory it describes its service in.
 pub(crate) fn started_by(script: &str) -> Result<PathBuf, String> {
+    let name = script.trim_end_matches("-up");
+    started_in(script, &format!("plexus-{name}-{}", std::process::id()))
+}
+
+/// Runs `testkit/<script>` into the temporary directory `name`.
+fn started_in(script: &str, name: &str) -> Result<PathBuf, String> {
     // Not removed at exit: the script's reaper stops the processes when this
     // one is gone, and the logs stay for a failing test to point at.
-    let name = script.trim_end_matches("-up");
-    let dir = std::env::temp_dir().join(format!("plexus-{name}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(name);
     let out = Command::new(repo().join("testkit").join(script))
         .arg("--owner")
         .arg(std::process::id().to_string())
@@ -202,7 +207,35 @@ pub(crate) fn env_value(dir: &Path, key: &str) -> Result<String, String> {
         .ok_or_else(|| format!("{}: no {key}", path.display()))
 }
 
+/// An API server of the calling test's own (its own etcd too), for a test
+/// that stops it ([`KubeApi::restart`]) and so cannot share the run's;
+/// `tag` names it among this binary's. It stops when the binary exits.
+pub fn private_api(tag: &str) -> KubeApi {
+    let name = format!("plexus-kube-{tag}-{}", std::process::id());
+    let dir = started_in("kube-up", &name).unwrap_or_else(|e| panic!("{e}"));
+    let port = env_value(&dir, "KUBE_PORT").unwrap_or_else(|e| panic!("{e}"));
+    KubeApi {
+        port: port.parse().expect("KUBE_PORT is a port"),
+        dir,
+    }
+}
+
 impl KubeApi {
+    /// Kills the API server (SIGKILL: requests in flight get no answer),
+    /// leaves it down for `down`, and starts it again on the same etcd;
+    /// returns once it is ready. Only for a [`private_api`].
+    pub fn restart(&self, down: Duration) {
+        let out = Command::new(self.dir.join("restart-apiserver"))
+            .arg(format!("{:.1}", down.as_secs_f64()))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("restart-apiserver runs");
+        stdout_ok(
+            out,
+            format_args!("{}/restart-apiserver", self.dir.display()),
+        );
+    }
+
     /// The admin's kubeconfig (system:masters).
     pub fn admin_kubeconfig(&self) -> PathBuf {
         self.dir.join("admin.kubeconfig")
