@@ -153,6 +153,17 @@ struct DaemonArgs {
     /// --kubeconfig); `--dynamic-networks=false` turns it off.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     dynamic_networks: bool,
+    /// Seconds between passes of cluster-wide IPAM's reconciler, which
+    /// gives back the addresses of pods that are gone; one daemon of the
+    /// cluster runs it at a time (the holder of the Lease
+    /// kube-system/plexus-ipam-reconciler). 0 turns it off.
+    #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+    ipam_reconcile_interval: f64,
+    /// The namespaces whose IPPools the reconciler looks after (whereabouts
+    /// keeps them in its kubeconfig context's namespace, else
+    /// kube-system); every namespace when none is named.
+    #[arg(long, value_delimiter = ',', value_name = "NAMESPACE,...")]
+    ipam_reconcile_namespaces: Vec<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -373,6 +384,19 @@ fn run_daemon(args: &DaemonArgs) -> Result<String, DaemonError> {
         sandboxes: Some(args.state_dir.join("sandboxes")),
         plugins_cni_dir: Some(args.cni_dir.clone()),
         dynamic_networks: args.dynamic_networks,
+        ipam_reconcile: match args.ipam_reconcile_interval {
+            0.0 => None,
+            s => Some(seconds("--ipam-reconcile-interval", s)?),
+        },
+        ipam_reconcile_namespaces: args
+            .ipam_reconcile_namespaces
+            .iter()
+            .map(|ns| {
+                crate::netattach::names::check_dns1123_label(ns)
+                    .map(|()| ns.clone())
+                    .map_err(|e| DaemonError::Settings(format!("--ipam-reconcile-namespaces: {e}")))
+            })
+            .collect::<Result<_, _>>()?,
     };
     crate::commands::daemon::run(settings)?;
     Ok(String::new())

@@ -71,7 +71,9 @@ fn rbac_grants_exactly_what_plexus_uses() {
     // kept through a rolling update). Cluster-wide IPAM (issue 33) reads,
     // creates and compare-and-swaps IPPools (the daemon lists and watches them:
     // tests/daemon/whereabouts.rs), and reads, creates and deletes
-    // reservations (tests/whereabouts_ipam.rs, with this role's token).
+    // reservations (tests/whereabouts_ipam.rs, with this role's token); its
+    // reconciler lists both, and the pods' metadata (tests/daemon/
+    // whereabouts.rs), and holds one Lease of kube-system's.
     let all = docs("rbac.yaml");
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let mut granted: Vec<(String, String)> = Vec::new();
@@ -102,6 +104,7 @@ fn rbac_grants_exactly_what_plexus_uses() {
         ("overlappingrangeipreservations", "create"),
         ("overlappingrangeipreservations", "delete"),
         ("overlappingrangeipreservations", "get"),
+        ("overlappingrangeipreservations", "list"),
         ("pods", "get"),
         ("pods", "list"),
         ("pods", "watch"),
@@ -116,6 +119,25 @@ fn rbac_grants_exactly_what_plexus_uses() {
         .find(|d| d["kind"] == "ClusterRoleBinding")
         .unwrap();
     assert_eq!(binding["subjects"][0]["name"], "plexus");
+    // The reconciler's Lease: created, then read and renewed by its name
+    // only, in kube-system only.
+    let lease_role = all.iter().find(|d| d["kind"] == "Role").unwrap();
+    assert_eq!(lease_role["metadata"]["namespace"], "kube-system");
+    let rules = lease_role["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert_eq!(rules[0]["verbs"], serde_json::json!(["create"]));
+    assert!(rules[0]["resourceNames"].is_null());
+    assert_eq!(rules[1]["verbs"], serde_json::json!(["get", "update"]));
+    assert_eq!(
+        rules[1]["resourceNames"],
+        serde_json::json!(["plexus-ipam-reconciler"])
+    );
+    for rule in rules {
+        assert_eq!(rule["resources"], serde_json::json!(["leases"]));
+    }
+    let lease_binding = all.iter().find(|d| d["kind"] == "RoleBinding").unwrap();
+    assert_eq!(lease_binding["roleRef"]["name"], "plexus-ipam-reconciler");
+    assert_eq!(lease_binding["subjects"][0]["name"], "plexus");
 }
 
 #[test]

@@ -358,10 +358,11 @@ fn refusals_name_the_key() {
 }
 
 /// The compare-and-swap itself: a write decided on a copy the pool has moved
-/// past is refused (409), and nothing of it lands.
+/// past is refused (409), and nothing of it lands; a write notes the pod's
+/// UID beside its entry, and removes the note with it.
 #[test]
 fn a_write_on_a_stale_copy_loses() {
-    use plexus::cluster::pools::{Pools, Written};
+    use plexus::cluster::pools::{Change, Pools, Written};
     use plexus_ipam::whereabouts::pool::Allocation;
     let Some(api) = cluster() else { return };
     let pools = Pools::connect(&api.admin_kubeconfig(), Default::default()).unwrap();
@@ -369,11 +370,12 @@ fn a_write_on_a_stale_copy_loses() {
     let name = "wbs-10.95.0.0-24";
     let copy = pools.pool(name, "10.95.0.0/24", true).unwrap();
     let entry = |id: &str| {
-        Some(Allocation {
+        let allocation = Allocation {
             container_id: id.into(),
             podref: format!("ns4/{id}"),
             ifname: "net1".into(),
-        })
+        };
+        Change::Set(allocation, Some(format!("uid-{id}")))
     };
     let first = [("1".to_string(), entry("c1"))].into();
     assert_eq!(pools.write(&copy, &first).unwrap(), Written::Done);
@@ -381,15 +383,23 @@ fn a_write_on_a_stale_copy_loses() {
     assert_eq!(pools.write(&copy, &second).unwrap(), Written::Lost);
     let now = pools.existing(name, true).unwrap().unwrap();
     assert_eq!(now.spec.allocations.keys().collect::<Vec<_>>(), ["1"]);
-    let gone = [("1".to_string(), None)].into();
+    // The pod's UID is noted beside the entry, in the same write.
+    let annotation = api.kubectl(&[
+        "get",
+        "ippools.whereabouts.cni.cncf.io",
+        "-n",
+        "kube-system",
+        name,
+        "-o",
+        "jsonpath={.metadata.annotations.pod-uid\\.plexus\\.io/1}",
+    ]);
+    assert_eq!(annotation, "uid-c1/c1");
+    assert_eq!(now.notes.get("1").map(String::as_str), Some("uid-c1/c1"));
+    let gone = [("1".to_string(), Change::Remove)].into();
     assert_eq!(pools.write(&now, &gone).unwrap(), Written::Done);
-    assert!(pools
-        .existing(name, true)
-        .unwrap()
-        .unwrap()
-        .spec
-        .allocations
-        .is_empty());
+    let emptied = pools.existing(name, true).unwrap().unwrap();
+    assert!(emptied.spec.allocations.is_empty());
+    assert!(emptied.notes.is_empty(), "the note goes with its entry");
 }
 
 /// A NAD that names no kubeconfig of its own uses plexus's (plexus's conf),

@@ -18,7 +18,7 @@ use crate::netattach::ipamclaim;
 use crate::netattach::status::NETWORK_STATUS_ANNOTATION;
 
 /// One request (`what`), bounded by `bound`.
-pub(super) async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     bound: Duration,
     what: ApiRequest,
     request: impl Future<Output = Result<T, kube::Error>>,

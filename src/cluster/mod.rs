@@ -9,6 +9,7 @@ pub mod dir;
 pub mod error;
 pub mod events;
 pub mod kube;
+pub mod lease;
 pub mod outbox;
 pub mod pools;
 pub mod watch;

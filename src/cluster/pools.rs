@@ -32,6 +32,7 @@ use crate::config::ApiTimeouts;
 use plexus_ipam::whereabouts::pool::{
     Allocation, PoolSpec, ReservationSpec, DEFAULT_NAMESPACE, GROUP, VERSION,
 };
+use plexus_ipam::whereabouts::reclaim::{note_key, note_value, MAX_NOTES, NOTE_PREFIX};
 
 /// An IPPool as read: what a compare-and-swap write names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +40,19 @@ pub struct PoolCopy {
     pub name: String,
     pub resource_version: String,
     pub spec: PoolSpec,
+    /// plexus's notes of its entries, by offset
+    /// ([`plexus_ipam::whereabouts::reclaim`]).
+    pub notes: BTreeMap<String, String>,
+}
+
+/// What a write sets at one offset of a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The entry, and the pod UID to note beside it (kubelet's
+    /// `K8S_POD_UID`, when it sent one).
+    Set(Allocation, Option<String>),
+    /// No entry (nor note) there.
+    Remove,
 }
 
 /// An OverlappingRangeIPReservation as read.
@@ -190,6 +204,18 @@ impl Pools {
         ))
     }
 
+    /// Pools of `namespace` on the daemon's connection, without its watch
+    /// cache: every read is a request (the reconciler's).
+    pub fn uncached(
+        handle: &tokio::runtime::Handle,
+        client: &kube::Client,
+        timeouts: ApiTimeouts,
+        namespace: String,
+    ) -> Pools {
+        let driver = Driver::Shared(handle.clone());
+        Pools::on(driver, client.clone(), namespace, timeouts, None)
+    }
+
     /// The daemon's: its connection (`client` on the runtime of `handle`),
     /// and its watch cache of `namespace` in `watches`.
     pub fn shared(
@@ -284,18 +310,46 @@ impl Pools {
         })
     }
 
-    /// Sets each key of `changes` in the pool's allocations (`None`
-    /// removes it), if the pool is still at `copy`'s resourceVersion.
+    /// Makes each of `changes` in the pool, if the pool is still at
+    /// `copy`'s resourceVersion; a note goes with each entry set (while the
+    /// pool has room for them), and one that would outlive or mislabel its
+    /// entry goes.
     pub fn write(
         &self,
         copy: &PoolCopy,
-        changes: &BTreeMap<String, Option<Allocation>>,
+        changes: &BTreeMap<String, Change>,
     ) -> Result<Written, ClusterError> {
         let object = self.object("IPPool", &copy.name);
-        let patch = json!({
-            "metadata": {"resourceVersion": copy.resource_version},
-            "spec": {"allocations": changes},
-        });
+        let mut entries = serde_json::Map::new();
+        let mut notes = serde_json::Map::new();
+        for (key, change) in changes {
+            let (entry, note) = match change {
+                Change::Set(entry, uid) => {
+                    let room = copy.notes.len() < MAX_NOTES || copy.notes.contains_key(key);
+                    let note = uid
+                        .as_deref()
+                        .filter(|_| room)
+                        .map(|uid| json!(note_value(uid, &entry.container_id)));
+                    (json!(entry), note)
+                }
+                Change::Remove => (Value::Null, None),
+            };
+            entries.insert(key.clone(), entry);
+            match note {
+                Some(note) => {
+                    notes.insert(note_key(key), note);
+                }
+                None if copy.notes.contains_key(key) => {
+                    notes.insert(note_key(key), Value::Null);
+                }
+                None => {}
+            }
+        }
+        let mut metadata = json!({"resourceVersion": copy.resource_version});
+        if !notes.is_empty() {
+            metadata["annotations"] = Value::Object(notes);
+        }
+        let patch = json!({"metadata": metadata, "spec": {"allocations": entries}});
         let sent = self.send(
             Verb::Patch,
             &object,
@@ -385,6 +439,71 @@ impl Pools {
     }
 }
 
+/// Every IPPool and every OverlappingRangeIPReservation of `namespace`, or
+/// of the cluster (`None`), each with its namespace: two LISTs (the
+/// reconciler's pass).
+pub fn listed(
+    handle: &tokio::runtime::Handle,
+    client: &kube::Client,
+    timeouts: ApiTimeouts,
+    namespace: Option<&str>,
+) -> Result<(Vec<(String, PoolCopy)>, Vec<ReservationSeen>), ClusterError> {
+    let plural = "overlappingrangeipreservations";
+    let kind = "OverlappingRangeIPReservation";
+    let api = |resource: &ApiResource| -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+            None => Api::all_with(client.clone(), resource),
+        }
+    };
+    let pools = api(&resource("IPPool", "ippools"));
+    let reservations = api(&resource(kind, plural));
+    let scope = namespace.unwrap_or("every namespace").to_string();
+    let list = |api: Api<DynamicObject>, what: &str| {
+        let what = format!("{what} of {scope}");
+        let request = async move { api.list(&Default::default()).await };
+        handle.block_on(bounded(
+            timeouts.request,
+            ApiRequest::new(Verb::Get, what),
+            request,
+        ))
+    };
+    let pools = list(pools, "IPPools")?
+        .items
+        .into_iter()
+        .map(|found| {
+            let namespace = found.namespace().unwrap_or_default();
+            pool_copy(&format!("IPPool of {namespace}"), found).map(|copy| (namespace, copy))
+        })
+        .collect::<Result<_, _>>()?;
+    let reservations = list(reservations, "OverlappingRangeIPReservations")?
+        .items
+        .into_iter()
+        .map(|found| {
+            let namespace = found.namespace().unwrap_or_default();
+            let name = found.name_any();
+            let object = format!("{kind} {namespace}/{name}");
+            Ok(ReservationSeen {
+                namespace,
+                name,
+                reservation: Reservation {
+                    spec: spec_of(&object, &found.data)?,
+                    uid: found.metadata.uid.unwrap_or_default(),
+                },
+            })
+        })
+        .collect::<Result<_, ClusterError>>()?;
+    Ok((pools, reservations))
+}
+
+/// A reservation as a LIST gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservationSeen {
+    pub namespace: String,
+    pub name: String,
+    pub reservation: Reservation,
+}
+
 /// A new object of `kind` named `name` with `spec`.
 fn new_object(kind: &str, name: &str, spec: Value) -> DynamicObject {
     DynamicObject {
@@ -409,11 +528,19 @@ fn spec_of<T: serde::de::DeserializeOwned>(object: &str, data: &Value) -> Result
     })
 }
 
-fn pool_copy(object: &str, found: DynamicObject) -> Result<PoolCopy, ClusterError> {
+pub(crate) fn pool_copy(object: &str, found: DynamicObject) -> Result<PoolCopy, ClusterError> {
     let spec: PoolSpec = spec_of(object, &found.data)?;
+    let notes = found
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(NOTE_PREFIX)?.to_string(), v)))
+        .collect();
     Ok(PoolCopy {
         name: found.metadata.name.unwrap_or_default(),
         resource_version: found.metadata.resource_version.unwrap_or_default(),
         spec,
+        notes,
     })
 }

@@ -122,6 +122,12 @@ impl World {
             .arg("--state-dir")
             .arg(self.kube.tmp.path().join("state"))
             .args(extra)
+            // The API server is shared by the run: only the test of the
+            // IPAM reconciler runs one, on its own pools' namespace.
+            .args(
+                (!extra.contains(&"--ipam-reconcile-interval"))
+                    .then_some("--ipam-reconcile-interval=0"),
+            )
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
         let daemon = Daemon::spawn(&mut daemon, log);
@@ -178,8 +184,13 @@ impl World {
 
     /// The shim, as the runtime execs it, for pod `pod` in namespace `netns`.
     fn call(&self, command: &str, pod: &str, netns: &str, conf: &str) -> Output {
+        self.call_with(command, pod, netns, conf, "")
+    }
+
+    /// [`World::call`] with more `CNI_ARGS` (`;KEY=VALUE...`).
+    fn call_with(&self, command: &str, pod: &str, netns: &str, conf: &str, more: &str) -> Output {
         let args = format!(
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID=c-{pod}",
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID=c-{pod}{more}",
             self.kube.kube_ns
         );
         let netns = format!("/var/run/netns/{netns}");

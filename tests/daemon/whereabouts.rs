@@ -93,3 +93,183 @@ fn a_warm_whereabouts_add_reads_no_pool_and_writes_it_once() {
     assert!(!reservations.contains(&network), "{reservations}");
     w.assert_nothing_left(&[p1, p2]);
 }
+
+/// Issue 33 item 6: the daemon's reconciler (the holder of its Lease) gives
+/// back the addresses of pods that are gone, judged by the pod's UID and
+/// the entry's container, never by the pod's name alone, and never a live
+/// pod's: a pod deleted while its node was down (no DEL ever came), a
+/// crash's leftover entry and reservation of a pod that no longer exists,
+/// and the entry of a pod made again under its name (whereabouts #176, a
+/// StatefulSet) go; the entries of live pods stay, whether plexus noted
+/// their UID or whereabouts wrote them (no note: a pod of the name keeps
+/// it).
+#[test]
+fn the_reconciler_gives_back_only_what_gone_pods_held() {
+    let Some(mut w) = world("wbg") else { return };
+    let network = format!("wbg{}", std::process::id());
+    // The pools live in the test's own namespace (whereabouts: the
+    // kubeconfig context's), the only one this daemon's reconciler looks
+    // after: the API server and its kube-system are shared by the run.
+    let ns = w.kube.kube_ns.clone();
+    let pools_kubeconfig = w.kube.tmp.path().join("pools.kubeconfig");
+    let text = std::fs::read_to_string(w.kube.api.plexus_kubeconfig()).unwrap();
+    let with_ns = text.replace(
+        "context: {cluster: test, user: plexus}",
+        &format!("context: {{cluster: test, user: plexus, namespace: {ns}}}"),
+    );
+    assert_ne!(with_ns, text, "the kubeconfig's context line moved");
+    std::fs::write(&pools_kubeconfig, with_ns).unwrap();
+    w.kube.nad(
+        "wbnet",
+        &json!({"cniVersion": "1.0.0", "name": "wbnet", "type": "macvlan",
+                "master": "uplink0",
+                "ipam": {"type": "whereabouts", "range": "10.89.0.0/24",
+                         "network_name": network,
+                         "kubernetes": {"kubeconfig": pools_kubeconfig},
+                         "configuration_path": "/nonexistent/whereabouts.conf"}}),
+    );
+    let pool = format!("{network}-10.89.0.0-24");
+    let p1 = w.pod_here("p1", "wbnet@net1");
+    let p2 = w.kube.namespaces.add("wbg-p2");
+    w.pods(
+        &["p2".into(), "p3".into(), "p4".into()],
+        &w.kube.node.clone(),
+        "wbnet@net1",
+    );
+    let _daemon = w.daemon_with(&[
+        "--ipam-reconcile-interval",
+        "1",
+        "--ipam-reconcile-namespaces",
+        &ns,
+    ]);
+    for (pod, netns) in [("p1", &p1), ("p2", &p2)] {
+        let uid = format!(";K8S_POD_UID={}", w.uid(pod));
+        assert_ok(
+            &format!("ADD {pod}"),
+            &w.call_with("ADD", pod, netns, &w.conf, &uid),
+        );
+    }
+    let kind = "ippools.whereabouts.cni.cncf.io";
+    let reservation_kind = "overlappingrangeipreservations.whereabouts.cni.cncf.io";
+    // Left by others: a crash's entry and reservation of a pod that is no
+    // more; the entry of p3's predecessor under its name (another UID);
+    // p4's entry as whereabouts writes it (no note); a note that outlived
+    // its entry.
+    let entry =
+        |id: &str, pod: &str| json!({"id": id, "podref": format!("{ns}/{pod}"), "ifname": "net1"});
+    let patch = json!({
+        "metadata": {"annotations": {
+            "pod-uid.plexus.io/201": "00000000-0000-0000-0000-00000000dead/c-old3",
+            "pod-uid.plexus.io/203": "00000000-0000-0000-0000-00000000beef/c-none"}},
+        "spec": {"allocations": {
+            "200": entry("c-gone", "gone"),
+            "201": entry("c-old3", "p3"),
+            "202": entry("c-p4", "p4")}}});
+    w.kube.api.kubectl(&[
+        "patch",
+        kind,
+        "-n",
+        &ns,
+        &pool,
+        "--type",
+        "merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    w.kube.api.apply(&format!(
+        "apiVersion: whereabouts.cni.cncf.io/v1alpha1\nkind: OverlappingRangeIPReservation\n\
+         metadata: {{name: {network}-10.89.0.200, namespace: {ns}}}\n\
+         spec: {{containerid: c-gone, podref: {ns}/gone, ifname: net1}}\n"
+    ));
+    // p1's node went down: its pod is deleted for good, no DEL comes.
+    w.kube.api.kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        &ns,
+        "p1",
+        "--grace-period=0",
+        "--force",
+    ]);
+    let held = || -> Vec<String> {
+        let out = w
+            .kube
+            .api
+            .kubectl(&["get", kind, "-n", &ns, &pool, "-o", "json"]);
+        let pool: Value = serde_json::from_str(&out).unwrap();
+        let mut podrefs: Vec<String> = pool["spec"]["allocations"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|a| a["podref"].as_str().unwrap().to_string())
+            .collect();
+        podrefs.sort();
+        podrefs
+    };
+    let want = [format!("{ns}/p2"), format!("{ns}/p4")];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while held() != want {
+        assert!(
+            Instant::now() < deadline,
+            "not reclaimed in 30 s: {:?}",
+            held()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // Live pods keep theirs, pass after pass.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(held(), want);
+    let notes = w.kube.api.kubectl(&[
+        "get",
+        kind,
+        "-n",
+        &ns,
+        &pool,
+        "-o",
+        "jsonpath={.metadata.annotations}",
+    ]);
+    let notes: Value = serde_json::from_str(&notes).unwrap();
+    let noted: Vec<&String> = notes.as_object().unwrap().keys().collect();
+    assert_eq!(noted.len(), 1, "p2's note only: {notes}");
+    assert!(
+        notes[noted[0]].as_str().unwrap().starts_with(&w.uid("p2")),
+        "{notes}"
+    );
+    let reservations = w
+        .kube
+        .api
+        .kubectl(&["get", reservation_kind, "-n", &ns, "-o", "name"]);
+    let p2_address = addresses(&p2, "net1")[0]
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        reservations.trim(),
+        format!("overlappingrangeipreservation.whereabouts.cni.cncf.io/{network}-{p2_address}"),
+        "p1's and the crash's reservations are gone, p2's stays"
+    );
+    assert_eq!(
+        w.metric("plexus_cluster_ipam_reclaimed_total{reason=\"pod-missing\"}"),
+        2.0
+    );
+    assert_eq!(
+        w.metric("plexus_cluster_ipam_reclaimed_total{reason=\"pod-replaced\"}"),
+        1.0
+    );
+    let holder = w.kube.api.kubectl(&[
+        "get",
+        "lease",
+        "-n",
+        "kube-system",
+        "plexus-ipam-reconciler",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    assert_eq!(holder, w.kube.node);
+    assert_ok("DEL p2", &w.call("DEL", "p2", &p2, &w.conf));
+    // p1's sandbox is gone with its node; its namespace here is cleaned up
+    // by the world.
+    assert_ok("DEL p1", &w.call("DEL", "p1", &p1, &w.conf));
+    assert_eq!(held(), [format!("{ns}/p4")]);
+}

@@ -41,6 +41,7 @@ use crate::cluster::outbox::{DeliveryObserver, StatusOutbox};
 use crate::cluster::pools::PoolWatches;
 use crate::cluster::watch::Watched;
 use crate::cluster::{ClusterError, Opened};
+use crate::cluster_ipam::reconcile::Reconciler;
 use crate::cni::env::CNI_NETNS;
 use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::names::ContainerId;
@@ -83,6 +84,11 @@ pub struct Settings {
     /// Hot-plug: reconcile running pods' attachments with their selection
     /// annotation ([`hotplug`]); needs the API server.
     pub dynamic_networks: bool,
+    /// Cluster-wide IPAM's reconciler: the interval between its passes
+    /// ([`crate::cluster_ipam::reconcile`]); needs the API server.
+    pub ipam_reconcile: Option<Duration>,
+    /// The namespaces of the pools it reconciles; empty: every one.
+    pub ipam_reconcile_namespaces: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -222,6 +228,23 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
             .spawn(move || reconciler.run(woken))
             .map_err(|source| DaemonError::Io {
                 what: "the hot-plug thread".into(),
+                source,
+            })?;
+    }
+    if let (Some(interval), Some(api), Some(node)) = (settings.ipam_reconcile, &api, &settings.node)
+    {
+        let reconciler = Reconciler::new(
+            api.handle.clone(),
+            api.client.clone(),
+            settings.api_timeouts,
+            settings.ipam_reconcile_namespaces.clone(),
+        );
+        let identity = node.clone();
+        std::thread::Builder::new()
+            .name("plexus-ipam-reconciler".into())
+            .spawn(move || reconciler.run(&identity, interval))
+            .map_err(|source| DaemonError::Io {
+                what: "the IPAM reconciler's thread".into(),
                 source,
             })?;
     }

@@ -24,6 +24,8 @@
 //! ID and interface, as whereabouts) and its pod's reservation, never
 //! another pod's.
 
+pub mod reconcile;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -34,7 +36,7 @@ use ipnetwork::IpNetwork;
 use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use crate::cluster::kube::SharedApi;
-use crate::cluster::pools::{namespace_of, Pools, Reservation, Written};
+use crate::cluster::pools::{namespace_of, Change, Pools, Reservation, Written};
 use crate::cluster::ClusterError;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::{CniError, ErrorCode};
@@ -45,7 +47,7 @@ use crate::run::registry::Factory;
 use plexus_dataplane::Session;
 use plexus_ipam::whereabouts::allocate::{self, Holder};
 use plexus_ipam::whereabouts::conf::{self, PoolRange, WhereaboutsConf};
-use plexus_ipam::whereabouts::pool::{self, Allocation, ReservationSpec};
+use plexus_ipam::whereabouts::pool::{self, ReservationSpec};
 use plexus_ipam::IpamError;
 
 /// The plugin type it serves.
@@ -65,6 +67,9 @@ pub struct IpamMetrics {
     conflicts: IntCounter,
     /// Addresses given back at DEL.
     releases: IntCounter,
+    /// Addresses of pods that are gone, given back by the reconciler, by
+    /// why (`pod-missing`, `pod-replaced`).
+    reclaimed: IntCounterVec,
     /// Each pool's addresses, by state (`held` after this process's last
     /// write of it, `usable`).
     pool_addresses: IntGaugeVec,
@@ -76,6 +81,7 @@ impl IpamMetrics {
         registry.register(Box::new(self.allocations.clone()))?;
         registry.register(Box::new(self.conflicts.clone()))?;
         registry.register(Box::new(self.releases.clone()))?;
+        registry.register(Box::new(self.reclaimed.clone()))?;
         registry.register(Box::new(self.pool_addresses.clone()))
     }
 
@@ -110,6 +116,15 @@ pub fn metrics() -> &'static IpamMetrics {
                 "cluster_ipam_releases_total",
                 "Cluster-wide IPAM addresses given back at DEL.",
             ))
+            .expect("valid metric"),
+            reclaimed: IntCounterVec::new(
+                opts(
+                    "cluster_ipam_reclaimed_total",
+                    "Cluster-wide IPAM addresses of pods that are gone, given back by the \
+                     reconciler, by why (pod-missing, pod-replaced).",
+                ),
+                &["reason"],
+            )
             .expect("valid metric"),
             pool_addresses: IntGaugeVec::new(
                 opts(
@@ -224,6 +239,8 @@ struct Call<'r> {
     container_id: &'r str,
     ifname: &'r str,
     podref: String,
+    /// kubelet's `K8S_POD_UID`, noted beside the entry for the reconciler.
+    pod_uid: Option<String>,
     pools: Pools,
     deadline: Instant,
 }
@@ -299,10 +316,25 @@ impl Whereabouts {
             container_id: params.container_id.as_str(),
             ifname: params.ifname.as_str(),
             podref: format!("{namespace}/{name}"),
+            pod_uid: pod_uid(arg("K8S_POD_UID"))?,
             pools,
             deadline: Instant::now() + CALL_BUDGET,
         })
     }
+}
+
+/// kubelet's `K8S_POD_UID`, which a note on the pool carries: a UID (up
+/// to 64 letters, digits and `-`) or nothing.
+fn pod_uid(arg: Option<&str>) -> Result<Option<String>, CniError> {
+    let Some(uid) = arg else { return Ok(None) };
+    let fits = uid.len() <= 64 && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if !fits {
+        return Err(CniError::invalid_env(
+            "CNI_ARGS",
+            "K8S_POD_UID: must be a pod's UID (up to 64 letters, digits and '-')",
+        ));
+    }
+    Ok(Some(uid.to_string()))
 }
 
 /// A pause before deciding again: 10 ms doubling per loss, up to 640 ms,
@@ -407,7 +439,8 @@ impl Call<'_> {
             let chosen = allocate::assign(range, &copy.spec.allocations, &taken, &who, hint)
                 .map_err(|full| IpamError::RangeExhausted(full.to_string()))?;
             if let Some(entry) = chosen.write.clone() {
-                let changes = BTreeMap::from([(chosen.key.clone(), Some(entry))]);
+                let change = Change::Set(entry, self.pod_uid.clone());
+                let changes = BTreeMap::from([(chosen.key.clone(), change)]);
                 if self.pools.write(&copy, &changes)? == Written::Lost {
                     tries = self.lost(&name, tries)?;
                     continue;
@@ -463,7 +496,7 @@ impl Call<'_> {
                     unreserved = Some(ip);
                 }
             }
-            let changes = BTreeMap::from([(key.clone(), None::<Allocation>)]);
+            let changes = BTreeMap::from([(key.clone(), Change::Remove)]);
             if self.pools.write(&copy, &changes)? == Written::Done {
                 metrics().releases.inc();
                 metrics().held(&name, range, copy.spec.allocations.len() - 1);

@@ -1,0 +1,174 @@
+//! Which allocations belong to pods that are gone (issue 33 item 6): the
+//! pure judgement of the reconciler (`plexus::cluster_ipam::reconcile`),
+//! from the pools and the pods the API server listed.
+//!
+//! whereabouts' entry names the pod only by `podref` (`namespace/name`),
+//! and a pod deleted and made again under its name (a StatefulSet's) is
+//! another pod; judged by name, its predecessor's address would look held
+//! for ever (whereabouts #176). So plexus notes, beside each entry it
+//! writes, the pod's UID (kubelet's `K8S_POD_UID`) and the entry's
+//! container, in an annotation of the IPPool written by the same
+//! compare-and-swap ([`note_key`], [`note_value`]). whereabouts keeps
+//! annotations it does not know when it writes a pool (its PATCH is the
+//! difference of `spec.allocations` alone, `KubernetesIPPool.Update`), and the note names the container, so a note
+//! outlived by its entry (whereabouts gave the offset to another pod) is
+//! never read as the new entry's.
+//!
+//! An entry is live, and never reclaimed, when its pod (by `podref`)
+//! exists and either the note's UID is that pod's, or there is no note (an
+//! entry whereabouts wrote, or one from a runtime that sends no UID: then
+//! the name is all there is, and a pod of that name keeps it), or the pod
+//! is a static pod's mirror (whose UID is not the one kubelet sends).
+
+use std::collections::HashMap;
+
+use super::pool::Allocation;
+
+/// The annotation prefix of the notes: `pod-uid.plexus.io/<offset>`.
+pub const NOTE_PREFIX: &str = "pod-uid.plexus.io/";
+
+/// How many notes a pool carries at most: an object's annotations may
+/// hold 256 KiB in all, a note takes about 75 bytes. Entries past it go
+/// without one (judged by name).
+pub const MAX_NOTES: usize = 2000;
+
+/// The annotation that notes the entry at `offset`.
+pub fn note_key(offset: &str) -> String {
+    format!("{NOTE_PREFIX}{offset}")
+}
+
+/// How many characters of the container ID a note keeps: enough to tell
+/// two sandboxes apart (docker's short IDs are 12).
+const CONTAINER_PREFIX: usize = 16;
+
+/// A note: `<pod UID>/<container ID's first characters>`.
+pub fn note_value(pod_uid: &str, container_id: &str) -> String {
+    let short: String = container_id.chars().take(CONTAINER_PREFIX).collect();
+    format!("{pod_uid}/{short}")
+}
+
+/// The pod UID a note gives for `entry`; `None` when the note is of
+/// another container (the entry was written anew since) or malformed.
+pub fn noted_uid<'a>(note: &'a str, entry: &Allocation) -> Option<&'a str> {
+    let (uid, short) = note.rsplit_once('/')?;
+    let matches = !uid.is_empty()
+        && !short.is_empty()
+        && entry.container_id.starts_with(short)
+        && (short.len() == CONTAINER_PREFIX || short == entry.container_id);
+    matches.then_some(uid)
+}
+
+/// A pod as the reconciler saw it listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSeen {
+    pub uid: String,
+    /// A static pod's mirror (`kubernetes.io/config.mirror`).
+    pub mirror: bool,
+}
+
+/// Why an allocation's holder is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    /// No pod of its `podref`.
+    PodMissing,
+    /// The pod of that name is another (a different UID).
+    PodReplaced,
+}
+
+impl Gone {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gone::PodMissing => "pod-missing",
+            Gone::PodReplaced => "pod-replaced",
+        }
+    }
+}
+
+/// Whether `entry` (with its pool's note, if any) is held by a pod that is
+/// gone; `None`: live. `pods` are keyed by `namespace/name`, listed after
+/// the pool was read (so a pod that made an entry of the copy is in it
+/// unless deleted since).
+pub fn judge(
+    entry: &Allocation,
+    note: Option<&str>,
+    pods: &HashMap<String, PodSeen>,
+) -> Option<Gone> {
+    let Some(pod) = pods.get(&entry.podref) else {
+        return Some(Gone::PodMissing);
+    };
+    match note.and_then(|n| noted_uid(n, entry)) {
+        Some(uid) if uid != pod.uid && !pod.mirror => Some(Gone::PodReplaced),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, podref: &str) -> Allocation {
+        Allocation {
+            container_id: id.into(),
+            podref: podref.into(),
+            ifname: "net1".into(),
+        }
+    }
+
+    fn pods(list: &[(&str, &str, bool)]) -> HashMap<String, PodSeen> {
+        list.iter()
+            .map(|(name, uid, mirror)| {
+                let seen = PodSeen {
+                    uid: uid.to_string(),
+                    mirror: *mirror,
+                };
+                (name.to_string(), seen)
+            })
+            .collect()
+    }
+
+    const LONG_ID: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_note_names_its_pod_and_container() {
+        let note = note_value("u-1", LONG_ID);
+        assert_eq!(note, "u-1/0123456789abcdef");
+        assert_eq!(note_key("17"), "pod-uid.plexus.io/17");
+        assert_eq!(noted_uid(&note, &entry(LONG_ID, "ns/p")), Some("u-1"));
+        // Of another container: not this entry's.
+        let other = "0123456789abcdef-other";
+        assert_eq!(noted_uid(&note, &entry("fedcba", "ns/p")), None);
+        assert_eq!(noted_uid(&note, &entry(other, "ns/p")), Some("u-1"));
+        // A short container ID is kept whole and must match whole.
+        let short = note_value("u-2", "c1");
+        assert_eq!(noted_uid(&short, &entry("c1", "ns/p")), Some("u-2"));
+        assert_eq!(noted_uid(&short, &entry("c10", "ns/p")), None);
+        assert_eq!(noted_uid("garbage", &entry("c1", "ns/p")), None);
+        assert_eq!(noted_uid("/c1", &entry("c1", "ns/p")), None);
+    }
+
+    /// whereabouts #176: the pod made again under its name is another pod.
+    #[test]
+    fn the_uid_not_the_name_decides() {
+        let seen = pods(&[
+            ("ns/web-0", "u-new", false),
+            ("ns/static", "u-mirror", true),
+        ]);
+        let old = entry("c-old", "ns/web-0");
+        let note = note_value("u-old", "c-old");
+        assert_eq!(judge(&old, Some(&note), &seen), Some(Gone::PodReplaced));
+        let current = note_value("u-new", "c-old");
+        assert_eq!(judge(&old, Some(&current), &seen), None);
+        // No note (whereabouts wrote it): a pod of that name keeps it.
+        assert_eq!(judge(&old, None, &seen), None);
+        // A note of another container says nothing of this entry.
+        let stale = note_value("u-old", "c-other");
+        assert_eq!(judge(&old, Some(&stale), &seen), None);
+        // A mirror pod's UID is not kubelet's: kept.
+        let mirror = entry("c-s", "ns/static");
+        let note = note_value("u-static", "c-s");
+        assert_eq!(judge(&mirror, Some(&note), &seen), None);
+        // No pod of the name at all.
+        let gone = entry("c-g", "ns/gone");
+        assert_eq!(judge(&gone, None, &seen), Some(Gone::PodMissing));
+    }
+}

@@ -1,0 +1,298 @@
+//! The reconciler of cluster-wide IPAM (issue 33 item 6): addresses held
+//! by pods that are gone (deleted, their node deleted, a crash between ADD
+//! and DEL that no DEL followed) are given back, and a live pod's address
+//! never is.
+//!
+//! It runs in the daemons already deployed (`plexus daemon`), one of them
+//! at a time: the holder of the Lease [`LEASE_NAME`] in `kube-system`
+//! ([`crate::cluster::lease`]). Each pass makes a fixed number of requests
+//! whatever the pools hold: one LIST of the IPPools and one of the
+//! OverlappingRangeIPReservations of the cluster (or of each namespace
+//! `--ipam-reconcile-namespaces` names), then one LIST of pod
+//! metadata per namespace that holds addresses (pages of 500), then a
+//! write per pool that has something to give back.
+//!
+//! Safety:
+//! - the pods are listed after the pools: a pod that wrote an entry of the
+//!   copy is in the list unless it was deleted since;
+//! - an entry is judged by the pod's UID and the entry's container
+//!   ([`plexus_ipam::whereabouts::reclaim`]), never by the pod's name
+//!   alone;
+//! - only what two passes in a row found gone, the same container at the
+//!   same offset, is given back;
+//! - the entry goes by a compare-and-swap on the copy it was judged on (a
+//!   pool written since, by a DEL or by the pod's new sandbox, is judged
+//!   again next pass), then its reservation, by the reservation's UID (one
+//!   a new sandbox made since stays).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+use super::metrics;
+use crate::cluster::api::bounded;
+use crate::cluster::error::{ApiRequest, Verb};
+use crate::cluster::lease::LeaderLease;
+use crate::cluster::pools::{self, Change, Pools, ReservationSeen, Written};
+use crate::cluster::ClusterError;
+use crate::config::ApiTimeouts;
+use plexus_ipam::whereabouts::pool::DEFAULT_NAMESPACE;
+use plexus_ipam::whereabouts::reclaim::{judge, noted_uid, PodSeen};
+
+/// The Lease the daemons contend for.
+pub const LEASE_NAME: &str = "plexus-ipam-reconciler";
+
+/// How long the Lease holds after a renewal; renewed every third of it.
+const LEASE_DURATION: Duration = Duration::from_secs(60);
+
+/// Pods listed per page.
+const PAGE: u32 = 500;
+
+/// The annotation kubelet puts on a static pod's mirror.
+const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// What one pass found and did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PassReport {
+    /// Entries held by pods found gone (given back only on a second pass).
+    pub suspects: usize,
+    /// Entries given back.
+    pub reclaimed: usize,
+    /// Reservations deleted.
+    pub unreserved: usize,
+    /// Pool writes that lost to another writer (judged again next pass).
+    pub lost: usize,
+}
+
+/// Something found held by a pod that is gone, on one pass.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Suspect {
+    Entry {
+        namespace: String,
+        pool: String,
+        offset: String,
+        container_id: String,
+    },
+    Reservation {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+}
+
+/// The reconciler of one daemon: its connection, and what its last pass
+/// suspected.
+pub struct Reconciler {
+    handle: tokio::runtime::Handle,
+    client: kube::Client,
+    timeouts: ApiTimeouts,
+    /// The namespaces whose pools it reconciles; empty: every namespace.
+    namespaces: Vec<String>,
+    suspects: HashSet<Suspect>,
+}
+
+impl Reconciler {
+    pub fn new(
+        handle: tokio::runtime::Handle,
+        client: kube::Client,
+        timeouts: ApiTimeouts,
+        namespaces: Vec<String>,
+    ) -> Reconciler {
+        Reconciler {
+            handle,
+            client,
+            timeouts,
+            namespaces,
+            suspects: HashSet::new(),
+        }
+    }
+
+    /// Runs for ever on this (blocking) thread: contends for the Lease and,
+    /// while holding it, makes a pass every `interval`.
+    pub fn run(mut self, identity: &str, interval: Duration) {
+        let mut lease = LeaderLease::new(
+            self.client.clone(),
+            DEFAULT_NAMESPACE,
+            LEASE_NAME,
+            identity,
+            LEASE_DURATION,
+        );
+        let tick = interval.min(LEASE_DURATION / 3);
+        let mut last_pass: Option<Instant> = None;
+        loop {
+            let held = self.handle.block_on(async {
+                tokio::time::timeout(self.timeouts.request, lease.hold()).await
+            });
+            match held {
+                Ok(Ok(true)) => {
+                    if last_pass.is_none_or(|at| at.elapsed() >= interval) {
+                        last_pass = Some(Instant::now());
+                        match self.pass() {
+                            Ok(report) => tracing::info!(?report, "IPAM reconciler pass"),
+                            Err(e) => tracing::warn!(error = %e, "IPAM reconciler pass failed"),
+                        }
+                    }
+                }
+                Ok(Ok(false)) => {
+                    // Another daemon reconciles; what this one suspected
+                    // is stale by the time it leads again.
+                    self.suspects.clear();
+                    last_pass = None;
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "IPAM reconciler's Lease"),
+                Err(_) => tracing::warn!("IPAM reconciler's Lease: no answer in time"),
+            }
+            std::thread::sleep(tick);
+        }
+    }
+
+    /// One pass: lists, judges, and gives back what the previous pass
+    /// judged gone too.
+    pub fn pass(&mut self) -> Result<PassReport, ClusterError> {
+        let (mut pools, mut reservations) = (Vec::new(), Vec::new());
+        let scopes: Vec<Option<&str>> = match self.namespaces.as_slice() {
+            [] => vec![None],
+            some => some.iter().map(|ns| Some(ns.as_str())).collect(),
+        };
+        for scope in scopes {
+            let (p, r) = pools::listed(&self.handle, &self.client, self.timeouts, scope)?;
+            pools.extend(p);
+            reservations.extend(r);
+        }
+        let namespaces: BTreeSet<String> = pools
+            .iter()
+            .flat_map(|(_, copy)| copy.spec.allocations.values().map(|a| a.podref.clone()))
+            .chain(
+                reservations
+                    .iter()
+                    .map(|r| r.reservation.spec.podref.clone()),
+            )
+            .filter_map(|podref| podref.split_once('/').map(|(ns, _)| ns.to_string()))
+            .collect();
+        let mut pods = HashMap::new();
+        for namespace in &namespaces {
+            self.list_pods(namespace, &mut pods)?;
+        }
+        let mut report = PassReport::default();
+        let mut seen = HashSet::new();
+        // Containers whose entries are given back: their reservations go too.
+        let mut reclaimed: HashSet<(String, String)> = HashSet::new();
+        for (namespace, copy) in &pools {
+            let mut changes = BTreeMap::new();
+            let mut why = HashMap::new();
+            for (offset, entry) in &copy.spec.allocations {
+                let note = copy.notes.get(offset).map(String::as_str);
+                let Some(gone) = judge(entry, note, &pods) else {
+                    continue;
+                };
+                let suspect = Suspect::Entry {
+                    namespace: namespace.clone(),
+                    pool: copy.name.clone(),
+                    offset: offset.clone(),
+                    container_id: entry.container_id.clone(),
+                };
+                report.suspects += 1;
+                if self.suspects.contains(&suspect) {
+                    changes.insert(offset.clone(), Change::Remove);
+                    why.insert(offset, gone);
+                }
+                seen.insert(suspect);
+            }
+            // Notes their entries outlived (whereabouts gave the offset
+            // back, or to another container) go with the next write.
+            for (offset, note) in &copy.notes {
+                let current = copy.spec.allocations.get(offset);
+                if current.is_none_or(|entry| noted_uid(note, entry).is_none()) {
+                    changes.insert(offset.clone(), Change::Remove);
+                }
+            }
+            if changes.is_empty() {
+                continue;
+            }
+            let pool =
+                Pools::uncached(&self.handle, &self.client, self.timeouts, namespace.clone());
+            match pool.write(copy, &changes)? {
+                Written::Done => {
+                    for (offset, gone) in why {
+                        if let Some(entry) = copy.spec.allocations.get(offset) {
+                            report.reclaimed += 1;
+                            let reason = gone.as_str();
+                            metrics().reclaimed.with_label_values(&[reason]).inc();
+                            reclaimed.insert((entry.podref.clone(), entry.container_id.clone()));
+                        }
+                    }
+                }
+                Written::Lost => report.lost += 1,
+            }
+        }
+        for seen_reservation in &reservations {
+            let ReservationSeen {
+                namespace,
+                name,
+                reservation,
+            } = seen_reservation;
+            let spec = &reservation.spec;
+            let of_reclaimed = !spec.container_id.is_empty()
+                && reclaimed.contains(&(spec.podref.clone(), spec.container_id.clone()));
+            let suspect = Suspect::Reservation {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                uid: reservation.uid.clone(),
+            };
+            let pod_gone = !pods.contains_key(&spec.podref);
+            if pod_gone {
+                seen.insert(suspect.clone());
+            }
+            if of_reclaimed || (pod_gone && self.suspects.contains(&suspect)) {
+                let pool =
+                    Pools::uncached(&self.handle, &self.client, self.timeouts, namespace.clone());
+                pool.unreserve(name, reservation)?;
+                report.unreserved += 1;
+            }
+        }
+        self.suspects = seen;
+        Ok(report)
+    }
+
+    /// The pods of `namespace` (metadata only, page by page) into `pods`,
+    /// by `namespace/name`.
+    fn list_pods(
+        &self,
+        namespace: &str,
+        pods: &mut HashMap<String, PodSeen>,
+    ) -> Result<(), ClusterError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let mut token: Option<String> = None;
+        loop {
+            let mut params = ListParams::default().limit(PAGE);
+            if let Some(t) = token.take() {
+                params = params.continue_token(&t);
+            }
+            let what = ApiRequest::new(Verb::Get, format!("pods of {namespace}"));
+            let page = self.handle.block_on(bounded(
+                self.timeouts.request,
+                what,
+                api.list_metadata(&params),
+            ))?;
+            for pod in page.items {
+                let meta = pod.metadata;
+                let name = meta.name.unwrap_or_default();
+                let mirror = meta
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION));
+                let seen = PodSeen {
+                    uid: meta.uid.unwrap_or_default(),
+                    mirror,
+                };
+                pods.insert(format!("{namespace}/{name}"), seen);
+            }
+            match page.metadata.continue_.filter(|t| !t.is_empty()) {
+                Some(next) => token = Some(next),
+                None => return Ok(()),
+            }
+        }
+    }
+}
