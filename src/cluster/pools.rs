@@ -447,7 +447,7 @@ pub fn listed(
     client: &kube::Client,
     timeouts: ApiTimeouts,
     namespace: Option<&str>,
-) -> Result<(Vec<(String, PoolCopy)>, Vec<ReservationSeen>), ClusterError> {
+) -> Result<Listed, ClusterError> {
     let plural = "overlappingrangeipreservations";
     let kind = "OverlappingRangeIPReservation";
     let api = |resource: &ApiResource| -> Api<DynamicObject> {
@@ -493,7 +493,18 @@ pub fn listed(
             })
         })
         .collect::<Result<_, ClusterError>>()?;
-    Ok((pools, reservations))
+    Ok(Listed {
+        pools,
+        reservations,
+    })
+}
+
+/// What [`listed`] gives: the pools, each with its namespace, and the
+/// reservations.
+#[derive(Debug, Default)]
+pub struct Listed {
+    pub pools: Vec<(String, PoolCopy)>,
+    pub reservations: Vec<ReservationSeen>,
 }
 
 /// A reservation as a LIST gave it.

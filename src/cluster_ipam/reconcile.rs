@@ -151,16 +151,20 @@ impl Reconciler {
     /// One pass: lists, judges, and gives back what the previous pass
     /// judged gone too.
     pub fn pass(&mut self) -> Result<PassReport, ClusterError> {
-        let (mut pools, mut reservations) = (Vec::new(), Vec::new());
+        let mut all = pools::Listed::default();
         let scopes: Vec<Option<&str>> = match self.namespaces.as_slice() {
             [] => vec![None],
             some => some.iter().map(|ns| Some(ns.as_str())).collect(),
         };
         for scope in scopes {
-            let (p, r) = pools::listed(&self.handle, &self.client, self.timeouts, scope)?;
-            pools.extend(p);
-            reservations.extend(r);
+            let listed = pools::listed(&self.handle, &self.client, self.timeouts, scope)?;
+            all.pools.extend(listed.pools);
+            all.reservations.extend(listed.reservations);
         }
+        let pools::Listed {
+            pools,
+            reservations,
+        } = all;
         let namespaces: BTreeSet<String> = pools
             .iter()
             .flat_map(|(_, copy)| copy.spec.allocations.values().map(|a| a.podref.clone()))
