@@ -107,6 +107,10 @@ pub struct PoolWatch {
     resource: ApiResource,
     synced: Arc<AtomicBool>,
     written: Mutex<HashMap<String, PoolCopy>>,
+    /// One turn per pool: this daemon's calls decide and write a pool one
+    /// at a time, each on the copy the last one wrote, so that they never
+    /// lose the compare-and-swap to each other (only to other writers).
+    turns: Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
 impl PoolWatches {
@@ -141,6 +145,7 @@ impl PoolWatches {
                     resource,
                     synced,
                     written: Mutex::default(),
+                    turns: Mutex::default(),
                 })
             })
             .clone()
@@ -267,6 +272,15 @@ impl Pools {
         &self.namespace
     }
 
+    /// The daemon's turn of the pool `name` (see [`PoolWatch`]): lock it
+    /// around deciding on a copy and writing it. `None` outside the daemon
+    /// (a plugin process is one call).
+    pub fn turn(&self, name: &str) -> Option<Arc<Mutex<()>>> {
+        let cache = self.cache.as_ref()?;
+        let mut turns = cache.turns.lock().unwrap_or_else(|e| e.into_inner());
+        Some(turns.entry(name.to_string()).or_default().clone())
+    }
+
     fn object(&self, kind: &str, name: &str) -> String {
         format!("{kind} {}/{name}", self.namespace)
     }
@@ -281,7 +295,12 @@ impl Pools {
         }
         let object = self.object("IPPool", name);
         let got = self.send(Verb::Get, &object, self.pools.get_opt(name))?;
-        got.map(|found| pool_copy(&object, found)).transpose()
+        let copy = got.map(|found| pool_copy(&object, found)).transpose()?;
+        if let (Some(cache), Some(copy)) = (&self.cache, &copy) {
+            // Newer than the watch has said, likely: the next call's copy.
+            cache.remember(copy.clone());
+        }
+        Ok(copy)
     }
 
     /// The IPPool `name` of `range`, created empty when there is none (a

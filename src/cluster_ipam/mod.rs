@@ -323,6 +323,12 @@ impl Whereabouts {
     }
 }
 
+/// A pool's turn, held (a call that panicked holding it left no state
+/// behind: the pool is read anew).
+fn lock(turn: &std::sync::Mutex<()>) -> std::sync::MutexGuard<'_, ()> {
+    turn.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// kubelet's `K8S_POD_UID`, which a note on the pool carries: a UID (up
 /// to 64 letters, digits and `-`) or nothing.
 fn pod_uid(arg: Option<&str>) -> Result<Option<String>, CniError> {
@@ -431,7 +437,9 @@ impl Call<'_> {
         // Addresses other pods reserved through overlapping pools.
         let mut taken = BTreeSet::new();
         let mut tries = 0;
+        let turn = self.pools.turn(&name);
         loop {
+            let held = turn.as_deref().map(lock);
             // After a lost write the cache is behind: read the pool anew.
             let copy = self
                 .pools
@@ -442,11 +450,13 @@ impl Call<'_> {
                 let change = Change::Set(entry, self.pod_uid.clone());
                 let changes = BTreeMap::from([(chosen.key.clone(), change)]);
                 if self.pools.write(&copy, &changes)? == Written::Lost {
+                    drop(held);
                     tries = self.lost(&name, tries)?;
                     continue;
                 }
                 metrics().held(&name, range, copy.spec.allocations.len() + 1);
             }
+            drop(held);
             if !self.conf.overlapping_ranges || self.reserve(chosen.ip)? {
                 return Ok(chosen.ip);
             }
@@ -480,7 +490,9 @@ impl Call<'_> {
         let name = self.pool_name(range);
         let mut tries = 0;
         let mut unreserved = None;
+        let turn = self.pools.turn(&name);
         loop {
+            let held = turn.as_deref().map(lock);
             let Some(copy) = self.pools.existing(&name, tries > 0)? else {
                 return Ok(());
             };
@@ -502,6 +514,7 @@ impl Call<'_> {
                 metrics().held(&name, range, copy.spec.allocations.len() - 1);
                 return Ok(());
             }
+            drop(held);
             tries = self.lost(&name, tries)?;
         }
     }
