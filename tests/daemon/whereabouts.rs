@@ -7,19 +7,25 @@ use super::*;
 use plexus_testkit::kube::AuditedRequest;
 use plexus_testkit::process::stdout_ok;
 
-#[test]
-fn a_warm_whereabouts_add_reads_no_pool_and_writes_it_once() {
-    let Some(mut w) = world("wbt") else { return };
-    // Pools of their own: the API server is shared by the run.
-    let network = format!("wbt{}", std::process::id());
+/// The NAD `wbnet`: macvlan on the node's uplink with whereabouts IPAM on
+/// `range`, pools of `network` (each test its own: the API server is
+/// shared by the run), `kubernetes` its section of that name.
+fn whereabouts_nad(w: &World, range: &str, network: &str, kubernetes: Value) {
     w.kube.nad(
         "wbnet",
         &json!({"cniVersion": "1.0.0", "name": "wbnet", "type": "macvlan",
                 "master": "uplink0",
-                "ipam": {"type": "whereabouts", "range": "10.97.0.0/24",
-                         "network_name": network,
+                "ipam": {"type": "whereabouts", "range": range, "network_name": network,
+                         "kubernetes": kubernetes,
                          "configuration_path": "/nonexistent/whereabouts.conf"}}),
     );
+}
+
+#[test]
+fn a_warm_whereabouts_add_reads_no_pool_and_writes_it_once() {
+    let Some(mut w) = world("wbt") else { return };
+    let network = format!("wbt{}", std::process::id());
+    whereabouts_nad(&w, "10.97.0.0/24", &network, json!({}));
     let pool = format!("{network}-10.97.0.0-24");
     let p1 = w.pod_here("p1", "wbnet@net1");
     let p2 = w.kube.namespaces.add("wbt-p2");
@@ -119,15 +125,8 @@ fn the_reconciler_gives_back_only_what_gone_pods_held() {
     );
     assert_ne!(with_ns, text, "the kubeconfig's context line moved");
     std::fs::write(&pools_kubeconfig, with_ns).unwrap();
-    w.kube.nad(
-        "wbnet",
-        &json!({"cniVersion": "1.0.0", "name": "wbnet", "type": "macvlan",
-                "master": "uplink0",
-                "ipam": {"type": "whereabouts", "range": "10.89.0.0/24",
-                         "network_name": network,
-                         "kubernetes": {"kubeconfig": pools_kubeconfig},
-                         "configuration_path": "/nonexistent/whereabouts.conf"}}),
-    );
+    let kubernetes = json!({"kubeconfig": pools_kubeconfig});
+    whereabouts_nad(&w, "10.89.0.0/24", &network, kubernetes);
     let pool = format!("{network}-10.89.0.0-24");
     let p1 = w.pod_here("p1", "wbnet@net1");
     let p2 = w.kube.namespaces.add("wbg-p2");
