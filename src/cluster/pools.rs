@@ -107,10 +107,6 @@ pub struct PoolWatch {
     resource: ApiResource,
     synced: Arc<AtomicBool>,
     written: Mutex<HashMap<String, PoolCopy>>,
-    /// One turn per pool: this daemon's calls decide and write a pool one
-    /// at a time, each on the copy the last one wrote, so that they never
-    /// lose the compare-and-swap to each other (only to other writers).
-    turns: Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
 impl PoolWatches {
@@ -145,7 +141,6 @@ impl PoolWatches {
                     resource,
                     synced,
                     written: Mutex::default(),
-                    turns: Mutex::default(),
                 })
             })
             .clone()
@@ -272,13 +267,10 @@ impl Pools {
         &self.namespace
     }
 
-    /// The daemon's turn of the pool `name` (see [`PoolWatch`]): lock it
-    /// around deciding on a copy and writing it. `None` outside the daemon
-    /// (a plugin process is one call).
-    pub fn turn(&self, name: &str) -> Option<Arc<Mutex<()>>> {
-        let cache = self.cache.as_ref()?;
-        let mut turns = cache.turns.lock().unwrap_or_else(|e| e.into_inner());
-        Some(turns.entry(name.to_string()).or_default().clone())
+    /// Whether reads come from the daemon's watch cache (the daemon's
+    /// connection: one cluster for every call it serves).
+    pub fn cached(&self) -> bool {
+        self.cache.is_some()
     }
 
     fn object(&self, kind: &str, name: &str) -> String {

@@ -24,6 +24,7 @@
 //! ID and interface, as whereabouts) and its pod's reservation, never
 //! another pod's.
 
+mod batch;
 pub mod reconcile;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -323,12 +324,6 @@ impl Whereabouts {
     }
 }
 
-/// A pool's turn, held (a call that panicked holding it left no state
-/// behind: the pool is read anew).
-fn lock(turn: &std::sync::Mutex<()>) -> std::sync::MutexGuard<'_, ()> {
-    turn.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// kubelet's `K8S_POD_UID`, which a note on the pool carries: a UID (up
 /// to 64 letters, digits and `-`) or nothing.
 fn pod_uid(arg: Option<&str>) -> Result<Option<String>, CniError> {
@@ -431,38 +426,16 @@ impl Call<'_> {
     }
 
     fn choose_and_hold(&self, range: &PoolRange) -> Result<IpAddr, ClusterIpamError> {
-        let name = self.pool_name(range);
-        let who = self.holder();
-        let hint = hint(&who);
         // Addresses other pods reserved through overlapping pools.
         let mut taken = BTreeSet::new();
-        let mut tries = 0;
-        let turn = self.pools.turn(&name);
         loop {
-            let held = turn.as_deref().map(lock);
-            // After a lost write the cache is behind: read the pool anew.
-            let copy = self
-                .pools
-                .pool(&name, &pool::range_text(range.network), tries > 0)?;
-            let chosen = allocate::assign(range, &copy.spec.allocations, &taken, &who, hint)
-                .map_err(|full| IpamError::RangeExhausted(full.to_string()))?;
-            if let Some(entry) = chosen.write.clone() {
-                let change = Change::Set(entry, self.pod_uid.clone());
-                let changes = BTreeMap::from([(chosen.key.clone(), change)]);
-                if self.pools.write(&copy, &changes)? == Written::Lost {
-                    drop(held);
-                    tries = self.lost(&name, tries)?;
-                    continue;
-                }
-                metrics().held(&name, range, copy.spec.allocations.len() + 1);
-            }
-            drop(held);
-            if !self.conf.overlapping_ranges || self.reserve(chosen.ip)? {
-                return Ok(chosen.ip);
+            let ip = self.commit_entry(range, &taken)?;
+            if !self.conf.overlapping_ranges || self.reserve(ip)? {
+                return Ok(ip);
             }
             // Another pod holds it through an overlapping pool.
             self.give_back(range)?;
-            taken.insert(chosen.ip);
+            taken.insert(ip);
         }
     }
 
@@ -490,9 +463,13 @@ impl Call<'_> {
         let name = self.pool_name(range);
         let mut tries = 0;
         let mut unreserved = None;
-        let turn = self.pools.turn(&name);
+        // In the daemon, between its batches (no conflict with them).
+        let turn = self
+            .pools
+            .cached()
+            .then(|| batch::turn(self.pools.namespace(), &name));
         loop {
-            let held = turn.as_deref().map(lock);
+            let held = turn.as_deref().map(batch::Turn::hold);
             let Some(copy) = self.pools.existing(&name, tries > 0)? else {
                 return Ok(());
             };

@@ -272,3 +272,60 @@ fn the_reconciler_gives_back_only_what_gone_pods_held() {
     assert_ok("DEL p1", &w.call("DEL", "p1", &p1, &w.conf));
     assert_eq!(held(), [format!("{ns}/p4")]);
 }
+
+/// Issue 33 item 4: the daemon commits concurrent allocations from one
+/// pool together (`src/cluster_ipam/batch.rs`): pods ADDed at once cost
+/// fewer pool writes than pods, and never an address twice.
+#[test]
+fn concurrent_adds_share_pool_writes() {
+    let Some(w) = world("wbb") else { return };
+    let network = format!("wbb{}", std::process::id());
+    whereabouts_nad(&w, "10.88.0.0/24", &network, json!({}));
+    let names: Vec<String> = (0..8).map(|i| format!("b{i}")).collect();
+    let mut w = w;
+    let netns: Vec<String> = names
+        .iter()
+        .map(|pod| w.kube.namespaces.add(&format!("wbb-{pod}")))
+        .collect();
+    w.pods(&names, &w.kube.node.clone(), "wbnet@net1");
+    let _daemon = w.daemon();
+    let before = w.kube.api.audited().len();
+    let at_once = |command: &str| {
+        std::thread::scope(|s| {
+            let calls: Vec<_> = names
+                .iter()
+                .zip(&netns)
+                .map(|(pod, ns)| {
+                    let w = &w;
+                    s.spawn(move || w.call(command, pod, ns, &w.conf))
+                })
+                .collect();
+            for (call, pod) in calls.into_iter().zip(&names) {
+                assert_ok(&format!("{command} {pod}"), &call.join().unwrap());
+            }
+        })
+    };
+    at_once("ADD");
+    let patches = w.kube.api.audited()[before..]
+        .iter()
+        .filter(|r| r.stage == "ResponseComplete" && r.name.starts_with(&network))
+        .filter(|r| r.verb == "patch" && r.resource == "ippools")
+        .count();
+    eprintln!("8 ADDs at once: {patches} pool writes");
+    assert!(
+        patches < names.len(),
+        "{patches} pool writes for {} ADDs",
+        names.len()
+    );
+    let given: std::collections::BTreeSet<String> = netns
+        .iter()
+        .map(|ns| addresses(ns, "net1")[0].clone())
+        .collect();
+    assert_eq!(
+        given.len(),
+        names.len(),
+        "an address given twice: {given:?}"
+    );
+    at_once("DEL");
+    w.assert_nothing_left(&netns);
+}
