@@ -84,9 +84,12 @@ impl Turn {
     }
 }
 
+/// Turns by namespace and pool name.
+type Turns = Mutex<HashMap<(String, String), Arc<Turn>>>;
+
 /// The daemon's turn of `namespace`'s pool `name`.
 pub(super) fn turn(namespace: &str, name: &str) -> Arc<Turn> {
-    static TURNS: OnceLock<Mutex<HashMap<(String, String), Arc<Turn>>>> = OnceLock::new();
+    static TURNS: OnceLock<Turns> = OnceLock::new();
     let mut turns = lock(TURNS.get_or_init(Mutex::default));
     let key = (namespace.to_string(), name.to_string());
     turns.entry(key).or_default().clone()
@@ -111,7 +114,7 @@ impl Call<'_> {
             outcome: Mutex::new(None),
         });
         if !self.pools.cached() {
-            self.commit(&name, range, &[ticket.clone()]);
+            self.commit(&name, range, std::slice::from_ref(&ticket));
         } else {
             let turn = turn(self.pools.namespace(), &name);
             lock(&turn.queue).push(ticket.clone());
