@@ -96,13 +96,18 @@ struct Args {
     dynamic_controller: Option<PathBuf>,
     /// Run only the cluster-wide IPAM case: `--nodes` simulated nodes each
     /// ADD `--pods` pods (default 12) at once from one whereabouts pool on
-    /// the test API server, through whereabouts and through plexus exec'd
-    /// as `whereabouts`, side by side; then DEL them all.
+    /// the test API server, through whereabouts, through plexus exec'd as
+    /// `whereabouts` (thin) and through plexus thick (a daemon per node),
+    /// side by side; then DEL them all.
     #[arg(long)]
     cluster_ipam: bool,
     /// Simulated nodes of the cluster-wide IPAM case.
     #[arg(long, default_value_t = 4)]
     nodes: usize,
+    /// The cluster-wide IPAM case with an IPv4 and an IPv6 range (whereabouts'
+    /// `ipRanges`): two addresses per pod.
+    #[arg(long)]
+    dual_stack: bool,
     /// Exit non-zero when a target is missed.
     #[arg(long)]
     check: bool,
@@ -456,6 +461,7 @@ fn run(args: &Args) -> Result<bool, String> {
             tmp: &tmp.0,
             nodes: args.nodes.max(1),
             pods_per_node: pod_count,
+            dual_stack: args.dual_stack,
         };
         return cluster_ipam::run(&setup);
     }

@@ -35,6 +35,8 @@ pub struct Setup<'a> {
     pub tmp: &'a Path,
     pub nodes: usize,
     pub pods_per_node: usize,
+    /// An IPv4 and an IPv6 range: two addresses per pod.
+    pub dual_stack: bool,
 }
 
 /// What whereabouts needs beyond plexus's role: its Lease, and the lists
@@ -57,12 +59,23 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: plexus-b
 subjects: [{kind: ServiceAccount, name: plexus, namespace: kube-system}]
 "#;
 
-/// The NAD of the storm: macvlan with whereabouts IPAM on one /16.
-fn macvlan_whereabouts(network: &str, flat: &Path) -> Value {
+/// The NAD of the storm: macvlan with whereabouts IPAM on one /16, and
+/// with `dual_stack` one /64 too (an address of each per pod).
+fn macvlan_whereabouts(network: &str, flat: &Path, dual_stack: bool) -> Value {
+    let mut ipam = json!({"type": "whereabouts", "range": "10.200.0.0/16",
+                          "network_name": network, "configuration_path": flat});
+    if dual_stack {
+        ipam["ipRanges"] = json!([{"range": "10.200.0.0/16"}, {"range": "fd20::/64"}]);
+        ipam.as_object_mut().expect("an object").remove("range");
+    }
     json!({"cniVersion": "1.0.0", "name": network, "type": "macvlan", "master": "uplink0",
-           "mode": "bridge",
-           "ipam": {"type": "whereabouts", "range": "10.200.0.0/16",
-                    "network_name": network, "configuration_path": flat}})
+           "mode": "bridge", "ipam": ipam})
+}
+
+/// Addresses the storm gives: one per pod and range.
+fn allocations(setup: &Setup) -> f64 {
+    let ranges = if setup.dual_stack { 2 } else { 1 };
+    (setup.nodes * setup.pods_per_node * ranges) as f64
 }
 
 /// One contender's storm.
@@ -79,8 +92,14 @@ struct Storm {
 
 pub fn run(setup: &Setup) -> Result<bool, String> {
     println!(
-        "\nCluster-wide IPAM: {} nodes x {} pods ADD at once from one pool, then DEL",
-        setup.nodes, setup.pods_per_node
+        "\nCluster-wide IPAM: {} nodes x {} pods ADD at once from one pool{}, then DEL",
+        setup.nodes,
+        setup.pods_per_node,
+        if setup.dual_stack {
+            " (dual-stack: a v4 and a v6 pool)"
+        } else {
+            ""
+        }
     );
     let whereabouts = match peers::whereabouts() {
         Ok(w) => w,
@@ -113,7 +132,7 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
     ];
     let mut storms = Vec::new();
     for (who, binary, network) in &contenders {
-        let conf = macvlan_whereabouts(network, &flat);
+        let conf = macvlan_whereabouts(network, &flat, setup.dual_stack);
         let exec = |command: &str, node: &str, pod: &str| call(binary, &conf, command, node, pod);
         storms.push((*who, storm(api, network, setup, &exec)?));
     }
@@ -137,7 +156,7 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
             s.left_reservations,
         );
     }
-    let total = (setup.nodes * setup.pods_per_node) as f64;
+    let total = allocations(setup);
     for (who, s) in &storms {
         let per: Vec<String> = s
             .requests
@@ -182,7 +201,7 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
     } else {
         println!("whereabouts failed or leaked at this size: no speed target is judged");
     }
-    let total = (setup.nodes * setup.pods_per_node) as f64;
+    let total = allocations(setup);
     let per = |verb: &str| {
         let key = (verb.to_string(), "ippools".to_string());
         *thick.requests.get(&key).unwrap_or(&0) as f64 / total
@@ -226,11 +245,10 @@ fn storm(
         match out {
             Ok(result) => {
                 add.push(took);
-                given.push(
-                    result["ips"][0]["address"]
-                        .as_str()
-                        .unwrap_or("?")
-                        .to_string(),
+                let ips = result["ips"].as_array().cloned().unwrap_or_default();
+                given.extend(
+                    ips.iter()
+                        .map(|ip| ip["address"].as_str().unwrap_or("?").to_string()),
                 );
             }
             Err(e) => failures.push(e),
@@ -238,21 +256,18 @@ fn storm(
     }
     let distinct: BTreeSet<&String> = given.iter().collect();
     let kind = "ippools.whereabouts.cni.cncf.io";
-    let pool = format!("{network}-10.200.0.0-16");
-    let held = api.kubectl(&[
-        "get",
-        kind,
-        "-n",
-        "kube-system",
-        &pool,
-        "-o",
-        "json",
-        "--ignore-not-found",
-    ]);
-    let left_allocations = serde_json::from_str::<Value>(&held)
+    let pools = api.kubectl(&["get", kind, "-n", "kube-system", "-o", "json"]);
+    let left_allocations = serde_json::from_str::<Value>(&pools)
         .ok()
-        .and_then(|p| p["spec"]["allocations"].as_object().map(|a| a.len()))
-        .unwrap_or(0);
+        .and_then(|list| list["items"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| {
+            let name = p["metadata"]["name"].as_str().unwrap_or_default();
+            name.starts_with(&format!("{network}-"))
+        })
+        .filter_map(|p| p["spec"]["allocations"].as_object().map(|a| a.len()))
+        .sum();
     let reservations = "overlappingrangeipreservations.whereabouts.cni.cncf.io";
     let names = api.kubectl(&["get", reservations, "-n", "kube-system", "-o", "name"]);
     let left_reservations = names
