@@ -1,8 +1,8 @@
 //! The daemon's group commit of a pool (issue 33 item 4): its calls queue a
-//! ticket each for an address, and whichever holds the pool's turn decides
-//! every ticket queued by then on one copy and writes them in one PATCH. A
-//! call whose ticket a turn-holder settled meanwhile finds its address
-//! ready when it gets the turn. The daemon's calls never lose the
+//! ticket each (an address to take, or a container's to give back), and
+//! whichever holds the pool's turn decides every ticket queued by then on
+//! one copy and writes them in one PATCH. A call whose ticket a
+//! turn-holder settled meanwhile finds it done when it gets the turn. The daemon's calls never lose the
 //! compare-and-swap to each other, only to other writers (other nodes,
 //! whereabouts), and a storm of one node's pods costs a few writes, not one
 //! per pod.
@@ -18,8 +18,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use ipnetwork::IpNetwork;
+
 use super::{metrics, Call, ClusterIpamError};
-use crate::cluster::pools::{Change, Written};
+use crate::cluster::pools::{Change, PoolCopy, Written};
+use crate::cluster::ClusterError;
 use crate::cni::error::CniError;
 use plexus_ipam::whereabouts::allocate::{self, Holder};
 use plexus_ipam::whereabouts::conf::PoolRange;
@@ -33,19 +36,30 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One call's request for an address of a pool.
-struct Ticket {
-    range: PoolRange,
-    holder: Allocation,
-    pod_uid: Option<String>,
-    /// Addresses other pods reserved through overlapping pools.
-    taken: BTreeSet<IpAddr>,
-    hint: u128,
-    /// Set by the turn-holder that settled it.
-    outcome: Mutex<Option<Result<IpAddr, Refused>>>,
+/// What a ticket asks of a pool.
+enum Want {
+    /// An address of `range` (the ADD).
+    Take {
+        range: PoolRange,
+        pod_uid: Option<String>,
+        /// Addresses other pods reserved through overlapping pools.
+        taken: BTreeSet<IpAddr>,
+        hint: u128,
+    },
+    /// The holder's entry gone (the DEL), if it has one.
+    Release,
 }
 
-/// Why a ticket got no address, shared by a batch.
+/// One call's request of a pool.
+struct Ticket {
+    want: Want,
+    holder: Allocation,
+    /// Set by the turn-holder that settled it: the address taken or given
+    /// back (`None`: the container held none).
+    outcome: Mutex<Option<Result<Option<IpAddr>, Refused>>>,
+}
+
+/// Why a ticket was not done, shared by a batch.
 #[derive(Clone)]
 enum Refused {
     Exhausted(String),
@@ -62,33 +76,67 @@ impl From<Refused> for ClusterIpamError {
 }
 
 impl Ticket {
-    fn settle(&self, outcome: Result<IpAddr, Refused>) {
+    fn settle(&self, outcome: Result<Option<IpAddr>, Refused>) {
         lock(&self.outcome).get_or_insert(outcome);
     }
 
-    fn outcome(&self) -> Option<Result<IpAddr, Refused>> {
+    fn outcome(&self) -> Option<Result<Option<IpAddr>, Refused>> {
         lock(&self.outcome).clone()
+    }
+
+    /// Decides this ticket on `allocations` (the pool as the tickets before
+    /// it in the batch left it), noting its change.
+    fn decide(
+        &self,
+        network: IpNetwork,
+        allocations: &mut BTreeMap<String, Allocation>,
+        changes: &mut BTreeMap<String, Change>,
+    ) -> Result<Option<IpAddr>, Refused> {
+        let holder = &self.holder;
+        let Want::Take {
+            range,
+            pod_uid,
+            taken,
+            hint,
+        } = &self.want
+        else {
+            let Some(key) = allocate::release(allocations, &holder.container_id, &holder.ifname)
+            else {
+                return Ok(None);
+            };
+            let key = key.clone();
+            allocations.remove(&key);
+            let ip = pool::address_at(network, &key);
+            changes.insert(key, Change::Remove);
+            return Ok(ip);
+        };
+        let who = Holder {
+            container_id: &holder.container_id,
+            podref: &holder.podref,
+            ifname: &holder.ifname,
+        };
+        let chosen = allocate::assign(range, allocations, taken, &who, *hint)
+            .map_err(|full| Refused::Exhausted(full.to_string()))?;
+        if let Some(entry) = chosen.write {
+            allocations.insert(chosen.key.clone(), entry.clone());
+            changes.insert(chosen.key, Change::Set(entry, pod_uid.clone()));
+        }
+        Ok(Some(chosen.ip))
     }
 }
 
 /// A pool's turn: held while deciding and writing it; the tickets waiting.
 #[derive(Default)]
-pub(super) struct Turn {
+struct Turn {
     held: Mutex<()>,
     queue: Mutex<Vec<Arc<Ticket>>>,
-}
-
-impl Turn {
-    pub(super) fn hold(&self) -> MutexGuard<'_, ()> {
-        lock(&self.held)
-    }
 }
 
 /// Turns by namespace and pool name.
 type Turns = Mutex<HashMap<(String, String), Arc<Turn>>>;
 
 /// The daemon's turn of `namespace`'s pool `name`.
-pub(super) fn turn(namespace: &str, name: &str) -> Arc<Turn> {
+fn turn(namespace: &str, name: &str) -> Arc<Turn> {
     static TURNS: OnceLock<Turns> = OnceLock::new();
     let mut turns = lock(TURNS.get_or_init(Mutex::default));
     let key = (namespace.to_string(), name.to_string());
@@ -103,14 +151,34 @@ impl Call<'_> {
         range: &PoolRange,
         taken: &BTreeSet<IpAddr>,
     ) -> Result<IpAddr, ClusterIpamError> {
-        let name = self.pool_name(range);
         let who = self.holder();
-        let ticket = Arc::new(Ticket {
+        let want = Want::Take {
             range: range.clone(),
-            holder: who.allocation(),
             pod_uid: self.pod_uid.clone(),
             taken: taken.clone(),
             hint: super::hint(&who),
+        };
+        let ip = self.in_turn(range, want)?;
+        Ok(ip.expect("a take settles with an address"))
+    }
+
+    /// This container's entry for its interface gone from `range`'s pool
+    /// (`DeallocateIP`: by container ID and interface); the address it
+    /// held, if any.
+    pub(super) fn release_entry(
+        &self,
+        range: &PoolRange,
+    ) -> Result<Option<IpAddr>, ClusterIpamError> {
+        self.in_turn(range, Want::Release)
+    }
+
+    /// `want` of `range`'s pool, done in a batch: the daemon's (queued for
+    /// the pool's turn), or a plugin process's batch of one.
+    fn in_turn(&self, range: &PoolRange, want: Want) -> Result<Option<IpAddr>, ClusterIpamError> {
+        let name = self.pool_name(range);
+        let ticket = Arc::new(Ticket {
+            want,
+            holder: self.holder().allocation(),
             outcome: Mutex::new(None),
         });
         if !self.pools.cached() {
@@ -118,7 +186,7 @@ impl Call<'_> {
         } else {
             let turn = turn(self.pools.namespace(), &name);
             lock(&turn.queue).push(ticket.clone());
-            let _held = turn.hold();
+            let _held = lock(&turn.held);
             if ticket.outcome().is_none() {
                 let mut batch = std::mem::take(&mut *lock(&turn.queue));
                 // Taken, and left unsettled, by a holder that panicked.
@@ -136,46 +204,35 @@ impl Call<'_> {
 
     /// Decides every ticket of `batch` on one copy of the pool `name` (of
     /// `range`'s network) and writes them in one compare-and-swap, again on
-    /// a fresh copy after each loss until the deadline; settles each.
+    /// a fresh copy after each loss until the deadline; settles each. A
+    /// batch that only gives back never creates the pool.
     fn commit(&self, name: &str, range: &PoolRange, batch: &[Arc<Ticket>]) {
+        let takes = batch.iter().any(|t| matches!(t.want, Want::Take { .. }));
         let mut tries = 0;
         let failed = loop {
-            let copy = match self
-                .pools
-                .pool(name, &pool::range_text(range.network), tries > 0)
-            {
-                Ok(copy) => copy,
+            let fresh = tries > 0;
+            let copy = if takes {
+                let range_text = pool::range_text(range.network);
+                self.pools.pool(name, &range_text, fresh).map(Some)
+            } else {
+                self.existing_or_fresh(name, fresh)
+            };
+            let copy = match copy {
+                Ok(Some(copy)) => copy,
+                Ok(None) => {
+                    for ticket in batch {
+                        ticket.settle(Ok(None));
+                    }
+                    return;
+                }
                 Err(e) => break ClusterIpamError::from(e),
             };
             let mut allocations = copy.spec.allocations.clone();
             let mut changes = BTreeMap::new();
-            let mut decided = Vec::new();
-            for ticket in batch {
-                let who = Holder {
-                    container_id: &ticket.holder.container_id,
-                    podref: &ticket.holder.podref,
-                    ifname: &ticket.holder.ifname,
-                };
-                let chosen = allocate::assign(
-                    &ticket.range,
-                    &allocations,
-                    &ticket.taken,
-                    &who,
-                    ticket.hint,
-                );
-                let outcome = match chosen {
-                    Ok(chosen) => {
-                        if let Some(entry) = chosen.write {
-                            allocations.insert(chosen.key.clone(), entry.clone());
-                            let change = Change::Set(entry, ticket.pod_uid.clone());
-                            changes.insert(chosen.key, change);
-                        }
-                        Ok(chosen.ip)
-                    }
-                    Err(full) => Err(Refused::Exhausted(full.to_string())),
-                };
-                decided.push((ticket, outcome));
-            }
+            let decided: Vec<_> = batch
+                .iter()
+                .map(|t| (t, t.decide(range.network, &mut allocations, &mut changes)))
+                .collect();
             let written = if changes.is_empty() {
                 Ok(Written::Done)
             } else {
@@ -185,6 +242,9 @@ impl Call<'_> {
                 Ok(Written::Done) => {
                     metrics().held(name, range, allocations.len());
                     for (ticket, outcome) in decided {
+                        if matches!(ticket.want, Want::Release) && matches!(outcome, Ok(Some(_))) {
+                            metrics().releases.inc();
+                        }
                         ticket.settle(outcome);
                     }
                     return;
@@ -199,6 +259,20 @@ impl Call<'_> {
         let failed = Refused::Failed(CniError::from(failed));
         for ticket in batch {
             ticket.settle(Err(failed.clone()));
+        }
+    }
+
+    /// The pool `name` if it exists; when the daemon's cache says it does
+    /// not, the API server is asked (a DEL must not miss an entry the
+    /// watch has not brought yet).
+    pub(super) fn existing_or_fresh(
+        &self,
+        name: &str,
+        fresh: bool,
+    ) -> Result<Option<PoolCopy>, ClusterError> {
+        match self.pools.existing(name, fresh)? {
+            None if !fresh && self.pools.cached() => self.pools.existing(name, true),
+            found => Ok(found),
         }
     }
 }

@@ -27,7 +27,7 @@
 mod batch;
 pub mod reconcile;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -37,7 +37,7 @@ use ipnetwork::IpNetwork;
 use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use crate::cluster::kube::SharedApi;
-use crate::cluster::pools::{namespace_of, Change, Pools, Reservation, Written};
+use crate::cluster::pools::{namespace_of, Pools, Reservation};
 use crate::cluster::ClusterError;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::{CniError, ErrorCode};
@@ -460,40 +460,18 @@ impl Call<'_> {
     /// pool (container ID and interface, as `DeallocateIP`), so that a DEL
     /// cut short anywhere is finished by the next.
     fn give_back(&self, range: &PoolRange) -> Result<(), ClusterIpamError> {
-        let name = self.pool_name(range);
-        let mut tries = 0;
-        let mut unreserved = None;
-        // In the daemon, between its batches (no conflict with them).
-        let turn = self
-            .pools
-            .cached()
-            .then(|| batch::turn(self.pools.namespace(), &name));
-        loop {
-            let held = turn.as_deref().map(batch::Turn::hold);
-            let Some(copy) = self.pools.existing(&name, tries > 0)? else {
-                return Ok(());
-            };
-            let Some(key) =
+        if self.conf.overlapping_ranges {
+            let name = self.pool_name(range);
+            let held = self.existing_or_fresh(&name, false)?.and_then(|copy| {
                 allocate::release(&copy.spec.allocations, self.container_id, self.ifname)
-            else {
-                return Ok(());
-            };
-            let ip = pool::address_at(range.network, key);
-            if let Some(ip) = ip.filter(|_| self.conf.overlapping_ranges) {
-                if unreserved != Some(ip) {
-                    self.unreserve(ip)?;
-                    unreserved = Some(ip);
-                }
+                    .and_then(|key| pool::address_at(range.network, key))
+            });
+            if let Some(ip) = held {
+                self.unreserve(ip)?;
             }
-            let changes = BTreeMap::from([(key.clone(), Change::Remove)]);
-            if self.pools.write(&copy, &changes)? == Written::Done {
-                metrics().releases.inc();
-                metrics().held(&name, range, copy.spec.allocations.len() - 1);
-                return Ok(());
-            }
-            drop(held);
-            tries = self.lost(&name, tries)?;
         }
+        self.release_entry(range)?;
+        Ok(())
     }
 
     /// Gives back every address this container holds for its interface.

@@ -84,7 +84,7 @@ struct Storm {
     wall: Duration,
     failures: Vec<String>,
     duplicates: usize,
-    del_failures: usize,
+    del_failures: Vec<String>,
     left_allocations: usize,
     left_reservations: usize,
     requests: BTreeMap<(String, String), usize>,
@@ -150,7 +150,7 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
             ms(percentile(&s.add, 0.5)),
             ms(percentile(&s.add, 0.99)),
             s.wall.as_secs_f64(),
-            s.failures.len() + s.del_failures,
+            s.failures.len() + s.del_failures.len(),
             s.duplicates,
             s.left_allocations,
             s.left_reservations,
@@ -167,13 +167,18 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
             "API requests per allocation, {who} (audit log, ADD and DEL): {}",
             per.join(", ")
         );
-        for failure in s.failures.iter().take(3) {
+        for failure in s
+            .failures
+            .iter()
+            .take(3)
+            .chain(s.del_failures.iter().take(3))
+        {
             println!("  {who}: {failure}");
         }
     }
     let clean = |s: &Storm| {
         s.failures.is_empty()
-            && s.del_failures == 0
+            && s.del_failures.is_empty()
             && s.duplicates == 0
             && s.left_allocations == 0
             && s.left_reservations == 0
@@ -282,7 +287,10 @@ fn storm(
         wall,
         failures,
         duplicates: given.len() - distinct.len(),
-        del_failures: deleted.iter().filter(|(_, out)| out.is_err()).count(),
+        del_failures: deleted
+            .into_iter()
+            .filter_map(|(_, out)| out.err())
+            .collect(),
         left_allocations,
         left_reservations,
         requests,
