@@ -338,16 +338,18 @@ fn pod_uid(arg: Option<&str>) -> Result<Option<String>, CniError> {
     Ok(Some(uid.to_string()))
 }
 
-/// A pause before deciding again: 10 ms doubling per loss, up to 640 ms,
-/// with jitter so that losers do not collide again in step.
+/// A pause before deciding again: up to 10 ms doubling per loss, at most
+/// 2.56 s, drawn at random below that ("full jitter"), so that hundreds of
+/// plugin processes racing for one pool thin out instead of colliding in
+/// step and flooding the API server.
 fn backoff(tries: u32) -> Duration {
-    let base = 10u64 << tries.min(6);
+    let ceiling = 10u64 << tries.min(8);
     let nanos = u64::from(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos()),
     );
-    Duration::from_millis(base / 2 + nanos % (base / 2 + 1))
+    Duration::from_millis(1 + nanos % ceiling)
 }
 
 /// Where an attachment's search for a free address starts: a hash of who
