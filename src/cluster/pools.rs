@@ -53,6 +53,9 @@ pub enum Change {
     Set(Allocation, Option<String>),
     /// No entry (nor note) there.
     Remove,
+    /// The note there gone, the entry left as it is (a note that outlived
+    /// its entry or names another container).
+    Unnote,
 }
 
 /// An OverlappingRangeIPReservation as read.
@@ -344,6 +347,12 @@ impl Pools {
                     (json!(entry), note)
                 }
                 Change::Remove => (Value::Null, None),
+                Change::Unnote => {
+                    if copy.notes.contains_key(key) {
+                        notes.insert(note_key(key), Value::Null);
+                    }
+                    continue;
+                }
             };
             entries.insert(key.clone(), entry);
             match note {

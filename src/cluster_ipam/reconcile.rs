@@ -209,7 +209,8 @@ impl Reconciler {
             for (offset, note) in &copy.notes {
                 let current = copy.spec.allocations.get(offset);
                 if current.is_none_or(|entry| noted_uid(note, entry).is_none()) {
-                    changes.insert(offset.clone(), Change::Remove);
+                    // The note only: the entry, if any, is another's.
+                    changes.entry(offset.clone()).or_insert(Change::Unnote);
                 }
             }
             if changes.is_empty() {

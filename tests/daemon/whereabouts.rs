@@ -154,16 +154,40 @@ fn the_reconciler_gives_back_only_what_gone_pods_held() {
     // more; the entry of p3's predecessor under its name (another UID);
     // p4's entry as whereabouts writes it (no note); a note that outlived
     // its entry.
+    // At offsets p1 and p2 did not get (theirs start at a hash of the pod).
+    let out = w
+        .kube
+        .api
+        .kubectl(&["get", kind, "-n", &ns, &pool, "-o", "json"]);
+    let taken: Value = serde_json::from_str(&out).unwrap();
+    let free: Vec<String> = (200..254)
+        .map(|o: u32| o.to_string())
+        .filter(|o| taken["spec"]["allocations"].get(o).is_none())
+        .take(4)
+        .collect();
+    let (gone_at, old3_at, p4_at, stale_at) = (&free[0], &free[1], &free[2], &free[3]);
     let entry =
         |id: &str, pod: &str| json!({"id": id, "podref": format!("{ns}/{pod}"), "ifname": "net1"});
-    let patch = json!({
-        "metadata": {"annotations": {
-            "pod-uid.plexus.io/201": "00000000-0000-0000-0000-00000000dead/c-old3",
-            "pod-uid.plexus.io/203": "00000000-0000-0000-0000-00000000beef/c-none"}},
-        "spec": {"allocations": {
-            "200": entry("c-gone", "gone"),
-            "201": entry("c-old3", "p3"),
-            "202": entry("c-p4", "p4")}}});
+    let mut notes = serde_json::Map::new();
+    notes.insert(
+        format!("pod-uid.plexus.io/{old3_at}"),
+        json!("00000000-0000-0000-0000-00000000dead/c-old3"),
+    );
+    notes.insert(
+        format!("pod-uid.plexus.io/{stale_at}"),
+        json!("00000000-0000-0000-0000-00000000beef/c-none"),
+    );
+    // A note of another container beside p4's live entry: the note goes,
+    // the entry stays.
+    notes.insert(
+        format!("pod-uid.plexus.io/{p4_at}"),
+        json!("00000000-0000-0000-0000-00000000cafe/c-other"),
+    );
+    let mut entries = serde_json::Map::new();
+    entries.insert(gone_at.clone(), entry("c-gone", "gone"));
+    entries.insert(old3_at.clone(), entry("c-old3", "p3"));
+    entries.insert(p4_at.clone(), entry("c-p4", "p4"));
+    let patch = json!({"metadata": {"annotations": notes}, "spec": {"allocations": entries}});
     w.kube.api.kubectl(&[
         "patch",
         kind,
@@ -177,7 +201,7 @@ fn the_reconciler_gives_back_only_what_gone_pods_held() {
     ]);
     w.kube.api.apply(&format!(
         "apiVersion: whereabouts.cni.cncf.io/v1alpha1\nkind: OverlappingRangeIPReservation\n\
-         metadata: {{name: {network}-10.89.0.200, namespace: {ns}}}\n\
+         metadata: {{name: {network}-10.89.0.{gone_at}, namespace: {ns}}}\n\
          spec: {{containerid: c-gone, podref: {ns}/gone, ifname: net1}}\n"
     ));
     // p1's node went down: its pod is deleted for good, no DEL comes.
