@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::pool::SliceSize;
+use super::slice;
 use crate::common::{
     parse_address, parse_ip, parse_routes, required, AddressConf, DnsConf, RouteConf,
 };
@@ -304,10 +305,7 @@ fn check(keys: Keys) -> Result<WhereaboutsConf, IpamError> {
 
     let node_slice_size = match keys.node_slice_size.as_deref() {
         None | Some("") => None,
-        Some(size) => Some(
-            SliceSize::parse(size)
-                .map_err(|reason| IpamError::config("ipam.node_slice_size", reason))?,
-        ),
+        Some(size) => Some(node_slices(size, &ranges)?),
     };
     let ips = keys
         .addresses
@@ -414,6 +412,25 @@ fn pool_range(
         end,
         exclude,
     })
+}
+
+/// `node_slice_size`, checked against the one range it slices (a
+/// NodeSlicePool slices one: whereabouts slices `ipRanges[0]` and gives
+/// every other range that node's slice of it).
+fn node_slices(size: &str, ranges: &[PoolRange]) -> Result<SliceSize, IpamError> {
+    let field = "ipam.node_slice_size";
+    let size = SliceSize::parse(size).map_err(|reason| IpamError::config(field, reason))?;
+    if ranges.len() > 1 {
+        return Err(IpamError::config(
+            field,
+            format!(
+                "slices one range, and this configuration has {} (a NodeSlicePool holds one)",
+                ranges.len()
+            ),
+        ));
+    }
+    slice::check(ranges[0].network, &size).map_err(|reason| IpamError::config(field, reason))?;
+    Ok(size)
 }
 
 /// The first and last usable addresses of `network`: its network and
@@ -574,6 +591,14 @@ mod tests {
                 "ipam.node_slice_size",
             ),
             (
+                json!({"range": r, "node_slice_size": "/16"}),
+                "ipam.node_slice_size",
+            ),
+            (
+                json!({"ipRanges": [{"range": r}, {"range": "fd00::/64"}], "node_slice_size": "/28"}),
+                "ipam.node_slice_size",
+            ),
+            (
                 json!({"range": r, "addresses": [{"address": "10.1.1.1"}]}),
                 "ipam.addresses[0].address",
             ),
@@ -600,7 +625,7 @@ mod tests {
             no_files,
         )
         .unwrap();
-        assert_eq!(c.node_slice_size, Some(SliceSize(28)));
+        assert_eq!(c.node_slice_size.map(|s| (s.prefix, s.text)), Some((28, "/28".into())));
         assert_eq!(c.gateway.unwrap().to_string(), "10.0.0.1");
         assert_eq!(c.result.routes.len(), 1);
         assert_eq!(c.result.dns.nameservers, ["1.1.1.1"]);

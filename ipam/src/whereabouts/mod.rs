@@ -1,8 +1,8 @@
 //! Cluster-wide IPAM with whereabouts' configuration and objects
 //! (`"ipam": {"type": "whereabouts"}`): what it reads ([`conf`]), the
 //! objects it shares with whereabouts on the API server ([`pool`]), and the
-//! pure choice of an address ([`allocate`]) and of the addresses of pods
-//! that are gone ([`reclaim`]). The API side, which writes the
+//! pure choice of an address ([`allocate`]) of the addresses of pods
+//! that are gone ([`reclaim`]) and of node slices ([`slice`]). The API side, which writes the
 //! choice, is plexus's (`plexus::cluster::pools`).
 //!
 //! The invariant, which every writer keeps: an address is held by at most
@@ -16,3 +16,4 @@ pub mod allocate;
 pub mod conf;
 pub mod pool;
 pub mod reclaim;
+pub mod slice;

@@ -96,15 +96,23 @@ pub struct NodeSliceAllocation {
 }
 
 /// `node_slice_size`: the prefix length of each node's slice (`/28` or
-/// `28`), as whereabouts' `DivideRangeBySize` reads it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SliceSize(pub u8);
+/// `28`), as whereabouts' `DivideRangeBySize` reads it, and its text as
+/// given (whereabouts writes it so to a NodeSlicePool's `spec.sliceSize`
+/// and compares it as text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceSize {
+    pub prefix: u8,
+    pub text: String,
+}
 
 impl SliceSize {
     pub fn parse(s: &str) -> Result<SliceSize, String> {
         let digits = s.strip_prefix('/').unwrap_or(s);
         match digits.parse::<u8>() {
-            Ok(p) if p <= 128 => Ok(SliceSize(p)),
+            Ok(prefix) if prefix <= 128 => Ok(SliceSize {
+                prefix,
+                text: s.to_string(),
+            }),
             _ => Err(format!(
                 "{s:?} is not a prefix length (like \"/28\" or \"28\")"
             )),
