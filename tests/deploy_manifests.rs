@@ -73,7 +73,10 @@ fn rbac_grants_exactly_what_plexus_uses() {
     // tests/daemon/whereabouts.rs), and reads, creates and deletes
     // reservations (tests/whereabouts_ipam.rs, with this role's token); its
     // reconciler lists both, and the pods' metadata (tests/daemon/
-    // whereabouts.rs), and holds one Lease of kube-system's.
+    // whereabouts.rs), and holds one Lease of kube-system's. Node slices
+    // read, create and compare-and-swap NodeSlicePools; the leader lists
+    // them and the Nodes, and deletes a freed slice's emptied IPPool
+    // (tests/daemon/whereabouts.rs).
     let all = docs("rbac.yaml");
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let mut granted: Vec<(String, String)> = Vec::new();
@@ -94,6 +97,7 @@ fn rbac_grants_exactly_what_plexus_uses() {
         ("ipamclaims", "get"),
         ("ipamclaims/status", "patch"),
         ("ippools", "create"),
+        ("ippools", "delete"),
         ("ippools", "get"),
         ("ippools", "list"),
         ("ippools", "patch"),
@@ -101,6 +105,11 @@ fn rbac_grants_exactly_what_plexus_uses() {
         ("network-attachment-definitions", "get"),
         ("network-attachment-definitions", "list"),
         ("network-attachment-definitions", "watch"),
+        ("nodes", "list"),
+        ("nodeslicepools", "create"),
+        ("nodeslicepools", "get"),
+        ("nodeslicepools", "list"),
+        ("nodeslicepools", "patch"),
         ("overlappingrangeipreservations", "create"),
         ("overlappingrangeipreservations", "delete"),
         ("overlappingrangeipreservations", "get"),

@@ -25,6 +25,9 @@ struct Call<'a> {
     ifname: &'a str,
     /// `namespace/pod`.
     pod: &'a str,
+    /// The node a plugin process runs on (`NODENAME`, whereabouts' way to
+    /// say it), for node slices.
+    node: Option<&'a str>,
 }
 
 impl<'a> Call<'a> {
@@ -35,6 +38,7 @@ impl<'a> Call<'a> {
             container,
             ifname: "net1",
             pod,
+            node: None,
         }
     }
 
@@ -53,6 +57,7 @@ impl<'a> Call<'a> {
         .into_iter()
         .map(|(k, v)| (k, v.to_string()))
         .chain([("CNI_ARGS", args)])
+        .chain(self.node.map(|n| ("NODENAME", n.to_string())))
         .collect()
     }
 }
@@ -152,6 +157,20 @@ fn with_whereabouts_crds(api: &KubeApi) {
         "--timeout=60s",
         "crd/ippools.whereabouts.cni.cncf.io",
         "crd/overlappingrangeipreservations.whereabouts.cni.cncf.io",
+        "crd/nodeslicepools.whereabouts.cni.cncf.io",
+    ]);
+    // The test kit's kube-apiserver (v1.20.2 built with Go 1.19) validates
+    // an empty string in a custom resource as null, and a free slice's
+    // `nodeName` is "" (whereabouts' controller writes it so): nullable
+    // lets it through, as deploy/crds/whereabouts.yaml has it.
+    let nullable = r#"[{"op": "add", "value": true, "path":
+        "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/allocations/items/properties/nodeName/nullable"}]"#;
+    api.kubectl(&[
+        "patch",
+        "crd/nodeslicepools.whereabouts.cni.cncf.io",
+        "--type=json",
+        "-p",
+        nullable,
     ]);
 }
 
@@ -462,6 +481,98 @@ fn plexus_pools_shows_who_holds_each_address() {
     assert_eq!(holder["interface"], "net2");
     assert_eq!(holder["containerID"], "c9");
     plexus(&call("DEL"), &conf).unwrap();
+}
+
+/// The NodeSlicePool `name`'s slices, as `(node, slice)`, in order.
+fn node_slices(api: &KubeApi, name: &str) -> Vec<(String, String)> {
+    let kind = "nodeslicepools.whereabouts.cni.cncf.io";
+    let out = api.kubectl(&["get", kind, "-n", "kube-system", name, "-o", "json"]);
+    let pool: Value = serde_json::from_str(&out).unwrap();
+    pool["status"]["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let node = a["nodeName"].as_str().unwrap().to_string();
+            (node, a["sliceRange"].as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+/// Issue 33 item 5: with `node_slice_size`, each node allocates from its
+/// own slice's pool (`<network_name>-<node>-<slice>`, whereabouts' fast
+/// IPAM by node). plexus's ADD on a node without a slice claims the first
+/// free one (creating the NodeSlicePool, in whereabouts' form); the real
+/// whereabouts on that node then finds the slice and allocates beside
+/// plexus from the same pool, and each gives back the other's address.
+#[test]
+fn node_slices_shared_with_whereabouts() {
+    let Some(api) = cluster() else { return };
+    let mut conf = conf(api, "wbs", "10.92.0.0/24");
+    conf["ipam"]["node_slice_size"] = json!("/28");
+    let on = |node: &'static str| Whereabouts {
+        node: Some(node.into()),
+        ..Default::default()
+    };
+    let call = |command, container, pod, node| Call {
+        node: Some(node),
+        ..Call::new(command, container, pod)
+    };
+    let a1 = plexus_as(&on("node-a"), &call("ADD", "a1", "ns7/a1", "node-a"), &conf)
+        .expect("plexus ADD on node-a");
+    let b1 = plexus_as(&on("node-b"), &call("ADD", "b1", "ns7/b1", "node-b"), &conf)
+        .expect("plexus ADD on node-b");
+    let slices = node_slices(api, "wbs");
+    assert_eq!(slices.len(), 16, "a /24 cut into /28s: {slices:?}");
+    assert_eq!(slices[0], ("node-a".into(), "10.92.0.0/28".into()));
+    assert_eq!(slices[1], ("node-b".into(), "10.92.0.16/28".into()));
+    assert!(slices[2..].iter().all(|(node, _)| node.is_empty()));
+    // Each address is of its node's slice, with the whole range's prefix
+    // (whereabouts' AssignIP answers with the range's mask).
+    let ip = |r: &Value| address(r).split('/').next().unwrap().to_string();
+    let last = |r: &Value| ip(r).rsplit('.').next().unwrap().parse::<u32>().unwrap();
+    assert!(address(&a1).ends_with("/24"), "{a1}");
+    assert!((1..=14).contains(&last(&a1)), "{a1}");
+    assert!((17..=30).contains(&last(&b1)), "{b1}");
+    let pool_a = "wbs-node-a-10.92.0.0-28";
+    let pool_b = "wbs-node-b-10.92.0.16-28";
+    // Offsets from the slice's network address, as whereabouts keys them.
+    let held_a = allocations(api, pool_a);
+    assert_eq!(held_a.len(), 1, "{held_a:?}");
+    assert_eq!(held_a[0].0, last(&a1).to_string());
+    assert_eq!(allocations(api, pool_b)[0].0, (last(&b1) - 16).to_string());
+    // The real whereabouts on node-a: the slice plexus claimed, the pool
+    // plexus wrote, never plexus's address.
+    let w1 = whereabouts(&call("ADD", "w1", "ns7/w1", "node-a"), &conf).expect("whereabouts ADD");
+    assert!((1..=14).contains(&last(&w1)), "{w1}");
+    assert_ne!(ip(&w1), ip(&a1));
+    // plexus installed as the whereabouts binary finds its node by
+    // NODENAME, as whereabouts does.
+    let b2 = plexus_exec(&call("ADD", "b2", "ns7/b2", "node-b"), &conf).expect("exec'd on node-b");
+    assert!((17..=30).contains(&last(&b2)), "{b2}");
+    assert_ne!(ip(&b2), ip(&b1));
+    // A configuration that slices the network otherwise is refused,
+    // naming the key; so is a node with no slice on DEL: nothing to give.
+    let mut other = conf.clone();
+    other["ipam"]["node_slice_size"] = json!("/27");
+    let e = plexus_as(&on("node-a"), &call("ADD", "x", "ns7/x", "node-a"), &other).unwrap_err();
+    assert_eq!(e["code"], 7, "{e}");
+    assert!(
+        e["details"]
+            .as_str()
+            .unwrap()
+            .starts_with("ipam.node_slice_size: "),
+        "{e}"
+    );
+    plexus_as(&on("node-z"), &call("DEL", "z", "ns7/z", "node-z"), &conf).expect("DEL, no slice");
+    // Each releases the other's.
+    whereabouts(&call("DEL", "a1", "ns7/a1", "node-a"), &conf).expect("whereabouts DEL a1");
+    plexus_as(&on("node-a"), &call("DEL", "w1", "ns7/w1", "node-a"), &conf).expect("DEL w1");
+    plexus_as(&on("node-b"), &call("DEL", "b1", "ns7/b1", "node-b"), &conf).unwrap();
+    plexus_exec(&call("DEL", "b2", "ns7/b2", "node-b"), &conf).unwrap();
+    assert_eq!(allocations(api, pool_a), vec![]);
+    assert_eq!(allocations(api, pool_b), vec![]);
+    assert_eq!(reservations(api, "wbs"), Vec::<String>::new());
 }
 
 /// The runtime's DEL after a failed ADD (CNI SPEC "ADD ... the runtime

@@ -34,6 +34,11 @@ use plexus_ipam::whereabouts::pool::{
 };
 use plexus_ipam::whereabouts::reclaim::{note_key, note_value, MAX_NOTES, NOTE_PREFIX};
 
+mod slices;
+
+pub use slices::SliceCopy;
+use slices::{slice_copy, slices_resource, RememberedSlice};
+
 /// An IPPool as read: what a compare-and-swap write names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolCopy {
@@ -80,6 +85,7 @@ pub struct Pools {
     driver: Driver,
     pools: Api<DynamicObject>,
     reservations: Api<DynamicObject>,
+    slices: Api<DynamicObject>,
     namespace: String,
     timeouts: ApiTimeouts,
     /// The daemon's watch cache of the namespace's pools, read before any
@@ -110,6 +116,8 @@ pub struct PoolWatch {
     resource: ApiResource,
     synced: Arc<AtomicBool>,
     written: Mutex<HashMap<String, PoolCopy>>,
+    /// The daemon's node's slice of each NodeSlicePool, by its name.
+    slices: Mutex<HashMap<String, RememberedSlice>>,
 }
 
 impl PoolWatches {
@@ -144,6 +152,7 @@ impl PoolWatches {
                     resource,
                     synced,
                     written: Mutex::default(),
+                    slices: Mutex::default(),
                 })
             })
             .clone()
@@ -186,6 +195,10 @@ impl PoolWatch {
 
     fn lock_written(&self) -> std::sync::MutexGuard<'_, HashMap<String, PoolCopy>> {
         self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_slices(&self) -> std::sync::MutexGuard<'_, HashMap<String, RememberedSlice>> {
+        self.slices.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -247,7 +260,8 @@ impl Pools {
         Pools {
             driver,
             pools: Api::namespaced_with(client.clone(), &namespace, &resource("IPPool", "ippools")),
-            reservations: Api::namespaced_with(client, &namespace, &reservation),
+            reservations: Api::namespaced_with(client.clone(), &namespace, &reservation),
+            slices: Api::namespaced_with(client, &namespace, &slices_resource()),
             namespace,
             timeouts,
             cache,
@@ -459,72 +473,77 @@ impl Pools {
     }
 }
 
-/// Every IPPool and every OverlappingRangeIPReservation of `namespace`, or
-/// of the cluster (`None`), each with its namespace: two LISTs (the
-/// reconciler's pass).
+/// Every IPPool, OverlappingRangeIPReservation and NodeSlicePool of
+/// `namespace`, or of the cluster (`None`), each with its namespace: three
+/// LISTs (the reconciler's pass).
 pub fn listed(
     handle: &tokio::runtime::Handle,
     client: &kube::Client,
     timeouts: ApiTimeouts,
     namespace: Option<&str>,
 ) -> Result<Listed, ClusterError> {
-    let plural = "overlappingrangeipreservations";
-    let kind = "OverlappingRangeIPReservation";
-    let api = |resource: &ApiResource| -> Api<DynamicObject> {
-        match namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
-            None => Api::all_with(client.clone(), resource),
-        }
-    };
-    let pools = api(&resource("IPPool", "ippools"));
-    let reservations = api(&resource(kind, plural));
     let scope = namespace.unwrap_or("every namespace").to_string();
-    let list = |api: Api<DynamicObject>, what: &str| {
-        let what = format!("{what} of {scope}");
-        let request = async move { api.list(&Default::default()).await };
-        handle.block_on(bounded(
-            timeouts.request,
-            ApiRequest::new(Verb::Get, what),
-            request,
-        ))
-    };
-    let pools = list(pools, "IPPools")?
-        .items
+    let list =
+        |resource: ApiResource| -> Result<Vec<(String, String, DynamicObject)>, ClusterError> {
+            let api: Api<DynamicObject> = match namespace {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+                None => Api::all_with(client.clone(), &resource),
+            };
+            let what = format!("{}s of {scope}", resource.kind);
+            let request = async move { api.list(&Default::default()).await };
+            let listed = handle.block_on(bounded(
+                timeouts.request,
+                ApiRequest::new(Verb::Get, what),
+                request,
+            ))?;
+            Ok(listed
+                .items
+                .into_iter()
+                .map(|found| {
+                    let namespace = found.namespace().unwrap_or_default();
+                    let object = format!("{} {namespace}/{}", resource.kind, found.name_any());
+                    (namespace, object, found)
+                })
+                .collect())
+        };
+    let pools = list(resource("IPPool", "ippools"))?
         .into_iter()
-        .map(|found| {
-            let namespace = found.namespace().unwrap_or_default();
-            pool_copy(&format!("IPPool of {namespace}"), found).map(|copy| (namespace, copy))
+        .map(|(namespace, object, found)| Ok((namespace, pool_copy(&object, found)?)))
+        .collect::<Result<_, ClusterError>>()?;
+    let reservations = list(resource(
+        "OverlappingRangeIPReservation",
+        "overlappingrangeipreservations",
+    ))?
+    .into_iter()
+    .map(|(namespace, object, found)| {
+        Ok(ReservationSeen {
+            namespace,
+            name: found.name_any(),
+            reservation: Reservation {
+                spec: spec_of(&object, &found.data)?,
+                uid: found.metadata.uid.unwrap_or_default(),
+            },
         })
-        .collect::<Result<_, _>>()?;
-    let reservations = list(reservations, "OverlappingRangeIPReservations")?
-        .items
+    })
+    .collect::<Result<_, ClusterError>>()?;
+    let slices = list(slices_resource())?
         .into_iter()
-        .map(|found| {
-            let namespace = found.namespace().unwrap_or_default();
-            let name = found.name_any();
-            let object = format!("{kind} {namespace}/{name}");
-            Ok(ReservationSeen {
-                namespace,
-                name,
-                reservation: Reservation {
-                    spec: spec_of(&object, &found.data)?,
-                    uid: found.metadata.uid.unwrap_or_default(),
-                },
-            })
-        })
+        .map(|(namespace, object, found)| Ok((namespace, slice_copy(&object, found)?)))
         .collect::<Result<_, ClusterError>>()?;
     Ok(Listed {
         pools,
         reservations,
+        slices,
     })
 }
 
-/// What [`listed`] gives: the pools, each with its namespace, and the
-/// reservations.
+/// What [`listed`] gives: the pools, each with its namespace, the
+/// reservations, and the NodeSlicePools, each with its namespace.
 #[derive(Debug, Default)]
 pub struct Listed {
     pub pools: Vec<(String, PoolCopy)>,
     pub reservations: Vec<ReservationSeen>,
+    pub slices: Vec<(String, SliceCopy)>,
 }
 
 /// A reservation as a LIST gave it.

@@ -25,7 +25,9 @@
 //! another pod's.
 
 mod batch;
+mod node_slice;
 pub mod reconcile;
+pub mod slicer;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -188,6 +190,10 @@ pub struct Whereabouts {
     /// the pools, instead of a connection per call; the kubeconfig then
     /// only names the namespace (its context's).
     pub daemon: Option<SharedApi>,
+    /// The node it serves, for node slices: the daemon's; when unset, a
+    /// plugin process finds it as whereabouts does
+    /// ([`node_slice::node_of_process`]).
+    pub node: Option<String>,
 }
 
 /// The registry's factory of the plugin, for plexus's conf when there is
@@ -196,6 +202,7 @@ pub fn factory(conf: Option<&PlexusConf>, daemon: Option<SharedApi>) -> Factory 
     let plugin = Arc::new(Whereabouts {
         timeouts: conf.map(|c| c.api_timeouts).unwrap_or_default(),
         plexus_kubeconfig: conf.and_then(|c| c.kubeconfig.clone()),
+        node: daemon.as_ref().map(|api| api.watched.node().to_string()),
         daemon,
     });
     Box::new(move |_: &dyn Resolver, _: &Session| {
@@ -244,6 +251,14 @@ struct Call<'r> {
     pod_uid: Option<String>,
     pools: Pools,
     deadline: Instant,
+    /// With `node_slice_size`: the node whose slice it takes from.
+    node: Option<String>,
+    /// The network's `name`, whose NodeSlicePool it is without
+    /// `network_name`.
+    network: String,
+    /// The configuration's range, when the call takes from a slice of it:
+    /// the addresses it gives carry its prefix, not the slice's.
+    sliced_from: Option<IpNetwork>,
 }
 
 fn read_flat_file(path: &Path) -> Result<Option<String>, IpamError> {
@@ -299,6 +314,17 @@ impl Whereabouts {
                          conf names no kubeconfig: the cluster whose IPPools hold the addresses"
                     .into(),
             })?;
+        let node = match (&conf.node_slice_size, &self.node) {
+            (None, _) => None,
+            (Some(_), Some(node)) => Some(node.clone()),
+            (Some(_), None) => Some(node_slice::node_of_process(conf.flat_file.as_deref())?),
+        };
+        let network = req
+            .config
+            .get("name")
+            .and_then(|n| n.as_str())
+            .unwrap_or_default()
+            .to_string();
         let pools = match &self.daemon {
             Some(api) => {
                 let namespace = namespace_of(&kubeconfig)?;
@@ -320,6 +346,9 @@ impl Whereabouts {
             pod_uid: pod_uid(arg("K8S_POD_UID"))?,
             pools,
             deadline: Instant::now() + CALL_BUDGET,
+            node,
+            network,
+            sliced_from: None,
         })
     }
 }
@@ -373,7 +402,8 @@ impl Call<'_> {
     }
 
     fn pool_name(&self, range: &PoolRange) -> String {
-        pool::pool_name(range.network, self.conf.network_name.as_deref(), None)
+        let node = self.node.as_deref();
+        pool::pool_name(range.network, self.conf.network_name.as_deref(), node)
     }
 
     fn reservation_name(&self, ip: IpAddr) -> String {
@@ -487,7 +517,8 @@ impl Call<'_> {
     fn ip_config(&self, range: &PoolRange, ip: IpAddr) -> IpConfig {
         let gateway = self.conf.gateway.filter(|g| g.is_ipv4() == ip.is_ipv4());
         IpConfig {
-            address: IpNetwork::new(ip, range.network.prefix()).expect("prefix of its range"),
+            address: IpNetwork::new(ip, self.sliced_from.unwrap_or(range.network).prefix())
+                .expect("prefix of its range"),
             gateway,
             interface: None,
         }
@@ -502,7 +533,8 @@ impl TypedPlugin for Whereabouts {
     }
 
     fn add(&self, req: &Request) -> Result<CniResult, ClusterIpamError> {
-        let call = self.call(req)?;
+        let mut call = self.call(req)?;
+        call.on_node_slice(true)?;
         let mut ips = Vec::new();
         for range in &call.conf.ranges {
             match call.take(range) {
@@ -523,13 +555,22 @@ impl TypedPlugin for Whereabouts {
     }
 
     fn del(&self, req: &Request) -> Result<(), ClusterIpamError> {
-        self.call(req)?.release_all()
+        let mut call = self.call(req)?;
+        call.on_node_slice(false)?;
+        call.release_all()
     }
 
     /// CHECK: every address of prevResult from a range is this container's
     /// in its pool (whereabouts answers CHECK with "not implemented").
     fn check(&self, req: &Request) -> Result<(), ClusterIpamError> {
-        let call = self.call(req)?;
+        let mut call = self.call(req)?;
+        if !call.on_node_slice(false)? {
+            return Err(IpamError::NotAllocated(format!(
+                "node {} has no slice of this network",
+                call.node.as_deref().unwrap_or_default()
+            ))
+            .into());
+        }
         let prev = req.prev_result.as_ref().ok_or_else(|| {
             CniError::invalid_config("prevResult", "missing: CHECK compares it with the IPPools")
         })?;

@@ -29,9 +29,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, PartialObjectMeta};
 
 use super::metrics;
+use super::slicer::{SliceKeeper, SliceReport};
 use crate::cluster::api::bounded;
 use crate::cluster::error::{ApiRequest, Verb};
 use crate::cluster::lease::LeaderLease;
@@ -64,6 +65,8 @@ pub struct PassReport {
     pub unreserved: usize,
     /// Pool writes that lost to another writer (judged again next pass).
     pub lost: usize,
+    /// What it did to node slices ([`super::slicer`]).
+    pub slices: SliceReport,
 }
 
 /// Something found held by a pod that is gone, on one pass.
@@ -91,6 +94,7 @@ pub struct Reconciler {
     /// The namespaces whose pools it reconciles; empty: every namespace.
     namespaces: Vec<String>,
     suspects: HashSet<Suspect>,
+    slices: SliceKeeper,
 }
 
 impl Reconciler {
@@ -106,6 +110,7 @@ impl Reconciler {
             timeouts,
             namespaces,
             suspects: HashSet::new(),
+            slices: SliceKeeper::default(),
         }
     }
 
@@ -139,6 +144,7 @@ impl Reconciler {
                     // Another daemon reconciles; what this one suspected
                     // is stale by the time it leads again.
                     self.suspects.clear();
+                    self.slices.forget();
                     last_pass = None;
                 }
                 Ok(Err(e)) => tracing::warn!(error = %e, "IPAM reconciler's Lease"),
@@ -160,10 +166,12 @@ impl Reconciler {
             let listed = pools::listed(&self.handle, &self.client, self.timeouts, scope)?;
             all.pools.extend(listed.pools);
             all.reservations.extend(listed.reservations);
+            all.slices.extend(listed.slices);
         }
         let pools::Listed {
             pools,
             reservations,
+            slices,
         } = all;
         let namespaces: BTreeSet<String> = pools
             .iter()
@@ -258,6 +266,11 @@ impl Reconciler {
             }
         }
         self.suspects = seen;
+        // The slices after the addresses: a gone node's slice is freed
+        // once this pass (or an earlier one) emptied its pool.
+        report.slices =
+            self.slices
+                .pass(&self.handle, &self.client, self.timeouts, &slices, &pools)?;
         Ok(report)
     }
 
@@ -269,35 +282,51 @@ impl Reconciler {
         pods: &mut HashMap<String, PodSeen>,
     ) -> Result<(), ClusterError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let mut token: Option<String> = None;
-        loop {
-            let mut params = ListParams::default().limit(PAGE);
-            if let Some(t) = token.take() {
-                params = params.continue_token(&t);
-            }
-            let what = ApiRequest::new(Verb::Get, format!("pods of {namespace}"));
-            let page = self.handle.block_on(bounded(
-                self.timeouts.request,
-                what,
-                api.list_metadata(&params),
-            ))?;
-            for pod in page.items {
-                let meta = pod.metadata;
-                let name = meta.name.unwrap_or_default();
-                let mirror = meta
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION));
-                let seen = PodSeen {
-                    uid: meta.uid.unwrap_or_default(),
-                    mirror,
-                };
-                pods.insert(format!("{namespace}/{name}"), seen);
-            }
-            match page.metadata.continue_.filter(|t| !t.is_empty()) {
-                Some(next) => token = Some(next),
-                None => return Ok(()),
-            }
+        let what = format!("pods of {namespace}");
+        for pod in list_metadata(&self.handle, self.timeouts, &api, &what)? {
+            let meta = pod.metadata;
+            let name = meta.name.unwrap_or_default();
+            let mirror = meta
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION));
+            let seen = PodSeen {
+                uid: meta.uid.unwrap_or_default(),
+                mirror,
+            };
+            pods.insert(format!("{namespace}/{name}"), seen);
+        }
+        Ok(())
+    }
+}
+
+/// Every object of `api`, metadata only, in pages of [`PAGE`].
+pub(super) fn list_metadata<K>(
+    handle: &tokio::runtime::Handle,
+    timeouts: ApiTimeouts,
+    api: &Api<K>,
+    what: &str,
+) -> Result<Vec<PartialObjectMeta<K>>, ClusterError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut all = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut params = ListParams::default().limit(PAGE);
+        if let Some(t) = token.take() {
+            params = params.continue_token(&t);
+        }
+        let request = ApiRequest::new(Verb::Get, what);
+        let page = handle.block_on(bounded(
+            timeouts.request,
+            request,
+            api.list_metadata(&params),
+        ))?;
+        all.extend(page.items);
+        match page.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(next) => token = Some(next),
+            None => return Ok(all),
         }
     }
 }

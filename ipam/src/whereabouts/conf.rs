@@ -625,7 +625,10 @@ mod tests {
             no_files,
         )
         .unwrap();
-        assert_eq!(c.node_slice_size.map(|s| (s.prefix, s.text)), Some((28, "/28".into())));
+        assert_eq!(
+            c.node_slice_size.map(|s| (s.prefix, s.text)),
+            Some((28, "/28".into()))
+        );
         assert_eq!(c.gateway.unwrap().to_string(), "10.0.0.1");
         assert_eq!(c.result.routes.len(), 1);
         assert_eq!(c.result.dns.nameservers, ["1.1.1.1"]);
