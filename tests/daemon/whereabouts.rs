@@ -21,6 +21,40 @@ fn whereabouts_nad(w: &World, range: &str, network: &str, kubernetes: Value) {
     );
 }
 
+/// A kubeconfig of plexus's identity whose context names the test's own
+/// namespace: whereabouts keeps its objects there, and that is the only
+/// namespace the test's reconciler looks after (the API server and its
+/// kube-system are shared by the run).
+fn pools_kubeconfig(w: &World) -> PathBuf {
+    let ns = &w.kube.kube_ns;
+    let path = w.kube.tmp.path().join("pools.kubeconfig");
+    let text = std::fs::read_to_string(w.kube.api.plexus_kubeconfig()).unwrap();
+    let with_ns = text.replace(
+        "context: {cluster: test, user: plexus}",
+        &format!("context: {{cluster: test, user: plexus, namespace: {ns}}}"),
+    );
+    assert_ne!(with_ns, text, "the kubeconfig's context line moved");
+    std::fs::write(&path, with_ns).unwrap();
+    path
+}
+
+/// The reconciler's Lease is one for the cluster: the tests whose daemons
+/// run the reconciler take turns, each starting with no Lease (the last
+/// one's daemon was killed holding it, and would keep it for 60 s).
+fn reconciler_turn(w: &World) -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    w.kube.api.kubectl(&[
+        "delete",
+        "lease",
+        "-n",
+        "kube-system",
+        "plexus-ipam-reconciler",
+        "--ignore-not-found",
+    ]);
+    turn
+}
+
 #[test]
 fn a_warm_whereabouts_add_reads_no_pool_and_writes_it_once() {
     let Some(mut w) = world("wbt") else { return };
@@ -112,20 +146,10 @@ fn a_warm_whereabouts_add_reads_no_pool_and_writes_it_once() {
 #[test]
 fn the_reconciler_gives_back_only_what_gone_pods_held() {
     let Some(mut w) = world("wbg") else { return };
+    let _turn = reconciler_turn(&w);
     let network = format!("wbg{}", std::process::id());
-    // The pools live in the test's own namespace (whereabouts: the
-    // kubeconfig context's), the only one this daemon's reconciler looks
-    // after: the API server and its kube-system are shared by the run.
     let ns = w.kube.kube_ns.clone();
-    let pools_kubeconfig = w.kube.tmp.path().join("pools.kubeconfig");
-    let text = std::fs::read_to_string(w.kube.api.plexus_kubeconfig()).unwrap();
-    let with_ns = text.replace(
-        "context: {cluster: test, user: plexus}",
-        &format!("context: {{cluster: test, user: plexus, namespace: {ns}}}"),
-    );
-    assert_ne!(with_ns, text, "the kubeconfig's context line moved");
-    std::fs::write(&pools_kubeconfig, with_ns).unwrap();
-    let kubernetes = json!({"kubeconfig": pools_kubeconfig});
+    let kubernetes = json!({"kubeconfig": pools_kubeconfig(&w)});
     whereabouts_nad(&w, "10.89.0.0/24", &network, kubernetes);
     let pool = format!("{network}-10.89.0.0-24");
     let p1 = w.pod_here("p1", "wbnet@net1");
@@ -352,4 +376,146 @@ fn concurrent_adds_share_pool_writes() {
     );
     at_once("DEL");
     w.assert_nothing_left(&netns);
+}
+
+/// Issue 33 item 5: with `node_slice_size`, the daemon's ADD takes from its
+/// node's slice, claimed on first use and then remembered (a warm ADD
+/// reads neither the NodeSlicePool nor the pool); the reconciler's leader
+/// gives every Node a slice (what a whereabouts binary on that node needs)
+/// and frees the slice of a node that is gone, only once the reconciler
+/// has given back what its pods held, deleting its emptied pool.
+#[test]
+fn the_leader_keeps_node_slices() {
+    let Some(mut w) = world("wbn") else { return };
+    let _turn = reconciler_turn(&w);
+    let network = format!("wbn{}", std::process::id());
+    let ns = w.kube.kube_ns.clone();
+    w.kube.nad(
+        "wbnet",
+        &json!({"cniVersion": "1.0.0", "name": "wbnet", "type": "macvlan",
+                "master": "uplink0",
+                "ipam": {"type": "whereabouts", "range": "10.86.0.0/24",
+                         "network_name": network, "node_slice_size": "/27",
+                         "kubernetes": {"kubeconfig": pools_kubeconfig(&w)},
+                         "configuration_path": "/nonexistent/whereabouts.conf"}}),
+    );
+    let (x, y) = (format!("{network}-x"), format!("{network}-y"));
+    for node in [&x, &y] {
+        w.kube.api.apply(&format!(
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: {node}}}\n"
+        ));
+    }
+    let p1 = w.pod_here("p1", "wbnet@net1");
+    let p2 = w.kube.namespaces.add("wbn-p2");
+    w.pods(&["p2".to_string()], &w.kube.node.clone(), "wbnet@net1");
+    let _daemon = w.daemon_with(&[
+        "--ipam-reconcile-interval",
+        "1",
+        "--ipam-reconcile-namespaces",
+        &ns,
+    ]);
+    let kind = "nodeslicepools.whereabouts.cni.cncf.io";
+    let slices = || -> Vec<(String, String)> {
+        let out = w
+            .kube
+            .api
+            .kubectl(&["get", kind, "-n", &ns, &network, "-o", "json"]);
+        let pool: Value = serde_json::from_str(&out).unwrap();
+        pool["status"]["allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                let node = a["nodeName"].as_str().unwrap_or_default().to_string();
+                (node, a["sliceRange"].as_str().unwrap().to_string())
+            })
+            .collect()
+    };
+    let slice_of = |node: &str| {
+        slices()
+            .into_iter()
+            .find(|(n, _)| n == node)
+            .map(|(_, s)| s)
+    };
+    assert_ok("ADD p1", &w.call("ADD", "p1", &p1, &w.conf));
+    let mine = slice_of(&w.kube.node).expect("the daemon's node claimed a slice");
+    let before = w.kube.api.audited().len();
+    assert_ok("ADD p2", &w.call("ADD", "p2", &p2, &w.conf));
+    let add: Vec<AuditedRequest> = w.kube.api.audited()[before..]
+        .iter()
+        .filter(|r| r.namespace == ns && r.stage == "ResponseComplete")
+        .filter(|r| r.name.starts_with(&network))
+        .cloned()
+        .collect();
+    assert_eq!(count(&add, "get", "nodeslicepools", ""), 0, "{add:?}");
+    assert_eq!(count(&add, "get", "ippools", ""), 0, "{add:?}");
+    assert_eq!(count(&add, "patch", "ippools", ""), 1, "{add:?}");
+    let slice: ipnetwork::IpNetwork = mine.parse().unwrap();
+    for pod in [&p1, &p2] {
+        let shown: Value =
+            serde_json::from_str(&ip(pod, &["-j", "-4", "addr", "show", "dev", "net1"])).unwrap();
+        let address = &shown[0]["addr_info"][0];
+        let local: std::net::IpAddr = address["local"].as_str().unwrap().parse().unwrap();
+        assert!(slice.contains(local), "{local} not of {mine}");
+        assert_eq!(address["prefixlen"], 24, "the range's prefix: {address}");
+    }
+    // The leader gives the Nodes theirs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while slice_of(&x).is_none() || slice_of(&y).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "not assigned in 30 s: {:?}",
+            slices()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // y's node held an address for a pod (gone with it); then y goes.
+    let y_slice = slice_of(&y).unwrap();
+    let y_pool = format!("{network}-{y}-{}", y_slice.replace('/', "-"));
+    w.kube.api.apply(&format!(
+        "apiVersion: whereabouts.cni.cncf.io/v1alpha1\nkind: IPPool\n\
+         metadata: {{name: {y_pool}, namespace: {ns}}}\n\
+         spec: {{range: {y_slice}, allocations: {{\"1\": {{id: c-ghost, podref: {ns}/ghost, ifname: net1}}}}}}\n"
+    ));
+    w.kube.api.kubectl(&["delete", "node", &y]);
+    let y_pool_exists = || {
+        let out = w.kube.api.kubectl(&[
+            "get",
+            "ippools.whereabouts.cni.cncf.io",
+            "-n",
+            &ns,
+            &y_pool,
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ]);
+        !out.trim().is_empty()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while slice_of(&y).is_some() || y_pool_exists() {
+        assert!(
+            Instant::now() < deadline,
+            "y's slice kept 30 s: {:?}",
+            slices()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let freed = slices().into_iter().find(|(_, s)| *s == y_slice).unwrap();
+    assert_eq!(freed.0, "", "y's slice is free again");
+    assert!(slice_of(&x).is_some(), "x keeps its slice: {:?}", slices());
+    assert_eq!(
+        slice_of(&w.kube.node),
+        Some(mine.clone()),
+        "a live node keeps its slice"
+    );
+    assert_eq!(
+        w.metric("plexus_cluster_ipam_reclaimed_total{reason=\"pod-missing\"}"),
+        1.0,
+        "the ghost's address, before the slice"
+    );
+    for (pod, netns) in [("p1", &p1), ("p2", &p2)] {
+        assert_ok(&format!("DEL {pod}"), &w.call("DEL", pod, netns, &w.conf));
+    }
+    w.kube.api.kubectl(&["delete", "node", &x]);
+    w.assert_nothing_left(&[p1, p2]);
 }

@@ -110,7 +110,7 @@ pub fn fresh(range: IpNetwork, size: &SliceSize) -> (NodeSliceSpec, NodeSliceSta
 pub fn same_slicing(spec: &NodeSliceSpec, range: IpNetwork, size: &SliceSize) -> bool {
     let spec_range = spec.range.parse::<IpNetwork>().ok();
     let spec_size = SliceSize::parse(&spec.slice_size).ok();
-    spec_range.map(|r| range_text(r)) == Some(range_text(range))
+    spec_range.map(range_text) == Some(range_text(range))
         && spec_size.map(|s| s.prefix) == Some(size.prefix)
 }
 
