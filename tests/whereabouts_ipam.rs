@@ -575,6 +575,58 @@ fn node_slices_shared_with_whereabouts() {
     assert_eq!(reservations(api, "wbs"), Vec::<String>::new());
 }
 
+/// Issue 33 item 7: IPv6 across the whole range. In a /32, plexus hands
+/// out and gives back addresses past the first 2^64 offsets, keyed by
+/// their full decimal offset; in a range whereabouts can read (offsets
+/// below 2^63), the two share an IPv6 pool both ways.
+#[test]
+fn ipv6_offsets_past_2_pow_64_and_shared_below() {
+    let Some(api) = cluster() else { return };
+    let mut wide = conf(api, "wb6", "fd93::/32");
+    wide["ipam"]["range_start"] = json!("fd93:0:1::1");
+    wide["ipam"]["range_end"] = json!("fd93:0:1::ff");
+    let call = Call::new;
+    let a = plexus(&call("ADD", "c6a", "ns8/a"), &wide).expect("plexus ADD a");
+    let b = plexus(&call("ADD", "c6b", "ns8/b"), &wide).expect("plexus ADD b");
+    let ip = |r: &Value| -> std::net::Ipv6Addr {
+        address(r).split('/').next().unwrap().parse().unwrap()
+    };
+    let base = u128::from("fd93::".parse::<std::net::Ipv6Addr>().unwrap());
+    let mut offsets: Vec<String> = [&a, &b]
+        .iter()
+        .map(|r| {
+            let offset = u128::from(ip(r)) - base;
+            assert!(offset > 1 << 64, "{} at offset {offset}", ip(r));
+            offset.to_string()
+        })
+        .collect();
+    offsets.sort();
+    assert!(address(&a).ends_with("/32"), "{a}");
+    let pool = "wb6-fd93---32";
+    let held: Vec<String> = allocations(api, pool)
+        .into_iter()
+        .map(|(k, _, _)| k)
+        .collect();
+    assert_eq!(held, offsets, "keys are the full decimal offsets");
+    plexus(&call("DEL", "c6a", "ns8/a"), &wide).unwrap();
+    plexus(&call("DEL", "c6b", "ns8/b"), &wide).unwrap();
+    assert_eq!(allocations(api, pool), vec![]);
+    // Within whereabouts' reach: one IPv6 pool, both ways.
+    let narrow = conf(api, "wb7", "fd94::/120");
+    let w = whereabouts(&call("ADD", "c7w", "ns8/w"), &narrow).expect("whereabouts ADD");
+    let p = plexus(&call("ADD", "c7p", "ns8/p"), &narrow).expect("plexus ADD");
+    let q = whereabouts(&call("ADD", "c7q", "ns8/q"), &narrow).expect("whereabouts ADD q");
+    let given: BTreeSet<String> = [&w, &p, &q].iter().map(|r| address(r)).collect();
+    assert_eq!(given.len(), 3, "{given:?}");
+    assert_eq!(allocations(api, "wb7-fd94---120").len(), 3);
+    plexus(&call("DEL", "c7w", "ns8/w"), &narrow).unwrap();
+    whereabouts(&call("DEL", "c7p", "ns8/p"), &narrow).unwrap();
+    plexus(&call("DEL", "c7q", "ns8/q"), &narrow).unwrap();
+    assert_eq!(allocations(api, "wb7-fd94---120"), vec![]);
+    assert_eq!(reservations(api, "wb6"), Vec::<String>::new());
+    assert_eq!(reservations(api, "wb7"), Vec::<String>::new());
+}
+
 /// The runtime's DEL after a failed ADD (CNI SPEC "ADD ... the runtime
 /// must call DEL"), retried as kubelet retries it, for 60 s at most.
 fn del_until_done(call: &Call, conf: &Value) {
