@@ -76,7 +76,8 @@ fn rbac_grants_exactly_what_plexus_uses() {
     // whereabouts.rs), and holds one Lease of kube-system's. Node slices
     // read, create and compare-and-swap NodeSlicePools; the leader lists
     // them and the Nodes, and deletes a freed slice's emptied IPPool
-    // (tests/daemon/whereabouts.rs).
+    // (tests/daemon/whereabouts.rs). The reconciler lists the IPAMClaims
+    // that entries are bound to (tests/daemon/whereabouts.rs).
     let all = docs("rbac.yaml");
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let mut granted: Vec<(String, String)> = Vec::new();
@@ -95,6 +96,7 @@ fn rbac_grants_exactly_what_plexus_uses() {
         ("daemonsets", "get"),
         ("events", "create"),
         ("ipamclaims", "get"),
+        ("ipamclaims", "list"),
         ("ipamclaims/status", "patch"),
         ("ippools", "create"),
         ("ippools", "delete"),

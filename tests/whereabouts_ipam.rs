@@ -381,7 +381,7 @@ fn refusals_name_the_key() {
 /// UID beside its entry, and removes the note with it.
 #[test]
 fn a_write_on_a_stale_copy_loses() {
-    use plexus::cluster::pools::{Change, Pools, Written};
+    use plexus::cluster::pools::{Change, Note, Pools, Written};
     use plexus_ipam::whereabouts::pool::Allocation;
     let Some(api) = cluster() else { return };
     let pools = Pools::connect(&api.admin_kubeconfig(), Default::default()).unwrap();
@@ -394,7 +394,13 @@ fn a_write_on_a_stale_copy_loses() {
             podref: format!("ns4/{id}"),
             ifname: "net1".into(),
         };
-        Change::Set(allocation, Some(format!("uid-{id}")))
+        Change::Set(
+            allocation,
+            Note {
+                pod_uid: Some(format!("uid-{id}")),
+                claim: None,
+            },
+        )
     };
     let first = [("1".to_string(), entry("c1"))].into();
     assert_eq!(pools.write(&copy, &first).unwrap(), Written::Done);

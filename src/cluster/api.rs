@@ -56,7 +56,7 @@ pub(super) fn claim_patch(claim: &ClaimStatus, pod: &str) -> serde_json::Value {
 }
 
 /// The IPAMClaims of `namespace`.
-pub(super) fn claims_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+pub(crate) fn claims_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
     custom(client, namespace, "v1alpha1", ipamclaim::KIND, "ipamclaims")
 }
 

@@ -32,7 +32,9 @@ use crate::config::ApiTimeouts;
 use plexus_ipam::whereabouts::pool::{
     Allocation, PoolSpec, ReservationSpec, DEFAULT_NAMESPACE, GROUP, VERSION,
 };
-use plexus_ipam::whereabouts::reclaim::{note_key, note_value, MAX_NOTES, NOTE_PREFIX};
+use plexus_ipam::whereabouts::reclaim::{
+    claim_key, claim_note, note_key, note_value, CLAIM_PREFIX, MAX_NOTES, NOTE_PREFIX,
+};
 
 mod slices;
 
@@ -48,19 +50,30 @@ pub struct PoolCopy {
     /// plexus's notes of its entries, by offset
     /// ([`plexus_ipam::whereabouts::reclaim`]).
     pub notes: BTreeMap<String, String>,
+    /// The claim notes of entries bound to an IPAMClaim, by offset
+    /// ([`plexus_ipam::whereabouts::reclaim::claim_note`]).
+    pub claims: BTreeMap<String, String>,
+}
+
+/// What plexus notes beside an entry it sets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Note {
+    /// kubelet's `K8S_POD_UID`, when it sent one.
+    pub pod_uid: Option<String>,
+    /// The IPAMClaim the entry is bound to.
+    pub claim: Option<String>,
 }
 
 /// What a write sets at one offset of a pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    /// The entry, and the pod UID to note beside it (kubelet's
-    /// `K8S_POD_UID`, when it sent one).
-    Set(Allocation, Option<String>),
-    /// No entry (nor note) there.
+    /// The entry, and what to note beside it.
+    Set(Allocation, Note),
+    /// No entry (nor notes) there.
     Remove,
-    /// The note there gone, the entry left as it is (a note that outlived
-    /// its entry or names another container).
-    Unnote,
+    /// Notes there gone (the pod UID's, the claim's), the entry left as
+    /// it is (a note that outlived its entry or names another container).
+    Unnote { uid: bool, claim: bool },
 }
 
 /// An OverlappingRangeIPReservation as read.
@@ -351,33 +364,39 @@ impl Pools {
         let mut entries = serde_json::Map::new();
         let mut notes = serde_json::Map::new();
         for (key, change) in changes {
-            let (entry, note) = match change {
-                Change::Set(entry, uid) => {
+            // The annotations at `key` as they must be after the write.
+            let (entry, note, claim) = match change {
+                Change::Set(entry, note) => {
                     let room = copy.notes.len() < MAX_NOTES || copy.notes.contains_key(key);
-                    let note = uid
-                        .as_deref()
-                        .filter(|_| room)
-                        .map(|uid| json!(note_value(uid, &entry.container_id)));
-                    (json!(entry), note)
+                    let uid = note.pod_uid.as_deref().filter(|_| room);
+                    let uid_note = uid.map(|uid| note_value(uid, &entry.container_id));
+                    let claim = note.claim.as_deref();
+                    let claim_note = claim.map(|c| claim_note(c, &entry.container_id));
+                    (json!(entry), uid_note, claim_note)
                 }
-                Change::Remove => (Value::Null, None),
-                Change::Unnote => {
-                    if copy.notes.contains_key(key) {
+                Change::Remove => (Value::Null, None, None),
+                Change::Unnote { uid, claim } => {
+                    if *uid && copy.notes.contains_key(key) {
                         notes.insert(note_key(key), Value::Null);
+                    }
+                    if *claim && copy.claims.contains_key(key) {
+                        notes.insert(claim_key(key), Value::Null);
                     }
                     continue;
                 }
             };
             entries.insert(key.clone(), entry);
-            match note {
-                Some(note) => {
-                    notes.insert(note_key(key), note);
+            let mut annotate = |annotation: String, value: Option<String>, had: bool| match value {
+                Some(v) => {
+                    notes.insert(annotation, json!(v));
                 }
-                None if copy.notes.contains_key(key) => {
-                    notes.insert(note_key(key), Value::Null);
+                None if had => {
+                    notes.insert(annotation, Value::Null);
                 }
                 None => {}
-            }
+            };
+            annotate(note_key(key), note, copy.notes.contains_key(key));
+            annotate(claim_key(key), claim, copy.claims.contains_key(key));
         }
         let mut metadata = json!({"resourceVersion": copy.resource_version});
         if !notes.is_empty() {
@@ -580,17 +599,18 @@ fn spec_of<T: serde::de::DeserializeOwned>(object: &str, data: &Value) -> Result
 
 pub(crate) fn pool_copy(object: &str, found: DynamicObject) -> Result<PoolCopy, ClusterError> {
     let spec: PoolSpec = spec_of(object, &found.data)?;
-    let notes = found
-        .metadata
-        .annotations
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|(k, v)| Some((k.strip_prefix(NOTE_PREFIX)?.to_string(), v)))
-        .collect();
+    let annotations = found.metadata.annotations.unwrap_or_default();
+    let by_prefix = |prefix: &str| -> BTreeMap<String, String> {
+        annotations
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(prefix)?.to_string(), v.clone())))
+            .collect()
+    };
     Ok(PoolCopy {
         name: found.metadata.name.unwrap_or_default(),
         resource_version: found.metadata.resource_version.unwrap_or_default(),
         spec,
-        notes,
+        notes: by_prefix(NOTE_PREFIX),
+        claims: by_prefix(CLAIM_PREFIX),
     })
 }

@@ -21,12 +21,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use ipnetwork::IpNetwork;
 
 use super::{metrics, Call, ClusterIpamError};
-use crate::cluster::pools::{Change, PoolCopy, Written};
+use crate::cluster::pools::{Change, Note, PoolCopy, Written};
 use crate::cluster::ClusterError;
 use crate::cni::error::CniError;
-use plexus_ipam::whereabouts::allocate::{self, Holder};
+use plexus_ipam::whereabouts::allocate::{self, ClaimAsk, Holder};
 use plexus_ipam::whereabouts::conf::PoolRange;
 use plexus_ipam::whereabouts::pool::{self, Allocation};
+use plexus_ipam::whereabouts::reclaim;
 use plexus_ipam::IpamError;
 
 /// `mutex` locked; one a panicking call held is taken as it is (what it
@@ -45,6 +46,8 @@ enum Want {
         /// Addresses other pods reserved through overlapping pools.
         taken: BTreeSet<IpAddr>,
         hint: u128,
+        /// The IPAMClaim the attachment is bound to, and its `status.ips`.
+        claim: Option<(String, Vec<IpAddr>)>,
     },
     /// The holder's entry gone (the DEL), if it has one.
     Release,
@@ -57,6 +60,8 @@ struct Ticket {
     /// Set by the turn-holder that settled it: the address taken or given
     /// back (`None`: the container held none).
     outcome: Mutex<Option<Result<Option<IpAddr>, Refused>>>,
+    /// The entry a claim's address was taken over from (another pod's).
+    took_over: Mutex<Option<Allocation>>,
 }
 
 /// Why a ticket was not done, shared by a batch.
@@ -90,6 +95,7 @@ impl Ticket {
         &self,
         network: IpNetwork,
         allocations: &mut BTreeMap<String, Allocation>,
+        claims: &mut BTreeMap<String, String>,
         changes: &mut BTreeMap<String, Change>,
     ) -> Result<Option<IpAddr>, Refused> {
         let holder = &self.holder;
@@ -98,6 +104,7 @@ impl Ticket {
             pod_uid,
             taken,
             hint,
+            claim,
         } = &self.want
         else {
             let Some(key) = allocate::release(allocations, &holder.container_id, &holder.ifname)
@@ -115,11 +122,34 @@ impl Ticket {
             podref: &holder.podref,
             ifname: &holder.ifname,
         };
-        let chosen = allocate::assign(range, allocations, taken, &who, *hint)
-            .map_err(|full| Refused::Exhausted(full.to_string()))?;
+        let chosen = match claim {
+            None => allocate::assign(range, allocations, taken, &who, *hint),
+            Some((claim, preferred)) => {
+                let ask = ClaimAsk {
+                    claim,
+                    claims,
+                    preferred,
+                };
+                allocate::assign_for_claim(range, allocations, &ask, taken, &who, *hint).map(
+                    |(chosen, previous)| {
+                        *lock(&self.took_over) = previous;
+                        chosen
+                    },
+                )
+            }
+        }
+        .map_err(|full| Refused::Exhausted(full.to_string()))?;
         if let Some(entry) = chosen.write {
             allocations.insert(chosen.key.clone(), entry.clone());
-            changes.insert(chosen.key, Change::Set(entry, pod_uid.clone()));
+            let note = Note {
+                pod_uid: pod_uid.clone(),
+                claim: claim.as_ref().map(|(c, _)| c.clone()),
+            };
+            if let Some(c) = &note.claim {
+                let noted = reclaim::claim_note(c, &entry.container_id);
+                claims.insert(chosen.key.clone(), noted);
+            }
+            changes.insert(chosen.key, Change::Set(entry, note));
         }
         Ok(Some(chosen.ip))
     }
@@ -145,21 +175,23 @@ fn turn(namespace: &str, name: &str) -> Arc<Turn> {
 
 impl Call<'_> {
     /// An entry of `range`'s pool for this attachment, written: its
-    /// address (the reservation is the caller's).
+    /// address (the reservation is the caller's), and the entry of another
+    /// pod it was taken over from (a claim's address, moving with it).
     pub(super) fn commit_entry(
         &self,
         range: &PoolRange,
         taken: &BTreeSet<IpAddr>,
-    ) -> Result<IpAddr, ClusterIpamError> {
+    ) -> Result<(IpAddr, Option<Allocation>), ClusterIpamError> {
         let who = self.holder();
         let want = Want::Take {
             range: range.clone(),
             pod_uid: self.pod_uid.clone(),
             taken: taken.clone(),
             hint: super::hint(&who),
+            claim: self.claim.clone(),
         };
-        let ip = self.in_turn(range, want)?;
-        Ok(ip.expect("a take settles with an address"))
+        let (ip, took_over) = self.in_turn(range, want)?;
+        Ok((ip.expect("a take settles with an address"), took_over))
     }
 
     /// This container's entry for its interface gone from `range`'s pool
@@ -169,17 +201,22 @@ impl Call<'_> {
         &self,
         range: &PoolRange,
     ) -> Result<Option<IpAddr>, ClusterIpamError> {
-        self.in_turn(range, Want::Release)
+        self.in_turn(range, Want::Release).map(|(ip, _)| ip)
     }
 
     /// `want` of `range`'s pool, done in a batch: the daemon's (queued for
     /// the pool's turn), or a plugin process's batch of one.
-    fn in_turn(&self, range: &PoolRange, want: Want) -> Result<Option<IpAddr>, ClusterIpamError> {
+    fn in_turn(
+        &self,
+        range: &PoolRange,
+        want: Want,
+    ) -> Result<(Option<IpAddr>, Option<Allocation>), ClusterIpamError> {
         let name = self.pool_name(range);
         let ticket = Arc::new(Ticket {
             want,
             holder: self.holder().allocation(),
             outcome: Mutex::new(None),
+            took_over: Mutex::new(None),
         });
         if !self.pools.cached() {
             self.commit(&name, range, std::slice::from_ref(&ticket));
@@ -199,7 +236,10 @@ impl Call<'_> {
         let outcome = ticket
             .outcome()
             .expect("a committed batch settles every ticket");
-        outcome.map_err(ClusterIpamError::from)
+        let took_over = lock(&ticket.took_over).take();
+        outcome
+            .map(|ip| (ip, took_over))
+            .map_err(ClusterIpamError::from)
     }
 
     /// Decides every ticket of `batch` on one copy of the pool `name` (of
@@ -228,10 +268,15 @@ impl Call<'_> {
                 Err(e) => break ClusterIpamError::from(e),
             };
             let mut allocations = copy.spec.allocations.clone();
+            let mut claims = copy.claims.clone();
             let mut changes = BTreeMap::new();
             let decided: Vec<_> = batch
                 .iter()
-                .map(|t| (t, t.decide(range.network, &mut allocations, &mut changes)))
+                .map(|t| {
+                    let outcome =
+                        t.decide(range.network, &mut allocations, &mut claims, &mut changes);
+                    (t, outcome)
+                })
                 .collect();
             let written = if changes.is_empty() {
                 Ok(Written::Done)

@@ -25,6 +25,7 @@
 //! another pod's.
 
 mod batch;
+mod claim;
 mod node_slice;
 pub mod reconcile;
 pub mod slicer;
@@ -71,7 +72,7 @@ pub struct IpamMetrics {
     /// Addresses given back at DEL.
     releases: IntCounter,
     /// Addresses of pods that are gone, given back by the reconciler, by
-    /// why (`pod-missing`, `pod-replaced`).
+    /// why (`pod-missing`, `pod-replaced`, `claim-deleted`).
     reclaimed: IntCounterVec,
     /// Each pool's addresses, by state (`held` after this process's last
     /// write of it, `usable`).
@@ -124,7 +125,7 @@ pub fn metrics() -> &'static IpamMetrics {
                 opts(
                     "cluster_ipam_reclaimed_total",
                     "Cluster-wide IPAM addresses of pods that are gone, given back by the \
-                     reconciler, by why (pod-missing, pod-replaced).",
+                     reconciler, by why (pod-missing, pod-replaced, claim-deleted).",
                 ),
                 &["reason"],
             )
@@ -259,6 +260,9 @@ struct Call<'r> {
     /// The configuration's range, when the call takes from a slice of it:
     /// the addresses it gives carry its prefix, not the slice's.
     sliced_from: Option<IpNetwork>,
+    /// The IPAMClaim (`namespace/name`) the attachment is bound to, and
+    /// its `status.ips` ([`claim`]).
+    claim: Option<(String, Vec<IpAddr>)>,
 }
 
 fn read_flat_file(path: &Path) -> Result<Option<String>, IpamError> {
@@ -319,6 +323,16 @@ impl Whereabouts {
             (Some(_), Some(node)) => Some(node.clone()),
             (Some(_), None) => Some(node_slice::node_of_process(conf.flat_file.as_deref())?),
         };
+        let claim = claim::claim_of(&req.config)?;
+        if claim.is_some() && conf.node_slice_size.is_some() {
+            return Err(IpamError::Config {
+                field: "ipam.node_slice_size".into(),
+                reason: "cannot serve an IPAMClaim: a claim's address follows its pod to any \
+                         node, and a node slice keeps addresses to one node"
+                    .into(),
+            }
+            .into());
+        }
         let network = req
             .config
             .get("name")
@@ -349,6 +363,7 @@ impl Whereabouts {
             node,
             network,
             sliced_from: None,
+            claim,
         })
     }
 }
@@ -461,9 +476,21 @@ impl Call<'_> {
         // Addresses other pods reserved through overlapping pools.
         let mut taken = BTreeSet::new();
         loop {
-            let ip = self.commit_entry(range, &taken)?;
+            let (ip, took_over) = self.commit_entry(range, &taken)?;
             if !self.conf.overlapping_ranges || self.reserve(ip)? {
                 return Ok(ip);
+            }
+            // A claim's address taken over from its last pod: that pod's
+            // reservation moves too.
+            if let Some(previous) = took_over {
+                if let Some((held, false)) = self.reservation(ip)? {
+                    if held.spec.podref == previous.podref {
+                        self.pools.unreserve(&self.reservation_name(ip), &held)?;
+                        if self.reserve(ip)? {
+                            return Ok(ip);
+                        }
+                    }
+                }
             }
             // Another pod holds it through an overlapping pool.
             self.give_back(range)?;
@@ -506,8 +533,13 @@ impl Call<'_> {
         Ok(())
     }
 
-    /// Gives back every address this container holds for its interface.
+    /// Gives back every address this container holds for its interface;
+    /// nothing when they are an IPAMClaim's (the reconciler gives those
+    /// back once the claim is deleted).
     fn release_all(&self) -> Result<(), ClusterIpamError> {
+        if self.claim.is_some() {
+            return Ok(());
+        }
         for range in &self.conf.ranges {
             self.give_back(range)?;
         }

@@ -40,7 +40,7 @@ use crate::cluster::pools::{self, Change, Pools, ReservationSeen, Written};
 use crate::cluster::ClusterError;
 use crate::config::ApiTimeouts;
 use plexus_ipam::whereabouts::pool::DEFAULT_NAMESPACE;
-use plexus_ipam::whereabouts::reclaim::{judge, noted_uid, PodSeen};
+use plexus_ipam::whereabouts::reclaim::{judge_claimed, noted_claim, noted_uid, PodSeen};
 
 /// The Lease the daemons contend for.
 pub const LEASE_NAME: &str = "plexus-ipam-reconciler";
@@ -187,6 +187,18 @@ impl Reconciler {
         for namespace in &namespaces {
             self.list_pods(namespace, &mut pods)?;
         }
+        // The IPAMClaims that entries are bound to, listed after the pools
+        // too: a claim that bound an entry of the copy is in the list
+        // unless deleted since.
+        let claim_namespaces: BTreeSet<String> = pools
+            .iter()
+            .flat_map(|(_, copy)| copy.claims.values())
+            .filter_map(|note| Some(noted_claim(note, None)?.split_once('/')?.0.to_string()))
+            .collect();
+        let mut claims = HashSet::new();
+        for namespace in &claim_namespaces {
+            self.list_claims(namespace, &mut claims)?;
+        }
         let mut report = PassReport::default();
         let mut seen = HashSet::new();
         // Containers whose entries are given back: their reservations go too.
@@ -196,7 +208,11 @@ impl Reconciler {
             let mut why = HashMap::new();
             for (offset, entry) in &copy.spec.allocations {
                 let note = copy.notes.get(offset).map(String::as_str);
-                let Some(gone) = judge(entry, note, &pods) else {
+                let claim = copy
+                    .claims
+                    .get(offset)
+                    .and_then(|c| noted_claim(c, Some(entry)));
+                let Some(gone) = judge_claimed(entry, note, claim, &claims, &pods) else {
                     continue;
                 };
                 let suspect = Suspect::Entry {
@@ -214,11 +230,26 @@ impl Reconciler {
             }
             // Notes their entries outlived (whereabouts gave the offset
             // back, or to another container) go with the next write.
-            for (offset, note) in &copy.notes {
+            for offset in copy.notes.keys().chain(copy.claims.keys()) {
                 let current = copy.spec.allocations.get(offset);
-                if current.is_none_or(|entry| noted_uid(note, entry).is_none()) {
-                    // The note only: the entry, if any, is another's.
-                    changes.entry(offset.clone()).or_insert(Change::Unnote);
+                let stale_uid = copy
+                    .notes
+                    .get(offset)
+                    .is_some_and(|note| current.is_none_or(|e| noted_uid(note, e).is_none()));
+                // A claim's note stays beside no entry (its address is
+                // free, the claim's next pod asks for it), not beside
+                // another container's.
+                let stale_claim = copy
+                    .claims
+                    .get(offset)
+                    .is_some_and(|note| current.is_some() && noted_claim(note, current).is_none());
+                if stale_uid || stale_claim {
+                    // The notes only: the entry, if any, is another's.
+                    let unnote = Change::Unnote {
+                        uid: stale_uid,
+                        claim: stale_claim,
+                    };
+                    changes.entry(offset.clone()).or_insert(unnote);
                 }
             }
             if changes.is_empty() {
@@ -272,6 +303,22 @@ impl Reconciler {
             self.slices
                 .pass(&self.handle, &self.client, self.timeouts, &slices, &pools)?;
         Ok(report)
+    }
+
+    /// The IPAMClaims of `namespace` (metadata only) into `claims`, as
+    /// `namespace/name`.
+    fn list_claims(
+        &self,
+        namespace: &str,
+        claims: &mut HashSet<String>,
+    ) -> Result<(), ClusterError> {
+        let api = crate::cluster::api::claims_api(&self.client, namespace);
+        let what = format!("IPAMClaims of {namespace}");
+        for claim in list_metadata(&self.handle, self.timeouts, &api, &what)? {
+            let name = claim.metadata.name.unwrap_or_default();
+            claims.insert(format!("{namespace}/{name}"));
+        }
+        Ok(())
     }
 
     /// The pods of `namespace` (metadata only, page by page) into `pods`,

@@ -40,12 +40,18 @@ use crate::netattach::pod::Pod;
 
 /// The network-config key that lets a network's addresses follow a claim.
 pub use super::error::ALLOW_PERSISTENT_IPS;
-pub use super::error::CLAIM_IPAM;
+pub use super::error::{CLAIM_IPAM, CLAIM_IPAMS};
 
 /// Who holds a claim's addresses in host-local's files. Namespaces and
 /// object names have no `_`, so the key is unambiguous.
 pub fn owner_key(namespace: &str, name: &str) -> String {
     format!("ipamclaim_{namespace}_{name}")
+}
+
+/// The claim (`namespace`, `name`) an owner key names, if it is one.
+pub fn claim_of_owner(owner: &str) -> Option<(&str, &str)> {
+    let (namespace, name) = owner.strip_prefix("ipamclaim_")?.split_once('_')?;
+    (!namespace.is_empty() && !name.is_empty()).then_some((namespace, name))
 }
 
 /// A claim bound to an attachment of this ADD.
@@ -122,10 +128,9 @@ pub fn bind(plan: &mut Plan, pod: &Pod, cluster: &dyn Cluster) -> Result<Vec<Bou
         check_claim_fits(&claim, attachment).map_err(rejected)?;
         let owner = owner_key(&pod.namespace, name);
         let ips = claim.status.map(|s| s.ips).unwrap_or_default();
-        let ipam = point_at_claim(attachment, &owner, &ips)?;
-        if ipam.is_empty() {
+        let Some(ipam) = point_at_claim(attachment, &owner, &ips)? else {
             return Err(rejected(ClaimProblem::NoClaimIpam));
-        }
+        };
         bound.push(Bound {
             attachment: index,
             namespace: pod.namespace.clone(),
@@ -190,26 +195,32 @@ fn check_claim_fits(claim: &IpamClaim, attachment: &Attachment) -> Result<(), Cl
     Ok(())
 }
 
-/// Point each host-local of the chain at the claim: `args.plexus.
-/// persistentOwner`, and the claim's addresses as `args.cni.ips`. Returns
-/// what a release needs of each.
+/// Point each claim-holding IPAM of the chain ([`CLAIM_IPAMS`]) at the
+/// claim: `args.plexus.persistentOwner`, and the claim's addresses as
+/// `args.cni.ips`. Returns what a release needs of each host-local (the
+/// node's; the cluster's whereabouts is released by its reconciler), or
+/// `None` when the chain has no such IPAM.
 fn point_at_claim(
     attachment: &mut Attachment,
     owner: &str,
     ips: &[String],
-) -> Result<Vec<Map<String, Value>>, PlanError> {
+) -> Result<Option<Vec<Map<String, Value>>>, PlanError> {
     let mut released_by = Vec::new();
+    let mut pointed = false;
     for (i, plugin) in attachment.plugins.iter_mut().enumerate() {
         let ipam_type = plugin.get("ipam").and_then(|i| i.get("type")?.as_str());
-        if ipam_type != Some(CLAIM_IPAM) {
+        if !ipam_type.is_some_and(|t| CLAIM_IPAMS.contains(&t)) {
             continue;
         }
-        released_by.push(
-            ["cniVersion", "name", "ipam"]
-                .iter()
-                .filter_map(|k| Some((k.to_string(), plugin.get(*k)?.clone())))
-                .collect(),
-        );
+        pointed = true;
+        if ipam_type == Some(CLAIM_IPAM) {
+            released_by.push(
+                ["cniVersion", "name", "ipam"]
+                    .iter()
+                    .filter_map(|k| Some((k.to_string(), plugin.get(*k)?.clone())))
+                    .collect(),
+            );
+        }
         let path = format!("plugins[{i}].args");
         let args = object_at(plugin, "args", &path)?;
         args.insert(PLEXUS_ARGS.into(), json!({"persistentOwner": owner}));
@@ -218,7 +229,7 @@ fn point_at_claim(
             cni.insert("ips".into(), json!(ips));
         }
     }
-    Ok(released_by)
+    Ok(pointed.then_some(released_by))
 }
 
 /// The object at `key` of `map`, created empty when absent.

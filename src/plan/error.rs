@@ -314,8 +314,13 @@ pub(super) fn annotation_field(field: &str) -> String {
 /// name an IPAMClaim.
 pub const ALLOW_PERSISTENT_IPS: &str = "allowPersistentIPs";
 
-/// The IPAM that holds a claim's addresses.
+/// The node's IPAM that holds a claim's addresses (released through its
+/// DEL once the claim is deleted: `crate::run::claims`).
 pub const CLAIM_IPAM: &str = "host-local";
+
+/// The IPAMs that hold a claim's addresses: host-local, and cluster-wide
+/// `whereabouts` (whose reconciler releases them: `crate::cluster_ipam`).
+pub const CLAIM_IPAMS: [&str; 2] = [CLAIM_IPAM, "whereabouts"];
 
 /// Why the IPAMClaim a selection references cannot be used (§8).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -348,8 +353,8 @@ pub enum ClaimProblem {
     OtherInterface { claimed: String, ifname: String },
     /// The chain has no IPAM that can hold the claim's addresses.
     #[error(
-        "\"{ALLOW_PERSISTENT_IPS}\" needs the built-in {CLAIM_IPAM} IPAM to hold the claim's \
-         addresses; this network's chain has none"
+        "\"{ALLOW_PERSISTENT_IPS}\" needs the built-in host-local or whereabouts IPAM to hold \
+         the claim's addresses; this network's chain has neither"
     )]
     NoClaimIpam,
 }

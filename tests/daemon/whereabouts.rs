@@ -142,7 +142,8 @@ fn a_warm_whereabouts_add_reads_no_pool_and_writes_it_once() {
 /// and the entry of a pod made again under its name (whereabouts #176, a
 /// StatefulSet) go; the entries of live pods stay, whether plexus noted
 /// their UID or whereabouts wrote them (no note: a pod of the name keeps
-/// it).
+/// it). An entry bound to an IPAMClaim (multi-net-spec §8) outlives its
+/// pod while the claim exists, and goes once the claim is deleted.
 #[test]
 fn the_reconciler_gives_back_only_what_gone_pods_held() {
     let Some(mut w) = world("wbg") else { return };
@@ -187,9 +188,15 @@ fn the_reconciler_gives_back_only_what_gone_pods_held() {
     let free: Vec<String> = (200..254)
         .map(|o: u32| o.to_string())
         .filter(|o| taken["spec"]["allocations"].get(o).is_none())
-        .take(4)
+        .take(6)
         .collect();
     let (gone_at, old3_at, p4_at, stale_at) = (&free[0], &free[1], &free[2], &free[3]);
+    let (claimed_at, unclaimed_at) = (&free[4], &free[5]);
+    w.kube.api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\n\
+         metadata: {{name: vm-live, namespace: {ns}}}\n\
+         spec: {{network: wbnet, interface: net1}}\n"
+    ));
     let entry =
         |id: &str, pod: &str| json!({"id": id, "podref": format!("{ns}/{pod}"), "ifname": "net1"});
     let mut notes = serde_json::Map::new();
@@ -207,7 +214,19 @@ fn the_reconciler_gives_back_only_what_gone_pods_held() {
         format!("pod-uid.plexus.io/{p4_at}"),
         json!("00000000-0000-0000-0000-00000000cafe/c-other"),
     );
+    // Entries of claims whose pods are gone: one claim exists, one was
+    // deleted.
+    notes.insert(
+        format!("ipam-claim.plexus.io/{claimed_at}"),
+        json!(format!("{ns}/vm-live/c-vm1")),
+    );
+    notes.insert(
+        format!("ipam-claim.plexus.io/{unclaimed_at}"),
+        json!(format!("{ns}/vm-dead/c-vm2")),
+    );
     let mut entries = serde_json::Map::new();
+    entries.insert(claimed_at.clone(), entry("c-vm1", "virt-launcher-1"));
+    entries.insert(unclaimed_at.clone(), entry("c-vm2", "virt-launcher-2"));
     entries.insert(gone_at.clone(), entry("c-gone", "gone"));
     entries.insert(old3_at.clone(), entry("c-old3", "p3"));
     entries.insert(p4_at.clone(), entry("c-p4", "p4"));
@@ -253,7 +272,11 @@ fn the_reconciler_gives_back_only_what_gone_pods_held() {
         podrefs.sort();
         podrefs
     };
-    let want = [format!("{ns}/p2"), format!("{ns}/p4")];
+    let want = [
+        format!("{ns}/p2"),
+        format!("{ns}/p4"),
+        format!("{ns}/virt-launcher-1"),
+    ];
     let deadline = Instant::now() + Duration::from_secs(30);
     while held() != want {
         assert!(
@@ -277,9 +300,19 @@ fn the_reconciler_gives_back_only_what_gone_pods_held() {
     ]);
     let notes: Value = serde_json::from_str(&notes).unwrap();
     let noted: Vec<&String> = notes.as_object().unwrap().keys().collect();
-    assert_eq!(noted.len(), 1, "p2's note only: {notes}");
+    assert_eq!(noted.len(), 2, "p2's note and the live claim's: {notes}");
+    let p2_note = format!("pod-uid.plexus.io/{}", {
+        let address = addresses(&p2, "net1")[0].clone();
+        address.rsplit('.').next().unwrap().to_string()
+    });
     assert!(
-        notes[noted[0]].as_str().unwrap().starts_with(&w.uid("p2")),
+        notes[&p2_note].as_str().unwrap().starts_with(&w.uid("p2")),
+        "{notes}"
+    );
+    assert!(
+        notes
+            .get(format!("ipam-claim.plexus.io/{claimed_at}"))
+            .is_some(),
         "{notes}"
     );
     let reservations = w
@@ -304,6 +337,10 @@ fn the_reconciler_gives_back_only_what_gone_pods_held() {
         w.metric("plexus_cluster_ipam_reclaimed_total{reason=\"pod-replaced\"}"),
         1.0
     );
+    assert_eq!(
+        w.metric("plexus_cluster_ipam_reclaimed_total{reason=\"claim-deleted\"}"),
+        1.0
+    );
     let holder = w.kube.api.kubectl(&[
         "get",
         "lease",
@@ -318,7 +355,10 @@ fn the_reconciler_gives_back_only_what_gone_pods_held() {
     // p1's sandbox is gone with its node; its namespace here is cleaned up
     // by the world.
     assert_ok("DEL p1", &w.call("DEL", "p1", &p1, &w.conf));
-    assert_eq!(held(), [format!("{ns}/p4")]);
+    assert_eq!(
+        held(),
+        [format!("{ns}/p4"), format!("{ns}/virt-launcher-1")]
+    );
 }
 
 /// Issue 33 item 4: the daemon commits concurrent allocations from one

@@ -122,3 +122,163 @@ fn ipamclaim_keeps_addresses_across_pods_until_the_claim_is_deleted() {
     assert_eq!(count(&requests, "patch", "ipamclaims", "status"), 3);
     assert_nothing_left(w.kube.tmp.path());
 }
+
+/// Issue 33 item 7 with multi-net-spec §8: an IPAMClaim bound to
+/// cluster-wide IPAM (whereabouts, in-process). The address follows the
+/// claim: a VM's migration target (another pod, running beside the source)
+/// gets the address the source holds, the pool's entry and reservation
+/// move to it, and neither pod's DEL gives it back while the claim exists;
+/// a later pod of the claim gets it again. (The pool is the cluster's: the
+/// node a call runs on does not enter the choice.) The reconciler gives it
+/// back once the claim is deleted (tests/daemon/whereabouts.rs).
+#[test]
+fn ipamclaim_address_follows_the_claim_with_cluster_wide_ipam() {
+    let Some(w) = world("wbclaim") else { return };
+    let network = format!("vmwb{}", std::process::id());
+    let mut vmnet = macvlan_network(w.kube.tmp.path());
+    vmnet["name"] = json!("vmwb");
+    vmnet["allowPersistentIPs"] = json!(true);
+    vmnet["ipam"] = json!({"type": "whereabouts", "range": "10.51.0.0/24",
+                           "network_name": network,
+                           "configuration_path": "/nonexistent/whereabouts.conf"});
+    w.kube.nad("vmwb", &vmnet);
+    let ns = w.kube.kube_ns.clone();
+    w.kube.api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\n\
+         metadata: {{name: vm-w.vmwb, namespace: {ns}}}\n\
+         spec: {{network: vmwb, interface: net1}}\n"
+    ));
+    let selection =
+        json!([{"name": "vmwb", "interface": "net1", "ipam-claim-reference": "vm-w.vmwb"}])
+            .to_string();
+    let pool = format!("{network}-10.51.0.0-24");
+    let held = || -> Vec<(String, String)> {
+        let out = w.kube.api.kubectl(&[
+            "get",
+            "ippools.whereabouts.cni.cncf.io",
+            "-n",
+            "kube-system",
+            &pool,
+            "-o",
+            "json",
+        ]);
+        let found: Value = serde_json::from_str(&out).unwrap();
+        let mut held: Vec<(String, String)> = found["spec"]["allocations"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, a)| (k.clone(), a["podref"].as_str().unwrap().to_string()))
+            .collect();
+        held.sort();
+        held
+    };
+    let reservation_of = |address: &str| -> String {
+        let name = format!("{network}-{address}");
+        w.kube.api.kubectl(&[
+            "get",
+            "overlappingrangeipreservations.whereabouts.cni.cncf.io",
+            "-n",
+            "kube-system",
+            &name,
+            "-o",
+            "jsonpath={.spec.podref}",
+        ])
+    };
+
+    let uid1 = w.pod("virt-launcher-w-1", Some(&selection));
+    assert_ok("ADD", &w.plexus("ADD", 0, true, "virt-launcher-w-1", &uid1));
+    let first = addresses(&w.kube.pods[0], "net1");
+    let offset = first[0].rsplit('.').next().unwrap().to_string();
+    let status = &w.get("ipamclaim", "vm-w.vmwb")["status"];
+    assert_eq!(status["ips"], json!([format!("{}/24", first[0])]));
+    assert_eq!(
+        held(),
+        [(offset.clone(), format!("{ns}/virt-launcher-w-1"))]
+    );
+    let notes = w.kube.api.kubectl(&[
+        "get",
+        "ippools.whereabouts.cni.cncf.io",
+        "-n",
+        "kube-system",
+        &pool,
+        "-o",
+        "jsonpath={.metadata.annotations}",
+    ]);
+    let notes: Value = serde_json::from_str(&notes).unwrap();
+    assert_eq!(
+        notes[format!("ipam-claim.plexus.io/{offset}")],
+        json!(format!("{ns}/vm-w.vmwb/c0")),
+        "{notes}"
+    );
+
+    // The migration target, while the source still runs: the same address,
+    // the entry and the reservation moved to it.
+    let uid2 = w.pod("virt-launcher-w-2", Some(&selection));
+    assert_ok("ADD", &w.plexus("ADD", 1, true, "virt-launcher-w-2", &uid2));
+    assert_eq!(addresses(&w.kube.pods[1], "net1"), first);
+    assert_eq!(
+        held(),
+        [(offset.clone(), format!("{ns}/virt-launcher-w-2"))]
+    );
+    assert_eq!(reservation_of(&first[0]), format!("{ns}/virt-launcher-w-2"));
+    let status = &w.get("ipamclaim", "vm-w.vmwb")["status"];
+    assert_eq!(status["ownerPod"]["name"], "virt-launcher-w-2");
+
+    // The source goes, then the target: the claim keeps the address.
+    assert_ok("DEL", &w.plexus("DEL", 0, true, "virt-launcher-w-1", &uid1));
+    assert_eq!(
+        held(),
+        [(offset.clone(), format!("{ns}/virt-launcher-w-2"))]
+    );
+    assert_ok("DEL", &w.plexus("DEL", 1, true, "virt-launcher-w-2", &uid2));
+    assert_eq!(
+        held(),
+        [(offset.clone(), format!("{ns}/virt-launcher-w-2"))]
+    );
+
+    // The VM started again: its next pod gets the address.
+    let uid3 = w.pod("virt-launcher-w-3", Some(&selection));
+    assert_ok("ADD", &w.plexus("ADD", 0, true, "virt-launcher-w-3", &uid3));
+    assert_eq!(addresses(&w.kube.pods[0], "net1"), first);
+    assert_eq!(
+        held(),
+        [(offset.clone(), format!("{ns}/virt-launcher-w-3"))]
+    );
+    assert_ok("DEL", &w.plexus("DEL", 0, true, "virt-launcher-w-3", &uid3));
+
+    // A network whose IPAM holds no claim refuses the reference, naming why.
+    let mut plain = macvlan_network(w.kube.tmp.path());
+    plain["name"] = json!("vmplain");
+    plain["allowPersistentIPs"] = json!(true);
+    plain["ipam"] = json!({"type": "static", "addresses": [{"address": "10.52.0.5/24"}]});
+    w.kube.nad("vmplain", &plain);
+    w.kube.api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1alpha1\nkind: IPAMClaim\n\
+         metadata: {{name: vm-p.vmplain, namespace: {ns}}}\n\
+         spec: {{network: vmplain, interface: net1}}\n"
+    ));
+    let refused = json!([{"name": "vmplain", "interface": "net1",
+                          "ipam-claim-reference": "vm-p.vmplain"}])
+    .to_string();
+    let uid4 = w.pod("p-plain", Some(&refused));
+    let details = cni_details(&w.plexus("ADD", 0, true, "p-plain", &uid4), 101);
+    assert!(details.contains("host-local or whereabouts"), "{details}");
+    assert_ok("DEL", &w.plexus("DEL", 0, true, "p-plain", &uid4));
+
+    // What the reconciler would give back once the claim is deleted: this
+    // test's own pool, removed by hand (the API server is the run's).
+    w.kube.api.kubectl(&[
+        "delete",
+        "ippools.whereabouts.cni.cncf.io",
+        "-n",
+        "kube-system",
+        &pool,
+    ]);
+    w.kube.api.kubectl(&[
+        "delete",
+        "overlappingrangeipreservations.whereabouts.cni.cncf.io",
+        "-n",
+        "kube-system",
+        &format!("{network}-{}", first[0]),
+    ]);
+}

@@ -14,6 +14,7 @@ use std::net::IpAddr;
 
 use super::conf::{usable, PoolRange};
 use super::pool::{address_at, offset_key, Allocation};
+use super::reclaim::noted_claim;
 use crate::range::{from_u128, to_u128};
 
 /// Who asks for an address.
@@ -123,6 +124,64 @@ pub fn assign(
     })
 }
 
+/// What an attachment bound to an IPAMClaim asks for (multi-net-spec §8):
+/// the claim (`namespace/name`), the pool's claim notes by offset
+/// ([`super::reclaim::claim_note`]), and the claim's `status.ips` (the
+/// addresses it had).
+pub struct ClaimAsk<'a> {
+    pub claim: &'a str,
+    pub claims: &'a BTreeMap<String, String>,
+    pub preferred: &'a [IpAddr],
+}
+
+/// The address an attachment bound to a claim gets: the one the pool notes
+/// for the claim, whoever held it last (it follows the claim from pod to
+/// pod, and node to node); else the first of the claim's `status.ips`
+/// that is free here; else as [`assign`]. Also returns the entry the
+/// claim's address was taken over from, if another's.
+pub fn assign_for_claim(
+    range: &PoolRange,
+    allocations: &BTreeMap<String, Allocation>,
+    ask: &ClaimAsk,
+    taken: &BTreeSet<IpAddr>,
+    who: &Holder,
+    hint: u128,
+) -> Result<(Assignment, Option<Allocation>), Exhausted> {
+    let noted = ask
+        .claims
+        .iter()
+        .find(|(key, note)| noted_claim(note, allocations.get(*key)) == Some(ask.claim));
+    if let Some((key, ip)) = noted.and_then(|(k, _)| Some((k, address_at(range.network, k)?))) {
+        let mine = who.allocation();
+        let previous = allocations.get(key).filter(|held| **held != mine).cloned();
+        let write = (allocations.get(key) != Some(&mine)).then_some(mine);
+        let assignment = Assignment {
+            ip,
+            key: key.clone(),
+            write,
+        };
+        return Ok((assignment, previous));
+    }
+    let (first, last) = bounds(range);
+    let free = |ip: &&IpAddr| {
+        let at = to_u128(**ip);
+        ip.is_ipv4() == range.network.is_ipv4()
+            && (to_u128(first)..=to_u128(last)).contains(&at)
+            && !range.exclude.iter().any(|n| n.contains(**ip))
+            && !taken.contains(ip)
+            && !allocations.contains_key(&offset_key(range.network, **ip))
+    };
+    if let Some(ip) = ask.preferred.iter().find(free) {
+        let assignment = Assignment {
+            ip: *ip,
+            key: offset_key(range.network, *ip),
+            write: Some(who.allocation()),
+        };
+        return Ok((assignment, None));
+    }
+    assign(range, allocations, taken, who, hint).map(|a| (a, None))
+}
+
 /// The first address from `from` to `to` (inclusive) that is neither held
 /// nor excluded.
 fn first_free(range: &PoolRange, held: &BTreeSet<u128>, from: u128, to: u128) -> Option<u128> {
@@ -188,6 +247,62 @@ mod tests {
                 .map(|e| e.parse::<IpNetwork>().unwrap())
                 .collect(),
         }
+    }
+
+    #[test]
+    fn a_claims_address_follows_the_claim() {
+        let r = range("10.0.0.0/24", &["10.0.0.8/29"]);
+        let held = holding(&[("5", "c-old", "ns/vm-a-1"), ("6", "c-x", "ns/x")]);
+        let claims: BTreeMap<String, String> = [
+            ("5".to_string(), "ns/vm-a/c-old".to_string()),
+            // Another container holds offset 6 now: not the claim's.
+            ("6".to_string(), "ns/vm-b/c-gone".to_string()),
+        ]
+        .into();
+        let none = BTreeSet::new();
+        let ask = ClaimAsk {
+            claim: "ns/vm-a",
+            claims: &claims,
+            preferred: &[],
+        };
+        // The claim's entry, taken over from the pod that held it.
+        let (got, previous) = assign_for_claim(&r, &held, &ask, &none, &WHO, 0).unwrap();
+        assert_eq!(got.ip.to_string(), "10.0.0.5");
+        assert_eq!(got.write, Some(WHO.allocation()));
+        assert_eq!(previous.unwrap().container_id, "c-old");
+        // Held by this attachment already: nothing to write.
+        let mine = holding(&[("5", "c1", "ns/p")]);
+        let claims_now: BTreeMap<String, String> =
+            [("5".to_string(), "ns/vm-a/c1".to_string())].into();
+        let now = ClaimAsk {
+            claims: &claims_now,
+            ..ask
+        };
+        let (got, previous) = assign_for_claim(&r, &mine, &now, &none, &WHO, 0).unwrap();
+        assert_eq!((got.write, previous), (None, None));
+        // No entry for the claim: its status.ips first, when free here.
+        let other = ClaimAsk {
+            claim: "ns/vm-b",
+            claims: &claims,
+            preferred: &[
+                "10.0.0.6".parse().unwrap(),
+                "10.0.0.9".parse().unwrap(),
+                "10.1.0.1".parse().unwrap(),
+                "10.0.0.20".parse().unwrap(),
+            ],
+        };
+        let (got, _) = assign_for_claim(&r, &held, &other, &none, &WHO, 0).unwrap();
+        assert_eq!(
+            got.ip.to_string(),
+            "10.0.0.20",
+            "held, excluded, out of range skipped"
+        );
+        let nothing = ClaimAsk {
+            preferred: &[],
+            ..other
+        };
+        let (got, _) = assign_for_claim(&r, &held, &nothing, &none, &WHO, 0).unwrap();
+        assert_eq!(got.ip.to_string(), "10.0.0.1");
     }
 
     const WHO: Holder = Holder {

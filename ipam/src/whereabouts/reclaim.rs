@@ -14,18 +14,32 @@
 //! outlived by its entry (whereabouts gave the offset to another pod) is
 //! never read as the new entry's.
 //!
+//! An entry bound to an IPAMClaim (multi-net-spec §8) carries a second
+//! note, the claim's `namespace/name` ([`claim_key`]): its address
+//! outlives every pod while the claim exists, and goes once the claim is
+//! deleted and its last pod is gone too.
+//!
 //! An entry is live, and never reclaimed, when its pod (by `podref`)
 //! exists and either the note's UID is that pod's, or there is no note (an
 //! entry whereabouts wrote, or one from a runtime that sends no UID: then
 //! the name is all there is, and a pod of that name keeps it), or the pod
 //! is a static pod's mirror (whose UID is not the one kubelet sends).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::pool::Allocation;
 
 /// The annotation prefix of the notes: `pod-uid.plexus.io/<offset>`.
 pub const NOTE_PREFIX: &str = "pod-uid.plexus.io/";
+
+/// The annotation prefix of the claim notes:
+/// `ipam-claim.plexus.io/<offset>: <namespace>/<claim>/<container>`.
+pub const CLAIM_PREFIX: &str = "ipam-claim.plexus.io/";
+
+/// The annotation that notes the claim of the entry at `offset`.
+pub fn claim_key(offset: &str) -> String {
+    format!("{CLAIM_PREFIX}{offset}")
+}
 
 /// How many notes a pool carries at most: an object's annotations may
 /// hold 256 KiB in all, a note takes about 75 bytes. Entries past it go
@@ -47,15 +61,35 @@ pub fn note_value(pod_uid: &str, container_id: &str) -> String {
     format!("{pod_uid}/{short}")
 }
 
+/// Whether a note's `short` form names `container_id`.
+fn names_container(short: &str, container_id: &str) -> bool {
+    !short.is_empty()
+        && container_id.starts_with(short)
+        && (short.len() == CONTAINER_PREFIX || short == container_id)
+}
+
 /// The pod UID a note gives for `entry`; `None` when the note is of
 /// another container (the entry was written anew since) or malformed.
 pub fn noted_uid<'a>(note: &'a str, entry: &Allocation) -> Option<&'a str> {
     let (uid, short) = note.rsplit_once('/')?;
-    let matches = !uid.is_empty()
-        && !short.is_empty()
-        && entry.container_id.starts_with(short)
-        && (short.len() == CONTAINER_PREFIX || short == entry.container_id);
-    matches.then_some(uid)
+    (!uid.is_empty() && names_container(short, &entry.container_id)).then_some(uid)
+}
+
+/// A claim note: `<namespace>/<claim>/<container ID's first characters>`.
+pub fn claim_note(claim: &str, container_id: &str) -> String {
+    let short: String = container_id.chars().take(CONTAINER_PREFIX).collect();
+    format!("{claim}/{short}")
+}
+
+/// The claim (`namespace/name`) a claim note gives for the offset whose
+/// entry is `entry`: when the entry is the noted container's, or there is
+/// none (its pod's DEL by whereabouts removed it; the address is free).
+/// `None` when the offset is another container's now (whereabouts gave
+/// it to another pod) or the note is malformed.
+pub fn noted_claim<'a>(note: &'a str, entry: Option<&Allocation>) -> Option<&'a str> {
+    let (claim, short) = note.rsplit_once('/')?;
+    let of_entry = entry.is_none_or(|e| names_container(short, &e.container_id));
+    (claim.contains('/') && of_entry).then_some(claim)
 }
 
 /// A pod as the reconciler saw it listed.
@@ -73,6 +107,8 @@ pub enum Gone {
     PodMissing,
     /// The pod of that name is another (a different UID).
     PodReplaced,
+    /// Bound to an IPAMClaim that was deleted, and no pod holds it.
+    ClaimDeleted,
 }
 
 impl Gone {
@@ -80,6 +116,7 @@ impl Gone {
         match self {
             Gone::PodMissing => "pod-missing",
             Gone::PodReplaced => "pod-replaced",
+            Gone::ClaimDeleted => "claim-deleted",
         }
     }
 }
@@ -99,6 +136,23 @@ pub fn judge(
     match note.and_then(|n| noted_uid(n, entry)) {
         Some(uid) if uid != pod.uid && !pod.mirror => Some(Gone::PodReplaced),
         _ => None,
+    }
+}
+
+/// [`judge`] for an entry that may be bound to a claim (`claim`, its
+/// claim note): while the claim is in `claims` (listed after the pool) the
+/// entry is live whoever held it; once deleted, it goes with its pod.
+pub fn judge_claimed(
+    entry: &Allocation,
+    note: Option<&str>,
+    claim: Option<&str>,
+    claims: &HashSet<String>,
+    pods: &HashMap<String, PodSeen>,
+) -> Option<Gone> {
+    match claim {
+        None => judge(entry, note, pods),
+        Some(c) if claims.contains(c) => None,
+        Some(_) => judge(entry, note, pods).map(|_| Gone::ClaimDeleted),
     }
 }
 
@@ -144,6 +198,42 @@ mod tests {
         assert_eq!(noted_uid(&short, &entry("c10", "ns/p")), None);
         assert_eq!(noted_uid("garbage", &entry("c1", "ns/p")), None);
         assert_eq!(noted_uid("/c1", &entry("c1", "ns/p")), None);
+    }
+
+    #[test]
+    fn a_claims_entry_outlives_its_pods_until_the_claim_goes() {
+        let seen = pods(&[("ns/vm-2", "u-2", false)]);
+        let claims: HashSet<String> = ["ns/vm".to_string()].into();
+        let none = HashSet::new();
+        let old = entry("c-1", "ns/vm-1");
+        assert_eq!(
+            judge_claimed(&old, None, Some("ns/vm"), &claims, &seen),
+            None
+        );
+        assert_eq!(
+            judge_claimed(&old, None, Some("ns/vm"), &none, &seen),
+            Some(Gone::ClaimDeleted)
+        );
+        // Its pod still runs: kept, claim or none.
+        let live = entry("c-2", "ns/vm-2");
+        assert_eq!(
+            judge_claimed(&live, None, Some("ns/vm"), &none, &seen),
+            None
+        );
+        assert_eq!(
+            judge_claimed(&old, None, None, &none, &seen),
+            Some(Gone::PodMissing)
+        );
+        assert_eq!(claim_key("5"), "ipam-claim.plexus.io/5");
+        let note = claim_note("ns/vm", "c-2");
+        assert_eq!(noted_claim(&note, Some(&live)), Some("ns/vm"));
+        assert_eq!(noted_claim(&note, None), Some("ns/vm"));
+        assert_eq!(
+            noted_claim(&note, Some(&old)),
+            None,
+            "another container's now"
+        );
+        assert_eq!(noted_claim("vm/c-2", Some(&live)), None);
     }
 
     /// whereabouts #176: the pod made again under its name is another pod.
