@@ -28,6 +28,8 @@ struct Call<'a> {
     /// The node a plugin process runs on (`NODENAME`, whereabouts' way to
     /// say it), for node slices.
     node: Option<&'a str>,
+    /// More of `CNI_ARGS` (`;KEY=VALUE...`).
+    more_args: &'a str,
 }
 
 impl<'a> Call<'a> {
@@ -39,12 +41,16 @@ impl<'a> Call<'a> {
             ifname: "net1",
             pod,
             node: None,
+            more_args: "",
         }
     }
 
     fn env(&self) -> Vec<(&'static str, String)> {
         let (ns, name) = self.pod.split_once('/').unwrap();
-        let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name}");
+        let args = format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name}{}",
+            self.more_args
+        );
         // An IPAM plugin never opens the namespace.
         let netns = "/var/run/netns/unused-by-ipam";
         [
@@ -374,6 +380,42 @@ fn refusals_name_the_key() {
             .starts_with("ipam.range_start:"),
         "{e}"
     );
+}
+
+/// `CNI_ARGS` `IP` and `GATEWAY` (whereabouts' `handleEnvArgs`): static
+/// addresses handed out beside the range's, as the real whereabouts does.
+#[test]
+fn cni_args_ip_and_gateway_as_whereabouts() {
+    let Some(api) = cluster() else { return };
+    let conf = conf(api, "wbe", "10.95.0.0/24");
+    let call = |command, container, pod| Call {
+        more_args: ";IP=10.99.1.5/24,fd99::5/64;GATEWAY=10.99.1.1",
+        ..Call::new(command, container, pod)
+    };
+    let theirs = whereabouts(&call("ADD", "e1", "ns9/e1"), &conf).expect("whereabouts ADD");
+    let ours = plexus(&call("ADD", "e2", "ns9/e2"), &conf).expect("plexus ADD");
+    let statics = |r: &Value| -> Vec<Value> {
+        r["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|ip| !ip["address"].as_str().unwrap().starts_with("10.95."))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(statics(&ours), statics(&theirs), "{ours} {theirs}");
+    assert_eq!(statics(&ours).len(), 2, "{ours}");
+    assert_eq!(statics(&ours)[0]["gateway"], "10.99.1.1");
+    assert_eq!(ours["ips"].as_array().unwrap().len(), 3, "{ours}");
+    let bad = Call {
+        more_args: ";IP=10.99.1.5",
+        ..Call::new("ADD", "e3", "ns9/e3")
+    };
+    let e = plexus(&bad, &conf).unwrap_err();
+    assert!(e["details"].as_str().unwrap().contains("IP:"), "{e}");
+    plexus(&call("DEL", "e1", "ns9/e1"), &conf).unwrap();
+    whereabouts(&call("DEL", "e2", "ns9/e2"), &conf).unwrap();
+    assert_eq!(allocations(api, "wbe-10.95.0.0-24"), vec![]);
 }
 
 /// The compare-and-swap itself: a write decided on a copy the pool has moved

@@ -299,15 +299,8 @@ impl Whereabouts {
             )
             .into());
         };
-        for key in ["IP", "GATEWAY"] {
-            if arg(key).is_some() {
-                return Err(CniError::invalid_env(
-                    "CNI_ARGS",
-                    format!("{key}: whereabouts' static addresses from CNI_ARGS are not served by plexus yet"),
-                )
-                .into());
-            }
-        }
+        let mut conf = conf;
+        conf::with_cni_args(&mut conf.result, arg("IP"), arg("GATEWAY"))?;
         let kubeconfig = conf
             .kubeconfig
             .clone()

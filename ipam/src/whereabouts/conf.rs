@@ -414,6 +414,49 @@ fn pool_range(
     })
 }
 
+/// `CNI_ARGS`' `IP` and `GATEWAY` (whereabouts' `handleEnvArgs`): each
+/// address of `IP` (comma-separated, with its prefix: `10.1.1.5/24`) is
+/// handed out as it is, as `addresses` are; each gateway of `GATEWAY` is
+/// given to the static addresses whose network contains it.
+pub fn with_cni_args(
+    result: &mut CniResult,
+    ip: Option<&str>,
+    gateway: Option<&str>,
+) -> Result<(), IpamError> {
+    let env = |key: &str, reason: String| IpamError::Env {
+        var: "CNI_ARGS".into(),
+        reason: format!("{key}: {reason}"),
+    };
+    let items = |text: Option<&str>| -> Vec<String> {
+        text.into_iter()
+            .flat_map(|t| t.split(','))
+            .map(|i| i.trim().to_string())
+            .filter(|i| !i.is_empty())
+            .collect()
+    };
+    for item in items(ip) {
+        let address: IpNetwork = item
+            .parse()
+            .ok()
+            .filter(|_| item.contains('/'))
+            .ok_or_else(|| env("IP", format!("{item:?} is not an address with its prefix")))?;
+        result.ips.push(IpConfig {
+            address,
+            gateway: None,
+            interface: None,
+        });
+    }
+    for item in items(gateway) {
+        let gw: IpAddr = item
+            .parse()
+            .map_err(|_| env("GATEWAY", format!("{item:?} is not an address")))?;
+        for config in result.ips.iter_mut().filter(|c| c.address.contains(gw)) {
+            config.gateway = Some(gw);
+        }
+    }
+    Ok(())
+}
+
 /// `node_slice_size`, checked against the one range it slices (a
 /// NodeSlicePool slices one: whereabouts slices `ipRanges[0]` and gives
 /// every other range that node's slice of it).
@@ -607,6 +650,40 @@ mod tests {
         for (section, field) in cases {
             let e = parse(&ipam(section.clone()), no_files).unwrap_err();
             assert_eq!(field_of(e), field, "{section}");
+        }
+    }
+
+    #[test]
+    fn cni_args_ip_and_gateway_as_handle_env_args() {
+        let mut result = CniResult::default();
+        with_cni_args(
+            &mut result,
+            Some("10.1.1.5/24, fd01::5/64"),
+            Some("10.1.1.1,fd01::1"),
+        )
+        .unwrap();
+        let shown: Vec<(String, Option<String>)> = result
+            .ips
+            .iter()
+            .map(|c| (c.address.to_string(), c.gateway.map(|g| g.to_string())))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("10.1.1.5/24".to_string(), Some("10.1.1.1".to_string())),
+                ("fd01::5/64".to_string(), Some("fd01::1".to_string()))
+            ]
+        );
+        for (ip, gw) in [
+            (Some("10.1.1.5"), None),
+            (Some("x/24"), None),
+            (None, Some("gw")),
+        ] {
+            let e = with_cni_args(&mut CniResult::default(), ip, gw).unwrap_err();
+            assert!(
+                matches!(e, IpamError::Env { ref var, .. } if var == "CNI_ARGS"),
+                "{e}"
+            );
         }
     }
 
