@@ -153,31 +153,9 @@ fn cluster() -> Option<&'static KubeApi> {
     Some(api)
 }
 
-/// whereabouts' own CRDs (its `doc/crds`), established on `api`.
+/// whereabouts' own CRDs, established on `api`.
 fn with_whereabouts_crds(api: &KubeApi) {
-    let crds = peers::whereabouts().unwrap().crds;
-    api.kubectl(&["apply", "-f", &crds.display().to_string()]);
-    api.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/ippools.whereabouts.cni.cncf.io",
-        "crd/overlappingrangeipreservations.whereabouts.cni.cncf.io",
-        "crd/nodeslicepools.whereabouts.cni.cncf.io",
-    ]);
-    // The test kit's kube-apiserver (v1.20.2 built with Go 1.19) validates
-    // an empty string in a custom resource as null, and a free slice's
-    // `nodeName` is "" (whereabouts' controller writes it so): nullable
-    // lets it through, as deploy/crds/whereabouts.yaml has it.
-    let nullable = r#"[{"op": "add", "value": true, "path":
-        "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/allocations/items/properties/nodeName/nullable"}]"#;
-    api.kubectl(&[
-        "patch",
-        "crd/nodeslicepools.whereabouts.cni.cncf.io",
-        "--type=json",
-        "-p",
-        nullable,
-    ]);
+    peers::whereabouts().unwrap().install_crds(api);
 }
 
 /// A NAD's configuration with whereabouts IPAM on `range` for the network

@@ -108,6 +108,12 @@ struct Args {
     /// `ipRanges`): two addresses per pod.
     #[arg(long)]
     dual_stack: bool,
+    /// The cluster-wide IPAM case with node slices of this size (`/24`):
+    /// each node allocates from its own slice's pool, the slices laid out
+    /// beforehand as plexus's leader (or whereabouts' controller) leaves
+    /// them.
+    #[arg(long, value_name = "SIZE", conflicts_with = "dual_stack")]
+    node_slice_size: Option<String>,
     /// Exit non-zero when a target is missed.
     #[arg(long)]
     check: bool,
@@ -462,6 +468,7 @@ fn run(args: &Args) -> Result<bool, String> {
             nodes: args.nodes.max(1),
             pods_per_node: pod_count,
             dual_stack: args.dual_stack,
+            node_slice_size: args.node_slice_size.as_deref(),
         };
         return cluster_ipam::run(&setup);
     }

@@ -13,6 +13,34 @@ pub struct Whereabouts {
     pub crds: PathBuf,
 }
 
+impl Whereabouts {
+    /// whereabouts' own CRDs (its `doc/crds`), established on `api`. The
+    /// test kit's kube-apiserver (v1.20.2 built with Go 1.19) validates an
+    /// empty string in a custom resource as null, and a free slice's
+    /// `nodeName` is "" (whereabouts' controller writes it so): the field
+    /// is made nullable, as deploy/crds/whereabouts.yaml has it.
+    pub fn install_crds(&self, api: &crate::kube::KubeApi) {
+        api.kubectl(&["apply", "-f", &self.crds.display().to_string()]);
+        api.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/ippools.whereabouts.cni.cncf.io",
+            "crd/overlappingrangeipreservations.whereabouts.cni.cncf.io",
+            "crd/nodeslicepools.whereabouts.cni.cncf.io",
+        ]);
+        let nullable = r#"[{"op": "add", "value": true, "path":
+            "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/allocations/items/properties/nodeName/nullable"}]"#;
+        api.kubectl(&[
+            "patch",
+            "crd/nodeslicepools.whereabouts.cni.cncf.io",
+            "--type=json",
+            "-p",
+            nullable,
+        ]);
+    }
+}
+
 /// The cached whereabouts, or why there is none.
 pub fn whereabouts() -> Result<Whereabouts, String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -37,6 +37,8 @@ pub struct Setup<'a> {
     pub pods_per_node: usize,
     /// An IPv4 and an IPv6 range: two addresses per pod.
     pub dual_stack: bool,
+    /// `node_slice_size`: each node its own slice's pool.
+    pub node_slice_size: Option<&'a str>,
 }
 
 /// What whereabouts needs beyond plexus's role: its Lease, and the lists
@@ -59,13 +61,20 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: plexus-b
 subjects: [{kind: ServiceAccount, name: plexus, namespace: kube-system}]
 "#;
 
+/// The storm's IPv4 range.
+const RANGE: &str = "10.200.0.0/16";
+
 /// The NAD of the storm: macvlan with whereabouts IPAM on one /16, and
-/// with `dual_stack` one /64 too (an address of each per pod).
-fn macvlan_whereabouts(network: &str, flat: &Path, dual_stack: bool) -> Value {
-    let mut ipam = json!({"type": "whereabouts", "range": "10.200.0.0/16",
+/// with `dual_stack` one /64 too (an address of each per pod); with node
+/// slices, `node_slice_size`.
+fn macvlan_whereabouts(network: &str, flat: &Path, setup: &Setup) -> Value {
+    let mut ipam = json!({"type": "whereabouts", "range": RANGE,
                           "network_name": network, "configuration_path": flat});
-    if dual_stack {
-        ipam["ipRanges"] = json!([{"range": "10.200.0.0/16"}, {"range": "fd20::/64"}]);
+    if let Some(size) = setup.node_slice_size {
+        ipam["node_slice_size"] = json!(size);
+    }
+    if setup.dual_stack {
+        ipam["ipRanges"] = json!([{"range": RANGE}, {"range": "fd20::/64"}]);
         ipam.as_object_mut().expect("an object").remove("range");
     }
     json!({"cniVersion": "1.0.0", "name": network, "type": "macvlan", "master": "uplink0",
@@ -95,10 +104,10 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
         "\nCluster-wide IPAM: {} nodes x {} pods ADD at once from one pool{}, then DEL",
         setup.nodes,
         setup.pods_per_node,
-        if setup.dual_stack {
-            " (dual-stack: a v4 and a v6 pool)"
-        } else {
-            ""
+        match (setup.dual_stack, setup.node_slice_size) {
+            (true, _) => " (dual-stack: a v4 and a v6 pool)".to_string(),
+            (_, Some(size)) => format!(" cut into node slices of {size} (a pool per node)"),
+            _ => String::new(),
         }
     );
     let whereabouts = match peers::whereabouts() {
@@ -109,7 +118,7 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
         }
     };
     let api = api();
-    api.kubectl(&["apply", "-f", &whereabouts.crds.display().to_string()]);
+    whereabouts.install_crds(api);
     api.apply(BENCH_RBAC);
     let link = setup.tmp.join("plexus-as/whereabouts");
     std::fs::create_dir_all(link.parent().unwrap()).map_err(|e| e.to_string())?;
@@ -132,7 +141,7 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
     ];
     let mut storms = Vec::new();
     for (who, binary, network) in &contenders {
-        let conf = macvlan_whereabouts(network, &flat, setup.dual_stack);
+        let conf = macvlan_whereabouts(network, &flat, setup);
         let exec = |command: &str, node: &str, pod: &str| call(binary, &conf, command, node, pod);
         storms.push((*who, storm(api, network, setup, &exec)?));
     }
@@ -229,6 +238,9 @@ fn storm(
     call: &(dyn Fn(&str, &str, &str) -> Answer + Sync),
 ) -> Result<Storm, String> {
     let pods = pods(setup);
+    if let Some(size) = setup.node_slice_size {
+        lay_out_slices(api, network, size, setup)?;
+    }
     let before = api.audited().len();
     let started = Instant::now();
     let added = all_at_once(call, "ADD", &pods);
@@ -295,6 +307,29 @@ fn storm(
         left_reservations,
         requests,
     })
+}
+
+/// The NodeSlicePool of `network` with a slice for every simulated node,
+/// as plexus's leader (or whereabouts' node-slice controller) leaves it
+/// once the Nodes exist, before any pod: the storm measures allocation,
+/// not slicing (whereabouts' binary cannot slice by itself).
+fn lay_out_slices(api: &KubeApi, network: &str, size: &str, setup: &Setup) -> Result<(), String> {
+    use plexus_ipam::whereabouts::{pool::SliceSize, slice};
+    let size = SliceSize::parse(size)?;
+    let range = RANGE.parse().map_err(|e| format!("{RANGE}: {e}"))?;
+    slice::check(range, &size)?;
+    let (spec, mut status) = slice::fresh(range, &size);
+    for n in 0..setup.nodes {
+        slice::claim(&mut status, &format!("node-{n}"))
+            .ok_or_else(|| format!("{RANGE} by {}: fewer slices than nodes", size.text))?;
+    }
+    let object = json!({
+        "apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "NodeSlicePool",
+        "metadata": {"name": network, "namespace": "kube-system"},
+        "spec": spec, "status": status,
+    });
+    api.apply(&object.to_string());
+    Ok(())
 }
 
 type Answer = (Duration, Result<Value, String>);

@@ -93,7 +93,7 @@ pub(super) fn storm(
             "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
             "kubeconfig": api.plexus_kubeconfig(), "cniDir": dir.join("cache"),
             "daemonSocket": socket,
-            "delegates": [macvlan_whereabouts(network, flat, setup.dual_stack)],
+            "delegates": [macvlan_whereabouts(network, flat, setup)],
         });
         confs.insert(node_name, conf.to_string());
     }
