@@ -509,20 +509,9 @@ fn plexus_pools_shows_who_holds_each_address() {
     plexus(&call("DEL"), &conf).unwrap();
 }
 
-/// The NodeSlicePool `name`'s slices, as `(node, slice)`, in order.
+/// The NodeSlicePool `name`'s slices (in kube-system), as `(node, slice)`.
 fn node_slices(api: &KubeApi, name: &str) -> Vec<(String, String)> {
-    let kind = "nodeslicepools.whereabouts.cni.cncf.io";
-    let out = api.kubectl(&["get", kind, "-n", "kube-system", name, "-o", "json"]);
-    let pool: Value = serde_json::from_str(&out).unwrap();
-    pool["status"]["allocations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            let node = a["nodeName"].as_str().unwrap().to_string();
-            (node, a["sliceRange"].as_str().unwrap().to_string())
-        })
-        .collect()
+    peers::node_slices(api, "kube-system", name)
 }
 
 /// Issue 33 item 5: with `node_slice_size`, each node allocates from its

@@ -16,7 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
 
@@ -162,6 +163,9 @@ struct Turn {
     queue: Mutex<Vec<Arc<Ticket>>>,
 }
 
+/// How often a call waiting for a pool's turn looks again.
+const TURN_POLL: Duration = Duration::from_millis(2);
+
 /// Turns by namespace and pool name.
 type Turns = Mutex<HashMap<(String, String), Arc<Turn>>>;
 
@@ -171,6 +175,36 @@ fn turn(namespace: &str, name: &str) -> Arc<Turn> {
     let mut turns = lock(TURNS.get_or_init(Mutex::default));
     let key = (namespace.to_string(), name.to_string());
     turns.entry(key).or_default().clone()
+}
+
+/// The pool's turn, once the call may decide its `ticket` (`Some(None)`: a
+/// turn-holder settled it meanwhile). Past `deadline` a ticket still queued
+/// is withdrawn (so no later turn takes an address for a call that has
+/// given up) and the answer is `None`; one a holder is deciding already is
+/// waited for, which that holder's own deadline bounds.
+fn wait_for_turn<'t>(
+    turn: &'t Turn,
+    ticket: &Arc<Ticket>,
+    deadline: Instant,
+) -> Option<Option<MutexGuard<'t, ()>>> {
+    loop {
+        match turn.held.try_lock() {
+            Ok(held) => return Some(Some(held)),
+            Err(TryLockError::Poisoned(held)) => return Some(Some(held.into_inner())),
+            Err(TryLockError::WouldBlock) => {}
+        }
+        if ticket.outcome().is_some() {
+            return Some(None);
+        }
+        if Instant::now() >= deadline {
+            let mut queue = lock(&turn.queue);
+            if let Some(at) = queue.iter().position(|t| Arc::ptr_eq(t, ticket)) {
+                queue.remove(at);
+                return None;
+            }
+        }
+        std::thread::sleep(TURN_POLL);
+    }
 }
 
 impl Call<'_> {
@@ -223,8 +257,13 @@ impl Call<'_> {
         } else {
             let turn = turn(self.pools.namespace(), &name);
             lock(&turn.queue).push(ticket.clone());
-            let _held = lock(&turn.held);
-            if ticket.outcome().is_none() {
+            let held = wait_for_turn(&turn, &ticket, self.deadline).ok_or_else(|| {
+                ClusterIpamError::TurnTimedOut {
+                    pool: name.clone(),
+                    budget: super::CALL_BUDGET,
+                }
+            })?;
+            if held.is_some() && ticket.outcome().is_none() {
                 let mut batch = std::mem::take(&mut *lock(&turn.queue));
                 // Taken, and left unsettled, by a holder that panicked.
                 if !batch.iter().any(|t| Arc::ptr_eq(t, &ticket)) {
@@ -232,6 +271,7 @@ impl Call<'_> {
                 }
                 self.commit(&name, range, &batch);
             }
+            drop(held);
         }
         let outcome = ticket
             .outcome()
@@ -319,5 +359,69 @@ impl Call<'_> {
             None if !fresh && self.pools.cached() => self.pools.existing(name, true),
             found => Ok(found),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ticket() -> Arc<Ticket> {
+        Arc::new(Ticket {
+            want: Want::Release,
+            holder: Allocation {
+                container_id: "c1".into(),
+                podref: "ns/p".into(),
+                ifname: "net1".into(),
+            },
+            outcome: Mutex::new(None),
+            took_over: Mutex::new(None),
+        })
+    }
+
+    /// A call never waits for a pool's turn past its own deadline, and a
+    /// ticket it gives up on is withdrawn, so no later turn decides it.
+    #[test]
+    fn a_waiting_call_gives_up_at_its_deadline_and_withdraws() {
+        let turn = Turn::default();
+        let mine = ticket();
+        lock(&turn.queue).push(mine.clone());
+        let holder = lock(&turn.held);
+        let started = Instant::now();
+        let waited = wait_for_turn(&turn, &mine, started + Duration::from_millis(50));
+        assert!(waited.is_none());
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(lock(&turn.queue).is_empty(), "withdrawn");
+        drop(holder);
+        // The turn free: taken at once.
+        let waited = wait_for_turn(&turn, &mine, Instant::now());
+        assert!(matches!(waited, Some(Some(_))));
+    }
+
+    /// A ticket a holder took into its batch is waited for past the
+    /// deadline: the holder settles it.
+    #[test]
+    fn a_ticket_in_a_holders_batch_is_waited_for() {
+        let turn = Arc::new(Turn::default());
+        let mine = ticket();
+        let held = Arc::new(std::sync::Barrier::new(2));
+        let settler = {
+            let (turn, mine, held) = (turn.clone(), mine.clone(), held.clone());
+            std::thread::spawn(move || {
+                let _turn = lock(&turn.held);
+                held.wait();
+                std::thread::sleep(Duration::from_millis(100));
+                mine.settle(Ok(None));
+            })
+        };
+        held.wait();
+        // Past its deadline at once, but not queued: a holder has it.
+        let waited = wait_for_turn(&turn, &mine, Instant::now());
+        // Settled by the holder (seen before or after it let the turn go:
+        // a turn taken then finds the ticket settled), never given up on.
+        assert!(waited.is_some(), "not withdrawn");
+        assert!(mine.outcome().is_some(), "settled by the holder");
+        drop(waited);
+        settler.join().unwrap();
     }
 }

@@ -157,6 +157,10 @@ pub enum ClusterIpamError {
         tries: u32,
         budget: Duration,
     },
+    /// The daemon's calls queued ahead of it on the pool's turn took the
+    /// call's whole budget (its ticket withdrawn, nothing taken).
+    #[error("IPPool {pool}: the calls ahead of this one on the pool took the whole {budget:?}")]
+    TurnTimedOut { pool: String, budget: Duration },
 }
 
 /// The protocol layer's errors (the environment, a decoded key) pass
@@ -172,7 +176,7 @@ impl From<ClusterIpamError> for CniError {
         match e {
             ClusterIpamError::Ipam(e) => e.into(),
             ClusterIpamError::Cluster(e) => e.into(),
-            e @ ClusterIpamError::Contended { .. } => {
+            e @ (ClusterIpamError::Contended { .. } | ClusterIpamError::TurnTimedOut { .. }) => {
                 CniError::new(ErrorCode::TryAgainLater, "IPPool contended", e.to_string())
             }
         }

@@ -41,6 +41,25 @@ impl Whereabouts {
     }
 }
 
+/// The slices of the NodeSlicePool `namespace/name` on `api`, as
+/// `(node, slice)` in order (an empty node: a free slice).
+pub fn node_slices(
+    api: &crate::kube::KubeApi,
+    namespace: &str,
+    name: &str,
+) -> Vec<(String, String)> {
+    let kind = "nodeslicepools.whereabouts.cni.cncf.io";
+    let out = api.kubectl(&["get", kind, "-n", namespace, name, "-o", "json"]);
+    let pool: serde_json::Value = serde_json::from_str(&out).expect("kubectl's JSON");
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    pool["status"]["allocations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| (text(&a["nodeName"]), text(&a["sliceRange"])))
+        .collect()
+}
+
 /// The cached whereabouts, or why there is none.
 pub fn whereabouts() -> Result<Whereabouts, String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -454,23 +454,7 @@ fn the_leader_keeps_node_slices() {
         "--ipam-reconcile-namespaces",
         &ns,
     ]);
-    let kind = "nodeslicepools.whereabouts.cni.cncf.io";
-    let slices = || -> Vec<(String, String)> {
-        let out = w
-            .kube
-            .api
-            .kubectl(&["get", kind, "-n", &ns, &network, "-o", "json"]);
-        let pool: Value = serde_json::from_str(&out).unwrap();
-        pool["status"]["allocations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| {
-                let node = a["nodeName"].as_str().unwrap_or_default().to_string();
-                (node, a["sliceRange"].as_str().unwrap().to_string())
-            })
-            .collect()
-    };
+    let slices = || plexus_testkit::peers::node_slices(w.kube.api, &ns, &network);
     let slice_of = |node: &str| {
         slices()
             .into_iter()

@@ -152,18 +152,16 @@ fn ipamclaim_address_follows_the_claim_with_cluster_wide_ipam() {
         json!([{"name": "vmwb", "interface": "net1", "ipam-claim-reference": "vm-w.vmwb"}])
             .to_string();
     let pool = format!("{network}-10.51.0.0-24");
+    let pool_object = || -> Value {
+        let kind = "ippools.whereabouts.cni.cncf.io";
+        let out = w
+            .kube
+            .api
+            .kubectl(&["get", kind, "-n", "kube-system", &pool, "-o", "json"]);
+        serde_json::from_str(&out).unwrap()
+    };
     let held = || -> Vec<(String, String)> {
-        let out = w.kube.api.kubectl(&[
-            "get",
-            "ippools.whereabouts.cni.cncf.io",
-            "-n",
-            "kube-system",
-            &pool,
-            "-o",
-            "json",
-        ]);
-        let found: Value = serde_json::from_str(&out).unwrap();
-        let mut held: Vec<(String, String)> = found["spec"]["allocations"]
+        let mut held: Vec<(String, String)> = pool_object()["spec"]["allocations"]
             .as_object()
             .unwrap()
             .iter()
@@ -195,16 +193,7 @@ fn ipamclaim_address_follows_the_claim_with_cluster_wide_ipam() {
         held(),
         [(offset.clone(), format!("{ns}/virt-launcher-w-1"))]
     );
-    let notes = w.kube.api.kubectl(&[
-        "get",
-        "ippools.whereabouts.cni.cncf.io",
-        "-n",
-        "kube-system",
-        &pool,
-        "-o",
-        "jsonpath={.metadata.annotations}",
-    ]);
-    let notes: Value = serde_json::from_str(&notes).unwrap();
+    let notes = pool_object()["metadata"]["annotations"].clone();
     assert_eq!(
         notes[format!("ipam-claim.plexus.io/{offset}")],
         json!(format!("{ns}/vm-w.vmwb/c0")),
