@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PartialObjectMeta, Patch,
+    PatchParams, PostParams,
 };
 use serde_json::json;
 
@@ -142,3 +143,38 @@ pub struct ClaimStatus {
 
 /// The API group of the spec's custom resources.
 const GROUP: &str = "k8s.cni.cncf.io";
+
+/// Objects listed per page.
+const PAGE: u32 = 500;
+
+/// Every object of `api`, metadata only, in pages of [`PAGE`], each request bounded by
+/// `timeouts.request`.
+pub(crate) fn list_metadata<K>(
+    handle: &tokio::runtime::Handle,
+    timeouts: crate::config::ApiTimeouts,
+    api: &Api<K>,
+    what: &str,
+) -> Result<Vec<PartialObjectMeta<K>>, ClusterError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut all = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut params = ListParams::default().limit(PAGE);
+        if let Some(t) = token.take() {
+            params = params.continue_token(&t);
+        }
+        let request = ApiRequest::new(Verb::Get, what);
+        let page = handle.block_on(bounded(
+            timeouts.request,
+            request,
+            api.list_metadata(&params),
+        ))?;
+        all.extend(page.items);
+        match page.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(next) => token = Some(next),
+            None => return Ok(all),
+        }
+    }
+}

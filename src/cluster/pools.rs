@@ -30,16 +30,14 @@ use super::error::{ApiRequest, ClusterError, Verb};
 use super::watch::drive;
 use crate::config::ApiTimeouts;
 use plexus_ipam::whereabouts::pool::{
-    Allocation, PoolSpec, ReservationSpec, DEFAULT_NAMESPACE, GROUP, VERSION,
+    Allocation, NodeSliceSpec, NodeSliceStatus, PoolSpec, ReservationSpec, DEFAULT_NAMESPACE,
+    GROUP, VERSION,
 };
 use plexus_ipam::whereabouts::reclaim::{
     claim_key, claim_note, note_key, note_value, CLAIM_PREFIX, MAX_NOTES, NOTE_PREFIX,
 };
 
 mod slices;
-
-pub use slices::SliceCopy;
-use slices::{slice_copy, slices_resource, RememberedSlice};
 
 /// An IPPool as read: what a compare-and-swap write names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -571,6 +569,46 @@ pub struct ReservationSeen {
     pub namespace: String,
     pub name: String,
     pub reservation: Reservation,
+}
+
+/// A NodeSlicePool as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceCopy {
+    pub name: String,
+    pub resource_version: String,
+    pub spec: NodeSliceSpec,
+    pub status: NodeSliceStatus,
+}
+
+/// What the daemon remembers of its node's slice of one network.
+#[derive(Debug, Clone)]
+struct RememberedSlice {
+    spec: NodeSliceSpec,
+    slice: ipnetwork::IpNetwork,
+    at: std::time::Instant,
+}
+
+fn slice_copy(object: &str, found: DynamicObject) -> Result<SliceCopy, ClusterError> {
+    let status = match found.data.get("status") {
+        None | Some(serde_json::Value::Null) => NodeSliceStatus::default(),
+        Some(status) => {
+            serde_json::from_value(status.clone()).map_err(|e| ClusterError::Decode {
+                object: object.to_string(),
+                reason: format!("status: {e}"),
+            })?
+        }
+    };
+    Ok(SliceCopy {
+        spec: spec_of(object, &found.data)?,
+        name: found.name_any(),
+        resource_version: found.metadata.resource_version.unwrap_or_default(),
+        status,
+    })
+}
+
+/// The NodeSlicePool resource.
+fn slices_resource() -> ApiResource {
+    resource("NodeSlicePool", "nodeslicepools")
 }
 
 /// A new object of `kind` named `name` with `spec`.

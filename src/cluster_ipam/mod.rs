@@ -197,7 +197,7 @@ pub struct Whereabouts {
     pub daemon: Option<SharedApi>,
     /// The node it serves, for node slices: the daemon's; when unset, a
     /// plugin process finds it as whereabouts does
-    /// ([`node_slice::node_of_process`]).
+    /// (`node_slice::node_of_process`).
     pub node: Option<String>,
 }
 

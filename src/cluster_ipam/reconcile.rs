@@ -29,12 +29,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PartialObjectMeta};
+use kube::api::Api;
 
 use super::metrics;
 use super::slicer::{SliceKeeper, SliceReport};
-use crate::cluster::api::bounded;
-use crate::cluster::error::{ApiRequest, Verb};
+use crate::cluster::api::list_metadata;
 use crate::cluster::lease::LeaderLease;
 use crate::cluster::pools::{self, Change, Pools, ReservationSeen, Written};
 use crate::cluster::ClusterError;
@@ -47,9 +46,6 @@ pub const LEASE_NAME: &str = "plexus-ipam-reconciler";
 
 /// How long the Lease holds after a renewal; renewed every third of it.
 const LEASE_DURATION: Duration = Duration::from_secs(60);
-
-/// Pods listed per page.
-const PAGE: u32 = 500;
 
 /// The annotation kubelet puts on a static pod's mirror.
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -344,36 +340,5 @@ impl Reconciler {
             pods.insert(format!("{namespace}/{name}"), seen);
         }
         Ok(())
-    }
-}
-
-/// Every object of `api`, metadata only, in pages of [`PAGE`].
-pub(super) fn list_metadata<K>(
-    handle: &tokio::runtime::Handle,
-    timeouts: ApiTimeouts,
-    api: &Api<K>,
-    what: &str,
-) -> Result<Vec<PartialObjectMeta<K>>, ClusterError>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut all = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
-        let mut params = ListParams::default().limit(PAGE);
-        if let Some(t) = token.take() {
-            params = params.continue_token(&t);
-        }
-        let request = ApiRequest::new(Verb::Get, what);
-        let page = handle.block_on(bounded(
-            timeouts.request,
-            request,
-            api.list_metadata(&params),
-        ))?;
-        all.extend(page.items);
-        match page.metadata.continue_.filter(|t| !t.is_empty()) {
-            Some(next) => token = Some(next),
-            None => return Ok(all),
-        }
     }
 }

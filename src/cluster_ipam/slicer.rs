@@ -6,7 +6,7 @@
 //! - every Node without a slice gets the first free one, so that a
 //!   whereabouts binary beside plexus finds its node's slice as its own
 //!   controller would leave it (plexus's ADD claims its node's slice itself
-//!   when the leader has not yet: [`super::node_slice`]);
+//!   when the leader has not yet: `super::node_slice`);
 //! - the slice of a node gone on two passes in a row is freed, and its
 //!   IPPool deleted, only once that pool holds no address: the reconciler
 //!   gives back the addresses of the gone node's pods first
@@ -22,7 +22,7 @@ use ipnetwork::IpNetwork;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 
-use super::reconcile::list_metadata;
+use crate::cluster::api::list_metadata;
 use crate::cluster::pools::{PoolCopy, Pools, SliceCopy, Written};
 use crate::cluster::ClusterError;
 use crate::config::ApiTimeouts;

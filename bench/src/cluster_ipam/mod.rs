@@ -322,7 +322,7 @@ fn lay_out_slices(api: &KubeApi, network: &str, size: &str, setup: &Setup) -> Re
     use plexus_ipam::whereabouts::{pool::SliceSize, slice};
     let size = SliceSize::parse(size)?;
     let range = RANGE.parse().map_err(|e| format!("{RANGE}: {e}"))?;
-    slice::check(range, &size)?;
+    size.check(range)?;
     let (spec, mut status) = slice::fresh(range, &size);
     for n in 0..setup.nodes {
         slice::claim(&mut status, &format!("node-{n}"))

@@ -15,7 +15,6 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::pool::SliceSize;
-use super::slice;
 use crate::common::{
     parse_address, parse_ip, parse_routes, required, AddressConf, DnsConf, RouteConf,
 };
@@ -472,7 +471,8 @@ fn node_slices(size: &str, ranges: &[PoolRange]) -> Result<SliceSize, IpamError>
             ),
         ));
     }
-    slice::check(ranges[0].network, &size).map_err(|reason| IpamError::config(field, reason))?;
+    size.check(ranges[0].network)
+        .map_err(|reason| IpamError::config(field, reason))?;
     Ok(size)
 }
 

@@ -2,7 +2,7 @@
 //! (`"ipam": {"type": "whereabouts"}`): what it reads ([`conf`]), the
 //! objects it shares with whereabouts on the API server ([`pool`]), and the
 //! pure choice of an address ([`allocate`]) of the addresses of pods
-//! that are gone ([`reclaim`]) and of node slices ([`slice`]). The API side, which writes the
+//! that are gone ([`reclaim`]) and of node slices ([`mod@slice`]). The API side, which writes the
 //! choice, is plexus's (`plexus::cluster::pools`).
 //!
 //! The invariant, which every writer keeps: an address is held by at most

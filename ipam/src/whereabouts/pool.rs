@@ -120,6 +120,45 @@ impl SliceSize {
     }
 }
 
+/// The most slices a range is cut into: each is an entry of one object's
+/// status, which etcd stores whole (a /8 cut into /24s, 65,536 entries,
+/// is past its 1.5 MB limit).
+pub const MAX_SLICES: u128 = 4096;
+
+impl SliceSize {
+    /// Whether `range` can be cut into slices of this size: a slice no
+    /// larger than the range, with a usable address left besides its
+    /// network and broadcast addresses, and at most [`MAX_SLICES`] of them.
+    pub fn check(&self, range: IpNetwork) -> Result<(), String> {
+        let size = self;
+        let bits = if range.is_ipv4() { 32 } else { 128 };
+        let prefix = size.prefix;
+        if prefix < range.prefix() {
+            return Err(format!(
+                "{} is wider than the range {} it slices",
+                size.text,
+                range_text(range)
+            ));
+        }
+        if prefix > bits - 2 {
+            return Err(format!(
+                "{} leaves a slice no usable address (at most /{} here)",
+                size.text,
+                bits - 2
+            ));
+        }
+        let count = 1u128.checked_shl(u32::from(prefix - range.prefix()));
+        if count.is_none_or(|n| n > MAX_SLICES) {
+            return Err(format!(
+                "{} cuts {} into more than {MAX_SLICES} slices (a NodeSlicePool holds them all)",
+                size.text,
+                range_text(range)
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The text of `network` as Go's `net.IPNet.String()` writes it, which is
 /// also what whereabouts' config normalises `range` to.
 pub fn range_text(network: IpNetwork) -> String {

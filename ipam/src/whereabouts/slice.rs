@@ -23,56 +23,15 @@ use std::collections::BTreeSet;
 use ipnetwork::IpNetwork;
 
 use super::conf::{usable, PoolRange};
+pub use super::pool::MAX_SLICES;
 use super::pool::{range_text, NodeSliceAllocation, NodeSliceSpec, NodeSliceStatus, SliceSize};
 use crate::range::{from_u128, to_u128};
 
-/// The most slices a range is cut into: each is an entry of one object's
-/// status, which etcd stores whole (a /8 cut into /24s, 65,536 entries,
-/// is past its 1.5 MB limit).
-pub const MAX_SLICES: u128 = 4096;
-
-fn bits(network: IpNetwork) -> u8 {
-    if network.is_ipv4() {
-        32
-    } else {
-        128
-    }
-}
-
-/// Whether `range` can be cut into slices of `size`: a slice no larger
-/// than the range, with a usable address left besides its network and
-/// broadcast addresses, and at most [`MAX_SLICES`] of them.
-pub fn check(range: IpNetwork, size: &SliceSize) -> Result<(), String> {
-    let (prefix, bits) = (size.prefix, bits(range));
-    if prefix < range.prefix() {
-        return Err(format!(
-            "{} is wider than the range {} it slices",
-            size.text,
-            range_text(range)
-        ));
-    }
-    if prefix > bits - 2 {
-        return Err(format!(
-            "{} leaves a slice no usable address (at most /{} here)",
-            size.text,
-            bits - 2
-        ));
-    }
-    let count = 1u128.checked_shl(u32::from(prefix - range.prefix()));
-    if count.is_none_or(|n| n > MAX_SLICES) {
-        return Err(format!(
-            "{} cuts {} into more than {MAX_SLICES} slices (a NodeSlicePool holds them all)",
-            size.text,
-            range_text(range)
-        ));
-    }
-    Ok(())
-}
-
 /// The slices of `range`, in order (whereabouts' `DivideRangeBySize`);
-/// `size` must have passed [`check`].
+/// `size` must have passed [`SliceSize::check`].
 pub fn divide(range: IpNetwork, size: &SliceSize) -> Vec<IpNetwork> {
-    let step_bits = u32::from(bits(range) - size.prefix);
+    let bits = if range.is_ipv4() { 32 } else { 128 };
+    let step_bits = u32::from(bits - size.prefix);
     let count = 1u128 << (size.prefix - range.prefix());
     let base = to_u128(range.network());
     (0..count)
@@ -228,12 +187,13 @@ mod tests {
 
     #[test]
     fn refuses_slicings_that_cannot_serve() {
-        assert!(check(net("10.9.0.0/24"), &size("/23")).is_err());
-        assert!(check(net("10.9.0.0/24"), &size("/31")).is_err());
-        assert!(check(net("10.0.0.0/8"), &size("/24")).is_err());
-        assert!(check(net("fd09::/48"), &size("/64")).is_err());
-        assert!(check(net("10.9.0.0/16"), &size("/28")).is_ok());
-        assert!(check(net("10.9.0.0/24"), &size("/30")).is_ok());
+        let check = |range: &str, s: &str| size(s).check(net(range));
+        assert!(check("10.9.0.0/24", "/23").is_err());
+        assert!(check("10.9.0.0/24", "/31").is_err());
+        assert!(check("10.0.0.0/8", "/24").is_err());
+        assert!(check("fd09::/48", "/64").is_err());
+        assert!(check("10.9.0.0/16", "/28").is_ok());
+        assert!(check("10.9.0.0/24", "/30").is_ok());
     }
 
     #[test]

@@ -7,11 +7,10 @@
 use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
-use kube::ResourceExt;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::json;
 
-use super::{new_object, resource, spec_of, PoolCopy, Pools, Written};
+use super::{new_object, slice_copy, PoolCopy, Pools, RememberedSlice, SliceCopy, Written};
 use crate::cluster::error::{ClusterError, Verb};
 use plexus_ipam::whereabouts::pool::{NodeSliceSpec, NodeSliceStatus};
 
@@ -19,41 +18,6 @@ use plexus_ipam::whereabouts::pool::{NodeSliceSpec, NodeSliceStatus};
 /// leader frees a slice only once its node has been gone two passes, so a
 /// node that still runs learns of it well before.
 const REMEMBERED: Duration = Duration::from_secs(30);
-
-/// A NodeSlicePool as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SliceCopy {
-    pub name: String,
-    pub resource_version: String,
-    pub spec: NodeSliceSpec,
-    pub status: NodeSliceStatus,
-}
-
-/// What the daemon remembers of its node's slice of one network.
-#[derive(Debug, Clone)]
-pub(super) struct RememberedSlice {
-    spec: NodeSliceSpec,
-    slice: IpNetwork,
-    at: Instant,
-}
-
-pub(super) fn slice_copy(object: &str, found: DynamicObject) -> Result<SliceCopy, ClusterError> {
-    let status = match found.data.get("status") {
-        None | Some(serde_json::Value::Null) => NodeSliceStatus::default(),
-        Some(status) => {
-            serde_json::from_value(status.clone()).map_err(|e| ClusterError::Decode {
-                object: object.to_string(),
-                reason: format!("status: {e}"),
-            })?
-        }
-    };
-    Ok(SliceCopy {
-        spec: spec_of(object, &found.data)?,
-        name: found.name_any(),
-        resource_version: found.metadata.resource_version.unwrap_or_default(),
-        status,
-    })
-}
 
 impl Pools {
     /// The NodeSlicePool `name`, if there is one.
@@ -150,9 +114,4 @@ impl Pools {
             cache.lock_slices().insert(name.to_string(), remembered);
         }
     }
-}
-
-/// The NodeSlicePool resource.
-pub(super) fn slices_resource() -> kube::api::ApiResource {
-    resource("NodeSlicePool", "nodeslicepools")
 }
