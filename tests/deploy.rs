@@ -127,11 +127,19 @@ fn the_service_account_may_do_exactly_what_plexus_does() {
         ("watch", "network-attachment-definitions.k8s.cni.cncf.io"),
         ("get", "ipamclaims.k8s.cni.cncf.io"),
         ("patch", "ipamclaims.k8s.cni.cncf.io/status"),
+        // Cluster-wide IPAM's reconciler: the claims entries are bound to,
+        // and with node slices the Nodes and NodeSlicePools.
+        ("list", "ipamclaims.k8s.cni.cncf.io"),
+        ("list", "nodes"),
+        ("list", "nodeslicepools.whereabouts.cni.cncf.io"),
+        ("patch", "nodeslicepools.whereabouts.cni.cncf.io"),
     ] {
         assert!(can(verb, resource), "may {verb} {resource}");
     }
     for (verb, resource) in [
-        ("list", "ipamclaims.k8s.cni.cncf.io"),
+        ("watch", "ipamclaims.k8s.cni.cncf.io"),
+        ("get", "nodes"),
+        ("delete", "nodeslicepools.whereabouts.cni.cncf.io"),
         ("delete", "pods"),
         ("patch", "pods"),
         ("update", "network-attachment-definitions.k8s.cni.cncf.io"),

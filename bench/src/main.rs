@@ -38,12 +38,14 @@
 //! VM (`vm-tests/run --bench -- --sriov`).
 
 mod cluster_ipam;
+mod daemons;
 mod hot_text;
 mod hotplug;
 mod kube;
 mod multus_thick;
 mod phases;
 mod pod_start;
+mod scale;
 mod sriov;
 mod thick;
 mod watch;
@@ -94,6 +96,19 @@ struct Args {
     /// one-node cluster (`--cluster`), and is skipped with a note without.
     #[arg(long, value_name = "DIR")]
     dynamic_controller: Option<PathBuf>,
+    /// Run only the scale simulation (issue 34): `--daemons` simulated nodes,
+    /// each a `plexus daemon` without a kubelet, against a private test API
+    /// server whose cluster grows through `--cluster-pods` (`--pods` on
+    /// each node, default 20): sync time, RSS and CPU, requests at start and
+    /// idle, and the watches after an API server restart, per daemon.
+    #[arg(long)]
+    scale: bool,
+    /// Simulated nodes with a daemon, in the scale simulation.
+    #[arg(long, default_value_t = 10)]
+    daemons: usize,
+    /// The cluster's pod counts the scale simulation steps through.
+    #[arg(long, value_delimiter = ',', default_value = "1000,3000,10000")]
+    cluster_pods: Vec<usize>,
     /// Run only the cluster-wide IPAM case: `--nodes` simulated nodes each
     /// ADD `--pods` pods (default 12) at once from one whereabouts pool on
     /// the test API server, through whereabouts, through plexus exec'd as
@@ -447,6 +462,7 @@ fn run(args: &Args) -> Result<bool, String> {
     }
     let pod_count = args.pods.unwrap_or(match (args.sriov, args.cluster) {
         _ if args.cluster_ipam => 12,
+        _ if args.scale => 20,
         (true, _) => 20,
         (_, true) => 100,
         _ => 40,
@@ -458,6 +474,20 @@ fn run(args: &Args) -> Result<bool, String> {
     let tmp = TempDir(std::env::temp_dir().join(format!("plexus-bench-{pid}")));
     std::fs::create_dir_all(&tmp.0).map_err(|e| e.to_string())?;
 
+    if args.scale {
+        if !plexus_testkit::has(plexus_testkit::Feature::KubeApiServer) {
+            return Err("--scale: no test API server here (.ci/kube-apiserver)".into());
+        }
+        let mut sizes = args.cluster_pods.clone();
+        sizes.sort_unstable();
+        return scale::run(&scale::Setup {
+            plexus: &plexus,
+            tmp: &tmp.0,
+            daemons: args.daemons.max(1),
+            per_node: pod_count,
+            sizes,
+        });
+    }
     if args.cluster_ipam {
         if !plexus_testkit::has(plexus_testkit::Feature::KubeApiServer) {
             return Err("--cluster-ipam: no test API server here (.ci/kube-apiserver)".into());

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use super::api::bounded;
 use super::client::{context_namespace, owned_client, Driver};
 use super::error::{ApiRequest, ClusterError, Verb};
-use super::watch::drive;
+use super::watch::{drive, reconnect_backoff, watch_config};
 use crate::config::ApiTimeouts;
 use plexus_ipam::whereabouts::pool::{
     Allocation, NodeSliceSpec, NodeSliceStatus, PoolSpec, ReservationSpec, DEFAULT_NAMESPACE,
@@ -151,8 +151,8 @@ impl PoolWatches {
                 let store = writer.as_reader();
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(self.client.clone(), namespace, &resource);
-                let events = watcher(api, watcher::Config::default())
-                    .default_backoff()
+                let events = watcher(api, watch_config())
+                    .backoff(reconnect_backoff())
                     .modify(|pool: &mut DynamicObject| pool.managed_fields_mut().clear())
                     .reflect(writer);
                 let synced = Arc::new(AtomicBool::new(false));

@@ -266,6 +266,15 @@ impl KubeApi {
         );
     }
 
+    /// `kubectl create -f -` of `manifest` as the admin (new objects: no
+    /// read before each write, as apply makes).
+    pub fn create(&self, manifest: &str) {
+        applied(
+            self.kubectl_output(&["create", "-f", "-"], Some(manifest)),
+            manifest,
+        );
+    }
+
     fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
         let mut cmd = Command::new("kubectl");
         cmd.arg("--kubeconfig").arg(self.admin_kubeconfig());
@@ -297,6 +306,9 @@ pub struct AuditedRequest {
     pub namespace: String,
     pub name: String,
     pub stage: String,
+    /// The request's path and query, as the audit log writes it (JSON
+    /// escapes: `&` is `\u0026`).
+    pub uri: String,
 }
 
 /// Just enough JSON reading for audit lines, so the testkit needs no JSON
@@ -324,6 +336,7 @@ mod audit_line {
             namespace: string_after(object, "namespace"),
             name: string_after(object, "name"),
             stage: string_after(line, "stage"),
+            uri: string_after(line, "requestURI"),
         })
     }
 }

@@ -2,7 +2,8 @@
 //! the pod and NAD caches, one network-status PATCH, multi-net-spec §5) and
 //! metrics, the status outbox a killed daemon left, `--status-write sync`,
 //! a pod the cache has not seen or of another node, the shim without a
-//! daemon (`daemonFallback`), and a failed DEL reported.
+//! daemon (`daemonFallback`), a failed DEL reported, and how the watches
+//! list.
 
 use super::*;
 
@@ -262,4 +263,40 @@ fn a_failed_del_is_reported_not_swallowed() {
     std::fs::remove_file(&flag).unwrap();
     assert_ok("DEL again", &w.call("DEL", "p", &pod_ns, &conf));
     w.assert_nothing_left(&[pod_ns]);
+}
+
+/// Issue 34 item 4: the daemon's watches list from the API server's watch
+/// cache (`resourceVersion=0`), not by a quorum read of etcd that scans
+/// every pod of the cluster for a node's few (6 s at 10,000 pods, paid by
+/// every daemon at every rollout).
+#[test]
+fn the_watches_list_from_the_api_servers_cache() {
+    use plexus_testkit::kube::AuditedRequest;
+    let Some(w) = world("lst") else { return };
+    let _daemon = w.daemon();
+    let node_selector = format!("spec.nodeName%3D{}", w.kube.node);
+    let lists: Vec<AuditedRequest> = w
+        .kube
+        .api
+        .audited()
+        .into_iter()
+        .filter(|r| r.verb == "list" && r.stage == "ResponseComplete")
+        .collect();
+    let pods: Vec<&AuditedRequest> = lists
+        .iter()
+        .filter(|r| r.resource == "pods" && r.uri.contains(&node_selector))
+        .collect();
+    assert!(!pods.is_empty(), "the node's pod LIST: {lists:?}");
+    for list in &pods {
+        assert!(list.uri.contains("resourceVersion=0"), "{}", list.uri);
+    }
+    let nads: Vec<&AuditedRequest> = lists
+        .iter()
+        .filter(|r| r.resource == "network-attachment-definitions" && r.namespace.is_empty())
+        .collect();
+    assert!(!nads.is_empty(), "the NADs' LIST: {lists:?}");
+    assert!(
+        nads.iter().all(|r| r.uri.contains("resourceVersion=0")),
+        "{nads:?}"
+    );
 }

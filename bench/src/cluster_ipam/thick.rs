@@ -10,30 +10,18 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+
 use std::time::{Duration, Instant};
 
-use plexus_dataplane::NetNs;
 use plexus_testkit::kube::{KubeApi, Relay};
 use serde_json::{json, Value};
 
 use super::{macvlan_whereabouts, pods, storm as run_storm, Answer, Setup, Storm};
+use crate::daemons::{wait_ready, Daemons, Launch};
 use crate::{cni_env_as, invoke, Namespaces};
 
 /// The first daemon's metrics port in the node namespace; one per node on.
 const METRICS_BASE: u16 = 19_300;
-
-/// The daemons, killed on drop.
-struct Daemons(Vec<Child>);
-
-impl Drop for Daemons {
-    fn drop(&mut self) {
-        for daemon in &mut self.0 {
-            let _ = daemon.kill();
-            let _ = daemon.wait();
-        }
-    }
-}
 
 /// The storm through one daemon per node; what the pool holds after.
 pub(super) fn storm(
@@ -58,40 +46,25 @@ pub(super) fn storm(
     }
     api.apply(&manifests);
 
-    let mut daemons = Daemons(Vec::new());
+    let mut daemons = Daemons::default();
+    let work = setup.tmp.join("thick-ipam");
+    let kubeconfig = api.plexus_kubeconfig();
+    let launch = Launch {
+        node: &node,
+        plexus: setup.plexus,
+        kubeconfig: &kubeconfig,
+        work: &work,
+    };
     let mut confs = HashMap::new();
     for n in 0..setup.nodes {
         let node_name = format!("node-{n}");
-        let dir = setup.tmp.join("thick-ipam").join(&node_name);
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let socket = dir.join("plexus.sock");
         let port = METRICS_BASE + u16::try_from(n).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(setup.plexus);
-        cmd.arg("daemon")
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--kubeconfig")
-            .arg(api.plexus_kubeconfig())
-            .args(["--node-name", &node_name])
-            .arg(format!("--metrics-address=127.0.0.1:{port}"))
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .arg("--cni-dir")
-            .arg(dir.join("cache"))
-            .args(["--dynamic-networks=false", "--ipam-reconcile-interval=0"])
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        node.join_in_child(&mut cmd);
-        daemons
-            .0
-            .push(cmd.spawn().map_err(|e| format!("plexus daemon: {e}"))?);
-        wait_ready(&node, port)?;
+        daemons.0.push(launch.spawn(&node_name, port)?);
+        wait_ready(&node, port, Duration::from_secs(60))?;
+        let socket = launch.socket(&node_name);
         let conf = json!({
             "cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
-            "kubeconfig": api.plexus_kubeconfig(), "cniDir": dir.join("cache"),
+            "kubeconfig": api.plexus_kubeconfig(), "cniDir": work.join(&node_name).join("cache"),
             "daemonSocket": socket,
             "delegates": [macvlan_whereabouts(network, flat, setup)],
         });
@@ -125,26 +98,4 @@ pub(super) fn storm(
     let storm = run_storm(api, network, setup, &call);
     drop(daemons);
     storm
-}
-
-/// Until the daemon on `port` in `node` says it is ready (its caches
-/// synced), 60 s at most.
-fn wait_ready(node: &NetNs, port: u16) -> Result<(), String> {
-    let url = format!("http://127.0.0.1:{port}/readyz");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut curl = Command::new("curl");
-        curl.args(["-sf", "-m", "2", &url]).stderr(Stdio::null());
-        node.join_in_child(&mut curl);
-        let out = curl.output().map_err(|e| format!("curl: {e}"))?;
-        if String::from_utf8_lossy(&out.stdout).trim() == "ready" {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "plexus daemon on port {port}: not ready within 60 s"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }

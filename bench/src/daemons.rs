@@ -1,0 +1,104 @@
+//! Simulated nodes' `plexus daemon`s: each its own node name, socket,
+//! state and metrics port, all in one node network namespace that a relay
+//! connects to the API server; killed on drop. The cluster-wide IPAM case
+//! and the scale case run them.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use plexus_dataplane::NetNs;
+
+/// One simulated node's daemon.
+pub(crate) struct NodeDaemon {
+    pub(crate) child: Child,
+    pub(crate) node_name: String,
+    /// Its metrics port in the node namespace.
+    pub(crate) port: u16,
+}
+
+/// The daemons, killed on drop.
+#[derive(Default)]
+pub(crate) struct Daemons(pub(crate) Vec<NodeDaemon>);
+
+impl Drop for Daemons {
+    fn drop(&mut self) {
+        for daemon in &mut self.0 {
+            let _ = daemon.child.kill();
+            let _ = daemon.child.wait();
+        }
+    }
+}
+
+/// What every daemon shares.
+pub(crate) struct Launch<'a> {
+    pub(crate) node: &'a NetNs,
+    pub(crate) plexus: &'a Path,
+    pub(crate) kubeconfig: &'a Path,
+    /// Each daemon's directory is `<work>/<node name>`.
+    pub(crate) work: &'a Path,
+}
+
+impl Launch<'_> {
+    /// Starts the daemon of `node_name` on metrics port `port` (hot-plug
+    /// and the IPAM reconciler off), without waiting for it.
+    pub(crate) fn spawn(&self, node_name: &str, port: u16) -> Result<NodeDaemon, String> {
+        let dir = self.work.join(node_name);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(self.plexus);
+        cmd.arg("daemon")
+            .arg("--socket")
+            .arg(dir.join("plexus.sock"))
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig)
+            .args(["--node-name", node_name])
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--cni-dir")
+            .arg(dir.join("cache"))
+            .args(["--dynamic-networks=false", "--ipam-reconcile-interval=0"])
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.node.join_in_child(&mut cmd);
+        let child = cmd.spawn().map_err(|e| format!("plexus daemon: {e}"))?;
+        Ok(NodeDaemon {
+            child,
+            node_name: node_name.to_string(),
+            port,
+        })
+    }
+
+    /// The socket of `node_name`'s daemon.
+    pub(crate) fn socket(&self, node_name: &str) -> std::path::PathBuf {
+        self.work.join(node_name).join("plexus.sock")
+    }
+}
+
+/// Whether the daemon on `port` in `node` says it is ready (its caches
+/// synced).
+pub(crate) fn ready(node: &NetNs, port: u16) -> Result<bool, String> {
+    let url = format!("http://127.0.0.1:{port}/readyz");
+    let mut curl = Command::new("curl");
+    curl.args(["-sf", "-m", "2", &url]).stderr(Stdio::null());
+    node.join_in_child(&mut curl);
+    let out = curl.output().map_err(|e| format!("curl: {e}"))?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim() == "ready")
+}
+
+/// Until the daemon on `port` in `node` is ready, `bound` at most.
+pub(crate) fn wait_ready(node: &NetNs, port: u16, bound: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + bound;
+    while !ready(node, port)? {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "plexus daemon on port {port}: not ready within {bound:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}

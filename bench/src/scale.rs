@@ -1,0 +1,405 @@
+//! The scale simulation (`--scale`, issue 34 item 4): simulated nodes,
+//! each a `plexus daemon` with its own node name and no kubelet, against
+//! one real kube-apiserver (a private one: the case restarts it) that holds
+//! many pods spread over many node names. The cluster grows in steps; at
+//! each, every daemon is started at once (a DaemonSet rollout) and
+//! measured:
+//! - the time until its caches are synced (its pod LIST and NAD LIST);
+//! - its RSS and CPU once synced, and its CPU over an idle spell;
+//! - the API requests it made (its own `plexus_api_requests_total`), at
+//!   start and while idle;
+//! - after the API server is restarted: how long until its pod watch is
+//!   back (the audit log's watch of its node), and whether it listed again.
+//!
+//! Multus thick beside it is not run yet (issue 34 says so).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use plexus_dataplane::NetNs;
+use plexus_testkit::kube::{private_api, KubeApi, Relay};
+
+use crate::daemons::{ready, Daemons, Launch, NodeDaemon};
+use crate::{percentile, verdict, Namespaces};
+
+/// The first daemon's metrics port in the node namespace; one per node on.
+const METRICS_BASE: u16 = 19_500;
+/// How long a rollout may take to sync every daemon.
+const READY_BOUND: Duration = Duration::from_secs(300);
+/// The idle spell whose requests and CPU are counted.
+const IDLE: Duration = Duration::from_secs(10);
+/// How long the API server is down in the restart.
+const RESTART_DOWN: Duration = Duration::from_secs(2);
+/// How long every watch may take to come back after the restart.
+const BACK_BOUND: Duration = Duration::from_secs(60);
+/// Pods created per kubectl process, and processes at once.
+const CHUNK: usize = 250;
+const CREATORS: usize = 4;
+
+pub struct Setup<'a> {
+    pub plexus: &'a Path,
+    pub tmp: &'a Path,
+    /// Simulated nodes with a daemon.
+    pub daemons: usize,
+    /// Pods on each node (the daemons' and the others').
+    pub per_node: usize,
+    /// The cluster's pod counts, one step each, ascending.
+    pub sizes: Vec<usize>,
+}
+
+/// What one step measured.
+struct Step {
+    pods: usize,
+    ready: Vec<Duration>,
+    rss_kb: Vec<u64>,
+    start_cpu_ms: Vec<u64>,
+    idle_cpu_ms: Vec<u64>,
+    /// Requests made while starting, summed over the daemons, by verb and
+    /// resource.
+    start_requests: BTreeMap<String, u64>,
+    idle_requests: u64,
+    /// The restart, from the kill: when the API server was ready again,
+    /// when each daemon's pod watch was back, and the LISTs the daemons
+    /// made.
+    api_ready: Duration,
+    back: Vec<Duration>,
+    relists: u64,
+}
+
+pub fn run(setup: &Setup) -> Result<bool, String> {
+    println!(
+        "\nScale: {} daemons ({} pods each) in a cluster of {:?} pods ({} per node)",
+        setup.daemons, setup.per_node, setup.sizes, setup.per_node
+    );
+    let api = private_api("scale");
+    let ns = api.namespace("pxscale");
+    let pid = std::process::id();
+    let mut namespaces = Namespaces(Vec::new());
+    let node = crate::node(&mut namespaces, pid)?;
+    let _relay = Relay::into_netns(node.path(), api.port)
+        .map_err(|e| format!("relay into the node namespace: {e}"))?;
+    let ours = setup.daemons * setup.per_node;
+    let mut made = 0;
+    let mut steps = Vec::new();
+    for &size in &setup.sizes {
+        let want = size.max(ours);
+        create_pods(&api, &ns, setup, made, want)?;
+        made = want;
+        steps.push(measure(&api, &node, setup, want)?);
+    }
+    report(setup, &steps)
+}
+
+/// The pod `i` of the cluster: the daemons' nodes' first, then the others'.
+fn pod(setup: &Setup, i: usize) -> (String, String) {
+    let ours = setup.daemons * setup.per_node;
+    if i < ours {
+        let n = i / setup.per_node;
+        (
+            format!("scale-node-{n}"),
+            format!("s{n}-{}", i % setup.per_node),
+        )
+    } else {
+        let k = (i - ours) / setup.per_node;
+        (
+            format!("far-node-{k}"),
+            format!("f{k}-{}", (i - ours) % setup.per_node),
+        )
+    }
+}
+
+/// Pods `from..to` created, by several kubectl processes at once.
+fn create_pods(
+    api: &KubeApi,
+    ns: &str,
+    setup: &Setup,
+    from: usize,
+    to: usize,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let chunks: Vec<(usize, usize)> = (from..to)
+        .step_by(CHUNK)
+        .map(|start| (start, (start + CHUNK).min(to)))
+        .collect();
+    for wave in chunks.chunks(CREATORS) {
+        std::thread::scope(|s| {
+            for &(start, end) in wave {
+                s.spawn(move || {
+                    let mut manifest = String::new();
+                    for i in start..end {
+                        let (node, name) = pod(setup, i);
+                        manifest.push_str(&format!(
+                            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, \
+                             annotations: {{k8s.v1.cni.cncf.io/networks: scale-net}}}}\n\
+                             spec: {{nodeName: {node}, containers: [{{name: c, image: busybox}}]}}\n---\n"
+                        ));
+                    }
+                    api.create(&manifest);
+                });
+            }
+        });
+    }
+    println!(
+        "  {} pods created in {:.1} s",
+        to - from,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `/proc/<pid>/stat`'s user and system CPU, in ms.
+fn cpu_ms(pid: u32) -> Result<u64, String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
+    // After the command's name in parentheses: state is field 3, utime 14.
+    let after = &stat[stat.rfind(')').ok_or("no comm in stat")? + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    let ticks: u64 =
+        fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(ticks * 1000 / hz)
+}
+
+/// `/proc/<pid>/status`'s VmRSS, in KiB.
+fn rss_kb(pid: u32) -> Result<u64, String> {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| "no VmRSS".to_string())
+}
+
+/// The daemon's own count of its API requests, by `verb resource`.
+fn requests(node: &NetNs, daemon: &NodeDaemon) -> Result<BTreeMap<String, u64>, String> {
+    let url = format!("http://127.0.0.1:{}/metrics", daemon.port);
+    let mut curl = std::process::Command::new("curl");
+    curl.args(["-sf", "-m", "5", &url]);
+    node.join_in_child(&mut curl);
+    let out = curl.output().map_err(|e| format!("curl: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut counts = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("plexus_api_requests_total{"))
+    {
+        let label = |key: &str| -> String {
+            let pat = format!("{key}=\"");
+            line.find(&pat)
+                .map(|i| {
+                    let rest = &line[i + pat.len()..];
+                    rest[..rest.find('"').unwrap_or(0)].to_string()
+                })
+                .unwrap_or_default()
+        };
+        let value: u64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0) as u64;
+        counts.insert(format!("{} {}", label("verb"), label("resource")), value);
+    }
+    Ok(counts)
+}
+
+fn total(counts: &BTreeMap<String, u64>) -> u64 {
+    counts.values().sum()
+}
+
+/// One step: a rollout of every daemon, idle, restart.
+fn measure(api: &KubeApi, node: &NetNs, setup: &Setup, pods: usize) -> Result<Step, String> {
+    let kubeconfig = api.plexus_kubeconfig();
+    let work = setup.tmp.join(format!("scale-{pods}"));
+    let launch = Launch {
+        node,
+        plexus: setup.plexus,
+        kubeconfig: &kubeconfig,
+        work: &work,
+    };
+    let mut daemons = Daemons::default();
+    let started = Instant::now();
+    for n in 0..setup.daemons {
+        let port = METRICS_BASE + u16::try_from(n).map_err(|e| e.to_string())?;
+        daemons
+            .0
+            .push(launch.spawn(&format!("scale-node-{n}"), port)?);
+    }
+    let mut ready_at: Vec<Option<Duration>> = vec![None; setup.daemons];
+    while ready_at.iter().any(Option::is_none) {
+        if started.elapsed() > READY_BOUND {
+            return Err(format!(
+                "{pods} pods: not every daemon synced within {READY_BOUND:?}"
+            ));
+        }
+        for (slot, daemon) in ready_at.iter_mut().zip(&daemons.0) {
+            if slot.is_none() && ready(node, daemon.port)? {
+                *slot = Some(started.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pids: Vec<u32> = daemons.0.iter().map(|d| d.child.id()).collect();
+    let start_cpu_ms = pids
+        .iter()
+        .map(|&p| cpu_ms(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rss = pids
+        .iter()
+        .map(|&p| rss_kb(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut start_requests = BTreeMap::new();
+    let mut before_idle = Vec::new();
+    for daemon in &daemons.0 {
+        let counts = requests(node, daemon)?;
+        for (key, n) in &counts {
+            *start_requests.entry(key.clone()).or_insert(0) += n;
+        }
+        before_idle.push(total(&counts));
+    }
+    std::thread::sleep(IDLE);
+    let mut idle_requests = 0;
+    for (daemon, before) in daemons.0.iter().zip(&before_idle) {
+        idle_requests += total(&requests(node, daemon)?) - before;
+    }
+    let idle_cpu_ms = pids
+        .iter()
+        .zip(&start_cpu_ms)
+        .map(|(&p, start)| Ok(cpu_ms(p)? - start))
+        .collect::<Result<Vec<_>, String>>()?;
+
+    // The restart: each daemon's pod watch must come back.
+    let lists_before: u64 = daemons
+        .0
+        .iter()
+        .map(|d| requests(node, d).map(|c| c.get("list pods").copied().unwrap_or(0)))
+        .sum::<Result<u64, String>>()?;
+    let audited_before = api.audited().len();
+    let restarted = Instant::now();
+    api.restart(RESTART_DOWN);
+    let api_ready = restarted.elapsed();
+    let mut back: Vec<Option<Duration>> = vec![None; setup.daemons];
+    while back.iter().any(Option::is_none) {
+        if restarted.elapsed() > api_ready + BACK_BOUND {
+            return Err(format!(
+                "{pods} pods: watches not back within {BACK_BOUND:?}"
+            ));
+        }
+        let audited = api.audited();
+        for (slot, daemon) in back.iter_mut().zip(&daemons.0) {
+            let selector = format!("spec.nodeName%3D{}", daemon.node_name);
+            // A watch that starts (the old one's end is audited too).
+            let watching = audited[audited_before.min(audited.len())..]
+                .iter()
+                .any(|r| {
+                    r.verb == "watch"
+                        && r.stage == "ResponseStarted"
+                        && r.resource == "pods"
+                        && r.uri.contains(&selector)
+                });
+            if slot.is_none() && watching {
+                *slot = Some(restarted.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lists_after: u64 = daemons
+        .0
+        .iter()
+        .map(|d| requests(node, d).map(|c| c.get("list pods").copied().unwrap_or(0)))
+        .sum::<Result<u64, String>>()?;
+    drop(daemons);
+    Ok(Step {
+        pods,
+        ready: ready_at.into_iter().flatten().collect(),
+        rss_kb: rss,
+        start_cpu_ms,
+        idle_cpu_ms,
+        start_requests,
+        idle_requests,
+        api_ready,
+        back: back.into_iter().flatten().collect(),
+        relists: lists_after - lists_before,
+    })
+}
+
+fn mean(values: &[u64]) -> f64 {
+    values.iter().sum::<u64>() as f64 / values.len().max(1) as f64
+}
+
+fn report(setup: &Setup, steps: &[Step]) -> Result<bool, String> {
+    println!(
+        "{:>8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>9} {:>10} {:>10} {:>10} {:>8}",
+        "pods",
+        "sync p50",
+        "sync max",
+        "RSS mean",
+        "RSS max",
+        "start CPU",
+        "idle req",
+        "API up",
+        "back p50",
+        "back max",
+        "relists"
+    );
+    for s in steps {
+        println!(
+            "{:>8} {:>8.2} s {:>8.2} s {:>7.1} MB {:>7.1} MB {:>8.0} ms {:>9} {:>8.2} s {:>8.2} s {:>8.2} s {:>8}",
+            s.pods,
+            percentile(&s.ready, 0.5).as_secs_f64(),
+            percentile(&s.ready, 1.0).as_secs_f64(),
+            mean(&s.rss_kb) / 1024.0,
+            *s.rss_kb.iter().max().unwrap_or(&0) as f64 / 1024.0,
+            mean(&s.start_cpu_ms),
+            s.idle_requests,
+            s.api_ready.as_secs_f64(),
+            percentile(&s.back, 0.5).as_secs_f64(),
+            percentile(&s.back, 1.0).as_secs_f64(),
+            s.relists,
+        );
+    }
+    println!(
+        "(API up, back: from the API server's kill, {RESTART_DOWN:?} down, to its readiness and \
+         to each daemon's pod watch starting again)"
+    );
+    for s in steps {
+        let per: Vec<String> = s
+            .start_requests
+            .iter()
+            .map(|(k, n)| format!("{:.1} {k}", *n as f64 / setup.daemons as f64))
+            .collect();
+        println!(
+            "  {} pods: requests per daemon at start: {}; idle CPU {:.0} ms in {:?}",
+            s.pods,
+            per.join(", "),
+            mean(&s.idle_cpu_ms),
+            IDLE
+        );
+    }
+    let (Some(first), Some(last)) = (steps.first(), steps.last()) else {
+        return Ok(true);
+    };
+    let flat = mean(&last.rss_kb) <= mean(&first.rss_kb) * 1.25 + 1024.0;
+    let idle = steps.iter().all(|s| s.idle_requests == 0);
+    // The reconnect backoff's ceiling (2 s) and its jitter, past the API
+    // server's readiness.
+    let late = Duration::from_secs(3);
+    let back = steps
+        .iter()
+        .all(|s| percentile(&s.back, 1.0) <= s.api_ready + late);
+    println!(
+        "memory flat as the cluster grows ({:.1} MB at {} pods, {:.1} MB at {}): {}",
+        mean(&first.rss_kb) / 1024.0,
+        first.pods,
+        mean(&last.rss_kb) / 1024.0,
+        last.pods,
+        verdict(flat)
+    );
+    println!("an idle daemon makes no requests: {}", verdict(idle));
+    println!(
+        "every watch back within {late:?} of the API server's readiness: {}",
+        verdict(back)
+    );
+    Ok(flat && idle && back)
+}
