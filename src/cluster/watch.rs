@@ -4,8 +4,8 @@
 //! ADD reads both from here and sends no GET; what the caches lack (a pod or
 //! NAD younger than the last event) is read with a GET by the caller.
 //!
-//! Every watch of the daemon lists and reconnects as [`watch_config`] and
-//! [`reconnect_backoff`] say (issue 34's figures).
+//! Every watch of the daemon lists and reconnects as `watch_config` and
+//! `reconnect_backoff` say (issue 34's figures).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
