@@ -331,6 +331,14 @@ fn racing_writers_never_share_an_address() {
     assert_eq!(reservations(api, net), Vec::<String>::new());
 }
 
+/// `e` is an invalid-configuration error (code 7) naming `key` first.
+#[track_caller]
+fn assert_config_error(e: &Value, key: &str) {
+    assert_eq!(e["code"], 7, "{e}");
+    let details = e["details"].as_str().unwrap_or_default();
+    assert!(details.starts_with(&format!("{key}:")), "{e}");
+}
+
 /// A configuration plexus cannot honour is refused naming the key, before
 /// any request.
 #[test]
@@ -340,14 +348,7 @@ fn refusals_name_the_key() {
     let mut bad = conf(api, "wbx", "10.93.0.0/24");
     bad["ipam"]["datastore"] = json!("etcd");
     let e = plexus(&call, &bad).unwrap_err();
-    assert_eq!(e["code"], 7, "{e}");
-    assert!(
-        e["details"]
-            .as_str()
-            .unwrap()
-            .starts_with("ipam.datastore:"),
-        "{e}"
-    );
+    assert_config_error(&e, "ipam.datastore");
     let mut bad = conf(api, "wbx", "10.93.0.0/24");
     bad["ipam"]["range_start"] = json!("10.94.0.1");
     let e = plexus(&call, &bad).unwrap_err();
@@ -571,14 +572,7 @@ fn node_slices_shared_with_whereabouts() {
     let mut other = conf.clone();
     other["ipam"]["node_slice_size"] = json!("/27");
     let e = plexus_as(&on("node-a"), &call("ADD", "x", "ns7/x", "node-a"), &other).unwrap_err();
-    assert_eq!(e["code"], 7, "{e}");
-    assert!(
-        e["details"]
-            .as_str()
-            .unwrap()
-            .starts_with("ipam.node_slice_size: "),
-        "{e}"
-    );
+    assert_config_error(&e, "ipam.node_slice_size");
     plexus_as(&on("node-z"), &call("DEL", "z", "ns7/z", "node-z"), &conf).expect("DEL, no slice");
     // Each releases the other's.
     whereabouts(&call("DEL", "a1", "ns7/a1", "node-a"), &conf).expect("whereabouts DEL a1");

@@ -39,31 +39,54 @@ pub(crate) struct Launch<'a> {
     pub(crate) work: &'a Path,
 }
 
+/// `plexus daemon` for `node_name`, its socket, metrics port and state
+/// directory given, quiet, with a clean environment, in `node`.
+pub(crate) fn daemon_command(
+    node: &NetNs,
+    plexus: &Path,
+    kubeconfig: &Path,
+    node_name: &str,
+    socket: &Path,
+    port: u16,
+    state: &Path,
+) -> Command {
+    let mut cmd = Command::new(plexus);
+    cmd.arg("daemon")
+        .arg("--socket")
+        .arg(socket)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--node-name", node_name])
+        .arg(format!("--metrics-address=127.0.0.1:{port}"))
+        .arg("--state-dir")
+        .arg(state)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    node.join_in_child(&mut cmd);
+    cmd
+}
+
 impl Launch<'_> {
     /// Starts the daemon of `node_name` on metrics port `port` (hot-plug
     /// and the IPAM reconciler off), without waiting for it.
     pub(crate) fn spawn(&self, node_name: &str, port: u16) -> Result<NodeDaemon, String> {
         let dir = self.work.join(node_name);
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(self.plexus);
-        cmd.arg("daemon")
-            .arg("--socket")
-            .arg(dir.join("plexus.sock"))
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig)
-            .args(["--node-name", node_name])
-            .arg(format!("--metrics-address=127.0.0.1:{port}"))
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .arg("--cni-dir")
+        let mut cmd = daemon_command(
+            self.node,
+            self.plexus,
+            self.kubeconfig,
+            node_name,
+            &dir.join("plexus.sock"),
+            port,
+            &dir.join("state"),
+        );
+        cmd.arg("--cni-dir")
             .arg(dir.join("cache"))
-            .args(["--dynamic-networks=false", "--ipam-reconcile-interval=0"])
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        self.node.join_in_child(&mut cmd);
+            .args(["--dynamic-networks=false", "--ipam-reconcile-interval=0"]);
         let child = cmd.spawn().map_err(|e| format!("plexus daemon: {e}"))?;
         Ok(NodeDaemon {
             child,

@@ -109,22 +109,15 @@ pub(crate) struct Daemon(Child);
 
 impl Daemon {
     pub(crate) fn start(setup: &Setup, socket: &Path, kubeconfig: &Path) -> Result<Daemon, String> {
-        let mut cmd = Command::new(setup.plexus);
-        cmd.arg("daemon")
-            .arg("--socket")
-            .arg(socket)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--node-name", NODE_NAME])
-            .arg(format!("--metrics-address=127.0.0.1:{METRICS_PORT}"))
-            .arg("--state-dir")
-            .arg(socket.with_file_name("state"))
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        setup.node.join_in_child(&mut cmd);
+        let mut cmd = crate::daemons::daemon_command(
+            setup.node,
+            setup.plexus,
+            kubeconfig,
+            NODE_NAME,
+            socket,
+            METRICS_PORT,
+            &socket.with_file_name("state"),
+        );
         let daemon = Daemon(cmd.spawn().map_err(|e| format!("plexus daemon: {e}"))?);
         let url = format!("http://127.0.0.1:{METRICS_PORT}/readyz");
         let deadline = Instant::now() + Duration::from_secs(30);

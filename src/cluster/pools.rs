@@ -401,13 +401,7 @@ impl Pools {
             metadata["annotations"] = Value::Object(notes);
         }
         let patch = json!({"metadata": metadata, "spec": {"allocations": entries}});
-        let sent = self.send(
-            Verb::Patch,
-            &object,
-            self.pools
-                .patch(&copy.name, &PatchParams::default(), &Patch::Merge(&patch)),
-        );
-        match sent {
+        match self.merge_patch(&self.pools, &object, &copy.name, &patch) {
             Ok(written) => {
                 if let (Some(cache), Ok(copy)) = (&self.cache, pool_copy(&object, written)) {
                     cache.remember(copy);
@@ -470,21 +464,48 @@ impl Pools {
     /// another pod, stays); one that is gone is no failure.
     pub fn unreserve(&self, name: &str, reservation: &Reservation) -> Result<(), ClusterError> {
         let object = self.object("OverlappingRangeIPReservation", name);
+        let only = Preconditions {
+            uid: Some(reservation.uid.clone()),
+            resource_version: None,
+        };
+        self.delete_if(&self.reservations, &object, name, only)
+            .map(drop)
+    }
+
+    /// A merge PATCH of `name` (`object` in errors) through `api`.
+    fn merge_patch(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<DynamicObject, ClusterError> {
+        let params = PatchParams::default();
+        self.send(
+            Verb::Patch,
+            object,
+            api.patch(name, &params, &Patch::Merge(patch)),
+        )
+    }
+
+    /// Deletes `name` (`object` in errors) through `api` if it still meets
+    /// `only`: `Ok(false)` when it does not (409: it stays); one gone
+    /// already (404) is no failure.
+    fn delete_if(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &str,
+        name: &str,
+        only: Preconditions,
+    ) -> Result<bool, ClusterError> {
         let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(reservation.uid.clone()),
-                resource_version: None,
-            }),
+            preconditions: Some(only),
             ..DeleteParams::default()
         };
-        let deleted = self.send(
-            Verb::Delete,
-            &object,
-            self.reservations.delete(name, &params),
-        );
-        match deleted {
-            Ok(_) => Ok(()),
-            Err(e) if matches!(e.status(), Some(404 | 409)) => Ok(()),
+        match self.send(Verb::Delete, object, api.delete(name, &params)) {
+            Ok(_) => Ok(true),
+            Err(e) if e.status() == Some(404) => Ok(true),
+            Err(e) if e.status() == Some(409) => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -55,6 +55,18 @@ fn reconciler_turn(w: &World) -> std::sync::MutexGuard<'static, ()> {
     turn
 }
 
+/// A world whose daemon may run the reconciler (its turn on the Lease
+/// held), with its pools' network name and Kubernetes namespace.
+fn reconciler_world(
+    tag: &str,
+) -> Option<(World, std::sync::MutexGuard<'static, ()>, String, String)> {
+    let w = world(tag)?;
+    let turn = reconciler_turn(&w);
+    let network = format!("{tag}{}", std::process::id());
+    let ns = w.kube.kube_ns.clone();
+    Some((w, turn, network, ns))
+}
+
 #[test]
 fn a_warm_whereabouts_add_reads_no_pool_and_writes_it_once() {
     let Some(mut w) = world("wbt") else { return };
@@ -146,10 +158,9 @@ fn a_warm_whereabouts_add_reads_no_pool_and_writes_it_once() {
 /// pod while the claim exists, and goes once the claim is deleted.
 #[test]
 fn the_reconciler_gives_back_only_what_gone_pods_held() {
-    let Some(mut w) = world("wbg") else { return };
-    let _turn = reconciler_turn(&w);
-    let network = format!("wbg{}", std::process::id());
-    let ns = w.kube.kube_ns.clone();
+    let Some((mut w, _turn, network, ns)) = reconciler_world("wbg") else {
+        return;
+    };
     let kubernetes = json!({"kubeconfig": pools_kubeconfig(&w)});
     whereabouts_nad(&w, "10.89.0.0/24", &network, kubernetes);
     let pool = format!("{network}-10.89.0.0-24");
@@ -426,10 +437,9 @@ fn concurrent_adds_share_pool_writes() {
 /// has given back what its pods held, deleting its emptied pool.
 #[test]
 fn the_leader_keeps_node_slices() {
-    let Some(mut w) = world("wbn") else { return };
-    let _turn = reconciler_turn(&w);
-    let network = format!("wbn{}", std::process::id());
-    let ns = w.kube.kube_ns.clone();
+    let Some((mut w, _turn, network, ns)) = reconciler_world("wbn") else {
+        return;
+    };
     w.kube.nad(
         "wbnet",
         &json!({"cniVersion": "1.0.0", "name": "wbnet", "type": "macvlan",

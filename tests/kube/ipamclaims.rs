@@ -187,12 +187,12 @@ fn ipamclaim_address_follows_the_claim_with_cluster_wide_ipam() {
     assert_ok("ADD", &w.plexus("ADD", 0, true, "virt-launcher-w-1", &uid1));
     let first = addresses(&w.kube.pods[0], "net1");
     let offset = first[0].rsplit('.').next().unwrap().to_string();
+    let held_by = |pod: &str| {
+        assert_eq!(held(), [(offset.clone(), format!("{ns}/{pod}"))]);
+    };
     let status = &w.get("ipamclaim", "vm-w.vmwb")["status"];
     assert_eq!(status["ips"], json!([format!("{}/24", first[0])]));
-    assert_eq!(
-        held(),
-        [(offset.clone(), format!("{ns}/virt-launcher-w-1"))]
-    );
+    held_by("virt-launcher-w-1");
     let notes = pool_object()["metadata"]["annotations"].clone();
     assert_eq!(
         notes[format!("ipam-claim.plexus.io/{offset}")],
@@ -205,34 +205,22 @@ fn ipamclaim_address_follows_the_claim_with_cluster_wide_ipam() {
     let uid2 = w.pod("virt-launcher-w-2", Some(&selection));
     assert_ok("ADD", &w.plexus("ADD", 1, true, "virt-launcher-w-2", &uid2));
     assert_eq!(addresses(&w.kube.pods[1], "net1"), first);
-    assert_eq!(
-        held(),
-        [(offset.clone(), format!("{ns}/virt-launcher-w-2"))]
-    );
+    held_by("virt-launcher-w-2");
     assert_eq!(reservation_of(&first[0]), format!("{ns}/virt-launcher-w-2"));
     let status = &w.get("ipamclaim", "vm-w.vmwb")["status"];
     assert_eq!(status["ownerPod"]["name"], "virt-launcher-w-2");
 
     // The source goes, then the target: the claim keeps the address.
     assert_ok("DEL", &w.plexus("DEL", 0, true, "virt-launcher-w-1", &uid1));
-    assert_eq!(
-        held(),
-        [(offset.clone(), format!("{ns}/virt-launcher-w-2"))]
-    );
+    held_by("virt-launcher-w-2");
     assert_ok("DEL", &w.plexus("DEL", 1, true, "virt-launcher-w-2", &uid2));
-    assert_eq!(
-        held(),
-        [(offset.clone(), format!("{ns}/virt-launcher-w-2"))]
-    );
+    held_by("virt-launcher-w-2");
 
     // The VM started again: its next pod gets the address.
     let uid3 = w.pod("virt-launcher-w-3", Some(&selection));
     assert_ok("ADD", &w.plexus("ADD", 0, true, "virt-launcher-w-3", &uid3));
     assert_eq!(addresses(&w.kube.pods[0], "net1"), first);
-    assert_eq!(
-        held(),
-        [(offset.clone(), format!("{ns}/virt-launcher-w-3"))]
-    );
+    held_by("virt-launcher-w-3");
     assert_ok("DEL", &w.plexus("DEL", 0, true, "virt-launcher-w-3", &uid3));
 
     // A network whose IPAM holds no claim refuses the reference, naming why.

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{PostParams, Preconditions};
 use serde_json::json;
 
 use super::{new_object, slice_copy, PoolCopy, Pools, RememberedSlice, SliceCopy, Written};
@@ -58,13 +58,7 @@ impl Pools {
             "metadata": {"resourceVersion": copy.resource_version},
             "status": copy.status,
         });
-        let sent = self.send(
-            Verb::Patch,
-            &object,
-            self.slices
-                .patch(&copy.name, &PatchParams::default(), &Patch::Merge(&patch)),
-        );
-        match sent {
+        match self.merge_patch(&self.slices, &object, &copy.name, &patch) {
             Ok(_) => Ok(Written::Done),
             Err(e) if e.status() == Some(409) => Ok(Written::Lost),
             Err(e) => Err(e),
@@ -76,24 +70,11 @@ impl Pools {
     /// since (it stays); one gone already is no failure.
     pub fn delete_pool(&self, copy: &PoolCopy) -> Result<bool, ClusterError> {
         let object = self.object("IPPool", &copy.name);
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: None,
-                resource_version: Some(copy.resource_version.clone()),
-            }),
-            ..DeleteParams::default()
+        let only = Preconditions {
+            uid: None,
+            resource_version: Some(copy.resource_version.clone()),
         };
-        let deleted = self.send(
-            Verb::Delete,
-            &object,
-            self.pools.delete(&copy.name, &params),
-        );
-        match deleted {
-            Ok(_) => Ok(true),
-            Err(e) if e.status() == Some(404) => Ok(true),
-            Err(e) if e.status() == Some(409) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.delete_if(&self.pools, &object, &copy.name, only)
     }
 
     /// The slice the daemon last read for its node on the NodeSlicePool
