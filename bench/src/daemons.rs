@@ -101,15 +101,26 @@ impl Launch<'_> {
     }
 }
 
+/// `program args` inside `node`, waited for; its stdout.
+pub(crate) fn in_node(node: &NetNs, program: &str, args: &[&str]) -> Result<String, String> {
+    let mut cmd = Command::new(program);
+    cmd.args(args).stderr(Stdio::null());
+    node.join_in_child(&mut cmd);
+    let out = cmd.output().map_err(|e| format!("{program}: {e}"))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The `/metrics` page of the daemon on `port` in `node`.
+pub(crate) fn metrics_page(node: &NetNs, port: u16) -> Result<String, String> {
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    in_node(node, "curl", &["-sf", "-m", "5", &url])
+}
+
 /// Whether the daemon on `port` in `node` says it is ready (its caches
 /// synced).
 pub(crate) fn ready(node: &NetNs, port: u16) -> Result<bool, String> {
     let url = format!("http://127.0.0.1:{port}/readyz");
-    let mut curl = Command::new("curl");
-    curl.args(["-sf", "-m", "2", &url]).stderr(Stdio::null());
-    node.join_in_child(&mut curl);
-    let out = curl.output().map_err(|e| format!("curl: {e}"))?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim() == "ready")
+    Ok(in_node(node, "curl", &["-sf", "-m", "2", &url])?.trim() == "ready")
 }
 
 /// Until the daemon on `port` in `node` is ready, `bound` at most.

@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 use plexus_dataplane::NetNs;
 use plexus_testkit::kube::{private_api, KubeApi, Relay};
 
-use crate::daemons::{ready, Daemons, Launch, NodeDaemon};
+use crate::daemons::{metrics_page, ready, Daemons, Launch, NodeDaemon};
 use crate::{percentile, verdict, Namespaces};
+use plexus_testkit::process::proc_status_kb;
 
 /// The first daemon's metrics port in the node namespace; one per node on.
 const METRICS_BASE: u16 = 19_500;
@@ -164,28 +165,12 @@ fn cpu_ms(pid: u32) -> Result<u64, String> {
 
 /// `/proc/<pid>/status`'s VmRSS, in KiB.
 fn rss_kb(pid: u32) -> Result<u64, String> {
-    let status =
-        std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| "no VmRSS".to_string())
-}
-
-/// The daemon's metrics page.
-fn metrics(node: &NetNs, daemon: &NodeDaemon) -> Result<String, String> {
-    let url = format!("http://127.0.0.1:{}/metrics", daemon.port);
-    let mut curl = std::process::Command::new("curl");
-    curl.args(["-sf", "-m", "5", &url]);
-    node.join_in_child(&mut curl);
-    let out = curl.output().map_err(|e| format!("curl: {e}"))?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    proc_status_kb(pid, "VmRSS").ok_or_else(|| format!("no VmRSS for {pid}"))
 }
 
 /// The pods in the daemon's cache.
 fn cached_pods(node: &NetNs, daemon: &NodeDaemon) -> Result<u64, String> {
-    let text = metrics(node, daemon)?;
+    let text = metrics_page(node, daemon.port)?;
     Ok(text
         .lines()
         .find_map(|l| l.strip_prefix("plexus_cache_objects{kind=\"pods\"} "))
@@ -195,7 +180,7 @@ fn cached_pods(node: &NetNs, daemon: &NodeDaemon) -> Result<u64, String> {
 
 /// The daemon's own count of its API requests, by `verb resource`.
 fn requests(node: &NetNs, daemon: &NodeDaemon) -> Result<BTreeMap<String, u64>, String> {
-    let text = metrics(node, daemon)?;
+    let text = metrics_page(node, daemon.port)?;
     let mut counts = BTreeMap::new();
     for line in text
         .lines()

@@ -11,16 +11,18 @@
 //! once through the daemon, then DELed at once, with the daemon's peak RSS.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use plexus_dataplane::NetNs;
 use plexus_testkit::kube::{api, Relay};
 use serde_json::{json, Value};
 
+use crate::daemons::{metrics_page, wait_ready};
 use crate::kube::{count, macvlan, requests, Setup};
 use crate::pod_start::nad;
 use crate::{cni_env_as, invoke, percentile, print_table, verdict, Run};
+use plexus_testkit::process::proc_status_kb;
 
 /// The networks each pod selects.
 const NETWORKS: [&str; 3] = ["tk1", "tk2", "tk3"];
@@ -95,15 +97,6 @@ fn manifests(namespace: &str, prefix: &str, pods: usize, data_dir: &Path) -> Str
     yaml
 }
 
-/// `program args` inside `node`, waited for; its stdout.
-fn in_node(node: &NetNs, program: &str, args: &[&str]) -> Result<String, String> {
-    let mut cmd = Command::new(program);
-    cmd.args(args).stderr(Stdio::null());
-    node.join_in_child(&mut cmd);
-    let out = cmd.output().map_err(|e| format!("{program}: {e}"))?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// `plexus daemon` in the node namespace, killed on drop.
 pub(crate) struct Daemon(Child);
 
@@ -119,21 +112,13 @@ impl Daemon {
             &socket.with_file_name("state"),
         );
         let daemon = Daemon(cmd.spawn().map_err(|e| format!("plexus daemon: {e}"))?);
-        let url = format!("http://127.0.0.1:{METRICS_PORT}/readyz");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while in_node(setup.node, "curl", &["-sf", "-m", "2", &url])?.trim() != "ready" {
-            if Instant::now() > deadline {
-                return Err("plexus daemon: not ready within 30 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_ready(setup.node, METRICS_PORT, Duration::from_secs(30))?;
         Ok(daemon)
     }
 
     /// The daemon's metric line starting with `prefix`, as a number.
     pub(crate) fn metric(&self, setup: &Setup, prefix: &str) -> Result<f64, String> {
-        let url = format!("http://127.0.0.1:{METRICS_PORT}/metrics");
-        let text = in_node(setup.node, "curl", &["-sf", "-m", "5", &url])?;
+        let text = metrics_page(setup.node, METRICS_PORT)?;
         Ok(text
             .lines()
             .find(|l| l.starts_with(prefix))
@@ -156,13 +141,7 @@ impl Daemon {
 
     /// Peak resident memory so far (VmHWM), KiB.
     fn peak_rss_kb(&self) -> Result<u64, String> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id()))
-            .map_err(|e| e.to_string())?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .ok_or_else(|| "no VmHWM in /proc/PID/status".to_string())
+        proc_status_kb(self.0.id(), "VmHWM").ok_or_else(|| "no VmHWM in /proc/PID/status".into())
     }
 }
 

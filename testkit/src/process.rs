@@ -96,6 +96,15 @@ pub fn stdout_ok(out: Output, what: impl Display) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The value in KiB of `key` (`VmRSS`, `VmHWM`) in `/proc/<pid>/status`.
+pub fn proc_status_kb(pid: u32, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 /// A process whose stderr is its log file (a daemon's log), killed and
 /// reaped on drop.
 pub struct LoggedChild {
@@ -136,12 +145,7 @@ impl LoggedChild {
 
     /// Peak resident memory so far (VmHWM), in KiB.
     pub fn peak_rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/PID/status")
+        proc_status_kb(self.pid(), "VmHWM").expect("VmHWM in /proc/PID/status")
     }
 
     /// Its exit status, once it exits; panics with its log after `bound`.
