@@ -28,12 +28,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
 
 use super::metrics;
 use super::slicer::{SliceKeeper, SliceReport};
-use crate::cluster::api::list_metadata;
+use crate::cluster::api::{bounded, list_metadata};
+use crate::cluster::error::{ApiRequest, Verb};
 use crate::cluster::lease::LeaderLease;
 use crate::cluster::pools::{self, Change, Pools, ReservationSeen, Written};
 use crate::cluster::ClusterError;
@@ -81,6 +82,48 @@ enum Suspect {
     },
 }
 
+/// How long the reconciler hurries after a Node is deleted: the pod
+/// garbage collector deletes a deleted node's pods once they have been
+/// orphans for 40 s (it looks every 20 s), then two passes give their
+/// addresses back.
+const HURRY_FOR: Duration = Duration::from_secs(180);
+
+/// The time between passes while hurrying.
+const HURRY_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Whether a Node was deleted lately (issue 34 item 3: a dead node's
+/// addresses come back within a bounded time, not after the next passes
+/// of a 5-minute interval): the leader compares the Nodes it lists each
+/// tick with the last list.
+#[derive(Debug, Default)]
+struct Hurry {
+    nodes: Option<BTreeSet<String>>,
+    until: Option<Instant>,
+}
+
+impl Hurry {
+    /// The Nodes listed at `now`: one gone since the last list starts a
+    /// hurry of [`HURRY_FOR`].
+    fn saw(&mut self, nodes: BTreeSet<String>, now: Instant) {
+        if self
+            .nodes
+            .as_ref()
+            .is_some_and(|before| before.iter().any(|n| !nodes.contains(n)))
+        {
+            self.until = Some(now + HURRY_FOR);
+        }
+        self.nodes = Some(nodes);
+    }
+
+    /// `normal`, or at most [`HURRY_INTERVAL`] while hurrying.
+    fn interval(&self, normal: Duration, now: Instant) -> Duration {
+        match self.until {
+            Some(until) if now < until => normal.min(HURRY_INTERVAL),
+            _ => normal,
+        }
+    }
+}
+
 /// The reconciler of one daemon: its connection, and what its last pass
 /// suspected.
 pub struct Reconciler {
@@ -122,13 +165,19 @@ impl Reconciler {
         );
         let tick = interval.min(LEASE_DURATION / 3);
         let mut last_pass: Option<Instant> = None;
+        let mut hurry = Hurry::default();
         loop {
             let held = self.handle.block_on(async {
                 tokio::time::timeout(self.timeouts.request, lease.hold()).await
             });
             match held {
                 Ok(Ok(true)) => {
-                    if last_pass.is_none_or(|at| at.elapsed() >= interval) {
+                    match self.node_names() {
+                        Ok(nodes) => hurry.saw(nodes, Instant::now()),
+                        Err(e) => tracing::warn!(error = %e, "IPAM reconciler: listing the Nodes"),
+                    }
+                    let due = hurry.interval(interval, Instant::now());
+                    if last_pass.is_none_or(|at| at.elapsed() >= due) {
                         last_pass = Some(Instant::now());
                         match self.pass() {
                             Ok(report) => tracing::info!(?report, "IPAM reconciler pass"),
@@ -142,12 +191,30 @@ impl Reconciler {
                     self.suspects.clear();
                     self.slices.forget();
                     last_pass = None;
+                    hurry = Hurry::default();
                 }
                 Ok(Err(e)) => tracing::warn!(error = %e, "IPAM reconciler's Lease"),
                 Err(_) => tracing::warn!("IPAM reconciler's Lease: no answer in time"),
             }
-            std::thread::sleep(tick);
+            std::thread::sleep(hurry.interval(tick, Instant::now()));
         }
+    }
+
+    /// The names of the cluster's Nodes, from the API server's cache
+    /// (`resourceVersion=0`: no read of etcd, whatever the cluster's size).
+    fn node_names(&self) -> Result<BTreeSet<String>, ClusterError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let params = ListParams::default().match_any();
+        let list = self.handle.block_on(bounded(
+            self.timeouts.request,
+            ApiRequest::new(Verb::Get, "nodes"),
+            api.list_metadata(&params),
+        ))?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|node| node.metadata.name)
+            .collect())
     }
 
     /// One pass: lists, judges, and gives back what the previous pass
@@ -340,5 +407,39 @@ impl Reconciler {
             pods.insert(format!("{namespace}/{name}"), seen);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_deleted_node_makes_the_leader_hurry_for_a_while() {
+        let normal = Duration::from_secs(300);
+        let t0 = Instant::now();
+        let mut hurry = Hurry::default();
+        hurry.saw(names(&["a", "b"]), t0);
+        assert_eq!(hurry.interval(normal, t0), normal, "the first list");
+        hurry.saw(names(&["a", "b", "c"]), t0);
+        assert_eq!(hurry.interval(normal, t0), normal, "a node joined");
+        hurry.saw(names(&["a", "c"]), t0);
+        assert_eq!(hurry.interval(normal, t0), HURRY_INTERVAL, "b was deleted");
+        assert_eq!(
+            hurry.interval(Duration::from_secs(5), t0),
+            Duration::from_secs(5),
+            "never slower than asked"
+        );
+        hurry.saw(names(&["a", "c"]), t0 + Duration::from_secs(60));
+        assert_eq!(
+            hurry.interval(normal, t0 + Duration::from_secs(60)),
+            HURRY_INTERVAL,
+            "still within HURRY_FOR"
+        );
+        assert_eq!(hurry.interval(normal, t0 + HURRY_FOR), normal, "over");
     }
 }

@@ -148,7 +148,7 @@ pub fn api() -> &'static KubeApi {
 fn start() -> Result<KubeApi, String> {
     let dir = match std::env::var_os("PLEXUS_KUBE_DIR") {
         Some(dir) if Path::new(&dir).join("env").is_file() => PathBuf::from(dir),
-        _ => started_by("kube-up")?,
+        _ => started_by("kube-up", &[])?,
     };
     let port = env_value(&dir, "KUBE_PORT")?;
     Ok(KubeApi {
@@ -169,21 +169,26 @@ pub(crate) fn started_once<T>(
         .unwrap_or_else(|e| panic!("{what} did not start: {e}"))
 }
 
-/// Runs `testkit/<script> --owner <this process> <dir>` (kube-up or
-/// node-up) and returns the directory it describes its service in.
-pub(crate) fn started_by(script: &str) -> Result<PathBuf, String> {
+/// Runs `testkit/<script> --owner <this process> <args> <dir>` (kube-up
+/// or node-up) and returns the directory it describes its service in.
+pub(crate) fn started_by(script: &str, args: &[&str]) -> Result<PathBuf, String> {
     let name = script.trim_end_matches("-up");
-    started_in(script, &format!("plexus-{name}-{}", std::process::id()))
+    started_in(
+        script,
+        &format!("plexus-{name}-{}", std::process::id()),
+        args,
+    )
 }
 
-/// Runs `testkit/<script>` into the temporary directory `name`.
-fn started_in(script: &str, name: &str) -> Result<PathBuf, String> {
+/// Runs `testkit/<script>` with `args` into the temporary directory `name`.
+fn started_in(script: &str, name: &str, args: &[&str]) -> Result<PathBuf, String> {
     // Not removed at exit: the script's reaper stops the processes when this
     // one is gone, and the logs stay for a failing test to point at.
     let dir = std::env::temp_dir().join(name);
     let out = Command::new(repo().join("testkit").join(script))
         .arg("--owner")
         .arg(std::process::id().to_string())
+        .args(args)
         .arg(&dir)
         .output()
         .map_err(|e| format!("testkit/{script}: {e}"))?;
@@ -212,7 +217,7 @@ pub(crate) fn env_value(dir: &Path, key: &str) -> Result<String, String> {
 /// `tag` names it among this binary's. It stops when the binary exits.
 pub fn private_api(tag: &str) -> KubeApi {
     let name = format!("plexus-kube-{tag}-{}", std::process::id());
-    let dir = started_in("kube-up", &name).unwrap_or_else(|e| panic!("{e}"));
+    let dir = started_in("kube-up", &name, &[]).unwrap_or_else(|e| panic!("{e}"));
     let port = env_value(&dir, "KUBE_PORT").unwrap_or_else(|e| panic!("{e}"));
     KubeApi {
         port: port.parse().expect("KUBE_PORT is a port"),

@@ -73,15 +73,83 @@ pub fn node() -> &'static Node {
 }
 
 fn start() -> Result<Node, String> {
-    let dir = started_by("node-up")?;
-    Ok(Node {
-        name: env_value(&dir, "NODE_NAME")?,
-        ip: env_value(&dir, "NODE_IP")?,
-        iface: env_value(&dir, "NODE_IFACE")?,
-        pod_image: env_value(&dir, "POD_IMAGE")?,
-        pids_cgroup: env_value(&dir, "NODE_PIDS_CGROUP")?.into(),
-        dir,
-    })
+    Node::at(started_by("node-up", &[])?)
+}
+
+/// The cluster of several nodes of this test binary (`node-up --nodes
+/// 3`: a control-plane node and two workers on a fabric), started on
+/// first use and shared as [`node`] is; they cannot run at once (one
+/// cluster per machine and `PLEXUS_NODE_ID`), and one test binary uses one
+/// of them.
+pub fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+    started_once(&CLUSTER, start_cluster, "the three-node cluster")
+}
+
+fn start_cluster() -> Result<Cluster, String> {
+    let dir = started_by("node-up", &["--nodes", "3"])?;
+    let nodes = env_value(&dir, "NODE_DIRS")?
+        .split_whitespace()
+        .map(|d| Node::at(d.into()))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Cluster { nodes })
+}
+
+/// Nodes joined to one control plane (node-up's `--nodes`), each with its
+/// own network and mount namespaces, cgroup subtree, containerd and
+/// kubelet, on a fabric: a bridge in a namespace of its own, to which
+/// every node's `eth0` (its address) and `eth1` (no address, a master for
+/// secondary networks) are veths.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The control-plane node first.
+    pub nodes: Vec<Node>,
+}
+
+impl Cluster {
+    /// The control-plane node: kubectl and deploy through it.
+    pub fn control(&self) -> &Node {
+        &self.nodes[0]
+    }
+
+    /// Every node's [`Node::network_state`], in [`Cluster::nodes`]' order.
+    pub fn network_states(&self) -> Vec<BTreeSet<String>> {
+        self.nodes.iter().map(Node::network_state).collect()
+    }
+
+    /// Deletes the pods of `ns`, waits until every node's
+    /// [`Node::network_state`] is its `before` again (in
+    /// [`Cluster::network_states`]' order), and deletes `ns`.
+    pub fn delete_pods_leaving_nothing(&self, ns: &str, before: &[BTreeSet<String>]) {
+        self.control().delete_pods(ns);
+        for (node, before) in self.nodes.iter().zip(before) {
+            node.wait_network_state(before);
+        }
+        self.control()
+            .kubectl(&["delete", "namespace", ns, "--wait=false"]);
+    }
+
+    /// The node named `name`.
+    pub fn node(&self, name: &str) -> &Node {
+        self.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no node {name} in the cluster"))
+    }
+}
+
+impl Node {
+    /// The node node-up describes in `dir` (its `env`).
+    fn at(dir: PathBuf) -> Result<Node, String> {
+        Ok(Node {
+            name: env_value(&dir, "NODE_NAME")?,
+            ip: env_value(&dir, "NODE_IP")?,
+            iface: env_value(&dir, "NODE_IFACE")?,
+            pod_image: env_value(&dir, "POD_IMAGE")?,
+            pids_cgroup: env_value(&dir, "NODE_PIDS_CGROUP")?.into(),
+            dir,
+        })
+    }
 }
 
 impl Node {
@@ -283,12 +351,30 @@ spec:
         self.ask_node_up("reboot");
     }
 
-    /// Creates `DIR/request`, waits until node-up has done it (the file
-    /// gone) and the node is Ready.
-    fn ask_node_up(&self, request: &str) {
+    /// Cuts the node's power (node-up's `poweroff`): as [`Node::reboot`]'s
+    /// power cut, and the node stays down until [`Node::power_on`].
+    pub fn power_off(&self) {
+        self.request_node_up("poweroff");
+    }
+
+    /// Starts the node's containerd and kubelet again after
+    /// [`Node::power_off`]; returns once the node is Ready (kubelet
+    /// registers it again if its Node object was deleted).
+    pub fn power_on(&self) {
+        self.ask_node_up("poweron");
+    }
+
+    /// Creates `DIR/request` and waits until node-up has done it (the file
+    /// gone).
+    fn request_node_up(&self, request: &str) {
         let file = self.dir.join(request);
         std::fs::write(&file, "").expect("the request to node-up is written");
         self.wait_for(request, Duration::from_secs(90), || !file.exists());
+    }
+
+    /// [`Node::request_node_up`], then waits until the node is Ready.
+    fn ask_node_up(&self, request: &str) {
+        self.request_node_up(request);
         self.wait_for(
             &format!("node Ready after {request}"),
             Duration::from_secs(90),
@@ -355,6 +441,13 @@ spec:
     /// until [`Node::network_state`] is `before` again, failing with what is
     /// left, and deletes `ns`.
     pub fn delete_pods_leaving_nothing(&self, ns: &str, before: &BTreeSet<String>) {
+        self.delete_pods(ns);
+        self.wait_network_state(before);
+        self.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+    }
+
+    /// Deletes the pods of `ns` (on any node) and waits until they are gone.
+    pub fn delete_pods(&self, ns: &str) {
         let started = Instant::now();
         self.kubectl(&["delete", "pods", "--all", "-n", ns, "--wait=false"]);
         self.wait_for(
@@ -366,6 +459,11 @@ spec:
             },
         );
         eprintln!("the pods of {ns} deleted in {:?}", started.elapsed());
+    }
+
+    /// Waits (60 s at most) until [`Node::network_state`] is `before`
+    /// again, failing with what is left.
+    pub fn wait_network_state(&self, before: &BTreeSet<String>) {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut after = self.network_state();
         while after != *before && Instant::now() < deadline {
@@ -375,9 +473,9 @@ spec:
         assert_eq!(
             after.difference(before).collect::<Vec<_>>(),
             Vec::<&String>::new(),
-            "left on the node after the pods' deletion"
+            "left on node {} after the pods' deletion",
+            self.name
         );
-        self.kubectl(&["delete", "namespace", ns, "--wait=false"]);
     }
 
     /// The pod's network-status annotation (multi-net spec v1.3 §5), read

@@ -10,6 +10,7 @@
 //! vm-tests/ provides.
 //!
 //! Modules: `attach` (two pods on their networks), `ipvlan` (vm-tests/),
+//! `cross_node` (pods on two nodes joined by a fabric, issue 34),
 //! `default_route` (multi-net-spec §4.1.2.1.9 beside the cluster network's
 //! default route) and `node_safety` (issue 9); the fixtures are here.
 
@@ -17,6 +18,7 @@
 mod e2e_support;
 
 mod attach;
+mod cross_node;
 mod default_route;
 mod ipvlan;
 mod node_safety;

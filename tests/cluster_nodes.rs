@@ -1,0 +1,540 @@
+//! deploy/ on a cluster of three real kubelets (issue 34 items 1-3):
+//! `testkit/node-up --nodes 3`, a control-plane node and two workers, each
+//! in network and mount namespaces and a cgroup subtree of its own, on a
+//! fabric (a bridge in a namespace of its own; each node's `eth0` and
+//! `eth1` are veths on it). `kubectl apply -k deploy/` unchanged runs
+//! plexus on every node (thick mode), and:
+//!
+//! - pods on different nodes reach each other over a macvlan network on
+//!   the fabric (`master: eth1`), by ping and by TCP, each with its
+//!   network-status (multi-net spec v1.3 §4.1.2), with cluster-wide
+//!   `whereabouts` IPAM giving addresses unique across the nodes. (This
+//!   host's kernel has no ipvlan or 802.1q: those cross the fabric in the
+//!   VM, `tests/cross_node.rs`.)
+//! - a rolling update of the DaemonSet across every node while pods are
+//!   created on all of them: every pod gets every network, and nothing is
+//!   left after their deletion;
+//! - a node's power cut, then its Node object deleted: the pods are
+//!   rescheduled with their networks, the dead pods' addresses come back
+//!   within a bounded time and no address is held twice; the node powered
+//!   on rejoins, its old sandboxes leave nothing, and a new pod on it gets
+//!   its networks;
+//! - `kubectl drain` moves a node's pods, and their networks follow.
+//!
+//! The cluster starts once for this binary (about 35 s) and is shared; the
+//! tests take turns (a drain or a power cut changes what the others see),
+//! each in a Kubernetes namespace of its own.
+
+use std::collections::BTreeSet;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use plexus_testkit::node::{cluster, Cluster, Node};
+use plexus_testkit::Feature;
+use serde_json::Value;
+
+/// One test at a time: each changes the cluster the others see.
+static ALONE: Mutex<()> = Mutex::new(());
+
+/// The cluster with plexus deployed from deploy/ as it is, and this test's
+/// turn; `None` when the machine cannot run it (the skip is recorded).
+fn turn() -> Option<(MutexGuard<'static, ()>, &'static Cluster)> {
+    if !plexus_testkit::require(&[Feature::KubeNode]) {
+        return None;
+    }
+    let alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = cluster();
+    static DEPLOYED: OnceLock<()> = OnceLock::new();
+    DEPLOYED.get_or_init(|| {
+        let started = Instant::now();
+        cluster.control().deploy(&[]);
+        eprintln!("plexus deployed on every node in {:?}", started.elapsed());
+    });
+    Some((alone, cluster))
+}
+
+/// A macvlan network on the fabric (every node's `eth1`), its addresses
+/// from cluster-wide IPAM in `range`.
+fn fabric_nad(range: &str) -> String {
+    format!(
+        r#"apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: fabric
+spec:
+  config: '{{"cniVersion": "1.0.0", "name": "fabric", "type": "macvlan", "master": "eth1",
+             "mode": "bridge", "ipam": {{"type": "whereabouts", "range": "{range}"}}}}'
+"#
+    )
+}
+
+/// The TCP port each pod answers on with its name.
+const PORT: &str = "7000";
+
+/// The spec of a pod that answers on [`PORT`] with its name (busybox's
+/// persistent `nc`), attached to `fabric`.
+fn pod_spec(image: &str, node_name: Option<&str>) -> String {
+    let pinned = node_name.map_or(String::new(), |n| format!("nodeName: {n}\n  "));
+    format!(
+        r#"spec:
+  {pinned}terminationGracePeriodSeconds: 1
+  automountServiceAccountToken: false
+  containers:
+    - name: main
+      image: {image}
+      imagePullPolicy: Never
+      command: ["/bin/sh", "-c", "trap 'exit 0' TERM; nc -ll -p {PORT} -e hostname & wait"]"#
+    )
+}
+
+/// Pod `name` on node `node`, attached to `fabric`.
+fn pinned_pod(name: &str, node: &Node) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  annotations:\n    \
+         k8s.v1.cni.cncf.io/networks: fabric\n{}\n",
+        pod_spec(&node.pod_image, Some(&node.name))
+    )
+}
+
+/// A Deployment of `replicas` pods attached to `fabric`, labelled
+/// `app: name`.
+fn deployment(name: &str, replicas: usize, image: &str) -> String {
+    let spec = pod_spec(image, None).replace('\n', "\n    ");
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+      annotations: {{k8s.v1.cni.cncf.io/networks: fabric}}
+    {spec}
+"#
+    )
+}
+
+/// Pod `ns/pod`'s address on `ns/fabric` by its network-status, checked
+/// against its `net1` inside; `None` until it has one.
+fn fabric_address(control: &Node, ns: &str, pod: &str) -> Option<String> {
+    let text = control.network_status_text(ns, pod);
+    let status: Vec<Value> = serde_json::from_str(&text).ok()?;
+    let entry = status
+        .iter()
+        .find(|e| e["name"] == format!("{ns}/fabric"))?;
+    assert_eq!(entry["interface"], "net1", "{text}");
+    let ip = entry["ips"][0].as_str()?.to_string();
+    let inside = control.kubectl(&[
+        "exec", "-n", ns, pod, "--", "ip", "-4", "-o", "addr", "show", "net1",
+    ]);
+    assert!(
+        inside.contains(&format!("inet {ip}/24")),
+        "{ns}/{pod}: {inside}"
+    );
+    Some(ip)
+}
+
+/// Waits until each of `pods` is Running with its address on `fabric`,
+/// and returns them (in `pods`' order).
+fn wait_attached(control: &Node, ns: &str, pods: &[String]) -> Vec<String> {
+    pods.iter()
+        .map(|pod| {
+            control.wait_running(ns, pod, Duration::from_secs(120));
+            let mut ip = None;
+            control.wait_for(
+                &format!("{ns}/{pod} attached to fabric"),
+                Duration::from_secs(60),
+                || {
+                    ip = fabric_address(control, ns, pod);
+                    ip.is_some()
+                },
+            );
+            ip.expect("an address")
+        })
+        .collect()
+}
+
+/// Asserts that no address is among `ips` twice.
+fn assert_unique(ips: &[String]) {
+    let distinct: BTreeSet<&String> = ips.iter().collect();
+    assert_eq!(distinct.len(), ips.len(), "an address given twice: {ips:?}");
+}
+
+/// The pods of `ns` labelled `app=app`, with their nodes.
+fn pods_of(control: &Node, ns: &str, app: &str) -> Vec<(String, String)> {
+    let out = control.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        ns,
+        "-l",
+        &format!("app={app}"),
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.metadata.deletionTimestamp}{"\n"}{end}"#,
+    ]);
+    out.lines()
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            // Pods being deleted are not the Deployment's any more.
+            (words.len() == 2).then(|| (words[0].to_string(), words[1].to_string()))
+        })
+        .collect()
+}
+
+/// The whereabouts allocations of the cluster that pods of `ns` hold, as
+/// (address offset's pool entry podref, pool): every `podref` `ns/...`.
+fn allocations_of(control: &Node, ns: &str) -> Vec<String> {
+    let pools: Value = serde_json::from_str(&control.kubectl(&[
+        "get",
+        "ippools.whereabouts.cni.cncf.io",
+        "-A",
+        "-o",
+        "json",
+    ]))
+    .expect("JSON");
+    let mut held = Vec::new();
+    for pool in pools["items"].as_array().into_iter().flatten() {
+        for entry in pool["spec"]["allocations"]
+            .as_object()
+            .into_iter()
+            .flatten()
+        {
+            let podref = entry.1["podref"].as_str().unwrap_or_default();
+            if podref.starts_with(&format!("{ns}/")) {
+                held.push(podref.to_string());
+            }
+        }
+    }
+    held.sort();
+    held
+}
+
+/// Cordons every node but `keep`, applies `manifest`, waits until the
+/// pods labelled `app` are `count` on `keep`, and uncordons the others:
+/// a Deployment's pods placed on one node, the way an operator would.
+fn placed_on(cluster: &Cluster, keep: &Node, ns: &str, app: &str, count: usize, manifest: &str) {
+    let control = cluster.control();
+    let others: Vec<&Node> = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.name != keep.name)
+        .collect();
+    for node in &others {
+        control.kubectl(&["cordon", &node.name]);
+    }
+    control.apply(ns, manifest);
+    control.wait_for(
+        &format!("{count} pods of {app} on {}", keep.name),
+        Duration::from_secs(120),
+        || {
+            let pods = pods_of(control, ns, app);
+            pods.len() == count && pods.iter().all(|(_, node)| *node == keep.name)
+        },
+    );
+    for node in &others {
+        control.kubectl(&["uncordon", &node.name]);
+    }
+}
+
+#[test]
+fn pods_on_different_nodes_reach_each_other_over_the_fabric_with_unique_addresses() {
+    let Some((_alone, cluster)) = turn() else {
+        return;
+    };
+    let control = cluster.control();
+    let before = cluster.network_states();
+    let ns = control.namespace("fabric");
+    control.apply(&ns, &fabric_nad("10.40.0.0/24"));
+    let pods: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("on-{}", n.name))
+        .collect();
+    for (pod, node) in pods.iter().zip(&cluster.nodes) {
+        control.apply(&ns, &pinned_pod(pod, node));
+    }
+    let ips = wait_attached(control, &ns, &pods);
+    eprintln!("addresses on the fabric: {ips:?}");
+    assert_unique(&ips);
+    for (i, from) in pods.iter().enumerate() {
+        for (j, (to, ip)) in pods.iter().zip(&ips).enumerate() {
+            if i == j {
+                continue;
+            }
+            let ping = control.kubectl_output(
+                &[
+                    "exec", "-n", &ns, from, "--", "ping", "-c", "1", "-W", "3", ip,
+                ],
+                None,
+            );
+            assert!(
+                ping.status.success(),
+                "{from} pings {to} at {ip}: {}",
+                String::from_utf8_lossy(&ping.stdout)
+            );
+            let answer =
+                control.kubectl(&["exec", "-n", &ns, from, "--", "nc", "-w", "3", ip, PORT]);
+            assert_eq!(answer.trim(), to, "{from} to {to} at {ip}:{PORT} over TCP");
+        }
+    }
+    cluster.delete_pods_leaving_nothing(&ns, &before);
+    assert_eq!(
+        allocations_of(control, &ns),
+        Vec::<String>::new(),
+        "addresses left held"
+    );
+}
+
+#[test]
+fn a_rolling_update_across_every_node_while_pods_start_fails_none_and_leaks_nothing() {
+    let Some((_alone, cluster)) = turn() else {
+        return;
+    };
+    let control = cluster.control();
+    let before = cluster.network_states();
+    let ns = control.namespace("rollout");
+    control.apply(&ns, &fabric_nad("10.41.0.0/24"));
+    // The new image on every node: the same binary with its tag appended,
+    // so the installers really replace it.
+    control.deploy(&["--tag", "rollout"]);
+    control.kubectl(&[
+        "set",
+        "image",
+        "daemonset/plexus",
+        "-n",
+        "kube-system",
+        "*=plexus:rollout",
+    ]);
+    // Pods on every node while the DaemonSet rolls, two at a time.
+    let mut pods = Vec::new();
+    for round in 0..3 {
+        for node in &cluster.nodes {
+            let pod = format!("r{round}-{}", node.name);
+            control.apply(&ns, &pinned_pod(&pod, node));
+            pods.push(pod);
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    control.kubectl(&[
+        "rollout",
+        "status",
+        "daemonset/plexus",
+        "-n",
+        "kube-system",
+        "--timeout",
+        "180s",
+    ]);
+    let images = control.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        "kube-system",
+        "-l",
+        "app=plexus",
+        "-o",
+        "jsonpath={range .items[*]}{.spec.nodeName} {.spec.containers[*].image}{\"\\n\"}{end}",
+    ]);
+    assert_eq!(images.lines().count(), cluster.nodes.len(), "{images}");
+    assert!(
+        images
+            .lines()
+            .all(|l| l.ends_with("plexus:rollout plexus:rollout")),
+        "{images}"
+    );
+    let ips = wait_attached(control, &ns, &pods);
+    assert_unique(&ips);
+    cluster.delete_pods_leaving_nothing(&ns, &before);
+    assert_eq!(
+        allocations_of(control, &ns),
+        Vec::<String>::new(),
+        "addresses left held"
+    );
+}
+
+/// How long the cluster takes to replace a dead node's pods: the pod
+/// garbage collector deletes them 40 s after their Node (it looks every
+/// 20 s); the scheduler and the new sandboxes follow.
+const RESCHEDULED: Duration = Duration::from_secs(180);
+
+/// How long the dead pods' cluster-wide addresses may stay held: the
+/// reconciler's leader hurries after a Node's deletion (two passes 10 s
+/// apart once the pods are gone), and when the leader died with the node,
+/// its Lease expires first (60 s).
+const RECLAIMED: Duration = Duration::from_secs(240);
+
+#[test]
+fn a_dead_node_s_pods_move_its_addresses_come_back_and_it_rejoins_clean() {
+    let Some((_alone, cluster)) = turn() else {
+        return;
+    };
+    let control = cluster.control();
+    let victim = &cluster.nodes[2];
+    let before = cluster.network_states();
+    let ns = control.namespace("dead-node");
+    control.apply(&ns, &fabric_nad("10.42.0.0/24"));
+    placed_on(
+        cluster,
+        victim,
+        &ns,
+        "mover",
+        2,
+        &deployment("mover", 2, &victim.pod_image),
+    );
+    let old: Vec<String> = pods_of(control, &ns, "mover")
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    let old_ips = wait_attached(control, &ns, &old);
+    let records = victim.exec_ok(&["ls", "/var/lib/cni/plexus"]);
+    let old_sandboxes: BTreeSet<String> = records
+        .lines()
+        .filter_map(|r| r.split_once('@').map(|(id, _)| id.to_string()))
+        .collect();
+    assert_eq!(old_sandboxes.len(), old.len(), "{records}");
+
+    // The power cut, then the operator deletes the dead node.
+    victim.power_off();
+    let dead = Instant::now();
+    control.kubectl(&["delete", "node", &victim.name]);
+    let mut moved = Vec::new();
+    control.wait_for("the dead node's pods rescheduled", RESCHEDULED, || {
+        moved = pods_of(control, &ns, "mover");
+        moved.len() == 2
+            && moved
+                .iter()
+                .all(|(p, node)| !old.contains(p) && *node != victim.name)
+    });
+    let new: Vec<String> = moved.into_iter().map(|(p, _)| p).collect();
+    let new_ips = wait_attached(control, &ns, &new);
+    eprintln!(
+        "rescheduled with their networks {:?} after the power cut: {new_ips:?}",
+        dead.elapsed()
+    );
+    // The dead pods' addresses were still held while the new pods took
+    // theirs: no address is ever given to two pods that may be alive.
+    assert_unique(&[old_ips.clone(), new_ips.clone()].concat());
+    let live: Vec<String> = {
+        let mut live: Vec<String> = new.iter().map(|p| format!("{ns}/{p}")).collect();
+        live.sort();
+        live
+    };
+    control.wait_for("the dead pods' addresses given back", RECLAIMED, || {
+        allocations_of(control, &ns) == live
+    });
+    eprintln!(
+        "the dead pods' addresses given back {:?} after the power cut",
+        dead.elapsed()
+    );
+
+    // Powered on, the node registers again; kubelet stops the old
+    // sandboxes (no netns left), and their DELs leave no record.
+    victim.power_on();
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let old_left = || {
+        let records = victim.exec_ok(&["ls", "/var/lib/cni/plexus"]);
+        records
+            .lines()
+            .filter(|r| {
+                r.split_once('@')
+                    .is_some_and(|(id, _)| old_sandboxes.contains(id))
+            })
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let mut left = old_left();
+    while !left.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        left = old_left();
+    }
+    assert_eq!(
+        left,
+        Vec::<String>::new(),
+        "records of the sandboxes of before the power cut"
+    );
+    control.kubectl(&[
+        "rollout",
+        "status",
+        "daemonset/plexus",
+        "-n",
+        "kube-system",
+        "--timeout",
+        "120s",
+    ]);
+    let back = format!("back-on-{}", victim.name);
+    control.apply(&ns, &pinned_pod(&back, victim));
+    let back_ip = wait_attached(control, &ns, &[back]);
+    assert_unique(&[new_ips, back_ip].concat());
+
+    control.kubectl(&["delete", "deployment", "mover", "-n", &ns]);
+    cluster.delete_pods_leaving_nothing(&ns, &before);
+    assert_eq!(
+        allocations_of(control, &ns),
+        Vec::<String>::new(),
+        "addresses left held"
+    );
+}
+
+#[test]
+fn a_drained_node_s_pods_move_with_their_networks() {
+    let Some((_alone, cluster)) = turn() else {
+        return;
+    };
+    let control = cluster.control();
+    let drained = &cluster.nodes[1];
+    let before = cluster.network_states();
+    let ns = control.namespace("drain");
+    control.apply(&ns, &fabric_nad("10.43.0.0/24"));
+    placed_on(
+        cluster,
+        drained,
+        &ns,
+        "drained",
+        2,
+        &deployment("drained", 2, &drained.pod_image),
+    );
+    let old: Vec<String> = pods_of(control, &ns, "drained")
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    wait_attached(control, &ns, &old);
+
+    control.kubectl(&[
+        "drain",
+        &drained.name,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout",
+        "120s",
+    ]);
+    let mut moved = Vec::new();
+    control.wait_for("the drained pods moved", RESCHEDULED, || {
+        moved = pods_of(control, &ns, "drained");
+        moved.len() == 2
+            && moved
+                .iter()
+                .all(|(p, node)| !old.contains(p) && *node != drained.name)
+    });
+    control.kubectl(&["uncordon", &drained.name]);
+    let new: Vec<String> = moved.into_iter().map(|(p, _)| p).collect();
+    let ips = wait_attached(control, &ns, &new);
+    assert_unique(&ips);
+    // The drained pods' DELs gave their addresses back at once.
+    let mut live: Vec<String> = new.iter().map(|p| format!("{ns}/{p}")).collect();
+    live.sort();
+    control.wait_for(
+        "only the moved pods hold addresses",
+        Duration::from_secs(60),
+        || allocations_of(control, &ns) == live,
+    );
+
+    control.kubectl(&["delete", "deployment", "drained", "-n", &ns]);
+    cluster.delete_pods_leaving_nothing(&ns, &before);
+    assert_eq!(
+        allocations_of(control, &ns),
+        Vec::<String>::new(),
+        "addresses left held"
+    );
+}
