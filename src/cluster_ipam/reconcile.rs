@@ -103,12 +103,14 @@ struct Hurry {
 
 impl Hurry {
     /// The Nodes listed at `now`: one gone since the last list starts a
-    /// hurry of [`HURRY_FOR`].
+    /// hurry of [`HURRY_FOR`], and so does the first list of a new leader,
+    /// which knows nothing of what went while the Lease was unheld (its
+    /// holder may have died with its node).
     fn saw(&mut self, nodes: BTreeSet<String>, now: Instant) {
         if self
             .nodes
             .as_ref()
-            .is_some_and(|before| before.iter().any(|n| !nodes.contains(n)))
+            .is_none_or(|before| before.iter().any(|n| !nodes.contains(n)))
         {
             self.until = Some(now + HURRY_FOR);
         }
@@ -424,9 +426,16 @@ mod tests {
         let t0 = Instant::now();
         let mut hurry = Hurry::default();
         hurry.saw(names(&["a", "b"]), t0);
-        assert_eq!(hurry.interval(normal, t0), normal, "the first list");
-        hurry.saw(names(&["a", "b", "c"]), t0);
-        assert_eq!(hurry.interval(normal, t0), normal, "a node joined");
+        assert_eq!(
+            hurry.interval(normal, t0),
+            HURRY_INTERVAL,
+            "a new leader's first list"
+        );
+        let t1 = t0 + HURRY_FOR;
+        assert_eq!(hurry.interval(normal, t1), normal, "over");
+        hurry.saw(names(&["a", "b", "c"]), t1);
+        assert_eq!(hurry.interval(normal, t1), normal, "a node joined");
+        let t0 = t1;
         hurry.saw(names(&["a", "c"]), t0);
         assert_eq!(hurry.interval(normal, t0), HURRY_INTERVAL, "b was deleted");
         assert_eq!(
