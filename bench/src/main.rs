@@ -46,6 +46,7 @@ mod multus_thick;
 mod phases;
 mod pod_start;
 mod scale;
+mod scale_multus;
 mod sriov;
 mod thick;
 mod watch;
@@ -87,7 +88,9 @@ struct Args {
     cluster: bool,
     /// A directory holding a build of Multus thick (`multus-daemon` and
     /// `multus-shim`, see shared/notes/multus.md), run beside plexus on the
-    /// one-node cluster; skipped with a note without it.
+    /// one-node cluster (`--cluster`; skipped with a note without it) and
+    /// in the scale simulation (`--scale`: a `multus-daemon` per simulated
+    /// node, after plexus's, on the same objects).
     #[arg(long, value_name = "DIR")]
     multus: Option<PathBuf>,
     /// A directory holding a build of multus-dynamic-networks-controller
@@ -486,6 +489,7 @@ fn run(args: &Args) -> Result<bool, String> {
             daemons: args.daemons.max(1),
             per_node: pod_count,
             sizes,
+            multus: args.multus.as_deref(),
         });
     }
     if args.cluster_ipam {

@@ -12,29 +12,31 @@
 //!   its node right after the restart is in its cache (its watch is back),
 //!   and whether it listed again.
 //!
-//! Multus thick beside it is not run yet (issue 34 says so).
+//! With `--multus DIR`, Multus thick's daemons run each step too, on the
+//! same objects, after plexus's (`scale_multus.rs`), and the figures are
+//! printed side by side with their ratios.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use plexus_dataplane::NetNs;
-use plexus_testkit::kube::{private_api, KubeApi, Relay};
+use plexus_testkit::kube::{private_api, AuditedRequest, KubeApi, Relay};
 
 use crate::daemons::{metrics_page, ready, Daemons, Launch, NodeDaemon};
-use crate::{percentile, verdict, Namespaces};
+use crate::{percentile, scale_multus, verdict, Namespaces};
 use plexus_testkit::process::proc_status_kb;
 
 /// The first daemon's metrics port in the node namespace; one per node on.
 const METRICS_BASE: u16 = 19_500;
 /// How long a rollout may take to sync every daemon.
-const READY_BOUND: Duration = Duration::from_secs(300);
+pub(crate) const READY_BOUND: Duration = Duration::from_secs(300);
 /// The idle spell whose requests and CPU are counted.
-const IDLE: Duration = Duration::from_secs(10);
+pub(crate) const IDLE: Duration = Duration::from_secs(10);
 /// How long the API server is down in the restart.
-const RESTART_DOWN: Duration = Duration::from_secs(2);
+pub(crate) const RESTART_DOWN: Duration = Duration::from_secs(2);
 /// How long every watch may take to come back after the restart.
-const BACK_BOUND: Duration = Duration::from_secs(60);
+pub(crate) const BACK_BOUND: Duration = Duration::from_secs(60);
 /// Pods created per kubectl process, and processes at once.
 const CHUNK: usize = 250;
 const CREATORS: usize = 4;
@@ -48,25 +50,30 @@ pub struct Setup<'a> {
     pub per_node: usize,
     /// The cluster's pod counts, one step each, ascending.
     pub sizes: Vec<usize>,
+    /// A build of Multus thick to run beside plexus (`multus-daemon`).
+    pub multus: Option<&'a Path>,
 }
 
-/// What one step measured.
-struct Step {
-    pods: usize,
-    ready: Vec<Duration>,
-    rss_kb: Vec<u64>,
-    start_cpu_ms: Vec<u64>,
-    idle_cpu_ms: Vec<u64>,
+/// What one step measured, of plexus's daemons or Multus's.
+pub(crate) struct Step {
+    pub(crate) pods: usize,
+    pub(crate) ready: Vec<Duration>,
+    pub(crate) rss_kb: Vec<u64>,
+    pub(crate) start_cpu_ms: Vec<u64>,
+    pub(crate) idle_cpu_ms: Vec<u64>,
     /// Requests made while starting, summed over the daemons, by verb and
     /// resource.
-    start_requests: BTreeMap<String, u64>,
-    idle_requests: u64,
+    pub(crate) start_requests: BTreeMap<String, u64>,
+    pub(crate) idle_requests: u64,
     /// The restart, from the kill: when the API server was ready again,
     /// when each daemon's pod watch was back, and the LISTs the daemons
     /// made.
-    api_ready: Duration,
-    back: Vec<Duration>,
-    relists: u64,
+    pub(crate) api_ready: Duration,
+    pub(crate) back: Vec<Duration>,
+    /// When each daemon's pod watch was open again (the audit log's
+    /// WATCH), the figure both implementations are compared on.
+    pub(crate) watch_back: Vec<Duration>,
+    pub(crate) relists: u64,
 }
 
 pub fn run(setup: &Setup) -> Result<bool, String> {
@@ -84,13 +91,22 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
     let ours = setup.daemons * setup.per_node;
     let mut made = 0;
     let mut steps = Vec::new();
+    let mut multus_steps = Vec::new();
     for &size in &setup.sizes {
         let want = size.max(ours);
         create_pods(&api, &ns, setup, made, want)?;
         made = want;
         steps.push(measure(&api, &node, &ns, setup, want)?);
+        if let Some(multus) = setup.multus {
+            multus_steps.push(scale_multus::measure(&api, &node, setup, multus, want)?);
+        }
     }
-    report(setup, &steps)
+    let ours_ok = report(setup, "plexus daemon", &steps)?;
+    if multus_steps.is_empty() {
+        return Ok(ours_ok);
+    }
+    report(setup, "Multus thick (multus-daemon)", &multus_steps)?;
+    Ok(compare(&steps, &multus_steps) && ours_ok)
 }
 
 /// The pod `i` of the cluster: the daemons' nodes' first, then the others'.
@@ -150,21 +166,25 @@ fn create_pods(
     Ok(())
 }
 
+/// The kernel's clock ticks per second, the unit of `/proc`'s CPU times.
+fn clock_ticks() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
+}
+
 /// `/proc/<pid>/stat`'s user and system CPU, in ms.
-fn cpu_ms(pid: u32) -> Result<u64, String> {
+pub(crate) fn cpu_ms(pid: u32) -> Result<u64, String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
     // After the command's name in parentheses: state is field 3, utime 14.
     let after = &stat[stat.rfind(')').ok_or("no comm in stat")? + 2..];
     let fields: Vec<&str> = after.split(' ').collect();
     let ticks: u64 =
         fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Ok(ticks * 1000 / hz)
+    Ok(ticks * 1000 / clock_ticks())
 }
 
 /// `/proc/<pid>/status`'s VmRSS, in KiB.
-fn rss_kb(pid: u32) -> Result<u64, String> {
+pub(crate) fn rss_kb(pid: u32) -> Result<u64, String> {
     proc_status_kb(pid, "VmRSS").ok_or_else(|| format!("no VmRSS for {pid}"))
 }
 
@@ -207,6 +227,70 @@ fn requests(node: &NetNs, daemon: &NodeDaemon) -> Result<BTreeMap<String, u64>, 
 
 fn total(counts: &BTreeMap<String, u64>) -> u64 {
     counts.values().sum()
+}
+
+/// A request in the audit log, counted once: a watch when it started
+/// streaming, any other when it completed.
+fn counted_once(r: &AuditedRequest) -> bool {
+    if r.verb == "watch" {
+        r.stage == "ResponseStarted"
+    } else {
+        r.stage == "ResponseComplete"
+    }
+}
+
+/// The audit log's requests from line `from` on that `client` made.
+pub(crate) fn audited_since(
+    api: &KubeApi,
+    from: usize,
+    client: fn(&AuditedRequest) -> bool,
+) -> Vec<AuditedRequest> {
+    api.audited()
+        .into_iter()
+        .skip(from)
+        .filter(|r| counted_once(r) && client(r))
+        .collect()
+}
+
+/// Whether `r` selects the pods of node `node` (its field selector, as
+/// client-go and kube-rs encode it; `node-1` must not match `node-10`).
+fn for_node(r: &AuditedRequest, node: &str) -> bool {
+    let selector = format!("spec.nodeName%3D{node}");
+    r.uri.contains(&format!("{selector}\\u0026")) || r.uri.ends_with(&selector)
+}
+
+/// Until the pod watch of each of `nodes` (its field selector) that
+/// `client` opened is in the audit log after line `mark`,
+/// [`READY_BOUND`] at most: when each was seen, from `since`.
+pub(crate) fn watches_seen(
+    api: &KubeApi,
+    mark: usize,
+    nodes: &[String],
+    since: Instant,
+    client: fn(&AuditedRequest) -> bool,
+) -> Result<Vec<Duration>, String> {
+    let mut seen: Vec<Option<Duration>> = vec![None; nodes.len()];
+    while seen.iter().any(Option::is_none) {
+        if since.elapsed() > READY_BOUND {
+            return Err(format!("pod watches not seen within {READY_BOUND:?}"));
+        }
+        let requests = audited_since(api, mark, client);
+        for (slot, node) in seen.iter_mut().zip(nodes) {
+            let watching = requests
+                .iter()
+                .any(|r| r.verb == "watch" && r.resource == "pods" && for_node(r, node));
+            if slot.is_none() && watching {
+                *slot = Some(since.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(seen.into_iter().flatten().collect())
+}
+
+/// Whether one of plexus's daemons made `r`.
+fn by_plexus(r: &AuditedRequest) -> bool {
+    !scale_multus::by_multus(r)
 }
 
 /// One step: a rollout of every daemon, idle, restart.
@@ -287,9 +371,12 @@ fn measure(
         .iter()
         .map(|d| cached_pods(node, d))
         .collect::<Result<Vec<_>, String>>()?;
+    let restart_mark = api.audited().len();
     let restarted = Instant::now();
     api.restart(RESTART_DOWN);
     let api_ready = restarted.elapsed();
+    let names: Vec<String> = daemons.0.iter().map(|d| d.node_name.clone()).collect();
+    let watch_back = watches_seen(api, restart_mark, &names, restarted, by_plexus)?;
     let mut probes = String::new();
     for daemon in &daemons.0 {
         probes.push_str(&format!(
@@ -329,6 +416,7 @@ fn measure(
         idle_requests,
         api_ready,
         back: back.into_iter().flatten().collect(),
+        watch_back,
         relists: lists_after - lists_before,
     })
 }
@@ -337,7 +425,8 @@ fn mean(values: &[u64]) -> f64 {
     values.iter().sum::<u64>() as f64 / values.len().max(1) as f64
 }
 
-fn report(setup: &Setup, steps: &[Step]) -> Result<bool, String> {
+fn report(setup: &Setup, who: &str, steps: &[Step]) -> Result<bool, String> {
+    println!("{who}:");
     println!(
         "{:>8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>9} {:>10} {:>10} {:>10} {:>8}",
         "pods",
@@ -379,11 +468,14 @@ fn report(setup: &Setup, steps: &[Step]) -> Result<bool, String> {
             .map(|(k, n)| format!("{:.1} {k}", *n as f64 / setup.daemons as f64))
             .collect();
         println!(
-            "  {} pods: requests per daemon at start: {}; idle CPU {:.0} ms in {:?}",
+            "  {} pods: requests per daemon at start: {}; idle CPU {:.0} ms in {:?}; \
+             pod watch open again after the restart p50 {:.2} s, max {:.2} s",
             s.pods,
             per.join(", "),
             mean(&s.idle_cpu_ms),
-            IDLE
+            IDLE,
+            percentile(&s.watch_back, 0.5).as_secs_f64(),
+            percentile(&s.watch_back, 1.0).as_secs_f64(),
         );
     }
     let (Some(first), Some(last)) = (steps.first(), steps.last()) else {
@@ -411,4 +503,95 @@ fn report(setup: &Setup, steps: &[Step]) -> Result<bool, String> {
         verdict(back)
     );
     Ok(flat && idle && back)
+}
+
+/// plexus's figures against Multus's, step by step: the ratio of each
+/// (Multus's over plexus's: above 1 is plexus ahead), and whether plexus
+/// is ahead on every one.
+fn compare(ours: &[Step], theirs: &[Step]) -> bool {
+    println!("Multus thick / plexus (above 1: plexus ahead):");
+    println!(
+        "{:>8} {:>10} {:>10} {:>10} {:>11} {:>12} {:>10} {:>8}",
+        "pods",
+        "sync p50",
+        "sync max",
+        "RSS mean",
+        "start CPU",
+        "start req",
+        "watch max",
+        "relists"
+    );
+    let ratio = |theirs: f64, ours: f64| theirs / ours.max(1e-9);
+    // /proc's CPU times count in ticks: below one, a ratio means nothing.
+    let tick = 1000.0 / clock_ticks() as f64;
+    let cpu = |s: &Step| mean(&s.start_cpu_ms).max(tick);
+    let mut ahead = true;
+    for (o, t) in ours.iter().zip(theirs) {
+        let requests = |s: &Step| total(&s.start_requests) as f64;
+        let figures = [
+            ratio(
+                percentile(&t.ready, 0.5).as_secs_f64(),
+                percentile(&o.ready, 0.5).as_secs_f64(),
+            ),
+            ratio(
+                percentile(&t.ready, 1.0).as_secs_f64(),
+                percentile(&o.ready, 1.0).as_secs_f64(),
+            ),
+            ratio(mean(&t.rss_kb), mean(&o.rss_kb)),
+            ratio(cpu(t), cpu(o)),
+            ratio(requests(t), requests(o)),
+            ratio(
+                percentile(&t.watch_back, 1.0).as_secs_f64(),
+                percentile(&o.watch_back, 1.0).as_secs_f64(),
+            ),
+        ];
+        println!(
+            "{:>8} {:>9.2}x {:>9.2}x {:>9.2}x {:>10.2}x {:>11.2}x {:>9.2}x {:>4} / {}",
+            o.pods,
+            figures[0],
+            figures[1],
+            figures[2],
+            figures[3],
+            figures[4],
+            figures[5],
+            t.relists,
+            o.relists
+        );
+        ahead &= figures.iter().all(|&f| f >= 1.0)
+            && t.idle_requests >= o.idle_requests
+            && t.relists >= o.relists;
+    }
+    println!(
+        "plexus ahead of Multus thick on every figure: {}",
+        verdict(ahead)
+    );
+    plot("daemon sync time p50 (s)", ours, theirs, |s| {
+        percentile(&s.ready, 0.5).as_secs_f64()
+    });
+    plot("daemon RSS mean (MB)", ours, theirs, |s| {
+        mean(&s.rss_kb) / 1024.0
+    });
+    plot("daemon CPU to sync, mean (ms)", ours, theirs, |s| {
+        mean(&s.start_cpu_ms)
+    });
+    ahead
+}
+
+/// A text plot of `figure` against the cluster's size: a bar per step for
+/// plexus and for Multus, on one scale.
+fn plot(title: &str, ours: &[Step], theirs: &[Step], figure: impl Fn(&Step) -> f64) {
+    const WIDTH: f64 = 50.0;
+    let max = ours
+        .iter()
+        .chain(theirs)
+        .map(&figure)
+        .fold(f64::MIN_POSITIVE, f64::max);
+    println!("\n{title}, against the cluster's pods:");
+    for (o, t) in ours.iter().zip(theirs) {
+        for (who, step) in [("plexus", o), ("Multus", t)] {
+            let value = figure(step);
+            let bar = "#".repeat(((value / max) * WIDTH).round().max(1.0) as usize);
+            println!("{:>7} {who:<6} |{bar} {value:.2}", step.pods);
+        }
+    }
 }

@@ -314,6 +314,8 @@ pub struct AuditedRequest {
     /// The request's path and query, as the audit log writes it (JSON
     /// escapes: `&` is `\u0026`).
     pub uri: String,
+    /// The client's `User-Agent`, to tell clients with one identity apart.
+    pub user_agent: String,
 }
 
 /// Just enough JSON reading for audit lines, so the testkit needs no JSON
@@ -342,6 +344,7 @@ mod audit_line {
             name: string_after(object, "name"),
             stage: string_after(line, "stage"),
             uri: string_after(line, "requestURI"),
+            user_agent: string_after(line, "userAgent"),
         })
     }
 }
