@@ -239,15 +239,47 @@ fn placed_on(cluster: &Cluster, keep: &Node, ns: &str, app: &str, count: usize, 
     }
 }
 
+/// A test's namespace with the `fabric` network (its addresses in a range
+/// of its own), and every node's network state before it.
+struct OnFabric<'c> {
+    cluster: &'c Cluster,
+    ns: String,
+    before: Vec<BTreeSet<String>>,
+}
+
+impl<'c> OnFabric<'c> {
+    fn new(cluster: &'c Cluster, prefix: &str, range: &str) -> Self {
+        let before = cluster.network_states();
+        let ns = cluster.control().namespace(prefix);
+        cluster.control().apply(&ns, &fabric_nad(range));
+        OnFabric {
+            cluster,
+            ns,
+            before,
+        }
+    }
+
+    /// The namespace's pods deleted: nothing left on any node nor in the
+    /// IPPools.
+    fn end(self) {
+        self.cluster
+            .delete_pods_leaving_nothing(&self.ns, &self.before);
+        assert_eq!(
+            allocations_of(self.cluster.control(), &self.ns),
+            Vec::<String>::new(),
+            "addresses left held"
+        );
+    }
+}
+
 #[test]
 fn pods_on_different_nodes_reach_each_other_over_the_fabric_with_unique_addresses() {
     let Some((_alone, cluster)) = turn() else {
         return;
     };
     let control = cluster.control();
-    let before = cluster.network_states();
-    let ns = control.namespace("fabric");
-    control.apply(&ns, &fabric_nad("10.40.0.0/24"));
+    let scene = OnFabric::new(cluster, "fabric", "10.40.0.0/24");
+    let ns = scene.ns.clone();
     let pods: Vec<String> = cluster
         .nodes
         .iter()
@@ -280,12 +312,7 @@ fn pods_on_different_nodes_reach_each_other_over_the_fabric_with_unique_addresse
             assert_eq!(answer.trim(), to, "{from} to {to} at {ip}:{PORT} over TCP");
         }
     }
-    cluster.delete_pods_leaving_nothing(&ns, &before);
-    assert_eq!(
-        allocations_of(control, &ns),
-        Vec::<String>::new(),
-        "addresses left held"
-    );
+    scene.end();
 }
 
 #[test]
@@ -294,9 +321,8 @@ fn a_rolling_update_across_every_node_while_pods_start_fails_none_and_leaks_noth
         return;
     };
     let control = cluster.control();
-    let before = cluster.network_states();
-    let ns = control.namespace("rollout");
-    control.apply(&ns, &fabric_nad("10.41.0.0/24"));
+    let scene = OnFabric::new(cluster, "rollout", "10.41.0.0/24");
+    let ns = scene.ns.clone();
     // The new image on every node: the same binary with its tag appended,
     // so the installers really replace it.
     control.deploy(&["--tag", "rollout"]);
@@ -327,16 +353,8 @@ fn a_rolling_update_across_every_node_while_pods_start_fails_none_and_leaks_noth
         "--timeout",
         "180s",
     ]);
-    let images = control.kubectl(&[
-        "get",
-        "pods",
-        "-n",
-        "kube-system",
-        "-l",
-        "app=plexus",
-        "-o",
-        "jsonpath={range .items[*]}{.spec.nodeName} {.spec.containers[*].image}{\"\\n\"}{end}",
-    ]);
+    let images = control
+        .plexus_pods("{range .items[*]}{.spec.nodeName} {.spec.containers[*].image}{\"\\n\"}{end}");
     assert_eq!(images.lines().count(), cluster.nodes.len(), "{images}");
     assert!(
         images
@@ -346,12 +364,7 @@ fn a_rolling_update_across_every_node_while_pods_start_fails_none_and_leaks_noth
     );
     let ips = wait_attached(control, &ns, &pods);
     assert_unique(&ips);
-    cluster.delete_pods_leaving_nothing(&ns, &before);
-    assert_eq!(
-        allocations_of(control, &ns),
-        Vec::<String>::new(),
-        "addresses left held"
-    );
+    scene.end();
 }
 
 /// How long the cluster takes to replace a dead node's pods: the pod
@@ -365,6 +378,86 @@ const RESCHEDULED: Duration = Duration::from_secs(180);
 /// its Lease expires first (60 s).
 const RECLAIMED: Duration = Duration::from_secs(240);
 
+/// Two pods of a Deployment `app`, attached to `fabric`, placed on one
+/// node, for a test that makes them move; in a namespace of their own.
+struct Moving<'c> {
+    scene: OnFabric<'c>,
+    from: &'c Node,
+    app: &'static str,
+    pods: Vec<String>,
+    ips: Vec<String>,
+}
+
+impl<'c> Moving<'c> {
+    /// The Deployment's pods on `from`, with their addresses in `range`.
+    fn start(cluster: &'c Cluster, from: &'c Node, app: &'static str, range: &str) -> Self {
+        let scene = OnFabric::new(cluster, app, range);
+        let (control, ns) = (cluster.control(), &scene.ns);
+        placed_on(
+            cluster,
+            from,
+            ns,
+            app,
+            2,
+            &deployment(app, 2, &from.pod_image),
+        );
+        let pods: Vec<String> = pods_of(control, ns, app)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        let ips = wait_attached(control, ns, &pods);
+        Moving {
+            scene,
+            from,
+            app,
+            pods,
+            ips,
+        }
+    }
+
+    /// Waits until the Deployment's pods are others, on other nodes than
+    /// `from`, attached; returns them and their addresses.
+    fn moved(&self, what: &str) -> (Vec<String>, Vec<String>) {
+        let (control, ns) = (self.scene.cluster.control(), &self.scene.ns);
+        let mut moved = Vec::new();
+        control.wait_for(what, RESCHEDULED, || {
+            moved = pods_of(control, ns, self.app);
+            moved.len() == 2
+                && moved
+                    .iter()
+                    .all(|(p, node)| !self.pods.contains(p) && *node != self.from.name)
+        });
+        let new: Vec<String> = moved.into_iter().map(|(p, _)| p).collect();
+        let ips = wait_attached(control, ns, &new);
+        (new, ips)
+    }
+
+    /// Waits, `bound` at most, until only `pods` hold addresses of the
+    /// namespace's network.
+    fn only_held_by(&self, what: &str, pods: &[String], bound: Duration) {
+        let (control, ns) = (self.scene.cluster.control(), &self.scene.ns);
+        let mut live: Vec<String> = pods.iter().map(|p| format!("{ns}/{p}")).collect();
+        live.sort();
+        control.wait_for(what, bound, || allocations_of(control, ns) == live);
+    }
+
+    /// The Deployment deleted, then [`OnFabric::end`].
+    fn end(self) {
+        let control = self.scene.cluster.control();
+        control.kubectl(&["delete", "deployment", self.app, "-n", &self.scene.ns]);
+        self.scene.end();
+    }
+}
+
+/// The sandboxes that have plexus records on `node` (records are named
+/// `<container id>@<ifname>.json`).
+fn sandboxes_with_records(node: &Node) -> BTreeSet<String> {
+    node.exec_ok(&["ls", "/var/lib/cni/plexus"])
+        .lines()
+        .filter_map(|r| r.split_once('@').map(|(id, _)| id.to_string()))
+        .collect()
+}
+
 #[test]
 fn a_dead_node_s_pods_move_its_addresses_come_back_and_it_rejoins_clean() {
     let Some((_alone, cluster)) = turn() else {
@@ -372,58 +465,23 @@ fn a_dead_node_s_pods_move_its_addresses_come_back_and_it_rejoins_clean() {
     };
     let control = cluster.control();
     let victim = &cluster.nodes[2];
-    let before = cluster.network_states();
-    let ns = control.namespace("dead-node");
-    control.apply(&ns, &fabric_nad("10.42.0.0/24"));
-    placed_on(
-        cluster,
-        victim,
-        &ns,
-        "mover",
-        2,
-        &deployment("mover", 2, &victim.pod_image),
-    );
-    let old: Vec<String> = pods_of(control, &ns, "mover")
-        .into_iter()
-        .map(|(p, _)| p)
-        .collect();
-    let old_ips = wait_attached(control, &ns, &old);
-    let records = victim.exec_ok(&["ls", "/var/lib/cni/plexus"]);
-    let old_sandboxes: BTreeSet<String> = records
-        .lines()
-        .filter_map(|r| r.split_once('@').map(|(id, _)| id.to_string()))
-        .collect();
-    assert_eq!(old_sandboxes.len(), old.len(), "{records}");
+    let mover = Moving::start(cluster, victim, "mover", "10.42.0.0/24");
+    let old_sandboxes = sandboxes_with_records(victim);
+    assert_eq!(old_sandboxes.len(), mover.pods.len(), "{old_sandboxes:?}");
 
     // The power cut, then the operator deletes the dead node.
     victim.power_off();
     let dead = Instant::now();
     control.kubectl(&["delete", "node", &victim.name]);
-    let mut moved = Vec::new();
-    control.wait_for("the dead node's pods rescheduled", RESCHEDULED, || {
-        moved = pods_of(control, &ns, "mover");
-        moved.len() == 2
-            && moved
-                .iter()
-                .all(|(p, node)| !old.contains(p) && *node != victim.name)
-    });
-    let new: Vec<String> = moved.into_iter().map(|(p, _)| p).collect();
-    let new_ips = wait_attached(control, &ns, &new);
+    let (new, new_ips) = mover.moved("the dead node's pods rescheduled");
     eprintln!(
         "rescheduled with their networks {:?} after the power cut: {new_ips:?}",
         dead.elapsed()
     );
     // The dead pods' addresses were still held while the new pods took
     // theirs: no address is ever given to two pods that may be alive.
-    assert_unique(&[old_ips.clone(), new_ips.clone()].concat());
-    let live: Vec<String> = {
-        let mut live: Vec<String> = new.iter().map(|p| format!("{ns}/{p}")).collect();
-        live.sort();
-        live
-    };
-    control.wait_for("the dead pods' addresses given back", RECLAIMED, || {
-        allocations_of(control, &ns) == live
-    });
+    assert_unique(&[mover.ips.clone(), new_ips.clone()].concat());
+    mover.only_held_by("the dead pods' addresses given back", &new, RECLAIMED);
     eprintln!(
         "the dead pods' addresses given back {:?} after the power cut",
         dead.elapsed()
@@ -432,27 +490,10 @@ fn a_dead_node_s_pods_move_its_addresses_come_back_and_it_rejoins_clean() {
     // Powered on, the node registers again; kubelet stops the old
     // sandboxes (no netns left), and their DELs leave no record.
     victim.power_on();
-    let deadline = Instant::now() + Duration::from_secs(150);
-    let old_left = || {
-        let records = victim.exec_ok(&["ls", "/var/lib/cni/plexus"]);
-        records
-            .lines()
-            .filter(|r| {
-                r.split_once('@')
-                    .is_some_and(|(id, _)| old_sandboxes.contains(id))
-            })
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-    };
-    let mut left = old_left();
-    while !left.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(500));
-        left = old_left();
-    }
-    assert_eq!(
-        left,
-        Vec::<String>::new(),
-        "records of the sandboxes of before the power cut"
+    victim.wait_for(
+        "no record of the sandboxes of before the power cut",
+        Duration::from_secs(150),
+        || sandboxes_with_records(victim).is_disjoint(&old_sandboxes),
     );
     control.kubectl(&[
         "rollout",
@@ -464,17 +505,10 @@ fn a_dead_node_s_pods_move_its_addresses_come_back_and_it_rejoins_clean() {
         "120s",
     ]);
     let back = format!("back-on-{}", victim.name);
-    control.apply(&ns, &pinned_pod(&back, victim));
-    let back_ip = wait_attached(control, &ns, &[back]);
+    control.apply(&mover.scene.ns, &pinned_pod(&back, victim));
+    let back_ip = wait_attached(control, &mover.scene.ns, &[back]);
     assert_unique(&[new_ips, back_ip].concat());
-
-    control.kubectl(&["delete", "deployment", "mover", "-n", &ns]);
-    cluster.delete_pods_leaving_nothing(&ns, &before);
-    assert_eq!(
-        allocations_of(control, &ns),
-        Vec::<String>::new(),
-        "addresses left held"
-    );
+    mover.end();
 }
 
 #[test]
@@ -484,23 +518,7 @@ fn a_drained_node_s_pods_move_with_their_networks() {
     };
     let control = cluster.control();
     let drained = &cluster.nodes[1];
-    let before = cluster.network_states();
-    let ns = control.namespace("drain");
-    control.apply(&ns, &fabric_nad("10.43.0.0/24"));
-    placed_on(
-        cluster,
-        drained,
-        &ns,
-        "drained",
-        2,
-        &deployment("drained", 2, &drained.pod_image),
-    );
-    let old: Vec<String> = pods_of(control, &ns, "drained")
-        .into_iter()
-        .map(|(p, _)| p)
-        .collect();
-    wait_attached(control, &ns, &old);
-
+    let mover = Moving::start(cluster, drained, "drained", "10.43.0.0/24");
     control.kubectl(&[
         "drain",
         &drained.name,
@@ -509,32 +527,14 @@ fn a_drained_node_s_pods_move_with_their_networks() {
         "--timeout",
         "120s",
     ]);
-    let mut moved = Vec::new();
-    control.wait_for("the drained pods moved", RESCHEDULED, || {
-        moved = pods_of(control, &ns, "drained");
-        moved.len() == 2
-            && moved
-                .iter()
-                .all(|(p, node)| !old.contains(p) && *node != drained.name)
-    });
+    let (new, ips) = mover.moved("the drained pods moved");
     control.kubectl(&["uncordon", &drained.name]);
-    let new: Vec<String> = moved.into_iter().map(|(p, _)| p).collect();
-    let ips = wait_attached(control, &ns, &new);
     assert_unique(&ips);
     // The drained pods' DELs gave their addresses back at once.
-    let mut live: Vec<String> = new.iter().map(|p| format!("{ns}/{p}")).collect();
-    live.sort();
-    control.wait_for(
+    mover.only_held_by(
         "only the moved pods hold addresses",
+        &new,
         Duration::from_secs(60),
-        || allocations_of(control, &ns) == live,
     );
-
-    control.kubectl(&["delete", "deployment", "drained", "-n", &ns]);
-    cluster.delete_pods_leaving_nothing(&ns, &before);
-    assert_eq!(
-        allocations_of(control, &ns),
-        Vec::<String>::new(),
-        "addresses left held"
-    );
+    mover.end();
 }

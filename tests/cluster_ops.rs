@@ -122,16 +122,7 @@ fn wait_attached(node: &Node, ns: &str, names: &[String]) {
 
 /// A jsonpath of the DaemonSet's pod (`app=plexus`, one on the one node).
 fn plexus_pod(node: &Node, jsonpath: &str) -> String {
-    node.kubectl(&[
-        "get",
-        "pods",
-        "-n",
-        "kube-system",
-        "-l",
-        "app=plexus",
-        "-o",
-        &format!("jsonpath={{.items[0]{jsonpath}}}"),
-    ])
+    node.plexus_pods(&format!("{{.items[0]{jsonpath}}}"))
 }
 
 /// Waits until the DaemonSet's pod is Ready again (its daemon serving).

@@ -47,6 +47,7 @@ mod phases;
 mod pod_start;
 mod scale;
 mod scale_multus;
+mod scale_step;
 mod sriov;
 mod thick;
 mod watch;
@@ -483,7 +484,7 @@ fn run(args: &Args) -> Result<bool, String> {
         }
         let mut sizes = args.cluster_pods.clone();
         sizes.sort_unstable();
-        return scale::run(&scale::Setup {
+        return scale::run(&scale_step::Setup {
             plexus: &plexus,
             tmp: &tmp.0,
             daemons: args.daemons.max(1),

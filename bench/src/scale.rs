@@ -17,64 +17,23 @@
 //! printed side by side with their ratios.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use plexus_dataplane::NetNs;
 use plexus_testkit::kube::{private_api, AuditedRequest, KubeApi, Relay};
 
 use crate::daemons::{metrics_page, ready, Daemons, Launch, NodeDaemon};
+use crate::scale_step::{
+    by_multus, clock_ticks, usage, watches_seen, Restart, Setup, Step, BACK_BOUND, IDLE,
+    READY_BOUND, RESTART_DOWN,
+};
 use crate::{percentile, scale_multus, verdict, Namespaces};
-use plexus_testkit::process::proc_status_kb;
 
 /// The first daemon's metrics port in the node namespace; one per node on.
 const METRICS_BASE: u16 = 19_500;
-/// How long a rollout may take to sync every daemon.
-pub(crate) const READY_BOUND: Duration = Duration::from_secs(300);
-/// The idle spell whose requests and CPU are counted.
-pub(crate) const IDLE: Duration = Duration::from_secs(10);
-/// How long the API server is down in the restart.
-pub(crate) const RESTART_DOWN: Duration = Duration::from_secs(2);
-/// How long every watch may take to come back after the restart.
-pub(crate) const BACK_BOUND: Duration = Duration::from_secs(60);
 /// Pods created per kubectl process, and processes at once.
 const CHUNK: usize = 250;
 const CREATORS: usize = 4;
-
-pub struct Setup<'a> {
-    pub plexus: &'a Path,
-    pub tmp: &'a Path,
-    /// Simulated nodes with a daemon.
-    pub daemons: usize,
-    /// Pods on each node (the daemons' and the others').
-    pub per_node: usize,
-    /// The cluster's pod counts, one step each, ascending.
-    pub sizes: Vec<usize>,
-    /// A build of Multus thick to run beside plexus (`multus-daemon`).
-    pub multus: Option<&'a Path>,
-}
-
-/// What one step measured, of plexus's daemons or Multus's.
-pub(crate) struct Step {
-    pub(crate) pods: usize,
-    pub(crate) ready: Vec<Duration>,
-    pub(crate) rss_kb: Vec<u64>,
-    pub(crate) start_cpu_ms: Vec<u64>,
-    pub(crate) idle_cpu_ms: Vec<u64>,
-    /// Requests made while starting, summed over the daemons, by verb and
-    /// resource.
-    pub(crate) start_requests: BTreeMap<String, u64>,
-    pub(crate) idle_requests: u64,
-    /// The restart, from the kill: when the API server was ready again,
-    /// when each daemon's pod watch was back, and the LISTs the daemons
-    /// made.
-    pub(crate) api_ready: Duration,
-    pub(crate) back: Vec<Duration>,
-    /// When each daemon's pod watch was open again (the audit log's
-    /// WATCH), the figure both implementations are compared on.
-    pub(crate) watch_back: Vec<Duration>,
-    pub(crate) relists: u64,
-}
 
 pub fn run(setup: &Setup) -> Result<bool, String> {
     println!(
@@ -166,28 +125,6 @@ fn create_pods(
     Ok(())
 }
 
-/// The kernel's clock ticks per second, the unit of `/proc`'s CPU times.
-fn clock_ticks() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
-}
-
-/// `/proc/<pid>/stat`'s user and system CPU, in ms.
-pub(crate) fn cpu_ms(pid: u32) -> Result<u64, String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
-    // After the command's name in parentheses: state is field 3, utime 14.
-    let after = &stat[stat.rfind(')').ok_or("no comm in stat")? + 2..];
-    let fields: Vec<&str> = after.split(' ').collect();
-    let ticks: u64 =
-        fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
-    Ok(ticks * 1000 / clock_ticks())
-}
-
-/// `/proc/<pid>/status`'s VmRSS, in KiB.
-pub(crate) fn rss_kb(pid: u32) -> Result<u64, String> {
-    proc_status_kb(pid, "VmRSS").ok_or_else(|| format!("no VmRSS for {pid}"))
-}
-
 /// The pods in the daemon's cache.
 fn cached_pods(node: &NetNs, daemon: &NodeDaemon) -> Result<u64, String> {
     let text = metrics_page(node, daemon.port)?;
@@ -229,68 +166,9 @@ fn total(counts: &BTreeMap<String, u64>) -> u64 {
     counts.values().sum()
 }
 
-/// A request in the audit log, counted once: a watch when it started
-/// streaming, any other when it completed.
-fn counted_once(r: &AuditedRequest) -> bool {
-    if r.verb == "watch" {
-        r.stage == "ResponseStarted"
-    } else {
-        r.stage == "ResponseComplete"
-    }
-}
-
-/// The audit log's requests from line `from` on that `client` made.
-pub(crate) fn audited_since(
-    api: &KubeApi,
-    from: usize,
-    client: fn(&AuditedRequest) -> bool,
-) -> Vec<AuditedRequest> {
-    api.audited()
-        .into_iter()
-        .skip(from)
-        .filter(|r| counted_once(r) && client(r))
-        .collect()
-}
-
-/// Whether `r` selects the pods of node `node` (its field selector, as
-/// client-go and kube-rs encode it; `node-1` must not match `node-10`).
-fn for_node(r: &AuditedRequest, node: &str) -> bool {
-    let selector = format!("spec.nodeName%3D{node}");
-    r.uri.contains(&format!("{selector}\\u0026")) || r.uri.ends_with(&selector)
-}
-
-/// Until the pod watch of each of `nodes` (its field selector) that
-/// `client` opened is in the audit log after line `mark`,
-/// [`READY_BOUND`] at most: when each was seen, from `since`.
-pub(crate) fn watches_seen(
-    api: &KubeApi,
-    mark: usize,
-    nodes: &[String],
-    since: Instant,
-    client: fn(&AuditedRequest) -> bool,
-) -> Result<Vec<Duration>, String> {
-    let mut seen: Vec<Option<Duration>> = vec![None; nodes.len()];
-    while seen.iter().any(Option::is_none) {
-        if since.elapsed() > READY_BOUND {
-            return Err(format!("pod watches not seen within {READY_BOUND:?}"));
-        }
-        let requests = audited_since(api, mark, client);
-        for (slot, node) in seen.iter_mut().zip(nodes) {
-            let watching = requests
-                .iter()
-                .any(|r| r.verb == "watch" && r.resource == "pods" && for_node(r, node));
-            if slot.is_none() && watching {
-                *slot = Some(since.elapsed());
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(seen.into_iter().flatten().collect())
-}
-
 /// Whether one of plexus's daemons made `r`.
 fn by_plexus(r: &AuditedRequest) -> bool {
-    !scale_multus::by_multus(r)
+    !by_multus(r)
 }
 
 /// One step: a rollout of every daemon, idle, restart.
@@ -332,14 +210,6 @@ fn measure(
         std::thread::sleep(Duration::from_millis(50));
     }
     let pids: Vec<u32> = daemons.0.iter().map(|d| d.child.id()).collect();
-    let start_cpu_ms = pids
-        .iter()
-        .map(|&p| cpu_ms(p))
-        .collect::<Result<Vec<_>, _>>()?;
-    let rss = pids
-        .iter()
-        .map(|&p| rss_kb(p))
-        .collect::<Result<Vec<_>, _>>()?;
     let mut start_requests = BTreeMap::new();
     let mut before_idle = Vec::new();
     for daemon in &daemons.0 {
@@ -349,16 +219,14 @@ fn measure(
         }
         before_idle.push(total(&counts));
     }
-    std::thread::sleep(IDLE);
-    let mut idle_requests = 0;
-    for (daemon, before) in daemons.0.iter().zip(&before_idle) {
-        idle_requests += total(&requests(node, daemon)?) - before;
-    }
-    let idle_cpu_ms = pids
-        .iter()
-        .zip(&start_cpu_ms)
-        .map(|(&p, start)| Ok(cpu_ms(p)? - start))
-        .collect::<Result<Vec<_>, String>>()?;
+    let usage = usage(&pids, || {
+        std::thread::sleep(IDLE);
+        let mut idle_requests = 0;
+        for (daemon, before) in daemons.0.iter().zip(&before_idle) {
+            idle_requests += total(&requests(node, daemon)?) - before;
+        }
+        Ok(idle_requests)
+    })?;
 
     // The restart: each daemon's pod watch must come back.
     let lists_before: u64 = daemons
@@ -406,18 +274,19 @@ fn measure(
         .map(|d| requests(node, d).map(|c| c.get("list pods").copied().unwrap_or(0)))
         .sum::<Result<u64, String>>()?;
     drop(daemons);
-    Ok(Step {
-        pods,
-        ready: ready_at.into_iter().flatten().collect(),
-        rss_kb: rss,
-        start_cpu_ms,
-        idle_cpu_ms,
-        start_requests,
-        idle_requests,
+    let restart = Restart {
         api_ready,
         back: back.into_iter().flatten().collect(),
         watch_back,
         relists: lists_after - lists_before,
+    };
+    let ready = ready_at.into_iter().flatten().collect();
+    Ok(Step {
+        pods,
+        ready,
+        usage,
+        start_requests,
+        restart,
     })
 }
 
@@ -447,14 +316,14 @@ fn report(setup: &Setup, who: &str, steps: &[Step]) -> Result<bool, String> {
             s.pods,
             percentile(&s.ready, 0.5).as_secs_f64(),
             percentile(&s.ready, 1.0).as_secs_f64(),
-            mean(&s.rss_kb) / 1024.0,
-            *s.rss_kb.iter().max().unwrap_or(&0) as f64 / 1024.0,
-            mean(&s.start_cpu_ms),
-            s.idle_requests,
-            s.api_ready.as_secs_f64(),
-            percentile(&s.back, 0.5).as_secs_f64(),
-            percentile(&s.back, 1.0).as_secs_f64(),
-            s.relists,
+            mean(&s.usage.rss_kb) / 1024.0,
+            *s.usage.rss_kb.iter().max().unwrap_or(&0) as f64 / 1024.0,
+            mean(&s.usage.start_cpu_ms),
+            s.usage.idle_requests,
+            s.restart.api_ready.as_secs_f64(),
+            percentile(&s.restart.back, 0.5).as_secs_f64(),
+            percentile(&s.restart.back, 1.0).as_secs_f64(),
+            s.restart.relists,
         );
     }
     println!(
@@ -472,28 +341,28 @@ fn report(setup: &Setup, who: &str, steps: &[Step]) -> Result<bool, String> {
              pod watch open again after the restart p50 {:.2} s, max {:.2} s",
             s.pods,
             per.join(", "),
-            mean(&s.idle_cpu_ms),
+            mean(&s.usage.idle_cpu_ms),
             IDLE,
-            percentile(&s.watch_back, 0.5).as_secs_f64(),
-            percentile(&s.watch_back, 1.0).as_secs_f64(),
+            percentile(&s.restart.watch_back, 0.5).as_secs_f64(),
+            percentile(&s.restart.watch_back, 1.0).as_secs_f64(),
         );
     }
     let (Some(first), Some(last)) = (steps.first(), steps.last()) else {
         return Ok(true);
     };
-    let flat = mean(&last.rss_kb) <= mean(&first.rss_kb) * 1.25 + 1024.0;
-    let idle = steps.iter().all(|s| s.idle_requests == 0);
+    let flat = mean(&last.usage.rss_kb) <= mean(&first.usage.rss_kb) * 1.25 + 1024.0;
+    let idle = steps.iter().all(|s| s.usage.idle_requests == 0);
     // The reconnect backoff's ceiling (2 s) and its jitter, past the API
     // server's readiness.
     let late = Duration::from_secs(3);
     let back = steps
         .iter()
-        .all(|s| percentile(&s.back, 1.0) <= s.api_ready + late);
+        .all(|s| percentile(&s.restart.back, 1.0) <= s.restart.api_ready + late);
     println!(
         "memory flat as the cluster grows ({:.1} MB at {} pods, {:.1} MB at {}): {}",
-        mean(&first.rss_kb) / 1024.0,
+        mean(&first.usage.rss_kb) / 1024.0,
         first.pods,
-        mean(&last.rss_kb) / 1024.0,
+        mean(&last.usage.rss_kb) / 1024.0,
         last.pods,
         verdict(flat)
     );
@@ -524,7 +393,7 @@ fn compare(ours: &[Step], theirs: &[Step]) -> bool {
     let ratio = |theirs: f64, ours: f64| theirs / ours.max(1e-9);
     // /proc's CPU times count in ticks: below one, a ratio means nothing.
     let tick = 1000.0 / clock_ticks() as f64;
-    let cpu = |s: &Step| mean(&s.start_cpu_ms).max(tick);
+    let cpu = |s: &Step| mean(&s.usage.start_cpu_ms).max(tick);
     let mut ahead = true;
     for (o, t) in ours.iter().zip(theirs) {
         let requests = |s: &Step| total(&s.start_requests) as f64;
@@ -537,12 +406,12 @@ fn compare(ours: &[Step], theirs: &[Step]) -> bool {
                 percentile(&t.ready, 1.0).as_secs_f64(),
                 percentile(&o.ready, 1.0).as_secs_f64(),
             ),
-            ratio(mean(&t.rss_kb), mean(&o.rss_kb)),
+            ratio(mean(&t.usage.rss_kb), mean(&o.usage.rss_kb)),
             ratio(cpu(t), cpu(o)),
             ratio(requests(t), requests(o)),
             ratio(
-                percentile(&t.watch_back, 1.0).as_secs_f64(),
-                percentile(&o.watch_back, 1.0).as_secs_f64(),
+                percentile(&t.restart.watch_back, 1.0).as_secs_f64(),
+                percentile(&o.restart.watch_back, 1.0).as_secs_f64(),
             ),
         ];
         println!(
@@ -554,12 +423,12 @@ fn compare(ours: &[Step], theirs: &[Step]) -> bool {
             figures[3],
             figures[4],
             figures[5],
-            t.relists,
-            o.relists
+            t.restart.relists,
+            o.restart.relists
         );
         ahead &= figures.iter().all(|&f| f >= 1.0)
-            && t.idle_requests >= o.idle_requests
-            && t.relists >= o.relists;
+            && t.usage.idle_requests >= o.usage.idle_requests
+            && t.restart.relists >= o.restart.relists;
     }
     println!(
         "plexus ahead of Multus thick on every figure: {}",
@@ -569,10 +438,10 @@ fn compare(ours: &[Step], theirs: &[Step]) -> bool {
         percentile(&s.ready, 0.5).as_secs_f64()
     });
     plot("daemon RSS mean (MB)", ours, theirs, |s| {
-        mean(&s.rss_kb) / 1024.0
+        mean(&s.usage.rss_kb) / 1024.0
     });
     plot("daemon CPU to sync, mean (ms)", ours, theirs, |s| {
-        mean(&s.start_cpu_ms)
+        mean(&s.usage.start_cpu_ms)
     });
     ahead
 }

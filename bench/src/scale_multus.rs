@@ -29,8 +29,9 @@ use plexus_testkit::kube::{AuditedRequest, KubeApi};
 use serde_json::json;
 
 use crate::multus_thick::binary_in;
-use crate::scale::{
-    audited_since, cpu_ms, rss_kb, watches_seen, Setup, Step, IDLE, READY_BOUND, RESTART_DOWN,
+use crate::scale_step::{
+    audited_since, by_multus, usage, watches_seen, Restart, Setup, Step, IDLE, READY_BOUND,
+    RESTART_DOWN,
 };
 
 /// What multus-daemon logs once its pod informer synced and it serves.
@@ -46,11 +47,6 @@ impl Drop for MultusDaemons {
             let _ = child.wait();
         }
     }
-}
-
-/// Whether multus-daemon made `r` (plexus's daemons send no User-Agent).
-pub(crate) fn by_multus(r: &AuditedRequest) -> bool {
-    r.user_agent.starts_with("multus-daemon")
 }
 
 /// The audit log's multus-daemon requests from line `from` on.
@@ -191,28 +187,17 @@ pub(crate) fn measure(
     // start, as plexus counts its own.
     watches_seen(api, mark, &names, started, by_multus)?;
     let pids: Vec<u32> = daemons.0.iter().map(|(_, c, _)| c.id()).collect();
-    let start_cpu_ms = pids
-        .iter()
-        .map(|&p| cpu_ms(p))
-        .collect::<Result<Vec<_>, _>>()?;
-    let rss = pids
-        .iter()
-        .map(|&p| rss_kb(p))
-        .collect::<Result<Vec<_>, _>>()?;
     let mut start_requests = BTreeMap::new();
     for r in requests_since(api, mark) {
         *start_requests
             .entry(format!("{} {}", r.verb, r.resource))
             .or_insert(0) += 1;
     }
-    let idle_mark = api.audited().len();
-    std::thread::sleep(IDLE);
-    let idle_requests = requests_since(api, idle_mark).len() as u64;
-    let idle_cpu_ms = pids
-        .iter()
-        .zip(&start_cpu_ms)
-        .map(|(&p, start)| Ok(cpu_ms(p)? - start))
-        .collect::<Result<Vec<_>, String>>()?;
+    let usage = usage(&pids, || {
+        let idle_mark = api.audited().len();
+        std::thread::sleep(IDLE);
+        Ok(requests_since(api, idle_mark).len() as u64)
+    })?;
 
     // The restart: each daemon's pod watch must be open again.
     let restart_mark = api.audited().len();
@@ -225,17 +210,18 @@ pub(crate) fn measure(
         .filter(|r| r.verb == "list" && r.resource == "pods")
         .count() as u64;
     drop(daemons);
-    Ok(Step {
-        pods,
-        ready: ready_at.into_iter().flatten().collect(),
-        rss_kb: rss,
-        start_cpu_ms,
-        idle_cpu_ms,
-        start_requests,
-        idle_requests,
+    let restart = Restart {
         api_ready,
         back: back.clone(),
         watch_back: back,
         relists,
+    };
+    let ready = ready_at.into_iter().flatten().collect();
+    Ok(Step {
+        pods,
+        ready,
+        usage,
+        start_requests,
+        restart,
     })
 }

@@ -308,6 +308,21 @@ spec:
         )
     }
 
+    /// `jsonpath` of the list of plexus's DaemonSet pods (`app=plexus` in
+    /// kube-system), as kubectl prints it.
+    pub fn plexus_pods(&self, jsonpath: &str) -> String {
+        self.kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            "kube-system",
+            "-l",
+            "app=plexus",
+            "-o",
+            &format!("jsonpath={jsonpath}"),
+        ])
+    }
+
     /// Pod `ns/pod`'s network-status annotation (multi-net spec §5), as
     /// kubectl prints it (empty when it has none).
     pub fn network_status_text(&self, ns: &str, pod: &str) -> String {
