@@ -20,12 +20,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use plexus_dataplane::NetNs;
-use plexus_testkit::kube::{private_api, AuditedRequest, KubeApi, Relay};
+use plexus_testkit::kube::{private_api, KubeApi, Relay};
 
 use crate::daemons::{metrics_page, ready, Daemons, Launch, NodeDaemon};
 use crate::scale_step::{
-    by_multus, clock_ticks, usage, watches_seen, Restart, Setup, Step, BACK_BOUND, IDLE,
-    READY_BOUND, RESTART_DOWN,
+    clock_ticks, usage, Restart, Setup, Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
 };
 use crate::{percentile, scale_multus, verdict, Namespaces};
 
@@ -166,11 +165,6 @@ fn total(counts: &BTreeMap<String, u64>) -> u64 {
     counts.values().sum()
 }
 
-/// Whether one of plexus's daemons made `r`.
-fn by_plexus(r: &AuditedRequest) -> bool {
-    !by_multus(r)
-}
-
 /// One step: a rollout of every daemon, idle, restart.
 fn measure(
     api: &KubeApi,
@@ -239,12 +233,9 @@ fn measure(
         .iter()
         .map(|d| cached_pods(node, d))
         .collect::<Result<Vec<_>, String>>()?;
-    let restart_mark = api.audited().len();
     let restarted = Instant::now();
     api.restart(RESTART_DOWN);
     let api_ready = restarted.elapsed();
-    let names: Vec<String> = daemons.0.iter().map(|d| d.node_name.clone()).collect();
-    let watch_back = watches_seen(api, restart_mark, &names, restarted, by_plexus)?;
     let mut probes = String::new();
     for daemon in &daemons.0 {
         probes.push_str(&format!(
@@ -277,7 +268,6 @@ fn measure(
     let restart = Restart {
         api_ready,
         back: back.into_iter().flatten().collect(),
-        watch_back,
         relists: lists_after - lists_before,
     };
     let ready = ready_at.into_iter().flatten().collect();
@@ -337,14 +327,14 @@ fn report(setup: &Setup, who: &str, steps: &[Step]) -> Result<bool, String> {
             .map(|(k, n)| format!("{:.1} {k}", *n as f64 / setup.daemons as f64))
             .collect();
         println!(
-            "  {} pods: requests per daemon at start: {}; idle CPU {:.0} ms in {:?}; \
-             pod watch open again after the restart p50 {:.2} s, max {:.2} s",
+            "  {} pods: requests per daemon at start: {}; idle CPU {:.0} ms in {:?}; back after the \
+             restart: {} of {} daemons seen",
             s.pods,
             per.join(", "),
             mean(&s.usage.idle_cpu_ms),
             IDLE,
-            percentile(&s.restart.watch_back, 0.5).as_secs_f64(),
-            percentile(&s.restart.watch_back, 1.0).as_secs_f64(),
+            s.restart.back.len(),
+            setup.daemons,
         );
     }
     let (Some(first), Some(last)) = (steps.first(), steps.last()) else {
@@ -381,14 +371,7 @@ fn compare(ours: &[Step], theirs: &[Step]) -> bool {
     println!("Multus thick / plexus (above 1: plexus ahead):");
     println!(
         "{:>8} {:>10} {:>10} {:>10} {:>11} {:>12} {:>10} {:>8}",
-        "pods",
-        "sync p50",
-        "sync max",
-        "RSS mean",
-        "start CPU",
-        "start req",
-        "watch max",
-        "relists"
+        "pods", "sync p50", "sync max", "RSS mean", "start CPU", "start req", "back max", "relists"
     );
     let ratio = |theirs: f64, ours: f64| theirs / ours.max(1e-9);
     // /proc's CPU times count in ticks: below one, a ratio means nothing.
@@ -410,8 +393,8 @@ fn compare(ours: &[Step], theirs: &[Step]) -> bool {
             ratio(cpu(t), cpu(o)),
             ratio(requests(t), requests(o)),
             ratio(
-                percentile(&t.restart.watch_back, 1.0).as_secs_f64(),
-                percentile(&o.restart.watch_back, 1.0).as_secs_f64(),
+                percentile(&t.restart.back, 1.0).as_secs_f64(),
+                percentile(&o.restart.back, 1.0).as_secs_f64(),
             ),
         ];
         println!(

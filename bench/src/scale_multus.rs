@@ -30,8 +30,8 @@ use serde_json::json;
 
 use crate::multus_thick::binary_in;
 use crate::scale_step::{
-    audited_since, by_multus, usage, watches_seen, Restart, Setup, Step, IDLE, READY_BOUND,
-    RESTART_DOWN,
+    audited_since, by_multus, usage, watches_seen, Restart, Setup, Step, BACK_BOUND, IDLE,
+    READY_BOUND, RESTART_DOWN,
 };
 
 /// What multus-daemon logs once its pod informer synced and it serves.
@@ -185,7 +185,8 @@ pub(crate) fn measure(
     }
     // Its informer opens the pod watch just after the sync: counted at
     // start, as plexus counts its own.
-    watches_seen(api, mark, &names, started, by_multus)?;
+    let opened = Duration::from_secs(10);
+    watches_seen(api, mark, &names, Instant::now(), opened, by_multus);
     let pids: Vec<u32> = daemons.0.iter().map(|(_, c, _)| c.id()).collect();
     let mut start_requests = BTreeMap::new();
     for r in requests_since(api, mark) {
@@ -204,7 +205,14 @@ pub(crate) fn measure(
     let restarted = Instant::now();
     api.restart(RESTART_DOWN);
     let api_ready = restarted.elapsed();
-    let back = watches_seen(api, restart_mark, &names, restarted, by_multus)?;
+    let back = watches_seen(
+        api,
+        restart_mark,
+        &names,
+        restarted,
+        api_ready + BACK_BOUND,
+        by_multus,
+    );
     let relists = requests_since(api, restart_mark)
         .iter()
         .filter(|r| r.verb == "list" && r.resource == "pods")
@@ -212,8 +220,7 @@ pub(crate) fn measure(
     drop(daemons);
     let restart = Restart {
         api_ready,
-        back: back.clone(),
-        watch_back: back,
+        back,
         relists,
     };
     let ready = ready_at.into_iter().flatten().collect();
