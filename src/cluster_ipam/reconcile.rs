@@ -117,6 +117,11 @@ impl Hurry {
         self.nodes = Some(nodes);
     }
 
+    /// The Nodes of the last list that answered.
+    fn nodes(&self) -> Option<&BTreeSet<String>> {
+        self.nodes.as_ref()
+    }
+
     /// `normal`, or at most [`HURRY_INTERVAL`] while hurrying.
     fn interval(&self, normal: Duration, now: Instant) -> Duration {
         match self.until {
@@ -181,7 +186,7 @@ impl Reconciler {
                     let due = hurry.interval(interval, Instant::now());
                     if last_pass.is_none_or(|at| at.elapsed() >= due) {
                         last_pass = Some(Instant::now());
-                        match self.pass() {
+                        match self.pass(hurry.nodes()) {
                             Ok(report) => tracing::info!(?report, "IPAM reconciler pass"),
                             Err(e) => tracing::warn!(error = %e, "IPAM reconciler pass failed"),
                         }
@@ -220,8 +225,9 @@ impl Reconciler {
     }
 
     /// One pass: lists, judges, and gives back what the previous pass
-    /// judged gone too.
-    pub fn pass(&mut self) -> Result<PassReport, ClusterError> {
+    /// judged gone too; `nodes`, the leader's last list of the Nodes,
+    /// judges the node slices (none: they wait for a list).
+    pub fn pass(&mut self, nodes: Option<&BTreeSet<String>>) -> Result<PassReport, ClusterError> {
         let mut all = pools::Listed::default();
         let scopes: Vec<Option<&str>> = match self.namespaces.as_slice() {
             [] => vec![None],
@@ -364,9 +370,22 @@ impl Reconciler {
         self.suspects = seen;
         // The slices after the addresses: a gone node's slice is freed
         // once this pass (or an earlier one) emptied its pool.
-        report.slices =
-            self.slices
-                .pass(&self.handle, &self.client, self.timeouts, &slices, &pools)?;
+        match nodes {
+            Some(nodes) => {
+                report.slices = self.slices.pass(
+                    &self.handle,
+                    &self.client,
+                    self.timeouts,
+                    nodes,
+                    &slices,
+                    &pools,
+                )?
+            }
+            None if !slices.is_empty() => {
+                tracing::warn!("IPAM reconciler: node slices not judged, the Nodes not listed")
+            }
+            None => {}
+        }
         Ok(report)
     }
 

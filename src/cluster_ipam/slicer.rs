@@ -19,10 +19,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use ipnetwork::IpNetwork;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
 
-use crate::cluster::api::list_metadata;
 use crate::cluster::pools::{PoolCopy, Pools, SliceCopy, Written};
 use crate::cluster::ClusterError;
 use crate::config::ApiTimeouts;
@@ -63,12 +60,14 @@ impl SliceKeeper {
         self.missing.clear();
     }
 
-    /// One pass over `slices`, judged with `pools` (listed just before).
+    /// One pass over `slices`, judged with `pools` (listed just before)
+    /// and the cluster's `nodes` (the leader lists them each tick).
     pub fn pass(
         &mut self,
         handle: &tokio::runtime::Handle,
         client: &kube::Client,
         timeouts: ApiTimeouts,
+        nodes: &BTreeSet<String>,
         slices: &[(String, SliceCopy)],
         pools: &[(String, PoolCopy)],
     ) -> Result<SliceReport, ClusterError> {
@@ -77,11 +76,6 @@ impl SliceKeeper {
             self.missing.clear();
             return Ok(report);
         }
-        let api: Api<Node> = Api::all(client.clone());
-        let nodes: BTreeSet<String> = list_metadata(handle, timeouts, &api, "nodes")?
-            .into_iter()
-            .filter_map(|node| node.metadata.name)
-            .collect();
         let by_name: HashMap<(&str, &str), &PoolCopy> = pools
             .iter()
             .map(|(ns, copy)| ((ns.as_str(), copy.name.as_str()), copy))
@@ -98,7 +92,7 @@ impl SliceKeeper {
                 })
             };
             let mut kept = copy.clone();
-            let (missing, changed) = slice::keep(&mut kept.status, &nodes, &before, held);
+            let (missing, changed) = slice::keep(&mut kept.status, nodes, &before, held);
             let freed: Vec<(String, IpNetwork)> = copy
                 .status
                 .allocations
