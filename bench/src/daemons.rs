@@ -12,7 +12,6 @@ use plexus_dataplane::NetNs;
 /// One simulated node's daemon.
 pub(crate) struct NodeDaemon {
     pub(crate) child: Child,
-    pub(crate) node_name: String,
     /// Its metrics port in the node namespace.
     pub(crate) port: u16,
 }
@@ -88,11 +87,7 @@ impl Launch<'_> {
             .arg(dir.join("cache"))
             .args(["--dynamic-networks=false", "--ipam-reconcile-interval=0"]);
         let child = cmd.spawn().map_err(|e| format!("plexus daemon: {e}"))?;
-        Ok(NodeDaemon {
-            child,
-            node_name: node_name.to_string(),
-            port,
-        })
+        Ok(NodeDaemon { child, port })
     }
 
     /// The socket of `node_name`'s daemon.

@@ -4,13 +4,18 @@
 //! many pods spread over many node names. The cluster grows in steps; at
 //! each, every daemon is started at once (a DaemonSet rollout) and
 //! measured:
-//! - the time until its caches are synced (its pod LIST and NAD LIST);
+//! - the time until its cache of its node's pods is synced;
 //! - its RSS and CPU once synced, and its CPU over an idle spell;
-//! - the API requests it made (its own `plexus_api_requests_total`), at
-//!   start and while idle;
-//! - after the API server is restarted: how long until a pod created on
-//!   its node right after the restart is in its cache (its watch is back),
-//!   and whether it listed again.
+//! - the API requests it made (its own `plexus_api_requests_total`; its
+//!   watches as the API server has them registered), at start and while
+//!   idle;
+//! - the watch events the API server sent it while pods are created in
+//!   the cluster, one on its node;
+//! - after the API server is restarted: when the API server has its pod
+//!   watch registered again, and whether it listed again.
+//!
+//! The pods on the daemons' nodes run and have their networks (their
+//! network-status is written), as at a DaemonSet rollout.
 //!
 //! With `--multus DIR`, Multus thick's daemons run each step too, on the
 //! same objects, after plexus's (`scale_multus.rs`), and the figures are
@@ -24,7 +29,8 @@ use plexus_testkit::kube::{private_api, KubeApi, Relay};
 
 use crate::daemons::{metrics_page, ready, Daemons, Launch, NodeDaemon};
 use crate::scale_step::{
-    clock_ticks, usage, Restart, Setup, Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
+    churn_events, clock_ticks, pod_watchers_back, usage, watch_figures, Restart, Setup, Step,
+    BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
 };
 use crate::{percentile, scale_multus, verdict, Namespaces};
 
@@ -56,7 +62,9 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
         made = want;
         steps.push(measure(&api, &node, &ns, setup, want)?);
         if let Some(multus) = setup.multus {
-            multus_steps.push(scale_multus::measure(&api, &node, setup, multus, want)?);
+            multus_steps.push(scale_multus::measure(
+                &api, &node, &ns, setup, multus, want,
+            )?);
         }
     }
     let ours_ok = report(setup, "plexus daemon", &steps)?;
@@ -105,11 +113,7 @@ fn create_pods(
                     let mut manifest = String::new();
                     for i in start..end {
                         let (node, name) = pod(setup, i);
-                        manifest.push_str(&format!(
-                            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, \
-                             annotations: {{k8s.v1.cni.cncf.io/networks: scale-net}}}}\n\
-                             spec: {{nodeName: {node}, containers: [{{name: c, image: busybox}}]}}\n---\n"
-                        ));
+                        manifest.push_str(&attached_pod(ns, &node, &name));
                     }
                     api.create(&manifest);
                 });
@@ -124,14 +128,37 @@ fn create_pods(
     Ok(())
 }
 
-/// The pods in the daemon's cache.
-fn cached_pods(node: &NetNs, daemon: &NodeDaemon) -> Result<u64, String> {
-    let text = metrics_page(node, daemon.port)?;
-    Ok(text
-        .lines()
-        .find_map(|l| l.strip_prefix("plexus_cache_objects{kind=\"pods\"} "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or(0.0) as u64)
+/// A pod of `node` that has its `scale-net` network: its network-status
+/// written, as a running pod's is.
+fn attached_pod(ns: &str, node: &str, name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, \
+         annotations: {{k8s.v1.cni.cncf.io/networks: scale-net, \
+         k8s.v1.cni.cncf.io/network-status: '[{{\"name\":\"{ns}/scale-net\",\
+         \"interface\":\"net1\",\"ips\":[\"10.1.0.1\"]}}]'}}}}\n\
+         spec: {{nodeName: {node}, containers: [{{name: c, image: busybox}}]}}\n---\n"
+    )
+}
+
+/// New pods for the churn of a step (`tag`): one on each daemon's node,
+/// waiting for its networks, and ten times as many on other nodes.
+pub(crate) fn churn(api: &KubeApi, ns: &str, setup: &Setup, tag: &str) {
+    let mut manifest = String::new();
+    for n in 0..setup.daemons {
+        manifest.push_str(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: churn-{tag}-{n}, namespace: {ns}, \
+             annotations: {{k8s.v1.cni.cncf.io/networks: scale-net}}}}\n\
+             spec: {{nodeName: scale-node-{n}, containers: [{{name: c, image: busybox}}]}}\n---\n"
+        ));
+        for k in 0..10 {
+            manifest.push_str(&attached_pod(
+                ns,
+                &format!("far-node-{k}"),
+                &format!("churn-{tag}-{n}-{k}"),
+            ));
+        }
+    }
+    api.create(&manifest);
 }
 
 /// The daemon's own count of its API requests, by `verb resource`.
@@ -204,11 +231,15 @@ fn measure(
         std::thread::sleep(Duration::from_millis(50));
     }
     let pids: Vec<u32> = daemons.0.iter().map(|d| d.child.id()).collect();
-    let mut start_requests = BTreeMap::new();
+    // Requests but watches from the daemons' own counts; the watches as
+    // the API server has them registered, as Multus's are counted.
+    let watching = watch_figures(api)?;
+    let mut start_requests =
+        BTreeMap::from([("watch (registered)".to_string(), watching.watchers)]);
     let mut before_idle = Vec::new();
     for daemon in &daemons.0 {
         let counts = requests(node, daemon)?;
-        for (key, n) in &counts {
+        for (key, n) in counts.iter().filter(|(key, _)| !key.starts_with("watch ")) {
             *start_requests.entry(key.clone()).or_insert(0) += n;
         }
         before_idle.push(total(&counts));
@@ -221,54 +252,34 @@ fn measure(
         }
         Ok(idle_requests)
     })?;
+    let churn_events = churn_events(api, setup.daemons, || {
+        churn(api, ns, setup, &format!("p{pods}"))
+    })?;
 
-    // The restart: each daemon's pod watch must come back.
-    let lists_before: u64 = daemons
-        .0
-        .iter()
-        .map(|d| requests(node, d).map(|c| c.get("list pods").copied().unwrap_or(0)))
-        .sum::<Result<u64, String>>()?;
-    let cached_before = daemons
-        .0
-        .iter()
-        .map(|d| cached_pods(node, d))
-        .collect::<Result<Vec<_>, String>>()?;
+    // The restart: the API server must have each daemon's pod watch again.
+    let pod_lists = || {
+        daemons
+            .0
+            .iter()
+            .map(|d| requests(node, d).map(|c| c.get("list pods").copied().unwrap_or(0)))
+            .sum::<Result<u64, String>>()
+    };
+    let lists_before = pod_lists()?;
     let restarted = Instant::now();
     api.restart(RESTART_DOWN);
     let api_ready = restarted.elapsed();
-    let mut probes = String::new();
-    for daemon in &daemons.0 {
-        probes.push_str(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: probe-{pods}-{name}, namespace: {ns}}}\n\
-             spec: {{nodeName: {name}, containers: [{{name: c, image: busybox}}]}}\n---\n",
-            name = daemon.node_name
-        ));
-    }
-    api.create(&probes);
-    let mut back: Vec<Option<Duration>> = vec![None; setup.daemons];
-    while back.iter().any(Option::is_none) {
-        if restarted.elapsed() > api_ready + BACK_BOUND {
-            return Err(format!(
-                "{pods} pods: watches not back within {BACK_BOUND:?}"
-            ));
-        }
-        for ((slot, daemon), before) in back.iter_mut().zip(&daemons.0).zip(&cached_before) {
-            if slot.is_none() && cached_pods(node, daemon)? > *before {
-                *slot = Some(restarted.elapsed());
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let lists_after: u64 = daemons
-        .0
-        .iter()
-        .map(|d| requests(node, d).map(|c| c.get("list pods").copied().unwrap_or(0)))
-        .sum::<Result<u64, String>>()?;
+    let back = pod_watchers_back(
+        api,
+        watching.pod_watchers,
+        restarted,
+        api_ready + BACK_BOUND,
+    );
+    let relists = pod_lists()? - lists_before;
     drop(daemons);
     let restart = Restart {
         api_ready,
-        back: back.into_iter().flatten().collect(),
-        relists: lists_after - lists_before,
+        back,
+        relists,
     };
     let ready = ready_at.into_iter().flatten().collect();
     Ok(Step {
@@ -276,6 +287,7 @@ fn measure(
         ready,
         usage,
         start_requests,
+        churn_events,
         restart,
     })
 }
@@ -318,7 +330,7 @@ fn report(setup: &Setup, who: &str, steps: &[Step]) -> Result<bool, String> {
     }
     println!(
         "(API up, back: from the API server's kill, {RESTART_DOWN:?} down, to its readiness and \
-         to a pod created then on each daemon's node being in its cache)"
+         to the API server having each daemon's pod watch registered again)"
     );
     for s in steps {
         let per: Vec<String> = s
@@ -327,12 +339,15 @@ fn report(setup: &Setup, who: &str, steps: &[Step]) -> Result<bool, String> {
             .map(|(k, n)| format!("{:.1} {k}", *n as f64 / setup.daemons as f64))
             .collect();
         println!(
-            "  {} pods: requests per daemon at start: {}; idle CPU {:.0} ms in {:?}; back after the \
-             restart: {} of {} daemons seen",
+            "  {} pods: requests per daemon at start: {}; idle CPU {:.0} ms in {:?}; watch events \
+             per daemon while {} pods were created (1 on its node): {:.1}; back after the restart: \
+             {} of {} daemons",
             s.pods,
             per.join(", "),
             mean(&s.usage.idle_cpu_ms),
             IDLE,
+            setup.daemons * 11,
+            s.churn_events,
             s.restart.back.len(),
             setup.daemons,
         );
@@ -345,9 +360,10 @@ fn report(setup: &Setup, who: &str, steps: &[Step]) -> Result<bool, String> {
     // The reconnect backoff's ceiling (2 s) and its jitter, past the API
     // server's readiness.
     let late = Duration::from_secs(3);
-    let back = steps
-        .iter()
-        .all(|s| percentile(&s.restart.back, 1.0) <= s.restart.api_ready + late);
+    let back = steps.iter().all(|s| {
+        s.restart.back.len() == setup.daemons
+            && percentile(&s.restart.back, 1.0) <= s.restart.api_ready + late
+    });
     println!(
         "memory flat as the cluster grows ({:.1} MB at {} pods, {:.1} MB at {}): {}",
         mean(&first.usage.rss_kb) / 1024.0,
@@ -370,8 +386,16 @@ fn report(setup: &Setup, who: &str, steps: &[Step]) -> Result<bool, String> {
 fn compare(ours: &[Step], theirs: &[Step]) -> bool {
     println!("Multus thick / plexus (above 1: plexus ahead):");
     println!(
-        "{:>8} {:>10} {:>10} {:>10} {:>11} {:>12} {:>10} {:>8}",
-        "pods", "sync p50", "sync max", "RSS mean", "start CPU", "start req", "back max", "relists"
+        "{:>8} {:>10} {:>10} {:>10} {:>11} {:>12} {:>13} {:>10} {:>8}",
+        "pods",
+        "sync p50",
+        "sync max",
+        "RSS mean",
+        "start CPU",
+        "start req",
+        "watch events",
+        "back max",
+        "relists"
     );
     let ratio = |theirs: f64, ours: f64| theirs / ours.max(1e-9);
     // /proc's CPU times count in ticks: below one, a ratio means nothing.
@@ -392,13 +416,14 @@ fn compare(ours: &[Step], theirs: &[Step]) -> bool {
             ratio(mean(&t.usage.rss_kb), mean(&o.usage.rss_kb)),
             ratio(cpu(t), cpu(o)),
             ratio(requests(t), requests(o)),
+            ratio(t.churn_events, o.churn_events),
             ratio(
                 percentile(&t.restart.back, 1.0).as_secs_f64(),
                 percentile(&o.restart.back, 1.0).as_secs_f64(),
             ),
         ];
         println!(
-            "{:>8} {:>9.2}x {:>9.2}x {:>9.2}x {:>10.2}x {:>11.2}x {:>9.2}x {:>4} / {}",
+            "{:>8} {:>9.2}x {:>9.2}x {:>9.2}x {:>10.2}x {:>11.2}x {:>12.2}x {:>9.2}x {:>4} / {}",
             o.pods,
             figures[0],
             figures[1],
@@ -406,6 +431,7 @@ fn compare(ours: &[Step], theirs: &[Step]) -> bool {
             figures[3],
             figures[4],
             figures[5],
+            figures[6],
             t.restart.relists,
             o.restart.relists
         );

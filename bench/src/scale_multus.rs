@@ -8,10 +8,10 @@
 //! - RSS and CPU from `/proc`;
 //! - its API requests from the API server's audit log: it runs with
 //!   plexus's service-account token, the identity the audit log records,
-//!   and is told apart by its User-Agent;
-//! - after the API server's restart: when each daemon's pod watch (its
-//!   node's field selector) is open again (as plexus's is timed for the
-//!   comparison), and its pod LISTs since.
+//!   and is told apart by its User-Agent; its watches, the watch events
+//!   sent to it and when they are back after the API server's restart from
+//!   the API server's `/metrics`, as plexus's are (`scale_step.rs`);
+//! - its pod LISTs after the restart.
 //!
 //! Each runs in the node namespace and in a mount namespace of its own
 //! whose `/run` is a fresh tmpfs holding the in-cluster credentials
@@ -29,9 +29,10 @@ use plexus_testkit::kube::{AuditedRequest, KubeApi};
 use serde_json::json;
 
 use crate::multus_thick::binary_in;
+use crate::scale::churn;
 use crate::scale_step::{
-    audited_since, by_multus, usage, watches_seen, Restart, Setup, Step, BACK_BOUND, IDLE,
-    READY_BOUND, RESTART_DOWN,
+    audited_since, by_multus, churn_events, pod_watchers_back, usage, watch_figures, Restart,
+    Setup, Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
 };
 
 /// What multus-daemon logs once its pod informer synced and it serves.
@@ -143,6 +144,7 @@ fn spawn(
 pub(crate) fn measure(
     api: &KubeApi,
     node: &NetNs,
+    ns: &str,
     setup: &Setup,
     multus: &Path,
     pods: usize,
@@ -160,7 +162,6 @@ pub(crate) fn measure(
         let child = spawn(api, node, &binary, &sa, &name, &dir)?;
         daemons.0.push((name, child, dir));
     }
-    let names: Vec<String> = daemons.0.iter().map(|(n, _, _)| n.clone()).collect();
     let mut ready_at: Vec<Option<Duration>> = vec![None; setup.daemons];
     while ready_at.iter().any(Option::is_none) {
         if started.elapsed() > READY_BOUND {
@@ -184,12 +185,20 @@ pub(crate) fn measure(
         std::thread::sleep(Duration::from_millis(50));
     }
     // Its informer opens the pod watch just after the sync: counted at
-    // start, as plexus counts its own.
-    let opened = Duration::from_secs(10);
-    watches_seen(api, mark, &names, Instant::now(), opened, by_multus);
+    // start, as plexus's are.
+    let opened = Instant::now();
+    let mut watching = watch_figures(api)?;
+    while watching.pod_watchers < setup.daemons as u64 && opened.elapsed() < BACK_BOUND {
+        std::thread::sleep(Duration::from_millis(100));
+        watching = watch_figures(api)?;
+    }
     let pids: Vec<u32> = daemons.0.iter().map(|(_, c, _)| c.id()).collect();
-    let mut start_requests = BTreeMap::new();
-    for r in requests_since(api, mark) {
+    let mut start_requests =
+        BTreeMap::from([("watch (registered)".to_string(), watching.watchers)]);
+    for r in requests_since(api, mark)
+        .iter()
+        .filter(|r| r.verb != "watch")
+    {
         *start_requests
             .entry(format!("{} {}", r.verb, r.resource))
             .or_insert(0) += 1;
@@ -199,19 +208,20 @@ pub(crate) fn measure(
         std::thread::sleep(IDLE);
         Ok(requests_since(api, idle_mark).len() as u64)
     })?;
+    let churn_events = churn_events(api, setup.daemons, || {
+        churn(api, ns, setup, &format!("m{pods}"))
+    })?;
 
-    // The restart: each daemon's pod watch must be open again.
+    // The restart: the API server must have each daemon's pod watch again.
     let restart_mark = api.audited().len();
     let restarted = Instant::now();
     api.restart(RESTART_DOWN);
     let api_ready = restarted.elapsed();
-    let back = watches_seen(
+    let back = pod_watchers_back(
         api,
-        restart_mark,
-        &names,
+        watching.pod_watchers,
         restarted,
         api_ready + BACK_BOUND,
-        by_multus,
     );
     let relists = requests_since(api, restart_mark)
         .iter()
@@ -229,6 +239,7 @@ pub(crate) fn measure(
         ready,
         usage,
         start_requests,
+        churn_events,
         restart,
     })
 }

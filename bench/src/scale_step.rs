@@ -1,7 +1,9 @@
 //! What a step of the scale simulation measures, and how, for plexus's
 //! daemons (`scale.rs`) and Multus's (`scale_multus.rs`) alike: the
 //! simulation's bounds and setup, a step's figures, the daemons' resources
-//! from `/proc`, and requests as the API server's audit log has them.
+//! from `/proc`, requests as the API server's audit log has them, and the
+//! watches as the API server counts them (its `/metrics`: watchers
+//! registered and events sent, the same figures whoever the client is).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -41,6 +43,9 @@ pub(crate) struct Step {
     /// Requests made while starting, summed over the daemons, by verb and
     /// resource.
     pub(crate) start_requests: BTreeMap<String, u64>,
+    /// Watch events the API server sent per daemon while pods were
+    /// created, one on each daemon's node and the rest on other nodes.
+    pub(crate) churn_events: f64,
     pub(crate) restart: Restart,
 }
 
@@ -48,9 +53,8 @@ pub(crate) struct Step {
 /// each daemon's pod watch was back, and the LISTs the daemons made.
 pub(crate) struct Restart {
     pub(crate) api_ready: Duration,
-    /// When each daemon was back: plexus's, when a pod created on its
-    /// node after the restart was in its cache; Multus's, when the audit
-    /// log showed its pod watch open again (some go unseen: left out).
+    /// When the API server had each of the daemons' pod watches registered
+    /// again (the k-th time is when it had k of them).
     pub(crate) back: Vec<Duration>,
     pub(crate) relists: u64,
 }
@@ -138,40 +142,89 @@ pub(crate) fn audited_since(
         .collect()
 }
 
-/// Whether `r` selects the pods of node `node` (its field selector, as
-/// client-go and kube-rs encode it; `node-1` must not match `node-10`).
-fn for_node(r: &AuditedRequest, node: &str) -> bool {
-    let selector = format!("spec.nodeName%3D{node}");
-    r.uri.contains(&format!("{selector}\\u0026")) || r.uri.ends_with(&selector)
+/// The API server's watch figures (`kubectl get --raw /metrics`).
+pub(crate) struct WatchFigures {
+    /// Watchers registered, of pods and of every kind.
+    pub(crate) pod_watchers: u64,
+    pub(crate) watchers: u64,
+    /// Watch events sent to clients, of every kind, since it started.
+    pub(crate) events: u64,
 }
 
-/// The pod watches of `nodes` (each its field selector) that `client`
-/// opened after line `mark` of the audit log, as they show up within
-/// `bound`: when each was seen, from `since`. The audit log misses some
-/// watches of a crowd of clients, so the nodes not seen are left out
-/// rather than waited for.
-pub(crate) fn watches_seen(
+pub(crate) fn watch_figures(api: &KubeApi) -> Result<WatchFigures, String> {
+    let out = api.kubectl_output(&["get", "--raw", "/metrics"], None);
+    if !out.status.success() {
+        return Err(format!(
+            "the API server's /metrics: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut figures = WatchFigures {
+        pod_watchers: 0,
+        watchers: 0,
+        events: 0,
+    };
+    for line in text.lines() {
+        let value = || -> u64 {
+            line.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0) as u64
+        };
+        if line.starts_with("apiserver_registered_watchers{") {
+            figures.watchers += value();
+            if line.contains("kind=\"Pod\"") {
+                figures.pod_watchers += value();
+            }
+        } else if line.starts_with("apiserver_watch_events_total{") {
+            figures.events += value();
+        }
+    }
+    Ok(figures)
+}
+
+/// After a restart at `since`: when the API server had 1, 2, ... `want`
+/// pod watchers registered, within `bound` (those not back by then are
+/// left out, and the report says how many were).
+pub(crate) fn pod_watchers_back(
     api: &KubeApi,
-    mark: usize,
-    nodes: &[String],
+    want: u64,
     since: Instant,
     bound: Duration,
-    client: fn(&AuditedRequest) -> bool,
 ) -> Vec<Duration> {
-    let mut seen: Vec<Option<Duration>> = vec![None; nodes.len()];
-    while seen.iter().any(Option::is_none) && since.elapsed() < bound {
-        let requests = audited_since(api, mark, client);
-        for (slot, node) in seen.iter_mut().zip(nodes) {
-            let watching = requests
-                .iter()
-                .any(|r| r.verb == "watch" && r.resource == "pods" && for_node(r, node));
-            if slot.is_none() && watching {
-                *slot = Some(since.elapsed());
-            }
+    let mut back = Vec::new();
+    while (back.len() as u64) < want && since.elapsed() < bound {
+        // The new server answers errors until it is up: count nothing then.
+        let registered = watch_figures(api).map_or(0, |f| f.pod_watchers);
+        while (back.len() as u64) < registered.min(want) {
+            back.push(since.elapsed());
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
     }
-    seen.into_iter().flatten().collect()
+    back
+}
+
+/// Watch events per daemon while `create` makes pods (it is given the
+/// step's tag): the API server's count of events sent, before and after,
+/// once they settled (a second without a new one).
+pub(crate) fn churn_events(
+    api: &KubeApi,
+    daemons: usize,
+    create: impl FnOnce(),
+) -> Result<f64, String> {
+    let before = watch_figures(api)?.events;
+    create();
+    let mut last = watch_figures(api)?.events;
+    let settled = Instant::now() + Duration::from_secs(30);
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = watch_figures(api)?.events;
+        if now == last || Instant::now() > settled {
+            return Ok((now - before) as f64 / daemons.max(1) as f64);
+        }
+        last = now;
+    }
 }
 
 /// Whether multus-daemon made `r` (plexus's daemons send no User-Agent).

@@ -19,15 +19,14 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
     PostParams, Preconditions,
 };
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use super::api::bounded;
 use super::client::{context_namespace, owned_client, Driver};
 use super::error::{ApiRequest, ClusterError, Verb};
-use super::watch::{drive, reconnect_backoff, watch_config};
+use super::watch::NamespacedWatch;
 use crate::config::ApiTimeouts;
 use plexus_ipam::whereabouts::pool::{
     Allocation, NodeSliceSpec, NodeSliceStatus, PoolSpec, ReservationSpec, DEFAULT_NAMESPACE,
@@ -147,17 +146,13 @@ impl PoolWatches {
             .entry(namespace.to_string())
             .or_insert_with(|| {
                 let resource = resource("IPPool", "ippools");
-                let writer = reflector::store::Writer::new(resource.clone());
-                let store = writer.as_reader();
-                let api: Api<DynamicObject> =
-                    Api::namespaced_with(self.client.clone(), namespace, &resource);
-                let events = watcher(api, watch_config())
-                    .backoff(reconnect_backoff())
-                    .modify(|pool: &mut DynamicObject| pool.managed_fields_mut().clear())
-                    .reflect(writer);
-                let synced = Arc::new(AtomicBool::new(false));
-                self.handle
-                    .spawn(drive("IPPools", events, store.clone(), synced.clone()));
+                let NamespacedWatch { store, synced } = NamespacedWatch::start(
+                    &self.client,
+                    &self.handle,
+                    namespace,
+                    &resource,
+                    "IPPools",
+                );
                 Arc::new(PoolWatch {
                     store,
                     resource,

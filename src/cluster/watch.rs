@@ -1,15 +1,19 @@
 //! The node daemon's watch caches (kube-rs reflectors): the pods of this
 //! node (a field selector on `spec.nodeName`, metadata only, which is all a
-//! CNI call reads of a pod) and every NetworkAttachmentDefinition. A warm
+//! CNI call reads of a pod) and the NetworkAttachmentDefinitions of the
+//! namespaces its calls need, one watch per namespace started on first use
+//! (or as soon as a pod that waits for its networks is seen): a daemon holds
+//! no NAD of namespaces its node never uses, and lists none at start. A warm
 //! ADD reads both from here and sends no GET; what the caches lack (a pod or
 //! NAD younger than the last event) is read with a GET by the caller.
 //!
 //! Every watch of the daemon lists and reconnects as `watch_config` and
 //! `reconnect_backoff` say (issue 34's figures).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod as ApiPod;
@@ -21,6 +25,8 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use crate::netattach::pod::Pod;
+use crate::netattach::selection::NETWORKS_ANNOTATION;
+use crate::netattach::status::NETWORK_STATUS_ANNOTATION;
 
 /// How a daemon's watch lists: with `resourceVersion=0`, which the API
 /// server answers from its watch cache. kube-rs's default (no
@@ -55,22 +61,121 @@ pub(crate) fn reconnect_backoff() -> impl Backoff {
 /// Told of each event of the pods' watch.
 pub type PodEventHook = Arc<dyn Fn() + Send + Sync>;
 
+/// One namespace's objects of one kind, watched for the daemon's lifetime
+/// by a task on its runtime.
+#[derive(Clone)]
+pub(crate) struct NamespacedWatch {
+    pub(crate) store: Store<DynamicObject>,
+    /// The store holds a full list.
+    pub(crate) synced: Arc<AtomicBool>,
+}
+
+impl NamespacedWatch {
+    /// Starts watching `resource` in `namespace` through `client`, on the
+    /// runtime of `handle` (`what` names it in the log).
+    pub(crate) fn start(
+        client: &kube::Client,
+        handle: &tokio::runtime::Handle,
+        namespace: &str,
+        resource: &ApiResource,
+        what: &'static str,
+    ) -> NamespacedWatch {
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+        let events = watcher(api, watch_config())
+            .backoff(reconnect_backoff())
+            .modify(|object: &mut DynamicObject| object.managed_fields_mut().clear())
+            .reflect(writer);
+        let synced = Arc::new(AtomicBool::new(false));
+        handle.spawn(drive(what, events, store.clone(), synced.clone()));
+        NamespacedWatch { store, synced }
+    }
+
+    /// Whether the store holds a full list, waiting for it up to `wait`
+    /// (a blocking wait: callers are the calls' threads, never the
+    /// runtime's).
+    fn synced_within(&self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        while !self.synced.load(Ordering::Acquire) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+}
+
+/// At most this many namespaces' NADs are watched; a call needing another
+/// namespace's reads them with a GET (a node whose pods span more is rare,
+/// and each watch is a connection of its own).
+const MAX_NAD_NAMESPACES: usize = 64;
+
+/// How long a call waits for a namespace's NAD watch started for it to
+/// list: a LIST from the API server's cache takes milliseconds; past this
+/// the call GETs.
+const NAD_LIST_WAIT: Duration = Duration::from_secs(1);
+
+/// The NAD watches, by namespace.
+struct NadWatches {
+    client: kube::Client,
+    handle: tokio::runtime::Handle,
+    resource: ApiResource,
+    namespaces: Mutex<HashMap<String, NamespacedWatch>>,
+}
+
+impl NadWatches {
+    /// `namespace`'s watch, started if this is its first use; `None` past
+    /// [`MAX_NAD_NAMESPACES`].
+    fn of(&self, namespace: &str) -> Option<NamespacedWatch> {
+        let mut namespaces = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(watch) = namespaces.get(namespace) {
+            return Some(watch.clone());
+        }
+        if namespaces.len() >= MAX_NAD_NAMESPACES {
+            tracing::debug!(namespace, "NADs read without a watch: too many namespaces");
+            return None;
+        }
+        let watch = NamespacedWatch::start(
+            &self.client,
+            &self.handle,
+            namespace,
+            &self.resource,
+            "NetworkAttachmentDefinitions",
+        );
+        namespaces.insert(namespace.to_string(), watch.clone());
+        Some(watch)
+    }
+
+    fn len(&self) -> usize {
+        let namespaces = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
+        namespaces.values().map(|w| w.store.len()).sum()
+    }
+}
+
+/// A pod that names networks and has no network-status yet waits for an
+/// ADD, which will read NADs of its namespace.
+fn waits_for_networks(pod: &PartialObjectMeta<ApiPod>) -> bool {
+    let annotations = pod.annotations();
+    annotations.contains_key(NETWORKS_ANNOTATION)
+        && !annotations.contains_key(NETWORK_STATUS_ANNOTATION)
+}
+
 /// The caches, filled by tasks on the daemon's runtime.
 pub struct Watched {
     node: String,
     pods: Store<PartialObjectMeta<ApiPod>>,
-    nads: Store<DynamicObject>,
-    nad_resource: ApiResource,
+    nads: Arc<NadWatches>,
     pods_synced: Arc<AtomicBool>,
-    nads_synced: Arc<AtomicBool>,
 }
 
 impl Watched {
     /// Start watching through `client`, on the runtime of `handle`. The
     /// watches retry with backoff for as long as the daemon runs; until the
-    /// first full list of each has arrived, [`Watched::synced`] is false.
-    /// `on_pod_event` is called after each event of the pods' watch, once
-    /// the cache holds it (the daemon's hot-plug wakes up).
+    /// first full list of the node's pods has arrived, [`Watched::synced`]
+    /// is false. `on_pod_event` is called after each event of the pods'
+    /// watch, once the cache holds it (the daemon's hot-plug wakes up).
     pub fn start(
         client: &kube::Client,
         node: &str,
@@ -78,18 +183,29 @@ impl Watched {
         on_pod_event: Option<PodEventHook>,
     ) -> Watched {
         let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition");
-        let nad_resource =
-            ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions");
+        let nads = Arc::new(NadWatches {
+            client: client.clone(),
+            handle: handle.clone(),
+            resource: ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions"),
+            namespaces: Mutex::default(),
+        });
 
         let (pods, pod_writer) = reflector::store();
         let pods_api: Api<PartialObjectMeta<ApiPod>> = Api::all(client.clone());
         let on_node = watch_config().fields(&format!("spec.nodeName={node}"));
+        let prewarm = nads.clone();
         let pod_events = watcher(pods_api, on_node)
             .backoff(reconnect_backoff())
             // managedFields are most of a pod's metadata, and never read.
             .modify(|pod: &mut PartialObjectMeta<ApiPod>| pod.managed_fields_mut().clear())
             .reflect(pod_writer)
-            .inspect(move |_| {
+            .inspect(move |event| {
+                // Its NADs are listed while kubelet makes its sandbox.
+                if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
+                    if let Some(namespace) = pod.namespace().filter(|_| waits_for_networks(pod)) {
+                        prewarm.of(&namespace);
+                    }
+                }
                 if let Some(hook) = &on_pod_event {
                     hook();
                 }
@@ -97,28 +213,11 @@ impl Watched {
         let pods_synced = Arc::new(AtomicBool::new(false));
         handle.spawn(drive("pods", pod_events, pods.clone(), pods_synced.clone()));
 
-        let nad_writer = reflector::store::Writer::new(nad_resource.clone());
-        let nads = nad_writer.as_reader();
-        let nads_api: Api<DynamicObject> = Api::all_with(client.clone(), &nad_resource);
-        let nad_events = watcher(nads_api, watch_config())
-            .backoff(reconnect_backoff())
-            .modify(|nad: &mut DynamicObject| nad.managed_fields_mut().clear())
-            .reflect(nad_writer);
-        let nads_synced = Arc::new(AtomicBool::new(false));
-        handle.spawn(drive(
-            "NetworkAttachmentDefinitions",
-            nad_events,
-            nads.clone(),
-            nads_synced.clone(),
-        ));
-
         Watched {
             node: node.to_string(),
             pods,
             nads,
-            nad_resource,
             pods_synced,
-            nads_synced,
         }
     }
 
@@ -127,9 +226,9 @@ impl Watched {
         &self.node
     }
 
-    /// Both caches hold a full list (the daemon's readiness).
+    /// The node's pods are listed (the daemon's readiness).
     pub fn synced(&self) -> bool {
-        self.pods_synced.load(Ordering::Acquire) && self.nads_synced.load(Ordering::Acquire)
+        self.pods_synced.load(Ordering::Acquire)
     }
 
     /// Objects held: (pods, NADs).
@@ -149,10 +248,16 @@ impl Watched {
         })
     }
 
-    /// The NAD `namespace/name` as JSON, if the cache has it.
+    /// The NAD `namespace/name` as JSON, if the cache has it. The first
+    /// call for a namespace starts its watch and waits for it to list
+    /// (up to [`NAD_LIST_WAIT`]).
     pub fn nad(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
-        let key = ObjectRef::new_with(name, self.nad_resource.clone()).within(namespace);
-        let found = self.nads.get(&key)?;
+        let watch = self.nads.of(namespace)?;
+        if !watch.synced_within(NAD_LIST_WAIT) {
+            return None;
+        }
+        let key = ObjectRef::new_with(name, self.nads.resource.clone()).within(namespace);
+        let found = watch.store.get(&key)?;
         serde_json::to_value(found.as_ref()).ok()
     }
 }

@@ -44,7 +44,13 @@ fn build_once() -> Result<PathBuf, String> {
     // could fill and stall it.
     let log = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut child = Command::new(cargo)
+    let mut command = Command::new(cargo);
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_for_a_crate) {
+            command.env_remove(name);
+        }
+    }
+    let mut child = command
         .arg("dist")
         .current_dir(workspace)
         .stdin(Stdio::null())
@@ -75,4 +81,46 @@ fn build_once() -> Result<PathBuf, String> {
             exe.display()
         )
     })
+}
+
+/// Whether cargo sets env var `name` for the crate it runs (a test binary
+/// gets its package's). `ring`'s build script asks to rerun when
+/// `CARGO_PKG_NAME` or `CARGO_MANIFEST_DIR` change, and cargo compares them
+/// with its own environment: a `cargo dist` inheriting a test's would
+/// rebuild `ring` and all that depends on it, fat LTO included (444 s of a
+/// CI run went to building the same artifact a second time). Without them
+/// every test binary, the shell and `node-deploy` share one build.
+fn set_by_cargo_for_a_crate(name: &str) -> bool {
+    ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CFG_"]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+        || matches!(
+            name,
+            "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "OUT_DIR"
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::set_by_cargo_for_a_crate;
+
+    #[test]
+    fn only_what_cargo_sets_per_crate_is_dropped() {
+        for name in [
+            "CARGO_PKG_NAME",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_CRATE_NAME",
+            "OUT_DIR",
+        ] {
+            assert!(set_by_cargo_for_a_crate(name), "{name}");
+        }
+        for name in [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "PATH",
+        ] {
+            assert!(!set_by_cargo_for_a_crate(name), "{name}");
+        }
+    }
 }

@@ -280,7 +280,8 @@ impl KubeApi {
         );
     }
 
-    fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
+    /// `kubectl` as the admin, bounded, whatever its outcome.
+    pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
         let mut cmd = Command::new("kubectl");
         cmd.arg("--kubeconfig").arg(self.admin_kubeconfig());
         run_kubectl(cmd, args, stdin)

@@ -272,31 +272,111 @@ fn a_failed_del_is_reported_not_swallowed() {
 #[test]
 fn the_watches_list_from_the_api_servers_cache() {
     use plexus_testkit::kube::AuditedRequest;
-    let Some(w) = world("lst") else { return };
-    let _daemon = w.daemon();
+    let Some(mut w) = world("lst") else { return };
+    let pod_ns = w.pod_here("p1", "macnet@net1");
+    let daemon = w.daemon();
+    let lists = |w: &World| -> Vec<AuditedRequest> {
+        w.kube
+            .api
+            .audited()
+            .into_iter()
+            .filter(|r| r.verb == "list" && r.stage == "ResponseComplete")
+            .collect()
+    };
     let node_selector = format!("spec.nodeName%3D{}", w.kube.node);
-    let lists: Vec<AuditedRequest> = w
-        .kube
-        .api
-        .audited()
-        .into_iter()
-        .filter(|r| r.verb == "list" && r.stage == "ResponseComplete")
-        .collect();
-    let pods: Vec<&AuditedRequest> = lists
+    let listed = lists(&w);
+    let pods: Vec<&AuditedRequest> = listed
         .iter()
         .filter(|r| r.resource == "pods" && r.uri.contains(&node_selector))
         .collect();
-    assert!(!pods.is_empty(), "the node's pod LIST: {lists:?}");
+    assert!(!pods.is_empty(), "the node's pod LIST: {listed:?}");
     for list in &pods {
         assert!(list.uri.contains("resourceVersion=0"), "{}", list.uri);
     }
-    let nads: Vec<&AuditedRequest> = lists
-        .iter()
-        .filter(|r| r.resource == "network-attachment-definitions" && r.namespace.is_empty())
+    let out = w.call("ADD", "p1", &pod_ns, &w.conf);
+    assert_ok("ADD through the daemon", &out);
+    w.writes_delivered(&daemon);
+    // The NADs: only the namespace of the node's pod, never the cluster's
+    // (issue 34: every daemon held every NAD of the cluster).
+    let nads: Vec<AuditedRequest> = lists(&w)
+        .into_iter()
+        .filter(|r| r.resource == "network-attachment-definitions")
+        .filter(|r| r.namespace == w.kube.kube_ns || r.namespace.is_empty())
         .collect();
-    assert!(!nads.is_empty(), "the NADs' LIST: {lists:?}");
+    assert!(!nads.is_empty(), "the NADs' LIST: {:?}", lists(&w));
     assert!(
-        nads.iter().all(|r| r.uri.contains("resourceVersion=0")),
+        nads.iter()
+            .all(|r| !r.namespace.is_empty() && r.uri.contains("resourceVersion=0")),
         "{nads:?}"
     );
+    assert!(w.metric("plexus_cache_objects{kind=\"network-attachment-definitions\"}") >= 1.0);
+    let out = w.call("DEL", "p1", &pod_ns, &w.conf);
+    assert_ok("DEL through the daemon", &out);
+    w.assert_nothing_left(&[pod_ns]);
+}
+
+/// A daemon on a node whose pods all have their networks lists no NAD at
+/// start: it lists a namespace's NADs when a call first needs them, or
+/// when a pod that waits for its networks arrives (issue 34: a DaemonSet
+/// rollout no longer lists every NAD of the cluster from every node).
+#[test]
+fn nads_are_listed_per_namespace_when_first_needed() {
+    let Some(mut w) = world("lazy") else { return };
+    let attached = w.pod_here("p1", "macnet@net1");
+    w.kube.api.kubectl(&[
+        "annotate",
+        "pod",
+        "-n",
+        &w.kube.kube_ns,
+        "p1",
+        "k8s.v1.cni.cncf.io/network-status=[]",
+    ]);
+    // This test's NADs, and any of the whole cluster (no daemon lists those
+    // now), as the audit log saw them.
+    let nad_requests = |w: &World| {
+        w.kube
+            .api
+            .audited()
+            .into_iter()
+            .filter(|r| r.resource == "network-attachment-definitions")
+            .filter(|r| r.namespace == w.kube.kube_ns || r.namespace.is_empty())
+            .filter(|r| r.stage == "ResponseComplete")
+            .count()
+    };
+    let before = nad_requests(&w);
+    let daemon = w.daemon();
+    assert_eq!(nad_requests(&w), before, "no NAD read at start");
+    assert_eq!(
+        w.metric("plexus_cache_objects{kind=\"network-attachment-definitions\"}"),
+        0.0
+    );
+    // A new pod waiting for its networks: its namespace's NADs are listed
+    // before its ADD asks, which then reads none.
+    let waiting = w.kube.namespaces.add("lazy-q");
+    let node = w.kube.node.clone();
+    w.pods(&["p2".to_string()], &node, "macnet@net1");
+    let listed = std::time::Instant::now();
+    while w.metric("plexus_cache_objects{kind=\"network-attachment-definitions\"}") < 1.0 {
+        assert!(
+            listed.elapsed() < std::time::Duration::from_secs(10),
+            "NADs not listed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let before_add = w.kube.requests().len();
+    let out = w.call("ADD", "p2", &waiting, &w.conf);
+    assert_ok("ADD through the daemon", &out);
+    w.writes_delivered(&daemon);
+    assert_eq!(
+        w.kube.requests()[before_add..]
+            .iter()
+            .filter(|r| r.verb == "get" && r.resource == "network-attachment-definitions")
+            .count(),
+        0
+    );
+    for (pod, netns) in [("p2", &waiting), ("p1", &attached)] {
+        let out = w.call("DEL", pod, netns, &w.conf);
+        assert_ok("DEL through the daemon", &out);
+    }
+    w.assert_nothing_left(&[attached, waiting]);
 }

@@ -327,7 +327,7 @@ fn endpoints(daemon: &Arc<Daemon>, listening: &Arc<AtomicBool>) -> metrics::Endp
             }
             match &for_ready.clusters.api {
                 Some(api) if !api.watched.synced() => {
-                    Err("the watch caches have not listed the pods and NADs yet".into())
+                    Err("the watch cache has not listed the node's pods yet".into())
                 }
                 _ => Ok(()),
             }
