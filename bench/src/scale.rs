@@ -29,8 +29,8 @@ use plexus_testkit::kube::{private_api, KubeApi, Relay};
 
 use crate::daemons::{metrics_page, ready, Daemons, Launch, NodeDaemon};
 use crate::scale_step::{
-    churn_events, clock_ticks, pod_watchers_back, usage, watch_figures, Restart, Setup, Step,
-    BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
+    churn_events, clock_ticks, pod_watchers_back, usage, watch_figures, Baseline, Restart, Setup,
+    Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
 };
 use crate::{percentile, scale_multus, verdict, Namespaces};
 
@@ -60,10 +60,11 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
         let want = size.max(ours);
         create_pods(&api, &ns, setup, made, want)?;
         made = want;
-        steps.push(measure(&api, &node, &ns, setup, want)?);
+        let baseline = Baseline::take(&api, || churn(&api, &ns, setup, &format!("b{want}")))?;
+        steps.push(measure(&api, &node, &ns, setup, &baseline, want)?);
         if let Some(multus) = setup.multus {
             multus_steps.push(scale_multus::measure(
-                &api, &node, &ns, setup, multus, want,
+                &api, &node, &ns, setup, &baseline, multus, want,
             )?);
         }
     }
@@ -140,15 +141,15 @@ fn attached_pod(ns: &str, node: &str, name: &str) -> String {
     )
 }
 
-/// New pods for the churn of a step (`tag`): one on each daemon's node,
-/// waiting for its networks, and ten times as many on other nodes.
+/// New pods for the churn of a step (`tag`): one on each daemon's node and
+/// ten times as many on other nodes.
 pub(crate) fn churn(api: &KubeApi, ns: &str, setup: &Setup, tag: &str) {
     let mut manifest = String::new();
     for n in 0..setup.daemons {
-        manifest.push_str(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: churn-{tag}-{n}, namespace: {ns}, \
-             annotations: {{k8s.v1.cni.cncf.io/networks: scale-net}}}}\n\
-             spec: {{nodeName: scale-node-{n}, containers: [{{name: c, image: busybox}}]}}\n---\n"
+        manifest.push_str(&attached_pod(
+            ns,
+            &format!("scale-node-{n}"),
+            &format!("churn-{tag}-{n}"),
         ));
         for k in 0..10 {
             manifest.push_str(&attached_pod(
@@ -198,6 +199,7 @@ fn measure(
     node: &NetNs,
     ns: &str,
     setup: &Setup,
+    baseline: &Baseline,
     pods: usize,
 ) -> Result<Step, String> {
     let kubeconfig = api.plexus_kubeconfig();
@@ -234,8 +236,10 @@ fn measure(
     // Requests but watches from the daemons' own counts; the watches as
     // the API server has them registered, as Multus's are counted.
     let watching = watch_figures(api)?;
-    let mut start_requests =
-        BTreeMap::from([("watch (registered)".to_string(), watching.watchers)]);
+    let mut start_requests = BTreeMap::from([(
+        "watch (registered)".to_string(),
+        baseline.daemons_watchers(&watching),
+    )]);
     let mut before_idle = Vec::new();
     for daemon in &daemons.0 {
         let counts = requests(node, daemon)?;
@@ -252,9 +256,10 @@ fn measure(
         }
         Ok(idle_requests)
     })?;
-    let churn_events = churn_events(api, setup.daemons, || {
-        churn(api, ns, setup, &format!("p{pods}"))
-    })?;
+    let churn_events = baseline.per_daemon(
+        churn_events(api, || churn(api, ns, setup, &format!("p{pods}")))?,
+        setup.daemons,
+    );
 
     // The restart: the API server must have each daemon's pod watch again.
     let pod_lists = || {
@@ -268,12 +273,12 @@ fn measure(
     let restarted = Instant::now();
     api.restart(RESTART_DOWN);
     let api_ready = restarted.elapsed();
-    let back = pod_watchers_back(
+    let back = baseline.daemons_back(pod_watchers_back(
         api,
         watching.pod_watchers,
         restarted,
         api_ready + BACK_BOUND,
-    );
+    ));
     let relists = pod_lists()? - lists_before;
     drop(daemons);
     let restart = Restart {

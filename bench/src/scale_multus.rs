@@ -31,8 +31,8 @@ use serde_json::json;
 use crate::multus_thick::binary_in;
 use crate::scale::churn;
 use crate::scale_step::{
-    audited_since, by_multus, churn_events, pod_watchers_back, usage, watch_figures, Restart,
-    Setup, Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
+    audited_since, by_multus, churn_events, pod_watchers_back, usage, watch_figures, Baseline,
+    Restart, Setup, Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
 };
 
 /// What multus-daemon logs once its pod informer synced and it serves.
@@ -146,6 +146,7 @@ pub(crate) fn measure(
     node: &NetNs,
     ns: &str,
     setup: &Setup,
+    baseline: &Baseline,
     multus: &Path,
     pods: usize,
 ) -> Result<Step, String> {
@@ -188,13 +189,16 @@ pub(crate) fn measure(
     // start, as plexus's are.
     let opened = Instant::now();
     let mut watching = watch_figures(api)?;
-    while watching.pod_watchers < setup.daemons as u64 && opened.elapsed() < BACK_BOUND {
+    let all = baseline.pod_watchers + setup.daemons as u64;
+    while watching.pod_watchers < all && opened.elapsed() < BACK_BOUND {
         std::thread::sleep(Duration::from_millis(100));
         watching = watch_figures(api)?;
     }
     let pids: Vec<u32> = daemons.0.iter().map(|(_, c, _)| c.id()).collect();
-    let mut start_requests =
-        BTreeMap::from([("watch (registered)".to_string(), watching.watchers)]);
+    let mut start_requests = BTreeMap::from([(
+        "watch (registered)".to_string(),
+        baseline.daemons_watchers(&watching),
+    )]);
     for r in requests_since(api, mark)
         .iter()
         .filter(|r| r.verb != "watch")
@@ -208,21 +212,22 @@ pub(crate) fn measure(
         std::thread::sleep(IDLE);
         Ok(requests_since(api, idle_mark).len() as u64)
     })?;
-    let churn_events = churn_events(api, setup.daemons, || {
-        churn(api, ns, setup, &format!("m{pods}"))
-    })?;
+    let churn_events = baseline.per_daemon(
+        churn_events(api, || churn(api, ns, setup, &format!("m{pods}")))?,
+        setup.daemons,
+    );
 
     // The restart: the API server must have each daemon's pod watch again.
     let restart_mark = api.audited().len();
     let restarted = Instant::now();
     api.restart(RESTART_DOWN);
     let api_ready = restarted.elapsed();
-    let back = pod_watchers_back(
+    let back = baseline.daemons_back(pod_watchers_back(
         api,
         watching.pod_watchers,
         restarted,
         api_ready + BACK_BOUND,
-    );
+    ));
     let relists = requests_since(api, restart_mark)
         .iter()
         .filter(|r| r.verb == "list" && r.resource == "pods")

@@ -205,14 +205,10 @@ pub(crate) fn pod_watchers_back(
     back
 }
 
-/// Watch events per daemon while `create` makes pods (it is given the
-/// step's tag): the API server's count of events sent, before and after,
-/// once they settled (a second without a new one).
-pub(crate) fn churn_events(
-    api: &KubeApi,
-    daemons: usize,
-    create: impl FnOnce(),
-) -> Result<f64, String> {
+/// Watch events the API server sent while `create` made pods: its count
+/// of events sent, before and after, once they settled (a second without a
+/// new one).
+pub(crate) fn churn_events(api: &KubeApi, create: impl FnOnce()) -> Result<u64, String> {
     let before = watch_figures(api)?.events;
     create();
     let mut last = watch_figures(api)?.events;
@@ -221,9 +217,50 @@ pub(crate) fn churn_events(
         std::thread::sleep(Duration::from_secs(1));
         let now = watch_figures(api)?.events;
         if now == last || Instant::now() > settled {
-            return Ok((now - before) as f64 / daemons.max(1) as f64);
+            return Ok(now - before);
         }
         last = now;
+    }
+}
+
+/// What the API server does with no daemon running, taken at each step
+/// and subtracted from both sides' figures: its own watchers (the Node
+/// authorizer's informers watch every pod) and the events they get from a
+/// churn like the daemons'.
+pub(crate) struct Baseline {
+    pub(crate) watchers: u64,
+    pub(crate) pod_watchers: u64,
+    pub(crate) churn_events: u64,
+}
+
+impl Baseline {
+    pub(crate) fn take(api: &KubeApi, churn: impl FnOnce()) -> Result<Baseline, String> {
+        let idle = watch_figures(api)?;
+        Ok(Baseline {
+            watchers: idle.watchers,
+            pod_watchers: idle.pod_watchers,
+            churn_events: churn_events(api, churn)?,
+        })
+    }
+
+    /// The daemons' watchers, of all that the API server has registered.
+    pub(crate) fn daemons_watchers(&self, figures: &WatchFigures) -> u64 {
+        figures.watchers.saturating_sub(self.watchers)
+    }
+
+    /// The watch events each of `daemons` got in a churn that sent
+    /// `events` in all.
+    pub(crate) fn per_daemon(&self, events: u64, daemons: usize) -> f64 {
+        events.saturating_sub(self.churn_events) as f64 / daemons.max(1) as f64
+    }
+
+    /// After a restart, when the daemons' pod watches were back, from when
+    /// all `watchers` (the API server's own first: they start before it
+    /// serves) were.
+    pub(crate) fn daemons_back(&self, mut back: Vec<Duration>) -> Vec<Duration> {
+        let own = (self.pod_watchers as usize).min(back.len());
+        back.drain(..own);
+        back
     }
 }
 

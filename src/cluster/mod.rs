@@ -12,6 +12,7 @@ pub mod kube;
 pub mod lease;
 pub mod outbox;
 pub mod pools;
+mod reconnect;
 pub mod watch;
 
 use std::collections::BTreeMap;

@@ -7,8 +7,8 @@
 //! ADD reads both from here and sends no GET; what the caches lack (a pod or
 //! NAD younger than the last event) is read with a GET by the caller.
 //!
-//! Every watch of the daemon lists and reconnects as `watch_config` and
-//! `reconnect_backoff` say (issue 34's figures).
+//! Every watch of the daemon lists as `watch_config` says and reconnects
+//! as [`super::reconnect`] does (issue 34's figures).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,11 +19,10 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod as ApiPod;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::utils::{Backoff, ResetTimerBackoff};
-use kube::runtime::watcher::ExponentialBackoff;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
+use super::reconnect::reconnecting;
 use crate::netattach::pod::Pod;
 use crate::netattach::selection::NETWORKS_ANNOTATION;
 use crate::netattach::status::NETWORK_STATUS_ANNOTATION;
@@ -42,20 +41,6 @@ pub(crate) fn watch_config() -> watcher::Config {
     let mut config = watcher::Config::default().any_semantic();
     config.page_size = None;
     config
-}
-
-/// How a daemon's watch reconnects after an error (an API server that
-/// restarts): 250 ms doubling to at most 2 s, jittered so that a cluster's
-/// daemons spread out, reset after two healthy minutes. kube-rs's default
-/// grows to 30 s, and watches came back 5–7.5 s after a restart.
-pub(crate) fn reconnect_backoff() -> impl Backoff {
-    let schedule = backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(250))
-        .with_max_delay(Duration::from_secs(2))
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times();
-    ResetTimerBackoff::new(ExponentialBackoff::from(schedule), Duration::from_secs(120))
 }
 
 /// Told of each event of the pods' watch.
@@ -83,8 +68,7 @@ impl NamespacedWatch {
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
-        let events = watcher(api, watch_config())
-            .backoff(reconnect_backoff())
+        let events = reconnecting(watcher(api, watch_config()))
             .modify(|object: &mut DynamicObject| object.managed_fields_mut().clear())
             .reflect(writer);
         let synced = Arc::new(AtomicBool::new(false));
@@ -194,8 +178,7 @@ impl Watched {
         let pods_api: Api<PartialObjectMeta<ApiPod>> = Api::all(client.clone());
         let on_node = watch_config().fields(&format!("spec.nodeName={node}"));
         let prewarm = nads.clone();
-        let pod_events = watcher(pods_api, on_node)
-            .backoff(reconnect_backoff())
+        let pod_events = reconnecting(watcher(pods_api, on_node))
             // managedFields are most of a pod's metadata, and never read.
             .modify(|pod: &mut PartialObjectMeta<ApiPod>| pod.managed_fields_mut().clear())
             .reflect(pod_writer)
