@@ -1,15 +1,19 @@
 //! How the daemon's watches come back after an error, by its kind:
-//! - the API server refuses connections (it is down, or restarting): try
-//!   again every 250–500 ms, jittered, as long as that lasts. A refused
-//!   connection costs the server nothing, and client-go's reflector does
-//!   the same (a fixed 1 s). With the backoff below alone, plexus's watches
-//!   came back 4–6 s after a restarted API server was ready, Multus's
-//!   within one (`plexus-bench --scale`, issue 34);
+//! - the API server is not there (a connection refused, reset or closed
+//!   before an answer: it is down or restarting, or a load balancer in
+//!   front of it has no backend), or its watch cache no longer has the
+//!   watch's resourceVersion (410 Gone: a restarted server): try again,
+//!   listing anew after a 410, every 250–500 ms, jittered, for as long as
+//!   that lasts. A connection that gets nowhere costs the server nothing,
+//!   and client-go's reflector does the same (a fixed 1 s when refused, and
+//!   a relist at once after a 410). With the backoff below alone, plexus's
+//!   watches came back 4–7 s after a restarted API server was ready,
+//!   Multus's within one (`plexus-bench --scale`, issue 34);
 //! - any other error (a server that answers but fails, refuses or is
-//!   overloaded): 250 ms doubling to at most 2 s, jittered so that a
-//!   cluster's daemons spread out, reset after two healthy minutes.
-//!   kube-rs's default grows to 30 s, and watches came back 5–7.5 s after
-//!   a restart.
+//!   overloaded, a TLS handshake that fails): 250 ms doubling to at most
+//!   2 s, jittered so that a cluster's daemons spread out, reset after two
+//!   healthy minutes. kube-rs's default grows to 30 s, and watches came
+//!   back 5–7.5 s after a restart.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -22,13 +26,14 @@ use kube::runtime::watcher::ExponentialBackoff;
 
 /// The schedules of one watch.
 struct Schedules {
-    refused: backon::ExponentialBackoff,
+    /// When the server is away, or a 410 calls for a list.
+    prompt: backon::ExponentialBackoff,
     failing: ResetTimerBackoff<ExponentialBackoff>,
 }
 
 impl Schedules {
     fn new() -> Schedules {
-        let refused = backon::ExponentialBuilder::default()
+        let prompt = backon::ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(250))
             .with_max_delay(Duration::from_millis(250))
             .with_factor(1.0)
@@ -42,7 +47,7 @@ impl Schedules {
             .with_jitter()
             .without_max_times();
         Schedules {
-            refused,
+            prompt,
             failing: ResetTimerBackoff::new(
                 ExponentialBackoff::from(failing),
                 Duration::from_secs(120),
@@ -52,8 +57,8 @@ impl Schedules {
 
     /// How long to wait before trying again after `error`.
     fn after(&mut self, error: &watcher::Error) -> Duration {
-        let next = if connection_refused(error) {
-            self.refused.next()
+        let next = if server_away(error) || resource_version_gone(error) {
+            self.prompt.next()
         } else {
             self.failing.next()
         };
@@ -61,18 +66,43 @@ impl Schedules {
     }
 }
 
-/// Whether a connection refused is among `error`'s causes.
-fn connection_refused(error: &(dyn std::error::Error + 'static)) -> bool {
+/// Whether the connection to the API server got nowhere: among `error`'s
+/// causes, a connection refused, reset, aborted or closed before an
+/// answer (a TLS handshake cut short included).
+fn server_away(error: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind::{
+        BrokenPipe, ConnectionAborted, ConnectionRefused, ConnectionReset, NotConnected,
+        UnexpectedEof,
+    };
     let mut cause = Some(error);
     while let Some(e) = cause {
-        if e.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
-        {
-            return true;
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                ConnectionRefused
+                    | ConnectionReset
+                    | ConnectionAborted
+                    | NotConnected
+                    | BrokenPipe
+                    | UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        if let Some(http) = e.downcast_ref::<hyper::Error>() {
+            if http.is_incomplete_message() || http.is_closed() || http.is_canceled() {
+                return true;
+            }
         }
         cause = e.source();
     }
     false
+}
+
+/// A watch from a resourceVersion the API server's cache no longer has:
+/// the watcher lists anew.
+fn resource_version_gone(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchError(response) if response.code == 410)
 }
 
 /// `events` (a kube-rs watcher), each error followed by the wait its kind
@@ -99,15 +129,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_refused_connection_is_told_apart_through_the_causes() {
+    fn a_server_away_is_told_apart_through_the_causes() {
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         let wrapped = kube::Error::Service(Box::new(refused));
         let error = watcher::Error::WatchStartFailed(wrapped);
-        assert!(connection_refused(&error));
-        let other = kube::Error::Service(Box::new(std::io::Error::from(
+        assert!(server_away(&error));
+        let reset = kube::Error::Service(Box::new(std::io::Error::from(
             std::io::ErrorKind::ConnectionReset,
         )));
-        assert!(!connection_refused(&watcher::Error::WatchFailed(other)));
+        assert!(server_away(&watcher::Error::WatchFailed(reset)));
+        let tls = kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "invalid peer certificate",
+        )));
+        assert!(!server_away(&watcher::Error::InitialListFailed(tls)));
     }
 
     #[test]
@@ -124,6 +159,12 @@ mod tests {
                 "{wait:?}"
             );
         }
+        let gone = watcher::Error::WatchError(
+            kube::core::Status::failure("too old resource version", "Expired")
+                .with_code(410)
+                .boxed(),
+        );
+        assert!(schedules.after(&gone) < Duration::from_millis(500));
         let failing = watcher::Error::NoResourceVersion;
         let waits: Vec<Duration> = (0..8).map(|_| schedules.after(&failing)).collect();
         assert!(waits[0] < Duration::from_millis(500), "{waits:?}");
