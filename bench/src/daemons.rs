@@ -12,6 +12,8 @@ use plexus_dataplane::NetNs;
 /// One simulated node's daemon.
 pub(crate) struct NodeDaemon {
     pub(crate) child: Child,
+    /// Its stdout and stderr (its log).
+    pub(crate) log: std::path::PathBuf,
     /// Its metrics port in the node namespace.
     pub(crate) port: u16,
 }
@@ -86,8 +88,12 @@ impl Launch<'_> {
         cmd.arg("--cni-dir")
             .arg(dir.join("cache"))
             .args(["--dynamic-networks=false", "--ipam-reconcile-interval=0"]);
+        let log = dir.join("daemon.log");
+        let file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+        cmd.stdout(file.try_clone().map_err(|e| e.to_string())?)
+            .stderr(file);
         let child = cmd.spawn().map_err(|e| format!("plexus daemon: {e}"))?;
-        Ok(NodeDaemon { child, port })
+        Ok(NodeDaemon { child, log, port })
     }
 
     /// The socket of `node_name`'s daemon.
@@ -116,6 +122,17 @@ pub(crate) fn metrics_page(node: &NetNs, port: u16) -> Result<String, String> {
 pub(crate) fn ready(node: &NetNs, port: u16) -> Result<bool, String> {
     let url = format!("http://127.0.0.1:{port}/readyz");
     Ok(in_node(node, "curl", &["-sf", "-m", "2", &url])?.trim() == "ready")
+}
+
+/// Whether `daemon`'s log says its cache of the node's pods is synced (its
+/// readiness), read as a multus-daemon's log is: one read per look, where a
+/// `/readyz` request from the node namespace is a process of its own and a
+/// look at 50 daemons took about a second.
+pub(crate) fn pods_synced(daemon: &NodeDaemon) -> bool {
+    std::fs::read_to_string(&daemon.log).is_ok_and(|log| {
+        log.lines()
+            .any(|l| l.contains("watch cache synced") && l.contains("pods"))
+    })
 }
 
 /// Until the daemon on `port` in `node` is ready, `bound` at most.

@@ -4,7 +4,8 @@
 //! many pods spread over many node names. The cluster grows in steps; at
 //! each, every daemon is started at once (a DaemonSet rollout) and
 //! measured:
-//! - the time until its cache of its node's pods is synced;
+//! - the time until its cache of its node's pods is synced (its log says
+//!   so, as multus-daemon's log is read);
 //! - its RSS and CPU once synced, and its CPU over an idle spell;
 //! - the API requests it made (its own `plexus_api_requests_total`; its
 //!   watches as the API server has them registered), at start and while
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 use plexus_dataplane::NetNs;
 use plexus_testkit::kube::{private_api, KubeApi, Relay};
 
-use crate::daemons::{metrics_page, ready, Daemons, Launch, NodeDaemon};
+use crate::daemons::{metrics_page, pods_synced, Daemons, Launch, NodeDaemon};
 use crate::scale_step::{
     churn_events, clock_ticks, pod_watchers_back, usage, watch_figures, Baseline, Restart, Setup,
     Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
@@ -226,7 +227,7 @@ fn measure(
             ));
         }
         for (slot, daemon) in ready_at.iter_mut().zip(&daemons.0) {
-            if slot.is_none() && ready(node, daemon.port)? {
+            if slot.is_none() && pods_synced(daemon) {
                 *slot = Some(started.elapsed());
             }
         }
