@@ -30,8 +30,8 @@ use plexus_testkit::kube::{private_api, KubeApi, Relay};
 
 use crate::daemons::{metrics_page, pods_synced, Daemons, Launch, NodeDaemon};
 use crate::scale_step::{
-    churn_events, clock_ticks, pod_watchers_back, usage, watch_figures, Baseline, Restart, Setup,
-    Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
+    attached_pod, churn, churn_events, clock_ticks, pod_watchers_back, usage, watch_figures,
+    Baseline, Restart, Setup, Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
 };
 use crate::{percentile, scale_multus, verdict, Namespaces};
 
@@ -128,39 +128,6 @@ fn create_pods(
         started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// A pod of `node` that has its `scale-net` network: its network-status
-/// written, as a running pod's is.
-fn attached_pod(ns: &str, node: &str, name: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, \
-         annotations: {{k8s.v1.cni.cncf.io/networks: scale-net, \
-         k8s.v1.cni.cncf.io/network-status: '[{{\"name\":\"{ns}/scale-net\",\
-         \"interface\":\"net1\",\"ips\":[\"10.1.0.1\"]}}]'}}}}\n\
-         spec: {{nodeName: {node}, containers: [{{name: c, image: busybox}}]}}\n---\n"
-    )
-}
-
-/// New pods for the churn of a step (`tag`): one on each daemon's node and
-/// ten times as many on other nodes.
-pub(crate) fn churn(api: &KubeApi, ns: &str, setup: &Setup, tag: &str) {
-    let mut manifest = String::new();
-    for n in 0..setup.daemons {
-        manifest.push_str(&attached_pod(
-            ns,
-            &format!("scale-node-{n}"),
-            &format!("churn-{tag}-{n}"),
-        ));
-        for k in 0..10 {
-            manifest.push_str(&attached_pod(
-                ns,
-                &format!("far-node-{k}"),
-                &format!("churn-{tag}-{n}-{k}"),
-            ));
-        }
-    }
-    api.create(&manifest);
 }
 
 /// The daemon's own count of its API requests, by `verb resource`.

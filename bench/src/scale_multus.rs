@@ -29,10 +29,9 @@ use plexus_testkit::kube::{AuditedRequest, KubeApi};
 use serde_json::json;
 
 use crate::multus_thick::binary_in;
-use crate::scale::churn;
 use crate::scale_step::{
-    audited_since, by_multus, churn_events, pod_watchers_back, usage, watch_figures, Baseline,
-    Restart, Setup, Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
+    audited_since, by_multus, churn, churn_events, pod_watchers_back, usage, watch_figures,
+    Baseline, Restart, Setup, Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
 };
 
 /// What multus-daemon logs once its pod informer synced and it serves.

@@ -264,6 +264,39 @@ impl Baseline {
     }
 }
 
+/// A pod of `node` that has its `scale-net` network: its network-status
+/// written, as a running pod's is.
+pub(crate) fn attached_pod(ns: &str, node: &str, name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, \
+         annotations: {{k8s.v1.cni.cncf.io/networks: scale-net, \
+         k8s.v1.cni.cncf.io/network-status: '[{{\"name\":\"{ns}/scale-net\",\
+         \"interface\":\"net1\",\"ips\":[\"10.1.0.1\"]}}]'}}}}\n\
+         spec: {{nodeName: {node}, containers: [{{name: c, image: busybox}}]}}\n---\n"
+    )
+}
+
+/// New pods for the churn of a step (`tag`): one on each daemon's node and
+/// ten times as many on other nodes.
+pub(crate) fn churn(api: &KubeApi, ns: &str, setup: &Setup, tag: &str) {
+    let mut manifest = String::new();
+    for n in 0..setup.daemons {
+        manifest.push_str(&attached_pod(
+            ns,
+            &format!("scale-node-{n}"),
+            &format!("churn-{tag}-{n}"),
+        ));
+        for k in 0..10 {
+            manifest.push_str(&attached_pod(
+                ns,
+                &format!("far-node-{k}"),
+                &format!("churn-{tag}-{n}-{k}"),
+            ));
+        }
+    }
+    api.create(&manifest);
+}
+
 /// Whether multus-daemon made `r` (plexus's daemons send no User-Agent).
 pub(crate) fn by_multus(r: &AuditedRequest) -> bool {
     r.user_agent.starts_with("multus-daemon")
