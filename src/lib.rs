@@ -33,6 +33,7 @@ pub mod config;
 pub mod logging;
 pub mod manifest;
 pub mod netattach;
+pub mod netpolicy;
 pub mod phases;
 pub mod plan;
 pub mod plugin;

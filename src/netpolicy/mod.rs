@@ -1,0 +1,26 @@
+//! MultiNetworkPolicy (issue 35, work in progress): the
+//! `k8s.cni.cncf.io` policy object ([`spec`]), label selectors
+//! ([`selector`]) and what policies mean for a pod's interfaces
+//! ([`resolve`]). Enforcement in the pod's namespace (nftables over
+//! netlink) and the daemon's watches come next.
+
+pub mod resolve;
+pub mod selector;
+pub mod spec;
+
+/// A policy the API server holds that plexus cannot read, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct PolicyError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl PolicyError {
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> PolicyError {
+        PolicyError {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
