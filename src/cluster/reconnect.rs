@@ -1,22 +1,26 @@
 //! How the daemon's watches come back after an error, by its kind:
 //! - the API server is not there (a connection refused, reset or closed
-//!   before an answer: it is down or restarting, or a load balancer in
-//!   front of it has no backend), or its watch cache no longer has the
-//!   watch's resourceVersion (410 Gone: a restarted server): try again,
-//!   listing anew after a 410, every 250–500 ms, jittered, for as long as
-//!   that lasts. A connection that gets nowhere costs the server nothing,
-//!   and client-go's reflector does the same (a fixed 1 s when refused, and
-//!   a relist at once after a 410). With the backoff below alone, plexus's
-//!   watches came back 4–7 s after a restarted API server was ready,
-//!   Multus's within one (`plexus-bench --scale`, issue 34);
-//! - any other error (a server that answers but fails, refuses or is
-//!   overloaded, a TLS handshake that fails): 250 ms doubling to at most
-//!   2 s, jittered so that a cluster's daemons spread out, reset after two
-//!   healthy minutes. kube-rs's default grows to 30 s, and watches came
-//!   back 5–7.5 s after a restart.
+//!   before an answer, a connection that fails before TLS is up: it is
+//!   down or restarting, or a load balancer in front of it has no
+//!   backend), or its watch cache no longer has the watch's
+//!   resourceVersion (410 Gone: a restarted server), or it answers with an
+//!   error within [`STARTING`] of having been away (a starting server
+//!   refuses with 403 until its authorizer has synced, or fails with a
+//!   5xx): try again, listing anew after a 410, every 250–500 ms,
+//!   jittered, for as long as that lasts. A connection that gets nowhere
+//!   costs the server nothing, and client-go's reflector does much the same
+//!   (a fixed 1 s when refused, a relist at once after a 410). With the
+//!   backoff below alone, plexus's watches came back 4–7 s after a
+//!   restarted API server was ready, Multus's within one
+//!   (`plexus-bench --scale`, issue 34);
+//! - any other error (a server that has been answering fails, refuses or
+//!   is overloaded; a TLS certificate that does not verify): 250 ms
+//!   doubling to at most 2 s, jittered so that a cluster's daemons spread
+//!   out, reset after two healthy minutes. kube-rs's default grows to
+//!   30 s, and watches came back 5–7.5 s after a restart.
 
 use std::pin::Pin;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder;
 use futures::{Stream, StreamExt};
@@ -24,8 +28,14 @@ use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::watcher;
 use kube::runtime::watcher::ExponentialBackoff;
 
+/// How long after the API server was away its errors are taken for a
+/// start's.
+const STARTING: Duration = Duration::from_secs(15);
+
 /// The schedules of one watch.
 struct Schedules {
+    /// When the server was last away.
+    away: Option<Instant>,
     /// When the server is away, or a 410 calls for a list.
     prompt: backon::ExponentialBackoff,
     failing: ResetTimerBackoff<ExponentialBackoff>,
@@ -47,6 +57,7 @@ impl Schedules {
             .with_jitter()
             .without_max_times();
         Schedules {
+            away: None,
             prompt,
             failing: ResetTimerBackoff::new(
                 ExponentialBackoff::from(failing),
@@ -57,7 +68,12 @@ impl Schedules {
 
     /// How long to wait before trying again after `error`.
     fn after(&mut self, error: &watcher::Error) -> Duration {
-        let next = if server_away(error) || resource_version_gone(error) {
+        let away = server_away(error);
+        if away {
+            self.away = Some(Instant::now());
+        }
+        let starting = self.away.is_some_and(|at| at.elapsed() < STARTING);
+        let next = if away || starting || resource_version_gone(error) {
             self.prompt.next()
         } else {
             self.failing.next()
@@ -68,8 +84,32 @@ impl Schedules {
 
 /// Whether the connection to the API server got nowhere: among `error`'s
 /// causes, a connection refused, reset, aborted or closed before an
-/// answer (a TLS handshake cut short included).
+/// answer, or one that failed before TLS was up for any reason but a
+/// certificate (invalid data).
 fn server_away(error: &(dyn std::error::Error + 'static)) -> bool {
+    connect_failed(error) || transport_lost(error)
+}
+
+fn connect_failed(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    let mut connect = false;
+    while let Some(e) = cause {
+        if e.downcast_ref::<hyper_util::client::legacy::Error>()
+            .is_some_and(|e| e.is_connect())
+        {
+            connect = true;
+        }
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData)
+        {
+            return false;
+        }
+        cause = e.source();
+    }
+    connect
+}
+
+fn transport_lost(error: &(dyn std::error::Error + 'static)) -> bool {
     use std::io::ErrorKind::{
         BrokenPipe, ConnectionAborted, ConnectionRefused, ConnectionReset, NotConnected,
         UnexpectedEof,
@@ -165,6 +205,10 @@ mod tests {
                 .boxed(),
         );
         assert!(schedules.after(&gone) < Duration::from_millis(500));
+        // Within STARTING of the server being away, its answers are a
+        // start's: still prompt.
+        assert!(schedules.after(&watcher::Error::NoResourceVersion) < Duration::from_millis(500));
+        schedules.away = None;
         let failing = watcher::Error::NoResourceVersion;
         let waits: Vec<Duration> = (0..8).map(|_| schedules.after(&failing)).collect();
         assert!(waits[0] < Duration::from_millis(500), "{waits:?}");

@@ -134,6 +134,17 @@ fn selector() -> Value {
     serde_json::from_str(SERVER).unwrap()
 }
 
+/// A policy `ns1/p` for blue that selects the server, with `rules` as its
+/// ingress.
+fn server_ingress(rules: Value) -> Case {
+    Case::new(vec![policy(
+        "ns1",
+        "p",
+        "blue",
+        json!({"podSelector": selector(), "ingress": rules}),
+    )])
+}
+
 #[test]
 fn default_deny_ingress_isolates_only_the_policy_for_network() {
     let c = Case::new(vec![policy(
@@ -165,52 +176,34 @@ fn a_policy_for_another_network_or_namespace_selects_nothing_here() {
 #[test]
 fn allow_from_pods_namespaces_and_both() {
     // podSelector alone: pods of the policy's namespace.
-    let c = Case::new(vec![policy(
-        "ns1",
-        "p",
-        "blue",
-        json!({"podSelector": selector(),
-        "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "client"}}}]}]}),
-    )]);
+    let c =
+        server_ingress(json!([{"from": [{"podSelector": {"matchLabels": {"app": "client"}}}]}]));
     assert!(c.admits("net1", "10.0.0.2", 80));
     assert!(!c.admits("net1", "10.0.0.3", 80), "a client of ns2");
     // The peer's address on the same network only: not its red one.
     assert!(!c.admits("net1", "10.9.0.2", 80));
 
     // namespaceSelector alone: every pod of those namespaces.
-    let c = Case::new(vec![policy(
-        "ns1",
-        "p",
-        "blue",
-        json!({"podSelector": selector(),
-        "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "b"}}}]}]}),
-    )]);
+    let c =
+        server_ingress(json!([{"from": [{"namespaceSelector": {"matchLabels": {"team": "b"}}}]}]));
     assert!(c.admits("net1", "10.0.0.3", 80));
     assert!(c.admits("net1", "10.0.0.4", 80));
     assert!(!c.admits("net1", "10.0.0.2", 80));
 
     // Both in one peer: AND.
-    let c = Case::new(vec![policy(
-        "ns1",
-        "p",
-        "blue",
-        json!({"podSelector": selector(),
-        "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "b"}},
-                               "podSelector": {"matchLabels": {"app": "client"}}}]}]}),
-    )]);
+    let c = server_ingress(
+        json!([{"from": [{"namespaceSelector": {"matchLabels": {"team": "b"}},
+                               "podSelector": {"matchLabels": {"app": "client"}}}]}]),
+    );
     assert!(c.admits("net1", "10.0.0.3", 80));
     assert!(!c.admits("net1", "10.0.0.4", 80));
     assert!(!c.admits("net1", "10.0.0.2", 80));
 
     // Two peers: OR.
-    let c = Case::new(vec![policy(
-        "ns1",
-        "p",
-        "blue",
-        json!({"podSelector": selector(),
-        "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "b"}}},
-                              {"podSelector": {"matchLabels": {"app": "client"}}}]}]}),
-    )]);
+    let c = server_ingress(
+        json!([{"from": [{"namespaceSelector": {"matchLabels": {"team": "b"}}},
+                              {"podSelector": {"matchLabels": {"app": "client"}}}]}]),
+    );
     for ip in ["10.0.0.2", "10.0.0.3", "10.0.0.4"] {
         assert!(c.admits("net1", ip, 80), "{ip}");
     }
@@ -218,13 +211,9 @@ fn allow_from_pods_namespaces_and_both() {
 
 #[test]
 fn ip_block_with_except() {
-    let c = Case::new(vec![policy(
-        "ns1",
-        "p",
-        "blue",
-        json!({"podSelector": selector(),
-        "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/24", "except": ["10.0.0.3/32"]}}]}]}),
-    )]);
+    let c = server_ingress(
+        json!([{"from": [{"ipBlock": {"cidr": "10.0.0.0/24", "except": ["10.0.0.3/32"]}}]}]),
+    );
     assert!(c.admits("net1", "10.0.0.2", 80));
     assert!(
         c.admits("net1", "10.0.0.200", 80),
@@ -236,14 +225,10 @@ fn ip_block_with_except() {
 
 #[test]
 fn numbered_named_and_ranged_ports() {
-    let c = Case::new(vec![policy(
-        "ns1",
-        "p",
-        "blue",
-        json!({"podSelector": selector(),
-        "ingress": [{"ports": [{"port": 80}, {"port": "http"}, {"port": 9000, "endPort": 9002},
-                               {"protocol": "UDP", "port": 53}]}]}),
-    )]);
+    let c = server_ingress(
+        json!([{"ports": [{"port": 80}, {"port": "http"}, {"port": 9000, "endPort": 9002},
+                               {"protocol": "UDP", "port": 53}]}]),
+    );
     for (port, ok) in [
         (80, true),
         (8080, true),
@@ -254,13 +239,7 @@ fn numbered_named_and_ranged_ports() {
         assert_eq!(c.admits("net1", "10.0.0.2", port), ok, "{port}");
     }
     // A name the selected pod does not have matches nothing.
-    let c = Case::new(vec![policy(
-        "ns1",
-        "p",
-        "blue",
-        json!({"podSelector": selector(),
-        "ingress": [{"ports": [{"port": "metrics"}]}]}),
-    )]);
+    let c = server_ingress(json!([{"ports": [{"port": "metrics"}]}]));
     assert!(!c.admits("net1", "10.0.0.2", 8080));
     assert_eq!(
         c.server()[0].ingress,
@@ -342,13 +321,8 @@ fn egress_names_each_peers_own_ports_and_addresses_on_the_network() {
 
 #[test]
 fn a_selector_that_matches_no_pod_allows_nothing() {
-    let c = Case::new(vec![policy(
-        "ns1",
-        "p",
-        "blue",
-        json!({"podSelector": selector(),
-        "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "nobody"}}}]}]}),
-    )]);
+    let c =
+        server_ingress(json!([{"from": [{"podSelector": {"matchLabels": {"app": "nobody"}}}]}]));
     assert!(!c.admits("net1", "10.0.0.2", 80));
     assert_eq!(
         c.server()[0].ingress,
