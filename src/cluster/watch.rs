@@ -8,7 +8,7 @@
 //! NAD younger than the last event) is read with a GET by the caller.
 //!
 //! Every watch of the daemon lists as `watch_config` says and reconnects
-//! as [`super::reconnect`] does (issue 34's figures).
+//! as `reconnect.rs` says (issue 34's figures).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -233,7 +233,7 @@ impl Watched {
 
     /// The NAD `namespace/name` as JSON, if the cache has it. The first
     /// call for a namespace starts its watch and waits for it to list
-    /// (up to [`NAD_LIST_WAIT`]).
+    /// (up to 1 s).
     pub fn nad(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
         let watch = self.nads.of(namespace)?;
         if !watch.synced_within(NAD_LIST_WAIT) {

@@ -2,7 +2,9 @@
 //! namespace of its own, with each node's `uplink0` (a veth) on it, as
 //! `testkit/node-up --nodes` joins its nodes. Each node runs the plexus
 //! binary with state of its own; a pod on one node reaches a pod on the
-//! other over the secondary network, both ways.
+//! other over the secondary network, both ways, by ping and by a TCP
+//! connection, and each pod's network-status (from its node's record, as
+//! plexus publishes it) names the address it has.
 //!
 //! Where each case runs: macvlan here and in the VM; ipvlan and a VLAN
 //! (802.1q, the reference `vlan` plugin as plexus's delegate) in the VM
@@ -10,6 +12,11 @@
 //! nodes, with cluster-wide IPAM, is `tests/cluster_nodes.rs`'s.
 
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use plexus::cni::names::{ContainerId, IfName};
+use plexus::record::{Cache, Lookup};
 
 use plexus_testkit::Feature;
 
@@ -78,7 +85,80 @@ impl Fabric {
         assert_ok("ADD", &out);
         let net1 = addresses(&self.pods[i], "net1");
         assert_eq!(net1.len(), 1, "{net1:?}");
+        self.assert_status(i, &dir, &net1[0]);
         (net1[0].clone(), conf)
+    }
+
+    /// Pod `i`'s network-status, as its node's record gives it (what
+    /// plexus publishes, multi-net-spec §5), names `address` on `net1`.
+    fn assert_status(&self, i: usize, dir: &std::path::Path, address: &str) {
+        let cache = Cache::new(dir.join("cache"));
+        let container = ContainerId::new(format!("c{i}")).unwrap();
+        let Lookup::Found(record) = cache
+            .load(&container, &IfName::new("eth0").unwrap())
+            .unwrap()
+        else {
+            panic!("no record of pod {i}");
+        };
+        let status = record.network_status();
+        let net1 = status
+            .iter()
+            .find(|s| s.interface.as_deref() == Some("net1"))
+            .unwrap_or_else(|| panic!("no net1 in {status:?}"));
+        assert!(
+            net1.ips
+                .iter()
+                .any(|ip| ip.split('/').next() == Some(address)),
+            "pod {i}: {net1:?} against {address}"
+        );
+    }
+
+    /// A TCP connection from pod `from` to `address` port 7000 where pod
+    /// `to` listens (busybox's `nc`, answering its own name): the answer
+    /// must be `to`'s.
+    fn connect(&self, from: usize, to: usize, address: &str) {
+        let name = format!("pod{to}");
+        let mut server = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.pods[to],
+                "busybox",
+                "nc",
+                "-l",
+                "-p",
+                "7000",
+            ])
+            .args(["-e", "echo", &name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + plexus_testkit::bound(Duration::from_secs(5));
+        let answer = loop {
+            let out = Command::new("timeout")
+                .args([
+                    "5",
+                    "ip",
+                    "netns",
+                    "exec",
+                    &self.pods[from],
+                    "busybox",
+                    "nc",
+                ])
+                .args([address, "7000"])
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if !text.is_empty() || std::time::Instant::now() > deadline {
+                break text;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let _ = server.kill();
+        let _ = server.wait();
+        assert_eq!(answer, name, "TCP from pod{from} to {address}");
     }
 
     /// DEL of pod `i` with `conf`: it keeps only lo, and its node nothing.
@@ -104,6 +184,8 @@ impl Fabric {
             ping(&self.pods[1], &ip0),
             "{tag}: node1's pod -> node0's {ip0}"
         );
+        self.connect(0, 1, &ip1);
+        self.connect(1, 0, &ip0);
         self.detach(0, &conf0, tag);
         self.detach(1, &conf1, tag);
     }
