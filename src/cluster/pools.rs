@@ -146,7 +146,7 @@ impl PoolWatches {
             .entry(namespace.to_string())
             .or_insert_with(|| {
                 let resource = resource("IPPool", "ippools");
-                let NamespacedWatch { store, synced } = NamespacedWatch::start(
+                let NamespacedWatch { store, synced, .. } = NamespacedWatch::start(
                     &self.client,
                     &self.handle,
                     namespace,

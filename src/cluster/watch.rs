@@ -53,6 +53,8 @@ pub(crate) struct NamespacedWatch {
     pub(crate) store: Store<DynamicObject>,
     /// The store holds a full list.
     pub(crate) synced: Arc<AtomicBool>,
+    /// When the watch started.
+    started: Instant,
 }
 
 impl NamespacedWatch {
@@ -73,14 +75,19 @@ impl NamespacedWatch {
             .reflect(writer);
         let synced = Arc::new(AtomicBool::new(false));
         handle.spawn(drive(what, events, store.clone(), synced.clone()));
-        NamespacedWatch { store, synced }
+        NamespacedWatch {
+            store,
+            synced,
+            started: Instant::now(),
+        }
     }
 
-    /// Whether the store holds a full list, waiting for it up to `wait`
-    /// (a blocking wait: callers are the calls' threads, never the
-    /// runtime's).
+    /// Whether the store holds a full list, waiting for it until `wait`
+    /// after the watch started (a blocking wait: callers are the calls'
+    /// threads, never the runtime's). A watch that cannot list (the API
+    /// server away) costs the calls after that no wait at all.
     fn synced_within(&self, wait: Duration) -> bool {
-        let deadline = Instant::now() + wait;
+        let deadline = self.started + wait;
         while !self.synced.load(Ordering::Acquire) {
             if Instant::now() >= deadline {
                 return false;
@@ -232,8 +239,8 @@ impl Watched {
     }
 
     /// The NAD `namespace/name` as JSON, if the cache has it. The first
-    /// call for a namespace starts its watch and waits for it to list
-    /// (up to 1 s).
+    /// call for a namespace starts its watch; calls wait for its list until
+    /// 1 s after it started, and no longer.
     pub fn nad(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
         let watch = self.nads.of(namespace)?;
         if !watch.synced_within(NAD_LIST_WAIT) {
