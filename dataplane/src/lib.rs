@@ -19,6 +19,8 @@
 //! - [`pci`]: PCI devices in sysfs for SR-IOV: a VF's PF, index, netdev and
 //!   driver, and the vfio node of a VF handed to userspace.
 //! - [`vdpa`]: vDPA devices, through generic netlink and sysfs.
+//! - [`nftables`]: nftables tables written whole and atomically over
+//!   netlink (NETLINK_NETFILTER), for MultiNetworkPolicy.
 //! - [`probe`]: one ICMP echo from inside a namespace.
 //! - [`mac`]: Ethernet MAC addresses.
 //! - [`drivers`]: the built-in plugins, each a `plexus_cni::skel::Plugin`,
@@ -40,6 +42,7 @@ pub mod error;
 pub mod mac;
 pub mod netlink;
 pub mod netns;
+pub mod nftables;
 pub mod pci;
 pub mod probe;
 pub mod session;

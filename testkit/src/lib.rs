@@ -21,6 +21,7 @@ pub mod podman;
 pub mod podresources;
 pub mod process;
 pub mod sriov;
+pub mod traffic;
 
 use std::borrow::Cow;
 use std::fmt;

@@ -88,6 +88,25 @@ impl NetlinkSocket {
     /// `object`, with the kernel's extended-ACK text when it sent one.
     pub fn exchange<M>(
         &self,
+        msg: NetlinkMessage<M>,
+        op: &'static str,
+        object: &dyn Display,
+    ) -> Result<Vec<M>>
+    where
+        M: NetlinkSerializable + NetlinkDeserializable,
+    {
+        self.exchange_after(Vec::new(), msg, op, object)
+    }
+
+    /// Sends `batch` in one datagram, then `msg` as [`Self::exchange`]
+    /// does, and collects `msg`'s replies. The kernel answers a batch
+    /// message only when it fails, and has answered all of them before it
+    /// reads `msg`: so `msg` is the batch's sentinel, and a NACK of any
+    /// batch message before its reply is the batch's failure (nfnetlink
+    /// reports the failing message, and has applied none of the batch).
+    pub fn exchange_after<M>(
+        &self,
+        batch: Vec<NetlinkMessage<M>>,
         mut msg: NetlinkMessage<M>,
         op: &'static str,
         object: &dyn Display,
@@ -112,8 +131,23 @@ impl NetlinkSocket {
             },
         };
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let first = state.seq.wrapping_add(1);
+        if !batch.is_empty() {
+            let mut request = Vec::new();
+            for mut part in batch {
+                state.seq = state.seq.wrapping_add(1);
+                part.header.sequence_number = state.seq;
+                part.finalize();
+                let at = request.len();
+                request.resize(at + part.buffer_len(), 0);
+                part.serialize(&mut request[at..]);
+            }
+            retry_interrupted(|| self.socket.send(&request, 0))
+                .map_err(|e| io("send to", e))?;
+        }
         state.seq = state.seq.wrapping_add(1);
         let seq = state.seq;
+        let in_batch = |s: u32| s.wrapping_sub(first) < seq.wrapping_sub(first);
         msg.header.sequence_number = seq;
         msg.finalize();
         let mut request = vec![0u8; msg.buffer_len()];
@@ -146,8 +180,21 @@ impl NetlinkSocket {
                 let reply = NetlinkMessage::<M>::deserialize(&buffer[at..at + len])
                     .map_err(|e| proto(format!("undecodable reply: {e}")))?;
                 at += (len + 3) & !3;
+                let nack = |code: std::num::NonZero<i32>, header: &[u8]| Error::Kernel {
+                    op,
+                    object: object.to_string(),
+                    errno: Errno::from_raw(-code.get()),
+                    message: extack_message(reply.header.flags, header),
+                };
                 if reply.header.sequence_number != seq {
-                    continue; // a late answer to an exchange that timed out
+                    // A batch message's NACK fails the exchange; anything
+                    // else is a late answer to an exchange that timed out.
+                    if let NetlinkPayload::Error(e) = &reply.payload {
+                        if let Some(code) = e.code.filter(|_| in_batch(reply.header.sequence_number)) {
+                            return Err(nack(code, &e.header));
+                        }
+                    }
+                    continue;
                 }
                 let multi = reply.header.flags & NLM_F_MULTIPART != 0;
                 match reply.payload {
@@ -158,15 +205,10 @@ impl NetlinkSocket {
                         }
                     }
                     NetlinkPayload::Done(_) => return Ok(replies),
-                    NetlinkPayload::Error(e) => {
+                    NetlinkPayload::Error(ref e) => {
                         return match e.code {
                             None => Ok(replies),
-                            Some(code) => Err(Error::Kernel {
-                                op,
-                                object: object.to_string(),
-                                errno: Errno::from_raw(-code.get()),
-                                message: extack_message(reply.header.flags, &e.header),
-                            }),
+                            Some(code) => Err(nack(code, &e.header)),
                         }
                     }
                     NetlinkPayload::Overrun(_) => {
