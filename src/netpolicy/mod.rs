@@ -1,9 +1,10 @@
 //! MultiNetworkPolicy (issue 35, work in progress): the
 //! `k8s.cni.cncf.io` policy object ([`spec`]), label selectors
 //! ([`selector`]) and what policies mean for a pod's interfaces
-//! ([`resolve`]). Enforcement in the pod's namespace (nftables over
-//! netlink) and the daemon's watches come next.
+//! ([`resolve`]), and those as an nftables table in the pod's namespace
+//! ([`render`]).
 
+pub mod render;
 pub mod resolve;
 pub mod selector;
 pub mod spec;
