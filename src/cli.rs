@@ -153,6 +153,13 @@ struct DaemonArgs {
     /// --kubeconfig); `--dynamic-networks=false` turns it off.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     dynamic_networks: bool,
+    /// Enforce MultiNetworkPolicy (k8s.cni.cncf.io) on the node's pods'
+    /// secondary interfaces, with nftables rules in each pod's namespace
+    /// written before its ADD answers (needs --kubeconfig and the CRD
+    /// deploy/crds/multi-networkpolicy.yaml).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL",
+          num_args = 0..=1, default_missing_value = "true")]
+    multi_network_policy: bool,
     /// Seconds between passes of cluster-wide IPAM's reconciler, which
     /// gives back the addresses of pods that are gone; one daemon of the
     /// cluster runs it at a time (the holder of the Lease
@@ -384,6 +391,7 @@ fn run_daemon(args: &DaemonArgs) -> Result<String, DaemonError> {
         sandboxes: Some(args.state_dir.join("sandboxes")),
         plugins_cni_dir: Some(args.cni_dir.clone()),
         dynamic_networks: args.dynamic_networks,
+        multi_network_policy: args.multi_network_policy,
         ipam_reconcile: match args.ipam_reconcile_interval {
             0.0 => None,
             s => Some(seconds("--ipam-reconcile-interval", s)?),

@@ -6,6 +6,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -34,9 +35,14 @@ pub fn icmp_echo(ns: &NetNs, target: Ipv4Addr, timeout: Duration) -> Result<Dura
     let socket = ns
         .run(raw_icmp_socket)?
         .map_err(|e| fail("open ICMP socket for", e))?;
-    // The identifier the kernel sees is ours to pick on a raw socket; the
-    // process ID keeps concurrent probers apart.
-    let id = (std::process::id() & 0xffff) as u16;
+    // The identifier the kernel sees is ours to pick on a raw socket: the
+    // process ID keeps concurrent probers apart, and a count makes each
+    // probe a new flow to conntrack, which tells ICMP flows apart by it
+    // (never an echo of an earlier one, which a firewall would let
+    // through as established).
+    static PROBES: AtomicU16 = AtomicU16::new(0);
+    let id =
+        ((std::process::id() & 0xffff) as u16).wrapping_add(PROBES.fetch_add(1, Ordering::Relaxed));
     let seq = 1;
     let request = echo_request(id, seq);
     let addr = SockaddrIn::from(SocketAddrV4::new(target, 0));

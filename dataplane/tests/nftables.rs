@@ -23,7 +23,10 @@ fn pair() -> Option<Pair> {
         return None;
     }
     let (pod, peer) = (TestNs::new(), TestNs::new());
-    let (pod_nl, peer_nl) = (Netlink::open(&pod.ns).unwrap(), Netlink::open(&peer.ns).unwrap());
+    let (pod_nl, peer_nl) = (
+        Netlink::open(&pod.ns).unwrap(),
+        Netlink::open(&peer.ns).unwrap(),
+    );
     let (a, b) = veth_up(&pod_nl, &peer, &peer_nl, "net1", "eth0");
     let nodad = AddressOptions { nodad: true };
     for (nl, index, addrs) in [
@@ -81,7 +84,10 @@ fn an_ingress_table_lets_through_only_what_it_allows_both_families() {
     let (pod, peer) = (t.pod.ns.path(), t.peer.ns.path());
     let _open = Listener::new(pod, 8080).unwrap();
     let _closed = Listener::new(pod, 8081).unwrap();
-    assert!(tcp_connects(peer, at("10.9.0.1", 8081)), "open before any table");
+    assert!(
+        tcp_connects(peer, at("10.9.0.1", 8081)),
+        "open before any table"
+    );
 
     t.nft
         .replace(&ingress_table(vec![
@@ -105,20 +111,38 @@ fn an_ingress_table_lets_through_only_what_it_allows_both_families() {
         .unwrap();
     assert_eq!(t.nft.rule_count("plexus-test").unwrap(), 6);
     assert!(tcp_connects(peer, at("10.9.0.1", 8080)), "TCP 8080 allowed");
-    assert!(!tcp_connects(peer, at("10.9.0.1", 8081)), "TCP 8081 refused");
-    assert!(!udp_echoes(peer, at("10.9.0.1", 8080)), "UDP over IPv4 refused");
-    assert!(!tcp_connects(peer, at("fd09::1", 8080)), "TCP over IPv6 refused");
+    assert!(
+        !tcp_connects(peer, at("10.9.0.1", 8081)),
+        "TCP 8081 refused"
+    );
+    assert!(
+        !udp_echoes(peer, at("10.9.0.1", 8080)),
+        "UDP over IPv4 refused"
+    );
+    assert!(
+        !tcp_connects(peer, at("fd09::1", 8080)),
+        "TCP over IPv6 refused"
+    );
     // Over IPv6 the peer must first resolve the pod by neighbour discovery,
     // through the isolated interface.
-    assert!(udp_echoes(peer, at("fd09::1", 8081)), "UDP in the range, IPv6");
+    assert!(
+        udp_echoes(peer, at("fd09::1", 8081)),
+        "UDP in the range, IPv6"
+    );
     // The pod's own connections out are answered: established.
     let _peer_side = Listener::new(peer, 9000).unwrap();
-    assert!(tcp_connects(pod, at("10.9.0.2", 9000)), "replies to the pod pass");
+    assert!(
+        tcp_connects(pod, at("10.9.0.2", 9000)),
+        "replies to the pod pass"
+    );
 
     // A rewrite is whole: what the new table does not allow is refused.
     t.nft.replace(&ingress_table(vec![])).unwrap();
     assert_eq!(t.nft.rule_count("plexus-test").unwrap(), 4);
-    assert!(!tcp_connects(peer, at("10.9.0.1", 8080)), "nothing allowed now");
+    assert!(
+        !tcp_connects(peer, at("10.9.0.1", 8080)),
+        "nothing allowed now"
+    );
 
     t.nft.delete("plexus-test").unwrap();
     t.nft.delete("plexus-test").unwrap(); // idempotent
@@ -170,7 +194,9 @@ fn an_egress_chain_on_output_and_a_kernel_refusal_leaves_the_old_table() {
     // A jump to a chain that does not exist fails the batch, which then
     // applies none of it: the old table stays.
     let mut broken = egress(7100);
-    broken.chains[0].rules.insert(0, rule(vec![], Verdict::Jump("nowhere".into())));
+    broken.chains[0]
+        .rules
+        .insert(0, rule(vec![], Verdict::Jump("nowhere".into())));
     let e = t.nft.replace(&broken).unwrap_err();
     assert!(e.to_string().contains("plexus-test"), "{e}");
     assert_eq!(t.nft.rule_count("plexus-test").unwrap(), 2);

@@ -11,6 +11,7 @@ pub mod events;
 pub mod kube;
 pub mod lease;
 pub mod outbox;
+pub mod policy_watch;
 pub mod pools;
 mod reconnect;
 pub mod watch;

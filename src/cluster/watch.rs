@@ -238,6 +238,16 @@ impl Watched {
         })
     }
 
+    /// The labels of pod `namespace/name`, if the cache has it.
+    pub fn labels(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<std::collections::BTreeMap<String, String>> {
+        let found = self.pods.get(&ObjectRef::new(name).within(namespace))?;
+        Some(found.labels().clone())
+    }
+
     /// The NAD `namespace/name` as JSON, if the cache has it. The first
     /// call for a namespace starts its watch; calls wait for its list until
     /// 1 s after it started, and no longer.

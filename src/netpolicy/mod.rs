@@ -8,6 +8,7 @@ pub mod render;
 pub mod resolve;
 pub mod selector;
 pub mod spec;
+pub mod world;
 
 /// A policy the API server holds that plexus cannot read, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -60,7 +60,10 @@ pub fn table(interfaces: &[InterfacePolicy]) -> Option<Table> {
             };
             let (hook_rules, on) = match direction {
                 Direction::In => (&mut input, Match::InInterface(interface.interface.clone())),
-                Direction::Out => (&mut output, Match::OutInterface(interface.interface.clone())),
+                Direction::Out => (
+                    &mut output,
+                    Match::OutInterface(interface.interface.clone()),
+                ),
             };
             hook_rules.push(rule(vec![on], Verdict::Jump(name.clone())));
             let mut builder = ChainBuilder {
@@ -70,7 +73,10 @@ pub fn table(interfaces: &[InterfacePolicy]) -> Option<Table> {
             };
             let mut rules = vec![
                 rule(vec![Match::EstablishedOrRelated], Verdict::Accept),
-                rule(vec![Match::Icmpv6Types(ND_TYPES.0, ND_TYPES.1)], Verdict::Accept),
+                rule(
+                    vec![Match::Icmpv6Types(ND_TYPES.0, ND_TYPES.1)],
+                    Verdict::Accept,
+                ),
             ];
             for allow in allowed {
                 rules.extend(builder.allowance(allow));
@@ -88,7 +94,10 @@ pub fn table(interfaces: &[InterfacePolicy]) -> Option<Table> {
         return None;
     }
     let mut all = Vec::new();
-    for (name, hook, rules) in [("input", Hook::Input, input), ("output", Hook::Output, output)] {
+    for (name, hook, rules) in [
+        ("input", Hook::Input, input),
+        ("output", Hook::Output, output),
+    ] {
         if !rules.is_empty() {
             all.push(Chain {
                 name: name.into(),
@@ -119,7 +128,12 @@ impl ChainBuilder {
             Ports::Only(list) => list.iter().map(port_matches).collect(),
         };
         let peers: Vec<&PeerMatch> = match &allow.peers {
-            Peers::Any => return ports.into_iter().map(|m| rule(m, Verdict::Accept)).collect(),
+            Peers::Any => {
+                return ports
+                    .into_iter()
+                    .map(|m| rule(m, Verdict::Accept))
+                    .collect()
+            }
             Peers::Only(list) => list.iter().collect(),
         };
         if ports.is_empty() || peers.is_empty() {
@@ -131,7 +145,10 @@ impl ChainBuilder {
             vec![rule(ports[0].clone(), Verdict::Accept)]
         } else {
             let name = self.helper_name();
-            let rules = ports.into_iter().map(|m| rule(m, Verdict::Accept)).collect();
+            let rules = ports
+                .into_iter()
+                .map(|m| rule(m, Verdict::Accept))
+                .collect();
             self.extra.push(Chain {
                 name: name.clone(),
                 hook: None,
@@ -297,9 +314,15 @@ mod tests {
         assert_eq!(
             helper.rules,
             [
-                rule(vec![Match::Source("10.0.5.0/24".parse().unwrap())], Verdict::Return),
                 rule(
-                    vec![Match::Protocol(IPPROTO_TCP), Match::DestinationPorts(80, 80)],
+                    vec![Match::Source("10.0.5.0/24".parse().unwrap())],
+                    Verdict::Return
+                ),
+                rule(
+                    vec![
+                        Match::Protocol(IPPROTO_TCP),
+                        Match::DestinationPorts(80, 80)
+                    ],
                     Verdict::Accept
                 ),
             ]

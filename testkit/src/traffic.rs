@@ -25,7 +25,10 @@ pub fn refusal_wait() -> Duration {
 }
 
 /// Runs `make` on a thread inside `netns` and hands back what it made.
-pub fn in_netns<T: Send>(netns: &Path, make: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
+pub fn in_netns<T: Send>(
+    netns: &Path,
+    make: impl FnOnce() -> io::Result<T> + Send,
+) -> io::Result<T> {
     let target = File::open(netns)?;
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -51,7 +54,9 @@ impl Listener {
     pub fn new(netns: &Path, port: u16) -> io::Result<Listener> {
         let any = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port);
         // `[::]` takes IPv4 too: bindv6only is 0 in a new namespace.
-        let (tcp, udp) = in_netns(netns, || Ok((TcpListener::bind(any)?, UdpSocket::bind(any)?)))?;
+        let (tcp, udp) = in_netns(netns, || {
+            Ok((TcpListener::bind(any)?, UdpSocket::bind(any)?))
+        })?;
         tcp.set_nonblocking(true)?;
         udp.set_read_timeout(Some(Duration::from_millis(20)))?;
         let stop = Arc::new(AtomicBool::new(false));

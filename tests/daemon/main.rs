@@ -17,6 +17,7 @@ mod calls;
 mod hotplug;
 mod ipamclaims;
 mod lifecycle;
+mod netpolicy;
 mod storm;
 mod thin;
 mod whereabouts;

@@ -142,8 +142,7 @@ impl NetlinkSocket {
                 request.resize(at + part.buffer_len(), 0);
                 part.serialize(&mut request[at..]);
             }
-            retry_interrupted(|| self.socket.send(&request, 0))
-                .map_err(|e| io("send to", e))?;
+            retry_interrupted(|| self.socket.send(&request, 0)).map_err(|e| io("send to", e))?;
         }
         state.seq = state.seq.wrapping_add(1);
         let seq = state.seq;
@@ -190,7 +189,9 @@ impl NetlinkSocket {
                     // A batch message's NACK fails the exchange; anything
                     // else is a late answer to an exchange that timed out.
                     if let NetlinkPayload::Error(e) = &reply.payload {
-                        if let Some(code) = e.code.filter(|_| in_batch(reply.header.sequence_number)) {
+                        if let Some(code) =
+                            e.code.filter(|_| in_batch(reply.header.sequence_number))
+                        {
                             return Err(nack(code, &e.header));
                         }
                     }

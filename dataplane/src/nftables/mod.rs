@@ -47,7 +47,9 @@ pub struct Nftables {
 
 impl std::fmt::Debug for Nftables {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Nftables").field("netns", &self.label).finish()
+        f.debug_struct("Nftables")
+            .field("netns", &self.label)
+            .finish()
     }
 }
 

@@ -136,7 +136,10 @@ impl Match {
                     Expressions::Other {
                         expression_type: "ct".into(),
                         attributes: vec![
-                            DefaultNla::new(NFTA_CT_DREG, u32::from(Register::Reg1).to_be_bytes().to_vec()),
+                            DefaultNla::new(
+                                NFTA_CT_DREG,
+                                u32::from(Register::Reg1).to_be_bytes().to_vec(),
+                            ),
                             DefaultNla::new(NFTA_CT_KEY, NFT_CT_STATE.to_be_bytes().to_vec()),
                         ],
                     }
@@ -185,7 +188,13 @@ impl Verdict {
 }
 
 fn meta(out: &mut Vec<Expression>, key: MetaKey) {
-    out.push(Expressions::Meta(vec![Meta::Key(key), Meta::DestinationRegister(Register::Reg1)]).into());
+    out.push(
+        Expressions::Meta(vec![
+            Meta::Key(key),
+            Meta::DestinationRegister(Register::Reg1),
+        ])
+        .into(),
+    );
 }
 
 fn compare(out: &mut Vec<Expression>, op: Operator, value: Vec<u8>) {
@@ -241,7 +250,10 @@ fn range(out: &mut Vec<Expression>, from: Vec<u8>, to: Vec<u8>) {
         Expressions::Other {
             expression_type: "range".into(),
             attributes: vec![
-                DefaultNla::new(NFTA_RANGE_SREG, u32::from(Register::Reg1).to_be_bytes().to_vec()),
+                DefaultNla::new(
+                    NFTA_RANGE_SREG,
+                    u32::from(Register::Reg1).to_be_bytes().to_vec(),
+                ),
                 DefaultNla::new(NFTA_RANGE_OP, NFT_RANGE_EQ.to_be_bytes().to_vec()),
                 data(NFTA_RANGE_FROM_DATA, from),
                 data(NFTA_RANGE_TO_DATA, to),
@@ -262,8 +274,16 @@ fn interface(out: &mut Vec<Expression>, key: MetaKey, name: &str) {
 /// The family check (payload offsets differ), then the masked address.
 fn address(out: &mut Vec<Expression>, net: IpNetwork, source: bool) {
     let (family, offset, bytes) = match net.network() {
-        IpAddr::V4(a) => (NFPROTO_IPV4, if source { 12 } else { 16 }, a.octets().to_vec()),
-        IpAddr::V6(a) => (NFPROTO_IPV6, if source { 8 } else { 24 }, a.octets().to_vec()),
+        IpAddr::V4(a) => (
+            NFPROTO_IPV4,
+            if source { 12 } else { 16 },
+            a.octets().to_vec(),
+        ),
+        IpAddr::V6(a) => (
+            NFPROTO_IPV6,
+            if source { 8 } else { 24 },
+            a.octets().to_vec(),
+        ),
     };
     meta(out, MetaKey::Nfproto);
     compare(out, Operator::Equal, vec![family]);
@@ -309,7 +329,10 @@ mod tests {
             matches: vec![Match::Source(net.parse().unwrap())],
             verdict: Verdict::Accept,
         };
-        assert_eq!(names(&rule("10.1.0.0/16")), ["meta", "cmp", "payload", "cmp", "immediate"]);
+        assert_eq!(
+            names(&rule("10.1.0.0/16")),
+            ["meta", "cmp", "payload", "cmp", "immediate"]
+        );
         assert_eq!(
             names(&rule("10.1.0.0/20")),
             ["meta", "cmp", "payload", "bitwise", "cmp", "immediate"]
@@ -320,10 +343,19 @@ mod tests {
     #[test]
     fn a_single_port_is_a_compare_and_a_range_a_range() {
         let rule = |from, to| Rule {
-            matches: vec![Match::Protocol(IPPROTO_TCP), Match::DestinationPorts(from, to)],
+            matches: vec![
+                Match::Protocol(IPPROTO_TCP),
+                Match::DestinationPorts(from, to),
+            ],
             verdict: Verdict::Accept,
         };
-        assert_eq!(names(&rule(80, 80)), ["meta", "cmp", "payload", "cmp", "immediate"]);
-        assert_eq!(names(&rule(80, 90)), ["meta", "cmp", "payload", "range", "immediate"]);
+        assert_eq!(
+            names(&rule(80, 80)),
+            ["meta", "cmp", "payload", "cmp", "immediate"]
+        );
+        assert_eq!(
+            names(&rule(80, 90)),
+            ["meta", "cmp", "payload", "range", "immediate"]
+        );
     }
 }

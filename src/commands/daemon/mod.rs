@@ -19,6 +19,7 @@
 
 pub mod hotplug;
 pub mod metrics;
+pub mod netpolicy;
 pub mod sandbox_dir;
 pub mod sandboxes;
 pub mod shim;
@@ -52,6 +53,7 @@ use crate::plugin::{self, ClusterSource, PlexusPlugin, ThickCall};
 use plexus_dataplane::NetNs;
 
 use self::metrics::Metrics;
+use self::netpolicy::Enforcer;
 use self::sandboxes::Sandboxes;
 use self::wire::{ShimRequest, ShimResponse, MAX_LINE};
 
@@ -84,6 +86,8 @@ pub struct Settings {
     /// Hot-plug: reconcile running pods' attachments with their selection
     /// annotation ([`hotplug`]); needs the API server.
     pub dynamic_networks: bool,
+    /// MultiNetworkPolicy enforcement ([`netpolicy`]); needs the API server.
+    pub multi_network_policy: bool,
     /// Cluster-wide IPAM's reconciler: the interval between its passes
     /// ([`crate::cluster_ipam::reconcile`]); needs the API server.
     pub ipam_reconcile: Option<Duration>,
@@ -113,6 +117,8 @@ struct Daemon {
     metrics: Arc<Metrics>,
     /// The sandboxes ADDed, and the per-sandbox lock of calls and hot-plugs.
     sandboxes: Arc<Sandboxes>,
+    /// MultiNetworkPolicy enforcement, when on.
+    policy: Option<Arc<Enforcer>>,
 }
 
 /// The daemon's views: its shared client and caches for calls whose conf
@@ -161,6 +167,7 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
         })?,
     );
     let (wake, woken) = std::sync::mpsc::channel::<()>();
+    let (policy_wake, policy_woken) = std::sync::mpsc::channel::<()>();
     // What the client is built from, read first: a later write is followed.
     let credentials = settings
         .kubeconfig
@@ -184,11 +191,21 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
                 path: path.clone(),
                 reason,
             })?;
+            // The node's pod events wake hot-plug and policy enforcement.
+            let wakes: Vec<_> = [
+                settings.dynamic_networks.then(|| wake.clone()),
+                settings.multi_network_policy.then(|| policy_wake.clone()),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
             let hook: Option<crate::cluster::watch::PodEventHook> =
-                settings.dynamic_networks.then(|| {
-                    let wake = Mutex::new(wake.clone());
+                (!wakes.is_empty()).then(|| {
+                    let wakes = Mutex::new(wakes);
                     Arc::new(move || {
-                        let _ = lock(&wake).send(());
+                        for wake in lock(&wakes).iter() {
+                            let _ = wake.send(());
+                        }
                     }) as crate::cluster::watch::PodEventHook
                 });
             let watched = Arc::new(Watched::start(&client, &node, &handle, hook));
@@ -231,6 +248,33 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
                 source,
             })?;
     }
+    let policy = match (settings.multi_network_policy, &api) {
+        (false, _) => None,
+        (true, None) => {
+            return Err(DaemonError::Settings(
+                "--multi-network-policy needs --kubeconfig: policies live in the API server".into(),
+            ))
+        }
+        (true, Some(api)) => {
+            let wake = Mutex::new(policy_wake.clone());
+            let hook: crate::cluster::policy_watch::PolicyEventHook = Arc::new(move || {
+                let _ = lock(&wake).send(());
+            });
+            let watches =
+                crate::cluster::policy_watch::PolicyWatches::start(&api.client, &handle, hook);
+            let enforcer = Arc::new(Enforcer::new(api.clone(), watches, sandboxes.clone()));
+            let running = enforcer.clone();
+            std::thread::Builder::new()
+                .name("plexus-netpolicy".into())
+                .spawn(move || running.run(policy_woken))
+                .map_err(|source| DaemonError::Io {
+                    what: "the policy thread".into(),
+                    source,
+                })?;
+            Some(enforcer)
+        }
+    };
+    drop(policy_wake);
     if let (Some(interval), Some(api), Some(node)) = (settings.ipam_reconcile, &api, &settings.node)
     {
         let reconciler = Reconciler::new(
@@ -253,6 +297,7 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
         clusters: DaemonClusters { api },
         metrics,
         sandboxes,
+        policy,
     });
     let listening = Arc::new(AtomicBool::new(true));
     runtime.block_on(async {
@@ -536,19 +581,59 @@ fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) ->
     let served = daemon
         .sandboxes
         .locked(&container_id, cni_dir.as_deref(), || {
+            // The ADD's namespace, kept for its policy rules.
+            let pod_ns = netns
+                .as_ref()
+                .and_then(|fd| fd.try_clone().ok())
+                .and_then(|fd| pod_netns(request, Some(fd)));
             let answer = run_call(daemon, request, netns);
             match command {
                 "ADD" if answer.exit_code == 0 && daemon.clusters.api.is_some() => {
                     if let Some(sandbox) = hotplug::sandbox_of(&request.env, &request.stdin) {
-                        daemon.sandboxes.add(sandbox);
+                        daemon.sandboxes.add(sandbox.clone());
+                        if let Some(refused) = enforce_added(daemon, request, &sandbox, pod_ns) {
+                            return refused;
+                        }
                     }
                 }
-                "DEL" => daemon.sandboxes.remove(&container_id, cni_dir.as_deref()),
+                "DEL" => {
+                    if let (Some(policy), Some(sandbox)) =
+                        (&daemon.policy, daemon.sandboxes.get(&container_id))
+                    {
+                        policy.removed(&sandbox);
+                    }
+                    daemon.sandboxes.remove(&container_id, cni_dir.as_deref())
+                }
                 _ => {}
             }
             answer
         });
     served.unwrap_or_else(|e| error_response(&e.into()))
+}
+
+/// The policy rules of a sandbox just ADDed, before the ADD answers. When
+/// they cannot be written the pod must not run open: the ADD is undone (a
+/// DEL of the same request) and fails with why.
+fn enforce_added(
+    daemon: &Daemon,
+    request: &ShimRequest,
+    sandbox: &sandboxes::Sandbox,
+    netns: Option<NetNs>,
+) -> Option<ShimResponse> {
+    let policy = daemon.policy.as_ref()?;
+    let error = policy.enforce_added(sandbox, netns.as_ref()).err()?;
+    tracing::warn!(%error, pod = %sandbox.pod, namespace = %sandbox.namespace, "ADD undone");
+    let mut del = request.clone();
+    del.env.insert("CNI_COMMAND".into(), "DEL".into());
+    let undone = run_call(daemon, &del, None);
+    if undone.exit_code != 0 {
+        tracing::warn!(stdout = %undone.stdout, "the undoing DEL failed; the runtime's DEL retries it");
+    }
+    policy.removed(sandbox);
+    daemon
+        .sandboxes
+        .remove(&sandbox.container_id, sandbox.cni_dir().as_deref());
+    Some(error_response(&error.into()))
 }
 
 fn run_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) -> ShimResponse {

@@ -1,0 +1,211 @@
+//! MultiNetworkPolicy (issue 35) through the daemon's
+//! `--multi-network-policy`, on the real API server, with real traffic
+//! between pod namespaces over `macnet` (macvlan bridge mode on the node's
+//! `uplink0`): rules in place before the ADD answers, changes of a policy
+//! and of a pod's labels followed within a second, a restart that never
+//! drops them, and DEL taking them away.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use plexus_dataplane::nftables::Nftables;
+use plexus_dataplane::NetNs;
+use plexus_testkit::traffic::{tcp_connects, udp_echoes, Listener};
+
+use super::*;
+
+/// The table plexus writes in a pod's namespace (`src/netpolicy/render.rs`).
+const TABLE: &str = "plexus-policy";
+
+struct PolicyWorld {
+    w: World,
+    /// Pod name to its network namespace's name.
+    netns: Vec<(String, String)>,
+}
+
+impl PolicyWorld {
+    fn new(tag: &str) -> Option<PolicyWorld> {
+        Some(PolicyWorld {
+            w: world(tag)?,
+            netns: Vec::new(),
+        })
+    }
+
+    /// Pod `name` on this node with `labels`, selecting `macnet@net1`, and
+    /// its network namespace.
+    fn pod(&mut self, name: &str, labels: &str) {
+        let netns = self
+            .w
+            .kube
+            .namespaces
+            .add(&format!("{}-{name}", self.w.tag));
+        self.w.kube.api.apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {}\n  \
+             labels: {{{labels}}}\n  annotations: {{k8s.v1.cni.cncf.io/networks: macnet@net1}}\n\
+             spec: {{nodeName: {}, containers: [{{name: c, image: busybox, \
+             ports: [{{name: http, containerPort: 8080}}]}}]}}\n",
+            self.w.kube.kube_ns, self.w.kube.node
+        ));
+        self.netns.push((name.to_string(), netns));
+    }
+
+    fn netns_name(&self, pod: &str) -> &str {
+        &self.netns.iter().find(|(p, _)| p == pod).unwrap().1
+    }
+
+    fn path(&self, pod: &str) -> PathBuf {
+        PathBuf::from(format!("/var/run/netns/{}", self.netns_name(pod)))
+    }
+
+    fn add(&self, pod: &str) -> Output {
+        self.w.call("ADD", pod, self.netns_name(pod), &self.w.conf)
+    }
+
+    fn del(&self, pod: &str) {
+        assert_ok(
+            "DEL",
+            &self.w.call("DEL", pod, self.netns_name(pod), &self.w.conf),
+        );
+    }
+
+    /// Pod `pod`'s address on macnet, with `port`.
+    fn at(&self, pod: &str, port: u16) -> SocketAddr {
+        let ip = &addresses(self.netns_name(pod), "net1")[0];
+        SocketAddr::new(ip.parse().unwrap(), port)
+    }
+
+    fn tcp(&self, from: &str, to: &str, port: u16) -> bool {
+        tcp_connects(&self.path(from), self.at(to, port))
+    }
+
+    /// Rules in `pod`'s policy table (0: none).
+    fn rules(&self, pod: &str) -> usize {
+        let ns = NetNs::open(self.path(pod)).unwrap();
+        Nftables::open(&ns).unwrap().rule_count(TABLE).unwrap()
+    }
+
+    /// `kubectl apply` of MultiNetworkPolicy `name` for macnet.
+    fn policy(&self, name: &str, spec: &str) {
+        self.w.kube.api.apply(&format!(
+            "apiVersion: k8s.cni.cncf.io/v1beta1\nkind: MultiNetworkPolicy\nmetadata:\n  \
+             name: {name}\n  namespace: {}\n  annotations: {{k8s.v1.cni.cncf.io/policy-for: macnet}}\n\
+             spec: {spec}\n",
+            self.w.kube.kube_ns
+        ));
+    }
+
+    fn label(&self, pod: &str, label: &str) {
+        self.w.kube.api.kubectl(&[
+            "label",
+            "--overwrite",
+            "pod",
+            pod,
+            "-n",
+            &self.w.kube.kube_ns,
+            label,
+        ]);
+    }
+
+    /// Waits (at most 5 s) until `check` holds; how long that took.
+    fn within(&self, what: &str, daemon: &Daemon, mut check: impl FnMut() -> bool) -> Duration {
+        let start = Instant::now();
+        daemon.wait_until(what, Duration::from_secs(5), &mut check);
+        start.elapsed()
+    }
+}
+
+#[test]
+fn a_policy_isolates_its_pods_before_their_add_answers_and_follows_every_change() {
+    let Some(mut t) = PolicyWorld::new("netpol") else {
+        return;
+    };
+    t.pod("server", "app: server");
+    t.pod("client-a", "role: a");
+    t.pod("client-b", "role: b");
+    // Only TCP 8080 from role=a, on macnet (ingress).
+    t.policy(
+        "allow-a",
+        "{podSelector: {matchLabels: {app: server}}, policyTypes: [Ingress], \
+         ingress: [{from: [{podSelector: {matchLabels: {role: a}}}], ports: [{port: http}]}]}",
+    );
+    let daemon = t.w.daemon_with(&["--multi-network-policy"]);
+    for pod in ["client-a", "client-b"] {
+        assert_ok("ADD", &t.add(pod));
+        assert_eq!(t.rules(pod), 0, "{pod} is selected by no policy");
+    }
+    assert_ok("ADD", &t.add("server"));
+    // Before anything else: the ADD has answered, so the rules are there.
+    assert!(
+        t.rules("server") > 0,
+        "rules written before the ADD answered"
+    );
+    let _listening = Listener::new(&t.path("server"), 8080).unwrap();
+    let _other = Listener::new(&t.path("server"), 9090).unwrap();
+    assert!(
+        t.tcp("client-a", "server", 8080),
+        "role=a on the named port http"
+    );
+    assert!(!t.tcp("client-a", "server", 9090), "another port");
+    assert!(!t.tcp("client-b", "server", 8080), "role=b");
+    assert!(
+        !udp_echoes(&t.path("client-a"), t.at("server", 8080)),
+        "UDP is not TCP"
+    );
+    // The server's own connections out are not isolated, and their replies pass.
+    let _client_side = Listener::new(&t.path("client-b"), 7000).unwrap();
+    assert!(t.tcp("server", "client-b", 7000), "egress is not isolated");
+
+    // A pod's labels change: role=b becomes a peer.
+    t.label("client-b", "role=a");
+    let took = t.within("relabelled peer allowed", &daemon, || {
+        t.tcp("client-b", "server", 8080)
+    });
+    eprintln!("label change enforced within {took:?}");
+
+    // The policy changes: now UDP 8080 from anyone, and TCP no longer.
+    t.policy(
+        "allow-a",
+        "{podSelector: {matchLabels: {app: server}}, \
+         ingress: [{ports: [{protocol: UDP, port: 8080}]}]}",
+    );
+    let took = t.within("the new policy enforced", &daemon, || {
+        !t.tcp("client-a", "server", 8080)
+    });
+    eprintln!("policy change enforced within {took:?}");
+    assert!(udp_echoes(&t.path("client-b"), t.at("server", 8080)));
+
+    // A restart rebuilds the rules in place: never a moment without them.
+    drop(daemon);
+    let rules = t.rules("server");
+    assert!(rules > 0);
+    let daemon = t.w.daemon_with(&["--multi-network-policy"]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(t.rules("server"), rules, "the same rules after the restart");
+    assert!(!t.tcp("client-a", "server", 8080));
+
+    // The policy deleted: the table goes.
+    t.w.kube.api.kubectl(&[
+        "delete",
+        "multi-networkpolicy",
+        "allow-a",
+        "-n",
+        &t.w.kube.kube_ns,
+    ]);
+    t.within("the table removed", &daemon, || t.rules("server") == 0);
+    assert!(t.tcp("client-a", "server", 9090));
+
+    // DEL with a policy in force takes the table with the interface.
+    t.policy(
+        "deny-all",
+        "{podSelector: {}, policyTypes: [Ingress, Egress]}",
+    );
+    t.within("every pod isolated", &daemon, || t.rules("client-a") > 0);
+    assert!(!t.tcp("client-a", "server", 9090), "both isolated");
+    t.del("client-a");
+    assert_eq!(t.rules("client-a"), 0, "DEL removed the table");
+    for pod in ["server", "client-b"] {
+        t.del(pod);
+    }
+    let pods: Vec<String> = t.netns.iter().map(|(_, n)| n.clone()).collect();
+    t.w.assert_nothing_left(&pods);
+}
