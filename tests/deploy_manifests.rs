@@ -104,6 +104,10 @@ fn rbac_grants_exactly_what_plexus_uses() {
         ("ippools", "list"),
         ("ippools", "patch"),
         ("ippools", "watch"),
+        ("multi-networkpolicies", "list"),
+        ("multi-networkpolicies", "watch"),
+        ("namespaces", "list"),
+        ("namespaces", "watch"),
         ("network-attachment-definitions", "get"),
         ("network-attachment-definitions", "list"),
         ("network-attachment-definitions", "watch"),
@@ -149,6 +153,47 @@ fn rbac_grants_exactly_what_plexus_uses() {
     let lease_binding = all.iter().find(|d| d["kind"] == "RoleBinding").unwrap();
     assert_eq!(lease_binding["roleRef"]["name"], "plexus-ipam-reconciler");
     assert_eq!(lease_binding["subjects"][0]["name"], "plexus");
+}
+
+#[test]
+fn multi_network_policy_crd_serves_both_versions_with_end_port() {
+    let crd = &docs("crds/multi-networkpolicy.yaml")[0];
+    assert_eq!(
+        crd["metadata"]["name"],
+        "multi-networkpolicies.k8s.cni.cncf.io"
+    );
+    let spec = &crd["spec"];
+    assert_eq!(spec["names"]["kind"], "MultiNetworkPolicy");
+    assert_eq!(spec["names"]["plural"], "multi-networkpolicies");
+    assert_eq!(spec["scope"], "Namespaced");
+    let versions: Vec<(&str, bool, bool)> = items(&spec["versions"])
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap(),
+                v["served"] == true,
+                v["storage"] == true,
+            )
+        })
+        .collect();
+    // v1beta1 stored (what the daemon and the peers watch), v1beta2 served.
+    assert_eq!(
+        versions,
+        [("v1beta1", true, true), ("v1beta2", true, false)]
+    );
+    for version in items(&spec["versions"]) {
+        let rules = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        for (direction, peers) in [("ingress", "from"), ("egress", "to")] {
+            let rule = &rules[direction]["items"]["properties"];
+            let port = &rule["ports"]["items"]["properties"];
+            assert_eq!(port["endPort"]["type"], "integer", "{direction}");
+            assert_eq!(port["port"]["x-kubernetes-int-or-string"], true);
+            let peer = &rule[peers]["items"]["properties"];
+            assert_eq!(peer["ipBlock"]["required"], serde_json::json!(["cidr"]));
+            assert!(peer["namespaceSelector"]["properties"]["matchLabels"].is_object());
+        }
+    }
+    let kustomization = &docs("kustomization.yaml")[0];
+    assert!(items(&kustomization["resources"]).any(|r| r == "crds/multi-networkpolicy.yaml"));
 }
 
 #[test]
@@ -205,6 +250,7 @@ fn daemonset_runs_plexus_install_on_every_node() {
         .map(|a| a.as_str().unwrap())
         .collect();
     assert_eq!(args[0], "daemon");
+    assert!(args.contains(&"--multi-network-policy"), "{args:?}");
     assert!(
         args.contains(&"--socket=/run/plexus/plexus.sock"),
         "{args:?}"
