@@ -33,6 +33,10 @@
 //! hot-plug beside multus-dynamic-networks-controller (`hotplug.rs`,
 //! `--dynamic-controller DIR`).
 //!
+//! With `--cluster --netpolicy`, only the MultiNetworkPolicy case runs
+//! (`netpolicy.rs`): creation to enforcement of 100 policies on 100 pods,
+//! rules per pod and ADD latency, beside multi-networkpolicy-iptables.
+//!
 //! With `--sriov`, only the SR-IOV VF case (`sriov.rs`) runs instead: it
 //! needs a PCI SR-IOV PF and recreates its VFs, so it runs only in the test
 //! VM (`vm-tests/run --bench -- --sriov`).
@@ -43,6 +47,7 @@ mod hot_text;
 mod hotplug;
 mod kube;
 mod multus_thick;
+mod netpolicy;
 mod phases;
 mod pod_start;
 mod scale;
@@ -87,6 +92,15 @@ struct Args {
     /// thick, and hot-plug beside multus-dynamic-networks-controller.
     #[arg(long)]
     cluster: bool,
+    /// With `--cluster`, run only the MultiNetworkPolicy case: 100 pods and
+    /// 100 policies, plexus beside multi-networkpolicy-iptables
+    /// (`--mnp-iptables`, default `.ci/multi-networkpolicy-iptables`'s
+    /// build when there is one).
+    #[arg(long, requires = "cluster")]
+    netpolicy: bool,
+    /// A build of multi-networkpolicy-iptables for `--netpolicy`.
+    #[arg(long, value_name = "PATH")]
+    mnp_iptables: Option<PathBuf>,
     /// A directory holding a build of Multus thick (`multus-daemon` and
     /// `multus-shim`, see shared/notes/multus.md), run beside plexus on the
     /// one-node cluster (`--cluster`; skipped with a note without it) and
@@ -660,6 +674,14 @@ Kubernetes case skipped: no test API server here \
     Ok(all_met)
 }
 
+/// `.ci/multi-networkpolicy-iptables`'s cached build, if it is there.
+fn mnp_iptables_build() -> Option<PathBuf> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/multi-networkpolicy-iptables");
+    let out = Command::new(script).arg("--path").output().ok()?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    path.is_file().then_some(path)
+}
+
 /// The one-node cluster cases (`--cluster`); `Ok(false)` when a target was
 /// missed.
 fn cluster(args: &Args, pods: usize) -> Result<bool, String> {
@@ -670,6 +692,10 @@ fn cluster(args: &Args, pods: usize) -> Result<bool, String> {
         );
     }
     let node = plexus_testkit::node::node();
+    if args.netpolicy {
+        let peer = args.mnp_iptables.clone().or_else(mnp_iptables_build);
+        return netpolicy::on_cluster(node, peer.as_deref());
+    }
     let started = pod_start::run(node, pods, args.multus.as_deref())?;
     let hotplug = hotplug::on_cluster(
         node,
