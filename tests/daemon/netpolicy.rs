@@ -57,8 +57,15 @@ impl PolicyWorld {
         PathBuf::from(format!("/var/run/netns/{}", self.netns_name(pod)))
     }
 
-    fn add(&self, pod: &str) -> Output {
-        self.w.call("ADD", pod, self.netns_name(pod), &self.w.conf)
+    /// ADD of `pod` through `daemon`, which must succeed.
+    fn add(&self, pod: &str, daemon: &Daemon) {
+        let out = self.w.call("ADD", pod, self.netns_name(pod), &self.w.conf);
+        assert!(
+            out.status.success(),
+            "ADD {pod}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            daemon.log()
+        );
     }
 
     fn del(&self, pod: &str) {
@@ -130,10 +137,10 @@ fn a_policy_isolates_its_pods_before_their_add_answers_and_follows_every_change(
     );
     let daemon = t.w.daemon_with(&["--multi-network-policy"]);
     for pod in ["client-a", "client-b"] {
-        assert_ok("ADD", &t.add(pod));
+        t.add(pod, &daemon);
         assert_eq!(t.rules(pod), 0, "{pod} is selected by no policy");
     }
-    assert_ok("ADD", &t.add("server"));
+    t.add("server", &daemon);
     // Before anything else: the ADD has answered, so the rules are there.
     assert!(
         t.rules("server") > 0,

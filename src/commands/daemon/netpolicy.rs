@@ -333,7 +333,12 @@ impl Enforcer {
                 labels,
                 &entries,
             ));
-            uids.push(sandbox.uid.clone());
+            // kubelet names the uid in CNI_ARGS; other runtimes may not.
+            let uid = sandbox.uid.clone().or_else(|| {
+                let pod = self.api.watched.pod(&sandbox.namespace, &sandbox.pod)?;
+                pod.uid
+            });
+            uids.push(uid);
         }
         if !policies.is_empty() {
             for pod in self.watches.pods() {
@@ -403,10 +408,12 @@ impl Enforcer {
                 continue;
             }
             let api: Api<ApiPod> = Api::namespaced(self.api.client.clone(), &pod.namespace);
-            let read = self.api.handle.block_on(tokio::time::timeout(
-                self.api.timeouts.request,
-                api.get_opt(&pod.name),
-            ));
+            let bound = self.api.timeouts.request;
+            // The timer is made inside: it needs the runtime's context.
+            let read = self
+                .api
+                .handle
+                .block_on(async { tokio::time::timeout(bound, api.get_opt(&pod.name)).await });
             match read {
                 Ok(Ok(Some(found))) if found.uid().as_ref() == Some(uid) => {
                     let ports = found
