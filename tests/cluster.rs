@@ -212,6 +212,75 @@ fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
 }
 
 #[test]
+fn a_multi_network_policy_applied_with_kubectl_takes_effect_in_thin_mode() {
+    let Some((_alone, node, ns)) = turn("netpol") else {
+        return;
+    };
+    let before = node.network_state();
+    let config = serde_json::json!({"cniVersion": "1.0.0", "name": "pol", "type": "macvlan",
+        "master": node.iface, "mode": "bridge",
+        "ipam": {"type": "host-local", "subnet": "10.39.0.0/24"}});
+    node.apply(
+        &ns,
+        &format!(
+            "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+             metadata: {{name: pol}}\nspec:\n  config: '{config}'\n"
+        ),
+    );
+    // The server answers TCP 7000 with its name (busybox's nc).
+    let labelled = |name: &str, labels: &str| {
+        node.sleeping_pod(name, "pol").replacen(
+            "metadata:\n",
+            &format!("metadata:\n  labels: {{{labels}}}\n"),
+            1,
+        )
+    };
+    node.apply(
+        &ns,
+        &labelled("server", "app: server")
+            .replace("sleep 100000 & wait", "nc -ll -p 7000 -e hostname & wait"),
+    );
+    node.apply(&ns, &labelled("client-a", "role: a"));
+    node.apply(&ns, &labelled("client-b", "role: b"));
+    for pod in ["server", "client-a", "client-b"] {
+        node.wait_running(&ns, pod, POD_RUNNING);
+    }
+    let server = address(entry(
+        &node.network_status(&ns, "server"),
+        &format!("{ns}/pol"),
+    ));
+    let answers = |client: &str| {
+        let out = node.kubectl_output(
+            &[
+                "exec", "-n", &ns, client, "--", "nc", "-w", "2", &server, "7000",
+            ],
+            None,
+        );
+        String::from_utf8_lossy(&out.stdout).trim() == "server"
+    };
+    assert!(
+        answers("client-a") && answers("client-b"),
+        "open before any policy"
+    );
+    node.apply(
+        &ns,
+        "apiVersion: k8s.cni.cncf.io/v1beta1\nkind: MultiNetworkPolicy\nmetadata:\n  \
+         name: from-a\n  annotations: {k8s.v1.cni.cncf.io/policy-for: pol}\nspec:\n  \
+         podSelector: {matchLabels: {app: server}}\n  \
+         ingress: [{from: [{podSelector: {matchLabels: {role: a}}}]}]\n",
+    );
+    node.wait_for("client-b refused", Duration::from_secs(30), || {
+        !answers("client-b")
+    });
+    assert!(answers("client-a"), "role=a still allowed");
+    node.kubectl(&["delete", "multi-networkpolicy", "from-a", "-n", &ns]);
+    node.wait_for("open again", Duration::from_secs(30), || {
+        answers("client-b")
+    });
+    node.delete_pods_leaving_nothing(&ns, &before);
+}
+
+#[test]
 fn kubelet_and_containerd_restarts_keep_pods_attached_and_leave_nothing() {
     let Some((_alone, node, ns)) = turn("restart") else {
         return;

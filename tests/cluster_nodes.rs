@@ -19,7 +19,9 @@
 //!   within a bounded time and no address is held twice; the node powered
 //!   on rejoins, its old sandboxes leave nothing, and a new pod on it gets
 //!   its networks;
-//! - `kubectl drain` moves a node's pods, and their networks follow.
+//! - `kubectl drain` moves a node's pods, and their networks follow;
+//! - a MultiNetworkPolicy applied with kubectl (issue 35) isolates a pod on
+//!   one node and matches its peers on the others by their network-status.
 //!
 //! The cluster starts once for this binary (about 35 s) and is shared; the
 //! tests take turns (a drain or a power cut changes what the others see),
@@ -312,6 +314,75 @@ fn pods_on_different_nodes_reach_each_other_over_the_fabric_with_unique_addresse
             assert_eq!(answer.trim(), to, "{from} to {to} at {ip}:{PORT} over TCP");
         }
     }
+    scene.end();
+}
+
+/// Whether `from` gets `to`'s name over TCP at `ip` (busybox `nc`, 3 s).
+fn answers(control: &Node, ns: &str, from: &str, ip: &str, to: &str) -> bool {
+    let out = control.kubectl_output(
+        &["exec", "-n", ns, from, "--", "nc", "-w", "3", ip, PORT],
+        None,
+    );
+    String::from_utf8_lossy(&out.stdout).trim() == to
+}
+
+#[test]
+fn a_multi_network_policy_matches_its_peers_on_other_nodes() {
+    let Some((_alone, cluster)) = turn() else {
+        return;
+    };
+    let control = cluster.control();
+    let scene = OnFabric::new(cluster, "netpol", "10.43.0.0/24");
+    let ns = scene.ns.clone();
+    // The server on the control node, a client of each role on each worker.
+    let placed = [
+        ("server", "app: server", 0),
+        ("client-a", "role: a", 1),
+        ("client-b", "role: b", 2),
+    ];
+    for (pod, labels, node) in placed {
+        let manifest = pinned_pod(pod, &cluster.nodes[node]);
+        control.apply(
+            &ns,
+            &manifest.replacen(
+                "metadata:\n",
+                &format!("metadata:\n  labels: {{{labels}}}\n"),
+                1,
+            ),
+        );
+    }
+    let pods: Vec<String> = placed.iter().map(|p| p.0.to_string()).collect();
+    let ips = wait_attached(control, &ns, &pods);
+    for client in ["client-a", "client-b"] {
+        assert!(
+            answers(control, &ns, client, &ips[0], "server"),
+            "{client}: open before any policy"
+        );
+    }
+    // kubectl apply, as an operator does: TCP from role=a only, on fabric.
+    control.apply(
+        &ns,
+        &format!(
+            "apiVersion: k8s.cni.cncf.io/v1beta1\nkind: MultiNetworkPolicy\nmetadata:\n  \
+             name: from-a\n  annotations: {{k8s.v1.cni.cncf.io/policy-for: fabric}}\nspec:\n  \
+             podSelector: {{matchLabels: {{app: server}}}}\n  ingress:\n  \
+             - from: [{{podSelector: {{matchLabels: {{role: a}}}}}}]\n    \
+             ports: [{{protocol: TCP, port: {PORT}}}]\n"
+        ),
+    );
+    control.wait_for("client-b refused", Duration::from_secs(30), || {
+        !answers(control, &ns, "client-b", &ips[0], "server")
+    });
+    assert!(
+        answers(control, &ns, "client-a", &ips[0], "server"),
+        "a peer on another node"
+    );
+    // The selected pod's own connections out are not isolated.
+    assert!(answers(control, &ns, "server", &ips[1], "client-a"));
+    control.kubectl(&["delete", "multi-networkpolicy", "from-a", "-n", &ns]);
+    control.wait_for("open again", Duration::from_secs(30), || {
+        answers(control, &ns, "client-b", &ips[0], "server")
+    });
     scene.end();
 }
 

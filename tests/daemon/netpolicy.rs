@@ -216,3 +216,46 @@ fn a_policy_isolates_its_pods_before_their_add_answers_and_follows_every_change(
     let pods: Vec<String> = t.netns.iter().map(|(_, n)| n.clone()).collect();
     t.w.assert_nothing_left(&pods);
 }
+
+#[test]
+fn an_attachment_without_a_kernel_interface_is_reported_not_silently_open() {
+    let Some(mut t) = PolicyWorld::new("netpol-dpdk") else {
+        return;
+    };
+    // An exec'd plugin answering as a DPDK-mode VF does: its interface is
+    // not in the pod (no sandbox), so network-status names none.
+    let bin = t.w.kube.tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    executable(
+        &bin.join("userspace"),
+        "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] && echo \
+         '{\"cniVersion\":\"1.0.0\",\"interfaces\":[{\"name\":\"vf0\"}],\"ips\":[{\"address\":\"10.70.0.5/24\"}]}'\n\
+         exit 0\n",
+    );
+    t.w.kube.nad(
+        "dpdk",
+        &json!({"cniVersion": "1.0.0", "name": "dpdk", "type": "userspace"}),
+    );
+    t.w.conf = t.w.conf_with(json!({"binDir": bin.display().to_string()}));
+    t.pod("vnf", "app: vnf");
+    t.w.annotate("vnf", "dpdk");
+    t.w.kube.api.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1beta1\nkind: MultiNetworkPolicy\nmetadata:\n  \
+         name: vnf\n  namespace: {}\n  annotations: {{k8s.v1.cni.cncf.io/policy-for: dpdk}}\n\
+         spec: {{podSelector: {{}}, policyTypes: [Ingress]}}\n",
+        t.w.kube.kube_ns
+    ));
+    let daemon =
+        t.w.daemon_with(&["--multi-network-policy", "--dynamic-networks=false"]);
+    t.add("vnf", &daemon);
+    assert_eq!(t.rules("vnf"), 0, "nothing the kernel could filter");
+    within_30s("PolicyNotEnforced", &daemon, || {
+        t.w.has_event(
+            "vnf",
+            "Warning",
+            "PolicyNotEnforced",
+            "has no kernel interface",
+        )
+    });
+    t.del("vnf");
+}
