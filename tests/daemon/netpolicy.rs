@@ -185,8 +185,27 @@ fn a_policy_isolates_its_pods_before_their_add_answers_and_follows_every_change(
     drop(daemon);
     let rules = t.rules("server");
     assert!(rules > 0);
+    // Watched every 5 ms from the old daemon's end until well after the
+    // new one is ready: the table is never empty nor missing.
+    let server_ns = t.path("server");
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let watching = watching.clone();
+        std::thread::spawn(move || {
+            let nft = Nftables::open(&NetNs::open(&server_ns).unwrap()).unwrap();
+            let mut seen = std::collections::BTreeSet::new();
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                seen.insert(nft.rule_count(TABLE).unwrap());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            seen
+        })
+    };
     let daemon = t.w.daemon_with(&["--multi-network-policy"]);
     std::thread::sleep(Duration::from_millis(500));
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let seen = watcher.join().unwrap();
+    assert_eq!(seen, [rules].into(), "rule counts seen across the restart");
     assert_eq!(t.rules("server"), rules, "the same rules after the restart");
     assert!(!t.tcp("client-a", "server", 8080));
 
