@@ -175,6 +175,17 @@ impl Metrics {
             .inc();
     }
 
+    /// The MultiNetworkPolicy caches: policies, namespaces, every pod.
+    pub fn policy_cache_sizes(&self, policies: usize, namespaces: usize, pods: usize) {
+        for (kind, n) in [
+            ("multi-networkpolicies", policies),
+            ("namespaces", namespaces),
+            ("pods-cluster-wide", pods),
+        ] {
+            self.cache_objects.with_label_values(&[kind]).set(n as i64);
+        }
+    }
+
     pub fn cache_sizes(&self, pods: usize, nads: usize) {
         self.cache_objects
             .with_label_values(&["pods"])

@@ -381,6 +381,10 @@ fn endpoints(daemon: &Arc<Daemon>, listening: &Arc<AtomicBool>) -> metrics::Endp
             if let Some(api) = &for_refresh.clusters.api {
                 let (pods, nads) = api.watched.sizes();
                 metrics.cache_sizes(pods, nads);
+                if let Some(policy) = &for_refresh.policy {
+                    let (policies, namespaces, pods) = policy.sizes();
+                    metrics.policy_cache_sizes(policies, namespaces, pods);
+                }
                 if let Some(outbox) = &api.outbox {
                     metrics.status_writes_queued.set(outbox.len() as i64);
                 }

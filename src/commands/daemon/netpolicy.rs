@@ -20,9 +20,10 @@
 //! interface (a DPDK-mode VF) cannot be filtered: a Warning event says so.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod as ApiPod;
 use kube::api::Api;
@@ -34,11 +35,12 @@ use crate::cluster::policy_watch::PolicyWatches;
 use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::names::ContainerId;
 use crate::netattach::pod::Pod;
+use crate::netattach::status::NetworkStatus;
 use crate::netattach::status::NETWORK_STATUS_ANNOTATION;
 use crate::netpolicy::resolve::{InterfacePolicy, PodView, World};
 use crate::netpolicy::spec::{Policy, Protocol};
 use crate::netpolicy::{render, world};
-use crate::record::{Cache, Lookup};
+use crate::record::{Cache, Record};
 use plexus_dataplane::nftables::{Nftables, Table};
 use plexus_dataplane::NetNs;
 
@@ -66,8 +68,19 @@ struct State {
     reported: HashMap<ContainerId, BTreeSet<String>>,
     /// Named container ports, by pod uid (a pod's ports never change).
     ports: HashMap<String, BTreeMap<String, (Protocol, u16)>>,
-    /// Policies logged as unreadable, `namespace/name@resourceVersion`.
-    unreadable: HashSet<String>,
+    /// Each policy as last parsed, by `namespace/name`: its
+    /// resourceVersion and the policy (`None`: unreadable, logged once).
+    parsed: HashMap<String, (String, Option<Policy>)>,
+    /// Each sandbox's recorded attachments, read again only when its
+    /// record file changes (a pass looks at every sandbox).
+    recorded: HashMap<ContainerId, Recorded>,
+}
+
+/// A sandbox's record file, when it was read, and its network-status.
+struct Recorded {
+    path: PathBuf,
+    stamp: Option<(SystemTime, u64)>,
+    status: Vec<NetworkStatus>,
 }
 
 /// Everything a pass judges by.
@@ -165,6 +178,7 @@ impl Enforcer {
     pub fn removed(&self, sandbox: &Sandbox) {
         let mut state = self.lock();
         state.reported.remove(&sandbox.container_id);
+        state.recorded.remove(&sandbox.container_id);
         if let Some(Some(_)) = state.applied.remove(&sandbox.container_id) {
             if let Ok(ns) = NetNs::open(&sandbox.netns) {
                 let deleted = Nftables::open(&ns).and_then(|nft| nft.delete(render::TABLE));
@@ -194,9 +208,9 @@ impl Enforcer {
         let sandboxes = self.sandboxes.all();
         {
             let mut state = self.lock();
-            state
-                .applied
-                .retain(|id, _| sandboxes.iter().any(|s| &s.container_id == id));
+            let known = |id: &ContainerId| sandboxes.iter().any(|s| &s.container_id == id);
+            state.applied.retain(|id, _| known(id));
+            state.recorded.retain(|id, _| known(id));
         }
         for sandbox in &sandboxes {
             let cni_dir = sandbox.cni_dir();
@@ -317,7 +331,7 @@ impl Enforcer {
         let mut local = HashMap::new();
         let mut here = HashSet::new();
         for sandbox in self.sandboxes.all() {
-            let Some(entries) = recorded_status(&sandbox) else {
+            let Some(entries) = self.recorded_status(&sandbox) else {
                 continue;
             };
             let labels = self
@@ -370,24 +384,65 @@ impl Enforcer {
     /// The policies that parse; one that does not is logged once per
     /// version and left out.
     fn policies(&self) -> Vec<Policy> {
+        let objects = self.watches.policies();
+        let mut state = self.lock();
+        let mut keys = HashSet::new();
         let mut out = Vec::new();
-        for object in self.watches.policies() {
-            match Policy::from_value(&serde_json::to_value(object.as_ref()).unwrap_or_default()) {
-                Ok(policy) => out.push(policy),
-                Err(error) => {
-                    let key = format!(
-                        "{}/{}@{}",
-                        object.namespace().unwrap_or_default(),
-                        object.name_any(),
-                        object.resource_version().unwrap_or_default()
-                    );
-                    if self.lock().unreadable.insert(key.clone()) {
-                        tracing::warn!(policy = %key, %error, "MultiNetworkPolicy ignored");
-                    }
+        for object in objects {
+            let key = format!(
+                "{}/{}",
+                object.namespace().unwrap_or_default(),
+                object.name_any()
+            );
+            let version = object.resource_version().unwrap_or_default();
+            keys.insert(key.clone());
+            if let Some((seen, policy)) = state.parsed.get(&key) {
+                if *seen == version {
+                    out.extend(policy.clone());
+                    continue;
                 }
             }
+            let parsed =
+                Policy::from_value(&serde_json::to_value(object.as_ref()).unwrap_or_default());
+            if let Err(error) = &parsed {
+                tracing::warn!(policy = %key, version, %error, "MultiNetworkPolicy ignored");
+            }
+            let policy = parsed.ok();
+            out.extend(policy.clone());
+            state.parsed.insert(key, (version, policy));
         }
+        state.parsed.retain(|key, _| keys.contains(key));
         out
+    }
+
+    /// The network-status of the sandbox's record: its attachments as
+    /// added (`None`: no record).
+    fn recorded_status(&self, sandbox: &Sandbox) -> Option<Vec<NetworkStatus>> {
+        let mut state = self.lock();
+        let path = match state.recorded.get(&sandbox.container_id) {
+            Some(known) => known.path.clone(),
+            None => Cache::new(sandbox.cni_dir()?).path(&sandbox.container_id, &sandbox.ifname),
+        };
+        let stamp = std::fs::metadata(&path)
+            .ok()
+            .and_then(|m| Some((m.modified().ok()?, m.len())));
+        stamp?;
+        if let Some(known) = state.recorded.get(&sandbox.container_id) {
+            if known.stamp == stamp {
+                return Some(known.status.clone());
+            }
+        }
+        let record = Record::from_file(&std::fs::read(&path).ok()?).ok()?;
+        let status = record.network_status();
+        state.recorded.insert(
+            sandbox.container_id.clone(),
+            Recorded {
+                path,
+                stamp,
+                status: status.clone(),
+            },
+        );
+        Some(status)
     }
 
     /// Named ports of the pods on a policy's networks, read once per pod
@@ -435,14 +490,5 @@ impl Enforcer {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// The network-status of the sandbox's record: its attachments as added.
-fn recorded_status(sandbox: &Sandbox) -> Option<Vec<crate::netattach::status::NetworkStatus>> {
-    let cache = Cache::new(sandbox.cni_dir()?);
-    match cache.load(&sandbox.container_id, &sandbox.ifname) {
-        Ok(Lookup::Found(record)) => Some(record.network_status()),
-        _ => None,
     }
 }
