@@ -155,8 +155,8 @@ struct DaemonArgs {
     dynamic_networks: bool,
     /// Enforce MultiNetworkPolicy (k8s.cni.cncf.io) on the node's pods'
     /// secondary interfaces, with nftables rules in each pod's namespace
-    /// written before its ADD answers (needs --kubeconfig and the CRD
-    /// deploy/crds/multi-networkpolicy.yaml).
+    /// written before its ADD answers (needs --kubeconfig, without which it
+    /// is off, and the CRD deploy/crds/multi-networkpolicy.yaml).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL",
           num_args = 0..=1, default_missing_value = "true")]
     multi_network_policy: bool,

@@ -251,9 +251,9 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
     let policy = match (settings.multi_network_policy, &api) {
         (false, _) => None,
         (true, None) => {
-            return Err(DaemonError::Settings(
-                "--multi-network-policy needs --kubeconfig: policies live in the API server".into(),
-            ))
+            // As dynamic networks: nothing to follow without the API server.
+            tracing::warn!("--multi-network-policy is off without --kubeconfig: policies live in the API server");
+            None
         }
         (true, Some(api)) => {
             let wake = Mutex::new(policy_wake.clone());
