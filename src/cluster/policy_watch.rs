@@ -108,7 +108,16 @@ impl PolicyWatches {
     /// Every pod's metadata, the watch started on the first call (it is
     /// not synced then: see [`PolicyWatches::synced`]).
     pub fn pods(&self) -> Vec<Arc<PartialObjectMeta<ApiPod>>> {
-        let watch = self.pods.get_or_init(|| {
+        self.watch_pods().store.state()
+    }
+
+    /// Starts the pods' watch if it has not started.
+    pub fn start_pods(&self) {
+        self.watch_pods();
+    }
+
+    fn watch_pods(&self) -> &Watch<PartialObjectMeta<ApiPod>> {
+        self.pods.get_or_init(|| {
             let (store, writer) = reflector::store();
             let api: Api<PartialObjectMeta<ApiPod>> = Api::all(self.client.clone());
             let events = reconnecting(watcher(api, watch_config()))
@@ -121,8 +130,7 @@ impl PolicyWatches {
                 store,
                 &self.hook,
             )
-        });
-        watch.store.state()
+        })
     }
 
     /// Objects held: (policies, namespaces, pods).

@@ -195,8 +195,8 @@ impl Enforcer {
         if !self.watches.synced() {
             return false;
         }
-        if !self.watches.policies().is_empty() {
-            self.watches.pods();
+        if self.watches.sizes().0 > 0 {
+            self.watches.start_pods();
         }
         self.watches.synced()
     }
