@@ -417,3 +417,107 @@ fn the_truth_table_holds_connection_by_connection() {
         &[("b", "server", BLUE, Tcp(80), true)],
     );
 }
+
+/// The same rules on interfaces of other kinds: the tables match the
+/// pod's interface by name, whatever made it. macvlan (bridge) and ipvlan
+/// (l2) children of one master in a fabric namespace; the host kernel has
+/// no ipvlan, so this runs in the VM (`./test-all`'s vm stage).
+#[test]
+fn the_rules_hold_on_macvlan_and_ipvlan_interfaces() {
+    use plexus_dataplane::netlink::{IpvlanMode, IpvlanSpec, MacvlanMode, MacvlanSpec};
+    if !plexus_testkit::require(&[Feature::Root, Feature::Ipvlan]) {
+        return;
+    }
+    for kind in ["macvlan", "ipvlan"] {
+        let mut namespaces = Namespaces(Vec::new());
+        let fabric_name = namespaces.add(&format!("np-{kind}"));
+        let fabric = NetNs::open(format!("/var/run/netns/{fabric_name}")).unwrap();
+        e2e_support::ip(
+            &fabric_name,
+            &["link", "add", "up0", "type", "veth", "peer", "name", "up1"],
+        );
+        for link in ["up0", "up1"] {
+            e2e_support::ip(&fabric_name, &["link", "set", link, "up"]);
+        }
+        let fabric_nl = Netlink::open(&fabric).unwrap();
+        let master = fabric_nl.link_by_name("up0").unwrap().unwrap().index;
+        let mut views = Vec::new();
+        let mut pods = Vec::new();
+        for (i, (name, label)) in [("server", "app=server"), ("a", "role=a"), ("b", "role=b")]
+            .into_iter()
+            .enumerate()
+        {
+            let ns = NetNs::open(format!(
+                "/var/run/netns/{}",
+                namespaces.add(&format!("np-{kind}-{name}"))
+            ))
+            .unwrap();
+            match kind {
+                "macvlan" => fabric_nl
+                    .create_macvlan(&MacvlanSpec {
+                        netns: Some(&ns),
+                        ..MacvlanSpec::new("net1", master, MacvlanMode::Bridge)
+                    })
+                    .map(drop),
+                _ => fabric_nl
+                    .create_ipvlan(&IpvlanSpec {
+                        netns: Some(&ns),
+                        ..IpvlanSpec::new("net1", master, IpvlanMode::L2)
+                    })
+                    .map(drop),
+            }
+            .unwrap();
+            let nl = Netlink::open(&ns).unwrap();
+            let net1 = nl.link_by_name("net1").unwrap().unwrap().index;
+            let ip: IpAddr = format!("10.63.0.{}", i + 1).parse().unwrap();
+            nl.add_address(
+                net1,
+                ipnetwork::IpNetwork::new(ip, 24).unwrap(),
+                AddressOptions::default(),
+            )
+            .unwrap();
+            nl.set_up(net1).unwrap();
+            let (key, value) = label.split_once('=').unwrap();
+            views.push(PodView {
+                namespace: "ns1".into(),
+                name: name.into(),
+                labels: BTreeMap::from([(key.to_string(), value.to_string())]),
+                attachments: vec![Attachment {
+                    network: BLUE.into(),
+                    interface: "net1".into(),
+                    ips: vec![ip],
+                }],
+                named_ports: BTreeMap::new(),
+            });
+            pods.push(ns);
+        }
+        let _listener = Listener::new(pods[0].path(), 80).unwrap();
+        let policy = Policy::from_value(&json!({
+            "metadata": {"namespace": "ns1", "name": "from-a",
+                         "annotations": {"k8s.v1.cni.cncf.io/policy-for": "blue"}},
+            "spec": {"podSelector": {"matchLabels": {"app": "server"}},
+                     "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "a"}}}],
+                                  "ports": [{"port": 80}]}]},
+        }))
+        .unwrap();
+        let namespaces_labels = BTreeMap::from([("ns1".to_string(), BTreeMap::new())]);
+        let policies = [policy];
+        let world = World {
+            pods: &views,
+            namespaces: &namespaces_labels,
+            policies: &policies,
+        };
+        let table = render::table(&world.interface_policies(&views[0])).unwrap();
+        Nftables::open(&pods[0]).unwrap().replace(&table).unwrap();
+        let server = SocketAddr::new(views[0].attachments[0].ips[0], 80);
+        assert!(
+            tcp_connects(pods[1].path(), server),
+            "{kind}: role=a allowed"
+        );
+        assert!(
+            !tcp_connects(pods[2].path(), server),
+            "{kind}: role=b refused"
+        );
+        assert!(!udp_echoes(pods[1].path(), server), "{kind}: UDP refused");
+    }
+}
