@@ -85,6 +85,16 @@ impl PolicyWorld {
         tcp_connects(&self.path(from), self.at(to, port))
     }
 
+    /// Whether an ICMP echo from `from` to `to` on macnet is answered.
+    fn ping(&self, from: &str, to: &str) -> bool {
+        let std::net::IpAddr::V4(target) = self.at(to, 0).ip() else {
+            unreachable!("macnet is IPv4")
+        };
+        let ns = NetNs::open(self.path(from)).unwrap();
+        plexus_dataplane::probe::icmp_echo(&ns, target, plexus_testkit::traffic::refusal_wait())
+            .is_ok()
+    }
+
     /// Rules in `pod`'s policy table (0: none).
     fn rules(&self, pod: &str) -> usize {
         let ns = NetNs::open(self.path(pod)).unwrap();
@@ -158,6 +168,15 @@ fn a_policy_isolates_its_pods_before_their_add_answers_and_follows_every_change(
         !udp_echoes(&t.path("client-a"), t.at("server", 8080)),
         "UDP is not TCP"
     );
+    assert!(!t.ping("client-a", "server"), "ICMP is not TCP");
+    // The cluster network (eth0, the bridge delegate) is no policy's.
+    let eth0 = addresses(t.netns_name("server"), "eth0")[0]
+        .parse()
+        .unwrap();
+    assert!(tcp_connects(
+        &t.path("client-b"),
+        SocketAddr::new(eth0, 9090)
+    ));
     // The server's own connections out are not isolated, and their replies pass.
     let _client_side = Listener::new(&t.path("client-b"), 7000).unwrap();
     assert!(t.tcp("server", "client-b", 7000), "egress is not isolated");
@@ -219,6 +238,7 @@ fn a_policy_isolates_its_pods_before_their_add_answers_and_follows_every_change(
     ]);
     t.within("the table removed", &daemon, || t.rules("server") == 0);
     assert!(t.tcp("client-a", "server", 9090));
+    assert!(t.ping("client-b", "server"));
 
     // DEL with a policy in force takes the table with the interface.
     t.policy(
