@@ -13,6 +13,7 @@ use drivers_support::*;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::ErrorCode;
 use plexus_dataplane::netlink::{VfState, VfVlan, VlanProto};
+use plexus_dataplane::nftables::{Chain, Hook, Match, Nftables, Rule, Table, Verdict};
 use plexus_dataplane::{MacAddr, Netlink};
 use plexus_testkit::sriov::{PciVf, SriovVfs, VfioBinding};
 use plexus_testkit::{require, Feature};
@@ -223,6 +224,32 @@ fn sriov_driver_add_moves_the_vf_into_the_pod_with_its_settings_and_del_gives_al
     assert_eq!(f.snapshot(vf), before);
 }
 
+/// A table isolating `ifname`'s ingress: only replies pass.
+fn ingress_isolated(ifname: &str) -> Table {
+    let rule = |matches, verdict| Rule { matches, verdict };
+    Table {
+        name: "plexus-policy".into(),
+        chains: vec![
+            Chain {
+                name: "input".into(),
+                hook: Some(Hook::Input),
+                rules: vec![rule(
+                    vec![Match::InInterface(ifname.into())],
+                    Verdict::Jump("isolated".into()),
+                )],
+            },
+            Chain {
+                name: "isolated".into(),
+                hook: None,
+                rules: vec![
+                    rule(vec![Match::EstablishedOrRelated], Verdict::Accept),
+                    rule(vec![], Verdict::Drop),
+                ],
+            },
+        ],
+    }
+}
+
 #[test]
 fn sriov_driver_pods_on_two_vfs_of_one_pf_ping_each_other() {
     let Some(f) = Fixture::new(2) else {
@@ -241,6 +268,14 @@ fn sriov_driver_pods_on_two_vfs_of_one_pf_ping_each_other() {
     let reached = (0..10).any(|_| ping(&pod_a, "10.61.0.3"));
     assert!(reached, "pod A -> pod B through the PF's switch");
     assert!(ping(&pod_b, "10.61.0.2"), "pod B -> pod A");
+    // A policy table on the VF's netdev filters it as any interface
+    // (issue 35: the rules match the pod's interface by name).
+    let nft = Nftables::open(&pod_b.ns).unwrap();
+    nft.replace(&ingress_isolated("net1")).unwrap();
+    assert!(!ping(&pod_a, "10.61.0.3"), "refused by pod B's table");
+    assert!(ping(&pod_b, "10.61.0.2"), "pod B's own pings: replies pass");
+    nft.delete("plexus-policy").unwrap();
+    assert!(ping(&pod_a, "10.61.0.3"), "open again");
     del(Here, &r, SRIOV, &ta, &ca).unwrap();
     del(Here, &r, SRIOV, &tb, &cb).unwrap();
 }
