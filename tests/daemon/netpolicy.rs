@@ -298,3 +298,52 @@ fn an_attachment_without_a_kernel_interface_is_reported_not_silently_open() {
     });
     t.del("vnf");
 }
+
+#[test]
+fn an_add_whose_policies_cannot_be_listed_fails_and_is_undone() {
+    let Some(mut w) = world("netpol-nolist") else {
+        return;
+    };
+    // An identity that may do everything an ADD needs but list the
+    // policies: the admin, impersonating a user bound to such a role.
+    let user = format!("pxt-nopolicy-{}", std::process::id());
+    w.kube.api.apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {user}}}\n\
+         rules:\n\
+         - {{apiGroups: [''], resources: [pods], verbs: [get, list, watch]}}\n\
+         - {{apiGroups: [''], resources: [pods/status], verbs: [patch]}}\n\
+         - {{apiGroups: [''], resources: [events], verbs: [create]}}\n\
+         - {{apiGroups: [''], resources: [namespaces], verbs: [list, watch]}}\n\
+         - {{apiGroups: [k8s.cni.cncf.io], resources: [network-attachment-definitions], \
+             verbs: [get, list, watch]}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+         metadata: {{name: {user}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {user}}}\n\
+         subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}]\n"
+    ));
+    let admin = std::fs::read_to_string(w.kube.api.admin_kubeconfig()).unwrap();
+    assert!(admin.contains("{token: "), "{admin}");
+    let own = w.own_kubeconfig();
+    std::fs::write(
+        &own,
+        admin.replacen("{token: ", &format!("{{as: {user}, token: "), 1),
+    )
+    .unwrap();
+    let pod_ns = w.pod_here("p", "macnet@net1");
+    let daemon = w.daemon_with(&["--multi-network-policy"]);
+    let started = Instant::now();
+    let out = w.call("ADD", "p", &pod_ns, &w.conf);
+    let details = cni_details(&out, 11);
+    assert!(details.contains("unprotected"), "{details}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(10),
+        "it waited for the lists"
+    );
+    assert!(daemon.log().contains("ADD undone"), "{}", daemon.log());
+    // Undone: no interface, address or record left, and DEL is still fine.
+    w.assert_nothing_left(std::slice::from_ref(&pod_ns));
+    assert_ok("DEL", &w.call("DEL", "p", &pod_ns, &w.conf));
+    w.kube
+        .api
+        .kubectl(&["delete", "clusterrole,clusterrolebinding", &user]);
+}
