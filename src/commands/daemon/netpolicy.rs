@@ -249,6 +249,9 @@ impl Enforcer {
         let Some(&index) = snapshot.local.get(&sandbox.container_id) else {
             return Ok(()); // no record: nothing attached
         };
+        if netns.is_none() && !sandbox.netns.exists() {
+            return Ok(()); // the pod's namespace is gone: its DEL is coming
+        }
         let world = World {
             pods: &snapshot.pods,
             namespaces: &snapshot.namespaces,
