@@ -27,7 +27,7 @@ use plexus::netpolicy::spec::{Policy, Protocol};
 use plexus_dataplane::netlink::{AddressOptions, BridgeSpec, Master, VethSpec};
 use plexus_dataplane::nftables::Nftables;
 use plexus_dataplane::{NetNs, Netlink};
-use plexus_testkit::traffic::{refusal_wait, tcp_connects, udp_echoes, Listener};
+use plexus_testkit::traffic::{refusal_wait, sctp_connects, tcp_connects, udp_echoes, Listener};
 use plexus_testkit::Feature;
 use serde_json::json;
 
@@ -416,6 +416,42 @@ fn the_truth_table_holds_connection_by_connection() {
         json!([]),
         &[("b", "server", BLUE, Tcp(80), true)],
     );
+}
+
+/// SCTP ports are matched by their own protocol, as TCP's and UDP's are.
+/// Neither this host's kernel nor Debian's VM needs to have SCTP; the
+/// VM's (vm-tests/kernel.config) does, so this runs there.
+#[test]
+fn sctp_ports_are_matched_by_their_protocol() {
+    if !plexus_testkit::require(&[Feature::Root, Feature::Sctp]) {
+        return;
+    }
+    let Some(f) = fabric() else { return };
+    let server = |port| SocketAddr::new(f.address("server", BLUE, false), port);
+    let policy = |ports: serde_json::Value| {
+        Policy::from_value(&json!({
+            "metadata": {"namespace": "ns1", "name": "sctp",
+                         "annotations": {"k8s.v1.cni.cncf.io/policy-for": "blue"}},
+            "spec": {"podSelector": {"matchLabels": {"app": "server"}},
+                     "ingress": [{"ports": ports}]},
+        }))
+        .unwrap()
+    };
+    assert!(
+        sctp_connects(&f.path("a"), server(80)),
+        "open before any policy"
+    );
+    f.enforce(&[policy(json!([{"protocol": "SCTP", "port": 80}]))]);
+    assert!(sctp_connects(&f.path("a"), server(80)), "SCTP 80 allowed");
+    assert!(!sctp_connects(&f.path("a"), server(81)), "SCTP 81 refused");
+    assert!(
+        !tcp_connects(&f.path("a"), server(80)),
+        "TCP 80 is not SCTP"
+    );
+    f.enforce(&[policy(json!([{"protocol": "TCP", "port": 80}]))]);
+    assert!(!sctp_connects(&f.path("a"), server(80)), "SCTP is not TCP");
+    assert!(tcp_connects(&f.path("a"), server(80)));
+    f.enforce(&[]);
 }
 
 /// The same rules on interfaces of other kinds: the tables match the

@@ -57,6 +57,8 @@ pub enum Feature {
     ReferencePlugins,
     /// `python3`, for traffic generators.
     Python3,
+    /// SCTP sockets (`CONFIG_IP_SCTP`), for policy tests of SCTP ports.
+    Sctp,
     /// podman with runc (its CNI backend as a real client), on a machine
     /// with cgroups mounted, which runc needs.
     Podman,
@@ -76,7 +78,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    const ALL: [Feature; 15] = [
+    const ALL: [Feature; 16] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
@@ -87,6 +89,7 @@ impl Feature {
         Feature::PciSriov,
         Feature::ReferencePlugins,
         Feature::Python3,
+        Feature::Sctp,
         Feature::Podman,
         Feature::KubeApiServer,
         Feature::SriovCni,
@@ -181,6 +184,16 @@ impl Feature {
                     .all(|p| Path::new("/usr/lib/cni").join(p).is_file()),
                 "/usr/lib/cni lacks reference plugins (apt-get install containernetworking-plugins)",
             ),
+            Feature::Sctp => reason(
+                nix::sys::socket::socket(
+                    nix::sys::socket::AddressFamily::Inet,
+                    nix::sys::socket::SockType::Stream,
+                    nix::sys::socket::SockFlag::empty(),
+                    nix::sys::socket::SockProtocol::Sctp,
+                )
+                .is_err(),
+                "this kernel has no SCTP (EPROTONOSUPPORT)",
+            ),
             Feature::Python3 => match bounded(Command::new("python3").arg("-V"), PROBE_TIMEOUT) {
                 Ok(out) => reason(!out.status.success(), "no python3 on PATH (apt-get install python3)"),
                 Err(e) => Some(e.into()),
@@ -216,6 +229,7 @@ impl fmt::Display for Feature {
             Feature::PciSriov => "PCI SR-IOV",
             Feature::ReferencePlugins => "the reference CNI plugins",
             Feature::Python3 => "python3",
+            Feature::Sctp => "SCTP",
             Feature::Podman => "podman",
             Feature::KubeApiServer => "a kube-apiserver",
             Feature::SriovCni => "sriov-cni",

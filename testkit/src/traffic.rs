@@ -16,7 +16,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use std::os::fd::{AsRawFd, OwnedFd};
+
 use nix::sched::{setns, CloneFlags};
+use nix::sys::socket::{
+    self, sockopt, AddressFamily, SockFlag, SockProtocol, SockType, SockaddrStorage,
+};
 
 /// How long a try waits before it counts as refused: a dropped SYN or
 /// datagram is silent, so this is the price of every refusal.
@@ -57,11 +62,15 @@ impl Listener {
         let (tcp, udp) = in_netns(netns, || {
             Ok((TcpListener::bind(any)?, UdpSocket::bind(any)?))
         })?;
+        // SCTP too where the kernel has it: its handshake completes in the
+        // kernel on a listening socket, so nothing needs to accept.
+        let sctp = in_netns(netns, || sctp_listen(any)).ok();
         tcp.set_nonblocking(true)?;
         udp.set_read_timeout(Some(Duration::from_millis(20)))?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let worker = std::thread::spawn(move || {
+            let _sctp = sctp;
             let mut buf = [0u8; 1500];
             while !stopped.load(Ordering::Relaxed) {
                 while let Ok((conn, _)) = tcp.accept() {
@@ -92,6 +101,40 @@ impl Drop for Listener {
 /// Whether a TCP handshake from `netns` to `to` completes in time.
 pub fn tcp_connects(netns: &Path, to: SocketAddr) -> bool {
     in_netns(netns, || TcpStream::connect_timeout(&to, refusal_wait())).is_ok()
+}
+
+/// Whether an SCTP association from `netns` to `to` comes up in time.
+pub fn sctp_connects(netns: &Path, to: SocketAddr) -> bool {
+    in_netns(netns, || {
+        let socket = sctp_socket(&to)?;
+        let wait = refusal_wait();
+        let timeout =
+            nix::sys::time::TimeVal::new(wait.as_secs() as i64, wait.subsec_micros() as i64);
+        socket::setsockopt(&socket, sockopt::SendTimeout, &timeout)?;
+        socket::connect(socket.as_raw_fd(), &SockaddrStorage::from(to))?;
+        Ok(())
+    })
+    .is_ok()
+}
+
+fn sctp_socket(at: &SocketAddr) -> io::Result<OwnedFd> {
+    let family = match at {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
+    };
+    Ok(socket::socket(
+        family,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::Sctp,
+    )?)
+}
+
+fn sctp_listen(at: SocketAddr) -> io::Result<OwnedFd> {
+    let socket = sctp_socket(&at)?;
+    socket::bind(socket.as_raw_fd(), &SockaddrStorage::from(at))?;
+    socket::listen(&socket, socket::Backlog::new(64)?)?;
+    Ok(socket)
 }
 
 /// Whether a datagram from `netns` to `to` comes back echoed in time.
