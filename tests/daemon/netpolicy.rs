@@ -341,6 +341,11 @@ fn an_add_whose_policies_cannot_be_listed_fails_and_is_undone() {
     );
     assert!(daemon.log().contains("ADD undone"), "{}", daemon.log());
     // Undone: no interface, address or record left, and DEL is still fine.
+    // (A pass of the enforcer or of hot-plug may hold the sandbox's lock
+    // file a moment longer, finding the sandbox gone.)
+    within_30s("the sandbox's lock file released", &daemon, || {
+        files_in(&w.kube.tmp.path().join("cache")).is_empty()
+    });
     w.assert_nothing_left(std::slice::from_ref(&pod_ns));
     assert_ok("DEL", &w.call("DEL", "p", &pod_ns, &w.conf));
     w.kube
