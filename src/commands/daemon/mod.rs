@@ -585,9 +585,10 @@ fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) ->
     let served = daemon
         .sandboxes
         .locked(&container_id, cni_dir.as_deref(), || {
-            // The ADD's namespace, kept for its policy rules.
+            // The ADD's namespace, kept for its policy rules (when enforced).
             let pod_ns = netns
                 .as_ref()
+                .filter(|_| command == "ADD" && daemon.policy.is_some())
                 .and_then(|fd| fd.try_clone().ok())
                 .and_then(|fd| pod_netns(request, Some(fd)));
             let answer = run_call(daemon, request, netns);

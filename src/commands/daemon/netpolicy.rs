@@ -169,6 +169,16 @@ impl Enforcer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        // No policy in the cluster: nothing to resolve and, in a namespace
+        // the runtime just made, no table to remove (a repeated ADD of a
+        // sandbox that had one still goes through).
+        if self.watches.sizes().0 == 0 {
+            let mut state = self.lock();
+            if !matches!(state.applied.get(&sandbox.container_id), Some(Some(_))) {
+                state.applied.insert(sandbox.container_id.clone(), None);
+                return Ok(());
+            }
+        }
         let snapshot = self.snapshot();
         self.enforce(&mut self.lock(), &snapshot, sandbox, netns)
     }
