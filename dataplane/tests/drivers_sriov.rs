@@ -13,7 +13,7 @@ use drivers_support::*;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::ErrorCode;
 use plexus_dataplane::netlink::{VfState, VfVlan, VlanProto};
-use plexus_dataplane::nftables::{Chain, Hook, Match, Nftables, Rule, Table, Verdict};
+use plexus_dataplane::nftables::Nftables;
 use plexus_dataplane::{MacAddr, Netlink};
 use plexus_testkit::sriov::{PciVf, SriovVfs, VfioBinding};
 use plexus_testkit::{require, Feature};
@@ -224,32 +224,6 @@ fn sriov_driver_add_moves_the_vf_into_the_pod_with_its_settings_and_del_gives_al
     assert_eq!(f.snapshot(vf), before);
 }
 
-/// A table isolating `ifname`'s ingress: only replies pass.
-fn ingress_isolated(ifname: &str) -> Table {
-    let rule = |matches, verdict| Rule { matches, verdict };
-    Table {
-        name: "plexus-policy".into(),
-        chains: vec![
-            Chain {
-                name: "input".into(),
-                hook: Some(Hook::Input),
-                rules: vec![rule(
-                    vec![Match::InInterface(ifname.into())],
-                    Verdict::Jump("isolated".into()),
-                )],
-            },
-            Chain {
-                name: "isolated".into(),
-                hook: None,
-                rules: vec![
-                    rule(vec![Match::EstablishedOrRelated], Verdict::Accept),
-                    rule(vec![], Verdict::Drop),
-                ],
-            },
-        ],
-    }
-}
-
 #[test]
 fn sriov_driver_pods_on_two_vfs_of_one_pf_ping_each_other() {
     let Some(f) = Fixture::new(2) else {
@@ -271,7 +245,8 @@ fn sriov_driver_pods_on_two_vfs_of_one_pf_ping_each_other() {
     // A policy table on the VF's netdev filters it as any interface
     // (issue 35: the rules match the pod's interface by name).
     let nft = Nftables::open(&pod_b.ns).unwrap();
-    nft.replace(&ingress_isolated("net1")).unwrap();
+    nft.replace(&common::ingress_isolated("plexus-policy", "net1", vec![]))
+        .unwrap();
     assert!(!ping(&pod_a, "10.61.0.3"), "refused by pod B's table");
     assert!(ping(&pod_b, "10.61.0.2"), "pod B's own pings: replies pass");
     nft.delete("plexus-policy").unwrap();

@@ -49,33 +49,9 @@ fn rule(matches: Vec<Match>, verdict: Verdict) -> Rule {
     Rule { matches, verdict }
 }
 
-/// Ingress on `net1` isolated: established/related, ICMPv6 ND, then
-/// `allow`, then drop.
+/// Ingress on `net1` isolated: replies, ICMPv6 ND, then `allow`.
 fn ingress_table(allow: Vec<Rule>) -> Table {
-    let mut rules = vec![
-        rule(vec![Match::EstablishedOrRelated], Verdict::Accept),
-        rule(vec![Match::Icmpv6Types(133, 137)], Verdict::Accept),
-    ];
-    rules.extend(allow);
-    rules.push(rule(vec![], Verdict::Drop));
-    Table {
-        name: "plexus-test".into(),
-        chains: vec![
-            Chain {
-                name: "input".into(),
-                hook: Some(Hook::Input),
-                rules: vec![rule(
-                    vec![Match::InInterface("net1".into())],
-                    Verdict::Jump("ingress-net1".into()),
-                )],
-            },
-            Chain {
-                name: "ingress-net1".into(),
-                hook: None,
-                rules,
-            },
-        ],
-    }
+    common::ingress_isolated("plexus-test", "net1", allow)
 }
 
 #[test]

@@ -149,3 +149,40 @@ pub fn veth_up(a: &Netlink, b_ns: &TestNs, b: &Netlink, name: &str, peer: &str) 
     b.set_up(peer.index).unwrap();
     (local.index, peer.index)
 }
+
+/// An nftables table (named `name`) isolating `ifname`'s ingress:
+/// established/related and ICMPv6 neighbour discovery pass, then `allow`,
+/// then everything else is dropped. The shape the policy tables have.
+pub fn ingress_isolated(
+    name: &str,
+    ifname: &str,
+    allow: Vec<plexus_dataplane::nftables::Rule>,
+) -> plexus_dataplane::nftables::Table {
+    use plexus_dataplane::nftables::{Chain, Hook, Match, Rule, Table, Verdict};
+    let rule = |matches, verdict| Rule { matches, verdict };
+    let mut rules = vec![
+        rule(vec![Match::EstablishedOrRelated], Verdict::Accept),
+        rule(vec![Match::Icmpv6Types(133, 137)], Verdict::Accept),
+    ];
+    rules.extend(allow);
+    rules.push(rule(vec![], Verdict::Drop));
+    let chain = format!("ingress-{ifname}");
+    Table {
+        name: name.into(),
+        chains: vec![
+            Chain {
+                name: "input".into(),
+                hook: Some(Hook::Input),
+                rules: vec![rule(
+                    vec![Match::InInterface(ifname.into())],
+                    Verdict::Jump(chain.clone()),
+                )],
+            },
+            Chain {
+                name: chain,
+                hook: None,
+                rules,
+            },
+        ],
+    }
+}
