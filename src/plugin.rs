@@ -226,6 +226,43 @@ impl<'s> PlexusPlugin<'s> {
         Ok(plan)
     }
 
+    /// DEL of a sandbox without a record (a pod from before plexus): the
+    /// whereabouts addresses it holds given back at once
+    /// ([`cluster_ipam::unrecorded`]); a warning when they cannot be (the
+    /// reconciler gives them back once the pod is gone).
+    fn release_unrecorded(
+        &self,
+        conf: &PlexusConf,
+        req: &Request,
+        container_id: &ContainerId,
+    ) -> Option<String> {
+        let args = req.env.args();
+        let arg = |key: &str| args.get(key).filter(|v| !v.is_empty());
+        let (namespace, name) = (arg("K8S_POD_NAMESPACE")?, arg("K8S_POD_NAME")?);
+        let podref = format!("{namespace}/{name}");
+        let daemon = self.thick.as_ref().and_then(|t| t.api.as_ref());
+        match cluster_ipam::unrecorded::release_unrecorded(
+            conf,
+            daemon,
+            container_id.as_str(),
+            &podref,
+        ) {
+            Ok(released) if released.entries.is_empty() => None,
+            Ok(released) => {
+                tracing::info!(
+                    entries = ?released.entries,
+                    reservations = ?released.reservations,
+                    "whereabouts addresses of a sandbox plexus never added given back"
+                );
+                None
+            }
+            Err(e) => Some(format!(
+                "whereabouts addresses of a sandbox without a record not given back: {}",
+                CniError::from(e).details
+            )),
+        }
+    }
+
     fn executor(&self, cni_dir: &std::path::Path) -> Executor {
         let executor = Executor::new(Cache::new(cni_dir));
         match &self.observer {
@@ -709,14 +746,30 @@ impl Plugin for PlexusPlugin<'_> {
             plugin_timeout,
         )?;
         let ctx = context(&call, bin_dir, &registry);
+        // Whether the fallback found the API server gone: then nothing of
+        // the cluster is asked again (DEL works on without it).
+        let api_gone = std::cell::Cell::new(false);
         let fallback = || match conf.as_deref() {
-            Some(conf) => self.cluster_network_plan(conf, req, &registry, &ctx.delegates),
+            Some(conf) => {
+                let plan = self.cluster_network_plan(conf, req, &registry, &ctx.delegates);
+                if matches!(&plan, Err(RunError::Plan(e)) if e.is_transient()) {
+                    api_gone.set(true);
+                }
+                plan
+            }
             None => Err(RunError::from(PlanError::Config {
                 field: "plexus configuration".into(),
                 reason: "does not parse, so the cluster network is unknown".into(),
             })),
         };
         let mut report = self.executor(&cni_dir).del(&ctx, Some(&fallback))?;
+        if report.unrecorded && !api_gone.get() {
+            if let Some(conf) = conf.as_deref() {
+                report
+                    .warnings
+                    .extend(self.release_unrecorded(conf, req, &call.container_id));
+            }
+        }
         // Release the addresses of the torn-down attachments' claims that
         // were deleted; a claim that cannot be checked now is checked later.
         if !claims::owners_in(&report.detached).is_empty() {

@@ -28,12 +28,14 @@ use super::client::{context_namespace, owned_client, Driver};
 use super::error::{ApiRequest, ClusterError, Verb};
 use super::watch::NamespacedWatch;
 use crate::config::ApiTimeouts;
+use plexus_ipam::whereabouts::allocate::held_key;
 use plexus_ipam::whereabouts::pool::{
     Allocation, NodeSliceSpec, NodeSliceStatus, PoolSpec, ReservationSpec, DEFAULT_NAMESPACE,
     GROUP, VERSION,
 };
 use plexus_ipam::whereabouts::reclaim::{
-    claim_key, claim_note, note_key, note_value, CLAIM_PREFIX, MAX_NOTES, NOTE_PREFIX,
+    backup_key, claim_key, claim_note, needs_backup, note_key, note_value, BACKUP_PREFIX,
+    CLAIM_PREFIX, MAX_NOTES, NOTE_PREFIX,
 };
 
 mod slices;
@@ -50,6 +52,18 @@ pub struct PoolCopy {
     /// The claim notes of entries bound to an IPAMClaim, by offset
     /// ([`plexus_ipam::whereabouts::reclaim::claim_note`]).
     pub claims: BTreeMap<String, String>,
+    /// The backups of entries at offsets whereabouts cannot read, by
+    /// offset ([`plexus_ipam::whereabouts::reclaim::BACKUP_PREFIX`]; one
+    /// that does not parse is left out).
+    pub backups: BTreeMap<String, Allocation>,
+}
+
+impl PoolCopy {
+    /// The key of the address the container's `ifname` holds
+    /// ([`held_key`]).
+    pub fn key_held_by(&self, container_id: &str, ifname: &str) -> Option<&String> {
+        held_key(&self.spec.allocations, &self.backups, container_id, ifname)
+    }
 }
 
 /// What plexus notes beside an entry it sets.
@@ -68,9 +82,19 @@ pub enum Change {
     Set(Allocation, Note),
     /// No entry (nor notes) there.
     Remove,
-    /// Notes there gone (the pod UID's, the claim's), the entry left as
-    /// it is (a note that outlived its entry or names another container).
-    Unnote { uid: bool, claim: bool },
+    /// Notes there gone (the pod UID's, the claim's, the backup), the
+    /// entry left as it is (a note that outlived its entry or names
+    /// another container).
+    Unnote {
+        uid: bool,
+        claim: bool,
+        backup: bool,
+    },
+    /// A backup of the entry there, written beside it (an entry an
+    /// earlier release put past what whereabouts reads).
+    BackUp(Allocation),
+    /// The entry written back from its backup, the notes left as they are.
+    Restore(Allocation),
 }
 
 /// An OverlappingRangeIPReservation as read.
@@ -357,7 +381,18 @@ impl Pools {
         let mut entries = serde_json::Map::new();
         let mut notes = serde_json::Map::new();
         for (key, change) in changes {
-            // The annotations at `key` as they must be after the write.
+            // The annotation `name` as it must be after the write: `value`,
+            // or none (`had`: there is one to remove).
+            let mut annotate = |name: String, value: Option<String>, had: bool| match value {
+                Some(v) => {
+                    notes.insert(name, json!(v));
+                }
+                None if had => {
+                    notes.insert(name, Value::Null);
+                }
+                None => {}
+            };
+            let had_backup = copy.backups.contains_key(key);
             let (entry, note, claim) = match change {
                 Change::Set(entry, note) => {
                     let room = copy.notes.len() < MAX_NOTES || copy.notes.contains_key(key);
@@ -365,29 +400,34 @@ impl Pools {
                     let uid_note = uid.map(|uid| note_value(uid, &entry.container_id));
                     let claim = note.claim.as_deref();
                     let claim_note = claim.map(|c| claim_note(c, &entry.container_id));
+                    let backup = needs_backup(key).then(|| json!(entry).to_string());
+                    annotate(backup_key(key), backup, had_backup);
                     (json!(entry), uid_note, claim_note)
                 }
-                Change::Remove => (Value::Null, None, None),
-                Change::Unnote { uid, claim } => {
-                    if *uid && copy.notes.contains_key(key) {
-                        notes.insert(note_key(key), Value::Null);
-                    }
-                    if *claim && copy.claims.contains_key(key) {
-                        notes.insert(claim_key(key), Value::Null);
-                    }
+                Change::Remove => {
+                    annotate(backup_key(key), None, had_backup);
+                    (Value::Null, None, None)
+                }
+                Change::Unnote { uid, claim, backup } => {
+                    annotate(note_key(key), None, *uid && copy.notes.contains_key(key));
+                    annotate(
+                        claim_key(key),
+                        None,
+                        *claim && copy.claims.contains_key(key),
+                    );
+                    annotate(backup_key(key), None, *backup && had_backup);
+                    continue;
+                }
+                Change::BackUp(entry) => {
+                    annotate(backup_key(key), Some(json!(entry).to_string()), had_backup);
+                    continue;
+                }
+                Change::Restore(entry) => {
+                    entries.insert(key.clone(), json!(entry));
                     continue;
                 }
             };
             entries.insert(key.clone(), entry);
-            let mut annotate = |annotation: String, value: Option<String>, had: bool| match value {
-                Some(v) => {
-                    notes.insert(annotation, json!(v));
-                }
-                None if had => {
-                    notes.insert(annotation, Value::Null);
-                }
-                None => {}
-            };
             annotate(note_key(key), note, copy.notes.contains_key(key));
             annotate(claim_key(key), claim, copy.claims.contains_key(key));
         }
@@ -421,6 +461,25 @@ impl Pools {
             .items
             .into_iter()
             .map(|found| pool_copy(&object, found))
+            .collect()
+    }
+
+    /// Every OverlappingRangeIPReservation of the namespace, by name.
+    pub fn reservations(&self) -> Result<Vec<(String, Reservation)>, ClusterError> {
+        let object = format!("OverlappingRangeIPReservations of {}", self.namespace);
+        let listed = self.send(
+            Verb::Get,
+            &object,
+            self.reservations.list(&Default::default()),
+        )?;
+        listed
+            .items
+            .into_iter()
+            .map(|found| {
+                let spec = spec_of(&object, &found.data)?;
+                let uid = found.metadata.uid.clone().unwrap_or_default();
+                Ok((found.name_any(), Reservation { spec, uid }))
+            })
             .collect()
     }
 
@@ -666,5 +725,9 @@ pub(crate) fn pool_copy(object: &str, found: DynamicObject) -> Result<PoolCopy, 
         spec,
         notes: by_prefix(NOTE_PREFIX),
         claims: by_prefix(CLAIM_PREFIX),
+        backups: by_prefix(BACKUP_PREFIX)
+            .into_iter()
+            .filter_map(|(offset, json)| Some((offset, serde_json::from_str(&json).ok()?)))
+            .collect(),
     })
 }

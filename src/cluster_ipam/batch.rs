@@ -95,6 +95,7 @@ impl Ticket {
     fn decide(
         &self,
         network: IpNetwork,
+        backups: &BTreeMap<String, Allocation>,
         allocations: &mut BTreeMap<String, Allocation>,
         claims: &mut BTreeMap<String, String>,
         changes: &mut BTreeMap<String, Change>,
@@ -108,11 +109,11 @@ impl Ticket {
             claim,
         } = &self.want
         else {
-            let Some(key) = allocate::release(allocations, &holder.container_id, &holder.ifname)
-            else {
+            let held =
+                allocate::held_key(allocations, backups, &holder.container_id, &holder.ifname);
+            let Some(key) = held.cloned() else {
                 return Ok(None);
             };
-            let key = key.clone();
             allocations.remove(&key);
             let ip = pool::address_at(network, &key);
             changes.insert(key, Change::Remove);
@@ -313,8 +314,13 @@ impl Call<'_> {
             let decided: Vec<_> = batch
                 .iter()
                 .map(|t| {
-                    let outcome =
-                        t.decide(range.network, &mut allocations, &mut claims, &mut changes);
+                    let outcome = t.decide(
+                        range.network,
+                        &copy.backups,
+                        &mut allocations,
+                        &mut claims,
+                        &mut changes,
+                    );
                     (t, outcome)
                 })
                 .collect();

@@ -29,6 +29,7 @@ mod claim;
 mod node_slice;
 pub mod reconcile;
 pub mod slicer;
+pub mod unrecorded;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -71,6 +72,9 @@ pub struct IpamMetrics {
     conflicts: IntCounter,
     /// Addresses given back at DEL.
     releases: IntCounter,
+    /// Entries of live pods that another writer erased, written back by
+    /// the reconciler (`reconcile::backups`).
+    restored: IntCounter,
     /// Addresses of pods that are gone, given back by the reconciler, by
     /// why (`pod-missing`, `pod-replaced`, `claim-deleted`).
     reclaimed: IntCounterVec,
@@ -85,6 +89,7 @@ impl IpamMetrics {
         registry.register(Box::new(self.allocations.clone()))?;
         registry.register(Box::new(self.conflicts.clone()))?;
         registry.register(Box::new(self.releases.clone()))?;
+        registry.register(Box::new(self.restored.clone()))?;
         registry.register(Box::new(self.reclaimed.clone()))?;
         registry.register(Box::new(self.pool_addresses.clone()))
     }
@@ -119,6 +124,12 @@ pub fn metrics() -> &'static IpamMetrics {
             releases: IntCounter::with_opts(opts(
                 "cluster_ipam_releases_total",
                 "Cluster-wide IPAM addresses given back at DEL.",
+            ))
+            .expect("valid metric"),
+            restored: IntCounter::with_opts(opts(
+                "cluster_ipam_entries_restored_total",
+                "IPPool entries of live pods that another writer erased (offsets whereabouts \
+                 cannot read), written back by the reconciler.",
             ))
             .expect("valid metric"),
             reclaimed: IntCounterVec::new(
@@ -519,7 +530,7 @@ impl Call<'_> {
         if self.conf.overlapping_ranges {
             let name = self.pool_name(range);
             let held = self.existing_or_fresh(&name, false)?.and_then(|copy| {
-                allocate::release(&copy.spec.allocations, self.container_id, self.ifname)
+                copy.key_held_by(self.container_id, self.ifname)
                     .and_then(|key| pool::address_at(range.network, key))
             });
             if let Some(ip) = held {

@@ -36,11 +36,14 @@ use super::slicer::{SliceKeeper, SliceReport};
 use crate::cluster::api::{bounded, list_metadata};
 use crate::cluster::error::{ApiRequest, Verb};
 use crate::cluster::lease::LeaderLease;
-use crate::cluster::pools::{self, Change, Pools, ReservationSeen, Written};
+use crate::cluster::pools::{self, Change, PoolCopy, Pools, ReservationSeen, Written};
 use crate::cluster::ClusterError;
 use crate::config::ApiTimeouts;
+use plexus_ipam::whereabouts::pool::Allocation;
 use plexus_ipam::whereabouts::pool::DEFAULT_NAMESPACE;
-use plexus_ipam::whereabouts::reclaim::{judge_claimed, noted_claim, noted_uid, PodSeen};
+use plexus_ipam::whereabouts::reclaim::{
+    judge_backup, judge_claimed, needs_backup, noted_claim, noted_uid, BackupFate, PodSeen,
+};
 
 /// The Lease the daemons contend for.
 pub const LEASE_NAME: &str = "plexus-ipam-reconciler";
@@ -60,6 +63,9 @@ pub struct PassReport {
     pub reclaimed: usize,
     /// Reservations deleted.
     pub unreserved: usize,
+    /// Entries of live pods that another writer had erased, written back
+    /// from their backups.
+    pub restored: usize,
     /// Pool writes that lost to another writer (judged again next pass).
     pub lost: usize,
     /// What it did to node slices ([`super::slicer`]).
@@ -252,6 +258,11 @@ impl Reconciler {
                     .iter()
                     .map(|r| r.reservation.spec.podref.clone()),
             )
+            .chain(
+                pools
+                    .iter()
+                    .flat_map(|(_, copy)| copy.backups.values().map(|a| a.podref.clone())),
+            )
             .filter_map(|podref| podref.split_once('/').map(|(ns, _)| ns.to_string()))
             .collect();
         let mut pods = HashMap::new();
@@ -299,6 +310,7 @@ impl Reconciler {
                 }
                 seen.insert(suspect);
             }
+            let restored = backups(copy, &pods, &mut changes);
             // Notes their entries outlived (whereabouts gave the offset
             // back, or to another container) go with the next write.
             for offset in copy.notes.keys().chain(copy.claims.keys()) {
@@ -316,11 +328,7 @@ impl Reconciler {
                     .is_some_and(|note| current.is_some() && noted_claim(note, current).is_none());
                 if stale_uid || stale_claim {
                     // The notes only: the entry, if any, is another's.
-                    let unnote = Change::Unnote {
-                        uid: stale_uid,
-                        claim: stale_claim,
-                    };
-                    changes.entry(offset.clone()).or_insert(unnote);
+                    unnote(&mut changes, offset, stale_uid, stale_claim, false);
                 }
             }
             if changes.is_empty() {
@@ -330,6 +338,19 @@ impl Reconciler {
                 Pools::uncached(&self.handle, &self.client, self.timeouts, namespace.clone());
             match pool.write(copy, &changes)? {
                 Written::Done => {
+                    for (offset, entry) in restored {
+                        report.restored += 1;
+                        metrics().restored.inc();
+                        tracing::warn!(
+                            pool = %copy.name,
+                            offset,
+                            podref = %entry.podref,
+                            container = %entry.container_id,
+                            ifname = %entry.ifname,
+                            "IPAM reconciler: another writer erased a live pod's entry \
+                             (an offset whereabouts cannot read); written back"
+                        );
+                    }
                     for (offset, gone) in why {
                         if let Some(entry) = copy.spec.allocations.get(offset) {
                             report.reclaimed += 1;
@@ -428,6 +449,65 @@ impl Reconciler {
             pods.insert(format!("{namespace}/{name}"), seen);
         }
         Ok(())
+    }
+}
+
+/// The backups of `copy`'s entries past what whereabouts reads (issue 45),
+/// as changes: an entry another writer erased is written back while its
+/// pod lives, a backup whose entry is gone for good goes, and an entry
+/// without one gets one (an earlier release wrote it). Returns the entries
+/// written back, by offset.
+fn backups<'c>(
+    copy: &'c PoolCopy,
+    pods: &HashMap<String, PodSeen>,
+    changes: &mut BTreeMap<String, Change>,
+) -> Vec<(&'c String, &'c Allocation)> {
+    let mut restored = Vec::new();
+    for (offset, backup) in &copy.backups {
+        let current = copy.spec.allocations.get(offset);
+        let note = copy.notes.get(offset).map(String::as_str);
+        match judge_backup(backup, current, note, pods) {
+            BackupFate::Keep => {}
+            BackupFate::Restore => {
+                changes.insert(offset.clone(), Change::Restore(backup.clone()));
+                restored.push((offset, backup));
+            }
+            BackupFate::Drop => unnote(changes, offset, false, false, true),
+        }
+    }
+    for (offset, entry) in &copy.spec.allocations {
+        if needs_backup(offset) && !copy.backups.contains_key(offset) {
+            changes
+                .entry(offset.clone())
+                .or_insert_with(|| Change::BackUp(entry.clone()));
+        }
+    }
+    restored
+}
+
+/// Notes at `offset` to remove, merged with any already to remove there; a
+/// change of the entry itself there stands (it sets or removes its notes).
+fn unnote(
+    changes: &mut BTreeMap<String, Change>,
+    offset: &str,
+    uid: bool,
+    claim: bool,
+    backup: bool,
+) {
+    let change = changes.entry(offset.to_string()).or_insert(Change::Unnote {
+        uid: false,
+        claim: false,
+        backup: false,
+    });
+    if let Change::Unnote {
+        uid: u,
+        claim: c,
+        backup: b,
+    } = change
+    {
+        *u |= uid;
+        *c |= claim;
+        *b |= backup;
     }
 }
 

@@ -110,6 +110,10 @@ pub struct DelReport {
     /// Every attachment torn down, in DEL order, as its ADD planned it.
     pub detached: Vec<Attachment>,
     pub warnings: Vec<String>,
+    /// No record of the sandbox could be read: plexus never added it (a
+    /// pod from before plexus), or its DEL is repeated, or the record is
+    /// unreadable.
+    pub unrecorded: bool,
 }
 
 /// What a GC did.
@@ -498,6 +502,7 @@ impl Executor {
                 None
             }
         };
+        report.unrecorded = record.is_none();
         let mut record = match (record, fallback) {
             (Some(record), _) => record,
             (None, None) => return self.nothing_to_delete(ctx, corrupt, report),

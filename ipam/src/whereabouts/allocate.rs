@@ -69,10 +69,31 @@ pub fn capacity(range: &PoolRange) -> u128 {
     to_u128(last) - to_u128(first) + 1
 }
 
+/// The first and last address [`assign`] searches: [`bounds`], ending at
+/// the last address whose offset whereabouts can read
+/// ([`super::pool::whereabouts_can_read`]).
+///
+/// Why the bound: whereabouts parses a pool's keys as signed 64-bit
+/// integers (`strconv.ParseInt` in `toIPReservationList`,
+/// `pkg/storage/kubernetes/ipam.go`), skips any other as if its address
+/// were free, and writes back only what it read: its next write to the pool
+/// erases the entry (issue 45). In an IPv6 /64 and wider, half the range
+/// lies past 2^63. Only a range that starts past it (`range_start` there)
+/// is searched whole: no key in it can be read, whereabouts' own neither.
+pub fn searched(range: &PoolRange) -> (IpAddr, IpAddr) {
+    let (first, last) = bounds(range);
+    let readable_end = to_u128(range.network.network()).saturating_add(i64::MAX as u128);
+    if to_u128(first) > readable_end || to_u128(last) <= readable_end {
+        return (first, last);
+    }
+    (first, from_u128(readable_end, range.network.is_ipv4()))
+}
+
 /// The address `who` gets from `range`, whose pool holds `allocations`;
 /// `taken` are addresses held through other pools (overlapping ranges).
 /// The search starts `hint` addresses after the first and wraps around, so
-/// that writers on different nodes need not all race for the same one.
+/// that writers on different nodes need not all race for the same one; it
+/// stays within [`searched`], so whereabouts can read every key it writes.
 pub fn assign(
     range: &PoolRange,
     allocations: &BTreeMap<String, Allocation>,
@@ -99,7 +120,7 @@ pub fn assign(
         .chain(taken.iter().copied())
         .map(to_u128)
         .collect();
-    let (first, last) = bounds(range);
+    let (first, last) = searched(range);
     let (lo, hi) = (to_u128(first), to_u128(last));
     let span = hi - lo + 1;
     let start = lo + hint % span;
@@ -214,6 +235,22 @@ pub fn release<'a>(
         .map(|(k, _)| k)
 }
 
+/// The key of the address the container's `ifname` holds: [`release`]'s,
+/// else that of a backup of its entry (`reclaim::BACKUP_PREFIX`) that
+/// another writer erased, whose address is still the container's until its
+/// DEL.
+pub fn held_key<'a>(
+    allocations: &'a BTreeMap<String, Allocation>,
+    backups: &'a BTreeMap<String, Allocation>,
+    container_id: &str,
+    ifname: &str,
+) -> Option<&'a String> {
+    release(allocations, container_id, ifname).or_else(|| {
+        let erased = release(backups, container_id, ifname)?;
+        (!allocations.contains_key(erased)).then_some(erased)
+    })
+}
+
 trait LastAddress {
     fn broadcast_or_last(&self) -> IpAddr;
 }
@@ -234,6 +271,7 @@ impl LastAddress for ipnetwork::IpNetwork {
 
 #[cfg(test)]
 mod tests {
+    use super::super::pool::whereabouts_can_read;
     use super::*;
     use ipnetwork::IpNetwork;
 
@@ -384,11 +422,58 @@ mod tests {
         assert_eq!(address_at(r.network, &a.key), Some(a.ip));
     }
 
+    /// Issue 45: in a /64 every key written is one whereabouts' `ParseInt`
+    /// reads, whatever the hint; the hints still spread.
+    #[test]
+    fn a_wide_ipv6_range_gets_keys_whereabouts_reads() {
+        let r = range("fd77::/64", &[]);
+        let none = BTreeSet::new();
+        let mut keys = BTreeSet::new();
+        for hint in [
+            0,
+            1,
+            u128::from(u64::MAX),
+            u128::from(u64::MAX) - 7,
+            1 << 63,
+            3 << 62,
+        ] {
+            let a = assign(&r, &BTreeMap::new(), &none, &WHO, hint).unwrap();
+            let offset: u128 = a.key.parse().unwrap();
+            assert!(whereabouts_can_read(offset), "{} from hint {hint}", a.key);
+            assert_eq!(address_at(r.network, &a.key), Some(a.ip));
+            keys.insert(a.key);
+        }
+        assert!(keys.len() >= 4, "spread: {keys:?}");
+        // The searched part ends at offset 2^63 - 1; past it, a search
+        // wraps to the first address.
+        let (first, last) = searched(&r);
+        assert_eq!(first.to_string(), "fd77::1");
+        assert_eq!(last.to_string(), "fd77::7fff:ffff:ffff:ffff");
+        let held = holding(&[(&i64::MAX.to_string(), "x", "ns/x")]);
+        let a = assign(&r, &held, &none, &WHO, i64::MAX as u128 - 1).unwrap();
+        assert_eq!(a.ip.to_string(), "fd77::1");
+        // A /120 or an IPv4 range is searched whole.
+        let small = range("fd94::/120", &[]);
+        assert_eq!(searched(&small), bounds(&small));
+        // A range that starts past the readable part is searched whole.
+        let mut far = range("fd00::/32", &[]);
+        far.start = Some("fd00:0:ffff::1".parse().unwrap());
+        assert_eq!(searched(&far), bounds(&far));
+    }
+
     #[test]
     fn release_matches_container_and_interface() {
         let held = holding(&[("3", "c1", "ns/p"), ("4", "c2", "ns/p")]);
         assert_eq!(release(&held, "c2", "net1").map(String::as_str), Some("4"));
         assert_eq!(release(&held, "c2", "net2"), None);
         assert_eq!(release(&held, "c3", "net1"), None);
+        // An erased entry's backup is found; one whose offset another
+        // entry holds now is not.
+        let backups = holding(&[("9", "c3", "ns/q"), ("4", "c4", "ns/r")]);
+        let found = held_key(&held, &backups, "c3", "net1");
+        assert_eq!(found.map(String::as_str), Some("9"));
+        assert_eq!(held_key(&held, &backups, "c4", "net1"), None);
+        let found = held_key(&held, &backups, "c1", "net1");
+        assert_eq!(found.map(String::as_str), Some("3"));
     }
 }

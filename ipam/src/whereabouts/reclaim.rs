@@ -27,7 +27,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::pool::Allocation;
+use super::pool::{whereabouts_can_read, Allocation};
 
 /// The annotation prefix of the notes: `pod-uid.plexus.io/<offset>`.
 pub const NOTE_PREFIX: &str = "pod-uid.plexus.io/";
@@ -90,6 +90,63 @@ pub fn noted_claim<'a>(note: &'a str, entry: Option<&Allocation>) -> Option<&'a 
     let (claim, short) = note.rsplit_once('/')?;
     let of_entry = entry.is_none_or(|e| names_container(short, &e.container_id));
     (claim.contains('/') && of_entry).then_some(claim)
+}
+
+/// The annotation prefix of the backups: `entry.plexus.io/<offset>`, the
+/// entry's own wire form, kept beside each entry at an offset whereabouts
+/// cannot read ([`needs_backup`]).
+///
+/// Why: whereabouts skips such a key as if its address were free and
+/// writes back only the keys it read, so its next write of the pool erases
+/// the entry (issue 45). plexus no longer writes such offsets
+/// (`allocate::searched`), but pods that earlier plexus releases placed
+/// there keep their addresses; the backup, which whereabouts' write keeps
+/// (it patches `spec.allocations` alone), lets the reconciler write the
+/// entry back while its pod lives ([`judge_backup`]).
+pub const BACKUP_PREFIX: &str = "entry.plexus.io/";
+
+/// The annotation of the backup of the entry at `offset`.
+pub fn backup_key(offset: &str) -> String {
+    format!("{BACKUP_PREFIX}{offset}")
+}
+
+/// Whether the entry at the key `offset` needs a backup: its offset is past
+/// what whereabouts reads.
+pub fn needs_backup(offset: &str) -> bool {
+    offset
+        .parse::<u128>()
+        .is_ok_and(|o| !whereabouts_can_read(o))
+}
+
+/// What becomes of a backup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackupFate {
+    /// Its entry is there as it was: nothing to do.
+    Keep,
+    /// Its entry is gone (another writer erased it) and its pod lives:
+    /// the entry is written back.
+    Restore,
+    /// Its entry's pod is gone, or the offset holds another entry now:
+    /// the backup goes.
+    Drop,
+}
+
+/// The fate of `backup`, the backup at an offset whose entry is now
+/// `current`, with the offset's pod-UID note `note`: the entry is written
+/// back only when its pod is live as [`judge`] tells it (the note's UID
+/// is the pod's, so a pod made again under the name never gets it).
+pub fn judge_backup(
+    backup: &Allocation,
+    current: Option<&Allocation>,
+    note: Option<&str>,
+    pods: &HashMap<String, PodSeen>,
+) -> BackupFate {
+    match current {
+        Some(entry) if entry == backup => BackupFate::Keep,
+        Some(_) => BackupFate::Drop,
+        None if judge(backup, note, pods).is_none() => BackupFate::Restore,
+        None => BackupFate::Drop,
+    }
 }
 
 /// A pod as the reconciler saw it listed.
@@ -234,6 +291,42 @@ mod tests {
             "another container's now"
         );
         assert_eq!(noted_claim("vm/c-2", Some(&live)), None);
+    }
+
+    /// Issue 45: an entry erased by another writer comes back while its
+    /// pod lives, and only then.
+    #[test]
+    fn an_erased_entry_comes_back_only_to_its_live_pod() {
+        let seen = pods(&[("ns/p", "u-1", false), ("ns/again", "u-new", false)]);
+        let mine = entry(LONG_ID, "ns/p");
+        let note = note_value("u-1", LONG_ID);
+        assert_eq!(
+            judge_backup(&mine, Some(&mine), Some(&note), &seen),
+            BackupFate::Keep
+        );
+        assert_eq!(
+            judge_backup(&mine, None, Some(&note), &seen),
+            BackupFate::Restore
+        );
+        let other = entry("c-other", "ns/q");
+        assert_eq!(
+            judge_backup(&mine, Some(&other), Some(&note), &seen),
+            BackupFate::Drop,
+            "the offset is another's now"
+        );
+        let gone = entry("c-g", "ns/gone");
+        assert_eq!(judge_backup(&gone, None, None, &seen), BackupFate::Drop);
+        // The pod made again under its name: another pod.
+        let replaced = entry("c-a", "ns/again");
+        let old_note = note_value("u-old", "c-a");
+        assert_eq!(
+            judge_backup(&replaced, None, Some(&old_note), &seen),
+            BackupFate::Drop
+        );
+        assert!(needs_backup("9223372036854775808"));
+        assert!(!needs_backup("9223372036854775807"));
+        assert!(!needs_backup("x"));
+        assert_eq!(backup_key("7"), "entry.plexus.io/7");
     }
 
     /// whereabouts #176: the pod made again under its name is another pod.
