@@ -8,7 +8,8 @@
 //! Modules: `calls` (ADD and DEL through the daemon, its status outbox),
 //! `storm` (boot storms, a kill mid-storm), `lifecycle` (SIGTERM, a
 //! rewritten kubeconfig), `hotplug` (dynamic networks), `thin` (thin mode
-//! beside the daemon), `ipamclaims` and `whereabouts` (cluster-wide IPAM); the world they share is here.
+//! beside the daemon), `ipamclaims`, `whereabouts` and `whereabouts_peer` (cluster-wide IPAM,
+//! beside the real whereabouts); the world they share is here.
 
 #[path = "../e2e_support/mod.rs"]
 mod e2e_support;
@@ -21,6 +22,7 @@ mod netpolicy;
 mod storm;
 mod thin;
 mod whereabouts;
+mod whereabouts_peer;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -3,6 +3,8 @@
 //! reads no pool and writes it once (plus its reservation, with overlapping
 //! ranges on), counted from the API server's side.
 
+use std::path::Path;
+
 use super::*;
 use plexus_testkit::kube::AuditedRequest;
 use plexus_testkit::process::stdout_ok;
@@ -26,12 +28,19 @@ fn whereabouts_nad(w: &World, range: &str, network: &str, kubernetes: Value) {
 /// namespace the test's reconciler looks after (the API server and its
 /// kube-system are shared by the run).
 fn pools_kubeconfig(w: &World) -> PathBuf {
+    let plexus = w.kube.api.plexus_kubeconfig();
+    kubeconfig_in_namespace(w, &plexus, "plexus", "pools.kubeconfig")
+}
+
+/// A copy `name` of the kubeconfig `source` (of the user `user`) whose
+/// context names the test's own namespace.
+pub(super) fn kubeconfig_in_namespace(w: &World, source: &Path, user: &str, name: &str) -> PathBuf {
     let ns = &w.kube.kube_ns;
-    let path = w.kube.tmp.path().join("pools.kubeconfig");
-    let text = std::fs::read_to_string(w.kube.api.plexus_kubeconfig()).unwrap();
+    let path = w.kube.tmp.path().join(name);
+    let text = std::fs::read_to_string(source).unwrap();
     let with_ns = text.replace(
-        "context: {cluster: test, user: plexus}",
-        &format!("context: {{cluster: test, user: plexus, namespace: {ns}}}"),
+        &format!("context: {{cluster: test, user: {user}}}"),
+        &format!("context: {{cluster: test, user: {user}, namespace: {ns}}}"),
     );
     assert_ne!(with_ns, text, "the kubeconfig's context line moved");
     std::fs::write(&path, with_ns).unwrap();
@@ -57,7 +66,7 @@ fn reconciler_turn(w: &World) -> std::sync::MutexGuard<'static, ()> {
 
 /// A world whose daemon may run the reconciler (its turn on the Lease
 /// held), with its pools' network name and Kubernetes namespace.
-fn reconciler_world(
+pub(super) fn reconciler_world(
     tag: &str,
 ) -> Option<(World, std::sync::MutexGuard<'static, ()>, String, String)> {
     let w = world(tag)?;

@@ -113,9 +113,15 @@ pub fn reference_plugin(
 /// `binary` run as a runtime runs a plugin: in the node namespace, its
 /// `CNI_COMMAND`, `CNI_CONTAINERID`, `CNI_NETNS`, `CNI_IFNAME` and
 /// `CNI_ARGS` given in that order, the conf on stdin.
-fn cni_at(
+fn cni_at(node: &str, binary: &str, env: [&str; 5], conf: &str) -> Output {
+    plugin_at(node, binary, REFERENCE, env, conf)
+}
+
+/// [`cni_at`] with the plugins of `cni_path` (`CNI_PATH`) as delegates.
+pub fn plugin_at(
     node: &str,
     binary: &str,
+    cni_path: &str,
     [command, container, netns, ifname, cni_args]: [&str; 5],
     conf: &str,
 ) -> Output {
@@ -128,7 +134,7 @@ fn cni_at(
         .env("CNI_CONTAINERID", container)
         .env("CNI_NETNS", netns)
         .env("CNI_IFNAME", ifname)
-        .env("CNI_PATH", REFERENCE)
+        .env("CNI_PATH", cni_path)
         .env("CNI_ARGS", cni_args);
     output_with_stdin(&mut plugin, conf)
 }
