@@ -1,13 +1,16 @@
 //! What MultiNetworkPolicy enforcement watches (the daemon's
 //! `--multi-network-policy`): every MultiNetworkPolicy (v1beta1, as the
-//! peers watch it) and every namespace's labels, from the start; and every
-//! pod's metadata (labels and network-status: peers on every node) from
-//! the moment a policy exists, so a cluster without policies costs no
-//! cluster-wide pod list. Each event calls the enforcer's hook.
+//! peers watch it) and every namespace's labels, from the start; and the
+//! pods its node's policies can name as peers, one watch per
+//! [`PeerScope`] with the selector on the server, each started when a
+//! scope is first needed and stopped when no longer ([`crate::netpolicy::peers`],
+//! issue 46). A peer is kept with only what enforcement reads: its name,
+//! namespace, uid, labels and network-status. Each event calls the
+//! enforcer's hook.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod as ApiPod};
@@ -18,6 +21,8 @@ use kube::ResourceExt;
 
 use super::reconnect::reconnecting;
 use super::watch::{drive, watch_config};
+use crate::netattach::status::NETWORK_STATUS_ANNOTATION;
+use crate::netpolicy::peers::PeerScope;
 
 /// Told of every event of the policy watches.
 pub type PolicyEventHook = Arc<dyn Fn() + Send + Sync>;
@@ -40,13 +45,33 @@ where
     }
 }
 
+/// A watch that stops with it.
+struct Running<K: kube::Resource + 'static>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    watch: Watch<K>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl<K: kube::Resource + 'static> Drop for Running<K>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+type PeerWatch = Running<PartialObjectMeta<ApiPod>>;
+
 pub struct PolicyWatches {
     client: kube::Client,
     handle: tokio::runtime::Handle,
     hook: PolicyEventHook,
-    policies: Watch<DynamicObject>,
-    namespaces: Watch<PartialObjectMeta<Namespace>>,
-    pods: OnceLock<Watch<PartialObjectMeta<ApiPod>>>,
+    policies: Running<DynamicObject>,
+    namespaces: Running<PartialObjectMeta<Namespace>>,
+    peers: Mutex<HashMap<PeerScope, PeerWatch>>,
 }
 
 impl PolicyWatches {
@@ -79,25 +104,24 @@ impl PolicyWatches {
             hook,
             policies,
             namespaces,
-            pods: OnceLock::new(),
+            peers: Mutex::default(),
         }
     }
 
-    /// Policies and namespaces are listed, and pods too once watched.
+    /// Policies and namespaces are listed.
     pub fn synced(&self) -> bool {
-        self.policies.synced()
-            && self.namespaces.synced()
-            && self.pods.get().is_none_or(Watch::synced)
+        self.policies.watch.synced() && self.namespaces.watch.synced()
     }
 
     /// Every policy the API server holds.
     pub fn policies(&self) -> Vec<Arc<DynamicObject>> {
-        self.policies.store.state()
+        self.policies.watch.store.state()
     }
 
     /// Every namespace's labels.
     pub fn namespaces(&self) -> BTreeMap<String, BTreeMap<String, String>> {
         self.namespaces
+            .watch
             .store
             .state()
             .iter()
@@ -105,53 +129,109 @@ impl PolicyWatches {
             .collect()
     }
 
-    /// Every pod's metadata, the watch started on the first call (it is
-    /// not synced then: see [`PolicyWatches::synced`]).
-    pub fn pods(&self) -> Vec<Arc<PartialObjectMeta<ApiPod>>> {
-        self.watch_pods().store.state()
+    /// Watches exactly `scopes`: each one not watched yet is started, each
+    /// watched one not among them is stopped (its pods forgotten).
+    pub fn watch_peers(&self, scopes: &BTreeSet<PeerScope>) {
+        let mut peers = self.lock_peers();
+        peers.retain(|scope, _| scopes.contains(scope));
+        for scope in scopes {
+            if !peers.contains_key(scope) {
+                let watch = self.start_peers(scope);
+                peers.insert(scope.clone(), watch);
+            }
+        }
     }
 
-    /// Starts the pods' watch if it has not started.
-    pub fn start_pods(&self) {
-        self.watch_pods();
+    /// Every watched scope holds its first full list.
+    pub fn peers_synced(&self) -> bool {
+        self.lock_peers().values().all(|w| w.watch.synced())
     }
 
-    fn watch_pods(&self) -> &Watch<PartialObjectMeta<ApiPod>> {
-        self.pods.get_or_init(|| {
-            let (store, writer) = reflector::store();
-            let api: Api<PartialObjectMeta<ApiPod>> = Api::all(self.client.clone());
-            let events = reconnecting(watcher(api, watch_config()))
-                .modify(|o: &mut PartialObjectMeta<ApiPod>| o.managed_fields_mut().clear())
-                .reflect(writer);
-            spawn(
-                &self.handle,
-                "pods (policy peers)",
-                events,
-                store,
-                &self.hook,
-            )
-        })
+    /// The pods of every watched scope, each once.
+    pub fn peer_pods(&self) -> Vec<Arc<PartialObjectMeta<ApiPod>>> {
+        let peers = self.lock_peers();
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for pod in peers.values().flat_map(|w| w.watch.store.state()) {
+            if seen.insert((pod.namespace(), pod.name_any())) {
+                out.push(pod);
+            }
+        }
+        out
     }
 
-    /// Objects held: (policies, namespaces, pods).
-    pub fn sizes(&self) -> (usize, usize, usize) {
-        (
-            self.policies.store.len(),
-            self.namespaces.store.len(),
-            self.pods.get().map_or(0, |w| w.store.len()),
+    fn start_peers(&self, scope: &PeerScope) -> PeerWatch {
+        let (store, writer) = reflector::store();
+        let api: Api<PartialObjectMeta<ApiPod>> = match &scope.namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        };
+        let config = watch_config().labels(&scope.selector);
+        let events = reconnecting(watcher(api, config))
+            .modify(keep_what_policy_reads)
+            .reflect(writer);
+        spawn(
+            &self.handle,
+            "pods (policy peers)",
+            events,
+            store,
+            &self.hook,
         )
+    }
+
+    fn lock_peers(&self) -> MutexGuard<'_, HashMap<PeerScope, PeerWatch>> {
+        self.peers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the caches hold.
+    pub fn sizes(&self) -> CacheSizes {
+        let peers = self.lock_peers();
+        CacheSizes {
+            policies: self.policies.watch.store.len(),
+            namespaces: self.namespaces.watch.store.len(),
+            peer_pods: peers.values().map(|w| w.watch.store.len()).sum(),
+            peer_scopes: peers.len(),
+        }
     }
 }
 
-/// Drive `events` into `store` for the daemon's lifetime, calling `hook`
-/// after each.
+/// What the policy caches hold, for the daemon's metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheSizes {
+    pub policies: usize,
+    pub namespaces: usize,
+    /// Peer pods, counted once per scope that holds them.
+    pub peer_pods: usize,
+    pub peer_scopes: usize,
+}
+
+/// A peer pod as stored: what enforcement reads (its name, namespace, uid,
+/// labels and network-status), nothing else of its metadata.
+fn keep_what_policy_reads(pod: &mut PartialObjectMeta<ApiPod>) {
+    let meta = &mut pod.metadata;
+    let kept = kube::core::ObjectMeta {
+        name: meta.name.take(),
+        namespace: meta.namespace.take(),
+        uid: meta.uid.take(),
+        resource_version: meta.resource_version.take(),
+        labels: meta.labels.take(),
+        annotations: meta.annotations.take().map(|mut annotations| {
+            annotations.retain(|key, _| key == NETWORK_STATUS_ANNOTATION);
+            annotations
+        }),
+        ..Default::default()
+    };
+    *meta = kept;
+}
+
+/// Drive `events` into `store` until stopped, calling `hook` after each.
 fn spawn<K, S>(
     handle: &tokio::runtime::Handle,
     what: &'static str,
     events: S,
     store: Store<K>,
     hook: &PolicyEventHook,
-) -> Watch<K>
+) -> Running<K>
 where
     K: kube::Resource + Clone + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
@@ -160,6 +240,9 @@ where
     let hook = hook.clone();
     let events = events.inspect(move |_| hook());
     let synced = Arc::new(AtomicBool::new(false));
-    handle.spawn(drive(what, events, store.clone(), synced.clone()));
-    Watch { store, synced }
+    let task = handle.spawn(drive(what, events, store.clone(), synced.clone()));
+    Running {
+        watch: Watch { store, synced },
+        task,
+    }
 }

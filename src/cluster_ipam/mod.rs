@@ -617,7 +617,7 @@ impl TypedPlugin for Whereabouts {
         for range in &call.conf.ranges {
             let name = call.pool_name(range);
             let held = call.pools.existing(&name, false)?.and_then(|copy| {
-                allocate::release(&copy.spec.allocations, call.container_id, call.ifname)
+                copy.key_held_by(call.container_id, call.ifname)
                     .and_then(|key| pool::address_at(range.network, key))
             });
             let Some(ip) = held else {

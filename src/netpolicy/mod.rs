@@ -1,10 +1,12 @@
 //! MultiNetworkPolicy (issue 35): the `k8s.cni.cncf.io` policy object
 //! ([`spec`]), label selectors ([`selector`]), pods as policy sees them
-//! ([`world`]), what policies mean for a pod's interfaces ([`resolve`]),
+//! ([`world`]), which pods a node must know as peers ([`peers`]), what
+//! policies mean for a pod's interfaces ([`resolve`]),
 //! and those as an nftables table in the pod's namespace ([`render`]).
 //! The daemon's enforcer (`commands::daemon::netpolicy`) keeps the tables
 //! current; README "MultiNetworkPolicy" says what users get.
 
+pub mod peers;
 pub mod render;
 pub mod resolve;
 pub mod selector;

@@ -352,3 +352,73 @@ fn an_add_whose_policies_cannot_be_listed_fails_and_is_undone() {
         .api
         .kubectl(&["delete", "clusterrole,clusterrolebinding", &user]);
 }
+
+/// Issue 46: a daemon holds only the pods its node's policies can name as
+/// peers, watched with the selector on the server, and only while a policy
+/// selects a pod of its node: a policy selecting no pod here costs no pod
+/// of the cluster; one selecting a pod here costs its peers (here two pods
+/// of another node, known by their network-status), not the other pods of
+/// the cluster; and its deletion drops them.
+#[test]
+fn a_daemon_holds_only_the_peers_its_nodes_policies_name() {
+    let Some(mut t) = PolicyWorld::new("netscope") else {
+        return;
+    };
+    t.pod("server", "app: server");
+    // Pods of other nodes: noise, and two peers with an address on macnet.
+    let ns = t.w.kube.kube_ns.clone();
+    let mut manifest = String::new();
+    for (name, role, ip) in (0..20)
+        .map(|i| (format!("noise-{i}"), "noise", format!("10.20.99.{i}")))
+        .chain((0..2).map(|i| (format!("peer-{i}"), "a", format!("10.20.98.{i}"))))
+    {
+        let status = format!(r#"[{{"name":"{ns}/macnet","interface":"net1","ips":["{ip}"]}}]"#);
+        manifest.push_str(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {ns}\n  \
+             labels: {{role: {role}}}\n  annotations: {{k8s.v1.cni.cncf.io/network-status: '{status}'}}\n\
+             spec: {{nodeName: elsewhere, containers: [{{name: c, image: busybox}}]}}\n---\n"
+        ));
+    }
+    t.w.kube.api.apply(&manifest);
+    t.policy(
+        "far",
+        "{podSelector: {matchLabels: {app: nobody}}, ingress: [{from: [{podSelector: {matchLabels: {role: noise}}}]}]}",
+    );
+    let daemon = t.w.daemon_with(&["--multi-network-policy"]);
+    t.add("server", &daemon);
+    let held = |kind: &str| {
+        t.w.metric(&format!("plexus_cache_objects{{kind=\"{kind}\"}}"))
+    };
+    assert_eq!(held("multi-networkpolicies"), 1.0);
+    assert_eq!(held("policy-peer-scopes"), 0.0, "no pod here is selected");
+    assert_eq!(held("policy-peer-pods"), 0.0);
+    assert_eq!(t.rules("server"), 0);
+
+    t.policy(
+        "near",
+        "{podSelector: {matchLabels: {app: server}}, ingress: [{from: [{podSelector: {matchLabels: {role: a}}}]}]}",
+    );
+    t.within("the peers watched", &daemon, || {
+        held("policy-peer-pods") == 2.0 && t.rules("server") > 0
+    });
+    assert_eq!(held("policy-peer-scopes"), 1.0);
+    // The rules name the peers of the other node: one that leaves the
+    // selector (the server's watch says it is gone) takes its rule along.
+    let with_both = t.rules("server");
+    t.w.kube
+        .api
+        .kubectl(&["label", "--overwrite", "pod", "-n", &ns, "peer-1", "role=b"]);
+    t.within("a peer gone", &daemon, || {
+        held("policy-peer-pods") == 1.0 && t.rules("server") == with_both - 1
+    });
+
+    t.w.kube
+        .api
+        .kubectl(&["delete", "multi-networkpolicy", "-n", &ns, "near"]);
+    t.within("the peers forgotten", &daemon, || {
+        held("policy-peer-scopes") == 0.0 && t.rules("server") == 0
+    });
+    assert_eq!(held("policy-peer-pods"), 0.0);
+    t.del("server");
+    t.w.assert_nothing_left(&[t.netns_name("server").to_string()]);
+}

@@ -15,6 +15,7 @@ use prometheus::{
 };
 
 use crate::cluster::outbox::Delivery;
+use crate::cluster::policy_watch::CacheSizes;
 use crate::cni::env::CniCommand;
 use crate::run::AttachmentObserver;
 use crate::run::RunError;
@@ -175,12 +176,15 @@ impl Metrics {
             .inc();
     }
 
-    /// The MultiNetworkPolicy caches: policies, namespaces, every pod.
-    pub fn policy_cache_sizes(&self, policies: usize, namespaces: usize, pods: usize) {
+    /// The MultiNetworkPolicy caches: policies, namespaces, the peer pods
+    /// this node's policies can name (issue 46), and the scopes watched
+    /// for them.
+    pub fn policy_cache_sizes(&self, sizes: CacheSizes) {
         for (kind, n) in [
-            ("multi-networkpolicies", policies),
-            ("namespaces", namespaces),
-            ("pods-cluster-wide", pods),
+            ("multi-networkpolicies", sizes.policies),
+            ("namespaces", sizes.namespaces),
+            ("policy-peer-pods", sizes.peer_pods),
+            ("policy-peer-scopes", sizes.peer_scopes),
         ] {
             self.cache_objects.with_label_values(&[kind]).set(n as i64);
         }

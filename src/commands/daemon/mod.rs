@@ -382,8 +382,7 @@ fn endpoints(daemon: &Arc<Daemon>, listening: &Arc<AtomicBool>) -> metrics::Endp
                 let (pods, nads) = api.watched.sizes();
                 metrics.cache_sizes(pods, nads);
                 if let Some(policy) = &for_refresh.policy {
-                    let (policies, namespaces, pods) = policy.sizes();
-                    metrics.policy_cache_sizes(policies, namespaces, pods);
+                    metrics.policy_cache_sizes(policy.sizes());
                 }
                 if let Some(outbox) = &api.outbox {
                     metrics.status_writes_queued.set(outbox.len() as i64);

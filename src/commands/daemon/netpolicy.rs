@@ -31,7 +31,7 @@ use kube::ResourceExt;
 
 use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{KubeCluster, SharedApi};
-use crate::cluster::policy_watch::PolicyWatches;
+use crate::cluster::policy_watch::{CacheSizes, PolicyWatches};
 use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::names::ContainerId;
 use crate::netattach::pod::Pod;
@@ -39,7 +39,7 @@ use crate::netattach::status::NetworkStatus;
 use crate::netattach::status::NETWORK_STATUS_ANNOTATION;
 use crate::netpolicy::resolve::{InterfacePolicy, PodView, World};
 use crate::netpolicy::spec::{Policy, Protocol};
-use crate::netpolicy::{render, world};
+use crate::netpolicy::{peers, render, world};
 use crate::record::{Cache, Record};
 use plexus_dataplane::nftables::{Nftables, Table};
 use plexus_dataplane::NetNs;
@@ -129,8 +129,8 @@ impl Enforcer {
         }
     }
 
-    /// Objects the policy caches hold: (policies, namespaces, pods).
-    pub fn sizes(&self) -> (usize, usize, usize) {
+    /// What the policy caches hold.
+    pub fn sizes(&self) -> CacheSizes {
         self.watches.sizes()
     }
 
@@ -172,14 +172,14 @@ impl Enforcer {
         // No policy in the cluster: nothing to resolve and, in a namespace
         // the runtime just made, no table to remove (a repeated ADD of a
         // sandbox that had one still goes through).
-        if self.watches.sizes().0 == 0 {
+        if self.watches.sizes().policies == 0 {
             let mut state = self.lock();
             if !matches!(state.applied.get(&sandbox.container_id), Some(Some(_))) {
                 state.applied.insert(sandbox.container_id.clone(), None);
                 return Ok(());
             }
         }
-        let snapshot = self.snapshot();
+        let snapshot = self.snapshot(deadline)?;
         self.enforce(&mut self.lock(), &snapshot, sandbox, netns)
     }
 
@@ -199,21 +199,21 @@ impl Enforcer {
         }
     }
 
-    /// Policies and namespaces listed, and every pod too once a policy
-    /// exists (listing them starts then).
+    /// Policies and namespaces listed (the peers' scopes follow from them,
+    /// each listed when a snapshot first needs it).
     fn synced(&self) -> bool {
-        if !self.watches.synced() {
-            return false;
-        }
-        if self.watches.sizes().0 > 0 {
-            self.watches.start_pods();
-        }
         self.watches.synced()
     }
 
     /// One pass over every sandbox; false when one failed (retried soon).
     fn pass(&self) -> bool {
-        let snapshot = self.snapshot();
+        let snapshot = match self.snapshot(Instant::now() + SYNC_WAIT) {
+            Ok(snapshot) => snapshot,
+            Err(error) => {
+                tracing::warn!(%error, "MultiNetworkPolicy peers not listed; retrying");
+                return false;
+            }
+        };
         let mut ok = true;
         let sandboxes = self.sandboxes.all();
         {
@@ -335,8 +335,9 @@ impl Enforcer {
     }
 
     /// The policies, namespaces and pods as the caches and records have
-    /// them now.
-    fn snapshot(&self) -> Snapshot {
+    /// them now: this node's pods, and the peers its policies can name,
+    /// their scopes watched and listed by `deadline` ([`peers`]).
+    fn snapshot(&self, deadline: Instant) -> Result<Snapshot, EnforceError> {
         let policies = self.policies();
         let namespaces = self.watches.namespaces();
         let mut pods = Vec::new();
@@ -367,31 +368,38 @@ impl Enforcer {
             });
             uids.push(uid);
         }
-        if !policies.is_empty() {
-            for pod in self.watches.pods() {
-                let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-                if here.contains(&(namespace.clone(), name.clone())) {
-                    continue;
-                }
-                let status = pod.annotations().get(NETWORK_STATUS_ANNOTATION);
-                pods.push(world::from_status(
-                    &namespace,
-                    &name,
-                    pod.labels().clone(),
-                    status.map(String::as_str),
-                ));
-                uids.push(pod.uid());
+        let selecting = peers::selecting(&policies, &pods);
+        self.watches
+            .watch_peers(&peers::scopes(&selecting, &namespaces));
+        while !self.watches.peers_synced() {
+            if Instant::now() >= deadline {
+                return Err(EnforceError::NotSynced);
             }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for pod in self.watches.peer_pods() {
+            let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+            if here.contains(&(namespace.clone(), name.clone())) {
+                continue;
+            }
+            let status = pod.annotations().get(NETWORK_STATUS_ANNOTATION);
+            pods.push(world::from_status(
+                &namespace,
+                &name,
+                pod.labels().clone(),
+                status.map(String::as_str),
+            ));
+            uids.push(pod.uid());
         }
         if world::uses_named_ports(&policies) {
             self.fill_named_ports(&policies, &mut pods, &uids);
         }
-        Snapshot {
+        Ok(Snapshot {
             policies,
             namespaces,
             pods,
             local,
-        }
+        })
     }
 
     /// The policies that parse; one that does not is logged once per
