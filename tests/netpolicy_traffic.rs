@@ -56,12 +56,13 @@ struct Fabric {
     _listeners: Vec<Listener>,
 }
 
-fn fabric() -> Option<Fabric> {
+/// The fabric, its namespaces named after `tag` (tests run at once).
+fn fabric(tag: &str) -> Option<Fabric> {
     if !plexus_testkit::require(&[Feature::Root]) {
         return None;
     }
     let mut namespaces = Namespaces(Vec::new());
-    let fabric = NetNs::open(format!("/var/run/netns/{}", namespaces.add("np-fabric"))).unwrap();
+    let fabric = NetNs::open(format!("/var/run/netns/{}", namespaces.add(&format!("{tag}-fabric")))).unwrap();
     let fabric_nl = Netlink::open(&fabric).unwrap();
     let mut bridges = Vec::new();
     for name in ["blue", "red"] {
@@ -78,7 +79,7 @@ fn fabric() -> Option<Fabric> {
     for (i, (namespace, name, label, n)) in PODS.into_iter().enumerate() {
         let ns = NetNs::open(format!(
             "/var/run/netns/{}",
-            namespaces.add(&format!("np-{name}"))
+            namespaces.add(&format!("{tag}-{name}"))
         ))
         .unwrap();
         let nl = Netlink::open(&ns).unwrap();
@@ -225,9 +226,14 @@ impl Fabric {
         }
     }
 
-    /// Applies `policies` and checks every row; all mismatches reported
-    /// at once.
+    /// Applies `policies` (for `blue`) and checks every row; all
+    /// mismatches reported at once.
     fn case(&self, name: &str, policies: serde_json::Value, rows: &[Row]) {
+        self.case_for(name, "blue", policies, rows)
+    }
+
+    /// [`Fabric::case`] with policies for the NADs `policy_for` names.
+    fn case_for(&self, name: &str, policy_for: &str, policies: serde_json::Value, rows: &[Row]) {
         let policies: Vec<Policy> = policies
             .as_array()
             .unwrap()
@@ -236,7 +242,7 @@ impl Fabric {
             .map(|(i, spec)| {
                 let object = json!({
                     "metadata": {"namespace": "ns1", "name": format!("{name}-{i}"),
-                                 "annotations": {"k8s.v1.cni.cncf.io/policy-for": "blue"}},
+                                 "annotations": {"k8s.v1.cni.cncf.io/policy-for": policy_for}},
                     "spec": spec,
                 });
                 Policy::from_value(&object).unwrap()
@@ -261,9 +267,52 @@ impl Fabric {
     }
 }
 
+/// Issue 47 item 4: a peer counts by its addresses on every network the
+/// policy names, as multi-networkpolicy-iptables counts it
+/// (`pkg/server/policyrules.go`: a peer's interfaces filtered by
+/// `CheckPolicyNetwork(policyNetworks)`). Pod c (ns2) is attached to the
+/// `blue` bridge through its own namespace's NAD `ns2/blue`, one L2 with
+/// `ns1/blue`: a policy for both allows it on ns1's server; a policy for
+/// `ns1/blue` alone refuses it, as it does c's traffic on `red`.
+#[test]
+fn a_peer_counts_on_every_network_the_policy_names() {
+    let Some(mut f) = fabric("np2") else { return };
+    use Try::*;
+    let c = f.index("c");
+    let blue_of_c = f.views[c]
+        .attachments
+        .iter_mut()
+        .find(|a| a.network == BLUE)
+        .unwrap();
+    blue_of_c.network = "ns2/blue".into();
+    let from_team_x = json!([{"podSelector": {"matchLabels": {"app": "server"}},
+        "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "x"}}}]}]}]);
+    f.case_for(
+        "two-nads-one-l2",
+        "blue,ns2/blue",
+        from_team_x.clone(),
+        &[
+            ("c", "server", BLUE, Tcp(80), true),
+            ("c", "server", BLUE, Udp(81), true),
+            ("c", "server", BLUE, Tcp6(80), true),
+            ("d", "server", BLUE, Tcp(80), false), // team=y
+            ("a", "server", BLUE, Tcp(80), false), // ns1: not team=x
+        ],
+    );
+    f.case_for(
+        "a-nad-the-policy-does-not-name",
+        "blue",
+        from_team_x,
+        &[
+            ("c", "server", BLUE, Tcp(80), false),
+            ("c", "server", BLUE, Ping, false),
+        ],
+    );
+}
+
 #[test]
 fn the_truth_table_holds_connection_by_connection() {
-    let Some(f) = fabric() else { return };
+    let Some(f) = fabric("np") else { return };
     use Try::*;
     let server = json!({"matchLabels": {"app": "server"}});
 
@@ -426,7 +475,7 @@ fn sctp_ports_are_matched_by_their_protocol() {
     if !plexus_testkit::require(&[Feature::Root, Feature::Sctp]) {
         return;
     }
-    let Some(f) = fabric() else { return };
+    let Some(f) = fabric("nps") else { return };
     let server = |port| SocketAddr::new(f.address("server", BLUE, false), port);
     let policy = |ports: serde_json::Value| {
         Policy::from_value(&json!({

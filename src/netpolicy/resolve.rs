@@ -10,7 +10,11 @@
 //! - A rule's peers are pods (by `podSelector` in the policy's namespace,
 //!   by `namespaceSelector`, or both at once: pods of matching namespaces
 //!   matching the pod selector) resolved to the addresses they hold **on
-//!   the same network**, or an `ipBlock` less its `except`s. No peers allow
+//!   every network the policy names** (`policy-for`), as
+//!   multi-networkpolicy-iptables counts them (`pkg/server/policyrules.go`:
+//!   a peer's interfaces filtered by `CheckPolicyNetwork(policyNetworks)`),
+//!   so NADs of several namespaces on one L2 can name each other's pods;
+//!   or an `ipBlock` less its `except`s. No peers allow
 //!   every peer; no ports every port.
 //! - Ports are numbered (with `endPort`, a range) or named: a name is the
 //!   selected pod's container port for ingress, each peer pod's for egress;
@@ -142,7 +146,7 @@ impl World<'_> {
                         p.spec
                             .rules(d)
                             .into_iter()
-                            .flat_map(|rule| self.allows(p, rule, d, pod, &attachment.network))
+                            .flat_map(|rule| self.allows(p, rule, d, pod))
                     })
                     .collect();
                 allowed.sort();
@@ -163,14 +167,14 @@ impl World<'_> {
         out
     }
 
-    /// What one rule of `policy` allows `pod` on `network`, direction `d`.
+    /// What one rule of `policy` allows `pod` (on a network the policy
+    /// names), direction `d`.
     fn allows(
         &self,
         policy: &Policy,
         rule: RuleRef<'_>,
         d: PolicyType,
         pod: &PodView,
-        network: &str,
     ) -> Vec<Allow> {
         let named = rule
             .ports
@@ -189,7 +193,7 @@ impl World<'_> {
                     None => {
                         for target in self.peer_pods(policy, peer) {
                             out.push(Allow {
-                                peers: Peers::Only(hosts(target, network)),
+                                peers: Peers::Only(hosts(target, &policy.networks)),
                                 ports: ports(rule.ports, Some(target)),
                             });
                         }
@@ -209,7 +213,7 @@ impl World<'_> {
                     None => self
                         .peer_pods(policy, peer)
                         .into_iter()
-                        .flat_map(|p| hosts(p, network))
+                        .flat_map(|p| hosts(p, &policy.networks))
                         .collect(),
                 })
                 .collect();
@@ -242,11 +246,11 @@ impl World<'_> {
     }
 }
 
-/// `pod`'s addresses on `network`.
-fn hosts(pod: &PodView, network: &str) -> Vec<PeerMatch> {
+/// `pod`'s addresses on any of `networks`.
+fn hosts(pod: &PodView, networks: &[String]) -> Vec<PeerMatch> {
     pod.attachments
         .iter()
-        .filter(|a| a.network == network)
+        .filter(|a| networks.contains(&a.network))
         .flat_map(|a| a.ips.iter().map(|ip| PeerMatch::Host(*ip)))
         .collect()
 }
