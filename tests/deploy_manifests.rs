@@ -134,15 +134,18 @@ fn rbac_grants_exactly_what_plexus_uses() {
         .find(|d| d["kind"] == "ClusterRoleBinding")
         .unwrap();
     assert_eq!(binding["subjects"][0]["name"], "plexus");
-    // The reconciler's Lease: created, then read and renewed by its name
-    // only, in kube-system only.
+    // The reconciler's Lease: created, then watched, renewed and given up
+    // by its name only, in kube-system only.
     let lease_role = all.iter().find(|d| d["kind"] == "Role").unwrap();
     assert_eq!(lease_role["metadata"]["namespace"], "kube-system");
     let rules = lease_role["rules"].as_array().unwrap();
     assert_eq!(rules.len(), 2, "{rules:?}");
     assert_eq!(rules[0]["verbs"], serde_json::json!(["create"]));
     assert!(rules[0]["resourceNames"].is_null());
-    assert_eq!(rules[1]["verbs"], serde_json::json!(["get", "update"]));
+    assert_eq!(
+        rules[1]["verbs"],
+        serde_json::json!(["get", "list", "watch", "update", "delete"])
+    );
     assert_eq!(
         rules[1]["resourceNames"],
         serde_json::json!(["plexus-ipam-reconciler"])

@@ -62,7 +62,11 @@ fn fabric(tag: &str) -> Option<Fabric> {
         return None;
     }
     let mut namespaces = Namespaces(Vec::new());
-    let fabric = NetNs::open(format!("/var/run/netns/{}", namespaces.add(&format!("{tag}-fabric")))).unwrap();
+    let fabric = NetNs::open(format!(
+        "/var/run/netns/{}",
+        namespaces.add(&format!("{tag}-fabric"))
+    ))
+    .unwrap();
     let fabric_nl = Netlink::open(&fabric).unwrap();
     let mut bridges = Vec::new();
     for name in ["blue", "red"] {

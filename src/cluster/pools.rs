@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
-    PostParams, Preconditions,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams, Preconditions,
 };
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::ResourceExt;
@@ -627,6 +627,23 @@ pub fn listed(
         reservations,
         slices,
     })
+}
+
+/// Whether the cluster holds any IPPool (one LIST of at most one); none
+/// when whereabouts' CRDs are not installed.
+pub fn any_pool(
+    handle: &tokio::runtime::Handle,
+    client: &kube::Client,
+    timeouts: ApiTimeouts,
+) -> Result<bool, ClusterError> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource("IPPool", "ippools"));
+    let request = async move { api.list_metadata(&ListParams::default().limit(1)).await };
+    let what = ApiRequest::new(Verb::Get, "IPPools of every namespace");
+    match handle.block_on(bounded(timeouts.request, what, request)) {
+        Ok(listed) => Ok(!listed.items.is_empty()),
+        Err(e) if e.status() == Some(404) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// What [`listed`] gives: the pools, each with its namespace, the

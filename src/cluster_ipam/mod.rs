@@ -194,6 +194,20 @@ impl From<ClusterIpamError> for CniError {
     }
 }
 
+/// Whether this process served a whereabouts call since it was last asked:
+/// work for the reconciler's leader (`reconcile`), which contends for its
+/// Lease only when there is some.
+static IN_USE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn note_in_use() {
+    IN_USE.store(true, std::sync::atomic::Ordering::Release);
+}
+
+/// Whether a whereabouts call was served since the last ask (cleared).
+fn take_in_use() -> bool {
+    IN_USE.swap(false, std::sync::atomic::Ordering::AcqRel)
+}
+
 /// The plugin; it connects per call, to the cluster its configuration's
 /// `kubernetes.kubeconfig` names, else plexus's own (`kubeconfig` of
 /// plexus's conf: then plexus's identity, which `deploy/rbac.yaml` grants
@@ -573,6 +587,7 @@ impl TypedPlugin for Whereabouts {
     }
 
     fn add(&self, req: &Request) -> Result<CniResult, ClusterIpamError> {
+        note_in_use();
         let mut call = self.call(req)?;
         call.on_node_slice(true)?;
         let mut ips = Vec::new();
@@ -595,6 +610,7 @@ impl TypedPlugin for Whereabouts {
     }
 
     fn del(&self, req: &Request) -> Result<(), ClusterIpamError> {
+        note_in_use();
         let mut call = self.call(req)?;
         call.on_node_slice(false)?;
         call.release_all()

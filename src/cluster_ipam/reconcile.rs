@@ -63,6 +63,8 @@ pub struct PassReport {
     pub reclaimed: usize,
     /// Reservations deleted.
     pub unreserved: usize,
+    /// The pools, reservations and node slice pools the pass found.
+    pub objects: usize,
     /// Entries of live pods that another writer had erased, written back
     /// from their backups.
     pub restored: usize,
@@ -171,6 +173,7 @@ impl Reconciler {
     pub fn run(mut self, identity: &str, interval: Duration) {
         let mut lease = LeaderLease::new(
             self.client.clone(),
+            &self.handle,
             DEFAULT_NAMESPACE,
             LEASE_NAME,
             identity,
@@ -179,7 +182,34 @@ impl Reconciler {
         let tick = interval.min(LEASE_DURATION / 3);
         let mut last_pass: Option<Instant> = None;
         let mut hurry = Hurry::default();
+        // Pools from before this daemon (one LIST at start): then there is
+        // work for a leader before any call of this node.
+        let mut work = match pools::any_pool(&self.handle, &self.client, self.timeouts) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "IPAM reconciler: looking for pools");
+                true
+            }
+        };
+        let mut lease_seen = false;
+        let mut empty_passes = 0;
         loop {
+            // No request at all unless there is work: a Lease (another
+            // daemon found some), this node's own whereabouts calls, or
+            // pools at start. A Lease given up clears what this node knew.
+            if lease.synced() {
+                let exists = lease.exists();
+                if lease_seen && !exists {
+                    work = false;
+                    super::take_in_use();
+                }
+                lease_seen = exists;
+            }
+            work |= super::take_in_use();
+            if !lease.synced() || !(work || lease.exists()) {
+                std::thread::sleep(tick);
+                continue;
+            }
             let held = self.handle.block_on(async {
                 tokio::time::timeout(self.timeouts.request, lease.hold()).await
             });
@@ -193,8 +223,28 @@ impl Reconciler {
                     if last_pass.is_none_or(|at| at.elapsed() >= due) {
                         last_pass = Some(Instant::now());
                         match self.pass(hurry.nodes()) {
-                            Ok(report) => tracing::info!(?report, "IPAM reconciler pass"),
+                            Ok(report) => {
+                                tracing::info!(?report, "IPAM reconciler pass");
+                                empty_passes = if report.objects == 0 {
+                                    empty_passes + 1
+                                } else {
+                                    0
+                                };
+                            }
                             Err(e) => tracing::warn!(error = %e, "IPAM reconciler pass failed"),
+                        }
+                        // Nothing to keep, twice in a row: the Lease goes,
+                        // and every daemon is idle until one has work.
+                        if empty_passes >= 2 {
+                            let released = self.handle.block_on(async {
+                                tokio::time::timeout(self.timeouts.request, lease.release()).await
+                            });
+                            if let Ok(Err(e)) = released {
+                                tracing::warn!(error = %e, "IPAM reconciler: giving up the Lease");
+                            }
+                            work = false;
+                            empty_passes = 0;
+                            last_pass = None;
                         }
                     }
                 }
@@ -250,6 +300,7 @@ impl Reconciler {
             reservations,
             slices,
         } = all;
+        let objects = pools.len() + reservations.len() + slices.len();
         let namespaces: BTreeSet<String> = pools
             .iter()
             .flat_map(|(_, copy)| copy.spec.allocations.values().map(|a| a.podref.clone()))
@@ -281,7 +332,10 @@ impl Reconciler {
         for namespace in &claim_namespaces {
             self.list_claims(namespace, &mut claims)?;
         }
-        let mut report = PassReport::default();
+        let mut report = PassReport {
+            objects,
+            ..PassReport::default()
+        };
         let mut seen = HashSet::new();
         // Containers whose entries are given back: their reservations go too.
         let mut reclaimed: HashSet<(String, String)> = HashSet::new();

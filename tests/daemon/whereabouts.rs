@@ -562,3 +562,66 @@ fn the_leader_keeps_node_slices() {
     w.kube.api.kubectl(&["delete", "node", &x]);
     w.assert_nothing_left(&[p1, p2]);
 }
+
+/// Issue 47 item 5: the reconciler's leader election never polls. A daemon
+/// watches the Lease and asks nothing while another holds it; the holder
+/// gives it up once there is nothing to reconcile (no pool, reservation or
+/// node slice pool left in its namespaces, two passes in a row); and an
+/// idle daemon then makes no request at all for a minute.
+#[test]
+fn an_idle_daemon_makes_no_request() {
+    let Some((mut w, _turn, network, ns)) = reconciler_world("wbq") else {
+        return;
+    };
+    let kubernetes = json!({"kubeconfig": pools_kubeconfig(&w)});
+    whereabouts_nad(&w, "10.87.0.0/24", &network, kubernetes);
+    let p1 = w.pod_here("p1", "wbnet@net1");
+    let daemon = w.daemon_with(&[
+        "--ipam-reconcile-interval",
+        "1",
+        "--ipam-reconcile-namespaces",
+        &ns,
+    ]);
+    let holder = || {
+        w.kube.api.kubectl(&[
+            "get",
+            "lease",
+            "-n",
+            "kube-system",
+            "plexus-ipam-reconciler",
+            "--ignore-not-found",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])
+    };
+    // A whereabouts call: work for a leader.
+    assert_ok("ADD p1", &w.call("ADD", "p1", &p1, &w.conf));
+    daemon.wait_until("the Lease taken", Duration::from_secs(30), || {
+        holder() == w.kube.node
+    });
+    assert_ok("DEL p1", &w.call("DEL", "p1", &p1, &w.conf));
+    // The emptied pool removed: nothing is left to reconcile here.
+    w.kube.api.kubectl(&[
+        "delete",
+        "ippools.whereabouts.cni.cncf.io",
+        "-n",
+        &ns,
+        "--all",
+    ]);
+    daemon.wait_until("the Lease given up", Duration::from_secs(30), || {
+        holder() != w.kube.node
+    });
+    let requests = || -> f64 {
+        let (_, text) = w.http("/metrics");
+        text.lines()
+            .filter(|l| l.starts_with("plexus_api_requests_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let before = requests();
+    std::thread::sleep(Duration::from_secs(60));
+    let made = requests() - before;
+    assert_eq!(made, 0.0, "requests of an idle daemon in a minute");
+    assert_ne!(holder(), w.kube.node, "it did not take the Lease again");
+    w.assert_nothing_left(&[p1]);
+}
