@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use super::credentials::LiveCredentials;
 use super::error::{error_chain, ClusterError};
 use crate::config::ApiTimeouts;
 
@@ -66,7 +67,7 @@ pub(super) fn owned_client(
     // A client's tower stack spawns onto the runtime it is built in.
     let client = {
         let _guard = runtime.enter();
-        http2_client(&config, None).map_err(|e| failed(error_chain(&e)))?
+        http2_client(&config, None, None).map_err(|e| failed(error_chain(&e)))?
     };
     Ok((runtime, client))
 }
@@ -92,17 +93,26 @@ pub(super) fn context_namespace(kubeconfig: &Path) -> Result<Option<String>, Clu
 /// does: concurrent requests then share one TLS connection, where HTTP/1.1
 /// pays a handshake per extra connection. TCP_NODELAY, since every request
 /// is small and waits for its answer.
+///
+/// With `live` (the daemon's, when its kubeconfig holds a bearer token and
+/// a CA), the token and the CA are read from the kubeconfig as it is when
+/// each request is sent ([`LiveCredentials`]).
 pub(super) fn http2_client(
     config: &kube::Config,
     observe: Option<RequestObserver>,
+    live: Option<Arc<LiveCredentials>>,
 ) -> Result<kube::Client, kube::Error> {
     use kube::client::ConfigExt;
     let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
     tcp.set_connect_timeout(config.connect_timeout);
+    let tls = match &live {
+        Some(live) => live.tls_config(),
+        None => config.rustls_client_config()?,
+    };
     let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config.rustls_client_config()?)
+        .with_tls_config(tls)
         .https_or_http()
         .enable_all_versions()
         .wrap_connector(tcp);
@@ -116,7 +126,19 @@ pub(super) fn http2_client(
             request
         })
         .layer(config.base_uri_layer())
-        .option_layer(config.auth_layer()?)
+        .option_layer(match live {
+            Some(_) => None,
+            None => config.auth_layer()?,
+        })
+        .map_request(move |mut request: hyper::Request<kube::client::Body>| {
+            if let Some(live) = &live {
+                let authorization = live.authorization();
+                request
+                    .headers_mut()
+                    .insert(hyper::header::AUTHORIZATION, authorization);
+            }
+            request
+        })
         .layer(config.extra_headers_layer()?)
         .map_err(
             |e: hyper_util::client::legacy::Error| -> Box<dyn std::error::Error + Send + Sync> {

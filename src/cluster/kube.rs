@@ -27,6 +27,7 @@ use super::api::{
 };
 pub use super::client::RequestObserver;
 use super::client::{http2_client, load_kubeconfig, owned_client, Driver};
+use super::credentials::LiveCredentials;
 use super::error::{error_chain, ApiRequest, ClusterError, Verb};
 use super::events::{pod_event, PodEvent};
 use super::outbox::{PendingStatus, StatusOutbox};
@@ -108,8 +109,9 @@ impl KubeCluster {
         observe: Option<RequestObserver>,
     ) -> Result<kube::Client, String> {
         let config = handle.block_on(load_kubeconfig(kubeconfig, timeouts))?;
+        let live = LiveCredentials::follow(kubeconfig)?;
         let _guard = handle.enter();
-        http2_client(&config, observe).map_err(|e| error_chain(&e))
+        http2_client(&config, observe, live).map_err(|e| error_chain(&e))
     }
 
     /// Run one GET of `object` to completion, bounded by the request timeout.

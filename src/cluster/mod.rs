@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod client;
+pub mod credentials;
 pub mod dir;
 pub mod error;
 pub mod events;

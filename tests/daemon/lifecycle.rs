@@ -1,6 +1,7 @@
 //! The daemon's lifecycle: SIGTERM stops it and removes its socket (a
-//! second daemon on the socket is refused), and a rewritten kubeconfig
-//! stops it to be started on the new credentials.
+//! second daemon on the socket is refused); a rotated token in its
+//! kubeconfig is followed in place, and another rewrite stops it to be
+//! started on the new file.
 
 use std::path::Path;
 
@@ -39,34 +40,114 @@ fn sigterm_stops_the_daemon_and_takes_its_socket_along() {
     assert!(!w.socket().exists());
 }
 
-/// The installer rewrites the kubeconfig when the service account's token
-/// changes (`kubectl delete -k deploy/` then `apply -k`: a new account).
-/// A daemon that started on the old file stops as on SIGTERM once the file
-/// changes, so kubelet starts it again on the new credentials, instead of
-/// serving on unready with a token the API server refuses.
+/// A token of plexus's service account bound to the Secret `secret` of
+/// kube-system (made here): deleting the Secret revokes it, as deleting a
+/// Secret-bound token's Secret does on a cluster.
+fn bound_token(w: &World, secret: &str) -> String {
+    let api = &w.kube.api;
+    api.kubectl(&["create", "secret", "generic", secret, "-n", "kube-system"]);
+    let uid = api.kubectl(&[
+        "get",
+        "secret",
+        secret,
+        "-n",
+        "kube-system",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600,
+                 "boundObjectRef": {"apiVersion": "v1", "kind": "Secret", "name": secret, "uid": uid}}});
+    let file = w.kube.tmp.path().join(format!("{secret}.json"));
+    std::fs::write(&file, request.to_string()).unwrap();
+    let path = "/api/v1/namespaces/kube-system/serviceaccounts/plexus/token";
+    let answer: Value = serde_json::from_str(&api.kubectl(&[
+        "create",
+        "--raw",
+        path,
+        "-f",
+        file.to_str().unwrap(),
+    ]))
+    .unwrap();
+    answer["status"]["token"].as_str().unwrap().to_string()
+}
+
+/// `kubeconfig` rewritten as the installer writes it (whole, by rename)
+/// with `token` instead of `was`, and `server` changed to `to`.
+fn rewrite(kubeconfig: &Path, (was, token): (&str, &str), (server, to): (&str, &str)) {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    assert!(text.contains(was), "{text}");
+    let text = text.replace(was, token).replace(server, to);
+    let tmp = kubeconfig.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, kubeconfig).unwrap();
+}
+
+/// Issue 47 item 1: the installer rewrites the kubeconfig at every token
+/// rotation (about every 48 min); the daemon follows it in place. Its
+/// token, bound to a Secret, is rotated and the old one revoked (the
+/// Secret deleted): the daemon keeps its PID, and a pod added after it
+/// gets its networks and its network-status (written with the new token).
+/// A rewrite the client cannot follow (another server) still stops it, to
+/// be started on the new file.
 #[test]
-fn a_rewritten_kubeconfig_stops_the_daemon_to_be_started_on_it() {
-    let Some(w) = world("kcfg") else { return };
+fn a_rotated_token_is_followed_in_place() {
+    let Some(mut w) = world("kcfg") else { return };
     let kubeconfig = w.own_kubeconfig();
+    let first = bound_token(&w, "plexus-kcfg-a");
+    let static_token = std::fs::read_to_string(w.kube.api.dir.join("env"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("PLEXUS_TOKEN=").map(str::to_string))
+        .unwrap();
+    rewrite(&kubeconfig, (&static_token, &first), ("", ""));
     let mut daemon = w.daemon();
-    // Written again unchanged: not a change.
-    std::fs::copy(w.kube.api.plexus_kubeconfig(), &kubeconfig).unwrap();
-    std::thread::sleep(Duration::from_secs(5));
+    let pid = daemon.pid();
+    let p1 = w.pod_here("p1", "macnet@net1");
+    assert_ok("ADD p1", &w.call("ADD", "p1", &p1, &w.conf));
+    w.writes_delivered(&daemon);
+    assert_eq!(w.status_of("p1").len(), 2, "cluster network and net1");
+
+    // The rotation: a new token written, the old one revoked.
+    let second = bound_token(&w, "plexus-kcfg-b");
+    rewrite(&kubeconfig, (&first, &second), ("", ""));
+    w.kube
+        .api
+        .kubectl(&["delete", "secret", "plexus-kcfg-a", "-n", "kube-system"]);
+    // The API server's token cache keeps a revoked token valid for 10 s.
+    std::thread::sleep(Duration::from_secs(12));
     assert!(daemon.running(), "{}", daemon.log());
-    // New content (the installer's rewrite with another token; here the
-    // same credentials, re-serialized).
-    let mut text = std::fs::read_to_string(&kubeconfig).unwrap();
-    text.push('\n');
-    std::fs::write(&kubeconfig, text).unwrap();
+    assert_eq!(daemon.pid(), pid);
+    let p2 = w.kube.namespaces.add("kcfg-p2");
+    w.pods(&["p2".to_string()], &w.kube.node.clone(), "macnet@net1");
+    assert_ok("ADD p2", &w.call("ADD", "p2", &p2, &w.conf));
+    w.writes_delivered(&daemon);
+    assert_eq!(w.status_of("p2").len(), 2, "{}", daemon.log());
+    assert_eq!(w.http("/readyz").0, 200);
+    assert!(
+        daemon.log().contains("credentials read again"),
+        "{}",
+        daemon.log()
+    );
+    for (pod, netns) in [("p1", &p1), ("p2", &p2)] {
+        assert_ok(&format!("DEL {pod}"), &w.call("DEL", pod, netns, &w.conf));
+    }
+
+    // Another server: not a rotation.
+    rewrite(
+        &kubeconfig,
+        (&second, &second),
+        ("https://127.0.0.1:", "https://localhost:"),
+    );
     let status = daemon.exit_within(Duration::from_secs(15));
     assert!(status.success(), "{}", daemon.log());
     assert!(
-        daemon.log().contains("the kubeconfig changed"),
+        daemon
+            .log()
+            .contains("the kubeconfig changed beyond its token and CA"),
         "{}",
         daemon.log()
     );
     assert!(!w.socket().exists());
-    // Started again, it serves on the new file.
-    let _again = w.daemon();
-    assert_eq!(w.http("/readyz").0, 200);
+    w.assert_nothing_left(&[p1, p2]);
 }

@@ -169,10 +169,13 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
     let (wake, woken) = std::sync::mpsc::channel::<()>();
     let (policy_wake, policy_woken) = std::sync::mpsc::channel::<()>();
     // What the client is built from, read first: a later write is followed.
-    let credentials = settings
-        .kubeconfig
-        .as_ref()
-        .map(|path| KubeconfigFile::read(path.clone()));
+    let credentials = settings.kubeconfig.as_ref().map(|path| {
+        let follows = matches!(
+            crate::cluster::credentials::LiveCredentials::follow(path),
+            Ok(Some(_))
+        );
+        KubeconfigFile::read(path.clone(), follows)
+    });
     let api = match &settings.kubeconfig {
         None => None,
         Some(path) => {
@@ -394,35 +397,52 @@ fn endpoints(daemon: &Arc<Daemon>, listening: &Arc<AtomicBool>) -> metrics::Endp
 
 /// The kubeconfig the daemon's client was built from, as it was read.
 ///
-/// The installer rewrites it when the service account's token changes (a
-/// DaemonSet deleted and applied again gets a new account, so the file a
-/// starting daemon finds may still hold the old token until the installer
-/// beside it has run). Rather than serve on with credentials the API
-/// server refuses, the daemon stops as on SIGTERM when the file changes and
-/// kubelet starts it again on the new one; queued status writes wait in the
-/// outbox meanwhile.
+/// The installer rewrites it when the service account's token rotates;
+/// the client follows a new token and CA in place
+/// ([`crate::cluster::credentials`], issue 47). A change the client cannot
+/// follow (another server, client certificates, a DaemonSet applied again
+/// whose new account's kubeconfig names other credentials than a token)
+/// makes the daemon stop as on SIGTERM, and kubelet starts it again on the
+/// new file; queued status writes wait in the outbox meanwhile.
 struct KubeconfigFile {
     path: PathBuf,
     loaded: Option<Vec<u8>>,
+    /// What of it the client cannot follow, as loaded (`None`: it follows
+    /// nothing; every change counts).
+    fixed: Option<String>,
 }
 
 impl KubeconfigFile {
     /// How often the file is compared with what was loaded.
     const POLL: Duration = Duration::from_secs(2);
 
-    fn read(path: PathBuf) -> KubeconfigFile {
+    fn read(path: PathBuf, follows: bool) -> KubeconfigFile {
         let loaded = std::fs::read(&path).ok();
-        KubeconfigFile { path, loaded }
+        let fixed = follows
+            .then(|| crate::cluster::credentials::fixed_part(&path).ok())
+            .flatten();
+        KubeconfigFile {
+            path,
+            loaded,
+            fixed,
+        }
     }
 
-    /// Returns once the file holds other (non-empty) content than was loaded.
+    /// Returns once the file holds (non-empty) content the client cannot
+    /// follow.
     async fn changed(&self) {
         loop {
             tokio::time::sleep(Self::POLL).await;
             // A few hundred bytes: read in place rather than on a blocking pool.
-            match std::fs::read(&self.path) {
-                Ok(now) if !now.is_empty() && Some(&now) != self.loaded.as_ref() => return,
-                _ => {}
+            let rewritten = std::fs::read(&self.path)
+                .is_ok_and(|now| !now.is_empty() && Some(&now) != self.loaded.as_ref());
+            if !rewritten {
+                continue;
+            }
+            let Some(fixed) = &self.fixed else { return };
+            // Else a rotation (followed in place), or a file being written.
+            if crate::cluster::credentials::fixed_part(&self.path).is_ok_and(|now| &now != fixed) {
+                return;
             }
         }
     }
@@ -465,7 +485,7 @@ async fn serve(
             } => {
                 tracing::warn!(
                     kubeconfig = %credentials.as_ref().map_or_else(String::new, |f| f.path.display().to_string()),
-                    "the kubeconfig changed (new credentials): stopping, to be started on it again"
+                    "the kubeconfig changed beyond its token and CA: stopping, to be started on it again"
                 );
                 break;
             }
