@@ -306,6 +306,15 @@ pub enum RecordError {
     /// The record file is there but holds no valid record.
     #[error("cache {}: {reason}", path.display())]
     Corrupt { path: PathBuf, reason: String },
+    /// A record of a format a newer plexus writes (issue 47): never taken
+    /// for a corrupt one and moved aside, since the newer plexus, rolled
+    /// forward again, still needs it.
+    #[error(
+        "cache {}: plexusCache format {format} was written by a newer plexus; this one reads \
+         format {FORMAT} (roll plexus forward to DEL or CHECK this attachment)",
+        path.display()
+    )]
+    Newer { path: PathBuf, format: u64 },
 }
 
 impl From<RecordError> for CniError {
@@ -317,6 +326,13 @@ impl From<RecordError> for CniError {
             RecordError::Corrupt { path, reason } => {
                 CniError::decode(format!("cache {}", path.display()), reason)
             }
+            RecordError::Newer { path, format } => CniError::decode(
+                format!("cache {}", path.display()),
+                format!(
+                    "plexusCache format {format} was written by a newer plexus; this one reads \
+                     format {FORMAT} (roll plexus forward to DEL or CHECK this attachment)"
+                ),
+            ),
         }
     }
 }
@@ -390,6 +406,9 @@ impl Cache {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lookup::Missing),
             Err(e) => return Err(RecordError::io(path, e)),
         };
+        if let Some(format) = newer_format(&bytes) {
+            return Err(RecordError::Newer { path, format });
+        }
         let corrupt = |reason: String| Lookup::Corrupt {
             path: path.clone(),
             reason,
@@ -551,6 +570,14 @@ fn record_line(record: &Record) -> Result<(String, Vec<u8>), RecordError> {
 /// The last complete JSON document of `bytes`. A document cut short after
 /// complete ones is an append a crash interrupted and is ignored; the first
 /// one being incomplete is an error.
+/// The format of the record `bytes` hold (their last complete line), when
+/// it is one a newer plexus writes.
+fn newer_format(bytes: &[u8]) -> Option<u64> {
+    let value = last_document(bytes).ok()?;
+    let format = value.get("plexusCache")?.as_u64()?;
+    (format > FORMAT).then_some(format)
+}
+
 fn last_document(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     let mut last = None;
     for document in serde_json::Deserializer::from_slice(bytes).into_iter::<Value>() {
@@ -753,6 +780,32 @@ mod tests {
         assert_eq!(parse_key("a-b-c"), None);
     }
 
+    /// Issue 47 item 2: a record of a newer format is an error naming the
+    /// format, never taken for a corrupt one (moved aside, its DELs lost).
+    #[test]
+    fn a_record_of_a_newer_plexus_is_an_error_naming_its_format() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = Cache::new(d.path());
+        let mut v = record().to_value();
+        v["plexusCache"] = json!(FORMAT + 1);
+        v["fieldOfTheFuture"] = json!({"x": 1});
+        fs::write(
+            cache.path(&id("ctr-1"), &ifn("eth0")),
+            serde_json::to_vec(&v).unwrap(),
+        )
+        .unwrap();
+        let e = cache.load(&id("ctr-1"), &ifn("eth0")).unwrap_err();
+        assert!(matches!(e, RecordError::Newer { format, .. } if format == FORMAT + 1));
+        let cni = CniError::from(e);
+        assert!(
+            cni.details.contains(&format!(
+                "format {} was written by a newer plexus",
+                FORMAT + 1
+            )),
+            "{cni:?}"
+        );
+    }
+
     #[test]
     fn corrupt_records_are_reported_with_the_reason() {
         // multus-cni #948 / #1087: truncated files after a reboot.
@@ -763,7 +816,7 @@ mod tests {
         let cases: [(&[u8], &str); 4] = [
             (b"", "the file is empty"),
             (&full[..full.len() / 2], "not valid JSON (truncated?)"),
-            (br#"{"plexusCache": 9}"#, "missing field"),
+            (br#"{"plexusCache": 0}"#, "missing field"),
             (&full, "the record is for container ctr-1"),
         ];
         for (bytes, want) in cases {
