@@ -12,7 +12,8 @@
 //! - the daemon container killed (SIGKILL) during a burst of 30 pods;
 //! - a node reboot (`node-up`'s power cut): the sandboxes are gone, and the
 //!   DELs kubelet and containerd run for them afterwards leave no record or
-//!   reservation of theirs.
+//!   reservation of theirs;
+//! - an upgrade from the previous release and a rollback (issue 47).
 //!
 //! (The kubelet and containerd restarts are tests/cluster.rs's.) The node
 //! starts once for this binary (about 30 s) and is shared; the tests take
@@ -340,4 +341,160 @@ fn old_sandbox_files(node: &Node, sandboxes: &BTreeSet<String>) -> Vec<String> {
             .map(str::to_string),
     );
     files.into_iter().collect()
+}
+
+/// Rolls the DaemonSet to the image `plexus:<tag>` while pods `<prefix>-N`
+/// are created one after another, and checks meanwhile that the conflist
+/// is never absent or unreadable; the pods created.
+fn roll_while_pods_start(node: &Node, ns: &str, tag: &str, prefix: &str) -> Vec<String> {
+    let rolled = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let creator = s.spawn(|| {
+            let mut names = Vec::new();
+            let mut after = 0;
+            while after < 2 && names.len() < 30 {
+                if rolled.load(Ordering::Relaxed) {
+                    after += 1;
+                }
+                let name = format!("{prefix}-{}", names.len());
+                node.apply(ns, &node.sleeping_pod(&name, NAD));
+                names.push(name);
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            names
+        });
+        let watcher = s.spawn(|| {
+            let mut missing = 0;
+            while !rolled.load(Ordering::Relaxed) {
+                let conflist = node.exec(&["cat", "/etc/cni/net.d/00-plexus.conflist"]);
+                let parses = serde_json::from_slice::<serde_json::Value>(&conflist.stdout).is_ok();
+                if !conflist.status.success() || !parses {
+                    missing += 1;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            missing
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        let image = format!("plexus:{tag}");
+        node.kubectl(&[
+            "set",
+            "image",
+            "daemonset/plexus",
+            "-n",
+            "kube-system",
+            &format!("plexus={image}"),
+            &format!("daemon={image}"),
+        ]);
+        wait_plexus_ready(node);
+        rolled.store(true, Ordering::Relaxed);
+        let names = creator.join().expect("the pod creator ran");
+        let missing = watcher.join().expect("the conflist watcher ran");
+        assert_eq!(
+            missing, 0,
+            "the conflist was absent or torn during the roll to {tag}"
+        );
+        names
+    })
+}
+
+/// The network-status of each pod of `names`, as kubectl prints it.
+fn statuses(node: &Node, ns: &str, names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .map(|name| node.network_status_text(ns, name))
+        .collect()
+}
+
+/// Issue 47 item 2: an upgrade from the previous release
+/// (`.ci/previous-release`, the last landed main before the issue) to this
+/// one, and a rollback, with pods running and pods starting throughout:
+/// - no pod loses a network (every network-status unchanged, every pod's
+///   `net1` still there), and every pod started during a roll gets its
+///   networks with no failed sandbox;
+/// - pods of one version are deleted by the other (each reads the other's
+///   records) and leave nothing;
+/// - the conflist is never absent or torn while the installers replace
+///   each other.
+#[test]
+fn an_upgrade_from_the_previous_release_and_a_rollback_lose_nothing() {
+    if !plexus_testkit::require(&[Feature::KubeNode, Feature::PreviousRelease]) {
+        return;
+    }
+    let previous = plexus_testkit::peers::previous_release().expect("required above");
+    let Some((_alone, node, ns, before)) = turn("upgrade") else {
+        return;
+    };
+    let started = Instant::now();
+    node.deploy_binary(&previous, &["--tag", "previous"]);
+    node.deploy(&["--tag", "current"]);
+    // The previous release serves the node, with pods running.
+    roll_while_pods_start(node, &ns, "previous", "warmup");
+    let old = create_pods(node, &ns, "old", 4);
+    wait_attached(node, &ns, &old);
+    let old_status = statuses(node, &ns, &old);
+
+    // The upgrade.
+    let during_up = roll_while_pods_start(node, &ns, "current", "up");
+    wait_attached(node, &ns, &during_up);
+    assert_eq!(
+        statuses(node, &ns, &old),
+        old_status,
+        "a pod lost a network"
+    );
+    for name in &old {
+        node.kubectl(&[
+            "exec",
+            "-n",
+            &ns,
+            name,
+            "--",
+            "cat",
+            "/sys/class/net/net1/address",
+        ]);
+    }
+    // This version deletes pods the previous one added.
+    let (gone, old) = old.split_at(2);
+    node.kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        &ns,
+        "--wait=true",
+        &gone[0],
+        &gone[1],
+    ]);
+    let new = create_pods(node, &ns, "new", 2);
+    wait_attached(node, &ns, &new);
+    let new_status = statuses(node, &ns, &new);
+
+    // The rollback.
+    let during_back = roll_while_pods_start(node, &ns, "previous", "back");
+    wait_attached(node, &ns, &during_back);
+    assert_eq!(
+        statuses(node, &ns, old),
+        old_status[2..],
+        "a pod lost a network"
+    );
+    assert_eq!(
+        statuses(node, &ns, &new),
+        new_status,
+        "a pod lost a network"
+    );
+    let every: Vec<String> = [old, &new, &during_up, &during_back].concat();
+    let failed: Vec<String> = every
+        .iter()
+        .map(|pod| node.events(&ns, pod, "FailedCreatePodSandBox"))
+        .filter(|e| !e.trim().is_empty())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "sandboxes failed during the rolls: {failed:?}"
+    );
+    // The previous release deletes pods this one added, and the rest.
+    node.delete_pods_leaving_nothing(&ns, &before);
+    // The node back on this version for the tests after this one.
+    roll_while_pods_start(node, &ns, "current", "after");
+    node.delete_pods_leaving_nothing(&ns, &before);
+    eprintln!("upgrade and rollback test: {:?}", started.elapsed());
 }

@@ -71,6 +71,10 @@ pub enum Feature {
     /// whereabouts, the cluster-wide IPAM plugin, as `.ci/whereabouts`
     /// builds and caches it ([`peers::whereabouts`]).
     Whereabouts,
+    /// The previous release of plexus (a static binary of a pinned commit),
+    /// as `.ci/previous-release` builds and caches it
+    /// ([`peers::previous_release`]).
+    PreviousRelease,
     /// A one-node cluster with a real kubelet and containerd
     /// (`testkit/node-up`, [`node`]): the binaries `.ci/kube-node` builds,
     /// containerd, runc and cgroup v1.
@@ -113,6 +117,7 @@ impl Feature {
                 | Feature::KubeApiServer
                 | Feature::SriovCni
                 | Feature::Whereabouts
+                | Feature::PreviousRelease
                 | Feature::KubeNode
         )
     }
@@ -201,6 +206,7 @@ impl Feature {
             Feature::KubeApiServer => kube::missing(),
             Feature::SriovCni => sriov::sriov_cni().err().map(Cow::Owned),
             Feature::Whereabouts => peers::whereabouts().err().map(Cow::Owned),
+            Feature::PreviousRelease => peers::previous_release().err().map(Cow::Owned),
             Feature::KubeNode => node::missing(),
             Feature::Podman => {
                 if !["podman", "runc", "nsenter", "timeout"].iter().all(|t| on_path(t)) {
@@ -234,6 +240,7 @@ impl fmt::Display for Feature {
             Feature::KubeApiServer => "a kube-apiserver",
             Feature::SriovCni => "sriov-cni",
             Feature::Whereabouts => "whereabouts",
+            Feature::PreviousRelease => "plexus's previous release",
             Feature::KubeNode => "a one-node cluster (kubelet, containerd)",
         };
         f.write_str(name)

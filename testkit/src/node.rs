@@ -16,7 +16,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -264,10 +264,16 @@ impl Node {
     /// its error and the DaemonSet's pods described.
     pub fn deploy(&self, args: &[&str]) {
         let plexus = crate::dist::build().unwrap_or_else(|e| panic!("{e}"));
+        self.deploy_binary(&plexus, args);
+    }
+
+    /// [`Node::deploy`] with the static `plexus` binary `plexus` (another
+    /// release's).
+    pub fn deploy_binary(&self, plexus: &Path, args: &[&str]) {
         let out = Command::new(repo().join("testkit/node-deploy"))
             .args(args)
             .arg("--binary")
-            .arg(&plexus)
+            .arg(plexus)
             .arg(&self.dir)
             .output()
             .expect("node-deploy runs");

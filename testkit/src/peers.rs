@@ -84,3 +84,31 @@ pub fn whereabouts() -> Result<Whereabouts, String> {
         ))
     }
 }
+
+/// plexus's previous release, the static binary `.ci/previous-release`
+/// builds (once, then cached): the script's output when it is built or
+/// could be built here, else why not (its exit 3: the pinned commit is not
+/// in this checkout's history).
+pub fn previous_release() -> Result<PathBuf, String> {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("testkit lives in the workspace")
+                .join(".ci/previous-release");
+            let out = Command::new(&script)
+                .output()
+                .map_err(|e| format!("{}: {e}", script.display()))?;
+            let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            if out.status.success() && path.is_file() {
+                Ok(path)
+            } else {
+                Err(format!(
+                    ".ci/previous-release: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        })
+        .clone()
+}
