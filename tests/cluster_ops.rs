@@ -163,36 +163,7 @@ fn a_rolling_update_while_pods_start_replaces_the_binary_and_fails_no_pod() {
     // Pods are created one after another from before the update until after
     // it, so some start while the old DaemonSet pod stops, while neither
     // runs, and while the new one installs.
-    let rolled = AtomicBool::new(false);
-    let names = std::thread::scope(|s| {
-        let creator = s.spawn(|| {
-            let mut names = Vec::new();
-            let mut after = 0;
-            while after < 3 && names.len() < 60 {
-                if rolled.load(Ordering::Relaxed) {
-                    after += 1;
-                }
-                let name = format!("pod-{}", names.len());
-                node.apply(&ns, &node.sleeping_pod(&name, NAD));
-                names.push(name);
-                std::thread::sleep(Duration::from_millis(400));
-            }
-            names
-        });
-        std::thread::sleep(Duration::from_secs(1));
-        node.kubectl(&[
-            "set",
-            "image",
-            "daemonset/plexus",
-            "-n",
-            "kube-system",
-            "plexus=plexus:rollout",
-            "daemon=plexus:rollout",
-        ]);
-        wait_plexus_ready(node);
-        rolled.store(true, Ordering::Relaxed);
-        creator.join().expect("the pod creator ran")
-    });
+    let names = roll_while_pods_start(node, &ns, "rollout", "pod");
     eprintln!("{} pods created around the rolling update", names.len());
     wait_attached(node, &ns, &names);
 
@@ -343,9 +314,26 @@ fn old_sandbox_files(node: &Node, sandboxes: &BTreeSet<String>) -> Vec<String> {
     files.into_iter().collect()
 }
 
+/// Rolls the DaemonSet to the image `plexus:<tag>` (imported by
+/// `node-deploy --tag`) and waits until its pod is Ready.
+fn roll_to(node: &Node, tag: &str) {
+    let image = format!("plexus:{tag}");
+    node.kubectl(&[
+        "set",
+        "image",
+        "daemonset/plexus",
+        "-n",
+        "kube-system",
+        &format!("plexus={image}"),
+        &format!("daemon={image}"),
+    ]);
+    wait_plexus_ready(node);
+}
+
 /// Rolls the DaemonSet to the image `plexus:<tag>` while pods `<prefix>-N`
 /// are created one after another, and checks meanwhile that the conflist
-/// is never absent or unreadable; the pods created.
+/// is never absent or unreadable and is rewritten at most once; the pods
+/// created.
 fn roll_while_pods_start(node: &Node, ns: &str, tag: &str, prefix: &str) -> Vec<String> {
     let rolled = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -363,36 +351,39 @@ fn roll_while_pods_start(node: &Node, ns: &str, tag: &str, prefix: &str) -> Vec<
             }
             names
         });
+        // The conflist's inode and content every 100 ms: never absent or
+        // torn, and written at most once (a rename: a new inode).
         let watcher = s.spawn(|| {
             let mut missing = 0;
+            let mut inodes = BTreeSet::new();
+            let look = "stat -c %i /etc/cni/net.d/00-plexus.conflist && cat /etc/cni/net.d/00-plexus.conflist";
             while !rolled.load(Ordering::Relaxed) {
-                let conflist = node.exec(&["cat", "/etc/cni/net.d/00-plexus.conflist"]);
-                let parses = serde_json::from_slice::<serde_json::Value>(&conflist.stdout).is_ok();
-                if !conflist.status.success() || !parses {
+                let out = node.exec(&["sh", "-c", look]);
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                let (inode, conflist) = text.split_once('\n').unwrap_or_default();
+                let parses = serde_json::from_str::<serde_json::Value>(conflist).is_ok();
+                if !out.status.success() || !parses {
                     missing += 1;
+                } else {
+                    inodes.insert(inode.to_string());
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
-            missing
+            (missing, inodes)
         });
         std::thread::sleep(Duration::from_secs(1));
-        let image = format!("plexus:{tag}");
-        node.kubectl(&[
-            "set",
-            "image",
-            "daemonset/plexus",
-            "-n",
-            "kube-system",
-            &format!("plexus={image}"),
-            &format!("daemon={image}"),
-        ]);
-        wait_plexus_ready(node);
+        roll_to(node, tag);
         rolled.store(true, Ordering::Relaxed);
         let names = creator.join().expect("the pod creator ran");
-        let missing = watcher.join().expect("the conflist watcher ran");
+        let (missing, inodes) = watcher.join().expect("the conflist watcher ran");
         assert_eq!(
             missing, 0,
             "the conflist was absent or torn during the roll to {tag}"
+        );
+        assert!(
+            inodes.len() <= 2,
+            "the conflist was written {} times during the roll to {tag}",
+            inodes.len().saturating_sub(1)
         );
         names
     })
@@ -455,15 +446,16 @@ fn an_upgrade_from_the_previous_release_and_a_rollback_lose_nothing() {
     }
     // This version deletes pods the previous one added.
     let (gone, old) = old.split_at(2);
-    node.kubectl(&[
-        "delete",
-        "pod",
-        "-n",
-        &ns,
-        "--wait=true",
-        &gone[0],
-        &gone[1],
-    ]);
+    let pods = |verb: &str, more: &[&str]| {
+        let args = [&[verb, "pod", "-n", &ns][..], more, &[&gone[0], &gone[1]]].concat();
+        node.kubectl(&args)
+    };
+    pods("delete", &["--wait=false"]);
+    node.wait_for("the previous release's pods deleted", PODS_RECOVER, || {
+        pods("get", &["--ignore-not-found", "-o", "name"])
+            .trim()
+            .is_empty()
+    });
     let new = create_pods(node, &ns, "new", 2);
     wait_attached(node, &ns, &new);
     let new_status = statuses(node, &ns, &new);
@@ -494,7 +486,6 @@ fn an_upgrade_from_the_previous_release_and_a_rollback_lose_nothing() {
     // The previous release deletes pods this one added, and the rest.
     node.delete_pods_leaving_nothing(&ns, &before);
     // The node back on this version for the tests after this one.
-    roll_while_pods_start(node, &ns, "current", "after");
-    node.delete_pods_leaving_nothing(&ns, &before);
+    roll_to(node, "current");
     eprintln!("upgrade and rollback test: {:?}", started.elapsed());
 }

@@ -82,7 +82,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    const ALL: [Feature; 16] = [
+    const ALL: [Feature; 17] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
@@ -98,6 +98,7 @@ impl Feature {
         Feature::KubeApiServer,
         Feature::SriovCni,
         Feature::Whereabouts,
+        Feature::PreviousRelease,
         Feature::KubeNode,
     ];
 
@@ -122,15 +123,17 @@ impl Feature {
         )
     }
 
-    /// Why it is missing, or `None` when it is there.
+    /// Why it is missing, or `None` when it is there; each feature probed
+    /// once, when first asked about (a probe may build what it checks:
+    /// [`peers::previous_release`]).
     fn missing(self) -> Option<&'static str> {
-        static PROBED: OnceLock<Vec<Option<Cow<'static, str>>>> = OnceLock::new();
-        let probed = PROBED.get_or_init(|| Feature::ALL.iter().map(|f| f.probe()).collect());
+        static PROBED: [OnceLock<Option<Cow<'static, str>>>; Feature::ALL.len()] =
+            [const { OnceLock::new() }; Feature::ALL.len()];
         let index = Feature::ALL
             .iter()
             .position(|f| *f == self)
             .expect("listed");
-        probed[index].as_deref()
+        PROBED[index].get_or_init(|| self.probe()).as_deref()
     }
 
     fn probe(self) -> Option<Cow<'static, str>> {

@@ -60,21 +60,29 @@ pub fn node_slices(
         .collect()
 }
 
-/// The cached whereabouts, or why there is none.
-pub fn whereabouts() -> Result<Whereabouts, String> {
+/// Runs `.ci/<script> <args>`: the path it prints; why not, when it fails.
+pub(crate) fn ci_script(script: &str, args: &[&str]) -> Result<PathBuf, String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("testkit lives in the workspace")
-        .join(".ci/whereabouts");
-    let ask = |flag: &str| -> Result<PathBuf, String> {
-        let out = Command::new(&script)
-            .arg(flag)
-            .output()
-            .map_err(|e| format!("{}: {e}", script.display()))?;
-        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    };
-    let binary = ask("--path")?;
-    let crds = ask("--crds")?;
+        .join(".ci")
+        .join(script);
+    let out = Command::new(&script)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{}: {e}", script.display()))?;
+    let printed = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        return Err(format!("{}: {why}", script.display()));
+    }
+    Ok(printed)
+}
+
+/// The cached whereabouts, or why there is none.
+pub fn whereabouts() -> Result<Whereabouts, String> {
+    let binary = ci_script("whereabouts", &["--path"])?;
+    let crds = ci_script("whereabouts", &["--crds"])?;
     if binary.is_file() && crds.is_dir() {
         Ok(Whereabouts { binary, crds })
     } else {
@@ -93,22 +101,10 @@ pub fn previous_release() -> Result<PathBuf, String> {
     static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .parent()
-                .expect("testkit lives in the workspace")
-                .join(".ci/previous-release");
-            let out = Command::new(&script)
-                .output()
-                .map_err(|e| format!("{}: {e}", script.display()))?;
-            let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-            if out.status.success() && path.is_file() {
-                Ok(path)
-            } else {
-                Err(format!(
-                    ".ci/previous-release: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ))
-            }
+            let path = ci_script("previous-release", &[])?;
+            path.is_file()
+                .then_some(path)
+                .ok_or_else(|| ".ci/previous-release printed no binary".to_string())
         })
         .clone()
 }

@@ -334,16 +334,8 @@ fn link_name(path: &Path) -> Option<String> {
 /// building is for the host (vm-tests/run does it before the VM starts, whose
 /// root is read-only), not for a feature probe every test binary runs.
 pub fn sriov_cni() -> Result<PathBuf, String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("testkit lives in the workspace")
-        .join(".ci/sriov-cni");
-    let out = Command::new(&script)
-        .arg("--path")
-        .output()
-        .map_err(|e| format!("{}: {e}", script.display()))?;
-    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    if out.status.success() && path.is_file() {
+    let path = crate::peers::ci_script("sriov-cni", &["--path"])?;
+    if path.is_file() {
         Ok(path)
     } else {
         Err(format!(
