@@ -74,6 +74,16 @@ impl Launch<'_> {
     /// Starts the daemon of `node_name` on metrics port `port` (hot-plug
     /// and the IPAM reconciler off), without waiting for it.
     pub(crate) fn spawn(&self, node_name: &str, port: u16) -> Result<NodeDaemon, String> {
+        self.spawn_with(node_name, port, &[])
+    }
+
+    /// [`Launch::spawn`] with `extra` options (`--multi-network-policy`).
+    pub(crate) fn spawn_with(
+        &self,
+        node_name: &str,
+        port: u16,
+        extra: &[&str],
+    ) -> Result<NodeDaemon, String> {
         let dir = self.work.join(node_name);
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let mut cmd = daemon_command(
@@ -87,7 +97,8 @@ impl Launch<'_> {
         );
         cmd.arg("--cni-dir")
             .arg(dir.join("cache"))
-            .args(["--dynamic-networks=false", "--ipam-reconcile-interval=0"]);
+            .args(["--dynamic-networks=false", "--ipam-reconcile-interval=0"])
+            .args(extra);
         let log = dir.join("daemon.log");
         let file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
         cmd.stdout(file.try_clone().map_err(|e| e.to_string())?)

@@ -37,6 +37,16 @@
 //! (`netpolicy.rs`): creation to enforcement of 100 policies on 100 pods,
 //! rules per pod and ADD latency, beside multi-networkpolicy-iptables.
 //!
+//! With `--scale --policies`, only the scale simulation with
+//! MultiNetworkPolicies runs (`scale_policy.rs`, issue 46): per daemon RSS,
+//! bytes received at start and while other nodes churn, and policy change
+//! to enforcement, beside multi-networkpolicy-iptables.
+//!
+//! With `--soak`, only the soak runs (`soak.rs`, issue 47): `--cycles`
+//! pod ADD/DEL cycles through `plexus daemon` with NADs, policies and
+//! hot-plug churning beside them; every series sampled must stay flat and
+//! nothing may be left.
+//!
 //! With `--sriov`, only the SR-IOV VF case (`sriov.rs`) runs instead: it
 //! needs a PCI SR-IOV PF and recreates its VFs, so it runs only in the test
 //! VM (`vm-tests/run --bench -- --sriov`).
@@ -52,7 +62,9 @@ mod phases;
 mod pod_start;
 mod scale;
 mod scale_multus;
+mod scale_policy;
 mod scale_step;
+mod soak;
 mod sriov;
 mod thick;
 mod watch;
@@ -98,7 +110,8 @@ struct Args {
     /// build when there is one).
     #[arg(long, requires = "cluster")]
     netpolicy: bool,
-    /// A build of multi-networkpolicy-iptables for `--netpolicy`.
+    /// A build of multi-networkpolicy-iptables for `--netpolicy` and
+    /// `--scale --policies`.
     #[arg(long, value_name = "PATH")]
     mnp_iptables: Option<PathBuf>,
     /// A directory holding a build of Multus thick (`multus-daemon` and
@@ -121,6 +134,15 @@ struct Args {
     /// idle, and the watches after an API server restart, per daemon.
     #[arg(long)]
     scale: bool,
+    /// With `--scale`, the run with MultiNetworkPolicies (issue 46): the
+    /// daemons enforce them (`--multi-network-policy`), 10 policies whose
+    /// peers are a few pods each and one that selects nothing; beside
+    /// multi-networkpolicy-iptables (`--mnp-iptables`, default
+    /// `.ci/multi-networkpolicy-iptables`'s build when there is one), one
+    /// per simulated node: RSS, bytes received at start and while other
+    /// nodes churn, policy change to enforcement.
+    #[arg(long, requires = "scale")]
+    policies: bool,
     /// Simulated nodes with a daemon, in the scale simulation.
     #[arg(long, default_value_t = 10)]
     daemons: usize,
@@ -138,7 +160,9 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     nodes: usize,
     /// The cluster-wide IPAM case with an IPv4 and an IPv6 range (whereabouts'
-    /// `ipRanges`): two addresses per pod.
+    /// `ipRanges`, a /16 and a /64): two addresses per pod. A shared phase
+    /// follows: whereabouts and plexus (thin) ADD at once into one network,
+    /// every other pod each, then each DELs the other's pods.
     #[arg(long)]
     dual_stack: bool,
     /// The cluster-wide IPAM case with node slices of this size (`/24`):
@@ -150,6 +174,17 @@ struct Args {
     /// Exit non-zero when a target is missed.
     #[arg(long)]
     check: bool,
+    /// Run only the soak (issue 47): `--cycles` pod ADD/DEL cycles through
+    /// `plexus daemon` on the test API server, with NADs,
+    /// MultiNetworkPolicies and hot-plug churning beside them; the daemon's
+    /// RSS, fds, threads, caches and watches, the node's tables, links,
+    /// allocations and records, and its API requests per ADD sampled every
+    /// 1,000 cycles must stay flat, and nothing may be left.
+    #[arg(long)]
+    soak: bool,
+    /// Cycles of the soak (a quick run: 2000).
+    #[arg(long, default_value_t = 20_000, requires = "soak")]
+    cycles: usize,
     /// Run only the SR-IOV VF case: plexus's `sriov` driver against sriov-cni
     /// and against the same work done by iproute2, on VFs of the machine's
     /// SR-IOV PF. In the test VM only (`vm-tests/run --bench -- --sriov`).
@@ -492,19 +527,36 @@ fn run(args: &Args) -> Result<bool, String> {
     let tmp = TempDir(std::env::temp_dir().join(format!("plexus-bench-{pid}")));
     std::fs::create_dir_all(&tmp.0).map_err(|e| e.to_string())?;
 
+    if args.soak {
+        if !plexus_testkit::has(plexus_testkit::Feature::KubeApiServer) {
+            return Err("--soak: no test API server here (.ci/kube-apiserver)".into());
+        }
+        return soak::run(&soak::Setup {
+            plexus: &plexus,
+            tmp: &tmp.0,
+            cycles: args.cycles.max(1),
+        });
+    }
     if args.scale {
         if !plexus_testkit::has(plexus_testkit::Feature::KubeApiServer) {
             return Err("--scale: no test API server here (.ci/kube-apiserver)".into());
         }
         let mut sizes = args.cluster_pods.clone();
         sizes.sort_unstable();
-        return scale::run(&scale_step::Setup {
+        let mnp_iptables = args.mnp_iptables.clone().or_else(mnp_iptables_build);
+        let run = if args.policies {
+            scale_policy::run
+        } else {
+            scale::run
+        };
+        return run(&scale_step::Setup {
             plexus: &plexus,
             tmp: &tmp.0,
             daemons: args.daemons.max(1),
             per_node: pod_count,
             sizes,
             multus: args.multus.as_deref(),
+            mnp_iptables: mnp_iptables.as_deref(),
         });
     }
     if args.cluster_ipam {

@@ -108,7 +108,7 @@ fn plexus_rules(netns: &Path) -> usize {
 }
 
 /// The peer's iptables rules in `netns` (`-A` lines of the filter table).
-fn peer_rules(netns: &Path) -> Vec<String> {
+pub(crate) fn peer_rules(netns: &Path) -> Vec<String> {
     let out = Command::new("nsenter")
         .arg(format!("--net={}", netns.display()))
         .arg("iptables-save")

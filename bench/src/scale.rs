@@ -21,6 +21,9 @@
 //! With `--multus DIR`, Multus thick's daemons run each step too, on the
 //! same objects, after plexus's (`scale_multus.rs`), and the figures are
 //! printed side by side with their ratios.
+//!
+//! With `--policies`, the run with MultiNetworkPolicies instead
+//! (`scale_policy.rs`, issue 46), beside multi-networkpolicy-iptables.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -96,7 +99,7 @@ fn pod(setup: &Setup, i: usize) -> (String, String) {
 }
 
 /// Pods `from..to` created, by several kubectl processes at once.
-fn create_pods(
+pub(crate) fn create_pods(
     api: &KubeApi,
     ns: &str,
     setup: &Setup,

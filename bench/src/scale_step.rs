@@ -33,6 +33,9 @@ pub struct Setup<'a> {
     pub sizes: Vec<usize>,
     /// A build of Multus thick to run beside plexus (`multus-daemon`).
     pub multus: Option<&'a Path>,
+    /// A build of multi-networkpolicy-iptables, for the run with
+    /// MultiNetworkPolicies (`scale_policy.rs`).
+    pub mnp_iptables: Option<&'a Path>,
 }
 
 /// What one step measured, of plexus's daemons or Multus's.
@@ -115,7 +118,7 @@ fn cpu_ms(pid: u32) -> Result<u64, String> {
 }
 
 /// `/proc/<pid>/status`'s VmRSS, in KiB.
-fn rss_kb(pid: u32) -> Result<u64, String> {
+pub(crate) fn rss_kb(pid: u32) -> Result<u64, String> {
     proc_status_kb(pid, "VmRSS").ok_or_else(|| format!("no VmRSS for {pid}"))
 }
 

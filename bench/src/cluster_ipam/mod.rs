@@ -3,7 +3,9 @@
 //! real kube-apiserver (the test one), first through whereabouts (built here
 //! by `.ci/whereabouts`), then through plexus installed as `whereabouts` (the
 //! same exec per call, thin), side by side in one run. Then every pod is
-//! DELeted at once.
+//! DELeted at once. With `--dual-stack` a shared phase follows
+//! (`shared.rs`): plexus and whereabouts ADD at once into one network, half
+//! the pods each, and each DELs the other's pods.
 //!
 //! Reported per contender: ADD p50 and p99, the storm's wall time, failures,
 //! addresses given twice, what the pool and the reservations still hold
@@ -23,6 +25,7 @@ use serde_json::{json, Value};
 
 use crate::{ms, percentile, verdict};
 
+mod shared;
 mod thick;
 
 /// issue 33's target: plexus's storm at least this much faster.
@@ -63,6 +66,8 @@ subjects: [{kind: ServiceAccount, name: plexus, namespace: kube-system}]
 
 /// The storm's IPv4 range.
 const RANGE: &str = "10.200.0.0/16";
+/// The storm's IPv6 range, with `dual_stack`: a /64, the layout operators use.
+const RANGE6: &str = "fd20::/64";
 
 /// The NAD of the storm: macvlan with whereabouts IPAM on one /16, and
 /// with `dual_stack` one /64 too (an address of each per pod); with node
@@ -74,7 +79,7 @@ fn macvlan_whereabouts(network: &str, flat: &Path, setup: &Setup) -> Value {
         ipam["node_slice_size"] = json!(size);
     }
     if setup.dual_stack {
-        ipam["ipRanges"] = json!([{"range": RANGE}, {"range": "fd20::/64"}]);
+        ipam["ipRanges"] = json!([{"range": RANGE}, {"range": RANGE6}]);
         ipam.as_object_mut().expect("an object").remove("range");
     }
     json!({"cniVersion": "1.0.0", "name": network, "type": "macvlan", "master": "uplink0",
@@ -143,7 +148,7 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
     for (who, binary, network) in &contenders {
         let conf = macvlan_whereabouts(network, &flat, setup);
         let exec = |command: &str, node: &str, pod: &str| call(binary, &conf, command, node, pod);
-        storms.push((*who, storm(api, network, setup, &exec)?));
+        storms.push((*who, storm(api, network, setup, &exec, &mut |_| {})?));
     }
     let network = format!("bpk{pid}");
     storms.push(("plexus (thick)", thick::storm(api, &network, &flat, setup)?));
@@ -231,16 +236,24 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
         per("get"),
         per("patch")
     );
+    if setup.dual_stack {
+        let [(_, whereabouts, _), (_, plexus, _)] = &contenders;
+        let network = format!("bsh{pid}");
+        let shared = shared::storm(api, &network, &flat, whereabouts, plexus, setup)?;
+        met &= shared.report();
+    }
     Ok(met)
 }
 
 /// Every pod of every node ADDed at once by `call` (command, node, pod),
-/// then DELeted at once; what the pool holds after.
+/// then DELeted at once; what the pool holds after. `between` sees the
+/// ADDs' answers, in the order of [`pods`], before the DELs.
 fn storm(
     api: &KubeApi,
     network: &str,
     setup: &Setup,
     call: &(dyn Fn(&str, &str, &str) -> Answer + Sync),
+    between: &mut dyn FnMut(&[Answer]),
 ) -> Result<Storm, String> {
     let pods = pods(setup);
     if let Some(size) = setup.node_slice_size {
@@ -250,6 +263,7 @@ fn storm(
     let started = Instant::now();
     let added = all_at_once(call, "ADD", &pods);
     let wall = started.elapsed();
+    between(&added);
     let deleted = all_at_once(call, "DEL", &pods);
     let requests = api.audited()[before..]
         .iter()
@@ -277,25 +291,11 @@ fn storm(
         }
     }
     let distinct: BTreeSet<&String> = given.iter().collect();
-    let kind = "ippools.whereabouts.cni.cncf.io";
-    let pools = api.kubectl(&["get", kind, "-n", "kube-system", "-o", "json"]);
-    let left_allocations = serde_json::from_str::<Value>(&pools)
-        .ok()
-        .and_then(|list| list["items"].as_array().cloned())
-        .unwrap_or_default()
+    let left_allocations = objects(api, "ippools", network)
         .iter()
-        .filter(|p| {
-            let name = p["metadata"]["name"].as_str().unwrap_or_default();
-            name.starts_with(&format!("{network}-"))
-        })
         .filter_map(|p| p["spec"]["allocations"].as_object().map(|a| a.len()))
         .sum();
-    let reservations = "overlappingrangeipreservations.whereabouts.cni.cncf.io";
-    let names = api.kubectl(&["get", reservations, "-n", "kube-system", "-o", "name"]);
-    let left_reservations = names
-        .lines()
-        .filter(|l| l.contains(&format!("/{network}-")))
-        .count();
+    let left_reservations = objects(api, "overlappingrangeipreservations", network).len();
     if add.is_empty() {
         add.push(wall);
     }
@@ -335,6 +335,24 @@ fn lay_out_slices(api: &KubeApi, network: &str, size: &str, setup: &Setup) -> Re
     });
     api.apply(&object.to_string());
     Ok(())
+}
+
+/// The whereabouts objects of `kind` (`ippools`,
+/// `overlappingrangeipreservations`) of `network` (`<network>-<range or
+/// address>`), as the API server holds them now.
+fn objects(api: &KubeApi, kind: &str, network: &str) -> Vec<Value> {
+    let kind = format!("{kind}.whereabouts.cni.cncf.io");
+    let list = api.kubectl(&["get", &kind, "-n", "kube-system", "-o", "json"]);
+    serde_json::from_str::<Value>(&list)
+        .ok()
+        .and_then(|mut list| list["items"].as_array_mut().map(std::mem::take))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| {
+            let name = p["metadata"]["name"].as_str().unwrap_or_default();
+            name.starts_with(&format!("{network}-"))
+        })
+        .collect()
 }
 
 type Answer = (Duration, Result<Value, String>);

@@ -95,7 +95,7 @@ pub(super) fn storm(
             Err(e) => (started.elapsed(), Err(format!("{command} {pod}: {e}"))),
         }
     };
-    let storm = run_storm(api, network, setup, &call);
+    let storm = run_storm(api, network, setup, &call, &mut |_| {});
     drop(daemons);
     storm
 }
