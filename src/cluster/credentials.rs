@@ -354,6 +354,29 @@ xBkDMw==
         assert_ne!(fixed_part(&path).unwrap(), fixed);
     }
 
+    /// A CA rewritten (the file the kubeconfig names) is read again: new
+    /// connections verify the server with it; one that does not parse
+    /// keeps the last.
+    #[test]
+    fn a_rotated_ca_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = kubeconfig(dir.path(), "https://10.0.0.1:6443", "{token: one}");
+        let live = LiveCredentials::follow(&path).unwrap().unwrap();
+        let first = live.verifier();
+        assert!(
+            Arc::ptr_eq(&first, &live.verifier()),
+            "unchanged: not read again"
+        );
+        let ca = dir.path().join("ca.crt");
+        std::fs::write(dir.path().join("ca.tmp"), format!("{CA}{CA}")).unwrap();
+        std::fs::rename(dir.path().join("ca.tmp"), &ca).unwrap();
+        let second = live.verifier();
+        assert!(!Arc::ptr_eq(&first, &second), "the new CA read");
+        std::fs::write(&ca, "not a certificate").unwrap();
+        assert!(Arc::ptr_eq(&second, &live.verifier()), "the last CA kept");
+        assert_eq!(live.authorization(), "Bearer one");
+    }
+
     #[test]
     fn client_certificates_are_not_followed() {
         let dir = tempfile::tempdir().unwrap();
