@@ -415,15 +415,9 @@ fn a_rolling_update_across_every_node_while_pods_start_fails_none_and_leaks_noth
         }
         std::thread::sleep(Duration::from_secs(2));
     }
-    control.kubectl(&[
-        "rollout",
-        "status",
-        "daemonset/plexus",
-        "-n",
-        "kube-system",
-        "--timeout",
-        "180s",
-    ]);
+    // Three nodes roll one after another, each waiting for the DaemonSet
+    // controller and the scheduler: over a minute on a loaded machine.
+    control.wait_rolled_out(Duration::from_secs(180));
     let images = control
         .plexus_pods("{range .items[*]}{.spec.nodeName} {.spec.containers[*].image}{\"\\n\"}{end}");
     assert_eq!(images.lines().count(), cluster.nodes.len(), "{images}");
@@ -566,15 +560,7 @@ fn a_dead_node_s_pods_move_its_addresses_come_back_and_it_rejoins_clean() {
         Duration::from_secs(150),
         || sandboxes_with_records(victim).is_disjoint(&old_sandboxes),
     );
-    control.kubectl(&[
-        "rollout",
-        "status",
-        "daemonset/plexus",
-        "-n",
-        "kube-system",
-        "--timeout",
-        "120s",
-    ]);
+    control.wait_rolled_out(Duration::from_secs(120));
     let back = format!("back-on-{}", victim.name);
     control.apply(&mover.scene.ns, &pinned_pod(&back, victim));
     let back_ip = wait_attached(control, &mover.scene.ns, &[back]);

@@ -128,15 +128,8 @@ fn plexus_pod(node: &Node, jsonpath: &str) -> String {
 
 /// Waits until the DaemonSet's pod is Ready again (its daemon serving).
 fn wait_plexus_ready(node: &Node) {
-    node.kubectl(&[
-        "rollout",
-        "status",
-        "daemonset/plexus",
-        "-n",
-        "kube-system",
-        "--timeout=120s",
-    ]);
-    node.kubectl(&[
+    node.wait_rolled_out(Duration::from_secs(120));
+    let ready = [
         "wait",
         "pod",
         "-n",
@@ -144,8 +137,11 @@ fn wait_plexus_ready(node: &Node) {
         "-l",
         "app=plexus",
         "--for=condition=Ready",
-        "--timeout=120s",
-    ]);
+        "--timeout=45s",
+    ];
+    node.wait_for("plexus's pod Ready", Duration::from_secs(120), || {
+        node.kubectl_output(&ready, None).status.success()
+    });
 }
 
 #[test]

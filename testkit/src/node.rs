@@ -160,6 +160,24 @@ impl Node {
     }
 
     /// `kubectl` as the admin, bounded, whatever its outcome.
+    /// Waits, at most `bound`, until plexus's DaemonSet has rolled out
+    /// (`kubectl rollout status`, asked in spells shorter than the 60 s
+    /// each kubectl of the kit may run).
+    pub fn wait_rolled_out(&self, bound: Duration) {
+        let status = [
+            "rollout",
+            "status",
+            "daemonset/plexus",
+            "-n",
+            "kube-system",
+            "--timeout",
+            "45s",
+        ];
+        self.wait_for("plexus's DaemonSet rolled out", bound, || {
+            self.kubectl_output(&status, None).status.success()
+        });
+    }
+
     pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
         run_kubectl(Command::new(self.dir.join("kubectl")), args, stdin)
     }
