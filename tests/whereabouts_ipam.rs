@@ -441,11 +441,30 @@ fn a_write_on_a_stale_copy_loses() {
     ]);
     assert_eq!(annotation, "uid-c1/c1");
     assert_eq!(now.notes.get("1").map(String::as_str), Some("uid-c1/c1"));
+    // A DEL's removal names its entry's holder, not the resourceVersion:
+    // another writer's entry since costs it no retry, and stays.
+    let second = [("2".to_string(), entry("c2"))].into();
+    assert_eq!(pools.write(&now, &second).unwrap(), Written::Done);
     let gone = [("1".to_string(), Change::Remove)].into();
     assert_eq!(pools.write(&now, &gone).unwrap(), Written::Done);
     let emptied = pools.existing(name, true).unwrap().unwrap();
-    assert!(emptied.spec.allocations.is_empty());
-    assert!(emptied.notes.is_empty(), "the note goes with its entry");
+    assert_eq!(emptied.spec.allocations.keys().collect::<Vec<_>>(), ["2"]);
+    assert_eq!(
+        emptied.notes.keys().collect::<Vec<_>>(),
+        ["2"],
+        "the note goes with its entry"
+    );
+    // An entry given back and taken by another container since is not
+    // removed on the old copy's word (the JSON Patch `test` fails: 422).
+    let gone = [("2".to_string(), Change::Remove)].into();
+    assert_eq!(pools.write(&emptied, &gone).unwrap(), Written::Done);
+    let retaken = pools.existing(name, true).unwrap().unwrap();
+    let third = [("2".to_string(), entry("c3"))].into();
+    assert_eq!(pools.write(&retaken, &third).unwrap(), Written::Done);
+    assert_eq!(pools.write(&emptied, &gone).unwrap(), Written::Lost);
+    let kept = pools.existing(name, true).unwrap().unwrap();
+    assert_eq!(kept.spec.allocations["2"].container_id, "c3");
+    assert_eq!(kept.notes.get("2").map(String::as_str), Some("uid-c3/c3"));
 }
 
 /// A NAD that names no kubeconfig of its own uses plexus's (plexus's conf),

@@ -8,7 +8,10 @@
 //! merge PATCH with `metadata.resourceVersion`, which the API server
 //! refuses with 409 when the pool changed since): it is the same
 //! compare-and-swap as whereabouts' JSON Patch `test` of that field, so
-//! plexus and whereabouts can write the same pool side by side.
+//! plexus and whereabouts can write the same pool side by side. A write
+//! that only removes entries (a DEL's) instead `test`s each entry's holder
+//! in a JSON Patch ([`removals`]): other writers elsewhere in the pool cost
+//! it no retry.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -378,6 +381,9 @@ impl Pools {
         changes: &BTreeMap<String, Change>,
     ) -> Result<Written, ClusterError> {
         let object = self.object("IPPool", &copy.name);
+        if let Some(patch) = removals(copy, changes) {
+            return self.written(&object, copy, Patch::Json(patch));
+        }
         let mut entries = serde_json::Map::new();
         let mut notes = serde_json::Map::new();
         for (key, change) in changes {
@@ -436,14 +442,32 @@ impl Pools {
             metadata["annotations"] = Value::Object(notes);
         }
         let patch = json!({"metadata": metadata, "spec": {"allocations": entries}});
-        match self.merge_patch(&self.pools, &object, &copy.name, &patch) {
+        self.written(&object, copy, Patch::Merge(patch))
+    }
+
+    /// Sends `patch` of the pool `copy` was read from; a refusal because it
+    /// changed since (409, or 422: a JSON Patch `test` that failed) is
+    /// [`Written::Lost`].
+    fn written(
+        &self,
+        object: &str,
+        copy: &PoolCopy,
+        patch: Patch<Value>,
+    ) -> Result<Written, ClusterError> {
+        let sent = self.send(
+            Verb::Patch,
+            object,
+            self.pools
+                .patch(&copy.name, &PatchParams::default(), &patch),
+        );
+        match sent {
             Ok(written) => {
-                if let (Some(cache), Ok(copy)) = (&self.cache, pool_copy(&object, written)) {
+                if let (Some(cache), Ok(copy)) = (&self.cache, pool_copy(object, written)) {
                     cache.remember(copy);
                 }
                 Ok(Written::Done)
             }
-            Err(e) if e.status() == Some(409) => {
+            Err(e) if matches!(e.status(), Some(409 | 422)) => {
                 if let Some(cache) = &self.cache {
                     cache.forget(&copy.name);
                 }
@@ -563,6 +587,52 @@ impl Pools {
             Err(e) => Err(e),
         }
     }
+}
+
+/// The write of `changes` as a JSON Patch that names only the entries it
+/// removes, when every change removes an entry the copy holds (a DEL's):
+/// for each, `test`s of the holder (container ID, pod, interface) and
+/// `remove`s of the entry and of its notes in the copy. Other writers'
+/// changes elsewhere in the pool then cost no retry, where a
+/// resourceVersion would lose to each (100 DELs of one pool at once, issue
+/// 45). It is as safe as the compare-and-swap: an entry removed is the one
+/// decided on, or the server refuses the whole patch (422), and the notes
+/// at an offset are its entry's. Anything else, `None`: the write names the
+/// resourceVersion.
+fn removals(copy: &PoolCopy, changes: &BTreeMap<String, Change>) -> Option<json_patch::Patch> {
+    if changes.is_empty() {
+        return None;
+    }
+    let mut ops = Vec::new();
+    for (key, change) in changes {
+        let entry = copy.spec.allocations.get(key)?;
+        if *change != Change::Remove {
+            return None;
+        }
+        let at = format!("/spec/allocations/{key}");
+        let held = [
+            ("id", &entry.container_id),
+            ("podref", &entry.podref),
+            ("ifname", &entry.ifname),
+        ];
+        // whereabouts before 0.8 writes no interface.
+        for (field, value) in held.into_iter().filter(|(_, v)| !v.is_empty()) {
+            ops.push(json!({"op": "test", "path": format!("{at}/{field}"), "value": value}));
+        }
+        ops.push(json!({"op": "remove", "path": at}));
+        let notes = [
+            (note_key(key), copy.notes.contains_key(key)),
+            (claim_key(key), copy.claims.contains_key(key)),
+            (backup_key(key), copy.backups.contains_key(key)),
+        ];
+        for (name, _) in notes.into_iter().filter(|(_, had)| *had) {
+            // JSON Pointer escapes `~` and `/` (RFC 6901).
+            let name = name.replace('~', "~0").replace('/', "~1");
+            let path = format!("/metadata/annotations/{name}");
+            ops.push(json!({"op": "remove", "path": path}));
+        }
+    }
+    serde_json::from_value(Value::Array(ops)).ok()
 }
 
 /// Every IPPool, OverlappingRangeIPReservation and NodeSlicePool of
@@ -747,4 +817,85 @@ pub(crate) fn pool_copy(object: &str, found: DynamicObject) -> Result<PoolCopy, 
             .filter_map(|(offset, json)| Some((offset, serde_json::from_str(&json).ok()?)))
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, ifname: &str) -> Allocation {
+        Allocation {
+            container_id: id.into(),
+            podref: format!("ns/{id}"),
+            ifname: ifname.into(),
+        }
+    }
+
+    fn copy() -> PoolCopy {
+        let mut spec = PoolSpec {
+            range: "fd20::/64".into(),
+            allocations: BTreeMap::new(),
+        };
+        spec.allocations.insert("5".into(), entry("c5", "net1"));
+        spec.allocations.insert("9".into(), entry("c9", ""));
+        PoolCopy {
+            name: "fd20--64".into(),
+            resource_version: "7".into(),
+            spec,
+            notes: BTreeMap::from([("5".to_string(), "uid/c5".to_string())]),
+            claims: BTreeMap::new(),
+            backups: BTreeMap::new(),
+        }
+    }
+
+    /// A DEL's write names its entry's holder and no resourceVersion, so
+    /// other writers elsewhere in the pool cost it nothing.
+    #[test]
+    fn a_removal_tests_its_holder_instead_of_the_resource_version() {
+        let changes = BTreeMap::from([("5".to_string(), Change::Remove)]);
+        let patch = removals(&copy(), &changes).expect("a removal");
+        let ops = serde_json::to_value(patch).unwrap();
+        assert_eq!(
+            ops,
+            json!([
+                {"op": "test", "path": "/spec/allocations/5/id", "value": "c5"},
+                {"op": "test", "path": "/spec/allocations/5/podref", "value": "ns/c5"},
+                {"op": "test", "path": "/spec/allocations/5/ifname", "value": "net1"},
+                {"op": "remove", "path": "/spec/allocations/5"},
+                {"op": "remove", "path": "/metadata/annotations/pod-uid.plexus.io~15"},
+            ])
+        );
+        assert!(!ops.to_string().contains("resourceVersion"));
+        // An entry whereabouts wrote without an interface is tested
+        // without one.
+        let changes = BTreeMap::from([("9".to_string(), Change::Remove)]);
+        let ops = serde_json::to_value(removals(&copy(), &changes).unwrap()).unwrap();
+        assert!(!ops.to_string().contains("ifname"));
+    }
+
+    /// Anything but removals of entries the copy holds is a
+    /// compare-and-swap on the resourceVersion.
+    #[test]
+    fn other_writes_keep_the_compare_and_swap() {
+        let copy = copy();
+        let absent = BTreeMap::from([("6".to_string(), Change::Remove)]);
+        let set = BTreeMap::from([(
+            "6".to_string(),
+            Change::Set(entry("c6", "net1"), Note::default()),
+        )]);
+        let mixed = BTreeMap::from([
+            ("5".to_string(), Change::Remove),
+            (
+                "9".to_string(),
+                Change::Unnote {
+                    uid: true,
+                    claim: false,
+                    backup: false,
+                },
+            ),
+        ]);
+        for changes in [absent, set, mixed, BTreeMap::new()] {
+            assert!(removals(&copy, &changes).is_none(), "{changes:?}");
+        }
+    }
 }

@@ -57,8 +57,9 @@ struct Side {
     /// pool or in the ADD's answer (whereabouts erases the former on its
     /// next write).
     unreadable: usize,
-    /// The other binary's DELs of its pods: failures, and the pool entries
-    /// and reservations of its pods left after them.
+    /// The other binary's DELs of its pods: the calls that failed (each
+    /// retried as a runtime does), and the pool entries and reservations of
+    /// its pods left after them.
     del_failures: usize,
     left_entries: usize,
     left_reservations: usize,
@@ -287,12 +288,15 @@ impl Shared {
             storm.duplicates
         );
         println!(
-            "{:<46} {:>9} {:>13} {:>18}",
-            "cross-DEL", "failures", "entries left", "reservations left"
+            "{:<46} {:>12} {:>13} {:>18}",
+            "cross-DEL (failed DELs retried, as kubelet)",
+            "failed calls",
+            "entries left",
+            "reservations left"
         );
         for (s, other) in self.sides.iter().zip(self.sides.iter().rev()) {
             println!(
-                "{:<46} {:>9} {:>13} {:>18}",
+                "{:<46} {:>12} {:>13} {:>18}",
                 format!("{} DELs the pods {} ADDed", other.short, s.short),
                 s.del_failures,
                 s.left_entries,
