@@ -215,7 +215,7 @@ pub fn main() -> Outcome {
         return Outcome::PluginCall(crate::cluster_ipam::run_as_plugin());
     }
     if plugin_mode {
-        return Outcome::PluginCall(crate::commands::daemon::shim::run());
+        return Outcome::PluginCall(crate::plugin::shim::run());
     }
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Install(_) | Command::Daemon(_)) {

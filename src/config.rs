@@ -43,6 +43,11 @@ pub use crate::policy::{DEFAULT_GLOBAL_NAMESPACE, DEFAULT_PLEXUS_NAMESPACE};
 /// How long an ADD waits for the cluster network by default: Multus's 45 s.
 pub const DEFAULT_READINESS_TIMEOUT: Duration = Duration::from_secs(45);
 
+/// How long a plugin may run before it is killed (`pluginTimeout`):
+/// generous, since `dhcp` and plugins talking to remote controllers can
+/// take seconds, but well inside kubelet's runtime request timeout.
+pub const DEFAULT_PLUGIN_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Bounds on the API server, from plexus's conf.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ApiTimeouts {
@@ -409,7 +414,7 @@ impl PlexusConf {
             readiness_timeout: seconds("readinessTimeout", raw.readiness_timeout)?
                 .unwrap_or(DEFAULT_READINESS_TIMEOUT),
             plugin_timeout: seconds("pluginTimeout", raw.plugin_timeout)?
-                .unwrap_or(crate::run::exec::DEFAULT_TIMEOUT),
+                .unwrap_or(DEFAULT_PLUGIN_TIMEOUT),
             pod_resources: PodResourcesClient::new(
                 path(raw.pod_resources_socket, podresources::DEFAULT_SOCKET),
                 seconds("podResourcesTimeout", raw.pod_resources_timeout)?

@@ -1,28 +1,42 @@
 //! plexus: a CNI plugin that attaches Kubernetes pods to many networks at once,
 //! implementing the Network Plumbing WG's multi-net spec v1.3.
 //!
-//! Layers, top to bottom (see README "Architecture"):
+//! Layers, top to bottom (see README "Architecture"). A module imports only
+//! from the layers below its own; `.ci/import-cycles` checks this list.
 //! - [`cli`]: the `plexus` command line; the same binary is the CNI plugin.
-//! - [`plugin`]: plexus as a CNI plugin (what a runtime invokes).
 //! - [`commands`]: the other commands: [`commands::daemon`] (thick mode,
-//!   `plexus daemon` and the shim that forwards to it), [`commands::install`]
-//!   (`plexus install`, the DaemonSet's entrypoint) and [`commands::demo`].
-//! - [`plan`]: pod + NADs + default network → the ordered attachment plan
-//!   (pure), with what planning reads: [`plan::devices`] (the device kubelet
+//!   `plexus daemon`), [`commands::install`] (`plexus install`, the
+//!   DaemonSet's entrypoint), [`commands::demo`], `plan`, `status`, `pools`.
+//! - [`plugin`]: plexus as a CNI plugin (what a runtime invokes): the
+//!   composition root, and [`plugin::shim`] with its protocol
+//!   [`plugin::wire`], which forwards a call to the daemon.
+//! - [`cluster_ipam`]: `"ipam": {"type": "whereabouts"}` in-process, a
+//!   built-in plugin of the executor's registry, and its reconciler.
+//! - [`run`]: executes a plan: plugin chains (built-in or exec'd), prevResult,
+//!   rollback, DEL/CHECK/GC from the [`record`] of what was attempted.
+//! - [`plan`]: pod + NADs + default network → the ordered attachment plan,
+//!   with what planning reads: [`plan::devices`] (the device kubelet
 //!   allocated to each network backed by a device-plugin resource),
 //!   [`plan::claims`] (persistent IPs through IPAMClaims, §8),
 //!   [`plan::readiness`] (waiting for the cluster network, §6.1.2),
 //!   [`plan::auxiliary`] (Multus's auxiliary CNI chain) and [`plan::hotplug`]
 //!   (what a running sandbox must change to match its annotation).
+//! - [`record`]: the crash-safe record of each ADD, which DELs are owed.
+//! - [`attachment`]: the plan's types, a leaf the executor and the record share.
+//! - [`cluster`]: pods, NADs and IPAMClaims from a manifest directory or the
+//!   API server; status, events, watches, whereabouts' objects, the Lease.
+//! - [`netpolicy`]: MultiNetworkPolicy, from spec to an nftables table.
+//! - [`sandbox_dir`]: the per-sandbox lock and notes every process shares.
 //! - [`config`]: plexus's own CNI conf (Multus-compatible keys).
+//! - [`policy`]: which networks a pod may get (the conf's selection keys).
 //! - [`logging`]: `logFile`, `logLevel`, `logToStderr`, `logOptions`.
 //! - [`manifest`]: Kubernetes manifests (YAML/JSON) read from files.
 //! - [`netattach`]: the multi-net spec model (NAD, selection, status, IPAMClaim).
-//! - [`run`]: executes a plan: plugin chains (built-in or exec'd), prevResult,
-//!   rollback, DEL/CHECK/GC from the [`record`] of what was attempted.
+//! - [`phases`]: where one call's time goes (`PLEXUS_PHASES`).
 //! - [`cni`]: the CNI protocol (env, config, results, errors, versions), its own
 //!   crate `plexus-cni` so the data plane and IPAM share it.
 
+pub mod attachment;
 pub mod cli;
 pub mod cluster;
 pub mod cluster_ipam;
@@ -40,3 +54,4 @@ pub mod plugin;
 pub mod policy;
 pub mod record;
 pub mod run;
+pub mod sandbox_dir;

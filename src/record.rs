@@ -40,6 +40,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::attachment::{Attachment, Plan};
 use crate::cni::casefold;
 use crate::cni::error::CniError;
 use crate::cni::names::{ContainerId, IfName};
@@ -48,7 +49,6 @@ use crate::cni::whole_file::{self, Durability};
 use crate::cni::CniVersion;
 use crate::netattach::deviceinfo::DeviceInfo;
 use crate::netattach::status::NetworkStatus;
-use crate::plan::attachment::{Attachment, Plan};
 
 /// Where records live unless configured (`cniDir`), next to Multus's
 /// `/var/lib/cni/multus`.
@@ -450,7 +450,7 @@ impl Cache {
     pub fn remove(&self, container_id: &ContainerId, ifname: &IfName) -> Result<(), RecordError> {
         let _span = crate::phases::span("record write");
         let path = self.path(container_id, ifname);
-        remove_file(&path).map_err(|e| RecordError::io(&path, e))
+        whole_file::remove(&path).map_err(|e| RecordError::io(&path, e))
     }
 
     /// Move an unreadable record aside (`<name>.corrupt`), keeping it for an
@@ -610,14 +610,6 @@ fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     File::open(path)?.take(MAX_RECORD).read_to_end(&mut bytes)?;
     Ok(bytes)
-}
-
-/// Remove a file; a missing file is fine.
-pub(crate) fn remove_file(path: &Path) -> std::io::Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
 }
 
 #[cfg(test)]

@@ -174,6 +174,15 @@ fn parent(path: &Path) -> &Path {
     }
 }
 
+/// Removes `path`; a file already gone is no failure (a DEL finishes what
+/// an earlier one began).
+pub fn remove(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

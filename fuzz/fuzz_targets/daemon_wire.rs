@@ -1,4 +1,4 @@
-//! The thick daemon's socket protocol (src/commands/daemon/wire.rs): one JSON line
+//! The thick daemon's socket protocol (src/plugin/wire.rs): one JSON line
 //! each way. Any bytes a client sends must give a request, whose CNI
 //! variables then validate (cni-SPEC §2) as the daemon serves it, or an
 //! error, never a panic; the shim reads the answer the same way.
@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use plexus::cni::env::CniEnv;
-use plexus::commands::daemon::wire::{self, ShimRequest, ShimResponse};
+use plexus::plugin::wire::{self, ShimRequest, ShimResponse};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(request) = wire::receive::<ShimRequest>(&mut &data[..]) {

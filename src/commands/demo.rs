@@ -22,9 +22,9 @@ use plexus_dataplane::{probe, NetNs, Netlink};
 use serde_json::{json, Value};
 
 use crate::cni::names::{ContainerId, IfName};
-use crate::commands::daemon::sandbox_dir::{self, SandboxDir};
 use crate::netattach::status::{status_annotation_value, NetworkStatus};
 use crate::record::{Cache, Lookup};
+use crate::sandbox_dir::{self, SandboxDir};
 
 /// The embedded example, compiled in.
 pub mod files {

@@ -31,9 +31,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::attachment::{Attachment, Plan, PLEXUS_ARGS};
 pub use super::error::ClaimProblem;
 use super::error::PlanError;
+use crate::attachment::{Attachment, Plan, PLEXUS_ARGS};
 use crate::cluster::Cluster;
 use crate::netattach::ipamclaim::IpamClaim;
 use crate::netattach::pod::Pod;

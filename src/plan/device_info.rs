@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
-use super::attachment::DeviceInfoFiles;
 use super::inputs::PlanOptions;
+use crate::attachment::DeviceInfoFiles;
 use crate::netattach::deviceinfo;
 
 /// device-info-SPEC §4.2: the attachment's CNI device-info file, unique to

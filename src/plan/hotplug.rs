@@ -22,8 +22,8 @@
 //!   networks), with the parser's reason, whatever `strictAnnotations` says:
 //!   failing is not an option for a running pod.
 
-use super::attachment::{net_n, Attachment, Plan};
 use super::error::PlanError;
+use crate::attachment::{net_n, Attachment, Plan};
 use crate::netattach::pod::Pod;
 use crate::netattach::selection::{parse_selection_annotation, NETWORKS_ANNOTATION};
 use crate::record::{CachedAttachment, Record, State};

@@ -36,7 +36,6 @@
 //! - An invalid selection annotation is ignored with a warning (the spec's
 //!   rule), or fails the pod with `strictAnnotations`.
 
-pub mod attachment;
 pub mod auxiliary;
 pub mod claims;
 mod conf_dir;
@@ -52,6 +51,9 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
+pub use crate::attachment::{
+    net_n, Attachment, DeviceInfoFiles, Plan, AUXILIARY_SOURCE, PLEXUS_ARGS,
+};
 use crate::cluster::NadSource;
 use crate::cni::config::{derive_request, NetworkConfigList};
 use crate::cni::names::IfName;
@@ -61,7 +63,6 @@ use crate::netattach::pod::Pod;
 use crate::netattach::selection::{
     parse_selection_annotation, NetworkSelectionElement, NETWORKS_ANNOTATION,
 };
-pub use attachment::{net_n, Attachment, DeviceInfoFiles, Plan, AUXILIARY_SOURCE, PLEXUS_ARGS};
 pub use conf_dir::ConfDir;
 use device_info::{cni_device_info_file, device_info_files, offer_device_info_file};
 use devices::{DeviceNeed, DeviceSource};

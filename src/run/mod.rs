@@ -673,16 +673,18 @@ impl Executor {
                     path,
                     container_id,
                     ifname,
-                } if !is_valid(&container_id, &ifname) => match crate::record::remove_file(&path) {
-                    Ok(()) => report
-                        .warnings
-                        .push(format!("removed unreadable record {}", path.display())),
-                    Err(e) => errors.push(RecordError::io(path, e).into()),
-                },
+                } if !is_valid(&container_id, &ifname) => {
+                    match crate::cni::whole_file::remove(&path) {
+                        Ok(()) => report
+                            .warnings
+                            .push(format!("removed unreadable record {}", path.display())),
+                        Err(e) => errors.push(RecordError::io(path, e).into()),
+                    }
+                }
                 // GC runs alone (cni-SPEC §3 "Lifecycle"): no writer is
                 // between its write and its rename.
                 crate::record::Entry::Temp(path) => {
-                    if let Err(e) = crate::record::remove_file(&path) {
+                    if let Err(e) = crate::cni::whole_file::remove(&path) {
                         errors.push(RecordError::io(path, e).into());
                     }
                 }

@@ -18,7 +18,8 @@ use crate::cni::skel::{Plugin, Request, TypedPlugin, ValidAttachment};
 use plexus_dataplane::Session;
 
 use super::error::RunError;
-use super::exec::{ExecError, ExecPlugin, ExecSite, DEFAULT_TIMEOUT};
+use super::exec::{ExecError, ExecPlugin, ExecSite};
+use crate::config::DEFAULT_PLUGIN_TIMEOUT;
 
 /// Builds a built-in plugin. It gets the resolver so that it can delegate in
 /// turn (a bridge driver runs its `ipam.type` through it), and the
@@ -56,7 +57,7 @@ impl Registry {
         Registry {
             builtins: BTreeMap::new(),
             refused,
-            exec_timeout: DEFAULT_TIMEOUT,
+            exec_timeout: DEFAULT_PLUGIN_TIMEOUT,
             exec_site: Arc::default(),
             session: Arc::new(Session::new()),
         }

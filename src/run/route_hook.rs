@@ -35,7 +35,7 @@ pub trait RouteHook {
 
 /// Leaves routes and results alone: an executor's hook until one is set
 /// ([`super::Executor::with_route_hook`]); the plugin's ADD sets the data plane's
-/// (`NetlinkRouteHook` in `src/plugin.rs`), so only executors that never
+/// (`NetlinkRouteHook` in `src/plugin/`), so only executors that never
 /// apply a `default-route` selection keep this one.
 pub struct NoRouteHook;
 

@@ -11,8 +11,7 @@
 //! holds its sandbox's lock ([`Sandboxes::locked`]), so the sandbox's DEL
 //! waits for it, and a pass after the DEL finds nothing to do.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +22,7 @@ use crate::cluster::kube::{KubeCluster, Publication, SharedApi};
 use crate::cluster::{Cluster, ClusterError};
 use crate::cni::args::CniArgs;
 use crate::cni::error::CniError;
-use crate::cni::names::{ContainerId, IfName};
+use crate::cni::names::ContainerId;
 use crate::config::{ConfigError, PlexusConf};
 use crate::netattach::pod::Pod;
 use crate::netattach::selection::NETWORKS_ANNOTATION;
@@ -38,8 +37,8 @@ use crate::run::routes::NetlinkRouteHook;
 use crate::run::{Delegates, Executor, RunContext, RunError};
 
 use super::metrics::Metrics;
-use super::sandbox_dir::SandboxLockError;
 use super::sandboxes::{Sandbox, Sandboxes};
+use crate::sandbox_dir::SandboxLockError;
 
 /// The first retry of a failed change, doubled per failure up to the cap.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -465,41 +464,4 @@ struct Written {
     claims: Vec<ClaimStatus>,
     /// Whether the network-status is compared with the record's.
     check_status: bool,
-}
-
-/// The sandbox a successful ADD served, when its pod is named (kubelet's
-/// `CNI_ARGS`) and read from the API server (a conf with `kubeconfig`, no
-/// `manifestDir`): what a later hot-plug needs.
-pub fn sandbox_of(env: &BTreeMap<String, String>, stdin: &str) -> Option<Sandbox> {
-    let conf: serde_json::Value = serde_json::from_str(stdin).ok()?;
-    let parsed = PlexusConf::from_value(&conf).ok()?;
-    sandbox_parsed(env, conf, &parsed)
-}
-
-/// [`sandbox_of`] with the conf parsed already: `conf` as given, `parsed`
-/// as read.
-pub fn sandbox_parsed(
-    env: &BTreeMap<String, String>,
-    conf: serde_json::Value,
-    parsed: &PlexusConf,
-) -> Option<Sandbox> {
-    if parsed.kubeconfig.is_none() || parsed.manifest_dir.is_some() {
-        return None;
-    }
-    let args = CniArgs::parse(env.get("CNI_ARGS").map_or("", String::as_str)).ok()?;
-    let path = env
-        .get("CNI_PATH")
-        .map(|p| std::env::split_paths(p).collect())
-        .unwrap_or_default();
-    Some(Sandbox {
-        container_id: ContainerId::new(env.get("CNI_CONTAINERID")?.as_str()).ok()?,
-        ifname: IfName::new(env.get("CNI_IFNAME")?.as_str()).ok()?,
-        netns: Path::new(env.get("CNI_NETNS")?).to_path_buf(),
-        cni_path: path,
-        namespace: args.k8s_pod_namespace()?.to_string(),
-        pod: args.k8s_pod_name()?.to_string(),
-        uid: args.k8s_pod_uid().map(String::from),
-        conf,
-        restored: false,
-    })
 }

@@ -20,11 +20,8 @@
 pub mod hotplug;
 pub mod metrics;
 pub mod netpolicy;
-pub mod sandbox_dir;
 pub mod sandboxes;
-pub mod shim;
 mod socket;
-pub mod wire;
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -55,7 +52,7 @@ use plexus_dataplane::NetNs;
 use self::metrics::Metrics;
 use self::netpolicy::Enforcer;
 use self::sandboxes::Sandboxes;
-use self::wire::{ShimRequest, ShimResponse, MAX_LINE};
+use crate::plugin::wire::{self, ShimRequest, ShimResponse, MAX_LINE};
 
 /// How long a caller may take to send its request once a worker is its.
 const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -613,7 +610,8 @@ fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) ->
             let answer = run_call(daemon, request, netns);
             match command {
                 "ADD" if answer.exit_code == 0 && daemon.clusters.api.is_some() => {
-                    if let Some(sandbox) = hotplug::sandbox_of(&request.env, &request.stdin) {
+                    if let Some(sandbox) = sandboxes::Sandbox::of_call(&request.env, &request.stdin)
+                    {
                         daemon.sandboxes.add(sandbox.clone());
                         if let Some(refused) = enforce_added(daemon, request, &sandbox, pod_ns) {
                             return refused;

@@ -12,9 +12,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use super::sandbox_dir::Sandbox;
-use super::sandbox_dir::{SandboxDir, SandboxLockError};
 use crate::cni::names::ContainerId;
+pub use crate::sandbox_dir::Sandbox;
+use crate::sandbox_dir::{SandboxDir, SandboxLockError};
 
 pub struct Sandboxes {
     /// The daemon's notes; `None`: remembered in memory only.
@@ -179,7 +179,7 @@ mod tests {
             assert!(next.get(&ContainerId::new(id).unwrap()).is_none());
         }
         assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
-        let shared = cni_dir.join(super::super::sandbox_dir::SUBDIR);
+        let shared = cni_dir.join(crate::sandbox_dir::SUBDIR);
         assert_eq!(std::fs::read_dir(shared).unwrap().count(), 0);
         assert!(lock(&next.locks).is_empty());
     }

@@ -44,11 +44,6 @@ use error::{Printed, Unusable};
 use stderr::Destination;
 pub use stderr::StderrSink;
 
-/// How long a plugin may run before it is killed: generous, since `dhcp` and
-/// plugins talking to remote controllers can take seconds, but well inside
-/// kubelet's runtime request timeout.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-
 /// A plugin printing more than this on stdout is broken; nothing legitimate
 /// comes close.
 const MAX_STDOUT: u64 = 16 << 20;
@@ -569,6 +564,7 @@ mod tests {
     use super::*;
     use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
     use crate::cni::error::{CniError, ErrorCode};
+    use crate::config::DEFAULT_PLUGIN_TIMEOUT;
     // The exec'd plugin as a runtime sees it: its CNI errors.
     use crate::cni::skel::Plugin;
 
@@ -714,7 +710,7 @@ mod tests {
             let e = find_plugin(bad, std::slice::from_ref(&sub)).unwrap_err();
             assert!(matches!(e, ExecError::PluginType(_)), "{bad}: {e:?}");
             assert!(matches!(
-                ExecPlugin::new(bad, DEFAULT_TIMEOUT),
+                ExecPlugin::new(bad, DEFAULT_PLUGIN_TIMEOUT),
                 Err(ExecError::PluginType(_))
             ));
         }
@@ -729,14 +725,14 @@ mod tests {
             "p",
             r#"cat >/dev/null; echo '{"cniVersion":"1.1.0","ips":[{"address":"10.0.0.2/24"}]}'"#,
         );
-        let p = ExecPlugin::new("p", DEFAULT_TIMEOUT).unwrap();
+        let p = ExecPlugin::new("p", DEFAULT_PLUGIN_TIMEOUT).unwrap();
         let req = request(CniCommand::Add, vec![d.path().into()], conf("p"));
         let r = p.add(&req).unwrap();
         assert_eq!(r.cni_version, Some(CniVersion::V1_0_0));
         assert_eq!(r.ips[0].address.to_string(), "10.0.0.2/24");
         // No cniVersion in the result: the request's is assumed.
         script(d.path(), "q", r#"echo '{"ip4":{"ip":"10.0.0.3/24"}}'"#);
-        let p = ExecPlugin::new("q", DEFAULT_TIMEOUT).unwrap();
+        let p = ExecPlugin::new("q", DEFAULT_PLUGIN_TIMEOUT).unwrap();
         let mut c = conf("q");
         c["cniVersion"] = json!("0.2.0");
         let req = request(CniCommand::Add, vec![d.path().into()], c);
@@ -753,7 +749,7 @@ mod tests {
             "p",
             r#"echo '{"cniVersion":"1.0.0","code":11,"msg":"busy","details":"lock held"}'; exit 1"#,
         );
-        let p = ExecPlugin::new("p", DEFAULT_TIMEOUT).unwrap();
+        let p = ExecPlugin::new("p", DEFAULT_PLUGIN_TIMEOUT).unwrap();
         let req = request(CniCommand::Del, vec![d.path().into()], conf("p"));
         assert!(matches!(
             p.invoke(&req).unwrap_err(),
@@ -770,7 +766,7 @@ mod tests {
             "q",
             r#"echo '{"code":107,"msg":"no details"}'; exit 2"#,
         );
-        let q = ExecPlugin::new("q", DEFAULT_TIMEOUT).unwrap();
+        let q = ExecPlugin::new("q", DEFAULT_PLUGIN_TIMEOUT).unwrap();
         let e = q.check(&req).unwrap_err();
         assert_eq!(
             e,
@@ -786,7 +782,7 @@ mod tests {
             "p",
             "echo 'half a line' ; echo 'boom: no such device' >&2; exit 3",
         );
-        let p = ExecPlugin::new("p", DEFAULT_TIMEOUT).unwrap();
+        let p = ExecPlugin::new("p", DEFAULT_PLUGIN_TIMEOUT).unwrap();
         let req = request(CniCommand::Add, vec![d.path().into()], conf("p"));
         let e = p.invoke(&req).unwrap_err();
         assert!(
@@ -800,7 +796,7 @@ mod tests {
              stdout is not a CNI error: half a line"
         );
         script(d.path(), "k", "kill -9 $$");
-        let k = ExecPlugin::new("k", DEFAULT_TIMEOUT).unwrap();
+        let k = ExecPlugin::new("k", DEFAULT_PLUGIN_TIMEOUT).unwrap();
         let e = k.invoke(&req).unwrap_err();
         assert!(matches!(e, ExecError::Killed { signal: 9, .. }), "{e:?}");
         assert_eq!(CniError::from(e).details, "k: killed by signal 9");
@@ -818,7 +814,7 @@ mod tests {
         );
         let dirs = vec![d.path().to_path_buf()];
         let run = |t: &str| {
-            let p = ExecPlugin::new(t, DEFAULT_TIMEOUT).unwrap();
+            let p = ExecPlugin::new(t, DEFAULT_PLUGIN_TIMEOUT).unwrap();
             let req = request(CniCommand::Add, dirs.clone(), conf(t));
             let stdout = p.invoke(&req).unwrap();
             p.parse_result(&stdout, &req).unwrap_err()
@@ -838,7 +834,7 @@ mod tests {
             .details
             .starts_with("b: result.ips[0].address"));
         // DEL ignores stdout, as libcni does.
-        let p = ExecPlugin::new("g", DEFAULT_TIMEOUT).unwrap();
+        let p = ExecPlugin::new("g", DEFAULT_PLUGIN_TIMEOUT).unwrap();
         assert_eq!(p.del(&request(CniCommand::Del, dirs, conf("g"))), Ok(()));
     }
 
@@ -855,7 +851,7 @@ mod tests {
                 log.display()
             ),
         );
-        let p = ExecPlugin::new("p", DEFAULT_TIMEOUT).unwrap();
+        let p = ExecPlugin::new("p", DEFAULT_PLUGIN_TIMEOUT).unwrap();
         let mut c = conf("p");
         c["extra"] = json!({"k": [1, 2]});
         let mut req = request(

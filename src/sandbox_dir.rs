@@ -13,6 +13,7 @@
 //! DEL. The daemon's own notes (the sandboxes it ADDed) live in its state
 //! directory, in the same format.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -21,10 +22,12 @@ use std::time::Duration;
 use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 
+use crate::cni::args::CniArgs;
 use crate::cni::error::CniError;
 use crate::cni::flock::{lock_file, LockFileError};
 use crate::cni::names::{ContainerId, IfName};
 use crate::cni::whole_file::{self, Durability};
+use crate::config::PlexusConf;
 
 /// One sandbox, as its ADD named it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,11 +54,46 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// The sandbox a successful ADD served, when its pod is named
+    /// (kubelet's `CNI_ARGS`) and read from the API server (a conf with
+    /// `kubeconfig`, no `manifestDir`): what a later hot-plug needs.
+    pub fn of_call(env: &BTreeMap<String, String>, stdin: &str) -> Option<Sandbox> {
+        let conf: serde_json::Value = serde_json::from_str(stdin).ok()?;
+        let parsed = PlexusConf::from_value(&conf).ok()?;
+        Sandbox::of_parsed_call(env, conf, &parsed)
+    }
+
+    /// [`Sandbox::of_call`] with the conf parsed already: `conf` as given,
+    /// `parsed` as read.
+    pub fn of_parsed_call(
+        env: &BTreeMap<String, String>,
+        conf: serde_json::Value,
+        parsed: &PlexusConf,
+    ) -> Option<Sandbox> {
+        if parsed.kubeconfig.is_none() || parsed.manifest_dir.is_some() {
+            return None;
+        }
+        let args = CniArgs::parse(env.get("CNI_ARGS").map_or("", String::as_str)).ok()?;
+        let path = env
+            .get("CNI_PATH")
+            .map(|p| std::env::split_paths(p).collect())
+            .unwrap_or_default();
+        Some(Sandbox {
+            container_id: ContainerId::new(env.get("CNI_CONTAINERID")?.as_str()).ok()?,
+            ifname: IfName::new(env.get("CNI_IFNAME")?.as_str()).ok()?,
+            netns: Path::new(env.get("CNI_NETNS")?).to_path_buf(),
+            cni_path: path,
+            namespace: args.k8s_pod_namespace()?.to_string(),
+            pod: args.k8s_pod_name()?.to_string(),
+            uid: args.k8s_pod_uid().map(String::from),
+            conf,
+            restored: false,
+        })
+    }
+
     /// The `cniDir` of its conf: where its lock and records are.
     pub fn cni_dir(&self) -> Option<PathBuf> {
-        crate::config::PlexusConf::from_value(&self.conf)
-            .ok()
-            .map(|c| c.cni_dir)
+        PlexusConf::from_value(&self.conf).ok().map(|c| c.cni_dir)
     }
 }
 
@@ -174,7 +212,7 @@ impl SandboxDir {
     /// fine.
     pub fn forget(&self, container_id: &ContainerId) {
         let path = self.note_path(container_id);
-        if let Err(error) = crate::record::remove_file(&path) {
+        if let Err(error) = crate::cni::whole_file::remove(&path) {
             tracing::warn!(%error, file = %path.display(), "sandbox note not removed");
         }
     }
@@ -227,7 +265,7 @@ impl Held {
     /// still known: noted beside it, or `known_elsewhere` (the daemon's).
     pub fn release(self, known_elsewhere: bool) {
         if !known_elsewhere && !self.note.exists() {
-            if let Err(error) = crate::record::remove_file(&self.path) {
+            if let Err(error) = crate::cni::whole_file::remove(&self.path) {
                 tracing::warn!(%error, file = %self.path.display(), "sandbox lock not removed");
             }
         }

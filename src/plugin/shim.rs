@@ -20,6 +20,7 @@ use std::path::PathBuf;
 
 use plexus_dataplane::NetNs;
 
+use super::PlexusPlugin;
 use crate::cni::call_log::CallLog;
 use crate::cni::env::{CniCommand, CNI_NETNS};
 use crate::cni::error::{CniError, ErrorCode};
@@ -28,11 +29,9 @@ use crate::cni::skel::{self, MAX_STDIN};
 use crate::config::{DaemonClient, DaemonFallback, PlexusConf};
 use crate::logging::LogSettings;
 use crate::phases;
-use crate::plugin::PlexusPlugin;
 
-use super::hotplug;
-use super::sandbox_dir::SandboxDir;
 use super::wire::{self, ShimRequest, ShimResponse};
+use crate::sandbox_dir::{Sandbox, SandboxDir};
 
 /// Why a forwarded call got no answer.
 #[derive(Debug)]
@@ -196,7 +195,7 @@ fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
             // The conf parsed once already: only its JSON is needed again.
             let noted = request(stdin.to_vec())
                 .zip(serde_json::from_slice(stdin).ok())
-                .and_then(|(r, given)| hotplug::sandbox_parsed(&r.env, given, conf))
+                .and_then(|(r, given)| Sandbox::of_parsed_call(&r.env, given, conf))
                 .map(|sandbox| dir.note(&sandbox));
             if let Some(Err(error)) = noted {
                 CallLog::from_vars(|key| std::env::var(key).ok(), Some(&conf.name)).warn(

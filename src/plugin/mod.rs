@@ -10,6 +10,9 @@
 //! from the configuration, as Multus does. STATUS asks the cluster
 //! network's plugins too.
 
+pub mod shim;
+pub mod wire;
+
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,8 +33,7 @@ use crate::cni::error::{codes, CniError};
 use crate::cni::names::{ContainerId, IfName};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, ValidAttachment};
-use crate::commands::daemon::sandbox_dir::SandboxDir;
-use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
+use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR, DEFAULT_PLUGIN_TIMEOUT};
 use crate::netattach::pod::Pod;
 use crate::netattach::status::NetworkStatus;
 use crate::phases;
@@ -42,11 +44,12 @@ use crate::plan::{self, ConfDir, DefaultNetwork, PlanError, PlanInputs, PlanOpti
 use crate::policy::SelectionPolicy;
 use crate::record::Cache;
 use crate::run::claims::{self as claim_book, ClaimBook};
-use crate::run::exec::{ExecSite, StderrSink, DEFAULT_TIMEOUT};
+use crate::run::exec::{ExecSite, StderrSink};
 use crate::run::routes::NetlinkRouteHook;
 use crate::run::{
     AttachmentObserver, AttachmentResult, Delegates, Executor, Registry, RunContext, RunError,
 };
+use crate::sandbox_dir::SandboxDir;
 
 /// plexus's CNI operations. A plugin process makes one per call with
 /// [`PlexusPlugin::thin`]; the node daemon makes one with its shared
@@ -739,7 +742,7 @@ impl Plugin for PlexusPlugin<'_> {
         let call = call(req)?;
         let plugin_timeout = conf
             .as_deref()
-            .map_or(DEFAULT_TIMEOUT, |c| c.plugin_timeout);
+            .map_or(DEFAULT_PLUGIN_TIMEOUT, |c| c.plugin_timeout);
         let registry = self.registry(
             conf.as_deref(),
             chroot_of(req, conf.as_deref()).as_deref(),
