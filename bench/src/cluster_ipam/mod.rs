@@ -371,10 +371,12 @@ fn pods(setup: &Setup) -> Vec<(String, String)> {
 /// `command` for every pod at once, each its own process: its time and
 /// answer.
 /// Rounds of retried DELs: kubelet retries a failed StopPodSandbox (the
-/// CNI DEL) at the pod's next sync, so a DEL that failed under load is
-/// done again, not left (CNI SPEC "DEL": a runtime may call it again).
-const DEL_ROUNDS: usize = 3;
-/// The pause before each round (kubelet's pod sync is seconds apart).
+/// CNI DEL) at the pod's next sync, backing off, so a DEL that failed under
+/// load is done again, not left (CNI SPEC "DEL": a runtime may call it
+/// again).
+const DEL_ROUNDS: u32 = 6;
+/// The pause before the first retry, doubled before each next one (2 to
+/// 64 s, about two minutes in all).
 const DEL_PAUSE: Duration = Duration::from_secs(2);
 
 /// Every pod DELeted at once by `call`, then the failed ones again, at
@@ -393,7 +395,7 @@ fn deleted_as_a_runtime(
             break;
         }
         if round > 0 {
-            std::thread::sleep(DEL_PAUSE);
+            std::thread::sleep(DEL_PAUSE * (1 << (round - 1)));
         }
         let answers = all_at_once(call, "DEL", these);
         let (again, why): (Vec<_>, Vec<_>) = these

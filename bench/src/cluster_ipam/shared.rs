@@ -68,6 +68,8 @@ struct Side {
 pub(super) struct Shared {
     storm: Storm,
     sides: Vec<Side>,
+    /// The first failed DEL calls' answers (each DEL retried).
+    del_errors: Vec<String>,
     /// whereabouts' log after the ADDs and after the DELs.
     log_add: Log,
     log: Log,
@@ -104,6 +106,8 @@ pub(super) fn storm(
     let on_side = |pod: &str, wb: bool| of_whereabouts.contains(pod) == wb;
     // The DELs that failed, of each side's pods (as SIDES).
     let del_failed = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    // The first few failed DEL calls' answers, retried or not.
+    let del_errors = std::sync::Mutex::new(Vec::new());
     let exec = |command: &str, node: &str, pod: &str| {
         // ADDed by its own binary, DELeted by the other.
         let of_wb = of_whereabouts.contains(pod);
@@ -116,6 +120,10 @@ pub(super) fn storm(
         if command == "DEL" && answer.1.is_err() {
             let side = SIDES.iter().position(|(_, _, wb)| *wb == of_wb);
             del_failed[side.unwrap_or_default()].fetch_add(1, Ordering::Relaxed);
+            let mut errors = del_errors.lock().unwrap_or_else(|e| e.into_inner());
+            if errors.len() < 3 {
+                errors.extend(answer.1.as_ref().err().cloned());
+            }
         }
         answer
     };
@@ -160,6 +168,7 @@ pub(super) fn storm(
     Ok(Shared {
         storm,
         sides,
+        del_errors: del_errors.into_inner().unwrap_or_else(|e| e.into_inner()),
         log_add,
         log: read_log(&log),
     })
@@ -313,13 +322,11 @@ impl Shared {
              (by the end of the ADDs: {} lines, {} errors, {} \"{DECODE_ERROR}\")",
             all.lines, all.errors, all.decode_errors, add.lines, add.errors, add.decode_errors
         );
-        for failure in storm
-            .failures
-            .iter()
-            .take(3)
-            .chain(storm.del_failures.iter().take(3))
-        {
+        for failure in storm.failures.iter().take(3) {
             println!("  shared: {failure}");
+        }
+        for failure in &self.del_errors {
+            println!("  shared, a DEL call (retried): {failure}");
         }
         if all.lines == 0 {
             println!("  whereabouts wrote no log: its decode errors cannot be counted");
