@@ -77,7 +77,8 @@ impl Launch<'_> {
         self.spawn_with(node_name, port, &[])
     }
 
-    /// [`Launch::spawn`] with `extra` options (`--multi-network-policy`).
+    /// [`Launch::spawn`] with `extra` options (`--multi-network-policy`,
+    /// `--ipam-reconcile-interval=N` to turn the reconciler on).
     pub(crate) fn spawn_with(
         &self,
         node_name: &str,
@@ -97,8 +98,14 @@ impl Launch<'_> {
         );
         cmd.arg("--cni-dir")
             .arg(dir.join("cache"))
-            .args(["--dynamic-networks=false", "--ipam-reconcile-interval=0"])
-            .args(extra);
+            .arg("--dynamic-networks=false");
+        if !extra
+            .iter()
+            .any(|a| a.starts_with("--ipam-reconcile-interval"))
+        {
+            cmd.arg("--ipam-reconcile-interval=0");
+        }
+        cmd.args(extra);
         let log = dir.join("daemon.log");
         let file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
         cmd.stdout(file.try_clone().map_err(|e| e.to_string())?)
