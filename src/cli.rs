@@ -209,10 +209,10 @@ fn invoked_as(name: &str) -> bool {
 /// Entry point: runs the plugin call or the command the arguments name.
 pub fn main() -> Outcome {
     let plugin_mode = std::env::var_os("CNI_COMMAND").is_some() && std::env::args_os().len() <= 1;
-    if plugin_mode && invoked_as(crate::cluster_ipam::PLUGIN_TYPE) {
+    if plugin_mode && invoked_as(crate::whereabouts::PLUGIN_TYPE) {
         // Installed as `whereabouts` (README "From whereabouts"): the IPAM
         // plugin alone, for a runtime or a meta-plugin that execs it.
-        return Outcome::PluginCall(crate::cluster_ipam::run_as_plugin());
+        return Outcome::PluginCall(crate::whereabouts::run_as_plugin());
     }
     if plugin_mode {
         return Outcome::PluginCall(crate::plugin::shim::run());

@@ -10,8 +10,9 @@
 //! - [`plugin`]: plexus as a CNI plugin (what a runtime invokes): the
 //!   composition root, and [`plugin::shim`] with its protocol
 //!   [`plugin::wire`], which forwards a call to the daemon.
-//! - [`cluster_ipam`]: `"ipam": {"type": "whereabouts"}` in-process, a
-//!   built-in plugin of the executor's registry, and its reconciler.
+//! - [`whereabouts`]: `"ipam": {"type": "whereabouts"}` in-process, a
+//!   built-in plugin of the executor's registry: its client of whereabouts'
+//!   objects ([`whereabouts::pools`]), its reconciler and its metrics.
 //! - [`run`]: executes a plan: plugin chains (built-in or exec'd), prevResult,
 //!   rollback, DEL/CHECK/GC from the [`record`] of what was attempted.
 //! - [`plan`]: pod + NADs + default network → the ordered attachment plan,
@@ -24,7 +25,7 @@
 //! - [`record`]: the crash-safe record of each ADD, which DELs are owed.
 //! - [`attachment`]: the plan's types, a leaf the executor and the record share.
 //! - [`cluster`]: pods, NADs and IPAMClaims from a manifest directory or the
-//!   API server; status, events, watches, whereabouts' objects, the Lease.
+//!   API server; status, events, watches, the Lease.
 //! - [`netpolicy`]: MultiNetworkPolicy, from spec to an nftables table.
 //! - [`sandbox_dir`]: the per-sandbox lock and notes every process shares.
 //! - [`config`]: plexus's own CNI conf (Multus-compatible keys).
@@ -39,8 +40,8 @@
 pub mod attachment;
 pub mod cli;
 pub mod cluster;
-pub mod cluster_ipam;
 pub mod commands;
+pub mod whereabouts;
 /// The CNI protocol layer (the `plexus-cni` crate).
 pub use plexus_cni as cni;
 pub mod config;

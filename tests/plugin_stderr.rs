@@ -561,7 +561,7 @@ fn reference_plugins_that_log_in(w: &World) {
 /// whereabouts' flat configuration file (which names the kubeconfig); no
 /// whereabouts binary is on the plugin path. Issue 36 filed this with the whereabouts binary
 /// exec'd, whose leader-election lines on stderr hung thin mode; since
-/// issue 33 plexus serves `whereabouts` in-process (`src/cluster_ipam.rs`),
+/// issue 33 plexus serves `whereabouts` in-process (`src/whereabouts/`),
 /// so this is its end-to-end check, and the exec'd stderr cases are this
 /// file's others. Two pods get distinct addresses within the call limit,
 /// and their DELs free them.

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use plexus::cluster_ipam::Whereabouts;
+use plexus::whereabouts::Whereabouts;
 use plexus_testkit::kube::{api, KubeApi};
 use plexus_testkit::process::{output_within, stdout_ok};
 use plexus_testkit::{peers, require, Feature};
@@ -402,7 +402,7 @@ fn cni_args_ip_and_gateway_as_whereabouts() {
 /// UID beside its entry, and removes the note with it.
 #[test]
 fn a_write_on_a_stale_copy_loses() {
-    use plexus::cluster::pools::{Change, Note, Pools, Written};
+    use plexus::whereabouts::pools::{Change, Note, Pools, Written};
     use plexus_ipam::whereabouts::pool::Allocation;
     let Some(api) = cluster() else { return };
     let pools = Pools::connect(&api.admin_kubeconfig(), Default::default()).unwrap();

@@ -49,7 +49,7 @@ pub(super) async fn load_kubeconfig(
 
 /// A plugin process's client for the cluster `kubeconfig` names (its
 /// current context), on a current-thread runtime of its own.
-pub(super) fn owned_client(
+pub(crate) fn owned_client(
     kubeconfig: &Path,
     timeouts: ApiTimeouts,
 ) -> Result<(tokio::runtime::Runtime, kube::Client), ClusterError> {
@@ -73,7 +73,7 @@ pub(super) fn owned_client(
 }
 
 /// The namespace the current context of `kubeconfig` names, if any.
-pub(super) fn context_namespace(kubeconfig: &Path) -> Result<Option<String>, ClusterError> {
+pub(crate) fn context_namespace(kubeconfig: &Path) -> Result<Option<String>, ClusterError> {
     let parsed = Kubeconfig::read_from(kubeconfig).map_err(|e| ClusterError::Kubeconfig {
         path: kubeconfig.to_path_buf(),
         reason: error_chain(&e),

@@ -31,7 +31,6 @@ use super::credentials::LiveCredentials;
 use super::error::{error_chain, ApiRequest, ClusterError, Verb};
 use super::events::{pod_event, PodEvent};
 use super::outbox::{PendingStatus, StatusOutbox};
-use super::pools::PoolWatches;
 use super::watch::Watched;
 use super::NadSource;
 use super::{Cluster, Publisher};
@@ -66,8 +65,6 @@ pub struct SharedApi {
     pub timeouts: ApiTimeouts,
     pub watched: Arc<Watched>,
     pub outbox: Option<Arc<StatusOutbox>>,
-    /// The IPPools of cluster-wide IPAM (`crate::cluster_ipam`).
-    pub pools: Arc<PoolWatches>,
 }
 
 impl KubeCluster {

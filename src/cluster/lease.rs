@@ -1,6 +1,6 @@
 //! Leader election among the daemons by a `coordination.k8s.io/v1` Lease,
 //! for work one daemon of the cluster does at a time (the cluster-wide
-//! IPAM reconciler, `crate::cluster_ipam::reconcile`).
+//! IPAM reconciler, `crate::whereabouts::reconcile`).
 //!
 //! As client-go's `leaderelection`: the holder renews the Lease well within
 //! its duration; another takes it only once it has seen the Lease unchanged

@@ -13,7 +13,6 @@ pub mod kube;
 pub mod lease;
 pub mod outbox;
 pub mod policy_watch;
-pub mod pools;
 mod reconnect;
 pub mod watch;
 

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use ipnetwork::IpNetwork;
 use serde_json::{json, Value};
 
-use crate::cluster::pools::Pools;
 use crate::cni::error::CniError;
 use crate::config::ApiTimeouts;
+use crate::whereabouts::pools::Pools;
 use plexus_ipam::whereabouts::allocate::capacity;
 use plexus_ipam::whereabouts::conf::PoolRange;
 use plexus_ipam::whereabouts::pool::address_at;

@@ -319,7 +319,7 @@ pub const ALLOW_PERSISTENT_IPS: &str = "allowPersistentIPs";
 pub const CLAIM_IPAM: &str = "host-local";
 
 /// The IPAMs that hold a claim's addresses: host-local, and cluster-wide
-/// `whereabouts` (whose reconciler releases them: `crate::cluster_ipam`).
+/// `whereabouts` (whose reconciler releases them: `crate::whereabouts`).
 pub const CLAIM_IPAMS: [&str; 2] = [CLAIM_IPAM, "whereabouts"];
 
 /// Why the IPAMClaim a selection references cannot be used (§8).

@@ -24,7 +24,6 @@ use crate::cluster::api::ClaimStatus;
 use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{KubeCluster, Publication, SharedApi};
 use crate::cluster::{dir::DirCluster, Cluster, ClusterError, Opened, Publisher};
-use crate::cluster_ipam;
 use crate::cni::args::CniArgs;
 use crate::cni::call_log::CallLog;
 use crate::cni::casefold;
@@ -50,6 +49,7 @@ use crate::run::{
     AttachmentObserver, AttachmentResult, Delegates, Executor, Registry, RunContext, RunError,
 };
 use crate::sandbox_dir::SandboxDir;
+use crate::whereabouts;
 
 /// plexus's CNI operations. A plugin process makes one per call with
 /// [`PlexusPlugin::thin`]; the node daemon makes one with its shared
@@ -71,6 +71,8 @@ pub struct ThickCall {
     pub pod_netns: Option<NetNs>,
     /// The daemon's connection and caches, when it has an API server.
     pub api: Option<SharedApi>,
+    /// Its cluster-wide IPAM's connection and IPPool caches, likewise.
+    pub ipam: Option<whereabouts::InDaemon>,
 }
 
 /// Where a call's view of the cluster comes from.
@@ -128,8 +130,8 @@ impl<'s> PlexusPlugin<'s> {
         plugin_timeout: Duration,
     ) -> Result<Registry, CniError> {
         let registry = registry().with_exec_timeout(plugin_timeout).with_builtin(
-            cluster_ipam::PLUGIN_TYPE,
-            cluster_ipam::factory(conf, self.thick.as_ref().and_then(|t| t.api.clone())),
+            whereabouts::PLUGIN_TYPE,
+            whereabouts::factory(conf, self.thick.as_ref().and_then(|t| t.ipam.clone())),
         );
         let Some(thick) = &self.thick else {
             return Ok(registry);
@@ -231,7 +233,7 @@ impl<'s> PlexusPlugin<'s> {
 
     /// DEL of a sandbox without a record (a pod from before plexus): the
     /// whereabouts addresses it holds given back at once
-    /// ([`cluster_ipam::unrecorded`]); a warning when they cannot be (the
+    /// ([`whereabouts::unrecorded`]); a warning when they cannot be (the
     /// reconciler gives them back once the pod is gone).
     fn release_unrecorded(
         &self,
@@ -244,7 +246,7 @@ impl<'s> PlexusPlugin<'s> {
         let (namespace, name) = (arg("K8S_POD_NAMESPACE")?, arg("K8S_POD_NAME")?);
         let podref = format!("{namespace}/{name}");
         let daemon = self.thick.as_ref().and_then(|t| t.api.as_ref());
-        match cluster_ipam::unrecorded::release_unrecorded(
+        match whereabouts::unrecorded::release_unrecorded(
             conf,
             daemon,
             container_id.as_str(),
@@ -295,9 +297,9 @@ pub fn registry() -> Registry {
         });
     }
     registry = registry.with_builtin(
-        crate::cluster_ipam::PLUGIN_TYPE,
+        crate::whereabouts::PLUGIN_TYPE,
         |_: &dyn Resolver, _: &_| {
-            Box::new(crate::cluster_ipam::Whereabouts::default()) as Box<dyn Plugin>
+            Box::new(crate::whereabouts::Whereabouts::default()) as Box<dyn Plugin>
         },
     );
     for builtin in plexus_dataplane::drivers::BUILTINS {

@@ -382,7 +382,7 @@ fn the_reconciler_gives_back_only_what_gone_pods_held() {
 }
 
 /// Issue 33 item 4: the daemon commits concurrent allocations from one
-/// pool together (`src/cluster_ipam/batch.rs`): pods ADDed at once cost
+/// pool together (`src/whereabouts/batch.rs`): pods ADDed at once cost
 /// fewer pool writes than pods, and never an address twice.
 #[test]
 fn concurrent_adds_share_pool_writes() {

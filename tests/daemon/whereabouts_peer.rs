@@ -9,7 +9,7 @@
 //! - Each DELs the other's pods, and nothing is left. whereabouts' pods are
 //!   added as Multus added them before the migration: the reference macvlan
 //!   exec'd with whereabouts as its IPAM. plexus never saw them, and its DEL
-//!   gives their addresses back at once (`cluster_ipam::unrecorded`).
+//!   gives their addresses back at once (`whereabouts::unrecorded`).
 //! - An entry an older plexus wrote past 2^63 is erased by whereabouts'
 //!   next write, and written back by the reconciler while its pod lives.
 

@@ -3,7 +3,7 @@
 //! objects it shares with whereabouts on the API server ([`pool`]), and the
 //! pure choice of an address ([`allocate`]) of the addresses of pods
 //! that are gone ([`reclaim`]) and of node slices ([`mod@slice`]). The API side, which writes the
-//! choice, is plexus's (`plexus::cluster::pools`).
+//! choice, is plexus's (`plexus::whereabouts::pools`).
 //!
 //! The invariant, which every writer keeps: an address is held by at most
 //! one attachment at a time, because an allocation is added to an IPPool

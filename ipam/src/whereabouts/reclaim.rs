@@ -1,5 +1,5 @@
 //! Which allocations belong to pods that are gone (issue 33 item 6): the
-//! pure judgement of the reconciler (`plexus::cluster_ipam::reconcile`),
+//! pure judgement of the reconciler (`plexus::whereabouts::reconcile`),
 //! from the pools and the pods the API server listed.
 //!
 //! whereabouts' entry names the pod only by `podref` (`namespace/name`),

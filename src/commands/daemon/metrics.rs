@@ -78,7 +78,7 @@ impl Metrics {
         registry
             .register(Box::new(cache_objects.clone()))
             .expect("registered once");
-        crate::cluster_ipam::metrics()
+        crate::whereabouts::metrics()
             .register(&registry)
             .expect("registered once");
         Metrics {

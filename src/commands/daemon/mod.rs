@@ -36,10 +36,8 @@ use tokio::sync::Semaphore;
 
 use crate::cluster::kube::{KubeCluster, SharedApi};
 use crate::cluster::outbox::{DeliveryObserver, StatusOutbox};
-use crate::cluster::pools::PoolWatches;
 use crate::cluster::watch::Watched;
 use crate::cluster::{ClusterError, Opened};
-use crate::cluster_ipam::reconcile::Reconciler;
 use crate::cni::env::CNI_NETNS;
 use crate::cni::error::{CniError, ErrorCode};
 use crate::cni::names::ContainerId;
@@ -47,6 +45,8 @@ use crate::cni::skel;
 use crate::cni::CniVersion;
 use crate::config::{ApiTimeouts, PlexusConf};
 use crate::plugin::{self, ClusterSource, PlexusPlugin, ThickCall};
+use crate::whereabouts::reconcile::Reconciler;
+use crate::whereabouts::InDaemon;
 use plexus_dataplane::NetNs;
 
 use self::metrics::Metrics;
@@ -86,7 +86,7 @@ pub struct Settings {
     /// MultiNetworkPolicy enforcement ([`netpolicy`]); needs the API server.
     pub multi_network_policy: bool,
     /// Cluster-wide IPAM's reconciler: the interval between its passes
-    /// ([`crate::cluster_ipam::reconcile`]); needs the API server.
+    /// ([`crate::whereabouts::reconcile`]); needs the API server.
     pub ipam_reconcile: Option<Duration>,
     /// The namespaces of the pools it reconciles; empty: every one.
     pub ipam_reconcile_namespaces: Vec<String>,
@@ -123,6 +123,8 @@ struct Daemon {
 /// in-process sources for the rest.
 struct DaemonClusters {
     api: Option<SharedApi>,
+    /// What its calls' cluster-wide IPAM allocates through.
+    ipam: Option<InDaemon>,
 }
 
 impl ClusterSource for DaemonClusters {
@@ -224,7 +226,6 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
             };
             Some(SharedApi {
                 handle: handle.clone(),
-                pools: Arc::new(PoolWatches::new(client.clone(), handle.clone())),
                 client,
                 timeouts: settings.api_timeouts,
                 watched,
@@ -294,7 +295,10 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
     }
     let listener = socket::bind(&settings.socket)?;
     let daemon = Arc::new(Daemon {
-        clusters: DaemonClusters { api },
+        clusters: DaemonClusters {
+            ipam: api.clone().map(InDaemon::new),
+            api,
+        },
         metrics,
         sandboxes,
         policy,
@@ -663,6 +667,7 @@ fn run_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) -> S
     let thick = ThickCall {
         pod_netns: pod_netns(request, netns),
         api: daemon.clusters.api.clone(),
+        ipam: daemon.clusters.ipam.clone(),
     };
     let plugin = PlexusPlugin::new(&daemon.clusters, daemon.metrics.clone(), thick);
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());

@@ -1,7 +1,8 @@
 //! `"ipam": {"type": "whereabouts"}` served in-process: cluster-wide
 //! addresses from whereabouts' IPPools, with its configuration keys
 //! ([`plexus_ipam::whereabouts::conf`]) and its objects on the API server
-//! ([`crate::cluster::pools`]), without its cluster-wide Lease.
+//! ([`pools`]), without its cluster-wide Lease; its reconciler
+//! ([`reconcile`]), node slices ([`slicer`]) and metrics ([`metrics`]).
 //!
 //! The invariant ([`plexus_ipam::whereabouts`]): an ADD answers with an
 //! address only once
@@ -26,7 +27,9 @@
 
 mod batch;
 mod claim;
+mod metrics;
 mod node_slice;
+pub mod pools;
 pub mod reconcile;
 pub mod slicer;
 pub mod unrecorded;
@@ -34,14 +37,12 @@ pub mod unrecorded;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
-use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use crate::cluster::kube::SharedApi;
-use crate::cluster::pools::{namespace_of, Pools, Reservation};
 use crate::cluster::ClusterError;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::{CniError, ErrorCode};
@@ -49,11 +50,13 @@ use crate::cni::result::{CniResult, IpConfig};
 use crate::cni::skel::{Plugin, Request, TypedPlugin};
 use crate::config::{ApiTimeouts, PlexusConf};
 use crate::run::registry::Factory;
+pub use metrics::{metrics, IpamMetrics};
 use plexus_dataplane::Session;
-use plexus_ipam::whereabouts::allocate::{self, Holder};
+use plexus_ipam::whereabouts::allocate::Holder;
 use plexus_ipam::whereabouts::conf::{self, PoolRange, WhereaboutsConf};
 use plexus_ipam::whereabouts::pool::{self, ReservationSpec};
 use plexus_ipam::IpamError;
+use pools::{namespace_of, PoolWatches, Pools, Reservation};
 
 /// The plugin type it serves.
 pub const PLUGIN_TYPE: &str = "whereabouts";
@@ -62,96 +65,6 @@ pub const PLUGIN_TYPE: &str = "whereabouts";
 /// before it: whereabouts' own DEL limit (its ADD's is 2 min, past most
 /// runtimes' patience).
 const CALL_BUDGET: Duration = Duration::from_secs(60);
-
-/// What cluster-wide IPAM counts, in every process; the daemon's `/metrics`
-/// serves them (`plexus_cluster_ipam_*`).
-pub struct IpamMetrics {
-    /// Addresses taken, by result (`ok`, `exhausted`, `failed`).
-    allocations: IntCounterVec,
-    /// Pool writes that lost to another writer and were decided again.
-    conflicts: IntCounter,
-    /// Addresses given back at DEL.
-    releases: IntCounter,
-    /// Entries of live pods that another writer erased, written back by
-    /// the reconciler (`reconcile::backups`).
-    restored: IntCounter,
-    /// Addresses of pods that are gone, given back by the reconciler, by
-    /// why (`pod-missing`, `pod-replaced`, `claim-deleted`).
-    reclaimed: IntCounterVec,
-    /// Each pool's addresses, by state (`held` after this process's last
-    /// write of it, `usable`).
-    pool_addresses: IntGaugeVec,
-}
-
-impl IpamMetrics {
-    /// Serve them from `registry` (the daemon's).
-    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
-        registry.register(Box::new(self.allocations.clone()))?;
-        registry.register(Box::new(self.conflicts.clone()))?;
-        registry.register(Box::new(self.releases.clone()))?;
-        registry.register(Box::new(self.restored.clone()))?;
-        registry.register(Box::new(self.reclaimed.clone()))?;
-        registry.register(Box::new(self.pool_addresses.clone()))
-    }
-
-    fn held(&self, pool: &str, range: &PoolRange, held: usize) {
-        let usable = i64::try_from(allocate::capacity(range)).unwrap_or(i64::MAX);
-        let gauge = |state| self.pool_addresses.with_label_values(&[pool, state]);
-        gauge("usable").set(usable);
-        gauge("held").set(i64::try_from(held).unwrap_or(i64::MAX));
-    }
-}
-
-/// This process's [`IpamMetrics`].
-pub fn metrics() -> &'static IpamMetrics {
-    static METRICS: OnceLock<IpamMetrics> = OnceLock::new();
-    METRICS.get_or_init(|| {
-        let opts = |name: &str, help: &str| Opts::new(name, help);
-        IpamMetrics {
-            allocations: IntCounterVec::new(
-                opts(
-                    "cluster_ipam_allocations_total",
-                    "Cluster-wide IPAM addresses taken, by result (ok, exhausted, failed).",
-                ),
-                &["result"],
-            )
-            .expect("valid metric"),
-            conflicts: IntCounter::with_opts(opts(
-                "cluster_ipam_write_conflicts_total",
-                "IPPool writes that lost to another writer (409) and were decided again.",
-            ))
-            .expect("valid metric"),
-            releases: IntCounter::with_opts(opts(
-                "cluster_ipam_releases_total",
-                "Cluster-wide IPAM addresses given back at DEL.",
-            ))
-            .expect("valid metric"),
-            restored: IntCounter::with_opts(opts(
-                "cluster_ipam_entries_restored_total",
-                "IPPool entries of live pods that another writer erased (offsets whereabouts \
-                 cannot read), written back by the reconciler.",
-            ))
-            .expect("valid metric"),
-            reclaimed: IntCounterVec::new(
-                opts(
-                    "cluster_ipam_reclaimed_total",
-                    "Cluster-wide IPAM addresses of pods that are gone, given back by the \
-                     reconciler, by why (pod-missing, pod-replaced, claim-deleted).",
-                ),
-                &["reason"],
-            )
-            .expect("valid metric"),
-            pool_addresses: IntGaugeVec::new(
-                opts(
-                    "cluster_ipam_pool_addresses",
-                    "Addresses of each IPPool, by state (held after the last write, usable).",
-                ),
-                &["pool", "state"],
-            )
-            .expect("valid metric"),
-        }
-    })
-}
 
 /// What goes wrong, typed; the CNI code of each is chosen in
 /// `From<ClusterIpamError> for CniError`.
@@ -219,20 +132,36 @@ pub struct Whereabouts {
     /// In the daemon (thick mode): its connection and its watch cache of
     /// the pools, instead of a connection per call; the kubeconfig then
     /// only names the namespace (its context's).
-    pub daemon: Option<SharedApi>,
+    pub daemon: Option<InDaemon>,
     /// The node it serves, for node slices: the daemon's; when unset, a
     /// plugin process finds it as whereabouts does
     /// (`node_slice::node_of_process`).
     pub node: Option<String>,
 }
 
+/// What the daemon gives its calls: its connection, and its watch caches of
+/// the IPPools (one per namespace, started on first use).
+#[derive(Clone)]
+pub struct InDaemon {
+    pub api: SharedApi,
+    pub pools: Arc<PoolWatches>,
+}
+
+impl InDaemon {
+    /// The daemon's, on its connection `api`.
+    pub fn new(api: SharedApi) -> InDaemon {
+        let pools = Arc::new(PoolWatches::new(api.client.clone(), api.handle.clone()));
+        InDaemon { api, pools }
+    }
+}
+
 /// The registry's factory of the plugin, for plexus's conf when there is
 /// one (a call of a delegate plugin alone has none).
-pub fn factory(conf: Option<&PlexusConf>, daemon: Option<SharedApi>) -> Factory {
+pub fn factory(conf: Option<&PlexusConf>, daemon: Option<InDaemon>) -> Factory {
     let plugin = Arc::new(Whereabouts {
         timeouts: conf.map(|c| c.api_timeouts).unwrap_or_default(),
         plexus_kubeconfig: conf.and_then(|c| c.kubeconfig.clone()),
-        node: daemon.as_ref().map(|api| api.watched.node().to_string()),
+        node: daemon.as_ref().map(|d| d.api.watched.node().to_string()),
         daemon,
     });
     Box::new(move |_: &dyn Resolver, _: &Session| {
@@ -362,15 +291,9 @@ impl Whereabouts {
             .unwrap_or_default()
             .to_string();
         let pools = match &self.daemon {
-            Some(api) => {
+            Some(InDaemon { api, pools }) => {
                 let namespace = namespace_of(&kubeconfig)?;
-                Pools::shared(
-                    &api.handle,
-                    &api.client,
-                    api.timeouts,
-                    &api.pools,
-                    namespace,
-                )
+                Pools::shared(&api.handle, &api.client, api.timeouts, pools, namespace)
             }
             None => Pools::connect(&kubeconfig, self.timeouts)?,
         };

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use ipnetwork::IpNetwork;
 
 use super::{Call, ClusterIpamError};
-use crate::cluster::pools::Written;
+use crate::whereabouts::pools::Written;
 use plexus_ipam::whereabouts::conf::FLAT_FILES;
 use plexus_ipam::whereabouts::pool::{range_text, SliceSize};
 use plexus_ipam::whereabouts::slice;

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use ipnetwork::IpNetwork;
 
 use super::{metrics, Call, ClusterIpamError};
-use crate::cluster::pools::{Change, Note, PoolCopy, Written};
 use crate::cluster::ClusterError;
 use crate::cni::error::CniError;
+use crate::whereabouts::pools::{Change, Note, PoolCopy, Written};
 use plexus_ipam::whereabouts::allocate::{self, ClaimAsk, Holder};
 use plexus_ipam::whereabouts::conf::PoolRange;
 use plexus_ipam::whereabouts::pool::{self, Allocation};

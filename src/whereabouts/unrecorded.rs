@@ -25,8 +25,8 @@ use std::net::IpAddr;
 
 use super::{ClusterIpamError, CALL_BUDGET};
 use crate::cluster::kube::SharedApi;
-use crate::cluster::pools::{namespace_of, Change, PoolCopy, Pools, Written};
 use crate::config::PlexusConf;
+use crate::whereabouts::pools::{namespace_of, Change, PoolCopy, Pools, Written};
 use plexus_ipam::whereabouts::pool::{self, Allocation};
 
 /// What was given back.

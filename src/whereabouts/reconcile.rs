@@ -36,9 +36,9 @@ use super::slicer::{SliceKeeper, SliceReport};
 use crate::cluster::api::{bounded, list_metadata};
 use crate::cluster::error::{ApiRequest, Verb};
 use crate::cluster::lease::LeaderLease;
-use crate::cluster::pools::{self, Change, PoolCopy, Pools, ReservationSeen, Written};
 use crate::cluster::ClusterError;
 use crate::config::ApiTimeouts;
+use crate::whereabouts::pools::{self, Change, PoolCopy, Pools, ReservationSeen, Written};
 use plexus_ipam::whereabouts::pool::Allocation;
 use plexus_ipam::whereabouts::pool::DEFAULT_NAMESPACE;
 use plexus_ipam::whereabouts::reclaim::{

@@ -1,6 +1,6 @@
 //! whereabouts' objects on the API server (`whereabouts.cni.cncf.io`): the
 //! IPPools, read and written by compare-and-swap, and the
-//! OverlappingRangeIPReservations. A thin client, as [`super::kube`]'s: one
+//! OverlappingRangeIPReservations. A thin client, as [`crate::cluster::kube`]'s: one
 //! runtime and one connection per plugin process, every request bounded by
 //! `apiTimeout`.
 //!
@@ -26,10 +26,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-use super::api::bounded;
-use super::client::{context_namespace, owned_client, Driver};
-use super::error::{ApiRequest, ClusterError, Verb};
-use super::watch::NamespacedWatch;
+use crate::cluster::api::bounded;
+use crate::cluster::client::{context_namespace, owned_client, Driver};
+use crate::cluster::error::{ApiRequest, ClusterError, Verb};
+use crate::cluster::watch::NamespacedWatch;
 use crate::config::ApiTimeouts;
 use plexus_ipam::whereabouts::allocate::held_key;
 use plexus_ipam::whereabouts::pool::{

@@ -20,9 +20,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use ipnetwork::IpNetwork;
 
-use crate::cluster::pools::{PoolCopy, Pools, SliceCopy, Written};
 use crate::cluster::ClusterError;
 use crate::config::ApiTimeouts;
+use crate::whereabouts::pools::{PoolCopy, Pools, SliceCopy, Written};
 use plexus_ipam::whereabouts::pool::pool_name;
 use plexus_ipam::whereabouts::slice;
 
