@@ -185,9 +185,11 @@ fn measure(
     let started = Instant::now();
     for n in 0..setup.daemons {
         let port = METRICS_BASE + u16::try_from(n).map_err(|e| e.to_string())?;
+        // The IPAM reconciler on, at its default interval, as deployed.
+        let reconciler = ["--ipam-reconcile-interval=300"];
         daemons
             .0
-            .push(launch.spawn(&format!("scale-node-{n}"), port)?);
+            .push(launch.spawn_with(&format!("scale-node-{n}"), port, &reconciler)?);
     }
     let mut ready_at: Vec<Option<Duration>> = vec![None; setup.daemons];
     while ready_at.iter().any(Option::is_none) {

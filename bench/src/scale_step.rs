@@ -14,8 +14,10 @@ use plexus_testkit::process::proc_status_kb;
 
 /// How long a rollout may take to sync every daemon.
 pub(crate) const READY_BOUND: Duration = Duration::from_secs(300);
-/// The idle spell whose requests and CPU are counted.
-pub(crate) const IDLE: Duration = Duration::from_secs(10);
+/// The idle spell whose requests and CPU are counted: a minute, longer
+/// than any period a daemon could poll at (the IPAM reconciler's Lease was
+/// read about three times a minute before issue 47).
+pub(crate) const IDLE: Duration = Duration::from_secs(60);
 /// How long the API server is down in the restart.
 pub(crate) const RESTART_DOWN: Duration = Duration::from_secs(2);
 /// How long every watch may take to come back after the restart.
