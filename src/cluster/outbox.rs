@@ -352,4 +352,21 @@ mod tests {
             status
         );
     }
+
+    /// An outbox file as the previous release (`.ci/previous-release`,
+    /// 4ab6c00, whose outbox.rs this one's format keeps) wrote it is read
+    /// by this one, and this one's is that release's to the byte: a daemon
+    /// rolled either way delivers what the other queued (issue 47 item 2).
+    #[test]
+    fn the_previous_releases_outbox_file_reads_both_ways() {
+        let previous = r#"{"namespace":"ns","pod":"p","uid":"0b1c-22","networkStatus":"[{\"name\":\"cbr0\",\"default\":true}]","claims":[{"namespace":"ns","name":"c","ips":["10.0.0.2/24"]}]}"#;
+        let read: PendingStatus = serde_json::from_str(previous).unwrap();
+        assert_eq!(read.uid, "0b1c-22");
+        assert_eq!(read.claims.len(), 1);
+        assert_eq!(serde_json::to_string(&read).unwrap(), previous);
+        // Before IPAMClaims (no `claims`): still read.
+        let older = r#"{"namespace":"ns","pod":"p","uid":"u","networkStatus":"[]"}"#;
+        let read: PendingStatus = serde_json::from_str(older).unwrap();
+        assert!(read.claims.is_empty());
+    }
 }
