@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::casefold;
 use crate::error::CniError;
-use crate::go_json::{self, decode_error};
+use crate::go_json::{decode_error, GoStr};
 
 /// The Device Information Specification version plexus writes.
 pub const SPEC_VERSION: &str = "1.1.0";
@@ -133,7 +133,7 @@ macro_rules! serde_by_spelling {
 
         impl<'de> Deserialize<'de> for $t {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = go_json::string(d)?;
+                let text = GoStr::deserialize(d)?;
                 <$t as Spelled>::parse(&text).map_err(de::Error::custom)
             }
         }
@@ -154,77 +154,44 @@ impl DeviceType {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct PciDevice {
-    #[serde(deserialize_with = "go_json::string")]
-    pub pci_address: String,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub vhost_net: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub rdma_device: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub pf_pci_address: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub representor_device: Option<String>,
+    pub pci_address: GoStr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vhost_net: Option<GoStr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rdma_device: Option<GoStr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pf_pci_address: Option<GoStr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub representor_device: Option<GoStr>,
 }
 
 /// §3.1.4 `vdpa`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct VdpaDevice {
-    #[serde(deserialize_with = "go_json::string")]
-    pub parent_device: String,
+    pub parent_device: GoStr,
     pub driver: VdpaDriver,
-    #[serde(deserialize_with = "go_json::string")]
-    pub path: String,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub pci_address: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub pf_pci_address: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub representor_device: Option<String>,
+    pub path: GoStr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pci_address: Option<GoStr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pf_pci_address: Option<GoStr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub representor_device: Option<GoStr>,
 }
 
 /// §3.1.5 `vhost-user`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VhostUserDevice {
     pub mode: VhostUserMode,
-    #[serde(deserialize_with = "go_json::string")]
-    pub path: String,
+    pub path: GoStr,
 }
 
 /// §3.1.6 `memif`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemifDevice {
     pub role: MemifRole,
-    #[serde(deserialize_with = "go_json::string")]
-    pub path: String,
+    pub path: GoStr,
     pub mode: MemifMode,
 }
 
@@ -237,8 +204,7 @@ pub struct DeviceInfo {
     #[serde(rename = "type")]
     pub device_type: DeviceType,
     /// `MAJOR.MINOR.PATCH` of the Device Information Specification.
-    #[serde(deserialize_with = "go_json::string")]
-    pub version: String,
+    pub version: GoStr,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci: Option<PciDevice>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,9 +3,11 @@
 //! matching ([`crate::casefold::select`]), value descriptions for error messages, and the
 //! address syntaxes the multi-net spec names (IP with prefix, MAC, GUID).
 
+use std::fmt;
 use std::net::IpAddr;
+use std::ops::Deref;
 
-use serde::{de, Deserialize, Deserializer};
+use serde::{de, Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use crate::casefold::{select, PathError};
@@ -100,155 +102,364 @@ pub fn as_bool(v: &Value) -> Result<bool, String> {
 }
 
 // ---------------------------------------------------------------------------
-// serde field readers for JSON that Go programs write: `null` is an absent
-// key, and a value of the wrong kind fails with [`want`]'s wording. Decoded
-// through [`crate::casefold`], whose path of the failing value
-// [`decode_error`] puts in front.
+// serde field types for JSON that Go programs write. Each carries one of Go's
+// encoding/json rules: `null` is an absent key (`Option<GoStr>` reads it as
+// `None`, a required [`GoStr`] fails [`REQUIRED`], a [`GoStrs`] or
+// [`GoList`] is empty as Go's nil slice is, a [`GoBool`] false), a struct is
+// read only from an object, and a value of the wrong kind fails with
+// [`want`]'s wording. Decoded through [`crate::casefold`], whose path of the
+// failing value [`decode_error`] puts in front. Each is written as the value
+// it holds.
 
 /// The reason of a required key that is absent (or `null`).
 pub const REQUIRED: &str = "required";
 
-fn kind<'de, D: Deserializer<'de>, T>(
-    d: D,
-    expected: &str,
-    read: impl FnOnce(Value) -> Result<T, Value>,
-) -> Result<Option<T>, D::Error> {
-    match Value::deserialize(d)? {
-        Value::Null => Ok(None),
-        v => read(v)
-            .map(Some)
-            .map_err(|v| de::Error::custom(want(expected, &v))),
-    }
+/// The value `d` holds, `None` for `null`.
+fn non_null<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Ok(Some(Value::deserialize(d)?).filter(|v| !v.is_null()))
 }
 
-/// `#[serde(deserialize_with)]` for a required string.
-pub fn string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    optional_string(d)?.ok_or_else(|| de::Error::custom(REQUIRED))
+/// `f(v)`, where the closure's argument type is inferred.
+fn read<A, B, E>(v: A, f: impl FnOnce(A) -> Result<B, E>) -> Result<B, E> {
+    f(v)
 }
 
-/// `#[serde(default, deserialize_with)]` for an optional string.
-pub fn optional_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    kind(d, "a string", |v| match v {
+/// A scalar (or map) field type: `$kind` names what it must be, `$read` reads
+/// it from a non-null value, `$null` is what a bare `null` gives.
+macro_rules! go_scalar {
+    ($(#[$doc:meta])* $name:ident($inner:ty) as $target:ty,
+     $kind:literal, null: $null:expr, read: $read:expr) => {
+        go_scalar!($(#[$doc])* $name($inner) as $target, $kind, null: $null, read: $read,
+                   then: |v: $inner| Ok::<_, String>(v));
+    };
+    ($(#[$doc:meta])* $name:ident($inner:ty) as $target:ty,
+     $kind:literal, null: $null:expr, read: $read:expr, then: $then:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Default, PartialEq, Eq, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(pub $inner);
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let Some(v) = non_null(d)? else {
+                    let null: Result<$inner, &str> = $null;
+                    return null.map($name).map_err(de::Error::custom);
+                };
+                let v = read(v, $read).map_err(|v| de::Error::custom(want($kind, &v)))?;
+                read(v, $then).map($name).map_err(de::Error::custom)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl Deref for $name {
+            type Target = $target;
+
+            fn deref(&self) -> &$target {
+                &self.0
+            }
+        }
+
+        impl From<$inner> for $name {
+            fn from(v: $inner) -> Self {
+                $name(v)
+            }
+        }
+
+        impl From<$name> for $inner {
+            fn from(v: $name) -> Self {
+                v.0
+            }
+        }
+    };
+}
+
+go_scalar!(
+    /// A string; `null` is absent, so a required one fails [`REQUIRED`].
+    GoStr(String) as str,
+    "a string",
+    null: Err(REQUIRED),
+    read: |v| match v {
         Value::String(s) => Ok(s),
         v => Err(v),
-    })
-}
+    }
+);
 
-/// `#[serde(default, deserialize_with)]` for a list of strings; a bad
-/// element is named by its index (`[1]: must be a string, got 5`).
-pub fn strings<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    optional_strings(d).map(Option::unwrap_or_default)
-}
+go_scalar!(
+    /// A boolean, false when absent or `null`.
+    GoBool(bool) as bool,
+    "a boolean",
+    null: Ok(false),
+    read: |v| v.as_bool().ok_or(v)
+);
 
-/// `#[serde(default, deserialize_with)]` for a list of strings that may be
-/// absent, told apart from an empty one.
-pub fn optional_strings<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
-    let Some(items) = kind(d, "a list", |v| match v {
+go_scalar!(
+    /// An unsigned 32-bit integer.
+    GoU32(u32) as u32,
+    "an unsigned integer",
+    null: Err(REQUIRED),
+    read: |v| v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or(v)
+);
+
+go_scalar!(
+    /// An integer above 0.
+    GoPositive(u64) as u64,
+    "a positive integer",
+    null: Err(REQUIRED),
+    read: |v| v.as_u64().filter(|n| *n > 0).ok_or(v)
+);
+
+go_scalar!(
+    /// A TCP/UDP/SCTP port, 1 to 65535.
+    GoPort(u16) as u16,
+    "an integer from 1 to 65535",
+    null: Err(REQUIRED),
+    read: |v| v.as_u64().filter(|p| *p > 0).and_then(|p| u16::try_from(p).ok()).ok_or(v)
+);
+
+go_scalar!(
+    /// An object kept as JSON.
+    GoMap(Map<String, Value>) as Map<String, Value>,
+    "an object",
+    null: Err(REQUIRED),
+    read: |v| match v {
+        Value::Object(m) => Ok(m),
+        v => Err(v),
+    }
+);
+
+go_scalar!(
+    /// A list of strings, empty when absent or `null` (a Go nil slice); a
+    /// bad element is named by its index (`[1]: must be a string, got 5`).
+    GoStrs(Vec<String>) as Vec<String>,
+    "a list",
+    null: Ok(Vec::new()),
+    read: |v| match v {
         Value::Array(items) => Ok(items),
         v => Err(v),
-    })?
-    else {
-        return Ok(None);
-    };
-    items
+    },
+    then: |items: Vec<Value>| items
         .into_iter()
         .enumerate()
         .map(|(i, v)| match v {
             Value::String(s) => Ok(s),
-            v => Err(de::Error::custom(format!(
-                "[{i}]: {}",
-                want("a string", &v)
-            ))),
+            v => Err(format!("[{i}]: {}", want("a string", &v))),
         })
         .collect::<Result<_, _>>()
-        .map(Some)
-}
+);
 
-/// `#[serde(default, deserialize_with)]` for an optional `u32`.
-pub fn optional_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    kind(d, "an unsigned integer", |v| {
-        v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or(v)
-    })
-}
+impl Copy for GoBool {}
+impl Copy for GoU32 {}
+impl Copy for GoPositive {}
+impl Copy for GoPort {}
 
-/// `#[serde(deserialize_with)]` for a required TCP/UDP/SCTP port, 1 to
-/// 65535.
-pub fn port<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
-    kind(d, "an integer from 1 to 65535", |v| {
-        v.as_u64()
-            .filter(|p| *p > 0)
-            .and_then(|p| u16::try_from(p).ok())
-            .ok_or(v)
-    })?
-    .ok_or_else(|| de::Error::custom(REQUIRED))
-}
-
-/// `#[serde(default, deserialize_with)]` for an optional integer above 0.
-pub fn optional_positive_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    kind(d, "a positive integer", |v| {
-        v.as_u64().filter(|n| *n > 0).ok_or(v)
-    })
-}
-
-/// `#[serde(default, deserialize_with)]` for an optional boolean.
-pub fn optional_boolean<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
-    kind(d, "a boolean", |v| v.as_bool().ok_or(v))
-}
-
-/// `#[serde(default, deserialize_with)]` for a boolean, false when absent.
-pub fn boolean<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    optional_boolean(d).map(Option::unwrap_or_default)
-}
-
-/// `#[serde(default, deserialize_with)]` for an object kept as JSON.
-pub fn optional_object<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    optional_map(d).map(|m| m.map(Value::Object))
-}
-
-/// `#[serde(default, deserialize_with)]` for an object kept as a JSON map.
-pub fn optional_map<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<Map<String, Value>>, D::Error> {
-    kind(d, "an object", |v| match v {
-        Value::Object(m) => Ok(m),
-        v => Err(v),
-    })
-}
-
-/// `#[serde(default, deserialize_with)]` for a list, empty when absent or
-/// `null` (a Go nil slice).
-pub fn list<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
-    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
-}
-
-/// `#[serde(default, deserialize_with)]` for an optional struct, which must
-/// be written as an object.
-pub fn optional_struct<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<T>, D::Error> {
-    Ok(Option::<ObjectOnly<T>>::deserialize(d)?.map(|o| o.0))
-}
-
-/// `#[serde(default, deserialize_with)]` for an optional list of structs,
-/// each written as an object.
-pub fn optional_structs<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<Vec<T>>, D::Error> {
-    Ok(Option::<Vec<ObjectOnly<T>>>::deserialize(d)?
-        .map(|items| items.into_iter().map(|o| o.0).collect()))
-}
-
-/// A struct read only from a JSON object: serde_json (and so
-/// [`crate::casefold`]) also reads a struct from a list of its fields' values,
-/// which Go refuses. The refusal says `expected struct`, which
-/// [`decode_error`] words as Go does.
-struct ObjectOnly<T>(T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        T::deserialize(NoSeqStruct(d)).map(ObjectOnly)
+impl GoStr {
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
+
+impl From<&str> for GoStr {
+    fn from(s: &str) -> Self {
+        GoStr(s.to_string())
+    }
+}
+
+impl fmt::Display for GoStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for GoStr {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for GoStr {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for GoStr {
+    fn eq(&self, other: &String) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<GoStr> for String {
+    fn eq(&self, other: &GoStr) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialEq<GoStr> for str {
+    fn eq(&self, other: &GoStr) -> bool {
+        self == other.0
+    }
+}
+
+impl PartialEq<GoStr> for &str {
+    fn eq(&self, other: &GoStr) -> bool {
+        *self == other.0
+    }
+}
+
+impl std::borrow::Borrow<str> for GoStr {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for GoStr {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for GoStrs {
+    fn deref_mut(&mut self) -> &mut Vec<String> {
+        &mut self.0
+    }
+}
+
+impl GoStrs {
+    /// For `skip_serializing_if`.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl PartialEq<Vec<String>> for GoStrs {
+    fn eq(&self, other: &Vec<String>) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<Vec<&str>> for GoStrs {
+    fn eq(&self, other: &Vec<&str>) -> bool {
+        self.0 == *other
+    }
+}
+
+impl FromIterator<String> for GoStrs {
+    fn from_iter<I: IntoIterator<Item = String>>(iter: I) -> Self {
+        GoStrs(iter.into_iter().collect())
+    }
+}
+
+impl<'a> IntoIterator for &'a mut GoStrs {
+    type Item = &'a mut String;
+    type IntoIter = std::slice::IterMut<'a, String>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter_mut()
+    }
+}
+
+impl<'a> IntoIterator for &'a GoStrs {
+    type Item = &'a String;
+    type IntoIter = std::slice::Iter<'a, String>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl GoMap {
+    /// `v`, a serialized struct, which is an object.
+    pub fn object(v: Value) -> GoMap {
+        match v {
+            Value::Object(m) => GoMap(m),
+            v => panic!("a struct serializes to an object, not {v}"),
+        }
+    }
+}
+
+impl From<GoMap> for Value {
+    fn from(m: GoMap) -> Self {
+        Value::Object(m.0)
+    }
+}
+
+/// A struct, read only from an object: serde_json (and so
+/// [`crate::casefold`]) also reads a struct from a list of its fields'
+/// values, which Go refuses. The refusal says `expected struct`, which
+/// [`decode_error`] words as Go does.
+#[derive(Clone, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct GoObj<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for GoObj<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::deserialize(NoSeqStruct(d)).map(GoObj)
+    }
+}
+
+/// A list, empty when absent or `null` (a Go nil slice), each struct in it
+/// read only from an object ([`GoObj`]).
+#[derive(Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct GoList<T>(pub Vec<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for GoList<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let items = Option::<Vec<GoObj<T>>>::deserialize(d)?.unwrap_or_default();
+        Ok(GoList(items.into_iter().map(|o| o.0).collect()))
+    }
+}
+
+impl<T> Default for GoList<T> {
+    fn default() -> Self {
+        GoList(Vec::new())
+    }
+}
+
+impl<T> GoList<T> {
+    /// For `skip_serializing_if`.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The wrappers holding a value, seen as it.
+macro_rules! go_wrapper {
+    ($($name:ident<T>($inner:ty)),+) => {$(
+        impl<T: fmt::Debug> fmt::Debug for $name<T> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl<T> Deref for $name<T> {
+            type Target = $inner;
+
+            fn deref(&self) -> &$inner {
+                &self.0
+            }
+        }
+
+        impl<T> std::ops::DerefMut for $name<T> {
+            fn deref_mut(&mut self) -> &mut $inner {
+                &mut self.0
+            }
+        }
+
+        impl<T> From<$inner> for $name<T> {
+            fn from(v: $inner) -> Self {
+                $name(v)
+            }
+        }
+    )+};
+}
+
+go_wrapper!(GoObj<T>(T), GoList<T>(Vec<T>));
 
 /// A deserializer handing structs a visitor that refuses a sequence.
 struct NoSeqStruct<D>(D);
@@ -459,16 +670,13 @@ mod tests {
 
     #[derive(Debug, serde::Deserialize)]
     struct Inner {
-        #[serde(default, deserialize_with = "optional_positive_u64")]
-        rate: Option<u64>,
+        rate: Option<GoPositive>,
     }
 
     #[derive(Debug, serde::Deserialize)]
     struct Outer {
-        #[serde(default, deserialize_with = "optional_struct")]
-        one: Option<Inner>,
-        #[serde(default, deserialize_with = "optional_structs")]
-        many: Option<Vec<Inner>>,
+        one: Option<GoObj<Inner>>,
+        many: Option<GoList<Inner>>,
     }
 
     fn failure(v: Value) -> (String, String) {
@@ -481,8 +689,8 @@ mod tests {
         let o: Outer =
             crate::casefold::from_value(&json!({"ONE": {"Rate": 2}, "many": [{"rate": 3}]}))
                 .unwrap();
-        assert_eq!(o.one.unwrap().rate, Some(2));
-        assert_eq!(o.many.unwrap()[0].rate, Some(3));
+        assert_eq!(o.one.unwrap().rate, Some(GoPositive(2)));
+        assert_eq!(o.many.unwrap()[0].rate, Some(GoPositive(3)));
         let at = |path: &str, reason: &str| (path.to_string(), reason.to_string());
         assert_eq!(
             failure(json!({"one": [2]})),

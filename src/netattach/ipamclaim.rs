@@ -9,7 +9,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use super::error::SpecError;
-use super::go_json::{self, decode_failure, parse_ip_with_prefix};
+use super::go_json::{
+    decode_failure, parse_ip_with_prefix, GoBool, GoList, GoMap, GoObj, GoStr, GoStrs,
+};
 use super::meta::ObjectMeta;
 use super::nad::WireObject;
 use crate::cni::casefold;
@@ -37,11 +39,9 @@ pub struct IpamClaim {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct IpamClaimSpec {
     /// The network the allocation is for.
-    #[serde(deserialize_with = "go_json::string")]
-    pub network: String,
+    pub network: GoStr,
     /// The pod interface the allocation is for.
-    #[serde(deserialize_with = "go_json::string")]
-    pub interface: String,
+    pub interface: GoStr,
 }
 
 /// §8.2 `status`.
@@ -51,8 +51,8 @@ pub struct IpamClaimStatus {
     /// Allocated addresses with prefix length (`10.128.20.8/24`). The CRD
     /// requires the key, but a status written before any allocation may
     /// carry null: no addresses.
-    #[serde(default, deserialize_with = "go_json::strings")]
-    pub ips: Vec<String>,
+    #[serde(default)]
+    pub ips: GoStrs,
     /// `ownerPod.name`: the pod currently holding the claim.
     #[serde(
         default,
@@ -62,38 +62,22 @@ pub struct IpamClaimStatus {
     )]
     pub owner_pod: Option<String>,
     /// Kubernetes conditions, kept as written.
-    #[serde(
-        default,
-        deserialize_with = "go_json::list",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub conditions: Vec<Value>,
+    #[serde(default, skip_serializing_if = "GoList::is_empty")]
+    pub conditions: GoList<Value>,
 }
 
 /// An entry of `metadata.ownerReferences`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnerReference {
-    #[serde(deserialize_with = "go_json::string")]
-    pub api_version: String,
-    #[serde(deserialize_with = "go_json::string")]
-    pub kind: String,
-    #[serde(deserialize_with = "go_json::string")]
-    pub name: String,
-    #[serde(deserialize_with = "go_json::string")]
-    pub uid: String,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_boolean",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub controller: Option<bool>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_boolean",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub block_owner_deletion: Option<bool>,
+    pub api_version: GoStr,
+    pub kind: GoStr,
+    pub name: GoStr,
+    pub uid: GoStr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller: Option<GoBool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block_owner_deletion: Option<GoBool>,
 }
 
 /// The claim on the wire. The owner references in its `metadata` are read
@@ -104,24 +88,28 @@ type Wire = WireObject<IpamClaimSpec, IpamClaimStatus>;
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireOwners {
-    #[serde(default, deserialize_with = "go_json::optional_structs")]
-    owner_references: Option<Vec<OwnerReference>>,
+    owner_references: Option<GoList<OwnerReference>>,
 }
 
 /// `status.ownerPod`.
 #[derive(Serialize, Deserialize)]
 struct OwnerPod {
-    #[serde(default, deserialize_with = "go_json::optional_string")]
-    name: Option<String>,
+    name: Option<GoStr>,
 }
 
 fn owner_pod_name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    let pod: Option<OwnerPod> = go_json::optional_struct(d)?;
-    Ok(pod.and_then(|p| p.name).filter(|n| !n.is_empty()))
+    let pod = Option::<GoObj<OwnerPod>>::deserialize(d)?;
+    Ok(pod
+        .and_then(|p| p.0.name)
+        .map(String::from)
+        .filter(|n| !n.is_empty()))
 }
 
 fn owner_pod<S: Serializer>(name: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
-    OwnerPod { name: name.clone() }.serialize(s)
+    OwnerPod {
+        name: name.clone().map(GoStr::from),
+    }
+    .serialize(s)
 }
 
 fn bad(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
@@ -144,8 +132,8 @@ impl IpamClaim {
             metadata,
             owner_references: Vec::new(),
             spec: IpamClaimSpec {
-                network: network.to_string(),
-                interface: interface.to_string(),
+                network: network.into(),
+                interface: interface.into(),
             },
             status: None,
         }
@@ -158,13 +146,13 @@ impl IpamClaim {
     /// each `status.ips` entry an address with prefix length.
     pub fn from_value(v: &Value) -> Result<IpamClaim, SpecError> {
         let (wire, metadata) = Wire::decode(v, &[API_VERSION, API_VERSION_PERSISTENTIP], KIND)?;
-        let meta_value = wire.metadata.unwrap_or_default();
+        let meta_value = wire.metadata.map(Value::from).unwrap_or_default();
         let owners: WireOwners = casefold::from_value_at(&meta_value).map_err(|e| {
             let (mut field, reason) = decode_failure(e, &meta_value, "");
             prefix_path(&mut field, "metadata");
             bad(field, reason)
         })?;
-        let owner_references = owners.owner_references.unwrap_or_default();
+        let owner_references = owners.owner_references.unwrap_or_default().0;
         for (i, r) in owner_references.iter().enumerate() {
             let path = format!("metadata.ownerReferences[{i}]");
             for (key, value) in [
@@ -177,7 +165,7 @@ impl IpamClaim {
             }
         }
 
-        let spec = wire.spec.ok_or_else(|| bad("spec", "required"))?;
+        let spec = wire.spec.ok_or_else(|| bad("spec", "required"))?.0;
         non_empty(&spec.network, "spec.network")?;
         non_empty(&spec.interface, "spec.interface")?;
         IfName::new(spec.interface.as_str()).map_err(|r| {
@@ -198,11 +186,13 @@ impl IpamClaim {
             }
         }
         Ok(IpamClaim {
-            api_version: wire.api_version.unwrap_or_else(|| API_VERSION.into()),
+            api_version: wire
+                .api_version
+                .map_or_else(|| API_VERSION.into(), String::from),
             metadata,
             owner_references,
             spec,
-            status: wire.status,
+            status: wire.status.map(|s| s.0),
         })
     }
 
@@ -213,11 +203,11 @@ impl IpamClaim {
                 serde_json::to_value(&self.owner_references).expect("owner references serialize");
         }
         Wire {
-            api_version: Some(self.api_version.clone()),
+            api_version: Some(self.api_version.as_str().into()),
             kind: Some(KIND.into()),
-            metadata: Some(metadata),
-            spec: Some(self.spec.clone()),
-            status: self.status.clone(),
+            metadata: Some(GoMap::object(metadata)),
+            spec: Some(self.spec.clone().into()),
+            status: self.status.clone().map(GoObj),
         }
         .to_value()
     }
@@ -280,9 +270,9 @@ status:
         assert_eq!(
             c.status,
             Some(IpamClaimStatus {
-                ips: vec!["10.128.20.8/24".into(), "fd10:128:20::8/64".into()],
+                ips: GoStrs(vec!["10.128.20.8/24".into(), "fd10:128:20::8/64".into()]),
                 owner_pod: None,
-                conditions: vec![],
+                conditions: GoList::default(),
             })
         );
         assert_eq!(c.to_value(), v);
@@ -432,7 +422,7 @@ status:
         .unwrap();
         assert_eq!(c.metadata.name, "vm-a.tenantred");
         assert_eq!(c.owner_references[0].uid, "u-1");
-        assert_eq!(c.owner_references[0].controller, Some(true));
+        assert_eq!(c.owner_references[0].controller, Some(GoBool(true)));
         assert_eq!(
             c.spec,
             IpamClaimSpec {

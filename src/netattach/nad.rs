@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::error::SpecError;
-use super::go_json::{self, decode_failure};
+use super::go_json::{decode_failure, GoMap, GoObj, GoStr};
 use super::meta::ObjectMeta;
 use super::names::NetworkRef;
 use crate::cni::casefold;
@@ -36,24 +36,13 @@ pub struct NetworkAttachmentDefinition {
     bound(deserialize = "Spec: Deserialize<'de>, Status: Deserialize<'de>")
 )]
 pub(crate) struct WireObject<Spec, Status> {
-    #[serde(default, deserialize_with = "go_json::optional_string")]
-    pub api_version: Option<String>,
-    #[serde(default, deserialize_with = "go_json::optional_string")]
-    pub kind: Option<String>,
-    #[serde(default, deserialize_with = "go_json::optional_object")]
-    pub metadata: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_struct",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub spec: Option<Spec>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_struct",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub status: Option<Status>,
+    pub api_version: Option<GoStr>,
+    pub kind: Option<GoStr>,
+    pub metadata: Option<GoMap>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<GoObj<Spec>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<GoObj<Status>>,
 }
 
 impl<Spec: DeserializeOwned, Status: DeserializeOwned> WireObject<Spec, Status> {
@@ -77,7 +66,7 @@ impl<Spec: DeserializeOwned, Status: DeserializeOwned> WireObject<Spec, Status> 
         )?;
         let metadata = match &wire.metadata {
             None => return Err(SpecError::invalid("metadata", "required")),
-            Some(m) => ObjectMeta::from_value(m)?,
+            Some(m) => ObjectMeta::from_value(&Value::Object(m.0.clone()))?,
         };
         Ok((wire, metadata))
     }
@@ -95,8 +84,7 @@ impl<Spec: DeserializeOwned, Status: DeserializeOwned> WireObject<Spec, Status> 
 /// §3.2 `spec`.
 #[derive(Serialize, Deserialize)]
 struct Spec {
-    #[serde(default, deserialize_with = "go_json::optional_string")]
-    config: Option<String>,
+    config: Option<GoStr>,
 }
 
 /// A NAD's `status`, which plexus neither reads nor writes.
@@ -110,7 +98,7 @@ impl NetworkAttachmentDefinition {
         let (wire, metadata) = WireObject::<Spec, NoStatus>::decode(v, &[API_VERSION], KIND)?;
         Ok(NetworkAttachmentDefinition {
             metadata,
-            config: wire.spec.and_then(|s| s.config),
+            config: wire.spec.and_then(|s| s.0.config).map(String::from),
         })
     }
 
@@ -119,8 +107,12 @@ impl NetworkAttachmentDefinition {
         WireObject::<Spec, NoStatus> {
             api_version: Some(API_VERSION.into()),
             kind: Some(KIND.into()),
-            metadata: Some(self.metadata.to_value()),
-            spec: self.config.clone().map(|c| Spec { config: Some(c) }),
+            metadata: Some(GoMap::object(self.metadata.to_value())),
+            spec: self.config.as_deref().map(|c| {
+                GoObj(Spec {
+                    config: Some(c.into()),
+                })
+            }),
             status: None,
         }
         .to_value()

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::go_json::{
     self, as_array, as_object, decode_failure, describe, is_hex_octets, parse_ip_with_prefix,
-    unknown_keys,
+    unknown_keys, GoList, GoMap, GoObj, GoPort, GoPositive, GoStr, GoStrs,
 };
 use super::names::{check_dns1123_label, check_nad_name, nad_name_warning, NetworkRef};
 use crate::cni::casefold;
@@ -39,69 +39,31 @@ pub const DEFAULT_BURST_BITS: u64 = 2_147_483_647;
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct NetworkSelectionElement {
-    #[serde(deserialize_with = "go_json::string")]
-    pub name: String,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub namespace: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_strings",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub ips: Option<Vec<String>>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub mac: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub interface: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_map",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub cni_args: Option<Map<String, Value>>,
-    #[serde(
-        rename = "portMappings",
-        default,
-        deserialize_with = "go_json::optional_structs",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub port_mappings: Option<Vec<PortMapping>>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_struct",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub bandwidth: Option<Bandwidth>,
+    pub name: GoStr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<GoStr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ips: Option<GoStrs>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mac: Option<GoStr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface: Option<GoStr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cni_args: Option<GoMap>,
+    #[serde(rename = "portMappings", skip_serializing_if = "Option::is_none")]
+    pub port_mappings: Option<GoList<PortMapping>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<GoObj<Bandwidth>>,
     #[serde(
         default,
         deserialize_with = "gateways",
         skip_serializing_if = "Option::is_none"
     )]
     pub default_route: Option<Vec<IpAddr>>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub infiniband_guid: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub ipam_claim_reference: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub infiniband_guid: Option<GoStr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ipam_claim_reference: Option<GoStr>,
     /// Keys in reverse-DNS notation (containing a '.'), kept as written.
     #[serde(flatten)]
     pub extensions: Map<String, Value>,
@@ -112,50 +74,29 @@ pub struct NetworkSelectionElement {
 /// `hostIP` when set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortMapping {
-    #[serde(rename = "hostPort", deserialize_with = "go_json::port")]
-    pub host_port: u16,
-    #[serde(rename = "containerPort", deserialize_with = "go_json::port")]
-    pub container_port: u16,
+    #[serde(rename = "hostPort")]
+    pub host_port: GoPort,
+    #[serde(rename = "containerPort")]
+    pub container_port: GoPort,
     /// `tcp`, `udp` or `sctp` (lower case; "TCP" when not given).
     #[serde(default = "tcp", deserialize_with = "protocol")]
     pub protocol: String,
-    #[serde(
-        rename = "hostIP",
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub host_ip: Option<String>,
+    #[serde(rename = "hostIP", skip_serializing_if = "Option::is_none")]
+    pub host_ip: Option<GoStr>,
 }
 
 /// `bandwidth` (§4.1.2.1.8): rates in bits per second, bursts in bits.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Bandwidth {
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_positive_u64",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub ingress_rate: Option<u64>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_positive_u64",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub ingress_burst: Option<u64>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_positive_u64",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub egress_rate: Option<u64>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_positive_u64",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub egress_burst: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ingress_rate: Option<GoPositive>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ingress_burst: Option<GoPositive>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress_rate: Option<GoPositive>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress_burst: Option<GoPositive>,
 }
 
 fn tcp() -> String {
@@ -164,12 +105,12 @@ fn tcp() -> String {
 
 /// `protocol`: "tcp" when absent; checked and lower-cased after decoding.
 fn protocol<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    Ok(go_json::optional_string(d)?.unwrap_or_else(tcp))
+    Ok(Option::<GoStr>::deserialize(d)?.map_or_else(tcp, String::from))
 }
 
 /// `default-route`: a list of IP addresses, a bad one named by its index.
 fn gateways<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<IpAddr>>, D::Error> {
-    let Some(list) = go_json::optional_strings(d)? else {
+    let Some(list) = Option::<GoStrs>::deserialize(d)? else {
         return Ok(None);
     };
     list.iter()
@@ -269,7 +210,7 @@ fn parse_comma_item(
             Some((ns, n)) => {
                 let ns = ns.trim();
                 check_dns1123_label(ns).map_err(|r| bad(format!("namespace {r}")))?;
-                (Some(ns.to_string()), n.trim())
+                (Some(ns.into()), n.trim())
             }
             None => (None, reference),
         };
@@ -281,9 +222,9 @@ fn parse_comma_item(
         IfName::for_pod(ifname).map_err(|r| bad(format!("interface {ifname:?}: {r}")))?;
     }
     Ok(NetworkSelectionElement {
-        name: name.to_string(),
+        name: name.into(),
         namespace,
-        interface: ifname.map(str::to_string),
+        interface: ifname.map(GoStr::from),
         ..Default::default()
     })
 }
@@ -402,7 +343,7 @@ fn decode_element(
     let mut unknown = Vec::new();
     for (key, value) in std::mem::take(&mut e.extensions) {
         if key == "interfaceRequest" {
-            let old = go_json::optional_string(value).map_err(|r| at(&key)(r.to_string()))?;
+            let old = Option::<GoStr>::deserialize(value).map_err(|r| at(&key)(r.to_string()))?;
             let Some(old) = old else { continue };
             ifname(&key, &old)?;
             let w = if e.interface.is_some() {
@@ -555,12 +496,13 @@ impl NetworkSelectionElement {
     /// [`DEFAULT_BURST_BITS`] for each rate given without one.
     pub fn bandwidth_runtime_config(&self) -> Option<Value> {
         let b = self.bandwidth.as_ref()?;
-        let burst =
-            |rate: Option<u64>, burst: Option<u64>| burst.or(rate.and(Some(DEFAULT_BURST_BITS)));
+        let burst = |rate: Option<GoPositive>, burst: Option<GoPositive>| {
+            burst.or(rate.and(Some(GoPositive(DEFAULT_BURST_BITS))))
+        };
         let filled = Bandwidth {
             ingress_burst: burst(b.ingress_rate, b.ingress_burst),
             egress_burst: burst(b.egress_rate, b.egress_burst),
-            ..b.clone()
+            ..**b
         };
         Some(serde_json::to_value(filled).expect("bandwidth serializes"))
     }
@@ -722,7 +664,7 @@ mod tests {
             vec![
                 el("net-a"),
                 NetworkSelectionElement {
-                    ips: Some(vec!["1.2.3.4".into()]),
+                    ips: Some(GoStrs(vec!["1.2.3.4".into()])),
                     mac: Some("aa:bb:cc:dd:ee:ff".into()),
                     ..el("net-b")
                 },
@@ -747,10 +689,10 @@ mod tests {
         );
         assert_eq!(
             e.ips,
-            Some(vec![
+            Some(GoStrs(vec![
                 "10.2.2.42/24".to_string(),
                 "2001:db8::5/64".to_string()
-            ])
+            ]))
         );
     }
 
@@ -838,10 +780,7 @@ mod tests {
       }  
     ]"#,
         );
-        assert_eq!(
-            Value::Object(e.cni_args.unwrap()),
-            json!({"spoofchk": "on"})
-        );
+        assert_eq!(Value::from(e.cni_args.unwrap()), json!({"spoofchk": "on"}));
         assert_eq!(
             err(r#"[{"name": "n", "cni-args": ["spoofchk"]}]"#),
             r#"[0].cni-args: must be an object, got ["spoofchk"]"#
@@ -862,12 +801,12 @@ mod tests {
         );
         assert_eq!(
             e.port_mappings,
-            Some(vec![PortMapping {
-                host_port: 8080,
-                container_port: 80,
+            Some(GoList(vec![PortMapping {
+                host_port: GoPort(8080),
+                container_port: GoPort(80),
                 protocol: "tcp".into(),
                 host_ip: None
-            }])
+            }]))
         );
         // cni-CONVENTIONS "portMappings".
         assert_eq!(
@@ -969,12 +908,12 @@ mod tests {
             .join("\n");
         let e = only(&without);
         let want = Bandwidth {
-            ingress_rate: Some(2048),
-            ingress_burst: Some(300),
-            egress_rate: Some(8000),
-            egress_burst: Some(200),
+            ingress_rate: Some(GoPositive(2048)),
+            ingress_burst: Some(GoPositive(300)),
+            egress_rate: Some(GoPositive(8000)),
+            egress_burst: Some(GoPositive(200)),
         };
-        assert_eq!(e.bandwidth, Some(want));
+        assert_eq!(e.bandwidth, Some(GoObj(want)));
         assert_eq!(
             e.bandwidth_runtime_config(),
             Some(
@@ -1167,12 +1106,18 @@ mod tests {
         );
         assert_eq!(e.name, "net-b");
         assert_eq!(e.namespace.as_deref(), Some("ns"));
-        assert_eq!(e.ips, Some(vec!["10.0.0.5/24".into()]));
+        assert_eq!(e.ips, Some(GoStrs(vec!["10.0.0.5/24".into()])));
         assert_eq!(e.mac.as_deref(), Some("02:00:00:00:00:01"));
         assert_eq!(e.interface.as_deref(), Some("net7"));
         assert!(e.cni_args.is_some());
-        assert_eq!(e.port_mappings.as_ref().unwrap()[0].container_port, 8080);
-        assert_eq!(e.bandwidth.as_ref().unwrap().ingress_rate, Some(5));
+        assert_eq!(
+            e.port_mappings.as_ref().unwrap()[0].container_port,
+            GoPort(8080)
+        );
+        assert_eq!(
+            e.bandwidth.as_ref().unwrap().ingress_rate,
+            Some(GoPositive(5))
+        );
         assert!(e.default_route.is_some());
         assert!(e.infiniband_guid.is_some());
         // When both spellings appear, the later one wins, as in Go.
@@ -1233,24 +1178,24 @@ mod tests {
                  "BANDWIDTH": {"INGRESSRATE": 5, "IngressBurst": 7}}]"#,
         );
         let e = &p.elements[0];
-        assert_eq!(e.ips, Some(vec!["10.0.0.5/24".into()]));
+        assert_eq!(e.ips, Some(GoStrs(vec!["10.0.0.5/24".into()])));
         assert_eq!(e.interface.as_deref(), Some("net1"));
         assert_eq!(
             e.port_mappings,
-            Some(vec![PortMapping {
-                host_port: 80,
-                container_port: 8080,
+            Some(GoList(vec![PortMapping {
+                host_port: GoPort(80),
+                container_port: GoPort(8080),
                 protocol: "udp".into(),
                 host_ip: Some("192.0.2.1".into()),
-            }])
+            }]))
         );
         assert_eq!(
             e.bandwidth,
-            Some(Bandwidth {
-                ingress_rate: Some(5),
-                ingress_burst: Some(7),
+            Some(GoObj(Bandwidth {
+                ingress_rate: Some(GoPositive(5)),
+                ingress_burst: Some(GoPositive(7)),
                 ..Default::default()
-            })
+            }))
         );
         assert_eq!(
             p.warnings,

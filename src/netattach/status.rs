@@ -15,7 +15,9 @@ use serde_json::{Map, Value};
 
 use super::deviceinfo::DeviceInfo;
 use super::error::SpecError;
-use super::go_json::{self, as_array, as_object, decode_error};
+use super::go_json::{
+    self, as_array, as_object, decode_error, GoBool, GoMap, GoStr, GoStrs, GoU32,
+};
 use crate::cni::casefold;
 use crate::cni::result::{CniResult, IpConfig};
 
@@ -30,52 +32,27 @@ pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
 #[serde(rename_all = "kebab-case")]
 pub struct NetworkStatus {
     /// `namespace/name` of the NAD, or the default network's name (§5.3.1).
-    #[serde(deserialize_with = "go_json::string")]
-    pub name: String,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub interface: Option<String>,
+    pub name: GoStr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface: Option<GoStr>,
     /// Addresses with prefix length, as in the §5.4 example (`192.0.2.2/24`).
-    #[serde(
-        default,
-        deserialize_with = "go_json::strings",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub ips: Vec<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub mac: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_u32",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "GoStrs::is_empty")]
+    pub ips: GoStrs,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mac: Option<GoStr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<GoU32>,
     /// §5.3.6: always written.
-    #[serde(default, deserialize_with = "go_json::boolean")]
-    pub default: bool,
+    #[serde(default)]
+    pub default: GoBool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<StatusDns>,
     /// §5.3.7.4 `default-route`: gateways.
-    #[serde(
-        default,
-        deserialize_with = "go_json::strings",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub default_route: Vec<String>,
+    #[serde(default, skip_serializing_if = "GoStrs::is_empty")]
+    pub default_route: GoStrs,
     /// §5.3.8 `device-info` (see [`super::deviceinfo`]), kept as written.
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_object",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub device_info: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_info: Option<GoMap>,
     /// Other keys (extension keys, or keys of other implementations); one
     /// spelled like a key of §5.3 is not written, so it cannot shadow it.
     #[serde(flatten, serialize_with = "unshadowing")]
@@ -85,24 +62,12 @@ pub struct NetworkStatus {
 /// §5.3.7 `dns`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct StatusDns {
-    #[serde(
-        default,
-        deserialize_with = "go_json::strings",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub nameservers: Vec<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::optional_string",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub domain: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "go_json::strings",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub search: Vec<String>,
+    #[serde(default, skip_serializing_if = "GoStrs::is_empty")]
+    pub nameservers: GoStrs,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain: Option<GoStr>,
+    #[serde(default, skip_serializing_if = "GoStrs::is_empty")]
+    pub search: GoStrs,
 }
 
 /// The extra keys that are not keys of §5.3.
@@ -157,20 +122,23 @@ impl NetworkStatus {
     /// minimal map (name, interface, default).
     pub fn from_result(result: Option<&CniResult>, input: &StatusInput) -> NetworkStatus {
         let mut s = NetworkStatus {
-            name: input.network.to_string(),
-            default: input.default,
-            device_info: input.device_info.as_ref().map(DeviceInfo::to_value),
+            name: input.network.into(),
+            default: input.default.into(),
+            device_info: input
+                .device_info
+                .as_ref()
+                .map(|d| GoMap::object(d.to_value())),
             ..Default::default()
         };
         let Some(r) = result else {
-            s.interface = input.ifname.map(str::to_string);
+            s.interface = input.ifname.map(GoStr::from);
             return s;
         };
         let legacy = r.cni_version.is_some_and(|v| v.has_legacy_result());
         let ips: Vec<&IpConfig> = if legacy {
             // §5.3.2.1, §5.3.3.1: before 0.3.0 there are no interfaces; the
             // addresses are ip4 and ip6 together.
-            s.interface = input.ifname.map(str::to_string);
+            s.interface = input.ifname.map(GoStr::from);
             r.ips.iter().collect()
         } else if let Some((idx, iface)) = r
             .interfaces
@@ -181,11 +149,16 @@ impl NetworkStatus {
             // §5.3.2.1, §5.3.4.1: the first interface with a sandbox;
             // §5.3.3.1 rule 1: the addresses on it. A plugin that left its
             // name empty used CNI_IFNAME.
-            s.interface = Some(iface.name.clone())
+            s.interface = Some(iface.name.as_str())
                 .filter(|n| !n.is_empty())
-                .or_else(|| input.ifname.map(str::to_string));
-            s.mac = iface.mac.clone().filter(|m| !m.is_empty());
-            s.mtu = iface.mtu.filter(|m| *m > 0);
+                .or(input.ifname)
+                .map(GoStr::from);
+            s.mac = iface
+                .mac
+                .as_deref()
+                .filter(|m| !m.is_empty())
+                .map(GoStr::from);
+            s.mtu = iface.mtu.filter(|m| *m > 0).map(GoU32);
             r.ips
                 .iter()
                 .filter(|ip| ip.interface == Some(idx as i64))
@@ -204,9 +177,14 @@ impl NetworkStatus {
         s.ips = ips.iter().map(|ip| ip.address.ip().to_string()).collect();
 
         let dns = StatusDns {
-            nameservers: r.dns.nameservers.clone(),
-            domain: r.dns.domain.clone().filter(|d| !d.is_empty()),
-            search: r.dns.search.clone(),
+            nameservers: r.dns.nameservers.clone().into(),
+            domain: r
+                .dns
+                .domain
+                .as_deref()
+                .filter(|d| !d.is_empty())
+                .map(GoStr::from),
+            search: r.dns.search.clone().into(),
         };
         s.dns = Some(dns).filter(|d| !d.is_empty());
 
@@ -214,9 +192,9 @@ impl NetworkStatus {
         // Network Attachment Selection Annotation": its gateways, or with
         // `[]` the gateways its own result kept.
         s.default_route = match input.gateway_request {
-            Some([]) => default_gateways(r, &ips),
+            Some([]) => default_gateways(r, &ips).into(),
             Some(gws) => gws.iter().map(IpAddr::to_string).collect(),
-            None => Vec::new(),
+            None => GoStrs::default(),
         };
         // §5.3.4: "If the mac key is present, interface must also be present."
         if s.interface.is_none() {
@@ -305,7 +283,7 @@ pub fn validate_entries(entries: &[NetworkStatus]) -> Result<(), String> {
                 "[{i}].mac: requires \"interface\" to be present (multi-net-spec §5.3.4)"
             ));
         }
-        if e.default {
+        if *e.default {
             if let Some(first) = default_at {
                 return Err(format!(
                     "[{i}].default: only one entry may be the default network, and [{first}] \
@@ -370,15 +348,15 @@ mod tests {
     fn example_5_4_single_gateway_round_trips() {
         let e = round_trip(EXAMPLE_SINGLE_GATEWAY);
         assert_eq!(e.len(), 3);
-        assert!(e[0].default);
-        assert_eq!(e[0].mtu, Some(1500));
+        assert!(*e[0].default);
+        assert_eq!(e[0].mtu, Some(GoU32(1500)));
         assert_eq!(e[0].default_route, vec!["192.0.2.1"]);
         assert_eq!(
             e[1].dns,
             Some(StatusDns {
-                nameservers: vec!["192.0.2.1".into(), "2001:db8:4860::8888".into()],
+                nameservers: GoStrs(vec!["192.0.2.1".into(), "2001:db8:4860::8888".into()]),
                 domain: None,
-                search: vec!["eng.example.com".into(), "example.com".into()],
+                search: GoStrs(vec!["eng.example.com".into(), "example.com".into()]),
             })
         );
         assert_eq!(
@@ -403,7 +381,7 @@ mod tests {
     fn example_5_4_device_info_round_trips() {
         let e = round_trip(EXAMPLE_DEVICE_INFO);
         assert_eq!(e.len(), 5);
-        assert!(e.iter().all(|s| !s.default));
+        assert!(e.iter().all(|s| !*s.default));
         assert_eq!(
             e[1].device_info.as_ref().unwrap()["pci"]["pci-address"],
             "0000:18:02.5"
@@ -754,7 +732,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.name, "n");
         assert_eq!(s.ips, vec!["x"]);
-        assert!(s.default);
+        assert!(*s.default);
         assert_eq!(s.extra.get("org.x.y"), Some(&json!(1)));
 
         let err = |v: Value| NetworkStatus::from_value(&v).unwrap_err().to_string();
@@ -819,18 +797,18 @@ mod tests {
         let s = NetworkStatus {
             name: "ns/a".into(),
             interface: Some("net1".into()),
-            ips: vec!["10.0.0.2".into(), "fd00::2".into()],
+            ips: GoStrs(vec!["10.0.0.2".into(), "fd00::2".into()]),
             mac: Some("02:00:00:00:00:01".into()),
-            mtu: Some(9000),
-            default: false,
+            mtu: Some(GoU32(9000)),
+            default: GoBool(false),
             dns: Some(StatusDns {
-                nameservers: vec!["10.0.0.53".into()],
+                nameservers: GoStrs(vec!["10.0.0.53".into()]),
                 domain: Some("example".into()),
-                search: vec!["a.example".into()],
+                search: GoStrs(vec!["a.example".into()]),
             }),
-            default_route: vec!["10.0.0.1".into()],
-            device_info: Some(json!({"type": "pci", "version": "1.1.0",
-                                     "pci": {"pci-address": "0000:01:00.1"}})),
+            default_route: GoStrs(vec!["10.0.0.1".into()]),
+            device_info: Some(GoMap::object(json!({"type": "pci", "version": "1.1.0",
+                                     "pci": {"pci-address": "0000:01:00.1"}}))),
             extra: [("org.x.y".to_string(), json!({"k": [1]}))]
                 .into_iter()
                 .collect(),
@@ -843,7 +821,7 @@ mod tests {
             "Default": true, "vendor": "v"}))
         .unwrap();
         assert_eq!(
-            (read.name.as_str(), read.mtu, read.default),
+            (read.name.as_str(), read.mtu, *read.default),
             ("ns/a", None, true)
         );
         assert_eq!(read.dns.unwrap().nameservers, vec!["1.1.1.1"]);
@@ -857,7 +835,7 @@ mod tests {
     fn validate_entries_rules() {
         let ok = |name: &str, default: bool| NetworkStatus {
             name: name.into(),
-            default,
+            default: default.into(),
             ..Default::default()
         };
         assert_eq!(validate_entries(&[ok("a", true), ok("b", false)]), Ok(()));

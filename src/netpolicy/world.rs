@@ -48,8 +48,8 @@ pub fn view(
 /// name, which the enforcer reports and cannot filter.
 fn attachment(entry: &NetworkStatus) -> Attachment {
     Attachment {
-        network: entry.name.clone(),
-        interface: entry.interface.clone().unwrap_or_default(),
+        network: entry.name.to_string(),
+        interface: entry.interface.as_deref().unwrap_or_default().to_string(),
         ips: entry
             .ips
             .iter()

@@ -186,9 +186,9 @@ fn check_claim_fits(claim: &IpamClaim, attachment: &Attachment) -> Result<(), Cl
             config_name: config_name.map(String::from),
         });
     }
-    if claim.spec.interface != attachment.ifname {
+    if *claim.spec.interface != attachment.ifname {
         return Err(ClaimProblem::OtherInterface {
-            claimed: claim.spec.interface.clone(),
+            claimed: claim.spec.interface.to_string(),
             ifname: attachment.ifname.to_string(),
         });
     }

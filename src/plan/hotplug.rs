@@ -89,7 +89,7 @@ pub fn changes(
     // names first, then the others to a name no selection asks for.
     let explicit: Vec<String> = elements
         .iter()
-        .filter_map(|e| e.interface.clone())
+        .filter_map(|e| e.interface.as_deref().map(String::from))
         .collect();
     let mut claimed = vec![false; selected.len()];
     for pass_explicit in [true, false] {
@@ -103,13 +103,13 @@ pub fn changes(
                 !claimed[k]
                     && a.network == network
                     && match &element.interface {
-                        Some(name) => a.ifname == *name,
+                        Some(name) => a.ifname == **name,
                         None => !explicit.iter().any(|e| *e == a.ifname),
                     }
             });
             if let Some(k) = found {
                 claimed[k] = true;
-                element.interface = Some(selected[k].attachment.ifname.to_string());
+                element.interface = Some(selected[k].attachment.ifname.as_str().into());
             }
         }
     }
@@ -121,15 +121,19 @@ pub fn changes(
         .attachments
         .iter()
         .map(|c| c.attachment.ifname.to_string())
-        .chain(elements.iter().filter_map(|e| e.interface.clone()))
+        .chain(
+            elements
+                .iter()
+                .filter_map(|e| e.interface.as_deref().map(String::from)),
+        )
         .collect();
     for element in elements.iter_mut().filter(|e| e.interface.is_none()) {
         let name = (1..)
             .map(|n| net_n(n).to_string())
             .find(|n| !taken.contains(n))
             .expect("an unbounded range always has a free name");
-        taken.push(name.clone());
-        element.interface = Some(name);
+        element.interface = Some(name.as_str().into());
+        taken.push(name);
     }
     let mut pinned = pod.clone();
     if !elements.is_empty() {

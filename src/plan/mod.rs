@@ -131,12 +131,13 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
     {
         let namespace = element
             .namespace
-            .clone()
-            .unwrap_or_else(|| pod.namespace.clone());
+            .as_deref()
+            .unwrap_or(&pod.namespace)
+            .to_string();
         wanted.push(Wanted {
             target: Target::Nad(NetworkRef {
                 namespace,
-                name: element.name.clone(),
+                name: element.name.to_string(),
             }),
             label: format!("{NETWORKS_ANNOTATION}[{i}]"),
             selection: Some(element),
@@ -204,7 +205,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
         }
         let cni_file = cni_device_info_file(&network, &ifname, options);
         offer_device_info_file(&mut capability_args, cni_file.as_deref());
-        let cni_args_override = selection.and_then(|s| s.cni_args.as_ref());
+        let cni_args_override = selection.and_then(|s| s.cni_args.as_deref());
         let mut plugins = requests(&config, &network, &capability_args, cni_args_override)?;
         if let Some(id) = &device_id {
             devices::hand_over(&mut plugins, id);
@@ -227,7 +228,9 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
             source,
             default_route: selection.and_then(|s| s.default_route.clone()),
             clear_default_route: false,
-            ipam_claim_reference: selection.and_then(|s| s.ipam_claim_reference.clone()),
+            ipam_claim_reference: selection
+                .and_then(|s| s.ipam_claim_reference.as_deref())
+                .map(String::from),
             disable_check: config.disable_check,
         });
     }
@@ -310,7 +313,12 @@ pub fn selected_nads(pod: &Pod, options: &PlanOptions) -> Vec<(String, String)> 
     let mut nads: Vec<(String, String)> = selections(pod, options, &mut Vec::new())
         .unwrap_or_default()
         .into_iter()
-        .map(|e| (e.namespace.unwrap_or_else(|| pod.namespace.clone()), e.name))
+        .map(|e| {
+            let ns = e
+                .namespace
+                .map_or_else(|| pod.namespace.clone(), String::from);
+            (ns, e.name.into())
+        })
         .filter(|(ns, _)| {
             !options.policy.namespace_isolation
                 || *ns == pod.namespace

@@ -95,9 +95,10 @@ pub(super) fn resolve_default_network(
     let reference = NetworkRef {
         namespace: element
             .namespace
-            .clone()
-            .unwrap_or_else(|| inputs.options.policy.plexus_namespace.clone()),
-        name: element.name.clone(),
+            .as_deref()
+            .unwrap_or(&inputs.options.policy.plexus_namespace)
+            .to_string(),
+        name: element.name.to_string(),
     };
     let ResolvedNad { config, source, .. } = resolve_nad(&reference, inputs.nads, inputs.conf_dir)?;
     Ok(DefaultNetwork {

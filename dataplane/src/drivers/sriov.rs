@@ -518,9 +518,9 @@ impl InterfaceDriver for Sriov {
     /// representor.
     fn device_info(&self, _conf: &Conf, made: &Made) -> Option<DeviceInfo> {
         Some(DeviceInfo::pci(PciDevice {
-            pci_address: made.vf.address.to_string(),
-            pf_pci_address: Some(made.vf.pf.to_string()),
-            representor_device: self.sysfs.vf_representor(&made.vf),
+            pci_address: made.vf.address.to_string().into(),
+            pf_pci_address: Some(made.vf.pf.to_string().into()),
+            representor_device: self.sysfs.vf_representor(&made.vf).map(Into::into),
             ..PciDevice::default()
         }))
     }

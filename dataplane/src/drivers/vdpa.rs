@@ -509,12 +509,15 @@ impl InterfaceDriver for Vdpa {
         };
         let vf = made.pci.and_then(|a| self.sysfs.virtual_function(a).ok());
         Some(DeviceInfo::vdpa(VdpaDevice {
-            parent_device: made.name.clone(),
+            parent_device: made.name.clone().into(),
             driver,
-            path,
-            pci_address: made.pci.map(|a| a.to_string()),
-            pf_pci_address: vf.as_ref().map(|vf| vf.pf.to_string()),
-            representor_device: vf.as_ref().and_then(|vf| self.sysfs.vf_representor(vf)),
+            path: path.into(),
+            pci_address: made.pci.map(|a| a.to_string().into()),
+            pf_pci_address: vf.as_ref().map(|vf| vf.pf.to_string().into()),
+            representor_device: vf
+                .as_ref()
+                .and_then(|vf| self.sysfs.vf_representor(vf))
+                .map(Into::into),
         }))
     }
 
