@@ -711,6 +711,48 @@ mod tests {
         assert_eq!(failure(json!(5)), at("outer", "must be an object, got 5"));
     }
 
+    #[derive(Debug, serde::Deserialize)]
+    struct Kinds {
+        s: GoStr,
+        o: Option<GoStr>,
+        #[serde(default)]
+        l: GoStrs,
+        #[serde(default)]
+        b: GoBool,
+        p: Option<GoPort>,
+    }
+
+    #[test]
+    fn null_is_an_absent_key_and_kinds_are_named() {
+        let k: Kinds =
+            crate::casefold::from_value(&json!({"S": "x", "o": null, "l": null, "b": null}))
+                .unwrap();
+        assert_eq!(
+            (k.s.as_str(), k.o, k.l.is_empty(), *k.b, k.p),
+            ("x", None, true, false, None)
+        );
+        let fails = |v: Value| {
+            let e = crate::casefold::from_value_at::<Kinds>(&v).unwrap_err();
+            decode_failure(e, &v, "kinds")
+        };
+        let at = |path: &str, reason: &str| (path.to_string(), reason.to_string());
+        assert_eq!(fails(json!({})), at("s", REQUIRED));
+        assert_eq!(fails(json!({"s": null})), at("s", REQUIRED));
+        assert_eq!(fails(json!({"s": 5})), at("s", "must be a string, got 5"));
+        assert_eq!(
+            fails(json!({"s": "x", "l": ["a", null]})),
+            at("l[1]", "must be a string, got null")
+        );
+        assert_eq!(
+            fails(json!({"s": "x", "b": "yes"})),
+            at("b", "must be a boolean, got \"yes\"")
+        );
+        assert_eq!(
+            fails(json!({"s": "x", "p": 0})),
+            at("p", "must be an integer from 1 to 65535, got 0")
+        );
+    }
+
     #[test]
     fn value_at_reads_dotted_keys_and_indices() {
         let v = json!({"a.b": [{"c": 1}], "a": {"b": 2}});

@@ -13,8 +13,8 @@ use serde::{de, Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use super::go_json::{
-    self, as_array, as_object, decode_failure, describe, is_hex_octets, parse_ip_with_prefix,
-    unknown_keys, GoList, GoMap, GoObj, GoPort, GoPositive, GoStr, GoStrs,
+    self, decode_failure, describe, is_hex_octets, parse_ip_with_prefix, unknown_keys, GoList,
+    GoMap, GoObj, GoPort, GoPositive, GoStr, GoStrs,
 };
 use super::names::{check_dns1123_label, check_nad_name, nad_name_warning, NetworkRef};
 use crate::cni::casefold;
@@ -232,10 +232,13 @@ fn parse_comma_item(
 fn parse_json_list(value: &str, out: &mut ParsedSelection) -> Result<(), AnnotationError> {
     let v: Value = serde_json::from_str(value)
         .map_err(|e| AnnotationError::new(NETWORKS_ANNOTATION, format!("invalid JSON: {e}")))?;
-    let list = as_array(&v).map_err(|r| AnnotationError::new(NETWORKS_ANNOTATION, r))?;
+    // A list of objects (§4.1.2), each kept as written for [`decode_element`].
+    let list: Vec<GoMap> = casefold::from_value_at(&v).map_err(|e| {
+        let (field, reason) = decode_failure(e, &v, NETWORKS_ANNOTATION);
+        AnnotationError::new(field, reason)
+    })?;
     let mut default_route_on: Option<usize> = None;
-    for (i, item) in list.iter().enumerate() {
-        let obj = as_object(item).map_err(|r| AnnotationError::new(format!("[{i}]"), r))?;
+    for (i, obj) in list.iter().enumerate() {
         let element = decode_element(i, obj, &mut out.warnings)?;
         if element.default_route.is_some() {
             // multi-net-spec §4.1.2.1.9: only one attachment may carry the key.
