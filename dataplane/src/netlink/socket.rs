@@ -60,45 +60,18 @@ struct State {
 /// coincidence (issue 47's soak grew in 1 MiB steps, 8 to 10 buffers live).
 /// A mapping costs only the pages replies touch, and gives them back when
 /// the socket closes.
-struct ReceiveBuffer {
-    start: std::ptr::NonNull<u8>,
-}
-
-// SAFETY: the mapping is owned by the buffer alone; `&mut self` guards
-// every access.
-unsafe impl Send for ReceiveBuffer {}
+struct ReceiveBuffer(memmap2::MmapMut);
 
 impl ReceiveBuffer {
     fn map() -> std::io::Result<ReceiveBuffer> {
-        // SAFETY: a new private anonymous mapping, which aliases nothing.
-        let start = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                RECEIVE_BUFFER,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if start == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let start = std::ptr::NonNull::new(start.cast()).ok_or(std::io::ErrorKind::OutOfMemory)?;
-        Ok(ReceiveBuffer { start })
+        memmap2::MmapOptions::new()
+            .len(RECEIVE_BUFFER)
+            .map_anon()
+            .map(ReceiveBuffer)
     }
 
     fn bytes(&mut self) -> &mut [u8] {
-        // SAFETY: RECEIVE_BUFFER bytes mapped readable and writable until
-        // drop, borrowed through `&mut self` alone.
-        unsafe { std::slice::from_raw_parts_mut(self.start.as_ptr(), RECEIVE_BUFFER) }
-    }
-}
-
-impl Drop for ReceiveBuffer {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, no longer borrowed.
-        unsafe { libc::munmap(self.start.as_ptr().cast(), RECEIVE_BUFFER) };
+        &mut self.0
     }
 }
 
