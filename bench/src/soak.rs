@@ -492,7 +492,7 @@ impl Soak<'_> {
             figure("daemon", "fds", fds as f64),
             figure("daemon", "threads", threads as f64),
         ];
-        // A task count, should the daemon ever export one.
+        // The daemon's tokio tasks (`plexus_tokio_alive_tasks`).
         for (key, v) in page.iter().filter(|(k, _)| k.contains("task")) {
             figures.push(figure("daemon", key, *v));
         }
@@ -947,7 +947,7 @@ fn tasks_note(samples: &[Sample]) -> &'static str {
     if exported {
         "from the daemon's /metrics (in the daemon table)"
     } else {
-        "not available: the daemon's /metrics exports no task count (tokio's runtime metrics \
-         are not exported); its threads are counted instead"
+        "not available: the daemon's /metrics has no task count (a release before \
+         `plexus_tokio_alive_tasks`); its threads are counted instead"
     }
 }

@@ -42,6 +42,7 @@ pub struct Metrics {
     pub status_writes_queued: IntGauge,
     pub in_flight: IntGauge,
     pub waiting: IntGauge,
+    pub tokio_tasks: IntGauge,
 }
 
 impl Metrics {
@@ -136,6 +137,11 @@ impl Metrics {
             ),
             in_flight: gauge("cni_calls_in_flight", "CNI calls being served."),
             waiting: gauge("cni_calls_waiting", "CNI calls waiting for a free worker."),
+            tokio_tasks: gauge(
+                "tokio_alive_tasks",
+                "Tasks alive on the daemon's async runtime (watches, the status outbox, \
+                 metrics connections): a leak of tasks shows here (issue 47's soak).",
+            ),
             registry,
         }
     }
@@ -396,6 +402,7 @@ mod tests {
             "plexus_api_requests_total{resource=\"pods/status\",verb=\"patch\"} 1",
             "plexus_cache_objects{kind=\"pods\"} 3",
             "plexus_cni_calls_in_flight 0",
+            "plexus_tokio_alive_tasks 0",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

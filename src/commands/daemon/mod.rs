@@ -382,6 +382,13 @@ fn endpoints(daemon: &Arc<Daemon>, listening: &Arc<AtomicBool>) -> metrics::Endp
             }
         }),
         refresh: Arc::new(move |metrics: &Metrics| {
+            // Scraped from a task of the daemon's runtime.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let tasks = runtime.metrics().num_alive_tasks();
+                metrics
+                    .tokio_tasks
+                    .set(i64::try_from(tasks).unwrap_or(i64::MAX));
+            }
             if let Some(api) = &for_refresh.clusters.api {
                 let (pods, nads) = api.watched.sizes();
                 metrics.cache_sizes(pods, nads);
