@@ -14,6 +14,7 @@
 //! directory, in the same format.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ use std::time::Duration;
 use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 
-use crate::cni::args::CniArgs;
+use crate::cni::env::{CniCommand, CniEnv};
 use crate::cni::error::CniError;
 use crate::cni::flock::{lock_file, LockFileError};
 use crate::cni::names::{ContainerId, IfName};
@@ -73,16 +74,14 @@ impl Sandbox {
         if parsed.kubeconfig.is_none() || parsed.manifest_dir.is_some() {
             return None;
         }
-        let args = CniArgs::parse(env.get("CNI_ARGS").map_or("", String::as_str)).ok()?;
-        let path = env
-            .get("CNI_PATH")
-            .map(|p| std::env::split_paths(p).collect())
-            .unwrap_or_default();
+        let env = CniEnv::from_lookup(|key| env.get(key).cloned()).ok()?;
+        let call = env.attachment()?;
+        let args = &call.args;
         Some(Sandbox {
-            container_id: ContainerId::new(env.get("CNI_CONTAINERID")?.as_str()).ok()?,
-            ifname: IfName::new(env.get("CNI_IFNAME")?.as_str()).ok()?,
-            netns: Path::new(env.get("CNI_NETNS")?).to_path_buf(),
-            cni_path: path,
+            container_id: call.container_id.clone(),
+            ifname: call.ifname.clone(),
+            netns: call.netns.clone()?,
+            cni_path: call.path.clone(),
             namespace: args.k8s_pod_namespace()?.to_string(),
             pod: args.k8s_pod_name()?.to_string(),
             uid: args.k8s_pod_uid().map(String::from),
@@ -95,6 +94,22 @@ impl Sandbox {
     pub fn cni_dir(&self) -> Option<PathBuf> {
         PlexusConf::from_value(&self.conf).ok().map(|c| c.cni_dir)
     }
+}
+
+/// The command and the sandbox of a call that names one (ADD, DEL, CHECK),
+/// from its environment as the CNI layer reads it (`lookup`: a variable's
+/// value); none for another command, or an environment that is not a
+/// valid call (the call fails on it then, touching no sandbox).
+pub fn named_by<V: Into<OsString>>(
+    lookup: impl Fn(&str) -> Option<V>,
+) -> Option<(CniCommand, ContainerId)> {
+    let env = CniEnv::from_lookup(lookup).ok()?;
+    let command = env.command();
+    let on_sandbox = matches!(
+        command,
+        CniCommand::Add | CniCommand::Del | CniCommand::Check
+    );
+    Some((command, env.container_id().filter(|_| on_sandbox)?.clone()))
 }
 
 /// The subdirectory of `cniDir` shared by plugin processes and the daemon.

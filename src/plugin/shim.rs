@@ -24,14 +24,13 @@ use super::PlexusPlugin;
 use crate::cni::call_log::CallLog;
 use crate::cni::env::{CniCommand, CNI_NETNS};
 use crate::cni::error::{CniError, ErrorCode};
-use crate::cni::names::ContainerId;
 use crate::cni::skel::{self, MAX_STDIN};
 use crate::config::{DaemonClient, DaemonFallback, PlexusConf};
 use crate::logging::LogSettings;
 use crate::phases;
 
 use super::wire::{self, ShimRequest, ShimResponse};
-use crate::sandbox_dir::{Sandbox, SandboxDir};
+use crate::sandbox_dir::{self, Sandbox, SandboxDir};
 
 /// Why a forwarded call got no answer.
 #[derive(Debug)]
@@ -164,13 +163,8 @@ fn request(stdin: Vec<u8>) -> Option<ShimRequest> {
 /// hot-plug of it holds too ([`SandboxDir`]); a pod ADDed here is noted for
 /// the daemon's hot-plug, and the note leaves with its DEL.
 fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
-    let command = std::env::var("CNI_COMMAND").unwrap_or_default();
-    // An ID that breaks the rule names no sandbox: the call fails on it.
-    let sandbox = std::env::var("CNI_CONTAINERID")
-        .ok()
-        .filter(|_| matches!(command.as_str(), "ADD" | "DEL" | "CHECK"))
-        .and_then(|id| ContainerId::new(id).ok());
-    let (Some(conf), Some(container_id)) = (conf.as_ref(), sandbox) else {
+    let sandbox = sandbox_dir::named_by(|key| std::env::var_os(key));
+    let (Some(conf), Some((command, container_id))) = (conf.as_ref(), sandbox) else {
         return run_here(stdin, conf);
     };
     let dir = SandboxDir::in_cni_dir(&conf.cni_dir);
@@ -190,8 +184,8 @@ fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
     };
     let code = run_here(stdin, Some(conf.clone()));
     phases::mark("result");
-    match command.as_str() {
-        "ADD" if code == 0 => {
+    match command {
+        CniCommand::Add if code == 0 => {
             // The conf parsed once already: only its JSON is needed again.
             let noted = request(stdin.to_vec())
                 .zip(serde_json::from_slice(stdin).ok())
@@ -203,7 +197,7 @@ fn in_process(stdin: &[u8], conf: Option<PlexusConf>) -> i32 {
                 );
             }
         }
-        "DEL" => dir.forget(&container_id),
+        CniCommand::Del => dir.forget(&container_id),
         _ => {}
     }
     phases::mark("sandbox note");

@@ -38,13 +38,13 @@ use crate::cluster::kube::{KubeCluster, SharedApi};
 use crate::cluster::outbox::{DeliveryObserver, StatusOutbox};
 use crate::cluster::watch::Watched;
 use crate::cluster::{ClusterError, Opened};
-use crate::cni::env::CNI_NETNS;
+use crate::cni::env::{CniCommand, CNI_NETNS};
 use crate::cni::error::{CniError, ErrorCode};
-use crate::cni::names::ContainerId;
 use crate::cni::skel;
 use crate::cni::CniVersion;
 use crate::config::{ApiTimeouts, PlexusConf};
 use crate::plugin::{self, ClusterSource, PlexusPlugin, ThickCall};
+use crate::sandbox_dir;
 use crate::whereabouts::reconcile::Reconciler;
 use crate::whereabouts::InDaemon;
 use plexus_dataplane::NetNs;
@@ -594,14 +594,7 @@ async fn reply(stream: &mut UnixStream, answer: &ShimResponse) -> std::io::Resul
 /// holds its lock, so it never runs alongside that sandbox's hot-plug. The
 /// sandbox is remembered after its ADD, forgotten at its DEL.
 fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) -> ShimResponse {
-    let command = request.env.get("CNI_COMMAND").map_or("?", String::as_str);
-    // An ID that breaks the rule names no sandbox: the call fails on it.
-    let Some(container_id) = request
-        .env
-        .get("CNI_CONTAINERID")
-        .filter(|_| matches!(command, "ADD" | "DEL" | "CHECK"))
-        .and_then(|id| ContainerId::new(id.as_str()).ok())
-    else {
+    let Some((command, container_id)) = sandbox_dir::named_by(|key| request.env.get(key)) else {
         return run_call(daemon, request, netns);
     };
     // The node's lock of the sandbox is under its conf's cniDir (a conf
@@ -615,12 +608,12 @@ fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) ->
             // The ADD's namespace, kept for its policy rules (when enforced).
             let pod_ns = netns
                 .as_ref()
-                .filter(|_| command == "ADD" && daemon.policy.is_some())
+                .filter(|_| command == CniCommand::Add && daemon.policy.is_some())
                 .and_then(|fd| fd.try_clone().ok())
                 .and_then(|fd| pod_netns(request, Some(fd)));
             let answer = run_call(daemon, request, netns);
             match command {
-                "ADD" if answer.exit_code == 0 && daemon.clusters.api.is_some() => {
+                CniCommand::Add if answer.exit_code == 0 && daemon.clusters.api.is_some() => {
                     if let Some(sandbox) = sandboxes::Sandbox::of_call(&request.env, &request.stdin)
                     {
                         daemon.sandboxes.add(sandbox.clone());
@@ -629,7 +622,7 @@ fn serve_call(daemon: &Daemon, request: &ShimRequest, netns: Option<OwnedFd>) ->
                         }
                     }
                 }
-                "DEL" => {
+                CniCommand::Del => {
                     if let (Some(policy), Some(sandbox)) =
                         (&daemon.policy, daemon.sandboxes.get(&container_id))
                     {
