@@ -500,9 +500,8 @@ impl Pools {
             .items
             .into_iter()
             .map(|found| {
-                let spec = spec_of(&object, &found.data)?;
-                let uid = found.metadata.uid.clone().unwrap_or_default();
-                Ok((found.name_any(), Reservation { spec, uid }))
+                let name = found.name_any();
+                Ok((name, reservation_copy(&object, found)?))
             })
             .collect()
     }
@@ -511,13 +510,7 @@ impl Pools {
     pub fn reservation(&self, name: &str) -> Result<Option<Reservation>, ClusterError> {
         let object = self.object("OverlappingRangeIPReservation", name);
         let got = self.send(Verb::Get, &object, self.reservations.get_opt(name))?;
-        got.map(|o| {
-            Ok(Reservation {
-                spec: spec_of(&object, &o.data)?,
-                uid: o.metadata.uid.unwrap_or_default(),
-            })
-        })
-        .transpose()
+        got.map(|o| reservation_copy(&object, o)).transpose()
     }
 
     /// Creates the reservation `name`; `Ok(false)` when it exists already.
@@ -795,6 +788,41 @@ fn spec_of<T: serde::de::DeserializeOwned>(object: &str, data: &Value) -> Result
             reason: format!("spec: {e}"),
         }
     })
+}
+
+fn reservation_copy(object: &str, found: DynamicObject) -> Result<Reservation, ClusterError> {
+    Ok(Reservation {
+        spec: spec_of(object, &found.data)?,
+        uid: found.metadata.uid.unwrap_or_default(),
+    })
+}
+
+/// whereabouts' objects as JSON, decoded as this client decodes what it
+/// reads from the API server (the fuzz target `whereabouts_objects` feeds
+/// them anything): an IPPool, an OverlappingRangeIPReservation, a
+/// NodeSlicePool.
+pub mod from_json {
+    use super::*;
+
+    fn object(kind: &str, json: Value) -> Result<DynamicObject, ClusterError> {
+        serde_json::from_value(json).map_err(|e| ClusterError::Decode {
+            object: kind.to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    pub fn pool(json: Value) -> Result<PoolCopy, ClusterError> {
+        pool_copy("IPPool", object("IPPool", json)?)
+    }
+
+    pub fn reservation(json: Value) -> Result<Reservation, ClusterError> {
+        let kind = "OverlappingRangeIPReservation";
+        reservation_copy(kind, object(kind, json)?)
+    }
+
+    pub fn node_slices(json: Value) -> Result<SliceCopy, ClusterError> {
+        slice_copy("NodeSlicePool", object("NodeSlicePool", json)?)
+    }
 }
 
 pub(crate) fn pool_copy(object: &str, found: DynamicObject) -> Result<PoolCopy, ClusterError> {

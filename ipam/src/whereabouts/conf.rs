@@ -481,9 +481,18 @@ fn node_slices(size: &str, ranges: &[PoolRange]) -> Result<SliceSize, IpamError>
 /// whereabouts' `GetIPRange` does.
 pub fn usable(network: IpNetwork) -> (IpAddr, IpAddr) {
     let base = to_u128(network.network());
-    let size = network.size_u128();
     let v4 = network.is_ipv4();
-    (from_u128(base + 1, v4), from_u128(base + size - 2, v4))
+    let bits = if v4 { 32 } else { 128 };
+    // The host bits all ones: the last address, computed so that a network
+    // at the top of the address space (`f800::/5`) does not overflow.
+    let hosts = 1u128
+        .checked_shl(bits - u32::from(network.prefix()))
+        .map_or(u128::MAX, |size| size - 1);
+    let last = base | hosts;
+    (
+        from_u128(base.saturating_add(1), v4),
+        from_u128(last.saturating_sub(1), v4),
+    )
 }
 
 trait SizeU128 {
@@ -502,6 +511,40 @@ impl SizeU128 for IpNetwork {
 
 #[cfg(test)]
 mod tests {
+
+    /// A range at the top of the address space has usable addresses, not
+    /// an overflow (found by the fuzz target `whereabouts_conf`:
+    /// `"range": "fd20::/05"` is `f800::/5`, whose end is 2^128).
+    #[test]
+    fn a_range_at_the_top_of_the_address_space_has_a_last_address() {
+        let top: IpNetwork = "f800::/5".parse().unwrap();
+        let (first, last) = usable(top);
+        assert_eq!(first, "f800::1".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            last,
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe"
+                .parse::<IpAddr>()
+                .unwrap()
+        );
+        let all: IpNetwork = "::/0".parse().unwrap();
+        assert_eq!(
+            usable(all).1,
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe"
+                .parse::<IpAddr>()
+                .unwrap()
+        );
+        let v4: IpNetwork = "10.10.0.0/16".parse().unwrap();
+        assert_eq!(
+            usable(v4),
+            (
+                "10.10.0.1".parse().unwrap(),
+                "10.10.255.254".parse().unwrap()
+            )
+        );
+        let ipam = serde_json::json!({"type": "whereabouts", "range": "fd20::/05"});
+        let parsed = parse(ipam.as_object().unwrap(), |_| Ok(None)).unwrap();
+        assert_eq!(parsed.ranges.len(), 1);
+    }
     use super::*;
     use serde_json::json;
 
