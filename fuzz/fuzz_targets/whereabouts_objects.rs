@@ -1,5 +1,5 @@
 //! whereabouts' objects as the API server serves them, decoded as plexus's
-//! client decodes them (`src/whereabouts/pools.rs`, `from_json`): an IPPool
+//! client decodes them (`src/whereabouts/pools.rs`, `*_from_json`): an IPPool
 //! (its allocations and plexus's notes and backups beside them), an
 //! OverlappingRangeIPReservation, a NodeSlicePool. The input's first byte
 //! picks the kind, the rest is the object: any JSON must give a copy or an
@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use plexus::whereabouts::pools::from_json;
+use plexus::whereabouts::pools;
 
 fuzz_target!(|data: &[u8]| {
     let Some((kind, object)) = data.split_first() else {
@@ -19,17 +19,17 @@ fuzz_target!(|data: &[u8]| {
     };
     match kind % 3 {
         0 => {
-            if let Ok(pool) = from_json::pool(value) {
+            if let Ok(pool) = pools::pool_from_json(value) {
                 for entry in pool.spec.allocations.values() {
                     let _ = pool.key_held_by(&entry.container_id, &entry.ifname);
                 }
             }
         }
         1 => {
-            let _ = from_json::reservation(value);
+            let _ = pools::reservation_from_json(value);
         }
         _ => {
-            let _ = from_json::node_slices(value);
+            let _ = pools::node_slices_from_json(value);
         }
     }
 });

@@ -797,32 +797,32 @@ fn reservation_copy(object: &str, found: DynamicObject) -> Result<Reservation, C
     })
 }
 
-/// whereabouts' objects as JSON, decoded as this client decodes what it
-/// reads from the API server (the fuzz target `whereabouts_objects` feeds
-/// them anything): an IPPool, an OverlappingRangeIPReservation, a
-/// NodeSlicePool.
-pub mod from_json {
-    use super::*;
+/// `kind` as JSON, as the API server serves it.
+fn object_of_json(kind: &str, json: Value) -> Result<DynamicObject, ClusterError> {
+    serde_json::from_value(json).map_err(|e| ClusterError::Decode {
+        object: kind.to_string(),
+        reason: e.to_string(),
+    })
+}
 
-    fn object(kind: &str, json: Value) -> Result<DynamicObject, ClusterError> {
-        serde_json::from_value(json).map_err(|e| ClusterError::Decode {
-            object: kind.to_string(),
-            reason: e.to_string(),
-        })
-    }
+// whereabouts' objects as JSON, decoded as this client decodes what it
+// reads from the API server (the fuzz target `whereabouts_objects` feeds
+// them anything).
 
-    pub fn pool(json: Value) -> Result<PoolCopy, ClusterError> {
-        pool_copy("IPPool", object("IPPool", json)?)
-    }
+/// An IPPool as JSON, decoded as read.
+pub fn pool_from_json(json: Value) -> Result<PoolCopy, ClusterError> {
+    pool_copy("IPPool", object_of_json("IPPool", json)?)
+}
 
-    pub fn reservation(json: Value) -> Result<Reservation, ClusterError> {
-        let kind = "OverlappingRangeIPReservation";
-        reservation_copy(kind, object(kind, json)?)
-    }
+/// An OverlappingRangeIPReservation as JSON, decoded as read.
+pub fn reservation_from_json(json: Value) -> Result<Reservation, ClusterError> {
+    let kind = "OverlappingRangeIPReservation";
+    reservation_copy(kind, object_of_json(kind, json)?)
+}
 
-    pub fn node_slices(json: Value) -> Result<SliceCopy, ClusterError> {
-        slice_copy("NodeSlicePool", object("NodeSlicePool", json)?)
-    }
+/// A NodeSlicePool as JSON, decoded as read.
+pub fn node_slices_from_json(json: Value) -> Result<SliceCopy, ClusterError> {
+    slice_copy("NodeSlicePool", object_of_json("NodeSlicePool", json)?)
 }
 
 pub(crate) fn pool_copy(object: &str, found: DynamicObject) -> Result<PoolCopy, ClusterError> {
