@@ -582,6 +582,11 @@ impl Pools {
     }
 }
 
+/// `name` as one token of a JSON Pointer: `~` and `/` escaped (RFC 6901).
+fn pointer_token(name: &str) -> String {
+    name.replace('~', "~0").replace('/', "~1")
+}
+
 /// The write of `changes` as a JSON Patch that names only the entries it
 /// removes, when every change removes an entry the copy holds (a DEL's):
 /// for each, `test`s of the holder (container ID, pod, interface) and
@@ -602,7 +607,8 @@ fn removals(copy: &PoolCopy, changes: &BTreeMap<String, Change>) -> Option<json_
         if *change != Change::Remove {
             return None;
         }
-        let at = format!("/spec/allocations/{key}");
+        // A key whereabouts wrote need not be a number: escaped as well.
+        let at = format!("/spec/allocations/{}", pointer_token(key));
         let held = [
             ("id", &entry.container_id),
             ("podref", &entry.podref),
@@ -619,9 +625,7 @@ fn removals(copy: &PoolCopy, changes: &BTreeMap<String, Change>) -> Option<json_
             (backup_key(key), copy.backups.contains_key(key)),
         ];
         for (name, _) in notes.into_iter().filter(|(_, had)| *had) {
-            // JSON Pointer escapes `~` and `/` (RFC 6901).
-            let name = name.replace('~', "~0").replace('/', "~1");
-            let path = format!("/metadata/annotations/{name}");
+            let path = format!("/metadata/annotations/{}", pointer_token(&name));
             ops.push(json!({"op": "remove", "path": path}));
         }
     }
@@ -899,6 +903,14 @@ mod tests {
         let changes = BTreeMap::from([("9".to_string(), Change::Remove)]);
         let ops = serde_json::to_value(removals(&copy(), &changes).unwrap()).unwrap();
         assert!(!ops.to_string().contains("ifname"));
+        // A key that is not a number is one escaped pointer token.
+        let mut odd = copy();
+        odd.spec
+            .allocations
+            .insert("a/b~c".into(), entry("cx", "net1"));
+        let changes = BTreeMap::from([("a/b~c".to_string(), Change::Remove)]);
+        let ops = serde_json::to_value(removals(&odd, &changes).unwrap()).unwrap();
+        assert_eq!(ops[3]["path"], "/spec/allocations/a~1b~0c");
     }
 
     /// Anything but removals of entries the copy holds is a
