@@ -438,6 +438,18 @@ fn node(namespaces: &mut Namespaces, pid: u32) -> Result<NetNs, String> {
     Ok(node)
 }
 
+/// The "node" namespace of a run against `api`, and the relay through
+/// which what runs in it reaches the API server's port.
+fn node_reaching(
+    api: &plexus_testkit::kube::KubeApi,
+    namespaces: &mut Namespaces,
+) -> Result<(NetNs, plexus_testkit::kube::Relay), String> {
+    let node = node(namespaces, std::process::id())?;
+    let relay = plexus_testkit::kube::Relay::into_netns(node.path(), api.port)
+        .map_err(|e| format!("relay into the node namespace: {e}"))?;
+    Ok((node, relay))
+}
+
 /// `ip ARGS...` inside `netns`, untimed set-up or timed baseline.
 fn ip(netns: &NetNs, argv: &[&str]) -> Result<Run, String> {
     invoke(netns, Path::new("/usr/sbin/ip"), argv, &[], &[])
