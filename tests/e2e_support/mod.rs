@@ -27,6 +27,11 @@ impl Namespaces {
         self.0.push(name.clone());
         name
     }
+
+    /// A new namespace, as [`Namespaces::add`] names it, opened.
+    pub fn open(&mut self, tag: &str) -> NetNs {
+        NetNs::open(format!("/var/run/netns/{}", self.add(tag))).unwrap()
+    }
 }
 
 impl Drop for Namespaces {
