@@ -396,6 +396,19 @@ fn print_table(width: usize, rows: &[(&str, &[Duration], &[Duration])]) {
     }
 }
 
+/// Whether `p99` is under `bound`, said on a line that begins with `what`
+/// (`"WHAT p99 12.34 ms (target < 200 ms: met)"`).
+fn p99_within(what: &str, p99: Duration, bound: Duration) -> bool {
+    let met = p99 < bound;
+    println!(
+        "{what} p99 {} (target < {} ms: {})",
+        ms(p99).trim(),
+        bound.as_millis(),
+        verdict(met)
+    );
+    met
+}
+
 fn verdict(met: bool) -> &'static str {
     if met {
         "met"
