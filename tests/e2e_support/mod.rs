@@ -192,6 +192,14 @@ pub fn node_with_pods_requiring(features: &[Feature], tag: &str) -> Option<NodeW
     })
 }
 
+/// Runs `test` on a [`node_with_pods`] (its temporary directory, node and
+/// pods), unless that skips; then nothing the test made may be left.
+pub fn on_node_with_pods(tag: &str, test: impl FnOnce(&Path, &str, &[String; 2])) {
+    let Some(w) = node_with_pods(tag) else { return };
+    test(w.tmp.path(), &w.node, &w.pods);
+    assert_nothing_left(w.tmp.path());
+}
+
 /// A node namespace (lo up, and `uplink0`, one end of a veth with both ends
 /// up, as the master of macvlan/ipvlan networks) and two pod namespaces.
 pub fn node_and_pods(namespaces: &mut Namespaces, tag: &str) -> (String, [String; 2]) {
