@@ -67,6 +67,13 @@ pub fn link_names(netns: &str) -> Vec<String> {
         .collect()
 }
 
+/// One ping from the namespace `from` reaches `to` (over `network`, as a
+/// failure says).
+#[track_caller]
+pub fn assert_reaches(network: &str, from: &str, to: &str) {
+    assert!(ping(from, to), "{network}: {from} -> {to}");
+}
+
 pub fn ping(from: &str, to: &str) -> bool {
     Command::new("ip")
         .args(["netns", "exec", from, "ping", "-c1", "-W2", to])

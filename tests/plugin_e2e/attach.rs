@@ -55,18 +55,8 @@ fn two_pods_on_a_bridge_and_a_macvlan_network() {
             secondary_ips.push(net1[0].clone());
         }
         // The pods reach each other on both networks.
-        assert!(
-            ping(&pods[0], &cluster_ips[1]),
-            "bridge: {} -> {}",
-            pods[0],
-            cluster_ips[1]
-        );
-        assert!(
-            ping(&pods[1], &secondary_ips[0]),
-            "macvlan: {} -> {}",
-            pods[1],
-            secondary_ips[0]
-        );
+        assert_reaches("bridge", &pods[0], &cluster_ips[1]);
+        assert_reaches("macvlan", &pods[1], &secondary_ips[0]);
 
         del_twice(node, pods, &conf);
         assert!(

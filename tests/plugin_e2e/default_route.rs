@@ -79,12 +79,7 @@ fn the_multus_quickstart_nad_attaches_beside_the_cluster_default_route() {
             net1.push(addresses(pod_ns, "net1")[0].clone());
         }
         assert!(net1[0].starts_with("192.168.1.2"), "{net1:?}");
-        assert!(
-            ping(&pods[0], &net1[1]),
-            "macvlan-conf: {} -> {}",
-            pods[0],
-            net1[1]
-        );
+        assert_reaches("macvlan-conf", &pods[0], &net1[1]);
         del_twice(node, pods, &conf);
     });
 }
