@@ -85,7 +85,7 @@ fn a_pod_attached_before_plexus_is_deleted_through_plexus() {
             let container = format!("c{i}");
             let pod = format!("p{i}");
             // Before plexus: the reference bridge and host-local attach the pod.
-            let out = reference_plugin(&node, "bridge", &container, pod_ns, &podnet);
+            let out = reference_plugin(node, "bridge", &container, pod_ns, &podnet);
             assert_ok("reference ADD", &out);
             let address = addresses(pod_ns, "eth0");
             assert_eq!(reservations(tmp), address, "host-local reserved it");
@@ -93,7 +93,7 @@ fn a_pod_attached_before_plexus_is_deleted_through_plexus() {
             // plexus has no record of it; its DEL deletes it all the same.
             let netns = format!("/var/run/netns/{pod_ns}");
             let out = plexus_at(
-                &node,
+                node,
                 "DEL",
                 &container,
                 &netns,
@@ -107,7 +107,7 @@ fn a_pod_attached_before_plexus_is_deleted_through_plexus() {
             // A second DEL, with and without the namespace, is harmless.
             for netns in [netns.as_str(), ""] {
                 let out = plexus_at(
-                    &node,
+                    node,
                     "DEL",
                     &container,
                     netns,
@@ -130,7 +130,7 @@ fn gc_reclaims_what_a_pod_attached_before_plexus_left() {
     on_node_with_pods("gc", |tmp, node, pods| {
         for (i, pod_ns) in pods.iter().enumerate() {
             let out = reference_plugin(
-                &node,
+                node,
                 "bridge",
                 &format!("c{i}"),
                 pod_ns,
@@ -147,10 +147,10 @@ fn gc_reclaims_what_a_pod_attached_before_plexus_left() {
             "delegates": [podnet(tmp, "1.1.0")],
             "cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "eth0"}]})
         .to_string();
-        assert_ok("GC", &plexus_at(&node, "GC", "", "", "", "", &conf));
+        assert_ok("GC", &plexus_at(node, "GC", "", "", "", "", &conf));
         assert_eq!(reservations(tmp), kept);
         let netns = format!("/var/run/netns/{}", pods[1]);
-        let del = plexus_at(&node, "DEL", "c1", &netns, "eth0", &pod_args("p1"), &conf);
+        let del = plexus_at(node, "DEL", "c1", &netns, "eth0", &pod_args("p1"), &conf);
         assert_ok("DEL", &del);
     });
 }
@@ -168,7 +168,7 @@ fn status_asks_the_cluster_networks_plugins() {
                 "binDir": bin, "delegates": [cluster]})
             .to_string()
         };
-        let status = |conf: &str| plexus_at(&node, "STATUS", "", "", "", "", conf);
+        let status = |conf: &str| plexus_at(node, "STATUS", "", "", "", "", conf);
 
         // Built in: bridge asks its host-local, whose one address (a /30 less
         // its gateway) an ADD takes: not available (50) until it is DEL'd.
@@ -177,7 +177,7 @@ fn status_asks_the_cluster_networks_plugins() {
         let small = conf(small);
         assert_ok("STATUS", &status(&small));
         let netns = format!("/var/run/netns/{}", pods[0]);
-        let add = plexus_at(&node, "ADD", "c0", &netns, "eth0", &pod_args("p0"), &small);
+        let add = plexus_at(node, "ADD", "c0", &netns, "eth0", &pod_args("p0"), &small);
         assert_ok("ADD", &add);
         let e = cni_error(&status(&small));
         assert_eq!(e["code"], 50, "{e}");
@@ -190,7 +190,7 @@ fn status_asks_the_cluster_networks_plugins() {
             details.ends_with("all 1 addresses of range set 10.10.0.1-10.10.0.2 are allocated"),
             "{details}"
         );
-        let del = plexus_at(&node, "DEL", "c0", &netns, "eth0", &pod_args("p0"), &small);
+        let del = plexus_at(node, "DEL", "c0", &netns, "eth0", &pod_args("p0"), &small);
         assert_ok("DEL", &del);
         assert_ok("STATUS after DEL", &status(&small));
 
@@ -394,7 +394,7 @@ fn a_del_whose_conf_no_longer_parses_reads_its_dirs_in_any_case() {
             "delegates": [podnet(tmp, "1.0.0")]});
         let netns = format!("/var/run/netns/{}", pods[0]);
         let add = plexus_at(
-            &node,
+            node,
             "ADD",
             "c1",
             &netns,
@@ -407,7 +407,7 @@ fn a_del_whose_conf_no_longer_parses_reads_its_dirs_in_any_case() {
         // A value of the wrong type: the conf no longer parses.
         conf["apiTimeout"] = json!("soon");
         let del = plexus_at(
-            &node,
+            node,
             "DEL",
             "c1",
             &netns,
