@@ -5,7 +5,7 @@ mod common;
 
 use std::net::IpAddr;
 
-use common::{is_root, root_ns, veth_up, TestNs};
+use common::{is_root, root_namespaces, root_ns, veth_up, TestNs};
 use ipnetwork::IpNetwork;
 use plexus_dataplane::netlink::{
     AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, IpFamily, Link, LinkKind,
@@ -25,13 +25,7 @@ struct NodeAndPod {
 /// A node and a pod namespace with their handles, or `None` (the test
 /// skipped) without root.
 fn node_and_pod() -> Option<NodeAndPod> {
-    if !is_root() {
-        return None;
-    }
-    let node = TestNs::new();
-    let pod = TestNs::new();
-    let node_nl = Netlink::open(&node.ns).unwrap();
-    let pod_nl = Netlink::open(&pod.ns).unwrap();
+    let [(node, node_nl), (pod, pod_nl)] = root_namespaces()?;
     Some(NodeAndPod {
         node,
         pod,
