@@ -5,6 +5,7 @@
 use std::net::IpAddr;
 use std::process::Command;
 
+use plexus::cni::names::{IfName, NetnsPath};
 use plexus::cni::result::{CniResult, Route};
 use plexus::run::routes::NetlinkRouteHook;
 use plexus::run::{RouteHook, RunError};
@@ -21,6 +22,9 @@ impl Pod {
     }
     fn path(&self) -> std::path::PathBuf {
         plexus_dataplane::netns::named_path(&self.0).unwrap()
+    }
+    fn netns(&self) -> NetnsPath {
+        NetnsPath::new(self.path().to_str().unwrap()).unwrap()
     }
     fn ip(&self, args: &[&str]) -> String {
         let out = Command::new("ip")
@@ -93,7 +97,12 @@ fn set_default_route_replaces_the_plugins_and_orders_gateways() {
         "fd00::1".parse().unwrap(),
     ];
     NetlinkRouteHook::default()
-        .set_default_route(&pod.path(), "net1", &gateways, &mut result)
+        .set_default_route(
+            &pod.netns(),
+            &IfName::new("net1").unwrap(),
+            &gateways,
+            &mut result,
+        )
         .unwrap();
     // One route per gateway, metric in list order; the plugin's is gone.
     assert_eq!(
@@ -124,14 +133,14 @@ fn clear_default_route_removes_both_families() {
         "-6", "route", "add", "default", "via", "fd00::fe", "dev", "net1",
     ]);
     NetlinkRouteHook::default()
-        .clear_default_route(&pod.path(), "net1", &mut result)
+        .clear_default_route(&pod.netns(), &IfName::new("net1").unwrap(), &mut result)
         .unwrap();
     assert!(pod.defaults("-4").is_empty());
     assert!(pod.defaults("-6").is_empty());
     assert!(result.routes.is_empty());
     // Clearing again finds nothing to remove and succeeds.
     NetlinkRouteHook::default()
-        .clear_default_route(&pod.path(), "net1", &mut result)
+        .clear_default_route(&pod.netns(), &IfName::new("net1").unwrap(), &mut result)
         .unwrap();
 }
 
@@ -139,7 +148,11 @@ fn clear_default_route_removes_both_families() {
 fn a_missing_interface_is_named() {
     let pod = Pod::new("missing");
     let err = NetlinkRouteHook::default()
-        .clear_default_route(&pod.path(), "nope0", &mut CniResult::default())
+        .clear_default_route(
+            &pod.netns(),
+            &IfName::new("nope0").unwrap(),
+            &mut CniResult::default(),
+        )
         .unwrap_err();
     assert!(
         matches!(&err, RunError::Route { ifname, .. } if ifname == "nope0"),

@@ -29,7 +29,7 @@ use crate::cni::call_log::CallLog;
 use crate::cni::casefold;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::{codes, CniError};
-use crate::cni::names::{ContainerId, IfName};
+use crate::cni::names::{ContainerId, IfName, NetnsPath};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR, DEFAULT_PLUGIN_TIMEOUT};
@@ -521,7 +521,7 @@ fn sweep_warnings(swept: claim_book::Swept) -> impl Iterator<Item = String> {
 struct Call<'a> {
     container_id: ContainerId,
     ifname: IfName,
-    netns: Option<PathBuf>,
+    netns: Option<NetnsPath>,
     cni_path: &'a [PathBuf],
 }
 

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use crate::cni::env::CNI_NETNS;
 use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::cni::names::NetnsPath;
 use crate::plan::PlanError;
 use crate::record::{RecordError, State};
 
@@ -36,7 +37,7 @@ pub enum RunError {
     /// `CNI_NETNS` is missing; `reason` says what needs it.
     NoNetns { reason: &'static str },
     /// `CNI_NETNS` is the node's own namespace.
-    NodeNetns { path: PathBuf },
+    NodeNetns { path: NetnsPath },
     /// A plan without attachments (a plan always has the cluster network).
     EmptyPlan,
     /// ADD found a record of an ADD not DEL'd yet.
@@ -245,9 +246,7 @@ impl From<RunError> for CniError {
             RunError::Record(e) => e.into(),
             RunError::NoNetns { reason } => CniError::invalid_env(CNI_NETNS, reason),
             RunError::NodeNetns { path } => {
-                CniError::from(plexus_dataplane::drivers::DriverError::NodeNetns {
-                    path: path.display().to_string(),
-                })
+                CniError::from(plexus_dataplane::drivers::DriverError::NodeNetns { path })
             }
             RunError::EmptyPlan => CniError::invalid_config(
                 "plan",
@@ -408,7 +407,9 @@ mod tests {
                 ErrorCode::InvalidEnvironment,
             ),
             (
-                RunError::NodeNetns { path: "/n".into() },
+                RunError::NodeNetns {
+                    path: NetnsPath::new("/n").unwrap(),
+                },
                 ErrorCode::InvalidEnvironment,
             ),
             (RunError::EmptyPlan, ErrorCode::InvalidConfig),

@@ -39,7 +39,6 @@ pub mod registry;
 pub mod route_hook;
 pub mod routes;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,7 +48,7 @@ use crate::cni::args::CniArgs;
 use crate::cni::durable;
 use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
 use crate::cni::error::CniError;
-use crate::cni::names::{ContainerId, IfName};
+use crate::cni::names::{ContainerId, IfName, NetnsPath};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{valid_attachments_value, Request, ValidAttachment, VALID_ATTACHMENTS};
 use crate::cni::CniVersion;
@@ -82,7 +81,7 @@ pub struct RunContext<'a> {
     /// of plexus's record.
     pub ifname: IfName,
     /// `CNI_NETNS`; required for ADD and CHECK, optional for DEL.
-    pub netns: Option<PathBuf>,
+    pub netns: Option<NetnsPath>,
     pub delegates: Delegates<'a>,
 }
 
@@ -198,14 +197,14 @@ impl Executor {
 
     /// ADD every attachment of `plan`, or none: see the module docs.
     pub fn add(&self, plan: &Plan, ctx: &RunContext) -> Result<Vec<AttachmentResult>, RunError> {
-        let netns = ctx.netns.as_deref().ok_or(RunError::NoNetns {
+        let netns = ctx.netns.as_ref().ok_or(RunError::NoNetns {
             reason: "required for ADD but not set",
         })?;
         // No pod has the node's namespace: refused before any plugin (built
         // in or exec'd) could configure the node as a pod.
-        if let Ok(PodLookup::Node) = ctx.delegates.session().pod(netns) {
+        if let Ok(PodLookup::Node) = ctx.delegates.session().pod(netns.as_path()) {
             return Err(RunError::NodeNetns {
-                path: netns.to_path_buf(),
+                path: netns.clone(),
             });
         }
         if plan.attachments.is_empty() {
@@ -244,7 +243,7 @@ impl Executor {
         first: usize,
         chains: &[Vec<Step>],
         ctx: &RunContext,
-        netns: &Path,
+        netns: &NetnsPath,
     ) -> Result<Vec<AttachmentResult>, RunError> {
         let attachments: Vec<Attachment> = record.attachments[first..]
             .iter()
@@ -332,7 +331,7 @@ impl Executor {
         att: &Attachment,
         steps: &[Step],
         ctx: &RunContext,
-        netns: &Path,
+        netns: &NetnsPath,
         copy: Option<&DeviceInfo>,
     ) -> Result<(CniResult, OptionalDeviceInfo), Box<ChainFailure>> {
         let env = attachment_env(att, ctx, CniCommand::Add, ctx.netns.clone())
@@ -542,7 +541,7 @@ impl Executor {
             report.warnings.push(format!(
                 "CNI_NETNS {} is the node's own namespace, not the pod's: plugins get no \
                  CNI_NETNS, so nothing of the node is deleted",
-                node.display()
+                node
             ));
         }
         let netns = netns.live();
@@ -795,7 +794,7 @@ fn prepare<'r>(
 fn del_chain(
     cached: &mut CachedAttachment,
     ctx: &RunContext,
-    netns: Option<PathBuf>,
+    netns: Option<NetnsPath>,
     skip: Option<usize>,
 ) -> Result<(), RunError> {
     let att = &cached.attachment;
@@ -828,7 +827,7 @@ fn attachment_env(
     att: &Attachment,
     ctx: &RunContext,
     command: CniCommand,
-    netns: Option<PathBuf>,
+    netns: Option<NetnsPath>,
 ) -> Result<CniEnv, CniError> {
     let args = CniArgs::parse(&att.cni_args)
         .map_err(|e| e.within(format!("{} ({})", att.network, att.ifname)))?;
@@ -852,10 +851,10 @@ fn live_netns(ctx: &RunContext) -> DelNetns {
     let Some(p) = ctx.netns.clone() else {
         return DelNetns::Gone;
     };
-    match ctx.delegates.session().pod(&p) {
+    match ctx.delegates.session().pod(p.as_path()) {
         Ok(PodLookup::Node) => DelNetns::Node(p),
         Ok(PodLookup::Pod(_)) => DelNetns::Live(p),
-        _ if p.exists() => DelNetns::Live(p),
+        _ if p.as_path().exists() => DelNetns::Live(p),
         _ => DelNetns::Gone,
     }
 }
@@ -867,7 +866,7 @@ fn pod_has_ifname(ctx: &RunContext) -> bool {
         return false;
     };
     let session = ctx.delegates.session();
-    match session.pod(&netns) {
+    match session.pod(netns.as_path()) {
         Ok(PodLookup::Pod(side)) => session
             .pod_netlink(side)
             .and_then(|nl| Ok(nl.link_by_name(&ctx.ifname)?.is_some()))
@@ -878,14 +877,14 @@ fn pod_has_ifname(ctx: &RunContext) -> bool {
 
 /// What a DEL's `CNI_NETNS` is, see [`live_netns`].
 enum DelNetns {
-    Live(PathBuf),
+    Live(NetnsPath),
     Gone,
-    Node(PathBuf),
+    Node(NetnsPath),
 }
 
 impl DelNetns {
     /// `CNI_NETNS` for the plugins.
-    fn live(self) -> Option<PathBuf> {
+    fn live(self) -> Option<NetnsPath> {
         match self {
             DelNetns::Live(p) => Some(p),
             DelNetns::Gone | DelNetns::Node(_) => None,
@@ -982,7 +981,7 @@ mod tests {
         // cni-SPEC §3 "Deriving request configuration": prevResult as the
         // request's version; a stale one in the plan JSON is dropped.
         let env = CniEnv::Add(AttachmentParams {
-            netns: Some("/run/netns/x".into()),
+            netns: Some(crate::cni::names::NetnsPath::new("/run/netns/x").unwrap()),
             ..AttachmentParams::new("c", "eth0").unwrap()
         });
         let config = json!({"cniVersion": "0.2.0", "name": "n", "type": "t",
@@ -1021,12 +1020,15 @@ mod tests {
         };
         assert_eq!(
             d.search_path(),
-            [PathBuf::from("/opt/cni/bin"), "/usr/lib/cni".into()]
+            [
+                std::path::PathBuf::from("/opt/cni/bin"),
+                "/usr/lib/cni".into()
+            ]
         );
         d.bin_dir = Some("/var/lib/plexus/bin".into());
         assert_eq!(
             d.search_path().last().unwrap(),
-            Path::new("/var/lib/plexus/bin")
+            std::path::Path::new("/var/lib/plexus/bin")
         );
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::cni::delegate::Resolver;
 use crate::cni::error::CniError;
-use crate::cni::names;
+use crate::cni::names::{self, PluginType};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, TypedPlugin, ValidAttachment};
 
@@ -135,7 +135,11 @@ impl Registry {
 }
 
 impl Resolver for Registry {
-    fn resolve(&self, plugin_type: &str, _req: &Request) -> Result<Box<dyn Plugin + '_>, CniError> {
+    fn resolve(
+        &self,
+        plugin_type: &PluginType,
+        _req: &Request,
+    ) -> Result<Box<dyn Plugin + '_>, CniError> {
         Ok(match self.serve(plugin_type)? {
             Served::Builtin(plugin) => plugin,
             Served::Exec(plugin) => Box::new(plugin),
@@ -268,7 +272,7 @@ mod tests {
 
     fn req(config: serde_json::Value, path: Vec<std::path::PathBuf>) -> Request {
         let env = CniEnv::Add(AttachmentParams {
-            netns: Some("/run/netns/x".into()),
+            netns: Some(crate::cni::names::NetnsPath::new("/run/netns/x").unwrap()),
             path,
             ..AttachmentParams::new("c", "eth0").unwrap()
         });
@@ -296,7 +300,7 @@ mod tests {
             json!({"cniVersion": "1.0.0", "name": "n", "type": "drv", "ipam": {"type": "fake-ipam"}}),
             vec![],
         );
-        let plugin = reg.resolve("drv", &r).unwrap();
+        let plugin = reg.resolve(&PluginType::new("drv").unwrap(), &r).unwrap();
         let result = plugin.add(&r).unwrap();
         assert_eq!(result.dns.domain.as_deref(), Some("drv+ipam"));
     }
@@ -310,7 +314,9 @@ mod tests {
             json!({"cniVersion": "1.0.0", "name": "n", "type": "no-such-plugin"}),
             vec!["/nonexistent-dir".into()],
         );
-        let plugin = reg.resolve("no-such-plugin", &r).unwrap();
+        let plugin = reg
+            .resolve(&PluginType::new("no-such-plugin").unwrap(), &r)
+            .unwrap();
         let e = plugin.validate(&r).unwrap_err();
         assert_eq!(
             e.details,
@@ -321,7 +327,11 @@ mod tests {
             json!({"cniVersion": "1.0.0", "name": "n", "type": "drv", "ipam": {"type": "no-ipam"}}),
             vec!["/nonexistent-dir".into()],
         );
-        let e = reg.resolve("drv", &r).unwrap().add(&r).unwrap_err();
+        let e = reg
+            .resolve(&PluginType::new("drv").unwrap(), &r)
+            .unwrap()
+            .add(&r)
+            .unwrap_err();
         assert!(
             e.details
                 .starts_with("ipam (no-ipam).no-ipam: no executable"),
@@ -354,6 +364,6 @@ mod tests {
         ));
         // Registering a refused type as a built-in lifts the refusal.
         let reg = reg.with_builtin("plexus", |_, _| Box::new(Ipam));
-        assert!(reg.resolve("plexus", &r).is_ok());
+        assert!(reg.resolve(&PluginType::new("plexus").unwrap(), &r).is_ok());
     }
 }

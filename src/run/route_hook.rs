@@ -3,9 +3,9 @@
 //! implementations share. The kernel's side is [`super::routes`].
 
 use std::net::IpAddr;
-use std::path::Path;
 
 use super::RunError;
+use crate::cni::names::{IfName, NetnsPath};
 use crate::cni::result::{CniResult, Route};
 
 /// multi-net-spec §4.1.2.1.9: the routing step after an attachment is added.
@@ -17,8 +17,8 @@ pub trait RouteHook {
     /// default network's, when another attachment takes the default route.
     fn clear_default_route(
         &self,
-        netns: &Path,
-        ifname: &str,
+        netns: &NetnsPath,
+        ifname: &IfName,
         result: &mut CniResult,
     ) -> Result<(), RunError>;
 
@@ -26,8 +26,8 @@ pub trait RouteHook {
     /// on `ifname` in `netns`.
     fn set_default_route(
         &self,
-        netns: &Path,
-        ifname: &str,
+        netns: &NetnsPath,
+        ifname: &IfName,
         gateways: &[IpAddr],
         result: &mut CniResult,
     ) -> Result<(), RunError>;
@@ -40,14 +40,19 @@ pub trait RouteHook {
 pub struct NoRouteHook;
 
 impl RouteHook for NoRouteHook {
-    fn clear_default_route(&self, _: &Path, _: &str, _: &mut CniResult) -> Result<(), RunError> {
+    fn clear_default_route(
+        &self,
+        _: &NetnsPath,
+        _: &IfName,
+        _: &mut CniResult,
+    ) -> Result<(), RunError> {
         Ok(())
     }
 
     fn set_default_route(
         &self,
-        _: &Path,
-        _: &str,
+        _: &NetnsPath,
+        _: &IfName,
         _: &[IpAddr],
         _: &mut CniResult,
     ) -> Result<(), RunError> {

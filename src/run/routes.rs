@@ -2,8 +2,8 @@
 //! calls after an attachment, implemented over the data plane's netlink
 //! handle in the pod's namespace.
 
+use crate::cni::names::{IfName, NetnsPath};
 use std::net::IpAddr;
-use std::path::Path;
 
 use std::sync::Arc;
 
@@ -28,10 +28,10 @@ fn failed(what: &str, ifname: &str, e: impl std::fmt::Display) -> RunError {
 /// The pod's handle and the index of `ifname` in it.
 fn pod_link<'s>(
     session: &'s Session,
-    netns: &Path,
-    ifname: &str,
+    netns: &NetnsPath,
+    ifname: &IfName,
 ) -> Result<(&'s Netlink, u32), RunError> {
-    let nl = match session.pod(netns) {
+    let nl = match session.pod(netns.as_path()) {
         Ok(PodLookup::Pod(side)) => session
             .pod_netlink(side)
             .map_err(|e| failed("netlink in the pod namespace", ifname, e))?,
@@ -82,8 +82,8 @@ fn delete_defaults(
 impl RouteHook for NetlinkRouteHook {
     fn clear_default_route(
         &self,
-        netns: &Path,
-        ifname: &str,
+        netns: &NetnsPath,
+        ifname: &IfName,
         result: &mut CniResult,
     ) -> Result<(), RunError> {
         let (nl, index) = pod_link(&self.session, netns, ifname)?;
@@ -94,8 +94,8 @@ impl RouteHook for NetlinkRouteHook {
 
     fn set_default_route(
         &self,
-        netns: &Path,
-        ifname: &str,
+        netns: &NetnsPath,
+        ifname: &IfName,
         gateways: &[IpAddr],
         result: &mut CniResult,
     ) -> Result<(), RunError> {

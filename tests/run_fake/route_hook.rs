@@ -3,9 +3,9 @@
 //! hook fails and rolls back its attachment.
 
 use std::net::IpAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use plexus::cni::names::{IfName, NetnsPath};
 use plexus::cni::result::CniResult;
 use plexus::run::{set_default_routes, strip_default_routes, RouteHook};
 
@@ -23,12 +23,11 @@ struct Hook {
 impl RouteHook for Hook {
     fn clear_default_route(
         &self,
-        netns: &Path,
-        ifname: &str,
+        netns: &NetnsPath,
+        ifname: &IfName,
         result: &mut CniResult,
     ) -> Result<(), RunError> {
-        self.log
-            .log_line(&format!("hook clear {} {ifname}", netns.display()));
+        self.log.log_line(&format!("hook clear {} {ifname}", netns));
         self.seen.lock().unwrap().push(result.clone());
         strip_default_routes(result);
         Ok(())
@@ -36,17 +35,14 @@ impl RouteHook for Hook {
 
     fn set_default_route(
         &self,
-        netns: &Path,
-        ifname: &str,
+        netns: &NetnsPath,
+        ifname: &IfName,
         gateways: &[IpAddr],
         result: &mut CniResult,
     ) -> Result<(), RunError> {
         let gws: Vec<String> = gateways.iter().map(|g| g.to_string()).collect();
-        self.log.log_line(&format!(
-            "hook set {} {ifname} {}",
-            netns.display(),
-            gws.join(",")
-        ));
+        self.log
+            .log_line(&format!("hook set {} {ifname} {}", netns, gws.join(",")));
         self.seen.lock().unwrap().push(result.clone());
         set_default_routes(result, gateways);
         if self.fail_set {

@@ -210,7 +210,7 @@ impl Reconciler {
                 registry: &registry,
             },
         };
-        if !sandbox.netns.exists() {
+        if !sandbox.netns.as_path().exists() {
             return Ok(Err(Skip::Gone));
         }
         let executor = Executor::new(Cache::new(&conf.cni_dir))

@@ -577,7 +577,7 @@ mod tests {
 
     fn request(command: CniCommand, dirs: Vec<PathBuf>, config: Value) -> Request {
         let params = AttachmentParams {
-            netns: Some("/var/run/netns/x".into()),
+            netns: Some(crate::cni::names::NetnsPath::new("/var/run/netns/x").unwrap()),
             path: dirs,
             ..AttachmentParams::new("ctr1", "eth0").unwrap()
         };
