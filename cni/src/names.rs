@@ -167,6 +167,36 @@ impl IfName {
     }
 }
 
+/// Serde for an optional name whose wire form writes "none" as an empty
+/// string or leaves it out (whereabouts' `ifname`, `containerid`): `""` and
+/// a missing key read as `None`, and `None` is left out (use with
+/// `#[serde(default, skip_serializing_if = "Option::is_none", with = …)]`).
+pub mod empty_is_none {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<T, S>(name: &Option<T>, s: S) -> Result<S::Ok, S::Error>
+    where
+        T: AsRef<str>,
+        S: Serializer,
+    {
+        name.as_ref().map_or("", AsRef::as_ref).serialize(s)
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
+    where
+        T: TryFrom<String, Error = String>,
+        D: Deserializer<'de>,
+    {
+        let name = String::deserialize(d)?;
+        if name.is_empty() {
+            return Ok(None);
+        }
+        T::try_from(name)
+            .map(Some)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 /// Longest interface name the kernel accepts (IFNAMSIZ - 1).
 pub const MAX_IFNAME_LEN: usize = 15;
 
@@ -294,6 +324,33 @@ mod tests {
             PluginType::new("../x").unwrap_err(),
             check_plugin_type("../x").unwrap_err()
         );
+    }
+
+    #[test]
+    fn empty_is_none_reads_an_empty_name_as_none() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Entry {
+            #[serde(
+                default,
+                skip_serializing_if = "Option::is_none",
+                with = "empty_is_none"
+            )]
+            ifname: Option<IfName>,
+        }
+        let read = |json: &str| serde_json::from_str::<Entry>(json);
+        assert_eq!(read(r#"{"ifname": ""}"#).unwrap(), Entry { ifname: None });
+        assert_eq!(read("{}").unwrap(), Entry { ifname: None });
+        let net1 = read(r#"{"ifname": "net1"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&net1).unwrap(),
+            r#"{"ifname":"net1"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Entry { ifname: None }).unwrap(),
+            "{}"
+        );
+        let e = read(r#"{"ifname": "a b"}"#).unwrap_err();
+        assert!(e.to_string().contains("must not contain ' '"), "{e}");
     }
 
     #[test]

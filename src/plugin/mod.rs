@@ -246,12 +246,7 @@ impl<'s> PlexusPlugin<'s> {
         let (namespace, name) = (arg("K8S_POD_NAMESPACE")?, arg("K8S_POD_NAME")?);
         let podref = format!("{namespace}/{name}");
         let daemon = self.thick.as_ref().and_then(|t| t.api.as_ref());
-        match whereabouts::unrecorded::release_unrecorded(
-            conf,
-            daemon,
-            container_id.as_str(),
-            &podref,
-        ) {
+        match whereabouts::unrecorded::release_unrecorded(conf, daemon, container_id, &podref) {
             Ok(released) if released.entries.is_empty() => None,
             Ok(released) => {
                 tracing::info!(
