@@ -120,7 +120,7 @@ fn fabric(tag: &str) -> Option<Fabric> {
             }
             attachments.push(Attachment {
                 network: network.into(),
-                interface: ifname.into(),
+                interface: Some(ifname.parse().unwrap()),
                 ips,
             });
         }
@@ -581,7 +581,7 @@ fn the_rules_hold_on_macvlan_and_ipvlan_interfaces() {
                 labels: BTreeMap::from([(key.to_string(), value.to_string())]),
                 attachments: vec![Attachment {
                     network: BLUE.into(),
-                    interface: "net1".into(),
+                    interface: Some("net1".parse().unwrap()),
                     ips: vec![ip],
                 }],
                 named_ports: BTreeMap::new(),

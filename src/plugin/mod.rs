@@ -823,12 +823,12 @@ impl Plugin for PlexusPlugin<'_> {
         // pair whose names do not pass the rules protects nothing: no record
         // or allocation, whose names are checked, can carry it.
         let mut valid = valid.to_vec();
-        valid.extend(swept.held.iter().filter_map(|(c, i)| {
-            Some((
-                ContainerId::new(c.as_str()).ok()?,
-                IfName::new(i.as_str()).ok()?,
-            ))
-        }));
+        valid.extend(
+            swept
+                .held
+                .iter()
+                .filter_map(|(c, i)| Some((ContainerId::new(c.as_str()).ok()?, i.clone()))),
+        );
         let claim_warnings: Vec<String> = sweep_warnings(swept).collect();
         let report = Executor::new(Cache::new(&conf.cni_dir)).gc(
             &valid,

@@ -174,7 +174,7 @@ pub fn ingress_isolated(
                 name: "input".into(),
                 hook: Some(Hook::Input),
                 rules: vec![rule(
-                    vec![Match::InInterface(ifname.into())],
+                    vec![Match::InInterface(self::ifname(ifname))],
                     Verdict::Jump(chain.clone()),
                 )],
             },

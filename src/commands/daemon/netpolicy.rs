@@ -270,7 +270,7 @@ impl Enforcer {
         let (filterable, unfilterable): (Vec<InterfacePolicy>, Vec<InterfacePolicy>) = world
             .interface_policies(&snapshot.pods[index])
             .into_iter()
-            .partition(|p| !p.interface.is_empty());
+            .partition(|p| p.interface.is_some());
         self.report_unfilterable(state, sandbox, &unfilterable);
         let table = render::table(&filterable);
         if state.applied.get(&sandbox.container_id) == Some(&table) {
