@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use crate::cni::delegate::Resolver;
 use crate::cni::error::CniError;
-use crate::cni::names::{self, PluginType};
+use crate::cni::names::PluginType;
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, TypedPlugin, ValidAttachment};
 
 use plexus_dataplane::Session;
 
 use super::error::RunError;
-use super::exec::{ExecError, ExecPlugin, ExecSite};
+use super::exec::{parse_type, ExecPlugin, ExecSite};
 use crate::config::DEFAULT_PLUGIN_TIMEOUT;
 
 /// Builds a built-in plugin. It gets the resolver so that it can delegate in
@@ -116,19 +116,23 @@ impl Registry {
         self.exec_timeout
     }
 
-    /// The plugin serving `plugin_type`: built in, refused, or exec'd.
+    /// The plugin serving `plugin_type` (a configuration's `type`): built
+    /// in, refused, or exec'd.
     pub(crate) fn serve(&self, plugin_type: &str) -> Result<Served<'_>, RunError> {
-        names::check_plugin_type(plugin_type).map_err(ExecError::PluginType)?;
-        if let Some(reason) = self.refused.get(plugin_type) {
+        self.serve_type(&parse_type(plugin_type)?)
+    }
+
+    fn serve_type(&self, plugin_type: &PluginType) -> Result<Served<'_>, RunError> {
+        if let Some(reason) = self.refused.get(plugin_type.as_str()) {
             return Err(RunError::Refused {
                 plugin_type: plugin_type.to_string(),
                 reason: reason.clone(),
             });
         }
-        match self.builtins.get(plugin_type) {
+        match self.builtins.get(plugin_type.as_str()) {
             Some(factory) => Ok(Served::Builtin(factory(self, &self.session))),
             None => Ok(Served::Exec(
-                ExecPlugin::new(plugin_type, self.exec_timeout)?.at(self.exec_site.clone()),
+                ExecPlugin::of(plugin_type.clone(), self.exec_timeout).at(self.exec_site.clone()),
             )),
         }
     }
@@ -140,7 +144,7 @@ impl Resolver for Registry {
         plugin_type: &PluginType,
         _req: &Request,
     ) -> Result<Box<dyn Plugin + '_>, CniError> {
-        Ok(match self.serve(plugin_type)? {
+        Ok(match self.serve_type(plugin_type)? {
             Served::Builtin(plugin) => plugin,
             Served::Exec(plugin) => Box::new(plugin),
         })
@@ -232,6 +236,7 @@ mod tests {
     use super::*;
     use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
     use crate::cni::result::CniResult;
+    use crate::run::exec::ExecError;
 
     /// A built-in plugin that says who it is in its result's DNS domain and
     /// delegates its `ipam` through the resolver it was built with.
