@@ -217,8 +217,8 @@ impl Executor {
         match self.cache.load(&ctx.container_id, &ctx.ifname)? {
             Lookup::Found(old) if old.owes_del() => {
                 return Err(RunError::AlreadyAdded {
-                    container_id: ctx.container_id.to_string(),
-                    ifname: ctx.ifname.to_string(),
+                    container_id: ctx.container_id.clone(),
+                    ifname: ctx.ifname.clone(),
                     path: self.cache.path(&ctx.container_id, &ctx.ifname),
                 })
             }
@@ -377,7 +377,7 @@ impl Executor {
         })();
         let routed = routed.map_err(|e| RunError::DefaultRoute {
             network: att.network.clone(),
-            ifname: att.ifname.to_string(),
+            ifname: att.ifname.clone(),
             source: Box::new(e),
         });
         routed
@@ -601,7 +601,7 @@ impl Executor {
         if let Some(c) = record.attachments.iter().find(|c| c.state != State::Added) {
             return Err(RunError::NotAdded {
                 network: c.attachment.network.clone(),
-                ifname: c.attachment.ifname.to_string(),
+                ifname: c.attachment.ifname.clone(),
                 state: c.state,
             });
         }
@@ -662,8 +662,8 @@ impl Executor {
                             report.deleted.push((container_id, ifname));
                         }
                         Err(e) => errors.push(RunError::StaleRecord {
-                            container_id: container_id.to_string(),
-                            ifname: ifname.to_string(),
+                            container_id: container_id.clone(),
+                            ifname: ifname.clone(),
                             source: Box::new(e),
                         }),
                     }

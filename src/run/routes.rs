@@ -21,7 +21,7 @@ pub struct NetlinkRouteHook {
     pub session: Arc<Session>,
 }
 
-fn failed(what: &str, ifname: &str, e: impl std::fmt::Display) -> RunError {
+fn failed(what: &str, ifname: &IfName, e: impl std::fmt::Display) -> RunError {
     RunError::route(what, ifname, e)
 }
 
@@ -62,7 +62,7 @@ fn delete_defaults(
     nl: &Netlink,
     index: u32,
     families: &[IpFamily],
-    ifname: &str,
+    ifname: &IfName,
 ) -> Result<(), RunError> {
     for &family in families {
         let routes = nl
