@@ -105,7 +105,7 @@ pub fn changes(
                     && a.network == network
                     && match &element.interface {
                         Some(name) => a.ifname == *name,
-                        None => !explicit.iter().any(|e| *e == a.ifname),
+                        None => !explicit.contains(&a.ifname),
                     }
             });
             if let Some(k) = found {

@@ -648,13 +648,13 @@ fn ensure_vlan_gateway(
     s: &Settings,
 ) -> Result<Link, DriverError> {
     let lookup = || {
-        host.link_by_name(&name)
+        host.link_by_name(name)
             .map_err(sys(format_args!("look up {name}")))
     };
     if let Some(link) = lookup()? {
         return Ok(link);
     }
-    let port = create_port_veth(host, bridge, &name, None, bridge_mtu(bridge), None).map_err(
+    let port = create_port_veth(host, bridge, name, None, bridge_mtu(bridge), None).map_err(
         |e| match e {
             PortError::PeerTaken => {
                 sys_error(format_args!("create {name}"), "created concurrently")
