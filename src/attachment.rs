@@ -19,7 +19,7 @@ use crate::netattach::status::{NetworkStatus, StatusInput};
 pub const PLEXUS_ARGS: &str = "plexus";
 
 /// The `source` of Multus's auxiliary chain's attachment
-/// (`crate::plan::add_auxiliary_chain`).
+/// (`crate::plan::auxiliary::add_chain`).
 pub const AUXILIARY_SOURCE: &str = "auxiliaryCNIChainName";
 
 /// One attachment: one CNI config list invoked with one `CNI_IFNAME`. Its
@@ -108,7 +108,7 @@ impl Attachment {
         NetworkStatus::from_result(result, &input)
     }
 
-    /// Multus's auxiliary chain (`crate::plan::add_auxiliary_chain`), not a network.
+    /// Multus's auxiliary chain (`crate::plan::auxiliary::add_chain`), not a network.
     pub fn is_auxiliary(&self) -> bool {
         self.source.starts_with(AUXILIARY_SOURCE)
     }

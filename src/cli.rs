@@ -386,25 +386,36 @@ fn run_daemon(args: &DaemonArgs) -> Result<String, DaemonError> {
             status_write: seconds("--api-status-timeout", args.api_status_timeout)?,
         },
         grace: seconds("--grace", args.grace)?,
-        status_outbox: (args.status_write == StatusWriteArg::Async)
-            .then(|| args.state_dir.join("status")),
-        sandboxes: Some(args.state_dir.join("sandboxes")),
-        plugins_cni_dir: Some(args.cni_dir.clone()),
+        state: crate::commands::daemon::StateFiles {
+            status_outbox: (args.status_write == StatusWriteArg::Async)
+                .then(|| args.state_dir.join("status")),
+            sandboxes: Some(args.state_dir.join("sandboxes")),
+            plugins_cni_dir: Some(args.cni_dir.clone()),
+        },
         dynamic_networks: args.dynamic_networks,
         multi_network_policy: args.multi_network_policy,
-        ipam_reconcile: match args.ipam_reconcile_interval {
-            0.0 => None,
-            s => Some(seconds("--ipam-reconcile-interval", s)?),
-        },
-        ipam_reconcile_namespaces: args
-            .ipam_reconcile_namespaces
-            .iter()
-            .map(|ns| {
-                crate::netattach::names::check_dns1123_label(ns)
-                    .map(|()| ns.clone())
-                    .map_err(|e| DaemonError::Settings(format!("--ipam-reconcile-namespaces: {e}")))
+        ipam_reconcile: {
+            // The namespaces are checked even with the reconciler off.
+            let interval = match args.ipam_reconcile_interval {
+                0.0 => None,
+                s => Some(seconds("--ipam-reconcile-interval", s)?),
+            };
+            let namespaces = args
+                .ipam_reconcile_namespaces
+                .iter()
+                .map(|ns| {
+                    crate::netattach::names::check_dns1123_label(ns)
+                        .map(|()| ns.clone())
+                        .map_err(|e| {
+                            DaemonError::Settings(format!("--ipam-reconcile-namespaces: {e}"))
+                        })
+                })
+                .collect::<Result<_, _>>()?;
+            interval.map(|interval| crate::commands::daemon::IpamReconcile {
+                interval,
+                namespaces,
             })
-            .collect::<Result<_, _>>()?,
+        },
     };
     crate::commands::daemon::run(settings)?;
     Ok(String::new())

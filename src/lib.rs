@@ -10,16 +10,22 @@
 //! - [`plugin`]: plexus as a CNI plugin (what a runtime invokes): the
 //!   composition root, and [`plugin::shim`] with its protocol
 //!   [`plugin::wire`], which forwards a call to the daemon.
+//! - [`pipeline`]: ADD, DEL, CHECK, GC and STATUS end to end, for the
+//!   plugin process, the daemon's calls and hot-plug alike: readiness
+//!   ([`pipeline::readiness`], §6.1.2, which waits), pod, plan, claims,
+//!   executor, publishing ([`pipeline::publish`]), claim release.
 //! - [`whereabouts`]: `"ipam": {"type": "whereabouts"}` in-process, a
 //!   built-in plugin of the executor's registry: its client of whereabouts'
 //!   objects ([`whereabouts::pools`]), its reconciler and its metrics.
 //! - [`run`]: executes a plan: plugin chains (built-in or exec'd), prevResult,
 //!   rollback, DEL/CHECK/GC from the [`record`] of what was attempted.
+//! - [`conf_files`]: the CNI config files on disk that planning asks for
+//!   (`confDir`, networks given as paths, the auxiliary chain's files).
 //! - [`plan`]: pod + NADs + default network → the ordered attachment plan,
-//!   with what planning reads: [`plan::devices`] (the device kubelet
-//!   allocated to each network backed by a device-plugin resource),
-//!   [`plan::claims`] (persistent IPs through IPAMClaims, §8),
-//!   [`plan::readiness`] (waiting for the cluster network, §6.1.2),
+//!   pure: what it reads comes through traits its callers implement (NADs,
+//!   [`plan::ConfFiles`], [`plan::devices::DeviceSource`] for the device
+//!   kubelet allocated to each network backed by a device-plugin resource).
+//!   Also [`plan::claims`] (persistent IPs through IPAMClaims, §8),
 //!   [`plan::auxiliary`] (Multus's auxiliary CNI chain) and [`plan::hotplug`]
 //!   (what a running sandbox must change to match its annotation).
 //! - [`record`]: the crash-safe record of each ADD, which DELs are owed.
@@ -41,6 +47,7 @@ pub mod attachment;
 pub mod cli;
 pub mod cluster;
 pub mod commands;
+pub mod conf_files;
 pub mod whereabouts;
 /// The CNI protocol layer (the `plexus-cni` crate).
 pub use plexus_cni as cni;
@@ -50,6 +57,7 @@ pub mod manifest;
 pub mod netattach;
 pub mod netpolicy;
 pub mod phases;
+pub mod pipeline;
 pub mod plan;
 pub mod plugin;
 pub mod policy;

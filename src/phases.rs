@@ -114,19 +114,18 @@ mod tests {
 
     #[test]
     fn marks_are_appended_as_one_line_at_the_end() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("phases");
+        let file = tempfile::NamedTempFile::new().unwrap();
         // Not started: nothing is kept.
         mark("ignored");
         assert!(MARKS.lock().unwrap().is_empty());
-        let _ = FILE.set(file.clone());
+        let _ = FILE.set(file.path().to_path_buf());
         ON.store(true, Ordering::Relaxed);
         mark("conf");
         drop(span("record write"));
         mark("record");
         finish();
         ON.store(false, Ordering::Relaxed);
-        let text = std::fs::read_to_string(&file).unwrap();
+        let text = std::fs::read_to_string(file.path()).unwrap();
         let v: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
         let names: Vec<&str> = v["marks"]
             .as_array()

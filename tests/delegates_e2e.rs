@@ -57,76 +57,68 @@ fn a_pod_attached_before_plexus_is_deleted_through_plexus() {
     // Issue 23 item 11. Multus's CmdDel without a cache DELs the cluster
     // network from its conf; cni-SPEC §2 DEL makes that harmless when it
     // was deleted already.
-    let Some(NodeWithPods {
-        tmp,
-        node,
-        pods,
-        namespaces: _namespaces,
-    }) = node_with_pods("pre")
-    else {
-        return;
-    };
-    let podnet = podnet(tmp.path(), "1.0.0");
-    std::fs::create_dir_all(tmp.path().join("net.d")).unwrap();
-    std::fs::write(tmp.path().join("net.d/10-podnet.conf"), podnet.to_string()).unwrap();
-    let inline = json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
-        "cniDir": tmp.path().join("cache"), "confDir": tmp.path().join("net.d"),
-        "delegates": [podnet]})
-    .to_string();
-    // The API server is gone (nothing listens there): the cluster network,
-    // a config of the conf dir, is still found.
-    let kubeconfig = tmp.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\ncurrent-context: gone\n\
-         clusters: [{name: gone, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n\
-         users: [{name: u, user: {token: t}}]\n\
-         contexts: [{name: gone, context: {cluster: gone, user: u}}]\n",
-    )
-    .unwrap();
-    let by_name = json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
-        "cniDir": tmp.path().join("cache"), "confDir": tmp.path().join("net.d"),
-        "clusterNetwork": "podnet", "kubeconfig": kubeconfig, "apiTimeout": 2})
-    .to_string();
+    on_node_with_pods("pre", |tmp, node, pods| {
+        let podnet = podnet(tmp, "1.0.0");
+        std::fs::create_dir_all(tmp.join("net.d")).unwrap();
+        std::fs::write(tmp.join("net.d/10-podnet.conf"), podnet.to_string()).unwrap();
+        let inline = json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+            "cniDir": tmp.join("cache"), "confDir": tmp.join("net.d"),
+            "delegates": [podnet]})
+        .to_string();
+        // The API server is gone (nothing listens there): the cluster network,
+        // a config of the conf dir, is still found.
+        let kubeconfig = tmp.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            "apiVersion: v1\nkind: Config\ncurrent-context: gone\n\
+             clusters: [{name: gone, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n\
+             users: [{name: u, user: {token: t}}]\n\
+             contexts: [{name: gone, context: {cluster: gone, user: u}}]\n",
+        )
+        .unwrap();
+        let by_name = json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+            "cniDir": tmp.join("cache"), "confDir": tmp.join("net.d"),
+            "clusterNetwork": "podnet", "kubeconfig": kubeconfig, "apiTimeout": 2})
+        .to_string();
 
-    for (i, (pod_ns, conf)) in pods.iter().zip([&inline, &by_name]).enumerate() {
-        let container = format!("c{i}");
-        let pod = format!("p{i}");
-        // Before plexus: the reference bridge and host-local attach the pod.
-        let out = reference_plugin(&node, "bridge", &container, pod_ns, &podnet);
-        assert_ok("reference ADD", &out);
-        let address = addresses(pod_ns, "eth0");
-        assert_eq!(reservations(tmp.path()), address, "host-local reserved it");
+        for (i, (pod_ns, conf)) in pods.iter().zip([&inline, &by_name]).enumerate() {
+            let container = format!("c{i}");
+            let pod = format!("p{i}");
+            // Before plexus: the reference bridge and host-local attach the pod.
+            let out = reference_plugin(node, "bridge", &container, pod_ns, &podnet);
+            assert_ok("reference ADD", &out);
+            let address = addresses(pod_ns, "eth0");
+            assert_eq!(reservations(tmp), address, "host-local reserved it");
 
-        // plexus has no record of it; its DEL deletes it all the same.
-        let netns = format!("/var/run/netns/{pod_ns}");
-        let out = plexus_at(
-            &node,
-            "DEL",
-            &container,
-            &netns,
-            "eth0",
-            &pod_args(&pod),
-            conf,
-        );
-        assert_ok("DEL through plexus", &out);
-        assert_eq!(link_names(pod_ns), ["lo"]);
-        assert!(reservations(tmp.path()).is_empty(), "reservation released");
-        // A second DEL, with and without the namespace, is harmless.
-        for netns in [netns.as_str(), ""] {
+            // plexus has no record of it; its DEL deletes it all the same.
+            let netns = format!("/var/run/netns/{pod_ns}");
             let out = plexus_at(
-                &node,
+                node,
                 "DEL",
                 &container,
-                netns,
+                &netns,
                 "eth0",
                 &pod_args(&pod),
                 conf,
             );
-            assert_ok("DEL again", &out);
+            assert_ok("DEL through plexus", &out);
+            assert_eq!(link_names(pod_ns), ["lo"]);
+            assert!(reservations(tmp).is_empty(), "reservation released");
+            // A second DEL, with and without the namespace, is harmless.
+            for netns in [netns.as_str(), ""] {
+                let out = plexus_at(
+                    node,
+                    "DEL",
+                    &container,
+                    netns,
+                    "eth0",
+                    &pod_args(&pod),
+                    conf,
+                );
+                assert_ok("DEL again", &out);
+            }
         }
-    }
-    assert_nothing_left(tmp.path());
+    });
 }
 
 #[test]
@@ -135,40 +127,32 @@ fn gc_reclaims_what_a_pod_attached_before_plexus_left() {
     // network's plugins with the runtime's valid attachments (as Multus's
     // CmdGC), so a reservation whose DEL never came is reclaimed, and one
     // still valid is kept.
-    let Some(NodeWithPods {
-        tmp,
-        node,
-        pods,
-        namespaces: _namespaces,
-    }) = node_with_pods("gc")
-    else {
-        return;
-    };
-    for (i, pod_ns) in pods.iter().enumerate() {
-        let out = reference_plugin(
-            &node,
-            "bridge",
-            &format!("c{i}"),
-            pod_ns,
-            &podnet(tmp.path(), "1.0.0"),
-        );
-        assert_ok("reference ADD", &out);
-    }
-    let kept = addresses(&pods[1], "eth0");
-    assert_eq!(reservations(tmp.path()).len(), 2);
-    // The node runs plexus now, the cluster network at 1.1.0 (GC exists from
-    // 1.1.0), its bridge and host-local built in, on the same data.
-    let conf = json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus",
-        "cniDir": tmp.path().join("cache"), "confDir": tmp.path().join("net.d"),
-        "delegates": [podnet(tmp.path(), "1.1.0")],
-        "cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "eth0"}]})
-    .to_string();
-    assert_ok("GC", &plexus_at(&node, "GC", "", "", "", "", &conf));
-    assert_eq!(reservations(tmp.path()), kept);
-    let netns = format!("/var/run/netns/{}", pods[1]);
-    let del = plexus_at(&node, "DEL", "c1", &netns, "eth0", &pod_args("p1"), &conf);
-    assert_ok("DEL", &del);
-    assert_nothing_left(tmp.path());
+    on_node_with_pods("gc", |tmp, node, pods| {
+        for (i, pod_ns) in pods.iter().enumerate() {
+            let out = reference_plugin(
+                node,
+                "bridge",
+                &format!("c{i}"),
+                pod_ns,
+                &podnet(tmp, "1.0.0"),
+            );
+            assert_ok("reference ADD", &out);
+        }
+        let kept = addresses(&pods[1], "eth0");
+        assert_eq!(reservations(tmp).len(), 2);
+        // The node runs plexus now, the cluster network at 1.1.0 (GC exists from
+        // 1.1.0), its bridge and host-local built in, on the same data.
+        let conf = json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus",
+            "cniDir": tmp.join("cache"), "confDir": tmp.join("net.d"),
+            "delegates": [podnet(tmp, "1.1.0")],
+            "cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "eth0"}]})
+        .to_string();
+        assert_ok("GC", &plexus_at(node, "GC", "", "", "", "", &conf));
+        assert_eq!(reservations(tmp), kept);
+        let netns = format!("/var/run/netns/{}", pods[1]);
+        let del = plexus_at(node, "DEL", "c1", &netns, "eth0", &pod_args("p1"), &conf);
+        assert_ok("DEL", &del);
+    });
 }
 
 #[test]
@@ -176,83 +160,75 @@ fn status_asks_the_cluster_networks_plugins() {
     // cni-SPEC §2 STATUS: "If a plugin relies on a delegated plugin ... it
     // must also execute a STATUS request to that plugin"; Multus's
     // CmdStatus; codes 50 and 51.
-    let Some(NodeWithPods {
-        tmp,
-        node,
-        pods,
-        namespaces: _namespaces,
-    }) = node_with_pods("st")
-    else {
-        return;
-    };
-    let bin = tmp.path().join("bin");
-    let conf = |cluster: Value| {
-        json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus",
-            "cniDir": tmp.path().join("cache"), "confDir": tmp.path().join("net.d"),
-            "binDir": bin, "delegates": [cluster]})
-        .to_string()
-    };
-    let status = |conf: &str| plexus_at(&node, "STATUS", "", "", "", "", conf);
+    on_node_with_pods("st", |tmp, node, pods| {
+        let bin = tmp.join("bin");
+        let conf = |cluster: Value| {
+            json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus",
+                "cniDir": tmp.join("cache"), "confDir": tmp.join("net.d"),
+                "binDir": bin, "delegates": [cluster]})
+            .to_string()
+        };
+        let status = |conf: &str| plexus_at(node, "STATUS", "", "", "", "", conf);
 
-    // Built in: bridge asks its host-local, whose one address (a /30 less
-    // its gateway) an ADD takes: not available (50) until it is DEL'd.
-    let mut small = podnet(tmp.path(), "1.1.0");
-    small["ipam"]["subnet"] = json!("10.10.0.0/30");
-    let small = conf(small);
-    assert_ok("STATUS", &status(&small));
-    let netns = format!("/var/run/netns/{}", pods[0]);
-    let add = plexus_at(&node, "ADD", "c0", &netns, "eth0", &pod_args("p0"), &small);
-    assert_ok("ADD", &add);
-    let e = cni_error(&status(&small));
-    assert_eq!(e["code"], 50, "{e}");
-    let details = e["details"].as_str().unwrap();
-    assert!(
-        details.starts_with("cluster network podnet plugins[0]: bridge: "),
-        "{details}"
-    );
-    assert!(
-        details.ends_with("all 1 addresses of range set 10.10.0.1-10.10.0.2 are allocated"),
-        "{details}"
-    );
-    let del = plexus_at(&node, "DEL", "c0", &netns, "eth0", &pod_args("p0"), &small);
-    assert_ok("DEL", &del);
-    assert_ok("STATUS after DEL", &status(&small));
+        // Built in: bridge asks its host-local, whose one address (a /30 less
+        // its gateway) an ADD takes: not available (50) until it is DEL'd.
+        let mut small = podnet(tmp, "1.1.0");
+        small["ipam"]["subnet"] = json!("10.10.0.0/30");
+        let small = conf(small);
+        assert_ok("STATUS", &status(&small));
+        let netns = format!("/var/run/netns/{}", pods[0]);
+        let add = plexus_at(node, "ADD", "c0", &netns, "eth0", &pod_args("p0"), &small);
+        assert_ok("ADD", &add);
+        let e = cni_error(&status(&small));
+        assert_eq!(e["code"], 50, "{e}");
+        let details = e["details"].as_str().unwrap();
+        assert!(
+            details.starts_with("cluster network podnet plugins[0]: bridge: "),
+            "{details}"
+        );
+        assert!(
+            details.ends_with("all 1 addresses of range set 10.10.0.1-10.10.0.2 are allocated"),
+            "{details}"
+        );
+        let del = plexus_at(node, "DEL", "c0", &netns, "eth0", &pod_args("p0"), &small);
+        assert_ok("DEL", &del);
+        assert_ok("STATUS after DEL", &status(&small));
 
-    // Exec'd: a stand-in for a plugin whose uplink is down answers 51; its
-    // error reaches the runtime with its code, naming it.
-    let called = tmp.path().join("stub-called");
-    script(
-        &bin,
-        "status-stub",
-        &format!(
-            "echo \"$CNI_COMMAND\" >> {called}\n\
-             case \"$CNI_COMMAND\" in\n\
-             STATUS) echo '{{\"cniVersion\": \"1.1.0\", \"code\": 51, \"msg\": \"plugin not available\", \"details\": \"uplink down\"}}'; exit 1;;\n\
-             VERSION) echo '{{\"cniVersion\": \"1.1.0\", \"supportedVersions\": [\"1.0.0\", \"1.1.0\"]}}';;\n\
-             esac\n",
-            called = called.display()
-        ),
-    );
-    let chain = |version: &str| {
-        let mut bridge = podnet(tmp.path(), version);
-        bridge.as_object_mut().unwrap().remove("cniVersion");
-        bridge.as_object_mut().unwrap().remove("name");
-        conf(json!({"cniVersion": version, "name": "podnet",
-                    "plugins": [bridge, {"type": "status-stub"}]}))
-    };
-    let e = cni_error(&status(&chain("1.1.0")));
-    assert_eq!(e["code"], 51, "{e}");
-    assert_eq!(e["msg"], "plugin not available");
-    assert_eq!(
-        e["details"],
-        "cluster network podnet plugins[1]: status-stub: uplink down"
-    );
-    assert_eq!(std::fs::read_to_string(&called).unwrap(), "STATUS\n");
-    // A 1.0.0 chain has no STATUS: its plugins are not asked (as libcni).
-    std::fs::remove_file(&called).unwrap();
-    assert_ok("STATUS of 1.0.0", &status(&chain("1.0.0")));
-    assert!(!called.exists());
-    assert_nothing_left(tmp.path());
+        // Exec'd: a stand-in for a plugin whose uplink is down answers 51; its
+        // error reaches the runtime with its code, naming it.
+        let called = tmp.join("stub-called");
+        script(
+            &bin,
+            "status-stub",
+            &format!(
+                "echo \"$CNI_COMMAND\" >> {called}\n\
+                 case \"$CNI_COMMAND\" in\n\
+                 STATUS) echo '{{\"cniVersion\": \"1.1.0\", \"code\": 51, \"msg\": \"plugin not available\", \"details\": \"uplink down\"}}'; exit 1;;\n\
+                 VERSION) echo '{{\"cniVersion\": \"1.1.0\", \"supportedVersions\": [\"1.0.0\", \"1.1.0\"]}}';;\n\
+                 esac\n",
+                called = called.display()
+            ),
+        );
+        let chain = |version: &str| {
+            let mut bridge = podnet(tmp, version);
+            bridge.as_object_mut().unwrap().remove("cniVersion");
+            bridge.as_object_mut().unwrap().remove("name");
+            conf(json!({"cniVersion": version, "name": "podnet",
+                        "plugins": [bridge, {"type": "status-stub"}]}))
+        };
+        let e = cni_error(&status(&chain("1.1.0")));
+        assert_eq!(e["code"], 51, "{e}");
+        assert_eq!(e["msg"], "plugin not available");
+        assert_eq!(
+            e["details"],
+            "cluster network podnet plugins[1]: status-stub: uplink down"
+        );
+        assert_eq!(std::fs::read_to_string(&called).unwrap(), "STATUS\n");
+        // A 1.0.0 chain has no STATUS: its plugins are not asked (as libcni).
+        std::fs::remove_file(&called).unwrap();
+        assert_ok("STATUS of 1.0.0", &status(&chain("1.0.0")));
+        assert!(!called.exists());
+    });
 }
 
 #[test]
@@ -412,43 +388,35 @@ fn a_del_whose_conf_no_longer_parses_reads_its_dirs_in_any_case() {
     // Issue 37 item 4: the conf's keys are matched as Go decodes them, on
     // ADD and on the DEL that falls back to reading a conf that no longer
     // parses; a `CNIDir` spelled so is the same key on both.
-    let Some(NodeWithPods {
-        tmp,
-        node,
-        pods,
-        namespaces: _namespaces,
-    }) = node_with_pods("case")
-    else {
-        return;
-    };
-    let mut conf = json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
-        "CNIDir": tmp.path().join("cache"), "ConfDir": tmp.path().join("net.d"),
-        "delegates": [podnet(tmp.path(), "1.0.0")]});
-    let netns = format!("/var/run/netns/{}", pods[0]);
-    let add = plexus_at(
-        &node,
-        "ADD",
-        "c1",
-        &netns,
-        "eth0",
-        &pod_args("p1"),
-        &conf.to_string(),
-    );
-    assert_ok("ADD", &add);
-    assert!(!files_in(&tmp.path().join("cache")).is_empty());
-    // A value of the wrong type: the conf no longer parses.
-    conf["apiTimeout"] = json!("soon");
-    let del = plexus_at(
-        &node,
-        "DEL",
-        "c1",
-        &netns,
-        "eth0",
-        &pod_args("p1"),
-        &conf.to_string(),
-    );
-    assert_ok("DEL", &del);
-    assert_eq!(link_names(&pods[0]), ["lo"]);
-    assert!(reservations(tmp.path()).is_empty());
-    assert_nothing_left(tmp.path());
+    on_node_with_pods("case", |tmp, node, pods| {
+        let mut conf = json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+            "CNIDir": tmp.join("cache"), "ConfDir": tmp.join("net.d"),
+            "delegates": [podnet(tmp, "1.0.0")]});
+        let netns = format!("/var/run/netns/{}", pods[0]);
+        let add = plexus_at(
+            node,
+            "ADD",
+            "c1",
+            &netns,
+            "eth0",
+            &pod_args("p1"),
+            &conf.to_string(),
+        );
+        assert_ok("ADD", &add);
+        assert!(!files_in(&tmp.join("cache")).is_empty());
+        // A value of the wrong type: the conf no longer parses.
+        conf["apiTimeout"] = json!("soon");
+        let del = plexus_at(
+            node,
+            "DEL",
+            "c1",
+            &netns,
+            "eth0",
+            &pod_args("p1"),
+            &conf.to_string(),
+        );
+        assert_ok("DEL", &del);
+        assert_eq!(link_names(&pods[0]), ["lo"]);
+        assert!(reservations(tmp).is_empty());
+    });
 }

@@ -13,14 +13,19 @@ fn docs(file: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The `spec` of the CRD in `file`, which must be named `name`.
+fn crd_spec(file: &str, name: &str) -> Value {
+    let crd = &docs(file)[0];
+    assert_eq!(crd["metadata"]["name"], name);
+    crd["spec"].clone()
+}
+
 #[test]
 fn nad_crd_follows_multi_net_spec_3_1() {
-    let crd = &docs("crds/network-attachment-definition.yaml")[0];
-    assert_eq!(
-        crd["metadata"]["name"],
-        "network-attachment-definitions.k8s.cni.cncf.io"
+    let spec = &crd_spec(
+        "crds/network-attachment-definition.yaml",
+        "network-attachment-definitions.k8s.cni.cncf.io",
     );
-    let spec = &crd["spec"];
     assert_eq!(spec["group"], "k8s.cni.cncf.io");
     assert_eq!(spec["scope"], "Namespaced");
     assert_eq!(spec["names"]["kind"], "NetworkAttachmentDefinition");
@@ -160,12 +165,10 @@ fn rbac_grants_exactly_what_plexus_uses() {
 
 #[test]
 fn multi_network_policy_crd_serves_both_versions_with_end_port() {
-    let crd = &docs("crds/multi-networkpolicy.yaml")[0];
-    assert_eq!(
-        crd["metadata"]["name"],
-        "multi-networkpolicies.k8s.cni.cncf.io"
+    let spec = &crd_spec(
+        "crds/multi-networkpolicy.yaml",
+        "multi-networkpolicies.k8s.cni.cncf.io",
     );
-    let spec = &crd["spec"];
     assert_eq!(spec["names"]["kind"], "MultiNetworkPolicy");
     assert_eq!(spec["names"]["plural"], "multi-networkpolicies");
     assert_eq!(spec["scope"], "Namespaced");

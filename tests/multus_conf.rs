@@ -9,11 +9,12 @@ use std::path::Path;
 
 use plexus::cni::error::{codes, ErrorCode};
 use plexus::cni::names::IfName;
+use plexus::conf_files::ConfDir;
 use plexus::config::PlexusConf;
 use plexus::manifest;
 use plexus::netattach::nad::NetworkAttachmentDefinition;
 use plexus::netattach::pod::Pod;
-use plexus::plan::{cluster_network, plan, ConfDir, Plan, PlanInputs, PlanOptions};
+use plexus::plan::{cluster_network, plan, Plan, PlanInputs, PlanOptions};
 use serde_json::{json, Value};
 
 type Nads = BTreeMap<(String, String), NetworkAttachmentDefinition>;
@@ -90,7 +91,7 @@ fn plan_with(value: Value, pod: &Pod) -> Result<Plan, plexus::cni::CniError> {
         pod,
         &PlanInputs {
             nads: &nads,
-            conf_dir: Some(&conf_dir),
+            conf_files: Some(&conf_dir),
             devices: None,
             default_network: &default_network,
             options: &options,

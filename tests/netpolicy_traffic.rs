@@ -62,11 +62,7 @@ fn fabric(tag: &str) -> Option<Fabric> {
         return None;
     }
     let mut namespaces = Namespaces(Vec::new());
-    let fabric = NetNs::open(format!(
-        "/var/run/netns/{}",
-        namespaces.add(&format!("{tag}-fabric"))
-    ))
-    .unwrap();
+    let fabric = namespaces.open(&format!("{tag}-fabric"));
     let fabric_nl = Netlink::open(&fabric).unwrap();
     let mut bridges = Vec::new();
     for name in ["blue", "red"] {
@@ -81,11 +77,7 @@ fn fabric(tag: &str) -> Option<Fabric> {
     let mut netns = Vec::new();
     let mut views = Vec::new();
     for (i, (namespace, name, label, n)) in PODS.into_iter().enumerate() {
-        let ns = NetNs::open(format!(
-            "/var/run/netns/{}",
-            namespaces.add(&format!("{tag}-{name}"))
-        ))
-        .unwrap();
+        let ns = namespaces.open(&format!("{tag}-{name}"));
         let nl = Netlink::open(&ns).unwrap();
         let mut attachments = Vec::new();
         for (network, ifname, bridge, net) in [
@@ -540,11 +532,7 @@ fn the_rules_hold_on_macvlan_and_ipvlan_interfaces() {
             .into_iter()
             .enumerate()
         {
-            let ns = NetNs::open(format!(
-                "/var/run/netns/{}",
-                namespaces.add(&format!("np-{kind}-{name}"))
-            ))
-            .unwrap();
+            let ns = namespaces.open(&format!("np-{kind}-{name}"));
             match kind {
                 "macvlan" => fabric_nl
                     .create_macvlan(&MacvlanSpec {

@@ -6,10 +6,11 @@ use std::io::Write;
 
 use plexus::cni::config::NetworkConfigList;
 use plexus::cni::names::{ContainerId, IfName};
+use plexus::conf_files::ConfDir;
 use plexus::manifest;
 use plexus::netattach::nad::NetworkAttachmentDefinition;
 use plexus::netattach::pod::Pod;
-use plexus::plan::{plan, ConfDir, DefaultNetwork, Plan, PlanInputs, PlanOptions};
+use plexus::plan::{plan, ConfFiles, DefaultNetwork, Plan, PlanInputs, PlanOptions};
 use plexus::policy::SelectionPolicy;
 
 /// The options of a call whose interface is `eth0`, under `policy`.
@@ -84,7 +85,7 @@ fn plan_pod(
 ) -> Result<Plan, plexus::cni::CniError> {
     let inputs = PlanInputs {
         nads: all,
-        conf_dir,
+        conf_files: conf_dir.map(|d| d as &dyn ConfFiles),
         devices: None,
         default_network: &default_network(),
         options,

@@ -8,7 +8,7 @@ use std::process::Command;
 use plexus::cni::names::{IfName, NetnsPath};
 use plexus::cni::result::{CniResult, Route};
 use plexus::run::routes::NetlinkRouteHook;
-use plexus::run::{RouteHook, RunError};
+use plexus::run::{RouteChange, RouteHook, RunError};
 use plexus_dataplane::NetNs;
 
 /// A named namespace deleted on drop, even when the test fails.
@@ -22,9 +22,6 @@ impl Pod {
     }
     fn path(&self) -> std::path::PathBuf {
         plexus_dataplane::netns::named_path(&self.0).unwrap()
-    }
-    fn netns(&self) -> NetnsPath {
-        NetnsPath::new(self.path().to_str().unwrap()).unwrap()
     }
     fn ip(&self, args: &[&str]) -> String {
         let out = Command::new("ip")
@@ -96,13 +93,14 @@ fn set_default_route_replaces_the_plugins_and_orders_gateways() {
         "10.0.0.9".parse().unwrap(),
         "fd00::1".parse().unwrap(),
     ];
+    let path = NetnsPath::new(pod.path().to_str().unwrap()).unwrap();
+    let set = RouteChange {
+        netns: &path,
+        ifname: &IfName::new("net1").unwrap(),
+        via: Some(&gateways),
+    };
     NetlinkRouteHook::default()
-        .set_default_route(
-            &pod.netns(),
-            &IfName::new("net1").unwrap(),
-            &gateways,
-            &mut result,
-        )
+        .route(&set, &mut result)
         .unwrap();
     // One route per gateway, metric in list order; the plugin's is gone.
     assert_eq!(
@@ -132,27 +130,35 @@ fn clear_default_route_removes_both_families() {
     pod.ip(&[
         "-6", "route", "add", "default", "via", "fd00::fe", "dev", "net1",
     ]);
+    let path = NetnsPath::new(pod.path().to_str().unwrap()).unwrap();
+    let clear = RouteChange {
+        netns: &path,
+        ifname: &IfName::new("net1").unwrap(),
+        via: None,
+    };
     NetlinkRouteHook::default()
-        .clear_default_route(&pod.netns(), &IfName::new("net1").unwrap(), &mut result)
+        .route(&clear, &mut result)
         .unwrap();
     assert!(pod.defaults("-4").is_empty());
     assert!(pod.defaults("-6").is_empty());
     assert!(result.routes.is_empty());
     // Clearing again finds nothing to remove and succeeds.
     NetlinkRouteHook::default()
-        .clear_default_route(&pod.netns(), &IfName::new("net1").unwrap(), &mut result)
+        .route(&clear, &mut result)
         .unwrap();
 }
 
 #[test]
 fn a_missing_interface_is_named() {
     let pod = Pod::new("missing");
+    let path = NetnsPath::new(pod.path().to_str().unwrap()).unwrap();
+    let missing = RouteChange {
+        netns: &path,
+        ifname: &IfName::new("nope0").unwrap(),
+        via: None,
+    };
     let err = NetlinkRouteHook::default()
-        .clear_default_route(
-            &pod.netns(),
-            &IfName::new("nope0").unwrap(),
-            &mut CniResult::default(),
-        )
+        .route(&missing, &mut CniResult::default())
         .unwrap_err();
     assert!(
         matches!(&err, RunError::Route { ifname, .. } if ifname == "nope0"),

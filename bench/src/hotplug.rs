@@ -23,7 +23,7 @@ use crate::multus_thick::MultusThick;
 use crate::pod_start::{delete_namespace, nad, nad_crd, status_entries};
 use crate::thick::Daemon;
 use crate::watch::Watch;
-use crate::{cni_env_as, invoke, ms, percentile, verdict};
+use crate::{cni_env_as, invoke, ms, p99_within, percentile, verdict};
 
 const CHANGES: usize = 50;
 /// Target (issue 26).
@@ -227,14 +227,7 @@ pub(crate) fn on_cluster(
             peer_p99.as_secs_f64() / p99.as_secs_f64()
         );
     }
-    let met = p99 < P99_MAX;
-    println!(
-        "plexus on the cluster: p99 {} (target < {} ms: {})",
-        ms(p99).trim(),
-        P99_MAX.as_millis(),
-        verdict(met)
-    );
-    Ok(met)
+    Ok(p99_within("plexus on the cluster:", p99, P99_MAX))
 }
 
 /// A pod attached to `hp1` on the cluster's current CNI, then [`changes`]

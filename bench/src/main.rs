@@ -396,6 +396,19 @@ fn print_table(width: usize, rows: &[(&str, &[Duration], &[Duration])]) {
     }
 }
 
+/// Whether `p99` is under `bound`, said on a line that begins with `what`
+/// (`"WHAT p99 12.34 ms (target < 200 ms: met)"`).
+fn p99_within(what: &str, p99: Duration, bound: Duration) -> bool {
+    let met = p99 < bound;
+    println!(
+        "{what} p99 {} (target < {} ms: {})",
+        ms(p99).trim(),
+        bound.as_millis(),
+        verdict(met)
+    );
+    met
+}
+
 fn verdict(met: bool) -> &'static str {
     if met {
         "met"
@@ -436,6 +449,18 @@ fn node(namespaces: &mut Namespaces, pid: u32) -> Result<NetNs, String> {
     ip(&node, &["link", "set", "uplink0", "up"])?;
     ip(&node, &["link", "set", "uplink0p", "up"])?;
     Ok(node)
+}
+
+/// The "node" namespace of a run against `api`, and the relay through
+/// which what runs in it reaches the API server's port.
+fn node_reaching(
+    api: &plexus_testkit::kube::KubeApi,
+    namespaces: &mut Namespaces,
+) -> Result<(NetNs, plexus_testkit::kube::Relay), String> {
+    let node = node(namespaces, std::process::id())?;
+    let relay = plexus_testkit::kube::Relay::into_netns(node.path(), api.port)
+        .map_err(|e| format!("relay into the node namespace: {e}"))?;
+    Ok((node, relay))
 }
 
 /// `ip ARGS...` inside `netns`, untimed set-up or timed baseline.

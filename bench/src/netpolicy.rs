@@ -28,7 +28,7 @@ use plexus_testkit::node::Node;
 use serde_json::{json, Value};
 
 use crate::pod_start::{delete_namespace, nad, nad_crd};
-use crate::{ms, percentile, verdict};
+use crate::{ms, p99_within, percentile};
 
 const PODS: usize = 100;
 const ADD_PODS: usize = 20;
@@ -304,12 +304,5 @@ pub(crate) fn on_cluster(node: &Node, peer_binary: Option<&Path>) -> Result<bool
         ms(with).trim(),
         (with.as_secs_f64() - without.as_secs_f64()) * 1000.0
     );
-    let met = p99 < P99_MAX;
-    println!(
-        "plexus: creation to enforcement p99 {} (target < {} ms: {})",
-        ms(p99).trim(),
-        P99_MAX.as_millis(),
-        verdict(met)
-    );
-    Ok(met)
+    Ok(p99_within("plexus: creation to enforcement", p99, P99_MAX))
 }

@@ -29,12 +29,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use plexus_dataplane::NetNs;
-use plexus_testkit::kube::{private_api, KubeApi, Relay};
+use plexus_testkit::kube::{private_api, KubeApi};
 
 use crate::daemons::{metrics_page, pods_synced, Daemons, Launch, NodeDaemon};
 use crate::scale_step::{
-    attached_pod, churn, churn_events, clock_ticks, pod_watchers_back, usage, watch_figures,
-    Baseline, Restart, Setup, Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
+    attached_pod, churn, clock_ticks, usage, watch_figures, Baseline, Restart, Setup, Step, IDLE,
+    READY_BOUND, RESTART_DOWN,
 };
 use crate::{percentile, scale_multus, verdict, Namespaces};
 
@@ -51,11 +51,8 @@ pub fn run(setup: &Setup) -> Result<bool, String> {
     );
     let api = private_api("scale");
     let ns = api.namespace("pxscale");
-    let pid = std::process::id();
     let mut namespaces = Namespaces(Vec::new());
-    let node = crate::node(&mut namespaces, pid)?;
-    let _relay = Relay::into_netns(node.path(), api.port)
-        .map_err(|e| format!("relay into the node namespace: {e}"))?;
+    let (node, _relay) = crate::node_reaching(&api, &mut namespaces)?;
     let ours = setup.daemons * setup.per_node;
     let mut made = 0;
     let mut steps = Vec::new();
@@ -209,7 +206,7 @@ fn measure(
     // Requests but watches from the daemons' own counts; the watches as
     // the API server has them registered, as Multus's are counted.
     let watching = watch_figures(api)?;
-    let mut start_requests = BTreeMap::from([(
+    let mut at_start = BTreeMap::from([(
         "watch (registered)".to_string(),
         baseline.daemons_watchers(&watching),
     )]);
@@ -217,7 +214,7 @@ fn measure(
     for daemon in &daemons.0 {
         let counts = requests(node, daemon)?;
         for (key, n) in counts.iter().filter(|(key, _)| !key.starts_with("watch ")) {
-            *start_requests.entry(key.clone()).or_insert(0) += n;
+            *at_start.entry(key.clone()).or_insert(0) += n;
         }
         before_idle.push(total(&counts));
     }
@@ -229,10 +226,7 @@ fn measure(
         }
         Ok(idle_requests)
     })?;
-    let churn_events = baseline.per_daemon(
-        churn_events(api, || churn(api, ns, setup, &format!("p{pods}")))?,
-        setup.daemons,
-    );
+    let events = baseline.churn_per_daemon(api, ns, setup, &format!("p{pods}"))?;
 
     // The restart: the API server must have each daemon's pod watch again.
     let pod_lists = || {
@@ -242,32 +236,9 @@ fn measure(
             .map(|d| requests(node, d).map(|c| c.get("list pods").copied().unwrap_or(0)))
             .sum::<Result<u64, String>>()
     };
-    let lists_before = pod_lists()?;
-    let restarted = Instant::now();
-    api.restart(RESTART_DOWN);
-    let api_ready = restarted.elapsed();
-    let back = baseline.daemons_back(pod_watchers_back(
-        api,
-        watching.pod_watchers,
-        restarted,
-        api_ready + BACK_BOUND,
-    ));
-    let relists = pod_lists()? - lists_before;
+    let restart = Restart::measure(api, baseline, watching.pod_watchers, pod_lists)?;
     drop(daemons);
-    let restart = Restart {
-        api_ready,
-        back,
-        relists,
-    };
-    let ready = ready_at.into_iter().flatten().collect();
-    Ok(Step {
-        pods,
-        ready,
-        usage,
-        start_requests,
-        churn_events,
-        restart,
-    })
+    Ok(Step::new(pods, ready_at, usage, at_start, events, restart))
 }
 
 fn mean(values: &[u64]) -> f64 {

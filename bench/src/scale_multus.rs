@@ -30,8 +30,8 @@ use serde_json::json;
 
 use crate::multus_thick::binary_in;
 use crate::scale_step::{
-    audited_since, by_multus, churn, churn_events, pod_watchers_back, usage, watch_figures,
-    Baseline, Restart, Setup, Step, BACK_BOUND, IDLE, READY_BOUND, RESTART_DOWN,
+    audited_since, by_multus, usage, watch_figures, Baseline, Restart, Setup, Step, BACK_BOUND,
+    IDLE, READY_BOUND,
 };
 
 /// What multus-daemon logs once its pod informer synced and it serves.
@@ -194,7 +194,7 @@ pub(crate) fn measure(
         watching = watch_figures(api)?;
     }
     let pids: Vec<u32> = daemons.0.iter().map(|(_, c, _)| c.id()).collect();
-    let mut start_requests = BTreeMap::from([(
+    let mut at_start = BTreeMap::from([(
         "watch (registered)".to_string(),
         baseline.daemons_watchers(&watching),
     )]);
@@ -202,7 +202,7 @@ pub(crate) fn measure(
         .iter()
         .filter(|r| r.verb != "watch")
     {
-        *start_requests
+        *at_start
             .entry(format!("{} {}", r.verb, r.resource))
             .or_insert(0) += 1;
     }
@@ -211,39 +211,17 @@ pub(crate) fn measure(
         std::thread::sleep(IDLE);
         Ok(requests_since(api, idle_mark).len() as u64)
     })?;
-    let churn_events = baseline.per_daemon(
-        churn_events(api, || churn(api, ns, setup, &format!("m{pods}")))?,
-        setup.daemons,
-    );
+    let events = baseline.churn_per_daemon(api, ns, setup, &format!("m{pods}"))?;
 
     // The restart: the API server must have each daemon's pod watch again.
     let restart_mark = api.audited().len();
-    let restarted = Instant::now();
-    api.restart(RESTART_DOWN);
-    let api_ready = restarted.elapsed();
-    let back = baseline.daemons_back(pod_watchers_back(
-        api,
-        watching.pod_watchers,
-        restarted,
-        api_ready + BACK_BOUND,
-    ));
-    let relists = requests_since(api, restart_mark)
-        .iter()
-        .filter(|r| r.verb == "list" && r.resource == "pods")
-        .count() as u64;
-    drop(daemons);
-    let restart = Restart {
-        api_ready,
-        back,
-        relists,
+    let pod_lists = || {
+        Ok(requests_since(api, restart_mark)
+            .iter()
+            .filter(|r| r.verb == "list" && r.resource == "pods")
+            .count() as u64)
     };
-    let ready = ready_at.into_iter().flatten().collect();
-    Ok(Step {
-        pods,
-        ready,
-        usage,
-        start_requests,
-        churn_events,
-        restart,
-    })
+    let restart = Restart::measure(api, baseline, watching.pod_watchers, pod_lists)?;
+    drop(daemons);
+    Ok(Step::new(pods, ready_at, usage, at_start, events, restart))
 }

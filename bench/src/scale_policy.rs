@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use plexus_dataplane::nftables::Nftables;
 use plexus_dataplane::NetNs;
-use plexus_testkit::kube::{private_api, KubeApi, Relay};
+use plexus_testkit::kube::{private_api, KubeApi};
 use serde_json::json;
 
 use crate::daemons::{in_node, metrics_page, pods_synced, wait_ready, Daemons, Launch, NodeDaemon};
@@ -192,11 +192,8 @@ pub(crate) fn run(setup: &Setup) -> Result<bool, String> {
         "crd/multi-networkpolicies.k8s.cni.cncf.io",
     ]);
     let ns = api.namespace("pxscale");
-    let pid = std::process::id();
     let mut namespaces = Namespaces(Vec::new());
-    let node = crate::node(&mut namespaces, pid)?;
-    let _relay = Relay::into_netns(node.path(), api.port)
-        .map_err(|e| format!("relay into the node namespace: {e}"))?;
+    let (node, _relay) = crate::node_reaching(&api, &mut namespaces)?;
     let mut world = World {
         api: &api,
         node: &node,

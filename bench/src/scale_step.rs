@@ -64,6 +64,57 @@ pub(crate) struct Restart {
     pub(crate) relists: u64,
 }
 
+impl Step {
+    /// A step's figures; `ready_at`: when each daemon was ready (every one
+    /// is by now).
+    pub(crate) fn new(
+        pods: usize,
+        ready_at: Vec<Option<Duration>>,
+        usage: Usage,
+        start_requests: BTreeMap<String, u64>,
+        churn_events: f64,
+        restart: Restart,
+    ) -> Step {
+        let ready = ready_at.into_iter().flatten().collect();
+        Step {
+            pods,
+            ready,
+            usage,
+            start_requests,
+            churn_events,
+            restart,
+        }
+    }
+}
+
+impl Restart {
+    /// Restarts the API server under the daemons, which had `pod_watchers`
+    /// pod watches registered (the API server's own included);
+    /// `pod_lists` counts the pod LISTs the daemons have made so far.
+    pub(crate) fn measure(
+        api: &KubeApi,
+        baseline: &Baseline,
+        pod_watchers: u64,
+        pod_lists: impl Fn() -> Result<u64, String>,
+    ) -> Result<Restart, String> {
+        let lists_before = pod_lists()?;
+        let restarted = Instant::now();
+        api.restart(RESTART_DOWN);
+        let api_ready = restarted.elapsed();
+        let back = baseline.daemons_back(pod_watchers_back(
+            api,
+            pod_watchers,
+            restarted,
+            api_ready + BACK_BOUND,
+        ));
+        Ok(Restart {
+            api_ready,
+            back,
+            relists: pod_lists()? - lists_before,
+        })
+    }
+}
+
 /// The daemons' resources once synced, and over the idle spell.
 pub(crate) struct Usage {
     pub(crate) rss_kb: Vec<u64>,
@@ -257,6 +308,19 @@ impl Baseline {
     /// `events` in all.
     pub(crate) fn per_daemon(&self, events: u64, daemons: usize) -> f64 {
         events.saturating_sub(self.churn_events) as f64 / daemons.max(1) as f64
+    }
+
+    /// The watch events each daemon got while `churn` made pods in the
+    /// cluster (its pods named after `tag`), the baseline's taken off.
+    pub(crate) fn churn_per_daemon(
+        &self,
+        api: &KubeApi,
+        ns: &str,
+        setup: &Setup,
+        tag: &str,
+    ) -> Result<f64, String> {
+        let events = churn_events(api, || churn(api, ns, setup, tag))?;
+        Ok(self.per_daemon(events, setup.daemons))
     }
 
     /// After a restart, when the daemons' pod watches were back, from when

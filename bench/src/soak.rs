@@ -46,7 +46,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use plexus_dataplane::NetNs;
-use plexus_testkit::kube::{api, KubeApi, Relay};
+use plexus_testkit::kube::{api, KubeApi};
 use plexus_testkit::process::proc_status_kb;
 use serde_json::{json, Value};
 
@@ -147,9 +147,7 @@ pub(crate) fn run(setup: &Setup) -> Result<bool, String> {
     let api = api();
     let pid = std::process::id();
     let mut namespaces = Namespaces(Vec::new());
-    let node = crate::node(&mut namespaces, pid)?;
-    let _relay = Relay::into_netns(node.path(), api.port)
-        .map_err(|e| format!("relay into the node namespace: {e}"))?;
+    let (node, _relay) = crate::node_reaching(api, &mut namespaces)?;
     let dir = setup.tmp.join("soak");
     std::fs::create_dir_all(dir.join("run")).map_err(|e| e.to_string())?;
     let plexus = dir.join("plexus");

@@ -364,6 +364,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::error::details_of;
     use crate::ErrorCode;
 
     /// cni-SPEC §1 "Example configuration", comments removed.
@@ -647,16 +648,15 @@ mod tests {
             .unwrap(),
             CniVersion::V1_1_0
         );
-        let e = sel(base(
-            json!({"cniVersion": "2.0.0", "cniVersions": ["3.0.0"]}),
-        ))
-        .unwrap_err();
-        assert_eq!(e.code, ErrorCode::IncompatibleVersion);
+        let details = details_of(
+            sel(base(
+                json!({"cniVersion": "2.0.0", "cniVersions": ["3.0.0"]}),
+            )),
+            ErrorCode::IncompatibleVersion,
+        );
         assert!(
-            e.details
-                .starts_with("cniVersion: none of [\"2.0.0\", \"3.0.0\"]"),
-            "{}",
-            e.details
+            details.starts_with("cniVersion: none of [\"2.0.0\", \"3.0.0\"]"),
+            "{details}"
         );
     }
 
@@ -674,9 +674,7 @@ mod tests {
     }
 
     fn bad(v: Value) -> String {
-        let e = NetworkConfigList::from_value(&v).unwrap_err();
-        assert_eq!(e.code, ErrorCode::InvalidConfig, "{e}");
-        e.details
+        details_of(NetworkConfigList::from_value(&v), ErrorCode::InvalidConfig)
     }
 
     #[test]

@@ -396,10 +396,7 @@ pub fn store(path: &Path, info: &DeviceInfo) -> io::Result<()> {
 /// Remove a CNI device-info file (device-info-SPEC §4.2.1, on DEL);
 /// idempotent.
 pub fn remove(path: &Path) -> io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
+    crate::whole_file::remove(path)
 }
 
 #[cfg(test)]

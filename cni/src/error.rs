@@ -223,6 +223,18 @@ pub fn prefix_path(path: &mut String, outer: &str) {
     *path = format!("{outer}{joint}{path}");
 }
 
+/// For tests: the details of `result`'s error, which must have `code`.
+#[cfg(test)]
+#[track_caller]
+pub(crate) fn details_of<T: std::fmt::Debug>(
+    result: Result<T, CniError>,
+    code: ErrorCode,
+) -> String {
+    let e = result.unwrap_err();
+    assert_eq!(e.code, code, "{e}");
+    e.details
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

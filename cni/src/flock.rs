@@ -107,9 +107,8 @@ mod tests {
 
     #[test]
     fn a_held_lock_times_out_and_is_free_once_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("lock");
-        let open = || File::create(&path).unwrap();
+        let lock = tempfile::NamedTempFile::new().unwrap();
+        let open = || lock.reopen().unwrap();
         let held = lock_exclusive(open(), Duration::from_millis(10)).unwrap();
         let t0 = Instant::now();
         assert_eq!(

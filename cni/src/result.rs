@@ -619,6 +619,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::error::details_of;
     use crate::ErrorCode;
 
     /// cni-SPEC Appendix "Add example": the result of `host-local`.
@@ -839,15 +840,12 @@ mod tests {
             "interfaces": [{"name": "eth0"}], "dns": {"nameservers": ["1.1.1.1"]}}))
         .unwrap();
         for v in [CniVersion::V0_1_0, CniVersion::V0_2_0] {
-            let e = r.to_value(v).unwrap_err();
-            assert_eq!(e.code, ErrorCode::IncompatibleVersion);
+            let details = details_of(r.to_value(v), ErrorCode::IncompatibleVersion);
             assert!(
-                e.details
-                    .starts_with("ips: cannot write this result as CNI"),
-                "{}",
-                e.details
+                details.starts_with("ips: cannot write this result as CNI"),
+                "{details}"
             );
-            assert!(e.details.contains("no IP address"), "{}", e.details);
+            assert!(details.contains("no IP address"), "{details}");
         }
         assert!(r.to_value(CniVersion::V0_3_0).is_ok());
     }
@@ -915,9 +913,7 @@ mod tests {
     }
 
     fn err(v: Value) -> String {
-        let e = CniResult::from_value(&v).unwrap_err();
-        assert_eq!(e.code, ErrorCode::Decode, "{e}");
-        e.details
+        details_of(CniResult::from_value(&v), ErrorCode::Decode)
     }
 
     #[test]
@@ -1041,13 +1037,11 @@ mod tests {
             err(json!([])),
             "result: must be a JSON object, got an array"
         );
-        let e = CniResult::from_value(&json!({"cniVersion": "2.0.0"})).unwrap_err();
-        assert_eq!(e.code, ErrorCode::IncompatibleVersion);
-        assert!(
-            e.details.starts_with("cniVersion: \"2.0.0\""),
-            "{}",
-            e.details
+        let details = details_of(
+            CniResult::from_value(&json!({"cniVersion": "2.0.0"})),
+            ErrorCode::IncompatibleVersion,
         );
+        assert!(details.starts_with("cniVersion: \"2.0.0\""), "{details}");
         let e = CniResult::from_value_as(&json!("x"), CniVersion::V1_0_0).unwrap_err();
         assert_eq!(e.details, "result: must be a JSON object, got \"x\"");
         // Errors compose with `within` for callers such as prevResult.

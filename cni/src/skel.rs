@@ -437,6 +437,14 @@ mod tests {
     }
 
     impl Fake {
+        /// A plugin whose ADD answers `result`.
+        fn adding(result: CniResult) -> Fake {
+            Fake {
+                result: Some(result),
+                ..Fake::default()
+            }
+        }
+
         fn answer<T>(&self, req: &Request, ok: T) -> Result<T, CniError> {
             self.calls
                 .borrow_mut()
@@ -581,10 +589,7 @@ mod tests {
 
     #[test]
     fn add_builds_the_request_and_prints_the_result_in_its_version() {
-        let fake = Fake {
-            result: Some(sample_result()),
-            ..Fake::default()
-        };
+        let fake = Fake::adding(sample_result());
         let stdin = conf(
             "1.1.0",
             json!({"runtimeConfig": {"PortMappings": [{"hostPort": 80}], "MAC": "x", "mac": "y",
@@ -619,10 +624,7 @@ mod tests {
     #[test]
     fn top_level_keys_fold_like_go() {
         // Go plugins decode the configuration case-insensitively; so do we.
-        let fake = Fake {
-            result: Some(sample_result()),
-            ..Fake::default()
-        };
+        let fake = Fake::adding(sample_result());
         let prev = sample_result().to_value(CniVersion::V1_0_0).unwrap();
         let stdin = serde_json::to_vec(&json!({"CNIVersion": "1.0.0", "Name": "n", "TYPE": "t",
             "RuntimeConfig": {"IPs": ["10.0.0.2/24"]}, "PrevResult": prev}))
@@ -647,10 +649,7 @@ mod tests {
 
     #[test]
     fn add_converts_to_older_versions() {
-        let fake = Fake {
-            result: Some(sample_result()),
-            ..Fake::default()
-        };
+        let fake = Fake::adding(sample_result());
         let out = drive_with(&fake, &attach_env("ADD"), &conf("0.3.1", json!({})));
         assert_eq!(out.code, 0);
         assert_eq!(out.json()["cniVersion"], "0.3.1");
@@ -674,10 +673,7 @@ mod tests {
 
     #[test]
     fn prev_result_is_read_in_the_request_version() {
-        let fake = Fake {
-            result: Some(sample_result()),
-            ..Fake::default()
-        };
+        let fake = Fake::adding(sample_result());
         let prev = sample_result().to_value(CniVersion::V0_4_0).unwrap();
         let out = drive_with(
             &fake,
@@ -1053,10 +1049,7 @@ mod tests {
 
     #[test]
     fn unwritable_stdout_fails_with_a_message_on_stderr() {
-        let fake = Fake {
-            result: Some(sample_result()),
-            ..Fake::default()
-        };
+        let fake = Fake::adding(sample_result());
         let env = attach_env("ADD");
         let vars: HashMap<&str, String> = env.iter().cloned().collect();
         let mut err = Vec::new();

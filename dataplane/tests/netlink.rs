@@ -6,7 +6,7 @@ use common::ifname;
 
 use std::net::IpAddr;
 
-use common::{is_root, root_ns, veth_up, TestNs};
+use common::{is_root, root_namespaces, root_ns, veth_up, TestNs};
 use ipnetwork::IpNetwork;
 use plexus_cni::names::IfName;
 use plexus_dataplane::netlink::{
@@ -27,13 +27,7 @@ struct NodeAndPod {
 /// A node and a pod namespace with their handles, or `None` (the test
 /// skipped) without root.
 fn node_and_pod() -> Option<NodeAndPod> {
-    if !is_root() {
-        return None;
-    }
-    let node = TestNs::new();
-    let pod = TestNs::new();
-    let node_nl = Netlink::open(&node.ns).unwrap();
-    let pod_nl = Netlink::open(&pod.ns).unwrap();
+    let [(node, node_nl), (pod, pod_nl)] = root_namespaces()?;
     Some(NodeAndPod {
         node,
         pod,

@@ -5,11 +5,10 @@ mod common;
 
 use std::net::{IpAddr, SocketAddr};
 
-use common::{ifname, is_root, veth_up, TestNs};
+use common::{ifname, root_namespaces, veth_up, TestNs};
 use plexus_dataplane::netlink::AddressOptions;
 use plexus_dataplane::nftables::ruleset::{IPPROTO_TCP, IPPROTO_UDP};
 use plexus_dataplane::nftables::{Chain, Hook, Match, Nftables, Rule, Table, Verdict};
-use plexus_dataplane::Netlink;
 use plexus_testkit::traffic::{tcp_connects, udp_echoes, Listener};
 
 struct Pair {
@@ -19,14 +18,7 @@ struct Pair {
 }
 
 fn pair() -> Option<Pair> {
-    if !is_root() {
-        return None;
-    }
-    let (pod, peer) = (TestNs::new(), TestNs::new());
-    let (pod_nl, peer_nl) = (
-        Netlink::open(&pod.ns).unwrap(),
-        Netlink::open(&peer.ns).unwrap(),
-    );
+    let [(pod, pod_nl), (peer, peer_nl)] = root_namespaces()?;
     let (a, b) = veth_up(&pod_nl, &peer, &peer_nl, "net1", "eth0");
     let nodad = AddressOptions { nodad: true };
     for (nl, index, addrs) in [
@@ -49,6 +41,16 @@ fn rule(matches: Vec<Match>, verdict: Verdict) -> Rule {
     Rule { matches, verdict }
 }
 
+/// Accepts `protocol` from `source` to the ports `first..=last`.
+fn accept_from(source: &str, protocol: u8, first: u16, last: u16) -> Rule {
+    let matches = vec![
+        Match::Source(source.parse().unwrap()),
+        Match::Protocol(protocol),
+        Match::DestinationPorts(first, last),
+    ];
+    rule(matches, Verdict::Accept)
+}
+
 /// Ingress on `net1` isolated: replies, ICMPv6 ND, then `allow`.
 fn ingress_table(allow: Vec<Rule>) -> Table {
     common::ingress_isolated("plexus-test", "net1", allow)
@@ -67,22 +69,8 @@ fn an_ingress_table_lets_through_only_what_it_allows_both_families() {
 
     t.nft
         .replace(&ingress_table(vec![
-            rule(
-                vec![
-                    Match::Source("10.9.0.2/32".parse().unwrap()),
-                    Match::Protocol(IPPROTO_TCP),
-                    Match::DestinationPorts(8080, 8080),
-                ],
-                Verdict::Accept,
-            ),
-            rule(
-                vec![
-                    Match::Source("fd09::/64".parse().unwrap()),
-                    Match::Protocol(IPPROTO_UDP),
-                    Match::DestinationPorts(8000, 8090),
-                ],
-                Verdict::Accept,
-            ),
+            accept_from("10.9.0.2/32", IPPROTO_TCP, 8080, 8080),
+            accept_from("fd09::/64", IPPROTO_UDP, 8000, 8090),
         ]))
         .unwrap();
     assert_eq!(t.nft.rule_count("plexus-test").unwrap(), 6);

@@ -32,24 +32,28 @@ fn refused(e: Error) -> Errno {
     }
 }
 
-/// `n` VFs, a handle on the namespace their PF is in, and the PF's index.
-fn vfs_on_pf(n: u32) -> (SriovVfs, Netlink, u32) {
-    let vfs = SriovVfs::create(n);
+/// `n` VFs of a real SR-IOV PF, or `None` (a visible, counted skip)
+/// without root or such a PF.
+fn sriov_vfs(n: u32) -> Option<SriovVfs> {
+    require(&[Feature::Root, Feature::PciSriov]).then(|| SriovVfs::create(n))
+}
+
+/// `n` VFs, a handle on the namespace their PF is in, and the PF's index
+/// (`None` as [`sriov_vfs`]).
+fn vfs_on_pf(n: u32) -> Option<(SriovVfs, Netlink, u32)> {
+    let vfs = sriov_vfs(n)?;
     let nl = Netlink::current().unwrap();
     let pf = nl
         .link_by_name(&ifname(&vfs.pf.netdev))
         .unwrap()
         .unwrap()
         .index;
-    (vfs, nl, pf)
+    Some((vfs, nl, pf))
 }
 
 #[test]
 fn pci_discovery_on_real_sysfs() {
-    if !require(&[Feature::Root, Feature::PciSriov]) {
-        return;
-    }
-    let vfs = SriovVfs::create(2);
+    let Some(vfs) = sriov_vfs(2) else { return };
     let sys = SysfsRoot::default();
     let pf_addr = addr(&vfs.pf.address);
     let pf = sys.pci_device(pf_addr).unwrap();
@@ -103,10 +107,7 @@ fn pci_discovery_on_real_sysfs() {
 
 #[test]
 fn a_vf_bound_to_vfio_pci_has_no_netdev_and_a_noiommu_node() {
-    if !require(&[Feature::Root, Feature::PciSriov]) {
-        return;
-    }
-    let vfs = SriovVfs::create(2);
+    let Some(vfs) = sriov_vfs(2) else { return };
     let sys = SysfsRoot::default();
     let made = &vfs.vfs[1];
     let nl = Netlink::current().unwrap();
@@ -143,10 +144,9 @@ fn a_vf_bound_to_vfio_pci_has_no_netdev_and_a_noiommu_node() {
 
 #[test]
 fn igb_vf_settings_are_applied_read_back_and_restored() {
-    if !require(&[Feature::Root, Feature::PciSriov]) {
+    let Some((vfs, nl, pf)) = vfs_on_pf(2) else {
         return;
-    }
-    let (vfs, nl, pf) = vfs_on_pf(2);
+    };
     let (vf, other) = (vfs.vfs[0].index, vfs.vfs[1].index);
     let saved = nl.vf_state(pf, vf).unwrap().expect("VF 0");
     let other_saved = nl.vf_state(pf, other).unwrap().expect("VF 1");
@@ -184,10 +184,9 @@ fn igb_vf_settings_are_applied_read_back_and_restored() {
 /// cleared.
 #[test]
 fn igb_admin_mac_locks_an_untrusted_vfs_own_mac_until_cleared() {
-    if !require(&[Feature::Root, Feature::PciSriov]) {
+    let Some((vfs, nl, pf)) = vfs_on_pf(1) else {
         return;
-    }
-    let (vfs, nl, pf) = vfs_on_pf(1);
+    };
     let vf = vfs.vfs[0].index;
     let netdev = nl
         .link_by_name(&ifname(&vfs.vfs[0].netdev().unwrap()))
@@ -217,10 +216,9 @@ fn igb_admin_mac_locks_an_untrusted_vfs_own_mac_until_cleared() {
 
 #[test]
 fn igb_refusals_are_kernel_errors_with_their_errno() {
-    if !require(&[Feature::Root, Feature::PciSriov]) {
+    let Some((vfs, nl, pf)) = vfs_on_pf(1) else {
         return;
-    }
-    let (vfs, nl, pf) = vfs_on_pf(1);
+    };
     let vf = vfs.vfs[0].index;
     let saved = nl.vf_state(pf, vf).unwrap().unwrap();
     let cases = [
@@ -370,10 +368,7 @@ fn netdevsim_vfs_take_what_igb_refuses() {
 fn a_rebound_vf_comes_back_on_its_driver_with_a_new_netdev() {
     // What the sriov driver does after setting an InfiniBand VF's GUIDs
     // (igb has no GUIDs: the rebind itself is what runs here).
-    if !require(&[Feature::Root, Feature::PciSriov]) {
-        return;
-    }
-    let vfs = SriovVfs::create(1);
+    let Some(vfs) = sriov_vfs(1) else { return };
     let sys = SysfsRoot::default();
     let nl = Netlink::current().unwrap();
     let address = addr(&vfs.vfs[0].address);

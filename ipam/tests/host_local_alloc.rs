@@ -116,9 +116,8 @@ fn wraps_around_and_skips_the_gateway() {
         got,
         ["10.0.0.1", "10.0.0.2", "10.0.0.4", "10.0.0.5", "10.0.0.6"]
     );
-    let e = assert_err(
+    let e = assert_exhausted(
         add(&p, &c, "full", "eth0"),
-        ErrorCode::Plugin(111),
         "ipam.ranges[0]: no IP addresses available in range set 10.0.0.1-10.0.0.6",
     );
     assert_eq!(e.msg, "no IP addresses available");
@@ -127,11 +126,7 @@ fn wraps_around_and_skips_the_gateway() {
                                         // The last reserved is .6: the walk wraps to .1 (taken), .2 (free).
     assert_eq!(ip_of(&add(&p, &c, "x", "eth0").unwrap()), "10.0.0.2");
     assert_eq!(ip_of(&add(&p, &c, "y", "eth0").unwrap()), "10.0.0.5");
-    assert_err(
-        add(&p, &c, "z", "eth0"),
-        ErrorCode::Plugin(111),
-        "ipam.ranges[0]",
-    );
+    assert_exhausted(add(&p, &c, "z", "eth0"), "ipam.ranges[0]");
     // The failed ADDs left nothing behind.
     assert_eq!(allocations(tmp.path()).len(), 5);
 }
@@ -157,7 +152,7 @@ fn ranges_of_a_set_are_used_in_order() {
             ("10.0.5.21/24".into(), "10.0.5.254".into()),
         ]
     );
-    assert_err(add(&p, &c, "c5", "eth0"), ErrorCode::Plugin(111), "ipam.ranges[0]: no IP addresses available in range set 10.0.0.10-10.0.0.11,10.0.5.20-10.0.5.21");
+    assert_exhausted(add(&p, &c, "c5", "eth0"), "ipam.ranges[0]: no IP addresses available in range set 10.0.0.10-10.0.0.11,10.0.5.20-10.0.5.21");
 }
 
 type CniResultLite = (String, String);
@@ -182,9 +177,8 @@ fn dual_stack_allocates_one_address_per_set() {
     assert_eq!(addrs(&r), ["10.0.0.2/30", "fd00::10/120"]);
     assert_eq!(r.ips[1].gateway, Some("fd00::1".parse().unwrap()));
     // The IPv4 set is full: the IPv6 address reserved for b is released.
-    assert_err(
+    assert_exhausted(
         add(&p, &c, "b", "eth0"),
-        ErrorCode::Plugin(111),
         "ipam.ranges[0]: no IP addresses available",
     );
     assert_eq!(
@@ -588,11 +582,7 @@ fn status_reports_exhaustion_with_code_50() {
         ErrorCode::NotAvailable,
         "ipam.ranges[0]: all 0 addresses",
     );
-    assert_err(
-        add(&p, &only_gw, "a", "eth0"),
-        ErrorCode::Plugin(111),
-        "ipam.ranges[0]",
-    );
+    assert_exhausted(add(&p, &only_gw, "a", "eth0"), "ipam.ranges[0]");
 }
 
 #[test]

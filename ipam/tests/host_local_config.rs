@@ -60,9 +60,8 @@ fn explicit_range_and_gateway() {
     assert_eq!(addrs(&r), ["10.1.2.100/24"]);
     assert_eq!(r.ips[0].gateway, Some("10.1.2.254".parse().unwrap()));
     assert_eq!(ip_of(&add(&p, &c, "b", "eth0").unwrap()), "10.1.2.101");
-    assert_err(
+    assert_exhausted(
         add(&p, &c, "c", "eth0"),
-        ErrorCode::Plugin(111),
         "ipam.ranges[0]: no IP addresses available in range set 10.1.2.100-10.1.2.101",
     );
 }
@@ -301,9 +300,8 @@ fn subnets_too_small_or_with_host_bits() {
     let c = ranges(d, json!([[{"subnet": "192.168.0.0/30"}]]));
     let p = HostLocal::new();
     assert_eq!(ip_of(&add(&p, &c, "a", "eth0").unwrap()), "192.168.0.2");
-    assert_err(
+    assert_exhausted(
         add(&p, &c, "b", "eth0"),
-        ErrorCode::Plugin(111),
         "ipam.ranges[0]: no IP addresses available",
     );
 }

@@ -224,6 +224,7 @@ impl From<ClusterError> for CniError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netattach::error::assert_answers_as;
 
     #[test]
     fn each_failure_has_one_code() {
@@ -314,10 +315,8 @@ mod tests {
             ),
         ];
         for (e, code) in cases {
-            let details = e.to_string();
             assert_eq!(e.is_transient(), code == later, "{e:?}");
-            let cni = CniError::from(e.clone());
-            assert_eq!((cni.code, cni.details), (code, details), "{e:?}");
+            assert_answers_as(&e, code);
         }
     }
 

@@ -44,7 +44,7 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 
 use crate::cni::whole_file::{self, Durability};
-use crate::plan::ConfDir;
+use crate::conf_files::ConfDir;
 
 pub mod owner;
 pub mod settings;

@@ -8,10 +8,11 @@ use serde_json::{Map, Value};
 use crate::cni::args::CniArgs;
 use crate::cni::error::CniError;
 use crate::cni::names::{ContainerId, IfName};
+use crate::conf_files::{self, ConfDir};
 use crate::config::{PlexusConf, PodResourcesClient};
 use crate::manifest;
 use crate::plan::devices::DeviceSource;
-use crate::plan::{self, ConfDir, DefaultNetwork, PlanInputs, PlanOptions};
+use crate::plan::{self, ConfFiles, DefaultNetwork, PlanInputs, PlanOptions};
 use plexus_podresources::client as podresources;
 
 use super::pretty;
@@ -104,11 +105,11 @@ pub fn run(args: &PlanArgs) -> Result<String, CniError> {
     options = options.with_cni_args(cni_args);
 
     let default_network = match (&args.default_network, &conf) {
-        (Some(path), _) => plan::default_network_from_file(path)?,
+        (Some(path), _) => conf_files::network_file(path)?,
         (None, Some(conf)) => plan::cluster_network(
             &conf.cluster_network,
             &nads,
-            conf_dir.as_ref(),
+            conf_dir.as_ref().map(|d| d as &dyn ConfFiles),
             &conf.policy.plexus_namespace,
         )?,
         (None, None) => first_conf(conf_dir.as_ref())?,
@@ -120,7 +121,7 @@ pub fn run(args: &PlanArgs) -> Result<String, CniError> {
         .map(|socket| PodResourcesClient::new(socket, podresources::DEFAULT_TIMEOUT));
     let inputs = PlanInputs {
         nads: &nads,
-        conf_dir: conf_dir.as_ref(),
+        conf_files: conf_dir.as_ref().map(|d| d as &dyn ConfFiles),
         devices: kubelet.as_ref().map(|k| k as &dyn DeviceSource),
         default_network: &default_network,
         options: &options,
@@ -138,9 +139,9 @@ pub fn run(args: &PlanArgs) -> Result<String, CniError> {
             ..conf.clone()
         };
         if let Some(chain) =
-            crate::plan::auxiliary::load(crate::plan::auxiliary::ChainKeys::of(&conf))?
+            conf_files::auxiliary::load(conf_files::auxiliary::ChainKeys::of(&conf))?
         {
-            plan::add_auxiliary_chain(&mut plan, &chain, &pod, &options)?;
+            plan::auxiliary::add_chain(&mut plan, &chain, &pod, &options)?;
         }
     }
     Ok(pretty(&plan.to_value()))
@@ -159,7 +160,7 @@ fn first_conf(conf_dir: Option<&ConfDir>) -> Result<DefaultNetwork, CniError> {
             "--conf-dir",
             format!(
                 "{} holds no CNI config to use as the default network",
-                dir.path().display()
+                dir.dir().display()
             ),
         )
     })?;

@@ -118,6 +118,18 @@ impl From<SpecError> for CniError {
     }
 }
 
+/// For tests: `e` answers the runtime with `code`, its own text as the
+/// details.
+#[cfg(test)]
+#[track_caller]
+pub(crate) fn assert_answers_as<E>(e: &E, code: crate::cni::error::ErrorCode)
+where
+    E: Clone + std::fmt::Debug + std::fmt::Display + Into<CniError>,
+{
+    let cni: CniError = e.clone().into();
+    assert_eq!((cni.code, cni.details), (code, e.to_string()), "{e:?}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,9 +159,7 @@ mod tests {
             (SpecError::from(annotation), ErrorCode::Decode),
         ];
         for (e, code) in cases {
-            let details = e.to_string();
-            let cni = CniError::from(e.clone());
-            assert_eq!((cni.code, cni.details), (code, details), "{e:?}");
+            assert_answers_as(&e, code);
         }
         // A protocol error passes through unchanged.
         let inner = CniError::decode("mtu", "must be an unsigned integer");

@@ -179,20 +179,25 @@ mod tests {
         serde_yaml_ng::from_str(text).unwrap()
     }
 
+    /// A §3.2 example: the NAD `name` whose `spec.config` is `config`, in
+    /// the envelope the spec's examples share.
+    fn spec_example(name: &str, config: &str) -> NetworkAttachmentDefinition {
+        let text = format!(
+            "apiVersion: \"k8s.cni.cncf.io/v1\"\nkind: NetworkAttachmentDefinition\n\
+             metadata:\n  name: {name}\nspec:\n  config: '{config}'\n"
+        );
+        NetworkAttachmentDefinition::from_value(&yaml(&text)).unwrap()
+    }
+
     fn config_json(nad: &NetworkAttachmentDefinition) -> Value {
         serde_json::from_str(nad.spec_config().unwrap()).unwrap()
     }
 
     #[test]
     fn example_3_2_1_config_in_object() {
-        let nad = NetworkAttachmentDefinition::from_value(&yaml(
-            r#"
-apiVersion: "k8s.cni.cncf.io/v1"
-kind: NetworkAttachmentDefinition
-metadata:
-  name: a-bridge-network
-spec:
-  config: '{
+        let nad = spec_example(
+            "a-bridge-network",
+            r#"{
     "cniVersion": "0.3.0",
     "name": "a-bridge-network",
     "type": "bridge",
@@ -203,10 +208,8 @@ spec:
       "subnet": "192.168.5.0/24",
       "dataDir": "/mnt/cluster-ipam"
     }
-  }'
-"#,
-        ))
-        .unwrap();
+  }"#,
+        );
         assert_eq!(nad.metadata.name, "a-bridge-network");
         assert_eq!(
             nad.network_ref("default").to_string(),
@@ -220,14 +223,9 @@ spec:
 
     #[test]
     fn example_3_2_2_configlist_in_object() {
-        let nad = NetworkAttachmentDefinition::from_value(&yaml(
-            r#"
-apiVersion: "k8s.cni.cncf.io/v1"
-kind: NetworkAttachmentDefinition
-metadata:
-  name: another-bridge-network
-spec:
-  config: '{
+        let nad = spec_example(
+            "another-bridge-network",
+            r#"{
     "cniVersion": "0.3.0",
     "name": "another-bridge-network",
     "plugins": [
@@ -249,10 +247,8 @@ spec:
         }
       }
     ]
-  }'
-"#,
-        ))
-        .unwrap();
+  }"#,
+        );
         let c = config_json(&nad);
         assert_eq!(c["name"], "another-bridge-network");
         assert_eq!(c["plugins"].as_array().unwrap().len(), 3);
@@ -264,20 +260,13 @@ spec:
 
     #[test]
     fn example_3_2_3_thick_plugin() {
-        let nad = NetworkAttachmentDefinition::from_value(&yaml(
-            r#"
-apiVersion: "k8s.cni.cncf.io/v1"
-kind: NetworkAttachmentDefinition
-metadata:
-  name: a-bridge-network
-spec:
-  config: '{
+        let nad = spec_example(
+            "a-bridge-network",
+            r#"{
     "cniVersion": "0.3.0",
     "type": "awesome-plugin"
-  }'
-"#,
-        ))
-        .unwrap();
+  }"#,
+        );
         let c = config_json(&nad);
         assert_eq!(c, json!({"cniVersion": "0.3.0", "type": "awesome-plugin"}));
     }

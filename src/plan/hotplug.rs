@@ -248,11 +248,11 @@ mod tests {
 
         fn plan(&self, pod: &Pod) -> Result<Plan, PlanError> {
             let nads = DirCluster::load(self.dir.path()).unwrap();
-            let default_network = crate::plan::default_network_from_file(
-                &Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("examples/demo/cluster-network.conflist"),
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
+            let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("examples/demo/cluster-network.conflist");
+            let docs = crate::manifest::load(&file).unwrap();
+            let default_network =
+                crate::plan::network_from_documents(&file, &docs).unwrap_or_else(|e| panic!("{e}"));
             let policy = crate::policy::SelectionPolicy {
                 namespace_isolation: true,
                 ..Default::default()

@@ -1,20 +1,26 @@
 //! What the planner takes besides the pod: where NADs, confs and devices
 //! come from, the default network, and the policy and call it plans for.
+//! Each source is a trait the planner asks; what reads the disk, the API
+//! server or kubelet implements it outside the planner.
+
+use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::conf_dir::ConfDir;
 use super::devices::DeviceSource;
+use super::error::PlanError;
 use crate::cluster::NadSource;
 use crate::cni::args::CniArgs;
 use crate::cni::config::NetworkConfigList;
 use crate::cni::names::{ContainerId, IfName};
+use crate::manifest::Document;
 use crate::policy::SelectionPolicy;
 
 /// Everything the planner takes besides the pod.
 pub struct PlanInputs<'a> {
     pub nads: &'a dyn NadSource,
-    pub conf_dir: Option<&'a ConfDir>,
+    /// `None` off the node: no conf dir, and no network given as a path.
+    pub conf_files: Option<&'a dyn ConfFiles>,
     /// kubelet's PodResources API, asked only when a network is backed by
     /// a device-plugin resource; `None` off the node (no device IDs then).
     pub devices: Option<&'a dyn DeviceSource>,
@@ -33,12 +39,39 @@ impl<'a> PlanInputs<'a> {
     ) -> PlanInputs<'a> {
         PlanInputs {
             nads,
-            conf_dir: None,
+            conf_files: None,
             devices: None,
             default_network,
             options,
         }
     }
+}
+
+/// The CNI config files planning reads: a conf dir's, searched by name
+/// (§3.4.1 rules 2 and 3), and a network given as an absolute path (as
+/// Multus's `getNetDelegate` reads `clusterNetwork` and `defaultNetworks`).
+/// [`crate::conf_files::ConfDir`] reads them from the disk.
+pub trait ConfFiles {
+    /// The directory searched by name, for messages.
+    fn dir(&self) -> &Path;
+    /// §3.4.1 rules 2 and 3: the config list named `name`, else the single
+    /// config named `name`, in file-name order within each rule.
+    fn find(&self, name: &str) -> Option<(&Path, &NetworkConfigList)>;
+    /// What the absolute `path` holds.
+    fn at(&self, path: &Path) -> Result<AtPath, PlanError>;
+    /// Why files read so far were skipped: the plan's warnings.
+    fn warnings(&self) -> Vec<String>;
+}
+
+/// What an absolute path given as a network holds.
+pub enum AtPath {
+    /// A directory, and its first config in file-name order (plexus's own
+    /// skipped), if it has one.
+    Directory(Option<(PathBuf, NetworkConfigList)>),
+    /// A file's documents: a CNI config or list, or a NAD manifest.
+    File(Vec<Document>),
+    /// Nothing by that name.
+    Missing,
 }
 
 /// What a plan is made of besides the pod and the cluster: the conf's

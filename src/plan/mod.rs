@@ -1,14 +1,15 @@
-//! The attachment planner: pod + NetworkAttachmentDefinitions + on-disk conf
-//! dir + cluster-wide default network → the ordered list of attachments, each
+//! The attachment planner: pod + NetworkAttachmentDefinitions + conf files +
+//! cluster-wide default network → the ordered list of attachments, each
 //! with its `CNI_IFNAME`, `CNI_ARGS` and the exact JSON every plugin of its
 //! chain receives (without `prevResult`, which only exists at run time).
 //!
-//! The planner does no netlink and no API calls of its own, so every rule of
-//! the spec is a fast unit test and `plexus plan` shows users exactly what
-//! will happen. Its I/O is reading the conf dir, only when a NAD has no
-//! `spec.config` (§3.4.1 rules 2–3), and what its sources do: NADs from the
-//! cluster, and the pod's devices from kubelet, asked once and only when a
-//! network is backed by a device-plugin resource.
+//! The planner is pure: no netlink, no files, no API calls and no waiting of
+//! its own, so every rule of the spec is a fast unit test and `plexus plan`
+//! shows users exactly what will happen. It reads only through the sources
+//! of [`PlanInputs`]: NADs from the cluster, the conf dir's files
+//! ([`ConfFiles`], asked only when a NAD has no `spec.config`, §3.4.1 rules
+//! 2–3, or a network is a path), and the pod's devices from kubelet, asked
+//! once and only when a network is backed by a device-plugin resource.
 //!
 //! Rules implemented (multi-net-spec v1.3 unless noted):
 //! - §6.2: the cluster-wide default network is attached first, then Multus's
@@ -38,13 +39,11 @@
 
 pub mod auxiliary;
 pub mod claims;
-mod conf_dir;
 mod device_info;
 pub mod devices;
 pub mod error;
 pub mod hotplug;
 mod inputs;
-pub mod readiness;
 mod resolve;
 
 use std::collections::BTreeSet;
@@ -63,13 +62,13 @@ use crate::netattach::pod::Pod;
 use crate::netattach::selection::{
     parse_selection_annotation, NetworkSelectionElement, NETWORKS_ANNOTATION,
 };
-pub use conf_dir::ConfDir;
 use device_info::{cni_device_info_file, device_info_files, offer_device_info_file};
 use devices::{DeviceNeed, DeviceSource};
 use error::annotation_field;
+pub use error::NotReady;
 pub use error::{NotFound, PlanError, Unresolved};
-pub use inputs::{DefaultNetwork, PlanInputs, PlanOptions};
-pub use resolve::{cluster_network, default_network_from_file};
+pub use inputs::{AtPath, ConfFiles, DefaultNetwork, PlanInputs, PlanOptions};
+pub use resolve::{cluster_network, network_from_documents};
 use resolve::{resolve_default_network, resolve_nad, resolve_named, ResolvedNad};
 
 pub use crate::netattach::selection::DEFAULT_NETWORK_ANNOTATION;
@@ -179,7 +178,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
             resolve_wanted(
                 want,
                 inputs.nads,
-                inputs.conf_dir,
+                inputs.conf_files,
                 &options.policy.plexus_namespace,
             )
         })
@@ -249,8 +248,8 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
         }
     }
 
-    if let Some(dir) = inputs.conf_dir {
-        warnings.extend(dir.warnings().iter().cloned());
+    if let Some(files) = inputs.conf_files {
+        warnings.extend(files.warnings());
     }
     Ok(Plan {
         attachments,
@@ -463,12 +462,12 @@ fn check_isolation(pod: &Pod, want: &Wanted, options: &PlanOptions) -> Result<()
 fn resolve_wanted(
     want: &Wanted,
     nads: &dyn NadSource,
-    conf_dir: Option<&ConfDir>,
+    conf_files: Option<&dyn ConfFiles>,
     plexus_namespace: &str,
 ) -> Result<ResolvedNad, PlanError> {
     match &want.target {
-        Target::Nad(reference) => resolve_nad(reference, nads, conf_dir),
-        Target::Named(name) => resolve_named(&want.label, name, nads, conf_dir, plexus_namespace),
+        Target::Nad(reference) => resolve_nad(reference, nads, conf_files),
+        Target::Named(name) => resolve_named(&want.label, name, nads, conf_files, plexus_namespace),
         Target::Inline(list) => Ok(ResolvedNad {
             network: list.name.clone().unwrap_or_else(|| want.label.clone()),
             config: list.clone(),
@@ -589,39 +588,5 @@ fn merge_cni_args(
     for (k, v) in extra {
         cni.insert(k.clone(), v.clone());
     }
-    Ok(())
-}
-
-/// Multus's auxiliary chain (see [`crate::plan::auxiliary`]) as the last
-/// attachment of `plan`: `CNI_IFNAME` `net<position>` (the first such name
-/// no attachment uses), the secondary networks' `CNI_ARGS`, no capability
-/// arguments, and never CHECKed, as Multus never CHECKs it.
-pub fn add_auxiliary_chain(
-    plan: &mut Plan,
-    chain: &NetworkConfigList,
-    pod: &Pod,
-    options: &PlanOptions,
-) -> Result<(), PlanError> {
-    let network = chain.name.clone().unwrap_or_default();
-    let plugins = requests(chain, &network, &Map::new(), None)
-        .map_err(|e| e.within(format!("auxiliaryCNIChainName {network:?}")))?;
-    let used = |name: &IfName| plan.attachments.iter().any(|a| a.ifname == *name);
-    let ifname = (plan.attachments.len()..)
-        .map(net_n)
-        .find(|n| !used(n))
-        .expect("an unbounded range always has a free name");
-    plan.attachments.push(Attachment {
-        source: format!("{AUXILIARY_SOURCE} {network:?}"),
-        network,
-        ifname,
-        default: false,
-        cni_args: secondary_cni_args(pod, options),
-        plugins,
-        default_route: None,
-        clear_default_route: false,
-        ipam_claim_reference: None,
-        disable_check: true,
-        device_info: None,
-    });
     Ok(())
 }

@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::conf_dir::ConfDir;
 use super::error::{NotFound, PlanError, Unresolved};
-use super::inputs::{DefaultNetwork, PlanInputs};
+use super::inputs::{AtPath, ConfFiles, DefaultNetwork, PlanInputs};
 use crate::cluster::NadSource;
 use crate::cni::config::NetworkConfigList;
 use crate::config::ClusterNetwork;
+use crate::manifest::Document;
 use crate::netattach::nad::NetworkAttachmentDefinition;
 use crate::netattach::names::NetworkRef;
 use crate::netattach::pod::Pod;
@@ -34,7 +34,7 @@ pub(super) struct ResolvedNad {
 pub(super) fn resolve_nad(
     reference: &NetworkRef,
     nads: &dyn NadSource,
-    conf_dir: Option<&ConfDir>,
+    conf_files: Option<&dyn ConfFiles>,
 ) -> Result<ResolvedNad, PlanError> {
     let not_found = PlanError::NetworkNotFound;
     let nad = nads
@@ -60,16 +60,16 @@ pub(super) fn resolve_nad(
         }
         return Ok(resolved(list, source));
     }
-    let dir = conf_dir.ok_or_else(|| {
+    let files = conf_files.ok_or_else(|| {
         not_found(NotFound::NoConfDir {
             network: reference.clone(),
         })
     })?;
-    match dir.find(&reference.name) {
+    match files.find(&reference.name) {
         Some((path, list)) => Ok(resolved(list.clone(), path.display().to_string())),
         None => Err(not_found(NotFound::NotInConfDir {
             network: reference.clone(),
-            dir: dir.path().to_path_buf(),
+            dir: files.dir().to_path_buf(),
         })),
     }
 }
@@ -100,7 +100,8 @@ pub(super) fn resolve_default_network(
             .to_string(),
         name: element.name.to_string(),
     };
-    let ResolvedNad { config, source, .. } = resolve_nad(&reference, inputs.nads, inputs.conf_dir)?;
+    let ResolvedNad { config, source, .. } =
+        resolve_nad(&reference, inputs.nads, inputs.conf_files)?;
     Ok(DefaultNetwork {
         network: reference.to_string(),
         config,
@@ -113,7 +114,7 @@ pub(super) fn resolve_default_network(
 pub fn cluster_network(
     conf: &ClusterNetwork,
     nads: &dyn NadSource,
-    conf_dir: Option<&ConfDir>,
+    conf_files: Option<&dyn ConfFiles>,
     plexus_namespace: &str,
 ) -> Result<DefaultNetwork, PlanError> {
     let resolved = match conf {
@@ -124,7 +125,7 @@ pub fn cluster_network(
             resource_name: None,
         },
         ClusterNetwork::Reference(name) => {
-            resolve_named("clusterNetwork", name, nads, conf_dir, plexus_namespace)?
+            resolve_named("clusterNetwork", name, nads, conf_files, plexus_namespace)?
         }
     };
     Ok(DefaultNetwork {
@@ -139,12 +140,13 @@ pub fn cluster_network(
 /// NetworkAttachmentDefinition manifest) or a directory, whose first config
 /// in file-name order is taken (plexus's own skipped); anything else is a
 /// NAD (in `multusNamespace` unless `ns/name`) if one exists, else the `name`
-/// of a config in `confDir`.
+/// of a config in `confDir`. Without conf files (off the node) a path
+/// names nothing.
 pub(super) fn resolve_named(
     field: &str,
     name: &str,
     nads: &dyn NadSource,
-    conf_dir: Option<&ConfDir>,
+    conf_files: Option<&dyn ConfFiles>,
     plexus_namespace: &str,
 ) -> Result<ResolvedNad, PlanError> {
     let not_found = |why: Unresolved| {
@@ -156,29 +158,28 @@ pub(super) fn resolve_named(
     };
     let path = Path::new(name);
     if path.is_absolute() {
-        if path.is_dir() {
-            let dir = ConfDir::new(path);
-            let (file, list) = dir
-                .first()
-                .ok_or_else(|| not_found(Unresolved::EmptyDirectory))?;
-            return Ok(ResolvedNad {
-                network: config_name(list, file)?,
-                config: list.clone(),
+        let at = match conf_files {
+            Some(files) => files.at(path)?,
+            None => AtPath::Missing,
+        };
+        return match at {
+            AtPath::Directory(Some((file, list))) => Ok(ResolvedNad {
+                network: config_name(&list, &file)?,
+                config: list,
                 source: file.display().to_string(),
                 resource_name: None,
-            });
-        }
-        if path.is_file() {
-            return network_from_file(path);
-        }
-        return Err(not_found(Unresolved::NoSuchPath));
+            }),
+            AtPath::Directory(None) => Err(not_found(Unresolved::EmptyDirectory)),
+            AtPath::File(docs) => network_from(path, &docs),
+            AtPath::Missing => Err(not_found(Unresolved::NoSuchPath)),
+        };
     }
     if let Ok(reference) = NetworkRef::parse(name, plexus_namespace) {
         if nads.get(&reference.namespace, &reference.name)?.is_some() {
-            return resolve_nad(&reference, nads, conf_dir);
+            return resolve_nad(&reference, nads, conf_files);
         }
     }
-    if let Some((file, list)) = conf_dir.and_then(|d| d.find(name)) {
+    if let Some((file, list)) = conf_files.and_then(|d| d.find(name)) {
         return Ok(ResolvedNad {
             network: name.to_string(),
             config: list.clone(),
@@ -188,7 +189,7 @@ pub(super) fn resolve_named(
     }
     Err(not_found(Unresolved::Unknown {
         namespace: plexus_namespace.to_string(),
-        conf_dir: conf_dir.map(|d| d.path().to_path_buf()),
+        conf_dir: conf_files.map(|d| d.dir().to_path_buf()),
     }))
 }
 
@@ -202,10 +203,10 @@ pub(super) fn config_name(config: &NetworkConfigList, origin: &Path) -> Result<S
     })
 }
 
-/// A cluster network from a file: a CNI config or config list (JSON), or a
-/// NetworkAttachmentDefinition manifest.
-pub fn default_network_from_file(path: &Path) -> Result<DefaultNetwork, PlanError> {
-    let resolved = network_from_file(path)?;
+/// A cluster network from the documents of the file `path`: a CNI config
+/// or config list (JSON), or a NetworkAttachmentDefinition manifest.
+pub fn network_from_documents(path: &Path, docs: &[Document]) -> Result<DefaultNetwork, PlanError> {
+    let resolved = network_from(path, docs)?;
     Ok(DefaultNetwork {
         network: resolved.network,
         config: resolved.config,
@@ -213,12 +214,11 @@ pub fn default_network_from_file(path: &Path) -> Result<DefaultNetwork, PlanErro
     })
 }
 
-/// A network from a file: a CNI config or config list (JSON), or a
-/// NetworkAttachmentDefinition manifest.
-pub(super) fn network_from_file(path: &Path) -> Result<ResolvedNad, PlanError> {
+/// A network from the documents of the file `path`: a CNI config or config
+/// list (JSON), or a NetworkAttachmentDefinition manifest.
+fn network_from(path: &Path, docs: &[Document]) -> Result<ResolvedNad, PlanError> {
     let origin = path.display().to_string();
-    let docs = crate::manifest::load(path)?;
-    let [doc] = docs.as_slice() else {
+    let [doc] = docs else {
         return Err(PlanError::config(
             &origin,
             format!("must hold one network, holds {} documents", docs.len()),

@@ -67,7 +67,9 @@ pub use error::RunError;
 pub use exec::{ExecError, ExecPlugin};
 use registry::Served;
 pub use registry::{Delegates, Registry};
-pub use route_hook::{set_default_routes, strip_default_routes, NoRouteHook, RouteHook};
+pub use route_hook::{
+    set_default_routes, strip_default_routes, NoRouteHook, RouteChange, RouteHook,
+};
 
 /// Makes the plan DEL runs when plexus has no readable record (see
 /// [`Executor::del`]).
@@ -362,16 +364,17 @@ impl Executor {
         }
         let produced = prev.expect("a chain has at least one plugin");
         let mut result = produced.clone();
+        let change = |via| RouteChange {
+            netns,
+            ifname: &att.ifname,
+            via,
+        };
         let routed = (|| {
             if att.clear_default_route {
-                self.hook
-                    .clear_default_route(netns, &att.ifname, &mut result)?;
+                self.hook.route(&change(None), &mut result)?;
             }
             match &att.default_route {
-                Some(gws) if !gws.is_empty() => {
-                    self.hook
-                        .set_default_route(netns, &att.ifname, gws, &mut result)
-                }
+                Some(gws) if !gws.is_empty() => self.hook.route(&change(Some(gws)), &mut result),
                 _ => Ok(()),
             }
         })();

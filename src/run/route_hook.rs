@@ -9,28 +9,34 @@ use crate::cni::names::{IfName, NetnsPath};
 use crate::cni::result::{CniResult, Route};
 
 /// multi-net-spec §4.1.2.1.9: the routing step after an attachment is added.
-/// The data plane implements it. Each method changes the kernel and updates
-/// `result` to say what it did, so that the cached result (the prevResult of
-/// CHECK and DEL, and the source of network-status) matches the pod.
+/// The data plane implements it. It changes the kernel and updates `result`
+/// to say what it did ([`RouteChange::edit`]), so that the cached result
+/// (the prevResult of CHECK and DEL, and the source of network-status)
+/// matches the pod.
 pub trait RouteHook {
-    /// Remove the default routes of `ifname` in `netns`: the cluster-wide
-    /// default network's, when another attachment takes the default route.
-    fn clear_default_route(
-        &self,
-        netns: &NetnsPath,
-        ifname: &IfName,
-        result: &mut CniResult,
-    ) -> Result<(), RunError>;
+    fn route(&self, change: &RouteChange, result: &mut CniResult) -> Result<(), RunError>;
+}
 
-    /// Send the default route through `gateways` (in order of preference)
-    /// on `ifname` in `netns`.
-    fn set_default_route(
-        &self,
-        netns: &NetnsPath,
-        ifname: &IfName,
-        gateways: &[IpAddr],
-        result: &mut CniResult,
-    ) -> Result<(), RunError>;
+/// A change to the default routes of `ifname` in `netns`.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteChange<'a> {
+    pub netns: &'a NetnsPath,
+    pub ifname: &'a IfName,
+    /// `None`: remove them (the cluster-wide default network's, when another
+    /// attachment takes the default route); else send the default route
+    /// through these gateways, in order of preference.
+    pub via: Option<&'a [IpAddr]>,
+}
+
+impl RouteChange<'_> {
+    /// The result's side of the change: what a hook's `result` must say
+    /// once the kernel has it.
+    pub fn edit(&self, result: &mut CniResult) {
+        match self.via {
+            None => strip_default_routes(result),
+            Some(gateways) => set_default_routes(result, gateways),
+        }
+    }
 }
 
 /// Leaves routes and results alone: an executor's hook until one is set
@@ -40,22 +46,7 @@ pub trait RouteHook {
 pub struct NoRouteHook;
 
 impl RouteHook for NoRouteHook {
-    fn clear_default_route(
-        &self,
-        _: &NetnsPath,
-        _: &IfName,
-        _: &mut CniResult,
-    ) -> Result<(), RunError> {
-        Ok(())
-    }
-
-    fn set_default_route(
-        &self,
-        _: &NetnsPath,
-        _: &IfName,
-        _: &[IpAddr],
-        _: &mut CniResult,
-    ) -> Result<(), RunError> {
+    fn route(&self, _: &RouteChange, _: &mut CniResult) -> Result<(), RunError> {
         Ok(())
     }
 }

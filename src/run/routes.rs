@@ -3,15 +3,13 @@
 //! handle in the pod's namespace.
 
 use crate::cni::names::{IfName, NetnsPath};
-use std::net::IpAddr;
-
 use std::sync::Arc;
 
 use plexus_dataplane::netlink::{IpFamily, Route};
 use plexus_dataplane::session::{PodLookup, Session};
 use plexus_dataplane::Netlink;
 
-use super::{set_default_routes, strip_default_routes, RouteHook, RunError};
+use super::{RouteChange, RouteHook, RunError};
 use crate::cni::result::CniResult;
 
 /// Changes the pod's default routes through netlink, on the handles of the
@@ -80,31 +78,16 @@ fn delete_defaults(
 }
 
 impl RouteHook for NetlinkRouteHook {
-    fn clear_default_route(
-        &self,
-        netns: &NetnsPath,
-        ifname: &IfName,
-        result: &mut CniResult,
-    ) -> Result<(), RunError> {
-        let (nl, index) = pod_link(&self.session, netns, ifname)?;
-        delete_defaults(nl, index, &[IpFamily::V4, IpFamily::V6], ifname)?;
-        strip_default_routes(result);
-        Ok(())
-    }
-
-    fn set_default_route(
-        &self,
-        netns: &NetnsPath,
-        ifname: &IfName,
-        gateways: &[IpAddr],
-        result: &mut CniResult,
-    ) -> Result<(), RunError> {
-        let (nl, index) = pod_link(&self.session, netns, ifname)?;
+    fn route(&self, change: &RouteChange, result: &mut CniResult) -> Result<(), RunError> {
+        let ifname = change.ifname;
+        let (nl, index) = pod_link(&self.session, change.netns, ifname)?;
+        let gateways = change.via.unwrap_or_default();
+        // Clearing takes both families' default routes; the selection's
+        // gateways replace what the plugin installed in their families.
         let families: Vec<IpFamily> = [IpFamily::V4, IpFamily::V6]
             .into_iter()
-            .filter(|f| gateways.iter().any(|g| IpFamily::of(g) == *f))
+            .filter(|f| change.via.is_none() || gateways.iter().any(|g| IpFamily::of(g) == *f))
             .collect();
-        // The selection's gateways replace what the plugin installed here.
         delete_defaults(nl, index, &families, ifname)?;
         // The spec allows a metric per gateway in list order; it also keeps
         // several gateways of one family from colliding.
@@ -115,7 +98,7 @@ impl RouteHook for NetlinkRouteHook {
             nl.add_route(&route)
                 .map_err(|e| failed(&format!("add the default route via {gateway}"), ifname, e))?;
         }
-        set_default_routes(result, gateways);
+        change.edit(result);
         Ok(())
     }
 }

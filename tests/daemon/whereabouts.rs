@@ -66,13 +66,23 @@ fn reconciler_turn(w: &World) -> std::sync::MutexGuard<'static, ()> {
 
 /// A world whose daemon may run the reconciler (its turn on the Lease
 /// held), with its pools' network name and Kubernetes namespace.
-pub(super) fn reconciler_world(
-    tag: &str,
-) -> Option<(World, std::sync::MutexGuard<'static, ()>, String, String)> {
+pub(super) fn reconciler_world(tag: &str) -> Option<ReconcilerWorld> {
     let w = world(tag)?;
     let turn = reconciler_turn(&w);
     let network = format!("{tag}{}", std::process::id());
     let ns = w.kube.kube_ns.clone();
+    Some((w, turn, network, ns))
+}
+
+/// The world, the turn on the Lease, the network name, the namespace.
+pub(super) type ReconcilerWorld = (World, std::sync::MutexGuard<'static, ()>, String, String);
+
+/// A [`reconciler_world`] with the NAD `wbnet` on `range`, its pools in the
+/// test's own namespace (the one its reconciler looks after).
+fn reconciled_pools_world(tag: &str, range: &str) -> Option<ReconcilerWorld> {
+    let (w, turn, network, ns) = reconciler_world(tag)?;
+    let kubernetes = json!({"kubeconfig": pools_kubeconfig(&w)});
+    whereabouts_nad(&w, range, &network, kubernetes);
     Some((w, turn, network, ns))
 }
 
@@ -167,11 +177,9 @@ fn a_warm_whereabouts_add_reads_no_pool_and_writes_it_once() {
 /// pod while the claim exists, and goes once the claim is deleted.
 #[test]
 fn the_reconciler_gives_back_only_what_gone_pods_held() {
-    let Some((mut w, _turn, network, ns)) = reconciler_world("wbg") else {
+    let Some((mut w, _turn, network, ns)) = reconciled_pools_world("wbg", "10.89.0.0/24") else {
         return;
     };
-    let kubernetes = json!({"kubeconfig": pools_kubeconfig(&w)});
-    whereabouts_nad(&w, "10.89.0.0/24", &network, kubernetes);
     let pool = format!("{network}-10.89.0.0-24");
     let p1 = w.pod_here("p1", "wbnet@net1");
     let p2 = w.kube.namespaces.add("wbg-p2");
@@ -570,11 +578,9 @@ fn the_leader_keeps_node_slices() {
 /// idle daemon then makes no request at all for a minute.
 #[test]
 fn an_idle_daemon_makes_no_request() {
-    let Some((mut w, _turn, network, ns)) = reconciler_world("wbq") else {
+    let Some((mut w, _turn, _network, ns)) = reconciled_pools_world("wbq", "10.87.0.0/24") else {
         return;
     };
-    let kubernetes = json!({"kubeconfig": pools_kubeconfig(&w)});
-    whereabouts_nad(&w, "10.87.0.0/24", &network, kubernetes);
     let p1 = w.pod_here("p1", "wbnet@net1");
     let daemon = w.daemon_with(&[
         "--ipam-reconcile-interval",

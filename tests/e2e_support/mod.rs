@@ -27,6 +27,11 @@ impl Namespaces {
         self.0.push(name.clone());
         name
     }
+
+    /// A new namespace, as [`Namespaces::add`] names it, opened.
+    pub fn open(&mut self, tag: &str) -> NetNs {
+        NetNs::open(format!("/var/run/netns/{}", self.add(tag))).unwrap()
+    }
 }
 
 impl Drop for Namespaces {
@@ -60,6 +65,13 @@ pub fn link_names(netns: &str) -> Vec<String> {
         .iter()
         .map(|l| l["ifname"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// One ping from the namespace `from` reaches `to` (over `network`, as a
+/// failure says).
+#[track_caller]
+pub fn assert_reaches(network: &str, from: &str, to: &str) {
+    assert!(ping(from, to), "{network}: {from} -> {to}");
 }
 
 pub fn ping(from: &str, to: &str) -> bool {
@@ -185,6 +197,14 @@ pub fn node_with_pods_requiring(features: &[Feature], tag: &str) -> Option<NodeW
         pods,
         namespaces,
     })
+}
+
+/// Runs `test` on a [`node_with_pods`] (its temporary directory, node and
+/// pods), unless that skips; then nothing the test made may be left.
+pub fn on_node_with_pods(tag: &str, test: impl FnOnce(&Path, &str, &[String; 2])) {
+    let Some(w) = node_with_pods(tag) else { return };
+    test(w.tmp.path(), &w.node, &w.pods);
+    assert_nothing_left(w.tmp.path());
 }
 
 /// A node namespace (lo up, and `uplink0`, one end of a veth with both ends

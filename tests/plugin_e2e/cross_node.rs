@@ -191,27 +191,27 @@ impl Fabric {
     }
 }
 
-#[test]
-fn macvlan_pods_on_two_nodes_reach_each_other_over_the_fabric() {
-    let Some(f) = fabric(&[Feature::Root, Feature::ReferencePlugins], "xmac") else {
+/// `plugin` (a child of each node's uplink, in `mode`) takes a pod on each
+/// node to the other's across the fabric.
+fn uplink_children_reach_across(features: &[Feature], tag: &str, plugin: &str, mode: &str) {
+    let Some(f) = fabric(features, tag) else {
         return;
     };
-    let network = json!({"cniVersion": "1.0.0", "name": "fabric", "type": "macvlan",
-        "master": "uplink0", "mode": "bridge"});
-    f.reach_across(&network, "macvlan");
+    let network = json!({"cniVersion": "1.0.0", "name": "fabric", "type": plugin,
+        "master": "uplink0", "mode": mode});
+    f.reach_across(&network, plugin);
+}
+
+#[test]
+fn macvlan_pods_on_two_nodes_reach_each_other_over_the_fabric() {
+    let features = [Feature::Root, Feature::ReferencePlugins];
+    uplink_children_reach_across(&features, "xmac", "macvlan", "bridge");
 }
 
 #[test]
 fn ipvlan_pods_on_two_nodes_reach_each_other_over_the_fabric() {
-    let Some(f) = fabric(
-        &[Feature::Root, Feature::ReferencePlugins, Feature::Ipvlan],
-        "xipv",
-    ) else {
-        return;
-    };
-    let network = json!({"cniVersion": "1.0.0", "name": "fabric", "type": "ipvlan",
-        "master": "uplink0", "mode": "l2"});
-    f.reach_across(&network, "ipvlan");
+    let features = [Feature::Root, Feature::ReferencePlugins, Feature::Ipvlan];
+    uplink_children_reach_across(&features, "xipv", "ipvlan", "l2");
 }
 
 /// The reference `vlan` plugin (plexus has no built-in vlan driver: it

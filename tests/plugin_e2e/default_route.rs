@@ -61,35 +61,27 @@ fn the_multus_quickstart_nad_attaches_beside_the_cluster_default_route() {
     // route (every real cluster): the reference plugins add result routes
     // without NLM_F_EXCL (plugins' `ipam.ConfigureIface`, `RouteAddEcmp`),
     // so both default routes coexist; this ADD used to fail with EEXIST.
-    let Some(w) = node_with_pods("qs") else {
-        return;
-    };
-    let (tmp, node, pods) = (w.tmp.path(), w.node.as_str(), &w.pods);
-    let conf = plexus_conf_with(
-        tmp,
-        &[multus_quickstart_macvlan(tmp)],
-        "macvlan-conf",
-        json!([{"dst": "0.0.0.0/0"}]),
-    );
-    let mut net1 = Vec::new();
-    for (i, pod_ns) in pods.iter().enumerate() {
-        let out = pod_call(node, "ADD", i, Some(pod_ns), &conf);
-        assert_ok("ADD", &out);
-        assert_eq!(
-            default_route_devices(pod_ns, "-4"),
-            ["eth0 10.10.0.1", "net1 192.168.1.1"]
+    on_node_with_pods("qs", |tmp, node, pods| {
+        let conf = plexus_conf_with(
+            tmp,
+            &[multus_quickstart_macvlan(tmp)],
+            "macvlan-conf",
+            json!([{"dst": "0.0.0.0/0"}]),
         );
-        net1.push(addresses(pod_ns, "net1")[0].clone());
-    }
-    assert!(net1[0].starts_with("192.168.1.2"), "{net1:?}");
-    assert!(
-        ping(&pods[0], &net1[1]),
-        "macvlan-conf: {} -> {}",
-        pods[0],
-        net1[1]
-    );
-    del_twice(node, pods, &conf);
-    assert_nothing_left(tmp);
+        let mut net1 = Vec::new();
+        for (i, pod_ns) in pods.iter().enumerate() {
+            let out = pod_call(node, "ADD", i, Some(pod_ns), &conf);
+            assert_ok("ADD", &out);
+            assert_eq!(
+                default_route_devices(pod_ns, "-4"),
+                ["eth0 10.10.0.1", "net1 192.168.1.1"]
+            );
+            net1.push(addresses(pod_ns, "net1")[0].clone());
+        }
+        assert!(net1[0].starts_with("192.168.1.2"), "{net1:?}");
+        assert_reaches("macvlan-conf", &pods[0], &net1[1]);
+        del_twice(node, pods, &conf);
+    });
 }
 
 #[test]
@@ -99,46 +91,43 @@ fn default_route_key_takes_the_default_route_from_every_other_attachment() {
     // attachments that do not have the "default-route" key set" (Multus:
     // `types.CheckGatewayConfig`, then `netutils.DeleteDefaultGW` per
     // delegate). `"default-route": []` keeps that attachment's own.
-    let Some(w) = node_with_pods("dr") else {
-        return;
-    };
-    let (tmp, node, pods) = (w.tmp.path(), w.node.as_str(), &w.pods);
-    let second = json!({"cniVersion": "1.0.0", "name": "mac2", "type": "macvlan",
-        "master": "uplink0", "ipam": {"type": "host-local", "subnet": "10.30.0.0/24",
-        "gateway": "10.30.0.1", "routes": [{"dst": "0.0.0.0/0"}],
-        "dataDir": tmp.join("ipam").join("mac2")}});
-    let selections = [
-        // pod 1: mac2 takes the default route through 10.30.0.254.
-        (
-            r#"[{"name": "macvlan-conf"}, {"name": "mac2", "default-route": ["10.30.0.254"]}]"#,
-            vec!["net2 10.30.0.254"],
-        ),
-        // pod 2: mac2 keeps the gateway its own result gave.
-        (
-            r#"[{"name": "macvlan-conf"}, {"name": "mac2", "default-route": []}]"#,
-            vec!["net2 10.30.0.1"],
-        ),
-    ];
-    for (i, (selection, defaults)) in selections.iter().enumerate() {
-        let dir = tmp.join(format!("pod{i}"));
-        std::fs::create_dir(&dir).unwrap();
-        let conf = plexus_conf_with(
-            &dir,
-            &[multus_quickstart_macvlan(tmp), second.clone()],
-            selection,
-            json!([{"dst": "0.0.0.0/0"}]),
-        );
-        let out = plexus(node, "ADD", &format!("c{i}"), Some(&pods[i]), "p1", &conf);
-        assert_ok("ADD", &out);
-        assert_eq!(
-            &default_route_devices(&pods[i], "-4"),
-            defaults,
-            "{selection}"
-        );
-        let out = plexus(node, "DEL", &format!("c{i}"), Some(&pods[i]), "p1", &conf);
-        assert_ok("DEL", &out);
-        assert_eq!(link_names(&pods[i]), ["lo"]);
-        assert_nothing_left(&dir);
-    }
-    assert_nothing_left(tmp);
+    on_node_with_pods("dr", |tmp, node, pods| {
+        let second = json!({"cniVersion": "1.0.0", "name": "mac2", "type": "macvlan",
+            "master": "uplink0", "ipam": {"type": "host-local", "subnet": "10.30.0.0/24",
+            "gateway": "10.30.0.1", "routes": [{"dst": "0.0.0.0/0"}],
+            "dataDir": tmp.join("ipam").join("mac2")}});
+        let selections = [
+            // pod 1: mac2 takes the default route through 10.30.0.254.
+            (
+                r#"[{"name": "macvlan-conf"}, {"name": "mac2", "default-route": ["10.30.0.254"]}]"#,
+                vec!["net2 10.30.0.254"],
+            ),
+            // pod 2: mac2 keeps the gateway its own result gave.
+            (
+                r#"[{"name": "macvlan-conf"}, {"name": "mac2", "default-route": []}]"#,
+                vec!["net2 10.30.0.1"],
+            ),
+        ];
+        for (i, (selection, defaults)) in selections.iter().enumerate() {
+            let dir = tmp.join(format!("pod{i}"));
+            std::fs::create_dir(&dir).unwrap();
+            let conf = plexus_conf_with(
+                &dir,
+                &[multus_quickstart_macvlan(tmp), second.clone()],
+                selection,
+                json!([{"dst": "0.0.0.0/0"}]),
+            );
+            let out = plexus(node, "ADD", &format!("c{i}"), Some(&pods[i]), "p1", &conf);
+            assert_ok("ADD", &out);
+            assert_eq!(
+                &default_route_devices(&pods[i], "-4"),
+                defaults,
+                "{selection}"
+            );
+            let out = plexus(node, "DEL", &format!("c{i}"), Some(&pods[i]), "p1", &conf);
+            assert_ok("DEL", &out);
+            assert_eq!(link_names(&pods[i]), ["lo"]);
+            assert_nothing_left(&dir);
+        }
+    });
 }

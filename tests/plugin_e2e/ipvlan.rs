@@ -39,16 +39,8 @@ fn two_pods_on_an_ipvlan_network(mode: &str) {
     }
     assert_ne!(net1_ips[0], net1_ips[1]);
     // Pods on one master reach each other through it, both ways.
-    assert!(
-        ping(&pods[0], &net1_ips[1]),
-        "{mode}: pod1 -> {}",
-        net1_ips[1]
-    );
-    assert!(
-        ping(&pods[1], &net1_ips[0]),
-        "{mode}: pod2 -> {}",
-        net1_ips[0]
-    );
+    assert_reaches(mode, &pods[0], &net1_ips[1]);
+    assert_reaches(mode, &pods[1], &net1_ips[0]);
 
     // CHECK, as a runtime sends it: the config with the ADD's result.
     let check = |i: usize| {

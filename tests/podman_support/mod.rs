@@ -367,6 +367,16 @@ impl Podman {
             .collect()
     }
 
+    /// Runs `test` on a started podman, unless that skips; then nothing of
+    /// its containers may be left ([`Podman::assert_clean`]).
+    pub fn test(test: impl FnOnce(&Podman)) {
+        let Some(podman) = Podman::start() else {
+            return;
+        };
+        test(&podman);
+        podman.assert_clean();
+    }
+
     /// After every container is gone: no veth, allocation, plexus record,
     /// libcni result or container netns mount is left, and the machine's own
     /// namespace gained no link.

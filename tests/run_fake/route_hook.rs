@@ -2,12 +2,10 @@
 //! attachment, they shape the result DEL and CHECK later see; a failing
 //! hook fails and rolls back its attachment.
 
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-use plexus::cni::names::{IfName, NetnsPath};
 use plexus::cni::result::CniResult;
-use plexus::run::{set_default_routes, strip_default_routes, RouteHook};
+use plexus::run::{RouteChange, RouteHook};
 
 use super::*;
 
@@ -21,31 +19,18 @@ struct Hook {
 }
 
 impl RouteHook for Hook {
-    fn clear_default_route(
-        &self,
-        netns: &NetnsPath,
-        ifname: &IfName,
-        result: &mut CniResult,
-    ) -> Result<(), RunError> {
-        self.log.log_line(&format!("hook clear {} {ifname}", netns));
+    fn route(&self, change: &RouteChange, result: &mut CniResult) -> Result<(), RunError> {
+        let at = format!("{} {}", change.netns, change.ifname);
+        self.log.log_line(&match change.via {
+            None => format!("hook clear {at}"),
+            Some(gateways) => {
+                let gws: Vec<String> = gateways.iter().map(|g| g.to_string()).collect();
+                format!("hook set {at} {}", gws.join(","))
+            }
+        });
         self.seen.lock().unwrap().push(result.clone());
-        strip_default_routes(result);
-        Ok(())
-    }
-
-    fn set_default_route(
-        &self,
-        netns: &NetnsPath,
-        ifname: &IfName,
-        gateways: &[IpAddr],
-        result: &mut CniResult,
-    ) -> Result<(), RunError> {
-        let gws: Vec<String> = gateways.iter().map(|g| g.to_string()).collect();
-        self.log
-            .log_line(&format!("hook set {} {ifname} {}", netns, gws.join(",")));
-        self.seen.lock().unwrap().push(result.clone());
-        set_default_routes(result, gateways);
-        if self.fail_set {
+        change.edit(result);
+        if self.fail_set && change.via.is_some() {
             // The data plane's own failure, as a CNI error.
             return Err(RunError::Plugin(CniError::plugin(
                 codes::PLUGIN_FAILED,

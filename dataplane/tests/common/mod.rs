@@ -136,6 +136,18 @@ pub fn root_ns() -> Option<TestNs> {
     is_root().then(TestNs::new)
 }
 
+/// `N` fresh namespaces, each with a netlink handle in it, or `None` (the
+/// test skipped as [`is_root`] says).
+pub fn root_namespaces<const N: usize>() -> Option<[(TestNs, Netlink); N]> {
+    is_root().then(|| {
+        std::array::from_fn(|_| {
+            let ns = TestNs::new();
+            let nl = Netlink::open(&ns.ns).unwrap();
+            (ns, nl)
+        })
+    })
+}
+
 /// A veth pair whose local end is in `a` and peer in `b`, both up.
 pub fn veth_up(a: &Netlink, b_ns: &TestNs, b: &Netlink, name: &str, peer: &str) -> (u32, u32) {
     let local = a

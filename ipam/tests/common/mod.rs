@@ -152,6 +152,19 @@ pub fn allocations(data_dir: &Path) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// host-local's range-exhausted error ([`plexus_ipam::codes::RANGE_EXHAUSTED`])
+/// whose details start with `details_start`.
+pub fn assert_exhausted(
+    r: Result<impl std::fmt::Debug, CniError>,
+    details_start: &str,
+) -> CniError {
+    assert_err(
+        r,
+        ErrorCode::Plugin(plexus_ipam::codes::RANGE_EXHAUSTED),
+        details_start,
+    )
+}
+
 /// Assert an error's code and the start of its details.
 #[track_caller]
 pub fn assert_err(

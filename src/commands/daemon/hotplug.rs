@@ -1,5 +1,6 @@
 //! Dynamic networks: the daemon brings each running sandbox of its node to
-//! its pod's selection annotation ([`crate::plan::hotplug`] decides what changes),
+//! its pod's selection annotation ([`crate::plan::hotplug`] decides what
+//! changes, [`crate::pipeline`] detaches, attaches and publishes as a call does),
 //! whenever the pod watch reports an event, and once for every sandbox when
 //! it starts (a daemon killed mid-change converges then).
 //!
@@ -12,29 +13,29 @@
 //! waits for it, and a pass after the DEL finds nothing to do.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cluster::api::ClaimStatus;
 use crate::cluster::events::{EventType, PodEvent};
-use crate::cluster::kube::{KubeCluster, Publication, SharedApi};
-use crate::cluster::{Cluster, ClusterError};
+use crate::cluster::kube::{KubeCluster, SharedApi};
+use crate::cluster::{Cluster, ClusterError, Opened};
 use crate::cni::args::CniArgs;
 use crate::cni::error::CniError;
 use crate::cni::names::ContainerId;
+use crate::conf_files::ConfDir;
 use crate::config::{ConfigError, PlexusConf};
 use crate::netattach::pod::Pod;
 use crate::netattach::selection::NETWORKS_ANNOTATION;
 use crate::netattach::status::{parse_status_annotation, NETWORK_STATUS_ANNOTATION};
-use crate::plan::claims;
+use crate::pipeline::{self, publish, Parts, Target};
 use crate::plan::hotplug;
-use crate::plan::{self, ConfDir, PlanError, PlanInputs, PlanOptions};
-use crate::plugin::{self, PlexusPlugin};
-use crate::record::{Cache, Lookup, Record, State};
-use crate::run::claims::ClaimBook;
-use crate::run::routes::NetlinkRouteHook;
-use crate::run::{Delegates, Executor, RunContext, RunError};
+use crate::plan::{self, PlanError, PlanInputs, PlanOptions};
+use crate::plugin;
+use crate::record::{Cache, Lookup, Record};
+use crate::run::{Delegates, Executor, Registry, RunContext, RunError};
 
 use super::metrics::Metrics;
 use super::sandboxes::{Sandbox, Sandboxes};
@@ -147,14 +148,7 @@ impl Reconciler {
                     tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name),
                         error = %e, retry_in = ?state.backoff, "hot-plug failed");
                     if !repeated {
-                        self.kube().post_events(
-                            &pod,
-                            &[PodEvent {
-                                event_type: EventType::Warning,
-                                reason: "AttachmentFailed",
-                                message: e.details.clone(),
-                            }],
-                        );
+                        publish::failed(&self.kube(), &pod, &e);
                     }
                 }
             }
@@ -199,7 +193,8 @@ impl Reconciler {
         let conf = PlexusConf::from_value(&sandbox.conf)?;
         let kube = self.kube();
         let cluster: &dyn Cluster = &kube;
-        let registry = plugin::daemon_registry(conf.chroot_dir.as_deref());
+        let registry =
+            self.registry(Some(&conf), conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
         let ctx = RunContext {
             container_id: sandbox.container_id.clone(),
             ifname: sandbox.ifname.clone(),
@@ -213,11 +208,7 @@ impl Reconciler {
         if !sandbox.netns.as_path().exists() {
             return Ok(Err(Skip::Gone));
         }
-        let executor = Executor::new(Cache::new(&conf.cni_dir))
-            .with_observer(self.metrics.clone())
-            .with_route_hook(Box::new(NetlinkRouteHook {
-                session: registry.session().clone(),
-            }));
+        let executor = pipeline::attaching_executor(self, &conf.cni_dir, &registry);
         let record = match executor.record(&ctx) {
             // Its DEL ran where this daemon did not see it (a plugin
             // process, a daemon before this one): forgotten here too.
@@ -230,35 +221,26 @@ impl Reconciler {
         };
         let changes = self.changes(&conf, cluster, pod, &record)?;
         let mut events: Vec<PodEvent> = Vec::new();
-        let warn = |reason: &'static str, message: &String| PodEvent {
-            event_type: EventType::Warning,
-            reason,
-            message: message.clone(),
-        };
         // The first pass after the ADD would repeat the ADD's own warnings.
         if !first_pass {
-            events.extend(
-                changes
-                    .warnings
-                    .iter()
-                    .map(|w| warn("InvalidNetworkSelection", w)),
-            );
+            events.extend(publish::selection_warnings(&changes.warnings));
         }
         events.extend(
             changes
                 .refused
                 .iter()
-                .map(|w| warn("NetworkChangeRefused", w)),
+                .map(|w| publish::warning("NetworkChangeRefused", w)),
         );
         for _ in &changes.refused {
             self.metrics.hotplug("attach", "refused");
         }
         let mut failures = Vec::new();
-        let mut detached = Vec::new();
         for gone in &changes.detach {
-            match executor.detach(&ctx, &gone.ifname) {
-                Ok(done) => {
-                    detached.extend(done);
+            match pipeline::detach(&executor, &ctx, &gone.ifname, cluster) {
+                Ok((_, warnings)) => {
+                    for warning in warnings {
+                        tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), %warning);
+                    }
                     self.metrics.hotplug("detach", "ok");
                     events.push(PodEvent {
                         event_type: EventType::Normal,
@@ -272,47 +254,36 @@ impl Reconciler {
                 }
             }
         }
-        // As at DEL: the addresses of a deleted claim are released (§8).
-        for warning in plugin::release_deleted_claims(&conf.cni_dir, cluster, &detached) {
-            tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), %warning);
-        }
-        let book = ClaimBook::new(&conf.cni_dir);
         let mut claims = Vec::new();
         for new in &changes.attach {
             // A detach that failed leaves its interface: not attached over.
-            if failures.is_empty() {
-                let mut one = plan::Plan {
-                    attachments: vec![new.clone()],
-                    warnings: Vec::new(),
-                };
-                // As at ADD: the claim bound before the chain runs, its
-                // status written with the network-status (§8.2).
-                let attached = claims::bind(&mut one, pod, cluster)
-                    .and_then(|bound| book.note_bound(&bound).map(|()| bound))
-                    .map_err(RunError::from)
-                    .and_then(|bound| {
-                        let results = executor.attach(&ctx, &one.attachments)?;
-                        Ok((plugin::claim_statuses(&bound, &results), results))
-                    });
-                events.extend(
-                    one.warnings
-                        .iter()
-                        .map(|w| warn("InvalidNetworkSelection", w)),
-                );
-                match attached {
-                    Ok((statuses, results)) => {
-                        self.metrics.hotplug("attach", "ok");
-                        claims.extend(statuses);
-                        for r in results {
-                            let status =
-                                new.network_status(r.result.as_ref(), r.device_info.as_ref());
-                            events.push(plugin::added_interface(&status, r.result.as_ref()));
-                        }
-                    }
-                    Err(e) => {
-                        self.metrics.hotplug("attach", "error");
-                        failures.push(e);
-                    }
+            if !failures.is_empty() {
+                break;
+            }
+            let mut one = plan::Plan {
+                attachments: vec![new.clone()],
+                warnings: Vec::new(),
+            };
+            let attached = pipeline::attach(
+                &executor,
+                &ctx,
+                &mut one,
+                pod,
+                cluster,
+                Target::RunningSandbox,
+            );
+            events.extend(publish::selection_warnings(&one.warnings));
+            match attached {
+                Ok(attached) => {
+                    self.metrics.hotplug("attach", "ok");
+                    claims.extend(attached.claims);
+                    let status = publish::network_status(&one, &attached.results);
+                    events.extend(publish::added_events(&status, &attached.results));
+                    events.extend(publish::device_info_warnings(&attached.results));
+                }
+                Err(e) => {
+                    self.metrics.hotplug("attach", "error");
+                    failures.push(e);
                 }
             }
         }
@@ -341,7 +312,7 @@ impl Reconciler {
         pod: &Pod,
         record: &Record,
     ) -> Result<hotplug::Changes, HotplugError> {
-        let default_network = PlexusPlugin::configured_cluster_network(conf, cluster)?;
+        let default_network = pipeline::configured_cluster_network(conf, cluster)?;
         let cni_args = record
             .attachments
             .iter()
@@ -359,7 +330,7 @@ impl Reconciler {
                 pod,
                 &PlanInputs {
                     nads: cluster,
-                    conf_dir: Some(&conf_dir),
+                    conf_files: Some(&conf_dir),
                     devices: Some(&conf.pod_resources),
                     default_network: &default_network,
                     options: &options,
@@ -385,31 +356,45 @@ impl Reconciler {
             claims,
             check_status,
         } = written;
-        let record = executor.record(ctx)?;
-        let entries: Vec<_> = record
-            .attachments
-            .iter()
-            .filter(|c| c.state == State::Added && !c.attachment.is_auxiliary())
-            .map(|c| {
-                c.attachment
-                    .network_status(c.result.as_ref(), c.device_info.as_ref())
-            })
-            .collect();
+        let entries = publish::recorded_status(&executor.record(ctx)?);
         let current = pod
             .annotations
             .get(NETWORK_STATUS_ANNOTATION)
             .and_then(|s| parse_status_annotation(s).ok());
         if (check_status && current.as_ref() != Some(&entries)) || !claims.is_empty() {
-            kube.publish(&Publication {
-                pod,
-                network_status: &entries,
-                claims,
-                events,
-            })?;
+            for warning in publish::publish(kube, pod, &entries, claims, events)? {
+                tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), %warning);
+            }
         } else if !events.is_empty() {
             kube.post_events(pod, &events);
         }
         Ok(())
+    }
+}
+
+/// Hot-plug's parts of the pipeline: the daemon's API connection, plugins
+/// exec'd as its calls' are (chrooted into `chrootDir`, the sandbox's
+/// `CNI_NETNS` path, which the node's root has), its metrics.
+impl Parts for Reconciler {
+    fn open(&self, _conf: &PlexusConf) -> Result<Opened, ClusterError> {
+        Ok(Opened::api(self.kube()))
+    }
+
+    fn registry(
+        &self,
+        _conf: Option<&PlexusConf>,
+        chroot_dir: Option<&Path>,
+        _plugin_timeout: Duration,
+    ) -> Result<Registry, CniError> {
+        Ok(plugin::daemon_registry(chroot_dir))
+    }
+
+    fn executor(&self, cni_dir: &Path) -> Executor {
+        Executor::new(Cache::new(cni_dir)).with_observer(self.metrics.clone())
+    }
+
+    fn daemon_api(&self) -> Option<&SharedApi> {
+        Some(&self.api)
     }
 }
 

@@ -71,6 +71,21 @@ pub struct Settings {
     pub api_timeouts: ApiTimeouts,
     /// How long SIGTERM waits for the calls in flight and queued writes.
     pub grace: Duration,
+    /// What the daemon keeps on disk.
+    pub state: StateFiles,
+    /// Hot-plug: reconcile running pods' attachments with their selection
+    /// annotation ([`hotplug`]); needs the API server.
+    pub dynamic_networks: bool,
+    /// MultiNetworkPolicy enforcement ([`netpolicy`]); needs the API server.
+    pub multi_network_policy: bool,
+    /// Cluster-wide IPAM's reconciler ([`crate::whereabouts::reconcile`]),
+    /// when on; needs the API server.
+    pub ipam_reconcile: Option<IpamReconcile>,
+}
+
+/// Where the daemon keeps what must outlive a call or itself.
+#[derive(Debug, Clone)]
+pub struct StateFiles {
     /// Where an ADD's status writes are queued ([`StatusOutbox`]); `None`:
     /// written before the ADD answers.
     pub status_outbox: Option<PathBuf>,
@@ -80,16 +95,15 @@ pub struct Settings {
     /// The `cniDir` under which plugin processes note the sandboxes they
     /// ADDed themselves (thin mode): hot-plugged too.
     pub plugins_cni_dir: Option<PathBuf>,
-    /// Hot-plug: reconcile running pods' attachments with their selection
-    /// annotation ([`hotplug`]); needs the API server.
-    pub dynamic_networks: bool,
-    /// MultiNetworkPolicy enforcement ([`netpolicy`]); needs the API server.
-    pub multi_network_policy: bool,
-    /// Cluster-wide IPAM's reconciler: the interval between its passes
-    /// ([`crate::whereabouts::reconcile`]); needs the API server.
-    pub ipam_reconcile: Option<Duration>,
+}
+
+/// The whereabouts reconciler's settings.
+#[derive(Debug, Clone)]
+pub struct IpamReconcile {
+    /// The interval between its passes.
+    pub interval: Duration,
     /// The namespaces of the pools it reconciles; empty: every one.
-    pub ipam_reconcile_namespaces: Vec<String>,
+    pub namespaces: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +150,23 @@ impl ClusterSource for DaemonClusters {
     }
 }
 
+/// Starts one of the daemon's long-running services on its own thread
+/// (`name`, as `ps` shows it; `what`, as its failure to start says).
+fn spawn_service(
+    name: &str,
+    what: &str,
+    service: impl FnOnce() + Send + 'static,
+) -> Result<(), DaemonError> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(service)
+        .map(drop)
+        .map_err(|source| DaemonError::Io {
+            what: what.into(),
+            source,
+        })
+}
+
 /// Run the daemon until SIGTERM or SIGINT.
 pub fn run(settings: Settings) -> Result<(), DaemonError> {
     if settings.max_calls == 0 {
@@ -157,8 +188,8 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
     let metrics = Arc::new(Metrics::new());
     let sandboxes = Arc::new(
         Sandboxes::open(
-            settings.sandboxes.clone(),
-            settings.plugins_cni_dir.as_deref(),
+            settings.state.sandboxes.clone(),
+            settings.state.plugins_cni_dir.as_deref(),
         )
         .map_err(|source| DaemonError::Io {
             what: "the sandboxes' state directory".into(),
@@ -211,7 +242,7 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
                     }) as crate::cluster::watch::PodEventHook
                 });
             let watched = Arc::new(Watched::start(&client, &node, &handle, hook));
-            let outbox = match &settings.status_outbox {
+            let outbox = match &settings.state.status_outbox {
                 None => None,
                 Some(dir) => Some(
                     StatusOutbox::open(
@@ -241,13 +272,9 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
         };
         // The start's resync of every sandbox, once the caches are synced.
         let _ = wake.send(());
-        std::thread::Builder::new()
-            .name("plexus-hotplug".into())
-            .spawn(move || reconciler.run(woken))
-            .map_err(|source| DaemonError::Io {
-                what: "the hot-plug thread".into(),
-                source,
-            })?;
+        spawn_service("plexus-hotplug", "the hot-plug thread", move || {
+            reconciler.run(woken)
+        })?;
     }
     let policy = match (settings.multi_network_policy, &api) {
         (false, _) => None,
@@ -265,33 +292,29 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
                 crate::cluster::policy_watch::PolicyWatches::start(&api.client, &handle, hook);
             let enforcer = Arc::new(Enforcer::new(api.clone(), watches, sandboxes.clone()));
             let running = enforcer.clone();
-            std::thread::Builder::new()
-                .name("plexus-netpolicy".into())
-                .spawn(move || running.run(policy_woken))
-                .map_err(|source| DaemonError::Io {
-                    what: "the policy thread".into(),
-                    source,
-                })?;
+            spawn_service("plexus-netpolicy", "the policy thread", move || {
+                running.run(policy_woken)
+            })?;
             Some(enforcer)
         }
     };
     drop(policy_wake);
-    if let (Some(interval), Some(api), Some(node)) = (settings.ipam_reconcile, &api, &settings.node)
+    if let (Some(reconcile), Some(api), Some(node)) =
+        (&settings.ipam_reconcile, &api, &settings.node)
     {
         let reconciler = Reconciler::new(
             api.handle.clone(),
             api.client.clone(),
             settings.api_timeouts,
-            settings.ipam_reconcile_namespaces.clone(),
+            reconcile.namespaces.clone(),
         );
+        let interval = reconcile.interval;
         let identity = node.clone();
-        std::thread::Builder::new()
-            .name("plexus-ipam-reconciler".into())
-            .spawn(move || reconciler.run(&identity, interval))
-            .map_err(|source| DaemonError::Io {
-                what: "the IPAM reconciler's thread".into(),
-                source,
-            })?;
+        spawn_service(
+            "plexus-ipam-reconciler",
+            "the IPAM reconciler's thread",
+            move || reconciler.run(&identity, interval),
+        )?;
     }
     let listener = socket::bind(&settings.socket)?;
     let daemon = Arc::new(Daemon {

@@ -3,17 +3,17 @@
 //! bounded by `readinessTimeout`, until both the cluster network's config
 //! resolves and `readinessindicatorfile` (when set) exists. STATUS (CNI 1.1)
 //! takes one look and reports not-ready while that wait would fail. DEL never
-//! waits: it works from plexus's record.
+//! waits: it works from plexus's record. Outside the planner: it sleeps and
+//! reads the disk again.
 
 use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-pub use super::error::NotReady;
-use super::error::PlanError;
 use crate::cluster::Cluster;
+use crate::conf_files::ConfDir;
 use crate::config::{ClusterNetwork, PlexusConf};
-use crate::plan::{self, ConfDir, DefaultNetwork};
+use crate::plan::{self, DefaultNetwork, NotReady, PlanError};
 
 /// How often a waiting ADD looks again: short against an ADD's own cost, so
 /// a network that appears mid-wait costs at most this much extra.

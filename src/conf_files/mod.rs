@@ -1,10 +1,16 @@
-//! A directory of CNI config files (`confDir`, §3.4.1 rules 2 and 3): the
-//! configs NADs without `spec.config` and `defaultNetworks` names resolve to.
+//! The CNI config files on disk that planning asks for ([`ConfFiles`]): a
+//! directory of them (`confDir`, §3.4.1 rules 2 and 3), which NADs without
+//! `spec.config` and `defaultNetworks` names resolve to; a network given as
+//! a path; and the auxiliary chain's directory ([`auxiliary`]). The planner
+//! itself reads nothing.
+
+pub mod auxiliary;
 
 use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 
 use crate::cni::config::NetworkConfigList;
+use crate::plan::{self, AtPath, ConfFiles, DefaultNetwork, PlanError};
 
 /// The CNI config files of a directory (`.conf`, `.conflist`, `.json`), read
 /// on first use. Invalid files and plexus's own conf are skipped with a warning.
@@ -32,24 +38,6 @@ impl ConfDir {
         self.loaded.get_or_init(|| load_conf_dir(&self.path))
     }
 
-    /// Warnings about files that were skipped (empty until the dir is read).
-    pub fn warnings(&self) -> &[String] {
-        self.loaded.get().map(|(_, w)| w.as_slice()).unwrap_or(&[])
-    }
-
-    /// §3.4.1 rules 2 and 3: a config list named `name`, else a single config
-    /// named `name`; in file-name order within each rule.
-    pub fn find(&self, name: &str) -> Option<(&Path, &NetworkConfigList)> {
-        let (entries, _) = self.entries();
-        let named = |single: bool| {
-            entries
-                .iter()
-                .find(|(_, l)| l.single == single && l.name.as_deref() == Some(name))
-                .map(|(p, l)| (p.as_path(), l))
-        };
-        named(false).or_else(|| named(true))
-    }
-
     /// The config in the file named `file_name`, when it is one.
     pub fn file(&self, file_name: &str) -> Option<(&Path, &NetworkConfigList)> {
         self.entries()
@@ -64,6 +52,51 @@ impl ConfDir {
     pub fn first(&self) -> Option<(&Path, &NetworkConfigList)> {
         self.entries().0.first().map(|(p, l)| (p.as_path(), l))
     }
+}
+
+impl ConfFiles for ConfDir {
+    fn dir(&self) -> &Path {
+        &self.path
+    }
+
+    fn find(&self, name: &str) -> Option<(&Path, &NetworkConfigList)> {
+        let (entries, _) = self.entries();
+        let named = |single: bool| {
+            entries
+                .iter()
+                .find(|(_, l)| l.single == single && l.name.as_deref() == Some(name))
+                .map(|(p, l)| (p.as_path(), l))
+        };
+        named(false).or_else(|| named(true))
+    }
+
+    fn at(&self, path: &Path) -> Result<AtPath, PlanError> {
+        Ok(if path.is_dir() {
+            AtPath::Directory(
+                ConfDir::new(path)
+                    .first()
+                    .map(|(p, l)| (p.into(), l.clone())),
+            )
+        } else if path.is_file() {
+            AtPath::File(crate::manifest::load(path)?)
+        } else {
+            AtPath::Missing
+        })
+    }
+
+    /// Empty until the directory is read.
+    fn warnings(&self) -> Vec<String> {
+        self.loaded
+            .get()
+            .map(|(_, w)| w.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// A cluster network from the file `path`: a CNI config or config list
+/// (JSON), or a NetworkAttachmentDefinition manifest.
+pub fn network_file(path: &Path) -> Result<DefaultNetwork, PlanError> {
+    plan::network_from_documents(path, &crate::manifest::load(path)?)
 }
 
 fn load_conf_dir(dir: &Path) -> LoadedConfDir {
