@@ -43,7 +43,7 @@ use serde_json::Value;
 use crate::attachment::{Attachment, Plan};
 use crate::cni::casefold;
 use crate::cni::error::CniError;
-use crate::cni::names::{ContainerId, IfName};
+use crate::cni::names::{ContainerId, IfName, NetnsPath};
 use crate::cni::result::CniResult;
 use crate::cni::whole_file::{self, Durability};
 use crate::cni::CniVersion;
@@ -116,7 +116,7 @@ pub struct Record {
     /// The runtime's `CNI_IFNAME` for plexus (the default network's).
     pub ifname: IfName,
     /// `CNI_NETNS` of the ADD, for humans.
-    pub netns: Option<String>,
+    pub netns: Option<NetnsPath>,
     pub attachments: Vec<CachedAttachment>,
 }
 
@@ -138,13 +138,13 @@ impl Record {
     pub fn new(
         container_id: &ContainerId,
         ifname: &IfName,
-        netns: Option<&Path>,
+        netns: Option<&NetnsPath>,
         plan: &Plan,
     ) -> Record {
         Record {
             container_id: container_id.clone(),
             ifname: ifname.clone(),
-            netns: netns.map(|p| p.display().to_string()),
+            netns: netns.cloned(),
             attachments: plan
                 .attachments
                 .iter()
@@ -214,7 +214,7 @@ struct WireRecord {
     container_id: ContainerId,
     ifname: IfName,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    netns: Option<String>,
+    netns: Option<NetnsPath>,
     attachments: Vec<WireCached>,
 }
 
@@ -659,7 +659,7 @@ mod tests {
         let mut r = Record::new(
             &id("ctr-1"),
             &ifn("eth0"),
-            Some(Path::new("/run/netns/x")),
+            Some(&NetnsPath::new("/run/netns/x").unwrap()),
             &plan,
         );
         r.attachments[0].state = State::Added;

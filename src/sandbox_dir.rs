@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::cni::env::{CniCommand, CniEnv};
 use crate::cni::error::CniError;
 use crate::cni::flock::{lock_file, LockFileError};
-use crate::cni::names::{ContainerId, IfName};
+use crate::cni::names::{ContainerId, IfName, NetnsPath};
 use crate::cni::whole_file::{self, Durability};
 use crate::config::PlexusConf;
 
@@ -38,7 +38,7 @@ pub struct Sandbox {
     #[serde(rename = "containerID")]
     pub container_id: ContainerId,
     pub ifname: IfName,
-    pub netns: PathBuf,
+    pub netns: NetnsPath,
     #[serde(default)]
     pub cni_path: Vec<PathBuf>,
     pub namespace: String,

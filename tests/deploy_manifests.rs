@@ -345,7 +345,7 @@ fn every_built_in_interface_driver_has_an_example_nad_that_parses() {
     for nad in nads.values() {
         let text = nad.spec_config().expect("spec.config");
         let config = plexus::cni::config::NetworkConfigList::from_slice(text.as_bytes()).unwrap();
-        types.extend(config.plugins.iter().map(|p| p.plugin_type.clone()));
+        types.extend(config.plugins.iter().map(|p| p.plugin_type.to_string()));
     }
     for builtin in plexus_dataplane::drivers::builtin_types() {
         assert!(

@@ -69,7 +69,7 @@ fn fabric(tag: &str) -> Option<Fabric> {
         let bridge = fabric_nl
             .create_bridge(&BridgeSpec {
                 up: true,
-                ..BridgeSpec::new(name)
+                ..BridgeSpec::new(name.parse().unwrap())
             })
             .unwrap();
         bridges.push(bridge.index);
@@ -89,13 +89,13 @@ fn fabric(tag: &str) -> Option<Fabric> {
                 .create_veth(&VethSpec {
                     peer_netns: Some(&ns),
                     up: true,
-                    ..VethSpec::new(host.as_str(), ifname)
+                    ..VethSpec::new(host.parse().unwrap(), ifname.parse().unwrap())
                 })
                 .unwrap();
             fabric_nl
                 .set_master(local.index, Master::Set(bridge))
                 .unwrap();
-            let inside = nl.link_by_name(ifname).unwrap().unwrap();
+            let inside = nl.link_by_name(&ifname.parse().unwrap()).unwrap().unwrap();
             nl.set_up(inside.index).unwrap();
             let mut ips: Vec<IpAddr> = vec![format!("10.{net}.0.{n}").parse().unwrap()];
             if network == BLUE {
@@ -112,7 +112,7 @@ fn fabric(tag: &str) -> Option<Fabric> {
             }
             attachments.push(Attachment {
                 network: network.into(),
-                interface: ifname.into(),
+                interface: Some(ifname.parse().unwrap()),
                 ips,
             });
         }
@@ -521,7 +521,11 @@ fn the_rules_hold_on_macvlan_and_ipvlan_interfaces() {
             e2e_support::ip(&fabric_name, &["link", "set", link, "up"]);
         }
         let fabric_nl = Netlink::open(&fabric).unwrap();
-        let master = fabric_nl.link_by_name("up0").unwrap().unwrap().index;
+        let master = fabric_nl
+            .link_by_name(&"up0".parse().unwrap())
+            .unwrap()
+            .unwrap()
+            .index;
         let mut views = Vec::new();
         let mut pods = Vec::new();
         for (i, (name, label)) in [("server", "app=server"), ("a", "role=a"), ("b", "role=b")]
@@ -533,19 +537,23 @@ fn the_rules_hold_on_macvlan_and_ipvlan_interfaces() {
                 "macvlan" => fabric_nl
                     .create_macvlan(&MacvlanSpec {
                         netns: Some(&ns),
-                        ..MacvlanSpec::new("net1", master, MacvlanMode::Bridge)
+                        ..MacvlanSpec::new("net1".parse().unwrap(), master, MacvlanMode::Bridge)
                     })
                     .map(drop),
                 _ => fabric_nl
                     .create_ipvlan(&IpvlanSpec {
                         netns: Some(&ns),
-                        ..IpvlanSpec::new("net1", master, IpvlanMode::L2)
+                        ..IpvlanSpec::new("net1".parse().unwrap(), master, IpvlanMode::L2)
                     })
                     .map(drop),
             }
             .unwrap();
             let nl = Netlink::open(&ns).unwrap();
-            let net1 = nl.link_by_name("net1").unwrap().unwrap().index;
+            let net1 = nl
+                .link_by_name(&"net1".parse().unwrap())
+                .unwrap()
+                .unwrap()
+                .index;
             let ip: IpAddr = format!("10.63.0.{}", i + 1).parse().unwrap();
             nl.add_address(
                 net1,
@@ -561,7 +569,7 @@ fn the_rules_hold_on_macvlan_and_ipvlan_interfaces() {
                 labels: BTreeMap::from([(key.to_string(), value.to_string())]),
                 attachments: vec![Attachment {
                     network: BLUE.into(),
-                    interface: "net1".into(),
+                    interface: Some("net1".parse().unwrap()),
                     ips: vec![ip],
                 }],
                 named_ports: BTreeMap::new(),

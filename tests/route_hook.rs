@@ -5,6 +5,7 @@
 use std::net::IpAddr;
 use std::process::Command;
 
+use plexus::cni::names::{IfName, NetnsPath};
 use plexus::cni::result::{CniResult, Route};
 use plexus::run::routes::NetlinkRouteHook;
 use plexus::run::{RouteChange, RouteHook, RunError};
@@ -92,10 +93,10 @@ fn set_default_route_replaces_the_plugins_and_orders_gateways() {
         "10.0.0.9".parse().unwrap(),
         "fd00::1".parse().unwrap(),
     ];
-    let path = pod.path();
+    let path = NetnsPath::new(pod.path().to_str().unwrap()).unwrap();
     let set = RouteChange {
         netns: &path,
-        ifname: "net1",
+        ifname: &IfName::new("net1").unwrap(),
         via: Some(&gateways),
     };
     NetlinkRouteHook::default()
@@ -129,10 +130,10 @@ fn clear_default_route_removes_both_families() {
     pod.ip(&[
         "-6", "route", "add", "default", "via", "fd00::fe", "dev", "net1",
     ]);
-    let path = pod.path();
+    let path = NetnsPath::new(pod.path().to_str().unwrap()).unwrap();
     let clear = RouteChange {
         netns: &path,
-        ifname: "net1",
+        ifname: &IfName::new("net1").unwrap(),
         via: None,
     };
     NetlinkRouteHook::default()
@@ -150,10 +151,10 @@ fn clear_default_route_removes_both_families() {
 #[test]
 fn a_missing_interface_is_named() {
     let pod = Pod::new("missing");
-    let path = pod.path();
+    let path = NetnsPath::new(pod.path().to_str().unwrap()).unwrap();
     let missing = RouteChange {
         netns: &path,
-        ifname: "nope0",
+        ifname: &IfName::new("nope0").unwrap(),
         via: None,
     };
     let err = NetlinkRouteHook::default()

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use plexus::cni::config::NetworkConfigList;
-use plexus::cni::names::{ContainerId, IfName};
+use plexus::cni::names::{ContainerId, IfName, NetnsPath};
 use plexus::cni::CniVersion;
 use plexus::netattach::nad::NetworkAttachmentDefinition;
 use plexus::netattach::pod::Pod;
@@ -206,7 +206,7 @@ fn ctx<'a>(node: &Node, registry: &'a Registry) -> RunContext<'a> {
     RunContext {
         container_id: ContainerId::new("ctr-netns").unwrap(),
         ifname: IfName::new("eth0").unwrap(),
-        netns: Some(node.netns_path()),
+        netns: Some(NetnsPath::new(node.netns_path().to_str().unwrap()).unwrap()),
         delegates: Delegates {
             cni_path: vec![PLUGINS.into()],
             bin_dir: None,

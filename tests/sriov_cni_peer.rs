@@ -303,7 +303,10 @@ fn outcome(out: &Output) -> Value {
 fn host_view(nl: &Netlink, pf: u32, vf: &PciVf) -> Value {
     let state = nl.vf_state(pf, vf.index).unwrap().expect("the PF has it");
     let netdev = vf.netdev().map(|name| {
-        let link = nl.link_by_name(&name).unwrap().expect("sysfs names it");
+        let link = nl
+            .link_by_name(&name.parse().unwrap())
+            .unwrap()
+            .expect("sysfs names it");
         json!({"name": name, "mac": link.mac.map(|m| m.to_string()), "mtu": link.mtu,
                "up": link.up})
     });
@@ -315,12 +318,16 @@ fn observe(contender: Contender, case: &Case, sriov_cni: &Path) -> Value {
     let vfs = SriovVfs::create(1);
     let vf = &vfs.vfs[0];
     let nl = Netlink::current().unwrap();
-    let pf = nl.link_by_name(&vfs.pf.netdev).unwrap().unwrap().index;
+    let pf = nl
+        .link_by_name(&vfs.pf.netdev.parse().unwrap())
+        .unwrap()
+        .unwrap()
+        .index;
     // The name and MAC the VF got with its creation, for normalizing.
     let own_name = vf.netdev();
     let own_mac = own_name
         .as_ref()
-        .and_then(|n| nl.link_by_name(n).unwrap())
+        .and_then(|n| nl.link_by_name(&n.parse().unwrap()).unwrap())
         .and_then(|l| l.mac)
         .map(|m| m.to_string());
     let vfio = case.dpdk.then(|| VfioBinding::bind(vf));

@@ -411,9 +411,9 @@ fn a_write_on_a_stale_copy_loses() {
     let copy = pools.pool(name, "10.95.0.0/24", true).unwrap();
     let entry = |id: &str| {
         let allocation = Allocation {
-            container_id: id.into(),
+            container_id: id.parse().unwrap(),
             podref: format!("ns4/{id}"),
-            ifname: "net1".into(),
+            ifname: Some("net1".parse().unwrap()),
         };
         Change::Set(
             allocation,

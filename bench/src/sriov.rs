@@ -32,6 +32,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use plexus_cni::names::IfName;
 use plexus_dataplane::netlink::VfState;
 use plexus_dataplane::{MacAddr, NetNs, Netlink};
 use plexus_testkit::sriov::{find_pf, sriov_cni, PciVf, SriovVfs};
@@ -48,6 +49,11 @@ const VFS: u32 = 6;
 const VFS_EACH: usize = 2;
 /// The pod's name for its VF's netdev.
 const IFNAME: &str = "net1";
+
+/// A name the kernel or this benchmark gave, as the data plane takes it.
+fn ifname(name: &str) -> Result<IfName, String> {
+    IfName::new(name).map_err(|e| format!("interface name {name:?}: {e}"))
+}
 const MAX_TX_RATE: u32 = 100;
 
 const FLOOR: &str = "iproute2 floor";
@@ -191,7 +197,7 @@ pub fn run(setup: Setup) -> Result<bool, String> {
     let created = SriovVfs::create(VFS);
     let nl = Netlink::current().map_err(|e| e.to_string())?;
     let pf_index = nl
-        .link_by_name(&created.pf.netdev)
+        .link_by_name(&ifname(&created.pf.netdev)?)
         .map_err(|e| e.to_string())?
         .ok_or("the PF has no netdev here")?
         .index;
@@ -378,7 +384,10 @@ fn vf_state(node: &Node, vf: &PciVf) -> Result<VfState, String> {
 
 fn snapshot(node: &Node, vf: &PciVf) -> Result<Snapshot, String> {
     let netdev = vf.netdev().ok_or("the VF has no netdev in the host")?;
-    let link = node.nl.link_by_name(&netdev).map_err(|e| e.to_string())?;
+    let link = node
+        .nl
+        .link_by_name(&ifname(&netdev)?)
+        .map_err(|e| e.to_string())?;
     Ok(Snapshot {
         mac: link.and_then(|l| l.mac).ok_or("a VF netdev without MAC")?,
         netdev,
@@ -568,7 +577,10 @@ fn check_applied(node: &Node, pod: &Pod, address: &str) -> Result<Vec<String>, S
         wrong.push(format!("its netdev {netdev} is still in the host"));
     }
     let nl = Netlink::open(&pod.ns).map_err(|e| e.to_string())?;
-    let Some(link) = nl.link_by_name(IFNAME).map_err(|e| e.to_string())? else {
+    let Some(link) = nl
+        .link_by_name(&ifname(IFNAME)?)
+        .map_err(|e| e.to_string())?
+    else {
         wrong.push(format!("no {IFNAME} in the pod"));
         return Ok(wrong);
     };
@@ -604,7 +616,10 @@ fn check_restored(node: &Node, pod: &Pod) -> Result<Vec<String>, String> {
             wrong.push(format!("netdev {name}, was {}", before.netdev))
         }
         Some(name) => {
-            let link = node.nl.link_by_name(&name).map_err(|e| e.to_string())?;
+            let link = node
+                .nl
+                .link_by_name(&ifname(&name)?)
+                .map_err(|e| e.to_string())?;
             let mac = link.and_then(|l| l.mac);
             if mac != Some(before.mac) {
                 let mac = mac.map(|m| m.to_string()).unwrap_or_default();

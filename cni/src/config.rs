@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::error::CniError;
-use super::names;
+use super::names::{self, PluginType};
 use super::version::CniVersion;
 
 /// The capability names of cni-CONVENTIONS "Well-known Capabilities", plus
@@ -73,7 +73,7 @@ fn opt_bool(obj: &Map<String, Value>, key: &str) -> Result<bool, CniError> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginConfig {
     /// `type`: the plugin binary's name.
-    pub plugin_type: String,
+    pub plugin_type: PluginType,
     /// `capabilities` (cni-SPEC §3 "Deriving runtimeConfig").
     pub capabilities: BTreeMap<String, bool>,
     /// The whole object as written, `type` and `capabilities` included.
@@ -97,10 +97,11 @@ impl PluginConfig {
                     "missing (the name of the plugin binary to run)",
                 ))
             }
-            Some(Value::String(s)) => s.clone(),
+            Some(Value::String(s)) => {
+                PluginType::new(s.as_str()).map_err(|r| CniError::invalid_config("type", r))?
+            }
             Some(other) => return Err(wrong_type("type", "a string", other)),
         };
-        names::check_plugin_type(&plugin_type).map_err(|r| CniError::invalid_config("type", r))?;
 
         let mut capabilities = BTreeMap::new();
         match obj.get("capabilities") {

@@ -7,26 +7,29 @@ use serde_json::Value;
 
 use crate::env::CniCommand;
 use crate::error::CniError;
+use crate::names::PluginType;
 use crate::result::CniResult;
 use crate::skel::{Plugin, Request};
 
 /// Finds the plugin that serves a `type`: a built-in one, or the executable of
 /// that name on the request's `CNI_PATH`.
 pub trait Resolver: Sync {
-    fn resolve(&self, plugin_type: &str, req: &Request) -> Result<Box<dyn Plugin + '_>, CniError>;
+    fn resolve(
+        &self,
+        plugin_type: &PluginType,
+        req: &Request,
+    ) -> Result<Box<dyn Plugin + '_>, CniError>;
 }
 
 /// The `ipam.type` of a request's configuration, if it has an `ipam` section.
-pub fn ipam_type(req: &Request) -> Result<Option<&str>, CniError> {
+pub fn ipam_type(req: &Request) -> Result<Option<PluginType>, CniError> {
     let Some(ipam) = req.config.get("ipam") else {
         return Ok(None);
     };
     match ipam.get("type") {
-        Some(Value::String(t)) if !t.is_empty() => {
-            crate::names::check_plugin_type(t)
-                .map_err(|reason| CniError::invalid_config("ipam.type", reason))?;
-            Ok(Some(t))
-        }
+        Some(Value::String(t)) if !t.is_empty() => PluginType::new(t.as_str())
+            .map(Some)
+            .map_err(|reason| CniError::invalid_config("ipam.type", reason)),
         _ => Err(CniError::invalid_config(
             "ipam.type",
             "an ipam section needs the type of its IPAM plugin",
@@ -53,7 +56,7 @@ pub fn run_ipam(
             _ => Ok(None),
         };
     };
-    let plugin = resolver.resolve(plugin_type, req)?;
+    let plugin = resolver.resolve(&plugin_type, req)?;
     let mut delegated = req.clone();
     delegated.env = req.env.with_command(command)?;
     let within = |e: CniError| e.within(format!("ipam ({plugin_type})"));

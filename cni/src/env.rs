@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use super::args::CniArgs;
 use super::error::CniError;
-use super::names::{ContainerId, IfName};
+use super::names::{ContainerId, IfName, NetnsPath};
 
 pub const CNI_COMMAND: &str = "CNI_COMMAND";
 pub const CNI_CONTAINERID: &str = "CNI_CONTAINERID";
@@ -88,7 +88,7 @@ pub struct AttachmentParams {
     pub container_id: ContainerId,
     /// Always set for ADD and CHECK; for DEL only when the runtime still
     /// has one.
-    pub netns: Option<PathBuf>,
+    pub netns: Option<NetnsPath>,
     pub ifname: IfName,
     /// `CNI_ARGS`.
     pub args: CniArgs,
@@ -240,7 +240,9 @@ impl CniEnv {
     }
 
     pub fn netns(&self) -> Option<&Path> {
-        self.attachment().and_then(|p| p.netns.as_deref())
+        self.attachment()
+            .and_then(|p| p.netns.as_ref())
+            .map(NetnsPath::as_path)
     }
 
     /// `CNI_ARGS`; empty for the commands without an attachment.
@@ -293,14 +295,7 @@ impl CniEnv {
 
             let netns = match get(CNI_NETNS)? {
                 Some(ns) => {
-                    let p = PathBuf::from(&ns);
-                    if !p.is_absolute() {
-                        return Err(CniError::invalid_env(
-                            CNI_NETNS,
-                            format!("{ns:?} must be an absolute path"),
-                        ));
-                    }
-                    Some(p)
+                    Some(NetnsPath::new(ns).map_err(|r| CniError::invalid_env(CNI_NETNS, r))?)
                 }
                 // cni-SPEC §2 DEL: CNI_NETNS is optional.
                 None if command == CniCommand::Del => None,

@@ -1,10 +1,12 @@
 //! Name rules of the CNI protocol and the kernel: interface names, container
-//! IDs, network names and plugin types. Each check returns the human reason a
-//! name is invalid; callers prefix it with the field or variable it came from.
+//! IDs, network namespace paths, network names and plugin types. Each check
+//! returns the human reason a name is invalid; callers prefix it with the
+//! field or variable it came from.
 //!
-//! [`IfName`] and [`ContainerId`] carry a name that passed its check: made
-//! once where the name enters (the CNI environment, a file, a config), they
-//! need no checking where they are used.
+//! [`IfName`], [`ContainerId`], [`NetnsPath`] and [`PluginType`] carry a name
+//! that passed its check: made once where the name enters (the CNI
+//! environment, a file, a config, a kernel reply), they need no checking
+//! where they are used, down to netlink and the IPAM stores.
 
 use std::fmt;
 use std::ops::Deref;
@@ -130,12 +132,68 @@ checked_name!(
     check_container_id
 );
 
+checked_name!(
+    /// A network namespace's path ([`check_netns_path`], cni-SPEC §2
+    /// `CNI_NETNS`): the one type for it from the environment to the record
+    /// files, read as a [`Path`](std::path::Path) by [`NetnsPath::as_path`].
+    NetnsPath,
+    check_netns_path
+);
+
+checked_name!(
+    /// A plugin's `type` ([`check_plugin_type`], cni-SPEC §1): the name of the
+    /// binary that runs it.
+    PluginType,
+    check_plugin_type
+);
+
+impl NetnsPath {
+    pub fn as_path(&self) -> &std::path::Path {
+        self.0.as_ref()
+    }
+}
+
 impl IfName {
+    /// `lo`, the loopback device every network namespace has.
+    pub fn loopback() -> IfName {
+        IfName("lo".into())
+    }
+
     /// A name a pod's attachment can own ([`check_pod_ifname`]): not `lo`.
     pub fn for_pod(name: impl Into<String>) -> Result<IfName, String> {
         let name = name.into();
         check_pod_ifname(&name)?;
         Ok(IfName(name))
+    }
+}
+
+/// Serde for an optional name whose wire form writes "none" as an empty
+/// string or leaves it out (whereabouts' `ifname`, `containerid`): `""` and
+/// a missing key read as `None`, and `None` is left out (use with
+/// `#[serde(default, skip_serializing_if = "Option::is_none", with = …)]`).
+pub mod empty_is_none {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<T, S>(name: &Option<T>, s: S) -> Result<S::Ok, S::Error>
+    where
+        T: AsRef<str>,
+        S: Serializer,
+    {
+        name.as_ref().map_or("", AsRef::as_ref).serialize(s)
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
+    where
+        T: TryFrom<String, Error = String>,
+        D: Deserializer<'de>,
+    {
+        let name = String::deserialize(d)?;
+        if name.is_empty() {
+            return Ok(None);
+        }
+        T::try_from(name)
+            .map(Some)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -183,6 +241,14 @@ pub fn check_pod_ifname(name: &str) -> Result<(), String> {
 /// any of alphanumerics, `_`, `.` and `-`.
 pub fn check_container_id(id: &str) -> Result<(), String> {
     check_identifier(id)
+}
+
+/// cni-SPEC §2 `CNI_NETNS`: an absolute path.
+pub fn check_netns_path(path: &str) -> Result<(), String> {
+    if !std::path::Path::new(path).is_absolute() {
+        return Err(format!("{path:?} must be an absolute path"));
+    }
+    Ok(())
 }
 
 /// cni-SPEC §1 `name`: the same character rule as container IDs, which also
@@ -257,6 +323,45 @@ mod tests {
         assert_eq!(serde_json::to_string(&id).unwrap(), "\"abc-1\"");
         let e = serde_json::from_str::<IfName>("\"a:b\"").unwrap_err();
         assert!(e.to_string().contains("must not contain ':'"), "{e}");
+        let ns: NetnsPath = serde_json::from_str("\"/run/netns/x\"").unwrap();
+        assert_eq!(ns.as_path(), std::path::Path::new("/run/netns/x"));
+        assert_eq!(serde_json::to_string(&ns).unwrap(), "\"/run/netns/x\"");
+        assert_eq!(
+            NetnsPath::new("netns/x").unwrap_err(),
+            r#""netns/x" must be an absolute path"#
+        );
+        assert_eq!(PluginType::new("bridge").unwrap(), "bridge");
+        assert_eq!(
+            PluginType::new("../x").unwrap_err(),
+            check_plugin_type("../x").unwrap_err()
+        );
+    }
+
+    #[test]
+    fn empty_is_none_reads_an_empty_name_as_none() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Entry {
+            #[serde(
+                default,
+                skip_serializing_if = "Option::is_none",
+                with = "empty_is_none"
+            )]
+            ifname: Option<IfName>,
+        }
+        let read = |json: &str| serde_json::from_str::<Entry>(json);
+        assert_eq!(read(r#"{"ifname": ""}"#).unwrap(), Entry { ifname: None });
+        assert_eq!(read("{}").unwrap(), Entry { ifname: None });
+        let net1 = read(r#"{"ifname": "net1"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&net1).unwrap(),
+            r#"{"ifname":"net1"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Entry { ifname: None }).unwrap(),
+            "{}"
+        );
+        let e = read(r#"{"ifname": "a b"}"#).unwrap_err();
+        assert!(e.to_string().contains("must not contain ' '"), "{e}");
     }
 
     #[test]
@@ -278,6 +383,12 @@ mod tests {
         assert_eq!(
             check_ifname("eth0/x").unwrap_err(),
             r#""eth0/x" must not contain '/'"#
+        );
+        // The cases the data plane's own check had, moved here.
+        sorts(
+            check_ifname,
+            &["eth0.100", "veth1234567890a", "a-b_c@d"],
+            &["veth1234567890ab"],
         );
     }
 

@@ -42,7 +42,11 @@ impl Plugin for StaticIpam {
 struct OneIpam;
 
 impl Resolver for OneIpam {
-    fn resolve(&self, _: &str, _: &Request) -> Result<Box<dyn Plugin + '_>, CniError> {
+    fn resolve(
+        &self,
+        _: &plexus_cni::names::PluginType,
+        _: &Request,
+    ) -> Result<Box<dyn Plugin + '_>, CniError> {
         Ok(Box::new(StaticIpam))
     }
 }
@@ -78,7 +82,7 @@ fn conf(i: usize, ipam: Value) -> Value {
 
 fn request(command: CniCommand, pod: &str, config: &Value) -> Request {
     let params = AttachmentParams {
-        netns: Some(PathBuf::from(format!("/var/run/netns/{pod}"))),
+        netns: Some(plexus_cni::names::NetnsPath::new(format!("/var/run/netns/{pod}")).unwrap()),
         path: vec![PathBuf::from(REFERENCE)],
         ..AttachmentParams::new(format!("ctr-{pod}"), "eth0").unwrap()
     };

@@ -11,6 +11,11 @@ use plexus_dataplane::netlink::{AddressOptions, BridgeSpec, Route, VethSpec};
 use plexus_dataplane::sysctl::{self, SysctlKey};
 use plexus_dataplane::{NetNs, Netlink};
 
+/// An interface name this benchmark knows is valid.
+fn name(name: impl Into<String>) -> plexus_cni::names::IfName {
+    plexus_cni::names::IfName::new(name).unwrap()
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -78,7 +83,7 @@ fn main() {
             peer_netns: Some(&pod),
             mtu: Some(1400),
             up: true,
-            ..VethSpec::new(format!("vb{i}"), format!("e{i}"))
+            ..VethSpec::new(name(format!("vb{i}")), name(format!("e{i}")))
         };
         node_nl.create_veth(&spec).unwrap()
     });
@@ -89,7 +94,10 @@ fn main() {
     );
     report(
         "link_by_name (in pod ns)",
-        bench(rounds, |i| pod_nl.link_by_name(&format!("e{i}")).unwrap()).0,
+        bench(rounds, |i| {
+            pod_nl.link_by_name(&name(format!("e{i}"))).unwrap()
+        })
+        .0,
     );
     report(
         "del_link (veth pair)",
@@ -103,7 +111,7 @@ fn main() {
     let br = node_nl
         .create_bridge(&BridgeSpec {
             up: true,
-            ..BridgeSpec::new("cni0")
+            ..BridgeSpec::new(name("cni0"))
         })
         .unwrap();
     node_nl
@@ -121,7 +129,7 @@ fn main() {
             (Named(name), ns)
         })
         .collect();
-    let key = SysctlKey::for_interface("net.ipv4.conf.IFNAME.arp_notify", "eth0").unwrap();
+    let key = SysctlKey::for_interface("net.ipv4.conf.IFNAME.arp_notify", &name("eth0")).unwrap();
     let (d, _) = bench(add_rounds, |i| {
         let pod = &pods[i].1;
         let pod_nl = Netlink::open(pod).unwrap();
@@ -131,10 +139,10 @@ fn main() {
                 master: Some(br.index),
                 mtu: Some(1500),
                 up: true,
-                ..VethSpec::new(format!("veth{i}"), "eth0")
+                ..VethSpec::new(name(format!("veth{i}")), name("eth0"))
             })
             .unwrap();
-        let eth0 = pod_nl.link_by_name("eth0").unwrap().unwrap();
+        let eth0 = pod_nl.link_by_name(&name("eth0")).unwrap().unwrap();
         pod_nl.set_up(eth0.index).unwrap();
         let addr = format!("10.88.{}.{}/16", i / 200, i % 200 + 2)
             .parse()

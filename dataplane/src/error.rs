@@ -63,6 +63,15 @@ pub enum Error {
     /// A PCI device could not be found or read in sysfs ([`crate::pci`]).
     #[error(transparent)]
     Pci(#[from] crate::pci::PciError),
+    /// A kernel reply named a link with a name plexus's rule
+    /// ([`plexus_cni::names::IfName`]) refuses: only a link plexus did not
+    /// make can have one.
+    #[error("link index {index}: the kernel's interface name {name:?} is not one plexus accepts: {reason}")]
+    KernelName {
+        index: u32,
+        name: String,
+        reason: String,
+    },
     /// An argument was rejected before reaching the kernel.
     #[error("invalid {what} {value:?}: {reason}")]
     Invalid {

@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use nix::errno::Errno;
+use plexus_cni::names::IfName;
 
 /// Drivers that hand a device to userspace instead of making a netdev of it
 /// (sriov-cni's "DPDK mode").
@@ -313,13 +314,13 @@ pub struct VirtualFunction {
     pub pf: PciAddress,
     /// The PF's netdevs (sorted; a multi-port PF may have several, a PF in
     /// another namespace none visible). VF settings go through one of them.
-    pub pf_netdevs: Vec<String>,
+    pub pf_netdevs: Vec<IfName>,
     /// Its number on the PF (`virtfnN`), the `vf N` of `ip link set PF vf N`.
     pub index: u32,
     /// Its own netdev, if it has one in the namespace sysfs was mounted in:
     /// none while bound to a userspace driver, nor while the netdev sits in
     /// another namespace (a pod's): a driver must remember the name.
-    pub netdev: Option<String>,
+    pub netdev: Option<IfName>,
     /// The bound driver (`igbvf`, `vfio-pci`...), `None` when unbound.
     pub driver: Option<String>,
     /// For a VF bound to vfio-pci: its device node, `/dev/vfio/<group>`, or
@@ -405,9 +406,24 @@ impl PciDevice {
         Ok(vfs)
     }
 
-    /// The names of this device's netdevs (its `net/` directory), sorted.
-    pub fn netdevs(&self) -> Result<Vec<String>> {
-        let mut names = self.list_dir(&self.path.join("net"))?;
+    /// The names of this device's netdevs (its `net/` directory), sorted;
+    /// a name the kernel took but [`IfName`] refuses is
+    /// [`PciError::Unexpected`].
+    pub fn netdevs(&self) -> Result<Vec<IfName>> {
+        let dir = self.path.join("net");
+        let mut names = self
+            .list_dir(&dir)?
+            .into_iter()
+            .map(|name| {
+                IfName::new(name.as_str()).map_err(|reason| PciError::Unexpected {
+                    address: self.address,
+                    path: dir.join(&name),
+                    reason: format!(
+                        "the netdev name {name:?} is not a valid interface name: {reason}"
+                    ),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         names.sort();
         Ok(names)
     }
@@ -762,9 +778,9 @@ mod tests {
             VirtualFunction {
                 address: addr("0000:01:10.2"),
                 pf: addr("0000:01:00.0"),
-                pf_netdevs: vec!["enp1s0".into()],
+                pf_netdevs: vec![IfName::new("enp1s0").unwrap()],
                 index: 1,
-                netdev: Some("enp1s0v1".into()),
+                netdev: Some(IfName::new("enp1s0v1").unwrap()),
                 driver: Some("igbvf".into()),
                 vfio_device: None,
             }

@@ -36,8 +36,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Errno, Error, Result};
-use crate::netlink::validate_ifname;
 use crate::netns::NetNs;
+use plexus_cni::names::IfName;
 
 /// The placeholder the reference tuning plugin replaces by the interface
 /// name.
@@ -60,9 +60,16 @@ impl SysctlKey {
     }
 
     /// Parses a key, replacing an `IFNAME` component by `ifname`.
-    pub fn for_interface(key: &str, ifname: &str) -> Result<Self> {
-        validate_ifname(ifname)?;
+    pub fn for_interface(key: &str, ifname: &IfName) -> Result<Self> {
         Self::build(key, Some(ifname))
+    }
+
+    /// Parses a key for an interface not known yet (a configuration checked
+    /// before its attachment): `IFNAME` stands for itself, which is a valid
+    /// interface name, so the key is refused exactly when it would be for
+    /// any interface.
+    pub fn for_any_interface(key: &str) -> Result<Self> {
+        Self::build(key, Some(IFNAME_PLACEHOLDER))
     }
 
     fn build(key: &str, ifname: Option<&str>) -> Result<Self> {
@@ -255,7 +262,7 @@ mod tests {
     }
 
     fn path_if(key: &str, ifname: &str) -> String {
-        SysctlKey::for_interface(key, ifname)
+        SysctlKey::for_interface(key, &IfName::new(ifname).unwrap())
             .unwrap()
             .path()
             .display()
@@ -300,7 +307,8 @@ mod tests {
 
     #[test]
     fn display_is_the_sysctl_dotted_form() {
-        let k = SysctlKey::for_interface("net.ipv4.conf.IFNAME.rp_filter", "eth0.100").unwrap();
+        let eth0_100 = IfName::new("eth0.100").unwrap();
+        let k = SysctlKey::for_interface("net.ipv4.conf.IFNAME.rp_filter", &eth0_100).unwrap();
         assert_eq!(k.to_string(), "net.ipv4.conf.eth0/100.rp_filter");
         assert_eq!(SysctlKey::parse(&k.to_string()).unwrap(), k);
         assert_eq!(k.components()[3], "eth0.100");
@@ -341,9 +349,9 @@ mod tests {
 
     #[test]
     fn interface_names_are_validated() {
+        // A key takes an IfName: none of these can become a path component.
         for bad in ["", "..", "a/b", "../../kernel", "x".repeat(16).as_str()] {
-            let e = SysctlKey::for_interface("net.ipv4.conf.IFNAME.rp_filter", bad).unwrap_err();
-            assert!(matches!(e, Error::Invalid { .. }), "{bad:?}: {e}");
+            assert!(IfName::new(bad).is_err(), "{bad:?}");
         }
     }
 
@@ -358,7 +366,7 @@ mod tests {
             "net/ipv4/conf/IFNAME/x",
         ];
         for key in keys {
-            let k = SysctlKey::for_interface(key, "eth0.5").unwrap();
+            let k = SysctlKey::for_interface(key, &IfName::new("eth0.5").unwrap()).unwrap();
             let p = k.path();
             assert!(p.starts_with("/proc/sys/net/"), "{p:?}");
             assert!(

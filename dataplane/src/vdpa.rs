@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 use crate::pci::{PciAddress, SysfsRoot};
 
+use plexus_cni::names::IfName;
+
 pub use genl::{VdpaDev, VdpaDevSpec, VdpaNetConfig, VdpaNetlink, VIRTIO_ID_NET};
 
 /// The bus driver `virtio_vdpa`: the device is a virtio device of the
@@ -32,7 +34,7 @@ pub struct VdpaSysfsDevice {
     /// Bound to `virtio_vdpa`: the virtio device (`virtio3`).
     pub virtio: Option<String>,
     /// The virtio device's netdevs, as this namespace's sysfs shows them.
-    pub netdevs: Vec<String>,
+    pub netdevs: Vec<IfName>,
     /// Bound to `vhost_vdpa`: `vhost-vdpa-N`.
     pub vhost: Option<String>,
 }
@@ -99,7 +101,17 @@ impl SysfsRoot {
             .find_map(|c| numbered(c, "virtio"))
             .map(String::from);
         let netdevs = match &virtio {
-            Some(v) => entries(&real.join(v).join("net"))?,
+            Some(v) => entries(&real.join(v).join("net"))?
+                .into_iter()
+                .map(|netdev| {
+                    IfName::new(netdev.as_str()).map_err(|reason| {
+                        io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("vDPA device {name}: netdev name {netdev:?}: {reason}"),
+                        )
+                    })
+                })
+                .collect::<io::Result<_>>()?,
             None => Vec::new(),
         };
         let vhost = children

@@ -4,6 +4,7 @@
 #[path = "common/chained.rs"]
 mod chained;
 mod common;
+use common::ifname;
 
 use chained::{env, normalised, Attachment};
 use common::{assert_error, is_root, run, TestNs};
@@ -355,8 +356,12 @@ fn no_host_side_interface_is_a_clear_error() {
         .create_macvlan(&MacvlanSpec {
             netns: Some(&a.pod.ns),
             ..MacvlanSpec::new(
-                "net1",
-                a.node_nl.link_by_name("up0").unwrap().unwrap().index,
+                ifname("net1"),
+                a.node_nl
+                    .link_by_name(&ifname("up0"))
+                    .unwrap()
+                    .unwrap()
+                    .index,
                 MacvlanMode::Bridge,
             )
         })

@@ -5,6 +5,7 @@
 //! by decoding the netlink message the driver builds, and the refusals that
 //! come before any message run against the real kernel.
 mod common;
+use common::ifname;
 mod drivers_support;
 
 use common::{is_root, TestNs};
@@ -38,7 +39,7 @@ fn conf(extra: Value) -> Value {
 #[test]
 fn the_child_link_message_decodes_as_the_kernel_reads_it() {
     let spec = IpoibSpec {
-        name: "ib3f2a".into(),
+        name: ifname("ib3f2a"),
         parent: 7,
         info: IpoibInfo {
             pkey: Some(0x8001),

@@ -4,6 +4,7 @@
 //! the VM harness runs them. What can be checked without kernel support
 //! (configuration, a clean failure) runs everywhere.
 mod common;
+use common::ifname;
 mod drivers_support;
 
 use common::{assert_error, TestNs};
@@ -50,11 +51,13 @@ fn create_ipvlan_is_typed() {
     }
     let (node, pod) = (TestNs::new(), TestNs::new());
     let nl = Netlink::open(&node.ns).unwrap();
-    let master = nl.create_veth(&VethSpec::new("m0", "m1")).unwrap();
+    let master = nl
+        .create_veth(&VethSpec::new(ifname("m0"), ifname("m1")))
+        .unwrap();
     let local = nl
         .create_ipvlan(&IpvlanSpec {
             mtu: Some(1400),
-            ..IpvlanSpec::new("ipv0", master.index, IpvlanMode::L3)
+            ..IpvlanSpec::new(ifname("ipv0"), master.index, IpvlanMode::L3)
         })
         .unwrap()
         .expect("created locally");
@@ -70,13 +73,13 @@ fn create_ipvlan_is_typed() {
     let remote = nl
         .create_ipvlan(&IpvlanSpec {
             netns: Some(&pod.ns),
-            ..IpvlanSpec::new("eth0", master.index, IpvlanMode::L3s)
+            ..IpvlanSpec::new(ifname("eth0"), master.index, IpvlanMode::L3s)
         })
         .unwrap();
     assert!(remote.is_none());
     let l = Netlink::open(&pod.ns)
         .unwrap()
-        .link_by_name("eth0")
+        .link_by_name(&ifname("eth0"))
         .unwrap()
         .unwrap();
     assert_eq!(l.ipvlan_mode, Some(IpvlanMode::L3s));

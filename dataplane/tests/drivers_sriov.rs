@@ -4,6 +4,7 @@
 //! with it as the host ([`Here`]), on pods in namespaces the tests
 //! create. VF locks and records go to a temp `dataDir`.
 mod common;
+use common::ifname;
 mod drivers_support;
 
 use std::path::PathBuf;
@@ -38,7 +39,11 @@ impl Fixture {
         }
         let vfs = SriovVfs::create(count);
         let nl = Netlink::current().unwrap();
-        let pf = nl.link_by_name(&vfs.pf.netdev).unwrap().unwrap().index;
+        let pf = nl
+            .link_by_name(&ifname(&vfs.pf.netdev))
+            .unwrap()
+            .unwrap()
+            .index;
         Some(Fixture {
             vfs,
             nl,
@@ -85,7 +90,7 @@ impl Fixture {
         let netdev = vf.netdev().map(|name| {
             let link = self
                 .nl
-                .link_by_name(&name)
+                .link_by_name(&ifname(&name))
                 .unwrap()
                 .expect("sysfs names it");
             (name, link.mac, link.mtu)
@@ -154,7 +159,7 @@ fn sriov_driver_add_moves_the_vf_into_the_pod_with_its_settings_and_del_gives_al
     assert!(has_flag(&l, "UP"), "{l}");
     assert!(has_address(&pod, "net1", "10.60.0.2/24"));
     assert_eq!(vf.netdev(), None, "gone from the host's sysfs");
-    assert!(f.nl.link_by_name(&orig_name).unwrap().is_none());
+    assert!(f.nl.link_by_name(&ifname(&orig_name)).unwrap().is_none());
     // The PF-side settings, through netlink and through ip.
     let now = f.state(vf);
     assert_eq!(now.mac, mac("02:00:00:00:a0:01"));
@@ -206,7 +211,7 @@ fn sriov_driver_add_moves_the_vf_into_the_pod_with_its_settings_and_del_gives_al
     assert_eq!(f.snapshot(vf), before, "everything given back");
     assert_eq!(vf.netdev().as_deref(), Some(orig_name.as_str()));
     assert_eq!(
-        f.nl.link_by_name(&orig_name).unwrap().unwrap().mac,
+        f.nl.link_by_name(&ifname(&orig_name)).unwrap().unwrap().mac,
         orig_mac
     );
     assert!(f.record(vf).is_none());
@@ -632,7 +637,7 @@ fn sriov_driver_del_brings_the_vf_home_when_its_name_was_taken() {
         Some("net7"),
         "home under its pod name"
     );
-    let home = f.nl.link_by_name("net7").unwrap().unwrap();
+    let home = f.nl.link_by_name(&ifname("net7")).unwrap().unwrap();
     assert_eq!(home.mac, orig_mac);
     assert_eq!(f.state(vf), before.state);
     assert!(f.record(vf).is_none());

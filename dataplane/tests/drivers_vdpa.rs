@@ -9,6 +9,7 @@
 //! parent: the lookup by PCI address is tested on a fake sysfs tree
 //! (`plexus_dataplane::vdpa` unit tests); here only its refusal.
 mod common;
+use common::ifname;
 mod drivers_support;
 
 use std::path::{Path, PathBuf};
@@ -87,7 +88,7 @@ impl SimDev {
         loop {
             let dev = self.sysfs();
             if let Some(n) = dev.netdevs.first() {
-                return Some(n.clone());
+                return Some(n.to_string());
             }
             if Instant::now() > deadline {
                 return None;
@@ -102,8 +103,11 @@ impl SimDev {
     fn own_netdev(&self) -> String {
         let netdev = self.host_netdev().expect("a virtio netdev");
         let nl = Netlink::current().unwrap();
-        let link = nl.link_by_name(&netdev).unwrap().expect("in the host");
-        nl.rename(link.index, &self.name).unwrap();
+        let link = nl
+            .link_by_name(&ifname(&netdev))
+            .unwrap()
+            .expect("in the host");
+        nl.rename(link.index, &ifname(&self.name)).unwrap();
         self.name.clone()
     }
 
@@ -166,7 +170,10 @@ fn check_added(r: &TestResolver, t: &Target, c: &Value, res: &CniResult) {
 }
 
 fn host_link(name: &str) -> Option<plexus_dataplane::netlink::Link> {
-    Netlink::current().unwrap().link_by_name(name).unwrap()
+    Netlink::current()
+        .unwrap()
+        .link_by_name(&ifname(name))
+        .unwrap()
 }
 
 #[test]

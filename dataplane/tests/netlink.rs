@@ -2,11 +2,13 @@
 //! "node" namespace stands in for the host, a "pod" namespace for a container.
 //! Results are checked twice: with our own list functions and with `ip -j`.
 mod common;
+use common::ifname;
 
 use std::net::IpAddr;
 
 use common::{is_root, root_namespaces, root_ns, veth_up, TestNs};
 use ipnetwork::IpNetwork;
+use plexus_cni::names::IfName;
 use plexus_dataplane::netlink::{
     AddressOptions, BridgePortOptions, BridgeSpec, BridgeVlan, IpFamily, Link, LinkKind,
     LinkUpdate, MacvlanMode, MacvlanSpec, Master, NeighbourState, Route, RouteProtocol, Scope,
@@ -95,7 +97,7 @@ fn veth_peer_is_created_directly_in_the_other_namespace() {
             mac: Some(mac("0a:58:00:00:00:01")),
             peer_mac: Some(mac("0a:58:00:00:00:02")),
             up: true,
-            ..VethSpec::new("vethpx0", "eth0")
+            ..VethSpec::new(ifname("vethpx0"), ifname("eth0"))
         })
         .unwrap();
     // Local end, as returned and as re-read.
@@ -110,9 +112,9 @@ fn veth_peer_is_created_directly_in_the_other_namespace() {
     );
     assert_eq!(t.node_nl.link_by_index(host.index).unwrap().unwrap(), host);
     // The peer exists only in the pod namespace, under its final name.
-    assert!(t.node_nl.link_by_name("eth0").unwrap().is_none());
-    assert!(t.pod_nl.link_by_name("vethpx0").unwrap().is_none());
-    let peer = t.pod_nl.link_by_name("eth0").unwrap().unwrap();
+    assert!(t.node_nl.link_by_name(&ifname("eth0")).unwrap().is_none());
+    assert!(t.pod_nl.link_by_name(&ifname("vethpx0")).unwrap().is_none());
+    let peer = t.pod_nl.link_by_name(&ifname("eth0")).unwrap().unwrap();
     assert_eq!(peer.kind, Some(LinkKind::Veth));
     assert_eq!(peer.mtu, 1400);
     assert_eq!(peer.mac, Some(mac("0a:58:00:00:00:02")));
@@ -142,7 +144,7 @@ fn veth_peer_is_created_directly_in_the_other_namespace() {
     // Creating it again: EEXIST, distinguishable.
     let e = t
         .node_nl
-        .create_veth(&VethSpec::new("vethpx0", "eth9"))
+        .create_veth(&VethSpec::new(ifname("vethpx0"), ifname("eth9")))
         .unwrap_err();
     assert!(e.is_exists(), "{e}");
     assert!(e.to_string().contains("vethpx0"), "{e}");
@@ -152,40 +154,48 @@ fn veth_peer_is_created_directly_in_the_other_namespace() {
         .node_nl
         .create_veth(&VethSpec {
             peer_netns: Some(&t.pod.ns),
-            ..VethSpec::new("vethpx1", "eth0")
+            ..VethSpec::new(ifname("vethpx1"), ifname("eth0"))
         })
         .unwrap_err();
     assert!(e.is_exists(), "{e}");
-    assert!(t.node_nl.link_by_name("vethpx1").unwrap().is_none());
+    assert!(t
+        .node_nl
+        .link_by_name(&ifname("vethpx1"))
+        .unwrap()
+        .is_none());
 }
 
 #[test]
 fn link_lookups_and_deletes_of_absent_links() {
     let Some(t) = root_ns() else { return };
     let nl = Netlink::open(&t.ns).unwrap();
-    assert!(nl.link_by_name("nosuchlink").unwrap().is_none());
+    assert!(nl.link_by_name(&ifname("nosuchlink")).unwrap().is_none());
     assert!(nl.link_by_index(999_999).unwrap().is_none());
     assert!(nl.link_by_index(0).unwrap().is_none());
     assert!(!nl.del_link(999_999).unwrap());
-    assert!(!nl.del_link_by_name("nosuchlink").unwrap());
-    let lo = nl.link_by_name("lo").unwrap().unwrap();
+    assert!(!nl.del_link_by_name(&ifname("nosuchlink")).unwrap());
+    let lo = nl.link_by_name(&ifname("lo")).unwrap().unwrap();
     assert_eq!(lo.index, 1);
     assert_eq!(lo.kind, None);
-    let v = nl.create_veth(&VethSpec::new("pxa", "pxb")).unwrap();
-    let names: Vec<String> = nl.links().unwrap().into_iter().map(|l| l.name).collect();
+    let v = nl
+        .create_veth(&VethSpec::new(ifname("pxa"), ifname("pxb")))
+        .unwrap();
+    let names: Vec<String> = nl
+        .links()
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name.into())
+        .collect();
     assert_eq!(names.len(), 3, "{names:?}");
     assert!(names.contains(&"pxa".into()) && names.contains(&"pxb".into()));
     // Deleting one end removes the pair; deleting again is a no-op.
     assert!(nl.del_link(v.index).unwrap());
     assert!(!nl.del_link(v.index).unwrap());
-    assert!(!nl.del_link_by_name("pxb").unwrap());
+    assert!(!nl.del_link_by_name(&ifname("pxb")).unwrap());
     assert_eq!(t.ip_json(&["link", "show"]).len(), 1);
-    // Bad names are rejected before reaching the kernel.
-    assert!(matches!(nl.link_by_name("a/b"), Err(Error::Invalid { .. })));
-    assert!(matches!(
-        nl.create_veth(&VethSpec::new("x".repeat(16), "y")),
-        Err(Error::Invalid { .. })
-    ));
+    // Bad names never reach the kernel: no IfName holds one.
+    assert!(IfName::new("a/b").is_err());
+    assert!(IfName::new("x".repeat(16)).is_err());
 }
 
 #[test]
@@ -193,7 +203,7 @@ fn update_link_changes_every_attribute() {
     let Some(t) = node_and_pod() else { return };
     let v = t
         .node_nl
-        .create_veth(&VethSpec::new("pxu0", "pxu1"))
+        .create_veth(&VethSpec::new(ifname("pxu0"), ifname("pxu1")))
         .unwrap();
     t.node_nl
         .update_link(
@@ -204,7 +214,7 @@ fn update_link_changes_every_attribute() {
                 promisc: Some(true),
                 allmulti: Some(true),
                 txqueuelen: Some(321),
-                name: Some("pxrenamed".into()),
+                name: Some(ifname("pxrenamed")),
                 ..Default::default()
             },
         )
@@ -232,7 +242,7 @@ fn update_link_changes_every_attribute() {
         "{j}"
     );
     // Renaming to a taken name: EEXIST, and the error names the link.
-    let e = t.node_nl.rename(v.index, "pxu1").unwrap_err();
+    let e = t.node_nl.rename(v.index, &ifname("pxu1")).unwrap_err();
     assert!(e.is_exists(), "{e}");
     assert!(e.to_string().contains("pxrenamed"), "{e}");
     // Individual setters.
@@ -244,7 +254,7 @@ fn update_link_changes_every_attribute() {
     t.node_nl
         .set_mac(v.index, mac("02:00:00:00:aa:02"))
         .unwrap();
-    t.node_nl.rename(v.index, "pxu0").unwrap();
+    t.node_nl.rename(v.index, &ifname("pxu0")).unwrap();
     let l = t.node_nl.link_by_index(v.index).unwrap().unwrap();
     assert_eq!(
         settings(&l),
@@ -260,10 +270,10 @@ fn update_link_changes_every_attribute() {
     );
     // Move to the pod namespace by fd, then rename there.
     t.node_nl.move_to_netns(v.index, &t.pod.ns).unwrap();
-    assert!(t.node_nl.link_by_name("pxu0").unwrap().is_none());
-    let moved = t.pod_nl.link_by_name("pxu0").unwrap().unwrap();
+    assert!(t.node_nl.link_by_name(&ifname("pxu0")).unwrap().is_none());
+    let moved = t.pod_nl.link_by_name(&ifname("pxu0")).unwrap().unwrap();
     assert_eq!(moved.mac, Some(mac("02:00:00:00:aa:02")));
-    t.pod_nl.rename(moved.index, "eth1").unwrap();
+    t.pod_nl.rename(moved.index, &ifname("eth1")).unwrap();
     assert_eq!(ip_link(&t.pod, "eth1")["address"], "02:00:00:00:aa:02");
     // Changing an absent link: ENODEV.
     let e = t.node_nl.set_mtu(999_999, 1400).unwrap_err();
@@ -279,7 +289,7 @@ fn bridge_enslave_hairpin_isolated() {
         .create_bridge(&BridgeSpec {
             mtu: Some(1450),
             up: true,
-            ..BridgeSpec::new("pxbr0")
+            ..BridgeSpec::new(ifname("pxbr0"))
         })
         .unwrap();
     assert_eq!(br.kind, Some(LinkKind::Bridge));
@@ -294,7 +304,7 @@ fn bridge_enslave_hairpin_isolated() {
             master: Some(br.index),
             mtu: Some(1450),
             up: true,
-            ..VethSpec::new("pxp1", "eth0")
+            ..VethSpec::new(ifname("pxp1"), ifname("eth0"))
         })
         .unwrap();
     assert_eq!(p1.master, Some(br.index));
@@ -306,7 +316,7 @@ fn bridge_enslave_hairpin_isolated() {
     // ... and afterwards.
     let p2 = t
         .node_nl
-        .create_veth(&VethSpec::new("pxp2", "pxp2b"))
+        .create_veth(&VethSpec::new(ifname("pxp2"), ifname("pxp2b")))
         .unwrap();
     t.node_nl
         .set_master(p2.index, Master::Set(br.index))
@@ -355,7 +365,7 @@ fn vlan_filtering_bridge(nl: &Netlink) -> plexus_dataplane::Result<Link> {
     nl.create_bridge(&BridgeSpec {
         vlan_filtering: Some(true),
         up: true,
-        ..BridgeSpec::new("pxvbr")
+        ..BridgeSpec::new(ifname("pxvbr"))
     })
 }
 
@@ -372,11 +382,11 @@ fn bridge_vlans_without_kernel_support_fail_cleanly() {
     let e = vlan_filtering_bridge(&nl).unwrap_err();
     assert_eq!(e.errno(), Some(Errno::EOPNOTSUPP), "{e}");
     assert!(e.to_string().contains("create bridge pxvbr"), "{e}");
-    let br = nl.create_bridge(&BridgeSpec::new("pxvbr")).unwrap();
+    let br = nl.create_bridge(&BridgeSpec::new(ifname("pxvbr"))).unwrap();
     let port = nl
         .create_veth(&VethSpec {
             master: Some(br.index),
-            ..VethSpec::new("pxvp", "pxvq")
+            ..VethSpec::new(ifname("pxvp"), ifname("pxvq"))
         })
         .unwrap();
     let e = nl
@@ -407,7 +417,7 @@ fn bridge_vlans_on_port_and_self() {
         .create_veth(&VethSpec {
             master: Some(br.index),
             up: true,
-            ..VethSpec::new("pxvp", "pxvq")
+            ..VethSpec::new(ifname("pxvp"), ifname("pxvq"))
         })
         .unwrap();
     nl.bridge_vlan_add(port.index, BridgeVlan::native(100))
@@ -475,12 +485,12 @@ fn macvlan_in_every_mode_created_in_the_pod() {
                 mtu: Some(1400),
                 mac: Some(mac_addr),
                 up: true,
-                ..MacvlanSpec::new(&name, master, mode)
+                ..MacvlanSpec::new(ifname(&name), master, mode)
             })
             .unwrap_or_else(|e| panic!("mode {mode}: {e}"));
         assert!(created.is_none(), "created in another namespace");
-        assert!(t.node_nl.link_by_name(&name).unwrap().is_none());
-        let l = t.pod_nl.link_by_name(&name).unwrap().unwrap();
+        assert!(t.node_nl.link_by_name(&ifname(&name)).unwrap().is_none());
+        let l = t.pod_nl.link_by_name(&ifname(&name)).unwrap().unwrap();
         assert_eq!(l.kind, Some(LinkKind::Macvlan));
         assert_eq!(l.macvlan_mode, Some(mode));
         assert_eq!(l.mtu, 1400);
@@ -502,7 +512,11 @@ fn macvlan_in_every_mode_created_in_the_pod() {
     // Created in the master's own namespace: returned directly.
     let local = t
         .node_nl
-        .create_macvlan(&MacvlanSpec::new("mvlocal", master, MacvlanMode::Bridge))
+        .create_macvlan(&MacvlanSpec::new(
+            ifname("mvlocal"),
+            master,
+            MacvlanMode::Bridge,
+        ))
         .unwrap()
         .unwrap();
     assert_eq!(local.parent, Some(master));
@@ -516,7 +530,7 @@ fn missing_master_errors() {
         .node_nl
         .create_macvlan(&MacvlanSpec {
             netns: Some(&t.pod.ns),
-            ..MacvlanSpec::new("net1", 999_999, MacvlanMode::Bridge)
+            ..MacvlanSpec::new(ifname("net1"), 999_999, MacvlanMode::Bridge)
         })
         .unwrap_err();
     assert_eq!(e.errno(), Some(Errno::ENODEV), "{e}");
@@ -524,25 +538,25 @@ fn missing_master_errors() {
     let text = e.to_string();
     assert!(text.starts_with("create macvlan net1"), "{text}");
     assert!(text.contains("999999"), "{text}");
-    assert!(t.pod_nl.link_by_name("net1").unwrap().is_none());
+    assert!(t.pod_nl.link_by_name(&ifname("net1")).unwrap().is_none());
     // A veth whose master doesn't exist is not created at all.
     let e = t
         .node_nl
         .create_veth(&VethSpec {
             master: Some(999_999),
             peer_netns: Some(&t.pod.ns),
-            ..VethSpec::new("pxm0", "eth0")
+            ..VethSpec::new(ifname("pxm0"), ifname("eth0"))
         })
         .unwrap_err();
     assert!(matches!(e, Error::Kernel { .. }), "{e}");
-    assert!(t.node_nl.link_by_name("pxm0").unwrap().is_none());
-    assert!(t.pod_nl.link_by_name("eth0").unwrap().is_none());
+    assert!(t.node_nl.link_by_name(&ifname("pxm0")).unwrap().is_none());
+    assert!(t.pod_nl.link_by_name(&ifname("eth0")).unwrap().is_none());
     // Enslaving to something that is not a bridge is refused by the kernel.
     let a = t
         .node_nl
-        .create_veth(&VethSpec::new("pxm1", "pxm2"))
+        .create_veth(&VethSpec::new(ifname("pxm1"), ifname("pxm2")))
         .unwrap();
-    let b = t.node_nl.link_by_name("pxm2").unwrap().unwrap();
+    let b = t.node_nl.link_by_name(&ifname("pxm2")).unwrap().unwrap();
     let e = t
         .node_nl
         .set_master(a.index, Master::Set(b.index))
@@ -759,11 +773,12 @@ fn handle_is_bound_to_the_namespace_it_was_created_in() {
     // Created by `current()` on the namespace's thread, then used from here:
     // it still talks to the test namespace.
     let nl = t.ns.run(Netlink::current).unwrap().unwrap();
-    nl.create_veth(&VethSpec::new("pxc0", "pxc1")).unwrap();
+    nl.create_veth(&VethSpec::new(ifname("pxc0"), ifname("pxc1")))
+        .unwrap();
     assert_eq!(ip_link(&t, "pxc0")["ifname"], "pxc0");
     assert!(Netlink::current()
         .unwrap()
-        .link_by_name("pxc0")
+        .link_by_name(&ifname("pxc0"))
         .unwrap()
         .is_none());
     // `current()` here reads the root namespace (read-only) and agrees with ip.

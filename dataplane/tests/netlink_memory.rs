@@ -44,7 +44,9 @@ static ALLOCATOR: Largest = Largest;
 fn a_handle_takes_no_large_block_of_the_heap() {
     LARGEST.set(0);
     let netlink = Netlink::current().expect("a netlink handle");
-    let lo = netlink.link_by_name("lo").expect("a reply");
+    let lo = netlink
+        .link_by_name(&"lo".parse().unwrap())
+        .expect("a reply");
     assert!(lo.is_some(), "every namespace has lo");
     drop(netlink);
     let largest = LARGEST.get();

@@ -5,7 +5,7 @@ mod common;
 
 use std::net::{IpAddr, SocketAddr};
 
-use common::{root_namespaces, veth_up, TestNs};
+use common::{ifname, root_namespaces, veth_up, TestNs};
 use plexus_dataplane::netlink::AddressOptions;
 use plexus_dataplane::nftables::ruleset::{IPPROTO_TCP, IPPROTO_UDP};
 use plexus_dataplane::nftables::{Chain, Hook, Match, Nftables, Rule, Table, Verdict};
@@ -143,13 +143,13 @@ fn an_egress_chain_on_output_and_a_kernel_refusal_leaves_the_old_table() {
             rules: vec![
                 rule(
                     vec![
-                        Match::OutInterface("net1".into()),
+                        Match::OutInterface(ifname("net1")),
                         Match::Protocol(IPPROTO_TCP),
                         Match::DestinationPorts(allowed, allowed),
                     ],
                     Verdict::Accept,
                 ),
-                rule(vec![Match::OutInterface("net1".into())], Verdict::Drop),
+                rule(vec![Match::OutInterface(ifname("net1"))], Verdict::Drop),
             ],
         }],
     };

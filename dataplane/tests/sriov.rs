@@ -5,6 +5,7 @@
 //! netdevsim's VFs what igb refuses (link state, a minimum rate, 802.1ad), in
 //! a namespace of the test's own. Skipped visibly on hosts without them.
 mod common;
+use common::ifname;
 #[path = "common/netdevsim.rs"]
 mod netdevsim;
 
@@ -42,7 +43,11 @@ fn sriov_vfs(n: u32) -> Option<SriovVfs> {
 fn vfs_on_pf(n: u32) -> Option<(SriovVfs, Netlink, u32)> {
     let vfs = sriov_vfs(n)?;
     let nl = Netlink::current().unwrap();
-    let pf = nl.link_by_name(&vfs.pf.netdev).unwrap().unwrap().index;
+    let pf = nl
+        .link_by_name(&ifname(&vfs.pf.netdev))
+        .unwrap()
+        .unwrap()
+        .index;
     Some((vfs, nl, pf))
 }
 
@@ -65,14 +70,14 @@ fn pci_discovery_on_real_sysfs() {
         .map(|v| (v.index, addr(&v.address)))
         .collect();
     assert_eq!(pf.virtual_functions().unwrap(), expected);
-    assert!(pf.netdevs().unwrap().contains(&vfs.pf.netdev));
+    assert!(pf.netdevs().unwrap().contains(&ifname(&vfs.pf.netdev)));
     for made in &vfs.vfs {
         let vf = sys.virtual_function(addr(&made.address)).unwrap();
         assert_eq!(vf.pf, pf_addr);
-        assert!(vf.pf_netdevs.contains(&vfs.pf.netdev), "{vf:?}");
+        assert!(vf.pf_netdevs.contains(&ifname(&vfs.pf.netdev)), "{vf:?}");
         assert_eq!(vf.index, made.index);
         assert!(vf.netdev.is_some(), "{vf:?}");
-        assert_eq!(vf.netdev, made.netdev());
+        assert_eq!(vf.netdev.as_deref().map(String::from), made.netdev());
         assert_eq!(vf.driver.as_deref(), Some("igbvf"));
         assert!(!vf.has_userspace_driver());
         assert_eq!(vf.vfio_device, None);
@@ -106,7 +111,7 @@ fn a_vf_bound_to_vfio_pci_has_no_netdev_and_a_noiommu_node() {
     let sys = SysfsRoot::default();
     let made = &vfs.vfs[1];
     let nl = Netlink::current().unwrap();
-    let pf = nl.link_by_name(&vfs.pf.netdev).unwrap().unwrap();
+    let pf = nl.link_by_name(&ifname(&vfs.pf.netdev)).unwrap().unwrap();
     {
         let _vfio = VfioBinding::bind(made);
         let vf = sys.virtual_function(addr(&made.address)).unwrap();
@@ -184,7 +189,7 @@ fn igb_admin_mac_locks_an_untrusted_vfs_own_mac_until_cleared() {
     };
     let vf = vfs.vfs[0].index;
     let netdev = nl
-        .link_by_name(&vfs.vfs[0].netdev().unwrap())
+        .link_by_name(&ifname(&vfs.vfs[0].netdev().unwrap()))
         .unwrap()
         .unwrap()
         .index;
@@ -293,7 +298,7 @@ fn netdevsim_vfs_take_what_igb_refuses() {
     let port = dev.port(&ns);
     dev.set_num_vfs(2);
     let nl = Netlink::open(&ns.ns).unwrap();
-    let pf = nl.link_by_name(&port).unwrap().unwrap().index;
+    let pf = nl.link_by_name(&ifname(&port)).unwrap().unwrap().index;
     let saved = nl.vf_state(pf, 1).unwrap().expect("VF 1");
     let vf0 = nl.vf_state(pf, 0).unwrap().expect("VF 0");
 
@@ -374,11 +379,7 @@ fn a_rebound_vf_comes_back_on_its_driver_with_a_new_netdev() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let (vf, link) = loop {
         let vf = sys.virtual_function(address).unwrap();
-        if let Some(link) = vf
-            .netdev
-            .as_deref()
-            .and_then(|n| nl.link_by_name(n).unwrap())
-        {
+        if let Some(link) = vf.netdev.as_ref().and_then(|n| nl.link_by_name(n).unwrap()) {
             break (vf, link);
         }
         assert!(

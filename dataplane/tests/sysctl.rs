@@ -1,6 +1,7 @@
 //! Sysctls inside throw-away namespaces; the root namespace's values must not
 //! change.
 mod common;
+use common::ifname;
 
 use common::{root_ns, run, TestNs};
 use plexus_dataplane::netlink::VethSpec;
@@ -57,11 +58,13 @@ fn per_interface_keys_with_dotted_names() {
     let Some(t) = root_ns() else { return };
     let nl = Netlink::open(&t.ns).unwrap();
     // A vlan-style name on a veth (the host has no 8021q).
-    nl.create_veth(&VethSpec::new("eth0.100", "peer0")).unwrap();
+    nl.create_veth(&VethSpec::new(ifname("eth0.100"), ifname("peer0")))
+        .unwrap();
     let file = "/proc/sys/net/ipv4/conf/eth0.100/rp_filter";
     let root_all = root_value("/proc/sys/net/ipv4/conf/all/rp_filter");
     // The tuning plugin's placeholder form.
-    let k = SysctlKey::for_interface("net.ipv4.conf.IFNAME.rp_filter", "eth0.100").unwrap();
+    let k =
+        SysctlKey::for_interface("net.ipv4.conf.IFNAME.rp_filter", &ifname("eth0.100")).unwrap();
     sysctl::write(&t.ns, &k, "2").unwrap();
     assert_eq!(ns_cat(&t, file), "2");
     // The slash form and sysctl(8)'s '/'-for-dot form reach the same file.

@@ -3,6 +3,7 @@
 //! the same parameters, as `tc -j` reports it, and our dump decoding must
 //! read back what `tc` built.
 mod common;
+use common::ifname;
 
 use common::{root_ns, run, TestNs};
 use plexus_dataplane::netlink::{
@@ -49,7 +50,7 @@ fn root_qdisc(ns: &TestNs, dev: &str, details: bool) -> Value {
 fn veth(nl: &Netlink, name: &str, peer: &str) -> Link {
     nl.create_veth(&VethSpec {
         up: true,
-        ..VethSpec::new(name, peer)
+        ..VethSpec::new(ifname(name), ifname(peer))
     })
     .unwrap()
 }
@@ -97,7 +98,7 @@ fn tbf_is_what_tc_builds() {
             );
         }
         // Our decoding reads both back with the same parameters.
-        let t_index = nl.link_by_name(&dev).unwrap().unwrap().index;
+        let t_index = nl.link_by_name(&ifname(&dev)).unwrap().unwrap().index;
         for index in [ours.index, t_index] {
             let q = nl.qdisc_at(index, HANDLE_ROOT).unwrap().unwrap();
             assert_eq!(q.kind, QdiscKind::Tbf(want), "case {i}");
@@ -159,12 +160,15 @@ fn redirect_to_ifb_is_what_tc_builds() {
     let nl = Netlink::open(&ns.ns).unwrap();
     let ours = veth(&nl, "o0", "o0p");
     let theirs = veth(&nl, "t0", "t0p");
-    let ifb = nl.create_ifb("ifbx", Some(1400)).unwrap();
+    let ifb = nl.create_ifb(&ifname("ifbx"), Some(1400)).unwrap();
     let link = ns.ip_json(&["-d", "link", "show", "dev", "ifbx"]).remove(0);
     assert_eq!(link["linkinfo"]["info_kind"], "ifb");
     assert_eq!(link["mtu"], 1400);
     assert!(link["flags"].as_array().unwrap().iter().any(|f| f == "UP"));
-    assert!(nl.create_ifb("ifbx", None).unwrap_err().is_exists());
+    assert!(nl
+        .create_ifb(&ifname("ifbx"), None)
+        .unwrap_err()
+        .is_exists());
 
     nl.add_ingress_qdisc(ours.index).unwrap();
     nl.add_redirect_filter(ours.index, INGRESS_QDISC, 1, ifb.index)

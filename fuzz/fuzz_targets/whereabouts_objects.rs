@@ -21,7 +21,9 @@ fuzz_target!(|data: &[u8]| {
         0 => {
             if let Ok(pool) = pools::pool_from_json(value) {
                 for entry in pool.spec.allocations.values() {
-                    let _ = pool.key_held_by(&entry.container_id, &entry.ifname);
+                    if let Some(ifname) = &entry.ifname {
+                        let _ = pool.key_held_by(&entry.container_id, ifname);
+                    }
                 }
             }
         }

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use plexus_cni::casefold;
+use plexus_cni::names::{ContainerId, IfName};
 use plexus_cni::result::{parse_cidr, Route};
 use plexus_cni::skel::Request;
 use plexus_cni::CniVersion;
@@ -201,7 +202,7 @@ pub(crate) fn parse_routes(
 
 /// The `CNI_CONTAINERID` and `CNI_IFNAME` of an attachment command, both
 /// validated when the environment was read.
-pub(crate) fn attachment(req: &Request) -> Result<(&str, &str), IpamError> {
+pub(crate) fn attachment(req: &Request) -> Result<(&ContainerId, &IfName), IpamError> {
     let params = req.env.require_attachment()?;
     Ok((&params.container_id, &params.ifname))
 }

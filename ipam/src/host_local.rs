@@ -82,6 +82,7 @@ use std::net::IpAddr;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+use plexus_cni::names::IfName;
 use plexus_cni::result::{CniResult, Dns, IpConfig, Route};
 use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
 use serde::Deserialize;
@@ -258,8 +259,9 @@ impl Requested {
 /// Who an allocation file names.
 #[derive(Debug, Clone, Copy)]
 struct Holder<'a> {
+    /// The container ID, or the persistent owner in its place.
     id: &'a str,
-    ifname: &'a str,
+    ifname: &'a IfName,
     /// A persistent owner gets back what it holds instead of a duplicate
     /// error.
     persistent: bool,
@@ -672,8 +674,9 @@ impl TypedPlugin for HostLocal {
             Owner::Attachment { .. } => valid.iter().any(|(c, i)| a.owner.is_exactly(c, i)),
             Owner::Container(_) => valid.iter().any(|(c, _)| a.owner.is_legacy_of(c)),
             // Empty content is crash debris (see the store docs): under
-            // the lock no writer is half-way, and no attachment owns it.
-            Owner::Unknown => false,
+            // the lock no writer is half-way, and no attachment owns it;
+            // nor does one own a file naming no interface.
+            Owner::Unknown | Owner::Foreign(_) => false,
         };
         for a in store.allocations()?.iter().filter(|a| !is_valid(a)) {
             store.release(&a.file_name)?;

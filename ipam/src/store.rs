@@ -40,6 +40,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::fcntl::Flock;
 use plexus_cni::flock::lock_file;
+use plexus_cni::names::IfName;
 use plexus_cni::{durable, whole_file};
 
 pub(crate) const LAST_IP_PREFIX: &str = "last_reserved_ip.";
@@ -50,18 +51,24 @@ pub(crate) const LINE_BREAK: &str = "\r\n";
 /// Address and last-IP files are tiny; a larger one is not ours to parse.
 const MAX_FILE: u64 = 4096;
 
-/// Who holds an address, as its file says.
+/// Who holds an address, as its file says. The first line is the
+/// container ID, or the persistent owner (`args.plexus.persistentOwner`, one
+/// non-empty line) that holds the address in its place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owner {
     /// `<containerID>\r\n<ifname>`.
     Attachment {
         container_id: String,
-        ifname: String,
+        ifname: IfName,
     },
     /// `<containerID>` alone, as reference versions before 0.7 wrote.
     Container(String),
     /// Empty (a reference process crashed between create and write).
     Unknown,
+    /// `<containerID>\r\n<text>` whose text is no interface name: no
+    /// attachment has it (the file was damaged or written by another tool).
+    /// The whole content, trimmed.
+    Foreign(String),
 }
 
 impl Owner {
@@ -74,21 +81,24 @@ impl Owner {
             return Owner::Unknown;
         }
         match text.split_once(LINE_BREAK) {
-            Some((id, ifname)) => Owner::Attachment {
-                container_id: id.to_string(),
-                ifname: ifname.to_string(),
+            Some((id, ifname)) => match IfName::new(ifname) {
+                Ok(ifname) => Owner::Attachment {
+                    container_id: id.to_string(),
+                    ifname,
+                },
+                Err(_) => Owner::Foreign(text.to_string()),
             },
             None => Owner::Container(text.to_string()),
         }
     }
 
     /// The file content for a new allocation (the reference trims the ID).
-    pub fn content(container_id: &str, ifname: &str) -> String {
+    pub fn content(container_id: &str, ifname: &IfName) -> String {
         format!("{}{LINE_BREAK}{ifname}", container_id.trim())
     }
 
     /// Written for exactly this attachment.
-    pub fn is_exactly(&self, container_id: &str, ifname: &str) -> bool {
+    pub fn is_exactly(&self, container_id: &str, ifname: &IfName) -> bool {
         matches!(self, Owner::Attachment { container_id: c, ifname: i }
                  if c == container_id.trim() && i == ifname)
     }
@@ -100,7 +110,7 @@ impl Owner {
 
     /// Either of the above: what the reference counts as held by the
     /// attachment.
-    pub fn is_held_by(&self, container_id: &str, ifname: &str) -> bool {
+    pub fn is_held_by(&self, container_id: &str, ifname: &IfName) -> bool {
         self.is_exactly(container_id, ifname) || self.is_legacy_of(container_id)
     }
 
@@ -113,6 +123,10 @@ impl Owner {
             } => format!("container {container_id} (interface {ifname})"),
             Owner::Container(c) => format!("container {c}"),
             Owner::Unknown => "an unknown owner (its file is empty)".into(),
+            Owner::Foreign(text) => match text.split_once(LINE_BREAK) {
+                Some((c, i)) => format!("container {c} (interface {i})"),
+                None => format!("container {text}"),
+            },
         }
     }
 }
@@ -240,7 +254,12 @@ impl LockedStore {
 
     /// Reserve `ip` for the attachment: `false` if its file exists already.
     /// The file appears with its complete content or not at all.
-    pub fn reserve(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, IpamError> {
+    pub fn reserve(
+        &self,
+        ip: IpAddr,
+        container_id: &str,
+        ifname: &IfName,
+    ) -> Result<bool, IpamError> {
         let target = self.dir.join(ip.to_string());
         let content = Owner::content(container_id, ifname);
         match whole_file::create(&target, content.as_bytes(), 0o600) {
@@ -396,23 +415,30 @@ mod tests {
 
     #[test]
     fn owner_formats() {
+        let ifn = |name: &str| IfName::new(name).unwrap();
         assert_eq!(
             Owner::parse(b"abc\r\neth0"),
             Owner::Attachment {
                 container_id: "abc".into(),
-                ifname: "eth0".into()
+                ifname: ifn("eth0")
             }
         );
         // Trailing whitespace is ignored, as the reference's TrimSpace does.
-        assert!(Owner::parse(b"abc\r\neth0\n").is_exactly("abc", "eth0"));
+        assert!(Owner::parse(b"abc\r\neth0\n").is_exactly("abc", &ifn("eth0")));
         assert_eq!(Owner::parse(b"abc\n"), Owner::Container("abc".into()));
         assert_eq!(Owner::parse(b""), Owner::Unknown);
         assert_eq!(Owner::parse(b"  \n"), Owner::Unknown);
-        assert_eq!(Owner::content("abc", "eth0"), "abc\r\neth0");
+        assert_eq!(Owner::content("abc", &ifn("eth0")), "abc\r\neth0");
         let legacy = Owner::parse(b"abc");
-        assert!(legacy.is_legacy_of("abc") && legacy.is_held_by("abc", "net1"));
-        assert!(!legacy.is_exactly("abc", "eth0"));
-        assert!(!Owner::parse(b"abc\r\neth0").is_held_by("abc", "net1"));
+        assert!(legacy.is_legacy_of("abc") && legacy.is_held_by("abc", &ifn("net1")));
+        assert!(!legacy.is_exactly("abc", &ifn("eth0")));
+        assert!(!Owner::parse(b"abc\r\neth0").is_held_by("abc", &ifn("net1")));
+        // A second line that is no interface name: held by no attachment,
+        // described as written.
+        let foreign = Owner::parse(b"abc\r\neth 0");
+        assert_eq!(foreign, Owner::Foreign("abc\r\neth 0".into()));
+        assert!(!foreign.is_held_by("abc", &ifn("eth0")));
+        assert_eq!(foreign.describe(), "container abc (interface eth 0)");
     }
 
     /// A store for network `net` in a fresh directory.
@@ -441,7 +467,7 @@ mod tests {
         let target = tmp.path().join("net/10.0.0.3");
         assert!(s.reserve_via_temp(ip, &target, b"c3\r\neth1").unwrap());
         assert!(!s.reserve_via_temp(ip, &target, b"c4\r\neth1").unwrap());
-        assert!(!s.reserve(ip, "c4", "eth1").unwrap());
+        assert!(!s.reserve(ip, "c4", &IfName::new("eth1").unwrap()).unwrap());
         assert_eq!(fs::read(&target).unwrap(), b"c3\r\neth1");
         assert_eq!(names_in(&tmp.path().join("net")), ["10.0.0.3", "lock"]);
     }
@@ -450,8 +476,8 @@ mod tests {
     fn reserve_is_exclusive_and_leaves_no_temp() {
         let (tmp, s) = fresh_store();
         let ip: IpAddr = "10.0.0.2".parse().unwrap();
-        assert!(s.reserve(ip, "c1", "eth0").unwrap());
-        assert!(!s.reserve(ip, "c2", "eth0").unwrap());
+        assert!(s.reserve(ip, "c1", &IfName::new("eth0").unwrap()).unwrap());
+        assert!(!s.reserve(ip, "c2", &IfName::new("eth0").unwrap()).unwrap());
         assert_eq!(
             fs::read(tmp.path().join("net/10.0.0.2")).unwrap(),
             b"c1\r\neth0"
@@ -469,7 +495,9 @@ mod tests {
         );
         let allocs = s.allocations().unwrap();
         assert_eq!(allocs.len(), 1);
-        assert!(allocs[0].owner.is_exactly("c1", "eth0"));
+        assert!(allocs[0]
+            .owner
+            .is_exactly("c1", &IfName::new("eth0").unwrap()));
     }
 
     #[test]

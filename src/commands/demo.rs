@@ -168,14 +168,15 @@ fn summary(entries: &[NetworkStatus]) -> String {
 fn prepare_node(node: &NetNs) -> Result<(), DemoError> {
     let sys = |e: plexus_dataplane::Error| demo_error(format!("node namespace: {e}"));
     let nl = Netlink::open(node).map_err(sys)?;
-    let lo = nl.link_by_name("lo").map_err(sys)?;
+    let lo = nl.link_by_name(&IfName::loopback()).map_err(sys)?;
     if let Some(lo) = lo {
         nl.set_up(lo.index).map_err(sys)?;
     }
-    let peer = format!("{UPLINK}p");
+    let name = |name: String| IfName::new(name).map_err(demo_error);
+    let peer = name(format!("{UPLINK}p"))?;
     nl.create_veth(&VethSpec {
         up: true,
-        ..VethSpec::new(UPLINK.to_string(), &peer)
+        ..VethSpec::new(name(UPLINK.to_string())?, peer.clone())
     })
     .map_err(sys)?;
     // The peer cannot be brought up in the request that creates it.

@@ -67,7 +67,7 @@ pub fn run(args: &StatusArgs) -> Result<String, CniError> {
         .transpose()?;
     let input = StatusInput {
         network: &args.network,
-        ifname: ifname.as_deref(),
+        ifname: ifname.as_ref(),
         default: args.default,
         gateway_request: args.default_route.as_deref(),
         device_info,

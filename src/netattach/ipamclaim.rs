@@ -36,12 +36,28 @@ pub struct IpamClaim {
 }
 
 /// §8.2 `spec`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpamClaimSpec {
     /// The network the allocation is for.
     pub network: GoStr,
     /// The pod interface the allocation is for.
-    pub interface: GoStr,
+    pub interface: IfName,
+}
+
+/// [`IpamClaimSpec`] on the wire, before its interface is checked.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+struct WireSpec {
+    network: GoStr,
+    interface: GoStr,
+}
+
+impl From<IpamClaimSpec> for WireSpec {
+    fn from(spec: IpamClaimSpec) -> WireSpec {
+        WireSpec {
+            network: spec.network,
+            interface: GoStr::from(spec.interface.as_str()),
+        }
+    }
 }
 
 /// §8.2 `status`.
@@ -82,7 +98,7 @@ pub struct OwnerReference {
 
 /// The claim on the wire. The owner references in its `metadata` are read
 /// through [`WireOwners`].
-type Wire = WireObject<IpamClaimSpec, IpamClaimStatus>;
+type Wire = WireObject<WireSpec, IpamClaimStatus>;
 
 /// The keys of `metadata` that [`ObjectMeta`] does not keep.
 #[derive(Deserialize)]
@@ -126,14 +142,14 @@ fn non_empty(s: &str, path: &str) -> Result<(), SpecError> {
 
 impl IpamClaim {
     /// A claim with no status yet, as a workload controller creates it.
-    pub fn new(metadata: ObjectMeta, network: &str, interface: &str) -> IpamClaim {
+    pub fn new(metadata: ObjectMeta, network: &str, interface: IfName) -> IpamClaim {
         IpamClaim {
             api_version: API_VERSION.to_string(),
             metadata,
             owner_references: Vec::new(),
             spec: IpamClaimSpec {
                 network: network.into(),
-                interface: interface.into(),
+                interface,
             },
             status: None,
         }
@@ -168,12 +184,16 @@ impl IpamClaim {
         let spec = wire.spec.ok_or_else(|| bad("spec", "required"))?.0;
         non_empty(&spec.network, "spec.network")?;
         non_empty(&spec.interface, "spec.interface")?;
-        IfName::new(spec.interface.as_str()).map_err(|r| {
+        let interface = IfName::new(spec.interface.as_str()).map_err(|r| {
             bad(
                 "spec.interface",
                 format!("{:?} is not a valid interface name: {r}", spec.interface),
             )
         })?;
+        let spec = IpamClaimSpec {
+            network: spec.network,
+            interface,
+        };
 
         if let Some(status) = &wire.status {
             for (i, ip) in status.ips.iter().enumerate() {
@@ -206,7 +226,7 @@ impl IpamClaim {
             api_version: Some(self.api_version.as_str().into()),
             kind: Some(KIND.into()),
             metadata: Some(GoMap::object(metadata)),
-            spec: Some(self.spec.clone().into()),
+            spec: Some(GoObj(WireSpec::from(self.spec.clone()))),
             status: self.status.clone().map(GoObj),
         }
         .to_value()
@@ -264,7 +284,7 @@ status:
             c.spec,
             IpamClaimSpec {
                 network: "tenantred".into(),
-                interface: "pod16367aacb67".into()
+                interface: IfName::new("pod16367aacb67").unwrap()
             }
         );
         assert_eq!(
@@ -298,7 +318,11 @@ status:
         assert_eq!(st.conditions.len(), 1);
         assert_eq!(c.to_value(), v);
         // No apiVersion: the CRD's is assumed.
-        let new = IpamClaim::new(c.metadata.clone(), "safenetwork", "eth1");
+        let new = IpamClaim::new(
+            c.metadata.clone(),
+            "safenetwork",
+            IfName::new("eth1").unwrap(),
+        );
         assert_eq!(new.to_value()["apiVersion"], API_VERSION);
         assert!(new.to_value().get("status").is_none());
     }
@@ -427,7 +451,7 @@ status:
             c.spec,
             IpamClaimSpec {
                 network: "tenantred".into(),
-                interface: "eth1".into()
+                interface: IfName::new("eth1").unwrap()
             }
         );
         let st = c.status.as_ref().unwrap();

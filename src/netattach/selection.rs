@@ -46,8 +46,13 @@ pub struct NetworkSelectionElement {
     pub ips: Option<GoStrs>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mac: Option<GoStr>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub interface: Option<GoStr>,
+    /// Checked as read (§4.1.2.1.5), as a pod's interface.
+    #[serde(
+        default,
+        deserialize_with = "pod_interface",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub interface: Option<IfName>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cni_args: Option<GoMap>,
     #[serde(rename = "portMappings", skip_serializing_if = "Option::is_none")]
@@ -106,6 +111,19 @@ fn tcp() -> String {
 /// `protocol`: "tcp" when absent; checked and lower-cased after decoding.
 fn protocol<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     Ok(Option::<GoStr>::deserialize(d)?.map_or_else(tcp, String::from))
+}
+
+/// `interface` (and Multus's `interfaceRequest`): a string as Go reads it,
+/// which must name an interface a pod's attachment can own.
+fn pod_interface<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IfName>, D::Error> {
+    Option::<GoStr>::deserialize(d)?
+        .map(|name| pod_ifname(&name).map_err(de::Error::custom))
+        .transpose()
+}
+
+/// `name` as a pod's interface, or why it cannot be one.
+fn pod_ifname(name: &str) -> Result<IfName, String> {
+    IfName::for_pod(name).map_err(|r| format!("{name:?} is not a valid interface name: {r}"))
 }
 
 /// `default-route`: a list of IP addresses, a bad one named by its index.
@@ -218,13 +236,13 @@ fn parse_comma_item(
     if let Some(w) = nad_name_warning(name) {
         warnings.push(format!("{item}: {w}"));
     }
-    if let Some(ifname) = ifname {
-        IfName::for_pod(ifname).map_err(|r| bad(format!("interface {ifname:?}: {r}")))?;
-    }
+    let interface = ifname
+        .map(|i| IfName::for_pod(i).map_err(|r| bad(format!("interface {i:?}: {r}"))))
+        .transpose()?;
     Ok(NetworkSelectionElement {
         name: name.into(),
         namespace,
-        interface: ifname.map(GoStr::from),
+        interface,
         ..Default::default()
     })
 }
@@ -333,14 +351,6 @@ fn decode_element(
         }
     }
 
-    let ifname = |key: &str, name: &str| {
-        IfName::for_pod(name)
-            .map(drop)
-            .map_err(|r| at(key)(format!("{name:?} is not a valid interface name: {r}")))
-    };
-    if let Some(name) = &e.interface {
-        ifname("interface", name)?;
-    }
     // The other keys: Multus's `interfaceRequest`, extension keys, and keys
     // reserved by the spec that plexus does not know.
     let mut unknown = Vec::new();
@@ -348,7 +358,7 @@ fn decode_element(
         if key == "interfaceRequest" {
             let old = Option::<GoStr>::deserialize(value).map_err(|r| at(&key)(r.to_string()))?;
             let Some(old) = old else { continue };
-            ifname(&key, &old)?;
+            let old = pod_ifname(&old).map_err(at(&key))?;
             let w = if e.interface.is_some() {
                 "deprecated Multus key ignored because \"interface\" is also set"
             } else {
@@ -578,12 +588,12 @@ mod tests {
             p.elements,
             vec![
                 NetworkSelectionElement {
-                    interface: Some("eth1".into()),
+                    interface: Some(IfName::new("eth1").unwrap()),
                     ..el("net-a")
                 },
                 NetworkSelectionElement {
                     namespace: Some("other-ns".into()),
-                    interface: Some("net9".into()),
+                    interface: Some(IfName::new("net9").unwrap()),
                     ..el("net-b")
                 },
                 el("net-c"),
@@ -594,7 +604,7 @@ mod tests {
             only("ns / net @ eth1"),
             NetworkSelectionElement {
                 namespace: Some("ns".into()),
-                interface: Some("eth1".into()),
+                interface: Some(IfName::new("eth1").unwrap()),
                 ..el("net")
             }
         );

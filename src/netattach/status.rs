@@ -19,6 +19,7 @@ use super::go_json::{
     self, as_array, as_object, decode_error, GoBool, GoMap, GoStr, GoStrs, GoU32,
 };
 use crate::cni::casefold;
+use crate::cni::names::IfName;
 use crate::cni::result::{CniResult, IpConfig};
 
 pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
@@ -91,7 +92,7 @@ pub struct StatusInput<'a> {
     pub network: &'a str,
     /// The CNI_IFNAME used; the interface name for results older than 0.3.0
     /// and for attachments that returned no result.
-    pub ifname: Option<&'a str>,
+    pub ifname: Option<&'a IfName>,
     /// This is the cluster-wide default network's entry (§5.2).
     pub default: bool,
     /// The `default-route` key of the selection element, when it had one
@@ -131,14 +132,14 @@ impl NetworkStatus {
             ..Default::default()
         };
         let Some(r) = result else {
-            s.interface = input.ifname.map(GoStr::from);
+            s.interface = input.ifname.map(|n| GoStr::from(n.as_str()));
             return s;
         };
         let legacy = r.cni_version.is_some_and(|v| v.has_legacy_result());
         let ips: Vec<&IpConfig> = if legacy {
             // §5.3.2.1, §5.3.3.1: before 0.3.0 there are no interfaces; the
             // addresses are ip4 and ip6 together.
-            s.interface = input.ifname.map(GoStr::from);
+            s.interface = input.ifname.map(|n| GoStr::from(n.as_str()));
             r.ips.iter().collect()
         } else if let Some((idx, iface)) = r
             .interfaces
@@ -151,7 +152,7 @@ impl NetworkStatus {
             // name empty used CNI_IFNAME.
             s.interface = Some(iface.name.as_str())
                 .filter(|n| !n.is_empty())
-                .or(input.ifname)
+                .or(input.ifname.map(IfName::as_str))
                 .map(GoStr::from);
             s.mac = iface
                 .mac
@@ -471,7 +472,7 @@ mod tests {
                 Some(&default_net),
                 &StatusInput {
                     network: "namespace-a/cluster-wide-default",
-                    ifname: Some("eth5"),
+                    ifname: Some(&IfName::new("eth5").unwrap()),
                     default: true,
                     // The example's entry has "default-route": as if its
                     // selection had `"default-route": []` (§5.3.7.4).
@@ -483,7 +484,7 @@ mod tests {
                 Some(&some_network),
                 &StatusInput {
                     network: "namespace-b/some-network",
-                    ifname: Some("eth1"),
+                    ifname: Some(&IfName::new("eth1").unwrap()),
                     ..Default::default()
                 },
             ),
@@ -491,7 +492,7 @@ mod tests {
                 Some(&ib),
                 &StatusInput {
                     network: "namespace-a/an-ip-over-infiniband-network",
-                    ifname: Some("ib0"),
+                    ifname: Some(&IfName::new("ib0").unwrap()),
                     ..Default::default()
                 },
             ),
@@ -538,7 +539,7 @@ mod tests {
             Some(&r),
             &StatusInput {
                 network: "dbnet",
-                ifname: Some("eth0"),
+                ifname: Some(&IfName::new("eth0").unwrap()),
                 default: true,
                 // `"default-route": []`: the result's own gateway (§5.3.7.4).
                 gateway_request: Some(&[]),
@@ -588,7 +589,7 @@ mod tests {
             Some(&r),
             &StatusInput {
                 network: "ns/old",
-                ifname: Some("net1"),
+                ifname: Some(&IfName::new("net1").unwrap()),
                 gateway_request: Some(&[]),
                 ..Default::default()
             },
@@ -619,7 +620,7 @@ mod tests {
             Some(&r),
             &StatusInput {
                 network: "ns/n",
-                ifname: Some("net1"),
+                ifname: Some(&IfName::new("net1").unwrap()),
                 ..Default::default()
             },
         );
@@ -672,7 +673,7 @@ mod tests {
             None,
             &StatusInput {
                 network: "ns/thick",
-                ifname: Some("net2"),
+                ifname: Some(&IfName::new("net2").unwrap()),
                 ..Default::default()
             },
         );

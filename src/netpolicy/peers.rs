@@ -123,7 +123,7 @@ mod tests {
                 .collect(),
             attachments: vec![Attachment {
                 network: network.into(),
-                interface: "net1".into(),
+                interface: Some("net1".parse().unwrap()),
                 ips: vec![],
             }],
             named_ports: Default::default(),

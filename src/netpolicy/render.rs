@@ -49,21 +49,22 @@ pub fn table(interfaces: &[InterfacePolicy]) -> Option<Table> {
     let mut output = Vec::new();
     let mut chains = Vec::new();
     for interface in interfaces {
+        // No kernel interface, no rule: the caller reports it.
+        let Some(ifname) = &interface.interface else {
+            continue;
+        };
         for (direction, allowed) in [
             (Direction::In, &interface.ingress),
             (Direction::Out, &interface.egress),
         ] {
             let Some(allowed) = allowed else { continue };
             let name = match direction {
-                Direction::In => format!("in-{}", interface.interface),
-                Direction::Out => format!("out-{}", interface.interface),
+                Direction::In => format!("in-{ifname}"),
+                Direction::Out => format!("out-{ifname}"),
             };
             let (hook_rules, on) = match direction {
-                Direction::In => (&mut input, Match::InInterface(interface.interface.clone())),
-                Direction::Out => (
-                    &mut output,
-                    Match::OutInterface(interface.interface.clone()),
-                ),
+                Direction::In => (&mut input, Match::InInterface(ifname.clone())),
+                Direction::Out => (&mut output, Match::OutInterface(ifname.clone())),
             };
             hook_rules.push(rule(vec![on], Verdict::Jump(name.clone())));
             let mut builder = ChainBuilder {
@@ -232,7 +233,7 @@ mod tests {
 
     fn policy(ingress: Option<Vec<Allow>>, egress: Option<Vec<Allow>>) -> InterfacePolicy {
         InterfacePolicy {
-            interface: "net1".into(),
+            interface: Some("net1".parse().unwrap()),
             network: "ns1/blue".into(),
             policies: vec!["ns1/p".into()],
             ingress,
@@ -273,7 +274,7 @@ mod tests {
         assert_eq!(
             chain(&t, "input").rules,
             [rule(
-                vec![Match::InInterface("net1".into())],
+                vec![Match::InInterface("net1".parse().unwrap())],
                 Verdict::Jump("in-net1".into())
             )]
         );

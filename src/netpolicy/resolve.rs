@@ -28,6 +28,8 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
+use crate::cni::names::IfName;
+
 use super::selector::LabelSelector;
 use super::spec::{Peer, Policy, PolicyPort, PolicyType, PortRef, Protocol, RuleRef};
 
@@ -47,7 +49,9 @@ pub struct PodView {
 pub struct Attachment {
     /// The NAD, `namespace/name`.
     pub network: String,
-    pub interface: String,
+    /// `None`: no kernel interface (a DPDK-mode VF has no netdev in the
+    /// pod), or its entry names one no interface can have.
+    pub interface: Option<IfName>,
     pub ips: Vec<IpAddr>,
 }
 
@@ -107,7 +111,9 @@ pub struct PortMatch {
 /// direction is not isolated).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InterfacePolicy {
-    pub interface: String,
+    /// `None`: an attachment without a kernel interface, which the kernel
+    /// cannot filter.
+    pub interface: Option<IfName>,
     pub network: String,
     /// The selecting policies, `namespace/name`.
     pub policies: Vec<String>,

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::PodSpec;
 
 use super::resolve::{Attachment, PodView};
 use super::spec::{Policy, PortRef, Protocol};
+use crate::cni::names::IfName;
 use crate::netattach::status::{parse_status_annotation, NetworkStatus};
 
 /// A pod's view from its network-status entries (an annotation that does
@@ -44,12 +45,16 @@ pub fn view(
 }
 
 /// An entry as an attachment: its addresses without their prefix length.
-/// No interface (a DPDK-mode VF has no netdev in the pod) is an empty
-/// name, which the enforcer reports and cannot filter.
+/// No interface (a DPDK-mode VF has no netdev in the pod), or one no
+/// interface can have, is none, which the enforcer reports and cannot
+/// filter.
 fn attachment(entry: &NetworkStatus) -> Attachment {
     Attachment {
         network: entry.name.to_string(),
-        interface: entry.interface.as_deref().unwrap_or_default().to_string(),
+        interface: entry
+            .interface
+            .as_deref()
+            .and_then(|name| IfName::new(name).ok()),
         ips: entry
             .ips
             .iter()
@@ -109,7 +114,7 @@ mod tests {
         let v = from_status("ns1", "p", BTreeMap::new(), Some(&status));
         assert_eq!(v.attachments.len(), 3);
         assert_eq!(v.attachments[1].network, "ns1/blue");
-        assert_eq!(v.attachments[1].interface, "net1");
+        assert_eq!(v.attachments[1].interface.as_deref(), Some("net1"));
         assert_eq!(
             v.attachments[1].ips,
             [
@@ -117,7 +122,7 @@ mod tests {
                 "fd00::5".parse().unwrap()
             ]
         );
-        assert_eq!(v.attachments[2].interface, "", "no netdev: DPDK");
+        assert_eq!(v.attachments[2].interface, None, "no netdev: DPDK");
         assert!(from_status("ns1", "p", BTreeMap::new(), Some("[{"))
             .attachments
             .is_empty());

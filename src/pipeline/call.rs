@@ -8,7 +8,7 @@ use crate::cluster::{Cluster, ClusterError};
 use crate::cni::args::CniArgs;
 use crate::cni::casefold;
 use crate::cni::error::CniError;
-use crate::cni::names::{ContainerId, IfName};
+use crate::cni::names::{ContainerId, IfName, NetnsPath};
 use crate::cni::skel::Request;
 use crate::config::{PlexusConf, DEFAULT_BIN_DIR, DEFAULT_CNI_DIR};
 use crate::netattach::pod::Pod;
@@ -20,7 +20,7 @@ use crate::run::{Delegates, Registry, RunContext};
 pub struct Call<'a> {
     pub container_id: ContainerId,
     pub ifname: IfName,
-    pub netns: Option<PathBuf>,
+    pub netns: Option<NetnsPath>,
     cni_path: &'a [PathBuf],
 }
 

@@ -448,7 +448,7 @@ fn release_unrecorded(
     match whereabouts::unrecorded::release_unrecorded(
         conf,
         parts.daemon_api(),
-        container_id.as_str(),
+        container_id,
         &podref,
     ) {
         Ok(released) if released.entries.is_empty() => None,

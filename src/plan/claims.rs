@@ -35,6 +35,7 @@ pub use super::error::ClaimProblem;
 use super::error::PlanError;
 use crate::attachment::{Attachment, Plan, PLEXUS_ARGS};
 use crate::cluster::Cluster;
+use crate::cni::names::IfName;
 use crate::netattach::ipamclaim::IpamClaim;
 use crate::netattach::pod::Pod;
 
@@ -72,7 +73,8 @@ pub struct Bound {
 pub struct ClaimEntry {
     pub namespace: String,
     pub name: String,
-    pub interface: String,
+    /// Checked as the claim book is read, as every name is.
+    pub interface: IfName,
     /// `cniVersion`, `name` and `ipam` of each host-local plugin of the chain.
     pub ipam: Vec<Map<String, Value>>,
 }
@@ -138,7 +140,7 @@ pub fn bind(plan: &mut Plan, pod: &Pod, cluster: &dyn Cluster) -> Result<Vec<Bou
             entry: ClaimEntry {
                 namespace: pod.namespace.clone(),
                 name: name.to_string(),
-                interface: attachment.ifname.to_string(),
+                interface: attachment.ifname.clone(),
                 ipam,
             },
         });
@@ -347,7 +349,7 @@ mod tests {
                 entry: ClaimEntry {
                     namespace: "ns".into(),
                     name: "vm-a.tenantred".into(),
-                    interface: "net1".into(),
+                    interface: IfName::new("net1").unwrap(),
                     ipam: vec![ipam.as_object().unwrap().clone()],
                 },
             }]

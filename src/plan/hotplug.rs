@@ -24,6 +24,7 @@
 
 use super::error::PlanError;
 use crate::attachment::{net_n, Attachment, Plan};
+use crate::cni::names::IfName;
 use crate::netattach::pod::Pod;
 use crate::netattach::selection::{parse_selection_annotation, NETWORKS_ANNOTATION};
 use crate::record::{CachedAttachment, Record, State};
@@ -87,9 +88,9 @@ pub fn changes(
 
     // Pin each selection to the interface its network has: explicit
     // names first, then the others to a name no selection asks for.
-    let explicit: Vec<String> = elements
+    let explicit: Vec<IfName> = elements
         .iter()
-        .filter_map(|e| e.interface.as_deref().map(String::from))
+        .filter_map(|e| e.interface.clone())
         .collect();
     let mut claimed = vec![false; selected.len()];
     for pass_explicit in [true, false] {
@@ -103,13 +104,13 @@ pub fn changes(
                 !claimed[k]
                     && a.network == network
                     && match &element.interface {
-                        Some(name) => a.ifname == **name,
-                        None => !explicit.iter().any(|e| *e == a.ifname),
+                        Some(name) => a.ifname == *name,
+                        None => !explicit.contains(&a.ifname),
                     }
             });
             if let Some(k) = found {
                 claimed[k] = true;
-                element.interface = Some(selected[k].attachment.ifname.as_str().into());
+                element.interface = Some(selected[k].attachment.ifname.clone());
             }
         }
     }
@@ -117,22 +118,18 @@ pub fn changes(
     // of every interface the sandbox has (the auxiliary chain's, the
     // delegates', one being detached) and of every name the annotation
     // asks for. The planner's positional name would not know the record.
-    let mut taken: Vec<String> = record
+    let mut taken: Vec<IfName> = record
         .attachments
         .iter()
-        .map(|c| c.attachment.ifname.to_string())
-        .chain(
-            elements
-                .iter()
-                .filter_map(|e| e.interface.as_deref().map(String::from)),
-        )
+        .map(|c| c.attachment.ifname.clone())
+        .chain(elements.iter().filter_map(|e| e.interface.clone()))
         .collect();
     for element in elements.iter_mut().filter(|e| e.interface.is_none()) {
         let name = (1..)
-            .map(|n| net_n(n).to_string())
+            .map(net_n)
             .find(|n| !taken.contains(n))
             .expect("an unbounded range always has a free name");
-        element.interface = Some(name.as_str().into());
+        element.interface = Some(name.clone());
         taken.push(name);
     }
     let mut pinned = pod.clone();

@@ -373,12 +373,9 @@ fn assign_ifnames(default_ifname: &IfName, wanted: &[Wanted]) -> Result<Vec<IfNa
     let mut used: BTreeSet<IfName> = BTreeSet::from([default_ifname.clone()]);
     let mut names = Vec::with_capacity(wanted.len());
     for (i, want) in wanted.iter().enumerate() {
-        let name = match want.selection.as_ref().and_then(|s| s.interface.as_deref()) {
+        let name = match want.selection.as_ref().and_then(|s| s.interface.clone()) {
+            // Checked as the selection was read (§4.1.2.1.5).
             Some(name) => {
-                // The selection's parser checked it (§4.1.2.1.5).
-                let name = IfName::new(name).map_err(|reason| {
-                    PlanError::config(format!("{}: interface", want.label), reason)
-                })?;
                 if used.contains(&name) {
                     return Err(PlanError::InterfaceTaken {
                         label: want.label.clone(),

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::cluster::Cluster;
 use crate::cni::env::{AttachmentParams, CniEnv};
+use crate::cni::names::IfName;
 use crate::cni::skel::Request;
 use crate::plan::claims::{owners_in, Bound, ClaimEntry, CLAIM_IPAM};
 use crate::plan::PlanError;
@@ -84,7 +85,7 @@ pub struct Swept {
     pub released: Vec<String>,
     /// `(owner, interface)` of every noted claim whose addresses are still
     /// held: attachments a GC must treat as valid.
-    pub held: Vec<(String, String)>,
+    pub held: Vec<(String, IfName)>,
     pub warnings: Vec<String>,
 }
 
@@ -225,7 +226,7 @@ mod tests {
     use crate::plan::Plan;
 
     /// `(owner, interface)` of each claim the book holds.
-    fn noted(book: &ClaimBook) -> Vec<(String, String)> {
+    fn noted(book: &ClaimBook) -> Vec<(String, IfName)> {
         let (entries, _) = book.entries();
         entries
             .iter()
@@ -254,7 +255,7 @@ mod tests {
             noted(&book),
             [(
                 "ipamclaim_ns_vm-a.tenantred".to_string(),
-                "net1".to_string()
+                IfName::new("net1").unwrap()
             )]
         );
     }

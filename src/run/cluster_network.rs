@@ -72,7 +72,7 @@ impl ClusterPluginCall<'_, '_> {
         called.map_err(|e| RunError::ClusterPlugin {
             network: self.network.to_string(),
             index: i,
-            plugin_type: plugin.plugin_type.clone(),
+            plugin_type: plugin.plugin_type.to_string(),
             source: Box::new(e),
         })
     }

@@ -67,7 +67,7 @@ pub(super) fn copy_device_plugin_info(
 pub(super) fn cni_file_error(att: &Attachment, path: &Path, e: std::io::Error) -> RunError {
     RunError::DeviceInfoFile {
         network: att.network.clone(),
-        ifname: att.ifname.to_string(),
+        ifname: att.ifname.clone(),
         path: path.to_path_buf(),
         reason: e.to_string(),
     }

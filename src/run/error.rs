@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use crate::cni::env::CNI_NETNS;
 use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::cni::names::{ContainerId, IfName, NetnsPath};
 use crate::plan::PlanError;
 use crate::record::{RecordError, State};
 
@@ -36,30 +37,30 @@ pub enum RunError {
     /// `CNI_NETNS` is missing; `reason` says what needs it.
     NoNetns { reason: &'static str },
     /// `CNI_NETNS` is the node's own namespace.
-    NodeNetns { path: PathBuf },
+    NodeNetns { path: NetnsPath },
     /// A plan without attachments (a plan always has the cluster network).
     EmptyPlan,
     /// ADD found a record of an ADD not DEL'd yet.
     AlreadyAdded {
-        container_id: String,
-        ifname: String,
+        container_id: ContainerId,
+        ifname: IfName,
         path: PathBuf,
     },
     /// CHECK found an attachment whose ADD did not complete.
     NotAdded {
         network: String,
-        ifname: String,
+        ifname: IfName,
         state: State,
     },
     /// plexus has no record of the sandbox's ADD.
     UnknownContainer {
-        container_id: String,
-        ifname: String,
+        container_id: ContainerId,
+        ifname: IfName,
     },
     /// A hot-plug names an interface the sandbox has already.
-    InterfaceTaken { network: String, ifname: String },
+    InterfaceTaken { network: String, ifname: IfName },
     /// A detach names the cluster network's interface.
-    ClusterInterface { ifname: String },
+    ClusterInterface { ifname: IfName },
     /// A plugin configuration without `type`.
     NoType,
     /// A plugin type the registry refuses to run.
@@ -67,20 +68,20 @@ pub enum RunError {
     /// The attachment's CNI device-info file could not be written or removed.
     DeviceInfoFile {
         network: String,
-        ifname: String,
+        ifname: IfName,
         path: PathBuf,
         reason: String,
     },
     /// multi-net-spec §4.1.2.1.9: a default-route change in the pod failed.
     Route {
         what: String,
-        ifname: String,
+        ifname: IfName,
         reason: String,
     },
     /// Plugin `index` (`plugin_type`) of an attachment failed.
     Step {
         network: String,
-        ifname: String,
+        ifname: IfName,
         index: usize,
         plugin_type: String,
         source: Box<RunError>,
@@ -88,7 +89,7 @@ pub enum RunError {
     /// The default-route step of an attachment failed.
     DefaultRoute {
         network: String,
-        ifname: String,
+        ifname: IfName,
         source: Box<RunError>,
     },
     /// The cluster network's configuration (GC, STATUS) failed.
@@ -105,8 +106,8 @@ pub enum RunError {
     },
     /// GC's teardown of a stale record failed.
     StaleRecord {
-        container_id: String,
-        ifname: String,
+        container_id: ContainerId,
+        ifname: IfName,
         source: Box<RunError>,
     },
     /// A failed ADD whose rollback (`rollback`) or record write (`record`)
@@ -155,13 +156,13 @@ impl RunError {
     pub(crate) fn in_step(
         self,
         network: &str,
-        ifname: &str,
+        ifname: &IfName,
         index: usize,
         plugin_type: &str,
     ) -> RunError {
         RunError::Step {
             network: network.to_string(),
-            ifname: ifname.to_string(),
+            ifname: ifname.clone(),
             index,
             plugin_type: plugin_type.to_string(),
             source: Box::new(self),
@@ -175,10 +176,14 @@ impl RunError {
         matches!(self, RunError::Exec(e) if e.names_plugin())
     }
 
-    pub(crate) fn route(what: impl Into<String>, ifname: &str, reason: impl fmt::Display) -> Self {
+    pub(crate) fn route(
+        what: impl Into<String>,
+        ifname: &IfName,
+        reason: impl fmt::Display,
+    ) -> Self {
         RunError::Route {
             what: what.into(),
-            ifname: ifname.to_string(),
+            ifname: ifname.clone(),
             reason: reason.to_string(),
         }
     }
@@ -245,9 +250,7 @@ impl From<RunError> for CniError {
             RunError::Record(e) => e.into(),
             RunError::NoNetns { reason } => CniError::invalid_env(CNI_NETNS, reason),
             RunError::NodeNetns { path } => {
-                CniError::from(plexus_dataplane::drivers::DriverError::NodeNetns {
-                    path: path.display().to_string(),
-                })
+                CniError::from(plexus_dataplane::drivers::DriverError::NodeNetns { path })
             }
             RunError::EmptyPlan => CniError::invalid_config(
                 "plan",
@@ -408,14 +411,16 @@ mod tests {
                 ErrorCode::InvalidEnvironment,
             ),
             (
-                RunError::NodeNetns { path: "/n".into() },
+                RunError::NodeNetns {
+                    path: NetnsPath::new("/n").unwrap(),
+                },
                 ErrorCode::InvalidEnvironment,
             ),
             (RunError::EmptyPlan, ErrorCode::InvalidConfig),
             (
                 RunError::AlreadyAdded {
-                    container_id: "c".into(),
-                    ifname: "eth0".into(),
+                    container_id: ContainerId::new("c").unwrap(),
+                    ifname: IfName::new("eth0").unwrap(),
                     path: "/r".into(),
                 },
                 rejected,
@@ -423,28 +428,28 @@ mod tests {
             (
                 RunError::NotAdded {
                     network: "n".into(),
-                    ifname: "net1".into(),
+                    ifname: IfName::new("net1").unwrap(),
                     state: State::Failed,
                 },
                 failed,
             ),
             (
                 RunError::UnknownContainer {
-                    container_id: "c".into(),
-                    ifname: "eth0".into(),
+                    container_id: ContainerId::new("c").unwrap(),
+                    ifname: IfName::new("eth0").unwrap(),
                 },
                 ErrorCode::UnknownContainer,
             ),
             (
                 RunError::InterfaceTaken {
                     network: "n".into(),
-                    ifname: "net1".into(),
+                    ifname: IfName::new("net1").unwrap(),
                 },
                 ErrorCode::InvalidConfig,
             ),
             (
                 RunError::ClusterInterface {
-                    ifname: "eth0".into(),
+                    ifname: IfName::new("eth0").unwrap(),
                 },
                 ErrorCode::InvalidConfig,
             ),
@@ -459,26 +464,29 @@ mod tests {
             (
                 RunError::DeviceInfoFile {
                     network: "n".into(),
-                    ifname: "net1".into(),
+                    ifname: IfName::new("net1").unwrap(),
                     path: "/d".into(),
                     reason: "r".into(),
                 },
                 ErrorCode::Io,
             ),
-            (RunError::route("add", "net1", "r"), failed),
+            (
+                RunError::route("add", &IfName::new("net1").unwrap(), "r"),
+                failed,
+            ),
             // Context keeps the code of what it wraps.
             (
                 RunError::DefaultRoute {
                     network: "n".into(),
-                    ifname: "net1".into(),
+                    ifname: IfName::new("net1").unwrap(),
                     source: source(),
                 },
                 ErrorCode::InvalidConfig,
             ),
             (
                 RunError::StaleRecord {
-                    container_id: "c".into(),
-                    ifname: "eth0".into(),
+                    container_id: ContainerId::new("c").unwrap(),
+                    ifname: IfName::new("eth0").unwrap(),
                     source: source(),
                 },
                 ErrorCode::InvalidConfig,
@@ -496,7 +504,7 @@ mod tests {
     fn context_prefixes_details_and_keeps_the_rest() {
         let mut undone = CniError::invalid_config("mtu", "too big");
         undone.undone = true;
-        let e = RunError::from(undone).in_step("ns/a", "net1", 2, "macvlan");
+        let e = RunError::from(undone).in_step("ns/a", &IfName::new("net1").unwrap(), 2, "macvlan");
         assert!(e.undone());
         let answer = cni(e.clone());
         assert_eq!(
@@ -513,7 +521,13 @@ mod tests {
             stderr: String::new(),
         };
         assert_eq!(
-            cni(RunError::from(timed_out).in_step("ns/a", "net1", 0, "macvlan")).details,
+            cni(RunError::from(timed_out).in_step(
+                "ns/a",
+                &IfName::new("net1").unwrap(),
+                0,
+                "macvlan"
+            ))
+            .details,
             "ns/a (net1) plugins[0]: macvlan: /opt/cni/bin/macvlan ADD did not finish within 1s \
              and was killed"
         );
@@ -521,7 +535,8 @@ mod tests {
         // field spelled as the type (bridge's `bridge`).
         let field = CniError::invalid_config("bridge", "too long");
         assert_eq!(
-            cni(RunError::from(field).in_step("ns/a", "net1", 0, "bridge")).details,
+            cni(RunError::from(field).in_step("ns/a", &IfName::new("net1").unwrap(), 0, "bridge"))
+                .details,
             "ns/a (net1) plugins[0]: bridge: bridge: too long"
         );
         // A failed rollback and record write are appended; the mark stays.

@@ -22,8 +22,8 @@ impl Executor {
         match self.cache.load(&ctx.container_id, &ctx.ifname)? {
             Lookup::Found(record) => Ok(record),
             Lookup::Missing => Err(RunError::UnknownContainer {
-                container_id: ctx.container_id.to_string(),
-                ifname: ctx.ifname.to_string(),
+                container_id: ctx.container_id.clone(),
+                ifname: ctx.ifname.clone(),
             }),
             Lookup::Corrupt { path, reason } => Err(RecordError::Corrupt { path, reason }.into()),
         }
@@ -53,7 +53,7 @@ impl Executor {
         }) {
             return Err(RunError::InterfaceTaken {
                 network: taken.network.clone(),
-                ifname: taken.ifname.to_string(),
+                ifname: taken.ifname.clone(),
             });
         }
         let first = record.attachments.len();
@@ -88,7 +88,7 @@ impl Executor {
     ) -> Result<Option<Attachment>, RunError> {
         if *ifname == ctx.ifname {
             return Err(RunError::ClusterInterface {
-                ifname: ifname.to_string(),
+                ifname: ifname.clone(),
             });
         }
         let mut record = match self.record(ctx) {

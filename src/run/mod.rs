@@ -39,7 +39,6 @@ pub mod registry;
 pub mod route_hook;
 pub mod routes;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,7 +48,7 @@ use crate::cni::args::CniArgs;
 use crate::cni::durable;
 use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
 use crate::cni::error::CniError;
-use crate::cni::names::{ContainerId, IfName};
+use crate::cni::names::{ContainerId, IfName, NetnsPath};
 use crate::cni::result::CniResult;
 use crate::cni::skel::{valid_attachments_value, Request, ValidAttachment, VALID_ATTACHMENTS};
 use crate::cni::CniVersion;
@@ -84,7 +83,7 @@ pub struct RunContext<'a> {
     /// of plexus's record.
     pub ifname: IfName,
     /// `CNI_NETNS`; required for ADD and CHECK, optional for DEL.
-    pub netns: Option<PathBuf>,
+    pub netns: Option<NetnsPath>,
     pub delegates: Delegates<'a>,
 }
 
@@ -200,14 +199,14 @@ impl Executor {
 
     /// ADD every attachment of `plan`, or none: see the module docs.
     pub fn add(&self, plan: &Plan, ctx: &RunContext) -> Result<Vec<AttachmentResult>, RunError> {
-        let netns = ctx.netns.as_deref().ok_or(RunError::NoNetns {
+        let netns = ctx.netns.as_ref().ok_or(RunError::NoNetns {
             reason: "required for ADD but not set",
         })?;
         // No pod has the node's namespace: refused before any plugin (built
         // in or exec'd) could configure the node as a pod.
-        if let Ok(PodLookup::Node) = ctx.delegates.session().pod(netns) {
+        if let Ok(PodLookup::Node) = ctx.delegates.session().pod(netns.as_path()) {
             return Err(RunError::NodeNetns {
-                path: netns.to_path_buf(),
+                path: netns.clone(),
             });
         }
         if plan.attachments.is_empty() {
@@ -220,8 +219,8 @@ impl Executor {
         match self.cache.load(&ctx.container_id, &ctx.ifname)? {
             Lookup::Found(old) if old.owes_del() => {
                 return Err(RunError::AlreadyAdded {
-                    container_id: ctx.container_id.to_string(),
-                    ifname: ctx.ifname.to_string(),
+                    container_id: ctx.container_id.clone(),
+                    ifname: ctx.ifname.clone(),
                     path: self.cache.path(&ctx.container_id, &ctx.ifname),
                 })
             }
@@ -246,7 +245,7 @@ impl Executor {
         first: usize,
         chains: &[Vec<Step>],
         ctx: &RunContext,
-        netns: &Path,
+        netns: &NetnsPath,
     ) -> Result<Vec<AttachmentResult>, RunError> {
         let attachments: Vec<Attachment> = record.attachments[first..]
             .iter()
@@ -334,7 +333,7 @@ impl Executor {
         att: &Attachment,
         steps: &[Step],
         ctx: &RunContext,
-        netns: &Path,
+        netns: &NetnsPath,
         copy: Option<&DeviceInfo>,
     ) -> Result<(CniResult, OptionalDeviceInfo), Box<ChainFailure>> {
         let env = attachment_env(att, ctx, CniCommand::Add, ctx.netns.clone())
@@ -381,7 +380,7 @@ impl Executor {
         })();
         let routed = routed.map_err(|e| RunError::DefaultRoute {
             network: att.network.clone(),
-            ifname: att.ifname.to_string(),
+            ifname: att.ifname.clone(),
             source: Box::new(e),
         });
         routed
@@ -545,7 +544,7 @@ impl Executor {
             report.warnings.push(format!(
                 "CNI_NETNS {} is the node's own namespace, not the pod's: plugins get no \
                  CNI_NETNS, so nothing of the node is deleted",
-                node.display()
+                node
             ));
         }
         let netns = netns.live();
@@ -605,7 +604,7 @@ impl Executor {
         if let Some(c) = record.attachments.iter().find(|c| c.state != State::Added) {
             return Err(RunError::NotAdded {
                 network: c.attachment.network.clone(),
-                ifname: c.attachment.ifname.to_string(),
+                ifname: c.attachment.ifname.clone(),
                 state: c.state,
             });
         }
@@ -666,8 +665,8 @@ impl Executor {
                             report.deleted.push((container_id, ifname));
                         }
                         Err(e) => errors.push(RunError::StaleRecord {
-                            container_id: container_id.to_string(),
-                            ifname: ifname.to_string(),
+                            container_id: container_id.clone(),
+                            ifname: ifname.clone(),
                             source: Box::new(e),
                         }),
                     }
@@ -798,7 +797,7 @@ fn prepare<'r>(
 fn del_chain(
     cached: &mut CachedAttachment,
     ctx: &RunContext,
-    netns: Option<PathBuf>,
+    netns: Option<NetnsPath>,
     skip: Option<usize>,
 ) -> Result<(), RunError> {
     let att = &cached.attachment;
@@ -831,7 +830,7 @@ fn attachment_env(
     att: &Attachment,
     ctx: &RunContext,
     command: CniCommand,
-    netns: Option<PathBuf>,
+    netns: Option<NetnsPath>,
 ) -> Result<CniEnv, CniError> {
     let args = CniArgs::parse(&att.cni_args)
         .map_err(|e| e.within(format!("{} ({})", att.network, att.ifname)))?;
@@ -855,10 +854,10 @@ fn live_netns(ctx: &RunContext) -> DelNetns {
     let Some(p) = ctx.netns.clone() else {
         return DelNetns::Gone;
     };
-    match ctx.delegates.session().pod(&p) {
+    match ctx.delegates.session().pod(p.as_path()) {
         Ok(PodLookup::Node) => DelNetns::Node(p),
         Ok(PodLookup::Pod(_)) => DelNetns::Live(p),
-        _ if p.exists() => DelNetns::Live(p),
+        _ if p.as_path().exists() => DelNetns::Live(p),
         _ => DelNetns::Gone,
     }
 }
@@ -870,7 +869,7 @@ fn pod_has_ifname(ctx: &RunContext) -> bool {
         return false;
     };
     let session = ctx.delegates.session();
-    match session.pod(&netns) {
+    match session.pod(netns.as_path()) {
         Ok(PodLookup::Pod(side)) => session
             .pod_netlink(side)
             .and_then(|nl| Ok(nl.link_by_name(&ctx.ifname)?.is_some()))
@@ -881,14 +880,14 @@ fn pod_has_ifname(ctx: &RunContext) -> bool {
 
 /// What a DEL's `CNI_NETNS` is, see [`live_netns`].
 enum DelNetns {
-    Live(PathBuf),
+    Live(NetnsPath),
     Gone,
-    Node(PathBuf),
+    Node(NetnsPath),
 }
 
 impl DelNetns {
     /// `CNI_NETNS` for the plugins.
-    fn live(self) -> Option<PathBuf> {
+    fn live(self) -> Option<NetnsPath> {
         match self {
             DelNetns::Live(p) => Some(p),
             DelNetns::Gone | DelNetns::Node(_) => None,
@@ -985,7 +984,7 @@ mod tests {
         // cni-SPEC §3 "Deriving request configuration": prevResult as the
         // request's version; a stale one in the plan JSON is dropped.
         let env = CniEnv::Add(AttachmentParams {
-            netns: Some("/run/netns/x".into()),
+            netns: Some(crate::cni::names::NetnsPath::new("/run/netns/x").unwrap()),
             ..AttachmentParams::new("c", "eth0").unwrap()
         });
         let config = json!({"cniVersion": "0.2.0", "name": "n", "type": "t",
@@ -1024,12 +1023,15 @@ mod tests {
         };
         assert_eq!(
             d.search_path(),
-            [PathBuf::from("/opt/cni/bin"), "/usr/lib/cni".into()]
+            [
+                std::path::PathBuf::from("/opt/cni/bin"),
+                "/usr/lib/cni".into()
+            ]
         );
         d.bin_dir = Some("/var/lib/plexus/bin".into());
         assert_eq!(
             d.search_path().last().unwrap(),
-            Path::new("/var/lib/plexus/bin")
+            std::path::Path::new("/var/lib/plexus/bin")
         );
     }
 }

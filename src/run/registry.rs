@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use crate::cni::delegate::Resolver;
 use crate::cni::error::CniError;
-use crate::cni::names;
+use crate::cni::names::PluginType;
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, TypedPlugin, ValidAttachment};
 
 use plexus_dataplane::Session;
 
 use super::error::RunError;
-use super::exec::{ExecError, ExecPlugin, ExecSite};
+use super::exec::{parse_type, ExecPlugin, ExecSite};
 use crate::config::DEFAULT_PLUGIN_TIMEOUT;
 
 /// Builds a built-in plugin. It gets the resolver so that it can delegate in
@@ -116,27 +116,35 @@ impl Registry {
         self.exec_timeout
     }
 
-    /// The plugin serving `plugin_type`: built in, refused, or exec'd.
+    /// The plugin serving `plugin_type` (a configuration's `type`): built
+    /// in, refused, or exec'd.
     pub(crate) fn serve(&self, plugin_type: &str) -> Result<Served<'_>, RunError> {
-        names::check_plugin_type(plugin_type).map_err(ExecError::PluginType)?;
-        if let Some(reason) = self.refused.get(plugin_type) {
+        self.serve_type(&parse_type(plugin_type)?)
+    }
+
+    fn serve_type(&self, plugin_type: &PluginType) -> Result<Served<'_>, RunError> {
+        if let Some(reason) = self.refused.get(plugin_type.as_str()) {
             return Err(RunError::Refused {
                 plugin_type: plugin_type.to_string(),
                 reason: reason.clone(),
             });
         }
-        match self.builtins.get(plugin_type) {
+        match self.builtins.get(plugin_type.as_str()) {
             Some(factory) => Ok(Served::Builtin(factory(self, &self.session))),
             None => Ok(Served::Exec(
-                ExecPlugin::new(plugin_type, self.exec_timeout)?.at(self.exec_site.clone()),
+                ExecPlugin::of(plugin_type.clone(), self.exec_timeout).at(self.exec_site.clone()),
             )),
         }
     }
 }
 
 impl Resolver for Registry {
-    fn resolve(&self, plugin_type: &str, _req: &Request) -> Result<Box<dyn Plugin + '_>, CniError> {
-        Ok(match self.serve(plugin_type)? {
+    fn resolve(
+        &self,
+        plugin_type: &PluginType,
+        _req: &Request,
+    ) -> Result<Box<dyn Plugin + '_>, CniError> {
+        Ok(match self.serve_type(plugin_type)? {
             Served::Builtin(plugin) => plugin,
             Served::Exec(plugin) => Box::new(plugin),
         })
@@ -228,6 +236,7 @@ mod tests {
     use super::*;
     use crate::cni::env::{AttachmentParams, CniCommand, CniEnv};
     use crate::cni::result::CniResult;
+    use crate::run::exec::ExecError;
 
     /// A built-in plugin that says who it is in its result's DNS domain and
     /// delegates its `ipam` through the resolver it was built with.
@@ -268,7 +277,7 @@ mod tests {
 
     fn req(config: serde_json::Value, path: Vec<std::path::PathBuf>) -> Request {
         let env = CniEnv::Add(AttachmentParams {
-            netns: Some("/run/netns/x".into()),
+            netns: Some(crate::cni::names::NetnsPath::new("/run/netns/x").unwrap()),
             path,
             ..AttachmentParams::new("c", "eth0").unwrap()
         });
@@ -296,7 +305,7 @@ mod tests {
             json!({"cniVersion": "1.0.0", "name": "n", "type": "drv", "ipam": {"type": "fake-ipam"}}),
             vec![],
         );
-        let plugin = reg.resolve("drv", &r).unwrap();
+        let plugin = reg.resolve(&PluginType::new("drv").unwrap(), &r).unwrap();
         let result = plugin.add(&r).unwrap();
         assert_eq!(result.dns.domain.as_deref(), Some("drv+ipam"));
     }
@@ -310,7 +319,9 @@ mod tests {
             json!({"cniVersion": "1.0.0", "name": "n", "type": "no-such-plugin"}),
             vec!["/nonexistent-dir".into()],
         );
-        let plugin = reg.resolve("no-such-plugin", &r).unwrap();
+        let plugin = reg
+            .resolve(&PluginType::new("no-such-plugin").unwrap(), &r)
+            .unwrap();
         let e = plugin.validate(&r).unwrap_err();
         assert_eq!(
             e.details,
@@ -321,7 +332,11 @@ mod tests {
             json!({"cniVersion": "1.0.0", "name": "n", "type": "drv", "ipam": {"type": "no-ipam"}}),
             vec!["/nonexistent-dir".into()],
         );
-        let e = reg.resolve("drv", &r).unwrap().add(&r).unwrap_err();
+        let e = reg
+            .resolve(&PluginType::new("drv").unwrap(), &r)
+            .unwrap()
+            .add(&r)
+            .unwrap_err();
         assert!(
             e.details
                 .starts_with("ipam (no-ipam).no-ipam: no executable"),
@@ -354,6 +369,6 @@ mod tests {
         ));
         // Registering a refused type as a built-in lifts the refusal.
         let reg = reg.with_builtin("plexus", |_, _| Box::new(Ipam));
-        assert!(reg.resolve("plexus", &r).is_ok());
+        assert!(reg.resolve(&PluginType::new("plexus").unwrap(), &r).is_ok());
     }
 }

@@ -3,9 +3,9 @@
 //! implementations share. The kernel's side is [`super::routes`].
 
 use std::net::IpAddr;
-use std::path::Path;
 
 use super::RunError;
+use crate::cni::names::{IfName, NetnsPath};
 use crate::cni::result::{CniResult, Route};
 
 /// multi-net-spec §4.1.2.1.9: the routing step after an attachment is added.
@@ -20,8 +20,8 @@ pub trait RouteHook {
 /// A change to the default routes of `ifname` in `netns`.
 #[derive(Debug, Clone, Copy)]
 pub struct RouteChange<'a> {
-    pub netns: &'a Path,
-    pub ifname: &'a str,
+    pub netns: &'a NetnsPath,
+    pub ifname: &'a IfName,
     /// `None`: remove them (the cluster-wide default network's, when another
     /// attachment takes the default route); else send the default route
     /// through these gateways, in order of preference.

@@ -2,7 +2,7 @@
 //! calls after an attachment, implemented over the data plane's netlink
 //! handle in the pod's namespace.
 
-use std::path::Path;
+use crate::cni::names::{IfName, NetnsPath};
 use std::sync::Arc;
 
 use plexus_dataplane::netlink::{IpFamily, Route};
@@ -19,17 +19,17 @@ pub struct NetlinkRouteHook {
     pub session: Arc<Session>,
 }
 
-fn failed(what: &str, ifname: &str, e: impl std::fmt::Display) -> RunError {
+fn failed(what: &str, ifname: &IfName, e: impl std::fmt::Display) -> RunError {
     RunError::route(what, ifname, e)
 }
 
 /// The pod's handle and the index of `ifname` in it.
 fn pod_link<'s>(
     session: &'s Session,
-    netns: &Path,
-    ifname: &str,
+    netns: &NetnsPath,
+    ifname: &IfName,
 ) -> Result<(&'s Netlink, u32), RunError> {
-    let nl = match session.pod(netns) {
+    let nl = match session.pod(netns.as_path()) {
         Ok(PodLookup::Pod(side)) => session
             .pod_netlink(side)
             .map_err(|e| failed("netlink in the pod namespace", ifname, e))?,
@@ -60,7 +60,7 @@ fn delete_defaults(
     nl: &Netlink,
     index: u32,
     families: &[IpFamily],
-    ifname: &str,
+    ifname: &IfName,
 ) -> Result<(), RunError> {
     for &family in families {
         let routes = nl

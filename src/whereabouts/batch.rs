@@ -25,7 +25,7 @@ use super::{metrics, Call, ClusterIpamError};
 use crate::cluster::ClusterError;
 use crate::cni::error::CniError;
 use crate::whereabouts::pools::{Change, Note, PoolCopy, Written};
-use plexus_ipam::whereabouts::allocate::{self, ClaimAsk, Holder};
+use plexus_ipam::whereabouts::allocate::{self, ClaimAsk, HolderBuf};
 use plexus_ipam::whereabouts::conf::PoolRange;
 use plexus_ipam::whereabouts::pool::{self, Allocation};
 use plexus_ipam::whereabouts::reclaim;
@@ -57,7 +57,7 @@ enum Want {
 /// One call's request of a pool.
 struct Ticket {
     want: Want,
-    holder: Allocation,
+    holder: HolderBuf,
     /// Set by the turn-holder that settled it: the address taken or given
     /// back (`None`: the container held none).
     outcome: Mutex<Option<Result<Option<IpAddr>, Refused>>>,
@@ -119,11 +119,7 @@ impl Ticket {
             changes.insert(key, Change::Remove);
             return Ok(ip);
         };
-        let who = Holder {
-            container_id: &holder.container_id,
-            podref: &holder.podref,
-            ifname: &holder.ifname,
-        };
+        let who = holder.holder();
         let chosen = match claim {
             None => allocate::assign(range, allocations, taken, &who, *hint),
             Some((claim, preferred)) => {
@@ -249,7 +245,7 @@ impl Call<'_> {
         let name = self.pool_name(range);
         let ticket = Arc::new(Ticket {
             want,
-            holder: self.holder().allocation(),
+            holder: self.holder().to_buf(),
             outcome: Mutex::new(None),
             took_over: Mutex::new(None),
         });
@@ -371,14 +367,15 @@ impl Call<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::names::{ContainerId, IfName};
 
     fn ticket() -> Arc<Ticket> {
         Arc::new(Ticket {
             want: Want::Release,
-            holder: Allocation {
-                container_id: "c1".into(),
+            holder: HolderBuf {
+                container_id: ContainerId::new("c1").unwrap(),
                 podref: "ns/p".into(),
-                ifname: "net1".into(),
+                ifname: IfName::new("net1").unwrap(),
             },
             outcome: Mutex::new(None),
             took_over: Mutex::new(None),

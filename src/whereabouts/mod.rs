@@ -46,6 +46,7 @@ use crate::cluster::kube::SharedApi;
 use crate::cluster::ClusterError;
 use crate::cni::delegate::Resolver;
 use crate::cni::error::{CniError, ErrorCode};
+use crate::cni::names::{ContainerId, IfName};
 use crate::cni::result::{CniResult, IpConfig};
 use crate::cni::skel::{Plugin, Request, TypedPlugin};
 use crate::config::{ApiTimeouts, PlexusConf};
@@ -203,8 +204,8 @@ impl Plugin for SharedPlugin {
 /// One call's view: the configuration, who asks, and the pools.
 struct Call<'r> {
     conf: WhereaboutsConf,
-    container_id: &'r str,
-    ifname: &'r str,
+    container_id: &'r ContainerId,
+    ifname: &'r IfName,
     podref: String,
     /// kubelet's `K8S_POD_UID`, noted beside the entry for the reconciler.
     pod_uid: Option<String>,
@@ -299,8 +300,8 @@ impl Whereabouts {
         };
         Ok(Call {
             conf,
-            container_id: params.container_id.as_str(),
-            ifname: params.ifname.as_str(),
+            container_id: &params.container_id,
+            ifname: &params.ifname,
             podref: format!("{namespace}/{name}"),
             pod_uid: pod_uid(arg("K8S_POD_UID"))?,
             pools,
@@ -376,7 +377,7 @@ impl Call<'_> {
     fn reservation(&self, ip: IpAddr) -> Result<Option<(Reservation, bool)>, ClusterIpamError> {
         let held = self.pools.reservation(&self.reservation_name(ip))?;
         Ok(held.map(|r| {
-            let interface = r.spec.ifname.is_empty() || r.spec.ifname == self.ifname;
+            let interface = r.spec.ifname.as_ref().is_none_or(|i| i == self.ifname);
             let ours = r.spec.podref == self.podref && interface;
             (r, ours)
         }))
@@ -385,9 +386,9 @@ impl Call<'_> {
     /// Reserves `ip` for this attachment; `Ok(false)`: another pod has it.
     fn reserve(&self, ip: IpAddr) -> Result<bool, ClusterIpamError> {
         let spec = ReservationSpec {
-            container_id: self.container_id.to_string(),
+            container_id: Some(self.container_id.clone()),
             podref: self.podref.clone(),
-            ifname: self.ifname.to_string(),
+            ifname: Some(self.ifname.clone()),
         };
         if self.pools.reserve(&self.reservation_name(ip), &spec)? {
             return Ok(true);

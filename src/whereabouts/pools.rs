@@ -30,6 +30,7 @@ use crate::cluster::api::bounded;
 use crate::cluster::client::{context_namespace, owned_client, Driver};
 use crate::cluster::error::{ApiRequest, ClusterError, Verb};
 use crate::cluster::watch::NamespacedWatch;
+use crate::cni::names::{ContainerId, IfName};
 use crate::config::ApiTimeouts;
 use plexus_ipam::whereabouts::allocate::held_key;
 use plexus_ipam::whereabouts::pool::{
@@ -64,7 +65,7 @@ pub struct PoolCopy {
 impl PoolCopy {
     /// The key of the address the container's `ifname` holds
     /// ([`held_key`]).
-    pub fn key_held_by(&self, container_id: &str, ifname: &str) -> Option<&String> {
+    pub fn key_held_by(&self, container_id: &ContainerId, ifname: &IfName) -> Option<&String> {
         held_key(&self.spec.allocations, &self.backups, container_id, ifname)
     }
 }
@@ -610,9 +611,9 @@ fn removals(copy: &PoolCopy, changes: &BTreeMap<String, Change>) -> Option<json_
         // A key whereabouts wrote need not be a number: escaped as well.
         let at = format!("/spec/allocations/{}", pointer_token(key));
         let held = [
-            ("id", &entry.container_id),
-            ("podref", &entry.podref),
-            ("ifname", &entry.ifname),
+            ("id", entry.container_id.as_str()),
+            ("podref", entry.podref.as_str()),
+            ("ifname", entry.ifname.as_deref().unwrap_or_default()),
         ];
         // whereabouts before 0.8 writes no interface.
         for (field, value) in held.into_iter().filter(|(_, v)| !v.is_empty()) {
@@ -857,9 +858,9 @@ mod tests {
 
     fn entry(id: &str, ifname: &str) -> Allocation {
         Allocation {
-            container_id: id.into(),
+            container_id: ContainerId::new(id).unwrap(),
             podref: format!("ns/{id}"),
-            ifname: ifname.into(),
+            ifname: (!ifname.is_empty()).then(|| IfName::new(ifname).unwrap()),
         }
     }
 

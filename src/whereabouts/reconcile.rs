@@ -37,6 +37,7 @@ use crate::cluster::api::{bounded, list_metadata};
 use crate::cluster::error::{ApiRequest, Verb};
 use crate::cluster::lease::LeaderLease;
 use crate::cluster::ClusterError;
+use crate::cni::names::ContainerId;
 use crate::config::ApiTimeouts;
 use crate::whereabouts::pools::{self, Change, PoolCopy, Pools, ReservationSeen, Written};
 use plexus_ipam::whereabouts::pool::Allocation;
@@ -81,7 +82,7 @@ enum Suspect {
         namespace: String,
         pool: String,
         offset: String,
-        container_id: String,
+        container_id: ContainerId,
     },
     Reservation {
         namespace: String,
@@ -338,7 +339,7 @@ impl Reconciler {
         };
         let mut seen = HashSet::new();
         // Containers whose entries are given back: their reservations go too.
-        let mut reclaimed: HashSet<(String, String)> = HashSet::new();
+        let mut reclaimed: HashSet<(String, ContainerId)> = HashSet::new();
         for (namespace, copy) in &pools {
             let mut changes = BTreeMap::new();
             let mut why = HashMap::new();
@@ -400,7 +401,7 @@ impl Reconciler {
                             offset,
                             podref = %entry.podref,
                             container = %entry.container_id,
-                            ifname = %entry.ifname,
+                            ifname = entry.ifname.as_deref().unwrap_or_default(),
                             "IPAM reconciler: another writer erased a live pod's entry \
                              (an offset whereabouts cannot read); written back"
                         );
@@ -424,8 +425,10 @@ impl Reconciler {
                 reservation,
             } = seen_reservation;
             let spec = &reservation.spec;
-            let of_reclaimed = !spec.container_id.is_empty()
-                && reclaimed.contains(&(spec.podref.clone(), spec.container_id.clone()));
+            let of_reclaimed = spec
+                .container_id
+                .as_ref()
+                .is_some_and(|id| reclaimed.contains(&(spec.podref.clone(), id.clone())));
             let suspect = Suspect::Reservation {
                 namespace: namespace.clone(),
                 name: name.clone(),

@@ -25,6 +25,7 @@ use std::net::IpAddr;
 
 use super::{ClusterIpamError, CALL_BUDGET};
 use crate::cluster::kube::SharedApi;
+use crate::cni::names::ContainerId;
 use crate::config::PlexusConf;
 use crate::whereabouts::pools::{namespace_of, Change, PoolCopy, Pools, Written};
 use plexus_ipam::whereabouts::pool::{self, Allocation};
@@ -48,7 +49,7 @@ const TRIES: u32 = 8;
 pub fn release_unrecorded(
     conf: &PlexusConf,
     daemon: Option<&SharedApi>,
-    container_id: &str,
+    container_id: &ContainerId,
     podref: &str,
 ) -> Result<Released, ClusterIpamError> {
     let Some(kubeconfig) = &conf.kubeconfig else {
@@ -86,10 +87,14 @@ pub fn release_unrecorded(
                 continue;
             };
             for (name, held) in &reservations {
+                // A reservation without interface or container is the pod's.
                 let ours = held.spec.podref == entry.podref
-                    && (held.spec.ifname.is_empty() || held.spec.ifname == entry.ifname)
-                    && (held.spec.container_id.is_empty()
-                        || held.spec.container_id == entry.container_id);
+                    && (held.spec.ifname.is_none() || held.spec.ifname == entry.ifname)
+                    && held
+                        .spec
+                        .container_id
+                        .as_ref()
+                        .is_none_or(|id| *id == entry.container_id);
                 if ours && names_reservation_of(name, &copy.name, ip) {
                     pools.unreserve(name, held)?;
                     released.reservations.push(name.clone());
@@ -108,10 +113,10 @@ pub fn release_unrecorded(
 /// `container_id` of `podref` holds.
 fn sandbox_entries(
     copy: &PoolCopy,
-    container_id: &str,
+    container_id: &ContainerId,
     podref: &str,
 ) -> BTreeMap<String, Allocation> {
-    let of = |a: &Allocation| a.container_id == container_id && a.podref == podref;
+    let of = |a: &Allocation| a.container_id == *container_id && a.podref == podref;
     let erased = copy
         .backups
         .iter()
@@ -130,7 +135,7 @@ fn sandbox_entries(
 fn remove_entries(
     pools: &Pools,
     copy: &PoolCopy,
-    container_id: &str,
+    container_id: &ContainerId,
     podref: &str,
 ) -> Result<(), ClusterIpamError> {
     let mut copy = copy.clone();
@@ -196,9 +201,9 @@ mod tests {
     #[test]
     fn only_the_sandboxes_entries_are_its() {
         let entry = |id: &str, podref: &str| Allocation {
-            container_id: id.into(),
+            container_id: ContainerId::new(id).unwrap(),
             podref: podref.into(),
-            ifname: "net1".into(),
+            ifname: Some(crate::cni::names::IfName::new("net1").unwrap()),
         };
         let mut copy = PoolCopy {
             name: "p".into(),
@@ -218,11 +223,13 @@ mod tests {
             .allocations
             .insert("3".into(), entry("c1", "ns/b"));
         let mut net2 = entry("c1", "ns/a");
-        net2.ifname = "net2".into();
+        net2.ifname = Some(crate::cni::names::IfName::new("net2").unwrap());
         copy.spec.allocations.insert("4".into(), net2);
         copy.backups.insert("9".into(), entry("c1", "ns/a"));
         copy.backups.insert("2".into(), entry("c1", "ns/a"));
-        let mine: Vec<String> = sandbox_entries(&copy, "c1", "ns/a").into_keys().collect();
+        let mine: Vec<String> = sandbox_entries(&copy, &ContainerId::new("c1").unwrap(), "ns/a")
+            .into_keys()
+            .collect();
         assert_eq!(
             mine,
             ["1", "4", "9"],

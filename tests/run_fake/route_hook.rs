@@ -20,7 +20,7 @@ struct Hook {
 
 impl RouteHook for Hook {
     fn route(&self, change: &RouteChange, result: &mut CniResult) -> Result<(), RunError> {
-        let at = format!("{} {}", change.netns.display(), change.ifname);
+        let at = format!("{} {}", change.netns, change.ifname);
         self.log.log_line(&match change.via {
             None => format!("hook clear {at}"),
             Some(gateways) => {

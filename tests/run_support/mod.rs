@@ -8,7 +8,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use plexus::cni::names::{ContainerId, IfName};
+use plexus::cni::names::{ContainerId, IfName, NetnsPath};
 use plexus::cni::result::CniResult;
 use plexus::plan::{Attachment, Plan};
 use plexus::run::{Delegates, Registry, RunContext};
@@ -290,7 +290,7 @@ impl Fakes {
         RunContext {
             container_id: ContainerId::new(container_id).unwrap(),
             ifname: IfName::new("eth0").unwrap(),
-            netns: Some(self.netns()),
+            netns: Some(NetnsPath::new(self.netns().to_str().unwrap()).unwrap()),
             delegates: self.delegates(registry),
         }
     }

@@ -6,7 +6,7 @@
 use crate::drivers::error::{sys, sys_error, DriverError};
 use plexus_cni::env::{CniCommand, CNI_NETNS};
 
-use plexus_cni::names::IfName;
+use plexus_cni::names::{IfName, NetnsPath};
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::Request;
 
@@ -33,7 +33,7 @@ pub(crate) fn chained_prev_result<'a>(
 pub(crate) struct Attach<'s> {
     pub ifname: IfName,
     /// `CNI_NETNS` as given: the `sandbox` of container interfaces.
-    pub sandbox: String,
+    pub sandbox: NetnsPath,
     pub pod_ns: &'s NetNs,
     /// The namespace the driver runs in (the node's).
     pub host: &'s Netlink,
@@ -48,13 +48,11 @@ impl<'s> Attach<'s> {
             .env
             .require_attachment()?
             .netns
-            .as_deref()
+            .as_ref()
             .ok_or_else(|| DriverError::NoNetns {
                 command: req.env.command().to_string(),
             })?;
-        Attach::at(session, req, path)?.ok_or_else(|| DriverError::NotANetns {
-            path: path.display().to_string(),
-        })
+        Attach::at(session, req, path)?.ok_or_else(|| DriverError::NotANetns { path: path.clone() })
     }
 
     /// For DEL: `None` when the runtime sent no namespace or it is gone, in
@@ -65,7 +63,7 @@ impl<'s> Attach<'s> {
         session: &'s Session,
         req: &Request,
     ) -> Result<Option<Attach<'s>>, DriverError> {
-        match req.env.require_attachment()?.netns.as_deref() {
+        match req.env.require_attachment()?.netns.as_ref() {
             None => Ok(None),
             Some(path) => Attach::at(session, req, path),
         }
@@ -74,27 +72,23 @@ impl<'s> Attach<'s> {
     fn at(
         session: &'s Session,
         req: &Request,
-        path: &std::path::Path,
+        path: &NetnsPath,
     ) -> Result<Option<Attach<'s>>, DriverError> {
         let ifname = req.env.require_attachment()?.ifname.clone();
-        let side = match session.pod(path).map_err(sys(CNI_NETNS))? {
+        let side = match session.pod(path.as_path()).map_err(sys(CNI_NETNS))? {
             PodLookup::Pod(side) => side,
             PodLookup::Gone => return Ok(None),
             PodLookup::Node if req.env.command() == CniCommand::Del => return Ok(None),
             // A pod never has the node's namespace: an ADD there would
             // configure the node itself ([`crate::netns::PodNetns::Node`]).
-            PodLookup::Node => {
-                return Err(DriverError::NodeNetns {
-                    path: path.display().to_string(),
-                })
-            }
+            PodLookup::Node => return Err(DriverError::NodeNetns { path: path.clone() }),
         };
         let host = session
             .host()
             .map_err(sys("netlink in the host namespace"))?;
         Ok(Some(Attach {
             ifname,
-            sandbox: path.display().to_string(),
+            sandbox: path.clone(),
             pod_ns: &side.ns,
             host,
             pod: session
@@ -140,7 +134,7 @@ impl<'s> Attach<'s> {
     /// plugin must not overwrite an existing interface).
     pub fn ifname_taken(&self) -> DriverError {
         DriverError::InterfaceTaken {
-            ifname: self.ifname.to_string(),
+            ifname: self.ifname.clone(),
             sandbox: self.sandbox.clone(),
         }
     }

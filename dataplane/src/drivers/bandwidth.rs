@@ -52,6 +52,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha512};
 
 use plexus_cni::casefold;
+use plexus_cni::names::IfName;
 use plexus_cni::result::Interface;
 use plexus_cni::skel::{Request, TypedPlugin};
 use plexus_cni::CniResult;
@@ -79,13 +80,14 @@ pub const FILTER_PRIORITY: u16 = 1;
 /// reference's name, `bwp` and the first 12 hex digits of
 /// SHA-512(network + container ID), so both implementations find each
 /// other's devices.
-pub fn ifb_name(network: &str, container_id: &str) -> String {
+pub fn ifb_name(network: &str, container_id: &str) -> IfName {
     let digest = Sha512::new()
         .chain_update(network.as_bytes())
         .chain_update(container_id.as_bytes())
         .finalize();
     let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
-    format!("{IFB_PREFIX}{hex}")
+    IfName::new(format!("{IFB_PREFIX}{hex}"))
+        .expect("the prefix and 12 hex digits are 15 bytes of a valid name")
 }
 
 /// The four keys, in bits. Absent (or null) is 0.
@@ -347,7 +349,7 @@ fn build<'a>(
     nl: &'a Netlink,
     host: &Link,
     shaping: &Shaping,
-    ifb: &'a str,
+    ifb: &'a IfName,
     undo: &mut Undo<'a>,
 ) -> Result<Option<Link>, DriverError> {
     let index = host.index;
@@ -442,7 +444,7 @@ impl TypedPlugin for Bandwidth<'_> {
         let mut result = prev.clone();
         if let Some(dev) = dev {
             result.interfaces.push(Interface {
-                name: dev.name,
+                name: dev.name.into(),
                 mac: dev.mac.map(|m| m.to_string()),
                 ..Interface::default()
             });

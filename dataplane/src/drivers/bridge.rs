@@ -17,7 +17,7 @@
 //!   the reference bridge does): an address is never handed out again while
 //!   an interface may still carry it.
 
-use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
+use crate::drivers::error::{check_failed, lookup_name, sys, sys_error, DriverError};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::IpNetwork;
@@ -102,7 +102,10 @@ struct VlanTrunk {
 /// A validated bridge configuration.
 #[derive(Debug)]
 pub(crate) struct Settings {
-    bridge: String,
+    bridge: IfName,
+    /// The host interface carrying the gateway of `vlan`, when the bridge is
+    /// a gateway on a VLAN.
+    vlan_gateway: Option<IfName>,
     is_gw: bool,
     is_default_gw: bool,
     force_address: bool,
@@ -135,10 +138,10 @@ impl Settings {
         netconf::unsupported("macspoofchk", c.macspoofchk, why)?;
 
         let bridge = match c.bridge.as_deref() {
-            None | Some("") => DEFAULT_BRIDGE.to_string(),
-            Some(b) => b.to_string(),
+            None | Some("") => DEFAULT_BRIDGE,
+            Some(b) => b,
         };
-        IfName::new(bridge.as_str()).map_err(|r| DriverError::config("bridge", r))?;
+        let bridge = IfName::new(bridge).map_err(|r| DriverError::config("bridge", r))?;
         let mtu = netconf::check_mtu(c.mtu, 68, 65535, "the largest Ethernet MTU")?;
         let vlan = match c.vlan.unwrap_or(0) {
             v @ 0..=4094 => v as u16,
@@ -167,15 +170,17 @@ impl Settings {
         }
         let is_default_gw = c.is_default_gateway.unwrap_or(false);
         let is_gw = c.is_gateway.unwrap_or(false) || is_default_gw;
-        if is_gw && vlan != 0 {
-            let name = vlan_gateway_name(&bridge, vlan);
-            IfName::new(name.as_str()).map_err(|r| {
+        let vlan_gateway = if is_gw && vlan != 0 {
+            let gateway = IfName::new(format!("{bridge}.{vlan}")).map_err(|r| {
                 DriverError::config(
                     "bridge",
                     format!("the gateway interface of vlan {vlan} would be {r}"),
                 )
             })?;
-        }
+            Some(gateway)
+        } else {
+            None
+        };
         let args_mac = c
             .args
             .as_ref()
@@ -188,6 +193,7 @@ impl Settings {
         ])?;
         Ok(Settings {
             bridge,
+            vlan_gateway,
             is_gw,
             is_default_gw,
             force_address: c.force_address.unwrap_or(false),
@@ -233,10 +239,6 @@ impl Settings {
             preserve_default_vlan: self.preserve_default_vlan,
         }
     }
-}
-
-fn vlan_gateway_name(bridge: &str, vlan: u16) -> String {
-    format!("{bridge}.{vlan}")
 }
 
 /// `vlanTrunk` as the reference reads it: ranges `{minID, maxID}` and single
@@ -360,19 +362,19 @@ fn configure(
         cni_version: Some(req.cni_version),
         interfaces: vec![
             Interface {
-                name: bridge.name.clone(),
+                name: bridge.name.to_string(),
                 mac: bridge.mac.map(|m| m.to_string()),
                 ..Interface::default()
             },
             Interface {
-                name: veth.name.clone(),
+                name: veth.name.to_string(),
                 mac: veth.mac.map(|m| m.to_string()),
                 ..Interface::default()
             },
             Interface {
-                name: container.name.clone(),
+                name: container.name.to_string(),
                 mac: container.mac.map(|m| m.to_string()),
-                sandbox: Some(ctx.sandbox.clone()),
+                sandbox: Some(ctx.sandbox.to_string()),
                 ..Interface::default()
             },
         ],
@@ -392,10 +394,10 @@ fn configure(
             &["net/ipv4/conf/IFNAME/arp_notify"],
         )?;
         if s.is_gw {
-            let target = if s.vlan != 0 {
-                let gw = ensure_vlan_gateway(host, &bridge, s)?;
+            let target = if let Some(gateway) = &s.vlan_gateway {
+                let gw = ensure_vlan_gateway(host, &bridge, gateway, s)?;
                 result.interfaces.push(Interface {
-                    name: gw.name.clone(),
+                    name: gw.name.to_string(),
                     mac: gw.mac.map(|m| m.to_string()),
                     ..Interface::default()
                 });
@@ -458,7 +460,7 @@ fn ensure_bridge<'a>(
     s: &Settings,
     undo: &mut Undo<'a>,
 ) -> Result<Link, DriverError> {
-    let name = s.bridge.as_str();
+    let name = &s.bridge;
     let lookup = || {
         host.link_by_name(name)
             .map_err(sys(format_args!("look up bridge {name}")))
@@ -470,7 +472,7 @@ fn ensure_bridge<'a>(
                 mtu: s.mtu,
                 vlan_filtering: s.vlan_filtering().then_some(true),
                 up: true,
-                ..BridgeSpec::new(name)
+                ..BridgeSpec::new(name.clone())
             };
             match host.create_bridge(&spec) {
                 Ok(link) => {
@@ -525,7 +527,7 @@ fn delete_if_portless(host: &Netlink, index: u32) -> Result<(), DriverError> {
         .map_err(sys("delete the bridge"))
 }
 
-fn best_effort_sysctl(template: &str, ifname: &str, value: &str) {
+fn best_effort_sysctl(template: &str, ifname: &IfName, value: &str) {
     if let Ok(k) = SysctlKey::for_interface(template, ifname) {
         let _ = sysctl::write_current(&k, value);
     }
@@ -543,7 +545,7 @@ enum PortError {
 fn create_port_veth(
     host: &Netlink,
     bridge: &Link,
-    peer_name: &str,
+    peer_name: &IfName,
     peer_ns: Option<&NetNs>,
     mtu: Option<u32>,
     peer_mac: Option<MacAddr>,
@@ -557,7 +559,7 @@ fn create_port_veth(
             peer_mac,
             master: Some(bridge.index),
             up: true,
-            ..VethSpec::new(name.clone(), peer_name)
+            ..VethSpec::new(name.clone(), peer_name.clone())
         };
         match host.create_veth(&spec) {
             Ok(link) => {
@@ -639,16 +641,20 @@ fn setup_port(host: &Netlink, port: &Link, p: &Port) -> Result<(), DriverError> 
 /// The interface carrying the gateway address of VLAN `s.vlan`: a veth in
 /// the host namespace named `<bridge>.<vlan>` whose other end is a bridge
 /// port on that VLAN (created on first use, then shared).
-fn ensure_vlan_gateway(host: &Netlink, bridge: &Link, s: &Settings) -> Result<Link, DriverError> {
-    let name = vlan_gateway_name(&bridge.name, s.vlan);
+fn ensure_vlan_gateway(
+    host: &Netlink,
+    bridge: &Link,
+    name: &IfName,
+    s: &Settings,
+) -> Result<Link, DriverError> {
     let lookup = || {
-        host.link_by_name(&name)
+        host.link_by_name(name)
             .map_err(sys(format_args!("look up {name}")))
     };
     if let Some(link) = lookup()? {
         return Ok(link);
     }
-    let port = create_port_veth(host, bridge, &name, None, bridge_mtu(bridge), None).map_err(
+    let port = create_port_veth(host, bridge, name, None, bridge_mtu(bridge), None).map_err(
         |e| match e {
             PortError::PeerTaken => {
                 sys_error(format_args!("create {name}"), "created concurrently")
@@ -872,7 +878,10 @@ fn check(s: &Settings, ctx: &Attach<'_>, prev: &CniResult) -> Result<(), DriverE
         .filter(|i| !i.in_sandbox() && i.name != bridge_entry.name && i.name != cont_entry.name)
     {
         let Some(link) = host
-            .link_by_name(&entry.name)
+            .link_by_name(&lookup_name(
+                format_args!("look up {}", entry.name),
+                &entry.name,
+            )?)
             .map_err(sys(format_args!("look up {}", entry.name)))?
         else {
             return Err(check_failed(format!(

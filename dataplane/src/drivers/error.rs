@@ -7,6 +7,7 @@ use std::path::Path;
 
 use plexus_cni::error::codes;
 use plexus_cni::flock::LockFileError;
+use plexus_cni::names::{ContainerId, IfName, NetnsPath};
 use plexus_cni::{CniError, ErrorCode};
 
 use crate::Error;
@@ -40,17 +41,17 @@ pub enum DriverError {
     NoNetns { command: String },
     /// `CNI_NETNS` names no network namespace (or one that is gone).
     #[error("CNI_NETNS: {path} is not a network namespace (any more)")]
-    NotANetns { path: String },
+    NotANetns { path: NetnsPath },
     /// `CNI_NETNS` names the node's own namespace, which no pod has.
     #[error(
         "CNI_NETNS: {path} is the node's own network namespace (the one plexus runs in), \
          not a pod's; refusing to configure the node as a pod"
     )]
-    NodeNetns { path: String },
+    NodeNetns { path: NetnsPath },
     /// `CNI_IFNAME` is taken in the pod (cni-SPEC §2 ADD: a plugin must not
     /// overwrite an existing interface).
     #[error("CNI_IFNAME: {ifname:?} already exists in the container namespace {sandbox}")]
-    InterfaceTaken { ifname: String, sandbox: String },
+    InterfaceTaken { ifname: IfName, sandbox: NetnsPath },
     /// A device handed whole to a pod whose namespace still exists (its
     /// DEL may be on its way): `key` is the configuration key naming it.
     #[error(
@@ -60,9 +61,9 @@ pub enum DriverError {
     DeviceInUse {
         key: String,
         device: String,
-        container_id: String,
-        ifname: String,
-        netns: String,
+        container_id: ContainerId,
+        ifname: IfName,
+        netns: NetnsPath,
     },
     /// A device's netdev is not back in the host namespace: after
     /// `waited_secs`, or at the one look a sweep takes (`None`).
@@ -77,7 +78,7 @@ pub enum DriverError {
     /// DEL could not restore the values a chained plugin saved.
     #[error("restoring {ifname} from {path}: {}", .problems.join("; "))]
     RestoreFailed {
-        ifname: String,
+        ifname: IfName,
         path: String,
         problems: Vec<String>,
     },
@@ -85,7 +86,7 @@ pub enum DriverError {
     #[error("{device} of container {container_id} (namespace gone): {error}")]
     Orphan {
         device: String,
-        container_id: String,
+        container_id: ContainerId,
         error: Box<DriverError>,
     },
     /// Several failures of one operation (`what`: "GC"), at least two:
@@ -178,6 +179,17 @@ pub(crate) fn sys_error(what: impl Display, e: impl Display) -> DriverError {
 /// `map_err` adapter for [`sys_error`].
 pub(crate) fn sys<W: Display>(what: W) -> impl FnOnce(Error) -> DriverError {
     move |e| sys_error(what, e)
+}
+
+/// A name from a prevResult that the driver looks up (`what`): one no link
+/// can have fails as that lookup.
+pub(crate) fn lookup_name(what: impl Display, name: &str) -> Result<IfName, DriverError> {
+    IfName::new(name).map_err(|reason| {
+        sys_error(
+            what,
+            format_args!("invalid interface name {name:?}: {reason}"),
+        )
+    })
 }
 
 /// CHECK found the attachment different from its prevResult.
@@ -277,8 +289,8 @@ mod tests {
             ),
             (
                 DriverError::InterfaceTaken {
-                    ifname: text("eth0"),
-                    sandbox: text("/run/netns/p"),
+                    ifname: IfName::new("eth0").unwrap(),
+                    sandbox: NetnsPath::new("/run/netns/p").unwrap(),
                 },
                 ErrorCode::InvalidConfig,
                 "interface already exists",
@@ -318,13 +330,15 @@ mod tests {
             ),
             (
                 DriverError::NodeNetns {
-                    path: text("/proc/1/ns/net"),
+                    path: NetnsPath::new("/proc/1/ns/net").unwrap(),
                 },
                 ErrorCode::InvalidEnvironment,
                 "invalid environment variable",
             ),
             (
-                DriverError::NotANetns { path: text("/x") },
+                DriverError::NotANetns {
+                    path: NetnsPath::new("/x").unwrap(),
+                },
                 ErrorCode::UnknownContainer,
                 "container unknown or does not exist",
             ),
@@ -332,9 +346,9 @@ mod tests {
                 DriverError::DeviceInUse {
                     key: text("deviceID"),
                     device: text("VF x"),
-                    container_id: text("c"),
-                    ifname: text("net1"),
-                    netns: text("/x"),
+                    container_id: ContainerId::new("c").unwrap(),
+                    ifname: IfName::new("net1").unwrap(),
+                    netns: NetnsPath::new("/x").unwrap(),
                 },
                 ErrorCode::TryAgainLater,
                 "device in use",
@@ -360,7 +374,7 @@ mod tests {
             ),
             (
                 DriverError::RestoreFailed {
-                    ifname: text("net1"),
+                    ifname: IfName::new("net1").unwrap(),
                     path: text("/x"),
                     problems: vec![text("mtu: EPERM")],
                 },
@@ -395,7 +409,7 @@ mod tests {
     fn composite_failures_keep_their_first_code() {
         let orphan = DriverError::Orphan {
             device: "VF x".into(),
-            container_id: "c1".into(),
+            container_id: ContainerId::new("c1").unwrap(),
             error: Box::new(sys_error("move", "EBUSY")),
         };
         let cni = CniError::from(orphan);

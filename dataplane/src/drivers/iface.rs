@@ -9,6 +9,7 @@ use crate::drivers::error::{sys, sys_error, DriverError};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use plexus_cni::names::IfName;
 use plexus_cni::result::{CniResult, Route as CniRoute};
 
 use super::attachment::Attach;
@@ -33,7 +34,7 @@ pub(crate) enum Dad {
     Kernel,
 }
 
-fn key(template: &str, ifname: &str) -> Result<SysctlKey, DriverError> {
+fn key(template: &str, ifname: &IfName) -> Result<SysctlKey, DriverError> {
     SysctlKey::for_interface(template, ifname).map_err(sys("sysctl key"))
 }
 
@@ -50,7 +51,7 @@ pub(crate) fn configure_iface(
     dad: Dad,
     notify: &[&str],
 ) -> Result<(), DriverError> {
-    let ifname = ctx.ifname.as_str();
+    let ifname = &ctx.ifname;
     let has_v6 = result.ips.iter().any(|ip| ip.address.is_ipv6());
 
     // One visit to the pod namespace for every sysctl.
@@ -68,7 +69,7 @@ pub(crate) fn configure_iface(
     }
     let enable_v6 = if has_v6 {
         vec![
-            key("net/ipv6/conf/IFNAME/disable_ipv6", "lo")?,
+            key("net/ipv6/conf/IFNAME/disable_ipv6", &IfName::loopback())?,
             key("net/ipv6/conf/IFNAME/disable_ipv6", ifname)?,
         ]
     } else {

@@ -5,6 +5,7 @@ use crate::drivers::error::DriverError;
 
 use plexus_cni::delegate::{self, Resolver};
 use plexus_cni::env::CniCommand;
+use plexus_cni::names::PluginType;
 
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::{Request, ValidAttachment};
@@ -58,7 +59,9 @@ pub(crate) fn ipam_gc(
     if kind.is_empty() {
         return Ok(());
     }
-    let plugin = resolver.resolve(kind, req)?;
+    let kind = PluginType::new(kind)
+        .map_err(|reason| plexus_cni::CniError::invalid_config("ipam.type", reason))?;
+    let plugin = resolver.resolve(&kind, req)?;
     plugin
         .gc(req, valid)
         .map_err(|e| e.within(format!("ipam ({kind})")))

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::netconf::DnsConf;
 use super::netconf::IpamRef;
-use super::stacked::{Conf, Spec, Stacked};
+use super::stacked::{self, Conf, Spec, Stacked};
 use crate::drivers::netconf;
 use crate::netlink::{IpoibSpec, Link, LinkKind, LinkUpdate, Netlink};
 use crate::Error;
@@ -40,7 +40,7 @@ impl Stacked for Ipoib {
 
     fn parse(req: &Request) -> Result<Conf<()>, DriverError> {
         let c: IpoibConf = netconf::decode_config(req)?;
-        let master = c.master.filter(|m| !m.is_empty()).ok_or_else(|| {
+        let master = stacked::master(c.master)?.ok_or_else(|| {
             DriverError::config("master", "missing: the IPoIB device to make a child of")
         })?;
         Ok(Conf {
@@ -86,7 +86,7 @@ impl Stacked for Ipoib {
             link.index,
             &LinkUpdate {
                 netns: spec.netns,
-                name: Some(spec.name.to_string()),
+                name: Some(spec.name.clone()),
                 ..Default::default()
             },
         );

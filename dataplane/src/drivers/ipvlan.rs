@@ -46,7 +46,7 @@ impl Stacked for Ipvlan {
         let mode =
             stacked::parse_mode("ipvlan", c.mode.as_deref(), IpvlanMode::L2, "l2, l3 or l3s")?;
         Ok(Conf {
-            master: c.master.filter(|m| !m.is_empty()),
+            master: stacked::master(c.master)?,
             mode,
             mtu: c.mtu,
             mac: None,
@@ -60,7 +60,7 @@ impl Stacked for Ipvlan {
         nl.create_ipvlan(&IpvlanSpec {
             netns: spec.netns,
             mtu: spec.mtu,
-            ..IpvlanSpec::new(spec.name, spec.master, mode)
+            ..IpvlanSpec::new(spec.name.clone(), spec.master, mode)
         })
     }
 

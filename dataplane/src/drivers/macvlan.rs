@@ -57,7 +57,7 @@ impl Stacked for Macvlan {
             ("runtimeConfig.mac", netconf::runtime_config_mac(req)?),
         ])?;
         Ok(Conf {
-            master: c.master.filter(|m| !m.is_empty()),
+            master: stacked::master(c.master)?,
             mode,
             mtu: c.mtu,
             mac,
@@ -72,7 +72,7 @@ impl Stacked for Macvlan {
             netns: spec.netns,
             mtu: spec.mtu,
             mac: spec.mac,
-            ..MacvlanSpec::new(spec.name, spec.master, mode)
+            ..MacvlanSpec::new(spec.name.clone(), spec.master, mode)
         })
     }
 

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use nix::fcntl::Flock;
 use plexus_cni::flock::{lock_file, LockFileError};
-use plexus_cni::names::{ContainerId, IfName};
+use plexus_cni::names::{ContainerId, IfName, NetnsPath};
 use plexus_cni::skel::Request;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -83,7 +83,7 @@ impl Owner {
 pub(crate) trait Owned: Serialize + DeserializeOwned {
     fn owner(&self) -> &Owner;
     /// The owner's `CNI_NETNS`.
-    fn netns(&self) -> &Path;
+    fn netns(&self) -> &NetnsPath;
 }
 
 /// How a driver names its devices in lock and record file names: a PCI
@@ -94,12 +94,12 @@ pub(crate) trait DeviceKey: Clone + Display + FromStr {}
 impl<K: Clone + Display + FromStr> DeviceKey for K {}
 
 /// Whether the namespace at `path` still exists.
-fn namespace_exists(path: &Path) -> Result<bool, DriverError> {
-    match NetNs::open_pod(path) {
+fn namespace_exists(path: &NetnsPath) -> Result<bool, DriverError> {
+    match NetNs::open_pod(path.as_path()) {
         Ok(PodNetns::Gone) => Ok(false),
         Ok(_) => Ok(true),
         Err(e) => Err(sys_error(
-            format_args!("open the device owner's namespace {}", path.display()),
+            format_args!("open the device owner's namespace {path}"),
             e,
         )),
     }
@@ -115,9 +115,9 @@ fn in_use(key: &str, what: impl Display, record: &impl Owned) -> DriverError {
     DriverError::DeviceInUse {
         key: key.to_string(),
         device: what.to_string(),
-        container_id: container_id.to_string(),
-        ifname: ifname.to_string(),
-        netns: record.netns().display().to_string(),
+        container_id: container_id.clone(),
+        ifname: ifname.clone(),
+        netns: record.netns().clone(),
     }
 }
 
@@ -183,7 +183,7 @@ pub(crate) trait GiveBack {
                 let device = format!("{} {key}", store.noun);
                 give_back(key, &record).err().map(|e| DriverError::Orphan {
                     device,
-                    container_id: record.owner().container_id.to_string(),
+                    container_id: record.owner().container_id.clone(),
                     error: Box::new(e),
                 })
             })
@@ -585,7 +585,7 @@ mod tests {
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
     struct Rec {
         owner: Owner,
-        netns: PathBuf,
+        netns: NetnsPath,
         note: String,
     }
 
@@ -593,9 +593,13 @@ mod tests {
         fn owner(&self) -> &Owner {
             &self.owner
         }
-        fn netns(&self) -> &Path {
+        fn netns(&self) -> &NetnsPath {
             &self.netns
         }
+    }
+
+    fn netns(path: impl AsRef<Path>) -> NetnsPath {
+        NetnsPath::new(path.as_ref().to_str().unwrap()).unwrap()
     }
 
     fn record(container_id: &str) -> Rec {
@@ -604,7 +608,7 @@ mod tests {
                 container_id: ContainerId::new(container_id).unwrap(),
                 ifname: IfName::new("net1").unwrap(),
             },
-            netns: "/var/run/netns/pod".into(),
+            netns: netns("/var/run/netns/pod"),
             note: "what to give back".into(),
         }
     }
@@ -753,7 +757,7 @@ mod tests {
         drop(free);
         // An owner whose namespace exists (this thread's): code 11.
         let mut live = record("ctr1");
-        live.netns = "/proc/self/ns/net".into();
+        live.netns = netns("/proc/self/ns/net");
         store.lock(key).unwrap().write_record(&live).unwrap();
         let e = claim("unused").unwrap_err();
         assert!(
@@ -764,7 +768,7 @@ mod tests {
         );
         // An owner whose namespace is gone: given back, then found again.
         let mut stale = record("ctr2");
-        stale.netns = dir.path().join("gone");
+        stale.netns = netns(dir.path().join("gone"));
         store.lock(key).unwrap().write_record(&stale).unwrap();
         let claimed = claim("unused").unwrap();
         let found = claimed.device(&driver, &host, || Ok("again".to_string()));
@@ -778,9 +782,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::new(dir.path().to_path_buf(), "VF");
         let host = Netlink::current().unwrap();
-        let write = |key: &str, container_id: &str, netns: PathBuf| {
+        let write = |key: &str, container_id: &str, path: PathBuf| {
             let mut r = record(container_id);
-            r.netns = netns;
+            r.netns = netns(path);
             store.lock(vf(key)).unwrap().write_record(&r).unwrap();
         };
         write("0000:01:10.0", "live", "/proc/self/ns/net".into());
@@ -821,7 +825,7 @@ mod tests {
             e,
             DriverError::Orphan {
                 device: "VF 0000:01:10.2".into(),
-                container_id: "busy".into(),
+                container_id: ContainerId::new("busy").unwrap(),
                 error: Box::new(sys_error("IFLA_VF_INFO", "EBUSY")),
             }
         );

@@ -18,6 +18,7 @@ use crate::drivers::check;
 use crate::mac::MacAddr;
 use crate::netlink::{Link, LinkUpdate, Netlink};
 use crate::netns::NetNs;
+use plexus_cni::names::IfName;
 
 /// How long a DEL (or an ADD reclaiming a device) waits for a netdev the
 /// kernel is moving back from a namespace being destroyed.
@@ -30,7 +31,7 @@ const NETDEV_POLL: Duration = Duration::from_millis(20);
 pub(crate) enum Found {
     /// With a netdev in the host namespace, which the ADD moved into the pod.
     Netdev {
-        name: String,
+        name: IfName,
         mac: Option<MacAddr>,
         mtu: u32,
     },
@@ -124,7 +125,7 @@ pub(crate) fn move_into_pod(
         netdev.index,
         &LinkUpdate {
             netns: Some(at.pod_ns),
-            name: Some(at.ifname.to_string()),
+            name: Some(at.ifname.clone()),
             ..LinkUpdate::default()
         },
     );
@@ -158,11 +159,11 @@ fn pod_netdev(at: &Attach<'_>, parent: &str) -> Result<Option<Link>, DriverError
 fn move_home(
     what: &dyn Display,
     parent: &str,
-    name: &str,
+    name: &IfName,
     at: &Attach<'_>,
 ) -> Result<(), DriverError> {
     let host_ns = NetNs::current().map_err(sys("open the host namespace"))?;
-    for rename in [Some(name.to_string()), None] {
+    for rename in [Some(name.clone()), None] {
         let Some(link) = pod_netdev(at, parent)? else {
             return Ok(());
         };
@@ -194,7 +195,7 @@ fn move_home(
 pub(crate) fn return_netdev(
     what: impl Display,
     parent: &str,
-    name: &str,
+    name: &IfName,
     mac: Option<MacAddr>,
     mtu: u32,
     host: &Netlink,
@@ -207,7 +208,7 @@ pub(crate) fn return_netdev(
     let Some(link) = host_netdev()? else {
         return Ok(());
     };
-    if link.name != name {
+    if link.name != *name {
         match host.rename(link.index, name) {
             Ok(()) => {}
             Err(e) if e.is_exists() => {}
@@ -275,7 +276,7 @@ pub(crate) fn netdevless_result(
     result.interfaces = vec![Interface {
         name: at.ifname.to_string(),
         mac: admin_mac.map(|m| m.to_string()),
-        sandbox: Some(at.sandbox.clone()),
+        sandbox: Some(at.sandbox.to_string()),
         ..Interface::default()
     }];
     for ip in &mut result.ips {

@@ -417,7 +417,7 @@ impl InterfaceDriver for Sriov {
             .or(Some(saved.mac).filter(|m| m.0 != [0; 6] && vf.netdev.is_none()));
         let record = Record {
             owner: Owner::of(req)?,
-            netns: PathBuf::from(&at.sandbox),
+            netns: at.sandbox.clone(),
             saved,
             applied: prepared.settings.clone(),
             found,

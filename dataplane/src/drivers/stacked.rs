@@ -16,7 +16,7 @@
 //! - The master's MTU bounds `mtu` for ipvlan too, so the error names the
 //!   key instead of coming back as the kernel's EINVAL.
 
-use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
+use crate::drivers::error::{check_failed, lookup_name, sys, sys_error, DriverError};
 use plexus_cni::env::CniCommand;
 use plexus_cni::names::IfName;
 use plexus_cni::result::{CniResult, Interface};
@@ -63,7 +63,7 @@ pub(crate) trait Stacked: Sync {
 
 /// The new link.
 pub(crate) struct Spec<'a> {
-    pub name: &'a str,
+    pub name: &'a IfName,
     pub master: u32,
     pub netns: Option<&'a NetNs>,
     pub mtu: Option<u32>,
@@ -74,7 +74,7 @@ pub(crate) struct Spec<'a> {
 #[derive(Debug)]
 pub(crate) struct Conf<M> {
     /// `master`, if configured (empty means not).
-    pub master: Option<String>,
+    pub master: Option<IfName>,
     pub mode: M,
     pub mtu: Option<i64>,
     pub mac: Option<MacAddr>,
@@ -87,9 +87,6 @@ pub(crate) struct Conf<M> {
 impl<M> Conf<M> {
     /// The checks that need no system access, shared by both kinds.
     pub fn validate(self, req: &Request, kind: &str, chains: bool) -> Result<Self, DriverError> {
-        if let Some(m) = &self.master {
-            IfName::new(m.as_str()).map_err(|r| DriverError::config("master", r))?;
-        }
         // Below the master's MTU, known only at ADD; the lower bound now.
         netconf::check_mtu(self.mtu, 68, u32::MAX, "the master's MTU")?;
         if chains
@@ -104,6 +101,14 @@ impl<M> Conf<M> {
         }
         Ok(self)
     }
+}
+
+/// `master` as configured: empty means not.
+pub(crate) fn master(master: Option<String>) -> Result<Option<IfName>, DriverError> {
+    master
+        .filter(|m| !m.is_empty())
+        .map(|m| IfName::new(m).map_err(|r| DriverError::config("master", r)))
+        .transpose()
 }
 
 /// `mode` as the reference reads it: absent or empty is the first of
@@ -147,7 +152,9 @@ fn resolve_master<M>(
     let name = match (&conf.master, &req.prev_result) {
         (Some(m), _) => m.clone(),
         (None, Some(prev)) if chains => match prev.interfaces.as_slice() {
-            [only] if !only.name.is_empty() => only.name.clone(),
+            [only] if !only.name.is_empty() => {
+                lookup_name(format_args!("look up master {}", only.name), &only.name)?
+            }
             _ => return Err(DriverError::config(
                 "master",
                 "not set, and the prevResult has not exactly one named interface to take it from",
@@ -315,9 +322,9 @@ pub(crate) fn configure(
     };
     result.cni_version = Some(req.cni_version);
     result.interfaces = vec![Interface {
-        name: link.name.clone(),
+        name: link.name.to_string(),
         mac: link.mac.map(|m| m.to_string()),
-        sandbox: Some(ctx.sandbox.clone()),
+        sandbox: Some(ctx.sandbox.to_string()),
         ..Interface::default()
     }];
     for ip in &mut result.ips {

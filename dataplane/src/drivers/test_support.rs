@@ -12,7 +12,7 @@ use serde_json::Value;
 pub(crate) fn unit_test_request(config: Value, args: &str) -> Request {
     let env = plexus_cni::env::CniEnv::Add(plexus_cni::env::AttachmentParams {
         container_id: plexus_cni::names::ContainerId::new("ctr1").unwrap(),
-        netns: Some("/var/run/netns/x".into()),
+        netns: Some(plexus_cni::names::NetnsPath::new("/var/run/netns/x").unwrap()),
         ifname: plexus_cni::names::IfName::new("eth0").unwrap(),
         args: plexus_cni::args::CniArgs::parse(args).unwrap(),
         path: Vec::new(),

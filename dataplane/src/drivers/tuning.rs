@@ -52,6 +52,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use plexus_cni::casefold;
+use plexus_cni::names::IfName;
 use plexus_cni::skel::{Request, TypedPlugin};
 use plexus_cni::CniResult;
 
@@ -174,7 +175,7 @@ fn settings(
     req: &Request,
     conf: Conf,
     default_dir: &Path,
-    ifname: &str,
+    ifname: Option<&IfName>,
 ) -> Result<Settings, DriverError> {
     req.env.args().check_known(&["MAC"])?;
     let cni_args = conf.args.and_then(|a| a.cni).unwrap_or_default();
@@ -241,7 +242,11 @@ fn settings(
     let sysctls = raw
         .into_iter()
         .map(|(key, field, value)| {
-            let resolved = SysctlKey::for_interface(&key, ifname).map_err(|e| {
+            let resolved = match ifname {
+                Some(ifname) => SysctlKey::for_interface(&key, ifname),
+                None => SysctlKey::for_any_interface(&key),
+            };
+            let resolved = resolved.map_err(|e| {
                 DriverError::config(
                     &field,
                     format!("{e} (tuning only sets net.* sysctls of the pod's namespace)"),
@@ -450,9 +455,8 @@ fn remove_saved(path: &Path) -> Result<(), DriverError> {
 impl Tuning<'_> {
     fn settings_for(&self, req: &Request) -> Result<Settings, DriverError> {
         // Without an interface (validation before the attachment is known)
-        // `IFNAME` stands for itself, which is a valid interface name.
-        let ifname = req.env.ifname().map_or("IFNAME", |n| n.as_str());
-        settings(req, decode(req)?, &self.data_dir, ifname)
+        // `IFNAME` stands for itself.
+        settings(req, decode(req)?, &self.data_dir, req.env.ifname())
     }
 
     /// Apply `s` to the pod, each step registered in `undo`: the sysctls,
@@ -635,7 +639,7 @@ impl TypedPlugin for Tuning<'_> {
             .collect();
         if !problems.is_empty() {
             return Err(DriverError::RestoreFailed {
-                ifname: ifname.to_string(),
+                ifname: ifname.clone(),
                 path: path.display().to_string(),
                 problems,
             });

@@ -35,6 +35,7 @@ use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
 use std::path::{Path, PathBuf};
 
 use plexus_cni::deviceinfo::{DeviceInfo, VdpaDevice, VdpaDriver};
+use plexus_cni::names::NetnsPath;
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::Request;
 use serde::{Deserialize, Serialize};
@@ -90,7 +91,7 @@ impl Default for Vdpa {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Record {
     pub owner: Owner,
-    pub netns: PathBuf,
+    pub netns: NetnsPath,
     /// The virtio device whose netdev went to the pod (`virtio_vdpa`).
     pub virtio: Option<String>,
     pub found: Found,
@@ -100,7 +101,7 @@ impl Owned for Record {
     fn owner(&self) -> &Owner {
         &self.owner
     }
-    fn netns(&self) -> &Path {
+    fn netns(&self) -> &NetnsPath {
         &self.netns
     }
 }
@@ -425,7 +426,7 @@ impl InterfaceDriver for Vdpa {
         };
         let record = Record {
             owner: Owner::of(req)?,
-            netns: PathBuf::from(&at.sandbox),
+            netns: at.sandbox.clone(),
             virtio,
             found,
         };

@@ -6,6 +6,7 @@ use std::fmt;
 
 use netlink_packet_route::link as nl;
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use plexus_cni::names::IfName;
 
 use super::link_spec::*;
 use super::{Netlink, CHANGE, CREATE, DUMP, NLM_F_ECHO, NLM_F_REQUEST};
@@ -20,8 +21,7 @@ fn skip_stats() -> nl::LinkAttribute {
 
 impl Netlink {
     /// The link named `name`, or `None` if there is none.
-    pub fn link_by_name(&self, name: &str) -> Result<Option<Link>> {
-        validate_ifname(name)?;
+    pub fn link_by_name(&self, name: &IfName) -> Result<Option<Link>> {
         let mut msg = nl::LinkMessage::default();
         msg.attributes
             .push(nl::LinkAttribute::IfName(name.to_string()));
@@ -47,7 +47,7 @@ impl Netlink {
         msg: nl::LinkMessage,
     ) -> Result<Option<Link>> {
         match self.request(op, object, RouteNetlinkMessage::GetLink(msg), NLM_F_REQUEST) {
-            Ok(replies) => Ok(first_link(&replies)),
+            Ok(replies) => first_link(&replies).transpose(),
             Err(e) if e.errno() == Some(Errno::ENODEV) => Ok(None),
             Err(e) => Err(e),
         }
@@ -65,18 +65,18 @@ impl Netlink {
                 RouteNetlinkMessage::NewLink(m) => Some(Link::from_message(m)),
                 _ => None,
             },
-        )
+        )?
+        .into_iter()
+        .collect()
     }
 
     /// Creates a veth pair and returns the local end as created (its
     /// bridge-port settings, when it was made a port, are not read: see
     /// `create_local`). See [`VethSpec`].
     pub fn create_veth(&self, spec: &VethSpec) -> Result<Link> {
-        validate_ifname(&spec.name)?;
-        validate_ifname(&spec.peer_name)?;
         let mut peer = nl::LinkMessage::default();
         peer.attributes
-            .push(nl::LinkAttribute::IfName(spec.peer_name.clone()));
+            .push(nl::LinkAttribute::IfName(spec.peer_name.to_string()));
         common_attributes(&mut peer, spec.mtu, spec.peer_mac, false);
         if let Some(ns) = spec.peer_netns {
             peer.attributes
@@ -105,7 +105,6 @@ impl Netlink {
 
     /// Creates a bridge and returns it.
     pub fn create_bridge(&self, spec: &BridgeSpec) -> Result<Link> {
-        validate_ifname(&spec.name)?;
         let data = spec
             .vlan_filtering
             .map(|v| nl::InfoData::Bridge(vec![nl::InfoBridge::VlanFiltering(v)]));
@@ -119,7 +118,6 @@ impl Netlink {
     /// in `spec.netns` (look it up with a handle there). A missing master
     /// fails with ENODEV.
     pub fn create_macvlan(&self, spec: &MacvlanSpec) -> Result<Option<Link>> {
-        validate_ifname(&spec.name)?;
         let data = nl::InfoData::MacVlan(vec![nl::InfoMacVlan::Mode(spec.mode.to_nl())]);
         let mut msg = new_link_message(&spec.name, nl::InfoKind::MacVlan, Some(data));
         msg.attributes.push(nl::LinkAttribute::Link(spec.master));
@@ -135,7 +133,6 @@ impl Netlink {
     /// [`Netlink::create_macvlan`]. Kernels without ipvlan support answer
     /// EOPNOTSUPP ("Unknown device type").
     pub fn create_ipvlan(&self, spec: &IpvlanSpec) -> Result<Option<Link>> {
-        validate_ifname(&spec.name)?;
         let data = nl::InfoData::IpVlan(vec![nl::InfoIpVlan::Mode(spec.mode.to_nl())]);
         let mut msg = new_link_message(&spec.name, nl::InfoKind::IpVlan, Some(data));
         msg.attributes.push(nl::LinkAttribute::Link(spec.master));
@@ -149,7 +146,6 @@ impl Netlink {
 
     /// Creates the IPoIB child of `spec` in this handle's namespace.
     pub fn create_ipoib(&self, spec: &IpoibSpec) -> Result<Link> {
-        validate_ifname(&spec.name)?;
         let object = format!("{} (parent index {})", spec.name, spec.parent);
         self.create_local("create ipoib", &object, spec.message(), &spec.name)
     }
@@ -162,7 +158,7 @@ impl Netlink {
         op: &'static str,
         object: String,
         mut msg: nl::LinkMessage,
-        name: &str,
+        name: &IfName,
         netns: Option<&NetNs>,
     ) -> Result<Option<Link>> {
         match netns {
@@ -188,7 +184,7 @@ impl Netlink {
         op: &'static str,
         object: &dyn fmt::Display,
         msg: nl::LinkMessage,
-        name: &str,
+        name: &IfName,
     ) -> Result<Link> {
         let master = msg.attributes.iter().find_map(|a| match a {
             nl::LinkAttribute::Controller(m) => Some(*m),
@@ -204,7 +200,10 @@ impl Netlink {
             RouteNetlinkMessage::NewLink(msg),
             CREATE | NLM_F_ECHO,
         )?;
-        match first_link(&replies).filter(|l| l.name == name) {
+        match first_link(&replies)
+            .transpose()?
+            .filter(|l| l.name == *name)
+        {
             // The echo is sent before IFLA_MASTER is applied, which the
             // acknowledgement confirms.
             Some(link) => Ok(Link {
@@ -221,9 +220,6 @@ impl Netlink {
 
     /// Applies `update` to link `index` in one request.
     pub fn update_link(&self, index: u32, update: &LinkUpdate) -> Result<()> {
-        if let Some(name) = &update.name {
-            validate_ifname(name)?;
-        }
         let mut msg = nl::LinkMessage::default();
         msg.header.index = index;
         if let Some(up) = update.up {
@@ -240,7 +236,7 @@ impl Netlink {
             attrs.push(nl::LinkAttribute::NetNsFd(ns.raw_fd()));
         }
         if let Some(name) = &update.name {
-            attrs.push(nl::LinkAttribute::IfName(name.clone()));
+            attrs.push(nl::LinkAttribute::IfName(name.to_string()));
         }
         if let Some(mtu) = update.mtu {
             attrs.push(nl::LinkAttribute::Mtu(mtu));
@@ -350,11 +346,11 @@ impl Netlink {
 
     /// Renames link `index`. Kernels before 6.2 refuse to rename a link that
     /// is up (EBUSY); bring it down first to be portable.
-    pub fn rename(&self, index: u32, name: &str) -> Result<()> {
+    pub fn rename(&self, index: u32, name: &IfName) -> Result<()> {
         self.update_link(
             index,
             &LinkUpdate {
-                name: Some(name.to_string()),
+                name: Some(name.clone()),
                 ..Default::default()
             },
         )
@@ -384,12 +380,11 @@ impl Netlink {
     }
 
     /// Deletes the link named `name`; `Ok(false)` if it did not exist.
-    pub fn del_link_by_name(&self, name: &str) -> Result<bool> {
-        validate_ifname(name)?;
+    pub fn del_link_by_name(&self, name: &IfName) -> Result<bool> {
         let mut msg = nl::LinkMessage::default();
         msg.attributes
             .push(nl::LinkAttribute::IfName(name.to_string()));
-        self.del_link_message(&name, msg)
+        self.del_link_message(name, msg)
     }
 
     fn del_link_message(&self, object: &dyn fmt::Display, msg: nl::LinkMessage) -> Result<bool> {
@@ -553,7 +548,7 @@ impl Netlink {
     }
 }
 
-fn first_link(replies: &[RouteNetlinkMessage]) -> Option<Link> {
+fn first_link(replies: &[RouteNetlinkMessage]) -> Option<Result<Link>> {
     replies.iter().find_map(|r| match r {
         RouteNetlinkMessage::NewLink(m) => Some(Link::from_message(m)),
         _ => None,

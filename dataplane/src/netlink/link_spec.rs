@@ -7,6 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use netlink_packet_route::link as nl;
+use plexus_cni::names::IfName;
 
 use super::Guid;
 use crate::error::{Error, Result};
@@ -14,11 +15,14 @@ use crate::mac::MacAddr;
 use crate::netns::NetNs;
 
 /// A network interface as the kernel reports it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Link {
     pub index: u32,
-    pub name: String,
+    /// Parsed from the kernel's reply by [`IfName`]'s rule, which the kernel's
+    /// own is (a name the kernel took but that rule refuses is an
+    /// [`Error::KernelName`], never a panic).
+    pub name: IfName,
     /// `None` for devices without rtnl link ops (e.g. `lo`, physical NICs).
     pub kind: Option<LinkKind>,
     pub mtu: u32,
@@ -72,7 +76,7 @@ pub struct IpoibInfo {
 /// InfiniBand port belongs to the host's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpoibSpec {
-    pub name: String,
+    pub name: IfName,
     pub parent: u32,
     pub info: IpoibInfo,
     pub mtu: Option<u32>,
@@ -281,8 +285,8 @@ impl FromStr for IpvlanMode {
 /// trip, no create-then-move) or next to the local end when `None`.
 #[derive(Debug, Clone)]
 pub struct VethSpec<'a> {
-    pub name: String,
-    pub peer_name: String,
+    pub name: IfName,
+    pub peer_name: IfName,
     pub peer_netns: Option<&'a NetNs>,
     /// MTU of both ends.
     pub mtu: Option<u32>,
@@ -300,10 +304,10 @@ pub struct VethSpec<'a> {
 
 impl<'a> VethSpec<'a> {
     /// Both ends in the handle's namespace, down, kernel-chosen MTU and MACs.
-    pub fn new(name: impl Into<String>, peer_name: impl Into<String>) -> Self {
+    pub fn new(name: IfName, peer_name: IfName) -> Self {
         VethSpec {
-            name: name.into(),
-            peer_name: peer_name.into(),
+            name,
+            peer_name,
             peer_netns: None,
             mtu: None,
             mac: None,
@@ -317,7 +321,7 @@ impl<'a> VethSpec<'a> {
 /// A bridge to create in the handle's namespace.
 #[derive(Debug, Clone)]
 pub struct BridgeSpec {
-    pub name: String,
+    pub name: IfName,
     pub mtu: Option<u32>,
     pub mac: Option<MacAddr>,
     pub vlan_filtering: Option<bool>,
@@ -325,9 +329,9 @@ pub struct BridgeSpec {
 }
 
 impl BridgeSpec {
-    pub fn new(name: impl Into<String>) -> Self {
+    pub fn new(name: IfName) -> Self {
         BridgeSpec {
-            name: name.into(),
+            name,
             mtu: None,
             mac: None,
             vlan_filtering: None,
@@ -340,7 +344,7 @@ impl BridgeSpec {
 /// directly inside `netns` when given.
 #[derive(Debug, Clone)]
 pub struct MacvlanSpec<'a> {
-    pub name: String,
+    pub name: IfName,
     pub master: u32,
     pub mode: MacvlanMode,
     pub netns: Option<&'a NetNs>,
@@ -350,9 +354,9 @@ pub struct MacvlanSpec<'a> {
 }
 
 impl<'a> MacvlanSpec<'a> {
-    pub fn new(name: impl Into<String>, master: u32, mode: MacvlanMode) -> Self {
+    pub fn new(name: IfName, master: u32, mode: MacvlanMode) -> Self {
         MacvlanSpec {
-            name: name.into(),
+            name,
             master,
             mode,
             netns: None,
@@ -368,7 +372,7 @@ impl<'a> MacvlanSpec<'a> {
 /// address, so there is no `mac`.
 #[derive(Debug, Clone)]
 pub struct IpvlanSpec<'a> {
-    pub name: String,
+    pub name: IfName,
     pub master: u32,
     pub mode: IpvlanMode,
     pub netns: Option<&'a NetNs>,
@@ -377,9 +381,9 @@ pub struct IpvlanSpec<'a> {
 }
 
 impl<'a> IpvlanSpec<'a> {
-    pub fn new(name: impl Into<String>, master: u32, mode: IpvlanMode) -> Self {
+    pub fn new(name: IfName, master: u32, mode: IpvlanMode) -> Self {
         IpvlanSpec {
-            name: name.into(),
+            name,
             master,
             mode,
             netns: None,
@@ -411,7 +415,7 @@ pub struct LinkUpdate<'a> {
     pub promisc: Option<bool>,
     pub allmulti: Option<bool>,
     pub txqueuelen: Option<u32>,
-    pub name: Option<String>,
+    pub name: Option<IfName>,
     /// Move the link into this namespace (IFLA_NET_NS_FD).
     pub netns: Option<&'a NetNs>,
 }
@@ -455,15 +459,6 @@ impl BridgeVlan {
     }
 }
 
-/// Checks an interface name the way the kernel's `dev_valid_name` does
-/// (the one rule, [`plexus_cni::names::check_ifname`]), so the error names
-/// the field instead of coming back as a bare EINVAL.
-pub fn validate_ifname(name: &str) -> Result<()> {
-    plexus_cni::names::IfName::new(name)
-        .map(drop)
-        .map_err(|reason| Error::invalid("interface name", name, reason))
-}
-
 pub(super) fn check_vid(vid: u16) -> Result<()> {
     if (1..=4094).contains(&vid) {
         Ok(())
@@ -477,20 +472,61 @@ pub(super) fn check_vid(vid: u16) -> Result<()> {
 }
 
 impl Link {
-    pub(super) fn from_message(m: &nl::LinkMessage) -> Link {
+    /// Link `index` named `name`, with nothing else known yet.
+    pub(crate) fn bare(index: u32, name: IfName) -> Link {
+        Link {
+            index,
+            name,
+            kind: None,
+            mtu: 0,
+            mac: None,
+            up: false,
+            lower_up: false,
+            promisc: false,
+            allmulti: false,
+            txqueuelen: 0,
+            master: None,
+            parent: None,
+            parent_netnsid: None,
+            macvlan_mode: None,
+            ipvlan_mode: None,
+            bridge: None,
+            bridge_port: None,
+            ipoib: None,
+            parent_device: None,
+            infiniband: false,
+            ib_guid: None,
+        }
+    }
+
+    /// The link a kernel reply describes; its name must pass [`IfName`]'s
+    /// rule (a reply without one has none to pass).
+    pub(super) fn from_message(m: &nl::LinkMessage) -> Result<Link> {
+        let index = m.header.index;
+        let name = m
+            .attributes
+            .iter()
+            .find_map(|a| match a {
+                nl::LinkAttribute::IfName(n) => Some(n.as_str()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let name = IfName::new(name).map_err(|reason| Error::KernelName {
+            index,
+            name: name.to_string(),
+            reason,
+        })?;
         let flags = m.header.flags;
         let mut link = Link {
-            index: m.header.index,
             up: flags.contains(nl::LinkFlags::Up),
             lower_up: flags.contains(nl::LinkFlags::LowerUp),
             promisc: flags.contains(nl::LinkFlags::Promisc),
             allmulti: flags.contains(nl::LinkFlags::Allmulti),
             infiniband: m.header.link_layer_type == nl::LinkLayerType::Infiniband,
-            ..Link::default()
+            ..Link::bare(index, name)
         };
         for attr in &m.attributes {
             match attr {
-                nl::LinkAttribute::IfName(n) => link.name = n.clone(),
                 nl::LinkAttribute::Mtu(v) => link.mtu = *v,
                 nl::LinkAttribute::Address(b) => {
                     link.mac = MacAddr::from_slice(b);
@@ -505,7 +541,7 @@ impl Link {
                 _ => {}
             }
         }
-        link
+        Ok(link)
     }
 
     pub(super) fn apply_info(&mut self, infos: &[nl::LinkInfo]) {
@@ -571,7 +607,7 @@ pub(super) fn set_flag(header: &mut nl::LinkHeader, flag: nl::LinkFlags, on: boo
 
 /// A NEWLINK message for a device of `kind` named `name`.
 pub(super) fn new_link_message(
-    name: &str,
+    name: &IfName,
     kind: nl::InfoKind,
     data: Option<nl::InfoData>,
 ) -> nl::LinkMessage {
@@ -608,26 +644,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ifname_rules_match_the_kernel() {
-        for ok in ["eth0", "eth0.100", "veth1234567890a", "net1", "a-b_c@d"] {
-            validate_ifname(ok).unwrap();
-        }
-        for bad in [
-            "",
-            ".",
-            "..",
-            "a/b",
-            "a:b",
-            "a b",
-            "a\tb",
-            "veth1234567890ab",
-            "a\0",
-        ] {
-            assert!(
-                matches!(validate_ifname(bad), Err(Error::Invalid { .. })),
-                "{bad:?}"
-            );
-        }
+    fn a_kernel_name_outside_the_rule_is_an_error_naming_the_link() {
+        let mut msg = nl::LinkMessage::default();
+        msg.header.index = 9;
+        // The kernel refuses only ASCII whitespace; IfName all of Unicode's.
+        msg.attributes
+            .push(nl::LinkAttribute::IfName("a\u{a0}b".into()));
+        let e = Link::from_message(&msg).unwrap_err();
+        assert!(
+            matches!(&e, Error::KernelName { index: 9, name, .. } if name == "a\u{a0}b"),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("link index 9"), "{e}");
+        msg.attributes = vec![nl::LinkAttribute::IfName("eth0".into())];
+        assert_eq!(Link::from_message(&msg).unwrap().name, "eth0");
     }
 
     #[test]
@@ -661,11 +691,16 @@ mod tests {
         ipoib_address.extend([0, 0, 0, 0, 0, 0, 0, 9]);
         msg.attributes
             .push(nl::LinkAttribute::Address(ipoib_address));
-        let link = Link::from_message(&msg);
+        msg.attributes.push(nl::LinkAttribute::IfName("ib0".into()));
+        let link = Link::from_message(&msg).unwrap();
         assert_eq!(link.parent_device.as_deref(), Some("0000:01:10.2"));
         assert!(link.infiniband);
         assert_eq!((link.mac, link.ib_guid), (None, Some(Guid(9))));
-        let plain = Link::from_message(&nl::LinkMessage::default());
+        let mut plain = nl::LinkMessage::default();
+        plain
+            .attributes
+            .push(nl::LinkAttribute::IfName("eth0".into()));
+        let plain = Link::from_message(&plain).unwrap();
         assert_eq!((plain.parent_device, plain.infiniband), (None, false));
         assert_eq!(plain.ib_guid, None);
     }

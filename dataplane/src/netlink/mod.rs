@@ -44,9 +44,8 @@ use socket::NetlinkSocket;
 
 pub use address::{Address, AddressOptions};
 pub use link_spec::{
-    validate_ifname, BridgeInfo, BridgePortInfo, BridgePortOptions, BridgeSpec, BridgeVlan,
-    IpoibInfo, IpoibSpec, IpvlanMode, IpvlanSpec, Link, LinkKind, LinkUpdate, MacvlanMode,
-    MacvlanSpec, Master, VethSpec,
+    BridgeInfo, BridgePortInfo, BridgePortOptions, BridgeSpec, BridgeVlan, IpoibInfo, IpoibSpec,
+    IpvlanMode, IpvlanSpec, Link, LinkKind, LinkUpdate, MacvlanMode, MacvlanSpec, Master, VethSpec,
 };
 pub use neighbour::{Neighbour, NeighbourState};
 pub use route::{IpFamily, Route, RouteKind, RouteProtocol, Scope, RT_TABLE_LOCAL, RT_TABLE_MAIN};

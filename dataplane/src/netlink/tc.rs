@@ -26,8 +26,9 @@ use netlink_packet_route::tc::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::packet_core::{DefaultNla, Nla, NlasIterator};
 
-use super::{validate_ifname, Link, Netlink, CHANGE, CREATE};
+use super::{Link, Netlink, CHANGE, CREATE};
 use crate::error::{Errno, Error, Result};
+use plexus_cni::names::IfName;
 
 /// `TC_H_ROOT`: the parent of a link's root (egress) qdisc.
 pub const HANDLE_ROOT: u32 = 0xffff_ffff;
@@ -528,8 +529,7 @@ impl Netlink {
     /// Creates an ifb device (an "intermediate functional block": what is
     /// redirected to it is shaped by its root qdisc and then dropped back
     /// into the stack where it came from), up, with `mtu`.
-    pub fn create_ifb(&self, name: &str, mtu: Option<u32>) -> Result<Link> {
-        validate_ifname(name)?;
+    pub fn create_ifb(&self, name: &IfName, mtu: Option<u32>) -> Result<Link> {
         let mut msg = nl::LinkMessage::default();
         msg.header.flags = nl::LinkFlags::Up;
         msg.header.change_mask = nl::LinkFlags::Up;
@@ -544,7 +544,7 @@ impl Netlink {
         }
         self.request(
             "create ifb",
-            &name,
+            name,
             RouteNetlinkMessage::NewLink(msg),
             CREATE,
         )?;

@@ -15,6 +15,7 @@ use netlink_packet_netfilter::nftables::{
     Bitwise, Cmp, DataAttribute, ExpressionAttribute, Expressions, Immediate, ListAttribute, Meta,
     MetaKey, Operator, Payload, Register, Verdict as NftVerdict, VerdictAttribute,
 };
+use plexus_cni::names::IfName;
 use rtnetlink::packet_core::{DefaultNla, Emitable, NLA_F_NESTED};
 
 /// A table of the `inet` family: both IPv4 and IPv6.
@@ -52,9 +53,9 @@ pub struct Rule {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Match {
     /// `iifname`.
-    InInterface(String),
+    InInterface(IfName),
     /// `oifname`.
-    OutInterface(String),
+    OutInterface(IfName),
     /// `ct state established,related`.
     EstablishedOrRelated,
     /// `ip saddr` / `ip6 saddr` within the prefix (its family implied).

@@ -12,13 +12,14 @@ use std::process::Command;
 
 use plexus_cni::args::CniArgs;
 use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
+use plexus_cni::names::NetnsPath;
 use plexus_cni::skel::Plugin;
 use plexus_cni::CniError;
 use plexus_dataplane::{MacAddr, Netlink};
 use plexus_testkit::process::output_with_stdin;
 use serde_json::{json, Value};
 
-use crate::common::{is_root, request, run, veth_up, TestNs};
+use crate::common::{ifname, is_root, request, run, veth_up, TestNs};
 
 /// Where Debian's containernetworking-plugins put the reference binaries.
 pub const REFERENCE_DIR: &str = "/usr/lib/cni";
@@ -74,7 +75,7 @@ impl Attachment {
 
     /// Sets the MAC of `name` in the pod (to make two pairs comparable).
     pub fn set_pod_mac(&self, name: &str, mac: &str) {
-        let link = self.pod_nl.link_by_name(name).unwrap().unwrap();
+        let link = self.pod_nl.link_by_name(&ifname(name)).unwrap().unwrap();
         let mac: MacAddr = mac.parse().unwrap();
         self.pod_nl.set_mac(link.index, mac).unwrap();
     }
@@ -170,7 +171,7 @@ pub fn env(
     args: &str,
 ) -> CniEnv {
     let params = AttachmentParams {
-        netns: netns.map(Into::into),
+        netns: netns.map(|ns| NetnsPath::new(ns).unwrap()),
         args: CniArgs::parse(args).unwrap(),
         path: vec![REFERENCE_DIR.into()],
         ..AttachmentParams::new(container_id, ifname).unwrap()

@@ -154,10 +154,10 @@ pub fn veth_up(a: &Netlink, b_ns: &TestNs, b: &Netlink, name: &str, peer: &str) 
         .create_veth(&VethSpec {
             peer_netns: Some(&b_ns.ns),
             up: true,
-            ..VethSpec::new(name, peer)
+            ..VethSpec::new(ifname(name), ifname(peer))
         })
         .unwrap();
-    let peer = b.link_by_name(peer).unwrap().unwrap();
+    let peer = b.link_by_name(&ifname(peer)).unwrap().unwrap();
     b.set_up(peer.index).unwrap();
     (local.index, peer.index)
 }
@@ -186,7 +186,7 @@ pub fn ingress_isolated(
                 name: "input".into(),
                 hook: Some(Hook::Input),
                 rules: vec![rule(
-                    vec![Match::InInterface(ifname.into())],
+                    vec![Match::InInterface(self::ifname(ifname))],
                     Verdict::Jump(chain.clone()),
                 )],
             },
@@ -197,4 +197,9 @@ pub fn ingress_isolated(
             },
         ],
     }
+}
+
+/// An interface name the test knows is valid.
+pub fn ifname(name: &str) -> plexus_cni::names::IfName {
+    plexus_cni::names::IfName::new(name).unwrap_or_else(|e| panic!("{name:?}: {e}"))
 }

@@ -13,7 +13,7 @@ use plexus_cni::args::CniArgs;
 use plexus_cni::delegate::Resolver;
 use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
 use plexus_cni::error::{CniError, ErrorCode};
-use plexus_cni::names::{ContainerId, IfName};
+use plexus_cni::names::{ContainerId, IfName, NetnsPath, PluginType};
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::{
     valid_attachments_value, Plugin, Request, ValidAttachment, VALID_ATTACHMENTS,
@@ -110,7 +110,11 @@ impl Plugin for StaticIpam<'_> {
 }
 
 impl Resolver for TestResolver {
-    fn resolve(&self, plugin_type: &str, _req: &Request) -> Result<Box<dyn Plugin + '_>, CniError> {
+    fn resolve(
+        &self,
+        plugin_type: &PluginType,
+        _req: &Request,
+    ) -> Result<Box<dyn Plugin + '_>, CniError> {
         if plugin_type == IPAM {
             Ok(Box::new(StaticIpam { calls: &self.calls }))
         } else {
@@ -157,7 +161,10 @@ pub fn netns_path(ns: &TestNs) -> PathBuf {
 /// A request as a runtime would send it.
 pub fn request(command: CniCommand, t: &Target, config: &Value) -> Request {
     let params = AttachmentParams {
-        netns: t.netns.clone(),
+        netns: t
+            .netns
+            .as_ref()
+            .map(|ns| NetnsPath::new(ns.to_str().unwrap()).unwrap()),
         args: CniArgs::parse(&t.args).unwrap(),
         path: vec![PathBuf::from("/opt/cni/bin")],
         ..AttachmentParams::new(&t.container_id, &t.ifname).unwrap()

@@ -9,6 +9,7 @@
 //! skipping `exclude`, other pools' reservations, and the range's network
 //! and broadcast addresses. DEL matches the container ID and `ifname`.
 
+use plexus_cni::names::{ContainerId, IfName};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
@@ -20,18 +21,44 @@ use crate::range::{from_u128, to_u128};
 /// Who asks for an address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Holder<'a> {
-    pub container_id: &'a str,
+    pub container_id: &'a ContainerId,
     /// `<namespace>/<pod>`.
     pub podref: &'a str,
-    pub ifname: &'a str,
+    pub ifname: &'a IfName,
+}
+
+/// A [`Holder`] that owns its names: a request queued for a pool's turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderBuf {
+    pub container_id: ContainerId,
+    pub podref: String,
+    pub ifname: IfName,
+}
+
+impl HolderBuf {
+    pub fn holder(&self) -> Holder<'_> {
+        Holder {
+            container_id: &self.container_id,
+            podref: &self.podref,
+            ifname: &self.ifname,
+        }
+    }
 }
 
 impl Holder<'_> {
+    pub fn to_buf(&self) -> HolderBuf {
+        HolderBuf {
+            container_id: self.container_id.clone(),
+            podref: self.podref.to_string(),
+            ifname: self.ifname.clone(),
+        }
+    }
+
     pub fn allocation(&self) -> Allocation {
         Allocation {
-            container_id: self.container_id.to_string(),
+            container_id: self.container_id.clone(),
             podref: self.podref.to_string(),
-            ifname: self.ifname.to_string(),
+            ifname: Some(self.ifname.clone()),
         }
     }
 }
@@ -106,7 +133,7 @@ pub fn assign(
         .find(|(_, a)| a.is_of(who.podref, who.ifname))
     {
         if let Some(ip) = address_at(range.network, key) {
-            let write = (held.container_id != who.container_id).then(|| who.allocation());
+            let write = (held.container_id != *who.container_id).then(|| who.allocation());
             return Ok(Assignment {
                 ip,
                 key: key.clone(),
@@ -226,12 +253,12 @@ fn first_free(range: &PoolRange, held: &BTreeSet<u128>, from: u128, to: u128) ->
 /// remove (`DeallocateIP`: by container ID and interface, not by pod).
 pub fn release<'a>(
     allocations: &'a BTreeMap<String, Allocation>,
-    container_id: &str,
-    ifname: &str,
+    container_id: &ContainerId,
+    ifname: &IfName,
 ) -> Option<&'a String> {
     allocations
         .iter()
-        .find(|(_, a)| a.container_id == container_id && a.ifname == ifname)
+        .find(|(_, a)| a.container_id == *container_id && a.is_on(ifname))
         .map(|(k, _)| k)
 }
 
@@ -242,8 +269,8 @@ pub fn release<'a>(
 pub fn held_key<'a>(
     allocations: &'a BTreeMap<String, Allocation>,
     backups: &'a BTreeMap<String, Allocation>,
-    container_id: &str,
-    ifname: &str,
+    container_id: &ContainerId,
+    ifname: &IfName,
 ) -> Option<&'a String> {
     release(allocations, container_id, ifname).or_else(|| {
         let erased = release(backups, container_id, ifname)?;
@@ -274,6 +301,7 @@ mod tests {
     use super::super::pool::whereabouts_can_read;
     use super::*;
     use ipnetwork::IpNetwork;
+    use std::sync::LazyLock;
 
     fn range(net: &str, exclude: &[&str]) -> PoolRange {
         PoolRange {
@@ -304,9 +332,9 @@ mod tests {
             preferred: &[],
         };
         // The claim's entry, taken over from the pod that held it.
-        let (got, previous) = assign_for_claim(&r, &held, &ask, &none, &WHO, 0).unwrap();
+        let (got, previous) = assign_for_claim(&r, &held, &ask, &none, &who(), 0).unwrap();
         assert_eq!(got.ip.to_string(), "10.0.0.5");
-        assert_eq!(got.write, Some(WHO.allocation()));
+        assert_eq!(got.write, Some(who().allocation()));
         assert_eq!(previous.unwrap().container_id, "c-old");
         // Held by this attachment already: nothing to write.
         let mine = holding(&[("5", "c1", "ns/p")]);
@@ -316,7 +344,7 @@ mod tests {
             claims: &claims_now,
             ..ask
         };
-        let (got, previous) = assign_for_claim(&r, &mine, &now, &none, &WHO, 0).unwrap();
+        let (got, previous) = assign_for_claim(&r, &mine, &now, &none, &who(), 0).unwrap();
         assert_eq!((got.write, previous), (None, None));
         // No entry for the claim: its status.ips first, when free here.
         let other = ClaimAsk {
@@ -329,7 +357,7 @@ mod tests {
                 "10.0.0.20".parse().unwrap(),
             ],
         };
-        let (got, _) = assign_for_claim(&r, &held, &other, &none, &WHO, 0).unwrap();
+        let (got, _) = assign_for_claim(&r, &held, &other, &none, &who(), 0).unwrap();
         assert_eq!(
             got.ip.to_string(),
             "10.0.0.20",
@@ -339,24 +367,37 @@ mod tests {
             preferred: &[],
             ..other
         };
-        let (got, _) = assign_for_claim(&r, &held, &nothing, &none, &WHO, 0).unwrap();
+        let (got, _) = assign_for_claim(&r, &held, &nothing, &none, &who(), 0).unwrap();
         assert_eq!(got.ip.to_string(), "10.0.0.1");
     }
 
-    const WHO: Holder = Holder {
-        container_id: "c1",
-        podref: "ns/p",
-        ifname: "net1",
-    };
+    static C1: LazyLock<ContainerId> = LazyLock::new(|| ContainerId::new("c1").unwrap());
+    static NET1: LazyLock<IfName> = LazyLock::new(|| IfName::new("net1").unwrap());
+
+    fn cid(id: &str) -> ContainerId {
+        ContainerId::new(id).unwrap()
+    }
+
+    fn ifn(name: &str) -> IfName {
+        IfName::new(name).unwrap()
+    }
+
+    fn who() -> Holder<'static> {
+        Holder {
+            container_id: &C1,
+            podref: "ns/p",
+            ifname: &NET1,
+        }
+    }
 
     fn holding(entries: &[(&str, &str, &str)]) -> BTreeMap<String, Allocation> {
         entries
             .iter()
             .map(|(k, id, podref)| {
                 let a = Allocation {
-                    container_id: id.to_string(),
+                    container_id: ContainerId::new(*id).unwrap(),
                     podref: podref.to_string(),
-                    ifname: "net1".into(),
+                    ifname: Some(NET1.clone()),
                 };
                 (k.to_string(), a)
             })
@@ -368,13 +409,13 @@ mod tests {
         // IterateForAssignment: from the first usable address (.1).
         let r = range("10.0.0.0/24", &["10.0.0.2/31", "10.0.0.5"]);
         let none = BTreeSet::new();
-        let a = assign(&r, &BTreeMap::new(), &none, &WHO, 0).unwrap();
+        let a = assign(&r, &BTreeMap::new(), &none, &who(), 0).unwrap();
         assert_eq!((a.ip.to_string(), a.key.as_str()), ("10.0.0.1".into(), "1"));
         let held = holding(&[("1", "x", "ns/x"), ("4", "y", "ns/y")]);
-        let a = assign(&r, &held, &none, &WHO, 0).unwrap();
+        let a = assign(&r, &held, &none, &who(), 0).unwrap();
         assert_eq!(a.ip.to_string(), "10.0.0.6");
         let taken: BTreeSet<IpAddr> = ["10.0.0.6".parse().unwrap()].into();
-        let a = assign(&r, &held, &taken, &WHO, 0).unwrap();
+        let a = assign(&r, &held, &taken, &who(), 0).unwrap();
         assert_eq!(a.ip.to_string(), "10.0.0.7");
     }
 
@@ -383,11 +424,11 @@ mod tests {
         // AssignIP: by podref and ifname; a new container ID is written.
         let r = range("10.0.0.0/24", &[]);
         let held = holding(&[("9", "old", "ns/p")]);
-        let a = assign(&r, &held, &BTreeSet::new(), &WHO, 0).unwrap();
+        let a = assign(&r, &held, &BTreeSet::new(), &who(), 0).unwrap();
         assert_eq!(a.ip.to_string(), "10.0.0.9");
         assert_eq!(a.write.unwrap().container_id, "c1");
         let held = holding(&[("9", "c1", "ns/p")]);
-        let a = assign(&r, &held, &BTreeSet::new(), &WHO, 0).unwrap();
+        let a = assign(&r, &held, &BTreeSet::new(), &who(), 0).unwrap();
         assert_eq!(a.write, None);
     }
 
@@ -395,9 +436,9 @@ mod tests {
     fn hints_spread_and_wrap() {
         let r = range("10.0.0.0/29", &[]); // .1 to .6
         let held = holding(&[("5", "x", "ns/x"), ("6", "y", "ns/y")]);
-        let a = assign(&r, &held, &BTreeSet::new(), &WHO, 4).unwrap();
+        let a = assign(&r, &held, &BTreeSet::new(), &who(), 4).unwrap();
         assert_eq!(a.ip.to_string(), "10.0.0.1", "wrapped past .5 and .6");
-        let a = assign(&r, &BTreeMap::new(), &BTreeSet::new(), &WHO, 2).unwrap();
+        let a = assign(&r, &BTreeMap::new(), &BTreeSet::new(), &who(), 2).unwrap();
         assert_eq!(a.ip.to_string(), "10.0.0.3");
     }
 
@@ -407,7 +448,7 @@ mod tests {
         r.start = Some("10.0.0.2".parse().unwrap());
         let held = holding(&[("2", "x", "ns/x"), ("3", "y", "ns/y")]);
         for hint in 0..8 {
-            let e = assign(&r, &held, &BTreeSet::new(), &WHO, hint).unwrap_err();
+            let e = assign(&r, &held, &BTreeSet::new(), &who(), hint).unwrap_err();
             assert_eq!(e.first.to_string(), "10.0.0.2");
             assert_eq!(e.last.to_string(), "10.0.0.6");
         }
@@ -417,7 +458,7 @@ mod tests {
     fn ipv6_beyond_the_first_2_pow_64_offsets() {
         let mut r = range("fd00::/32", &[]);
         r.start = Some("fd00:0:ffff:ffff:ffff:ffff:ffff:fff0".parse().unwrap());
-        let a = assign(&r, &BTreeMap::new(), &BTreeSet::new(), &WHO, 0).unwrap();
+        let a = assign(&r, &BTreeMap::new(), &BTreeSet::new(), &who(), 0).unwrap();
         assert_eq!(a.ip.to_string(), "fd00:0:ffff:ffff:ffff:ffff:ffff:fff0");
         assert_eq!(address_at(r.network, &a.key), Some(a.ip));
     }
@@ -437,7 +478,7 @@ mod tests {
             1 << 63,
             3 << 62,
         ] {
-            let a = assign(&r, &BTreeMap::new(), &none, &WHO, hint).unwrap();
+            let a = assign(&r, &BTreeMap::new(), &none, &who(), hint).unwrap();
             let offset: u128 = a.key.parse().unwrap();
             assert!(whereabouts_can_read(offset), "{} from hint {hint}", a.key);
             assert_eq!(address_at(r.network, &a.key), Some(a.ip));
@@ -450,7 +491,7 @@ mod tests {
         assert_eq!(first.to_string(), "fd77::1");
         assert_eq!(last.to_string(), "fd77::7fff:ffff:ffff:ffff");
         let held = holding(&[(&i64::MAX.to_string(), "x", "ns/x")]);
-        let a = assign(&r, &held, &none, &WHO, i64::MAX as u128 - 1).unwrap();
+        let a = assign(&r, &held, &none, &who(), i64::MAX as u128 - 1).unwrap();
         assert_eq!(a.ip.to_string(), "fd77::1");
         // A /120 or an IPv4 range is searched whole.
         let small = range("fd94::/120", &[]);
@@ -464,16 +505,19 @@ mod tests {
     #[test]
     fn release_matches_container_and_interface() {
         let held = holding(&[("3", "c1", "ns/p"), ("4", "c2", "ns/p")]);
-        assert_eq!(release(&held, "c2", "net1").map(String::as_str), Some("4"));
-        assert_eq!(release(&held, "c2", "net2"), None);
-        assert_eq!(release(&held, "c3", "net1"), None);
+        assert_eq!(
+            release(&held, &cid("c2"), &ifn("net1")).map(String::as_str),
+            Some("4")
+        );
+        assert_eq!(release(&held, &cid("c2"), &ifn("net2")), None);
+        assert_eq!(release(&held, &cid("c3"), &ifn("net1")), None);
         // An erased entry's backup is found; one whose offset another
         // entry holds now is not.
         let backups = holding(&[("9", "c3", "ns/q"), ("4", "c4", "ns/r")]);
-        let found = held_key(&held, &backups, "c3", "net1");
+        let found = held_key(&held, &backups, &cid("c3"), &ifn("net1"));
         assert_eq!(found.map(String::as_str), Some("9"));
-        assert_eq!(held_key(&held, &backups, "c4", "net1"), None);
-        let found = held_key(&held, &backups, "c1", "net1");
+        assert_eq!(held_key(&held, &backups, &cid("c4"), &ifn("net1")), None);
+        let found = held_key(&held, &backups, &cid("c1"), &ifn("net1"));
         assert_eq!(found.map(String::as_str), Some("3"));
     }
 }

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
+use plexus_cni::names::{empty_is_none, ContainerId, IfName};
 use serde::{Deserialize, Serialize};
 
 use crate::range::{from_u128, to_u128};
@@ -31,20 +32,30 @@ pub const DEFAULT_NAMESPACE: &str = "kube-system";
 /// One holder of an address: `spec.allocations[offset]` of an IPPool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocation {
-    /// `CNI_CONTAINERID` of the sandbox that holds it.
+    /// `CNI_CONTAINERID` of the sandbox that holds it (checked as read).
     #[serde(rename = "id")]
-    pub container_id: String,
+    pub container_id: ContainerId,
     /// `<namespace>/<pod>`.
     pub podref: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub ifname: String,
+    /// Empty (or left out) by whereabouts versions that did not write it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "empty_is_none"
+    )]
+    pub ifname: Option<IfName>,
 }
 
 impl Allocation {
     /// Whether this is the attachment `podref`/`ifname`'s: whereabouts hands
     /// a pod's interface the address it already holds (`AssignIP`).
-    pub fn is_of(&self, podref: &str, ifname: &str) -> bool {
-        self.podref == podref && self.ifname == ifname
+    pub fn is_of(&self, podref: &str, ifname: &IfName) -> bool {
+        self.podref == podref && self.is_on(ifname)
+    }
+
+    /// Whether the entry names interface `ifname`.
+    pub fn is_on(&self, ifname: &IfName) -> bool {
+        self.ifname.as_ref() == Some(ifname)
     }
 }
 
@@ -65,12 +76,17 @@ pub struct ReservationSpec {
     #[serde(
         default,
         rename = "containerid",
-        skip_serializing_if = "String::is_empty"
+        skip_serializing_if = "Option::is_none",
+        with = "empty_is_none"
     )]
-    pub container_id: String,
+    pub container_id: Option<ContainerId>,
     pub podref: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub ifname: String,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "empty_is_none"
+    )]
+    pub ifname: Option<IfName>,
 }
 
 /// `spec` and `status` of a NodeSlicePool.
@@ -285,7 +301,16 @@ mod tests {
             serde_json::to_string(&a).unwrap(),
             r#"{"id":"c1","podref":"ns/p","ifname":"net1"}"#
         );
-        assert!(a.is_of("ns/p", "net1"));
-        assert!(!a.is_of("ns/p", "net2"));
+        assert!(a.is_of("ns/p", &IfName::new("net1").unwrap()));
+        assert!(!a.is_of("ns/p", &IfName::new("net2").unwrap()));
+        // Older whereabouts wrote no interface: none, and none written back.
+        let old: Allocation =
+            serde_json::from_str(r#"{"id":"c1","podref":"ns/p","ifname":""}"#).unwrap();
+        assert_eq!(old.ifname, None);
+        let back = serde_json::to_string(&old).unwrap();
+        assert_eq!(back, r#"{"id":"c1","podref":"ns/p"}"#);
+        // A name no runtime can give is refused as it is read.
+        let bad = serde_json::from_str::<Allocation>(r#"{"id":"-c","podref":"ns/p"}"#);
+        assert!(bad.unwrap_err().to_string().contains("alphanumeric"));
     }
 }

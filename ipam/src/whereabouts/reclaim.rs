@@ -219,9 +219,9 @@ mod tests {
 
     fn entry(id: &str, podref: &str) -> Allocation {
         Allocation {
-            container_id: id.into(),
+            container_id: plexus_cni::names::ContainerId::new(id).unwrap(),
             podref: podref.into(),
-            ifname: "net1".into(),
+            ifname: Some(plexus_cni::names::IfName::new("net1").unwrap()),
         }
     }
 

@@ -205,7 +205,7 @@ impl Reconciler {
                 registry: &registry,
             },
         };
-        if !sandbox.netns.exists() {
+        if !sandbox.netns.as_path().exists() {
             return Ok(Err(Skip::Gone));
         }
         let executor = pipeline::attaching_executor(self, &conf.cni_dir, &registry);

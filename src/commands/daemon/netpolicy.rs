@@ -33,7 +33,7 @@ use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::{KubeCluster, SharedApi};
 use crate::cluster::policy_watch::{CacheSizes, PolicyWatches};
 use crate::cni::error::{CniError, ErrorCode};
-use crate::cni::names::ContainerId;
+use crate::cni::names::{ContainerId, NetnsPath};
 use crate::netattach::pod::Pod;
 use crate::netattach::status::NetworkStatus;
 use crate::netattach::status::NETWORK_STATUS_ANNOTATION;
@@ -103,7 +103,7 @@ pub enum EnforceError {
     NotSynced,
     #[error("writing the policy rules in {netns}: {source}")]
     Dataplane {
-        netns: String,
+        netns: NetnsPath,
         #[source]
         source: plexus_dataplane::Error,
     },
@@ -259,7 +259,7 @@ impl Enforcer {
         let Some(&index) = snapshot.local.get(&sandbox.container_id) else {
             return Ok(()); // no record: nothing attached
         };
-        if netns.is_none() && !sandbox.netns.exists() {
+        if netns.is_none() && !sandbox.netns.as_path().exists() {
             return Ok(()); // the pod's namespace is gone: its DEL is coming
         }
         let world = World {
@@ -270,14 +270,14 @@ impl Enforcer {
         let (filterable, unfilterable): (Vec<InterfacePolicy>, Vec<InterfacePolicy>) = world
             .interface_policies(&snapshot.pods[index])
             .into_iter()
-            .partition(|p| !p.interface.is_empty());
+            .partition(|p| p.interface.is_some());
         self.report_unfilterable(state, sandbox, &unfilterable);
         let table = render::table(&filterable);
         if state.applied.get(&sandbox.container_id) == Some(&table) {
             return Ok(());
         }
         let fail = |source| EnforceError::Dataplane {
-            netns: sandbox.netns.display().to_string(),
+            netns: sandbox.netns.clone(),
             source,
         };
         let nft = match netns {

@@ -133,7 +133,7 @@ mod tests {
         Sandbox {
             container_id: ContainerId::new(id).unwrap(),
             ifname: IfName::new("eth0").unwrap(),
-            netns: "/run/netns/p".into(),
+            netns: crate::cni::names::NetnsPath::new("/run/netns/p").unwrap(),
             cni_path: vec!["/opt/cni/bin".into()],
             namespace: "ns".into(),
             pod: "p".into(),

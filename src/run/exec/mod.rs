@@ -34,7 +34,7 @@ use serde_json::Value;
 
 use crate::cni::casefold;
 use crate::cni::env::{CNI_ARGS, CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS, CNI_PATH};
-use crate::cni::names;
+use crate::cni::names::PluginType;
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Request, ValidAttachment};
 use crate::cni::CniVersion;
@@ -68,7 +68,7 @@ impl ExecSite {
     /// The first regular executable file named `plugin_type` in `dirs`, as
     /// seen from [`ExecSite::root`]; the path is the one to run there.
     pub fn find(&self, plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, ExecError> {
-        find_plugin_under(plugin_type, dirs, self.root.as_deref())
+        find_plugin_under(&parse_type(plugin_type)?, dirs, self.root.as_deref())
     }
 
     /// `CNI_NETNS` for a plugin of a request whose namespace is `netns`.
@@ -83,7 +83,7 @@ impl ExecSite {
 /// An external plugin binary behind the `TypedPlugin` trait (and so `Plugin`).
 #[derive(Debug, Clone)]
 pub struct ExecPlugin {
-    plugin_type: String,
+    plugin_type: PluginType,
     timeout: Duration,
     site: Arc<ExecSite>,
 }
@@ -92,12 +92,16 @@ impl ExecPlugin {
     /// `plugin_type` must be a bare binary name (cni-SPEC §1 `type`), so a
     /// configuration cannot make plexus run `../../bin/x`.
     pub fn new(plugin_type: &str, timeout: Duration) -> Result<ExecPlugin, ExecError> {
-        names::check_plugin_type(plugin_type).map_err(ExecError::PluginType)?;
-        Ok(ExecPlugin {
-            plugin_type: plugin_type.to_string(),
+        Ok(ExecPlugin::of(parse_type(plugin_type)?, timeout))
+    }
+
+    /// The plugin of a type already checked by its [`PluginType`].
+    pub fn of(plugin_type: PluginType, timeout: Duration) -> ExecPlugin {
+        ExecPlugin {
+            plugin_type,
             timeout,
             site: Arc::default(),
-        })
+        }
     }
 
     /// Run where `site` says.
@@ -113,7 +117,7 @@ impl ExecPlugin {
     /// The binary serving this type in `dirs`: the first regular, executable
     /// file of that name (symlinks followed), as libcni's `FindInPath`.
     pub fn find(&self, dirs: &[PathBuf]) -> Result<PathBuf, ExecError> {
-        self.site.find(&self.plugin_type, dirs)
+        find_plugin_under(&self.plugin_type, dirs, self.site.root.as_deref())
     }
 
     /// Run the plugin for `req.env`'s command and return its stdout.
@@ -153,19 +157,19 @@ impl ExecPlugin {
         let to = match self.site.stderr {
             StderrSink::Passthrough => Destination::Passthrough,
             StderrSink::Log => Destination::Log {
-                plugin_type: self.plugin_type.clone(),
+                plugin_type: self.plugin_type.to_string(),
                 call: req.call_log(),
             },
         };
         let output = run_bounded(cmd, stdin, self.timeout, to).map_err(|(e, tail)| match e {
             Unfinished::Spawn(e) => ExecError::Spawn {
-                plugin_type: self.plugin_type.clone(),
+                plugin_type: self.plugin_type.to_string(),
                 binary: binary.clone(),
                 reason: e.to_string(),
             },
             Unfinished::Io(what, e) => self.io(what, e),
             Unfinished::Timeout => ExecError::Timeout {
-                plugin_type: self.plugin_type.clone(),
+                plugin_type: self.plugin_type.to_string(),
                 binary: binary.clone(),
                 command: env.command(),
                 timeout: self.timeout,
@@ -182,7 +186,7 @@ impl ExecPlugin {
     /// (cni-SPEC §5 "Error") when stdout holds one, else the exit status and
     /// stderr.
     fn failure(&self, output: &Output) -> ExecError {
-        let plugin_type = self.plugin_type.clone();
+        let plugin_type = self.plugin_type.to_string();
         if let Some((code, msg, details)) = error_result(&output.stdout) {
             return ExecError::Replied {
                 plugin_type,
@@ -213,7 +217,7 @@ impl ExecPlugin {
     /// Talking to the plugin failed.
     fn io(&self, what: &'static str, e: impl std::fmt::Display) -> ExecError {
         ExecError::Io {
-            plugin_type: self.plugin_type.clone(),
+            plugin_type: self.plugin_type.to_string(),
             what,
             reason: e.to_string(),
         }
@@ -223,7 +227,7 @@ impl ExecPlugin {
     /// (the request's when it names none, as libcni does) and held as the
     /// request's version.
     fn parse_result(&self, stdout: &[u8], req: &Request) -> Result<CniResult, ExecError> {
-        let plugin_type = || self.plugin_type.clone();
+        let plugin_type = || self.plugin_type.to_string();
         let text = String::from_utf8_lossy(stdout);
         if text.trim().is_empty() {
             return Err(ExecError::NoResult {
@@ -305,7 +309,13 @@ fn chroot_in_child(cmd: &mut Command, root: &Path) -> std::io::Result<()> {
 
 /// The first regular executable file named `plugin_type` in `dirs`.
 pub fn find_plugin(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, ExecError> {
-    find_plugin_under(plugin_type, dirs, None)
+    find_plugin_under(&parse_type(plugin_type)?, dirs, None)
+}
+
+/// `type` as a configuration gives it: a bare binary name (cni-SPEC §1), so
+/// a configuration cannot make plexus run `../../bin/x`.
+pub(crate) fn parse_type(plugin_type: &str) -> Result<PluginType, ExecError> {
+    PluginType::new(plugin_type).map_err(ExecError::PluginType)
 }
 
 /// What `path` is when looked up in `root` (symlinks resolved inside it, as
@@ -326,11 +336,10 @@ fn metadata_under(path: &Path, root: Option<&Path>) -> std::io::Result<std::fs::
 
 /// [`find_plugin`] as a process chrooted into `root` finds it.
 fn find_plugin_under(
-    plugin_type: &str,
+    plugin_type: &PluginType,
     dirs: &[PathBuf],
     root: Option<&Path>,
 ) -> Result<PathBuf, ExecError> {
-    names::check_plugin_type(plugin_type).map_err(ExecError::PluginType)?;
     let mut skipped = Vec::new();
     for dir in dirs {
         let candidate = dir.join(plugin_type);
@@ -577,7 +586,7 @@ mod tests {
 
     fn request(command: CniCommand, dirs: Vec<PathBuf>, config: Value) -> Request {
         let params = AttachmentParams {
-            netns: Some("/var/run/netns/x".into()),
+            netns: Some(crate::cni::names::NetnsPath::new("/var/run/netns/x").unwrap()),
             path: dirs,
             ..AttachmentParams::new("ctr1", "eth0").unwrap()
         };

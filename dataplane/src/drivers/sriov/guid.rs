@@ -55,10 +55,9 @@ mod tests {
 
     fn ipoib(name: &str, guid: Option<Guid>) -> Link {
         Link {
-            name: name.into(),
             infiniband: true,
             ib_guid: guid,
-            ..Link::default()
+            ..Link::bare(0, plexus_cni::names::IfName::new(name).unwrap())
         }
     }
 

@@ -1,8 +1,7 @@
 //! What the `sriov` driver records of the VF it hands to a pod (kept by
 //! [`super::super::ownership`]): the owner and what to give back on DEL.
 
-use std::path::{Path, PathBuf};
-
+use plexus_cni::names::NetnsPath;
 use serde::{Deserialize, Serialize};
 
 use super::super::ownership::{Owned, Owner};
@@ -14,7 +13,7 @@ use crate::netlink::{VfSettings, VfState};
 pub(crate) struct Record {
     pub owner: Owner,
     /// The owner's `CNI_NETNS`.
-    pub netns: PathBuf,
+    pub netns: NetnsPath,
     /// The VF's settings on its PF before the ADD.
     pub saved: VfState,
     /// What the ADD set through the PF.
@@ -33,7 +32,7 @@ impl Owned for Record {
     fn owner(&self) -> &Owner {
         &self.owner
     }
-    fn netns(&self) -> &Path {
+    fn netns(&self) -> &NetnsPath {
         &self.netns
     }
 }
@@ -57,14 +56,14 @@ mod tests {
                 container_id: ContainerId::new("ctr1").unwrap(),
                 ifname: IfName::new("net1").unwrap(),
             },
-            netns: "/var/run/netns/pod".into(),
+            netns: NetnsPath::new("/var/run/netns/pod").unwrap(),
             saved,
             applied: VfSettings {
                 trust: Some(true),
                 ..VfSettings::default()
             },
             found: Found::Netdev {
-                name: "enp1s0v1".into(),
+                name: IfName::new("enp1s0v1").unwrap(),
                 mac: Some("02:00:00:00:00:01".parse().unwrap()),
                 mtu: 1500,
             },
