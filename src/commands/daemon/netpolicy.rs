@@ -200,9 +200,12 @@ impl Enforcer {
     }
 
     /// Policies and namespaces listed (the peers' scopes follow from them,
-    /// each listed when a snapshot first needs it).
+    /// each listed when a snapshot first needs it), and this node's pods,
+    /// whose labels a snapshot reads: before they are listed, a pod would
+    /// look unlabelled, selected by no policy, and a restarted daemon would
+    /// drop the tables its predecessor left in place.
     fn synced(&self) -> bool {
-        self.watches.synced()
+        self.watches.synced() && self.api.watched.synced()
     }
 
     /// One pass over every sandbox; false when one failed (retried soon).
