@@ -13,10 +13,10 @@
 
 use std::time::Duration;
 
-use plexus_testkit::kube::status_entries;
+use plexus_testkit::kube::{nad_manifest, status_entries};
 use plexus_testkit::node::{node, Node};
 use plexus_testkit::Feature;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const CONFLIST: &str = "/etc/cni/net.d/00-plexus.conflist";
 
@@ -52,16 +52,11 @@ fn deploy_and_attach(node: &Node, mode: &[&str]) {
 
     // A pod created with kubectl gets the cluster network and a NAD.
     let ns = node.namespace("deploy");
-    let nad = format!(
-        r#"apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: side
-spec:
-  config: '{{"cniVersion": "1.0.0", "name": "side", "type": "macvlan", "master": "{iface}",
-             "mode": "bridge", "ipam": {{"type": "host-local", "subnet": "10.30.0.0/24"}}}}'
-"#,
-        iface = node.iface
+    let nad = nad_manifest(
+        "side",
+        &[],
+        &json!({"cniVersion": "1.0.0", "name": "side", "type": "macvlan", "master": node.iface,
+                "mode": "bridge", "ipam": {"type": "host-local", "subnet": "10.30.0.0/24"}}),
     );
     node.apply(&ns, &nad);
     node.apply(&ns, &node.sleeping_pod("attached", "side"));

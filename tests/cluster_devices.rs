@@ -39,9 +39,10 @@ use std::time::Duration;
 
 use plexus::plan::devices::podresources::{Client, Code, Error};
 use plexus_testkit::device_plugin::{Config, DevicePlugin};
+use plexus_testkit::kube::nad_manifest;
 use plexus_testkit::node::{node, Node};
 use plexus_testkit::Feature;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const RESOURCE: &str = "plexus.test/netdev";
 const DEVICES: [&str; 3] = ["0000:f0:00.3", "0000:f0:00.1", "0000:f0:00.2"];
@@ -95,19 +96,13 @@ fn recorded_adds(records: &std::path::Path) -> BTreeMap<String, Value> {
 /// The NAD backed by the resource (device-info-SPEC §4.2.1): the
 /// recorder, which declares the `deviceID` capability, on the node's link.
 fn device_nad(master: &str) -> String {
-    format!(
-        r#"apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: devnet
-  annotations:
-    k8s.v1.cni.cncf.io/resourceName: {RESOURCE}
-spec:
-  config: '{{"cniVersion": "1.0.0", "name": "devnet", "plugins": [{{
-      "type": "{RECORDER}", "capabilities": {{"deviceID": true}},
-      "master": "{master}", "mode": "bridge",
-      "ipam": {{"type": "host-local", "subnet": "10.40.0.0/24"}}}}]}}'
-"#
+    nad_manifest(
+        "devnet",
+        &[("k8s.v1.cni.cncf.io/resourceName", RESOURCE)],
+        &json!({"cniVersion": "1.0.0", "name": "devnet", "plugins": [{
+            "type": RECORDER, "capabilities": {"deviceID": true},
+            "master": master, "mode": "bridge",
+            "ipam": {"type": "host-local", "subnet": "10.40.0.0/24"}}]}),
     )
 }
 

@@ -31,9 +31,10 @@ use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use plexus_testkit::kube::nad_manifest;
 use plexus_testkit::node::{cluster, Cluster, Node};
 use plexus_testkit::Feature;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// One test at a time: each changes the cluster the others see.
 static ALONE: Mutex<()> = Mutex::new(());
@@ -58,15 +59,11 @@ fn turn() -> Option<(MutexGuard<'static, ()>, &'static Cluster)> {
 /// A macvlan network on the fabric (every node's `eth1`), its addresses
 /// from cluster-wide IPAM in `range`.
 fn fabric_nad(range: &str) -> String {
-    format!(
-        r#"apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: fabric
-spec:
-  config: '{{"cniVersion": "1.0.0", "name": "fabric", "type": "macvlan", "master": "eth1",
-             "mode": "bridge", "ipam": {{"type": "whereabouts", "range": "{range}"}}}}'
-"#
+    nad_manifest(
+        "fabric",
+        &[],
+        &json!({"cniVersion": "1.0.0", "name": "fabric", "type": "macvlan", "master": "eth1",
+                "mode": "bridge", "ipam": {"type": "whereabouts", "range": range}}),
     )
 }
 

@@ -24,8 +24,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use plexus_testkit::kube::nad_manifest;
 use plexus_testkit::node::{node, Node};
 use plexus_testkit::Feature;
+use serde_json::json;
 
 /// One test at a time: each compares the node's state with its own start.
 static ALONE: Mutex<()> = Mutex::new(());
@@ -67,16 +69,11 @@ fn turn(
     // node's disk per attachment, which a lost DEL would leave.
     node.apply(
         &ns,
-        &format!(
-            r#"apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: {NAD}
-spec:
-  config: '{{"cniVersion": "1.0.0", "name": "{ns}", "type": "macvlan", "master": "{iface}",
-             "mode": "bridge", "ipam": {{"type": "host-local", "subnet": "10.31.0.0/24"}}}}'
-"#,
-            iface = node.iface
+        &nad_manifest(
+            NAD,
+            &[],
+            &json!({"cniVersion": "1.0.0", "name": ns, "type": "macvlan", "master": node.iface,
+                    "mode": "bridge", "ipam": {"type": "host-local", "subnet": "10.31.0.0/24"}}),
         ),
     );
     Some((alone, node, ns, before))

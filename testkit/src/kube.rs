@@ -27,6 +27,27 @@ use nix::sched::{setns, CloneFlags};
 
 use crate::process::stdout_ok;
 
+/// A NetworkAttachmentDefinition named `name`, with `annotations`, whose
+/// `spec.config` is `config` (multi-net spec §3.2), as a manifest for
+/// `kubectl apply`: JSON, which kubectl reads as YAML.
+pub fn nad_manifest(
+    name: &str,
+    annotations: &[(&str, &str)],
+    config: &serde_json::Value,
+) -> String {
+    let annotations: serde_json::Map<String, serde_json::Value> = annotations
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+        .collect();
+    serde_json::json!({
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"config": config.to_string()},
+    })
+    .to_string()
+}
+
 /// Runs `kubectl` (`cmd`, with its options) with `args` and `stdin`, for 60 s
 /// at most.
 pub(crate) fn run_kubectl(cmd: Command, args: &[&str], stdin: Option<&str>) -> Output {
