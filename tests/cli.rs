@@ -328,7 +328,6 @@ fn plan_errors_name_the_input_and_reason() {
             "--runtime-config: must be a JSON object",
         ),
         (with_default(&["--cni-args", "A"]), "--cni-args"),
-        (with_default(&["--ifname", "a/b"]), "--ifname"),
     ];
     for (args, want) in cases {
         let mut full = vec!["plan"];
@@ -336,6 +335,22 @@ fn plan_errors_name_the_input_and_reason() {
         let out = run(&full);
         assert_eq!(out.status.code(), Some(1), "{full:?}");
         assert!(stderr(&out).contains(want), "{full:?}: {}", stderr(&out));
+    }
+    // Names are typed as clap reads them: a usage error (exit 2) naming the
+    // flag and the rule, before anything is read.
+    for (flag, value, reason) in [
+        ("--ifname", "a/b", "must not contain '/'"),
+        ("--container-id", "a b", "must contain only alphanumerics"),
+    ] {
+        let mut full = vec!["plan"];
+        full.extend(with_default(&[flag, value]));
+        let out = run(&full);
+        assert_eq!(out.status.code(), Some(2), "{full:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(flag) && err.contains(reason),
+            "{full:?}: {err}"
+        );
     }
 }
 

@@ -168,8 +168,8 @@ impl IfName {
 }
 
 /// Serde for an optional name whose wire form writes "none" as an empty
-/// string or leaves it out (whereabouts' `ifname`, `containerid`): `""` and
-/// a missing key read as `None`, and `None` is left out (use with
+/// string or leaves it out (whereabouts' `ifname`, `containerid`, a plugin's
+/// `master`): `""`, `null` and a missing key read as `None`, and `None` is left out (use with
 /// `#[serde(default, skip_serializing_if = "Option::is_none", with = …)]`).
 pub mod empty_is_none {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -187,13 +187,14 @@ pub mod empty_is_none {
         T: TryFrom<String, Error = String>,
         D: Deserializer<'de>,
     {
-        let name = String::deserialize(d)?;
-        if name.is_empty() {
-            return Ok(None);
+        // `null` is Go's zero value too: encoding/json leaves the string empty.
+        match Option::<String>::deserialize(d)? {
+            None => Ok(None),
+            Some(name) if name.is_empty() => Ok(None),
+            Some(name) => T::try_from(name)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
         }
-        T::try_from(name)
-            .map(Some)
-            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -351,6 +352,7 @@ mod tests {
         let read = |json: &str| serde_json::from_str::<Entry>(json);
         assert_eq!(read(r#"{"ifname": ""}"#).unwrap(), Entry { ifname: None });
         assert_eq!(read("{}").unwrap(), Entry { ifname: None });
+        assert_eq!(read(r#"{"ifname": null}"#).unwrap(), Entry { ifname: None });
         let net1 = read(r#"{"ifname": "net1"}"#).unwrap();
         assert_eq!(
             serde_json::to_string(&net1).unwrap(),

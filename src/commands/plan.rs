@@ -40,10 +40,10 @@ pub struct PlanArgs {
     strict_annotations: bool,
     /// CNI_IFNAME of the default network.
     #[arg(long, default_value = "eth0", value_name = "NAME")]
-    ifname: String,
+    ifname: IfName,
     /// The sandbox's container ID (goes into K8S_POD_INFRA_CONTAINER_ID).
     #[arg(long, value_name = "ID")]
-    container_id: Option<String>,
+    container_id: Option<ContainerId>,
     /// CNI_ARGS as the runtime sends them; default: made from the pod.
     #[arg(long, value_name = "K=V;...")]
     cni_args: Option<String>,
@@ -82,12 +82,6 @@ pub fn run(args: &PlanArgs) -> Result<String, CniError> {
         .or_else(|| conf.as_ref().map(|c| c.conf_dir.clone()))
         .map(ConfDir::new);
 
-    let ifname = IfName::new(args.ifname.as_str())
-        .map_err(|reason| CniError::invalid_config("--ifname", reason))?;
-    let container_id = (args.container_id.as_deref())
-        .map(ContainerId::new)
-        .transpose()
-        .map_err(|reason| CniError::invalid_config("--container-id", reason))?;
     let mut policy = conf.as_ref().map(|c| c.policy.clone()).unwrap_or_default();
     policy.strict_annotations |= args.strict_annotations;
     let cni_args = args
@@ -100,8 +94,9 @@ pub fn run(args: &PlanArgs) -> Result<String, CniError> {
         (None, Some(conf)) => conf.runtime_config.clone(),
         (None, None) => Default::default(),
     };
-    let mut options = PlanOptions::new(policy, ifname).with_runtime_config(runtime_config);
-    options.container_id = container_id;
+    let mut options =
+        PlanOptions::new(policy, args.ifname.clone()).with_runtime_config(runtime_config);
+    options.container_id = args.container_id.clone();
     options = options.with_cni_args(cni_args);
 
     let default_network = match (&args.default_network, &conf) {

@@ -23,7 +23,7 @@ pub struct StatusArgs {
     network: String,
     /// CNI_IFNAME of the attachment (used for results older than 0.3.0).
     #[arg(long, value_name = "NAME")]
-    ifname: Option<String>,
+    ifname: Option<IfName>,
     /// The attachment is the cluster-wide default network.
     #[arg(long)]
     default: bool,
@@ -49,10 +49,6 @@ pub fn run(args: &StatusArgs) -> Result<String, CniError> {
         None => CniResult::from_value(&value),
     }
     .map_err(|e| e.within(origin.as_str()))?;
-    let ifname = (args.ifname.as_deref())
-        .map(IfName::new)
-        .transpose()
-        .map_err(|reason| CniError::invalid_config("--ifname", reason))?;
     // §5.3.8: only a map that is valid device information (device-info-SPEC
     // §3.1) may be published.
     let device_info = args
@@ -67,7 +63,7 @@ pub fn run(args: &StatusArgs) -> Result<String, CniError> {
         .transpose()?;
     let input = StatusInput {
         network: &args.network,
-        ifname: ifname.as_ref(),
+        ifname: args.ifname.as_ref(),
         default: args.default,
         gateway_request: args.default_route.as_deref(),
         device_info,

@@ -21,7 +21,7 @@ use crate::drivers::error::{check_failed, lookup_name, sys, sys_error, DriverErr
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::IpNetwork;
-use plexus_cni::names::IfName;
+use plexus_cni::names::{empty_is_none, IfName};
 use plexus_cni::result::{CniResult, Interface, Route as CniRoute};
 use plexus_cni::skel::Request;
 use serde::Deserialize;
@@ -50,7 +50,9 @@ const CONTAINER_INTERFACE: i64 = 2;
 /// What the bridge driver reads from the configuration.
 #[derive(Debug, Default, Deserialize)]
 struct Conf {
-    bridge: Option<String>,
+    /// Empty means [`DEFAULT_BRIDGE`], as the reference reads it.
+    #[serde(default, deserialize_with = "empty_is_none::deserialize")]
+    bridge: Option<IfName>,
     #[serde(rename = "isGateway")]
     is_gateway: Option<bool>,
     #[serde(rename = "isDefaultGateway")]
@@ -137,11 +139,9 @@ impl Settings {
         netconf::unsupported("ipMasq", c.ip_masq, why)?;
         netconf::unsupported("macspoofchk", c.macspoofchk, why)?;
 
-        let bridge = match c.bridge.as_deref() {
-            None | Some("") => DEFAULT_BRIDGE,
-            Some(b) => b,
-        };
-        let bridge = IfName::new(bridge).map_err(|r| DriverError::config("bridge", r))?;
+        let bridge = c
+            .bridge
+            .unwrap_or_else(|| IfName::new(DEFAULT_BRIDGE).expect("cni0 is an interface name"));
         let mtu = netconf::check_mtu(c.mtu, 68, 65535, "the largest Ethernet MTU")?;
         let vlan = match c.vlan.unwrap_or(0) {
             v @ 0..=4094 => v as u16,

@@ -5,7 +5,6 @@ use crate::drivers::error::DriverError;
 
 use plexus_cni::delegate::{self, Resolver};
 use plexus_cni::env::CniCommand;
-use plexus_cni::names::PluginType;
 
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::{Request, ValidAttachment};
@@ -53,15 +52,10 @@ pub(crate) fn ipam_gc(
     ipam: &Option<IpamRef>,
     valid: &[ValidAttachment],
 ) -> Result<(), DriverError> {
-    let Some(kind) = ipam.as_ref().and_then(|i| i.kind.as_deref()) else {
+    let Some(kind) = ipam.as_ref().and_then(|i| i.kind.as_ref()) else {
         return Ok(());
     };
-    if kind.is_empty() {
-        return Ok(());
-    }
-    let kind = PluginType::new(kind)
-        .map_err(|reason| plexus_cni::CniError::invalid_config("ipam.type", reason))?;
-    let plugin = resolver.resolve(&kind, req)?;
+    let plugin = resolver.resolve(kind, req)?;
     plugin
         .gc(req, valid)
         .map_err(|e| e.within(format!("ipam ({kind})")))

@@ -9,19 +9,22 @@
 //! address is 20 bytes, so the result names no `mac`.
 
 use crate::drivers::error::DriverError;
+use plexus_cni::names::{empty_is_none, IfName};
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 
 use super::netconf::DnsConf;
 use super::netconf::IpamRef;
-use super::stacked::{self, Conf, Spec, Stacked};
+use super::stacked::{Conf, Spec, Stacked};
 use crate::drivers::netconf;
 use crate::netlink::{IpoibSpec, Link, LinkKind, LinkUpdate, Netlink};
 use crate::Error;
 
 #[derive(Debug, Default, Deserialize)]
 struct IpoibConf {
-    master: Option<String>,
+    /// Empty means none, as the reference reads it.
+    #[serde(default, deserialize_with = "empty_is_none::deserialize")]
+    master: Option<IfName>,
     mtu: Option<i64>,
     ipam: Option<IpamRef>,
     dns: Option<DnsConf>,
@@ -40,7 +43,7 @@ impl Stacked for Ipoib {
 
     fn parse(req: &Request) -> Result<Conf<()>, DriverError> {
         let c: IpoibConf = netconf::decode_config(req)?;
-        let master = stacked::master(c.master)?.ok_or_else(|| {
+        let master = c.master.ok_or_else(|| {
             DriverError::config("master", "missing: the IPoIB device to make a child of")
         })?;
         Ok(Conf {

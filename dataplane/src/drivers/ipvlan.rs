@@ -11,6 +11,7 @@
 //! its master's MAC, so there is no `mac`.
 
 use crate::drivers::error::DriverError;
+use plexus_cni::names::{empty_is_none, IfName};
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 
@@ -23,7 +24,9 @@ use crate::Error;
 
 #[derive(Debug, Default, Deserialize)]
 struct IpvlanConf {
-    master: Option<String>,
+    /// Empty means none, as the reference reads it.
+    #[serde(default, deserialize_with = "empty_is_none::deserialize")]
+    master: Option<IfName>,
     mode: Option<String>,
     mtu: Option<i64>,
     #[serde(rename = "linkInContainer")]
@@ -46,7 +49,7 @@ impl Stacked for Ipvlan {
         let mode =
             stacked::parse_mode("ipvlan", c.mode.as_deref(), IpvlanMode::L2, "l2, l3 or l3s")?;
         Ok(Conf {
-            master: stacked::master(c.master)?,
+            master: c.master,
             mode,
             mtu: c.mtu,
             mac: None,

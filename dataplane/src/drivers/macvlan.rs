@@ -12,6 +12,7 @@
 //! `runtimeConfig.mac`.
 
 use crate::drivers::error::DriverError;
+use plexus_cni::names::{empty_is_none, IfName};
 use plexus_cni::skel::Request;
 use serde::Deserialize;
 
@@ -24,7 +25,9 @@ use crate::Error;
 
 #[derive(Debug, Default, Deserialize)]
 struct MacvlanConf {
-    master: Option<String>,
+    /// Empty means none, as the reference reads it.
+    #[serde(default, deserialize_with = "empty_is_none::deserialize")]
+    master: Option<IfName>,
     mode: Option<String>,
     mtu: Option<i64>,
     mac: Option<String>,
@@ -57,7 +60,7 @@ impl Stacked for Macvlan {
             ("runtimeConfig.mac", netconf::runtime_config_mac(req)?),
         ])?;
         Ok(Conf {
-            master: stacked::master(c.master)?,
+            master: c.master,
             mode,
             mtu: c.mtu,
             mac,

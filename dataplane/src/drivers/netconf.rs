@@ -8,7 +8,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 
 use plexus_cni::casefold;
-use plexus_cni::names::IfName;
+use plexus_cni::names::{empty_is_none, IfName, PluginType};
 
 use plexus_cni::skel::Request;
 use serde::de::DeserializeOwned;
@@ -30,17 +30,20 @@ pub(crate) fn decode_config<T: DeserializeOwned>(req: &Request) -> Result<T, Dri
 /// The `ipam` section, as far as a driver reads it.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct IpamRef {
-    #[serde(rename = "type")]
-    pub kind: Option<String>,
+    /// Empty means none, as in the reference plugins.
+    #[serde(
+        rename = "type",
+        default,
+        deserialize_with = "empty_is_none::deserialize"
+    )]
+    pub kind: Option<PluginType>,
 }
 
 /// Whether the configuration delegates to an IPAM plugin. As in the
 /// reference plugins an `ipam` section without a type (`"ipam": {}`) means
 /// none: a layer-2 attachment.
 pub(crate) fn has_ipam(ipam: &Option<IpamRef>) -> bool {
-    ipam.as_ref()
-        .and_then(|i| i.kind.as_deref())
-        .is_some_and(|t| !t.is_empty())
+    ipam.as_ref().is_some_and(|i| i.kind.is_some())
 }
 
 /// The top-level `dns` key of a network configuration (cni-SPEC §1).

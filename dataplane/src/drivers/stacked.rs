@@ -103,14 +103,6 @@ impl<M> Conf<M> {
     }
 }
 
-/// `master` as configured: empty means not.
-pub(crate) fn master(master: Option<String>) -> Result<Option<IfName>, DriverError> {
-    master
-        .filter(|m| !m.is_empty())
-        .map(|m| IfName::new(m).map_err(|r| DriverError::config("master", r)))
-        .transpose()
-}
-
 /// `mode` as the reference reads it: absent or empty is the first of
 /// `modes` (the default).
 pub(crate) fn parse_mode<M: Copy + std::str::FromStr>(

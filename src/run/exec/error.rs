@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::cni::env::CniCommand;
 use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::cni::names;
 
 /// What a plugin binary printed besides its answer, for error messages.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,7 +43,7 @@ pub enum ExecError {
     PluginType(String),
     /// No executable of that name in the `CNI_PATH` directories.
     NotFound {
-        plugin_type: String,
+        plugin_type: names::PluginType,
         dirs: Vec<PathBuf>,
         /// `chrootDir`, when plugins are looked up under it.
         root: Option<PathBuf>,
@@ -53,19 +54,19 @@ pub enum ExecError {
     ChrootDir { root: PathBuf, reason: String },
     /// The binary could not be started.
     Spawn {
-        plugin_type: String,
+        plugin_type: names::PluginType,
         binary: PathBuf,
         reason: String,
     },
     /// Talking to the plugin failed (`what`: stdin, stdout, wait).
     Io {
-        plugin_type: String,
+        plugin_type: names::PluginType,
         what: &'static str,
         reason: String,
     },
     /// The plugin did not finish in time and was killed.
     Timeout {
-        plugin_type: String,
+        plugin_type: names::PluginType,
         binary: PathBuf,
         command: CniCommand,
         timeout: Duration,
@@ -74,35 +75,35 @@ pub enum ExecError {
     },
     /// The plugin's error result (cni-SPEC §5 "Error").
     Replied {
-        plugin_type: String,
+        plugin_type: names::PluginType,
         code: u32,
         msg: String,
         details: String,
     },
     /// The plugin exited non-zero without an error result.
     Exited {
-        plugin_type: String,
+        plugin_type: names::PluginType,
         status: i32,
         printed: Printed,
     },
     /// The plugin was killed by a signal.
     Killed {
-        plugin_type: String,
+        plugin_type: names::PluginType,
         signal: i32,
         printed: Printed,
     },
     /// ADD succeeded but printed no result.
-    NoResult { plugin_type: String },
+    NoResult { plugin_type: names::PluginType },
     /// ADD's result is not JSON.
     NotJson {
-        plugin_type: String,
+        plugin_type: names::PluginType,
         reason: String,
         stdout: String,
     },
     /// ADD's result is JSON but not a valid result (the protocol crate's
     /// error, naming the field).
     BadResult {
-        plugin_type: String,
+        plugin_type: names::PluginType,
         error: CniError,
     },
 }

@@ -163,13 +163,13 @@ impl ExecPlugin {
         };
         let output = run_bounded(cmd, stdin, self.timeout, to).map_err(|(e, tail)| match e {
             Unfinished::Spawn(e) => ExecError::Spawn {
-                plugin_type: self.plugin_type.to_string(),
+                plugin_type: self.plugin_type.clone(),
                 binary: binary.clone(),
                 reason: e.to_string(),
             },
             Unfinished::Io(what, e) => self.io(what, e),
             Unfinished::Timeout => ExecError::Timeout {
-                plugin_type: self.plugin_type.to_string(),
+                plugin_type: self.plugin_type.clone(),
                 binary: binary.clone(),
                 command: env.command(),
                 timeout: self.timeout,
@@ -186,7 +186,7 @@ impl ExecPlugin {
     /// (cni-SPEC §5 "Error") when stdout holds one, else the exit status and
     /// stderr.
     fn failure(&self, output: &Output) -> ExecError {
-        let plugin_type = self.plugin_type.to_string();
+        let plugin_type = self.plugin_type.clone();
         if let Some((code, msg, details)) = error_result(&output.stdout) {
             return ExecError::Replied {
                 plugin_type,
@@ -217,7 +217,7 @@ impl ExecPlugin {
     /// Talking to the plugin failed.
     fn io(&self, what: &'static str, e: impl std::fmt::Display) -> ExecError {
         ExecError::Io {
-            plugin_type: self.plugin_type.to_string(),
+            plugin_type: self.plugin_type.clone(),
             what,
             reason: e.to_string(),
         }
@@ -227,7 +227,7 @@ impl ExecPlugin {
     /// (the request's when it names none, as libcni does) and held as the
     /// request's version.
     fn parse_result(&self, stdout: &[u8], req: &Request) -> Result<CniResult, ExecError> {
-        let plugin_type = || self.plugin_type.to_string();
+        let plugin_type = || self.plugin_type.clone();
         let text = String::from_utf8_lossy(stdout);
         if text.trim().is_empty() {
             return Err(ExecError::NoResult {
@@ -351,7 +351,7 @@ fn find_plugin_under(
         }
     }
     Err(ExecError::NotFound {
-        plugin_type: plugin_type.to_string(),
+        plugin_type: plugin_type.clone(),
         dirs: dirs.to_vec(),
         root: root.map(Path::to_path_buf),
         skipped,
