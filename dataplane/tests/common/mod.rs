@@ -11,6 +11,8 @@ use plexus_cni::skel::Request;
 use plexus_cni::{CniError, ErrorCode};
 use plexus_dataplane::netlink::VethSpec;
 use plexus_dataplane::{NetNs, Netlink};
+use plexus_testkit::sriov::SriovVfs;
+use plexus_testkit::{require, Feature};
 use serde_json::Value;
 
 /// A request as a runtime would send it: `env` and `config` (an object) on
@@ -126,7 +128,7 @@ pub fn current_ns_inode() -> u64 {
 /// Tests need root (CAP_SYS_ADMIN + CAP_NET_ADMIN); skipped visibly and
 /// counted otherwise (see `plexus_testkit`).
 pub fn is_root() -> bool {
-    plexus_testkit::require(&[plexus_testkit::Feature::Root])
+    require(&[Feature::Root])
 }
 
 /// A fresh namespace for a test that needs only root and one namespace, or
@@ -202,4 +204,23 @@ pub fn ingress_isolated(
 /// An interface name the test knows is valid.
 pub fn ifname(name: &str) -> plexus_cni::names::IfName {
     plexus_cni::names::IfName::new(name).unwrap_or_else(|e| panic!("{name:?}: {e}"))
+}
+
+/// `n` VFs of a real SR-IOV PF, or `None` (a visible, counted skip)
+/// without root or such a PF.
+pub fn sriov_vfs(n: u32) -> Option<SriovVfs> {
+    require(&[Feature::Root, Feature::PciSriov]).then(|| SriovVfs::create(n))
+}
+
+/// `n` VFs, a handle on the namespace their PF is in, and the PF's index
+/// (`None` as [`sriov_vfs`]).
+pub fn vfs_on_pf(n: u32) -> Option<(SriovVfs, Netlink, u32)> {
+    let vfs = sriov_vfs(n)?;
+    let nl = Netlink::current().unwrap();
+    let pf = nl
+        .link_by_name(&ifname(&vfs.pf.netdev))
+        .unwrap()
+        .unwrap()
+        .index;
+    Some((vfs, nl, pf))
 }
