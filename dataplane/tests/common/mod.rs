@@ -47,16 +47,27 @@ impl TestNs {
 
     /// `ip -n NAME -j ARGS...` parsed as JSON (an array).
     pub fn ip_json(&self, args: &[&str]) -> Vec<Value> {
-        let mut full = vec!["-n", &self.name];
-        full.extend_from_slice(args);
-        ip_json(&full)
+        json_array("ip", &self.in_ns(args))
     }
 
     /// `ip -n NAME ARGS...`, panicking with stderr on failure.
     pub fn ip(&self, args: &[&str]) {
-        let mut full = vec!["-n", &self.name];
-        full.extend_from_slice(args);
-        run("ip", &full);
+        run("ip", &self.in_ns(args));
+    }
+
+    /// `tc -n NAME -j ARGS...` parsed as JSON (an array).
+    pub fn tc_json(&self, args: &[&str]) -> Vec<Value> {
+        json_array("tc", &self.in_ns(args))
+    }
+
+    /// `tc -n NAME ARGS...`, panicking with stderr on failure.
+    pub fn tc(&self, args: &[&str]) {
+        run("tc", &self.in_ns(args));
+    }
+
+    /// `args` of an iproute2 command (`ip`, `tc`) run in this namespace.
+    fn in_ns<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
+        [&["-n", self.name.as_str()], args].concat()
     }
 }
 
@@ -100,16 +111,21 @@ pub fn run(cmd: &str, args: &[&str]) -> String {
 
 /// `ip -j ARGS...` parsed as a JSON array.
 pub fn ip_json(args: &[&str]) -> Vec<Value> {
-    let mut full = vec!["-j"];
-    full.extend_from_slice(args);
-    let out = run("ip", &full);
+    json_array("ip", args)
+}
+
+/// `CMD -j ARGS...` (an iproute2 command) parsed as a JSON array; empty
+/// output is an empty one.
+fn json_array(cmd: &str, args: &[&str]) -> Vec<Value> {
+    let out = run(cmd, &[&["-j"], args].concat());
     if out.trim().is_empty() {
         return Vec::new();
     }
-    match serde_json::from_str(&out).unwrap_or_else(|e| panic!("ip {args:?}: bad JSON {e}: {out}"))
+    match serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("{cmd} {args:?}: bad JSON {e}: {out}"))
     {
         Value::Array(v) => v,
-        other => panic!("ip {args:?}: expected an array, got {other}"),
+        other => panic!("{cmd} {args:?}: expected an array, got {other}"),
     }
 }
 
