@@ -734,30 +734,39 @@ mod tests {
         let err = |v: Value| NetworkStatus::from_value(&v).unwrap_err().to_string();
         assert_eq!(err(json!({})), "name: required");
         assert_eq!(err(json!({"name": 1})), "name: must be a string, got 1");
-        assert_eq!(
-            err(json!({"name": "n", "mtu": -1})),
-            "mtu: must be an unsigned integer, got -1"
-        );
-        assert_eq!(
-            err(json!({"name": "n", "ips": "1.2.3.4"})),
-            "ips: must be a list, got \"1.2.3.4\""
-        );
-        assert_eq!(
-            err(json!({"name": "n", "default": "true"})),
-            "default: must be a boolean, got \"true\""
-        );
-        assert_eq!(
-            err(json!({"name": "n", "dns": {"search": "a"}})),
-            "dns.search: must be a list, got \"a\""
-        );
-        assert_eq!(
-            err(json!({"name": "n", "default-route": [1]})),
-            "default-route[0]: must be a string, got 1"
-        );
-        assert_eq!(
-            err(json!({"name": "n", "device-info": "pci"})),
-            "device-info: must be an object, got \"pci\""
-        );
+        // Each key's type checked, beside a valid name.
+        for (key, value, want) in [
+            ("mtu", json!(-1), "mtu: must be an unsigned integer, got -1"),
+            (
+                "ips",
+                json!("1.2.3.4"),
+                "ips: must be a list, got \"1.2.3.4\"",
+            ),
+            (
+                "default",
+                json!("true"),
+                "default: must be a boolean, got \"true\"",
+            ),
+            (
+                "dns",
+                json!({"search": "a"}),
+                "dns.search: must be a list, got \"a\"",
+            ),
+            (
+                "default-route",
+                json!([1]),
+                "default-route[0]: must be a string, got 1",
+            ),
+            (
+                "device-info",
+                json!("pci"),
+                "device-info: must be an object, got \"pci\"",
+            ),
+        ] {
+            let mut v = json!({"name": "n"});
+            v[key] = value;
+            assert_eq!(err(v), want, "{key}");
+        }
     }
 
     #[test]
