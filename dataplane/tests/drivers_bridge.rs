@@ -60,10 +60,6 @@ fn vlan_port(node: &TestNs, name: &str) -> Value {
         .clone()
 }
 
-fn v4(addr: &str) -> Value {
-    json!([{ "address": addr }])
-}
-
 #[test]
 fn add_builds_the_reference_topology() {
     // cni-SPEC §2 ADD / §5 result: bridge, host veth, container veth.

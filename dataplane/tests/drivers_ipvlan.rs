@@ -29,10 +29,6 @@ fn conf(addresses: Value, extra: Value) -> Value {
     stacked::conf("ipvlan", "ipv", addresses, extra)
 }
 
-fn v4(addr: &str) -> Value {
-    json!([{ "address": addr }])
-}
-
 #[test]
 fn create_ipvlan_is_typed() {
     if !runnable() {

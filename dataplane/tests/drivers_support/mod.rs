@@ -218,6 +218,11 @@ pub fn driver_conf(ty: &str, name: &str, addresses: Value) -> Value {
     })
 }
 
+/// The test IPAM's `addresses`: `address` alone, without a gateway.
+pub fn v4(address: &str) -> Value {
+    json!([{ "address": address }])
+}
+
 /// The `ipam` section of the test IPAM giving out `address`.
 pub fn ipam(address: &str) -> Value {
     json!({"type": IPAM, "addresses": [{"address": address}]})
