@@ -47,17 +47,20 @@ fn cluster() -> &'static Node {
     node
 }
 
-/// The node for a test whose turn it is, a namespace of its own named after
-/// `prefix` holding the [`NAD`], and the node's network state before; `None`
-/// (the test reported skipped) without a node.
-fn turn(
-    prefix: &str,
-) -> Option<(
+/// A test's turn on the node: its lock, the node, its namespace, the node's
+/// network state before, and when the test's own work started.
+type Turn = (
     MutexGuard<'static, ()>,
     &'static Node,
     String,
     BTreeSet<String>,
-)> {
+    Instant,
+);
+
+/// The [`Turn`] of a test whose turn it is, its namespace named after
+/// `prefix` and holding the [`NAD`]; `None` (the test reported skipped)
+/// without a node.
+fn turn(prefix: &str) -> Option<Turn> {
     if !plexus_testkit::require(&[Feature::KubeNode]) {
         return None;
     }
@@ -76,7 +79,14 @@ fn turn(
                     "mode": "bridge", "ipam": {"type": "host-local", "subnet": "10.31.0.0/24"}}),
         ),
     );
-    Some((alone, node, ns, before))
+    Some((alone, node, ns, before, Instant::now()))
+}
+
+/// The test's pods deleted, leaving nothing on the node, and the test's time
+/// (`what` test, since `started`) reported.
+fn leave_nothing(node: &Node, ns: &str, before: &BTreeSet<String>, what: &str, started: Instant) {
+    node.delete_pods_leaving_nothing(ns, before);
+    eprintln!("{what} test: {:?}", started.elapsed());
 }
 
 /// `count` sleeping pods `{prefix}-{i}` attached to the [`NAD`], created by
@@ -143,10 +153,9 @@ fn wait_plexus_ready(node: &Node) {
 
 #[test]
 fn a_rolling_update_while_pods_start_replaces_the_binary_and_fails_no_pod() {
-    let Some((_alone, node, ns, before)) = turn("rollout") else {
+    let Some((_alone, node, ns, before, started)) = turn("rollout") else {
         return;
     };
-    let started = Instant::now();
     let installed = || node.exec_ok(&["stat", "-c", "%i", "/opt/cni/bin/plexus"]);
     let old_inode = installed();
     // The new image: its binary differs from the deployed one (node-deploy
@@ -170,16 +179,14 @@ fn a_rolling_update_while_pods_start_replaces_the_binary_and_fails_no_pod() {
     assert_eq!(plexus_files, ["plexus"], "in /opt/cni/bin");
     assert!(plexus_pod(node, ".spec.containers[1].image").ends_with("plexus:rollout"));
 
-    node.delete_pods_leaving_nothing(&ns, &before);
-    eprintln!("rolling update test: {:?}", started.elapsed());
+    leave_nothing(node, &ns, &before, "rolling update", started);
 }
 
 #[test]
 fn the_daemon_killed_during_a_burst_of_30_pods_fails_none_and_leaks_nothing() {
-    let Some((_alone, node, ns, before)) = turn("killed") else {
+    let Some((_alone, node, ns, before, started)) = turn("killed") else {
         return;
     };
-    let started = Instant::now();
     let restarts = || {
         plexus_pod(
             node,
@@ -217,16 +224,14 @@ fn the_daemon_killed_during_a_burst_of_30_pods_fails_none_and_leaks_nothing() {
         restarts_after > restarts_before,
         "kubelet restarted the killed daemon ({restarts_before} -> {restarts_after})"
     );
-    node.delete_pods_leaving_nothing(&ns, &before);
-    eprintln!("daemon kill test: {:?}", started.elapsed());
+    leave_nothing(node, &ns, &before, "daemon kill", started);
 }
 
 #[test]
 fn after_a_node_reboot_the_old_sandboxes_leave_nothing_and_pods_get_their_networks() {
-    let Some((_alone, node, ns, before)) = turn("reboot") else {
+    let Some((_alone, node, ns, before, started)) = turn("reboot") else {
         return;
     };
-    let started = Instant::now();
     let names = create_pods(node, &ns, "survivor", 3);
     wait_attached(node, &ns, &names);
     let started_at = |name: &str| {
@@ -280,8 +285,7 @@ fn after_a_node_reboot_the_old_sandboxes_leave_nothing_and_pods_get_their_networ
     // A pod created after the reboot gets its networks.
     let after = create_pods(node, &ns, "after-reboot", 1);
     wait_attached(node, &ns, &after);
-    node.delete_pods_leaving_nothing(&ns, &before);
-    eprintln!("reboot test: {:?}", started.elapsed());
+    leave_nothing(node, &ns, &before, "reboot", started);
 }
 
 /// Files of plexus's records and host-local's reservations on the node that
@@ -390,6 +394,13 @@ fn statuses(node: &Node, ns: &str, names: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The pods `names` still have the networks they had (`had`: their
+/// [`statuses`]).
+#[track_caller]
+fn assert_kept(node: &Node, ns: &str, names: &[String], had: &[String]) {
+    assert_eq!(statuses(node, ns, names), had, "a pod lost a network");
+}
+
 /// Issue 47 item 2: an upgrade from the previous release
 /// (`.ci/previous-release`, the last landed main before the issue) to this
 /// one, and a rollback, with pods running and pods starting throughout:
@@ -406,10 +417,9 @@ fn an_upgrade_from_the_previous_release_and_a_rollback_lose_nothing() {
         return;
     }
     let previous = plexus_testkit::peers::previous_release().expect("required above");
-    let Some((_alone, node, ns, before)) = turn("upgrade") else {
+    let Some((_alone, node, ns, before, started)) = turn("upgrade") else {
         return;
     };
-    let started = Instant::now();
     node.deploy_binary(&previous, &["--tag", "previous"]);
     node.deploy(&["--tag", "current"]);
     // The previous release serves the node, with pods running.
@@ -421,11 +431,7 @@ fn an_upgrade_from_the_previous_release_and_a_rollback_lose_nothing() {
     // The upgrade.
     let during_up = roll_while_pods_start(node, &ns, "current", "up");
     wait_attached(node, &ns, &during_up);
-    assert_eq!(
-        statuses(node, &ns, &old),
-        old_status,
-        "a pod lost a network"
-    );
+    assert_kept(node, &ns, &old, &old_status);
     for name in &old {
         node.kubectl(&[
             "exec",
@@ -456,16 +462,8 @@ fn an_upgrade_from_the_previous_release_and_a_rollback_lose_nothing() {
     // The rollback.
     let during_back = roll_while_pods_start(node, &ns, "previous", "back");
     wait_attached(node, &ns, &during_back);
-    assert_eq!(
-        statuses(node, &ns, old),
-        old_status[2..],
-        "a pod lost a network"
-    );
-    assert_eq!(
-        statuses(node, &ns, &new),
-        new_status,
-        "a pod lost a network"
-    );
+    assert_kept(node, &ns, old, &old_status[2..]);
+    assert_kept(node, &ns, &new, &new_status);
     let every: Vec<String> = [old, &new, &during_up, &during_back].concat();
     let failed: Vec<String> = every
         .iter()
