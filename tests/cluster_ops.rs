@@ -21,16 +21,12 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use plexus_testkit::kube::nad_manifest;
-use plexus_testkit::node::{node, Node};
+use plexus_testkit::node::{self, Node};
 use plexus_testkit::Feature;
 use serde_json::json;
-
-/// One test at a time: each compares the node's state with its own start.
-static ALONE: Mutex<()> = Mutex::new(());
 
 /// How long pods may take to be Running with their networks when something
 /// was in the way (kubelet retries a failed sandbox with a backoff).
@@ -39,35 +35,13 @@ const PODS_RECOVER: Duration = Duration::from_secs(180);
 /// The secondary network every pod of these tests is attached to.
 const NAD: &str = "side";
 
-/// The node with deploy/ applied as it is (thick mode), once per binary.
-fn cluster() -> &'static Node {
-    static DEPLOYED: OnceLock<()> = OnceLock::new();
-    let node = node();
-    DEPLOYED.get_or_init(|| node.deploy(&[]));
-    node
-}
+/// A test's [`node::Turn`], and when the test's own work started.
+type Turn = (node::Turn, Instant);
 
-/// A test's turn on the node: its lock, the node, its namespace, the node's
-/// network state before, and when the test's own work started.
-type Turn = (
-    MutexGuard<'static, ()>,
-    &'static Node,
-    String,
-    BTreeSet<String>,
-    Instant,
-);
-
-/// The [`Turn`] of a test whose turn it is, its namespace named after
-/// `prefix` and holding the [`NAD`]; `None` (the test reported skipped)
-/// without a node.
+/// The node's turn, with deploy/ applied as it is (thick mode), and the
+/// test's namespace holding the [`NAD`].
 fn turn(prefix: &str) -> Option<Turn> {
-    if !plexus_testkit::require(&[Feature::KubeNode]) {
-        return None;
-    }
-    let alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let node = cluster();
-    let ns = node.namespace(prefix);
-    let before = node.network_state();
+    let (alone, node, ns, before) = node::turn(&[], prefix)?;
     // A macvlan on the node's link with host-local: a reservation on the
     // node's disk per attachment, which a lost DEL would leave.
     node.apply(
@@ -79,7 +53,7 @@ fn turn(prefix: &str) -> Option<Turn> {
                     "mode": "bridge", "ipam": {"type": "host-local", "subnet": "10.31.0.0/24"}}),
         ),
     );
-    Some((alone, node, ns, before, Instant::now()))
+    Some(((alone, node, ns, before), Instant::now()))
 }
 
 /// The test's pods deleted, leaving nothing on the node, and the test's time
@@ -153,7 +127,7 @@ fn wait_plexus_ready(node: &Node) {
 
 #[test]
 fn a_rolling_update_while_pods_start_replaces_the_binary_and_fails_no_pod() {
-    let Some((_alone, node, ns, before, started)) = turn("rollout") else {
+    let Some(((_alone, node, ns, before), started)) = turn("rollout") else {
         return;
     };
     let installed = || node.exec_ok(&["stat", "-c", "%i", "/opt/cni/bin/plexus"]);
@@ -184,7 +158,7 @@ fn a_rolling_update_while_pods_start_replaces_the_binary_and_fails_no_pod() {
 
 #[test]
 fn the_daemon_killed_during_a_burst_of_30_pods_fails_none_and_leaks_nothing() {
-    let Some((_alone, node, ns, before, started)) = turn("killed") else {
+    let Some(((_alone, node, ns, before), started)) = turn("killed") else {
         return;
     };
     let restarts = || {
@@ -229,7 +203,7 @@ fn the_daemon_killed_during_a_burst_of_30_pods_fails_none_and_leaks_nothing() {
 
 #[test]
 fn after_a_node_reboot_the_old_sandboxes_leave_nothing_and_pods_get_their_networks() {
-    let Some((_alone, node, ns, before, started)) = turn("reboot") else {
+    let Some(((_alone, node, ns, before), started)) = turn("reboot") else {
         return;
     };
     let names = create_pods(node, &ns, "survivor", 3);
@@ -417,7 +391,7 @@ fn an_upgrade_from_the_previous_release_and_a_rollback_lose_nothing() {
         return;
     }
     let previous = plexus_testkit::peers::previous_release().expect("required above");
-    let Some((_alone, node, ns, before, started)) = turn("upgrade") else {
+    let Some(((_alone, node, ns, before), started)) = turn("upgrade") else {
         return;
     };
     node.deploy_binary(&previous, &["--tag", "previous"]);
