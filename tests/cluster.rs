@@ -13,37 +13,17 @@
 //! test works in a Kubernetes namespace of its own.
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use plexus_testkit::node::{node, Node};
-use plexus_testkit::Feature;
+use plexus_testkit::node::{self, Node, Turn};
 use serde_json::Value;
-
-/// The tests take turns: one checks that the node is left as it was, which
-/// another's pods would change meanwhile.
-static ALONE: Mutex<()> = Mutex::new(());
 
 /// How long a pod may take to be Running: measured about 1 s.
 const POD_RUNNING: Duration = Duration::from_secs(60);
 
-/// The node with plexus deployed (thin mode), once per test binary.
-fn cluster() -> &'static Node {
-    static DEPLOYED: OnceLock<()> = OnceLock::new();
-    let node = node();
-    DEPLOYED.get_or_init(|| node.deploy(&["--thin"]));
-    node
-}
-
-/// The node for a test whose turn it is, and a namespace of its own named
-/// after `prefix`; `None` (the test reported skipped) without a node.
-fn turn(prefix: &str) -> Option<(MutexGuard<'static, ()>, &'static Node, String)> {
-    if !plexus_testkit::require(&[Feature::KubeNode]) {
-        return None;
-    }
-    let alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let node = cluster();
-    Some((alone, node, node.namespace(prefix)))
+/// The node's [`Turn`], with plexus deployed in thin mode.
+fn turn(prefix: &str) -> Option<Turn> {
+    node::turn(&["--thin"], prefix)
 }
 
 /// A NAD manifest of `tests/fixtures/multus/` (Multus's docs, as they
@@ -89,10 +69,9 @@ fn exec(node: &Node, ns: &str, pod: &str, cmd: &[&str]) -> String {
 
 #[test]
 fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
-    let Some((_alone, node, ns)) = turn("cluster") else {
+    let Some((_alone, node, ns, before)) = turn("cluster") else {
         return;
     };
-    let before = node.network_state();
     node.apply(&ns, &multus_nads("quickstart-macvlan.yaml", &node.iface));
     node.apply(&ns, &multus_nads("how-to-use.yaml", &node.iface));
     let pods = [
@@ -195,7 +174,7 @@ fn pods_in_both_annotation_formats_get_their_networks_and_leave_nothing() {
 
 #[test]
 fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
-    let Some((_alone, node, ns)) = turn("missing") else {
+    let Some((_alone, node, ns, _)) = turn("missing") else {
         return;
     };
     node.apply(&ns, &node.sleeping_pod("orphan", "no-such-nad"));
@@ -213,10 +192,9 @@ fn a_missing_nad_is_named_in_the_failed_create_pod_sandbox_event() {
 
 #[test]
 fn a_multi_network_policy_applied_with_kubectl_takes_effect_in_thin_mode() {
-    let Some((_alone, node, ns)) = turn("netpol") else {
+    let Some((_alone, node, ns, before)) = turn("netpol") else {
         return;
     };
-    let before = node.network_state();
     let config = serde_json::json!({"cniVersion": "1.0.0", "name": "pol", "type": "macvlan",
         "master": node.iface, "mode": "bridge",
         "ipam": {"type": "host-local", "subnet": "10.39.0.0/24"}});
@@ -282,10 +260,9 @@ fn a_multi_network_policy_applied_with_kubectl_takes_effect_in_thin_mode() {
 
 #[test]
 fn kubelet_and_containerd_restarts_keep_pods_attached_and_leave_nothing() {
-    let Some((_alone, node, ns)) = turn("restart") else {
+    let Some((_alone, node, ns, before)) = turn("restart") else {
         return;
     };
-    let before = node.network_state();
     node.apply(&ns, &multus_nads("how-to-use.yaml", &node.iface));
     for name in ["first", "second"] {
         node.apply(&ns, &node.sleeping_pod(name, "macvlan-conf-1"));

@@ -21,16 +21,12 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use plexus_testkit::kube::nad_manifest;
-use plexus_testkit::node::{node, Node};
+use plexus_testkit::node::{self, Node};
 use plexus_testkit::Feature;
 use serde_json::json;
-
-/// One test at a time: each compares the node's state with its own start.
-static ALONE: Mutex<()> = Mutex::new(());
 
 /// How long pods may take to be Running with their networks when something
 /// was in the way (kubelet retries a failed sandbox with a backoff).
@@ -39,32 +35,13 @@ const PODS_RECOVER: Duration = Duration::from_secs(180);
 /// The secondary network every pod of these tests is attached to.
 const NAD: &str = "side";
 
-/// The node with deploy/ applied as it is (thick mode), once per binary.
-fn cluster() -> &'static Node {
-    static DEPLOYED: OnceLock<()> = OnceLock::new();
-    let node = node();
-    DEPLOYED.get_or_init(|| node.deploy(&[]));
-    node
-}
+/// A test's [`node::Turn`], and when the test's own work started.
+type Turn = (node::Turn, Instant);
 
-/// The node for a test whose turn it is, a namespace of its own named after
-/// `prefix` holding the [`NAD`], and the node's network state before; `None`
-/// (the test reported skipped) without a node.
-fn turn(
-    prefix: &str,
-) -> Option<(
-    MutexGuard<'static, ()>,
-    &'static Node,
-    String,
-    BTreeSet<String>,
-)> {
-    if !plexus_testkit::require(&[Feature::KubeNode]) {
-        return None;
-    }
-    let alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let node = cluster();
-    let ns = node.namespace(prefix);
-    let before = node.network_state();
+/// The node's turn, with deploy/ applied as it is (thick mode), and the
+/// test's namespace holding the [`NAD`].
+fn turn(prefix: &str) -> Option<Turn> {
+    let (alone, node, ns, before) = node::turn(&[], prefix)?;
     // A macvlan on the node's link with host-local: a reservation on the
     // node's disk per attachment, which a lost DEL would leave.
     node.apply(
@@ -76,7 +53,14 @@ fn turn(
                     "mode": "bridge", "ipam": {"type": "host-local", "subnet": "10.31.0.0/24"}}),
         ),
     );
-    Some((alone, node, ns, before))
+    Some(((alone, node, ns, before), Instant::now()))
+}
+
+/// The test's pods deleted, leaving nothing on the node, and the test's time
+/// (`what` test, since `started`) reported.
+fn leave_nothing(node: &Node, ns: &str, before: &BTreeSet<String>, what: &str, started: Instant) {
+    node.delete_pods_leaving_nothing(ns, before);
+    eprintln!("{what} test: {:?}", started.elapsed());
 }
 
 /// `count` sleeping pods `{prefix}-{i}` attached to the [`NAD`], created by
@@ -143,10 +127,9 @@ fn wait_plexus_ready(node: &Node) {
 
 #[test]
 fn a_rolling_update_while_pods_start_replaces_the_binary_and_fails_no_pod() {
-    let Some((_alone, node, ns, before)) = turn("rollout") else {
+    let Some(((_alone, node, ns, before), started)) = turn("rollout") else {
         return;
     };
-    let started = Instant::now();
     let installed = || node.exec_ok(&["stat", "-c", "%i", "/opt/cni/bin/plexus"]);
     let old_inode = installed();
     // The new image: its binary differs from the deployed one (node-deploy
@@ -170,16 +153,14 @@ fn a_rolling_update_while_pods_start_replaces_the_binary_and_fails_no_pod() {
     assert_eq!(plexus_files, ["plexus"], "in /opt/cni/bin");
     assert!(plexus_pod(node, ".spec.containers[1].image").ends_with("plexus:rollout"));
 
-    node.delete_pods_leaving_nothing(&ns, &before);
-    eprintln!("rolling update test: {:?}", started.elapsed());
+    leave_nothing(node, &ns, &before, "rolling update", started);
 }
 
 #[test]
 fn the_daemon_killed_during_a_burst_of_30_pods_fails_none_and_leaks_nothing() {
-    let Some((_alone, node, ns, before)) = turn("killed") else {
+    let Some(((_alone, node, ns, before), started)) = turn("killed") else {
         return;
     };
-    let started = Instant::now();
     let restarts = || {
         plexus_pod(
             node,
@@ -217,16 +198,14 @@ fn the_daemon_killed_during_a_burst_of_30_pods_fails_none_and_leaks_nothing() {
         restarts_after > restarts_before,
         "kubelet restarted the killed daemon ({restarts_before} -> {restarts_after})"
     );
-    node.delete_pods_leaving_nothing(&ns, &before);
-    eprintln!("daemon kill test: {:?}", started.elapsed());
+    leave_nothing(node, &ns, &before, "daemon kill", started);
 }
 
 #[test]
 fn after_a_node_reboot_the_old_sandboxes_leave_nothing_and_pods_get_their_networks() {
-    let Some((_alone, node, ns, before)) = turn("reboot") else {
+    let Some(((_alone, node, ns, before), started)) = turn("reboot") else {
         return;
     };
-    let started = Instant::now();
     let names = create_pods(node, &ns, "survivor", 3);
     wait_attached(node, &ns, &names);
     let started_at = |name: &str| {
@@ -280,8 +259,7 @@ fn after_a_node_reboot_the_old_sandboxes_leave_nothing_and_pods_get_their_networ
     // A pod created after the reboot gets its networks.
     let after = create_pods(node, &ns, "after-reboot", 1);
     wait_attached(node, &ns, &after);
-    node.delete_pods_leaving_nothing(&ns, &before);
-    eprintln!("reboot test: {:?}", started.elapsed());
+    leave_nothing(node, &ns, &before, "reboot", started);
 }
 
 /// Files of plexus's records and host-local's reservations on the node that
@@ -390,6 +368,13 @@ fn statuses(node: &Node, ns: &str, names: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The pods `names` still have the networks they had (`had`: their
+/// [`statuses`]).
+#[track_caller]
+fn assert_kept(node: &Node, ns: &str, names: &[String], had: &[String]) {
+    assert_eq!(statuses(node, ns, names), had, "a pod lost a network");
+}
+
 /// Issue 47 item 2: an upgrade from the previous release
 /// (`.ci/previous-release`, the last landed main before the issue) to this
 /// one, and a rollback, with pods running and pods starting throughout:
@@ -406,10 +391,9 @@ fn an_upgrade_from_the_previous_release_and_a_rollback_lose_nothing() {
         return;
     }
     let previous = plexus_testkit::peers::previous_release().expect("required above");
-    let Some((_alone, node, ns, before)) = turn("upgrade") else {
+    let Some(((_alone, node, ns, before), started)) = turn("upgrade") else {
         return;
     };
-    let started = Instant::now();
     node.deploy_binary(&previous, &["--tag", "previous"]);
     node.deploy(&["--tag", "current"]);
     // The previous release serves the node, with pods running.
@@ -421,11 +405,7 @@ fn an_upgrade_from_the_previous_release_and_a_rollback_lose_nothing() {
     // The upgrade.
     let during_up = roll_while_pods_start(node, &ns, "current", "up");
     wait_attached(node, &ns, &during_up);
-    assert_eq!(
-        statuses(node, &ns, &old),
-        old_status,
-        "a pod lost a network"
-    );
+    assert_kept(node, &ns, &old, &old_status);
     for name in &old {
         node.kubectl(&[
             "exec",
@@ -456,16 +436,8 @@ fn an_upgrade_from_the_previous_release_and_a_rollback_lose_nothing() {
     // The rollback.
     let during_back = roll_while_pods_start(node, &ns, "previous", "back");
     wait_attached(node, &ns, &during_back);
-    assert_eq!(
-        statuses(node, &ns, old),
-        old_status[2..],
-        "a pod lost a network"
-    );
-    assert_eq!(
-        statuses(node, &ns, &new),
-        new_status,
-        "a pod lost a network"
-    );
+    assert_kept(node, &ns, old, &old_status[2..]);
+    assert_kept(node, &ns, &new, &new_status);
     let every: Vec<String> = [old, &new, &during_up, &during_back].concat();
     let failed: Vec<String> = every
         .iter()

@@ -44,9 +44,8 @@ fn bandwidth(a: &Attachment, env: CniEnv, config: &Value) -> Result<Value, CniEr
 /// `tc -j qdisc show dev DEV` in `ns`, without counters, keyed "root" or
 /// "ingress".
 fn qdiscs(ns: &TestNs, dev: &str) -> Vec<Value> {
-    let out = run("tc", &["-n", &ns.name, "-j", "qdisc", "show", "dev", dev]);
-    let v: Vec<Value> = serde_json::from_str(&out).unwrap();
-    v.into_iter()
+    ns.tc_json(&["qdisc", "show", "dev", dev])
+        .into_iter()
         .map(|mut q| {
             let o = q.as_object_mut().unwrap();
             for k in [
@@ -77,14 +76,8 @@ fn tbf_options(ns: &TestNs, dev: &str) -> Value {
 
 /// The mirred actions of the filters under the ingress qdisc of `dev`.
 fn redirects(ns: &TestNs, dev: &str) -> Vec<Value> {
-    let out = run(
-        "tc",
-        &[
-            "-n", &ns.name, "-j", "filter", "show", "dev", dev, "ingress",
-        ],
-    );
-    let v: Vec<Value> = serde_json::from_str(&out).unwrap();
-    v.iter()
+    ns.tc_json(&["filter", "show", "dev", dev, "ingress"])
+        .iter()
         .filter_map(|f| f["options"]["actions"].as_array())
         .flatten()
         .cloned()
@@ -164,11 +157,9 @@ fn add_shapes_both_directions_del_removes_the_ifb() {
 
 #[test]
 fn one_direction_and_the_capability() {
-    if !is_root() {
+    let Some((a, ns)) = Attachment::for_root_test() else {
         return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let ns = a.netns_path();
+    };
     // Only egress, from the `bandwidth` capability (cni-CONVENTIONS).
     let conf = config(
         &a,
@@ -208,46 +199,24 @@ fn one_direction_and_the_capability() {
 
 #[test]
 fn check_names_what_drifted() {
-    if !is_root() {
+    let Some((a, ns)) = Attachment::for_root_test() else {
         return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let ns = a.netns_path();
+    };
     let conf = config(&a, both_ways());
     run_bw(&a, CniCommand::Add, CID, Some(&ns), &conf).unwrap();
     let ifb = ifb_name(NET, CID);
 
-    run(
-        "tc",
-        &[
-            "-n",
-            &a.node.name,
-            "qdisc",
-            "change",
-            "dev",
-            "veth0",
-            "root",
-            "handle",
-            "1:",
-            "tbf",
-            "rate",
-            "2mbit",
-            "burst",
-            "10000",
-            "limit",
-            "13125",
-        ],
-    );
+    a.node.tc(&[
+        "qdisc", "change", "dev", "veth0", "root", "handle", "1:", "tbf", "rate", "2mbit", "burst",
+        "10000", "limit", "13125",
+    ]);
     let e = run_bw(&a, CniCommand::Check, CID, Some(&ns), &conf).unwrap_err();
     assert!(
         e.details
             .starts_with("ingressRate: veth0 has tbf rate 250000 bytes/s"),
         "{e}"
     );
-    run(
-        "tc",
-        &["-n", &a.node.name, "qdisc", "del", "dev", "veth0", "root"],
-    );
+    a.node.tc(&["qdisc", "del", "dev", "veth0", "root"]);
     let e = run_bw(&a, CniCommand::Check, CID, Some(&ns), &conf).unwrap_err();
     assert_eq!(
         e.details,
@@ -256,18 +225,7 @@ fn check_names_what_drifted() {
 
     let ingress_only = config(&a, json!({"egressRate": 2_000_000, "egressBurst": 160_000}));
     run_bw(&a, CniCommand::Check, CID, Some(&ns), &ingress_only).unwrap();
-    run(
-        "tc",
-        &[
-            "-n",
-            &a.node.name,
-            "filter",
-            "del",
-            "dev",
-            "veth0",
-            "ingress",
-        ],
-    );
+    a.node.tc(&["filter", "del", "dev", "veth0", "ingress"]);
     let e = run_bw(&a, CniCommand::Check, CID, Some(&ns), &ingress_only).unwrap_err();
     assert_eq!(
         e.details,
@@ -283,11 +241,9 @@ fn check_names_what_drifted() {
 
 #[test]
 fn bad_input_builds_nothing() {
-    if !is_root() {
+    let Some((a, ns)) = Attachment::for_root_test() else {
         return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let ns = a.netns_path();
+    };
     let cases = [
         (
             json!({"ingressRate": 1_000_000}),
@@ -399,25 +355,12 @@ fn no_host_side_interface_is_a_clear_error() {
 
 #[test]
 fn a_failure_half_way_removes_what_was_built() {
-    if !is_root() {
+    let Some((a, ns)) = Attachment::for_root_test() else {
         return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let ns = a.netns_path();
+    };
     // Someone else's ingress qdisc on the host veth: ours can't be added
     // after the ingress tbf and the ifb were.
-    run(
-        "tc",
-        &[
-            "-n",
-            &a.node.name,
-            "qdisc",
-            "add",
-            "dev",
-            "veth0",
-            "ingress",
-        ],
-    );
+    a.node.tc(&["qdisc", "add", "dev", "veth0", "ingress"]);
     let e = run_bw(
         &a,
         CniCommand::Add,
@@ -444,11 +387,9 @@ fn a_failure_half_way_removes_what_was_built() {
 
 #[test]
 fn del_needs_neither_the_namespace_nor_a_valid_config() {
-    if !is_root() {
+    let Some((a, ns)) = Attachment::for_root_test() else {
         return;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let ns = a.netns_path();
+    };
     run_bw(
         &a,
         CniCommand::Add,
@@ -550,14 +491,8 @@ fn behaves_as_the_reference_plugin() {
         assert!(!link_exists(&a.node, &ours_ifb));
         assert!(!link_exists(&a.node, &ref_ifb));
         for dev in ["veth0", "veth1"] {
-            run(
-                "tc",
-                &["-n", &a.node.name, "qdisc", "del", "dev", dev, "root"],
-            );
-            run(
-                "tc",
-                &["-n", &a.node.name, "qdisc", "del", "dev", dev, "ingress"],
-            );
+            a.node.tc(&["qdisc", "del", "dev", dev, "root"]);
+            a.node.tc(&["qdisc", "del", "dev", dev, "ingress"]);
         }
     }
 

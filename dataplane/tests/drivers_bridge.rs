@@ -60,10 +60,6 @@ fn vlan_port(node: &TestNs, name: &str) -> Value {
         .clone()
 }
 
-fn v4(addr: &str) -> Value {
-    json!([{ "address": addr }])
-}
-
 #[test]
 fn add_builds_the_reference_topology() {
     // cni-SPEC §2 ADD / §5 result: bridge, host veth, container veth.
@@ -416,18 +412,7 @@ fn del_is_idempotent_and_tolerates_a_gone_namespace() {
         link(&node, BR).is_some(),
         "the bridge stays, like the reference"
     );
-    // Again, without prevResult.
-    del(&node, &r, "bridge", &t, &c).unwrap();
-    // Without CNI_NETNS (containerd's last DEL).
-    let mut no_ns = t.clone();
-    no_ns.netns = None;
-    del(&node, &r, "bridge", &no_ns, &c).unwrap();
-    // After the namespace is gone.
-    let gone = {
-        let p = TestNs::new();
-        eth0_of("ctr2", &p)
-    };
-    del(&node, &r, "bridge", &gone, &c).unwrap();
+    dels_again(&node, &r, "bridge", &t, &c);
     assert_eq!(r.commands(), add_then_dels(4));
     // A DEL's IPAM failure is reported (the runtime retries).
     let mut failing = c.clone();
@@ -601,12 +586,7 @@ fn gateway_address_conflicts_need_force_address() {
 
 #[test]
 fn bad_configurations_are_refused_before_anything_changes() {
-    let pod_path = Target {
-        container_id: "ctr1".into(),
-        netns: Some("/var/run/netns/none".into()),
-        ifname: "eth0".into(),
-        args: String::new(),
-    };
+    let pod_path = Target::nowhere("ctr1");
     for (extra, code, starts) in [
         (
             json!({"ipMasq": true}),
@@ -679,8 +659,7 @@ fn refused_add_touches_nothing() {
     )
     .unwrap_err();
     assert_eq!(e.code, ErrorCode::UnsupportedField);
-    assert_eq!(link_names(&node), ["lo"]);
-    assert!(r.commands().is_empty());
+    assert_nothing_made(&node, &r);
 }
 
 #[test]
@@ -690,12 +669,7 @@ fn a_missing_pod_namespace_is_an_unknown_container() {
     }
     let node = TestNs::new();
     let r = TestResolver::default();
-    let t = Target {
-        container_id: "ctr1".into(),
-        netns: Some("/var/run/netns/pxt-does-not-exist".into()),
-        ifname: "eth0".into(),
-        args: String::new(),
-    };
+    let t = Target::nowhere("ctr1");
     let e = add_br(&node, &r, &t, &conf(v4("10.25.0.2/24"), json!({}))).unwrap_err();
     assert_eq!(e.code, ErrorCode::UnknownContainer, "{e}");
     assert_eq!(link_names(&node), ["lo"]);

@@ -26,22 +26,7 @@ fn runnable() -> bool {
 const UPLINK: &str = "172.30.1";
 
 fn conf(addresses: Value, extra: Value) -> Value {
-    let mut c = driver_conf("ipvlan", "ipv", addresses);
-    c["master"] = json!("up0");
-    with_keys(c, &extra)
-}
-
-fn v4(addr: &str) -> Value {
-    json!([{ "address": addr }])
-}
-
-fn nowhere() -> Target {
-    Target {
-        container_id: "c1".into(),
-        netns: Some("/var/run/netns/none".into()),
-        ifname: "eth0".into(),
-        args: String::new(),
-    }
+    stacked::conf("ipvlan", "ipv", addresses, extra)
 }
 
 #[test]
@@ -103,14 +88,13 @@ fn without_kernel_support_add_fails_cleanly() {
     .unwrap_err();
     assert_error(&e, ErrorCode::Io, "create ipvlan eth0 on up0: ");
     assert!(e.details.contains("EOPNOTSUPP"), "{e}");
-    assert_eq!(link_names(&pod), ["lo"]);
-    assert_eq!(r.commands(), [], "IPAM runs only once the link exists");
+    assert_nothing_made(&pod, &r);
 }
 
 #[test]
 fn validate_needs_ipam_or_a_prev_result_and_known_modes() {
     let bare = json!({"cniVersion": "1.0.0", "name": "ipv", "type": "ipvlan", "master": "up0"});
-    let e = validate("ipvlan", &nowhere(), &bare).unwrap_err();
+    let e = validate("ipvlan", &Target::nowhere("c1"), &bare).unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidConfig);
     assert_eq!(
         e.details,
@@ -119,21 +103,22 @@ fn validate_needs_ipam_or_a_prev_result_and_known_modes() {
     let prev = CniResult::from_value(&json!({"cniVersion": "1.0.0",
         "interfaces": [{"name": "up0"}], "ips": [{"address": "10.61.0.5/24"}]}))
     .unwrap();
-    validate("ipvlan", &nowhere(), &with_prev(&bare, &prev)).unwrap();
+    validate("ipvlan", &Target::nowhere("c1"), &with_prev(&bare, &prev)).unwrap();
+    stacked::unknown_mode("ipvlan", conf, "l4", "l2, l3 or l3s");
     let e = validate(
         "ipvlan",
-        &nowhere(),
-        &conf(json!([]), json!({"mode": "l4"})),
+        &Target::nowhere("c1"),
+        &conf(json!([]), json!({"mtu": 10})),
     )
     .unwrap_err();
-    assert_eq!(
-        e.details,
-        "mode: unknown ipvlan mode \"l4\" (expected l2, l3 or l3s)"
-    );
-    let e = validate("ipvlan", &nowhere(), &conf(json!([]), json!({"mtu": 10}))).unwrap_err();
     assert!(e.details.starts_with("mtu: 10 is out of range"), "{e}");
     // ipvlan has no `mac`: the key is ignored like any unknown one.
-    validate("ipvlan", &nowhere(), &conf(json!([]), json!({"mac": 5}))).unwrap();
+    validate(
+        "ipvlan",
+        &Target::nowhere("c1"),
+        &conf(json!([]), json!({"mac": 5})),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -141,24 +126,13 @@ fn two_l2_pods_reach_each_other() {
     if !runnable() {
         return;
     }
-    let (node, pod1, pod2) = (node_with_uplink(UPLINK), TestNs::new(), TestNs::new());
-    let r = TestResolver::default();
-    let res = add(
-        &node,
-        &r,
-        "ipvlan",
-        &Target::new("c1", &pod1, "eth0"),
-        &conf(v4("10.62.0.2/24"), json!({"mtu": 1400})),
-    )
-    .unwrap();
-    add(
-        &node,
-        &r,
-        "ipvlan",
-        &Target::new("c2", &pod2, "eth0"),
-        &conf(v4("10.62.0.3/24"), json!({})),
-    )
-    .unwrap();
+    let node = node_with_uplink(UPLINK);
+    let confs = [
+        conf(v4("10.62.0.2/24"), json!({"mtu": 1400})),
+        conf(v4("10.62.0.3/24"), json!({})),
+    ];
+    let ips = ["10.62.0.2", "10.62.0.3"];
+    let (pod1, res) = stacked::two_pods_reach_each_other("ipvlan", &node, confs, ips);
     let j = result_json(&res, "1.0.0");
     assert_eq!(j["interfaces"].as_array().unwrap().len(), 1);
     assert_eq!(j["interfaces"][0]["name"], "eth0");
@@ -179,8 +153,6 @@ fn two_l2_pods_reach_each_other() {
     assert_eq!(l["linkinfo"]["info_kind"], "ipvlan");
     assert_eq!(l["linkinfo"]["info_data"]["mode"], "l2");
     assert_eq!(l["mtu"], 1400);
-    assert!(ping(&pod1, "10.62.0.3"));
-    assert!(ping(&pod2, "10.62.0.2"));
 }
 
 #[test]
@@ -189,29 +161,16 @@ fn l3_and_l3s_modes() {
         return;
     }
     let node = node_with_uplink(UPLINK);
-    let r = TestResolver::default();
-    for mode in ["l3", "l3s"] {
-        let pod = TestNs::new();
-        let t = Target::new("c1", &pod, "eth0");
-        let c = conf(v4("10.63.0.5/24"), json!({"mode": mode}));
-        let res = add(&node, &r, "ipvlan", &t, &c).unwrap();
-        assert_eq!(
-            link(&pod, "eth0").unwrap()["linkinfo"]["info_data"]["mode"],
-            mode
-        );
-        check(&node, &r, "ipvlan", &t, &with_prev(&c, &res)).unwrap();
-        del(&node, &r, "ipvlan", &t, &c).unwrap();
-        assert_eq!(link_names(&pod), ["lo"]);
-    }
+    stacked::every_mode("ipvlan", &node, &["l3", "l3s"], |mode| {
+        conf(v4("10.63.0.5/24"), json!({"mode": mode}))
+    });
 }
 
 #[test]
 fn chained_takes_addresses_and_master_from_the_prev_result() {
-    if !runnable() {
+    let Some((node, pod, r, t)) = stacked::pod_on_uplink(runnable(), UPLINK) else {
         return;
-    }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    let r = TestResolver::default();
+    };
     let prev = CniResult::from_value(&json!({"cniVersion": "1.0.0",
         "interfaces": [{"name": "up0"}],
         "ips": [{"address": "10.64.0.5/24", "gateway": "10.64.0.1"}],
@@ -221,7 +180,7 @@ fn chained_takes_addresses_and_master_from_the_prev_result() {
         &json!({"cniVersion": "1.0.0", "name": "ipv", "type": "ipvlan"}),
         &prev,
     );
-    let res = add(&node, &r, "ipvlan", &Target::new("c1", &pod, "eth0"), &c).unwrap();
+    let res = add(&node, &r, "ipvlan", &t, &c).unwrap();
     assert_eq!(res.interfaces.len(), 1);
     assert_eq!(res.ips[0].interface, Some(0));
     assert!(has_address(&pod, "eth0", "10.64.0.5/24"));
@@ -231,50 +190,17 @@ fn chained_takes_addresses_and_master_from_the_prev_result() {
 
 #[test]
 fn refusals_and_clean_failures() {
-    if !runnable() {
+    let Some((node, pod, r, t)) = stacked::pod_on_uplink(runnable(), UPLINK) else {
         return;
-    }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    let r = TestResolver::default();
-    let t = Target::new("c1", &pod, "eth0");
-    let e = add(
-        &node,
-        &r,
-        "ipvlan",
-        &t,
-        &conf(v4("10.65.0.5/24"), json!({"master": "nope0"})),
-    )
-    .unwrap_err();
-    assert_eq!(
-        e.details,
-        "master: interface \"nope0\" not found in the host namespace"
-    );
-    let e = add(
-        &node,
-        &r,
-        "ipvlan",
-        &t,
-        &conf(v4("10.65.0.5/24"), json!({"mtu": 9000})),
-    )
-    .unwrap_err();
+    };
+    let c = conf(v4("10.65.0.5/24"), json!({}));
+    let e = stacked::unknown_master_and_large_mtu("ipvlan", &node, &r, &t, c.clone(), 9000);
     assert!(e.details.starts_with("mtu: 9000 is out of range"), "{e}");
-    let mut failing = conf(v4("10.65.0.5/24"), json!({}));
+    let mut failing = c.clone();
     failing["ipam"]["fail"] = json!("ADD");
     add(&node, &r, "ipvlan", &t, &failing).unwrap_err();
     assert_eq!(link_names(&pod), ["lo"]);
-    pod.ip(&["link", "add", "eth0", "type", "veth", "peer", "name", "x0"]);
-    let e = add(
-        &node,
-        &r,
-        "ipvlan",
-        &t,
-        &conf(v4("10.65.0.5/24"), json!({})),
-    )
-    .unwrap_err();
-    assert!(
-        e.details.starts_with("CNI_IFNAME: \"eth0\" already exists"),
-        "{e}"
-    );
+    stacked::ifname_taken("ipvlan", &node, &r, &pod, &t, &c);
     // Only the failing IPAM's ADD: the clash is found before IPAM runs
     // (cni-SPEC §2: a failed ADD leaves nothing).
     assert_eq!(r.commands(), [CniCommand::Add]);
@@ -282,27 +208,15 @@ fn refusals_and_clean_failures() {
 
 #[test]
 fn del_and_check() {
-    if !runnable() {
+    let Some((node, pod, r, t)) = stacked::pod_on_uplink(runnable(), UPLINK) else {
         return;
-    }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    let r = TestResolver::default();
-    let t = Target::new("c1", &pod, "eth0");
+    };
     let c = conf(v4("10.66.0.5/24"), json!({"mode": "l3"}));
     let res = add(&node, &r, "ipvlan", &t, &c).unwrap();
     let with = with_prev(&c, &res);
     check(&node, &r, "ipvlan", &t, &with).unwrap();
-    let mut l2 = with.clone();
-    l2["mode"] = json!("l2");
-    let e = check(&node, &r, "ipvlan", &t, &l2).unwrap_err();
-    assert_eq!(
-        e.details,
-        "mode: the container's ipvlan is in mode l3, the configuration says l2"
-    );
+    stacked::mode_drift("ipvlan", &node, &r, &t, &with, ("l3", "l2"));
     del(&node, &r, "ipvlan", &t, &with).unwrap();
-    del(&node, &r, "ipvlan", &t, &c).unwrap();
-    let mut no_ns = t.clone();
-    no_ns.netns = None;
-    del(&node, &r, "ipvlan", &no_ns, &c).unwrap();
+    dels_again(&node, &r, "ipvlan", &t, &c);
     assert_eq!(link_names(&pod), ["lo"]);
 }

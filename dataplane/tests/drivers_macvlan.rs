@@ -15,13 +15,22 @@ use serde_json::{json, Value};
 const UPLINK: &str = "172.30.0";
 
 fn conf(addresses: Value, extra: Value) -> Value {
-    let mut c = driver_conf("macvlan", "mv", addresses);
-    c["master"] = json!("up0");
-    with_keys(c, &extra)
+    stacked::conf("macvlan", "mv", addresses, extra)
 }
 
 fn v4(addr: &str, gw: &str) -> Value {
     json!([{ "address": addr, "gateway": gw }])
+}
+
+/// ADD of `c` with `node` as the host, for `eth0` of a new pod, refused as
+/// a configuration error with `details`.
+#[track_caller]
+fn refused_for_a_new_pod(node: &TestNs, c: &Value, details: &str) {
+    let pod = TestNs::new();
+    let t = Target::new("c2", &pod, "eth0");
+    let e = add(node, &TestResolver::default(), "macvlan", &t, c).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert_eq!(e.details, details);
 }
 
 fn ifindex(ns: &TestNs, name: &str) -> Value {
@@ -77,37 +86,21 @@ fn two_macvlan_pods_reach_each_other() {
     if !is_root() {
         return;
     }
-    let (node, pod1, pod2) = (node_with_uplink(UPLINK), TestNs::new(), TestNs::new());
-    let r = TestResolver::default();
-    add(
-        &node,
-        &r,
-        "macvlan",
-        &Target::new("c1", &pod1, "eth0"),
-        &conf(v4("10.41.0.2/24", "10.41.0.1"), json!({})),
-    )
-    .unwrap();
-    add(
-        &node,
-        &r,
-        "macvlan",
-        &Target::new("c2", &pod2, "eth0"),
-        &conf(v4("10.41.0.3/24", "10.41.0.1"), json!({})),
-    )
-    .unwrap();
-    assert!(ping(&pod1, "10.41.0.3"), "pod1 -> pod2");
-    assert!(ping(&pod2, "10.41.0.2"), "pod2 -> pod1");
+    let confs = [
+        conf(v4("10.41.0.2/24", "10.41.0.1"), json!({})),
+        conf(v4("10.41.0.3/24", "10.41.0.1"), json!({})),
+    ];
+    let ips = ["10.41.0.2", "10.41.0.3"];
+    stacked::two_pods_reach_each_other("macvlan", &node_with_uplink(UPLINK), confs, ips);
 }
 
 #[test]
 fn dual_stack_waits_for_duplicate_address_detection() {
     // The reference macvlan leaves DAD on and waits when there is an IPv6
     // gateway.
-    if !is_root() {
+    let Some((node, pod, r, t)) = stacked::pod_on_uplink(is_root(), UPLINK) else {
         return;
-    }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    let r = TestResolver::default();
+    };
     let c = conf(
         json!([{"address": "10.42.0.5/24", "gateway": "10.42.0.1"},
                {"address": "fd42::5/64", "gateway": "fd42::1"}]),
@@ -115,7 +108,7 @@ fn dual_stack_waits_for_duplicate_address_detection() {
     );
     let mut c = c;
     c["ipam"]["routes"] = json!([{"dst": "::/0"}]);
-    add(&node, &r, "macvlan", &Target::new("c1", &pod, "eth0"), &c).unwrap();
+    add(&node, &r, "macvlan", &t, &c).unwrap();
     let a = addresses(&pod, "eth0");
     let v6 = a
         .iter()
@@ -127,67 +120,36 @@ fn dual_stack_waits_for_duplicate_address_detection() {
 
 #[test]
 fn master_defaults_to_the_default_route_interface() {
-    if !is_root() {
+    let Some((node, pod, r, t)) = stacked::pod_on_uplink(is_root(), UPLINK) else {
         return;
-    }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    let r = TestResolver::default();
+    };
     let mut c = conf(v4("10.43.0.5/24", "10.43.0.1"), json!({}));
     c.as_object_mut().unwrap().remove("master");
-    add(&node, &r, "macvlan", &Target::new("c1", &pod, "eth0"), &c).unwrap();
+    add(&node, &r, "macvlan", &t, &c).unwrap();
     assert_eq!(
         link(&pod, "eth0").unwrap()["link_index"],
         ifindex(&node, "up0")
     );
 
     // No default route to take it from: an error naming the key.
-    let (bare, pod2) = (TestNs::new(), TestNs::new());
-    let e = add(&bare, &r, "macvlan", &Target::new("c2", &pod2, "eth0"), &c).unwrap_err();
-    assert_eq!(e.code, ErrorCode::InvalidConfig);
-    assert_eq!(
-        e.details,
-        "master: not set, and the host namespace has no default route to take it from"
-    );
+    let no_route = "master: not set, and the host namespace has no default route to take it from";
+    refused_for_a_new_pod(&TestNs::new(), &c, no_route);
 }
 
 #[test]
 fn a_missing_master_or_too_large_mtu_is_refused_by_name() {
-    if !is_root() {
+    let Some((node, pod, r, t)) = stacked::pod_on_uplink(is_root(), UPLINK) else {
         return;
-    }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    let r = TestResolver::default();
-    let t = Target::new("c1", &pod, "eth0");
-    let e = add(
-        &node,
-        &r,
-        "macvlan",
-        &t,
-        &conf(v4("10.44.0.5/24", "10.44.0.1"), json!({"master": "nope0"})),
-    )
-    .unwrap_err();
-    assert_eq!(e.code, ErrorCode::InvalidConfig);
-    assert_eq!(
-        e.details,
-        "master: interface \"nope0\" not found in the host namespace"
-    );
-    let e = add(
-        &node,
-        &r,
-        "macvlan",
-        &t,
-        &conf(v4("10.44.0.5/24", "10.44.0.1"), json!({"mtu": 1501})),
-    )
-    .unwrap_err();
-    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    };
+    let c = conf(v4("10.44.0.5/24", "10.44.0.1"), json!({}));
+    let e = stacked::unknown_master_and_large_mtu("macvlan", &node, &r, &t, c, 1501);
     assert!(
         e.details.starts_with(
             "mtu: 1501 is out of range: must be 0 (the default) or 68 to the master's MTU (1500)"
         ),
         "{e}"
     );
-    assert_eq!(link_names(&pod), ["lo"]);
-    assert!(r.commands().is_empty());
+    assert_nothing_made(&pod, &r);
 }
 
 #[test]
@@ -196,65 +158,30 @@ fn every_mode_reaches_the_kernel() {
         return;
     }
     let node = node_with_uplink(UPLINK);
-    let r = TestResolver::default();
-    for mode in ["bridge", "private", "vepa", "passthru", "source"] {
-        let pod = TestNs::new();
-        let t = Target::new("c1", &pod, "eth0");
-        let c = conf(v4("10.45.0.5/24", "10.45.0.1"), json!({"mode": mode}));
-        add(&node, &r, "macvlan", &t, &c).unwrap_or_else(|e| panic!("{mode}: {e}"));
-        assert_eq!(
-            link(&pod, "eth0").unwrap()["linkinfo"]["info_data"]["mode"],
-            mode
-        );
-        del(&node, &r, "macvlan", &t, &c).unwrap();
-    }
-    let e = validate(
-        "macvlan",
-        &Target::new("c1", &node, "eth0"),
-        &conf(json!([]), json!({"mode": "passthrough"})),
-    )
-    .unwrap_err();
-    assert_eq!(
-        e.details,
-        "mode: unknown macvlan mode \"passthrough\" (expected bridge, private, vepa, passthru or source)"
-    );
+    let modes = ["bridge", "private", "vepa", "passthru", "source"];
+    stacked::every_mode("macvlan", &node, &modes, |mode| {
+        conf(v4("10.45.0.5/24", "10.45.0.1"), json!({"mode": mode}))
+    });
+    let expected = "bridge, private, vepa, passthru or source";
+    stacked::unknown_mode("macvlan", conf, "passthrough", expected);
 }
 
 #[test]
 fn an_existing_container_interface_is_an_error_and_nothing_is_left() {
-    if !is_root() {
+    let Some((node, pod, r, t)) = stacked::pod_on_uplink(is_root(), UPLINK) else {
         return;
-    }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "mine0",
-    ]);
-    let r = TestResolver::default();
-    let e = add(
-        &node,
-        &r,
-        "macvlan",
-        &Target::new("c1", &pod, "eth0"),
-        &conf(v4("10.46.0.5/24", "10.46.0.1"), json!({})),
-    )
-    .unwrap_err();
-    assert!(
-        e.details.starts_with("CNI_IFNAME: \"eth0\" already exists"),
-        "{e}"
-    );
-    assert_eq!(link(&pod, "eth0").unwrap()["linkinfo"]["info_kind"], "veth");
+    };
+    let c = conf(v4("10.46.0.5/24", "10.46.0.1"), json!({}));
+    stacked::ifname_taken("macvlan", &node, &r, &pod, &t, &c);
     // IPAM runs only once the link exists.
     assert_eq!(r.commands(), []);
 }
 
 #[test]
 fn failures_half_way_leave_nothing_behind() {
-    if !is_root() {
+    let Some((node, pod, r, t)) = stacked::pod_on_uplink(is_root(), UPLINK) else {
         return;
-    }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    let r = TestResolver::default();
-    let t = Target::new("c1", &pod, "eth0");
+    };
     let mut c = conf(v4("10.47.0.5/24", "10.47.0.1"), json!({}));
     c["ipam"]["fail"] = json!("ADD");
     add(&node, &r, "macvlan", &t, &c).unwrap_err();
@@ -290,27 +217,21 @@ fn master_inside_the_container() {
     assert_eq!(l["link"], "m0", "{l}");
     assert_eq!(link_names(&node), ["lo"]);
     // A master that is only in the host is not found in the container.
-    let (node2, pod2) = (node_with_uplink(UPLINK), TestNs::new());
     let c = conf(
         v4("10.48.0.6/24", "10.48.0.1"),
         json!({"linkInContainer": true}),
     );
-    let e = add(&node2, &r, "macvlan", &Target::new("c2", &pod2, "eth0"), &c).unwrap_err();
-    assert_eq!(
-        e.details,
-        "master: interface \"up0\" not found in the container namespace"
-    );
+    let not_found = "master: interface \"up0\" not found in the container namespace";
+    refused_for_a_new_pod(&node_with_uplink(UPLINK), &c, not_found);
 }
 
 #[test]
 fn layer2_only_without_ipam() {
-    if !is_root() {
+    let Some((node, pod, r, t)) = stacked::pod_on_uplink(is_root(), UPLINK) else {
         return;
-    }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    let r = TestResolver::default();
+    };
     let c = json!({"cniVersion": "1.1.0", "name": "mv", "type": "macvlan", "master": "up0"});
-    let res = add(&node, &r, "macvlan", &Target::new("c1", &pod, "eth0"), &c).unwrap();
+    let res = add(&node, &r, "macvlan", &t, &c).unwrap();
     assert!(res.ips.is_empty());
     assert_eq!(res.interfaces.len(), 1);
     assert!(has_flag(&link(&pod, "eth0").unwrap(), "UP"));
@@ -319,25 +240,14 @@ fn layer2_only_without_ipam() {
 
 #[test]
 fn del_is_idempotent_and_tolerates_a_gone_namespace() {
-    if !is_root() {
+    let Some((node, pod, r, t)) = stacked::pod_on_uplink(is_root(), UPLINK) else {
         return;
-    }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    let r = TestResolver::default();
-    let t = Target::new("c1", &pod, "eth0");
+    };
     let c = conf(v4("10.49.0.5/24", "10.49.0.1"), json!({}));
     let res = add(&node, &r, "macvlan", &t, &c).unwrap();
     del(&node, &r, "macvlan", &t, &with_prev(&c, &res)).unwrap();
     assert_eq!(link_names(&pod), ["lo"]);
-    del(&node, &r, "macvlan", &t, &c).unwrap();
-    let mut no_ns = t.clone();
-    no_ns.netns = None;
-    del(&node, &r, "macvlan", &no_ns, &c).unwrap();
-    let gone = {
-        let p = TestNs::new();
-        Target::new("c2", &p, "eth0")
-    };
-    del(&node, &r, "macvlan", &gone, &c).unwrap();
+    dels_again(&node, &r, "macvlan", &t, &c);
     // A master that no longer exists does not matter to DEL.
     del(
         &node,
@@ -352,23 +262,14 @@ fn del_is_idempotent_and_tolerates_a_gone_namespace() {
 
 #[test]
 fn check_accepts_the_attachment_and_finds_drift() {
-    if !is_root() {
+    let Some((node, pod, r, t)) = stacked::pod_on_uplink(is_root(), UPLINK) else {
         return;
-    }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    let r = TestResolver::default();
-    let t = Target::new("c1", &pod, "eth0");
+    };
     let c = conf(v4("10.50.0.5/24", "10.50.0.1"), json!({"mode": "private"}));
     let res = add(&node, &r, "macvlan", &t, &c).unwrap();
     let with = with_prev(&c, &res);
     check(&node, &r, "macvlan", &t, &with).unwrap();
-    let mut other_mode = with.clone();
-    other_mode["mode"] = json!("vepa");
-    let e = check(&node, &r, "macvlan", &t, &other_mode).unwrap_err();
-    assert_eq!(
-        e.details,
-        "mode: the container's macvlan is in mode private, the configuration says vepa"
-    );
+    stacked::mode_drift("macvlan", &node, &r, &t, &with, ("private", "vepa"));
     let mut other_master = with.clone();
     other_master["master"] = json!("up1x");
     let e = check(&node, &r, "macvlan", &t, &other_master).unwrap_err();
@@ -383,12 +284,7 @@ fn check_accepts_the_attachment_and_finds_drift() {
 
 #[test]
 fn bad_configurations_are_refused_by_validate() {
-    let t = Target {
-        container_id: "c1".into(),
-        netns: Some("/var/run/netns/none".into()),
-        ifname: "eth0".into(),
-        args: String::new(),
-    };
+    let t = Target::nowhere("c1");
     for (extra, starts) in [
         (json!({"mtu": -5}), "mtu: -5 is out of range"),
         (json!({"mtu": 1500.5}), "mtu: invalid type: floating point"),

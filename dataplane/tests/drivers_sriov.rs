@@ -34,16 +34,7 @@ struct Fixture {
 impl Fixture {
     /// `count` VFs; `None` (the test skipped) without root or PCI SR-IOV.
     fn new(count: u32) -> Option<Fixture> {
-        if !require(&[Feature::Root, Feature::PciSriov]) {
-            return None;
-        }
-        let vfs = SriovVfs::create(count);
-        let nl = Netlink::current().unwrap();
-        let pf = nl
-            .link_by_name(&ifname(&vfs.pf.netdev))
-            .unwrap()
-            .unwrap()
-            .index;
+        let (vfs, nl, pf) = common::vfs_on_pf(count)?;
         Some(Fixture {
             vfs,
             nl,

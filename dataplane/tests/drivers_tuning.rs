@@ -6,7 +6,7 @@ mod chained;
 mod common;
 
 use chained::{env, have_reference, normalised, Attachment};
-use common::{assert_error, is_root, request};
+use common::{assert_error, request};
 use plexus_cni::env::{CniCommand, CniEnv};
 use plexus_cni::skel::Plugin;
 use plexus_cni::{CniError, CniVersion, ErrorCode};
@@ -44,11 +44,7 @@ fn config(a: &Attachment, data_dir: &Path, extra: Value) -> Value {
 /// directory and the pod's netns path; `None` (the test skipped) without
 /// root.
 fn pod() -> Option<(Attachment, tempfile::TempDir, String)> {
-    if !is_root() {
-        return None;
-    }
-    let a = Attachment::new("veth0", "eth0");
-    let ns = a.netns_path();
+    let (a, ns) = Attachment::for_root_test()?;
     Some((a, tempfile::tempdir().unwrap(), ns))
 }
 

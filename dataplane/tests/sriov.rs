@@ -5,7 +5,7 @@
 //! netdevsim's VFs what igb refuses (link state, a minimum rate, 802.1ad), in
 //! a namespace of the test's own. Skipped visibly on hosts without them.
 mod common;
-use common::ifname;
+use common::{ifname, sriov_vfs, vfs_on_pf};
 #[path = "common/netdevsim.rs"]
 mod netdevsim;
 
@@ -13,8 +13,7 @@ use netdevsim::Netdevsim;
 use plexus_dataplane::netlink::{Guid, VfLinkState, VfSettings, VfVlan, VlanProto};
 use plexus_dataplane::pci::{PciAddress, PciError, SriovRole, SysfsRoot};
 use plexus_dataplane::{Errno, Error, MacAddr, Netlink};
-use plexus_testkit::sriov::{SriovVfs, VfioBinding};
-use plexus_testkit::{require, Feature};
+use plexus_testkit::sriov::VfioBinding;
 
 fn addr(s: &str) -> PciAddress {
     s.parse().unwrap()
@@ -30,25 +29,6 @@ fn refused(e: Error) -> Errno {
         Error::Kernel { errno, .. } => errno,
         other => panic!("expected a kernel refusal, got {other:?}"),
     }
-}
-
-/// `n` VFs of a real SR-IOV PF, or `None` (a visible, counted skip)
-/// without root or such a PF.
-fn sriov_vfs(n: u32) -> Option<SriovVfs> {
-    require(&[Feature::Root, Feature::PciSriov]).then(|| SriovVfs::create(n))
-}
-
-/// `n` VFs, a handle on the namespace their PF is in, and the PF's index
-/// (`None` as [`sriov_vfs`]).
-fn vfs_on_pf(n: u32) -> Option<(SriovVfs, Netlink, u32)> {
-    let vfs = sriov_vfs(n)?;
-    let nl = Netlink::current().unwrap();
-    let pf = nl
-        .link_by_name(&ifname(&vfs.pf.netdev))
-        .unwrap()
-        .unwrap()
-        .index;
-    Some((vfs, nl, pf))
 }
 
 #[test]

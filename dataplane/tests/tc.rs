@@ -5,30 +5,13 @@
 mod common;
 use common::ifname;
 
-use common::{root_ns, run, TestNs};
+use common::{root_ns, TestNs};
 use plexus_dataplane::netlink::{
     handle, Link, MirredKind, PschedClock, QdiscKind, Tbf, VethSpec, ETH_P_ALL, HANDLE_INGRESS,
     HANDLE_ROOT, INGRESS_QDISC,
 };
 use plexus_dataplane::Netlink;
 use serde_json::Value;
-
-/// `tc -n NS -j ARGS...` as a JSON array.
-fn tc_json(ns: &TestNs, args: &[&str]) -> Vec<Value> {
-    let mut full = vec!["-n", &ns.name, "-j"];
-    full.extend_from_slice(args);
-    let out = run("tc", &full);
-    match serde_json::from_str(&out).unwrap_or_else(|e| panic!("tc {args:?}: {e}: {out}")) {
-        Value::Array(v) => v,
-        other => panic!("tc {args:?}: {other}"),
-    }
-}
-
-fn tc(ns: &TestNs, args: &[&str]) {
-    let mut full = vec!["-n", &ns.name];
-    full.extend_from_slice(args);
-    run("tc", &full);
-}
 
 /// The root qdisc of `dev` as `tc -j [-d] qdisc show` reports it, without
 /// the fields that name the device or count traffic.
@@ -37,7 +20,7 @@ fn root_qdisc(ns: &TestNs, dev: &str, details: bool) -> Value {
     if details {
         args.insert(0, "-d");
     }
-    let mut q = tc_json(ns, &args);
+    let mut q = ns.tc_json(&args);
     assert_eq!(q.len(), 1, "{q:?}");
     let mut q = q.remove(0);
     for k in ["dev", "refcnt"] {
@@ -83,13 +66,10 @@ fn tbf_is_what_tc_builds() {
         assert_eq!(want.limit.to_string(), limit);
         nl.add_root_tbf(ours.index, handle(1, 0), &want).unwrap();
         let dev = format!("t{i}");
-        tc(
-            &ns,
-            &[
-                "qdisc", "add", "dev", &dev, "root", "handle", "1:", "tbf", "rate", rate, "burst",
-                burst, "limit", limit,
-            ],
-        );
+        ns.tc(&[
+            "qdisc", "add", "dev", &dev, "root", "handle", "1:", "tbf", "rate", rate, "burst",
+            burst, "limit", limit,
+        ]);
         for details in [false, true] {
             assert_eq!(
                 root_qdisc(&ns, &format!("o{i}"), details),
@@ -119,25 +99,22 @@ fn tbf_is_what_tc_builds() {
     veth(&nl, "t9", "t9p");
     let want = tbf(5_000_000_000, 2_000_000);
     nl.add_root_tbf(ours.index, handle(1, 0), &want).unwrap();
-    tc(
-        &ns,
-        &[
-            "qdisc",
-            "add",
-            "dev",
-            "t9",
-            "root",
-            "handle",
-            "1:",
-            "tbf",
-            "rate",
-            "40gbit",
-            "burst",
-            "2000000",
-            "limit",
-            &want.limit.to_string(),
-        ],
-    );
+    ns.tc(&[
+        "qdisc",
+        "add",
+        "dev",
+        "t9",
+        "root",
+        "handle",
+        "1:",
+        "tbf",
+        "rate",
+        "40gbit",
+        "burst",
+        "2000000",
+        "limit",
+        &want.limit.to_string(),
+    ]);
     let (o, t) = (root_qdisc(&ns, "o9", true), root_qdisc(&ns, "t9", true));
     assert_eq!(o["options"]["rate"], 5_000_000_000u64);
     assert_eq!(o["options"]["rate"], t["options"]["rate"]);
@@ -173,19 +150,16 @@ fn redirect_to_ifb_is_what_tc_builds() {
     nl.add_ingress_qdisc(ours.index).unwrap();
     nl.add_redirect_filter(ours.index, INGRESS_QDISC, 1, ifb.index)
         .unwrap();
-    tc(&ns, &["qdisc", "add", "dev", "t0", "ingress"]);
-    tc(
-        &ns,
-        &[
-            "filter", "add", "dev", "t0", "parent", "ffff:", "protocol", "all", "prio", "1", "u32",
-            "match", "u32", "0", "0", "flowid", "1:1", "action", "mirred", "egress", "redirect",
-            "dev", "ifbx",
-        ],
-    );
+    ns.tc(&["qdisc", "add", "dev", "t0", "ingress"]);
+    ns.tc(&[
+        "filter", "add", "dev", "t0", "parent", "ffff:", "protocol", "all", "prio", "1", "u32",
+        "match", "u32", "0", "0", "flowid", "1:1", "action", "mirred", "egress", "redirect", "dev",
+        "ifbx",
+    ]);
 
     let show = |dev: &str| {
-        let q = tc_json(&ns, &["qdisc", "show", "dev", dev, "ingress"]);
-        let mut f = tc_json(&ns, &["filter", "show", "dev", dev, "ingress"]);
+        let q = ns.tc_json(&["qdisc", "show", "dev", dev, "ingress"]);
+        let mut f = ns.tc_json(&["filter", "show", "dev", dev, "ingress"]);
         // Action indexes are allocated by the kernel, one per action.
         for entry in &mut f {
             if let Some(actions) = entry["options"]["actions"].as_array_mut() {
@@ -243,7 +217,9 @@ fn redirect_to_ifb_is_what_tc_builds() {
     // Deleting is idempotent; deleting the ingress qdisc takes its filters.
     assert!(nl.del_qdisc(ours.index, HANDLE_INGRESS).unwrap());
     assert!(!nl.del_qdisc(ours.index, HANDLE_INGRESS).unwrap());
-    assert!(tc_json(&ns, &["qdisc", "show", "dev", "o0", "ingress"]).is_empty());
+    assert!(ns
+        .tc_json(&["qdisc", "show", "dev", "o0", "ingress"])
+        .is_empty());
     // A link with only the kernel's default root qdisc: nothing to delete.
     assert!(!nl.del_qdisc(ours.index, HANDLE_ROOT).unwrap());
     assert_eq!(

@@ -8,12 +8,32 @@ use std::fs;
 use std::path::Path;
 
 use common::*;
-use plexus_cni::{CniVersion, ErrorCode};
+use plexus_cni::{CniResult, CniVersion, ErrorCode};
 use plexus_ipam::HostLocal;
 use serde_json::{json, Value};
 
+/// host-local's keys for a dual-stack network: an IPv4 and an IPv6 range
+/// set.
+fn dual_stack() -> Value {
+    json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]})
+}
+
 fn one_range(d: &Path, range: Value) -> Value {
     conf("1.1.0", host_local(d, json!({"ranges": [[range]]})))
+}
+
+/// The results of ADDs of `eth0` of containers `c0`, `c1`... (`n` of them),
+/// in order.
+fn add_each(p: &HostLocal, c: &Value, n: usize) -> Vec<CniResult> {
+    (0..n)
+        .map(|i| add(p, c, &format!("c{i}"), "eth0").unwrap())
+        .collect()
+}
+
+/// [`one_range`] in a fresh data directory, which lives as long as the
+/// guard.
+fn one_range_net(range: Value) -> (tempfile::TempDir, Value) {
+    host_local_net("1.1.0", json!({ "ranges": [[range]] }))
 }
 
 #[test]
@@ -78,8 +98,7 @@ fn result_is_an_ipam_result_in_the_request_version() {
 
 #[test]
 fn round_robin_continues_after_the_last_reserved() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = one_range(tmp.path(), json!({"subnet": "10.0.0.0/24"}));
+    let (tmp, c) = one_range_net(json!({"subnet": "10.0.0.0/24"}));
     let p = HostLocal::new();
     assert_eq!(ip_of(&add(&p, &c, "a", "eth0").unwrap()), "10.0.0.2");
     assert_eq!(ip_of(&add(&p, &c, "b", "eth0").unwrap()), "10.0.0.3");
@@ -109,9 +128,7 @@ fn wraps_around_and_skips_the_gateway() {
         json!({"subnet": "10.0.0.0/29", "gateway": "10.0.0.3"}),
     );
     let p = HostLocal::new();
-    let got: Vec<String> = (0..5)
-        .map(|i| ip_of(&add(&p, &c, &format!("c{i}"), "eth0").unwrap()))
-        .collect();
+    let got: Vec<String> = add_each(&p, &c, 5).iter().map(ip_of).collect();
     assert_eq!(
         got,
         ["10.0.0.1", "10.0.0.2", "10.0.0.4", "10.0.0.5", "10.0.0.6"]
@@ -140,9 +157,7 @@ fn ranges_of_a_set_are_used_in_order() {
         {"subnet": "10.0.5.0/24", "rangeStart": "10.0.5.20", "rangeEnd": "10.0.5.21", "gateway": "10.0.5.254"}]]}),
     );
     let p = HostLocal::new();
-    let got: Vec<CniResultLite> = (0..4)
-        .map(|i| lite(&add(&p, &c, &format!("c{i}"), "eth0").unwrap()))
-        .collect();
+    let got: Vec<CniResultLite> = add_each(&p, &c, 4).iter().map(lite).collect();
     assert_eq!(
         got,
         [
@@ -157,7 +172,7 @@ fn ranges_of_a_set_are_used_in_order() {
 
 type CniResultLite = (String, String);
 
-fn lite(r: &plexus_cni::CniResult) -> CniResultLite {
+fn lite(r: &CniResult) -> CniResultLite {
     (
         r.ips[0].address.to_string(),
         r.ips[0].gateway.unwrap().to_string(),
@@ -194,8 +209,7 @@ fn dual_stack_allocates_one_address_per_set() {
 #[test]
 fn requested_ips_priority_runtime_config_then_args_then_cni_args() {
     // cni-CONVENTIONS: `args` beat CNI_ARGS; the capability comes first.
-    let tmp = tempfile::tempdir().unwrap();
-    let base = one_range(tmp.path(), json!({"subnet": "10.0.0.0/24"}));
+    let (tmp, base) = one_range_net(json!({"subnet": "10.0.0.0/24"}));
     let p = HostLocal::new();
     let all = with(
         with(
@@ -233,10 +247,7 @@ fn requested_ips_priority_runtime_config_then_args_then_cni_args() {
 
 #[test]
 fn requested_ips_dual_stack_and_partial() {
-    let (_tmp, c) = host_local_net(
-        "1.1.0",
-        json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}),
-    );
+    let (_tmp, c) = host_local_net("1.1.0", dual_stack());
     let p = HostLocal::new();
     // CNI_ARGS IP may list several (comma-separated), one per set.
     let r = add_args(&p, &c, "a", "eth0", "IP=fd00::abcd,10.0.0.9").unwrap();
@@ -254,10 +265,7 @@ fn requested_ips_dual_stack_and_partial() {
 
 #[test]
 fn requested_ip_already_taken_names_its_owner() {
-    let (tmp, c) = host_local_net(
-        "1.1.0",
-        json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}),
-    );
+    let (tmp, c) = host_local_net("1.1.0", dual_stack());
     let p = HostLocal::new();
     add(
         &p,
@@ -290,8 +298,7 @@ fn requested_ip_already_taken_names_its_owner() {
 fn second_add_of_the_same_attachment_is_refused() {
     // The reference: "<ip> has been allocated to <id>, duplicate allocation
     // is not allowed".
-    let tmp = tempfile::tempdir().unwrap();
-    let c = one_range(tmp.path(), json!({"subnet": "10.0.0.0/24"}));
+    let (tmp, c) = one_range_net(json!({"subnet": "10.0.0.0/24"}));
     let p = HostLocal::new();
     add(&p, &c, "a", "eth0").unwrap();
     let e = assert_err(
@@ -330,13 +337,7 @@ fn a_persistent_owner_holds_addresses_across_containers_until_released_by_name()
     // without the key, with the owner as container ID, releases them.
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("data");
-    let plain = conf(
-        "1.1.0",
-        host_local(
-            &d,
-            json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}),
-        ),
-    );
+    let plain = conf("1.1.0", host_local(&d, dual_stack()));
     let claimed = with(
         plain.clone(),
         "args",
@@ -374,17 +375,13 @@ fn a_persistent_owner_holds_addresses_across_containers_until_released_by_name()
     // Released by name once the claim is gone.
     del(&p, &plain, "ipamclaim_ns_vm1", "net1").unwrap();
     assert_eq!(allocations(&d).len(), 2);
+    let two_lines = with(
+        plain,
+        "args",
+        json!({"plexus": {"persistentOwner": "a\nb"}}),
+    );
     assert_err(
-        add(
-            &p,
-            &with(
-                plain,
-                "args",
-                json!({"plexus": {"persistentOwner": "a\nb"}}),
-            ),
-            "x",
-            "net1",
-        ),
+        add(&p, &two_lines, "x", "net1"),
         ErrorCode::InvalidConfig,
         "args.plexus.persistentOwner: \"a\\nb\" must be one non-empty line",
     );
@@ -394,13 +391,7 @@ fn a_persistent_owner_holds_addresses_across_containers_until_released_by_name()
 fn del_is_idempotent_and_exact() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("data");
-    let c = conf(
-        "1.1.0",
-        host_local(
-            &d,
-            json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}),
-        ),
-    );
+    let c = conf("1.1.0", host_local(&d, dual_stack()));
     let p = HostLocal::new();
     // Nothing there at all: success, and nothing is created.
     del(&p, &c, "a", "eth0").unwrap();
@@ -426,17 +417,9 @@ fn del_is_idempotent_and_exact() {
     del(&p, &c, "legacy", "eth0").unwrap();
     assert_eq!(allocations(&d).len(), 2);
     // DEL without a usable data dir location still names the field.
+    let bad_dir = with(c, "ipam", json!({"type": "host-local", "dataDir": 1}));
     assert_err(
-        del(
-            &p,
-            &with(
-                c.clone(),
-                "ipam",
-                json!({"type": "host-local", "dataDir": 1}),
-            ),
-            "a",
-            "eth0",
-        ),
+        del(&p, &bad_dir, "a", "eth0"),
         ErrorCode::InvalidConfig,
         "ipam.dataDir: invalid type",
     );
@@ -444,8 +427,7 @@ fn del_is_idempotent_and_exact() {
 
 #[test]
 fn check_needs_an_address_of_the_attachment() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = one_range(tmp.path(), json!({"subnet": "10.0.0.0/24"}));
+    let (tmp, c) = one_range_net(json!({"subnet": "10.0.0.0/24"}));
     let p = HostLocal::new();
     let e = assert_err(
         check(&p, &c, "a", "eth0"),
@@ -488,13 +470,7 @@ fn gc_releases_what_is_not_valid_and_leaves_the_rest() {
     // cni-SPEC §2 GC with cni.dev/valid-attachments.
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let c = conf(
-        "1.1.0",
-        host_local(
-            d,
-            json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}),
-        ),
-    );
+    let c = conf("1.1.0", host_local(d, dual_stack()));
     let p = HostLocal::new();
     for (id, ifname) in [
         ("keep", "eth0"),
@@ -589,8 +565,7 @@ fn status_reports_exhaustion_with_code_50() {
 fn leftover_temp_files_are_ignored() {
     // Crash safety: a temp file left by a crash is neither an allocation nor
     // an obstacle.
-    let tmp = tempfile::tempdir().unwrap();
-    let c = one_range(tmp.path(), json!({"subnet": "10.0.0.0/24"}));
+    let (tmp, c) = one_range_net(json!({"subnet": "10.0.0.0/24"}));
     let dir = tmp.path().join(NET);
     fs::create_dir_all(&dir).unwrap();
     fs::write(dir.join(".plexus-tmp.10.0.0.2"), "crashed\r\neth0").unwrap();

@@ -421,34 +421,69 @@ mod tests {
         }
     }
 
+    /// A result of `version` with `interfaces` and `ips`, nothing else.
+    fn result(version: CniVersion, interfaces: Vec<Interface>, ips: Vec<IpConfig>) -> CniResult {
+        CniResult {
+            cni_version: Some(version),
+            interfaces,
+            ips,
+            ..Default::default()
+        }
+    }
+
+    /// `result`'s entry for `network`, attached as `ifname` when given;
+    /// `more` sets the rest of its [`StatusInput`].
+    fn entry(
+        result: Option<&CniResult>,
+        network: &str,
+        ifname: Option<&str>,
+        more: StatusInput<'_>,
+    ) -> NetworkStatus {
+        let ifname = ifname.map(|name| IfName::new(name).unwrap());
+        NetworkStatus::from_result(
+            result,
+            &StatusInput {
+                network,
+                ifname: ifname.as_ref(),
+                ..more
+            },
+        )
+    }
+
+    /// The rest of the input of an attachment whose selection had
+    /// `"default-route": []`, which keeps the result's own gateway
+    /// (§5.3.7.4); `default` for the cluster-wide default network's.
+    fn own_gateway(default: bool) -> StatusInput<'static> {
+        StatusInput {
+            default,
+            gateway_request: Some(&[]),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn from_results_yields_the_5_4_first_example() {
         let default_net = CniResult {
-            cni_version: Some(CniVersion::V1_0_0),
-            interfaces: vec![
-                iface("veth1a2b", "0a:00:00:00:00:01", None),
-                Interface {
-                    mtu: Some(1500),
-                    ..iface("eth5", "02:11:22:33:44:54", Some("/var/run/netns/p"))
-                },
-            ],
-            ips: vec![
-                ip("192.0.2.2/24", Some("192.0.2.1"), Some(1)),
-                ip("2001:db8::2230/32", None, Some(1)),
-            ],
             routes: vec![
                 route("0.0.0.0/0", Some("192.0.2.1")),
                 route("10.0.0.0/8", Some("192.0.2.9")),
             ],
-            dns: Dns::default(),
+            ..result(
+                CniVersion::V1_0_0,
+                vec![
+                    iface("veth1a2b", "0a:00:00:00:00:01", None),
+                    Interface {
+                        mtu: Some(1500),
+                        ..iface("eth5", "02:11:22:33:44:54", Some("/var/run/netns/p"))
+                    },
+                ],
+                vec![
+                    ip("192.0.2.2/24", Some("192.0.2.1"), Some(1)),
+                    ip("2001:db8::2230/32", None, Some(1)),
+                ],
+            )
         };
         let some_network = CniResult {
-            cni_version: Some(CniVersion::V1_1_0),
-            interfaces: vec![iface("eth1", "02:11:22:33:44:55", Some("/var/run/netns/p"))],
-            ips: vec![
-                ip("192.0.2.2/24", None, Some(0)),
-                ip("2001:db8::2234/32", None, Some(0)),
-            ],
             routes: vec![],
             dns: Dns {
                 nameservers: vec!["192.0.2.1".into(), "2001:db8:4860::8888".into()],
@@ -456,45 +491,44 @@ mod tests {
                 options: vec!["ndots:2".into()],
                 ..Default::default()
             },
+            ..result(
+                CniVersion::V1_1_0,
+                vec![iface("eth1", "02:11:22:33:44:55", Some("/var/run/netns/p"))],
+                vec![
+                    ip("192.0.2.2/24", None, Some(0)),
+                    ip("2001:db8::2234/32", None, Some(0)),
+                ],
+            )
         };
-        let ib = CniResult {
-            cni_version: Some(CniVersion::V0_4_0),
-            interfaces: vec![Interface {
+        let ib = result(
+            CniVersion::V0_4_0,
+            vec![Interface {
                 name: "ib0".into(),
                 sandbox: Some("/var/run/netns/p".into()),
                 ..Default::default()
             }],
-            ips: vec![ip("198.51.100.1/24", None, Some(0))],
-            ..Default::default()
-        };
+            vec![ip("198.51.100.1/24", None, Some(0))],
+        );
         let mut entries = vec![
-            NetworkStatus::from_result(
+            entry(
                 Some(&default_net),
-                &StatusInput {
-                    network: "namespace-a/cluster-wide-default",
-                    ifname: Some(&IfName::new("eth5").unwrap()),
-                    default: true,
-                    // The example's entry has "default-route": as if its
-                    // selection had `"default-route": []` (§5.3.7.4).
-                    gateway_request: Some(&[]),
-                    ..Default::default()
-                },
+                "namespace-a/cluster-wide-default",
+                Some("eth5"),
+                // The example's entry has "default-route": as if its
+                // selection had `"default-route": []` (§5.3.7.4).
+                own_gateway(true),
             ),
-            NetworkStatus::from_result(
+            entry(
                 Some(&some_network),
-                &StatusInput {
-                    network: "namespace-b/some-network",
-                    ifname: Some(&IfName::new("eth1").unwrap()),
-                    ..Default::default()
-                },
+                "namespace-b/some-network",
+                Some("eth1"),
+                StatusInput::default(),
             ),
-            NetworkStatus::from_result(
+            entry(
                 Some(&ib),
-                &StatusInput {
-                    network: "namespace-a/an-ip-over-infiniband-network",
-                    ifname: Some(&IfName::new("ib0").unwrap()),
-                    ..Default::default()
-                },
+                "namespace-a/an-ip-over-infiniband-network",
+                Some("ib0"),
+                StatusInput::default(),
             ),
         ];
         // "infiniband-guid" is not a §5.3 key: a CNI result cannot yield it,
@@ -522,30 +556,22 @@ mod tests {
         // host, eth0 in the sandbox, the address on interface 2, and a default
         // route without "gw".
         let r = CniResult {
-            cni_version: Some(CniVersion::V1_1_0),
-            interfaces: vec![
-                iface("cni0", "00:11:22:33:44:55", None),
-                iface("veth3243", "55:44:33:22:11:11", Some("")),
-                iface("eth0", "99:88:77:66:55:44", Some("/var/run/netns/blue")),
-            ],
-            ips: vec![ip("10.1.0.5/16", Some("10.1.0.1"), Some(2))],
             routes: vec![route("0.0.0.0/0", None)],
             dns: Dns {
                 nameservers: vec!["10.1.0.1".into()],
                 ..Default::default()
             },
+            ..result(
+                CniVersion::V1_1_0,
+                vec![
+                    iface("cni0", "00:11:22:33:44:55", None),
+                    iface("veth3243", "55:44:33:22:11:11", Some("")),
+                    iface("eth0", "99:88:77:66:55:44", Some("/var/run/netns/blue")),
+                ],
+                vec![ip("10.1.0.5/16", Some("10.1.0.1"), Some(2))],
+            )
         };
-        let s = NetworkStatus::from_result(
-            Some(&r),
-            &StatusInput {
-                network: "dbnet",
-                ifname: Some(&IfName::new("eth0").unwrap()),
-                default: true,
-                // `"default-route": []`: the result's own gateway (§5.3.7.4).
-                gateway_request: Some(&[]),
-                ..Default::default()
-            },
-        );
+        let s = entry(Some(&r), "dbnet", Some("eth0"), own_gateway(true));
         assert_eq!(
             s.to_value(),
             json!({
@@ -573,27 +599,21 @@ mod tests {
     #[test]
     fn legacy_0_2_0_result_uses_ip4_ip6_and_cni_ifname() {
         let r = CniResult {
-            cni_version: Some(CniVersion::V0_2_0),
-            ips: vec![
-                ip("10.1.0.5/16", Some("10.1.0.1"), None),
-                ip("2001:db8::5/64", Some("2001:db8::1"), None),
-            ],
             routes: vec![route("0.0.0.0/0", None), route("::/0", None)],
             dns: Dns {
                 domain: Some("example.com".into()),
                 ..Default::default()
             },
-            ..Default::default()
+            ..result(
+                CniVersion::V0_2_0,
+                vec![],
+                vec![
+                    ip("10.1.0.5/16", Some("10.1.0.1"), None),
+                    ip("2001:db8::5/64", Some("2001:db8::1"), None),
+                ],
+            )
         };
-        let s = NetworkStatus::from_result(
-            Some(&r),
-            &StatusInput {
-                network: "ns/old",
-                ifname: Some(&IfName::new("net1").unwrap()),
-                gateway_request: Some(&[]),
-                ..Default::default()
-            },
-        );
+        let s = entry(Some(&r), "ns/old", Some("net1"), own_gateway(false));
         assert_eq!(
             s.to_value(),
             json!({
@@ -606,24 +626,16 @@ mod tests {
 
     #[test]
     fn no_sandbox_interface_uses_rule_2() {
-        let r = CniResult {
-            cni_version: Some(CniVersion::V0_3_1),
-            interfaces: vec![iface("vethhost", "0a:00:00:00:00:02", None)],
-            ips: vec![
+        let r = result(
+            CniVersion::V0_3_1,
+            vec![iface("vethhost", "0a:00:00:00:00:02", None)],
+            vec![
                 ip("10.0.0.2/24", None, Some(0)),
                 ip("10.0.0.3/24", None, None),
                 ip("10.0.0.4/24", None, Some(-1)),
             ],
-            ..Default::default()
-        };
-        let s = NetworkStatus::from_result(
-            Some(&r),
-            &StatusInput {
-                network: "ns/n",
-                ifname: Some(&IfName::new("net1").unwrap()),
-                ..Default::default()
-            },
         );
+        let s = entry(Some(&r), "ns/n", Some("net1"), StatusInput::default());
         assert_eq!(s.interface, None);
         assert_eq!(s.mac, None);
         assert_eq!(s.ips, vec!["10.0.0.3", "10.0.0.4"]);
@@ -632,51 +644,31 @@ mod tests {
             json!({"name": "ns/n", "ips": ["10.0.0.3", "10.0.0.4"], "default": false})
         );
         // No interfaces at all: rule 2 as well.
-        let r = CniResult {
-            cni_version: Some(CniVersion::V1_0_0),
-            ips: vec![ip("10.0.0.3/24", None, None)],
-            ..Default::default()
-        };
-        let s = NetworkStatus::from_result(
-            Some(&r),
-            &StatusInput {
-                network: "n",
-                ..Default::default()
-            },
+        let r = result(
+            CniVersion::V1_0_0,
+            vec![],
+            vec![ip("10.0.0.3/24", None, None)],
         );
+        let s = entry(Some(&r), "n", None, StatusInput::default());
         assert_eq!(s.ips, vec!["10.0.0.3"]);
     }
 
     #[test]
     fn sandbox_interface_without_addresses_has_no_ips() {
         // §5.3.3.1: rule 2 applies only when no interface has a sandbox.
-        let r = CniResult {
-            cni_version: Some(CniVersion::V1_0_0),
-            interfaces: vec![iface("net1", "02:00:00:00:00:01", Some("/p"))],
-            ips: vec![ip("10.0.0.3/24", None, None)],
-            ..Default::default()
-        };
-        let s = NetworkStatus::from_result(
-            Some(&r),
-            &StatusInput {
-                network: "n",
-                ..Default::default()
-            },
+        let r = result(
+            CniVersion::V1_0_0,
+            vec![iface("net1", "02:00:00:00:00:01", Some("/p"))],
+            vec![ip("10.0.0.3/24", None, None)],
         );
+        let s = entry(Some(&r), "n", None, StatusInput::default());
         assert_eq!(s.interface.as_deref(), Some("net1"));
         assert!(s.ips.is_empty());
     }
 
     #[test]
     fn no_result_gives_the_minimal_map() {
-        let s = NetworkStatus::from_result(
-            None,
-            &StatusInput {
-                network: "ns/thick",
-                ifname: Some(&IfName::new("net2").unwrap()),
-                ..Default::default()
-            },
-        );
+        let s = entry(None, "ns/thick", Some("net2"), StatusInput::default());
         assert_eq!(
             s.to_value(),
             json!({"name": "ns/thick", "interface": "net2", "default": false})
@@ -686,19 +678,21 @@ mod tests {
     #[test]
     fn gateway_request_and_device_info() {
         let r = CniResult {
-            cni_version: Some(CniVersion::V1_0_0),
-            interfaces: vec![iface("net1", "02:00:00:00:00:01", Some("/p"))],
-            ips: vec![ip("10.0.0.3/24", Some("10.0.0.254"), Some(0))],
             routes: vec![route("0.0.0.0/0", Some("10.0.0.254"))],
-            ..Default::default()
+            ..result(
+                CniVersion::V1_0_0,
+                vec![iface("net1", "02:00:00:00:00:01", Some("/p"))],
+                vec![ip("10.0.0.3/24", Some("10.0.0.254"), Some(0))],
+            )
         };
         let gws: Vec<IpAddr> = vec!["10.0.0.1".parse().unwrap()];
         let dev =
             json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:18:02.5"}});
-        let s = NetworkStatus::from_result(
+        let s = entry(
             Some(&r),
-            &StatusInput {
-                network: "ns/b",
+            "ns/b",
+            None,
+            StatusInput {
                 gateway_request: Some(&gws),
                 device_info: Some(DeviceInfo::from_value(&dev).unwrap()),
                 ..Default::default()
@@ -709,10 +703,11 @@ mod tests {
         // §5.3.7.4: an empty request keeps the attachment's own gateway,
         // which the entry then reports.
         let with = |gateway_request| {
-            NetworkStatus::from_result(
+            entry(
                 Some(&r),
-                &StatusInput {
-                    network: "ns/b",
+                "ns/b",
+                None,
+                StatusInput {
                     gateway_request,
                     ..Default::default()
                 },
@@ -739,30 +734,39 @@ mod tests {
         let err = |v: Value| NetworkStatus::from_value(&v).unwrap_err().to_string();
         assert_eq!(err(json!({})), "name: required");
         assert_eq!(err(json!({"name": 1})), "name: must be a string, got 1");
-        assert_eq!(
-            err(json!({"name": "n", "mtu": -1})),
-            "mtu: must be an unsigned integer, got -1"
-        );
-        assert_eq!(
-            err(json!({"name": "n", "ips": "1.2.3.4"})),
-            "ips: must be a list, got \"1.2.3.4\""
-        );
-        assert_eq!(
-            err(json!({"name": "n", "default": "true"})),
-            "default: must be a boolean, got \"true\""
-        );
-        assert_eq!(
-            err(json!({"name": "n", "dns": {"search": "a"}})),
-            "dns.search: must be a list, got \"a\""
-        );
-        assert_eq!(
-            err(json!({"name": "n", "default-route": [1]})),
-            "default-route[0]: must be a string, got 1"
-        );
-        assert_eq!(
-            err(json!({"name": "n", "device-info": "pci"})),
-            "device-info: must be an object, got \"pci\""
-        );
+        // Each key's type checked, beside a valid name.
+        for (key, value, want) in [
+            ("mtu", json!(-1), "mtu: must be an unsigned integer, got -1"),
+            (
+                "ips",
+                json!("1.2.3.4"),
+                "ips: must be a list, got \"1.2.3.4\"",
+            ),
+            (
+                "default",
+                json!("true"),
+                "default: must be a boolean, got \"true\"",
+            ),
+            (
+                "dns",
+                json!({"search": "a"}),
+                "dns.search: must be a list, got \"a\"",
+            ),
+            (
+                "default-route",
+                json!([1]),
+                "default-route[0]: must be a string, got 1",
+            ),
+            (
+                "device-info",
+                json!("pci"),
+                "device-info: must be an object, got \"pci\"",
+            ),
+        ] {
+            let mut v = json!({"name": "n"});
+            v[key] = value;
+            assert_eq!(err(v), want, "{key}");
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::kube::{
@@ -70,6 +70,34 @@ pub(crate) fn missing() -> Option<Cow<'static, str>> {
 pub fn node() -> &'static Node {
     static NODE: OnceLock<Result<Node, String>> = OnceLock::new();
     started_once(&NODE, start, "the one-node cluster")
+}
+
+/// One test's turn on the node of its binary: the tests take turns (one
+/// checks the node is left as it was, which another's pods would change
+/// meanwhile), holding the lock; the node; a namespace of the test's own; the
+/// node's network state before.
+pub type Turn = (
+    MutexGuard<'static, ()>,
+    &'static Node,
+    String,
+    BTreeSet<String>,
+);
+
+/// The [`Turn`] of a test, once the tests before it are done: the node with
+/// plexus deployed (`deploy`'s arguments, once per test binary) and a
+/// namespace named after `prefix`; `None` (the test reported skipped)
+/// without a node.
+pub fn turn(deploy: &[&str], prefix: &str) -> Option<Turn> {
+    static ALONE: Mutex<()> = Mutex::new(());
+    static DEPLOYED: OnceLock<()> = OnceLock::new();
+    if !crate::require(&[crate::Feature::KubeNode]) {
+        return None;
+    }
+    let alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let node = node();
+    DEPLOYED.get_or_init(|| node.deploy(deploy));
+    let ns = node.namespace(prefix);
+    Some((alone, node, ns, node.network_state()))
 }
 
 fn start() -> Result<Node, String> {

@@ -253,14 +253,7 @@ impl Netlink {
         if let Some(len) = update.txqueuelen {
             attrs.push(nl::LinkAttribute::TxQueueLen(len));
         }
-        self.request(
-            "update link",
-            &format_args!("index {index}"),
-            RouteNetlinkMessage::SetLink(msg),
-            CHANGE,
-        )
-        .map(drop)
-        .map_err(|e| self.name_link(e, index))
+        self.change_link("update link", index, RouteNetlinkMessage::SetLink(msg))
     }
 
     pub fn set_up(&self, index: u32) -> Result<()> {
@@ -419,14 +412,11 @@ impl Netlink {
             nl::LinkInfo::PortKind(nl::InfoPortKind::Bridge),
             nl::LinkInfo::PortData(nl::InfoPortData::BridgePort(data)),
         ]));
-        self.request(
+        self.change_link(
             "set bridge port options of",
-            &format_args!("index {index}"),
+            index,
             RouteNetlinkMessage::NewLink(msg),
-            CHANGE,
         )
-        .map(drop)
-        .map_err(|e| self.name_link(e, index))
     }
 
     /// Adds (or updates the flags of) a VLAN on bridge port `port`. The
@@ -534,6 +524,14 @@ impl Netlink {
         out.sort();
         out.dedup_by_key(|v| v.vid);
         Ok(out)
+    }
+
+    /// Sends `msg`, a change to link `index` that wants no reply; an error
+    /// names the link ([`Netlink::name_link`]).
+    fn change_link(&self, op: &'static str, index: u32, msg: RouteNetlinkMessage) -> Result<()> {
+        self.request(op, &format_args!("index {index}"), msg, CHANGE)
+            .map(drop)
+            .map_err(|e| self.name_link(e, index))
     }
 
     /// Replaces the "index N" object of an error by "NAME (index N)" when the

@@ -48,6 +48,17 @@ impl Attachment {
         Some(a)
     }
 
+    /// A root-only test's pod `eth0` (its peer `veth0` in the node) and
+    /// the pod's netns path; `None` (the test skipped) without root.
+    pub fn for_root_test() -> Option<(Attachment, String)> {
+        if !is_root() {
+            return None;
+        }
+        let a = Attachment::new("veth0", "eth0");
+        let ns = a.netns_path();
+        Some((a, ns))
+    }
+
     pub fn new(host_if: &str, pod_if: &str) -> Attachment {
         let node = TestNs::new();
         let pod = TestNs::new();

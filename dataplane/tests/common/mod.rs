@@ -11,6 +11,8 @@ use plexus_cni::skel::Request;
 use plexus_cni::{CniError, ErrorCode};
 use plexus_dataplane::netlink::VethSpec;
 use plexus_dataplane::{NetNs, Netlink};
+use plexus_testkit::sriov::SriovVfs;
+use plexus_testkit::{require, Feature};
 use serde_json::Value;
 
 /// A request as a runtime would send it: `env` and `config` (an object) on
@@ -45,16 +47,27 @@ impl TestNs {
 
     /// `ip -n NAME -j ARGS...` parsed as JSON (an array).
     pub fn ip_json(&self, args: &[&str]) -> Vec<Value> {
-        let mut full = vec!["-n", &self.name];
-        full.extend_from_slice(args);
-        ip_json(&full)
+        json_array("ip", &self.in_ns(args))
     }
 
     /// `ip -n NAME ARGS...`, panicking with stderr on failure.
     pub fn ip(&self, args: &[&str]) {
-        let mut full = vec!["-n", &self.name];
-        full.extend_from_slice(args);
-        run("ip", &full);
+        run("ip", &self.in_ns(args));
+    }
+
+    /// `tc -n NAME -j ARGS...` parsed as JSON (an array).
+    pub fn tc_json(&self, args: &[&str]) -> Vec<Value> {
+        json_array("tc", &self.in_ns(args))
+    }
+
+    /// `tc -n NAME ARGS...`, panicking with stderr on failure.
+    pub fn tc(&self, args: &[&str]) {
+        run("tc", &self.in_ns(args));
+    }
+
+    /// `args` of an iproute2 command (`ip`, `tc`) run in this namespace.
+    fn in_ns<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
+        [&["-n", self.name.as_str()], args].concat()
     }
 }
 
@@ -98,16 +111,21 @@ pub fn run(cmd: &str, args: &[&str]) -> String {
 
 /// `ip -j ARGS...` parsed as a JSON array.
 pub fn ip_json(args: &[&str]) -> Vec<Value> {
-    let mut full = vec!["-j"];
-    full.extend_from_slice(args);
-    let out = run("ip", &full);
+    json_array("ip", args)
+}
+
+/// `CMD -j ARGS...` (an iproute2 command) parsed as a JSON array; empty
+/// output is an empty one.
+fn json_array(cmd: &str, args: &[&str]) -> Vec<Value> {
+    let out = run(cmd, &[&["-j"], args].concat());
     if out.trim().is_empty() {
         return Vec::new();
     }
-    match serde_json::from_str(&out).unwrap_or_else(|e| panic!("ip {args:?}: bad JSON {e}: {out}"))
+    match serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("{cmd} {args:?}: bad JSON {e}: {out}"))
     {
         Value::Array(v) => v,
-        other => panic!("ip {args:?}: expected an array, got {other}"),
+        other => panic!("{cmd} {args:?}: expected an array, got {other}"),
     }
 }
 
@@ -126,7 +144,7 @@ pub fn current_ns_inode() -> u64 {
 /// Tests need root (CAP_SYS_ADMIN + CAP_NET_ADMIN); skipped visibly and
 /// counted otherwise (see `plexus_testkit`).
 pub fn is_root() -> bool {
-    plexus_testkit::require(&[plexus_testkit::Feature::Root])
+    require(&[Feature::Root])
 }
 
 /// A fresh namespace for a test that needs only root and one namespace, or
@@ -202,4 +220,23 @@ pub fn ingress_isolated(
 /// An interface name the test knows is valid.
 pub fn ifname(name: &str) -> plexus_cni::names::IfName {
     plexus_cni::names::IfName::new(name).unwrap_or_else(|e| panic!("{name:?}: {e}"))
+}
+
+/// `n` VFs of a real SR-IOV PF, or `None` (a visible, counted skip)
+/// without root or such a PF.
+pub fn sriov_vfs(n: u32) -> Option<SriovVfs> {
+    require(&[Feature::Root, Feature::PciSriov]).then(|| SriovVfs::create(n))
+}
+
+/// `n` VFs, a handle on the namespace their PF is in, and the PF's index
+/// (`None` as [`sriov_vfs`]).
+pub fn vfs_on_pf(n: u32) -> Option<(SriovVfs, Netlink, u32)> {
+    let vfs = sriov_vfs(n)?;
+    let nl = Netlink::current().unwrap();
+    let pf = nl
+        .link_by_name(&ifname(&vfs.pf.netdev))
+        .unwrap()
+        .unwrap()
+        .index;
+    Some((vfs, nl, pf))
 }

@@ -25,6 +25,8 @@ use serde_json::{json, Value};
 
 use crate::common::TestNs;
 
+pub mod stacked;
+
 /// The IPAM type the test resolver serves.
 pub const IPAM: &str = "test-static";
 
@@ -145,6 +147,17 @@ impl Target {
             args: String::new(),
         }
     }
+
+    /// `eth0` of `container_id` in a namespace that does not exist: enough
+    /// for VALIDATE, which opens none.
+    pub fn nowhere(container_id: &str) -> Target {
+        Target {
+            container_id: container_id.into(),
+            netns: Some("/var/run/netns/none".into()),
+            ifname: "eth0".into(),
+            args: String::new(),
+        }
+    }
 }
 
 /// A new pod namespace and the attachment `net1` of `container_id` in it.
@@ -203,6 +216,11 @@ pub fn driver_conf(ty: &str, name: &str, addresses: Value) -> Value {
         "type": ty,
         "ipam": {"type": IPAM, "addresses": addresses},
     })
+}
+
+/// The test IPAM's `addresses`: `address` alone, without a gateway.
+pub fn v4(address: &str) -> Value {
+    json!([{ "address": address }])
 }
 
 /// The `ipam` section of the test IPAM giving out `address`.
@@ -423,6 +441,31 @@ pub fn routes(ns: &TestNs, v6: bool) -> Vec<String> {
 pub fn assert_route(ns: &TestNs, route: &str) {
     let all = routes(ns, route.contains(':'));
     assert!(all.iter().any(|r| r == route), "{route:?} not in {all:?}");
+}
+
+/// What a refused ADD leaves: `ns` with only `lo`, and IPAM never called
+/// (it runs only once the link exists).
+#[track_caller]
+pub fn assert_nothing_made(ns: &TestNs, r: &TestResolver) {
+    assert_eq!(link_names(ns), ["lo"]);
+    assert_eq!(r.commands(), [], "IPAM runs only once the link exists");
+}
+
+/// DEL of `t` again as runtimes repeat it, each a success: without
+/// prevResult, without CNI_NETNS (containerd's last DEL), and once the
+/// namespace is gone (three IPAM DELs).
+pub fn dels_again(node: impl Host, r: &TestResolver, ty: &str, t: &Target, config: &Value) {
+    del(node, r, ty, t, config).unwrap();
+    let no_ns = Target {
+        netns: None,
+        ..t.clone()
+    };
+    del(node, r, ty, &no_ns, config).unwrap();
+    let gone = {
+        let p = TestNs::new();
+        Target::new("gone", &p, &t.ifname)
+    };
+    del(node, r, ty, &gone, config).unwrap();
 }
 
 /// The IPAM calls of one ADD and then `dels` DELs.

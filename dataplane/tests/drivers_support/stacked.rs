@@ -1,0 +1,155 @@
+//! The cases the macvlan and ipvlan tests share: both drivers stack a link
+//! on the node's uplink `up0` ([`node_with_uplink`]) straight into the pod
+//! as CNI_IFNAME, through the one `stacked` driver code, so they refuse,
+//! check and delete it alike.
+
+use plexus_cni::result::CniResult;
+use serde_json::{json, Value};
+
+use super::*;
+use crate::common::TestNs;
+
+/// A configuration of the stacked kind `ty` (network `name`) on `up0`, the
+/// test IPAM handing out `addresses`, `extra`'s keys set over it.
+pub fn conf(ty: &str, name: &str, addresses: Value, extra: Value) -> Value {
+    let mut c = driver_conf(ty, name, addresses);
+    c["master"] = json!("up0");
+    with_keys(c, &extra)
+}
+
+/// Two pods attached as `eth0` on `node`, by `confs` (with the addresses
+/// `ips`), reach each other; the first pod and its ADD's result.
+pub fn two_pods_reach_each_other(
+    ty: &str,
+    node: &TestNs,
+    confs: [Value; 2],
+    ips: [&str; 2],
+) -> (TestNs, CniResult) {
+    let (pod1, pod2) = (TestNs::new(), TestNs::new());
+    let r = TestResolver::default();
+    let res = add(node, &r, ty, &Target::new("c1", &pod1, "eth0"), &confs[0]).unwrap();
+    add(node, &r, ty, &Target::new("c2", &pod2, "eth0"), &confs[1]).unwrap();
+    assert!(ping(&pod1, ips[1]), "pod1 -> pod2");
+    assert!(ping(&pod2, ips[0]), "pod2 -> pod1");
+    (pod1, res)
+}
+
+/// ADD of `t` with `conf` refused by the key's name for a master the node
+/// does not have; the error for `mtu`, above the master's, returned for the
+/// caller to read.
+pub fn unknown_master_and_large_mtu(
+    ty: &str,
+    node: &TestNs,
+    r: &TestResolver,
+    t: &Target,
+    conf: Value,
+    mtu: u32,
+) -> CniError {
+    let e = add(
+        node,
+        r,
+        ty,
+        t,
+        &with_keys(conf.clone(), &json!({"master": "nope0"})),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert_eq!(
+        e.details,
+        "master: interface \"nope0\" not found in the host namespace"
+    );
+    let e = add(node, r, ty, t, &with_keys(conf, &json!({"mtu": mtu}))).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    e
+}
+
+/// ADD of `t` with `conf` when the pod has its CNI_IFNAME already: refused
+/// by name, and the pod's own link stays.
+pub fn ifname_taken(
+    ty: &str,
+    node: &TestNs,
+    r: &TestResolver,
+    pod: &TestNs,
+    t: &Target,
+    conf: &Value,
+) {
+    pod.ip(&[
+        "link", "add", &t.ifname, "type", "veth", "peer", "name", "mine0",
+    ]);
+    let e = add(node, r, ty, t, conf).unwrap_err();
+    assert!(
+        e.details
+            .starts_with(&format!("CNI_IFNAME: \"{}\" already exists", t.ifname)),
+        "{e}"
+    );
+    assert_eq!(
+        link(pod, &t.ifname).unwrap()["linkinfo"]["info_kind"],
+        "veth"
+    );
+}
+
+/// Each of `modes` reaches the kernel: ADD with `conf(mode)` makes a link
+/// in that mode, which CHECK accepts and DEL removes.
+pub fn every_mode(ty: &str, node: &TestNs, modes: &[&str], conf: impl Fn(&str) -> Value) {
+    let r = TestResolver::default();
+    for &mode in modes {
+        let pod = TestNs::new();
+        let t = Target::new("c1", &pod, "eth0");
+        let c = conf(mode);
+        let res = add(node, &r, ty, &t, &c).unwrap_or_else(|e| panic!("{mode}: {e}"));
+        assert_eq!(
+            link(&pod, "eth0").unwrap()["linkinfo"]["info_data"]["mode"],
+            mode
+        );
+        check(node, &r, ty, &t, &with_prev(&c, &res)).unwrap();
+        del(node, &r, ty, &t, &c).unwrap();
+        assert_eq!(link_names(&pod), ["lo"]);
+    }
+}
+
+/// CHECK of `t`, attached in `mode` (`with`: its config with the
+/// prevResult), against the same config in mode `other`: the drift named.
+pub fn mode_drift(
+    ty: &str,
+    node: &TestNs,
+    r: &TestResolver,
+    t: &Target,
+    with: &Value,
+    (mode, other): (&str, &str),
+) {
+    let e = check(
+        node,
+        r,
+        ty,
+        t,
+        &with_keys(with.clone(), &json!({"mode": other})),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.details,
+        format!("mode: the container's {ty} is in mode {mode}, the configuration says {other}")
+    );
+}
+
+/// A node with its uplink on `net` ([`node_with_uplink`]), a pod, a
+/// resolver and the pod's `eth0` of container `c1`; `None` (the test
+/// skipped) when the test is not `runnable` here.
+pub fn pod_on_uplink(runnable: bool, net: &str) -> Option<(TestNs, TestNs, TestResolver, Target)> {
+    if !runnable {
+        return None;
+    }
+    let (node, pod) = (node_with_uplink(net), TestNs::new());
+    let t = Target::new("c1", &pod, "eth0");
+    Some((node, pod, TestResolver::default(), t))
+}
+
+/// VALIDATE refuses `mode`, which `ty` does not have, naming the `expected`
+/// ones; `conf` is the kind's configuration with `extra` keys.
+pub fn unknown_mode(ty: &str, conf: impl Fn(Value, Value) -> Value, mode: &str, expected: &str) {
+    let c = conf(json!([]), json!({ "mode": mode }));
+    let e = validate(ty, &Target::nowhere("c1"), &c).unwrap_err();
+    assert_eq!(
+        e.details,
+        format!("mode: unknown {ty} mode {mode:?} (expected {expected})")
+    );
+}
