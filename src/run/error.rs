@@ -514,7 +514,7 @@ mod tests {
         assert!(answer.undone);
         // An exec'd plugin's failure names its type already ...
         let timed_out = ExecError::Timeout {
-            plugin_type: "macvlan".into(),
+            plugin_type: crate::cni::names::PluginType::new("macvlan").unwrap(),
             binary: "/opt/cni/bin/macvlan".into(),
             command: crate::cni::env::CniCommand::Add,
             timeout: std::time::Duration::from_secs(1),

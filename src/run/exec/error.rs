@@ -279,7 +279,7 @@ mod tests {
 
     #[test]
     fn each_failure_has_one_code() {
-        let t = || "p".to_string();
+        let t = || names::PluginType::new("p").unwrap();
         let failed = ErrorCode::Plugin(codes::PLUGIN_FAILED);
         let exec = [
             (ExecError::PluginType("r".into()), ErrorCode::InvalidConfig),
