@@ -1,11 +1,7 @@
-//! The messages of kubelet's PodResources API v1, written out from
-//! `k8s.io/kubelet/pkg/apis/podresources/v1/api.proto` (package `v1`,
-//! service `PodResourcesLister`) with the same field numbers and types, so
-//! they are the wire format kubelet speaks. Written by hand rather than
-//! generated: the build needs no `protoc` and no build script.
-//!
-//! The service's `GetAllocatableResources` (the node's allocatable devices,
-//! not a pod's) is left out, with its messages.
+//! The messages of kubelet's PodResources API v1 (package `v1`, service
+//! `PodResourcesLister`), generated from `proto/podresources_v1.proto`,
+//! which has kubelet's field numbers and types: the wire format kubelet
+//! speaks.
 
 /// The gRPC service every method path starts with.
 pub const SERVICE: &str = "v1.PodResourcesLister";
@@ -16,133 +12,7 @@ pub const LIST_PATH: &str = "/v1.PodResourcesLister/List";
 /// default from 1.34).
 pub const GET_PATH: &str = "/v1.PodResourcesLister/Get";
 
-/// `ListPodResourcesRequest {}`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ListPodResourcesRequest {}
-
-/// The resources of every pod kubelet runs.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ListPodResourcesResponse {
-    #[prost(message, repeated, tag = "1")]
-    pub pod_resources: Vec<PodResources>,
-}
-
-/// One pod, named by `pod_namespace/pod_name`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct GetPodResourcesRequest {
-    #[prost(string, tag = "1")]
-    pub pod_name: String,
-    #[prost(string, tag = "2")]
-    pub pod_namespace: String,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct GetPodResourcesResponse {
-    #[prost(message, optional, tag = "1")]
-    pub pod_resources: Option<PodResources>,
-}
-
-/// The node resources assigned to a pod.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct PodResources {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(string, tag = "2")]
-    pub namespace: String,
-    #[prost(message, repeated, tag = "3")]
-    pub containers: Vec<ContainerResources>,
-    /// Exclusive CPUs at pod level (containers' own ones included).
-    #[prost(int64, repeated, tag = "4")]
-    pub cpu_ids: Vec<i64>,
-    #[prost(message, repeated, tag = "5")]
-    pub memory: Vec<ContainerMemory>,
-}
-
-/// The resources assigned to one container.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ContainerResources {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(message, repeated, tag = "2")]
-    pub devices: Vec<ContainerDevices>,
-    #[prost(int64, repeated, tag = "3")]
-    pub cpu_ids: Vec<i64>,
-    #[prost(message, repeated, tag = "4")]
-    pub memory: Vec<ContainerMemory>,
-    #[prost(message, repeated, tag = "5")]
-    pub dynamic_resources: Vec<DynamicResource>,
-}
-
-/// Memory and hugepages assigned to a pod or container.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ContainerMemory {
-    #[prost(string, tag = "1")]
-    pub memory_type: String,
-    #[prost(uint64, tag = "2")]
-    pub size: u64,
-    #[prost(message, optional, tag = "3")]
-    pub topology: Option<TopologyInfo>,
-}
-
-/// The devices of one device-plugin resource assigned to a container: for
-/// SR-IOV, `device_ids` are the VFs' PCI addresses.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ContainerDevices {
-    #[prost(string, tag = "1")]
-    pub resource_name: String,
-    #[prost(string, repeated, tag = "2")]
-    pub device_ids: Vec<String>,
-    #[prost(message, optional, tag = "3")]
-    pub topology: Option<TopologyInfo>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct TopologyInfo {
-    #[prost(message, repeated, tag = "1")]
-    pub nodes: Vec<NumaNode>,
-}
-
-/// `NUMANode`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct NumaNode {
-    /// `int64 ID = 1`.
-    #[prost(int64, tag = "1")]
-    pub id: i64,
-}
-
-/// Devices assigned to a container by Dynamic Resource Allocation.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct DynamicResource {
-    // Tag 1 (`class_name`) was removed in Kubernetes 1.31.
-    #[prost(string, tag = "2")]
-    pub claim_name: String,
-    #[prost(string, tag = "3")]
-    pub claim_namespace: String,
-    #[prost(message, repeated, tag = "4")]
-    pub claim_resources: Vec<ClaimResource>,
-}
-
-/// One DRA device: driver, pool and device name identify it.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ClaimResource {
-    #[prost(message, repeated, tag = "1")]
-    pub cdi_devices: Vec<CdiDevice>,
-    #[prost(string, tag = "2")]
-    pub driver_name: String,
-    #[prost(string, tag = "3")]
-    pub pool_name: String,
-    #[prost(string, tag = "4")]
-    pub device_name: String,
-    #[prost(string, optional, tag = "5")]
-    pub share_id: Option<String>,
-}
-
-/// `CDIDevice`: a fully qualified CDI device name (`vendor.com/gpu=gpu1`).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct CdiDevice {
-    #[prost(string, tag = "1")]
-    pub name: String,
-}
+include!(concat!(env!("OUT_DIR"), "/v1.rs"));
 
 #[cfg(test)]
 mod tests {

@@ -20,6 +20,16 @@ pub struct DirCluster {
 }
 
 impl DirCluster {
+    /// A directory holding one manifest file of `yaml`, loaded (for tests:
+    /// the directory lives as long as the returned guard).
+    #[cfg(test)]
+    pub(crate) fn of_manifest(yaml: &str) -> (tempfile::TempDir, DirCluster) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("all.yaml"), yaml).unwrap();
+        let cluster = DirCluster::load(dir.path()).unwrap();
+        (dir, cluster)
+    }
+
     /// Read every manifest under `path` (a directory or one file).
     pub fn load(path: &Path) -> Result<DirCluster, ClusterError> {
         let docs = manifest::load(path).map_err(|e| e.within("manifestDir"))?;
@@ -88,14 +98,10 @@ mod tests {
 
     #[test]
     fn loads_pods_and_nads_from_a_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("all.yaml"),
+        let (_dir, cluster) = DirCluster::of_manifest(
             "kind: Pod\nmetadata: {name: p, namespace: ns, annotations: {k8s.v1.cni.cncf.io/networks: net-a}}\n---\n\
              apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: net-a, namespace: ns}\n",
-        )
-        .unwrap();
-        let cluster = DirCluster::load(dir.path()).unwrap();
+        );
         assert_eq!(
             cluster.pod("ns", "p").unwrap().unwrap().annotations["k8s.v1.cni.cncf.io/networks"],
             "net-a"

@@ -165,13 +165,8 @@ mod tests {
 
     #[test]
     fn a_pod_whose_uid_differs_from_kubelets_is_another_pod() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("pod.yaml"),
-            "kind: Pod\nmetadata: {name: p, namespace: ns, uid: uid-2}\n",
-        )
-        .unwrap();
-        let cluster = DirCluster::load(dir.path()).unwrap();
+        let (_dir, cluster) =
+            DirCluster::of_manifest("kind: Pod\nmetadata: {name: p, namespace: ns, uid: uid-2}\n");
         let args = |uid: &str| {
             CniArgs::parse(&format!(
                 "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID={uid}"

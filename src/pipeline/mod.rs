@@ -18,7 +18,7 @@ mod call;
 pub mod publish;
 pub mod readiness;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cluster::kube::SharedApi;
@@ -51,24 +51,37 @@ pub trait Parts {
     /// A fresh view of the cluster for `conf` (views cache what they read,
     /// so a call that must look again opens another).
     fn open(&self, conf: &PlexusConf) -> Result<Opened, ClusterError>;
-    /// The plugins of a call under `conf` (`None`: a conf that no longer
-    /// parses, at DEL): exec'd ones run under `chroot_dir`, for at most
-    /// `plugin_timeout`.
-    fn registry(
-        &self,
-        conf: Option<&PlexusConf>,
-        chroot_dir: Option<&Path>,
-        plugin_timeout: Duration,
-    ) -> Result<Registry, CniError>;
+    /// The plugins of a call, made for `scope`.
+    fn registry(&self, scope: &PluginScope<'_>) -> Result<Registry, CniError>;
     /// The executor keeping its records in `cni_dir`.
     fn executor(&self, cni_dir: &Path) -> Executor;
     /// The daemon's API connection and caches, on a call the daemon serves.
     fn daemon_api(&self) -> Option<&SharedApi>;
 }
 
-/// The registry of `conf`'s call, under its `chrootDir` and plugin timeout.
+/// What a call's plugins are made for: its conf (`None`: one that no
+/// longer parses, at DEL), the root exec'd plugins run under, and how long
+/// each may take.
+pub struct PluginScope<'c> {
+    pub conf: Option<&'c PlexusConf>,
+    pub chroot_dir: Option<PathBuf>,
+    pub plugin_timeout: Duration,
+}
+
+impl<'c> PluginScope<'c> {
+    /// `conf`'s own: its `chrootDir` and plugin timeout.
+    pub fn of(conf: &'c PlexusConf) -> PluginScope<'c> {
+        PluginScope {
+            conf: Some(conf),
+            chroot_dir: conf.chroot_dir.clone(),
+            plugin_timeout: conf.plugin_timeout,
+        }
+    }
+}
+
+/// The registry of `conf`'s call.
 fn registry_of(parts: &dyn Parts, conf: &PlexusConf) -> Result<Registry, CniError> {
-    parts.registry(Some(conf), conf.chroot_dir.as_deref(), conf.plugin_timeout)
+    parts.registry(&PluginScope::of(conf))
 }
 
 /// The executor of an ADD or a hot-plug: its routes go through the
@@ -250,8 +263,11 @@ pub fn add(parts: &dyn Parts, conf: &PlexusConf, req: &Request) -> Result<CniRes
 pub fn del(parts: &dyn Parts, conf: Option<&PlexusConf>, req: &Request) -> Result<(), CniError> {
     let (cni_dir, bin_dir) = dirs_of(req, conf);
     let call = Call::of(req)?;
-    let plugin_timeout = conf.map_or(DEFAULT_PLUGIN_TIMEOUT, |c| c.plugin_timeout);
-    let registry = parts.registry(conf, chroot_of(req, conf).as_deref(), plugin_timeout)?;
+    let registry = parts.registry(&PluginScope {
+        conf,
+        chroot_dir: chroot_of(req, conf),
+        plugin_timeout: conf.map_or(DEFAULT_PLUGIN_TIMEOUT, |c| c.plugin_timeout),
+    })?;
     let ctx = call.context(bin_dir, &registry);
     // Whether the fallback found the API server gone: then nothing of
     // the cluster is asked again (DEL works on without it).

@@ -11,7 +11,6 @@ pub mod wire;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use plexus_dataplane::NetNs;
 
@@ -22,7 +21,7 @@ use crate::cni::error::CniError;
 use crate::cni::result::CniResult;
 use crate::cni::skel::{Plugin, Request, ValidAttachment};
 use crate::config::PlexusConf;
-use crate::pipeline::{self, Parts};
+use crate::pipeline::{self, Parts, PluginScope};
 use crate::plan::auxiliary;
 use crate::record::Cache;
 use crate::run::exec::{ExecSite, StderrSink};
@@ -117,20 +116,17 @@ impl Parts for PlexusPlugin<'_> {
     /// [`registry`], and for a call the daemon serves, the shim's namespace
     /// in its session and exec'd plugins run where `chrootDir` says, given a
     /// path to that namespace.
-    fn registry(
-        &self,
-        conf: Option<&PlexusConf>,
-        chroot_dir: Option<&Path>,
-        plugin_timeout: Duration,
-    ) -> Result<Registry, CniError> {
-        let registry = registry().with_exec_timeout(plugin_timeout).with_builtin(
-            whereabouts::PLUGIN_TYPE,
-            whereabouts::factory(conf, self.thick.as_ref().and_then(|t| t.ipam.clone())),
-        );
+    fn registry(&self, scope: &PluginScope<'_>) -> Result<Registry, CniError> {
+        let registry = registry()
+            .with_exec_timeout(scope.plugin_timeout)
+            .with_builtin(
+                whereabouts::PLUGIN_TYPE,
+                whereabouts::factory(scope.conf, self.thick.as_ref().and_then(|t| t.ipam.clone())),
+            );
         let Some(thick) = &self.thick else {
             return Ok(registry);
         };
-        let root = chroot_dir.map(Path::to_path_buf);
+        let root = scope.chroot_dir.clone();
         let mut site = ExecSite {
             root: root.clone(),
             netns_alias: None,

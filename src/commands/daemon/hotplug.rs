@@ -30,7 +30,7 @@ use crate::config::{ConfigError, PlexusConf};
 use crate::netattach::pod::Pod;
 use crate::netattach::selection::NETWORKS_ANNOTATION;
 use crate::netattach::status::{parse_status_annotation, NETWORK_STATUS_ANNOTATION};
-use crate::pipeline::{self, publish, Parts, Target};
+use crate::pipeline::{self, publish, Parts, PluginScope, Target};
 use crate::plan::hotplug;
 use crate::plan::{self, PlanError, PlanInputs, PlanOptions};
 use crate::plugin;
@@ -193,8 +193,7 @@ impl Reconciler {
         let conf = PlexusConf::from_value(&sandbox.conf)?;
         let kube = self.kube();
         let cluster: &dyn Cluster = &kube;
-        let registry =
-            self.registry(Some(&conf), conf.chroot_dir.as_deref(), conf.plugin_timeout)?;
+        let registry = self.registry(&PluginScope::of(&conf))?;
         let ctx = RunContext {
             container_id: sandbox.container_id.clone(),
             ifname: sandbox.ifname.clone(),
@@ -380,13 +379,8 @@ impl Parts for Reconciler {
         Ok(Opened::api(self.kube()))
     }
 
-    fn registry(
-        &self,
-        _conf: Option<&PlexusConf>,
-        chroot_dir: Option<&Path>,
-        _plugin_timeout: Duration,
-    ) -> Result<Registry, CniError> {
-        Ok(plugin::daemon_registry(chroot_dir))
+    fn registry(&self, scope: &PluginScope<'_>) -> Result<Registry, CniError> {
+        Ok(plugin::daemon_registry(scope.chroot_dir.as_deref()))
     }
 
     fn executor(&self, cni_dir: &Path) -> Executor {
