@@ -31,7 +31,11 @@
 //! - [`record`]: the crash-safe record of each ADD, which DELs are owed.
 //! - [`attachment`]: the plan's types, a leaf the executor and the record share.
 //! - [`cluster`]: pods, NADs and IPAMClaims from a manifest directory or the
-//!   API server; status, events, watches, the Lease.
+//!   API server; status, events, watches, the Lease; the pod's DRA claims
+//!   read for [`dra`] (`cluster::dra`).
+//! - [`dra`]: Dynamic Resource Allocation's ResourceClaims and
+//!   ResourceSlices as the Multus contract reads them, and which devices a
+//!   pod's claims give its networks (pure).
 //! - [`netpolicy`]: MultiNetworkPolicy, from spec to an nftables table.
 //! - [`sandbox_dir`]: the per-sandbox lock and notes every process shares.
 //! - [`config`]: plexus's own CNI conf (Multus-compatible keys).
@@ -48,6 +52,7 @@ pub mod cli;
 pub mod cluster;
 pub mod commands;
 pub mod conf_files;
+pub mod dra;
 pub mod whereabouts;
 /// The CNI protocol layer (the `plexus-cni` crate).
 pub use plexus_cni as cni;

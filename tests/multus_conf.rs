@@ -93,6 +93,7 @@ fn plan_with(value: Value, pod: &Pod) -> Result<Plan, plexus::cni::CniError> {
             nads: &nads,
             conf_files: Some(&conf_dir),
             devices: None,
+            claims: None,
             default_network: &default_network,
             options: &options,
         },

@@ -87,6 +87,7 @@ fn plan_pod(
         nads: all,
         conf_files: conf_dir.map(|d| d as &dyn ConfFiles),
         devices: None,
+        claims: None,
         default_network: &default_network(),
         options,
     };

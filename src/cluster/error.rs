@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::dra::DraError;
 use crate::netattach::error::SpecError;
 
 /// A request to the API server: its verb and what it was about
@@ -109,6 +110,10 @@ pub enum ClusterError {
     /// directory) is not a valid one of its kind.
     #[error(transparent)]
     Object(#[from] SpecError),
+    /// A ResourceClaim or ResourceSlice (DRA) the pod's devices come from
+    /// is not one plexus can use.
+    #[error(transparent)]
+    Dra(#[from] DraError),
 }
 
 impl ClusterError {
@@ -217,6 +222,7 @@ impl From<ClusterError> for CniError {
             ClusterError::Io { what, reason } => CniError::io(what, reason),
             ClusterError::Decode { object, reason } => CniError::decode(object, reason),
             ClusterError::Object(e) => e.into(),
+            ClusterError::Dra(e) => e.into(),
         }
     }
 }

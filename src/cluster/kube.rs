@@ -19,7 +19,7 @@ use std::sync::Arc;
 use elsa::FrozenMap;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Pod as ApiPod};
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, ApiResource, DynamicObject};
 
 use super::api::{
     bounded, claim_patch, claims_api, custom, patch_status, pod_status_patch, post_all,
@@ -28,6 +28,7 @@ use super::api::{
 pub use super::client::RequestObserver;
 use super::client::{http2_client, load_kubeconfig, owned_client, Driver};
 use super::credentials::LiveCredentials;
+use super::dra::{DraSource, Placement};
 use super::error::{error_chain, ApiRequest, ClusterError, Verb};
 use super::events::{pod_event, PodEvent};
 use super::outbox::{PendingStatus, StatusOutbox};
@@ -54,6 +55,9 @@ pub struct KubeCluster {
     outbox: Option<Arc<StatusOutbox>>,
     /// Whether a request was sent yet (for [`crate::phases`] only).
     connected: std::sync::atomic::AtomicBool,
+    /// What each pod's GET told of it for DRA (its node, the claims it
+    /// names), for [`super::dra`].
+    placements: FrozenMap<(String, String), Box<Placement>>,
 }
 
 /// What the daemon keeps for all its calls: one client (one HTTP/2
@@ -78,6 +82,7 @@ impl KubeCluster {
             timeouts,
             nads: FrozenMap::new(),
             connected: Default::default(),
+            placements: FrozenMap::new(),
             watched: None,
             outbox: None,
         })
@@ -92,6 +97,7 @@ impl KubeCluster {
             timeouts: api.timeouts,
             nads: FrozenMap::new(),
             connected: Default::default(),
+            placements: FrozenMap::new(),
             watched: Some(api.watched.clone()),
             outbox: api.outbox.clone(),
         }
@@ -111,8 +117,25 @@ impl KubeCluster {
         http2_client(&config, observe, live).map_err(|e| error_chain(&e))
     }
 
+    /// The client its requests go through.
+    pub(super) fn api_client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// The daemon's watch caches; `None` in a plugin process.
+    pub(super) fn watched(&self) -> Option<&Watched> {
+        self.watched.as_deref()
+    }
+
+    /// What pod `namespace/name`'s GET told of it for DRA, if it was read
+    /// with one.
+    pub(super) fn placement(&self, namespace: &str, name: &str) -> Option<Placement> {
+        let key = (namespace.to_string(), name.to_string());
+        self.placements.get(&key).cloned()
+    }
+
     /// Run one GET of `object` to completion, bounded by the request timeout.
-    fn read<T>(
+    pub(super) fn read<T>(
         &self,
         object: &str,
         request: impl Future<Output = Result<T, kube::Error>>,
@@ -377,6 +400,10 @@ impl NadSource for KubeCluster {
 }
 
 impl Cluster for KubeCluster {
+    fn dra(&self) -> Option<&dyn DraSource> {
+        Some(self)
+    }
+
     /// The NADs not known yet (read before, or in the daemon's watch cache)
     /// in one round trip: the one HTTP/2 connection carries the GETs side
     /// by side, where the planner would send them one after another.
@@ -438,9 +465,24 @@ impl Cluster for KubeCluster {
     /// never make it publish for pods it does not serve.
     fn pod_fresh(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ClusterError> {
         let object = format!("pod {namespace}/{name}");
-        let Some(found) = self.api_pod(namespace, name)? else {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &ApiResource::erase::<ApiPod>(&()));
+        let Some(raw) = self.read(&object, api.get_opt(name))? else {
             return Ok(None);
         };
+        let decode_failed = |e: serde_json::Error| ClusterError::Decode {
+            object: object.clone(),
+            reason: e.to_string(),
+        };
+        let raw = serde_json::to_value(raw).map_err(decode_failed)?;
+        let found: ApiPod = serde_json::from_value(raw.clone()).map_err(decode_failed)?;
+        self.placements.insert(
+            (namespace.to_string(), name.to_string()),
+            Box::new(Placement {
+                node: found.spec.as_ref().and_then(|s| s.node_name.clone()),
+                named: crate::dra::pod::named_claims(&raw, &format!("{namespace}/{name}")),
+            }),
+        );
         if let Some(watched) = &self.watched {
             let node = found.spec.as_ref().and_then(|s| s.node_name.as_deref());
             if node != Some(watched.node()) {

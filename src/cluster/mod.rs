@@ -7,6 +7,7 @@ pub mod api;
 pub mod client;
 pub mod credentials;
 pub mod dir;
+pub mod dra;
 pub mod error;
 pub mod events;
 pub mod kube;
@@ -68,6 +69,12 @@ pub trait Cluster: NadSource {
     /// that [`NadSource::get`] finds them: a hint, whose failures are left
     /// for `get` to meet and report. Sources that hold every NAD do nothing.
     fn prefetch_nads(&self, _keys: &[(String, String)]) {}
+
+    /// Where the pod's ResourceClaims are read (DRA, `crate::dra`); `None`
+    /// for a source without them (a manifest directory).
+    fn dra(&self) -> Option<&dyn dra::DraSource> {
+        None
+    }
 }
 
 /// Where an ADD's outcome is written: network-status (§5), the bound

@@ -67,10 +67,22 @@ impl NamespacedWatch {
         resource: &ApiResource,
         what: &'static str,
     ) -> NamespacedWatch {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+        NamespacedWatch::of(api, resource, watch_config(), handle, what)
+    }
+
+    /// Starts watching what `api` lists (`config` may select), on the
+    /// runtime of `handle`.
+    pub(crate) fn of(
+        api: Api<DynamicObject>,
+        resource: &ApiResource,
+        config: watcher::Config,
+        handle: &tokio::runtime::Handle,
+        what: &'static str,
+    ) -> NamespacedWatch {
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
-        let events = reconnecting(watcher(api, watch_config()))
+        let events = reconnecting(watcher(api, config))
             .modify(|object: &mut DynamicObject| object.managed_fields_mut().clear())
             .reflect(writer);
         let synced = Arc::new(AtomicBool::new(false));
@@ -82,11 +94,20 @@ impl NamespacedWatch {
         }
     }
 
+    /// Every object the store holds, as JSON.
+    pub(crate) fn objects(&self) -> Vec<serde_json::Value> {
+        let state = self.store.state();
+        state
+            .iter()
+            .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
+            .collect()
+    }
+
     /// Whether the store holds a full list, waiting for it until `wait`
     /// after the watch started (a blocking wait: callers are the calls'
     /// threads, never the runtime's). A watch that cannot list (the API
     /// server away) costs the calls after that no wait at all.
-    fn synced_within(&self, wait: Duration) -> bool {
+    pub(crate) fn synced_within(&self, wait: Duration) -> bool {
         let deadline = self.started + wait;
         while !self.synced.load(Ordering::Acquire) {
             if Instant::now() >= deadline {
@@ -98,34 +119,52 @@ impl NamespacedWatch {
     }
 }
 
-/// At most this many namespaces' NADs are watched; a call needing another
-/// namespace's reads them with a GET (a node whose pods span more is rare,
-/// and each watch is a connection of its own).
-const MAX_NAD_NAMESPACES: usize = 64;
+/// At most this many namespaces' objects of one kind (NADs,
+/// ResourceClaims) are watched; a call needing another namespace's reads
+/// them with a GET (a node whose pods span more is rare, and each watch is
+/// a connection of its own).
+const MAX_WATCHED_NAMESPACES: usize = 64;
 
-/// How long a call waits for a namespace's NAD watch started for it to
-/// list: a LIST from the API server's cache takes milliseconds; past this
-/// the call GETs.
-const NAD_LIST_WAIT: Duration = Duration::from_secs(1);
+/// How long a call waits for a namespace's watch started for it to list:
+/// a LIST from the API server's cache takes milliseconds; past this the
+/// call reads the object itself.
+pub(crate) const LIST_WAIT: Duration = Duration::from_secs(1);
 
-/// The NAD watches, by namespace.
-struct NadWatches {
+/// The watches of one kind of namespaced object, by namespace, each
+/// started on its first use.
+pub(crate) struct NamespaceWatches {
     client: kube::Client,
     handle: tokio::runtime::Handle,
-    resource: ApiResource,
+    pub(crate) resource: ApiResource,
+    what: &'static str,
     namespaces: Mutex<HashMap<String, NamespacedWatch>>,
 }
 
-impl NadWatches {
+impl NamespaceWatches {
+    pub(crate) fn new(
+        client: &kube::Client,
+        handle: &tokio::runtime::Handle,
+        resource: ApiResource,
+        what: &'static str,
+    ) -> NamespaceWatches {
+        NamespaceWatches {
+            client: client.clone(),
+            handle: handle.clone(),
+            resource,
+            what,
+            namespaces: Mutex::default(),
+        }
+    }
+
     /// `namespace`'s watch, started if this is its first use; `None` past
-    /// [`MAX_NAD_NAMESPACES`].
-    fn of(&self, namespace: &str) -> Option<NamespacedWatch> {
+    /// [`MAX_WATCHED_NAMESPACES`].
+    pub(crate) fn of(&self, namespace: &str) -> Option<NamespacedWatch> {
         let mut namespaces = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(watch) = namespaces.get(namespace) {
             return Some(watch.clone());
         }
-        if namespaces.len() >= MAX_NAD_NAMESPACES {
-            tracing::debug!(namespace, "NADs read without a watch: too many namespaces");
+        if namespaces.len() >= MAX_WATCHED_NAMESPACES {
+            tracing::debug!(namespace, what = self.what, "read without a watch: too many namespaces");
             return None;
         }
         let watch = NamespacedWatch::start(
@@ -133,13 +172,19 @@ impl NadWatches {
             &self.handle,
             namespace,
             &self.resource,
-            "NetworkAttachmentDefinitions",
+            self.what,
         );
         namespaces.insert(namespace.to_string(), watch.clone());
         Some(watch)
     }
 
-    fn len(&self) -> usize {
+    /// `namespace`'s watch once it holds a full list (started now if this
+    /// is its first use, waited for until [`LIST_WAIT`] after it started).
+    pub(crate) fn listed(&self, namespace: &str) -> Option<NamespacedWatch> {
+        self.of(namespace).filter(|w| w.synced_within(LIST_WAIT))
+    }
+
+    pub(crate) fn len(&self) -> usize {
         let namespaces = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
         namespaces.values().map(|w| w.store.len()).sum()
     }
@@ -157,7 +202,8 @@ fn waits_for_networks(pod: &PartialObjectMeta<ApiPod>) -> bool {
 pub struct Watched {
     node: String,
     pods: Store<PartialObjectMeta<ApiPod>>,
-    nads: Arc<NadWatches>,
+    nads: Arc<NamespaceWatches>,
+    dra: super::dra::DraWatches,
     pods_synced: Arc<AtomicBool>,
 }
 
@@ -174,12 +220,12 @@ impl Watched {
         on_pod_event: Option<PodEventHook>,
     ) -> Watched {
         let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition");
-        let nads = Arc::new(NadWatches {
-            client: client.clone(),
-            handle: handle.clone(),
-            resource: ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions"),
-            namespaces: Mutex::default(),
-        });
+        let nads = Arc::new(NamespaceWatches::new(
+            client,
+            handle,
+            ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions"),
+            "NetworkAttachmentDefinitions",
+        ));
 
         let (pods, pod_writer) = reflector::store();
         let pods_api: Api<PartialObjectMeta<ApiPod>> = Api::all(client.clone());
@@ -207,6 +253,7 @@ impl Watched {
             node: node.to_string(),
             pods,
             nads,
+            dra: super::dra::DraWatches::new(client, handle, node),
             pods_synced,
         }
     }
@@ -248,14 +295,22 @@ impl Watched {
         Some(found.labels().clone())
     }
 
+    /// Objects held by the DRA caches: (ResourceClaims, ResourceSlices).
+    pub fn dra_sizes(&self) -> (usize, usize) {
+        self.dra.sizes()
+    }
+
+    /// The caches of ResourceClaims and ResourceSlices (DRA), started on
+    /// first need.
+    pub(crate) fn dra(&self) -> &super::dra::DraWatches {
+        &self.dra
+    }
+
     /// The NAD `namespace/name` as JSON, if the cache has it. The first
     /// call for a namespace starts its watch; calls wait for its list until
     /// 1 s after it started, and no longer.
     pub fn nad(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
-        let watch = self.nads.of(namespace)?;
-        if !watch.synced_within(NAD_LIST_WAIT) {
-            return None;
-        }
+        let watch = self.nads.listed(namespace)?;
         let key = ObjectRef::new_with(name, self.nads.resource.clone()).within(namespace);
         let found = watch.store.get(&key)?;
         serde_json::to_value(found.as_ref()).ok()

@@ -118,6 +118,7 @@ pub fn run(args: &PlanArgs) -> Result<String, CniError> {
         nads: &nads,
         conf_files: conf_dir.as_ref().map(|d| d as &dyn ConfFiles),
         devices: kubelet.as_ref().map(|k| k as &dyn DeviceSource),
+        claims: None,
         default_network: &default_network,
         options: &options,
     };

@@ -175,6 +175,7 @@ pub fn add(parts: &dyn Parts, conf: &PlexusConf, req: &Request) -> Result<CniRes
         nads: cluster,
         conf_files: Some(&conf_dir),
         devices: Some(&conf.pod_resources),
+        claims: cluster.dra(),
         default_network: &default_network,
         options: &options,
     };

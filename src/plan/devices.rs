@@ -23,12 +23,21 @@
 //! sort makes the mapping a function of what was allocated; it is the order
 //! Multus sorts in too, so a pod gets the same device per network under
 //! either.
+//!
+//! **DRA** (Kubernetes 1.34+, `crate::dra`): the devices the pod's
+//! ResourceClaims were allocated that carry the attributes
+//! `k8s.cni.cncf.io/resourceName` and `k8s.cni.cncf.io/deviceID` join the
+//! pool of that resource name beside kubelet's, as Multus's
+//! `GetPodResourceMap` adds them to the same resource map: one pool per
+//! resource, deduplicated and sorted, whichever path allocated a device.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
 use super::error::PlanError;
+use crate::cluster::dra::DraSource;
+use crate::dra::ClaimedDevices;
 use crate::netattach::pod::Pod;
 pub use plexus_podresources as podresources;
 use podresources::v1::PodResources;
@@ -60,7 +69,7 @@ impl DeviceSource for podresources::Client {
 /// A resource with fewer devices allocated to the pod than attachments
 /// backed by it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("kubelet allocated {allocated} device(s) of {resource} to the pod, for {wanted} attachment(s) backed by it")]
+#[error("{allocated} device(s) of {resource} were allocated to the pod (kubelet's device plugins, its ResourceClaims), for {wanted} attachment(s) backed by it")]
 pub struct TooFewDevices {
     pub resource: String,
     pub allocated: usize,
@@ -73,13 +82,28 @@ pub struct TooFewDevices {
 /// backed by, in plan order), from what kubelet reports for the pod, in the
 /// module's stable order.
 pub fn assign(pod: &PodResources, resources: &[&str]) -> Result<Vec<String>, TooFewDevices> {
-    let mut pools: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    assign_devices(kubelet_devices(pod), resources)
+}
+
+/// Each device kubelet reports for the pod: (resource, device ID).
+fn kubelet_devices(pod: &PodResources) -> impl Iterator<Item = (&str, &str)> {
     let devices = pod.containers.iter().flat_map(|c| &c.devices);
-    for devices in devices.filter(|d| resources.contains(&d.resource_name.as_str())) {
-        pools
-            .entry(devices.resource_name.as_str())
-            .or_default()
-            .extend(devices.device_ids.iter().map(String::as_str));
+    devices.flat_map(|d| {
+        let resource = d.resource_name.as_str();
+        d.device_ids.iter().map(move |id| (resource, id.as_str()))
+    })
+}
+
+/// [`assign`] from `devices` (resource, device ID), whatever allocated them.
+pub fn assign_devices<'a>(
+    devices: impl IntoIterator<Item = (&'a str, &'a str)>,
+    resources: &[&'a str],
+) -> Result<Vec<String>, TooFewDevices> {
+    let mut pools: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (resource, id) in devices {
+        if resources.contains(&resource) {
+            pools.entry(resource).or_default().push(id);
+        }
     }
     // kubelet may report a device under more than one container (an init
     // container's devices are handed on): it is still one device.
@@ -117,11 +141,15 @@ pub struct DeviceNeed<'a> {
 }
 
 /// The device of each of `needs` (in plan order) from one look-up of the
-/// pod in `source`; errors name the attachment, its network and resource.
+/// pod in `source` and, where the cluster has them, one of its
+/// ResourceClaims in `claims` (whose skipped devices are said in
+/// `warnings`); errors name the attachment, its network and resource.
 pub fn look_up(
     pod: &Pod,
     needs: &[DeviceNeed],
     source: &dyn DeviceSource,
+    claims: Option<&dyn DraSource>,
+    warnings: &mut Vec<String>,
 ) -> Result<Vec<String>, PlanError> {
     let Some(first) = needs.first() else {
         return Ok(Vec::new());
@@ -129,8 +157,23 @@ pub fn look_up(
     let resources = source
         .pod_resources(&pod.namespace, &pod.name)
         .map_err(|e| lookup_failed(first, &e))?;
+    let claimed = match claims {
+        Some(claims) => claims
+            .claimed_devices(pod)
+            .map_err(|e| PlanError::Claims {
+                need: describe(first),
+                source: e,
+            })?,
+        None => ClaimedDevices::default(),
+    };
+    warnings.extend(claimed.warnings);
+    let claimed = claimed
+        .devices
+        .iter()
+        .map(|d| (d.resource_name.as_str(), d.device_id.as_str()));
     let wanted: Vec<&str> = needs.iter().map(|n| n.resource).collect();
-    assign(&resources, &wanted).map_err(|e| too_few(&needs[e.unserved], pod, &e))
+    assign_devices(kubelet_devices(&resources).chain(claimed), &wanted)
+        .map_err(|e| too_few(&needs[e.unserved], pod, &e))
 }
 
 /// `deviceID` and `pciBusID` in the config of every plugin of a chain, as

@@ -90,12 +90,19 @@ pub enum PlanError {
         need: String,
         source: podresources::Error,
     },
-    /// kubelet allocated the pod fewer devices of a resource than the
-    /// attachments backed by it.
+    /// The pod's ResourceClaims (DRA) could not be read, or one of them or
+    /// of the node's ResourceSlices is not usable. `need`: the attachment,
+    /// its network and resource.
+    #[error("{need}, whose device may come from the pod's ResourceClaims (DRA): {source}")]
+    Claims { need: String, source: ClusterError },
+    /// kubelet and the pod's ResourceClaims allocated the pod fewer devices
+    /// of a resource than the attachments backed by it.
     #[error(
         "{need}, but kubelet allocated {allocated} device(s) of it to pod {pod} for {wanted} \
-         attachment(s) backed by it; each takes one, so the pod's containers must request \
-         {wanted}: {resource} in their resources"
+         attachment(s) backed by it (device plugins, and ResourceClaims' devices published \
+         with k8s.cni.cncf.io/resourceName {resource}); each takes one, so the pod's \
+         containers must request {wanted}: {resource} in their resources, or its \
+         ResourceClaims be allocated {wanted} such devices"
     )]
     TooFewDevices {
         need: String,
@@ -210,7 +217,7 @@ impl PlanError {
     /// The API server did not answer (or not now): asking later may work.
     pub fn is_transient(&self) -> bool {
         match self {
-            PlanError::Cluster(e) => e.is_transient(),
+            PlanError::Cluster(e) | PlanError::Claims { source: e, .. } => e.is_transient(),
             PlanError::NotReadyInTime { .. } => true,
             _ => false,
         }
@@ -291,6 +298,10 @@ impl From<PlanError> for CniError {
                 "cluster network not ready",
                 details,
             ),
+            PlanError::Claims { source, .. } => CniError {
+                details,
+                ..source.into()
+            },
             PlanError::Cluster(e) => e.into(),
             PlanError::Spec(e) => e.into(),
             PlanError::Cni(e) => e,

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::devices::DeviceSource;
 use super::error::PlanError;
+use crate::cluster::dra::DraSource;
 use crate::cluster::NadSource;
 use crate::cni::args::CniArgs;
 use crate::cni::config::NetworkConfigList;
@@ -24,6 +25,9 @@ pub struct PlanInputs<'a> {
     /// kubelet's PodResources API, asked only when a network is backed by
     /// a device-plugin resource; `None` off the node (no device IDs then).
     pub devices: Option<&'a dyn DeviceSource>,
+    /// The pod's ResourceClaims (DRA), asked beside `devices`; `None`
+    /// where the cluster has none (a manifest directory, off the node).
+    pub claims: Option<&'a dyn DraSource>,
     pub default_network: &'a DefaultNetwork,
     pub options: &'a PlanOptions,
 }
@@ -41,6 +45,7 @@ impl<'a> PlanInputs<'a> {
             nads,
             conf_files: None,
             devices: None,
+            claims: None,
             default_network,
             options,
         }

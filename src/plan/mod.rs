@@ -63,7 +63,7 @@ use crate::netattach::selection::{
     parse_selection_annotation, NetworkSelectionElement, NETWORKS_ANNOTATION,
 };
 use device_info::{cni_device_info_file, device_info_files, offer_device_info_file};
-use devices::{DeviceNeed, DeviceSource};
+use devices::DeviceNeed;
 use error::annotation_field;
 pub use error::NotReady;
 pub use error::{NotFound, PlanError, Unresolved};
@@ -183,7 +183,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
             )
         })
         .collect::<Result<Vec<_>, PlanError>>()?;
-    let device_ids = device_ids(pod, &wanted, &resolved, inputs.devices, &mut warnings)?;
+    let device_ids = device_ids(pod, &wanted, &resolved, inputs, &mut warnings)?;
 
     for (((want, ifname), nad), device_id) in
         wanted.iter().zip(ifnames).zip(resolved).zip(device_ids)
@@ -258,14 +258,15 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
 }
 
 /// The device of each wanted network backed by a device-plugin resource
-/// (see [`devices`] for the order), from one look-up of the pod, and only
-/// when one is: `None` for the others. Without a device source (`plexus
+/// (see [`devices`] for the order), from one look-up of the pod (kubelet,
+/// and its ResourceClaims where the cluster has them), and only when one
+/// is: `None` for the others. Without a device source (`plexus
 /// plan` off the node) such networks get none, with a warning.
 fn device_ids(
     pod: &Pod,
     wanted: &[Wanted],
     resolved: &[ResolvedNad],
-    source: Option<&dyn DeviceSource>,
+    inputs: &PlanInputs,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<Option<String>>, PlanError> {
     let (positions, needs): (Vec<usize>, Vec<DeviceNeed>) = resolved
@@ -285,7 +286,7 @@ fn device_ids(
     if needs.is_empty() {
         return Ok(ids);
     }
-    let Some(source) = source else {
+    let Some(source) = inputs.devices else {
         warnings.extend(needs.iter().map(|need| {
             format!(
                 "{}: NetworkAttachmentDefinition {} has resourceName {}: its deviceID comes from \
@@ -295,10 +296,8 @@ fn device_ids(
         }));
         return Ok(ids);
     };
-    for (i, id) in positions
-        .into_iter()
-        .zip(devices::look_up(pod, &needs, source)?)
-    {
+    let found = devices::look_up(pod, &needs, source, inputs.claims, warnings)?;
+    for (i, id) in positions.into_iter().zip(found) {
         ids[i] = Some(id);
     }
     Ok(ids)

@@ -331,6 +331,7 @@ impl Reconciler {
                     nads: cluster,
                     conf_files: Some(&conf_dir),
                     devices: Some(&conf.pod_resources),
+                    claims: cluster.dra(),
                     default_network: &default_network,
                     options: &options,
                 },

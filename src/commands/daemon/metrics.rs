@@ -205,6 +205,13 @@ impl Metrics {
             .set(nads as i64);
     }
 
+    /// The DRA caches' sizes: (ResourceClaims, ResourceSlices).
+    pub fn dra_cache_sizes(&self, (claims, slices): (usize, usize)) {
+        for (kind, n) in [("resourceclaims", claims), ("resourceslices", slices)] {
+            self.cache_objects.with_label_values(&[kind]).set(n as i64);
+        }
+    }
+
     /// One queued status write delivered, `delay` after it was queued.
     pub fn status_write(&self, outcome: Delivery, delay: Duration) {
         let result = [outcome.as_str()];

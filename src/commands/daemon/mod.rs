@@ -415,6 +415,7 @@ fn endpoints(daemon: &Arc<Daemon>, listening: &Arc<AtomicBool>) -> metrics::Endp
             if let Some(api) = &for_refresh.clusters.api {
                 let (pods, nads) = api.watched.sizes();
                 metrics.cache_sizes(pods, nads);
+                metrics.dra_cache_sizes(api.watched.dra_sizes());
                 if let Some(policy) = &for_refresh.policy {
                     metrics.policy_cache_sizes(policy.sizes());
                 }
