@@ -358,20 +358,129 @@ mod tests {
         };
         let needs = [need("networks[0]", VF_A), need("networks[2]", VF_A)];
         assert_eq!(
-            look_up(&pod(), &needs, &kubelet).unwrap(),
+            look_up(&pod(), &needs, &kubelet, None, &mut vec![]).unwrap(),
             ["0000:3b:02.1", "0000:3b:02.2"]
         );
         assert_eq!(kubelet.asked.get(), 1);
-        assert!(look_up(&pod(), &[], &kubelet).unwrap().is_empty());
+        assert!(look_up(&pod(), &[], &kubelet, None, &mut vec![]).unwrap().is_empty());
         assert_eq!(kubelet.asked.get(), 1, "nothing needed, nothing asked");
 
         let three = [need("a[0]", VF_A), need("a[1]", VF_A), need("a[2]", VF_A)];
-        let e = look_up(&pod(), &three, &kubelet).unwrap_err();
+        let e = look_up(&pod(), &three, &kubelet, None, &mut vec![]).unwrap_err();
         assert!(
             matches!(&e, PlanError::TooFewDevices { need, pod, allocated: 2, wanted: 3, .. }
                 if need == "a[2]: NetworkAttachmentDefinition ns/sriov has resourceName intel.com/sriov_a"
                     && pod == "ns/p"),
             "{e:?}"
+        );
+    }
+
+    /// A cluster whose ResourceClaims gave `devices` (resource, ID).
+    struct Claims(Result<ClaimedDevices, crate::cluster::ClusterError>);
+
+    impl DraSource for Claims {
+        fn claimed_devices(
+            &self,
+            pod: &Pod,
+        ) -> Result<ClaimedDevices, crate::cluster::ClusterError> {
+            assert_eq!((pod.namespace.as_str(), pod.name.as_str()), ("ns", "p"));
+            self.0.clone()
+        }
+    }
+
+    fn claimed(devices: &[(&str, &str)], warnings: &[&str]) -> Claims {
+        Claims(Ok(ClaimedDevices {
+            devices: devices
+                .iter()
+                .map(|(resource, id)| crate::dra::ClaimedDevice {
+                    resource_name: resource.to_string(),
+                    device_id: id.to_string(),
+                    from: "ResourceClaim ns/c status.allocation.devices.results[0]".into(),
+                })
+                .collect(),
+            warnings: warnings.iter().map(|w| w.to_string()).collect(),
+        }))
+    }
+
+    /// Multus's `GetPodResourceMap` "should append device IDs to existing
+    /// entry" and "should preserve existing kubelet map entries": kubelet's
+    /// and the claims' devices of one resource are one pool, sorted and
+    /// each once; another resource's claimed devices are their own pool.
+    #[test]
+    fn claimed_devices_join_kubelets_pool_of_their_resource() {
+        let kubelet = Kubelet {
+            answer: Ok(pod_resources(vec![container(
+                "app",
+                &[(VF_A, &["0000:3b:02.4", "0000:3b:02.2"])],
+            )])),
+            asked: Cell::new(0),
+        };
+        let claims = claimed(
+            &[
+                (VF_A, "0000:3b:02.3"),
+                (VF_B, "0000:5e:00.1"),
+                (VF_A, "0000:3b:02.2"),
+                ("example.com/gpu", "GPU-1"),
+            ],
+            &["skipped one"],
+        );
+        let needs = [
+            need("n[0]", VF_A),
+            need("n[1]", VF_B),
+            need("n[2]", VF_A),
+            need("n[3]", VF_A),
+        ];
+        let mut warnings = Vec::new();
+        assert_eq!(
+            look_up(&pod(), &needs, &kubelet, Some(&claims), &mut warnings).unwrap(),
+            ["0000:3b:02.2", "0000:5e:00.1", "0000:3b:02.3", "0000:3b:02.4"]
+        );
+        assert_eq!(warnings, ["skipped one"]);
+        // A fourth of VF_A: 02.2, from both paths, is one device.
+        let four = [need("a", VF_A), need("b", VF_A), need("c", VF_A), need("d", VF_A)];
+        let e = look_up(&pod(), &four, &kubelet, Some(&claims), &mut vec![]).unwrap_err();
+        assert!(
+            matches!(&e, PlanError::TooFewDevices { allocated: 3, wanted: 4, .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("ResourceClaims"), "{e}");
+        // DRA alone, kubelet reporting the pod without devices.
+        let empty = Kubelet {
+            answer: Ok(pod_resources(vec![container("app", &[])])),
+            asked: Cell::new(0),
+        };
+        let claims = claimed(&[(VF_A, "0000:3b:02.7")], &[]);
+        assert_eq!(
+            look_up(&pod(), &[need("n", VF_A)], &empty, Some(&claims), &mut vec![]).unwrap(),
+            ["0000:3b:02.7"]
+        );
+    }
+
+    #[test]
+    fn claim_failures_name_the_attachment_and_keep_their_code() {
+        let kubelet = Kubelet {
+            answer: Ok(pod_resources(vec![])),
+            asked: Cell::new(0),
+        };
+        let bad = crate::dra::DraError::ClaimMissing {
+            claim: "ns/x".into(),
+            pod: "ns/p".into(),
+            field: "status.resourceClaimStatuses[0].resourceClaimName".into(),
+        };
+        let claims = Claims(Err(bad.into()));
+        let e = look_up(&pod(), &[need("networks[1]", VF_A)], &kubelet, Some(&claims), &mut vec![])
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "networks[1]: NetworkAttachmentDefinition ns/sriov has resourceName \
+             intel.com/sriov_a, whose device may come from the pod's ResourceClaims (DRA): \
+             ResourceClaim ns/x, named by pod ns/p \
+             status.resourceClaimStatuses[0].resourceClaimName, does not exist"
+        );
+        let cni: crate::cni::error::CniError = e.clone().into();
+        assert_eq!(
+            (cni.code, cni.details),
+            (crate::cni::error::ErrorCode::TryAgainLater, e.to_string())
         );
     }
 
@@ -396,7 +505,7 @@ mod tests {
                 answer: Err(failure.clone()),
                 asked: Cell::new(0),
             };
-            let e = look_up(&pod(), &[need("networks[1]", VF_A)], &kubelet).unwrap_err();
+            let e = look_up(&pod(), &[need("networks[1]", VF_A)], &kubelet, None, &mut vec![]).unwrap_err();
             assert!(
                 matches!(&e, PlanError::PodResources { need, source }
                     if need.starts_with("networks[1]: NetworkAttachmentDefinition ns/sriov")
