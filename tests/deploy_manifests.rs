@@ -82,7 +82,10 @@ fn rbac_grants_exactly_what_plexus_uses() {
     // read, create and compare-and-swap NodeSlicePools; the leader lists
     // them and the Nodes, and deletes a freed slice's emptied IPPool
     // (tests/daemon/whereabouts.rs). The reconciler lists the IPAMClaims
-    // that entries are bound to (tests/daemon/whereabouts.rs).
+    // that entries are bound to (tests/daemon/whereabouts.rs). DRA's
+    // Multus contract (issue 49) lists a pod's namespace's ResourceClaims
+    // and its node's ResourceSlices (tests/kube/dra.rs), and the daemon
+    // watches them (tests/daemon/dra.rs); it never GETs one.
     let all = docs("rbac.yaml");
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let mut granted: Vec<(String, String)> = Vec::new();
@@ -129,6 +132,10 @@ fn rbac_grants_exactly_what_plexus_uses() {
         ("pods", "list"),
         ("pods", "watch"),
         ("pods/status", "patch"),
+        ("resourceclaims", "list"),
+        ("resourceclaims", "watch"),
+        ("resourceslices", "list"),
+        ("resourceslices", "watch"),
     ];
     assert_eq!(
         granted,

@@ -75,7 +75,9 @@ fn selector_refused(e: &ClusterError) -> bool {
 enum Served {
     No,
     /// Yes; `by_node`: it selects slices by `spec.nodeName`.
-    Yes { by_node: bool },
+    Yes {
+        by_node: bool,
+    },
 }
 
 /// The daemon's DRA caches (`Watched::dra`).
@@ -163,9 +165,7 @@ impl DraWatches {
                 })
                 .clone()
         };
-        watch
-            .synced_within(LIST_WAIT)
-            .then(|| watch.objects())
+        watch.synced_within(LIST_WAIT).then(|| watch.objects())
     }
 
     /// Objects held: (ResourceClaims, ResourceSlices).
@@ -260,7 +260,10 @@ impl DraSource for KubeCluster {
             named,
         };
         let ours = dra::pods_claims(of_pod, &claims)?;
-        if ours.iter().all(|c| c.results.iter().flatten().next().is_none()) {
+        if ours
+            .iter()
+            .all(|c| c.results.iter().flatten().next().is_none())
+        {
             return Ok(ClaimedDevices::default());
         }
         let node = match watched {

@@ -465,8 +465,11 @@ impl Cluster for KubeCluster {
     /// never make it publish for pods it does not serve.
     fn pod_fresh(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ClusterError> {
         let object = format!("pod {namespace}/{name}");
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &ApiResource::erase::<ApiPod>(&()));
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &ApiResource::erase::<ApiPod>(&()),
+        );
         let Some(raw) = self.read(&object, api.get_opt(name))? else {
             return Ok(None);
         };

@@ -164,7 +164,11 @@ impl NamespaceWatches {
             return Some(watch.clone());
         }
         if namespaces.len() >= MAX_WATCHED_NAMESPACES {
-            tracing::debug!(namespace, what = self.what, "read without a watch: too many namespaces");
+            tracing::debug!(
+                namespace,
+                what = self.what,
+                "read without a watch: too many namespaces"
+            );
             return None;
         }
         let watch = NamespacedWatch::start(

@@ -92,8 +92,9 @@ impl ResourceClaim {
     /// Decode the claim `v` (JSON as the API server serves it).
     pub fn from_value(v: &Value) -> Result<ResourceClaim, DraError> {
         let object = label(v);
-        let (wire, metadata) = WireObject::<IgnoredAny, WireStatus>::decode(v, &[API_VERSION], KIND)
-            .map_err(|e| DraError::of_spec(&object, e))?;
+        let (wire, metadata) =
+            WireObject::<IgnoredAny, WireStatus>::decode(v, &[API_VERSION], KIND)
+                .map_err(|e| DraError::of_spec(&object, e))?;
         let status = wire.status.map(|s| s.0);
         let (reserved_for, allocation) = match status {
             Some(s) => (s.reserved_for.0, s.allocation.map(|a| a.0)),
@@ -228,7 +229,11 @@ mod tests {
         let mut v = claim(Value::Null);
         v["apiVersion"] = json!("resource.k8s.io/v1beta1");
         let e = ResourceClaim::from_value(&v).unwrap_err();
-        assert!(e.to_string().starts_with("ResourceClaim ns/x apiVersion: must be"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("ResourceClaim ns/x apiVersion: must be"),
+            "{e}"
+        );
     }
 
     #[test]

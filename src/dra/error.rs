@@ -63,11 +63,9 @@ impl From<DraError> for CniError {
             ),
             // kubelet does not start a pod whose claims are missing: the
             // API server will have it, or the pod is gone.
-            DraError::ClaimMissing { .. } => CniError::new(
-                ErrorCode::TryAgainLater,
-                "ResourceClaim not found",
-                details,
-            ),
+            DraError::ClaimMissing { .. } => {
+                CniError::new(ErrorCode::TryAgainLater, "ResourceClaim not found", details)
+            }
         }
     }
 }

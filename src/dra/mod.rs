@@ -231,7 +231,14 @@ mod tests {
             vf("vf-3", "0000:3b:02.3", "example.com/vf_a"),
             vf("vf-4", "0000:3b:02.4", "example.com/vf_a"),
         ]))];
-        let got = claimed_devices(&ours, &Slices { raw: &raw, node: None }).unwrap();
+        let got = claimed_devices(
+            &ours,
+            &Slices {
+                raw: &raw,
+                node: None,
+            },
+        )
+        .unwrap();
         let pairs: Vec<(&str, &str)> = got
             .devices
             .iter()
@@ -262,7 +269,12 @@ mod tests {
         let claims = [claim(
             "mixed",
             &["u-1"],
-            Some(json!([result("gpu-0"), result("id-only"), result("gone"), result("vf-1")])),
+            Some(json!([
+                result("gpu-0"),
+                result("id-only"),
+                result("gone"),
+                result("vf-1")
+            ])),
         )];
         let raw = [slice(json!([
             {"name": "gpu-0", "attributes": {"example.com/model": {"string": "x"}}},
@@ -270,14 +282,23 @@ mod tests {
             vf("vf-1", "0000:3b:02.1", "example.com/vf_a"),
         ]))];
         let ours = pods_claims(POD, &claims).unwrap();
-        let got = claimed_devices(&ours, &Slices { raw: &raw, node: None }).unwrap();
+        let got = claimed_devices(
+            &ours,
+            &Slices {
+                raw: &raw,
+                node: None,
+            },
+        )
+        .unwrap();
         assert_eq!(got.devices.len(), 1);
         assert_eq!(got.devices[0].device_id, "0000:3b:02.1");
         assert_eq!(
             got.warnings,
-            ["ResourceClaim ns/mixed status.allocation.devices.results[2]: device \
+            [
+                "ResourceClaim ns/mixed status.allocation.devices.results[2]: device \
               sriov.example.com/node-a/gone is in no ResourceSlice of the pod's node; it is not \
-              handed to any network"]
+              handed to any network"
+            ]
         );
     }
 
@@ -318,6 +339,8 @@ mod tests {
         );
         // A pod without a uid has only the claims it names.
         let pod = PodClaims { uid: None, ..POD };
-        assert!(pods_claims(pod, &[claim("x", &["u-1"], None)]).unwrap().is_empty());
+        assert!(pods_claims(pod, &[claim("x", &["u-1"], None)])
+            .unwrap()
+            .is_empty());
     }
 }

@@ -121,7 +121,8 @@ mod tests {
         // A pod of an API server before DRA, or without claims.
         let old = json!({"metadata": {"name": "p"}, "spec": {"containers": []}, "status": {}});
         assert!(named_claims(&old, "ns/p").unwrap().is_empty());
-        let bad = json!({"status": {"resourceClaimStatuses": [{"name": "x", "resourceClaimName": 3}]}});
+        let bad =
+            json!({"status": {"resourceClaimStatuses": [{"name": "x", "resourceClaimName": 3}]}});
         assert_eq!(
             named_claims(&bad, "ns/p").unwrap_err().to_string(),
             "pod ns/p status.resourceClaimStatuses[0].resourceClaimName: must be a string, got 3"

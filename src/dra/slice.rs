@@ -99,12 +99,9 @@ impl ResourceSlice {
     /// Decode the slice `v` (JSON as the API server serves it).
     pub fn from_value(v: &Value) -> Result<ResourceSlice, DraError> {
         let object = label(v);
-        let (wire, metadata) = WireObject::<WireSpec, serde::de::IgnoredAny>::decode(
-            v,
-            &[API_VERSION],
-            KIND,
-        )
-        .map_err(|e| DraError::of_spec(&object, e))?;
+        let (wire, metadata) =
+            WireObject::<WireSpec, serde::de::IgnoredAny>::decode(v, &[API_VERSION], KIND)
+                .map_err(|e| DraError::of_spec(&object, e))?;
         let spec = wire
             .spec
             .ok_or_else(|| DraError::object(&object, "spec", "required"))?
@@ -220,7 +217,10 @@ mod tests {
                    {"name": "bare"}]),
         );
         let s = ResourceSlice::from_value(&v).unwrap();
-        assert_eq!((s.driver.as_str(), s.pool.as_str()), ("sriov.example.com", "node-a"));
+        assert_eq!(
+            (s.driver.as_str(), s.pool.as_str()),
+            ("sriov.example.com", "node-a")
+        );
         assert_eq!(s.node_name.as_deref(), Some("node-a"));
         assert_eq!(
             s.devices[0],
@@ -231,7 +231,11 @@ mod tests {
             }
         );
         for d in &s.devices[1..] {
-            assert_eq!((d.device_id.as_ref(), d.resource_name.as_ref()), (None, None), "{d:?}");
+            assert_eq!(
+                (d.device_id.as_ref(), d.resource_name.as_ref()),
+                (None, None),
+                "{d:?}"
+            );
         }
     }
 
@@ -263,25 +267,72 @@ mod tests {
     #[test]
     fn find_looks_in_the_pools_current_slices_of_the_node_only() {
         let raw = [
-            slice("old", "node-a", 1, json!([{"name": "vf-1", "attributes": multus("old", "r")}])),
-            slice("new", "node-a", 2, json!([{"name": "vf-1", "attributes": multus("new", "r")}])),
-            slice("other", "node-b", 2, json!([{"name": "vf-9", "attributes": multus("b", "r")}])),
+            slice(
+                "old",
+                "node-a",
+                1,
+                json!([{"name": "vf-1", "attributes": multus("old", "r")}]),
+            ),
+            slice(
+                "new",
+                "node-a",
+                2,
+                json!([{"name": "vf-1", "attributes": multus("new", "r")}]),
+            ),
+            slice(
+                "other",
+                "node-b",
+                2,
+                json!([{"name": "vf-9", "attributes": multus("b", "r")}]),
+            ),
             // Another driver's slice that does not decode fails nothing.
             json!({"metadata": {"name": "gpu"}, "spec": {"driver": "gpu.example.com", "devices": 5}}),
         ];
-        let slices = Slices { raw: &raw, node: Some("node-a") };
-        let found = slices.find("sriov.example.com", "node-a", "vf-1").unwrap().unwrap();
+        let slices = Slices {
+            raw: &raw,
+            node: Some("node-a"),
+        };
+        let found = slices
+            .find("sriov.example.com", "node-a", "vf-1")
+            .unwrap()
+            .unwrap();
         assert_eq!(found.device_id.as_deref(), Some("new"));
         // node-b's pool is not this node's.
-        assert_eq!(slices.find("sriov.example.com", "node-b", "vf-9").unwrap(), None);
-        assert_eq!(slices.find("sriov.example.com", "node-a", "vf-7").unwrap(), None);
-        let all = Slices { raw: &raw, node: None };
-        assert!(all.find("sriov.example.com", "node-b", "vf-9").unwrap().is_some());
+        assert_eq!(
+            slices.find("sriov.example.com", "node-b", "vf-9").unwrap(),
+            None
+        );
+        assert_eq!(
+            slices.find("sriov.example.com", "node-a", "vf-7").unwrap(),
+            None
+        );
+        let all = Slices {
+            raw: &raw,
+            node: None,
+        };
+        assert!(all
+            .find("sriov.example.com", "node-b", "vf-9")
+            .unwrap()
+            .is_some());
         // A slice of the pool looked in that does not decode is an error.
         let mut bad = raw.to_vec();
-        bad.push(slice("torn", "node-a", 2, json!([{"name": "vf-3", "attributes": 4}])));
-        let slices = Slices { raw: &bad, node: Some("node-a") };
-        let e = slices.find("sriov.example.com", "node-a", "vf-1").unwrap_err();
-        assert!(e.to_string().starts_with("ResourceSlice torn spec.devices[0].attributes: "), "{e}");
+        bad.push(slice(
+            "torn",
+            "node-a",
+            2,
+            json!([{"name": "vf-3", "attributes": 4}]),
+        ));
+        let slices = Slices {
+            raw: &bad,
+            node: Some("node-a"),
+        };
+        let e = slices
+            .find("sriov.example.com", "node-a", "vf-1")
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("ResourceSlice torn spec.devices[0].attributes: "),
+            "{e}"
+        );
     }
 }

@@ -158,22 +158,21 @@ pub fn look_up(
         .pod_resources(&pod.namespace, &pod.name)
         .map_err(|e| lookup_failed(first, &e))?;
     let claimed = match claims {
-        Some(claims) => claims
-            .claimed_devices(pod)
-            .map_err(|e| PlanError::Claims {
-                need: describe(first),
-                source: e,
-            })?,
+        Some(claims) => claims.claimed_devices(pod).map_err(|e| PlanError::Claims {
+            need: describe(first),
+            source: e,
+        })?,
         None => ClaimedDevices::default(),
     };
-    warnings.extend(claimed.warnings);
-    let claimed = claimed
+    let devices = claimed
         .devices
         .iter()
         .map(|d| (d.resource_name.as_str(), d.device_id.as_str()));
     let wanted: Vec<&str> = needs.iter().map(|n| n.resource).collect();
-    assign_devices(kubelet_devices(&resources).chain(claimed), &wanted)
-        .map_err(|e| too_few(&needs[e.unserved], pod, &e))
+    let assigned = assign_devices(kubelet_devices(&resources).chain(devices), &wanted)
+        .map_err(|e| too_few(&needs[e.unserved], pod, &e, &claimed.warnings));
+    warnings.extend(claimed.warnings);
+    assigned
 }
 
 /// `deviceID` and `pciBusID` in the config of every plugin of a chain, as
@@ -202,13 +201,16 @@ fn lookup_failed(need: &DeviceNeed, e: &podresources::Error) -> PlanError {
     }
 }
 
-fn too_few(need: &DeviceNeed, pod: &Pod, e: &TooFewDevices) -> PlanError {
+/// Too few devices; `skipped`: why devices of the pod's claims were left
+/// out (a device of another node's pool), which may be why.
+fn too_few(need: &DeviceNeed, pod: &Pod, e: &TooFewDevices, skipped: &[String]) -> PlanError {
     PlanError::TooFewDevices {
         need: describe(need),
         pod: format!("{}/{}", pod.namespace, pod.name),
         resource: e.resource.clone(),
         allocated: e.allocated,
         wanted: e.wanted,
+        skipped: skipped.to_vec(),
     }
 }
 
@@ -362,7 +364,9 @@ mod tests {
             ["0000:3b:02.1", "0000:3b:02.2"]
         );
         assert_eq!(kubelet.asked.get(), 1);
-        assert!(look_up(&pod(), &[], &kubelet, None, &mut vec![]).unwrap().is_empty());
+        assert!(look_up(&pod(), &[], &kubelet, None, &mut vec![])
+            .unwrap()
+            .is_empty());
         assert_eq!(kubelet.asked.get(), 1, "nothing needed, nothing asked");
 
         let three = [need("a[0]", VF_A), need("a[1]", VF_A), need("a[2]", VF_A)];
@@ -433,14 +437,31 @@ mod tests {
         let mut warnings = Vec::new();
         assert_eq!(
             look_up(&pod(), &needs, &kubelet, Some(&claims), &mut warnings).unwrap(),
-            ["0000:3b:02.2", "0000:5e:00.1", "0000:3b:02.3", "0000:3b:02.4"]
+            [
+                "0000:3b:02.2",
+                "0000:5e:00.1",
+                "0000:3b:02.3",
+                "0000:3b:02.4"
+            ]
         );
         assert_eq!(warnings, ["skipped one"]);
         // A fourth of VF_A: 02.2, from both paths, is one device.
-        let four = [need("a", VF_A), need("b", VF_A), need("c", VF_A), need("d", VF_A)];
+        let four = [
+            need("a", VF_A),
+            need("b", VF_A),
+            need("c", VF_A),
+            need("d", VF_A),
+        ];
         let e = look_up(&pod(), &four, &kubelet, Some(&claims), &mut vec![]).unwrap_err();
         assert!(
-            matches!(&e, PlanError::TooFewDevices { allocated: 3, wanted: 4, .. }),
+            matches!(
+                &e,
+                PlanError::TooFewDevices {
+                    allocated: 3,
+                    wanted: 4,
+                    ..
+                }
+            ),
             "{e:?}"
         );
         assert!(e.to_string().contains("ResourceClaims"), "{e}");
@@ -451,7 +472,14 @@ mod tests {
         };
         let claims = claimed(&[(VF_A, "0000:3b:02.7")], &[]);
         assert_eq!(
-            look_up(&pod(), &[need("n", VF_A)], &empty, Some(&claims), &mut vec![]).unwrap(),
+            look_up(
+                &pod(),
+                &[need("n", VF_A)],
+                &empty,
+                Some(&claims),
+                &mut vec![]
+            )
+            .unwrap(),
             ["0000:3b:02.7"]
         );
     }
@@ -468,8 +496,14 @@ mod tests {
             field: "status.resourceClaimStatuses[0].resourceClaimName".into(),
         };
         let claims = Claims(Err(bad.into()));
-        let e = look_up(&pod(), &[need("networks[1]", VF_A)], &kubelet, Some(&claims), &mut vec![])
-            .unwrap_err();
+        let e = look_up(
+            &pod(),
+            &[need("networks[1]", VF_A)],
+            &kubelet,
+            Some(&claims),
+            &mut vec![],
+        )
+        .unwrap_err();
         assert_eq!(
             e.to_string(),
             "networks[1]: NetworkAttachmentDefinition ns/sriov has resourceName \
@@ -505,7 +539,14 @@ mod tests {
                 answer: Err(failure.clone()),
                 asked: Cell::new(0),
             };
-            let e = look_up(&pod(), &[need("networks[1]", VF_A)], &kubelet, None, &mut vec![]).unwrap_err();
+            let e = look_up(
+                &pod(),
+                &[need("networks[1]", VF_A)],
+                &kubelet,
+                None,
+                &mut vec![],
+            )
+            .unwrap_err();
             assert!(
                 matches!(&e, PlanError::PodResources { need, source }
                     if need.starts_with("networks[1]: NetworkAttachmentDefinition ns/sriov")

@@ -102,7 +102,8 @@ pub enum PlanError {
          attachment(s) backed by it (device plugins, and ResourceClaims' devices published \
          with k8s.cni.cncf.io/resourceName {resource}); each takes one, so the pod's \
          containers must request {wanted}: {resource} in their resources, or its \
-         ResourceClaims be allocated {wanted} such devices"
+         ResourceClaims be allocated {wanted} such devices{}",
+        skipped_claimed(skipped)
     )]
     TooFewDevices {
         need: String,
@@ -111,6 +112,8 @@ pub enum PlanError {
         resource: String,
         allocated: usize,
         wanted: usize,
+        /// Devices of the pod's ResourceClaims left out, and why.
+        skipped: Vec<String>,
     },
     /// The IPAMClaim a selection references cannot be used.
     #[error("{network}: ipam-claim-reference {reference:?}: {problem} (multi-net-spec §8)")]
@@ -307,6 +310,14 @@ impl From<PlanError> for CniError {
             PlanError::Cni(e) => e,
         }
     }
+}
+
+/// The devices of the pod's claims left out, for [`PlanError::TooFewDevices`].
+fn skipped_claimed(skipped: &[String]) -> String {
+    if skipped.is_empty() {
+        return String::new();
+    }
+    format!("; left out: {}", skipped.join("; "))
 }
 
 /// `annotation k8s.v1.cni.cncf.io/networks[1].ips[0]` from the parser's field.

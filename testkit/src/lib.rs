@@ -13,6 +13,7 @@
 
 pub mod device_plugin;
 pub mod dist;
+pub mod dra;
 mod grpc;
 pub mod kube;
 pub mod node;

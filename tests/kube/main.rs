@@ -19,6 +19,7 @@ mod e2e_support;
 mod add_del;
 mod cluster_network;
 mod device_info;
+mod dra;
 mod install;
 mod ipamclaims;
 mod selection;
