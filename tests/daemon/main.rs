@@ -9,12 +9,13 @@
 //! `storm` (boot storms, a kill mid-storm), `lifecycle` (SIGTERM, a
 //! rewritten kubeconfig), `hotplug` (dynamic networks), `thin` (thin mode
 //! beside the daemon), `ipamclaims`, `whereabouts` and `whereabouts_peer` (cluster-wide IPAM,
-//! beside the real whereabouts); the world they share is here.
+//! beside the real whereabouts), `dra` (DRA claims from watch caches); the world they share is here.
 
 #[path = "../e2e_support/mod.rs"]
 mod e2e_support;
 
 mod calls;
+mod dra;
 mod hotplug;
 mod ipamclaims;
 mod lifecycle;

@@ -1,0 +1,117 @@
+//! DRA (issue 49 item 1) in thick mode: the daemon reads the pods'
+//! ResourceClaims from a watch cache of their namespace, started on first
+//! need as the NADs' are, and the node's ResourceSlices from one watch, so
+//! a warm ADD whose NADs take devices the pod's claims were allocated
+//! sends no GET or LIST at all. The API server serves `resource.k8s.io/v1`
+//! as custom resources and the test plays the scheduler and a DRA driver
+//! (`plexus_testkit::dra`); kubelet's PodResources API is the stand-in of
+//! `plexus_testkit::podresources`.
+
+use super::*;
+use plexus_testkit::dra::{self, network_device};
+use plexus_testkit::podresources::{container, pod, PodResourcesServer};
+
+const DRIVER: &str = "net.example.com";
+const RES: &str = "example.com/net_a";
+
+/// The PCI address each secondary network of `pod`'s network-status got
+/// as device-info.
+fn device_addresses(w: &World, pod: &str) -> Vec<String> {
+    let text = w.kube.pod_field(
+        pod,
+        r"{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}",
+    );
+    let status: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    status.as_array().unwrap()[1..]
+        .iter()
+        .map(|e| {
+            let address = e["device-info"]["pci"]["pci-address"].as_str();
+            address.unwrap_or("none").to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn a_warm_add_with_claims_reads_them_from_the_caches_and_sends_no_get() {
+    let Some(mut w) = world("dra") else { return };
+    let api = w.kube.api;
+    let ns = w.kube.kube_ns.clone();
+    let node = w.kube.node.clone();
+    dra::serve(api);
+    let config = json!({"cniVersion": "1.0.0", "name": "net-a", "type": "macvlan",
+        "master": "uplink0", "ipam": host_local(w.kube.tmp.path(), "10.30.0.0/16", "neta")});
+    let manifest =
+        plexus_testkit::kube::nad_manifest("net-a", &[("k8s.v1.cni.cncf.io/resourceName", RES)], &config);
+    let mut nad: Value = serde_json::from_str(&manifest).unwrap();
+    nad["metadata"]["namespace"] = json!(ns);
+    api.apply(&nad.to_string());
+    let devinfo = w.kube.tmp.path().join("devinfo");
+    std::fs::create_dir_all(devinfo.join("dp")).unwrap();
+    for n in 1..=4 {
+        let info = json!({"type": "pci", "version": "1.1.0",
+                          "pci": {"pci-address": format!("0000:3b:00.{n}")}});
+        let file = format!("{}-dev-{n}-device.json", RES.replace('/', "-"));
+        std::fs::write(devinfo.join("dp").join(file), info.to_string()).unwrap();
+    }
+    // The driver's slice of this node: four devices for networks, a GPU.
+    let mut devices: Vec<Value> = (1..=4)
+        .map(|n| network_device(&format!("vf-{n}"), &format!("dev-{n}"), RES))
+        .collect();
+    devices.push(json!({"name": "gpu-0"}));
+    api.apply(&dra::slice(&format!("{node}-net"), DRIVER, &node, &devices));
+    let netns = [w.kube.namespaces.add("dra-p1"), w.kube.namespaces.add("dra-p2")];
+    w.pods(&["p1".into(), "p2".into()], &node, "net-a,net-a");
+    let uids = [w.uid("p1"), w.uid("p2")];
+    let picks = [["vf-2", "vf-1", "gpu-0"], ["vf-4", "vf-3", "gpu-0"]];
+    for (i, pod_name) in ["p1", "p2"].into_iter().enumerate() {
+        let claim = format!("{pod_name}-vfs");
+        api.apply(&dra::claim(&ns, &claim, "net", 3));
+        let devices: Vec<dra::Pick> = picks[i].iter().map(|d| (DRIVER, node.as_str(), *d)).collect();
+        dra::allocate(api, &ns, &claim, &devices, (pod_name, &uids[i]));
+    }
+    let kubelet = PodResourcesServer::start(
+        ["p1", "p2"]
+            .iter()
+            .map(|p| pod(&ns, p, vec![container("c", &[])]))
+            .collect(),
+    );
+    let conf = w.conf_with(json!({
+        "podResourcesSocket": kubelet.socket(), "deviceInfoDir": devinfo,
+    }));
+    let daemon = w.daemon();
+
+    // Cold: p1's ADD starts the caches of the namespace's claims and of
+    // the node's slices (and asks once whether the group is served).
+    assert_ok("ADD p1", &w.call("ADD", "p1", &netns[0], &conf));
+    w.writes_delivered(&daemon);
+    assert_eq!(device_addresses(&w, "p1"), ["0000:3b:00.1", "0000:3b:00.2"]);
+
+    // Warm: p2's ADD reads everything from the caches.
+    let before = api.audited().len();
+    assert_ok("ADD p2", &w.call("ADD", "p2", &netns[1], &conf));
+    w.writes_delivered(&daemon);
+    assert_eq!(device_addresses(&w, "p2"), ["0000:3b:00.3", "0000:3b:00.4"]);
+    let add: Vec<_> = api.audited()[before..]
+        .iter()
+        .filter(|r| r.stage == "ResponseComplete")
+        .cloned()
+        .collect();
+    let reads: Vec<_> = add
+        .iter()
+        .filter(|r| r.verb == "get" || r.verb == "list")
+        .filter(|r| {
+            r.namespace == ns
+                || r.resource == "resourceslices"
+                || (r.resource == "pods" && r.name == "p2")
+        })
+        .collect();
+    assert!(reads.is_empty(), "a warm ADD read: {reads:?}");
+    assert_eq!(count(&add, "patch", "pods", "status"), 1, "{add:?}");
+    assert!(w.metric("plexus_cache_objects{kind=\"resourceclaims\"}") >= 2.0);
+    assert!(w.metric("plexus_cache_objects{kind=\"resourceslices\"}") >= 1.0);
+
+    for (pod_name, netns) in ["p1", "p2"].iter().zip(&netns) {
+        assert_ok("DEL", &w.call("DEL", pod_name, netns, &conf));
+    }
+    w.assert_nothing_left(&netns);
+}
