@@ -40,8 +40,11 @@ fn a_warm_add_with_claims_reads_them_from_the_caches_and_sends_no_get() {
     dra::serve(api);
     let config = json!({"cniVersion": "1.0.0", "name": "net-a", "type": "macvlan",
         "master": "uplink0", "ipam": host_local(w.kube.tmp.path(), "10.30.0.0/16", "neta")});
-    let manifest =
-        plexus_testkit::kube::nad_manifest("net-a", &[("k8s.v1.cni.cncf.io/resourceName", RES)], &config);
+    let manifest = plexus_testkit::kube::nad_manifest(
+        "net-a",
+        &[("k8s.v1.cni.cncf.io/resourceName", RES)],
+        &config,
+    );
     let mut nad: Value = serde_json::from_str(&manifest).unwrap();
     nad["metadata"]["namespace"] = json!(ns);
     api.apply(&nad.to_string());
@@ -59,14 +62,20 @@ fn a_warm_add_with_claims_reads_them_from_the_caches_and_sends_no_get() {
         .collect();
     devices.push(json!({"name": "gpu-0"}));
     api.apply(&dra::slice(&format!("{node}-net"), DRIVER, &node, &devices));
-    let netns = [w.kube.namespaces.add("dra-p1"), w.kube.namespaces.add("dra-p2")];
+    let netns = [
+        w.kube.namespaces.add("dra-p1"),
+        w.kube.namespaces.add("dra-p2"),
+    ];
     w.pods(&["p1".into(), "p2".into()], &node, "net-a,net-a");
     let uids = [w.uid("p1"), w.uid("p2")];
     let picks = [["vf-2", "vf-1", "gpu-0"], ["vf-4", "vf-3", "gpu-0"]];
     for (i, pod_name) in ["p1", "p2"].into_iter().enumerate() {
         let claim = format!("{pod_name}-vfs");
         api.apply(&dra::claim(&ns, &claim, "net", 3));
-        let devices: Vec<dra::Pick> = picks[i].iter().map(|d| (DRIVER, node.as_str(), *d)).collect();
+        let devices: Vec<dra::Pick> = picks[i]
+            .iter()
+            .map(|d| (DRIVER, node.as_str(), *d))
+            .collect();
         dra::allocate(api, &ns, &claim, &devices, (pod_name, &uids[i]));
     }
     let kubelet = PodResourcesServer::start(
@@ -112,6 +121,84 @@ fn a_warm_add_with_claims_reads_them_from_the_caches_and_sends_no_get() {
 
     for (pod_name, netns) in ["p1", "p2"].iter().zip(&netns) {
         assert_ok("DEL", &w.call("DEL", pod_name, netns, &conf));
+    }
+    w.assert_nothing_left(&netns);
+}
+
+/// An API server before 1.34 does not serve `resource.k8s.io/v1` (a
+/// private one here, without the stand-in CRDs): NADs with a resourceName
+/// get kubelet's devices as before. The daemon asks once whether the group
+/// is served, says once in its log that it is not, and asks nothing after;
+/// a plugin process (thin mode) meets one 404 per ADD and goes on silently.
+#[test]
+fn without_resource_k8s_io_devices_come_from_kubelet_and_dra_costs_one_request() {
+    let private = || -> &'static plexus_testkit::kube::KubeApi {
+        Box::leak(Box::new(plexus_testkit::kube::private_api("nodra")))
+    };
+    let Some(mut w) = world_on(private, "nodra") else {
+        return;
+    };
+    let api = w.kube.api;
+    let ns = w.kube.kube_ns.clone();
+    let node = w.kube.node.clone();
+    let config = json!({"cniVersion": "1.0.0", "name": "net-a", "type": "macvlan",
+        "master": "uplink0", "ipam": host_local(w.kube.tmp.path(), "10.31.0.0/16", "neta")});
+    let manifest = plexus_testkit::kube::nad_manifest(
+        "net-a",
+        &[("k8s.v1.cni.cncf.io/resourceName", RES)],
+        &config,
+    );
+    let mut nad: Value = serde_json::from_str(&manifest).unwrap();
+    nad["metadata"]["namespace"] = json!(ns);
+    api.apply(&nad.to_string());
+    let pods = ["p1", "p2", "p3"];
+    let netns: Vec<String> = pods
+        .iter()
+        .map(|p| w.kube.namespaces.add(&format!("nodra-{p}")))
+        .collect();
+    w.pods(&pods.map(String::from), &node, "net-a");
+    let kubelet = PodResourcesServer::start(
+        pods.iter()
+            .enumerate()
+            .map(|(i, p)| {
+                pod(
+                    &ns,
+                    p,
+                    vec![container("c", &[(RES, &[&format!("dev-{i}")])])],
+                )
+            })
+            .collect(),
+    );
+    let conf = w.conf_with(json!({"podResourcesSocket": kubelet.socket()}));
+    let dra_requests = |since: usize| -> Vec<plexus_testkit::kube::AuditedRequest> {
+        api.audited()[since..]
+            .iter()
+            .filter(|r| r.uri.starts_with("/apis/resource.k8s.io/"))
+            .filter(|r| r.stage == "ResponseComplete")
+            .cloned()
+            .collect()
+    };
+    let daemon = w.daemon();
+    let before = api.audited().len();
+    for (pod_name, netns) in pods[..2].iter().zip(&netns) {
+        assert_ok("ADD", &w.call("ADD", pod_name, netns, &conf));
+    }
+    w.writes_delivered(&daemon);
+    let asked = dra_requests(before);
+    assert_eq!(asked.len(), 1, "the daemon asks once: {asked:?}");
+    assert_eq!(asked[0].resource, "resourceslices", "{asked:?}");
+    let said = "does not serve resource.k8s.io/v1";
+    assert_eq!(daemon.log().matches(said).count(), 1, "{}", daemon.log());
+
+    let thin = w.conf_with(json!({"podResourcesSocket": kubelet.socket(), "daemonSocket": null}));
+    let before = api.audited().len();
+    assert_ok("thin ADD", &w.call("ADD", "p3", &netns[2], &thin));
+    let asked = dra_requests(before);
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].resource, "resourceclaims", "{asked:?}");
+
+    for ((pod_name, netns), conf) in pods.iter().zip(&netns).zip([&conf, &conf, &thin]) {
+        assert_ok("DEL", &w.call("DEL", pod_name, netns, conf));
     }
     w.assert_nothing_left(&netns);
 }

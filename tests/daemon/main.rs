@@ -46,7 +46,15 @@ struct World {
 }
 
 fn world(tag: &str) -> Option<World> {
-    let kube = kube_node(tag, "pxd", |tmp| {
+    world_on(plexus_testkit::kube::api, tag)
+}
+
+/// [`world`] on the API server `api` gives.
+fn world_on(
+    api: impl FnOnce() -> &'static plexus_testkit::kube::KubeApi,
+    tag: &str,
+) -> Option<World> {
+    let kube = kube_node_on(api, tag, "pxd", |tmp| {
         json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
             "master": "uplink0", "ipam": host_local(tmp, "10.20.0.0/16", "mac")})
     })?;

@@ -343,6 +343,17 @@ pub struct KubeNode {
 /// `None` (the test skips) without root, the reference plugins or the API
 /// server.
 pub fn kube_node(tag: &str, ns_prefix: &str, macnet: impl Fn(&Path) -> Value) -> Option<KubeNode> {
+    kube_node_on(api, tag, ns_prefix, macnet)
+}
+
+/// [`kube_node`] on the API server `api` gives (called once the test's
+/// requirements are met).
+pub fn kube_node_on(
+    api: impl FnOnce() -> &'static KubeApi,
+    tag: &str,
+    ns_prefix: &str,
+    macnet: impl Fn(&Path) -> Value,
+) -> Option<KubeNode> {
     if !plexus_testkit::require(&[
         Feature::Root,
         Feature::ReferencePlugins,
