@@ -8,7 +8,8 @@
 //!   `spec.nodeName`). An API server that does not serve
 //!   `resource.k8s.io/v1` (before 1.34) answers the first LIST with 404:
 //!   the pod has no claims, and nothing else is asked;
-//! - thick mode (the daemon): watch caches, as the NADs': the claims of
+//! - thick mode (the daemon): watch caches (`super::watch`'s
+//!   `DraWatches`), as the NADs': the claims of
 //!   each namespace from its first need, and the node's slices from the
 //!   first need of any. Whether the API server serves the group is asked
 //!   once (a LIST of at most one of the node's slices); if not, the daemon
@@ -20,163 +21,14 @@
 //! kit's 1.20 server, which serves the group as custom resources) answers
 //! 400; then every slice is listed and those of other nodes left out here.
 
-use std::sync::Mutex;
-use std::time::Duration;
+use kube::api::{Api, DynamicObject, ListParams};
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
-
-use super::api::bounded;
-use super::error::{ApiRequest, ClusterError, Verb};
+use super::error::ClusterError;
 use super::kube::KubeCluster;
-use super::watch::{watch_config, NamespaceWatches, NamespacedWatch, LIST_WAIT};
-use crate::dra::{self, ClaimedDevices, NamedClaim, PodClaims, Slices};
+use super::watch::{claims_resource, on_node, selector_refused, slices_resource, Served};
+use super::DraSource;
+use crate::dra::{self, ClaimedDevices, PodClaims, Slices};
 use crate::netattach::pod::Pod;
-
-/// Where the devices of a pod's ResourceClaims are read.
-pub trait DraSource {
-    /// The devices `pod`'s claims were allocated that carry the Multus
-    /// attributes, and the warnings of those skipped.
-    fn claimed_devices(&self, pod: &Pod) -> Result<ClaimedDevices, ClusterError>;
-}
-
-/// What the pod's GET told of it for DRA: its node, and the claims it
-/// names itself (or why those fields do not read).
-#[derive(Debug, Clone)]
-pub(super) struct Placement {
-    pub node: Option<String>,
-    pub named: Result<Vec<NamedClaim>, dra::DraError>,
-}
-
-fn resource(kind: &str, plural: &str) -> ApiResource {
-    let gvk = GroupVersionKind::gvk(dra::GROUP, "v1", kind);
-    ApiResource::from_gvk_with_plural(&gvk, plural)
-}
-
-fn claims_resource() -> ApiResource {
-    resource(dra::claim::KIND, "resourceclaims")
-}
-
-fn slices_resource() -> ApiResource {
-    resource(dra::slice::KIND, "resourceslices")
-}
-
-/// The field selector of a node's slices.
-fn on_node(node: &str) -> String {
-    format!("spec.nodeName={node}")
-}
-
-/// An API server's answer to a selection it cannot make (400).
-fn selector_refused(e: &ClusterError) -> bool {
-    e.status() == Some(400)
-}
-
-/// Whether the API server serves `resource.k8s.io/v1`, and how.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Served {
-    No,
-    /// Yes; `by_node`: it selects slices by `spec.nodeName`.
-    Yes {
-        by_node: bool,
-    },
-}
-
-/// The daemon's DRA caches (`Watched::dra`).
-pub(crate) struct DraWatches {
-    client: kube::Client,
-    handle: tokio::runtime::Handle,
-    node: String,
-    served: Mutex<Option<Served>>,
-    claims: NamespaceWatches,
-    slices: Mutex<Option<NamespacedWatch>>,
-}
-
-/// The bound of the one question whether the group is served.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
-
-impl DraWatches {
-    pub(super) fn new(
-        client: &kube::Client,
-        handle: &tokio::runtime::Handle,
-        node: &str,
-    ) -> DraWatches {
-        DraWatches {
-            client: client.clone(),
-            handle: handle.clone(),
-            node: node.to_string(),
-            served: Mutex::new(None),
-            claims: NamespaceWatches::new(client, handle, claims_resource(), "ResourceClaims"),
-            slices: Mutex::new(None),
-        }
-    }
-
-    /// Whether the group is served, asked on the first call only (a call
-    /// thread's blocking wait, never the runtime's); a failure to ask is
-    /// the call's and is asked again by the next.
-    fn served(&self) -> Result<Served, ClusterError> {
-        let mut served = self.served.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(known) = *served {
-            return Ok(known);
-        }
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &slices_resource());
-        let params = ListParams::default().fields(&on_node(&self.node)).limit(1);
-        let what = ApiRequest::new(Verb::Get, format!("ResourceSlices of node {}", self.node));
-        let answer = self
-            .handle
-            .block_on(bounded(PROBE_TIMEOUT, what, api.list(&params)));
-        let known = match answer {
-            Ok(_) => Served::Yes { by_node: true },
-            Err(e) if e.status() == Some(404) => {
-                tracing::info!(
-                    "the API server does not serve {}: pods' ResourceClaims are not read \
-                     (Kubernetes 1.34 and later serve it)",
-                    dra::API_VERSION
-                );
-                Served::No
-            }
-            Err(e) if selector_refused(&e) => Served::Yes { by_node: false },
-            Err(e) => return Err(e),
-        };
-        *served = Some(known);
-        Ok(known)
-    }
-
-    /// The claims of `namespace` from its watch, once listed; `None`: read
-    /// them with a LIST.
-    fn claims(&self, namespace: &str) -> Option<Vec<serde_json::Value>> {
-        Some(self.claims.listed(namespace)?.objects())
-    }
-
-    /// The node's slices from their watch, started on first need, once
-    /// listed, and the node to keep when the watch could not select it;
-    /// `None`: read them with a LIST.
-    fn slices(&self, by_node: bool) -> Option<Vec<serde_json::Value>> {
-        let watch = {
-            let mut slices = self.slices.lock().unwrap_or_else(|e| e.into_inner());
-            slices
-                .get_or_insert_with(|| {
-                    let resource = slices_resource();
-                    let api = Api::all_with(self.client.clone(), &resource);
-                    let config = if by_node {
-                        watch_config().fields(&on_node(&self.node))
-                    } else {
-                        watch_config()
-                    };
-                    NamespacedWatch::of(api, &resource, config, &self.handle, "ResourceSlices")
-                })
-                .clone()
-        };
-        watch.synced_within(LIST_WAIT).then(|| watch.objects())
-    }
-
-    /// Objects held: (ResourceClaims, ResourceSlices).
-    pub(super) fn sizes(&self) -> (usize, usize) {
-        let slices = self.slices.lock().unwrap_or_else(|e| e.into_inner());
-        (
-            self.claims.len(),
-            slices.as_ref().map_or(0, |w| w.store.len()),
-        )
-    }
-}
 
 impl KubeCluster {
     /// Every claim of `namespace` (one LIST); `None` when the API server

@@ -28,14 +28,15 @@ use super::api::{
 pub use super::client::RequestObserver;
 use super::client::{http2_client, load_kubeconfig, owned_client, Driver};
 use super::credentials::LiveCredentials;
-use super::dra::{DraSource, Placement};
 use super::error::{error_chain, ApiRequest, ClusterError, Verb};
 use super::events::{pod_event, PodEvent};
 use super::outbox::{PendingStatus, StatusOutbox};
 use super::watch::Watched;
+use super::DraSource;
 use super::NadSource;
 use super::{Cluster, Publisher};
 use crate::config::ApiTimeouts;
+use crate::dra::{DraError, NamedClaim};
 use crate::netattach::error::SpecError;
 use crate::netattach::ipamclaim::IpamClaim;
 use crate::netattach::nad::NetworkAttachmentDefinition;
@@ -58,6 +59,14 @@ pub struct KubeCluster {
     /// What each pod's GET told of it for DRA (its node, the claims it
     /// names), for [`super::dra`].
     placements: FrozenMap<(String, String), Box<Placement>>,
+}
+
+/// What the pod's GET told of it for DRA: its node, and the claims it
+/// names itself (or why those fields do not read).
+#[derive(Debug, Clone)]
+pub(super) struct Placement {
+    pub node: Option<String>,
+    pub named: Result<Vec<NamedClaim>, DraError>,
 }
 
 /// What the daemon keeps for all its calls: one client (one HTTP/2

@@ -49,6 +49,13 @@ impl NadSource for BTreeMap<(String, String), NetworkAttachmentDefinition> {
     }
 }
 
+/// Where the devices of a pod's ResourceClaims are read.
+pub trait DraSource {
+    /// The devices `pod`'s claims were allocated that carry the Multus
+    /// attributes, and the warnings of those skipped.
+    fn claimed_devices(&self, pod: &Pod) -> Result<crate::dra::ClaimedDevices, ClusterError>;
+}
+
 /// A read-only view of the cluster's pods and NADs.
 pub trait Cluster: NadSource {
     /// The pod `namespace/name`; `Ok(None)` when it does not exist.
@@ -72,7 +79,7 @@ pub trait Cluster: NadSource {
 
     /// Where the pod's ResourceClaims are read (DRA, `crate::dra`); `None`
     /// for a source without them (a manifest directory).
-    fn dra(&self) -> Option<&dyn dra::DraSource> {
+    fn dra(&self) -> Option<&dyn DraSource> {
         None
     }
 }

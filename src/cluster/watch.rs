@@ -5,7 +5,9 @@
 //! (or as soon as a pod that waits for its networks is seen): a daemon holds
 //! no NAD of namespaces its node never uses, and lists none at start. A warm
 //! ADD reads both from here and sends no GET; what the caches lack (a pod or
-//! NAD younger than the last event) is read with a GET by the caller.
+//! NAD younger than the last event) is read with a GET by the caller. The
+//! pods' DRA ResourceClaims and the node's ResourceSlices are cached the
+//! same way, from their first need ([`DraWatches`], read by `super::dra`).
 //!
 //! Every watch of the daemon lists as `watch_config` says and reconnects
 //! as `reconnect.rs` says (issue 34's figures).
@@ -17,12 +19,15 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod as ApiPod;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
+use super::api::bounded;
+use super::error::{ApiRequest, ClusterError, Verb};
 use super::reconnect::reconnecting;
+use crate::dra;
 use crate::netattach::pod::Pod;
 use crate::netattach::selection::NETWORKS_ANNOTATION;
 use crate::netattach::status::NETWORK_STATUS_ANNOTATION;
@@ -207,7 +212,7 @@ pub struct Watched {
     node: String,
     pods: Store<PartialObjectMeta<ApiPod>>,
     nads: Arc<NamespaceWatches>,
-    dra: super::dra::DraWatches,
+    dra: DraWatches,
     pods_synced: Arc<AtomicBool>,
 }
 
@@ -257,7 +262,7 @@ impl Watched {
             node: node.to_string(),
             pods,
             nads,
-            dra: super::dra::DraWatches::new(client, handle, node),
+            dra: DraWatches::new(client, handle, node),
             pods_synced,
         }
     }
@@ -306,7 +311,7 @@ impl Watched {
 
     /// The caches of ResourceClaims and ResourceSlices (DRA), started on
     /// first need.
-    pub(crate) fn dra(&self) -> &super::dra::DraWatches {
+    pub(crate) fn dra(&self) -> &DraWatches {
         &self.dra
     }
 
@@ -318,6 +323,139 @@ impl Watched {
         let key = ObjectRef::new_with(name, self.nads.resource.clone()).within(namespace);
         let found = watch.store.get(&key)?;
         serde_json::to_value(found.as_ref()).ok()
+    }
+}
+
+// DRA (`super::dra`): the daemon's caches of ResourceClaims and ResourceSlices.
+
+fn dra_resource(kind: &str, plural: &str) -> ApiResource {
+    let gvk = GroupVersionKind::gvk(dra::GROUP, "v1", kind);
+    ApiResource::from_gvk_with_plural(&gvk, plural)
+}
+
+pub(super) fn claims_resource() -> ApiResource {
+    dra_resource(dra::claim::KIND, "resourceclaims")
+}
+
+pub(super) fn slices_resource() -> ApiResource {
+    dra_resource(dra::slice::KIND, "resourceslices")
+}
+
+/// The field selector of a node's slices.
+pub(super) fn on_node(node: &str) -> String {
+    format!("spec.nodeName={node}")
+}
+
+/// An API server's answer to a selection it cannot make (400).
+pub(super) fn selector_refused(e: &ClusterError) -> bool {
+    e.status() == Some(400)
+}
+
+/// Whether the API server serves `resource.k8s.io/v1`, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Served {
+    No,
+    /// Yes; `by_node`: it selects slices by `spec.nodeName`.
+    Yes {
+        by_node: bool,
+    },
+}
+
+/// The daemon's DRA caches (`Watched::dra`).
+pub(crate) struct DraWatches {
+    client: kube::Client,
+    handle: tokio::runtime::Handle,
+    node: String,
+    served: Mutex<Option<Served>>,
+    claims: NamespaceWatches,
+    slices: Mutex<Option<NamespacedWatch>>,
+}
+
+/// The bound of the one question whether the group is served.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl DraWatches {
+    pub(super) fn new(
+        client: &kube::Client,
+        handle: &tokio::runtime::Handle,
+        node: &str,
+    ) -> DraWatches {
+        DraWatches {
+            client: client.clone(),
+            handle: handle.clone(),
+            node: node.to_string(),
+            served: Mutex::new(None),
+            claims: NamespaceWatches::new(client, handle, claims_resource(), "ResourceClaims"),
+            slices: Mutex::new(None),
+        }
+    }
+
+    /// Whether the group is served, asked on the first call only (a call
+    /// thread's blocking wait, never the runtime's); a failure to ask is
+    /// the call's and is asked again by the next.
+    pub(super) fn served(&self) -> Result<Served, ClusterError> {
+        let mut served = self.served.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = *served {
+            return Ok(known);
+        }
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &slices_resource());
+        let params = ListParams::default().fields(&on_node(&self.node)).limit(1);
+        let what = ApiRequest::new(Verb::Get, format!("ResourceSlices of node {}", self.node));
+        let answer = self
+            .handle
+            .block_on(bounded(PROBE_TIMEOUT, what, api.list(&params)));
+        let known = match answer {
+            Ok(_) => Served::Yes { by_node: true },
+            Err(e) if e.status() == Some(404) => {
+                tracing::info!(
+                    "the API server does not serve {}: pods' ResourceClaims are not read \
+                     (Kubernetes 1.34 and later serve it)",
+                    dra::API_VERSION
+                );
+                Served::No
+            }
+            Err(e) if selector_refused(&e) => Served::Yes { by_node: false },
+            Err(e) => return Err(e),
+        };
+        *served = Some(known);
+        Ok(known)
+    }
+
+    /// The claims of `namespace` from its watch, once listed; `None`: read
+    /// them with a LIST.
+    pub(super) fn claims(&self, namespace: &str) -> Option<Vec<serde_json::Value>> {
+        Some(self.claims.listed(namespace)?.objects())
+    }
+
+    /// The node's slices from their watch, started on first need, once
+    /// listed, and the node to keep when the watch could not select it;
+    /// `None`: read them with a LIST.
+    pub(super) fn slices(&self, by_node: bool) -> Option<Vec<serde_json::Value>> {
+        let watch = {
+            let mut slices = self.slices.lock().unwrap_or_else(|e| e.into_inner());
+            slices
+                .get_or_insert_with(|| {
+                    let resource = slices_resource();
+                    let api = Api::all_with(self.client.clone(), &resource);
+                    let config = if by_node {
+                        watch_config().fields(&on_node(&self.node))
+                    } else {
+                        watch_config()
+                    };
+                    NamespacedWatch::of(api, &resource, config, &self.handle, "ResourceSlices")
+                })
+                .clone()
+        };
+        watch.synced_within(LIST_WAIT).then(|| watch.objects())
+    }
+
+    /// Objects held: (ResourceClaims, ResourceSlices).
+    pub(super) fn sizes(&self) -> (usize, usize) {
+        let slices = self.slices.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            self.claims.len(),
+            slices.as_ref().map_or(0, |w| w.store.len()),
+        )
     }
 }
 

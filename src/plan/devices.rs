@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::error::PlanError;
-use crate::cluster::dra::DraSource;
+use crate::cluster::DraSource;
 use crate::dra::ClaimedDevices;
 use crate::netattach::pod::Pod;
 pub use plexus_podresources as podresources;

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::devices::DeviceSource;
 use super::error::PlanError;
-use crate::cluster::dra::DraSource;
+use crate::cluster::DraSource;
 use crate::cluster::NadSource;
 use crate::cni::args::CniArgs;
 use crate::cni::config::NetworkConfigList;
