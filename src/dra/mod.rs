@@ -200,6 +200,11 @@ mod tests {
             "k8s.cni.cncf.io/resourceName": {"string": resource}}})
     }
 
+    /// [`claimed_devices`] of `claims` from the slices `raw`, all of them.
+    fn from_slices(claims: &[ResourceClaim], raw: &[Value]) -> ClaimedDevices {
+        claimed_devices(claims, &Slices { raw, node: None }).unwrap()
+    }
+
     const POD: PodClaims = PodClaims {
         pod: "ns/p",
         uid: Some("u-1"),
@@ -231,14 +236,7 @@ mod tests {
             vf("vf-3", "0000:3b:02.3", "example.com/vf_a"),
             vf("vf-4", "0000:3b:02.4", "example.com/vf_a"),
         ]))];
-        let got = claimed_devices(
-            &ours,
-            &Slices {
-                raw: &raw,
-                node: None,
-            },
-        )
-        .unwrap();
+        let got = from_slices(&ours, &raw);
         let pairs: Vec<(&str, &str)> = got
             .devices
             .iter()
@@ -282,14 +280,7 @@ mod tests {
             vf("vf-1", "0000:3b:02.1", "example.com/vf_a"),
         ]))];
         let ours = pods_claims(POD, &claims).unwrap();
-        let got = claimed_devices(
-            &ours,
-            &Slices {
-                raw: &raw,
-                node: None,
-            },
-        )
-        .unwrap();
+        let got = from_slices(&ours, &raw);
         assert_eq!(got.devices.len(), 1);
         assert_eq!(got.devices[0].device_id, "0000:3b:02.1");
         assert_eq!(

@@ -423,6 +423,18 @@ pub fn allocate(api: &KubeApi, namespace: &str, claim: &str, devices: &[Pick], p
     write_status(api, namespace, claim, &allocated(devices, pod));
 }
 
+/// Bad input no scheduler writes (a 1.34 server refuses it): claim
+/// `namespace/claim` of one device, reserved for pod `pod` (name, uid) but
+/// not allocated.
+pub fn reserved_unallocated(api: &KubeApi, namespace: &str, claim_name: &str, pod: (&str, &str)) {
+    api.apply(&claim(namespace, claim_name, "net", 1));
+    let mut status = allocated(&[], pod);
+    if let Some(status) = status.as_object_mut() {
+        status.remove("allocation");
+    }
+    write_status(api, namespace, claim_name, &status);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

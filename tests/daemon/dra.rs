@@ -31,6 +31,14 @@ fn device_addresses(w: &World, pod: &str) -> Vec<String> {
         .collect()
 }
 
+/// The NAD `net-a` (macvlan on `uplink0`, host-local on `subnet`) backed
+/// by `RES`.
+fn net_a(w: &World, subnet: &str) {
+    let config = json!({"cniVersion": "1.0.0", "name": "net-a", "type": "macvlan",
+        "master": "uplink0", "ipam": host_local(w.kube.tmp.path(), subnet, "neta")});
+    w.kube.resource_nad("net-a", RES, &config);
+}
+
 #[test]
 fn a_warm_add_with_claims_reads_them_from_the_caches_and_sends_no_get() {
     let Some(mut w) = world("dra") else { return };
@@ -38,24 +46,9 @@ fn a_warm_add_with_claims_reads_them_from_the_caches_and_sends_no_get() {
     let ns = w.kube.kube_ns.clone();
     let node = w.kube.node.clone();
     dra::serve(api);
-    let config = json!({"cniVersion": "1.0.0", "name": "net-a", "type": "macvlan",
-        "master": "uplink0", "ipam": host_local(w.kube.tmp.path(), "10.30.0.0/16", "neta")});
-    let manifest = plexus_testkit::kube::nad_manifest(
-        "net-a",
-        &[("k8s.v1.cni.cncf.io/resourceName", RES)],
-        &config,
-    );
-    let mut nad: Value = serde_json::from_str(&manifest).unwrap();
-    nad["metadata"]["namespace"] = json!(ns);
-    api.apply(&nad.to_string());
+    net_a(&w, "10.30.0.0/16");
     let devinfo = w.kube.tmp.path().join("devinfo");
-    std::fs::create_dir_all(devinfo.join("dp")).unwrap();
-    for n in 1..=4 {
-        let info = json!({"type": "pci", "version": "1.1.0",
-                          "pci": {"pci-address": format!("0000:3b:00.{n}")}});
-        let file = format!("{}-dev-{n}-device.json", RES.replace('/', "-"));
-        std::fs::write(devinfo.join("dp").join(file), info.to_string()).unwrap();
-    }
+    device_info_files(&devinfo, RES, 1..=4);
     // The driver's slice of this node: four devices for networks, a GPU.
     let mut devices: Vec<Value> = (1..=4)
         .map(|n| network_device(&format!("vf-{n}"), &format!("dev-{n}"), RES))
@@ -119,9 +112,40 @@ fn a_warm_add_with_claims_reads_them_from_the_caches_and_sends_no_get() {
     assert!(w.metric("plexus_cache_objects{kind=\"resourceclaims\"}") >= 2.0);
     assert!(w.metric("plexus_cache_objects{kind=\"resourceslices\"}") >= 1.0);
 
+    // A claim reserved for p3 but not allocated, seen by the claims'
+    // watch: the daemon's ADD fails naming the claim and the field.
+    let p3 = w.kube.namespaces.add("dra-p3");
+    w.pods(&["p3".into()], &node, "net-a");
+    dra::reserved_unallocated(api, &ns, "p3-vfs", ("p3", &w.uid("p3")));
+    let kubelet = PodResourcesServer::start(
+        ["p1", "p2", "p3"]
+            .iter()
+            .map(|p| pod(&ns, p, vec![container("c", &[])]))
+            .collect(),
+    );
+    let conf = w.conf_with(json!({
+        "podResourcesSocket": kubelet.socket(), "deviceInfoDir": devinfo,
+    }));
+    let want = format!("ResourceClaim {ns}/p3-vfs status.allocation: required");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = w.call("ADD", "p3", &p3, &conf);
+        let e = cni_error(&out);
+        let details = e["details"].as_str().unwrap_or_default().to_string();
+        // Until the watch delivers the claim, the pod has no device.
+        if details.contains(&want) {
+            assert_eq!(e["code"], 6, "{e}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{e}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
     for (pod_name, netns) in ["p1", "p2"].iter().zip(&netns) {
         assert_ok("DEL", &w.call("DEL", pod_name, netns, &conf));
     }
+    let mut netns = netns.to_vec();
+    netns.push(p3);
     w.assert_nothing_left(&netns);
 }
 
@@ -141,16 +165,7 @@ fn without_resource_k8s_io_devices_come_from_kubelet_and_dra_costs_one_request()
     let api = w.kube.api;
     let ns = w.kube.kube_ns.clone();
     let node = w.kube.node.clone();
-    let config = json!({"cniVersion": "1.0.0", "name": "net-a", "type": "macvlan",
-        "master": "uplink0", "ipam": host_local(w.kube.tmp.path(), "10.31.0.0/16", "neta")});
-    let manifest = plexus_testkit::kube::nad_manifest(
-        "net-a",
-        &[("k8s.v1.cni.cncf.io/resourceName", RES)],
-        &config,
-    );
-    let mut nad: Value = serde_json::from_str(&manifest).unwrap();
-    nad["metadata"]["namespace"] = json!(ns);
-    api.apply(&nad.to_string());
+    net_a(&w, "10.31.0.0/16");
     let pods = ["p1", "p2", "p3"];
     let netns: Vec<String> = pods
         .iter()

@@ -391,6 +391,16 @@ impl KubeNode {
         ));
     }
 
+    /// Create the NAD `name` in this test's namespace with `config`, backed
+    /// by the device resource `resource` (`k8s.v1.cni.cncf.io/resourceName`).
+    pub fn resource_nad(&self, name: &str, resource: &str, config: &Value) {
+        let annotations = [("k8s.v1.cni.cncf.io/resourceName", resource)];
+        let manifest = plexus_testkit::kube::nad_manifest(name, &annotations, config);
+        let mut nad: Value = serde_json::from_str(&manifest).unwrap();
+        nad["metadata"]["namespace"] = json!(self.kube_ns);
+        self.api.apply(&nad.to_string());
+    }
+
     /// Pod `pod`'s field at `jsonpath` (`kubectl get pod -o jsonpath=`).
     pub fn pod_field(&self, pod: &str, jsonpath: &str) -> String {
         self.api.kubectl(&[
@@ -458,6 +468,20 @@ pub fn conf_with(conf: &str, changes: Value) -> String {
         }
     }
     conf.to_string()
+}
+
+/// The device plugin's device-info files (device-info-SPEC §4.1) of
+/// devices `dev-<n>` of `resource` under `<dir>/dp`, each of type `pci`
+/// with the address `0000:3b:00.<n>`: an attachment's device-info in
+/// network-status tells which device it got.
+pub fn device_info_files(dir: &Path, resource: &str, devices: std::ops::RangeInclusive<u32>) {
+    std::fs::create_dir_all(dir.join("dp")).unwrap();
+    for n in devices {
+        let info = json!({"type": "pci", "version": "1.1.0",
+                          "pci": {"pci-address": format!("0000:3b:00.{n}")}});
+        let file = format!("{}-dev-{n}-device.json", resource.replace('/', "-"));
+        std::fs::write(dir.join("dp").join(file), info.to_string()).unwrap();
+    }
 }
 
 /// Write `script` to `path`, executable: a plugin exec'd from binDir.

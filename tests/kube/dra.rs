@@ -32,24 +32,11 @@ fn dra_world(tag: &str) -> Option<DraWorld> {
     dra::serve(w.kube.api);
     let config = macvlan_network(w.kube.tmp.path());
     for (nad, resource) in [("net-a", RES_A), ("net-b", RES_B)] {
-        let manifest = plexus_testkit::kube::nad_manifest(
-            nad,
-            &[("k8s.v1.cni.cncf.io/resourceName", resource)],
-            &config,
-        );
-        let mut v: Value = serde_json::from_str(&manifest).unwrap();
-        v["metadata"]["namespace"] = json!(w.kube.kube_ns);
-        w.kube.api.apply(&v.to_string());
+        w.kube.resource_nad(nad, resource, &config);
     }
     let devinfo = w.kube.tmp.path().join("devinfo");
-    std::fs::create_dir_all(devinfo.join("dp")).unwrap();
     for resource in [RES_A, RES_B] {
-        for n in 0..10 {
-            let file = format!("{}-dev-{n}-device.json", resource.replace('/', "-"));
-            let info = json!({"type": "pci", "version": "1.1.0",
-                              "pci": {"pci-address": format!("0000:3b:00.{n}")}});
-            std::fs::write(devinfo.join("dp").join(file), info.to_string()).unwrap();
-        }
+        device_info_files(&devinfo, resource, 0..=9);
     }
     let node = format!("{}-node", w.kube.kube_ns);
     Some(DraWorld { w, node, devinfo })
@@ -230,17 +217,21 @@ fn bad_claims_and_slices_fail_the_add_naming_the_field() {
         PodResourcesServer::start(vec![pod(ns, pod_name, vec![container("c", &[])])])
     };
 
+    // The ADD of pod `name` in pod namespace `i` fails with `code`, and
+    // leaves nothing: its details.
+    let add_fails = |name: &str, i: usize, uid: &str, code: u32| -> String {
+        let kubelet = kubelet_of(name);
+        let out = w.plexus_with("ADD", i, true, name, uid, &d.conf(&kubelet));
+        let e = cni_error(&out);
+        assert_eq!(e["code"], code, "{e}");
+        assert_nothing_left(w.kube.tmp.path());
+        e["details"].as_str().unwrap().to_string()
+    };
+
     // Not allocated, though reserved for the pod.
     let uid = d.pod("p1", "net-a");
-    w.kube.api.apply(&dra::claim(ns, "unallocated", "net", 1));
-    let mut status = dra::allocated(&[], ("p1", &uid));
-    status.as_object_mut().unwrap().remove("allocation");
-    dra::write_status(w.kube.api, ns, "unallocated", &status);
-    let kubelet = kubelet_of("p1");
-    let out = w.plexus_with("ADD", 0, true, "p1", &uid, &d.conf(&kubelet));
-    let e = cni_error(&out);
-    assert_eq!(e["code"], 6, "{e}");
-    let details = e["details"].as_str().unwrap();
+    dra::reserved_unallocated(w.kube.api, ns, "unallocated", ("p1", &uid));
+    let details = add_fails("p1", 0, &uid, 6);
     assert!(
         details.contains(&format!(
             "whose device may come from the pod's ResourceClaims (DRA): ResourceClaim \
@@ -248,7 +239,6 @@ fn bad_claims_and_slices_fail_the_add_naming_the_field() {
         )),
         "{details}"
     );
-    assert_nothing_left(w.kube.tmp.path());
 
     // A slice whose deviceID is an int.
     let uid = d.pod("p2", "net-a");
@@ -260,11 +250,7 @@ fn bad_claims_and_slices_fail_the_add_naming_the_field() {
             "k8s.cni.cncf.io/resourceName": {"string": RES_A}}})],
     );
     d.claim("torn", &["vf-1"], ("p2", &uid));
-    let kubelet = kubelet_of("p2");
-    let out = w.plexus_with("ADD", 1, true, "p2", &uid, &d.conf(&kubelet));
-    let e = cni_error(&out);
-    assert_eq!(e["code"], 6, "{e}");
-    let details = e["details"].as_str().unwrap();
+    let details = add_fails("p2", 1, &uid, 6);
     assert!(
         details.contains(&format!(
             "ResourceSlice {}-bad spec.devices[0].attributes[\"k8s.cni.cncf.io/deviceID\"]: \
@@ -273,10 +259,6 @@ fn bad_claims_and_slices_fail_the_add_naming_the_field() {
         )),
         "{details}"
     );
-    assert_nothing_left(w.kube.tmp.path());
-    w.kube
-        .api
-        .kubectl(&["delete", "resourceclaim.resource.k8s.io", "-n", ns, "torn"]);
 
     // A device of another node's pool.
     let uid = d.pod("p3", "net-b");
@@ -290,11 +272,7 @@ fn bad_claims_and_slices_fail_the_add_naming_the_field() {
         &[(DRIVER, &other, "vf-5")],
         ("p3", &uid),
     );
-    let kubelet = kubelet_of("p3");
-    let out = w.plexus_with("ADD", 0, true, "p3", &uid, &d.conf(&kubelet));
-    let e = cni_error(&out);
-    assert_eq!(e["code"], 101, "{e}");
-    let details = e["details"].as_str().unwrap();
+    let details = add_fails("p3", 0, &uid, 101);
     assert!(
         details.contains(&format!(
             "but kubelet allocated 0 device(s) of it to pod {ns}/p3"
@@ -308,5 +286,4 @@ fn bad_claims_and_slices_fail_the_add_naming_the_field() {
         )),
         "{details}"
     );
-    assert_nothing_left(w.kube.tmp.path());
 }
