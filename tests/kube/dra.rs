@@ -166,6 +166,20 @@ fn a_nad_with_a_resource_name_gets_the_device_a_claim_was_allocated() {
             ("net-a".to_string(), "0000:3b:00.2".to_string()),
         ]
     );
+    // The plugins were handed those devices (Multus's deviceID and
+    // pciBusID), as the record of the ADD keeps their configs.
+    let record = std::fs::read_to_string(w.kube.tmp.path().join("cache/c0@eth0.json")).unwrap();
+    for (id, handed) in [
+        ("dev-1", true),
+        ("dev-9", true),
+        ("dev-2", true),
+        ("dev-3", false),
+    ] {
+        for key in ["deviceID", "pciBusID"] {
+            let said = format!("\"{key}\":\"{id}\"");
+            assert_eq!(record.contains(&said), handed, "{said}: {record}");
+        }
+    }
     let requests = d.dra_requests(before);
     assert_eq!(
         count(&requests, "list", "resourceclaims", ""),
