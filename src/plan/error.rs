@@ -472,6 +472,7 @@ mod tests {
                     resource: text(),
                     allocated: 1,
                     wanted: 2,
+                    skipped: vec![text()],
                 },
                 rejected,
             ),
