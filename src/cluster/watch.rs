@@ -428,7 +428,8 @@ impl DraWatches {
     }
 
     /// The node's slices from their watch, started on first need, once
-    /// listed, and the node to keep when the watch could not select it;
+    /// listed (every slice of the cluster when the API server cannot
+    /// select them by node, `by_node` false: the caller keeps the node's);
     /// `None`: read them with a LIST.
     pub(super) fn slices(&self, by_node: bool) -> Option<Vec<serde_json::Value>> {
         let watch = {
