@@ -40,7 +40,10 @@ fuzz_target!(|data: &[u8]| {
     let raw = Slices { raw: &slices, node };
     if let Ok(found) = claimed_devices(&ours, &raw) {
         for d in found.devices {
-            assert!(!d.device_id.is_empty() && !d.resource_name.is_empty(), "{d:?}");
+            assert!(
+                !d.device_id.is_empty() && !d.resource_name.is_empty(),
+                "{d:?}"
+            );
         }
     }
 });
