@@ -40,6 +40,15 @@ impl KubeCluster {
         match self.read(&object, api.list(&ListParams::default())) {
             Ok(list) => Ok(Some(to_values(list.items))),
             Err(e) if e.status() == Some(404) => Ok(None),
+            // A role from before DRA (a Multus one, or plexus's own of an
+            // earlier release) must not fail every device-backed ADD: the
+            // devices then come from kubelet alone, as before.
+            Err(e) if e.status() == Some(403) => {
+                tracing::warn!(
+                    "{object} may not be listed ({e}): the pod's ResourceClaims are not read;                      grant list and watch on resourceclaims and resourceslices (deploy/rbac.yaml)"
+                );
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }

@@ -415,6 +415,15 @@ impl DraWatches {
                 Served::No
             }
             Err(e) if selector_refused(&e) => Served::Yes { by_node: false },
+            // A role from before DRA: devices come from kubelet alone, as
+            // before, rather than every device-backed ADD failing.
+            Err(e) if e.status() == Some(403) => {
+                tracing::warn!(
+                    "the daemon may not list {} ResourceSlices ({e}): pods' ResourceClaims are                      not read until it restarts with list and watch on resourceclaims and                      resourceslices (deploy/rbac.yaml)",
+                    dra::API_VERSION
+                );
+                Served::No
+            }
             Err(e) => return Err(e),
         };
         *served = Some(known);

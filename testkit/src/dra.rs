@@ -25,7 +25,8 @@
 //!   `status.allocation` (the devices it picked) and `status.reservedFor`
 //!   (the pod), as kube-scheduler's DRA plugin does before it binds the pod.
 
-use std::sync::OnceLock;
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
@@ -313,11 +314,13 @@ pub fn crds() -> String {
     .to_string()
 }
 
-/// Serve `resource.k8s.io/v1` on `api` ([`crds`]), once per test binary,
-/// and wait until the API server serves it.
+/// Serve `resource.k8s.io/v1` on `api` ([`crds`]), once per API server
+/// and test binary, and wait until the API server serves it.
 pub fn serve(api: &KubeApi) {
-    static SERVED: OnceLock<()> = OnceLock::new();
-    SERVED.get_or_init(|| {
+    // Keyed by the server: a test may run its own beside the shared one.
+    static SERVED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut served = SERVED.lock().unwrap_or_else(|e| e.into_inner());
+    if served.insert(api.port) {
         api.apply(&crds());
         for plural in [
             "deviceclasses",
@@ -346,7 +349,7 @@ pub fn serve(api: &KubeApi) {
             );
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-    });
+    }
 }
 
 /// A device of a slice with the Multus contract's attributes

@@ -217,3 +217,61 @@ fn without_resource_k8s_io_devices_come_from_kubelet_and_dra_costs_one_request()
     }
     w.assert_nothing_left(&netns);
 }
+
+/// A cluster that serves `resource.k8s.io/v1` under a role from before DRA
+/// (plexus's of an earlier release, or a Multus one): the ADDs of
+/// device-backed networks keep kubelet's devices, as before, in thick and
+/// thin mode alike, and each process says once why claims are not read.
+#[test]
+fn a_role_without_dra_grants_keeps_kubelets_devices() {
+    let private = || -> &'static plexus_testkit::kube::KubeApi {
+        Box::leak(Box::new(plexus_testkit::kube::private_api("dra403")))
+    };
+    let Some(mut w) = world_on(private, "dra403") else {
+        return;
+    };
+    let api = w.kube.api;
+    let ns = w.kube.kube_ns.clone();
+    let node = w.kube.node.clone();
+    dra::serve(api);
+    // deploy/rbac.yaml's role without its resource.k8s.io rule.
+    let mut role: Value =
+        serde_json::from_str(&api.kubectl(&["get", "clusterrole", "plexus", "-o", "json"]))
+            .unwrap();
+    let rules = role["rules"].as_array_mut().unwrap();
+    let before = rules.len();
+    rules.retain(|r| !r["apiGroups"].to_string().contains("resource.k8s.io"));
+    assert_eq!(rules.len(), before - 1, "{role}");
+    api.apply(&role.to_string());
+    net_a(&w, "10.32.0.0/16");
+    let pods = ["p1", "p2"];
+    let netns: Vec<String> = pods
+        .iter()
+        .map(|p| w.kube.namespaces.add(&format!("dra403-{p}")))
+        .collect();
+    w.pods(&pods.map(String::from), &node, "net-a");
+    let kubelet = PodResourcesServer::start(
+        pods.iter()
+            .enumerate()
+            .map(|(i, p)| {
+                pod(
+                    &ns,
+                    p,
+                    vec![container("c", &[(RES, &[&format!("dev-{i}")])])],
+                )
+            })
+            .collect(),
+    );
+    let thick = w.conf_with(json!({"podResourcesSocket": kubelet.socket()}));
+    let thin = w.conf_with(json!({"podResourcesSocket": kubelet.socket(), "daemonSocket": null}));
+    let daemon = w.daemon();
+    assert_ok("thick ADD", &w.call("ADD", "p1", &netns[0], &thick));
+    let said = "may not list resource.k8s.io/v1 ResourceSlices";
+    assert_eq!(daemon.log().matches(said).count(), 1, "{}", daemon.log());
+    // A plugin process meets the 403 on the claims' LIST, warns, goes on.
+    assert_ok("thin ADD", &w.call("ADD", "p2", &netns[1], &thin));
+    for ((pod_name, netns), conf) in pods.iter().zip(&netns).zip([&thick, &thin]) {
+        assert_ok("DEL", &w.call("DEL", pod_name, netns, conf));
+    }
+    w.assert_nothing_left(&netns);
+}
