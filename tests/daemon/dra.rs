@@ -39,6 +39,47 @@ fn net_a(w: &World, subnet: &str) {
     w.kube.resource_nad("net-a", RES, &config);
 }
 
+/// A world on a private API server of its own, for tests that change what
+/// the whole server serves or grants.
+fn private_world(tag: &'static str) -> Option<World> {
+    let private = move || -> &'static plexus_testkit::kube::KubeApi {
+        Box::leak(Box::new(plexus_testkit::kube::private_api(tag)))
+    };
+    world_on(private, tag)
+}
+
+/// `pods` of net-a (on `subnet`) on the node, each in a network namespace
+/// of its own, and kubelet's PodResources giving pod `i` the device
+/// `dev-<i>` of `RES`.
+fn pods_with_kubelet_devices(
+    w: &mut World,
+    subnet: &str,
+    pods: &[&str],
+) -> (Vec<String>, PodResourcesServer) {
+    net_a(w, subnet);
+    let netns: Vec<String> = pods
+        .iter()
+        .map(|p| w.kube.namespaces.add(&format!("{}-{p}", w.kube.node)))
+        .collect();
+    let names: Vec<String> = pods.iter().map(|p| p.to_string()).collect();
+    let node = w.kube.node.clone();
+    w.pods(&names, &node, "net-a");
+    let ns = &w.kube.kube_ns;
+    let kubelet = PodResourcesServer::start(
+        pods.iter()
+            .enumerate()
+            .map(|(i, p)| {
+                pod(
+                    ns,
+                    p,
+                    vec![container("c", &[(RES, &[&format!("dev-{i}")])])],
+                )
+            })
+            .collect(),
+    );
+    (netns, kubelet)
+}
+
 #[test]
 fn a_warm_add_with_claims_reads_them_from_the_caches_and_sends_no_get() {
     let Some(mut w) = world("dra") else { return };
@@ -156,34 +197,12 @@ fn a_warm_add_with_claims_reads_them_from_the_caches_and_sends_no_get() {
 /// a plugin process (thin mode) meets one 404 per ADD and goes on silently.
 #[test]
 fn without_resource_k8s_io_devices_come_from_kubelet_and_dra_costs_one_request() {
-    let private = || -> &'static plexus_testkit::kube::KubeApi {
-        Box::leak(Box::new(plexus_testkit::kube::private_api("nodra")))
-    };
-    let Some(mut w) = world_on(private, "nodra") else {
+    let Some(mut w) = private_world("nodra") else {
         return;
     };
     let api = w.kube.api;
-    let ns = w.kube.kube_ns.clone();
-    let node = w.kube.node.clone();
-    net_a(&w, "10.31.0.0/16");
     let pods = ["p1", "p2", "p3"];
-    let netns: Vec<String> = pods
-        .iter()
-        .map(|p| w.kube.namespaces.add(&format!("nodra-{p}")))
-        .collect();
-    w.pods(&pods.map(String::from), &node, "net-a");
-    let kubelet = PodResourcesServer::start(
-        pods.iter()
-            .enumerate()
-            .map(|(i, p)| {
-                pod(
-                    &ns,
-                    p,
-                    vec![container("c", &[(RES, &[&format!("dev-{i}")])])],
-                )
-            })
-            .collect(),
-    );
+    let (netns, kubelet) = pods_with_kubelet_devices(&mut w, "10.31.0.0/16", &pods);
     let conf = w.conf_with(json!({"podResourcesSocket": kubelet.socket()}));
     let dra_requests = |since: usize| -> Vec<plexus_testkit::kube::AuditedRequest> {
         api.audited()[since..]
@@ -224,15 +243,10 @@ fn without_resource_k8s_io_devices_come_from_kubelet_and_dra_costs_one_request()
 /// thin mode alike, and each process says once why claims are not read.
 #[test]
 fn a_role_without_dra_grants_keeps_kubelets_devices() {
-    let private = || -> &'static plexus_testkit::kube::KubeApi {
-        Box::leak(Box::new(plexus_testkit::kube::private_api("dra403")))
-    };
-    let Some(mut w) = world_on(private, "dra403") else {
+    let Some(mut w) = private_world("dra403") else {
         return;
     };
     let api = w.kube.api;
-    let ns = w.kube.kube_ns.clone();
-    let node = w.kube.node.clone();
     dra::serve(api);
     // deploy/rbac.yaml's role without its resource.k8s.io rule.
     let mut role: Value =
@@ -243,25 +257,8 @@ fn a_role_without_dra_grants_keeps_kubelets_devices() {
     rules.retain(|r| !r["apiGroups"].to_string().contains("resource.k8s.io"));
     assert_eq!(rules.len(), before - 1, "{role}");
     api.apply(&role.to_string());
-    net_a(&w, "10.32.0.0/16");
     let pods = ["p1", "p2"];
-    let netns: Vec<String> = pods
-        .iter()
-        .map(|p| w.kube.namespaces.add(&format!("dra403-{p}")))
-        .collect();
-    w.pods(&pods.map(String::from), &node, "net-a");
-    let kubelet = PodResourcesServer::start(
-        pods.iter()
-            .enumerate()
-            .map(|(i, p)| {
-                pod(
-                    &ns,
-                    p,
-                    vec![container("c", &[(RES, &[&format!("dev-{i}")])])],
-                )
-            })
-            .collect(),
-    );
+    let (netns, kubelet) = pods_with_kubelet_devices(&mut w, "10.32.0.0/16", &pods);
     let thick = w.conf_with(json!({"podResourcesSocket": kubelet.socket()}));
     let thin = w.conf_with(json!({"podResourcesSocket": kubelet.socket(), "daemonSocket": null}));
     let daemon = w.daemon();
