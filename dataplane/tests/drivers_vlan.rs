@@ -10,7 +10,7 @@ mod chained;
 mod common;
 mod drivers_support;
 
-use common::{assert_error, ifname, run, TestNs};
+use common::{ifname, run, TestNs};
 use drivers_support::*;
 use plexus_cni::delegate::Resolver;
 use plexus_cni::env::CniCommand;
@@ -97,20 +97,8 @@ fn without_kernel_support_add_fails_cleanly() {
     if !plexus_testkit::require_absent(Feature::Vlan) {
         return;
     }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    let r = TestResolver::default();
-    let e = add(
-        &node,
-        &r,
-        "vlan",
-        &Target::new("c1", &pod, "eth0"),
-        &conf(100, v4("10.70.0.5/24"), json!({})),
-    )
-    .unwrap_err();
-    assert_error(&e, ErrorCode::Io, "create vlan eth0 on up0: ");
-    assert!(e.details.contains("EOPNOTSUPP"), "{e}");
-    assert_nothing_made(&pod, &r);
-    assert_eq!(sorted_links(&node), ["lo", "up0", "up1"]);
+    let c = conf(100, v4("10.70.0.5/24"), json!({}));
+    stacked::fails_cleanly_without_the_kind("vlan", UPLINK, &c);
 }
 
 #[test]
@@ -239,14 +227,9 @@ fn layer2_only_without_ipam() {
 
 #[test]
 fn master_inside_the_container() {
-    if !runnable() {
+    let Some((node, pod, r, t)) = stacked::pod_with_master(runnable()) else {
         return;
-    }
-    let (node, pod) = (TestNs::new(), TestNs::new());
-    pod.ip(&["link", "add", "m0", "type", "veth", "peer", "name", "m1"]);
-    pod.ip(&["link", "set", "m0", "up"]);
-    let r = TestResolver::default();
-    let t = Target::new("c1", &pod, "eth0");
+    };
     let c = conf(
         30,
         v4("10.72.0.5/24"),
@@ -365,9 +348,14 @@ fn a_failed_add_leaves_nothing() {
         ["lo", "up0", "up1"],
         "no temporary link left"
     );
-    // The id is free again.
-    let pod2 = TestNs::new();
-    add(&node, &r, "vlan", &Target::new("c2", &pod2, "eth0"), &c).unwrap();
+    id_is_free_again(&node, &r, &c);
+}
+
+/// ADD of `c` for a new pod succeeds: nothing of an earlier attachment
+/// holds its VLAN id.
+fn id_is_free_again(node: &TestNs, r: &TestResolver, c: &Value) {
+    let pod = TestNs::new();
+    add(node, r, "vlan", &Target::new("c9", &pod, "eth0"), c).unwrap();
 }
 
 #[test]
@@ -376,20 +364,9 @@ fn del_twice_and_after_the_netns_is_gone() {
         return;
     };
     let c = conf(70, v4("10.76.0.5/24"), json!({}));
-    let res = add(&node, &r, "vlan", &t, &c).unwrap();
-    del(&node, &r, "vlan", &t, &with_prev(&c, &res)).unwrap();
-    assert_eq!(link_names(&pod), ["lo"]);
-    dels_again(&node, &r, "vlan", &t, &c);
     // A master that no longer exists does not matter to DEL (the
     // reference's loadConf would fail on it).
-    del(
-        &node,
-        &r,
-        "vlan",
-        &t,
-        &conf(70, json!([]), json!({"master": "gone0"})),
-    )
-    .unwrap();
+    stacked::dels_after_add("vlan", &node, &r, (&pod, &t), &c);
     // An interface of that name that is not a VLAN is not plexus's.
     pod.ip(&[
         "link", "add", "eth0", "type", "veth", "peer", "name", "mine0",
@@ -397,9 +374,7 @@ fn del_twice_and_after_the_netns_is_gone() {
     del(&node, &r, "vlan", &t, &c).unwrap();
     assert_eq!(sorted_links(&pod), ["eth0", "lo", "mine0"]);
     assert_eq!(r.commands(), add_then_dels(6));
-    // The id is free again.
-    let pod2 = TestNs::new();
-    add(&node, &r, "vlan", &Target::new("c2", &pod2, "eth0"), &c).unwrap();
+    id_is_free_again(&node, &r, &c);
 }
 
 #[test]
@@ -546,21 +521,18 @@ fn the_reference_vlan_gives_the_same_result_on_the_same_config() {
     // Each CHECK passes, then each DEL, and each leaves nothing.
     let our_prev = chained_prev(&our_conf, &our_result);
     check(&node, &r, "vlan", &t, &our_prev).unwrap();
-    chained::reference(
-        "vlan",
-        &node,
-        &env(CniCommand::Check, &theirs),
-        &chained_prev(&their_conf, &their_result),
-    )
-    .unwrap_or_else(|e| panic!("reference vlan CHECK: {e}"));
+    let theirs_again = |command| {
+        chained::reference(
+            "vlan",
+            &node,
+            &env(command, &theirs),
+            &chained_prev(&their_conf, &their_result),
+        )
+        .unwrap_or_else(|e| panic!("reference vlan {command}: {e}"))
+    };
+    theirs_again(CniCommand::Check);
     del(&node, &r, "vlan", &t, &our_prev).unwrap();
-    chained::reference(
-        "vlan",
-        &node,
-        &env(CniCommand::Del, &theirs),
-        &chained_prev(&their_conf, &their_result),
-    )
-    .unwrap_or_else(|e| panic!("reference vlan DEL: {e}"));
+    theirs_again(CniCommand::Del);
     for (pod, dir) in [(&ours, &dirs[0]), (&theirs, &dirs[1])] {
         assert_eq!(link_names(pod), ["lo"]);
         let leases: Vec<_> = std::fs::read_dir(dir.path().join("vl-peer"))
