@@ -451,12 +451,15 @@ impl Resolver for ReferenceIpam<'_> {
 }
 
 /// A `vlan` config with host-local handing out from 10.78.0.0/24, its leases
-/// in `dir`.
+/// in `dir`. The route names its gateway: without one the reference's own
+/// CHECK fails after its ADD (its `ValidateExpectedRoute` looks for a route
+/// without a gateway, and the route went through the address's), where
+/// plexus's CHECK passes.
 fn host_local_conf(id: i64, dir: &std::path::Path) -> Value {
     json!({"cniVersion": "1.0.0", "name": "vl-peer", "type": "vlan", "master": "up0",
            "vlanId": id, "mtu": 1400, "dns": {"nameservers": ["10.78.0.53"]},
            "ipam": {"type": "host-local", "subnet": "10.78.0.0/24", "gateway": "10.78.0.1",
-                    "routes": [{"dst": "10.99.0.0/16"}], "dataDir": dir}})
+                    "routes": [{"dst": "10.99.0.0/16", "gw": "10.78.0.1"}], "dataDir": dir}})
 }
 
 /// What may differ between two attachments of one config by nature: the
