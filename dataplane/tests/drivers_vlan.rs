@@ -222,6 +222,13 @@ fn layer2_only_without_ipam() {
     check(&node, &r, "vlan", &t, &with_prev(&c, &res)).unwrap();
     del(&node, &r, "vlan", &t, &c).unwrap();
     assert_eq!(link_names(&pod), ["lo"]);
+    // A CNI_IFNAME the node has too: the VLAN is made under a temporary
+    // name and renamed in the pod (before Linux 6.14 the kernel refused a
+    // link made for another namespace under a name the node has).
+    let up1 = Target::new("c2", &pod, "up1");
+    add(&node, &r, "vlan", &up1, &c).unwrap();
+    assert_eq!(link(&pod, "up1").unwrap()["linkinfo"]["info_kind"], "vlan");
+    assert_eq!(sorted_links(&node), ["lo", "up0", "up1"]);
     assert!(r.commands().is_empty());
 }
 

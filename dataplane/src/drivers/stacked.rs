@@ -312,9 +312,10 @@ fn create_link<'a, S: Stacked>(
 
 /// A link `made` in `nl`'s namespace under a temporary name, moved into
 /// `spec.netns` (when given) and renamed to `spec.name` in one request, for
-/// the kinds whose reference does so (vlan, ipoib): a link created in
-/// another namespace under its final name is refused by the kernel when the
-/// creating namespace has a link of that name. On failure nothing is left:
+/// the kinds whose reference does so (vlan, ipoib): before Linux 6.14 a
+/// link created in another namespace under its final name is refused
+/// (EEXIST) when the creating namespace has a link of that name, which
+/// `rtnl_newlink` looked up there. On failure nothing is left:
 /// the link is deleted where it is, still in `nl`'s namespace or (moved,
 /// the rename refused because CNI_IFNAME is taken) in the pod's.
 pub(crate) fn rename_into_pod(nl: &Netlink, made: &Link, spec: &Spec<'_>) -> Result<(), Error> {
