@@ -559,3 +559,72 @@ fn the_reference_vlan_gives_the_same_result_on_the_same_config() {
 fn chained_prev(conf: &Value, result: &Value) -> Value {
     with_keys(conf.clone(), &json!({"prevResult": result}))
 }
+
+#[test]
+fn the_reference_vlan_refuses_what_plexus_refuses() {
+    if !runnable() || !chained::have_reference() {
+        return;
+    }
+    let node = node_with_uplink(UPLINK);
+    let dir = tempfile::tempdir().unwrap();
+    let r = ReferenceIpam { node: &node };
+    let good = host_local_conf(92, dir.path());
+    let mut no_master = good.clone();
+    no_master.as_object_mut().unwrap().remove("master");
+    // The first pod's VLAN 92, which the duplicates ask for again.
+    let first = TestNs::new();
+    add(
+        &node,
+        &r,
+        "vlan",
+        &Target::new("first", &first, "eth0"),
+        &good,
+    )
+    .unwrap();
+    let bad = [
+        ("master missing", no_master),
+        (
+            "unknown master",
+            with_keys(good.clone(), &json!({"master": "nope0"})),
+        ),
+        ("vlanId -1", with_keys(good.clone(), &json!({"vlanId": -1}))),
+        (
+            "vlanId 4095",
+            with_keys(good.clone(), &json!({"vlanId": 4095})),
+        ),
+        (
+            "vlanId \"x\"",
+            with_keys(good.clone(), &json!({"vlanId": "x"})),
+        ),
+        (
+            "mtu above the master's",
+            with_keys(good.clone(), &json!({"mtu": 1501})),
+        ),
+        ("a duplicate VLAN", good.clone()),
+    ];
+    for (what, c) in bad {
+        let (ours, theirs) = (TestNs::new(), TestNs::new());
+        let e = add(&node, &r, "vlan", &Target::new("px", &ours, "eth0"), &c).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidConfig, "{what}: {e}");
+        let env = chained::env(
+            CniCommand::Add,
+            "ref",
+            Some(netns_path(&theirs).to_str().unwrap()),
+            "eth0",
+            "",
+        );
+        let refused = chained::reference("vlan", &node, &env, &c);
+        assert!(
+            refused.is_err(),
+            "{what}: the reference took it: {refused:?}"
+        );
+        assert_eq!(link_names(&ours), ["lo"], "{what}");
+        assert_eq!(link_names(&theirs), ["lo"], "{what}");
+    }
+    assert_eq!(sorted_links(&node), ["lo", "up0", "up1"]);
+    let kept = link(&first, "eth0").unwrap();
+    assert_eq!(
+        kept["linkinfo"]["info_data"]["id"], 92,
+        "the first pod keeps its VLAN"
+    );
+}
