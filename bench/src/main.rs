@@ -50,6 +50,11 @@
 //! With `--sriov`, only the SR-IOV VF case (`sriov.rs`) runs instead: it
 //! needs a PCI SR-IOV PF and recreates its VFs, so it runs only in the test
 //! VM (`vm-tests/run --bench -- --sriov`).
+//!
+//! With `--vlan`, only the `vlan` + `host-local` scenario runs, the same way
+//! as the bridge and macvlan ones, each pod on its own VLAN id of the node's
+//! uplink: it needs 802.1q, which the build hosts' kernels lack, so it runs
+//! in the test VM (`vm-tests/run --bench -- --vlan`).
 
 mod cluster_ipam;
 mod daemons;
@@ -82,7 +87,7 @@ use serde_json::{json, Value};
 #[command(about = "plexus vs the reference CNI plugins, side by side")]
 struct Args {
     /// Pods per scenario, attached one after another (default 40; 20 with
-    /// --sriov, as the VM emulates its CPU).
+    /// --sriov and --vlan, as the VM emulates its CPU).
     #[arg(long)]
     pods: Option<usize>,
     /// Directory of the reference plugins.
@@ -190,6 +195,12 @@ struct Args {
     /// SR-IOV PF. In the test VM only (`vm-tests/run --bench -- --sriov`).
     #[arg(long)]
     sriov: bool,
+    /// Run only the `vlan` + `host-local` scenario (issue 50): plexus's
+    /// built-in `vlan` against the reference binary, each pod on its own
+    /// VLAN id. It needs 802.1q: in the test VM (`vm-tests/run --bench --
+    /// --vlan`).
+    #[arg(long)]
+    vlan: bool,
     /// Instead of benchmarking, single-step plexus's ADD and DEL and write
     /// the functions they run to OUT, for the linker to gather
     /// (bench/hot-text/README.md).
@@ -329,6 +340,61 @@ struct Scenario {
     /// The network config for the reference, given its IPAM data dir.
     reference: Value,
     plexus: Value,
+    /// The config of pod `i` from the scenario's (a VLAN id per pod).
+    per_pod: fn(&Value, usize) -> Value,
+    /// ADD's median against the reference's.
+    target: f64,
+}
+
+/// The same config for every pod.
+fn same(conf: &Value, _: usize) -> Value {
+    conf.clone()
+}
+
+/// The first VLAN ids of the `vlan` scenario's contenders: pod `i` has the
+/// id plus `i`, so no two pods share one on the uplink.
+const VLAN_IDS: [u16; 2] = [1000, 3000];
+/// Pods the `vlan` scenario can give an id each.
+const VLAN_PODS: usize = 1000;
+
+/// Pod `i`'s `vlan` config: the scenario's id plus `i`, in the config or in
+/// its one delegate.
+fn vlan_of_pod(conf: &Value, i: usize) -> Value {
+    let mut conf = conf.clone();
+    let vlan = if conf["type"] == "vlan" {
+        &mut conf
+    } else {
+        &mut conf["delegates"][0]
+    };
+    let first = vlan["vlanId"].as_u64().expect("a vlanId");
+    vlan["vlanId"] = json!(first + i as u64);
+    conf
+}
+
+/// The `vlan` + `host-local` scenario (`--vlan`).
+fn vlan_scenario(data_dir: &Path, cache_dir: &Path) -> Scenario {
+    let vlan = |name: &str, id: u16, subnet: &str, who: &str| {
+        json!({"cniVersion": "1.0.0", "name": name, "type": "vlan", "master": "uplink0",
+               "vlanId": id, "ipam": {"type": "host-local", "subnet": subnet,
+                                      "dataDir": data_dir.join(who)}})
+    };
+    Scenario {
+        title: "vlan + host-local",
+        reference: vlan("bench-vl-ref", VLAN_IDS[0], "10.94.0.0/16", "ref"),
+        plexus: plexus_conf(
+            vlan("bench-vl-px", VLAN_IDS[1], "10.95.0.0/16", "px"),
+            cache_dir,
+        ),
+        per_pod: vlan_of_pod,
+        // Issue 50: faster than the exec'd reference.
+        target: 1.0,
+    }
+}
+
+/// plexus's config with `delegate` as its one network.
+fn plexus_conf(delegate: Value, cache_dir: &Path) -> Value {
+    json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
+           "delegates": [delegate], "cniDir": cache_dir})
 }
 
 fn scenarios(data_dir: &Path, cache_dir: &Path) -> Vec<Scenario> {
@@ -341,20 +407,21 @@ fn scenarios(data_dir: &Path, cache_dir: &Path) -> Vec<Scenario> {
         json!({"cniVersion": "1.0.0", "name": name, "type": "macvlan", "master": "uplink0",
                "mode": "bridge", "ipam": ipam(subnet, who)})
     };
-    let plexus = |delegate: Value| {
-        json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
-               "delegates": [delegate], "cniDir": cache_dir})
-    };
+    let plexus = |delegate: Value| plexus_conf(delegate, cache_dir);
     vec![
         Scenario {
             title: "bridge + host-local",
             reference: bridge("bench-br-ref", "brref0", "10.98.0.0/16", "ref"),
             plexus: plexus(bridge("bench-br-px", "brpx0", "10.99.0.0/16", "px")),
+            per_pod: same,
+            target: ADD_SPEEDUP_TARGET,
         },
         Scenario {
             title: "macvlan + host-local",
             reference: macvlan("bench-mv-ref", "10.96.0.0/16", "ref"),
             plexus: plexus(macvlan("bench-mv-px", "10.97.0.0/16", "px")),
+            per_pod: same,
+            target: ADD_SPEEDUP_TARGET,
         },
     ]
 }
@@ -541,6 +608,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let pod_count = args.pods.unwrap_or(match (args.sriov, args.cluster) {
         _ if args.cluster_ipam => 12,
         _ if args.scale => 20,
+        _ if args.vlan => 20,
         (true, _) => 20,
         (_, true) => 100,
         _ => 40,
@@ -621,6 +689,30 @@ fn run(args: &Args) -> Result<bool, String> {
         return hot_text::run(setup, out).map(|()| true);
     }
     let node = node(&mut namespaces, pid)?;
+    let mut ctx = Contest {
+        plexus: &plexus,
+        reference_dir: &args.reference_dir,
+        node: &node,
+        namespaces: &mut namespaces,
+        pid,
+        pods: pod_count,
+    };
+    if args.vlan {
+        if pod_count > VLAN_PODS {
+            return Err(format!("--vlan: at most {VLAN_PODS} pods, a VLAN id each"));
+        }
+        println!(
+            "plexus-bench: {pod_count} pods, one after another; reference vlan from {}",
+            args.reference_dir.display()
+        );
+        let scenario = vlan_scenario(&tmp.0.join("ipam"), &tmp.0.join("cache"));
+        let m = ctx.scenario(0, &scenario, None)?;
+        println!(
+            "peak RSS of a plexus invocation: {:.1} MB",
+            m.max_rss_kb as f64 / 1024.0
+        );
+        return Ok(m.met);
+    }
     // A bridge for the bare-veth baseline.
     ip(&node, &["link", "add", "brbare0", "type", "bridge"])?;
 
@@ -637,69 +729,13 @@ fn run(args: &Args) -> Result<bool, String> {
         .into_iter()
         .enumerate()
     {
-        let plugin = scenario.reference["type"].as_str().expect("scenario type");
-        let reference_bin = args.reference_dir.join(plugin);
-        let (mut reference, mut ours) = (Samples::default(), Samples::default());
-        // One CNI call of `binary` for container `id` in `ns`, measured.
-        let call = |binary: &Path, command: &str, id: &str, ns: &NetNs, stdin: &[u8]| {
-            let env = cni_env(command, id, ns, &args.reference_dir);
-            invoke(&node, binary, &[], &env, stdin)
-        };
-        let (ref_conf, our_conf) = (scenario.reference.to_string(), scenario.plexus.to_string());
-        let mut pods = Vec::with_capacity(pod_count);
-        for i in 0..pod_count {
-            let ref_ns = namespaces.create(format!("pxb-{pid}-{n}r{i}"))?;
-            let our_ns = namespaces.create(format!("pxb-{pid}-{n}p{i}"))?;
-            let (ref_id, our_id) = (format!("ref{i}"), format!("px{i}"));
-            let r = call(&reference_bin, "ADD", &ref_id, &ref_ns, ref_conf.as_bytes())?;
-            reference.add.push(r.elapsed);
-            let p = call(&plexus, "ADD", &our_id, &our_ns, our_conf.as_bytes())?;
-            ours.add.push(p.elapsed);
-            ours.rss_kb.push(p.max_rss_kb);
-            let parse = |run: &Run| {
-                serde_json::from_slice::<Value>(&run.stdout).map_err(|e| format!("ADD result: {e}"))
-            };
-            pods.push((ref_ns, ref_id, parse(&r)?, our_ns, our_id, parse(&p)?));
+        let bridge = scenario.reference["type"] == "bridge";
+        let m = ctx.scenario(n, &scenario, bridge.then_some(&mut bare))?;
+        all_met &= m.met;
+        if bridge {
+            bridge_del_median = Some(m.del_median);
         }
-        for (ref_ns, ref_id, ref_result, our_ns, our_id, our_result) in &pods {
-            let prev = with_prev_result(&scenario.reference, ref_result);
-            let r = call(&reference_bin, "DEL", ref_id, ref_ns, &prev)?;
-            reference.del.push(r.elapsed);
-            let prev = with_prev_result(&scenario.plexus, our_result);
-            let p = call(&plexus, "DEL", our_id, our_ns, &prev)?;
-            ours.del.push(p.elapsed);
-            ours.rss_kb.push(p.max_rss_kb);
-            if plugin == "bridge" {
-                // Right after, under the same conditions: the baseline.
-                let i = bare.len();
-                bare.push(bare_veth_del(&mut namespaces, &node, pid, i)?);
-            }
-        }
-        drop(pods);
-
-        println!("\n{}", scenario.title);
-        print_table(
-            12,
-            &[
-                ("reference", &reference.add, &reference.del),
-                ("plexus", &ours.add, &ours.del),
-            ],
-        );
-        let add_speedup = percentile(&reference.add, 0.5).as_secs_f64()
-            / percentile(&ours.add, 0.5).as_secs_f64();
-        let del_speedup = percentile(&reference.del, 0.5).as_secs_f64()
-            / percentile(&ours.del, 0.5).as_secs_f64();
-        let met = add_speedup >= ADD_SPEEDUP_TARGET;
-        all_met &= met;
-        println!(
-            "ADD: plexus is {add_speedup:.2}x faster than the reference (target >= {ADD_SPEEDUP_TARGET:.2}x: {})",
-            verdict(met)
-        );
-        println!("DEL: plexus is {del_speedup:.2}x faster than the reference");
-        if plugin == "bridge" {
-            bridge_del_median = Some(percentile(&ours.del, 0.5));
-        }
-        max_rss_kb = max_rss_kb.max(ours.rss_kb.iter().copied().max().unwrap_or(0));
+        max_rss_kb = max_rss_kb.max(m.max_rss_kb);
     }
 
     println!(
@@ -749,6 +785,123 @@ Kubernetes case skipped: no test API server here \
         all_met &= hotplug::run(&mut setup, args.dynamic_controller.as_deref())?;
     }
     Ok(all_met)
+}
+
+/// What one scenario needs: the contenders, the node they run in, and the
+/// namespaces of its pods.
+struct Contest<'a> {
+    plexus: &'a Path,
+    reference_dir: &'a Path,
+    node: &'a NetNs,
+    namespaces: &'a mut Namespaces,
+    pid: u32,
+    pods: usize,
+}
+
+/// What one scenario measured.
+struct Measured {
+    /// ADD's ratio met the scenario's target.
+    met: bool,
+    del_median: Duration,
+    max_rss_kb: i64,
+}
+
+impl Contest<'_> {
+    /// Scenario `n`: its pods ADDed one after another, reference and plexus
+    /// taking turns, then DELed; the table and the ratios printed. With
+    /// `bare`, a bare veth deletion after each DEL (the bridge's baseline).
+    fn scenario(
+        &mut self,
+        n: usize,
+        scenario: &Scenario,
+        mut bare: Option<&mut Vec<Duration>>,
+    ) -> Result<Measured, String> {
+        let (pid, pod_count, node) = (self.pid, self.pods, self.node);
+        let plugin = scenario.reference["type"].as_str().expect("scenario type");
+        let reference_bin = self.reference_dir.join(plugin);
+        let plexus = self.plexus;
+        let (mut reference, mut ours) = (Samples::default(), Samples::default());
+        // One CNI call of `binary` for container `id` in `ns`, measured.
+        let reference_dir = self.reference_dir;
+        let call = |binary: &Path, command: &str, id: &str, ns: &NetNs, stdin: &[u8]| {
+            let env = cni_env(command, id, ns, reference_dir);
+            invoke(node, binary, &[], &env, stdin)
+        };
+        let mut pods = Vec::with_capacity(pod_count);
+        for i in 0..pod_count {
+            let ref_ns = self.namespaces.create(format!("pxb-{pid}-{n}r{i}"))?;
+            let our_ns = self.namespaces.create(format!("pxb-{pid}-{n}p{i}"))?;
+            let (ref_id, our_id) = (format!("ref{i}"), format!("px{i}"));
+            let ref_conf = (scenario.per_pod)(&scenario.reference, i);
+            let our_conf = (scenario.per_pod)(&scenario.plexus, i);
+            let r = call(
+                &reference_bin,
+                "ADD",
+                &ref_id,
+                &ref_ns,
+                ref_conf.to_string().as_bytes(),
+            )?;
+            reference.add.push(r.elapsed);
+            let p = call(
+                plexus,
+                "ADD",
+                &our_id,
+                &our_ns,
+                our_conf.to_string().as_bytes(),
+            )?;
+            ours.add.push(p.elapsed);
+            ours.rss_kb.push(p.max_rss_kb);
+            let parse = |run: &Run| {
+                serde_json::from_slice::<Value>(&run.stdout).map_err(|e| format!("ADD result: {e}"))
+            };
+            pods.push((
+                (ref_ns, ref_id, ref_conf, parse(&r)?),
+                (our_ns, our_id, our_conf, parse(&p)?),
+            ));
+        }
+        for ((ref_ns, ref_id, ref_conf, ref_result), (our_ns, our_id, our_conf, our_result)) in
+            &pods
+        {
+            let prev = with_prev_result(ref_conf, ref_result);
+            let r = call(&reference_bin, "DEL", ref_id, ref_ns, &prev)?;
+            reference.del.push(r.elapsed);
+            let prev = with_prev_result(our_conf, our_result);
+            let p = call(plexus, "DEL", our_id, our_ns, &prev)?;
+            ours.del.push(p.elapsed);
+            ours.rss_kb.push(p.max_rss_kb);
+            if let Some(bare) = bare.as_deref_mut() {
+                // Right after, under the same conditions: the baseline.
+                let i = bare.len();
+                bare.push(bare_veth_del(self.namespaces, node, pid, i)?);
+            }
+        }
+        drop(pods);
+
+        println!("\n{}", scenario.title);
+        print_table(
+            12,
+            &[
+                ("reference", &reference.add, &reference.del),
+                ("plexus", &ours.add, &ours.del),
+            ],
+        );
+        let add_speedup = percentile(&reference.add, 0.5).as_secs_f64()
+            / percentile(&ours.add, 0.5).as_secs_f64();
+        let del_speedup = percentile(&reference.del, 0.5).as_secs_f64()
+            / percentile(&ours.del, 0.5).as_secs_f64();
+        let target = scenario.target;
+        let met = add_speedup >= target;
+        println!(
+            "ADD: plexus is {add_speedup:.2}x faster than the reference (target >= {target:.2}x: {})",
+            verdict(met)
+        );
+        println!("DEL: plexus is {del_speedup:.2}x faster than the reference");
+        Ok(Measured {
+            met,
+            del_median: percentile(&ours.del, 0.5),
+            max_rss_kb: ours.rss_kb.iter().copied().max().unwrap_or(0),
+        })
+    }
 }
 
 /// `.ci/multi-networkpolicy-iptables`'s cached build, if it is there.

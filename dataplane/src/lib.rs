@@ -25,7 +25,7 @@
 //! - [`mac`]: Ethernet MAC addresses.
 //! - [`drivers`]: the built-in plugins, each a `plexus_cni::skel::Plugin`,
 //!   registered in [`drivers::BUILTINS`]: the interface drivers `bridge`,
-//!   `macvlan`, `ipvlan`, `ipoib`, `sriov` and `vdpa`, and the chained
+//!   `macvlan`, `ipvlan`, `vlan`, `ipoib`, `sriov` and `vdpa`, and the chained
 //!   `tuning` and `bandwidth`, in-process versions of the reference and
 //!   peer plugins.
 //! - [`error`]: the one [`Error`] type, carrying the operation, the object and

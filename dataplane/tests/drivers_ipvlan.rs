@@ -7,7 +7,7 @@ mod common;
 use common::ifname;
 mod drivers_support;
 
-use common::{assert_error, TestNs};
+use common::TestNs;
 use drivers_support::*;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::ErrorCode;
@@ -76,19 +76,7 @@ fn without_kernel_support_add_fails_cleanly() {
     if !plexus_testkit::require_absent(Feature::Ipvlan) {
         return;
     }
-    let (node, pod) = (node_with_uplink(UPLINK), TestNs::new());
-    let r = TestResolver::default();
-    let e = add(
-        &node,
-        &r,
-        "ipvlan",
-        &Target::new("c1", &pod, "eth0"),
-        &conf(v4("10.60.0.5/24"), json!({})),
-    )
-    .unwrap_err();
-    assert_error(&e, ErrorCode::Io, "create ipvlan eth0 on up0: ");
-    assert!(e.details.contains("EOPNOTSUPP"), "{e}");
-    assert_nothing_made(&pod, &r);
+    stacked::fails_cleanly_without_the_kind("ipvlan", UPLINK, &conf(v4("10.60.0.5/24"), json!({})));
 }
 
 #[test]

@@ -201,18 +201,14 @@ fn failures_half_way_leave_nothing_behind() {
 
 #[test]
 fn master_inside_the_container() {
-    if !is_root() {
+    let Some((node, pod, r, t)) = stacked::pod_with_master(is_root()) else {
         return;
-    }
-    let (node, pod) = (TestNs::new(), TestNs::new());
-    pod.ip(&["link", "add", "m0", "type", "veth", "peer", "name", "m1"]);
-    pod.ip(&["link", "set", "m0", "up"]);
-    let r = TestResolver::default();
+    };
     let c = conf(
         v4("10.48.0.5/24", "10.48.0.1"),
         json!({"master": "m0", "linkInContainer": true}),
     );
-    add(&node, &r, "macvlan", &Target::new("c1", &pod, "eth0"), &c).unwrap();
+    add(&node, &r, "macvlan", &t, &c).unwrap();
     let l = link(&pod, "eth0").unwrap();
     assert_eq!(l["link"], "m0", "{l}");
     assert_eq!(link_names(&node), ["lo"]);
@@ -244,19 +240,8 @@ fn del_is_idempotent_and_tolerates_a_gone_namespace() {
         return;
     };
     let c = conf(v4("10.49.0.5/24", "10.49.0.1"), json!({}));
-    let res = add(&node, &r, "macvlan", &t, &c).unwrap();
-    del(&node, &r, "macvlan", &t, &with_prev(&c, &res)).unwrap();
-    assert_eq!(link_names(&pod), ["lo"]);
-    dels_again(&node, &r, "macvlan", &t, &c);
     // A master that no longer exists does not matter to DEL.
-    del(
-        &node,
-        &r,
-        "macvlan",
-        &t,
-        &conf(json!([]), json!({"master": "gone0"})),
-    )
-    .unwrap();
+    stacked::dels_after_add("macvlan", &node, &r, (&pod, &t), &c);
     assert_eq!(r.commands(), add_then_dels(5));
 }
 

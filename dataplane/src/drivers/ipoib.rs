@@ -15,9 +15,9 @@ use serde::Deserialize;
 
 use super::netconf::DnsConf;
 use super::netconf::IpamRef;
-use super::stacked::{Conf, Spec, Stacked};
+use super::stacked::{self, Conf, Spec, Stacked};
 use crate::drivers::netconf;
-use crate::netlink::{IpoibSpec, Link, LinkKind, LinkUpdate, Netlink};
+use crate::netlink::{IpoibSpec, Link, LinkKind, Netlink};
 use crate::Error;
 
 #[derive(Debug, Default, Deserialize)]
@@ -85,24 +85,7 @@ impl Stacked for Ipoib {
             mtu: spec.mtu,
         };
         let link = nl.create_ipoib(&child)?;
-        let moved = nl.update_link(
-            link.index,
-            &LinkUpdate {
-                netns: spec.netns,
-                name: Some(spec.name.clone()),
-                ..Default::default()
-            },
-        );
-        if let Err(e) = moved {
-            // Nothing else would remove it: the child is still in the host,
-            // or (the move done, the rename refused: CNI_IFNAME taken) in
-            // the pod under its temporary name.
-            let _ = nl.del_link_by_name(&child.name);
-            if let Some(pod) = spec.netns.and_then(|ns| Netlink::open(ns).ok()) {
-                let _ = pod.del_link_by_name(&child.name);
-            }
-            return Err(e);
-        }
+        stacked::rename_into_pod(nl, &link, &spec)?;
         Ok(None)
     }
 
@@ -110,7 +93,7 @@ impl Stacked for Ipoib {
         link.ipoib.map(drop)
     }
 
-    fn mode_name(_: ()) -> &'static str {
-        "the master's"
+    fn mode_name(_: ()) -> String {
+        "the master's".into()
     }
 }

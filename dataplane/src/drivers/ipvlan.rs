@@ -71,7 +71,7 @@ impl Stacked for Ipvlan {
         link.ipvlan_mode
     }
 
-    fn mode_name(mode: IpvlanMode) -> &'static str {
-        mode.as_str()
+    fn mode_name(mode: IpvlanMode) -> String {
+        mode.as_str().into()
     }
 }

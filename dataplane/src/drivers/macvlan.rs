@@ -83,7 +83,7 @@ impl Stacked for Macvlan {
         link.macvlan_mode
     }
 
-    fn mode_name(mode: MacvlanMode) -> &'static str {
-        mode.as_str()
+    fn mode_name(mode: MacvlanMode) -> String {
+        mode.as_str().into()
     }
 }

@@ -2,7 +2,7 @@
 //! each a [`Plugin`] with the reference's config keys, defaults, result
 //! shape and DEL semantics.
 //!
-//! - Interface drivers (bridge, macvlan, ipvlan, ipoib, sriov, vdpa) implement
+//! - Interface drivers (bridge, macvlan, ipvlan, vlan, ipoib, sriov, vdpa) implement
 //!   `InterfaceDriver` and are served by the one `InterfacePlugin`; they
 //!   get their IPAM plugin (built in or exec'd) through a [`Resolver`].
 //! - Chained plugins (tuning, bandwidth) work on the prevResult.
@@ -43,6 +43,7 @@ mod test_support;
 pub mod tuning;
 mod undo;
 pub mod vdpa;
+pub mod vlan;
 
 use plexus_cni::delegate::Resolver;
 
@@ -57,6 +58,7 @@ use macvlan::Macvlan;
 use sriov::Sriov;
 use stacked::StackedDriver;
 use vdpa::Vdpa;
+use vlan::Vlan;
 
 use crate::session::Session;
 
@@ -137,6 +139,13 @@ pub const BUILTINS: &[Builtin] = &[
             Box::new(InterfacePlugin::new(Vdpa::default(), resolver, session))
         },
         describes_device: true,
+    },
+    Builtin {
+        plugin_type: "vlan",
+        build: |resolver, session| {
+            Box::new(InterfacePlugin::new(StackedDriver(Vlan), resolver, session))
+        },
+        describes_device: false,
     },
 ];
 

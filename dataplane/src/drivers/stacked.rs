@@ -1,18 +1,21 @@
-//! What the macvlan and ipvlan drivers share: a device stacked on a master
-//! interface, created directly in the pod namespace as CNI_IFNAME, then
-//! addressed from IPAM. The two reference plugins
-//! (containernetworking/plugins `plugins/main/{macvlan,ipvlan}`) differ only
-//! in the device kind and mode, the MAC (macvlan only), and what happens
-//! without IPAM: a macvlan is a layer-2 attachment, an ipvlan takes its
-//! addresses (and by default its master) from the prevResult of a chain.
+//! What the macvlan, ipvlan, vlan and ipoib drivers share: a device stacked
+//! on a master interface, put in the pod namespace as CNI_IFNAME, then
+//! addressed from IPAM. The reference plugins
+//! (containernetworking/plugins `plugins/main/{macvlan,ipvlan,vlan}`,
+//! ipoib-cni) differ in the device kind and its mode (a VLAN's is its id),
+//! the MAC (macvlan only), what happens without IPAM (a macvlan or vlan is a
+//! layer-2 attachment, an ipvlan takes its addresses, and by default its
+//! master, from the prevResult of a chain), and how the device gets into
+//! the pod: macvlan and ipvlan are created there under their final name,
+//! vlan and ipoib under a temporary name and then moved and renamed
+//! ([`rename_into_pod`]), as their references do.
 //!
 //! Differences from the reference, deliberate:
-//! - The device is created under its final name directly in the pod
-//!   namespace (the reference creates a temporary name and renames it, for
-//!   a kernel bug long fixed).
+//! - macvlan and ipvlan are created under their final name directly in the
+//!   pod namespace (the reference creates a temporary name and renames it).
 //! - DEL removes the container interface before releasing its addresses
-//!   (the reference macvlan and ipvlan release first): an address is never
-//!   handed out again while an interface may still carry it.
+//!   (the reference macvlan, ipvlan and vlan release first): an address is
+//!   never handed out again while an interface may still carry it.
 //! - The master's MTU bounds `mtu` for ipvlan too, so the error names the
 //!   key instead of coming back as the kernel's EINVAL.
 
@@ -29,14 +32,14 @@ use super::netconf::DnsConf;
 use super::netconf::IpamRef;
 use super::undo::Undo;
 use crate::drivers::{check, iface, netconf};
-use crate::netlink::{Link, LinkKind, Netlink};
+use crate::netlink::{Link, LinkKind, LinkUpdate, Netlink};
 use crate::{Error, MacAddr, NetNs};
 
 /// Index of the container interface in the result's `interfaces`.
 const CONTAINER_INTERFACE: i64 = 0;
 
-/// One kind of link stacked on a master: what macvlan and ipvlan each know,
-/// the rest of the flow being [`StackedDriver`]'s.
+/// One kind of link stacked on a master: what macvlan, ipvlan, vlan and
+/// ipoib each know, the rest of the flow being [`StackedDriver`]'s.
 pub(crate) trait Stacked: Sync {
     /// The kind's mode (`mode` key).
     type Mode: Copy + PartialEq + std::fmt::Debug + Sync;
@@ -47,6 +50,12 @@ pub(crate) trait Stacked: Sync {
     /// An attachment without IPAM configures the prevResult's addresses
     /// (ipvlan in a chain) instead of being layer 2 only (macvlan).
     const CHAINS: bool;
+    /// The configuration key of the mode, and what CHECK calls it.
+    const MODE_KEY: &'static str = "mode";
+    const MODE_NOUN: &'static str = "mode";
+    /// The sysctls (IFNAME for the interface) set to 1 once the interface
+    /// has its addresses.
+    const ANNOUNCE: &'static [&'static str] = NOTIFY;
 
     /// Read the configuration (the shared checks follow in
     /// [`Conf::validate`]).
@@ -58,7 +67,21 @@ pub(crate) trait Stacked: Sync {
     }
     /// The mode the kernel reports for a link of this kind.
     fn mode_of(link: &Link) -> Option<Self::Mode>;
-    fn mode_name(mode: Self::Mode) -> &'static str;
+    fn mode_name(mode: Self::Mode) -> String;
+    /// A refusal of the creation this kind explains better than the
+    /// kernel's errno (a VLAN id already taken on the master).
+    fn refusal(_e: &Error, _master: &Link, _mode: Self::Mode) -> Option<DriverError> {
+        None
+    }
+    /// CHECK of what only this kind knows about the container's `link`
+    /// (its `master`, as configured, when the configuration names one).
+    fn check_link(
+        _conf: &Conf<Self::Mode>,
+        _link: &Link,
+        _master: Option<&Link>,
+    ) -> Result<(), DriverError> {
+        Ok(())
+    }
 }
 
 /// The new link.
@@ -224,7 +247,15 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         link: Link,
         ipam: Option<CniResult>,
     ) -> Result<CniResult, DriverError> {
-        configure(req, conf.dns.as_ref(), S::CHAINS, at, link, ipam, NOTIFY)
+        configure(
+            req,
+            conf.dns.as_ref(),
+            S::CHAINS,
+            at,
+            link,
+            ipam,
+            S::ANNOUNCE,
+        )
     }
 
     fn check(
@@ -262,10 +293,12 @@ fn create_link<'a, S: Stacked>(
         Ok(_) => {}
         Err(e) if e.is_exists() && ctx.ifname_exists()? => return Err(ctx.ifname_taken()),
         Err(e) => {
-            return Err(sys_error(
-                format_args!("create {kind} {} on {}", ctx.ifname, master.name),
-                e,
-            ))
+            return Err(S::refusal(&e, master, conf.mode).unwrap_or_else(|| {
+                sys_error(
+                    format_args!("create {kind} {} on {}", ctx.ifname, master.name),
+                    e,
+                )
+            }))
         }
     }
     undo.push(format!("{kind} {}", ctx.ifname), move || {
@@ -275,6 +308,33 @@ fn create_link<'a, S: Stacked>(
             .map_err(sys(format_args!("delete {kind} {}", ctx.ifname)))
     });
     ctx.pod_link()
+}
+
+/// A link `made` in `nl`'s namespace under a temporary name, moved into
+/// `spec.netns` (when given) and renamed to `spec.name` in one request, for
+/// the kinds whose reference does so (vlan, ipoib): before Linux 6.14 a
+/// link created in another namespace under its final name is refused
+/// (EEXIST) when the creating namespace has a link of that name, which
+/// `rtnl_newlink` looked up there. On failure nothing is left:
+/// the link is deleted where it is, still in `nl`'s namespace or (moved,
+/// the rename refused because CNI_IFNAME is taken) in the pod's.
+pub(crate) fn rename_into_pod(nl: &Netlink, made: &Link, spec: &Spec<'_>) -> Result<(), Error> {
+    let moved = nl.update_link(
+        made.index,
+        &LinkUpdate {
+            netns: spec.netns,
+            name: Some(spec.name.clone()),
+            ..Default::default()
+        },
+    );
+    if let Err(e) = moved {
+        let _ = nl.del_link_by_name(&made.name);
+        if let Some(pod) = spec.netns.and_then(|ns| Netlink::open(ns).ok()) {
+            let _ = pod.del_link_by_name(&made.name);
+        }
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// Announce the interface's addresses when they change (as the reference).
@@ -344,28 +404,34 @@ fn check<S: Stacked>(
     prev: &CniResult,
 ) -> Result<(), DriverError> {
     let entry = check::prev_container_interface(prev, ctx)?;
-    if let Some(name) = &conf.master {
-        let (side, nl) = master_side(ctx, conf);
-        if nl
-            .link_by_name(name)
-            .map_err(sys(format_args!("look up master {name}")))?
-            .is_none()
-        {
-            return Err(check_failed(format!(
-                "master {name:?} not found in the {side} namespace"
-            )));
+    let master = match &conf.master {
+        Some(name) => {
+            let (side, nl) = master_side(ctx, conf);
+            let found = nl
+                .link_by_name(name)
+                .map_err(sys(format_args!("look up master {name}")))?;
+            if found.is_none() {
+                return Err(check_failed(format!(
+                    "master {name:?} not found in the {side} namespace"
+                )));
+            }
+            found
         }
-    }
+        None => None,
+    };
     let kind = S::KIND;
     let link = check::container_link_of_kind(ctx, S::LINK_KIND, kind)?;
     let mode = S::mode_of(&link);
     if mode != Some(conf.mode) {
         return Err(check_failed(format!(
-            "mode: the container's {kind} is in mode {}, the configuration says {}",
-            mode.map_or("unknown", S::mode_name),
+            "{}: the container's {kind} is in {} {}, the configuration says {}",
+            S::MODE_KEY,
+            S::MODE_NOUN,
+            mode.map_or_else(|| "unknown".into(), S::mode_name),
             S::mode_name(conf.mode)
         )));
     }
+    S::check_link(conf, &link, master.as_ref())?;
     check::check_mac(&link, entry, "container")?;
     check::check_ips_and_routes(ctx, &link, prev)
 }

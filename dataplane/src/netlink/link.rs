@@ -1,4 +1,4 @@
-//! Link requests: lookup, creation (veth, bridge, macvlan, ipvlan, IPoIB),
+//! Link requests: lookup, creation (veth, bridge, macvlan, ipvlan, VLAN, IPoIB),
 //! changes, bridge ports and bridge VLANs, deletion. What they take and
 //! return is in [`super::link_spec`].
 
@@ -142,6 +142,18 @@ impl Netlink {
             spec.name, spec.master, spec.mode
         );
         self.create_child("create ipvlan", object, msg, &spec.name, spec.netns)
+    }
+
+    /// Creates the VLAN of `spec` in this handle's namespace and returns it.
+    /// A second VLAN with the same id on one master fails with EEXIST
+    /// ("VLAN device already exists"); kernels without 8021q answer
+    /// EOPNOTSUPP.
+    pub fn create_vlan(&self, spec: &VlanSpec) -> Result<Link> {
+        let object = format!(
+            "{} (master index {}, id {})",
+            spec.name, spec.master, spec.id
+        );
+        self.create_local("create vlan", &object, spec.message()?, &spec.name)
     }
 
     /// Creates the IPoIB child of `spec` in this handle's namespace.

@@ -46,6 +46,7 @@ pub use address::{Address, AddressOptions};
 pub use link_spec::{
     BridgeInfo, BridgePortInfo, BridgePortOptions, BridgeSpec, BridgeVlan, IpoibInfo, IpoibSpec,
     IpvlanMode, IpvlanSpec, Link, LinkKind, LinkUpdate, MacvlanMode, MacvlanSpec, Master, VethSpec,
+    VlanSpec, VLAN_ID_MAX,
 };
 pub use neighbour::{Neighbour, NeighbourState};
 pub use route::{IpFamily, Route, RouteKind, RouteProtocol, Scope, RT_TABLE_LOCAL, RT_TABLE_MAIN};

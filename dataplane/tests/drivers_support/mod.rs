@@ -293,7 +293,7 @@ impl Host for Here {
 /// host.
 pub fn call(
     node: impl Host,
-    resolver: &TestResolver,
+    resolver: &dyn Resolver,
     plugin_type: &str,
     command: CniCommand,
     t: &Target,
@@ -316,7 +316,7 @@ pub fn call(
 
 pub fn add(
     node: impl Host,
-    r: &TestResolver,
+    r: &dyn Resolver,
     ty: &str,
     t: &Target,
     config: &Value,
@@ -327,11 +327,11 @@ pub fn add(
 /// A command without a result: DEL, CHECK.
 pub type Done = Result<(), CniError>;
 
-pub fn del(node: impl Host, r: &TestResolver, ty: &str, t: &Target, config: &Value) -> Done {
+pub fn del(node: impl Host, r: &dyn Resolver, ty: &str, t: &Target, config: &Value) -> Done {
     call(node, r, ty, CniCommand::Del, t, config).map(drop)
 }
 
-pub fn check(node: impl Host, r: &TestResolver, ty: &str, t: &Target, config: &Value) -> Done {
+pub fn check(node: impl Host, r: &dyn Resolver, ty: &str, t: &Target, config: &Value) -> Done {
     call(node, r, ty, CniCommand::Check, t, config).map(drop)
 }
 
@@ -373,6 +373,13 @@ pub fn validate(ty: &str, t: &Target, config: &Value) -> Result<(), CniError> {
 /// The result as the request's version prints it.
 pub fn result_json(r: &CniResult, version: &str) -> Value {
     r.to_value(version.parse().unwrap()).unwrap()
+}
+
+/// The names of the links of `ns` ([`link_names`]), sorted.
+pub fn sorted_links(ns: &TestNs) -> Vec<String> {
+    let mut names = link_names(ns);
+    names.sort();
+    names
 }
 
 /// `ip -d -j link show dev NAME` in `ns`, or `None` if there is no such link.

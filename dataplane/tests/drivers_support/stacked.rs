@@ -1,13 +1,13 @@
-//! The cases the macvlan and ipvlan tests share: both drivers stack a link
-//! on the node's uplink `up0` ([`node_with_uplink`]) straight into the pod
-//! as CNI_IFNAME, through the one `stacked` driver code, so they refuse,
+//! The cases the macvlan, ipvlan and vlan tests share: the drivers stack a
+//! link on the node's uplink `up0` ([`node_with_uplink`]) and make it the
+//! pod's CNI_IFNAME, through the one `stacked` driver code, so they refuse,
 //! check and delete it alike.
 
 use plexus_cni::result::CniResult;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::common::TestNs;
+use crate::common::{assert_error, TestNs};
 
 /// A configuration of the stacked kind `ty` (network `name`) on `up0`, the
 /// test IPAM handing out `addresses`, `extra`'s keys set over it.
@@ -152,4 +152,50 @@ pub fn unknown_mode(ty: &str, conf: impl Fn(Value, Value) -> Value, mode: &str, 
         e.details,
         format!("mode: unknown {ty} mode {mode:?} (expected {expected})")
     );
+}
+
+/// ADD of `conf` (the kind `ty` on `up0` of a node on `net`) on a kernel
+/// without `ty`: the kernel's EOPNOTSUPP, named, and nothing made.
+pub fn fails_cleanly_without_the_kind(ty: &str, net: &str, conf: &Value) {
+    let (node, pod) = (node_with_uplink(net), TestNs::new());
+    let before = link_names(&node);
+    let r = TestResolver::default();
+    let e = add(&node, &r, ty, &Target::new("c1", &pod, "eth0"), conf).unwrap_err();
+    assert_error(&e, ErrorCode::Io, &format!("create {ty} eth0 on up0: "));
+    assert!(e.details.contains("EOPNOTSUPP"), "{e}");
+    assert_nothing_made(&pod, &r);
+    assert_eq!(link_names(&node), before);
+}
+
+/// ADD of `t` with `conf`, then its DEL with the prevResult, again as
+/// runtimes repeat it ([`dels_again`]) and with a master that no longer
+/// exists (`gone0`): each a success, and nothing left in the pod.
+pub fn dels_after_add(
+    ty: &str,
+    node: &TestNs,
+    r: &TestResolver,
+    (pod, t): (&TestNs, &Target),
+    conf: &Value,
+) {
+    let res = add(node, r, ty, t, conf).unwrap();
+    del(node, r, ty, t, &with_prev(conf, &res)).unwrap();
+    assert_eq!(link_names(pod), ["lo"]);
+    dels_again(node, r, ty, t, conf);
+    let gone = with_keys(conf.clone(), &json!({"master": "gone0"}));
+    del(node, r, ty, t, &gone).unwrap();
+    assert_eq!(link_names(pod), ["lo"]);
+}
+
+/// For `linkInContainer`: a node without uplink and a pod whose own `m0`
+/// (a veth to `m1`, up) is the master; `None` (the test skipped) when the
+/// test is not `runnable` here.
+pub fn pod_with_master(runnable: bool) -> Option<(TestNs, TestNs, TestResolver, Target)> {
+    if !runnable {
+        return None;
+    }
+    let (node, pod) = (TestNs::new(), TestNs::new());
+    pod.ip(&["link", "add", "m0", "type", "veth", "peer", "name", "m1"]);
+    pod.ip(&["link", "set", "m0", "up"]);
+    let t = Target::new("c1", &pod, "eth0");
+    Some((node, pod, TestResolver::default(), t))
 }
