@@ -208,3 +208,12 @@ fn del_and_check() {
     dels_again(&node, &r, "ipvlan", &t, &c);
     assert_eq!(link_names(&pod), ["lo"]);
 }
+
+#[test]
+fn a_pod_interface_named_like_a_node_link() {
+    let Some((node, pod, r, _)) = stacked::pod_on_uplink(runnable(), UPLINK) else {
+        return;
+    };
+    let c = conf(v4("10.67.0.5/24"), json!({}));
+    stacked::named_like_a_node_link("ipvlan", &node, &r, &pod, &c);
+}

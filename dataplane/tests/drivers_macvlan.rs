@@ -246,6 +246,15 @@ fn del_is_idempotent_and_tolerates_a_gone_namespace() {
 }
 
 #[test]
+fn a_pod_interface_named_like_a_node_link() {
+    let Some((node, pod, r, _)) = stacked::pod_on_uplink(is_root(), UPLINK) else {
+        return;
+    };
+    let c = conf(v4("10.48.0.5/24", "10.48.0.1"), json!({}));
+    stacked::named_like_a_node_link("macvlan", &node, &r, &pod, &c);
+}
+
+#[test]
 fn check_accepts_the_attachment_and_finds_drift() {
     let Some((node, pod, r, t)) = stacked::pod_on_uplink(is_root(), UPLINK) else {
         return;

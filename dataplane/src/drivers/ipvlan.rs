@@ -60,11 +60,14 @@ impl Stacked for Ipvlan {
     }
 
     fn create(nl: &Netlink, spec: Spec<'_>, mode: IpvlanMode) -> Result<Option<Link>, Error> {
-        nl.create_ipvlan(&IpvlanSpec {
-            netns: spec.netns,
-            mtu: spec.mtu,
-            ..IpvlanSpec::new(spec.name.clone(), spec.master, mode)
-        })
+        let made = nl
+            .create_ipvlan(&IpvlanSpec {
+                mtu: spec.mtu,
+                ..IpvlanSpec::new(netconf::random_name("ipvlan"), spec.master, mode)
+            })?
+            .expect("a link made without a netns is in this namespace");
+        stacked::rename_into_pod(nl, &made, &spec)?;
+        Ok(None)
     }
 
     fn mode_of(link: &Link) -> Option<IpvlanMode> {

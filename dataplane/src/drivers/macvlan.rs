@@ -71,12 +71,15 @@ impl Stacked for Macvlan {
     }
 
     fn create(nl: &Netlink, spec: Spec<'_>, mode: MacvlanMode) -> Result<Option<Link>, Error> {
-        nl.create_macvlan(&MacvlanSpec {
-            netns: spec.netns,
-            mtu: spec.mtu,
-            mac: spec.mac,
-            ..MacvlanSpec::new(spec.name.clone(), spec.master, mode)
-        })
+        let made = nl
+            .create_macvlan(&MacvlanSpec {
+                mtu: spec.mtu,
+                mac: spec.mac,
+                ..MacvlanSpec::new(netconf::random_name("macvlan"), spec.master, mode)
+            })?
+            .expect("a link made without a netns is in this namespace");
+        stacked::rename_into_pod(nl, &made, &spec)?;
+        Ok(None)
     }
 
     fn mode_of(link: &Link) -> Option<MacvlanMode> {

@@ -5,14 +5,12 @@
 //! ipoib-cni) differ in the device kind and its mode (a VLAN's is its id),
 //! the MAC (macvlan only), what happens without IPAM (a macvlan or vlan is a
 //! layer-2 attachment, an ipvlan takes its addresses, and by default its
-//! master, from the prevResult of a chain), and how the device gets into
-//! the pod: macvlan and ipvlan are created there under their final name,
-//! vlan and ipoib under a temporary name and then moved and renamed
-//! ([`rename_into_pod`]), as their references do.
+//! master, from the prevResult of a chain). Each is created under a
+//! temporary name beside its master and then moved and renamed
+//! ([`rename_into_pod`]), as the references do: before Linux 6.14 a link
+//! made for another namespace under a name the node has (`eth0`) is refused.
 //!
 //! Differences from the reference, deliberate:
-//! - macvlan and ipvlan are created under their final name directly in the
-//!   pod namespace (the reference creates a temporary name and renames it).
 //! - DEL removes the container interface before releasing its addresses
 //!   (the reference macvlan, ipvlan and vlan release first): an address is
 //!   never handed out again while an interface may still carry it.
@@ -312,7 +310,7 @@ fn create_link<'a, S: Stacked>(
 
 /// A link `made` in `nl`'s namespace under a temporary name, moved into
 /// `spec.netns` (when given) and renamed to `spec.name` in one request, for
-/// the kinds whose reference does so (vlan, ipoib): before Linux 6.14 a
+/// every kind here, as their references do: before Linux 6.14 a
 /// link created in another namespace under its final name is refused
 /// (EEXIST) when the creating namespace has a link of that name, which
 /// `rtnl_newlink` looked up there. On failure nothing is left:

@@ -199,3 +199,24 @@ pub fn pod_with_master(runnable: bool) -> Option<(TestNs, TestNs, TestResolver, 
     let t = Target::new("c1", &pod, "eth0");
     Some((node, pod, TestResolver::default(), t))
 }
+
+/// ADD of `conf` (the kind `ty` on the node's `up0`) for a pod interface
+/// named `up0` too, then its DEL: the link is made under a temporary name
+/// beside its master and renamed in the pod, as the references do (before
+/// Linux 6.14 the kernel refused a link made for another namespace under a
+/// name the node has, `eth0` on most nodes: the VM's kernel shows it).
+pub fn named_like_a_node_link(
+    ty: &str,
+    node: &TestNs,
+    r: &TestResolver,
+    pod: &TestNs,
+    conf: &Value,
+) {
+    let before = sorted_links(node);
+    let t = Target::new("c9", pod, "up0");
+    let res = add(node, r, ty, &t, conf).unwrap();
+    assert_eq!(link(pod, "up0").unwrap()["linkinfo"]["info_kind"], ty);
+    assert_eq!(sorted_links(node), before, "nothing left in the node");
+    del(node, r, ty, &t, &with_prev(conf, &res)).unwrap();
+    assert!(link(pod, "up0").is_none());
+}
