@@ -59,15 +59,12 @@ impl Stacked for Ipvlan {
         })
     }
 
-    fn create(nl: &Netlink, spec: Spec<'_>, mode: IpvlanMode) -> Result<Option<Link>, Error> {
-        let made = nl
-            .create_ipvlan(&IpvlanSpec {
-                mtu: spec.mtu,
-                ..IpvlanSpec::new(netconf::random_name("ipvlan"), spec.master, mode)
-            })?
-            .expect("a link made without a netns is in this namespace");
-        stacked::rename_into_pod(nl, &made, &spec)?;
-        Ok(None)
+    fn create(nl: &Netlink, spec: Spec<'_>, mode: IpvlanMode) -> Result<Link, Error> {
+        let made = nl.create_ipvlan(&IpvlanSpec {
+            mtu: spec.mtu,
+            ..IpvlanSpec::new(spec.name.clone(), spec.master, mode)
+        })?;
+        Ok(made.expect("a link made without a netns is in this namespace"))
     }
 
     fn mode_of(link: &Link) -> Option<IpvlanMode> {

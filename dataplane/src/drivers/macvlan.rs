@@ -70,16 +70,13 @@ impl Stacked for Macvlan {
         })
     }
 
-    fn create(nl: &Netlink, spec: Spec<'_>, mode: MacvlanMode) -> Result<Option<Link>, Error> {
-        let made = nl
-            .create_macvlan(&MacvlanSpec {
-                mtu: spec.mtu,
-                mac: spec.mac,
-                ..MacvlanSpec::new(netconf::random_name("macvlan"), spec.master, mode)
-            })?
-            .expect("a link made without a netns is in this namespace");
-        stacked::rename_into_pod(nl, &made, &spec)?;
-        Ok(None)
+    fn create(nl: &Netlink, spec: Spec<'_>, mode: MacvlanMode) -> Result<Link, Error> {
+        let made = nl.create_macvlan(&MacvlanSpec {
+            mtu: spec.mtu,
+            mac: spec.mac,
+            ..MacvlanSpec::new(spec.name.clone(), spec.master, mode)
+        })?;
+        Ok(made.expect("a link made without a netns is in this namespace"))
     }
 
     fn mode_of(link: &Link) -> Option<MacvlanMode> {

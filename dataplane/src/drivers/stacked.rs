@@ -58,7 +58,8 @@ pub(crate) trait Stacked: Sync {
     /// Read the configuration (the shared checks follow in
     /// [`Conf::validate`]).
     fn parse(req: &Request) -> Result<Conf<Self::Mode>, DriverError>;
-    fn create(nl: &Netlink, spec: Spec<'_>, mode: Self::Mode) -> Result<Option<Link>, Error>;
+    /// Make the link of `spec` in `nl`'s namespace, its master's.
+    fn create(nl: &Netlink, spec: Spec<'_>, mode: Self::Mode) -> Result<Link, Error>;
     /// Refuse a master this kind cannot stack on (before IPAM runs).
     fn check_master(_master: &Link) -> Result<(), DriverError> {
         Ok(())
@@ -82,11 +83,11 @@ pub(crate) trait Stacked: Sync {
     }
 }
 
-/// The new link.
+/// The new link, made beside its master under a temporary `name` (the
+/// shared flow then moves and renames it, [`rename_into_pod`]).
 pub(crate) struct Spec<'a> {
     pub name: &'a IfName,
     pub master: u32,
-    pub netns: Option<&'a NetNs>,
     pub mtu: Option<u32>,
     pub mac: Option<MacAddr>,
 }
@@ -278,16 +279,18 @@ fn create_link<'a, S: Stacked>(
 ) -> Result<Link, DriverError> {
     let (_, nl) = master_side(ctx, conf);
     let kind = S::KIND;
+    let temporary = netconf::random_name(kind);
     let spec = Spec {
-        name: &ctx.ifname,
+        name: &temporary,
         master: master.index,
-        // From the host: straight into the pod. A master in the pod: a
-        // local creation there.
-        netns: (!conf.link_in_container).then_some(ctx.pod_ns),
         mtu,
         mac: conf.mac,
     };
-    match S::create(nl, spec, conf.mode) {
+    // A master on the host: moved into the pod; in the pod: renamed there.
+    let netns = (!conf.link_in_container).then_some(ctx.pod_ns);
+    let made = S::create(nl, spec, conf.mode)
+        .and_then(|made| rename_into_pod(nl, &made, &ctx.ifname, netns));
+    match made {
         Ok(_) => {}
         Err(e) if e.is_exists() && ctx.ifname_exists()? => return Err(ctx.ifname_taken()),
         Err(e) => {
@@ -309,25 +312,30 @@ fn create_link<'a, S: Stacked>(
 }
 
 /// A link `made` in `nl`'s namespace under a temporary name, moved into
-/// `spec.netns` (when given) and renamed to `spec.name` in one request, for
-/// every kind here, as their references do: before Linux 6.14 a
+/// `netns` (when given) and renamed to `name` in one request, for every
+/// kind here, as their references do: before Linux 6.14 a
 /// link created in another namespace under its final name is refused
 /// (EEXIST) when the creating namespace has a link of that name, which
 /// `rtnl_newlink` looked up there. On failure nothing is left:
 /// the link is deleted where it is, still in `nl`'s namespace or (moved,
 /// the rename refused because CNI_IFNAME is taken) in the pod's.
-pub(crate) fn rename_into_pod(nl: &Netlink, made: &Link, spec: &Spec<'_>) -> Result<(), Error> {
+fn rename_into_pod(
+    nl: &Netlink,
+    made: &Link,
+    name: &IfName,
+    netns: Option<&NetNs>,
+) -> Result<(), Error> {
     let moved = nl.update_link(
         made.index,
         &LinkUpdate {
-            netns: spec.netns,
-            name: Some(spec.name.clone()),
+            netns,
+            name: Some(name.clone()),
             ..Default::default()
         },
     );
     if let Err(e) = moved {
         let _ = nl.del_link_by_name(&made.name);
-        if let Some(pod) = spec.netns.and_then(|ns| Netlink::open(ns).ok()) {
+        if let Some(pod) = netns.and_then(|ns| Netlink::open(ns).ok()) {
             let _ = pod.del_link_by_name(&made.name);
         }
         return Err(e);
