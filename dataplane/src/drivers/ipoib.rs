@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::netconf::DnsConf;
 use super::netconf::IpamRef;
-use super::stacked::{Conf, Spec, Stacked};
+use super::stacked::{self, Conf, Spec, Stacked};
 use crate::drivers::netconf;
 use crate::netlink::{IpoibSpec, Link, LinkKind, Netlink};
 use crate::Error;
@@ -72,11 +72,11 @@ impl Stacked for Ipoib {
         ))
     }
 
-    fn create(nl: &Netlink, spec: Spec<'_>, _: ()) -> Result<Link, Error> {
+    fn create(nl: &Netlink, spec: Spec<'_>, _: ()) -> Result<Option<Link>, Error> {
         let master = nl.link_by_index(spec.master)?;
         let info = master.and_then(|m| m.ipoib).unwrap_or_default();
         let child = IpoibSpec {
-            name: spec.name.clone(),
+            name: netconf::random_name("ib"),
             parent: spec.master,
             info: crate::netlink::IpoibInfo {
                 umcast: None,
@@ -84,7 +84,9 @@ impl Stacked for Ipoib {
             },
             mtu: spec.mtu,
         };
-        nl.create_ipoib(&child)
+        let link = nl.create_ipoib(&child)?;
+        stacked::rename_into_pod(nl, &link, &spec)?;
+        Ok(None)
     }
 
     fn mode_of(link: &Link) -> Option<()> {

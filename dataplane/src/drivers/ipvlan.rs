@@ -59,12 +59,12 @@ impl Stacked for Ipvlan {
         })
     }
 
-    fn create(nl: &Netlink, spec: Spec<'_>, mode: IpvlanMode) -> Result<Link, Error> {
-        let made = nl.create_ipvlan(&IpvlanSpec {
+    fn create(nl: &Netlink, spec: Spec<'_>, mode: IpvlanMode) -> Result<Option<Link>, Error> {
+        nl.create_ipvlan(&IpvlanSpec {
+            netns: spec.netns,
             mtu: spec.mtu,
             ..IpvlanSpec::new(spec.name.clone(), spec.master, mode)
-        })?;
-        Ok(made.expect("a link made without a netns is in this namespace"))
+        })
     }
 
     fn mode_of(link: &Link) -> Option<IpvlanMode> {

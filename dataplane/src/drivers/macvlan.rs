@@ -70,13 +70,13 @@ impl Stacked for Macvlan {
         })
     }
 
-    fn create(nl: &Netlink, spec: Spec<'_>, mode: MacvlanMode) -> Result<Link, Error> {
-        let made = nl.create_macvlan(&MacvlanSpec {
+    fn create(nl: &Netlink, spec: Spec<'_>, mode: MacvlanMode) -> Result<Option<Link>, Error> {
+        nl.create_macvlan(&MacvlanSpec {
+            netns: spec.netns,
             mtu: spec.mtu,
             mac: spec.mac,
             ..MacvlanSpec::new(spec.name.clone(), spec.master, mode)
-        })?;
-        Ok(made.expect("a link made without a netns is in this namespace"))
+        })
     }
 
     fn mode_of(link: &Link) -> Option<MacvlanMode> {

@@ -5,12 +5,17 @@
 //! ipoib-cni) differ in the device kind and its mode (a VLAN's is its id),
 //! the MAC (macvlan only), what happens without IPAM (a macvlan or vlan is a
 //! layer-2 attachment, an ipvlan takes its addresses, and by default its
-//! master, from the prevResult of a chain). Each is created under a
-//! temporary name beside its master and then moved and renamed
-//! ([`rename_into_pod`]), as the references do: before Linux 6.14 a link
-//! made for another namespace under a name the node has (`eth0`) is refused.
+//! master, from the prevResult of a chain), and how the device gets into
+//! the pod: macvlan and ipvlan are created there under their final name,
+//! vlan and ipoib under a temporary name and then moved and renamed
+//! ([`rename_into_pod`]), as their references do.
 //!
 //! Differences from the reference, deliberate:
+//! - macvlan and ipvlan are created under their final name directly in the
+//!   pod namespace (the reference creates a temporary name and renames it:
+//!   a namespace move costs tens of milliseconds). Only where a kernel
+//!   before 6.14 refuses that name because the node has it too, they are
+//!   made the reference's way.
 //! - DEL removes the container interface before releasing its addresses
 //!   (the reference macvlan, ipvlan and vlan release first): an address is
 //!   never handed out again while an interface may still carry it.
@@ -58,8 +63,7 @@ pub(crate) trait Stacked: Sync {
     /// Read the configuration (the shared checks follow in
     /// [`Conf::validate`]).
     fn parse(req: &Request) -> Result<Conf<Self::Mode>, DriverError>;
-    /// Make the link of `spec` in `nl`'s namespace, its master's.
-    fn create(nl: &Netlink, spec: Spec<'_>, mode: Self::Mode) -> Result<Link, Error>;
+    fn create(nl: &Netlink, spec: Spec<'_>, mode: Self::Mode) -> Result<Option<Link>, Error>;
     /// Refuse a master this kind cannot stack on (before IPAM runs).
     fn check_master(_master: &Link) -> Result<(), DriverError> {
         Ok(())
@@ -83,11 +87,11 @@ pub(crate) trait Stacked: Sync {
     }
 }
 
-/// The new link, made beside its master under a temporary `name` (the
-/// shared flow then moves and renames it, [`rename_into_pod`]).
+/// The new link.
 pub(crate) struct Spec<'a> {
     pub name: &'a IfName,
     pub master: u32,
+    pub netns: Option<&'a NetNs>,
     pub mtu: Option<u32>,
     pub mac: Option<MacAddr>,
 }
@@ -279,19 +283,28 @@ fn create_link<'a, S: Stacked>(
 ) -> Result<Link, DriverError> {
     let (_, nl) = master_side(ctx, conf);
     let kind = S::KIND;
-    let temporary = netconf::random_name(kind);
-    let spec = Spec {
-        name: &temporary,
+    // From the host: straight into the pod. A master in the pod: a local
+    // creation there.
+    let netns = (!conf.link_in_container).then_some(ctx.pod_ns);
+    let spec = |name| Spec {
+        name,
         master: master.index,
+        netns,
         mtu,
         mac: conf.mac,
     };
-    // A master on the host: moved into the pod; in the pod: renamed there.
-    let netns = (!conf.link_in_container).then_some(ctx.pod_ns);
-    let made = S::create(nl, spec, conf.mode)
-        .and_then(|made| rename_into_pod(nl, &made, &ctx.ifname, netns));
+    let mut made = S::create(nl, spec(&ctx.ifname), conf.mode).map(drop);
+    // Before Linux 6.14 a link made for another namespace under a name the
+    // creating namespace has (the node's `eth0`) is refused with EEXIST,
+    // the name looked up where the request runs: then it is made in the pod
+    // under a temporary name and renamed there, as the references do.
+    if matches!(&made, Err(e) if e.is_exists()) && netns.is_some() && !ctx.ifname_exists()? {
+        let temporary = netconf::random_name(kind);
+        made = S::create(nl, spec(&temporary), conf.mode)
+            .and_then(|_| rename_in_pod(ctx.pod, &temporary, &ctx.ifname));
+    }
     match made {
-        Ok(_) => {}
+        Ok(()) => {}
         Err(e) if e.is_exists() && ctx.ifname_exists()? => return Err(ctx.ifname_taken()),
         Err(e) => {
             return Err(S::refusal(&e, master, conf.mode).unwrap_or_else(|| {
@@ -312,32 +325,45 @@ fn create_link<'a, S: Stacked>(
 }
 
 /// A link `made` in `nl`'s namespace under a temporary name, moved into
-/// `netns` (when given) and renamed to `name` in one request, for every
-/// kind here, as their references do: before Linux 6.14 a
+/// `spec.netns` (when given) and renamed to `spec.name` in one request, for
+/// the kinds whose reference does so (vlan, ipoib): before Linux 6.14 a
 /// link created in another namespace under its final name is refused
 /// (EEXIST) when the creating namespace has a link of that name, which
 /// `rtnl_newlink` looked up there. On failure nothing is left:
 /// the link is deleted where it is, still in `nl`'s namespace or (moved,
 /// the rename refused because CNI_IFNAME is taken) in the pod's.
-fn rename_into_pod(
-    nl: &Netlink,
-    made: &Link,
-    name: &IfName,
-    netns: Option<&NetNs>,
-) -> Result<(), Error> {
+pub(crate) fn rename_into_pod(nl: &Netlink, made: &Link, spec: &Spec<'_>) -> Result<(), Error> {
     let moved = nl.update_link(
         made.index,
         &LinkUpdate {
-            netns,
-            name: Some(name.clone()),
+            netns: spec.netns,
+            name: Some(spec.name.clone()),
             ..Default::default()
         },
     );
     if let Err(e) = moved {
         let _ = nl.del_link_by_name(&made.name);
-        if let Some(pod) = netns.and_then(|ns| Netlink::open(ns).ok()) {
+        if let Some(pod) = spec.netns.and_then(|ns| Netlink::open(ns).ok()) {
             let _ = pod.del_link_by_name(&made.name);
         }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// The pod's link `temporary` renamed to `name`; on failure deleted.
+fn rename_in_pod(pod: &Netlink, temporary: &IfName, name: &IfName) -> Result<(), Error> {
+    let renamed = pod.link_by_name(temporary)?.map(|link| {
+        pod.update_link(
+            link.index,
+            &LinkUpdate {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+        )
+    });
+    if let Some(Err(e)) = renamed {
+        let _ = pod.del_link_by_name(temporary);
         return Err(e);
     }
     Ok(())

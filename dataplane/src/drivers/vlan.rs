@@ -25,7 +25,7 @@ use serde::Deserialize;
 
 use super::netconf::DnsConf;
 use super::netconf::IpamRef;
-use super::stacked::{Conf, Spec, Stacked};
+use super::stacked::{self, Conf, Spec, Stacked};
 use crate::drivers::netconf;
 use crate::netlink::{Link, LinkKind, Netlink, VlanSpec, VLAN_ID_MAX};
 use crate::Error;
@@ -84,11 +84,13 @@ impl Stacked for Vlan {
         })
     }
 
-    fn create(nl: &Netlink, spec: Spec<'_>, id: u16) -> Result<Link, Error> {
-        nl.create_vlan(&VlanSpec {
+    fn create(nl: &Netlink, spec: Spec<'_>, id: u16) -> Result<Option<Link>, Error> {
+        let made = nl.create_vlan(&VlanSpec {
             mtu: spec.mtu,
-            ..VlanSpec::new(spec.name.clone(), spec.master, id)
-        })
+            ..VlanSpec::new(netconf::random_name("vlan"), spec.master, id)
+        })?;
+        stacked::rename_into_pod(nl, &made, &spec)?;
+        Ok(None)
     }
 
     fn refusal(e: &Error, master: &Link, id: u16) -> Option<DriverError> {
