@@ -40,6 +40,7 @@ impl Stacked for Ipoib {
     const KIND: &'static str = "ipoib";
     const LINK_KIND: LinkKind = LinkKind::Ipoib;
     const CHAINS: bool = false;
+    const MADE_IN_POD: bool = false;
 
     fn parse(req: &Request) -> Result<Conf<()>, DriverError> {
         let c: IpoibConf = netconf::decode_config(req)?;

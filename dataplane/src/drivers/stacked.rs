@@ -53,6 +53,9 @@ pub(crate) trait Stacked: Sync {
     /// An attachment without IPAM configures the prevResult's addresses
     /// (ipvlan in a chain) instead of being layer 2 only (macvlan).
     const CHAINS: bool;
+    /// `create` makes the link in the pod under its final name (macvlan,
+    /// ipvlan); the others make it under a temporary name and move it.
+    const MADE_IN_POD: bool = true;
     /// The configuration key of the mode, and what CHECK calls it.
     const MODE_KEY: &'static str = "mode";
     const MODE_NOUN: &'static str = "mode";
@@ -298,7 +301,8 @@ fn create_link<'a, S: Stacked>(
     // creating namespace has (the node's `eth0`) is refused with EEXIST,
     // the name looked up where the request runs: then it is made in the pod
     // under a temporary name and renamed there, as the references do.
-    if matches!(&made, Err(e) if e.is_exists()) && netns.is_some() && !ctx.ifname_exists()? {
+    let refused_name = matches!(&made, Err(e) if e.is_exists()) && netns.is_some();
+    if S::MADE_IN_POD && refused_name && !ctx.ifname_exists()? {
         let temporary = netconf::random_name(kind);
         made = S::create(nl, spec(&temporary), conf.mode)
             .and_then(|_| rename_in_pod(ctx.pod, &temporary, &ctx.ifname));

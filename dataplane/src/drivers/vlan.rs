@@ -53,6 +53,7 @@ impl Stacked for Vlan {
     const KIND: &'static str = "vlan";
     const LINK_KIND: LinkKind = LinkKind::Vlan;
     const CHAINS: bool = false;
+    const MADE_IN_POD: bool = false;
     const MODE_KEY: &'static str = "vlanId";
     const MODE_NOUN: &'static str = "VLAN";
     /// The reference sets no sysctl on the VLAN.
