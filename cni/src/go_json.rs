@@ -13,61 +13,6 @@ use serde_json::{Map, Value};
 use crate::casefold::{select, PathError};
 use crate::error::CniError;
 
-/// The fields of `obj` sorted into the known ones and the rest, the way Go
-/// decodes an object into a struct: a key selects the field it names exactly,
-/// else the first field it case-folds to; when several keys select one field
-/// the last in document order wins. `null` values count as absent (Go leaves
-/// the field unset).
-pub struct Folded<'a> {
-    /// Per entry of `known`: the key as written and its value.
-    pub known: Vec<Option<(&'a str, &'a Value)>>,
-    /// Keys matching no known field, in document order.
-    pub unknown: Vec<(&'a str, &'a Value)>,
-}
-
-pub fn fold_object<'a>(obj: &'a Map<String, Value>, known: &[&str]) -> Folded<'a> {
-    let mut out = Folded {
-        known: vec![None; known.len()],
-        unknown: Vec::new(),
-    };
-    for (key, value) in obj {
-        let idx = select(key, known);
-        match idx {
-            Some(_) if value.is_null() => {}
-            Some(i) => out.known[i] = Some((key.as_str(), value)),
-            None => out.unknown.push((key.as_str(), value)),
-        }
-    }
-    out
-}
-
-/// `obj` with each key that selects one of `fields` ([`fold_object`])
-/// spelled as that field, the other keys as written. serde reads a struct
-/// with a `#[serde(flatten)]` field as a map, whose keys
-/// [`crate::casefold`] cannot fold: decoders of such structs spell the keys
-/// first, as Go matches them.
-pub fn spell_keys(obj: &Map<String, Value>, fields: &[&str]) -> Value {
-    let f = fold_object(obj, fields);
-    let known = f
-        .known
-        .iter()
-        .zip(fields)
-        .filter_map(|(entry, field)| entry.map(|(_, v)| (field.to_string(), v.clone())));
-    let unknown = f.unknown.iter().map(|(k, v)| (k.to_string(), (*v).clone()));
-    Value::Object(known.chain(unknown).collect())
-}
-
-/// The keys of the object `v` that select none of `fields` as Go matches
-/// them (keys a struct decode ignores), in document order.
-pub fn unknown_keys<'a>(v: &'a Value, fields: &[&str]) -> Vec<&'a str> {
-    v.as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, _)| k.as_str())
-        .filter(|k| select(k, fields).is_none())
-        .collect()
-}
-
 /// A short rendering of a JSON value for error messages: `5`, `"eth0"`, or an
 /// abbreviated object.
 pub fn describe(v: &Value) -> String {
@@ -428,6 +373,168 @@ impl<T> GoList<T> {
     }
 }
 
+/// A struct read as Go reads an object into it, with the keys that select
+/// none of its fields kept as written ([`GoStruct::other`], in document
+/// order), for the decoders that keep extension keys or warn about unknown
+/// ones. Read only from an object, as [`GoObj`]. Written as the struct
+/// alone: the other keys are the reader's to keep or drop.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GoStruct<T> {
+    #[serde(flatten)]
+    pub known: T,
+    #[serde(skip)]
+    pub other: Map<String, Value>,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for GoStruct<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Asking for T's own fields lets the decoder match keys to them as
+        // Go does ([`crate::casefold`]) before the split.
+        let fields = struct_fields::<T>();
+        d.deserialize_struct(
+            "GoStruct",
+            fields,
+            SplitVisitor {
+                fields,
+                known: std::marker::PhantomData,
+            },
+        )
+    }
+}
+
+impl<T> Deref for GoStruct<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.known
+    }
+}
+
+impl<T> std::ops::DerefMut for GoStruct<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.known
+    }
+}
+
+impl<T> From<T> for GoStruct<T> {
+    fn from(known: T) -> Self {
+        GoStruct {
+            known,
+            other: Map::new(),
+        }
+    }
+}
+
+/// The field names serde's derive gives the decoder for `T`, learned by
+/// asking `T` to decode from a deserializer that only records them (empty for
+/// a type that is not a struct).
+pub fn struct_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+
+    impl<'de> Deserializer<'de> for Probe<'_> {
+        type Error = de::value::Error;
+
+        fn deserialize_any<V: de::Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("not a struct"))
+        }
+
+        fn deserialize_struct<V: de::Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            _visitor: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(de::Error::custom("fields recorded"))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+            bytes byte_buf option unit unit_struct newtype_struct seq tuple
+            tuple_struct map enum identifier ignored_any
+        }
+    }
+
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Probe(&mut fields));
+    fields
+}
+
+/// `field`, a path [`decode_failure`] gave for a `T`, with its first key
+/// spelled as the field of `T` that it selects: Go names a field by its name,
+/// whatever the case of the key it was read from.
+pub fn spell_first_key<'de, T: Deserialize<'de>>(field: &str) -> String {
+    let (head, rest) = field.split_at(field.find(['.', '[']).unwrap_or(field.len()));
+    let fields = struct_fields::<T>();
+    match select(head, fields) {
+        Some(i) => format!("{}{rest}", fields[i]),
+        None => field.to_string(),
+    }
+}
+
+/// [`GoStruct`]'s visitor: an object only; its entries split between `T`
+/// and the other keys as they stream by, so errors inside `T` keep their
+/// path.
+struct SplitVisitor<T> {
+    fields: &'static [&'static str],
+    known: std::marker::PhantomData<T>,
+}
+
+impl<'de, T: Deserialize<'de>> de::Visitor<'de> for SplitVisitor<T> {
+    type Value = GoStruct<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `struct` is the word [`decode_failure`] turns into Go's wording.
+        f.write_str("struct GoStruct")
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<GoStruct<T>, A::Error> {
+        let mut other = Map::new();
+        let split = Split {
+            map,
+            fields: self.fields,
+            other: &mut other,
+        };
+        let known = T::deserialize(de::value::MapAccessDeserializer::new(split))?;
+        Ok(GoStruct { known, other })
+    }
+}
+
+/// The entries of an object whose keys name one of `fields`, the others put
+/// aside into `other`.
+struct Split<'a, A> {
+    map: A,
+    fields: &'static [&'static str],
+    other: &'a mut Map<String, Value>,
+}
+
+impl<'de, A: de::MapAccess<'de>> de::MapAccess<'de> for Split<'_, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        while let Some(key) = self.map.next_key::<String>()? {
+            if self.fields.contains(&key.as_str()) {
+                return seed
+                    .deserialize(de::IntoDeserializer::into_deserializer(key))
+                    .map(Some);
+            }
+            let value = self.map.next_value::<Value>()?;
+            self.other.insert(key, value);
+        }
+        Ok(None)
+    }
+
+    fn next_value_seed<V: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+}
+
 /// The wrappers holding a value, seen as it.
 macro_rules! go_wrapper {
     ($($name:ident<T>($inner:ty)),+) => {$(
@@ -614,15 +721,6 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn fold_object_prefers_exact_and_last_wins() {
-        let v = json!({"Name": "a", "name": "b", "NAME": "c", "x.y": 1, "ips": null});
-        let f = fold_object(v.as_object().unwrap(), &["name", "ips"]);
-        assert_eq!(f.known[0], Some(("NAME", &json!("c"))));
-        assert_eq!(f.known[1], None);
-        assert_eq!(f.unknown, vec![("x.y", &json!(1))]);
-    }
-
-    #[test]
     fn ip_with_prefix() {
         assert_eq!(
             parse_ip_with_prefix("10.2.2.42/24"),
@@ -762,13 +860,41 @@ mod tests {
     }
 
     #[test]
-    fn spell_keys_and_unknown_keys() {
-        let v = json!({"NAME": "a", "ips": null, "Extra": 1, "x.y": 2});
-        let fields = ["name", "ips"];
+    fn go_struct_keeps_the_other_keys_and_spells_error_paths() {
+        #[derive(Debug, PartialEq, Deserialize, Serialize)]
+        struct Two {
+            name: GoStr,
+            #[serde(rename = "ips")]
+            addresses: Option<GoStrs>,
+        }
+        // Go: each key selects its field, exactly or folded; the last wins.
+        let v = json!({"Name": "b", "name": "c", "NAME": "a", "ips": null, "Extra": 1, "x.y": 2});
+        let s: GoStruct<Two> = crate::casefold::from_value(&v).unwrap();
+        assert_eq!(s.name, "a");
+        assert_eq!(s.addresses, None);
+        let other: Vec<&str> = s.other.keys().map(String::as_str).collect();
+        assert_eq!(other, ["Extra", "x.y"]);
+        // Written as the struct alone.
         assert_eq!(
-            spell_keys(v.as_object().unwrap(), &fields),
-            json!({"name": "a", "Extra": 1, "x.y": 2})
+            serde_json::to_value(&s).unwrap(),
+            json!({"name": "a", "ips": null})
         );
-        assert_eq!(unknown_keys(&v, &fields), vec!["Extra", "x.y"]);
+        // Only from an object, in Go's words.
+        let e = crate::casefold::from_value_at::<GoStruct<Two>>(&json!([1])).unwrap_err();
+        assert_eq!(
+            decode_failure(e, &json!([1]), "x").1,
+            "must be an object, got [1]"
+        );
+        // Errors inside keep their path, as written.
+        let bad = json!({"IPS": ["a", 5]});
+        let e = crate::casefold::from_value_at::<GoStruct<Two>>(&bad).unwrap_err();
+        let (at, reason) = decode_failure(e, &bad, "x");
+        assert_eq!(
+            (at.as_str(), reason.as_str()),
+            ("IPS[1]", "must be a string, got 5")
+        );
+        assert_eq!(spell_first_key::<Two>(&at), "ips[1]");
+        assert_eq!(spell_first_key::<Two>("Name"), "name");
+        assert_eq!(spell_first_key::<Two>("other.x"), "other.x");
     }
 }

@@ -11,6 +11,7 @@ use common::{assert_error, is_root, TestNs};
 use drivers_support::*;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::{CniError, ErrorCode};
+use plexus_cni::names::{ContainerId, IfName};
 use plexus_cni::result::CniResult;
 use plexus_testkit::Feature;
 use serde_json::{json, Value};
@@ -159,8 +160,8 @@ fn add_builds_the_reference_topology() {
         *r.calls.lock().unwrap(),
         [IpamCall {
             command: CniCommand::Add,
-            container_id: "ctr1".into(),
-            ifname: "eth0".into()
+            container_id: Some(ContainerId::new("ctr1").unwrap()),
+            ifname: Some(IfName::new("eth0").unwrap())
         }]
     );
 }

@@ -34,16 +34,12 @@ fn files(data: &[u8]) {
     let owner = Owner::parse(data);
     let _ = owner.describe();
     let _ = parse_last_reserved(data);
-    if let Owner::Attachment {
-        container_id,
-        ifname,
-    } = &owner
-    {
-        let _ = owner.is_held_by(container_id, ifname);
+    if let Owner::Attachment { holder, ifname } = &owner {
+        let _ = owner.is_held_by(holder, ifname);
         // Interface names never hold whitespace or line breaks (cni-SPEC §2).
-        if !ifname.chars().any(char::is_whitespace) && !container_id.contains('\n') {
-            let written = Owner::content(container_id, ifname);
-            assert!(Owner::parse(written.as_bytes()).is_exactly(container_id, ifname));
+        if !ifname.chars().any(char::is_whitespace) && !holder.as_str().contains('\n') {
+            let written = Owner::content(holder, ifname);
+            assert!(Owner::parse(written.as_bytes()).is_exactly(holder, ifname));
         }
     }
 }

@@ -93,7 +93,7 @@ use crate::common::{
 };
 use crate::range::{Range, RangeSet};
 use crate::resolv;
-use crate::store::{self, Allocation, LockedStore, Owner};
+use crate::store::{self, Allocation, HolderId, LockedStore, Owner};
 
 /// Where allocations live when `ipam.dataDir` is not set.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
@@ -257,10 +257,10 @@ impl Requested {
 }
 
 /// Who an allocation file names.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Holder<'a> {
     /// The container ID, or the persistent owner in its place.
-    id: &'a str,
+    id: HolderId,
     ifname: &'a IfName,
     /// A persistent owner gets back what it holds instead of a duplicate
     /// error.
@@ -278,7 +278,7 @@ struct Config {
     requested: Vec<Option<Requested>>,
     /// `args.plexus.persistentOwner`: holds the addresses instead of the
     /// container.
-    persistent_owner: Option<String>,
+    persistent_owner: Option<HolderId>,
 }
 
 impl Config {
@@ -331,7 +331,7 @@ impl Config {
                 .filter(|s| !s.is_empty())
                 .map(PathBuf::from),
             requested,
-            persistent_owner: ArgsConf::persistent_owner(&conf.args)?.map(String::from),
+            persistent_owner: ArgsConf::persistent_owner(&conf.args)?.map(HolderId::new),
         })
     }
 
@@ -340,7 +340,7 @@ impl Config {
     fn holder<'a>(&'a self, req: &'a Request) -> Result<Holder<'a>, IpamError> {
         let (id, ifname) = attachment(req)?;
         Ok(Holder {
-            id: self.persistent_owner.as_deref().unwrap_or(id),
+            id: self.persistent_owner.clone().unwrap_or_else(|| id.into()),
             ifname,
             persistent: self.persistent_owner.is_some(),
         })
@@ -496,7 +496,7 @@ fn allocate<'a>(
     idx: usize,
     set: &'a RangeSet,
     requested: Option<&Requested>,
-    holder: Holder,
+    holder: &Holder,
 ) -> Result<(IpAddr, &'a Range, bool), IpamError> {
     let Holder { id, ifname, .. } = holder;
     if let Some(a) = allocs
@@ -575,7 +575,7 @@ impl TypedPlugin for HostLocal {
                 idx,
                 set,
                 conf.requested[idx].as_ref(),
-                who,
+                &who,
             ) {
                 Ok((ip, range, fresh)) => {
                     if fresh {
@@ -617,6 +617,7 @@ impl TypedPlugin for HostLocal {
     fn del(&self, req: &Request) -> Result<(), IpamError> {
         let (loc, args) = Location::load(req)?;
         let (id, ifname) = attachment(req)?;
+        let id = HolderId::from(id);
         if ArgsConf::persistent_owner(&args)?.is_some() {
             // The owner's addresses outlive the pod: plexus releases them
             // once the IPAMClaim is deleted (multi-net-spec §8).
@@ -628,11 +629,14 @@ impl TypedPlugin for HostLocal {
         let allocs = store.allocations()?;
         let mut mine: Vec<&Allocation> = allocs
             .iter()
-            .filter(|a| a.owner.is_exactly(id, ifname))
+            .filter(|a| a.owner.is_exactly(&id, ifname))
             .collect();
         if mine.is_empty() {
             // Files of reference versions that did not record the interface.
-            mine = allocs.iter().filter(|a| a.owner.is_legacy_of(id)).collect();
+            mine = allocs
+                .iter()
+                .filter(|a| a.owner.is_legacy_of(&id))
+                .collect();
         }
         if mine.is_empty() {
             return Ok(());
@@ -650,7 +654,7 @@ impl TypedPlugin for HostLocal {
             Some(store) => store
                 .allocations()?
                 .iter()
-                .any(|a| a.owner.is_held_by(id, ifname)),
+                .any(|a| a.owner.is_held_by(&id, ifname)),
             None => false,
         };
         if held {
@@ -670,6 +674,7 @@ impl TypedPlugin for HostLocal {
             return Ok(());
         };
         store.remove_stale_temps()?;
+        let valid: Vec<(HolderId, &IfName)> = valid.iter().map(|(c, i)| (c.into(), i)).collect();
         let is_valid = |a: &Allocation| match &a.owner {
             Owner::Attachment { .. } => valid.iter().any(|(c, i)| a.owner.is_exactly(c, i)),
             Owner::Container(_) => valid.iter().any(|(c, _)| a.owner.is_legacy_of(c)),

@@ -25,7 +25,7 @@ pub use error::IpamError;
 pub use host_local::HostLocal;
 pub use static_ipam::Static;
 /// The parsers of host-local's files on disk, for the fuzz targets.
-pub use store::{parse_last_reserved, Owner};
+pub use store::{parse_last_reserved, HolderId, Owner};
 
 use plexus_cni::skel::Plugin;
 

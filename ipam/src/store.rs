@@ -30,6 +30,7 @@
 
 use crate::error::IpamError;
 use std::collections::HashMap;
+use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
@@ -40,7 +41,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::fcntl::Flock;
 use plexus_cni::flock::lock_file;
-use plexus_cni::names::IfName;
+use plexus_cni::names::{ContainerId, IfName};
 use plexus_cni::{durable, whole_file};
 
 pub(crate) const LAST_IP_PREFIX: &str = "last_reserved_ip.";
@@ -51,18 +52,43 @@ pub(crate) const LINE_BREAK: &str = "\r\n";
 /// Address and last-IP files are tiny; a larger one is not ours to parse.
 const MAX_FILE: u64 = 4096;
 
-/// Who holds an address, as its file says. The first line is the
-/// container ID, or the persistent owner (`args.plexus.persistentOwner`, one
-/// non-empty line) that holds the address in its place.
+/// The first line of an address file: the container ID, or the persistent
+/// owner (`args.plexus.persistentOwner`, one non-empty line) that holds the
+/// address in its place. Files are written by the reference and other tools
+/// too, so it is kept as written, trimmed as the reference compares it, and
+/// never checked: it is only compared and shown, never used as a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderId(String);
+
+impl HolderId {
+    pub fn new(id: &str) -> HolderId {
+        HolderId(id.trim().to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&ContainerId> for HolderId {
+    fn from(id: &ContainerId) -> HolderId {
+        HolderId::new(id)
+    }
+}
+
+impl fmt::Display for HolderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Who holds an address, as its file says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owner {
-    /// `<containerID>\r\n<ifname>`.
-    Attachment {
-        container_id: String,
-        ifname: IfName,
-    },
+    /// `<holder>\r\n<ifname>`.
+    Attachment { holder: HolderId, ifname: IfName },
     /// `<containerID>` alone, as reference versions before 0.7 wrote.
-    Container(String),
+    Container(HolderId),
     /// Empty (a reference process crashed between create and write).
     Unknown,
     /// `<containerID>\r\n<text>` whose text is no interface name: no
@@ -83,44 +109,42 @@ impl Owner {
         match text.split_once(LINE_BREAK) {
             Some((id, ifname)) => match IfName::new(ifname) {
                 Ok(ifname) => Owner::Attachment {
-                    container_id: id.to_string(),
+                    holder: HolderId::new(id),
                     ifname,
                 },
                 Err(_) => Owner::Foreign(text.to_string()),
             },
-            None => Owner::Container(text.to_string()),
+            None => Owner::Container(HolderId::new(text)),
         }
     }
 
-    /// The file content for a new allocation (the reference trims the ID).
-    pub fn content(container_id: &str, ifname: &IfName) -> String {
-        format!("{}{LINE_BREAK}{ifname}", container_id.trim())
+    /// The file content for a new allocation.
+    pub fn content(holder: &HolderId, ifname: &IfName) -> String {
+        format!("{holder}{LINE_BREAK}{ifname}")
     }
 
     /// Written for exactly this attachment.
-    pub fn is_exactly(&self, container_id: &str, ifname: &IfName) -> bool {
-        matches!(self, Owner::Attachment { container_id: c, ifname: i }
-                 if c == container_id.trim() && i == ifname)
+    pub fn is_exactly(&self, holder: &HolderId, ifname: &IfName) -> bool {
+        matches!(self, Owner::Attachment { holder: h, ifname: i } if h == holder && i == ifname)
     }
 
     /// An old-format file of this container (it names no interface).
-    pub fn is_legacy_of(&self, container_id: &str) -> bool {
-        matches!(self, Owner::Container(c) if c == container_id.trim())
+    pub fn is_legacy_of(&self, holder: &HolderId) -> bool {
+        matches!(self, Owner::Container(h) if h == holder)
     }
 
     /// Either of the above: what the reference counts as held by the
     /// attachment.
-    pub fn is_held_by(&self, container_id: &str, ifname: &IfName) -> bool {
-        self.is_exactly(container_id, ifname) || self.is_legacy_of(container_id)
+    pub fn is_held_by(&self, holder: &HolderId, ifname: &IfName) -> bool {
+        self.is_exactly(holder, ifname) || self.is_legacy_of(holder)
     }
 
     /// "container X (interface Y)" for errors.
     pub fn describe(&self) -> String {
         match self {
-            Owner::Attachment {
-                container_id,
-                ifname,
-            } => format!("container {container_id} (interface {ifname})"),
+            Owner::Attachment { holder, ifname } => {
+                format!("container {holder} (interface {ifname})")
+            }
             Owner::Container(c) => format!("container {c}"),
             Owner::Unknown => "an unknown owner (its file is empty)".into(),
             Owner::Foreign(text) => match text.split_once(LINE_BREAK) {
@@ -257,11 +281,11 @@ impl LockedStore {
     pub fn reserve(
         &self,
         ip: IpAddr,
-        container_id: &str,
+        holder: &HolderId,
         ifname: &IfName,
     ) -> Result<bool, IpamError> {
         let target = self.dir.join(ip.to_string());
-        let content = Owner::content(container_id, ifname);
+        let content = Owner::content(holder, ifname);
         match whole_file::create(&target, content.as_bytes(), 0o600) {
             Ok(reserved) => Ok(reserved),
             Err(e) if whole_file::unsupported(&e) => {
@@ -413,31 +437,35 @@ mod tests {
     use plexus_cni::{CniError, ErrorCode};
     use std::time::Instant;
 
+    fn h(id: &str) -> HolderId {
+        HolderId::new(id)
+    }
+
     #[test]
     fn owner_formats() {
         let ifn = |name: &str| IfName::new(name).unwrap();
         assert_eq!(
             Owner::parse(b"abc\r\neth0"),
             Owner::Attachment {
-                container_id: "abc".into(),
+                holder: h("abc"),
                 ifname: ifn("eth0")
             }
         );
         // Trailing whitespace is ignored, as the reference's TrimSpace does.
-        assert!(Owner::parse(b"abc\r\neth0\n").is_exactly("abc", &ifn("eth0")));
-        assert_eq!(Owner::parse(b"abc\n"), Owner::Container("abc".into()));
+        assert!(Owner::parse(b"abc\r\neth0\n").is_exactly(&h("abc"), &ifn("eth0")));
+        assert_eq!(Owner::parse(b"abc\n"), Owner::Container(h("abc")));
         assert_eq!(Owner::parse(b""), Owner::Unknown);
         assert_eq!(Owner::parse(b"  \n"), Owner::Unknown);
-        assert_eq!(Owner::content("abc", &ifn("eth0")), "abc\r\neth0");
+        assert_eq!(Owner::content(&h("abc"), &ifn("eth0")), "abc\r\neth0");
         let legacy = Owner::parse(b"abc");
-        assert!(legacy.is_legacy_of("abc") && legacy.is_held_by("abc", &ifn("net1")));
-        assert!(!legacy.is_exactly("abc", &ifn("eth0")));
-        assert!(!Owner::parse(b"abc\r\neth0").is_held_by("abc", &ifn("net1")));
+        assert!(legacy.is_legacy_of(&h("abc")) && legacy.is_held_by(&h("abc"), &ifn("net1")));
+        assert!(!legacy.is_exactly(&h("abc"), &ifn("eth0")));
+        assert!(!Owner::parse(b"abc\r\neth0").is_held_by(&h("abc"), &ifn("net1")));
         // A second line that is no interface name: held by no attachment,
         // described as written.
         let foreign = Owner::parse(b"abc\r\neth 0");
         assert_eq!(foreign, Owner::Foreign("abc\r\neth 0".into()));
-        assert!(!foreign.is_held_by("abc", &ifn("eth0")));
+        assert!(!foreign.is_held_by(&h("abc"), &ifn("eth0")));
         assert_eq!(foreign.describe(), "container abc (interface eth 0)");
     }
 
@@ -467,7 +495,9 @@ mod tests {
         let target = tmp.path().join("net/10.0.0.3");
         assert!(s.reserve_via_temp(ip, &target, b"c3\r\neth1").unwrap());
         assert!(!s.reserve_via_temp(ip, &target, b"c4\r\neth1").unwrap());
-        assert!(!s.reserve(ip, "c4", &IfName::new("eth1").unwrap()).unwrap());
+        assert!(!s
+            .reserve(ip, &h("c4"), &IfName::new("eth1").unwrap())
+            .unwrap());
         assert_eq!(fs::read(&target).unwrap(), b"c3\r\neth1");
         assert_eq!(names_in(&tmp.path().join("net")), ["10.0.0.3", "lock"]);
     }
@@ -476,8 +506,12 @@ mod tests {
     fn reserve_is_exclusive_and_leaves_no_temp() {
         let (tmp, s) = fresh_store();
         let ip: IpAddr = "10.0.0.2".parse().unwrap();
-        assert!(s.reserve(ip, "c1", &IfName::new("eth0").unwrap()).unwrap());
-        assert!(!s.reserve(ip, "c2", &IfName::new("eth0").unwrap()).unwrap());
+        assert!(s
+            .reserve(ip, &h("c1"), &IfName::new("eth0").unwrap())
+            .unwrap());
+        assert!(!s
+            .reserve(ip, &h("c2"), &IfName::new("eth0").unwrap())
+            .unwrap());
         assert_eq!(
             fs::read(tmp.path().join("net/10.0.0.2")).unwrap(),
             b"c1\r\neth0"
@@ -497,7 +531,7 @@ mod tests {
         assert_eq!(allocs.len(), 1);
         assert!(allocs[0]
             .owner
-            .is_exactly("c1", &IfName::new("eth0").unwrap()));
+            .is_exactly(&h("c1"), &IfName::new("eth0").unwrap()));
     }
 
     #[test]

@@ -7,10 +7,11 @@
 //! The keys plexus reads are the fields of its raw conf, found by asking
 //! serde for them, so a key added there is known here at once.
 
-use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::cni::casefold::fold_eq;
+use crate::cni::go_json::struct_fields;
 
 /// What plexus does with a key it does not read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,59 +147,6 @@ pub fn warnings<T: DeserializeOwned>(conf: &Map<String, Value>) -> Vec<String> {
 /// Whether `T` (the raw conf) reads `key`, matched as Go matches keys.
 pub fn read_by<T: DeserializeOwned>(key: &str) -> bool {
     struct_fields::<T>().iter().any(|field| fold_eq(key, field))
-}
-
-/// The field names serde's derive gives `T`, which it hands to
-/// `deserialize_struct`; empty for anything but a struct.
-fn struct_fields<T: DeserializeOwned>() -> &'static [&'static str] {
-    match T::deserialize(FieldNames) {
-        Err(FieldNamesFound(fields)) => fields,
-        Ok(_) => &[],
-    }
-}
-
-/// A deserializer that only records the fields of the struct asked for.
-struct FieldNames;
-
-/// The "error" that carries the fields out.
-#[derive(Debug)]
-struct FieldNamesFound(&'static [&'static str]);
-
-impl std::fmt::Display for FieldNamesFound {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "fields {:?}", self.0)
-    }
-}
-
-impl std::error::Error for FieldNamesFound {}
-
-impl de::Error for FieldNamesFound {
-    fn custom<M: std::fmt::Display>(_: M) -> Self {
-        FieldNamesFound(&[])
-    }
-}
-
-impl<'de> Deserializer<'de> for FieldNames {
-    type Error = FieldNamesFound;
-
-    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
-        Err(FieldNamesFound(&[]))
-    }
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        _: &'static str,
-        fields: &'static [&'static str],
-        _: V,
-    ) -> Result<V::Value, Self::Error> {
-        Err(FieldNamesFound(fields))
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf option unit unit_struct newtype_struct seq tuple
-        tuple_struct map enum identifier ignored_any
-    }
 }
 
 #[cfg(test)]

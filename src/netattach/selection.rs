@@ -13,8 +13,8 @@ use serde::{de, Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use super::go_json::{
-    self, decode_failure, describe, is_hex_octets, parse_ip_with_prefix, unknown_keys, GoList,
-    GoMap, GoObj, GoPort, GoPositive, GoStr, GoStrs,
+    decode_failure, describe, is_hex_octets, parse_ip_with_prefix, spell_first_key, GoList, GoMap,
+    GoPort, GoPositive, GoStr, GoStrs, GoStruct,
 };
 use super::names::{check_dns1123_label, check_nad_name, nad_name_warning, NetworkRef};
 use crate::cni::casefold;
@@ -53,12 +53,23 @@ pub struct NetworkSelectionElement {
         skip_serializing_if = "Option::is_none"
     )]
     pub interface: Option<IfName>,
+    /// Multus's deprecated spelling of `interface`, which [`decode_element`]
+    /// moves there; never written.
+    #[serde(
+        rename = "interfaceRequest",
+        default,
+        deserialize_with = "pod_interface",
+        skip_serializing
+    )]
+    pub interface_request: Option<IfName>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cni_args: Option<GoMap>,
+    /// Each with the keys it does not know, which [`decode_element`] warns
+    /// about and drops.
     #[serde(rename = "portMappings", skip_serializing_if = "Option::is_none")]
-    pub port_mappings: Option<GoList<PortMapping>>,
+    pub port_mappings: Option<GoList<GoStruct<PortMapping>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bandwidth: Option<GoObj<Bandwidth>>,
+    pub bandwidth: Option<GoStruct<Bandwidth>>,
     #[serde(
         default,
         deserialize_with = "gateways",
@@ -69,8 +80,10 @@ pub struct NetworkSelectionElement {
     pub infiniband_guid: Option<GoStr>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ipam_claim_reference: Option<GoStr>,
-    /// Keys in reverse-DNS notation (containing a '.'), kept as written.
-    #[serde(flatten)]
+    /// Keys in reverse-DNS notation (containing a '.'), kept as written:
+    /// [`decode_element`] sorts them out of the keys the element does not
+    /// know.
+    #[serde(flatten, skip_deserializing)]
     pub extensions: Map<String, Value>,
 }
 
@@ -256,8 +269,8 @@ fn parse_json_list(value: &str, out: &mut ParsedSelection) -> Result<(), Annotat
         AnnotationError::new(field, reason)
     })?;
     let mut default_route_on: Option<usize> = None;
-    for (i, obj) in list.iter().enumerate() {
-        let element = decode_element(i, obj, &mut out.warnings)?;
+    for (i, obj) in list.into_iter().enumerate() {
+        let element = decode_element(i, &Value::from(obj), &mut out.warnings)?;
         if element.default_route.is_some() {
             // multi-net-spec §4.1.2.1.9: only one attachment may carry the key.
             if let Some(first) = default_route_on {
@@ -276,32 +289,13 @@ fn parse_json_list(value: &str, out: &mut ParsedSelection) -> Result<(), Annotat
     Ok(())
 }
 
-/// The keys of §4.1.2.1, plus Multus's deprecated `interfaceRequest`, which
-/// the element keeps among its other keys until [`decode_element`] reads it.
-const KEYS: [&str; 12] = [
-    "name",
-    "namespace",
-    "ips",
-    "mac",
-    "interface",
-    "interfaceRequest",
-    "cni-args",
-    "portMappings",
-    "bandwidth",
-    "default-route",
-    "infiniband-guid",
-    "ipam-claim-reference",
-];
-
-const PORT_MAPPING_KEYS: [&str; 4] = ["hostPort", "containerPort", "protocol", "hostIP"];
-
 const BANDWIDTH_KEYS: [&str; 4] = ["ingressRate", "ingressBurst", "egressRate", "egressBurst"];
 
 /// Decode element `i` through its serde form, then check what the types
 /// cannot say.
 fn decode_element(
     i: usize,
-    obj: &Map<String, Value>,
+    obj: &Value,
     warnings: &mut Vec<String>,
 ) -> Result<NetworkSelectionElement, AnnotationError> {
     let path = |key: &str| format!("[{i}].{key}");
@@ -309,10 +303,12 @@ fn decode_element(
         let field = path(key);
         move |reason: String| AnnotationError::new(field, reason)
     };
-    // `extensions` is flattened: the keys of §4.1.2.1 are spelled first.
-    let spelled = go_json::spell_keys(obj, &KEYS);
-    let mut e: NetworkSelectionElement = casefold::from_value_at(&spelled).map_err(|err| {
-        let (mut field, reason) = decode_failure(err, &spelled, "");
+    let GoStruct {
+        known: mut e,
+        other,
+    } = casefold::from_value_at::<GoStruct<NetworkSelectionElement>>(obj).map_err(|err| {
+        let (field, reason) = decode_failure(err, obj, "");
+        let mut field = spell_first_key::<NetworkSelectionElement>(&field);
         prefix_path(&mut field, &format!("[{i}]"));
         AnnotationError::new(field, reason)
     })?;
@@ -351,22 +347,21 @@ fn decode_element(
         }
     }
 
-    // The other keys: Multus's `interfaceRequest`, extension keys, and keys
-    // reserved by the spec that plexus does not know.
+    if let Some(old) = e.interface_request.take() {
+        let w = if e.interface.is_some() {
+            "deprecated Multus key ignored because \"interface\" is also set"
+        } else {
+            "deprecated Multus key, read as \"interface\""
+        };
+        warnings.push(format!("{}: {w}", path("interfaceRequest")));
+        e.interface.get_or_insert(old);
+    }
+
+    // The other keys: extension keys, and keys reserved by the spec that
+    // plexus does not know.
     let mut unknown = Vec::new();
-    for (key, value) in std::mem::take(&mut e.extensions) {
-        if key == "interfaceRequest" {
-            let old = Option::<GoStr>::deserialize(value).map_err(|r| at(&key)(r.to_string()))?;
-            let Some(old) = old else { continue };
-            let old = pod_ifname(&old).map_err(at(&key))?;
-            let w = if e.interface.is_some() {
-                "deprecated Multus key ignored because \"interface\" is also set"
-            } else {
-                "deprecated Multus key, read as \"interface\""
-            };
-            warnings.push(format!("{}: {w}", path(&key)));
-            e.interface.get_or_insert(old);
-        } else if key.contains('.') {
+    for (key, value) in other {
+        if key.contains('.') {
             e.extensions.insert(key, value);
         } else {
             unknown.push(key);
@@ -379,10 +374,7 @@ fn decode_element(
                 "must contain at least one mapping (multi-net-spec §4.1.2.1.7)".into(),
             ));
         }
-        let raw = spelled["portMappings"]
-            .as_array()
-            .map_or(&[][..], Vec::as_slice);
-        for (j, (pm, raw)) in pms.iter_mut().zip(raw).enumerate() {
+        for (j, pm) in pms.iter_mut().enumerate() {
             let at = |key: &str| at(&format!("portMappings[{j}].{key}"));
             let given = std::mem::take(&mut pm.protocol);
             pm.protocol = given.to_ascii_lowercase();
@@ -398,7 +390,7 @@ fn decode_element(
                 ip.parse::<IpAddr>()
                     .map_err(|_| at("hostIP")(format!("{ip:?} is not an IP address")))?;
             }
-            for key in unknown_keys(raw, &PORT_MAPPING_KEYS) {
+            for key in std::mem::take(&mut pm.other).keys() {
                 warnings.push(format!(
                     "{}: unknown key ignored",
                     path(&format!("portMappings[{j}].{key}"))
@@ -408,8 +400,7 @@ fn decode_element(
     }
 
     if let Some(bw) = &e.bandwidth {
-        check_bandwidth(bw, &spelled["bandwidth"])
-            .map_err(|(key, r)| at(&format!("bandwidth{key}"))(r))?;
+        check_bandwidth(bw).map_err(|(key, r)| at(&format!("bandwidth{key}"))(r))?;
     }
 
     if let Some(guid) = &e.infiniband_guid {
@@ -438,10 +429,10 @@ fn decode_element(
 }
 
 /// §4.1.2.1.8 beyond the types: only its four keys, at least one of them,
-/// and a burst only with its rate. `raw` is the object as written; the
-/// error is a sub-path (`.ingressBurst`, or empty) and a reason.
-fn check_bandwidth(bw: &Bandwidth, raw: &Value) -> Result<(), (String, String)> {
-    if let Some(key) = unknown_keys(raw, &BANDWIDTH_KEYS).first() {
+/// and a burst only with its rate. The error is a sub-path (`.ingressBurst`,
+/// or empty) and a reason.
+fn check_bandwidth(bw: &GoStruct<Bandwidth>) -> Result<(), (String, String)> {
+    if let Some(key) = bw.other.keys().next() {
         return Err((
             format!(".{key}"),
             format!(
@@ -455,7 +446,7 @@ fn check_bandwidth(bw: &Bandwidth, raw: &Value) -> Result<(), (String, String)> 
         ingress_burst,
         egress_rate,
         egress_burst,
-    } = *bw;
+    } = bw.known;
     if [ingress_rate, ingress_burst, egress_rate, egress_burst]
         .iter()
         .all(Option::is_none)
@@ -819,7 +810,8 @@ mod tests {
                 container_port: GoPort(80),
                 protocol: "tcp".into(),
                 host_ip: None
-            }]))
+            }
+            .into()]))
         );
         // cni-CONVENTIONS "portMappings".
         assert_eq!(
@@ -926,7 +918,7 @@ mod tests {
             egress_rate: Some(GoPositive(8000)),
             egress_burst: Some(GoPositive(200)),
         };
-        assert_eq!(e.bandwidth, Some(GoObj(want)));
+        assert_eq!(e.bandwidth, Some(want.into()));
         assert_eq!(
             e.bandwidth_runtime_config(),
             Some(
@@ -1200,15 +1192,19 @@ mod tests {
                 container_port: GoPort(8080),
                 protocol: "udp".into(),
                 host_ip: Some("192.0.2.1".into()),
-            }]))
+            }
+            .into()]))
         );
         assert_eq!(
             e.bandwidth,
-            Some(GoObj(Bandwidth {
-                ingress_rate: Some(GoPositive(5)),
-                ingress_burst: Some(GoPositive(7)),
-                ..Default::default()
-            }))
+            Some(
+                Bandwidth {
+                    ingress_rate: Some(GoPositive(5)),
+                    ingress_burst: Some(GoPositive(7)),
+                    ..Default::default()
+                }
+                .into()
+            )
         );
         assert_eq!(
             p.warnings,

@@ -16,9 +16,11 @@ use serde_json::{Map, Value};
 use super::deviceinfo::DeviceInfo;
 use super::error::SpecError;
 use super::go_json::{
-    self, as_array, as_object, decode_error, GoBool, GoMap, GoStr, GoStrs, GoU32,
+    as_array, as_object, decode_failure, spell_first_key, GoBool, GoMap, GoStr, GoStrs, GoStruct,
+    GoU32,
 };
 use crate::cni::casefold;
+use crate::cni::error::CniError;
 use crate::cni::names::IfName;
 use crate::cni::result::{CniResult, IpConfig};
 
@@ -54,9 +56,10 @@ pub struct NetworkStatus {
     /// §5.3.8 `device-info` (see [`super::deviceinfo`]), kept as written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_info: Option<GoMap>,
-    /// Other keys (extension keys, or keys of other implementations); one
-    /// spelled like a key of §5.3 is not written, so it cannot shadow it.
-    #[serde(flatten, serialize_with = "unshadowing")]
+    /// Other keys (extension keys, or keys of other implementations), as
+    /// [`NetworkStatus::from_value`] read them; one spelled like a key of
+    /// §5.3 is not written, so it cannot shadow it.
+    #[serde(flatten, skip_deserializing, serialize_with = "unshadowing")]
     pub extra: Map<String, Value>,
 }
 
@@ -211,11 +214,20 @@ impl NetworkStatus {
 
     /// Read one entry. Errors name the key (`mtu: must be ...`).
     pub fn from_value(v: &Value) -> Result<NetworkStatus, SpecError> {
-        let obj = as_object(v).map_err(|r| SpecError::decode("network-status entry", r))?;
-        // `extra` is flattened: the keys of §5.3 are spelled first.
-        let spelled = go_json::spell_keys(obj, &KEYS);
-        casefold::from_value_at(&spelled)
-            .map_err(|e| decode_error(e, &spelled, "network-status entry").into())
+        const WHAT: &str = "network-status entry";
+        as_object(v).map_err(|r| SpecError::decode(WHAT, r))?;
+        let GoStruct { known, other } = casefold::from_value_at::<GoStruct<NetworkStatus>>(v)
+            .map_err(|e| {
+                let (at, reason) = decode_failure(e, v, WHAT);
+                SpecError::from(CniError::decode(
+                    spell_first_key::<NetworkStatus>(&at),
+                    reason,
+                ))
+            })?;
+        Ok(NetworkStatus {
+            extra: other,
+            ..known
+        })
     }
 }
 

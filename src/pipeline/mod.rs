@@ -32,7 +32,7 @@ use crate::conf_files::{auxiliary, ConfDir};
 use crate::config::{PlexusConf, DEFAULT_PLUGIN_TIMEOUT};
 use crate::netattach::pod::Pod;
 use crate::phases;
-use crate::plan::{self, claims, DefaultNetwork, Plan, PlanError, PlanInputs};
+use crate::plan::{self, claims, DefaultNetwork, Plan, PlanError, PlanInputs, PlanOptions};
 use crate::policy::SelectionPolicy;
 use crate::record::Cache;
 use crate::run::claims::{self as claim_book, ClaimBook};
@@ -171,14 +171,7 @@ pub fn add(parts: &dyn Parts, conf: &PlexusConf, req: &Request) -> Result<CniRes
     phases::mark("pod");
     let options = call.plan_options(conf.policy.clone(), req);
     cluster.prefetch_nads(&plan::selected_nads(&pod, &options));
-    let inputs = PlanInputs {
-        nads: cluster,
-        conf_files: Some(&conf_dir),
-        devices: Some(&conf.pod_resources),
-        claims: cluster.dra(),
-        default_network: &default_network,
-        options: &options,
-    };
+    let inputs = node_inputs(conf, cluster, &conf_dir, &default_network, &options);
     let mut plan = plan::plan(&pod, &inputs)?;
     // The pod's networks; the auxiliary chain after them is none. It is
     // added before claims are bound, so a bad chain fails the ADD first.
@@ -376,6 +369,25 @@ pub fn status(parts: &dyn Parts, conf: &PlexusConf, req: &Request) -> Result<(),
     let registry = registry_of(parts, conf)?;
     let delegates = network_delegates(req, conf, &registry);
     Ok(crate::run::status(&delegates, &network)?)
+}
+
+/// What the planner takes on the node: the cluster's NADs and claims, the
+/// conf dir, and kubelet's devices.
+pub fn node_inputs<'a>(
+    conf: &'a PlexusConf,
+    cluster: &'a dyn Cluster,
+    conf_dir: &'a ConfDir,
+    default_network: &'a DefaultNetwork,
+    options: &'a PlanOptions,
+) -> PlanInputs<'a> {
+    PlanInputs {
+        nads: cluster,
+        conf_files: Some(conf_dir),
+        devices: Some(&conf.pod_resources),
+        claims: cluster.dra(),
+        default_network,
+        options,
+    }
 }
 
 /// The configured cluster network. The conf dir and files name it without

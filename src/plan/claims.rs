@@ -190,8 +190,8 @@ fn check_claim_fits(claim: &IpamClaim, attachment: &Attachment) -> Result<(), Cl
     }
     if *claim.spec.interface != attachment.ifname {
         return Err(ClaimProblem::OtherInterface {
-            claimed: claim.spec.interface.to_string(),
-            ifname: attachment.ifname.to_string(),
+            claimed: claim.spec.interface.clone(),
+            ifname: attachment.ifname.clone(),
         });
     }
     Ok(())
@@ -437,8 +437,8 @@ mod tests {
             &CLAIM.replace("interface: net1", "interface: net2"),
             |p| {
                 p == &ClaimProblem::OtherInterface {
-                    claimed: "net2".into(),
-                    ifname: "net1".into(),
+                    claimed: IfName::new("net2").unwrap(),
+                    ifname: IfName::new("net1").unwrap(),
                 }
             },
         );

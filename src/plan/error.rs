@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::cluster::ClusterError;
 use crate::cni::error::prefix_path;
 use crate::cni::error::{codes, CniError, ErrorCode};
+use crate::cni::names::IfName;
 use crate::netattach::error::SpecError;
 use crate::netattach::names::NetworkRef;
 use crate::netattach::selection::AnnotationError;
@@ -50,7 +51,7 @@ pub enum PlanError {
         "{label}.interface: {ifname:?} is already used by a previous attachment of this pod \
          (multi-net-spec §4.1.2.1.5)"
     )]
-    InterfaceTaken { label: String, ifname: String },
+    InterfaceTaken { label: String, ifname: IfName },
     /// `namespaceIsolation` keeps the pod from a network of another namespace.
     #[error(
         "{label}: pod {pod} may not use {network} (namespaceIsolation: only its own namespace \
@@ -372,7 +373,7 @@ pub enum ClaimProblem {
     #[error(
         "the claim's spec.interface is {claimed:?}, but this attachment's interface is {ifname:?}"
     )]
-    OtherInterface { claimed: String, ifname: String },
+    OtherInterface { claimed: IfName, ifname: IfName },
     /// The chain has no IPAM that can hold the claim's addresses.
     #[error(
         "\"{ALLOW_PERSISTENT_IPS}\" needs the built-in host-local or whereabouts IPAM to hold \
@@ -442,7 +443,7 @@ mod tests {
             (
                 PlanError::InterfaceTaken {
                     label: text(),
-                    ifname: "net1".into(),
+                    ifname: IfName::new("net1").unwrap(),
                 },
                 rejected,
             ),

@@ -378,7 +378,7 @@ fn assign_ifnames(default_ifname: &IfName, wanted: &[Wanted]) -> Result<Vec<IfNa
                 if used.contains(&name) {
                     return Err(PlanError::InterfaceTaken {
                         label: want.label.clone(),
-                        ifname: name.to_string(),
+                        ifname: name,
                     });
                 }
                 name

@@ -34,8 +34,8 @@ pub const IPAM: &str = "test-static";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpamCall {
     pub command: CniCommand,
-    pub container_id: String,
-    pub ifname: String,
+    pub container_id: Option<ContainerId>,
+    pub ifname: Option<IfName>,
 }
 
 /// Serves `test-static`, logging every call. Its configuration, under
@@ -65,12 +65,8 @@ impl StaticIpam<'_> {
     fn record(&self, req: &Request) -> Result<(), CniError> {
         self.calls.lock().unwrap().push(IpamCall {
             command: req.env.command(),
-            container_id: req
-                .env
-                .container_id()
-                .map(|id| id.to_string())
-                .unwrap_or_default(),
-            ifname: req.env.ifname().map(|n| n.to_string()).unwrap_or_default(),
+            container_id: req.env.container_id().cloned(),
+            ifname: req.env.ifname().cloned(),
         });
         let fail = req.config["ipam"]["fail"].as_str();
         if fail == Some(req.env.command().as_str()) {
@@ -131,19 +127,19 @@ impl Resolver for TestResolver {
 /// The attachment a request is about.
 #[derive(Clone)]
 pub struct Target {
-    pub container_id: String,
+    pub container_id: ContainerId,
     /// `None`: no CNI_NETNS (a late DEL).
     pub netns: Option<PathBuf>,
-    pub ifname: String,
+    pub ifname: IfName,
     pub args: String,
 }
 
 impl Target {
     pub fn new(container_id: &str, pod: &TestNs, ifname: &str) -> Target {
         Target {
-            container_id: container_id.into(),
+            container_id: ContainerId::new(container_id).unwrap(),
             netns: Some(netns_path(pod)),
-            ifname: ifname.into(),
+            ifname: IfName::new(ifname).unwrap(),
             args: String::new(),
         }
     }
@@ -152,9 +148,9 @@ impl Target {
     /// for VALIDATE, which opens none.
     pub fn nowhere(container_id: &str) -> Target {
         Target {
-            container_id: container_id.into(),
+            container_id: ContainerId::new(container_id).unwrap(),
             netns: Some("/var/run/netns/none".into()),
-            ifname: "eth0".into(),
+            ifname: IfName::new("eth0").unwrap(),
             args: String::new(),
         }
     }
@@ -180,7 +176,7 @@ pub fn request(command: CniCommand, t: &Target, config: &Value) -> Request {
             .map(|ns| NetnsPath::new(ns.to_str().unwrap()).unwrap()),
         args: CniArgs::parse(&t.args).unwrap(),
         path: vec![PathBuf::from("/opt/cni/bin")],
-        ..AttachmentParams::new(&t.container_id, &t.ifname).unwrap()
+        ..AttachmentParams::of(t.container_id.clone(), t.ifname.clone())
     };
     let env = CniEnv::for_attachment(command, params).unwrap();
     crate::common::request(env, config)

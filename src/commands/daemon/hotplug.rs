@@ -32,7 +32,7 @@ use crate::netattach::selection::NETWORKS_ANNOTATION;
 use crate::netattach::status::{parse_status_annotation, NETWORK_STATUS_ANNOTATION};
 use crate::pipeline::{self, publish, Parts, PluginScope, Target};
 use crate::plan::hotplug;
-use crate::plan::{self, PlanError, PlanInputs, PlanOptions};
+use crate::plan::{self, PlanError, PlanOptions};
 use crate::plugin;
 use crate::record::{Cache, Lookup, Record};
 use crate::run::{Delegates, Executor, Registry, RunContext, RunError};
@@ -324,20 +324,8 @@ impl Reconciler {
             .with_cni_args(cni_args)
             .with_runtime_config(conf.runtime_config.clone());
         let conf_dir = ConfDir::new(&conf.conf_dir);
-        hotplug::changes(pod, record, |pod| {
-            plan::plan(
-                pod,
-                &PlanInputs {
-                    nads: cluster,
-                    conf_files: Some(&conf_dir),
-                    devices: Some(&conf.pod_resources),
-                    claims: cluster.dra(),
-                    default_network: &default_network,
-                    options: &options,
-                },
-            )
-        })
-        .map_err(HotplugError::from)
+        let inputs = pipeline::node_inputs(conf, cluster, &conf_dir, &default_network, &options);
+        hotplug::changes(pod, record, |pod| plan::plan(pod, &inputs)).map_err(HotplugError::from)
     }
 
     /// The pod's network-status from the record, written when it changed
