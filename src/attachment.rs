@@ -25,6 +25,7 @@ pub const AUXILIARY_SOURCE: &str = "auxiliaryCNIChainName";
 /// One attachment: one CNI config list invoked with one `CNI_IFNAME`. Its
 /// JSON (the plan output, README "Plan output", and each attachment of the
 /// record) is this type's serde form.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Attachment {
@@ -37,21 +38,21 @@ pub struct Attachment {
     /// Where the config came from.
     pub source: String,
     /// §4.1.2.1.9: gateways this attachment's default route goes to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub default_route: Option<Vec<IpAddr>>,
     /// §4.1.2.1.9: another attachment's selection has `default-route`, so
     /// this one's default routes are removed after it is attached.
     #[serde(default, skip_serializing_if = "is_false")]
     pub clear_default_route: bool,
     /// §4.1.2.1.11: the IPAMClaim the IPAM of this attachment must honour.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub ipam_claim_reference: Option<String>,
     /// cni-SPEC §1 `disableCheck` of the network's config list: CHECK skips it.
     #[serde(default, skip_serializing_if = "is_false")]
     pub disable_check: bool,
     /// device-info-SPEC §4.2: the attachment's device-info files, when it
     /// is backed by a device-plugin resource or a plugin of it takes one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub device_info: Option<DeviceInfoFiles>,
 }
 

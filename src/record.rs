@@ -218,6 +218,7 @@ struct WireRecord {
     attachments: Vec<WireCached>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireCached {
@@ -226,9 +227,9 @@ struct WireCached {
     plan: Attachment,
     /// In [`RESULT_VERSION`]'s format, and device-info in the spec's
     /// (each checked by its own parser).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     result: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     device_info: Option<Value>,
 }
 

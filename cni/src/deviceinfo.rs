@@ -151,32 +151,27 @@ impl DeviceType {
 }
 
 /// §3.1.3 `pci`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct PciDevice {
     pub pci_address: GoStr,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub vhost_net: Option<GoStr>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rdma_device: Option<GoStr>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pf_pci_address: Option<GoStr>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub representor_device: Option<GoStr>,
 }
 
 /// §3.1.4 `vdpa`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct VdpaDevice {
     pub parent_device: GoStr,
     pub driver: VdpaDriver,
     pub path: GoStr,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pci_address: Option<GoStr>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pf_pci_address: Option<GoStr>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub representor_device: Option<GoStr>,
 }
 
@@ -198,6 +193,7 @@ pub struct MemifDevice {
 /// A device information map (§3.1), keys in the spec's order. The map named
 /// by `device_type` is always present after [`DeviceInfo::from_value`]; the
 /// others may be too.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct DeviceInfo {
@@ -205,13 +201,13 @@ pub struct DeviceInfo {
     pub device_type: DeviceType,
     /// `MAJOR.MINOR.PATCH` of the Device Information Specification.
     pub version: GoStr,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub pci: Option<PciDevice>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub vdpa: Option<VdpaDevice>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub vhost_user: Option<VhostUserDevice>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub memif: Option<MemifDevice>,
 }
 

@@ -181,95 +181,73 @@ struct Printed<T> {
     result: T,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize)]
 struct WireModern {
-    #[serde(skip_serializing_if = "Option::is_none")]
     interfaces: Option<Vec<WireInterface>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     ips: Option<Vec<WireIp>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     routes: Option<Vec<RouteJson>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     dns: Option<WireDns>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize)]
 struct WireLegacy {
-    #[serde(skip_serializing_if = "Option::is_none")]
     ip4: Option<WireLegacyIp>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     ip6: Option<WireLegacyIp>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     dns: Option<WireDns>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize)]
 struct WireInterface {
-    #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     mac: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     mtu: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     sandbox: Option<String>,
-    #[serde(rename = "socketPath", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "socketPath")]
     socket_path: Option<String>,
-    #[serde(rename = "pciID", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "pciID")]
     pci_id: Option<String>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize)]
 struct WireIp {
-    #[serde(skip_serializing_if = "Option::is_none")]
     version: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     interface: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     address: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     gateway: Option<String>,
 }
 
 /// A `routes[]` entry as written (cni-SPEC §5), shared with IPAM configs,
 /// whose `routes` have the same shape.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RouteJson {
-    #[serde(skip_serializing_if = "Option::is_none")]
     dst: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     gw: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     mtu: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     advmss: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     priority: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     table: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     scope: Option<u32>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize)]
 struct WireDns {
-    #[serde(skip_serializing_if = "Option::is_none")]
     nameservers: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     domain: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     search: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     options: Option<Vec<String>>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize)]
 struct WireLegacyIp {
-    #[serde(skip_serializing_if = "Option::is_none")]
     ip: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     gateway: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     routes: Option<Vec<RouteJson>>,
 }
 

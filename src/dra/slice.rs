@@ -66,15 +66,12 @@ struct WireDevice {
 }
 
 /// A DeviceAttribute: exactly one of its values is set.
+#[serde_with::skip_serializing_none]
 #[derive(Deserialize, serde::Serialize)]
 struct WireAttribute {
-    #[serde(skip_serializing_if = "Option::is_none")]
     int: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     bool: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     string: Option<GoStr>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     version: Option<GoStr>,
 }
 

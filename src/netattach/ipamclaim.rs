@@ -83,6 +83,7 @@ pub struct IpamClaimStatus {
 }
 
 /// An entry of `metadata.ownerReferences`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnerReference {
@@ -90,9 +91,7 @@ pub struct OwnerReference {
     pub kind: GoStr,
     pub name: GoStr,
     pub uid: GoStr,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub controller: Option<GoBool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub block_owner_deletion: Option<GoBool>,
 }
 

@@ -10,14 +10,15 @@ use super::error::SpecError;
 use super::go_json::{as_object, as_str, describe};
 use super::names::{check_dns1123_label, check_nad_name};
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectMeta {
     #[serde(default)]
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub namespace: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub uid: Option<String>,
     #[serde(
         default,

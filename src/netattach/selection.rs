@@ -36,22 +36,16 @@ pub const DEFAULT_BURST_BITS: u64 = 2_147_483_647;
 /// One requested attachment (§4.1.2.1), read and written through its serde
 /// form: the keys of §4.1.2.1 in spec order, unset ones omitted, then the
 /// extension keys as written. `namespace: None` means the pod's namespace.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct NetworkSelectionElement {
     pub name: GoStr,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<GoStr>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub ips: Option<GoStrs>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub mac: Option<GoStr>,
     /// Checked as read (§4.1.2.1.5), as a pod's interface.
-    #[serde(
-        default,
-        deserialize_with = "pod_interface",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "pod_interface")]
     pub interface: Option<IfName>,
     /// Multus's deprecated spelling of `interface`, which [`decode_element`]
     /// moves there; never written.
@@ -62,23 +56,15 @@ pub struct NetworkSelectionElement {
         skip_serializing
     )]
     pub interface_request: Option<IfName>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cni_args: Option<GoMap>,
     /// Each with the keys it does not know, which [`decode_element`] warns
     /// about and drops.
-    #[serde(rename = "portMappings", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "portMappings")]
     pub port_mappings: Option<GoList<GoStruct<PortMapping>>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<GoStruct<Bandwidth>>,
-    #[serde(
-        default,
-        deserialize_with = "gateways",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "gateways")]
     pub default_route: Option<Vec<IpAddr>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub infiniband_guid: Option<GoStr>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub ipam_claim_reference: Option<GoStr>,
     /// Keys in reverse-DNS notation (containing a '.'), kept as written:
     /// [`decode_element`] sorts them out of the keys the element does not
@@ -104,16 +90,13 @@ pub struct PortMapping {
 }
 
 /// `bandwidth` (§4.1.2.1.8): rates in bits per second, bursts in bits.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Bandwidth {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub ingress_rate: Option<GoPositive>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub ingress_burst: Option<GoPositive>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub egress_rate: Option<GoPositive>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub egress_burst: Option<GoPositive>,
 }
 
@@ -844,28 +827,32 @@ mod tests {
     #[test]
     fn port_mappings_bad_inputs() {
         let pm = |body: &str| err(&format!(r#"[{{"name": "n", "portMappings": {body}}}]"#));
-        assert_eq!(
-            pm("[]"),
-            "[0].portMappings: must contain at least one mapping (multi-net-spec §4.1.2.1.7)"
-        );
-        assert_eq!(pm("{}"), "[0].portMappings: must be a list, got {}");
-        assert_eq!(pm("[5]"), "[0].portMappings[0]: must be an object, got 5");
-        assert_eq!(
-            pm(r#"[{"containerPort": 80}]"#),
-            "[0].portMappings[0].hostPort: required"
-        );
-        assert_eq!(
-            pm(r#"[{"hostPort": 80}]"#),
-            "[0].portMappings[0].containerPort: required"
-        );
-        assert_eq!(
-            pm(r#"[{"hostPort": 0, "containerPort": 80}]"#),
-            "[0].portMappings[0].hostPort: must be an integer from 1 to 65535, got 0"
-        );
-        assert_eq!(
-            pm(r#"[{"hostPort": 80, "containerPort": 65536}]"#),
-            "[0].portMappings[0].containerPort: must be an integer from 1 to 65535, got 65536"
-        );
+        for (body, want) in [
+            (
+                "[]",
+                "[0].portMappings: must contain at least one mapping (multi-net-spec §4.1.2.1.7)",
+            ),
+            ("{}", "[0].portMappings: must be a list, got {}"),
+            ("[5]", "[0].portMappings[0]: must be an object, got 5"),
+            (
+                r#"[{"containerPort": 80}]"#,
+                "[0].portMappings[0].hostPort: required",
+            ),
+            (
+                r#"[{"hostPort": 80}]"#,
+                "[0].portMappings[0].containerPort: required",
+            ),
+            (
+                r#"[{"hostPort": 0, "containerPort": 80}]"#,
+                "[0].portMappings[0].hostPort: must be an integer from 1 to 65535, got 0",
+            ),
+            (
+                r#"[{"hostPort": 80, "containerPort": 65536}]"#,
+                "[0].portMappings[0].containerPort: must be an integer from 1 to 65535, got 65536",
+            ),
+        ] {
+            assert_eq!(pm(body), want, "{body}");
+        }
         assert!(pm(r#"[{"hostPort": "80", "containerPort": 80}]"#).ends_with("got \"80\""));
         assert!(pm(r#"[{"hostPort": 80.5, "containerPort": 80}]"#).ends_with("got 80.5"));
         assert_eq!(
@@ -946,29 +933,35 @@ mod tests {
     fn bandwidth_bad_inputs() {
         let bw = |body: &str| err(&format!(r#"[{{"name": "n", "bandwidth": {body}}}]"#));
         assert!(bw("{}").starts_with("[0].bandwidth: must contain at least one of ingressRate"));
-        assert_eq!(bw("[]"), "[0].bandwidth: must be an object, got []");
-        assert_eq!(
-            bw(r#"{"ingressRate": 0}"#),
-            "[0].bandwidth.ingressRate: must be a positive integer, got 0"
-        );
-        assert_eq!(
-            bw(r#"{"egressRate": -5}"#),
-            "[0].bandwidth.egressRate: must be a positive integer, got -5"
-        );
         assert!(bw(r#"{"egressRate": "1M"}"#).ends_with("got \"1M\""));
-        assert_eq!(
-            bw(r#"{"ingressRate": 1, "rate": 5}"#),
-            "[0].bandwidth.rate: unknown key; allowed: ingressRate, ingressBurst, egressRate, \
-             egressBurst (multi-net-spec §4.1.2.1.8)"
-        );
-        assert_eq!(
-            bw(r#"{"ingressBurst": 300}"#),
-            "[0].bandwidth.ingressBurst: requires \"ingressRate\" to be set too (multi-net-spec §4.1.2.1.8)"
-        );
-        assert_eq!(
-            bw(r#"{"ingressRate": 1, "egressBurst": 300}"#),
-            "[0].bandwidth.egressBurst: requires \"egressRate\" to be set too (multi-net-spec §4.1.2.1.8)"
-        );
+        for (body, want) in [
+            ("[]", "[0].bandwidth: must be an object, got []"),
+            (
+                r#"{"ingressRate": 0}"#,
+                "[0].bandwidth.ingressRate: must be a positive integer, got 0",
+            ),
+            (
+                r#"{"egressRate": -5}"#,
+                "[0].bandwidth.egressRate: must be a positive integer, got -5",
+            ),
+            (
+                r#"{"ingressRate": 1, "rate": 5}"#,
+                "[0].bandwidth.rate: unknown key; allowed: ingressRate, ingressBurst, egressRate, \
+                 egressBurst (multi-net-spec §4.1.2.1.8)",
+            ),
+            (
+                r#"{"ingressBurst": 300}"#,
+                "[0].bandwidth.ingressBurst: requires \"ingressRate\" to be set too \
+                 (multi-net-spec §4.1.2.1.8)",
+            ),
+            (
+                r#"{"ingressRate": 1, "egressBurst": 300}"#,
+                "[0].bandwidth.egressBurst: requires \"egressRate\" to be set too \
+                 (multi-net-spec §4.1.2.1.8)",
+            ),
+        ] {
+            assert_eq!(bw(body), want, "{body}");
+        }
     }
 
     #[test]

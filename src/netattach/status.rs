@@ -31,30 +31,27 @@ pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
 /// dns, default-route, device-info), empty ones omitted except `default`,
 /// then the extra keys. Read it with [`NetworkStatus::from_value`], which
 /// matches the keys of §5.3 as Go does.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct NetworkStatus {
     /// `namespace/name` of the NAD, or the default network's name (§5.3.1).
     pub name: GoStr,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub interface: Option<GoStr>,
     /// Addresses with prefix length, as in the §5.4 example (`192.0.2.2/24`).
     #[serde(default, skip_serializing_if = "GoStrs::is_empty")]
     pub ips: GoStrs,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub mac: Option<GoStr>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub mtu: Option<GoU32>,
     /// §5.3.6: always written.
     #[serde(default)]
     pub default: GoBool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub dns: Option<StatusDns>,
     /// §5.3.7.4 `default-route`: gateways.
     #[serde(default, skip_serializing_if = "GoStrs::is_empty")]
     pub default_route: GoStrs,
     /// §5.3.8 `device-info` (see [`super::deviceinfo`]), kept as written.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub device_info: Option<GoMap>,
     /// Other keys (extension keys, or keys of other implementations), as
     /// [`NetworkStatus::from_value`] read them; one spelled like a key of

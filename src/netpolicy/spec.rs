@@ -81,28 +81,30 @@ pub enum PortRef {
     Name(String),
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyPort {
     /// TCP when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub protocol: Option<Protocol>,
     /// Every port of the protocol when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub port: Option<PortRef>,
     /// v1beta2: `port` to `endPort`, both included.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub end_port: Option<i64>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Peer {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub pod_selector: Option<LabelSelector>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub namespace_selector: Option<LabelSelector>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub ip_block: Option<IpBlock>,
 }
 

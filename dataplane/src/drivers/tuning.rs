@@ -345,17 +345,18 @@ fn describe_current(change: Change, link: &Link) -> String {
 
 /// The saved originals: the reference's `configToRestore`, field for field
 /// (empty MAC and zero MTU mean "not saved", as Go's `omitempty` writes).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Saved {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     mac: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     promisc: Option<bool>,
     #[serde(default, skip_serializing_if = "is_zero")]
     mtu: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     allmulti: Option<bool>,
-    #[serde(default, rename = "txQLen", skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "txQLen")]
     tx_qlen: Option<u32>,
 }
 

@@ -71,21 +71,13 @@ pub struct PoolSpec {
 }
 
 /// `spec` of an OverlappingRangeIPReservation.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReservationSpec {
-    #[serde(
-        default,
-        rename = "containerid",
-        skip_serializing_if = "Option::is_none",
-        with = "empty_is_none"
-    )]
+    #[serde(default, rename = "containerid", with = "empty_is_none")]
     pub container_id: Option<ContainerId>,
     pub podref: String,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "empty_is_none"
-    )]
+    #[serde(default, with = "empty_is_none")]
     pub ifname: Option<IfName>,
 }
 
