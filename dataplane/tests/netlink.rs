@@ -475,7 +475,7 @@ fn macvlan_in_every_mode_created_in_the_pod() {
     let wire = TestNs::new();
     let wire_nl = Netlink::open(&wire.ns).unwrap();
     let (master, _) = veth_up(&t.node_nl, &wire, &wire_nl, "ens0", "wire0");
-    for (i, mode) in MacvlanMode::ALL.into_iter().enumerate() {
+    for (i, &mode) in MacvlanMode::ALL.iter().enumerate() {
         let name = format!("net{i}");
         let mac_addr = mac(&format!("02:00:00:00:0b:{i:02x}"));
         let created = t

@@ -313,7 +313,7 @@ fn netdevsim_vfs_take_what_igb_refuses() {
     nl.set_vf(pf, 1, &rates(None, Some(200))).unwrap();
     let now = nl.vf_state(pf, 1).unwrap().unwrap();
     assert_eq!((now.min_tx_rate, now.max_tx_rate), (20, 200));
-    for state in VfLinkState::ALL {
+    for &state in VfLinkState::ALL {
         let s = VfSettings {
             link_state: Some(state),
             ..VfSettings::default()

@@ -3,8 +3,6 @@
 //! bridge ports and VLANs), with their netlink encodings; the requests that
 //! use them are in [`super::link`].
 
-use std::fmt;
-use std::str::FromStr;
 
 use netlink_packet_route::link as nl;
 use plexus_cni::names::IfName;
@@ -154,131 +152,23 @@ pub struct BridgePortInfo {
     pub isolated: bool,
 }
 
-/// Macvlan modes, named as in `ip link` and the CNI macvlan plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MacvlanMode {
-    Bridge,
-    Private,
-    Vepa,
-    Passthru,
-    Source,
-}
-
-impl MacvlanMode {
-    pub const ALL: [MacvlanMode; 5] = [
-        MacvlanMode::Bridge,
-        MacvlanMode::Private,
-        MacvlanMode::Vepa,
-        MacvlanMode::Passthru,
-        MacvlanMode::Source,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MacvlanMode::Bridge => "bridge",
-            MacvlanMode::Private => "private",
-            MacvlanMode::Vepa => "vepa",
-            MacvlanMode::Passthru => "passthru",
-            MacvlanMode::Source => "source",
-        }
-    }
-
-    pub(super) fn to_nl(self) -> nl::MacVlanMode {
-        match self {
-            MacvlanMode::Bridge => nl::MacVlanMode::Bridge,
-            MacvlanMode::Private => nl::MacVlanMode::Private,
-            MacvlanMode::Vepa => nl::MacVlanMode::Vepa,
-            MacvlanMode::Passthru => nl::MacVlanMode::Passthrough,
-            MacvlanMode::Source => nl::MacVlanMode::Source,
-        }
-    }
-
-    pub(super) fn from_nl(mode: &nl::MacVlanMode) -> Option<Self> {
-        Some(match mode {
-            nl::MacVlanMode::Bridge => MacvlanMode::Bridge,
-            nl::MacVlanMode::Private => MacvlanMode::Private,
-            nl::MacVlanMode::Vepa => MacvlanMode::Vepa,
-            nl::MacVlanMode::Passthrough => MacvlanMode::Passthru,
-            nl::MacVlanMode::Source => MacvlanMode::Source,
-            _ => return None,
-        })
+netlink_names! {
+    /// Macvlan modes, named as in `ip link` and the CNI macvlan plugin.
+    pub enum MacvlanMode("macvlan mode") as nl::MacVlanMode {
+        Bridge = "bridge" <=> Bridge,
+        Private = "private" <=> Private,
+        Vepa = "vepa" <=> Vepa,
+        Passthru = "passthru" <=> Passthrough,
+        Source = "source" <=> Source,
     }
 }
 
-impl fmt::Display for MacvlanMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for MacvlanMode {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        MacvlanMode::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "macvlan mode",
-                    s,
-                    "expected bridge, private, vepa, passthru or source",
-                )
-            })
-    }
-}
-
-/// Ipvlan modes, named as in `ip link` and the CNI ipvlan plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IpvlanMode {
-    L2,
-    L3,
-    L3s,
-}
-
-impl IpvlanMode {
-    pub const ALL: [IpvlanMode; 3] = [IpvlanMode::L2, IpvlanMode::L3, IpvlanMode::L3s];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IpvlanMode::L2 => "l2",
-            IpvlanMode::L3 => "l3",
-            IpvlanMode::L3s => "l3s",
-        }
-    }
-
-    pub(super) fn to_nl(self) -> nl::IpVlanMode {
-        match self {
-            IpvlanMode::L2 => nl::IpVlanMode::L2,
-            IpvlanMode::L3 => nl::IpVlanMode::L3,
-            IpvlanMode::L3s => nl::IpVlanMode::L3S,
-        }
-    }
-
-    pub(super) fn from_nl(mode: &nl::IpVlanMode) -> Option<Self> {
-        Some(match mode {
-            nl::IpVlanMode::L2 => IpvlanMode::L2,
-            nl::IpVlanMode::L3 => IpvlanMode::L3,
-            nl::IpVlanMode::L3S => IpvlanMode::L3s,
-            _ => return None,
-        })
-    }
-}
-
-impl fmt::Display for IpvlanMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for IpvlanMode {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        IpvlanMode::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| Error::invalid("ipvlan mode", s, "expected l2, l3 or l3s"))
+netlink_names! {
+    /// Ipvlan modes, named as in `ip link` and the CNI ipvlan plugin.
+    pub enum IpvlanMode("ipvlan mode") as nl::IpVlanMode {
+        L2 = "l2" <=> L2,
+        L3 = "l3" <=> L3,
+        L3s = "l3s" <=> L3S,
     }
 }
 
@@ -597,14 +487,14 @@ impl Link {
                 nl::LinkInfo::Data(nl::InfoData::MacVlan(data)) => {
                     for d in data {
                         if let nl::InfoMacVlan::Mode(m) = d {
-                            self.macvlan_mode = MacvlanMode::from_nl(m);
+                            self.macvlan_mode = MacvlanMode::from_nl(*m);
                         }
                     }
                 }
                 nl::LinkInfo::Data(nl::InfoData::IpVlan(data)) => {
                     for d in data {
                         if let nl::InfoIpVlan::Mode(m) = d {
-                            self.ipvlan_mode = IpvlanMode::from_nl(m);
+                            self.ipvlan_mode = IpvlanMode::from_nl(*m);
                         }
                     }
                 }
@@ -715,18 +605,29 @@ mod tests {
 
     #[test]
     fn macvlan_modes_parse_and_display() {
-        for m in MacvlanMode::ALL {
+        for &m in MacvlanMode::ALL {
             assert_eq!(m.as_str().parse::<MacvlanMode>().unwrap(), m);
-            assert_eq!(MacvlanMode::from_nl(&m.to_nl()), Some(m));
+            assert_eq!(MacvlanMode::from_nl(m.to_nl()), Some(m));
         }
-        assert!("passthrough".parse::<MacvlanMode>().is_err());
+        assert_eq!(
+            "passthrough"
+                .parse::<MacvlanMode>()
+                .unwrap_err()
+                .to_string(),
+            Error::invalid(
+                "macvlan mode",
+                "passthrough",
+                "expected bridge, private, vepa, passthru or source"
+            )
+            .to_string()
+        );
     }
 
     #[test]
     fn ipvlan_modes_parse_and_display() {
-        for m in IpvlanMode::ALL {
+        for &m in IpvlanMode::ALL {
             assert_eq!(m.as_str().parse::<IpvlanMode>().unwrap(), m);
-            assert_eq!(IpvlanMode::from_nl(&m.to_nl()), Some(m));
+            assert_eq!(IpvlanMode::from_nl(m.to_nl()), Some(m));
         }
         assert!("L2".parse::<IpvlanMode>().is_err());
     }

@@ -18,6 +18,70 @@
 //! objects. Everything else is an [`Error`](crate::Error) naming the operation, the object
 //! and the kernel's errno (plus its extended-ACK message when it sent one).
 
+/// An enum of a link setting named as `ip link` and the CNI plugins name its
+/// values, each mapped one to one onto netlink's: the names, parsing (an
+/// error names the setting and the names it takes), and the conversions to
+/// and from netlink.
+macro_rules! netlink_names {
+    ($(#[$meta:meta])* pub enum $name:ident ($what:literal) as $($nl:ident)::+ {
+        $($(#[$vmeta:meta])* $variant:ident = $text:literal <=> $nl_variant:ident),+ $(,)?
+    }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+
+            pub(super) fn to_nl(self) -> $($nl)::+ {
+                use $($nl)::+ as Nl;
+                match self {
+                    $($name::$variant => Nl::$nl_variant),+
+                }
+            }
+
+            pub(super) fn from_nl(value: $($nl)::+) -> Option<Self> {
+                use $($nl)::+ as Nl;
+                match value {
+                    $(Nl::$nl_variant => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = crate::error::Error;
+
+            fn from_str(s: &str) -> crate::error::Result<Self> {
+                $name::ALL
+                    .iter()
+                    .copied()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| {
+                        let names: Vec<&str> = $name::ALL.iter().map(|v| v.as_str()).collect();
+                        let (last, rest) = names.split_last().expect("an enum has a value");
+                        let expected = format!("expected {} or {last}", rest.join(", "));
+                        crate::error::Error::invalid($what, s, expected)
+                    })
+            }
+        }
+    };
+}
+
 mod address;
 mod link;
 mod link_spec;

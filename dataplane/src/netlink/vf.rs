@@ -108,61 +108,15 @@ impl VfVlan {
     }
 }
 
-/// A VF's link state as the PF forces it (sriov-cni's `link_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum VfLinkState {
-    /// Follows the PF's link.
-    Auto,
-    /// Always up.
-    Enable,
-    /// Always down.
-    Disable,
-}
-
-impl VfLinkState {
-    pub const ALL: [VfLinkState; 3] =
-        [VfLinkState::Auto, VfLinkState::Enable, VfLinkState::Disable];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VfLinkState::Auto => "auto",
-            VfLinkState::Enable => "enable",
-            VfLinkState::Disable => "disable",
-        }
-    }
-
-    fn to_nl(self) -> nl::VfLinkState {
-        match self {
-            VfLinkState::Auto => nl::VfLinkState::Auto,
-            VfLinkState::Enable => nl::VfLinkState::Enable,
-            VfLinkState::Disable => nl::VfLinkState::Disable,
-        }
-    }
-
-    fn from_nl(state: nl::VfLinkState) -> Option<Self> {
-        match state {
-            nl::VfLinkState::Auto => Some(VfLinkState::Auto),
-            nl::VfLinkState::Enable => Some(VfLinkState::Enable),
-            nl::VfLinkState::Disable => Some(VfLinkState::Disable),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for VfLinkState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for VfLinkState {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        VfLinkState::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| Error::invalid("VF link state", s, "expected auto, enable or disable"))
+netlink_names! {
+    /// A VF's link state as the PF forces it (sriov-cni's `link_state`).
+    pub enum VfLinkState("VF link state") as nl::VfLinkState {
+        /// Follows the PF's link.
+        Auto = "auto" <=> Auto,
+        /// Always up.
+        Enable = "enable" <=> Enable,
+        /// Always down.
+        Disable = "disable" <=> Disable,
     }
 }
 
@@ -913,7 +867,7 @@ mod tests {
         assert_eq!("802.1q".parse::<VlanProto>().unwrap(), VlanProto::Dot1Q);
         assert_eq!("802.1AD".parse::<VlanProto>().unwrap(), VlanProto::Dot1Ad);
         assert!("qinq".parse::<VlanProto>().is_err());
-        for s in VfLinkState::ALL {
+        for &s in VfLinkState::ALL {
             assert_eq!(s.as_str().parse::<VfLinkState>().unwrap(), s);
             assert_eq!(VfLinkState::from_nl(s.to_nl()), Some(s));
         }
