@@ -51,7 +51,7 @@ pub use error::DriverError;
 use plexus_cni::skel::Plugin;
 
 use bridge::Bridge;
-use interface::InterfacePlugin;
+use interface::{InterfaceDriver, InterfacePlugin};
 use ipoib::Ipoib;
 use ipvlan::Ipvlan;
 use macvlan::Macvlan;
@@ -76,78 +76,44 @@ pub struct Builtin {
     pub describes_device: bool,
 }
 
-/// Every built-in plugin, sorted by type.
+impl Builtin {
+    const fn new(plugin_type: &'static str, build: Build) -> Builtin {
+        Builtin {
+            plugin_type,
+            build,
+            describes_device: false,
+        }
+    }
+
+    const fn describing_its_device(self) -> Builtin {
+        Builtin {
+            describes_device: true,
+            ..self
+        }
+    }
+}
+
+/// Every built-in plugin, sorted by type: one row a driver.
 pub const BUILTINS: &[Builtin] = &[
-    Builtin {
-        plugin_type: "bandwidth",
-        build: |_, session| Box::new(bandwidth::Bandwidth::new(session)),
-        describes_device: false,
-    },
-    Builtin {
-        plugin_type: "bridge",
-        build: |resolver, session| Box::new(InterfacePlugin::new(Bridge, resolver, session)),
-        describes_device: false,
-    },
-    Builtin {
-        plugin_type: "ipoib",
-        build: |resolver, session| {
-            Box::new(InterfacePlugin::new(
-                StackedDriver(Ipoib),
-                resolver,
-                session,
-            ))
-        },
-        describes_device: false,
-    },
-    Builtin {
-        plugin_type: "ipvlan",
-        build: |resolver, session| {
-            Box::new(InterfacePlugin::new(
-                StackedDriver(Ipvlan),
-                resolver,
-                session,
-            ))
-        },
-        describes_device: false,
-    },
-    Builtin {
-        plugin_type: "macvlan",
-        build: |resolver, session| {
-            Box::new(InterfacePlugin::new(
-                StackedDriver(Macvlan),
-                resolver,
-                session,
-            ))
-        },
-        describes_device: false,
-    },
-    Builtin {
-        plugin_type: "sriov",
-        build: |resolver, session| {
-            Box::new(InterfacePlugin::new(Sriov::default(), resolver, session))
-        },
-        describes_device: true,
-    },
-    Builtin {
-        plugin_type: "tuning",
-        build: |_, session| Box::new(tuning::Tuning::new(session)),
-        describes_device: false,
-    },
-    Builtin {
-        plugin_type: "vdpa",
-        build: |resolver, session| {
-            Box::new(InterfacePlugin::new(Vdpa::default(), resolver, session))
-        },
-        describes_device: true,
-    },
-    Builtin {
-        plugin_type: "vlan",
-        build: |resolver, session| {
-            Box::new(InterfacePlugin::new(StackedDriver(Vlan), resolver, session))
-        },
-        describes_device: false,
-    },
+    Builtin::new("bandwidth", |_, s| Box::new(bandwidth::Bandwidth::new(s))),
+    Builtin::new("bridge", |r, s| interface(Bridge, r, s)),
+    Builtin::new("ipoib", |r, s| interface(StackedDriver(Ipoib), r, s)),
+    Builtin::new("ipvlan", |r, s| interface(StackedDriver(Ipvlan), r, s)),
+    Builtin::new("macvlan", |r, s| interface(StackedDriver(Macvlan), r, s)),
+    Builtin::new("sriov", |r, s| interface(Sriov::default(), r, s)).describing_its_device(),
+    Builtin::new("tuning", |_, s| Box::new(tuning::Tuning::new(s))),
+    Builtin::new("vdpa", |r, s| interface(Vdpa::default(), r, s)).describing_its_device(),
+    Builtin::new("vlan", |r, s| interface(StackedDriver(Vlan), r, s)),
 ];
+
+/// The plugin of an interface driver.
+fn interface<'r, D: InterfaceDriver + 'r>(
+    driver: D,
+    resolver: &'r dyn Resolver,
+    session: &'r Session,
+) -> Box<dyn Plugin + 'r> {
+    Box::new(InterfacePlugin::new(driver, resolver, session))
+}
 
 /// The plugin types served by a built-in driver, sorted.
 pub fn builtin_types() -> impl Iterator<Item = &'static str> {

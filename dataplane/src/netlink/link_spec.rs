@@ -3,7 +3,6 @@
 //! bridge ports and VLANs), with their netlink encodings; the requests that
 //! use them are in [`super::link`].
 
-
 use netlink_packet_route::link as nl;
 use plexus_cni::names::IfName;
 
