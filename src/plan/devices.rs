@@ -320,6 +320,23 @@ mod tests {
         asked: Cell<usize>,
     }
 
+    impl Kubelet {
+        fn answering(answer: Result<PodResources, podresources::Error>) -> Kubelet {
+            Kubelet {
+                answer,
+                asked: Cell::new(0),
+            }
+        }
+
+        /// kubelet with the pod's container `app` holding `devices` of `VF_A`.
+        fn with_vf_a(devices: &[&str]) -> Kubelet {
+            Kubelet::answering(Ok(pod_resources(vec![container(
+                "app",
+                &[(VF_A, devices)],
+            )])))
+        }
+    }
+
     impl DeviceSource for Kubelet {
         fn pod_resources(
             &self,
@@ -351,13 +368,7 @@ mod tests {
 
     #[test]
     fn look_up_asks_once_and_errors_name_the_attachment() {
-        let kubelet = Kubelet {
-            answer: Ok(pod_resources(vec![container(
-                "app",
-                &[(VF_A, &["0000:3b:02.2", "0000:3b:02.1"])],
-            )])),
-            asked: Cell::new(0),
-        };
+        let kubelet = Kubelet::with_vf_a(&["0000:3b:02.2", "0000:3b:02.1"]);
         let needs = [need("networks[0]", VF_A), need("networks[2]", VF_A)];
         assert_eq!(
             look_up(&pod(), &needs, &kubelet, None, &mut vec![]).unwrap(),
@@ -412,13 +423,7 @@ mod tests {
     /// each once; another resource's claimed devices are their own pool.
     #[test]
     fn claimed_devices_join_kubelets_pool_of_their_resource() {
-        let kubelet = Kubelet {
-            answer: Ok(pod_resources(vec![container(
-                "app",
-                &[(VF_A, &["0000:3b:02.4", "0000:3b:02.2"])],
-            )])),
-            asked: Cell::new(0),
-        };
+        let kubelet = Kubelet::with_vf_a(&["0000:3b:02.4", "0000:3b:02.2"]);
         let claims = claimed(
             &[
                 (VF_A, "0000:3b:02.3"),
@@ -466,10 +471,7 @@ mod tests {
         );
         assert!(e.to_string().contains("ResourceClaims"), "{e}");
         // DRA alone, kubelet reporting the pod without devices.
-        let empty = Kubelet {
-            answer: Ok(pod_resources(vec![container("app", &[])])),
-            asked: Cell::new(0),
-        };
+        let empty = Kubelet::answering(Ok(pod_resources(vec![container("app", &[])])));
         let claims = claimed(&[(VF_A, "0000:3b:02.7")], &[]);
         assert_eq!(
             look_up(
@@ -486,10 +488,7 @@ mod tests {
 
     #[test]
     fn claim_failures_name_the_attachment_and_keep_their_code() {
-        let kubelet = Kubelet {
-            answer: Ok(pod_resources(vec![])),
-            asked: Cell::new(0),
-        };
+        let kubelet = Kubelet::answering(Ok(pod_resources(vec![])));
         let bad = crate::dra::DraError::ClaimMissing {
             claim: "ns/x".into(),
             pod: "ns/p".into(),
@@ -535,10 +534,7 @@ mod tests {
             },
         ];
         for failure in cases {
-            let kubelet = Kubelet {
-                answer: Err(failure.clone()),
-                asked: Cell::new(0),
-            };
+            let kubelet = Kubelet::answering(Err(failure.clone()));
             let e = look_up(
                 &pod(),
                 &[need("networks[1]", VF_A)],
