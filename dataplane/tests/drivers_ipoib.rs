@@ -80,9 +80,7 @@ fn a_master_that_is_missing_or_not_ipoib_is_refused_before_ipam() {
         return;
     }
     let (node, pod) = (TestNs::new(), TestNs::new());
-    node.ip(&[
-        "link", "add", "eth9", "type", "veth", "peer", "name", "eth8",
-    ]);
+    node.add_veth("eth9", "eth8");
     let r = TestResolver::default();
     let t = Target::new("c1", &pod, "net1");
     let cases = [

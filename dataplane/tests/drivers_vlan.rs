@@ -358,9 +358,7 @@ fn del_twice_and_after_the_netns_is_gone() {
     // reference's loadConf would fail on it).
     stacked::dels_after_add("vlan", &node, &r, (&pod, &t), &c);
     // An interface of that name that is not a VLAN is not plexus's.
-    pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "mine0",
-    ]);
+    pod.add_veth("eth0", "mine0");
     del(&node, &r, "vlan", &t, &c).unwrap();
     assert_eq!(sorted_links(&pod), ["eth0", "lo", "mine0"]);
     assert_eq!(r.commands(), add_then_dels(6));

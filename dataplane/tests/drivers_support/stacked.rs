@@ -109,9 +109,7 @@ pub fn ifname_taken(
     t: &Target,
     conf: &Value,
 ) {
-    pod.ip(&[
-        "link", "add", &t.ifname, "type", "veth", "peer", "name", "mine0",
-    ]);
+    pod.add_veth(&t.ifname, "mine0");
     let e = add(node, r, ty, t, conf).unwrap_err();
     assert!(
         e.details
@@ -230,7 +228,7 @@ pub fn pod_with_master(runnable: bool) -> Option<(TestNs, TestNs, TestResolver, 
         return None;
     }
     let (node, pod) = (TestNs::new(), TestNs::new());
-    pod.ip(&["link", "add", "m0", "type", "veth", "peer", "name", "m1"]);
+    pod.add_veth("m0", "m1");
     pod.ip(&["link", "set", "m0", "up"]);
     let t = Target::new("c1", &pod, "eth0");
     Some((node, pod, TestResolver::default(), t))
