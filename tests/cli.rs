@@ -407,7 +407,7 @@ fn status_from_a_result_file() {
 fn status_mac_comes_with_an_interface() {
     // multi-net-spec §5.3.4: "If the mac key is present, interface must also
     // be present." A sandbox interface whose name the plugin left empty.
-    let (dir, result) = Inputs::with_file(
+    let (_dir, result) = Inputs::with_file(
         "result.json",
         r#"{"cniVersion": "1.0.0",
             "interfaces": [{"name": "", "mac": "02:00:00:00:00:07", "sandbox": "/var/run/netns/blue"}],
