@@ -517,9 +517,8 @@ fn resolv_conf_fills_dns() {
 #[test]
 fn requested_ips_must_fit_the_ranges() {
     let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
     let dual = ranges(
-        d,
+        tmp.path(),
         json!([[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.10", "rangeEnd": "10.0.0.20"}], [{"subnet": "fd00::/64"}]]),
     );
     let rc = |ips: Value| with(dual.clone(), "runtimeConfig", json!({"ips": ips}));
