@@ -1,7 +1,7 @@
 //! The `plexus` binary as users and runtimes run it: subcommands, and plugin
 //! mode (CNI_COMMAND set, config on stdin, result or error on stdout).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use plexus_testkit::process::output_with_stdin;
@@ -54,6 +54,39 @@ fn write(dir: &Path, name: &str, body: &str) -> String {
     let path = dir.join(name);
     std::fs::write(&path, body).unwrap();
     path.display().to_string()
+}
+
+/// A test's input files, in a directory of their own that goes with it.
+struct Inputs(tempfile::TempDir);
+
+impl Inputs {
+    fn new() -> Inputs {
+        Inputs(tempfile::tempdir().unwrap())
+    }
+
+    /// A new directory with `body` written to `name` in it, and that file's
+    /// path.
+    fn with_file(name: &str, body: &str) -> (Inputs, String) {
+        let dir = Inputs::new();
+        let path = dir.file(name, body);
+        (dir, path)
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// `body` written to `name` here: its path, as an argument.
+    fn file(&self, name: &str, body: &str) -> String {
+        write(self.path(), name, body)
+    }
+
+    /// The directory `name` here, made with its parents.
+    fn subdir(&self, name: &str) -> PathBuf {
+        let dir = self.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
 }
 
 /// The JSON blocks the demo prints after each "network-status of" line.
@@ -117,20 +150,17 @@ fn demo_attaches_two_pods_pings_and_leaves_nothing() {
     for block in &blocks {
         let entries = block.as_array().unwrap();
         assert_eq!(entries.len(), 2);
-        assert_eq!(entries[0]["name"], "podnet");
-        assert_eq!(entries[0]["interface"], "eth0");
-        assert_eq!(entries[0]["default"], true);
-        assert!(entries[0]["ips"][0]
-            .as_str()
-            .unwrap()
-            .starts_with("10.88.0."));
-        assert_eq!(entries[1]["name"], "demo/macvlan-net");
-        assert_eq!(entries[1]["interface"], "data0");
-        assert_eq!(entries[1]["default"], false);
-        assert!(entries[1]["ips"][0]
-            .as_str()
-            .unwrap()
-            .starts_with("192.168.50."));
+        let want = [
+            ("podnet", "eth0", true, "10.88.0."),
+            ("demo/macvlan-net", "data0", false, "192.168.50."),
+        ];
+        for (entry, (name, interface, default, subnet)) in entries.iter().zip(want) {
+            assert_eq!(entry["name"], name);
+            assert_eq!(entry["interface"], interface);
+            assert_eq!(entry["default"], default);
+            let ip = entry["ips"][0].as_str().unwrap();
+            assert!(ip.starts_with(subnet), "{entry}");
+        }
     }
     assert!(
         stdout.trim_end().ends_with("scratch directory are removed"),
@@ -178,16 +208,13 @@ fn demo_without_root_says_why() {
 
 #[test]
 fn plan_reads_manifest_files_and_directories() {
-    let dir = tempfile::tempdir().unwrap();
-    let pod = write(
-        dir.path(),
+    let (dir, pod) = Inputs::with_file(
         "pod.json",
         r#"{"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "ns1",
                          "annotations": {"k8s.v1.cni.cncf.io/networks": "net-a@data1,ns2/net-b"}}}"#,
     );
-    let nad_dir = dir.path().join("nads");
-    std::fs::create_dir(&nad_dir).unwrap();
+    let nad_dir = dir.subdir("nads");
     write(
         &nad_dir,
         "a.yaml",
@@ -201,8 +228,7 @@ fn plan_reads_manifest_files_and_directories() {
             "metadata": {"name": "net-b", "namespace": "ns2"},
             "spec": {"config": "{\"cniVersion\": \"0.4.0\", \"name\": \"b\", \"plugins\": [{\"type\": \"bridge\"}]}"}}]}"#,
     );
-    let default = write(
-        dir.path(),
+    let default = dir.file(
         "default.conflist",
         r#"{"cniVersion": "1.0.0", "name": "podnet", "plugins": [{"type": "bridge"}]}"#,
     );
@@ -230,8 +256,7 @@ fn plan_reads_manifest_files_and_directories() {
     assert_eq!(plan["attachments"][2]["ifname"], "net2");
 
     // The default network from --conf-dir's first config, as Multus's "auto".
-    let conf_dir = dir.path().join("net.d");
-    std::fs::create_dir(&conf_dir).unwrap();
+    let conf_dir = dir.subdir("net.d");
     write(
         &conf_dir,
         "10-first.conf",
@@ -246,8 +271,7 @@ fn plan_reads_manifest_files_and_directories() {
     assert_eq!(plan_in_conf_dir(&[])["attachments"][0]["network"], "first");
 
     // Keys of --config plexus does not read are listed with the warnings.
-    let config = write(
-        dir.path(),
+    let config = dir.file(
         "plexus.conf",
         r#"{"clusterNetwork": "first", "metricsPort": 9091, "fancyNewKey": true}"#,
     );
@@ -263,14 +287,11 @@ fn plan_reads_manifest_files_and_directories() {
 fn plan_shows_the_auxiliary_chain_after_the_pods_networks() {
     // multus-cni docs/configuration.md "auxiliaryCNIChainName": passthru,
     // then the chain directory's *.conf in name order, as net<position>.
-    let dir = tempfile::tempdir().unwrap();
-    let pod = write(
-        dir.path(),
+    let (dir, pod) = Inputs::with_file(
         "pod.yaml",
         "kind: Pod\nmetadata: {name: p, namespace: ns1}\n",
     );
-    let chain = dir.path().join("net.d/vendor-chain");
-    std::fs::create_dir_all(&chain).unwrap();
+    let chain = dir.subdir("net.d/vendor-chain");
     write(
         &chain,
         "10-sysctl.conf",
@@ -279,7 +300,7 @@ fn plan_shows_the_auxiliary_chain_after_the_pods_networks() {
     let conf = json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus",
         "confDir": dir.path().join("net.d"), "auxiliaryCNIChainName": "vendor-chain",
         "delegates": [{"cniVersion": "1.0.0", "name": "podnet", "type": "bridge"}]});
-    let conf = write(dir.path(), "plexus.conf", &conf.to_string());
+    let conf = dir.file("plexus.conf", &conf.to_string());
     let plan = run_plan(&pod, &["--config", &conf]);
     assert_eq!(
         plan["attachments"][1],
@@ -295,14 +316,11 @@ fn plan_shows_the_auxiliary_chain_after_the_pods_networks() {
 
 #[test]
 fn plan_errors_name_the_input_and_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let pod = write(
-        dir.path(),
+    let (dir, pod) = Inputs::with_file(
         "pod.yaml",
         "kind: Pod\nmetadata: {name: p, annotations: {k8s.v1.cni.cncf.io/networks: missing}}\n",
     );
-    let default = write(
-        dir.path(),
+    let default = dir.file(
         "d.conf",
         r#"{"cniVersion": "1.0.0", "name": "d", "type": "bridge"}"#,
     );
@@ -356,9 +374,7 @@ fn plan_errors_name_the_input_and_reason() {
 
 #[test]
 fn status_from_a_result_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let result = write(
-        dir.path(),
+    let (dir, result) = Inputs::with_file(
         "result.json",
         r#"{"cniVersion": "1.0.0",
             "interfaces": [{"name": "cni0", "mac": "00:11:22:33:44:55"},
@@ -378,8 +394,7 @@ fn status_from_a_result_file() {
     let mut with_key = without_key.clone();
     with_key["default-route"] = json!(["10.1.0.1"]);
     assert_eq!(ok_json(&out), with_key);
-    let bad = write(
-        dir.path(),
+    let bad = dir.file(
         "bad.json",
         r#"{"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5"}]}"#,
     );
@@ -392,9 +407,7 @@ fn status_from_a_result_file() {
 fn status_mac_comes_with_an_interface() {
     // multi-net-spec §5.3.4: "If the mac key is present, interface must also
     // be present." A sandbox interface whose name the plugin left empty.
-    let dir = tempfile::tempdir().unwrap();
-    let result = write(
-        dir.path(),
+    let (_dir, result) = Inputs::with_file(
         "result.json",
         r#"{"cniVersion": "1.0.0",
             "interfaces": [{"name": "", "mac": "02:00:00:00:00:07", "sandbox": "/var/run/netns/blue"}],
@@ -417,15 +430,13 @@ fn status_mac_comes_with_an_interface() {
 fn status_device_info_must_be_valid_device_information() {
     // multi-net-spec §5.3.8: the map "must contain the keys described in the
     // Device Information Specification" (device-info-SPEC §3.1).
-    let dir = tempfile::tempdir().unwrap();
-    let result = write(
-        dir.path(),
+    let (dir, result) = Inputs::with_file(
         "result.json",
         r#"{"cniVersion": "1.0.0", "interfaces": [{"name": "net1", "sandbox": "/p"}],
             "ips": [{"address": "10.1.0.5/16", "interface": 0}]}"#,
     );
     let with_info = |info: &str| {
-        let file = write(dir.path(), "info.json", info);
+        let file = dir.file("info.json", info);
         status(&result, "ns/n", &["--device-info", &file])
     };
     for (info, field) in [

@@ -56,6 +56,26 @@ fn turn() -> Option<(MutexGuard<'static, ()>, &'static Cluster)> {
     Some((alone, cluster))
 }
 
+/// A test's [`turn`] with what it works in: the cluster, its control node,
+/// and the test's scene `S`.
+type TurnWith<S> = (MutexGuard<'static, ()>, &'static Cluster, &'static Node, S);
+
+/// [`turn`] with the `fabric` network in a namespace `prefix-...` of the
+/// test's own, its addresses in `range` ([`OnFabric::new`]).
+fn turn_on_fabric(prefix: &str, range: &str) -> Option<TurnWith<OnFabric<'static>>> {
+    let (alone, cluster) = turn()?;
+    let scene = OnFabric::new(cluster, prefix, range);
+    Some((alone, cluster, cluster.control(), scene))
+}
+
+/// [`turn`] with the Deployment `app`'s pods on node `from` of the cluster,
+/// their addresses in `range` ([`Moving::start`]).
+fn turn_moving(from: usize, app: &'static str, range: &str) -> Option<TurnWith<Moving<'static>>> {
+    let (alone, cluster) = turn()?;
+    let mover = Moving::start(cluster, &cluster.nodes[from], app, range);
+    Some((alone, cluster, cluster.control(), mover))
+}
+
 /// A macvlan network on the fabric (every node's `eth1`), its addresses
 /// from cluster-wide IPAM in `range`.
 fn fabric_nad(range: &str) -> String {
@@ -273,11 +293,9 @@ impl<'c> OnFabric<'c> {
 
 #[test]
 fn pods_on_different_nodes_reach_each_other_over_the_fabric_with_unique_addresses() {
-    let Some((_alone, cluster)) = turn() else {
+    let Some((_alone, cluster, control, scene)) = turn_on_fabric("fabric", "10.40.0.0/24") else {
         return;
     };
-    let control = cluster.control();
-    let scene = OnFabric::new(cluster, "fabric", "10.40.0.0/24");
     let ns = scene.ns.clone();
     let pods: Vec<String> = cluster
         .nodes
@@ -325,11 +343,9 @@ fn answers(control: &Node, ns: &str, from: &str, ip: &str, to: &str) -> bool {
 
 #[test]
 fn a_multi_network_policy_matches_its_peers_on_other_nodes() {
-    let Some((_alone, cluster)) = turn() else {
+    let Some((_alone, cluster, control, scene)) = turn_on_fabric("netpol", "10.43.0.0/24") else {
         return;
     };
-    let control = cluster.control();
-    let scene = OnFabric::new(cluster, "netpol", "10.43.0.0/24");
     let ns = scene.ns.clone();
     // The server on the control node, a client of each role on each worker.
     let placed = [
@@ -385,11 +401,9 @@ fn a_multi_network_policy_matches_its_peers_on_other_nodes() {
 
 #[test]
 fn a_rolling_update_across_every_node_while_pods_start_fails_none_and_leaks_nothing() {
-    let Some((_alone, cluster)) = turn() else {
+    let Some((_alone, cluster, control, scene)) = turn_on_fabric("rollout", "10.41.0.0/24") else {
         return;
     };
-    let control = cluster.control();
-    let scene = OnFabric::new(cluster, "rollout", "10.41.0.0/24");
     let ns = scene.ns.clone();
     // The new image on every node: the same binary with its tag appended,
     // so the installers really replace it.
@@ -522,12 +536,10 @@ fn sandboxes_with_records(node: &Node) -> BTreeSet<String> {
 
 #[test]
 fn a_dead_node_s_pods_move_its_addresses_come_back_and_it_rejoins_clean() {
-    let Some((_alone, cluster)) = turn() else {
+    let Some((_alone, _, control, mover)) = turn_moving(2, "mover", "10.42.0.0/24") else {
         return;
     };
-    let control = cluster.control();
-    let victim = &cluster.nodes[2];
-    let mover = Moving::start(cluster, victim, "mover", "10.42.0.0/24");
+    let victim = mover.from;
     let old_sandboxes = sandboxes_with_records(victim);
     assert_eq!(old_sandboxes.len(), mover.pods.len(), "{old_sandboxes:?}");
 
@@ -567,12 +579,10 @@ fn a_dead_node_s_pods_move_its_addresses_come_back_and_it_rejoins_clean() {
 
 #[test]
 fn a_drained_node_s_pods_move_with_their_networks() {
-    let Some((_alone, cluster)) = turn() else {
+    let Some((_alone, _, control, mover)) = turn_moving(1, "drained", "10.43.0.0/24") else {
         return;
     };
-    let control = cluster.control();
-    let drained = &cluster.nodes[1];
-    let mover = Moving::start(cluster, drained, "drained", "10.43.0.0/24");
+    let drained = mover.from;
     control.kubectl(&[
         "drain",
         &drained.name,

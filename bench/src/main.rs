@@ -827,6 +827,10 @@ impl Contest<'_> {
             let env = cni_env(command, id, ns, reference_dir);
             invoke(node, binary, &[], &env, stdin)
         };
+        // ADD with `conf` on stdin, as a runtime sends it.
+        let add = |binary: &Path, id: &str, ns: &NetNs, conf: &Value| {
+            call(binary, "ADD", id, ns, conf.to_string().as_bytes())
+        };
         let mut pods = Vec::with_capacity(pod_count);
         for i in 0..pod_count {
             let ref_ns = self.namespaces.create(format!("pxb-{pid}-{n}r{i}"))?;
@@ -834,21 +838,9 @@ impl Contest<'_> {
             let (ref_id, our_id) = (format!("ref{i}"), format!("px{i}"));
             let ref_conf = (scenario.per_pod)(&scenario.reference, i);
             let our_conf = (scenario.per_pod)(&scenario.plexus, i);
-            let r = call(
-                &reference_bin,
-                "ADD",
-                &ref_id,
-                &ref_ns,
-                ref_conf.to_string().as_bytes(),
-            )?;
+            let r = add(&reference_bin, &ref_id, &ref_ns, &ref_conf)?;
             reference.add.push(r.elapsed);
-            let p = call(
-                plexus,
-                "ADD",
-                &our_id,
-                &our_ns,
-                our_conf.to_string().as_bytes(),
-            )?;
+            let p = add(plexus, &our_id, &our_ns, &our_conf)?;
             ours.add.push(p.elapsed);
             ours.rss_kb.push(p.max_rss_kb);
             let parse = |run: &Run| {

@@ -25,13 +25,15 @@ fn conf(addresses: Value, extra: Value) -> Value {
     with_keys(c, &extra)
 }
 
-/// A node and a pod namespace and the test IPAM's resolver; `None` (the
-/// test skipped) without root.
-fn node_and_pod() -> Option<(TestNs, TestNs, TestResolver)> {
+/// A node and a pod namespace, the test IPAM's resolver and the pod's
+/// `eth0` of container `ctr1`; `None` (the test skipped) without root.
+fn node_and_pod() -> Option<(TestNs, TestNs, TestResolver, Target)> {
     if !is_root() {
         return None;
     }
-    Some((TestNs::new(), TestNs::new(), TestResolver::default()))
+    let pod = TestNs::new();
+    let t = eth0_of("ctr1", &pod);
+    Some((TestNs::new(), pod, TestResolver::default(), t))
 }
 
 /// The attachment `eth0` of `container_id` in `pod`.
@@ -47,6 +49,13 @@ fn add_br(
     config: &Value,
 ) -> Result<CniResult, CniError> {
     add(node, r, "bridge", t, config)
+}
+
+/// DEL of `t` by `config` with the test IPAM failing its DEL: the error.
+fn del_with_failing_ipam(node: &TestNs, r: &TestResolver, t: &Target, config: &Value) -> CniError {
+    let mut failing = config.clone();
+    failing["ipam"]["fail"] = json!("DEL");
+    del(node, r, "bridge", t, &failing).unwrap_err()
 }
 
 /// `bridge -j vlan show` in `node`: the entry of the port `name`.
@@ -273,14 +282,13 @@ fn same_result_shape_as_the_reference_plugin() {
 
 #[test]
 fn an_existing_bridge_is_reused_a_non_bridge_is_refused() {
-    let Some((node, pod, r)) = node_and_pod() else {
+    let Some((node, _pod, r, t)) = node_and_pod() else {
         return;
     };
     node.ip(&["link", "add", BR, "type", "bridge"]);
     // Set by hand, so the kernel keeps it when ports come.
     node.ip(&["link", "set", BR, "mtu", "1300"]);
     let index_before = link(&node, BR).unwrap()["ifindex"].clone();
-    let t = eth0_of("ctr1", &pod);
     add_br(&node, &r, &t, &conf(v4("10.13.0.2/24"), json!({}))).unwrap();
     let br = link(&node, BR).unwrap();
     assert_eq!(br["ifindex"], index_before, "same bridge");
@@ -289,7 +297,7 @@ fn an_existing_bridge_is_reused_a_non_bridge_is_refused() {
 
     // A link of that name that is not a bridge.
     let (node2, pod2) = (TestNs::new(), TestNs::new());
-    node2.ip(&["link", "add", BR, "type", "veth", "peer", "name", "other0"]);
+    node2.add_veth(BR, "other0");
     let e = add_br(
         &node2,
         &r,
@@ -315,9 +323,7 @@ fn an_existing_container_interface_is_an_error_and_nothing_is_left() {
     {
         let r = TestResolver::default();
         let (node, pod) = (TestNs::new(), TestNs::new());
-        pod.ip(&[
-            "link", "add", "eth0", "type", "veth", "peer", "name", "mine0",
-        ]);
+        pod.add_veth("eth0", "mine0");
         let t = eth0_of("ctr1", &pod);
         let e = add_br(&node, &r, &t, &conf(v4("10.14.0.2/24"), json!({}))).unwrap_err();
         assert_error(
@@ -337,12 +343,11 @@ fn an_existing_container_interface_is_an_error_and_nothing_is_left() {
 
 #[test]
 fn ipam_failure_leaves_nothing_behind() {
-    let Some((node, pod, r)) = node_and_pod() else {
+    let Some((node, pod, r, t)) = node_and_pod() else {
         return;
     };
     // A pre-existing bridge survives; a veth made by the ADD does not.
     node.ip(&["link", "add", BR, "type", "bridge"]);
-    let t = eth0_of("ctr1", &pod);
     let mut c = conf(v4("10.15.0.2/24"), json!({}));
     c["ipam"]["fail"] = json!("ADD");
     let e = add_br(&node, &r, &t, &c).unwrap_err();
@@ -357,10 +362,9 @@ fn ipam_failure_leaves_nothing_behind() {
 
 #[test]
 fn failure_after_ipam_undoes_veth_bridge_and_addresses() {
-    let Some((node, pod, r)) = node_and_pod() else {
+    let Some((node, pod, r, t)) = node_and_pod() else {
         return;
     };
-    let t = eth0_of("ctr1", &pod);
     // The route's gateway is unreachable: the addresses are on, the route
     // add fails.
     let mut c = conf(v4("10.16.0.2/24"), json!({}));
@@ -398,10 +402,9 @@ fn failure_after_ipam_undoes_veth_bridge_and_addresses() {
 fn del_is_idempotent_and_tolerates_a_gone_namespace() {
     // cni-SPEC §2 DEL: succeeds for missing attachments, without CNI_NETNS,
     // and without prevResult.
-    let Some((node, pod, r)) = node_and_pod() else {
+    let Some((node, pod, r, t)) = node_and_pod() else {
         return;
     };
-    let t = eth0_of("ctr1", &pod);
     let c = conf(v4("10.17.0.2/24"), json!({"isGateway": true}));
     let res = add_br(&node, &r, &t, &c).unwrap();
     let host_veth = res.interfaces[1].name.clone();
@@ -416,10 +419,8 @@ fn del_is_idempotent_and_tolerates_a_gone_namespace() {
     dels_again(&node, &r, "bridge", &t, &c);
     assert_eq!(r.commands(), add_then_dels(4));
     // A DEL's IPAM failure is reported (the runtime retries).
-    let mut failing = c.clone();
-    failing["ipam"]["fail"] = json!("DEL");
     assert_eq!(
-        del(&node, &r, "bridge", &t, &failing).unwrap_err().code,
+        del_with_failing_ipam(&node, &r, &t, &c).code,
         ErrorCode::TryAgainLater
     );
     // DEL of a configuration ADD refuses still works.
@@ -430,15 +431,12 @@ fn del_is_idempotent_and_tolerates_a_gone_namespace() {
 
 #[test]
 fn del_removes_the_interface_before_releasing_addresses() {
-    let Some((node, pod, r)) = node_and_pod() else {
+    let Some((node, pod, r, t)) = node_and_pod() else {
         return;
     };
-    let t = eth0_of("ctr1", &pod);
     let c = conf(v4("10.18.0.2/24"), json!({}));
     add_br(&node, &r, &t, &c).unwrap();
-    let mut failing = c.clone();
-    failing["ipam"]["fail"] = json!("DEL");
-    del(&node, &r, "bridge", &t, &failing).unwrap_err();
+    del_with_failing_ipam(&node, &r, &t, &c);
     assert_eq!(link_names(&pod), ["lo"], "interface gone first");
     del(&node, &r, "bridge", &t, &c).unwrap();
 }
@@ -446,10 +444,9 @@ fn del_removes_the_interface_before_releasing_addresses() {
 #[test]
 fn check_accepts_the_attachment_and_finds_drift() {
     // cni-SPEC §2 CHECK.
-    let Some((node, pod, r)) = node_and_pod() else {
+    let Some((node, pod, r, t)) = node_and_pod() else {
         return;
     };
-    let t = eth0_of("ctr1", &pod);
     let mut c = conf(v4("10.19.0.2/24"), json!({"isDefaultGateway": true}));
     c["ipam"]["routes"] = json!([{"dst": "10.99.0.0/16"}]);
     let res = add_br(&node, &r, &t, &c).unwrap();
@@ -504,13 +501,13 @@ fn check_accepts_the_attachment_and_finds_drift() {
 
 #[test]
 fn layer2_only_and_disabled_container_interface() {
-    let Some((node, pod, r)) = node_and_pod() else {
+    let Some((node, pod, r, t)) = node_and_pod() else {
         return;
     };
     // `"ipam": {}` is layer 2 only, as in the reference.
     let c =
         json!({"cniVersion": "1.0.0", "name": "l2", "type": "bridge", "bridge": BR, "ipam": {}});
-    let res = add_br(&node, &r, &eth0_of("ctr1", &pod), &c).unwrap();
+    let res = add_br(&node, &r, &t, &c).unwrap();
     assert!(res.ips.is_empty() && res.routes.is_empty());
     assert_eq!(res.interfaces.len(), 3);
     let eth0 = link(&pod, "eth0").unwrap();
@@ -529,7 +526,7 @@ fn layer2_only_and_disabled_container_interface() {
 
 #[test]
 fn port_isolation_promiscuity_and_enabled_dad() {
-    let Some((node, pod, r)) = node_and_pod() else {
+    let Some((node, pod, r, t)) = node_and_pod() else {
         return;
     };
     let c = conf(
@@ -539,7 +536,7 @@ fn port_isolation_promiscuity_and_enabled_dad() {
     // A new namespace's IPv4 forwarding is the host's (a Docker host or a
     // Kubernetes node forwards): what plexus must not change is compared.
     let ipv4_forward_before = sysctl(&node, "net/ipv4/ip_forward");
-    let res = add_br(&node, &r, &eth0_of("ctr1", &pod), &c).unwrap();
+    let res = add_br(&node, &r, &t, &c).unwrap();
     let hv = link(&node, &res.interfaces[1].name).unwrap();
     assert_eq!(hv["linkinfo"]["info_slave_data"]["isolated"], true);
     assert_eq!(hv["linkinfo"]["info_slave_data"]["hairpin"], false);
@@ -588,55 +585,43 @@ fn gateway_address_conflicts_need_force_address() {
 #[test]
 fn bad_configurations_are_refused_before_anything_changes() {
     let pod_path = Target::nowhere("ctr1");
-    for (extra, code, starts) in [
+    let unsupported = [
         (
             json!({"ipMasq": true}),
-            ErrorCode::UnsupportedField,
             "ipMasq: not supported yet by plexus's built-in bridge (needs nftables)",
         ),
         (
             json!({"macspoofchk": true}),
-            ErrorCode::UnsupportedField,
             "macspoofchk: not supported yet",
         ),
-        (
-            json!({"mtu": 9}),
-            ErrorCode::InvalidConfig,
-            "mtu: 9 is out of range",
-        ),
-        (
-            json!({"mtu": 65536}),
-            ErrorCode::InvalidConfig,
-            "mtu: 65536 is out of range",
-        ),
-        (
-            json!({"mtu": "1500"}),
-            ErrorCode::InvalidConfig,
-            "mtu: invalid type: string \"1500\"",
-        ),
+    ];
+    let invalid = [
+        (json!({"mtu": 9}), "mtu: 9 is out of range"),
+        (json!({"mtu": 65536}), "mtu: 65536 is out of range"),
+        (json!({"mtu": "1500"}), "mtu: invalid type: string \"1500\""),
         (
             json!({"hairpinMode": 1}),
-            ErrorCode::InvalidConfig,
             "hairpinMode: invalid type: integer",
         ),
-        (
-            json!({"vlan": 5000}),
-            ErrorCode::InvalidConfig,
-            "vlan: 5000 is out of range",
-        ),
+        (json!({"vlan": 5000}), "vlan: 5000 is out of range"),
         (
             json!({"ipam": {"type": 7}}),
-            ErrorCode::InvalidConfig,
             "ipam.type: invalid type: integer",
         ),
+    ];
+    for (code, cases) in [
+        (ErrorCode::UnsupportedField, &unsupported[..]),
+        (ErrorCode::InvalidConfig, &invalid[..]),
     ] {
-        let c = conf(v4("10.23.0.2/24"), extra.clone());
-        let e = validate("bridge", &pod_path, &c).unwrap_err();
-        assert_eq!(
-            (e.code, e.details.starts_with(starts)),
-            (code, true),
-            "{extra}: {e}"
-        );
+        for (extra, starts) in cases {
+            let c = conf(v4("10.23.0.2/24"), extra.clone());
+            let e = validate("bridge", &pod_path, &c).unwrap_err();
+            assert_eq!(
+                (e.code, e.details.starts_with(starts)),
+                (code, true),
+                "{extra}: {e}"
+            );
+        }
     }
     // Unknown keys of any type are ignored, as Go decoding does.
     validate(
@@ -649,13 +634,13 @@ fn bad_configurations_are_refused_before_anything_changes() {
 
 #[test]
 fn refused_add_touches_nothing() {
-    let Some((node, pod, r)) = node_and_pod() else {
+    let Some((node, _pod, r, t)) = node_and_pod() else {
         return;
     };
     let e = add_br(
         &node,
         &r,
-        &eth0_of("ctr1", &pod),
+        &t,
         &conf(v4("10.24.0.2/24"), json!({"ipMasq": true})),
     )
     .unwrap_err();

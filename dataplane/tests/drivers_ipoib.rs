@@ -80,27 +80,20 @@ fn a_master_that_is_missing_or_not_ipoib_is_refused_before_ipam() {
         return;
     }
     let (node, pod) = (TestNs::new(), TestNs::new());
-    node.ip(&[
-        "link", "add", "eth9", "type", "veth", "peer", "name", "eth8",
-    ]);
+    node.add_veth("eth9", "eth8");
     let r = TestResolver::default();
     let t = Target::new("c1", &pod, "net1");
     let cases = [
+        ("eth9", "master: eth9 is a veth, not an IPoIB interface"),
         (
-            json!({"master": "eth9"}),
-            "master: eth9 is a veth, not an IPoIB interface",
-        ),
-        (
-            json!({"master": "ib7"}),
+            "ib7",
             "master: interface \"ib7\" not found in the host namespace",
         ),
-        (
-            json!({"master": ""}),
-            "master: missing: the IPoIB device to make a child of",
-        ),
-        (json!({"master": "a/b"}), "master: "),
+        ("", "master: missing: the IPoIB device to make a child of"),
+        ("a/b", "master: "),
     ];
-    for (extra, details) in cases {
+    for (master, details) in cases {
+        let extra = json!({ "master": master });
         let e = add(&node, &r, "ipoib", &t, &conf(extra.clone())).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidConfig, "{extra}: {e}");
         assert!(e.details.starts_with(details), "{extra}: {e}");

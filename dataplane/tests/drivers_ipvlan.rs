@@ -12,7 +12,7 @@ use drivers_support::*;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::ErrorCode;
 use plexus_cni::result::CniResult;
-use plexus_dataplane::netlink::{IpvlanMode, IpvlanSpec, LinkKind, VethSpec};
+use plexus_dataplane::netlink::{IpvlanMode, IpvlanSpec, LinkKind};
 use plexus_dataplane::Netlink;
 use plexus_testkit::Feature;
 use serde_json::{json, Value};
@@ -35,10 +35,7 @@ fn create_ipvlan_is_typed() {
         return;
     }
     let (node, pod) = (TestNs::new(), TestNs::new());
-    let nl = Netlink::open(&node.ns).unwrap();
-    let master = nl
-        .create_veth(&VethSpec::new(ifname("m0"), ifname("m1")))
-        .unwrap();
+    let (nl, master) = stacked::veth_master(&node);
     let local = nl
         .create_ipvlan(&IpvlanSpec {
             mtu: Some(1400),

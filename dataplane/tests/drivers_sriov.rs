@@ -587,9 +587,7 @@ fn sriov_driver_failed_add_leaves_the_vf_as_it_was() {
 
     // CNI_IFNAME taken in the pod: refused, the pod's device and the VF
     // left as they were.
-    pod.ip(&[
-        "link", "add", "net1", "type", "veth", "peer", "name", "peer1",
-    ]);
+    pod.add_veth("net1", "peer1");
     let r = TestResolver::default();
     let t = Target::new("ctr-f", &pod, "net1");
     let c = f.conf(vf, json!({"mac": "02:00:00:00:f0:02"}));

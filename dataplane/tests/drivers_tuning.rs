@@ -48,6 +48,13 @@ fn pod() -> Option<(Attachment, tempfile::TempDir, String)> {
     Some((a, tempfile::tempdir().unwrap(), ns))
 }
 
+/// [`pod`] with the tuning configuration for it, `extra`'s keys set over it.
+fn pod_with(extra: Value) -> Option<(Attachment, tempfile::TempDir, String, Value)> {
+    let (a, dir, ns) = pod()?;
+    let conf = config(&a, dir.path(), extra);
+    Some((a, dir, ns, conf))
+}
+
 fn run_tuning(
     a: &Attachment,
     command: CniCommand,
@@ -64,16 +71,13 @@ fn tuning(a: &Attachment, env: CniEnv, config: &Value) -> Result<Value, CniError
 
 #[test]
 fn add_applies_everything_del_restores_the_link() {
-    let Some((a, dir, ns)) = pod() else { return };
+    let Some((a, dir, ns, conf)) = pod_with(json!({
+        "sysctl": {"net.ipv4.conf.IFNAME.rp_filter": "2", "net.core.somaxconn": "1000"},
+        "mac": "02:11:22:33:44:55", "mtu": 1400, "promisc": true, "allmulti": true, "txQLen": 500,
+    })) else {
+        return;
+    };
     let before = state(&a, "eth0");
-    let conf = config(
-        &a,
-        dir.path(),
-        json!({
-            "sysctl": {"net.ipv4.conf.IFNAME.rp_filter": "2", "net.core.somaxconn": "1000"},
-            "mac": "02:11:22:33:44:55", "mtu": 1400, "promisc": true, "allmulti": true, "txQLen": 500,
-        }),
-    );
 
     let result = run_tuning(&a, CniCommand::Add, Some(&ns), &conf).unwrap();
     // cni-SPEC "Appendix: Examples": the result is prevResult with the
@@ -112,12 +116,11 @@ fn add_applies_everything_del_restores_the_link() {
 
 #[test]
 fn check_names_what_drifted() {
-    let Some((a, dir, ns)) = pod() else { return };
-    let conf = config(
-        &a,
-        dir.path(),
+    let Some((a, _dir, ns, conf)) = pod_with(
         json!({"sysctl": {"net.ipv4.conf.IFNAME.arp_ignore": "1"}, "mtu": 1300, "allmulti": true}),
-    );
+    ) else {
+        return;
+    };
     run_tuning(&a, CniCommand::Add, Some(&ns), &conf).unwrap();
     run_tuning(&a, CniCommand::Check, Some(&ns), &conf).unwrap();
 
@@ -250,16 +253,15 @@ fn bad_input_changes_nothing() {
 
 #[test]
 fn a_failure_half_way_restores_what_was_changed() {
-    let Some((a, dir, ns)) = pod() else { return };
-    let before = state(&a, "eth0");
-    let somaxconn = a.pod_sysctl("net/core/somaxconn");
     // The MAC and promiscuous mode are applied, then the kernel refuses
     // the MTU (a veth's maximum is 65535).
-    let conf = config(
-        &a,
-        dir.path(),
+    let Some((a, dir, ns, conf)) = pod_with(
         json!({"sysctl": {"net.core.somaxconn": "77"}, "mac": "02:11:22:33:44:55", "promisc": true, "mtu": 70000}),
-    );
+    ) else {
+        return;
+    };
+    let before = state(&a, "eth0");
+    let somaxconn = a.pod_sysctl("net/core/somaxconn");
     let e = run_tuning(&a, CniCommand::Add, Some(&ns), &conf).unwrap_err();
     // A kernel refusal is code 5, as from every built-in plugin.
     assert_error(&e, ErrorCode::Io, "mtu: setting 70000 on eth0: update link");
@@ -284,13 +286,12 @@ fn a_repeated_add_keeps_the_first_originals() {
 
 #[test]
 fn runtime_config_mac_and_cni_args() {
-    let Some((a, dir, ns)) = pod() else { return };
     // cni-CONVENTIONS "mac" capability beats CNI_ARGS MAC and the key.
-    let conf = config(
-        &a,
-        dir.path(),
+    let Some((a, _dir, ns, conf)) = pod_with(
         json!({"mac": "02:00:00:00:00:0a", "runtimeConfig": {"mac": "02:00:00:00:00:0c"}}),
-    );
+    ) else {
+        return;
+    };
     let req = request(
         env(
             CniCommand::Add,

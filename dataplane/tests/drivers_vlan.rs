@@ -18,8 +18,7 @@ use plexus_cni::error::{CniError, ErrorCode};
 use plexus_cni::names::PluginType;
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::{Plugin, Request};
-use plexus_dataplane::netlink::{LinkKind, VethSpec, VlanSpec};
-use plexus_dataplane::Netlink;
+use plexus_dataplane::netlink::{LinkKind, VlanSpec};
 use plexus_testkit::Feature;
 use serde_json::{json, Value};
 
@@ -107,10 +106,7 @@ fn create_vlan_is_typed() {
         return;
     }
     let node = TestNs::new();
-    let nl = Netlink::open(&node.ns).unwrap();
-    let master = nl
-        .create_veth(&VethSpec::new(ifname("m0"), ifname("m1")))
-        .unwrap();
+    let (nl, master) = stacked::veth_master(&node);
     let v = nl
         .create_vlan(&VlanSpec {
             mtu: Some(1400),
@@ -334,21 +330,8 @@ fn a_failed_add_leaves_nothing() {
         return;
     };
     let c = conf(60, v4("10.75.0.5/24"), json!({}));
-    let mut failing = c.clone();
-    failing["ipam"]["fail"] = json!("ADD");
-    add(&node, &r, "vlan", &t, &failing).unwrap_err();
-    assert_eq!(link_names(&pod), ["lo"]);
+    stacked::failures_half_way_leave_nothing("vlan", &node, &c);
     assert_eq!(sorted_links(&node), ["lo", "up0", "up1"]);
-    // A route IPAM gives that the kernel refuses: IPAM's ADD is undone too.
-    let mut unreachable = c.clone();
-    unreachable["ipam"]["routes"] = json!([{"dst": "10.98.0.0/16", "gw": "172.31.9.9"}]);
-    let e = add(&node, &r, "vlan", &t, &unreachable).unwrap_err();
-    assert!(e.details.contains("ENETUNREACH"), "{e}");
-    assert_eq!(link_names(&pod), ["lo"]);
-    assert_eq!(
-        r.commands(),
-        [CniCommand::Add, CniCommand::Add, CniCommand::Del]
-    );
     stacked::ifname_taken("vlan", &node, &r, &pod, &t, &c);
     assert_eq!(
         sorted_links(&node),
@@ -375,9 +358,7 @@ fn del_twice_and_after_the_netns_is_gone() {
     // reference's loadConf would fail on it).
     stacked::dels_after_add("vlan", &node, &r, (&pod, &t), &c);
     // An interface of that name that is not a VLAN is not plexus's.
-    pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "mine0",
-    ]);
+    pod.add_veth("eth0", "mine0");
     del(&node, &r, "vlan", &t, &c).unwrap();
     assert_eq!(sorted_links(&pod), ["eth0", "lo", "mine0"]);
     assert_eq!(r.commands(), add_then_dels(6));

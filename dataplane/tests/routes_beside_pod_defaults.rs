@@ -19,9 +19,7 @@ use serde_json::{json, Value};
 /// default routes of both families through it.
 fn pod_with_cluster_defaults() -> TestNs {
     let pod = TestNs::new();
-    pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "peer0",
-    ]);
+    pod.add_veth("eth0", "peer0");
     pod.ip(&["link", "set", "peer0", "up"]);
     pod.ip(&["link", "set", "eth0", "up"]);
     pod.ip(&["addr", "add", "10.88.0.5/16", "dev", "eth0"]);
@@ -34,7 +32,7 @@ fn pod_with_cluster_defaults() -> TestNs {
 /// The node's uplink `up0` for macvlan and ipvlan.
 fn node_with_uplink() -> TestNs {
     let node = TestNs::new();
-    node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"]);
+    node.add_veth("up0", "up1");
     node.ip(&["link", "set", "up1", "up"]);
     node.ip(&["link", "set", "up0", "up"]);
     node

@@ -21,6 +21,12 @@ fn rejected(config: &Value, code: ErrorCode, details: &str) {
     rejected_args(config, "", code, details)
 }
 
+/// [`rejected`] as invalid configuration, the error most inputs get.
+#[track_caller]
+fn invalid(config: &Value, details: &str) {
+    rejected(config, ErrorCode::InvalidConfig, details)
+}
+
 #[track_caller]
 fn rejected_args(config: &Value, args: &str, code: ErrorCode, details: &str) {
     let p = HostLocal::new();
@@ -200,7 +206,7 @@ fn known_keys_of_the_wrong_type_name_the_path() {
         ),
     ];
     for (c, details) in cases {
-        rejected(&c, ErrorCode::InvalidConfig, details);
+        invalid(&c, details);
     }
 }
 
@@ -209,36 +215,27 @@ fn missing_sections() {
     let tmp = tempfile::tempdir().unwrap();
     let mut c = conf("1.0.0", json!(null));
     c["ipam"] = Value::Null;
-    rejected(&c, ErrorCode::InvalidConfig, "ipam: missing");
+    invalid(&c, "ipam: missing");
     let c = conf("1.0.0", host_local(tmp.path(), json!({})));
-    rejected(
+    invalid(
         &c,
-        ErrorCode::InvalidConfig,
         "ipam.ranges: missing: host-local needs at least one range set",
     );
-    rejected(
-        &ranges(tmp.path(), json!([])),
-        ErrorCode::InvalidConfig,
-        "ipam.ranges: missing",
-    );
-    rejected(
+    invalid(&ranges(tmp.path(), json!([])), "ipam.ranges: missing");
+    invalid(
         &ranges(tmp.path(), json!([[]])),
-        ErrorCode::InvalidConfig,
         "ipam.ranges[0]: empty range set",
     );
-    rejected(
+    invalid(
         &ranges(tmp.path(), json!([null])),
-        ErrorCode::InvalidConfig,
         "ipam.ranges[0]: empty range set",
     );
-    rejected(
+    invalid(
         &ranges(tmp.path(), json!([[{}]])),
-        ErrorCode::InvalidConfig,
         "ipam.ranges[0][0].subnet: missing",
     );
-    rejected(
+    invalid(
         &ranges(tmp.path(), json!([[{"subnet": ""}]])),
-        ErrorCode::InvalidConfig,
         "ipam.ranges[0][0].subnet: missing",
     );
     // Legacy keys without a subnet would be silently ignored by the reference.
@@ -249,11 +246,7 @@ fn missing_sections() {
             json!({"gateway": "10.0.0.1", "ranges": [[{"subnet": "10.0.0.0/24"}]]}),
         ),
     );
-    rejected(
-        &c,
-        ErrorCode::InvalidConfig,
-        "ipam.gateway: set without ipam.subnet",
-    );
+    invalid(&c, "ipam.gateway: set without ipam.subnet");
 }
 
 #[test]
@@ -261,19 +254,13 @@ fn subnets_too_small_or_with_host_bits() {
     // cni-SPEC §5 "Error" example: "Network 192.168.0.0/31 too small to allocate from".
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
+    for subnet in ["192.168.0.0/31", "192.168.0.7/32", "fd00::/127"] {
+        invalid(
+            &ranges(d, json!([[{"subnet": subnet}]])),
+            &format!("ipam.ranges[0][0].subnet: Network {subnet} too small to allocate from"),
+        );
+    }
     for (subnet, msg) in [
-        (
-            "192.168.0.0/31",
-            "Network 192.168.0.0/31 too small to allocate from",
-        ),
-        (
-            "192.168.0.7/32",
-            "Network 192.168.0.7/32 too small to allocate from",
-        ),
-        (
-            "fd00::/127",
-            "Network fd00::/127 too small to allocate from",
-        ),
         (
             "10.0.0.1/24",
             "10.0.0.1/24 has host bits set; the network address for a /24 is 10.0.0.0",
@@ -284,16 +271,14 @@ fn subnets_too_small_or_with_host_bits() {
         ),
         ("10.0.0.0", "\"10.0.0.0\" is not a subnet in CIDR notation"),
     ] {
-        rejected(
+        invalid(
             &ranges(d, json!([[{"subnet": subnet}]])),
-            ErrorCode::InvalidConfig,
             &format!("ipam.ranges[0][0].subnet: {msg}"),
         );
     }
     let c = conf("1.0.0", host_local(d, json!({"subnet": "192.168.0.0/31"})));
-    rejected(
+    invalid(
         &c,
-        ErrorCode::InvalidConfig,
         "ipam.subnet: Network 192.168.0.0/31 too small to allocate from",
     );
     // A /30 is the smallest that works: one address besides the gateway.
@@ -348,7 +333,7 @@ fn range_bounds_and_gateway_must_be_in_the_subnet() {
             "ipam.ranges[0][1].rangeEnd: \"ten\" is not an IP address",
         ),
     ] {
-        rejected(&r(extra), ErrorCode::InvalidConfig, details);
+        invalid(&r(extra), details);
     }
     // "" means unset, as Go's net.IP decodes it.
     let c = r(json!({"rangeStart": "", "gateway": ""}));
@@ -360,14 +345,12 @@ fn range_bounds_and_gateway_must_be_in_the_subnet() {
 fn overlaps_and_mixed_families() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    rejected(
+    invalid(
         &ranges(d, json!([[{"subnet": "10.0.0.0/24"}, {"subnet": "10.0.0.0/16", "rangeStart": "10.0.0.254"}]])),
-        ErrorCode::InvalidConfig,
         "ipam.ranges[0][1]: range 10.0.0.254-10.0.255.254 overlaps with ipam.ranges[0][0] (10.0.0.1-10.0.0.254)",
     );
-    rejected(
+    invalid(
         &ranges(d, json!([[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.1.0.0/24"}, {"subnet": "10.0.0.128/25"}]])),
-        ErrorCode::InvalidConfig,
         "ipam.ranges[1]: range set overlaps with range set ipam.ranges[0]: ipam.ranges[1][1] (10.0.0.129-10.0.0.254) overlaps ipam.ranges[0][0] (10.0.0.1-10.0.0.254)",
     );
     // The legacy range is a set of its own, first.
@@ -378,17 +361,15 @@ fn overlaps_and_mixed_families() {
             json!({"subnet": "10.0.0.0/24", "ranges": [[{"subnet": "10.0.0.0/24"}]]}),
         ),
     );
-    rejected(
+    invalid(
         &c,
-        ErrorCode::InvalidConfig,
         "ipam.ranges[0]: range set overlaps with range set ipam:",
     );
-    rejected(
+    invalid(
         &ranges(
             d,
             json!([[{"subnet": "10.0.0.0/24"}, {"subnet": "fd00::/64"}]]),
         ),
-        ErrorCode::InvalidConfig,
         "ipam.ranges[0][1].subnet: fd00::/64 is IPv6, but ipam.ranges[0][0] is IPv4",
     );
     // Disjoint ranges of one subnet, in one set or across sets, are fine.
@@ -479,20 +460,17 @@ fn routes_are_validated_and_returned() {
             host_local(d, json!({"subnet": "10.0.0.0/24", "routes": routes})),
         )
     };
-    rejected(
+    invalid(
         &with_routes(json!([{"gw": "10.0.0.1"}])),
-        ErrorCode::InvalidConfig,
         "ipam.routes[0].dst: missing",
     );
-    rejected(
+    invalid(
         &with_routes(json!([{"dst": "0.0.0.0/0"}, {"dst": "10.0.0.0"}])),
-        ErrorCode::InvalidConfig,
         "ipam.routes[1].dst: \"10.0.0.0\" is not an address in CIDR notation",
     );
-    rejected(&with_routes(json!([{"dst": "0.0.0.0/0", "gw": "fd00::1"}])), ErrorCode::InvalidConfig, "ipam.routes[0].gw: fd00::1 and the destination 0.0.0.0/0 are of different address families");
-    rejected(
+    invalid(&with_routes(json!([{"dst": "0.0.0.0/0", "gw": "fd00::1"}])), "ipam.routes[0].gw: fd00::1 and the destination 0.0.0.0/0 are of different address families");
+    invalid(
         &with_routes(json!([{"dst": "0.0.0.0/0", "gw": "x"}])),
-        ErrorCode::InvalidConfig,
         "ipam.routes[0].gw: \"x\" is not an IP address",
     );
     let c = with_routes(
@@ -539,26 +517,23 @@ fn resolv_conf_fills_dns() {
 #[test]
 fn requested_ips_must_fit_the_ranges() {
     let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
     let dual = ranges(
-        d,
+        tmp.path(),
         json!([[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.10", "rangeEnd": "10.0.0.20"}], [{"subnet": "fd00::/64"}]]),
     );
     let rc = |ips: Value| with(dual.clone(), "runtimeConfig", json!({"ips": ips}));
-    rejected(&rc(json!(["10.0.0.5"])), ErrorCode::InvalidConfig,
+    invalid(&rc(json!(["10.0.0.5"])),
         "runtimeConfig.ips[0]: 10.0.0.5 is in no range set of this network (ipam.ranges[0]: 10.0.0.10-10.0.0.20; ipam.ranges[1]: fd00::1-fd00::ffff:ffff:ffff:ffff)");
-    rejected(&rc(json!(["10.0.0.11", "10.0.0.12"])), ErrorCode::InvalidConfig,
+    invalid(&rc(json!(["10.0.0.11", "10.0.0.12"])),
         "runtimeConfig.ips[1]: 10.0.0.12 and runtimeConfig.ips[0] (10.0.0.11) are both in range set ipam.ranges[0]");
-    rejected(&rc(json!(["fd00::1"])), ErrorCode::InvalidConfig,
+    invalid(&rc(json!(["fd00::1"])),
         "runtimeConfig.ips[0]: fd00::1 is the gateway of ipam.ranges[1][0] (fd00::/64) and cannot be allocated");
-    rejected(
+    invalid(
         &rc(json!(["10.0.0.300"])),
-        ErrorCode::InvalidConfig,
         "runtimeConfig.ips[0]: \"10.0.0.300\" is not an IP address",
     );
-    rejected(
+    invalid(
         &rc(json!(["10.0.0.11/33"])),
-        ErrorCode::InvalidConfig,
         "runtimeConfig.ips[0]: \"10.0.0.11/33\" is not an address in CIDR notation",
     );
     let args = with(
@@ -566,11 +541,7 @@ fn requested_ips_must_fit_the_ranges() {
         "args",
         json!({"cni": {"ips": ["10.0.0.12", "192.168.1.1"]}}),
     );
-    rejected(
-        &args,
-        ErrorCode::InvalidConfig,
-        "args.cni.ips[1]: 192.168.1.1 is in no range set",
-    );
+    invalid(&args, "args.cni.ips[1]: 192.168.1.1 is in no range set");
     // CNI_ARGS errors are environment errors (code 4).
     rejected_args(
         &dual,

@@ -80,6 +80,15 @@ fn pods_with_kubelet_devices(
     (netns, kubelet)
 }
 
+/// DEL of each of `pods`, in its namespace of `netns` with its configuration
+/// of `confs`, succeeds; and nothing is left on the node or in the pods.
+fn del_all_and_nothing_left(w: &World, pods: &[&str], netns: &[String], confs: &[&String]) {
+    for ((pod_name, netns), conf) in pods.iter().zip(netns).zip(confs) {
+        assert_ok("DEL", &w.call("DEL", pod_name, netns, conf));
+    }
+    w.assert_nothing_left(netns);
+}
+
 #[test]
 fn a_warm_add_with_claims_reads_them_from_the_caches_and_sends_no_get() {
     let Some(mut w) = world("dra") else { return };
@@ -231,10 +240,7 @@ fn without_resource_k8s_io_devices_come_from_kubelet_and_dra_costs_one_request()
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0].resource, "resourceclaims", "{asked:?}");
 
-    for ((pod_name, netns), conf) in pods.iter().zip(&netns).zip([&conf, &conf, &thin]) {
-        assert_ok("DEL", &w.call("DEL", pod_name, netns, conf));
-    }
-    w.assert_nothing_left(&netns);
+    del_all_and_nothing_left(&w, &pods, &netns, &[&conf, &conf, &thin]);
 }
 
 /// A cluster that serves `resource.k8s.io/v1` under a role from before DRA
@@ -267,8 +273,5 @@ fn a_role_without_dra_grants_keeps_kubelets_devices() {
     assert_eq!(daemon.log().matches(said).count(), 1, "{}", daemon.log());
     // A plugin process meets the 403 on the claims' LIST, warns, goes on.
     assert_ok("thin ADD", &w.call("ADD", "p2", &netns[1], &thin));
-    for ((pod_name, netns), conf) in pods.iter().zip(&netns).zip([&thick, &thin]) {
-        assert_ok("DEL", &w.call("DEL", pod_name, netns, conf));
-    }
-    w.assert_nothing_left(&netns);
+    del_all_and_nothing_left(&w, &pods, &netns, &[&thick, &thin]);
 }

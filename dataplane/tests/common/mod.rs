@@ -55,6 +55,11 @@ impl TestNs {
         run("ip", &self.in_ns(args));
     }
 
+    /// A veth `name` here, its peer `peer` beside it.
+    pub fn add_veth(&self, name: &str, peer: &str) {
+        self.ip(&["link", "add", name, "type", "veth", "peer", "name", peer]);
+    }
+
     /// `tc -n NAME -j ARGS...` parsed as JSON (an array).
     pub fn tc_json(&self, args: &[&str]) -> Vec<Value> {
         json_array("tc", &self.in_ns(args))

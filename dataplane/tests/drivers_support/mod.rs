@@ -187,7 +187,7 @@ pub fn request(command: CniCommand, t: &Target, config: &Value) -> Request {
 /// route through `NET.1` (`net`: the first three octets).
 pub fn node_with_uplink(net: &str) -> TestNs {
     let node = TestNs::new();
-    node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"]);
+    node.add_veth("up0", "up1");
     node.ip(&["link", "set", "up1", "up"]);
     node.ip(&["link", "set", "up0", "up"]);
     node.ip(&["addr", "add", &format!("{net}.2/24"), "dev", "up0"]);

@@ -4,10 +4,12 @@
 //! check and delete it alike.
 
 use plexus_cni::result::CniResult;
+use plexus_dataplane::netlink::{Link, VethSpec};
+use plexus_dataplane::Netlink;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::common::{assert_error, TestNs};
+use crate::common::{assert_error, ifname, TestNs};
 
 /// A configuration of the stacked kind `ty` (network `name`) on `up0`, the
 /// test IPAM handing out `addresses`, `extra`'s keys set over it.
@@ -15,6 +17,16 @@ pub fn conf(ty: &str, name: &str, addresses: Value, extra: Value) -> Value {
     let mut c = driver_conf(ty, name, addresses);
     c["master"] = json!("up0");
     with_keys(c, &extra)
+}
+
+/// The netlink handle of `node` and a veth `m0` made there (its peer `m1`):
+/// the master a typed-creation test stacks its link on.
+pub fn veth_master(node: &TestNs) -> (Netlink, Link) {
+    let nl = Netlink::open(&node.ns).unwrap();
+    let master = nl
+        .create_veth(&VethSpec::new(ifname("m0"), ifname("m1")))
+        .unwrap();
+    (nl, master)
 }
 
 /// Two pods attached as `eth0` on `node`, by `confs` (with the addresses
@@ -63,6 +75,30 @@ pub fn unknown_master_and_large_mtu(
     e
 }
 
+/// ADD with `conf` of a new pod's `eth0` on `node`, failing half way,
+/// leaves the pod as it was: once when IPAM's ADD fails, once when the
+/// kernel refuses a route IPAM gave (then IPAM's ADD is undone too, cni-SPEC
+/// §2).
+pub fn failures_half_way_leave_nothing(ty: &str, node: &TestNs, conf: &Value) {
+    let (pod, r) = (TestNs::new(), TestResolver::default());
+    let t = Target::new("c1", &pod, "eth0");
+    let mut failing = conf.clone();
+    failing["ipam"]["fail"] = json!("ADD");
+    add(node, &r, ty, &t, &failing).unwrap_err();
+    assert_eq!(link_names(&pod), ["lo"]);
+    assert_eq!(r.commands(), [CniCommand::Add]);
+
+    let mut unreachable = conf.clone();
+    unreachable["ipam"]["routes"] = json!([{"dst": "10.98.0.0/16", "gw": "172.31.9.9"}]);
+    let e = add(node, &r, ty, &t, &unreachable).unwrap_err();
+    assert!(e.details.contains("ENETUNREACH"), "{e}");
+    assert_eq!(link_names(&pod), ["lo"]);
+    assert_eq!(
+        r.commands(),
+        [CniCommand::Add, CniCommand::Add, CniCommand::Del]
+    );
+}
+
 /// ADD of `t` with `conf` when the pod has its CNI_IFNAME already: refused
 /// by name, and the pod's own link stays.
 pub fn ifname_taken(
@@ -73,9 +109,7 @@ pub fn ifname_taken(
     t: &Target,
     conf: &Value,
 ) {
-    pod.ip(&[
-        "link", "add", &t.ifname, "type", "veth", "peer", "name", "mine0",
-    ]);
+    pod.add_veth(&t.ifname, "mine0");
     let e = add(node, r, ty, t, conf).unwrap_err();
     assert!(
         e.details
@@ -194,7 +228,7 @@ pub fn pod_with_master(runnable: bool) -> Option<(TestNs, TestNs, TestResolver, 
         return None;
     }
     let (node, pod) = (TestNs::new(), TestNs::new());
-    pod.ip(&["link", "add", "m0", "type", "veth", "peer", "name", "m1"]);
+    pod.add_veth("m0", "m1");
     pod.ip(&["link", "set", "m0", "up"]);
     let t = Target::new("c1", &pod, "eth0");
     Some((node, pod, TestResolver::default(), t))
