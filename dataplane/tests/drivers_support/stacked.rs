@@ -76,16 +76,18 @@ pub fn unknown_master_and_large_mtu(
 }
 
 /// ADD with `conf` of a new pod's `eth0` on `node`, failing half way,
-/// leaves the pod as it was: once when IPAM's ADD fails, once when the
+/// leaves the pod and the node as they were: once when IPAM's ADD fails, once when the
 /// kernel refuses a route IPAM gave (then IPAM's ADD is undone too, cni-SPEC
 /// §2).
 pub fn failures_half_way_leave_nothing(ty: &str, node: &TestNs, conf: &Value) {
     let (pod, r) = (TestNs::new(), TestResolver::default());
     let t = Target::new("c1", &pod, "eth0");
+    let node_links = sorted_links(node);
     let mut failing = conf.clone();
     failing["ipam"]["fail"] = json!("ADD");
     add(node, &r, ty, &t, &failing).unwrap_err();
     assert_eq!(link_names(&pod), ["lo"]);
+    assert_eq!(sorted_links(node), node_links, "no link left on the node");
     assert_eq!(r.commands(), [CniCommand::Add]);
 
     let mut unreachable = conf.clone();
@@ -93,6 +95,7 @@ pub fn failures_half_way_leave_nothing(ty: &str, node: &TestNs, conf: &Value) {
     let e = add(node, &r, ty, &t, &unreachable).unwrap_err();
     assert!(e.details.contains("ENETUNREACH"), "{e}");
     assert_eq!(link_names(&pod), ["lo"]);
+    assert_eq!(sorted_links(node), node_links, "no link left on the node");
     assert_eq!(
         r.commands(),
         [CniCommand::Add, CniCommand::Add, CniCommand::Del]
