@@ -6,10 +6,10 @@ mod chained;
 mod common;
 use common::ifname;
 
-use chained::{env, normalised, Attachment};
+use chained::{env, normalised, Attachment, CallResult};
 use common::{assert_error, is_root, run, TestNs};
 use plexus_cni::env::{CniCommand, CniEnv};
-use plexus_cni::{CniError, ErrorCode};
+use plexus_cni::ErrorCode;
 use plexus_dataplane::drivers::bandwidth::{ifb_name, Bandwidth};
 use plexus_dataplane::netlink::{MacvlanMode, MacvlanSpec};
 use plexus_dataplane::{NetNs, Session};
@@ -26,18 +26,14 @@ fn both_ways() -> Value {
     json!({"ingressRate": 1_000_000, "ingressBurst": 80_000, "egressRate": 2_000_000, "egressBurst": 160_000})
 }
 
-fn run_bw(
-    a: &Attachment,
-    command: CniCommand,
-    cid: &str,
-    netns: Option<&str>,
-    config: &Value,
-) -> Result<Value, CniError> {
-    bandwidth(a, env(command, cid, netns, &a.pod_if, ""), config)
+/// Runs the bandwidth plugin for `command` on `a`'s pod interface.
+fn run_bw(a: &Attachment, command: CniCommand, netns: Option<&str>, config: &Value) -> CallResult {
+    let session = Session::new();
+    a.run_command(&Bandwidth::new(&session), command, CID, netns, config)
 }
 
 /// Runs the bandwidth plugin in `a`'s node namespace with `env`.
-fn bandwidth(a: &Attachment, env: CniEnv, config: &Value) -> Result<Value, CniError> {
+fn bandwidth(a: &Attachment, env: CniEnv, config: &Value) -> CallResult {
     a.run_plugin(&Bandwidth::new(&Session::new()), env, config)
 }
 
@@ -101,7 +97,7 @@ fn add_shapes_both_directions_del_removes_the_ifb() {
     let conf = config(&a, both_ways());
     let ifb = ifb_name(NET, CID);
 
-    let result = run_bw(&a, CniCommand::Add, CID, Some(&ns), &conf).unwrap();
+    let result = run_bw(&a, CniCommand::Add, Some(&ns), &conf).unwrap();
     let link = a
         .node
         .ip_json(&["-d", "link", "show", "dev", &ifb])
@@ -146,13 +142,13 @@ fn add_shapes_both_directions_del_removes_the_ifb() {
             &json!(ifb)
         )
     );
-    run_bw(&a, CniCommand::Check, CID, Some(&ns), &conf).unwrap();
+    run_bw(&a, CniCommand::Check, Some(&ns), &conf).unwrap();
 
-    run_bw(&a, CniCommand::Del, CID, Some(&ns), &conf).unwrap();
+    run_bw(&a, CniCommand::Del, Some(&ns), &conf).unwrap();
     assert!(!link_exists(&a.node, &ifb));
     // DEL again, and DEL without a namespace: nothing left to do.
-    run_bw(&a, CniCommand::Del, CID, Some(&ns), &conf).unwrap();
-    run_bw(&a, CniCommand::Del, CID, None, &conf).unwrap();
+    run_bw(&a, CniCommand::Del, Some(&ns), &conf).unwrap();
+    run_bw(&a, CniCommand::Del, None, &conf).unwrap();
 }
 
 #[test]
@@ -165,7 +161,7 @@ fn one_direction_and_the_capability() {
         &a,
         json!({"runtimeConfig": {"bandwidth": {"egressRate": 8_000_000, "egressBurst": 800_000}}}),
     );
-    let result = run_bw(&a, CniCommand::Add, CID, Some(&ns), &conf).unwrap();
+    let result = run_bw(&a, CniCommand::Add, Some(&ns), &conf).unwrap();
     assert_eq!(result["interfaces"].as_array().unwrap().len(), 3);
     let ifb = ifb_name(NET, CID);
     assert_eq!(
@@ -173,25 +169,25 @@ fn one_direction_and_the_capability() {
         json!({"rate": 1_000_000, "burst": 100_000, "lat": 25_000})
     );
     assert!(qdiscs(&a.node, "veth0").iter().all(|q| q["kind"] != "tbf"));
-    run_bw(&a, CniCommand::Check, CID, Some(&ns), &conf).unwrap();
-    run_bw(&a, CniCommand::Del, CID, Some(&ns), &conf).unwrap();
+    run_bw(&a, CniCommand::Check, Some(&ns), &conf).unwrap();
+    run_bw(&a, CniCommand::Del, Some(&ns), &conf).unwrap();
     assert!(!link_exists(&a.node, &ifb));
 
     // Only ingress: no ifb, no result change.
     let a = Attachment::new("veth0", "eth0");
     let ns = a.netns_path();
     let conf = config(&a, json!({"ingressRate": 16_000, "ingressBurst": 16_000}));
-    let result = run_bw(&a, CniCommand::Add, CID, Some(&ns), &conf).unwrap();
+    let result = run_bw(&a, CniCommand::Add, Some(&ns), &conf).unwrap();
     assert_eq!(result, a.prev_result("1.0.0"));
     assert_eq!(tbf_options(&a.node, "veth0")["rate"], 2_000);
     assert!(!link_exists(&a.node, &ifb_name(NET, CID)));
-    run_bw(&a, CniCommand::Check, CID, Some(&ns), &conf).unwrap();
+    run_bw(&a, CniCommand::Check, Some(&ns), &conf).unwrap();
 
     // Nothing configured: prevResult passes through untouched.
     let b = Attachment::new("veth0", "eth0");
     let conf = config(&b, json!({}));
     assert_eq!(
-        run_bw(&b, CniCommand::Add, CID, Some(&b.netns_path()), &conf).unwrap(),
+        run_bw(&b, CniCommand::Add, Some(&b.netns_path()), &conf).unwrap(),
         b.prev_result("1.0.0")
     );
     assert!(qdiscs(&b.node, "veth0").iter().all(|q| q["kind"] != "tbf"));
@@ -203,36 +199,36 @@ fn check_names_what_drifted() {
         return;
     };
     let conf = config(&a, both_ways());
-    run_bw(&a, CniCommand::Add, CID, Some(&ns), &conf).unwrap();
+    run_bw(&a, CniCommand::Add, Some(&ns), &conf).unwrap();
     let ifb = ifb_name(NET, CID);
 
     a.node.tc(&[
         "qdisc", "change", "dev", "veth0", "root", "handle", "1:", "tbf", "rate", "2mbit", "burst",
         "10000", "limit", "13125",
     ]);
-    let e = run_bw(&a, CniCommand::Check, CID, Some(&ns), &conf).unwrap_err();
+    let e = run_bw(&a, CniCommand::Check, Some(&ns), &conf).unwrap_err();
     assert!(
         e.details
             .starts_with("ingressRate: veth0 has tbf rate 250000 bytes/s"),
         "{e}"
     );
     a.node.tc(&["qdisc", "del", "dev", "veth0", "root"]);
-    let e = run_bw(&a, CniCommand::Check, CID, Some(&ns), &conf).unwrap_err();
+    let e = run_bw(&a, CniCommand::Check, Some(&ns), &conf).unwrap_err();
     assert_eq!(
         e.details,
         "ingressRate: the root qdisc of veth0 is noqueue, expected a tbf"
     );
 
     let ingress_only = config(&a, json!({"egressRate": 2_000_000, "egressBurst": 160_000}));
-    run_bw(&a, CniCommand::Check, CID, Some(&ns), &ingress_only).unwrap();
+    run_bw(&a, CniCommand::Check, Some(&ns), &ingress_only).unwrap();
     a.node.tc(&["filter", "del", "dev", "veth0", "ingress"]);
-    let e = run_bw(&a, CniCommand::Check, CID, Some(&ns), &ingress_only).unwrap_err();
+    let e = run_bw(&a, CniCommand::Check, Some(&ns), &ingress_only).unwrap_err();
     assert_eq!(
         e.details,
         format!("egressRate: nothing redirects what veth0 receives to {ifb}")
     );
     a.node.ip(&["link", "del", &ifb]);
-    let e = run_bw(&a, CniCommand::Check, CID, Some(&ns), &ingress_only).unwrap_err();
+    let e = run_bw(&a, CniCommand::Check, Some(&ns), &ingress_only).unwrap_err();
     assert_eq!(
         e.details,
         format!("egressRate: the ifb device {ifb} is missing")
@@ -267,20 +263,13 @@ fn bad_input_builds_nothing() {
         ),
     ];
     for (extra, details) in cases {
-        let e = run_bw(
-            &a,
-            CniCommand::Add,
-            CID,
-            Some(&ns),
-            &config(&a, extra.clone()),
-        )
-        .unwrap_err();
+        let e = run_bw(&a, CniCommand::Add, Some(&ns), &config(&a, extra.clone())).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidConfig, "{extra}: {e}");
         assert!(e.details.starts_with(details), "{extra}: {e}");
     }
     let mut no_prev = config(&a, both_ways());
     no_prev.as_object_mut().unwrap().remove("prevResult");
-    let e = run_bw(&a, CniCommand::Add, CID, Some(&ns), &no_prev).unwrap_err();
+    let e = run_bw(&a, CniCommand::Add, Some(&ns), &no_prev).unwrap_err();
     assert!(
         e.details
             .starts_with("prevResult: missing: bandwidth is a chained plugin"),
@@ -290,7 +279,7 @@ fn bad_input_builds_nothing() {
     // prevResult lists the veth's host side under another name.
     let mut wrong = config(&a, both_ways());
     wrong["prevResult"]["interfaces"][0]["name"] = json!("vethX");
-    let e = run_bw(&a, CniCommand::Add, CID, Some(&ns), &wrong).unwrap_err();
+    let e = run_bw(&a, CniCommand::Add, Some(&ns), &wrong).unwrap_err();
     assert_eq!(
         e.details,
         "prevResult.interfaces: the veth peer of eth0 is veth0, which is not listed as a host-side interface"
@@ -361,14 +350,7 @@ fn a_failure_half_way_removes_what_was_built() {
     // Someone else's ingress qdisc on the host veth: ours can't be added
     // after the ingress tbf and the ifb were.
     a.node.tc(&["qdisc", "add", "dev", "veth0", "ingress"]);
-    let e = run_bw(
-        &a,
-        CniCommand::Add,
-        CID,
-        Some(&ns),
-        &config(&a, both_ways()),
-    )
-    .unwrap_err();
+    let e = run_bw(&a, CniCommand::Add, Some(&ns), &config(&a, both_ways())).unwrap_err();
     // A kernel refusal is code 5, as from every built-in plugin.
     assert_error(
         &e,
@@ -390,19 +372,12 @@ fn del_needs_neither_the_namespace_nor_a_valid_config() {
     let Some((a, ns)) = Attachment::for_root_test() else {
         return;
     };
-    run_bw(
-        &a,
-        CniCommand::Add,
-        CID,
-        Some(&ns),
-        &config(&a, both_ways()),
-    )
-    .unwrap();
+    run_bw(&a, CniCommand::Add, Some(&ns), &config(&a, both_ways())).unwrap();
     let ifb = ifb_name(NET, CID);
     assert!(link_exists(&a.node, &ifb));
     NetNs::delete_named(&a.pod.name).unwrap();
     let conf = config(&a, json!({"ingressRate": 5}));
-    run_bw(&a, CniCommand::Del, CID, Some(&ns), &conf).unwrap();
+    run_bw(&a, CniCommand::Del, Some(&ns), &conf).unwrap();
     assert!(!link_exists(&a.node, &ifb));
 }
 
@@ -507,7 +482,7 @@ fn behaves_as_the_reference_plugin() {
             .contains("if rate is set, burst must also be set"),
         "{e}"
     );
-    let e = run_bw(&a, CniCommand::Add, CID, Some(&ns), &bad).unwrap_err();
+    let e = run_bw(&a, CniCommand::Add, Some(&ns), &bad).unwrap_err();
     assert!(e.details.starts_with("egressBurst: missing"), "{e}");
 }
 
@@ -589,7 +564,7 @@ fn shaping_limits_real_traffic() {
         &a,
         json!({"ingressRate": 1_000_000, "ingressBurst": 80_000, "egressRate": 1_000_000, "egressBurst": 80_000}),
     );
-    run_bw(&a, CniCommand::Add, CID, Some(&a.netns_path()), &conf).unwrap();
+    run_bw(&a, CniCommand::Add, Some(&a.netns_path()), &conf).unwrap();
     let to_pod = udp_blast(&a.pod, "10.99.0.2", &a.node);
     let from_pod = udp_blast(&a.node, "10.99.0.1", &a.pod);
     eprintln!("shaped: {to_pod} bytes to the pod, {from_pod} from it in half a second");

@@ -5,11 +5,11 @@
 mod chained;
 mod common;
 
-use chained::{env, have_reference, normalised, Attachment};
+use chained::{env, have_reference, normalised, Attachment, CallResult};
 use common::{assert_error, request};
 use plexus_cni::env::{CniCommand, CniEnv};
 use plexus_cni::skel::Plugin;
-use plexus_cni::{CniError, CniVersion, ErrorCode};
+use plexus_cni::{CniVersion, ErrorCode};
 use plexus_dataplane::drivers::tuning::{saved_path, Tuning};
 use plexus_dataplane::{NetNs, Session};
 use serde_json::{json, Value};
@@ -55,17 +55,18 @@ fn pod_with(extra: Value) -> Option<(Attachment, tempfile::TempDir, String, Valu
     Some((a, dir, ns, conf))
 }
 
+/// Runs the tuning plugin for `command` on `a`'s pod interface.
 fn run_tuning(
     a: &Attachment,
     command: CniCommand,
     netns: Option<&str>,
     config: &Value,
-) -> Result<Value, CniError> {
-    tuning(a, env(command, CID, netns, &a.pod_if, ""), config)
+) -> CallResult {
+    a.run_command(&Tuning::new(&Session::new()), command, CID, netns, config)
 }
 
 /// Runs the tuning plugin in `a`'s node namespace with `env`.
-fn tuning(a: &Attachment, env: CniEnv, config: &Value) -> Result<Value, CniError> {
+fn tuning(a: &Attachment, env: CniEnv, config: &Value) -> CallResult {
     a.run_plugin(&Tuning::new(&Session::new()), env, config)
 }
 

@@ -161,7 +161,7 @@ impl Attachment {
         plugin: &(impl Plugin + Sync),
         env: CniEnv,
         config: &Value,
-    ) -> Result<Value, CniError> {
+    ) -> CallResult {
         let command = env.command();
         let req = request(env, config);
         self.in_node(|| match command {
@@ -171,7 +171,25 @@ impl Attachment {
             other => panic!("{other}"),
         })
     }
+
+    /// [`Self::run_plugin`] for `command` on the pod's interface of
+    /// `container_id`, with no CNI_ARGS.
+    pub fn run_command(
+        &self,
+        plugin: &(impl Plugin + Sync),
+        command: CniCommand,
+        container_id: &str,
+        netns: Option<&str>,
+        config: &Value,
+    ) -> CallResult {
+        let env = env(command, container_id, netns, &self.pod_if, "");
+        self.run_plugin(plugin, env, config)
+    }
 }
+
+/// What a chained plugin's call gave: ADD's result as JSON, `Null` for DEL
+/// and CHECK.
+pub type CallResult = Result<Value, CniError>;
 
 /// The environment of one invocation.
 pub fn env(
