@@ -165,6 +165,18 @@ pub fn assert_exhausted(
     )
 }
 
+/// The ADDs of containers `fill-0`, `fill-1`, ... (on `eth0`), in turn, get
+/// `ips`; the next is refused as [`assert_exhausted`] says.
+#[track_caller]
+pub fn fills_in_order(p: &dyn Plugin, config: &Value, ips: &[&str], details_start: &str) {
+    for (i, ip) in ips.iter().enumerate() {
+        let r = add(p, config, &format!("fill-{i}"), "eth0").unwrap();
+        assert_eq!(ip_of(&r), *ip, "fill-{i}");
+    }
+    let next = format!("fill-{}", ips.len());
+    assert_exhausted(add(p, config, &next, "eth0"), details_start);
+}
+
 /// Assert an error's code and the start of its details.
 #[track_caller]
 pub fn assert_err(
