@@ -587,6 +587,22 @@ impl InterfaceDriver for HostDevice {
             device: parent,
             alias,
         };
+        // A failed ADD leaves it up again once home (the reference's
+        // moveLinkIn restores the up state; DEL leaves it down): registered
+        // first, so it runs after the give-back.
+        if let Device::Netdev(link) = &device {
+            if link.up {
+                let name = link.name.clone();
+                undo.push(format!("bringing {name} back up"), move || {
+                    match host.link_by_name(&name) {
+                        Ok(Some(home)) if !home.up => host.set_up(home.index),
+                        Ok(_) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                    .map_err(sys(format_args!("set {name} up again")))
+                });
+            }
+        }
         let what = format_args!("host device {}", device.key());
         prepared.claim.take(self, record, what, at, undo)?;
         let link = match device {
