@@ -83,6 +83,18 @@ fn home(mac: &str) -> Value {
     json!({"mac": mac, "mtu": 1400, "up": false, "alias": null})
 }
 
+/// Waits (up to 10 s) until `node` no longer has `name`: the kernel
+/// destroys a namespace's devices (a veth with its peer) after its last
+/// reference is gone, in the background.
+#[track_caller]
+fn wait_gone(node: &TestNs, name: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while link(node, name).is_some() {
+        assert!(std::time::Instant::now() < deadline, "{name} still there");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The record files in `data`.
 fn records(data: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(data)
@@ -299,6 +311,7 @@ fn del_without_netns_or_after_the_namespace_is_gone() {
     drop(pod);
     del(&node, &r, HD, &t, &c).unwrap();
     assert_eq!(records(data.path()), Vec::<String>::new());
+    wait_gone(&node, "hd0p");
     assert_eq!(sorted_links(&node), ["lo"]);
     assert_eq!(r.commands(), add_then_dels(1).repeat(2));
 }
@@ -343,6 +356,7 @@ fn a_second_pod_is_refused_and_the_first_keeps_the_device() {
     // ctr-a's namespace gone without its DEL: a device of that name made
     // anew goes to the next pod, the stale record given back first.
     drop(pod_a);
+    wait_gone(&node, "hd0p");
     add_device(&node, "hd0", "02:00:00:00:70:09");
     let res = add(&node, &r, HD, &tb, &c).unwrap();
     assert_eq!(
