@@ -45,6 +45,36 @@ fn node_with_hd0() -> TestNs {
     node
 }
 
+/// One test's node with `hd0`, the driver's data directory, the test IPAM,
+/// and the configuration handing `hd0` over by name.
+struct Fixture {
+    node: TestNs,
+    data: tempfile::TempDir,
+    r: TestResolver,
+    c: Value,
+}
+
+impl Fixture {
+    /// `None` (the test skipped) without root.
+    fn new() -> Option<Fixture> {
+        if !runnable() {
+            return None;
+        }
+        let data = tempfile::tempdir().unwrap();
+        let c = conf(data.path(), json!({"device": "hd0"}));
+        Some(Fixture {
+            node: node_with_hd0(),
+            data,
+            r: TestResolver::default(),
+            c,
+        })
+    }
+
+    fn conf(&self, extra: Value) -> Value {
+        conf(self.data.path(), extra)
+    }
+}
+
 /// A `host-device` configuration (1.1.0) with records in `data`, the test
 /// IPAM handing out 10.70.0.2/24, `dns`, and `extra`'s keys over it.
 fn conf(data: &Path, extra: Value) -> Value {
@@ -162,6 +192,7 @@ fn refused_configurations_name_their_key() {
         "sys/devices/x",
         "/sys/class/net/hd0",
         "/sys/devices/../../etc",
+        "/sys/devices/./virtual",
     ] {
         let why = refused(json!({ "kernelpath": bad }), "kernelpath");
         assert!(
@@ -178,14 +209,10 @@ fn refused_configurations_name_their_key() {
 
 #[test]
 fn add_by_device_moves_it_into_the_pod_and_del_gives_it_back() {
-    if !runnable() {
+    let Some(Fixture { node, data, r, c }) = Fixture::new() else {
         return;
-    }
-    let node = node_with_hd0();
-    let data = tempfile::tempdir().unwrap();
+    };
     let (pod, t) = new_pod("ctr-a");
-    let r = TestResolver::default();
-    let c = conf(data.path(), json!({"device": "hd0"}));
 
     let res = add(&node, &r, HD, &t, &c).unwrap();
     assert_eq!(
@@ -237,13 +264,10 @@ fn add_by_device_moves_it_into_the_pod_and_del_gives_it_back() {
 
 #[test]
 fn add_by_hwaddr_and_by_kernelpath() {
-    if !runnable() {
+    let Some(Fixture { node, data, r, .. }) = Fixture::new() else {
         return;
-    }
-    let node = node_with_hd0();
+    };
     add_device(&node, "hd1", "02:00:00:00:70:02");
-    let data = tempfile::tempdir().unwrap();
-    let r = TestResolver::default();
 
     // hwaddr (the reference's getLink: the node's link with that MAC).
     let (pod, t) = new_pod("ctr-mac");
@@ -283,13 +307,9 @@ fn add_by_hwaddr_and_by_kernelpath() {
 
 #[test]
 fn del_without_netns_or_after_the_namespace_is_gone() {
-    if !runnable() {
+    let Some(Fixture { node, data, r, c }) = Fixture::new() else {
         return;
-    }
-    let node = node_with_hd0();
-    let data = tempfile::tempdir().unwrap();
-    let r = TestResolver::default();
-    let c = conf(data.path(), json!({"device": "hd0"}));
+    };
 
     // Without CNI_NETNS while the pod's namespace exists: the record finds
     // it, and the device comes home.
@@ -318,13 +338,9 @@ fn del_without_netns_or_after_the_namespace_is_gone() {
 
 #[test]
 fn a_second_pod_is_refused_and_the_first_keeps_the_device() {
-    if !runnable() {
+    let Some(Fixture { node, data, r, c }) = Fixture::new() else {
         return;
-    }
-    let node = node_with_hd0();
-    let data = tempfile::tempdir().unwrap();
-    let r = TestResolver::default();
-    let c = conf(data.path(), json!({"device": "hd0"}));
+    };
     let (pod_a, ta) = new_pod("ctr-a");
     add(&node, &r, HD, &ta, &c).unwrap();
 
@@ -372,11 +388,9 @@ fn a_second_pod_is_refused_and_the_first_keeps_the_device() {
 
 #[test]
 fn a_failed_add_leaves_the_device_home_and_its_lease_released() {
-    if !runnable() {
+    let Some(Fixture { node, data, c, .. }) = Fixture::new() else {
         return;
-    }
-    let node = node_with_hd0();
-    let data = tempfile::tempdir().unwrap();
+    };
     node.ip(&["link", "set", "hd0", "alias", "uplink-b"]);
     let before = device(&node, "hd0").unwrap();
     let assert_home = |what: &str| {
@@ -387,7 +401,7 @@ fn a_failed_add_leaves_the_device_home_and_its_lease_released() {
     // IPAM fails: nothing to release.
     let (pod, t) = new_pod("ctr-f");
     let r = TestResolver::default();
-    let mut failing = conf(data.path(), json!({"device": "hd0"}));
+    let mut failing = c.clone();
     failing["ipam"]["fail"] = json!("ADD");
     let e = add(&node, &r, HD, &t, &failing).unwrap_err();
     assert_code(&e, ErrorCode::TryAgainLater, "ipam.fail");
@@ -399,7 +413,7 @@ fn a_failed_add_leaves_the_device_home_and_its_lease_released() {
     // A route the kernel refuses (its gateway is not on the link): the
     // lease is released, the device comes home.
     let r = TestResolver::default();
-    let mut bad_route = conf(data.path(), json!({"device": "hd0"}));
+    let mut bad_route = c.clone();
     bad_route["ipam"]["routes"] = json!([{"dst": "10.99.0.0/16", "gw": "10.200.0.1"}]);
     let e = add(&node, &r, HD, &t, &bad_route).unwrap_err();
     assert_code(&e, ErrorCode::Io, "add route 10.99.0.0/16 on net1");
@@ -411,7 +425,6 @@ fn a_failed_add_leaves_the_device_home_and_its_lease_released() {
     // interface left alone.
     pod.add_veth("net1", "net1p");
     let r = TestResolver::default();
-    let c = conf(data.path(), json!({"device": "hd0"}));
     let e = add(&node, &r, HD, &t, &c).unwrap_err();
     assert_code(&e, ErrorCode::InvalidConfig, "CNI_IFNAME");
     assert_home("CNI_IFNAME taken");
@@ -421,14 +434,10 @@ fn a_failed_add_leaves_the_device_home_and_its_lease_released() {
 
 #[test]
 fn layer2_only_without_ipam() {
-    if !runnable() {
+    let Some(Fixture { node, r, mut c, .. }) = Fixture::new() else {
         return;
-    }
-    let node = node_with_hd0();
-    let data = tempfile::tempdir().unwrap();
+    };
     let (pod, t) = new_pod("ctr-l2");
-    let r = TestResolver::default();
-    let mut c = conf(data.path(), json!({"device": "hd0"}));
     c.as_object_mut().unwrap().remove("ipam");
     let res = add(&node, &r, HD, &t, &c).unwrap();
     // The reference's printLink: the interface only.
@@ -535,27 +544,21 @@ fn the_reference_host_device_gives_the_same_result_on_the_same_config() {
 
 #[test]
 fn the_reference_host_device_refuses_what_plexus_refuses() {
-    if !runnable() || !chained::have_reference() {
+    if !chained::have_reference() {
         return;
     }
-    let node = node_with_hd0();
-    let data = tempfile::tempdir().unwrap();
-    let r = TestResolver::default();
-    let good = conf(data.path(), json!({"device": "hd0"}));
-    let mut no_ipam = good.clone();
+    let Some(f) = Fixture::new() else {
+        return;
+    };
+    let (node, r) = (&f.node, &f.r);
+    let mut no_ipam = f.c.clone();
     no_ipam.as_object_mut().unwrap().remove("ipam");
     // The first pod's hd0, which the last one asks for again.
     let first = TestNs::new();
-    add(
-        &node,
-        &r,
-        HD,
-        &Target::new("first", &first, "eth0"),
-        &no_ipam,
-    )
-    .unwrap();
+    let first_t = Target::new("first", &first, "eth0");
+    add(node, r, HD, &first_t, &no_ipam).unwrap();
     let bad = [
-        ("no key", conf(data.path(), json!({}))),
+        ("no key", f.conf(json!({}))),
         (
             "relative kernelpath",
             with_keys(
@@ -571,13 +574,13 @@ fn the_reference_host_device_refuses_what_plexus_refuses() {
     ];
     for (what, c) in bad {
         let (ours, theirs) = (TestNs::new(), TestNs::new());
-        let e = add(&node, &r, HD, &Target::new("px", &ours, "eth0"), &c).unwrap_err();
+        let e = add(node, r, HD, &Target::new("px", &ours, "eth0"), &c).unwrap_err();
         assert!(
             matches!(e.code, ErrorCode::InvalidConfig | ErrorCode::TryAgainLater),
             "{what}: {e}"
         );
         let env = chained::env(CniCommand::Add, "ref", Some(&ns_of(&theirs)), "eth0", "");
-        let refused = chained::reference(HD, &node, &env, &c);
+        let refused = chained::reference(HD, node, &env, &c);
         assert!(
             refused.is_err(),
             "{what}: the reference took it: {refused:?}"
