@@ -173,6 +173,15 @@ impl Target {
         }
     }
 
+    /// The device in messages: as configured, with its key (its name in
+    /// the node) when the configuration names it otherwise.
+    fn called(&self, key: &str) -> String {
+        match self {
+            Target::Netdev(Select::Name(_)) => self.describe(),
+            _ => format!("{} ({key})", self.describe()),
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             Target::Dpdk { address, .. } => format!("PCI device {address}"),
@@ -540,14 +549,14 @@ impl InterfaceDriver for HostDevice {
         let key = target.key();
         let claim = match self.find(&target, at.host)? {
             Some(device) => {
-                let what = format!("{} ({})", target.describe(), device.key());
+                let what = target.called(&device.key());
                 store.claim(device.key(), key, what, || Ok(device))?
             }
             // Not in the node: a pod has it. Refused naming the pod while
             // its namespace exists; else given back first.
             None => match store.find_record::<String, Record>(|k, r| target.holds(k, r))? {
                 Some((held, _)) => {
-                    let what = format!("{} ({held})", target.describe());
+                    let what = target.called(&held);
                     store.claim(held, key, what, || self.found(&target, at.host))?
                 }
                 None => return Err(not_found(&target)),
