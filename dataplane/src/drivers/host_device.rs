@@ -713,3 +713,60 @@ impl InterfaceDriver for HostDevice {
         Some(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plexus_cni::names::ContainerId;
+
+    #[test]
+    fn a_record_keeps_its_json_spelling_and_says_what_it_holds() {
+        let r = Record {
+            owner: Owner {
+                container_id: ContainerId::new("ctr1").unwrap(),
+                ifname: IfName::new("net1").unwrap(),
+            },
+            netns: NetnsPath::new("/var/run/netns/pod").unwrap(),
+            found: Found::Netdev {
+                name: IfName::new("enp1s0").unwrap(),
+                mac: Some("02:00:00:00:00:01".parse().unwrap()),
+                mtu: 1500,
+            },
+            device: Some("0000:01:00.0".into()),
+            alias: Some("uplink".into()),
+        };
+        let text = serde_json::to_string_pretty(&r).unwrap();
+        assert!(text.contains(r#""mode": "netdev""#), "{text}");
+        assert!(text.contains(r#""device": "0000:01:00.0""#), "{text}");
+        assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), r);
+
+        // What an ADD that does not find its device in the node looks for.
+        let name = |n: &str| Target::Netdev(Select::Name(IfName::new(n).unwrap()));
+        assert!(name("enp1s0").holds("enp1s0", &r));
+        assert!(!name("enp2s0").holds("enp1s0", &r));
+        let mac = Target::Netdev(Select::Mac("02:00:00:00:00:01".parse().unwrap()));
+        assert!(mac.holds("enp1s0", &r));
+        let on_bus = |path: &str| Target::OnBus {
+            key: PCI_BUS_ID,
+            path: path.into(),
+        };
+        assert!(on_bus("/sys/bus/pci/devices/0000:01:00.0").holds("enp1s0", &r));
+        assert!(!on_bus("/sys/bus/pci/devices/0000:02:00.0").holds("enp1s0", &r));
+        let path = Target::Netdev(Select::KernelPath(
+            "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0".into(),
+        ));
+        assert!(path.holds("enp1s0", &r));
+        let dpdk = Target::Dpdk {
+            key: PCI_BUS_ID,
+            address: "0000:01:00.0".parse().unwrap(),
+        };
+        assert!(dpdk.holds(
+            "0000:01:00.0",
+            &Record {
+                found: Found::Dpdk,
+                ..r.clone()
+            }
+        ));
+        assert!(!dpdk.holds("enp1s0", &r));
+    }
+}
