@@ -64,15 +64,6 @@ impl Netdev<'_> {
     }
 }
 
-impl Display for Netdev<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Netdev::Of(parent) => write!(f, "the netdev of {parent}"),
-            Netdev::Aliased(alias) => write!(f, "the netdev with alias {alias:?}"),
-        }
-    }
-}
-
 /// One look for a device's netdev in the host.
 pub(crate) enum Poll {
     /// There (`Some`), or never coming (`None`: the device is gone or has no
