@@ -268,6 +268,21 @@ fn bus_netdev(path: &Path) -> Result<Option<IfName>, DriverError> {
     Ok(None)
 }
 
+/// A bus device the configuration names.
+enum OnBus {
+    Pci(PciAddress),
+    /// Its directory under /sys/bus/auxiliary/devices.
+    Auxiliary(PathBuf),
+}
+
+/// A PCI device's directory under /sys/bus/pci/devices.
+fn device_dir(sysfs: &SysfsRoot, address: PciAddress) -> PathBuf {
+    sysfs
+        .path()
+        .join("bus/pci/devices")
+        .join(address.to_string())
+}
+
 /// The owner's namespace, reopened for a DEL that came without CNI_NETNS
 /// while it still exists.
 struct Reopened {
@@ -276,33 +291,38 @@ struct Reopened {
 }
 
 impl HostDevice {
-    /// What the configuration selects: `runtimeConfig.deviceID` found on
-    /// its bus, a PCI device's driver read (the reference's `loadConf`).
-    fn target(&self, conf: &Conf) -> Result<Target, DriverError> {
-        let bus = match &conf.bus {
-            None => None,
-            Some(Bus::Pci(address)) => Some((PCI_BUS_ID, Some(*address), None)),
-            Some(Bus::DeviceId(id)) => {
-                let pci = PciAddress::parse(id)
-                    .ok()
-                    .filter(|a| self.sysfs.pci_device(*a).is_ok());
-                let aux = self.sysfs.path().join("bus/auxiliary/devices").join(id);
-                match (pci, aux.exists()) {
-                    (Some(address), _) => Some((RUNTIME_DEVICE_ID, Some(address), None)),
-                    (None, true) => Some((RUNTIME_DEVICE_ID, None, Some(aux))),
-                    (None, false) => {
-                        return Err(DriverError::config(
-                            RUNTIME_DEVICE_ID,
-                            format!(
-                                "{id} not found under /sys/bus/pci/devices or \
-                                 /sys/bus/auxiliary/devices"
-                            ),
-                        ))
-                    }
-                }
-            }
+    /// The bus device the configuration names (`key` names it), found on
+    /// its bus: `runtimeConfig.deviceID` a PCI device if there is one at
+    /// that address, else an auxiliary one (the reference's
+    /// `handleDeviceID`).
+    fn bus_device(&self, bus: &Bus) -> Result<(&'static str, OnBus), DriverError> {
+        let id = match bus {
+            Bus::Pci(address) => return Ok((PCI_BUS_ID, OnBus::Pci(*address))),
+            Bus::DeviceId(id) => id,
         };
-        if let Some((key, Some(address), _)) = &bus {
+        if let Some(address) = PciAddress::parse(id)
+            .ok()
+            .filter(|a| self.sysfs.pci_device(*a).is_ok())
+        {
+            return Ok((RUNTIME_DEVICE_ID, OnBus::Pci(address)));
+        }
+        let aux = self.sysfs.path().join("bus/auxiliary/devices").join(id);
+        if aux.exists() {
+            return Ok((RUNTIME_DEVICE_ID, OnBus::Auxiliary(aux)));
+        }
+        Err(DriverError::config(
+            RUNTIME_DEVICE_ID,
+            format!("{id} not found under /sys/bus/pci/devices or /sys/bus/auxiliary/devices"),
+        ))
+    }
+
+    /// What the configuration selects: a PCI device bound to a userspace
+    /// driver (the reference's `loadConf` and `hasDpdkDriver`), else the
+    /// netdev `device`, `hwaddr` or `kernelpath` names, else the bus
+    /// device's.
+    fn target(&self, conf: &Conf) -> Result<Target, DriverError> {
+        let bus = conf.bus.as_ref().map(|b| self.bus_device(b)).transpose()?;
+        if let Some((key, OnBus::Pci(address))) = &bus {
             let device = self
                 .sysfs
                 .pci_device(*address)
@@ -315,19 +335,21 @@ impl HostDevice {
                 });
             }
         }
-        Ok(match (&conf.select, bus) {
-            (Some(select), _) => Target::Netdev(select.clone()),
-            (None, Some((key, Some(address), _))) => Target::OnBus {
+        let path = |on: OnBus| match on {
+            OnBus::Pci(address) => device_dir(&self.sysfs, address),
+            OnBus::Auxiliary(path) => path,
+        };
+        match (&conf.select, bus) {
+            (Some(select), _) => Ok(Target::Netdev(select.clone())),
+            (None, Some((key, on))) => Ok(Target::OnBus {
                 key,
-                path: self
-                    .sysfs
-                    .path()
-                    .join("bus/pci/devices")
-                    .join(address.to_string()),
-            },
-            (None, Some((key, None, Some(path)))) => Target::OnBus { key, path },
-            (None, _) => unreachable!("parse requires a key"),
-        })
+                path: path(on),
+            }),
+            (None, None) => Err(DriverError::config(
+                conf::DEVICE,
+                "missing: parse lets no configuration without a device through",
+            )),
+        }
     }
 
     /// The device `target` selects as the node has it now; `None` when its
