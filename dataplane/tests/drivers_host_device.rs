@@ -661,3 +661,21 @@ fn a_vf_netdev_by_pci_bus_id_and_a_vfio_bound_vf_with_device_info() {
     del(Here, &r, HD, &t, &c).unwrap();
     assert_eq!(records(data.path()), Vec::<String>::new());
 }
+
+/// A device of the node took the original name while the device was in the
+/// pod: DEL brings it home under the name it had in the pod (as sriov's
+/// does), its alias and MAC given back, and finishes.
+#[test]
+fn del_brings_it_home_under_its_pod_name_when_its_name_was_taken() {
+    let Some(Fixture { node, data, r, c }) = Fixture::new() else {
+        return;
+    };
+    let (pod, t) = new_pod("ctr-n");
+    add(&node, &r, HD, &t, &c).unwrap();
+    node.add_veth("hd0", "squat0");
+    del(&node, &r, HD, &t, &c).unwrap();
+    assert_eq!(link(&pod, "net1"), None);
+    assert_eq!(device(&node, "net1").unwrap(), home("02:00:00:00:70:01"));
+    assert_ne!(device(&node, "hd0").unwrap()["mac"], "02:00:00:00:70:01");
+    assert_eq!(records(data.path()), Vec::<String>::new());
+}
