@@ -756,7 +756,7 @@ fn status_and_gc_are_the_ipam_plugins() {
         [CniCommand::Status, CniCommand::Gc, CniCommand::Status].repeat(3)
     );
     let session = plexus_dataplane::Session::new();
-    assert!(plexus_dataplane::drivers::driver("host-device", &r, &session).is_none());
+    assert!(plexus_dataplane::drivers::driver("ptp", &r, &session).is_none());
     for ty in ["bridge", "ipvlan", "macvlan"] {
         assert!(
             plexus_dataplane::drivers::builtin_types().any(|t| t == ty),

@@ -12,12 +12,8 @@ mod drivers_support;
 
 use common::{ifname, run, TestNs};
 use drivers_support::*;
-use plexus_cni::delegate::Resolver;
 use plexus_cni::env::CniCommand;
-use plexus_cni::error::{CniError, ErrorCode};
-use plexus_cni::names::PluginType;
-use plexus_cni::result::CniResult;
-use plexus_cni::skel::{Plugin, Request};
+use plexus_cni::error::ErrorCode;
 use plexus_dataplane::netlink::{LinkKind, VlanSpec};
 use plexus_testkit::Feature;
 use serde_json::{json, Value};
@@ -401,43 +397,6 @@ fn check_accepts_the_attachment_and_finds_drift() {
     assert_eq!(drift(json!({})), "container interface eth0 not found");
 }
 
-/// Serves every IPAM type by exec'ing the reference binary of that name
-/// (host-local) in `node`, as the reference plugin delegates to it.
-struct ReferenceIpam<'n> {
-    node: &'n TestNs,
-}
-
-impl Plugin for ReferenceIpam<'_> {
-    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        let out = self
-            .exec(req)
-            .map_err(|e| CniError::new(ErrorCode::Io, "ipam", e))?;
-        CniResult::from_value(&out)
-    }
-    fn del(&self, req: &Request) -> Result<(), CniError> {
-        self.exec(req)
-            .map(drop)
-            .map_err(|e| CniError::new(ErrorCode::Io, "ipam", e))
-    }
-    fn check(&self, req: &Request) -> Result<(), CniError> {
-        self.del(req)
-    }
-}
-
-impl ReferenceIpam<'_> {
-    fn exec(&self, req: &Request) -> Result<Value, String> {
-        let ty = req.config["ipam"]["type"].as_str().unwrap_or_default();
-        let config = Value::Object(req.config.clone());
-        chained::reference(ty, self.node, &req.env, &config).map_err(|e| e.to_string())
-    }
-}
-
-impl Resolver for ReferenceIpam<'_> {
-    fn resolve(&self, _: &PluginType, _: &Request) -> Result<Box<dyn Plugin + '_>, CniError> {
-        Ok(Box::new(ReferenceIpam { node: self.node }))
-    }
-}
-
 /// A `vlan` config with host-local handing out from 10.78.0.0/24, its leases
 /// in `dir`. The route names its gateway: without one the reference's own
 /// CHECK fails after its ADD (its `ValidateExpectedRoute` looks for a route
@@ -484,7 +443,7 @@ fn the_reference_vlan_gives_the_same_result_on_the_same_config() {
     // host-local keeps its leases.
     let our_conf = host_local_conf(90, dirs[0].path());
     let their_conf = host_local_conf(91, dirs[1].path());
-    let r = ReferenceIpam { node: &node };
+    let r = chained::ReferenceIpam { node: &node };
     let t = Target::new("px", &ours, "eth0");
     let ns = |pod: &TestNs| netns_path(pod).to_str().unwrap().to_string();
     let env = |command, pod: &TestNs| chained::env(command, "ref", Some(&ns(pod)), "eth0", "");
@@ -548,7 +507,7 @@ fn the_reference_vlan_refuses_what_plexus_refuses() {
     }
     let node = node_with_uplink(UPLINK);
     let dir = tempfile::tempdir().unwrap();
-    let r = ReferenceIpam { node: &node };
+    let r = chained::ReferenceIpam { node: &node };
     let good = host_local_conf(92, dir.path());
     let mut no_master = good.clone();
     no_master.as_object_mut().unwrap().remove("master");

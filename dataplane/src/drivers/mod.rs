@@ -2,7 +2,7 @@
 //! each a [`Plugin`] with the reference's config keys, defaults, result
 //! shape and DEL semantics.
 //!
-//! - Interface drivers (bridge, macvlan, ipvlan, vlan, ipoib, sriov, vdpa) implement
+//! - Interface drivers (bridge, host-device, macvlan, ipvlan, vlan, ipoib, sriov, vdpa) implement
 //!   `InterfaceDriver` and are served by the one `InterfacePlugin`; they
 //!   get their IPAM plugin (built in or exec'd) through a [`Resolver`].
 //! - Chained plugins (tuning, bandwidth) work on the prevResult.
@@ -26,6 +26,7 @@ pub mod bridge;
 mod check;
 mod device_info;
 mod error;
+pub mod host_device;
 mod iface;
 mod interface;
 mod ipam_delegate;
@@ -51,6 +52,7 @@ pub use error::DriverError;
 use plexus_cni::skel::Plugin;
 
 use bridge::Bridge;
+use host_device::HostDevice;
 use interface::{InterfaceDriver, InterfacePlugin};
 use ipoib::Ipoib;
 use ipvlan::Ipvlan;
@@ -97,6 +99,8 @@ impl Builtin {
 pub const BUILTINS: &[Builtin] = &[
     Builtin::new("bandwidth", |_, s| Box::new(bandwidth::Bandwidth::new(s))),
     Builtin::new("bridge", |r, s| interface(Bridge, r, s)),
+    Builtin::new("host-device", |r, s| interface(HostDevice::default(), r, s))
+        .describing_its_device(),
     Builtin::new("ipoib", |r, s| interface(StackedDriver(Ipoib), r, s)),
     Builtin::new("ipvlan", |r, s| interface(StackedDriver(Ipvlan), r, s)),
     Builtin::new("macvlan", |r, s| interface(StackedDriver(Macvlan), r, s)),

@@ -426,9 +426,19 @@ impl Store {
         owner: &Owner,
     ) -> Result<Option<K>, DriverError> {
         Ok(self
-            .records::<K, R>()?
-            .find(|(_, record)| record.owner() == owner)
+            .find_record::<K, R>(|_, record| record.owner() == owner)?
             .map(|(key, _)| key))
+    }
+
+    /// The first record `matches` takes, read without its lock as
+    /// [`Store::find_owned_by`] reads them (the caller locks and reads it
+    /// again): for an ADD whose device is not where its configuration says,
+    /// which record holds it.
+    pub fn find_record<K: DeviceKey, R: Owned>(
+        &self,
+        matches: impl Fn(&K, &R) -> bool,
+    ) -> Result<Option<(K, R)>, DriverError> {
+        Ok(self.records::<K, R>()?.find(|(key, r)| matches(key, r)))
     }
 
     /// The store's records, read without their locks (records are replaced

@@ -1,6 +1,7 @@
 //! A host device's netdev handed whole to a pod and back (an SR-IOV VF's,
-//! a vDPA device's virtio-net): moved into the pod renamed to CNI_IFNAME,
-//! found there by its device (IFLA_PARENT_DEV_NAME), and on DEL moved home
+//! a vDPA device's virtio-net, a host-device's): moved into the pod renamed
+//! to CNI_IFNAME, found there by its device (IFLA_PARENT_DEV_NAME) or the
+//! alias its ADD gave it ([`Netdev`]), and on DEL moved home
 //! under its original name, MAC and MTU, waiting (bounded) for a netdev the
 //! kernel is bringing back from a namespace being destroyed.
 
@@ -40,6 +41,27 @@ pub(crate) enum Found {
     Dpdk,
     /// A vDPA device bound to `vhost_vdpa`: a character device, no netdev.
     Vhost,
+}
+
+/// How a netdev handed to a pod is told apart from the pod's others
+/// (CNI_IFNAME may be another device: an ADD that found the name taken).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Netdev<'a> {
+    /// By its device (IFLA_PARENT_DEV_NAME: a PCI address, a virtio device).
+    Of(&'a str),
+    /// By the alias (IFLA_IFALIAS) its ADD gave it: its name in the host, as
+    /// the reference host-device marks it; for a netdev without a device of
+    /// its own (a dummy, a veth, a bond).
+    Aliased(&'a str),
+}
+
+impl Netdev<'_> {
+    pub fn is(&self, link: &Link) -> bool {
+        match self {
+            Netdev::Of(parent) => link.parent_device.as_deref() == Some(*parent),
+            Netdev::Aliased(alias) => link.alias.as_deref() == Some(*alias),
+        }
+    }
 }
 
 /// One look for a device's netdev in the host.
@@ -142,29 +164,25 @@ pub(crate) fn move_into_pod(
     }
 }
 
-/// The netdev of device `parent` (its IFLA_PARENT_DEV_NAME: a PCI address,
-/// a virtio device), found in the pod by device (CNI_IFNAME may be another
-/// device: an ADD that found the name taken).
-fn pod_netdev(at: &Attach<'_>, parent: &str) -> Result<Option<Link>, DriverError> {
+/// `netdev` in the pod.
+fn pod_netdev(at: &Attach<'_>, netdev: Netdev<'_>) -> Result<Option<Link>, DriverError> {
     let links = at.pod.links().map_err(sys("list the container's links"))?;
-    Ok(links
-        .into_iter()
-        .find(|l| l.parent_device.as_deref() == Some(parent)))
+    Ok(links.into_iter().find(|l| netdev.is(l)))
 }
 
-/// Move the netdev of device `parent` from the pod to the host, as `name`
+/// Move `netdev` from the pod to the host, as `name`
 /// unless the host has a device of that name, else under the name it has.
 /// (A move and a rename in one request are not one step: the move may be
 /// done when the rename fails.)
 fn move_home(
     what: &dyn Display,
-    parent: &str,
+    netdev: Netdev<'_>,
     name: &IfName,
     at: &Attach<'_>,
 ) -> Result<(), DriverError> {
     let host_ns = NetNs::current().map_err(sys("open the host namespace"))?;
     for rename in [Some(name.clone()), None] {
-        let Some(link) = pod_netdev(at, parent)? else {
+        let Some(link) = pod_netdev(at, netdev)? else {
             return Ok(());
         };
         let home = LinkUpdate {
@@ -186,15 +204,14 @@ fn move_home(
     Ok(())
 }
 
-/// The netdev of device `parent` back in the host (from the pod when `pod`
-/// is given) under its original `name`, MAC and MTU; `host_netdev` finds it
+/// `netdev` back in the host (from the pod when `pod` is given) under its original `name`, MAC and MTU; `host_netdev` finds it
 /// there (waiting, see [`wait_for_netdev`]). A name another device took
 /// meanwhile stays taken: the device comes home under the one it has, so
 /// that DEL can finish.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn return_netdev(
     what: impl Display,
-    parent: &str,
+    netdev: Netdev<'_>,
     name: &IfName,
     mac: Option<MacAddr>,
     mtu: u32,
@@ -203,7 +220,7 @@ pub(crate) fn return_netdev(
     host_netdev: impl FnOnce() -> Result<Option<Link>, DriverError>,
 ) -> Result<(), DriverError> {
     if let Some(at) = pod {
-        move_home(&what, parent, name, at)?;
+        move_home(&what, netdev, name, at)?;
     }
     let Some(link) = host_netdev()? else {
         return Ok(());
@@ -234,18 +251,17 @@ pub(crate) fn return_netdev(
         )))
 }
 
-/// CHECK of the pod's CNI_IFNAME: the netdev of device `parent` (`what`
-/// in messages: "VF 0000:01:10.2"), with the MAC, addresses and routes of
-/// `prev`.
+/// CHECK of the pod's CNI_IFNAME: `netdev` (`what` in messages: "VF
+/// 0000:01:10.2"), with the MAC, addresses and routes of `prev`.
 pub(crate) fn check_pod_netdev(
     at: &Attach<'_>,
     prev: &CniResult,
-    parent: &str,
+    netdev: Netdev<'_>,
     what: impl Display,
 ) -> Result<(), DriverError> {
     let entry = check::prev_container_interface(prev, at)?;
     let link = check::container_link(at)?;
-    if link.parent_device.as_deref() != Some(parent) {
+    if !netdev.is(&link) {
         return Err(check_failed(format!(
             "container interface {} is not {what}",
             at.ifname

@@ -62,7 +62,7 @@ use super::attachment::Attach;
 use super::interface::InterfaceDriver;
 use super::netconf::IpamRef;
 use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owner, Store};
-use super::passthrough::{self, Found, Patience, Poll};
+use super::passthrough::{self, Found, Netdev, Patience, Poll};
 use super::pod_device;
 use super::undo::Undo;
 use crate::mac::MacAddr;
@@ -288,7 +288,7 @@ impl GiveBack for Sriov {
             }
             passthrough::return_netdev(
                 format_args!("VF {address}"),
-                &address.to_string(),
+                Netdev::Of(&address.to_string()),
                 name,
                 *mac,
                 *mtu,
@@ -492,7 +492,8 @@ impl InterfaceDriver for Sriov {
         let record: Record = lock.record_for(req, format_args!("VF {}", conf.device))?;
         if !record.is_dpdk() {
             let vf = format_args!("VF {}", conf.device);
-            passthrough::check_pod_netdev(at, prev, &conf.device.to_string(), vf)?;
+            let netdev = Netdev::Of(&conf.device.to_string());
+            passthrough::check_pod_netdev(at, prev, netdev, vf)?;
         }
         let info = self
             .sysfs

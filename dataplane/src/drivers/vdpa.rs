@@ -45,7 +45,7 @@ use super::attachment::Attach;
 use super::interface::InterfaceDriver;
 use super::netconf::IpamRef;
 use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owned, Owner, Store};
-use super::passthrough::{self, Found, Patience, Poll};
+use super::passthrough::{self, Found, Netdev, Patience, Poll};
 use super::pod_device;
 use super::undo::Undo;
 use crate::mac::MacAddr;
@@ -318,7 +318,7 @@ impl GiveBack for Vdpa {
         {
             passthrough::return_netdev(
                 format_args!("vDPA device {name}"),
-                virtio,
+                Netdev::Of(virtio),
                 netdev,
                 *mac,
                 *mtu,
@@ -495,7 +495,7 @@ impl InterfaceDriver for Vdpa {
             };
         };
         let netdev = format_args!("vDPA device {name}'s netdev ({virtio})");
-        passthrough::check_pod_netdev(at, prev, virtio, netdev)
+        passthrough::check_pod_netdev(at, prev, Netdev::Of(virtio), netdev)
     }
 
     /// device-info-SPEC §3.1.4: the vDPA device, its driver and path, and

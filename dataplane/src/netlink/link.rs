@@ -265,6 +265,9 @@ impl Netlink {
         if let Some(len) = update.txqueuelen {
             attrs.push(nl::LinkAttribute::TxQueueLen(len));
         }
+        if let Some(alias) = &update.alias {
+            attrs.push(nl::LinkAttribute::IfAlias(alias.clone()));
+        }
         self.change_link("update link", index, RouteNetlinkMessage::SetLink(msg))
     }
 

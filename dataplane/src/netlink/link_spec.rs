@@ -58,6 +58,9 @@ pub struct Link {
     pub infiniband: bool,
     /// The port GUID in an IPoIB netdev's 20-byte hardware address.
     pub ib_guid: Option<Guid>,
+    /// The interface's alias (IFLA_IFALIAS, `ip link set ... alias`);
+    /// `None` when it has none (the kernel reports an empty one as none).
+    pub alias: Option<String>,
 }
 
 /// What an IPoIB device's `IFLA_INFO_DATA` says.
@@ -352,6 +355,8 @@ pub struct LinkUpdate<'a> {
     pub name: Option<IfName>,
     /// Move the link into this namespace (IFLA_NET_NS_FD).
     pub netns: Option<&'a NetNs>,
+    /// Set the alias (IFLA_IFALIAS); an empty one removes it.
+    pub alias: Option<String>,
 }
 
 /// Bridge-port options; `None` leaves an option unchanged.
@@ -431,6 +436,7 @@ impl Link {
             parent_device: None,
             infiniband: false,
             ib_guid: None,
+            alias: None,
         }
     }
 
@@ -473,6 +479,9 @@ impl Link {
                 nl::LinkAttribute::LinkNetNsId(id) => link.parent_netnsid = Some(*id),
                 nl::LinkAttribute::LinkInfo(infos) => link.apply_info(infos),
                 nl::LinkAttribute::ParentDevName(name) => link.parent_device = Some(name.clone()),
+                nl::LinkAttribute::IfAlias(alias) => {
+                    link.alias = Some(alias.clone()).filter(|a| !a.is_empty())
+                }
                 _ => {}
             }
         }

@@ -11,9 +11,12 @@ use std::path::Path;
 use std::process::Command;
 
 use plexus_cni::args::CniArgs;
+use plexus_cni::delegate::Resolver;
 use plexus_cni::env::{AttachmentParams, CniCommand, CniEnv};
-use plexus_cni::names::NetnsPath;
-use plexus_cni::skel::Plugin;
+use plexus_cni::error::ErrorCode;
+use plexus_cni::names::{NetnsPath, PluginType};
+use plexus_cni::result::CniResult;
+use plexus_cni::skel::{Plugin, Request};
 use plexus_cni::CniError;
 use plexus_dataplane::{MacAddr, Netlink};
 use plexus_testkit::process::output_with_stdin;
@@ -258,4 +261,41 @@ pub fn normalised(mut result: Value) -> Value {
         result.as_object_mut().unwrap().remove("dns");
     }
     result
+}
+
+/// Serves every IPAM type by exec'ing the reference binary of that name
+/// (host-local) in `node`, as the reference plugin delegates to it.
+pub struct ReferenceIpam<'n> {
+    pub node: &'n TestNs,
+}
+
+impl Plugin for ReferenceIpam<'_> {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        let out = self
+            .exec(req)
+            .map_err(|e| CniError::new(ErrorCode::Io, "ipam", e))?;
+        CniResult::from_value(&out)
+    }
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        self.exec(req)
+            .map(drop)
+            .map_err(|e| CniError::new(ErrorCode::Io, "ipam", e))
+    }
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        self.del(req)
+    }
+}
+
+impl ReferenceIpam<'_> {
+    fn exec(&self, req: &Request) -> Result<Value, String> {
+        let ty = req.config["ipam"]["type"].as_str().unwrap_or_default();
+        let config = Value::Object(req.config.clone());
+        reference(ty, self.node, &req.env, &config).map_err(|e| e.to_string())
+    }
+}
+
+impl Resolver for ReferenceIpam<'_> {
+    fn resolve(&self, _: &PluginType, _: &Request) -> Result<Box<dyn Plugin + '_>, CniError> {
+        Ok(Box::new(ReferenceIpam { node: self.node }))
+    }
 }
