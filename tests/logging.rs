@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use plexus_testkit::files;
 use plexus_testkit::process::{output_with_stdin, LoggedChild};
 use serde_json::{json, Value};
 
@@ -264,13 +265,7 @@ fn fill_to_a_megabyte(path: &Path, marker: u8) {
 }
 
 fn backups(node: &Node) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(node.path("log"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n != "plexus.log")
-        .collect();
-    names.sort();
-    names
+    files::names(&node.path("log"), |n| n != "plexus.log")
 }
 
 fn gunzip(path: &Path) -> Vec<u8> {

@@ -21,6 +21,7 @@ use plexus::netattach::pod::Pod;
 use plexus::plan::{plan, DefaultNetwork, Plan, PlanInputs, PlanOptions};
 use plexus::record::Cache;
 use plexus::run::{Delegates, Executor, Registry, RunContext};
+use plexus_testkit::files;
 use serde_json::{json, Value};
 
 const PLUGINS: &str = "/usr/lib/cni";
@@ -104,15 +105,7 @@ impl Node {
 
     /// The addresses host-local holds for `network`.
     fn reserved(&self, network: &str) -> Vec<String> {
-        let mut ips: Vec<String> = std::fs::read_dir(self.tmp.join("ipam").join(network))
-            .map(|rd| {
-                rd.map(|e| e.unwrap().file_name().into_string().unwrap())
-                    .filter(|n| n.starts_with("10."))
-                    .collect()
-            })
-            .unwrap_or_default();
-        ips.sort();
-        ips
+        files::leases(&self.tmp.join("ipam").join(network))
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! For N pods one after another it invokes, exactly as a runtime does (env +
 //! config on stdin, a fresh process each time), the reference `bridge` +
-//! `host-local` (and `macvlan` + `host-local`) from Debian's
+//! `host-local` (and `macvlan`, `host-device` + `host-local`) from Debian's
 //! containernetworking-plugins, and plexus with the same network through its
 //! built-in plugins. It prints the median and p95 of ADD and DEL for each, the
 //! ratios, a bare `ip link del` of the same kind of veth as the DEL baseline,
@@ -361,14 +361,19 @@ const VLAN_PODS: usize = 1000;
 /// its one delegate.
 fn vlan_of_pod(conf: &Value, i: usize) -> Value {
     let mut conf = conf.clone();
-    let vlan = if conf["type"] == "vlan" {
-        &mut conf
-    } else {
-        &mut conf["delegates"][0]
-    };
+    let vlan = the_network(&mut conf);
     let first = vlan["vlanId"].as_u64().expect("a vlanId");
     vlan["vlanId"] = json!(first + i as u64);
     conf
+}
+
+/// A contender's network: the reference's config, or plexus's one delegate.
+fn the_network(conf: &mut Value) -> &mut Value {
+    if conf["type"] == "plexus" {
+        &mut conf["delegates"][0]
+    } else {
+        conf
+    }
 }
 
 /// The `vlan` + `host-local` scenario (`--vlan`).
@@ -391,6 +396,33 @@ fn vlan_scenario(data_dir: &Path, cache_dir: &Path) -> Scenario {
     }
 }
 
+/// Pod `i`'s `host-device` config: the scenario's `device` with `i` after
+/// it (a device of its own, made by [`host_device_links`]), in the config or
+/// in its one delegate.
+fn device_of_pod(conf: &Value, i: usize) -> Value {
+    let mut conf = conf.clone();
+    let device = the_network(&mut conf);
+    let prefix = device["device"].as_str().expect("a device").to_string();
+    device["device"] = json!(format!("{prefix}{i}"));
+    conf
+}
+
+/// The `host-device` scenario's devices in the node: a veth end per pod and
+/// contender (`hdr<i>` for the reference, `hdp<i>` for plexus), its peer
+/// staying in the node.
+fn host_device_links(node: &NetNs, pods: usize) -> Result<(), String> {
+    for i in 0..pods {
+        for prefix in ["hdr", "hdp"] {
+            let (name, peer) = (format!("{prefix}{i}"), format!("{prefix}{i}x"));
+            ip(
+                node,
+                &["link", "add", &name, "type", "veth", "peer", "name", &peer],
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// plexus's config with `delegate` as its one network.
 fn plexus_conf(delegate: Value, cache_dir: &Path) -> Value {
     json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus",
@@ -407,6 +439,11 @@ fn scenarios(data_dir: &Path, cache_dir: &Path) -> Vec<Scenario> {
         json!({"cniVersion": "1.0.0", "name": name, "type": "macvlan", "master": "uplink0",
                "mode": "bridge", "ipam": ipam(subnet, who)})
     };
+    // The device named `device` plus the pod's index ([`device_of_pod`]).
+    let host_device = |name: &str, device: &str, subnet: &str, who: &str| {
+        json!({"cniVersion": "1.0.0", "name": name, "type": "host-device", "device": device,
+               "dataDir": data_dir.join(who).join("devices"), "ipam": ipam(subnet, who)})
+    };
     let plexus = |delegate: Value| plexus_conf(delegate, cache_dir);
     vec![
         Scenario {
@@ -422,6 +459,14 @@ fn scenarios(data_dir: &Path, cache_dir: &Path) -> Vec<Scenario> {
             plexus: plexus(macvlan("bench-mv-px", "10.97.0.0/16", "px")),
             per_pod: same,
             target: ADD_SPEEDUP_TARGET,
+        },
+        Scenario {
+            title: "host-device + host-local",
+            reference: host_device("bench-hd-ref", "hdr", "10.92.0.0/16", "ref"),
+            plexus: plexus(host_device("bench-hd-px", "hdp", "10.93.0.0/16", "px")),
+            per_pod: device_of_pod,
+            // Issue 50: faster than the exec'd reference.
+            target: 1.0,
         },
     ]
 }
@@ -715,6 +760,7 @@ fn run(args: &Args) -> Result<bool, String> {
     }
     // A bridge for the bare-veth baseline.
     ip(&node, &["link", "add", "brbare0", "type", "bridge"])?;
+    host_device_links(&node, pod_count)?;
 
     println!(
         "plexus-bench: {} pods per scenario, one after another; reference plugins from {}",

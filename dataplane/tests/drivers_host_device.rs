@@ -19,6 +19,7 @@ use common::TestNs;
 use drivers_support::*;
 use plexus_cni::env::CniCommand;
 use plexus_cni::error::ErrorCode;
+use plexus_testkit::files;
 use plexus_testkit::sriov::VfioBinding;
 use plexus_testkit::{require, Feature};
 use serde_json::{json, Value};
@@ -127,15 +128,7 @@ fn wait_gone(node: &TestNs, name: &str) {
 
 /// The record files in `data`.
 fn records(data: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(data)
-        .map(|d| {
-            d.map(|e| e.unwrap().file_name().into_string().unwrap())
-                .filter(|n| n.ends_with(".json"))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
+    files::names(data, |n| n.ends_with(".json"))
 }
 
 /// Runs `f` on a thread in `node` that sees a sysfs of `node`'s own (in a
@@ -533,12 +526,7 @@ fn the_reference_host_device_gives_the_same_result_on_the_same_config() {
     theirs_home["alias"] = json!(null);
     assert_eq!(theirs_home, home("02:00:00:00:71:01"));
     for dir in &dirs {
-        let leases: Vec<_> = std::fs::read_dir(dir.path().join("hd-peer"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n.starts_with("10."))
-            .collect();
-        assert!(leases.is_empty(), "{leases:?}");
+        assert_eq!(files::leases(&dir.path().join("hd-peer")), [""; 0]);
     }
 }
 

@@ -14,6 +14,7 @@
 pub mod device_plugin;
 pub mod dist;
 pub mod dra;
+pub mod files;
 mod grpc;
 pub mod kube;
 pub mod node;

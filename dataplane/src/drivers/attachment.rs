@@ -7,7 +7,7 @@ use crate::drivers::error::{sys, sys_error, DriverError};
 use plexus_cni::env::{CniCommand, CNI_NETNS};
 
 use plexus_cni::names::{IfName, NetnsPath};
-use plexus_cni::result::CniResult;
+use plexus_cni::result::{CniResult, Interface};
 use plexus_cni::skel::Request;
 
 use crate::netlink::{Link, LinkKind, Netlink};
@@ -41,6 +41,16 @@ pub(crate) struct Attach<'s> {
 }
 
 impl<'s> Attach<'s> {
+    /// `link`, a pod interface, as a result reports it.
+    pub fn interface_of(&self, link: &Link) -> Interface {
+        Interface {
+            name: link.name.to_string(),
+            mac: link.mac.map(|m| m.to_string()),
+            sandbox: Some(self.sandbox.to_string()),
+            ..Interface::default()
+        }
+    }
+
     /// For ADD and CHECK: the pod's namespace must exist (code 3 if not),
     /// and must not be the node's own.
     pub fn open(session: &'s Session, req: &Request) -> Result<Attach<'s>, DriverError> {

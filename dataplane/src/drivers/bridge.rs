@@ -28,7 +28,7 @@ use serde::Deserialize;
 
 use super::attachment::Attach;
 use super::iface::Dad;
-use super::interface::InterfaceDriver;
+use super::interface::{Call, InterfaceDriver};
 use super::netconf::DnsConf;
 use super::netconf::IpamRef;
 use super::netconf::NAME_ATTEMPTS;
@@ -310,53 +310,42 @@ impl InterfaceDriver for Bridge {
         &s.ipam
     }
 
-    fn prepare(&self, _: &Request, _: &Settings, _: &Attach<'_>) -> Result<(), DriverError> {
+    fn prepare(&self, _: &Call<'_, Settings>) -> Result<(), DriverError> {
         Ok(())
     }
 
     fn create<'a>(
         &'a self,
-        _req: &'a Request,
-        s: &'a Settings,
+        call: &Call<'a, Settings>,
         _: &'a (),
-        at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
     ) -> Result<Self::Made, DriverError> {
-        attach_port(s, at, undo)
+        attach_port(call.conf, call.at, undo)
     }
 
     fn configure(
         &self,
-        req: &Request,
-        s: &Settings,
-        at: &Attach<'_>,
+        call: &Call<'_, Settings>,
         (bridge, veth, container): Self::Made,
         ipam: Option<CniResult>,
     ) -> Result<CniResult, DriverError> {
-        configure(req, s, at, bridge, veth, container, ipam)
+        configure(call, bridge, veth, container, ipam)
     }
 
-    fn check(
-        &self,
-        _req: &Request,
-        s: &Settings,
-        at: &Attach<'_>,
-        prev: &CniResult,
-    ) -> Result<(), DriverError> {
-        check(s, at, prev)
+    fn check(&self, call: &Call<'_, Settings>, prev: &CniResult) -> Result<(), DriverError> {
+        check(call.conf, call.at, prev)
     }
 }
 
 /// The result, the pod interface's addresses and routes, and the gateway.
 fn configure(
-    req: &Request,
-    s: &Settings,
-    ctx: &Attach<'_>,
+    call: &Call<'_, Settings>,
     bridge: Link,
     veth: Link,
     container: Link,
     ipam: Option<CniResult>,
 ) -> Result<CniResult, DriverError> {
+    let (req, s, ctx) = (call.req, call.conf, call.at);
     let host = &ctx.host;
     let mut result = CniResult {
         cni_version: Some(req.cni_version),
@@ -371,12 +360,7 @@ fn configure(
                 mac: veth.mac.map(|m| m.to_string()),
                 ..Interface::default()
             },
-            Interface {
-                name: container.name.to_string(),
-                mac: container.mac.map(|m| m.to_string()),
-                sandbox: Some(ctx.sandbox.to_string()),
-                ..Interface::default()
-            },
+            ctx.interface_of(&container),
         ],
         ..CniResult::default()
     };

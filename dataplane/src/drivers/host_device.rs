@@ -65,9 +65,11 @@ use serde::{Deserialize, Serialize};
 
 use self::conf::{Bus, Conf, Select, PCI_BUS_ID, RUNTIME_DEVICE_ID};
 use super::attachment::Attach;
-use super::interface::InterfaceDriver;
+use super::interface::{Call, InterfaceDriver};
 use super::netconf::IpamRef;
-use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owned, Owner, Store};
+use super::ownership::{
+    Claim, DeviceLock, GiveBack, HandsOver, Owned, Owner, Return, Store, StoreAt,
+};
 use super::passthrough::{self, Found, Netdev, Patience, Poll};
 use super::pod_device;
 use super::undo::Undo;
@@ -78,35 +80,15 @@ use crate::pci::{is_userspace_driver, PciAddress, PciError, SysfsRoot};
 /// Where device locks and records live unless `dataDir` says otherwise.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/plexus/host-device";
 
-/// The reference host-device plugin, built in. Reads sysfs below `sysfs`,
-/// keeps device locks and records in `data_dir` unless the configuration's
-/// `dataDir` says otherwise.
-#[derive(Debug, Clone)]
+/// Its device locks and records.
+const STORE: StoreAt = StoreAt::new(DEFAULT_DATA_DIR, "host device");
+
+/// The reference host-device plugin, built in. Reads sysfs below `sysfs`;
+/// keeps device locks and records in [`DEFAULT_DATA_DIR`] unless
+/// the configuration's `dataDir` says otherwise.
+#[derive(Debug, Clone, Default)]
 pub struct HostDevice {
     sysfs: SysfsRoot,
-    data_dir: PathBuf,
-}
-
-impl HostDevice {
-    pub fn new(sysfs: SysfsRoot, data_dir: impl Into<PathBuf>) -> HostDevice {
-        HostDevice {
-            sysfs,
-            data_dir: data_dir.into(),
-        }
-    }
-
-    fn store(&self, configured: Option<&Path>) -> Store {
-        Store::new(
-            configured.unwrap_or(&self.data_dir).to_path_buf(),
-            "host device",
-        )
-    }
-}
-
-impl Default for HostDevice {
-    fn default() -> Self {
-        HostDevice::new(SysfsRoot::default(), DEFAULT_DATA_DIR)
-    }
 }
 
 /// A device's owner and what to give back on DEL.
@@ -489,7 +471,7 @@ impl GiveBack for HostDevice {
             .and_then(serde_json::Value::as_str)
             .filter(|d| !d.is_empty())
             .map(PathBuf::from);
-        (None, self.store(dir.as_deref()))
+        (None, STORE.open(dir.as_deref()))
     }
 
     /// The netdev home under its name, MAC, MTU and alias (a
@@ -498,9 +480,11 @@ impl GiveBack for HostDevice {
         &self,
         lock: &DeviceLock<String>,
         record: &Record,
-        host: &Netlink,
-        pod: Option<&Attach<'_>>,
-        patience: Patience,
+        Return {
+            host,
+            pod,
+            patience,
+        }: Return<'_>,
     ) -> Result<(), DriverError> {
         let Found::Netdev { name, mac, mtu } = &record.found else {
             return lock.remove_record();
@@ -560,14 +544,10 @@ impl InterfaceDriver for HostDevice {
         &conf.ipam
     }
 
-    fn prepare(
-        &self,
-        _req: &Request,
-        conf: &Conf,
-        at: &Attach<'_>,
-    ) -> Result<Prepared, DriverError> {
+    fn prepare(&self, call: &Call<'_, Conf>) -> Result<Prepared, DriverError> {
+        let Call { conf, at, .. } = *call;
         let target = self.target(conf)?;
-        let store = self.store(conf.data_dir.as_deref());
+        let store = STORE.open(conf.data_dir.as_deref());
         let key = target.key();
         let claim = match self.find(&target, at.host)? {
             Some(device) => {
@@ -589,12 +569,11 @@ impl InterfaceDriver for HostDevice {
 
     fn create<'a>(
         &'a self,
-        req: &'a Request,
-        _conf: &'a Conf,
+        call: &Call<'a, Conf>,
         prepared: &'a Prepared,
-        at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
     ) -> Result<Made, DriverError> {
+        let Call { req, at, .. } = *call;
         let host = at.host;
         let device = prepared
             .claim
@@ -662,12 +641,11 @@ impl InterfaceDriver for HostDevice {
 
     fn configure(
         &self,
-        req: &Request,
-        conf: &Conf,
-        at: &Attach<'_>,
+        call: &Call<'_, Conf>,
         made: Made,
         ipam: Option<CniResult>,
     ) -> Result<CniResult, DriverError> {
+        let Call { req, conf, at } = *call;
         // The reference: "IPAM plugin returned missing IP config".
         if ipam.as_ref().is_some_and(|r| r.ips.is_empty()) {
             return Err(DriverError::IpamNoAddress);
@@ -685,14 +663,9 @@ impl InterfaceDriver for HostDevice {
     /// The reference's cmdCheck: the interface in the pod (the device this
     /// attachment's record names) with the MAC, addresses and routes of
     /// the prevResult; a userspace-bound device has nothing to check there.
-    fn check(
-        &self,
-        req: &Request,
-        conf: &Conf,
-        at: &Attach<'_>,
-        prev: &CniResult,
-    ) -> Result<(), DriverError> {
-        let store = self.store(conf.data_dir.as_deref());
+    fn check(&self, call: &Call<'_, Conf>, prev: &CniResult) -> Result<(), DriverError> {
+        let Call { req, conf, at } = *call;
+        let store = STORE.open(conf.data_dir.as_deref());
         let owner = Owner::of(req)?;
         let key = store
             .find_owned_by::<String, Record>(&owner)?

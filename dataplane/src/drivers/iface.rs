@@ -10,9 +10,11 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use plexus_cni::names::IfName;
-use plexus_cni::result::{CniResult, Route as CniRoute};
+use plexus_cni::result::{CniResult, Interface, Route as CniRoute};
+use plexus_cni::skel::Request;
 
 use super::attachment::Attach;
+use super::netconf::DnsConf;
 use crate::netlink::{AddressOptions, IpFamily, Link, Netlink, Route, Scope, RT_TABLE_MAIN};
 use crate::sysctl::{self, SysctlKey};
 use crate::Error;
@@ -32,6 +34,31 @@ pub(crate) enum Dad {
     On,
     /// Leave the namespace's setting; wait for DAD if it runs.
     Kernel,
+}
+
+/// The result of an attachment whose one interface is the pod's:
+/// `addresses`' IPs (all on that interface) and routes, and the
+/// configuration's `dns` (the reference plugins report it, not IPAM's).
+pub(crate) fn pod_interface_result(
+    req: &Request,
+    addresses: Option<CniResult>,
+    interface: Interface,
+    dns: Option<&DnsConf>,
+) -> CniResult {
+    let mut result = addresses
+        .map(|r| CniResult {
+            ips: r.ips,
+            routes: r.routes,
+            ..CniResult::default()
+        })
+        .unwrap_or_default();
+    result.cni_version = Some(req.cni_version);
+    for ip in &mut result.ips {
+        ip.interface = Some(0);
+    }
+    result.interfaces = vec![interface];
+    result.dns = dns.map(DnsConf::to_dns).unwrap_or_default();
+    result
 }
 
 fn key(template: &str, ifname: &IfName) -> Result<SysctlKey, DriverError> {

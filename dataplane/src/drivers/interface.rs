@@ -32,12 +32,21 @@ use serde::Deserialize;
 use super::attachment::Attach;
 use super::device_info;
 use super::netconf::IpamRef;
-use super::ownership::HandsOver;
+use super::ownership::{HandsOver, Return};
 use super::passthrough::Patience;
 use super::undo::Undo;
 use crate::drivers::{check, ipam_delegate, netconf};
 use crate::netlink::{LinkKind, Netlink};
 use crate::session::Session;
+
+/// What every step of an ADD or CHECK gets: the request, its configuration
+/// as the driver validated it, and the attachment.
+#[derive(Clone, Copy)]
+pub(crate) struct Call<'a, C> {
+    pub req: &'a Request,
+    pub conf: &'a C,
+    pub at: &'a Attach<'a>,
+}
 
 /// What makes one kind of pod link.
 pub(crate) trait InterfaceDriver: Sync {
@@ -60,21 +69,14 @@ pub(crate) trait InterfaceDriver: Sync {
     /// Look up what the link needs from the system, changing nothing: it
     /// runs before IPAM allocates, so that a refusal here has nothing to
     /// undo.
-    fn prepare(
-        &self,
-        req: &Request,
-        conf: &Self::Conf,
-        at: &Attach<'_>,
-    ) -> Result<Self::Prepared, DriverError>;
+    fn prepare(&self, call: &Call<'_, Self::Conf>) -> Result<Self::Prepared, DriverError>;
 
     /// Make the pod's link (and whatever it hangs on), registering in `undo`
     /// how to take each step back. IPAM allocates after it.
     fn create<'a>(
         &'a self,
-        req: &'a Request,
-        conf: &'a Self::Conf,
+        call: &Call<'a, Self::Conf>,
         prepared: &'a Self::Prepared,
-        at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
     ) -> Result<Self::Made, DriverError>;
 
@@ -82,22 +84,14 @@ pub(crate) trait InterfaceDriver: Sync {
     /// build the result.
     fn configure(
         &self,
-        req: &Request,
-        conf: &Self::Conf,
-        at: &Attach<'_>,
+        call: &Call<'_, Self::Conf>,
         made: Self::Made,
         ipam: Option<CniResult>,
     ) -> Result<CniResult, DriverError>;
 
     /// cni-SPEC §2 CHECK: the pod against `prev`, the attachment's
     /// prevResult.
-    fn check(
-        &self,
-        req: &Request,
-        conf: &Self::Conf,
-        at: &Attach<'_>,
-        prev: &CniResult,
-    ) -> Result<(), DriverError>;
+    fn check(&self, call: &Call<'_, Self::Conf>, prev: &CniResult) -> Result<(), DriverError>;
 
     /// The kind of the link `create` makes in the pod as CNI_IFNAME, which
     /// the default [`remove`](InterfaceDriver::remove) deletes (a link of
@@ -128,7 +122,12 @@ pub(crate) trait InterfaceDriver: Sync {
         at: Option<&Attach<'_>>,
     ) -> Result<(), DriverError> {
         if let Some(device) = self.hands_over() {
-            return device.take_back(req, host, at);
+            let to = Return {
+                host,
+                pod: at,
+                patience: Patience::Wait,
+            };
+            return device.take_back(req, to);
         }
         match (&Self::POD_LINK_KIND, at) {
             (Some(kind), Some(at)) => at.delete_pod_link(kind),
@@ -174,7 +173,12 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
         let conf = self.driver.parse(req)?;
         device_info::validate(req)?;
         let at = Attach::open(self.session, req)?;
-        let prepared = self.driver.prepare(req, &conf, &at)?;
+        let call = Call {
+            req,
+            conf: &conf,
+            at: &at,
+        };
+        let prepared = self.driver.prepare(&call)?;
         let mut undo = Undo::default();
         // The link work, then IPAM ADD (when there is one), in the reference
         // plugins' order, then configure with both; a failure of any leaves
@@ -185,14 +189,14 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
         // fsyncs, when it has any, already run in the background of the
         // ADD's [`plexus_cni::durable::Scope`].
         let outcome = (|| {
-            let made = self.driver.create(req, &conf, &prepared, &at, &mut undo)?;
+            let made = self.driver.create(&call, &prepared, &mut undo)?;
             let ipam = if netconf::has_ipam(self.driver.ipam(&conf)) {
                 Some(ipam_delegate::ipam_add(self.resolver, req, &mut undo)?)
             } else {
                 None
             };
             let info = self.driver.device_info(&conf, &made);
-            let result = self.driver.configure(req, &conf, &at, made, ipam)?;
+            let result = self.driver.configure(&call, made, ipam)?;
             // The executor owns the file: it removes it on rollback and DEL.
             info.map_or(Ok(()), |info| device_info::publish(req, &info))?;
             Ok(result)
@@ -230,7 +234,12 @@ impl<D: InterfaceDriver> TypedPlugin for InterfacePlugin<'_, D> {
             CniCommand::Check,
         )?;
         let prev = check::prev_result(req)?;
-        self.driver.check(req, &conf, &at, prev)
+        let call = Call {
+            req,
+            conf: &conf,
+            at: &at,
+        };
+        self.driver.check(&call, prev)
     }
 
     fn gc(&self, req: &Request, valid: &[ValidAttachment]) -> Result<(), DriverError> {

@@ -121,6 +121,29 @@ fn in_use(key: &str, what: impl Display, record: &impl Owned) -> DriverError {
     }
 }
 
+/// Where a device goes back: to the node (`host`, its netlink handle), from
+/// the owner's attachment while its namespace exists (`pod`); without it,
+/// `patience` says how long to wait for a netdev the kernel is bringing
+/// back.
+#[derive(Clone, Copy)]
+pub(crate) struct Return<'a> {
+    pub host: &'a Netlink,
+    pub pod: Option<&'a Attach<'a>>,
+    pub patience: Patience,
+}
+
+impl<'a> Return<'a> {
+    /// From a namespace that is gone (or never was), waiting as `patience`
+    /// says.
+    pub fn without_pod(host: &'a Netlink, patience: Patience) -> Return<'a> {
+        Return {
+            host,
+            pod: None,
+            patience,
+        }
+    }
+}
+
 /// A driver that hands devices whole to pods: how it gives one back.
 pub(crate) trait GiveBack {
     /// How its devices are named in lock and record files.
@@ -129,16 +152,12 @@ pub(crate) trait GiveBack {
     type Record: Owned;
 
     /// Give the device of `record` back as it was before its owner's ADD,
-    /// then remove the record. `pod` is the owner's namespace when it still
-    /// exists; without it, `patience` says how long to wait for a netdev the
-    /// kernel is bringing back. Must work from any point of a half-done ADD.
+    /// then remove the record. Must work from any point of a half-done ADD.
     fn give_back(
         &self,
         lock: &DeviceLock<Self::Key>,
         record: &Self::Record,
-        host: &Netlink,
-        pod: Option<&Attach<'_>>,
-        patience: Patience,
+        to: Return<'_>,
     ) -> Result<(), DriverError>;
 
     /// What DEL reads of `req`'s configuration (leniently: a DEL must work
@@ -172,7 +191,7 @@ pub(crate) trait GiveBack {
             // Again under the lock: given back or taken anew meanwhile.
             match lock.read_record::<Self::Record>()? {
                 Some(now) if now.owner() == record.owner() && orphaned(&now)? => {
-                    self.give_back(&lock, &now, host, None, patience)
+                    self.give_back(&lock, &now, Return::without_pod(host, patience))
                 }
                 _ => Ok(()),
             }
@@ -200,12 +219,7 @@ pub(crate) trait HandsOver {
     /// configuration names or found by its record. Nothing when none is
     /// this attachment's (never taken, given back already, or given to
     /// another pod since: a late DEL).
-    fn take_back(
-        &self,
-        req: &Request,
-        host: &Netlink,
-        pod: Option<&Attach<'_>>,
-    ) -> Result<(), DriverError>;
+    fn take_back(&self, req: &Request, to: Return<'_>) -> Result<(), DriverError>;
 
     /// After DEL and in GC: [`GiveBack::give_back_orphans`] in the store of
     /// `req`'s configuration.
@@ -218,15 +232,10 @@ pub(crate) trait HandsOver {
 }
 
 impl<D: GiveBack> HandsOver for D {
-    fn take_back(
-        &self,
-        req: &Request,
-        host: &Netlink,
-        pod: Option<&Attach<'_>>,
-    ) -> Result<(), DriverError> {
+    fn take_back(&self, req: &Request, to: Return<'_>) -> Result<(), DriverError> {
         let (named, store) = self.del_keys(req);
         match store.owned_by::<D::Key, D::Record>(named, &Owner::of(req)?)? {
-            Some((lock, record)) => self.give_back(&lock, &record, host, pod, Patience::Wait),
+            Some((lock, record)) => self.give_back(&lock, &record, to),
             None => Ok(()),
         }
     }
@@ -277,7 +286,11 @@ impl<K: DeviceKey, F: Clone, R: Owned> Claim<K, F, R> {
         match &self.start {
             Start::Free(found) => Ok(found.clone()),
             Start::Stale(record) => {
-                driver.give_back(&self.lock, record, host, None, Patience::Wait)?;
+                driver.give_back(
+                    &self.lock,
+                    record,
+                    Return::without_pod(host, Patience::Wait),
+                )?;
                 find()
             }
         }
@@ -296,7 +309,12 @@ impl<K: DeviceKey, F: Clone, R: Owned> Claim<K, F, R> {
     ) -> Result<(), DriverError> {
         self.lock.write_record(&record)?;
         undo.push(format!("taking {what}"), move || {
-            driver.give_back(&self.lock, &record, at.host, Some(at), Patience::Wait)
+            let to = Return {
+                host: at.host,
+                pod: Some(at),
+                patience: Patience::Wait,
+            };
+            driver.give_back(&self.lock, &record, to)
         });
         Ok(())
     }
@@ -336,6 +354,27 @@ impl<K> DelKeys<K> {
             device: device.iter().find_map(|v| text(*v)).and_then(parse),
             data_dir: text(data_dir).map(PathBuf::from),
         }
+    }
+}
+
+/// Where one driver keeps its device locks and records: `default_dir`,
+/// unless a configuration's `dataDir` says otherwise.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StoreAt {
+    default_dir: &'static str,
+    noun: &'static str,
+}
+
+impl StoreAt {
+    /// `noun`: what a device is called in messages ("VF").
+    pub const fn new(default_dir: &'static str, noun: &'static str) -> StoreAt {
+        StoreAt { default_dir, noun }
+    }
+
+    /// The store of a configuration whose `dataDir` is `configured`.
+    pub fn open(&self, configured: Option<&Path>) -> Store {
+        let dir = configured.unwrap_or(Path::new(self.default_dir));
+        Store::new(dir.to_path_buf(), self.noun)
     }
 }
 
@@ -736,9 +775,7 @@ mod tests {
             &self,
             lock: &DeviceLock<PciAddress>,
             _record: &Rec,
-            _host: &Netlink,
-            _pod: Option<&Attach<'_>>,
-            _patience: Patience,
+            _to: Return<'_>,
         ) -> Result<(), DriverError> {
             if self.failing {
                 return Err(sys_error("IFLA_VF_INFO", "EBUSY"));

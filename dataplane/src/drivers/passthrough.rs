@@ -9,12 +9,10 @@ use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 
-use plexus_cni::result::{CniResult, Interface};
-use plexus_cni::skel::Request;
+use plexus_cni::result::CniResult;
 use serde::{Deserialize, Serialize};
 
 use super::attachment::Attach;
-use super::netconf::DnsConf;
 use crate::drivers::check;
 use crate::mac::MacAddr;
 use crate::netlink::{Link, LinkUpdate, Netlink};
@@ -269,35 +267,4 @@ pub(crate) fn check_pod_netdev(
     }
     check::check_mac(&link, entry, "container")?;
     check::check_ips_and_routes(at, &link, prev)
-}
-
-/// The result for a device without netdev (an SR-IOV VF in DPDK mode, a
-/// vDPA device on vhost_vdpa): the interface the pod's userspace driver
-/// will drive, IPAM's addresses for it to use, nothing configured.
-pub(crate) fn netdevless_result(
-    req: &Request,
-    dns: Option<&DnsConf>,
-    at: &Attach<'_>,
-    admin_mac: Option<MacAddr>,
-    ipam: Option<CniResult>,
-) -> CniResult {
-    let mut result = ipam
-        .map(|r| CniResult {
-            ips: r.ips,
-            routes: r.routes,
-            ..CniResult::default()
-        })
-        .unwrap_or_default();
-    result.cni_version = Some(req.cni_version);
-    result.interfaces = vec![Interface {
-        name: at.ifname.to_string(),
-        mac: admin_mac.map(|m| m.to_string()),
-        sandbox: Some(at.sandbox.to_string()),
-        ..Interface::default()
-    }];
-    for ip in &mut result.ips {
-        ip.interface = Some(0);
-    }
-    result.dns = dns.map(DnsConf::to_dns).unwrap_or_default();
-    result
 }

@@ -50,7 +50,6 @@ mod guid;
 mod record;
 
 use crate::drivers::error::{check_failed, mismatch, sys, sys_error, DriverError};
-use std::path::{Path, PathBuf};
 
 use plexus_cni::deviceinfo::{DeviceInfo, PciDevice};
 use plexus_cni::result::CniResult;
@@ -58,10 +57,9 @@ use plexus_cni::skel::Request;
 
 use self::conf::Conf;
 use self::record::Record;
-use super::attachment::Attach;
-use super::interface::InterfaceDriver;
+use super::interface::{Call, InterfaceDriver};
 use super::netconf::IpamRef;
-use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owner, Store};
+use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owner, Return, Store, StoreAt};
 use super::passthrough::{self, Found, Netdev, Patience, Poll};
 use super::pod_device;
 use super::undo::Undo;
@@ -72,32 +70,15 @@ use crate::pci::{PciAddress, PciError, SysfsRoot, VirtualFunction};
 /// Where VF locks and records live unless `dataDir` says otherwise.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/plexus/sriov";
 
-/// sriov-cni's plugin, built in. Reads sysfs below `sysfs`, keeps VF locks
-/// and records in `data_dir` unless the configuration's `dataDir` says
-/// otherwise.
-#[derive(Debug, Clone)]
+/// Its device locks and records.
+const STORE: StoreAt = StoreAt::new(DEFAULT_DATA_DIR, "VF");
+
+/// sriov-cni's plugin, built in. Reads sysfs below `sysfs`; keeps VF locks
+/// and records in [`DEFAULT_DATA_DIR`] unless
+/// the configuration's `dataDir` says otherwise.
+#[derive(Debug, Clone, Default)]
 pub struct Sriov {
     sysfs: SysfsRoot,
-    data_dir: PathBuf,
-}
-
-impl Sriov {
-    pub fn new(sysfs: SysfsRoot, data_dir: impl Into<PathBuf>) -> Sriov {
-        Sriov {
-            sysfs,
-            data_dir: data_dir.into(),
-        }
-    }
-
-    fn store(&self, configured: Option<&Path>) -> Store {
-        Store::new(configured.unwrap_or(&self.data_dir).to_path_buf(), "VF")
-    }
-}
-
-impl Default for Sriov {
-    fn default() -> Self {
-        Sriov::new(SysfsRoot::default(), DEFAULT_DATA_DIR)
-    }
 }
 
 /// A VF about to be taken.
@@ -242,7 +223,7 @@ impl GiveBack for Sriov {
 
     fn del_keys(&self, req: &Request) -> (Option<PciAddress>, Store) {
         let keys = conf::del_keys(req);
-        (keys.device, self.store(keys.data_dir.as_deref()))
+        (keys.device, STORE.open(keys.data_dir.as_deref()))
     }
 
     /// Sends only the PF-side settings that differ from the saved ones, and
@@ -251,9 +232,11 @@ impl GiveBack for Sriov {
         &self,
         lock: &VfLock,
         record: &Record,
-        host: &Netlink,
-        pod: Option<&Attach<'_>>,
-        patience: Patience,
+        Return {
+            host,
+            pod,
+            patience,
+        }: Return<'_>,
     ) -> Result<(), DriverError> {
         let address = *lock.key();
         let vf = match self.sysfs.virtual_function(address) {
@@ -317,12 +300,8 @@ impl InterfaceDriver for Sriov {
         &conf.ipam
     }
 
-    fn prepare(
-        &self,
-        _req: &Request,
-        conf: &Conf,
-        at: &Attach<'_>,
-    ) -> Result<Prepared, DriverError> {
+    fn prepare(&self, call: &Call<'_, Conf>) -> Result<Prepared, DriverError> {
+        let Call { conf, at, .. } = *call;
         let info = self
             .sysfs
             .virtual_function(conf.device)
@@ -336,7 +315,7 @@ impl InterfaceDriver for Sriov {
                 ),
             )
         })?;
-        let claim = self.store(conf.data_dir.as_deref()).claim(
+        let claim = STORE.open(conf.data_dir.as_deref()).claim(
             conf.device,
             conf.device_key,
             format_args!("VF {}", conf.device),
@@ -363,12 +342,11 @@ impl InterfaceDriver for Sriov {
 
     fn create<'a>(
         &'a self,
-        req: &'a Request,
-        conf: &'a Conf,
+        call: &Call<'a, Conf>,
         prepared: &'a Prepared,
-        at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
     ) -> Result<Made, DriverError> {
+        let Call { req, conf, at } = *call;
         let host = at.host;
         let vf = prepared.claim.device(self, host, || {
             let info = self
@@ -464,12 +442,11 @@ impl InterfaceDriver for Sriov {
 
     fn configure(
         &self,
-        req: &Request,
-        conf: &Conf,
-        at: &Attach<'_>,
+        call: &Call<'_, Conf>,
         made: Made,
         ipam: Option<CniResult>,
     ) -> Result<CniResult, DriverError> {
+        let Call { req, conf, at } = *call;
         pod_device::pod_result(
             req,
             conf.dns.as_ref(),
@@ -481,14 +458,9 @@ impl InterfaceDriver for Sriov {
         )
     }
 
-    fn check(
-        &self,
-        req: &Request,
-        conf: &Conf,
-        at: &Attach<'_>,
-        prev: &CniResult,
-    ) -> Result<(), DriverError> {
-        let lock = self.store(conf.data_dir.as_deref()).lock(conf.device)?;
+    fn check(&self, call: &Call<'_, Conf>, prev: &CniResult) -> Result<(), DriverError> {
+        let Call { req, conf, at } = *call;
+        let lock = STORE.open(conf.data_dir.as_deref()).lock(conf.device)?;
         let record: Record = lock.record_for(req, format_args!("VF {}", conf.device))?;
         if !record.is_dpdk() {
             let vf = format_args!("VF {}", conf.device);

@@ -25,21 +25,18 @@
 use crate::drivers::error::{check_failed, lookup_name, sys, sys_error, DriverError};
 use plexus_cni::env::CniCommand;
 use plexus_cni::names::IfName;
-use plexus_cni::result::{CniResult, Interface};
+use plexus_cni::result::CniResult;
 use plexus_cni::skel::Request;
 
 use super::attachment::Attach;
 use super::iface::Dad;
-use super::interface::InterfaceDriver;
+use super::interface::{Call, InterfaceDriver};
 use super::netconf::DnsConf;
 use super::netconf::IpamRef;
 use super::undo::Undo;
 use crate::drivers::{check, iface, netconf};
 use crate::netlink::{Link, LinkKind, LinkUpdate, Netlink};
 use crate::{Error, MacAddr, NetNs};
-
-/// Index of the container interface in the result's `interfaces`.
-const CONTAINER_INTERFACE: i64 = 0;
 
 /// One kind of link stacked on a master: what macvlan, ipvlan, vlan and
 /// ipoib each know, the rest of the flow being [`StackedDriver`]'s.
@@ -222,12 +219,8 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         &conf.ipam
     }
 
-    fn prepare(
-        &self,
-        req: &Request,
-        conf: &Self::Conf,
-        at: &Attach<'_>,
-    ) -> Result<Self::Prepared, DriverError> {
+    fn prepare(&self, call: &Call<'_, Self::Conf>) -> Result<Self::Prepared, DriverError> {
+        let Call { req, conf, at } = *call;
         let master = resolve_master(req, at, conf, S::CHAINS)?;
         S::check_master(&master)?;
         let mtu = netconf::check_mtu(conf.mtu, 68, master.mtu, "the master's MTU")?;
@@ -236,23 +229,20 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
 
     fn create<'a>(
         &'a self,
-        _req: &'a Request,
-        conf: &'a Self::Conf,
+        call: &Call<'a, Self::Conf>,
         (master, mtu): &'a Self::Prepared,
-        at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
     ) -> Result<Link, DriverError> {
-        create_link::<S>(conf, at, master, *mtu, undo)
+        create_link::<S>(call.conf, call.at, master, *mtu, undo)
     }
 
     fn configure(
         &self,
-        req: &Request,
-        conf: &Self::Conf,
-        at: &Attach<'_>,
+        call: &Call<'_, Self::Conf>,
         link: Link,
         ipam: Option<CniResult>,
     ) -> Result<CniResult, DriverError> {
+        let Call { req, conf, at } = *call;
         configure(
             req,
             conf.dns.as_ref(),
@@ -264,14 +254,8 @@ impl<S: Stacked> InterfaceDriver for StackedDriver<S> {
         )
     }
 
-    fn check(
-        &self,
-        _req: &Request,
-        conf: &Self::Conf,
-        at: &Attach<'_>,
-        prev: &CniResult,
-    ) -> Result<(), DriverError> {
-        check::<S>(conf, at, prev)
+    fn check(&self, call: &Call<'_, Self::Conf>, prev: &CniResult) -> Result<(), DriverError> {
+        check::<S>(call.conf, call.at, prev)
     }
 }
 
@@ -392,33 +376,11 @@ pub(crate) fn configure(
     ipam: Option<CniResult>,
     notify: &[&str],
 ) -> Result<CniResult, DriverError> {
-    let mut result = if let Some(ipam) = ipam {
-        CniResult {
-            ips: ipam.ips,
-            routes: ipam.routes,
-            ..CniResult::default()
-        }
-    } else if chains {
-        let prev = req.prev_result.clone().unwrap_or_default();
-        CniResult {
-            ips: prev.ips,
-            routes: prev.routes,
-            ..CniResult::default()
-        }
-    } else {
-        CniResult::default()
+    let addresses = match ipam {
+        None if chains => req.prev_result.clone(),
+        ipam => ipam,
     };
-    result.cni_version = Some(req.cni_version);
-    result.interfaces = vec![Interface {
-        name: link.name.to_string(),
-        mac: link.mac.map(|m| m.to_string()),
-        sandbox: Some(ctx.sandbox.to_string()),
-        ..Interface::default()
-    }];
-    for ip in &mut result.ips {
-        ip.interface = Some(CONTAINER_INTERFACE);
-    }
-
+    let result = iface::pod_interface_result(req, addresses, ctx.interface_of(&link), dns);
     if result.ips.is_empty() {
         // Layer 2 only.
         ctx.pod
@@ -427,8 +389,6 @@ pub(crate) fn configure(
     } else {
         iface::configure_iface(ctx, link.index, &result, Dad::Kernel, notify)?;
     }
-    // The reference reports the configuration's dns, not IPAM's.
-    result.dns = dns.map(DnsConf::to_dns).unwrap_or_default();
     Ok(result)
 }
 

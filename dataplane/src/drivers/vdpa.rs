@@ -32,7 +32,7 @@
 mod conf;
 
 use crate::drivers::error::{check_failed, sys, sys_error, DriverError};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use plexus_cni::deviceinfo::{DeviceInfo, VdpaDevice, VdpaDriver};
 use plexus_cni::names::NetnsPath;
@@ -41,10 +41,11 @@ use plexus_cni::skel::Request;
 use serde::{Deserialize, Serialize};
 
 use self::conf::{Conf, Device};
-use super::attachment::Attach;
-use super::interface::InterfaceDriver;
+use super::interface::{Call, InterfaceDriver};
 use super::netconf::IpamRef;
-use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owned, Owner, Store};
+use super::ownership::{
+    Claim, DeviceLock, GiveBack, HandsOver, Owned, Owner, Return, Store, StoreAt,
+};
 use super::passthrough::{self, Found, Netdev, Patience, Poll};
 use super::pod_device;
 use super::undo::Undo;
@@ -56,35 +57,15 @@ use crate::vdpa::{VdpaNetlink, VdpaSysfsDevice, VHOST_VDPA, VIRTIO_ID_NET, VIRTI
 /// Where device locks and records live unless `dataDir` says otherwise.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/plexus/vdpa";
 
-/// The vDPA driver, built in. Reads sysfs below `sysfs`, keeps device locks
-/// and records in `data_dir` unless the configuration's `dataDir` says
-/// otherwise.
-#[derive(Debug, Clone)]
+/// Its device locks and records.
+const STORE: StoreAt = StoreAt::new(DEFAULT_DATA_DIR, "vDPA device");
+
+/// The vDPA driver, built in. Reads sysfs below `sysfs`; keeps device locks
+/// and records in [`DEFAULT_DATA_DIR`] unless
+/// the configuration's `dataDir` says otherwise.
+#[derive(Debug, Clone, Default)]
 pub struct Vdpa {
     sysfs: SysfsRoot,
-    data_dir: PathBuf,
-}
-
-impl Vdpa {
-    pub fn new(sysfs: SysfsRoot, data_dir: impl Into<PathBuf>) -> Vdpa {
-        Vdpa {
-            sysfs,
-            data_dir: data_dir.into(),
-        }
-    }
-
-    fn store(&self, configured: Option<&Path>) -> Store {
-        Store::new(
-            configured.unwrap_or(&self.data_dir).to_path_buf(),
-            "vDPA device",
-        )
-    }
-}
-
-impl Default for Vdpa {
-    fn default() -> Self {
-        Vdpa::new(SysfsRoot::default(), DEFAULT_DATA_DIR)
-    }
 }
 
 /// A device's owner and what to give back on DEL.
@@ -293,7 +274,7 @@ impl GiveBack for Vdpa {
 
     fn del_keys(&self, req: &Request) -> (Option<String>, Store) {
         let keys = conf::del_keys(req);
-        (keys.device, self.store(keys.data_dir.as_deref()))
+        (keys.device, STORE.open(keys.data_dir.as_deref()))
     }
 
     /// A `virtio_vdpa` device's netdev comes home; a `vhost_vdpa` one has
@@ -302,9 +283,11 @@ impl GiveBack for Vdpa {
         &self,
         lock: &DeviceLock<String>,
         record: &Record,
-        host: &Netlink,
-        pod: Option<&Attach<'_>>,
-        patience: Patience,
+        Return {
+            host,
+            pod,
+            patience,
+        }: Return<'_>,
     ) -> Result<(), DriverError> {
         let name = lock.key();
         if let (
@@ -364,12 +347,8 @@ impl InterfaceDriver for Vdpa {
         &conf.ipam
     }
 
-    fn prepare(
-        &self,
-        _req: &Request,
-        conf: &Conf,
-        at: &Attach<'_>,
-    ) -> Result<Prepared, DriverError> {
+    fn prepare(&self, call: &Call<'_, Conf>) -> Result<Prepared, DriverError> {
+        let Call { conf, at, .. } = *call;
         let key = conf.device_key;
         let name = self.resolve(conf)?;
         let genl = open_genl(key)?;
@@ -391,7 +370,7 @@ impl InterfaceDriver for Vdpa {
             Some("pci") => PciAddress::parse(&dev.mgmt_dev).ok(),
             _ => None,
         };
-        let claim = self.store(conf.data_dir.as_deref()).claim(
+        let claim = STORE.open(conf.data_dir.as_deref()).claim(
             name.clone(),
             key,
             format_args!("vDPA device {name}"),
@@ -402,12 +381,11 @@ impl InterfaceDriver for Vdpa {
 
     fn create<'a>(
         &'a self,
-        req: &'a Request,
-        conf: &'a Conf,
+        call: &Call<'a, Conf>,
         prepared: &'a Prepared,
-        at: &'a Attach<'a>,
         undo: &mut Undo<'a>,
     ) -> Result<Made, DriverError> {
+        let Call { req, conf, at } = *call;
         let host = at.host;
         let name = prepared.claim.key();
         let bound = prepared.claim.device(self, host, || {
@@ -452,12 +430,11 @@ impl InterfaceDriver for Vdpa {
 
     fn configure(
         &self,
-        req: &Request,
-        conf: &Conf,
-        at: &Attach<'_>,
+        call: &Call<'_, Conf>,
         made: Made,
         ipam: Option<CniResult>,
     ) -> Result<CniResult, DriverError> {
+        let Call { req, conf, at } = *call;
         // The MAC a vhost_vdpa device reports stands in the netdev-less result.
         let admin_mac = match (&made.pod_link, &made.bound) {
             (Some(_), _) => None,
@@ -475,15 +452,10 @@ impl InterfaceDriver for Vdpa {
         )
     }
 
-    fn check(
-        &self,
-        req: &Request,
-        conf: &Conf,
-        at: &Attach<'_>,
-        prev: &CniResult,
-    ) -> Result<(), DriverError> {
+    fn check(&self, call: &Call<'_, Conf>, prev: &CniResult) -> Result<(), DriverError> {
+        let Call { req, conf, at } = *call;
         let name = self.resolve(conf)?;
-        let lock = self.store(conf.data_dir.as_deref()).lock(name.clone())?;
+        let lock = STORE.open(conf.data_dir.as_deref()).lock(name.clone())?;
         let record: Record = lock.record_for(req, format_args!("vDPA device {name}"))?;
         let Some(virtio) = &record.virtio else {
             let dev = self.sysfs_device(&name)?;

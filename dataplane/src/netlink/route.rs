@@ -167,6 +167,19 @@ impl RouteProtocol {
     }
 }
 
+/// `setter => field: T`: `fn setter(self, value: T) -> Self` sets the
+/// optional `field` to `value`.
+macro_rules! chained_setters {
+    ($($setter:ident => $field:ident: $ty:ty),* $(,)?) => {
+        $(
+            pub fn $setter(mut self, value: $ty) -> Self {
+                self.$field = Some(value);
+                self
+            }
+        )*
+    };
+}
+
 /// A route. Build one with [`Route::new`] / [`Route::default_via`] and the
 /// chained setters; routes listed from the kernel have every field filled in
 /// that the kernel reported.
@@ -221,43 +234,18 @@ impl Route {
         Route::new(default_dst(family)).dev(oif)
     }
 
-    pub fn via(mut self, gateway: IpAddr) -> Route {
-        self.gateway = Some(gateway);
-        self
-    }
-
-    pub fn dev(mut self, oif: u32) -> Route {
-        self.oif = Some(oif);
-        self
-    }
-
-    pub fn src(mut self, prefsrc: IpAddr) -> Route {
-        self.prefsrc = Some(prefsrc);
-        self
-    }
-
-    pub fn metric(mut self, metric: u32) -> Route {
-        self.metric = Some(metric);
-        self
+    chained_setters! {
+        via => gateway: IpAddr,
+        dev => oif: u32,
+        src => prefsrc: IpAddr,
+        metric => metric: u32,
+        scope => scope: Scope,
+        mtu => mtu: u32,
+        advmss => advmss: u32,
     }
 
     pub fn table(mut self, table: u32) -> Route {
         self.table = table;
-        self
-    }
-
-    pub fn scope(mut self, scope: Scope) -> Route {
-        self.scope = Some(scope);
-        self
-    }
-
-    pub fn mtu(mut self, mtu: u32) -> Route {
-        self.mtu = Some(mtu);
-        self
-    }
-
-    pub fn advmss(mut self, advmss: u32) -> Route {
-        self.advmss = Some(advmss);
         self
     }
 

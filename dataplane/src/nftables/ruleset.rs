@@ -133,19 +133,12 @@ impl Match {
             Match::InInterface(name) => interface(out, MetaKey::Iifname, name),
             Match::OutInterface(name) => interface(out, MetaKey::Oifname, name),
             Match::EstablishedOrRelated => {
-                out.push(
-                    Expressions::Other {
-                        expression_type: "ct".into(),
-                        attributes: vec![
-                            DefaultNla::new(
-                                NFTA_CT_DREG,
-                                u32::from(Register::Reg1).to_be_bytes().to_vec(),
-                            ),
-                            DefaultNla::new(NFTA_CT_KEY, NFT_CT_STATE.to_be_bytes().to_vec()),
-                        ],
-                    }
-                    .into(),
-                );
+                // Not among netlink-packet-netfilter's typed expressions.
+                let ct = [
+                    u32_attribute(NFTA_CT_DREG, Register::Reg1.into()),
+                    u32_attribute(NFTA_CT_KEY, NFT_CT_STATE),
+                ];
+                out.push(untyped("ct", ct.into()));
                 // The state is a host-order bit set.
                 bitwise(out, CT_ESTABLISHED_RELATED.to_ne_bytes().to_vec());
                 compare(out, Operator::NotEqual, vec![0; 4]);
@@ -247,22 +240,29 @@ fn range(out: &mut Vec<Expression>, from: Vec<u8>, to: Vec<u8>) {
         inner.as_slice().emit(&mut bytes);
         DefaultNla::new(kind | NLA_F_NESTED, bytes)
     };
-    out.push(
-        Expressions::Other {
-            expression_type: "range".into(),
-            attributes: vec![
-                DefaultNla::new(
-                    NFTA_RANGE_SREG,
-                    u32::from(Register::Reg1).to_be_bytes().to_vec(),
-                ),
-                DefaultNla::new(NFTA_RANGE_OP, NFT_RANGE_EQ.to_be_bytes().to_vec()),
-                data(NFTA_RANGE_FROM_DATA, from),
-                data(NFTA_RANGE_TO_DATA, to),
-            ],
-        }
-        .into(),
-    );
+    let range = vec![
+        u32_attribute(NFTA_RANGE_SREG, Register::Reg1.into()),
+        u32_attribute(NFTA_RANGE_OP, NFT_RANGE_EQ),
+        data(NFTA_RANGE_FROM_DATA, from),
+        data(NFTA_RANGE_TO_DATA, to),
+    ];
+    out.push(untyped("range", range));
     debug_assert_eq!(NFTA_DATA_VALUE, 1);
+}
+
+/// An expression netlink-packet-netfilter has no type for, from its
+/// attributes.
+fn untyped(expression_type: &str, attributes: Vec<DefaultNla>) -> Expression {
+    Expressions::Other {
+        expression_type: expression_type.into(),
+        attributes,
+    }
+    .into()
+}
+
+/// A u32 attribute, in network order as nf_tables reads them.
+fn u32_attribute(kind: u16, value: u32) -> DefaultNla {
+    DefaultNla::new(kind, value.to_be_bytes().to_vec())
 }
 
 fn interface(out: &mut Vec<Expression>, key: MetaKey, name: &str) {
