@@ -122,12 +122,7 @@ pub(crate) trait InterfaceDriver: Sync {
         at: Option<&Attach<'_>>,
     ) -> Result<(), DriverError> {
         if let Some(device) = self.hands_over() {
-            let to = Return {
-                host,
-                pod: at,
-                patience: Patience::Wait,
-            };
-            return device.take_back(req, to);
+            return device.take_back(req, Return::from(host, at));
         }
         match (&Self::POD_LINK_KIND, at) {
             (Some(kind), Some(at)) => at.delete_pod_link(kind),

@@ -133,6 +133,16 @@ pub(crate) struct Return<'a> {
 }
 
 impl<'a> Return<'a> {
+    /// From `pod` when its namespace exists; else waiting for the netdev as
+    /// long as a DEL may ([`Patience::Wait`]).
+    pub fn from(host: &'a Netlink, pod: Option<&'a Attach<'a>>) -> Return<'a> {
+        Return {
+            host,
+            pod,
+            patience: Patience::Wait,
+        }
+    }
+
     /// From a namespace that is gone (or never was), waiting as `patience`
     /// says.
     pub fn without_pod(host: &'a Netlink, patience: Patience) -> Return<'a> {
@@ -309,12 +319,7 @@ impl<K: DeviceKey, F: Clone, R: Owned> Claim<K, F, R> {
     ) -> Result<(), DriverError> {
         self.lock.write_record(&record)?;
         undo.push(format!("taking {what}"), move || {
-            let to = Return {
-                host: at.host,
-                pod: Some(at),
-                patience: Patience::Wait,
-            };
-            driver.give_back(&self.lock, &record, to)
+            driver.give_back(&self.lock, &record, Return::from(at.host, Some(at)))
         });
         Ok(())
     }
