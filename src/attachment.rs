@@ -125,6 +125,22 @@ impl Attachment {
 pub struct Plan {
     pub attachments: Vec<Attachment>,
     pub warnings: Vec<String>,
+    /// The attachments of devices of the pod's claims from plexus's DRA
+    /// driver, whose claims' status the ADD writes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claimed: Vec<ClaimedAttachment>,
+}
+
+/// An attachment of a device of one of the pod's ResourceClaims: what the
+/// claim's `status.devices[]` entry names (KEP-4817).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedAttachment {
+    pub ifname: IfName,
+    pub namespace: String,
+    pub claim: String,
+    pub pool: String,
+    pub device: String,
 }
 
 impl Plan {

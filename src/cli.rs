@@ -171,6 +171,38 @@ struct DaemonArgs {
     /// kube-system); every namespace when none is named.
     #[arg(long, value_delimiter = ',', value_name = "NAMESPACE,...")]
     ipam_reconcile_namespaces: Vec<String>,
+    /// Be a DRA driver (dra.plexus.dev, Kubernetes 1.34+): register with
+    /// kubelet, publish the node's SR-IOV VFs, vDPA devices and the
+    /// --dra-netdev netdevs as ResourceSlices, prepare claims for them
+    /// (needs --kubeconfig; off on an API server without resource.k8s.io/v1).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL",
+          num_args = 0..=1, default_missing_value = "true")]
+    dra: bool,
+    /// kubelet's plugin registration directory.
+    #[arg(long, default_value = crate::commands::daemon::dra::REGISTRY_DIR, value_name = "DIR")]
+    dra_registry_dir: PathBuf,
+    /// kubelet's plugins directory; the driver's socket is
+    /// `<DIR>/dra.plexus.dev/dra.sock`.
+    #[arg(long, default_value = crate::commands::daemon::dra::PLUGINS_DIR, value_name = "DIR")]
+    dra_plugins_dir: PathBuf,
+    /// Where the container runtime reads CDI specs.
+    #[arg(long, default_value = crate::commands::daemon::dra::CDI_DIR, value_name = "DIR")]
+    dra_cdi_dir: PathBuf,
+    /// The sysfs the devices are read from.
+    #[arg(long, default_value = "/sys", value_name = "DIR")]
+    dra_sysfs: PathBuf,
+    /// A whole netdev to offer for host-device (repeat, or comma-separated);
+    /// none is offered unless named.
+    #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
+    dra_netdev: Vec<String>,
+    /// The Multus resource name (k8s.cni.cncf.io/resourceName) of the VFs
+    /// of a PF, or of `vdpa` or `netdev` devices: `PF=NAME` (repeat);
+    /// default `dra.plexus.dev/<PF>`.
+    #[arg(long, value_delimiter = ',', value_name = "PF=NAME,...")]
+    dra_resource_name: Vec<String>,
+    /// Seconds between looks at the node's devices.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    dra_rescan: f64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -415,6 +447,30 @@ fn run_daemon(args: &DaemonArgs) -> Result<String, DaemonError> {
                 interval,
                 namespaces,
             })
+        },
+        dra: match args.dra {
+            false => None,
+            true => Some(crate::commands::daemon::dra::DraSettings {
+                registry_dir: args.dra_registry_dir.clone(),
+                plugin_dir: args.dra_plugins_dir.join(crate::dra::driver::DRIVER),
+                cdi_dir: args.dra_cdi_dir.clone(),
+                state_dir: args.state_dir.join("dra"),
+                sysfs: args.dra_sysfs.clone(),
+                netdevs: args.dra_netdev.clone(),
+                resource_names: args
+                    .dra_resource_name
+                    .iter()
+                    .map(|pair| match pair.split_once('=') {
+                        Some((pf, name)) if !pf.is_empty() && !name.is_empty() => {
+                            Ok((pf.to_string(), name.to_string()))
+                        }
+                        _ => Err(DaemonError::Settings(format!(
+                            "--dra-resource-name: {pair:?} is not PF=NAME"
+                        ))),
+                    })
+                    .collect::<Result<_, _>>()?,
+                rescan: seconds("--dra-rescan", args.dra_rescan)?,
+            }),
         },
     };
     crate::commands::daemon::run(settings)?;

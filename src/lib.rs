@@ -35,7 +35,9 @@
 //!   read for [`dra`] (`cluster::dra`).
 //! - [`dra`]: Dynamic Resource Allocation's ResourceClaims and
 //!   ResourceSlices as the Multus contract reads them, and which devices a
-//!   pod's claims give its networks (pure).
+//!   pod's claims give its networks (pure); [`dra::driver`], plexus as a
+//!   DRA driver: the node's devices, their slices, Prepare's checks, the
+//!   reservations and CDI specs, the claimed devices' networks.
 //! - [`netpolicy`]: MultiNetworkPolicy, from spec to an nftables table.
 //! - [`sandbox_dir`]: the per-sandbox lock and notes every process shares.
 //! - [`config`]: plexus's own CNI conf (Multus-compatible keys).

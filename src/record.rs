@@ -656,6 +656,7 @@ mod tests {
         let plan = Plan {
             attachments: vec![attachment("k8s", "eth0", 2), attachment("ns/a", "net1", 1)],
             warnings: vec![],
+            claimed: Vec::new(),
         };
         let mut r = Record::new(
             &id("ctr-1"),

@@ -289,16 +289,75 @@ fn old_sandbox_files(node: &Node, sandboxes: &BTreeSet<String>) -> Vec<String> {
 /// `node-deploy --tag`) and waits until its pod is Ready.
 fn roll_to(node: &Node, tag: &str) {
     let image = format!("plexus:{tag}");
-    node.kubectl(&[
-        "set",
-        "image",
-        "daemonset/plexus",
+    let daemonset = node.kubectl(&[
+        "get",
+        "daemonset",
+        "plexus",
         "-n",
         "kube-system",
-        &format!("plexus={image}"),
-        &format!("daemon={image}"),
+        "-o",
+        "json",
+    ]);
+    let daemonset: serde_json::Value = serde_json::from_str(&daemonset).expect("the DaemonSet");
+    let containers = daemonset["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("its containers");
+    // One change of the pod template, one roll: every image, and the
+    // daemon's arguments as the version has them.
+    let mut patch = Vec::new();
+    for (i, container) in containers.iter().enumerate() {
+        let at = |field: &str| format!("/spec/template/spec/containers/{i}/{field}");
+        patch.push(json!({"op": "replace", "path": at("image"), "value": image}));
+        if container["name"] == "daemon" {
+            let args = release_daemon_args(tag);
+            patch.push(json!({"op": "replace", "path": at("args"), "value": args}));
+        }
+    }
+    let patch = serde_json::Value::Array(patch).to_string();
+    node.kubectl(&[
+        "patch",
+        "daemonset",
+        "plexus",
+        "-n",
+        "kube-system",
+        "--type=json",
+        "-p",
+        &patch,
     ]);
     wait_plexus_ready(node);
+}
+
+/// The daemon's arguments in the DaemonSet of release `tag`: this tree's
+/// `deploy/daemonset.yaml`, or the previous release's own at its commit, as
+/// `kubectl rollout undo` restores its pod template (it knows none of the
+/// flags added since, `--dra` among them).
+fn release_daemon_args(tag: &str) -> Vec<String> {
+    let text = match tag {
+        "previous" => plexus_testkit::peers::previous_release_file("deploy/daemonset.yaml")
+            .expect("the previous release's DaemonSet"),
+        _ => std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/daemonset.yaml"),
+        )
+        .expect("deploy/daemonset.yaml"),
+    };
+    let docs = plexus::manifest::parse_documents(&text, "daemonset.yaml").expect("it parses");
+    let daemonset = docs
+        .iter()
+        .find(|d| d.value["kind"] == "DaemonSet")
+        .expect("a DaemonSet");
+    let containers = daemonset.value["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("its containers");
+    let daemon = containers
+        .iter()
+        .find(|c| c["name"] == "daemon")
+        .expect("its daemon container");
+    daemon["args"]
+        .as_array()
+        .expect("the daemon's arguments")
+        .iter()
+        .filter_map(|a| a.as_str().map(String::from))
+        .collect()
 }
 
 /// Rolls the DaemonSet to the image `plexus:<tag>` while pods `<prefix>-N`

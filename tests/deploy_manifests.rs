@@ -85,7 +85,11 @@ fn rbac_grants_exactly_what_plexus_uses() {
     // that entries are bound to (tests/daemon/whereabouts.rs). DRA's
     // Multus contract (issue 49) lists a pod's namespace's ResourceClaims
     // and its node's ResourceSlices (tests/kube/dra.rs), and the daemon
-    // watches them (tests/daemon/dra.rs); it never GETs one.
+    // watches them (tests/daemon/dra.rs). plexus as a DRA driver (the
+    // daemon's --dra) GETs the claim kubelet prepares, applies its devices'
+    // entries of the claim's status, and creates, updates and deletes its
+    // node's ResourceSlices (tests/daemon/dra_driver.rs); deploy/dra/
+    // keeps those writes to the node's own slices on 1.30+.
     let all = docs("rbac.yaml");
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let mut granted: Vec<(String, String)> = Vec::new();
@@ -132,9 +136,14 @@ fn rbac_grants_exactly_what_plexus_uses() {
         ("pods", "list"),
         ("pods", "watch"),
         ("pods/status", "patch"),
+        ("resourceclaims", "get"),
         ("resourceclaims", "list"),
         ("resourceclaims", "watch"),
+        ("resourceclaims/status", "patch"),
+        ("resourceslices", "create"),
+        ("resourceslices", "delete"),
         ("resourceslices", "list"),
+        ("resourceslices", "update"),
         ("resourceslices", "watch"),
     ];
     assert_eq!(
@@ -264,6 +273,21 @@ fn daemonset_runs_plexus_install_on_every_node() {
         .collect();
     assert_eq!(args[0], "daemon");
     assert!(args.contains(&"--multi-network-policy"), "{args:?}");
+    // plexus as a DRA driver: kubelet's plugin directories and the CDI
+    // specs' directory are the node's, at kubelet's and the runtimes' paths.
+    assert!(args.contains(&"--dra"), "{args:?}");
+    for (volume, path) in [
+        (
+            "kubelet-plugins-registry",
+            "/var/lib/kubelet/plugins_registry",
+        ),
+        ("kubelet-plugins", "/var/lib/kubelet/plugins"),
+        ("cdi", "/var/run/cdi"),
+    ] {
+        let (host, mount) = mount_of(daemon, pod, volume);
+        assert_eq!(host["hostPath"]["path"], path);
+        assert_eq!(mount["mountPath"], path);
+    }
     assert!(
         args.contains(&"--socket=/run/plexus/plexus.sock"),
         "{args:?}"
@@ -360,4 +384,53 @@ fn every_built_in_interface_driver_has_an_example_nad_that_parses() {
             "no example uses {builtin}"
         );
     }
+}
+
+/// deploy/dra/: the admission policy that keeps each daemon's
+/// ResourceSlice writes to its own node (1.32+; RBAC cannot), bound, and
+/// naming the service account deploy/rbac.yaml makes. Its CEL runs on a
+/// 1.30+ API server only, which these machines cannot build: what is
+/// checked here is that it matches the daemon and slices' writes.
+#[test]
+fn the_dra_policy_keeps_each_daemon_to_its_nodes_slices() {
+    let all = docs("dra/node-pool-policy.yaml");
+    let (policy, binding) = (&all[0], &all[1]);
+    assert_eq!(policy["kind"], "ValidatingAdmissionPolicy");
+    assert_eq!(binding["kind"], "ValidatingAdmissionPolicyBinding");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(
+        binding["spec"]["validationActions"],
+        serde_json::json!(["Deny"])
+    );
+    let rule = &policy["spec"]["matchConstraints"]["resourceRules"][0];
+    assert_eq!(rule["resources"], serde_json::json!(["resourceslices"]));
+    assert_eq!(
+        rule["operations"],
+        serde_json::json!(["CREATE", "UPDATE", "DELETE"])
+    );
+    let account = docs("rbac.yaml")
+        .into_iter()
+        .find(|d| d["kind"] == "ServiceAccount")
+        .unwrap();
+    let user = format!(
+        "system:serviceaccount:{}:{}",
+        account["metadata"]["namespace"].as_str().unwrap(),
+        account["metadata"]["name"].as_str().unwrap()
+    );
+    let condition = policy["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(condition.contains(&format!("\"{user}\"")), "{condition}");
+    let validations = policy["spec"]["validations"].as_array().unwrap();
+    assert_eq!(
+        validations[1]["expression"],
+        "variables.tokenNode == variables.sliceNode"
+    );
+    // Not part of `kubectl apply -k deploy/`: a cluster before 1.30 does
+    // not serve the kinds.
+    let kustomization = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kustomization.yaml"),
+    )
+    .unwrap();
+    assert!(!kustomization.contains("dra/"), "{kustomization}");
 }

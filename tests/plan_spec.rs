@@ -860,3 +860,125 @@ fn the_nads_read_ahead_are_those_the_annotation_may_select() {
     // An annotation the planner ignores reads nothing ahead.
     assert!(plexus::plan::selected_nads(&pod_with(Some("[{")), &options).is_empty());
 }
+
+/// Devices of the pod's claims prepared by plexus's DRA driver (issue 49):
+/// each is attached after the selections, on the network its claim's
+/// configuration names, as its `interfaceName` (else `net<position>`),
+/// the device handed over as Multus hands a device-plugin device (a PCI
+/// address) or by the plugin's own key (a netdev without one); the plan
+/// names each claimed attachment for the claim's status. A NAD named by a
+/// claim obeys namespace isolation as a selection does.
+#[test]
+fn dra_claimed_devices_are_attached_after_the_selections() {
+    use plexus::dra::driver::claimed::ClaimedNetwork;
+    use plexus::dra::driver::inventory::DeviceKind;
+    use plexus::dra::driver::opaque::{Network, NetworkConfig};
+    use plexus::dra::driver::prepare::PreparedDevice;
+
+    struct Claimed(Vec<ClaimedNetwork>);
+    impl plexus::cluster::DraSource for Claimed {
+        fn claimed_devices(
+            &self,
+            _: &Pod,
+        ) -> Result<plexus::dra::ClaimedDevices, plexus::cluster::ClusterError> {
+            Ok(Default::default())
+        }
+        fn claimed_networks(&self, pod: &Pod) -> Vec<ClaimedNetwork> {
+            assert_eq!(pod.uid.as_deref(), Some("uid-1"));
+            self.0.clone()
+        }
+    }
+    let claimed = |device: &str, id: &str, kind, ifname: Option<&str>, network| ClaimedNetwork {
+        namespace: "my-namespace".into(),
+        name: "c".into(),
+        device: PreparedDevice {
+            request: "net".into(),
+            pool: "node-a".into(),
+            device: device.into(),
+            kind,
+            device_id: id.into(),
+            netdev: Some("dra0".into()),
+            char_devices: vec![],
+            cdi_device_ids: vec![],
+            network: None,
+        },
+        config: NetworkConfig {
+            requests: vec![],
+            interface_name: ifname.map(String::from),
+            network,
+            field: "status.allocation.devices.config[0]".into(),
+        },
+    };
+    let nad = |namespace: &str, name: &str| Network::Attachment {
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    let inline =
+        Network::Inline(json!({"cniVersion": "1.0.0", "name": "hd", "type": "host-device"}));
+    let source = Claimed(vec![
+        claimed(
+            "vf-a",
+            "0000:3b:02.1",
+            DeviceKind::Vf,
+            Some("net9"),
+            nad("my-namespace", "net-a"),
+        ),
+        claimed("net-dra0", "dra0", DeviceKind::Netdev, None, inline),
+    ]);
+    let all = nads(&spec_nads());
+    let options = defaults();
+    let inputs = PlanInputs {
+        nads: &all,
+        conf_files: None,
+        devices: None,
+        claims: Some(&source),
+        default_network: &default_network(),
+        options: &options,
+    };
+    let p = plan(&pod_with(Some("net-b")), &inputs).unwrap();
+    assert_eq!(
+        summary(&p),
+        [
+            s("cluster-wide-default", "eth0", true),
+            s("my-namespace/net-b", "net1", false),
+            s("my-namespace/net-a", "net9", false),
+            s("hd", "net3", false),
+        ]
+    );
+    let vf = &p.attachments[2].plugins[0];
+    assert_eq!(
+        (vf["deviceID"].as_str(), vf["pciBusID"].as_str()),
+        (Some("0000:3b:02.1"), Some("0000:3b:02.1"))
+    );
+    let hd = &p.attachments[3].plugins[0];
+    assert_eq!(hd["device"], "dra0");
+    assert!(hd.get("deviceID").is_none(), "{hd:?}");
+    let named: Vec<(&str, &str, &str)> = p
+        .claimed
+        .iter()
+        .map(|c| (c.ifname.as_str(), c.claim.as_str(), c.device.as_str()))
+        .collect();
+    assert_eq!(named, [("net9", "c", "vf-a"), ("net3", "c", "net-dra0")]);
+
+    // Isolation: a claim's NAD of another namespace is refused.
+    let mut isolated = defaults();
+    isolated.policy.namespace_isolation = true;
+    let source = Claimed(vec![claimed(
+        "vf-a",
+        "0000:3b:02.1",
+        DeviceKind::Vf,
+        None,
+        nad("other-ns", "net-c"),
+    )]);
+    let inputs = PlanInputs {
+        claims: Some(&source),
+        options: &isolated,
+        ..inputs
+    };
+    let e = plexus::cni::CniError::from(plan(&pod_with(None), &inputs).unwrap_err());
+    assert!(
+        e.details
+            .contains("ResourceClaim my-namespace/c device vf-a"),
+        "{e:?}"
+    );
+}

@@ -58,6 +58,7 @@
 
 mod cluster_ipam;
 mod daemons;
+mod dra;
 mod hot_text;
 mod hotplug;
 mod kube;
@@ -201,6 +202,12 @@ struct Args {
     /// --vlan`).
     #[arg(long)]
     vlan: bool,
+    /// Run only the DRA case (issue 49): a VF claimed through plexus's own
+    /// DRA driver beside the same VF kind through the device-plugin path,
+    /// both through the daemon on the test API server. It needs SR-IOV: in
+    /// the test VM (`vm-tests/run --bench -- --dra`).
+    #[arg(long)]
+    dra: bool,
     /// Instead of benchmarking, single-step plexus's ADD and DEL and write
     /// the functions they run to OUT, for the linker to gather
     /// (bench/hot-text/README.md).
@@ -653,7 +660,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let pod_count = args.pods.unwrap_or(match (args.sriov, args.cluster) {
         _ if args.cluster_ipam => 12,
         _ if args.scale => 20,
-        _ if args.vlan => 20,
+        _ if args.vlan || args.dra => 20,
         (true, _) => 20,
         (_, true) => 100,
         _ => 40,
@@ -715,6 +722,14 @@ fn run(args: &Args) -> Result<bool, String> {
         return cluster(args, pod_count);
     }
     let mut namespaces = Namespaces(Vec::new());
+    if args.dra {
+        return dra::run(&mut dra::Setup {
+            plexus: &plexus,
+            namespaces: &mut namespaces,
+            tmp: &tmp.0,
+            pods: pod_count,
+        });
+    }
     if args.sriov {
         return sriov::run(sriov::Setup {
             plexus: &plexus,

@@ -198,6 +198,25 @@ impl SysfsRoot {
         &self.0
     }
 
+    /// The addresses of every PCI device (`bus/pci/devices/`), sorted;
+    /// entries that are no PCI address are left out.
+    pub fn pci_addresses(&self) -> io::Result<Vec<PciAddress>> {
+        let dir = self.0.join("bus/pci/devices");
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut addresses = Vec::new();
+        for entry in entries {
+            if let Ok(address) = PciAddress::parse(&entry?.file_name().to_string_lossy()) {
+                addresses.push(address);
+            }
+        }
+        addresses.sort();
+        Ok(addresses)
+    }
+
     /// The device at `address`; [`PciError::NotFound`] when there is none.
     pub fn pci_device(&self, address: PciAddress) -> Result<PciDevice> {
         let path = self.0.join("bus/pci/devices").join(address.to_string());
@@ -522,6 +541,12 @@ impl PciDevice {
             .collect()
     }
 
+    /// The trimmed content of the device's file `name` (`vendor`,
+    /// `numa_node`), `None` when it does not exist.
+    pub fn attribute(&self, name: &str) -> Result<Option<String>> {
+        self.read_trimmed(name)
+    }
+
     /// The trimmed content of file `name`, `None` when it does not exist.
     fn read_trimmed(&self, name: &str) -> Result<Option<String>> {
         let path = self.path.join(name);
@@ -559,8 +584,12 @@ fn sysfs_error(address: PciAddress, op: &'static str, path: &Path, e: &io::Error
     }
 }
 
+#[cfg(any(test, feature = "fake-sysfs"))]
+pub mod fake;
+
 #[cfg(test)]
 mod tests {
+    use super::fake::{FakeSysfs, PARENT};
     use super::*;
     use std::os::unix::fs::symlink;
 
@@ -606,95 +635,6 @@ mod tests {
                 "{bad:?}: {e}"
             );
             assert!(e.to_string().starts_with("invalid PCI address"), "{e}");
-        }
-    }
-
-    /// A fake sysfs shaped like the real one: devices under
-    /// `devices/pci0000:00/0000:00:01.0/`, `bus/pci/devices/` symlinks to
-    /// them, and the relative links sysfs uses between them.
-    struct FakeSysfs {
-        dir: tempfile::TempDir,
-    }
-
-    const PARENT: &str = "devices/pci0000:00/0000:00:01.0";
-
-    impl FakeSysfs {
-        fn new() -> Self {
-            let f = FakeSysfs {
-                dir: tempfile::tempdir().unwrap(),
-            };
-            for d in [
-                "devices",
-                "drivers/igb",
-                "drivers/igbvf",
-                "drivers/vfio-pci",
-            ] {
-                fs::create_dir_all(f.path(&format!("bus/pci/{d}"))).unwrap();
-            }
-            f
-        }
-
-        fn root(&self) -> SysfsRoot {
-            SysfsRoot::new(self.dir.path())
-        }
-
-        fn path(&self, rel: &str) -> PathBuf {
-            self.dir.path().join(rel)
-        }
-
-        fn device(&self, address: &str, driver: Option<&str>, netdev: Option<&str>) -> PathBuf {
-            let dev = self.path(&format!("{PARENT}/{address}"));
-            fs::create_dir_all(&dev).unwrap();
-            symlink(
-                format!("../../../{PARENT}/{address}"),
-                self.path(&format!("bus/pci/devices/{address}")),
-            )
-            .unwrap();
-            if let Some(driver) = driver {
-                symlink(
-                    format!("../../../../bus/pci/drivers/{driver}"),
-                    dev.join("driver"),
-                )
-                .unwrap();
-            }
-            if let Some(netdev) = netdev {
-                fs::create_dir_all(dev.join("net").join(netdev)).unwrap();
-            }
-            dev
-        }
-
-        /// The PF 0000:01:00.0 (igb, enp1s0) with VFs at 01:10.0, 01:10.2...
-        fn pf_with_vfs(&self, vfs: u32) -> PathBuf {
-            let pf = self.device("0000:01:00.0", Some("igb"), Some("enp1s0"));
-            fs::write(pf.join("sriov_totalvfs"), "7\n").unwrap();
-            fs::write(pf.join("sriov_numvfs"), format!("{vfs}\n")).unwrap();
-            for n in 0..vfs {
-                let a = format!("0000:01:10.{}", n * 2);
-                let vf = self.device(&a, Some("igbvf"), Some(&format!("enp1s0v{n}")));
-                symlink("../0000:01:00.0", vf.join("physfn")).unwrap();
-                symlink(format!("../{a}"), pf.join(format!("virtfn{n}"))).unwrap();
-                fs::write(vf.join("vendor"), "0x8086\n").unwrap();
-            }
-            pf
-        }
-
-        /// Rebinds `vf` to vfio-pci: no netdev, an IOMMU group (named
-        /// vfio-noiommu in no-IOMMU mode).
-        fn bind_vfio(&self, vf: &str, group: u32, noiommu: bool) {
-            let dev = self.path(&format!("{PARENT}/{vf}"));
-            fs::remove_file(dev.join("driver")).unwrap();
-            fs::remove_dir_all(dev.join("net")).unwrap();
-            symlink("../../../../bus/pci/drivers/vfio-pci", dev.join("driver")).unwrap();
-            let g = self.path(&format!("kernel/iommu_groups/{group}"));
-            fs::create_dir_all(&g).unwrap();
-            if noiommu {
-                fs::write(g.join("name"), "vfio-noiommu\n").unwrap();
-            }
-            symlink(
-                format!("../../../../kernel/iommu_groups/{group}"),
-                dev.join("iommu_group"),
-            )
-            .unwrap();
         }
     }
 

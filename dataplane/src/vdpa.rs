@@ -128,6 +128,11 @@ impl SysfsRoot {
         }))
     }
 
+    /// The names of every vDPA device (sorted).
+    pub fn vdpa_devices(&self) -> io::Result<Vec<String>> {
+        entries(&self.vdpa_devices_dir())
+    }
+
     /// The vDPA devices on the PCI device at `address` (sorted by name).
     pub fn vdpa_devices_on(&self, address: PciAddress) -> io::Result<Vec<String>> {
         let dir = self.vdpa_devices_dir();
@@ -147,55 +152,10 @@ impl SysfsRoot {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::symlink;
 
     use super::*;
 
-    /// A fake sysfs shaped like the real one. No PCI vDPA device exists in
-    /// the VM harness (vdpa_sim has no PCI parent), so the PCI lookup is
-    /// tested here: `vdpa0` on the VF 0000:03:00.2 bound to vhost_vdpa,
-    /// `vdpa1` on the simulator bound to virtio_vdpa with netdev eth5,
-    /// `vdpa2` bound to nothing.
-    fn fake() -> tempfile::TempDir {
-        let d = tempfile::tempdir().unwrap();
-        let p = |s: &str| d.path().join(s);
-        for dir in [
-            "bus/vdpa/devices",
-            "bus/vdpa/drivers/vhost_vdpa",
-            "bus/vdpa/drivers/virtio_vdpa",
-            "devices/pci0000:00/0000:00:02.0/0000:03:00.2/vdpa0/vhost-vdpa-7",
-            "devices/vdpasim_net/vdpa1/virtio4/net/eth5",
-            "devices/vdpasim_net/vdpa2",
-        ] {
-            fs::create_dir_all(p(dir)).unwrap();
-        }
-        let links = [
-            (
-                "../../../devices/pci0000:00/0000:00:02.0/0000:03:00.2/vdpa0",
-                "bus/vdpa/devices/vdpa0",
-            ),
-            (
-                "../../../devices/vdpasim_net/vdpa1",
-                "bus/vdpa/devices/vdpa1",
-            ),
-            (
-                "../../../devices/vdpasim_net/vdpa2",
-                "bus/vdpa/devices/vdpa2",
-            ),
-            (
-                "../../../../../bus/vdpa/drivers/vhost_vdpa",
-                "devices/pci0000:00/0000:00:02.0/0000:03:00.2/vdpa0/driver",
-            ),
-            (
-                "../../../bus/vdpa/drivers/virtio_vdpa",
-                "devices/vdpasim_net/vdpa1/driver",
-            ),
-        ];
-        for (target, link) in links {
-            symlink(target, p(link)).unwrap();
-        }
-        d
-    }
+    use crate::pci::fake::vdpa_devices as fake;
 
     #[test]
     fn devices_are_read_from_sysfs() {

@@ -51,6 +51,22 @@ fn accept_from(source: &str, protocol: u8, first: u16, last: u16) -> Rule {
     rule(matches, Verdict::Accept)
 }
 
+/// The first connection over the new pair: on a busy machine the veth's
+/// carrier and the first ARP may take a moment (cold CI once missed
+/// `refusal_wait()` here), so it is tried again for at most 10 s.
+fn first_connects(from: &std::path::Path, to: std::net::SocketAddr) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if tcp_connects(from, to) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Ingress on `net1` isolated: replies, ICMPv6 ND, then `allow`.
 fn ingress_table(allow: Vec<Rule>) -> Table {
     common::ingress_isolated("plexus-test", "net1", allow)
@@ -63,7 +79,7 @@ fn an_ingress_table_lets_through_only_what_it_allows_both_families() {
     let _open = Listener::new(pod, 8080).unwrap();
     let _closed = Listener::new(pod, 8081).unwrap();
     assert!(
-        tcp_connects(peer, at("10.9.0.1", 8081)),
+        first_connects(peer, at("10.9.0.1", 8081)),
         "open before any table"
     );
 

@@ -88,6 +88,15 @@ fn to_values(items: Vec<DynamicObject>) -> Vec<serde_json::Value> {
 }
 
 impl DraSource for KubeCluster {
+    fn claimed_networks(&self, pod: &Pod) -> Vec<crate::dra::driver::claimed::ClaimedNetwork> {
+        match (self.prepared(), &pod.uid) {
+            (Some(prepared), Some(uid)) => {
+                crate::dra::driver::claimed::claimed_networks(&prepared.for_pod(uid))
+            }
+            _ => Vec::new(),
+        }
+    }
+
     fn claimed_devices(&self, pod: &Pod) -> Result<ClaimedDevices, ClusterError> {
         let placement = self.placement(&pod.namespace, &pod.name);
         let named = match placement.as_ref().map(|p| &p.named) {
@@ -120,7 +129,8 @@ impl DraSource for KubeCluster {
             uid: pod.uid.as_deref(),
             named,
         };
-        let ours = dra::pods_claims(of_pod, &claims)?;
+        let mut ours = dra::pods_claims(of_pod, &claims)?;
+        dra::driver::opaque::drop_configured(&mut ours);
         if ours
             .iter()
             .all(|c| c.results.iter().flatten().next().is_none())

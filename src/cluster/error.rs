@@ -24,6 +24,7 @@ pub enum Verb {
     Get,
     Patch,
     Create,
+    Update,
     Delete,
 }
 

@@ -28,6 +28,7 @@ use super::api::{
 pub use super::client::RequestObserver;
 use super::client::{http2_client, load_kubeconfig, owned_client, Driver};
 use super::credentials::LiveCredentials;
+use super::dra_driver::{apply_device_statuses, DeviceStatus};
 use super::error::{error_chain, ApiRequest, ClusterError, Verb};
 use super::events::{pod_event, PodEvent};
 use super::outbox::{PendingStatus, StatusOutbox};
@@ -59,6 +60,9 @@ pub struct KubeCluster {
     /// What each pod's GET told of it for DRA (its node, the claims it
     /// names), for [`super::dra`].
     placements: FrozenMap<(String, String), Box<Placement>>,
+    /// The daemon's DRA driver's prepared claims (`None` in a plugin
+    /// process), for the networks of claimed devices ([`super::dra`]).
+    prepared: Option<crate::dra::driver::claimed::PreparedSlot>,
 }
 
 /// What the pod's GET told of it for DRA: its node, and the claims it
@@ -78,6 +82,8 @@ pub struct SharedApi {
     pub timeouts: ApiTimeouts,
     pub watched: Arc<Watched>,
     pub outbox: Option<Arc<StatusOutbox>>,
+    /// The daemon's DRA driver's prepared claims, once it runs.
+    pub prepared: crate::dra::driver::claimed::PreparedSlot,
 }
 
 impl KubeCluster {
@@ -94,6 +100,7 @@ impl KubeCluster {
             placements: FrozenMap::new(),
             watched: None,
             outbox: None,
+            prepared: None,
         })
     }
 
@@ -109,6 +116,7 @@ impl KubeCluster {
             placements: FrozenMap::new(),
             watched: Some(api.watched.clone()),
             outbox: api.outbox.clone(),
+            prepared: Some(api.prepared.clone()),
         }
     }
 
@@ -129,6 +137,13 @@ impl KubeCluster {
     /// The client its requests go through.
     pub(super) fn api_client(&self) -> &kube::Client {
         &self.client
+    }
+
+    /// The daemon's DRA driver's prepared claims, once it runs.
+    pub(super) fn prepared(
+        &self,
+    ) -> Option<&std::sync::Arc<dyn crate::dra::driver::claimed::PreparedClaims>> {
+        self.prepared.as_ref()?.get()
     }
 
     /// The daemon's watch caches; `None` in a plugin process.
@@ -266,6 +281,48 @@ impl KubeCluster {
                 Vec::new()
             }
         }
+    }
+
+    /// Write the claims' `status.devices[]` entries of `statuses` (one
+    /// server-side apply per claim, bounded) before the ADD answers, in the
+    /// daemon too: a daemon that dies in between leaves the ADD unanswered,
+    /// and the runtime's retry writes them again (a write queued in memory
+    /// would be lost). What was not written, and why.
+    pub fn write_device_statuses(&self, statuses: &[DeviceStatus]) -> Vec<String> {
+        let now = k8s_openapi::jiff::Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        let mut by_claim: std::collections::BTreeMap<(String, String), Vec<serde_json::Value>> =
+            Default::default();
+        for s in statuses {
+            by_claim
+                .entry((s.namespace.clone(), s.claim.clone()))
+                .or_default()
+                .push(s.entry(&now));
+        }
+        let bound = self.timeouts.request;
+        let writes: Vec<_> = by_claim
+            .into_iter()
+            .map(|((namespace, claim), entries)| {
+                let what = ApiRequest::new(
+                    Verb::Patch,
+                    format!("ResourceClaim {namespace}/{claim} status"),
+                );
+                let write = apply_device_statuses(&self.client, &namespace, &claim, entries);
+                bounded(bound, what, write)
+            })
+            .collect();
+        let all = async move {
+            let mut failures = Vec::new();
+            for write in writes {
+                if let Err(e) = write.await {
+                    failures.push(e.to_string());
+                }
+            }
+            failures
+        };
+        self.driver.block_on(all)
     }
 
     /// Posting `events`, not yet started; it owns what it needs.
@@ -531,5 +588,9 @@ impl Publisher for KubeCluster {
 
     fn post_events(&self, pod: &Pod, events: &[PodEvent]) -> Vec<String> {
         KubeCluster::post_events(self, pod, events)
+    }
+
+    fn write_device_statuses(&self, statuses: &[DeviceStatus]) -> Vec<String> {
+        KubeCluster::write_device_statuses(self, statuses)
     }
 }

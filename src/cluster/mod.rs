@@ -8,6 +8,7 @@ pub mod client;
 pub mod credentials;
 pub mod dir;
 pub mod dra;
+pub mod dra_driver;
 pub mod error;
 pub mod events;
 pub mod kube;
@@ -54,6 +55,13 @@ pub trait DraSource {
     /// The devices `pod`'s claims were allocated that carry the Multus
     /// attributes, and the warnings of those skipped.
     fn claimed_devices(&self, pod: &Pod) -> Result<crate::dra::ClaimedDevices, ClusterError>;
+
+    /// The networks of the devices `pod`'s claims were allocated from
+    /// plexus's own DRA driver and prepared on this node with a network
+    /// configuration (the daemon's driver knows them; none elsewhere).
+    fn claimed_networks(&self, _pod: &Pod) -> Vec<crate::dra::driver::claimed::ClaimedNetwork> {
+        Vec::new()
+    }
 }
 
 /// A read-only view of the cluster's pods and NADs.
@@ -93,6 +101,9 @@ pub trait Publisher {
     fn publish(&self, publication: &kube::Publication) -> Result<kube::Published, ClusterError>;
     /// Post `events` about `pod`, best effort: what was not posted, and why.
     fn post_events(&self, pod: &Pod, events: &[events::PodEvent]) -> Vec<String>;
+    /// Write the `status.devices[]` entries of claimed devices (KEP-4817),
+    /// best effort: what was not written, and why.
+    fn write_device_statuses(&self, statuses: &[dra_driver::DeviceStatus]) -> Vec<String>;
 }
 
 /// What a call reads the cluster through, and where it writes back, when

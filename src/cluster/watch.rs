@@ -294,6 +294,15 @@ impl Watched {
         })
     }
 
+    /// The uids of the node's pods the cache holds.
+    pub fn pod_uids(&self) -> std::collections::BTreeSet<String> {
+        self.pods
+            .state()
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect()
+    }
+
     /// The labels of pod `namespace/name`, if the cache has it.
     pub fn labels(
         &self,
@@ -302,6 +311,12 @@ impl Watched {
     ) -> Option<std::collections::BTreeMap<String, String>> {
         let found = self.pods.get(&ObjectRef::new(name).within(namespace))?;
         Some(found.labels().clone())
+    }
+
+    /// Whether the API server serves `resource.k8s.io/v1`, asked once for
+    /// the daemon (its DRA caches and its DRA driver share the answer).
+    pub fn dra_served(&self) -> Result<bool, ClusterError> {
+        Ok(matches!(self.dra.served()?, Served::Yes { .. }))
     }
 
     /// Objects held by the DRA caches: (ResourceClaims, ResourceSlices).

@@ -22,12 +22,37 @@ pub const KIND: &str = "ResourceClaim";
 pub struct ResourceClaim {
     pub namespace: String,
     pub name: String,
+    /// `metadata.uid`: kubelet names the claim it prepares by uid too.
+    pub uid: Option<String>,
     /// `status.reservedFor[]`: who may use the claim (the scheduler reserves
     /// it for the pod it allocates it for).
     pub reserved_for: Vec<Consumer>,
     /// `status.allocation.devices.results[]`; `None` when the claim is not
     /// allocated (no `status.allocation`).
     pub results: Option<Vec<AllocationResult>>,
+    /// `status.allocation.devices.config[]`: the class's and the claim's
+    /// configurations of the devices, for their drivers.
+    pub config: Vec<DeviceConfig>,
+}
+
+/// `status.allocation.devices.config[i]` (DeviceAllocationConfiguration).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct DeviceConfig {
+    /// `FromClass` or `FromClaim`.
+    #[serde(default)]
+    pub source: GoStr,
+    /// The requests it applies to; none: every request of the claim.
+    #[serde(default)]
+    pub requests: GoList<GoStr>,
+    pub opaque: Option<GoObj<OpaqueConfig>>,
+}
+
+/// `opaque`: parameters for one driver, which only that driver reads.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct OpaqueConfig {
+    pub driver: GoStr,
+    #[serde(default)]
+    pub parameters: Value,
 }
 
 /// `status.allocation.devices.results[i]`: one allocated device.
@@ -74,6 +99,8 @@ struct WireAllocation {
 struct WireDevices {
     #[serde(default)]
     results: GoList<AllocationResult>,
+    #[serde(default)]
+    config: GoList<DeviceConfig>,
 }
 
 /// `ResourceClaim ns/name` as errors name it, read leniently from `v` (so
@@ -100,7 +127,11 @@ impl ResourceClaim {
             Some(s) => (s.reserved_for.0, s.allocation.map(|a| a.0)),
             None => (Vec::new(), None),
         };
-        let results = allocation.map(|a| a.devices.map(|d| d.0.results.0).unwrap_or_default());
+        let (results, config) = match allocation.map(|a| a.devices.map(|d| d.0)) {
+            None => (None, Vec::new()),
+            Some(None) => (Some(Vec::new()), Vec::new()),
+            Some(Some(d)) => (Some(d.results.0), d.config.0),
+        };
         for (i, result) in results.iter().flatten().enumerate() {
             for (key, value) in [
                 ("driver", &result.driver),
@@ -119,8 +150,10 @@ impl ResourceClaim {
         Ok(ResourceClaim {
             namespace: metadata.namespace.unwrap_or_default(),
             name: metadata.name,
+            uid: metadata.uid,
             reserved_for,
             results,
+            config,
         })
     }
 

@@ -26,6 +26,7 @@
 //! server (thin mode) or the daemon's watch caches by `crate::cluster::dra`.
 
 pub mod claim;
+pub mod driver;
 mod error;
 pub mod pod;
 pub mod slice;

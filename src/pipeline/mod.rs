@@ -221,6 +221,12 @@ pub fn add(parts: &dyn Parts, conf: &PlexusConf, req: &Request) -> Result<CniRes
         for warning in publish::publish(kube, &pod, &status, attached.claims, events)? {
             log.warn(warning);
         }
+        if !plan.claimed.is_empty() {
+            let devices = publish::claimed_device_statuses(&plan.claimed, &attached.results);
+            for warning in kube.write_device_statuses(&devices) {
+                log.warn(format_args!("claim status not written: {warning}"));
+            }
+        }
         phases::mark("status write");
     }
     if CallLog::progress_logged() {

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use crate::cluster::api::ClaimStatus;
+use crate::cluster::dra_driver::DeviceStatus;
 use crate::cluster::events::{EventType, PodEvent};
 use crate::cluster::kube::Publication;
 use crate::cluster::{Cluster, ClusterError, Publisher};
@@ -191,4 +192,42 @@ pub(crate) fn sweep_warnings(swept: claim_book::Swept) -> impl Iterator<Item = S
         .into_iter()
         .map(|c| format!("IPAMClaim {c} was deleted: its addresses are released"));
     released.chain(swept.warnings)
+}
+
+/// KEP-4817: the `status.devices[]` entry of each claimed device of the
+/// plan, with the network data of its attachment's result: its interface
+/// in the pod, the addresses on it (with prefix length), its MAC.
+pub fn claimed_device_statuses(
+    claimed: &[crate::plan::ClaimedAttachment],
+    results: &[AttachmentResult],
+) -> Vec<DeviceStatus> {
+    claimed
+        .iter()
+        .filter_map(|c| {
+            let attached = results.iter().find(|r| r.ifname == c.ifname)?;
+            let result = attached.result.as_ref();
+            let in_pod = |i: &crate::cni::result::Interface| {
+                i.name == c.ifname.as_str() && i.sandbox.as_deref().is_some_and(|s| !s.is_empty())
+            };
+            let interface = result.and_then(|r| r.interfaces.iter().position(in_pod));
+            let ips = result
+                .into_iter()
+                .flat_map(|r| &r.ips)
+                .filter(|ip| interface.is_none() || ip.interface.map(|i| i as usize) == interface)
+                .map(|ip| ip.address.to_string())
+                .collect();
+            let hardware_address = interface
+                .and_then(|i| result?.interfaces[i].mac.clone())
+                .filter(|m| !m.is_empty());
+            Some(DeviceStatus {
+                namespace: c.namespace.clone(),
+                claim: c.claim.clone(),
+                pool: c.pool.clone(),
+                device: c.device.clone(),
+                interface_name: c.ifname.to_string(),
+                ips,
+                hardware_address,
+            })
+        })
+        .collect()
 }

@@ -329,6 +329,7 @@ mod tests {
         Plan {
             attachments: vec![att],
             warnings: Vec::new(),
+            claimed: Vec::new(),
         }
     }
 

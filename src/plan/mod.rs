@@ -51,11 +51,13 @@ use std::collections::BTreeSet;
 use serde_json::{json, Map, Value};
 
 pub use crate::attachment::{
-    net_n, Attachment, DeviceInfoFiles, Plan, AUXILIARY_SOURCE, PLEXUS_ARGS,
+    net_n, Attachment, ClaimedAttachment, DeviceInfoFiles, Plan, AUXILIARY_SOURCE, PLEXUS_ARGS,
 };
 use crate::cluster::NadSource;
 use crate::cni::config::{derive_request, NetworkConfigList};
 use crate::cni::names::IfName;
+use crate::dra::driver::claimed::{ClaimedNetwork, HandOver};
+use crate::dra::driver::opaque::Network;
 use crate::netattach::deviceinfo;
 use crate::netattach::names::NetworkRef;
 use crate::netattach::pod::Pod;
@@ -80,6 +82,21 @@ struct Wanted {
     /// the annotation's `[2]`).
     label: String,
     selection: Option<NetworkSelectionElement>,
+    /// A device of the pod's claim from plexus's DRA driver, and its
+    /// network configuration.
+    claimed: Option<ClaimedNetwork>,
+}
+
+impl Wanted {
+    /// The interface name asked for: the selection's `interface`, the
+    /// claim's `interfaceName`.
+    fn explicit_ifname(&self) -> Option<IfName> {
+        if let Some(s) = &self.selection {
+            return s.interface.clone();
+        }
+        let claimed = self.claimed.as_ref()?;
+        IfName::new(claimed.config.interface_name.as_deref()?).ok()
+    }
 }
 
 /// How a wanted network is named.
@@ -115,6 +132,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
             target: Target::Inline(list.clone()),
             label: format!("delegates[{}]", i + 1),
             selection: None,
+            claimed: None,
         });
     }
     for (i, name) in default_networks.iter().enumerate() {
@@ -122,6 +140,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
             target: Target::Named(name.clone()),
             label: format!("defaultNetworks[{i}]"),
             selection: None,
+            claimed: None,
         });
     }
     for (i, element) in selections(pod, options, &mut warnings)?
@@ -140,7 +159,17 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
             }),
             label: format!("{NETWORKS_ANNOTATION}[{i}]"),
             selection: Some(element),
+            claimed: None,
         });
+    }
+    // The devices of the pod's claims from plexus's own DRA driver, after
+    // the selections, each on the network its claim configures.
+    for claimed in inputs
+        .claims
+        .map(|c| c.claimed_networks(pod))
+        .unwrap_or_default()
+    {
+        wanted.push(claimed_wanted(claimed)?);
     }
 
     let ifnames = assign_ifnames(&options.ifname, &wanted)?;
@@ -185,6 +214,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
         .collect::<Result<Vec<_>, PlanError>>()?;
     let device_ids = device_ids(pod, &wanted, &resolved, inputs, &mut warnings)?;
 
+    let mut claimed = Vec::new();
     for (((want, ifname), nad), device_id) in
         wanted.iter().zip(ifnames).zip(resolved).zip(device_ids)
     {
@@ -208,6 +238,20 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
         let mut plugins = requests(&config, &network, &capability_args, cni_args_override)?;
         if let Some(id) = &device_id {
             devices::hand_over(&mut plugins, id);
+        }
+        if let Some(c) = &want.claimed {
+            claimed.push(ClaimedAttachment {
+                ifname: ifname.clone(),
+                namespace: c.namespace.clone(),
+                claim: c.name.clone(),
+                pool: c.device.pool.clone(),
+                device: c.device.device.clone(),
+            });
+        }
+        if let Some(HandOver::Key(key, value)) = want.claimed.as_ref().map(|c| c.hand_over()) {
+            for plugin in &mut plugins {
+                plugin.insert(key.into(), json!(value));
+            }
         }
         let device_plugin_file = resource_name
             .as_deref()
@@ -254,6 +298,7 @@ pub fn plan(pod: &Pod, inputs: &PlanInputs) -> Result<Plan, PlanError> {
     Ok(Plan {
         attachments,
         warnings,
+        claimed,
     })
 }
 
@@ -282,7 +327,13 @@ fn device_ids(
             Some((i, need))
         })
         .unzip();
-    let mut ids = vec![None; wanted.len()];
+    let mut ids: Vec<Option<String>> = wanted
+        .iter()
+        .map(|w| match w.claimed.as_ref()?.hand_over() {
+            HandOver::DeviceId(id) => Some(id),
+            HandOver::Key(..) => None,
+        })
+        .collect();
     if needs.is_empty() {
         return Ok(ids);
     }
@@ -301,6 +352,32 @@ fn device_ids(
         ids[i] = Some(id);
     }
     Ok(ids)
+}
+
+/// A claimed device's network as a wanted one: its claim's NAD, or its
+/// inline configuration.
+fn claimed_wanted(claimed: ClaimedNetwork) -> Result<Wanted, PlanError> {
+    let label = claimed.label();
+    let target = match &claimed.config.network {
+        Network::Attachment { namespace, name } => Target::Nad(NetworkRef {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        }),
+        Network::Inline(config) => {
+            Target::Inline(NetworkConfigList::from_value(config).map_err(|e| {
+                PlanError::config(
+                    format!("{label}: {}.opaque.parameters.config", claimed.config.field),
+                    e.to_string(),
+                )
+            })?)
+        }
+    };
+    Ok(Wanted {
+        target,
+        label,
+        selection: None,
+        claimed: Some(claimed),
+    })
 }
 
 /// The NADs (`namespace`, `name`) the pod's selection annotation names and
@@ -365,14 +442,11 @@ fn selections(
 /// skipping names requested explicitly elsewhere in the pod. §4.1.2.1.5: an
 /// explicit name already used fails.
 fn assign_ifnames(default_ifname: &IfName, wanted: &[Wanted]) -> Result<Vec<IfName>, PlanError> {
-    let explicit: BTreeSet<&str> = wanted
-        .iter()
-        .filter_map(|w| w.selection.as_ref()?.interface.as_deref())
-        .collect();
+    let explicit: BTreeSet<IfName> = wanted.iter().filter_map(Wanted::explicit_ifname).collect();
     let mut used: BTreeSet<IfName> = BTreeSet::from([default_ifname.clone()]);
     let mut names = Vec::with_capacity(wanted.len());
     for (i, want) in wanted.iter().enumerate() {
-        let name = match want.selection.as_ref().and_then(|s| s.interface.clone()) {
+        let name = match want.explicit_ifname() {
             // Checked as the selection was read (§4.1.2.1.5).
             Some(name) => {
                 if used.contains(&name) {
@@ -387,7 +461,7 @@ fn assign_ifnames(default_ifname: &IfName, wanted: &[Wanted]) -> Result<Vec<IfNa
                 // Bounded: at most explicit.len() + used.len() candidates collide.
                 (i + 1..)
                     .map(net_n)
-                    .find(|n| !used.contains(n) && !explicit.contains(n.as_str()))
+                    .find(|n| !used.contains(n) && !explicit.contains(n))
                     .expect("an unbounded range always has a free name")
             }
         };
@@ -439,7 +513,9 @@ fn secondary_cni_args(pod: &Pod, options: &PlanOptions) -> String {
 fn check_isolation(pod: &Pod, want: &Wanted, options: &PlanOptions) -> Result<(), PlanError> {
     // Only what the pod selects is checked, as Multus's GetNetworkDelegates
     // does: the cluster's own networks are the operator's choice.
-    let (Target::Nad(reference), Some(_)) = (&want.target, &want.selection) else {
+    // A claim's NAD is the pod's choice as much as a selection.
+    let chosen = want.selection.is_some() || want.claimed.is_some();
+    let (Target::Nad(reference), true) = (&want.target, chosen) else {
         return Ok(());
     };
     if !options.policy.namespace_isolation {

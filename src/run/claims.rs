@@ -239,6 +239,7 @@ mod tests {
         let mut plan = Plan {
             attachments: vec![attachment(macvlan(tmp, json!(true)))],
             warnings: Vec::new(),
+            claimed: Vec::new(),
         };
         let bound = bind(&mut plan, &pod(), &cluster(tmp, CLAIM)).unwrap();
         book.note_bound(&bound).unwrap();

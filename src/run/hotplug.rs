@@ -60,6 +60,7 @@ impl Executor {
         let plan = crate::plan::Plan {
             attachments: attachments.to_vec(),
             warnings: Vec::new(),
+            claimed: Vec::new(),
         };
         record
             .attachments

@@ -39,7 +39,7 @@ use tonic::codec::ProstCodec;
 use tonic::server::Grpc;
 use tonic::{Request, Response, Status};
 
-use crate::grpc::{unknown_method, Answering, Routes, Server};
+use plexus_podresources::server::{unknown_method, Answering, Routes, Server};
 use v1beta1::*;
 
 /// kubelet's device-plugins directory on a node: its `kubelet.sock`, and

@@ -58,6 +58,14 @@ fn list(items: Value) -> Value {
     json!({"type": "array", "items": items})
 }
 
+/// A list of `items` merged by `keys` (`+listType=map`).
+fn map_list(items: Value, keys: &[&str]) -> Value {
+    let mut l = list(items);
+    l["x-kubernetes-list-type"] = json!("map");
+    l["x-kubernetes-list-map-keys"] = json!(keys);
+    l
+}
+
 fn strings() -> Value {
     list(string())
 }
@@ -207,7 +215,9 @@ fn claim_status() -> Value {
         &["driver", "pool", "device"],
     );
     object(
-        json!({"allocation": allocation, "reservedFor": list(consumer), "devices": list(device)}),
+        json!({"allocation": allocation, "reservedFor": list(consumer),
+               // +listType=map: drivers write their own entries (server-side apply).
+               "devices": map_list(device, &["driver", "device", "pool"])}),
         &[],
     )
 }

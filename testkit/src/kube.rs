@@ -115,6 +115,11 @@ pub(crate) fn missing() -> Option<std::borrow::Cow<'static, str>> {
     if crate::in_vm() {
         return Some("the VM runs no API server (the host suite does)".into());
     }
+    missing_binaries()
+}
+
+/// What is missing to start the API server here, VM or not.
+pub(crate) fn missing_binaries() -> Option<std::borrow::Cow<'static, str>> {
     if let Some(dir) = std::env::var_os("PLEXUS_KUBE_DIR") {
         if Path::new(&dir).join("env").is_file() {
             return None;

@@ -15,8 +15,8 @@ pub mod device_plugin;
 pub mod dist;
 pub mod dra;
 pub mod files;
-mod grpc;
 pub mod kube;
+pub mod kubelet_dra;
 pub mod node;
 pub mod peers;
 pub mod podman;
@@ -67,6 +67,11 @@ pub enum Feature {
     /// The real kube-apiserver `.ci/kube-apiserver` builds, with etcd,
     /// openssl, curl and kubectl to run it ([`kube`]).
     KubeApiServer,
+    /// The same API server for a test of devices only the VM has (a VF
+    /// claimed through DRA): in the VM too, started there from the host's
+    /// cache (about 60 s under TCG), where [`Feature::KubeApiServer`]'s
+    /// tests are left to the host.
+    KubeApiServerBesideDevices,
     /// sriov-cni, the peer of plexus's `sriov` driver, as `.ci/sriov-cni`
     /// builds and caches it ([`sriov::sriov_cni`]).
     SriovCni,
@@ -84,7 +89,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    const ALL: [Feature; 17] = [
+    const ALL: [Feature; 18] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
@@ -98,6 +103,7 @@ impl Feature {
         Feature::Sctp,
         Feature::Podman,
         Feature::KubeApiServer,
+        Feature::KubeApiServerBesideDevices,
         Feature::SriovCni,
         Feature::Whereabouts,
         Feature::PreviousRelease,
@@ -209,6 +215,7 @@ impl Feature {
                 Err(e) => Some(e.into()),
             },
             Feature::KubeApiServer => kube::missing(),
+            Feature::KubeApiServerBesideDevices => kube::missing_binaries(),
             Feature::SriovCni => sriov::sriov_cni().err().map(Cow::Owned),
             Feature::Whereabouts => peers::whereabouts().err().map(Cow::Owned),
             Feature::PreviousRelease => peers::previous_release().err().map(Cow::Owned),
@@ -243,6 +250,7 @@ impl fmt::Display for Feature {
             Feature::Sctp => "SCTP",
             Feature::Podman => "podman",
             Feature::KubeApiServer => "a kube-apiserver",
+            Feature::KubeApiServerBesideDevices => "a kube-apiserver beside the devices",
             Feature::SriovCni => "sriov-cni",
             Feature::Whereabouts => "whereabouts",
             Feature::PreviousRelease => "plexus's previous release",

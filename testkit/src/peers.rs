@@ -79,6 +79,27 @@ pub(crate) fn ci_script(script: &str, args: &[&str]) -> Result<PathBuf, String> 
     Ok(printed)
 }
 
+/// The text of `path` (`deploy/daemonset.yaml`) in the previous release's
+/// commit (`.ci/previous-release --commit`), from this checkout's history:
+/// what a rollback to it restores beside its binary.
+pub fn previous_release_file(path: &str) -> Result<String, String> {
+    let commit = ci_script("previous-release", &["--commit"])?;
+    let spec = format!("{}:{path}", commit.display());
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(crate::kube::repo())
+        .args(["show", &spec])
+        .output()
+        .map_err(|e| format!("git show {spec}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "git show {spec}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    String::from_utf8(out.stdout).map_err(|e| format!("git show {spec}: {e}"))
+}
+
 /// The cached whereabouts, or why there is none.
 pub fn whereabouts() -> Result<Whereabouts, String> {
     let binary = ci_script("whereabouts", &["--path"])?;

@@ -23,7 +23,7 @@ use plexus_podresources::v1::{
 use tonic::codec::ProstCodec;
 use tonic::{Request, Response, Status};
 
-use crate::grpc::{unknown_method, Answering, Routes, Server};
+use plexus_podresources::server::{unknown_method, Answering, Routes, Server};
 
 /// Which kubelet the server plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

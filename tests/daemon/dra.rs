@@ -202,7 +202,9 @@ fn a_warm_add_with_claims_reads_them_from_the_caches_and_sends_no_get() {
 /// An API server before 1.34 does not serve `resource.k8s.io/v1` (a
 /// private one here, without the stand-in CRDs): NADs with a resourceName
 /// get kubelet's devices as before. The daemon asks once whether the group
-/// is served, says once in its log that it is not, and asks nothing after;
+/// is served, for its caches and its DRA driver (`--dra`, which stays off
+/// and serves kubelet nothing), says once in its log that it is not, and
+/// asks nothing after;
 /// a plugin process (thin mode) meets one 404 per ADD and goes on silently.
 #[test]
 fn without_resource_k8s_io_devices_come_from_kubelet_and_dra_costs_one_request() {
@@ -221,8 +223,14 @@ fn without_resource_k8s_io_devices_come_from_kubelet_and_dra_costs_one_request()
             .cloned()
             .collect()
     };
-    let daemon = w.daemon();
+    // With plexus's DRA driver on (as deploy/ has it): the one question is
+    // shared, and the driver stays off, saying so once.
+    let registry = w.kube.tmp.path().join("plugins_registry");
     let before = api.audited().len();
+    let daemon = w.daemon_with(&[
+        "--dra",
+        &format!("--dra-registry-dir={}", registry.display()),
+    ]);
     for (pod_name, netns) in pods[..2].iter().zip(&netns) {
         assert_ok("ADD", &w.call("ADD", pod_name, netns, &conf));
     }
@@ -232,6 +240,12 @@ fn without_resource_k8s_io_devices_come_from_kubelet_and_dra_costs_one_request()
     assert_eq!(asked[0].resource, "resourceslices", "{asked:?}");
     let said = "does not serve resource.k8s.io/v1";
     assert_eq!(daemon.log().matches(said).count(), 1, "{}", daemon.log());
+    let off = "the DRA driver dra.plexus.dev stays off";
+    daemon.wait_until("the driver says it is off", Duration::from_secs(10), || {
+        daemon.log().contains(off)
+    });
+    assert_eq!(daemon.log().matches(off).count(), 1, "{}", daemon.log());
+    assert!(!registry.exists(), "no registration socket");
 
     let thin = w.conf_with(json!({"podResourcesSocket": kubelet.socket(), "daemonSocket": null}));
     let before = api.audited().len();
@@ -261,7 +275,7 @@ fn a_role_without_dra_grants_keeps_kubelets_devices() {
     let rules = role["rules"].as_array_mut().unwrap();
     let before = rules.len();
     rules.retain(|r| !r["apiGroups"].to_string().contains("resource.k8s.io"));
-    assert_eq!(rules.len(), before - 1, "{role}");
+    assert_eq!(rules.len(), before - 4, "{role}");
     api.apply(&role.to_string());
     let pods = ["p1", "p2"];
     let (netns, kubelet) = pods_with_kubelet_devices(&mut w, "10.32.0.0/16", &pods);

@@ -9,13 +9,14 @@
 //! `storm` (boot storms, a kill mid-storm), `lifecycle` (SIGTERM, a
 //! rewritten kubeconfig), `hotplug` (dynamic networks), `thin` (thin mode
 //! beside the daemon), `ipamclaims`, `whereabouts` and `whereabouts_peer` (cluster-wide IPAM,
-//! beside the real whereabouts), `dra` (DRA claims from watch caches); the world they share is here.
+//! beside the real whereabouts), `dra` (DRA claims from watch caches), `dra_driver` (plexus as a DRA driver); the world they share is here.
 
 #[path = "../e2e_support/mod.rs"]
 mod e2e_support;
 
 mod calls;
 mod dra;
+mod dra_driver;
 mod hotplug;
 mod ipamclaims;
 mod lifecycle;
@@ -54,7 +55,22 @@ fn world_on(
     api: impl FnOnce() -> &'static plexus_testkit::kube::KubeApi,
     tag: &str,
 ) -> Option<World> {
-    let kube = kube_node_on(api, tag, "pxd", |tmp| {
+    world_needing(plexus_testkit::Feature::KubeApiServer, api, tag)
+}
+
+/// [`world`] for a test of devices only the VM has: its API server runs
+/// there too ([`plexus_testkit::Feature::KubeApiServerBesideDevices`]).
+fn world_beside_devices(tag: &str) -> Option<World> {
+    let server = plexus_testkit::Feature::KubeApiServerBesideDevices;
+    world_needing(server, plexus_testkit::kube::api, tag)
+}
+
+fn world_needing(
+    server: plexus_testkit::Feature,
+    api: impl FnOnce() -> &'static plexus_testkit::kube::KubeApi,
+    tag: &str,
+) -> Option<World> {
+    let kube = kube_node_needing(server, api, tag, "pxd", |tmp| {
         json!({"cniVersion": "1.0.0", "name": "macnet", "type": "macvlan",
             "master": "uplink0", "ipam": host_local(tmp, "10.20.0.0/16", "mac")})
     })?;
@@ -118,31 +134,8 @@ impl World {
 
     /// [`World::daemon`] with `extra` arguments.
     fn daemon_with(&self, extra: &[&str]) -> Daemon {
-        static STARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let log = self.kube.tmp.path().join(format!("daemon-{n}.log"));
-        let mut daemon = Command::new("ip");
-        daemon
-            .args(["netns", "exec", &self.kube.node, PLEXUS, "daemon"])
-            .arg("--socket")
-            .arg(self.socket())
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig())
-            .args(["--node-name", &self.kube.node])
-            .arg(format!("--metrics-address=127.0.0.1:{}", self.metrics_port))
-            .args(["--api-timeout", "5"])
-            .arg("--state-dir")
-            .arg(self.kube.tmp.path().join("state"))
-            .args(extra)
-            // The API server is shared by the run: only the test of the
-            // IPAM reconciler runs one, on its own pools' namespace.
-            .args(
-                (!extra.contains(&"--ipam-reconcile-interval"))
-                    .then_some("--ipam-reconcile-interval=0"),
-            )
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-        let daemon = Daemon::spawn(&mut daemon, log);
+        let metrics = format!("127.0.0.1:{}", self.metrics_port);
+        let daemon = self.spawn_daemon(Some(&self.kube.node), &metrics, extra);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if self.http("/readyz").0 == 200 {
@@ -155,6 +148,45 @@ impl World {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// `plexus daemon` of this world started in the namespace `netns` (the
+    /// test's node; `None`: this process's own, the VM's, where its devices
+    /// are), its metrics served at `metrics`, with `extra` arguments; not
+    /// waited for.
+    fn spawn_daemon(&self, netns: Option<&str>, metrics: &str, extra: &[&str]) -> Daemon {
+        static STARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = self.kube.tmp.path().join(format!("daemon-{n}.log"));
+        let mut daemon = match netns {
+            Some(netns) => {
+                let mut ip = Command::new("ip");
+                ip.args(["netns", "exec", netns, PLEXUS]);
+                ip
+            }
+            None => Command::new(PLEXUS),
+        };
+        daemon
+            .arg("daemon")
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(["--node-name", &self.kube.node])
+            .arg(format!("--metrics-address={metrics}"))
+            .args(["--api-timeout", "5"])
+            .arg("--state-dir")
+            .arg(self.kube.tmp.path().join("state"))
+            .args(extra)
+            // The API server is shared by the run: only the test of the
+            // IPAM reconciler runs one, on its own pools' namespace.
+            .args(
+                (!extra.contains(&"--ipam-reconcile-interval"))
+                    .then_some("--ipam-reconcile-interval=0"),
+            )
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        Daemon::spawn(&mut daemon, log)
     }
 
     /// GET `path` on the daemon's HTTP port: (status, body); 0 when nothing

@@ -354,11 +354,19 @@ pub fn kube_node_on(
     ns_prefix: &str,
     macnet: impl Fn(&Path) -> Value,
 ) -> Option<KubeNode> {
-    if !plexus_testkit::require(&[
-        Feature::Root,
-        Feature::ReferencePlugins,
-        Feature::KubeApiServer,
-    ]) {
+    kube_node_needing(Feature::KubeApiServer, api, tag, ns_prefix, macnet)
+}
+
+/// [`kube_node_on`] with the API server `server` names: for a test of
+/// devices only the VM has, [`Feature::KubeApiServerBesideDevices`].
+pub fn kube_node_needing(
+    server: Feature,
+    api: impl FnOnce() -> &'static KubeApi,
+    tag: &str,
+    ns_prefix: &str,
+    macnet: impl Fn(&Path) -> Value,
+) -> Option<KubeNode> {
+    if !plexus_testkit::require(&[Feature::Root, Feature::ReferencePlugins, server]) {
         return None;
     }
     let api = api();

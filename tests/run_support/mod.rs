@@ -47,6 +47,7 @@ pub fn plan(attachments: Vec<Attachment>) -> Plan {
     Plan {
         attachments,
         warnings: vec![],
+        claimed: Vec::new(),
     }
 }
 

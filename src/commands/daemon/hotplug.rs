@@ -262,6 +262,7 @@ impl Reconciler {
             let mut one = plan::Plan {
                 attachments: vec![new.clone()],
                 warnings: Vec::new(),
+                claimed: Vec::new(),
             };
             let attached = pipeline::attach(
                 &executor,

@@ -17,6 +17,7 @@
 //! With `chrootDir`, delegated plugins run chrooted into the node's file
 //! system ([`crate::run::exec::ExecSite`]).
 
+pub mod dra;
 pub mod hotplug;
 pub mod metrics;
 pub mod netpolicy;
@@ -81,6 +82,8 @@ pub struct Settings {
     /// Cluster-wide IPAM's reconciler ([`crate::whereabouts::reconcile`]),
     /// when on; needs the API server.
     pub ipam_reconcile: Option<IpamReconcile>,
+    /// plexus as a DRA driver ([`dra`]), when on; needs the API server.
+    pub dra: Option<dra::DraSettings>,
 }
 
 /// Where the daemon keeps what must outlive a call or itself.
@@ -261,6 +264,7 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
                 timeouts: settings.api_timeouts,
                 watched,
                 outbox,
+                prepared: Default::default(),
             })
         }
     };
@@ -316,6 +320,7 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
             move || reconciler.run(&identity, interval),
         )?;
     }
+    let dra_serving = start_dra(&settings, api.as_ref())?;
     let listener = socket::bind(&settings.socket)?;
     let daemon = Arc::new(Daemon {
         clusters: DaemonClusters {
@@ -363,12 +368,69 @@ pub fn run(settings: Settings) -> Result<(), DaemonError> {
     while (daemon.metrics.in_flight.get() > 0 || queued() > 0) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
+    // kubelet stops calling a plugin whose sockets are gone.
+    drop(lock(&dra_serving).take());
     tracing::info!(
         calls = daemon.metrics.in_flight.get(),
         writes = queued(),
         "stopped"
     );
     Ok(())
+}
+
+/// The DRA driver's servers, while they run.
+type DraServing = Arc<Mutex<Option<dra::Serving>>>;
+
+/// Starts the DRA driver on a thread of its own, when on: it asks whether
+/// the API server serves DRA (again every few seconds while it cannot
+/// tell), then serves kubelet and publishes the node's devices.
+fn start_dra(settings: &Settings, api: Option<&SharedApi>) -> Result<DraServing, DaemonError> {
+    let serving: DraServing = Arc::new(Mutex::new(None));
+    let (Some(dra_settings), Some(node)) = (&settings.dra, &settings.node) else {
+        return Ok(serving);
+    };
+    let Some(api) = api else {
+        tracing::warn!("--dra is off without --kubeconfig: claims live in the API server");
+        return Ok(serving);
+    };
+    let driver_api = crate::cluster::dra_driver::DriverApi {
+        client: api.client.clone(),
+        handle: api.handle.clone(),
+        timeout: settings.api_timeouts.request,
+    };
+    let (dra_settings, node, watched) = (dra_settings.clone(), node.clone(), api.watched.clone());
+    let slot = api.prepared.clone();
+    let kept = serving.clone();
+    spawn_service("plexus-dra", "the DRA driver's thread", move || {
+        let (wake, woken) = std::sync::mpsc::channel();
+        let driver = loop {
+            let opened = dra::DraDriver::open(
+                dra_settings.clone(),
+                &node,
+                driver_api.clone(),
+                watched.clone(),
+                wake.clone(),
+            );
+            match opened {
+                Ok(Some(driver)) => break driver,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!("the DRA driver waits: {e}");
+                    std::thread::sleep(Duration::from_secs(5));
+                }
+            }
+        };
+        let _ = slot.set(driver.clone() as Arc<dyn crate::dra::driver::claimed::PreparedClaims>);
+        match driver.serve() {
+            Ok(servers) => *lock(&kept) = Some(servers),
+            Err(e) => {
+                tracing::error!("the DRA driver cannot serve kubelet: {e}");
+                return;
+            }
+        }
+        driver.run_publisher(woken);
+    })?;
+    Ok(serving)
 }
 
 /// The outbox reports its deliveries to the metrics.

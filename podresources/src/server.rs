@@ -1,9 +1,10 @@
-//! A gRPC server on a unix socket, as kubelet's APIs are served: HTTP/2
-//! with hyper, requests routed to their method by path as a generated
-//! server does, on a thread and runtime of its own. The stand-in
-//! PodResources server and the test device plugin both run on it. Requests
-//! from grpc-go clients that name the socket path as their authority, as
-//! kubelet before 1.26 does, are taken ([`authority`]).
+//! A gRPC server on a unix socket, as kubelet's plugins serve theirs:
+//! HTTP/2 with hyper, requests routed to their method by path as a
+//! generated server does, on a thread and runtime of its own. plexus's DRA
+//! kubelet plugin (registration and `DRAPlugin`), the test kit's stand-in
+//! PodResources server and its device plugin all run on it. Requests from
+//! grpc-go clients that name the socket path as their authority, as kubelet
+//! before 1.26 does, are taken ([`authority`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,17 +22,17 @@ mod authority;
 use authority::AuthorityFix;
 
 /// A method's HTTP answer.
-pub(crate) type Answer = http::Response<tonic::body::Body>;
-pub(crate) type Answering = Pin<Box<dyn Future<Output = Answer> + Send>>;
+pub type Answer = http::Response<tonic::body::Body>;
+pub type Answering = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
 /// What a server serves: each request to the answer of the method its path
 /// names.
-pub(crate) trait Routes: Send + Sync + 'static {
+pub trait Routes: Send + Sync + 'static {
     fn route(self: Arc<Self>, request: http::Request<Incoming>) -> Answering;
 }
 
 /// The running server; it stops (its connections cancelled) when dropped.
-pub(crate) struct Server {
+pub struct Server {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -39,7 +40,7 @@ pub(crate) struct Server {
 impl Server {
     /// Serves `routes` on `listener` (bound already: clients may connect
     /// before this returns) until dropped.
-    pub(crate) fn start(listener: UnixListener, routes: Arc<dyn Routes>) -> Server {
+    pub fn start(listener: UnixListener, routes: Arc<dyn Routes>) -> Server {
         listener.set_nonblocking(true).expect("non-blocking socket");
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let thread = std::thread::spawn(move || {
@@ -112,6 +113,6 @@ impl tower::Service<http::Request<Incoming>> for Router {
 }
 
 /// The answer to a path no method has, as grpc-go gives it.
-pub(crate) fn unknown_method(path: &str) -> Answer {
+pub fn unknown_method(path: &str) -> Answer {
     tonic::Status::unimplemented(format!("unknown method {path}")).into_http()
 }
