@@ -19,6 +19,8 @@
 //! - [`pci`]: PCI devices in sysfs for SR-IOV: a VF's PF, index, netdev and
 //!   driver, and the vfio node of a VF handed to userspace.
 //! - [`vdpa`]: vDPA devices, through generic netlink and sysfs.
+//! - [`rdma`]: RDMA devices: the one of a netdev or bus device, the
+//!   subsystem's namespace mode, moves between namespaces (NETLINK_RDMA).
 //! - [`nftables`]: nftables tables written whole and atomically over
 //!   netlink (NETLINK_NETFILTER), for MultiNetworkPolicy.
 //! - [`probe`]: one ICMP echo from inside a namespace.
@@ -45,6 +47,7 @@ pub mod netns;
 pub mod nftables;
 pub mod pci;
 pub mod probe;
+pub mod rdma;
 pub mod session;
 pub mod sysctl;
 pub mod vdpa;

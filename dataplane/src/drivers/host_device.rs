@@ -72,6 +72,7 @@ use super::ownership::{
 };
 use super::passthrough::{self, Found, Netdev, Patience, Poll};
 use super::pod_device;
+use super::rdma_device::{self, Lookup};
 use super::undo::Undo;
 use crate::netlink::{Link, LinkKind, LinkUpdate, Netlink};
 use crate::netns::{NetNs, PodNetns};
@@ -105,6 +106,9 @@ pub(crate) struct Record {
     pub device: Option<String>,
     /// The netdev's alias before the ADD set it.
     pub alias: Option<String>,
+    /// Its RDMA device, moved into the pod with it (exclusive mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma: Option<String>,
 }
 
 impl Owned for Record {
@@ -210,6 +214,8 @@ pub(crate) struct Made {
     pod_link: Option<Link>,
     /// The PCI device behind it, for device-info.
     pci: Option<PciAddress>,
+    /// The RDMA device the pod can use (device-info-SPEC §3.1.3.3).
+    rdma: Option<String>,
 }
 
 /// The first netdev name in `dir` (sorted, as Go's `os.ReadDir` lists it);
@@ -501,6 +507,9 @@ impl GiveBack for HostDevice {
             pod: &r.pod,
         });
         let pod = pod.or(reached.as_ref());
+        if let (Some(name), Some(at)) = (&record.rdma, pod) {
+            rdma_device::back_home(name, at.pod_ns)?;
+        }
         let home = Cell::new(None);
         passthrough::return_netdev(
             format_args!("host device {name}"),
@@ -590,12 +599,24 @@ impl InterfaceDriver for HostDevice {
             ),
             Device::Dpdk(address) => (Found::Dpdk, Some(address.to_string()), None),
         };
+        // A userspace-bound device has no RDMA device.
+        let rdma = match &device {
+            Device::Netdev(link) => rdma_device::find(
+                &self.sysfs,
+                Lookup {
+                    bus_device: link.parent_device.as_deref(),
+                    netdev: Some(link.index),
+                },
+            )?,
+            Device::Dpdk(_) => None,
+        };
         let record = Record {
             owner: Owner::of(req)?,
             netns: at.sandbox.clone(),
             found,
             device: parent,
             alias,
+            rdma: rdma.as_ref().and_then(rdma_device::Found::to_move_back),
         };
         // A failed ADD leaves it up again once home (the reference's
         // moveLinkIn restores the up state; DEL leaves it down): registered
@@ -620,6 +641,7 @@ impl InterfaceDriver for HostDevice {
                 return Ok(Made {
                     pod_link: None,
                     pci: Some(address),
+                    rdma: None,
                 })
             }
             Device::Netdev(link) => link,
@@ -632,10 +654,16 @@ impl InterfaceDriver for HostDevice {
         host.update_link(link.index, &mark)
             .map_err(sys(format_args!("set the alias of {}", link.name)))?;
         let what = format_args!("host device {}", link.name);
+        // The RDMA device first: a software one dies with its netdev's move.
+        if let Some(rdma) = &rdma {
+            rdma.into_pod(&what, at.pod_ns)?;
+        }
         let pod_link = passthrough::move_into_pod(what, &link, None, None, at)?;
+        let rdma = rdma.map(rdma_device::Found::usable_by_pod).transpose()?.flatten();
         Ok(Made {
             pod_link: Some(pod_link),
             pci: self.pci_of(&link),
+            rdma,
         })
     }
 
@@ -700,6 +728,7 @@ impl InterfaceDriver for HostDevice {
         Some(DeviceInfo::pci(PciDevice {
             pci_address: address.to_string().into(),
             pf_pci_address: pf.map(|pf| pf.address().to_string().into()),
+            rdma_device: made.rdma.clone().map(Into::into),
             ..PciDevice::default()
         }))
     }
@@ -729,11 +758,21 @@ mod tests {
             },
             device: Some("0000:01:00.0".into()),
             alias: Some("uplink".into()),
+            rdma: None,
         };
         let text = serde_json::to_string_pretty(&r).unwrap();
         assert!(text.contains(r#""mode": "netdev""#), "{text}");
         assert!(text.contains(r#""device": "0000:01:00.0""#), "{text}");
+        // A record of a device without RDMA device is spelt as before.
+        assert!(!text.contains("rdma"), "{text}");
         assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), r);
+        let with_rdma = Record {
+            rdma: Some("mlx5_2".into()),
+            ..r.clone()
+        };
+        let text = serde_json::to_string(&with_rdma).unwrap();
+        assert!(text.contains(r#""rdma":"mlx5_2""#), "{text}");
+        assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), with_rdma);
 
         // What an ADD that does not find its device in the node looks for.
         let name = |n: &str| Target::Netdev(Select::Name(IfName::new(n).unwrap()));

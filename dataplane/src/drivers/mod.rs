@@ -5,7 +5,7 @@
 //! - Interface drivers (bridge, host-device, macvlan, ipvlan, vlan, ipoib, sriov, vdpa) implement
 //!   `InterfaceDriver` and are served by the one `InterfacePlugin`; they
 //!   get their IPAM plugin (built in or exec'd) through a [`Resolver`].
-//! - Chained plugins (tuning, bandwidth) work on the prevResult.
+//! - Chained plugins (tuning, bandwidth, rdma) work on the prevResult.
 //! - Every plugin gets the invocation's [`Session`], which opens the
 //!   namespaces and netlink sockets once; a failed ADD is taken back
 //!   through the one `undo::Undo` log.
@@ -37,6 +37,8 @@ mod netconf;
 mod ownership;
 mod passthrough;
 mod pod_device;
+pub mod rdma;
+mod rdma_device;
 pub mod sriov;
 mod stacked;
 #[cfg(test)]
@@ -104,6 +106,7 @@ pub const BUILTINS: &[Builtin] = &[
     Builtin::new("ipoib", |r, s| interface(StackedDriver(Ipoib), r, s)),
     Builtin::new("ipvlan", |r, s| interface(StackedDriver(Ipvlan), r, s)),
     Builtin::new("macvlan", |r, s| interface(StackedDriver(Macvlan), r, s)),
+    Builtin::new("rdma", |_, s| Box::new(rdma::Rdma::new(s))),
     Builtin::new("sriov", |r, s| interface(Sriov::default(), r, s)).describing_its_device(),
     Builtin::new("tuning", |_, s| Box::new(tuning::Tuning::new(s))),
     Builtin::new("vdpa", |r, s| interface(Vdpa::default(), r, s)).describing_its_device(),

@@ -154,6 +154,18 @@ pub(crate) fn runtime_string<'r>(
     }
 }
 
+/// A bus device's name as `key` gives it (a PCI address, an auxiliary
+/// device): one name under /sys/bus/*/devices, never a path out of it.
+pub(crate) fn bus_device_name(key: &str, id: &str) -> Result<String, DriverError> {
+    if id == "." || id == ".." || id.contains('/') || id.contains('\0') {
+        return Err(DriverError::config(
+            key,
+            format!("{id:?} is not a device name (a PCI address or an auxiliary device)"),
+        ));
+    }
+    Ok(id.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

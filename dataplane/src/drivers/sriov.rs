@@ -62,6 +62,7 @@ use super::netconf::IpamRef;
 use super::ownership::{Claim, DeviceLock, GiveBack, HandsOver, Owner, Return, Store, StoreAt};
 use super::passthrough::{self, Found, Netdev, Patience, Poll};
 use super::pod_device;
+use super::rdma_device::{self, Lookup};
 use super::undo::Undo;
 use crate::mac::MacAddr;
 use crate::netlink::{Link, LinkKind, Netlink, VfSettings, VfState};
@@ -110,6 +111,8 @@ pub(crate) struct Made {
     pub pod_link: Option<Link>,
     /// The VF's admin MAC, if set (what a DPDK-mode result reports).
     pub admin_mac: Option<MacAddr>,
+    /// The RDMA device the pod can use (device-info-SPEC §3.1.3.3).
+    pub rdma: Option<String>,
 }
 
 /// A VF that is not there (any more): no device at the address, or not a
@@ -239,6 +242,9 @@ impl GiveBack for Sriov {
         }: Return<'_>,
     ) -> Result<(), DriverError> {
         let address = *lock.key();
+        if let (Some(name), Some(at)) = (&record.rdma, pod) {
+            rdma_device::back_home(name, at.pod_ns)?;
+        }
         let vf = match self.sysfs.virtual_function(address) {
             Ok(vf) => vf,
             Err(e) if vanished(&e) => return lock.remove_record(),
@@ -393,12 +399,24 @@ impl InterfaceDriver for Sriov {
             .settings
             .mac
             .or(Some(saved.mac).filter(|m| m.0 != [0; 6] && vf.netdev.is_none()));
+        let bus_device = conf.device.to_string();
+        let rdma = match &vf.netdev {
+            Some(netdev) => rdma_device::find(
+                &self.sysfs,
+                Lookup {
+                    bus_device: Some(&bus_device),
+                    netdev: Some(netdev.index),
+                },
+            )?,
+            None => None,
+        };
         let record = Record {
             owner: Owner::of(req)?,
             netns: at.sandbox.clone(),
             saved,
             applied: prepared.settings.clone(),
             found,
+            rdma: rdma.as_ref().and_then(rdma_device::Found::to_move_back),
         };
         let what = format_args!("VF {}", conf.device);
         prepared.claim.take(self, record, what, at, undo)?;
@@ -420,6 +438,10 @@ impl InterfaceDriver for Sriov {
             self.rebind(conf.device)?;
             netdev = self.host_netdev(conf.device, host, Patience::Wait)?;
         }
+        // The RDMA device first: a software one dies with its netdev's move.
+        if let Some(rdma) = &rdma {
+            rdma.into_pod(format_args!("VF {}", conf.device), at.pod_ns)?;
+        }
         let pod_link = match &netdev {
             Some(netdev) => Some(passthrough::move_into_pod(
                 "the VF",
@@ -433,10 +455,12 @@ impl InterfaceDriver for Sriov {
         if !rebound {
             apply()?;
         }
+        let rdma = rdma.map(rdma_device::Found::usable_by_pod).transpose()?.flatten();
         Ok(Made {
             vf: vf.info,
             pod_link,
             admin_mac,
+            rdma,
         })
     }
 
@@ -494,6 +518,7 @@ impl InterfaceDriver for Sriov {
             pci_address: made.vf.address.to_string().into(),
             pf_pci_address: Some(made.vf.pf.to_string().into()),
             representor_device: self.sysfs.vf_representor(&made.vf).map(Into::into),
+            rdma_device: made.rdma.clone().map(Into::into),
             ..PciDevice::default()
         }))
     }

@@ -86,7 +86,14 @@ impl NetlinkSocket {
             object: label.to_string(),
             reason: format!("{what}: {e}"),
         };
-        let mut socket = Socket::new(protocol).map_err(|e| fail("socket", e))?;
+        // The kernel's refusal keeps its errno: EPROTONOSUPPORT says the
+        // protocol's subsystem is not there (no RDMA, say).
+        let mut socket = Socket::new(protocol).map_err(|e| Error::Kernel {
+            op: "open netlink socket in",
+            object: label.to_string(),
+            errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+            message: None,
+        })?;
         socket.bind_auto().map_err(|e| fail("bind", e))?;
         socket
             .connect(&SocketAddr::new(0, 0))

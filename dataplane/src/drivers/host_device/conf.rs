@@ -111,7 +111,7 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, DriverError> {
         .map(|p| PciAddress::parse(&p).map_err(|e| DriverError::config(PCI_BUS_ID, e.to_string())))
         .transpose()?;
     let bus = match netconf::runtime_string(req, "deviceID", RUNTIME_DEVICE_ID)? {
-        Some(id) => Some(Bus::DeviceId(bus_device_name(id)?)),
+        Some(id) => Some(Bus::DeviceId(netconf::bus_device_name(RUNTIME_DEVICE_ID, id)?)),
         None => pci.map(Bus::Pci),
     };
     if select.is_none() && bus.is_none() {
@@ -143,17 +143,6 @@ fn kernel_path(p: &str) -> Result<PathBuf, DriverError> {
         ));
     }
     Ok(path.to_path_buf())
-}
-
-/// `runtimeConfig.deviceID`: a device's name on its bus, never a path.
-fn bus_device_name(id: &str) -> Result<String, DriverError> {
-    if id == "." || id == ".." || id.contains('/') || id.contains('\0') {
-        return Err(DriverError::config(
-            RUNTIME_DEVICE_ID,
-            format!("{id:?} is not a device name (a PCI address or an auxiliary device)"),
-        ));
-    }
-    Ok(id.to_string())
 }
 
 #[cfg(test)]

@@ -20,6 +20,9 @@ pub(crate) struct Record {
     pub applied: VfSettings,
     /// How the VF was found; `dpdk` when bound to a userspace driver.
     pub found: Found,
+    /// Its RDMA device, moved into the pod with it (exclusive mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma: Option<String>,
 }
 
 impl Record {
@@ -67,20 +70,25 @@ mod tests {
                 mac: Some("02:00:00:00:00:01".parse().unwrap()),
                 mtu: 1500,
             },
+            rdma: Some("mlx5_3".into()),
         };
         assert!(!r.is_dpdk());
         let text = serde_json::to_string_pretty(&r).unwrap();
         assert!(text.contains(r#""mode": "netdev""#), "{text}");
         assert!(text.contains(r#""mac": "02:00:00:00:00:01""#), "{text}");
+        assert!(text.contains(r#""rdma": "mlx5_3""#), "{text}");
         let back: Record = serde_json::from_str(&text).unwrap();
         assert_eq!(back, r);
         let dpdk = Record {
             found: Found::Dpdk,
+            rdma: None,
             ..r
         };
         assert!(dpdk.is_dpdk());
-        assert!(serde_json::to_string(&dpdk)
-            .unwrap()
-            .contains(r#""mode":"dpdk""#));
+        let text = serde_json::to_string(&dpdk).unwrap();
+        assert!(text.contains(r#""mode":"dpdk""#), "{text}");
+        // Records written before RDMA devices moved have no such key.
+        assert!(!text.contains("rdma"), "{text}");
+        assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), dpdk);
     }
 }
