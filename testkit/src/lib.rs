@@ -50,6 +50,9 @@ pub enum Feature {
     Netdevsim,
     /// The vDPA bus with the `vdpasim_net` simulator.
     VdpaSim,
+    /// The RDMA subsystem with its netlink interface, iproute2's `rdma`,
+    /// and the software RDMA device rdma_rxe (soft-RoCE) over a netdev.
+    SoftRdma,
     /// A real PCI SR-IOV physical function with a netdev (`sriov_totalvfs`
     /// above 0): qemu's igb in the VM harness ([`sriov`] creates its VFs).
     /// Only there: the tests create and remove VFs of a machine-wide device,
@@ -89,7 +92,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    const ALL: [Feature; 18] = [
+    const ALL: [Feature; 19] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
@@ -97,6 +100,7 @@ impl Feature {
         Feature::Dummy,
         Feature::Netdevsim,
         Feature::VdpaSim,
+        Feature::SoftRdma,
         Feature::PciSriov,
         Feature::ReferencePlugins,
         Feature::Python3,
@@ -168,6 +172,11 @@ impl Feature {
             Feature::Dummy => in_scratch_netns(
                 "ip link add d0 type dummy",
                 "this kernel has no dummy links (EOPNOTSUPP)",
+            ),
+            // The rxe device dies with its dummy, and so with the namespace.
+            Feature::SoftRdma => in_scratch_netns(
+                "ip link add d0 type dummy && rdma link add pxt-probe-rxe type rxe netdev d0",
+                "this kernel has no RDMA subsystem with rdma_rxe, or iproute2 no `rdma`",
             ),
             Feature::Netdevsim => reason(
                 !Path::new("/sys/bus/netdevsim/new_device").exists(),
@@ -244,6 +253,7 @@ impl fmt::Display for Feature {
             Feature::Dummy => "dummy",
             Feature::Netdevsim => "netdevsim",
             Feature::VdpaSim => "vdpa_sim_net",
+            Feature::SoftRdma => "rdma_rxe",
             Feature::PciSriov => "PCI SR-IOV",
             Feature::ReferencePlugins => "the reference CNI plugins",
             Feature::Python3 => "python3",
