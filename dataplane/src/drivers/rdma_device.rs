@@ -23,6 +23,21 @@ use crate::rdma::{bus_device_rdma_names, NetnsMode, RdmaDevice, RdmaNetlink};
 /// Said once a process: that shared mode leaves RDMA devices where they are.
 static SHARED_MODE_SAID: Once = Once::new();
 
+/// Logs, the first time a process meets shared mode, that it moves no RDMA
+/// device; whether this call did.
+fn say_shared_mode_once(device: &RdmaDevice, of: &dyn Display) -> bool {
+    let mut said = false;
+    SHARED_MODE_SAID.call_once(|| {
+        tracing::info!(
+            "the RDMA subsystem is in shared mode: every namespace sees every RDMA device, so \
+             plexus moves none into pods ({device} of {of} stays where it is; `rdma system set \
+             netns exclusive` isolates them)"
+        );
+        said = true;
+    });
+    said
+}
+
 /// Where to look for a device's RDMA device.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Lookup<'a> {
@@ -50,14 +65,7 @@ impl Found {
     /// messages ("VF 0000:01:10.2").
     pub fn into_pod(&self, what: impl Display, pod_ns: &NetNs) -> Result<(), DriverError> {
         if !self.moves() {
-            SHARED_MODE_SAID.call_once(|| {
-                tracing::info!(
-                    "the RDMA subsystem is in shared mode: every namespace sees every RDMA \
-                     device, so plexus moves none into pods ({} of {what} stays where it is; \
-                     `rdma system set netns exclusive` isolates them)",
-                    self.device
-                )
-            });
+            say_shared_mode_once(&self.device, &what);
             return Ok(());
         }
         self.rdma
@@ -176,6 +184,18 @@ pub(crate) fn back_home(name: &str, pod_ns: &NetNs) -> Result<(), DriverError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_mode_is_said_once_a_process() {
+        let device = RdmaDevice {
+            index: 1,
+            name: "mlx5_2".into(),
+        };
+        let first = say_shared_mode_once(&device, &"VF 0000:01:10.2");
+        // The one call of this process's tests that says it.
+        assert!(first);
+        assert!(!say_shared_mode_once(&device, &"VF 0000:01:10.3"));
+    }
 
     #[test]
     fn a_bus_device_is_looked_for_on_the_pci_then_the_auxiliary_bus() {
