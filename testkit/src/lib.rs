@@ -78,6 +78,9 @@ pub enum Feature {
     /// sriov-cni, the peer of plexus's `sriov` driver, as `.ci/sriov-cni`
     /// builds and caches it ([`sriov::sriov_cni`]).
     SriovCni,
+    /// rdma-cni, the chained peer of plexus's built-in `rdma` type, as
+    /// `.ci/rdma-cni` builds and caches it ([`peers::rdma_cni`]).
+    RdmaCni,
     /// whereabouts, the cluster-wide IPAM plugin, as `.ci/whereabouts`
     /// builds and caches it ([`peers::whereabouts`]).
     Whereabouts,
@@ -92,7 +95,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    const ALL: [Feature; 19] = [
+    const ALL: [Feature; 20] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
@@ -109,6 +112,7 @@ impl Feature {
         Feature::KubeApiServer,
         Feature::KubeApiServerBesideDevices,
         Feature::SriovCni,
+        Feature::RdmaCni,
         Feature::Whereabouts,
         Feature::PreviousRelease,
         Feature::KubeNode,
@@ -122,13 +126,15 @@ impl Feature {
     fn vm_provides(self) -> bool {
         // The API server is a service of a few hundred MB, not a kernel
         // feature: its tests run in the host suite.
-        // sriov-cni is built on the host from a source repository a machine
-        // may lack; vm-tests/run builds it before the VM starts.
+        // sriov-cni and rdma-cni are built on the host from source
+        // repositories a machine may lack; vm-tests/run builds them before
+        // the VM starts.
         !matches!(
             self,
             Feature::Podman
                 | Feature::KubeApiServer
                 | Feature::SriovCni
+                | Feature::RdmaCni
                 | Feature::Whereabouts
                 | Feature::PreviousRelease
                 | Feature::KubeNode
@@ -226,6 +232,7 @@ impl Feature {
             Feature::KubeApiServer => kube::missing(),
             Feature::KubeApiServerBesideDevices => kube::missing_binaries(),
             Feature::SriovCni => sriov::sriov_cni().err().map(Cow::Owned),
+            Feature::RdmaCni => peers::rdma_cni().err().map(Cow::Owned),
             Feature::Whereabouts => peers::whereabouts().err().map(Cow::Owned),
             Feature::PreviousRelease => peers::previous_release().err().map(Cow::Owned),
             Feature::KubeNode => node::missing(),
@@ -262,6 +269,7 @@ impl fmt::Display for Feature {
             Feature::KubeApiServer => "a kube-apiserver",
             Feature::KubeApiServerBesideDevices => "a kube-apiserver beside the devices",
             Feature::SriovCni => "sriov-cni",
+            Feature::RdmaCni => "rdma-cni",
             Feature::Whereabouts => "whereabouts",
             Feature::PreviousRelease => "plexus's previous release",
             Feature::KubeNode => "a one-node cluster (kubelet, containerd)",

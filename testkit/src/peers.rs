@@ -114,6 +114,22 @@ pub fn whereabouts() -> Result<Whereabouts, String> {
     }
 }
 
+/// rdma-cni's binary as `.ci/rdma-cni` caches it, or why not: the chained
+/// peer of plexus's built-in `rdma` type. Only looks: building is for the
+/// host (vm-tests/run does it before the VM starts, whose root is
+/// read-only), not for a feature probe every test binary runs.
+pub fn rdma_cni() -> Result<PathBuf, String> {
+    let path = ci_script("rdma-cni", &["--path"])?;
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "no rdma-cni at {} (build it with .ci/rdma-cni)",
+            path.display()
+        ))
+    }
+}
+
 /// plexus's previous release, the static binary `.ci/previous-release`
 /// builds (once, then cached): the script's output when it is built or
 /// could be built here, else why not (its exit 3: the pinned commit is not
