@@ -86,7 +86,10 @@ impl SoftRdma {
 
     /// Over an existing netdev (a VF's): only the RDMA device is removed.
     fn over(netdev: &str, kind: &str, rdma: &str) -> SoftRdma {
-        run("rdma", &["link", "add", rdma, "type", kind, "netdev", netdev]);
+        run(
+            "rdma",
+            &["link", "add", rdma, "type", kind, "netdev", netdev],
+        );
         SoftRdma {
             netdev: netdev.into(),
             rdma: rdma.into(),
@@ -209,7 +212,8 @@ fn host_device_with_an_rdma_device_in_exclusive_mode_is_refused_and_undone() {
     let e = add(Here, &r, "host-device", &t, &c).unwrap_err();
     assert_eq!(e.code, ErrorCode::Io, "{e}");
     assert!(
-        e.details.contains("move RDMA device pxrxe1 of host device pxr-hd0 into the pod"),
+        e.details
+            .contains("move RDMA device pxrxe1 of host device pxr-hd0 into the pod"),
         "{e}"
     );
     assert!(e.details.contains("EOPNOTSUPP"), "{e}");
@@ -219,9 +223,11 @@ fn host_device_with_an_rdma_device_in_exclusive_mode_is_refused_and_undone() {
     assert!(has_flag(&home, "UP"), "{home}");
     assert!(rxe.seen());
     assert_eq!(sorted_links(&pod), ["lo"]);
-    assert!(std::fs::read_dir(data.path())
+    assert!(std::fs::read_dir(data.path()).unwrap().all(|f| !f
         .unwrap()
-        .all(|f| !f.unwrap().file_name().to_string_lossy().ends_with(".json")));
+        .file_name()
+        .to_string_lossy()
+        .ends_with(".json")));
     // DEL of the refused ADD: nothing to do, twice.
     del(Here, &r, "host-device", &t, &c).unwrap();
     del(Here, &r, "host-device", &t, &c).unwrap();
@@ -252,7 +258,10 @@ fn shared_mode_hands_the_netdev_over_and_moves_no_rdma_device() {
     // (NETDEV_UNREGISTER), a software device's own limit.
     let deadline = Instant::now() + Duration::from_secs(10);
     while rxe.seen() {
-        assert!(Instant::now() < deadline, "pxrxe2 outlived its netdev's move");
+        assert!(
+            Instant::now() < deadline,
+            "pxrxe2 outlived its netdev's move"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     del(Here, &r, "host-device", &t, &c).unwrap();
@@ -341,9 +350,19 @@ fn the_chained_rdma_plugin_refuses_what_it_cannot_act_on() {
     }
     let e = validate("rdma", &t, &conf(json!({"deviceID": 7}))).unwrap_err();
     assert_code(&e, ErrorCode::InvalidConfig, "deviceID");
-    let e = add(&node, &r, "rdma", &t, &conf(json!({"deviceID": "0000:7f:1f.7"}))).unwrap_err();
+    let e = add(
+        &node,
+        &r,
+        "rdma",
+        &t,
+        &conf(json!({"deviceID": "0000:7f:1f.7"})),
+    )
+    .unwrap_err();
     assert_code(&e, ErrorCode::InvalidConfig, "deviceID");
-    assert!(e.details.contains("not found under /sys/bus/pci/devices"), "{e}");
+    assert!(
+        e.details.contains("not found under /sys/bus/pci/devices"),
+        "{e}"
+    );
     // runtimeConfig.deviceID when deviceID is not there.
     let e = add(
         &node,
@@ -355,6 +374,109 @@ fn the_chained_rdma_plugin_refuses_what_it_cannot_act_on() {
     .unwrap_err();
     assert_code(&e, ErrorCode::InvalidConfig, "runtimeConfig.deviceID");
     // DEL without anything recorded: nothing, and again.
-    del(&node, &r, "rdma", &t, &conf(json!({"deviceID": "0000:7f:1f.7"}))).unwrap();
+    del(
+        &node,
+        &r,
+        "rdma",
+        &t,
+        &conf(json!({"deviceID": "0000:7f:1f.7"})),
+    )
+    .unwrap();
     del(&node, &r, "rdma", &t, &conf(json!({}))).unwrap();
+}
+
+/// rdma-cni itself (`.ci/rdma-cni`), exec'd in the VM's namespace as a
+/// runtime execs it, for `command` of container `t` with `config`: `Ok`
+/// with what it printed on exit code 0, `Err` with its error otherwise.
+fn rdma_cni(command: &str, t: &Target, netns: &str, config: &Value) -> Result<Value, Value> {
+    let bin = plexus_testkit::peers::rdma_cni().expect("Feature::RdmaCni");
+    let mut cmd = Command::new(bin);
+    cmd.env_clear()
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", t.container_id.as_str())
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", "net1")
+        .env("CNI_PATH", "/nonexistent");
+    let out = plexus_testkit::process::output_with_stdin(&mut cmd, &config.to_string());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let printed = serde_json::from_str(&text).unwrap_or(Value::Null);
+    if out.status.success() {
+        Ok(printed)
+    } else {
+        Err(printed)
+    }
+}
+
+/// rdma-cni and the built-in `rdma` on the same configurations and the
+/// same VF with an rdma_rxe device, in both modes: what one refuses the
+/// other refuses, what one lets pass the other does, and neither changes
+/// anything. No software device lets either finish an ADD (rdma-cni finds
+/// a VF's RDMA device only in its PCI device's `infiniband/`, where
+/// rdma_rxe's is not; plexus likewise), so the results compared are the
+/// refusals, DEL and CHECK.
+#[test]
+fn side_by_side_with_rdma_cni_on_the_same_configurations() {
+    if !runnable() || !require(&[Feature::PciSriov, Feature::RdmaCni]) {
+        return;
+    }
+    let _one = serial();
+    let Some((vfs, _nl, _pf)) = common::vfs_on_pf(1) else {
+        return;
+    };
+    let vf = &vfs.vfs[0];
+    let netdev = vf.netdev().expect("igb's VF has a netdev");
+    let rxe = SoftRdma::over(&netdev, "rxe", "pxrxe4");
+    let data = tempfile::tempdir().unwrap();
+    let r = TestResolver::default();
+    let mut seen = Vec::new();
+    // The mode first: it changes only while no other namespace exists.
+    for mode in [NetnsMode::Shared, NetnsMode::Exclusive] {
+        set_mode(mode);
+        let (pod, t) = new_pod("ctr-peer");
+        let netns = netns_path(&pod).display().to_string();
+        let prev = json!({"cniVersion": "1.0.0",
+                          "interfaces": [{"name": "net1", "sandbox": netns}], "ips": []});
+        // rdma-cni's examples/rdma_net_crd.yaml, as Multus hands it over
+        // with the VF's deviceID, plus plexus's dataDir (rdma-cni ignores it).
+        let chained = json!({"cniVersion": "1.0.0", "name": "rdma-net", "type": "rdma",
+                             "deviceID": vf.address, "dataDir": data.path(),
+                             "prevResult": prev});
+        let without = |key: &str| {
+            let mut c = chained.clone();
+            c.as_object_mut().unwrap().remove(key);
+            c
+        };
+        let cases = [
+            ("ADD", "ADD", chained.clone()),
+            ("ADD without prevResult", "ADD", without("prevResult")),
+            ("ADD without deviceID", "ADD", without("deviceID")),
+            ("CHECK", "CHECK", chained.clone()),
+            ("DEL", "DEL", chained.clone()),
+            ("DEL again", "DEL", chained.clone()),
+        ];
+        for (case, command, config) in cases {
+            let peer = rdma_cni(command, &t, &netns, &config);
+            let ours = match command {
+                "ADD" => add(Here, &r, "rdma", &t, &config).map(drop),
+                "DEL" => del(Here, &r, "rdma", &t, &config),
+                _ => check(Here, &r, "rdma", &t, &config),
+            };
+            assert_eq!(
+                peer.is_ok(),
+                ours.is_ok(),
+                "{mode}, {case}: rdma-cni {peer:?}, plexus {ours:?}"
+            );
+            // Neither changed anything.
+            assert_eq!(vf.netdev().as_deref(), Some(netdev.as_str()));
+            assert!(rxe.seen());
+            assert_eq!(sorted_links(&pod), ["lo"]);
+            seen.push(format!(
+                "{mode}, {case}: rdma-cni {peer:?}; plexus {ours:?}"
+            ));
+        }
+    }
+    eprintln!("{}", seen.join("\n"));
+    set_mode(NetnsMode::Shared);
+    drop(rxe);
+    drop(vfs);
 }

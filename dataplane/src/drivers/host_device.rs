@@ -659,7 +659,10 @@ impl InterfaceDriver for HostDevice {
             rdma.into_pod(&what, at.pod_ns)?;
         }
         let pod_link = passthrough::move_into_pod(what, &link, None, None, at)?;
-        let rdma = rdma.map(rdma_device::Found::usable_by_pod).transpose()?.flatten();
+        let rdma = rdma
+            .map(rdma_device::Found::usable_by_pod)
+            .transpose()?
+            .flatten();
         Ok(Made {
             pod_link: Some(pod_link),
             pci: self.pci_of(&link),

@@ -182,7 +182,10 @@ impl TypedPlugin for Rdma<'_> {
             netdev: None,
         };
         let found = rdma_device::find(&self.sysfs, lookup)?.ok_or_else(|| {
-            DriverError::config(*key, format!("{id} has no RDMA device in the node's namespace"))
+            DriverError::config(
+                *key,
+                format!("{id} has no RDMA device in the node's namespace"),
+            )
         })?;
         let Some(name) = found.to_move_back() else {
             // Shared mode: said once, nothing to undo or give back.

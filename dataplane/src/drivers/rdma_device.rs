@@ -76,7 +76,10 @@ impl Found {
                     "the kernel refuses (EOPNOTSUPP): the device's driver cannot change \
                      namespace (the software devices rdma_rxe and siw never can)",
                 ),
-                _ => sys_error(format_args!("move {} of {what} into the pod", self.device), e),
+                _ => sys_error(
+                    format_args!("move {} of {what} into the pod", self.device),
+                    e,
+                ),
             })
     }
 
@@ -166,12 +169,15 @@ pub(crate) fn back_home(name: &str, pod_ns: &NetNs) -> Result<(), DriverError> {
     let home = NetNs::current().map_err(sys("open the node's namespace"))?;
     pod_ns
         .run(|| {
-            let Some(rdma) = RdmaNetlink::open()
-                .map_err(sys("open the RDMA subsystem's netlink in the pod"))?
+            let Some(rdma) =
+                RdmaNetlink::open().map_err(sys("open the RDMA subsystem's netlink in the pod"))?
             else {
                 return Ok(());
             };
-            match rdma.device(name).map_err(sys("list the pod's RDMA devices"))? {
+            match rdma
+                .device(name)
+                .map_err(sys("list the pod's RDMA devices"))?
+            {
                 Some(device) => rdma
                     .move_to(&device, &home)
                     .map_err(sys(format_args!("move {what} back to the node"))),

@@ -455,7 +455,10 @@ impl InterfaceDriver for Sriov {
         if !rebound {
             apply()?;
         }
-        let rdma = rdma.map(rdma_device::Found::usable_by_pod).transpose()?.flatten();
+        let rdma = rdma
+            .map(rdma_device::Found::usable_by_pod)
+            .transpose()?
+            .flatten();
         Ok(Made {
             vf: vf.info,
             pod_link,

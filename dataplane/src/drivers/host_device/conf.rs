@@ -111,7 +111,10 @@ pub(crate) fn parse(req: &Request) -> Result<Conf, DriverError> {
         .map(|p| PciAddress::parse(&p).map_err(|e| DriverError::config(PCI_BUS_ID, e.to_string())))
         .transpose()?;
     let bus = match netconf::runtime_string(req, "deviceID", RUNTIME_DEVICE_ID)? {
-        Some(id) => Some(Bus::DeviceId(netconf::bus_device_name(RUNTIME_DEVICE_ID, id)?)),
+        Some(id) => Some(Bus::DeviceId(netconf::bus_device_name(
+            RUNTIME_DEVICE_ID,
+            id,
+        )?)),
         None => pci.map(Bus::Pci),
     };
     if select.is_none() && bus.is_none() {
