@@ -656,7 +656,7 @@ impl InterfaceDriver for HostDevice {
         let what = format_args!("host device {}", link.name);
         // The RDMA device first: a software one dies with its netdev's move.
         if let Some(rdma) = &rdma {
-            rdma.into_pod(&what, at.pod_ns)?;
+            rdma.follow_into_pod(what, at.pod_ns)?;
         }
         let pod_link = passthrough::move_into_pod(what, &link, None, None, at)?;
         let rdma = rdma

@@ -189,7 +189,7 @@ impl TypedPlugin for Rdma<'_> {
         })?;
         let Some(name) = found.to_move_back() else {
             // Shared mode: said once, nothing to undo or give back.
-            found.into_pod(id, at.pod_ns)?;
+            found.follow_into_pod(id, at.pod_ns)?;
             return Ok(prev.clone());
         };
         let store = STORE.open(conf.data_dir.as_deref());
@@ -204,7 +204,7 @@ impl TypedPlugin for Rdma<'_> {
                 device_id: id.clone(),
             };
             claim.take(self, record, &what, &at, &mut undo)?;
-            found.into_pod(id, at.pod_ns)
+            found.follow_into_pod(id, at.pod_ns)
         })();
         undo.finish(moved)?;
         Ok(prev.clone())

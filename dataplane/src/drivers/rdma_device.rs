@@ -63,7 +63,7 @@ impl Found {
     /// Into the pod's namespace `pod_ns` (exclusive mode; in shared mode
     /// nothing moves, and that is said once). `what` is its device, for
     /// messages ("VF 0000:01:10.2").
-    pub fn into_pod(&self, what: impl Display, pod_ns: &NetNs) -> Result<(), DriverError> {
+    pub fn follow_into_pod(&self, what: impl Display, pod_ns: &NetNs) -> Result<(), DriverError> {
         if !self.moves() {
             say_shared_mode_once(&self.device, &what);
             return Ok(());

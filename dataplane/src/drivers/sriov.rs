@@ -440,7 +440,7 @@ impl InterfaceDriver for Sriov {
         }
         // The RDMA device first: a software one dies with its netdev's move.
         if let Some(rdma) = &rdma {
-            rdma.into_pod(format_args!("VF {}", conf.device), at.pod_ns)?;
+            rdma.follow_into_pod(format_args!("VF {}", conf.device), at.pod_ns)?;
         }
         let pod_link = match &netdev {
             Some(netdev) => Some(passthrough::move_into_pod(
