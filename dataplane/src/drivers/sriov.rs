@@ -400,16 +400,17 @@ impl InterfaceDriver for Sriov {
             .mac
             .or(Some(saved.mac).filter(|m| m.0 != [0; 6] && vf.netdev.is_none()));
         let bus_device = conf.device.to_string();
-        let rdma = match &vf.netdev {
+        let rdma_of = |netdev: &Option<Link>| match netdev {
             Some(netdev) => rdma_device::find(
                 &self.sysfs,
                 Lookup {
                     bus_device: Some(&bus_device),
                     netdev: Some(netdev.index),
                 },
-            )?,
-            None => None,
+            ),
+            None => Ok(None),
         };
+        let mut rdma = rdma_of(&vf.netdev)?;
         let record = Record {
             owner: Owner::of(req)?,
             netns: at.sandbox.clone(),
@@ -437,6 +438,10 @@ impl InterfaceDriver for Sriov {
             apply()?;
             self.rebind(conf.device)?;
             netdev = self.host_netdev(conf.device, host, Patience::Wait)?;
+            // The bind made the RDMA device anew too (its index, perhaps its
+            // name; DEL looks for the name recorded, and a namespace that
+            // dies gives its devices back in any case).
+            rdma = rdma_of(&netdev)?;
         }
         // The RDMA device first: a software one dies with its netdev's move.
         if let Some(rdma) = &rdma {
