@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::api::bounded;
@@ -25,8 +26,9 @@ use crate::dra::driver::publish::{FoundPool, Pool};
 use crate::dra::driver::DRIVER;
 
 /// One device's entry of its claim's `status.devices[]`, after its
-/// attachment was added.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// attachment was added; queued in the daemon's outbox as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct DeviceStatus {
     pub namespace: String,
     pub claim: String,
@@ -36,6 +38,7 @@ pub struct DeviceStatus {
     pub interface_name: String,
     /// The addresses with their prefix length (`10.0.0.5/24`).
     pub ips: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware_address: Option<String>,
 }
 
@@ -83,6 +86,42 @@ pub(super) fn apply_device_statuses(
             other => other.map(drop),
         }
     }
+}
+
+/// Write `statuses` (one server-side apply per claim, each bounded by
+/// `bound`, all at once): what was not written, and why.
+pub(super) async fn write_device_statuses(
+    client: &kube::Client,
+    statuses: &[DeviceStatus],
+    bound: Duration,
+) -> Vec<String> {
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    let mut by_claim: std::collections::BTreeMap<(&str, &str), Vec<Value>> = Default::default();
+    for s in statuses {
+        by_claim
+            .entry((&s.namespace, &s.claim))
+            .or_default()
+            .push(s.entry(&now));
+    }
+    let writes = by_claim.into_iter().map(|((namespace, claim), entries)| {
+        let what = ApiRequest::new(
+            Verb::Patch,
+            format!("ResourceClaim {namespace}/{claim} status"),
+        );
+        bounded(
+            bound,
+            what,
+            apply_device_statuses(client, namespace, claim, entries),
+        )
+    });
+    futures::future::join_all(writes)
+        .await
+        .into_iter()
+        .filter_map(|w| w.err().map(|e| e.to_string()))
+        .collect()
 }
 
 /// The driver's connection to the API server.

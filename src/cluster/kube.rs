@@ -28,7 +28,7 @@ use super::api::{
 pub use super::client::RequestObserver;
 use super::client::{http2_client, load_kubeconfig, owned_client, Driver};
 use super::credentials::LiveCredentials;
-use super::dra_driver::{apply_device_statuses, DeviceStatus};
+use super::dra_driver::{write_device_statuses, DeviceStatus};
 use super::error::{error_chain, ApiRequest, ClusterError, Verb};
 use super::events::{pod_event, PodEvent};
 use super::outbox::{PendingStatus, StatusOutbox};
@@ -215,12 +215,14 @@ impl KubeCluster {
                     uid,
                     network_status,
                     claims: publication.claims.clone(),
+                    devices: publication.devices.clone(),
                 })
                 .map_err(|e| ClusterError::io("queueing the network-status write", e))?;
             return Ok(Published {
                 pod_found: true,
                 gone_claims: Vec::new(),
                 event_failures: Vec::new(),
+                device_failures: Vec::new(),
             });
         }
         let pods: Api<ApiPod> = Api::namespaced(self.client.clone(), &pod.namespace);
@@ -243,16 +245,18 @@ impl KubeCluster {
             let api = claims_api(&self.client, &c.namespace);
             async move { patch_status(&api, &c.name, patch, object, bounds).await }
         }));
+        let devices = write_device_statuses(&self.client, &publication.devices, bounds.request);
         let events = self.posts(pod, &publication.events);
-        let (status, claims, event_failures) = match &self.driver {
+        let (status, claims, device_failures, event_failures) = match &self.driver {
             // Alongside the PATCHes, on the one connection.
             Driver::Owned(runtime) => {
-                runtime.block_on(async { futures::join!(status, claims, events) })
+                runtime.block_on(async { futures::join!(status, claims, devices, events) })
             }
             Driver::Shared(handle) => {
                 post_in_background(handle, events);
-                let (status, claims) = handle.block_on(async { futures::join!(status, claims) });
-                (status, claims, Vec::new())
+                let (status, claims, devices) =
+                    handle.block_on(async { futures::join!(status, claims, devices) });
+                (status, claims, devices, Vec::new())
             }
         };
         let mut gone_claims = Vec::new();
@@ -265,6 +269,7 @@ impl KubeCluster {
             pod_found: status?,
             gone_claims,
             event_failures,
+            device_failures,
         })
     }
 
@@ -281,48 +286,6 @@ impl KubeCluster {
                 Vec::new()
             }
         }
-    }
-
-    /// Write the claims' `status.devices[]` entries of `statuses` (one
-    /// server-side apply per claim, bounded) before the ADD answers, in the
-    /// daemon too: a daemon that dies in between leaves the ADD unanswered,
-    /// and the runtime's retry writes them again (a write queued in memory
-    /// would be lost). What was not written, and why.
-    pub fn write_device_statuses(&self, statuses: &[DeviceStatus]) -> Vec<String> {
-        let now = k8s_openapi::jiff::Timestamp::now()
-            .round(k8s_openapi::jiff::Unit::Second)
-            .map(|t| t.to_string())
-            .unwrap_or_default();
-        let mut by_claim: std::collections::BTreeMap<(String, String), Vec<serde_json::Value>> =
-            Default::default();
-        for s in statuses {
-            by_claim
-                .entry((s.namespace.clone(), s.claim.clone()))
-                .or_default()
-                .push(s.entry(&now));
-        }
-        let bound = self.timeouts.request;
-        let writes: Vec<_> = by_claim
-            .into_iter()
-            .map(|((namespace, claim), entries)| {
-                let what = ApiRequest::new(
-                    Verb::Patch,
-                    format!("ResourceClaim {namespace}/{claim} status"),
-                );
-                let write = apply_device_statuses(&self.client, &namespace, &claim, entries);
-                bounded(bound, what, write)
-            })
-            .collect();
-        let all = async move {
-            let mut failures = Vec::new();
-            for write in writes {
-                if let Err(e) = write.await {
-                    failures.push(e.to_string());
-                }
-            }
-            failures
-        };
-        self.driver.block_on(all)
     }
 
     /// Posting `events`, not yet started; it owns what it needs.
@@ -354,6 +317,8 @@ pub struct Publication<'a> {
     pub pod: &'a Pod,
     pub network_status: &'a [NetworkStatus],
     pub claims: Vec<ClaimStatus>,
+    /// The claimed devices' ResourceClaim status entries (KEP-4817).
+    pub devices: Vec<DeviceStatus>,
     pub events: Vec<PodEvent>,
 }
 
@@ -366,6 +331,8 @@ pub struct Published {
     pub gone_claims: Vec<String>,
     /// Events that were not posted, and why.
     pub event_failures: Vec<String>,
+    /// Claimed devices' status entries not written, and why.
+    pub device_failures: Vec<String>,
 }
 
 impl KubeCluster {
@@ -588,9 +555,5 @@ impl Publisher for KubeCluster {
 
     fn post_events(&self, pod: &Pod, events: &[PodEvent]) -> Vec<String> {
         KubeCluster::post_events(self, pod, events)
-    }
-
-    fn write_device_statuses(&self, statuses: &[DeviceStatus]) -> Vec<String> {
-        KubeCluster::write_device_statuses(self, statuses)
     }
 }

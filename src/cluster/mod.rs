@@ -101,9 +101,6 @@ pub trait Publisher {
     fn publish(&self, publication: &kube::Publication) -> Result<kube::Published, ClusterError>;
     /// Post `events` about `pod`, best effort: what was not posted, and why.
     fn post_events(&self, pod: &Pod, events: &[events::PodEvent]) -> Vec<String>;
-    /// Write the `status.devices[]` entries of claimed devices (KEP-4817),
-    /// best effort: what was not written, and why.
-    fn write_device_statuses(&self, statuses: &[dra_driver::DeviceStatus]) -> Vec<String>;
 }
 
 /// What a call reads the cluster through, and where it writes back, when

@@ -36,6 +36,7 @@ use super::api::{
     bounded, claim_patch, claims_api, patch_status, pod_status_patch, post_all, ClaimStatus,
     StatusWrite,
 };
+use super::dra_driver::{write_device_statuses, DeviceStatus};
 use super::error::{ApiRequest, Verb};
 use super::events::{pod_event, EventType, PodEvent};
 use crate::cni::whole_file::{self, Durability};
@@ -58,6 +59,9 @@ pub struct PendingStatus {
     /// The bound IPAMClaims' new status (§8.2).
     #[serde(default)]
     pub claims: Vec<ClaimStatus>,
+    /// The claimed devices' ResourceClaim status entries (KEP-4817).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceStatus>,
 }
 
 /// How delivering one write ended.
@@ -167,6 +171,28 @@ impl StatusOutbox {
         self.queue(status, true)
     }
 
+    /// Drop the status entries of claim `namespace/name` from the writes
+    /// not yet delivered: its devices were unprepared, and a late write
+    /// would mark them Ready again. (A delivery under way has its copy;
+    /// Unprepare's own clearing follows it.)
+    pub fn forget_claim(&self, namespace: &str, name: &str) {
+        let mut pending = self.lock();
+        for (uid, queued) in pending.iter_mut() {
+            let devices = &mut queued.status.devices;
+            let before = devices.len();
+            devices.retain(|d| d.namespace != namespace || d.claim != name);
+            if devices.len() == before {
+                continue;
+            }
+            let bytes = serde_json::to_vec(&queued.status).expect("a pending status serializes");
+            if let Err(error) =
+                whole_file::replace(&self.file(uid), &bytes, 0o600, Durability::Unsynced)
+            {
+                tracing::warn!(%error, uid, "outbox entry not rewritten");
+            }
+        }
+    }
+
     /// Writes queued and not yet delivered.
     pub fn len(&self) -> usize {
         self.lock().len()
@@ -274,6 +300,8 @@ impl StatusOutbox {
                 Err(e) => failures.push(e.to_string()),
             }
         }
+        let devices = write_device_statuses(&self.client, &status.devices, self.request_timeout);
+        failures.extend(devices.await);
         if failures.is_empty() {
             return Delivery::Written;
         }
@@ -344,9 +372,19 @@ mod tests {
                 name: "c".into(),
                 ips: vec!["10.0.0.2/24".into()],
             }],
+            devices: vec![DeviceStatus {
+                namespace: "ns".into(),
+                claim: "vf".into(),
+                pool: "node-a".into(),
+                device: "vf-0000-01-10-2".into(),
+                interface_name: "net1".into(),
+                ips: vec!["10.1.0.2/24".into()],
+                hardware_address: None,
+            }],
         };
         let text = serde_json::to_string(&status).unwrap();
         assert!(text.contains("\"networkStatus\":\"[]\""), "{text}");
+        assert!(text.contains("\"interfaceName\":\"net1\""), "{text}");
         assert_eq!(
             serde_json::from_str::<PendingStatus>(&text).unwrap(),
             status

@@ -218,14 +218,9 @@ pub fn add(parts: &dyn Parts, conf: &PlexusConf, req: &Request) -> Result<CniRes
         let mut events = publish::added_events(&status, &attached.results);
         events.extend(publish::selection_warnings(&plan.warnings));
         events.extend(publish::device_info_warnings(&attached.results));
-        for warning in publish::publish(kube, &pod, &status, attached.claims, events)? {
+        let devices = publish::claimed_device_statuses(&plan.claimed, &attached.results);
+        for warning in publish::publish(kube, &pod, &status, attached.claims, devices, events)? {
             log.warn(warning);
-        }
-        if !plan.claimed.is_empty() {
-            let devices = publish::claimed_device_statuses(&plan.claimed, &attached.results);
-            for warning in kube.write_device_statuses(&devices) {
-                log.warn(format_args!("claim status not written: {warning}"));
-            }
         }
         phases::mark("status write");
     }

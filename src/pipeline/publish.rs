@@ -19,7 +19,8 @@ use crate::record::{Record, State};
 use crate::run::claims::{self as claim_book, ClaimBook};
 use crate::run::AttachmentResult;
 
-/// Write the pod's `network_status`, the claims' status and the events
+/// Write the pod's `network_status`, the claims' status, the claimed
+/// devices' (KEP-4817) and the events
 /// (best effort; a pod or claim deleted meanwhile is no failure): what did
 /// not go through, as warnings.
 pub fn publish(
@@ -27,12 +28,14 @@ pub fn publish(
     pod: &Pod,
     network_status: &[NetworkStatus],
     claims: Vec<ClaimStatus>,
+    devices: Vec<DeviceStatus>,
     events: Vec<PodEvent>,
 ) -> Result<Vec<String>, ClusterError> {
     let published = kube.publish(&Publication {
         pod,
         network_status,
         claims,
+        devices,
         events,
     })?;
     let mut warnings = Vec::new();
@@ -50,6 +53,12 @@ pub fn publish(
             .event_failures
             .iter()
             .map(|failure| format!("event not posted: {failure}")),
+    );
+    warnings.extend(
+        published
+            .device_failures
+            .iter()
+            .map(|failure| format!("claim status not written: {failure}")),
     );
     Ok(warnings)
 }

@@ -428,7 +428,7 @@ fn a_claimed_netdev_reaches_its_pod_through_the_daemons_add() {
     // its network data.
     let mac = ip(&netns, &["-j", "link", "show", "claimed0"]);
     let mac: Value = serde_json::from_str(&mac).unwrap();
-    let devices = claim_devices(&w, "c1");
+    let devices = claim_devices_once(&w, "c1", true);
     assert_eq!(devices.len(), 1, "{devices:?}");
     let entry = &devices[0];
     assert_eq!(
@@ -471,7 +471,7 @@ fn a_claimed_netdev_reaches_its_pod_through_the_daemons_add() {
     .register(Duration::from_secs(20))
     .unwrap();
     assert_eq!(plugin.unprepare(&[claim(&ns, "c1", &c1)]).unwrap()[&c1], "");
-    assert_eq!(claim_devices(&w, "c1"), Vec::<Value>::new());
+    assert_eq!(claim_devices_once(&w, "c1", false), Vec::<Value>::new());
     assert!(files(&d.state).is_empty());
     assert!(files(&d.cdi).is_empty());
     ip(&node, &["link", "del", "dra0"]);
@@ -480,6 +480,20 @@ fn a_claimed_netdev_reaches_its_pod_through_the_daemons_add() {
 
 /// Claim `name`'s `status.devices` now (the ADD writes them before it
 /// answers, Unprepare takes them back before it does).
+/// The claim's `status.devices` once it has entries (`written`) or none:
+/// the daemon writes them behind the ADD, with the pod's network-status
+/// (its outbox), and Unprepare takes them back. Waits up to 10 s.
+fn claim_devices_once(w: &World, name: &str, written: bool) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let devices = claim_devices(w, name);
+        if devices.is_empty() != written || std::time::Instant::now() >= deadline {
+            return devices;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 fn claim_devices(w: &World, name: &str) -> Vec<Value> {
     let text = w.kube.api.kubectl(&[
         "get",
@@ -609,7 +623,7 @@ fn claimed_vfs_reach_their_pods_with_traffic_and_network_data() {
     for (i, (name, _)) in claims.iter().enumerate() {
         let mac: Value =
             serde_json::from_str(&ip(&netns[i], &["-j", "link", "show", "vf0"])).unwrap();
-        let devices = claim_devices(&w, name);
+        let devices = claim_devices_once(&w, name, true);
         assert_eq!(devices[0]["device"], names[i], "{devices:?}");
         assert_eq!(
             devices[0]["networkData"],
@@ -627,7 +641,7 @@ fn claimed_vfs_reach_their_pods_with_traffic_and_network_data() {
             plugin.unprepare(&[claim(&ns, name, uid)]).unwrap()[uid.as_str()],
             ""
         );
-        assert_eq!(claim_devices(&w, name), Vec::<Value>::new());
+        assert_eq!(claim_devices_once(&w, name, false), Vec::<Value>::new());
     }
     for vf in &sriov.vfs {
         assert!(vf.netdev().is_some(), "{} is back on the node", vf.address);

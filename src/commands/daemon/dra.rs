@@ -40,6 +40,7 @@ use tonic::server::Grpc;
 use tonic::{Request, Response, Status};
 
 use crate::cluster::dra_driver::DriverApi;
+use crate::cluster::outbox::StatusOutbox;
 use crate::cluster::watch::Watched;
 use crate::dra::driver::claimed::PreparedClaims;
 use crate::dra::driver::inventory::{self, NodeDevice, Scope};
@@ -79,6 +80,8 @@ pub struct DraSettings {
 pub struct DraDriver {
     node: String,
     api: DriverApi,
+    /// Where the daemon's ADDs queue their devices' status (write-behind).
+    outbox: Option<Arc<StatusOutbox>>,
     watched: Arc<Watched>,
     settings: DraSettings,
     state: Mutex<State>,
@@ -117,6 +120,7 @@ impl DraDriver {
         settings: DraSettings,
         node: &str,
         api: DriverApi,
+        outbox: Option<Arc<StatusOutbox>>,
         watched: Arc<Watched>,
         wake: Sender<()>,
     ) -> Result<Option<Arc<DraDriver>>, String> {
@@ -139,6 +143,7 @@ impl DraDriver {
         Ok(Some(Arc::new(DraDriver {
             node: node.to_string(),
             api,
+            outbox,
             watched,
             settings,
             state: Mutex::new(State {
@@ -322,9 +327,13 @@ impl DraDriver {
         };
         self.wake_publisher();
         // The status entries an ADD wrote for its networked devices go with
-        // it; the claim may be gone already, and a failure here frees the
-        // device all the same.
+        // it, queued ones first (a late write would mark them Ready again);
+        // the claim may be gone already, and a failure here frees the device
+        // all the same.
         if freed.devices.iter().any(|d| d.network.is_some()) {
+            if let Some(outbox) = &self.outbox {
+                outbox.forget_claim(&claim.namespace, &claim.name);
+            }
             if let Err(e) = self
                 .api
                 .clear_device_statuses(&claim.namespace, &claim.name)

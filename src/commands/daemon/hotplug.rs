@@ -351,7 +351,7 @@ impl Reconciler {
             .get(NETWORK_STATUS_ANNOTATION)
             .and_then(|s| parse_status_annotation(s).ok());
         if (check_status && current.as_ref() != Some(&entries)) || !claims.is_empty() {
-            for warning in publish::publish(kube, pod, &entries, claims, events)? {
+            for warning in publish::publish(kube, pod, &entries, claims, Vec::new(), events)? {
                 tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), %warning);
             }
         } else if !events.is_empty() {

@@ -399,6 +399,7 @@ fn start_dra(settings: &Settings, api: Option<&SharedApi>) -> Result<DraServing,
         timeout: settings.api_timeouts.request,
     };
     let (dra_settings, node, watched) = (dra_settings.clone(), node.clone(), api.watched.clone());
+    let outbox = api.outbox.clone();
     let slot = api.prepared.clone();
     let kept = serving.clone();
     spawn_service("plexus-dra", "the DRA driver's thread", move || {
@@ -408,6 +409,7 @@ fn start_dra(settings: &Settings, api: Option<&SharedApi>) -> Result<DraServing,
                 dra_settings.clone(),
                 &node,
                 driver_api.clone(),
+                outbox.clone(),
                 watched.clone(),
                 wake.clone(),
             );
