@@ -77,7 +77,22 @@ fn del_after_a_failed_add_leaves_the_device_that_was_in_its_way() {
         ip(pod, &["link", "set", "eth0p", "up"]);
         ip(pod, &["addr", "add", "192.0.2.20/24", "dev", "eth0"]);
         ip(pod, &["route", "add", "default", "via", "192.0.2.1"]);
-        let pod_before = node_state(pod);
+        // The pair's operstate settles after `up` (the kernel's linkwatch,
+        // up to a second later on a busy machine): compared once it has.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let pod_before = loop {
+            let state = node_state(pod);
+            let settled = state
+                .0
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|l| l[1] != "LOWERLAYERDOWN");
+            if settled || std::time::Instant::now() > deadline {
+                break state;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
         let macnet = macvlan_network(tmp);
         let conf = plexus_conf(tmp, &macnet);
 
