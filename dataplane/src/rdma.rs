@@ -161,7 +161,16 @@ impl RdmaNetlink {
     /// The device whose port's netdev is `ifindex` of this namespace (a
     /// RoCE or iWARP device: rdma_rxe and siw over any netdev, a RoCE VF).
     pub fn device_of_netdev(&self, ifindex: u32) -> Result<Option<RdmaDevice>> {
-        for device in self.devices()? {
+        self.device_among(self.devices()?, ifindex)
+    }
+
+    /// [`Self::device_of_netdev`] among `devices`, listed already.
+    pub fn device_among(
+        &self,
+        devices: Vec<RdmaDevice>,
+        ifindex: u32,
+    ) -> Result<Option<RdmaDevice>> {
+        for device in devices {
             let replies = match self.request(
                 NldevCmd::PortGet,
                 vec![NldevAttr::DevIndex(device.index)],

@@ -111,25 +111,32 @@ pub(crate) fn find(sysfs: &SysfsRoot, lookup: Lookup<'_>) -> Result<Option<Found
     let Some(rdma) = RdmaNetlink::open().map_err(sys("open the RDMA subsystem's netlink"))? else {
         return Ok(None);
     };
+    // One list for every look-up below; a node without RDMA devices needs
+    // no more.
+    let devices = rdma
+        .devices()
+        .map_err(sys("list the node's RDMA devices"))?;
+    if devices.is_empty() {
+        return Ok(None);
+    }
     let mut device = None;
     if let Some(bus_device) = lookup.bus_device {
         for dir in bus_device_dirs(sysfs, bus_device) {
             let names = bus_device_rdma_names(&dir)
                 .map_err(|e| DriverError::io(&dir.join("infiniband"), e))?;
-            for name in names {
-                device = rdma
-                    .device(&name)
-                    .map_err(sys(format_args!("look up RDMA device {name}")))?;
-                if device.is_some() {
-                    break;
-                }
-            }
+            device = device.or_else(|| {
+                // The first by name, as the directory lists them sorted.
+                names
+                    .iter()
+                    .find_map(|n| devices.iter().find(|d| &d.name == n))
+                    .cloned()
+            });
         }
     }
     if device.is_none() {
         if let Some(index) = lookup.netdev {
             device = rdma
-                .device_of_netdev(index)
+                .device_among(devices, index)
                 .map_err(sys("look up the RDMA device of the netdev"))?;
         }
     }
