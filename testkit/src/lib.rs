@@ -53,6 +53,11 @@ pub enum Feature {
     /// The RDMA subsystem with its netlink interface, iproute2's `rdma`,
     /// and the software RDMA device rdma_rxe (soft-RoCE) over a netdev.
     SoftRdma,
+    /// The VM harness's stand-in for an RDMA NIC that can change namespace:
+    /// its kernel carries vm-tests/kernel-patches/rxe-netns-stand-in.patch
+    /// (rdma_rxe able to move, under its netdev's bus device). The harness
+    /// says which patches its kernel has (`PLEXUS_VM_KERNEL_PATCHES`).
+    RdmaNetnsStandIn,
     /// A real PCI SR-IOV physical function with a netdev (`sriov_totalvfs`
     /// above 0): qemu's igb in the VM harness ([`sriov`] creates its VFs).
     /// Only there: the tests create and remove VFs of a machine-wide device,
@@ -95,7 +100,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    const ALL: [Feature; 20] = [
+    const ALL: [Feature; 21] = [
         Feature::Root,
         Feature::Ipvlan,
         Feature::BridgeVlanFiltering,
@@ -104,6 +109,7 @@ impl Feature {
         Feature::Netdevsim,
         Feature::VdpaSim,
         Feature::SoftRdma,
+        Feature::RdmaNetnsStandIn,
         Feature::PciSriov,
         Feature::ReferencePlugins,
         Feature::Python3,
@@ -184,6 +190,11 @@ impl Feature {
                 "ip link add d0 type dummy && rdma link add pxt-probe-rxe type rxe netdev d0",
                 "this kernel has no RDMA subsystem with rdma_rxe, or iproute2 no `rdma`",
             ),
+            Feature::RdmaNetnsStandIn => reason(
+                !std::env::var("PLEXUS_VM_KERNEL_PATCHES")
+                    .is_ok_and(|p| p.split_whitespace().any(|p| p == "rxe-netns-stand-in.patch")),
+                "not the VM harness's kernel with vm-tests/kernel-patches/rxe-netns-stand-in.patch",
+            ),
             Feature::Netdevsim => reason(
                 !Path::new("/sys/bus/netdevsim/new_device").exists(),
                 "this kernel has no netdevsim",
@@ -261,6 +272,7 @@ impl fmt::Display for Feature {
             Feature::Netdevsim => "netdevsim",
             Feature::VdpaSim => "vdpa_sim_net",
             Feature::SoftRdma => "rdma_rxe",
+            Feature::RdmaNetnsStandIn => "rdma_rxe able to change namespace (the VM's stand-in)",
             Feature::PciSriov => "PCI SR-IOV",
             Feature::ReferencePlugins => "the reference CNI plugins",
             Feature::Python3 => "python3",

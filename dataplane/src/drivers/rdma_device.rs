@@ -74,7 +74,7 @@ impl Found {
                 Some(Errno::EOPNOTSUPP) => sys_error(
                     format_args!("move {} of {what} into the pod", self.device),
                     "the kernel refuses (EOPNOTSUPP): the device's driver cannot change \
-                     namespace (the software devices rdma_rxe and siw never can)",
+                     namespace (the stock software devices rdma_rxe and siw never can)",
                 ),
                 _ => sys_error(
                     format_args!("move {} of {what} into the pod", self.device),
