@@ -442,6 +442,55 @@ fn a_vf_with_its_rdma_device_reaches_the_pod_and_comes_back_at_del() {
     drop(vfs);
 }
 
+/// rdma-cni's own chain (its examples/rdma_net_crd.yaml, plexus's
+/// deploy/examples/rdma.yaml): `sriov` then `rdma`. In exclusive mode
+/// plexus's `sriov` moves the RDMA device with the netdev; the chained
+/// `rdma` finds it in the pod on the prevResult's interface and leaves it
+/// to `sriov`, whose DEL brings it back.
+#[test]
+fn the_sriov_then_rdma_chain_in_exclusive_mode() {
+    if !runnable() || !stand_in() || !require(&[Feature::PciSriov]) {
+        return;
+    }
+    let _one = serial();
+    let Some((vfs, _nl, _pf)) = common::vfs_on_pf(1) else {
+        return;
+    };
+    let vf = &vfs.vfs[0];
+    let netdev = vf.netdev().expect("igb's VF has a netdev");
+    let rxe = SoftRdma::over(&netdev, "rxe", "pxrxe6");
+    let data = tempfile::tempdir().unwrap();
+    let sriov = json!({"cniVersion": "1.0.0", "name": "sriov-rdma", "type": "sriov",
+                       "deviceID": vf.address, "dataDir": data.path().join("sriov"),
+                       "ipam": ipam("10.80.0.2/24")});
+    let chained = |prev: &Value| {
+        json!({"cniVersion": "1.0.0", "name": "sriov-rdma", "type": "rdma",
+               "deviceID": vf.address, "dataDir": data.path().join("rdma"),
+               "prevResult": prev})
+    };
+    let r = TestResolver::default();
+    let exclusive = Exclusive::new();
+    let (pod, t) = new_pod("ctr-chain");
+
+    let first = result_json(&add(Here, &r, "sriov", &t, &sriov).unwrap(), "1.0.0");
+    let second = add(Here, &r, "rdma", &t, &chained(&first)).unwrap();
+    assert_eq!(result_json(&second, "1.0.0"), first, "returned unchanged");
+    assert_eq!(pod_rdma(&pod), ["pxrxe6"]);
+    check(Here, &r, "rdma", &t, &chained(&first)).unwrap();
+    // DEL in the chain's reverse order: rdma's holds nothing, sriov's
+    // brings both back.
+    del(Here, &r, "rdma", &t, &chained(&first)).unwrap();
+    assert_eq!(pod_rdma(&pod), ["pxrxe6"]);
+    del(Here, &r, "sriov", &t, &sriov).unwrap();
+    assert!(rxe.seen());
+    assert_eq!(vf.netdev().as_deref(), Some(netdev.as_str()));
+    assert_eq!(pod_rdma(&pod), Vec::<String>::new());
+    drop(pod);
+    drop(exclusive);
+    drop(rxe);
+    drop(vfs);
+}
+
 #[test]
 fn a_vf_with_an_rdma_device_that_cannot_move_is_refused_and_given_back() {
     if !runnable() || !require(&[Feature::PciSriov]) {

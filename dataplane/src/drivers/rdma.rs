@@ -15,6 +15,9 @@
 //!   and recorded for the attachment (a device another live pod holds is
 //!   refused, code 11, naming the pod), then moved; a failed ADD moves it
 //!   back. In shared mode nothing moves, and the first time says so once.
+//!   A device the chain's first plugin moved with its netdev (plexus's
+//!   `sriov` and `host-device` do in exclusive mode) is found in the pod,
+//!   on one of the prevResult's interfaces, and left to that plugin.
 //! - DEL moves the recorded device back from the pod's namespace when it
 //!   still exists (a dead namespace gave it back to the initial one) and
 //!   removes the record; again, or with no record, it does nothing.
@@ -30,7 +33,7 @@
 use std::path::PathBuf;
 
 use plexus_cni::error::CniError;
-use plexus_cni::names::NetnsPath;
+use plexus_cni::names::{IfName, NetnsPath};
 use plexus_cni::result::CniResult;
 use plexus_cni::skel::{Request, TypedPlugin, ValidAttachment};
 use serde::{Deserialize, Serialize};
@@ -144,6 +147,41 @@ impl GiveBack for Rdma<'_> {
     }
 }
 
+/// The RDMA device, if any, whose port's netdev is one of the pod's
+/// interfaces of `prev`: there already when the chain's first plugin moved
+/// it with its netdev.
+fn moved_with_its_netdev(at: &Attach<'_>, prev: &CniResult) -> Result<Option<String>, DriverError> {
+    let in_pod = prev
+        .interfaces
+        .iter()
+        .filter(|i| i.sandbox.as_deref().is_some_and(|s| !s.is_empty()));
+    for interface in in_pod {
+        let Ok(name) = IfName::new(&interface.name) else {
+            continue;
+        };
+        let Some(link) = at
+            .pod
+            .link_by_name(&name)
+            .map_err(sys(format_args!("look up {name} in the pod")))?
+        else {
+            continue;
+        };
+        let device = at
+            .pod_ns
+            .run(|| match RdmaNetlink::open() {
+                Ok(Some(rdma)) => rdma.device_of_netdev(link.index),
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            })
+            .map_err(sys("enter the pod's namespace"))?
+            .map_err(sys("list the pod's RDMA devices"))?;
+        if let Some(device) = device {
+            return Ok(Some(device.name));
+        }
+    }
+    Ok(None)
+}
+
 impl Rdma<'_> {
     fn host(&self) -> Result<&Netlink, DriverError> {
         self.session
@@ -181,12 +219,21 @@ impl TypedPlugin for Rdma<'_> {
             bus_device: Some(id),
             netdev: None,
         };
-        let found = rdma_device::find(&self.sysfs, lookup)?.ok_or_else(|| {
-            DriverError::config(
+        let Some(found) = rdma_device::find(&self.sysfs, lookup)? else {
+            // rdma-cni's own chain, `sriov` then `rdma`: plexus's `sriov`
+            // (and `host-device`) moved the RDMA device with its netdev in
+            // exclusive mode, and their DEL brings it back.
+            if let Some(name) = moved_with_its_netdev(&at, prev)? {
+                req.call_log().info(format_args!(
+                    "RDMA device {name} of {id} is in the pod already, moved with its netdev"
+                ));
+                return Ok(prev.clone());
+            }
+            return Err(DriverError::config(
                 *key,
                 format!("{id} has no RDMA device in the node's namespace"),
-            )
-        })?;
+            ));
+        };
         let Some(name) = found.to_move_back() else {
             // Shared mode: said once, nothing to undo or give back.
             found.follow_into_pod(id, at.pod_ns)?;
