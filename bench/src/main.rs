@@ -66,6 +66,7 @@ mod multus_thick;
 mod netpolicy;
 mod phases;
 mod pod_start;
+mod rdma;
 mod scale;
 mod scale_multus;
 mod scale_policy;
@@ -202,6 +203,12 @@ struct Args {
     /// --vlan`).
     #[arg(long)]
     vlan: bool,
+    /// Run only the RDMA case (issue 50): a VF and its RDMA device through
+    /// the `host-device` + `rdma` chain, plexus against the reference
+    /// `host-device` and rdma-cni, in exclusive mode on the VM kernel's
+    /// RDMA stand-in (`vm-tests/run --bench -- --rdma`).
+    #[arg(long)]
+    rdma: bool,
     /// Run only the DRA case (issue 49): a VF claimed through plexus's own
     /// DRA driver beside the same VF kind through the device-plugin path,
     /// both through the daemon on the test API server. It needs SR-IOV: in
@@ -660,7 +667,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let pod_count = args.pods.unwrap_or(match (args.sriov, args.cluster) {
         _ if args.cluster_ipam => 12,
         _ if args.scale => 20,
-        _ if args.vlan || args.dra => 20,
+        _ if args.vlan || args.dra || args.rdma => 20,
         (true, _) => 20,
         (_, true) => 100,
         _ => 40,
@@ -725,6 +732,15 @@ fn run(args: &Args) -> Result<bool, String> {
     if args.dra {
         return dra::run(&mut dra::Setup {
             plexus: &plexus,
+            namespaces: &mut namespaces,
+            tmp: &tmp.0,
+            pods: pod_count,
+        });
+    }
+    if args.rdma {
+        return rdma::run(rdma::Setup {
+            plexus: &plexus,
+            reference_dir: &args.reference_dir,
             namespaces: &mut namespaces,
             tmp: &tmp.0,
             pods: pod_count,

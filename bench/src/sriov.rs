@@ -632,7 +632,7 @@ fn check_restored(node: &Node, pod: &Pod) -> Result<Vec<String>, String> {
 
 /// Moves the benchmark into a mount namespace of its own in which `dir` is
 /// `/var/lib` (see the module docs). Must run before any thread starts.
-fn private_var_lib(dir: &Path) -> Result<(), String> {
+pub(crate) fn private_var_lib(dir: &Path) -> Result<(), String> {
     use nix::mount::{mount, MsFlags};
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let none: Option<&str> = None;
