@@ -159,13 +159,19 @@ impl NetNs {
     /// Opens the pod namespace a runtime names (`CNI_NETNS`) and tells what
     /// it is: see [`PodNetns`].
     pub fn open_pod(path: impl AsRef<Path>) -> Result<PodNetns> {
+        match NetNs::open_existing(path)? {
+            Some(ns) => ns.as_pod(),
+            None => Ok(PodNetns::Gone),
+        }
+    }
+
+    /// Opens the namespace at `path`; `None` when it is gone: deleted
+    /// (ENOENT), or the bind mount removed and the file left (EINVAL), the
+    /// namespace and all that lived in it with it.
+    pub fn open_existing(path: impl AsRef<Path>) -> Result<Option<Self>> {
         match NetNs::open(path) {
-            Ok(ns) => ns.as_pod(),
-            // Deleted (ENOENT), or the bind mount removed and the file left
-            // (EINVAL): the namespace and all that lived in it are gone.
-            Err(e) if matches!(e.errno(), Some(Errno::ENOENT | Errno::EINVAL)) => {
-                Ok(PodNetns::Gone)
-            }
+            Ok(ns) => Ok(Some(ns)),
+            Err(e) if matches!(e.errno(), Some(Errno::ENOENT | Errno::EINVAL)) => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -68,7 +68,7 @@ use super::attachment::Attach;
 use super::interface::{Call, InterfaceDriver};
 use super::netconf::IpamRef;
 use super::ownership::{
-    Claim, DeviceLock, GiveBack, HandsOver, Owned, Owner, Return, Store, StoreAt,
+    Claim, DelKeys, DeviceLock, GiveBack, HandsOver, Owned, Owner, Return, Store, StoreAt,
 };
 use super::passthrough::{self, Found, Netdev, Patience, Poll};
 use super::pod_device;
@@ -398,15 +398,28 @@ impl HostDevice {
         patience: Patience,
     ) -> Result<Option<Link>, DriverError> {
         let what = format_args!("host device {name}");
+        let is_ours = |l: &Link| {
+            Netdev::Aliased(name.as_str()).is(l)
+                && (record.device.is_none() || l.parent_device == record.device)
+        };
         passthrough::wait_for_netdev(what, patience, || {
-            let ours = host
-                .links()
-                .map_err(sys("list the node's links"))?
-                .into_iter()
-                .find(|l| {
-                    Netdev::Aliased(name.as_str()).is(l)
-                        && (record.device.is_none() || l.parent_device == record.device)
-                });
+            // Under its own name, as a move home leaves it: one look-up
+            // instead of a dump of the node's links (hundreds on a busy
+            // node); else under whatever name it has (CNI_IFNAME or `devN`
+            // when the kernel brought it back, its pod name when its own
+            // was taken).
+            let named = host
+                .link_by_name(name)
+                .map_err(sys(format_args!("look up {name}")))?
+                .filter(is_ours);
+            let ours = match named {
+                Some(link) => Some(link),
+                None => host
+                    .links()
+                    .map_err(sys("list the node's links"))?
+                    .into_iter()
+                    .find(is_ours),
+            };
             if ours.is_some() || from_pod {
                 return Ok(Poll::Ready(ours));
             }
@@ -462,22 +475,21 @@ impl GiveBack for HostDevice {
     type Key = String;
     type Record = Record;
 
-    /// Found by its record: a DEL's configuration may name the device by
-    /// MAC or bus address, which the node no longer shows.
+    /// A `device` name is the key of its record, read first instead of
+    /// every record; by MAC or bus address the device is found by its record
+    /// alone: the node no longer shows it.
     fn del_keys(&self, req: &Request) -> (Option<String>, Store) {
         #[derive(Default, Deserialize)]
-        struct DataDir {
+        struct RawDelKeys {
+            device: Option<serde_json::Value>,
             #[serde(rename = "dataDir")]
             data_dir: Option<serde_json::Value>,
         }
-        let c: DataDir = super::netconf::decode_config(req).unwrap_or_default();
-        let dir = c
-            .data_dir
-            .as_ref()
-            .and_then(serde_json::Value::as_str)
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from);
-        (None, STORE.open(dir.as_deref()))
+        let c: RawDelKeys = super::netconf::decode_config(req).unwrap_or_default();
+        let keys = DelKeys::read(&[c.device.as_ref()], c.data_dir.as_ref(), |n| {
+            IfName::new(n).ok().map(|n| n.to_string())
+        });
+        (keys.device, STORE.open(keys.data_dir.as_deref()))
     }
 
     /// The netdev home under its name, MAC, MTU and alias (a

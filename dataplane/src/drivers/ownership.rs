@@ -46,7 +46,7 @@ use super::attachment::Attach;
 use super::passthrough::Patience;
 use super::undo::Undo;
 use crate::netlink::Netlink;
-use crate::netns::{NetNs, PodNetns};
+use crate::netns::NetNs;
 
 /// How long an ADD, CHECK or DEL waits for another one on the same device;
 /// a DEL may wait up to [`super::passthrough::NETDEV_RETURN_TIMEOUT`] for
@@ -95,9 +95,10 @@ impl<K: Clone + Display + FromStr> DeviceKey for K {}
 
 /// Whether the namespace at `path` still exists.
 fn namespace_exists(path: &NetnsPath) -> Result<bool, DriverError> {
-    match NetNs::open_pod(path.as_path()) {
-        Ok(PodNetns::Gone) => Ok(false),
-        Ok(_) => Ok(true),
+    // Whether it is the node's own does not matter here: no stat to tell,
+    // as the sweep after every DEL asks this of every record.
+    match NetNs::open_existing(path.as_path()) {
+        Ok(ns) => Ok(ns.is_some()),
         Err(e) => Err(sys_error(
             format_args!("open the device owner's namespace {path}"),
             e,
@@ -171,8 +172,9 @@ pub(crate) trait GiveBack {
     ) -> Result<(), DriverError>;
 
     /// What DEL reads of `req`'s configuration (leniently: a DEL must work
-    /// for one ADD refused): the device, when it names one, and the store
-    /// its `dataDir` says.
+    /// for one ADD refused): the device, when it names one (its record is
+    /// read first; the others only when that is not the attachment's), and
+    /// the store its `dataDir` says.
     fn del_keys(&self, req: &Request) -> (Option<Self::Key>, Store);
 
     /// Give back every device of `store` whose owner's namespace is gone:
@@ -516,21 +518,32 @@ impl Store {
 
 impl Store {
     /// For DEL: the device `owner` holds, locked, with its record: the one
-    /// `named` (when the configuration says) or found by its record. `None`
-    /// when nothing is this attachment's: never taken, given back already,
-    /// or (a late DEL) given to another pod since.
+    /// `named` (what the configuration names: tried first, one record read
+    /// instead of all) or else found by its record. `None` when nothing is
+    /// this attachment's: never taken, given back already, or (a late DEL)
+    /// given to another pod since.
     pub fn owned_by<K: DeviceKey, R: Owned>(
         &self,
         named: Option<K>,
         owner: &Owner,
     ) -> Result<Option<(DeviceLock<K>, R)>, DriverError> {
-        let key = match named {
-            Some(key) => key,
-            None => match self.find_owned_by::<K, R>(owner)? {
-                Some(key) => key,
-                None => return Ok(None),
-            },
-        };
+        if let Some(key) = named {
+            if let Some(found) = self.locked_if_owned(key, owner)? {
+                return Ok(Some(found));
+            }
+        }
+        match self.find_owned_by::<K, R>(owner)? {
+            Some(key) => self.locked_if_owned(key, owner),
+            None => Ok(None),
+        }
+    }
+
+    /// Device `key`, locked, with its record when that is `owner`'s.
+    fn locked_if_owned<K: DeviceKey, R: Owned>(
+        &self,
+        key: K,
+        owner: &Owner,
+    ) -> Result<Option<(DeviceLock<K>, R)>, DriverError> {
         // No record, nothing to give back, and no lock file made for it: a
         // DEL naming a device plexus never had (a bogus `deviceID`) would
         // leave one per name. Unlocked is safe: only this owner's ADD
@@ -613,7 +626,9 @@ fn read_record<R: Owned>(path: &Path, noun: &str) -> Result<Option<R>, DriverErr
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(DriverError::io(path, e)),
     };
-    let mut bytes = Vec::new();
+    // Room for a whole record: one read, not an empty buffer's growing ones
+    // (the sweep after every DEL reads every record).
+    let mut bytes = Vec::with_capacity(1024);
     file.take(MAX_RECORD + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| DriverError::io(path, e))?;
@@ -727,6 +742,20 @@ mod tests {
         let stranger = record("ctr2").owner;
         let found = store.owned_by::<PciAddress, Rec>(Some(vf("0000:01:10.2")), &stranger);
         assert_eq!(found.unwrap().map(|(_, r)| r), None);
+        // The name is only tried first: a device named that is another's
+        // or has no record, and the owner's is found by its record.
+        let theirs = record("ctr2");
+        store
+            .lock(vf("0000:01:10.3"))
+            .unwrap()
+            .write_record(&theirs)
+            .unwrap();
+        for named in [vf("0000:01:10.2"), vf("0000:7f:1f.6")] {
+            let found = store.owned_by::<PciAddress, Rec>(Some(named), &stranger);
+            let (lock, r) = found.unwrap().unwrap();
+            assert_eq!((*lock.key(), r), (vf("0000:01:10.3"), theirs.clone()));
+        }
+        assert!(!dir.path().join("sriov/0000:7f:1f.6.lock").exists());
     }
 
     #[test]
