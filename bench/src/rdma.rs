@@ -36,20 +36,14 @@ use plexus_testkit::{has, Feature};
 use serde_json::{json, Value};
 
 use crate::sriov::private_var_lib;
-use crate::{cni_env_as, invoke, ip, percentile, print_table, verdict, Namespaces};
+use crate::{cni_env_as, invoke, ip, percentile, print_table, verdict};
 
 /// The pod's name for its VF's netdev.
 const IFNAME: &str = "net1";
 const PEER: &str = "host-device + rdma-cni";
 
-/// What the case needs from the main benchmark.
-pub struct Setup<'a> {
-    pub plexus: &'a Path,
-    pub reference_dir: &'a Path,
-    pub namespaces: &'a mut Namespaces,
-    pub tmp: &'a Path,
-    pub pods: usize,
-}
+/// What the case needs from the main benchmark: what the SR-IOV case does.
+pub use crate::sriov::Setup;
 
 /// A contender's VF, its netdev's name in the node and its RDMA device.
 struct Device<'v> {
