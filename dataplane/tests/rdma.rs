@@ -428,6 +428,29 @@ fn a_vf_with_its_rdma_device_reaches_the_pod_and_comes_back_at_del() {
     del(Here, &r, "sriov", &t, &c).unwrap();
     given_back("DEL again");
 
+    // An InfiniBand VF's rebind at ADD names its RDMA device anew after the
+    // record was written (mlx5_3 becomes mlx5_7): DEL finds it on the VF's
+    // netdev in the pod. The rename in the pod plays the rebind's.
+    add(Here, &r, "sriov", &t, &c).unwrap();
+    let renamed = pod
+        .ns
+        .run(|| {
+            Command::new("rdma")
+                .args(["dev", "set", "pxrxe3", "name", "pxrxe7"])
+                .status()
+        })
+        .unwrap()
+        .unwrap();
+    assert!(renamed.success());
+    assert_eq!(pod_rdma(&pod), ["pxrxe7"]);
+    del(Here, &r, "sriov", &t, &c).unwrap();
+    assert!(
+        rdma().device("pxrxe7").unwrap().is_some(),
+        "the renamed device back in the node"
+    );
+    run("rdma", &["dev", "set", "pxrxe7", "name", "pxrxe3"]);
+    given_back("DEL of a device renamed in the pod");
+
     // The pod's namespace goes without DEL: the kernel gives the netdev
     // (named as in the pod) and the RDMA device back; the DEL after
     // restores the rest.

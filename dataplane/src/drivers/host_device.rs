@@ -520,7 +520,7 @@ impl GiveBack for HostDevice {
         });
         let pod = pod.or(reached.as_ref());
         if let (Some(name), Some(at)) = (&record.rdma, pod) {
-            rdma_device::back_home(name, at.pod_ns)?;
+            rdma_device::back_home(name, rdma_device::pod_netdev(at)?, at.pod_ns)?;
         }
         let home = Cell::new(None);
         passthrough::return_netdev(

@@ -136,7 +136,8 @@ impl GiveBack for Rdma<'_> {
         to: Return<'_>,
     ) -> Result<(), DriverError> {
         if let Some(at) = to.pod {
-            rdma_device::back_home(lock.key(), at.pod_ns)?;
+            // The netdev is another plugin's: the recorded name alone.
+            rdma_device::back_home(lock.key(), None, at.pod_ns)?;
         }
         lock.remove_record()
     }

@@ -14,6 +14,7 @@ use std::fmt::Display;
 use std::path::PathBuf;
 use std::sync::Once;
 
+use crate::drivers::attachment::Attach;
 use crate::drivers::error::{sys, sys_error, DriverError};
 use crate::error::Errno;
 use crate::netns::NetNs;
@@ -164,14 +165,21 @@ fn bus_device_dirs(sysfs: &SysfsRoot, bus_device: &str) -> Vec<PathBuf> {
 }
 
 /// DEL: the RDMA device `name` back from the pod's namespace `pod_ns` to
-/// the calling thread's. Nothing to do when the pod's namespace does not
-/// see it (never moved, or gone); a namespace that died gave its RDMA
-/// devices back to the initial namespace by itself.
+/// the calling thread's. When the pod has no device of that name, the one
+/// whose port's netdev is `on_netdev` (an ifindex in the pod): an
+/// InfiniBand VF's rebind at ADD may have named it anew after the record
+/// was written. Nothing to do when the pod's namespace sees neither (never
+/// moved, or gone); a namespace that died gave its RDMA devices back to
+/// the initial namespace by itself.
 ///
 /// The kernel moves a device only for a thread of the namespace it is in
 /// (`rdma_dev_change_netns` compares the caller's), as rdma-cni's
 /// `moveRdmaDevFromNs` does it from inside the pod's.
-pub(crate) fn back_home(name: &str, pod_ns: &NetNs) -> Result<(), DriverError> {
+pub(crate) fn back_home(
+    name: &str,
+    on_netdev: Option<u32>,
+    pod_ns: &NetNs,
+) -> Result<(), DriverError> {
     let what = format_args!("RDMA device {name}");
     let home = NetNs::current().map_err(sys("open the node's namespace"))?;
     pod_ns
@@ -181,17 +189,34 @@ pub(crate) fn back_home(name: &str, pod_ns: &NetNs) -> Result<(), DriverError> {
             else {
                 return Ok(());
             };
-            match rdma
-                .device(name)
-                .map_err(sys("list the pod's RDMA devices"))?
-            {
+            let list = sys("list the pod's RDMA devices");
+            let device = match rdma.device(name).map_err(list)? {
+                Some(device) => Some(device),
+                None => match on_netdev {
+                    Some(index) => rdma
+                        .device_of_netdev(index)
+                        .map_err(sys("list the pod's RDMA devices"))?,
+                    None => None,
+                },
+            };
+            match device {
                 Some(device) => rdma
                     .move_to(&device, &home)
-                    .map_err(sys(format_args!("move {what} back to the node"))),
+                    .map_err(sys(format_args!("move {device} back to the node"))),
                 None => Ok(()),
             }
         })
         .map_err(sys(format_args!("enter the pod's namespace for {what}")))?
+}
+
+/// The pod's interface `at.ifname` (the netdev being given back), as
+/// [`back_home`]'s `on_netdev`; `None` when the pod no longer has it.
+pub(crate) fn pod_netdev(at: &Attach<'_>) -> Result<Option<u32>, DriverError> {
+    let link = at
+        .pod
+        .link_by_name(&at.ifname)
+        .map_err(sys(format_args!("look up {} in the pod", at.ifname)))?;
+    Ok(link.map(|l| l.index))
 }
 
 #[cfg(test)]

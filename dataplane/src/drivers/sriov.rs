@@ -243,7 +243,7 @@ impl GiveBack for Sriov {
     ) -> Result<(), DriverError> {
         let address = *lock.key();
         if let (Some(name), Some(at)) = (&record.rdma, pod) {
-            rdma_device::back_home(name, at.pod_ns)?;
+            rdma_device::back_home(name, rdma_device::pod_netdev(at)?, at.pod_ns)?;
         }
         let vf = match self.sysfs.virtual_function(address) {
             Ok(vf) => vf,
