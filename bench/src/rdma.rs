@@ -26,7 +26,7 @@
 //! temp directory over `/var/lib`, as the SR-IOV case does.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use plexus_dataplane::rdma::{NetnsMode, RdmaNetlink};
 use plexus_dataplane::NetNs;
@@ -36,7 +36,7 @@ use plexus_testkit::{has, Feature};
 use serde_json::{json, Value};
 
 use crate::sriov::private_var_lib;
-use crate::{cni_env_as, invoke, ip, percentile, print_table, verdict};
+use crate::{cni_env_as, invoke, ip, percentile, print_table, verdict, Namespaces};
 
 /// The pod's name for its VF's netdev.
 const IFNAME: &str = "net1";
@@ -74,12 +74,21 @@ fn set_mode(mode: NetnsMode) -> Result<(), String> {
         .map_err(|e| format!("set the RDMA namespace mode to {mode}: {e}"))
 }
 
-/// Shared mode again when the run ends (after its namespaces went).
+/// Shared mode again when the run ends: dropped after the pods'
+/// namespaces, waiting (up to 30 s) while the kernel still tears them down
+/// (EBUSY).
 struct SharedAgain;
 
 impl Drop for SharedAgain {
     fn drop(&mut self) {
-        let _ = set_mode(NetnsMode::Shared);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Err(e) = set_mode(NetnsMode::Shared) {
+            if Instant::now() >= deadline {
+                eprintln!("plexus-bench: the RDMA subsystem stays exclusive: {e}");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
@@ -132,6 +141,8 @@ pub fn run(setup: Setup) -> Result<bool, String> {
     find_pf().ok_or("no PCI SR-IOV PF with a netdev here")?;
     set_mode(NetnsMode::Exclusive)?;
     let _shared_again = SharedAgain;
+    // The pods' namespaces, gone before the mode goes back (dropped first).
+    let mut namespaces = Namespaces(Vec::new());
     let created = SriovVfs::create(2);
     let node = NetNs::current().map_err(|e| e.to_string())?;
     let mut devices = Vec::new();
@@ -189,75 +200,51 @@ pub fn run(setup: Setup) -> Result<bool, String> {
             )
         })
     };
-    for i in 0..setup.pods {
-        let env = |command: &str, id: &str, ns: &NetNs| {
-            cni_env_as(command, id, ns, IFNAME, "", setup.reference_dir)
+    // One timed CNI call of `binary` for container `id` in `pod`, and what
+    // it printed.
+    let cni = |binary: &Path, command: &str, id: &str, pod: &NetNs, conf: &Value| {
+        let env = cni_env_as(command, id, pod, IFNAME, "", setup.reference_dir);
+        let run = invoke(&node, binary, &[], &env, conf.to_string().as_bytes())?;
+        let printed = match command {
+            "ADD" => serde_json::from_slice(&run.stdout).map_err(|e| format!("{command}: {e}"))?,
+            _ => Value::Null,
         };
+        Ok::<_, String>((run.elapsed, printed))
+    };
+    let with_prev = |conf: &Value, prev: &Value| {
+        let mut conf = conf.clone();
+        conf["prevResult"] = prev.clone();
+        conf
+    };
+    for i in 0..setup.pods {
         // The reference: two execs each way, as libcni runs a chain.
-        let pod = setup.namespaces.create(format!("pxb-{pid}-rr{i}"))?;
+        let pod = namespaces.create(format!("pxb-{pid}-rr{i}"))?;
         let id = format!("ref{i}");
         let first = host_device_conf(theirs);
-        let added = invoke(
-            &node,
-            &host_device,
-            &[],
-            &env("ADD", &id, &pod),
-            first.to_string().as_bytes(),
-        )?;
-        let result: Value = serde_json::from_slice(&added.stdout).map_err(|e| e.to_string())?;
-        let mut second = rdma_conf(theirs);
-        second["prevResult"] = result.clone();
-        let chained = invoke(
-            &node,
-            &peer,
-            &[],
-            &env("ADD", &id, &pod),
-            second.to_string().as_bytes(),
-        )?;
-        ref_add.push(added.elapsed + chained.elapsed);
+        let (attached, result) = cni(&host_device, "ADD", &id, &pod, &first)?;
+        let second = with_prev(&rdma_conf(theirs), &result);
+        let (moved, _) = cni(&peer, "ADD", &id, &pod, &second)?;
+        ref_add.push(attached + moved);
         check("reference", i, &pod, theirs, true)?;
-        let mut first_del = first.clone();
-        first_del["prevResult"] = result;
-        let undone = invoke(
-            &node,
-            &peer,
-            &[],
-            &env("DEL", &id, &pod),
-            second.to_string().as_bytes(),
-        )?;
-        let given = invoke(
-            &node,
-            &host_device,
-            &[],
-            &env("DEL", &id, &pod),
-            first_del.to_string().as_bytes(),
-        )?;
-        ref_del.push(undone.elapsed + given.elapsed);
+        let (moved_back, _) = cni(&peer, "DEL", &id, &pod, &second)?;
+        let (given_back, _) = cni(&host_device, "DEL", &id, &pod, &with_prev(&first, &result))?;
+        ref_del.push(moved_back + given_back);
         check("reference", i, &pod, theirs, false)?;
 
         // plexus: one exec each way.
-        let pod = setup.namespaces.create(format!("pxb-{pid}-rp{i}"))?;
+        let pod = namespaces.create(format!("pxb-{pid}-rp{i}"))?;
         let id = format!("px{i}");
-        let stdin = plexus_conf.to_string();
-        let added = invoke(
-            &node,
-            setup.plexus,
-            &[],
-            &env("ADD", &id, &pod),
-            stdin.as_bytes(),
-        )?;
-        our_add.push(added.elapsed);
+        let (added, result) = cni(setup.plexus, "ADD", &id, &pod, &plexus_conf)?;
+        our_add.push(added);
         check("plexus", i, &pod, ours, true)?;
-        let mut del = plexus_conf.clone();
-        del["prevResult"] = serde_json::from_slice(&added.stdout).map_err(|e| e.to_string())?;
-        let deleted = invoke(
-            &node,
+        let (deleted, _) = cni(
             setup.plexus,
-            &[],
-            &env("DEL", &id, &pod),
-            del.to_string().as_bytes(),
+            "DEL",
+            &id,
+            &pod,
+            &with_prev(&plexus_conf, &result),
         )?;
-        our_del.push(deleted.elapsed);
+        our_del.push(deleted);
         check("plexus", i, &pod, ours, false)?;
     }
 

@@ -195,15 +195,9 @@ fn stand_in() -> bool {
     require(&[Feature::RdmaNetnsStandIn])
 }
 
-/// The records a driver's `dataDir` holds.
+/// The record files a driver's `dataDir` holds.
 fn records(data: &std::path::Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(data)
-        .unwrap()
-        .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".json"))
-        .collect();
-    names.sort();
-    names
+    plexus_testkit::files::names(data, |n| n.ends_with(".json"))
 }
 
 #[test]

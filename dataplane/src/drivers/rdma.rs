@@ -47,7 +47,6 @@ use super::rdma_device::{self, Lookup};
 use super::undo::Undo;
 use crate::netlink::Netlink;
 use crate::pci::SysfsRoot;
-use crate::rdma::RdmaNetlink;
 use crate::session::Session;
 
 /// Where the plugin keeps device locks and records unless `dataDir` says.
@@ -167,16 +166,7 @@ fn moved_with_its_netdev(at: &Attach<'_>, prev: &CniResult) -> Result<Option<Str
         else {
             continue;
         };
-        let device = at
-            .pod_ns
-            .run(|| match RdmaNetlink::open() {
-                Ok(Some(rdma)) => rdma.device_of_netdev(link.index),
-                Ok(None) => Ok(None),
-                Err(e) => Err(e),
-            })
-            .map_err(sys("enter the pod's namespace"))?
-            .map_err(sys("list the pod's RDMA devices"))?;
-        if let Some(device) = device {
+        if let Some(device) = rdma_device::in_pod(at.pod_ns, |r| r.device_of_netdev(link.index))? {
             return Ok(Some(device.name));
         }
     }
@@ -278,16 +268,7 @@ impl TypedPlugin for Rdma<'_> {
             // Shared mode, or nothing moved: nothing to check.
             return Ok(());
         };
-        let seen = at
-            .pod_ns
-            .run(|| match RdmaNetlink::open() {
-                Ok(Some(rdma)) => rdma.device(&name).map(|d| d.is_some()),
-                Ok(None) => Ok(false),
-                Err(e) => Err(e),
-            })
-            .map_err(sys("enter the pod's namespace"))?
-            .map_err(sys("list the pod's RDMA devices"))?;
-        if !seen {
+        if rdma_device::in_pod(at.pod_ns, |r| r.device(&name))?.is_none() {
             return Err(check_failed(format!(
                 "RDMA device {name} is not in the container's namespace"
             )));

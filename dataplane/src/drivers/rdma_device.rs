@@ -189,16 +189,11 @@ pub(crate) fn back_home(
             else {
                 return Ok(());
             };
-            let list = sys("list the pod's RDMA devices");
-            let device = match rdma.device(name).map_err(list)? {
-                Some(device) => Some(device),
-                None => match on_netdev {
-                    Some(index) => rdma
-                        .device_of_netdev(index)
-                        .map_err(sys("list the pod's RDMA devices"))?,
-                    None => None,
-                },
-            };
+            let device = match (rdma.device(name), on_netdev) {
+                (Ok(None), Some(index)) => rdma.device_of_netdev(index),
+                (named, _) => named,
+            }
+            .map_err(sys("list the pod's RDMA devices"))?;
             match device {
                 Some(device) => rdma
                     .move_to(&device, &home)
@@ -207,6 +202,22 @@ pub(crate) fn back_home(
             }
         })
         .map_err(sys(format_args!("enter the pod's namespace for {what}")))?
+}
+
+/// `look` run on the RDMA subsystem the pod's namespace `pod_ns` sees;
+/// `None` when its kernel has none.
+pub(crate) fn in_pod<T>(
+    pod_ns: &NetNs,
+    look: impl FnOnce(&RdmaNetlink) -> crate::error::Result<Option<T>>,
+) -> Result<Option<T>, DriverError> {
+    pod_ns
+        .run(|| match RdmaNetlink::open() {
+            Ok(Some(rdma)) => look(&rdma),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        })
+        .map_err(sys("enter the pod's namespace"))?
+        .map_err(sys("list the pod's RDMA devices"))
 }
 
 /// The pod's interface `at.ifname` (the netdev being given back), as
